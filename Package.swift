@@ -1,0 +1,95 @@
+// swift-tools-version:6.0
+// Herald: a push-notification back end for chat services.
+//
+// Layout (data flows top to bottom; each layer imports only what is below it):
+//   executables (stages, heraldctl, herald-mock-apns, herald-bench)
+//     -> HeraldStage (shared worker runtime: batch loop, /metrics, health, lifecycle, logs)
+//     -> adapters: HeraldKafka, HeraldRedis, HeraldAPNs (each over its own C module)
+//     -> HeraldConfig (pipeline YAML -> typed configuration)
+//     -> HeraldCore (pure: events, state, rules, rendering, payloads, APNs answer table)
+import PackageDescription
+
+let package = Package(
+    name: "Herald",
+    platforms: [.macOS(.v14)],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+    ],
+    targets: [
+        // MARK: Pure core
+        .target(name: "HeraldCore"),
+        .target(name: "HeraldConfig", dependencies: [
+            "HeraldCore",
+            .product(name: "Yams", package: "Yams"),
+        ]),
+
+        // MARK: C libraries (system-library targets: modulemap + shim.h + pkg-config)
+        .systemLibrary(name: "CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
+        .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+
+        // MARK: Adapters
+        .target(name: "HeraldKafka", dependencies: [
+            "CRdKafka", "HeraldCore",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Metrics", package: "swift-metrics"),
+        ]),
+        .target(name: "HeraldRedis", dependencies: [
+            "CHiredis", "HeraldCore",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "HeraldAPNs", dependencies: [
+            "CNghttp2", "COpenSSL", "HeraldCore",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Metrics", package: "swift-metrics"),
+        ]),
+
+        // MARK: What every stage executable shares
+        .target(name: "HeraldStage", dependencies: [
+            "HeraldCore", "HeraldConfig",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Metrics", package: "swift-metrics"),
+            .product(name: "Prometheus", package: "swift-prometheus"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+        ]),
+
+        // MARK: Executables
+        .executableTarget(name: "heraldctl", dependencies: [
+            "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldKafka", "HeraldRedis",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "herald-mock-apns", dependencies: [
+            "CNghttp2", "COpenSSL", "HeraldCore", "HeraldAPNs",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "herald-bench", dependencies: [
+            "HeraldCore", "HeraldConfig",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "herald-apns-bench", dependencies: [
+            "HeraldCore", "HeraldAPNs",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        // MARK: Tests
+        .testTarget(name: "HeraldCoreTests", dependencies: [
+            "HeraldCore", "HeraldConfig",
+            .product(name: "PropertyBased", package: "swift-property-based"),
+        ]),
+        .testTarget(name: "HeraldAPNsTests", dependencies: ["HeraldAPNs", "HeraldCore", "COpenSSL"]),
+        .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka"]),
+        .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore"]),
+        .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),
+    ]
+)

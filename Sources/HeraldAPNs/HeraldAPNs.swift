@@ -1,0 +1,1 @@
+// HeraldAPNs module: see Package.swift for its place in the layout.

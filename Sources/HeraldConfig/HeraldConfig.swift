@@ -1,0 +1,1 @@
+// HeraldConfig module: see Package.swift for its place in the layout.

@@ -1,0 +1,1 @@
+// HeraldCore module: see Package.swift for its place in the layout.

@@ -1,0 +1,1 @@
+// HeraldKafka module: see Package.swift for its place in the layout.

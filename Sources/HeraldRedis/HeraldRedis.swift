@@ -1,0 +1,1 @@
+// HeraldRedis module: see Package.swift for its place in the layout.

@@ -1,0 +1,1 @@
+// HeraldStage module: see Package.swift for its place in the layout.

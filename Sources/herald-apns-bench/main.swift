@@ -1,0 +1,1 @@
+// herald-apns-bench entry point (to be written).

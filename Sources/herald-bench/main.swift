@@ -1,0 +1,1 @@
+// herald-bench entry point (to be written).

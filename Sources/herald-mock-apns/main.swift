@@ -1,0 +1,1 @@
+// herald-mock-apns entry point (to be written).

@@ -1,0 +1,13 @@
+import ArgumentParser
+
+/// `heraldctl`: the operator's and the chat team's command-line tool.
+/// Each subcommand lives in its own file beside this one.
+@main
+struct Heraldctl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "heraldctl",
+        abstract: "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ.",
+        subcommands: [
+        ]
+    )
+}

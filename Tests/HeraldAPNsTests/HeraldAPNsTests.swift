@@ -1,0 +1,1 @@
+// HeraldAPNsTests (to be written).

@@ -1,0 +1,1 @@
+// HeraldCoreTests (to be written).

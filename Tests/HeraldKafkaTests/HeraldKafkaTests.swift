@@ -1,0 +1,1 @@
+// HeraldKafkaTests (to be written).

@@ -1,0 +1,1 @@
+// HeraldRedisTests (to be written).

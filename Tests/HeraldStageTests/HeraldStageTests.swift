@@ -1,0 +1,1 @@
+// HeraldStageTests (to be written).
