@@ -1,0 +1,85 @@
+import Foundation
+import HeraldCore
+import Logging
+
+/// An APNs client for one credential and environment: a pool of persistent HTTP/2 connections
+/// driven by its own I/O thread (nghttp2 session API over OpenSSL, poll loop, one TLS write per
+/// loop pass). Hand it requests one at a time (`send`) or in batches (`submit`, `responses`);
+/// at most `maxInFlight` requests are accepted at once and the submitting task waits beyond that.
+///
+/// Transparent resends (do not count as attempts): REFUSED_STREAM, streams above a GOAWAY's
+/// last-stream-id, requests not yet written when a connection broke. Retryable answers and
+/// in-flight losses are retried per `configuration.retry` within each request's deadline; 403
+/// ExpiredProviderToken renews the JWT (per the renewal policy) and retries.
+public final class APNsClient: Sendable {
+    public let configuration: APNsClientConfiguration
+    private let loop: ClientLoop
+
+    /// Validates the credential (loads the key or certificate), starts the I/O thread and
+    /// begins opening `configuration.connections` connections.
+    public init(configuration: APNsClientConfiguration, logger: Logger = Logger(label: "herald.apns")) throws(APNsError) {
+        signal(SIGPIPE, SIG_IGN)
+        self.configuration = configuration
+        self.loop = try ClientLoop(config: configuration, logger: logger)
+        loop.start()
+    }
+
+    /// Sends one notification and waits for its final outcome.
+    public func send(_ request: APNsRequest) async -> APNsResponse {
+        _ = await loop.gate.acquire(upTo: 1)
+        return await withCheckedContinuation { continuation in
+            loop.enqueue([Job(request: request) { continuation.resume(returning: $0) }])
+        }
+    }
+
+    /// Accepts a batch; `onComplete` is called once per request, on the client's I/O thread
+    /// (keep it short: count, yield to a stream, resume a continuation). Returns once every
+    /// request is accepted, which waits while `maxInFlight` requests are outstanding.
+    public func submit(_ requests: [APNsRequest], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
+        var index = 0
+        while index < requests.count {
+            let granted = await loop.gate.acquire(upTo: requests.count - index)
+            var jobs: [Job] = []
+            jobs.reserveCapacity(granted)
+            for request in requests[index..<(index + granted)] {
+                jobs.append(Job(request: request, completion: onComplete))
+            }
+            loop.enqueue(jobs)
+            index += granted
+        }
+    }
+
+    /// Sends a batch and yields each final outcome as it arrives (in completion order; match by
+    /// `tag`). The stream finishes after the last one.
+    public func responses(for requests: [APNsRequest]) -> AsyncStream<APNsResponse> {
+        let (stream, continuation) = AsyncStream<APNsResponse>.makeStream()
+        let remaining = Countdown(requests.count)
+        if requests.isEmpty { continuation.finish() }
+        Task {
+            await self.submit(requests) { response in
+                continuation.yield(response)
+                if remaining.tick() { continuation.finish() }
+            }
+        }
+        return stream
+    }
+
+    /// Counters so far.
+    public var stats: APNsClientStats { loop.stats }
+
+    /// Stops accepting requests, lets those in flight finish for up to `grace`, fails the rest
+    /// with `clientShutdown`, closes the connections and ends the I/O thread.
+    public func shutdown(grace: Duration = .seconds(5)) async {
+        await loop.stop(drainFor: grace)
+    }
+}
+
+/// Counts completions down from n; thread-safe.
+final class Countdown: @unchecked Sendable {
+    // @unchecked Sendable: guarded by `lock`.
+    private let lock = NSLock()
+    private var left: Int
+    init(_ n: Int) { left = n }
+    /// Returns true on the last tick.
+    func tick() -> Bool { lock.withLock { left -= 1; return left == 0 } }
+}

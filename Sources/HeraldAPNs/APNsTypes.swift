@@ -1,0 +1,239 @@
+import Foundation
+import HeraldCore
+
+/// Apple's two gateways.
+public enum APNsEnvironment: String, Sendable, CaseIterable {
+    case production
+    case sandbox
+
+    public var host: String {
+        switch self {
+        case .production: "api.push.apple.com"
+        case .sandbox: "api.sandbox.push.apple.com"
+        }
+    }
+}
+
+/// Where to connect: the environment's host on 443, or an override (`host:port`) for tests.
+public struct APNsEndpoint: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int = 443) {
+        self.host = host
+        self.port = port
+    }
+
+    public init(_ environment: APNsEnvironment) {
+        self.init(host: environment.host, port: 443)
+    }
+
+    /// Parses `host:port`, `[v6]:port` or a bare host (port 443).
+    public init?(parsing text: String) {
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            let host = String(text[text.index(after: text.startIndex)..<close])
+            let rest = text[text.index(after: close)...]
+            if rest.isEmpty { self.init(host: host); return }
+            guard rest.hasPrefix(":"), let port = Int(rest.dropFirst()), (1...65535).contains(port) else { return nil }
+            self.init(host: host, port: port)
+            return
+        }
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        switch parts.count {
+        case 1 where !text.isEmpty: self.init(host: text)
+        case 2:
+            guard !parts[0].isEmpty, let port = Int(parts[1]), (1...65535).contains(port) else { return nil }
+            self.init(host: String(parts[0]), port: port)
+        default: return nil
+        }
+    }
+
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// `apns-push-type`.
+public enum APNsPushType: String, Sendable, CaseIterable {
+    case alert, background, voip, location, complication, fileprovider, mdm
+    case liveactivity, pushtotalk, widgets, controls
+}
+
+/// `apns-priority`: 10 sends at once, 5 considers the device's power, 1 is lowest.
+public enum APNsPriority: Int, Sendable, CaseIterable {
+    case immediately = 10
+    case considerPower = 5
+    case low = 1
+}
+
+/// How the client proves who it is to APNs.
+public enum APNsCredential: Sendable {
+    /// Token auth: a .p8 key (PKCS#8 PEM text) with its key id and team id.
+    case token(keyID: String, teamID: String, p8PEM: String)
+    /// Certificate auth: PEM certificate (chain) file and PEM private key file.
+    case certificateFiles(certificatePath: String, privateKeyPath: String)
+    /// Certificate auth: a PKCS#12 (.p12) file and its password.
+    case pkcs12File(path: String, password: String)
+
+    /// Loads a token credential from a .p8 file.
+    public static func token(keyID: String, teamID: String, p8Path: String) throws(APNsError) -> APNsCredential {
+        do {
+            return .token(keyID: keyID, teamID: teamID, p8PEM: try String(contentsOfFile: p8Path, encoding: .utf8))
+        } catch {
+            throw APNsError(.credential, "cannot read .p8 key \(p8Path): \(error.localizedDescription)")
+        }
+    }
+
+    var isToken: Bool { if case .token = self { true } else { false } }
+}
+
+/// One notification to one device.
+public struct APNsRequest: Sendable {
+    /// Hex device token (the path is `/3/device/<token>`).
+    public var deviceToken: String
+    /// `apns-topic`: the bundle id (with `.voip` etc. suffix where the push type needs it).
+    public var topic: String
+    public var pushType: APNsPushType
+    public var priority: APNsPriority?
+    /// `apns-expiration` in seconds since the epoch; 0 means deliver once or drop. Nil omits the header.
+    public var expiration: Int64?
+    public var collapseID: String?
+    /// `apns-id` (a canonical UUID); nil lets APNs pick one and answer it.
+    public var apnsID: String?
+    /// The JSON payload bytes.
+    public var payload: [UInt8]
+    /// The latest time an answer is useful; after it the request completes with `deadlineExceeded`.
+    public var deadline: ContinuousClock.Instant
+    /// Caller's own identifier, echoed in the response so batch completions can be matched.
+    public var tag: UInt64
+
+    public init(deviceToken: String, topic: String, pushType: APNsPushType = .alert,
+                priority: APNsPriority? = nil, expiration: Int64? = nil, collapseID: String? = nil,
+                apnsID: String? = nil, payload: [UInt8], deadline: ContinuousClock.Instant? = nil,
+                timeout: Duration = .seconds(30), tag: UInt64 = 0) {
+        self.deviceToken = deviceToken
+        self.topic = topic
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.apnsID = apnsID
+        self.payload = payload
+        self.deadline = deadline ?? (ContinuousClock.now + timeout)
+        self.tag = tag
+    }
+}
+
+/// The final outcome of one request (after the client's own retries, if enabled).
+public struct APNsResponse: Sendable {
+    public var tag: UInt64
+    /// HTTP status of the last answer; nil when the last attempt failed below HTTP.
+    public var status: Int?
+    public var reason: APNsReason?
+    /// `apns-id` answered by the server (or the one sent).
+    public var apnsID: String?
+    /// 410's `timestamp` (ms since the epoch).
+    public var unregisteredAt: Int64?
+    /// Set when the last attempt got no HTTP answer.
+    public var transportFailure: APNsTransportFailure?
+    /// What to do next, from HeraldCore's answer table and the retry budget.
+    public var disposition: APNsDisposition
+    /// Attempts made, counting the first; transparent resends (REFUSED_STREAM, streams above a
+    /// GOAWAY's last-stream-id, requests never written) do not count.
+    public var attempts: Int
+
+    public var isDelivered: Bool { disposition == .delivered }
+}
+
+/// Error type of this module: a stable code and what went wrong.
+public struct APNsError: Error, Sendable, CustomStringConvertible {
+    public enum Code: String, Sendable {
+        case credential, tls, configuration, io
+    }
+    public let code: Code
+    public let message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "APNs \(code.rawValue) error: \(message)" }
+}
+
+/// Tunables of one client (one credential + environment). Defaults in brackets.
+public struct APNsClientConfiguration: Sendable {
+    public var credential: APNsCredential
+    public var environment: APNsEnvironment
+    /// Host override (`host:port`) for tests; default: the environment's host on 443.
+    public var endpoint: APNsEndpoint?
+    /// PEM file of CAs to trust instead of the system store (tests: the local self-signed cert).
+    public var trustedCAFile: String?
+    /// Persistent connections kept open [2].
+    public var connections: Int
+    /// Our own cap on streams per connection, below the server's SETTINGS [1000].
+    public var maxStreamsPerConnection: Int
+    /// Requests accepted but not yet completed, across the client; `submit` waits beyond it [10000].
+    public var maxInFlight: Int
+    public var connectTimeout: Duration
+    /// A connection with no frame received for this long is sent a PING [60 s].
+    public var pingInterval: Duration
+    /// A PING not answered within this closes and replaces the connection [10 s].
+    public var pingTimeout: Duration
+    /// Delays between failed connection attempts (`maxAttempts` is ignored).
+    public var reconnectBackoff: APNsBackoffPolicy
+    /// Retries of retryable answers inside the client; `maxAttempts: 1` hands every answer back at once.
+    public var retry: APNsBackoffPolicy
+    public var tokenRenewal: APNsTokenRenewalPolicy
+    /// Wall clock for JWT `iat` and renewal (inject to test renewal).
+    public var now: @Sendable () -> Date
+
+    public init(credential: APNsCredential, environment: APNsEnvironment = .production,
+                endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil, connections: Int = 2,
+                maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 10_000,
+                connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
+                pingTimeout: Duration = .seconds(10),
+                reconnectBackoff: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(30)),
+                retry: APNsBackoffPolicy = APNsBackoffPolicy(),
+                tokenRenewal: APNsTokenRenewalPolicy = APNsTokenRenewalPolicy(),
+                now: @escaping @Sendable () -> Date = { Date() }) {
+        self.credential = credential
+        self.environment = environment
+        self.endpoint = endpoint
+        self.trustedCAFile = trustedCAFile
+        self.connections = max(1, connections)
+        self.maxStreamsPerConnection = max(1, maxStreamsPerConnection)
+        self.maxInFlight = max(1, maxInFlight)
+        self.connectTimeout = connectTimeout
+        self.pingInterval = pingInterval
+        self.pingTimeout = pingTimeout
+        self.reconnectBackoff = reconnectBackoff
+        self.retry = retry
+        self.tokenRenewal = tokenRenewal
+        self.now = now
+    }
+
+    var resolvedEndpoint: APNsEndpoint { endpoint ?? APNsEndpoint(environment) }
+}
+
+/// Counters of one client, for metrics and tests.
+public struct APNsClientStats: Sendable, Equatable {
+    public var submitted = 0
+    public var completed = 0
+    /// HTTP requests written (first sends plus resends).
+    public var streamsOpened = 0
+    public var answersByStatus: [Int: Int] = [:]
+    public var transportFailures = 0
+    /// Retries scheduled by the retry policy.
+    public var retries = 0
+    /// Transparent resends: REFUSED_STREAM, above a GOAWAY's last-stream-id, never written.
+    public var resends = 0
+    public var deadlinesExceeded = 0
+    public var connectionsOpened = 0
+    public var connectFailures = 0
+    public var goawaysReceived = 0
+    public var pingsSent = 0
+    public var connectionsReplacedAfterPing = 0
+    public var jwtRenewals = 0
+    /// Highest SETTINGS_MAX_CONCURRENT_STREAMS seen and the current sum over ready connections.
+    public var maxConcurrentStreamsSeen = 0
+    public init() {}
+}

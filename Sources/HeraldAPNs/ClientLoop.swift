@@ -1,0 +1,518 @@
+import CNghttp2
+import COpenSSL
+import Foundation
+import HeraldCore
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The I/O thread of one client: a poll loop over its connections' sockets and a wake-up pipe.
+/// Everything but the inbox is confined to that thread.
+final class ClientLoop: @unchecked Sendable {
+    // @unchecked Sendable: the fields under "inbox" are guarded by `lock`; all other mutable
+    // state is only touched by the loop thread (see `run`).
+    let config: APNsClientConfiguration
+    let tls: TLSContext
+    let tokens: APNsTokenProvider?
+    let logger: Logger
+    let gate: InFlightGate
+    private let authority: [UInt8]
+
+    // MARK: inbox (guarded by lock)
+    private let lock = NSLock()
+    private var inbox: [Job] = []
+    private var connectResults: [Result<TLSSocket, APNsError>] = []
+    private var wakeSignalled = false
+    private var stopDeadline: ContinuousClock.Instant?
+    private var stopWaiters: [CheckedContinuation<Void, Never>] = []
+    private var finished = false
+    private var statsValue = APNsClientStats()
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+
+    // MARK: loop-confined
+    private var pending = JobQueue()
+    private var delayed: [Job] = []
+    private var connections: [H2Connection] = []
+    private var connecting = 0
+    private var nextConnectAt: ContinuousClock.Instant = .now
+    private var connectFailuresInARow = 0
+    private var nextConnectionID = 0
+    private var liveJobs = 0
+    private var scratch: [UInt8] = []
+    private var rng = SystemRandomNumberGenerator()
+    private var nextTimers: ContinuousClock.Instant = .now
+    private var stopping: ContinuousClock.Instant?
+
+    init(config: APNsClientConfiguration, logger: Logger) throws(APNsError) {
+        self.config = config
+        self.logger = logger
+        self.tls = try TLSContext(credential: config.credential, trustedCAFile: config.trustedCAFile)
+        if case .token(let keyID, let teamID, let pem) = config.credential {
+            let jwt = try APNsJWT(keyID: keyID, teamID: teamID, p8PEM: pem)
+            tokens = APNsTokenProvider(jwt: jwt, policy: config.tokenRenewal, now: config.now)
+        } else {
+            tokens = nil
+        }
+        let ep = config.resolvedEndpoint
+        authority = Array((ep.port == 443 ? ep.host : ep.description).utf8)
+        gate = InFlightGate(limit: config.maxInFlight)
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw APNsError(.io, "pipe: \(String(cString: strerror(errno)))") }
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
+        for fd in fds {
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        }
+        scratch.reserveCapacity(2048)
+    }
+
+    deinit {
+        close(wakeRead)
+        close(wakeWrite)
+    }
+
+    func start() {
+        let thread = Thread { [self] in self.run() }
+        thread.name = "herald-apns-io"
+        thread.start()
+    }
+
+    // MARK: called from any thread
+
+    func enqueue(_ jobs: [Job]) {
+        lock.lock()
+        if finished || stopDeadline != nil {
+            lock.unlock()
+            for job in jobs {
+                job.completion(ClientLoop.response(job, status: nil, failure: .clientShutdown,
+                                                   disposition: .permanentFailure(reason: "ClientShutdown")))
+                gate.release(1)
+            }
+            return
+        }
+        inbox.append(contentsOf: jobs)
+        statsValue.submitted += jobs.count
+        let signal = !wakeSignalled
+        wakeSignalled = true
+        lock.unlock()
+        if signal { wake() }
+    }
+
+    func stop(drainFor grace: Duration) async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            lock.lock()
+            if finished {
+                lock.unlock()
+                c.resume()
+                return
+            }
+            stopWaiters.append(c)
+            if stopDeadline == nil { stopDeadline = .now + grace }
+            lock.unlock()
+            wake()
+        }
+    }
+
+    var stats: APNsClientStats {
+        lock.lock(); defer { lock.unlock() }
+        var s = statsValue
+        s.jwtRenewals = tokens?.renewalCount ?? 0
+        return s
+    }
+
+    private func bump(_ change: (inout APNsClientStats) -> Void) {
+        lock.lock()
+        change(&statsValue)
+        lock.unlock()
+    }
+
+    private func wake() {
+        var one: UInt8 = 1
+        _ = write(wakeWrite, &one, 1)
+    }
+
+    // MARK: the loop
+
+    private func run() {
+        let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 * 1024, alignment: 16)
+        defer { readBuffer.deallocate() }
+        var fds: [pollfd] = []
+        var polled: [H2Connection] = []
+        while true {
+            fds.removeAll(keepingCapacity: true)
+            polled.removeAll(keepingCapacity: true)
+            fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
+            for c in connections where !c.dead {
+                var events = Int16(POLLIN)
+                if c.wantsWritable { events |= Int16(POLLOUT) }
+                fds.append(pollfd(fd: c.socket.fd, events: events, revents: 0))
+                polled.append(c)
+            }
+            let busy = liveJobs > 0 || !delayed.isEmpty || stopping != nil
+            _ = poll(&fds, nfds_t(fds.count), busy ? 5 : 200)
+
+            if fds[0].revents != 0 {
+                var sink = [UInt8](repeating: 0, count: 256)
+                while read(wakeRead, &sink, sink.count) > 0 {}
+            }
+            takeInbox()
+            for (i, c) in polled.enumerated() where fds[i + 1].revents != 0 && !c.dead {
+                if let failure = c.readAvailable(into: readBuffer) { kill(c, why: failure) }
+            }
+            let now = ContinuousClock.now
+            if now >= nextTimers {
+                runTimers(now: now)
+                nextTimers = now + .milliseconds(5)
+            }
+            maintainConnections(now: now)
+            dispatch(now: now)
+            for c in connections where !c.dead {
+                if let failure = c.flush() { kill(c, why: failure); continue }
+                if c.goawayReceived && c.streams.isEmpty && c.sessionFinished { retire(c) }
+            }
+            connections.removeAll { $0.dead }
+            if let stopping, liveJobs == 0 || ContinuousClock.now >= stopping {
+                shutdownNow()
+                return
+            }
+        }
+    }
+
+    private func takeInbox() {
+        lock.lock()
+        let jobs = inbox
+        inbox.removeAll(keepingCapacity: true)
+        let results = connectResults
+        connectResults.removeAll()
+        wakeSignalled = false
+        let stopAt = stopDeadline
+        lock.unlock()
+        if stopping == nil, let stopAt { stopping = stopAt }
+        liveJobs += jobs.count
+        for job in jobs { pending.append(job) }
+        for result in results {
+            connecting -= 1
+            switch result {
+            case .success(let socket):
+                do {
+                    let c = try H2Connection(id: nextConnectionID, socket: socket, loop: self)
+                    nextConnectionID += 1
+                    connections.append(c)
+                    bump { $0.connectionsOpened += 1 }
+                    logger.debug("apns connection open", metadata: ["connection": "\(c.id)"])
+                } catch {
+                    connectFailed(error.description)
+                }
+            case .failure(let error):
+                connectFailed(error.description)
+            }
+        }
+    }
+
+    private func connectFailed(_ why: String) {
+        connectFailuresInARow += 1
+        nextConnectAt = .now + config.reconnectBackoff.delay(afterAttempt: connectFailuresInARow, using: &rng)
+        bump { $0.connectFailures += 1 }
+        logger.warning("apns connect failed", metadata: ["error": "\(why)", "failures_in_a_row": "\(connectFailuresInARow)"])
+        // With nothing usable and nothing on the way, waiting requests count a failed attempt.
+        if !connections.contains(where: { $0.acceptsNewStreams }) && connecting == 0 {
+            while let job = pending.popFirst() { finishAttempt(job, failure: .connectFailed(why)) }
+        }
+    }
+
+    private func maintainConnections(now: ContinuousClock.Instant) {
+        guard stopping == nil else { return }
+        let usable = connections.filter { $0.acceptsNewStreams }.count + connecting
+        guard usable < config.connections, now >= nextConnectAt else { return }
+        for _ in usable..<config.connections {
+            connecting += 1
+            let endpoint = config.resolvedEndpoint
+            let tls = self.tls
+            let timeout = config.connectTimeout
+            let thread = Thread { [self] in
+                let result: Result<TLSSocket, APNsError>
+                do throws(APNsError) {
+                    result = .success(try TLSSocket.connect(endpoint: endpoint, context: tls, timeout: timeout))
+                } catch { result = .failure(error) }
+                self.lock.lock()
+                self.connectResults.append(result)
+                self.lock.unlock()
+                self.wake()
+            }
+            thread.name = "herald-apns-connect"
+            thread.start()
+        }
+    }
+
+    private func dispatch(now: ContinuousClock.Instant) {
+        guard !pending.isEmpty else { return }
+        var bearer: (token: String, issuedAt: Date)?
+        if let tokens {
+            do { bearer = try tokens.bearer() } catch {
+                while let job = pending.popFirst() { finishAttempt(job, failure: .credentialUnusable(error.message)) }
+                return
+            }
+        }
+        for c in connections where c.acceptsNewStreams {
+            var room = min(c.remoteMaxStreams, config.maxStreamsPerConnection) - c.streams.count
+            while room > 0, let job = pending.popFirst() {
+                if job.request.deadline <= now {
+                    complete(job, status: nil, failure: .deadlineExceeded,
+                             disposition: .permanentFailure(reason: "DeadlineExceeded"))
+                    continue
+                }
+                job.resetAttempt()
+                job.bearerIssuedAt = bearer?.issuedAt
+                guard c.submit(job, authority: authority, bearer: bearer?.token, scratch: &scratch) != nil else {
+                    pending.pushFront(job)
+                    break
+                }
+                room -= 1
+            }
+            if pending.isEmpty { break }
+        }
+    }
+
+    private func runTimers(now: ContinuousClock.Instant) {
+        // Retries whose backoff has passed go back in the queue.
+        if !delayed.isEmpty {
+            var waiting: [Job] = []
+            for job in delayed {
+                if job.notBefore <= now { pending.append(job) } else { waiting.append(job) }
+            }
+            delayed = waiting
+        }
+        // Deadlines of queued requests.
+        if !pending.isEmpty {
+            for job in pending.removeAll(where: { $0.request.deadline <= now }) {
+                complete(job, status: nil, failure: .deadlineExceeded, disposition: .permanentFailure(reason: "DeadlineExceeded"))
+            }
+        }
+        for c in connections where !c.dead {
+            // Deadlines of requests in flight: cancel the stream, answer the caller now.
+            for (streamID, job) in c.streams where !job.completed && job.request.deadline <= now {
+                c.cancel(streamID: streamID)
+                complete(job, status: nil, failure: .deadlineExceeded, disposition: .permanentFailure(reason: "DeadlineExceeded"))
+            }
+            // Keepalive.
+            if let sent = c.pingSentAt {
+                if now - sent > config.pingTimeout {
+                    bump { $0.connectionsReplacedAfterPing += 1 }
+                    kill(c, why: "PING unanswered for \(config.pingTimeout)")
+                }
+            } else if now - c.lastReceive > config.pingInterval {
+                c.sendPing()
+                bump { $0.pingsSent += 1 }
+            }
+        }
+    }
+
+    // MARK: events from connections
+
+    func noteStreamOpened() { bump { $0.streamsOpened += 1 } }
+
+    func noteSettings(_ c: H2Connection) {
+        let m = c.remoteMaxStreams
+        bump { $0.maxConcurrentStreamsSeen = max($0.maxConcurrentStreamsSeen, m) }
+    }
+
+    func noteGoaway(_ c: H2Connection, lastStreamID: Int32, errorCode: UInt32) {
+        bump { $0.goawaysReceived += 1 }
+        logger.info("apns GOAWAY", metadata: ["connection": "\(c.id)", "last_stream_id": "\(lastStreamID)",
+                                             "error_code": "\(errorCode)"])
+    }
+
+    func streamClosed(_ job: Job, on c: H2Connection, errorCode: UInt32) {
+        guard !job.completed else { return }
+        if let status = job.status, errorCode == NGHTTP2_NO_ERROR.rawValue || !job.body.isEmpty || status == 200 {
+            if !c.answeredOnce {
+                c.answeredOnce = true
+                connectFailuresInARow = 0
+            }
+            finishAttempt(job, status: status)
+        } else if errorCode == NGHTTP2_REFUSED_STREAM.rawValue || !job.headersSent {
+            // Not processed by the server (REFUSED_STREAM, or above a GOAWAY's last-stream-id): resend.
+            resend(job)
+        } else {
+            finishAttempt(job, failure: .streamReset(errorCode: errorCode))
+        }
+    }
+
+    private func resend(_ job: Job) {
+        bump { $0.resends += 1 }
+        pending.pushFront(job)
+    }
+
+    /// The connection is unusable: streams that were never written are resent, the others lost
+    /// in flight count as a failed attempt.
+    private func kill(_ c: H2Connection, why: String) {
+        guard !c.dead else { return }
+        c.dead = true
+        logger.warning("apns connection closed", metadata: ["connection": "\(c.id)", "why": "\(why)",
+                                                            "in_flight": "\(c.streams.count)"])
+        let jobs = c.streams.sorted { $0.key < $1.key }.map(\.value)
+        c.streams.removeAll()
+        c.releaseSession()
+        if !c.answeredOnce {
+            connectFailuresInARow += 1
+            nextConnectAt = .now + config.reconnectBackoff.delay(afterAttempt: connectFailuresInARow, using: &rng)
+        }
+        for job in jobs where !job.completed {
+            if job.headersSent { finishAttempt(job, failure: .connectionLost) } else { resend(job) }
+        }
+    }
+
+    private func retire(_ c: H2Connection) {
+        c.dead = true
+        c.releaseSession()
+        logger.debug("apns connection retired after GOAWAY", metadata: ["connection": "\(c.id)"])
+    }
+
+    // MARK: outcomes
+
+    private func finishAttempt(_ job: Job, status: Int) {
+        job.attempts += 1
+        bump { $0.answersByStatus[status, default: 0] += 1 }
+        var reason: APNsReason?
+        var timestamp: Int64?
+        if status != 200, !job.body.isEmpty,
+           let object = try? JSONSerialization.jsonObject(with: Data(job.body)) as? [String: Any] {
+            if let text = object["reason"] as? String { reason = APNsReason(wire: text) }
+            if let ts = object["timestamp"] as? NSNumber { timestamp = ts.int64Value }
+        }
+        let answer = APNsAnswerTable.classify(status: status, reason: reason, timestamp: timestamp)
+        if answer == .renewCredentials, let tokens, let issued = job.bearerIssuedAt,
+           (job.attempts < config.retry.maxAttempts), (job.request.deadline > ContinuousClock.now) {
+            if (try? tokens.rejectedAsExpired(issuedAt: issued)) == true {
+                bump { $0.retries += 1 }
+                pending.pushFront(job)
+                return
+            }
+        }
+        let text = reason?.wire ?? "HTTP \(status)"
+        let disposition = config.retry.disposition(for: answer, reasonText: text, attempt: job.attempts,
+                                                   unit: Double.random(in: 0..<1, using: &rng))
+        if scheduleRetry(job, disposition) { return }
+        complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
+    }
+
+    private func finishAttempt(_ job: Job, failure: APNsTransportFailure) {
+        job.attempts += 1
+        bump { $0.transportFailures += 1 }
+        let disposition = config.retry.disposition(for: APNsAnswerTable.classify(failure), reasonText: failure.description,
+                                                   attempt: job.attempts, unit: Double.random(in: 0..<1, using: &rng))
+        if scheduleRetry(job, disposition) { return }
+        complete(job, status: nil, failure: failure, disposition: disposition)
+    }
+
+    private func scheduleRetry(_ job: Job, _ disposition: APNsDisposition) -> Bool {
+        guard case .retry(let after) = disposition, stopping == nil else { return false }
+        let at = ContinuousClock.now + after
+        guard at < job.request.deadline else { return false }
+        job.notBefore = at
+        delayed.append(job)
+        bump { $0.retries += 1 }
+        return true
+    }
+
+    private func complete(_ job: Job, status: Int?, reason: APNsReason? = nil, timestamp: Int64? = nil,
+                          failure: APNsTransportFailure?, disposition: APNsDisposition) {
+        guard !job.completed else { return }
+        job.completed = true
+        liveJobs -= 1
+        if failure == .deadlineExceeded { bump { $0.deadlinesExceeded += 1 } }
+        var response = ClientLoop.response(job, status: status, failure: failure, disposition: disposition)
+        response.reason = reason
+        response.unregisteredAt = timestamp
+        bump { $0.completed += 1 }
+        job.completion(response)
+        gate.release(1)
+    }
+
+    static func response(_ job: Job, status: Int?, failure: APNsTransportFailure?,
+                         disposition: APNsDisposition) -> APNsResponse {
+        APNsResponse(tag: job.request.tag, status: status, reason: nil,
+                     apnsID: job.answeredAPNsID ?? job.request.apnsID, unregisteredAt: nil,
+                     transportFailure: failure, disposition: disposition, attempts: job.attempts)
+    }
+
+    private func shutdownNow() {
+        for c in connections where !c.dead {
+            let jobs = Array(c.streams.values)
+            c.streams.removeAll()
+            c.dead = true
+            c.releaseSession()
+            for job in jobs { complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown")) }
+        }
+        connections.removeAll()
+        while let job = pending.popFirst() {
+            complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
+        }
+        for job in delayed {
+            complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
+        }
+        delayed.removeAll()
+        lock.lock()
+        finished = true
+        let late = inbox
+        inbox.removeAll()
+        let waiters = stopWaiters
+        stopWaiters.removeAll()
+        lock.unlock()
+        for job in late {
+            liveJobs += 1
+            complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
+        }
+        for w in waiters { w.resume() }
+    }
+}
+
+/// Bounds the requests accepted but not completed; `acquire` suspends the caller when full.
+final class InFlightGate: @unchecked Sendable {
+    // @unchecked Sendable: all state is guarded by `lock`.
+    private let lock = NSLock()
+    private var available: Int
+    private var waiters: [(Int, CheckedContinuation<Int, Never>)] = []
+
+    init(limit: Int) { available = limit }
+
+    /// Waits until at least one slot is free, then takes up to `wanted` slots; returns how many.
+    func acquire(upTo wanted: Int) async -> Int {
+        let granted: Int = lock.withLock {
+            guard available > 0 && waiters.isEmpty else { return 0 }
+            let n = min(wanted, available)
+            available -= n
+            return n
+        }
+        if granted > 0 { return granted }
+        return await withCheckedContinuation { c in
+            let now: Int = lock.withLock {
+                if available > 0 && waiters.isEmpty {
+                    let n = min(wanted, available)
+                    available -= n
+                    return n
+                }
+                waiters.append((wanted, c))
+                return 0
+            }
+            if now > 0 { c.resume(returning: now) }
+        }
+    }
+
+    func release(_ n: Int) {
+        lock.lock()
+        available += n
+        var ready: [(CheckedContinuation<Int, Never>, Int)] = []
+        while available > 0, !waiters.isEmpty {
+            let (wanted, c) = waiters.removeFirst()
+            let granted = min(wanted, available)
+            available -= granted
+            ready.append((c, granted))
+        }
+        lock.unlock()
+        for (c, n) in ready { c.resume(returning: n) }
+    }
+}

@@ -1,0 +1,284 @@
+import CNghttp2
+import COpenSSL
+import Foundation
+import HeraldCore
+
+/// One HTTP/2 connection: a TLS socket and an nghttp2 client session, owned here and freed
+/// in `close()`/deinit. Used only on its client's I/O thread.
+final class H2Connection {
+    let id: Int
+    let socket: TLSSocket
+    private(set) var session: OpaquePointer?
+    unowned let loop: ClientLoop
+    /// Streams opened on this connection and not yet closed; keeps each job alive while nghttp2
+    /// holds an unretained pointer to it (stream user data and data source).
+    var streams: [Int32: Job] = [:]
+    var goawayReceived = false
+    var dead = false
+    var answeredOnce = false
+    var lastReceive: ContinuousClock.Instant = .now
+    var pingSentAt: ContinuousClock.Instant?
+    private var out: [UInt8] = []
+    private var outOffset = 0
+    private(set) var wantsWritable = false
+
+    init(id: Int, socket: TLSSocket, loop: ClientLoop) throws(APNsError) {
+        self.id = id
+        self.socket = socket
+        self.loop = loop
+        out.reserveCapacity(256 * 1024)
+        var callbacks: OpaquePointer? = nil
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else {
+            throw APNsError(.io, "nghttp2_session_callbacks_new failed")
+        }
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        H2Connection.install(callbacks)
+        var option: OpaquePointer? = nil
+        guard nghttp2_option_new(&option) == 0, let option else { throw APNsError(.io, "nghttp2_option_new failed") }
+        defer { nghttp2_option_del(option) }
+        // Until the server's SETTINGS arrive, assume one stream (APNs starts token-auth connections at 1).
+        nghttp2_option_set_peer_max_concurrent_streams(option, 1)
+        var s: OpaquePointer? = nil
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        guard nghttp2_session_client_new2(&s, callbacks, me, option) == 0, let s else {
+            throw APNsError(.io, "nghttp2_session_client_new failed")
+        }
+        session = s
+        var settings = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue), value: 100),
+        ]
+        nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
+        nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 << 20)
+    }
+
+    deinit { releaseSession() }
+
+    func releaseSession() {
+        if let session { nghttp2_session_del(session) }
+        session = nil
+    }
+
+    /// The server's current SETTINGS_MAX_CONCURRENT_STREAMS (1 until its SETTINGS arrive).
+    var remoteMaxStreams: Int {
+        guard let session else { return 0 }
+        return Int(nghttp2_session_get_remote_settings(session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS))
+    }
+
+    var acceptsNewStreams: Bool { !dead && !goawayReceived && session != nil }
+
+    // MARK: Reading
+
+    /// Reads everything the socket has and feeds it to nghttp2. Returns a failure when the
+    /// connection is finished.
+    func readAvailable(into buffer: UnsafeMutableRawBufferPointer) -> String? {
+        guard let session else { return "no session" }
+        while true {
+            ERR_clear_error()
+            let n = SSL_read(socket.ssl, buffer.baseAddress, Int32(buffer.count))
+            if n > 0 {
+                lastReceive = .now
+                let used = nghttp2_session_mem_recv(session, buffer.baseAddress?.assumingMemoryBound(to: UInt8.self), Int(n))
+                if used < 0 { return "HTTP/2 protocol error: \(String(cString: nghttp2_strerror(Int32(used))))" }
+                if dead { return "closed" }
+                continue
+            }
+            let error = SSL_get_error(socket.ssl, n)
+            switch error {
+            case SSL_ERROR_WANT_READ, SSL_ERROR_WANT_WRITE: return nil
+            case SSL_ERROR_ZERO_RETURN: return "server closed the connection"
+            case SSL_ERROR_SYSCALL:
+                return errno == 0 ? "server closed the connection" : "read failed: \(String(cString: strerror(errno)))"
+            default: return "TLS error: \(openSSLErrors())"
+            }
+        }
+    }
+
+    // MARK: Writing (one SSL_write per loop pass)
+
+    /// Gathers everything nghttp2 wants to send into one buffer and writes it with one SSL_write.
+    func flush() -> String? {
+        guard let session else { return "no session" }
+        if outOffset >= out.count {
+            out.removeAll(keepingCapacity: true)
+            outOffset = 0
+            while out.count < 1 << 20 {
+                var chunk: UnsafePointer<UInt8>? = nil
+                let n = nghttp2_session_mem_send(session, &chunk)
+                if n < 0 { return "HTTP/2 send error: \(String(cString: nghttp2_strerror(Int32(n))))" }
+                if n == 0 { break }
+                guard let chunk else { break }
+                out.append(contentsOf: UnsafeBufferPointer(start: chunk, count: n))
+            }
+        }
+        wantsWritable = false
+        guard outOffset < out.count else { return nil }
+        ERR_clear_error()
+        let n = out.withUnsafeBufferPointer { buf in
+            SSL_write(socket.ssl, buf.baseAddress! + outOffset, Int32(buf.count - outOffset))
+        }
+        if n > 0 {
+            outOffset += Int(n)
+            if outOffset < out.count { wantsWritable = true }
+            return nil
+        }
+        switch SSL_get_error(socket.ssl, n) {
+        case SSL_ERROR_WANT_WRITE, SSL_ERROR_WANT_READ:
+            wantsWritable = true
+            return nil
+        default:
+            return "write failed: \(errno != 0 ? String(cString: strerror(errno)) : openSSLErrors())"
+        }
+    }
+
+    /// True when nghttp2 has nothing more to do on this connection (after GOAWAY, say).
+    var sessionFinished: Bool {
+        guard let session else { return true }
+        return nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
+            && outOffset >= out.count
+    }
+
+    // MARK: Streams
+
+    /// Submits one request. Returns the stream id, or nil when this connection cannot open more streams.
+    func submit(_ job: Job, authority: [UInt8], bearer: String?, scratch: inout [UInt8]) -> Int32? {
+        guard let session else { return nil }
+        let r = job.request
+        scratch.removeAll(keepingCapacity: true)
+        // (name, value start, value length, value is static)
+        var spans: [(StaticString, Int, Int)] = []
+        spans.reserveCapacity(12)
+        func add(_ name: StaticString, _ bytes: some Sequence<UInt8>) {
+            let start = scratch.count
+            scratch.append(contentsOf: bytes)
+            spans.append((name, start, scratch.count - start))
+        }
+        add(":method", "POST".utf8)
+        add(":scheme", "https".utf8)
+        add(":path", job.path)
+        add(":authority", authority)
+        if let bearer { add("authorization", ("bearer " + bearer).utf8) }
+        add("apns-topic", r.topic.utf8)
+        add("apns-push-type", r.pushType.rawValue.utf8)
+        if let p = r.priority { add("apns-priority", String(p.rawValue).utf8) }
+        if let e = r.expiration { add("apns-expiration", String(e).utf8) }
+        if let c = r.collapseID { add("apns-collapse-id", c.utf8) }
+        if let id = r.apnsID { add("apns-id", id.utf8) }
+        add("content-length", String(r.payload.count).utf8)
+
+        let jobPointer = Unmanaged.passUnretained(job).toOpaque()
+        var provider = nghttp2_data_provider(
+            source: nghttp2_data_source(ptr: jobPointer),
+            read_callback: { _, _, buf, length, flags, source, _ in
+                guard let raw = source?.pointee.ptr, let buf, let flags else { return 0 }
+                let job = Unmanaged<Job>.fromOpaque(raw).takeUnretainedValue()
+                let payload = job.request.payload
+                let n = min(length, payload.count - job.bodyOffset)
+                if n > 0 {
+                    payload.withUnsafeBufferPointer { p in
+                        buf.update(from: p.baseAddress! + job.bodyOffset, count: n)
+                    }
+                    job.bodyOffset += n
+                }
+                if job.bodyOffset >= payload.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
+                return n
+            })
+        let streamID: Int32 = scratch.withUnsafeMutableBufferPointer { values in
+            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: spans.count) { nva in
+                for (i, span) in spans.enumerated() {
+                    nva[i] = nghttp2_nv(
+                        name: UnsafeMutablePointer(mutating: span.0.utf8Start),
+                        value: values.baseAddress! + span.1,
+                        namelen: span.0.utf8CodeUnitCount, valuelen: span.2,
+                        flags: UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue))
+                }
+                return nghttp2_submit_request(session, nil, nva.baseAddress, spans.count, &provider, jobPointer)
+            }
+        }
+        guard streamID > 0 else {
+            // Stream ids exhausted or the session is going away: open no more streams here.
+            goawayReceived = true
+            return nil
+        }
+        streams[streamID] = job
+        return streamID
+    }
+
+    /// Cancels a stream whose deadline passed; the job stays referenced until nghttp2 closes it.
+    func cancel(streamID: Int32) {
+        guard let session else { return }
+        nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_CANCEL.rawValue)
+    }
+
+    func sendPing() {
+        guard let session else { return }
+        nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+        pingSentAt = .now
+    }
+
+    // MARK: nghttp2 callbacks (run inside mem_recv / mem_send on the I/O thread)
+
+    private static func install(_ cbs: OpaquePointer) {
+        nghttp2_session_callbacks_set_on_header_callback(cbs) { session, frame, name, namelen, value, valuelen, _, user in
+            guard let c = liveConnection(user), let frame, let name, let value else { return 0 }
+            guard UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue,
+                  let job = c.streams[frame.pointee.hd.stream_id], !job.completed else { return 0 }
+            if namelen == 7, name[0] == UInt8(ascii: ":"), job.status == nil {
+                var status = 0
+                for i in 0..<valuelen {
+                    let d = Int(value[i]) - 48
+                    guard d >= 0 && d <= 9 else { status = -1; break }
+                    status = status * 10 + d
+                }
+                job.status = status > 0 ? status : nil
+            } else if namelen == 7, memcmp(name, "apns-id", 7) == 0 {
+                job.answeredAPNsID = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)
+            }
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs) { _, _, streamID, data, len, user in
+            guard let c = liveConnection(user), let data, let job = c.streams[streamID], !job.completed else { return 0 }
+            if job.body.count < 16 * 1024 {
+                job.body.append(contentsOf: UnsafeBufferPointer(start: data, count: min(len, 16 * 1024 - job.body.count)))
+            }
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_frame_send_callback(cbs) { _, frame, user in
+            guard let c = liveConnection(user), let frame else { return 0 }
+            if UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue,
+               let job = c.streams[frame.pointee.hd.stream_id] {
+                job.headersSent = true
+                c.loop.noteStreamOpened()
+            }
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_frame_recv_callback(cbs) { _, frame, user in
+            guard let c = liveConnection(user), let frame else { return 0 }
+            let type = UInt32(frame.pointee.hd.type)
+            let ack = (frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue)) != 0
+            if type == NGHTTP2_GOAWAY.rawValue {
+                c.goawayReceived = true
+                c.loop.noteGoaway(c, lastStreamID: frame.pointee.goaway.last_stream_id,
+                                  errorCode: frame.pointee.goaway.error_code)
+            } else if type == NGHTTP2_PING.rawValue && ack {
+                c.pingSentAt = nil
+            } else if type == NGHTTP2_SETTINGS.rawValue && !ack {
+                c.loop.noteSettings(c)
+            }
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_stream_close_callback(cbs) { _, streamID, errorCode, user in
+            guard let c = liveConnection(user), let job = c.streams.removeValue(forKey: streamID) else { return 0 }
+            c.loop.streamClosed(job, on: c, errorCode: errorCode)
+            return 0
+        }
+    }
+}
+
+/// Recovers the connection from nghttp2's user data; nil once it is dead.
+private func liveConnection(_ user: UnsafeMutableRawPointer?) -> H2Connection? {
+    guard let user else { return nil }
+    let c = Unmanaged<H2Connection>.fromOpaque(user).takeUnretainedValue()
+    return c.dead ? nil : c
+}

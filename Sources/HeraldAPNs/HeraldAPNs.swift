@@ -1,1 +1,0 @@
-// HeraldAPNs module: see Package.swift for its place in the layout.

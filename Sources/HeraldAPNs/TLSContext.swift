@@ -1,0 +1,181 @@
+import COpenSSL
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The client's `SSL_CTX`: TLS 1.2+, ALPN h2, peer verification (system store or a given CA
+/// file), and the client certificate for certificate auth. Owned here, freed in deinit.
+final class TLSContext: @unchecked Sendable {
+    // @unchecked Sendable: the context is configured once in init and only read after that;
+    // OpenSSL allows SSL_new on one SSL_CTX from several threads.
+    let ctx: OpaquePointer
+
+    init(credential: APNsCredential, trustedCAFile: String?) throws(APNsError) {
+        guard let ctx = SSL_CTX_new(TLS_client_method()) else {
+            throw APNsError(.tls, "SSL_CTX_new: \(openSSLErrors())")
+        }
+        self.ctx = ctx
+        SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
+        SSL_CTX_ctrl(ctx, SSL_CTRL_MODE, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
+        let alpn: [UInt8] = [2, UInt8(ascii: "h"), UInt8(ascii: "2")]
+        guard SSL_CTX_set_alpn_protos(ctx, alpn, UInt32(alpn.count)) == 0 else {
+            throw APNsError(.tls, "cannot set ALPN h2")
+        }
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
+        if let trustedCAFile {
+            guard SSL_CTX_load_verify_locations(ctx, trustedCAFile, nil) == 1 else {
+                throw APNsError(.tls, "cannot load CA file \(trustedCAFile): \(openSSLErrors())")
+            }
+        } else if SSL_CTX_set_default_verify_paths(ctx) != 1 {
+            throw APNsError(.tls, "cannot load the system CA store: \(openSSLErrors())")
+        }
+        switch credential {
+        case .token:
+            break
+        case .certificateFiles(let certificatePath, let privateKeyPath):
+            guard SSL_CTX_use_certificate_chain_file(ctx, certificatePath) == 1 else {
+                throw APNsError(.credential, "cannot load certificate \(certificatePath): \(openSSLErrors())")
+            }
+            guard SSL_CTX_use_PrivateKey_file(ctx, privateKeyPath, SSL_FILETYPE_PEM) == 1 else {
+                throw APNsError(.credential, "cannot load private key \(privateKeyPath): \(openSSLErrors())")
+            }
+            guard SSL_CTX_check_private_key(ctx) == 1 else {
+                throw APNsError(.credential, "the private key does not match the certificate")
+            }
+        case .pkcs12File(let path, let password):
+            try Self.usePKCS12(ctx: ctx, path: path, password: password)
+        }
+    }
+
+    deinit { SSL_CTX_free(ctx) }
+
+    private static func usePKCS12(ctx: OpaquePointer, path: String, password: String) throws(APNsError) {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw APNsError(.credential, "cannot read .p12 file \(path)")
+        }
+        let bytes = [UInt8](data)
+        let p12: OpaquePointer? = bytes.withUnsafeBytes { raw in
+            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return d2i_PKCS12_bio(bio, nil)
+        }
+        guard let p12 else { throw APNsError(.credential, "\(path) is not a PKCS#12 file: \(openSSLErrors())") }
+        defer { PKCS12_free(p12) }
+        var key: OpaquePointer? = nil
+        var cert: OpaquePointer? = nil
+        var chain: OpaquePointer? = nil
+        guard PKCS12_parse(p12, password, &key, &cert, &chain) == 1, let key, let cert else {
+            throw APNsError(.credential, "cannot open \(path) (wrong password?): \(openSSLErrors())")
+        }
+        defer {
+            EVP_PKEY_free(key)
+            X509_free(cert)
+            if let chain { OPENSSL_sk_pop_free(chain, { X509_free(OpaquePointer($0)) }) }
+        }
+        guard SSL_CTX_use_certificate(ctx, cert) == 1, SSL_CTX_use_PrivateKey(ctx, key) == 1,
+              SSL_CTX_check_private_key(ctx) == 1 else {
+            throw APNsError(.credential, "the .p12 certificate or key is unusable: \(openSSLErrors())")
+        }
+        if let chain {
+            let count = OPENSSL_sk_num(chain)
+            var i: Int32 = 0
+            while i < count {
+                if let extra = OPENSSL_sk_value(chain, i) {
+                    // SSL_CTX_add1_chain_cert is a macro over SSL_CTX_ctrl.
+                    SSL_CTX_ctrl(ctx, SSL_CTRL_CHAIN_CERT, 1, extra)
+                }
+                i += 1
+            }
+        }
+    }
+}
+
+/// A TLS connection over a TCP socket, owned here: the `SSL` and the file descriptor.
+final class TLSSocket {
+    let fd: Int32
+    let ssl: OpaquePointer
+
+    private init(fd: Int32, ssl: OpaquePointer) {
+        self.fd = fd
+        self.ssl = ssl
+    }
+
+    deinit {
+        SSL_free(ssl)
+        close(fd)
+    }
+
+    /// Connects, handshakes and checks ALPN, blocking (bounded by `timeout`); call it on a
+    /// thread of its own, never on the I/O loop or Swift's cooperative pool. The socket is
+    /// switched to non-blocking before it is returned.
+    static func connect(endpoint: APNsEndpoint, context: TLSContext, timeout: Duration) throws(APNsError) -> TLSSocket {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>? = nil
+        let rc = getaddrinfo(endpoint.host, String(endpoint.port), &hints, &list)
+        guard rc == 0, let list else {
+            throw APNsError(.io, "cannot resolve \(endpoint.host): \(String(cString: gai_strerror(rc)))")
+        }
+        defer { freeaddrinfo(list) }
+        var lastError = "no address"
+        var cursor: UnsafeMutablePointer<addrinfo>? = list
+        var fd: Int32 = -1
+        while let ai = cursor {
+            cursor = ai.pointee.ai_next
+            let s = socket(ai.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            if s < 0 { lastError = String(cString: strerror(errno)); continue }
+            setTimeouts(s, timeout)
+            if Glibc.connect(s, ai.pointee.ai_addr, ai.pointee.ai_addrlen) == 0 { fd = s; break }
+            lastError = String(cString: strerror(errno))
+            close(s)
+        }
+        guard fd >= 0 else { throw APNsError(.io, "cannot connect to \(endpoint): \(lastError)") }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        guard let ssl = SSL_new(context.ctx) else {
+            close(fd)
+            throw APNsError(.tls, "SSL_new: \(openSSLErrors())")
+        }
+        let sock = TLSSocket(fd: fd, ssl: ssl)
+        SSL_set_fd(ssl, fd)
+        if isIPAddress(endpoint.host) {
+            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), endpoint.host)
+        } else {
+            endpoint.host.withCString { name in
+                _ = SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, Int(TLSEXT_NAMETYPE_host_name), UnsafeMutableRawPointer(mutating: name))
+            }
+            SSL_set1_host(ssl, endpoint.host)
+        }
+        ERR_clear_error()
+        guard SSL_connect(ssl) == 1 else {
+            let verify = SSL_get_verify_result(ssl)
+            let why = verify != X509_V_OK ? String(cString: X509_verify_cert_error_string(verify)) : openSSLErrors()
+            throw APNsError(.tls, "TLS handshake with \(endpoint) failed: \(why)")
+        }
+        var proto: UnsafePointer<UInt8>? = nil
+        var protoLength: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &proto, &protoLength)
+        guard let proto, protoLength == 2, proto[0] == UInt8(ascii: "h"), proto[1] == UInt8(ascii: "2") else {
+            throw APNsError(.tls, "\(endpoint) did not agree to HTTP/2 (ALPN h2)")
+        }
+        setTimeouts(fd, .zero)
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+        return sock
+    }
+
+    private static func setTimeouts(_ fd: Int32, _ timeout: Duration) {
+        let c = timeout.components
+        var tv = timeval(tv_sec: Int(c.seconds), tv_usec: Int(c.attoseconds / 1_000_000_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    static func isIPAddress(_ host: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+}

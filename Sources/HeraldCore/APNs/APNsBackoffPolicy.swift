@@ -1,0 +1,68 @@
+/// Exponential backoff with jitter and a bounded number of attempts.
+///
+/// The delay before attempt `n + 1` (after attempt `n` failed, `n >= 1`) is
+/// `min(maxDelay, initialDelay * multiplier^(n-1))`, scaled by a random factor in
+/// `[1 - jitter, 1]`. After `maxAttempts` attempts a retryable answer becomes a permanent failure.
+public struct APNsBackoffPolicy: Sendable, Equatable {
+    public var initialDelay: Duration
+    public var maxDelay: Duration
+    public var multiplier: Double
+    /// Fraction of the delay that is randomised, in [0, 1].
+    public var jitter: Double
+    /// Attempts in total, the first one included.
+    public var maxAttempts: Int
+
+    public init(initialDelay: Duration = .milliseconds(250), maxDelay: Duration = .seconds(30),
+                multiplier: Double = 2, jitter: Double = 0.5, maxAttempts: Int = 5) {
+        self.initialDelay = initialDelay
+        self.maxDelay = maxDelay
+        self.multiplier = max(1, multiplier)
+        self.jitter = min(1, max(0, jitter))
+        self.maxAttempts = max(1, maxAttempts)
+    }
+
+    /// The delay after attempt `attempt` failed; `unit` is a random number in [0, 1).
+    public func delay(afterAttempt attempt: Int, unit: Double) -> Duration {
+        let exponent = Double(max(0, attempt - 1))
+        let initial = Self.seconds(initialDelay)
+        let capped = min(Self.seconds(maxDelay), initial * pow(multiplier, min(exponent, 60)))
+        let factor = 1 - jitter * min(1, max(0, unit))
+        return .nanoseconds(Int64((capped * factor * 1e9).rounded()))
+    }
+
+    public func delay(afterAttempt attempt: Int, using rng: inout some RandomNumberGenerator) -> Duration {
+        delay(afterAttempt: attempt, unit: Double.random(in: 0..<1, using: &rng))
+    }
+
+    /// Turns a classified answer into what to do, given that `attempt` attempts were made (1 = first).
+    public func disposition(for answer: APNsAnswerClass, reasonText: String, attempt: Int,
+                            unit: Double) -> APNsDisposition {
+        switch answer {
+        case .delivered:
+            return .delivered
+        case .tokenDead(let at):
+            return .tokenDead(unregisteredAt: at)
+        case .renewCredentials:
+            return attempt < maxAttempts ? .renewCredentials
+                : .permanentFailure(reason: "\(reasonText) after \(attempt) attempts")
+        case .permanent:
+            return .permanentFailure(reason: reasonText)
+        case .retryable:
+            if attempt >= maxAttempts {
+                return .permanentFailure(reason: "\(reasonText) after \(attempt) attempts")
+            }
+            return .retry(after: delay(afterAttempt: attempt, unit: unit))
+        }
+    }
+
+    static func seconds(_ d: Duration) -> Double {
+        let c = d.components
+        return Double(c.seconds) + Double(c.attoseconds) / 1e18
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
