@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import HeraldStage
 import Logging
 import Prometheus
@@ -117,6 +120,33 @@ struct HTTPServerTests {
         #expect(order.names == ["consumer", "producer"])
         #expect(readiness.isShuttingDown)
         #expect(!deadlineHit.value)
+    }
+
+    @Test("StageRuntime: a signal from gracefulShutdownSignals starts the graceful shutdown and run() returns 0")
+    func signalStartsShutdown() async throws {
+        let registry = PrometheusCollectorRegistry()
+        let readiness = ReadinessChecks()
+        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
+        let order = OrderLog()
+        let consumer = RecordingService(name: "consumer", order: order)
+        // SIGUSR2 stands in for SIGTERM so the test cannot stop anything else in this process.
+        let runtime = StageRuntime(http: server, services: [consumer], readiness: readiness,
+                                   shutdownDeadline: .seconds(5), logger: Logger(label: "test"),
+                                   signals: [.sigusr2], onDeadline: {})
+        let running = Task { await runtime.run() }
+        // The group installs its signal handlers before it starts services; once /healthz answers they are in place.
+        var healthy = false
+        for _ in 0..<200 where !healthy {
+            healthy = (try? await RawHTTP.get(port: server.port, path: "/healthz").status) == 200
+            if !healthy { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(healthy)
+        try await Task.sleep(for: .milliseconds(50))
+        kill(getpid(), SIGUSR2)
+        let status = await running.value
+        #expect(status == 0)
+        #expect(order.names == ["consumer"])
+        #expect(readiness.isShuttingDown)
     }
 
     @Test("StageRuntime: a service that ignores shutdown hits the deadline action")
