@@ -158,6 +158,42 @@ struct RedisConnectionTests {
         #expect(try await redis.send("PING") == .status("PONG"))
     }
 
+    @Test("many concurrent callers share one connection and each gets its own answers")
+    func concurrentCallers() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for caller in 0..<50 {
+                group.addTask {
+                    let replies = try await redis.pipeline([
+                        RedisCommand("SET", "c:\(caller)", "v\(caller)"), RedisCommand("INCR", "counter"),
+                        RedisCommand("GET", "c:\(caller)"),
+                    ])
+                    #expect(replies[0] == .status("OK"))
+                    #expect(replies[2] == .string(Data("v\(caller)".utf8)))
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await redis.send("GET", "counter").int == 50)
+    }
+
+    @Test("after close() every call fails with a non-retryable closed error")
+    func closeFailsCalls() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        #expect(try await redis.send("PING") == .status("PONG"))
+        redis.close()
+        do {
+            _ = try await redis.send("PING")
+            Issue.record("a call after close() should fail")
+        } catch let error as RedisError {
+            #expect(error.code == .closed)
+            #expect(!error.isRetryable)
+        }
+    }
+
     @Test("password and database from the URL are applied on connect")
     func authAndSelect() async throws {
         let server = try RedisServerProcess()
