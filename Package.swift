@@ -97,5 +97,10 @@ let package = Package(
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore"]),
         .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs"]),
+        // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
+        .testTarget(name: "EndToEndTests", dependencies: [
+            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
     ]
 )

