@@ -38,7 +38,7 @@ struct PresenceCommand: AsyncParsableCommand {
             let now = CLI.nowMillis()
             let ttlMs = Int64(ttl) * 1000
             if viaKafka {
-                try await RegistryPublisher.publish(.presence(app: app, user: user, online: tokens, ttlMilliseconds: ttlMs, at: now),
+                try await RegistryPublisher.publish(.presence(app: app, user: user, online: tokens, ttlMilliseconds: ttlMs),
                                                     kafka: kafka, topics: topics)
             } else {
                 let store = await redis.store()

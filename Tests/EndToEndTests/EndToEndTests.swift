@@ -239,17 +239,45 @@ struct EndToEndTests {
         #expect(twice.isEmpty, "\(what): \(twice.count) notifications delivered more than once: \(twice.prefix(5))")
     }
 
-    @Test("a stage killed with SIGKILL mid-run and restarted loses nothing and delivers nothing twice", arguments: ["send", "resolve"])
-    func sigkillStage(stage: String) async throws {
+    @Test("resolve killed with SIGKILL mid-run and restarted: nothing lost, nothing delivered twice")
+    func sigkillResolve() async throws {
         try await loadFixtures()
-        let pairs = try await publishKillBatch(prefix: "kill-\(stage)", count: 40) {
-            await stack.killStage(stage)
-            try await Task.sleep(for: .milliseconds(500))
-            try stack.restartStage(stage)
+        let pairs = try await publishKillBatch(prefix: "kill-resolve", count: 40) {
+            await stack.killStage("resolve")
+            try await Task.sleep(for: .milliseconds(300))
+            try stack.restartStage("resolve")
         }
         #expect(pairs.count == 160)
         let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
-        expectExactlyOnce(pairs, counts, "SIGKILL \(stage)")
+        expectExactlyOnce(pairs, counts, "SIGKILL resolve")
+    }
+
+    /// send is the one stage where a second delivery is possible: killed after APNs answered 200 and before
+    /// the idempotency record was written (docs/pipeline.md, "the crash window"). Nothing may be lost, and a
+    /// notification may be delivered twice only if its first 200 came within that window, just before the kill.
+    @Test("send killed with SIGKILL mid-run and restarted: nothing lost, duplicates only from the crash window")
+    func sigkillSend() async throws {
+        try await loadFixtures()
+        var killedAt: Int64 = 0
+        let pairs = try await publishKillBatch(prefix: "kill-send", count: 40) {
+            killedAt = Self.now()
+            await stack.killStage("send")
+            try await Task.sleep(for: .milliseconds(300))
+            try stack.restartStage("send")
+        }
+        #expect(pairs.count == 160)
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
+        let missing = pairs.filter { counts[$0] == nil }
+        #expect(missing.isEmpty, "SIGKILL send: \(missing.count) of \(pairs.count) never delivered\n\(failureContext())")
+        let twice = pairs.filter { (counts[$0] ?? 0) > 1 }
+        let firstAnswer = Dictionary(stack.recorded().filter { $0.status == 200 }.map { ($0.token + "/" + $0.apnsID, $0.at) },
+                                     uniquingKeysWith: min)
+        let outsideWindow = twice.filter { p in
+            guard let at = firstAnswer[p] else { return true }
+            return at < killedAt - 1000 || at > killedAt + 100
+        }
+        #expect(outsideWindow.isEmpty, "delivered twice although the first delivery was not in the crash window: \(outsideWindow.prefix(5))")
+        if !twice.isEmpty { stack.log("SIGKILL send: \(twice.count) notification(s) delivered twice, all from the crash window") }
     }
 
     @Test("Redis restarted mid-run loses nothing")
@@ -275,9 +303,13 @@ struct EndToEndTests {
         expectExactlyOnce(pairs, counts, "503 / GOAWAY")
         let faulty = stack.recorded().filter { $0.status == 503 }
         #expect(!faulty.isEmpty, "the stand-in answered no 503 (fault injection did not happen)")
-        #expect(faulty.allSatisfy { pairs.contains($0.token + "/" + $0.apnsID) } || true)
+        // The faults hit this test's notifications, and each faulted one was later delivered.
+        let faultedHere = faulty.filter { $0.at > 0 && pairs.contains($0.token + "/" + $0.apnsID) }
+        #expect(!faultedHere.isEmpty, "no 503 hit this test's notifications")
+        // GOAWAY every 7 streams: more than 7 requests went over this stand-in, so connections were replaced.
+        let requestsHere = stack.recorded(generation: generation).count
+        #expect(requestsHere > 7 * 2, "only \(requestsHere) requests reached the faulty stand-in")
         // Back to a well-behaved stand-in for the tests that follow.
-        #expect(stack.mockGeneration == generation)
         try await stack.startMock()
     }
 

@@ -73,7 +73,7 @@ final class ChildProcess: @unchecked Sendable {
             throw HarnessError("\(name): no executable at \(executable)")
         }
         if !FileManager.default.fileExists(atPath: logPath) {
-            FileManager.default.createFile(atPath: logPath, contents: nil)
+            _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         }
         guard let log = FileHandle(forWritingAtPath: logPath) else { throw HarnessError("\(name): cannot open \(logPath)") }
         log.seekToEndOfFile()

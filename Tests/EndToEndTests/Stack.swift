@@ -47,6 +47,8 @@ struct RecordedRequest: Sendable {
     var payload: Data?
     var status: Int
     var reason: String?
+    /// When the stand-in answered, epoch milliseconds.
+    var at: Int64
 
     init?(line: Substring) {
         guard let data = line.data(using: .utf8),
@@ -63,6 +65,7 @@ struct RecordedRequest: Sendable {
         }
         self.status = status
         reason = o["reason"] as? String
+        at = (o["at"] as? NSNumber)?.int64Value ?? 0
     }
 }
 
@@ -199,8 +202,10 @@ final class E2EStack: @unchecked Sendable {
     func stageEnvironment(_ stage: String) throws -> [String: String] {
         let port = try stagePorts[stage] ?? freePort()
         stagePorts[stage] = port
-        return [
+        var env = [
             "HERALD_PIPELINE": pipelinePath,
+            "HERALD_KAFKA_SESSION_TIMEOUT_MS": "4000",
+            "HERALD_BATCH_TIMEOUT_MS": "20",
             "HERALD_KAFKA_BROKERS": brokers,
             "HERALD_REDIS_URL": redisURL,
             "HERALD_METRICS_HOST": "127.0.0.1",
@@ -208,9 +213,17 @@ final class E2EStack: @unchecked Sendable {
             "HERALD_SHUTDOWN_DEADLINE_MS": "8000",
             "HERALD_LOG_LEVEL": "info",
             "HERALD_INSTANCE": "e2e-\(stage)",
-            "HERALD_APNS_HOST": "127.0.0.1:\(apnsPort)",
-            "HERALD_APNS_CA_FILE": runDir + "/server-cert.pem",
         ]
+        if stage == "send" {
+            env["HERALD_APNS_HOST"] = "127.0.0.1:\(apnsPort)"
+            env["HERALD_APNS_CA_FILE"] = runDir + "/server-cert.pem"
+            env["HERALD_APNS_TIMEOUT_MS"] = "5000"
+            // Short retry delays keep the fault tests fast.
+            env["HERALD_SEND_RETRY_INITIAL_MS"] = "200"
+            env["HERALD_SEND_RETRY_MAX_MS"] = "1000"
+            env["HERALD_SEND_MAX_ATTEMPTS"] = "10"
+        }
+        return env
     }
 
     func startStage(_ stage: String) throws {
@@ -271,10 +284,11 @@ final class E2EStack: @unchecked Sendable {
         }
     }
 
-    /// Every request the stand-in answered so far (all generations).
-    func recorded() -> [RecordedRequest] {
+    /// Every request the stand-in answered so far (all generations, or one).
+    func recorded(generation: Int? = nil) -> [RecordedRequest] {
         var out: [RecordedRequest] = []
-        for path in recordPaths {
+        let paths = generation.map { [runDir + "/apns-\($0).jsonl"] } ?? recordPaths
+        for path in paths {
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
             // A line being written may be incomplete: only lines ending in a newline count.
             let complete = text.hasSuffix("\n") ? Substring(text) : text[..<(text.lastIndex(of: "\n") ?? text.startIndex)]
