@@ -52,9 +52,12 @@ let package = Package(
             .product(name: "Metrics", package: "swift-metrics"),
         ]),
 
+        // MARK: Per-stage processing (pure over ports: unit-testable without Kafka, Redis or APNs)
+        .target(name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"]),
+
         // MARK: What every stage executable shares
         .target(name: "HeraldStage", dependencies: [
-            "HeraldCore", "HeraldConfig",
+            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldPipeline",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
@@ -66,6 +69,17 @@ let package = Package(
         ]),
 
         // MARK: Executables
+        // The six pipeline stages: a page each (configuration, adapters, run).
+        .executableTarget(name: "herald-ingest", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"]),
+        .executableTarget(name: "herald-resolve", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"]),
+        .executableTarget(name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"]),
+        .executableTarget(name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"]),
+        .executableTarget(name: "herald-send", dependencies: [
+            "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldAPNs",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
+        .executableTarget(name: "herald-registry", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"]),
         .executableTarget(name: "heraldctl", dependencies: [
             "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldKafka", "HeraldRedis",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -97,6 +111,7 @@ let package = Package(
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore"]),
         .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs"]),
+        .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),
         // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
         .testTarget(name: "EndToEndTests", dependencies: [
             "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",

@@ -1,0 +1,58 @@
+// The explain trail's entries (`heraldctl explain`): what each stage decided and why.
+// The stages produce them; HeraldRedis's ExplainStore keeps them.
+
+/// One step of an event's explain trail: what a stage decided for the event, one recipient, or one device.
+///
+/// Stored as JSON (snake_case) in the hash `herald:<app>:explain:{<event id>}`, one field per subject:
+/// `event` (ingest's drop or resolve's fan-out), `user:<user>` (resolve / suppress / render), and
+/// `device:<user>:<token>` (send's outcome for one device; the latest attempt wins).
+public struct ExplainEntry: Codable, Sendable, Hashable {
+    public var appID: String
+    public var eventID: String
+    /// nil for an event-level entry.
+    public var user: String?
+    /// Set for a device-level (send) entry.
+    public var token: String?
+    /// ingest, resolve, suppress, render, send.
+    public var stage: String
+    /// Event level: `drop`, `fanned_out`; user level: `deliver`, `suppress`, `error`;
+    /// device level: `delivered`, `duplicate`, `retry`, `token_dead`, `dlq`.
+    public var decision: String
+    /// SPEC 7 reason code (suppress), APNs reason, or DLQ reason; nil when delivered.
+    public var reason: String?
+    /// When the stage decided, epoch milliseconds.
+    public var at: Int64
+    /// HTTP status of the APNs answer (send).
+    public var status: Int?
+    /// The send attempt (send).
+    public var attempt: Int?
+    /// Devices targeted (suppress `deliver`) or recipients found (resolve `fanned_out`).
+    public var count: Int?
+
+    public init(appID: String, eventID: String, user: String? = nil, token: String? = nil, stage: String,
+                decision: String, reason: String? = nil, at: Int64, status: Int? = nil, attempt: Int? = nil,
+                count: Int? = nil) {
+        self.appID = appID
+        self.eventID = eventID
+        self.user = user
+        self.token = token
+        self.stage = stage
+        self.decision = decision
+        self.reason = reason
+        self.at = at
+        self.status = status
+        self.attempt = attempt
+        self.count = count
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case appID = "app_id", eventID = "event_id", user, token, stage, decision, reason, at, status, attempt, count
+    }
+
+    /// The hash field this entry is stored under.
+    public var field: String {
+        if let token { return "device:\(user ?? ""):\(token)" }
+        if let user { return "user:\(user)" }
+        return "event"
+    }
+}

@@ -1,0 +1,128 @@
+// Records the registry stage consumes: state updates from the chat back end
+// (`herald.registry`) and dead tokens reported by send (`herald.token-feedback`).
+// Field names follow the SPEC section 7 state fixture (snake_case).
+
+import Foundation
+
+/// `herald.registry`: one state update. Keyed by user id (by conversation id for `set_members`),
+/// so the updates of one user are applied in the order the chat back end sent them.
+///
+/// ```json
+/// {"op": "register_device", "app_id": "app1", "user": "u2",
+///  "device": {"token": "…", "kind": "apns", "environment": "production", "bundle_id": "com.example.chat", "registered_at": 1732000000000}}
+/// {"op": "unregister_device", "app_id": "app1", "user": "u2", "token": "…"}
+/// {"op": "unregister_all", "app_id": "app1", "user": "u2"}
+/// {"op": "set_preferences", "app_id": "app1", "user": "u2", "preferences": {"trigger": "mention_only", ...}}
+/// {"op": "set_presence", "app_id": "app1", "user": "u2", "online": ["<token>"], "ttl_ms": 120000}
+/// {"op": "set_unread", "app_id": "app1", "user": "u2", "unread": {"total": 5, "conversations": {"c1": 2}}}
+/// {"op": "set_members", "app_id": "app1", "conversation": "c1", "members": ["u1", "u2"]}
+/// ```
+public struct RegistryRecord: Codable, Sendable, Hashable {
+    public enum Op: String, Codable, Sendable, Hashable, CaseIterable {
+        case registerDevice = "register_device"
+        case unregisterDevice = "unregister_device"
+        case unregisterAll = "unregister_all"
+        case setPreferences = "set_preferences"
+        case setPresence = "set_presence"
+        case setUnread = "set_unread"
+        case setMembers = "set_members"
+    }
+
+    public var op: Op
+    public var appID: String
+    /// The user the update is about (every op but `set_members`).
+    public var user: String?
+    /// `register_device`.
+    public var device: Device?
+    /// `unregister_device`.
+    public var token: String?
+    /// `set_preferences`: the whole preferences object (it replaces the stored one).
+    public var preferences: Preferences?
+    /// `set_presence`: the tokens of the user's devices that hold a live connection now.
+    public var online: [String]?
+    /// `set_presence`: how long the online entries live unless refreshed (default: the pipeline's presence TTL).
+    public var ttlMs: Int64?
+    /// `set_unread`.
+    public var unread: Unread?
+    /// `set_members`.
+    public var conversation: String?
+    public var members: [String]?
+
+    public init(op: Op, appID: String, user: String? = nil, device: Device? = nil, token: String? = nil,
+                preferences: Preferences? = nil, online: [String]? = nil, ttlMs: Int64? = nil, unread: Unread? = nil,
+                conversation: String? = nil, members: [String]? = nil) {
+        self.op = op
+        self.appID = appID
+        self.user = user
+        self.device = device
+        self.token = token
+        self.preferences = preferences
+        self.online = online
+        self.ttlMs = ttlMs
+        self.unread = unread
+        self.conversation = conversation
+        self.members = members
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case op, appID = "app_id", user, device, token, preferences, online, ttlMs = "ttl_ms", unread
+        case conversation, members
+    }
+
+    /// The Kafka key: the user, or the conversation for `set_members`.
+    public var key: String { user ?? conversation ?? appID }
+
+    /// The field an op needs and the record lacks, if any (checked before anything is written).
+    public func validationError() -> StageRecordError? {
+        func missing(_ field: String) -> StageRecordError {
+            StageRecordError(record: "RegistryRecord", detail: "\(field): missing for op \(op.rawValue)")
+        }
+        if appID.isEmpty { return StageRecordError(record: "RegistryRecord", detail: "app_id: empty") }
+        if op != .setMembers, (user ?? "").isEmpty { return missing("user") }
+        switch op {
+        case .registerDevice:
+            guard let device else { return missing("device") }
+            if device.token.isEmpty { return StageRecordError(record: "RegistryRecord", detail: "device.token: empty") }
+        case .unregisterDevice:
+            if (token ?? "").isEmpty { return missing("token") }
+        case .unregisterAll:
+            break
+        case .setPreferences:
+            if preferences == nil { return missing("preferences") }
+        case .setPresence:
+            if online == nil { return missing("online") }
+        case .setUnread:
+            if unread == nil { return missing("unread") }
+        case .setMembers:
+            if (conversation ?? "").isEmpty { return missing("conversation") }
+            if members == nil { return missing("members") }
+        }
+        return nil
+    }
+}
+
+/// `herald.token-feedback`: APNs said a token is dead. Keyed by user id. The registry removes the
+/// token unless it was registered again after `deadSince`.
+public struct TokenFeedbackRecord: Codable, Sendable, Hashable {
+    public var appID: String
+    public var user: String
+    public var token: String
+    /// APNs's reason (`Unregistered`, `BadDeviceToken`, `DeviceTokenNotForTopic`, ...).
+    public var reason: String
+    /// Since when the token is dead, epoch milliseconds: 410's `timestamp`, else the time of the answer.
+    public var deadSince: Int64
+
+    public init(appID: String, user: String, token: String, reason: String, deadSince: Int64) {
+        self.appID = appID
+        self.user = user
+        self.token = token
+        self.reason = reason
+        self.deadSince = deadSince
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case appID = "app_id", user, token, reason, deadSince = "dead_since"
+    }
+
+    public var key: String { user }
+}

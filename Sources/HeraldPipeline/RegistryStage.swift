@@ -1,0 +1,78 @@
+import Foundation
+import HeraldCore
+
+/// Where the registry writes (Redis's StateStore in the stage). Implementations throw `TransientFailure`
+/// when the same write may succeed later; every write is idempotent, so a retry is safe.
+public protocol RegistryWriter: Sendable {
+    /// Applies one update; returns its outcome (`applied`, or e.g. `evicted:2`).
+    func apply(_ record: RegistryRecord, now: Int64) async throws -> String
+    /// Removes a dead token unless re-registered after `deadSince`; returns `removed`,
+    /// `kept_reregistered` or `not_registered`.
+    func removeDeadToken(_ feedback: TokenFeedbackRecord) async throws -> String
+}
+
+/// registry: `herald.registry` and `herald.token-feedback` -> Redis, in input order (per partition the
+/// updates of one user arrive in order, because both topics are keyed by user id).
+public struct RegistryProcessor: StageProcessor {
+    public let stage = "registry"
+    public var tokenFeedbackTopic: String
+    public var writer: any RegistryWriter
+    public var onTransientFailure: @Sendable (TransientFailure) -> Void
+
+    public init(tokenFeedbackTopic: String, writer: any RegistryWriter,
+                onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
+        self.tokenFeedbackTopic = tokenFeedbackTopic
+        self.writer = writer
+        self.onTransientFailure = onTransientFailure
+    }
+
+    public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        var results: [StageResult] = []
+        results.reserveCapacity(batch.count)
+        for (position, input) in batch.enumerated() {
+            let result = await process(input, context: context)
+            if result.handBack {
+                // Keep the order: nothing after a handed-back update may complete before it.
+                results += Array(repeating: StageResult.handedBack, count: batch.count - position)
+                break
+            }
+            results.append(result)
+        }
+        return results
+    }
+
+    func process(_ input: StageInput, context: BatchContext) async -> StageResult {
+        guard let bytes = input.value else { return .dlq("invalid", "tombstone (no value)") }
+        let op: String
+        let write: () async throws -> String
+        if input.topic == tokenFeedbackTopic {
+            let feedback: TokenFeedbackRecord
+            do {
+                feedback = try StageCodec.decode(TokenFeedbackRecord.self, from: bytes)
+            } catch {
+                return .dlq("invalid", error.description)
+            }
+            op = "remove_dead_token"
+            write = { try await writer.removeDeadToken(feedback) }
+        } else {
+            let record: RegistryRecord
+            do {
+                record = try StageCodec.decode(RegistryRecord.self, from: bytes)
+            } catch {
+                return .dlq("invalid", error.description)
+            }
+            if let problem = record.validationError() { return .dlq("invalid", problem.description) }
+            op = record.op.rawValue
+            let now = context.nowMillis
+            write = { try await writer.apply(record, now: now) }
+        }
+        do {
+            guard let outcome = try await context.retryingTransient(write, onRetry: onTransientFailure) else {
+                return .handedBack
+            }
+            return StageResult(notes: [.registry(op: op, outcome: outcome)])
+        } catch {
+            return .dlq("state_error", "\(op): \(error)")
+        }
+    }
+}

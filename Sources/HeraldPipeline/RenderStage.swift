@@ -1,0 +1,51 @@
+import Foundation
+import HeraldCore
+
+/// render: `herald.deliverable` -> `herald.outbound`, one record per target device (keyed by device token).
+/// A render error (no topic for a device, ...) dead-letters the input with the error's code.
+public struct RenderProcessor: StageProcessor {
+    public let stage = "render"
+    public var outboundTopic: String
+    public var apps: AppDirectory
+
+    public init(outboundTopic: String, apps: AppDirectory) {
+        self.outboundTopic = outboundTopic
+        self.apps = apps
+    }
+
+    public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        let now = context.now()
+        return batch.map { process($0, now: now) }
+    }
+
+    public func process(_ input: StageInput, now: Date) -> StageResult {
+        guard let bytes = input.value else { return .dlq("invalid", "tombstone (no value)") }
+        let record: DeliverableRecord
+        do {
+            record = try StageCodec.decode(DeliverableRecord.self, from: bytes)
+        } catch {
+            return .dlq("invalid", error.description)
+        }
+        let event = record.event
+        do {
+            let requests = try Renderer.render(event: event, recipient: record.recipient, state: record.state,
+                                               targets: record.targets, app: apps.app(event.appID),
+                                               senderDisplayName: record.senderDisplayName, now: now)
+            var outputs: [StageOutput] = []
+            outputs.reserveCapacity(requests.count)
+            for request in requests {
+                let outbound = OutboundRecord(eventID: event.eventID, appID: event.appID, recipient: record.recipient,
+                                              request: request)
+                outputs.append(try StageOutput.record(outbound, topic: outboundTopic, key: request.token))
+            }
+            return StageResult(outputs: outputs)
+        } catch let error as RenderError {
+            return .dlq(error.code.rawValue, error.detail, explain: [
+                ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                             decision: "error", reason: error.code.rawValue, at: BatchContext.millis(now)),
+            ])
+        } catch {
+            return .dlq("encode_error", "\(error)")
+        }
+    }
+}

@@ -1,0 +1,249 @@
+import Foundation
+import HeraldCore
+
+/// The idempotency records of send (Redis `SET NX PX` in the stage).
+public protocol DeliveryLedger: Sendable {
+    /// Whether each (event, token) pair was already delivered; one round trip.
+    func wasDelivered(app: String, pairs: [DeliveryPair]) async throws -> [Bool]
+    /// Records the pairs as delivered (after APNs answered 200); one round trip.
+    func markDelivered(app: String, pairs: [DeliveryPair]) async throws
+}
+
+public struct DeliveryPair: Sendable, Hashable {
+    public var eventID: String
+    public var token: String
+    public init(eventID: String, token: String) {
+        self.eventID = eventID
+        self.token = token
+    }
+}
+
+/// One notification for the transport.
+public struct PushJob: Sendable, Hashable {
+    public var appID: String
+    public var request: APNsRequest
+    public init(appID: String, request: APNsRequest) {
+        self.appID = appID
+        self.request = request
+    }
+}
+
+/// APNs's final answer to one job (after the transport's own transparent resends).
+public enum PushAnswer: Sendable, Equatable {
+    case answered(status: Int, reason: APNsReason?, timestamp: Int64?)
+    case failed(APNsTransportFailure)
+    /// No credential is configured for the job's app, topic and environment.
+    case noCredential(String)
+}
+
+/// Sends notifications to APNs (HTTP/2 clients in the stage; a script in tests).
+public protocol PushTransport: Sendable {
+    /// One answer per job, in job order. Many jobs are in flight at once; the call waits while the
+    /// transport's in-flight bound is reached (backpressure).
+    func send(_ jobs: [PushJob]) async -> [PushAnswer]
+}
+
+/// send: `herald.outbound` and `herald.retry` -> APNs; dead tokens -> `herald.token-feedback`,
+/// retryable failures -> `herald.retry` (attempt + 1, `not_before` from the backoff policy), permanent
+/// failures and exhausted retries -> DLQ.
+///
+/// - A record whose `not_before` is in the future is held (not sent) until then; shutdown hands it back.
+/// - Idempotency: a pair (event, token) with a delivery record is not sent again; the record is written
+///   after APNs's 200 and before the input completes. At least once: a crash between the 200 and the write
+///   resends that one notification on replay (same `apns-id`).
+public struct SendProcessor: StageProcessor {
+    public let stage = "send"
+    public var retryTopic: String
+    public var tokenFeedbackTopic: String
+    public var transport: any PushTransport
+    public var ledger: any DeliveryLedger
+    /// Attempts in total and the delay before each retry.
+    public var retryPolicy: APNsBackoffPolicy
+    /// A random number in [0, 1) for the backoff's jitter.
+    public var unit: @Sendable () -> Double
+    public var onTransientFailure: @Sendable (TransientFailure) -> Void
+
+    public init(retryTopic: String, tokenFeedbackTopic: String, transport: any PushTransport, ledger: any DeliveryLedger,
+                retryPolicy: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60),
+                                                                   maxAttempts: 6),
+                unit: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+                onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
+        self.retryTopic = retryTopic
+        self.tokenFeedbackTopic = tokenFeedbackTopic
+        self.transport = transport
+        self.ledger = ledger
+        self.retryPolicy = retryPolicy
+        self.unit = unit
+        self.onTransientFailure = onTransientFailure
+    }
+
+    public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        var results = [StageResult?](repeating: nil, count: batch.count)
+        let now = context.nowMillis
+        // Records grouped by how long they must wait (rounded up to 50 ms).
+        var buckets: [Int64: [(Int, OutboundRecord)]] = [:]
+        for (index, input) in batch.enumerated() {
+            guard let bytes = input.value else {
+                results[index] = .dlq("invalid", "tombstone (no value)")
+                continue
+            }
+            do {
+                let record = try StageCodec.decode(OutboundRecord.self, from: bytes)
+                let wait = max(0, (record.notBefore ?? 0) - now)
+                buckets[(wait + 49) / 50 * 50, default: []].append((index, record))
+            } catch {
+                results[index] = .dlq("invalid", error.description)
+            }
+        }
+        let done = await withTaskGroup(of: [(Int, StageResult)].self) { group in
+            for (wait, records) in buckets {
+                group.addTask {
+                    if wait > 0, !(await context.sleep(.milliseconds(wait))) {
+                        return records.map { ($0.0, StageResult.handedBack) }
+                    }
+                    return await self.sendNow(records, context: context)
+                }
+            }
+            var all: [(Int, StageResult)] = []
+            for await part in group { all += part }
+            return all
+        }
+        for (index, result) in done { results[index] = result }
+        return results.map { $0 ?? .handedBack }
+    }
+
+    /// Idempotency check, send, classify, mark delivered.
+    func sendNow(_ records: [(Int, OutboundRecord)], context: BatchContext) async -> [(Int, StageResult)] {
+        var out: [(Int, StageResult)] = []
+        // 1. Skip pairs already delivered (one round trip per app).
+        var fresh: [(Int, OutboundRecord)] = []
+        for (app, group) in Dictionary(grouping: records, by: { $0.1.appID }) {
+            let pairs = group.map { DeliveryPair(eventID: $0.1.eventID, token: $0.1.request.token) }
+            guard let delivered = await retrying(context, { try await ledger.wasDelivered(app: app, pairs: pairs) }) else {
+                return records.map { ($0.0, .handedBack) }
+            }
+            for (position, item) in group.enumerated() {
+                if position < delivered.count, delivered[position] {
+                    out.append((item.0, StageResult(notes: [.duplicate], explain: [
+                        explain(item.1, "duplicate", nil, nil, context.nowMillis),
+                    ])))
+                } else {
+                    fresh.append(item)
+                }
+            }
+        }
+        if fresh.isEmpty { return out }
+
+        // 2. Send them all at once; the transport keeps many in flight.
+        let answers = await transport.send(fresh.map { PushJob(appID: $0.1.appID, request: $0.1.request) })
+        let now = context.nowMillis
+        var toMark: [String: [DeliveryPair]] = [:]
+        for (position, item) in fresh.enumerated() {
+            let answer = position < answers.count ? answers[position] : .failed(.clientShutdown)
+            let (result, delivered) = classify(item.1, answer, now: now)
+            if delivered {
+                toMark[item.1.appID, default: []].append(DeliveryPair(eventID: item.1.eventID, token: item.1.request.token))
+            }
+            out.append((item.0, result))
+        }
+
+        // 3. Remember the 200s before the inputs complete.
+        for (app, pairs) in toMark {
+            _ = await retrying(context, { try await ledger.markDelivered(app: app, pairs: pairs) })
+        }
+        return out
+    }
+
+    /// What one answer means for one record; `true` when it was delivered.
+    func classify(_ record: OutboundRecord, _ answer: PushAnswer, now: Int64) -> (StageResult, Bool) {
+        let answerClass: APNsAnswerClass
+        let reasonText: String
+        var status: Int?
+        var notes: [StageNote] = []
+        switch answer {
+        case .noCredential(let why):
+            return (.dlq("no_credential", why, explain: [explain(record, "dlq", "no_credential", nil, now)]), false)
+        case .failed(.clientShutdown):
+            return (.handedBack, false)
+        case .failed(let failure):
+            // A deadline passing is retried through herald.retry like a lost connection (the apns-id is the same).
+            answerClass = failure == .deadlineExceeded ? .retryable : APNsAnswerTable.classify(failure)
+            reasonText = Self.failureCode(failure)
+            notes.append(.apnsAnswer(status: nil, reason: reasonText))
+        case .answered(let code, let reason, let timestamp):
+            status = code
+            answerClass = APNsAnswerTable.classify(status: code, reason: reason, timestamp: timestamp)
+            reasonText = reason?.wire ?? (code == 200 ? "" : "HTTP\(code)")
+            notes.append(.apnsAnswer(status: code, reason: reason?.wire ?? ""))
+        }
+        switch answerClass {
+        case .delivered:
+            return (StageResult(notes: notes, explain: [explain(record, "delivered", nil, status, now)]), true)
+        case .tokenDead(let at):
+            let feedback = TokenFeedbackRecord(appID: record.appID, user: record.recipient, token: record.request.token,
+                                               reason: reasonText, deadSince: at ?? now)
+            notes.append(.tokenDead(reason: reasonText))
+            do {
+                let output = try StageOutput.record(feedback, topic: tokenFeedbackTopic, key: feedback.key)
+                return (StageResult(outputs: [output], notes: notes,
+                                    explain: [explain(record, "token_dead", reasonText, status, now)]), false)
+            } catch {
+                return (.dlq("encode_error", "\(error)", notes: notes), false)
+            }
+        case .retryable, .renewCredentials:
+            guard record.attempt < retryPolicy.maxAttempts else {
+                return (.dlq("retries_exhausted", "\(reasonText) after \(record.attempt) attempts", notes: notes,
+                             explain: [explain(record, "dlq", "retries_exhausted", status, now)]), false)
+            }
+            var retry = record
+            retry.attempt = record.attempt + 1
+            let delay = retryPolicy.delay(afterAttempt: record.attempt, unit: unit())
+            retry.notBefore = now + Self.milliseconds(delay)
+            notes.append(.retried(reason: reasonText))
+            do {
+                let output = try StageOutput.record(retry, topic: retryTopic, key: record.request.token)
+                return (StageResult(outputs: [output], notes: notes,
+                                    explain: [explain(record, "retry", reasonText, status, now)]), false)
+            } catch {
+                return (.dlq("encode_error", "\(error)", notes: notes), false)
+            }
+        case .permanent:
+            let code = reasonText.isEmpty ? "permanent" : reasonText
+            return (.dlq(code, "APNs answered \(status.map(String.init) ?? "no status") \(code) on attempt \(record.attempt)",
+                         notes: notes, explain: [explain(record, "dlq", code, status, now)]), false)
+        }
+    }
+
+    private func explain(_ record: OutboundRecord, _ decision: String, _ reason: String?, _ status: Int?,
+                         _ now: Int64) -> ExplainEntry {
+        ExplainEntry(appID: record.appID, eventID: record.eventID, user: record.recipient, token: record.request.token,
+                     stage: stage, decision: decision, reason: reason, at: now, status: status, attempt: record.attempt)
+    }
+
+    /// Retries any failure of an idempotent Redis call until it succeeds or shutdown begins.
+    private func retrying<T: Sendable>(_ context: BatchContext, _ operation: () async throws -> T) async -> T? {
+        try? await context.retryingTransient({
+            do { return try await operation() } catch let error as TransientFailure { throw error } catch {
+                throw TransientFailure("\(error)")
+            }
+        }, onRetry: onTransientFailure)
+    }
+
+    /// A stable, label-safe code for a transport failure.
+    static func failureCode(_ failure: APNsTransportFailure) -> String {
+        switch failure {
+        case .connectFailed: "ConnectFailed"
+        case .connectionLost: "ConnectionLost"
+        case .streamReset: "StreamReset"
+        case .deadlineExceeded: "DeadlineExceeded"
+        case .credentialUnusable: "CredentialUnusable"
+        case .clientShutdown: "ClientShutdown"
+        case .protocolViolation: "ProtocolViolation"
+        }
+    }
+
+    static func milliseconds(_ d: Duration) -> Int64 {
+        let c = d.components
+        return c.seconds * 1000 + c.attoseconds / 1_000_000_000_000_000
+    }
+}

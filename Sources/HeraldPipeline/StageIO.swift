@@ -1,0 +1,163 @@
+// What a stage's processing function takes and gives back. The batch loop (HeraldStage's StageLoop)
+// turns Kafka records into `StageInput`s, calls the stage's `StageProcessor`, produces every
+// `StageOutput` (and a DLQ record for every `deadLetter`), and only then completes the inputs.
+// Nothing here touches Kafka, so each stage's logic is unit-tested without processes.
+
+import Foundation
+import HeraldCore
+
+/// One consumed record.
+public struct StageInput: Sendable, Hashable {
+    public var topic: String
+    public var key: [UInt8]?
+    /// nil for a tombstone.
+    public var value: [UInt8]?
+
+    public init(topic: String, key: [UInt8]? = nil, value: [UInt8]?) {
+        self.topic = topic
+        self.key = key
+        self.value = value
+    }
+}
+
+/// One record to produce.
+public struct StageOutput: Sendable, Hashable {
+    public var topic: String
+    public var key: String
+    public var value: [UInt8]
+
+    public init(topic: String, key: String, value: [UInt8]) {
+        self.topic = topic
+        self.key = key
+        self.value = value
+    }
+
+    /// Encodes a stage record (StageCodec JSON).
+    public static func record<T: Encodable>(_ record: T, topic: String, key: String) throws -> StageOutput {
+        StageOutput(topic: topic, key: key, value: try StageCodec.encode(record))
+    }
+}
+
+/// Something the loop counts (metrics) and logs; the processors report, the loop records.
+public enum StageNote: Sendable, Hashable {
+    /// A recipient (or, at ingest, an event) not woken, with its SPEC 7 reason code.
+    case suppressed(reason: String)
+    /// An APNs answer: status (nil for a transport failure) and reason.
+    case apnsAnswer(status: Int?, reason: String)
+    /// A notification sent to `herald.retry`.
+    case retried(reason: String)
+    /// A notification already delivered (idempotency record found): not sent again.
+    case duplicate
+    /// A dead token reported to `herald.token-feedback`.
+    case tokenDead(reason: String)
+    /// A registry operation applied, with its outcome (`applied`, `removed`, `kept_reregistered`, ...).
+    case registry(op: String, outcome: String)
+}
+
+/// What became of one input.
+public struct StageResult: Sendable, Hashable {
+    /// Records to produce; the input completes once all of them (and the DLQ record) are acknowledged.
+    public var outputs: [StageOutput]
+    /// When set, the input goes to the DLQ with this reason and detail (the loop builds the DLQRecord
+    /// from the original bytes, topic, stage and time).
+    public var deadLetter: DeadLetter?
+    /// True when the input must not complete (shutting down mid-way): it is redelivered after a restart.
+    public var handBack: Bool
+    public var notes: [StageNote]
+    /// Explain-trail entries (written best effort after the outputs were produced).
+    public var explain: [ExplainEntry]
+
+    public init(outputs: [StageOutput] = [], deadLetter: DeadLetter? = nil, handBack: Bool = false,
+                notes: [StageNote] = [], explain: [ExplainEntry] = []) {
+        self.outputs = outputs
+        self.deadLetter = deadLetter
+        self.handBack = handBack
+        self.notes = notes
+        self.explain = explain
+    }
+
+    public static func dlq(_ reason: String, _ detail: String, notes: [StageNote] = [],
+                           explain: [ExplainEntry] = []) -> StageResult {
+        StageResult(deadLetter: DeadLetter(reason: reason, detail: detail), notes: notes, explain: explain)
+    }
+
+    public static let handedBack = StageResult(handBack: true)
+}
+
+public struct DeadLetter: Sendable, Hashable {
+    /// Stable reason code: `invalid`, `render_error` codes, APNs reasons, `retries_exhausted`, ...
+    public var reason: String
+    /// Human readable, never message text or a full token.
+    public var detail: String
+
+    public init(reason: String, detail: String) {
+        self.reason = reason
+        self.detail = detail
+    }
+}
+
+/// What a processor may ask of the loop while it works.
+public struct BatchContext: Sendable {
+    /// The wall clock.
+    public var now: @Sendable () -> Date
+    /// True once shutdown began: stop waiting (for a held retry, a broken Redis) and hand inputs back.
+    public var isStopping: @Sendable () -> Bool
+
+    public init(now: @escaping @Sendable () -> Date = { Date() }, isStopping: @escaping @Sendable () -> Bool = { false }) {
+        self.now = now
+        self.isStopping = isStopping
+    }
+
+    public var nowMillis: Int64 { Self.millis(now()) }
+
+    public static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+
+    /// Sleeps up to `duration`, waking early when shutdown begins. Returns false if stopping.
+    public func sleep(_ duration: Duration) async -> Bool {
+        var left = duration
+        let slice = Duration.milliseconds(100)
+        while left > .zero {
+            if isStopping() { return false }
+            let step = min(left, slice)
+            try? await Task.sleep(for: step)
+            left -= step
+        }
+        return !isStopping()
+    }
+
+    /// Runs `operation` until it succeeds, retrying `TransientFailure`s with backoff (50 ms doubling to 2 s).
+    /// Returns nil when shutdown began before it succeeded; rethrows any other error.
+    public func retryingTransient<T: Sendable>(_ operation: () async throws -> T,
+                                               onRetry: (TransientFailure) -> Void = { _ in }) async throws -> T? {
+        var delay = Duration.milliseconds(50)
+        while true {
+            if isStopping() { return nil }
+            do {
+                return try await operation()
+            } catch let failure as TransientFailure {
+                onRetry(failure)
+                guard await sleep(delay) else { return nil }
+                delay = min(delay * 2, .seconds(2))
+            }
+        }
+    }
+}
+
+/// A failure worth retrying the same work for (a broken Redis connection, a timeout).
+public struct TransientFailure: Error, Sendable, Hashable, CustomStringConvertible {
+    public var detail: String
+    public init(_ detail: String) { self.detail = detail }
+    public var description: String { detail }
+}
+
+/// A stage's processing: one result per input, in input order.
+public protocol StageProcessor: Sendable {
+    /// ingest, resolve, suppress, render, send, registry.
+    var stage: String { get }
+    func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult]
+}
+
+/// The explain trail sink (Redis in the stages, an array in tests).
+public protocol ExplainSink: Sendable {
+    func record(_ entries: [ExplainEntry]) async throws
+}

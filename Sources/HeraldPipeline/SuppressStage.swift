@@ -1,0 +1,54 @@
+import Foundation
+import HeraldCore
+
+/// suppress: `herald.resolved` -> `herald.deliverable` (keyed by recipient user id).
+/// Applies SPEC section 3's rules (`Suppression.decide`, at the event's time); every suppression is
+/// counted by reason and written to the explain trail, and so is every decision to deliver.
+public struct SuppressProcessor: StageProcessor {
+    public let stage = "suppress"
+    public var deliverableTopic: String
+    public var apps: AppDirectory
+
+    public init(deliverableTopic: String, apps: AppDirectory) {
+        self.deliverableTopic = deliverableTopic
+        self.apps = apps
+    }
+
+    public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        let now = context.now()
+        return batch.map { process($0, now: now) }
+    }
+
+    public func process(_ input: StageInput, now: Date) -> StageResult {
+        guard let bytes = input.value else { return .dlq("invalid", "tombstone (no value)") }
+        let record: ResolvedRecord
+        do {
+            record = try StageCodec.decode(ResolvedRecord.self, from: bytes)
+        } catch {
+            return .dlq("invalid", error.description)
+        }
+        let event = record.event
+        let at = BatchContext.millis(now)
+        let decision = Suppression.decide(event: event, recipient: record.recipient, state: record.state,
+                                          app: apps.app(event.appID), now: now)
+        switch decision {
+        case .suppress(let reason):
+            return StageResult(notes: [.suppressed(reason: reason.rawValue)], explain: [
+                ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                             decision: "suppress", reason: reason.rawValue, at: at),
+            ])
+        case .deliver(let targets):
+            let deliverable = DeliverableRecord(event: event, recipient: record.recipient, state: record.state,
+                                                targets: targets, senderDisplayName: record.senderDisplayName)
+            do {
+                let output = try StageOutput.record(deliverable, topic: deliverableTopic, key: record.recipient)
+                return StageResult(outputs: [output], explain: [
+                    ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                                 decision: "deliver", at: at, count: targets.count),
+                ])
+            } catch {
+                return .dlq("encode_error", "\(error)")
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import HeraldCore
+
+/// The explain trail in Redis: written by the stages, read by `heraldctl explain`.
+/// Writes are one pipelined round trip per batch (HSET + PEXPIRE per event); entries expire after the TTL.
+public final class ExplainStore: Sendable {
+    public let connection: RedisConnection
+    public let ttlMilliseconds: Int64
+
+    /// - Parameter ttlMilliseconds: how long a trail is kept after its last write (default 7 days).
+    public init(connection: RedisConnection, ttlMilliseconds: Int64 = 7 * 86_400_000) {
+        self.connection = connection
+        self.ttlMilliseconds = ttlMilliseconds
+    }
+
+    /// The hash holding one event's trail.
+    public static func key(app: String, eventID: String) -> String {
+        "\(RedisKeys.prefix):\(app):explain:{\(eventID)}"
+    }
+
+    /// Writes `entries` in one pipelined round trip.
+    public func record(_ entries: [ExplainEntry]) async throws {
+        if entries.isEmpty { return }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        var byKey: [String: [ExplainEntry]] = [:]
+        var order: [String] = []
+        for entry in entries {
+            let key = Self.key(app: entry.appID, eventID: entry.eventID)
+            if byKey[key] == nil { order.append(key) }
+            byKey[key, default: []].append(entry)
+        }
+        var commands: [RedisCommand] = []
+        commands.reserveCapacity(order.count * 2)
+        for key in order {
+            var arguments: [any RedisArgument] = [key]
+            for entry in byKey[key] ?? [] {
+                let json: Data
+                do { json = try encoder.encode(entry) } catch {
+                    throw RedisError(.invalidData, "cannot encode an explain entry: \(error)")
+                }
+                arguments.append(entry.field)
+                arguments.append(json)
+            }
+            commands.append(RedisCommand("HSET", arguments))
+            commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds))
+        }
+        for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("explain") }
+    }
+
+    /// Every entry of one event's trail: the event-level entry first, then users, then devices, each sorted.
+    /// Fields that are not valid JSON are skipped.
+    public func trail(app: String, eventID: String) async throws -> [ExplainEntry] {
+        let reply = try await connection.send(RedisCommand("HGETALL", Self.key(app: app, eventID: eventID))).orThrow("HGETALL")
+        guard let values = reply.array else { return [] }
+        var out: [ExplainEntry] = []
+        var index = 0
+        while index + 1 < values.count {
+            if let data = values[index + 1].data, let entry = try? JSONDecoder().decode(ExplainEntry.self, from: data) {
+                out.append(entry)
+            }
+            index += 2
+        }
+        func rank(_ e: ExplainEntry) -> Int { e.token != nil ? 2 : (e.user != nil ? 1 : 0) }
+        return out.sorted { (rank($0), $0.user ?? "", $0.token ?? "") < (rank($1), $1.user ?? "", $1.token ?? "") }
+    }
+
+    /// The entries about one user (their decision and their devices' outcomes).
+    public func trail(app: String, eventID: String, user: String) async throws -> [ExplainEntry] {
+        try await trail(app: app, eventID: eventID).filter { $0.user == user || ($0.user == nil && $0.token == nil) }
+    }
+}

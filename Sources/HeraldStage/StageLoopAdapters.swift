@@ -1,0 +1,127 @@
+import Foundation
+import HeraldCore
+import HeraldPipeline
+import HeraldRedis
+
+// The Redis side of the stage processors' ports. A broken or timed-out connection becomes a
+// `TransientFailure` (the processor retries the batch with backoff); any other Redis error is passed on.
+
+private func transient<T>(_ body: () async throws -> T) async throws -> T {
+    do {
+        return try await body()
+    } catch let error as RedisError where error.isRetryable {
+        throw TransientFailure("\(error)")
+    }
+}
+
+/// resolve's reads: members in one pipelined round trip, user states through `StateStore.loadUsers`.
+public struct RedisStateReader: StateReader {
+    public let store: StateStore
+
+    public init(store: StateStore) { self.store = store }
+
+    public func members(_ conversations: [ConversationRef]) async throws -> [[String]] {
+        try await transient {
+            let commands = conversations.map { RedisCommand("SMEMBERS", RedisKeys.members(app: $0.appID, conversation: $0.conversation)) }
+            let replies = try await store.connection.pipeline(commands)
+            guard replies.count == commands.count else {
+                throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
+            }
+            return try replies.map { reply in
+                let value = try reply.orThrow("SMEMBERS")
+                if value.isNull { return [] }
+                guard let items = value.array else { throw RedisError(.unexpectedReply, "SMEMBERS answered \(value)") }
+                return items.compactMap(\.text).sorted()
+            }
+        }
+    }
+
+    public func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState] {
+        try await transient { try await store.loadUsers(app: app, users: users, conversation: nil, now: now) }
+    }
+}
+
+/// send's idempotency records.
+public struct RedisDeliveryLedger: DeliveryLedger {
+    public let store: StateStore
+    public let ttlMilliseconds: Int64
+
+    public init(store: StateStore, ttlMilliseconds: Int64) {
+        self.store = store
+        self.ttlMilliseconds = ttlMilliseconds
+    }
+
+    public func wasDelivered(app: String, pairs: [DeliveryPair]) async throws -> [Bool] {
+        try await transient {
+            try await store.wasDelivered(app: app, pairs: pairs.map { DeliveryKey(eventId: $0.eventID, token: $0.token) })
+        }
+    }
+
+    public func markDelivered(app: String, pairs: [DeliveryPair]) async throws {
+        _ = try await transient {
+            try await store.markDelivered(app: app, pairs: pairs.map { DeliveryKey(eventId: $0.eventID, token: $0.token) },
+                                          ttlMilliseconds: ttlMilliseconds)
+        }
+    }
+}
+
+/// registry's writes through `StateStore`.
+public struct RedisRegistryWriter: RegistryWriter {
+    public let store: StateStore
+    /// Presence TTL when a `set_presence` record carries none.
+    public let presenceTTLMilliseconds: Int64
+
+    public init(store: StateStore, presenceTTLMilliseconds: Int64) {
+        self.store = store
+        self.presenceTTLMilliseconds = presenceTTLMilliseconds
+    }
+
+    public func apply(_ record: RegistryRecord, now: Int64) async throws -> String {
+        try await transient {
+            let app = record.appID
+            let user = record.user ?? ""
+            switch record.op {
+            case .registerDevice:
+                guard let device = record.device else { return "invalid" }
+                let evicted = try await store.registerDevice(app: app, user: user, device: device)
+                return evicted.isEmpty ? "applied" : "applied_evicted"
+            case .unregisterDevice:
+                return try await store.unregisterDevice(app: app, user: user, token: record.token ?? "") ? "applied" : "not_registered"
+            case .unregisterAll:
+                _ = try await store.unregisterAll(app: app, user: user)
+                return "applied"
+            case .setPreferences:
+                try await store.setPreferences(app: app, user: user, preferences: record.preferences ?? Preferences())
+                return "applied"
+            case .setPresence:
+                try await store.setPresence(app: app, user: user, online: record.online ?? [],
+                                            ttlMilliseconds: record.ttlMs ?? presenceTTLMilliseconds, now: now)
+                return "applied"
+            case .setUnread:
+                try await store.setUnread(app: app, user: user, unread: record.unread ?? Unread())
+                return "applied"
+            case .setMembers:
+                try await store.setMembers(app: app, conversation: record.conversation ?? "", members: record.members ?? [])
+                return "applied"
+            }
+        }
+    }
+
+    public func removeDeadToken(_ feedback: TokenFeedbackRecord) async throws -> String {
+        try await transient {
+            try await store.removeDeadToken(app: feedback.appID, user: feedback.user, token: feedback.token,
+                                            deadSince: feedback.deadSince).rawValue
+        }
+    }
+}
+
+/// The explain trail in Redis.
+public struct RedisExplainSink: ExplainSink {
+    public let store: ExplainStore
+
+    public init(store: ExplainStore) { self.store = store }
+
+    public func record(_ entries: [ExplainEntry]) async throws {
+        try await store.record(entries)
+    }
+}

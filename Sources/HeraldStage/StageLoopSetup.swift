@@ -1,0 +1,172 @@
+import Foundation
+import HeraldConfig
+import HeraldCore
+import HeraldKafka
+import HeraldPipeline
+import HeraldRedis
+import Logging
+import ServiceLifecycle
+
+/// Environment keys the stage loop reads on top of `EnvironmentKey` (docs/pipeline.md lists them all).
+public enum StageLoopKey: String, CaseIterable, Sendable {
+    /// Consumer group session timeout, ms (default: the pipeline's `kafka.session_timeout_ms`, 10000).
+    case sessionTimeoutMs = "HERALD_KAFKA_SESSION_TIMEOUT_MS"
+    /// Consumer group id (default: the pipeline's `stages.<stage>.group_id`, `herald-<stage>`).
+    case groupID = "HERALD_GROUP_ID"
+    /// Records per batch (default: `stages.<stage>.batch_size`, 500).
+    case batchSize = "HERALD_BATCH_SIZE"
+    /// Longest wait to fill a batch, ms (default: `stages.<stage>.batch_timeout_ms`, 50).
+    case batchTimeoutMs = "HERALD_BATCH_TIMEOUT_MS"
+    /// Uncompleted records before the consumer pauses (default 5000; send: `HERALD_SEND_MAX_IN_FLIGHT`).
+    case maxInFlight = "HERALD_MAX_IN_FLIGHT"
+    /// How long explain trails are kept, seconds (default 604800 = 7 days).
+    case explainTTLSeconds = "HERALD_EXPLAIN_TTL_SECONDS"
+}
+
+/// What every stage executable builds before running its loop: the pipeline file, the stage context
+/// (logs, metrics, HTTP endpoint), and the Kafka / Redis settings from the pipeline file and environment.
+public struct StageSetup: Sendable {
+    public let stage: StageName
+    public let context: StageContext
+    public let pipeline: PipelineConfig
+    public let settings: StageSettings
+    public let brokers: [String]
+    public let sessionTimeout: Duration
+    public let maxInFlight: Int
+    public let explainTTLMilliseconds: Int64
+    private let rawEnvironment: [String: String]
+
+    /// Reads `HERALD_PIPELINE` and the environment, binds the metrics endpoint (`HERALD_METRICS_PORT`, else
+    /// the pipeline's `stages.<stage>.metrics_port`) and logs unknown keys.
+    public static func start(_ stage: StageName, extraKnownKeys: Set<String> = [],
+                             environment: [String: String] = ProcessInfo.processInfo.environment) async throws -> StageSetup {
+        func env(_ key: String) -> String? {
+            guard let v = environment[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
+            return v
+        }
+        let path = env(EnvironmentKey.pipeline.rawValue) ?? EnvironmentKey.pipeline.defaultValue
+        let loaded = try PipelineLoader.load(path: path, environment: environment)
+        var pipeline = loaded.config
+        var settings = pipeline.stages[stage]
+        var effective = environment
+        if env(EnvironmentKey.metricsPort.rawValue) == nil {
+            effective[EnvironmentKey.metricsPort.rawValue] = String(settings.metricsPort)
+        }
+        let known = Set(StageLoopKey.allCases.map(\.rawValue)).union(extraKnownKeys)
+        let context = try await StageContext.start(stage: stage.rawValue, environment: effective, extraKnownKeys: known)
+        for warning in loaded.warnings {
+            context.logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
+        }
+
+        func int(_ key: StageLoopKey) throws -> Int? {
+            guard let raw = env(key.rawValue) else { return nil }
+            guard let value = Int(raw), value > 0 else {
+                throw ConfigurationError(key: key.rawValue, value: raw, reason: "expected a positive integer")
+            }
+            return value
+        }
+        if let group = env(StageLoopKey.groupID.rawValue) { settings.groupID = group }
+        if let size = try int(.batchSize) { settings.batchSize = size }
+        if let wait = try int(.batchTimeoutMs) { settings.batchTimeoutMs = wait }
+        let session = try int(.sessionTimeoutMs) ?? pipeline.kafka.sessionTimeoutMs
+        if let brokers = env(EnvironmentKey.kafkaBrokers.rawValue) { pipeline.kafka.brokers = brokers }
+        let brokers = pipeline.kafka.brokers.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty }
+        let explainTTL = Int64(try int(.explainTTLSeconds) ?? 7 * 86_400) * 1000
+        context.logger.info("stage starting", metadata: [
+            "pipeline": "\(path)", "brokers": "\(brokers.joined(separator: ","))", "group": "\(settings.groupID)",
+            "batch_size": "\(settings.batchSize)", "session_timeout_ms": "\(session)",
+            "metrics_port": "\(context.http.port)",
+        ])
+        return StageSetup(stage: stage, context: context, pipeline: pipeline, settings: settings, brokers: brokers,
+                          sessionTimeout: .milliseconds(session), maxInFlight: try int(.maxInFlight) ?? 5000,
+                          explainTTLMilliseconds: explainTTL, rawEnvironment: environment)
+    }
+
+    public var logger: Logger { context.logger }
+
+    /// A raw environment value (empty counts as unset).
+    public func environment(_ key: String) -> String? {
+        guard let v = rawEnvironment[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
+        return v
+    }
+
+    /// Redis from `HERALD_REDIS_URL`, else the pipeline's `redis:` section; registers the `redis` readiness probe.
+    public func redis() throws -> RedisConnection {
+        let configuration: RedisConfiguration
+        if let url = environment(EnvironmentKey.redisURL.rawValue) {
+            configuration = try RedisConfiguration(url: url)
+        } else {
+            var c = RedisConfiguration(host: pipeline.redis.host, port: pipeline.redis.port)
+            c.database = pipeline.redis.database
+            configuration = c
+        }
+        let connection = RedisConnection(configuration: configuration, logger: logger)
+        context.readiness.register("redis") { await connection.ping() }
+        return connection
+    }
+
+    /// The stage's consumer group member on `topics`; registers the `kafka` readiness probe.
+    public func consumer(topics: [String]) throws -> KafkaConsumer {
+        var configuration = KafkaConsumerConfiguration(
+            brokers: brokers, groupID: settings.groupID, topics: topics,
+            clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
+            extraProperties: pipeline.kafka.properties)
+        configuration.sessionTimeout = sessionTimeout
+        configuration.batchSize = settings.batchSize
+        configuration.batchMaxWait = .milliseconds(settings.batchTimeoutMs)
+        let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
+        let probe = BrokerProbe(brokers: brokers)
+        context.readiness.register("kafka", timeout: .seconds(3)) { await probe.isUp() }
+        return consumer
+    }
+
+    /// The stage's idempotent producer.
+    public func producer() throws -> KafkaProducer {
+        try KafkaProducer(configuration: KafkaProducerConfiguration(
+            brokers: brokers, clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
+            extraProperties: pipeline.kafka.properties), logger: logger)
+    }
+
+    /// The explain trail writer over `connection`.
+    public func explainSink(_ connection: RedisConnection) -> RedisExplainSink {
+        RedisExplainSink(store: ExplainStore(connection: connection, ttlMilliseconds: explainTTLMilliseconds))
+    }
+
+    /// Builds the loop and runs it with the HTTP endpoint until SIGTERM; returns the exit status.
+    /// `before` services start first and stop last (e.g. an APNs client that must outlive the loop).
+    public func run(processor: any StageProcessor, topics: [String], explain: (any ExplainSink)? = nil,
+                    maxConcurrentBatches: Int = 1, maxInFlight: Int? = nil,
+                    before: [any Service] = []) async -> Int32 {
+        do {
+            let consumer = try consumer(topics: topics)
+            let producer = try producer()
+            let loop = StageLoop(consumer: consumer, producer: producer, processor: processor,
+                                 configuration: StageLoopConfiguration(dlqTopic: pipeline.kafka.topics.dlq,
+                                                                       maxInFlight: maxInFlight ?? self.maxInFlight,
+                                                                       maxConcurrentBatches: maxConcurrentBatches),
+                                 metrics: context.metrics, logger: logger, explain: explain)
+            return await context.runtime(services: before + [loop]).run()
+        } catch {
+            logger.critical("stage could not start", metadata: [LogKey.error: "\(error)"])
+            return 1
+        }
+    }
+}
+
+/// `/readyz`'s broker check: a metadata request, cached for 5 s.
+final class BrokerProbe: Sendable {
+    private let brokers: [String]
+    private let cache = Locked<(at: ContinuousClock.Instant, up: Bool)?>(nil)
+
+    init(brokers: [String]) { self.brokers = brokers }
+
+    func isUp() async -> Bool {
+        if let cached = cache.withLock({ $0 }), ContinuousClock.now - cached.at < .seconds(5) { return cached.up }
+        var configuration = KafkaAdminConfiguration(brokers: brokers)
+        configuration.requestTimeout = .seconds(2)
+        let up = (try? await KafkaAdmin.partitionCounts([], configuration: configuration)) != nil
+        cache.withLock { $0 = (ContinuousClock.now, up) }
+        return up
+    }
+}

@@ -1,0 +1,27 @@
+// herald-registry: herald.registry (device, preference, presence, unread, member updates) and
+// herald.token-feedback (dead tokens) -> Redis, in order per user.
+import Foundation
+import HeraldConfig
+import HeraldPipeline
+import HeraldRedis
+import HeraldStage
+
+let setup: StageSetup
+let redis: RedisConnection
+do {
+    setup = try await StageSetup.start(.registry)
+    redis = try setup.redis()
+} catch {
+    FileHandle.standardError.write(Data("herald-registry: \(error)\n".utf8))
+    exit(2)
+}
+let topics = setup.pipeline.kafka.topics
+let logger = setup.logger
+let metrics = setup.context.metrics
+let writer = RedisRegistryWriter(store: StateStore(connection: redis, logger: logger),
+                                 presenceTTLMilliseconds: Int64(setup.pipeline.redis.presenceTTLSeconds) * 1000)
+let processor = RegistryProcessor(tokenFeedbackTopic: topics.tokenFeedback, writer: writer, onTransientFailure: { failure in
+    metrics.redisError(code: "transient")
+    logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
+})
+exit(await setup.run(processor: processor, topics: [topics.registry, topics.tokenFeedback]))

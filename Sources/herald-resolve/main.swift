@@ -1,0 +1,27 @@
+// herald-resolve: herald.ingested -> herald.resolved, one record per recipient (keyed by recipient user id),
+// with each recipient's devices, presence, preferences and unread counts from Redis (pipelined per batch).
+import Foundation
+import HeraldConfig
+import HeraldPipeline
+import HeraldRedis
+import HeraldStage
+
+let setup: StageSetup
+let redis: RedisConnection
+do {
+    setup = try await StageSetup.start(.resolve)
+    redis = try setup.redis()
+} catch {
+    FileHandle.standardError.write(Data("herald-resolve: \(error)\n".utf8))
+    exit(2)
+}
+let topics = setup.pipeline.kafka.topics
+let logger = setup.logger
+let metrics = setup.context.metrics
+let processor = ResolveProcessor(
+    resolvedTopic: topics.resolved, state: RedisStateReader(store: StateStore(connection: redis, logger: logger)),
+    onTransientFailure: { failure in
+        metrics.redisError(code: "transient")
+        logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])
+    })
+exit(await setup.run(processor: processor, topics: [topics.ingested], explain: setup.explainSink(redis)))

@@ -1,0 +1,71 @@
+// herald-send: herald.outbound + herald.retry -> APNs over HTTP/2; dead tokens -> herald.token-feedback,
+// retryable failures -> herald.retry, permanent failures -> herald.dlq. Idempotency records in Redis.
+import Foundation
+import HeraldAPNs
+import HeraldConfig
+import HeraldCore
+import HeraldPipeline
+import HeraldRedis
+import HeraldStage
+
+/// send's own environment keys, with their defaults (docs/pipeline.md).
+enum SendKey: String, CaseIterable {
+    case connections = "HERALD_APNS_CONNECTIONS"          // 2 per credential
+    case timeoutMs = "HERALD_APNS_TIMEOUT_MS"              // 30000: deadline of one request
+    case maxInFlight = "HERALD_SEND_MAX_IN_FLIGHT"         // 2000 notifications in flight
+    case maxAttempts = "HERALD_SEND_MAX_ATTEMPTS"          // 6 attempts, then DLQ
+    case retryInitialMs = "HERALD_SEND_RETRY_INITIAL_MS"   // 1000: first herald.retry delay
+    case retryMaxMs = "HERALD_SEND_RETRY_MAX_MS"           // 60000: longest herald.retry delay
+}
+
+let setup: StageSetup
+let redis: RedisConnection
+do {
+    setup = try await StageSetup.start(.send, extraKnownKeys: Set(SendKey.allCases.map(\.rawValue)))
+    redis = try setup.redis()
+} catch {
+    FileHandle.standardError.write(Data("herald-send: \(error)\n".utf8))
+    exit(2)
+}
+func setting(_ key: SendKey, _ fallback: Int) -> Int {
+    guard let raw = setup.environment(key.rawValue) else { return fallback }
+    guard let value = Int(raw), value > 0 else {
+        setup.logger.warning("ignoring \(key.rawValue)=\(raw): expected a positive integer; using \(fallback)")
+        return fallback
+    }
+    return value
+}
+let env = setup.context.environment
+var endpoint: APNsEndpoint?
+if !env.apnsHost.isEmpty {
+    guard let parsed = APNsEndpoint(parsing: env.apnsHost) else {
+        setup.logger.critical("HERALD_APNS_HOST=\(env.apnsHost) is not host[:port]")
+        exit(2)
+    }
+    endpoint = parsed
+}
+let maxInFlight = setting(.maxInFlight, 2000)
+let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint,
+                                  caFile: env.apnsCAFile.isEmpty ? nil : env.apnsCAFile,
+                                  connections: setting(.connections, 2), maxInFlight: maxInFlight,
+                                  timeout: .milliseconds(setting(.timeoutMs, 30_000)),
+                                  environment: ProcessInfo.processInfo.environment, logger: setup.logger)
+setup.context.readiness.register("apns") { transport.hasClients && transport.isConnected }
+
+let topics = setup.pipeline.kafka.topics
+let logger = setup.logger
+let metrics = setup.context.metrics
+let store = StateStore(connection: redis, logger: logger)
+let processor = SendProcessor(
+    retryTopic: topics.retry, tokenFeedbackTopic: topics.tokenFeedback, transport: transport,
+    ledger: RedisDeliveryLedger(store: store, ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
+    retryPolicy: APNsBackoffPolicy(initialDelay: .milliseconds(setting(.retryInitialMs, 1000)),
+                                   maxDelay: .milliseconds(setting(.retryMaxMs, 60_000)),
+                                   maxAttempts: setting(.maxAttempts, 6)),
+    onTransientFailure: { failure in
+        metrics.redisError(code: "transient")
+        logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
+    })
+// Batches run concurrently (order per device token does not matter to APNs); the in-flight bound pauses the consumer.
+exit(await setup.run(processor: processor, topics: [topics.outbound, topics.retry], explain: setup.explainSink(redis),
+                     maxConcurrentBatches: 8, maxInFlight: maxInFlight, before: [transport]))

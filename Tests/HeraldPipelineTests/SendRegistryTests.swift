@@ -1,0 +1,212 @@
+import Foundation
+import HeraldCore
+import HeraldPipeline
+import Testing
+
+/// Answers by token; records what was sent and when.
+final class ScriptedTransport: PushTransport, @unchecked Sendable {
+    // @unchecked Sendable: every mutable field is guarded by `lock`.
+    private let lock = NSLock()
+    private let answers: [String: PushAnswer]
+    private var sentTokens: [String] = []
+    private var sentAt: [ContinuousClock.Instant] = []
+
+    init(_ answers: [String: PushAnswer]) { self.answers = answers }
+
+    var sent: [String] { lock.withLock { sentTokens } }
+    var times: [ContinuousClock.Instant] { lock.withLock { sentAt } }
+
+    func send(_ jobs: [PushJob]) async -> [PushAnswer] {
+        lock.withLock {
+            for job in jobs {
+                sentTokens.append(job.request.token)
+                sentAt.append(ContinuousClock.now)
+            }
+        }
+        return jobs.map { answers[$0.request.token] ?? .answered(status: 200, reason: nil, timestamp: nil) }
+    }
+}
+
+final class MemoryLedger: DeliveryLedger, @unchecked Sendable {
+    // @unchecked Sendable: `delivered` is guarded by `lock`.
+    private let lock = NSLock()
+    private var delivered: Set<DeliveryPair> = []
+
+    init(_ initial: Set<DeliveryPair> = []) { delivered = initial }
+
+    var pairs: Set<DeliveryPair> { lock.withLock { delivered } }
+
+    func wasDelivered(app: String, pairs: [DeliveryPair]) async throws -> [Bool] {
+        lock.withLock { pairs.map { delivered.contains($0) } }
+    }
+
+    func markDelivered(app: String, pairs: [DeliveryPair]) async throws {
+        lock.withLock { for pair in pairs { delivered.insert(pair) } }
+    }
+}
+
+func token(_ c: Character) -> String { String(repeating: c, count: 64) }
+
+func outbound(_ tok: String, event: String = "e1", attempt: Int = 1, notBefore: Int64? = nil) throws -> StageInput {
+    let request = APNsRequest(token: tok, environment: .production, pushType: .alert, topic: "com.example.chat",
+                              priority: 10, collapseID: nil, expiration: 0,
+                              apnsID: APNsID.derive(eventID: event, token: tok), payload: Array(#"{"aps":{}}"#.utf8))
+    let record = OutboundRecord(eventID: event, appID: "app1", recipient: "u2", request: request, attempt: attempt,
+                                notBefore: notBefore)
+    return StageInput(topic: attempt == 1 ? "herald.outbound" : "herald.retry", value: try StageCodec.encode(record))
+}
+
+func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAttempts: Int = 3) -> SendProcessor {
+    SendProcessor(retryTopic: "herald.retry", tokenFeedbackTopic: "herald.token-feedback", transport: transport,
+                  ledger: ledger,
+                  retryPolicy: APNsBackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), jitter: 0,
+                                                 maxAttempts: maxAttempts),
+                  unit: { 0 })
+}
+
+@Suite struct SendTests {
+    @Test func everyAnswerHasItsDisposition() async throws {
+        let transport = ScriptedTransport([
+            token("b"): .answered(status: 410, reason: .unregistered, timestamp: 1_731_999_000_000),
+            token("c"): .answered(status: 503, reason: .serviceUnavailable, timestamp: nil),
+            token("d"): .answered(status: 400, reason: .badTopic, timestamp: nil),
+            token("e"): .answered(status: 400, reason: .badDeviceToken, timestamp: nil),
+            token("f"): .failed(.connectionLost),
+            token("0"): .noCredential("no credential for app1"),
+        ])
+        let ledger = MemoryLedger()
+        let send = sendProcessor(transport, ledger)
+        let batch = try ["a", "b", "c", "d", "e", "f", "0"].map { try outbound(token(Character($0))) }
+        let results = await send.process(batch, context: fixedContext)
+        let now: Int64 = 1_732_000_100_000
+
+        // 200: delivered and remembered.
+        #expect(results[0].outputs.isEmpty && results[0].deadLetter == nil)
+        #expect(ledger.pairs == [DeliveryPair(eventID: "e1", token: token("a"))])
+        #expect(results[0].explain.first?.decision == "delivered")
+
+        // 410: token feedback with the 410 timestamp, keyed by user.
+        let feedback = try decode(TokenFeedbackRecord.self, try #require(results[1].outputs.first))
+        #expect(results[1].outputs[0].topic == "herald.token-feedback")
+        #expect(feedback == TokenFeedbackRecord(appID: "app1", user: "u2", token: token("b"), reason: "Unregistered",
+                                                deadSince: 1_731_999_000_000))
+        // 400 BadDeviceToken: dead since the answer.
+        #expect(try decode(TokenFeedbackRecord.self, results[4].outputs[0]).deadSince == now)
+
+        // 503 and a lost connection: herald.retry with attempt 2, not before now + 1 s.
+        for index in [2, 5] {
+            let retry = try decode(OutboundRecord.self, try #require(results[index].outputs.first))
+            #expect(results[index].outputs[0].topic == "herald.retry")
+            #expect(results[index].outputs[0].key == retry.request.token)
+            #expect(retry.attempt == 2)
+            #expect(retry.notBefore == now + 1000)
+        }
+        #expect(results[2].notes.contains(.retried(reason: "ServiceUnavailable")))
+
+        // 400 BadTopic: permanent, DLQ with the APNs reason.
+        #expect(results[3].deadLetter?.reason == "BadTopic")
+        #expect(results[6].deadLetter?.reason == "no_credential")
+    }
+
+    @Test func retriesEndInTheDLQAfterMaxAttempts() async throws {
+        let transport = ScriptedTransport([token("c"): .answered(status: 500, reason: .internalServerError, timestamp: nil)])
+        let send = sendProcessor(transport, MemoryLedger(), maxAttempts: 3)
+        let results = await send.process([try outbound(token("c"), attempt: 3)], context: fixedContext)
+        #expect(results[0].outputs.isEmpty)
+        #expect(results[0].deadLetter?.reason == "retries_exhausted")
+    }
+
+    @Test func aDeliveredPairIsNeverSentAgain() async throws {
+        let transport = ScriptedTransport([:])
+        let ledger = MemoryLedger([DeliveryPair(eventID: "e1", token: token("a"))])
+        let send = sendProcessor(transport, ledger)
+        let results = await send.process([try outbound(token("a")), try outbound(token("a"), event: "e2")], context: fixedContext)
+        #expect(transport.sent == [token("a")])
+        #expect(results[0].notes == [.duplicate])
+        #expect(ledger.pairs.contains(DeliveryPair(eventID: "e2", token: token("a"))))
+    }
+
+    @Test func aRetryIsHeldUntilItsNotBeforeTime() async throws {
+        let transport = ScriptedTransport([:])
+        let send = sendProcessor(transport, MemoryLedger())
+        let start = ContinuousClock.now
+        let context = BatchContext(now: { Date() })
+        let due = BatchContext.millis(Date()) + 300
+        let results = await send.process([try outbound(token("a"), attempt: 2, notBefore: due), try outbound(token("b"))],
+                                         context: context)
+        #expect(results.allSatisfy { !$0.handBack && $0.deadLetter == nil })
+        let times = transport.times
+        #expect(transport.sent == [token("b"), token("a")])
+        #expect(times[1] - start >= .milliseconds(250))
+        #expect(times[0] - start < .milliseconds(250))
+    }
+
+    @Test func shutdownHandsBackAHeldRetry() async throws {
+        let transport = ScriptedTransport([:])
+        let send = sendProcessor(transport, MemoryLedger())
+        let context = BatchContext(now: { Date() }, isStopping: { true })
+        let results = await send.process([try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 60_000)],
+                                         context: context)
+        #expect(results[0].handBack)
+        #expect(transport.sent.isEmpty)
+    }
+}
+
+final class MemoryRegistry: RegistryWriter, @unchecked Sendable {
+    // @unchecked Sendable: every field is guarded by `lock`.
+    private let lock = NSLock()
+    var applied: [RegistryRecord.Op] = []
+    var removed: [TokenFeedbackRecord] = []
+    var failuresLeft = 0
+
+    func apply(_ record: RegistryRecord, now: Int64) async throws -> String {
+        try lock.withLock {
+            if failuresLeft > 0 {
+                failuresLeft -= 1
+                throw TransientFailure("connection_broken")
+            }
+            applied.append(record.op)
+            return "applied"
+        }
+    }
+
+    func removeDeadToken(_ feedback: TokenFeedbackRecord) async throws -> String {
+        lock.withLock { removed.append(feedback) }
+        return "removed"
+    }
+}
+
+@Suite struct RegistryTests {
+    func input(_ json: String, topic: String = "herald.registry") -> StageInput {
+        StageInput(topic: topic, value: Array(json.utf8))
+    }
+
+    @Test func appliesUpdatesAndTokenFeedbackInOrder() async throws {
+        let writer = MemoryRegistry()
+        writer.failuresLeft = 1
+        let registry = RegistryProcessor(tokenFeedbackTopic: "herald.token-feedback", writer: writer)
+        let results = await registry.process([
+            input(#"{"op": "register_device", "app_id": "app1", "user": "u2", "device": {"token": "\#(token("a"))", "bundle_id": "com.example.chat", "registered_at": 5}}"#),
+            input(#"{"op": "set_preferences", "app_id": "app1", "user": "u2", "preferences": {"trigger": "mention_only"}}"#),
+            input(#"{"op": "set_members", "app_id": "app1", "conversation": "c1", "members": ["u1", "u2"]}"#),
+            input(#"{"app_id": "app1", "user": "u2", "token": "\#(token("a"))", "reason": "Unregistered", "dead_since": 7}"#,
+                  topic: "herald.token-feedback"),
+        ], context: fixedContext)
+        #expect(results.allSatisfy { $0.deadLetter == nil && !$0.handBack })
+        #expect(writer.applied == [.registerDevice, .setPreferences, .setMembers])
+        #expect(writer.removed.map(\.deadSince) == [7])
+        #expect(results[3].notes == [.registry(op: "remove_dead_token", outcome: "removed")])
+    }
+
+    @Test func invalidUpdatesAreDeadLettered() async {
+        let registry = RegistryProcessor(tokenFeedbackTopic: "herald.token-feedback", writer: MemoryRegistry())
+        let results = await registry.process([
+            input(#"{"op": "register_device", "app_id": "app1", "user": "u2"}"#),
+            input(#"{"op": "explode", "app_id": "app1", "user": "u2"}"#),
+            input("{"),
+            StageInput(topic: "herald.registry", value: nil),
+        ], context: fixedContext)
+        #expect(results.map { $0.deadLetter?.reason } == ["invalid", "invalid", "invalid", "invalid"])
+        #expect(results[0].deadLetter?.detail.contains("device") == true)
+    }
+}

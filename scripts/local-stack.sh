@@ -1,0 +1,246 @@
+#!/usr/bin/env bash
+# Herald's whole pipeline on this machine, no Docker: Redis + Tansu (Kafka) on loopback, the APNs stand-in
+# with JWT checking, the six stages; loads a sample state through herald.registry, publishes the seed
+# scenarios to chat.events, and prints what the stand-in received and what was suppressed and why.
+#
+#   scripts/local-stack.sh            run the demo, then stop everything
+#   scripts/local-stack.sh --keep     keep everything running until Ctrl-C
+#   scripts/local-stack.sh --stop     stop what a previous --keep run left running
+#   options: --no-build (use the existing release build), --no-setup (skip scripts/setup.sh)
+#
+# Ports (env): HERALD_LOCAL_REDIS_PORT 16379, HERALD_LOCAL_KAFKA_PORT 19092, HERALD_LOCAL_APNS_PORT 18443,
+# HERALD_LOCAL_METRICS_BASE 19100 (stages use base+1 .. base+6, the stand-in base+9).
+# Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+keep=0; build=1; setup=1; stop_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --keep) keep=1 ;;
+    --no-build) build=0 ;;
+    --no-setup) setup=0 ;;
+    --stop) stop_only=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "unknown option $arg" >&2; exit 2 ;;
+  esac
+done
+
+REDIS_PORT="${HERALD_LOCAL_REDIS_PORT:-16379}"
+KAFKA_PORT="${HERALD_LOCAL_KAFKA_PORT:-19092}"
+APNS_PORT="${HERALD_LOCAL_APNS_PORT:-18443}"
+METRICS_BASE="${HERALD_LOCAL_METRICS_BASE:-19100}"
+RUN="$root/run/local"
+STAGES=(ingest resolve suppress render send registry)
+DEMO="$root/pipelines/examples/demo"
+
+say() { printf '\033[1m[local-stack]\033[0m %s\n' "$*" >&2; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+stop_pid() { # name pidfile
+  local pidfile="$2" pid
+  [ -f "$pidfile" ] || return 0
+  pid="$(cat "$pidfile")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then say "$1 did not stop within 10 s; killing"; kill -9 "$pid" 2>/dev/null || true; fi
+  fi
+  rm -f "$pidfile"
+}
+
+stop_all() {
+  local s
+  for s in "${STAGES[@]}"; do stop_pid "herald-$s" "$RUN/$s.pid"; done
+  stop_pid herald-mock-apns "$RUN/mock-apns.pid"
+  stop_pid redis-server "$RUN/redis.pid"
+  [ -f "$RUN/tansu/tansu.pid" ] && bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
+}
+
+mkdir -p "$RUN/logs"
+stop_all   # leftovers of a previous run
+if [ "$stop_only" = 1 ]; then say "stopped"; exit 0; fi
+for p in "$REDIS_PORT" "$KAFKA_PORT" "$APNS_PORT"; do
+  if port_open "$p"; then echo "port $p is in use by another program; set HERALD_LOCAL_*_PORT" >&2; exit 1; fi
+done
+
+if [ "$setup" = 1 ]; then bash scripts/setup.sh; fi
+export PKG_CONFIG_PATH="/usr/local/lib/pkgconfig:${PKG_CONFIG_PATH:-}"
+if [ "$build" = 1 ]; then
+  say "building (release)"
+  for s in "${STAGES[@]}"; do swift build -c release --product "herald-$s" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -1 >&2; done
+  swift build -c release --product herald-mock-apns 2>&1 | tail -1 >&2
+fi
+BIN="$(swift build -c release --show-bin-path)"
+
+# --- Redis and Tansu -------------------------------------------------------------------------------
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+  >"$RUN/logs/redis.log" 2>&1 &
+echo $! >"$RUN/redis.pid"
+for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+say "redis on 127.0.0.1:$REDIS_PORT"
+bash scripts/tansu.sh start "$KAFKA_PORT" "$RUN/tansu" >&2
+bash scripts/tansu.sh topics "$KAFKA_PORT" chat.events:4 herald.ingested:4 herald.resolved:4 herald.deliverable:4 \
+  herald.outbound:4 herald.retry:4 herald.dlq:1 herald.token-feedback:2 herald.registry:2 >/dev/null
+
+# --- Keys for the stand-in: TLS certificate and a .p8-style P-256 provider key ----------------------
+if [ ! -f "$RUN/apns-cert.pem" ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
+    -keyout "$RUN/apns-key.pem" -out "$RUN/apns-cert.pem" -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$RUN/AuthKey.p8" 2>/dev/null
+  openssl pkey -in "$RUN/AuthKey.p8" -pubout -out "$RUN/AuthKey.pub.pem" 2>/dev/null
+fi
+# The example pipeline with the local key (app2's certificate credential becomes a token one here).
+sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/AuthKey_KEY7654321.p8#$RUN/AuthKey.p8#" \
+    -e "s#certificate_file: /etc/herald/messenger.pem#team_id: ABCDE12345\n        key_id: KEY1234567\n        key_file: $RUN/AuthKey.p8#" \
+    -e "/private_key_file: \/etc\/herald\/messenger.key/d" \
+    pipelines/example.yaml >"$RUN/pipeline.yaml"
+
+# --- The APNs stand-in -------------------------------------------------------------------------------
+"$BIN/herald-mock-apns" --port "$APNS_PORT" --cert "$RUN/apns-cert.pem" --key "$RUN/apns-key.pem" \
+  --auth-key "KEY1234567:ABCDE12345:$RUN/AuthKey.pub.pem" --auth-key "KEY7654321:ABCDE12345:$RUN/AuthKey.pub.pem" \
+  --topic com.example.chat --topic com.example.chat.beta --topic com.example.messenger --topic com.example.calls \
+  --dead-token dead000000000000000000000000000000000000000000000000000000000007 \
+  --record "$RUN/apns-record.jsonl" --metrics-port "$((METRICS_BASE + 9))" \
+  >"$RUN/logs/mock-apns.log" 2>&1 &
+echo $! >"$RUN/mock-apns.pid"
+for _ in $(seq 1 50); do port_open "$APNS_PORT" && break; sleep 0.1; done
+say "herald-mock-apns on 127.0.0.1:$APNS_PORT (JWT checked against $RUN/AuthKey.pub.pem)"
+
+# --- The six stages ----------------------------------------------------------------------------------
+i=0
+for s in "${STAGES[@]}"; do
+  i=$((i + 1))
+  env HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+      HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
+      HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 \
+      HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
+      HERALD_APNS_HOST="127.0.0.1:$APNS_PORT" HERALD_APNS_CA_FILE="$RUN/apns-cert.pem" \
+      HERALD_SEND_RETRY_INITIAL_MS=500 \
+      "$BIN/herald-$s" >"$RUN/logs/$s.log" 2>&1 &
+  echo $! >"$RUN/$s.pid"
+done
+i=0
+for s in "${STAGES[@]}"; do
+  i=$((i + 1))
+  ok=0
+  for _ in $(seq 1 300); do
+    if curl -fs "http://127.0.0.1:$((METRICS_BASE + i))/readyz" >/dev/null 2>&1; then ok=1; break; fi
+    kill -0 "$(cat "$RUN/$s.pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ "$ok" = 1 ]; then say "herald-$s ready (metrics on :$((METRICS_BASE + i)))"
+  else say "herald-$s is not ready; last log lines:"; tail -5 "$RUN/logs/$s.log" >&2; fi
+done
+
+metric_sum() { # port metric-name [label filter]
+  curl -fs "http://127.0.0.1:$1/metrics" 2>/dev/null | grep "^$2" | grep -- "${3:-}" | awk '{s += $NF} END {print s + 0}'
+}
+
+# --- State: the demo fixture as herald.registry records (applied by herald-registry) -----------------
+now_ms=$(($(date +%s%N) / 1000000))
+python3 - "$DEMO/state.json" "$now_ms" >"$RUN/registry.tsv" <<'PY'
+import json, sys
+apps = json.load(open(sys.argv[1])); now = int(sys.argv[2])
+def out(key, rec): print(key + "\t" + json.dumps(rec, separators=(",", ":")))
+for app, fx in apps.items():
+    for user, st in fx.get("users", {}).items():
+        out(user, {"op": "unregister_all", "app_id": app, "user": user})
+        for d in st.get("devices", []):
+            out(user, {"op": "register_device", "app_id": app, "user": user, "device": d})
+        if "preferences" in st: out(user, {"op": "set_preferences", "app_id": app, "user": user, "preferences": st["preferences"]})
+        out(user, {"op": "set_presence", "app_id": app, "user": user, "online": st.get("online", []), "ttl_ms": 600000})
+        if "unread" in st: out(user, {"op": "set_unread", "app_id": app, "user": user, "unread": st["unread"]})
+    for conv, c in fx.get("conversations", {}).items():
+        out(conv, {"op": "set_members", "app_id": app, "conversation": conv, "members": c["members"]})
+PY
+expected=$(wc -l <"$RUN/registry.tsv")
+kcat -P -b "127.0.0.1:$KAFKA_PORT" -t herald.registry -K $'\t' -z lz4 "$RUN/registry.tsv"
+for _ in $(seq 1 300); do
+  [ "$(metric_sum $((METRICS_BASE + 6)) herald_registry_ops_total)" -ge "$expected" ] && break; sleep 0.1
+done
+say "state loaded through herald.registry: $(metric_sum $((METRICS_BASE + 6)) herald_registry_ops_total) of $expected updates applied"
+
+# --- Events: the seed scenarios ----------------------------------------------------------------------
+python3 - "$DEMO/events.jsonl" "$now_ms" >"$RUN/events.tsv" <<'PY'
+import json, sys
+now = int(sys.argv[2])
+for line in open(sys.argv[1]):
+    if not line.strip(): continue
+    e = json.loads(line); e["created_at"] = now
+    print(e["conversation"]["id"] + "\t" + json.dumps(e, separators=(",", ":"), ensure_ascii=False))
+PY
+kcat -P -b "127.0.0.1:$KAFKA_PORT" -t chat.events -K $'\t' "$RUN/events.tsv"
+say "published $(wc -l <"$RUN/events.tsv") chat events; waiting for the pipeline"
+
+# Wait until ingest consumed them all and send / registry are idle for 2 s.
+last=""; still=0
+for _ in $(seq 1 300); do
+  cur="$(metric_sum $((METRICS_BASE + 1)) herald_consumed_total) $(metric_sum $((METRICS_BASE + 5)) herald_consumed_total) $(metric_sum $((METRICS_BASE + 6)) herald_consumed_total) $(wc -l <"$RUN/apns-record.jsonl" 2>/dev/null || echo 0)"
+  if [ "$cur" = "$last" ] && [ "${cur%% *}" -ge "$(wc -l <"$RUN/events.tsv")" ]; then
+    still=$((still + 1)); [ "$still" -ge 20 ] && break
+  else still=0; last="$cur"; fi
+  sleep 0.1
+done
+
+# --- Report ------------------------------------------------------------------------------------------
+echo
+echo "=== What the APNs stand-in received ($RUN/apns-record.jsonl) ==="
+python3 - "$RUN/apns-record.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    p = r.get("payload") or {}
+    aps = p.get("aps", {}) if isinstance(p, dict) else {}
+    alert = aps.get("alert")
+    body = alert.get("body") if isinstance(alert, dict) else alert
+    extra = {k: v for k, v in p.items() if k != "aps"} if isinstance(p, dict) else {}
+    print(f'{r["status"]} {r.get("reason") or "":<12} token {r["token"][:8]}… {r["push_type"]:<5} {r["topic"]:<26} '
+          f'body={body!r} badge={aps.get("badge")} extra={json.dumps(extra, ensure_ascii=False)[:90]}')
+PY
+echo
+echo "=== Decisions per event and user (explain trail in Redis) ==="
+for event in $(cut -f2 "$RUN/events.tsv" | python3 -c 'import sys,json; [print(json.loads(l)["app_id"]+"/"+json.loads(l)["event_id"]) for l in sys.stdin]'); do
+  key="herald:${event%%/*}:explain:{${event#*/}}"
+  redis-cli -p "$REDIS_PORT" --raw HGETALL "$key" | paste - - | sort | python3 -c '
+import json, sys
+ev = sys.argv[1]; rows = [l.rstrip("\n").split("\t", 1) for l in sys.stdin if "\t" in l]
+if not rows: print(f"{ev:<24} (no trail: dead-lettered at ingest, see below)")
+for field, value in rows:
+    e = json.loads(value)
+    who = "event" if field == "event" else (e.get("user") or "") + (" " + e["token"][:8] + "…" if e.get("token") else "")
+    extra = f' status={e["status"]}' if e.get("status") else ""
+    print(f"{ev:<24} {who:<20} {e[\"stage\"]:<9} {e[\"decision\"]:<11} {e.get(\"reason\") or \"\"}{extra}")
+' "${event#*/}"
+done
+echo
+echo "=== Counters (Prometheus /metrics of the stages) ==="
+for i in 1 3 5; do
+  curl -fs "http://127.0.0.1:$((METRICS_BASE + i))/metrics" | grep -E '^herald_(suppressed|dlq|apns_responses|retries)_total' || true
+done
+curl -fs "http://127.0.0.1:$((METRICS_BASE + 6))/metrics" | grep -E '^herald_registry_ops_total.*remove_dead_token' || true
+echo
+dead="dead000000000000000000000000000000000000000000000000000000000007"
+if [ "$(redis-cli -p "$REDIS_PORT" HEXISTS 'herald:app1:user:{u7}:devices' "$dead")" = "0" ]; then
+  echo "u7's token ${dead:0:8}… answered 410 and was removed from Redis by herald-registry (token feedback)."
+else
+  echo "u7's token ${dead:0:8}… is still registered (token feedback not applied yet)."
+fi
+dlq=$(kcat -C -b "127.0.0.1:$KAFKA_PORT" -t herald.dlq -o beginning -e -q -f '%s\n' 2>/dev/null | python3 -c '
+import json, sys
+for l in sys.stdin:
+    if l.strip():
+        d = json.loads(l); print("  " + d["stage"] + ": " + d["reason"] + " - " + d["detail"][:100])')
+echo "DLQ (herald.dlq):"; echo "${dlq:-  (empty)}"
+echo
+echo "Logs: $RUN/logs/   Metrics: http://127.0.0.1:$((METRICS_BASE + 1))..$((METRICS_BASE + 6))/metrics"
+
+if [ "$keep" = 1 ]; then
+  say "running; Ctrl-C stops everything (or scripts/local-stack.sh --stop from another shell)"
+  trap 'echo; stop_all; say "stopped"; exit 0' INT TERM
+  while true; do sleep 1; done
+fi
+stop_all
+say "stopped (use --keep to keep the stack running)"
