@@ -115,6 +115,9 @@ enum CLI {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// The value, or JSON null.
+    static func orNull(_ value: Any?) -> Any { value ?? NSNull() }
+
     static func iso(_ millis: Int64) -> String {
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]

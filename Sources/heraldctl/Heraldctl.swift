@@ -15,6 +15,7 @@ struct Heraldctl: AsyncParsableCommand {
             StateCommand.self,
             Publish.self,
             DLQCommand.self,
+            Explain.self,
         ]
     )
 }

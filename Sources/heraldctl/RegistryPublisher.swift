@@ -8,38 +8,42 @@ enum RegistryUpdate {
     case unregister(app: String, user: String, token: String)
     case unregisterAll(app: String, user: String)
     case preferences(app: String, user: String, preferences: Preferences)
-    case presence(app: String, user: String, online: [String], ttlMilliseconds: Int64, at: Int64)
+    case presence(app: String, user: String, online: [String], ttlMilliseconds: Int64)
 
-    var user: String {
+    /// The `herald.registry` record (docs/pipeline.md) herald-registry applies.
+    var record: RegistryRecord {
         switch self {
-        case .register(_, let u, _), .unregister(_, let u, _), .unregisterAll(_, let u), .preferences(_, let u, _),
-             .presence(_, let u, _, _, _):
-            return u
+        case .register(let app, let user, let device):
+            return RegistryRecord(op: .registerDevice, appID: app, user: user, device: device)
+        case .unregister(let app, let user, let token):
+            return RegistryRecord(op: .unregisterDevice, appID: app, user: user, token: token)
+        case .unregisterAll(let app, let user):
+            return RegistryRecord(op: .unregisterAll, appID: app, user: user)
+        case .preferences(let app, let user, let preferences):
+            return RegistryRecord(op: .setPreferences, appID: app, user: user, preferences: preferences)
+        case .presence(let app, let user, let online, let ttl):
+            return RegistryRecord(op: .setPresence, appID: app, user: user, online: online, ttlMs: ttl)
         }
     }
 }
 
-/// Publishes registry updates to herald.registry (keyed by user id, so one user's updates stay in order).
+/// Publishes registry updates to herald.registry, keyed by user id so one user's updates stay in order.
 enum RegistryPublisher {
     static func publish(_ update: RegistryUpdate, kafka: KafkaOptions, topics: TopicOptions) async throws {
+        let record = update.record
         let value: [UInt8]
         do {
-            value = try encode(update)
+            value = try StageCodec.encode(record)
         } catch {
             CLI.fail("cannot encode the registry record: \(error)")
         }
         let producer = try kafka.producer()
         do {
-            let report = try await producer.send(ProducerRecord(topic: topics.topics().registry, key: update.user, value: value))
+            let report = try await producer.send(ProducerRecord(topic: topics.topics().registry, key: record.key, value: value))
             try report.get()
             try await producer.shutdown(timeout: .seconds(10))
         } catch {
             CLI.fail("kafka: \(error.description)")
         }
-    }
-
-    static func encode(_ update: RegistryUpdate) throws -> [UInt8] {
-        // Replaced by the pipeline's RegistryRecord once merged.
-        throw CocoaError(.featureUnsupported)
     }
 }
