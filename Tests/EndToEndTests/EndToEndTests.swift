@@ -79,6 +79,9 @@ struct EndToEndTests {
             #expect(reasons.contains(reason), "no scenario produces the suppression \(reason)")
         }
         #expect(expected.contains { $0.request.pushType == .voip }, "no VoIP notification predicted")
+        #expect(expected.count >= 12 && suppressed.count >= 9,
+                "the scenarios predict only \(expected.count) notifications and \(suppressed.count) suppressions")
+        stack.log("seed scenarios: \(expected.count) notifications and \(suppressed.count) suppressions predicted by simulate")
 
         try await stack.publish(seeds.map(\.event))
         let pairs = Set(expected.map(\.pair))
@@ -205,9 +208,10 @@ struct EndToEndTests {
 
     // MARK: Crashes and restarts
 
-    /// Publishes `count` events to conversation k1 (4 recipients, one device each) in chunks, calling
-    /// `during` after the first chunk; returns the predicted pairs.
-    func publishKillBatch(prefix: String, count: Int, during: () async throws -> Void) async throws -> Set<String> {
+    /// Publishes `count` events to conversation k1 (4 recipients, one device each) in small chunks, 80 ms
+    /// apart, and calls `during` as soon as the first of them reached the stand-in, while the rest are still
+    /// flowing through the stages. Returns the predicted (token, apns-id) pairs.
+    func publishKillBatch(prefix: String, count: Int, during: @escaping @Sendable () async throws -> Void) async throws -> Set<String> {
         let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
         var events: [String] = []
         var pairs = Set<String>()
@@ -219,16 +223,21 @@ struct EndToEndTests {
                 for n in line.notifications { pairs.insert(n.token + "/" + n.apnsID.lowercased()) }
             }
         }
-        let chunk = max(1, count / 4)
-        try await stack.publish(Array(events.prefix(chunk)))
-        try await Task.sleep(for: .milliseconds(300))
-        try await during()
-        var index = chunk
-        while index < events.count {
-            try await stack.publish(Array(events[index..<min(events.count, index + chunk)]))
-            index += chunk
-            try await Task.sleep(for: .milliseconds(150))
+        let stack = self.stack
+        let chunks = stride(from: 0, to: events.count, by: 4).map { Array(events[$0..<min(events.count, $0 + 4)]) }
+        let publishing = Task {
+            for chunk in chunks {
+                try await stack.publish(chunk)
+                try await Task.sleep(for: .milliseconds(80))
+            }
         }
+        let started = await eventually(timeout: .seconds(30), interval: .milliseconds(10)) {
+            let counts = stack.deliveredCounts()
+            return pairs.contains { counts[$0] != nil }
+        }
+        #expect(started, "\(prefix): nothing was delivered before the fault\n\(failureContext())")
+        try await during()
+        try await publishing.value
         return pairs
     }
 
@@ -242,6 +251,7 @@ struct EndToEndTests {
     @Test("resolve killed with SIGKILL mid-run and restarted: nothing lost, nothing delivered twice")
     func sigkillResolve() async throws {
         try await loadFixtures()
+        let stack = self.stack
         let pairs = try await publishKillBatch(prefix: "kill-resolve", count: 40) {
             await stack.killStage("resolve")
             try await Task.sleep(for: .milliseconds(300))
@@ -258,15 +268,19 @@ struct EndToEndTests {
     @Test("send killed with SIGKILL mid-run and restarted: nothing lost, duplicates only from the crash window")
     func sigkillSend() async throws {
         try await loadFixtures()
-        var killedAt: Int64 = 0
+        let killedAtBox = Guarded<Int64>(0)
+        let stack = self.stack
         let pairs = try await publishKillBatch(prefix: "kill-send", count: 40) {
-            killedAt = Self.now()
+            killedAtBox.withLock { $0 = Self.now() }
             await stack.killStage("send")
             try await Task.sleep(for: .milliseconds(300))
             try stack.restartStage("send")
         }
+        let killedAt = killedAtBox.withLock { $0 }
         #expect(pairs.count == 160)
         let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
+        let beforeKill = stack.recorded().filter { $0.status == 200 && $0.at <= killedAt && pairs.contains($0.token + "/" + $0.apnsID) }.count
+        stack.log("SIGKILL send: \(beforeKill) of \(pairs.count) delivered before the kill")
         let missing = pairs.filter { counts[$0] == nil }
         #expect(missing.isEmpty, "SIGKILL send: \(missing.count) of \(pairs.count) never delivered\n\(failureContext())")
         let twice = pairs.filter { (counts[$0] ?? 0) > 1 }
@@ -283,14 +297,20 @@ struct EndToEndTests {
     @Test("Redis restarted mid-run loses nothing")
     func redisRestart() async throws {
         try await loadFixtures()
+        let stack = self.stack
         let pairs = try await publishKillBatch(prefix: "redis", count: 24) {
             try await stack.restartRedis(down: .seconds(2))
         }
         let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
         expectExactlyOnce(pairs, counts, "Redis restart")
-        // The state survived the restart (append-only file).
-        let k1 = try await stack.store.loadUser(app: "app1", user: "k1", now: Self.now())
-        #expect(k1.devices.map(\.token) == [tok(201)])
+        // The state survived the restart (append-only file). The test's own connection notices the restart on
+        // its first command and reconnects on the next.
+        var k1: UserState?
+        _ = await eventually(timeout: .seconds(5)) {
+            k1 = try? await stack.store.loadUser(app: "app1", user: "k1", now: Self.now())
+            return k1 != nil
+        }
+        #expect(k1?.devices.map(\.token) == [tok(201)])
     }
 
     @Test("APNs 503s and GOAWAYs are retried until delivered")
