@@ -59,6 +59,7 @@ struct EndToEndTests {
         let seeds = Scenarios.seeds(now: now)
         var expected: [Expected] = []
         var suppressed: [(scenario: String, app: String, event: String, user: String, reason: String)] = []
+        var dropped: [(scenario: String, app: String, event: String, reason: String)] = []
         for seed in seeds {
             let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.fixture(seed.app).utf8))
             let lines = try Simulator.simulate(eventBytes: Array(seed.event.utf8), fixture: fixture, apps: stack.apps,
@@ -70,12 +71,14 @@ struct EndToEndTests {
                     expected += line.notifications.map { Expected(scenario: seed.name, request: $0) }
                 } else if line.decision == .suppress, let user = line.user, let reason = line.reason {
                     suppressed.append((seed.name, seed.app, eventID, user, reason))
+                } else if line.decision == .drop, let reason = line.reason {
+                    dropped.append((seed.name, seed.app, eventID, reason))
                 }
             }
         }
         // The scenarios cover what they claim to.
         let reasons = Set(suppressed.map(\.reason))
-        for reason in ["online", "no_devices", "not_mentioned", "conversation_off", "muted", "dnd", "snoozed", "ignored"] {
+        for reason in ["sender", "online", "no_devices", "not_mentioned", "conversation_off", "muted", "dnd", "snoozed", "ignored"] {
             #expect(reasons.contains(reason), "no scenario produces the suppression \(reason)")
         }
         #expect(expected.contains { $0.request.pushType == .voip }, "no VoIP notification predicted")
@@ -121,6 +124,17 @@ struct EndToEndTests {
             }
             #expect(ok, "\(s.scenario): no suppression in the explain trail for \(s.user): \(found)")
             #expect(found["reason"] as? String == s.reason, "\(s.scenario): \(s.user) explained as \(found["reason"] ?? "nil"), simulate says \(s.reason)")
+        }
+        // An event dropped at ingest has an event-level trail entry with the simulator's reason.
+        #expect(!dropped.isEmpty, "no scenario is dropped at ingest")
+        for d in dropped {
+            var lines: [[String: Any]] = []
+            let ok = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+                lines = (try? await stack.heraldctl(["explain", "--app", d.app, "--event", d.event]))?.lines ?? []
+                return lines.contains { $0["decision"] as? String == "drop" }
+            }
+            #expect(ok && lines.contains { $0["decision"] as? String == "drop" && $0["reason"] as? String == d.reason },
+                    "\(d.scenario): explain shows \(lines), simulate says drop/\(d.reason)")
         }
         // A delivered user's trail shows the per-device outcome.
         if let first = expected.first(where: { $0.scenario.hasPrefix("group chat") }) {

@@ -46,16 +46,17 @@ struct HarnessError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// One child process (a server or a stage).
+/// One child process (a server or a stage), started with `posix_spawn` so that it gets an empty signal mask
+/// and default signal dispositions: the test process's threads block SIGTERM, and `Foundation.Process` would
+/// pass that mask on (redis-server and Tansu would then ignore SIGTERM).
 final class ChildProcess: @unchecked Sendable {
-    // Safe: `process` is replaced only by `start()`, which the (serialized) harness calls; reads of a
-    // `Process` are thread-safe in Foundation.
+    // Safe: `pid` and `exitStatus` are behind `state`'s lock.
     let name: String
     let executable: String
     let arguments: [String]
     let environment: [String: String]
     let logPath: String
-    private var process: Process?
+    private let state = Guarded<(pid: pid_t?, exitStatus: Int32?)>((nil, nil))
 
     init(name: String, executable: String, arguments: [String], environment: [String: String] = [:], logPath: String) {
         self.name = name
@@ -65,58 +66,99 @@ final class ChildProcess: @unchecked Sendable {
         self.logPath = logPath
     }
 
-    var pid: Int32? { process.map(\.processIdentifier) }
-    var isRunning: Bool { process?.isRunning ?? false }
+    var pid: Int32? { state.withLock { $0.pid } }
+
+    /// Whether the child is still running (reaps it when it has exited).
+    var isRunning: Bool {
+        state.withLock { s in
+            guard let pid = s.pid else { return false }
+            var status: Int32 = 0
+            let r = waitpid(pid, &status, WNOHANG)
+            if r == 0 { return true }
+            if r == pid {
+                // WIFEXITED / WEXITSTATUS (macros are not imported).
+                s.exitStatus = (status & 0x7f) == 0 ? (status >> 8) & 0xff : nil
+            }
+            s.pid = nil
+            return false
+        }
+    }
+
+    /// Exit status of the last run when it exited normally (nil while running or when killed by a signal).
+    var exitStatus: Int32? { state.withLock { $0.exitStatus } }
 
     func start() throws {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw HarnessError("\(name): no executable at \(executable)")
         }
-        if !FileManager.default.fileExists(atPath: logPath) {
-            _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        if let header = "---- start \(Date()) ----\n".data(using: .utf8) {
+            if let h = FileHandle(forWritingAtPath: logPath) {
+                h.seekToEndOfFile()
+                h.write(header)
+                h.closeFile()
+            } else {
+                _ = FileManager.default.createFile(atPath: logPath, contents: header)
+            }
         }
-        guard let log = FileHandle(forWritingAtPath: logPath) else { throw HarnessError("\(name): cannot open \(logPath)") }
-        log.seekToEndOfFile()
-        log.write(Data("---- start \(Date()) ----\n".utf8))
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = arguments
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_APPEND | O_CREAT, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for sig in [SIGTERM, SIGINT, SIGPIPE, SIGHUP] { sigaddset(&defaults, sig) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
-        p.environment = env
-        p.standardOutput = log
-        p.standardError = log
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        process = p
-        ChildRegistry.add(p.processIdentifier)
+        let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp: [UnsafeMutablePointer<CChar>?] = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for p in argv { free(p) }
+            for p in envp { free(p) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+        guard rc == 0 else { throw HarnessError("\(name): posix_spawn failed: \(String(cString: strerror(rc)))") }
+        state.withLock { $0 = (pid, nil) }
+        ChildRegistry.add(pid)
     }
 
     /// SIGKILL, and wait until it is gone.
     func kill9() async {
-        guard let p = process, p.isRunning else { return }
-        kill(p.processIdentifier, SIGKILL)
-        await waitExit(p, timeout: .seconds(5))
-        ChildRegistry.remove(p.processIdentifier)
+        guard let pid, isRunning else { return }
+        kill(pid, SIGKILL)
+        await waitExit(timeout: .seconds(5))
+        ChildRegistry.remove(pid)
     }
 
     /// SIGTERM, then SIGKILL after `grace`. Returns the exit status (nil when it had to be killed).
     @discardableResult
     func stop(grace: Duration = .seconds(10)) async -> Int32? {
-        guard let p = process else { return nil }
-        defer { ChildRegistry.remove(p.processIdentifier) }
-        guard p.isRunning else { return p.terminationStatus }
-        kill(p.processIdentifier, SIGTERM)
-        if await waitExit(p, timeout: grace) { return p.terminationStatus }
-        kill(p.processIdentifier, SIGKILL)
-        await waitExit(p, timeout: .seconds(5))
+        guard let pid else { return exitStatus }
+        defer { ChildRegistry.remove(pid) }
+        guard isRunning else { return exitStatus }
+        kill(pid, SIGTERM)
+        if await waitExit(timeout: grace) { return exitStatus }
+        kill(pid, SIGKILL)
+        await waitExit(timeout: .seconds(5))
         return nil
     }
 
     @discardableResult
-    private func waitExit(_ p: Process, timeout: Duration) async -> Bool {
+    private func waitExit(timeout: Duration) async -> Bool {
         let deadline = ContinuousClock.now + timeout
-        while p.isRunning {
+        while isRunning {
             if ContinuousClock.now >= deadline { return false }
             try? await Task.sleep(for: .milliseconds(20))
         }

@@ -155,6 +155,16 @@ enum Scenarios {
              message(id("translate"), conversation: "d11", type: "direct", text: "Good night", recipients: ["r11"],
                      language: "en", translations: ["fr": "Bonne nuit", "de": "Gute Nacht"], createdAt: now)),
             ("call to VoIP tokens, alert without one", "app3", call(id("call"), createdAt: now)),
+            ("file message in a support conversation (custom_type template)", "app1", """
+             {"event_id": "\(id("file"))", "app_id": "app1", "kind": "message", "created_at": \(now),
+              "sender": {"id": "s1", "name": "Cindy"},
+              "conversation": {"id": "sup1", "type": "direct", "name": "Help desk", "custom_type": "support"},
+              "recipients": ["r4", "s1"],
+              "message": {"id": "m-file", "type": "file", "text": "",
+                          "file": {"name": "receipt.jpg", "mime_type": "image/jpeg", "url": "https://cdn.example/r.jpg"}}}
+             """),
+            ("open channel is dropped at ingest", "app1",
+             message(id("open"), conversation: "o1", type: "open", name: "Lobby", createdAt: now)),
             ("multi-device: only offline devices", "app2",
              message(id("multi"), app: "app2", sender: "a2s", conversation: "md1", text: "Hello all", createdAt: now)),
         ]

@@ -27,7 +27,10 @@ struct E2EStackTrait: SuiteTrait, TestScoping {
             await stack.stop()
             throw error
         }
-        await stack.stop()
+        // SPEC 6: on SIGTERM every stage finishes, commits and exits 0 within its deadline.
+        for stage in await stack.stop() {
+            Issue.record("\(stage) did not exit 0 within 8 s of SIGTERM")
+        }
     }
 }
 
@@ -184,15 +187,32 @@ final class E2EStack: @unchecked Sendable {
         log("stack up after \(ContinuousClock.now - startedAt)")
     }
 
-    func stop() async {
-        for stage in Self.stages.reversed() {
-            if let p = stageProcesses[stage] { await p.stop(grace: .seconds(8)) }
+    /// Stops everything; returns the stages that did not exit 0 on SIGTERM within the grace period.
+    @discardableResult
+    func stop() async -> [String] {
+        // Stages stop in parallel (each leaves its group and flushes on SIGTERM), then the servers.
+        let begin = ContinuousClock.now
+        let statuses = Guarded<[String: Int32?]>([:])
+        await withTaskGroup(of: Void.self) { group in
+            for (stage, p) in stageProcesses {
+                group.addTask {
+                    let status = await p.stop(grace: .seconds(8))
+                    statuses.withLock { $0[stage] = status }
+                }
+            }
         }
-        if let mock { await mock.stop(grace: .seconds(3)) }
+        let stagesDone = ContinuousClock.now
         redisConnection?.close()
-        if let tansu { await tansu.stop(grace: .seconds(3)) }
-        if let redis { await redis.stop(grace: .seconds(3)) }
-        log("stack stopped after \(ContinuousClock.now - startedAt); logs in \(runDir)")
+        var servers: [String] = []
+        for p in [mock, tansu, redis].compactMap({ $0 }) {
+            let t0 = ContinuousClock.now
+            let status = await p.stop(grace: .seconds(3))
+            servers.append("\(p.name) \(ContinuousClock.now - t0) exit \(status.map { "\($0)" } ?? "killed")")
+        }
+        log("servers: \(servers.joined(separator: ", "))")
+        let exits = statuses.withLock { $0 }.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value.map { "\($0)" } ?? "killed")" }
+        log("stages stopped in \(stagesDone - begin) (exit: \(exits.joined(separator: " "))), servers in \(ContinuousClock.now - stagesDone); logs in \(runDir)")
+        return statuses.withLock { $0 }.filter { $0.value != 0 }.map { "herald-\($0.key)" }.sorted()
     }
 
     // MARK: Stages
