@@ -169,3 +169,24 @@ struct EventValidationTests {
         #expect(FanOut.recipients(of: byMembers, members: ["u1", "u2", "u2", "u3"]) == ["u2", "u3"])
     }
 }
+
+@Suite("Event JSON Schema")
+struct EventSchemaTests {
+    @Test("docs/event-schema.json parses and its enums match the decoder")
+    func schemaMatchesDecoder() throws {
+        let data = try Data(contentsOf: repoRoot.appendingPathComponent("docs/event-schema.json"))
+        let schema = try JSONValue.parse(Array(data))
+        func enumValues(_ v: JSONValue?) -> [String] {
+            guard case .array(let a)? = v?["enum"] else { return [] }
+            return a.compactMap { if case .string(let s) = $0 { return s } else { return nil } }
+        }
+        let props = schema["properties"]
+        #expect(enumValues(props?["kind"]) == ChatEvent.Kind.allCases.map(\.rawValue))
+        #expect(enumValues(props?["conversation"]?["properties"]?["type"]) == ConversationType.allCases.map(\.rawValue))
+        #expect(enumValues(props?["message"]?["properties"]?["type"]) == MessageType.allCases.map(\.rawValue))
+        #expect(enumValues(props?["message"]?["properties"]?["mention_type"]) == MentionType.allCases.map(\.rawValue))
+        #expect(enumValues(props?["call"]?["properties"]?["action"]) == ChatEvent.CallAction.allCases.map(\.rawValue))
+        #expect(Set(enumValues(props?["group_action"]?["properties"]?["action"]))
+                    == Set(ChatEvent.GroupActionKind.allCases.map(\.rawValue) + ["kicked"]))
+    }
+}
