@@ -70,9 +70,13 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "herald-mock-apns", dependencies: [
-            "CNghttp2", "COpenSSL", "HeraldCore", "HeraldAPNs",
+            "HeraldMockAPNs",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        // The APNs stand-in as a library (checks, faults, recording, HTTP/2 server) so it is testable.
+        .target(name: "HeraldMockAPNs", dependencies: ["CNghttp2", "CHeraldMockTLS"]),
+        // OpenSSL server setup and ES256 verification for the stand-in (OpenSSL macros are not importable).
+        .target(name: "CHeraldMockTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .executableTarget(name: "herald-bench", dependencies: [
             "HeraldCore", "HeraldConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -91,5 +95,6 @@ let package = Package(
         .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka"]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore"]),
         .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),
+        .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs"]),
     ]
 )

@@ -1,0 +1,223 @@
+// One client connection: a non-blocking socket, its OpenSSL session and its nghttp2 server
+// session, plus the per-stream request state. Owned and driven by MockAPNsServer's loop thread.
+import CHeraldMockTLS
+import CNghttp2
+import Glibc
+
+/// The state of one request stream; slots are reused so a request allocates nothing new.
+struct StreamSlot {
+    var streamID: Int32 = 0
+    /// Bumped each time the slot is reused, so a delayed answer can tell its stream is gone.
+    var generation: UInt32 = 0
+    var head = RequestHead()
+    var body: [UInt8] = []
+    var bodyLength = 0
+    var refused = false
+    var answered = false
+    /// The error body being sent (`{"reason":...}`) and how much of it nghttp2 has taken.
+    var response: [UInt8] = []
+    var responseOffset = 0
+
+    init() {
+        body.reserveCapacity(RequestCheck.maxStoredBody + 1)
+        response.reserveCapacity(96)
+    }
+
+    mutating func reset(streamID: Int32) {
+        self.streamID = streamID
+        generation &+= 1
+        head.reset()
+        body.removeAll(keepingCapacity: true)
+        bodyLength = 0
+        refused = false
+        answered = false
+        response.removeAll(keepingCapacity: true)
+        responseOffset = 0
+    }
+}
+
+final class Connection {
+    let fd: Int32
+    let serial: UInt64
+    unowned let server: MockAPNsServer
+    var tls: OpaquePointer?
+    var session: OpaquePointer?
+    var handshaking = true
+    var certificateAuth = false
+    var raisedConcurrency = false
+    var raisePending = false
+    var streamsSeen = 0
+    var goawayLastStreamID: Int32 = 0
+    var resetRequested = false
+    var closed = false
+    var failed = false
+    var inDirtyList = false
+    var watchingWritable = false
+
+    // Output: bytes taken from nghttp2, not yet accepted by SSL_write.
+    var out: UnsafeMutablePointer<UInt8>
+    var outCapacity = 1 << 16
+    var outStart = 0
+    var outEnd = 0
+
+    // Streams.
+    var slots: [StreamSlot] = []
+    var freeSlots: [Int] = []
+    var slotOfStream: [Int32: Int] = [:]
+
+    // The last authorization header checked on this connection and its result.
+    var cachedAuthorization: [UInt8] = []
+    var cachedAuthorizationCheck: ProviderTokenCheck?
+
+    init(fd: Int32, serial: UInt64, server: MockAPNsServer, tls: OpaquePointer) {
+        self.fd = fd
+        self.serial = serial
+        self.server = server
+        self.tls = tls
+        out = .allocate(capacity: outCapacity)
+    }
+
+    deinit {
+        if let session { nghttp2_session_del(session) }
+        if let tls { hmt_conn_free(tls) }
+        out.deallocate()
+    }
+
+    var pendingOutput: Int { outEnd - outStart }
+
+    func appendOutput(_ p: UnsafePointer<UInt8>, _ n: Int) {
+        if outStart > 0 && outStart == outEnd { outStart = 0; outEnd = 0 }
+        if outEnd + n > outCapacity {
+            // Compact, then grow if still needed.
+            let live = outEnd - outStart
+            if outStart > 0 {
+                (out).update(from: out + outStart, count: live)
+                outStart = 0
+                outEnd = live
+            }
+            if outEnd + n > outCapacity {
+                var cap = outCapacity
+                while outEnd + n > cap { cap *= 2 }
+                let bigger = UnsafeMutablePointer<UInt8>.allocate(capacity: cap)
+                bigger.update(from: out, count: outEnd)
+                out.deallocate()
+                out = bigger
+                outCapacity = cap
+            }
+        }
+        (out + outEnd).update(from: p, count: n)
+        outEnd += n
+    }
+
+    // MARK: Stream slots
+
+    func openSlot(streamID: Int32) -> Int {
+        let index: Int
+        if let free = freeSlots.popLast() {
+            index = free
+        } else {
+            slots.append(StreamSlot())
+            index = slots.count - 1
+        }
+        slots[index].reset(streamID: streamID)
+        slotOfStream[streamID] = index
+        return index
+    }
+
+    func closeSlot(streamID: Int32) {
+        guard let index = slotOfStream.removeValue(forKey: streamID) else { return }
+        slots[index].generation &+= 1
+        freeSlots.append(index)
+    }
+
+    // MARK: HTTP/2 session
+
+    /// Creates the nghttp2 server session and queues the connection preface SETTINGS.
+    func startSession(initialConcurrentStreams: Int) -> Bool {
+        var callbacks: OpaquePointer?
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else { return false }
+        defer { nghttp2_session_callbacks_del(callbacks) }
+
+        nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks) { _, frame, userData in
+            guard let frame, let userData else { return 0 }
+            let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
+            guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
+                  frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST else { return 0 }
+            conn.server.beginStream(conn, streamID: frame.pointee.hd.stream_id)
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_header_callback(callbacks) { _, frame, name, namelen, value, valuelen, _, userData in
+            guard let frame, let userData, let name, let value else { return 0 }
+            guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
+            let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
+            guard let index = conn.slotOfStream[frame.pointee.hd.stream_id] else { return 0 }
+            let nameBuf = UnsafeRawBufferPointer(start: name, count: namelen)
+            guard let field = RequestField.from(name: nameBuf) else { return 0 }
+            if conn.slots[index].head.arena.count + valuelen > 16384 { return 0 }
+            conn.slots[index].head.set(field, UnsafeRawBufferPointer(start: value, count: valuelen))
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks) { _, _, streamID, data, len, userData in
+            guard let userData, let data else { return 0 }
+            let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
+            guard let index = conn.slotOfStream[streamID] else { return 0 }
+            conn.slots[index].bodyLength += len
+            let room = RequestCheck.maxStoredBody + 1 - conn.slots[index].body.count
+            if room > 0 {
+                conn.slots[index].body.append(contentsOf: UnsafeBufferPointer(start: data, count: min(room, len)))
+            }
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks) { _, frame, userData in
+            guard let frame, let userData else { return 0 }
+            let type = frame.pointee.hd.type
+            guard type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue) else { return 0 }
+            let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
+            let streamID = frame.pointee.hd.stream_id
+            guard let index = conn.slotOfStream[streamID] else { return 0 }
+            if conn.slots[index].refused {
+                if type == UInt8(NGHTTP2_HEADERS.rawValue) {
+                    nghttp2_submit_rst_stream(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,
+                                              NGHTTP2_REFUSED_STREAM.rawValue)
+                }
+                return 0
+            }
+            if frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
+                conn.server.requestComplete(conn, slot: index)
+            }
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks) { _, streamID, _, userData in
+            guard let userData else { return 0 }
+            let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
+            conn.closeSlot(streamID: streamID)
+            return 0
+        }
+
+        var s: OpaquePointer?
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        guard nghttp2_session_server_new(&s, callbacks, me) == 0, let s else { return false }
+        session = s
+
+        var settings = [
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+                                   value: UInt32(initialConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue),
+                                   value: 1 << 20),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_FRAME_SIZE.rawValue),
+                                   value: 1 << 14),
+        ]
+        guard nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count) == 0 else { return false }
+        // A large connection window so clients never stall on flow control.
+        _ = nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 1 << 26)
+        return true
+    }
+
+    /// Sends SETTINGS_MAX_CONCURRENT_STREAMS (APNs raises it after a token-auth connection's first success).
+    func submitMaxConcurrentStreams(_ value: Int) {
+        guard let session else { return }
+        var entry = nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+                                           value: UInt32(value))
+        nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entry, 1)
+    }
+}
