@@ -142,7 +142,7 @@ final class H2Connection {
     // MARK: Streams
 
     /// Submits one request. Returns the stream id, or nil when this connection cannot open more streams.
-    func submit(_ job: Job, authority: [UInt8], bearer: String?, scratch: inout [UInt8]) -> Int32? {
+    func submit(_ job: Job, authority: [UInt8], bearer: [UInt8]?, scratch: inout [UInt8]) -> Int32? {
         guard let session else { return nil }
         let r = job.request
         scratch.removeAll(keepingCapacity: true)
@@ -158,7 +158,7 @@ final class H2Connection {
         add(":scheme", "https".utf8)
         add(":path", job.path)
         add(":authority", authority)
-        if let bearer { add("authorization", ("bearer " + bearer).utf8) }
+        if let bearer { add("authorization", bearer) }
         add("apns-topic", r.topic.utf8)
         add("apns-push-type", r.pushType.rawValue.utf8)
         if let p = r.priority { add("apns-priority", String(p.rawValue).utf8) }

@@ -45,6 +45,7 @@ final class Connection {
     var handshaking = true
     var certificateAuth = false
     var raisedConcurrency = false
+    var raisePending = false
     var streamsSeen = 0
     var goawayLastStreamID: Int32 = 0
     var resetRequested = false
@@ -212,10 +213,9 @@ final class Connection {
         return true
     }
 
-    /// Raises SETTINGS_MAX_CONCURRENT_STREAMS (APNs does this after a token-auth connection's first success).
-    func raiseConcurrency(to value: Int) {
-        guard let session, !raisedConcurrency else { return }
-        raisedConcurrency = true
+    /// Sends SETTINGS_MAX_CONCURRENT_STREAMS (APNs raises it after a token-auth connection's first success).
+    func submitMaxConcurrentStreams(_ value: Int) {
+        guard let session else { return }
         var entry = nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
                                            value: UInt32(value))
         nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entry, 1)

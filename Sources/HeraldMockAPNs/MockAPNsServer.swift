@@ -308,7 +308,14 @@ public final class MockAPNsServer: @unchecked Sendable {
                 closeConnection(conn, abort: false)
                 return
             }
-            guard n > 0, let p else { break }
+            guard n > 0, let p else {
+                if conn.raisePending {
+                    conn.raisePending = false
+                    conn.submitMaxConcurrentStreams(configuration.maxConcurrentStreams)
+                    continue
+                }
+                break
+            }
             conn.appendOutput(p, n)
         }
         while conn.outStart < conn.outEnd {
@@ -471,7 +478,10 @@ public final class MockAPNsServer: @unchecked Sendable {
         if verdict.status == 200 {
             nghttp2_submit_response(session, streamID, nva, 2, nil)
             if !conn.raisedConcurrency {
-                conn.raiseConcurrency(to: configuration.maxConcurrentStreams)
+                // Submitted in flush, once this 200 has been serialized: nghttp2 sends SETTINGS
+                // ahead of queued HEADERS, and the raise must follow the success on the wire.
+                conn.raisedConcurrency = true
+                conn.raisePending = true
             }
         } else {
             nva[2] = nghttp2_nv(name: scratch + Self.contentTypeName, value: scratch + Self.contentTypeValue,
