@@ -237,6 +237,9 @@ private let teamID = "DEF123GHIJ"
                         "apns-push-type": "background", "apns-collapse-id": "c1", "apns-expiration": "1700000000"],
                        body: "{\"aps\":{\"content-available\":1},\n \"x\":\"é\"}", pki: pki)
         _ = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "com.other"], body: body, pki: pki)
+        // Written within 100 ms while the server runs, not only at exit.
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n").count == 2)
         #expect(mock.stop() == 0)
         let lines = try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n")
         #expect(lines.count == 2)
@@ -271,6 +274,19 @@ private let teamID = "DEF123GHIJ"
         #expect(metricValue(m, "herald_mock_apns_connections_total") == 2)
         #expect(metricValue(m, "herald_mock_apns_streams_total") == 2)
         #expect(m.contains("# TYPE herald_mock_apns_requests_total counter"))
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func survivesClientsThatDoNotSpeakH2OverTLS() throws {
+        let mock = try MockProcess(pki: pki, ["--metrics-port", "0"])
+        let http1 = try runProcess("curl", ["-sk", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", mock.url + devicePath])
+        #expect(http1.output != "200")
+        let cleartext = try runProcess("curl", ["-s", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}",
+                                                "http://127.0.0.1:\(mock.port)" + devicePath])
+        #expect(cleartext.output != "200")
+        let t = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(t.answers.first?.status == 200)
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_handshake_failures_total") == 2)
         #expect(mock.stop() == 0)
     }
 
