@@ -91,7 +91,7 @@ final class Connection {
             // Compact, then grow if still needed.
             let live = outEnd - outStart
             if outStart > 0 {
-                (out).update(from: out + outStart, count: live)
+                memmove(out, out + outStart, live)
                 outStart = 0
                 outEnd = live
             }

@@ -32,6 +32,8 @@ public final class MockAPNsServer: @unchecked Sendable {
     private var delayed: [DelayedAnswer] = []
     private var delayedHead = 0
     private var httpClients: [Int32: [UInt8]] = [:]
+    /// Per provider key: `iat` of the newest token accepted (for TooManyProviderTokenUpdates).
+    private var currentTokenIssuedAt: [String: Int64] = [:]
     private let readBuffer: UnsafeMutablePointer<UInt8>
     private static let readBufferSize = 1 << 16
     /// Header names and values of an answer are assembled here (nghttp2 copies them on submit).
@@ -425,10 +427,21 @@ public final class MockAPNsServer: @unchecked Sendable {
         switch result {
         case .invalid:
             return .invalidProviderToken
-        case .valid(let issuedAt):
+        case .valid(let keyID, let issuedAt):
             let nowSeconds = nowWallMillis / 1000
             if issuedAt > nowSeconds + configuration.providerTokenClockSkewSeconds { return .invalidProviderToken }
             if nowSeconds - issuedAt > configuration.providerTokenMaxAgeSeconds { return .expiredProviderToken }
+            let minimum = configuration.minimumTokenUpdateIntervalSeconds
+            if minimum > 0 {
+                // The key's current token is the newest accepted one; older ones stay usable
+                // until they expire (other connections may still carry them).
+                if let current = currentTokenIssuedAt[keyID], issuedAt > current {
+                    if issuedAt - current < minimum { return .tooManyProviderTokenUpdates }
+                    currentTokenIssuedAt[keyID] = issuedAt
+                } else if currentTokenIssuedAt[keyID] == nil {
+                    currentTokenIssuedAt[keyID] = issuedAt
+                }
+            }
             return nil
         }
     }
