@@ -118,6 +118,11 @@ public struct AppConfig: Sendable {
         self.payloadProfile = payloadProfile
         self.multiDevice = multiDevice
         self.badge = badge
+        // CometChat carries the sender in the alert title, so its body is the message alone.
+        var templates = templates
+        if case .cometchat = payloadProfile, templates.defaultPair == nil {
+            templates.defaultPair = TemplatePair(text: "{message}", file: "{filename}")
+        }
         self.templates = templates
         var normalizedCatalogs: [String: [String: String]] = [:]
         for (locale, table) in catalogs { normalizedCatalogs[Language.normalize(locale), default: [:]].merge(table) { $1 } }

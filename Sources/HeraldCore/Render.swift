@@ -113,7 +113,8 @@ public enum Renderer {
         let nowMillis = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         let eventSeconds = event.ruleTime(now: nowMillis) / 1000
         let isCall = event.kind == .call
-        var payloads: [APNsRequest.PushType: [UInt8]] = [:]
+        var alertPayload: [UInt8]?
+        var voipPayload: [UInt8]?
         var out: [APNsRequest] = []
         out.reserveCapacity(targets.count)
         for device in targets {
@@ -122,12 +123,12 @@ public enum Renderer {
                 throw RenderError(code: .noTopic, detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
             }
             let payload: [UInt8]
-            if let p = payloads[pushType] {
+            if let p = pushType == .voip ? voipPayload : alertPayload {
                 payload = p
             } else {
                 payload = try renderPayload(event: event, recipient: recipient, state: state, app: app,
                                             senderDisplayName: senderDisplayName, pushType: pushType)
-                payloads[pushType] = payload
+                if pushType == .voip { voipPayload = payload } else { alertPayload = payload }
             }
             let expiration = eventSeconds + (isCall ? app.callExpirationSeconds : app.expirationSeconds)
             var collapse: String?
