@@ -130,7 +130,8 @@ public enum Renderer {
                                             senderDisplayName: senderDisplayName, pushType: pushType)
                 if pushType == .voip { voipPayload = payload } else { alertPayload = payload }
             }
-            let expiration = eventSeconds + (isCall ? app.callExpirationSeconds : app.expirationSeconds)
+            let (sum, overflow) = eventSeconds.addingReportingOverflow(isCall ? app.callExpirationSeconds : app.expirationSeconds)
+            let expiration = overflow ? Int64.max : sum
             var collapse: String?
             if let call = event.call, isCall {
                 let id = "call-" + call.sessionID

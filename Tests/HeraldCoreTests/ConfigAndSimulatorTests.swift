@@ -64,6 +64,8 @@ struct PipelineConfigTests {
             ("apps: {a: {credentials: [{environment: sandbox}]}}", "apps.a.credentials[0].bundle_id"),
             ("apps: {a: {credentials: [{bundle_id: x}]}}", "apps.a.credentials[0]"),
             ("redis: {port: high}", "redis.port"),
+            ("apps: {a: {expiration_seconds: 99999999999}}", "apps.a.expiration_seconds"),
+            ("apps: {a: {call_expiration_seconds: -1}}", "apps.a.call_expiration_seconds"),
             ("apps: [1, 2]", "apps"),
             ("apps: {a: {payload: [", "(file)"),
         ]

@@ -107,7 +107,7 @@ struct StateTests {
     func clockTimes() {
         #expect(ClockTime("24:00")?.minutes == 1440)
         #expect(ClockTime("7:05")?.minutes == 425)
-        for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00"] { #expect(ClockTime(bad) == nil, "\(bad)") }
+        for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00", "+1:00", " 1:00", "1:0x"] { #expect(ClockTime(bad) == nil, "\(bad)") }
     }
 
     @Test("stage records round-trip as JSON")
