@@ -140,6 +140,15 @@ struct SimulatorTests {
         #expect(out[2].user == "u3" && out[2].decision == .deliver)
     }
 
+    @Test("the call example rings u2's VoIP token in French")
+    func callExample() throws {
+        let out = try lines("pipelines/examples/event-call.json")
+        let r = try #require(out.first?.notifications.first)
+        #expect(out.count == 1 && out[0].decision == .deliver)
+        #expect(r.pushType == .voip && r.topic == "com.example.calls.voip" && r.collapseID == "call-v1.123.aik2")
+        #expect(try payload(r)["body"] == .string("APPEL VIDÉO"))
+    }
+
     @Test("a dropped event prints a single line with user null")
     func dropped() throws {
         let out = try lines("pipelines/examples/event-open.json")
