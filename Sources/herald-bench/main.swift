@@ -113,5 +113,22 @@ struct HeraldBench: ParsableCommand {
         print(String(format: "  rendered payloads per wall second:  %.0f", Double(payloads) / secs))
         print(String(format: "  recipients (decision + render) per wall second:  %.0f", Double(decisions) / secs))
         print(String(format: "  recipients (decision + render) per CPU second:   %.0f  (one core; target 150000)", Double(decisions) / cpu))
+
+        // Stage record codec: what suppress/render pay per recipient on Kafka.
+        let (_, sample) = states[1]
+        let record = DeliverableRecord(event: event, recipient: "u1", state: sample, targets: sample.devices)
+        let encoded = StageCodec.encode(record)
+        let codecCPU = threadCPUSeconds()
+        var codecCount = 0
+        while threadCPUSeconds() - codecCPU < min(1.0, seconds / 3) {
+            for _ in 0..<100 {
+                let bytes = StageCodec.encode(record)
+                _ = try StageCodec.decode(DeliverableRecord.self, from: bytes)
+                codecCount += 1
+            }
+        }
+        let codecSecs = threadCPUSeconds() - codecCPU
+        print(String(format: "  herald.deliverable record (%d bytes) encode + decode per CPU second: %.0f",
+                     encoded.count, Double(codecCount) / codecSecs))
     }
 }
