@@ -83,7 +83,13 @@ struct HeraldBench: ParsableCommand {
 
         // Warm up (fills the time zone cache, faults in code).
         for _ in 0..<200 { _ = round() }
+        func threadCPUSeconds() -> Double {
+            var ts = timespec()
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+            return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+        }
         let clock = ContinuousClock()
+        let cpuStart = threadCPUSeconds()
         var decisions = 0, payloads = 0, bytes = 0
         let start = clock.now
         let deadline = start.advanced(by: .milliseconds(Int(seconds * 1000)))
@@ -98,13 +104,31 @@ struct HeraldBench: ParsableCommand {
             }
         }
         let elapsed = clock.now - start
+        let cpu = threadCPUSeconds() - cpuStart
         let secs = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let perRound = round()
         print("herald-bench: \(members)-member group, Sendbird profile, mixed preferences, one thread")
         print("  per event: \(perRound.decisions) decisions, \(perRound.payloads) payloads (\(perRound.payloads > 0 ? perRound.bytes / perRound.payloads : 0) bytes average)")
-        print(String(format: "  %d events in %.2f s", rounds, secs))
-        print(String(format: "  decisions per second:                  %.0f", Double(decisions) / secs))
-        print(String(format: "  rendered payloads per second:          %.0f", Double(payloads) / secs))
-        print(String(format: "  recipient decisions + renders per second: %.0f", Double(decisions) / secs))
+        print(String(format: "  %d events in %.2f s wall, %.2f s on-CPU (this thread)", rounds, secs, cpu))
+        print(String(format: "  rendered payloads per wall second:  %.0f", Double(payloads) / secs))
+        print(String(format: "  recipients (decision + render) per wall second:  %.0f", Double(decisions) / secs))
+        print(String(format: "  recipients (decision + render) per CPU second:   %.0f  (one core; target 150000)", Double(decisions) / cpu))
+
+        // Stage record codec: what suppress/render pay per recipient on Kafka.
+        let (_, sample) = states[1]
+        let record = DeliverableRecord(event: event, recipient: "u1", state: sample, targets: sample.devices)
+        let encoded = StageCodec.encode(record)
+        let codecCPU = threadCPUSeconds()
+        var codecCount = 0
+        while threadCPUSeconds() - codecCPU < min(1.0, seconds / 3) {
+            for _ in 0..<100 {
+                let bytes = StageCodec.encode(record)
+                _ = try StageCodec.decode(DeliverableRecord.self, from: bytes)
+                codecCount += 1
+            }
+        }
+        let codecSecs = threadCPUSeconds() - codecCPU
+        print(String(format: "  herald.deliverable record (%d bytes) encode + decode per CPU second: %.0f",
+                     encoded.count, Double(codecCount) / codecSecs))
     }
 }

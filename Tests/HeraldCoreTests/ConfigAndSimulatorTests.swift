@@ -64,6 +64,8 @@ struct PipelineConfigTests {
             ("apps: {a: {credentials: [{environment: sandbox}]}}", "apps.a.credentials[0].bundle_id"),
             ("apps: {a: {credentials: [{bundle_id: x}]}}", "apps.a.credentials[0]"),
             ("redis: {port: high}", "redis.port"),
+            ("apps: {a: {expiration_seconds: 99999999999}}", "apps.a.expiration_seconds"),
+            ("apps: {a: {call_expiration_seconds: -1}}", "apps.a.call_expiration_seconds"),
             ("apps: [1, 2]", "apps"),
             ("apps: {a: {payload: [", "(file)"),
         ]
@@ -136,6 +138,15 @@ struct SimulatorTests {
         let morning = Date(timeIntervalSince1970: 1_732_060_800)  // 08:58 Seoul
         let out = try lines("pipelines/examples/event-group.json", at: morning)
         #expect(out[2].user == "u3" && out[2].decision == .deliver)
+    }
+
+    @Test("the call example rings u2's VoIP token in French")
+    func callExample() throws {
+        let out = try lines("pipelines/examples/event-call.json")
+        let r = try #require(out.first?.notifications.first)
+        #expect(out.count == 1 && out[0].decision == .deliver)
+        #expect(r.pushType == .voip && r.topic == "com.example.calls.voip" && r.collapseID == "call-v1.123.aik2")
+        #expect(try payload(r)["body"] == .string("APPEL VIDÉO"))
     }
 
     @Test("a dropped event prints a single line with user null")

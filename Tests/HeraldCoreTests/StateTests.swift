@@ -107,7 +107,7 @@ struct StateTests {
     func clockTimes() {
         #expect(ClockTime("24:00")?.minutes == 1440)
         #expect(ClockTime("7:05")?.minutes == 425)
-        for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00"] { #expect(ClockTime(bad) == nil, "\(bad)") }
+        for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00", "+1:00", " 1:00", "1:0x"] { #expect(ClockTime(bad) == nil, "\(bad)") }
     }
 
     @Test("stage records round-trip as JSON")
@@ -116,26 +116,60 @@ struct StateTests {
         let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
         let state = try #require(f.users["u2"])
         let ingested = IngestedRecord(event: e, ingestedAt: 5)
-        #expect(try StageCodec.decode(IngestedRecord.self, from: try StageCodec.encode(ingested)) == ingested)
+        #expect(try StageCodec.decode(IngestedRecord.self, from: StageCodec.encode(ingested)) == ingested)
         #expect(ingested.key == "c1")
         let resolved = ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C")
-        #expect(try StageCodec.decode(ResolvedRecord.self, from: try StageCodec.encode(resolved)) == resolved)
+        #expect(try StageCodec.decode(ResolvedRecord.self, from: StageCodec.encode(resolved)) == resolved)
         let deliverable = DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices)
-        #expect(try StageCodec.decode(DeliverableRecord.self, from: try StageCodec.encode(deliverable)) == deliverable)
+        #expect(try StageCodec.decode(DeliverableRecord.self, from: StageCodec.encode(deliverable)) == deliverable)
         let requests = try Renderer.render(event: e, recipient: "u2", state: state, targets: state.devices,
                                            app: AppConfig(), now: now0)
         let outbound = OutboundRecord(eventID: e.eventID, appID: e.appID, recipient: "u2", request: try #require(requests.first),
                                       attempt: 2, notBefore: 99)
-        let decodedOutbound = try StageCodec.decode(OutboundRecord.self, from: try StageCodec.encode(outbound))
+        let decodedOutbound = try StageCodec.decode(OutboundRecord.self, from: StageCodec.encode(outbound))
         #expect(decodedOutbound == outbound)
         #expect(outbound.key == tokenA)
         let dlq = DLQRecord(original: [0, 255, 10], sourceTopic: "chat.events", stage: "ingest", reason: "invalid",
                             detail: "event_id: missing", time: 7)
-        let decodedDLQ = try StageCodec.decode(DLQRecord.self, from: try StageCodec.encode(dlq))
+        let decodedDLQ = try StageCodec.decode(DLQRecord.self, from: StageCodec.encode(dlq))
         #expect(decodedDLQ == dlq && decodedDLQ.originalBytes == [0, 255, 10])
         // A resolved record with a broken event names the field.
         #expect(throws: StageRecordError.self) {
             try StageCodec.decode(ResolvedRecord.self, from: Array(#"{"event":{"event_id":1},"recipient":"u","state":{"devices":[]}}"#.utf8))
+        }
+    }
+
+    @Test("the fast record codec and the Codable form read each other")
+    func fastCodecMatchesCodable() throws {
+        let e = try event(validEvent)
+        let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
+        let state = try #require(f.users["u2"])
+        let request = try #require(try Renderer.render(event: e, recipient: "u2", state: state, targets: state.devices,
+                                                       app: AppConfig(), now: now0).first)
+        func check<T: StageRecord & Equatable>(_ record: T) throws {
+            let fast = StageCodec.encode(record)
+            #expect(try JSONDecoder().decode(T.self, from: Data(fast)) == record)
+            let slow = try JSONEncoder().encode(record)
+            #expect(try StageCodec.decode(T.self, from: Array(slow)) == record)
+        }
+        try check(IngestedRecord(event: e, ingestedAt: 1))
+        try check(ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C"))
+        try check(DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices))
+        try check(OutboundRecord(eventID: "e", appID: "a", recipient: "u2", request: request, attempt: 3, notBefore: 5))
+        try check(DLQRecord(original: Array("x".utf8), stage: "send", reason: "BadTopic", detail: "d", time: 2))
+        // Errors name the path.
+        let broken = Array(#"{"event":\#(String(decoding: e.jsonBytes, as: UTF8.self)),"recipient":"u2","state":{"devices":[{"kind":"voip"}]},"targets":[]}"#.utf8)
+        do {
+            _ = try StageCodec.decode(DeliverableRecord.self, from: broken)
+            Issue.record("accepted")
+        } catch {
+            #expect(error.detail.hasPrefix("state.devices[0].token: missing"), "\(error)")
+        }
+        do {
+            _ = try StageCodec.decode(ResolvedRecord.self, from: Array(#"{"event":{"event_id":"x"},"recipient":"u","state":{"devices":[]}}"#.utf8))
+            Issue.record("accepted")
+        } catch {
+            #expect(error.detail.hasPrefix("event.app_id: missing"), "\(error)")
         }
     }
 
