@@ -374,8 +374,9 @@ final class ClientLoop: @unchecked Sendable {
     private func kill(_ c: H2Connection, why: String) {
         guard !c.dead else { return }
         c.dead = true
-        logger.warning("apns connection closed", metadata: ["connection": "\(c.id)", "why": "\(why)",
-                                                            "in_flight": "\(c.streams.count)"])
+        let level: Logger.Level = c.goawayReceived && c.streams.isEmpty ? .debug : .warning
+        logger.log(level: level, "apns connection closed", metadata: ["connection": "\(c.id)", "why": "\(why)",
+                                                                      "in_flight": "\(c.streams.count)"])
         let jobs = c.streams.sorted { $0.key < $1.key }.map(\.value)
         c.streams.removeAll()
         c.releaseSession()
