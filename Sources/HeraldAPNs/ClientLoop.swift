@@ -426,7 +426,7 @@ final class ClientLoop: @unchecked Sendable {
         }
         let text = reason?.wire ?? "HTTP \(status)"
         let disposition = config.retry.disposition(for: answer, reasonText: text, attempt: job.attempts,
-                                                   unit: Double.random(in: 0..<1, using: &rng))
+                                                   unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
         if scheduleRetry(job, disposition) { return }
         complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
     }

@@ -307,6 +307,29 @@ struct ClientIntegrationTests {
         await c.shutdown()
     }
 
+    @Test func unansweredPingReplacesTheConnectionAndLosesNothing() async throws {
+        let pki = try PKI()
+        let server = try startMock(pki)
+        defer { server.stop() }
+        let proxy = try FreezingProxy(upstreamPort: server.port)
+        defer { proxy.stop() }
+        let c = try client(pki, port: proxy.port, pingInterval: .milliseconds(200), pingTimeout: .milliseconds(300))
+        #expect(await c.send(request(1)).status == 200)
+        proxy.freeze()
+        // In flight on a connection whose peer went silent: the PING goes unanswered, the
+        // connection is replaced, and the request is retried on the new one.
+        let start = ContinuousClock.now
+        let r = await c.send(request(2, timeout: .seconds(10)))
+        #expect(r.status == 200)
+        #expect(r.attempts == 2, "one attempt lost with the dead connection, one delivered")
+        #expect(ContinuousClock.now - start < .seconds(3))
+        let stats = c.stats
+        #expect(stats.connectionsReplacedAfterPing == 1)
+        #expect(stats.connectionsOpened == 2)
+        #expect(proxy.connectionsAccepted == 2)
+        await c.shutdown()
+    }
+
     @Test func unreachableServerFailsWithinBudget() async throws {
         let pki = try PKI()
         let port = freePort()
