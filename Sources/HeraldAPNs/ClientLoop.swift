@@ -103,6 +103,14 @@ final class ClientLoop: @unchecked Sendable {
         if signal { wake() }
     }
 
+    /// Asks the loop to stop without waiting (used when the client is dropped).
+    func requestStop() {
+        lock.lock()
+        if stopDeadline == nil { stopDeadline = .now }
+        lock.unlock()
+        wake()
+    }
+
     func stop(drainFor grace: Duration) async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             lock.lock()
@@ -166,7 +174,7 @@ final class ClientLoop: @unchecked Sendable {
                 polled.append(c)
             }
             let busy = liveJobs > 0 || !delayed.isEmpty || stopping != nil
-            _ = poll(&fds, nfds_t(fds.count), busy ? 5 : 200)
+            _ = poll(&fds, nfds_t(fds.count), busy ? 10 : 200)
 
             if fds[0].revents != 0 {
                 var sink = [UInt8](repeating: 0, count: 256)
@@ -179,7 +187,7 @@ final class ClientLoop: @unchecked Sendable {
             let now = ContinuousClock.now
             if now >= nextTimers {
                 runTimers(now: now)
-                nextTimers = now + .milliseconds(5)
+                nextTimers = now + .milliseconds(10)
             }
             maintainConnections(now: now)
             dispatch(now: now)
@@ -374,8 +382,9 @@ final class ClientLoop: @unchecked Sendable {
     private func kill(_ c: H2Connection, why: String) {
         guard !c.dead else { return }
         c.dead = true
-        logger.warning("apns connection closed", metadata: ["connection": "\(c.id)", "why": "\(why)",
-                                                            "in_flight": "\(c.streams.count)"])
+        let level: Logger.Level = c.goawayReceived && c.streams.isEmpty ? .debug : .warning
+        logger.log(level: level, "apns connection closed", metadata: ["connection": "\(c.id)", "why": "\(why)",
+                                                                      "in_flight": "\(c.streams.count)"])
         let jobs = c.streams.sorted { $0.key < $1.key }.map(\.value)
         c.streams.removeAll()
         c.releaseSession()
@@ -417,7 +426,7 @@ final class ClientLoop: @unchecked Sendable {
         }
         let text = reason?.wire ?? "HTTP \(status)"
         let disposition = config.retry.disposition(for: answer, reasonText: text, attempt: job.attempts,
-                                                   unit: Double.random(in: 0..<1, using: &rng))
+                                                   unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
         if scheduleRetry(job, disposition) { return }
         complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
     }
