@@ -14,6 +14,7 @@ struct StreamSlot {
     var bodyLength = 0
     var refused = false
     var answered = false
+    var free = false
     /// The error body being sent (`{"reason":...}`) and how much of it nghttp2 has taken.
     var response: [UInt8] = []
     var responseOffset = 0
@@ -31,6 +32,7 @@ struct StreamSlot {
         bodyLength = 0
         refused = false
         answered = false
+        free = false
         response.removeAll(keepingCapacity: true)
         responseOffset = 0
     }
@@ -39,7 +41,9 @@ struct StreamSlot {
 final class Connection {
     let fd: Int32
     let serial: UInt64
-    unowned let server: MockAPNsServer
+    /// unowned(unsafe): the server owns every connection (its tables are the only strong
+    /// references) and outlives them, so no reference counting is needed on the hot path.
+    unowned(unsafe) let server: MockAPNsServer
     var tls: OpaquePointer?
     var session: OpaquePointer?
     var handshaking = true
@@ -63,7 +67,6 @@ final class Connection {
     // Streams.
     var slots: [StreamSlot] = []
     var freeSlots: [Int] = []
-    var slotOfStream: [Int32: Int] = [:]
 
     // The last authorization header checked on this connection and its result.
     var cachedAuthorization: [UInt8] = []
@@ -120,13 +123,24 @@ final class Connection {
             index = slots.count - 1
         }
         slots[index].reset(streamID: streamID)
-        slotOfStream[streamID] = index
+        // The slot index rides on nghttp2's own stream map (index + 1, so 0 means none).
+        nghttp2_session_set_stream_user_data(session, streamID, UnsafeMutableRawPointer(bitPattern: index + 1))
+        return index
+    }
+
+    /// The slot of an open stream.
+    @inline(__always)
+    func slotIndex(of streamID: Int32) -> Int? {
+        guard let raw = nghttp2_session_get_stream_user_data(session, streamID) else { return nil }
+        let index = Int(bitPattern: raw) - 1
+        guard index >= 0, index < slots.count, slots[index].streamID == streamID, !slots[index].free else { return nil }
         return index
     }
 
     func closeSlot(streamID: Int32) {
-        guard let index = slotOfStream.removeValue(forKey: streamID) else { return }
+        guard let index = slotIndex(of: streamID) else { return }
         slots[index].generation &+= 1
+        slots[index].free = true
         freeSlots.append(index)
     }
 
@@ -150,7 +164,7 @@ final class Connection {
             guard let frame, let userData, let name, let value else { return 0 }
             guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
-            guard let index = conn.slotOfStream[frame.pointee.hd.stream_id] else { return 0 }
+            guard let index = conn.slotIndex(of: frame.pointee.hd.stream_id) else { return 0 }
             let nameBuf = UnsafeRawBufferPointer(start: name, count: namelen)
             guard let field = RequestField.from(name: nameBuf) else { return 0 }
             if conn.slots[index].head.arena.count + valuelen > 16384 { return 0 }
@@ -160,7 +174,7 @@ final class Connection {
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks) { _, _, streamID, data, len, userData in
             guard let userData, let data else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
-            guard let index = conn.slotOfStream[streamID] else { return 0 }
+            guard let index = conn.slotIndex(of: streamID) else { return 0 }
             conn.slots[index].bodyLength += len
             let room = RequestCheck.maxStoredBody + 1 - conn.slots[index].body.count
             if room > 0 {
@@ -174,7 +188,7 @@ final class Connection {
             guard type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue) else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
             let streamID = frame.pointee.hd.stream_id
-            guard let index = conn.slotOfStream[streamID] else { return 0 }
+            guard let index = conn.slotIndex(of: streamID) else { return 0 }
             if conn.slots[index].refused {
                 if type == UInt8(NGHTTP2_HEADERS.rawValue) {
                     nghttp2_submit_rst_stream(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,

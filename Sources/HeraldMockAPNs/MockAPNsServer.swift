@@ -504,7 +504,7 @@ public final class MockAPNsServer: @unchecked Sendable {
             provider.read_callback = { _, streamID, buf, length, flags, _, userData in
                 guard let userData, let buf, let flags else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
                 let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
-                guard let index = conn.slotOfStream[streamID] else {
+                guard let index = conn.slotIndex(of: streamID) else {
                     flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
                     return 0
                 }
