@@ -40,11 +40,12 @@ public final class MockAPNsServer: @unchecked Sendable {
     private let scratch: UnsafeMutablePointer<UInt8>
     private let nva: UnsafeMutablePointer<nghttp2_nv>
     private var nextSerial: UInt64 = 0
-    private var nowMonotonicMillis: Int64 = 0
+    private var nowMonotonicMicros: Int64 = 0
     private var nowWallMillis: Int64 = 0
     private var stopping = false
 
     struct DelayedAnswer {
+        /// Monotonic microseconds.
         let due: Int64
         let connection: Connection
         let slot: Int
@@ -147,7 +148,9 @@ public final class MockAPNsServer: @unchecked Sendable {
         while !stopping {
             var timeout: Int32 = recorder == nil ? 1000 : 100
             if delayedHead < delayed.count {
-                timeout = Int32(clamping: max(0, min(Int64(timeout), delayed[delayedHead].due - nowMonotonicMillis)))
+                // Round up: waking before the due time would only spin.
+                let wait = (delayed[delayedHead].due - nowMonotonicMicros + 999) / 1000
+                timeout = Int32(clamping: max(0, min(Int64(timeout), wait)))
             }
             let n = hmt_epoll_wait(epollFD, readyFDs, readyEvents, maxEvents, timeout)
             updateClock()
@@ -388,7 +391,7 @@ public final class MockAPNsServer: @unchecked Sendable {
         if conn.resetRequested { return }
         let verdict = evaluate(conn, slot: slot)
         if configuration.latencyMilliseconds > 0 {
-            delayed.append(DelayedAnswer(due: nowMonotonicMillis + Int64(configuration.latencyMilliseconds),
+            delayed.append(DelayedAnswer(due: nowMonotonicMicros + Int64(configuration.latencyMilliseconds) * 1000,
                                          connection: conn, slot: slot,
                                          generation: conn.slots[slot].generation, verdict: verdict))
         } else {
@@ -447,7 +450,7 @@ public final class MockAPNsServer: @unchecked Sendable {
     }
 
     private func fireDelayedAnswers() {
-        while delayedHead < delayed.count && delayed[delayedHead].due <= nowMonotonicMillis {
+        while delayedHead < delayed.count && delayed[delayedHead].due <= nowMonotonicMicros {
             let d = delayed[delayedHead]
             delayedHead += 1
             let conn = d.connection
@@ -665,7 +668,7 @@ public final class MockAPNsServer: @unchecked Sendable {
     private func updateClock() {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
-        nowMonotonicMillis = Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+        nowMonotonicMicros = Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
         clock_gettime(CLOCK_REALTIME, &ts)
         nowWallMillis = Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
