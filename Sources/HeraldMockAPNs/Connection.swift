@@ -51,7 +51,8 @@ final class Connection {
     var raisedConcurrency = false
     var raisePending = false
     var streamsSeen = 0
-    var goawayLastStreamID: Int32 = 0
+    /// Set once this side sent GOAWAY: streams above it are refused.
+    var goawayLastStreamID: Int32?
     var resetRequested = false
     var closed = false
     var failed = false

@@ -138,15 +138,23 @@ public final class MockAPNsServer: @unchecked Sendable {
     }
 
     /// Serves until `stop()`; blocks the calling thread (give it a thread of its own).
-    /// On return, connections are closed and the record file is flushed.
+    /// `stop()` drains: every connection gets GOAWAY (NO_ERROR, last processed stream,
+    /// `{"reason":"Shutdown"}`), requests already received are still answered (up to
+    /// `--latency-ms` + 1 s), then connections close and the record file is flushed.
     public func run() {
         let maxEvents: Int32 = 256
         let readyFDs = UnsafeMutablePointer<Int32>.allocate(capacity: Int(maxEvents))
         let readyEvents = UnsafeMutablePointer<Int32>.allocate(capacity: Int(maxEvents))
         defer { readyFDs.deallocate(); readyEvents.deallocate() }
         updateClock()
-        while !stopping {
-            var timeout: Int32 = recorder == nil ? 1000 : 100
+        var drainDeadline: Int64?
+        while true {
+            if stopping && drainDeadline == nil {
+                drainDeadline = nowMonotonicMicros + Int64(configuration.latencyMilliseconds + 1000) * 1000
+                beginShutdown()
+            }
+            if let deadline = drainDeadline, connections.isEmpty || nowMonotonicMicros >= deadline { break }
+            var timeout: Int32 = recorder == nil && drainDeadline == nil ? 1000 : 100
             if delayedHead < delayed.count {
                 // Round up: waking before the due time would only spin.
                 let wait = (delayed[delayedHead].due - nowMonotonicMicros + 999) / 1000
@@ -161,6 +169,8 @@ public final class MockAPNsServer: @unchecked Sendable {
                 if fd == listenFD {
                     acceptConnections()
                 } else if fd == wakeFD {
+                    var value: UInt64 = 0
+                    _ = read(wakeFD, &value, 8)
                     stopping = true
                 } else if fd == metricsFD {
                     acceptHTTPClients()
@@ -185,6 +195,24 @@ public final class MockAPNsServer: @unchecked Sendable {
     }
 
     // MARK: Connections
+
+    private func beginShutdown() {
+        hmt_epoll_ctl(epollFD, 2, listenFD, 0)
+        let reason = Array(#"{"reason":"Shutdown"}"#.utf8)
+        for conn in connections.values {
+            guard let session = conn.session else {
+                closeConnection(conn, abort: false)
+                continue
+            }
+            let last = nghttp2_session_get_last_proc_stream_id(session)
+            if conn.goawayLastStreamID.map({ last < $0 }) ?? true { conn.goawayLastStreamID = last }
+            reason.withUnsafeBufferPointer { r in
+                _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), last, NGHTTP2_NO_ERROR.rawValue,
+                                          r.baseAddress, r.count)
+            }
+            markDirty(conn)
+        }
+    }
 
     private func acceptConnections() {
         while true {
@@ -369,7 +397,7 @@ public final class MockAPNsServer: @unchecked Sendable {
     func beginStream(_ conn: Connection, streamID: Int32) {
         let slot = conn.openSlot(streamID: streamID)
         metrics.streams += 1
-        if conn.goawayLastStreamID != 0 && streamID > conn.goawayLastStreamID {
+        if let last = conn.goawayLastStreamID, streamID > last {
             conn.slots[slot].refused = true
             metrics.refusedStreams += 1
             return
@@ -379,7 +407,7 @@ public final class MockAPNsServer: @unchecked Sendable {
             conn.resetRequested = true
             return
         }
-        if configuration.goawayEvery > 0 && conn.goawayLastStreamID == 0 && conn.streamsSeen >= configuration.goawayEvery {
+        if configuration.goawayEvery > 0 && conn.goawayLastStreamID == nil && conn.streamsSeen >= configuration.goawayEvery {
             conn.goawayLastStreamID = streamID
             metrics.goaways += 1
             nghttp2_submit_goaway(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,

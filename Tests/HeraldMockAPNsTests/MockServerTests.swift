@@ -290,6 +290,25 @@ private let teamID = "DEF123GHIJ"
         #expect(mock.stop() == 0)
     }
 
+    @Test func sigtermDrainsRequestsInFlightAfterGoaway() throws {
+        let mock = try MockProcess(pki: pki, ["--latency-ms", "400"])
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        client.arguments = ["nghttp", "-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body),
+                            mock.url + devicePath]
+        let pipe = Pipe()
+        client.standardOutput = pipe
+        try client.run()
+        Thread.sleep(forTimeInterval: 0.15)
+        #expect(mock.stop() == 0)
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        client.waitUntilExit()
+        let t = parseNghttp(out)
+        #expect(t.answers.first?.status == 200, "the request received before SIGTERM is answered")
+        #expect(out.contains(#"opaque_data(21)=[{"reason":"Shutdown"}]"#))
+        #expect(t.goawayLastStreamID == t.answers.first?.streamID)
+    }
+
     @Test func refusesToStartWithBadOptions() throws {
         let exe = binDirectory().appendingPathComponent("herald-mock-apns").path
         let r = try runProcess(exe, ["--cert", pki.serverCert, "--key", pki.serverKey, "--rate-429", "1.5"])
