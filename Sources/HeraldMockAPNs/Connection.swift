@@ -202,6 +202,13 @@ final class Connection {
             }
             return 0
         }
+        nghttp2_session_callbacks_set_on_frame_send_callback(callbacks) { _, frame, userData in
+            guard let frame, let userData, frame.pointee.hd.type == UInt8(NGHTTP2_RST_STREAM.rawValue),
+                  frame.pointee.rst_stream.error_code == NGHTTP2_REFUSED_STREAM.rawValue else { return 0 }
+            // Counts both our refusals after GOAWAY and nghttp2's above the advertised limit.
+            Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue().server.countRefusedStream()
+            return 0
+        }
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks) { _, streamID, _, userData in
             guard let userData else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()

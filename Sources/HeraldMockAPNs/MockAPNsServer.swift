@@ -399,7 +399,6 @@ public final class MockAPNsServer: @unchecked Sendable {
         metrics.streams += 1
         if let last = conn.goawayLastStreamID, streamID > last {
             conn.slots[slot].refused = true
-            metrics.refusedStreams += 1
             return
         }
         conn.streamsSeen += 1
@@ -414,6 +413,8 @@ public final class MockAPNsServer: @unchecked Sendable {
                                   NGHTTP2_NO_ERROR.rawValue, nil, 0)
         }
     }
+
+    func countRefusedStream() { metrics.refusedStreams += 1 }
 
     func requestComplete(_ conn: Connection, slot: Int) {
         if conn.resetRequested { return }
