@@ -190,7 +190,7 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func goawayEveryNStreams() throws {
-        let mock = try MockProcess(pki: pki, ["--goaway-every", "3", "--initial-streams", "100"])
+        let mock = try MockProcess(pki: pki, ["--goaway-every", "3", "--initial-streams", "100", "--metrics-port", "0"])
         let paths = (0..<6).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
         let t = try nghttp(mock.url, paths: paths, headers: ["apns-topic": topic], body: body, pki: pki)
         let answered = t.answers.filter { $0.status == 200 }.map(\.streamID).sorted()
@@ -199,6 +199,8 @@ private let teamID = "DEF123GHIJ"
         #expect(answered.last == last, "the last answered stream is the GOAWAY's last-stream-id")
         #expect(t.refusedStreams.count == 3)
         #expect(t.refusedStreams.allSatisfy { $0 > last })
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_refused_streams_total") == 3)
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_goaways_total") == 1)
         #expect(mock.stop() == 0)
     }
 
@@ -288,6 +290,25 @@ private let teamID = "DEF123GHIJ"
         #expect(t.answers.first?.status == 200)
         #expect(metricValue(try mock.metrics(), "herald_mock_apns_handshake_failures_total") == 2)
         #expect(mock.stop() == 0)
+    }
+
+    @Test func sigtermDrainsRequestsInFlightAfterGoaway() throws {
+        let mock = try MockProcess(pki: pki, ["--latency-ms", "400"])
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        client.arguments = ["nghttp", "-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body),
+                            mock.url + devicePath]
+        let pipe = Pipe()
+        client.standardOutput = pipe
+        try client.run()
+        Thread.sleep(forTimeInterval: 0.15)
+        #expect(mock.stop() == 0)
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        client.waitUntilExit()
+        let t = parseNghttp(out)
+        #expect(t.answers.first?.status == 200, "the request received before SIGTERM is answered")
+        #expect(out.contains(#"opaque_data(21)=[{"reason":"Shutdown"}]"#))
+        #expect(t.goawayLastStreamID == t.answers.first?.streamID)
     }
 
     @Test func refusesToStartWithBadOptions() throws {
