@@ -168,6 +168,15 @@ final class ConsumerCore: @unchecked Sendable {
         handle = try RdKafkaHandle(
             type: RD_KAFKA_CONSUMER, properties: LibrdkafkaProperties.consumer(configuration), logger: logger
         ) { conf in
+            rd_kafka_conf_set_offset_commit_cb(conf) { _, err, offsets, opaque in
+                guard err != RD_KAFKA_RESP_ERR_NO_ERROR, err != RD_KAFKA_RESP_ERR__NO_OFFSET, let opaque else { return }
+                let ctx = Unmanaged<CallbackContext>.fromOpaque(opaque).takeUnretainedValue()
+                let partitions = readPartitionList(offsets).map { "\($0.0)@\($0.1)" }.joined(separator: ",")
+                ctx.logger.warning("offset commit failed", metadata: [
+                    "code": .string(String(cString: rd_kafka_err2name(err))), "partitions": .string(partitions),
+                ])
+                ctx.consumer?.countError()
+            }
             rd_kafka_conf_set_rebalance_cb(conf) { rk, err, partitions, opaque in
                 guard let rk else { return }
                 let consumer = opaque.map { Unmanaged<CallbackContext>.fromOpaque($0).takeUnretainedValue().consumer } ?? nil
@@ -181,6 +190,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
         handle.callbackContext.consumer = self
+        // (Auto-commit results are logged by the offset-commit callback installed above.)
         rd_kafka_poll_set_consumer(handle.pointer)
 
         let topics = makePartitionList(configuration.topics.map { (TopicPartition(topic: $0, partition: -1), nil) })
@@ -237,6 +247,8 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
     }
+
+    func countError() { errorCounter.increment() }
 
     func setUserPaused(_ paused: Bool) { state.withLock { $0.userPaused = paused } }
     var isUserPaused: Bool { state.withLock { $0.userPaused } }
@@ -494,7 +506,8 @@ final class ConsumerCore: @unchecked Sendable {
             }
             // Commit what is done before giving the partitions away.
             if rd_kafka_assignment_lost(rk) == 0 {
-                let commitErr = rd_kafka_commit(rk, partitions, 0)
+                // NULL: the stored offsets of the whole (eager: revoked) assignment.
+                let commitErr = rd_kafka_commit(rk, nil, 0)
                 if commitErr != RD_KAFKA_RESP_ERR_NO_ERROR && commitErr != RD_KAFKA_RESP_ERR__NO_OFFSET {
                     errorCounter.increment()
                     logger.warning("commit on revoke failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(commitErr)))])

@@ -294,3 +294,50 @@ final class Counter: @unchecked Sendable {
     func add(_ o: Int64) { lock.lock(); set.insert(o); lock.unlock() }
     var offsets: Set<Int64> { lock.lock(); defer { lock.unlock() }; return set }
 }
+
+@Suite("Kafka adapter rebalancing on Tansu", .serialized)
+struct KafkaRebalanceTests {
+    @Test("a member joining revokes the assignment: completed work is committed first, the rest is redelivered once")
+    func revokeCommitsCompletedWork() async throws {
+        let broker = try TansuBroker()
+        defer { broker.stop() }
+        let topic = uniqueName("revoke")
+        let group = uniqueName("g")
+        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 2)],
+                                              configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        let producer = try producer(broker.bootstrap)
+        for p in 0..<2 {
+            try await producer.sendAll((0..<10).map { ProducerRecord(topic: topic, key: "k", value: bytes("p\(p)-\($0)"), partition: Int32(p)) })
+        }
+        var config = consumerConfig(broker.bootstrap, group: group, topics: [topic])
+        config.autoCommitInterval = .seconds(600)  // only the revoke may commit
+        let a = try KafkaConsumer(configuration: config, logger: testLogger("a"))
+        let first = try await collect(a, count: 20)
+        #expect(first.count == 20)
+        a.complete(first.filter { $0.offset < 5 })
+
+        let b = try KafkaConsumer(configuration: config, logger: testLogger("b"))
+        try await eventually("rebalanced to one partition each", timeout: .seconds(30)) {
+            a.assignment.count == 1 && b.assignment.count == 1
+        }
+        let tps = (0..<2).map { TopicPartition(topic: topic, partition: Int32($0)) }
+        let committed = try await a.committed(tps)
+        #expect(tps.map { committed[$0] } == [5, 5], "completed offsets were committed on revoke: \(committed)")
+
+        // Completing records of the revoked assignment now changes nothing.
+        a.complete(first.filter { $0.offset >= 5 })
+        try await a.commit()
+        #expect(try await a.committed(tps).mapValues { $0 } == committed)
+
+        async let fromA = collect(a, count: 10, timeout: .seconds(5))
+        async let fromB = collect(b, count: 10, timeout: .seconds(5))
+        let redelivered = try await fromA + fromB
+        #expect(redelivered.count == 10)
+        for tp in tps {
+            #expect(redelivered.filter { $0.topicPartition == tp }.map(\.offset).sorted() == [5, 6, 7, 8, 9])
+        }
+        await a.shutdown()
+        await b.shutdown()
+        try await producer.shutdown()
+    }
+}
