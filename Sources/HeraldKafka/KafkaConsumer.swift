@@ -168,6 +168,15 @@ final class ConsumerCore: @unchecked Sendable {
         handle = try RdKafkaHandle(
             type: RD_KAFKA_CONSUMER, properties: LibrdkafkaProperties.consumer(configuration), logger: logger
         ) { conf in
+            rd_kafka_conf_set_offset_commit_cb(conf) { _, err, offsets, opaque in
+                guard err != RD_KAFKA_RESP_ERR_NO_ERROR, err != RD_KAFKA_RESP_ERR__NO_OFFSET, let opaque else { return }
+                let ctx = Unmanaged<CallbackContext>.fromOpaque(opaque).takeUnretainedValue()
+                let partitions = readPartitionList(offsets).map { "\($0.0)@\($0.1)" }.joined(separator: ",")
+                ctx.logger.warning("offset commit failed", metadata: [
+                    "code": .string(String(cString: rd_kafka_err2name(err))), "partitions": .string(partitions),
+                ])
+                ctx.consumer?.countError()
+            }
             rd_kafka_conf_set_rebalance_cb(conf) { rk, err, partitions, opaque in
                 guard let rk else { return }
                 let consumer = opaque.map { Unmanaged<CallbackContext>.fromOpaque($0).takeUnretainedValue().consumer } ?? nil
@@ -181,6 +190,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
         handle.callbackContext.consumer = self
+        // (Auto-commit results are logged by the offset-commit callback installed above.)
         rd_kafka_poll_set_consumer(handle.pointer)
 
         let topics = makePartitionList(configuration.topics.map { (TopicPartition(topic: $0, partition: -1), nil) })
@@ -237,6 +247,8 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
     }
+
+    func countError() { errorCounter.increment() }
 
     func setUserPaused(_ paused: Bool) { state.withLock { $0.userPaused = paused } }
     var isUserPaused: Bool { state.withLock { $0.userPaused } }
@@ -313,30 +325,52 @@ final class ConsumerCore: @unchecked Sendable {
         return batch
     }
 
+    /// The poll thread's loop. Backpressure when the caller is slower than the broker:
+    /// with the prefetch buffer full the thread first just waits (librdkafka keeps its own
+    /// bounded fetch queue, and a short wait costs nothing); if the buffer stays full for
+    /// `stallPauseAfter`, it pauses the assignment so librdkafka stops fetching while the
+    /// thread keeps serving rebalances and heartbeats, and resumes once the buffer is
+    /// half empty. (Pausing purges librdkafka's fetch queue, so it is not done per batch.)
     private func runLoop() {
         let rk = handle.pointer
+        let stallPauseAfter: Duration = .seconds(1)
         var nextLag = ContinuousClock.now + configuration.lagInterval
+        var fullSince: ContinuousClock.Instant?
+        var stallPaused = false
         while true {
             // 1. Commands, stop requests, pause/resume decisions.
-            let (commands, stop, pauseChange) = state.withLock { s -> ([(OpaquePointer?) -> Void], Bool, Bool?) in
+            let now = ContinuousClock.now
+            let (commands, stop, pauseChange, full) = state.withLock { s -> ([(OpaquePointer?) -> Void], Bool, Bool?, Bool) in
                 let commands = s.commands
                 s.commands = []
-                let wantPaused = s.userPaused || s.buffer.count >= capacity
+                let full = s.buffer.count >= capacity
+                if full {
+                    if fullSince == nil { fullSince = now }
+                    if let since = fullSince, now - since >= stallPauseAfter { stallPaused = true }
+                } else {
+                    fullSince = nil
+                    if s.buffer.count <= capacity / 2 { stallPaused = false }
+                }
+                let wantPaused = s.userPaused || stallPaused
                 var change: Bool?
                 if wantPaused != s.pausedApplied {
                     s.pausedApplied = wantPaused
                     change = wantPaused
                 }
-                return (commands, s.stopRequested || s.fatal != nil, change)
+                return (commands, s.stopRequested || s.fatal != nil, change, full)
             }
             commands.forEach { $0(rk) }
             if stop { break }
             if let pause = pauseChange { applyPause(pause, rk) }
 
-            // 2. One poll: a record, an error, or callbacks (rebalance, commits, logs).
-            if let message = rd_kafka_consumer_poll(rk, pollSliceMs) {
-                handle(message)
-                rd_kafka_message_destroy(message)
+            // 2. Poll: records, errors, or callbacks (rebalance, commits, logs). After the
+            //    first record, drain what is already queued (up to a batch) without waiting,
+            //    then append it all under one lock. With a full buffer, wait instead
+            //    (unless stall-paused, when polling returns only events).
+            if full && !stallPaused {
+                usleep(1000)
+            } else {
+                pollAndBuffer(rk)
             }
 
             // 3. Hand a batch to a waiting caller if it is full or its time is up.
@@ -351,11 +385,47 @@ final class ConsumerCore: @unchecked Sendable {
         finish(rk)
     }
 
-    private func handle(_ message: UnsafeMutablePointer<rd_kafka_message_t>) {
+    /// Bumped by every rebalance callback; read and written on the poll thread only.
+    private var rebalanceGeneration: UInt64 = 0
+
+    private func pollAndBuffer(_ rk: OpaquePointer) {
+        guard let first = rd_kafka_consumer_poll(rk, pollSliceMs) else { return }
+        let (epochs, room) = state.withLock { ($0.epochs, max(1, capacity - $0.buffer.count)) }
+        // (When stall-paused the buffer may be full; a record still arriving is kept anyway.)
+        let generation = rebalanceGeneration
+        var records: [ConsumerRecord] = []
+        var next: UnsafeMutablePointer<rd_kafka_message_t>? = first
+        while let message = next {
+            if let record = convert(message, epochs: epochs) { records.append(record) }
+            rd_kafka_message_destroy(message)
+            if records.count >= min(room, configuration.batchSize) { break }
+            next = rd_kafka_consumer_poll(rk, 0)
+            if rebalanceGeneration != generation {
+                // Everything collected belonged to the assignment just revoked: it will be
+                // fetched again from the committed offsets. `next` came after the rebalance.
+                records = []
+                if let message = next { rd_kafka_message_destroy(message) }
+                break
+            }
+        }
+        guard !records.isEmpty else { return }
+        state.withLock { s in
+            for record in records {
+                let tp = record.topicPartition
+                guard s.epochs[tp] == record.epoch else { continue }  // no longer ours
+                if s.trackers[tp]?.epoch != record.epoch { s.trackers[tp] = Tracked(epoch: record.epoch) }
+                s.trackers[tp]?.tracker.delivered(record.offset)
+                s.buffer.append(record)
+            }
+        }
+    }
+
+    /// A record, or nil for errors (logged, counted; a fatal error is kept to be thrown).
+    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64]) -> ConsumerRecord? {
         let m = message.pointee
         let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
         guard m.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
+            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
             errorCounter.increment()
             if m.err == RD_KAFKA_RESP_ERR__FATAL {
                 var errbuf = [CChar](repeating: 0, count: 512)
@@ -363,23 +433,17 @@ final class ConsumerCore: @unchecked Sendable {
                 let error = KafkaError.rdkafka(.fatal, code, "fatal consumer error: \(cStringBuffer(errbuf))")
                 logger.error("kafka consumer fatal error", metadata: ["error": .string(error.description)])
                 state.withLock { $0.fatal = error }
-                return
+                return nil
             }
             let detail = m.payload.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: m.len), as: UTF8.self) } ?? ""
             logger.warning("kafka consumer error", metadata: [
                 "code": .string(String(cString: rd_kafka_err2name(m.err))), "topic": .string(topic),
                 "partition": .stringConvertible(m.partition), "detail": .string(detail),
             ])
-            return
+            return nil
         }
-        let tp = TopicPartition(topic: topic, partition: m.partition)
-        state.withLock { s in
-            guard let epoch = s.epochs[tp] else { return }  // not (or no longer) ours
-            let record = ConsumerRecord(copying: message, topic: topic, epoch: epoch)
-            if s.trackers[tp]?.epoch != epoch { s.trackers[tp] = Tracked(epoch: epoch) }
-            s.trackers[tp]?.tracker.delivered(record.offset)
-            s.buffer.append(record)
-        }
+        guard let epoch = epochs[TopicPartition(topic: topic, partition: m.partition)] else { return nil }
+        return ConsumerRecord(copying: message, topic: topic, epoch: epoch)
     }
 
     private func serveWaiter() {
@@ -413,6 +477,7 @@ final class ConsumerCore: @unchecked Sendable {
     fileprivate func rebalance(_ rk: OpaquePointer, _ err: rd_kafka_resp_err_t,
                                _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?) {
         let tps = readPartitionList(partitions).map(\.0)
+        rebalanceGeneration &+= 1
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             let paused = state.withLock { s -> Bool in
@@ -441,7 +506,8 @@ final class ConsumerCore: @unchecked Sendable {
             }
             // Commit what is done before giving the partitions away.
             if rd_kafka_assignment_lost(rk) == 0 {
-                let commitErr = rd_kafka_commit(rk, partitions, 0)
+                // NULL: the stored offsets of the whole (eager: revoked) assignment.
+                let commitErr = rd_kafka_commit(rk, nil, 0)
                 if commitErr != RD_KAFKA_RESP_ERR_NO_ERROR && commitErr != RD_KAFKA_RESP_ERR__NO_OFFSET {
                     errorCounter.increment()
                     logger.warning("commit on revoke failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(commitErr)))])

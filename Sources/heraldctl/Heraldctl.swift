@@ -9,6 +9,7 @@ struct Heraldctl: AsyncParsableCommand {
         abstract: "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ.",
         subcommands: [
             Simulate.self,
+            Push.self,
             DeviceCommand.self,
             PrefsCommand.self,
             PresenceCommand.self,
