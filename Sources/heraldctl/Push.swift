@@ -41,7 +41,7 @@ struct Push: AsyncParsableCommand {
         guard let type = APNsPushType(rawValue: pushType) else {
             throw ValidationError("unknown --push-type \(pushType)")
         }
-        guard let env = APNsEnvironment(rawValue: environment) else {
+        guard let env = HeraldAPNs.APNsEnvironment(rawValue: environment) else {
             throw ValidationError("--environment must be production or sandbox")
         }
         var prio: APNsPriority?
@@ -62,7 +62,7 @@ struct Push: AsyncParsableCommand {
             credential: credential, environment: env, endpoint: endpoint, trustedCAFile: caFile, connections: 1,
             maxInFlight: 1, connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1))
         let client: APNsClient
-        do { client = try APNsClient(configuration: config) } catch { throw ValidationError(error.description) }
+        do { client = try APNsClient(configuration: config) } catch { throw ValidationError("\(error)") }
         let request = APNsRequest(deviceToken: deviceToken, topic: topic, pushType: type, priority: prio,
                                   expiration: expiration, collapseID: collapseID, apnsID: apnsID, payload: payload,
                                   timeout: .milliseconds(Int64(timeout * 1000)))
@@ -87,11 +87,11 @@ struct Push: AsyncParsableCommand {
         }
     }
 
-    private func loadCredential() throws -> APNsCredential {
+    private func loadCredential() throws -> HeraldAPNs.APNsCredential {
         if let keyP8 {
             guard let keyID, let teamID else { throw ValidationError("--key-p8 needs --key-id and --team-id") }
-            do { return try APNsCredential.token(keyID: keyID, teamID: teamID, p8Path: keyP8) }
-            catch { throw ValidationError(error.description) }
+            do { return try HeraldAPNs.APNsCredential.token(keyID: keyID, teamID: teamID, p8Path: keyP8) }
+            catch { throw ValidationError("\(error)") }
         }
         if let cert {
             guard let certKey else { throw ValidationError("--cert needs --cert-key") }
