@@ -362,6 +362,29 @@ struct EndToEndTests {
         #expect(devices == [tok(401)], "devices after removal: \(devices.map { $0.suffix(6) })")
         #expect(stack.recorded().contains { $0.token == E2EStack.deadToken && $0.status == 410 })
         #expect(stack.deliveredCounts().keys.contains { $0.hasPrefix(tok(401)) })
+
+        // The same token registered (by another user) after the 410's timestamp is kept.
+        let eventID2 = Scenarios.id("dead-reregistered")
+        try await stack.publish([Scenarios.message(eventID2, conversation: "ddt2", type: "direct", recipients: ["dt2"], createdAt: Self.now())])
+        var trail: [[String: Any]] = []
+        let reported = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
+            trail = (try? await stack.heraldctl(["explain", "--app", "app1", "--event", eventID2, "--user", "dt2"]))?.lines ?? []
+            let devices = trail.first?["devices"] as? [[String: Any]] ?? []
+            return devices.contains { $0["decision"] as? String == "token_dead" }
+        }
+        #expect(reported, "send did not report the dead token for dt2: \(trail)")
+        // Give the registry time to apply the feedback (it is right behind send), then check it kept the device.
+        let feedbackSeen = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+            let records = (try? await stack.readTopic("herald.token-feedback")) ?? []
+            return records.contains { r in
+                guard let v = r.value, let f = try? StageCodec.decode(TokenFeedbackRecord.self, from: v) else { return false }
+                return f.user == "dt2"
+            }
+        }
+        #expect(feedbackSeen, "no token feedback for dt2 on herald.token-feedback")
+        try await Task.sleep(for: .seconds(2))
+        let dt2 = try await stack.store.loadUser(app: "app1", user: "dt2", now: Self.now())
+        #expect(dt2.devices.map(\.token) == [E2EStack.deadToken], "a token registered after the 410 timestamp was removed")
     }
 
     // MARK: heraldctl against the running stack

@@ -50,7 +50,8 @@ enum Scenarios {
         "k4":  {"devices": [{"token": "\(tok(204))", "registered_at": 1700000000000}]},
         "x1":  {"devices": [{"token": "\(tok(301))", "registered_at": 1700000000000}]},
         "dt":  {"devices": [{"token": "\(E2EStack.deadToken)", "registered_at": 1700000000000},
-                            {"token": "\(tok(401))", "registered_at": 1700000000000}]}
+                            {"token": "\(tok(401))", "registered_at": 1700000000000}]},
+        "dt2": {"devices": [{"token": "\(E2EStack.deadToken)", "registered_at": 4000000000000}]}
       },
       "conversations": {
         "g1": {"members": ["s1", "r1", "r2", "r3"]},
