@@ -221,9 +221,15 @@ struct KafkaTansuTests {
         consumer.pause()
         #expect(consumer.isPaused)
         try await Task.sleep(for: .milliseconds(300))  // the poll thread applies the pause
-        try await producer.sendAll((0..<5).map { ProducerRecord(topic: topic, key: "k", value: bytes("b\($0)"), partition: 0) })
+        // One record per request: Tansu answers ListOffsets(latest) with the last batch's
+        // base offset + 1, so only single-record batches give it the true high watermark.
+        for i in 0..<5 {
+            try await producer.sendAll([ProducerRecord(topic: topic, key: "k", value: bytes("b\(i)"), partition: 0)])
+        }
         let whilePaused = try await collect(consumer, count: 1, timeout: .seconds(2))
         #expect(whilePaused.isEmpty, "nothing is fetched while paused")
+        let tp = TopicPartition(topic: topic, partition: 0)
+        try await eventually("lag seen while paused (watermarks queried from the broker)") { consumer.lag[tp] == 5 }
         consumer.resume()
         let afterResume = try await collect(consumer, count: 5)
         #expect(afterResume.map(\.offset) == [5, 6, 7, 8, 9])
