@@ -274,6 +274,38 @@ struct KafkaTansuTests {
         try await producer.shutdown()
     }
 
+    @Test("completions from many tasks in random order commit exactly the high watermark of every partition")
+    func concurrentCompletions() async throws {
+        let broker = try TansuBroker()
+        defer { broker.stop() }
+        let topic = uniqueName("concurrent")
+        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 4)],
+                                              configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        let producer = try producer(broker.bootstrap)
+        let reports = try await producer.send((0..<4000).map { ProducerRecord(topic: topic, key: "u\($0)", value: bytes("\($0)")) })
+        #expect(reports.allSatisfy { $0.isDelivered })
+        var expected: [TopicPartition: Int64] = [:]
+        for r in reports { expected[TopicPartition(topic: topic, partition: r.partition), default: 0] += 1 }
+
+        let consumer = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic], batchSize: 250),
+                                         logger: testLogger("test.consumer"))
+        let got = try await collect(consumer, count: 4000)
+        #expect(got.count == 4000)
+        await withTaskGroup(of: Void.self) { group in
+            for slice in got.shuffled().chunked(into: 97) {
+                group.addTask {
+                    for record in slice.shuffled() { consumer.complete(record) }
+                }
+            }
+        }
+        #expect(consumer.outstanding == 0)
+        try await consumer.commit()
+        let committed = try await consumer.committed(Array(expected.keys))
+        #expect(committed == expected, "every partition committed up to its end")
+        await consumer.shutdown()
+        try await producer.shutdown()
+    }
+
     @Test("fire-and-track produce reports each record's delivery")
     func fireAndTrack() async throws {
         let broker = try TansuBroker()
@@ -348,5 +380,11 @@ struct KafkaRebalanceTests {
         await a.shutdown()
         await b.shutdown()
         try await producer.shutdown()
+    }
+}
+
+extension Array {
+    func chunked(into size: Int) -> [[Element]] {
+        stride(from: 0, to: count, by: size).map { Array(self[$0..<Swift.min($0 + size, count)]) }
     }
 }
