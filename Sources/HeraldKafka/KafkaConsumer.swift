@@ -76,7 +76,8 @@ public final class KafkaConsumer: Sendable {
     /// whose position is not known yet are absent.
     public var lag: [TopicPartition: Int64] { core.lagSnapshot }
 
-    /// Records completed but not yet committable, plus records handed out and not completed.
+    /// Records fetched (prefetched or handed out) whose offsets are not committable yet:
+    /// not completed, or completed behind an earlier record that is not. 0 when all done.
     public var outstanding: Int { core.outstanding }
 
     /// Commits the stored offsets now (synchronously against the broker, on the poll thread).
