@@ -10,6 +10,7 @@
 #
 # Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
 # HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the stand-in base+9).
+# HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -108,7 +109,7 @@ sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/Auth
   --auth-key "KEY1234567:ABCDE12345:$RUN/AuthKey.pub.pem" --auth-key "KEY7654321:ABCDE12345:$RUN/AuthKey.pub.pem" \
   --topic com.example.chat --topic com.example.chat.beta --topic com.example.messenger --topic com.example.calls \
   --dead-token dead000000000000000000000000000000000000000000000000000000000007 \
-  --record "$RUN/apns-record.jsonl" --metrics-port "$((METRICS_BASE + 9))" \
+  --record "$RUN/apns-record.jsonl" --metrics-port "$((METRICS_BASE + 9))" ${HERALD_LOCAL_MOCK_ARGS:-} \
   >"$RUN/logs/mock-apns.log" 2>&1 &
 echo $! >"$RUN/mock-apns.pid"
 for _ in $(seq 1 50); do port_open "$APNS_PORT" && break; sleep 0.1; done
