@@ -112,5 +112,10 @@ let package = Package(
         .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs"]),
         .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),
+        .testTarget(name: "HeraldStageLoopTests", dependencies: [
+            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Metrics", package: "swift-metrics"),
+        ]),
     ]
 )
