@@ -96,6 +96,10 @@ let package = Package(
             "HeraldCore", "HeraldConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        .executableTarget(name: "herald-kafka-bench", dependencies: [
+            "HeraldKafka",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .executableTarget(name: "herald-apns-bench", dependencies: [
             "HeraldCore", "HeraldAPNs",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

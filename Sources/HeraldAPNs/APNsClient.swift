@@ -24,6 +24,9 @@ public final class APNsClient: Sendable {
         loop.start()
     }
 
+    /// A client dropped without `shutdown` still ends its I/O thread (failing what is left).
+    deinit { loop.requestStop() }
+
     /// Sends one notification and waits for its final outcome.
     public func send(_ request: APNsRequest) async -> APNsResponse {
         _ = await loop.gate.acquire(upTo: 1)

@@ -44,6 +44,9 @@ final class ClientLoop: @unchecked Sendable {
     private var rng = SystemRandomNumberGenerator()
     private var nextTimers: ContinuousClock.Instant = .now
     private var stopping: ContinuousClock.Instant?
+    private var localStats = APNsClientStats()
+    private var finishedThisPass: [(Job, APNsResponse)] = []
+    private var bearerCache: (issuedAt: Date, header: [UInt8])?
 
     init(config: APNsClientConfiguration, logger: Logger) throws(APNsError) {
         self.config = config
@@ -94,11 +97,18 @@ final class ClientLoop: @unchecked Sendable {
             return
         }
         inbox.append(contentsOf: jobs)
-        statsValue.submitted += jobs.count
         let signal = !wakeSignalled
         wakeSignalled = true
         lock.unlock()
         if signal { wake() }
+    }
+
+    /// Asks the loop to stop without waiting (used when the client is dropped).
+    func requestStop() {
+        lock.lock()
+        if stopDeadline == nil { stopDeadline = .now }
+        lock.unlock()
+        wake()
     }
 
     func stop(drainFor grace: Duration) async {
@@ -119,14 +129,26 @@ final class ClientLoop: @unchecked Sendable {
     var stats: APNsClientStats {
         lock.lock(); defer { lock.unlock() }
         var s = statsValue
+        s.submitted += inbox.count
         s.jwtRenewals = tokens?.renewalCount ?? 0
         return s
     }
 
+    /// Loop thread only: counters are published once per pass (before completions run).
     private func bump(_ change: (inout APNsClientStats) -> Void) {
+        change(&localStats)
+    }
+
+    /// Publishes the counters, then runs the completions gathered in this pass and frees their slots.
+    private func deliverCompletions() {
         lock.lock()
-        change(&statsValue)
+        statsValue = localStats
         lock.unlock()
+        guard !finishedThisPass.isEmpty else { return }
+        let done = finishedThisPass
+        finishedThisPass.removeAll(keepingCapacity: true)
+        for (job, response) in done { job.completion(response) }
+        gate.release(done.count)
     }
 
     private func wake() {
@@ -152,7 +174,7 @@ final class ClientLoop: @unchecked Sendable {
                 polled.append(c)
             }
             let busy = liveJobs > 0 || !delayed.isEmpty || stopping != nil
-            _ = poll(&fds, nfds_t(fds.count), busy ? 5 : 200)
+            _ = poll(&fds, nfds_t(fds.count), busy ? 10 : 200)
 
             if fds[0].revents != 0 {
                 var sink = [UInt8](repeating: 0, count: 256)
@@ -165,7 +187,7 @@ final class ClientLoop: @unchecked Sendable {
             let now = ContinuousClock.now
             if now >= nextTimers {
                 runTimers(now: now)
-                nextTimers = now + .milliseconds(5)
+                nextTimers = now + .milliseconds(10)
             }
             maintainConnections(now: now)
             dispatch(now: now)
@@ -174,6 +196,7 @@ final class ClientLoop: @unchecked Sendable {
                 if c.goawayReceived && c.streams.isEmpty && c.sessionFinished { retire(c) }
             }
             connections.removeAll { $0.dead }
+            deliverCompletions()
             if let stopping, liveJobs == 0 || ContinuousClock.now >= stopping {
                 shutdownNow()
                 return
@@ -192,6 +215,7 @@ final class ClientLoop: @unchecked Sendable {
         lock.unlock()
         if stopping == nil, let stopAt { stopping = stopAt }
         liveJobs += jobs.count
+        localStats.submitted += jobs.count
         for job in jobs { pending.append(job) }
         for result in results {
             connecting -= 1
@@ -256,6 +280,13 @@ final class ClientLoop: @unchecked Sendable {
                 return
             }
         }
+        var bearerHeader: [UInt8]?
+        if let bearer {
+            if bearerCache?.issuedAt != bearer.issuedAt {
+                bearerCache = (bearer.issuedAt, Array(("bearer " + bearer.token).utf8))
+            }
+            bearerHeader = bearerCache?.header
+        }
         for c in connections where c.acceptsNewStreams {
             var room = min(c.remoteMaxStreams, config.maxStreamsPerConnection) - c.streams.count
             while room > 0, let job = pending.popFirst() {
@@ -266,7 +297,7 @@ final class ClientLoop: @unchecked Sendable {
                 }
                 job.resetAttempt()
                 job.bearerIssuedAt = bearer?.issuedAt
-                guard c.submit(job, authority: authority, bearer: bearer?.token, scratch: &scratch) != nil else {
+                guard c.submit(job, authority: authority, bearer: bearerHeader, scratch: &scratch) != nil else {
                     pending.pushFront(job)
                     break
                 }
@@ -351,8 +382,9 @@ final class ClientLoop: @unchecked Sendable {
     private func kill(_ c: H2Connection, why: String) {
         guard !c.dead else { return }
         c.dead = true
-        logger.warning("apns connection closed", metadata: ["connection": "\(c.id)", "why": "\(why)",
-                                                            "in_flight": "\(c.streams.count)"])
+        let level: Logger.Level = c.goawayReceived && c.streams.isEmpty ? .debug : .warning
+        logger.log(level: level, "apns connection closed", metadata: ["connection": "\(c.id)", "why": "\(why)",
+                                                                      "in_flight": "\(c.streams.count)"])
         let jobs = c.streams.sorted { $0.key < $1.key }.map(\.value)
         c.streams.removeAll()
         c.releaseSession()
@@ -394,7 +426,7 @@ final class ClientLoop: @unchecked Sendable {
         }
         let text = reason?.wire ?? "HTTP \(status)"
         let disposition = config.retry.disposition(for: answer, reasonText: text, attempt: job.attempts,
-                                                   unit: Double.random(in: 0..<1, using: &rng))
+                                                   unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
         if scheduleRetry(job, disposition) { return }
         complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
     }
@@ -428,8 +460,7 @@ final class ClientLoop: @unchecked Sendable {
         response.reason = reason
         response.unregisteredAt = timestamp
         bump { $0.completed += 1 }
-        job.completion(response)
-        gate.release(1)
+        finishedThisPass.append((job, response))
     }
 
     static func response(_ job: Job, status: Int?, failure: APNsTransportFailure?,
@@ -466,6 +497,7 @@ final class ClientLoop: @unchecked Sendable {
             liveJobs += 1
             complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
         }
+        deliverCompletions()
         for w in waiters { w.resume() }
     }
 }
@@ -477,7 +509,12 @@ final class InFlightGate: @unchecked Sendable {
     private var available: Int
     private var waiters: [(Int, CheckedContinuation<Int, Never>)] = []
 
-    init(limit: Int) { available = limit }
+    private let batch: Int
+
+    init(limit: Int) {
+        available = limit
+        batch = max(1, limit / 8)
+    }
 
     /// Waits until at least one slot is free, then takes up to `wanted` slots; returns how many.
     func acquire(upTo wanted: Int) async -> Int {
@@ -506,7 +543,8 @@ final class InFlightGate: @unchecked Sendable {
         lock.lock()
         available += n
         var ready: [(CheckedContinuation<Int, Never>, Int)] = []
-        while available > 0, !waiters.isEmpty {
+        // Wake a waiter only when a useful batch is free, not for every completion.
+        while let first = waiters.first, available >= min(first.0, batch) {
             let (wanted, c) = waiters.removeFirst()
             let granted = min(wanted, available)
             available -= granted

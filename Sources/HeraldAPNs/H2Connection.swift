@@ -21,6 +21,8 @@ final class H2Connection {
     private var out: [UInt8] = []
     private var outOffset = 0
     private(set) var wantsWritable = false
+    /// Header spans of the request being submitted: (name, value offset in scratch, value length).
+    private var spans: [(StaticString, Int, Int)] = []
 
     init(id: Int, socket: TLSSocket, loop: ClientLoop) throws(APNsError) {
         self.id = id
@@ -142,13 +144,11 @@ final class H2Connection {
     // MARK: Streams
 
     /// Submits one request. Returns the stream id, or nil when this connection cannot open more streams.
-    func submit(_ job: Job, authority: [UInt8], bearer: String?, scratch: inout [UInt8]) -> Int32? {
+    func submit(_ job: Job, authority: [UInt8], bearer: [UInt8]?, scratch: inout [UInt8]) -> Int32? {
         guard let session else { return nil }
         let r = job.request
         scratch.removeAll(keepingCapacity: true)
-        // (name, value start, value length, value is static)
-        var spans: [(StaticString, Int, Int)] = []
-        spans.reserveCapacity(12)
+        spans.removeAll(keepingCapacity: true)
         func add(_ name: StaticString, _ bytes: some Sequence<UInt8>) {
             let start = scratch.count
             scratch.append(contentsOf: bytes)
@@ -158,7 +158,7 @@ final class H2Connection {
         add(":scheme", "https".utf8)
         add(":path", job.path)
         add(":authority", authority)
-        if let bearer { add("authorization", ("bearer " + bearer).utf8) }
+        if let bearer { add("authorization", bearer) }
         add("apns-topic", r.topic.utf8)
         add("apns-push-type", r.pushType.rawValue.utf8)
         if let p = r.priority { add("apns-priority", String(p.rawValue).utf8) }
@@ -184,16 +184,17 @@ final class H2Connection {
                 if job.bodyOffset >= payload.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
                 return n
             })
+        let headerSpans = spans
         let streamID: Int32 = scratch.withUnsafeMutableBufferPointer { values in
-            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: spans.count) { nva in
-                for (i, span) in spans.enumerated() {
+            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: headerSpans.count) { nva in
+                for (i, span) in headerSpans.enumerated() {
                     nva[i] = nghttp2_nv(
                         name: UnsafeMutablePointer(mutating: span.0.utf8Start),
                         value: values.baseAddress! + span.1,
                         namelen: span.0.utf8CodeUnitCount, valuelen: span.2,
                         flags: UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue))
                 }
-                return nghttp2_submit_request(session, nil, nva.baseAddress, spans.count, &provider, jobPointer)
+                return nghttp2_submit_request(session, nil, nva.baseAddress, headerSpans.count, &provider, jobPointer)
             }
         }
         guard streamID > 0 else {

@@ -220,8 +220,8 @@ public enum PipelineLoader {
                 credentials.append(try readCredential(&r, item, path: path + ".credentials[\(n)]"))
             }
         }
-        let expiration = try r.int(m["expiration_seconds"], path + ".expiration_seconds") ?? 86_400
-        let callExpiration = try r.int(m["call_expiration_seconds"], path + ".call_expiration_seconds") ?? 60
+        let expiration = try r.int(m["expiration_seconds"], path + ".expiration_seconds", in: 0...2_592_000) ?? 86_400
+        let callExpiration = try r.int(m["call_expiration_seconds"], path + ".call_expiration_seconds", in: 0...2_592_000) ?? 60
         return AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
                          templates: templates, catalogs: catalogs, credentials: credentials,
                          expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration))
@@ -238,7 +238,7 @@ public enum PipelineLoader {
     static func readCredential(_ r: inout Reader, _ node: Node, path: String) throws(ConfigError) -> APNsCredential {
         let m = try r.mapping(node, path)
         r.check(m, path, known: ["bundle_id", "environment", "team_id", "key_id", "key_file", "certificate_file",
-                                 "private_key_file", "p12_file", "p12_password_env"])
+                                 "private_key_file", "p12_file", "p12_password_env", "p12_password"])
         guard let bundle = try r.string(m["bundle_id"], path + ".bundle_id"), !bundle.isEmpty else {
             throw ConfigError(path: path + ".bundle_id", message: "missing")
         }
@@ -257,7 +257,11 @@ public enum PipelineLoader {
             certificateFile: try r.string(m["certificate_file"], path + ".certificate_file"),
             privateKeyFile: try r.string(m["private_key_file"], path + ".private_key_file"),
             p12File: try r.string(m["p12_file"], path + ".p12_file"),
-            p12PasswordEnv: try r.string(m["p12_password_env"], path + ".p12_password_env"))
+            p12PasswordEnv: try r.string(m["p12_password_env"], path + ".p12_password_env"),
+            p12Password: try r.string(m["p12_password"], path + ".p12_password"))
+        if cred.p12Password != nil {
+            r.warnings.append("\(path).p12_password: a password in the pipeline file; prefer p12_password_env")
+        }
         if cred.auth == nil {
             throw ConfigError(path: path, message: "needs team_id + key_id + key_file (token auth), certificate_file, or p12_file")
         }
@@ -390,10 +394,13 @@ struct Reader {
         return s.string
     }
 
-    func int(_ node: Node?, _ path: String) throws(ConfigError) -> Int? {
+    func int(_ node: Node?, _ path: String, in range: ClosedRange<Int> = 0...Int(Int32.max)) throws(ConfigError) -> Int? {
         guard let node else { return nil }
         guard let v = node.int else {
             throw ConfigError(path: path, message: "expected an integer\(where_(node))")
+        }
+        guard range.contains(v) else {
+            throw ConfigError(path: path, message: "expected \(range.lowerBound)...\(range.upperBound), got \(v)")
         }
         return v
     }

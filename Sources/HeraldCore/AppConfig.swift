@@ -39,34 +39,38 @@ public struct APNsCredential: Sendable, Hashable, Codable {
     public var certificateFile: String?
     public var privateKeyFile: String?
     public var p12File: String?
-    /// Name of the environment variable holding the .p12 password (never the password itself).
+    /// Name of the environment variable holding the .p12 password (preferred).
     public var p12PasswordEnv: String?
+    /// The .p12 password written in the file (discouraged; never logged).
+    public var p12Password: String?
 
     public enum Auth: Sendable, Hashable {
         case token(teamID: String, keyID: String, keyFile: String)
         case certificate(certificateFile: String, privateKeyFile: String?)
-        case p12(file: String, passwordEnv: String?)
+        /// `passwordEnv` names an environment variable; `password` is an inline password.
+        case p12(file: String, passwordEnv: String?, password: String?)
     }
 
     public init(bundleID: String, environment: APNsEnvironment = .production, teamID: String? = nil,
                 keyID: String? = nil, keyFile: String? = nil, certificateFile: String? = nil,
-                privateKeyFile: String? = nil, p12File: String? = nil, p12PasswordEnv: String? = nil) {
+                privateKeyFile: String? = nil, p12File: String? = nil, p12PasswordEnv: String? = nil,
+                p12Password: String? = nil) {
         self.bundleID = bundleID; self.environment = environment; self.teamID = teamID; self.keyID = keyID
         self.keyFile = keyFile; self.certificateFile = certificateFile; self.privateKeyFile = privateKeyFile
-        self.p12File = p12File; self.p12PasswordEnv = p12PasswordEnv
+        self.p12File = p12File; self.p12PasswordEnv = p12PasswordEnv; self.p12Password = p12Password
     }
 
     enum CodingKeys: String, CodingKey {
         case bundleID = "bundle_id", environment, teamID = "team_id", keyID = "key_id", keyFile = "key_file"
         case certificateFile = "certificate_file", privateKeyFile = "private_key_file", p12File = "p12_file"
-        case p12PasswordEnv = "p12_password_env"
+        case p12PasswordEnv = "p12_password_env", p12Password = "p12_password"
     }
 
     /// How this credential authenticates, or nil when incomplete.
     public var auth: Auth? {
         if let teamID, let keyID, let keyFile { return .token(teamID: teamID, keyID: keyID, keyFile: keyFile) }
         if let certificateFile { return .certificate(certificateFile: certificateFile, privateKeyFile: privateKeyFile) }
-        if let p12File { return .p12(file: p12File, passwordEnv: p12PasswordEnv) }
+        if let p12File { return .p12(file: p12File, passwordEnv: p12PasswordEnv, password: p12Password) }
         return nil
     }
 }
@@ -118,6 +122,11 @@ public struct AppConfig: Sendable {
         self.payloadProfile = payloadProfile
         self.multiDevice = multiDevice
         self.badge = badge
+        // CometChat carries the sender in the alert title, so its body is the message alone.
+        var templates = templates
+        if case .cometchat = payloadProfile, templates.defaultPair == nil {
+            templates.defaultPair = TemplatePair(text: "{message}", file: "{filename}")
+        }
         self.templates = templates
         var normalizedCatalogs: [String: [String: String]] = [:]
         for (locale, table) in catalogs { normalizedCatalogs[Language.normalize(locale), default: [:]].merge(table) { $1 } }

@@ -6,6 +6,10 @@
 /// (`kr` is Korean, `zh-cn`/`zh-hans`/`zh-sg` are Simplified Chinese).
 public enum Language {
     public static func normalize(_ tag: String) -> String {
+        // Fast path: already lower-case ASCII letters and dashes, no alias.
+        var plain = true
+        for b in tag.utf8 where !((b >= 0x61 && b <= 0x7A) || b == 0x2D) { plain = false; break }
+        if plain && tag != "kr" && !tag.hasPrefix("zh-") && !tag.hasPrefix("ko-") { return tag }
         var t = tag.lowercased()
         if t.contains("_") { t = t.replacingOccurrences(of: "_", with: "-") }
         switch t {
@@ -43,6 +47,30 @@ public enum CatalogKey: String, CaseIterable, Sendable, Codable {
     case fileVideo = "file_type.video"
     case fileAudio = "file_type.audio"
     case fileOther = "file_type.file"
+
+    /// Position in `allCases`, without building the array.
+    var index: Int {
+        switch self {
+        case .defaultText: return 0
+        case .defaultFile: return 1
+        case .alternativeText: return 2
+        case .alternativeFile: return 3
+        case .simpleBanner: return 4
+        case .callAudio: return 5
+        case .callVideo: return 6
+        case .reaction: return 7
+        case .groupJoined: return 8
+        case .groupLeft: return 9
+        case .groupAdded: return 10
+        case .groupRemoved: return 11
+        case .groupBanned: return 12
+        case .groupUnbanned: return 13
+        case .fileImage: return 14
+        case .fileVideo: return 15
+        case .fileAudio: return 16
+        case .fileOther: return 17
+        }
+    }
 }
 
 /// Built-in catalogs. Every locale defines every key.
@@ -252,6 +280,6 @@ public struct Strings: Sendable {
     }
 
     public subscript(key: CatalogKey) -> Template {
-        values[CatalogKey.allCases.firstIndex(of: key) ?? 0]
+        values[key.index]
     }
 }

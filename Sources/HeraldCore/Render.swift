@@ -113,7 +113,8 @@ public enum Renderer {
         let nowMillis = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         let eventSeconds = event.ruleTime(now: nowMillis) / 1000
         let isCall = event.kind == .call
-        var payloads: [APNsRequest.PushType: [UInt8]] = [:]
+        var alertPayload: [UInt8]?
+        var voipPayload: [UInt8]?
         var out: [APNsRequest] = []
         out.reserveCapacity(targets.count)
         for device in targets {
@@ -122,14 +123,15 @@ public enum Renderer {
                 throw RenderError(code: .noTopic, detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
             }
             let payload: [UInt8]
-            if let p = payloads[pushType] {
+            if let p = pushType == .voip ? voipPayload : alertPayload {
                 payload = p
             } else {
                 payload = try renderPayload(event: event, recipient: recipient, state: state, app: app,
                                             senderDisplayName: senderDisplayName, pushType: pushType)
-                payloads[pushType] = payload
+                if pushType == .voip { voipPayload = payload } else { alertPayload = payload }
             }
-            let expiration = eventSeconds + (isCall ? app.callExpirationSeconds : app.expirationSeconds)
+            let (sum, overflow) = eventSeconds.addingReportingOverflow(isCall ? app.callExpirationSeconds : app.expirationSeconds)
+            let expiration = overflow ? Int64.max : sum
             var collapse: String?
             if let call = event.call, isCall {
                 let id = "call-" + call.sessionID
@@ -251,11 +253,9 @@ public enum Renderer {
                                      data: event.message?.data ?? "", extern: event.ext.apns.extern)
         let limit = pushType.payloadLimit
         let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
-        let ctx = PayloadContext(event: event, recipient: recipient, state: state, app: app, sender: sender,
-                                 badge: badge)
 
         var w = JSONWriter(capacity: 768)
-        write(ctx, content, into: &w)
+        write(event, recipient, state, app, sender, badge, content, into: &w)
         if w.count <= limit { return w.bytes }
 
         // Too large: shorten in order until it fits.
@@ -271,7 +271,7 @@ public enum Renderer {
             default: content.title = content.title.map { shorten($0, by: excess) }
             }
             w = JSONWriter(capacity: limit + 256)
-            write(ctx, content, into: &w)
+            write(event, recipient, state, app, sender, badge, content, into: &w)
             if w.count <= limit { return w.bytes }
         }
         throw RenderError(code: .payloadTooLarge, detail: "minimal payload is \(w.count) bytes (limit \(limit))")
@@ -298,17 +298,8 @@ public enum Renderer {
         return String(text[..<end]) + ellipsis
     }
 
-    struct PayloadContext {
-        let event: ChatEvent
-        let recipient: String
-        let state: UserState
-        let app: AppConfig
-        let sender: String
-        let badge: Int?
-    }
-
-    static func write(_ c: PayloadContext, _ content: PayloadContent, into w: inout JSONWriter) {
-        let event = c.event
+    static func write(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ app: AppConfig, _ sender: String,
+                      _ badge: Int?, _ content: PayloadContent, into w: inout JSONWriter) {
         let a = event.ext.apns
         w.raw("{\"aps\":{\"alert\":{")
         var first = true
@@ -326,26 +317,25 @@ public enum Renderer {
             if let args = a.bodyLocArgs, !content.locArgsDropped { w.raw(",\"loc-args\":"); w.stringArray(args) }
         }
         w.byte(UInt8(ascii: "}"))
-        if let badge = c.badge { w.raw(",\"badge\":"); w.int(badge) }
+        if let badge { w.raw(",\"badge\":"); w.int(badge) }
         w.raw(",\"sound\":"); w.string(a.sound ?? "default")
         if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
         if a.mutableContent { w.raw(",\"mutable-content\":1") }
         w.raw(",\"thread-id\":"); w.string(event.conversation.id)
         w.byte(UInt8(ascii: "}"))
 
-        switch c.app.payloadProfile {
-        case .compact: writeCompact(c, into: &w)
-        case .sendbird(let key): writeSendbird(c, content, key: key, into: &w)
-        case .cometchat: writeCometChat(c, content, into: &w)
+        switch app.payloadProfile {
+        case .compact: writeCompact(event, recipient, into: &w)
+        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, into: &w)
+        case .cometchat: writeCometChat(event, recipient, state, sender, content, into: &w)
         }
         if let e = content.extern { w.raw(",\"e\":"); w.value(e) }
         w.byte(UInt8(ascii: "}"))
     }
 
-    static func writeCompact(_ c: PayloadContext, into w: inout JSONWriter) {
-        let event = c.event
+    static func writeCompact(_ event: ChatEvent, _ recipient: String, into w: inout JSONWriter) {
         w.raw(",\"f\":"); w.string(event.sender.id)
-        w.raw(",\"t\":"); w.string(c.recipient)
+        w.raw(",\"t\":"); w.string(recipient)
         if let m = event.message { w.raw(",\"m\":"); w.string(m.id) }
         else if let id = event.reaction?.messageID { w.raw(",\"m\":"); w.string(id) }
         if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
@@ -365,8 +355,8 @@ public enum Renderer {
         if let n = Int64(id), String(n) == id { w.int(n) } else { w.string(id) }
     }
 
-    static func writeSendbird(_ c: PayloadContext, _ content: PayloadContent, key: String, into w: inout JSONWriter) {
-        let event = c.event
+    static func writeSendbird(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
+                              _ content: PayloadContent, key: String, into w: inout JSONWriter) {
         let m = event.message
         w.byte(UInt8(ascii: ",")); w.key(key)
         w.raw("{\"category\":\"messaging:offline_notification\",\"type\":")
@@ -382,17 +372,17 @@ public enum Renderer {
         else if let id = event.reaction?.messageID { w.raw(",\"message_id\":"); writeID(id, into: &w) }
         if let t = event.createdAt { w.raw(",\"created_at\":"); w.int(t) }
         w.raw(",\"app_id\":"); w.string(event.appID)
-        w.raw(",\"unread_message_count\":"); w.int(c.state.unread.total)
+        w.raw(",\"unread_message_count\":"); w.int(state.unread.total)
         w.raw(",\"channel\":{\"channel_url\":"); w.string(event.conversation.id)
         w.raw(",\"name\":"); w.string(event.conversation.name ?? "")
         w.raw(",\"custom_type\":"); w.string(event.conversation.customType ?? "")
         w.raw("},\"channel_type\":")
         w.raw(event.conversation.type == .direct ? "\"messaging\"" : "\"group_messaging\"")
         w.raw(",\"sender\":{\"id\":"); w.string(event.sender.id)
-        w.raw(",\"name\":"); w.string(c.sender)
+        w.raw(",\"name\":"); w.string(sender)
         w.raw(",\"profile_url\":"); w.string(event.sender.profileURL ?? "")
-        w.raw("},\"recipient\":{\"id\":"); w.string(c.recipient)
-        w.raw(",\"name\":"); w.string(c.state.preferences.displayName ?? "")
+        w.raw("},\"recipient\":{\"id\":"); w.string(recipient)
+        w.raw(",\"name\":"); w.string(state.preferences.displayName ?? "")
         w.raw("},\"files\":[")
         if let f = m?.file {
             w.raw("{\"name\":"); w.string(f.name ?? "")
@@ -406,22 +396,22 @@ public enum Renderer {
             w.key(pair.0); w.string(pair.1)
         }
         w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? "default")
-        w.raw(",\"channel_unread_count\":"); w.int(c.state.unread.conversations[event.conversation.id] ?? 0)
+        w.raw(",\"channel_unread_count\":"); w.int(state.unread.conversations[event.conversation.id] ?? 0)
         if let call = event.call { writeCallObject(call, into: &w) }
         w.byte(UInt8(ascii: "}"))
     }
 
-    static func writeCometChat(_ c: PayloadContext, _ content: PayloadContent, into w: inout JSONWriter) {
-        let event = c.event
+    static func writeCometChat(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
+                               _ content: PayloadContent, into w: inout JSONWriter) {
         let isGroup = event.conversation.type == .group
-        w.raw(",\"title\":"); w.string(content.title ?? c.sender)
+        w.raw(",\"title\":"); w.string(content.title ?? sender)
         w.raw(",\"body\":"); w.string(content.body)
         w.raw(",\"sender\":"); w.string(event.sender.id)
-        w.raw(",\"senderName\":"); w.string(c.sender)
+        w.raw(",\"senderName\":"); w.string(sender)
         if let p = event.sender.profileURL { w.raw(",\"senderAvatar\":"); w.string(p) }
-        w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : c.recipient)
+        w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
         if isGroup, let n = event.conversation.name { w.raw(",\"receiverName\":"); w.string(n) }
-        else if !isGroup, let n = c.state.preferences.displayName { w.raw(",\"receiverName\":"); w.string(n) }
+        else if !isGroup, let n = state.preferences.displayName { w.raw(",\"receiverName\":"); w.string(n) }
         w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
         let tag: String
         switch event.kind {
@@ -448,32 +438,41 @@ public enum Renderer {
 /// `event_id`, a 0x00 byte, and the token (offset bases 0xcbf29ce484222325 and
 /// 0x84222325cbf29ce4), with the version and variant bits set.
 public enum APNsID {
+    static let hex: [UInt8] = Array("0123456789ABCDEF".utf8)
+
     public static func derive(eventID: String, token: String) -> String {
         var h1: UInt64 = 0xcbf2_9ce4_8422_2325
         var h2: UInt64 = 0x8422_2325_cbf2_9ce4
         let prime: UInt64 = 0x0000_0100_0000_01B3
-        @inline(__always) func mix(_ b: UInt8) {
-            h1 = (h1 ^ UInt64(b)) &* prime
-            h2 = (h2 ^ UInt64(b ^ 0x5A)) &* prime
+        func mix(_ text: String) {
+            var text = text
+            text.withUTF8 { bytes in
+                for b in bytes {
+                    h1 = (h1 ^ UInt64(b)) &* prime
+                    h2 = (h2 ^ UInt64(b ^ 0x5A)) &* prime
+                }
+            }
         }
-        for b in eventID.utf8 { mix(b) }
-        mix(0)
-        for b in token.utf8 { mix(b) }
+        mix(eventID)
+        h1 = (h1 ^ 0) &* prime
+        h2 = (h2 ^ 0x5A) &* prime
+        mix(token)
         // Version 8 in the high nibble of byte 6, variant 10 in byte 8.
         h1 = (h1 & 0xFFFF_FFFF_FFFF_0FFF) | 0x0000_0000_0000_8000
         h2 = (h2 & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
-        let hex: [UInt8] = Array("0123456789ABCDEF".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(36)
-        for (n, word) in [h1, h2].enumerated() {
-            for k in 0..<8 {
-                let byte = UInt8((word >> (56 - UInt64(k) * 8)) & 0xFF)
-                let index = n * 8 + k
-                if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
-                out.append(hex[Int(byte >> 4)])
-                out.append(hex[Int(byte & 0xF)])
+        return hex.withUnsafeBufferPointer { digits in
+            String(unsafeUninitializedCapacity: 36) { out in
+                var i = 0
+                for index in 0..<16 {
+                    let word = index < 8 ? h1 : h2
+                    let byte = UInt8((word >> UInt64(56 - (index % 8) * 8)) & 0xFF)
+                    if index == 4 || index == 6 || index == 8 || index == 10 { out[i] = UInt8(ascii: "-"); i += 1 }
+                    out[i] = digits[Int(byte >> 4)]
+                    out[i + 1] = digits[Int(byte & 0xF)]
+                    i += 2
+                }
+                return i
             }
         }
-        return String(decoding: out, as: UTF8.self)
     }
 }

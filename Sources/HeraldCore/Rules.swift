@@ -148,15 +148,15 @@ public enum Suppression {
         }
         // 5. em_force_notification skips rules 6 to 9.
         if event.ext.forceNotification { return .deliver(targets: targets) }
-        let prefs = state.preferences
         // 6. Conversation off or muted.
-        let conv = prefs.conversations[event.conversation.id] ?? ConversationPreference()
+        let conv = state.preferences.conversations.isEmpty
+            ? ConversationPreference() : (state.preferences.conversations[event.conversation.id] ?? ConversationPreference())
         if conv.trigger == .off { return .suppress(.conversationOff) }
         if conv.muted { return .suppress(.muted) }
         // 7. Effective trigger.
         let trigger: PushTrigger
         switch conv.trigger {
-        case .default: trigger = prefs.trigger
+        case .default: trigger = state.preferences.trigger
         case .all: trigger = .all
         case .mentionOnly: trigger = .mentionOnly
         case .off: trigger = .off
@@ -167,9 +167,9 @@ public enum Suppression {
         case .all: break
         }
         // 8. Snooze.
-        if let snooze = prefs.snooze, snooze.covers(millis) { return .suppress(.snoozed) }
+        if let snooze = state.preferences.snooze, snooze.covers(millis) { return .suppress(.snoozed) }
         // 9. Do not disturb in the user's time zone.
-        if let dnd = prefs.dnd, DNDClock.covers(dnd, millis: millis) { return .suppress(.dnd) }
+        if let dnd = state.preferences.dnd, DNDClock.covers(dnd, millis: millis) { return .suppress(.dnd) }
         // 10. Deliver.
         return .deliver(targets: targets)
     }
@@ -181,6 +181,7 @@ public enum Suppression {
             let voip = state.devices.filter { $0.kind == .voip }
             if !voip.isEmpty { return voip }
         }
+        if state.devices.allSatisfy({ $0.kind == .apns }) { return state.devices }
         return state.devices.filter { $0.kind == .apns }
     }
 }

@@ -121,6 +121,17 @@ public struct DLQRecord: Codable, Sendable, Hashable {
         self.time = time
     }
 
+    /// A record whose `original` is already base64 (as read back from the DLQ).
+    public init(encodedOriginal: String, sourceTopic: String?, stage: String, reason: String, detail: String,
+                time: Int64) {
+        self.original = encodedOriginal
+        self.sourceTopic = sourceTopic
+        self.stage = stage
+        self.reason = reason
+        self.detail = detail
+        self.time = time
+    }
+
     enum CodingKeys: String, CodingKey {
         case original, sourceTopic = "source_topic", stage, reason, detail, time
     }

@@ -135,6 +135,7 @@ public struct ClockTime: Codable, Sendable, Hashable, Comparable, CustomStringCo
     public init?(_ text: String) {
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 2, (1...2).contains(parts[0].count), parts[1].count == 2,
+              parts.allSatisfy({ $0.allSatisfy { $0.isASCII && $0.isNumber } }),
               let h = Int(parts[0]), let m = Int(parts[1]),
               (0...24).contains(h), (0...59).contains(m), !(h == 24 && m != 0) else { return nil }
         minutes = h * 60 + m

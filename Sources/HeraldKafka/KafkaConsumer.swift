@@ -76,7 +76,8 @@ public final class KafkaConsumer: Sendable {
     /// whose position is not known yet are absent.
     public var lag: [TopicPartition: Int64] { core.lagSnapshot }
 
-    /// Records completed but not yet committable, plus records handed out and not completed.
+    /// Records fetched (prefetched or handed out) whose offsets are not committable yet:
+    /// not completed, or completed behind an earlier record that is not. 0 when all done.
     public var outstanding: Int { core.outstanding }
 
     /// Commits the stored offsets now (synchronously against the broker, on the poll thread).
@@ -137,7 +138,7 @@ final class ConsumerCore: @unchecked Sendable {
         var trackers: [TopicPartition: Tracked] = [:]
         var nextEpoch: UInt64 = 1
         var userPaused = false
-        var pausedApplied = false
+        var flow: FetchFlowControl
         var stopRequested = false
         var closed = false
         var fatal: KafkaError?
@@ -147,7 +148,7 @@ final class ConsumerCore: @unchecked Sendable {
         var exited = false
     }
 
-    private let state = Locked(State())
+    private let state: Locked<State>
     private let handle: RdKafkaHandle
     private let logger: Logger
     private let configuration: KafkaConsumerConfiguration
@@ -160,6 +161,7 @@ final class ConsumerCore: @unchecked Sendable {
         self.configuration = configuration
         self.logger = logger
         self.capacity = configuration.batchSize * max(1, configuration.prefetchBatches)
+        self.state = Locked(State(flow: FetchFlowControl(capacity: capacity)))
         let wait = configuration.batchMaxWait.milliseconds
         self.pollSliceMs = Int32(clamping: min(50, max(1, wait / 2)))
         self.errorCounter = Counter(
@@ -168,6 +170,15 @@ final class ConsumerCore: @unchecked Sendable {
         handle = try RdKafkaHandle(
             type: RD_KAFKA_CONSUMER, properties: LibrdkafkaProperties.consumer(configuration), logger: logger
         ) { conf in
+            rd_kafka_conf_set_offset_commit_cb(conf) { _, err, offsets, opaque in
+                guard err != RD_KAFKA_RESP_ERR_NO_ERROR, err != RD_KAFKA_RESP_ERR__NO_OFFSET, let opaque else { return }
+                let ctx = Unmanaged<CallbackContext>.fromOpaque(opaque).takeUnretainedValue()
+                let partitions = readPartitionList(offsets).map { "\($0.0)@\($0.1)" }.joined(separator: ",")
+                ctx.logger.warning("offset commit failed", metadata: [
+                    "code": .string(String(cString: rd_kafka_err2name(err))), "partitions": .string(partitions),
+                ])
+                ctx.consumer?.countError()
+            }
             rd_kafka_conf_set_rebalance_cb(conf) { rk, err, partitions, opaque in
                 guard let rk else { return }
                 let consumer = opaque.map { Unmanaged<CallbackContext>.fromOpaque($0).takeUnretainedValue().consumer } ?? nil
@@ -181,6 +192,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
         handle.callbackContext.consumer = self
+        // (Auto-commit results are logged by the offset-commit callback installed above.)
         rd_kafka_poll_set_consumer(handle.pointer)
 
         let topics = makePartitionList(configuration.topics.map { (TopicPartition(topic: $0, partition: -1), nil) })
@@ -237,6 +249,8 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
     }
+
+    func countError() { errorCounter.increment() }
 
     func setUserPaused(_ paused: Bool) { state.withLock { $0.userPaused = paused } }
     var isUserPaused: Bool { state.withLock { $0.userPaused } }
@@ -313,30 +327,30 @@ final class ConsumerCore: @unchecked Sendable {
         return batch
     }
 
+    /// The poll thread's loop; `FetchFlowControl` decides when to wait or pause.
     private func runLoop() {
         let rk = handle.pointer
         var nextLag = ContinuousClock.now + configuration.lagInterval
         while true {
-            // 1. Commands, stop requests, pause/resume decisions.
-            let (commands, stop, pauseChange) = state.withLock { s -> ([(OpaquePointer?) -> Void], Bool, Bool?) in
+            // 1. Commands, stop requests, pause/resume and fetch decisions.
+            let now = ContinuousClock.now
+            let (commands, stop, decision) = state.withLock { s -> ([(OpaquePointer?) -> Void], Bool, FetchFlowControl.Decision) in
                 let commands = s.commands
                 s.commands = []
-                let wantPaused = s.userPaused || s.buffer.count >= capacity
-                var change: Bool?
-                if wantPaused != s.pausedApplied {
-                    s.pausedApplied = wantPaused
-                    change = wantPaused
-                }
-                return (commands, s.stopRequested || s.fatal != nil, change)
+                let decision = s.flow.decide(buffered: s.buffer.count, userPaused: s.userPaused, now: now)
+                return (commands, s.stopRequested || s.fatal != nil, decision)
             }
             commands.forEach { $0(rk) }
             if stop { break }
-            if let pause = pauseChange { applyPause(pause, rk) }
+            if let pause = decision.pause { applyPause(pause, rk) }
 
-            // 2. One poll: a record, an error, or callbacks (rebalance, commits, logs).
-            if let message = rd_kafka_consumer_poll(rk, pollSliceMs) {
-                handle(message)
-                rd_kafka_message_destroy(message)
+            // 2. Poll: records, errors, or callbacks (rebalance, commits, logs). After the
+            //    first record, drain what is already queued (up to a batch) without waiting,
+            //    then append it all under one lock. With a full buffer, wait instead
+            //    (unless stall-paused, when polling returns only events).
+            switch decision.fetch {
+            case .wait: usleep(1000)
+            case .poll: pollAndBuffer(rk)
             }
 
             // 3. Hand a batch to a waiting caller if it is full or its time is up.
@@ -351,11 +365,47 @@ final class ConsumerCore: @unchecked Sendable {
         finish(rk)
     }
 
-    private func handle(_ message: UnsafeMutablePointer<rd_kafka_message_t>) {
+    /// Bumped by every rebalance callback; read and written on the poll thread only.
+    private var rebalanceGeneration: UInt64 = 0
+
+    private func pollAndBuffer(_ rk: OpaquePointer) {
+        guard let first = rd_kafka_consumer_poll(rk, pollSliceMs) else { return }
+        let (epochs, room) = state.withLock { ($0.epochs, max(1, capacity - $0.buffer.count)) }
+        // (When stall-paused the buffer may be full; a record still arriving is kept anyway.)
+        let generation = rebalanceGeneration
+        var records: [ConsumerRecord] = []
+        var next: UnsafeMutablePointer<rd_kafka_message_t>? = first
+        while let message = next {
+            if let record = convert(message, epochs: epochs) { records.append(record) }
+            rd_kafka_message_destroy(message)
+            if records.count >= min(room, configuration.batchSize) { break }
+            next = rd_kafka_consumer_poll(rk, 0)
+            if rebalanceGeneration != generation {
+                // Everything collected belonged to the assignment just revoked: it will be
+                // fetched again from the committed offsets. `next` came after the rebalance.
+                records = []
+                if let message = next { rd_kafka_message_destroy(message) }
+                break
+            }
+        }
+        guard !records.isEmpty else { return }
+        state.withLock { s in
+            for record in records {
+                let tp = record.topicPartition
+                guard s.epochs[tp] == record.epoch else { continue }  // no longer ours
+                if s.trackers[tp]?.epoch != record.epoch { s.trackers[tp] = Tracked(epoch: record.epoch) }
+                s.trackers[tp]?.tracker.delivered(record.offset)
+                s.buffer.append(record)
+            }
+        }
+    }
+
+    /// A record, or nil for errors (logged, counted; a fatal error is kept to be thrown).
+    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64]) -> ConsumerRecord? {
         let m = message.pointee
         let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
         guard m.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
+            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
             errorCounter.increment()
             if m.err == RD_KAFKA_RESP_ERR__FATAL {
                 var errbuf = [CChar](repeating: 0, count: 512)
@@ -363,23 +413,17 @@ final class ConsumerCore: @unchecked Sendable {
                 let error = KafkaError.rdkafka(.fatal, code, "fatal consumer error: \(cStringBuffer(errbuf))")
                 logger.error("kafka consumer fatal error", metadata: ["error": .string(error.description)])
                 state.withLock { $0.fatal = error }
-                return
+                return nil
             }
             let detail = m.payload.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: m.len), as: UTF8.self) } ?? ""
             logger.warning("kafka consumer error", metadata: [
                 "code": .string(String(cString: rd_kafka_err2name(m.err))), "topic": .string(topic),
                 "partition": .stringConvertible(m.partition), "detail": .string(detail),
             ])
-            return
+            return nil
         }
-        let tp = TopicPartition(topic: topic, partition: m.partition)
-        state.withLock { s in
-            guard let epoch = s.epochs[tp] else { return }  // not (or no longer) ours
-            let record = ConsumerRecord(copying: message, topic: topic, epoch: epoch)
-            if s.trackers[tp]?.epoch != epoch { s.trackers[tp] = Tracked(epoch: epoch) }
-            s.trackers[tp]?.tracker.delivered(record.offset)
-            s.buffer.append(record)
-        }
+        guard let epoch = epochs[TopicPartition(topic: topic, partition: m.partition)] else { return nil }
+        return ConsumerRecord(copying: message, topic: topic, epoch: epoch)
     }
 
     private func serveWaiter() {
@@ -413,6 +457,7 @@ final class ConsumerCore: @unchecked Sendable {
     fileprivate func rebalance(_ rk: OpaquePointer, _ err: rd_kafka_resp_err_t,
                                _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?) {
         let tps = readPartitionList(partitions).map(\.0)
+        rebalanceGeneration &+= 1
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             let paused = state.withLock { s -> Bool in
@@ -422,7 +467,7 @@ final class ConsumerCore: @unchecked Sendable {
                     s.epochs[tp] = epoch
                     s.trackers[tp] = nil
                 }
-                return s.pausedApplied
+                return s.flow.isPaused
             }
             logger.info("partitions assigned", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
             let assignErr = rd_kafka_assign(rk, partitions)
@@ -441,7 +486,8 @@ final class ConsumerCore: @unchecked Sendable {
             }
             // Commit what is done before giving the partitions away.
             if rd_kafka_assignment_lost(rk) == 0 {
-                let commitErr = rd_kafka_commit(rk, partitions, 0)
+                // NULL: the stored offsets of the whole (eager: revoked) assignment.
+                let commitErr = rd_kafka_commit(rk, nil, 0)
                 if commitErr != RD_KAFKA_RESP_ERR_NO_ERROR && commitErr != RD_KAFKA_RESP_ERR__NO_OFFSET {
                     errorCounter.increment()
                     logger.warning("commit on revoke failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(commitErr)))])
@@ -462,7 +508,10 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     private func refreshLag(_ rk: OpaquePointer) {
-        let assigned = state.withLock { Array($0.epochs.keys) }
+        let (assigned, paused) = state.withLock { (Array($0.epochs.keys), $0.flow.isPaused) }
+        // While fetching, the watermarks cached from fetch responses are current; while
+        // paused nothing is fetched, so ask the broker (a round trip per partition).
+        let queryTimeout = Int32(clamping: min(1000, max(1, configuration.lagInterval.milliseconds / 2)))
         var lag: [TopicPartition: Int64] = [:]
         if !assigned.isEmpty {
             let list = makePartitionList(assigned.map { ($0, nil) })
@@ -471,7 +520,10 @@ final class ConsumerCore: @unchecked Sendable {
                 for (tp, position, _) in readPartitionList(list) where position >= 0 {
                     var low: Int64 = -1
                     var high: Int64 = -1
-                    if rd_kafka_get_watermark_offsets(rk, tp.topic, tp.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR, high >= 0 {
+                    let err = paused
+                        ? rd_kafka_query_watermark_offsets(rk, tp.topic, tp.partition, &low, &high, queryTimeout)
+                        : rd_kafka_get_watermark_offsets(rk, tp.topic, tp.partition, &low, &high)
+                    if err == RD_KAFKA_RESP_ERR_NO_ERROR, high >= 0 {
                         lag[tp] = max(0, high - position)
                     }
                 }

@@ -141,18 +141,27 @@ final class CallbackSink: DeliverySink, Sendable {
 // MARK: - The handle and its polling thread
 
 /// Owns the producer handle and the thread that serves its delivery reports.
-/// `@unchecked Sendable`: the handle is thread-safe; `running` is behind a lock.
+///
+/// `@unchecked Sendable`: the handle is thread-safe; the flags sit behind `lifecycle`'s
+/// lock, and every use of the handle from outside the poll thread happens while holding
+/// that lock after checking `destroyed`, so the poll thread never destroys the handle
+/// under a concurrent call.
 final class ProducerCore: @unchecked Sendable {
+    private struct Lifecycle {
+        var running = true
+        var destroyed = false
+        var stopped = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        /// Topic handles by name, so a produce does not look the topic up by name each time.
+        var topics: [String: OpaquePointer] = [:]
+    }
+
     let handle: RdKafkaHandle
     let logger: Logger
-    private let running = Locked(true)
-    private let exited = ThreadExit()
-    private let stoppedWaiters = Locked<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-    private let pollTimeoutMs: Int32
+    private let lifecycle = Locked(Lifecycle())
 
     init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         self.logger = logger
-        self.pollTimeoutMs = Int32(clamping: max(1, configuration.pollInterval.milliseconds))
         handle = try RdKafkaHandle(
             type: RD_KAFKA_PRODUCER, properties: LibrdkafkaProperties.producer(configuration), logger: logger
         ) { conf in
@@ -174,39 +183,42 @@ final class ProducerCore: @unchecked Sendable {
             }
         }
         let handle = self.handle
-        let running = self.running
-        let exited = self.exited
-        let timeout = pollTimeoutMs
-        let waiters = stoppedWaiters
+        let lifecycle = self.lifecycle
+        let timeout = Int32(clamping: max(1, configuration.pollInterval.milliseconds))
         let thread = Thread {
-            while running.withLock({ $0 }) {
+            while lifecycle.withLock({ $0.running }) {
                 rd_kafka_poll(handle.pointer, timeout)
             }
-            // Anything still queued fails now rather than hanging its sender.
+            // Anything still queued fails now (purge reports) rather than hanging its sender.
             rd_kafka_purge(handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
             rd_kafka_flush(handle.pointer, 1000)
             rd_kafka_poll(handle.pointer, 0)
-            let resumed = waiters.withLock { state -> [CheckedContinuation<Void, Never>] in
-                state.done = true
-                defer { state.waiters = [] }
-                return state.waiters
+            let (waiters, topics) = lifecycle.withLock { s -> ([CheckedContinuation<Void, Never>], [OpaquePointer]) in
+                s.destroyed = true
+                s.stopped = true
+                defer { s.waiters = []; s.topics = [:] }
+                return (s.waiters, Array(s.topics.values))
             }
-            resumed.forEach { $0.resume() }
-            exited.signal()
+            waiters.forEach { $0.resume() }
+            topics.forEach { rd_kafka_topic_destroy($0) }
+            // Takes about a second for an idempotent producer; nobody waits for it.
+            handle.destroy()
         }
         thread.name = "herald-kafka-producer"
         thread.start()
     }
 
-    var outstanding: Int { Int(rd_kafka_outq_len(handle.pointer)) }
+    var outstanding: Int {
+        lifecycle.withLock { s in s.destroyed ? 0 : Int(rd_kafka_outq_len(handle.pointer)) }
+    }
 
-    func stop() { running.withLock { $0 = false } }
+    func stop() { lifecycle.withLock { $0.running = false } }
 
     func waitStopped() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let done = stoppedWaiters.withLock { state -> Bool in
-                if state.done { return true }
-                state.waiters.append(c)
+            let done = lifecycle.withLock { s -> Bool in
+                if s.stopped { return true }
+                s.waiters.append(c)
                 return false
             }
             if done { c.resume() }
@@ -236,9 +248,6 @@ final class ProducerCore: @unchecked Sendable {
     /// One `rd_kafka_produceva` call. The value is handed over with `RD_KAFKA_MSG_F_FREE`
     /// (one copy); key and headers are copied by librdkafka.
     func enqueueNow(_ record: ProducerRecord, sink: any DeliverySink, index: Int) throws(KafkaError) {
-        guard running.withLock({ $0 }) else {
-            throw KafkaError(code: .closed, reason: "producer is shut down", context: ["topic": record.topic])
-        }
         var transient: [UnsafeMutableRawPointer] = []
         defer { transient.forEach { free($0) } }
         func copy(_ bytes: [UInt8]) -> UnsafeMutableRawPointer? {
@@ -255,8 +264,7 @@ final class ProducerCore: @unchecked Sendable {
         var vus: [rd_kafka_vu_t] = []
         vus.reserveCapacity(6 + record.headers.count)
         var vu = rd_kafka_vu_t()
-        vu.vtype = RD_KAFKA_VTYPE_TOPIC
-        vu.u.cstr = cString(record.topic)
+        vu.vtype = RD_KAFKA_VTYPE_TOPIC  // replaced by the cached topic handle below
         vus.append(vu)
         if let partition = record.partition {
             vu = rd_kafka_vu_t()
@@ -306,20 +314,34 @@ final class ProducerCore: @unchecked Sendable {
         vu.u.ptr = token.toOpaque()
         vus.append(vu)
 
-        if let error = rd_kafka_produceva(handle.pointer, vus, vus.count) {
+        let enqueued: Result<Void, KafkaError> = lifecycle.withLock { s in
+            guard s.running, !s.destroyed else {
+                return .failure(KafkaError(code: .closed, reason: "producer is shut down", context: ["topic": record.topic]))
+            }
+            if let rkt = s.topics[record.topic] ?? rd_kafka_topic_new(handle.pointer, record.topic, nil) {
+                s.topics[record.topic] = rkt
+                vus[0].vtype = RD_KAFKA_VTYPE_RKT
+                vus[0].u.rkt = rkt
+            } else {
+                vus[0].u.cstr = cString(record.topic)
+            }
+            guard let error = rd_kafka_produceva(handle.pointer, vus, vus.count) else { return .success(()) }
+            return .failure(KafkaError.consuming(.produce, error, "enqueue failed", context: ["topic": record.topic]))
+        }
+        if case .failure(let error) = enqueued {
             token.release()
             if let payload { free(payload) }  // not taken over on failure
-            throw KafkaError.consuming(.produce, error, "enqueue failed", context: ["topic": record.topic])
+            throw error
         }
     }
 
     func flush(timeout: Duration) async throws(KafkaError) {
         let deadline = ContinuousClock.now + timeout
-        while rd_kafka_outq_len(handle.pointer) > 0 {
+        while case let pending = outstanding, pending > 0 {
             if ContinuousClock.now >= deadline {
                 throw KafkaError(
                     code: .flushTimeout, reason: "records still unacknowledged after \(timeout)",
-                    context: ["outstanding": String(rd_kafka_outq_len(handle.pointer))])
+                    context: ["outstanding": String(pending)])
             }
             try? await Task.sleep(for: .milliseconds(5))
         }

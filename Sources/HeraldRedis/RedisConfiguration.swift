@@ -70,3 +70,10 @@ public struct RedisConfiguration: Sendable, Hashable {
         return components.string ?? "redis://***"
     }
 }
+
+extension RedisConfiguration: CustomStringConvertible {
+    /// Host, port and database; the password is never printed.
+    public var description: String {
+        "redis://\(password == nil ? "" : ":***@")\(host):\(port)/\(database)"
+    }
+}

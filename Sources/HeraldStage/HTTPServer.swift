@@ -53,20 +53,27 @@ public final class StageHTTPServer: Service, Sendable {
                                readiness: readiness, logger: logger)
     }
 
-    /// Serves connections until graceful shutdown or cancellation, then closes the listening socket.
+    /// Serves connections until graceful shutdown or cancellation, then closes the listening socket and every open
+    /// connection (an idle keep-alive connection from a scraper must not hold up the shutdown).
     public func run() async throws {
         let serverChannel = self.serverChannel
-        try await withGracefulShutdownHandler {
-            try await withThrowingDiscardingTaskGroup { group in
-                try await serverChannel.executeThenClose { inbound in
-                    for try await connection in inbound {
-                        group.addTask { await self.serve(connection) }
+        do {
+            try await cancelWhenGracefulShutdown {
+                try await withThrowingDiscardingTaskGroup { group in
+                    try await serverChannel.executeThenClose { inbound in
+                        for try await connection in inbound {
+                            group.addTask { await self.serve(connection) }
+                        }
                     }
                 }
             }
-        } onGracefulShutdown: {
-            serverChannel.channel.close(promise: nil)
+        } catch {
+            // Cancellation (graceful shutdown or the group cancelling) ends serving normally.
+            if !Task.isCancelled && !Task.isShuttingDownGracefully && !(error is CancellationError) {
+                throw error
+            }
         }
+        try? await serverChannel.channel.close()
     }
 
     /// Closes the listening socket (what graceful shutdown does).

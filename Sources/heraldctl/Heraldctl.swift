@@ -9,6 +9,8 @@ struct Heraldctl: AsyncParsableCommand {
         abstract: "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ.",
         subcommands: [
             Simulate.self,
+            Push.self,
+            Topics.self,
         ]
     )
 }

@@ -231,6 +231,7 @@ struct RedisConnectionTests {
     func badURL(url: String) {
         #expect(throws: RedisError.self) { try RedisConfiguration(url: url) }
         #expect(RedisConfiguration.redacted("redis://:pw@h:1").contains("pw") == false)
+        #expect(RedisConfiguration(host: "h", password: "pw").description == "redis://:***@h:6379/0")
     }
 
     // MARK: Helpers

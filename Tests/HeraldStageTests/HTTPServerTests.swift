@@ -149,6 +149,26 @@ struct HTTPServerTests {
         #expect(readiness.isShuttingDown)
     }
 
+    @Test("an idle keep-alive connection does not hold up the HTTP server's shutdown")
+    func idleConnectionDoesNotBlockShutdown() async throws {
+        let registry = PrometheusCollectorRegistry()
+        let readiness = ReadinessChecks()
+        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
+        let deadlineHit = LockedFlag()
+        let runtime = StageRuntime(http: server, services: [], readiness: readiness, shutdownDeadline: .seconds(10),
+                                   logger: Logger(label: "test"), signals: [], onDeadline: { deadlineHit.value = true })
+        let running = Task { await runtime.run() }
+        #expect(try await RawHTTP.get(port: server.port, path: "/healthz").status == 200)
+        let idle = try RawHTTP.openIdleConnection(port: server.port)
+        defer { close(idle) }
+        try await Task.sleep(for: .milliseconds(50))
+        let started = ContinuousClock.now
+        await runtime.triggerGracefulShutdown()
+        #expect(await running.value == 0)
+        #expect(ContinuousClock.now - started < .seconds(5))
+        #expect(!deadlineHit.value)
+    }
+
     @Test("StageRuntime: a service that ignores shutdown hits the deadline action")
     func deadline() async throws {
         let registry = PrometheusCollectorRegistry()

@@ -1,1 +1,0 @@
-// herald-apns-bench entry point (to be written).

@@ -1,0 +1,130 @@
+import ArgumentParser
+import Foundation
+import HeraldAPNs
+import HeraldCore
+
+/// `heraldctl push`: send one notification to one device and print APNs's answer as JSON.
+/// The push tester for "I get nothing": it shows exactly what Apple said.
+struct Push: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Send one notification to one device token and print APNs's answer as JSON.",
+        discussion: """
+            Exit status 0 on 200, 1 on any other answer or failure.
+            Token auth: --key-p8 FILE --key-id ID --team-id ID. Certificate auth: --cert PEM --cert-key PEM,
+            or --p12 FILE with --p12-password (or HERALD_APNS_P12_PASSWORD).
+            """)
+
+    @Option(name: .customLong("device-token"), help: "Hex device token.") var deviceToken: String
+    @Option(help: "apns-topic (bundle id; add .voip for voip pushes).") var topic: String
+    @Option(name: .customLong("push-type"), help: "apns-push-type: \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")).")
+    var pushType = "alert"
+    @Option(help: "apns-priority: 10, 5 or 1 (default: 10 for alert, 5 for background).") var priority: Int?
+    @Option(name: .customLong("collapse-id"), help: "apns-collapse-id.") var collapseID: String?
+    @Option(help: "apns-expiration, seconds since the epoch (0: deliver once).") var expiration: Int64?
+    @Option(name: .customLong("apns-id"), help: "apns-id (UUID); default: APNs picks one.") var apnsID: String?
+    @Option(name: .customLong("payload-file"), help: "File holding the JSON payload.") var payloadFile: String?
+    @Option(help: "Alert body text (builds {\"aps\":{\"alert\":{\"body\":TEXT}}}).") var body: String?
+
+    @Option(help: "production or sandbox.") var environment = "production"
+    @Option(help: "Host override host:port (tests, the local stand-in).") var host: String?
+    @Option(name: .customLong("ca-file"), help: "PEM CA file to trust instead of the system store.") var caFile: String?
+    @Option(name: .customLong("key-p8"), help: "Token auth: .p8 key file.") var keyP8: String?
+    @Option(name: .customLong("key-id"), help: "Token auth: key id.") var keyID: String?
+    @Option(name: .customLong("team-id"), help: "Token auth: team id.") var teamID: String?
+    @Option(help: "Certificate auth: PEM certificate file.") var cert: String?
+    @Option(name: .customLong("cert-key"), help: "Certificate auth: PEM private key file.") var certKey: String?
+    @Option(help: "Certificate auth: .p12 file.") var p12: String?
+    @Option(name: .customLong("p12-password"), help: "Password of the .p12 (or HERALD_APNS_P12_PASSWORD).") var p12Password: String?
+    @Option(help: "Seconds to wait for the answer.") var timeout: Double = 15
+
+    func run() async throws {
+        guard let type = APNsPushType(rawValue: pushType) else {
+            throw ValidationError("unknown --push-type \(pushType)")
+        }
+        guard let env = APNsEnvironment(rawValue: environment) else {
+            throw ValidationError("--environment must be production or sandbox")
+        }
+        var prio: APNsPriority?
+        if let priority {
+            guard let p = APNsPriority(rawValue: priority) else { throw ValidationError("--priority must be 10, 5 or 1") }
+            prio = p
+        } else {
+            prio = type == .background ? .considerPower : .immediately
+        }
+        var endpoint: APNsEndpoint?
+        if let host {
+            guard let parsed = APNsEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
+            endpoint = parsed
+        }
+        let payload = try loadPayload()
+        let credential = try loadCredential()
+        let config = APNsClientConfiguration(
+            credential: credential, environment: env, endpoint: endpoint, trustedCAFile: caFile, connections: 1,
+            maxInFlight: 1, connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1))
+        let client: APNsClient
+        do { client = try APNsClient(configuration: config) } catch { throw ValidationError(error.description) }
+        let request = APNsRequest(deviceToken: deviceToken, topic: topic, pushType: type, priority: prio,
+                                  expiration: expiration, collapseID: collapseID, apnsID: apnsID, payload: payload,
+                                  timeout: .milliseconds(Int64(timeout * 1000)))
+        let response = await client.send(request)
+        await client.shutdown(grace: .seconds(1))
+        print(Self.json(response))
+        if response.status != 200 { throw ExitCode(1) }
+    }
+
+    private func loadPayload() throws -> [UInt8] {
+        switch (payloadFile, body) {
+        case (let file?, nil):
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw ValidationError("cannot read --payload-file \(file)")
+            }
+            return [UInt8](data)
+        case (nil, let text?):
+            let object: [String: Any] = ["aps": ["alert": ["body": text]]]
+            return [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+        default:
+            throw ValidationError("give exactly one of --payload-file or --body")
+        }
+    }
+
+    private func loadCredential() throws -> APNsCredential {
+        if let keyP8 {
+            guard let keyID, let teamID else { throw ValidationError("--key-p8 needs --key-id and --team-id") }
+            do { return try APNsCredential.token(keyID: keyID, teamID: teamID, p8Path: keyP8) }
+            catch { throw ValidationError(error.description) }
+        }
+        if let cert {
+            guard let certKey else { throw ValidationError("--cert needs --cert-key") }
+            return .certificateFiles(certificatePath: cert, privateKeyPath: certKey)
+        }
+        if let p12 {
+            let password = p12Password ?? ProcessInfo.processInfo.environment["HERALD_APNS_P12_PASSWORD"] ?? ""
+            return .pkcs12File(path: p12, password: password)
+        }
+        throw ValidationError("give a credential: --key-p8/--key-id/--team-id, --cert/--cert-key or --p12")
+    }
+
+    static func json(_ r: APNsResponse) -> String {
+        var object: [String: Any] = [
+            "status": r.status.map { $0 as Any } ?? NSNull(),
+            "reason": r.reason.map { $0.wire as Any } ?? NSNull(),
+            "apns_id": r.apnsID.map { $0 as Any } ?? NSNull(),
+            "timestamp": r.unregisteredAt.map { $0 as Any } ?? NSNull(),
+            "attempts": r.attempts,
+            "disposition": dispositionText(r.disposition),
+        ]
+        if let failure = r.transportFailure { object["transport_failure"] = failure.description }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    static func dispositionText(_ d: APNsDisposition) -> String {
+        switch d {
+        case .delivered: "delivered"
+        case .retry(let after): "retry after \(after)"
+        case .tokenDead: "token_dead"
+        case .renewCredentials: "renew_credentials"
+        case .permanentFailure(let reason): "permanent_failure: \(reason)"
+        }
+    }
+}

@@ -1,1 +1,0 @@
-// HeraldAPNsTests (to be written).

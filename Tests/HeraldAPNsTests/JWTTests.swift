@@ -1,0 +1,95 @@
+// Provider tokens: verified by Python's `cryptography`, independently of the signer's code;
+// renewal with an injected clock.
+import Foundation
+import HeraldAPNs
+import HeraldCore
+import Testing
+
+struct JWTTests {
+    /// Verifies an ES256 JWT: header, claims, and the raw r||s signature converted to DER.
+    static let verifier = """
+    import base64, json, sys
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+    def b64(s): return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+    token, pub = sys.stdin.read().strip(), sys.argv[1]
+    h, c, s = token.split(".")
+    assert "=" not in token, "base64url without padding"
+    sig = b64(s)
+    assert len(sig) == 64, "raw r||s, got %d bytes" % len(sig)
+    der = encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big"))
+    key = serialization.load_pem_public_key(open(pub, "rb").read())
+    key.verify(der, (h + "." + c).encode(), ec.ECDSA(hashes.SHA256()))
+    print(json.dumps({"header": json.loads(b64(h)), "claims": json.loads(b64(c))}))
+    """
+
+    func verify(_ token: String, publicKey: String) throws -> [String: [String: Any]] {
+        let r = try tool("python3", ["-c", Self.verifier, publicKey], stdin: token)
+        guard r.status == 0, let object = try JSONSerialization.jsonObject(with: Data(r.output.utf8)) as? [String: [String: Any]] else {
+            throw TestFailure.failed("verification failed: \(r.output)")
+        }
+        return object
+    }
+
+    @Test func tokenVerifiesIndependently() throws {
+        let pki = try PKI()
+        let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.authKey, encoding: .utf8))
+        let token = try jwt.token(issuedAt: Date(timeIntervalSince1970: 1_732_000_123.9))
+        let parts = try verify(token, publicKey: pki.authPublic)
+        #expect(parts["header"]?["alg"] as? String == "ES256")
+        #expect(parts["header"]?["kid"] as? String == pki.keyID)
+        #expect(parts["claims"]?["iss"] as? String == pki.teamID)
+        #expect((parts["claims"]?["iat"] as? NSNumber)?.int64Value == 1_732_000_123)
+    }
+
+    @Test func tokenDoesNotVerifyWithAnotherKey() throws {
+        let pki = try PKI()
+        let other = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.otherKey, encoding: .utf8))
+        #expect(throws: TestFailure.self) { try verify(try other.token(issuedAt: Date()), publicKey: pki.authPublic) }
+    }
+
+    @Test func badKeysAreRejectedWithAReason() throws {
+        let pki = try PKI()
+        #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: "not a key") }
+        // An RSA key is a PEM private key but cannot make ES256 tokens.
+        let rsa = pki.dir + "/rsa.pem"
+        _ = try tool("openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
+        #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: try String(contentsOfFile: rsa, encoding: .utf8)) }
+        #expect(throws: APNsError.self) { try APNsCredential.token(keyID: "k", teamID: "t", p8Path: pki.dir + "/missing.p8") }
+    }
+
+    @Test func providerRenewsOnItsClock() throws {
+        let pki = try PKI()
+        let clock = TestClock(Date(timeIntervalSince1970: 1_732_000_000))
+        let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.authKey, encoding: .utf8))
+        let provider = APNsTokenProvider(jwt: jwt, policy: APNsTokenRenewalPolicy(), now: { clock.now })
+        let first = try provider.bearer()
+        #expect(first.issuedAt == clock.now)
+        clock.advance(49 * 60)
+        #expect(try provider.bearer().token == first.token, "kept before 50 minutes")
+        #expect(try provider.rejectedAsExpired(issuedAt: first.issuedAt), "renewed: rejected after 20 minutes")
+        let second = try provider.bearer()
+        #expect(second.token != first.token)
+        #expect(second.issuedAt == clock.now)
+        clock.advance(10 * 60)
+        #expect(try provider.rejectedAsExpired(issuedAt: second.issuedAt) == false, "never renewed within 20 minutes")
+        #expect(try provider.bearer().token == second.token)
+        #expect(try provider.rejectedAsExpired(issuedAt: first.issuedAt), "an older token's rejection: a newer one is current")
+        clock.advance(40 * 60)
+        let third = try provider.bearer()
+        #expect(third.token != second.token, "renewed 50 minutes after the second")
+        #expect(provider.renewalCount == 3)
+        let claims = try verify(third.token, publicKey: pki.authPublic)["claims"]
+        #expect((claims?["iat"] as? NSNumber)?.doubleValue == clock.now.timeIntervalSince1970)
+    }
+
+    @Test func endpointParsing() {
+        #expect(APNsEndpoint(parsing: "127.0.0.1:8443") == APNsEndpoint(host: "127.0.0.1", port: 8443))
+        #expect(APNsEndpoint(parsing: "api.push.apple.com") == APNsEndpoint(host: "api.push.apple.com", port: 443))
+        #expect(APNsEndpoint(parsing: "[::1]:9000") == APNsEndpoint(host: "::1", port: 9000))
+        #expect(APNsEndpoint(parsing: "host:0") == nil)
+        #expect(APNsEndpoint(parsing: "host:x") == nil)
+        #expect(APNsEndpoint(APNsEnvironment.sandbox) == APNsEndpoint(host: "api.sandbox.push.apple.com", port: 443))
+    }
+}

@@ -1,0 +1,323 @@
+// Integration tests: the built herald-mock-apns binary on an ephemeral port with real TLS,
+// driven by nghttp / h2load (Debian's nghttp2-client) and curl for /metrics.
+import Foundation
+import Testing
+
+private let token = String(repeating: "ab", count: 32)
+private let devicePath = "/3/device/" + token
+private let topic = "com.example.chat"
+private let body = #"{"aps":{"alert":{"title":"Cindy","body":"Bye!"},"sound":"default"},"f":"u1"}"#
+private let keyID = "ABC123DEFG"
+private let teamID = "DEF123GHIJ"
+
+@Suite(.serialized) struct MockServerTests {
+    let pki: TestPKI
+
+    init() throws { pki = try TestPKI() }
+
+    private func now() -> Int { Int(Date().timeIntervalSince1970) }
+
+    @Test func successAnswers200WithApnsIDAndEchoesTheRequestsOne() throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic])
+        let t = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(t.answers.count == 1)
+        #expect(t.answers.first?.status == 200)
+        #expect(t.answers.first?.apnsID?.count == 36)
+        let mine = "1f0e9c52-1b7c-4c8e-9d21-0c2a7e5b3f10"
+        let t2 = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic, "apns-id": mine], body: body, pki: pki)
+        #expect(t2.answers.first?.status == 200)
+        #expect(t2.answers.first?.apnsID == mine)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test("each check answers APNs's status and reason", arguments: [
+        (["apns-topic": topic], "/3/device/" + token, "GET", body, 405, "MethodNotAllowed"),
+        (["apns-topic": topic], "/3/devices/" + token, "POST", body, 404, "BadPath"),
+        (["apns-topic": topic], "/3/device/nothex", "POST", body, 400, "BadDeviceToken"),
+        (["apns-topic": topic], "/3/device/" + token + "0", "POST", body, 400, "BadDeviceToken"),
+        ([:], devicePath, "POST", body, 400, "MissingTopic"),
+        (["apns-topic": "com.other.app"], devicePath, "POST", body, 400, "TopicDisallowed"),
+        (["apns-topic": topic, "apns-push-type": "voip"], devicePath, "POST", body, 400, "DeviceTokenNotForTopic"),
+        (["apns-topic": topic, "apns-push-type": "loud"], devicePath, "POST", body, 400, "InvalidPushType"),
+        (["apns-topic": topic, "apns-priority": "7"], devicePath, "POST", body, 400, "BadPriority"),
+        (["apns-topic": topic, "apns-expiration": "tomorrow"], devicePath, "POST", body, 400, "BadExpirationDate"),
+        (["apns-topic": topic, "apns-collapse-id": String(repeating: "c", count: 65)], devicePath, "POST", body, 400, "BadCollapseId"),
+        (["apns-topic": topic, "apns-id": "12345"], devicePath, "POST", body, 400, "BadMessageId"),
+        (["apns-topic": topic], devicePath, "POST", "", 400, "PayloadEmpty"),
+        (["apns-topic": topic], devicePath, "POST", "{not json", 400, "PayloadEmpty"),
+        (["apns-topic": topic], devicePath, "POST", padded(4097), 413, "PayloadTooLarge"),
+        (["apns-topic": topic + ".voip", "apns-push-type": "voip"], devicePath, "POST", padded(5121), 413, "PayloadTooLarge"),
+    ])
+    func checks(headers: [String: String], path: String, method: String, payload: String, status: Int, reason: String) throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic])
+        let t = try nghttp(mock.url, paths: [path], headers: headers, body: method == "GET" ? nil : payload,
+                           method: method, pki: pki)
+        #expect(t.answers.count == 1, "\(t.output.suffix(800))")
+        #expect(t.answers.first?.status == status)
+        #expect(t.answers.first?.reason == reason)
+        #expect(t.answers.first?.apnsID?.count == 36)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func voipPayloadsMayReach5120Bytes() throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic])
+        let t = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic + ".voip", "apns-push-type": "voip"],
+                           body: padded(5120), pki: pki)
+        #expect(t.answers.first?.status == 200)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func providerTokensAreVerified() throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic, "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)"])
+        func send(_ authorization: String?) throws -> H2Answer? {
+            var h = ["apns-topic": topic]
+            if let authorization { h["authorization"] = authorization }
+            return try nghttp(mock.url, paths: [devicePath], headers: h, body: body, pki: pki).answers.first
+        }
+        let good = try pki.jwt(kid: keyID, iss: teamID, iat: now())
+        #expect(try send("bearer \(good)")?.status == 200)
+        #expect(try send(nil)?.reason == "MissingProviderToken")
+        #expect(try send(nil)?.status == 403)
+        #expect(try send("bearer \(try pki.jwt(key: pki.otherProviderKey, kid: keyID, iss: teamID, iat: now()))")?.reason
+            == "InvalidProviderToken")
+        #expect(try send("bearer \(try pki.jwt(kid: "UNKNOWNKID", iss: teamID, iat: now()))")?.reason == "InvalidProviderToken")
+        #expect(try send("bearer \(try pki.jwt(kid: keyID, iss: "OTHERTEAM1", iat: now()))")?.reason == "InvalidProviderToken")
+        let old = try send("bearer \(try pki.jwt(kid: keyID, iss: teamID, iat: now() - 3700))")
+        #expect(old?.status == 403)
+        #expect(old?.reason == "ExpiredProviderToken")
+        #expect(try send("bearer \(try pki.jwt(kid: keyID, iss: teamID, iat: now() - 3000))")?.status == 200)
+        // A token with one flipped signature character.
+        var bad = Array(good)
+        bad[bad.count - 3] = bad[bad.count - 3] == "A" ? "B" : "A"
+        #expect(try send("bearer \(String(bad))")?.reason == "InvalidProviderToken")
+        #expect(try send("basic \(good)")?.reason == "InvalidProviderToken")
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func tokenUpdatesMoreOftenThanAllowedAreRefused() throws {
+        let mock = try MockProcess(pki: pki, ["--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
+                                              "--min-token-update-interval", "1200"])
+        func send(iat: Int) throws -> H2Answer? {
+            let jwt = try pki.jwt(kid: keyID, iss: teamID, iat: iat)
+            return try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
+                              body: body, pki: pki).answers.first
+        }
+        let t0 = now() - 3000
+        #expect(try send(iat: t0)?.status == 200)
+        let churn = try send(iat: t0 + 600)
+        #expect(churn?.status == 429)
+        #expect(churn?.reason == "TooManyProviderTokenUpdates")
+        #expect(try send(iat: t0)?.status == 200, "the current token stays usable")
+        #expect(try send(iat: t0 + 1300)?.status == 200, "a renewal after 20 minutes is accepted")
+        #expect(try send(iat: t0 + 1400)?.status == 429)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func tokenConnectionsStartAtOneStreamAndAreRaisedAfterTheFirstSuccess() throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic, "--max-streams", "500"])
+        let paths = (0..<4).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
+        let t = try nghttp(mock.url, paths: paths, headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(t.serverMaxConcurrentStreams == [1, 500])
+        #expect(t.answers.map(\.status) == [200, 200, 200, 200])
+        // The raise comes after the first 200 and before the other answers.
+        let out = t.output
+        let firstAnswer = out.range(of: ":status: 200")!.lowerBound
+        let raise = out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):500")!.lowerBound
+        #expect(firstAnswer < raise)
+        // A failure does not raise it.
+        let t2 = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "wrong.topic"], body: body, pki: pki)
+        #expect(t2.serverMaxConcurrentStreams == [1])
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func certificateAuthNeedsNoJWTAndStartsAtMaxStreams() throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic, "--client-ca", pki.caCert, "--max-streams", "300", "--metrics-port", "0",
+                                              "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)"])
+        let withCert = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body,
+                                  extra: ["--cert", pki.clientCert, "--key", pki.clientKey], pki: pki)
+        #expect(withCert.answers.first?.status == 200)
+        #expect(withCert.serverMaxConcurrentStreams == [300])
+        // One configured topic: a certificate connection may leave apns-topic out.
+        let noTopic = try nghttp(mock.url, paths: [devicePath], body: body,
+                                 extra: ["--cert", pki.clientCert, "--key", pki.clientKey], pki: pki)
+        #expect(noTopic.answers.first?.status == 200)
+        let without = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(without.answers.first?.status == 403)
+        #expect(without.answers.first?.reason == "MissingProviderToken")
+        #expect(without.serverMaxConcurrentStreams == [1])
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_connections_certificate_auth_total") == 2)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func deadTokensAnswer410WithTheirTimestamp() throws {
+        let other = String(repeating: "cd", count: 32)
+        let mock = try MockProcess(pki: pki, ["--dead-token", "\(token):1700000000123", "--dead-token", other])
+        let t = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(t.answers.first?.status == 410)
+        #expect(t.answers.first?.reason == "Unregistered")
+        #expect(t.answers.first?.timestamp == 1_700_000_000_123)
+        let before = Int64(Date().timeIntervalSince1970 * 1000)
+        let t2 = try nghttp(mock.url, paths: ["/3/device/" + other], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(t2.answers.first?.status == 410)
+        let stamp = try #require(t2.answers.first?.timestamp)
+        #expect(stamp >= before - 1000 && stamp <= before + 10_000)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func faultRatesAreRoughlyHonouredAndSeeded() throws {
+        let bodyFile = try pki.write("fault-body.json", body)
+        var runs: [String] = []
+        for _ in 0..<2 {
+            let mock = try MockProcess(pki: pki, ["--seed", "7", "--rate-429", "0.10", "--rate-503", "0.05",
+                                                  "--rate-410", "0.05", "--rate-bad-token", "0.02", "--metrics-port", "0"])
+            let r = try h2load(mock.url + devicePath, n: 4000, m: 1, headers: ["apns-topic": topic], bodyFile: bodyFile)
+            #expect(r.ok + r.c4 + r.c5 == 4000)
+            #expect(abs(r.ok - 3120) < 150, "\(r.output)")
+            let m = try mock.metrics()
+            let c429 = metricValue(m, #"herald_mock_apns_requests_total{status="429",reason="TooManyRequests"}"#)
+            let c503 = metricValue(m, #"herald_mock_apns_requests_total{status="503",reason="ServiceUnavailable"}"#)
+            let c410 = metricValue(m, #"herald_mock_apns_requests_total{status="410",reason="Unregistered"}"#)
+            let c400 = metricValue(m, #"herald_mock_apns_requests_total{status="400",reason="BadDeviceToken"}"#)
+            #expect(abs(c429 - 400) < 80)
+            #expect(abs(c503 - 200) < 60)
+            #expect(abs(c410 - 200) < 60)
+            #expect(abs(c400 - 80) < 40)
+            #expect(c429 + c503 + c410 + c400 + r.ok == 4000)
+            runs.append("\(c429) \(c503) \(c410) \(c400) \(r.ok)")
+            #expect(mock.stop() == 0)
+        }
+        #expect(runs[0] == runs[1], "the same seed gives the same faults")
+    }
+
+    @Test func goawayEveryNStreams() throws {
+        let mock = try MockProcess(pki: pki, ["--goaway-every", "3", "--initial-streams", "100", "--metrics-port", "0"])
+        let paths = (0..<6).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
+        let t = try nghttp(mock.url, paths: paths, headers: ["apns-topic": topic], body: body, pki: pki)
+        let answered = t.answers.filter { $0.status == 200 }.map(\.streamID).sorted()
+        #expect(answered.count == 3)
+        let last = try #require(t.goawayLastStreamID)
+        #expect(answered.last == last, "the last answered stream is the GOAWAY's last-stream-id")
+        #expect(t.refusedStreams.count == 3)
+        #expect(t.refusedStreams.allSatisfy { $0 > last })
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_refused_streams_total") == 3)
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_goaways_total") == 1)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func resetEveryNStreamsDropsTheConnection() throws {
+        let bodyFile = try pki.write("reset-body.json", body)
+        let mock = try MockProcess(pki: pki, ["--reset-every", "5", "--metrics-port", "0"])
+        let r = try h2load(mock.url + devicePath, n: 20, m: 1, headers: ["apns-topic": topic], bodyFile: bodyFile)
+        #expect(r.ok == 4, "\(r.output)")
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_resets_total") == 1)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func latencyIsAddedWithoutBlockingOtherStreams() throws {
+        let bodyFile = try pki.write("lat-body.json", body)
+        // h2load opens its 100 streams before it has read the server's SETTINGS: start at 100 so
+        // none is refused (with the APNs default of 1, nghttp2 refuses the other 99, as APNs would).
+        let mock = try MockProcess(pki: pki, ["--latency-ms", "100", "--initial-streams", "100"])
+        let start = Date()
+        let one = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(one.answers.first?.status == 200)
+        #expect(Date().timeIntervalSince(start) >= 0.1)
+        // 1000 requests, 100 in flight: about 10 round trips of 100 ms, not 1000.
+        let t0 = Date()
+        let r = try h2load(mock.url + devicePath, n: 1000, m: 100, headers: ["apns-topic": topic], bodyFile: bodyFile)
+        let elapsed = Date().timeIntervalSince(t0)
+        #expect(r.ok == 1000)
+        #expect(elapsed >= 1.0 && elapsed < 5.0, "\(elapsed) s")
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func recordFileHoldsOneLinePerAnswer() throws {
+        let record = pki.dir.appendingPathComponent("record.jsonl").path
+        let mock = try MockProcess(pki: pki, ["--topic", topic, "--record", record])
+        let id = "0d4b2b5e-5a57-4f2e-9b8a-2f0d2d8f1c11"
+        _ = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic, "apns-id": id, "apns-priority": "5",
+                        "apns-push-type": "background", "apns-collapse-id": "c1", "apns-expiration": "1700000000"],
+                       body: "{\"aps\":{\"content-available\":1},\n \"x\":\"é\"}", pki: pki)
+        _ = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "com.other"], body: body, pki: pki)
+        // Written within 100 ms while the server runs, not only at exit.
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n").count == 2)
+        #expect(mock.stop() == 0)
+        let lines = try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n")
+        #expect(lines.count == 2)
+        let first = try #require(try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any])
+        #expect(first["token"] as? String == token)
+        #expect(first["topic"] as? String == topic)
+        #expect(first["push_type"] as? String == "background")
+        #expect(first["priority"] as? Int == 5)
+        #expect(first["apns_id"] as? String == id)
+        #expect(first["collapse_id"] as? String == "c1")
+        #expect(first["expiration"] as? Int == 1_700_000_000)
+        #expect(first["status"] as? Int == 200)
+        #expect(first["reason"] is NSNull)
+        let payload = try #require(first["payload"] as? [String: Any])
+        #expect(payload["x"] as? String == "é")
+        #expect((payload["aps"] as? [String: Any])?["content-available"] as? Int == 1)
+        let at = try #require(first["at"] as? Int64)
+        #expect(abs(at - Int64(Date().timeIntervalSince1970 * 1000)) < 60_000)
+        let second = try #require(try JSONSerialization.jsonObject(with: Data(lines[1].utf8)) as? [String: Any])
+        #expect(second["status"] as? Int == 400)
+        #expect(second["reason"] as? String == "TopicDisallowed")
+        #expect(second["push_type"] is NSNull)
+    }
+
+    @Test func metricsCountAnswersConnectionsAndStreams() throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic, "--metrics-port", "0"])
+        _ = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        _ = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "nope"], body: body, pki: pki)
+        let m = try mock.metrics()
+        #expect(metricValue(m, #"herald_mock_apns_requests_total{status="200",reason=""}"#) == 1)
+        #expect(metricValue(m, #"herald_mock_apns_requests_total{status="400",reason="TopicDisallowed"}"#) == 1)
+        #expect(metricValue(m, "herald_mock_apns_connections_total") == 2)
+        #expect(metricValue(m, "herald_mock_apns_streams_total") == 2)
+        #expect(m.contains("# TYPE herald_mock_apns_requests_total counter"))
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func survivesClientsThatDoNotSpeakH2OverTLS() throws {
+        let mock = try MockProcess(pki: pki, ["--metrics-port", "0"])
+        let http1 = try runProcess("curl", ["-sk", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", mock.url + devicePath])
+        #expect(http1.output != "200")
+        let cleartext = try runProcess("curl", ["-s", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}",
+                                                "http://127.0.0.1:\(mock.port)" + devicePath])
+        #expect(cleartext.output != "200")
+        let t = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(t.answers.first?.status == 200)
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_handshake_failures_total") == 2)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func sigtermDrainsRequestsInFlightAfterGoaway() throws {
+        let mock = try MockProcess(pki: pki, ["--latency-ms", "400"])
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        client.arguments = ["nghttp", "-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body),
+                            mock.url + devicePath]
+        let pipe = Pipe()
+        client.standardOutput = pipe
+        try client.run()
+        Thread.sleep(forTimeInterval: 0.15)
+        #expect(mock.stop() == 0)
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        client.waitUntilExit()
+        let t = parseNghttp(out)
+        #expect(t.answers.first?.status == 200, "the request received before SIGTERM is answered")
+        #expect(out.contains(#"opaque_data(21)=[{"reason":"Shutdown"}]"#))
+        #expect(t.goawayLastStreamID == t.answers.first?.streamID)
+    }
+
+    @Test func refusesToStartWithBadOptions() throws {
+        let exe = binDirectory().appendingPathComponent("herald-mock-apns").path
+        let r = try runProcess(exe, ["--cert", pki.serverCert, "--key", pki.serverKey, "--rate-429", "1.5"])
+        #expect(r.status != 0)
+        #expect(r.output.contains("--rate-429"))
+        let r2 = try runProcess(exe, ["--cert", "/nonexistent.pem", "--key", pki.serverKey])
+        #expect(r2.status != 0)
+        #expect(r2.output.contains("certificate"))
+    }
+}

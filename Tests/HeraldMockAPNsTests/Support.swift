@@ -1,0 +1,258 @@
+// Test support: run processes, make TLS material and provider tokens, start the stand-in
+// binary on an ephemeral port, and read what `nghttp -v` reports.
+import Foundation
+import Testing
+
+struct ProcessResult {
+    var status: Int32
+    var output: String
+}
+
+enum TestError: Error, CustomStringConvertible {
+    case failed(String)
+    var description: String { if case .failed(let s) = self { return s }; return "" }
+}
+
+/// Runs a program to completion, stdout and stderr captured together.
+@discardableResult
+func runProcess(_ executable: String, _ arguments: [String], cwd: URL? = nil) throws -> ProcessResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/env")
+    p.arguments = executable.hasPrefix("/") ? arguments : [executable] + arguments
+    if let cwd { p.currentDirectoryURL = cwd }
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    p.standardError = pipe
+    try p.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return ProcessResult(status: p.terminationStatus, output: String(decoding: data, as: UTF8.self))
+}
+
+/// Where the built executables are: $HERALD_BIN_DIR, else this package's .build/debug.
+func binDirectory() -> URL {
+    if let dir = ProcessInfo.processInfo.environment["HERALD_BIN_DIR"] { return URL(fileURLWithPath: dir) }
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    return root.appendingPathComponent(".build/debug")
+}
+
+/// A temporary directory with a server certificate, a client CA and client certificate, and a
+/// provider signing key (AuthKey.p8) with its public key.
+final class TestPKI: @unchecked Sendable {
+    // @unchecked Sendable: immutable after init.
+    let dir: URL
+    var serverCert: String { dir.appendingPathComponent("cert.pem").path }
+    var serverKey: String { dir.appendingPathComponent("key.pem").path }
+    var caCert: String { dir.appendingPathComponent("ca.pem").path }
+    var clientCert: String { dir.appendingPathComponent("client.pem").path }
+    var clientKey: String { dir.appendingPathComponent("client.key").path }
+    var providerKey: String { dir.appendingPathComponent("AuthKey.p8").path }
+    var providerPublicKey: String { dir.appendingPathComponent("AuthKey.pub.pem").path }
+    var otherProviderKey: String { dir.appendingPathComponent("Other.p8").path }
+    var jwtScript: String { dir.appendingPathComponent("jwt.py").path }
+
+    init() throws {
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("mock-apns-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let steps: [[String]] = [
+            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem",
+             "-out", "cert.pem", "-subj", "/CN=localhost", "-days", "2", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
+             "-out", "ca.pem", "-subj", "/CN=Herald Test CA", "-days", "2"],
+            ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "client.key",
+             "-out", "client.csr", "-subj", "/CN=com.example.chat"],
+            ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "client.pem", "-days", "2"],
+            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "AuthKey.p8"],
+            ["pkey", "-in", "AuthKey.p8", "-pubout", "-out", "AuthKey.pub.pem"],
+            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "Other.p8"],
+        ]
+        for s in steps {
+            let r = try runProcess("openssl", s, cwd: dir)
+            guard r.status == 0 else { throw TestError.failed("openssl \(s.joined(separator: " ")): \(r.output)") }
+        }
+        try Self.jwtSource.write(toFile: jwtScript, atomically: true, encoding: .utf8)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: dir) }
+
+    /// An ES256 provider token made by Python's `cryptography`, independently of the server's code.
+    func jwt(key: String? = nil, kid: String, iss: String, iat: Int) throws -> String {
+        let r = try runProcess("python3", [jwtScript, key ?? providerKey, kid, iss, String(iat)])
+        guard r.status == 0 else { throw TestError.failed("jwt.py: \(r.output)") }
+        return r.output.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func write(_ name: String, _ text: String) throws -> String {
+        let path = dir.appendingPathComponent(name).path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    static let jwtSource = """
+    import base64, json, sys
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+    key = serialization.load_pem_private_key(open(sys.argv[1], "rb").read(), None)
+    b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+    header = b64(json.dumps({"alg": "ES256", "kid": sys.argv[2]}).encode())
+    claims = b64(json.dumps({"iss": sys.argv[3], "iat": int(sys.argv[4])}).encode())
+    r, s = decode_dss_signature(key.sign(f"{header}.{claims}".encode(), ec.ECDSA(hashes.SHA256())))
+    print(f"{header}.{claims}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}")
+    """
+}
+
+/// The herald-mock-apns binary running on an ephemeral port; stopped with SIGTERM.
+final class MockProcess: @unchecked Sendable {
+    // @unchecked Sendable: fields are set in init and only read afterwards.
+    let process = Process()
+    let port: Int
+    let metricsPort: Int?
+    let stdout = Pipe()
+    let stderrFile: URL
+
+    init(pki: TestPKI, _ arguments: [String]) throws {
+        let exe = binDirectory().appendingPathComponent("herald-mock-apns")
+        guard FileManager.default.isExecutableFile(atPath: exe.path) else {
+            throw TestError.failed("\(exe.path) not built (run swift build, or set HERALD_BIN_DIR)")
+        }
+        let portFile = pki.dir.appendingPathComponent("port-\(UUID().uuidString)").path
+        stderrFile = pki.dir.appendingPathComponent("stderr-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: stderrFile.path, contents: nil)
+        process.executableURL = exe
+        process.arguments = ["--port", "0", "--cert", pki.serverCert, "--key", pki.serverKey, "--port-file", portFile] + arguments
+        process.standardOutput = stdout
+        process.standardError = try FileHandle(forWritingTo: stderrFile)
+        try process.run()
+        // The first stdout line says where it listens.
+        var line = Data()
+        let handle = stdout.fileHandleForReading
+        while !line.contains(0x0A) {
+            let chunk = handle.availableData
+            if chunk.isEmpty { break }
+            line.append(chunk)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard let m = text.firstMatch(of: /listening on 127\.0\.0\.1:(\d+)/), let p = Int(m.1) else {
+            let err = (try? String(contentsOf: stderrFile, encoding: .utf8)) ?? ""
+            process.terminate()
+            throw TestError.failed("no 'listening on' line: \(text) \(err)")
+        }
+        port = p
+        metricsPort = text.firstMatch(of: /metrics on 127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) }
+        let written = try String(contentsOfFile: portFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard written == String(p) else { throw TestError.failed("--port-file holds \(written), stdout said \(p)") }
+    }
+
+    var url: String { "https://127.0.0.1:\(port)" }
+
+    /// SIGTERM, then the exit status.
+    func stop() -> Int32 {
+        guard process.isRunning else { return process.terminationStatus }
+        process.terminate()
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    deinit { if process.isRunning { process.terminate(); process.waitUntilExit() } }
+
+    func metrics() throws -> String {
+        guard let metricsPort else { throw TestError.failed("no metrics port") }
+        return try runProcess("curl", ["-s", "http://127.0.0.1:\(metricsPort)/metrics"]).output
+    }
+}
+
+/// One response as `nghttp -v` printed it.
+struct H2Answer {
+    var streamID: Int
+    var status: Int
+    var apnsID: String?
+    var reason: String?
+    var timestamp: Int64?
+}
+
+/// What `nghttp -v` showed of one connection.
+struct H2Transcript {
+    var output: String
+    var answers: [H2Answer]
+    /// SETTINGS_MAX_CONCURRENT_STREAMS values the server sent, in order.
+    var serverMaxConcurrentStreams: [Int]
+    var goawayLastStreamID: Int?
+    var refusedStreams: [Int]
+}
+
+/// Sends POSTs (one per path) on one connection with nghttp and parses its verbose output.
+func nghttp(_ base: String, paths: [String], headers: [String: String] = [:], body: String? = nil,
+            method: String = "POST", extra: [String] = [], pki: TestPKI) throws -> H2Transcript {
+    var args = ["-v", "-t", "10"]
+    if method != "GET" { args += ["-H", ":method: \(method)"] }
+    for (k, v) in headers.sorted(by: { $0.key < $1.key }) { args += ["-H", "\(k): \(v)"] }
+    if let body { args += ["-d", try pki.write("body-\(UUID().uuidString).json", body)] }
+    args += extra
+    args += paths.map { base + $0 }
+    let r = try runProcess("nghttp", args)
+    return parseNghttp(r.output)
+}
+
+func parseNghttp(_ out: String) -> H2Transcript {
+    var byStream: [Int: H2Answer] = [:]
+    var order: [Int] = []
+    var settings: [Int] = []
+    var goaway: Int?
+    var refused: [Int] = []
+    var inServerSettings = false
+    var lastRSTStream: Int?
+    var previousLineWasGoaway = false
+    for line in out.split(separator: "\n", omittingEmptySubsequences: false) {
+        if line.contains("recv SETTINGS frame") { inServerSettings = true; continue }
+        if line.contains("send ") || (line.contains("recv ") && !line.contains("SETTINGS")) { inServerSettings = false }
+        if inServerSettings, let m = line.firstMatch(of: /SETTINGS_MAX_CONCURRENT_STREAMS\(0x03\):(\d+)/) {
+            settings.append(Int(m.1)!)
+        }
+        if let m = line.firstMatch(of: /recv \(stream_id=(\d+)\) :status: (\d+)/) {
+            let id = Int(m.1)!
+            byStream[id] = H2Answer(streamID: id, status: Int(m.2)!)
+            order.append(id)
+        }
+        if let m = line.firstMatch(of: /recv \(stream_id=(\d+)\) apns-id: ([0-9a-fA-F-]+)/) {
+            byStream[Int(m.1)!]?.apnsID = String(m.2)
+        }
+        if previousLineWasGoaway, let m = line.firstMatch(of: /last_stream_id=(\d+)/) { goaway = Int(m.1)! }
+        defer { previousLineWasGoaway = line.contains("recv GOAWAY") }
+        if let m = line.firstMatch(of: /recv RST_STREAM frame <length=4, flags=0x00, stream_id=(\d+)>/) {
+            lastRSTStream = Int(m.1)!
+        }
+        if line.contains("REFUSED_STREAM"), let id = lastRSTStream { refused.append(id); lastRSTStream = nil }
+    }
+    // Bodies are printed raw just before the DATA frame line of their stream.
+    for m in out.matches(of: /\{"reason":"(\w+)"(?:,"timestamp":(\d+))?\}\[[ 0-9.]+\] recv DATA frame <length=\d+, flags=0x01, stream_id=(\d+)>/) {
+        let id = Int(m.3)!
+        byStream[id]?.reason = String(m.1)
+        byStream[id]?.timestamp = m.2.flatMap { Int64($0) }
+    }
+    return H2Transcript(output: out, answers: order.compactMap { byStream[$0] }, serverMaxConcurrentStreams: settings,
+                        goawayLastStreamID: goaway, refusedStreams: refused)
+}
+
+/// Runs h2load and returns (2xx, 4xx, 5xx, succeeded, req/s).
+func h2load(_ url: String, n: Int, c: Int = 1, m: Int, headers: [String: String], bodyFile: String) throws
+    -> (ok: Int, c4: Int, c5: Int, succeeded: Int, rate: Double, output: String) {
+    var args = ["-n", String(n), "-c", String(c), "-m", String(m), "-d", bodyFile]
+    for (k, v) in headers.sorted(by: { $0.key < $1.key }) { args += ["-H", "\(k): \(v)"] }
+    args.append(url)
+    let r = try runProcess("h2load", args)
+    let codes = r.output.firstMatch(of: /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/)
+    let done = r.output.firstMatch(of: /(\d+) succeeded/)
+    let rate = r.output.firstMatch(of: /finished in [0-9.]+m?s, ([0-9.]+) req\/s/)
+    return (Int(codes?.1 ?? "0")!, Int(codes?.3 ?? "0")!, Int(codes?.4 ?? "0")!, Int(done?.1 ?? "0")!,
+            Double(rate?.1 ?? "0")!, r.output)
+}
+
+/// Reads a Prometheus counter value from /metrics text.
+func metricValue(_ text: String, _ series: String) -> Int {
+    for line in text.split(separator: "\n") where line.hasPrefix(series + " ") {
+        return Int(line.dropFirst(series.count + 1)) ?? -1
+    }
+    return 0
+}
