@@ -116,6 +116,11 @@ let package = Package(
         .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs"]),
         .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),
+        .testTarget(name: "HeraldStageLoopTests", dependencies: [
+            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Metrics", package: "swift-metrics"),
+        ]),
         // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
         .testTarget(name: "EndToEndTests", dependencies: [
             "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",

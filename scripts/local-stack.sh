@@ -6,31 +6,33 @@
 #   scripts/local-stack.sh            run the demo, then stop everything
 #   scripts/local-stack.sh --keep     keep everything running until Ctrl-C
 #   scripts/local-stack.sh --stop     stop what a previous --keep run left running
-#   options: --no-build (use the existing release build), --no-setup (skip scripts/setup.sh)
+#   options: --no-build (use the existing build), --no-setup (skip scripts/setup.sh), --debug (debug build)
 #
-# Ports (env): HERALD_LOCAL_REDIS_PORT 16379, HERALD_LOCAL_KAFKA_PORT 19092, HERALD_LOCAL_APNS_PORT 18443,
-# HERALD_LOCAL_METRICS_BASE 19100 (stages use base+1 .. base+6, the stand-in base+9).
+# Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
+# HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the stand-in base+9).
+# HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-keep=0; build=1; setup=1; stop_only=0
+keep=0; build=1; setup=1; stop_only=0; config=release
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
     --no-build) build=0 ;;
     --no-setup) setup=0 ;;
     --stop) stop_only=1 ;;
+    --debug) config=debug ;;
     -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "unknown option $arg" >&2; exit 2 ;;
   esac
 done
 
-REDIS_PORT="${HERALD_LOCAL_REDIS_PORT:-16379}"
-KAFKA_PORT="${HERALD_LOCAL_KAFKA_PORT:-19092}"
-APNS_PORT="${HERALD_LOCAL_APNS_PORT:-18443}"
-METRICS_BASE="${HERALD_LOCAL_METRICS_BASE:-19100}"
+REDIS_PORT="${HERALD_LOCAL_REDIS_PORT:-16479}"
+KAFKA_PORT="${HERALD_LOCAL_KAFKA_PORT:-19192}"
+APNS_PORT="${HERALD_LOCAL_APNS_PORT:-18543}"
+METRICS_BASE="${HERALD_LOCAL_METRICS_BASE:-19200}"
 RUN="$root/run/local"
 STAGES=(ingest resolve suppress render send registry)
 DEMO="$root/pipelines/examples/demo"
@@ -60,6 +62,7 @@ stop_all() {
 
 mkdir -p "$RUN/logs"
 stop_all   # leftovers of a previous run
+[ "$stop_only" = 1 ] || trap 'code=$?; [ "$keep" = 1 ] && [ "$code" = 0 ] || stop_all; exit $code' EXIT
 if [ "$stop_only" = 1 ]; then say "stopped"; exit 0; fi
 for p in "$REDIS_PORT" "$KAFKA_PORT" "$APNS_PORT"; do
   if port_open "$p"; then echo "port $p is in use by another program; set HERALD_LOCAL_*_PORT" >&2; exit 1; fi
@@ -68,11 +71,14 @@ done
 if [ "$setup" = 1 ]; then bash scripts/setup.sh; fi
 export PKG_CONFIG_PATH="/usr/local/lib/pkgconfig:${PKG_CONFIG_PATH:-}"
 if [ "$build" = 1 ]; then
-  say "building (release)"
-  for s in "${STAGES[@]}"; do swift build -c release --product "herald-$s" 2>&1 | grep -E "error|warning: unre|Compiling|Build" | tail -1 >&2; done
-  swift build -c release --product herald-mock-apns 2>&1 | tail -1 >&2
+  say "building ($config)"
+  for p in "${STAGES[@]/#/herald-}" herald-mock-apns; do
+    if ! swift build -c "$config" --product "$p" >"$RUN/logs/build.log" 2>&1; then
+      grep -E "error" "$RUN/logs/build.log" >&2 || tail -20 "$RUN/logs/build.log" >&2; exit 1
+    fi
+  done
 fi
-BIN="$(swift build -c release --show-bin-path)"
+BIN="$root/.build/$config"
 
 # --- Redis and Tansu -------------------------------------------------------------------------------
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
@@ -103,7 +109,7 @@ sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/Auth
   --auth-key "KEY1234567:ABCDE12345:$RUN/AuthKey.pub.pem" --auth-key "KEY7654321:ABCDE12345:$RUN/AuthKey.pub.pem" \
   --topic com.example.chat --topic com.example.chat.beta --topic com.example.messenger --topic com.example.calls \
   --dead-token dead000000000000000000000000000000000000000000000000000000000007 \
-  --record "$RUN/apns-record.jsonl" --metrics-port "$((METRICS_BASE + 9))" \
+  --record "$RUN/apns-record.jsonl" --metrics-port "$((METRICS_BASE + 9))" ${HERALD_LOCAL_MOCK_ARGS:-} \
   >"$RUN/logs/mock-apns.log" 2>&1 &
 echo $! >"$RUN/mock-apns.pid"
 for _ in $(seq 1 50); do port_open "$APNS_PORT" && break; sleep 0.1; done
@@ -117,8 +123,7 @@ for s in "${STAGES[@]}"; do
       HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
       HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 \
       HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
-      HERALD_APNS_HOST="127.0.0.1:$APNS_PORT" HERALD_APNS_CA_FILE="$RUN/apns-cert.pem" \
-      HERALD_SEND_RETRY_INITIAL_MS=500 \
+      $( [ "$s" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500" ) \
       "$BIN/herald-$s" >"$RUN/logs/$s.log" 2>&1 &
   echo $! >"$RUN/$s.pid"
 done
@@ -157,7 +162,7 @@ for app, fx in apps.items():
         out(conv, {"op": "set_members", "app_id": app, "conversation": conv, "members": c["members"]})
 PY
 expected=$(wc -l <"$RUN/registry.tsv")
-kcat -P -b "127.0.0.1:$KAFKA_PORT" -t herald.registry -K $'\t' -z lz4 "$RUN/registry.tsv"
+kcat -P -b "127.0.0.1:$KAFKA_PORT" -t herald.registry -K $'\t' <"$RUN/registry.tsv"
 for _ in $(seq 1 300); do
   [ "$(metric_sum $((METRICS_BASE + 6)) herald_registry_ops_total)" -ge "$expected" ] && break; sleep 0.1
 done
@@ -172,7 +177,7 @@ for line in open(sys.argv[1]):
     e = json.loads(line); e["created_at"] = now
     print(e["conversation"]["id"] + "\t" + json.dumps(e, separators=(",", ":"), ensure_ascii=False))
 PY
-kcat -P -b "127.0.0.1:$KAFKA_PORT" -t chat.events -K $'\t' "$RUN/events.tsv"
+kcat -P -b "127.0.0.1:$KAFKA_PORT" -t chat.events -K $'\t' <"$RUN/events.tsv"
 say "published $(wc -l <"$RUN/events.tsv") chat events; waiting for the pipeline"
 
 # Wait until ingest consumed them all and send / registry are idle for 2 s.
@@ -202,19 +207,27 @@ for line in open(sys.argv[1]):
 PY
 echo
 echo "=== Decisions per event and user (explain trail in Redis) ==="
-for event in $(cut -f2 "$RUN/events.tsv" | python3 -c 'import sys,json; [print(json.loads(l)["app_id"]+"/"+json.loads(l)["event_id"]) for l in sys.stdin]'); do
-  key="herald:${event%%/*}:explain:{${event#*/}}"
-  redis-cli -p "$REDIS_PORT" --raw HGETALL "$key" | paste - - | sort | python3 -c '
-import json, sys
-ev = sys.argv[1]; rows = [l.rstrip("\n").split("\t", 1) for l in sys.stdin if "\t" in l]
-if not rows: print(f"{ev:<24} (no trail: dead-lettered at ingest, see below)")
-for field, value in rows:
-    e = json.loads(value)
-    who = "event" if field == "event" else (e.get("user") or "") + (" " + e["token"][:8] + "…" if e.get("token") else "")
-    extra = f' status={e["status"]}' if e.get("status") else ""
-    print(f"{ev:<24} {who:<20} {e[\"stage\"]:<9} {e[\"decision\"]:<11} {e.get(\"reason\") or \"\"}{extra}")
-' "${event#*/}"
-done
+cat >"$RUN/explain.py" <<'PY'
+import json, subprocess, sys
+port, events = sys.argv[1], sys.argv[2]
+for line in open(events):
+    if "\t" not in line: continue
+    ev = json.loads(line.split("\t", 1)[1])
+    key = "herald:%s:explain:{%s}" % (ev["app_id"], ev["event_id"])
+    raw = subprocess.run(["redis-cli", "-p", port, "--raw", "HGETALL", key], capture_output=True, text=True).stdout.split("\n")
+    rank = lambda f: (0 if f == "event" else 1 if f.startswith("user:") else 2, f)
+    rows = sorted(zip(raw[0::2], raw[1::2]), key=lambda r: rank(r[0]))
+    rows = [(f, v) for f, v in rows if v.strip()]
+    if not rows:
+        print("%-18s (no trail: dead-lettered at ingest, see the DLQ below)" % ev["event_id"]); continue
+    for field, value in rows:
+        e = json.loads(value)
+        who = "event" if field == "event" else (e.get("user") or "") + (" " + e["token"][:8] + "..." if e.get("token") else "")
+        extra = (" status=%s" % e["status"]) if e.get("status") else ""
+        extra += (" count=%s" % e["count"]) if e.get("count") is not None else ""
+        print("%-18s %-20s %-9s %-11s %s%s" % (ev["event_id"], who, e["stage"], e["decision"], e.get("reason") or "", extra))
+PY
+python3 "$RUN/explain.py" "$REDIS_PORT" "$RUN/events.tsv"
 echo
 echo "=== Counters (Prometheus /metrics of the stages) ==="
 for i in 1 3 5; do

@@ -2,6 +2,7 @@ import Foundation
 import HeraldAPNs
 import HeraldCore
 import HeraldPipeline
+import HeraldStage
 import Logging
 import ServiceLifecycle
 
@@ -19,12 +20,14 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     private let clients: [Key: APNsClient]
     private let timeout: Duration
     private let logger: Logger
+    private let metrics: StageMetrics
 
     /// Opens a client for every credential of every app; a credential that cannot be loaded is logged and
     /// left out (its notifications are dead-lettered with `no_credential`).
     init(apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-         timeout: Duration, environment: [String: String], logger: Logger) {
+         timeout: Duration, environment: [String: String], logger: Logger, metrics: StageMetrics) {
         self.apps = apps
+        self.metrics = metrics
         self.timeout = timeout
         self.logger = logger
         var clients: [Key: APNsClient] = [:]
@@ -126,8 +129,17 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     }
 
     /// Keeps the clients until the stage loop has stopped (services stop in reverse order), then closes them.
+    /// Reports JWT renewals every 5 s meanwhile.
     func run() async throws {
-        try? await gracefulShutdown()
+        try? await cancelWhenGracefulShutdown {
+            var renewals = 0
+            while !Task.isCancelled {
+                let total = self.clients.values.reduce(0) { $0 + $1.stats.jwtRenewals }
+                for _ in renewals..<max(renewals, total) { self.metrics.jwtRenewed() }
+                renewals = max(renewals, total)
+                try await Task.sleep(for: .seconds(5))
+            }
+        }
         for client in clients.values { await client.shutdown(grace: .seconds(2)) }
     }
 }

