@@ -426,6 +426,19 @@ struct EndToEndTests {
             (try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now()))?.preferences.trigger == .off
         }
         #expect(prefsApplied, "herald-registry did not apply the preferences")
+        r = try await stack.heraldctl(["presence", "set", "--app", "app1", "--user", "op1", "--online", token2, "--ttl", "60", "--via-kafka"])
+        #expect(r.status == 0, "presence set --via-kafka: \(r.stderr)")
+        let presenceApplied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
+            (try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now()))?.online == [token2]
+        }
+        #expect(presenceApplied, "herald-registry did not apply the presence")
+        r = try await stack.heraldctl(["device", "unregister", "--app", "app1", "--user", "op1", "--token", token2, "--via-kafka"])
+        #expect(r.status == 0, "device unregister --via-kafka: \(r.stderr)")
+        let unregistered = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
+            let s = try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
+            return s.map { !$0.devices.contains { $0.token == token2 } && $0.online.isEmpty } ?? false
+        }
+        #expect(unregistered, "herald-registry did not apply the unregistration (device and its presence)")
 
         r = try await stack.heraldctl(["device", "unregister", "--app", "app1", "--user", "op1", "--all"])
         #expect(r.status == 0, "device unregister --all: \(r.stderr)")
