@@ -308,6 +308,46 @@ struct EndToEndTests {
         if !twice.isEmpty { stack.log("SIGKILL send: \(twice.count) notification(s) delivered twice, all from the crash window") }
     }
 
+    /// SPEC 6: on SIGTERM a stage stops pulling, finishes or hands back what is in flight, commits and exits 0;
+    /// with a graceful stop there is no crash window, so nothing may arrive twice.
+    @Test("send stopped with SIGTERM mid-run exits 0; after a restart nothing is lost or delivered twice")
+    func sigtermSend() async throws {
+        try await loadFixtures()
+        let stack = self.stack
+        let status = Guarded<Int32?>(nil)
+        let pairs = try await publishKillBatch(prefix: "term-send", count: 24) {
+            status.withLock { $0 = -1 }
+            let s = await stack.stopStage("send")
+            status.withLock { $0 = s }
+            try stack.restartStage("send")
+        }
+        #expect(status.withLock { $0 } == 0, "herald-send exit status after SIGTERM: \(String(describing: status.withLock { $0 }))")
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
+        expectExactlyOnce(pairs, counts, "SIGTERM send")
+    }
+
+    @Test("a second resolve process joins the group mid-run and leaves again: nothing lost, nothing twice")
+    func scaleOutResolve() async throws {
+        try await loadFixtures()
+        let stack = self.stack
+        let extra = Guarded<String?>(nil)
+        let pairs = try await publishKillBatch(prefix: "scale", count: 32) {
+            extra.withLock { $0 = try? stack.startExtraStage("resolve", instance: 2) }
+        }
+        let name = try #require(extra.withLock { $0 }, "the second resolve process did not start")
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
+        expectExactlyOnce(pairs, counts, "second resolve process")
+        // The group rebalanced onto both members: the new process consumed part of the input.
+        let log = (try? String(contentsOfFile: stack.runDir + "/\(name).log", encoding: .utf8)) ?? ""
+        let status = await stack.stopStage(name)
+        #expect(status == 0, "the second resolve process did not exit 0 on SIGTERM")
+        #expect(log.contains("partitions assigned") && log.contains("herald.ingested["), "the second resolve process never got partitions:\n\(log.suffix(1500))")
+        // After it left, the first one takes everything again.
+        let after = try await publishKillBatch(prefix: "scale-after", count: 4) {}
+        let counts2 = await awaitDeliveries(after, timeout: .seconds(60))
+        expectExactlyOnce(after, counts2, "after the second resolve process left")
+    }
+
     @Test("Redis restarted mid-run loses nothing")
     func redisRestart() async throws {
         try await loadFixtures()

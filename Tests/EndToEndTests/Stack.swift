@@ -253,6 +253,26 @@ final class E2EStack: @unchecked Sendable {
         stageProcesses[stage] = p
     }
 
+    /// Starts one more process of `stage` (same consumer group) under the name `stage-<n>`; it is stopped with
+    /// the rest at the end, or earlier with `stopStage`.
+    func startExtraStage(_ stage: String, instance: Int) throws -> String {
+        let name = "\(stage)-\(instance)"
+        var env = try stageEnvironment(name)
+        if stage == "send" { env.merge(try stageEnvironment("send")) { _, send in send } }
+        env["HERALD_METRICS_PORT"] = "\(stagePorts[name] ?? 0)"
+        env["HERALD_INSTANCE"] = "e2e-\(name)"
+        let p = ChildProcess(name: "herald-\(name)", executable: binDir + "/herald-\(stage)", arguments: [],
+                             environment: env, logPath: runDir + "/\(name).log")
+        try p.start()
+        stageProcesses[name] = p
+        return name
+    }
+
+    /// SIGTERM a stage process and return its exit status (nil when it had to be killed after `grace`).
+    func stopStage(_ name: String, grace: Duration = .seconds(10)) async -> Int32? {
+        await stageProcesses[name]?.stop(grace: grace)
+    }
+
     /// SIGKILL a stage (no shutdown, no commit).
     func killStage(_ stage: String) async {
         await stageProcesses[stage]?.kill9()
