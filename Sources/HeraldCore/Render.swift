@@ -138,7 +138,8 @@ public enum Renderer {
                 if id.utf8.count <= 64 { collapse = id }
             }
             out.append(APNsRequest(token: device.token, environment: device.environment, pushType: pushType,
-                                   topic: pushType == .voip ? bundle + ".voip" : bundle, priority: 10,
+                                   topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
+                                   priority: 10,
                                    collapseID: collapse, expiration: max(0, expiration),
                                    apnsID: APNsID.derive(eventID: event.eventID, token: device.token),
                                    payload: payload))
