@@ -185,6 +185,8 @@ public struct APNsClientConfiguration: Sendable {
     public var tokenRenewal: APNsTokenRenewalPolicy
     /// Wall clock for JWT `iat` and renewal (inject to test renewal).
     public var now: @Sendable () -> Date
+    /// Extra dimensions on every metric, e.g. `[("credential", "app1-prod")]`.
+    public var metricDimensions: [(String, String)]
 
     public init(credential: APNsCredential, environment: APNsEnvironment = .production,
                 endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil, connections: Int = 2,
@@ -194,7 +196,7 @@ public struct APNsClientConfiguration: Sendable {
                 reconnectBackoff: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(30)),
                 retry: APNsBackoffPolicy = APNsBackoffPolicy(),
                 tokenRenewal: APNsTokenRenewalPolicy = APNsTokenRenewalPolicy(),
-                now: @escaping @Sendable () -> Date = { Date() }) {
+                now: @escaping @Sendable () -> Date = { Date() }, metricDimensions: [(String, String)] = []) {
         self.credential = credential
         self.environment = environment
         self.endpoint = endpoint
@@ -209,6 +211,7 @@ public struct APNsClientConfiguration: Sendable {
         self.retry = retry
         self.tokenRenewal = tokenRenewal
         self.now = now
+        self.metricDimensions = metricDimensions
     }
 
     var resolvedEndpoint: APNsEndpoint { endpoint ?? APNsEndpoint(environment) }
