@@ -207,7 +207,8 @@ final class ClientLoop: @unchecked Sendable {
             dispatch(now: now)
             for c in connections where !c.dead {
                 if let failure = c.flush() { kill(c, why: failure); continue }
-                if c.goawayReceived && c.streams.isEmpty && c.sessionFinished { retire(c) }
+                // After GOAWAY, once its last stream is done the connection has nothing left to do.
+                if c.goawayReceived && c.streams.isEmpty { retire(c) }
             }
             connections.removeAll { $0.dead }
             deliverCompletions()
