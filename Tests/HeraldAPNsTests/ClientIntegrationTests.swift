@@ -335,6 +335,29 @@ struct ClientIntegrationTests {
         await c.shutdown()
     }
 
+    @Test func inFlightIsBoundedAndSubmitWaits() async throws {
+        let pki = try PKI()
+        let server = try startMock(pki, ["--latency-ms", "250"])
+        defer { server.stop() }
+        let c = try client(pki, port: server.port, maxInFlight: 10)
+        let completed = TestCount()
+        let maxOutstanding = TestCount()
+        let start = ContinuousClock.now
+        await c.submit((0..<30).map { request($0) }) { r in
+            #expect(r.status == 200)
+            completed.add(1)
+        }
+        let accepted = ContinuousClock.now - start
+        // 30 accepted with room for 10: submit returned only after at least 20 had completed.
+        #expect(completed.value >= 20, "submit waited for room")
+        #expect(accepted >= .milliseconds(450), "two latency rounds passed before the last ten were accepted")
+        let s = c.stats
+        maxOutstanding.add(s.submitted - s.completed)
+        #expect(maxOutstanding.value <= 10)
+        while completed.value < 30 { try await Task.sleep(for: .milliseconds(20)) }
+        await c.shutdown()
+    }
+
     @Test func unreachableServerFailsWithinBudget() async throws {
         let pki = try PKI()
         let port = freePort()

@@ -220,14 +220,14 @@ func request(_ i: Int, timeout: Duration = .seconds(20), apnsID: String? = nil, 
 func client(_ pki: PKI, port: Int, credential: APNsCredential? = nil, connections: Int = 1,
             retry: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: 8),
             pingInterval: Duration = .seconds(60), pingTimeout: Duration = .seconds(10),
-            clock: TestClock? = nil, maxStreamsPerConnection: Int = 1000) throws -> APNsClient {
+            clock: TestClock? = nil, maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 2000) throws -> APNsClient {
     let cred: APNsCredential = try credential ?? pki.tokenCredential()
     let now: @Sendable () -> Date
     if let clock { now = { clock.now } } else { now = { Date() } }
     let config = APNsClientConfiguration(
         credential: cred, environment: .sandbox,
         endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
-        connections: connections, maxStreamsPerConnection: maxStreamsPerConnection, maxInFlight: 2000, pingInterval: pingInterval, pingTimeout: pingTimeout,
+        connections: connections, maxStreamsPerConnection: maxStreamsPerConnection, maxInFlight: maxInFlight, pingInterval: pingInterval, pingTimeout: pingTimeout,
         reconnectBackoff: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)),
         retry: retry, now: now)
     return try APNsClient(configuration: config)
@@ -341,4 +341,12 @@ final class FreezingProxy: @unchecked Sendable {
     }
 
     deinit { stop() }
+}
+
+final class TestCount: @unchecked Sendable {
+    // @unchecked Sendable: guarded by `lock`.
+    private let lock = NSLock()
+    private var n = 0
+    @discardableResult func add(_ d: Int) -> Int { lock.withLock { n += d; return n } }
+    var value: Int { lock.withLock { n } }
 }
