@@ -93,3 +93,29 @@ struct JWTTests {
         #expect(APNsEndpoint(APNsEnvironment.sandbox) == APNsEndpoint(host: "api.sandbox.push.apple.com", port: 443))
     }
 }
+
+struct APNsIDTests {
+    @Test func derivedIDsAreStableCanonicalAndPerDevice() throws {
+        let a = APNsID.derive(eventID: "e-9f2c", deviceToken: deviceToken(1))
+        #expect(a == APNsID.derive(eventID: "e-9f2c", deviceToken: deviceToken(1)), "same input, same id")
+        #expect(a != APNsID.derive(eventID: "e-9f2c", deviceToken: deviceToken(2)))
+        #expect(a != APNsID.derive(eventID: "e-9f2d", deviceToken: deviceToken(1)))
+        let uuid = try #require(UUID(uuidString: a), "canonical UUID")
+        #expect(uuid.uuidString == a)
+        let chars = Array(a)
+        #expect(chars[14] == "5", "version 5")
+        #expect("89AB".contains(chars[19]), "RFC 4122 variant")
+    }
+
+    @Test func derivedIDIsAcceptedAndEchoedByTheStandIn() async throws {
+        let pki = try PKI()
+        let server = try startMock(pki)
+        defer { server.stop() }
+        let c = try client(pki, port: server.port)
+        let id = APNsID.derive(eventID: "e-1", deviceToken: deviceToken(5))
+        let r = await c.send(request(5, apnsID: id))
+        #expect(r.status == 200)
+        #expect(r.apnsID?.uppercased() == id)
+        await c.shutdown()
+    }
+}
