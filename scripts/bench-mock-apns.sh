@@ -21,7 +21,9 @@ python3 -c "import json; print(json.dumps({'aps':{'alert':{'title':'Cindy','body
 NPORT=$((20000 + RANDOM % 20000))
 nghttpd -d www --address=127.0.0.1 --max-concurrent-streams=1000 "$NPORT" key.pem cert.pem >/dev/null 2>&1 &
 NGHTTPD=$!
-"$BIN" --port 0 --cert cert.pem --key key.pem --port-file port --topic com.example.chat >/dev/null &
+# --initial-streams 1000: like nghttpd, allow 1000 streams from the start (h2load sends its first
+# 100 requests before reading the server's SETTINGS and does not resend refused ones).
+"$BIN" --port 0 --cert cert.pem --key key.pem --port-file port --topic com.example.chat --initial-streams 1000 >/dev/null &
 MOCK=$!
 for _ in $(seq 50); do [ -s port ] && break; sleep 0.1; done
 MPORT=$(cat port)

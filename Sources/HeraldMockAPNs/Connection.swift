@@ -14,6 +14,7 @@ struct StreamSlot {
     var bodyLength = 0
     var refused = false
     var answered = false
+    var free = false
     /// The error body being sent (`{"reason":...}`) and how much of it nghttp2 has taken.
     var response: [UInt8] = []
     var responseOffset = 0
@@ -31,6 +32,7 @@ struct StreamSlot {
         bodyLength = 0
         refused = false
         answered = false
+        free = false
         response.removeAll(keepingCapacity: true)
         responseOffset = 0
     }
@@ -39,7 +41,9 @@ struct StreamSlot {
 final class Connection {
     let fd: Int32
     let serial: UInt64
-    unowned let server: MockAPNsServer
+    /// unowned(unsafe): the server owns every connection (its tables are the only strong
+    /// references) and outlives them, so no reference counting is needed on the hot path.
+    unowned(unsafe) let server: MockAPNsServer
     var tls: OpaquePointer?
     var session: OpaquePointer?
     var handshaking = true
@@ -47,7 +51,8 @@ final class Connection {
     var raisedConcurrency = false
     var raisePending = false
     var streamsSeen = 0
-    var goawayLastStreamID: Int32 = 0
+    /// Set once this side sent GOAWAY: streams above it are refused.
+    var goawayLastStreamID: Int32?
     var resetRequested = false
     var closed = false
     var failed = false
@@ -63,7 +68,6 @@ final class Connection {
     // Streams.
     var slots: [StreamSlot] = []
     var freeSlots: [Int] = []
-    var slotOfStream: [Int32: Int] = [:]
 
     // The last authorization header checked on this connection and its result.
     var cachedAuthorization: [UInt8] = []
@@ -91,7 +95,7 @@ final class Connection {
             // Compact, then grow if still needed.
             let live = outEnd - outStart
             if outStart > 0 {
-                (out).update(from: out + outStart, count: live)
+                memmove(out, out + outStart, live)
                 outStart = 0
                 outEnd = live
             }
@@ -120,13 +124,24 @@ final class Connection {
             index = slots.count - 1
         }
         slots[index].reset(streamID: streamID)
-        slotOfStream[streamID] = index
+        // The slot index rides on nghttp2's own stream map (index + 1, so 0 means none).
+        nghttp2_session_set_stream_user_data(session, streamID, UnsafeMutableRawPointer(bitPattern: index + 1))
+        return index
+    }
+
+    /// The slot of an open stream.
+    @inline(__always)
+    func slotIndex(of streamID: Int32) -> Int? {
+        guard let raw = nghttp2_session_get_stream_user_data(session, streamID) else { return nil }
+        let index = Int(bitPattern: raw) - 1
+        guard index >= 0, index < slots.count, slots[index].streamID == streamID, !slots[index].free else { return nil }
         return index
     }
 
     func closeSlot(streamID: Int32) {
-        guard let index = slotOfStream.removeValue(forKey: streamID) else { return }
+        guard let index = slotIndex(of: streamID) else { return }
         slots[index].generation &+= 1
+        slots[index].free = true
         freeSlots.append(index)
     }
 
@@ -150,7 +165,7 @@ final class Connection {
             guard let frame, let userData, let name, let value else { return 0 }
             guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
-            guard let index = conn.slotOfStream[frame.pointee.hd.stream_id] else { return 0 }
+            guard let index = conn.slotIndex(of: frame.pointee.hd.stream_id) else { return 0 }
             let nameBuf = UnsafeRawBufferPointer(start: name, count: namelen)
             guard let field = RequestField.from(name: nameBuf) else { return 0 }
             if conn.slots[index].head.arena.count + valuelen > 16384 { return 0 }
@@ -160,7 +175,7 @@ final class Connection {
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks) { _, _, streamID, data, len, userData in
             guard let userData, let data else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
-            guard let index = conn.slotOfStream[streamID] else { return 0 }
+            guard let index = conn.slotIndex(of: streamID) else { return 0 }
             conn.slots[index].bodyLength += len
             let room = RequestCheck.maxStoredBody + 1 - conn.slots[index].body.count
             if room > 0 {
@@ -174,7 +189,7 @@ final class Connection {
             guard type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue) else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
             let streamID = frame.pointee.hd.stream_id
-            guard let index = conn.slotOfStream[streamID] else { return 0 }
+            guard let index = conn.slotIndex(of: streamID) else { return 0 }
             if conn.slots[index].refused {
                 if type == UInt8(NGHTTP2_HEADERS.rawValue) {
                     nghttp2_submit_rst_stream(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,
@@ -185,6 +200,13 @@ final class Connection {
             if frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
                 conn.server.requestComplete(conn, slot: index)
             }
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_frame_send_callback(callbacks) { _, frame, userData in
+            guard let frame, let userData, frame.pointee.hd.type == UInt8(NGHTTP2_RST_STREAM.rawValue),
+                  frame.pointee.rst_stream.error_code == NGHTTP2_REFUSED_STREAM.rawValue else { return 0 }
+            // Counts both our refusals after GOAWAY and nghttp2's above the advertised limit.
+            Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue().server.countRefusedStream()
             return 0
         }
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks) { _, streamID, _, userData in

@@ -168,7 +168,17 @@ public enum JSONCheck {
         /// Validates a string (escapes and UTF-8) starting at the opening quote.
         mutating func string() -> Bool {
             index += 1
-            while index < bytes.count {
+            let count = bytes.count
+            while index < count {
+                // Fast path: plain ASCII text.
+                var i = index
+                while i < count {
+                    let c = bytes[i]
+                    if c == UInt8(ascii: "\"") || c == UInt8(ascii: "\\") || c < 0x20 || c >= 0x80 { break }
+                    i += 1
+                }
+                index = i
+                guard index < count else { return false }
                 let c = bytes[index]
                 if c == UInt8(ascii: "\"") { index += 1; return true }
                 if c == UInt8(ascii: "\\") {

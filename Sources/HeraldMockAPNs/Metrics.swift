@@ -42,7 +42,7 @@ struct MockMetrics {
         one("connections_certificate_auth_total", "counter", "Connections with a verified client certificate.", "\(connectionsCertificateAuth)")
         one("handshake_failures_total", "counter", "Connections closed during the TLS handshake or without ALPN h2.", "\(handshakeFailures)")
         one("streams_total", "counter", "Request streams opened by clients.", "\(streams)")
-        one("refused_streams_total", "counter", "Streams refused (RST_STREAM REFUSED_STREAM) after a GOAWAY.", "\(refusedStreams)")
+        one("refused_streams_total", "counter", "Streams refused with RST_STREAM REFUSED_STREAM (above SETTINGS_MAX_CONCURRENT_STREAMS, or after a GOAWAY).", "\(refusedStreams)")
         one("goaways_total", "counter", "GOAWAY frames sent by --goaway-every.", "\(goaways)")
         one("resets_total", "counter", "Connections dropped by --reset-every.", "\(resets)")
         one("provider_token_verifications_total", "counter", "ES256 signature verifications (cached per connection).", "\(providerTokenVerifications)")

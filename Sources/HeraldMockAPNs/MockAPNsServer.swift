@@ -32,17 +32,20 @@ public final class MockAPNsServer: @unchecked Sendable {
     private var delayed: [DelayedAnswer] = []
     private var delayedHead = 0
     private var httpClients: [Int32: [UInt8]] = [:]
+    /// Per provider key: `iat` of the newest token accepted (for TooManyProviderTokenUpdates).
+    private var currentTokenIssuedAt: [String: Int64] = [:]
     private let readBuffer: UnsafeMutablePointer<UInt8>
     private static let readBufferSize = 1 << 16
     /// Header names and values of an answer are assembled here (nghttp2 copies them on submit).
     private let scratch: UnsafeMutablePointer<UInt8>
     private let nva: UnsafeMutablePointer<nghttp2_nv>
     private var nextSerial: UInt64 = 0
-    private var nowMonotonicMillis: Int64 = 0
+    private var nowMonotonicMicros: Int64 = 0
     private var nowWallMillis: Int64 = 0
     private var stopping = false
 
     struct DelayedAnswer {
+        /// Monotonic microseconds.
         let due: Int64
         let connection: Connection
         let slot: Int
@@ -135,17 +138,27 @@ public final class MockAPNsServer: @unchecked Sendable {
     }
 
     /// Serves until `stop()`; blocks the calling thread (give it a thread of its own).
-    /// On return, connections are closed and the record file is flushed.
+    /// `stop()` drains: every connection gets GOAWAY (NO_ERROR, last processed stream,
+    /// `{"reason":"Shutdown"}`), requests already received are still answered (up to
+    /// `--latency-ms` + 1 s), then connections close and the record file is flushed.
     public func run() {
         let maxEvents: Int32 = 256
         let readyFDs = UnsafeMutablePointer<Int32>.allocate(capacity: Int(maxEvents))
         let readyEvents = UnsafeMutablePointer<Int32>.allocate(capacity: Int(maxEvents))
         defer { readyFDs.deallocate(); readyEvents.deallocate() }
         updateClock()
-        while !stopping {
-            var timeout: Int32 = recorder == nil ? 1000 : 100
+        var drainDeadline: Int64?
+        while true {
+            if stopping && drainDeadline == nil {
+                drainDeadline = nowMonotonicMicros + Int64(configuration.latencyMilliseconds + 1000) * 1000
+                beginShutdown()
+            }
+            if let deadline = drainDeadline, connections.isEmpty || nowMonotonicMicros >= deadline { break }
+            var timeout: Int32 = recorder == nil && drainDeadline == nil ? 1000 : 100
             if delayedHead < delayed.count {
-                timeout = Int32(clamping: max(0, min(Int64(timeout), delayed[delayedHead].due - nowMonotonicMillis)))
+                // Round up: waking before the due time would only spin.
+                let wait = (delayed[delayedHead].due - nowMonotonicMicros + 999) / 1000
+                timeout = Int32(clamping: max(0, min(Int64(timeout), wait)))
             }
             let n = hmt_epoll_wait(epollFD, readyFDs, readyEvents, maxEvents, timeout)
             updateClock()
@@ -156,6 +169,8 @@ public final class MockAPNsServer: @unchecked Sendable {
                 if fd == listenFD {
                     acceptConnections()
                 } else if fd == wakeFD {
+                    var value: UInt64 = 0
+                    _ = read(wakeFD, &value, 8)
                     stopping = true
                 } else if fd == metricsFD {
                     acceptHTTPClients()
@@ -180,6 +195,24 @@ public final class MockAPNsServer: @unchecked Sendable {
     }
 
     // MARK: Connections
+
+    private func beginShutdown() {
+        hmt_epoll_ctl(epollFD, 2, listenFD, 0)
+        let reason = Array(#"{"reason":"Shutdown"}"#.utf8)
+        for conn in connections.values {
+            guard let session = conn.session else {
+                closeConnection(conn, abort: false)
+                continue
+            }
+            let last = nghttp2_session_get_last_proc_stream_id(session)
+            if conn.goawayLastStreamID.map({ last < $0 }) ?? true { conn.goawayLastStreamID = last }
+            reason.withUnsafeBufferPointer { r in
+                _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), last, NGHTTP2_NO_ERROR.rawValue,
+                                          r.baseAddress, r.count)
+            }
+            markDirty(conn)
+        }
+    }
 
     private func acceptConnections() {
         while true {
@@ -364,9 +397,8 @@ public final class MockAPNsServer: @unchecked Sendable {
     func beginStream(_ conn: Connection, streamID: Int32) {
         let slot = conn.openSlot(streamID: streamID)
         metrics.streams += 1
-        if conn.goawayLastStreamID != 0 && streamID > conn.goawayLastStreamID {
+        if let last = conn.goawayLastStreamID, streamID > last {
             conn.slots[slot].refused = true
-            metrics.refusedStreams += 1
             return
         }
         conn.streamsSeen += 1
@@ -374,7 +406,7 @@ public final class MockAPNsServer: @unchecked Sendable {
             conn.resetRequested = true
             return
         }
-        if configuration.goawayEvery > 0 && conn.goawayLastStreamID == 0 && conn.streamsSeen >= configuration.goawayEvery {
+        if configuration.goawayEvery > 0 && conn.goawayLastStreamID == nil && conn.streamsSeen >= configuration.goawayEvery {
             conn.goawayLastStreamID = streamID
             metrics.goaways += 1
             nghttp2_submit_goaway(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,
@@ -382,11 +414,13 @@ public final class MockAPNsServer: @unchecked Sendable {
         }
     }
 
+    func countRefusedStream() { metrics.refusedStreams += 1 }
+
     func requestComplete(_ conn: Connection, slot: Int) {
         if conn.resetRequested { return }
         let verdict = evaluate(conn, slot: slot)
         if configuration.latencyMilliseconds > 0 {
-            delayed.append(DelayedAnswer(due: nowMonotonicMillis + Int64(configuration.latencyMilliseconds),
+            delayed.append(DelayedAnswer(due: nowMonotonicMicros + Int64(configuration.latencyMilliseconds) * 1000,
                                          connection: conn, slot: slot,
                                          generation: conn.slots[slot].generation, verdict: verdict))
         } else {
@@ -425,16 +459,27 @@ public final class MockAPNsServer: @unchecked Sendable {
         switch result {
         case .invalid:
             return .invalidProviderToken
-        case .valid(let issuedAt):
+        case .valid(let keyID, let issuedAt):
             let nowSeconds = nowWallMillis / 1000
             if issuedAt > nowSeconds + configuration.providerTokenClockSkewSeconds { return .invalidProviderToken }
             if nowSeconds - issuedAt > configuration.providerTokenMaxAgeSeconds { return .expiredProviderToken }
+            let minimum = configuration.minimumTokenUpdateIntervalSeconds
+            if minimum > 0 {
+                // The key's current token is the newest accepted one; older ones stay usable
+                // until they expire (other connections may still carry them).
+                if let current = currentTokenIssuedAt[keyID], issuedAt > current {
+                    if issuedAt - current < minimum { return .tooManyProviderTokenUpdates }
+                    currentTokenIssuedAt[keyID] = issuedAt
+                } else if currentTokenIssuedAt[keyID] == nil {
+                    currentTokenIssuedAt[keyID] = issuedAt
+                }
+            }
             return nil
         }
     }
 
     private func fireDelayedAnswers() {
-        while delayedHead < delayed.count && delayed[delayedHead].due <= nowMonotonicMillis {
+        while delayedHead < delayed.count && delayed[delayedHead].due <= nowMonotonicMicros {
             let d = delayed[delayedHead]
             delayedHead += 1
             let conn = d.connection
@@ -491,7 +536,7 @@ public final class MockAPNsServer: @unchecked Sendable {
             provider.read_callback = { _, streamID, buf, length, flags, _, userData in
                 guard let userData, let buf, let flags else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
                 let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
-                guard let index = conn.slotOfStream[streamID] else {
+                guard let index = conn.slotIndex(of: streamID) else {
                     flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
                     return 0
                 }
@@ -652,7 +697,7 @@ public final class MockAPNsServer: @unchecked Sendable {
     private func updateClock() {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
-        nowMonotonicMillis = Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+        nowMonotonicMicros = Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
         clock_gettime(CLOCK_REALTIME, &ts)
         nowWallMillis = Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }

@@ -74,6 +74,9 @@ public struct MockAPNsConfiguration: Sendable {
     public var metricsPort: Int? = nil
     /// Provider tokens older than this are answered 403 ExpiredProviderToken.
     public var providerTokenMaxAgeSeconds: Int64 = 3600
+    /// When above 0: a valid token of a key whose `iat` is newer than the key's current token by
+    /// less than this is answered 429 TooManyProviderTokenUpdates (APNs: 20 minutes). 0 = off.
+    public var minimumTokenUpdateIntervalSeconds: Int64 = 0
     /// Provider tokens whose iat lies further in the future than this are invalid.
     public var providerTokenClockSkewSeconds: Int64 = 300
 

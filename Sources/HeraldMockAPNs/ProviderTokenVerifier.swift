@@ -10,7 +10,7 @@ public struct MockSetupError: Error, CustomStringConvertible, Sendable {
 /// The result of checking an authorization header's signature and claims (its age is judged
 /// separately, so a cached result stays usable as time passes).
 public enum ProviderTokenCheck: Equatable, Sendable {
-    case valid(issuedAt: Int64)
+    case valid(keyID: String, issuedAt: Int64)
     case invalid
 }
 
@@ -70,7 +70,7 @@ public final class ProviderTokenVerifier {
                 hmt_es256_verify(entry.key, jp.baseAddress, signedLength, sp.baseAddress, sp.count)
             }
         }
-        return ok == 1 ? .valid(issuedAt: Int64(iat)) : .invalid
+        return ok == 1 ? .valid(keyID: kid, issuedAt: Int64(iat)) : .invalid
     }
 }
 

@@ -32,6 +32,8 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("reset-every"), help: "Drop the TCP connection (RST) when its Nth stream arrives.") var resetEvery = 0
     @Option(name: .customLong("max-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS after the first success.") var maxStreams = 1000
     @Option(name: .customLong("initial-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS a token-auth connection starts with.") var initialStreams = 1
+    @Option(name: .customLong("min-token-update-interval"), help: "Seconds: a key's newer JWT within this of its current one gets 429 TooManyProviderTokenUpdates (APNs: 1200; 0 = off).")
+    var minTokenUpdateInterval: Int64 = 0
     @Option(name: .customLong("record"), help: "JSON-lines file, one line per answered request.") var record: String?
     @Option(name: .customLong("metrics-port"), help: "Serve GET /metrics (HTTP/1.1, cleartext) on this port.") var metricsPort: Int?
 
@@ -83,6 +85,7 @@ struct MockAPNsCommand: ParsableCommand {
         config.maxConcurrentStreams = maxStreams
         config.initialConcurrentStreams = initialStreams
         config.recordPath = record
+        config.minimumTokenUpdateIntervalSeconds = minTokenUpdateInterval
         config.metricsPort = metricsPort
 
         // Signals are taken by a thread of their own (sigwait), never by async handlers.

@@ -94,6 +94,25 @@ private let teamID = "DEF123GHIJ"
         #expect(mock.stop() == 0)
     }
 
+    @Test func tokenUpdatesMoreOftenThanAllowedAreRefused() throws {
+        let mock = try MockProcess(pki: pki, ["--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
+                                              "--min-token-update-interval", "1200"])
+        func send(iat: Int) throws -> H2Answer? {
+            let jwt = try pki.jwt(kid: keyID, iss: teamID, iat: iat)
+            return try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
+                              body: body, pki: pki).answers.first
+        }
+        let t0 = now() - 3000
+        #expect(try send(iat: t0)?.status == 200)
+        let churn = try send(iat: t0 + 600)
+        #expect(churn?.status == 429)
+        #expect(churn?.reason == "TooManyProviderTokenUpdates")
+        #expect(try send(iat: t0)?.status == 200, "the current token stays usable")
+        #expect(try send(iat: t0 + 1300)?.status == 200, "a renewal after 20 minutes is accepted")
+        #expect(try send(iat: t0 + 1400)?.status == 429)
+        #expect(mock.stop() == 0)
+    }
+
     @Test func tokenConnectionsStartAtOneStreamAndAreRaisedAfterTheFirstSuccess() throws {
         let mock = try MockProcess(pki: pki, ["--topic", topic, "--max-streams", "500"])
         let paths = (0..<4).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
@@ -171,7 +190,7 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func goawayEveryNStreams() throws {
-        let mock = try MockProcess(pki: pki, ["--goaway-every", "3", "--initial-streams", "100"])
+        let mock = try MockProcess(pki: pki, ["--goaway-every", "3", "--initial-streams", "100", "--metrics-port", "0"])
         let paths = (0..<6).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
         let t = try nghttp(mock.url, paths: paths, headers: ["apns-topic": topic], body: body, pki: pki)
         let answered = t.answers.filter { $0.status == 200 }.map(\.streamID).sorted()
@@ -180,6 +199,8 @@ private let teamID = "DEF123GHIJ"
         #expect(answered.last == last, "the last answered stream is the GOAWAY's last-stream-id")
         #expect(t.refusedStreams.count == 3)
         #expect(t.refusedStreams.allSatisfy { $0 > last })
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_refused_streams_total") == 3)
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_goaways_total") == 1)
         #expect(mock.stop() == 0)
     }
 
@@ -194,7 +215,9 @@ private let teamID = "DEF123GHIJ"
 
     @Test func latencyIsAddedWithoutBlockingOtherStreams() throws {
         let bodyFile = try pki.write("lat-body.json", body)
-        let mock = try MockProcess(pki: pki, ["--latency-ms", "100"])
+        // h2load opens its 100 streams before it has read the server's SETTINGS: start at 100 so
+        // none is refused (with the APNs default of 1, nghttp2 refuses the other 99, as APNs would).
+        let mock = try MockProcess(pki: pki, ["--latency-ms", "100", "--initial-streams", "100"])
         let start = Date()
         let one = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
         #expect(one.answers.first?.status == 200)
@@ -216,6 +239,9 @@ private let teamID = "DEF123GHIJ"
                         "apns-push-type": "background", "apns-collapse-id": "c1", "apns-expiration": "1700000000"],
                        body: "{\"aps\":{\"content-available\":1},\n \"x\":\"é\"}", pki: pki)
         _ = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "com.other"], body: body, pki: pki)
+        // Written within 100 ms while the server runs, not only at exit.
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n").count == 2)
         #expect(mock.stop() == 0)
         let lines = try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n")
         #expect(lines.count == 2)
@@ -251,6 +277,38 @@ private let teamID = "DEF123GHIJ"
         #expect(metricValue(m, "herald_mock_apns_streams_total") == 2)
         #expect(m.contains("# TYPE herald_mock_apns_requests_total counter"))
         #expect(mock.stop() == 0)
+    }
+
+    @Test func survivesClientsThatDoNotSpeakH2OverTLS() throws {
+        let mock = try MockProcess(pki: pki, ["--metrics-port", "0"])
+        let http1 = try runProcess("curl", ["-sk", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", mock.url + devicePath])
+        #expect(http1.output != "200")
+        let cleartext = try runProcess("curl", ["-s", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}",
+                                                "http://127.0.0.1:\(mock.port)" + devicePath])
+        #expect(cleartext.output != "200")
+        let t = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(t.answers.first?.status == 200)
+        #expect(metricValue(try mock.metrics(), "herald_mock_apns_handshake_failures_total") == 2)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func sigtermDrainsRequestsInFlightAfterGoaway() throws {
+        let mock = try MockProcess(pki: pki, ["--latency-ms", "400"])
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        client.arguments = ["nghttp", "-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body),
+                            mock.url + devicePath]
+        let pipe = Pipe()
+        client.standardOutput = pipe
+        try client.run()
+        Thread.sleep(forTimeInterval: 0.15)
+        #expect(mock.stop() == 0)
+        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        client.waitUntilExit()
+        let t = parseNghttp(out)
+        #expect(t.answers.first?.status == 200, "the request received before SIGTERM is answered")
+        #expect(out.contains(#"opaque_data(21)=[{"reason":"Shutdown"}]"#))
+        #expect(t.goawayLastStreamID == t.answers.first?.streamID)
     }
 
     @Test func refusesToStartWithBadOptions() throws {
