@@ -59,6 +59,7 @@ let package = Package(
             .product(name: "Metrics", package: "swift-metrics"),
             .product(name: "Prometheus", package: "swift-prometheus"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -80,6 +81,10 @@ let package = Package(
         .executableTarget(name: "herald-bench", dependencies: [
             "HeraldCore", "HeraldConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "herald-kafka-bench", dependencies: [
+            "HeraldKafka",
+            .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "herald-apns-bench", dependencies: [
             "HeraldCore", "HeraldAPNs",

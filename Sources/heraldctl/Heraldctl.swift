@@ -8,6 +8,7 @@ struct Heraldctl: AsyncParsableCommand {
         commandName: "heraldctl",
         abstract: "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ.",
         subcommands: [
+            Simulate.self,
             Push.self,
         ]
     )

@@ -1,1 +1,0 @@
-// HeraldConfig module: see Package.swift for its place in the layout.

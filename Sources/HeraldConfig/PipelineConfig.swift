@@ -1,0 +1,415 @@
+// The pipeline file (pipelines/*.yaml) as typed configuration. Every key is
+// bound here, with its default next to it; unknown keys become warnings that
+// the caller logs (they are never silently ignored). See docs/pipeline-config.md.
+
+import Foundation
+import HeraldCore
+import Yams
+
+/// Kafka topic names (SPEC section 1 defaults).
+public struct TopicNames: Sendable, Hashable {
+    public var chatEvents = "chat.events"
+    public var ingested = "herald.ingested"
+    public var resolved = "herald.resolved"
+    public var deliverable = "herald.deliverable"
+    public var outbound = "herald.outbound"
+    public var retry = "herald.retry"
+    public var dlq = "herald.dlq"
+    public var tokenFeedback = "herald.token-feedback"
+    public var registry = "herald.registry"
+    public init() {}
+}
+
+/// `kafka:` section.
+public struct KafkaConfig: Sendable, Hashable {
+    /// Bootstrap servers, comma separated. Env `HERALD_KAFKA_BROKERS` overrides.
+    public var brokers = "127.0.0.1:9092"
+    public var clientID = "herald"
+    public var topics = TopicNames()
+    /// Consumer group session timeout.
+    public var sessionTimeoutMs = 10_000
+    /// Extra librdkafka properties, passed through unchanged.
+    public var properties: [String: String] = [:]
+    public init() {}
+}
+
+/// `redis:` section.
+public struct RedisConfig: Sendable, Hashable {
+    /// Env `HERALD_REDIS_HOST` / `HERALD_REDIS_PORT` override.
+    public var host = "127.0.0.1"
+    public var port = 6379
+    public var database = 0
+    /// Prefix of every key Herald writes.
+    public var keyPrefix = "herald"
+    /// Commands per pipelined batch.
+    public var pipelineBatch = 64
+    /// How long an online (presence) entry lives unless refreshed.
+    public var presenceTTLSeconds = 120
+    /// How long send remembers a delivered (event, device) pair.
+    public var idempotencyTTLSeconds = 86_400
+    public init() {}
+}
+
+/// One stage's consumer settings under `stages:`.
+public struct StageSettings: Sendable, Hashable {
+    public var groupID: String
+    /// Most records handled per batch.
+    public var batchSize = 500
+    /// Longest wait to fill a batch.
+    public var batchTimeoutMs = 50
+    /// Port of `/metrics`, `/healthz`, `/readyz`.
+    public var metricsPort: Int
+    public init(groupID: String, metricsPort: Int) {
+        self.groupID = groupID
+        self.metricsPort = metricsPort
+    }
+}
+
+/// The stage names, in pipeline order.
+public enum StageName: String, CaseIterable, Sendable {
+    case ingest, resolve, suppress, render, send, registry
+}
+
+/// `stages:` section: defaults are group `herald-<stage>` and metrics ports 9101-9106.
+public struct StagesConfig: Sendable, Hashable {
+    public var settings: [String: StageSettings]
+    public init() {
+        var s: [String: StageSettings] = [:]
+        for (n, stage) in StageName.allCases.enumerated() {
+            s[stage.rawValue] = StageSettings(groupID: "herald-\(stage.rawValue)", metricsPort: 9101 + n)
+        }
+        settings = s
+    }
+
+    public subscript(stage: StageName) -> StageSettings {
+        settings[stage.rawValue] ?? StageSettings(groupID: "herald-\(stage.rawValue)", metricsPort: 9100)
+    }
+}
+
+/// The whole pipeline file.
+public struct PipelineConfig: Sendable {
+    public var apps: AppDirectory
+    public var kafka = KafkaConfig()
+    public var redis = RedisConfig()
+    public var stages = StagesConfig()
+
+    public init(apps: AppDirectory = AppDirectory()) {
+        self.apps = apps
+    }
+}
+
+/// A pipeline file could not be read; `path` is the dotted key path.
+public struct ConfigError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var path: String
+    public var message: String
+    public var description: String { "\(path): \(message)" }
+}
+
+/// A pipeline file and the warnings (unknown keys) found while reading it.
+public struct LoadedPipeline: Sendable {
+    public var config: PipelineConfig
+    public var warnings: [String]
+}
+
+public enum PipelineLoader {
+    /// Reads a pipeline file from disk.
+    public static func load(path: String, environment: [String: String] = [:]) throws(ConfigError) -> LoadedPipeline {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw ConfigError(path: path, message: "cannot read: \(error.localizedDescription)")
+        }
+        return try load(yaml: text, environment: environment)
+    }
+
+    /// Parses pipeline YAML. `environment` overrides a few keys (see docs).
+    public static func load(yaml: String, environment: [String: String] = [:]) throws(ConfigError) -> LoadedPipeline {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: yaml)
+        } catch {
+            throw ConfigError(path: "(file)", message: "not valid YAML: \(error)")
+        }
+        var r = Reader()
+        var config = PipelineConfig()
+        guard let root else { return LoadedPipeline(config: config, warnings: []) }
+        let top = try r.mapping(root, "")
+        r.check(top, "", known: ["apps", "defaults", "kafka", "redis", "stages"])
+        var fallback = AppConfig()
+        if let d = top["defaults"] { fallback = try readApp(&r, d, path: "defaults", appID: "default") }
+        var apps: [String: AppConfig] = [:]
+        if let a = top["apps"] {
+            for (id, node) in try r.mapping(a, "apps").pairs {
+                apps[id] = try readApp(&r, node, path: "apps.\(id)", appID: id)
+            }
+        }
+        config.apps = AppDirectory(apps: apps, fallback: fallback)
+        if let k = top["kafka"] { config.kafka = try readKafka(&r, k) }
+        if let x = top["redis"] { config.redis = try readRedis(&r, x) }
+        if let s = top["stages"] { config.stages = try readStages(&r, s) }
+
+        if let b = environment["HERALD_KAFKA_BROKERS"], !b.isEmpty { config.kafka.brokers = b }
+        if let h = environment["HERALD_REDIS_HOST"], !h.isEmpty { config.redis.host = h }
+        if let p = environment["HERALD_REDIS_PORT"].flatMap(Int.init) { config.redis.port = p }
+        return LoadedPipeline(config: config, warnings: r.warnings)
+    }
+
+    static let appKeys: Set<String> = ["payload", "multi_device", "badge", "templates", "catalogs", "credentials",
+                                       "expiration_seconds", "call_expiration_seconds"]
+
+    static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: appKeys)
+        var profile = PayloadProfile.compact
+        if let p = m["payload"] {
+            let pm = try r.mapping(p, path + ".payload")
+            r.check(pm, path + ".payload", known: ["profile", "key"])
+            let name = try r.string(pm["profile"], path + ".payload.profile") ?? "compact"
+            let key = try r.string(pm["key"], path + ".payload.key") ?? "sendbird"
+            switch name {
+            case "compact": profile = .compact
+            case "sendbird": profile = .sendbird(key: key)
+            case "cometchat": profile = .cometchat
+            default:
+                throw ConfigError(path: path + ".payload.profile", message: "expected compact, sendbird or cometchat, got \(name)")
+            }
+            if pm["key"] != nil, name != "sendbird" {
+                r.warnings.append("\(path).payload.key: only used by the sendbird profile")
+            }
+        }
+        var multi = MultiDeviceMode.allOffline
+        if let raw = try r.string(m["multi_device"], path + ".multi_device") {
+            guard let v = MultiDeviceMode(rawValue: raw) else {
+                throw ConfigError(path: path + ".multi_device", message: "expected all_offline or any_offline, got \(raw)")
+            }
+            multi = v
+        }
+        let badge = try r.bool(m["badge"], path + ".badge") ?? true
+        var templates = TemplateConfig()
+        if let t = m["templates"] {
+            let tp = path + ".templates"
+            let tm = try r.mapping(t, tp)
+            r.check(tm, tp, known: ["default", "alternative", "title", "custom_types"])
+            if let d = tm["default"] { templates.defaultPair = try readPair(&r, d, tp + ".default", fallback: ("{sender_name}: {message}", "{filename}")) }
+            if let a = tm["alternative"] { templates.alternativePair = try readPair(&r, a, tp + ".alternative", fallback: ("New message arrived", "New file arrived")) }
+            templates.title = try r.string(tm["title"], tp + ".title")
+            if let c = tm["custom_types"] {
+                for (name, pair) in try r.mapping(c, tp + ".custom_types").pairs {
+                    templates.customTypes[name] = try readPair(&r, pair, tp + ".custom_types.\(name)", fallback: ("{sender_name}: {message}", "{filename}"))
+                }
+            }
+        }
+        var catalogs: [String: [String: String]] = [:]
+        if let c = m["catalogs"] {
+            let known = Set(CatalogKey.allCases.map(\.rawValue))
+            for (locale, table) in try r.mapping(c, path + ".catalogs").pairs {
+                let lp = path + ".catalogs.\(locale)"
+                let tm = try r.mapping(table, lp)
+                r.check(tm, lp, known: known)
+                var strings: [String: String] = [:]
+                for (key, value) in tm.pairs where known.contains(key) {
+                    strings[key] = try r.string(value, lp + ".\(key)")
+                }
+                catalogs[locale] = strings
+            }
+        }
+        var credentials: [APNsCredential] = []
+        if let c = m["credentials"] {
+            for (n, item) in try r.sequence(c, path + ".credentials").enumerated() {
+                credentials.append(try readCredential(&r, item, path: path + ".credentials[\(n)]"))
+            }
+        }
+        let expiration = try r.int(m["expiration_seconds"], path + ".expiration_seconds", in: 0...2_592_000) ?? 86_400
+        let callExpiration = try r.int(m["call_expiration_seconds"], path + ".call_expiration_seconds", in: 0...2_592_000) ?? 60
+        return AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
+                         templates: templates, catalogs: catalogs, credentials: credentials,
+                         expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration))
+    }
+
+    static func readPair(_ r: inout Reader, _ node: Node, _ path: String,
+                         fallback: (String, String)) throws(ConfigError) -> TemplatePair {
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: ["text", "file"])
+        return TemplatePair(text: try r.string(m["text"], path + ".text") ?? fallback.0,
+                            file: try r.string(m["file"], path + ".file") ?? fallback.1)
+    }
+
+    static func readCredential(_ r: inout Reader, _ node: Node, path: String) throws(ConfigError) -> APNsCredential {
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: ["bundle_id", "environment", "team_id", "key_id", "key_file", "certificate_file",
+                                 "private_key_file", "p12_file", "p12_password_env", "p12_password"])
+        guard let bundle = try r.string(m["bundle_id"], path + ".bundle_id"), !bundle.isEmpty else {
+            throw ConfigError(path: path + ".bundle_id", message: "missing")
+        }
+        var env = APNsEnvironment.production
+        if let e = try r.string(m["environment"], path + ".environment") {
+            guard let v = APNsEnvironment(rawValue: e) else {
+                throw ConfigError(path: path + ".environment", message: "expected production or sandbox, got \(e)")
+            }
+            env = v
+        }
+        let cred = APNsCredential(
+            bundleID: bundle, environment: env,
+            teamID: try r.string(m["team_id"], path + ".team_id"),
+            keyID: try r.string(m["key_id"], path + ".key_id"),
+            keyFile: try r.string(m["key_file"], path + ".key_file"),
+            certificateFile: try r.string(m["certificate_file"], path + ".certificate_file"),
+            privateKeyFile: try r.string(m["private_key_file"], path + ".private_key_file"),
+            p12File: try r.string(m["p12_file"], path + ".p12_file"),
+            p12PasswordEnv: try r.string(m["p12_password_env"], path + ".p12_password_env"),
+            p12Password: try r.string(m["p12_password"], path + ".p12_password"))
+        if cred.p12Password != nil {
+            r.warnings.append("\(path).p12_password: a password in the pipeline file; prefer p12_password_env")
+        }
+        if cred.auth == nil {
+            throw ConfigError(path: path, message: "needs team_id + key_id + key_file (token auth), certificate_file, or p12_file")
+        }
+        return cred
+    }
+
+    static func readKafka(_ r: inout Reader, _ node: Node) throws(ConfigError) -> KafkaConfig {
+        var k = KafkaConfig()
+        let m = try r.mapping(node, "kafka")
+        r.check(m, "kafka", known: ["brokers", "client_id", "topics", "session_timeout_ms", "properties"])
+        if let v = try r.string(m["brokers"], "kafka.brokers") { k.brokers = v }
+        if let v = try r.string(m["client_id"], "kafka.client_id") { k.clientID = v }
+        if let v = try r.int(m["session_timeout_ms"], "kafka.session_timeout_ms") { k.sessionTimeoutMs = v }
+        if let t = m["topics"] {
+            let tm = try r.mapping(t, "kafka.topics")
+            r.check(tm, "kafka.topics", known: ["chat_events", "ingested", "resolved", "deliverable", "outbound",
+                                                "retry", "dlq", "token_feedback", "registry"])
+            func set(_ key: String, _ target: inout String) throws(ConfigError) {
+                if let v = try r.string(tm[key], "kafka.topics.\(key)") { target = v }
+            }
+            try set("chat_events", &k.topics.chatEvents)
+            try set("ingested", &k.topics.ingested)
+            try set("resolved", &k.topics.resolved)
+            try set("deliverable", &k.topics.deliverable)
+            try set("outbound", &k.topics.outbound)
+            try set("retry", &k.topics.retry)
+            try set("dlq", &k.topics.dlq)
+            try set("token_feedback", &k.topics.tokenFeedback)
+            try set("registry", &k.topics.registry)
+        }
+        if let p = m["properties"] {
+            for (key, value) in try r.mapping(p, "kafka.properties").pairs {
+                guard let s = value.string else {
+                    throw ConfigError(path: "kafka.properties.\(key)", message: "expected a scalar")
+                }
+                k.properties[key] = s
+            }
+        }
+        return k
+    }
+
+    static func readRedis(_ r: inout Reader, _ node: Node) throws(ConfigError) -> RedisConfig {
+        var x = RedisConfig()
+        let m = try r.mapping(node, "redis")
+        r.check(m, "redis", known: ["host", "port", "database", "key_prefix", "pipeline_batch",
+                                    "presence_ttl_seconds", "idempotency_ttl_seconds"])
+        if let v = try r.string(m["host"], "redis.host") { x.host = v }
+        if let v = try r.int(m["port"], "redis.port") { x.port = v }
+        if let v = try r.int(m["database"], "redis.database") { x.database = v }
+        if let v = try r.string(m["key_prefix"], "redis.key_prefix") { x.keyPrefix = v }
+        if let v = try r.int(m["pipeline_batch"], "redis.pipeline_batch") { x.pipelineBatch = v }
+        if let v = try r.int(m["presence_ttl_seconds"], "redis.presence_ttl_seconds") { x.presenceTTLSeconds = v }
+        if let v = try r.int(m["idempotency_ttl_seconds"], "redis.idempotency_ttl_seconds") { x.idempotencyTTLSeconds = v }
+        return x
+    }
+
+    static func readStages(_ r: inout Reader, _ node: Node) throws(ConfigError) -> StagesConfig {
+        var s = StagesConfig()
+        let m = try r.mapping(node, "stages")
+        r.check(m, "stages", known: Set(StageName.allCases.map(\.rawValue)))
+        for stage in StageName.allCases {
+            guard let n = m[stage.rawValue] else { continue }
+            let p = "stages.\(stage.rawValue)"
+            let sm = try r.mapping(n, p)
+            r.check(sm, p, known: ["group_id", "batch_size", "batch_timeout_ms", "metrics_port"])
+            var settings = s[stage]
+            if let v = try r.string(sm["group_id"], p + ".group_id") { settings.groupID = v }
+            if let v = try r.int(sm["batch_size"], p + ".batch_size") { settings.batchSize = v }
+            if let v = try r.int(sm["batch_timeout_ms"], p + ".batch_timeout_ms") { settings.batchTimeoutMs = v }
+            if let v = try r.int(sm["metrics_port"], p + ".metrics_port") { settings.metricsPort = v }
+            s.settings[stage.rawValue] = settings
+        }
+        return s
+    }
+}
+
+/// A YAML mapping with string keys, in document order.
+struct YAMLMap {
+    var pairs: [(String, Node)]
+    var marks: [String: String]
+    subscript(key: String) -> Node? {
+        for (k, v) in pairs where k == key { return v }
+        return nil
+    }
+}
+
+/// Reads typed values from YAML nodes, collecting unknown-key warnings.
+struct Reader {
+    var warnings: [String] = []
+
+    func where_(_ node: Node) -> String { node.mark.map { " (line \($0.line))" } ?? "" }
+
+    func mapping(_ node: Node, _ path: String) throws(ConfigError) -> YAMLMap {
+        if case .scalar = node, node.null != nil { return YAMLMap(pairs: [], marks: [:]) }
+        guard let m = node.mapping else {
+            throw ConfigError(path: path.isEmpty ? "(file)" : path, message: "expected a mapping\(where_(node))")
+        }
+        var pairs: [(String, Node)] = []
+        var marks: [String: String] = [:]
+        for (k, v) in m {
+            guard let key = k.string else {
+                throw ConfigError(path: path, message: "keys must be strings\(where_(k))")
+            }
+            pairs.append((key, v))
+            marks[key] = where_(k)
+        }
+        return YAMLMap(pairs: pairs, marks: marks)
+    }
+
+    func sequence(_ node: Node, _ path: String) throws(ConfigError) -> [Node] {
+        guard let s = node.sequence else {
+            throw ConfigError(path: path, message: "expected a list\(where_(node))")
+        }
+        return Array(s)
+    }
+
+    mutating func check(_ map: YAMLMap, _ path: String, known: Set<String>) {
+        for (key, _) in map.pairs where !known.contains(key) {
+            let full = path.isEmpty ? key : path + "." + key
+            warnings.append("\(full): unknown key\(map.marks[key] ?? "") (known: \(known.sorted().joined(separator: ", ")))")
+        }
+    }
+
+    func string(_ node: Node?, _ path: String) throws(ConfigError) -> String? {
+        guard let node else { return nil }
+        if node.null != nil, node.scalar?.style == .plain { return nil }
+        guard case .scalar(let s) = node else {
+            throw ConfigError(path: path, message: "expected a string\(where_(node))")
+        }
+        return s.string
+    }
+
+    func int(_ node: Node?, _ path: String, in range: ClosedRange<Int> = 0...Int(Int32.max)) throws(ConfigError) -> Int? {
+        guard let node else { return nil }
+        guard let v = node.int else {
+            throw ConfigError(path: path, message: "expected an integer\(where_(node))")
+        }
+        guard range.contains(v) else {
+            throw ConfigError(path: path, message: "expected \(range.lowerBound)...\(range.upperBound), got \(v)")
+        }
+        return v
+    }
+
+    func bool(_ node: Node?, _ path: String) throws(ConfigError) -> Bool? {
+        guard let node else { return nil }
+        guard let v = node.bool else {
+            throw ConfigError(path: path, message: "expected true or false\(where_(node))")
+        }
+        return v
+    }
+}

@@ -1,0 +1,194 @@
+// Per-app configuration the core decides and renders with. HeraldConfig reads
+// it from the pipeline YAML; the core only needs these typed values.
+
+/// The custom-data shape of the payload (SPEC section 4).
+public enum PayloadProfile: Sendable, Hashable {
+    /// Easemob style top-level `f` / `t` / `m` / `g` / `e` (the default).
+    case compact
+    /// Sendbird style nested object under `key` (normally `sendbird`).
+    case sendbird(key: String)
+    /// CometChat flat fields (`title`, `body`, `sender`, ..., `callAction`).
+    case cometchat
+
+    public var name: String {
+        switch self {
+        case .compact: return "compact"
+        case .sendbird: return "sendbird"
+        case .cometchat: return "cometchat"
+        }
+    }
+}
+
+/// Which devices of a user with several are woken (Sendbird's dashboard option).
+public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable, Codable {
+    /// Send only when every device is offline (the default).
+    case allOffline = "all_offline"
+    /// Send to the offline devices as long as one is offline.
+    case anyOffline = "any_offline"
+}
+
+/// One APNs credential of an app: token based (.p8) or certificate based.
+public struct APNsCredential: Sendable, Hashable, Codable {
+    public var bundleID: String
+    public var environment: APNsEnvironment
+    // Token based
+    public var teamID: String?
+    public var keyID: String?
+    public var keyFile: String?
+    // Certificate based
+    public var certificateFile: String?
+    public var privateKeyFile: String?
+    public var p12File: String?
+    /// Name of the environment variable holding the .p12 password (preferred).
+    public var p12PasswordEnv: String?
+    /// The .p12 password written in the file (discouraged; never logged).
+    public var p12Password: String?
+
+    public enum Auth: Sendable, Hashable {
+        case token(teamID: String, keyID: String, keyFile: String)
+        case certificate(certificateFile: String, privateKeyFile: String?)
+        /// `passwordEnv` names an environment variable; `password` is an inline password.
+        case p12(file: String, passwordEnv: String?, password: String?)
+    }
+
+    public init(bundleID: String, environment: APNsEnvironment = .production, teamID: String? = nil,
+                keyID: String? = nil, keyFile: String? = nil, certificateFile: String? = nil,
+                privateKeyFile: String? = nil, p12File: String? = nil, p12PasswordEnv: String? = nil,
+                p12Password: String? = nil) {
+        self.bundleID = bundleID; self.environment = environment; self.teamID = teamID; self.keyID = keyID
+        self.keyFile = keyFile; self.certificateFile = certificateFile; self.privateKeyFile = privateKeyFile
+        self.p12File = p12File; self.p12PasswordEnv = p12PasswordEnv; self.p12Password = p12Password
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case bundleID = "bundle_id", environment, teamID = "team_id", keyID = "key_id", keyFile = "key_file"
+        case certificateFile = "certificate_file", privateKeyFile = "private_key_file", p12File = "p12_file"
+        case p12PasswordEnv = "p12_password_env", p12Password = "p12_password"
+    }
+
+    /// How this credential authenticates, or nil when incomplete.
+    public var auth: Auth? {
+        if let teamID, let keyID, let keyFile { return .token(teamID: teamID, keyID: keyID, keyFile: keyFile) }
+        if let certificateFile { return .certificate(certificateFile: certificateFile, privateKeyFile: privateKeyFile) }
+        if let p12File { return .p12(file: p12File, passwordEnv: p12PasswordEnv, password: p12Password) }
+        return nil
+    }
+}
+
+/// App-level templates: overrides of the default / alternative pair, an
+/// optional alert title, and per-custom_type pairs that beat both.
+public struct TemplateConfig: Sendable, Hashable {
+    public var defaultPair: TemplatePair?
+    public var alternativePair: TemplatePair?
+    /// Optional `aps.alert.title` template (e.g. `{channel_name}`); none by default.
+    public var title: String?
+    public var customTypes: [String: TemplatePair]
+
+    public init(defaultPair: TemplatePair? = nil, alternativePair: TemplatePair? = nil, title: String? = nil,
+                customTypes: [String: TemplatePair] = [:]) {
+        self.defaultPair = defaultPair; self.alternativePair = alternativePair; self.title = title
+        self.customTypes = customTypes
+    }
+}
+
+/// Everything the core needs to know about one app (tenant). Immutable; the
+/// per-locale string tables are resolved once, at construction.
+public struct AppConfig: Sendable {
+    public let appID: String
+    public let payloadProfile: PayloadProfile
+    public let multiDevice: MultiDeviceMode
+    /// App-wide badge switch; a user's `badge: false` also turns it off.
+    public let badge: Bool
+    public let templates: TemplateConfig
+    /// Per-locale overrides of catalog keys (`CatalogKey` raw values).
+    public let catalogs: [String: [String: String]]
+    public let credentials: [APNsCredential]
+    /// `apns-expiration` of chat alerts, seconds after the event time.
+    public let expirationSeconds: Int64
+    /// `apns-expiration` of call pushes, seconds after the event time.
+    public let callExpirationSeconds: Int64
+
+    let strings: [String: Strings]
+    let english: Strings
+    let customTemplates: [String: (text: Template, file: Template)]
+    let titleTemplate: Template?
+
+    public init(appID: String = "default", payloadProfile: PayloadProfile = .compact,
+                multiDevice: MultiDeviceMode = .allOffline, badge: Bool = true,
+                templates: TemplateConfig = TemplateConfig(), catalogs: [String: [String: String]] = [:],
+                credentials: [APNsCredential] = [], expirationSeconds: Int64 = 86_400,
+                callExpirationSeconds: Int64 = 60) {
+        self.appID = appID
+        self.payloadProfile = payloadProfile
+        self.multiDevice = multiDevice
+        self.badge = badge
+        // CometChat carries the sender in the alert title, so its body is the message alone.
+        var templates = templates
+        if case .cometchat = payloadProfile, templates.defaultPair == nil {
+            templates.defaultPair = TemplatePair(text: "{message}", file: "{filename}")
+        }
+        self.templates = templates
+        var normalizedCatalogs: [String: [String: String]] = [:]
+        for (locale, table) in catalogs { normalizedCatalogs[Language.normalize(locale), default: [:]].merge(table) { $1 } }
+        self.catalogs = normalizedCatalogs
+        self.credentials = credentials
+        self.expirationSeconds = expirationSeconds
+        self.callExpirationSeconds = callExpirationSeconds
+
+        // Resolution order for a key in locale L: app catalog[L], app templates,
+        // built-in catalog[L], app catalog[en], built-in English.
+        func lookup(_ locale: String, _ key: CatalogKey) -> String {
+            if let v = normalizedCatalogs[locale]?[key.rawValue] { return v }
+            switch key {
+            case .defaultText: if let t = templates.defaultPair?.text { return t }
+            case .defaultFile: if let t = templates.defaultPair?.file { return t }
+            case .alternativeText: if let t = templates.alternativePair?.text { return t }
+            case .alternativeFile: if let t = templates.alternativePair?.file { return t }
+            default: break
+            }
+            if let v = BuiltInCatalogs.all[locale]?[key] { return v }
+            if let v = normalizedCatalogs["en"]?[key.rawValue] { return v }
+            return BuiltInCatalogs.english[key] ?? ""
+        }
+        var tables: [String: Strings] = [:]
+        let locales = Set(BuiltInCatalogs.all.keys).union(normalizedCatalogs.keys)
+        for locale in locales {
+            tables[locale] = Strings(locale: locale) { lookup(locale, $0) }
+        }
+        strings = tables
+        english = tables["en"] ?? Strings(locale: "en") { lookup("en", $0) }
+        var custom: [String: (text: Template, file: Template)] = [:]
+        for (k, pair) in templates.customTypes { custom[k] = (Template(pair.text), Template(pair.file)) }
+        customTemplates = custom
+        titleTemplate = templates.title.map(Template.init)
+    }
+
+    /// The string table for a user's preferred languages: the first one picks
+    /// (exact tag, then its primary subtag), English otherwise.
+    public func strings(for languages: [String]) -> Strings {
+        guard let first = languages.first else { return english }
+        let n = Language.normalize(first)
+        if let s = strings[n] { return s }
+        if let s = strings[Language.primary(n)] { return s }
+        return english
+    }
+
+    /// The bundle id used for devices registered without one: the first credential's.
+    public var defaultBundleID: String? { credentials.first?.bundleID }
+
+    /// Locales with a string table (built-in plus configured).
+    public var locales: [String] { strings.keys.sorted() }
+}
+
+/// App configurations by app id, with the configuration used for unknown apps.
+public struct AppDirectory: Sendable {
+    public var apps: [String: AppConfig]
+    public var fallback: AppConfig
+
+    public init(apps: [String: AppConfig] = [:], fallback: AppConfig = AppConfig()) {
+        self.apps = apps
+        self.fallback = fallback
+    }
+
+    public func app(_ id: String) -> AppConfig { apps[id] ?? fallback }
+}

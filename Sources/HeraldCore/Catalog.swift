@@ -1,0 +1,285 @@
+// Localised fixed strings and body templates. Built-in catalogs ship English,
+// Simplified Chinese, Korean, French, German, Spanish and Japanese; an app may
+// override any key per locale (see AppConfig). Templates are parsed once.
+
+/// Language tag handling: lower-case, `_` as `-`, and common aliases
+/// (`kr` is Korean, `zh-cn`/`zh-hans`/`zh-sg` are Simplified Chinese).
+public enum Language {
+    public static func normalize(_ tag: String) -> String {
+        // Fast path: already lower-case ASCII letters and dashes, no alias.
+        var plain = true
+        for b in tag.utf8 where !((b >= 0x61 && b <= 0x7A) || b == 0x2D) { plain = false; break }
+        if plain && tag != "kr" && !tag.hasPrefix("zh-") && !tag.hasPrefix("ko-") { return tag }
+        var t = tag.lowercased()
+        if t.contains("_") { t = t.replacingOccurrences(of: "_", with: "-") }
+        switch t {
+        case "kr", "ko-kr": return "ko"
+        case "zh-cn", "zh-hans", "zh-sg", "zh-hans-cn", "zh-hans-sg": return "zh"
+        default: return t
+        }
+    }
+
+    /// The primary subtag (`fr` of `fr-ca`).
+    public static func primary(_ tag: String) -> String {
+        let n = normalize(tag)
+        if let dash = n.firstIndex(of: "-") { return String(n[..<dash]) }
+        return n
+    }
+}
+
+/// The keys of a string catalog.
+public enum CatalogKey: String, CaseIterable, Sendable, Codable {
+    case defaultText = "template.default.text"
+    case defaultFile = "template.default.file"
+    case alternativeText = "template.alternative.text"
+    case alternativeFile = "template.alternative.file"
+    case simpleBanner = "simple_banner"
+    case callAudio = "call.audio"
+    case callVideo = "call.video"
+    case reaction = "reaction"
+    case groupJoined = "group_action.joined"
+    case groupLeft = "group_action.left"
+    case groupAdded = "group_action.added"
+    case groupRemoved = "group_action.removed"
+    case groupBanned = "group_action.banned"
+    case groupUnbanned = "group_action.unbanned"
+    case fileImage = "file_type.image"
+    case fileVideo = "file_type.video"
+    case fileAudio = "file_type.audio"
+    case fileOther = "file_type.file"
+
+    /// Position in `allCases`, without building the array.
+    var index: Int {
+        switch self {
+        case .defaultText: return 0
+        case .defaultFile: return 1
+        case .alternativeText: return 2
+        case .alternativeFile: return 3
+        case .simpleBanner: return 4
+        case .callAudio: return 5
+        case .callVideo: return 6
+        case .reaction: return 7
+        case .groupJoined: return 8
+        case .groupLeft: return 9
+        case .groupAdded: return 10
+        case .groupRemoved: return 11
+        case .groupBanned: return 12
+        case .groupUnbanned: return 13
+        case .fileImage: return 14
+        case .fileVideo: return 15
+        case .fileAudio: return 16
+        case .fileOther: return 17
+        }
+    }
+}
+
+/// Built-in catalogs. Every locale defines every key.
+public enum BuiltInCatalogs {
+    public static let english: [CatalogKey: String] = [
+        .defaultText: "{sender_name}: {message}",
+        .defaultFile: "{filename}",
+        .alternativeText: "New message arrived",
+        .alternativeFile: "New file arrived",
+        .simpleBanner: "You have a new message",
+        .callAudio: "AUDIO CALL",
+        .callVideo: "VIDEO CALL",
+        .reaction: "Reacted to your message: {emoji}",
+        .groupJoined: "{actor_name} has joined",
+        .groupLeft: "{actor_name} has left",
+        .groupAdded: "{actor_name} was added",
+        .groupRemoved: "{actor_name} was removed",
+        .groupBanned: "{actor_name} was banned",
+        .groupUnbanned: "{actor_name} was unbanned",
+        .fileImage: "Image", .fileVideo: "Video", .fileAudio: "Audio", .fileOther: "File",
+    ]
+
+    public static let all: [String: [CatalogKey: String]] = [
+        "en": english,
+        "zh": [
+            .defaultText: "{sender_name}: {message}",
+            .defaultFile: "{filename}",
+            .alternativeText: "收到一条新消息",
+            .alternativeFile: "收到一个新文件",
+            .simpleBanner: "您有一条新消息",
+            .callAudio: "语音通话",
+            .callVideo: "视频通话",
+            .reaction: "对你的消息发表了回应：{emoji}",
+            .groupJoined: "{actor_name} 加入了群组",
+            .groupLeft: "{actor_name} 退出了群组",
+            .groupAdded: "{actor_name} 被添加到群组",
+            .groupRemoved: "{actor_name} 被移出群组",
+            .groupBanned: "{actor_name} 被禁言",
+            .groupUnbanned: "{actor_name} 被解除禁言",
+            .fileImage: "图片", .fileVideo: "视频", .fileAudio: "语音", .fileOther: "文件",
+        ],
+        "ko": [
+            .defaultText: "{sender_name}: {message}",
+            .defaultFile: "{filename}",
+            .alternativeText: "새 메시지가 도착했습니다",
+            .alternativeFile: "새 파일이 도착했습니다",
+            .simpleBanner: "새 메시지가 있습니다",
+            .callAudio: "음성 통화",
+            .callVideo: "영상 통화",
+            .reaction: "회원님의 메시지에 반응했습니다: {emoji}",
+            .groupJoined: "{actor_name}님이 참여했습니다",
+            .groupLeft: "{actor_name}님이 나갔습니다",
+            .groupAdded: "{actor_name}님이 추가되었습니다",
+            .groupRemoved: "{actor_name}님이 내보내졌습니다",
+            .groupBanned: "{actor_name}님이 차단되었습니다",
+            .groupUnbanned: "{actor_name}님의 차단이 해제되었습니다",
+            .fileImage: "사진", .fileVideo: "동영상", .fileAudio: "오디오", .fileOther: "파일",
+        ],
+        "fr": [
+            .defaultText: "{sender_name}: {message}",
+            .defaultFile: "{filename}",
+            .alternativeText: "Nouveau message reçu",
+            .alternativeFile: "Nouveau fichier reçu",
+            .simpleBanner: "Vous avez un nouveau message",
+            .callAudio: "APPEL AUDIO",
+            .callVideo: "APPEL VIDÉO",
+            .reaction: "A réagi à votre message : {emoji}",
+            .groupJoined: "{actor_name} a rejoint le groupe",
+            .groupLeft: "{actor_name} a quitté le groupe",
+            .groupAdded: "{actor_name} a été ajouté",
+            .groupRemoved: "{actor_name} a été retiré",
+            .groupBanned: "{actor_name} a été banni",
+            .groupUnbanned: "{actor_name} n'est plus banni",
+            .fileImage: "Image", .fileVideo: "Vidéo", .fileAudio: "Audio", .fileOther: "Fichier",
+        ],
+        "de": [
+            .defaultText: "{sender_name}: {message}",
+            .defaultFile: "{filename}",
+            .alternativeText: "Neue Nachricht eingegangen",
+            .alternativeFile: "Neue Datei eingegangen",
+            .simpleBanner: "Sie haben eine neue Nachricht",
+            .callAudio: "SPRACHANRUF",
+            .callVideo: "VIDEOANRUF",
+            .reaction: "Hat auf deine Nachricht reagiert: {emoji}",
+            .groupJoined: "{actor_name} ist beigetreten",
+            .groupLeft: "{actor_name} hat die Gruppe verlassen",
+            .groupAdded: "{actor_name} wurde hinzugefügt",
+            .groupRemoved: "{actor_name} wurde entfernt",
+            .groupBanned: "{actor_name} wurde gesperrt",
+            .groupUnbanned: "{actor_name} wurde entsperrt",
+            .fileImage: "Bild", .fileVideo: "Video", .fileAudio: "Audio", .fileOther: "Datei",
+        ],
+        "es": [
+            .defaultText: "{sender_name}: {message}",
+            .defaultFile: "{filename}",
+            .alternativeText: "Nuevo mensaje recibido",
+            .alternativeFile: "Nuevo archivo recibido",
+            .simpleBanner: "Tienes un mensaje nuevo",
+            .callAudio: "LLAMADA DE VOZ",
+            .callVideo: "VIDEOLLAMADA",
+            .reaction: "Reaccionó a tu mensaje: {emoji}",
+            .groupJoined: "{actor_name} se ha unido",
+            .groupLeft: "{actor_name} ha salido",
+            .groupAdded: "{actor_name} fue añadido",
+            .groupRemoved: "{actor_name} fue eliminado",
+            .groupBanned: "{actor_name} fue bloqueado",
+            .groupUnbanned: "{actor_name} fue desbloqueado",
+            .fileImage: "Imagen", .fileVideo: "Vídeo", .fileAudio: "Audio", .fileOther: "Archivo",
+        ],
+        "ja": [
+            .defaultText: "{sender_name}: {message}",
+            .defaultFile: "{filename}",
+            .alternativeText: "新しいメッセージが届きました",
+            .alternativeFile: "新しいファイルが届きました",
+            .simpleBanner: "新しいメッセージがあります",
+            .callAudio: "音声通話",
+            .callVideo: "ビデオ通話",
+            .reaction: "あなたのメッセージにリアクションしました: {emoji}",
+            .groupJoined: "{actor_name}さんが参加しました",
+            .groupLeft: "{actor_name}さんが退出しました",
+            .groupAdded: "{actor_name}さんが追加されました",
+            .groupRemoved: "{actor_name}さんが削除されました",
+            .groupBanned: "{actor_name}さんがブロックされました",
+            .groupUnbanned: "{actor_name}さんのブロックが解除されました",
+            .fileImage: "画像", .fileVideo: "動画", .fileAudio: "音声", .fileOther: "ファイル",
+        ],
+    ]
+}
+
+/// A template variable.
+public enum TemplateVariable: String, Sendable, CaseIterable {
+    case senderName = "sender_name"
+    case message
+    case filename
+    case channelName = "channel_name"
+    case fileTypeFriendly = "file_type_friendly"
+    case emoji
+    case actorName = "actor_name"
+}
+
+/// A parsed template: literal runs and variables. Unknown `{names}` stay literal.
+public struct Template: Sendable, Hashable {
+    public enum Part: Sendable, Hashable {
+        case literal(String)
+        case variable(TemplateVariable)
+    }
+
+    public let source: String
+    public let parts: [Part]
+
+    public init(_ source: String) {
+        self.source = source
+        var parts: [Part] = []
+        var literal = ""
+        var rest = Substring(source)
+        while let open = rest.firstIndex(of: "{") {
+            literal += rest[..<open]
+            let after = rest[rest.index(after: open)...]
+            if let close = after.firstIndex(of: "}"), let v = TemplateVariable(rawValue: String(after[..<close])) {
+                if !literal.isEmpty { parts.append(.literal(literal)); literal = "" }
+                parts.append(.variable(v))
+                rest = after[after.index(after: close)...]
+            } else {
+                literal += "{"
+                rest = after
+            }
+        }
+        literal += rest
+        if !literal.isEmpty { parts.append(.literal(literal)) }
+        self.parts = parts
+    }
+
+    /// Whether rendering reads `variable`.
+    public func uses(_ variable: TemplateVariable) -> Bool {
+        parts.contains { if case .variable(let v) = $0 { return v == variable } else { return false } }
+    }
+
+    public func render(_ value: (TemplateVariable) -> String) -> String {
+        if parts.count == 1, case .literal(let s) = parts[0] { return s }
+        var out = ""
+        out.reserveCapacity(64)
+        for part in parts {
+            switch part {
+            case .literal(let s): out += s
+            case .variable(let v): out += value(v)
+            }
+        }
+        return out
+    }
+}
+
+/// A text/file template pair.
+public struct TemplatePair: Sendable, Hashable, Codable {
+    public var text: String
+    public var file: String
+    public init(text: String, file: String) { self.text = text; self.file = file }
+}
+
+/// The resolved strings for one (app, locale): every key present, templates parsed.
+public struct Strings: Sendable {
+    public let locale: String
+    let values: [Template]
+
+    init(locale: String, lookup: (CatalogKey) -> String) {
+        self.locale = locale
+        values = CatalogKey.allCases.map { Template(lookup($0)) }
+    }
+
+    public subscript(key: CatalogKey) -> Template {
+        values[key.index]
+    }
+}

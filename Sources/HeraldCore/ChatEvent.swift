@@ -1,0 +1,635 @@
+// The chat event of SPEC section 7, its validation, and its normalised JSON.
+// `ChatEvent.decode(_:)` is the one entry point from raw bytes: it never traps
+// and throws an `EventValidationError` naming the offending field.
+
+/// A chat event could not be accepted. `field` is a dotted path such as
+/// `message.text` or `recipients[2]`; `message` says what is wrong with it.
+public struct EventValidationError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var field: String
+    public var message: String
+
+    public init(field: String, message: String) {
+        self.field = field
+        self.message = message
+    }
+
+    /// One line, e.g. `message.text: longer than 65536 bytes`.
+    public var description: String { "\(field): \(message)" }
+}
+
+public enum ConversationType: String, Codable, Sendable, Hashable, CaseIterable {
+    case direct, group, open, supergroup
+}
+
+public enum MessageType: String, Codable, Sendable, Hashable, CaseIterable {
+    case text, file, admin
+}
+
+public enum MentionType: String, Codable, Sendable, Hashable, CaseIterable {
+    case users, channel
+}
+
+/// One chat event: a message, a call, a reaction or a group action.
+public struct ChatEvent: Codable, Sendable, Hashable {
+    public enum Kind: String, Codable, Sendable, Hashable, CaseIterable {
+        case message, call, reaction
+        case groupAction = "group_action"
+    }
+
+    public struct Sender: Sendable, Hashable {
+        public var id: String
+        public var name: String?
+        public var profileURL: String?
+        public init(id: String, name: String? = nil, profileURL: String? = nil) {
+            self.id = id; self.name = name; self.profileURL = profileURL
+        }
+    }
+
+    public struct Conversation: Sendable, Hashable {
+        public var id: String
+        public var type: ConversationType
+        public var name: String?
+        public var customType: String?
+        public init(id: String, type: ConversationType, name: String? = nil, customType: String? = nil) {
+            self.id = id; self.type = type; self.name = name; self.customType = customType
+        }
+    }
+
+    public struct File: Sendable, Hashable {
+        public var name: String?
+        public var mimeType: String?
+        public var url: String?
+        public init(name: String? = nil, mimeType: String? = nil, url: String? = nil) {
+            self.name = name; self.mimeType = mimeType; self.url = url
+        }
+    }
+
+    public struct Message: Sendable, Hashable {
+        public var id: String
+        public var type: MessageType
+        public var text: String
+        public var customType: String
+        public var data: String
+        public var file: File?
+        public var mentions: [String]
+        public var mentionType: MentionType
+        public var language: String?
+        /// Language tag to translated text, sorted by tag for stable output.
+        public var translations: [(String, String)]
+
+        public init(id: String, type: MessageType = .text, text: String = "", customType: String = "",
+                    data: String = "", file: File? = nil, mentions: [String] = [], mentionType: MentionType = .users,
+                    language: String? = nil, translations: [(String, String)] = []) {
+            self.id = id; self.type = type; self.text = text; self.customType = customType; self.data = data
+            self.file = file; self.mentions = mentions; self.mentionType = mentionType; self.language = language
+            self.translations = translations.sorted { $0.0 < $1.0 }
+        }
+
+        public func translation(_ language: String) -> String? {
+            for (k, v) in translations where k == language { return v }
+            let wanted = Language.normalize(language)
+            for (k, v) in translations where Language.normalize(k) == wanted { return v }
+            return nil
+        }
+
+        public static func == (a: Message, b: Message) -> Bool {
+            a.id == b.id && a.type == b.type && a.text == b.text && a.customType == b.customType && a.data == b.data
+                && a.file == b.file && a.mentions == b.mentions && a.mentionType == b.mentionType
+                && a.language == b.language && a.translations.map(\.0) == b.translations.map(\.0)
+                && a.translations.map(\.1) == b.translations.map(\.1)
+        }
+
+        public func hash(into h: inout Hasher) {
+            h.combine(id); h.combine(text); h.combine(type)
+        }
+    }
+
+    public enum CallType: String, Codable, Sendable, Hashable, CaseIterable { case audio, video }
+
+    public enum CallAction: String, Codable, Sendable, Hashable, CaseIterable {
+        case initiated, cancelled, unanswered, ongoing, rejected, ended, busy
+    }
+
+    public struct Call: Sendable, Hashable {
+        public var action: CallAction
+        public var sessionID: String
+        public var type: CallType
+        public init(action: CallAction, sessionID: String, type: CallType) {
+            self.action = action; self.sessionID = sessionID; self.type = type
+        }
+    }
+
+    public struct Reaction: Sendable, Hashable {
+        public var emoji: String
+        public var messageID: String?
+        public init(emoji: String, messageID: String? = nil) { self.emoji = emoji; self.messageID = messageID }
+    }
+
+    /// CometChat group actions; `kicked` is read as `removed`.
+    public enum GroupActionKind: String, Codable, Sendable, Hashable, CaseIterable {
+        case joined, left, added, removed, banned, unbanned
+    }
+
+    public struct GroupAction: Sendable, Hashable {
+        public var action: GroupActionKind
+        public var actorName: String
+        public init(action: GroupActionKind, actorName: String) { self.action = action; self.actorName = actorName }
+    }
+
+    /// Easemob `em_apns_ext`.
+    public struct APNsExtension: Sendable, Hashable {
+        public var pushContent: String?
+        public var category: String?
+        public var sound: String?
+        public var mutableContent: Bool
+        public var titleLocKey: String?
+        public var titleLocArgs: [String]?
+        public var bodyLocKey: String?
+        public var bodyLocArgs: [String]?
+        /// Copied verbatim to the payload's top-level `e` (any JSON value; usually a string).
+        public var extern: JSONValue?
+
+        public init(pushContent: String? = nil, category: String? = nil, sound: String? = nil,
+                    mutableContent: Bool = false, titleLocKey: String? = nil, titleLocArgs: [String]? = nil,
+                    bodyLocKey: String? = nil, bodyLocArgs: [String]? = nil, extern: JSONValue? = nil) {
+            self.pushContent = pushContent; self.category = category; self.sound = sound
+            self.mutableContent = mutableContent; self.titleLocKey = titleLocKey; self.titleLocArgs = titleLocArgs
+            self.bodyLocKey = bodyLocKey; self.bodyLocArgs = bodyLocArgs; self.extern = extern
+        }
+
+        var isEmpty: Bool { self == APNsExtension() }
+    }
+
+    /// Easemob message `ext`.
+    public struct Extension: Sendable, Hashable {
+        public var ignoreNotification: Bool
+        public var forceNotification: Bool
+        public var apns: APNsExtension
+        public init(ignoreNotification: Bool = false, forceNotification: Bool = false,
+                    apns: APNsExtension = APNsExtension()) {
+            self.ignoreNotification = ignoreNotification; self.forceNotification = forceNotification; self.apns = apns
+        }
+    }
+
+    public var eventID: String
+    public var appID: String
+    public var kind: Kind
+    /// Milliseconds since the epoch; the time the suppression rules use when present.
+    public var createdAt: Int64?
+    public var sender: Sender
+    public var conversation: Conversation
+    /// Explicit recipients; `nil` means the conversation's members.
+    public var recipients: [String]?
+    public var message: Message?
+    public var call: Call?
+    public var reaction: Reaction?
+    public var groupAction: GroupAction?
+    public var ext: Extension
+
+    public init(eventID: String, appID: String, kind: Kind = .message, createdAt: Int64? = nil, sender: Sender,
+                conversation: Conversation, recipients: [String]? = nil, message: Message? = nil, call: Call? = nil,
+                reaction: Reaction? = nil, groupAction: GroupAction? = nil, ext: Extension = Extension()) {
+        self.eventID = eventID; self.appID = appID; self.kind = kind; self.createdAt = createdAt
+        self.sender = sender; self.conversation = conversation; self.recipients = recipients
+        self.message = message; self.call = call; self.reaction = reaction; self.groupAction = groupAction
+        self.ext = ext
+    }
+
+    // MARK: Limits (documented in docs/core.md)
+
+    public enum Limits {
+        /// Largest accepted event, in bytes.
+        public static let eventBytes = 1 << 20
+        /// Longest id or name (event id, app id, user ids, conversation id, names), in UTF-8 bytes.
+        public static let idBytes = 256
+        /// Longest message text, push content, translation or data, in UTF-8 bytes.
+        public static let textBytes = 65_536
+        /// Longest URL, in UTF-8 bytes.
+        public static let urlBytes = 2_048
+        /// Most explicit recipients or mentions.
+        public static let recipients = 10_000
+    }
+
+    // MARK: Decoding
+
+    /// Decodes and validates one event from raw bytes (UTF-8 JSON).
+    public static func decode(_ bytes: some Collection<UInt8>) throws(EventValidationError) -> ChatEvent {
+        guard bytes.count <= Limits.eventBytes else {
+            throw EventValidationError(field: "(event)", message: "larger than \(Limits.eventBytes) bytes")
+        }
+        let value: JSONValue
+        do {
+            value = try JSONValue.parse(bytes)
+        } catch {
+            throw EventValidationError(field: "(event)", message: "not valid JSON: \(error.description)")
+        }
+        return try ChatEvent(validating: value)
+    }
+
+    /// Validates an already parsed JSON value.
+    public init(validating json: JSONValue) throws(EventValidationError) {
+        let root = try Fields(json, path: "")
+        eventID = try root.id("event_id")
+        appID = try root.id("app_id")
+        let kindRaw = try root.requiredString("kind", limit: Limits.idBytes)
+        guard let k = Kind(rawValue: kindRaw) else {
+            throw EventValidationError(field: "kind", message: "unknown kind \"\(kindRaw)\" (message, call, reaction, group_action)")
+        }
+        kind = k
+        createdAt = try root.optionalTimestamp("created_at")
+
+        let s = try root.requiredObject("sender")
+        sender = Sender(id: try s.id("id"), name: try s.optionalString("name", limit: Limits.idBytes),
+                        profileURL: try s.optionalString("profile_url", limit: Limits.urlBytes))
+
+        let c = try root.requiredObject("conversation")
+        let convID: String
+        if c.has("id") { convID = try c.id("id") } else if c.has("url") { convID = try c.id("url") } else {
+            throw EventValidationError(field: "conversation.id", message: "missing")
+        }
+        let typeRaw = try c.requiredString("type", limit: Limits.idBytes)
+        guard let ct = ConversationType(rawValue: typeRaw) else {
+            throw EventValidationError(field: "conversation.type", message: "unknown type \"\(typeRaw)\" (direct, group, open, supergroup)")
+        }
+        conversation = Conversation(id: convID, type: ct, name: try c.optionalString("name", limit: Limits.idBytes),
+                                    customType: try c.optionalString("custom_type", limit: Limits.idBytes))
+
+        recipients = try root.optionalIDArray("recipients")
+
+        if let m = try root.optionalObject("message") {
+            message = try Self.decodeMessage(m)
+        } else {
+            message = nil
+        }
+        if let cl = try root.optionalObject("call") {
+            let a = try cl.requiredString("action", limit: Limits.idBytes)
+            guard let action = CallAction(rawValue: a) else {
+                throw EventValidationError(field: "call.action", message: "unknown action \"\(a)\"")
+            }
+            let t = try cl.optionalString("type", limit: Limits.idBytes) ?? "audio"
+            guard let type = CallType(rawValue: t) else {
+                throw EventValidationError(field: "call.type", message: "unknown call type \"\(t)\" (audio, video)")
+            }
+            call = Call(action: action, sessionID: try cl.id("session_id"), type: type)
+        } else {
+            call = nil
+        }
+        if let r = try root.optionalObject("reaction") {
+            let emoji = try r.requiredString("emoji", limit: Limits.idBytes)
+            guard !emoji.isEmpty else { throw EventValidationError(field: "reaction.emoji", message: "empty") }
+            reaction = Reaction(emoji: emoji, messageID: try r.optionalString("message_id", limit: Limits.idBytes))
+        } else {
+            reaction = nil
+        }
+        if let g = try root.optionalObject("group_action") {
+            var a = try g.requiredString("action", limit: Limits.idBytes)
+            if a == "kicked" { a = "removed" }
+            guard let action = GroupActionKind(rawValue: a) else {
+                throw EventValidationError(field: "group_action.action",
+                                           message: "unknown action \"\(a)\" (joined, left, added, removed, banned, unbanned)")
+            }
+            groupAction = GroupAction(action: action, actorName: try g.requiredString("actor_name", limit: Limits.idBytes))
+        } else {
+            groupAction = nil
+        }
+
+        switch kind {
+        case .message where message == nil:
+            throw EventValidationError(field: "message", message: "missing (required when kind is message)")
+        case .call where call == nil:
+            throw EventValidationError(field: "call", message: "missing (required when kind is call)")
+        case .reaction where reaction == nil:
+            throw EventValidationError(field: "reaction", message: "missing (required when kind is reaction)")
+        case .groupAction where groupAction == nil:
+            throw EventValidationError(field: "group_action", message: "missing (required when kind is group_action)")
+        default: break
+        }
+
+        if let e = try root.optionalObject("ext") {
+            var x = Extension()
+            x.ignoreNotification = try e.optionalBool("em_ignore_notification") ?? false
+            x.forceNotification = try e.optionalBool("em_force_notification") ?? false
+            if let a = try e.optionalObject("em_apns_ext") {
+                var p = APNsExtension()
+                p.pushContent = try a.optionalString("em_push_content", limit: Limits.textBytes)
+                p.category = try a.optionalString("em_push_category", limit: Limits.idBytes)
+                p.sound = try a.optionalString("em_push_sound", limit: Limits.idBytes)
+                p.mutableContent = try a.optionalBool("em_push_mutable_content") ?? false
+                p.titleLocKey = try a.optionalString("em_push_title_loc_key", limit: Limits.idBytes)
+                p.titleLocArgs = try a.optionalStringArray("em_push_title_loc_args")
+                p.bodyLocKey = try a.optionalString("em_push_body_loc_key", limit: Limits.idBytes)
+                p.bodyLocArgs = try a.optionalStringArray("em_push_body_loc_args")
+                if let ext = a.value("extern"), ext != .null {
+                    let size = ext.serialized.utf8.count
+                    guard size <= 2_048 else {
+                        throw EventValidationError(field: "ext.em_apns_ext.extern", message: "larger than 2048 bytes")
+                    }
+                    p.extern = ext
+                }
+                x.apns = p
+            }
+            ext = x
+        } else {
+            ext = Extension()
+        }
+    }
+
+    static func decodeMessage(_ m: Fields) throws(EventValidationError) -> Message {
+        let id = try m.id("id")
+        let typeRaw = try m.optionalString("type", limit: Limits.idBytes) ?? "text"
+        guard let type = MessageType(rawValue: typeRaw) else {
+            throw EventValidationError(field: "message.type", message: "unknown type \"\(typeRaw)\" (text, file, admin)")
+        }
+        var file: File?
+        if let f = try m.optionalObject("file") {
+            file = File(name: try f.optionalString("name", limit: Limits.idBytes),
+                        mimeType: try f.optionalString("mime_type", limit: Limits.idBytes),
+                        url: try f.optionalString("url", limit: Limits.urlBytes))
+        }
+        if type == .file && file == nil {
+            throw EventValidationError(field: "message.file", message: "missing (required when message.type is file)")
+        }
+        let mtRaw = try m.optionalString("mention_type", limit: Limits.idBytes) ?? "users"
+        guard let mentionType = MentionType(rawValue: mtRaw) else {
+            throw EventValidationError(field: "message.mention_type", message: "unknown mention type \"\(mtRaw)\" (users, channel)")
+        }
+        var translations: [(String, String)] = []
+        if let t = try m.optionalObject("translations") {
+            for (k, v) in t.pairs {
+                guard case .string(let s) = v else {
+                    throw EventValidationError(field: "message.translations.\(k)", message: "expected string, got \(v.typeName)")
+                }
+                guard !k.isEmpty, k.utf8.count <= 35 else {
+                    throw EventValidationError(field: "message.translations", message: "invalid language tag \"\(k)\"")
+                }
+                guard s.utf8.count <= Limits.textBytes else {
+                    throw EventValidationError(field: "message.translations.\(k)", message: "longer than \(Limits.textBytes) bytes")
+                }
+                translations.append((k, s))
+            }
+        }
+        return Message(id: id, type: type,
+                       text: try m.optionalString("text", limit: Limits.textBytes) ?? "",
+                       customType: try m.optionalString("custom_type", limit: Limits.idBytes) ?? "",
+                       data: try m.optionalString("data", limit: Limits.textBytes) ?? "",
+                       file: file,
+                       mentions: try m.optionalIDArray("mentions") ?? [],
+                       mentionType: mentionType,
+                       language: try m.optionalString("language", limit: 35),
+                       translations: translations)
+    }
+
+    // MARK: Encoding (the normalised event on herald.ingested)
+
+    /// The normalised event as JSON, with SPEC section 7 field names.
+    public var json: JSONValue {
+        var o: [(String, JSONValue)] = [
+            ("event_id", .string(eventID)), ("app_id", .string(appID)), ("kind", .string(kind.rawValue)),
+        ]
+        if let createdAt { o.append(("created_at", .number(String(createdAt)))) }
+        var s: [(String, JSONValue)] = [("id", .string(sender.id))]
+        if let n = sender.name { s.append(("name", .string(n))) }
+        if let p = sender.profileURL { s.append(("profile_url", .string(p))) }
+        o.append(("sender", .object(s)))
+        var c: [(String, JSONValue)] = [("id", .string(conversation.id)), ("type", .string(conversation.type.rawValue))]
+        if let n = conversation.name { c.append(("name", .string(n))) }
+        if let t = conversation.customType { c.append(("custom_type", .string(t))) }
+        o.append(("conversation", .object(c)))
+        if let recipients { o.append(("recipients", .array(recipients.map { .string($0) }))) }
+        if let m = message {
+            var mo: [(String, JSONValue)] = [
+                ("id", .string(m.id)), ("type", .string(m.type.rawValue)), ("text", .string(m.text)),
+                ("custom_type", .string(m.customType)), ("data", .string(m.data)),
+            ]
+            if let f = m.file {
+                var fo: [(String, JSONValue)] = []
+                if let n = f.name { fo.append(("name", .string(n))) }
+                if let t = f.mimeType { fo.append(("mime_type", .string(t))) }
+                if let u = f.url { fo.append(("url", .string(u))) }
+                mo.append(("file", .object(fo)))
+            }
+            mo.append(("mentions", .array(m.mentions.map { .string($0) })))
+            mo.append(("mention_type", .string(m.mentionType.rawValue)))
+            if let l = m.language { mo.append(("language", .string(l))) }
+            if !m.translations.isEmpty { mo.append(("translations", .object(m.translations.map { ($0.0, .string($0.1)) }))) }
+            o.append(("message", .object(mo)))
+        }
+        if let cl = call {
+            o.append(("call", .object([("action", .string(cl.action.rawValue)), ("session_id", .string(cl.sessionID)),
+                                       ("type", .string(cl.type.rawValue))])))
+        }
+        if let r = reaction {
+            var ro: [(String, JSONValue)] = [("emoji", .string(r.emoji))]
+            if let id = r.messageID { ro.append(("message_id", .string(id))) }
+            o.append(("reaction", .object(ro)))
+        }
+        if let g = groupAction {
+            o.append(("group_action", .object([("action", .string(g.action.rawValue)), ("actor_name", .string(g.actorName))])))
+        }
+        var e: [(String, JSONValue)] = [
+            ("em_ignore_notification", .bool(ext.ignoreNotification)),
+            ("em_force_notification", .bool(ext.forceNotification)),
+        ]
+        let a = ext.apns
+        if !a.isEmpty {
+            var ao: [(String, JSONValue)] = []
+            if let v = a.pushContent { ao.append(("em_push_content", .string(v))) }
+            if let v = a.category { ao.append(("em_push_category", .string(v))) }
+            if let v = a.sound { ao.append(("em_push_sound", .string(v))) }
+            if a.mutableContent { ao.append(("em_push_mutable_content", .bool(true))) }
+            if let v = a.titleLocKey { ao.append(("em_push_title_loc_key", .string(v))) }
+            if let v = a.titleLocArgs { ao.append(("em_push_title_loc_args", .array(v.map { .string($0) }))) }
+            if let v = a.bodyLocKey { ao.append(("em_push_body_loc_key", .string(v))) }
+            if let v = a.bodyLocArgs { ao.append(("em_push_body_loc_args", .array(v.map { .string($0) }))) }
+            if let v = a.extern { ao.append(("extern", v)) }
+            e.append(("em_apns_ext", .object(ao)))
+        }
+        o.append(("ext", .object(e)))
+        return .object(o)
+    }
+
+    /// The normalised event as compact JSON bytes.
+    public var jsonBytes: [UInt8] {
+        var w = JSONWriter(capacity: 1024)
+        w.value(json)
+        return w.bytes
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let value = try JSONValue(from: decoder)
+        do {
+            self = try ChatEvent(validating: value)
+        } catch {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: error.description))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try json.encode(to: encoder)
+    }
+
+    // MARK: Derived facts the rules use
+
+    /// Whether `user` is mentioned (explicitly, or by a channel-wide mention).
+    public func mentions(_ user: String) -> Bool {
+        switch kind {
+        case .call, .reaction:
+            // A call rings, and a reaction answers, the recipient personally.
+            return true
+        case .groupAction:
+            return false
+        case .message:
+            guard let m = message else { return false }
+            return m.mentionType == .channel || m.mentions.contains(user)
+        }
+    }
+
+    /// The time the suppression rules evaluate: `created_at`, else `now`.
+    public func ruleTime(now: Int64) -> Int64 { createdAt ?? now }
+}
+
+/// A JSON object under validation, with its path for error messages.
+struct Fields {
+    let pairs: [(String, JSONValue)]
+    let path: String
+
+    init(_ value: JSONValue, path: String) throws(EventValidationError) {
+        guard case .object(let p) = value else {
+            throw EventValidationError(field: path.isEmpty ? "(event)" : path, message: "expected object, got \(value.typeName)")
+        }
+        pairs = p
+        self.path = path
+    }
+
+    func field(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
+
+    func has(_ key: String) -> Bool {
+        guard let v = value(key) else { return false }
+        return v != .null
+    }
+
+    func value(_ key: String) -> JSONValue? {
+        for (k, v) in pairs where k == key { return v }
+        return nil
+    }
+
+    func optionalString(_ key: String, limit: Int) throws(EventValidationError) -> String? {
+        guard let v = value(key) else { return nil }
+        switch v {
+        case .null: return nil
+        case .string(let s):
+            guard s.utf8.count <= limit else {
+                throw EventValidationError(field: field(key), message: "longer than \(limit) bytes")
+            }
+            return s
+        default:
+            throw EventValidationError(field: field(key), message: "expected string, got \(v.typeName)")
+        }
+    }
+
+    func requiredString(_ key: String, limit: Int) throws(EventValidationError) -> String {
+        guard let s = try optionalString(key, limit: limit) else {
+            throw EventValidationError(field: field(key), message: "missing")
+        }
+        return s
+    }
+
+    /// A non-empty identifier. Numbers are accepted and kept as written (chat
+    /// back ends often send numeric message ids).
+    func id(_ key: String) throws(EventValidationError) -> String {
+        guard let v = value(key), v != .null else {
+            throw EventValidationError(field: field(key), message: "missing")
+        }
+        let s: String
+        switch v {
+        case .string(let x): s = x
+        case .number(let n) where Int64(n) != nil: s = n
+        default: throw EventValidationError(field: field(key), message: "expected string, got \(v.typeName)")
+        }
+        guard !s.isEmpty else { throw EventValidationError(field: field(key), message: "empty") }
+        guard s.utf8.count <= ChatEvent.Limits.idBytes else {
+            throw EventValidationError(field: field(key), message: "longer than \(ChatEvent.Limits.idBytes) bytes")
+        }
+        return s
+    }
+
+    func optionalBool(_ key: String) throws(EventValidationError) -> Bool? {
+        guard let v = value(key) else { return nil }
+        switch v {
+        case .null: return nil
+        case .bool(let b): return b
+        default: throw EventValidationError(field: field(key), message: "expected boolean, got \(v.typeName)")
+        }
+    }
+
+    func optionalTimestamp(_ key: String) throws(EventValidationError) -> Int64? {
+        guard let v = value(key) else { return nil }
+        switch v {
+        case .null: return nil
+        case .number(let n):
+            guard let i = Int64(n), i >= 0 else {
+                throw EventValidationError(field: field(key), message: "expected milliseconds since the epoch (a non-negative integer), got \(n)")
+            }
+            return i
+        default:
+            throw EventValidationError(field: field(key), message: "expected number, got \(v.typeName)")
+        }
+    }
+
+    func optionalObject(_ key: String) throws(EventValidationError) -> Fields? {
+        guard let v = value(key), v != .null else { return nil }
+        return try Fields(v, path: field(key))
+    }
+
+    func requiredObject(_ key: String) throws(EventValidationError) -> Fields {
+        guard let f = try optionalObject(key) else {
+            throw EventValidationError(field: field(key), message: "missing")
+        }
+        return f
+    }
+
+    func optionalStringArray(_ key: String) throws(EventValidationError) -> [String]? {
+        guard let v = value(key), v != .null else { return nil }
+        guard case .array(let items) = v else {
+            throw EventValidationError(field: field(key), message: "expected array, got \(v.typeName)")
+        }
+        guard items.count <= 64 else { throw EventValidationError(field: field(key), message: "more than 64 items") }
+        var out: [String] = []
+        for (n, item) in items.enumerated() {
+            guard case .string(let s) = item else {
+                throw EventValidationError(field: "\(field(key))[\(n)]", message: "expected string, got \(item.typeName)")
+            }
+            guard s.utf8.count <= ChatEvent.Limits.idBytes else {
+                throw EventValidationError(field: "\(field(key))[\(n)]", message: "longer than \(ChatEvent.Limits.idBytes) bytes")
+            }
+            out.append(s)
+        }
+        return out
+    }
+
+    func optionalIDArray(_ key: String) throws(EventValidationError) -> [String]? {
+        guard let v = value(key), v != .null else { return nil }
+        guard case .array(let items) = v else {
+            throw EventValidationError(field: field(key), message: "expected array, got \(v.typeName)")
+        }
+        guard items.count <= ChatEvent.Limits.recipients else {
+            throw EventValidationError(field: field(key), message: "more than \(ChatEvent.Limits.recipients) items")
+        }
+        var out: [String] = []
+        out.reserveCapacity(items.count)
+        for (n, item) in items.enumerated() {
+            let s: String
+            switch item {
+            case .string(let x): s = x
+            case .number(let x) where Int64(x) != nil: s = x
+            default:
+                throw EventValidationError(field: "\(field(key))[\(n)]", message: "expected string, got \(item.typeName)")
+            }
+            guard !s.isEmpty, s.utf8.count <= ChatEvent.Limits.idBytes else {
+                throw EventValidationError(field: "\(field(key))[\(n)]", message: s.isEmpty ? "empty" : "longer than \(ChatEvent.Limits.idBytes) bytes")
+            }
+            out.append(s)
+        }
+        return out
+    }
+}

@@ -1,1 +1,0 @@
-// HeraldCore module: see Package.swift for its place in the layout.

@@ -1,0 +1,474 @@
+// A small JSON value, a strict parser that never traps on any bytes, and an
+// append-only writer used on the hot path (payloads are written byte by byte
+// into a reserved buffer rather than through JSONEncoder/JSONSerialization).
+
+/// A parsed JSON value. Objects keep their keys in document order.
+public enum JSONValue: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    /// The number as written (so 64-bit integers survive unchanged).
+    case number(String)
+    case string(String)
+    case array([JSONValue])
+    case object([(String, JSONValue)])
+
+    public static func == (a: JSONValue, b: JSONValue) -> Bool {
+        switch (a, b) {
+        case (.null, .null): return true
+        case let (.bool(x), .bool(y)): return x == y
+        case let (.number(x), .number(y)): return x == y || (Double(x) != nil && Double(x) == Double(y))
+        case let (.string(x), .string(y)): return x == y
+        case let (.array(x), .array(y)): return x == y
+        case let (.object(x), .object(y)):
+            guard x.count == y.count else { return false }
+            for (l, r) in zip(x, y) where l.0 != r.0 || l.1 != r.1 { return false }
+            return true
+        default: return false
+        }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .null: hasher.combine(0)
+        case .bool(let b): hasher.combine(b)
+        case .number(let n): hasher.combine(Double(n) ?? 0)
+        case .string(let s): hasher.combine(s)
+        case .array(let a): hasher.combine(a)
+        case .object(let o):
+            hasher.combine(o.count)
+            for (k, v) in o { hasher.combine(k); hasher.combine(v) }
+        }
+    }
+
+    /// The value for `key` of an object (first occurrence), else nil.
+    public subscript(key: String) -> JSONValue? {
+        guard case .object(let pairs) = self else { return nil }
+        for (k, v) in pairs where k == key { return v }
+        return nil
+    }
+
+    /// A short name of the JSON type, for error messages.
+    public var typeName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "boolean"
+        case .number: return "number"
+        case .string: return "string"
+        case .array: return "array"
+        case .object: return "object"
+        }
+    }
+
+    /// Serialises the value (compact, keys in stored order).
+    public var serialized: String {
+        var w = JSONWriter()
+        w.value(self)
+        return w.string
+    }
+
+    /// Parses UTF-8 JSON text.
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        var parser = JSONParser(Array(bytes))
+        return try parser.parseDocument()
+    }
+
+    public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
+        try parse(Array(text.utf8))
+    }
+}
+
+extension JSONValue: Codable {
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null; return }
+        if let b = try? c.decode(Bool.self) { self = .bool(b); return }
+        if let i = try? c.decode(Int64.self) { self = .number(String(i)); return }
+        if let d = try? c.decode(Double.self) { self = .number(String(d)); return }
+        if let s = try? c.decode(String.self) { self = .string(s); return }
+        if let a = try? c.decode([JSONValue].self) { self = .array(a); return }
+        if let o = try? c.decode([String: JSONValue].self) {
+            self = .object(o.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+            return
+        }
+        throw DecodingError.dataCorruptedError(in: c, debugDescription: "not a JSON value")
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .null: try c.encodeNil()
+        case .bool(let b): try c.encode(b)
+        case .number(let n):
+            if let i = Int64(n) { try c.encode(i) } else { try c.encode(Double(n) ?? 0) }
+        case .string(let s): try c.encode(s)
+        case .array(let a): try c.encode(a)
+        case .object(let o):
+            var dict: [String: JSONValue] = [:]
+            for (k, v) in o where dict[k] == nil { dict[k] = v }
+            try c.encode(dict)
+        }
+    }
+}
+
+/// Why bytes are not JSON: a message and the byte offset.
+public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var message: String
+    public var offset: Int
+    public var description: String { "\(message) at byte \(offset)" }
+}
+
+/// Recursive-descent parser over bytes. Rejects invalid UTF-8, lone surrogates,
+/// control characters in strings, trailing garbage, and nesting beyond `maxDepth`.
+struct JSONParser {
+    static let maxDepth = 64
+    let bytes: [UInt8]
+    var i = 0
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    mutating func parseDocument() throws(JSONParseError) -> JSONValue {
+        // Skip a UTF-8 byte order mark.
+        if bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF { i = 3 }
+        let value = try parseValue(depth: 0)
+        skipSpace()
+        if i != bytes.count { throw fail("unexpected data after the JSON value") }
+        return value
+    }
+
+    func fail(_ message: String) -> JSONParseError { JSONParseError(message: message, offset: i) }
+
+    mutating func skipSpace() {
+        while i < bytes.count {
+            switch bytes[i] {
+            case 0x20, 0x09, 0x0A, 0x0D: i += 1
+            default: return
+            }
+        }
+    }
+
+    mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
+        guard depth <= JSONParser.maxDepth else { throw fail("nesting deeper than \(JSONParser.maxDepth)") }
+        skipSpace()
+        guard i < bytes.count else { throw fail("unexpected end of input") }
+        switch bytes[i] {
+        case UInt8(ascii: "{"): return try parseObject(depth: depth)
+        case UInt8(ascii: "["): return try parseArray(depth: depth)
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): try literal("true"); return .bool(true)
+        case UInt8(ascii: "f"): try literal("false"); return .bool(false)
+        case UInt8(ascii: "n"): try literal("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        default: throw fail("unexpected character")
+        }
+    }
+
+    mutating func literal(_ word: StaticString) throws(JSONParseError) {
+        let n = word.utf8CodeUnitCount
+        guard i + n <= bytes.count else { throw fail("unexpected end of input") }
+        let p = word.utf8Start
+        for k in 0..<n where bytes[i + k] != p[k] { throw fail("invalid literal") }
+        i += n
+    }
+
+    mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
+        i += 1
+        var pairs: [(String, JSONValue)] = []
+        skipSpace()
+        if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return .object(pairs) }
+        while true {
+            skipSpace()
+            guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+            let key = try parseString()
+            skipSpace()
+            guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+            i += 1
+            let value = try parseValue(depth: depth + 1)
+            pairs.append((key, value))
+            skipSpace()
+            guard i < bytes.count else { throw fail("unexpected end of input") }
+            if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+            if bytes[i] == UInt8(ascii: "}") { i += 1; return .object(pairs) }
+            throw fail("expected ',' or '}'")
+        }
+    }
+
+    mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
+        i += 1
+        var items: [JSONValue] = []
+        skipSpace()
+        if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
+        while true {
+            items.append(try parseValue(depth: depth + 1))
+            skipSpace()
+            guard i < bytes.count else { throw fail("unexpected end of input") }
+            if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+            if bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
+            throw fail("expected ',' or ']'")
+        }
+    }
+
+    mutating func parseNumber() throws(JSONParseError) -> String {
+        let start = i
+        if bytes[i] == UInt8(ascii: "-") { i += 1 }
+        func digits(_ p: inout JSONParser) -> Int {
+            let s = p.i
+            while p.i < p.bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(p.bytes[p.i]) { p.i += 1 }
+            return p.i - s
+        }
+        guard i < bytes.count else { throw fail("invalid number") }
+        if bytes[i] == UInt8(ascii: "0") {
+            i += 1
+        } else if digits(&self) == 0 {
+            throw fail("invalid number")
+        }
+        if i < bytes.count, bytes[i] == UInt8(ascii: ".") {
+            i += 1
+            if digits(&self) == 0 { throw fail("invalid number") }
+        }
+        if i < bytes.count, bytes[i] == UInt8(ascii: "e") || bytes[i] == UInt8(ascii: "E") {
+            i += 1
+            if i < bytes.count, bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-") { i += 1 }
+            if digits(&self) == 0 { throw fail("invalid number") }
+        }
+        return String(decoding: bytes[start..<i], as: UTF8.self)
+    }
+
+    mutating func hex4() throws(JSONParseError) -> UInt32 {
+        guard i + 4 <= bytes.count else { throw fail("truncated \\u escape") }
+        var v: UInt32 = 0
+        for _ in 0..<4 {
+            let c = bytes[i]
+            let d: UInt32
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): d = UInt32(c - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): d = UInt32(c - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): d = UInt32(c - UInt8(ascii: "A") + 10)
+            default: throw fail("invalid \\u escape")
+            }
+            v = v << 4 | d
+            i += 1
+        }
+        return v
+    }
+
+    mutating func parseString() throws(JSONParseError) -> String {
+        i += 1  // opening quote
+        var out: [UInt8] = []
+        var plainStart = i
+        while true {
+            guard i < bytes.count else { throw fail("unterminated string") }
+            let c = bytes[i]
+            if c == UInt8(ascii: "\"") {
+                out.append(contentsOf: bytes[plainStart..<i])
+                i += 1
+                break
+            }
+            if c == UInt8(ascii: "\\") {
+                out.append(contentsOf: bytes[plainStart..<i])
+                i += 1
+                guard i < bytes.count else { throw fail("unterminated string") }
+                let e = bytes[i]
+                i += 1
+                switch e {
+                case UInt8(ascii: "\""): out.append(0x22)
+                case UInt8(ascii: "\\"): out.append(0x5C)
+                case UInt8(ascii: "/"): out.append(0x2F)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "u"):
+                    var scalar = try hex4()
+                    if (0xD800...0xDBFF).contains(scalar) {
+                        guard i + 6 <= bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else {
+                            throw fail("lone surrogate in \\u escape")
+                        }
+                        i += 2
+                        let low = try hex4()
+                        guard (0xDC00...0xDFFF).contains(low) else { throw fail("invalid surrogate pair") }
+                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00...0xDFFF).contains(scalar) {
+                        throw fail("lone surrogate in \\u escape")
+                    }
+                    guard let u = Unicode.Scalar(scalar) else { throw fail("invalid \\u escape") }
+                    out.append(contentsOf: Array(String(Character(u)).utf8))
+                default:
+                    throw fail("invalid escape")
+                }
+                plainStart = i
+                continue
+            }
+            if c < 0x20 { throw fail("control character in string") }
+            if c < 0x80 { i += 1; continue }
+            // Validate one multi-byte UTF-8 sequence.
+            let len: Int
+            var minScalar: UInt32
+            var scalar: UInt32
+            switch c {
+            case 0xC2...0xDF: len = 2; scalar = UInt32(c & 0x1F); minScalar = 0x80
+            case 0xE0...0xEF: len = 3; scalar = UInt32(c & 0x0F); minScalar = 0x800
+            case 0xF0...0xF4: len = 4; scalar = UInt32(c & 0x07); minScalar = 0x10000
+            default: throw fail("invalid UTF-8")
+            }
+            guard i + len <= bytes.count else { throw fail("invalid UTF-8") }
+            for k in 1..<len {
+                let b = bytes[i + k]
+                guard b & 0xC0 == 0x80 else { throw fail("invalid UTF-8") }
+                scalar = scalar << 6 | UInt32(b & 0x3F)
+            }
+            guard scalar >= minScalar, scalar <= 0x10FFFF, !(0xD800...0xDFFF).contains(scalar) else {
+                throw fail("invalid UTF-8")
+            }
+            minScalar = 0
+            i += len
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// Appends compact JSON to a byte buffer. Strings are escaped per RFC 8259;
+/// non-ASCII is written as raw UTF-8 (Swift strings are always valid UTF-8).
+public struct JSONWriter: Sendable {
+    public var bytes: [UInt8]
+
+    public init(capacity: Int = 512) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    public var string: String { String(decoding: bytes, as: UTF8.self) }
+    public var count: Int { bytes.count }
+
+    @inline(__always) public mutating func raw(_ s: StaticString) {
+        s.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    @inline(__always) public mutating func byte(_ b: UInt8) { bytes.append(b) }
+
+    static let hex: [UInt8] = Array("0123456789abcdef".utf8)
+
+    /// Writes a quoted, escaped JSON string.
+    public mutating func string(_ s: String) {
+        bytes.append(0x22)
+        escapeContents(s)
+        bytes.append(0x22)
+    }
+
+    /// Writes the escaped contents of a string without quotes.
+    public mutating func escapeContents(_ s: String) {
+        var s = s
+        s.withUTF8 { buf in
+            var start = 0
+            var k = 0
+            let n = buf.count
+            while k < n {
+                let c = buf[k]
+                if c >= 0x20 && c != 0x22 && c != 0x5C {
+                    k += 1
+                    continue
+                }
+                if k > start { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buf[start..<k])) }
+                switch c {
+                case 0x22: bytes.append(0x5C); bytes.append(0x22)
+                case 0x5C: bytes.append(0x5C); bytes.append(0x5C)
+                case 0x0A: bytes.append(0x5C); bytes.append(UInt8(ascii: "n"))
+                case 0x0D: bytes.append(0x5C); bytes.append(UInt8(ascii: "r"))
+                case 0x09: bytes.append(0x5C); bytes.append(UInt8(ascii: "t"))
+                default:
+                    bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30,
+                                              JSONWriter.hex[Int(c >> 4)], JSONWriter.hex[Int(c & 0xF)]])
+                }
+                k += 1
+                start = k
+            }
+            if n > start { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buf[start..<n])) }
+        }
+    }
+
+    /// The number of bytes `string(s)` would write, quotes included.
+    public static func escapedLength(_ s: String) -> Int {
+        var total = 2
+        for c in s.utf8 {
+            if c >= 0x20 && c != 0x22 && c != 0x5C { total += 1 }
+            else if c == 0x22 || c == 0x5C || c == 0x0A || c == 0x0D || c == 0x09 { total += 2 }
+            else { total += 6 }
+        }
+        return total
+    }
+
+    /// Writes `"key":`.
+    @inline(__always) public mutating func key(_ k: StaticString) {
+        bytes.append(0x22)
+        k.withUTF8Buffer { bytes.append(contentsOf: $0) }
+        bytes.append(0x22)
+        bytes.append(0x3A)
+    }
+
+    public mutating func key(_ k: String) {
+        string(k)
+        bytes.append(0x3A)
+    }
+
+    public mutating func int(_ v: Int64) {
+        if v == 0 { bytes.append(0x30); return }
+        var n = v.magnitude
+        var tmp: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                  UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var len = 0
+        withUnsafeMutableBytes(of: &tmp) { p in
+            while n > 0 {
+                p[len] = UInt8(n % 10) + 0x30
+                n /= 10
+                len += 1
+            }
+        }
+        if v < 0 { bytes.append(UInt8(ascii: "-")) }
+        withUnsafeBytes(of: &tmp) { p in
+            var k = len - 1
+            while k >= 0 { bytes.append(p[k]); k -= 1 }
+        }
+    }
+
+    public mutating func int(_ v: Int) { int(Int64(v)) }
+
+    public mutating func bool(_ v: Bool) {
+        if v { raw("true") } else { raw("false") }
+    }
+
+    public mutating func null() { raw("null") }
+
+    public mutating func value(_ v: JSONValue) {
+        switch v {
+        case .null: null()
+        case .bool(let b): bool(b)
+        case .number(let n): bytes.append(contentsOf: n.utf8)
+        case .string(let s): string(s)
+        case .array(let a):
+            byte(UInt8(ascii: "["))
+            for (k, item) in a.enumerated() {
+                if k > 0 { byte(UInt8(ascii: ",")) }
+                value(item)
+            }
+            byte(UInt8(ascii: "]"))
+        case .object(let o):
+            byte(UInt8(ascii: "{"))
+            for (k, pair) in o.enumerated() {
+                if k > 0 { byte(UInt8(ascii: ",")) }
+                key(pair.0)
+                value(pair.1)
+            }
+            byte(UInt8(ascii: "}"))
+        }
+    }
+
+    public mutating func stringArray(_ items: [String]) {
+        byte(UInt8(ascii: "["))
+        for (k, item) in items.enumerated() {
+            if k > 0 { byte(UInt8(ascii: ",")) }
+            string(item)
+        }
+        byte(UInt8(ascii: "]"))
+    }
+}

@@ -1,0 +1,379 @@
+// The fast codec of the stage records: written with JSONWriter and read with
+// the strict JSON parser, so a stage pays microseconds per record rather than
+// going through JSONEncoder/JSONDecoder. The JSON is the same as the Codable
+// form (snake_case, SPEC section 7 names); Codable stays for tools and tests.
+
+/// A record a stage puts on Kafka.
+public protocol StageRecord: Codable, Sendable {
+    /// Appends the record as one JSON object.
+    func write(into w: inout JSONWriter)
+    /// Reads the record from a parsed JSON value.
+    init(json: JSONValue) throws(StageRecordError)
+}
+
+extension StageCodec {
+    /// Encodes a stage record (fast path).
+    public static func encode<T: StageRecord>(_ record: T) -> [UInt8] {
+        var w = JSONWriter(capacity: 2048)
+        record.write(into: &w)
+        return w.bytes
+    }
+
+    /// Decodes a stage record (fast path); the error names the offending path.
+    public static func decode<T: StageRecord>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
+        let value: JSONValue
+        do {
+            value = try JSONValue.parse(bytes)
+        } catch {
+            throw StageRecordError(record: "\(T.self)", detail: "(record): not valid JSON: \(error.description)")
+        }
+        do {
+            return try T(json: value)
+        } catch {
+            throw StageRecordError(record: "\(T.self)", detail: error.detail)
+        }
+    }
+}
+
+// MARK: Reading helpers
+
+/// A JSON object being read, with its path for errors.
+struct RecordReader {
+    let pairs: [(String, JSONValue)]
+    let path: String
+
+    init(_ value: JSONValue, path: String) throws(StageRecordError) {
+        guard case .object(let p) = value else {
+            throw StageRecordError(record: "", detail: "\(path.isEmpty ? "(record)" : path): expected object, got \(value.typeName)")
+        }
+        pairs = p
+        self.path = path
+    }
+
+    func sub(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
+
+    func fail(_ key: String, _ message: String) -> StageRecordError {
+        StageRecordError(record: "", detail: "\(sub(key)): \(message)")
+    }
+
+    func value(_ key: String) -> JSONValue? {
+        for (k, v) in pairs where k == key { return v == .null ? nil : v }
+        return nil
+    }
+
+    func string(_ key: String) throws(StageRecordError) -> String? {
+        guard let v = value(key) else { return nil }
+        guard case .string(let s) = v else { throw fail(key, "expected string, got \(v.typeName)") }
+        return s
+    }
+
+    func requiredString(_ key: String) throws(StageRecordError) -> String {
+        guard let s = try string(key) else { throw fail(key, "missing") }
+        return s
+    }
+
+    func int(_ key: String) throws(StageRecordError) -> Int64? {
+        guard let v = value(key) else { return nil }
+        guard case .number(let n) = v, let i = Int64(n) else { throw fail(key, "expected integer, got \(v.typeName)") }
+        return i
+    }
+
+    func bool(_ key: String) throws(StageRecordError) -> Bool? {
+        guard let v = value(key) else { return nil }
+        guard case .bool(let b) = v else { throw fail(key, "expected boolean, got \(v.typeName)") }
+        return b
+    }
+
+    func object(_ key: String) throws(StageRecordError) -> RecordReader? {
+        guard let v = value(key) else { return nil }
+        return try RecordReader(v, path: sub(key))
+    }
+
+    func array(_ key: String) throws(StageRecordError) -> [JSONValue]? {
+        guard let v = value(key) else { return nil }
+        guard case .array(let a) = v else { throw fail(key, "expected array, got \(v.typeName)") }
+        return a
+    }
+
+    func stringArray(_ key: String) throws(StageRecordError) -> [String]? {
+        guard let items = try array(key) else { return nil }
+        var out: [String] = []
+        out.reserveCapacity(items.count)
+        for (n, item) in items.enumerated() {
+            guard case .string(let s) = item else {
+                throw StageRecordError(record: "", detail: "\(sub(key))[\(n)]: expected string, got \(item.typeName)")
+            }
+            out.append(s)
+        }
+        return out
+    }
+
+    func enumValue<E: RawRepresentable>(_ key: String, _ type: E.Type) throws(StageRecordError) -> E? where E.RawValue == String {
+        guard let raw = try string(key) else { return nil }
+        guard let v = E(rawValue: raw) else { throw fail(key, "unknown value \"\(raw)\"") }
+        return v
+    }
+}
+
+// MARK: State
+
+extension Device {
+    func write(into w: inout JSONWriter) {
+        w.raw("{\"token\":"); w.string(token)
+        w.raw(",\"kind\":"); w.string(kind.rawValue)
+        w.raw(",\"environment\":"); w.string(environment.rawValue)
+        if let bundleID { w.raw(",\"bundle_id\":"); w.string(bundleID) }
+        w.raw(",\"registered_at\":"); w.int(registeredAt)
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    init(json: JSONValue, path: String) throws(StageRecordError) {
+        let r = try RecordReader(json, path: path)
+        self.init(token: try r.requiredString("token"), kind: try r.enumValue("kind", Kind.self) ?? .apns,
+                  environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
+                  bundleID: try r.string("bundle_id"), registeredAt: try r.int("registered_at") ?? 0)
+    }
+
+    static func writeList(_ devices: [Device], into w: inout JSONWriter) {
+        w.byte(UInt8(ascii: "["))
+        for (n, d) in devices.enumerated() {
+            if n > 0 { w.byte(UInt8(ascii: ",")) }
+            d.write(into: &w)
+        }
+        w.byte(UInt8(ascii: "]"))
+    }
+
+    static func readList(_ items: [JSONValue], path: String) throws(StageRecordError) -> [Device] {
+        var out: [Device] = []
+        out.reserveCapacity(items.count)
+        for (n, item) in items.enumerated() { out.append(try Device(json: item, path: "\(path)[\(n)]")) }
+        return out
+    }
+}
+
+extension UserState {
+    /// Appends the state in the SPEC section 7 fixture shape.
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"devices\":")
+        Device.writeList(devices, into: &w)
+        w.raw(",\"online\":"); w.stringArray(online)
+        let p = preferences
+        w.raw(",\"preferences\":{\"trigger\":"); w.string(p.trigger.rawValue)
+        if !p.conversations.isEmpty {
+            w.raw(",\"conversations\":{")
+            for (n, (id, c)) in p.conversations.sorted(by: { $0.key < $1.key }).enumerated() {
+                if n > 0 { w.byte(UInt8(ascii: ",")) }
+                w.key(id)
+                w.raw("{\"trigger\":"); w.string(c.trigger.rawValue)
+                w.raw(",\"muted\":"); w.bool(c.muted)
+                w.byte(UInt8(ascii: "}"))
+            }
+            w.byte(UInt8(ascii: "}"))
+        }
+        if let d = p.dnd {
+            w.raw(",\"dnd\":{\"start\":"); w.string(d.start.description)
+            w.raw(",\"end\":"); w.string(d.end.description)
+            w.raw(",\"timezone\":"); w.string(d.timezone)
+            w.byte(UInt8(ascii: "}"))
+        }
+        if let s = p.snooze {
+            w.raw(",\"snooze\":{\"start\":"); w.int(s.start)
+            w.raw(",\"end\":"); w.int(s.end)
+            w.byte(UInt8(ascii: "}"))
+        }
+        w.raw(",\"template\":"); w.string(p.template.rawValue)
+        w.raw(",\"display_style\":"); w.string(p.displayStyle.rawValue)
+        if let name = p.displayName { w.raw(",\"display_name\":"); w.string(name) }
+        if !p.languages.isEmpty { w.raw(",\"languages\":"); w.stringArray(p.languages) }
+        w.raw(",\"badge\":"); w.bool(p.badge)
+        w.raw("},\"unread\":{\"total\":"); w.int(unread.total)
+        if !unread.conversations.isEmpty {
+            w.raw(",\"conversations\":{")
+            for (n, (id, count)) in unread.conversations.sorted(by: { $0.key < $1.key }).enumerated() {
+                if n > 0 { w.byte(UInt8(ascii: ",")) }
+                w.key(id); w.int(count)
+            }
+            w.byte(UInt8(ascii: "}"))
+        }
+        w.raw("}}")
+    }
+
+    /// Reads a state in the fixture shape (same defaults as the Codable form).
+    public init(json: JSONValue, path: String = "state") throws(StageRecordError) {
+        let r = try RecordReader(json, path: path)
+        guard let devices = try r.array("devices") else { throw r.fail("devices", "missing") }
+        self.init(devices: try Device.readList(devices, path: r.sub("devices")), online: try r.stringArray("online") ?? [])
+        if let p = try r.object("preferences") {
+            var prefs = Preferences()
+            prefs.trigger = try p.enumValue("trigger", PushTrigger.self) ?? .all
+            if let convs = try p.object("conversations") {
+                for (id, value) in convs.pairs {
+                    let c = try RecordReader(value, path: convs.sub(id))
+                    prefs.conversations[id] = ConversationPreference(
+                        trigger: try c.enumValue("trigger", ConversationTrigger.self) ?? .default,
+                        muted: try c.bool("muted") ?? false)
+                }
+            }
+            if let d = try p.object("dnd") {
+                guard let start = ClockTime(try d.requiredString("start")) else { throw d.fail("start", "expected HH:mm") }
+                guard let end = ClockTime(try d.requiredString("end")) else { throw d.fail("end", "expected HH:mm") }
+                prefs.dnd = DoNotDisturb(start: start, end: end, timezone: try d.string("timezone") ?? "UTC")
+            }
+            if let s = try p.object("snooze") {
+                guard let start = try s.int("start") else { throw s.fail("start", "missing") }
+                guard let end = try s.int("end") else { throw s.fail("end", "missing") }
+                prefs.snooze = Snooze(start: start, end: end)
+            }
+            prefs.template = try p.enumValue("template", TemplateChoice.self) ?? .default
+            if let style = try p.string("display_style") {
+                switch style {
+                case "summary": prefs.displayStyle = .summary
+                case "simple_banner", "simple", "simple banner": prefs.displayStyle = .simpleBanner
+                default: throw p.fail("display_style", "unknown value \"\(style)\"")
+                }
+            }
+            prefs.displayName = try p.string("display_name")
+            prefs.languages = Array((try p.stringArray("languages") ?? []).prefix(Preferences.maxLanguages))
+            prefs.badge = try p.bool("badge") ?? true
+            preferences = prefs
+        }
+        if let u = try r.object("unread") {
+            unread.total = Int(try u.int("total") ?? 0)
+            if let convs = try u.object("conversations") {
+                for (id, value) in convs.pairs {
+                    guard case .number(let n) = value, let count = Int(n) else {
+                        throw convs.fail(id, "expected integer, got \(value.typeName)")
+                    }
+                    unread.conversations[id] = count
+                }
+            }
+        }
+    }
+}
+
+// MARK: Records
+
+func readEvent(_ r: RecordReader) throws(StageRecordError) -> ChatEvent {
+    guard let v = r.value("event") else { throw r.fail("event", "missing") }
+    do {
+        return try ChatEvent(validating: v)
+    } catch {
+        throw StageRecordError(record: "", detail: "event.\(error.field): \(error.message)")
+    }
+}
+
+extension IngestedRecord: StageRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"event\":"); w.value(event.json)
+        w.raw(",\"ingested_at\":"); w.int(ingestedAt)
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue) throws(StageRecordError) {
+        let r = try RecordReader(json, path: "")
+        self.init(event: try readEvent(r), ingestedAt: try r.int("ingested_at") ?? 0)
+    }
+}
+
+extension ResolvedRecord: StageRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"event\":"); w.value(event.json)
+        w.raw(",\"recipient\":"); w.string(recipient)
+        w.raw(",\"state\":"); state.write(into: &w)
+        if let senderDisplayName { w.raw(",\"sender_display_name\":"); w.string(senderDisplayName) }
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue) throws(StageRecordError) {
+        let r = try RecordReader(json, path: "")
+        guard let state = r.value("state") else { throw r.fail("state", "missing") }
+        self.init(event: try readEvent(r), recipient: try r.requiredString("recipient"),
+                  state: try UserState(json: state), senderDisplayName: try r.string("sender_display_name"))
+    }
+}
+
+extension DeliverableRecord: StageRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"event\":"); w.value(event.json)
+        w.raw(",\"recipient\":"); w.string(recipient)
+        w.raw(",\"state\":"); state.write(into: &w)
+        w.raw(",\"targets\":"); Device.writeList(targets, into: &w)
+        if let senderDisplayName { w.raw(",\"sender_display_name\":"); w.string(senderDisplayName) }
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue) throws(StageRecordError) {
+        let r = try RecordReader(json, path: "")
+        guard let state = r.value("state") else { throw r.fail("state", "missing") }
+        guard let targets = try r.array("targets") else { throw r.fail("targets", "missing") }
+        self.init(event: try readEvent(r), recipient: try r.requiredString("recipient"),
+                  state: try UserState(json: state), targets: try Device.readList(targets, path: "targets"),
+                  senderDisplayName: try r.string("sender_display_name"))
+    }
+}
+
+extension APNsRequest {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"token\":"); w.string(token)
+        w.raw(",\"environment\":"); w.string(environment.rawValue)
+        w.raw(",\"push_type\":"); w.string(pushType.rawValue)
+        w.raw(",\"topic\":"); w.string(topic)
+        w.raw(",\"priority\":"); w.int(priority)
+        w.raw(",\"collapse_id\":")
+        if let collapseID { w.string(collapseID) } else { w.null() }
+        w.raw(",\"expiration\":"); w.int(expiration)
+        w.raw(",\"apns_id\":"); w.string(apnsID)
+        w.raw(",\"payload\":"); w.string(String(decoding: payload, as: UTF8.self))
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue, path: String = "request") throws(StageRecordError) {
+        let r = try RecordReader(json, path: path)
+        guard let pushType = try r.enumValue("push_type", PushType.self) else { throw r.fail("push_type", "missing") }
+        guard let priority = try r.int("priority") else { throw r.fail("priority", "missing") }
+        self.init(token: try r.requiredString("token"),
+                  environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
+                  pushType: pushType, topic: try r.requiredString("topic"), priority: Int(priority),
+                  collapseID: try r.string("collapse_id"), expiration: try r.int("expiration") ?? 0,
+                  apnsID: try r.requiredString("apns_id"), payload: Array(try r.requiredString("payload").utf8))
+    }
+}
+
+extension OutboundRecord: StageRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"event_id\":"); w.string(eventID)
+        w.raw(",\"app_id\":"); w.string(appID)
+        w.raw(",\"recipient\":"); w.string(recipient)
+        w.raw(",\"request\":"); request.write(into: &w)
+        w.raw(",\"attempt\":"); w.int(attempt)
+        if let notBefore { w.raw(",\"not_before\":"); w.int(notBefore) }
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue) throws(StageRecordError) {
+        let r = try RecordReader(json, path: "")
+        guard let request = r.value("request") else { throw r.fail("request", "missing") }
+        self.init(eventID: try r.requiredString("event_id"), appID: try r.requiredString("app_id"),
+                  recipient: try r.requiredString("recipient"), request: try APNsRequest(json: request),
+                  attempt: Int(try r.int("attempt") ?? 1), notBefore: try r.int("not_before"))
+    }
+}
+
+extension DLQRecord: StageRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"original\":"); w.string(original)
+        if let sourceTopic { w.raw(",\"source_topic\":"); w.string(sourceTopic) }
+        w.raw(",\"stage\":"); w.string(stage)
+        w.raw(",\"reason\":"); w.string(reason)
+        w.raw(",\"detail\":"); w.string(detail)
+        w.raw(",\"time\":"); w.int(time)
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue) throws(StageRecordError) {
+        let r = try RecordReader(json, path: "")
+        self.init(encodedOriginal: try r.requiredString("original"), sourceTopic: try r.string("source_topic"),
+                  stage: try r.requiredString("stage"), reason: try r.requiredString("reason"),
+                  detail: try r.string("detail") ?? "", time: try r.int("time") ?? 0)
+    }
+}

@@ -1,0 +1,478 @@
+// Rendering (SPEC section 4): picks template, language and translation for one
+// recipient and builds one APNs request per target device. The payload is
+// written by hand into a byte buffer and always fits the APNs limit.
+
+import Foundation
+
+/// One request to APNs: headers and the JSON payload.
+public struct APNsRequest: Sendable, Hashable, Codable {
+    public enum PushType: String, Sendable, Hashable, Codable, CaseIterable {
+        case alert, voip, background
+
+        /// Largest payload APNs accepts for this push type, in bytes.
+        public var payloadLimit: Int { self == .voip ? 5120 : 4096 }
+    }
+
+    /// Full device token (never log it whole).
+    public var token: String
+    public var environment: APNsEnvironment
+    public var pushType: PushType
+    /// `apns-topic`: the bundle id, `<bundle>.voip` for VoIP.
+    public var topic: String
+    /// `apns-priority`: 10 to alert now, 5 for background.
+    public var priority: Int
+    /// `apns-collapse-id` (at most 64 bytes), or nil.
+    public var collapseID: String?
+    /// `apns-expiration`, epoch seconds; 0 means "try once".
+    public var expiration: Int64
+    /// `apns-id`, derived from (event id, token): see `APNsID`.
+    public var apnsID: String
+    /// The payload: UTF-8 JSON, within `pushType.payloadLimit`.
+    public var payload: [UInt8]
+
+    public init(token: String, environment: APNsEnvironment, pushType: PushType, topic: String, priority: Int,
+                collapseID: String?, expiration: Int64, apnsID: String, payload: [UInt8]) {
+        self.token = token; self.environment = environment; self.pushType = pushType; self.topic = topic
+        self.priority = priority; self.collapseID = collapseID; self.expiration = expiration
+        self.apnsID = apnsID; self.payload = payload
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case token, environment, pushType = "push_type", topic, priority, collapseID = "collapse_id"
+        case expiration, apnsID = "apns_id", payload
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        token = try c.decode(String.self, forKey: .token)
+        environment = try c.decodeIfPresent(APNsEnvironment.self, forKey: .environment) ?? .production
+        pushType = try c.decode(PushType.self, forKey: .pushType)
+        topic = try c.decode(String.self, forKey: .topic)
+        priority = try c.decode(Int.self, forKey: .priority)
+        collapseID = try c.decodeIfPresent(String.self, forKey: .collapseID)
+        expiration = try c.decodeIfPresent(Int64.self, forKey: .expiration) ?? 0
+        apnsID = try c.decode(String.self, forKey: .apnsID)
+        payload = Array(try c.decode(String.self, forKey: .payload).utf8)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(token, forKey: .token)
+        try c.encode(environment, forKey: .environment)
+        try c.encode(pushType, forKey: .pushType)
+        try c.encode(topic, forKey: .topic)
+        try c.encode(priority, forKey: .priority)
+        try c.encode(collapseID, forKey: .collapseID)
+        try c.encode(expiration, forKey: .expiration)
+        try c.encode(apnsID, forKey: .apnsID)
+        try c.encode(String(decoding: payload, as: UTF8.self), forKey: .payload)
+    }
+
+    /// The payload as text.
+    public var payloadString: String { String(decoding: payload, as: UTF8.self) }
+}
+
+/// Why rendering failed; the record goes to the DLQ with this reason.
+public struct RenderError: Error, Sendable, Hashable, CustomStringConvertible {
+    public enum Code: String, Sendable, Hashable {
+        /// The device has no bundle id and the app has no credential to take one from.
+        case noTopic = "no_topic"
+        /// Even the minimal payload exceeds the limit (cannot happen within the event limits).
+        case payloadTooLarge = "payload_too_large"
+    }
+    public var code: Code
+    public var detail: String
+    public var description: String { "\(code.rawValue): \(detail)" }
+}
+
+/// Everything that varies per recipient in a payload; the truncation loop
+/// shortens these fields and writes again.
+struct PayloadContent {
+    var title: String?
+    var body: String
+    /// The original message text carried in the Sendbird object.
+    var detailText: String
+    var translations: [(String, String)]
+    var data: String
+    var extern: JSONValue?
+    var locArgsDropped = false
+}
+
+public enum Renderer {
+    /// The ellipsis that ends a shortened body.
+    public static let ellipsis = "\u{2026}"
+
+    /// Builds one request per target device for one recipient.
+    /// - Parameters:
+    ///   - senderDisplayName: the sender's push display name, when the sender set one.
+    ///   - now: used only for `apns-expiration` when the event has no `created_at`.
+    public static func render(event: ChatEvent, recipient: String, state: UserState, targets: [Device],
+                              app: AppConfig, senderDisplayName: String? = nil,
+                              now: Date) throws(RenderError) -> [APNsRequest] {
+        if targets.isEmpty { return [] }
+        let nowMillis = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
+        let eventSeconds = event.ruleTime(now: nowMillis) / 1000
+        let isCall = event.kind == .call
+        var alertPayload: [UInt8]?
+        var voipPayload: [UInt8]?
+        var out: [APNsRequest] = []
+        out.reserveCapacity(targets.count)
+        for device in targets {
+            let pushType: APNsRequest.PushType = (isCall && device.kind == .voip) ? .voip : .alert
+            guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
+                throw RenderError(code: .noTopic, detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
+            }
+            let payload: [UInt8]
+            if let p = pushType == .voip ? voipPayload : alertPayload {
+                payload = p
+            } else {
+                payload = try renderPayload(event: event, recipient: recipient, state: state, app: app,
+                                            senderDisplayName: senderDisplayName, pushType: pushType)
+                if pushType == .voip { voipPayload = payload } else { alertPayload = payload }
+            }
+            let (sum, overflow) = eventSeconds.addingReportingOverflow(isCall ? app.callExpirationSeconds : app.expirationSeconds)
+            let expiration = overflow ? Int64.max : sum
+            var collapse: String?
+            if let call = event.call, isCall {
+                let id = "call-" + call.sessionID
+                if id.utf8.count <= 64 { collapse = id }
+            }
+            out.append(APNsRequest(token: device.token, environment: device.environment, pushType: pushType,
+                                   topic: pushType == .voip ? bundle + ".voip" : bundle, priority: 10,
+                                   collapseID: collapse, expiration: max(0, expiration),
+                                   apnsID: APNsID.derive(eventID: event.eventID, token: device.token),
+                                   payload: payload))
+        }
+        return out
+    }
+
+    // MARK: Text
+
+    /// The sender's name as shown: push display name, else nickname, else id.
+    static func senderName(_ event: ChatEvent, _ displayName: String?) -> String {
+        if let d = displayName, !d.isEmpty { return d }
+        if let n = event.sender.name, !n.isEmpty { return n }
+        return event.sender.id
+    }
+
+    /// The message text in the recipient's language: the translation into the
+    /// first preferred language when the message language is not preferred.
+    static func displayText(_ m: ChatEvent.Message, languages: [String]) -> String {
+        guard let first = languages.first, !m.translations.isEmpty else { return m.text }
+        if let lang = m.language {
+            let l = Language.normalize(lang)
+            if languages.contains(where: { Language.normalize($0) == l || Language.primary($0) == l }) { return m.text }
+        }
+        return m.translation(first) ?? m.text
+    }
+
+    static func fileTypeFriendly(_ mime: String?, _ strings: Strings) -> String {
+        let m = (mime ?? "").lowercased()
+        if m.hasPrefix("image/") { return strings[.fileImage].source }
+        if m.hasPrefix("video/") { return strings[.fileVideo].source }
+        if m.hasPrefix("audio/") { return strings[.fileAudio].source }
+        return strings[.fileOther].source
+    }
+
+    /// The alert body (before `em_push_content`, which the caller applies).
+    public static func body(event: ChatEvent, preferences: Preferences, app: AppConfig,
+                            senderDisplayName: String?) -> String {
+        let strings = app.strings(for: preferences.languages)
+        let sender = senderName(event, senderDisplayName)
+        switch event.kind {
+        case .call:
+            return strings[event.call?.type == .video ? .callVideo : .callAudio].source
+        case .reaction:
+            let emoji = event.reaction?.emoji ?? ""
+            return strings[.reaction].render { $0 == .emoji ? emoji : variable($0, event, sender, "", strings) }
+        case .groupAction:
+            guard let g = event.groupAction else { return "" }
+            let key: CatalogKey
+            switch g.action {
+            case .joined: key = .groupJoined
+            case .left: key = .groupLeft
+            case .added: key = .groupAdded
+            case .removed: key = .groupRemoved
+            case .banned: key = .groupBanned
+            case .unbanned: key = .groupUnbanned
+            }
+            return strings[key].render { $0 == .actorName ? g.actorName : variable($0, event, sender, "", strings) }
+        case .message:
+            guard let m = event.message else { return "" }
+            let text = displayText(m, languages: preferences.languages)
+            if m.type == .admin { return text }
+            if preferences.displayStyle == .simpleBanner { return strings[.simpleBanner].source }
+            let isFile = m.type == .file
+            let template: Template
+            if let ct = event.conversation.customType, !ct.isEmpty, let custom = app.customTemplates[ct] {
+                template = isFile ? custom.file : custom.text
+            } else if !m.customType.isEmpty, let custom = app.customTemplates[m.customType] {
+                template = isFile ? custom.file : custom.text
+            } else if preferences.template == .alternative {
+                template = strings[isFile ? .alternativeFile : .alternativeText]
+            } else {
+                template = strings[isFile ? .defaultFile : .defaultText]
+            }
+            return template.render { variable($0, event, sender, text, strings) }
+        }
+    }
+
+    static func variable(_ v: TemplateVariable, _ event: ChatEvent, _ sender: String, _ text: String,
+                         _ strings: Strings) -> String {
+        switch v {
+        case .senderName: return sender
+        case .message: return text
+        case .filename: return event.message?.file?.name ?? ""
+        case .channelName: return event.conversation.name ?? ""
+        case .fileTypeFriendly: return fileTypeFriendly(event.message?.file?.mimeType, strings)
+        case .emoji: return event.reaction?.emoji ?? ""
+        case .actorName: return event.groupAction?.actorName ?? ""
+        }
+    }
+
+    // MARK: Payload
+
+    /// Renders the payload for one recipient and push type, shortened to fit.
+    public static func renderPayload(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
+                                     senderDisplayName: String?,
+                                     pushType: APNsRequest.PushType) throws(RenderError) -> [UInt8] {
+        let prefs = state.preferences
+        var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
+        if event.kind == .message, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
+        var title: String?
+        let sender = senderName(event, senderDisplayName)
+        if let t = app.titleTemplate {
+            let strings = app.strings(for: prefs.languages)
+            let text = event.message.map { displayText($0, languages: prefs.languages) } ?? ""
+            title = t.render { variable($0, event, sender, text, strings) }
+        } else if case .cometchat = app.payloadProfile {
+            title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
+        }
+        var content = PayloadContent(title: title, body: body, detailText: event.message?.text ?? "",
+                                     translations: event.message?.translations ?? [],
+                                     data: event.message?.data ?? "", extern: event.ext.apns.extern)
+        let limit = pushType.payloadLimit
+        let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
+
+        var w = JSONWriter(capacity: 768)
+        write(event, recipient, state, app, sender, badge, content, into: &w)
+        if w.count <= limit { return w.bytes }
+
+        // Too large: shorten in order until it fits.
+        for step in 0..<7 {
+            let excess = w.count - limit
+            switch step {
+            case 0: content.body = shorten(content.body, by: excess)
+            case 1: content.detailText = shorten(content.detailText, by: excess)
+            case 2: content.translations = []
+            case 3: content.data = ""
+            case 4: content.extern = nil
+            case 5: content.locArgsDropped = true
+            default: content.title = content.title.map { shorten($0, by: excess) }
+            }
+            w = JSONWriter(capacity: limit + 256)
+            write(event, recipient, state, app, sender, badge, content, into: &w)
+            if w.count <= limit { return w.bytes }
+        }
+        throw RenderError(code: .payloadTooLarge, detail: "minimal payload is \(w.count) bytes (limit \(limit))")
+    }
+
+    /// Shortens `text` so that its JSON-escaped form is at least `excess` bytes
+    /// shorter, cutting on a character boundary and ending with `…`. Returns
+    /// just `…` when nothing of the text fits.
+    public static func shorten(_ text: String, by excess: Int) -> String {
+        if excess <= 0 || text.isEmpty { return text }
+        let current = JSONWriter.escapedLength(text) - 2
+        let ellipsisBytes = 3
+        let budget = current - excess - ellipsisBytes
+        if budget <= 0 { return current > ellipsisBytes ? ellipsis : "" }
+        var used = 0
+        var end = text.startIndex
+        for index in text.indices {
+            let ch = text[index]
+            let cost = JSONWriter.escapedLength(String(ch)) - 2
+            if used + cost > budget { break }
+            used += cost
+            end = text.index(after: index)
+        }
+        return String(text[..<end]) + ellipsis
+    }
+
+    static func write(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ app: AppConfig, _ sender: String,
+                      _ badge: Int?, _ content: PayloadContent, into w: inout JSONWriter) {
+        let a = event.ext.apns
+        w.raw("{\"aps\":{\"alert\":{")
+        var first = true
+        if let title = content.title {
+            w.key("title"); w.string(title); first = false
+        }
+        if !first { w.byte(UInt8(ascii: ",")) }
+        w.key("body"); w.string(content.body)
+        if let k = a.titleLocKey {
+            w.raw(",\"title-loc-key\":"); w.string(k)
+            if let args = a.titleLocArgs, !content.locArgsDropped { w.raw(",\"title-loc-args\":"); w.stringArray(args) }
+        }
+        if let k = a.bodyLocKey {
+            w.raw(",\"loc-key\":"); w.string(k)
+            if let args = a.bodyLocArgs, !content.locArgsDropped { w.raw(",\"loc-args\":"); w.stringArray(args) }
+        }
+        w.byte(UInt8(ascii: "}"))
+        if let badge { w.raw(",\"badge\":"); w.int(badge) }
+        w.raw(",\"sound\":"); w.string(a.sound ?? "default")
+        if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
+        if a.mutableContent { w.raw(",\"mutable-content\":1") }
+        w.raw(",\"thread-id\":"); w.string(event.conversation.id)
+        w.byte(UInt8(ascii: "}"))
+
+        switch app.payloadProfile {
+        case .compact: writeCompact(event, recipient, into: &w)
+        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, into: &w)
+        case .cometchat: writeCometChat(event, recipient, state, sender, content, into: &w)
+        }
+        if let e = content.extern { w.raw(",\"e\":"); w.value(e) }
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    static func writeCompact(_ event: ChatEvent, _ recipient: String, into w: inout JSONWriter) {
+        w.raw(",\"f\":"); w.string(event.sender.id)
+        w.raw(",\"t\":"); w.string(recipient)
+        if let m = event.message { w.raw(",\"m\":"); w.string(m.id) }
+        else if let id = event.reaction?.messageID { w.raw(",\"m\":"); w.string(id) }
+        if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
+        if let call = event.call { writeCallObject(call, into: &w) }
+    }
+
+    static func writeCallObject(_ call: ChatEvent.Call, into w: inout JSONWriter) {
+        w.raw(",\"call\":{\"action\":"); w.string(call.action.rawValue)
+        w.raw(",\"session_id\":"); w.string(call.sessionID)
+        w.raw(",\"type\":"); w.string(call.type.rawValue)
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    /// A message id as a JSON number when it is a decimal integer (Sendbird's
+    /// `message_id` is a long), else as a string.
+    static func writeID(_ id: String, into w: inout JSONWriter) {
+        if let n = Int64(id), String(n) == id { w.int(n) } else { w.string(id) }
+    }
+
+    static func writeSendbird(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
+                              _ content: PayloadContent, key: String, into w: inout JSONWriter) {
+        let m = event.message
+        w.byte(UInt8(ascii: ",")); w.key(key)
+        w.raw("{\"category\":\"messaging:offline_notification\",\"type\":")
+        switch m?.type {
+        case .file: w.raw("\"File\"")
+        case .admin: w.raw("\"Admin\"")
+        default: w.raw("\"User\"")
+        }
+        w.raw(",\"message\":"); w.string(m != nil ? content.detailText : content.body)
+        w.raw(",\"data\":"); w.string(content.data)
+        w.raw(",\"custom_type\":"); w.string(m?.customType ?? "")
+        if let m { w.raw(",\"message_id\":"); writeID(m.id, into: &w) }
+        else if let id = event.reaction?.messageID { w.raw(",\"message_id\":"); writeID(id, into: &w) }
+        if let t = event.createdAt { w.raw(",\"created_at\":"); w.int(t) }
+        w.raw(",\"app_id\":"); w.string(event.appID)
+        w.raw(",\"unread_message_count\":"); w.int(state.unread.total)
+        w.raw(",\"channel\":{\"channel_url\":"); w.string(event.conversation.id)
+        w.raw(",\"name\":"); w.string(event.conversation.name ?? "")
+        w.raw(",\"custom_type\":"); w.string(event.conversation.customType ?? "")
+        w.raw("},\"channel_type\":")
+        w.raw(event.conversation.type == .direct ? "\"messaging\"" : "\"group_messaging\"")
+        w.raw(",\"sender\":{\"id\":"); w.string(event.sender.id)
+        w.raw(",\"name\":"); w.string(sender)
+        w.raw(",\"profile_url\":"); w.string(event.sender.profileURL ?? "")
+        w.raw("},\"recipient\":{\"id\":"); w.string(recipient)
+        w.raw(",\"name\":"); w.string(state.preferences.displayName ?? "")
+        w.raw("},\"files\":[")
+        if let f = m?.file {
+            w.raw("{\"name\":"); w.string(f.name ?? "")
+            w.raw(",\"type\":"); w.string(f.mimeType ?? "")
+            w.raw(",\"url\":"); w.string(f.url ?? "")
+            w.byte(UInt8(ascii: "}"))
+        }
+        w.raw("],\"translations\":{")
+        for (n, pair) in content.translations.enumerated() {
+            if n > 0 { w.byte(UInt8(ascii: ",")) }
+            w.key(pair.0); w.string(pair.1)
+        }
+        w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? "default")
+        w.raw(",\"channel_unread_count\":"); w.int(state.unread.conversations[event.conversation.id] ?? 0)
+        if let call = event.call { writeCallObject(call, into: &w) }
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    static func writeCometChat(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
+                               _ content: PayloadContent, into w: inout JSONWriter) {
+        let isGroup = event.conversation.type == .group
+        w.raw(",\"title\":"); w.string(content.title ?? sender)
+        w.raw(",\"body\":"); w.string(content.body)
+        w.raw(",\"sender\":"); w.string(event.sender.id)
+        w.raw(",\"senderName\":"); w.string(sender)
+        if let p = event.sender.profileURL { w.raw(",\"senderAvatar\":"); w.string(p) }
+        w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
+        if isGroup, let n = event.conversation.name { w.raw(",\"receiverName\":"); w.string(n) }
+        else if !isGroup, let n = state.preferences.displayName { w.raw(",\"receiverName\":"); w.string(n) }
+        w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
+        let tag: String
+        switch event.kind {
+        case .message: tag = event.message?.id ?? event.eventID
+        case .reaction: tag = event.reaction?.messageID ?? event.message?.id ?? event.eventID
+        case .groupAction: tag = event.conversation.id
+        case .call: tag = event.message?.id ?? event.call?.sessionID ?? event.eventID
+        }
+        w.raw(",\"tag\":"); w.string(tag)
+        w.raw(",\"conversationId\":"); w.string(event.conversation.id)
+        w.raw(",\"type\":"); w.raw(event.kind == .call ? "\"call\"" : "\"chat\"")
+        if let call = event.call {
+            w.raw(",\"callAction\":"); w.string(call.action.rawValue)
+            w.raw(",\"sessionId\":"); w.string(call.sessionID)
+            w.raw(",\"callType\":"); w.string(call.type.rawValue)
+        }
+        if let t = event.createdAt { w.raw(",\"sentAt\":\""); w.int(t); w.byte(UInt8(ascii: "\"")) }
+    }
+}
+
+/// The `apns-id` of a notification, derived from (event id, device token) so a
+/// notification can be traced and a replay carries the same id: a UUID of
+/// version 8 (RFC 9562, custom) whose bits are two FNV-1a 64-bit hashes of
+/// `event_id`, a 0x00 byte, and the token (offset bases 0xcbf29ce484222325 and
+/// 0x84222325cbf29ce4), with the version and variant bits set.
+public enum APNsID {
+    static let hex: [UInt8] = Array("0123456789ABCDEF".utf8)
+
+    public static func derive(eventID: String, token: String) -> String {
+        var h1: UInt64 = 0xcbf2_9ce4_8422_2325
+        var h2: UInt64 = 0x8422_2325_cbf2_9ce4
+        let prime: UInt64 = 0x0000_0100_0000_01B3
+        func mix(_ text: String) {
+            var text = text
+            text.withUTF8 { bytes in
+                for b in bytes {
+                    h1 = (h1 ^ UInt64(b)) &* prime
+                    h2 = (h2 ^ UInt64(b ^ 0x5A)) &* prime
+                }
+            }
+        }
+        mix(eventID)
+        h1 = (h1 ^ 0) &* prime
+        h2 = (h2 ^ 0x5A) &* prime
+        mix(token)
+        // Version 8 in the high nibble of byte 6, variant 10 in byte 8.
+        h1 = (h1 & 0xFFFF_FFFF_FFFF_0FFF) | 0x0000_0000_0000_8000
+        h2 = (h2 & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
+        return hex.withUnsafeBufferPointer { digits in
+            String(unsafeUninitializedCapacity: 36) { out in
+                var i = 0
+                for index in 0..<16 {
+                    let word = index < 8 ? h1 : h2
+                    let byte = UInt8((word >> UInt64(56 - (index % 8) * 8)) & 0xFF)
+                    if index == 4 || index == 6 || index == 8 || index == 10 { out[i] = UInt8(ascii: "-"); i += 1 }
+                    out[i] = digits[Int(byte >> 4)]
+                    out[i + 1] = digits[Int(byte & 0xF)]
+                    i += 2
+                }
+                return i
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+// Ingest admission, fan-out and the suppression rules of SPEC section 3.
+// Every stage and `heraldctl simulate` call exactly these functions.
+
+import Foundation
+
+// MARK: Ingest
+
+/// Why ingest drops an event (SPEC section 7 reason codes).
+public enum DropReason: String, Sendable, Hashable, CaseIterable, Codable {
+    /// Open and super-group channels never push.
+    case channelType = "channel_type"
+    /// Not a valid chat event; it goes to the DLQ with the error.
+    case invalid
+}
+
+/// What ingest does with one record.
+public enum Admission: Sendable {
+    case admit(ChatEvent)
+    case drop(DropReason, detail: String)
+}
+
+public enum Ingest {
+    /// Decodes, validates and admits one `chat.events` record.
+    public static func admit(_ bytes: some Collection<UInt8>) -> Admission {
+        let event: ChatEvent
+        do {
+            event = try ChatEvent.decode(bytes)
+        } catch {
+            return .drop(.invalid, detail: error.description)
+        }
+        return admit(event)
+    }
+
+    /// Admits an already validated event.
+    public static func admit(_ event: ChatEvent) -> Admission {
+        switch event.conversation.type {
+        case .open, .supergroup:
+            return .drop(.channelType, detail: "conversation.type is \(event.conversation.type.rawValue)")
+        case .direct, .group:
+            break
+        }
+        if let problem = nothingToPush(event) {
+            return .drop(.invalid, detail: problem.description)
+        }
+        return .admit(event)
+    }
+
+    /// An event with no pushable content: a text or admin message whose text
+    /// is empty and which sets no `em_push_content` and no loc-key.
+    static func nothingToPush(_ event: ChatEvent) -> EventValidationError? {
+        guard event.kind == .message, let m = event.message, m.type != .file else { return nil }
+        let a = event.ext.apns
+        if m.text.isEmpty && (a.pushContent ?? "").isEmpty && a.bodyLocKey == nil && a.titleLocKey == nil {
+            return EventValidationError(field: "message.text", message: "empty (nothing to push)")
+        }
+        return nil
+    }
+}
+
+// MARK: Fan-out
+
+public enum FanOut {
+    /// Everyone the event is considered for, in order, without duplicates: the
+    /// explicit recipients, else the conversation's members. The sender is
+    /// *included* when listed, so rule 1 reports it as `sender`; stages use
+    /// `recipients(of:members:)` to skip loading the sender's state.
+    public static func candidates(of event: ChatEvent, members: [String]) -> [String] {
+        let source = event.recipients ?? members
+        var seen = Set<String>()
+        seen.reserveCapacity(source.count)
+        var out: [String] = []
+        out.reserveCapacity(source.count)
+        for user in source where seen.insert(user).inserted { out.append(user) }
+        return out
+    }
+
+    /// The candidates minus the sender: the users whose state resolve loads.
+    public static func recipients(of event: ChatEvent, members: [String]) -> [String] {
+        candidates(of: event, members: members).filter { $0 != event.sender.id }
+    }
+}
+
+// MARK: Suppression
+
+/// Why a recipient is not woken, in rule order (SPEC section 7 reason codes).
+public enum SuppressionReason: String, Sendable, Hashable, CaseIterable, Codable {
+    case sender
+    case ignored
+    case noDevices = "no_devices"
+    case online
+    case conversationOff = "conversation_off"
+    case muted
+    case triggerOff = "trigger_off"
+    case notMentioned = "not_mentioned"
+    case snoozed
+    case dnd
+}
+
+/// The outcome of the rules for one recipient.
+public enum Decision: Sendable, Hashable {
+    case deliver(targets: [Device])
+    case suppress(SuppressionReason)
+
+    public var reason: SuppressionReason? {
+        if case .suppress(let r) = self { return r }
+        return nil
+    }
+
+    public var targets: [Device] {
+        if case .deliver(let t) = self { return t }
+        return []
+    }
+}
+
+public enum Suppression {
+    /// Applies rules 1 to 10 for one recipient. `now` is used only when the
+    /// event has no `created_at` (the rules evaluate at the event time).
+    public static func decide(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
+                              now: Date) -> Decision {
+        decide(event: event, recipient: recipient, state: state, app: app,
+               at: event.ruleTime(now: Int64((now.timeIntervalSince1970 * 1000).rounded(.down))))
+    }
+
+    /// Applies rules 1 to 10 at an explicit time (epoch milliseconds).
+    public static func decide(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
+                              at millis: Int64) -> Decision {
+        // 1. Never the sender.
+        if recipient == event.sender.id { return .suppress(.sender) }
+        // 2. em_ignore_notification: nothing overrides it.
+        if event.ext.ignoreNotification { return .suppress(.ignored) }
+        // 3. Devices that can take this kind of push.
+        let candidates = pushableDevices(event: event, state: state)
+        if candidates.isEmpty { return .suppress(.noDevices) }
+        // 4. Presence.
+        let targets: [Device]
+        switch app.multiDevice {
+        case .allOffline:
+            if !state.online.isEmpty { return .suppress(.online) }
+            targets = candidates
+        case .anyOffline:
+            if state.online.isEmpty {
+                targets = candidates
+            } else {
+                let online = Set(state.online)
+                targets = candidates.filter { !online.contains($0.token) }
+                if targets.isEmpty { return .suppress(.online) }
+            }
+        }
+        // 5. em_force_notification skips rules 6 to 9.
+        if event.ext.forceNotification { return .deliver(targets: targets) }
+        // 6. Conversation off or muted.
+        let conv = state.preferences.conversations.isEmpty
+            ? ConversationPreference() : (state.preferences.conversations[event.conversation.id] ?? ConversationPreference())
+        if conv.trigger == .off { return .suppress(.conversationOff) }
+        if conv.muted { return .suppress(.muted) }
+        // 7. Effective trigger.
+        let trigger: PushTrigger
+        switch conv.trigger {
+        case .default: trigger = state.preferences.trigger
+        case .all: trigger = .all
+        case .mentionOnly: trigger = .mentionOnly
+        case .off: trigger = .off
+        }
+        switch trigger {
+        case .off: return .suppress(.triggerOff)
+        case .mentionOnly: if !event.mentions(recipient) { return .suppress(.notMentioned) }
+        case .all: break
+        }
+        // 8. Snooze.
+        if let snooze = state.preferences.snooze, snooze.covers(millis) { return .suppress(.snoozed) }
+        // 9. Do not disturb in the user's time zone.
+        if let dnd = state.preferences.dnd, DNDClock.covers(dnd, millis: millis) { return .suppress(.dnd) }
+        // 10. Deliver.
+        return .deliver(targets: targets)
+    }
+
+    /// Rule 3's candidates: chat goes to `apns` tokens; calls go to `voip`
+    /// tokens when the user has any, else to `apns` tokens as an alert.
+    public static func pushableDevices(event: ChatEvent, state: UserState) -> [Device] {
+        if event.kind == .call {
+            let voip = state.devices.filter { $0.kind == .voip }
+            if !voip.isEmpty { return voip }
+        }
+        if state.devices.allSatisfy({ $0.kind == .apns }) { return state.devices }
+        return state.devices.filter { $0.kind == .apns }
+    }
+}
+
+/// Local time of day in an IANA zone. `TimeZone(identifier:)` is cached
+/// because creating one per decision is costly. An unknown identifier is read
+/// as UTC (documented in docs/core.md).
+public enum DNDClock {
+    /// Guards the cache; held only for a dictionary lookup or insert.
+    private static let lock = NSLock()
+    // Mutated only under `lock`.
+    nonisolated(unsafe) private static var zones: [String: TimeZone] = [:]
+
+    static func zone(_ identifier: String) -> TimeZone {
+        lock.lock()
+        if let z = zones[identifier] { lock.unlock(); return z }
+        lock.unlock()
+        let z = TimeZone(identifier: identifier) ?? TimeZone(secondsFromGMT: 0) ?? TimeZone.gmt
+        lock.lock()
+        if zones.count < 4096 { zones[identifier] = z }
+        lock.unlock()
+        return z
+    }
+
+    /// Minutes since local midnight (0..<1440) at `millis` in the zone.
+    public static func minuteOfDay(millis: Int64, timezone: String) -> Int {
+        let date = Date(timeIntervalSince1970: Double(millis) / 1000)
+        let offset = Int64(zone(timezone).secondsFromGMT(for: date))
+        let localSeconds = millis / 1000 + offset - (millis < 0 && millis % 1000 != 0 ? 1 : 0)
+        let secondOfDay = ((localSeconds % 86_400) + 86_400) % 86_400
+        return Int(secondOfDay / 60)
+    }
+
+    public static func covers(_ dnd: DoNotDisturb, millis: Int64) -> Bool {
+        dnd.covers(minuteOfDay: minuteOfDay(millis: millis, timezone: dnd.timezone))
+    }
+
+    /// Whether `identifier` names a time zone tzdata knows.
+    public static func isKnown(_ identifier: String) -> Bool { TimeZone(identifier: identifier) != nil }
+}

@@ -1,0 +1,111 @@
+// One event against a state fixture, with no Kafka or Redis: the JSON lines
+// of `heraldctl simulate` (SPEC section 7). It calls exactly the functions the
+// stages call: Ingest.admit, FanOut.candidates, Suppression.decide, Renderer.render.
+
+import Foundation
+
+/// One line of `simulate` output.
+public struct SimulationLine: Sendable, Hashable {
+    public enum Outcome: String, Sendable, Hashable {
+        case deliver, suppress, drop
+        /// Rendering failed (e.g. `no_topic`); the stage would send it to the DLQ.
+        case error
+    }
+
+    /// The recipient, or nil when the event itself was dropped.
+    public var user: String?
+    public var decision: Outcome
+    public var reason: String?
+    public var notifications: [APNsRequest]
+
+    public init(user: String?, decision: Outcome, reason: String?, notifications: [APNsRequest] = []) {
+        self.user = user
+        self.decision = decision
+        self.reason = reason
+        self.notifications = notifications
+    }
+
+    /// The line as compact JSON (no trailing newline).
+    public var json: String {
+        var w = JSONWriter(capacity: 1024)
+        w.raw("{\"user\":")
+        if let user { w.string(user) } else { w.null() }
+        w.raw(",\"decision\":"); w.string(decision.rawValue)
+        w.raw(",\"reason\":")
+        if let reason { w.string(reason) } else { w.null() }
+        w.raw(",\"notifications\":[")
+        for (n, r) in notifications.enumerated() {
+            if n > 0 { w.byte(UInt8(ascii: ",")) }
+            w.raw("{\"token\":"); w.string(r.token)
+            w.raw(",\"push_type\":"); w.string(r.pushType.rawValue)
+            w.raw(",\"topic\":"); w.string(r.topic)
+            w.raw(",\"priority\":"); w.int(r.priority)
+            w.raw(",\"collapse_id\":")
+            if let c = r.collapseID { w.string(c) } else { w.null() }
+            w.raw(",\"environment\":"); w.string(r.environment.rawValue)
+            w.raw(",\"expiration\":"); w.int(r.expiration)
+            w.raw(",\"apns_id\":"); w.string(r.apnsID)
+            w.raw(",\"payload\":"); w.bytes.append(contentsOf: r.payload)
+            w.byte(UInt8(ascii: "}"))
+        }
+        w.raw("]}")
+        return w.string
+    }
+}
+
+public enum Simulator {
+    /// Evaluates one event.
+    /// - Parameters:
+    ///   - at: the moment to evaluate the rules at; nil means the event's
+    ///     `created_at`, else `now` (what the stages do).
+    ///   - now: the wall clock, used when neither `at` nor `created_at` is given.
+    /// - Throws: `EventValidationError` when the event is not valid.
+    public static func simulate(eventBytes: some Collection<UInt8>, fixture: StateFixture, apps: AppDirectory,
+                                at: Date?, now: Date) throws(EventValidationError) -> [SimulationLine] {
+        let event = try ChatEvent.decode(eventBytes)
+        switch Ingest.admit(event) {
+        case .drop(.channelType, _):
+            return [SimulationLine(user: nil, decision: .drop, reason: DropReason.channelType.rawValue)]
+        case .drop(.invalid, let detail):
+            throw Ingest.nothingToPush(event) ?? EventValidationError(field: "(event)", message: detail)
+        case .admit:
+            break
+        }
+        let app = apps.app(event.appID)
+        let nowMillis = millis(now)
+        let ruleTime = at.map(millis) ?? event.ruleTime(now: nowMillis)
+        let renderNow = at ?? now
+        let members = fixture.conversations[event.conversation.id]?.members ?? []
+        let senderDisplayName = fixture.users[event.sender.id]?.preferences.displayName
+        var lines: [SimulationLine] = []
+        for user in FanOut.candidates(of: event, members: members) {
+            let state = fixture.user(user)
+            switch Suppression.decide(event: event, recipient: user, state: state, app: app, at: ruleTime) {
+            case .suppress(let reason):
+                lines.append(SimulationLine(user: user, decision: .suppress, reason: reason.rawValue))
+            case .deliver(let targets):
+                do {
+                    let requests = try Renderer.render(event: event, recipient: user, state: state, targets: targets,
+                                                       app: app, senderDisplayName: senderDisplayName, now: renderNow)
+                    lines.append(SimulationLine(user: user, decision: .deliver, reason: nil, notifications: requests))
+                } catch {
+                    lines.append(SimulationLine(user: user, decision: .error, reason: error.code.rawValue))
+                }
+            }
+        }
+        return lines
+    }
+
+    static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+
+    /// Parses `--at`: epoch milliseconds or ISO 8601 (with or without fractional seconds).
+    public static func parseTime(_ text: String) -> Date? {
+        let t = text.trimmingCharacters(in: .whitespaces)
+        if let ms = Int64(t) { return Date(timeIntervalSince1970: Double(ms) / 1000) }
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        if let d = f.date(from: t) { return d }
+        f.formatOptions = [.withInternetDateTime]
+        return f.date(from: t)
+    }
+}

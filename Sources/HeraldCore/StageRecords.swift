@@ -1,0 +1,182 @@
+// Records the pipeline stages put on Kafka between them (JSON, Codable).
+// Field names are snake_case; every record is self-contained so a stage needs
+// nothing but its input record (and the app configuration) to do its work.
+
+import Foundation
+
+/// `herald.ingested`: the validated, normalised event. Keyed by conversation id.
+public struct IngestedRecord: Codable, Sendable, Hashable {
+    public var event: ChatEvent
+    /// When ingest admitted it, epoch milliseconds.
+    public var ingestedAt: Int64
+
+    public init(event: ChatEvent, ingestedAt: Int64) {
+        self.event = event
+        self.ingestedAt = ingestedAt
+    }
+
+    enum CodingKeys: String, CodingKey { case event, ingestedAt = "ingested_at" }
+
+    public var key: String { event.conversation.id }
+}
+
+/// `herald.resolved`: the event for one recipient with that recipient's state.
+/// Keyed by recipient user id.
+public struct ResolvedRecord: Codable, Sendable, Hashable {
+    public var event: ChatEvent
+    public var recipient: String
+    public var state: UserState
+    /// The sender's push display name, when the sender set one (resolve reads it).
+    public var senderDisplayName: String?
+
+    public init(event: ChatEvent, recipient: String, state: UserState, senderDisplayName: String? = nil) {
+        self.event = event
+        self.recipient = recipient
+        self.state = state
+        self.senderDisplayName = senderDisplayName
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case event, recipient, state, senderDisplayName = "sender_display_name"
+    }
+
+    public var key: String { recipient }
+}
+
+/// `herald.deliverable`: a recipient the rules let through, with the devices to target.
+/// Keyed by recipient user id.
+public struct DeliverableRecord: Codable, Sendable, Hashable {
+    public var event: ChatEvent
+    public var recipient: String
+    public var state: UserState
+    public var targets: [Device]
+    public var senderDisplayName: String?
+
+    public init(event: ChatEvent, recipient: String, state: UserState, targets: [Device],
+                senderDisplayName: String? = nil) {
+        self.event = event
+        self.recipient = recipient
+        self.state = state
+        self.targets = targets
+        self.senderDisplayName = senderDisplayName
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case event, recipient, state, targets, senderDisplayName = "sender_display_name"
+    }
+
+    public var key: String { recipient }
+}
+
+/// `herald.outbound` and `herald.retry`: one rendered APNs request. Keyed by device token.
+public struct OutboundRecord: Codable, Sendable, Hashable {
+    public var eventID: String
+    public var appID: String
+    public var recipient: String
+    public var request: APNsRequest
+    /// 1 for the first try; send increments it on every retry.
+    public var attempt: Int
+    /// Do not send before this time (epoch milliseconds); set on retries.
+    public var notBefore: Int64?
+
+    public init(eventID: String, appID: String, recipient: String, request: APNsRequest, attempt: Int = 1,
+                notBefore: Int64? = nil) {
+        self.eventID = eventID
+        self.appID = appID
+        self.recipient = recipient
+        self.request = request
+        self.attempt = attempt
+        self.notBefore = notBefore
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case eventID = "event_id", appID = "app_id", recipient, request, attempt, notBefore = "not_before"
+    }
+
+    public var key: String { request.token }
+}
+
+/// `herald.dlq`: what a stage could not process, and why.
+public struct DLQRecord: Codable, Sendable, Hashable {
+    /// The input record's bytes, base64.
+    public var original: String
+    /// The topic the original came from, when known.
+    public var sourceTopic: String?
+    /// The stage that gave up: ingest, resolve, suppress, render, send, registry.
+    public var stage: String
+    /// A stable reason code (`invalid`, `payload_too_large`, `BadTopic`, ...).
+    public var reason: String
+    /// A human readable detail (never message text or a full token).
+    public var detail: String
+    /// When, epoch milliseconds.
+    public var time: Int64
+
+    public init(original: [UInt8], sourceTopic: String? = nil, stage: String, reason: String, detail: String,
+                time: Int64) {
+        self.original = Data(original).base64EncodedString()
+        self.sourceTopic = sourceTopic
+        self.stage = stage
+        self.reason = reason
+        self.detail = detail
+        self.time = time
+    }
+
+    /// A record whose `original` is already base64 (as read back from the DLQ).
+    public init(encodedOriginal: String, sourceTopic: String?, stage: String, reason: String, detail: String,
+                time: Int64) {
+        self.original = encodedOriginal
+        self.sourceTopic = sourceTopic
+        self.stage = stage
+        self.reason = reason
+        self.detail = detail
+        self.time = time
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case original, sourceTopic = "source_topic", stage, reason, detail, time
+    }
+
+    /// The original bytes, or nil when `original` is not valid base64.
+    public var originalBytes: [UInt8]? { Data(base64Encoded: original).map { Array($0) } }
+}
+
+/// A stage record could not be decoded.
+public struct StageRecordError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var record: String
+    public var detail: String
+    public var description: String { "\(record): \(detail)" }
+}
+
+/// Encoding and decoding of stage records.
+public enum StageCodec {
+    public static func encode<T: Encodable>(_ record: T) throws -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return Array(try encoder.encode(record))
+    }
+
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(bytes))
+        } catch let DecodingError.keyNotFound(key, ctx) {
+            throw StageRecordError(record: "\(T.self)", detail: "\(path(ctx.codingPath + [key])): missing")
+        } catch let DecodingError.typeMismatch(_, ctx) {
+            throw StageRecordError(record: "\(T.self)", detail: "\(path(ctx.codingPath)): \(ctx.debugDescription)")
+        } catch let DecodingError.valueNotFound(_, ctx) {
+            throw StageRecordError(record: "\(T.self)", detail: "\(path(ctx.codingPath)): null")
+        } catch let DecodingError.dataCorrupted(ctx) {
+            throw StageRecordError(record: "\(T.self)", detail: "\(path(ctx.codingPath)): \(ctx.debugDescription)")
+        } catch {
+            throw StageRecordError(record: "\(T.self)", detail: "\(error)")
+        }
+    }
+
+    /// A coding path as `a.b[2].c`.
+    public static func path(_ keys: [any CodingKey]) -> String {
+        var out = ""
+        for k in keys {
+            if let i = k.intValue { out += "[\(i)]" } else { out += out.isEmpty ? k.stringValue : "." + k.stringValue }
+        }
+        return out.isEmpty ? "(record)" : out
+    }
+}

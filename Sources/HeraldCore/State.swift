@@ -1,0 +1,396 @@
+// The per-user state Herald decides with: devices, presence, preferences,
+// unread counts, and conversation members. Field names are the SPEC section 7
+// state fixture; every field but `devices` may be absent and takes a default.
+
+/// Where an APNs token lives: the production or the sandbox (development) host.
+public enum APNsEnvironment: String, Codable, Sendable, Hashable, CaseIterable {
+    case production
+    case sandbox
+}
+
+/// A registered push token of one user for one app.
+public struct Device: Codable, Sendable, Hashable {
+    /// `apns` is a regular device token (alert pushes); `voip` a PushKit token (calls).
+    public enum Kind: String, Codable, Sendable, Hashable, CaseIterable {
+        case apns
+        case voip
+    }
+
+    /// Most devices a user may hold per app; registering one more evicts the oldest.
+    public static let maxPerUser = 20
+
+    public var token: String
+    public var kind: Kind
+    public var environment: APNsEnvironment
+    /// The app bundle this token belongs to; `nil` means the app's first credential's bundle.
+    public var bundleID: String?
+    /// Registration time, milliseconds since the epoch.
+    public var registeredAt: Int64
+
+    public init(token: String, kind: Kind = .apns, environment: APNsEnvironment = .production,
+                bundleID: String? = nil, registeredAt: Int64 = 0) {
+        self.token = token
+        self.kind = kind
+        self.environment = environment
+        self.bundleID = bundleID
+        self.registeredAt = registeredAt
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case token, kind, environment
+        case bundleID = "bundle_id"
+        case registeredAt = "registered_at"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        token = try c.decode(String.self, forKey: .token)
+        kind = try c.decodeIfPresent(Kind.self, forKey: .kind) ?? .apns
+        environment = try c.decodeIfPresent(APNsEnvironment.self, forKey: .environment) ?? .production
+        bundleID = try c.decodeIfPresent(String.self, forKey: .bundleID)
+        registeredAt = try c.decodeIfPresent(Int64.self, forKey: .registeredAt) ?? 0
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(token, forKey: .token)
+        try c.encode(kind, forKey: .kind)
+        try c.encode(environment, forKey: .environment)
+        try c.encodeIfPresent(bundleID, forKey: .bundleID)
+        try c.encode(registeredAt, forKey: .registeredAt)
+    }
+}
+
+/// The user-wide push trigger option (Sendbird's `all` / `mention_only` / `off`).
+public enum PushTrigger: String, Codable, Sendable, Hashable, CaseIterable {
+    case all
+    case mentionOnly = "mention_only"
+    case off
+}
+
+/// A conversation's push trigger; `default` defers to the user-wide option.
+public enum ConversationTrigger: String, Codable, Sendable, Hashable, CaseIterable {
+    case `default`
+    case all
+    case mentionOnly = "mention_only"
+    case off
+}
+
+/// Which template family renders the body: Sendbird's default or alternative.
+public enum TemplateChoice: String, Codable, Sendable, Hashable, CaseIterable {
+    case `default`
+    case alternative
+}
+
+/// Easemob display style: `summary` shows the details, `simple_banner` only
+/// "You have a new message". `simple` is accepted as an alias when decoding.
+public enum DisplayStyle: String, Codable, Sendable, Hashable, CaseIterable {
+    case summary
+    case simpleBanner = "simple_banner"
+
+    public init(from decoder: any Decoder) throws {
+        let raw = try decoder.singleValueContainer().decode(String.self)
+        switch raw {
+        case "summary": self = .summary
+        case "simple_banner", "simple", "simple banner": self = .simpleBanner
+        default:
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
+                debugDescription: "expected summary or simple_banner, got \(raw)"))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(rawValue)
+    }
+}
+
+/// Per-conversation notification settings of one user.
+public struct ConversationPreference: Codable, Sendable, Hashable {
+    public var trigger: ConversationTrigger
+    public var muted: Bool
+
+    public init(trigger: ConversationTrigger = .default, muted: Bool = false) {
+        self.trigger = trigger
+        self.muted = muted
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        trigger = try c.decodeIfPresent(ConversationTrigger.self, forKey: .trigger) ?? .default
+        muted = try c.decodeIfPresent(Bool.self, forKey: .muted) ?? false
+    }
+}
+
+/// A time of day, `HH:mm`, from `00:00` to `24:00` (`24:00` meaning the end of the day).
+public struct ClockTime: Codable, Sendable, Hashable, Comparable, CustomStringConvertible {
+    /// Minutes since midnight, 0...1440.
+    public var minutes: Int
+
+    public init(hour: Int, minute: Int = 0) {
+        minutes = hour * 60 + minute
+    }
+
+    /// Parses `H:mm` / `HH:mm`; hour 0-24, minute 0-59, `24:00` only with minute 0.
+    public init?(_ text: String) {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 2, (1...2).contains(parts[0].count), parts[1].count == 2,
+              parts.allSatisfy({ $0.allSatisfy { $0.isASCII && $0.isNumber } }),
+              let h = Int(parts[0]), let m = Int(parts[1]),
+              (0...24).contains(h), (0...59).contains(m), !(h == 24 && m != 0) else { return nil }
+        minutes = h * 60 + m
+    }
+
+    public var description: String {
+        let h = minutes / 60, m = minutes % 60
+        return (h < 10 ? "0" : "") + String(h) + ":" + (m < 10 ? "0" : "") + String(m)
+    }
+
+    public static func < (a: ClockTime, b: ClockTime) -> Bool { a.minutes < b.minutes }
+
+    public init(from decoder: any Decoder) throws {
+        let raw = try decoder.singleValueContainer().decode(String.self)
+        guard let value = ClockTime(raw) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
+                debugDescription: "expected HH:mm between 00:00 and 24:00, got \(raw)"))
+        }
+        self = value
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
+/// Daily do-not-disturb window in the user's IANA time zone. `start > end`
+/// crosses midnight; `00:00`-`24:00` is all day; `start == end` is empty.
+public struct DoNotDisturb: Codable, Sendable, Hashable {
+    public var start: ClockTime
+    public var end: ClockTime
+    /// IANA identifier, e.g. `Asia/Seoul`; defaults to `UTC`.
+    public var timezone: String
+
+    public init(start: ClockTime, end: ClockTime, timezone: String = "UTC") {
+        self.start = start
+        self.end = end
+        self.timezone = timezone
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        start = try c.decode(ClockTime.self, forKey: .start)
+        end = try c.decode(ClockTime.self, forKey: .end)
+        timezone = try c.decodeIfPresent(String.self, forKey: .timezone) ?? "UTC"
+    }
+
+    /// Whether the window covers a local time of day (minutes since local midnight, 0..<1440).
+    public func covers(minuteOfDay m: Int) -> Bool {
+        let s = start.minutes, e = end.minutes
+        if s == e { return false }
+        if s < e { return m >= s && m < e }
+        return m >= s || m < e  // crosses midnight
+    }
+}
+
+/// Snooze: no pushes from `start` (inclusive) to `end` (exclusive), epoch milliseconds.
+public struct Snooze: Codable, Sendable, Hashable {
+    public var start: Int64
+    public var end: Int64
+
+    public init(start: Int64, end: Int64) {
+        self.start = start
+        self.end = end
+    }
+
+    public func covers(_ millis: Int64) -> Bool { millis >= start && millis < end }
+}
+
+/// A user's notification preferences for one app.
+public struct Preferences: Codable, Sendable, Hashable {
+    /// Most preferred languages kept; the first one picks the catalog.
+    public static let maxLanguages = 4
+
+    public var trigger: PushTrigger
+    public var conversations: [String: ConversationPreference]
+    public var dnd: DoNotDisturb?
+    public var snooze: Snooze?
+    public var template: TemplateChoice
+    public var displayStyle: DisplayStyle
+    /// Easemob "push display name": replaces this user's nickname in the pushes they *send*.
+    public var displayName: String?
+    public var languages: [String]
+    public var badge: Bool
+
+    public init(trigger: PushTrigger = .all, conversations: [String: ConversationPreference] = [:],
+                dnd: DoNotDisturb? = nil, snooze: Snooze? = nil, template: TemplateChoice = .default,
+                displayStyle: DisplayStyle = .summary, displayName: String? = nil,
+                languages: [String] = [], badge: Bool = true) {
+        self.trigger = trigger
+        self.conversations = conversations
+        self.dnd = dnd
+        self.snooze = snooze
+        self.template = template
+        self.displayStyle = displayStyle
+        self.displayName = displayName
+        self.languages = Array(languages.prefix(Preferences.maxLanguages))
+        self.badge = badge
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case trigger, conversations, dnd, snooze, template
+        case displayStyle = "display_style"
+        case displayName = "display_name"
+        case languages, badge
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        trigger = try c.decodeIfPresent(PushTrigger.self, forKey: .trigger) ?? .all
+        conversations = try c.decodeIfPresent([String: ConversationPreference].self, forKey: .conversations) ?? [:]
+        dnd = try c.decodeIfPresent(DoNotDisturb.self, forKey: .dnd)
+        snooze = try c.decodeIfPresent(Snooze.self, forKey: .snooze)
+        template = try c.decodeIfPresent(TemplateChoice.self, forKey: .template) ?? .default
+        displayStyle = try c.decodeIfPresent(DisplayStyle.self, forKey: .displayStyle) ?? .summary
+        displayName = try c.decodeIfPresent(String.self, forKey: .displayName)
+        languages = Array((try c.decodeIfPresent([String].self, forKey: .languages) ?? []).prefix(Preferences.maxLanguages))
+        badge = try c.decodeIfPresent(Bool.self, forKey: .badge) ?? true
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(trigger, forKey: .trigger)
+        if !conversations.isEmpty { try c.encode(conversations, forKey: .conversations) }
+        try c.encodeIfPresent(dnd, forKey: .dnd)
+        try c.encodeIfPresent(snooze, forKey: .snooze)
+        try c.encode(template, forKey: .template)
+        try c.encode(displayStyle, forKey: .displayStyle)
+        try c.encodeIfPresent(displayName, forKey: .displayName)
+        if !languages.isEmpty { try c.encode(languages, forKey: .languages) }
+        try c.encode(badge, forKey: .badge)
+    }
+
+    /// The setting for one conversation (default trigger, not muted when absent).
+    public func conversation(_ id: String) -> ConversationPreference {
+        conversations[id] ?? ConversationPreference()
+    }
+}
+
+/// Unread message counts, for the badge and the Sendbird payload.
+public struct Unread: Codable, Sendable, Hashable {
+    public var total: Int
+    public var conversations: [String: Int]
+
+    public init(total: Int = 0, conversations: [String: Int] = [:]) {
+        self.total = total
+        self.conversations = conversations
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        total = try c.decodeIfPresent(Int.self, forKey: .total) ?? 0
+        conversations = try c.decodeIfPresent([String: Int].self, forKey: .conversations) ?? [:]
+    }
+}
+
+/// Everything Herald knows about one user of one app.
+public struct UserState: Codable, Sendable, Hashable {
+    /// Registered tokens, oldest first.
+    public var devices: [Device]
+    /// Tokens of devices holding a live connection to the chat server.
+    public var online: [String]
+    public var preferences: Preferences
+    public var unread: Unread
+
+    public init(devices: [Device] = [], online: [String] = [], preferences: Preferences = Preferences(),
+                unread: Unread = Unread()) {
+        self.devices = devices
+        self.online = online
+        self.preferences = preferences
+        self.unread = unread
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        devices = try c.decode([Device].self, forKey: .devices)
+        online = try c.decodeIfPresent([String].self, forKey: .online) ?? []
+        preferences = try c.decodeIfPresent(Preferences.self, forKey: .preferences) ?? Preferences()
+        unread = try c.decodeIfPresent(Unread.self, forKey: .unread) ?? Unread()
+    }
+
+    /// Registers (or refreshes) a token. A token already present is replaced and
+    /// becomes the newest; beyond `Device.maxPerUser` the oldest registrations
+    /// (smallest `registered_at`, earliest listed on ties) are evicted and
+    /// returned so the caller can delete them from storage.
+    @discardableResult
+    public mutating func register(_ device: Device) -> [Device] {
+        devices.removeAll { $0.token == device.token }
+        devices.append(device)
+        let ordered = devices.enumerated().sorted {
+            ($0.element.registeredAt, $0.offset) < ($1.element.registeredAt, $1.offset)
+        }.map(\.element)
+        let excess = max(0, ordered.count - Device.maxPerUser)
+        let evicted = Array(ordered.prefix(excess))
+        devices = Array(ordered.dropFirst(excess))
+        if !evicted.isEmpty {
+            let gone = Set(evicted.map(\.token))
+            online.removeAll { gone.contains($0) }
+        }
+        return evicted
+    }
+
+    /// Removes one token; returns the removed device, if it was registered.
+    @discardableResult
+    public mutating func unregister(token: String) -> Device? {
+        guard let index = devices.firstIndex(where: { $0.token == token }) else { return nil }
+        online.removeAll { $0 == token }
+        return devices.remove(at: index)
+    }
+
+    /// Removes every token of the user; returns what was removed.
+    @discardableResult
+    public mutating func unregisterAll() -> [Device] {
+        let removed = devices
+        devices = []
+        online = []
+        return removed
+    }
+
+    /// Whether the device holding `token` has a live connection.
+    public func isOnline(_ token: String) -> Bool { online.contains(token) }
+}
+
+/// Members of one conversation, used when an event names no recipients.
+public struct ConversationState: Codable, Sendable, Hashable {
+    public var members: [String]
+
+    public init(members: [String] = []) {
+        self.members = members
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        members = try c.decodeIfPresent([String].self, forKey: .members) ?? []
+    }
+}
+
+/// The SPEC section 7 state fixture: what `heraldctl` loads into Redis and
+/// what `simulate` reads. Users absent from `users` have no devices.
+public struct StateFixture: Codable, Sendable, Hashable {
+    public var users: [String: UserState]
+    public var conversations: [String: ConversationState]
+
+    public init(users: [String: UserState] = [:], conversations: [String: ConversationState] = [:]) {
+        self.users = users
+        self.conversations = conversations
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        users = try c.decodeIfPresent([String: UserState].self, forKey: .users) ?? [:]
+        conversations = try c.decodeIfPresent([String: ConversationState].self, forKey: .conversations) ?? [:]
+    }
+
+    /// The user's state, or an empty state (no devices) when unknown.
+    public func user(_ id: String) -> UserState { users[id] ?? UserState() }
+}

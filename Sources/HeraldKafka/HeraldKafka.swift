@@ -1,1 +1,0 @@
-// HeraldKafka module: see Package.swift for its place in the layout.

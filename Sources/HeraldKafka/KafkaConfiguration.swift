@@ -1,0 +1,190 @@
+import CRdKafka
+
+/// Where to start when a consumer group has no committed offset for a partition.
+public enum AutoOffsetReset: String, Sendable, Hashable {
+    /// Start at the oldest retained record (the default: nothing published before the
+    /// group first started is skipped).
+    case earliest
+    /// Start after the newest record.
+    case latest
+    /// Fail the partition with an error.
+    case error
+}
+
+/// Settings shared by producers and consumers.
+public struct KafkaClientConfiguration: Sendable, Hashable {
+    /// Bootstrap brokers as `host:port`. Default: `["127.0.0.1:9092"]`.
+    public var brokers: [String] = ["127.0.0.1:9092"]
+    /// `client.id`, visible in broker logs. Default: `"herald"`.
+    public var clientID: String = "herald"
+    /// Raw librdkafka properties applied last (they win over everything typed here).
+    /// For settings this struct does not model, e.g. `["security.protocol": "ssl"]`.
+    public var extraProperties: [String: String] = [:]
+
+    public init(brokers: [String] = ["127.0.0.1:9092"], clientID: String = "herald", extraProperties: [String: String] = [:]) {
+        self.brokers = brokers
+        self.clientID = clientID
+        self.extraProperties = extraProperties
+    }
+}
+
+/// Producer settings. The producer is always idempotent (`enable.idempotence=true`,
+/// which implies `acks=all` and bounded in-flight requests), so a retried send never
+/// duplicates or reorders records within a partition.
+public struct KafkaProducerConfiguration: Sendable, Hashable {
+    public var client: KafkaClientConfiguration
+    /// How long records wait to be batched together (`linger.ms`). Default: 5 ms.
+    public var linger: Duration = .milliseconds(5)
+    /// How long librdkafka keeps retrying a record before reporting it failed
+    /// (`message.timeout.ms`). Default: 30 s.
+    public var deliveryTimeout: Duration = .seconds(30)
+    /// Maximum records waiting in the local queue (`queue.buffering.max.messages`).
+    /// `send` waits (without blocking a thread) when the queue is full. Default: 100 000.
+    public var maxQueuedRecords: Int = 100_000
+    /// `compression.codec`: `none`, `gzip`, `snappy`, `lz4`, `zstd`. Default: `lz4`.
+    public var compression: String = "lz4"
+    /// How often the producer's own thread serves delivery reports when idle. Default: 100 ms.
+    public var pollInterval: Duration = .milliseconds(100)
+
+    public init(client: KafkaClientConfiguration = .init()) { self.client = client }
+
+    public init(brokers: [String], clientID: String = "herald", extraProperties: [String: String] = [:]) {
+        self.client = KafkaClientConfiguration(brokers: brokers, clientID: clientID, extraProperties: extraProperties)
+    }
+}
+
+/// Consumer settings. Offsets are managed by the adapter: librdkafka never stores an
+/// offset on its own (`enable.auto.offset.store=false`); the adapter stores the
+/// low-water mark of records the caller marked complete, and librdkafka commits the
+/// stored offsets every `autoCommitInterval` plus once more on rebalance and shutdown.
+public struct KafkaConsumerConfiguration: Sendable, Hashable {
+    public var client: KafkaClientConfiguration
+    /// Consumer group id (`group.id`). Each stage is its own group. Required.
+    public var groupID: String
+    /// Topics to subscribe to.
+    public var topics: [String]
+    /// `session.timeout.ms`: how long the group waits for a silent member before
+    /// rebalancing. Default: 10 s (tests use 2-6 s; a join takes about half of it).
+    public var sessionTimeout: Duration = .seconds(10)
+    /// `heartbeat.interval.ms`. Default: nil, meaning a third of `sessionTimeout`.
+    public var heartbeatInterval: Duration? = nil
+    /// `max.poll.interval.ms`. The adapter polls on its own thread continuously, so
+    /// this only trips if that thread is stuck. Default: 300 s.
+    public var maxPollInterval: Duration = .seconds(300)
+    /// Largest batch handed to the caller (N). Default: 500.
+    public var batchSize: Int = 500
+    /// Longest a batch request waits to fill up (T). A request returns as soon as it has
+    /// `batchSize` records, or when `batchMaxWait` has passed with whatever arrived.
+    /// Default: 50 ms.
+    public var batchMaxWait: Duration = .milliseconds(50)
+    /// Records fetched ahead of the caller, as a multiple of `batchSize`; past this the
+    /// adapter pauses fetching until the caller catches up. Default: 2.
+    public var prefetchBatches: Int = 2
+    /// `auto.offset.reset`. Default: `.earliest`.
+    public var autoOffsetReset: AutoOffsetReset = .earliest
+    /// `auto.commit.interval.ms`: how often stored offsets are committed. Default: 1 s.
+    public var autoCommitInterval: Duration = .seconds(1)
+    /// How often per-partition lag gauges are refreshed. Default: 5 s.
+    public var lagInterval: Duration = .seconds(5)
+    /// Label prefix for swift-metrics objects. Default: `"herald_kafka"`.
+    public var metricsPrefix: String = "herald_kafka"
+
+    public init(client: KafkaClientConfiguration = .init(), groupID: String, topics: [String]) {
+        self.client = client
+        self.groupID = groupID
+        self.topics = topics
+    }
+
+    public init(brokers: [String], groupID: String, topics: [String], clientID: String = "herald",
+                extraProperties: [String: String] = [:]) {
+        self.client = KafkaClientConfiguration(brokers: brokers, clientID: clientID, extraProperties: extraProperties)
+        self.groupID = groupID
+        self.topics = topics
+    }
+}
+
+/// Settings for the topic administration helper.
+public struct KafkaAdminConfiguration: Sendable, Hashable {
+    public var client: KafkaClientConfiguration
+    /// How long a CreateTopics request may take. Default: 10 s.
+    public var requestTimeout: Duration = .seconds(10)
+    public init(client: KafkaClientConfiguration = .init()) { self.client = client }
+    public init(brokers: [String]) { self.client = KafkaClientConfiguration(brokers: brokers) }
+}
+
+// MARK: - The one place typed configuration becomes librdkafka's string properties
+
+extension Duration {
+    /// Whole milliseconds, rounded down, at least 0.
+    var milliseconds: Int {
+        let (seconds, attoseconds) = components
+        return max(0, Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
+    }
+}
+
+enum LibrdkafkaProperties {
+    static func client(_ c: KafkaClientConfiguration) -> [String: String] {
+        [
+            "bootstrap.servers": c.brokers.joined(separator: ","),
+            "client.id": c.clientID,
+            // Loopback brokers and tests: fail fast instead of logging connection noise forever.
+            "reconnect.backoff.max.ms": "2000",
+        ]
+    }
+
+    static func producer(_ p: KafkaProducerConfiguration) -> [String: String] {
+        var d = client(p.client)
+        d["enable.idempotence"] = "true"
+        d["acks"] = "all"
+        d["linger.ms"] = String(p.linger.milliseconds)
+        d["message.timeout.ms"] = String(max(1, p.deliveryTimeout.milliseconds))
+        d["queue.buffering.max.messages"] = String(max(1, p.maxQueuedRecords))
+        d["compression.codec"] = p.compression
+        // Delivery reports carry only what the adapter reads (offset, partition, error).
+        d["delivery.report.only.error"] = "false"
+        return d.merging(p.client.extraProperties) { _, extra in extra }
+    }
+
+    static func consumer(_ c: KafkaConsumerConfiguration) -> [String: String] {
+        var d = client(c.client)
+        d["group.id"] = c.groupID
+        d["session.timeout.ms"] = String(c.sessionTimeout.milliseconds)
+        d["heartbeat.interval.ms"] = String(max(1, (c.heartbeatInterval ?? c.sessionTimeout / 3).milliseconds))
+        d["max.poll.interval.ms"] = String(c.maxPollInterval.milliseconds)
+        d["auto.offset.reset"] = c.autoOffsetReset.rawValue
+        d["enable.auto.commit"] = "true"
+        d["auto.commit.interval.ms"] = String(c.autoCommitInterval.milliseconds)
+        d["enable.auto.offset.store"] = "false"
+        // Eager rebalancing (range, then roundrobin): on every rebalance the whole
+        // assignment is revoked and reassigned. Simple and supported by every broker.
+        d["partition.assignment.strategy"] = "range,roundrobin"
+        d["enable.partition.eof"] = "false"
+        return d.merging(c.client.extraProperties) { _, extra in extra }
+    }
+
+    static func admin(_ a: KafkaAdminConfiguration) -> [String: String] {
+        client(a.client).merging(a.client.extraProperties) { _, extra in extra }
+    }
+
+    /// Builds an `rd_kafka_conf_t` (caller owns it until `rd_kafka_new` takes it).
+    static func makeConf(_ properties: [String: String]) throws(KafkaError) -> OpaquePointer {
+        guard let conf = rd_kafka_conf_new() else {
+            throw KafkaError(code: .configuration, reason: "rd_kafka_conf_new returned NULL")
+        }
+        var errbuf = [CChar](repeating: 0, count: 512)
+        for (key, value) in properties.sorted(by: { $0.key < $1.key }) {
+            let result = rd_kafka_conf_set(conf, key, value, &errbuf, errbuf.count)
+            if result != RD_KAFKA_CONF_OK {
+                rd_kafka_conf_destroy(conf)
+                let message = cStringBuffer(errbuf)
+                throw KafkaError(code: .configuration, reason: message, context: ["property": key])
+            }
+        }
+        return conf
+    }
+}
+
+/// Decodes a NUL-terminated C character buffer without trusting it to be terminated.
+func cStringBuffer(_ buffer: [CChar]) -> String {
+    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}

@@ -1,0 +1,600 @@
+import CRdKafka
+import Foundation
+import Logging
+import Metrics
+
+/// A Kafka consumer-group member that hands out records in batches and advances its
+/// committed offsets only past records the caller marked complete.
+///
+/// - A thread of its own polls librdkafka (`rd_kafka_consumer_poll`), serves rebalance
+///   callbacks, fetches up to `prefetchBatches × batchSize` records ahead and pauses
+///   fetching beyond that, so memory stays bounded when the caller is slow.
+/// - `nextBatch()` (or the `batches` sequence) returns up to `batchSize` records, as soon
+///   as that many are there or `batchMaxWait` after it was called.
+/// - `complete(_:)` marks records done (call it after their outputs were acknowledged).
+///   Completions may come in any order; per partition the consumer stores
+///   (`rd_kafka_offsets_store`) only the low-water mark of contiguous completed records,
+///   and librdkafka commits stored offsets every `autoCommitInterval`, on every
+///   rebalance and on `shutdown()`.
+/// - Rebalancing is eager (`range,roundrobin`): on revoke, stored offsets are committed,
+///   tracking and prefetched records of the revoked partitions are dropped, and records
+///   of that assignment completed later are ignored (another member will redeliver them);
+///   on assign, tracking starts fresh from the committed offsets.
+/// - `pause()` / `resume()` stop and restart fetching on the whole assignment
+///   (`rd_kafka_pause_partitions`); already prefetched records are still handed out.
+/// - `lag` is per-partition high watermark minus position, refreshed every `lagInterval`
+///   and recorded as the gauge `<metricsPrefix>_consumer_lag{group,topic,partition}`.
+///
+/// Use it from one task at a time for `nextBatch` (completions may come from any task).
+public final class KafkaConsumer: Sendable {
+    private let core: ConsumerCore
+    public let configuration: KafkaConsumerConfiguration
+
+    /// Creates the consumer, subscribes to `configuration.topics` and starts polling.
+    public init(configuration: KafkaConsumerConfiguration, logger: Logger = Logger(label: "herald.kafka.consumer")) throws(KafkaError) {
+        guard configuration.batchSize > 0 else {
+            throw KafkaError(code: .configuration, reason: "batchSize must be positive")
+        }
+        guard !configuration.topics.isEmpty else {
+            throw KafkaError(code: .configuration, reason: "no topics to subscribe to")
+        }
+        self.configuration = configuration
+        self.core = try ConsumerCore(configuration: configuration, logger: logger)
+    }
+
+    deinit { core.requestStop() }
+
+    /// The next batch: up to `batchSize` records, possibly empty when nothing arrived within
+    /// `batchMaxWait`. `nil` once the consumer is shut down. Throws on a fatal client error.
+    public func nextBatch() async throws(KafkaError) -> [ConsumerRecord]? {
+        try await core.nextBatch()
+    }
+
+    /// Non-empty batches until the consumer is shut down.
+    public var batches: Batches { Batches(consumer: self) }
+
+    /// Marks a record done: its outputs were acknowledged, its offset may be committed
+    /// once every earlier record of its partition is done too.
+    public func complete(_ record: ConsumerRecord) { core.complete(CollectionOfOne(record)) }
+
+    /// Marks records done (any order, any partitions).
+    public func complete<S: Sequence>(_ records: S) where S.Element == ConsumerRecord { core.complete(records) }
+
+    /// Stops fetching on every assigned partition (and on partitions assigned later)
+    /// until `resume()`. Group membership and heartbeats continue.
+    public func pause() { core.setUserPaused(true) }
+
+    /// Resumes fetching after `pause()`.
+    public func resume() { core.setUserPaused(false) }
+
+    public var isPaused: Bool { core.isUserPaused }
+
+    /// The partitions currently assigned to this member.
+    public var assignment: [TopicPartition] { core.assignment }
+
+    /// Last measured lag per assigned partition (high watermark - position); partitions
+    /// whose position is not known yet are absent.
+    public var lag: [TopicPartition: Int64] { core.lagSnapshot }
+
+    /// Records completed but not yet committable, plus records handed out and not completed.
+    public var outstanding: Int { core.outstanding }
+
+    /// Commits the stored offsets now (synchronously against the broker, on the poll thread).
+    /// Succeeds when there was nothing to commit.
+    public func commit() async throws(KafkaError) { try await core.commit() }
+
+    /// The group's committed offsets for `partitions`, as the broker reports them
+    /// (-1001 for none). Intended for tests and `heraldctl`.
+    public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(5)) async throws(KafkaError) -> [TopicPartition: Int64] {
+        try await core.committed(partitions, timeout: timeout)
+    }
+
+    /// Stops handing out records, commits what is stored, leaves the group
+    /// (`rd_kafka_consumer_close`) and destroys the handle. Idempotent. A pending
+    /// `nextBatch` returns `nil`.
+    public func shutdown() async { await core.shutdown() }
+
+    /// An `AsyncSequence` of non-empty batches, ending when the consumer shuts down.
+    public struct Batches: AsyncSequence, Sendable {
+        public typealias Element = [ConsumerRecord]
+        let consumer: KafkaConsumer
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            let consumer: KafkaConsumer
+            public mutating func next() async throws(KafkaError) -> [ConsumerRecord]? {
+                while true {
+                    guard let batch = try await consumer.nextBatch() else { return nil }
+                    if !batch.isEmpty { return batch }
+                    if Task.isCancelled { return nil }
+                }
+            }
+        }
+        public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(consumer: consumer) }
+    }
+}
+
+// MARK: - The core: state behind one lock, driven by one thread
+
+/// `@unchecked Sendable`: all mutable state is in `state` (behind its lock); the
+/// librdkafka handle is thread-safe and is destroyed only by the poll thread after
+/// `state.closed` was set under the lock, which every outside caller checks first.
+final class ConsumerCore: @unchecked Sendable {
+    typealias BatchResult = Result<[ConsumerRecord]?, KafkaError>
+
+    private struct Waiter {
+        let continuation: CheckedContinuation<BatchResult, Never>
+        let deadline: ContinuousClock.Instant
+    }
+
+    private struct Tracked {
+        let epoch: UInt64
+        var tracker = PartitionOffsetTracker()
+    }
+
+    private struct State {
+        var buffer: [ConsumerRecord] = []
+        var waiter: Waiter?
+        var epochs: [TopicPartition: UInt64] = [:]
+        var trackers: [TopicPartition: Tracked] = [:]
+        var nextEpoch: UInt64 = 1
+        var userPaused = false
+        var pausedApplied = false
+        var stopRequested = false
+        var closed = false
+        var fatal: KafkaError?
+        var commands: [(OpaquePointer?) -> Void] = []
+        var lag: [TopicPartition: Int64] = [:]
+        var stopWaiters: [CheckedContinuation<Void, Never>] = []
+        var exited = false
+    }
+
+    private let state = Locked(State())
+    private let handle: RdKafkaHandle
+    private let logger: Logger
+    private let configuration: KafkaConsumerConfiguration
+    private let capacity: Int
+    private let pollSliceMs: Int32
+    private let lagGauges = Locked<[TopicPartition: Gauge]>([:])
+    private let errorCounter: Counter
+
+    init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
+        self.configuration = configuration
+        self.logger = logger
+        self.capacity = configuration.batchSize * max(1, configuration.prefetchBatches)
+        let wait = configuration.batchMaxWait.milliseconds
+        self.pollSliceMs = Int32(clamping: min(50, max(1, wait / 2)))
+        self.errorCounter = Counter(
+            label: "\(configuration.metricsPrefix)_consumer_errors_total",
+            dimensions: [("group", configuration.groupID)])
+        handle = try RdKafkaHandle(
+            type: RD_KAFKA_CONSUMER, properties: LibrdkafkaProperties.consumer(configuration), logger: logger
+        ) { conf in
+            rd_kafka_conf_set_offset_commit_cb(conf) { _, err, offsets, opaque in
+                guard err != RD_KAFKA_RESP_ERR_NO_ERROR, err != RD_KAFKA_RESP_ERR__NO_OFFSET, let opaque else { return }
+                let ctx = Unmanaged<CallbackContext>.fromOpaque(opaque).takeUnretainedValue()
+                let partitions = readPartitionList(offsets).map { "\($0.0)@\($0.1)" }.joined(separator: ",")
+                ctx.logger.warning("offset commit failed", metadata: [
+                    "code": .string(String(cString: rd_kafka_err2name(err))), "partitions": .string(partitions),
+                ])
+                ctx.consumer?.countError()
+            }
+            rd_kafka_conf_set_rebalance_cb(conf) { rk, err, partitions, opaque in
+                guard let rk else { return }
+                let consumer = opaque.map { Unmanaged<CallbackContext>.fromOpaque($0).takeUnretainedValue().consumer } ?? nil
+                if let consumer {
+                    consumer.rebalance(rk, err, partitions)
+                } else if err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
+                    rd_kafka_assign(rk, partitions)
+                } else {
+                    rd_kafka_assign(rk, nil)
+                }
+            }
+        }
+        handle.callbackContext.consumer = self
+        // (Auto-commit results are logged by the offset-commit callback installed above.)
+        rd_kafka_poll_set_consumer(handle.pointer)
+
+        let topics = makePartitionList(configuration.topics.map { (TopicPartition(topic: $0, partition: -1), nil) })
+        defer { rd_kafka_topic_partition_list_destroy(topics) }
+        let err = rd_kafka_subscribe(handle.pointer, topics)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+            handle.destroy()
+            throw KafkaError.rdkafka(.subscribe, err, "subscribe failed", context: ["topics": configuration.topics.joined(separator: ",")])
+        }
+
+        let thread = Thread { [self] in self.runLoop() }
+        thread.name = "herald-kafka-consumer"
+        thread.start()
+    }
+
+    // MARK: Caller-facing operations
+
+    func nextBatch() async throws(KafkaError) -> [ConsumerRecord]? {
+        let maxWait = configuration.batchMaxWait
+        let n = configuration.batchSize
+        let result: BatchResult = await withCheckedContinuation { continuation in
+            let immediate: BatchResult? = state.withLock { s in
+                if let fatal = s.fatal { return .failure(fatal) }
+                if s.stopRequested || s.closed { return .success(nil) }
+                if s.buffer.count >= n { return .success(Self.take(&s.buffer, n)) }
+                if s.waiter != nil {
+                    return .failure(KafkaError(code: .consume, reason: "nextBatch called concurrently"))
+                }
+                s.waiter = Waiter(continuation: continuation, deadline: .now + maxWait)
+                return nil
+            }
+            if let immediate { continuation.resume(returning: immediate) }
+        }
+        return try result.get()
+    }
+
+    func complete<S: Sequence>(_ records: S) where S.Element == ConsumerRecord {
+        state.withLock { s in
+            guard !s.closed else { return }
+            var toStore: [TopicPartition: Int64] = [:]
+            for record in records {
+                let tp = record.topicPartition
+                guard var tracked = s.trackers[tp], tracked.epoch == record.epoch else { continue }
+                if let committable = tracked.tracker.complete(record.offset) { toStore[tp] = committable }
+                s.trackers[tp] = tracked
+            }
+            guard !toStore.isEmpty else { return }
+            // Stored under the lock so a concurrent revoke never sees a half-applied store.
+            let list = makePartitionList(toStore.map { ($0.key, $0.value) })
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            let err = rd_kafka_offsets_store(handle.pointer, list)
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                logger.debug("offset store partially failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
+            }
+        }
+    }
+
+    func countError() { errorCounter.increment() }
+
+    func setUserPaused(_ paused: Bool) { state.withLock { $0.userPaused = paused } }
+    var isUserPaused: Bool { state.withLock { $0.userPaused } }
+    var assignment: [TopicPartition] {
+        state.withLock { s in s.epochs.keys.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) } }
+    }
+    var lagSnapshot: [TopicPartition: Int64] { state.withLock { $0.lag } }
+    var outstanding: Int { state.withLock { s in s.trackers.values.reduce(0) { $0 + $1.tracker.outstanding } } }
+
+    func commit() async throws(KafkaError) {
+        let result: Result<Void, KafkaError> = await runOnPollThread { rk in
+            let err = rd_kafka_commit(rk, nil, 0)
+            if err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET { return .success(()) }
+            return .failure(KafkaError.rdkafka(.commit, err, "commit failed", context: ["group": self.configuration.groupID]))
+        }
+        try result.get()
+    }
+
+    func committed(_ partitions: [TopicPartition], timeout: Duration) async throws(KafkaError) -> [TopicPartition: Int64] {
+        let result: Result<[TopicPartition: Int64], KafkaError> = await runOnPollThread { rk in
+            let list = makePartitionList(partitions.map { ($0, nil) })
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            let err = rd_kafka_committed(rk, list, Int32(clamping: timeout.milliseconds))
+            guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+                return .failure(KafkaError.rdkafka(.commit, err, "reading committed offsets failed"))
+            }
+            var offsets: [TopicPartition: Int64] = [:]
+            for (tp, offset, _) in readPartitionList(list) { offsets[tp] = offset }
+            return .success(offsets)
+        }
+        return try result.get()
+    }
+
+    /// Runs `body` on the poll thread between polls (for blocking librdkafka calls).
+    private func runOnPollThread<T: Sendable>(_ body: @escaping @Sendable (OpaquePointer) -> Result<T, KafkaError>) async -> Result<T, KafkaError> {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, KafkaError>, Never>) in
+            let accepted = state.withLock { s -> Bool in
+                guard !s.exited, !s.closed else { return false }
+                s.commands.append { rk in
+                    guard let rk else {
+                        continuation.resume(returning: .failure(KafkaError(code: .closed, reason: "consumer is shut down")))
+                        return
+                    }
+                    continuation.resume(returning: body(rk))
+                }
+                return true
+            }
+            if !accepted {
+                continuation.resume(returning: .failure(KafkaError(code: .closed, reason: "consumer is shut down")))
+            }
+        }
+    }
+
+    func requestStop() { state.withLock { $0.stopRequested = true } }
+
+    func shutdown() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { s -> Bool in
+                s.stopRequested = true
+                if s.exited { return true }
+                s.stopWaiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    // MARK: The poll thread
+
+    private static func take(_ buffer: inout [ConsumerRecord], _ n: Int) -> [ConsumerRecord] {
+        let count = min(n, buffer.count)
+        let batch = Array(buffer.prefix(count))
+        buffer.removeFirst(count)
+        return batch
+    }
+
+    /// The poll thread's loop. Backpressure when the caller is slower than the broker:
+    /// with the prefetch buffer full the thread first just waits (librdkafka keeps its own
+    /// bounded fetch queue, and a short wait costs nothing); if the buffer stays full for
+    /// `stallPauseAfter`, it pauses the assignment so librdkafka stops fetching while the
+    /// thread keeps serving rebalances and heartbeats, and resumes once the buffer is
+    /// half empty. (Pausing purges librdkafka's fetch queue, so it is not done per batch.)
+    private func runLoop() {
+        let rk = handle.pointer
+        let stallPauseAfter: Duration = .seconds(1)
+        var nextLag = ContinuousClock.now + configuration.lagInterval
+        var fullSince: ContinuousClock.Instant?
+        var stallPaused = false
+        while true {
+            // 1. Commands, stop requests, pause/resume decisions.
+            let now = ContinuousClock.now
+            let (commands, stop, pauseChange, full) = state.withLock { s -> ([(OpaquePointer?) -> Void], Bool, Bool?, Bool) in
+                let commands = s.commands
+                s.commands = []
+                let full = s.buffer.count >= capacity
+                if full {
+                    if fullSince == nil { fullSince = now }
+                    if let since = fullSince, now - since >= stallPauseAfter { stallPaused = true }
+                } else {
+                    fullSince = nil
+                    if s.buffer.count <= capacity / 2 { stallPaused = false }
+                }
+                let wantPaused = s.userPaused || stallPaused
+                var change: Bool?
+                if wantPaused != s.pausedApplied {
+                    s.pausedApplied = wantPaused
+                    change = wantPaused
+                }
+                return (commands, s.stopRequested || s.fatal != nil, change, full)
+            }
+            commands.forEach { $0(rk) }
+            if stop { break }
+            if let pause = pauseChange { applyPause(pause, rk) }
+
+            // 2. Poll: records, errors, or callbacks (rebalance, commits, logs). After the
+            //    first record, drain what is already queued (up to a batch) without waiting,
+            //    then append it all under one lock. With a full buffer, wait instead
+            //    (unless stall-paused, when polling returns only events).
+            if full && !stallPaused {
+                usleep(1000)
+            } else {
+                pollAndBuffer(rk)
+            }
+
+            // 3. Hand a batch to a waiting caller if it is full or its time is up.
+            serveWaiter()
+
+            // 4. Lag gauges.
+            if ContinuousClock.now >= nextLag {
+                refreshLag(rk)
+                nextLag = .now + configuration.lagInterval
+            }
+        }
+        finish(rk)
+    }
+
+    /// Bumped by every rebalance callback; read and written on the poll thread only.
+    private var rebalanceGeneration: UInt64 = 0
+
+    private func pollAndBuffer(_ rk: OpaquePointer) {
+        guard let first = rd_kafka_consumer_poll(rk, pollSliceMs) else { return }
+        let (epochs, room) = state.withLock { ($0.epochs, max(1, capacity - $0.buffer.count)) }
+        // (When stall-paused the buffer may be full; a record still arriving is kept anyway.)
+        let generation = rebalanceGeneration
+        var records: [ConsumerRecord] = []
+        var next: UnsafeMutablePointer<rd_kafka_message_t>? = first
+        while let message = next {
+            if let record = convert(message, epochs: epochs) { records.append(record) }
+            rd_kafka_message_destroy(message)
+            if records.count >= min(room, configuration.batchSize) { break }
+            next = rd_kafka_consumer_poll(rk, 0)
+            if rebalanceGeneration != generation {
+                // Everything collected belonged to the assignment just revoked: it will be
+                // fetched again from the committed offsets. `next` came after the rebalance.
+                records = []
+                if let message = next { rd_kafka_message_destroy(message) }
+                break
+            }
+        }
+        guard !records.isEmpty else { return }
+        state.withLock { s in
+            for record in records {
+                let tp = record.topicPartition
+                guard s.epochs[tp] == record.epoch else { continue }  // no longer ours
+                if s.trackers[tp]?.epoch != record.epoch { s.trackers[tp] = Tracked(epoch: record.epoch) }
+                s.trackers[tp]?.tracker.delivered(record.offset)
+                s.buffer.append(record)
+            }
+        }
+    }
+
+    /// A record, or nil for errors (logged, counted; a fatal error is kept to be thrown).
+    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64]) -> ConsumerRecord? {
+        let m = message.pointee
+        let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+        guard m.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
+            errorCounter.increment()
+            if m.err == RD_KAFKA_RESP_ERR__FATAL {
+                var errbuf = [CChar](repeating: 0, count: 512)
+                let code = rd_kafka_fatal_error(handle.pointer, &errbuf, errbuf.count)
+                let error = KafkaError.rdkafka(.fatal, code, "fatal consumer error: \(cStringBuffer(errbuf))")
+                logger.error("kafka consumer fatal error", metadata: ["error": .string(error.description)])
+                state.withLock { $0.fatal = error }
+                return nil
+            }
+            let detail = m.payload.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: m.len), as: UTF8.self) } ?? ""
+            logger.warning("kafka consumer error", metadata: [
+                "code": .string(String(cString: rd_kafka_err2name(m.err))), "topic": .string(topic),
+                "partition": .stringConvertible(m.partition), "detail": .string(detail),
+            ])
+            return nil
+        }
+        guard let epoch = epochs[TopicPartition(topic: topic, partition: m.partition)] else { return nil }
+        return ConsumerRecord(copying: message, topic: topic, epoch: epoch)
+    }
+
+    private func serveWaiter() {
+        let n = configuration.batchSize
+        let ready: (CheckedContinuation<BatchResult, Never>, BatchResult)? = state.withLock { s in
+            guard let waiter = s.waiter else { return nil }
+            if let fatal = s.fatal {
+                s.waiter = nil
+                return (waiter.continuation, .failure(fatal))
+            }
+            guard s.buffer.count >= n || ContinuousClock.now >= waiter.deadline else { return nil }
+            s.waiter = nil
+            return (waiter.continuation, .success(Self.take(&s.buffer, n)))
+        }
+        if let (continuation, result) = ready { continuation.resume(returning: result) }
+    }
+
+    private func applyPause(_ pause: Bool, _ rk: OpaquePointer) {
+        var current: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        guard rd_kafka_assignment(rk, &current) == RD_KAFKA_RESP_ERR_NO_ERROR, let current else { return }
+        defer { rd_kafka_topic_partition_list_destroy(current) }
+        guard current.pointee.cnt > 0 else { return }
+        let err = pause ? rd_kafka_pause_partitions(rk, current) : rd_kafka_resume_partitions(rk, current)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("pause/resume failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
+        }
+    }
+
+    /// Called by librdkafka on the poll thread (inside `rd_kafka_consumer_poll` or
+    /// `rd_kafka_consumer_close`).
+    fileprivate func rebalance(_ rk: OpaquePointer, _ err: rd_kafka_resp_err_t,
+                               _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?) {
+        let tps = readPartitionList(partitions).map(\.0)
+        rebalanceGeneration &+= 1
+        switch err {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            let paused = state.withLock { s -> Bool in
+                let epoch = s.nextEpoch
+                s.nextEpoch += 1
+                for tp in tps {
+                    s.epochs[tp] = epoch
+                    s.trackers[tp] = nil
+                }
+                return s.pausedApplied
+            }
+            logger.info("partitions assigned", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
+            let assignErr = rd_kafka_assign(rk, partitions)
+            if assignErr != RD_KAFKA_RESP_ERR_NO_ERROR {
+                logger.error("assign failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(assignErr)))])
+            }
+            if paused, let partitions { rd_kafka_pause_partitions(rk, partitions) }
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            state.withLock { s in
+                let revoked = Set(tps)
+                for tp in tps {
+                    s.epochs[tp] = nil
+                    s.trackers[tp] = nil
+                }
+                s.buffer.removeAll { revoked.contains($0.topicPartition) }
+            }
+            // Commit what is done before giving the partitions away.
+            if rd_kafka_assignment_lost(rk) == 0 {
+                // NULL: the stored offsets of the whole (eager: revoked) assignment.
+                let commitErr = rd_kafka_commit(rk, nil, 0)
+                if commitErr != RD_KAFKA_RESP_ERR_NO_ERROR && commitErr != RD_KAFKA_RESP_ERR__NO_OFFSET {
+                    errorCounter.increment()
+                    logger.warning("commit on revoke failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(commitErr)))])
+                }
+            }
+            logger.info("partitions revoked", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
+            rd_kafka_assign(rk, nil)
+            dropLagGauges(tps)
+        default:
+            logger.error("rebalance error", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
+            state.withLock { s in
+                s.epochs = [:]
+                s.trackers = [:]
+                s.buffer = []
+            }
+            rd_kafka_assign(rk, nil)
+        }
+    }
+
+    private func refreshLag(_ rk: OpaquePointer) {
+        let assigned = state.withLock { Array($0.epochs.keys) }
+        var lag: [TopicPartition: Int64] = [:]
+        if !assigned.isEmpty {
+            let list = makePartitionList(assigned.map { ($0, nil) })
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            if rd_kafka_position(rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR {
+                for (tp, position, _) in readPartitionList(list) where position >= 0 {
+                    var low: Int64 = -1
+                    var high: Int64 = -1
+                    if rd_kafka_get_watermark_offsets(rk, tp.topic, tp.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR, high >= 0 {
+                        lag[tp] = max(0, high - position)
+                    }
+                }
+            }
+        }
+        state.withLock { $0.lag = lag }
+        let group = configuration.groupID
+        let prefix = configuration.metricsPrefix
+        lagGauges.withLock { gauges in
+            for (tp, value) in lag {
+                let gauge = gauges[tp] ?? Gauge(
+                    label: "\(prefix)_consumer_lag",
+                    dimensions: [("group", group), ("topic", tp.topic), ("partition", String(tp.partition))])
+                gauges[tp] = gauge
+                gauge.record(value)
+            }
+        }
+    }
+
+    private func dropLagGauges(_ tps: [TopicPartition]) {
+        state.withLock { s in tps.forEach { s.lag[$0] = nil } }
+        lagGauges.withLock { gauges in
+            for tp in tps { gauges.removeValue(forKey: tp)?.record(0) }
+        }
+    }
+
+    /// Final commit, leave the group, destroy the handle; then release every waiter.
+    private func finish(_ rk: OpaquePointer) {
+        let (waiter, fatal) = state.withLock { s in
+            defer { s.waiter = nil }
+            return (s.waiter, s.fatal)
+        }
+        waiter?.continuation.resume(returning: fatal.map { .failure($0) } ?? .success(nil))
+        if fatal == nil {
+            let err = rd_kafka_commit(rk, nil, 0)
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET {
+                logger.warning("final commit failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
+            }
+        }
+        // Leaves the group; runs the revoke callback (which commits once more).
+        let closeErr = rd_kafka_consumer_close(rk)
+        if closeErr != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("consumer close failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(closeErr)))])
+        }
+        let (commands, stopWaiters) = state.withLock { s in
+            s.closed = true
+            defer { s.commands = []; s.stopWaiters = [] }
+            return (s.commands, s.stopWaiters)
+        }
+        handle.destroy()
+        state.withLock { $0.exited = true }
+        commands.forEach { $0(nil) }
+        lagGauges.withLock { gauges in
+            gauges.values.forEach { $0.record(0) }
+            gauges = [:]
+        }
+        logger.info("kafka consumer closed", metadata: ["group": .string(configuration.groupID)])
+        stopWaiters.forEach { $0.resume() }
+    }
+}

@@ -1,0 +1,340 @@
+import CRdKafka
+import Foundation
+import Logging
+
+/// An idempotent Kafka producer.
+///
+/// Records are enqueued with `rd_kafka_produceva` (non-blocking) and acknowledged
+/// through librdkafka's delivery reports, which a thread of the producer's own serves;
+/// each `send` resolves when the broker acknowledged (or finally failed) every record
+/// of its batch. A batch of thousands is pipelined: librdkafka packs it into a few
+/// ProduceRequests, it is not one round trip per record.
+///
+/// Call `shutdown(timeout:)` before dropping the producer so queued records are flushed;
+/// records still queued when the last reference goes away are purged and reported failed.
+public final class KafkaProducer: Sendable {
+    private let core: ProducerCore
+    public let configuration: KafkaProducerConfiguration
+
+    public init(configuration: KafkaProducerConfiguration, logger: Logger = Logger(label: "herald.kafka.producer")) throws(KafkaError) {
+        self.configuration = configuration
+        self.core = try ProducerCore(configuration: configuration, logger: logger)
+    }
+
+    deinit { core.stop() }
+
+    /// Sends `records` and waits for the broker's answer to every one of them.
+    /// Returns one report per record, in the order given. Never throws for a record the
+    /// broker rejected (see each report's `error`); throws `KafkaError.Code.closed` if the
+    /// producer was shut down.
+    public func send(_ records: [ProducerRecord]) async throws(KafkaError) -> [DeliveryReport] {
+        if records.isEmpty { return [] }
+        let sink = BatchSink(count: records.count)
+        for (index, record) in records.enumerated() {
+            try await core.enqueue(record, sink: sink, index: index)
+        }
+        return await sink.wait()
+    }
+
+    /// Sends `records` and throws the first failure, if any record was not acknowledged.
+    public func sendAll(_ records: [ProducerRecord]) async throws(KafkaError) {
+        for report in try await send(records) {
+            try report.get()
+        }
+    }
+
+    /// Sends one record and waits for its delivery report.
+    public func send(_ record: ProducerRecord) async throws(KafkaError) -> DeliveryReport {
+        let reports = try await send([record])
+        return reports[0]
+    }
+
+    /// Fire and track: enqueues `record` without waiting; `onDelivery` runs once on the
+    /// producer's polling thread when the broker answered (keep it short, don't block).
+    /// Throws if the record cannot be enqueued (e.g. `_QUEUE_FULL`, which is retriable).
+    public func produce(_ record: ProducerRecord, onDelivery: @escaping @Sendable (DeliveryReport) -> Void) throws(KafkaError) {
+        try core.enqueueNow(record, sink: CallbackSink(onDelivery), index: 0)
+    }
+
+    /// Records enqueued and not yet acknowledged or failed.
+    public var outstanding: Int { core.outstanding }
+
+    /// Waits until every enqueued record got its delivery report, or `timeout` passed
+    /// (then throws `flushTimeout`).
+    public func flush(timeout: Duration) async throws(KafkaError) {
+        try await core.flush(timeout: timeout)
+    }
+
+    /// Flushes (up to `timeout`) and stops the producer. Later sends throw `closed`.
+    /// Records still unacknowledged at the deadline are purged and reported failed.
+    public func shutdown(timeout: Duration = .seconds(10)) async throws(KafkaError) {
+        var flushError: KafkaError?
+        do { try await core.flush(timeout: timeout) } catch { flushError = error }
+        core.stop()
+        await core.waitStopped()
+        if let flushError { throw flushError }
+    }
+}
+
+// MARK: - Delivery sinks
+
+/// Receives delivery reports; called on the producer's polling thread.
+protocol DeliverySink: AnyObject, Sendable {
+    func deliver(_ report: DeliveryReport, index: Int)
+}
+
+/// Per-message opaque handed to librdkafka: retained on enqueue, released in the
+/// delivery report callback.
+final class DeliveryToken: Sendable {
+    let sink: any DeliverySink
+    let index: Int
+    init(sink: any DeliverySink, index: Int) {
+        self.sink = sink
+        self.index = index
+    }
+}
+
+/// Collects the reports of one `send` batch and resumes the waiter when all arrived.
+final class BatchSink: DeliverySink, @unchecked Sendable {
+    // Safe: all mutable state is inside `state`, guarded by its lock.
+    private struct State {
+        var reports: [DeliveryReport?]
+        var remaining: Int
+        var waiter: CheckedContinuation<[DeliveryReport], Never>?
+    }
+    private let state: Locked<State>
+
+    init(count: Int) {
+        state = Locked(State(reports: Array(repeating: nil, count: count), remaining: count, waiter: nil))
+    }
+
+    func deliver(_ report: DeliveryReport, index: Int) {
+        let done: (CheckedContinuation<[DeliveryReport], Never>, [DeliveryReport])? = state.withLock { s in
+            guard s.reports[index] == nil else { return nil }
+            s.reports[index] = report
+            s.remaining -= 1
+            guard s.remaining == 0, let waiter = s.waiter else { return nil }
+            s.waiter = nil
+            return (waiter, s.reports.compactMap { $0 })
+        }
+        if let (waiter, reports) = done { waiter.resume(returning: reports) }
+    }
+
+    func wait() async -> [DeliveryReport] {
+        await withCheckedContinuation { continuation in
+            let ready: [DeliveryReport]? = state.withLock { s in
+                if s.remaining == 0 { return s.reports.compactMap { $0 } }
+                s.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+}
+
+final class CallbackSink: DeliverySink, Sendable {
+    private let callback: @Sendable (DeliveryReport) -> Void
+    init(_ callback: @escaping @Sendable (DeliveryReport) -> Void) { self.callback = callback }
+    func deliver(_ report: DeliveryReport, index: Int) { callback(report) }
+}
+
+// MARK: - The handle and its polling thread
+
+/// Owns the producer handle and the thread that serves its delivery reports.
+///
+/// `@unchecked Sendable`: the handle is thread-safe; the flags sit behind `lifecycle`'s
+/// lock, and every use of the handle from outside the poll thread happens while holding
+/// that lock after checking `destroyed`, so the poll thread never destroys the handle
+/// under a concurrent call.
+final class ProducerCore: @unchecked Sendable {
+    private struct Lifecycle {
+        var running = true
+        var destroyed = false
+        var stopped = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    let handle: RdKafkaHandle
+    let logger: Logger
+    private let lifecycle = Locked(Lifecycle())
+
+    init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
+        self.logger = logger
+        handle = try RdKafkaHandle(
+            type: RD_KAFKA_PRODUCER, properties: LibrdkafkaProperties.producer(configuration), logger: logger
+        ) { conf in
+            rd_kafka_conf_set_dr_msg_cb(conf) { _, message, _ in
+                guard let message, let opaque = message.pointee._private else { return }
+                let token = Unmanaged<DeliveryToken>.fromOpaque(opaque).takeRetainedValue()
+                let m = message.pointee
+                let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+                let report: DeliveryReport
+                if m.err == RD_KAFKA_RESP_ERR_NO_ERROR {
+                    report = DeliveryReport(topic: topic, partition: m.partition, offset: m.offset >= 0 ? m.offset : nil, error: nil)
+                } else {
+                    let error = KafkaError.rdkafka(
+                        .delivery, m.err, "record not acknowledged",
+                        context: ["topic": topic, "partition": String(m.partition)])
+                    report = DeliveryReport(topic: topic, partition: m.partition, offset: nil, error: error)
+                }
+                token.sink.deliver(report, index: token.index)
+            }
+        }
+        let handle = self.handle
+        let lifecycle = self.lifecycle
+        let timeout = Int32(clamping: max(1, configuration.pollInterval.milliseconds))
+        let thread = Thread {
+            while lifecycle.withLock({ $0.running }) {
+                rd_kafka_poll(handle.pointer, timeout)
+            }
+            // Anything still queued fails now (purge reports) rather than hanging its sender.
+            rd_kafka_purge(handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
+            rd_kafka_flush(handle.pointer, 1000)
+            rd_kafka_poll(handle.pointer, 0)
+            let waiters = lifecycle.withLock { s -> [CheckedContinuation<Void, Never>] in
+                s.destroyed = true
+                s.stopped = true
+                defer { s.waiters = [] }
+                return s.waiters
+            }
+            waiters.forEach { $0.resume() }
+            // Takes about a second for an idempotent producer; nobody waits for it.
+            handle.destroy()
+        }
+        thread.name = "herald-kafka-producer"
+        thread.start()
+    }
+
+    var outstanding: Int {
+        lifecycle.withLock { s in s.destroyed ? 0 : Int(rd_kafka_outq_len(handle.pointer)) }
+    }
+
+    func stop() { lifecycle.withLock { $0.running = false } }
+
+    func waitStopped() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let done = lifecycle.withLock { s -> Bool in
+                if s.stopped { return true }
+                s.waiters.append(c)
+                return false
+            }
+            if done { c.resume() }
+        }
+    }
+
+    /// Enqueues, waiting (without blocking a thread) while the local queue is full.
+    func enqueue(_ record: ProducerRecord, sink: any DeliverySink, index: Int) async throws(KafkaError) {
+        var backoff = 1
+        while true {
+            do {
+                try enqueueNow(record, sink: sink, index: index)
+                return
+            } catch where error.librdkafkaCode == RD_KAFKA_RESP_ERR__QUEUE_FULL.rawValue {
+                try? await Task.sleep(for: .milliseconds(backoff))
+                backoff = min(backoff * 2, 50)
+            } catch where error.code == .closed || error.code == .fatal {
+                throw error
+            } catch {
+                // Rejected locally (e.g. too large, unknown partition): report it as this record's failure.
+                sink.deliver(DeliveryReport(topic: record.topic, partition: record.partition ?? -1, offset: nil, error: error), index: index)
+                return
+            }
+        }
+    }
+
+    /// One `rd_kafka_produceva` call. The value is handed over with `RD_KAFKA_MSG_F_FREE`
+    /// (one copy); key and headers are copied by librdkafka.
+    func enqueueNow(_ record: ProducerRecord, sink: any DeliverySink, index: Int) throws(KafkaError) {
+        var transient: [UnsafeMutableRawPointer] = []
+        defer { transient.forEach { free($0) } }
+        func copy(_ bytes: [UInt8]) -> UnsafeMutableRawPointer? {
+            guard let p = malloc(max(1, bytes.count)) else { return nil }
+            bytes.withUnsafeBytes { if let base = $0.baseAddress { p.copyMemory(from: base, byteCount: bytes.count) } }
+            return p
+        }
+        func cString(_ s: String) -> UnsafePointer<CChar>? {
+            guard let p = strdup(s) else { return nil }
+            transient.append(UnsafeMutableRawPointer(p))
+            return UnsafePointer(p)
+        }
+
+        var vus: [rd_kafka_vu_t] = []
+        vus.reserveCapacity(6 + record.headers.count)
+        var vu = rd_kafka_vu_t()
+        vu.vtype = RD_KAFKA_VTYPE_TOPIC
+        vu.u.cstr = cString(record.topic)
+        vus.append(vu)
+        if let partition = record.partition {
+            vu = rd_kafka_vu_t()
+            vu.vtype = RD_KAFKA_VTYPE_PARTITION
+            vu.u.i32 = partition
+            vus.append(vu)
+        }
+        var payload: UnsafeMutableRawPointer?
+        if let value = record.value {
+            payload = copy(value)
+            guard payload != nil else { throw KafkaError(code: .produce, reason: "out of memory copying value") }
+            vu = rd_kafka_vu_t()
+            vu.vtype = RD_KAFKA_VTYPE_VALUE
+            vu.u.mem.ptr = payload
+            vu.u.mem.size = value.count
+            vus.append(vu)
+        }
+        if let key = record.key, let keyCopy = copy(key) {
+            transient.append(keyCopy)
+            vu = rd_kafka_vu_t()
+            vu.vtype = RD_KAFKA_VTYPE_KEY
+            vu.u.mem.ptr = keyCopy
+            vu.u.mem.size = key.count
+            vus.append(vu)
+        }
+        for header in record.headers {
+            vu = rd_kafka_vu_t()
+            vu.vtype = RD_KAFKA_VTYPE_HEADER
+            vu.u.header.name = cString(header.key)
+            if let value = header.value, let valueCopy = copy(value) {
+                transient.append(valueCopy)
+                vu.u.header.val = UnsafeRawPointer(valueCopy)
+                vu.u.header.size = value.count
+            } else {
+                vu.u.header.val = nil
+                vu.u.header.size = 0
+            }
+            vus.append(vu)
+        }
+        vu = rd_kafka_vu_t()
+        vu.vtype = RD_KAFKA_VTYPE_MSGFLAGS
+        vu.u.i = RD_KAFKA_MSG_F_FREE
+        vus.append(vu)
+        let token = Unmanaged.passRetained(DeliveryToken(sink: sink, index: index))
+        vu = rd_kafka_vu_t()
+        vu.vtype = RD_KAFKA_VTYPE_OPAQUE
+        vu.u.ptr = token.toOpaque()
+        vus.append(vu)
+
+        let enqueued: Result<Void, KafkaError> = lifecycle.withLock { s in
+            guard s.running, !s.destroyed else {
+                return .failure(KafkaError(code: .closed, reason: "producer is shut down", context: ["topic": record.topic]))
+            }
+            guard let error = rd_kafka_produceva(handle.pointer, vus, vus.count) else { return .success(()) }
+            return .failure(KafkaError.consuming(.produce, error, "enqueue failed", context: ["topic": record.topic]))
+        }
+        if case .failure(let error) = enqueued {
+            token.release()
+            if let payload { free(payload) }  // not taken over on failure
+            throw error
+        }
+    }
+
+    func flush(timeout: Duration) async throws(KafkaError) {
+        let deadline = ContinuousClock.now + timeout
+        while case let pending = outstanding, pending > 0 {
+            if ContinuousClock.now >= deadline {
+                throw KafkaError(
+                    code: .flushTimeout, reason: "records still unacknowledged after \(timeout)",
+                    context: ["outstanding": String(pending)])
+            }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+    }
+}

@@ -1,0 +1,66 @@
+/// Tracks, for one partition, which delivered records the caller has completed and
+/// the low-water mark up to which offsets may be committed.
+///
+/// Records are delivered in increasing offset order (offsets may have gaps, e.g. on
+/// compacted topics or around transaction markers), but completions arrive in any
+/// order. The committable offset is the offset of the oldest delivered record that is
+/// not complete yet, or one past the newest delivered record when all are complete:
+/// Kafka's committed offset means "the next record to read".
+public struct PartitionOffsetTracker: Sendable, Hashable {
+    /// Delivered, not yet retired offsets in increasing order, with their completion flag.
+    private var offsets: [Int64] = []
+    private var done: [Bool] = []
+    private var head = 0
+    /// The offset that may be stored (committed); `nil` until a record was retired.
+    public private(set) var committable: Int64?
+
+    public init() {}
+
+    /// Records delivered but not yet retired (pending or completed out of order).
+    public var outstanding: Int { offsets.count - head }
+
+    /// Registers a delivered record. Offsets at or below the last delivered one are
+    /// ignored (a redelivery within the same assignment does not happen in librdkafka).
+    public mutating func delivered(_ offset: Int64) {
+        if let last = offsets.last, head < offsets.count, offset <= last { return }
+        if head == offsets.count, let committable, offset < committable { return }
+        offsets.append(offset)
+        done.append(false)
+    }
+
+    /// Marks a delivered record complete. Returns the new committable offset when it
+    /// advanced, `nil` otherwise (also for offsets never delivered or already retired).
+    @discardableResult
+    public mutating func complete(_ offset: Int64) -> Int64? {
+        guard let index = find(offset), !done[index] else { return nil }
+        done[index] = true
+        guard index == head else { return nil }
+        var retired = offset
+        while head < offsets.count, done[head] {
+            retired = offsets[head]
+            head += 1
+        }
+        // The next committable offset is the oldest still pending, or one past the last retired.
+        committable = head < offsets.count ? offsets[head] : retired + 1
+        compactIfNeeded()
+        return committable
+    }
+
+    private func find(_ offset: Int64) -> Int? {
+        var low = head
+        var high = offsets.count - 1
+        while low <= high {
+            let mid = (low + high) / 2
+            if offsets[mid] == offset { return mid }
+            if offsets[mid] < offset { low = mid + 1 } else { high = mid - 1 }
+        }
+        return nil
+    }
+
+    private mutating func compactIfNeeded() {
+        guard head > 1024, head * 2 > offsets.count else { return }
+        offsets.removeFirst(head)
+        done.removeFirst(head)
+        head = 0
+    }
+}

@@ -1,1 +1,0 @@
-// HeraldRedis module: see Package.swift for its place in the layout.

@@ -1,0 +1,425 @@
+import CHiredis
+import Foundation
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One Redis connection over hiredis.
+///
+/// Every hiredis call (connect, write, read: all blocking) runs on the connection's own thread, never on Swift's
+/// cooperative pool; callers `await` and get the answer through a continuation. Calls are served one at a time
+/// in the order they were made.
+///
+/// Pipelining: `pipeline(_:)` appends the whole batch with `redisAppendCommandArgv` and then reads the replies
+/// with `redisGetReply`; hiredis writes the full batch before reading the first reply, so a batch of any size
+/// costs one round trip.
+///
+/// Broken connections: an I/O error, EOF, protocol error or timeout drops the hiredis context and fails the
+/// current call with a retryable `RedisError` (`isRetryable == true`). The next call reconnects (at once the
+/// first time, then with exponential backoff while reconnects keep failing). Callers retry the batch; the
+/// adapter never retries on its own, because it cannot know which commands of a broken batch the server ran.
+public final class RedisConnection: Sendable {
+    private let worker: Worker
+    public let configuration: RedisConfiguration
+
+    /// Creates the connection and its thread. Nothing is opened until the first call (or `connect()`).
+    public init(configuration: RedisConfiguration, logger: Logger = Logger(label: "herald.redis")) {
+        Self.ignoreSigpipe
+        self.configuration = configuration
+        self.worker = Worker(session: HiredisSession(configuration: configuration, logger: logger))
+    }
+
+    deinit {
+        worker.stop()
+    }
+
+    /// Opens the connection now (otherwise the first command does). Throws `connectFailed` (retryable).
+    public func connect() async throws {
+        try await worker.submit { session in try session.ensureConnected() }
+    }
+
+    /// Sends one command (`redisCommandArgv`) and returns its reply. An error reply is returned as
+    /// `.error`, not thrown; use `RedisValue.orThrow()` when an error reply should be an error.
+    public func send(_ command: RedisCommand) async throws -> RedisValue {
+        try await worker.submit { session in try session.command(command) }
+    }
+
+    /// `send(RedisCommand(name, arguments...))`.
+    public func send(_ name: String, _ arguments: any RedisArgument...) async throws -> RedisValue {
+        try await send(RedisCommand(name, arguments))
+    }
+
+    /// Sends the whole batch in one round trip and returns one reply per command, in order.
+    /// Error replies of single commands are `.error` values in the result.
+    public func pipeline(_ commands: [RedisCommand]) async throws -> [RedisValue] {
+        if commands.isEmpty { return [] }
+        return try await worker.submit { session in try session.pipeline(commands) }
+    }
+
+    /// Fails every queued call with `RedisError.Code.closed`, closes the socket and ends the thread.
+    public func close() {
+        worker.stop()
+    }
+
+    /// True while a hiredis context is open (for readiness checks; it does not ping).
+    public var isConnected: Bool { worker.connectedFlag }
+
+    /// A readiness probe: `PING` answered with `PONG`.
+    public func ping() async -> Bool {
+        (try? await send(RedisCommand("PING")))?.text == "PONG"
+    }
+
+    /// hiredis writes with write(2); a write to a socket the server reset would raise SIGPIPE and kill the process.
+    /// Ignoring SIGPIPE turns that into EPIPE, which becomes a retryable `connectionBroken`.
+    private static let ignoreSigpipe: Void = {
+        signal(SIGPIPE, SIG_IGN)
+    }()
+}
+
+// MARK: - The thread that owns the hiredis context
+
+/// A serial job queue served by one dedicated thread.
+///
+/// `@unchecked Sendable`: `jobs`, `stopped` and `connected` are only read or written while holding `condition`;
+/// `session` (and with it the hiredis context) is touched only by the worker thread, inside jobs.
+private final class Worker: @unchecked Sendable {
+    typealias Job = (HiredisSession?) -> Void
+
+    private let condition = NSCondition()
+    private var jobs: [Job] = []
+    private var head = 0
+    private var stopped = false
+    private var connected = false
+    private var thread: Thread?
+
+    init(session: HiredisSession) {
+        let thread = Thread { [self] in self.run(session) }
+        thread.name = "herald-redis"
+        self.thread = thread
+        thread.start()
+    }
+
+    var connectedFlag: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return connected
+    }
+
+    func submit<T: Sendable>(_ body: @escaping @Sendable (HiredisSession) throws -> T) async throws -> T {
+        let result: Result<T, RedisError> = await withCheckedContinuation { continuation in
+            let job: Job = { session in
+                guard let session else {
+                    continuation.resume(returning: .failure(RedisError(.closed, "the Redis connection was closed")))
+                    return
+                }
+                let result: Result<T, RedisError>
+                do {
+                    result = .success(try body(session))
+                } catch let error as RedisError {
+                    result = .failure(error)
+                } catch {
+                    result = .failure(RedisError(.unexpectedReply, "\(error)"))
+                }
+                continuation.resume(returning: result)
+            }
+            condition.lock()
+            if stopped {
+                condition.unlock()
+                job(nil)
+                return
+            }
+            jobs.append(job)
+            condition.signal()
+            condition.unlock()
+        }
+        return try result.get()
+    }
+
+    func stop() {
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    private func run(_ session: HiredisSession) {
+        while true {
+            condition.lock()
+            while head == jobs.count && !stopped {
+                condition.wait()
+            }
+            if head == jobs.count && stopped {
+                condition.unlock()
+                break
+            }
+            let job = jobs[head]
+            head += 1
+            if head > 64 && head * 2 > jobs.count {
+                jobs.removeFirst(head)
+                head = 0
+            }
+            let isStopped = stopped
+            condition.unlock()
+
+            job(isStopped ? nil : session)
+
+            condition.lock()
+            connected = session.isConnected
+            condition.unlock()
+        }
+        session.disconnect()
+        condition.lock()
+        connected = false
+        condition.unlock()
+    }
+}
+
+// MARK: - The hiredis context
+
+/// Owns one `redisContext` and the reconnect state.
+///
+/// `@unchecked Sendable`: it is handed to the worker thread once and used only there (inside jobs, one at a time),
+/// so no two threads ever touch the context.
+private final class HiredisSession: @unchecked Sendable {
+    private let configuration: RedisConfiguration
+    private let logger: Logger
+    private var context: UnsafeMutablePointer<redisContext>?
+    private var failedAttempts = 0
+    private var notBefore: ContinuousClock.Instant?
+    private var hasConnectedBefore = false
+
+    init(configuration: RedisConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    deinit {
+        disconnect()
+    }
+
+    var isConnected: Bool { context != nil }
+
+    func disconnect() {
+        if let context {
+            redisFree(context)
+            self.context = nil
+        }
+    }
+
+    func ensureConnected() throws {
+        if context != nil { return }
+        if let notBefore {
+            let now = ContinuousClock.now
+            if now < notBefore {
+                Thread.sleep(forTimeInterval: Self.seconds(notBefore - now))
+            }
+        }
+        do {
+            try openContext()
+            if hasConnectedBefore {
+                logger.info("redis reconnected", metadata: ["redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)"])
+            }
+            hasConnectedBefore = true
+            failedAttempts = 0
+            notBefore = nil
+        } catch let error as RedisError {
+            failedAttempts += 1
+            let delay = backoff(afterFailures: failedAttempts)
+            notBefore = ContinuousClock.now + delay
+            logger.warning("redis connect failed", metadata: [
+                "redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)",
+                "error": "\(error.message)", "retry_in_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)",
+            ])
+            throw error
+        } catch {
+            throw RedisError(.connectFailed, "\(error)")
+        }
+    }
+
+    private func backoff(afterFailures failures: Int) -> Duration {
+        let exponent = min(failures - 1, 20)
+        let base = configuration.initialBackoff * (1 << exponent)
+        let capped = min(base, configuration.maximumBackoff)
+        // Full jitter on the upper half, so a fleet of workers does not reconnect in lockstep.
+        let jitter = Double.random(in: 0.5...1.0)
+        return capped * jitter
+    }
+
+    private func openContext() throws {
+        guard let newContext = redisConnectWithTimeout(configuration.host, Int32(configuration.port), Self.timeval(configuration.connectTimeout)) else {
+            throw RedisError(.connectFailed, "hiredis could not allocate a context")
+        }
+        if newContext.pointee.err != 0 {
+            let message = Self.errorString(newContext)
+            redisFree(newContext)
+            throw RedisError(.connectFailed, "\(configuration.host):\(configuration.port): \(message)")
+        }
+        if redisSetTimeout(newContext, Self.timeval(configuration.commandTimeout)) != REDIS_OK {
+            let message = Self.errorString(newContext)
+            redisFree(newContext)
+            throw RedisError(.connectFailed, "setting the command timeout failed: \(message)")
+        }
+        context = newContext
+        do {
+            if let password = configuration.password {
+                let reply = try command(RedisCommand("AUTH", password))
+                if case .error(let message) = reply {
+                    throw RedisError(.connectFailed, "AUTH refused: \(message)")
+                }
+            }
+            if configuration.database != 0 {
+                let reply = try command(RedisCommand("SELECT", configuration.database))
+                if case .error(let message) = reply {
+                    throw RedisError(.connectFailed, "SELECT \(configuration.database) refused: \(message)")
+                }
+            }
+        } catch let error as RedisError {
+            disconnect()
+            throw RedisError(.connectFailed, error.message)
+        } catch {
+            disconnect()
+            throw RedisError(.connectFailed, "\(error)")
+        }
+    }
+
+    /// One command through `redisCommandArgv`.
+    func command(_ command: RedisCommand) throws -> RedisValue {
+        try ensureConnected()
+        guard let context else { throw RedisError(.connectFailed, "no connection") }
+        let raw = Self.withArgv(command) { argc, argv, lengths in
+            redisCommandArgv(context, argc, argv, lengths)
+        }
+        guard let raw else {
+            throw brokenConnection()
+        }
+        let reply = raw.assumingMemoryBound(to: redisReply.self)
+        defer { freeReplyObject(raw) }
+        return Self.decode(reply)
+    }
+
+    /// The whole batch: append every command, then read one reply per command.
+    func pipeline(_ commands: [RedisCommand]) throws -> [RedisValue] {
+        try ensureConnected()
+        guard let context else { throw RedisError(.connectFailed, "no connection") }
+        for command in commands {
+            let status = Self.withArgv(command) { argc, argv, lengths in
+                redisAppendCommandArgv(context, argc, argv, lengths)
+            }
+            if status != REDIS_OK {
+                throw brokenConnection()
+            }
+        }
+        var replies: [RedisValue] = []
+        replies.reserveCapacity(commands.count)
+        for _ in commands {
+            var raw: UnsafeMutableRawPointer?
+            if redisGetReply(context, &raw) != REDIS_OK || raw == nil {
+                throw brokenConnection()
+            }
+            guard let raw else { throw brokenConnection() }
+            replies.append(Self.decode(raw.assumingMemoryBound(to: redisReply.self)))
+            freeReplyObject(raw)
+        }
+        return replies
+    }
+
+    /// Classifies the context's error, drops the context (its state is unknown now) and returns the error.
+    private func brokenConnection() -> RedisError {
+        guard let context else { return RedisError(.connectionBroken, "no connection") }
+        let code = context.pointee.err
+        let savedErrno = errno
+        let message = Self.errorString(context)
+        disconnect()
+        let error: RedisError
+        switch code {
+        case REDIS_ERR_IO where savedErrno == EAGAIN || savedErrno == EWOULDBLOCK:
+            error = RedisError(.timeout, "no answer within \(configuration.commandTimeout): \(message)")
+        case REDIS_ERR_PROTOCOL:
+            error = RedisError(.protocolError, message)
+        default:
+            error = RedisError(.connectionBroken, message.isEmpty ? "connection lost" : message)
+        }
+        logger.warning("redis connection dropped", metadata: ["error": "\(error.code.rawValue): \(error.message)"])
+        return error
+    }
+
+    // MARK: Helpers
+
+    private static func withArgv<R>(
+        _ command: RedisCommand,
+        _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> R
+    ) -> R {
+        // One contiguous buffer for all arguments; hiredis copies the bytes into its output buffer during the call.
+        var buffer = [UInt8]()
+        buffer.reserveCapacity(command.arguments.reduce(0) { $0 + $1.count })
+        var offsets: [Int] = []
+        var lengths: [Int] = []
+        for argument in command.arguments {
+            offsets.append(buffer.count)
+            lengths.append(argument.count)
+            buffer.append(contentsOf: argument)
+        }
+        buffer.append(0) // never an empty buffer, so the base address is never nil
+        return buffer.withUnsafeBufferPointer { bytes in
+            let base = UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self)
+            var argv: [UnsafePointer<CChar>?] = offsets.map { base + $0 }
+            return argv.withUnsafeMutableBufferPointer { argvPointer in
+                lengths.withUnsafeBufferPointer { lengthPointer in
+                    body(Int32(command.arguments.count), argvPointer.baseAddress!, lengthPointer.baseAddress!)
+                }
+            }
+        }
+    }
+
+    static func decode(_ reply: UnsafeMutablePointer<redisReply>) -> RedisValue {
+        let value = reply.pointee
+        switch value.type {
+        case REDIS_REPLY_STRING:
+            guard let str = value.str else { return .string(Data()) }
+            return .string(Data(bytes: str, count: value.len))
+        case REDIS_REPLY_INTEGER:
+            return .integer(Int64(value.integer))
+        case REDIS_REPLY_NIL:
+            return .null
+        case REDIS_REPLY_STATUS:
+            guard let str = value.str else { return .status("") }
+            return .status(String(decoding: UnsafeRawBufferPointer(start: str, count: value.len), as: UTF8.self))
+        case REDIS_REPLY_ERROR:
+            guard let str = value.str else { return .error("") }
+            return .error(String(decoding: UnsafeRawBufferPointer(start: str, count: value.len), as: UTF8.self))
+        case REDIS_REPLY_ARRAY:
+            guard let elements = value.element else { return .array([]) }
+            var values: [RedisValue] = []
+            values.reserveCapacity(value.elements)
+            for index in 0..<value.elements {
+                if let element = elements[index] {
+                    values.append(decode(element))
+                } else {
+                    values.append(.null)
+                }
+            }
+            return .array(values)
+        default:
+            return .error("unknown hiredis reply type \(value.type)")
+        }
+    }
+
+    private static func errorString(_ context: UnsafeMutablePointer<redisContext>) -> String {
+        withUnsafeBytes(of: &context.pointee.errstr) { raw in
+            let bytes = raw.prefix { $0 != 0 }
+            return String(decoding: bytes, as: UTF8.self)
+        }
+    }
+
+    private static func timeval(_ duration: Duration) -> timeval {
+        let (seconds, attoseconds) = duration.components
+        return Glibc.timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
+    }
+
+    static func seconds(_ duration: Duration) -> TimeInterval {
+        let (seconds, attoseconds) = duration.components
+        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,31 @@
+/// The Redis key layout of SPEC section 2, built in one place (documented in docs/redis-keys.md).
+///
+/// Every key starts with `herald:<app>:`. The user id or conversation id sits in a Redis Cluster hash tag
+/// (`{...}`) so that all keys of one user (or one conversation) land in the same slot: the atomic scripts
+/// (register with eviction, dead-token removal) touch a user's devices and presence together.
+///
+/// | key | type | content |
+/// | --- | --- | --- |
+/// | `herald:<app>:user:{<user>}:devices` | hash | device token -> device JSON (`token`, `kind`, `environment`, `bundle_id`, `registered_at`) |
+/// | `herald:<app>:user:{<user>}:presence` | sorted set | online device token -> expiry (ms since epoch) |
+/// | `herald:<app>:user:{<user>}:prefs` | string | preferences JSON (SPEC 7 field names) |
+/// | `herald:<app>:user:{<user>}:unread` | hash | `total` -> count, `c:<conversation>` -> count |
+/// | `herald:<app>:conv:{<conversation>}:members` | set | user ids |
+/// | `herald:<app>:delivered:<event>:<token>` | string | `1`, with a TTL (SET NX PX) |
+public enum RedisKeys {
+    public static let prefix = "herald"
+
+    public static func devices(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:devices" }
+    public static func presence(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:presence" }
+    public static func preferences(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:prefs" }
+    public static func unread(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:unread" }
+    public static func members(app: String, conversation: String) -> String { "\(prefix):\(app):conv:{\(conversation)}:members" }
+    public static func delivered(app: String, eventId: String, token: String) -> String {
+        "\(prefix):\(app):delivered:\(eventId):\(token)"
+    }
+
+    /// Field of the unread hash holding the total.
+    public static let unreadTotalField = "total"
+    /// Field of the unread hash holding one conversation's count.
+    public static func unreadField(conversation: String) -> String { "c:\(conversation)" }
+}

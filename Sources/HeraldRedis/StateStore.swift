@@ -1,0 +1,435 @@
+import Foundation
+import HeraldCore
+import Logging
+
+/// Herald's per-app user state in Redis, in the key layout of `RedisKeys` (docs/redis-keys.md).
+///
+/// Reads for a batch of recipients are one pipelined round trip (`loadUsers`). Writes that must not interleave
+/// with others (register with eviction, dead-token removal) run as Lua scripts, which Redis runs atomically;
+/// multi-key replacements run inside MULTI/EXEC. Every method throws `RedisError`; when `isRetryable` is true
+/// the connection broke and the caller retries (all writes here are idempotent).
+///
+/// Timestamps are milliseconds since the epoch and are always passed in (`now`), never read from a clock.
+public final class StateStore: Sendable {
+    public let connection: RedisConnection
+    private let logger: Logger
+
+    public init(connection: RedisConnection, logger: Logger = Logger(label: "herald.redis.state")) {
+        self.connection = connection
+        self.logger = logger
+    }
+
+    // MARK: Reads
+
+    /// Loads devices, online devices (presence entries not expired at `now`), preferences and unread counts for
+    /// every user in one pipelined round trip (4 commands per user). With a `conversation`, the unread counts hold
+    /// the total and that conversation only; without one, every conversation's count.
+    ///
+    /// Users with nothing stored get an empty `UserState` (no devices). Devices come oldest first (by
+    /// `registered_at`, then token); online tokens in device order. A stored device entry that is not valid JSON
+    /// is skipped with a warning; stored preferences that are not valid JSON fall back to the defaults with a
+    /// warning (neither can crash a stage).
+    public func loadUsers(app: String, users: [String], conversation: String?, now: Int64) async throws -> [String: UserState] {
+        var unique: [String] = []
+        var seen = Set<String>()
+        for user in users where seen.insert(user).inserted { unique.append(user) }
+        if unique.isEmpty { return [:] }
+
+        var commands: [RedisCommand] = []
+        commands.reserveCapacity(unique.count * 4)
+        for user in unique {
+            commands.append(RedisCommand("HGETALL", RedisKeys.devices(app: app, user: user)))
+            commands.append(RedisCommand("ZRANGEBYSCORE", RedisKeys.presence(app: app, user: user), "(\(now)", "+inf"))
+            commands.append(RedisCommand("GET", RedisKeys.preferences(app: app, user: user)))
+            if let conversation {
+                commands.append(RedisCommand("HMGET", RedisKeys.unread(app: app, user: user),
+                                             RedisKeys.unreadTotalField, RedisKeys.unreadField(conversation: conversation)))
+            } else {
+                commands.append(RedisCommand("HGETALL", RedisKeys.unread(app: app, user: user)))
+            }
+        }
+        let replies = try await connection.pipeline(commands)
+        guard replies.count == commands.count else {
+            throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
+        }
+
+        var result: [String: UserState] = [:]
+        for (index, user) in unique.enumerated() {
+            let base = index * 4
+            let devices = try decodeDevices(replies[base], user: user)
+            let onlineSet = Set(try Self.strings(replies[base + 1].orThrow("ZRANGEBYSCORE")))
+            let registered = devices.map(\.token)
+            let online = registered.filter { onlineSet.contains($0) } + onlineSet.subtracting(registered).sorted()
+            let preferences = try decodePreferences(replies[base + 2].orThrow("GET"), user: user)
+            let unread: Unread
+            if let conversation {
+                let values = try Self.array(replies[base + 3].orThrow("HMGET"))
+                var counts: [String: Int] = [:]
+                if values.count > 1, let count = values[1].int { counts[conversation] = Int(count) }
+                unread = Unread(total: values.first?.int.map { Int($0) } ?? 0, conversations: counts)
+            } else {
+                unread = try Self.decodeUnread(replies[base + 3].orThrow("HGETALL"))
+            }
+            result[user] = UserState(devices: devices, online: online, preferences: preferences, unread: unread)
+        }
+        return result
+    }
+
+    /// One user's state (all unread conversations); `loadUsers` for a batch.
+    public func loadUser(app: String, user: String, now: Int64) async throws -> UserState {
+        try await loadUsers(app: app, users: [user], conversation: nil, now: now)[user] ?? UserState()
+    }
+
+    /// The conversation's members, sorted (a set in Redis).
+    public func members(app: String, conversation: String) async throws -> [String] {
+        let reply = try await connection.send(RedisCommand("SMEMBERS", RedisKeys.members(app: app, conversation: conversation))).orThrow("SMEMBERS")
+        return try Self.strings(reply).sorted()
+    }
+
+    // MARK: Devices
+
+    /// Registers a device or, when its token is already registered, replaces the stored entry. When the user
+    /// then holds more than `Device.maxPerUser` (20) devices, the oldest by `registered_at` are removed (ties: the
+    /// device being registered counts as newest, then by token) together with their presence entries. Atomic
+    /// (one Lua script). Returns the evicted tokens.
+    @discardableResult
+    public func registerDevice(app: String, user: String, device: Device) async throws -> [String] {
+        let json = try Self.encode(device)
+        let reply = try await connection.send(RedisCommand("EVAL", Scripts.register, 2,
+            RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
+            device.token, json, Device.maxPerUser)).orThrow("EVAL register")
+        return try Self.strings(reply)
+    }
+
+    /// Removes one device and its presence entry. Returns whether it was registered.
+    @discardableResult
+    public func unregisterDevice(app: String, user: String, token: String) async throws -> Bool {
+        let replies = try await connection.pipeline([
+            RedisCommand("MULTI"),
+            RedisCommand("HDEL", RedisKeys.devices(app: app, user: user), token),
+            RedisCommand("ZREM", RedisKeys.presence(app: app, user: user), token),
+            RedisCommand("EXEC"),
+        ])
+        let exec = try Self.execResults(replies)
+        return (exec.first?.int ?? 0) > 0
+    }
+
+    /// Removes every device of the user and the user's presence. Returns how many devices were registered.
+    @discardableResult
+    public func unregisterAll(app: String, user: String) async throws -> Int {
+        let replies = try await connection.pipeline([
+            RedisCommand("MULTI"),
+            RedisCommand("HLEN", RedisKeys.devices(app: app, user: user)),
+            RedisCommand("DEL", RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user)),
+            RedisCommand("EXEC"),
+        ])
+        let exec = try Self.execResults(replies)
+        return Int(exec.first?.int ?? 0)
+    }
+
+    /// What `removeDeadToken` did.
+    public enum DeadTokenOutcome: String, Sendable, Hashable {
+        /// The token was registered at or before the dead-since time and has been removed.
+        case removed
+        /// The token was registered again after the dead-since time: kept.
+        case keptReregistered = "kept_reregistered"
+        /// The token was not registered (already removed).
+        case notRegistered = "not_registered"
+    }
+
+    /// Removes a token APNs reported dead (410 / BadDeviceToken / DeviceTokenNotForTopic) unless the device was
+    /// registered again after `deadSince` (its `registered_at` is later): atomic, so a registration racing with
+    /// the removal either happens before (and wins, if newer) or after (and re-adds the device).
+    @discardableResult
+    public func removeDeadToken(app: String, user: String, token: String, deadSince: Int64) async throws -> DeadTokenOutcome {
+        let reply = try await connection.send(RedisCommand("EVAL", Scripts.removeDead, 2,
+            RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
+            token, deadSince)).orThrow("EVAL removeDead")
+        switch reply.int {
+        case 1: return .removed
+        case -1: return .keptReregistered
+        case 0: return .notRegistered
+        default: throw RedisError(.unexpectedReply, "dead-token script answered \(reply)")
+        }
+    }
+
+    // MARK: Preferences, presence, unread, members
+
+    /// Replaces the user's preferences.
+    public func setPreferences(app: String, user: String, preferences: Preferences) async throws {
+        let json = try Self.encode(preferences)
+        try await connection.send(RedisCommand("SET", RedisKeys.preferences(app: app, user: user), json)).orThrow("SET")
+    }
+
+    /// Replaces the set of online devices: each token in `online` is online until `now + ttl` (milliseconds);
+    /// every other device is offline. The chat server refreshes presence before the TTL passes; when it stops,
+    /// the entries expire: reads filter the entries by the injected `now`, and the key itself gets a relative TTL
+    /// of `ttl` on Redis's own clock so an abandoned user's presence also disappears from memory.
+    public func setPresence(app: String, user: String, online: [String], ttlMilliseconds: Int64, now: Int64) async throws {
+        let key = RedisKeys.presence(app: app, user: user)
+        var commands = [RedisCommand("MULTI"), RedisCommand("DEL", key)]
+        if !online.isEmpty {
+            let expiry = now + ttlMilliseconds
+            var arguments: [any RedisArgument] = [key]
+            for token in online { arguments.append(expiry); arguments.append(token) }
+            commands.append(RedisCommand("ZADD", arguments))
+            commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds))
+        }
+        commands.append(RedisCommand("EXEC"))
+        _ = try Self.execResults(try await connection.pipeline(commands))
+    }
+
+    /// Marks one device online until `now + ttl` or offline, leaving the user's other devices as they are.
+    public func setDevicePresence(app: String, user: String, token: String, online: Bool, ttlMilliseconds: Int64, now: Int64) async throws {
+        let key = RedisKeys.presence(app: app, user: user)
+        var commands = [RedisCommand("MULTI"), RedisCommand("ZREMRANGEBYSCORE", key, "-inf", now)]
+        if online {
+            let expiry = now + ttlMilliseconds
+            commands.append(RedisCommand("ZADD", key, expiry, token))
+            commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds, "GT"))
+            commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds, "NX"))
+        } else {
+            commands.append(RedisCommand("ZREM", key, token))
+        }
+        commands.append(RedisCommand("EXEC"))
+        _ = try Self.execResults(try await connection.pipeline(commands))
+    }
+
+    /// Replaces the user's unread counts (total and per conversation).
+    public func setUnread(app: String, user: String, unread: Unread) async throws {
+        let key = RedisKeys.unread(app: app, user: user)
+        var arguments: [any RedisArgument] = [key, RedisKeys.unreadTotalField, unread.total]
+        for (conversation, count) in unread.conversations.sorted(by: { $0.key < $1.key }) {
+            arguments.append(RedisKeys.unreadField(conversation: conversation))
+            arguments.append(count)
+        }
+        _ = try Self.execResults(try await connection.pipeline([
+            RedisCommand("MULTI"), RedisCommand("DEL", key), RedisCommand("HSET", arguments), RedisCommand("EXEC"),
+        ]))
+    }
+
+    /// Replaces the conversation's members.
+    public func setMembers(app: String, conversation: String, members: [String]) async throws {
+        let key = RedisKeys.members(app: app, conversation: conversation)
+        var commands = [RedisCommand("MULTI"), RedisCommand("DEL", key)]
+        if !members.isEmpty { commands.append(RedisCommand("SADD", [key] + members)) }
+        commands.append(RedisCommand("EXEC"))
+        _ = try Self.execResults(try await connection.pipeline(commands))
+    }
+
+    /// Writes a whole state fixture (SPEC 7) in one pipelined round trip: every listed user's devices, presence,
+    /// preferences and unread counts, and every listed conversation's members, are replaced (users and
+    /// conversations not listed are left alone). Online entries get `presenceTTLMilliseconds` from `now`. A user
+    /// with more than 20 devices keeps the 20 newest, as registering them one by one would.
+    public func loadFixture(app: String, fixture: StateFixture, presenceTTLMilliseconds: Int64, now: Int64) async throws {
+        var commands: [RedisCommand] = [RedisCommand("MULTI")]
+        for (user, declared) in fixture.users.sorted(by: { $0.key < $1.key }) {
+            var state = UserState(online: declared.online, preferences: declared.preferences, unread: declared.unread)
+            for device in declared.devices { state.register(device) }
+            let devicesKey = RedisKeys.devices(app: app, user: user)
+            let presenceKey = RedisKeys.presence(app: app, user: user)
+            let unreadKey = RedisKeys.unread(app: app, user: user)
+            commands.append(RedisCommand("DEL", devicesKey, presenceKey, unreadKey, RedisKeys.preferences(app: app, user: user)))
+            if !state.devices.isEmpty {
+                var arguments: [any RedisArgument] = [devicesKey]
+                for device in state.devices { arguments.append(device.token); arguments.append(try Self.encode(device)) }
+                commands.append(RedisCommand("HSET", arguments))
+            }
+            if !state.online.isEmpty {
+                let expiry = now + presenceTTLMilliseconds
+                var arguments: [any RedisArgument] = [presenceKey]
+                for token in state.online { arguments.append(expiry); arguments.append(token) }
+                commands.append(RedisCommand("ZADD", arguments))
+                commands.append(RedisCommand("PEXPIRE", presenceKey, presenceTTLMilliseconds))
+            }
+            commands.append(RedisCommand("SET", RedisKeys.preferences(app: app, user: user), try Self.encode(state.preferences)))
+            var unreadArguments: [any RedisArgument] = [unreadKey, RedisKeys.unreadTotalField, state.unread.total]
+            for (conversation, count) in state.unread.conversations.sorted(by: { $0.key < $1.key }) {
+                unreadArguments.append(RedisKeys.unreadField(conversation: conversation))
+                unreadArguments.append(count)
+            }
+            commands.append(RedisCommand("HSET", unreadArguments))
+        }
+        for (conversation, state) in fixture.conversations.sorted(by: { $0.key < $1.key }) {
+            let key = RedisKeys.members(app: app, conversation: conversation)
+            commands.append(RedisCommand("DEL", key))
+            if !state.members.isEmpty { commands.append(RedisCommand("SADD", [key] + state.members)) }
+        }
+        commands.append(RedisCommand("EXEC"))
+        _ = try Self.execResults(try await connection.pipeline(commands))
+    }
+
+    // MARK: Idempotency (send)
+
+    /// Records that the notification of `eventId` was delivered to `token` (SET NX PX): true when this call
+    /// created the record, false when one already existed (a replay: do not send again). The record expires
+    /// after `ttlMilliseconds`.
+    public func markDelivered(app: String, eventId: String, token: String, ttlMilliseconds: Int64) async throws -> Bool {
+        try await markDelivered(app: app, pairs: [DeliveryKey(eventId: eventId, token: token)], ttlMilliseconds: ttlMilliseconds)[0]
+    }
+
+    /// The batch form of `markDelivered`: one pipelined round trip, one answer per pair, in order.
+    public func markDelivered(app: String, pairs: [DeliveryKey], ttlMilliseconds: Int64) async throws -> [Bool] {
+        let commands = pairs.map {
+            RedisCommand("SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), "1", "NX", "PX", ttlMilliseconds)
+        }
+        return try await connection.pipeline(commands).map { reply in
+            switch reply {
+            case .status("OK"): return true
+            case .null: return false
+            default: throw RedisError(.unexpectedReply, "SET NX answered \(reply)")
+            }
+        }
+    }
+
+    /// Whether each pair already has a delivery record (one pipelined round trip). `send` checks this before
+    /// sending and calls `markDelivered` after APNs answered 200.
+    public func wasDelivered(app: String, pairs: [DeliveryKey]) async throws -> [Bool] {
+        let commands = pairs.map { RedisCommand("EXISTS", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token)) }
+        return try await connection.pipeline(commands).map { reply in
+            guard let count = reply.int else { throw RedisError(.unexpectedReply, "EXISTS answered \(reply)") }
+            return count > 0
+        }
+    }
+
+    // MARK: Decoding
+
+    private func decodeDevices(_ reply: RedisValue, user: String) throws -> [Device] {
+        let values = try Self.array(reply.orThrow("HGETALL"))
+        var devices: [Device] = []
+        var index = 0
+        while index + 1 < values.count {
+            if let data = values[index + 1].data, let device = try? JSONDecoder().decode(Device.self, from: data) {
+                devices.append(device)
+            } else {
+                let token = values[index].text ?? ""
+                logger.warning("skipping a stored device that is not valid JSON", metadata: [
+                    "user": "\(user)", "token": "\(token.prefix(8))…",
+                ])
+            }
+            index += 2
+        }
+        return devices.sorted { ($0.registeredAt, $0.token) < ($1.registeredAt, $1.token) }
+    }
+
+    private func decodePreferences(_ reply: RedisValue, user: String) throws -> Preferences {
+        guard case .string(let data) = reply else { return Preferences() }
+        do {
+            return try JSONDecoder().decode(Preferences.self, from: data)
+        } catch {
+            logger.warning("stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])
+            return Preferences()
+        }
+    }
+
+    private static func decodeUnread(_ reply: RedisValue) throws -> Unread {
+        let values = try array(reply)
+        var unread = Unread()
+        var index = 0
+        while index + 1 < values.count {
+            if let field = values[index].text, let count = values[index + 1].int {
+                if field == RedisKeys.unreadTotalField {
+                    unread.total = Int(count)
+                } else if field.hasPrefix("c:") {
+                    unread.conversations[String(field.dropFirst(2))] = Int(count)
+                }
+            }
+            index += 2
+        }
+        return unread
+    }
+
+    private static func array(_ reply: RedisValue) throws -> [RedisValue] {
+        if reply.isNull { return [] }
+        guard let values = reply.array else { throw RedisError(.unexpectedReply, "expected an array, got \(reply)") }
+        return values
+    }
+
+    private static func strings(_ reply: RedisValue) throws -> [String] {
+        try array(reply).map { value in
+            guard let text = value.text else { throw RedisError(.unexpectedReply, "expected a string, got \(value)") }
+            return text
+        }
+    }
+
+    /// The EXEC reply of a `MULTI ... EXEC` pipeline, with any queued-command error surfaced.
+    private static func execResults(_ replies: [RedisValue]) throws -> [RedisValue] {
+        for reply in replies.dropLast() { try reply.orThrow("MULTI") }
+        guard let exec = replies.last else { throw RedisError(.unexpectedReply, "no EXEC reply") }
+        let results = try array(exec.orThrow("EXEC"))
+        for result in results { try result.orThrow("EXEC") }
+        return results
+    }
+
+    private static func encode<T: Encodable>(_ value: T) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        do {
+            return try encoder.encode(value)
+        } catch {
+            throw RedisError(.invalidData, "cannot encode \(T.self): \(error)")
+        }
+    }
+}
+
+/// One (event, device token) pair of the idempotency records.
+public struct DeliveryKey: Sendable, Hashable {
+    public var eventId: String
+    public var token: String
+
+    public init(eventId: String, token: String) {
+        self.eventId = eventId
+        self.token = token
+    }
+}
+
+/// The Lua scripts, run with EVAL (Redis runs a script atomically).
+enum Scripts {
+    /// KEYS: devices hash, presence zset. ARGV: token, device JSON, max devices.
+    /// Returns the evicted tokens.
+    static let register = """
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+    local max = tonumber(ARGV[3])
+    local count = redis.call('HLEN', KEYS[1])
+    local evicted = {}
+    if count <= max then return evicted end
+    local all = redis.call('HGETALL', KEYS[1])
+    local entries = {}
+    for i = 1, #all, 2 do
+      local at = 0
+      local ok, device = pcall(cjson.decode, all[i + 1])
+      if ok and type(device) == 'table' and tonumber(device['registered_at']) then
+        at = tonumber(device['registered_at'])
+      end
+      local newest = 0
+      if all[i] == ARGV[1] then newest = 1 end
+      entries[#entries + 1] = {at, newest, all[i]}
+    end
+    table.sort(entries, function(a, b)
+      if a[1] ~= b[1] then return a[1] < b[1] end
+      if a[2] ~= b[2] then return a[2] < b[2] end
+      return a[3] < b[3]
+    end)
+    for i = 1, count - max do
+      redis.call('HDEL', KEYS[1], entries[i][3])
+      redis.call('ZREM', KEYS[2], entries[i][3])
+      evicted[#evicted + 1] = entries[i][3]
+    end
+    return evicted
+    """
+
+    /// KEYS: devices hash, presence zset. ARGV: token, dead-since (ms).
+    /// Returns 1 removed, -1 kept (registered after dead-since), 0 not registered.
+    static let removeDead = """
+    local raw = redis.call('HGET', KEYS[1], ARGV[1])
+    if not raw then return 0 end
+    local ok, device = pcall(cjson.decode, raw)
+    if ok and type(device) == 'table' and tonumber(device['registered_at'])
+       and tonumber(device['registered_at']) > tonumber(ARGV[2]) then
+      return -1
+    end
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    return 1
+    """
+}

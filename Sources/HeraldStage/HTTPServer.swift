@@ -1,0 +1,158 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Prometheus
+import ServiceLifecycle
+
+/// The HTTP/1.1 endpoint every stage serves:
+/// - `GET /metrics`: Prometheus text exposition of the registry;
+/// - `GET /healthz`: 200 while the process runs;
+/// - `GET /readyz`: 200 when every readiness check passes, else 503 with a JSON body naming the failing ones.
+///
+/// Create it with `bind(host:port:registry:readiness:logger:)` (port 0 picks a free port; `port` tells which), then
+/// run it as a `Service`, first in the stage's `ServiceGroup` so it is the last to stop and `/metrics` stays up while
+/// the other services drain.
+public final class StageHTTPServer: Service, Sendable {
+    public let host: String
+    /// The bound port (the ephemeral one when bound with port 0).
+    public let port: Int
+    private let serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>
+    private let registry: PrometheusCollectorRegistry
+    private let readiness: ReadinessChecks
+    private let logger: Logger
+
+    private init(host: String, port: Int,
+                 serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>,
+                 registry: PrometheusCollectorRegistry, readiness: ReadinessChecks, logger: Logger) {
+        self.host = host
+        self.port = port
+        self.serverChannel = serverChannel
+        self.registry = registry
+        self.readiness = readiness
+        self.logger = logger
+    }
+
+    /// Binds the listening socket now (so a port conflict fails at startup, and port 0 resolves to a real port).
+    public static func bind(host: String = "0.0.0.0", port: Int, registry: PrometheusCollectorRegistry,
+                            readiness: ReadinessChecks, logger: Logger = Logger(label: "herald.http"),
+                            eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> StageHTTPServer {
+        let channel = try await ServerBootstrap(group: eventLoopGroup)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(.backlog, value: 64)
+            .bind(host: host, port: port) { child in
+                child.eventLoop.makeCompletedFuture {
+                    try child.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: child)
+                }
+            }
+        let bound = channel.channel.localAddress?.port ?? port
+        logger.info("http endpoint listening", metadata: [LogKey.host: "\(host)", LogKey.port: "\(bound)"])
+        return StageHTTPServer(host: host, port: bound, serverChannel: channel, registry: registry,
+                               readiness: readiness, logger: logger)
+    }
+
+    /// Serves connections until graceful shutdown or cancellation, then closes the listening socket and every open
+    /// connection (an idle keep-alive connection from a scraper must not hold up the shutdown).
+    public func run() async throws {
+        let serverChannel = self.serverChannel
+        do {
+            try await cancelWhenGracefulShutdown {
+                try await withThrowingDiscardingTaskGroup { group in
+                    try await serverChannel.executeThenClose { inbound in
+                        for try await connection in inbound {
+                            group.addTask { await self.serve(connection) }
+                        }
+                    }
+                }
+            }
+        } catch {
+            // Cancellation (graceful shutdown or the group cancelling) ends serving normally.
+            if !Task.isCancelled && !Task.isShuttingDownGracefully && !(error is CancellationError) {
+                throw error
+            }
+        }
+        try? await serverChannel.channel.close()
+    }
+
+    /// Closes the listening socket (what graceful shutdown does).
+    public func close() async {
+        try? await serverChannel.channel.close()
+    }
+
+    private func serve(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) async {
+        do {
+            try await connection.executeThenClose { inbound, outbound in
+                var request: HTTPRequestHead?
+                for try await part in inbound {
+                    switch part {
+                    case .head(let head):
+                        request = head
+                    case .body:
+                        continue
+                    case .end:
+                        guard let head = request else { continue }
+                        request = nil
+                        let response = await self.respond(to: head)
+                        var headers = HTTPHeaders()
+                        headers.add(name: "Content-Type", value: response.contentType)
+                        headers.add(name: "Content-Length", value: String(response.body.count))
+                        if !head.isKeepAlive { headers.add(name: "Connection", value: "close") }
+                        try await outbound.write(.head(HTTPResponseHead(version: head.version, status: response.status, headers: headers)))
+                        if head.method != .HEAD {
+                            try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: response.body))))
+                        }
+                        try await outbound.write(.end(nil))
+                        if !head.isKeepAlive { return }
+                    }
+                }
+            }
+        } catch {
+            logger.debug("http connection ended with an error", metadata: [LogKey.error: "\(error)"])
+        }
+    }
+
+    struct Response {
+        var status: HTTPResponseStatus
+        var contentType: String
+        var body: [UInt8]
+    }
+
+    func respond(to head: HTTPRequestHead) async -> Response {
+        let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
+        guard head.method == .GET || head.method == .HEAD else {
+            return Response(status: .methodNotAllowed, contentType: "application/json", body: Array(#"{"error":"method not allowed"}"#.utf8))
+        }
+        switch path {
+        case "/metrics":
+            return Response(status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer())
+        case "/healthz":
+            return Response(status: .ok, contentType: "application/json", body: Array(#"{"status":"ok"}"#.utf8))
+        case "/readyz":
+            let report = await readiness.evaluate()
+            return Response(status: report.isReady ? .ok : .serviceUnavailable, contentType: "application/json",
+                            body: Array(Self.readinessJSON(report).utf8))
+        default:
+            return Response(status: .notFound, contentType: "application/json", body: Array(#"{"error":"not found"}"#.utf8))
+        }
+    }
+
+    /// `{"status":"ready","failing":[],"checks":{"redis":true}}` or `{"status":"not_ready","failing":["redis"],...}`.
+    static func readinessJSON(_ report: ReadinessChecks.Report) -> String {
+        var out = "{\"status\":\"\(report.isReady ? "ready" : "not_ready")\",\"failing\":["
+        out += report.failing.map { name -> String in
+            var quoted = ""
+            JSONLogHandler.appendString(name, to: &quoted)
+            return quoted
+        }.joined(separator: ",")
+        out += "],\"checks\":{"
+        out += report.checks.sorted { $0.key < $1.key }.map { name, passed -> String in
+            var quoted = ""
+            JSONLogHandler.appendString(name, to: &quoted)
+            return quoted + ":" + (passed ? "true" : "false")
+        }.joined(separator: ",")
+        out += "}}"
+        return out
+    }
+}

@@ -1,1 +1,0 @@
-// HeraldStage module: see Package.swift for its place in the layout.

@@ -1,0 +1,163 @@
+import CoreMetrics
+import Foundation
+import Metrics
+import Prometheus
+
+/// The process-wide metrics backend. Executables call `bootstrap()` once, first thing; libraries only ever use
+/// swift-metrics objects (or a `StageMetrics` handed to them).
+public enum HeraldMetrics {
+    private static let state = Locked<PrometheusCollectorRegistry?>(nil)
+
+    /// Bucket bounds of the stage latency histogram (`herald_stage_latency_seconds`), 1 ms to 30 s.
+    public static let latencyBuckets: [Duration] = [
+        .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+        .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30),
+    ]
+
+    /// A Prometheus metrics factory over `registry`, with Herald's histogram buckets.
+    public static func makeFactory(registry: PrometheusCollectorRegistry) -> PrometheusMetricsFactory {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = latencyBuckets
+        return factory
+    }
+
+    /// Bootstraps swift-metrics with a Prometheus factory (`MetricsSystem.bootstrap(PrometheusMetricsFactory(registry:))`)
+    /// and returns the registry `/metrics` serves. Calling it again returns the same registry and changes nothing.
+    @discardableResult
+    public static func bootstrap() -> PrometheusCollectorRegistry {
+        state.withLock { existing in
+            if let existing { return existing }
+            let registry = PrometheusCollectorRegistry()
+            MetricsSystem.bootstrap(makeFactory(registry: registry))
+            existing = registry
+            return registry
+        }
+    }
+}
+
+/// The metrics every stage reports, named once. Every series carries the label `stage`.
+///
+/// | metric | type | labels |
+/// | --- | --- | --- |
+/// | `herald_consumed_total` | counter | stage, topic |
+/// | `herald_produced_total` | counter | stage, topic |
+/// | `herald_stage_latency_seconds` | histogram | stage |
+/// | `herald_suppressed_total` | counter | stage, reason |
+/// | `herald_apns_responses_total` | counter | stage, status, reason |
+/// | `herald_retries_total` | counter | stage, reason |
+/// | `herald_dlq_total` | counter | stage, reason |
+/// | `herald_in_flight` | gauge | stage |
+/// | `herald_consumer_lag` | gauge | stage, topic, partition |
+/// | `herald_connections` | gauge | stage, kind |
+/// | `herald_jwt_renewals_total` | counter | stage |
+/// | `herald_redis_errors_total` | counter | stage, code |
+public struct StageMetrics: Sendable {
+    public enum Name {
+        public static let consumed = "herald_consumed_total"
+        public static let produced = "herald_produced_total"
+        public static let latency = "herald_stage_latency_seconds"
+        public static let suppressed = "herald_suppressed_total"
+        public static let apnsResponses = "herald_apns_responses_total"
+        public static let retries = "herald_retries_total"
+        public static let dlq = "herald_dlq_total"
+        public static let inFlight = "herald_in_flight"
+        public static let consumerLag = "herald_consumer_lag"
+        public static let connections = "herald_connections"
+        public static let jwtRenewals = "herald_jwt_renewals_total"
+        public static let redisErrors = "herald_redis_errors_total"
+    }
+
+    public let stage: String
+    private let factory: any MetricsFactory
+    private let latencyTimer: Metrics.Timer
+    private let inFlightMeter: CoreMetrics.Meter
+    private let jwtRenewalCounter: CoreMetrics.Counter
+
+    /// - Parameters:
+    ///   - stage: the stage name (`ingest`, `resolve`, `suppress`, `render`, `send`, `registry`).
+    ///   - factory: where the metrics go; `MetricsSystem.factory` (after `HeraldMetrics.bootstrap()`) by default,
+    ///     or a factory of its own in tests.
+    public init(stage: String, factory: any MetricsFactory = MetricsSystem.factory) {
+        self.stage = stage
+        self.factory = factory
+        self.latencyTimer = Metrics.Timer(label: Name.latency, dimensions: [("stage", stage)], factory: factory)
+        self.inFlightMeter = CoreMetrics.Meter(label: Name.inFlight, dimensions: [("stage", stage)], factory: factory)
+        self.jwtRenewalCounter = CoreMetrics.Counter(label: Name.jwtRenewals, dimensions: [("stage", stage)], factory: factory)
+        // Make the fixed series visible at zero from the start.
+        self.inFlightMeter.set(0)
+        self.jwtRenewalCounter.increment(by: 0)
+    }
+
+    /// Records consumed from `topic`.
+    public func consumed(topic: String, count: Int = 1) {
+        counter(Name.consumed, [("topic", topic)]).increment(by: count)
+    }
+
+    /// Records produced to `topic` (acknowledged by the broker).
+    public func produced(topic: String, count: Int = 1) {
+        counter(Name.produced, [("topic", topic)]).increment(by: count)
+    }
+
+    /// Time from a record's consumption to its outputs being acknowledged.
+    public func recordLatency(_ duration: Duration) {
+        latencyTimer.record(duration: duration)
+    }
+
+    /// A suppression, by SPEC 7 reason code (`sender`, `ignored`, `no_devices`, `online`, ...).
+    public func suppressed(reason: String, count: Int = 1) {
+        counter(Name.suppressed, [("reason", Self.labelValue(reason))]).increment(by: count)
+    }
+
+    /// An APNs answer: HTTP status and APNs reason (empty for 200).
+    public func apnsResponse(status: Int, reason: String?) {
+        counter(Name.apnsResponses, [("status", String(status)), ("reason", Self.labelValue(reason ?? ""))]).increment()
+    }
+
+    /// A retry scheduled (to `herald.retry` or in process), by cause.
+    public func retried(reason: String) {
+        counter(Name.retries, [("reason", Self.labelValue(reason))]).increment()
+    }
+
+    /// A record written to the DLQ, by reason.
+    public func deadLettered(reason: String, count: Int = 1) {
+        counter(Name.dlq, [("reason", Self.labelValue(reason))]).increment(by: count)
+    }
+
+    /// Work started / finished: the in-flight gauge.
+    public func inFlightIncrement(by amount: Int = 1) { inFlightMeter.increment(by: Double(amount)) }
+    public func inFlightDecrement(by amount: Int = 1) { inFlightMeter.decrement(by: Double(amount)) }
+    public func setInFlight(_ value: Int) { inFlightMeter.set(Double(value)) }
+
+    /// The consumer group's lag on one partition (high watermark minus committed offset).
+    public func setConsumerLag(topic: String, partition: Int32, lag: Int64) {
+        CoreMetrics.Gauge(label: Name.consumerLag, dimensions: [("stage", stage), ("topic", topic), ("partition", String(partition))], factory: factory)
+            .record(lag)
+    }
+
+    /// Open connections of a kind (`kafka`, `redis`, `apns`).
+    public func setConnections(kind: String, count: Int) {
+        CoreMetrics.Gauge(label: Name.connections, dimensions: [("stage", stage), ("kind", Self.labelValue(kind))], factory: factory)
+            .record(count)
+    }
+
+    /// A provider JWT was renewed.
+    public func jwtRenewed() { jwtRenewalCounter.increment() }
+
+    /// A Redis call failed, by `RedisError` code.
+    public func redisError(code: String) {
+        counter(Name.redisErrors, [("code", Self.labelValue(code))]).increment()
+    }
+
+    private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
+        // The Prometheus registry returns the existing series for the same name and labels.
+        CoreMetrics.Counter(label: name, dimensions: [("stage", stage)] + labels, factory: factory)
+    }
+
+    /// Label values from the wire (an unknown APNs reason) are bounded: at most 64 characters of
+    /// `[A-Za-z0-9_.-]`, everything else becomes `_`, so a bad value cannot break the exposition format.
+    public static func labelValue(_ raw: String) -> String {
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+        return String(raw.prefix(64).map { allowed.contains($0) ? $0 : "_" })
+    }
+}

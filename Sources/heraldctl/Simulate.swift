@@ -1,0 +1,81 @@
+import ArgumentParser
+import Foundation
+import HeraldConfig
+import HeraldCore
+
+/// `heraldctl simulate`: evaluates one event against a state fixture with no
+/// Kafka or Redis and prints one JSON line per recipient considered (SPEC 7).
+struct Simulate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Preview who an event wakes and what they receive, without Kafka or Redis.",
+        discussion: """
+            Prints one JSON object per line: one per recipient considered, or one line with \
+            "user": null when ingest drops the event. Invalid input exits with status 2 and \
+            one line on stderr naming the offending field.
+            """)
+
+    @Option(name: .long, help: "Chat event JSON file (SPEC section 7).")
+    var event: String
+
+    @Option(name: .long, help: "State fixture JSON file (SPEC section 7).")
+    var state: String
+
+    @Option(name: .long, help: "Pipeline YAML file (apps, templates, catalogs, payload profile).")
+    var pipeline: String?
+
+    @Option(name: .long, help: "Evaluate as of this time: ISO 8601 or epoch milliseconds. Default: the event's created_at, else now.")
+    var at: String?
+
+    func run() throws {
+        let eventBytes = try read(event, what: "event")
+        let stateBytes = try read(state, what: "state")
+        var apps = AppDirectory()
+        if let pipeline {
+            do {
+                let loaded = try PipelineLoader.load(path: pipeline)
+                for w in loaded.warnings { warn("warning: pipeline \(w)") }
+                apps = loaded.config.apps
+            } catch {
+                fail("pipeline: \(error.description)")
+            }
+        }
+        var atDate: Date?
+        if let at {
+            guard let d = Simulator.parseTime(at) else {
+                fail("--at: expected ISO 8601 (2024-11-19T07:06:40Z) or epoch milliseconds, got \(at)")
+            }
+            atDate = d
+        }
+        let fixture: StateFixture
+        do {
+            fixture = try StageCodec.decode(StateFixture.self, from: stateBytes)
+        } catch {
+            fail("state: \(error.detail)")
+        }
+        let lines: [SimulationLine]
+        do {
+            lines = try Simulator.simulate(eventBytes: eventBytes, fixture: fixture, apps: apps, at: atDate, now: Date())
+        } catch {
+            fail("event: \(error.description)")
+        }
+        var out = ""
+        for line in lines { out += line.json + "\n" }
+        FileHandle.standardOutput.write(Data(out.utf8))
+    }
+
+    func read(_ path: String, what: String) throws -> [UInt8] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            fail("\(what): cannot read file \(path)")
+        }
+        return Array(data)
+    }
+
+    func warn(_ line: String) {
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+
+    func fail(_ line: String) -> Never {
+        warn(line.replacingOccurrences(of: "\n", with: " "))
+        Foundation.exit(2)
+    }
+}

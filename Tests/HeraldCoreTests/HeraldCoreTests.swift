@@ -1,1 +1,0 @@
-// HeraldCoreTests (to be written).

@@ -1,0 +1,188 @@
+// The state model: fixture field names and defaults, the 20-token limit,
+// unregistering, and the stage records that carry state between stages.
+
+import Foundation
+import HeraldCore
+import Testing
+
+let specFixture = """
+    {"users":{"u2":{
+        "devices":[{"token":"\(tokenA)","kind":"apns","environment":"production",
+                    "bundle_id":"com.example.chat","registered_at":1732000000000}],
+        "online":["\(tokenA)"],
+        "preferences":{"trigger":"all","conversations":{"c1":{"trigger":"default","muted":false}},
+          "dnd":{"start":"22:00","end":"08:00","timezone":"Asia/Seoul"},
+          "snooze":{"start":1732000000000,"end":1732003600000},
+          "template":"default","display_style":"summary","display_name":"Cindy","languages":["fr","de"],"badge":true},
+        "unread":{"total":5,"conversations":{"c1":2}}}},
+     "conversations":{"c1":{"members":["u1","u2","u3"]}}}
+    """
+
+@Suite("State model")
+struct StateTests {
+    @Test("the SPEC section 7 fixture decodes with its field names")
+    func specFixtureDecodes() throws {
+        let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
+        let u = try #require(f.users["u2"])
+        #expect(u.devices == [Device(token: tokenA, kind: .apns, environment: .production, bundleID: "com.example.chat",
+                                     registeredAt: 1_732_000_000_000)])
+        #expect(u.online == [tokenA])
+        #expect(u.preferences.dnd == DoNotDisturb(start: ClockTime(hour: 22), end: ClockTime(hour: 8), timezone: "Asia/Seoul"))
+        #expect(u.preferences.snooze == Snooze(start: 1_732_000_000_000, end: 1_732_003_600_000))
+        #expect(u.preferences.displayName == "Cindy" && u.preferences.languages == ["fr", "de"])
+        #expect(u.unread == Unread(total: 5, conversations: ["c1": 2]))
+        #expect(f.conversations["c1"]?.members == ["u1", "u2", "u3"])
+        // Encode and decode again: nothing lost.
+        let again = try StageCodec.decode(StateFixture.self, from: try StageCodec.encode(f))
+        #expect(again == f)
+    }
+
+    @Test("every field but devices may be absent and takes its default")
+    func defaults() throws {
+        let f = try StageCodec.decode(StateFixture.self, from: Array(#"{"users":{"u9":{"devices":[{"token":"abc"}]}}}"#.utf8))
+        let u = try #require(f.users["u9"])
+        #expect(u.devices == [Device(token: "abc", kind: .apns, environment: .production, bundleID: nil, registeredAt: 0)])
+        #expect(u.online.isEmpty && u.unread == Unread())
+        let p = u.preferences
+        #expect(p.trigger == .all && p.template == .default && p.displayStyle == .summary && p.badge)
+        #expect(p.dnd == nil && p.snooze == nil && p.languages.isEmpty && p.conversations.isEmpty)
+        #expect(f.user("nobody").devices.isEmpty)
+    }
+
+    @Test("invalid state names the field")
+    func invalidState() {
+        let rows: [(String, String)] = [
+            (#"{"users":{"u":{}}}"#, "users.u.devices"),
+            (#"{"users":{"u":{"devices":[{"kind":"apns"}]}}}"#, "users.u.devices[0].token"),
+            (#"{"users":{"u":{"devices":[],"preferences":{"trigger":"sometimes"}}}}"#, "users.u.preferences.trigger"),
+            (#"{"users":{"u":{"devices":[],"preferences":{"dnd":{"start":"25:00","end":"08:00"}}}}}"#, "users.u.preferences.dnd.start"),
+            (#"{"users":{"u":{"devices":[{"token":"a","kind":"fcm"}]}}}"#, "users.u.devices[0].kind"),
+        ]
+        for (text, field) in rows {
+            do {
+                _ = try StageCodec.decode(StateFixture.self, from: Array(text.utf8))
+                Issue.record("accepted \(text)")
+            } catch {
+                #expect(error.detail.hasPrefix(field), "\(error.detail)")
+            }
+        }
+    }
+
+    @Test("a user keeps at most 20 tokens: the 21st evicts the oldest")
+    func twentyTokens() {
+        var u = UserState()
+        for n in 0..<20 {
+            #expect(u.register(Device(token: "t\(n)", registeredAt: Int64(1000 + n))).isEmpty)
+        }
+        u.online = ["t0", "t5"]
+        let evicted = u.register(Device(token: "t20", registeredAt: 2000))
+        #expect(evicted.map(\.token) == ["t0"])
+        #expect(u.devices.count == 20 && u.devices.first?.token == "t1" && u.devices.last?.token == "t20")
+        #expect(u.online == ["t5"])
+        // Registering a known token refreshes it rather than adding one.
+        #expect(u.register(Device(token: "t1", registeredAt: 3000)).isEmpty)
+        #expect(u.devices.count == 20 && u.devices.last?.token == "t1")
+        #expect(u.register(Device(token: "t21", registeredAt: 3001)).map(\.token) == ["t2"])
+    }
+
+    @Test("a user loaded with more than 20 tokens keeps the 20 newest on the next registration")
+    func moreThanTwenty() {
+        var u = UserState(devices: (0..<25).map { Device(token: "t\($0)", registeredAt: Int64($0)) })
+        let evicted = u.register(Device(token: "new", registeredAt: 100))
+        #expect(evicted.map(\.token) == ["t0", "t1", "t2", "t3", "t4", "t5"])
+        #expect(u.devices.count == 20)
+    }
+
+    @Test("unregister one token or all of them")
+    func unregister() {
+        var u = UserState(devices: [device(tokenA), device(tokenB)], online: [tokenB])
+        #expect(u.unregister(token: tokenB)?.token == tokenB)
+        #expect(u.devices == [device(tokenA)] && u.online.isEmpty)
+        #expect(u.unregister(token: "missing") == nil)
+        #expect(u.unregisterAll() == [device(tokenA)])
+        #expect(u.devices.isEmpty)
+    }
+
+    @Test("DND clock times: 00:00 to 24:00, HH:mm only")
+    func clockTimes() {
+        #expect(ClockTime("24:00")?.minutes == 1440)
+        #expect(ClockTime("7:05")?.minutes == 425)
+        for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00", "+1:00", " 1:00", "1:0x"] { #expect(ClockTime(bad) == nil, "\(bad)") }
+    }
+
+    @Test("stage records round-trip as JSON")
+    func stageRecords() throws {
+        let e = try event(validEvent)
+        let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
+        let state = try #require(f.users["u2"])
+        let ingested = IngestedRecord(event: e, ingestedAt: 5)
+        #expect(try StageCodec.decode(IngestedRecord.self, from: StageCodec.encode(ingested)) == ingested)
+        #expect(ingested.key == "c1")
+        let resolved = ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C")
+        #expect(try StageCodec.decode(ResolvedRecord.self, from: StageCodec.encode(resolved)) == resolved)
+        let deliverable = DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices)
+        #expect(try StageCodec.decode(DeliverableRecord.self, from: StageCodec.encode(deliverable)) == deliverable)
+        let requests = try Renderer.render(event: e, recipient: "u2", state: state, targets: state.devices,
+                                           app: AppConfig(), now: now0)
+        let outbound = OutboundRecord(eventID: e.eventID, appID: e.appID, recipient: "u2", request: try #require(requests.first),
+                                      attempt: 2, notBefore: 99)
+        let decodedOutbound = try StageCodec.decode(OutboundRecord.self, from: StageCodec.encode(outbound))
+        #expect(decodedOutbound == outbound)
+        #expect(outbound.key == tokenA)
+        let dlq = DLQRecord(original: [0, 255, 10], sourceTopic: "chat.events", stage: "ingest", reason: "invalid",
+                            detail: "event_id: missing", time: 7)
+        let decodedDLQ = try StageCodec.decode(DLQRecord.self, from: StageCodec.encode(dlq))
+        #expect(decodedDLQ == dlq && decodedDLQ.originalBytes == [0, 255, 10])
+        // A resolved record with a broken event names the field.
+        #expect(throws: StageRecordError.self) {
+            try StageCodec.decode(ResolvedRecord.self, from: Array(#"{"event":{"event_id":1},"recipient":"u","state":{"devices":[]}}"#.utf8))
+        }
+    }
+
+    @Test("the fast record codec and the Codable form read each other")
+    func fastCodecMatchesCodable() throws {
+        let e = try event(validEvent)
+        let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
+        let state = try #require(f.users["u2"])
+        let request = try #require(try Renderer.render(event: e, recipient: "u2", state: state, targets: state.devices,
+                                                       app: AppConfig(), now: now0).first)
+        func check<T: StageRecord & Equatable>(_ record: T) throws {
+            let fast = StageCodec.encode(record)
+            #expect(try JSONDecoder().decode(T.self, from: Data(fast)) == record)
+            let slow = try JSONEncoder().encode(record)
+            #expect(try StageCodec.decode(T.self, from: Array(slow)) == record)
+        }
+        try check(IngestedRecord(event: e, ingestedAt: 1))
+        try check(ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C"))
+        try check(DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices))
+        try check(OutboundRecord(eventID: "e", appID: "a", recipient: "u2", request: request, attempt: 3, notBefore: 5))
+        try check(DLQRecord(original: Array("x".utf8), stage: "send", reason: "BadTopic", detail: "d", time: 2))
+        // Errors name the path.
+        let broken = Array(#"{"event":\#(String(decoding: e.jsonBytes, as: UTF8.self)),"recipient":"u2","state":{"devices":[{"kind":"voip"}]},"targets":[]}"#.utf8)
+        do {
+            _ = try StageCodec.decode(DeliverableRecord.self, from: broken)
+            Issue.record("accepted")
+        } catch {
+            #expect(error.detail.hasPrefix("state.devices[0].token: missing"), "\(error)")
+        }
+        do {
+            _ = try StageCodec.decode(ResolvedRecord.self, from: Array(#"{"event":{"event_id":"x"},"recipient":"u","state":{"devices":[]}}"#.utf8))
+            Issue.record("accepted")
+        } catch {
+            #expect(error.detail.hasPrefix("event.app_id: missing"), "\(error)")
+        }
+    }
+
+    @Test("apns-id is a stable UUID derived from (event id, token)")
+    func apnsID() {
+        let a = APNsID.derive(eventID: "e1", token: tokenA)
+        #expect(a == APNsID.derive(eventID: "e1", token: tokenA))
+        #expect(a != APNsID.derive(eventID: "e1", token: tokenB))
+        #expect(a != APNsID.derive(eventID: "e2", token: tokenA))
+        #expect(UUID(uuidString: a) != nil)
+        #expect(a.count == 36 && Array(a)[14] == "8")
+        #expect("89AB".contains(Array(a)[19]))
+        // Pinned value: the derivation is a contract (documented in docs/core.md).
+        #expect(APNsID.derive(eventID: "e-9f2c", token: "abc") == "D8B7D8AE-8EAC-8397-946F-75F4AD1B97CE")
+    }
+}

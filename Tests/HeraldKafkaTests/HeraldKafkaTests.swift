@@ -1,1 +1,0 @@
-// HeraldKafkaTests (to be written).

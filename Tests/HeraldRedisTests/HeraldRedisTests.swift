@@ -1,1 +1,0 @@
-// HeraldRedisTests (to be written).

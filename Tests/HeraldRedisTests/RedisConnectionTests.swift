@@ -1,0 +1,257 @@
+import Foundation
+import HeraldRedis
+import Testing
+
+@Suite("RedisConnection against a real redis-server")
+struct RedisConnectionTests {
+    @Test("every reply type decodes into its RedisValue case")
+    func replyTypes() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+
+        #expect(try await redis.send("PING") == .status("PONG"))
+        #expect(try await redis.send("SET", "k", "v") == .status("OK"))
+        #expect(try await redis.send("GET", "k") == .string(Data("v".utf8)))
+        #expect(try await redis.send("GET", "missing") == .null)
+        #expect(try await redis.send("INCRBY", "n", 41) == .integer(41))
+        #expect(try await redis.send("RPUSH", "l", "a", "b") == .integer(2))
+        #expect(try await redis.send("LRANGE", "l", 0, -1) == .array([.string(Data("a".utf8)), .string(Data("b".utf8))]))
+        let nested = try await redis.send("EVAL", "return {1, 'x', {2, 'y'}}", 0)
+        #expect(nested == .array([.integer(1), .string(Data("x".utf8)), .array([.integer(2), .string(Data("y".utf8))])]))
+        let wrongType = try await redis.send("HGET", "k", "f")
+        guard case .error(let message) = wrongType else {
+            Issue.record("expected an error reply, got \(wrongType)")
+            return
+        }
+        #expect(message.hasPrefix("WRONGTYPE"))
+        #expect(throws: RedisError.self) { try wrongType.orThrow() }
+        let unknown = try await redis.send("NOSUCHCOMMAND")
+        #expect(unknown.text == nil)
+        if case .error = unknown {} else { Issue.record("unknown command should be an error reply: \(unknown)") }
+    }
+
+    @Test("keys and values are binary-safe: NUL, CR LF and every byte value survive")
+    func binarySafe() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+
+        let value = Data((0...255).map { UInt8($0) } + Array("\r\n$3\r\n*1\r\n".utf8) + [0, 0])
+        let key = Data([0x6b, 0x00, 0x0d, 0x0a, 0xff])
+        #expect(try await redis.send(RedisCommand("SET", key, value)) == .status("OK"))
+        #expect(try await redis.send(RedisCommand("GET", key)) == .string(value))
+        #expect(try await redis.send(RedisCommand("STRLEN", key)) == .integer(Int64(value.count)))
+        let empty = Data()
+        let replies = try await redis.pipeline([RedisCommand("SET", "e", empty), RedisCommand("GET", "e")])
+        #expect(replies == [.status("OK"), .string(empty)])
+    }
+
+    /// Proves the batch is one round trip without timing: the batch starts with a BLPOP that blocks the
+    /// connection on the server. While it is blocked, the server keeps reading the client's socket into that
+    /// client's query buffer without running anything. A client that waits for each reply before writing the next
+    /// command would have sent nothing more; a pipelining client has already written the other 1000 commands,
+    /// so the blocked client's `qbuf` (CLIENT LIST, read from a second connection) grows to exactly their size.
+    /// Only then does the test release the BLPOP.
+    @Test("a batch of 1000 commands is written before the first reply is read (one round trip)")
+    func pipelineIsOneRoundTrip() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        let observer = RedisConnection(configuration: server.configuration)
+        defer { redis.close(); observer.close() }
+
+        _ = try await redis.send("CLIENT", "SETNAME", "batcher")
+        let statsBefore = try await commandCount(observer, "set")
+
+        let writes = (0..<1000).map { RedisCommand("SET", "key:\($0)", "value-\($0)") }
+        let batch = [RedisCommand("BLPOP", "barrier", 0)] + writes
+        let expectedQueued = writes.reduce(0) { $0 + $1.encodedLength }
+
+        async let replies = redis.pipeline(batch)
+
+        var queued = -1
+        for _ in 0..<500 {
+            queued = try await queryBufferLength(observer, clientName: "batcher") ?? -1
+            if queued == expectedQueued { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(queued == expectedQueued, "the blocked client's query buffer should hold the whole rest of the batch")
+        // Nothing of the batch ran while the barrier held.
+        #expect(try await commandCount(observer, "set") == statsBefore)
+
+        _ = try await observer.send("RPUSH", "barrier", "go")
+        let answers = try await replies
+        #expect(answers.count == 1001)
+        #expect(answers[0] == .array([.string(Data("barrier".utf8)), .string(Data("go".utf8))]))
+        #expect(answers.dropFirst().allSatisfy { $0 == .status("OK") })
+        #expect(try await commandCount(observer, "set") == statsBefore + 1000)
+        #expect(try await observer.send("GET", "key:999") == .string(Data("value-999".utf8)))
+    }
+
+    @Test("a broken connection fails the batch with a retryable error; the next call reconnects")
+    func reconnectAfterRestart() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+
+        #expect(try await redis.send("SET", "a", "1") == .status("OK"))
+        #expect(redis.isConnected)
+        server.kill()
+        try server.start()
+
+        do {
+            _ = try await redis.pipeline([RedisCommand("SET", "b", "2"), RedisCommand("GET", "b")])
+            Issue.record("the batch on the dead connection should have failed")
+        } catch let error as RedisError {
+            #expect(error.isRetryable, "\(error)")
+            #expect(error.code == .connectionBroken, "\(error)")
+        }
+        #expect(!redis.isConnected)
+
+        let retried = try await redis.pipeline([RedisCommand("SET", "b", "2"), RedisCommand("GET", "b")])
+        #expect(retried == [.status("OK"), .string(Data("2".utf8))])
+        #expect(redis.isConnected)
+        // The restarted server started empty: proof that the retry went to the new process.
+        #expect(try await redis.send("GET", "a") == .null)
+    }
+
+    @Test("while the server is down calls fail fast with a retryable connect error, and recover when it is back")
+    func reconnectWithBackoff() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        _ = try await redis.send("PING")
+        server.kill()
+
+        var codes: [RedisError.Code] = []
+        for _ in 0..<3 {
+            do {
+                _ = try await redis.send("PING")
+            } catch let error as RedisError {
+                #expect(error.isRetryable)
+                codes.append(error.code)
+            }
+        }
+        #expect(codes.count == 3)
+        #expect(codes.first == .connectionBroken)
+        #expect(codes.dropFirst().allSatisfy { $0 == .connectFailed })
+
+        try server.start()
+        #expect(try await redis.send("PING") == .status("PONG"))
+    }
+
+    @Test("a command slower than the command timeout fails with a retryable timeout")
+    func commandTimeout() async throws {
+        let server = try RedisServerProcess()
+        var configuration = server.configuration
+        configuration.commandTimeout = .milliseconds(200)
+        let redis = RedisConnection(configuration: configuration)
+        defer { redis.close() }
+        do {
+            _ = try await redis.send("BLPOP", "never-pushed", 0)
+            Issue.record("a BLPOP that never returns should have timed out")
+        } catch let error as RedisError {
+            #expect(error.code == .timeout, "\(error)")
+            #expect(error.isRetryable)
+        }
+        // The connection was dropped (its state was unknown); the next call gets a fresh one.
+        #expect(try await redis.send("PING") == .status("PONG"))
+    }
+
+    @Test("many concurrent callers share one connection and each gets its own answers")
+    func concurrentCallers() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for caller in 0..<50 {
+                group.addTask {
+                    let replies = try await redis.pipeline([
+                        RedisCommand("SET", "c:\(caller)", "v\(caller)"), RedisCommand("INCR", "counter"),
+                        RedisCommand("GET", "c:\(caller)"),
+                    ])
+                    #expect(replies[0] == .status("OK"))
+                    #expect(replies[2] == .string(Data("v\(caller)".utf8)))
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await redis.send("GET", "counter").int == 50)
+    }
+
+    @Test("after close() every call fails with a non-retryable closed error")
+    func closeFailsCalls() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        #expect(try await redis.send("PING") == .status("PONG"))
+        redis.close()
+        do {
+            _ = try await redis.send("PING")
+            Issue.record("a call after close() should fail")
+        } catch let error as RedisError {
+            #expect(error.code == .closed)
+            #expect(!error.isRetryable)
+        }
+    }
+
+    @Test("password and database from the URL are applied on connect")
+    func authAndSelect() async throws {
+        let server = try RedisServerProcess()
+        server.kill()
+        try server.start(extraArguments: ["--requirepass", "s3cret"])
+        var configuration = try RedisConfiguration(url: "redis://:s3cret@127.0.0.1:\(server.port)/3")
+        #expect(configuration.database == 3)
+        #expect(configuration.password == "s3cret")
+        let redis = RedisConnection(configuration: configuration)
+        defer { redis.close() }
+        _ = try await redis.send("SET", "x", "y")
+        let info = try await redis.send("CLIENT", "INFO").text ?? ""
+        #expect(info.contains("db=3"))
+
+        configuration.password = "wrong"
+        let refused = RedisConnection(configuration: configuration)
+        defer { refused.close() }
+        await #expect(throws: RedisError.self) { try await refused.send("PING") }
+    }
+
+    @Test("URL parsing", arguments: [
+        ("redis://localhost", "localhost", 6379, nil as String?, 0),
+        ("redis://10.0.0.1:7000/2", "10.0.0.1", 7000, nil, 2),
+        ("redis://user:p%40ss@h:1", "h", 1, "p@ss", 0),
+    ])
+    func urlParsing(url: String, host: String, port: Int, password: String?, database: Int) throws {
+        let configuration = try RedisConfiguration(url: url)
+        #expect(configuration.host == host)
+        #expect(configuration.port == port)
+        #expect(configuration.password == password)
+        #expect(configuration.database == database)
+    }
+
+    @Test("bad URLs are rejected with a reason", arguments: ["http://x", "redis://", "redis://h/abc"])
+    func badURL(url: String) {
+        #expect(throws: RedisError.self) { try RedisConfiguration(url: url) }
+        #expect(RedisConfiguration.redacted("redis://:pw@h:1").contains("pw") == false)
+        #expect(RedisConfiguration(host: "h", password: "pw").description == "redis://:***@h:6379/0")
+    }
+
+    // MARK: Helpers
+
+    private func commandCount(_ redis: RedisConnection, _ command: String) async throws -> Int {
+        let info = try await redis.send("INFO", "commandstats").text ?? ""
+        for line in info.split(whereSeparator: \.isNewline) where line.hasPrefix("cmdstat_\(command):calls=") {
+            let rest = line.dropFirst("cmdstat_\(command):calls=".count)
+            return Int(rest.prefix { $0.isNumber }) ?? 0
+        }
+        return 0
+    }
+
+    private func queryBufferLength(_ redis: RedisConnection, clientName: String) async throws -> Int? {
+        let list = try await redis.send("CLIENT", "LIST").text ?? ""
+        for line in list.split(whereSeparator: \.isNewline) where line.contains(" name=\(clientName) ") {
+            for field in line.split(separator: " ") where field.hasPrefix("qbuf=") {
+                return Int(field.dropFirst("qbuf=".count))
+            }
+        }
+        return nil
+    }
+}

@@ -1,0 +1,240 @@
+import Foundation
+import HeraldCore
+import HeraldRedis
+import Testing
+
+@Suite("StateStore against a real redis-server")
+struct StateStoreTests {
+    static let t0: Int64 = 1_732_000_000_000
+
+    static func token(_ n: Int) -> String {
+        String(repeating: String(format: "%02x", n % 256), count: 32)
+    }
+
+    @Test("registering a 21st device evicts the oldest by registered_at; re-registering updates in place")
+    func twentyDeviceEviction() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+
+        // Registered out of order: device n has registered_at t0 + n, so device 0 is the oldest.
+        for n in (0..<20).reversed() {
+            let evicted = try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n)))
+            #expect(evicted.isEmpty)
+        }
+        try await store.setPresence(app: "a", user: "u", online: [Self.token(0), Self.token(5)], ttlMilliseconds: 60_000, now: Self.t0)
+
+        // Re-registering an existing token: no eviction, entry updated.
+        let updated = Device(token: Self.token(3), kind: .voip, environment: .sandbox, bundleID: "com.x", registeredAt: Self.t0 + 3)
+        #expect(try await store.registerDevice(app: "a", user: "u", device: updated).isEmpty)
+        var state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
+        #expect(state.devices.count == 20)
+        #expect(state.devices.first { $0.token == Self.token(3) } == updated)
+
+        let evicted = try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(20), registeredAt: Self.t0 + 100))
+        #expect(evicted == [Self.token(0)])
+        state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
+        #expect(state.devices.count == 20)
+        #expect(state.devices.map(\.token) == (1...20).map { Self.token($0) })
+        // The evicted device's presence went with it.
+        #expect(state.online == [Self.token(5)])
+
+        // The same sequence through the core's in-memory rule gives the same devices.
+        var model = UserState()
+        for n in (0..<20).reversed() { model.register(Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n))) }
+        model.register(updated)
+        model.register(Device(token: Self.token(20), registeredAt: Self.t0 + 100))
+        #expect(Set(model.devices) == Set(state.devices))
+    }
+
+    @Test("unregister one device, then all devices")
+    func unregister() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        for n in 0..<3 {
+            try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n)))
+        }
+        try await store.setPresence(app: "a", user: "u", online: [Self.token(1)], ttlMilliseconds: 60_000, now: Self.t0)
+
+        #expect(try await store.unregisterDevice(app: "a", user: "u", token: Self.token(1)))
+        #expect(try await !store.unregisterDevice(app: "a", user: "u", token: Self.token(1)))
+        var state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
+        #expect(state.devices.map(\.token) == [Self.token(0), Self.token(2)])
+        #expect(state.online.isEmpty)
+
+        #expect(try await store.unregisterAll(app: "a", user: "u") == 2)
+        state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
+        #expect(state == UserState())
+    }
+
+    @Test("presence entries count as online only until their expiry (injected now)")
+    func presenceExpiry() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let now = Self.t0
+        try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(1), registeredAt: now))
+        try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(2), registeredAt: now))
+        try await store.setPresence(app: "a", user: "u", online: [Self.token(1), Self.token(2)], ttlMilliseconds: 30_000, now: now)
+        try await store.setDevicePresence(app: "a", user: "u", token: Self.token(2), online: true, ttlMilliseconds: 90_000, now: now)
+
+        #expect(try await store.loadUser(app: "a", user: "u", now: now).online == [Self.token(1), Self.token(2)])
+        #expect(try await store.loadUser(app: "a", user: "u", now: now + 29_999).online == [Self.token(1), Self.token(2)])
+        #expect(try await store.loadUser(app: "a", user: "u", now: now + 30_000).online == [Self.token(2)])
+        #expect(try await store.loadUser(app: "a", user: "u", now: now + 90_000).online == [])
+
+        try await store.setDevicePresence(app: "a", user: "u", token: Self.token(2), online: false, ttlMilliseconds: 0, now: now)
+        #expect(try await store.loadUser(app: "a", user: "u", now: now).online == [Self.token(1)])
+        // The presence key carries its own expiry, so an abandoned user's presence disappears from Redis.
+        let pttl = try await redis.send("PTTL", RedisKeys.presence(app: "a", user: "u")).int ?? -10
+        #expect(pttl > 0 && pttl <= 90_000)
+    }
+
+    @Test("a dead token is removed unless it was registered again after the dead-since time")
+    func deadTokenRule() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let token = Self.token(7)
+        try await store.registerDevice(app: "a", user: "u", device: Device(token: token, registeredAt: Self.t0))
+        try await store.setPresence(app: "a", user: "u", online: [token], ttlMilliseconds: 60_000, now: Self.t0)
+
+        // Re-registered after APNs said it was dead: kept.
+        try await store.registerDevice(app: "a", user: "u", device: Device(token: token, registeredAt: Self.t0 + 5_000))
+        #expect(try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 1_000) == .keptReregistered)
+        #expect(try await store.loadUser(app: "a", user: "u", now: Self.t0).devices.map(\.token) == [token])
+
+        // Registered at or before the dead-since time: removed, presence too.
+        #expect(try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 5_000) == .removed)
+        let state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
+        #expect(state.devices.isEmpty)
+        #expect(state.online.isEmpty)
+        #expect(try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 5_000) == .notRegistered)
+    }
+
+    @Test("idempotency records: the first mark wins, replays see it, and it expires with its TTL")
+    func idempotency() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+
+        #expect(try await store.markDelivered(app: "a", eventId: "e1", token: Self.token(1), ttlMilliseconds: 60_000))
+        #expect(try await !store.markDelivered(app: "a", eventId: "e1", token: Self.token(1), ttlMilliseconds: 60_000))
+        // Another app, event or token is a different record.
+        #expect(try await store.markDelivered(app: "b", eventId: "e1", token: Self.token(1), ttlMilliseconds: 60_000))
+
+        let pairs = [DeliveryKey(eventId: "e1", token: Self.token(1)), DeliveryKey(eventId: "e1", token: Self.token(2)),
+                     DeliveryKey(eventId: "e2", token: Self.token(1))]
+        #expect(try await store.wasDelivered(app: "a", pairs: pairs) == [true, false, false])
+        #expect(try await store.markDelivered(app: "a", pairs: pairs, ttlMilliseconds: 60_000) == [false, true, true])
+        #expect(try await store.wasDelivered(app: "a", pairs: pairs) == [true, true, true])
+
+        let pttl = try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e2", token: Self.token(1))).int ?? -10
+        #expect(pttl > 0 && pttl <= 60_000)
+
+        #expect(try await store.markDelivered(app: "a", eventId: "short", token: Self.token(1), ttlMilliseconds: 50))
+        try await Task.sleep(for: .milliseconds(120))
+        #expect(try await store.wasDelivered(app: "a", pairs: [DeliveryKey(eventId: "short", token: Self.token(1))]) == [false])
+    }
+
+    @Test("a loaded fixture reads back equal through loadUsers in one round trip")
+    func fixtureRoundTrip() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+
+        let json = """
+        {
+          "users": {
+            "u2": {
+              "devices": [{"token": "\(Self.token(2))", "kind": "apns", "environment": "production",
+                           "bundle_id": "com.example.chat", "registered_at": 1732000000000},
+                          {"token": "\(Self.token(3))", "kind": "voip", "environment": "sandbox",
+                           "bundle_id": "com.example.chat", "registered_at": 1732000000001}],
+              "online": ["\(Self.token(3))"],
+              "preferences": {
+                "trigger": "mention_only",
+                "conversations": {"c1": {"trigger": "off", "muted": true}},
+                "dnd": {"start": "22:00", "end": "08:00", "timezone": "Asia/Seoul"},
+                "snooze": {"start": 1732000000000, "end": 1732003600000},
+                "template": "alternative", "display_style": "simple_banner",
+                "display_name": "Cindy", "languages": ["fr", "de"], "badge": false
+              },
+              "unread": {"total": 5, "conversations": {"c1": 2, "c9": 3}}
+            },
+            "u3": {"devices": [{"token": "\(Self.token(4))", "registered_at": 1732000000002}]},
+            "u4": {"devices": []}
+          },
+          "conversations": {"c1": {"members": ["u1", "u2", "u3"]}, "c2": {"members": []}}
+        }
+        """
+        let fixture = try JSONDecoder().decode(StateFixture.self, from: Data(json.utf8))
+        try await store.loadFixture(app: "app1", fixture: fixture, presenceTTLMilliseconds: 3_600_000, now: Self.t0)
+
+        let commandsBefore = try await totalCommands(redis)
+        let loaded = try await store.loadUsers(app: "app1", users: ["u2", "u3", "u4", "u2"], conversation: nil, now: Self.t0)
+        let commandsAfter = try await totalCommands(redis)
+        // 3 distinct users x 4 reads (+1 for the INFO itself): one pipeline, no per-user trips hidden elsewhere.
+        #expect(commandsAfter - commandsBefore == 3 * 4 + 1)
+
+        #expect(loaded.count == 3)
+        for user in ["u2", "u3", "u4"] {
+            #expect(loaded[user] == fixture.users[user], "user \(user)")
+        }
+        #expect(try await store.members(app: "app1", conversation: "c1") == ["u1", "u2", "u3"])
+        #expect(try await store.members(app: "app1", conversation: "c2") == [])
+        // Users and apps never written read as empty.
+        #expect(try await store.loadUsers(app: "app1", users: ["nobody"], conversation: nil, now: Self.t0)["nobody"] == UserState())
+        #expect(try await store.loadUsers(app: "other", users: ["u2"], conversation: nil, now: Self.t0)["u2"] == UserState())
+
+        // With a conversation: total plus that conversation only.
+        let scoped = try await store.loadUsers(app: "app1", users: ["u2"], conversation: "c1", now: Self.t0)
+        #expect(scoped["u2"]?.unread == Unread(total: 5, conversations: ["c1": 2]))
+        // Presence expires with the fixture's TTL.
+        #expect(try await store.loadUser(app: "app1", user: "u2", now: Self.t0 + 3_600_000).online.isEmpty)
+
+        // Single writers round-trip too.
+        try await store.setUnread(app: "app1", user: "u3", unread: Unread(total: 1, conversations: ["c1": 1]))
+        try await store.setPreferences(app: "app1", user: "u3", preferences: Preferences(trigger: .off, languages: ["ko"]))
+        try await store.setMembers(app: "app1", conversation: "c1", members: ["u9"])
+        let u3 = try await store.loadUser(app: "app1", user: "u3", now: Self.t0)
+        #expect(u3.unread == Unread(total: 1, conversations: ["c1": 1]))
+        #expect(u3.preferences == Preferences(trigger: .off, languages: ["ko"]))
+        #expect(try await store.members(app: "app1", conversation: "c1") == ["u9"])
+    }
+
+    @Test("corrupt stored entries never crash a read")
+    func corruptEntries() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(1), registeredAt: Self.t0))
+        _ = try await redis.send("HSET", RedisKeys.devices(app: "a", user: "u"), "garbage", "{not json")
+        _ = try await redis.send("SET", RedisKeys.preferences(app: "a", user: "u"), Data([0xff, 0x00]))
+        _ = try await redis.send("HSET", RedisKeys.unread(app: "a", user: "u"), "total", "many")
+        let state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
+        #expect(state.devices.map(\.token) == [Self.token(1)])
+        #expect(state.preferences == Preferences())
+        #expect(state.unread.total == 0)
+
+        // A key of the wrong type is an error with a reason, not a crash.
+        _ = try await redis.send("SET", RedisKeys.devices(app: "a", user: "w"), "x")
+        await #expect(throws: RedisError.self) { try await store.loadUser(app: "a", user: "w", now: Self.t0) }
+    }
+
+    private func totalCommands(_ redis: RedisConnection) async throws -> Int {
+        let info = try await redis.send("INFO", "stats").text ?? ""
+        for line in info.split(whereSeparator: \.isNewline) where line.hasPrefix("total_commands_processed:") {
+            return Int(line.dropFirst("total_commands_processed:".count)) ?? -1
+        }
+        return -1
+    }
+}

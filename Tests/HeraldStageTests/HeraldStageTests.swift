@@ -1,1 +1,0 @@
-// HeraldStageTests (to be written).

