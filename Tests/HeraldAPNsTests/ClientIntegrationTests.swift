@@ -81,7 +81,7 @@ struct ClientIntegrationTests {
         let pki = try PKI()
         let server = try startMock(pki, ["--client-ca", pki.clientCA], authKeys: false)
         defer { server.stop() }
-        for credential in [APNsCredential.certificateFiles(certificatePath: pki.clientCert, privateKeyPath: pki.clientKey),
+        for credential in [APNsClientCredential.certificateFiles(certificatePath: pki.clientCert, privateKeyPath: pki.clientKey),
                            .pkcs12File(path: pki.clientP12, password: pki.p12Password)] {
             let c = try client(pki, port: server.port, credential: credential)
             let r = await c.send(request(3))
@@ -403,6 +403,27 @@ struct ClientIntegrationTests {
         let answer = try JSONSerialization.jsonObject(with: Data(ok.output.utf8)) as? [String: Any]
         #expect((answer?["status"] as? NSNumber)?.intValue == 200)
         #expect((answer?["apns_id"] as? String)?.count == 36)
+        // The credential can come from a pipeline file's entry for the app and topic.
+        let pipeline = pki.dir + "/pipeline.yaml"
+        try """
+        apps:
+          app1:
+            credentials:
+              - bundle_id: com.example.chat
+                environment: production
+                team_id: \(pki.teamID)
+                key_id: \(pki.keyID)
+                key_file: \(pki.authKey)
+        """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+        let fromFile = try tool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+                                            "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
+                                            "--body", "hi", "--device-token", deviceToken(2)])
+        #expect(fromFile.status == 0, "\(fromFile.output)")
+        let wrongEnv = try tool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+                                            "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
+                                            "--environment", "sandbox", "--body", "hi", "--device-token", deviceToken(2)])
+        #expect(wrongEnv.status != 0)
+        #expect(wrongEnv.output.contains("no sandbox credential"))
         let gone = try tool(heraldctl, common + ["--device-token", dead])
         #expect(gone.status != 0)
         let goneAnswer = try JSONSerialization.jsonObject(with: Data(gone.output.utf8)) as? [String: Any]

@@ -87,8 +87,8 @@ final class PKI: @unchecked Sendable {
 
     deinit { try? FileManager.default.removeItem(atPath: dir) }
 
-    func tokenCredential(key: String? = nil) throws -> APNsCredential {
-        try APNsCredential.token(keyID: keyID, teamID: teamID, p8Path: key ?? authKey)
+    func tokenCredential(key: String? = nil) throws -> APNsClientCredential {
+        try APNsClientCredential.token(keyID: keyID, teamID: teamID, p8Path: key ?? authKey)
     }
 }
 
@@ -211,17 +211,17 @@ func deviceToken(_ i: Int) -> String {
 
 let alertPayload = Array(#"{"aps":{"alert":{"title":"Cindy","body":"Hi"}}}"#.utf8)
 
-func request(_ i: Int, timeout: Duration = .seconds(20), apnsID: String? = nil, collapseID: String? = nil) -> APNsRequest {
-    APNsRequest(deviceToken: deviceToken(i), topic: "com.example.chat", pushType: .alert, priority: .immediately,
+func request(_ i: Int, timeout: Duration = .seconds(20), apnsID: String? = nil, collapseID: String? = nil) -> APNsDelivery {
+    APNsDelivery(deviceToken: deviceToken(i), topic: "com.example.chat", pushType: .alert, priority: .immediately,
                 expiration: 0, collapseID: collapseID, apnsID: apnsID, payload: alertPayload, timeout: timeout,
                 tag: UInt64(i))
 }
 
-func client(_ pki: PKI, port: Int, credential: APNsCredential? = nil, connections: Int = 1,
+func client(_ pki: PKI, port: Int, credential: APNsClientCredential? = nil, connections: Int = 1,
             retry: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: 8),
             pingInterval: Duration = .seconds(60), pingTimeout: Duration = .seconds(10),
             clock: TestClock? = nil, maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 2000) throws -> APNsClient {
-    let cred: APNsCredential = try credential ?? pki.tokenCredential()
+    let cred: APNsClientCredential = try credential ?? pki.tokenCredential()
     let now: @Sendable () -> Date
     if let clock { now = { clock.now } } else { now = { Date() } }
     let config = APNsClientConfiguration(
@@ -234,7 +234,7 @@ func client(_ pki: PKI, port: Int, credential: APNsCredential? = nil, connection
 }
 
 /// Sends all requests as one batch and returns the responses by tag.
-func sendAll(_ client: APNsClient, _ requests: [APNsRequest]) async -> [UInt64: APNsResponse] {
+func sendAll(_ client: APNsClient, _ requests: [APNsDelivery]) async -> [UInt64: APNsResponse] {
     var out: [UInt64: APNsResponse] = [:]
     for await r in client.responses(for: requests) {
         #expect(out[r.tag] == nil, "request \(r.tag) completed twice")
