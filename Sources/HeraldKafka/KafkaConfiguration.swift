@@ -188,3 +188,13 @@ enum LibrdkafkaProperties {
 func cStringBuffer(_ buffer: [CChar]) -> String {
     String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }
+
+extension KafkaProducerConfiguration {
+    /// The librdkafka properties this configuration becomes (for logs and `heraldctl`).
+    public var librdkafkaProperties: [String: String] { LibrdkafkaProperties.producer(self) }
+}
+
+extension KafkaConsumerConfiguration {
+    /// The librdkafka properties this configuration becomes (for logs and `heraldctl`).
+    public var librdkafkaProperties: [String: String] { LibrdkafkaProperties.consumer(self) }
+}

@@ -76,7 +76,8 @@ public final class KafkaConsumer: Sendable {
     /// whose position is not known yet are absent.
     public var lag: [TopicPartition: Int64] { core.lagSnapshot }
 
-    /// Records completed but not yet committable, plus records handed out and not completed.
+    /// Records fetched (prefetched or handed out) whose offsets are not committable yet:
+    /// not completed, or completed behind an earlier record that is not. 0 when all done.
     public var outstanding: Int { core.outstanding }
 
     /// Commits the stored offsets now (synchronously against the broker, on the poll thread).
@@ -137,7 +138,7 @@ final class ConsumerCore: @unchecked Sendable {
         var trackers: [TopicPartition: Tracked] = [:]
         var nextEpoch: UInt64 = 1
         var userPaused = false
-        var pausedApplied = false
+        var flow: FetchFlowControl
         var stopRequested = false
         var closed = false
         var fatal: KafkaError?
@@ -147,7 +148,7 @@ final class ConsumerCore: @unchecked Sendable {
         var exited = false
     }
 
-    private let state = Locked(State())
+    private let state: Locked<State>
     private let handle: RdKafkaHandle
     private let logger: Logger
     private let configuration: KafkaConsumerConfiguration
@@ -160,6 +161,7 @@ final class ConsumerCore: @unchecked Sendable {
         self.configuration = configuration
         self.logger = logger
         self.capacity = configuration.batchSize * max(1, configuration.prefetchBatches)
+        self.state = Locked(State(flow: FetchFlowControl(capacity: capacity)))
         let wait = configuration.batchMaxWait.milliseconds
         self.pollSliceMs = Int32(clamping: min(50, max(1, wait / 2)))
         self.errorCounter = Counter(
@@ -325,52 +327,30 @@ final class ConsumerCore: @unchecked Sendable {
         return batch
     }
 
-    /// The poll thread's loop. Backpressure when the caller is slower than the broker:
-    /// with the prefetch buffer full the thread first just waits (librdkafka keeps its own
-    /// bounded fetch queue, and a short wait costs nothing); if the buffer stays full for
-    /// `stallPauseAfter`, it pauses the assignment so librdkafka stops fetching while the
-    /// thread keeps serving rebalances and heartbeats, and resumes once the buffer is
-    /// half empty. (Pausing purges librdkafka's fetch queue, so it is not done per batch.)
+    /// The poll thread's loop; `FetchFlowControl` decides when to wait or pause.
     private func runLoop() {
         let rk = handle.pointer
-        let stallPauseAfter: Duration = .seconds(1)
         var nextLag = ContinuousClock.now + configuration.lagInterval
-        var fullSince: ContinuousClock.Instant?
-        var stallPaused = false
         while true {
-            // 1. Commands, stop requests, pause/resume decisions.
+            // 1. Commands, stop requests, pause/resume and fetch decisions.
             let now = ContinuousClock.now
-            let (commands, stop, pauseChange, full) = state.withLock { s -> ([(OpaquePointer?) -> Void], Bool, Bool?, Bool) in
+            let (commands, stop, decision) = state.withLock { s -> ([(OpaquePointer?) -> Void], Bool, FetchFlowControl.Decision) in
                 let commands = s.commands
                 s.commands = []
-                let full = s.buffer.count >= capacity
-                if full {
-                    if fullSince == nil { fullSince = now }
-                    if let since = fullSince, now - since >= stallPauseAfter { stallPaused = true }
-                } else {
-                    fullSince = nil
-                    if s.buffer.count <= capacity / 2 { stallPaused = false }
-                }
-                let wantPaused = s.userPaused || stallPaused
-                var change: Bool?
-                if wantPaused != s.pausedApplied {
-                    s.pausedApplied = wantPaused
-                    change = wantPaused
-                }
-                return (commands, s.stopRequested || s.fatal != nil, change, full)
+                let decision = s.flow.decide(buffered: s.buffer.count, userPaused: s.userPaused, now: now)
+                return (commands, s.stopRequested || s.fatal != nil, decision)
             }
             commands.forEach { $0(rk) }
             if stop { break }
-            if let pause = pauseChange { applyPause(pause, rk) }
+            if let pause = decision.pause { applyPause(pause, rk) }
 
             // 2. Poll: records, errors, or callbacks (rebalance, commits, logs). After the
             //    first record, drain what is already queued (up to a batch) without waiting,
             //    then append it all under one lock. With a full buffer, wait instead
             //    (unless stall-paused, when polling returns only events).
-            if full && !stallPaused {
-                usleep(1000)
-            } else {
-                pollAndBuffer(rk)
+            switch decision.fetch {
+            case .wait: usleep(1000)
+            case .poll: pollAndBuffer(rk)
             }
 
             // 3. Hand a batch to a waiting caller if it is full or its time is up.
@@ -487,7 +467,7 @@ final class ConsumerCore: @unchecked Sendable {
                     s.epochs[tp] = epoch
                     s.trackers[tp] = nil
                 }
-                return s.pausedApplied
+                return s.flow.isPaused
             }
             logger.info("partitions assigned", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
             let assignErr = rd_kafka_assign(rk, partitions)
@@ -528,7 +508,10 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     private func refreshLag(_ rk: OpaquePointer) {
-        let assigned = state.withLock { Array($0.epochs.keys) }
+        let (assigned, paused) = state.withLock { (Array($0.epochs.keys), $0.flow.isPaused) }
+        // While fetching, the watermarks cached from fetch responses are current; while
+        // paused nothing is fetched, so ask the broker (a round trip per partition).
+        let queryTimeout = Int32(clamping: min(1000, max(1, configuration.lagInterval.milliseconds / 2)))
         var lag: [TopicPartition: Int64] = [:]
         if !assigned.isEmpty {
             let list = makePartitionList(assigned.map { ($0, nil) })
@@ -537,7 +520,10 @@ final class ConsumerCore: @unchecked Sendable {
                 for (tp, position, _) in readPartitionList(list) where position >= 0 {
                     var low: Int64 = -1
                     var high: Int64 = -1
-                    if rd_kafka_get_watermark_offsets(rk, tp.topic, tp.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR, high >= 0 {
+                    let err = paused
+                        ? rd_kafka_query_watermark_offsets(rk, tp.topic, tp.partition, &low, &high, queryTimeout)
+                        : rd_kafka_get_watermark_offsets(rk, tp.topic, tp.partition, &low, &high)
+                    if err == RD_KAFKA_RESP_ERR_NO_ERROR, high >= 0 {
                         lag[tp] = max(0, high - position)
                     }
                 }

@@ -152,6 +152,8 @@ final class ProducerCore: @unchecked Sendable {
         var destroyed = false
         var stopped = false
         var waiters: [CheckedContinuation<Void, Never>] = []
+        /// Topic handles by name, so a produce does not look the topic up by name each time.
+        var topics: [String: OpaquePointer] = [:]
     }
 
     let handle: RdKafkaHandle
@@ -191,13 +193,14 @@ final class ProducerCore: @unchecked Sendable {
             rd_kafka_purge(handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
             rd_kafka_flush(handle.pointer, 1000)
             rd_kafka_poll(handle.pointer, 0)
-            let waiters = lifecycle.withLock { s -> [CheckedContinuation<Void, Never>] in
+            let (waiters, topics) = lifecycle.withLock { s -> ([CheckedContinuation<Void, Never>], [OpaquePointer]) in
                 s.destroyed = true
                 s.stopped = true
-                defer { s.waiters = [] }
-                return s.waiters
+                defer { s.waiters = []; s.topics = [:] }
+                return (s.waiters, Array(s.topics.values))
             }
             waiters.forEach { $0.resume() }
+            topics.forEach { rd_kafka_topic_destroy($0) }
             // Takes about a second for an idempotent producer; nobody waits for it.
             handle.destroy()
         }
@@ -261,8 +264,7 @@ final class ProducerCore: @unchecked Sendable {
         var vus: [rd_kafka_vu_t] = []
         vus.reserveCapacity(6 + record.headers.count)
         var vu = rd_kafka_vu_t()
-        vu.vtype = RD_KAFKA_VTYPE_TOPIC
-        vu.u.cstr = cString(record.topic)
+        vu.vtype = RD_KAFKA_VTYPE_TOPIC  // replaced by the cached topic handle below
         vus.append(vu)
         if let partition = record.partition {
             vu = rd_kafka_vu_t()
@@ -315,6 +317,13 @@ final class ProducerCore: @unchecked Sendable {
         let enqueued: Result<Void, KafkaError> = lifecycle.withLock { s in
             guard s.running, !s.destroyed else {
                 return .failure(KafkaError(code: .closed, reason: "producer is shut down", context: ["topic": record.topic]))
+            }
+            if let rkt = s.topics[record.topic] ?? rd_kafka_topic_new(handle.pointer, record.topic, nil) {
+                s.topics[record.topic] = rkt
+                vus[0].vtype = RD_KAFKA_VTYPE_RKT
+                vus[0].u.rkt = rkt
+            } else {
+                vus[0].u.cstr = cString(record.topic)
             }
             guard let error = rd_kafka_produceva(handle.pointer, vus, vus.count) else { return .success(()) }
             return .failure(KafkaError.consuming(.produce, error, "enqueue failed", context: ["topic": record.topic]))

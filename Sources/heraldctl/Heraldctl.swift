@@ -10,6 +10,7 @@ struct Heraldctl: AsyncParsableCommand {
         subcommands: [
             Simulate.self,
             Push.self,
+            Topics.self,
         ]
     )
 }

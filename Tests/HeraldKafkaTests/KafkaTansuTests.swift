@@ -40,8 +40,11 @@ struct KafkaTansuTests {
             #expect(record.header("event-id") == .some(bytes("e\(i)")))
             #expect(record.header("empty") == .some(nil), "a header without value stays without value")
             #expect(record.timestamp != nil)
-            let report = reports[i]
-            #expect(record.partition == report.partition && record.offset == report.offset)
+            guard reports.indices.contains(i) else {
+                Issue.record("unexpected value in \(record.topicPartition)@\(record.offset)")
+                continue
+            }
+            #expect(record.partition == reports[i].partition && record.offset == reports[i].offset)
         }
         // All records of one key sit in one partition, in send order.
         for k in 0..<3 {
@@ -105,7 +108,7 @@ struct KafkaTansuTests {
         }
         #expect(total == 200)
         #expect(sizes.allSatisfy { $0 <= 7 })
-        #expect(sizes.filter { $0 == 7 }.count >= 28, "a backlog is handed out in full batches: \(sizes)")
+        #expect(sizes.filter { $0 == 7 }.count >= 25, "a backlog is handed out in full batches: \(sizes)")
 
         // Nothing left: a request waits T and comes back empty.
         let start = ContinuousClock.now
@@ -221,9 +224,15 @@ struct KafkaTansuTests {
         consumer.pause()
         #expect(consumer.isPaused)
         try await Task.sleep(for: .milliseconds(300))  // the poll thread applies the pause
-        try await producer.sendAll((0..<5).map { ProducerRecord(topic: topic, key: "k", value: bytes("b\($0)"), partition: 0) })
+        // One record per request: Tansu answers ListOffsets(latest) with the last batch's
+        // base offset + 1, so only single-record batches give it the true high watermark.
+        for i in 0..<5 {
+            try await producer.sendAll([ProducerRecord(topic: topic, key: "k", value: bytes("b\(i)"), partition: 0)])
+        }
         let whilePaused = try await collect(consumer, count: 1, timeout: .seconds(2))
         #expect(whilePaused.isEmpty, "nothing is fetched while paused")
+        let tp = TopicPartition(topic: topic, partition: 0)
+        try await eventually("lag seen while paused (watermarks queried from the broker)") { consumer.lag[tp] == 5 }
         consumer.resume()
         let afterResume = try await collect(consumer, count: 5)
         #expect(afterResume.map(\.offset) == [5, 6, 7, 8, 9])
@@ -262,6 +271,38 @@ struct KafkaTansuTests {
         let next = try await collect(check, count: 1)
         #expect(next.first?.offset == 15, "5 + 10 completed records were committed on shutdown")
         await check.shutdown()
+        try await producer.shutdown()
+    }
+
+    @Test("completions from many tasks in random order commit exactly the high watermark of every partition")
+    func concurrentCompletions() async throws {
+        let broker = try TansuBroker()
+        defer { broker.stop() }
+        let topic = uniqueName("concurrent")
+        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 4)],
+                                              configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        let producer = try producer(broker.bootstrap)
+        let reports = try await producer.send((0..<4000).map { ProducerRecord(topic: topic, key: "u\($0)", value: bytes("\($0)")) })
+        #expect(reports.allSatisfy { $0.isDelivered })
+        var expected: [TopicPartition: Int64] = [:]
+        for r in reports { expected[TopicPartition(topic: topic, partition: r.partition), default: 0] += 1 }
+
+        let consumer = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic], batchSize: 250),
+                                         logger: testLogger("test.consumer"))
+        let got = try await collect(consumer, count: 4000)
+        #expect(got.count == 4000)
+        await withTaskGroup(of: Void.self) { group in
+            for slice in got.shuffled().chunked(into: 97) {
+                group.addTask {
+                    for record in slice.shuffled() { consumer.complete(record) }
+                }
+            }
+        }
+        #expect(consumer.outstanding == 0)
+        try await consumer.commit()
+        let committed = try await consumer.committed(Array(expected.keys))
+        #expect(committed == expected, "every partition committed up to its end")
+        await consumer.shutdown()
         try await producer.shutdown()
     }
 
@@ -339,5 +380,11 @@ struct KafkaRebalanceTests {
         await a.shutdown()
         await b.shutdown()
         try await producer.shutdown()
+    }
+}
+
+extension Array {
+    func chunked(into size: Int) -> [[Element]] {
+        stride(from: 0, to: count, by: size).map { Array(self[$0..<Swift.min($0 + size, count)]) }
     }
 }

@@ -1,0 +1,39 @@
+import ArgumentParser
+import HeraldKafka
+
+/// `heraldctl topics`: create Kafka topics that are missing (works against Tansu and Apache Kafka).
+struct Topics: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Create Kafka topics that do not exist yet (NAME or NAME:PARTITIONS).")
+
+    @Option(name: .long, help: "Bootstrap brokers, comma-separated.")
+    var brokers: String = "127.0.0.1:9092"
+
+    @Option(name: .long, help: "Partitions for topics given without a count.")
+    var partitions: Int32 = 4
+
+    @Option(name: .long, help: "Replication factor.")
+    var replication: Int32 = 1
+
+    @Argument(help: "Topics as NAME or NAME:PARTITIONS.")
+    var topics: [String]
+
+    func run() async throws {
+        var specs: [TopicSpec] = []
+        for topic in topics {
+            let parts = topic.split(separator: ":", maxSplits: 1).map(String.init)
+            guard let name = parts.first, !name.isEmpty else { throw ValidationError("empty topic name in '\(topic)'") }
+            var count = partitions
+            if parts.count == 2 {
+                guard let parsed = Int32(parts[1]), parsed > 0 else { throw ValidationError("bad partition count in '\(topic)'") }
+                count = parsed
+            }
+            specs.append(TopicSpec(name: name, partitions: count, replicationFactor: replication))
+        }
+        let configuration = KafkaAdminConfiguration(brokers: brokers.split(separator: ",").map(String.init))
+        let created = Set(try await KafkaAdmin.createTopics(specs, configuration: configuration))
+        for spec in specs {
+            print(created.contains(spec.name) ? "created \(spec.name) (\(spec.partitions) partitions)" : "exists  \(spec.name)")
+        }
+    }
+}
