@@ -43,8 +43,8 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                         auth = try .token(keyID: keyID, teamID: teamID, p8Path: keyFile)
                     case .certificate(let certificateFile, let privateKeyFile):
                         auth = .certificateFiles(certificatePath: certificateFile, privateKeyPath: privateKeyFile ?? certificateFile)
-                    case .p12(let file, let passwordEnv):
-                        auth = .pkcs12File(path: file, password: passwordEnv.flatMap { environment[$0] } ?? "")
+                    case .p12(let file, let passwordEnv, let password):
+                        auth = .pkcs12File(path: file, password: passwordEnv.flatMap { environment[$0] } ?? password ?? "")
                     case nil:
                         throw APNsError(.credential, "incomplete credential (needs key_file + key_id + team_id, or certificate_file, or p12_file)")
                     }
