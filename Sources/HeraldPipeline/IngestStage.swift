@@ -29,13 +29,8 @@ public struct IngestProcessor: StageProcessor {
         }
         switch Ingest.admit(event) {
         case .admit(let event):
-            do {
-                let output = try StageOutput.record(IngestedRecord(event: event, ingestedAt: now),
-                                                    topic: ingestedTopic, key: event.conversation.id)
-                return StageResult(outputs: [output])
-            } catch {
-                return .dlq("encode_error", "\(error)")
-            }
+            return StageResult(outputs: [StageOutput.record(IngestedRecord(event: event, ingestedAt: now),
+                                                            topic: ingestedTopic, key: event.conversation.id)])
         case .drop(.channelType, _):
             let explain = ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage, decision: "drop",
                                        reason: DropReason.channelType.rawValue, at: now)

@@ -36,16 +36,14 @@ public struct RenderProcessor: StageProcessor {
             for request in requests {
                 let outbound = OutboundRecord(eventID: event.eventID, appID: event.appID, recipient: record.recipient,
                                               request: request)
-                outputs.append(try StageOutput.record(outbound, topic: outboundTopic, key: request.token))
+                outputs.append(StageOutput.record(outbound, topic: outboundTopic, key: request.token))
             }
             return StageResult(outputs: outputs)
-        } catch let error as RenderError {
+        } catch {
             return .dlq(error.code.rawValue, error.detail, explain: [
                 ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
                              decision: "error", reason: error.code.rawValue, at: BatchContext.millis(now)),
             ])
-        } catch {
-            return .dlq("encode_error", "\(error)")
         }
     }
 }

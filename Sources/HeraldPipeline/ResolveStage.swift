@@ -115,15 +115,10 @@ public struct ResolveProcessor: StageProcessor {
             let displayName = appStates[event.sender.id]?.preferences.displayName
             let recipients = recipientsOf[index] ?? []
             var result = StageResult()
-            do {
-                for user in recipients {
-                    let record = ResolvedRecord(event: event, recipient: user, state: appStates[user] ?? UserState(),
-                                                senderDisplayName: displayName)
-                    result.outputs.append(try StageOutput.record(record, topic: resolvedTopic, key: user))
-                }
-            } catch {
-                results[index] = .dlq("encode_error", "\(error)")
-                continue
+            for user in recipients {
+                let record = ResolvedRecord(event: event, recipient: user, state: appStates[user] ?? UserState(),
+                                            senderDisplayName: displayName)
+                result.outputs.append(StageOutput.record(record, topic: resolvedTopic, key: user))
             }
             result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage,
                                                decision: "fanned_out", at: now, count: recipients.count))

@@ -200,13 +200,9 @@ public struct SendProcessor: StageProcessor {
             let delay = retryPolicy.delay(afterAttempt: record.attempt, unit: unit())
             retry.notBefore = now + Self.milliseconds(delay)
             notes.append(.retried(reason: reasonText))
-            do {
-                let output = try StageOutput.record(retry, topic: retryTopic, key: record.request.token)
-                return (StageResult(outputs: [output], notes: notes,
-                                    explain: [explain(record, "retry", reasonText, status, now)]), false)
-            } catch {
-                return (.dlq("encode_error", "\(error)", notes: notes), false)
-            }
+            let output = StageOutput.record(retry, topic: retryTopic, key: record.request.token)
+            return (StageResult(outputs: [output], notes: notes,
+                                explain: [explain(record, "retry", reasonText, status, now)]), false)
         case .permanent:
             let code = reasonText.isEmpty ? "permanent" : reasonText
             return (.dlq(code, "APNs answered \(status.map(String.init) ?? "no status") \(code) on attempt \(record.attempt)",

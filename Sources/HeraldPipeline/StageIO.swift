@@ -32,9 +32,14 @@ public struct StageOutput: Sendable, Hashable {
         self.value = value
     }
 
-    /// Encodes a stage record (StageCodec JSON).
+    /// Encodes a record with Codable (registry and token-feedback records).
     public static func record<T: Encodable>(_ record: T, topic: String, key: String) throws -> StageOutput {
         StageOutput(topic: topic, key: key, value: try StageCodec.encode(record))
+    }
+
+    /// Encodes a stage record with the fast codec (same JSON as Codable).
+    public static func record<T: StageRecord>(_ record: T, topic: String, key: String) -> StageOutput {
+        StageOutput(topic: topic, key: key, value: StageCodec.encode(record))
     }
 }
 

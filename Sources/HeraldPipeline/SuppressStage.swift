@@ -40,15 +40,11 @@ public struct SuppressProcessor: StageProcessor {
         case .deliver(let targets):
             let deliverable = DeliverableRecord(event: event, recipient: record.recipient, state: record.state,
                                                 targets: targets, senderDisplayName: record.senderDisplayName)
-            do {
-                let output = try StageOutput.record(deliverable, topic: deliverableTopic, key: record.recipient)
-                return StageResult(outputs: [output], explain: [
-                    ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
-                                 decision: "deliver", at: at, count: targets.count),
-                ])
-            } catch {
-                return .dlq("encode_error", "\(error)")
-            }
+            let output = StageOutput.record(deliverable, topic: deliverableTopic, key: record.recipient)
+            return StageResult(outputs: [output], explain: [
+                ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                             decision: "deliver", at: at, count: targets.count),
+            ])
         }
     }
 }

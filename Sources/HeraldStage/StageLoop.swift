@@ -186,12 +186,8 @@ public final class StageLoop: Service, Sendable {
                 let input = batch[index]
                 let dlq = DLQRecord(original: input.value ?? [], sourceTopic: input.topic, stage: processor.stage,
                                     reason: letter.reason, detail: letter.detail, time: time)
-                do {
-                    records.append(ProducerRecord(topic: configuration.dlqTopic, key: input.key, value: try StageCodec.encode(dlq)))
-                    owner.append(index)
-                } catch {
-                    logger.error("cannot encode a DLQ record", metadata: [LogKey.error: "\(error)"])
-                }
+                records.append(ProducerRecord(topic: configuration.dlqTopic, key: input.key, value: Self.encode(dlq)))
+                owner.append(index)
             }
             explainEntries += result.explain
         }
@@ -281,6 +277,8 @@ public final class StageLoop: Service, Sendable {
             }
         }
     }
+
+    static func encode(_ dlq: DLQRecord) -> [UInt8] { StageCodec.encode(dlq) }
 
     private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
         CoreMetrics.Counter(label: name, dimensions: [("stage", processor.stage)] + labels)
