@@ -37,17 +37,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 let key = Key(app: appID, bundleID: credential.bundleID, environment: credential.environment)
                 if clients[key] != nil { continue }
                 do {
-                    let auth: HeraldAPNs.APNsCredential
-                    switch credential.auth {
-                    case .token(let teamID, let keyID, let keyFile):
-                        auth = try .token(keyID: keyID, teamID: teamID, p8Path: keyFile)
-                    case .certificate(let certificateFile, let privateKeyFile):
-                        auth = .certificateFiles(certificatePath: certificateFile, privateKeyPath: privateKeyFile ?? certificateFile)
-                    case .p12(let file, let passwordEnv, let password):
-                        auth = .pkcs12File(path: file, password: passwordEnv.flatMap { environment[$0] } ?? password ?? "")
-                    case nil:
-                        throw APNsError(.credential, "incomplete credential (needs key_file + key_id + team_id, or certificate_file, or p12_file)")
-                    }
+                    let auth = try APNsClientCredential(credential, environment: environment)
                     var configuration = APNsClientConfiguration(
                         credential: auth, environment: credential.environment == .sandbox ? .sandbox : .production,
                         endpoint: endpoint, trustedCAFile: caFile, connections: connections, maxInFlight: maxInFlight,
@@ -100,7 +90,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 group.addTask {
                     let requests = items.map { item in
                         let r = item.1.request
-                        return HeraldAPNs.APNsRequest(deviceToken: r.token, topic: r.topic,
+                        return APNsDelivery(deviceToken: r.token, topic: r.topic,
                                                       pushType: HeraldAPNs.APNsPushType(rawValue: r.pushType.rawValue) ?? .alert,
                                                       priority: HeraldAPNs.APNsPriority(rawValue: r.priority),
                                                       expiration: r.expiration, collapseID: r.collapseID, apnsID: r.apnsID,
