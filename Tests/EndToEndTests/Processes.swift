@@ -17,27 +17,73 @@ final class Guarded<Value>: @unchecked Sendable {
     }
 }
 
-/// Every child pid still running, so an `atexit` hook can kill what a crashed or aborted run left behind.
+/// Every child pid still running, so nothing outlives the test process: an `atexit` hook kills them on a normal
+/// exit, and a watchdog shell (started with the first child) kills the pids listed in a file when the test
+/// process dies any other way (a crash in any test of the bundle).
 enum ChildRegistry {
     static let pids = Guarded<Set<Int32>>([])
     private static let installed = Guarded(false)
+    static let pidFile = NSTemporaryDirectory() + "herald-e2e-children-\(getpid())"
 
     static func add(_ pid: Int32) {
-        installHook()
-        pids.withLock { _ = $0.insert(pid) }
+        installHooks()
+        pids.withLock {
+            _ = $0.insert(pid)
+            write($0)
+        }
     }
 
-    static func remove(_ pid: Int32) { pids.withLock { _ = $0.remove(pid) } }
+    static func remove(_ pid: Int32) {
+        pids.withLock {
+            _ = $0.remove(pid)
+            write($0)
+        }
+    }
 
-    private static func installHook() {
+    private static func write(_ set: Set<Int32>) {
+        let text = set.map { String($0) }.joined(separator: " ")
+        try? text.write(toFile: pidFile, atomically: true, encoding: .utf8)
+    }
+
+    private static func installHooks() {
         let first = installed.withLock { done -> Bool in
             defer { done = true }
             return !done
         }
         guard first else { return }
         atexit {
-            for pid in ChildRegistry.pids.withLock({ $0 }) { kill(pid, SIGKILL) }
+            let left = ChildRegistry.pids.withLock { set -> Set<Int32> in
+                let copy = set
+                set.removeAll()
+                try? "".write(toFile: ChildRegistry.pidFile, atomically: true, encoding: .utf8)
+                return copy
+            }
+            for pid in left { kill(pid, SIGKILL) }
         }
+        // The watchdog: polls the test process; once it is gone, SIGKILLs what the file lists, then removes it.
+        let script = """
+        while kill -0 \(getpid()) 2>/dev/null && ! grep -q '^State:.*Z' /proc/\(getpid())/status 2>/dev/null; do sleep 1; done
+        if [ -s '\(pidFile)' ]; then kill -9 $(cat '\(pidFile)') 2>/dev/null; fi
+        rm -f '\(pidFile)'
+        """
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // Its own process group: a Ctrl-C on the test run does not stop it before it did its job.
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
+        // No inherited stdout/stderr: `swift test` waits for its pipes to close before it reaps the test process.
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for fd: Int32 in [0, 1, 2] {
+            posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        let words: [String] = ["/bin/sh", "-c", script]
+        let argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
+        defer { for p in argv { free(p) } }
+        var pid: pid_t = 0
+        _ = posix_spawn(&pid, "/bin/sh", &actions, &attributes, argv, environ)
     }
 }
 
