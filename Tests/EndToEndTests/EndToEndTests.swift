@@ -22,6 +22,8 @@ func canonicalJSON(_ bytes: [UInt8]) -> Data? {
 @Suite("End to end", .serialized, .e2eStack, .timeLimit(.minutes(10)))
 struct EndToEndTests {
     let stack: E2EStack
+    /// (token/apns-id) -> (event id, user) of the last `publishKillBatch`.
+    let owners = Guarded<[String: (event: String, user: String)]>([:])
     init() throws { stack = try E2EStack.shared() }
 
     static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
@@ -226,6 +228,8 @@ struct EndToEndTests {
     /// apart, and calls `during` as soon as the first of them reached the stand-in, while the rest are still
     /// flowing through the stages. Returns the predicted (token, apns-id) pairs.
     func publishKillBatch(prefix: String, count: Int, during: @escaping @Sendable () async throws -> Void) async throws -> Set<String> {
+        var lastBatchOwners: [String: (event: String, user: String)] = [:]
+        defer { owners.withLock { $0 = lastBatchOwners } }
         let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
         var events: [String] = []
         var pairs = Set<String>()
@@ -234,7 +238,10 @@ struct EndToEndTests {
             let e = Scenarios.message(Scenarios.id("\(prefix)-\(i)"), conversation: "k1", text: "message \(i)", createdAt: now)
             events.append(e)
             for line in try Simulator.simulate(eventBytes: Array(e.utf8), fixture: fixture, apps: stack.apps, at: nil, now: Date()) {
-                for n in line.notifications { pairs.insert(n.token + "/" + n.apnsID.lowercased()) }
+                for n in line.notifications {
+                    pairs.insert(n.token + "/" + n.apnsID.lowercased())
+                    if let user = line.user { lastBatchOwners[n.token + "/" + n.apnsID.lowercased()] = (Scenarios.id("\(prefix)-\(i)"), user) }
+                }
             }
         }
         let stack = self.stack
@@ -367,19 +374,35 @@ struct EndToEndTests {
         #expect(k1?.devices.map(\.token) == [tok(201)])
     }
 
-    @Test("APNs 503s and GOAWAYs are retried until delivered")
+    @Test("APNs 429s, 500s, 503s and GOAWAYs are retried until delivered")
     func apnsFaultsAreRetried() async throws {
         try await loadFixtures()
-        try await stack.startMock(extra: ["--rate-503", "0.3", "--goaway-every", "7", "--seed", "7"])
+        try await stack.startMock(extra: ["--rate-503", "0.2", "--rate-429", "0.1", "--rate-500", "0.1", "--goaway-every", "7", "--seed", "7"])
         let generation = stack.mockGeneration
         let pairs = try await publishKillBatch(prefix: "faults", count: 20) {}
         let counts = await awaitDeliveries(pairs, timeout: .seconds(90))
-        expectExactlyOnce(pairs, counts, "503 / GOAWAY")
-        let faulty = stack.recorded().filter { $0.status == 503 }
-        #expect(!faulty.isEmpty, "the stand-in answered no 503 (fault injection did not happen)")
+        expectExactlyOnce(pairs, counts, "429 / 500 / 503 / GOAWAY")
+        let faulty = stack.recorded(generation: generation).filter { [429, 500, 503].contains($0.status) }
+        #expect(!faulty.isEmpty, "the stand-in answered no 429/500/503 (fault injection did not happen)")
         // The faults hit this test's notifications, and each faulted one was later delivered.
         let faultedHere = faulty.filter { $0.at > 0 && pairs.contains($0.token + "/" + $0.apnsID) }
-        #expect(!faultedHere.isEmpty, "no 503 hit this test's notifications")
+        #expect(!faultedHere.isEmpty, "no fault hit this test's notifications")
+        let statuses = Set(stack.recorded(generation: generation).map(\.status))
+        #expect(statuses.isSuperset(of: [200, 429, 500, 503]), "answers seen: \(statuses.sorted())")
+        // The explain trail of every notification that was refused first ends with its delivery; those retried
+        // through herald.retry (not only in-process) show a later attempt.
+        var laterAttempts = 0
+        for pair in Set(faultedHere.map { $0.token + "/" + $0.apnsID }).sorted() {
+            guard let owner = owners.withLock({ $0[pair] }) else {
+                Issue.record("no owner for the faulted notification \(pair)")
+                continue
+            }
+            let r = try await stack.heraldctl(["explain", "--app", "app1", "--event", owner.event, "--user", owner.user])
+            let devices = r.lines.first?["devices"] as? [[String: Any]] ?? []
+            #expect(devices.contains { $0["decision"] as? String == "delivered" }, "explain after retries: \(r.stdout)")
+            if devices.contains(where: { ($0["attempt"] as? Int ?? 1) > 1 }) { laterAttempts += 1 }
+        }
+        #expect(laterAttempts > 0, "no faulted notification was delivered on a later attempt via herald.retry")
         // GOAWAY every 7 streams: more than 7 requests went over this stand-in, so connections were replaced.
         let requestsHere = stack.recorded(generation: generation).count
         #expect(requestsHere > 7 * 2, "only \(requestsHere) requests reached the faulty stand-in")
