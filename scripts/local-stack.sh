@@ -81,7 +81,7 @@ fi
 BIN="$root/.build/$config"
 
 # --- Redis and Tansu -------------------------------------------------------------------------------
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$RUN" --daemonize no \
   >"$RUN/logs/redis.log" 2>&1 &
 echo $! >"$RUN/redis.pid"
 for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
