@@ -110,7 +110,11 @@ let package = Package(
             "HeraldCore", "HeraldConfig",
             .product(name: "PropertyBased", package: "swift-property-based"),
         ]),
-        .testTarget(name: "HeraldAPNsTests", dependencies: ["HeraldAPNs", "HeraldCore", "COpenSSL"]),
+        .testTarget(name: "HeraldAPNsTests", dependencies: [
+            "HeraldAPNs", "HeraldCore", "COpenSSL",
+            .product(name: "Metrics", package: "swift-metrics"),
+            .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
         .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka"]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore"]),
         .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),

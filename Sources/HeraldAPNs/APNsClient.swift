@@ -28,7 +28,7 @@ public final class APNsClient: Sendable {
     deinit { loop.requestStop() }
 
     /// Sends one notification and waits for its final outcome.
-    public func send(_ request: APNsRequest) async -> APNsResponse {
+    public func send(_ request: APNsDelivery) async -> APNsResponse {
         _ = await loop.gate.acquire(upTo: 1)
         return await withCheckedContinuation { continuation in
             loop.enqueue([Job(request: request) { continuation.resume(returning: $0) }])
@@ -38,7 +38,7 @@ public final class APNsClient: Sendable {
     /// Accepts a batch; `onComplete` is called once per request, on the client's I/O thread
     /// (keep it short: count, yield to a stream, resume a continuation). Returns once every
     /// request is accepted, which waits while `maxInFlight` requests are outstanding.
-    public func submit(_ requests: [APNsRequest], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
+    public func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
         var index = 0
         while index < requests.count {
             let granted = await loop.gate.acquire(upTo: requests.count - index)
@@ -54,7 +54,7 @@ public final class APNsClient: Sendable {
 
     /// Sends a batch and yields each final outcome as it arrives (in completion order; match by
     /// `tag`). The stream finishes after the last one.
-    public func responses(for requests: [APNsRequest]) -> AsyncStream<APNsResponse> {
+    public func responses(for requests: [APNsDelivery]) -> AsyncStream<APNsResponse> {
         let (stream, continuation) = AsyncStream<APNsResponse>.makeStream()
         let remaining = Countdown(requests.count)
         if requests.isEmpty { continuation.finish() }

@@ -1,11 +1,8 @@
 import Foundation
 import HeraldCore
 
-/// Apple's two gateways.
-public enum APNsEnvironment: String, Sendable, CaseIterable {
-    case production
-    case sandbox
-
+extension APNsEnvironment {
+    /// Apple's gateway for this environment.
     public var host: String {
         switch self {
         case .production: "api.push.apple.com"
@@ -65,7 +62,7 @@ public enum APNsPriority: Int, Sendable, CaseIterable {
 }
 
 /// How the client proves who it is to APNs.
-public enum APNsCredential: Sendable {
+public enum APNsClientCredential: Sendable {
     /// Token auth: a .p8 key (PKCS#8 PEM text) with its key id and team id.
     case token(keyID: String, teamID: String, p8PEM: String)
     /// Certificate auth: PEM certificate (chain) file and PEM private key file.
@@ -74,7 +71,7 @@ public enum APNsCredential: Sendable {
     case pkcs12File(path: String, password: String)
 
     /// Loads a token credential from a .p8 file.
-    public static func token(keyID: String, teamID: String, p8Path: String) throws(APNsError) -> APNsCredential {
+    public static func token(keyID: String, teamID: String, p8Path: String) throws(APNsError) -> APNsClientCredential {
         do {
             return .token(keyID: keyID, teamID: teamID, p8PEM: try String(contentsOfFile: p8Path, encoding: .utf8))
         } catch {
@@ -83,10 +80,33 @@ public enum APNsCredential: Sendable {
     }
 
     var isToken: Bool { if case .token = self { true } else { false } }
+
+    /// The client credential for a pipeline file's credential entry: loads the .p8 key, or
+    /// resolves the .p12 password from `p12_password_env` (in `environment`) or the inline one.
+    public init(_ entry: APNsCredential, environment: [String: String] = ProcessInfo.processInfo.environment) throws(APNsError) {
+        switch entry.auth {
+        case .token(let teamID, let keyID, let keyFile)?:
+            self = try .token(keyID: keyID, teamID: teamID, p8Path: keyFile)
+        case .certificate(let certificateFile, let privateKeyFile)?:
+            // A PEM file may hold the certificate and its key together.
+            self = .certificateFiles(certificatePath: certificateFile, privateKeyPath: privateKeyFile ?? certificateFile)
+        case .p12(let file, let passwordEnv, let password)?:
+            if let passwordEnv {
+                guard let value = environment[passwordEnv] else {
+                    throw APNsError(.credential, "environment variable \(passwordEnv) (the .p12 password of \(entry.bundleID)) is not set")
+                }
+                self = .pkcs12File(path: file, password: value)
+            } else {
+                self = .pkcs12File(path: file, password: password ?? "")
+            }
+        case nil:
+            throw APNsError(.credential, "credential of \(entry.bundleID) has neither token nor certificate settings")
+        }
+    }
 }
 
 /// One notification to one device.
-public struct APNsRequest: Sendable {
+public struct APNsDelivery: Sendable {
     /// Hex device token (the path is `/3/device/<token>`).
     public var deviceToken: String
     /// `apns-topic`: the bundle id (with `.voip` etc. suffix where the push type needs it).
@@ -119,6 +139,19 @@ public struct APNsRequest: Sendable {
         self.payload = payload
         self.deadline = deadline ?? (ContinuousClock.now + timeout)
         self.tag = tag
+    }
+}
+
+extension APNsDelivery {
+    /// The transport request for a rendered notification (HeraldCore's `APNsRequest`, as the
+    /// render stage writes it to Kafka).
+    public init(_ rendered: APNsRequest, deadline: ContinuousClock.Instant? = nil, timeout: Duration = .seconds(30),
+                tag: UInt64 = 0) {
+        self.init(deviceToken: rendered.token, topic: rendered.topic,
+                  pushType: APNsPushType(rawValue: rendered.pushType.rawValue) ?? .alert,
+                  priority: APNsPriority(rawValue: rendered.priority), expiration: rendered.expiration,
+                  collapseID: rendered.collapseID, apnsID: rendered.apnsID.isEmpty ? nil : rendered.apnsID,
+                  payload: rendered.payload, deadline: deadline, timeout: timeout, tag: tag)
     }
 }
 
@@ -161,7 +194,7 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
 
 /// Tunables of one client (one credential + environment). Defaults in brackets.
 public struct APNsClientConfiguration: Sendable {
-    public var credential: APNsCredential
+    public var credential: APNsClientCredential
     public var environment: APNsEnvironment
     /// Host override (`host:port`) for tests; default: the environment's host on 443.
     public var endpoint: APNsEndpoint?
@@ -185,8 +218,10 @@ public struct APNsClientConfiguration: Sendable {
     public var tokenRenewal: APNsTokenRenewalPolicy
     /// Wall clock for JWT `iat` and renewal (inject to test renewal).
     public var now: @Sendable () -> Date
+    /// Extra dimensions on every metric, e.g. `[("credential", "app1-prod")]`.
+    public var metricDimensions: [(String, String)]
 
-    public init(credential: APNsCredential, environment: APNsEnvironment = .production,
+    public init(credential: APNsClientCredential, environment: APNsEnvironment = .production,
                 endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil, connections: Int = 2,
                 maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 10_000,
                 connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
@@ -194,7 +229,7 @@ public struct APNsClientConfiguration: Sendable {
                 reconnectBackoff: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(30)),
                 retry: APNsBackoffPolicy = APNsBackoffPolicy(),
                 tokenRenewal: APNsTokenRenewalPolicy = APNsTokenRenewalPolicy(),
-                now: @escaping @Sendable () -> Date = { Date() }) {
+                now: @escaping @Sendable () -> Date = { Date() }, metricDimensions: [(String, String)] = []) {
         self.credential = credential
         self.environment = environment
         self.endpoint = endpoint
@@ -209,6 +244,7 @@ public struct APNsClientConfiguration: Sendable {
         self.retry = retry
         self.tokenRenewal = tokenRenewal
         self.now = now
+        self.metricDimensions = metricDimensions
     }
 
     var resolvedEndpoint: APNsEndpoint { endpoint ?? APNsEndpoint(environment) }

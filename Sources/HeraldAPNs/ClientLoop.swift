@@ -47,6 +47,10 @@ final class ClientLoop: @unchecked Sendable {
     private var localStats = APNsClientStats()
     private var finishedThisPass: [(Job, APNsResponse)] = []
     private var bearerCache: (issuedAt: Date, header: [UInt8])?
+    private let metrics: APNsMetrics
+    private var delivered200 = 0
+    private var answerDeltas: [AnswerKey: Int] = [:]
+    private var lastMetricsAt: ContinuousClock.Instant = .now
 
     init(config: APNsClientConfiguration, logger: Logger) throws(APNsError) {
         self.config = config
@@ -61,6 +65,7 @@ final class ClientLoop: @unchecked Sendable {
         let ep = config.resolvedEndpoint
         authority = Array((ep.port == 443 ? ep.host : ep.description).utf8)
         gate = InFlightGate(limit: config.maxInFlight)
+        metrics = APNsMetrics(dimensions: config.metricDimensions)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw APNsError(.io, "pipe: \(String(cString: strerror(errno)))") }
         wakeRead = fds[0]
@@ -144,6 +149,15 @@ final class ClientLoop: @unchecked Sendable {
         lock.lock()
         statsValue = localStats
         lock.unlock()
+        let now = ContinuousClock.now
+        if now - lastMetricsAt >= .milliseconds(100) || stopping != nil {
+            lastMetricsAt = now
+            if delivered200 > 0 { answerDeltas[AnswerKey(status: "200", reason: ""), default: 0] += delivered200 }
+            delivered200 = 0
+            metrics.publish(localStats, renewals: tokens?.renewalCount ?? 0, answerDeltas: answerDeltas,
+                            inFlightNow: liveJobs, openConnections: connections.filter { !$0.dead }.count)
+            answerDeltas.removeAll(keepingCapacity: true)
+        }
         guard !finishedThisPass.isEmpty else { return }
         let done = finishedThisPass
         finishedThisPass.removeAll(keepingCapacity: true)
@@ -193,7 +207,8 @@ final class ClientLoop: @unchecked Sendable {
             dispatch(now: now)
             for c in connections where !c.dead {
                 if let failure = c.flush() { kill(c, why: failure); continue }
-                if c.goawayReceived && c.streams.isEmpty && c.sessionFinished { retire(c) }
+                // After GOAWAY, once its last stream is done the connection has nothing left to do.
+                if c.goawayReceived && c.streams.isEmpty { retire(c) }
             }
             connections.removeAll { $0.dead }
             deliverCompletions()
@@ -416,6 +431,8 @@ final class ClientLoop: @unchecked Sendable {
             if let ts = object["timestamp"] as? NSNumber { timestamp = ts.int64Value }
         }
         let answer = APNsAnswerTable.classify(status: status, reason: reason, timestamp: timestamp)
+        if status == 200 { delivered200 += 1 }
+        else { answerDeltas[AnswerKey(status: String(status), reason: reason?.wire ?? ""), default: 0] += 1 }
         if answer == .renewCredentials, let tokens, let issued = job.bearerIssuedAt,
            (job.attempts < config.retry.maxAttempts), (job.request.deadline > ContinuousClock.now) {
             if (try? tokens.rejectedAsExpired(issuedAt: issued)) == true {
@@ -434,6 +451,7 @@ final class ClientLoop: @unchecked Sendable {
     private func finishAttempt(_ job: Job, failure: APNsTransportFailure) {
         job.attempts += 1
         bump { $0.transportFailures += 1 }
+        answerDeltas[AnswerKey(status: "none", reason: failure.kind), default: 0] += 1
         let disposition = config.retry.disposition(for: APNsAnswerTable.classify(failure), reasonText: failure.description,
                                                    attempt: job.attempts, unit: Double.random(in: 0..<1, using: &rng))
         if scheduleRetry(job, disposition) { return }

@@ -134,13 +134,6 @@ final class H2Connection {
         }
     }
 
-    /// True when nghttp2 has nothing more to do on this connection (after GOAWAY, say).
-    var sessionFinished: Bool {
-        guard let session else { return true }
-        return nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
-            && outOffset >= out.count
-    }
-
     // MARK: Streams
 
     /// Submits one request. Returns the stream id, or nil when this connection cannot open more streams.

@@ -6,7 +6,7 @@ import HeraldCore
 final class Job: @unchecked Sendable {
     // @unchecked Sendable: ownership moves from the submitting task to the I/O thread through
     // the loop's lock-protected inbox; after that only the I/O thread reads or writes it.
-    let request: APNsRequest
+    let request: APNsDelivery
     let completion: @Sendable (APNsResponse) -> Void
     /// Counted attempts so far (answers and in-flight losses; transparent resends do not count).
     var attempts = 0
@@ -22,7 +22,7 @@ final class Job: @unchecked Sendable {
     var body: [UInt8] = []
     var bearerIssuedAt: Date?
 
-    init(request: APNsRequest, completion: @escaping @Sendable (APNsResponse) -> Void) {
+    init(request: APNsDelivery, completion: @escaping @Sendable (APNsResponse) -> Void) {
         self.request = request
         self.completion = completion
         var p = Array("/3/device/".utf8)

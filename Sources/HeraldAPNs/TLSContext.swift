@@ -11,7 +11,7 @@ final class TLSContext: @unchecked Sendable {
     // OpenSSL allows SSL_new on one SSL_CTX from several threads.
     let ctx: OpaquePointer
 
-    init(credential: APNsCredential, trustedCAFile: String?) throws(APNsError) {
+    init(credential: APNsClientCredential, trustedCAFile: String?) throws(APNsError) {
         guard let ctx = SSL_CTX_new(TLS_client_method()) else {
             throw APNsError(.tls, "SSL_CTX_new: \(openSSLErrors())")
         }

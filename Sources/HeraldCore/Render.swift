@@ -138,7 +138,8 @@ public enum Renderer {
                 if id.utf8.count <= 64 { collapse = id }
             }
             out.append(APNsRequest(token: device.token, environment: device.environment, pushType: pushType,
-                                   topic: pushType == .voip ? bundle + ".voip" : bundle, priority: 10,
+                                   topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
+                                   priority: 10,
                                    collapseID: collapse, expiration: max(0, expiration),
                                    apnsID: APNsID.derive(eventID: event.eventID, token: device.token),
                                    payload: payload))
@@ -258,23 +259,66 @@ public enum Renderer {
         write(event, recipient, state, app, sender, badge, content, into: &w)
         if w.count <= limit { return w.bytes }
 
-        // Too large: shorten in order until it fits.
-        for step in 0..<7 {
-            let excess = w.count - limit
-            switch step {
-            case 0: content.body = shorten(content.body, by: excess)
-            case 1: content.detailText = shorten(content.detailText, by: excess)
-            case 2: content.translations = []
-            case 3: content.data = ""
-            case 4: content.extern = nil
-            case 5: content.locArgsDropped = true
-            default: content.title = content.title.map { shorten($0, by: excess) }
+        // Too large. The body is shortened first, together with the copy of
+        // the message text in the Sendbird object (the longer one is cut
+        // first, then both alike), down to `floor` bytes each. If that is not
+        // enough, translations, then data, then extern, then loc args are
+        // dropped, one at a time, and the cut is recomputed from the full
+        // texts each time (so the body gets back what the drop freed). Last,
+        // body and text are cut below the floor, then the title.
+        // CometChat writes body and title twice.
+        let copies = { if case .cometchat = app.payloadProfile { return 2 } else { return 1 } }()
+        let textCopies = { if case .sendbird = app.payloadProfile { return 1 } else { return 0 } }()
+        let floor = 1024
+        let original = content
+        for drops in 0...4 {
+            var trial = original
+            if drops >= 1 { trial.translations = [] }
+            if drops >= 2 { trial.data = "" }
+            if drops >= 3 { trial.extern = nil }
+            if drops >= 4 { trial.locArgsDropped = true }
+            if drops > 0 {
+                w = JSONWriter(capacity: limit + 256)
+                write(event, recipient, state, app, sender, badge, trial, into: &w)
+                if w.count <= limit { return w.bytes }
             }
+            let excess = w.count - limit
+            let floorForThisLevel = drops == 4 ? 0 : floor
+            shareCut(&trial, excess: excess, copies: copies, textCopies: textCopies, floor: floorForThisLevel)
+            w = JSONWriter(capacity: limit + 256)
+            write(event, recipient, state, app, sender, badge, trial, into: &w)
+            if w.count <= limit { return w.bytes }
+            content = trial
+        }
+        if let title = content.title {
+            content.title = shorten(title, by: (w.count - limit + copies - 1) / copies)
             w = JSONWriter(capacity: limit + 256)
             write(event, recipient, state, app, sender, badge, content, into: &w)
             if w.count <= limit { return w.bytes }
         }
         throw RenderError(code: .payloadTooLarge, detail: "minimal payload is \(w.count) bytes (limit \(limit))")
+    }
+
+    /// Cuts the body (written `copies` times) and the message text to a common
+    /// escaped length L, the largest that saves `excess` bytes, but not below
+    /// `floor`.
+    static func shareCut(_ content: inout PayloadContent, excess: Int, copies: Int, textCopies: Int, floor: Int) {
+        let bodyLength = JSONWriter.escapedLength(content.body) - 2
+        let textLength = JSONWriter.escapedLength(content.detailText) - 2
+        func saved(_ level: Int) -> Int { copies * max(0, bodyLength - level) + textCopies * max(0, textLength - level) }
+        var low = floor, high = max(floor, bodyLength, textCopies > 0 ? textLength : 0)
+        if saved(low) < excess {
+            high = low  // cannot save enough at the floor: cut both to it
+        } else {
+            // Largest level that still saves `excess` (saved() decreases with the level).
+            while low < high {
+                let mid = (low + high + 1) / 2
+                if saved(mid) >= excess { low = mid } else { high = mid - 1 }
+            }
+        }
+        let level = max(0, low)
+        if bodyLength > level { content.body = shorten(content.body, by: bodyLength - level) }
+        if textCopies > 0, textLength > level { content.detailText = shorten(content.detailText, by: textLength - level) }
     }
 
     /// Shortens `text` so that its JSON-escaped form is at least `excess` bytes

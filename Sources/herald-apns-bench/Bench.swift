@@ -101,7 +101,7 @@ struct APNsBench: AsyncParsableCommand {
             retry: APNsBackoffPolicy(maxAttempts: 1))
         let client = try APNsClient(configuration: config)
         let requests = (0..<n).map { i in
-            APNsRequest(deviceToken: token, topic: "com.example.chat", pushType: .alert, priority: .immediately,
+            APNsDelivery(deviceToken: token, topic: "com.example.chat", pushType: .alert, priority: .immediately,
                         expiration: 0, payload: payload, timeout: .seconds(300), tag: UInt64(i))
         }
         // Warm up: every connection open and past its first answer.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import HeraldAPNs
+import HeraldConfig
 import HeraldCore
 
 /// `heraldctl push`: send one notification to one device and print APNs's answer as JSON.
@@ -10,8 +11,10 @@ struct Push: AsyncParsableCommand {
         abstract: "Send one notification to one device token and print APNs's answer as JSON.",
         discussion: """
             Exit status 0 on 200, 1 on any other answer or failure.
-            Token auth: --key-p8 FILE --key-id ID --team-id ID. Certificate auth: --cert PEM --cert-key PEM,
-            or --p12 FILE with --p12-password (or HERALD_APNS_P12_PASSWORD).
+            Credential: --pipeline FILE --app APP (the app's credential entry whose bundle_id matches the
+            topic and whose environment matches --environment), or flags: token auth --key-p8 FILE
+            --key-id ID --team-id ID; certificate auth --cert PEM --cert-key PEM, or --p12 FILE with
+            --p12-password (or HERALD_APNS_P12_PASSWORD).
             """)
 
     @Option(name: .customLong("device-token"), help: "Hex device token.") var deviceToken: String
@@ -28,6 +31,8 @@ struct Push: AsyncParsableCommand {
     @Option(help: "production or sandbox.") var environment = "production"
     @Option(help: "Host override host:port (tests, the local stand-in).") var host: String?
     @Option(name: .customLong("ca-file"), help: "PEM CA file to trust instead of the system store.") var caFile: String?
+    @Option(help: "Pipeline file holding the app's APNs credentials.") var pipeline: String?
+    @Option(help: "App id in the pipeline file.") var app: String?
     @Option(name: .customLong("key-p8"), help: "Token auth: .p8 key file.") var keyP8: String?
     @Option(name: .customLong("key-id"), help: "Token auth: key id.") var keyID: String?
     @Option(name: .customLong("team-id"), help: "Token auth: team id.") var teamID: String?
@@ -57,13 +62,13 @@ struct Push: AsyncParsableCommand {
             endpoint = parsed
         }
         let payload = try loadPayload()
-        let credential = try loadCredential()
+        let credential = try loadCredential(environment: env)
         let config = APNsClientConfiguration(
             credential: credential, environment: env, endpoint: endpoint, trustedCAFile: caFile, connections: 1,
             maxInFlight: 1, connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1))
         let client: APNsClient
         do { client = try APNsClient(configuration: config) } catch { throw ValidationError(error.description) }
-        let request = APNsRequest(deviceToken: deviceToken, topic: topic, pushType: type, priority: prio,
+        let request = APNsDelivery(deviceToken: deviceToken, topic: topic, pushType: type, priority: prio,
                                   expiration: expiration, collapseID: collapseID, apnsID: apnsID, payload: payload,
                                   timeout: .milliseconds(Int64(timeout * 1000)))
         let response = await client.send(request)
@@ -87,10 +92,26 @@ struct Push: AsyncParsableCommand {
         }
     }
 
-    private func loadCredential() throws -> APNsCredential {
+    private func loadCredential(environment env: APNsEnvironment) throws -> APNsClientCredential {
+        if let pipeline {
+            guard let app else { throw ValidationError("--pipeline needs --app") }
+            let loaded: LoadedPipeline
+            do throws(ConfigError) {
+                loaded = try PipelineLoader.load(path: pipeline, environment: ProcessInfo.processInfo.environment)
+            } catch { throw ValidationError(error.description) }
+            guard let appConfig = loaded.config.apps.apps[app] else { throw ValidationError("no app \(app) in \(pipeline)") }
+            // The topic is the bundle id plus a push-type suffix such as .voip.
+            let matches = appConfig.credentials.filter {
+                $0.environment == env && (topic == $0.bundleID || topic.hasPrefix($0.bundleID + "."))
+            }.sorted { $0.bundleID.count > $1.bundleID.count }
+            guard let entry = matches.first else {
+                throw ValidationError("app \(app) has no \(env.rawValue) credential for topic \(topic)")
+            }
+            do throws(APNsError) { return try APNsClientCredential(entry) } catch { throw ValidationError(error.description) }
+        }
         if let keyP8 {
             guard let keyID, let teamID else { throw ValidationError("--key-p8 needs --key-id and --team-id") }
-            do { return try APNsCredential.token(keyID: keyID, teamID: teamID, p8Path: keyP8) }
+            do { return try APNsClientCredential.token(keyID: keyID, teamID: teamID, p8Path: keyP8) }
             catch { throw ValidationError(error.description) }
         }
         if let cert {
@@ -101,7 +122,7 @@ struct Push: AsyncParsableCommand {
             let password = p12Password ?? ProcessInfo.processInfo.environment["HERALD_APNS_P12_PASSWORD"] ?? ""
             return .pkcs12File(path: p12, password: password)
         }
-        throw ValidationError("give a credential: --key-p8/--key-id/--team-id, --cert/--cert-key or --p12")
+        throw ValidationError("give a credential: --pipeline/--app, --key-p8/--key-id/--team-id, --cert/--cert-key or --p12")
     }
 
     static func json(_ r: APNsResponse) -> String {

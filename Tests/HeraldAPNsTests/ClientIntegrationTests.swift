@@ -81,7 +81,7 @@ struct ClientIntegrationTests {
         let pki = try PKI()
         let server = try startMock(pki, ["--client-ca", pki.clientCA], authKeys: false)
         defer { server.stop() }
-        for credential in [APNsCredential.certificateFiles(certificatePath: pki.clientCert, privateKeyPath: pki.clientKey),
+        for credential in [APNsClientCredential.certificateFiles(certificatePath: pki.clientCert, privateKeyPath: pki.clientKey),
                            .pkcs12File(path: pki.clientP12, password: pki.p12Password)] {
             let c = try client(pki, port: server.port, credential: credential)
             let r = await c.send(request(3))
@@ -215,11 +215,16 @@ struct ClientIntegrationTests {
         let record = pki.dir + "/sent.jsonl"
         let server = try startMock(pki, ["--reset-every", "200", "--record", record])
         defer { server.stop() }
-        let c = try client(pki, port: server.port, connections: 2)
+        // Every connection dies at its 200th stream, taking up to 50 requests in flight with it;
+        // each lost request is retried (budget 30) on a new connection.
+        let c = try client(pki, port: server.port, connections: 2,
+                           retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 30),
+                           maxStreamsPerConnection: 50)
         let n = 1500
-        let responses = await sendAll(c, (0..<n).map { request($0) })
+        let responses = await sendAll(c, (0..<n).map { request($0, timeout: .seconds(60)) })
         #expect(responses.count == n)
-        #expect(responses.values.allSatisfy { $0.status == 200 }, "nothing lost")
+        let failed = responses.values.filter { $0.status != 200 }
+        #expect(failed.isEmpty, "nothing lost: \(failed.prefix(3).map { "\($0.disposition) after \($0.attempts)" })")
         let stats = c.stats
         #expect(stats.transportFailures > 0)
         #expect(stats.connectionsOpened > 2)
@@ -330,6 +335,29 @@ struct ClientIntegrationTests {
         await c.shutdown()
     }
 
+    @Test func inFlightIsBoundedAndSubmitWaits() async throws {
+        let pki = try PKI()
+        let server = try startMock(pki, ["--latency-ms", "250"])
+        defer { server.stop() }
+        let c = try client(pki, port: server.port, maxInFlight: 10)
+        let completed = TestCount()
+        let maxOutstanding = TestCount()
+        let start = ContinuousClock.now
+        await c.submit((0..<30).map { request($0) }) { r in
+            #expect(r.status == 200)
+            completed.add(1)
+        }
+        let accepted = ContinuousClock.now - start
+        // 30 accepted with room for 10: submit returned only after at least 20 had completed.
+        #expect(completed.value >= 20, "submit waited for room")
+        #expect(accepted >= .milliseconds(450), "two latency rounds passed before the last ten were accepted")
+        let s = c.stats
+        maxOutstanding.add(s.submitted - s.completed)
+        #expect(maxOutstanding.value <= 10)
+        while completed.value < 30 { try await Task.sleep(for: .milliseconds(20)) }
+        await c.shutdown()
+    }
+
     @Test func unreachableServerFailsWithinBudget() async throws {
         let pki = try PKI()
         let port = freePort()
@@ -375,6 +403,27 @@ struct ClientIntegrationTests {
         let answer = try JSONSerialization.jsonObject(with: Data(ok.output.utf8)) as? [String: Any]
         #expect((answer?["status"] as? NSNumber)?.intValue == 200)
         #expect((answer?["apns_id"] as? String)?.count == 36)
+        // The credential can come from a pipeline file's entry for the app and topic.
+        let pipeline = pki.dir + "/pipeline.yaml"
+        try """
+        apps:
+          app1:
+            credentials:
+              - bundle_id: com.example.chat
+                environment: production
+                team_id: \(pki.teamID)
+                key_id: \(pki.keyID)
+                key_file: \(pki.authKey)
+        """.write(toFile: pipeline, atomically: true, encoding: .utf8)
+        let fromFile = try tool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+                                            "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
+                                            "--body", "hi", "--device-token", deviceToken(2)])
+        #expect(fromFile.status == 0, "\(fromFile.output)")
+        let wrongEnv = try tool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+                                            "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
+                                            "--environment", "sandbox", "--body", "hi", "--device-token", deviceToken(2)])
+        #expect(wrongEnv.status != 0)
+        #expect(wrongEnv.output.contains("no sandbox credential"))
         let gone = try tool(heraldctl, common + ["--device-token", dead])
         #expect(gone.status != 0)
         let goneAnswer = try JSONSerialization.jsonObject(with: Data(gone.output.utf8)) as? [String: Any]

@@ -56,7 +56,7 @@ struct JWTTests {
         let rsa = pki.dir + "/rsa.pem"
         _ = try tool("openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
         #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: try String(contentsOfFile: rsa, encoding: .utf8)) }
-        #expect(throws: APNsError.self) { try APNsCredential.token(keyID: "k", teamID: "t", p8Path: pki.dir + "/missing.p8") }
+        #expect(throws: APNsError.self) { try APNsClientCredential.token(keyID: "k", teamID: "t", p8Path: pki.dir + "/missing.p8") }
     }
 
     @Test func providerRenewsOnItsClock() throws {
@@ -91,5 +91,52 @@ struct JWTTests {
         #expect(APNsEndpoint(parsing: "host:0") == nil)
         #expect(APNsEndpoint(parsing: "host:x") == nil)
         #expect(APNsEndpoint(APNsEnvironment.sandbox) == APNsEndpoint(host: "api.sandbox.push.apple.com", port: 443))
+    }
+}
+
+struct RenderedRequestTests {
+    @Test func renderedRequestBecomesADeliveryWithEveryHeader() {
+        let id = APNsID.derive(eventID: "e-9f2c", token: deviceToken(1))
+        let rendered = APNsRequest(token: deviceToken(1), environment: .sandbox, pushType: .voip, topic: "com.example.chat.voip",
+                                   priority: 10, collapseID: "c1", expiration: 1_732_000_000, apnsID: id, payload: alertPayload)
+        let d = APNsDelivery(rendered, timeout: .seconds(5), tag: 77)
+        #expect(d.deviceToken == deviceToken(1))
+        #expect(d.topic == "com.example.chat.voip")
+        #expect(d.pushType == .voip)
+        #expect(d.priority == .immediately)
+        #expect(d.collapseID == "c1")
+        #expect(d.expiration == 1_732_000_000)
+        #expect(d.apnsID == id)
+        #expect(d.payload == alertPayload)
+        #expect(d.tag == 77)
+        #expect(d.deadline > ContinuousClock.now + .seconds(4))
+    }
+
+    @Test func derivedIDIsAcceptedAndEchoedByTheStandIn() async throws {
+        let pki = try PKI()
+        let server = try startMock(pki)
+        defer { server.stop() }
+        let c = try client(pki, port: server.port)
+        let id = APNsID.derive(eventID: "e-1", token: deviceToken(5))
+        let r = await c.send(request(5, apnsID: id))
+        #expect(r.status == 200)
+        #expect(r.apnsID?.uppercased() == id.uppercased())
+        await c.shutdown()
+    }
+
+    @Test func pipelineCredentialEntriesBecomeClientCredentials() throws {
+        let pki = try PKI()
+        let token = try APNsClientCredential(APNsCredential(bundleID: "com.example.chat", teamID: pki.teamID,
+                                                            keyID: pki.keyID, keyFile: pki.authKey))
+        guard case .token(let keyID, let teamID, let pem) = token else { Issue.record("expected token auth"); return }
+        #expect(keyID == pki.keyID && teamID == pki.teamID && pem.contains("PRIVATE KEY"))
+        let p12 = try APNsClientCredential(APNsCredential(bundleID: "b", p12File: pki.clientP12, p12PasswordEnv: "P12_PW"),
+                                           environment: ["P12_PW": "s3cret"])
+        guard case .pkcs12File(_, let password) = p12 else { Issue.record("expected p12"); return }
+        #expect(password == "s3cret")
+        #expect(throws: APNsError.self) {
+            try APNsClientCredential(APNsCredential(bundleID: "b", p12File: pki.clientP12, p12PasswordEnv: "UNSET_PW"), environment: [:])
+        }
+        #expect(throws: APNsError.self) { try APNsClientCredential(APNsCredential(bundleID: "b")) }
     }
 }

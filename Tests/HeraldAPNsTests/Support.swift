@@ -87,8 +87,8 @@ final class PKI: @unchecked Sendable {
 
     deinit { try? FileManager.default.removeItem(atPath: dir) }
 
-    func tokenCredential(key: String? = nil) throws -> APNsCredential {
-        try APNsCredential.token(keyID: keyID, teamID: teamID, p8Path: key ?? authKey)
+    func tokenCredential(key: String? = nil) throws -> APNsClientCredential {
+        try APNsClientCredential.token(keyID: keyID, teamID: teamID, p8Path: key ?? authKey)
     }
 }
 
@@ -211,30 +211,30 @@ func deviceToken(_ i: Int) -> String {
 
 let alertPayload = Array(#"{"aps":{"alert":{"title":"Cindy","body":"Hi"}}}"#.utf8)
 
-func request(_ i: Int, timeout: Duration = .seconds(20), apnsID: String? = nil, collapseID: String? = nil) -> APNsRequest {
-    APNsRequest(deviceToken: deviceToken(i), topic: "com.example.chat", pushType: .alert, priority: .immediately,
+func request(_ i: Int, timeout: Duration = .seconds(20), apnsID: String? = nil, collapseID: String? = nil) -> APNsDelivery {
+    APNsDelivery(deviceToken: deviceToken(i), topic: "com.example.chat", pushType: .alert, priority: .immediately,
                 expiration: 0, collapseID: collapseID, apnsID: apnsID, payload: alertPayload, timeout: timeout,
                 tag: UInt64(i))
 }
 
-func client(_ pki: PKI, port: Int, credential: APNsCredential? = nil, connections: Int = 1,
+func client(_ pki: PKI, port: Int, credential: APNsClientCredential? = nil, connections: Int = 1,
             retry: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: 8),
             pingInterval: Duration = .seconds(60), pingTimeout: Duration = .seconds(10),
-            clock: TestClock? = nil) throws -> APNsClient {
-    let cred: APNsCredential = try credential ?? pki.tokenCredential()
+            clock: TestClock? = nil, maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 2000) throws -> APNsClient {
+    let cred: APNsClientCredential = try credential ?? pki.tokenCredential()
     let now: @Sendable () -> Date
     if let clock { now = { clock.now } } else { now = { Date() } }
     let config = APNsClientConfiguration(
         credential: cred, environment: .sandbox,
         endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
-        connections: connections, maxInFlight: 2000, pingInterval: pingInterval, pingTimeout: pingTimeout,
+        connections: connections, maxStreamsPerConnection: maxStreamsPerConnection, maxInFlight: maxInFlight, pingInterval: pingInterval, pingTimeout: pingTimeout,
         reconnectBackoff: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)),
         retry: retry, now: now)
     return try APNsClient(configuration: config)
 }
 
 /// Sends all requests as one batch and returns the responses by tag.
-func sendAll(_ client: APNsClient, _ requests: [APNsRequest]) async -> [UInt64: APNsResponse] {
+func sendAll(_ client: APNsClient, _ requests: [APNsDelivery]) async -> [UInt64: APNsResponse] {
     var out: [UInt64: APNsResponse] = [:]
     for await r in client.responses(for: requests) {
         #expect(out[r.tag] == nil, "request \(r.tag) completed twice")
@@ -341,4 +341,12 @@ final class FreezingProxy: @unchecked Sendable {
     }
 
     deinit { stop() }
+}
+
+final class TestCount: @unchecked Sendable {
+    // @unchecked Sendable: guarded by `lock`.
+    private let lock = NSLock()
+    private var n = 0
+    @discardableResult func add(_ d: Int) -> Int { lock.withLock { n += d; return n } }
+    var value: Int { lock.withLock { n } }
 }

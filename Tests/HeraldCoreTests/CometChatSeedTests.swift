@@ -62,6 +62,13 @@ struct CometChatSeedTests {
         #expect(p["receiverType"] == .string("user"))
     }
 
+    @Test("a VoIP token registered with a .voip bundle id keeps a single suffix")
+    func voipSuffixOnce() throws {
+        let e = try cometEvent(kind: "call", block: #""call":{"action":"initiated","session_id":"s","type":"audio"}"#)
+        let state = user(devices: [device(tokenV, kind: .voip, bundle: "com.example.chat.voip")])
+        #expect(try run(e, to: "cometchat-uid-2", state: state, app: cometApp).1.first?.topic == "com.example.chat.voip")
+    }
+
     @Test("call without VoIP tokens falls back to an alert: VIDEO CALL")
     func callAlertFallback() throws {
         let e = try cometEvent(kind: "call", block: #""call":{"action":"initiated","session_id":"v1.9","type":"video"}"#)

@@ -182,3 +182,23 @@ extension JSONValue {
         return nil
     }
 }
+
+@Suite("Module boundaries")
+struct BoundaryTests {
+    @Test("HeraldCore imports only Foundation and reads no clock of its own")
+    func pureCore() throws {
+        let dir = repoRoot.appendingPathComponent("Sources/HeraldCore")
+        let files = try #require(FileManager.default.enumerator(atPath: dir.path)).compactMap { $0 as? String }
+            .filter { $0.hasSuffix(".swift") && !$0.hasPrefix("APNs/") }
+        #expect(files.count >= 8)
+        for file in files {
+            let text = try String(contentsOf: dir.appendingPathComponent(file), encoding: .utf8)
+            for line in text.split(separator: "\n") where line.hasPrefix("import ") {
+                #expect(line == "import Foundation", "\(file): \(line)")
+            }
+            for forbidden in ["Date()", "ContinuousClock", "SuspendingClock", "DispatchTime.now", "gettimeofday"] {
+                #expect(!text.contains(forbidden), "\(file) uses \(forbidden)")
+            }
+        }
+    }
+}

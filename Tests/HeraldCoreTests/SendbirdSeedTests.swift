@@ -285,3 +285,41 @@ struct SendbirdSeedTests {
         #expect(DropReason.allCases.map(\.rawValue) == ["channel_type", "invalid"])
     }
 }
+
+@Suite("Payload size")
+struct PayloadSizeTests {
+    @Test("a long body is cut on a character boundary with … and the payload lands just under 4096 bytes",
+          arguments: [PayloadProfile.compact, .sendbird(key: "sendbird"), .cometchat])
+    func longBody(profile: PayloadProfile) throws {
+        let app = AppConfig(payloadProfile: profile, credentials: sendbirdApp.credentials)
+        let text = String(repeating: "é👨‍👩‍👧\"", count: 2000)
+        let e = try event(messageJSON(sender: "u1", text: text, translations: #"{"fr":"\#(String(repeating: "x", count: 3000))"}"#))
+        let r = try #require(try run(e, to: "u2", state: user(), app: app).1.first)
+        #expect(r.payload.count <= 4096 && r.payload.count > 4000, "\(profile.name): \(r.payload.count)")
+        let p = try payload(r)
+        guard case .string(let body)? = p["aps"]?["alert"]?["body"] else { Issue.record("no body"); return }
+        #expect(body.hasSuffix("…"))
+        let full = profile == .cometchat ? text : "Cindy: " + text
+        #expect(full.hasPrefix(String(body.dropLast())))
+        // The alert keeps most of the room: at least a third of the payload.
+        #expect(body.utf8.count > 1000, "\(profile.name): body of \(body.utf8.count) bytes")
+    }
+
+    @Test("a body that fits is not touched")
+    func fits() throws {
+        let text = String(repeating: "a", count: 3000)
+        let e = try event(messageJSON(sender: "u1", text: text))
+        let p = try payload(try #require(try run(e, to: "u2", state: user(), app: easemobApp).1.first))
+        #expect(p["aps"]?["alert"]?["body"] == .string("Cindy:" + text))
+    }
+
+    @Test("VoIP payloads may use 5120 bytes")
+    func voipLimit() throws {
+        let e = try cometEvent(kind: "call", block: #""call":{"action":"initiated","session_id":"s","type":"audio"}"#,
+                               message: #"{"id":"1","text":"\#(String(repeating: "z", count: 6000))"}"#)
+        let app = AppConfig(payloadProfile: .sendbird(key: "sendbird"), credentials: cometApp.credentials)
+        let r = try #require(try run(e, to: "cometchat-uid-2", state: user(devices: [device(tokenV, kind: .voip)]), app: app).1.first)
+        #expect(r.pushType == .voip)
+        #expect(r.payload.count <= 5120 && r.payload.count > 4096)
+    }
+}

@@ -42,6 +42,19 @@ public enum APNsTransportFailure: Equatable, Sendable, CustomStringConvertible {
     /// The response could not be understood (e.g. no `:status`).
     case protocolViolation(String)
 
+    /// A short stable name (metric label, log field).
+    public var kind: String {
+        switch self {
+        case .connectFailed: "ConnectFailed"
+        case .connectionLost: "ConnectionLost"
+        case .streamReset: "StreamReset"
+        case .deadlineExceeded: "DeadlineExceeded"
+        case .credentialUnusable: "CredentialUnusable"
+        case .clientShutdown: "ClientShutdown"
+        case .protocolViolation: "ProtocolViolation"
+        }
+    }
+
     public var description: String {
         switch self {
         case .connectFailed(let why): "ConnectFailed(\(why))"
