@@ -2,7 +2,6 @@ import Foundation
 import HeraldAPNs
 import HeraldCore
 import HeraldPipeline
-import HeraldStage
 import Logging
 import ServiceLifecycle
 
@@ -13,21 +12,19 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     struct Key: Hashable, Sendable {
         var app: String
         var bundleID: String
-        var environment: HeraldCore.APNsEnvironment
+        var environment: APNsEnvironment
     }
 
     private let apps: AppDirectory
     private let clients: [Key: APNsClient]
     private let timeout: Duration
     private let logger: Logger
-    private let metrics: StageMetrics
 
     /// Opens a client for every credential of every app; a credential that cannot be loaded is logged and
     /// left out (its notifications are dead-lettered with `no_credential`).
     init(apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-         timeout: Duration, environment: [String: String], logger: Logger, metrics: StageMetrics) {
+         timeout: Duration, environment: [String: String], logger: Logger) {
         self.apps = apps
-        self.metrics = metrics
         self.timeout = timeout
         self.logger = logger
         var clients: [Key: APNsClient] = [:]
@@ -37,22 +34,14 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 let key = Key(app: appID, bundleID: credential.bundleID, environment: credential.environment)
                 if clients[key] != nil { continue }
                 do {
-                    let auth: HeraldAPNs.APNsCredential
-                    switch credential.auth {
-                    case .token(let teamID, let keyID, let keyFile):
-                        auth = try .token(keyID: keyID, teamID: teamID, p8Path: keyFile)
-                    case .certificate(let certificateFile, let privateKeyFile):
-                        auth = .certificateFiles(certificatePath: certificateFile, privateKeyPath: privateKeyFile ?? certificateFile)
-                    case .p12(let file, let passwordEnv, let password):
-                        auth = .pkcs12File(path: file, password: passwordEnv.flatMap { environment[$0] } ?? password ?? "")
-                    case nil:
-                        throw APNsError(.credential, "incomplete credential (needs key_file + key_id + team_id, or certificate_file, or p12_file)")
-                    }
+                    let auth = try APNsClientCredential(credential, environment: environment)
                     var configuration = APNsClientConfiguration(
-                        credential: auth, environment: credential.environment == .sandbox ? .sandbox : .production,
+                        credential: auth, environment: credential.environment,
                         endpoint: endpoint, trustedCAFile: caFile, connections: connections, maxInFlight: maxInFlight,
                         // One in-process retry (it also renews an expired JWT); further retries go through herald.retry.
-                        retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2))
+                        retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                        metricDimensions: [("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
+                                           ("environment", credential.environment.rawValue)])
                     configuration.connectTimeout = .seconds(5)
                     clients[key] = try APNsClient(configuration: configuration, logger: logger)
                     logger.info("APNs client ready", metadata: ["app": "\(appID)", "bundle_id": "\(credential.bundleID)",
@@ -98,14 +87,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         let results = await withTaskGroup(of: [(Int, PushAnswer)].self) { group in
             for (_, (client, items)) in groups {
                 group.addTask {
-                    let requests = items.map { item in
-                        let r = item.1.request
-                        return HeraldAPNs.APNsRequest(deviceToken: r.token, topic: r.topic,
-                                                      pushType: HeraldAPNs.APNsPushType(rawValue: r.pushType.rawValue) ?? .alert,
-                                                      priority: HeraldAPNs.APNsPriority(rawValue: r.priority),
-                                                      expiration: r.expiration, collapseID: r.collapseID, apnsID: r.apnsID,
-                                                      payload: r.payload, timeout: timeout, tag: UInt64(item.0))
-                    }
+                    let requests = items.map { APNsDelivery($0.1.request, timeout: timeout, tag: UInt64($0.0)) }
                     var out: [(Int, PushAnswer)] = []
                     for await response in client.responses(for: requests) {
                         out.append((Int(response.tag), Self.answer(response)))
@@ -129,17 +111,9 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     }
 
     /// Keeps the clients until the stage loop has stopped (services stop in reverse order), then closes them.
-    /// Reports JWT renewals every 5 s meanwhile.
+    /// The clients report their own metrics (`herald_apns_*`: answers, connections, JWT renewals, ...).
     func run() async throws {
-        try? await cancelWhenGracefulShutdown {
-            var renewals = 0
-            while !Task.isCancelled {
-                let total = self.clients.values.reduce(0) { $0 + $1.stats.jwtRenewals }
-                for _ in renewals..<max(renewals, total) { self.metrics.jwtRenewed() }
-                renewals = max(renewals, total)
-                try await Task.sleep(for: .seconds(5))
-            }
-        }
+        try? await gracefulShutdown()
         for client in clients.values { await client.shutdown(grace: .seconds(2)) }
     }
 }

@@ -49,8 +49,7 @@ let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint,
                                   caFile: env.apnsCAFile.isEmpty ? nil : env.apnsCAFile,
                                   connections: setting(.connections, 2), maxInFlight: maxInFlight,
                                   timeout: .milliseconds(setting(.timeoutMs, 30_000)),
-                                  environment: ProcessInfo.processInfo.environment, logger: setup.logger,
-                                  metrics: setup.context.metrics)
+                                  environment: ProcessInfo.processInfo.environment, logger: setup.logger)
 setup.context.readiness.register("apns") { transport.hasClients && transport.isConnected }
 
 let topics = setup.pipeline.kafka.topics
