@@ -73,34 +73,26 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         return nil
     }
 
-    func send(_ jobs: [PushJob]) async -> [PushAnswer] {
-        var answers = [PushAnswer?](repeating: nil, count: jobs.count)
+    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         var groups: [ObjectIdentifier: (APNsClient, [(Int, PushJob)])] = [:]
         for (index, job) in jobs.enumerated() {
             guard let client = client(for: job) else {
-                answers[index] = .noCredential("no credential for app \(job.appID), topic \(job.request.topic), \(job.request.environment.rawValue)")
+                onAnswer(index, .noCredential("no credential for app \(job.appID), topic \(job.request.topic), \(job.request.environment.rawValue)"))
                 continue
             }
             groups[ObjectIdentifier(client), default: (client, [])].1.append((index, job))
         }
         let timeout = self.timeout
-        let results = await withTaskGroup(of: [(Int, PushAnswer)].self) { group in
+        await withTaskGroup(of: Void.self) { group in
             for (_, (client, items)) in groups {
                 group.addTask {
                     let requests = items.map { APNsDelivery($0.1.request, timeout: timeout, tag: UInt64($0.0)) }
-                    var out: [(Int, PushAnswer)] = []
                     for await response in client.responses(for: requests) {
-                        out.append((Int(response.tag), Self.answer(response)))
+                        onAnswer(Int(response.tag), Self.answer(response))
                     }
-                    return out
                 }
             }
-            var all: [(Int, PushAnswer)] = []
-            for await part in group { all += part }
-            return all
         }
-        for (index, answer) in results where index < answers.count { answers[index] = answer }
-        return answers.map { $0 ?? .failed(.clientShutdown) }
     }
 
     static func answer(_ response: APNsResponse) -> PushAnswer {
