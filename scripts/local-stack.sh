@@ -77,11 +77,13 @@ if [ "$build" = 1 ]; then
       grep -E "error" "$RUN/logs/build.log" >&2 || tail -20 "$RUN/logs/build.log" >&2; exit 1
     fi
   done
+  swift build -c "$config" --product heraldctl >"$RUN/logs/build-heraldctl.log" 2>&1 \
+    || say "heraldctl did not build (see run/local/logs/build-heraldctl.log); the simulate comparison is skipped"
 fi
 BIN="$root/.build/$config"
 
 # --- Redis and Tansu -------------------------------------------------------------------------------
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$RUN" --daemonize no \
   >"$RUN/logs/redis.log" 2>&1 &
 echo $! >"$RUN/redis.pid"
 for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -247,6 +249,36 @@ for l in sys.stdin:
     if l.strip():
         d = json.loads(l); print("  " + d["stage"] + ": " + d["reason"] + " - " + d["detail"][:100])')
 echo "DLQ (herald.dlq):"; echo "${dlq:-  (empty)}"
+echo
+# Did every notification arrive exactly as `heraldctl simulate` predicts for the same events and state?
+if [ -x "$BIN/heraldctl" ]; then
+  cat >"$RUN/parity.py" <<'PY'
+import collections, json, subprocess, sys
+run, bin_dir, state_file = sys.argv[1], sys.argv[2], sys.argv[3]
+states = json.load(open(state_file))
+def key(token, topic, push_type, payload): return (token, topic, push_type, json.dumps(payload, sort_keys=True))
+got = collections.Counter(key(r["token"], r["topic"], r["push_type"], r["payload"])
+                          for r in map(json.loads, open(run + "/apns-record.jsonl")))
+want = collections.Counter()
+for line in open(run + "/events.tsv"):
+    event = json.loads(line.split("\t", 1)[1])
+    open(run + "/sim-event.json", "w").write(json.dumps(event))
+    json.dump(states.get(event["app_id"], {"users": {}}), open(run + "/sim-state.json", "w"))
+    out = subprocess.run([bin_dir + "/heraldctl", "simulate", "--event", run + "/sim-event.json", "--state",
+                          run + "/sim-state.json", "--pipeline", run + "/pipeline.yaml"], capture_output=True, text=True).stdout
+    for l in out.splitlines():
+        for n in json.loads(l)["notifications"]:
+            want[key(n["token"], n["topic"], n["push_type"], n["payload"])] += 1
+same = got == want
+print("heraldctl simulate predicted %d notifications; the stand-in received %d; identical (token, topic, push type, payload): %s"
+      % (sum(want.values()), sum(got.values()), "yes" if same else "NO"))
+for k in want - got: print("  predicted, not received:", k[0][:8] + "…", k[3][:100])
+for k in got - want: print("  received, not predicted:", k[0][:8] + "…", k[3][:100])
+PY
+  python3 "$RUN/parity.py" "$RUN" "$BIN" "$DEMO/state.json"
+else
+  echo "(heraldctl not built: skipping the comparison with heraldctl simulate)"
+fi
 echo
 echo "Logs: $RUN/logs/   Metrics: http://127.0.0.1:$((METRICS_BASE + 1))..$((METRICS_BASE + 6))/metrics"
 

@@ -38,9 +38,10 @@ public enum PushAnswer: Sendable, Equatable {
 
 /// Sends notifications to APNs (HTTP/2 clients in the stage; a script in tests).
 public protocol PushTransport: Sendable {
-    /// One answer per job, in job order. Many jobs are in flight at once; the call waits while the
-    /// transport's in-flight bound is reached (backpressure).
-    func send(_ jobs: [PushJob]) async -> [PushAnswer]
+    /// Sends every job; `onAnswer(index, answer)` is called once per job as its final answer arrives (any
+    /// order, any thread; keep it short). Returns after the last answer. Many jobs are in flight at once; the
+    /// call waits while the transport's in-flight bound is reached (backpressure).
+    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async
 }
 
 /// send: `herald.outbound` and `herald.retry` -> APNs; dead tokens -> `herald.token-feedback`,
@@ -134,22 +135,27 @@ public struct SendProcessor: StageProcessor {
         }
         if fresh.isEmpty { return out }
 
-        // 2. Send them all at once; the transport keeps many in flight.
-        let answers = await transport.send(fresh.map { PushJob(appID: $0.1.appID, request: $0.1.request) })
-        let now = context.nowMillis
-        var toMark: [String: [DeliveryPair]] = [:]
-        for (position, item) in fresh.enumerated() {
-            let answer = position < answers.count ? answers[position] : .failed(.clientShutdown)
-            let (result, delivered) = classify(item.1, answer, now: now)
-            if delivered {
-                toMark[item.1.appID, default: []].append(DeliveryPair(eventID: item.1.eventID, token: item.1.request.token))
+        // 2. Send them all at once; the transport keeps many in flight. Each 200 is remembered as soon as it
+        //    arrives (the marker batches what arrives while a write is under way), so the window in which a crash
+        //    would resend a delivered notification is one Redis round trip, not a whole batch.
+        let answers = AnswerBox(count: fresh.count)
+        let marker = DeliveryMarker(ledger: ledger, context: context, onTransientFailure: onTransientFailure)
+        let jobs = fresh.map { PushJob(appID: $0.1.appID, request: $0.1.request) }
+        let eventIDs = fresh.map { $0.1.eventID }
+        await transport.send(jobs) { index, answer in
+            guard index >= 0, index < jobs.count else { return }
+            answers.set(index, answer)
+            if case .answered(200, _, _) = answer {
+                marker.add(app: jobs[index].appID, DeliveryPair(eventID: eventIDs[index], token: jobs[index].request.token))
             }
-            out.append((item.0, result))
         }
-
-        // 3. Remember the 200s before the inputs complete.
-        for (app, pairs) in toMark {
-            _ = await retrying(context, { try await ledger.markDelivered(app: app, pairs: pairs) })
+        // 3. Every 200 is remembered before the inputs complete.
+        await marker.finish()
+        let now = context.nowMillis
+        let received = answers.values
+        for (position, item) in fresh.enumerated() {
+            let (result, _) = classify(item.1, received[position] ?? .failed(.clientShutdown), now: now)
+            out.append((item.0, result))
         }
         return out
     }
@@ -241,5 +247,72 @@ public struct SendProcessor: StageProcessor {
     static func milliseconds(_ d: Duration) -> Int64 {
         let c = d.components
         return c.seconds * 1000 + c.attoseconds / 1_000_000_000_000_000
+    }
+}
+
+/// The answers of one send, filled in from the transport's threads.
+final class AnswerBox: @unchecked Sendable {
+    // @unchecked Sendable: `answers` is only touched with `lock` held.
+    private let lock = NSLock()
+    private var answers: [PushAnswer?]
+    init(count: Int) { answers = Array(repeating: nil, count: count) }
+    func set(_ index: Int, _ answer: PushAnswer) { lock.withLock { answers[index] = answer } }
+    var values: [PushAnswer?] { lock.withLock { answers } }
+}
+
+/// Writes idempotency records as 200s arrive: the first one at once, the ones arriving meanwhile in the next
+/// pipelined write (one round trip per app), until `finish()` finds nothing pending.
+final class DeliveryMarker: @unchecked Sendable {
+    // @unchecked Sendable: `pending` and `running` are only touched with `lock` held.
+    private let lock = NSLock()
+    private var pending: [String: [DeliveryPair]] = [:]
+    private var running = false
+    private let ledger: any DeliveryLedger
+    private let context: BatchContext
+    private let onTransientFailure: @Sendable (TransientFailure) -> Void
+
+    init(ledger: any DeliveryLedger, context: BatchContext, onTransientFailure: @escaping @Sendable (TransientFailure) -> Void) {
+        self.ledger = ledger
+        self.context = context
+        self.onTransientFailure = onTransientFailure
+    }
+
+    func add(app: String, _ pair: DeliveryPair) {
+        let start = lock.withLock { () -> Bool in
+            pending[app, default: []].append(pair)
+            if running { return false }
+            running = true
+            return true
+        }
+        if start { Task { await self.drain() } }
+    }
+
+    private func drain() async {
+        while true {
+            let batch = lock.withLock { () -> [String: [DeliveryPair]] in
+                let b = pending
+                pending = [:]
+                if b.isEmpty { running = false }
+                return b
+            }
+            if batch.isEmpty { return }
+            for (app, pairs) in batch {
+                // Retried until it succeeds or shutdown begins (then the pairs stay unmarked: at least once).
+                _ = try? await context.retryingTransient({
+                    do { try await self.ledger.markDelivered(app: app, pairs: pairs) } catch let error as TransientFailure {
+                        throw error
+                    } catch {
+                        throw TransientFailure("\(error)")
+                    }
+                }, onRetry: onTransientFailure)
+            }
+        }
+    }
+
+    /// Returns once everything added so far is written (or shutdown began).
+    func finish() async {
+        while lock.withLock({ running || !pending.isEmpty }) {
+            try? await Task.sleep(for: .milliseconds(1))
+        }
     }
 }

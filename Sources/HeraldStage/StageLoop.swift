@@ -52,7 +52,12 @@ public final class StageLoop: Service, Sendable {
         var stopping = false
         var inFlight = 0
         var pausedByUs = false
+        var explainWrites = 0
     }
+
+    /// Explain writes in the background, at most this many at once; beyond it entries are dropped (counted in
+    /// `herald_explain_dropped_total`), so a slow or absent Redis never slows the pipeline down.
+    static let maxExplainWrites = 4
 
     public init(consumer: KafkaConsumer, producer: KafkaProducer, processor: any StageProcessor,
                 configuration: StageLoopConfiguration, metrics: StageMetrics, logger: Logger,
@@ -205,11 +210,7 @@ public final class StageLoop: Service, Sendable {
         let elapsed = ContinuousClock.now - started
         for _ in completed { metrics.recordLatency(elapsed) }
 
-        if let explain, !explainEntries.isEmpty {
-            do { try await explain.record(explainEntries) } catch {
-                logger.warning("explain trail write failed", metadata: [LogKey.error: "\(error)", "entries": "\(explainEntries.count)"])
-            }
-        }
+        if let explain, !explainEntries.isEmpty { writeExplain(explainEntries, to: explain) }
     }
 
     /// Produces `records` until each is acknowledged; returns the inputs whose outputs could not be produced
@@ -279,6 +280,26 @@ public final class StageLoop: Service, Sendable {
     }
 
     static func encode(_ dlq: DLQRecord) -> [UInt8] { StageCodec.encode(dlq) }
+
+    /// The explain trail is best effort: written off the batch's path, dropped (and counted) when Redis lags.
+    private func writeExplain(_ entries: [ExplainEntry], to sink: any ExplainSink) {
+        let admitted = state.withLock { s -> Bool in
+            guard s.explainWrites < Self.maxExplainWrites else { return false }
+            s.explainWrites += 1
+            return true
+        }
+        guard admitted else {
+            counter("herald_explain_dropped_total", []).increment(by: entries.count)
+            return
+        }
+        Task {
+            do { try await sink.record(entries) } catch {
+                self.logger.warning("explain trail write failed", metadata: [LogKey.error: "\(error)", "entries": "\(entries.count)"])
+                self.counter("herald_explain_dropped_total", []).increment(by: entries.count)
+            }
+            self.state.withLock { $0.explainWrites -= 1 }
+        }
+    }
 
     private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
         CoreMetrics.Counter(label: name, dimensions: [("stage", processor.stage)] + labels)

@@ -2,7 +2,6 @@ import Foundation
 import HeraldAPNs
 import HeraldCore
 import HeraldPipeline
-import HeraldStage
 import Logging
 import ServiceLifecycle
 
@@ -13,21 +12,19 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     struct Key: Hashable, Sendable {
         var app: String
         var bundleID: String
-        var environment: HeraldCore.APNsEnvironment
+        var environment: APNsEnvironment
     }
 
     private let apps: AppDirectory
     private let clients: [Key: APNsClient]
     private let timeout: Duration
     private let logger: Logger
-    private let metrics: StageMetrics
 
     /// Opens a client for every credential of every app; a credential that cannot be loaded is logged and
     /// left out (its notifications are dead-lettered with `no_credential`).
     init(apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-         timeout: Duration, environment: [String: String], logger: Logger, metrics: StageMetrics) {
+         timeout: Duration, environment: [String: String], logger: Logger) {
         self.apps = apps
-        self.metrics = metrics
         self.timeout = timeout
         self.logger = logger
         var clients: [Key: APNsClient] = [:]
@@ -39,10 +36,12 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 do {
                     let auth = try APNsClientCredential(credential, environment: environment)
                     var configuration = APNsClientConfiguration(
-                        credential: auth, environment: credential.environment == .sandbox ? .sandbox : .production,
+                        credential: auth, environment: credential.environment,
                         endpoint: endpoint, trustedCAFile: caFile, connections: connections, maxInFlight: maxInFlight,
                         // One in-process retry (it also renews an expired JWT); further retries go through herald.retry.
-                        retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2))
+                        retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                        metricDimensions: [("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
+                                           ("environment", credential.environment.rawValue)])
                     configuration.connectTimeout = .seconds(5)
                     clients[key] = try APNsClient(configuration: configuration, logger: logger)
                     logger.info("APNs client ready", metadata: ["app": "\(appID)", "bundle_id": "\(credential.bundleID)",
@@ -74,41 +73,26 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         return nil
     }
 
-    func send(_ jobs: [PushJob]) async -> [PushAnswer] {
-        var answers = [PushAnswer?](repeating: nil, count: jobs.count)
+    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         var groups: [ObjectIdentifier: (APNsClient, [(Int, PushJob)])] = [:]
         for (index, job) in jobs.enumerated() {
             guard let client = client(for: job) else {
-                answers[index] = .noCredential("no credential for app \(job.appID), topic \(job.request.topic), \(job.request.environment.rawValue)")
+                onAnswer(index, .noCredential("no credential for app \(job.appID), topic \(job.request.topic), \(job.request.environment.rawValue)"))
                 continue
             }
             groups[ObjectIdentifier(client), default: (client, [])].1.append((index, job))
         }
         let timeout = self.timeout
-        let results = await withTaskGroup(of: [(Int, PushAnswer)].self) { group in
+        await withTaskGroup(of: Void.self) { group in
             for (_, (client, items)) in groups {
                 group.addTask {
-                    let requests = items.map { item in
-                        let r = item.1.request
-                        return APNsDelivery(deviceToken: r.token, topic: r.topic,
-                                                      pushType: HeraldAPNs.APNsPushType(rawValue: r.pushType.rawValue) ?? .alert,
-                                                      priority: HeraldAPNs.APNsPriority(rawValue: r.priority),
-                                                      expiration: r.expiration, collapseID: r.collapseID, apnsID: r.apnsID,
-                                                      payload: r.payload, timeout: timeout, tag: UInt64(item.0))
-                    }
-                    var out: [(Int, PushAnswer)] = []
+                    let requests = items.map { APNsDelivery($0.1.request, timeout: timeout, tag: UInt64($0.0)) }
                     for await response in client.responses(for: requests) {
-                        out.append((Int(response.tag), Self.answer(response)))
+                        onAnswer(Int(response.tag), Self.answer(response))
                     }
-                    return out
                 }
             }
-            var all: [(Int, PushAnswer)] = []
-            for await part in group { all += part }
-            return all
         }
-        for (index, answer) in results where index < answers.count { answers[index] = answer }
-        return answers.map { $0 ?? .failed(.clientShutdown) }
     }
 
     static func answer(_ response: APNsResponse) -> PushAnswer {
@@ -119,17 +103,9 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     }
 
     /// Keeps the clients until the stage loop has stopped (services stop in reverse order), then closes them.
-    /// Reports JWT renewals every 5 s meanwhile.
+    /// The clients report their own metrics (`herald_apns_*`: answers, connections, JWT renewals, ...).
     func run() async throws {
-        try? await cancelWhenGracefulShutdown {
-            var renewals = 0
-            while !Task.isCancelled {
-                let total = self.clients.values.reduce(0) { $0 + $1.stats.jwtRenewals }
-                for _ in renewals..<max(renewals, total) { self.metrics.jwtRenewed() }
-                renewals = max(renewals, total)
-                try await Task.sleep(for: .seconds(5))
-            }
-        }
+        try? await gracefulShutdown()
         for client in clients.values { await client.shutdown(grace: .seconds(2)) }
     }
 }

@@ -49,8 +49,7 @@ let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint,
                                   caFile: env.apnsCAFile.isEmpty ? nil : env.apnsCAFile,
                                   connections: setting(.connections, 2), maxInFlight: maxInFlight,
                                   timeout: .milliseconds(setting(.timeoutMs, 30_000)),
-                                  environment: ProcessInfo.processInfo.environment, logger: setup.logger,
-                                  metrics: setup.context.metrics)
+                                  environment: ProcessInfo.processInfo.environment, logger: setup.logger)
 setup.context.readiness.register("apns") { transport.hasClients && transport.isConnected }
 
 let topics = setup.pipeline.kafka.topics
@@ -67,6 +66,7 @@ let processor = SendProcessor(
         metrics.redisError(code: "transient")
         logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
     })
-// Batches run concurrently (order per device token does not matter to APNs); the in-flight bound pauses the consumer.
+// Batches run concurrently (order per device token does not matter to APNs; a batch holding a retry until its
+// not_before must not block fresh notifications); the in-flight bound pauses the consumer.
 exit(await setup.run(processor: processor, topics: [topics.outbound, topics.retry], explain: setup.explainSink(redis),
-                     maxConcurrentBatches: 8, maxInFlight: maxInFlight, before: [transport]))
+                     maxConcurrentBatches: 64, maxInFlight: maxInFlight, before: [transport]))

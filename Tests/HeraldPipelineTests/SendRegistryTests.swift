@@ -16,14 +16,17 @@ final class ScriptedTransport: PushTransport, @unchecked Sendable {
     var sent: [String] { lock.withLock { sentTokens } }
     var times: [ContinuousClock.Instant] { lock.withLock { sentAt } }
 
-    func send(_ jobs: [PushJob]) async -> [PushAnswer] {
+    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         lock.withLock {
             for job in jobs {
                 sentTokens.append(job.request.token)
                 sentAt.append(ContinuousClock.now)
             }
         }
-        return jobs.map { answers[$0.request.token] ?? .answered(status: 200, reason: nil, timestamp: nil) }
+        // Answers arrive in reverse order, as they may from many streams.
+        for (index, job) in jobs.enumerated().reversed() {
+            onAnswer(index, answers[job.request.token] ?? .answered(status: 200, reason: nil, timestamp: nil))
+        }
     }
 }
 
@@ -139,6 +142,34 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         #expect(transport.sent == [token("b"), token("a")])
         #expect(times[1] - start >= .milliseconds(250))
         #expect(times[0] - start < .milliseconds(250))
+    }
+
+    /// The crash window is one Redis write: a 200 is remembered while the rest of the batch is still in flight.
+    @Test func aDeliveryIsRememberedBeforeTheBatchFinishes() async throws {
+        final class GatedTransport: PushTransport, @unchecked Sendable {
+            // @unchecked Sendable: `markedEarly` is written once before `send` returns and read after.
+            let ledger: MemoryLedger
+            var markedEarly = false
+            init(_ ledger: MemoryLedger) { self.ledger = ledger }
+            func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+                onAnswer(0, .answered(status: 200, reason: nil, timestamp: nil))
+                let first = DeliveryPair(eventID: "e1", token: jobs[0].request.token)
+                let deadline = ContinuousClock.now + .seconds(2)
+                while !ledger.pairs.contains(first), ContinuousClock.now < deadline {
+                    try? await Task.sleep(for: .milliseconds(1))
+                }
+                markedEarly = ledger.pairs.contains(first)
+                for index in 1..<jobs.count { onAnswer(index, .answered(status: 200, reason: nil, timestamp: nil)) }
+            }
+        }
+        let ledger = MemoryLedger()
+        let transport = GatedTransport(ledger)
+        let send = SendProcessor(retryTopic: "herald.retry", tokenFeedbackTopic: "herald.token-feedback",
+                                 transport: transport, ledger: ledger)
+        let results = await send.process([try outbound(token("a")), try outbound(token("b"))], context: fixedContext)
+        #expect(transport.markedEarly)
+        #expect(ledger.pairs.count == 2)
+        #expect(results.allSatisfy { $0.deadLetter == nil && $0.outputs.isEmpty && !$0.handBack })
     }
 
     @Test func shutdownHandsBackAHeldRetry() async throws {

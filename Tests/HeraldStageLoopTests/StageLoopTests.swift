@@ -23,7 +23,7 @@ final class TansuBroker: @unchecked Sendable {
         guard let binary = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
             throw TestFailure("tansu binary not found (run scripts/setup.sh or set HERALD_TANSU_BIN)")
         }
-        port = Int.random(in: 30_000...45_000)
+        port = freePort()
         process = Process()
         process.executableURL = URL(fileURLWithPath: binary)
         process.arguments = ["broker", "--listener-url", "tcp://127.0.0.1:\(port)",
@@ -49,6 +49,23 @@ final class TansuBroker: @unchecked Sendable {
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
     }
+}
+
+/// A loopback port nothing listens on now (the kernel's pick for port 0).
+func freePort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
+            bind(fd, raw, length) == 0 && getsockname(fd, raw, &length) == 0
+        }
+    }
+    return bound ? Int(UInt16(bigEndian: address.sin_port)) : Int.random(in: 30_000...45_000)
 }
 
 struct TestFailure: Error, CustomStringConvertible {
