@@ -121,8 +121,8 @@ private let teamID = "DEF123GHIJ"
         #expect(t.answers.map(\.status) == [200, 200, 200, 200])
         // The raise comes after the first 200 and before the other answers.
         let out = t.output
-        let firstAnswer = out.range(of: ":status: 200")!.lowerBound
-        let raise = out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):500")!.lowerBound
+        let firstAnswer = try #require(out.range(of: ":status: 200")).lowerBound
+        let raise = try #require(out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):500")).lowerBound
         #expect(firstAnswer < raise)
         // A failure does not raise it.
         let t2 = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "wrong.topic"], body: body, pki: pki)
