@@ -174,7 +174,7 @@ public struct SendProcessor: StageProcessor {
         case .failed(let failure):
             // A deadline passing is retried through herald.retry like a lost connection (the apns-id is the same).
             answerClass = failure == .deadlineExceeded ? .retryable : APNsAnswerTable.classify(failure)
-            reasonText = Self.failureCode(failure)
+            reasonText = failure.kind
             notes.append(.apnsAnswer(status: nil, reason: reasonText))
         case .answered(let code, let reason, let timestamp):
             status = code
@@ -229,19 +229,6 @@ public struct SendProcessor: StageProcessor {
                 throw TransientFailure("\(error)")
             }
         }, onRetry: onTransientFailure)
-    }
-
-    /// A stable, label-safe code for a transport failure.
-    static func failureCode(_ failure: APNsTransportFailure) -> String {
-        switch failure {
-        case .connectFailed: "ConnectFailed"
-        case .connectionLost: "ConnectionLost"
-        case .streamReset: "StreamReset"
-        case .deadlineExceeded: "DeadlineExceeded"
-        case .credentialUnusable: "CredentialUnusable"
-        case .clientShutdown: "ClientShutdown"
-        case .protocolViolation: "ProtocolViolation"
-        }
     }
 
     static func milliseconds(_ d: Duration) -> Int64 {
