@@ -48,8 +48,24 @@ final class Connection {
     var session: OpaquePointer?
     var handshaking = true
     var certificateAuth = false
-    var raisedConcurrency = false
-    var raisePending = false
+    /// SETTINGS_MAX_CONCURRENT_STREAMS last handed to nghttp2 (what the client is or will be told).
+    var advertisedStreams = 0
+    /// A new SETTINGS_MAX_CONCURRENT_STREAMS to submit once the answers queued before it are
+    /// serialized (nghttp2 sends SETTINGS ahead of queued HEADERS; the change must follow the answer).
+    var pendingStreamsSetting: Int?
+    /// SETTINGS_MAX_CONCURRENT_STREAMS values sent and not yet acknowledged, oldest first.
+    var unacknowledgedStreamsSettings: [Int] = []
+    /// The limit the client has acknowledged (unlimited until it acknowledges the first SETTINGS).
+    var acknowledgedStreams = Int.max
+    /// Request streams open now (begun, not yet closed).
+    var openStreams = 0
+    /// Highest number of open streams seen above the acknowledged limit on this connection.
+    var maxStreamsOverLimit = 0
+    /// Highest client stream id a HEADERS frame has been seen for.
+    var highestStreamID: Int32 = 0
+    /// Only a success on a stream above this id raises the limit: after a provider-token rejection,
+    /// a request the client opened after it (answers to requests already in flight do not count).
+    var raiseAboveStreamID: Int32 = 0
     var streamsSeen = 0
     /// Set once this side sent GOAWAY: streams above it are refused.
     var goawayLastStreamID: Int32?
@@ -124,6 +140,7 @@ final class Connection {
             index = slots.count - 1
         }
         slots[index].reset(streamID: streamID)
+        openStreams += 1
         // The slot index rides on nghttp2's own stream map (index + 1, so 0 means none).
         nghttp2_session_set_stream_user_data(session, streamID, UnsafeMutableRawPointer(bitPattern: index + 1))
         return index
@@ -143,6 +160,7 @@ final class Connection {
         slots[index].generation &+= 1
         slots[index].free = true
         freeSlots.append(index)
+        openStreams -= 1
     }
 
     // MARK: HTTP/2 session
@@ -159,6 +177,18 @@ final class Connection {
             guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
                   frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST else { return 0 }
             conn.server.beginStream(conn, streamID: frame.pointee.hd.stream_id)
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks) { _, hd, userData in
+            // Judged before nghttp2 applies its own limit check, so a violation is counted even
+            // when nghttp2 then refuses the stream or ends the connection.
+            guard let hd, let userData, hd.pointee.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
+            let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
+            let streamID = hd.pointee.stream_id
+            guard streamID > conn.highestStreamID, streamID & 1 == 1 else { return 0 }
+            conn.highestStreamID = streamID
+            let over = conn.openStreams + 1 - conn.acknowledgedStreams
+            if over > 0 { conn.server.countStreamOverLimit(conn, over: over) }
             return 0
         }
         nghttp2_session_callbacks_set_on_header_callback(callbacks) { _, frame, name, namelen, value, valuelen, _, userData in
@@ -186,6 +216,10 @@ final class Connection {
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks) { _, frame, userData in
             guard let frame, let userData else { return 0 }
             let type = frame.pointee.hd.type
+            if type == UInt8(NGHTTP2_SETTINGS.rawValue), frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 {
+                Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue().settingsAcknowledged()
+                return 0
+            }
             guard type == UInt8(NGHTTP2_HEADERS.rawValue) || type == UInt8(NGHTTP2_DATA.rawValue) else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
             let streamID = frame.pointee.hd.stream_id
@@ -230,16 +264,39 @@ final class Connection {
                                    value: 1 << 14),
         ]
         guard nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count) == 0 else { return false }
+        advertisedStreams = initialConcurrentStreams
+        unacknowledgedStreamsSettings.append(initialConcurrentStreams)
         // A large connection window so clients never stall on flow control.
         _ = nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 1 << 26)
         return true
     }
 
-    /// Sends SETTINGS_MAX_CONCURRENT_STREAMS (APNs raises it after a token-auth connection's first success).
-    func submitMaxConcurrentStreams(_ value: Int) {
-        guard let session else { return }
+    /// Asks for SETTINGS_MAX_CONCURRENT_STREAMS = `value` to be sent after the answers queued so far
+    /// (APNs raises a token-auth connection's limit after a success and lowers it after a
+    /// provider-token rejection). Nothing is sent when the client already has (or gets) `value`.
+    func scheduleMaxConcurrentStreams(_ value: Int) {
+        if advertisedStreams == value {
+            pendingStreamsSetting = nil
+        } else {
+            pendingStreamsSetting = value
+        }
+    }
+
+    /// Submits the scheduled SETTINGS, if any; true when one was submitted.
+    func submitScheduledMaxConcurrentStreams() -> Bool {
+        guard let value = pendingStreamsSetting, let session else { return false }
+        pendingStreamsSetting = nil
         var entry = nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
                                            value: UInt32(value))
-        nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entry, 1)
+        guard nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entry, 1) == 0 else { return false }
+        advertisedStreams = value
+        unacknowledgedStreamsSettings.append(value)
+        return true
+    }
+
+    /// The client acknowledged our oldest outstanding SETTINGS (acknowledgements come in order).
+    func settingsAcknowledged() {
+        guard !unacknowledgedStreamsSettings.isEmpty else { return }
+        acknowledgedStreams = unacknowledgedStreamsSettings.removeFirst()
     }
 }

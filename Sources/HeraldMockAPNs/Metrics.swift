@@ -10,6 +10,10 @@ struct MockMetrics {
     var handshakeFailures: UInt64 = 0
     var streams: UInt64 = 0
     var refusedStreams: UInt64 = 0
+    var streamsOverLimit: UInt64 = 0
+    var streamLimitRaises: UInt64 = 0
+    var streamLimitLowerings: UInt64 = 0
+    var maxStreamsOverLimit = 0
     var goaways: UInt64 = 0
     var resets: UInt64 = 0
     var providerTokenVerifications: UInt64 = 0
@@ -43,6 +47,10 @@ struct MockMetrics {
         one("handshake_failures_total", "counter", "Connections closed during the TLS handshake or without ALPN h2.", "\(handshakeFailures)")
         one("streams_total", "counter", "Request streams opened by clients.", "\(streams)")
         one("refused_streams_total", "counter", "Streams refused with RST_STREAM REFUSED_STREAM (above SETTINGS_MAX_CONCURRENT_STREAMS, or after a GOAWAY).", "\(refusedStreams)")
+        one("streams_over_limit_total", "counter", "Streams a client opened beyond the SETTINGS_MAX_CONCURRENT_STREAMS it had acknowledged (0 for a compliant client).", "\(streamsOverLimit)")
+        one("streams_over_limit_max", "gauge", "Highest number of open streams above the acknowledged limit seen on one connection.", "\(maxStreamsOverLimit)")
+        one("max_streams_raised_total", "counter", "SETTINGS frames raising a token-auth connection's SETTINGS_MAX_CONCURRENT_STREAMS (after a success).", "\(streamLimitRaises)")
+        one("max_streams_lowered_total", "counter", "SETTINGS frames lowering it back to --initial-streams (after a provider-token rejection).", "\(streamLimitLowerings)")
         one("goaways_total", "counter", "GOAWAY frames sent by --goaway-every.", "\(goaways)")
         one("resets_total", "counter", "Connections dropped by --reset-every.", "\(resets)")
         one("provider_token_verifications_total", "counter", "ES256 signature verifications (cached per connection).", "\(providerTokenVerifications)")

@@ -40,6 +40,8 @@ public final class MockAPNsServer: @unchecked Sendable {
     private let scratch: UnsafeMutablePointer<UInt8>
     private let nva: UnsafeMutablePointer<nghttp2_nv>
     private var nextSerial: UInt64 = 0
+    /// Otherwise valid requests seen on token-auth connections (for `rejectTokenEvery`).
+    private var tokenRequestsValid = 0
     private var nowMonotonicMicros: Int64 = 0
     private var nowWallMillis: Int64 = 0
     private var stopping = false
@@ -259,7 +261,6 @@ public final class MockAPNsServer: @unchecked Sendable {
             conn.certificateAuth = configuration.clientCAPath != nil && hmt_conn_peer_verified(tls) == 1
             if conn.certificateAuth {
                 metrics.connectionsCertificateAuth += 1
-                conn.raisedConcurrency = true
             }
             let initial = conn.certificateAuth ? configuration.maxConcurrentStreams : configuration.initialConcurrentStreams
             guard conn.startSession(initialConcurrentStreams: initial) else {
@@ -342,9 +343,9 @@ public final class MockAPNsServer: @unchecked Sendable {
                 return
             }
             guard n > 0, let p else {
-                if conn.raisePending {
-                    conn.raisePending = false
-                    conn.submitMaxConcurrentStreams(configuration.maxConcurrentStreams)
+                let before = conn.advertisedStreams
+                if conn.submitScheduledMaxConcurrentStreams() {
+                    if conn.advertisedStreams > before { metrics.streamLimitRaises += 1 } else { metrics.streamLimitLowerings += 1 }
                     continue
                 }
                 break
@@ -416,6 +417,13 @@ public final class MockAPNsServer: @unchecked Sendable {
 
     func countRefusedStream() { metrics.refusedStreams += 1 }
 
+    /// A client opened a stream while `over - 1` streams above the acknowledged limit were open.
+    func countStreamOverLimit(_ conn: Connection, over: Int) {
+        metrics.streamsOverLimit += 1
+        conn.maxStreamsOverLimit = max(conn.maxStreamsOverLimit, over)
+        metrics.maxStreamsOverLimit = max(metrics.maxStreamsOverLimit, over)
+    }
+
     func requestComplete(_ conn: Connection, slot: Int) {
         if conn.resetRequested { return }
         let verdict = evaluate(conn, slot: slot)
@@ -434,6 +442,13 @@ public final class MockAPNsServer: @unchecked Sendable {
             checker.check(head: conn.slots[slot].head, body: body, bodyLength: conn.slots[slot].bodyLength,
                           certificateAuth: conn.certificateAuth, nowMillis: now) { authorization in
                 self.authorize(conn, authorization)
+            }
+        }
+        if verdict.status == 200, configuration.rejectTokenEvery > 0, !conn.certificateAuth {
+            tokenRequestsValid += 1
+            if tokenRequestsValid % configuration.rejectTokenEvery == 0 {
+                metrics.injected[MockMetrics.slot(.invalidProviderToken)] += 1
+                return MockVerdict(.invalidProviderToken, timestamp: nil)
             }
         }
         if verdict.status == 200, let fault = faults.draw() {
@@ -522,12 +537,6 @@ public final class MockAPNsServer: @unchecked Sendable {
                             namelen: 7, valuelen: 36, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
         if verdict.status == 200 {
             nghttp2_submit_response(session, streamID, nva, 2, nil)
-            if !conn.raisedConcurrency {
-                // Submitted in flush, once this 200 has been serialized: nghttp2 sends SETTINGS
-                // ahead of queued HEADERS, and the raise must follow the success on the wire.
-                conn.raisedConcurrency = true
-                conn.raisePending = true
-            }
         } else {
             nva[2] = nghttp2_nv(name: scratch + Self.contentTypeName, value: scratch + Self.contentTypeValue,
                                 namelen: 12, valuelen: 16, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
@@ -552,6 +561,21 @@ public final class MockAPNsServer: @unchecked Sendable {
                 return n
             }
             nghttp2_submit_response(session, streamID, nva, 3, &provider)
+        }
+        if !conn.certificateAuth {
+            // APNs: a token-auth connection is raised to its full limit after a success and
+            // lowered back to the initial one after a provider-token rejection; raised again by
+            // the success of a request opened after that rejection. Submitted in
+            // flush, once this answer has been serialized (nghttp2 sends SETTINGS ahead of queued
+            // HEADERS, and the change must follow the answer on the wire).
+            if verdict.status == 200 {
+                if streamID > conn.raiseAboveStreamID {
+                    conn.scheduleMaxConcurrentStreams(configuration.maxConcurrentStreams)
+                }
+            } else if let reason = verdict.reason, reason.rejectsProviderToken {
+                conn.scheduleMaxConcurrentStreams(configuration.initialConcurrentStreams)
+                conn.raiseAboveStreamID = conn.highestStreamID
+            }
         }
         metrics.answers[MockMetrics.slot(verdict.reason)] += 1
         if recorder != nil {

@@ -64,9 +64,15 @@ public struct MockAPNsConfiguration: Sendable {
     public var goawayEvery: Int = 0
     /// After this many streams on a connection: drop the TCP connection (RST). 0 = never.
     public var resetEvery: Int = 0
-    /// SETTINGS_MAX_CONCURRENT_STREAMS after the first success (and from the start with a client cert).
+    /// Fault injection: on token-auth connections, every Nth otherwise valid request (counted over
+    /// all such connections) is answered 403 InvalidProviderToken. 0 = never.
+    public var rejectTokenEvery: Int = 0
+    /// SETTINGS_MAX_CONCURRENT_STREAMS of a token-auth connection after a success (and from the
+    /// start with a client cert).
     public var maxConcurrentStreams: Int = 1000
-    /// SETTINGS_MAX_CONCURRENT_STREAMS a token-auth connection starts with (APNs: 1).
+    /// SETTINGS_MAX_CONCURRENT_STREAMS a token-auth connection starts with (APNs: 1), and is
+    /// lowered back to after a provider-token rejection (403 Invalid/Expired/MissingProviderToken,
+    /// 429 TooManyProviderTokenUpdates) until its next success.
     public var initialConcurrentStreams: Int = 1
     /// JSON-lines file of answered requests.
     public var recordPath: String? = nil

@@ -82,3 +82,14 @@ public struct MockVerdict: Sendable, Equatable {
         self.init(status: reason.status, reason: reason, timestamp: timestamp)
     }
 }
+
+extension MockReason {
+    /// Answers that reject the request's provider token; APNs lowers a token-auth connection's
+    /// SETTINGS_MAX_CONCURRENT_STREAMS back to its initial value after one.
+    public var rejectsProviderToken: Bool {
+        switch self {
+        case .invalidProviderToken, .expiredProviderToken, .missingProviderToken, .tooManyProviderTokenUpdates: true
+        default: false
+        }
+    }
+}

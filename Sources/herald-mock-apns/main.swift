@@ -30,8 +30,10 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("latency-ms"), help: "Answer each request this many milliseconds late.") var latencyMs = 0
     @Option(name: .customLong("goaway-every"), help: "GOAWAY (NO_ERROR) after N streams on a connection.") var goawayEvery = 0
     @Option(name: .customLong("reset-every"), help: "Drop the TCP connection (RST) when its Nth stream arrives.") var resetEvery = 0
-    @Option(name: .customLong("max-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS after the first success.") var maxStreams = 1000
-    @Option(name: .customLong("initial-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS a token-auth connection starts with.") var initialStreams = 1
+    @Option(name: .customLong("reject-token-every"), help: "Fault injection: on token-auth connections, answer every Nth otherwise valid request 403 InvalidProviderToken (0 = off).")
+    var rejectTokenEvery = 0
+    @Option(name: .customLong("max-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS of a token-auth connection after a success (of a certificate one from the start).") var maxStreams = 1000
+    @Option(name: .customLong("initial-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS a token-auth connection starts with and is lowered back to after a provider-token rejection.") var initialStreams = 1
     @Option(name: .customLong("min-token-update-interval"), help: "Seconds: a key's newer JWT within this of its current one gets 429 TooManyProviderTokenUpdates (APNs: 1200; 0 = off).")
     var minTokenUpdateInterval: Int64 = 0
     @Option(name: .customLong("record"), help: "JSON-lines file, one line per answered request.") var record: String?
@@ -46,8 +48,8 @@ struct MockAPNsCommand: ParsableCommand {
             throw ValidationError("the fault rates add up to more than 1")
         }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
-        guard latencyMs >= 0, goawayEvery >= 0, resetEvery >= 0 else {
-            throw ValidationError("--latency-ms, --goaway-every and --reset-every must not be negative")
+        guard latencyMs >= 0, goawayEvery >= 0, resetEvery >= 0, rejectTokenEvery >= 0 else {
+            throw ValidationError("--latency-ms, --goaway-every, --reset-every and --reject-token-every must not be negative")
         }
         guard maxStreams >= 1, initialStreams >= 1 else { throw ValidationError("--max-streams and --initial-streams must be at least 1") }
         for k in authKeys where MockProviderKey(argument: k) == nil {
@@ -82,6 +84,7 @@ struct MockAPNsCommand: ParsableCommand {
         config.latencyMilliseconds = latencyMs
         config.goawayEvery = goawayEvery
         config.resetEvery = resetEvery
+        config.rejectTokenEvery = rejectTokenEvery
         config.maxConcurrentStreams = maxStreams
         config.initialConcurrentStreams = initialStreams
         config.recordPath = record

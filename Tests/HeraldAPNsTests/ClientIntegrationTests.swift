@@ -77,6 +77,65 @@ struct ClientIntegrationTests {
         await c.shutdown()
     }
 
+    @Test func aLoweredStreamLimitIsHonouredAndNothingIsLost() async throws {
+        let pki = try PKI()
+        let record = pki.dir + "/sent.jsonl"
+        let metricsPort = freePort()
+        // Every 50th valid request is answered 403 InvalidProviderToken; the stand-in then lowers the
+        // connection to one stream until a request opened after the rejection succeeds.
+        // At most 100 streams, so the client always has more waiting and must hold them back while lowered.
+        let server = try startMock(pki, ["--max-streams", "100", "--reject-token-every", "50", "--record", record,
+                                         "--metrics-port", String(metricsPort)])
+        defer { server.stop() }
+        let c = try client(pki, port: server.port)
+        let n = 400
+        let responses = await sendAll(c, (0..<n).map { request($0) })
+        #expect(responses.count == n, "every request got an answer")
+        let rejected = responses.values.filter { $0.status == 403 }
+        let delivered = responses.values.filter { $0.status == 200 }
+        #expect(rejected.count == n / 50)
+        #expect(delivered.count == n - n / 50)
+        // The rejected ones carry what the core table says 403 InvalidProviderToken means.
+        #expect(APNsAnswerTable.classify(status: 403, reason: .invalidProviderToken, timestamp: nil) == .permanent)
+        #expect(rejected.allSatisfy { $0.reason == .invalidProviderToken })
+        #expect(rejected.allSatisfy { $0.disposition == .permanentFailure(reason: "InvalidProviderToken") })
+        #expect(delivered.allSatisfy { $0.disposition == .delivered })
+
+        let metrics = try tool("curl", ["-s", "http://127.0.0.1:\(metricsPort)/metrics"]).output
+        func metric(_ series: String) -> Int? {
+            for line in metrics.split(separator: "\n") where line.hasPrefix(series + " ") {
+                return Int(line.dropFirst(series.count + 1))
+            }
+            return nil
+        }
+        #expect(metric("herald_mock_apns_streams_over_limit_total") == 0, "never above an acknowledged limit")
+        #expect(metric("herald_mock_apns_streams_over_limit_max") == 0)
+        print("lowered-limit test: \(metrics.split(separator: "\n").filter { $0.hasPrefix("herald_mock_apns_") && !$0.contains("connections") }.joined(separator: "; ")); client resends \(c.stats.resends)")
+        let lowered = try #require(metric("herald_mock_apns_max_streams_lowered_total"))
+        let raised = try #require(metric("herald_mock_apns_max_streams_raised_total"))
+        #expect(lowered >= 2 && lowered <= n / 50)
+        // The first raise, then one after each lowering but perhaps the last (no request may follow it).
+        #expect(raised == lowered || raised == lowered + 1)
+        // Streams sent before the client saw a lowering are refused; the client resends each of them.
+        let refused = try #require(metric("herald_mock_apns_refused_streams_total"))
+        let stats = c.stats
+        #expect(stats.resends == refused)
+        #expect(stats.connectionsOpened == 1, "no connection error")
+        #expect(stats.maxConcurrentStreamsSeen == 100)
+
+        // Exactly one answered request per notification, and one 200 per device reported delivered.
+        let lines = try await waitForRecords(record, atLeast: n)
+        #expect(lines.count == n)
+        var ok: [String: Int] = [:]
+        for line in lines where (line["status"] as? NSNumber)?.intValue == 200 {
+            ok[line["token"] as? String ?? "", default: 0] += 1
+        }
+        let deliveredTokens = Set(responses.filter { $0.value.status == 200 }.keys.map { deviceToken(Int($0)) })
+        #expect(Set(ok.keys) == deliveredTokens)
+        #expect(ok.values.allSatisfy { $0 == 1 })
+        await c.shutdown()
+    }
+
     @Test func certificateAuthWithPEMAndP12() async throws {
         let pki = try PKI()
         let server = try startMock(pki, ["--client-ca", pki.clientCA], authKeys: false)

@@ -132,6 +132,86 @@ private let teamID = "DEF123GHIJ"
         #expect(mock.stop() == 0)
     }
 
+    @Test func aRejectedProviderTokenDoesNotRaiseTheLimitAndASuccessDoes() throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic, "--max-streams", "500", "--metrics-port", "0",
+                                              "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)"])
+        let paths = (0..<2).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
+        let badJWT = try pki.jwt(key: pki.otherProviderKey, kid: keyID, iss: teamID, iat: now())
+        let bad = try nghttp(mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(badJWT)"],
+                             body: body, extra: ["-M", "1"], pki: pki)
+        #expect(bad.answers.map(\.status) == [403, 403])
+        #expect(bad.answers.map(\.reason) == ["InvalidProviderToken", "InvalidProviderToken"])
+        // Already at the initial limit: neither a raise nor a (no-op) lowering is sent.
+        #expect(bad.serverMaxConcurrentStreams == [1])
+        let goodJWT = try pki.jwt(kid: keyID, iss: teamID, iat: now())
+        let good = try nghttp(mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(goodJWT)"],
+                              body: body, extra: ["-M", "1"], pki: pki)
+        #expect(good.answers.map(\.status) == [200, 200])
+        #expect(good.serverMaxConcurrentStreams == [1, 500])
+        let m = try mock.metrics()
+        #expect(metricValue(m, "herald_mock_apns_max_streams_raised_total") == 1)
+        #expect(metricValue(m, "herald_mock_apns_max_streams_lowered_total") == 0)
+        #expect(metricValue(m, "herald_mock_apns_streams_over_limit_total") == 0)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func aProviderTokenRejectionAfterASuccessLowersTheLimitAgain() throws {
+        // Every 2nd valid request on a token connection is answered 403 InvalidProviderToken.
+        let mock = try MockProcess(pki: pki, ["--topic", topic, "--max-streams", "500", "--metrics-port", "0",
+                                              "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
+                                              "--reject-token-every", "2"])
+        let jwt = try pki.jwt(kid: keyID, iss: teamID, iat: now())
+        let paths = (0..<2).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
+        // `-M 1`: the second request is only sent once the raise arrived, so it is answered after the first.
+        let t = try nghttp(mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
+                           body: body, extra: ["-M", "1"], pki: pki)
+        #expect(t.answers.map(\.status) == [200, 403])
+        #expect(t.answers.last?.reason == "InvalidProviderToken")
+        #expect(t.serverMaxConcurrentStreams == [1, 500, 1])
+        // On the wire: 200, raise, 403, lowering.
+        let out = t.output
+        let success = try #require(out.range(of: ":status: 200")).lowerBound
+        let raise = try #require(out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):500")).lowerBound
+        let rejection = try #require(out.range(of: ":status: 403")).lowerBound
+        let lowering = try #require(out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):1]", options: .backwards)).lowerBound
+        #expect(success < raise)
+        #expect(raise < rejection)
+        #expect(rejection < lowering)
+        // A new connection: its first request (the 3rd valid one) succeeds and raises, the next is
+        // rejected and lowers again.
+        let t2 = try nghttp(mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
+                            body: body, extra: ["-M", "1"], pki: pki)
+        #expect(t2.answers.map(\.status) == [200, 403])
+        #expect(t2.serverMaxConcurrentStreams == [1, 500, 1])
+        let m = try mock.metrics()
+        #expect(metricValue(m, "herald_mock_apns_max_streams_raised_total") == 2)
+        #expect(metricValue(m, "herald_mock_apns_max_streams_lowered_total") == 2)
+        #expect(metricValue(m, #"herald_mock_apns_faults_injected_total{reason="InvalidProviderToken"}"#) == 2)
+        #expect(metricValue(m, "herald_mock_apns_streams_over_limit_total") == 0)
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func streamsBeyondTheLimitAreRefusedBeforeItsAcknowledgementAndCountedAfter() throws {
+        let mock = try MockProcess(pki: pki, ["--topic", topic, "--metrics-port", "0"])
+        // Before the client acknowledged SETTINGS_MAX_CONCURRENT_STREAMS = 1 it could not know:
+        // nghttp2 refuses the second stream with REFUSED_STREAM; nothing is counted over the limit.
+        let early = try twoStreamsAtOnce(port: mock.port, path: devicePath, acknowledgeSettings: false, pki: pki)
+        #expect(early.resets[3] == 7, "REFUSED_STREAM")
+        #expect(early.goaway == nil)
+        var m = try mock.metrics()
+        #expect(metricValue(m, "herald_mock_apns_refused_streams_total") == 1)
+        #expect(metricValue(m, "herald_mock_apns_streams_over_limit_total") == 0)
+        // After acknowledging it, a second stream is a client bug: counted, and nghttp2 1.52 ends the
+        // connection with GOAWAY PROTOCOL_ERROR (it does not use REFUSED_STREAM there).
+        let late = try twoStreamsAtOnce(port: mock.port, path: devicePath, acknowledgeSettings: true, pki: pki)
+        #expect(late.goaway == 1, "PROTOCOL_ERROR")
+        m = try mock.metrics()
+        #expect(metricValue(m, "herald_mock_apns_streams_over_limit_total") == 1)
+        #expect(metricValue(m, "herald_mock_apns_streams_over_limit_max") == 1)
+        #expect(metricValue(m, "herald_mock_apns_refused_streams_total") == 1)
+        #expect(mock.stop() == 0)
+    }
+
     @Test func certificateAuthNeedsNoJWTAndStartsAtMaxStreams() throws {
         let mock = try MockProcess(pki: pki, ["--topic", topic, "--client-ca", pki.caCert, "--max-streams", "300", "--metrics-port", "0",
                                               "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)"])

@@ -256,3 +256,49 @@ func metricValue(_ text: String, _ series: String) -> Int {
     }
     return 0
 }
+
+/// A misbehaving HTTP/2 client (python3's ssl, raw frames): sends the preface, an empty SETTINGS,
+/// optionally an ACK of the server's SETTINGS (SETTINGS_MAX_CONCURRENT_STREAMS = 1 on a token
+/// connection) and then two requests at once on streams 1 and 3. Returns the GOAWAY error code
+/// and the RST_STREAM codes by stream id the server sent back.
+func twoStreamsAtOnce(port: Int, path: String, acknowledgeSettings: Bool, pki: TestPKI) throws
+    -> (goaway: Int?, resets: [Int: Int]) {
+    let script = #"""
+    import socket, ssl, struct, sys
+    port, path, ack = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "ack"
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5))
+    def frame(t, flags, sid, payload=b""):
+        return struct.pack(">I", len(payload))[1:] + bytes([t, flags]) + struct.pack(">I", sid) + payload
+    def lit(n, v):
+        return b"\x00" + bytes([len(n)]) + n.encode() + bytes([len(v)]) + v.encode()
+    block = lit(":method", "POST") + lit(":scheme", "https") + lit(":path", path) + lit(":authority", "localhost")
+    out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + (frame(4, 1, 0) if ack else b"")
+    s.sendall(out + frame(1, 5, 1, block) + frame(1, 5, 3, block))
+    data, i, done = b"", 0, False
+    while not done:
+        chunk = s.recv(65536)
+        if not chunk: break
+        data += chunk
+        while i + 9 <= len(data):
+            n = int.from_bytes(data[i:i+3], "big")
+            if i + 9 + n > len(data): break
+            t, sid, p = data[i+3], int.from_bytes(data[i+5:i+9], "big") & 0x7fffffff, data[i+9:i+9+n]
+            if t == 7: print("goaway", int.from_bytes(p[4:8], "big")); done = True
+            if t == 3: print("rst", sid, int.from_bytes(p[0:4], "big")); done = True
+            i += 9 + n
+    """#
+    let file = try pki.write("two-streams-\(UUID().uuidString).py", script)
+    let r = try runProcess("python3", [file, String(port), path, acknowledgeSettings ? "ack" : "noack"])
+    var goaway: Int?
+    var resets: [Int: Int] = [:]
+    for line in r.output.split(separator: "\n") {
+        let f = line.split(separator: " ").map(String.init)
+        if f.count == 2, f[0] == "goaway" { goaway = Int(f[1]) }
+        if f.count == 3, f[0] == "rst", let id = Int(f[1]) { resets[id] = Int(f[2]) }
+    }
+    return (goaway, resets)
+}
