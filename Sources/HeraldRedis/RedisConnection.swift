@@ -107,6 +107,12 @@ private final class Worker: @unchecked Sendable {
         return connected
     }
 
+    private func setConnected(_ value: Bool) {
+        condition.lock()
+        connected = value
+        condition.unlock()
+    }
+
     func submit<T: Sendable>(_ body: @escaping @Sendable (HiredisSession) throws -> T) async throws -> T {
         let result: Result<T, RedisError> = await withCheckedContinuation { continuation in
             let job: Job = { session in
@@ -122,6 +128,9 @@ private final class Worker: @unchecked Sendable {
                 } catch {
                     result = .failure(RedisError(.unexpectedReply, "\(error)"))
                 }
+                // Publish the connection state before the caller resumes, so `isConnected` read right after
+                // a call reflects that call.
+                self.setConnected(session.isConnected)
                 continuation.resume(returning: result)
             }
             condition.lock()
@@ -164,10 +173,6 @@ private final class Worker: @unchecked Sendable {
             condition.unlock()
 
             job(isStopped ? nil : session)
-
-            condition.lock()
-            connected = session.isConnected
-            condition.unlock()
         }
         session.disconnect()
         condition.lock()
