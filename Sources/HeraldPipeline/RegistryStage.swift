@@ -42,25 +42,16 @@ public struct RegistryProcessor: StageProcessor {
     }
 
     func process(_ input: StageInput, context: BatchContext) async -> StageResult {
-        guard let bytes = input.value else { return .dlq("invalid", "tombstone (no value)") }
         let op: String
         let write: () async throws -> String
         if input.topic == tokenFeedbackTopic {
             let feedback: TokenFeedbackRecord
-            do {
-                feedback = try StageCodec.decode(TokenFeedbackRecord.self, from: bytes)
-            } catch {
-                return .dlq("invalid", error.description)
-            }
+            do { feedback = try input.decode(TokenFeedbackRecord.self) } catch { return error.result }
             op = "remove_dead_token"
             write = { try await writer.removeDeadToken(feedback) }
         } else {
             let record: RegistryRecord
-            do {
-                record = try StageCodec.decode(RegistryRecord.self, from: bytes)
-            } catch {
-                return .dlq("invalid", error.description)
-            }
+            do { record = try input.decode(RegistryRecord.self) } catch { return error.result }
             if let problem = record.validationError() { return .dlq("invalid", problem.description) }
             op = record.op.rawValue
             let now = context.nowMillis

@@ -19,13 +19,8 @@ public struct RenderProcessor: StageProcessor {
     }
 
     public func process(_ input: StageInput, now: Date) -> StageResult {
-        guard let bytes = input.value else { return .dlq("invalid", "tombstone (no value)") }
         let record: DeliverableRecord
-        do {
-            record = try StageCodec.decode(DeliverableRecord.self, from: bytes)
-        } catch {
-            return .dlq("invalid", error.description)
-        }
+        do { record = try input.decode(DeliverableRecord.self) } catch { return error.result }
         let event = record.event
         do {
             let requests = try Renderer.render(event: event, recipient: record.recipient, state: record.state,

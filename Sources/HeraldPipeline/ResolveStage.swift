@@ -43,14 +43,10 @@ public struct ResolveProcessor: StageProcessor {
         var results = [StageResult?](repeating: nil, count: batch.count)
         var events: [(index: Int, event: ChatEvent)] = []
         for (index, input) in batch.enumerated() {
-            guard let bytes = input.value else {
-                results[index] = .dlq("invalid", "tombstone (no value)")
-                continue
-            }
             do {
-                events.append((index, try StageCodec.decode(IngestedRecord.self, from: bytes).event))
+                events.append((index, try input.decode(IngestedRecord.self).event))
             } catch {
-                results[index] = .dlq("invalid", error.description)
+                results[index] = error.result
             }
         }
         if events.isEmpty { return results.map { $0 ?? StageResult() } }

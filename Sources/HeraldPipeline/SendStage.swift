@@ -84,16 +84,12 @@ public struct SendProcessor: StageProcessor {
         // Records grouped by how long they must wait (rounded up to 50 ms).
         var buckets: [Int64: [(Int, OutboundRecord)]] = [:]
         for (index, input) in batch.enumerated() {
-            guard let bytes = input.value else {
-                results[index] = .dlq("invalid", "tombstone (no value)")
-                continue
-            }
             do {
-                let record = try StageCodec.decode(OutboundRecord.self, from: bytes)
+                let record = try input.decode(OutboundRecord.self)
                 let wait = max(0, (record.notBefore ?? 0) - now)
                 buckets[(wait + 49) / 50 * 50, default: []].append((index, record))
             } catch {
-                results[index] = .dlq("invalid", error.description)
+                results[index] = error.result
             }
         }
         let done = await withTaskGroup(of: [(Int, StageResult)].self) { group in

@@ -20,6 +20,27 @@ public struct StageInput: Sendable, Hashable {
     }
 }
 
+/// An input that is not a record of the kind the stage reads: a tombstone, or bytes that do not decode.
+/// Every stage dead-letters it with reason `invalid` and this detail.
+public struct InvalidInput: Error, Sendable {
+    public var detail: String
+    public var result: StageResult { .dlq("invalid", detail) }
+}
+
+extension StageInput {
+    /// Decodes the input as a stage record (fast codec).
+    public func decode<T: StageRecord>(_ type: T.Type) throws(InvalidInput) -> T {
+        guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
+        do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
+    }
+
+    /// Decodes the input as a Codable record (registry and token-feedback records).
+    public func decode<T: Decodable>(_ type: T.Type) throws(InvalidInput) -> T {
+        guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
+        do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
+    }
+}
+
 /// One record to produce.
 public struct StageOutput: Sendable, Hashable {
     public var topic: String

@@ -20,13 +20,8 @@ public struct SuppressProcessor: StageProcessor {
     }
 
     public func process(_ input: StageInput, now: Date) -> StageResult {
-        guard let bytes = input.value else { return .dlq("invalid", "tombstone (no value)") }
         let record: ResolvedRecord
-        do {
-            record = try StageCodec.decode(ResolvedRecord.self, from: bytes)
-        } catch {
-            return .dlq("invalid", error.description)
-        }
+        do { record = try input.decode(ResolvedRecord.self) } catch { return error.result }
         let event = record.event
         let at = BatchContext.millis(now)
         let decision = Suppression.decide(event: event, recipient: record.recipient, state: record.state,
