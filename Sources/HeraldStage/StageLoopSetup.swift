@@ -38,6 +38,16 @@ public struct StageSetup: Sendable {
 
     /// Reads `HERALD_PIPELINE` and the environment, binds the metrics endpoint (`HERALD_METRICS_PORT`, else
     /// the pipeline's `stages.<stage>.metrics_port`) and logs unknown keys.
+    /// `start` for a stage's `main`: a configuration error is one line on stderr and exit status 2.
+    public static func startOrExit(_ stage: StageName, extraKnownKeys: Set<String> = []) async -> StageSetup {
+        do { return try await start(stage, extraKnownKeys: extraKnownKeys) } catch { exitAtStartup(stage, error) }
+    }
+
+    private static func exitAtStartup(_ stage: StageName, _ error: any Error) -> Never {
+        FileHandle.standardError.write(Data("herald-\(stage.rawValue): \(error)\n".utf8))
+        exit(2)
+    }
+
     public static func start(_ stage: StageName, extraKnownKeys: Set<String> = [],
                              environment: [String: String] = ProcessInfo.processInfo.environment) async throws -> StageSetup {
         func env(_ key: String) -> String? {
@@ -93,17 +103,32 @@ public struct StageSetup: Sendable {
 
     /// Redis from `HERALD_REDIS_URL`, else the pipeline's `redis:` section; registers the `redis` readiness probe.
     public func redis() throws -> RedisConnection {
-        let configuration: RedisConfiguration
-        if let url = environment(EnvironmentKey.redisURL.rawValue) {
-            configuration = try RedisConfiguration(url: url)
-        } else {
-            var c = RedisConfiguration(host: pipeline.redis.host, port: pipeline.redis.port)
-            c.database = pipeline.redis.database
-            configuration = c
-        }
-        let connection = RedisConnection(configuration: configuration, logger: logger)
+        let connection = RedisConnection(configuration: try redisConfiguration(), logger: logger)
         context.readiness.register("redis") { await connection.ping() }
         return connection
+    }
+
+    /// `redis()` for a stage that cannot work without Redis: a bad Redis setting ends the process (status 2).
+    public func redisOrExit() -> RedisConnection {
+        do { return try redis() } catch { Self.exitAtStartup(stage, error) }
+    }
+
+    /// The explain-trail writer for a stage whose own work needs no Redis (ingest, suppress, render): Redis is
+    /// not a readiness check there, and a bad Redis setting only turns the trail off (with a warning).
+    public func bestEffortExplainSink() -> RedisExplainSink? {
+        do {
+            return explainSink(RedisConnection(configuration: try redisConfiguration(), logger: logger))
+        } catch {
+            logger.warning("explain trail off: \(error)")
+            return nil
+        }
+    }
+
+    private func redisConfiguration() throws -> RedisConfiguration {
+        if let url = environment(EnvironmentKey.redisURL.rawValue) { return try RedisConfiguration(url: url) }
+        var configuration = RedisConfiguration(host: pipeline.redis.host, port: pipeline.redis.port)
+        configuration.database = pipeline.redis.database
+        return configuration
     }
 
     /// The stage's consumer group member on `topics`; registers the `kafka` readiness probe.

@@ -6,15 +6,8 @@ import HeraldPipeline
 import HeraldRedis
 import HeraldStage
 
-let setup: StageSetup
-let redis: RedisConnection
-do {
-    setup = try await StageSetup.start(.registry)
-    redis = try setup.redis()
-} catch {
-    FileHandle.standardError.write(Data("herald-registry: \(error)\n".utf8))
-    exit(2)
-}
+let setup = await StageSetup.startOrExit(.registry)
+let redis = setup.redisOrExit()
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics

@@ -6,15 +6,8 @@ import HeraldPipeline
 import HeraldRedis
 import HeraldStage
 
-let setup: StageSetup
-let redis: RedisConnection
-do {
-    setup = try await StageSetup.start(.resolve)
-    redis = try setup.redis()
-} catch {
-    FileHandle.standardError.write(Data("herald-resolve: \(error)\n".utf8))
-    exit(2)
-}
+let setup = await StageSetup.startOrExit(.resolve)
+let redis = setup.redisOrExit()
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics

@@ -18,15 +18,8 @@ enum SendKey: String, CaseIterable {
     case retryMaxMs = "HERALD_SEND_RETRY_MAX_MS"           // 60000: longest herald.retry delay
 }
 
-let setup: StageSetup
-let redis: RedisConnection
-do {
-    setup = try await StageSetup.start(.send, extraKnownKeys: Set(SendKey.allCases.map(\.rawValue)))
-    redis = try setup.redis()
-} catch {
-    FileHandle.standardError.write(Data("herald-send: \(error)\n".utf8))
-    exit(2)
-}
+let setup = await StageSetup.startOrExit(.send, extraKnownKeys: Set(SendKey.allCases.map(\.rawValue)))
+let redis = setup.redisOrExit()
 func setting(_ key: SendKey, _ fallback: Int) -> Int {
     guard let raw = setup.environment(key.rawValue) else { return fallback }
     guard let value = Int(raw), value > 0 else {

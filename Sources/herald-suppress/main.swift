@@ -5,15 +5,7 @@ import HeraldConfig
 import HeraldPipeline
 import HeraldStage
 
-let setup: StageSetup
-do {
-    setup = try await StageSetup.start(.suppress)
-} catch {
-    FileHandle.standardError.write(Data("herald-suppress: \(error)\n".utf8))
-    exit(2)
-}
+let setup = await StageSetup.startOrExit(.suppress)
 let topics = setup.pipeline.kafka.topics
-let redis = try? setup.redis()
-setup.context.readiness.remove("redis")
 let processor = SuppressProcessor(deliverableTopic: topics.deliverable, apps: setup.pipeline.apps)
-exit(await setup.run(processor: processor, topics: [topics.resolved], explain: redis.map { setup.explainSink($0) }))
+exit(await setup.run(processor: processor, topics: [topics.resolved], explain: setup.bestEffortExplainSink()))
