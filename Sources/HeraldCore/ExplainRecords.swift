@@ -56,3 +56,24 @@ public struct ExplainEntry: Codable, Sendable, Hashable {
         return "event"
     }
 }
+
+extension ExplainEntry {
+    /// The entry as JSON, keys sorted (the same text the Codable form gives with sorted keys), written directly:
+    /// every stage writes one per recipient or device, so this is on the hot path.
+    public var jsonBytes: [UInt8] {
+        var w = JSONWriter(capacity: 160)
+        w.raw("{\"app_id\":"); w.string(appID)
+        w.raw(",\"at\":"); w.int(at)
+        if let attempt { w.raw(",\"attempt\":"); w.int(attempt) }
+        if let count { w.raw(",\"count\":"); w.int(count) }
+        w.raw(",\"decision\":"); w.string(decision)
+        w.raw(",\"event_id\":"); w.string(eventID)
+        if let reason { w.raw(",\"reason\":"); w.string(reason) }
+        w.raw(",\"stage\":"); w.string(stage)
+        if let status { w.raw(",\"status\":"); w.int(status) }
+        if let token { w.raw(",\"token\":"); w.string(token) }
+        if let user { w.raw(",\"user\":"); w.string(user) }
+        w.byte(UInt8(ascii: "}"))
+        return w.bytes
+    }
+}

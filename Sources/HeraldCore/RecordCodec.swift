@@ -9,29 +9,53 @@ public protocol StageRecord: Codable, Sendable {
     func write(into w: inout JSONWriter)
     /// Reads the record from a parsed JSON value.
     init(json: JSONValue) throws(StageRecordError)
+    /// The bytes put on Kafka: the binary form for the records between stages (`BinaryRecord`), JSON otherwise.
+    func wireBytes() -> [UInt8]
+    /// Reads what `wireBytes` wrote; records with a binary form also accept their JSON form.
+    static func fromWire(_ bytes: [UInt8]) throws(StageRecordError) -> Self
 }
 
-extension StageCodec {
-    /// Encodes a stage record (fast path).
-    public static func encode<T: StageRecord>(_ record: T) -> [UInt8] {
+extension StageRecord {
+    public func wireBytes() -> [UInt8] { jsonBytes() }
+    public static func fromWire(_ bytes: [UInt8]) throws(StageRecordError) -> Self { try fromJSON(bytes) }
+
+    /// The JSON form (what tools show and what a person may publish by hand).
+    public func jsonBytes() -> [UInt8] {
         var w = JSONWriter(capacity: 2048)
-        record.write(into: &w)
+        write(into: &w)
         return w.bytes
     }
 
-    /// Decodes a stage record (fast path); the error names the offending path.
-    public static func decode<T: StageRecord>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
+    public static func fromJSON(_ bytes: some Collection<UInt8>) throws(StageRecordError) -> Self {
         let value: JSONValue
         do {
             value = try JSONValue.parse(bytes)
         } catch {
-            throw StageRecordError(record: "\(T.self)", detail: "(record): not valid JSON: \(error.description)")
+            throw StageRecordError(record: "\(Self.self)", detail: "(record): not valid JSON: \(error.description)")
         }
         do {
-            return try T(json: value)
+            return try Self(json: value)
         } catch {
-            throw StageRecordError(record: "\(T.self)", detail: error.detail)
+            throw StageRecordError(record: "\(Self.self)", detail: error.detail)
         }
+    }
+}
+
+extension StageRecord where Self: BinaryRecord {
+    public func wireBytes() -> [UInt8] { BinaryRecordFormat.encode(self) }
+
+    public static func fromWire(_ bytes: [UInt8]) throws(StageRecordError) -> Self {
+        BinaryRecordFormat.isBinary(bytes) ? try BinaryRecordFormat.decode(Self.self, from: bytes) : try fromJSON(bytes)
+    }
+}
+
+extension StageCodec {
+    /// Encodes a stage record in its wire form (binary between stages, JSON for the DLQ).
+    public static func encode<T: StageRecord>(_ record: T) -> [UInt8] { record.wireBytes() }
+
+    /// Decodes a stage record from its wire form (binary or JSON); the error names the offending path.
+    public static func decode<T: StageRecord>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
+        try T.fromWire(Array(bytes))
     }
 }
 
@@ -203,40 +227,7 @@ extension UserState {
         let r = try RecordReader(json, path: path)
         guard let devices = try r.array("devices") else { throw r.fail("devices", "missing") }
         self.init(devices: try Device.readList(devices, path: r.sub("devices")), online: try r.stringArray("online") ?? [])
-        if let p = try r.object("preferences") {
-            var prefs = Preferences()
-            prefs.trigger = try p.enumValue("trigger", PushTrigger.self) ?? .all
-            if let convs = try p.object("conversations") {
-                for (id, value) in convs.pairs {
-                    let c = try RecordReader(value, path: convs.sub(id))
-                    prefs.conversations[id] = ConversationPreference(
-                        trigger: try c.enumValue("trigger", ConversationTrigger.self) ?? .default,
-                        muted: try c.bool("muted") ?? false)
-                }
-            }
-            if let d = try p.object("dnd") {
-                guard let start = ClockTime(try d.requiredString("start")) else { throw d.fail("start", "expected HH:mm") }
-                guard let end = ClockTime(try d.requiredString("end")) else { throw d.fail("end", "expected HH:mm") }
-                prefs.dnd = DoNotDisturb(start: start, end: end, timezone: try d.string("timezone") ?? "UTC")
-            }
-            if let s = try p.object("snooze") {
-                guard let start = try s.int("start") else { throw s.fail("start", "missing") }
-                guard let end = try s.int("end") else { throw s.fail("end", "missing") }
-                prefs.snooze = Snooze(start: start, end: end)
-            }
-            prefs.template = try p.enumValue("template", TemplateChoice.self) ?? .default
-            if let style = try p.string("display_style") {
-                switch style {
-                case "summary": prefs.displayStyle = .summary
-                case "simple_banner", "simple", "simple banner": prefs.displayStyle = .simpleBanner
-                default: throw p.fail("display_style", "unknown value \"\(style)\"")
-                }
-            }
-            prefs.displayName = try p.string("display_name")
-            prefs.languages = Array((try p.stringArray("languages") ?? []).prefix(Preferences.maxLanguages))
-            prefs.badge = try p.bool("badge") ?? true
-            preferences = prefs
-        }
+        if let p = try r.object("preferences") { preferences = try Preferences(reader: p) }
         if let u = try r.object("unread") {
             unread.total = Int(try u.int("total") ?? 0)
             if let convs = try u.object("conversations") {
@@ -248,6 +239,63 @@ extension UserState {
                 }
             }
         }
+    }
+}
+
+extension Preferences {
+    init(reader p: RecordReader) throws(StageRecordError) {
+        var prefs = Preferences()
+        prefs.trigger = try p.enumValue("trigger", PushTrigger.self) ?? .all
+        if let convs = try p.object("conversations") {
+            for (id, value) in convs.pairs {
+                let c = try RecordReader(value, path: convs.sub(id))
+                prefs.conversations[id] = ConversationPreference(
+                    trigger: try c.enumValue("trigger", ConversationTrigger.self) ?? .default,
+                    muted: try c.bool("muted") ?? false)
+            }
+        }
+        if let d = try p.object("dnd") {
+            guard let start = ClockTime(try d.requiredString("start")) else { throw d.fail("start", "expected HH:mm") }
+            guard let end = ClockTime(try d.requiredString("end")) else { throw d.fail("end", "expected HH:mm") }
+            prefs.dnd = DoNotDisturb(start: start, end: end, timezone: try d.string("timezone") ?? "UTC")
+        }
+        if let s = try p.object("snooze") {
+            guard let start = try s.int("start") else { throw s.fail("start", "missing") }
+            guard let end = try s.int("end") else { throw s.fail("end", "missing") }
+            prefs.snooze = Snooze(start: start, end: end)
+        }
+        prefs.template = try p.enumValue("template", TemplateChoice.self) ?? .default
+        if let style = try p.string("display_style") {
+            switch style {
+            case "summary": prefs.displayStyle = .summary
+            case "simple_banner", "simple", "simple banner": prefs.displayStyle = .simpleBanner
+            default: throw p.fail("display_style", "unknown value \"\(style)\"")
+            }
+        }
+        prefs.displayName = try p.string("display_name")
+        prefs.languages = Array((try p.stringArray("languages") ?? []).prefix(Preferences.maxLanguages))
+        prefs.badge = try p.bool("badge") ?? true
+        self = prefs
+    }
+
+    /// Reads preferences stored as JSON (the fixture shape); the error names the offending field.
+    public static func fromJSON(_ bytes: some Collection<UInt8>, path: String = "preferences") throws(StageRecordError) -> Preferences {
+        let value: JSONValue
+        do { value = try JSONValue.parse(bytes) } catch {
+            throw StageRecordError(record: "Preferences", detail: "\(path): not valid JSON: \(error.description)")
+        }
+        return try Preferences(reader: RecordReader(value, path: path))
+    }
+}
+
+extension Device {
+    /// Reads a device stored as JSON (the fixture shape); the error names the offending field.
+    public static func fromJSON(_ bytes: some Collection<UInt8>, path: String = "device") throws(StageRecordError) -> Device {
+        let value: JSONValue
+        do { value = try JSONValue.parse(bytes) } catch {
+            throw StageRecordError(record: "Device", detail: "\(path): not valid JSON: \(error.description)")
+        }
+        return try Device(json: value, path: path)
     }
 }
 
@@ -363,6 +411,13 @@ extension DLQRecord: StageRecord {
     public func write(into w: inout JSONWriter) {
         w.raw("{\"original\":"); w.string(original)
         if let sourceTopic { w.raw(",\"source_topic\":"); w.string(sourceTopic) }
+        if let sourcePartition { w.raw(",\"source_partition\":"); w.int(Int64(sourcePartition)) }
+        if let sourceOffset { w.raw(",\"source_offset\":"); w.int(sourceOffset) }
+        if truncated {
+            w.raw(",\"truncated\":true")
+            if let originalSize { w.raw(",\"original_size\":"); w.int(originalSize) }
+            if let originalSHA256 { w.raw(",\"original_sha256\":"); w.string(originalSHA256) }
+        }
         w.raw(",\"stage\":"); w.string(stage)
         w.raw(",\"reason\":"); w.string(reason)
         w.raw(",\"detail\":"); w.string(detail)
@@ -373,6 +428,9 @@ extension DLQRecord: StageRecord {
     public init(json: JSONValue) throws(StageRecordError) {
         let r = try RecordReader(json, path: "")
         self.init(encodedOriginal: try r.requiredString("original"), sourceTopic: try r.string("source_topic"),
+                  sourcePartition: try r.int("source_partition").map { Int32(clamping: $0) },
+                  sourceOffset: try r.int("source_offset"), originalSize: try r.int("original_size").map { Int($0) },
+                  originalSHA256: try r.string("original_sha256"), truncated: try r.bool("truncated") ?? false,
                   stage: try r.requiredString("stage"), reason: try r.requiredString("reason"),
                   detail: try r.string("detail") ?? "", time: try r.int("time") ?? 0)
     }

@@ -98,10 +98,20 @@ public struct OutboundRecord: Codable, Sendable, Hashable {
 
 /// `herald.dlq`: what a stage could not process, and why.
 public struct DLQRecord: Codable, Sendable, Hashable {
-    /// The input record's bytes, base64.
+    /// The input record's bytes (or the output the broker refused), base64; cut to the stage's
+    /// `dlqMaxOriginalBytes` when longer (then `truncated` is true and `originalSize` / `originalSHA256`
+    /// describe the whole original).
     public var original: String
     /// The topic the original came from, when known.
     public var sourceTopic: String?
+    /// The partition and offset the original was read from, when known (to find it on the topic).
+    public var sourcePartition: Int32?
+    public var sourceOffset: Int64?
+    /// The whole original's size in bytes and its SHA-256 (hex), set when the original was cut.
+    public var originalSize: Int?
+    public var originalSHA256: String?
+    /// True when `original` holds only the first bytes of the original.
+    public var truncated: Bool
     /// The stage that gave up: ingest, resolve, suppress, render, send, registry.
     public var stage: String
     /// A stable reason code (`invalid`, `payload_too_large`, `BadTopic`, ...).
@@ -111,10 +121,21 @@ public struct DLQRecord: Codable, Sendable, Hashable {
     /// When, epoch milliseconds.
     public var time: Int64
 
-    public init(original: [UInt8], sourceTopic: String? = nil, stage: String, reason: String, detail: String,
-                time: Int64) {
-        self.original = Data(original).base64EncodedString()
+    public init(original: [UInt8], maxOriginalBytes: Int = .max, sourceTopic: String? = nil,
+                sourcePartition: Int32? = nil, sourceOffset: Int64? = nil, stage: String, reason: String,
+                detail: String, time: Int64) {
+        if original.count > maxOriginalBytes {
+            self.original = Data(original.prefix(max(0, maxOriginalBytes))).base64EncodedString()
+            self.originalSize = original.count
+            self.originalSHA256 = SHA256.hex(original)
+            self.truncated = true
+        } else {
+            self.original = Data(original).base64EncodedString()
+            self.truncated = false
+        }
         self.sourceTopic = sourceTopic
+        self.sourcePartition = sourcePartition
+        self.sourceOffset = sourceOffset
         self.stage = stage
         self.reason = reason
         self.detail = detail
@@ -122,10 +143,16 @@ public struct DLQRecord: Codable, Sendable, Hashable {
     }
 
     /// A record whose `original` is already base64 (as read back from the DLQ).
-    public init(encodedOriginal: String, sourceTopic: String?, stage: String, reason: String, detail: String,
-                time: Int64) {
+    public init(encodedOriginal: String, sourceTopic: String?, sourcePartition: Int32? = nil, sourceOffset: Int64? = nil,
+                originalSize: Int? = nil, originalSHA256: String? = nil, truncated: Bool = false, stage: String,
+                reason: String, detail: String, time: Int64) {
         self.original = encodedOriginal
         self.sourceTopic = sourceTopic
+        self.sourcePartition = sourcePartition
+        self.sourceOffset = sourceOffset
+        self.originalSize = originalSize
+        self.originalSHA256 = originalSHA256
+        self.truncated = truncated
         self.stage = stage
         self.reason = reason
         self.detail = detail
@@ -133,7 +160,22 @@ public struct DLQRecord: Codable, Sendable, Hashable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case original, sourceTopic = "source_topic", stage, reason, detail, time
+        case original, sourceTopic = "source_topic", sourcePartition = "source_partition", sourceOffset = "source_offset"
+        case originalSize = "original_size", originalSHA256 = "original_sha256", truncated, stage, reason, detail, time
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(encodedOriginal: try c.decode(String.self, forKey: .original),
+                  sourceTopic: try c.decodeIfPresent(String.self, forKey: .sourceTopic),
+                  sourcePartition: try c.decodeIfPresent(Int32.self, forKey: .sourcePartition),
+                  sourceOffset: try c.decodeIfPresent(Int64.self, forKey: .sourceOffset),
+                  originalSize: try c.decodeIfPresent(Int.self, forKey: .originalSize),
+                  originalSHA256: try c.decodeIfPresent(String.self, forKey: .originalSHA256),
+                  truncated: try c.decodeIfPresent(Bool.self, forKey: .truncated) ?? false,
+                  stage: try c.decode(String.self, forKey: .stage), reason: try c.decode(String.self, forKey: .reason),
+                  detail: try c.decodeIfPresent(String.self, forKey: .detail) ?? "",
+                  time: try c.decodeIfPresent(Int64.self, forKey: .time) ?? 0)
     }
 
     /// The original bytes, or nil when `original` is not valid base64.

@@ -394,3 +394,15 @@ public struct StateFixture: Codable, Sendable, Hashable {
     /// The user's state, or an empty state (no devices) when unknown.
     public func user(_ id: String) -> UserState { users[id] ?? UserState() }
 }
+
+extension UserState {
+    /// The state as an event in `conversation` needs it: the rules and rendering read only that conversation's
+    /// preference and unread count, so the others are left out of the records between stages (a user in
+    /// thousands of conversations would otherwise carry all of them through every hop).
+    public func scoped(to conversation: String) -> UserState {
+        var scoped = self
+        scoped.preferences.conversations = preferences.conversations[conversation].map { [conversation: $0] } ?? [:]
+        scoped.unread.conversations = unread.conversations[conversation].map { [conversation: $0] } ?? [:]
+        return scoped
+    }
+}

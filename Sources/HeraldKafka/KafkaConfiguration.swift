@@ -33,8 +33,8 @@ public struct KafkaClientConfiguration: Sendable, Hashable {
 /// duplicates or reorders records within a partition.
 public struct KafkaProducerConfiguration: Sendable, Hashable {
     public var client: KafkaClientConfiguration
-    /// How long records wait to be batched together (`linger.ms`). Default: 5 ms.
-    public var linger: Duration = .milliseconds(5)
+    /// How long records wait to be batched together (`linger.ms`). Default: 2 ms.
+    public var linger: Duration = .milliseconds(2)
     /// How long librdkafka keeps retrying a record before reporting it failed
     /// (`message.timeout.ms`). Default: 30 s.
     public var deliveryTimeout: Duration = .seconds(30)
@@ -73,9 +73,9 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     public var maxPollInterval: Duration = .seconds(300)
     /// Largest batch handed to the caller (N). Default: 500.
     public var batchSize: Int = 500
-    /// Longest a batch request waits to fill up (T). A request returns as soon as it has
-    /// `batchSize` records, or when `batchMaxWait` has passed with whatever arrived.
-    /// Default: 50 ms.
+    /// Longest a batch request waits when nothing is there (T). A request returns at once
+    /// with what is buffered (up to `batchSize`); with nothing buffered it returns as soon
+    /// as a record arrives, or empty after `batchMaxWait`. Default: 50 ms.
     public var batchMaxWait: Duration = .milliseconds(50)
     /// Records fetched ahead of the caller, as a multiple of `batchSize`; past this the
     /// adapter pauses fetching until the caller catches up. Default: 2.

@@ -9,8 +9,9 @@ import Metrics
 /// - A thread of its own polls librdkafka (`rd_kafka_consumer_poll`), serves rebalance
 ///   callbacks, fetches up to `prefetchBatches × batchSize` records ahead and pauses
 ///   fetching beyond that, so memory stays bounded when the caller is slow.
-/// - `nextBatch()` (or the `batches` sequence) returns up to `batchSize` records, as soon
-///   as that many are there or `batchMaxWait` after it was called.
+/// - `nextBatch()` (or the `batches` sequence) returns what is there, up to `batchSize`
+///   records, at once; only when nothing is there does it wait, until a record arrives or
+///   `batchMaxWait` passed (then it returns an empty batch).
 /// - `complete(_:)` marks records done (call it after their outputs were acknowledged).
 ///   Completions may come in any order; per partition the consumer stores
 ///   (`rd_kafka_offsets_store`) only the low-water mark of contiguous completed records,
@@ -149,6 +150,8 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     private let state: Locked<State>
+    /// Signalled when the caller takes records from a full buffer (the poll thread waits on it instead of polling).
+    private let room = DispatchSemaphore(value: 0)
     private let handle: RdKafkaHandle
     private let logger: Logger
     private let configuration: KafkaConsumerConfiguration
@@ -217,7 +220,7 @@ final class ConsumerCore: @unchecked Sendable {
             let immediate: BatchResult? = state.withLock { s in
                 if let fatal = s.fatal { return .failure(fatal) }
                 if s.stopRequested || s.closed { return .success(nil) }
-                if s.buffer.count >= n { return .success(Self.take(&s.buffer, n)) }
+                if !s.buffer.isEmpty { return .success(self.takeAndSignal(&s, n)) }
                 if s.waiter != nil {
                     return .failure(KafkaError(code: .consume, reason: "nextBatch called concurrently"))
                 }
@@ -322,8 +325,20 @@ final class ConsumerCore: @unchecked Sendable {
 
     private static func take(_ buffer: inout [ConsumerRecord], _ n: Int) -> [ConsumerRecord] {
         let count = min(n, buffer.count)
+        if count == buffer.count {
+            defer { buffer = [] }
+            return buffer
+        }
         let batch = Array(buffer.prefix(count))
         buffer.removeFirst(count)
+        return batch
+    }
+
+    /// Takes a batch (under the state lock) and, if the buffer was full, wakes the poll thread waiting for room.
+    private func takeAndSignal(_ s: inout State, _ n: Int) -> [ConsumerRecord] {
+        let wasFull = s.buffer.count >= capacity
+        let batch = Self.take(&s.buffer, n)
+        if wasFull { room.signal() }
         return batch
     }
 
@@ -349,7 +364,7 @@ final class ConsumerCore: @unchecked Sendable {
             //    then append it all under one lock. With a full buffer, wait instead
             //    (unless stall-paused, when polling returns only events).
             switch decision.fetch {
-            case .wait: usleep(1000)
+            case .wait: _ = room.wait(timeout: .now() + .milliseconds(50))
             case .poll: pollAndBuffer(rk)
             }
 
@@ -434,9 +449,9 @@ final class ConsumerCore: @unchecked Sendable {
                 s.waiter = nil
                 return (waiter.continuation, .failure(fatal))
             }
-            guard s.buffer.count >= n || ContinuousClock.now >= waiter.deadline else { return nil }
+            guard !s.buffer.isEmpty || ContinuousClock.now >= waiter.deadline else { return nil }
             s.waiter = nil
-            return (waiter.continuation, .success(Self.take(&s.buffer, n)))
+            return (waiter.continuation, .success(self.takeAndSignal(&s, n)))
         }
         if let (continuation, result) = ready { continuation.resume(returning: result) }
     }

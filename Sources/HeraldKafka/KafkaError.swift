@@ -78,6 +78,24 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// True when the broker (or librdkafka, before sending) refused the record itself: producing the same bytes
+    /// again can never succeed (too large, invalid, not allowed). A stage dead-letters such an output instead
+    /// of retrying it forever.
+    public var isPermanentRecordRejection: Bool {
+        guard let raw = librdkafkaCode else { return false }
+        switch rd_kafka_resp_err_t(raw) {
+        case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, RD_KAFKA_RESP_ERR_INVALID_RECORD, RD_KAFKA_RESP_ERR_INVALID_MSG,
+             RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE, RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE,
+             RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP, RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS,
+             RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION,
+             RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT, RD_KAFKA_RESP_ERR__BAD_MSG,
+             RD_KAFKA_RESP_ERR__INVALID_ARG:
+            return true
+        default:
+            return false
+        }
+    }
+
     public var description: String {
         var text = "\(code.rawValue): \(reason)"
         if let name = librdkafkaName, let raw = librdkafkaCode { text += " [\(name) (\(raw))]" }

@@ -28,12 +28,20 @@ public final class KafkaProducer: Sendable {
     /// broker rejected (see each report's `error`); throws `KafkaError.Code.closed` if the
     /// producer was shut down.
     public func send(_ records: [ProducerRecord]) async throws(KafkaError) -> [DeliveryReport] {
-        if records.isEmpty { return [] }
+        try await enqueue(records).reports()
+    }
+
+    /// Enqueues `records` in the order given and returns without waiting for the broker (it waits only while
+    /// librdkafka's local queue is full). Records enqueued by successive calls keep their order per partition
+    /// (the producer is idempotent), so a caller can enqueue the next batch while the previous one is still
+    /// being acknowledged. `reports()` on the result waits for the broker's answers.
+    public func enqueue(_ records: [ProducerRecord]) async throws(KafkaError) -> PendingDelivery {
+        if records.isEmpty { return PendingDelivery(sink: nil) }
         let sink = BatchSink(count: records.count)
         for (index, record) in records.enumerated() {
             try await core.enqueue(record, sink: sink, index: index)
         }
-        return await sink.wait()
+        return PendingDelivery(sink: sink)
     }
 
     /// Sends `records` and throws the first failure, if any record was not acknowledged.
@@ -73,6 +81,17 @@ public final class KafkaProducer: Sendable {
         core.stop()
         await core.waitStopped()
         if let flushError { throw flushError }
+    }
+}
+
+/// Records enqueued by `KafkaProducer.enqueue`, whose broker answers are still to come.
+public struct PendingDelivery: Sendable {
+    let sink: BatchSink?
+
+    /// One report per record, in the order enqueued, once the broker answered (or finally failed) all of them.
+    public func reports() async -> [DeliveryReport] {
+        guard let sink else { return [] }
+        return await sink.wait()
     }
 }
 

@@ -112,7 +112,7 @@ public struct ResolveProcessor: StageProcessor {
             let recipients = recipientsOf[index] ?? []
             var result = StageResult()
             for user in recipients {
-                let record = ResolvedRecord(event: event, recipient: user, state: appStates[user] ?? UserState(),
+                let record = ResolvedRecord(event: event, recipient: user, state: (appStates[user] ?? UserState()).scoped(to: event.conversation.id),
                                             senderDisplayName: displayName)
                 result.outputs.append(StageOutput.record(record, topic: resolvedTopic, key: user))
             }

@@ -1,12 +1,29 @@
 import Foundation
 import HeraldCore
 
-/// The idempotency records of send (Redis `SET NX PX` in the stage).
+/// send's idempotency records: a claim before sending, a confirmation after the 200 (Redis in the stage).
+///
+/// The protocol closes the window in which two copies of one (event, device) pair, replayed by an upstream
+/// stage or handed to two send processes around a rebalance, could both be sent: only the copy that claims the
+/// pair sends it; a copy that finds a delivery record is a duplicate; a copy that finds another owner's claim
+/// waits (through the retry topic) until that claim is confirmed, released or expired.
 public protocol DeliveryLedger: Sendable {
-    /// Whether each (event, token) pair was already delivered; one round trip.
-    func wasDelivered(app: String, pairs: [DeliveryPair]) async throws -> [Bool]
+    /// Claims each pair for `owner` until `now + ttlMilliseconds`; one round trip.
+    func claim(app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64, now: Int64) async throws -> [ClaimOutcome]
     /// Records the pairs as delivered (after APNs answered 200); one round trip.
-    func markDelivered(app: String, pairs: [DeliveryPair]) async throws
+    func confirm(app: String, pairs: [DeliveryPair]) async throws
+    /// Gives up `owner`'s claims on pairs that were not delivered (retried later, dead-lettered, token dead).
+    func release(app: String, pairs: [DeliveryPair], owner: String) async throws
+}
+
+/// What a claim found.
+public enum ClaimOutcome: Sendable, Hashable {
+    /// Claimed for this owner: send it.
+    case claimed
+    /// Already delivered: a duplicate, not sent again.
+    case delivered
+    /// Another owner holds the claim until `until` (epoch ms): not sent now.
+    case pendingElsewhere(until: Int64)
 }
 
 public struct DeliveryPair: Sendable, Hashable {
@@ -49,15 +66,24 @@ public protocol PushTransport: Sendable {
 /// failures and exhausted retries -> DLQ.
 ///
 /// - A record whose `not_before` is in the future is held (not sent) until then; shutdown hands it back.
-/// - Idempotency: a pair (event, token) with a delivery record is not sent again; the record is written
-///   after APNs's 200 and before the input completes. At least once: a crash between the 200 and the write
-///   resends that one notification on replay (same `apns-id`).
+/// - Idempotency (see `DeliveryLedger`): a pair (event, token) is claimed before it is sent and confirmed after
+///   APNs's 200, before the input completes. A copy of a pair this process is already sending, or one already
+///   delivered, is not sent; a copy claimed by another process goes back to the retry topic until that claim
+///   ends. At least once: a crash between the 200 and the confirmation resends that one notification once the
+///   claim expires (same `apns-id`).
 public struct SendProcessor: StageProcessor {
     public let stage = "send"
     public var retryTopic: String
     public var tokenFeedbackTopic: String
     public var transport: any PushTransport
     public var ledger: any DeliveryLedger
+    /// This process's name in claims (unique per process run).
+    public var owner: String
+    /// How long a claim holds before it expires unless confirmed: longer than a request can take, queueing
+    /// in the transport included. A process killed after claiming makes the pair wait this long.
+    public var claimTTL: Duration
+    /// Pairs claimed by this process and not yet answered: a second copy arriving meanwhile is not sent.
+    let inFlight = InFlightPairs()
     /// Attempts in total and the delay before each retry.
     public var retryPolicy: APNsBackoffPolicy
     /// A random number in [0, 1) for the backoff's jitter.
@@ -65,6 +91,7 @@ public struct SendProcessor: StageProcessor {
     public var onTransientFailure: @Sendable (TransientFailure) -> Void
 
     public init(retryTopic: String, tokenFeedbackTopic: String, transport: any PushTransport, ledger: any DeliveryLedger,
+                owner: String = UUIDString.random(), claimTTL: Duration = .seconds(90),
                 retryPolicy: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60),
                                                                    maxAttempts: 6),
                 unit: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
@@ -73,6 +100,8 @@ public struct SendProcessor: StageProcessor {
         self.tokenFeedbackTopic = tokenFeedbackTopic
         self.transport = transport
         self.ledger = ledger
+        self.owner = owner
+        self.claimTTL = claimTTL
         self.retryPolicy = retryPolicy
         self.unit = unit
         self.onTransientFailure = onTransientFailure
@@ -109,29 +138,46 @@ public struct SendProcessor: StageProcessor {
         return results.map { $0 ?? .handedBack }
     }
 
-    /// Idempotency check, send, classify, mark delivered.
+    /// Claim, send, classify, confirm or release.
     func sendNow(_ records: [(Int, OutboundRecord)], context: BatchContext) async -> [(Int, StageResult)] {
         var out: [(Int, StageResult)] = []
-        // 1. Skip pairs already delivered (one round trip per app).
+        // 1. A pair this process is already sending (a second copy in this or another batch) is not sent again:
+        //    the first copy's input completes only once that copy is delivered, retried or dead-lettered.
+        var candidates: [(Int, OutboundRecord)] = []
+        for item in records {
+            if inFlight.insert(DeliveryPair(eventID: item.1.eventID, token: item.1.request.token)) {
+                candidates.append(item)
+            } else {
+                out.append((item.0, duplicate(item.1, "in_flight", context.nowMillis)))
+            }
+        }
+        defer { inFlight.remove(candidates.map { DeliveryPair(eventID: $0.1.eventID, token: $0.1.request.token) }) }
+
+        // 2. Claim (one round trip per app).
         var fresh: [(Int, OutboundRecord)] = []
-        for (app, group) in Dictionary(grouping: records, by: { $0.1.appID }) {
+        let ttl = Self.milliseconds(claimTTL)
+        for (app, group) in Dictionary(grouping: candidates, by: { $0.1.appID }) {
             let pairs = group.map { DeliveryPair(eventID: $0.1.eventID, token: $0.1.request.token) }
-            guard let delivered = await retrying(context, { try await ledger.wasDelivered(app: app, pairs: pairs) }) else {
+            let now = context.nowMillis
+            guard let outcomes = await retrying(context, {
+                try await ledger.claim(app: app, pairs: pairs, owner: owner, ttlMilliseconds: ttl, now: now)
+            }) else {
                 return records.map { ($0.0, .handedBack) }
             }
             for (position, item) in group.enumerated() {
-                if position < delivered.count, delivered[position] {
-                    out.append((item.0, StageResult(notes: [.duplicate], explain: [
-                        explain(item.1, "duplicate", nil, nil, context.nowMillis),
-                    ])))
-                } else {
+                switch position < outcomes.count ? outcomes[position] : .pendingElsewhere(until: now + ttl) {
+                case .claimed:
                     fresh.append(item)
+                case .delivered:
+                    out.append((item.0, duplicate(item.1, "delivered", now)))
+                case .pendingElsewhere(let until):
+                    out.append((item.0, deferred(item.1, until: max(until, now) + 100, now: now)))
                 }
             }
         }
         if fresh.isEmpty { return out }
 
-        // 2. Send them all at once; the transport keeps many in flight. Each 200 is remembered as soon as it
+        // 3. Send them all at once; the transport keeps many in flight. Each 200 is confirmed as soon as it
         //    arrives (the marker batches what arrives while a write is under way), so the window in which a crash
         //    would resend a delivered notification is one Redis round trip, not a whole batch.
         let answers = AnswerBox(count: fresh.count)
@@ -145,15 +191,39 @@ public struct SendProcessor: StageProcessor {
                 marker.add(app: jobs[index].appID, DeliveryPair(eventID: eventIDs[index], token: jobs[index].request.token))
             }
         }
-        // 3. Every 200 is remembered before the inputs complete.
+        // 4. Every 200 is confirmed before the inputs complete; claims of what was not delivered are released.
         await marker.finish()
         let now = context.nowMillis
         let received = answers.values
+        var release: [String: [DeliveryPair]] = [:]
         for (position, item) in fresh.enumerated() {
-            let (result, _) = classify(item.1, received[position] ?? .failed(.clientShutdown), now: now)
+            let (result, delivered) = classify(item.1, received[position] ?? .failed(.clientShutdown), now: now)
             out.append((item.0, result))
+            if !delivered {
+                release[item.1.appID, default: []].append(DeliveryPair(eventID: item.1.eventID, token: item.1.request.token))
+            }
+        }
+        for (app, pairs) in release {
+            // Best effort: an unreleased claim only delays a later copy until it expires.
+            do { try await ledger.release(app: app, pairs: pairs, owner: owner) } catch {
+                onTransientFailure(TransientFailure("releasing claims: \(error)"))
+            }
         }
         return out
+    }
+
+    /// A copy that is not sent: the pair is delivered already or being sent by this process.
+    private func duplicate(_ record: OutboundRecord, _ why: String, _ now: Int64) -> StageResult {
+        StageResult(notes: [.duplicate], explain: [explain(record, "duplicate", why, nil, now)])
+    }
+
+    /// A copy whose pair another process claimed: back to the retry topic (same attempt) until the claim ends.
+    private func deferred(_ record: OutboundRecord, until: Int64, now: Int64) -> StageResult {
+        var later = record
+        later.notBefore = until
+        return StageResult(outputs: [StageOutput.record(later, topic: retryTopic, key: record.request.token)],
+                           notes: [.retried(reason: "claimed_elsewhere")],
+                           explain: [explain(record, "retry", "claimed_elsewhere", nil, now)])
     }
 
     /// What one answer means for one record; `true` when it was delivered.
@@ -243,13 +313,14 @@ final class AnswerBox: @unchecked Sendable {
     var values: [PushAnswer?] { lock.withLock { answers } }
 }
 
-/// Writes idempotency records as 200s arrive: the first one at once, the ones arriving meanwhile in the next
+/// Confirms deliveries as 200s arrive: the first one at once, the ones arriving meanwhile in the next
 /// pipelined write (one round trip per app), until `finish()` finds nothing pending.
 final class DeliveryMarker: @unchecked Sendable {
     // @unchecked Sendable: `pending` and `running` are only touched with `lock` held.
     private let lock = NSLock()
     private var pending: [String: [DeliveryPair]] = [:]
     private var running = false
+    private var finishers: [CheckedContinuation<Void, Never>] = []
     private let ledger: any DeliveryLedger
     private let context: BatchContext
     private let onTransientFailure: @Sendable (TransientFailure) -> Void
@@ -272,17 +343,22 @@ final class DeliveryMarker: @unchecked Sendable {
 
     private func drain() async {
         while true {
-            let batch = lock.withLock { () -> [String: [DeliveryPair]] in
+            let (batch, done) = lock.withLock { () -> ([String: [DeliveryPair]], [CheckedContinuation<Void, Never>]) in
                 let b = pending
                 pending = [:]
-                if b.isEmpty { running = false }
-                return b
+                guard b.isEmpty else { return (b, []) }
+                running = false
+                defer { finishers = [] }
+                return (b, finishers)
             }
-            if batch.isEmpty { return }
+            if batch.isEmpty {
+                done.forEach { $0.resume() }
+                return
+            }
             for (app, pairs) in batch {
                 // Retried until it succeeds or shutdown begins (then the pairs stay unmarked: at least once).
                 _ = try? await context.retryingTransient({
-                    do { try await self.ledger.markDelivered(app: app, pairs: pairs) } catch let error as TransientFailure {
+                    do { try await self.ledger.confirm(app: app, pairs: pairs) } catch let error as TransientFailure {
                         throw error
                     } catch {
                         throw TransientFailure("\(error)")
@@ -294,8 +370,30 @@ final class DeliveryMarker: @unchecked Sendable {
 
     /// Returns once everything added so far is written (or shutdown began).
     func finish() async {
-        while lock.withLock({ running || !pending.isEmpty }) {
-            try? await Task.sleep(for: .milliseconds(1))
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = lock.withLock { () -> Bool in
+                if !running && pending.isEmpty { return true }
+                finishers.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
         }
     }
+}
+
+/// The (event, token) pairs this process is sending right now.
+final class InFlightPairs: @unchecked Sendable {
+    // @unchecked Sendable: `pairs` is only touched with `lock` held.
+    private let lock = NSLock()
+    private var pairs = Set<DeliveryPair>()
+
+    /// False when the pair is in flight already.
+    func insert(_ pair: DeliveryPair) -> Bool { lock.withLock { pairs.insert(pair).inserted } }
+
+    func remove(_ done: [DeliveryPair]) { lock.withLock { done.forEach { pairs.remove($0) } } }
+}
+
+/// A random identifier (a process's name in claims).
+public enum UUIDString {
+    public static func random() -> String { UUID().uuidString.lowercased() }
 }

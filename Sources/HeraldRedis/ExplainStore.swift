@@ -21,8 +21,6 @@ public final class ExplainStore: Sendable {
     /// Writes `entries` in one pipelined round trip.
     public func record(_ entries: [ExplainEntry]) async throws {
         if entries.isEmpty { return }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
         var byKey: [String: [ExplainEntry]] = [:]
         var order: [String] = []
         for entry in entries {
@@ -35,12 +33,8 @@ public final class ExplainStore: Sendable {
         for key in order {
             var arguments: [any RedisArgument] = [key]
             for entry in byKey[key] ?? [] {
-                let json: Data
-                do { json = try encoder.encode(entry) } catch {
-                    throw RedisError(.invalidData, "cannot encode an explain entry: \(error)")
-                }
                 arguments.append(entry.field)
-                arguments.append(json)
+                arguments.append(entry.jsonBytes)
             }
             commands.append(RedisCommand("HSET", arguments))
             commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds))

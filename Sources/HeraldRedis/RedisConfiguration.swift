@@ -6,6 +6,8 @@ public struct RedisConfiguration: Sendable, Hashable {
     public var port: Int
     /// Sent with `AUTH` after every (re)connect when set.
     public var password: String?
+    /// The ACL user (Redis 6+) sent with the password as `AUTH user password`; nil for the `default` user.
+    public var username: String?
     /// Selected with `SELECT` after every (re)connect when not 0.
     public var database: Int
     /// Bound on opening the TCP connection.
@@ -38,8 +40,8 @@ public struct RedisConfiguration: Sendable, Hashable {
         self.maximumBackoff = maximumBackoff
     }
 
-    /// Parses `redis://[:password@]host[:port][/database]` (the form of `HERALD_REDIS_URL`).
-    /// A user name before the password is accepted and ignored (Redis 5 style AUTH).
+    /// Parses `redis://[[user]:password@]host[:port][/database]` (the form of `HERALD_REDIS_URL`).
+    /// With a user name, AUTH names that ACL user (Redis 6+); without one it authenticates the default user.
     public init(url: String) throws {
         guard let components = URLComponents(string: url), components.scheme == "redis" else {
             throw RedisError(.invalidConfiguration, "not a redis:// URL: \(Self.redacted(url))")
@@ -50,6 +52,7 @@ public struct RedisConfiguration: Sendable, Hashable {
         self.init(host: host, port: components.port ?? 6379)
         if let password = components.password, !password.isEmpty {
             self.password = password.removingPercentEncoding ?? password
+            if let user = components.user, !user.isEmpty { self.username = user.removingPercentEncoding ?? user }
         }
         let path = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         if !path.isEmpty {
@@ -74,6 +77,6 @@ public struct RedisConfiguration: Sendable, Hashable {
 extension RedisConfiguration: CustomStringConvertible {
     /// Host, port and database; the password is never printed.
     public var description: String {
-        "redis://\(password == nil ? "" : ":***@")\(host):\(port)/\(database)"
+        "redis://\(password == nil ? "" : "\(username ?? ""):***@")\(host):\(port)/\(database)"
     }
 }

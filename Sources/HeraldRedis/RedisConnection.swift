@@ -269,7 +269,8 @@ private final class HiredisSession: @unchecked Sendable {
         context = newContext
         do {
             if let password = configuration.password {
-                let reply = try command(RedisCommand("AUTH", password))
+                let reply = try command(configuration.username.map { RedisCommand("AUTH", $0, password) }
+                    ?? RedisCommand("AUTH", password))
                 if case .error(let message) = reply {
                     throw RedisError(.connectFailed, "AUTH refused: \(message)")
                 }
@@ -293,28 +294,19 @@ private final class HiredisSession: @unchecked Sendable {
     func command(_ command: RedisCommand) throws -> RedisValue {
         try ensureConnected()
         guard let context else { throw RedisError(.connectFailed, "no connection") }
-        let raw = Self.withArgv(command) { argc, argv, lengths in
-            redisCommandArgv(context, argc, argv, lengths)
-        }
-        guard let raw else {
-            throw brokenConnection()
-        }
-        let reply = raw.assumingMemoryBound(to: redisReply.self)
+        guard Self.append(command, to: context) == REDIS_OK else { throw brokenConnection() }
+        var raw: UnsafeMutableRawPointer?
+        guard redisGetReply(context, &raw) == REDIS_OK, let raw else { throw brokenConnection() }
         defer { freeReplyObject(raw) }
-        return Self.decode(reply)
+        return Self.decode(raw.assumingMemoryBound(to: redisReply.self))
     }
 
     /// The whole batch: append every command, then read one reply per command.
     func pipeline(_ commands: [RedisCommand]) throws -> [RedisValue] {
         try ensureConnected()
         guard let context else { throw RedisError(.connectFailed, "no connection") }
-        for command in commands {
-            let status = Self.withArgv(command) { argc, argv, lengths in
-                redisAppendCommandArgv(context, argc, argv, lengths)
-            }
-            if status != REDIS_OK {
-                throw brokenConnection()
-            }
+        for command in commands where Self.append(command, to: context) != REDIS_OK {
+            throw brokenConnection()
         }
         var replies: [RedisValue] = []
         replies.reserveCapacity(commands.count)
@@ -352,28 +344,11 @@ private final class HiredisSession: @unchecked Sendable {
 
     // MARK: Helpers
 
-    private static func withArgv<R>(
-        _ command: RedisCommand,
-        _ body: (Int32, UnsafeMutablePointer<UnsafePointer<CChar>?>, UnsafePointer<Int>) -> R
-    ) -> R {
-        // One contiguous buffer for all arguments; hiredis copies the bytes into its output buffer during the call.
-        var buffer = [UInt8]()
-        buffer.reserveCapacity(command.arguments.reduce(0) { $0 + $1.count })
-        var offsets: [Int] = []
-        var lengths: [Int] = []
-        for argument in command.arguments {
-            offsets.append(buffer.count)
-            lengths.append(argument.count)
-            buffer.append(contentsOf: argument)
-        }
-        buffer.append(0) // never an empty buffer, so the base address is never nil
-        return buffer.withUnsafeBufferPointer { bytes in
-            let base = UnsafeRawPointer(bytes.baseAddress!).assumingMemoryBound(to: CChar.self)
-            var argv: [UnsafePointer<CChar>?] = offsets.map { base + $0 }
-            return argv.withUnsafeMutableBufferPointer { argvPointer in
-                lengths.withUnsafeBufferPointer { lengthPointer in
-                    body(Int32(command.arguments.count), argvPointer.baseAddress!, lengthPointer.baseAddress!)
-                }
+    /// Appends a command already in RESP form to the context's output buffer (hiredis copies the bytes).
+    private static func append(_ command: RedisCommand, to context: UnsafeMutablePointer<redisContext>) -> Int32 {
+        command.encoded.withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in
+                redisAppendFormattedCommand(context, chars.baseAddress, chars.count)
             }
         }
     }

@@ -67,63 +67,122 @@ public enum RedisValue: Sendable, Hashable {
 /// Something that can be one argument of a Redis command. Arguments are sent binary-safe (with their length),
 /// so any byte, including NUL and CR LF, is allowed.
 public protocol RedisArgument: Sendable {
-    var redisBytes: Data { get }
+    /// Appends the argument's bytes.
+    func appendRedisBytes(to buffer: inout [UInt8])
+}
+
+extension RedisArgument {
+    public var redisBytes: Data {
+        var bytes: [UInt8] = []
+        appendRedisBytes(to: &bytes)
+        return Data(bytes)
+    }
 }
 
 extension String: RedisArgument {
-    public var redisBytes: Data { Data(self.utf8) }
+    public func appendRedisBytes(to buffer: inout [UInt8]) {
+        var s = self
+        s.withUTF8 { buffer.append(contentsOf: $0) }
+    }
 }
 
 extension Substring: RedisArgument {
-    public var redisBytes: Data { Data(self.utf8) }
+    public func appendRedisBytes(to buffer: inout [UInt8]) { buffer.append(contentsOf: utf8) }
 }
 
 extension Data: RedisArgument {
-    public var redisBytes: Data { self }
+    public func appendRedisBytes(to buffer: inout [UInt8]) { buffer.append(contentsOf: self) }
 }
 
 extension Array: RedisArgument where Element == UInt8 {
-    public var redisBytes: Data { Data(self) }
+    public func appendRedisBytes(to buffer: inout [UInt8]) { buffer.append(contentsOf: self) }
 }
 
 extension Int: RedisArgument {
-    public var redisBytes: Data { Data(String(self).utf8) }
+    public func appendRedisBytes(to buffer: inout [UInt8]) { RESP.appendDecimal(Int64(self), to: &buffer) }
 }
 
 extension Int64: RedisArgument {
-    public var redisBytes: Data { Data(String(self).utf8) }
+    public func appendRedisBytes(to buffer: inout [UInt8]) { RESP.appendDecimal(self, to: &buffer) }
 }
 
-/// One Redis command: the command name and its arguments, each as bytes.
+/// One Redis command, kept in its wire form (a RESP multi-bulk array), so pipelining a batch copies bytes once
+/// instead of converting every argument.
 public struct RedisCommand: Sendable, Hashable, CustomStringConvertible {
-    public var arguments: [Data]
+    /// The command as it goes over the wire.
+    public private(set) var encoded: [UInt8]
+    /// The command name (for errors and logs; arguments can hold tokens or user data and never go into logs).
+    public let name: String
 
     /// `RedisCommand("HSET", key, field, value)`.
     public init(_ name: String, _ arguments: any RedisArgument...) {
-        self.arguments = [Data(name.utf8)] + arguments.map(\.redisBytes)
+        self.init(name, arguments)
     }
 
     /// `RedisCommand("SADD", [key] + members)`.
     public init(_ name: String, _ arguments: [any RedisArgument]) {
-        self.arguments = [Data(name.utf8)] + arguments.map(\.redisBytes)
+        self.name = name
+        var out: [UInt8] = []
+        out.reserveCapacity(32 + arguments.count * 24)
+        out.append(UInt8(ascii: "*"))
+        RESP.appendDecimal(Int64(arguments.count + 1), to: &out)
+        out.append(contentsOf: RESP.crlf)
+        RESP.appendBulk(name, to: &out)
+        var scratch: [UInt8] = []
+        for argument in arguments {
+            scratch.removeAll(keepingCapacity: true)
+            argument.appendRedisBytes(to: &scratch)
+            RESP.appendBulk(scratch, to: &out)
+        }
+        encoded = out
     }
 
     /// The raw argument vector, the command name first.
     public init(arguments: [Data]) {
-        self.arguments = arguments
+        self.init(arguments.first.map { String(decoding: $0, as: UTF8.self) } ?? "", Array(arguments.dropFirst()))
     }
 
-    /// The command name only: arguments can hold tokens or user data and never go into logs.
-    public var description: String {
-        arguments.first.flatMap { String(data: $0, encoding: .utf8) } ?? "?"
-    }
+    public var description: String { name }
 
     /// The command's size in the Redis protocol (RESP multi-bulk), as it goes over the wire.
-    public var encodedLength: Int {
-        var total = "*\(arguments.count)\r\n".utf8.count
-        for argument in arguments {
-            total += "$\(argument.count)\r\n".utf8.count + argument.count + 2
+    public var encodedLength: Int { encoded.count }
+}
+
+enum RESP {
+    static let crlf: [UInt8] = [13, 10]
+
+    static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
+        if value == 0 {
+            out.append(UInt8(ascii: "0"))
+            return
         }
-        return total
+        var v = value.magnitude
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            while v > 0 {
+                d[count] = UInt8(ascii: "0") + UInt8(v % 10)
+                v /= 10
+                count += 1
+            }
+        }
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        withUnsafeBytes(of: &digits) { d in
+            for i in stride(from: count - 1, through: 0, by: -1) { out.append(d[i]) }
+        }
+    }
+
+    static func appendBulk(_ bytes: some Collection<UInt8>, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "$"))
+        appendDecimal(Int64(bytes.count), to: &out)
+        out.append(contentsOf: crlf)
+        out.append(contentsOf: bytes)
+        out.append(contentsOf: crlf)
+    }
+
+    static func appendBulk(_ string: String, to out: inout [UInt8]) {
+        appendBulk(string.utf8, to: &out)
     }
 }

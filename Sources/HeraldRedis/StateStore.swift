@@ -259,11 +259,56 @@ public final class StateStore: Sendable {
         _ = try Self.execResults(try await connection.pipeline(commands))
     }
 
-    // MARK: Idempotency (send)
+    // MARK: Idempotency (send): claim, confirm, release
+
+    /// Claims each (event, token) pair for sending (one pipelined round trip, one `SET NX GET PX` per pair):
+    /// the key `delivered:<event>:<token>` becomes `p:<owner>:<expires ms>` for `ttlMilliseconds` unless it is
+    /// there already. The answer per pair, in order:
+    /// - `.claimed`: this call took it (or it was already this owner's): send;
+    /// - `.delivered`: a delivery record (`1`) is there: do not send again;
+    /// - `.pending(owner:until:)`: another owner claimed it and has not confirmed it yet: do not send before
+    ///   `until` (epoch ms), when the claim expires unless it was confirmed or released.
+    public func claim(app: String, pairs: [DeliveryKey], owner: String, ttlMilliseconds: Int64,
+                      now: Int64) async throws -> [DeliveryClaim] {
+        let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
+        let commands = pairs.map {
+            RedisCommand("SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), value, "NX", "GET",
+                         "PX", ttlMilliseconds)
+        }
+        let replies = try await connection.pipeline(commands)
+        guard replies.count == commands.count else {
+            throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
+        }
+        return try replies.map { reply in
+            if reply.isNull { return .claimed }
+            guard let text = try reply.orThrow("SET NX GET").text else {
+                throw RedisError(.unexpectedReply, "SET NX GET answered \(reply)")
+            }
+            return DeliveryClaim(stored: text, owner: owner)
+        }
+    }
+
+    /// Confirms pairs as delivered (after APNs answered 200): the key becomes `1` for `ttlMilliseconds`, whoever
+    /// held the claim. One pipelined round trip.
+    public func confirmDelivered(app: String, pairs: [DeliveryKey], ttlMilliseconds: Int64) async throws {
+        let commands = pairs.map {
+            RedisCommand("SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), "1", "PX", ttlMilliseconds)
+        }
+        for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("SET") }
+    }
+
+    /// Releases this owner's claims on pairs that were not delivered (the notification went to the retry topic,
+    /// the DLQ or token feedback): a claim of another owner, or a delivery record, is left alone.
+    public func releaseClaims(app: String, pairs: [DeliveryKey], owner: String) async throws {
+        let commands = pairs.map {
+            RedisCommand("EVAL", Scripts.release, 1, RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token),
+                         DeliveryClaim.pendingPrefix(owner: owner))
+        }
+        for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("EVAL release") }
+    }
 
     /// Records that the notification of `eventId` was delivered to `token` (SET NX PX): true when this call
-    /// created the record, false when one already existed (a replay: do not send again). The record expires
-    /// after `ttlMilliseconds`.
+    /// created the record, false when one already existed. (Tools and tests; send uses claim/confirm.)
     public func markDelivered(app: String, eventId: String, token: String, ttlMilliseconds: Int64) async throws -> Bool {
         try await markDelivered(app: app, pairs: [DeliveryKey(eventId: eventId, token: token)], ttlMilliseconds: ttlMilliseconds)[0]
     }
@@ -282,13 +327,13 @@ public final class StateStore: Sendable {
         }
     }
 
-    /// Whether each pair already has a delivery record (one pipelined round trip). `send` checks this before
-    /// sending and calls `markDelivered` after APNs answered 200.
+    /// Whether each pair has a delivery record (`1`; a pending claim does not count). One pipelined round trip.
     public func wasDelivered(app: String, pairs: [DeliveryKey]) async throws -> [Bool] {
-        let commands = pairs.map { RedisCommand("EXISTS", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token)) }
+        let commands = pairs.map { RedisCommand("GET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token)) }
         return try await connection.pipeline(commands).map { reply in
-            guard let count = reply.int else { throw RedisError(.unexpectedReply, "EXISTS answered \(reply)") }
-            return count > 0
+            if reply.isNull { return false }
+            guard let text = try reply.orThrow("GET").text else { throw RedisError(.unexpectedReply, "GET answered \(reply)") }
+            return text == DeliveryClaim.deliveredValue
         }
     }
 
@@ -299,7 +344,7 @@ public final class StateStore: Sendable {
         var devices: [Device] = []
         var index = 0
         while index + 1 < values.count {
-            if let data = values[index + 1].data, let device = try? JSONDecoder().decode(Device.self, from: data) {
+            if let data = values[index + 1].data, let device = try? Device.fromJSON(data) {
                 devices.append(device)
             } else {
                 let token = values[index].text ?? ""
@@ -315,7 +360,7 @@ public final class StateStore: Sendable {
     private func decodePreferences(_ reply: RedisValue, user: String) throws -> Preferences {
         guard case .string(let data) = reply else { return Preferences() }
         do {
-            return try JSONDecoder().decode(Preferences.self, from: data)
+            return try Preferences.fromJSON(data)
         } catch {
             logger.warning("stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])
             return Preferences()
@@ -383,8 +428,47 @@ public struct DeliveryKey: Sendable, Hashable {
     }
 }
 
+/// What a claim found (see `StateStore.claim`).
+public enum DeliveryClaim: Sendable, Hashable {
+    case claimed
+    case delivered
+    case pending(owner: String, until: Int64)
+
+    static let deliveredValue = "1"
+
+    static func pendingPrefix(owner: String) -> String { "p:\(owner):" }
+
+    static func pendingValue(owner: String, until: Int64) -> String { "p:\(owner):\(until)" }
+
+    /// Reads a stored value; a claim of `owner` itself counts as claimed (an earlier attempt of this process).
+    init(stored: String, owner: String) {
+        if stored == Self.deliveredValue {
+            self = .delivered
+            return
+        }
+        if stored.hasPrefix(Self.pendingPrefix(owner: owner)) {
+            self = .claimed
+            return
+        }
+        // p:<owner>:<until>; anything else (an unknown value) is treated as a claim that expires with its TTL.
+        let parts = stored.split(separator: ":")
+        if parts.count >= 3, parts[0] == "p", let until = Int64(parts[parts.count - 1]) {
+            self = .pending(owner: parts[1..<(parts.count - 1)].joined(separator: ":"), until: until)
+        } else {
+            self = .pending(owner: "", until: 0)
+        }
+    }
+}
+
 /// The Lua scripts, run with EVAL (Redis runs a script atomically).
 enum Scripts {
+    /// KEYS: the delivery key. ARGV: the owner's claim prefix. Deletes the key when it is a claim of that owner.
+    static let release = """
+    local v = redis.call('GET', KEYS[1])
+    if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+    return 0
+    """
+
     /// KEYS: devices hash, presence zset. ARGV: token, device JSON, max devices.
     /// Returns the evicted tokens.
     static let register = """

@@ -110,13 +110,13 @@ public struct StageMetrics: Sendable {
     }
 
     /// An APNs answer: HTTP status and APNs reason (empty for 200).
-    public func apnsResponse(status: Int, reason: String?) {
-        counter(Name.apnsResponses, [("status", String(status)), ("reason", Self.labelValue(reason ?? ""))]).increment()
+    public func apnsResponse(status: Int, reason: String?, count: Int = 1) {
+        counter(Name.apnsResponses, [("status", String(status)), ("reason", Self.labelValue(reason ?? ""))]).increment(by: count)
     }
 
     /// A retry scheduled (to `herald.retry` or in process), by cause.
-    public func retried(reason: String) {
-        counter(Name.retries, [("reason", Self.labelValue(reason))]).increment()
+    public func retried(reason: String, count: Int = 1) {
+        counter(Name.retries, [("reason", Self.labelValue(reason))]).increment(by: count)
     }
 
     /// A record written to the DLQ, by reason.
@@ -157,7 +157,12 @@ public struct StageMetrics: Sendable {
     /// Label values from the wire (an unknown APNs reason) are bounded: at most 64 characters of
     /// `[A-Za-z0-9_.-]`, everything else becomes `_`, so a bad value cannot break the exposition format.
     public static func labelValue(_ raw: String) -> String {
-        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-        return String(raw.prefix(64).map { allowed.contains($0) ? $0 : "_" })
+        if raw.utf8.count <= 64, raw.utf8.allSatisfy(isAllowed) { return raw }
+        return String(decoding: raw.prefix(64).utf8.map { isAllowed($0) ? $0 : UInt8(ascii: "_") }, as: UTF8.self)
+    }
+
+    private static func isAllowed(_ b: UInt8) -> Bool {
+        (b >= 0x61 && b <= 0x7a) || (b >= 0x41 && b <= 0x5a) || (b >= 0x30 && b <= 0x39)
+            || b == UInt8(ascii: "_") || b == UInt8(ascii: ".") || b == UInt8(ascii: "-")
     }
 }

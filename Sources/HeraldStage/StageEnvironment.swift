@@ -32,7 +32,7 @@ public enum EnvironmentKey: String, CaseIterable, Sendable {
         case .pipeline: return "pipelines/example.yaml"
         case .kafkaBrokers: return "127.0.0.1:9092"
         case .redisURL: return "redis://127.0.0.1:6379"
-        case .metricsHost: return "0.0.0.0"
+        case .metricsHost: return "127.0.0.1"
         case .metricsPort: return "9100"
         case .shutdownDeadlineMs: return "25000"
         case .logLevel: return "info"

@@ -6,34 +6,46 @@ import HeraldPipeline
 import Logging
 import ServiceLifecycle
 
-/// Settings of the batch loop.
+/// Settings of the stage loop.
 public struct StageLoopConfiguration: Sendable {
     /// Where undecodable / unprocessable inputs go.
     public var dlqTopic: String
     /// Records handed out by the consumer and not yet completed; beyond it the consumer is paused
     /// (backpressure) until work completes.
     public var maxInFlight: Int
-    /// Batches processed at once. 1 keeps each partition's order end to end (every stage but send).
+    /// Batches processed at once. 1 keeps each partition's order end to end (every stage but send): batches are
+    /// processed one after another and their outputs enqueued in order, while earlier batches still wait for
+    /// the broker's acknowledgements.
     public var maxConcurrentBatches: Int
     /// First delay before producing again outputs the broker did not acknowledge (doubles up to 5 s).
     public var produceRetryDelay: Duration
+    /// The most bytes of an original record a DLQ record carries. A longer original is cut to this size and the
+    /// DLQ record keeps its full size and SHA-256 (with the source topic, partition and offset), so the DLQ
+    /// record always fits the broker's limit.
+    public var dlqMaxOriginalBytes: Int
 
     public init(dlqTopic: String, maxInFlight: Int = 5000, maxConcurrentBatches: Int = 1,
-                produceRetryDelay: Duration = .milliseconds(200)) {
+                produceRetryDelay: Duration = .milliseconds(200), dlqMaxOriginalBytes: Int = 65_536) {
         self.dlqTopic = dlqTopic
         self.maxInFlight = max(1, maxInFlight)
         self.maxConcurrentBatches = max(1, maxConcurrentBatches)
         self.produceRetryDelay = produceRetryDelay
+        self.dlqMaxOriginalBytes = max(0, dlqMaxOriginalBytes)
     }
 }
 
-/// The loop every stage runs: consume a batch (N records or T ms), process it, produce all outputs and
-/// wait for the broker's delivery reports, and only then complete the inputs, so committed offsets
+/// The loop every stage runs: take the records that are there (waiting only when there are none), process them,
+/// enqueue every output, and complete the inputs once the broker acknowledged their outputs, so committed offsets
 /// advance only past records whose outputs were acknowledged (at least once).
 ///
-/// - Inputs a processor cannot handle go to the DLQ as `DLQRecord`s (original bytes, source topic, stage,
-///   reason, detail, time), counted by reason; data never stops the loop.
-/// - Outputs the broker rejects are produced again with backoff; their inputs do not complete until then.
+/// - The next batch is taken and processed while earlier ones still wait for their acknowledgements; with
+///   `maxConcurrentBatches` 1 outputs are enqueued in input order, so each partition's order holds end to end.
+/// - Inputs a processor cannot handle go to the DLQ as `DLQRecord`s (original bytes, cut to
+///   `dlqMaxOriginalBytes` with size and SHA-256 kept; source topic, partition and offset; stage, reason,
+///   detail, time), counted by reason; data never stops the loop.
+/// - Outputs the broker does not acknowledge for a passing reason are produced again with backoff; their inputs
+///   complete only then. An output the broker refuses for good (too large, invalid) becomes a DLQ record; if the
+///   DLQ refuses that too it is counted in `herald_dlq_dropped_total` and logged, and the partition moves on.
 /// - Backpressure: at `maxInFlight` uncompleted records the consumer is paused, and resumed when work completes.
 /// - Graceful shutdown (SIGTERM): stop consuming, let the running batches finish (processors hand back what
 ///   they cannot finish: those inputs are not completed and are redelivered), commit, flush, close.
@@ -47,10 +59,13 @@ public final class StageLoop: Service, Sendable {
     private let explain: (any ExplainSink)?
     private let now: @Sendable () -> Date
     private let state = Locked(LoopState())
+    /// Woken whenever a batch finishes (in-flight went down, a processing slot freed).
+    private let progress = Wakeup()
 
     struct LoopState {
         var stopping = false
         var inFlight = 0
+        var processing = 0
         var pausedByUs = false
         var explainWrites = 0
     }
@@ -79,7 +94,10 @@ public final class StageLoop: Service, Sendable {
     public var inFlight: Int { state.withLock { $0.inFlight } }
 
     /// Begins a graceful stop (what SIGTERM does through the service group).
-    public func stop() { state.withLock { $0.stopping = true } }
+    public func stop() {
+        state.withLock { $0.stopping = true }
+        progress.wake()
+    }
 
     public func run() async throws {
         try await withGracefulShutdownHandler {
@@ -91,22 +109,21 @@ public final class StageLoop: Service, Sendable {
 
     private func loop() async throws {
         let context = BatchContext(now: now, isStopping: { [state] in state.withLock { $0.stopping } })
+        let ordered = configuration.maxConcurrentBatches == 1
         var lastLag = ContinuousClock.now
         var failure: KafkaError?
-        await withTaskGroup(of: Void.self) { group in
-            var running = 0
+        await withDiscardingTaskGroup { group in
             while !isStopping {
-                let (inFlight, paused) = state.withLock { ($0.inFlight, $0.pausedByUs) }
-                if running >= configuration.maxConcurrentBatches || inFlight >= configuration.maxInFlight {
+                // Backpressure: at the in-flight bound (or with every processing slot taken) wait for progress.
+                let ticket = progress.ticket()
+                let (inFlight, processing, paused) = state.withLock { ($0.inFlight, $0.processing, $0.pausedByUs) }
+                if inFlight >= configuration.maxInFlight || processing >= configuration.maxConcurrentBatches {
                     if inFlight >= configuration.maxInFlight, !paused {
                         consumer.pause()
                         state.withLock { $0.pausedByUs = true }
                         logger.info("in-flight bound reached; consumer paused", metadata: ["in_flight": "\(inFlight)"])
                     }
-                    if running > 0 {
-                        await group.next()
-                        running -= 1
-                    }
+                    await progress.wait(after: ticket, timeout: .milliseconds(500))
                     continue
                 }
                 if paused {
@@ -115,15 +132,15 @@ public final class StageLoop: Service, Sendable {
                     logger.info("consumer resumed", metadata: ["in_flight": "\(inFlight)"])
                 }
                 let batch: [ConsumerRecord]?
-                do {
+                do throws(KafkaError) {
                     batch = try await consumer.nextBatch()
                 } catch {
-                    if let kafkaError = error as? KafkaError, kafkaError.code == .fatal || kafkaError.code == .closed {
-                        failure = kafkaError
+                    if error.code == .fatal || error.code == .closed {
+                        failure = error
                         break
                     }
                     logger.warning("consume failed; retrying", metadata: [LogKey.error: "\(error)"])
-                    try? await Task.sleep(for: .milliseconds(200))
+                    _ = await context.sleep(.milliseconds(200))
                     continue
                 }
                 guard let batch else { break }
@@ -135,16 +152,28 @@ public final class StageLoop: Service, Sendable {
                 }
                 if batch.isEmpty { continue }
                 let count = batch.count
-                let total = state.withLock { $0.inFlight += count; return $0.inFlight }
+                let total = state.withLock { s -> Int in
+                    s.inFlight += count
+                    s.processing += 1
+                    return s.inFlight
+                }
                 metrics.setInFlight(total)
-                running += 1
-                group.addTask {
-                    await self.handle(batch, context: context)
-                    let left = self.state.withLock { $0.inFlight -= count; return $0.inFlight }
-                    self.metrics.setInFlight(left)
+                if ordered {
+                    // Process and enqueue here, in order; only the wait for acknowledgements runs beside the loop.
+                    let prepared = await prepare(batch, context: context)
+                    let pending = await enqueue(prepared, context: context)
+                    state.withLock { $0.processing -= 1 }
+                    group.addTask { await self.conclude(prepared, pending, context: context) }
+                } else {
+                    group.addTask {
+                        let prepared = await self.prepare(batch, context: context)
+                        let pending = await self.enqueue(prepared, context: context)
+                        self.state.withLock { $0.processing -= 1 }
+                        self.progress.wake()
+                        await self.conclude(prepared, pending, context: context)
+                    }
                 }
             }
-            await group.waitForAll()
         }
         await finish()
         if let failure { throw failure }
@@ -164,7 +193,16 @@ public final class StageLoop: Service, Sendable {
 
     // MARK: One batch
 
-    func handle(_ batch: [ConsumerRecord], context: BatchContext) async {
+    /// A processed batch: its results and every record to produce, with the input each belongs to.
+    struct Prepared: Sendable {
+        var batch: [ConsumerRecord]
+        var results: [StageResult]
+        var records: [ProducerRecord]
+        var owner: [Int]
+        var started: ContinuousClock.Instant
+    }
+
+    func prepare(_ batch: [ConsumerRecord], context: BatchContext) async -> Prepared {
         let started = ContinuousClock.now
         var perTopic: [String: Int] = [:]
         for record in batch { perTopic[record.topic, default: 0] += 1 }
@@ -181,7 +219,8 @@ public final class StageLoop: Service, Sendable {
         let time = BatchContext.millis(now())
         var records: [ProducerRecord] = []
         var owner: [Int] = []
-        var explainEntries: [ExplainEntry] = []
+        records.reserveCapacity(batch.count)
+        owner.reserveCapacity(batch.count)
         for (index, result) in results.enumerated() where !result.handBack {
             for output in result.outputs {
                 records.append(ProducerRecord(topic: output.topic, key: output.key, value: output.value))
@@ -189,97 +228,170 @@ public final class StageLoop: Service, Sendable {
             }
             if let letter = result.deadLetter {
                 let input = batch[index]
-                let dlq = DLQRecord(original: input.value ?? [], sourceTopic: input.topic, stage: processor.stage,
-                                    reason: letter.reason, detail: letter.detail, time: time)
-                records.append(ProducerRecord(topic: configuration.dlqTopic, key: input.key, value: Self.encode(dlq)))
+                records.append(deadLetterRecord(original: input.value ?? [], input: input, reason: letter.reason,
+                                                detail: letter.detail, time: time))
                 owner.append(index)
             }
-            explainEntries += result.explain
         }
+        return Prepared(batch: batch, results: results, records: records, owner: owner, started: started)
+    }
 
-        let failedOwners = await produce(records, owner: owner, context: context)
+    /// Enqueues the batch's records (in order). Nil when the producer is closed (shutting down): the inputs are
+    /// then not completed.
+    private func enqueue(_ prepared: Prepared, context: BatchContext) async -> PendingDelivery? {
+        while true {
+            do throws(KafkaError) {
+                return try await producer.enqueue(prepared.records)
+            } catch {
+                if error.code == .closed || error.code == .fatal || context.isStopping() {
+                    logger.warning("cannot enqueue outputs; the inputs are redelivered", metadata: [LogKey.error: "\(error)"])
+                    return nil
+                }
+                logger.warning("enqueue failed; trying again", metadata: [LogKey.error: "\(error)"])
+                guard await context.sleep(configuration.produceRetryDelay) else { return nil }
+            }
+        }
+    }
+
+    /// Waits for the broker's answers, produces again what it did not take, then completes the inputs and
+    /// records what happened.
+    private func conclude(_ prepared: Prepared, _ pending: PendingDelivery?, context: BatchContext) async {
+        defer { progress.wake() }
+        let batch = prepared.batch
+        var failedOwners = Set<Int>()
+        if let pending {
+            let reports = await pending.reports()
+            failedOwners = await settle(prepared, reports: reports, context: context)
+        } else {
+            failedOwners = Set(prepared.owner)
+        }
 
         // Complete what is done; record what happened.
         var completed: [ConsumerRecord] = []
-        for (index, result) in results.enumerated() {
+        completed.reserveCapacity(batch.count)
+        var tally = Tally()
+        var explainEntries: [ExplainEntry] = []
+        for (index, result) in prepared.results.enumerated() {
             if result.handBack || failedOwners.contains(index) { continue }
             completed.append(batch[index])
-            record(result, input: batch[index])
+            tally.add(result, input: batch[index], stage: processor.stage, logger: logger)
+            explainEntries += result.explain
         }
         consumer.complete(completed)
-        let elapsed = ContinuousClock.now - started
+        let left = state.withLock { s -> Int in
+            s.inFlight -= batch.count
+            return s.inFlight
+        }
+        metrics.setInFlight(left)
+        let elapsed = ContinuousClock.now - prepared.started
         for _ in completed { metrics.recordLatency(elapsed) }
+        tally.record(metrics: metrics, counter: counter)
 
         if let explain, !explainEntries.isEmpty { writeExplain(explainEntries, to: explain) }
     }
 
-    /// Produces `records` until each is acknowledged; returns the inputs whose outputs could not be produced
-    /// before shutdown (they are not completed).
-    private func produce(_ records: [ProducerRecord], owner: [Int], context: BatchContext) async -> Set<Int> {
-        var pending = Array(records.indices)
-        var delay = configuration.produceRetryDelay
-        while !pending.isEmpty {
-            let batch = pending.map { records[$0] }
-            var failed: [Int] = []
-            do {
-                let reports = try await producer.send(batch)
-                var produced: [String: Int] = [:]
-                for (position, report) in reports.enumerated() {
-                    if report.isDelivered {
-                        produced[report.topic, default: 0] += 1
-                    } else {
-                        failed.append(pending[position])
-                        if failed.count == 1 {
-                            logger.warning("broker did not acknowledge an output; producing again",
-                                           metadata: [LogKey.error: "\(report.error.map { "\($0)" } ?? "")", "topic": "\(report.topic)"])
-                        }
-                    }
+    /// Looks at the delivery reports of a batch: what failed for a passing reason is produced again (with
+    /// backoff) until acknowledged; what the broker refused for good is dead-lettered instead. Returns the
+    /// inputs whose outputs could not be produced before shutdown (they are not completed).
+    private func settle(_ prepared: Prepared, reports: [DeliveryReport], context: BatchContext) async -> Set<Int> {
+        var produced: [String: Int] = [:]
+        var retry: [(record: ProducerRecord, owner: Int)] = []
+        var rejected: [(record: ProducerRecord, owner: Int, error: KafkaError)] = []
+        for (position, report) in reports.enumerated() where position < prepared.records.count {
+            if let error = report.error {
+                if error.isPermanentRecordRejection {
+                    rejected.append((prepared.records[position], prepared.owner[position], error))
+                } else {
+                    retry.append((prepared.records[position], prepared.owner[position]))
                 }
-                for (topic, count) in produced { metrics.produced(topic: topic, count: count) }
-            } catch {
-                logger.warning("produce failed", metadata: [LogKey.error: "\(error)"])
-                failed = pending
+            } else {
+                produced[report.topic, default: 0] += 1
             }
-            pending = failed
-            if pending.isEmpty { break }
+        }
+        for (topic, count) in produced { metrics.produced(topic: topic, count: count) }
+        if !rejected.isEmpty { retry += await deadLetterRejected(rejected, prepared: prepared) }
+
+        var delay = configuration.produceRetryDelay
+        var warned = false
+        while !retry.isEmpty {
+            if !warned {
+                warned = true
+                logger.warning("broker did not acknowledge \(retry.count) outputs; producing again",
+                               metadata: ["topic": "\(retry[0].record.topic)"])
+            }
             guard await context.sleep(delay) else { break }
             delay = min(delay * 2, .seconds(5))
+            let again: [DeliveryReport]
+            do {
+                again = try await producer.send(retry.map(\.record))
+            } catch {
+                logger.warning("produce failed", metadata: [LogKey.error: "\(error)"])
+                continue
+            }
+            var still: [(record: ProducerRecord, owner: Int)] = []
+            var refused: [(record: ProducerRecord, owner: Int, error: KafkaError)] = []
+            for (position, report) in again.enumerated() where position < retry.count {
+                if let error = report.error {
+                    if error.isPermanentRecordRejection {
+                        refused.append((retry[position].record, retry[position].owner, error))
+                    } else {
+                        still.append(retry[position])
+                    }
+                } else {
+                    metrics.produced(topic: report.topic, count: 1)
+                }
+            }
+            if !refused.isEmpty { still += await deadLetterRejected(refused, prepared: prepared) }
+            retry = still
         }
-        return Set(pending.map { owner[$0] })
+        return Set(retry.map(\.owner))
     }
 
-    private func record(_ result: StageResult, input: ConsumerRecord) {
-        if let letter = result.deadLetter {
-            metrics.deadLettered(reason: letter.reason)
-            logger.warning("dead-lettered", metadata: [
-                "reason": "\(letter.reason)", "detail": "\(letter.detail)", "topic": "\(input.topic)",
-                "partition": "\(input.partition)", "offset": "\(input.offset)",
+    /// Dead-letters outputs the broker refused for good. Returns the DLQ records that failed for a passing
+    /// reason (to be produced again); those the DLQ refuses for good are dropped, counted and logged.
+    private func deadLetterRejected(_ rejected: [(record: ProducerRecord, owner: Int, error: KafkaError)],
+                                    prepared: Prepared) async -> [(record: ProducerRecord, owner: Int)] {
+        let time = BatchContext.millis(now())
+        var letters: [ProducerRecord] = []
+        for item in rejected {
+            let input = prepared.batch[item.owner]
+            let name = item.error.librdkafkaName ?? item.error.code.rawValue
+            logger.error("broker refused an output for good; dead-lettering it", metadata: [
+                "topic": "\(item.record.topic)", "error": "\(name)", "bytes": "\(item.record.value?.count ?? 0)",
+                "source_partition": "\(input.partition)", "source_offset": "\(input.offset)",
             ])
+            metrics.deadLettered(reason: "produce_rejected")
+            letters.append(deadLetterRecord(original: item.record.value ?? [], input: input, reason: "produce_rejected",
+                                            detail: "output to \(item.record.topic) refused by the broker: \(name)",
+                                            time: time))
         }
-        for note in result.notes {
-            switch note {
-            case .suppressed(let reason):
-                metrics.suppressed(reason: reason)
-                if processor.stage == "ingest" {
-                    logger.info("event dropped", metadata: ["reason": "\(reason)", "topic": "\(input.topic)",
-                                                            "partition": "\(input.partition)", "offset": "\(input.offset)"])
-                }
-            case .apnsAnswer(let status, let reason):
-                metrics.apnsResponse(status: status ?? 0, reason: reason)
-            case .retried(let reason):
-                metrics.retried(reason: reason)
-            case .duplicate:
-                counter("herald_send_duplicates_total", []).increment()
-            case .tokenDead(let reason):
-                counter("herald_token_feedback_total", [("reason", StageMetrics.labelValue(reason))]).increment()
-            case .registry(let op, let outcome):
-                counter("herald_registry_ops_total", [("op", StageMetrics.labelValue(op)),
-                                                      ("outcome", StageMetrics.labelValue(outcome))]).increment()
+        var again: [(record: ProducerRecord, owner: Int)] = []
+        let reports: [DeliveryReport]
+        do { reports = try await producer.send(letters) } catch {
+            return zip(letters, rejected).map { ($0, $1.owner) }
+        }
+        for (position, report) in reports.enumerated() where position < letters.count {
+            guard let error = report.error else { continue }
+            if error.isPermanentRecordRejection {
+                counter("herald_dlq_dropped_total", []).increment()
+                logger.error("the DLQ refused a dead letter too; dropped", metadata: [
+                    "topic": "\(configuration.dlqTopic)", "error": "\(error.librdkafkaName ?? "")",
+                ])
+            } else {
+                again.append((letters[position], rejected[position].owner))
             }
         }
+        return again
     }
 
-    static func encode(_ dlq: DLQRecord) -> [UInt8] { StageCodec.encode(dlq) }
+    /// The DLQ record for `original` (an input, or an output the broker refused), cut to the configured size.
+    func deadLetterRecord(original: [UInt8], input: ConsumerRecord, reason: String, detail: String,
+                          time: Int64) -> ProducerRecord {
+        let dlq = DLQRecord(original: original, maxOriginalBytes: configuration.dlqMaxOriginalBytes,
+                            sourceTopic: input.topic, sourcePartition: input.partition, sourceOffset: input.offset,
+                            stage: processor.stage, reason: reason, detail: detail, time: time)
+        return ProducerRecord(topic: configuration.dlqTopic, key: input.key, value: StageCodec.encode(dlq))
+    }
 
     /// The explain trail is best effort: written off the batch's path, dropped (and counted) when Redis lags.
     private func writeExplain(_ entries: [ExplainEntry], to sink: any ExplainSink) {
@@ -303,5 +415,108 @@ public final class StageLoop: Service, Sendable {
 
     private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
         CoreMetrics.Counter(label: name, dimensions: [("stage", processor.stage)] + labels)
+    }
+}
+
+/// What a batch's results add to the counters, summed per series so each series is touched once per batch.
+struct Tally {
+    var suppressed: [String: Int] = [:]
+    var answers: [APNsAnswerKey: Int] = [:]
+    var retried: [String: Int] = [:]
+    var deadLettered: [String: Int] = [:]
+    var duplicates = 0
+    var tokenDead: [String: Int] = [:]
+    var registry: [RegistryKey: Int] = [:]
+
+    struct APNsAnswerKey: Hashable { var status: Int; var reason: String }
+    struct RegistryKey: Hashable { var op: String; var outcome: String }
+
+    mutating func add(_ result: StageResult, input: ConsumerRecord, stage: String, logger: Logger) {
+        if let letter = result.deadLetter {
+            deadLettered[letter.reason, default: 0] += 1
+            logger.warning("dead-lettered", metadata: [
+                "reason": "\(letter.reason)", "detail": "\(letter.detail)", "topic": "\(input.topic)",
+                "partition": "\(input.partition)", "offset": "\(input.offset)",
+            ])
+        }
+        for note in result.notes {
+            switch note {
+            case .suppressed(let reason):
+                suppressed[reason, default: 0] += 1
+                if stage == "ingest" {
+                    logger.info("event dropped", metadata: ["reason": "\(reason)", "topic": "\(input.topic)",
+                                                            "partition": "\(input.partition)", "offset": "\(input.offset)"])
+                }
+            case .apnsAnswer(let status, let reason):
+                answers[APNsAnswerKey(status: status ?? 0, reason: reason), default: 0] += 1
+            case .retried(let reason):
+                retried[reason, default: 0] += 1
+            case .duplicate:
+                duplicates += 1
+            case .tokenDead(let reason):
+                tokenDead[reason, default: 0] += 1
+            case .registry(let op, let outcome):
+                registry[RegistryKey(op: op, outcome: outcome), default: 0] += 1
+            }
+        }
+    }
+
+    func record(metrics: StageMetrics, counter: (String, [(String, String)]) -> CoreMetrics.Counter) {
+        for (reason, n) in deadLettered { metrics.deadLettered(reason: reason, count: n) }
+        for (reason, n) in suppressed { metrics.suppressed(reason: reason, count: n) }
+        for (key, n) in answers { metrics.apnsResponse(status: key.status, reason: key.reason, count: n) }
+        for (reason, n) in retried { metrics.retried(reason: reason, count: n) }
+        if duplicates > 0 { counter("herald_send_duplicates_total", []).increment(by: duplicates) }
+        for (reason, n) in tokenDead {
+            counter("herald_token_feedback_total", [("reason", StageMetrics.labelValue(reason))]).increment(by: n)
+        }
+        for (key, n) in registry {
+            counter("herald_registry_ops_total", [("op", StageMetrics.labelValue(key.op)),
+                                                  ("outcome", StageMetrics.labelValue(key.outcome))]).increment(by: n)
+        }
+    }
+}
+
+/// A wake-up signal for one waiter: `ticket()` before checking a condition, then `wait(after:)` returns at once
+/// if `wake()` was called since the ticket, else at the next `wake()` (or the timeout).
+final class Wakeup: Sendable {
+    private struct State {
+        var generation: UInt64 = 0
+        var waiter: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Locked(State())
+
+    func ticket() -> UInt64 { state.withLock { $0.generation } }
+
+    func wake() {
+        let waiter = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            s.generation &+= 1
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume()
+    }
+
+    func wait(after ticket: UInt64, timeout: Duration) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    let resumeNow = self.state.withLock { s -> Bool in
+                        if s.generation != ticket { return true }
+                        s.waiter?.resume()
+                        s.waiter = continuation
+                        return false
+                    }
+                    if resumeNow { continuation.resume() }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                self.wake()
+            }
+            await group.next()
+            group.cancelAll()
+        }
     }
 }

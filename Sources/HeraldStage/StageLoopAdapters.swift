@@ -41,9 +41,10 @@ public struct RedisStateReader: StateReader {
     }
 }
 
-/// send's idempotency records.
+/// send's idempotency records: claims and confirmations in Redis (`StateStore.claim`).
 public struct RedisDeliveryLedger: DeliveryLedger {
     public let store: StateStore
+    /// How long a confirmed delivery record is kept.
     public let ttlMilliseconds: Int64
 
     public init(store: StateStore, ttlMilliseconds: Int64) {
@@ -51,18 +52,29 @@ public struct RedisDeliveryLedger: DeliveryLedger {
         self.ttlMilliseconds = ttlMilliseconds
     }
 
-    public func wasDelivered(app: String, pairs: [DeliveryPair]) async throws -> [Bool] {
+    public func claim(app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds claimTTL: Int64,
+                      now: Int64) async throws -> [ClaimOutcome] {
         try await transient {
-            try await store.wasDelivered(app: app, pairs: pairs.map { DeliveryKey(eventId: $0.eventID, token: $0.token) })
+            try await store.claim(app: app, pairs: pairs.map(Self.key), owner: owner, ttlMilliseconds: claimTTL, now: now)
+                .map { claim in
+                    switch claim {
+                    case .claimed: .claimed
+                    case .delivered: .delivered
+                    case .pending(_, let until): .pendingElsewhere(until: until)
+                    }
+                }
         }
     }
 
-    public func markDelivered(app: String, pairs: [DeliveryPair]) async throws {
-        _ = try await transient {
-            try await store.markDelivered(app: app, pairs: pairs.map { DeliveryKey(eventId: $0.eventID, token: $0.token) },
-                                          ttlMilliseconds: ttlMilliseconds)
-        }
+    public func confirm(app: String, pairs: [DeliveryPair]) async throws {
+        try await transient { try await store.confirmDelivered(app: app, pairs: pairs.map(Self.key), ttlMilliseconds: ttlMilliseconds) }
     }
+
+    public func release(app: String, pairs: [DeliveryPair], owner: String) async throws {
+        try await transient { try await store.releaseClaims(app: app, pairs: pairs.map(Self.key), owner: owner) }
+    }
+
+    private static func key(_ pair: DeliveryPair) -> DeliveryKey { DeliveryKey(eventId: pair.eventID, token: pair.token) }
 }
 
 /// registry's writes through `StateStore`.

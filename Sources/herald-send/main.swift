@@ -12,7 +12,7 @@ import HeraldStage
 enum SendKey: String, CaseIterable {
     case connections = "HERALD_APNS_CONNECTIONS"          // 2 per credential
     case timeoutMs = "HERALD_APNS_TIMEOUT_MS"              // 30000: deadline of one request
-    case maxInFlight = "HERALD_SEND_MAX_IN_FLIGHT"         // 2000 notifications in flight
+    case maxInFlight = "HERALD_SEND_MAX_IN_FLIGHT"         // 10000 notifications in flight
     case maxAttempts = "HERALD_SEND_MAX_ATTEMPTS"          // 6 attempts, then DLQ
     case retryInitialMs = "HERALD_SEND_RETRY_INITIAL_MS"   // 1000: first herald.retry delay
     case retryMaxMs = "HERALD_SEND_RETRY_MAX_MS"           // 60000: longest herald.retry delay
@@ -37,7 +37,8 @@ if !env.apnsHost.isEmpty {
     }
     endpoint = parsed
 }
-let maxInFlight = setting(.maxInFlight, 2000)
+let maxInFlight = setting(.maxInFlight, 10_000)
+KeyFiles.warnAboutExposedKeys(setup.pipeline.apps, logger: setup.logger)
 let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint,
                                   caFile: env.apnsCAFile.isEmpty ? nil : env.apnsCAFile,
                                   connections: setting(.connections, 2), maxInFlight: maxInFlight,
@@ -49,9 +50,13 @@ let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
 let store = StateStore(connection: redis, logger: logger)
+let timeoutMs = setting(.timeoutMs, 30_000)
 let processor = SendProcessor(
     retryTopic: topics.retry, tokenFeedbackTopic: topics.tokenFeedback, transport: transport,
     ledger: RedisDeliveryLedger(store: store, ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
+    owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
+    // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
+    claimTTL: .milliseconds(2 * timeoutMs + 30_000),
     retryPolicy: APNsBackoffPolicy(initialDelay: .milliseconds(setting(.retryInitialMs, 1000)),
                                    maxDelay: .milliseconds(setting(.retryMaxMs, 60_000)),
                                    maxAttempts: setting(.maxAttempts, 6)),

@@ -110,7 +110,7 @@ struct StateTests {
         for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00", "+1:00", " 1:00", "1:0x"] { #expect(ClockTime(bad) == nil, "\(bad)") }
     }
 
-    @Test("stage records round-trip as JSON")
+    @Test("stage records round-trip in their wire form (binary between stages, JSON for the DLQ)")
     func stageRecords() throws {
         let e = try event(validEvent)
         let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
@@ -147,7 +147,7 @@ struct StateTests {
         let request = try #require(try Renderer.render(event: e, recipient: "u2", state: state, targets: state.devices,
                                                        app: AppConfig(), now: now0).first)
         func check<T: StageRecord & Equatable>(_ record: T) throws {
-            let fast = StageCodec.encode(record)
+            let fast = record.jsonBytes()
             #expect(try JSONDecoder().decode(T.self, from: Data(fast)) == record)
             let slow = try JSONEncoder().encode(record)
             #expect(try StageCodec.decode(T.self, from: Array(slow)) == record)
@@ -171,6 +171,97 @@ struct StateTests {
         } catch {
             #expect(error.detail.hasPrefix("event.app_id: missing"), "\(error)")
         }
+    }
+
+    @Test("the records between stages travel in the binary form, and readers still take their JSON form")
+    func binaryRecords() throws {
+        let e = try event(validEvent)
+        let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
+        let state = try #require(f.users["u2"])
+        let deliverable = DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices, senderDisplayName: "C")
+        let wire = StageCodec.encode(deliverable)
+        #expect(Array(wire.prefix(4)) == [0x00, 0x48, BinaryRecordFormat.version, DeliverableRecord.binaryType])
+        #expect(wire.count * 2 < deliverable.jsonBytes().count, "binary \(wire.count) bytes vs JSON \(deliverable.jsonBytes().count)")
+        #expect(try StageCodec.decode(DeliverableRecord.self, from: wire) == deliverable)
+        // A JSON record (replayed from the DLQ, published by hand) is still read.
+        #expect(try StageCodec.decode(DeliverableRecord.self, from: deliverable.jsonBytes()) == deliverable)
+        // The DLQ stays JSON, for people and tools.
+        let dlq = DLQRecord(original: wire, stage: "render", reason: "x", detail: "d", time: 1)
+        #expect(StageCodec.encode(dlq).first == UInt8(ascii: "{"))
+        // Another record type, a newer format version, trailing bytes and every truncation are refused with an error.
+        #expect(throws: StageRecordError.self) { try StageCodec.decode(ResolvedRecord.self, from: wire) }
+        var newer = wire
+        newer[2] = BinaryRecordFormat.version + 1
+        do {
+            _ = try StageCodec.decode(DeliverableRecord.self, from: newer)
+            Issue.record("accepted a newer format")
+        } catch {
+            #expect(error.detail.contains("format version"), "\(error)")
+        }
+        #expect(throws: StageRecordError.self) { try StageCodec.decode(DeliverableRecord.self, from: wire + [0]) }
+        for length in stride(from: 0, to: wire.count, by: 7) {
+            #expect(throws: StageRecordError.self) { try StageCodec.decode(DeliverableRecord.self, from: Array(wire.prefix(length))) }
+        }
+        // Any byte flipped never crashes the reader (it decodes to something or throws).
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            var bytes = wire
+            for _ in 0..<3 { bytes[Int.random(in: 4..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator) }
+            _ = try? StageCodec.decode(DeliverableRecord.self, from: bytes)
+        }
+    }
+
+    @Test("a resolved record carries only the conversation's own preference and unread count")
+    func scopedState() throws {
+        var state = UserState(devices: [device(tokenA)])
+        state.preferences.conversations = ["c1": ConversationPreference(trigger: .off), "c2": ConversationPreference(muted: true)]
+        state.unread = Unread(total: 9, conversations: ["c1": 2, "c2": 7])
+        let scoped = state.scoped(to: "c1")
+        #expect(scoped.preferences.conversations == ["c1": ConversationPreference(trigger: .off)])
+        #expect(scoped.unread == Unread(total: 9, conversations: ["c1": 2]))
+        #expect(state.scoped(to: "c3").preferences.conversations.isEmpty && state.scoped(to: "c3").unread.total == 9)
+        #expect(scoped.devices == state.devices)
+    }
+
+    @Test("a DLQ record cuts an oversized original and keeps its size and SHA-256")
+    func dlqTruncation() throws {
+        let original = [UInt8](repeating: 0x61, count: 800_000)
+        let dlq = DLQRecord(original: original, maxOriginalBytes: 1000, sourceTopic: "chat.events", sourcePartition: 3,
+                            sourceOffset: 42, stage: "ingest", reason: "invalid", detail: "too large", time: 1)
+        #expect(dlq.truncated && dlq.originalSize == 800_000 && dlq.originalBytes?.count == 1000)
+        #expect(dlq.originalSHA256 == SHA256.hex(original))
+        let wire = StageCodec.encode(dlq)
+        #expect(wire.count < 2000)
+        let back = try StageCodec.decode(DLQRecord.self, from: wire)
+        #expect(back == dlq && back.sourcePartition == 3 && back.sourceOffset == 42)
+        // A small original is kept whole, with no size or digest.
+        let small = DLQRecord(original: [1, 2, 3], maxOriginalBytes: 1000, stage: "ingest", reason: "invalid", detail: "", time: 1)
+        #expect(!small.truncated && small.originalSize == nil && small.originalBytes == [1, 2, 3])
+    }
+
+    @Test("explain entries written directly read back as the Codable form, with the same text")
+    func explainJSON() throws {
+        let entries = [
+            ExplainEntry(appID: "a", eventID: "e\"1", stage: "resolve", decision: "fanned_out", at: 5, count: 3),
+            ExplainEntry(appID: "a", eventID: "e1", user: "ü2", token: tokenA, stage: "send", decision: "retry",
+                         reason: "ServiceUnavailable", at: 6, status: 503, attempt: 2),
+        ]
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        for entry in entries {
+            #expect(try JSONDecoder().decode(ExplainEntry.self, from: Data(entry.jsonBytes)) == entry)
+            #expect(String(decoding: entry.jsonBytes, as: UTF8.self) == String(decoding: try encoder.encode(entry), as: UTF8.self))
+        }
+    }
+
+    @Test("SHA-256 matches the FIPS 180-4 test vectors")
+    func sha256() {
+        #expect(SHA256.hex([]) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(SHA256.hex(Array("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(SHA256.hex(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))
+                == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        #expect(SHA256.hex([UInt8](repeating: 0x61, count: 1_000_000))
+                == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
     }
 
     @Test("apns-id is a stable UUID derived from (event id, token)")

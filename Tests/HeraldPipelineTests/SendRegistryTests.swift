@@ -30,21 +30,50 @@ final class ScriptedTransport: PushTransport, @unchecked Sendable {
     }
 }
 
+/// Claims in memory, with the Redis ledger's rules: a pair is delivered, claimed by an owner until a time, or free.
 final class MemoryLedger: DeliveryLedger, @unchecked Sendable {
-    // @unchecked Sendable: `delivered` is guarded by `lock`.
+    // @unchecked Sendable: `delivered` and `claims` are guarded by `lock`.
     private let lock = NSLock()
     private var delivered: Set<DeliveryPair> = []
+    private var claims: [DeliveryPair: (owner: String, until: Int64)] = [:]
+    private(set) var releasedCount = 0
 
-    init(_ initial: Set<DeliveryPair> = []) { delivered = initial }
-
-    var pairs: Set<DeliveryPair> { lock.withLock { delivered } }
-
-    func wasDelivered(app: String, pairs: [DeliveryPair]) async throws -> [Bool] {
-        lock.withLock { pairs.map { delivered.contains($0) } }
+    init(_ initial: Set<DeliveryPair> = [], claims: [DeliveryPair: (owner: String, until: Int64)] = [:]) {
+        delivered = initial
+        self.claims = claims
     }
 
-    func markDelivered(app: String, pairs: [DeliveryPair]) async throws {
-        lock.withLock { for pair in pairs { delivered.insert(pair) } }
+    var pairs: Set<DeliveryPair> { lock.withLock { delivered } }
+    var claimed: [DeliveryPair: String] { lock.withLock { claims.mapValues(\.owner) } }
+    var released: Int { lock.withLock { releasedCount } }
+
+    func claim(app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64, now: Int64) async throws -> [ClaimOutcome] {
+        lock.withLock {
+            pairs.map { pair in
+                if delivered.contains(pair) { return .delivered }
+                if let held = claims[pair], held.until > now, held.owner != owner { return .pendingElsewhere(until: held.until) }
+                claims[pair] = (owner, now + ttlMilliseconds)
+                return .claimed
+            }
+        }
+    }
+
+    func confirm(app: String, pairs: [DeliveryPair]) async throws {
+        lock.withLock {
+            for pair in pairs {
+                delivered.insert(pair)
+                claims[pair] = nil
+            }
+        }
+    }
+
+    func release(app: String, pairs: [DeliveryPair], owner: String) async throws {
+        lock.withLock {
+            for pair in pairs where claims[pair]?.owner == owner {
+                claims[pair] = nil
+                releasedCount += 1
+            }
+        }
     }
 }
 
@@ -59,9 +88,10 @@ func outbound(_ tok: String, event: String = "e1", attempt: Int = 1, notBefore: 
     return StageInput(topic: attempt == 1 ? "herald.outbound" : "herald.retry", value: try StageCodec.encode(record))
 }
 
-func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAttempts: Int = 3) -> SendProcessor {
+func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAttempts: Int = 3,
+                   owner: String = "me") -> SendProcessor {
     SendProcessor(retryTopic: "herald.retry", tokenFeedbackTopic: "herald.token-feedback", transport: transport,
-                  ledger: ledger,
+                  ledger: ledger, owner: owner, claimTTL: .seconds(90),
                   retryPolicy: APNsBackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), jitter: 0,
                                                  maxAttempts: maxAttempts),
                   unit: { 0 })
@@ -117,6 +147,57 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         let results = await send.process([try outbound(token("c"), attempt: 3)], context: fixedContext)
         #expect(results[0].outputs.isEmpty)
         #expect(results[0].deadLetter?.reason == "retries_exhausted")
+    }
+
+    @Test func aPairClaimedByAnotherProcessWaitsInTheRetryTopicUntilTheClaimEnds() async throws {
+        let now: Int64 = 1_732_000_100_000
+        let pair = DeliveryPair(eventID: "e1", token: token("a"))
+        let transport = ScriptedTransport([:])
+        let ledger = MemoryLedger(claims: [pair: ("other", now + 5_000)])
+        let results = await sendProcessor(transport, ledger).process([try outbound(token("a"), attempt: 2)],
+                                                                     context: fixedContext)
+        #expect(transport.sent.isEmpty)
+        let later = try decode(OutboundRecord.self, try #require(results[0].outputs.first))
+        #expect(results[0].outputs[0].topic == "herald.retry")
+        #expect(later.attempt == 2)  // waiting for a claim is not an attempt
+        #expect(later.notBefore == now + 5_100)
+        #expect(results[0].notes == [.retried(reason: "claimed_elsewhere")])
+        #expect(ledger.claimed[pair] == "other")
+    }
+
+    @Test func anExpiredClaimOfAnotherProcessIsTakenOverAndSent() async throws {
+        let now: Int64 = 1_732_000_100_000
+        let pair = DeliveryPair(eventID: "e1", token: token("a"))
+        let transport = ScriptedTransport([:])
+        let ledger = MemoryLedger(claims: [pair: ("dead", now - 1)])
+        let results = await sendProcessor(transport, ledger).process([try outbound(token("a"))], context: fixedContext)
+        #expect(transport.sent == [token("a")])
+        #expect(results[0].explain.first?.decision == "delivered")
+        #expect(ledger.pairs == [pair])
+    }
+
+    @Test func twoCopiesOfOnePairInFlightAreSentOnce() async throws {
+        let transport = ScriptedTransport([:])
+        let ledger = MemoryLedger()
+        let send = sendProcessor(transport, ledger)
+        // The same pair twice in one batch, and again in a batch processed at the same time.
+        async let first = send.process([try outbound(token("a")), try outbound(token("a"))], context: fixedContext)
+        async let second = send.process([try outbound(token("a"))], context: fixedContext)
+        let all = await first + second
+        #expect(transport.sent == [token("a")])
+        #expect(all.filter { $0.notes == [.duplicate] }.count == 2)
+        #expect(all.allSatisfy { !$0.handBack && $0.deadLetter == nil && $0.outputs.isEmpty })
+    }
+
+    @Test func claimsOfNotificationsThatWereNotDeliveredAreReleased() async throws {
+        let transport = ScriptedTransport([token("c"): .answered(status: 503, reason: .serviceUnavailable, timestamp: nil),
+                                           token("d"): .answered(status: 400, reason: .badTopic, timestamp: nil)])
+        let ledger = MemoryLedger()
+        _ = await sendProcessor(transport, ledger).process([try outbound(token("c")), try outbound(token("d"))],
+                                                           context: fixedContext)
+        #expect(ledger.released == 2)
+        #expect(ledger.claimed.isEmpty)
+        #expect(ledger.pairs.isEmpty)
     }
 
     @Test func aDeliveredPairIsNeverSentAgain() async throws {

@@ -117,6 +117,38 @@ struct StateStoreTests {
         #expect(try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 5_000) == .notRegistered)
     }
 
+    @Test("claims: one owner claims, another sees it pending until confirmed, released or expired")
+    func claims() async throws {
+        let server = try RedisServerProcess()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let now: Int64 = 1_732_000_000_000
+        let a = DeliveryKey(eventId: "e1", token: Self.token(1)), b = DeliveryKey(eventId: "e1", token: Self.token(2))
+
+        #expect(try await store.claim(app: "a", pairs: [a, b], owner: "p1", ttlMilliseconds: 60_000, now: now) == [.claimed, .claimed])
+        // Another process: both pending until p1's claim expires; p1 itself may claim again (a later attempt).
+        #expect(try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 10)
+                == [.pending(owner: "p1", until: now + 60_000), .pending(owner: "p1", until: now + 60_000)])
+        #expect(try await store.claim(app: "a", pairs: [a], owner: "p1", ttlMilliseconds: 60_000, now: now + 20) == [.claimed])
+        // p1 confirms a and releases b: a is delivered for everyone, b is free again.
+        try await store.confirmDelivered(app: "a", pairs: [a], ttlMilliseconds: 120_000)
+        try await store.releaseClaims(app: "a", pairs: [b], owner: "p1")
+        #expect(try await store.wasDelivered(app: "a", pairs: [a, b]) == [true, false])
+        #expect(try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 30) == [.delivered, .claimed])
+        // Releasing someone else's claim or a delivery record does nothing.
+        try await store.releaseClaims(app: "a", pairs: [a, b], owner: "p1")
+        #expect(try await store.claim(app: "a", pairs: [a, b], owner: "p3", ttlMilliseconds: 60_000, now: now + 40)
+                == [.delivered, .pending(owner: "p2", until: now + 60_030)])
+        let pttl = try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e1", token: Self.token(1))).int ?? -10
+        #expect(pttl > 60_000 && pttl <= 120_000)
+        // A claim expires with its TTL: then another owner takes it.
+        let c = DeliveryKey(eventId: "e3", token: Self.token(3))
+        #expect(try await store.claim(app: "a", pairs: [c], owner: "p1", ttlMilliseconds: 50, now: now) == [.claimed])
+        try await Task.sleep(for: .milliseconds(120))
+        #expect(try await store.claim(app: "a", pairs: [c], owner: "p2", ttlMilliseconds: 60_000, now: now) == [.claimed])
+    }
+
     @Test("idempotency records: the first mark wins, replays see it, and it expires with its TTL")
     func idempotency() async throws {
         let server = try RedisServerProcess()

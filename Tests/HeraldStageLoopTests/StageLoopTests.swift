@@ -185,6 +185,58 @@ func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcesso
     }
 }
 
+/// Emits a 2 MB output for `huge-*` records (more than the producer's `message.max.bytes`), else echoes.
+struct HugeOutputProcessor: StageProcessor {
+    let stage = "echo"
+    func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        batch.map { input in
+            let text = String(decoding: input.value ?? [], as: UTF8.self)
+            let value = text.hasPrefix("huge") ? [UInt8](repeating: 0x78, count: 2_000_000) : Array(text.uppercased().utf8)
+            return StageResult(outputs: [StageOutput(topic: "out", key: text, value: value)])
+        }
+    }
+}
+
+@Suite(.serialized) struct StageLoopRejectionTests {
+    @Test func anOutputTheBrokerRefusesForGoodIsDeadLetteredAndThePartitionMovesOn() async throws {
+        let broker = try TansuBroker()
+        try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
+        try await produce(["ok-0", "huge-1", "ok-2", "huge-3", "ok-4"], topic: "in", brokers: broker.brokers)
+        var configuration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: "reject-1", topics: ["in"])
+        configuration.sessionTimeout = .seconds(3)
+        let consumer = try KafkaConsumer(configuration: configuration)
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+        let loop = StageLoop(consumer: consumer, producer: producer, processor: HugeOutputProcessor(),
+                             configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10, dlqMaxOriginalBytes: 1000),
+                             metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+        let running = Task { try await loop.run() }
+        let records = try await collect(topics: ["out", "dlq"], count: 5, brokers: broker.brokers)
+        // The partition moved on: every input completed and its offset was committed.
+        let tp = TopicPartition(topic: "in", partition: 0)
+        var committed: Int64 = -1
+        let deadline = ContinuousClock.now + .seconds(20)
+        while committed < 5, ContinuousClock.now < deadline {
+            try await consumer.commit()
+            committed = try await consumer.committed([tp])[tp] ?? -1
+            if committed < 5 { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        loop.stop()
+        try await running.value
+        #expect(committed == 5)
+        #expect(records.filter { $0.topic == "out" }.map { String(decoding: $0.value ?? [], as: UTF8.self) } == ["OK-0", "OK-2", "OK-4"])
+        let letters = try records.filter { $0.topic == "dlq" }.map { try StageCodec.decode(DLQRecord.self, from: $0.value ?? []) }
+        #expect(letters.count == 2)
+        for letter in letters {
+            #expect(letter.reason == "produce_rejected")
+            #expect(letter.detail.contains("MSG_SIZE_TOO_LARGE"), "\(letter.detail)")
+            #expect(letter.truncated && letter.originalSize == 2_000_000 && letter.originalBytes?.count == 1000)
+            #expect(letter.originalSHA256 == SHA256.hex([UInt8](repeating: 0x78, count: 2_000_000)))
+            #expect(letter.sourceTopic == "in" && letter.sourcePartition == 0)
+        }
+        #expect(Set(letters.compactMap(\.sourceOffset)) == [1, 3])
+    }
+}
+
 final class Seen: @unchecked Sendable {
     // @unchecked Sendable: guarded by `lock`.
     private let lock = NSLock()

@@ -74,13 +74,13 @@ struct JSONLogTests {
 
 @Suite("Environment binding")
 struct EnvironmentTests {
-    @Test("defaults apply when nothing is set")
+    @Test("defaults apply when nothing is set (the metrics endpoint binds to loopback unless configured)")
     func defaults() throws {
         let environment = try StageEnvironment(environment: [:])
         #expect(environment.pipelineFile == "pipelines/example.yaml")
         #expect(environment.kafkaBrokers == "127.0.0.1:9092")
         #expect(environment.redisURL == "redis://127.0.0.1:6379")
-        #expect(environment.metricsHost == "0.0.0.0")
+        #expect(environment.metricsHost == "127.0.0.1")
         #expect(environment.metricsPort == 9100)
         #expect(environment.shutdownDeadline == .milliseconds(25_000))
         #expect(environment.logLevel == .info)
@@ -105,7 +105,7 @@ struct EnvironmentTests {
         #expect(environment.shutdownDeadline == .milliseconds(1500))
         #expect(environment.logLevel == .debug)
         #expect(environment.instance == "send-7")
-        #expect(environment.metricsHost == "0.0.0.0")
+        #expect(environment.metricsHost == "127.0.0.1")
     }
 
     @Test("unknown HERALD_* keys are warned about; other variables and declared extra keys are not")

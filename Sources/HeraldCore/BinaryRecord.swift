@@ -1,0 +1,463 @@
+// The binary form of the records stages put on Kafka between them (herald.ingested, herald.resolved,
+// herald.deliverable, herald.outbound, herald.retry). Every notification crosses three or four of these hops,
+// so the format is chosen for the CPU it costs, not for reading: a four-byte header, then fields in a fixed
+// order as varints and length-prefixed UTF-8. Encoding and decoding a delivery record costs about a tenth of
+// the JSON form (`herald-bench codec` prints both).
+//
+// - Header: 0x00 'H' <version> <record type>. A JSON record starts with '{' (or whitespace), so a reader tells
+//   the two apart from the first byte and still accepts JSON (records replayed from the DLQ, written by hand
+//   or by an older Herald): see `StageCodec.decode`.
+// - A record written by a newer Herald with a higher version is refused with a clear error (dead-lettered),
+//   never misread.
+// - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
+
+/// Appends binary record fields.
+public struct BinaryWriter: Sendable {
+    public private(set) var bytes: [UInt8]
+
+    public init(capacity: Int = 512) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+    }
+
+    @inline(__always) public mutating func byte(_ b: UInt8) { bytes.append(b) }
+
+    @inline(__always) public mutating func varint(_ value: UInt64) {
+        var v = value
+        while v >= 0x80 {
+            bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
+            v >>= 7
+        }
+        bytes.append(UInt8(v))
+    }
+
+    /// A signed integer, zigzag encoded.
+    @inline(__always) public mutating func int(_ value: Int64) {
+        varint(UInt64(bitPattern: (value << 1) ^ (value >> 63)))
+    }
+
+    @inline(__always) public mutating func int(_ value: Int) { int(Int64(value)) }
+
+    @inline(__always) public mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
+
+    public mutating func string(_ value: String) {
+        var s = value
+        s.withUTF8 { utf8 in
+            varint(UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    public mutating func bytes(_ value: [UInt8]) {
+        varint(UInt64(value.count))
+        bytes.append(contentsOf: value)
+    }
+
+    /// 0 for nil, else 1 and the string.
+    public mutating func optional(_ value: String?) {
+        if let value {
+            bytes.append(1)
+            string(value)
+        } else {
+            bytes.append(0)
+        }
+    }
+
+    public mutating func optional(_ value: Int64?) {
+        if let value {
+            bytes.append(1)
+            int(value)
+        } else {
+            bytes.append(0)
+        }
+    }
+
+    public mutating func strings(_ values: [String]) {
+        varint(UInt64(values.count))
+        for v in values { string(v) }
+    }
+}
+
+/// Reads binary record fields; every read checks its bounds.
+public struct BinaryReader {
+    private let base: UnsafeRawBufferPointer
+    public private(set) var offset: Int
+    let record: String
+
+    init(_ base: UnsafeRawBufferPointer, offset: Int, record: String) {
+        self.base = base
+        self.offset = offset
+        self.record = record
+    }
+
+    public var isAtEnd: Bool { offset >= base.count }
+
+    func fail(_ what: String) -> StageRecordError {
+        StageRecordError(record: record, detail: "(binary) \(what) at byte \(offset)")
+    }
+
+    @inline(__always) public mutating func byte() throws(StageRecordError) -> UInt8 {
+        guard offset < base.count else { throw fail("truncated") }
+        defer { offset += 1 }
+        return base[offset]
+    }
+
+    public mutating func varint() throws(StageRecordError) -> UInt64 {
+        var result: UInt64 = 0
+        var shift: UInt64 = 0
+        while true {
+            let b = try byte()
+            if shift == 63 && b > 1 { throw fail("varint overflow") }
+            result |= UInt64(b & 0x7f) << shift
+            if b < 0x80 { return result }
+            shift += 7
+            if shift > 63 { throw fail("varint overflow") }
+        }
+    }
+
+    public mutating func int() throws(StageRecordError) -> Int64 {
+        let v = try varint()
+        return Int64(bitPattern: (v >> 1) ^ (0 &- (v & 1)))
+    }
+
+    /// A length or item count; each byte or item takes at least one byte, so it is at most what is left.
+    public mutating func count(_ what: String) throws(StageRecordError) -> Int {
+        let n = try varint()
+        guard n <= UInt64(base.count - offset) else { throw fail("\(what) length \(n) out of range") }
+        return Int(n)
+    }
+
+    public mutating func bool() throws(StageRecordError) -> Bool {
+        switch try byte() {
+        case 0: return false
+        case 1: return true
+        default: throw fail("expected a boolean")
+        }
+    }
+
+    public mutating func string() throws(StageRecordError) -> String {
+        let n = try count("string")
+        let start = offset
+        offset += n
+        return String(decoding: UnsafeRawBufferPointer(rebasing: base[start..<start + n]), as: UTF8.self)
+    }
+
+    public mutating func bytes() throws(StageRecordError) -> [UInt8] {
+        let n = try count("bytes")
+        let start = offset
+        offset += n
+        return Array(base[start..<start + n])
+    }
+
+    public mutating func optionalString() throws(StageRecordError) -> String? {
+        try bool() ? try string() : nil
+    }
+
+    public mutating func optionalInt() throws(StageRecordError) -> Int64? {
+        try bool() ? try int() : nil
+    }
+
+    public mutating func strings() throws(StageRecordError) -> [String] {
+        let n = try count("items")
+        var out: [String] = []
+        out.reserveCapacity(n)
+        for _ in 0..<n { out.append(try string()) }
+        return out
+    }
+
+    public mutating func enumValue<E: RawRepresentable>(_ type: E.Type) throws(StageRecordError) -> E where E.RawValue == String {
+        let raw = try string()
+        guard let v = E(rawValue: raw) else { throw fail("unknown \(E.self) \"\(raw)\"") }
+        return v
+    }
+}
+
+/// A record with a binary form.
+public protocol BinaryRecord {
+    /// The record type byte of the header.
+    static var binaryType: UInt8 { get }
+    func write(into w: inout BinaryWriter)
+    init(binary r: inout BinaryReader) throws(StageRecordError)
+}
+
+public enum BinaryRecordFormat {
+    public static let magic: (UInt8, UInt8) = (0x00, 0x48)
+    public static let version: UInt8 = 1
+
+    /// True when `bytes` start with the binary header (whatever its version).
+    public static func isBinary(_ bytes: some Collection<UInt8>) -> Bool {
+        var i = bytes.makeIterator()
+        return i.next() == magic.0 && i.next() == magic.1
+    }
+
+    public static func encode<T: BinaryRecord>(_ record: T, capacity: Int = 1024) -> [UInt8] {
+        var w = BinaryWriter(capacity: capacity)
+        w.byte(magic.0); w.byte(magic.1); w.byte(version); w.byte(T.binaryType)
+        record.write(into: &w)
+        return w.bytes
+    }
+
+    public static func decode<T: BinaryRecord>(_ type: T.Type, from bytes: [UInt8]) throws(StageRecordError) -> T {
+        let name = "\(T.self)"
+        let result: Result<T, StageRecordError> = bytes.withUnsafeBytes { raw in
+            var r = BinaryReader(raw, offset: 0, record: name)
+            do throws(StageRecordError) {
+                guard try r.byte() == magic.0, try r.byte() == magic.1 else { throw r.fail("not a binary record") }
+                let v = try r.byte()
+                guard v == version else {
+                    throw StageRecordError(record: name, detail: "(binary) format version \(v) is not supported (this Herald reads \(version))")
+                }
+                let t = try r.byte()
+                guard t == T.binaryType else {
+                    throw StageRecordError(record: name, detail: "(binary) record type \(t), expected \(T.binaryType)")
+                }
+                let record = try T(binary: &r)
+                guard r.isAtEnd else { throw r.fail("trailing bytes") }
+                return .success(record)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+}
+
+// MARK: The event
+
+extension ChatEvent {
+    func write(into w: inout BinaryWriter) {
+        w.string(eventID); w.string(appID); w.string(kind.rawValue); w.optional(createdAt)
+        w.string(sender.id); w.optional(sender.name); w.optional(sender.profileURL)
+        w.string(conversation.id); w.string(conversation.type.rawValue)
+        w.optional(conversation.name); w.optional(conversation.customType)
+        if let recipients { w.bool(true); w.strings(recipients) } else { w.bool(false) }
+        if let m = message {
+            w.bool(true)
+            w.string(m.id); w.string(m.type.rawValue); w.string(m.text); w.string(m.customType); w.string(m.data)
+            if let f = m.file {
+                w.bool(true); w.optional(f.name); w.optional(f.mimeType); w.optional(f.url)
+            } else {
+                w.bool(false)
+            }
+            w.strings(m.mentions); w.string(m.mentionType.rawValue); w.optional(m.language)
+            w.varint(UInt64(m.translations.count))
+            for (language, text) in m.translations { w.string(language); w.string(text) }
+        } else {
+            w.bool(false)
+        }
+        if let c = call {
+            w.bool(true); w.string(c.action.rawValue); w.string(c.sessionID); w.string(c.type.rawValue)
+        } else {
+            w.bool(false)
+        }
+        if let r = reaction { w.bool(true); w.string(r.emoji); w.optional(r.messageID) } else { w.bool(false) }
+        if let g = groupAction { w.bool(true); w.string(g.action.rawValue); w.string(g.actorName) } else { w.bool(false) }
+        w.bool(ext.ignoreNotification); w.bool(ext.forceNotification)
+        let a = ext.apns
+        w.optional(a.pushContent); w.optional(a.category); w.optional(a.sound); w.bool(a.mutableContent)
+        w.optional(a.titleLocKey)
+        if let v = a.titleLocArgs { w.bool(true); w.strings(v) } else { w.bool(false) }
+        w.optional(a.bodyLocKey)
+        if let v = a.bodyLocArgs { w.bool(true); w.strings(v) } else { w.bool(false) }
+        w.optional(a.extern.map(\.serialized))
+    }
+
+    init(binary r: inout BinaryReader) throws(StageRecordError) {
+        let eventID = try r.string(), appID = try r.string(), kind = try r.enumValue(Kind.self)
+        let createdAt = try r.optionalInt()
+        let sender = Sender(id: try r.string(), name: try r.optionalString(), profileURL: try r.optionalString())
+        let conversation = Conversation(id: try r.string(), type: try r.enumValue(ConversationType.self),
+                                        name: try r.optionalString(), customType: try r.optionalString())
+        let recipients = try r.bool() ? try r.strings() : nil
+        var message: Message?
+        if try r.bool() {
+            let id = try r.string(), type = try r.enumValue(MessageType.self), text = try r.string()
+            let customType = try r.string(), data = try r.string()
+            let file = try r.bool() ? File(name: try r.optionalString(), mimeType: try r.optionalString(),
+                                           url: try r.optionalString()) : nil
+            let mentions = try r.strings(), mentionType = try r.enumValue(MentionType.self)
+            let language = try r.optionalString()
+            let n = try r.count("items")
+            var translations: [(String, String)] = []
+            translations.reserveCapacity(n)
+            for _ in 0..<n { translations.append((try r.string(), try r.string())) }
+            message = Message(id: id, type: type, text: text, customType: customType, data: data, file: file,
+                              mentions: mentions, mentionType: mentionType, language: language, translations: translations)
+        }
+        let call = try r.bool() ? Call(action: try r.enumValue(CallAction.self), sessionID: try r.string(),
+                                       type: try r.enumValue(CallType.self)) : nil
+        let reaction = try r.bool() ? Reaction(emoji: try r.string(), messageID: try r.optionalString()) : nil
+        let groupAction = try r.bool() ? GroupAction(action: try r.enumValue(GroupActionKind.self),
+                                                     actorName: try r.string()) : nil
+        let ignore = try r.bool(), force = try r.bool()
+        var a = APNsExtension()
+        a.pushContent = try r.optionalString(); a.category = try r.optionalString(); a.sound = try r.optionalString()
+        a.mutableContent = try r.bool()
+        a.titleLocKey = try r.optionalString()
+        a.titleLocArgs = try r.bool() ? try r.strings() : nil
+        a.bodyLocKey = try r.optionalString()
+        a.bodyLocArgs = try r.bool() ? try r.strings() : nil
+        if let extern = try r.optionalString() {
+            do { a.extern = try JSONValue.parse(extern) } catch { throw r.fail("ext.em_apns_ext.extern: \(error.description)") }
+        }
+        self.init(eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
+                  conversation: conversation, recipients: recipients, message: message, call: call, reaction: reaction,
+                  groupAction: groupAction, ext: Extension(ignoreNotification: ignore, forceNotification: force, apns: a))
+    }
+}
+
+// MARK: State
+
+extension Device {
+    func write(into w: inout BinaryWriter) {
+        w.string(token); w.string(kind.rawValue); w.string(environment.rawValue); w.optional(bundleID); w.int(registeredAt)
+    }
+
+    init(binary r: inout BinaryReader) throws(StageRecordError) {
+        self.init(token: try r.string(), kind: try r.enumValue(Kind.self), environment: try r.enumValue(APNsEnvironment.self),
+                  bundleID: try r.optionalString(), registeredAt: try r.int())
+    }
+
+    static func write(_ devices: [Device], into w: inout BinaryWriter) {
+        w.varint(UInt64(devices.count))
+        for d in devices { d.write(into: &w) }
+    }
+
+    static func readList(_ r: inout BinaryReader) throws(StageRecordError) -> [Device] {
+        let n = try r.count("items")
+        var out: [Device] = []
+        out.reserveCapacity(n)
+        for _ in 0..<n { out.append(try Device(binary: &r)) }
+        return out
+    }
+}
+
+extension UserState {
+    func write(into w: inout BinaryWriter) {
+        Device.write(devices, into: &w)
+        w.strings(online)
+        let p = preferences
+        w.string(p.trigger.rawValue)
+        w.varint(UInt64(p.conversations.count))
+        for (id, c) in p.conversations.sorted(by: { $0.key < $1.key }) {
+            w.string(id); w.string(c.trigger.rawValue); w.bool(c.muted)
+        }
+        if let d = p.dnd {
+            w.bool(true); w.int(d.start.minutes); w.int(d.end.minutes); w.string(d.timezone)
+        } else {
+            w.bool(false)
+        }
+        if let s = p.snooze { w.bool(true); w.int(s.start); w.int(s.end) } else { w.bool(false) }
+        w.string(p.template.rawValue); w.string(p.displayStyle.rawValue); w.optional(p.displayName)
+        w.strings(p.languages); w.bool(p.badge)
+        w.int(unread.total)
+        w.varint(UInt64(unread.conversations.count))
+        for (id, count) in unread.conversations.sorted(by: { $0.key < $1.key }) { w.string(id); w.int(count) }
+    }
+
+    init(binary r: inout BinaryReader) throws(StageRecordError) {
+        self.init(devices: try Device.readList(&r), online: try r.strings())
+        var p = Preferences()
+        p.trigger = try r.enumValue(PushTrigger.self)
+        let nc = try r.count("items")
+        for _ in 0..<nc {
+            let id = try r.string()
+            p.conversations[id] = ConversationPreference(trigger: try r.enumValue(ConversationTrigger.self), muted: try r.bool())
+        }
+        if try r.bool() {
+            let start = try r.int(), end = try r.int()
+            guard (0...1440).contains(start), (0...1440).contains(end) else { throw r.fail("dnd minutes out of range") }
+            p.dnd = DoNotDisturb(start: ClockTime(hour: 0, minute: Int(start)), end: ClockTime(hour: 0, minute: Int(end)),
+                                 timezone: try r.string())
+        }
+        if try r.bool() { p.snooze = Snooze(start: try r.int(), end: try r.int()) }
+        p.template = try r.enumValue(TemplateChoice.self)
+        p.displayStyle = try r.enumValue(DisplayStyle.self)
+        p.displayName = try r.optionalString()
+        p.languages = try r.strings()
+        p.badge = try r.bool()
+        preferences = p
+        unread.total = Int(clamping: try r.int())
+        let nu = try r.count("items")
+        for _ in 0..<nu {
+            let id = try r.string()
+            unread.conversations[id] = Int(clamping: try r.int())
+        }
+    }
+}
+
+// MARK: Records
+
+extension IngestedRecord: BinaryRecord {
+    public static let binaryType: UInt8 = 1
+
+    public func write(into w: inout BinaryWriter) {
+        event.write(into: &w)
+        w.int(ingestedAt)
+    }
+
+    public init(binary r: inout BinaryReader) throws(StageRecordError) {
+        self.init(event: try ChatEvent(binary: &r), ingestedAt: try r.int())
+    }
+}
+
+extension ResolvedRecord: BinaryRecord {
+    public static let binaryType: UInt8 = 2
+
+    public func write(into w: inout BinaryWriter) {
+        event.write(into: &w)
+        w.string(recipient)
+        state.write(into: &w)
+        w.optional(senderDisplayName)
+    }
+
+    public init(binary r: inout BinaryReader) throws(StageRecordError) {
+        self.init(event: try ChatEvent(binary: &r), recipient: try r.string(), state: try UserState(binary: &r),
+                  senderDisplayName: try r.optionalString())
+    }
+}
+
+extension DeliverableRecord: BinaryRecord {
+    public static let binaryType: UInt8 = 3
+
+    public func write(into w: inout BinaryWriter) {
+        event.write(into: &w)
+        w.string(recipient)
+        state.write(into: &w)
+        Device.write(targets, into: &w)
+        w.optional(senderDisplayName)
+    }
+
+    public init(binary r: inout BinaryReader) throws(StageRecordError) {
+        self.init(event: try ChatEvent(binary: &r), recipient: try r.string(), state: try UserState(binary: &r),
+                  targets: try Device.readList(&r), senderDisplayName: try r.optionalString())
+    }
+}
+
+extension APNsRequest {
+    func write(into w: inout BinaryWriter) {
+        w.string(token); w.string(environment.rawValue); w.string(pushType.rawValue); w.string(topic)
+        w.int(priority); w.optional(collapseID); w.int(expiration); w.string(apnsID); w.bytes(payload)
+    }
+
+    init(binary r: inout BinaryReader) throws(StageRecordError) {
+        self.init(token: try r.string(), environment: try r.enumValue(APNsEnvironment.self),
+                  pushType: try r.enumValue(PushType.self), topic: try r.string(), priority: Int(clamping: try r.int()),
+                  collapseID: try r.optionalString(), expiration: try r.int(), apnsID: try r.string(), payload: try r.bytes())
+    }
+}
+
+extension OutboundRecord: BinaryRecord {
+    public static let binaryType: UInt8 = 4
+
+    public func write(into w: inout BinaryWriter) {
+        w.string(eventID); w.string(appID); w.string(recipient)
+        request.write(into: &w)
+        w.int(attempt); w.optional(notBefore)
+    }
+
+    public init(binary r: inout BinaryReader) throws(StageRecordError) {
+        self.init(eventID: try r.string(), appID: try r.string(), recipient: try r.string(),
+                  request: try APNsRequest(binary: &r), attempt: Int(clamping: try r.int()), notBefore: try r.optionalInt())
+    }
+}
