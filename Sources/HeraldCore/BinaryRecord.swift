@@ -461,3 +461,29 @@ extension OutboundRecord: BinaryRecord {
                   request: try APNsRequest(binary: &r), attempt: Int(clamping: try r.int()), notBefore: try r.optionalInt())
     }
 }
+
+extension ResolvedRecord {
+    /// The wire bytes of one event's records for many recipients, with the event encoded once (resolve's fan-out:
+    /// a conversation of thousands would otherwise encode the same event thousands of times).
+    public static func wireBytes(event: ChatEvent, recipients: [(user: String, state: UserState)],
+                                 senderDisplayName: String?) -> [[UInt8]] {
+        var eventWriter = BinaryWriter(capacity: 512)
+        event.write(into: &eventWriter)
+        let eventBytes = eventWriter.bytes
+        return recipients.map { recipient in
+            var w = BinaryWriter(capacity: eventBytes.count + 256)
+            w.byte(BinaryRecordFormat.magic.0); w.byte(BinaryRecordFormat.magic.1)
+            w.byte(BinaryRecordFormat.version); w.byte(binaryType)
+            w.raw(eventBytes)
+            w.string(recipient.user)
+            recipient.state.write(into: &w)
+            w.optional(senderDisplayName)
+            return w.bytes
+        }
+    }
+}
+
+extension BinaryWriter {
+    /// Appends bytes already in the binary form (a field encoded once and reused).
+    public mutating func raw(_ encoded: [UInt8]) { bytes.append(contentsOf: encoded) }
+}

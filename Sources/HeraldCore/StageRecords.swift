@@ -44,7 +44,8 @@ public struct ResolvedRecord: Codable, Sendable, Hashable {
 }
 
 /// `herald.deliverable`: a recipient the rules let through, with the devices to target.
-/// Keyed by recipient user id.
+/// Keyed by recipient user id. `state` carries what rendering reads (preferences, unread counts); suppress
+/// leaves its device and presence lists empty, since `targets` names the devices.
 public struct DeliverableRecord: Codable, Sendable, Hashable {
     public var event: ChatEvent
     public var recipient: String

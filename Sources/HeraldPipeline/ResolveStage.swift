@@ -111,10 +111,10 @@ public struct ResolveProcessor: StageProcessor {
             let displayName = appStates[event.sender.id]?.preferences.displayName
             let recipients = recipientsOf[index] ?? []
             var result = StageResult()
-            for user in recipients {
-                let record = ResolvedRecord(event: event, recipient: user, state: (appStates[user] ?? UserState()).scoped(to: event.conversation.id),
-                                            senderDisplayName: displayName)
-                result.outputs.append(StageOutput.record(record, topic: resolvedTopic, key: user))
+            let scoped = recipients.map { (user: $0, state: (appStates[$0] ?? UserState()).scoped(to: event.conversation.id)) }
+            let encoded = ResolvedRecord.wireBytes(event: event, recipients: scoped, senderDisplayName: displayName)
+            for (user, bytes) in zip(recipients, encoded) {
+                result.outputs.append(StageOutput(topic: resolvedTopic, key: user, value: bytes))
             }
             result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage,
                                                decision: "fanned_out", at: now, count: recipients.count))

@@ -33,7 +33,11 @@ public struct SuppressProcessor: StageProcessor {
                              decision: "suppress", reason: reason.rawValue, at: at),
             ])
         case .deliver(let targets):
-            let deliverable = DeliverableRecord(event: event, recipient: record.recipient, state: record.state,
+            // Rendering reads preferences and unread counts; the devices it needs are the targets.
+            var state = record.state
+            state.devices = []
+            state.online = []
+            let deliverable = DeliverableRecord(event: event, recipient: record.recipient, state: state,
                                                 targets: targets, senderDisplayName: record.senderDisplayName)
             let output = StageOutput.record(deliverable, topic: deliverableTopic, key: record.recipient)
             return StageResult(outputs: [output], explain: [

@@ -11,7 +11,7 @@
 /// | `herald:<app>:user:{<user>}:prefs` | string | preferences JSON (SPEC 7 field names) |
 /// | `herald:<app>:user:{<user>}:unread` | hash | `total` -> count, `c:<conversation>` -> count |
 /// | `herald:<app>:conv:{<conversation>}:members` | set | user ids |
-/// | `herald:<app>:delivered:<event>:<token>` | string | `1`, with a TTL (SET NX PX) |
+/// | `herald:<app>:delivered:<event>:<token>` | string | `p:<owner>:<expires>` (claimed) or `1` (delivered), with a TTL |
 public enum RedisKeys {
     public static let prefix = "herald"
 

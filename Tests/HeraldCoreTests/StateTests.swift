@@ -183,6 +183,10 @@ struct StateTests {
         #expect(Array(wire.prefix(4)) == [0x00, 0x48, BinaryRecordFormat.version, DeliverableRecord.binaryType])
         #expect(wire.count * 2 < deliverable.jsonBytes().count, "binary \(wire.count) bytes vs JSON \(deliverable.jsonBytes().count)")
         #expect(try StageCodec.decode(DeliverableRecord.self, from: wire) == deliverable)
+        // Resolve's fan-out encodes the event once: the same bytes as one record at a time.
+        let fanned = ResolvedRecord.wireBytes(event: e, recipients: [("u2", state), ("u3", UserState())], senderDisplayName: "C")
+        #expect(fanned == [StageCodec.encode(ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C")),
+                           StageCodec.encode(ResolvedRecord(event: e, recipient: "u3", state: UserState(), senderDisplayName: "C"))])
         // A JSON record (replayed from the DLQ, published by hand) is still read.
         #expect(try StageCodec.decode(DeliverableRecord.self, from: deliverable.jsonBytes()) == deliverable)
         // The DLQ stays JSON, for people and tools.

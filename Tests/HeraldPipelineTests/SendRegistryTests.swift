@@ -181,8 +181,9 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         let ledger = MemoryLedger()
         let send = sendProcessor(transport, ledger)
         // The same pair twice in one batch, and again in a batch processed at the same time.
-        async let first = send.process([try outbound(token("a")), try outbound(token("a"))], context: fixedContext)
-        async let second = send.process([try outbound(token("a"))], context: fixedContext)
+        let one = [try outbound(token("a")), try outbound(token("a"))], two = [try outbound(token("a"))]
+        async let first = send.process(one, context: fixedContext)
+        async let second = send.process(two, context: fixedContext)
         let all = await first + second
         #expect(transport.sent == [token("a")])
         #expect(all.filter { $0.notes == [.duplicate] }.count == 2)

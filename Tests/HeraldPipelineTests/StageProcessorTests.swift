@@ -27,6 +27,11 @@ func decode<T: Decodable>(_ type: T.Type, _ output: StageOutput) throws -> T {
     try StageCodec.decode(T.self, from: output.value)
 }
 
+/// Stage records in their wire form (binary between stages).
+func decode<T: StageRecord>(_ type: T.Type, _ output: StageOutput) throws -> T {
+    try StageCodec.decode(T.self, from: output.value)
+}
+
 func event(_ json: String) -> StageInput { StageInput(topic: "chat.events", value: Array(json.utf8)) }
 
 @Suite struct IngestTests {
