@@ -315,7 +315,7 @@ struct EndToEndTests {
         if !twice.isEmpty { stack.log("SIGKILL send: \(twice.count) notification(s) delivered twice, all from the crash window") }
     }
 
-    /// SPEC 6: on SIGTERM a stage stops pulling, finishes or hands back what is in flight, commits and exits 0;
+    /// docs/behaviour.md §11: on SIGTERM a stage stops pulling, finishes or hands back what is in flight, commits and exits 0;
     /// with a graceful stop there is no crash window, so nothing may arrive twice.
     @Test("send stopped with SIGTERM mid-run exits 0; after a restart nothing is lost or delivered twice")
     func sigtermSend() async throws {

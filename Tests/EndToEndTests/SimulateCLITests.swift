@@ -1,4 +1,4 @@
-// `heraldctl simulate` as a chat team runs it (SPEC section 7): the README's example, a dropped event, and
+// `heraldctl simulate` as a chat team runs it (docs/behaviour.md §9): the README's example, a dropped event, and
 // the exit status 2 with one stderr line naming the field for invalid input. No Kafka or Redis involved.
 import Foundation
 import Testing

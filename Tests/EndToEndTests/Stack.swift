@@ -27,7 +27,7 @@ struct E2EStackTrait: SuiteTrait, TestScoping {
             await stack.stop()
             throw error
         }
-        // SPEC 6: on SIGTERM every stage finishes, commits and exits 0 within its deadline.
+        // docs/behaviour.md §11: on SIGTERM every stage finishes, commits and exits 0 within its deadline.
         for stage in await stack.stop() {
             Issue.record("\(stage) did not exit 0 within 8 s of SIGTERM")
         }
