@@ -110,29 +110,32 @@ let package = Package(
         ]),
 
         // MARK: Tests
+        // What the test targets share: free ports, child processes, Tansu, redis-server, TLS material, waits on
+        // conditions. A regular target (test targets cannot depend on each other) that only test targets use.
+        .target(name: "HeraldTestSupport", dependencies: ["HeraldCore", "HeraldKafka"], path: "Tests/HeraldTestSupport"),
         .testTarget(name: "HeraldCoreTests", dependencies: [
             "HeraldCore", "HeraldConfig",
             .product(name: "PropertyBased", package: "swift-property-based"),
         ]),
         .testTarget(name: "HeraldAPNsTests", dependencies: [
-            "HeraldAPNs", "HeraldCore", "COpenSSL",
+            "HeraldAPNs", "HeraldCore", "COpenSSL", "HeraldTestSupport",
             .product(name: "Metrics", package: "swift-metrics"),
             .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
-        .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka"]),
-        .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore"]),
-        .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),
+        .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
+        .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),
+        .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage", "HeraldTestSupport"]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
-        .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs"]),
+        .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
         .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),
         .testTarget(name: "HeraldStageLoopTests", dependencies: [
-            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore",
+            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore", "HeraldTestSupport",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
         ]),
         // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
         .testTarget(name: "EndToEndTests", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
+            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
     ]

@@ -1,0 +1,32 @@
+// Waiting on conditions instead of sleeping and hoping.
+import Foundation
+import HeraldCore
+
+/// Checks `condition` every `interval` until it holds or `timeout` passed; returns whether it held.
+public func eventually(timeout: Duration, interval: Duration = .milliseconds(50),
+                       _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while true {
+        if try await condition() { return true }
+        if ContinuousClock.now >= deadline { return false }
+        try? await Task.sleep(for: interval)
+    }
+}
+
+/// `eventually`, throwing a failure that names `what` when the condition did not hold in time.
+public func waitUntil(_ what: @autoclosure () -> String, timeout: Duration = .seconds(20),
+                      interval: Duration = .milliseconds(50), _ condition: () async throws -> Bool) async throws {
+    guard try await eventually(timeout: timeout, interval: interval, condition) else {
+        throw TestSupportError("timed out after \(timeout): \(what())")
+    }
+}
+
+/// The blocking form, for set-up code that runs outside async contexts (waiting for a child process's port).
+public func eventuallyBlocking(timeout: Duration, interval: Duration = .milliseconds(20), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while true {
+        if condition() { return true }
+        if ContinuousClock.now >= deadline { return false }
+        usleep(UInt32(interval.microseconds))
+    }
+}
