@@ -1,7 +1,7 @@
 import Foundation
 import HeraldStage
+import HeraldTestSupport
 import Prometheus
-import Synchronization
 import Testing
 
 @Suite("Readiness checks: probe timeouts")
@@ -55,35 +55,5 @@ struct ReadinessTests {
         #expect(report.checks == ["up": true, "down": false])
         // Answered probes do not wait out their timeouts.
         #expect(ContinuousClock.now - started < .seconds(4))
-    }
-}
-
-/// A wait that ignores task cancellation and ends only when `open()` is called (before or after the wait began).
-final class Gate: Sendable {
-    private enum State {
-        case closed([CheckedContinuation<Void, Never>])
-        case open
-    }
-
-    private let state = Mutex(State.closed([]))
-
-    func wait() async {
-        await withCheckedContinuation { continuation in
-            let isOpen = state.withLock { state -> Bool in
-                guard case .closed(let waiting) = state else { return true }
-                state = .closed(waiting + [continuation])
-                return false
-            }
-            if isOpen { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            guard case .closed(let waiting) = state else { return [] }
-            state = .open
-            return waiting
-        }
-        for continuation in waiting { continuation.resume() }
     }
 }

@@ -194,6 +194,17 @@ public final class ChildProcess: Sendable {
         return true
     }
 
+    /// SIGTERM, then SIGKILL after `grace`, without suspending (for `defer` blocks and `deinit`s).
+    public func stopNow(grace: Duration = .seconds(3)) {
+        guard let pid, isRunning else { return }
+        kill(pid, SIGTERM)
+        if !eventuallyBlocking(timeout: grace, { !isRunning }) {
+            kill(pid, SIGKILL)
+            _ = eventuallyBlocking(timeout: .seconds(5)) { !isRunning }
+        }
+        ChildRegistry.remove(pid)
+    }
+
     /// SIGKILL and reap, without suspending (for `deinit`s and other synchronous clean-up).
     public func killNow() {
         guard let pid, isRunning else { return }

@@ -1,6 +1,7 @@
 // Waiting on conditions instead of sleeping and hoping.
 import Foundation
 import HeraldCore
+import Synchronization
 
 /// Checks `condition` every `interval` until it holds or `timeout` passed; returns whether it held.
 public func eventually(timeout: Duration, interval: Duration = .milliseconds(50),
@@ -28,5 +29,33 @@ public func eventuallyBlocking(timeout: Duration, interval: Duration = .millisec
         if condition() { return true }
         if ContinuousClock.now >= deadline { return false }
         usleep(UInt32(interval.microseconds))
+    }
+}
+
+/// A wait that ignores task cancellation (like a call blocked in C) and ends only when `open()` is called,
+/// before or after the wait began.
+public final class Gate: Sendable {
+    private let state = Mutex<(open: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+
+    public init() {}
+
+    public func wait() async {
+        await withCheckedContinuation { continuation in
+            let isOpen = state.withLock { state -> Bool in
+                if state.open { return true }
+                state.waiting.append(continuation)
+                return false
+            }
+            if isOpen { continuation.resume() }
+        }
+    }
+
+    public func open() {
+        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.open = true
+            defer { state.waiting = [] }
+            return state.waiting
+        }
+        for continuation in waiting { continuation.resume() }
     }
 }
