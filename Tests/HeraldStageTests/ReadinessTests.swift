@@ -17,9 +17,10 @@ struct ReadinessTests {
             return true
         }
         // Released long after the timeout, so a readiness check that waits for the probe shows up as a slow answer
-        // rather than a hung test.
+        // rather than a hung test. The bounds below leave room for a loaded machine (a starved test process has
+        // been seen to take 10 s for this 200 ms timeout) and still tell the two apart.
         let release = Task {
-            try? await Task.sleep(for: .seconds(10))
+            try? await Task.sleep(for: .seconds(40))
             gate.open()
         }
         defer { release.cancel(); gate.open() }
@@ -29,7 +30,7 @@ struct ReadinessTests {
         let took = ContinuousClock.now - started
         #expect(report.failing == ["redis"])
         #expect(report.checks == ["broker": true, "redis": false])
-        #expect(took < .seconds(5), "evaluate() took \(took) with a 200 ms probe timeout")
+        #expect(took < .seconds(25), "evaluate() took \(took) with a 200 ms probe timeout")
         #expect(took >= .milliseconds(150))
 
         // The same through the endpoint, while the first probe is still stuck.
@@ -40,7 +41,7 @@ struct ReadinessTests {
         let httpStarted = ContinuousClock.now
         let answer = try await RawHTTP.get(port: server.port, path: "/readyz")
         #expect(answer.status == 503)
-        #expect(ContinuousClock.now - httpStarted < .seconds(5))
+        #expect(ContinuousClock.now - httpStarted < .seconds(25))
         let json = try #require(try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: Any])
         #expect(json["failing"] as? [String] == ["redis"])
     }
@@ -48,12 +49,12 @@ struct ReadinessTests {
     @Test("a probe that answers before its timeout decides the check")
     func probeAnswersInTime() async {
         let readiness = ReadinessChecks()
-        readiness.register("up", timeout: .seconds(5)) { true }
-        readiness.register("down", timeout: .seconds(5)) { false }
+        readiness.register("up", timeout: .seconds(60)) { true }
+        readiness.register("down", timeout: .seconds(60)) { false }
         let started = ContinuousClock.now
         let report = await readiness.evaluate()
         #expect(report.checks == ["up": true, "down": false])
         // Answered probes do not wait out their timeouts.
-        #expect(ContinuousClock.now - started < .seconds(4))
+        #expect(ContinuousClock.now - started < .seconds(30))
     }
 }
