@@ -1,17 +1,21 @@
 // swift-tools-version:6.0
-// Herald: a push-notification back end for chat services.
+// Herald: a push-notification back end for chat services. Linux only (Glibc, epoll; Debian 12 is the reference).
 //
-// Layout (data flows top to bottom; each layer imports only what is below it):
-//   executables (stages, heraldctl, herald-mock-apns, herald-bench)
-//     -> HeraldStage (shared worker runtime: batch loop, /metrics, health, lifecycle, logs)
-//     -> adapters: HeraldKafka, HeraldRedis, HeraldAPNs (each over its own C module)
-//     -> HeraldConfig (pipeline YAML -> typed configuration)
-//     -> HeraldCore (pure: events, state, rules, rendering, payloads, APNs answer table)
+// Layers (each imports only what is listed below it; docs/architecture.md says more):
+//   executables: the six stages (herald-ingest, -resolve, -suppress, -render, -send, -registry), heraldctl,
+//                herald-mock-apns, herald-bench, herald-kafka-bench, herald-apns-bench
+//     -> HeraldStage      what every stage process shares: batch loop, /metrics and health endpoint, lifecycle, logs
+//     -> HeraldPipeline   what each stage does to a batch, pure over ports (it opens no socket itself)
+//        and the adapters HeraldKafka, HeraldRedis, HeraldAPNs, each over its own C module
+//        (CRdKafka, CHiredis, CNghttp2 + COpenSSL); the pipeline and the adapters do not import each other
+//     -> HeraldConfig     pipeline YAML -> typed configuration, unknown-key warnings
+//     -> HeraldCore       pure: events, state, rules, rendering, payloads, APNs answer table, record codecs
+//   HeraldMockAPNs (+ CHeraldMockTLS): the APNs stand-in as a library; on purpose it imports none of the above,
+//   so it checks requests independently of the code under test.
 import PackageDescription
 
 let package = Package(
     name: "Herald",
-    platforms: [.macOS(.v14)],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
@@ -106,28 +110,32 @@ let package = Package(
         ]),
 
         // MARK: Tests
+        // What the test targets share: free ports, child processes, Tansu, redis-server, TLS material, waits on
+        // conditions. A regular target (test targets cannot depend on each other) that only test targets use.
+        .target(name: "HeraldTestSupport", dependencies: ["HeraldCore", "HeraldKafka"], path: "Tests/HeraldTestSupport"),
         .testTarget(name: "HeraldCoreTests", dependencies: [
             "HeraldCore", "HeraldConfig",
             .product(name: "PropertyBased", package: "swift-property-based"),
         ]),
         .testTarget(name: "HeraldAPNsTests", dependencies: [
-            "HeraldAPNs", "HeraldCore", "COpenSSL",
+            "HeraldAPNs", "HeraldCore", "COpenSSL", "HeraldTestSupport",
             .product(name: "Metrics", package: "swift-metrics"),
             .product(name: "MetricsTestKit", package: "swift-metrics"),
         ]),
-        .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka"]),
-        .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore"]),
-        .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage"]),
-        .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs"]),
+        .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
+        .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),
+        .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage", "HeraldTestSupport"]),
+        .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
+        .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
         .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),
         .testTarget(name: "HeraldStageLoopTests", dependencies: [
-            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore",
+            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore", "HeraldTestSupport",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
         ]),
         // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
         .testTarget(name: "EndToEndTests", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
+            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
             .product(name: "Logging", package: "swift-log"),
         ]),
     ]

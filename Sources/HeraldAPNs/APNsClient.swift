@@ -11,6 +11,9 @@ import Logging
 /// last-stream-id, requests not yet written when a connection broke. Retryable answers and
 /// in-flight losses are retried per `configuration.retry` within each request's deadline; 403
 /// ExpiredProviderToken renews the JWT (per the renewal policy) and retries.
+///
+/// The process must ignore SIGPIPE (executables do it at start-up, docs/architecture.md): OpenSSL writes with
+/// write(2), and a write to a connection APNs reset would otherwise kill the process.
 public final class APNsClient: Sendable {
     public let configuration: APNsClientConfiguration
     private let loop: ClientLoop
@@ -18,7 +21,6 @@ public final class APNsClient: Sendable {
     /// Validates the credential (loads the key or certificate), starts the I/O thread and
     /// begins opening `configuration.connections` connections.
     public init(configuration: APNsClientConfiguration, logger: Logger = Logger(label: "herald.apns")) throws(APNsError) {
-        signal(SIGPIPE, SIG_IGN)
         self.configuration = configuration
         self.loop = try ClientLoop(config: configuration, logger: logger)
         loop.start()

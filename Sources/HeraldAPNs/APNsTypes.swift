@@ -48,12 +48,6 @@ public struct APNsEndpoint: Sendable, Equatable, CustomStringConvertible {
     public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }
 
-/// `apns-push-type`.
-public enum APNsPushType: String, Sendable, CaseIterable {
-    case alert, background, voip, location, complication, fileprovider, mdm
-    case liveactivity, pushtotalk, widgets, controls
-}
-
 /// `apns-priority`: 10 sends at once, 5 considers the device's power, 1 is lowest.
 public enum APNsPriority: Int, Sendable, CaseIterable {
     case immediately = 10
@@ -148,7 +142,7 @@ extension APNsDelivery {
     public init(_ rendered: APNsRequest, deadline: ContinuousClock.Instant? = nil, timeout: Duration = .seconds(30),
                 tag: UInt64 = 0) {
         self.init(deviceToken: rendered.token, topic: rendered.topic,
-                  pushType: APNsPushType(rawValue: rendered.pushType.rawValue) ?? .alert,
+                  pushType: rendered.pushType,
                   priority: APNsPriority(rawValue: rendered.priority), expiration: rendered.expiration,
                   collapseID: rendered.collapseID, apnsID: rendered.apnsID.isEmpty ? nil : rendered.apnsID,
                   payload: rendered.payload, deadline: deadline, timeout: timeout, tag: tag)

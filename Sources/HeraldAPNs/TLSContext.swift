@@ -1,5 +1,6 @@
 import COpenSSL
 import Foundation
+import HeraldCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -167,8 +168,8 @@ final class TLSSocket {
     }
 
     private static func setTimeouts(_ fd: Int32, _ timeout: Duration) {
-        let c = timeout.components
-        var tv = timeval(tv_sec: Int(c.seconds), tv_usec: Int(c.attoseconds / 1_000_000_000_000))
+        let micros = timeout.microseconds
+        var tv = timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }

@@ -6,7 +6,7 @@ import Foundation
 import HeraldCore
 import Yams
 
-/// Kafka topic names (SPEC section 1 defaults).
+/// Kafka topic names (defaults of docs/behaviour.md §1).
 public struct TopicNames: Sendable, Hashable {
     public var chatEvents = "chat.events"
     public var ingested = "herald.ingested"

@@ -1,7 +1,7 @@
 // Per-app configuration the core decides and renders with. HeraldConfig reads
 // it from the pipeline YAML; the core only needs these typed values.
 
-/// The custom-data shape of the payload (SPEC section 4).
+/// The custom-data shape of the payload (docs/behaviour.md §7).
 public enum PayloadProfile: Sendable, Hashable {
     /// Easemob style top-level `f` / `t` / `m` / `g` / `e` (the default).
     case compact

@@ -1,4 +1,4 @@
-// The chat event of SPEC section 7, its validation, and its normalised JSON.
+// The chat event (docs/behaviour.md §2), its validation, and its normalised JSON.
 // `ChatEvent.decode(_:)` is the one entry point from raw bytes: it never traps
 // and throws an `EventValidationError` naming the offending field.
 
@@ -381,7 +381,7 @@ public struct ChatEvent: Codable, Sendable, Hashable {
 
     // MARK: Encoding (the normalised event on herald.ingested)
 
-    /// The normalised event as JSON, with SPEC section 7 field names.
+    /// The normalised event as JSON, with the field names of docs/behaviour.md §2.
     public var json: JSONValue {
         var o: [(String, JSONValue)] = [
             ("event_id", .string(eventID)), ("app_id", .string(appID)), ("kind", .string(kind.rawValue)),

@@ -18,7 +18,7 @@ public struct ExplainEntry: Codable, Sendable, Hashable {
     /// Event level: `drop`, `fanned_out`; user level: `deliver`, `suppress`, `error`;
     /// device level: `delivered`, `duplicate`, `retry`, `token_dead`, `dlq`.
     public var decision: String
-    /// SPEC 7 reason code (suppress), APNs reason, or DLQ reason; nil when delivered.
+    /// Reason code of docs/behaviour.md §6 (suppress), APNs reason, or DLQ reason; nil when delivered.
     public var reason: String?
     /// When the stage decided, epoch milliseconds.
     public var at: Int64

@@ -1,6 +1,6 @@
 // Records the registry stage consumes: state updates from the chat back end
 // (`herald.registry`) and dead tokens reported by send (`herald.token-feedback`).
-// Field names follow the SPEC section 7 state fixture (snake_case).
+// Field names follow the state fixture of docs/behaviour.md §3 (snake_case).
 
 import Foundation
 

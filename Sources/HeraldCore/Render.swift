@@ -1,4 +1,4 @@
-// Rendering (SPEC section 4): picks template, language and translation for one
+// Rendering (docs/behaviour.md §7): picks template, language and translation for one
 // recipient and builds one APNs request per target device. The payload is
 // written by hand into a byte buffer and always fits the APNs limit.
 
@@ -6,12 +6,8 @@ import Foundation
 
 /// One request to APNs: headers and the JSON payload.
 public struct APNsRequest: Sendable, Hashable, Codable {
-    public enum PushType: String, Sendable, Hashable, Codable, CaseIterable {
-        case alert, voip, background
-
-        /// Largest payload APNs accepts for this push type, in bytes.
-        public var payloadLimit: Int { self == .voip ? 5120 : 4096 }
-    }
+    /// Render writes `alert` (chat) or `voip` (calls).
+    public typealias PushType = APNsPushType
 
     /// Full device token (never log it whole).
     public var token: String

@@ -1,11 +1,11 @@
-// Ingest admission, fan-out and the suppression rules of SPEC section 3.
+// Ingest admission, fan-out and the suppression rules (docs/behaviour.md §4 to §6).
 // Every stage and `heraldctl simulate` call exactly these functions.
 
 import Foundation
 
 // MARK: Ingest
 
-/// Why ingest drops an event (SPEC section 7 reason codes).
+/// Why ingest drops an event (docs/behaviour.md §4 reason codes).
 public enum DropReason: String, Sendable, Hashable, CaseIterable, Codable {
     /// Open and super-group channels never push.
     case channelType = "channel_type"
@@ -82,7 +82,7 @@ public enum FanOut {
 
 // MARK: Suppression
 
-/// Why a recipient is not woken, in rule order (SPEC section 7 reason codes).
+/// Why a recipient is not woken, in rule order (docs/behaviour.md §6 reason codes).
 public enum SuppressionReason: String, Sendable, Hashable, CaseIterable, Codable {
     case sender
     case ignored

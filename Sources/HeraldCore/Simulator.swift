@@ -1,5 +1,5 @@
 // One event against a state fixture, with no Kafka or Redis: the JSON lines
-// of `heraldctl simulate` (SPEC section 7). It calls exactly the functions the
+// of `heraldctl simulate` (docs/behaviour.md §9). It calls exactly the functions the
 // stages call: Ingest.admit, FanOut.candidates, Suppression.decide, Renderer.render.
 
 import Foundation

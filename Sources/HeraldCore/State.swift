@@ -1,6 +1,6 @@
 // The per-user state Herald decides with: devices, presence, preferences,
-// unread counts, and conversation members. Field names are the SPEC section 7
-// state fixture; every field but `devices` may be absent and takes a default.
+// unread counts, and conversation members. Field names are those of the
+// state fixture (docs/behaviour.md §3); every field but `devices` may be absent and takes a default.
 
 /// Where an APNs token lives: the production or the sandbox (development) host.
 public enum APNsEnvironment: String, Codable, Sendable, Hashable, CaseIterable {
@@ -374,7 +374,7 @@ public struct ConversationState: Codable, Sendable, Hashable {
     }
 }
 
-/// The SPEC section 7 state fixture: what `heraldctl` loads into Redis and
+/// The state fixture (docs/behaviour.md §3): what `heraldctl` loads into Redis and
 /// what `simulate` reads. Users absent from `users` have no devices.
 public struct StateFixture: Codable, Sendable, Hashable {
     public var users: [String: UserState]

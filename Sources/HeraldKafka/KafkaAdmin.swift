@@ -1,5 +1,6 @@
 import CRdKafka
 import Foundation
+import HeraldCore
 import Logging
 
 /// A topic to create.

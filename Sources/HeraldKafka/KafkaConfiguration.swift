@@ -1,4 +1,6 @@
 import CRdKafka
+import Foundation
+import HeraldCore
 
 /// Where to start when a consumer group has no committed offset for a partition.
 public enum AutoOffsetReset: String, Sendable, Hashable {
@@ -113,14 +115,6 @@ public struct KafkaAdminConfiguration: Sendable, Hashable {
 }
 
 // MARK: - The one place typed configuration becomes librdkafka's string properties
-
-extension Duration {
-    /// Whole milliseconds, rounded down, at least 0.
-    var milliseconds: Int {
-        let (seconds, attoseconds) = components
-        return max(0, Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
-    }
-}
 
 enum LibrdkafkaProperties {
     static func client(_ c: KafkaClientConfiguration) -> [String: String] {

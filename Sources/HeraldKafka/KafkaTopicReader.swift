@@ -1,5 +1,6 @@
 import CRdKafka
 import Foundation
+import HeraldCore
 import Logging
 
 /// Reads a whole topic, every partition from its beginning to the end the broker reported when the read

@@ -1,14 +1,18 @@
 import CRdKafka
 import Foundation
 import Logging
+import Synchronization
 
-/// A value behind a lock. `@unchecked Sendable` is safe because every access to
-/// `value` goes through `withLock`, which holds the `NSLock`.
-final class Locked<Value>: @unchecked Sendable {
+/// A value behind a lock: the older name for what `Synchronization.Mutex` does. Kept, in this one place, only
+/// for the files that still say `Locked` (KafkaConsumer.swift and KafkaProducer.swift here, StageLoop.swift and
+/// StageLoopSetup.swift in HeraldStage, which sees it through `package` access); new code uses `Mutex`.
+///
+/// `@unchecked Sendable`: every access to `value` goes through `withLock`, which holds the `NSLock`.
+package final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    package init(_ value: Value) { self.value = value }
+    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
@@ -33,7 +37,7 @@ final class CallbackContext: @unchecked Sendable {
 final class RdKafkaHandle: @unchecked Sendable {
     let pointer: OpaquePointer
     private let context: Unmanaged<CallbackContext>
-    private let destroyed = Locked(false)
+    private let destroyed = Mutex(false)
     private let isConsumer: Bool
 
     var callbackContext: CallbackContext { context.takeUnretainedValue() }

@@ -787,19 +787,33 @@ public final class MockAPNsServer: @unchecked Sendable {
 enum JSONOut {
     static let hex: [UInt8] = Array("0123456789abcdef".utf8)
 
-    /// A JSON string of the bytes, or null. Bytes outside printable ASCII are escaped.
+    /// A JSON string of the bytes, or null. The bytes are read as UTF-8: every character is written as itself
+    /// (non-ASCII ones as their UTF-8 bytes, which JSON allows), except `"` and `\`, which get a backslash, and
+    /// control characters (below U+0020, and DEL), which become `\u00XX`. A byte that is not part of valid
+    /// UTF-8 becomes U+FFFD (`\ufffd`), so the record file is always valid UTF-8 JSON.
     static func appendString(_ out: inout [UInt8], _ value: UnsafeRawBufferPointer?) {
         guard let value else { out.append(contentsOf: "null".utf8); return }
         out.append(UInt8(ascii: "\""))
-        for c in value {
-            switch c {
-            case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(c)
-            case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\")); out.append(c)
-            case 0x20..<0x7F: out.append(c)
-            default:
-                out.append(contentsOf: "\\u00".utf8)
-                out.append(hex[Int(c >> 4)])
-                out.append(hex[Int(c & 0xF)])
+        var bytes = value.makeIterator()
+        var decoder = UTF8()
+        decoding: while true {
+            switch decoder.decode(&bytes) {
+            case .scalarValue(let scalar):
+                switch scalar.value {
+                case 0x22, 0x5C:
+                    out.append(UInt8(ascii: "\\"))
+                    out.append(UInt8(scalar.value))
+                case 0..<0x20, 0x7F:
+                    out.append(contentsOf: "\\u00".utf8)
+                    out.append(hex[Int(scalar.value >> 4)])
+                    out.append(hex[Int(scalar.value & 0xF)])
+                default:
+                    UTF8.encode(scalar, into: { out.append($0) })
+                }
+            case .error:
+                out.append(contentsOf: "\\ufffd".utf8)
+            case .emptyInput:
+                break decoding
             }
         }
         out.append(UInt8(ascii: "\""))

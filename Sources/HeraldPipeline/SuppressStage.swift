@@ -2,7 +2,7 @@ import Foundation
 import HeraldCore
 
 /// suppress: `herald.resolved` -> `herald.deliverable` (keyed by recipient user id).
-/// Applies SPEC section 3's rules (`Suppression.decide`, at the event's time); every suppression is
+/// Applies the rules of docs/behaviour.md §6 (`Suppression.decide`, at the event's time); every suppression is
 /// counted by reason and written to the explain trail, and so is every decision to deliver.
 public struct SuppressProcessor: StageProcessor {
     public let stage = "suppress"

@@ -1,5 +1,6 @@
 import CHiredis
 import Foundation
+import HeraldCore
 import Logging
 
 #if canImport(Glibc)
@@ -20,13 +21,16 @@ import Glibc
 /// current call with a retryable `RedisError` (`isRetryable == true`). The next call reconnects (at once the
 /// first time, then with exponential backoff while reconnects keep failing). Callers retry the batch; the
 /// adapter never retries on its own, because it cannot know which commands of a broken batch the server ran.
+///
+/// The process must ignore SIGPIPE (executables do it at start-up, docs/architecture.md): hiredis writes with
+/// write(2), and only then does a write to a connection the server reset fail with EPIPE (a retryable
+/// `connectionBroken`) instead of killing the process.
 public final class RedisConnection: Sendable {
     private let worker: Worker
     public let configuration: RedisConfiguration
 
     /// Creates the connection and its thread. Nothing is opened until the first call (or `connect()`).
     public init(configuration: RedisConfiguration, logger: Logger = Logger(label: "herald.redis")) {
-        Self.ignoreSigpipe
         self.configuration = configuration
         self.worker = Worker(session: HiredisSession(configuration: configuration, logger: logger))
     }
@@ -70,12 +74,6 @@ public final class RedisConnection: Sendable {
     public func ping() async -> Bool {
         (try? await send(RedisCommand("PING")))?.text == "PONG"
     }
-
-    /// hiredis writes with write(2); a write to a socket the server reset would raise SIGPIPE and kill the process.
-    /// Ignoring SIGPIPE turns that into EPIPE, which becomes a retryable `connectionBroken`.
-    private static let ignoreSigpipe: Void = {
-        signal(SIGPIPE, SIG_IGN)
-    }()
 }
 
 // MARK: - The thread that owns the hiredis context
@@ -218,7 +216,7 @@ private final class HiredisSession: @unchecked Sendable {
         if let notBefore {
             let now = ContinuousClock.now
             if now < notBefore {
-                Thread.sleep(forTimeInterval: Self.seconds(notBefore - now))
+                Thread.sleep(forTimeInterval: (notBefore - now).timeInterval)
             }
         }
         do {
@@ -235,7 +233,7 @@ private final class HiredisSession: @unchecked Sendable {
             notBefore = ContinuousClock.now + delay
             logger.warning("redis connect failed", metadata: [
                 "redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)",
-                "error": "\(error.message)", "retry_in_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)",
+                "error": "\(error.message)", "retry_in_ms": "\(delay.milliseconds)",
             ])
             throw error
         } catch {
@@ -394,12 +392,7 @@ private final class HiredisSession: @unchecked Sendable {
     }
 
     private static func timeval(_ duration: Duration) -> timeval {
-        let (seconds, attoseconds) = duration.components
-        return Glibc.timeval(tv_sec: Int(seconds), tv_usec: Int(attoseconds / 1_000_000_000_000))
-    }
-
-    static func seconds(_ duration: Duration) -> TimeInterval {
-        let (seconds, attoseconds) = duration.components
-        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+        let micros = duration.microseconds
+        return Glibc.timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
     }
 }

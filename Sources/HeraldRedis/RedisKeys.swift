@@ -1,4 +1,4 @@
-/// The Redis key layout of SPEC section 2, built in one place (documented in docs/redis-keys.md).
+/// The Redis key layout of the state in docs/behaviour.md §3, built in one place (documented in docs/redis-keys.md).
 ///
 /// Every key starts with `herald:<app>:`. The user id or conversation id sits in a Redis Cluster hash tag
 /// (`{...}`) so that all keys of one user (or one conversation) land in the same slot: the atomic scripts
@@ -8,7 +8,7 @@
 /// | --- | --- | --- |
 /// | `herald:<app>:user:{<user>}:devices` | hash | device token -> device JSON (`token`, `kind`, `environment`, `bundle_id`, `registered_at`) |
 /// | `herald:<app>:user:{<user>}:presence` | sorted set | online device token -> expiry (ms since epoch) |
-/// | `herald:<app>:user:{<user>}:prefs` | string | preferences JSON (SPEC 7 field names) |
+/// | `herald:<app>:user:{<user>}:prefs` | string | preferences JSON (state fixture field names) |
 /// | `herald:<app>:user:{<user>}:unread` | hash | `total` -> count, `c:<conversation>` -> count |
 /// | `herald:<app>:conv:{<conversation>}:members` | set | user ids |
 /// | `herald:<app>:delivered:<event>:<token>` | string | `p:<owner>:<expires>` (claimed) or `1` (delivered), with a TTL |

@@ -217,7 +217,7 @@ public final class StateStore: Sendable {
         _ = try Self.execResults(try await connection.pipeline(commands))
     }
 
-    /// Writes a whole state fixture (SPEC 7) in one pipelined round trip: every listed user's devices, presence,
+    /// Writes a whole state fixture (docs/behaviour.md §3) in one pipelined round trip: every listed user's devices, presence,
     /// preferences and unread counts, and every listed conversation's members, are replaced (users and
     /// conversations not listed are left alone). Online entries get `presenceTTLMilliseconds` from `now`. A user
     /// with more than 20 devices keeps the 20 newest, as registering them one by one would.

@@ -2,11 +2,12 @@ import CoreMetrics
 import Foundation
 import Metrics
 import Prometheus
+import Synchronization
 
 /// The process-wide metrics backend. Executables call `bootstrap()` once, first thing; libraries only ever use
 /// swift-metrics objects (or a `StageMetrics` handed to them).
 public enum HeraldMetrics {
-    private static let state = Locked<PrometheusCollectorRegistry?>(nil)
+    private static let state = Mutex<PrometheusCollectorRegistry?>(nil)
 
     /// Bucket bounds of the stage latency histogram (`herald_stage_latency_seconds`), 1 ms to 30 s.
     public static let latencyBuckets: [Duration] = [
@@ -104,7 +105,7 @@ public struct StageMetrics: Sendable {
         latencyTimer.record(duration: duration)
     }
 
-    /// A suppression, by SPEC 7 reason code (`sender`, `ignored`, `no_devices`, `online`, ...).
+    /// A suppression, by reason code (docs/behaviour.md §6) (`sender`, `ignored`, `no_devices`, `online`, ...).
     public func suppressed(reason: String, count: Int = 1) {
         counter(Name.suppressed, [("reason", Self.labelValue(reason))]).increment(by: count)
     }

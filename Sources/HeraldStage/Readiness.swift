@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The named checks behind `/readyz`: the stage is ready only when every registered check passes.
 ///
@@ -20,7 +21,7 @@ public final class ReadinessChecks: Sendable {
         var shuttingDown = false
     }
 
-    private let state = Locked(State())
+    private let state = Mutex(State())
 
     public init() {}
 
@@ -80,16 +81,53 @@ public final class ReadinessChecks: Sendable {
         return Report(checks: results, shuttingDown: shuttingDown)
     }
 
-    private static func withTimeout(_ timeout: Duration, _ probe: @escaping Probe) async -> Bool {
-        await withTaskGroup(of: Bool?.self) { group in
-            group.addTask { await probe() }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
+    /// The probe's answer, or false once `timeout` has passed, whichever comes first.
+    ///
+    /// The caller is resumed by whichever comes first and never waits for the other: a probe that ignores
+    /// cancellation (a Redis PING waits on the connection's own thread) keeps running in a task of its own, is
+    /// cancelled, and its late answer is dropped. A task group would not do: it waits for every child before it
+    /// returns, so the timeout would only be as good as the probe's cooperation.
+    static func withTimeout(_ timeout: Duration, _ probe: @escaping Probe) async -> Bool {
+        let answer = FirstAnswer()
+        let probing = Task { answer.resolve(await probe()) }
+        let timer = Task {
+            try? await Task.sleep(for: timeout)
+            answer.resolve(false)
+        }
+        let passed = await answer.value()
+        probing.cancel()
+        timer.cancel()
+        return passed
+    }
+}
+
+/// The first of several answers: `value()` returns it as soon as one is resolved; later ones are ignored.
+private final class FirstAnswer: Sendable {
+    private enum State {
+        case open(waiting: CheckedContinuation<Bool, Never>?)
+        case answered(Bool)
+    }
+
+    private let state = Mutex(State.open(waiting: nil))
+
+    func resolve(_ value: Bool) {
+        let waiting = state.withLock { state -> CheckedContinuation<Bool, Never>? in
+            guard case .open(let waiting) = state else { return nil }
+            state = .answered(value)
+            return waiting
+        }
+        waiting?.resume(returning: value)
+    }
+
+    func value() async -> Bool {
+        await withCheckedContinuation { continuation in
+            let early = state.withLock { state -> Bool? in
+                switch state {
+                case .answered(let value): return value
+                case .open: state = .open(waiting: continuation); return nil
+                }
             }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first ?? false
+            if let early { continuation.resume(returning: early) }
         }
     }
 }

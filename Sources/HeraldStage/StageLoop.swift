@@ -5,6 +5,7 @@ import HeraldKafka
 import HeraldPipeline
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// Settings of the stage loop.
 public struct StageLoopConfiguration: Sendable {
@@ -58,7 +59,7 @@ public final class StageLoop: Service, Sendable {
     private let logger: Logger
     private let explain: (any ExplainSink)?
     private let now: @Sendable () -> Date
-    private let state = Locked(LoopState())
+    private let state = Mutex(LoopState())
     /// Woken whenever a batch finishes (in-flight went down, a processing slot freed).
     private let progress = Wakeup()
 
@@ -108,7 +109,7 @@ public final class StageLoop: Service, Sendable {
     }
 
     private func loop() async throws {
-        let context = BatchContext(now: now, isStopping: { [state] in state.withLock { $0.stopping } })
+        let context = BatchContext(now: now, isStopping: { [self] in self.isStopping })
         let ordered = configuration.maxConcurrentBatches == 1
         var lastLag = ContinuousClock.now
         var failure: KafkaError?
@@ -485,7 +486,7 @@ final class Wakeup: Sendable {
         var waiter: CheckedContinuation<Void, Never>?
     }
 
-    private let state = Locked(State())
+    private let state = Mutex(State())
 
     func ticket() -> UInt64 { state.withLock { $0.generation } }
 

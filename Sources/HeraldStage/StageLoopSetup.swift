@@ -6,6 +6,7 @@ import HeraldPipeline
 import HeraldRedis
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// Environment keys the stage loop reads on top of `EnvironmentKey` (docs/pipeline.md lists them all).
 public enum StageLoopKey: String, CaseIterable, Sendable {
@@ -182,7 +183,7 @@ public struct StageSetup: Sendable {
 /// `/readyz`'s broker check: a metadata request, cached for 5 s.
 final class BrokerProbe: Sendable {
     private let brokers: [String]
-    private let cache = Locked<(at: ContinuousClock.Instant, up: Bool)?>(nil)
+    private let cache = Mutex<(at: ContinuousClock.Instant, up: Bool)?>(nil)
 
     init(brokers: [String]) { self.brokers = brokers }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import Logging
 import ServiceLifecycle
 import UnixSignals
@@ -81,13 +82,13 @@ final class ShutdownWatch: Service, Sendable {
             return
         }
         readiness.beginShutdown()
-        logger.info("shutdown started", metadata: ["deadline_ms": "\(deadline.components.seconds * 1000 + deadline.components.attoseconds / 1_000_000_000_000_000)"])
+        logger.info("shutdown started", metadata: ["deadline_ms": "\(deadline.milliseconds)"])
         let deadline = self.deadline
         let logger = self.logger
         let onDeadline = self.onDeadline
         // A plain thread, not a task: it must fire even if every cooperative thread is stuck.
         let thread = Thread {
-            Thread.sleep(forTimeInterval: Double(deadline.components.seconds) + Double(deadline.components.attoseconds) / 1e18)
+            Thread.sleep(forTimeInterval: deadline.timeInterval)
             logger.error("shutdown deadline passed; exiting with unfinished work (it is redelivered)")
             onDeadline()
         }

@@ -15,6 +15,13 @@ struct APNsBench: AsyncParsableCommand {
         commandName: "herald-apns-bench",
         abstract: "Throughput and CPU of Herald's APNs transport vs h2load on the same server.")
 
+    static func main() async {
+        // Process-wide, once: a write to a TLS connection the server reset fails with EPIPE instead of killing
+        // the process with SIGPIPE (OpenSSL writes with write(2)).
+        signal(SIGPIPE, SIG_IGN)
+        await main(nil)
+    }
+
     @Option(help: "Notifications per run.") var requests = 200_000
     @Option(help: "Streams per connection (h2load -m).") var streams = 100
     @Option(help: "Connection counts to run, comma separated.") var connections = "1,2"
@@ -124,7 +131,7 @@ struct APNsBench: AsyncParsableCommand {
         let elapsed = ContinuousClock.now - start
         let cpu = cpuSeconds(RUSAGE_SELF) - before
         await client.shutdown()
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.timeInterval
         return Figures(rate: Double(n) / seconds, cpuPer100k: cpu * 100_000 / Double(n), ok: ok.value)
     }
 

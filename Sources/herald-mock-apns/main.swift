@@ -97,6 +97,8 @@ struct MockAPNsCommand: ParsableCommand {
         sigaddset(&set, SIGTERM)
         sigaddset(&set, SIGINT)
         pthread_sigmask(SIG_BLOCK, &set, nil)
+        // Process-wide, once: a write to a connection the client reset fails with EPIPE instead of killing the
+        // stand-in with SIGPIPE.
         signal(SIGPIPE, SIG_IGN)
 
         let server: MockAPNsServer

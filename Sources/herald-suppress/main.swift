@@ -1,5 +1,5 @@
-// herald-suppress: herald.resolved -> herald.deliverable (keyed by recipient user id). Applies SPEC
-// section 3's rules; suppressions are counted by reason and written to the explain trail in Redis.
+// herald-suppress: herald.resolved -> herald.deliverable (keyed by recipient user id). Applies the rules
+// of docs/behaviour.md §6; suppressions are counted by reason and written to the explain trail in Redis.
 import Foundation
 import HeraldConfig
 import HeraldPipeline

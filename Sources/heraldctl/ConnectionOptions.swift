@@ -57,7 +57,7 @@ struct RedisOptions: ParsableArguments {
     }
 }
 
-/// Topic names: defaults of SPEC section 1, or those of a pipeline file.
+/// Topic names: defaults of docs/behaviour.md §1, or those of a pipeline file.
 struct TopicOptions: ParsableArguments {
     @Option(name: .long, help: "Pipeline YAML whose kafka.topics names to use (default: the standard names).")
     var pipeline: String?

@@ -10,7 +10,7 @@ struct Explain: AsyncParsableCommand {
         discussion: """
             Reads the explain trail the stages keep in Redis (herald:<app>:explain:{<event>}, 7 days by default) \
             and prints one JSON object: the event-level step (ingest drop or resolve fan-out), the user's \
-            decision with its reason code (SPEC 7), and the outcome per device (delivered, duplicate, retry, \
+            decision with its reason code (docs/behaviour.md §6), and the outcome per device (delivered, duplicate, retry, \
             token_dead, dlq with the APNs status and reason). Without --user it prints the whole trail, one \
             line per entry. Exit status 3 when there is no trail for the event (or the user).
             """)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 /// `heraldctl`: the operator's and the chat team's command-line tool.
 /// Each subcommand lives in its own file beside this one.
@@ -20,4 +21,12 @@ struct Heraldctl: AsyncParsableCommand {
             Explain.self,
         ]
     )
+
+    static func main() async {
+        // Process-wide, once, before any connection: hiredis and OpenSSL write to sockets with write(2), and a
+        // write to a connection the peer reset would raise SIGPIPE and kill the tool. Ignored, the write fails
+        // with EPIPE and the command reports a connection error instead.
+        signal(SIGPIPE, SIG_IGN)
+        await main(nil)
+    }
 }

@@ -3,7 +3,7 @@ import Foundation
 import HeraldCore
 import HeraldRedis
 
-/// `heraldctl prefs set`: change a user's notification preferences (SPEC section 7 fields).
+/// `heraldctl prefs set`: change a user's notification preferences (docs/behaviour.md §3 fields).
 struct PrefsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "prefs",

@@ -6,7 +6,7 @@ import HeraldKafka
 /// `heraldctl publish EVENT.json...`: put chat events on chat.events, keyed by conversation id.
 struct Publish: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Publish chat events (SPEC section 7) to chat.events, keyed by conversation id.",
+        abstract: "Publish chat events (docs/behaviour.md §2) to chat.events, keyed by conversation id.",
         discussion: """
             Each file holds one JSON event (pretty-printed is fine) or JSON lines (one event a line). Events are \
             checked as ingest checks them; an invalid one stops the command with status 2 before anything is \

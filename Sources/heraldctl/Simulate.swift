@@ -4,7 +4,7 @@ import HeraldConfig
 import HeraldCore
 
 /// `heraldctl simulate`: evaluates one event against a state fixture with no
-/// Kafka or Redis and prints one JSON line per recipient considered (SPEC 7).
+/// Kafka or Redis and prints one JSON line per recipient considered (docs/behaviour.md §9).
 struct Simulate: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Preview who an event wakes and what they receive, without Kafka or Redis.",
@@ -14,10 +14,10 @@ struct Simulate: ParsableCommand {
             one line on stderr naming the offending field.
             """)
 
-    @Option(name: .long, help: "Chat event JSON file (SPEC section 7).")
+    @Option(name: .long, help: "Chat event JSON file (docs/behaviour.md §2).")
     var event: String
 
-    @Option(name: .long, help: "State fixture JSON file (SPEC section 7).")
+    @Option(name: .long, help: "State fixture JSON file (docs/behaviour.md §3).")
     var state: String
 
     @Option(name: .long, help: "Pipeline YAML file (apps, templates, catalogs, payload profile).")

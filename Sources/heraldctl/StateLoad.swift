@@ -3,7 +3,7 @@ import Foundation
 import HeraldCore
 import HeraldRedis
 
-/// `heraldctl state load FIXTURE.json`: write a state fixture (SPEC section 7) into Redis.
+/// `heraldctl state load FIXTURE.json`: write a state fixture (docs/behaviour.md §3) into Redis.
 struct StateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "state",

@@ -5,6 +5,7 @@ import HeraldConfig
 import HeraldCore
 import HeraldKafka
 import HeraldRedis
+import HeraldTestSupport
 import Testing
 
 /// What the stand-in must have received: one notification the simulator predicted.
@@ -37,14 +38,17 @@ struct EndToEndTests {
         }
     }
 
-    /// Waits until every expected (token, apns-id) pair was answered 200, then a little longer so a late
-    /// duplicate would show. Returns the 200 counts.
+    /// Waits until every expected (token, apns-id) pair was answered 200, and then until the whole pipeline is
+    /// idle (every stage: lag 0 and nothing in flight, for longer than the lag refresh), so a duplicate still on
+    /// its way (a retry waiting for its time, a replay after a rebalance) has arrived before the counts are read.
+    /// Returns the 200 counts.
     func awaitDeliveries(_ pairs: Set<String>, timeout: Duration) async -> [String: Int] {
         _ = await eventually(timeout: timeout, interval: .milliseconds(200)) {
             let counts = stack.deliveredCounts()
             return pairs.allSatisfy { counts[$0] != nil }
         }
-        try? await Task.sleep(for: .milliseconds(1500))
+        let idle = await stack.awaitIdle()
+        #expect(idle, "the pipeline did not become idle (lag 0, nothing in flight)\n\(failureContext())")
         return stack.deliveredCounts()
     }
 
@@ -315,7 +319,7 @@ struct EndToEndTests {
         if !twice.isEmpty { stack.log("SIGKILL send: \(twice.count) notification(s) delivered twice, all from the crash window") }
     }
 
-    /// SPEC 6: on SIGTERM a stage stops pulling, finishes or hands back what is in flight, commits and exits 0;
+    /// docs/behaviour.md §11: on SIGTERM a stage stops pulling, finishes or hands back what is in flight, commits and exits 0;
     /// with a graceful stop there is no crash window, so nothing may arrive twice.
     @Test("send stopped with SIGTERM mid-run exits 0; after a restart nothing is lost or delivered twice")
     func sigtermSend() async throws {
@@ -438,7 +442,7 @@ struct EndToEndTests {
             return devices.contains { $0["decision"] as? String == "token_dead" }
         }
         #expect(reported, "send did not report the dead token for dt2: \(trail)")
-        // Give the registry time to apply the feedback (it is right behind send), then check it kept the device.
+        // Once the registry has applied the feedback (the pipeline is idle), check it kept the device.
         let feedbackSeen = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
             let records = (try? await stack.readTopic("herald.token-feedback")) ?? []
             return records.contains { r in
@@ -447,7 +451,7 @@ struct EndToEndTests {
             }
         }
         #expect(feedbackSeen, "no token feedback for dt2 on herald.token-feedback")
-        try await Task.sleep(for: .seconds(2))
+        #expect(await stack.awaitIdle(), "the pipeline did not become idle\n\(failureContext())")
         let dt2 = try await stack.store.loadUser(app: "app1", user: "dt2", now: Self.now())
         #expect(dt2.devices.map(\.token) == [E2EStack.deadToken], "a token registered after the 410 timestamp was removed")
     }

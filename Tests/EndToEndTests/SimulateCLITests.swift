@@ -1,6 +1,7 @@
-// `heraldctl simulate` as a chat team runs it (SPEC section 7): the README's example, a dropped event, and
+// `heraldctl simulate` as a chat team runs it (docs/behaviour.md §9): the README's example, a dropped event, and
 // the exit status 2 with one stderr line naming the field for invalid input. No Kafka or Redis involved.
 import Foundation
+import HeraldTestSupport
 import Testing
 
 @Suite("heraldctl simulate (CLI contract)")

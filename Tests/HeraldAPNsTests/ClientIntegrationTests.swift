@@ -3,6 +3,7 @@
 import Foundation
 import HeraldAPNs
 import HeraldCore
+import HeraldTestSupport
 import Testing
 
 @Suite(.serialized)
@@ -80,7 +81,7 @@ struct ClientIntegrationTests {
     @Test func aLoweredStreamLimitIsHonouredAndNothingIsLost() async throws {
         let pki = try PKI()
         let record = pki.dir + "/sent.jsonl"
-        let metricsPort = freePort()
+        let metricsPort = try freePort()
         // Every 50th valid request is answered 403 InvalidProviderToken; the stand-in then lowers the
         // connection to one stream until a request opened after the rejection succeeds.
         // At most 100 streams, so the client always has more waiting and must hold them back while lowered.
@@ -101,7 +102,7 @@ struct ClientIntegrationTests {
         #expect(rejected.allSatisfy { $0.disposition == .permanentFailure(reason: "InvalidProviderToken") })
         #expect(delivered.allSatisfy { $0.disposition == .delivered })
 
-        let metrics = try tool("curl", ["-s", "http://127.0.0.1:\(metricsPort)/metrics"]).output
+        let metrics = try runTool("curl", ["-s", "http://127.0.0.1:\(metricsPort)/metrics"]).output
         func metric(_ series: String) -> Int? {
             for line in metrics.split(separator: "\n") where line.hasPrefix(series + " ") {
                 return Int(line.dropFirst(series.count + 1))
@@ -138,7 +139,7 @@ struct ClientIntegrationTests {
 
     @Test func certificateAuthWithPEMAndP12() async throws {
         let pki = try PKI()
-        let server = try startMock(pki, ["--client-ca", pki.clientCA], authKeys: false)
+        let server = try startMock(pki, ["--client-ca", pki.caCert], authKeys: false)
         defer { server.stop() }
         for credential in [APNsClientCredential.certificateFiles(certificatePath: pki.clientCert, privateKeyPath: pki.clientKey),
                            .pkcs12File(path: pki.clientP12, password: pki.p12Password)] {
@@ -348,7 +349,7 @@ struct ClientIntegrationTests {
         let pki = try PKI()
         let server = try startMock(pki)
         defer { server.stop() }
-        let c = try client(pki, port: server.port, credential: try pki.tokenCredential(key: pki.otherKey))
+        let c = try client(pki, port: server.port, credential: try pki.tokenCredential(key: pki.otherProviderKey))
         let r = await c.send(request(1))
         #expect(r.status == 403)
         #expect(r.reason == .invalidProviderToken)
@@ -362,9 +363,8 @@ struct ClientIntegrationTests {
         defer { server.stop() }
         let c = try client(pki, port: server.port, pingInterval: .milliseconds(150), pingTimeout: .seconds(2))
         #expect(await c.send(request(1)).status == 200)
-        try await Task.sleep(for: .milliseconds(800))
+        try await waitUntil("two PINGs on the idle connection", timeout: .seconds(10)) { c.stats.pingsSent >= 2 }
         let stats = c.stats
-        #expect(stats.pingsSent >= 2)
         #expect(stats.connectionsReplacedAfterPing == 0, "the server answered every PING")
         #expect(stats.connectionsOpened == 1)
         #expect(await c.send(request(2)).status == 200)
@@ -413,13 +413,13 @@ struct ClientIntegrationTests {
         let s = c.stats
         maxOutstanding.add(s.submitted - s.completed)
         #expect(maxOutstanding.value <= 10)
-        while completed.value < 30 { try await Task.sleep(for: .milliseconds(20)) }
+        try await waitUntil("all 30 completed", timeout: .seconds(20)) { completed.value == 30 }
         await c.shutdown()
     }
 
     @Test func unreachableServerFailsWithinBudget() async throws {
         let pki = try PKI()
-        let port = freePort()
+        let port = try freePort()
         let c = try client(pki, port: port, retry: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxAttempts: 3))
         let start = ContinuousClock.now
         let r = await c.send(request(1, timeout: .seconds(10)))
@@ -440,7 +440,7 @@ struct ClientIntegrationTests {
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let pending = Task { await sendAll(c, (0..<5).map { request($0) }) }
-        try await Task.sleep(for: .milliseconds(300))
+        try await waitUntil("the five requests were accepted", timeout: .seconds(10)) { c.stats.submitted >= 5 }
         await c.shutdown(grace: .milliseconds(100))
         let responses = await pending.value
         #expect(responses.count == 5)
@@ -454,10 +454,10 @@ struct ClientIntegrationTests {
         let dead = deviceToken(42)
         let server = try startMock(pki, ["--dead-token", "\(dead):1732000000999"])
         defer { server.stop() }
-        let heraldctl = binDirectory() + "/heraldctl"
+        let heraldctl = Paths.binDirectory + "/heraldctl"
         let common = ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)", "--ca-file", pki.serverCert,
-                      "--key-p8", pki.authKey, "--key-id", pki.keyID, "--team-id", pki.teamID, "--body", "hello"]
-        let ok = try tool(heraldctl, common + ["--device-token", deviceToken(1), "--collapse-id", "c1"])
+                      "--key-p8", pki.providerKey, "--key-id", pki.keyID, "--team-id", pki.teamID, "--body", "hello"]
+        let ok = try runTool(heraldctl, common + ["--device-token", deviceToken(1), "--collapse-id", "c1"])
         #expect(ok.status == 0, "\(ok.output)")
         let answer = try JSONSerialization.jsonObject(with: Data(ok.output.utf8)) as? [String: Any]
         #expect((answer?["status"] as? NSNumber)?.intValue == 200)
@@ -472,18 +472,18 @@ struct ClientIntegrationTests {
                 environment: production
                 team_id: \(pki.teamID)
                 key_id: \(pki.keyID)
-                key_file: \(pki.authKey)
+                key_file: \(pki.providerKey)
         """.write(toFile: pipeline, atomically: true, encoding: .utf8)
-        let fromFile = try tool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+        let fromFile = try runTool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
                                             "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
                                             "--body", "hi", "--device-token", deviceToken(2)])
         #expect(fromFile.status == 0, "\(fromFile.output)")
-        let wrongEnv = try tool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+        let wrongEnv = try runTool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
                                             "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
                                             "--environment", "sandbox", "--body", "hi", "--device-token", deviceToken(2)])
         #expect(wrongEnv.status != 0)
         #expect(wrongEnv.output.contains("no sandbox credential"))
-        let gone = try tool(heraldctl, common + ["--device-token", dead])
+        let gone = try runTool(heraldctl, common + ["--device-token", dead])
         #expect(gone.status != 0)
         let goneAnswer = try JSONSerialization.jsonObject(with: Data(gone.output.utf8)) as? [String: Any]
         #expect((goneAnswer?["status"] as? NSNumber)?.intValue == 410)

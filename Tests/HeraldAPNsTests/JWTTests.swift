@@ -3,6 +3,7 @@
 import Foundation
 import HeraldAPNs
 import HeraldCore
+import HeraldTestSupport
 import Testing
 
 struct JWTTests {
@@ -25,7 +26,7 @@ struct JWTTests {
     """
 
     func verify(_ token: String, publicKey: String) throws -> [String: [String: Any]] {
-        let r = try tool("python3", ["-c", Self.verifier, publicKey], stdin: token)
+        let r = try runTool("python3", ["-c", Self.verifier, publicKey], stdin: token)
         guard r.status == 0, let object = try JSONSerialization.jsonObject(with: Data(r.output.utf8)) as? [String: [String: Any]] else {
             throw TestFailure.failed("verification failed: \(r.output)")
         }
@@ -34,9 +35,9 @@ struct JWTTests {
 
     @Test func tokenVerifiesIndependently() throws {
         let pki = try PKI()
-        let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.authKey, encoding: .utf8))
+        let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.providerKey, encoding: .utf8))
         let token = try jwt.token(issuedAt: Date(timeIntervalSince1970: 1_732_000_123.9))
-        let parts = try verify(token, publicKey: pki.authPublic)
+        let parts = try verify(token, publicKey: pki.providerPublicKey)
         #expect(parts["header"]?["alg"] as? String == "ES256")
         #expect(parts["header"]?["kid"] as? String == pki.keyID)
         #expect(parts["claims"]?["iss"] as? String == pki.teamID)
@@ -45,8 +46,8 @@ struct JWTTests {
 
     @Test func tokenDoesNotVerifyWithAnotherKey() throws {
         let pki = try PKI()
-        let other = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.otherKey, encoding: .utf8))
-        #expect(throws: TestFailure.self) { try verify(try other.token(issuedAt: Date()), publicKey: pki.authPublic) }
+        let other = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.otherProviderKey, encoding: .utf8))
+        #expect(throws: TestFailure.self) { try verify(try other.token(issuedAt: Date()), publicKey: pki.providerPublicKey) }
     }
 
     @Test func badKeysAreRejectedWithAReason() throws {
@@ -54,7 +55,7 @@ struct JWTTests {
         #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: "not a key") }
         // An RSA key is a PEM private key but cannot make ES256 tokens.
         let rsa = pki.dir + "/rsa.pem"
-        _ = try tool("openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
+        _ = try runTool("openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
         #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: try String(contentsOfFile: rsa, encoding: .utf8)) }
         #expect(throws: APNsError.self) { try APNsClientCredential.token(keyID: "k", teamID: "t", p8Path: pki.dir + "/missing.p8") }
     }
@@ -62,7 +63,7 @@ struct JWTTests {
     @Test func providerRenewsOnItsClock() throws {
         let pki = try PKI()
         let clock = TestClock(Date(timeIntervalSince1970: 1_732_000_000))
-        let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.authKey, encoding: .utf8))
+        let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.providerKey, encoding: .utf8))
         let provider = APNsTokenProvider(jwt: jwt, policy: APNsTokenRenewalPolicy(), now: { clock.now })
         let first = try provider.bearer()
         #expect(first.issuedAt == clock.now)
@@ -80,7 +81,7 @@ struct JWTTests {
         let third = try provider.bearer()
         #expect(third.token != second.token, "renewed 50 minutes after the second")
         #expect(provider.renewalCount == 3)
-        let claims = try verify(third.token, publicKey: pki.authPublic)["claims"]
+        let claims = try verify(third.token, publicKey: pki.providerPublicKey)["claims"]
         #expect((claims?["iat"] as? NSNumber)?.doubleValue == clock.now.timeIntervalSince1970)
     }
 
@@ -127,7 +128,7 @@ struct RenderedRequestTests {
     @Test func pipelineCredentialEntriesBecomeClientCredentials() throws {
         let pki = try PKI()
         let token = try APNsClientCredential(APNsCredential(bundleID: "com.example.chat", teamID: pki.teamID,
-                                                            keyID: pki.keyID, keyFile: pki.authKey))
+                                                            keyID: pki.keyID, keyFile: pki.providerKey))
         guard case .token(let keyID, let teamID, let pem) = token else { Issue.record("expected token auth"); return }
         #expect(keyID == pki.keyID && teamID == pki.teamID && pem.contains("PRIVATE KEY"))
         let p12 = try APNsClientCredential(APNsCredential(bundleID: "b", p12File: pki.clientP12, p12PasswordEnv: "P12_PW"),

@@ -2,6 +2,7 @@
 import Foundation
 import HeraldAPNs
 import HeraldCore
+import HeraldTestSupport
 import Metrics
 import MetricsTestKit
 import Testing

@@ -1,7 +1,9 @@
-// Test support: TLS material, processes (herald-mock-apns, nghttpd, python3), an injectable clock.
+// Test support of the APNs client tests: herald-mock-apns and nghttpd as servers, requests, an injectable clock,
+// a freezing proxy. Ports, processes and TLS material come from HeraldTestSupport.
 import Foundation
 import HeraldAPNs
 import HeraldCore
+import HeraldTestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -12,184 +14,70 @@ enum TestFailure: Error, CustomStringConvertible {
     var description: String { if case .failed(let s) = self { return s }; return "" }
 }
 
-struct ToolResult {
-    var status: Int32
-    var output: String
-}
+/// TLS material and provider keys (HeraldTestSupport's `TestPKI`) under the names these tests use.
+typealias PKI = TestPKI
 
-@discardableResult
-func tool(_ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil) throws -> ToolResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/env")
-    p.arguments = executable.hasPrefix("/") ? arguments : [executable] + arguments
-    if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = out
-    let input = Pipe()
-    p.standardInput = input
-    try p.run()
-    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try? input.fileHandleForWriting.close()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return ToolResult(status: p.terminationStatus, output: String(decoding: data, as: UTF8.self))
-}
-
-/// The package's build folder ($HERALD_BIN_DIR overrides).
-func binDirectory() -> String {
-    if let dir = ProcessInfo.processInfo.environment["HERALD_BIN_DIR"] { return dir }
-    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    return root.appendingPathComponent(".build/debug").path
-}
-
-/// Server certificate (self-signed, 127.0.0.1), a client CA and client certificate (+ .p12),
-/// and two provider keys (.p8) with public keys.
-final class PKI: @unchecked Sendable {
-    // @unchecked Sendable: immutable after init.
-    let dir: String
-    var serverCert: String { dir + "/cert.pem" }
-    var serverKey: String { dir + "/key.pem" }
-    var clientCA: String { dir + "/ca.pem" }
-    var clientCert: String { dir + "/client.pem" }
-    var clientKey: String { dir + "/client.key" }
-    var clientP12: String { dir + "/client.p12" }
-    let p12Password = "s3cret"
-    var authKey: String { dir + "/AuthKey.p8" }
-    var authPublic: String { dir + "/AuthKey.pub.pem" }
-    var otherKey: String { dir + "/Other.p8" }
-    let keyID = "KEY1234567"
-    let teamID = "TEAM123456"
-
-    init() throws {
-        dir = NSTemporaryDirectory() + "herald-apns-tests-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let steps: [[String]] = [
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem",
-             "-out", "cert.pem", "-subj", "/CN=localhost", "-days", "2", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-subj", "/CN=Herald Test CA", "-days", "2"],
-            ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "client.key",
-             "-out", "client.csr", "-subj", "/CN=com.example.chat"],
-            ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "client.pem", "-days", "2"],
-            ["pkcs12", "-export", "-in", "client.pem", "-inkey", "client.key", "-out", "client.p12",
-             "-passout", "pass:s3cret"],
-            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "AuthKey.p8"],
-            ["pkey", "-in", "AuthKey.p8", "-pubout", "-out", "AuthKey.pub.pem"],
-            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "Other.p8"],
-        ]
-        for s in steps {
-            let r = try tool("openssl", s, cwd: dir)
-            guard r.status == 0 else { throw TestFailure.failed("openssl \(s.joined(separator: " ")): \(r.output)") }
-        }
-    }
-
-    deinit { try? FileManager.default.removeItem(atPath: dir) }
-
+extension TestPKI {
     func tokenCredential(key: String? = nil) throws -> APNsClientCredential {
-        try APNsClientCredential.token(keyID: keyID, teamID: teamID, p8Path: key ?? authKey)
+        try APNsClientCredential.token(keyID: keyID, teamID: teamID, p8Path: key ?? providerKey)
     }
 }
 
-/// A started server process, stopped (SIGTERM, then SIGKILL) by its own pid.
-final class ServerProcess: @unchecked Sendable {
-    // @unchecked Sendable: `process` is only used to signal and poll its own child.
-    let process: Process
+/// A started server and the port it listens on; stopped (SIGTERM, then SIGKILL) by `stop()` or when dropped.
+final class ServerProcess: Sendable {
+    let child: ChildProcess
     let port: Int
 
-    init(process: Process, port: Int) {
-        self.process = process
+    init(child: ChildProcess, port: Int) {
+        self.child = child
         self.port = port
     }
 
-    func stop() {
-        let pid = process.processIdentifier
-        kill(pid, SIGTERM)
-        for _ in 0..<150 where process.isRunning { usleep(20_000) }
-        if process.isRunning { kill(pid, SIGKILL) }
-    }
+    func stop() { child.stopNow() }
 
-    deinit { stop() }
-
-    static func launch(_ executable: String, _ args: [String], logTo log: String) throws -> Process {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = args
-        FileManager.default.createFile(atPath: log, contents: nil)
-        let handle = FileHandle(forWritingAtPath: log)
-        p.standardOutput = handle
-        p.standardError = handle
-        try p.run()
-        return p
-    }
+    deinit { child.stopNow() }
 }
 
 /// herald-mock-apns on an ephemeral port, with the agreed CLI.
 func startMock(_ pki: PKI, _ extra: [String] = [], authKeys: Bool = true) throws -> ServerProcess {
-    let binary = binDirectory() + "/herald-mock-apns"
-    guard FileManager.default.isExecutableFile(atPath: binary) else {
-        throw TestFailure.failed("\(binary) is missing: swift build --product herald-mock-apns")
-    }
+    TestProcess.prepare()
+    let binary = try Paths.executable("herald-mock-apns")
     let portFile = pki.dir + "/port-\(UUID().uuidString)"
     var args = ["--port", "0", "--port-file", portFile, "--cert", pki.serverCert, "--key", pki.serverKey,
                 "--topic", "com.example.chat"]
-    if authKeys { args += ["--auth-key", "\(pki.keyID):\(pki.teamID):\(pki.authPublic)"] }
-    let p = try ServerProcess.launch(binary, args + extra, logTo: portFile + ".log")
-    for _ in 0..<300 {
-        if let text = try? String(contentsOfFile: portFile, encoding: .utf8),
-           let port = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
-            return ServerProcess(process: p, port: port)
-        }
-        if !p.isRunning { break }
-        usleep(20_000)
+    if authKeys { args += ["--auth-key", "\(pki.keyID):\(pki.teamID):\(pki.providerPublicKey)"] }
+    let child = ChildProcess(name: "herald-mock-apns", executable: binary, arguments: args + extra, logPath: portFile + ".log")
+    try child.start()
+    var port: Int?
+    _ = eventuallyBlocking(timeout: .seconds(10)) {
+        port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        return port != nil || !child.isRunning
     }
-    kill(p.processIdentifier, SIGKILL)
-    let log = (try? String(contentsOfFile: portFile + ".log", encoding: .utf8)) ?? ""
-    throw TestFailure.failed("herald-mock-apns did not start: \(log)")
+    guard let port else {
+        child.killNow()
+        throw TestFailure.failed("herald-mock-apns did not start: \(child.logTail())")
+    }
+    return ServerProcess(child: child, port: port)
 }
 
 /// nghttpd serving `3/device/<token>` files (POSTs to them answer 200).
 func startNghttpd(_ pki: PKI, tokens: [String]) throws -> ServerProcess {
+    TestProcess.prepare()
     let www = pki.dir + "/www-\(UUID().uuidString)"
     try FileManager.default.createDirectory(atPath: www + "/3/device", withIntermediateDirectories: true)
     for t in tokens { FileManager.default.createFile(atPath: www + "/3/device/" + t, contents: Data("ok".utf8)) }
-    for _ in 0..<5 {
-        let port = freePort()
-        let p = try ServerProcess.launch("/usr/sbin/nghttpd", ["-d", www, "--address=127.0.0.1",
-            "--max-concurrent-streams=1000", String(port), pki.serverKey, pki.serverCert], logTo: www + ".log")
-        for _ in 0..<100 {
-            if canConnect(port) { return ServerProcess(process: p, port: port) }
-            if !p.isRunning { break }
-            usleep(20_000)
+    let nghttpd = try Paths.tool("nghttpd")
+    for attempt in 0..<5 {
+        let port = try freePort()
+        let child = ChildProcess(name: "nghttpd", executable: nghttpd, arguments: ["-d", www, "--address=127.0.0.1",
+            "--max-concurrent-streams=1000", String(port), pki.serverKey, pki.serverCert], logPath: www + "-\(attempt).log")
+        try child.start()
+        if eventuallyBlocking(timeout: .seconds(5), { !child.isRunning || portAcceptsConnections(port) }), child.isRunning {
+            return ServerProcess(child: child, port: port)
         }
-        kill(p.processIdentifier, SIGKILL)
+        child.killNow()
     }
     throw TestFailure.failed("nghttpd did not start")
-}
-
-func freePort() -> Int {
-    let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(s) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(s, $0, len) } }
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &len) } }
-    return Int(UInt16(bigEndian: addr.sin_port))
-}
-
-func canConnect(_ port: Int) -> Bool {
-    let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(s) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = UInt16(port).bigEndian
-    return withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    } == 0
 }
 
 /// A wall clock the test moves by hand.
@@ -254,10 +142,9 @@ func recordedLines(_ path: String) throws -> [[String: Any]] {
 /// Waits until the record file has at least `n` lines (the mock writes it from its own thread).
 func waitForRecords(_ path: String, atLeast n: Int) async throws -> [[String: Any]] {
     var lines: [[String: Any]] = []
-    for _ in 0..<100 {
+    _ = await eventually(timeout: .seconds(10)) {
         lines = (try? recordedLines(path)) ?? []
-        if lines.count >= n { return lines }
-        try await Task.sleep(for: .milliseconds(50))
+        return lines.count >= n
     }
     return lines
 }

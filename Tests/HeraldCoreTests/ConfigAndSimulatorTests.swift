@@ -1,4 +1,4 @@
-// Pipeline YAML (HeraldConfig) and the simulator behind `heraldctl simulate`.
+// The simulator behind `heraldctl simulate` (pipeline file loading is tested in HeraldConfigTests).
 
 import Foundation
 import HeraldConfig
@@ -8,101 +8,6 @@ import Testing
 /// The repository root (tests run from anywhere).
 let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
-
-@Suite("Pipeline configuration")
-struct PipelineConfigTests {
-    @Test("pipelines/example.yaml loads without warnings")
-    func example() throws {
-        let loaded = try PipelineLoader.load(path: repoRoot.appendingPathComponent("pipelines/example.yaml").path)
-        #expect(loaded.warnings == [])
-        let c = loaded.config
-        #expect(c.apps.app("app1").payloadProfile == .compact)
-        #expect(c.apps.app("app2").payloadProfile == .sendbird(key: "sendbird"))
-        #expect(c.apps.app("app2").multiDevice == .anyOffline)
-        #expect(c.apps.app("app3").payloadProfile == .cometchat)
-        #expect(c.apps.app("app1").credentials.first?.auth == .token(teamID: "ABCDE12345", keyID: "KEY1234567",
-                                                                       keyFile: "/etc/herald/AuthKey_KEY1234567.p8"))
-        #expect(c.apps.app("app1").credentials[1].environment == .sandbox)
-        #expect(c.apps.app("app2").credentials.first?.auth == .certificate(certificateFile: "/etc/herald/messenger.pem",
-                                                                             privateKeyFile: "/etc/herald/messenger.key"))
-        #expect(c.kafka.brokers == "127.0.0.1:19092" && c.kafka.topics.tokenFeedback == "herald.token-feedback")
-        #expect(c.redis.port == 16379)
-        #expect(c.stages[.send].groupID == "herald-send" && c.stages[.send].metricsPort == 9105)
-    }
-
-    @Test("unknown keys are reported with their path, not ignored")
-    func unknownKeys() throws {
-        let yaml = """
-            apps:
-              a:
-                payload: {profile: sendbird, key: sb, colour: red}
-                multi_devices: any_offline
-                templates:
-                  default: {text: "{message}", fil: "{filename}"}
-                catalogs:
-                  fr: {simple_banner: "Nouveau", simple_baner: "typo"}
-            kafka:
-              brokerz: x
-            zookeeper: true
-            """
-        let loaded = try PipelineLoader.load(yaml: yaml)
-        let paths = loaded.warnings.map { String($0.prefix { $0 != ":" }) }
-        #expect(Set(paths) == ["apps.a.payload.colour", "apps.a.multi_devices", "apps.a.templates.default.fil",
-                               "apps.a.catalogs.fr.simple_baner", "kafka.brokerz", "zookeeper"])
-        let app = loaded.config.apps.app("a")
-        #expect(app.payloadProfile == .sendbird(key: "sb"))
-        #expect(app.strings(for: ["fr"])[.simpleBanner].source == "Nouveau")
-    }
-
-    @Test("invalid values are errors naming the key")
-    func invalidValues() {
-        let rows: [(String, String)] = [
-            ("apps: {a: {payload: {profile: fcm}}}", "apps.a.payload.profile"),
-            ("apps: {a: {multi_device: sometimes}}", "apps.a.multi_device"),
-            ("apps: {a: {badge: maybe}}", "apps.a.badge"),
-            ("apps: {a: {credentials: [{bundle_id: x, environment: staging, p12_file: f}]}}", "apps.a.credentials[0].environment"),
-            ("apps: {a: {credentials: [{environment: sandbox}]}}", "apps.a.credentials[0].bundle_id"),
-            ("apps: {a: {credentials: [{bundle_id: x}]}}", "apps.a.credentials[0]"),
-            ("redis: {port: high}", "redis.port"),
-            ("apps: {a: {expiration_seconds: 99999999999}}", "apps.a.expiration_seconds"),
-            ("apps: {a: {call_expiration_seconds: -1}}", "apps.a.call_expiration_seconds"),
-            ("apps: [1, 2]", "apps"),
-            ("apps: {a: {payload: [", "(file)"),
-        ]
-        for (yaml, path) in rows {
-            do {
-                _ = try PipelineLoader.load(yaml: yaml)
-                Issue.record("accepted \(yaml)")
-            } catch {
-                #expect(error.path == path, "\(error)")
-            }
-        }
-    }
-
-    @Test("environment overrides brokers and Redis address")
-    func environment() throws {
-        let c = try PipelineLoader.load(yaml: "kafka: {brokers: a:1}",
-                                        environment: ["HERALD_KAFKA_BROKERS": "b:2", "HERALD_REDIS_PORT": "7000"]).config
-        #expect(c.kafka.brokers == "b:2" && c.redis.port == 7000)
-    }
-
-    @Test("app catalogs and templates override built-in strings per locale")
-    func catalogOverrides() throws {
-        let yaml = """
-            apps:
-              a:
-                templates:
-                  alternative: {text: "Something new", file: "A file"}
-                catalogs:
-                  ko: {template.alternative.text: "새 소식"}
-            """
-        let app = try PipelineLoader.load(yaml: yaml).config.apps.app("a")
-        #expect(app.strings(for: ["ko"])[.alternativeText].source == "새 소식")
-        #expect(app.strings(for: ["fr"])[.alternativeText].source == "Something new")
-        #expect(app.strings(for: [])[.alternativeFile].source == "A file")
-        #expect(app.strings(for: ["fr"])[.simpleBanner].source == "Vous avez un nouveau message")
-    }
-}
 
 @Suite("Simulator (heraldctl simulate)")
 struct SimulatorTests {

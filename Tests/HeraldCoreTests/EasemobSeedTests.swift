@@ -1,5 +1,5 @@
 // Rows from the Easemob / Agora "Parse APNs content" and "iOS push" seeds.
-// Every expected payload is the seed's, plus `thread-id` (SPEC section 4 adds
+// Every expected payload is the seed's, plus `thread-id` (docs/behaviour.md §7 adds
 // it: the conversation id) — the one field we add to the Easemob shape.
 
 import Foundation

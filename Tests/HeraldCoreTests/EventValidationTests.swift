@@ -93,7 +93,7 @@ let invalidRows: [InvalidRow] = [
 
 @Suite("Chat event validation")
 struct EventValidationTests {
-    @Test("the SPEC section 7 example event is valid and keeps every field")
+    @Test("the example event of the product definition is valid and keeps every field")
     func specExample() throws {
         let e = try event(validEvent)
         #expect(e.eventID == "e-9f2c" && e.appID == "app1" && e.kind == .message && e.createdAt == 1_732_000_000_000)

@@ -278,7 +278,7 @@ struct SendbirdSeedTests {
         #expect(Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0) == .deliver(targets: [device()]))
     }
 
-    @Test("reason codes are exactly the SPEC words, in rule order")
+    @Test("reason codes are exactly the words of docs/behaviour.md §6, in rule order")
     func reasonCodes() {
         #expect(SuppressionReason.allCases.map(\.rawValue) == ["sender", "ignored", "no_devices", "online", "conversation_off",
                                                                "muted", "trigger_off", "not_mentioned", "snoozed", "dnd"])

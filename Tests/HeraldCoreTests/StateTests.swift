@@ -20,7 +20,7 @@ let specFixture = """
 
 @Suite("State model")
 struct StateTests {
-    @Test("the SPEC section 7 fixture decodes with its field names")
+    @Test("the state fixture of docs/behaviour.md §3 decodes with its field names")
     func specFixtureDecodes() throws {
         let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
         let u = try #require(f.users["u2"])

@@ -1,6 +1,7 @@
 import CRdKafka
 import Foundation
 import HeraldKafka
+import HeraldTestSupport
 import Testing
 
 /// Against a real Tansu broker started for each test on a free loopback port.

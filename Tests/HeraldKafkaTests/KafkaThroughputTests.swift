@@ -1,5 +1,6 @@
 import Foundation
 import HeraldKafka
+import HeraldTestSupport
 import Testing
 
 /// Produces and consumes HERALD_KAFKA_BENCH_COUNT (default 200 000) small records on Tansu

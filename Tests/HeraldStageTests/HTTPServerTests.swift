@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import HeraldStage
+import HeraldTestSupport
 import Logging
 import Prometheus
 import ServiceLifecycle
@@ -107,12 +108,9 @@ struct HTTPServerTests {
                                    signals: [], onDeadline: { deadlineHit.value = true })
         let running = Task { await runtime.run() }
         // Serving while running.
-        var health = try await RawHTTP.get(port: server.port, path: "/healthz")
-        for _ in 0..<100 where health.status != 200 {
-            try await Task.sleep(for: .milliseconds(20))
-            health = try await RawHTTP.get(port: server.port, path: "/healthz")
+        try await waitUntil("/healthz answers 200", timeout: .seconds(10)) {
+            (try? await RawHTTP.get(port: server.port, path: "/healthz").status) == 200
         }
-        #expect(health.status == 200)
 
         await runtime.triggerGracefulShutdown()
         let status = await running.value
@@ -135,13 +133,12 @@ struct HTTPServerTests {
                                    signals: [.sigusr2], onDeadline: {})
         let running = Task { await runtime.run() }
         // The group installs its signal handlers before it starts services; once /healthz answers they are in place.
-        var healthy = false
-        for _ in 0..<200 where !healthy {
-            healthy = (try? await RawHTTP.get(port: server.port, path: "/healthz").status) == 200
-            if !healthy { try await Task.sleep(for: .milliseconds(10)) }
+        let healthy = await eventually(timeout: .seconds(10)) {
+            (try? await RawHTTP.get(port: server.port, path: "/healthz").status) == 200
         }
         #expect(healthy)
-        try await Task.sleep(for: .milliseconds(50))
+        // The group starts its services after its signal handlers are in place.
+        try await waitUntil("the service is running", timeout: .seconds(10)) { consumer.started.value }
         kill(getpid(), SIGUSR2)
         let status = await running.value
         #expect(status == 0)
@@ -161,7 +158,8 @@ struct HTTPServerTests {
         #expect(try await RawHTTP.get(port: server.port, path: "/healthz").status == 200)
         let idle = try RawHTTP.openIdleConnection(port: server.port)
         defer { close(idle) }
-        try await Task.sleep(for: .milliseconds(50))
+        // Connections are accepted in order: once a later one is answered, the idle one is open on the server.
+        #expect(try await RawHTTP.get(port: server.port, path: "/healthz").status == 200)
         let started = ContinuousClock.now
         await runtime.triggerGracefulShutdown()
         #expect(await running.value == 0)
@@ -180,7 +178,7 @@ struct HTTPServerTests {
                                    shutdownDeadline: .milliseconds(500), logger: Logger(label: "test"),
                                    signals: [], onDeadline: { deadlineHit.value = true; stubborn.release() })
         let running = Task { await runtime.run() }
-        try await Task.sleep(for: .milliseconds(100))
+        try await waitUntil("the stubborn service is running", timeout: .seconds(10)) { stubborn.started.value }
         let started = ContinuousClock.now
         await runtime.triggerGracefulShutdown()
         _ = await running.value
@@ -210,7 +208,9 @@ final class OrderLog: @unchecked Sendable {
 struct RecordingService: Service {
     let name: String
     let order: OrderLog
+    let started = LockedFlag()
     func run() async throws {
+        started.value = true
         try? await ServiceLifecycle.gracefulShutdown()
         order.append(name)
     }
@@ -223,7 +223,9 @@ final class StubbornService: Service, @unchecked Sendable {
     private var released = false
     func release() { lock.lock(); released = true; lock.unlock() }
     private var isReleased: Bool { lock.lock(); defer { lock.unlock() }; return released }
+    let started = LockedFlag()
     func run() async throws {
+        started.value = true
         while !isReleased {
             // A blocking wait that does not observe cancellation.
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in

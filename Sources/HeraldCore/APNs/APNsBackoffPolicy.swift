@@ -24,8 +24,8 @@ public struct APNsBackoffPolicy: Sendable, Equatable {
     /// The delay after attempt `attempt` failed; `unit` is a random number in [0, 1).
     public func delay(afterAttempt attempt: Int, unit: Double) -> Duration {
         let exponent = Double(max(0, attempt - 1))
-        let initial = Self.seconds(initialDelay)
-        let capped = min(Self.seconds(maxDelay), initial * pow(multiplier, min(exponent, 60)))
+        let initial = initialDelay.timeInterval
+        let capped = min(maxDelay.timeInterval, initial * pow(multiplier, min(exponent, 60)))
         let factor = 1 - jitter * min(1, max(0, unit))
         return .nanoseconds(Int64((capped * factor * 1e9).rounded()))
     }
@@ -55,10 +55,6 @@ public struct APNsBackoffPolicy: Sendable, Equatable {
         }
     }
 
-    static func seconds(_ d: Duration) -> Double {
-        let c = d.components
-        return Double(c.seconds) + Double(c.attoseconds) / 1e18
-    }
 }
 
 #if canImport(Glibc)

@@ -22,8 +22,8 @@ public struct APNsTokenRenewalPolicy: Sendable, Equatable {
     public func decide(issuedAt: Date?, now: Date, rejectedAsExpired: Bool = false) -> Decision {
         guard let issuedAt else { return .renew }
         let age = now.timeIntervalSince(issuedAt)
-        if age >= APNsBackoffPolicy.seconds(renewAfter) { return .renew }
-        if rejectedAsExpired && age >= APNsBackoffPolicy.seconds(minimumInterval) { return .renew }
+        if age >= renewAfter.timeInterval { return .renew }
+        if rejectedAsExpired && age >= minimumInterval.timeInterval { return .renew }
         return .keep
     }
 }

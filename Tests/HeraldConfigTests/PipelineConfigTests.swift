@@ -1,0 +1,206 @@
+// The pipeline file (HeraldConfig): loading, defaults, environment overrides and unknown-key warnings.
+
+import Foundation
+import HeraldConfig
+import HeraldCore
+import Testing
+
+/// The repository root (tests run from anywhere).
+let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
+
+@Suite("Pipeline configuration")
+struct PipelineConfigTests {
+    @Test("pipelines/example.yaml loads without warnings")
+    func example() throws {
+        let loaded = try PipelineLoader.load(path: repoRoot.appendingPathComponent("pipelines/example.yaml").path)
+        #expect(loaded.warnings == [])
+        let c = loaded.config
+        #expect(c.apps.app("app1").payloadProfile == .compact)
+        #expect(c.apps.app("app2").payloadProfile == .sendbird(key: "sendbird"))
+        #expect(c.apps.app("app2").multiDevice == .anyOffline)
+        #expect(c.apps.app("app3").payloadProfile == .cometchat)
+        #expect(c.apps.app("app1").credentials.first?.auth == .token(teamID: "ABCDE12345", keyID: "KEY1234567",
+                                                                       keyFile: "/etc/herald/AuthKey_KEY1234567.p8"))
+        #expect(c.apps.app("app1").credentials[1].environment == .sandbox)
+        #expect(c.apps.app("app2").credentials.first?.auth == .certificate(certificateFile: "/etc/herald/messenger.pem",
+                                                                             privateKeyFile: "/etc/herald/messenger.key"))
+        #expect(c.kafka.brokers == "127.0.0.1:19092" && c.kafka.topics.tokenFeedback == "herald.token-feedback")
+        #expect(c.redis.port == 16379)
+        #expect(c.stages[.send].groupID == "herald-send" && c.stages[.send].metricsPort == 9105)
+    }
+
+    @Test("unknown keys are reported with their path, not ignored")
+    func unknownKeys() throws {
+        let yaml = """
+            apps:
+              a:
+                payload: {profile: sendbird, key: sb, colour: red}
+                multi_devices: any_offline
+                templates:
+                  default: {text: "{message}", fil: "{filename}"}
+                catalogs:
+                  fr: {simple_banner: "Nouveau", simple_baner: "typo"}
+            kafka:
+              brokerz: x
+            zookeeper: true
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        let paths = loaded.warnings.map { String($0.prefix { $0 != ":" }) }
+        #expect(Set(paths) == ["apps.a.payload.colour", "apps.a.multi_devices", "apps.a.templates.default.fil",
+                               "apps.a.catalogs.fr.simple_baner", "kafka.brokerz", "zookeeper"])
+        let app = loaded.config.apps.app("a")
+        #expect(app.payloadProfile == .sendbird(key: "sb"))
+        #expect(app.strings(for: ["fr"])[.simpleBanner].source == "Nouveau")
+    }
+
+    @Test("invalid values are errors naming the key")
+    func invalidValues() {
+        let rows: [(String, String)] = [
+            ("apps: {a: {payload: {profile: fcm}}}", "apps.a.payload.profile"),
+            ("apps: {a: {multi_device: sometimes}}", "apps.a.multi_device"),
+            ("apps: {a: {badge: maybe}}", "apps.a.badge"),
+            ("apps: {a: {credentials: [{bundle_id: x, environment: staging, p12_file: f}]}}", "apps.a.credentials[0].environment"),
+            ("apps: {a: {credentials: [{environment: sandbox}]}}", "apps.a.credentials[0].bundle_id"),
+            ("apps: {a: {credentials: [{bundle_id: x}]}}", "apps.a.credentials[0]"),
+            ("redis: {port: high}", "redis.port"),
+            ("apps: {a: {expiration_seconds: 99999999999}}", "apps.a.expiration_seconds"),
+            ("apps: {a: {call_expiration_seconds: -1}}", "apps.a.call_expiration_seconds"),
+            ("apps: [1, 2]", "apps"),
+            ("apps: {a: {payload: [", "(file)"),
+        ]
+        for (yaml, path) in rows {
+            do {
+                _ = try PipelineLoader.load(yaml: yaml)
+                Issue.record("accepted \(yaml)")
+            } catch {
+                #expect(error.path == path, "\(error)")
+            }
+        }
+    }
+
+    @Test("environment overrides brokers and Redis address")
+    func environment() throws {
+        let c = try PipelineLoader.load(yaml: "kafka: {brokers: a:1}",
+                                        environment: ["HERALD_KAFKA_BROKERS": "b:2", "HERALD_REDIS_PORT": "7000"]).config
+        #expect(c.kafka.brokers == "b:2" && c.redis.port == 7000)
+    }
+
+    @Test("app catalogs and templates override built-in strings per locale")
+    func catalogOverrides() throws {
+        let yaml = """
+            apps:
+              a:
+                templates:
+                  alternative: {text: "Something new", file: "A file"}
+                catalogs:
+                  ko: {template.alternative.text: "새 소식"}
+            """
+        let app = try PipelineLoader.load(yaml: yaml).config.apps.app("a")
+        #expect(app.strings(for: ["ko"])[.alternativeText].source == "새 소식")
+        #expect(app.strings(for: ["fr"])[.alternativeText].source == "Something new")
+        #expect(app.strings(for: [])[.alternativeFile].source == "A file")
+        #expect(app.strings(for: ["fr"])[.simpleBanner].source == "Vous avez un nouveau message")
+    }
+
+    @Test("an empty file gives the documented defaults")
+    func defaults() throws {
+        for yaml in ["", "# nothing but a comment\n", "{}"] {
+            let loaded = try PipelineLoader.load(yaml: yaml)
+            #expect(loaded.warnings == [], "\(yaml.debugDescription)")
+            let c = loaded.config
+            #expect(c.kafka.brokers == "127.0.0.1:9092" && c.kafka.clientID == "herald" && c.kafka.sessionTimeoutMs == 10_000)
+            #expect(c.kafka.properties.isEmpty)
+            let t = c.kafka.topics
+            #expect([t.chatEvents, t.ingested, t.resolved, t.deliverable, t.outbound, t.retry, t.dlq, t.tokenFeedback, t.registry]
+                    == ["chat.events", "herald.ingested", "herald.resolved", "herald.deliverable", "herald.outbound",
+                        "herald.retry", "herald.dlq", "herald.token-feedback", "herald.registry"])
+            #expect(c.redis.host == "127.0.0.1" && c.redis.port == 6379 && c.redis.database == 0)
+            #expect(c.redis.keyPrefix == "herald" && c.redis.pipelineBatch == 64)
+            #expect(c.redis.presenceTTLSeconds == 120 && c.redis.idempotencyTTLSeconds == 86_400)
+            for (index, stage) in StageName.allCases.enumerated() {
+                let s = c.stages[stage]
+                #expect(s.groupID == "herald-\(stage.rawValue)" && s.metricsPort == 9101 + index)
+                #expect(s.batchSize == 500 && s.batchTimeoutMs == 50)
+            }
+            // Any app gets the defaults: compact payload, send only when all devices are offline, badge on.
+            let app = c.apps.app("never-configured")
+            #expect(app.payloadProfile == .compact && app.multiDevice == .allOffline && app.badge)
+            #expect(app.credentials.isEmpty)
+        }
+    }
+
+    @Test("the defaults section applies to apps the file does not name; a named app does not inherit from it")
+    func defaultsSection() throws {
+        let yaml = """
+            defaults:
+              payload: {profile: cometchat}
+              badge: false
+            apps:
+              named: {multi_device: any_offline}
+            """
+        let c = try PipelineLoader.load(yaml: yaml).config
+        #expect(c.apps.app("other").payloadProfile == .cometchat)
+        #expect(c.apps.app("other").badge == false)
+        #expect(c.apps.app("named").payloadProfile == .compact)
+        #expect(c.apps.app("named").multiDevice == .anyOffline)
+        #expect(c.apps.app("named").badge)
+    }
+
+    @Test("stage, Kafka and Redis settings are read; a stage left out keeps its defaults")
+    func sections() throws {
+        let yaml = """
+            kafka:
+              brokers: k1:9092,k2:9092
+              client_id: chat-push
+              session_timeout_ms: 4000
+              topics: {chat_events: prod.chat, dlq: prod.dlq}
+              properties: {compression.type: lz4}
+            redis: {host: redis.internal, port: 6380, database: 2, key_prefix: hx, pipeline_batch: 128,
+                    presence_ttl_seconds: 30, idempotency_ttl_seconds: 3600}
+            stages:
+              send: {group_id: push-send, batch_size: 64, batch_timeout_ms: 5, metrics_port: 9200}
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings == [])
+        let c = loaded.config
+        #expect(c.kafka.brokers == "k1:9092,k2:9092" && c.kafka.clientID == "chat-push" && c.kafka.sessionTimeoutMs == 4000)
+        #expect(c.kafka.topics.chatEvents == "prod.chat" && c.kafka.topics.dlq == "prod.dlq")
+        #expect(c.kafka.topics.ingested == "herald.ingested")
+        #expect(c.kafka.properties == ["compression.type": "lz4"])
+        #expect(c.redis.host == "redis.internal" && c.redis.port == 6380 && c.redis.database == 2)
+        #expect(c.redis.keyPrefix == "hx" && c.redis.pipelineBatch == 128)
+        #expect(c.redis.presenceTTLSeconds == 30 && c.redis.idempotencyTTLSeconds == 3600)
+        let send = c.stages[.send]
+        #expect(send.groupID == "push-send" && send.batchSize == 64 && send.batchTimeoutMs == 5 && send.metricsPort == 9200)
+        #expect(c.stages[.render].groupID == "herald-render" && c.stages[.render].batchSize == 500)
+    }
+
+    @Test("unknown keys in every section are warned about with their path and the known keys")
+    func unknownKeysEverywhere() throws {
+        let yaml = """
+            kafka: {topics: {chat_event: x}}
+            redis: {hots: h}
+            stages: {sender: {group_id: g}, send: {batchsize: 3}}
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        let paths = Set(loaded.warnings.map { String($0.prefix { $0 != ":" }) })
+        #expect(paths == ["kafka.topics.chat_event", "redis.hots", "stages.sender", "stages.send.batchsize"])
+        // A warning names the keys that would have been understood.
+        let redis = try #require(loaded.warnings.first { $0.hasPrefix("redis.hots") })
+        #expect(redis.contains("unknown key") && redis.contains("host"))
+        // The rest of the file still applies.
+        #expect(loaded.config.stages[.send].batchSize == 500)
+    }
+
+    @Test("a file that cannot be read is an error naming the file")
+    func unreadableFile() {
+        let path = NSTemporaryDirectory() + "herald-no-such-pipeline-\(UUID().uuidString).yaml"
+        do {
+            _ = try PipelineLoader.load(path: path)
+            Issue.record("loaded a missing file")
+        } catch {
+            #expect(error.path == path)
+        }
+    }
+}

@@ -1,0 +1,149 @@
+// The servers tests run against, each on a free loopback port: Tansu (Kafka), redis-server, and TLS material.
+import Foundation
+import HeraldKafka
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A Tansu broker with memory storage on a free loopback port, for one test or suite. Stopped by `stop()` or when
+/// the last reference goes.
+public final class TansuBroker: Sendable {
+    public let port: Int
+    public let process: ChildProcess
+    public let logDirectory: String
+
+    public var bootstrap: String { "127.0.0.1:\(port)" }
+    public var brokers: [String] { [bootstrap] }
+
+    /// Starts the broker and returns once it accepts connections (a port taken meanwhile is retried with another).
+    public init() throws {
+        TestProcess.prepare()
+        let binary = try Paths.tansu()
+        let dir = try temporaryDirectory("herald-tansu")
+        var failure = "unknown"
+        for attempt in 0..<5 {
+            let port = try freePort()
+            let process = ChildProcess(name: "tansu", executable: binary, arguments: [
+                "broker", "--listener-url", "tcp://127.0.0.1:\(port)",
+                "--advertised-listener-url", "tcp://127.0.0.1:\(port)", "--storage-engine", "memory://tansu/",
+            ], logPath: dir + "/tansu-\(attempt).log")
+            try process.start()
+            if eventuallyBlocking(timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
+               process.isRunning {
+                self.port = port
+                self.process = process
+                self.logDirectory = dir
+                return
+            }
+            failure = process.isRunning ? "port \(port) never opened" : "exited: \(process.logTail(5))"
+            process.killNow()
+        }
+        throw TestSupportError("Tansu did not start: \(failure)")
+    }
+
+    /// Creates topics (name, partitions), retrying while the broker settles.
+    public func createTopics(_ topics: [(String, Int32)]) async throws {
+        var configuration = KafkaAdminConfiguration(brokers: brokers)
+        configuration.requestTimeout = .seconds(10)
+        var lastError: (any Error)?
+        let created = await eventually(timeout: .seconds(20), interval: .milliseconds(100)) {
+            do {
+                _ = try await KafkaAdmin.createTopics(topics.map { TopicSpec(name: $0.0, partitions: $0.1) },
+                                                      configuration: configuration)
+                return true
+            } catch {
+                lastError = error
+                return false
+            }
+        }
+        guard created else { throw TestSupportError("could not create topics on Tansu :\(port): \(lastError.map { "\($0)" } ?? "")") }
+    }
+
+    /// SIGKILL: the storage is in memory, so nothing is lost that a test needs.
+    public func stop() { process.killNow() }
+
+    deinit { process.killNow() }
+}
+
+/// A real `redis-server` on a free loopback port, without persistence unless `extraArguments` ask for it.
+public final class RedisServer: Sendable {
+    public let port: Int
+    public let process: ChildProcess
+
+    public init(extraArguments: [String] = []) throws {
+        TestProcess.prepare()
+        let dir = try temporaryDirectory("herald-redis")
+        port = try freePort()
+        process = ChildProcess(name: "redis", executable: try Paths.tool("redis-server"), arguments: [
+            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+            "--daemonize", "no", "--loglevel", "warning",
+        ] + extraArguments, logPath: dir + "/redis.log")
+        try start()
+    }
+
+    /// Starts it (again) on the same port and returns once it accepts connections.
+    public func start() throws {
+        try process.start()
+        guard eventuallyBlocking(timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
+              process.isRunning else {
+            throw TestSupportError("redis-server did not start on port \(port): \(process.logTail(5))")
+        }
+    }
+
+    /// SIGKILL, as a crash would; returns once it is gone.
+    public func kill() { process.killNow() }
+
+    deinit { process.killNow() }
+}
+
+/// A temporary directory of TLS material and provider keys, removed when the last reference goes:
+/// a self-signed server certificate for 127.0.0.1 / localhost, a client CA with a client certificate (PEM and
+/// a .p12 with password `p12Password`), and two ES256 provider keys (.p8), the first with its public key.
+public final class TestPKI: Sendable {
+    public let dir: String
+    public var serverCert: String { dir + "/cert.pem" }
+    public var serverKey: String { dir + "/key.pem" }
+    public var caCert: String { dir + "/ca.pem" }
+    public var clientCert: String { dir + "/client.pem" }
+    public var clientKey: String { dir + "/client.key" }
+    public var clientP12: String { dir + "/client.p12" }
+    public let p12Password = "s3cret"
+    /// The provider signing key (PKCS#8 PEM, as Apple's AuthKey_*.p8) and its public key.
+    public var providerKey: String { dir + "/AuthKey.p8" }
+    public var providerPublicKey: String { dir + "/AuthKey.pub.pem" }
+    /// A second provider key, for "signed by the wrong key" cases.
+    public var otherProviderKey: String { dir + "/Other.p8" }
+    public let keyID = "KEY1234567"
+    public let teamID = "TEAM123456"
+
+    public init() throws {
+        dir = try temporaryDirectory("herald-pki")
+        let steps: [[String]] = [
+            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem",
+             "-out", "cert.pem", "-subj", "/CN=localhost", "-days", "2", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
+             "-out", "ca.pem", "-subj", "/CN=Herald Test CA", "-days", "2"],
+            ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "client.key",
+             "-out", "client.csr", "-subj", "/CN=com.example.chat"],
+            ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "client.pem", "-days", "2"],
+            ["pkcs12", "-export", "-in", "client.pem", "-inkey", "client.key", "-out", "client.p12",
+             "-passout", "pass:\(p12Password)"],
+            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "AuthKey.p8"],
+            ["pkey", "-in", "AuthKey.p8", "-pubout", "-out", "AuthKey.pub.pem"],
+            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "Other.p8"],
+        ]
+        for step in steps {
+            try runToolChecked("openssl", step, cwd: dir)
+        }
+    }
+
+    /// Writes a file into the directory and returns its path.
+    public func write(_ name: String, _ text: String) throws -> String {
+        let path = dir + "/" + name
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: dir) }
+}
