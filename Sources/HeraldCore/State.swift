@@ -58,12 +58,24 @@ public struct Device: Codable, Sendable, Hashable {
         case bundleID = "bundle_id"
         case registeredAt = "registered_at"
         case providerID = "provider_id"
+        /// CometChat's platform name (`FCM_ANDROID`, `APNS_iOS_VOIP`, ...), accepted instead of `kind`.
+        case platform
     }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         token = try c.decode(String.self, forKey: .token)
-        kind = try c.decodeIfPresent(Kind.self, forKey: .kind) ?? .apns
+        if let k = try c.decodeIfPresent(Kind.self, forKey: .kind) {
+            kind = k
+        } else if let platform = try c.decodeIfPresent(String.self, forKey: .platform) {
+            guard let k = PushPlatform.kind(for: platform) else {
+                throw DecodingError.dataCorruptedError(forKey: .platform, in: c,
+                    debugDescription: "unknown platform \(platform) (expected a CometChat PushPlatforms name)")
+            }
+            kind = k
+        } else {
+            kind = .apns
+        }
         environment = try c.decodeIfPresent(APNsEnvironment.self, forKey: .environment) ?? .production
         bundleID = try c.decodeIfPresent(String.self, forKey: .bundleID)
         registeredAt = try c.decodeIfPresent(Int64.self, forKey: .registeredAt) ?? 0

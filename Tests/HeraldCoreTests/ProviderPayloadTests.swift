@@ -440,3 +440,19 @@ struct ProviderAnswerTableTests {
         #expect(WebhookAnswerTable.classify(.clientShutdown) == .permanent)
     }
 }
+
+@Suite("Registry records with platform names")
+struct PlatformRecordTests {
+    @Test("a device given as a CometChat platform takes its kind; an unknown platform is refused")
+    func platformField() throws {
+        let d = try JSONDecoder().decode(Device.self, from: Data(#"{"token":"t","platform":"FCM_ANDROID","provider_id":"fcm-provider-2"}"#.utf8))
+        #expect(d.kind == .fcm && d.providerID == "fcm-provider-2")
+        let v = try JSONDecoder().decode(Device.self, from: Data(#"{"token":"t","platform":"APNS_iOS_VOIP"}"#.utf8))
+        #expect(v.kind == .voip)
+        #expect(throws: DecodingError.self) {
+            _ = try JSONDecoder().decode(Device.self, from: Data(#"{"token":"t","platform":"PALM"}"#.utf8))
+        }
+        let record = try StageCodec.decode(RegistryRecord.self, from: Array(#"{"op":"register_device","app_id":"a","user":"u","device":{"token":"t","platform":"FCM_WEB"}}"#.utf8))
+        #expect(record.device?.kind == .fcm)
+    }
+}
