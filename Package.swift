@@ -85,7 +85,7 @@ let package = Package(
         ]),
         .executableTarget(name: "herald-registry", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"]),
         .executableTarget(name: "heraldctl", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldKafka", "HeraldRedis",
+            "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "herald-mock-apns", dependencies: [
