@@ -35,6 +35,8 @@ public struct MockProvidersConfiguration: Sendable {
     public var webhookAuth: (user: String, password: String)?
     /// SETTINGS_MAX_CONCURRENT_STREAMS [100].
     public var maxConcurrentStreams: Int
+    /// Faults given, in order, to the first requests of named webhook receivers (`/webhook/<name>`).
+    public var webhookFaultsByName: [String: [MockFault]] = [:]
     /// Append one JSON line per answer here (endpoint, status, reason, target, body); nil: memory only.
     public var recordPath: String?
 
@@ -98,6 +100,7 @@ public final class MockProvidersServer: @unchecked Sendable {
     private var answers: [MockAnswer] = []
     private var sendFaults: [MockFault] = []
     private var webhookFaults: [MockFault] = []
+    private var namedWebhookFaults: [String: [MockFault]] = [:]
     private var stopped = false
     private var openFDs: Set<Int32> = []
     private var tokenCounter = 0
@@ -105,6 +108,7 @@ public final class MockProvidersServer: @unchecked Sendable {
 
     public init(configuration: MockProvidersConfiguration) throws {
         self.configuration = configuration
+        namedWebhookFaults = configuration.webhookFaultsByName
         guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw MockSetupError("SSL_CTX_new failed") }
         self.ctx = ctx
         SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
@@ -350,7 +354,14 @@ public final class MockProvidersServer: @unchecked Sendable {
                 record(MockAnswer(endpoint: .webhook, status: 400, reason: "not a JSON object", target: name, body: body, authorization: auth))
                 return (400, [], Array(#"{"message":"expected a JSON object"}"#.utf8))
             }
-            let fault = lock.withLock { webhookFaults.isEmpty ? nil : webhookFaults.removeFirst() }
+            let fault = lock.withLock { () -> MockFault? in
+                if var named = namedWebhookFaults[name], !named.isEmpty {
+                    let f = named.removeFirst()
+                    namedWebhookFaults[name] = named
+                    return f
+                }
+                return webhookFaults.isEmpty ? nil : webhookFaults.removeFirst()
+            }
             if let fault {
                 if fault.delay > .zero { Thread.sleep(forTimeInterval: Double(fault.delay.components.seconds) + Double(fault.delay.components.attoseconds) / 1e18) }
                 record(MockAnswer(endpoint: .webhook, status: fault.status, reason: "fault", target: name, body: body, authorization: auth))

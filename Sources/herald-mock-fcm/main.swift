@@ -27,6 +27,9 @@ struct MockFCM: ParsableCommand {
     @Option(name: .customLong("webhook-user"), help: "Basic auth user the webhook receivers require.") var webhookUser: String?
     @Option(name: .customLong("webhook-password"), help: "Basic auth password the webhook receivers require.") var webhookPassword: String?
     @Option(help: "Append one JSON line per answer to this file.") var record: String?
+    @Option(name: .customLong("webhook-fault"), help: "NAME=STATUS*COUNT: /webhook/NAME answers STATUS to its first COUNT requests (repeatable).")
+    var webhookFault: [String] = []
+    @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.") var portFile: String?
 
     func run() throws {
         var c = MockProvidersConfiguration(host: host, port: port, certificatePath: cert, privateKeyPath: key,
@@ -35,9 +38,18 @@ struct MockFCM: ParsableCommand {
                                            unregisteredTokens: Set(unregistered), goawayAfterStreams: goawayAfter)
         if let webhookUser { c.webhookAuth = (webhookUser, webhookPassword ?? "") }
         c.recordPath = record
+        for spec in webhookFault {
+            let parts = spec.split(separator: "=", maxSplits: 1)
+            let rhs = parts.count == 2 ? parts[1].split(separator: "*") : []
+            guard parts.count == 2, rhs.count == 2, let status = Int(rhs[0]), let count = Int(rhs[1]), count > 0 else {
+                throw ValidationError("--webhook-fault: expected NAME=STATUS*COUNT, got \(spec)")
+            }
+            c.webhookFaultsByName[String(parts[0]), default: []] += Array(repeating: MockFault(status: status), count: count)
+        }
         let server = try MockProvidersServer(configuration: c)
         try server.start()
         FileHandle.standardOutput.write(Data("herald-mock-fcm listening on \(host):\(server.port)\n".utf8))
+        if let portFile { try String(server.port).write(toFile: portFile, atomically: true, encoding: .utf8) }
         let done = DispatchSemaphore(value: 0)
         signal(SIGTERM, SIG_IGN)
         signal(SIGINT, SIG_IGN)
