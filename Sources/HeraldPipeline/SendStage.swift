@@ -144,7 +144,10 @@ public struct SendProcessor: StageProcessor {
         await transport.send(jobs) { index, answer in
             guard index >= 0, index < jobs.count else { return }
             answers.set(index, answer)
-            if case .answered(200, _, _) = answer {
+            var delivered = false
+            if case .answered(200, _, _) = answer { delivered = true }
+            if case .classified(_, _, .delivered, _) = answer { delivered = true }
+            if delivered {
                 marker.add(app: jobs[index].appID, DeliveryPair(eventID: eventIDs[index], token: jobs[index].request.token))
             }
         }
