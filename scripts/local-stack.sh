@@ -308,6 +308,10 @@ states = json.load(open(state_file))
 def key(token, topic, push_type, payload): return (token, topic, push_type, json.dumps(payload, sort_keys=True))
 got = collections.Counter(key(r["token"], r["topic"], r["push_type"], r["payload"])
                           for r in map(json.loads, open(run + "/apns-record.jsonl")))
+# FCM and webhook requests, as herald-mock-fcm recorded their bodies (the FCM body names its token).
+for r in map(json.loads, open(run + "/fcm-record.jsonl")):
+    if r["endpoint"] in ("send", "webhook"):
+        got[key(r["endpoint"].replace("send", "fcm"), "", "", json.loads(r["body"]))] += 1
 want = collections.Counter()
 for line in open(run + "/events.tsv"):
     event = json.loads(line.split("\t", 1)[1])
@@ -317,9 +321,12 @@ for line in open(run + "/events.tsv"):
                           run + "/sim-state.json", "--pipeline", run + "/pipeline.yaml"], capture_output=True, text=True).stdout
     for l in out.splitlines():
         for n in json.loads(l)["notifications"]:
-            want[key(n["token"], n["topic"], n["push_type"], n["payload"])] += 1
+            if n.get("provider") in ("fcm", "webhook"):
+                want[key(n["provider"], "", "", n["payload"])] += 1
+            else:
+                want[key(n["token"], n["topic"], n["push_type"], n["payload"])] += 1
 same = got == want
-print("heraldctl simulate predicted %d notifications; the stand-in received %d; identical (token, topic, push type, payload): %s"
+print("heraldctl simulate predicted %d notifications; the stand-ins received %d; identical (APNs: token, topic, push type, payload; FCM and webhooks: body): %s"
       % (sum(want.values()), sum(got.values()), "yes" if same else "NO"))
 for k in want - got: print("  predicted, not received:", k[0][:8] + "…", k[3][:100])
 for k in got - want: print("  received, not predicted:", k[0][:8] + "…", k[3][:100])
