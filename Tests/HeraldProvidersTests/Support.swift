@@ -52,7 +52,7 @@ final class ProviderPKI: @unchecked Sendable {
         ]
         let data = try JSONSerialization.data(withJSONObject: json)
         let path = dir + "/sa-\(UUID().uuidString).json"
-        FileManager.default.createFile(atPath: path, contents: data)
+        try data.write(to: URL(fileURLWithPath: path))
         return try FCMServiceAccount.load(path: path)
     }
 }
