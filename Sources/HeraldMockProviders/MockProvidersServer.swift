@@ -242,7 +242,7 @@ public final class MockProvidersServer: @unchecked Sendable {
                 h.write(data)
                 h.closeFile()
             } else {
-                FileManager.default.createFile(atPath: path, contents: data)
+                _ = FileManager.default.createFile(atPath: path, contents: data)
             }
         }
     }

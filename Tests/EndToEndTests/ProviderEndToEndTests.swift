@@ -98,3 +98,45 @@ extension EndToEndTests {
         #expect(statuses == [503, 503, 200])
     }
 }
+
+extension EndToEndTests {
+    @Test("heraldctl push reaches an FCM token and a webhook; simulate lists their requests")
+    func heraldctlPushAndSimulateProviders() async throws {
+        let ca = stack.runDir + "/server-cert.pem"
+        var r = try await stack.heraldctl(["push", "--provider", "fcm", "--device-token", fcmTok(903), "--body", "Hello",
+                                           "--pipeline", stack.pipelinePath, "--app", "app4",
+                                           "--host", "127.0.0.1:\(stack.fcmPort)", "--ca-file", ca])
+        #expect(r.status == 0, "push fcm: \(r.stdout) \(r.stderr)")
+        #expect(r.lines.first?["status"] as? Int == 200 && r.lines.first?["provider"] as? String == "fcm")
+        #expect(providerAnswers("send").contains { $0["target"] as? String == fcmTok(903) && $0["status"] as? Int == 200 })
+
+        r = try await stack.heraldctl(["push", "--provider", "fcm", "--device-token", E2EStack.fcmDeadToken, "--body", "Hello",
+                                       "--pipeline", stack.pipelinePath, "--app", "app4",
+                                       "--host", "127.0.0.1:\(stack.fcmPort)", "--ca-file", ca])
+        #expect(r.status == 1)
+        #expect(r.lines.first?["reason"] as? String == "UNREGISTERED" && r.lines.first?["disposition"] as? String == "token_dead")
+
+        r = try await stack.heraldctl(["push", "--provider", "webhook", "--device-token", "pv-ctl", "--body", "Hello",
+                                       "--url", "https://127.0.0.1:\(stack.fcmPort)/webhook/custom-1",
+                                       "--user", E2EStack.webhookUser, "--password", E2EStack.webhookPassword, "--ca-file", ca])
+        #expect(r.status == 0, "push webhook: \(r.stdout) \(r.stderr)")
+        #expect(r.lines.first?["status"] as? Int == 200)
+        r = try await stack.heraldctl(["push", "--provider", "webhook", "--device-token", "pv-ctl", "--body", "Hello",
+                                       "--url", "https://127.0.0.1:\(stack.fcmPort)/webhook/custom-1",
+                                       "--user", E2EStack.webhookUser, "--password", "wrong", "--ca-file", ca])
+        #expect(r.status == 1 && r.lines.first?["status"] as? Int == 401)
+
+        // simulate: the FCM and webhook requests with their provider and complete body.
+        let state = #"{"users":{"pv-a":{"devices":[{"token":"\#(fcmTok(904))","platform":"FCM_ANDROID"}]},"pv-w":{"devices":[{"token":"h","kind":"webhook","provider_id":"custom-1"}]}}}"#
+        let event = Scenarios.message(Scenarios.id("sim-providers"), app: "app4", sender: "pv-s", conversation: "pv-sim",
+                                      recipients: ["pv-a", "pv-w"], createdAt: Self.now())
+        r = try await stack.heraldctl(["simulate", "--event", try stack.write("sim-p-event.json", event),
+                                       "--state", try stack.write("sim-p-state.json", state), "--pipeline", stack.pipelinePath])
+        #expect(r.status == 0, "simulate: \(r.stderr)")
+        let notifications = r.lines.flatMap { $0["notifications"] as? [[String: Any]] ?? [] }
+        #expect(notifications.compactMap { $0["provider"] as? String }.sorted() == ["fcm", "webhook"])
+        let fcm = notifications.first { $0["provider"] as? String == "fcm" }
+        #expect(((fcm?["payload"] as? [String: Any])?["message"] as? [String: Any])?["token"] as? String == fcmTok(904))
+        #expect(fcm?["provider_id"] as? String == "fcm-provider-1")
+    }
+}

@@ -487,7 +487,7 @@ final class E2EStack: @unchecked Sendable {
             "private_key": try String(contentsOfFile: runDir + "/fcm-sa.key", encoding: .utf8),
             "client_email": Self.fcmClientEmail, "token_uri": "https://127.0.0.1:\(fcmPort)/token",
         ]
-        FileManager.default.createFile(atPath: runDir + "/fcm-sa.json", contents: try JSONSerialization.data(withJSONObject: account))
+        try JSONSerialization.data(withJSONObject: account).write(to: URL(fileURLWithPath: runDir + "/fcm-sa.json"))
     }
 
     private func writePipeline() throws {
