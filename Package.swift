@@ -40,7 +40,11 @@ let package = Package(
         .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
 
+        // Typed wrappers over libcurl's variadic setters (HTTP/1.1 work: FCM OAuth, webhooks).
+        .target(name: "CHeraldCurl", linkerSettings: [.linkedLibrary("curl")]),
+
         // MARK: Adapters
+        .target(name: "HeraldHTTP", dependencies: ["CHeraldCurl", "HeraldCore"]),
         .target(name: "HeraldKafka", dependencies: [
             "CRdKafka", "HeraldCore",
             .product(name: "Logging", package: "swift-log"),
@@ -51,7 +55,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "HeraldAPNs", dependencies: [
-            "CNghttp2", "COpenSSL", "HeraldCore",
+            "CNghttp2", "COpenSSL", "HeraldCore", "HeraldHTTP",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
         ]),
@@ -79,13 +83,13 @@ let package = Package(
         .executableTarget(name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"]),
         .executableTarget(name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"]),
         .executableTarget(name: "herald-send", dependencies: [
-            "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldAPNs",
+            "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldAPNs", "HeraldHTTP",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "herald-registry", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"]),
         .executableTarget(name: "heraldctl", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldKafka", "HeraldRedis",
+            "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "herald-mock-apns", dependencies: [
@@ -96,6 +100,12 @@ let package = Package(
         .target(name: "HeraldMockAPNs", dependencies: ["CNghttp2", "CHeraldMockTLS"]),
         // OpenSSL server setup and ES256 verification for the stand-in (OpenSSL macros are not importable).
         .target(name: "CHeraldMockTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        // The FCM (token endpoint + messages:send over HTTP/2) and custom-webhook stand-in, as a library.
+        .target(name: "HeraldMockProviders", dependencies: ["CNghttp2", "COpenSSL"]),
+        .executableTarget(name: "herald-mock-fcm", dependencies: [
+            "HeraldMockProviders",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
         .executableTarget(name: "herald-bench", dependencies: [
             "HeraldCore", "HeraldConfig",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -121,6 +131,9 @@ let package = Package(
             "HeraldAPNs", "HeraldCore", "COpenSSL", "HeraldTestSupport",
             .product(name: "Metrics", package: "swift-metrics"),
             .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
+        .testTarget(name: "HeraldProvidersTests", dependencies: [
+            "HeraldAPNs", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "COpenSSL",
         ]),
         .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),

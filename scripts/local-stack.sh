@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Herald's whole pipeline on this machine, no Docker: Redis + Tansu (Kafka) on loopback, the APNs stand-in
-# with JWT checking, the six stages; loads a sample state through herald.registry, publishes the seed
+# with JWT checking, the FCM + webhook stand-in (herald-mock-fcm), the six stages; loads a sample state through herald.registry, publishes the seed
 # scenarios to chat.events, and prints what the stand-in received and what was suppressed and why.
 #
 #   scripts/local-stack.sh            run the demo, then stop everything
@@ -9,6 +9,7 @@
 #   options: --no-build (use the existing build), --no-setup (skip scripts/setup.sh), --debug (debug build)
 #
 # Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
+# HERALD_LOCAL_FCM_PORT 18544 (FCM messages:send, its token endpoint and the webhook receiver),
 # HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the stand-in base+9).
 # HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
@@ -32,6 +33,7 @@ done
 REDIS_PORT="${HERALD_LOCAL_REDIS_PORT:-16479}"
 KAFKA_PORT="${HERALD_LOCAL_KAFKA_PORT:-19192}"
 APNS_PORT="${HERALD_LOCAL_APNS_PORT:-18543}"
+FCM_PORT="${HERALD_LOCAL_FCM_PORT:-18544}"
 METRICS_BASE="${HERALD_LOCAL_METRICS_BASE:-19200}"
 RUN="$root/run/local"
 STAGES=(ingest resolve suppress render send registry)
@@ -56,6 +58,7 @@ stop_all() {
   local s
   for s in "${STAGES[@]}"; do stop_pid "herald-$s" "$RUN/$s.pid"; done
   stop_pid herald-mock-apns "$RUN/mock-apns.pid"
+  stop_pid herald-mock-fcm "$RUN/mock-fcm.pid"
   stop_pid redis-server "$RUN/redis.pid"
   [ -f "$RUN/tansu/tansu.pid" ] && bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
 }
@@ -64,7 +67,7 @@ mkdir -p "$RUN/logs"
 stop_all   # leftovers of a previous run
 [ "$stop_only" = 1 ] || trap 'code=$?; [ "$keep" = 1 ] && [ "$code" = 0 ] || stop_all; exit $code' EXIT
 if [ "$stop_only" = 1 ]; then say "stopped"; exit 0; fi
-for p in "$REDIS_PORT" "$KAFKA_PORT" "$APNS_PORT"; do
+for p in "$REDIS_PORT" "$KAFKA_PORT" "$APNS_PORT" "$FCM_PORT"; do
   if port_open "$p"; then echo "port $p is in use by another program; set HERALD_LOCAL_*_PORT" >&2; exit 1; fi
 done
 
@@ -72,7 +75,7 @@ if [ "$setup" = 1 ]; then bash scripts/setup.sh; fi
 export PKG_CONFIG_PATH="/usr/local/lib/pkgconfig:${PKG_CONFIG_PATH:-}"
 if [ "$build" = 1 ]; then
   say "building ($config)"
-  for p in "${STAGES[@]/#/herald-}" herald-mock-apns; do
+  for p in "${STAGES[@]/#/herald-}" herald-mock-apns herald-mock-fcm; do
     if ! swift build -c "$config" --product "$p" >"$RUN/logs/build.log" 2>&1; then
       grep -E "error" "$RUN/logs/build.log" >&2 || tail -20 "$RUN/logs/build.log" >&2; exit 1
     fi
@@ -100,8 +103,22 @@ if [ ! -f "$RUN/apns-cert.pem" ]; then
   openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$RUN/AuthKey.p8" 2>/dev/null
   openssl pkey -in "$RUN/AuthKey.p8" -pubout -out "$RUN/AuthKey.pub.pem" 2>/dev/null
 fi
-# The example pipeline with the local key (app2's certificate credential becomes a token one here).
+# The FCM service account (an RSA key; its token endpoint is herald-mock-fcm) and the webhook password.
+if [ ! -f "$RUN/fcm-sa.key" ]; then
+  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$RUN/fcm-sa.key" 2>/dev/null
+fi
+python3 - "$RUN/fcm-sa.key" "$FCM_PORT" >"$RUN/fcm-sa.json" <<'PY'
+import json, sys
+print(json.dumps({"type": "service_account", "project_id": "herald-demo", "private_key_id": "demo-key",
+                  "private_key": open(sys.argv[1]).read(), "client_email": "herald@herald-demo.iam.gserviceaccount.com",
+                  "token_uri": "https://127.0.0.1:%s/token" % sys.argv[2]}))
+PY
+export HERALD_WEBHOOK_PASSWORD="local-demo-secret"
+# The example pipeline with the local keys (app2's certificate credential becomes a token one here) and the
+# FCM and webhook providers pointed at herald-mock-fcm.
 sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/AuthKey_KEY7654321.p8#$RUN/AuthKey.p8#" \
+    -e "s#/etc/herald/firebase-service-account.json#$RUN/fcm-sa.json#" \
+    -e "s#https://push.example.com/herald/webhook#https://127.0.0.1:$FCM_PORT/webhook/custom-1#" \
     -e "s#certificate_file: /etc/herald/messenger.pem#team_id: ABCDE12345\n        key_id: KEY1234567\n        key_file: $RUN/AuthKey.p8#" \
     -e "/private_key_file: \/etc\/herald\/messenger.key/d" \
     pipelines/example.yaml >"$RUN/pipeline.yaml"
@@ -117,6 +134,16 @@ echo $! >"$RUN/mock-apns.pid"
 for _ in $(seq 1 50); do port_open "$APNS_PORT" && break; sleep 0.1; done
 say "herald-mock-apns on 127.0.0.1:$APNS_PORT (JWT checked against $RUN/AuthKey.pub.pem)"
 
+# --- The FCM and webhook stand-in --------------------------------------------------------------------
+"$BIN/herald-mock-fcm" --port "$FCM_PORT" --cert "$RUN/apns-cert.pem" --key "$RUN/apns-key.pem" \
+  --project herald-demo --client-email herald@herald-demo.iam.gserviceaccount.com \
+  --service-public-key "$RUN/fcm-sa.key" --webhook-user herald --webhook-password "$HERALD_WEBHOOK_PASSWORD" \
+  --record "$RUN/fcm-record.jsonl" >"$RUN/logs/mock-fcm.log" 2>&1 &
+echo $! >"$RUN/mock-fcm.pid"
+: >"$RUN/fcm-record.jsonl"
+for _ in $(seq 1 50); do port_open "$FCM_PORT" && break; sleep 0.1; done
+say "herald-mock-fcm on 127.0.0.1:$FCM_PORT (FCM messages:send, /token checking the RS256 assertion, /webhook/custom-1)"
+
 # --- The six stages ----------------------------------------------------------------------------------
 i=0
 for s in "${STAGES[@]}"; do
@@ -125,7 +152,7 @@ for s in "${STAGES[@]}"; do
       HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
       HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 \
       HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
-      $( [ "$s" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500" ) \
+      $( [ "$s" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
       "$BIN/herald-$s" >"$RUN/logs/$s.log" 2>&1 &
   echo $! >"$RUN/$s.pid"
 done
@@ -185,7 +212,7 @@ say "published $(wc -l <"$RUN/events.tsv") chat events; waiting for the pipeline
 # Wait until ingest consumed them all and send / registry are idle for 2 s.
 last=""; still=0
 for _ in $(seq 1 300); do
-  cur="$(metric_sum $((METRICS_BASE + 1)) herald_consumed_total) $(metric_sum $((METRICS_BASE + 5)) herald_consumed_total) $(metric_sum $((METRICS_BASE + 6)) herald_consumed_total) $(wc -l <"$RUN/apns-record.jsonl" 2>/dev/null || echo 0)"
+  cur="$(metric_sum $((METRICS_BASE + 1)) herald_consumed_total) $(metric_sum $((METRICS_BASE + 5)) herald_consumed_total) $(metric_sum $((METRICS_BASE + 6)) herald_consumed_total) $(wc -l <"$RUN/apns-record.jsonl" 2>/dev/null || echo 0) $(wc -l <"$RUN/fcm-record.jsonl" 2>/dev/null || echo 0)"
   if [ "$cur" = "$last" ] && [ "${cur%% *}" -ge "$(wc -l <"$RUN/events.tsv")" ]; then
     still=$((still + 1)); [ "$still" -ge 20 ] && break
   else still=0; last="$cur"; fi
@@ -206,6 +233,28 @@ for line in open(sys.argv[1]):
     extra = {k: v for k, v in p.items() if k != "aps"} if isinstance(p, dict) else {}
     print(f'{r["status"]} {r.get("reason") or "":<12} token {r["token"][:8]}… {r["push_type"]:<5} {r["topic"]:<26} '
           f'body={body!r} badge={aps.get("badge")} extra={json.dumps(extra, ensure_ascii=False)[:90]}')
+PY
+
+echo
+echo "=== What the FCM and webhook stand-in answered ($RUN/fcm-record.jsonl) ==="
+python3 - "$RUN/fcm-record.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["endpoint"] == "token":
+        print(f'{r["status"]} token endpoint {r["reason"] or "access token issued"}')
+        continue
+    try: body = json.loads(r["body"])
+    except ValueError: body = {}
+    if r["endpoint"] == "send":
+        m = body.get("message", {})
+        n = m.get("notification") or {}
+        print(f'{r["status"]} {r["reason"] or "":<12} FCM token {r["target"][:8]}… priority={m.get("android", {}).get("priority")} '
+              f'body={n.get("body") or m.get("data", {}).get("body")!r} data={json.dumps(m.get("data", {}), ensure_ascii=False)[:70]}')
+    else:
+        d = body.get("data", {})
+        print(f'{r["status"]} {r["reason"] or "":<12} webhook {r["target"]} to={d.get("to")} '
+              f'body={d.get("notificationDetails", {}).get("body")!r} type={d.get("notificationDetails", {}).get("type")}')
 PY
 echo
 echo "=== Decisions per event and user (explain trail in Redis) ==="
@@ -259,6 +308,10 @@ states = json.load(open(state_file))
 def key(token, topic, push_type, payload): return (token, topic, push_type, json.dumps(payload, sort_keys=True))
 got = collections.Counter(key(r["token"], r["topic"], r["push_type"], r["payload"])
                           for r in map(json.loads, open(run + "/apns-record.jsonl")))
+# FCM and webhook requests, as herald-mock-fcm recorded their bodies (the FCM body names its token).
+for r in map(json.loads, open(run + "/fcm-record.jsonl")):
+    if r["endpoint"] in ("send", "webhook"):
+        got[key(r["endpoint"].replace("send", "fcm"), "", "", json.loads(r["body"]))] += 1
 want = collections.Counter()
 for line in open(run + "/events.tsv"):
     event = json.loads(line.split("\t", 1)[1])
@@ -268,9 +321,12 @@ for line in open(run + "/events.tsv"):
                           run + "/sim-state.json", "--pipeline", run + "/pipeline.yaml"], capture_output=True, text=True).stdout
     for l in out.splitlines():
         for n in json.loads(l)["notifications"]:
-            want[key(n["token"], n["topic"], n["push_type"], n["payload"])] += 1
+            if n.get("provider") in ("fcm", "webhook"):
+                want[key(n["provider"], "", "", n["payload"])] += 1
+            else:
+                want[key(n["token"], n["topic"], n["push_type"], n["payload"])] += 1
 same = got == want
-print("heraldctl simulate predicted %d notifications; the stand-in received %d; identical (token, topic, push type, payload): %s"
+print("heraldctl simulate predicted %d notifications; the stand-ins received %d; identical (APNs: token, topic, push type, payload; FCM and webhooks: body): %s"
       % (sum(want.values()), sum(got.values()), "yes" if same else "NO"))
 for k in want - got: print("  predicted, not received:", k[0][:8] + "…", k[3][:100])
 for k in got - want: print("  received, not predicted:", k[0][:8] + "…", k[3][:100])

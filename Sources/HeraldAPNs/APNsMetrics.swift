@@ -19,18 +19,22 @@ final class APNsMetrics {
     private var last = APNsClientStats()
     private var lastRenewals = 0
 
-    init(dimensions: [(String, String)]) {
+    private let prefix: String
+
+    /// `prefix` names the metrics: `herald_apns` for APNs clients, `herald_fcm` for FCM clients.
+    init(dimensions: [(String, String)], prefix: String = "herald_apns") {
         self.dimensions = dimensions
-        retries = Counter(label: "herald_apns_retries_total", dimensions: dimensions)
-        resends = Counter(label: "herald_apns_resends_total", dimensions: dimensions)
-        deadlines = Counter(label: "herald_apns_deadlines_exceeded_total", dimensions: dimensions)
-        goaways = Counter(label: "herald_apns_goaways_total", dimensions: dimensions)
-        connects = Counter(label: "herald_apns_connections_opened_total", dimensions: dimensions)
-        connectFailures = Counter(label: "herald_apns_connect_failures_total", dimensions: dimensions)
-        pingReplacements = Counter(label: "herald_apns_ping_timeouts_total", dimensions: dimensions)
-        jwtRenewals = Counter(label: "herald_apns_jwt_renewals_total", dimensions: dimensions)
-        inFlight = Gauge(label: "herald_apns_in_flight", dimensions: dimensions)
-        connections = Gauge(label: "herald_apns_connections", dimensions: dimensions)
+        self.prefix = prefix
+        retries = Counter(label: prefix + "_retries_total", dimensions: dimensions)
+        resends = Counter(label: prefix + "_resends_total", dimensions: dimensions)
+        deadlines = Counter(label: prefix + "_deadlines_exceeded_total", dimensions: dimensions)
+        goaways = Counter(label: prefix + "_goaways_total", dimensions: dimensions)
+        connects = Counter(label: prefix + "_connections_opened_total", dimensions: dimensions)
+        connectFailures = Counter(label: prefix + "_connect_failures_total", dimensions: dimensions)
+        pingReplacements = Counter(label: prefix + "_ping_timeouts_total", dimensions: dimensions)
+        jwtRenewals = Counter(label: prefix + (prefix == "herald_apns" ? "_jwt_renewals_total" : "_token_renewals_total"), dimensions: dimensions)
+        inFlight = Gauge(label: prefix + "_in_flight", dimensions: dimensions)
+        connections = Gauge(label: prefix + "_connections", dimensions: dimensions)
     }
 
     /// `answerDeltas`: (status or "none", reason) -> answers since the last call.
@@ -41,7 +45,7 @@ final class APNsMetrics {
             if let existing = answers[name] {
                 counter = existing
             } else {
-                counter = Counter(label: "herald_apns_answers_total",
+                counter = Counter(label: prefix + "_answers_total",
                                   dimensions: dimensions + [("status", key.status), ("reason", key.reason)])
                 answers[name] = counter
             }

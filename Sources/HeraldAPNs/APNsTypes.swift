@@ -166,6 +166,12 @@ public struct APNsResponse: Sendable {
     /// Attempts made, counting the first; transparent resends (REFUSED_STREAM, streams above a
     /// GOAWAY's last-stream-id, requests never written) do not count.
     public var attempts: Int
+    /// The answer's reason as text (APNs `reason`; FCM `errorCode`, else its status name).
+    public var reasonText: String? = nil
+    /// The class of the last answer per the provider's table (FCM clients set it).
+    public var answer: APNsAnswerClass? = nil
+    /// FCM's `Retry-After`, when the last answer carried one.
+    public var retryAfter: Duration? = nil
 
     public var isDelivered: Bool { disposition == .delivered }
 }

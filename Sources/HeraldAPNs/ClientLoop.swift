@@ -14,7 +14,11 @@ final class ClientLoop: @unchecked Sendable {
     // state is only touched by the loop thread (see `run`).
     let config: APNsClientConfiguration
     let tls: TLSContext
-    let tokens: APNsTokenProvider?
+    /// What the server at the other end speaks (paths, headers, answer table).
+    let dialect: H2Dialect
+    /// Where the `authorization` header comes from (APNs provider JWTs, FCM access tokens); nil for
+    /// certificate auth.
+    let tokens: (any BearerSource)?
     let logger: Logger
     let gate: InFlightGate
     private let authority: [UInt8]
@@ -52,11 +56,15 @@ final class ClientLoop: @unchecked Sendable {
     private var answerDeltas: [AnswerKey: Int] = [:]
     private var lastMetricsAt: ContinuousClock.Instant = .now
 
-    init(config: APNsClientConfiguration, logger: Logger) throws(APNsError) {
+    init(config: APNsClientConfiguration, logger: Logger, dialect: H2Dialect = .apns,
+         bearer: (any BearerSource)? = nil) throws(APNsError) {
         self.config = config
         self.logger = logger
+        self.dialect = dialect
         self.tls = try TLSContext(credential: config.credential, trustedCAFile: config.trustedCAFile)
-        if case .token(let keyID, let teamID, let pem) = config.credential {
+        if case .fcm = dialect {
+            tokens = bearer
+        } else if case .token(let keyID, let teamID, let pem) = config.credential {
             let jwt = try APNsJWT(keyID: keyID, teamID: teamID, p8PEM: pem)
             tokens = APNsTokenProvider(jwt: jwt, policy: config.tokenRenewal, now: config.now)
         } else {
@@ -65,7 +73,7 @@ final class ClientLoop: @unchecked Sendable {
         let ep = config.resolvedEndpoint
         authority = Array((ep.port == 443 ? ep.host : ep.description).utf8)
         gate = InFlightGate(limit: config.maxInFlight)
-        metrics = APNsMetrics(dimensions: config.metricDimensions)
+        metrics = APNsMetrics(dimensions: config.metricDimensions, prefix: dialect.metricPrefix)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw APNsError(.io, "pipe: \(String(cString: strerror(errno)))") }
         wakeRead = fds[0]
@@ -290,15 +298,17 @@ final class ClientLoop: @unchecked Sendable {
         guard !pending.isEmpty else { return }
         var bearer: (token: String, issuedAt: Date)?
         if let tokens {
-            do { bearer = try tokens.bearer() } catch {
+            do { bearer = try tokens.currentBearer() } catch {
                 while let job = pending.popFirst() { finishAttempt(job, failure: .credentialUnusable(error.message)) }
                 return
             }
+            // No token yet (an FCM access token is being fetched): requests wait, their deadlines running.
+            if bearer == nil { return }
         }
         var bearerHeader: [UInt8]?
         if let bearer {
-            if bearerCache?.issuedAt != bearer.issuedAt {
-                bearerCache = (bearer.issuedAt, Array(("bearer " + bearer.token).utf8))
+            if bearerCache?.issuedAt != bearer.issuedAt || bearerCache == nil {
+                bearerCache = (bearer.issuedAt, Array((tokens?.scheme ?? "bearer ").utf8) + Array(bearer.token.utf8))
             }
             bearerHeader = bearerCache?.header
         }
@@ -421,6 +431,7 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: outcomes
 
     private func finishAttempt(_ job: Job, status: Int) {
+        if case .fcm = dialect { finishFCMAttempt(job, status: status); return }
         job.attempts += 1
         bump { $0.answersByStatus[status, default: 0] += 1 }
         var reason: APNsReason?
@@ -435,7 +446,7 @@ final class ClientLoop: @unchecked Sendable {
         else { answerDeltas[AnswerKey(status: String(status), reason: reason?.wire ?? ""), default: 0] += 1 }
         if answer == .renewCredentials, let tokens, let issued = job.bearerIssuedAt,
            (job.attempts < config.retry.maxAttempts), (job.request.deadline > ContinuousClock.now) {
-            if (try? tokens.rejectedAsExpired(issuedAt: issued)) == true {
+            if (try? tokens.rejected(issuedAt: issued)) == true {
                 bump { $0.retries += 1 }
                 pending.pushFront(job)
                 return
@@ -446,6 +457,40 @@ final class ClientLoop: @unchecked Sendable {
                                                    unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
         if scheduleRetry(job, disposition) { return }
         complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
+    }
+
+    /// An answer of FCM's `messages:send`, classified by HeraldCore's FCM table. 401 renews the access
+    /// token once (the request waits for the new one), a second 401 is permanent; 429 and 503 honour
+    /// `Retry-After` when it asks for more than the backoff.
+    private func finishFCMAttempt(_ job: Job, status: Int) {
+        job.attempts += 1
+        bump { $0.answersByStatus[status, default: 0] += 1 }
+        let body = status == 200 ? nil : FCMErrorBody.parse(job.body)
+        let answer = FCMAnswerTable.classify(status: status, body: body)
+        let text = body.map(\.reasonText).flatMap { $0.isEmpty ? nil : $0 } ?? (status == 200 ? "" : "HTTP \(status)")
+        if status == 200 { delivered200 += 1 }
+        else { answerDeltas[AnswerKey(status: String(status), reason: text), default: 0] += 1 }
+        let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
+        if answer == .renewCredentials, !job.renewedCredentials, let tokens, let issued = job.bearerIssuedAt,
+           job.request.deadline > ContinuousClock.now {
+            job.renewedCredentials = true
+            job.attempts -= 1  // the renewal does not count as an attempt
+            _ = try? tokens.rejected(issuedAt: issued)
+            bump { $0.retries += 1 }
+            pending.pushFront(job)
+            return
+        }
+        var disposition: APNsDisposition
+        if answer == .renewCredentials {
+            disposition = .permanentFailure(reason: "\(text) after renewing the access token")
+        } else {
+            disposition = config.retry.disposition(for: answer, reasonText: text, attempt: job.attempts,
+                                                   unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
+        }
+        if case .retry(let after) = disposition, let retryAfter, retryAfter > after { disposition = .retry(after: retryAfter) }
+        if scheduleRetry(job, disposition) { return }
+        complete(job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
+                 retryAfter: retryAfter)
     }
 
     private func finishAttempt(_ job: Job, failure: APNsTransportFailure) {
@@ -469,7 +514,8 @@ final class ClientLoop: @unchecked Sendable {
     }
 
     private func complete(_ job: Job, status: Int?, reason: APNsReason? = nil, timestamp: Int64? = nil,
-                          failure: APNsTransportFailure?, disposition: APNsDisposition) {
+                          failure: APNsTransportFailure?, disposition: APNsDisposition, reasonText: String? = nil,
+                          answer: APNsAnswerClass? = nil, retryAfter: Duration? = nil) {
         guard !job.completed else { return }
         job.completed = true
         liveJobs -= 1
@@ -477,6 +523,9 @@ final class ClientLoop: @unchecked Sendable {
         var response = ClientLoop.response(job, status: status, failure: failure, disposition: disposition)
         response.reason = reason
         response.unregisteredAt = timestamp
+        response.reasonText = reasonText ?? reason?.wire
+        response.answer = answer
+        response.retryAfter = retryAfter
         bump { $0.completed += 1 }
         finishedThisPass.append((job, response))
     }

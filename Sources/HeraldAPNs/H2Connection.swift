@@ -152,12 +152,17 @@ final class H2Connection {
         add(":path", job.path)
         add(":authority", authority)
         if let bearer { add("authorization", bearer) }
-        add("apns-topic", r.topic.utf8)
-        add("apns-push-type", r.pushType.rawValue.utf8)
-        if let p = r.priority { add("apns-priority", String(p.rawValue).utf8) }
-        if let e = r.expiration { add("apns-expiration", String(e).utf8) }
-        if let c = r.collapseID { add("apns-collapse-id", c.utf8) }
-        if let id = r.apnsID { add("apns-id", id.utf8) }
+        switch loop.dialect {
+        case .apns:
+            add("apns-topic", r.topic.utf8)
+            add("apns-push-type", r.pushType.rawValue.utf8)
+            if let p = r.priority { add("apns-priority", String(p.rawValue).utf8) }
+            if let e = r.expiration { add("apns-expiration", String(e).utf8) }
+            if let c = r.collapseID { add("apns-collapse-id", c.utf8) }
+            if let id = r.apnsID { add("apns-id", id.utf8) }
+        case .fcm:
+            add("content-type", "application/json; charset=UTF-8".utf8)
+        }
         add("content-length", String(r.payload.count).utf8)
 
         let jobPointer = Unmanaged.passUnretained(job).toOpaque()
@@ -228,6 +233,8 @@ final class H2Connection {
                 job.status = status > 0 ? status : nil
             } else if namelen == 7, memcmp(name, "apns-id", 7) == 0 {
                 job.answeredAPNsID = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)
+            } else if namelen == 11, memcmp(name, "retry-after", 11) == 0 {
+                job.retryAfter = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)
             }
             return 0
         }

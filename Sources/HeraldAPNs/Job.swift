@@ -21,6 +21,10 @@ final class Job: @unchecked Sendable {
     var answeredAPNsID: String?
     var body: [UInt8] = []
     var bearerIssuedAt: Date?
+    /// The `retry-after` header of the answer (FCM).
+    var retryAfter: String?
+    /// The access token was renewed once for this request after a 401 (FCM).
+    var renewedCredentials = false
 
     init(request: APNsDelivery, completion: @escaping @Sendable (APNsResponse) -> Void) {
         self.request = request
@@ -30,6 +34,13 @@ final class Job: @unchecked Sendable {
         self.path = p
     }
 
+    /// A request to another path than APNs's `/3/device/<token>` (FCM's `messages:send`).
+    init(request: APNsDelivery, path: [UInt8], completion: @escaping @Sendable (APNsResponse) -> Void) {
+        self.request = request
+        self.completion = completion
+        self.path = path
+    }
+
     func resetAttempt() {
         headersSent = false
         bodyOffset = 0
@@ -37,6 +48,7 @@ final class Job: @unchecked Sendable {
         answeredAPNsID = nil
         body.removeAll(keepingCapacity: false)
         bearerIssuedAt = nil
+        retryAfter = nil
     }
 }
 

@@ -156,7 +156,8 @@ public enum PipelineLoader {
     }
 
     static let appKeys: Set<String> = ["payload", "multi_device", "badge", "templates", "catalogs", "credentials",
-                                       "expiration_seconds", "call_expiration_seconds"]
+                                       "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
+                                       "fcm"]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
         let m = try r.mapping(node, path)
@@ -222,9 +223,57 @@ public enum PipelineLoader {
         }
         let expiration = try r.int(m["expiration_seconds"], path + ".expiration_seconds", in: 0...2_592_000) ?? 86_400
         let callExpiration = try r.int(m["call_expiration_seconds"], path + ".call_expiration_seconds", in: 0...2_592_000) ?? 60
+        var fcmCredentials: [FCMCredential] = []
+        if let c = m["fcm_credentials"] {
+            for (n, item) in try r.sequence(c, path + ".fcm_credentials").enumerated() {
+                let ip = path + ".fcm_credentials[\(n)]"
+                let im = try r.mapping(item, ip)
+                r.check(im, ip, known: ["provider_id", "service_account_file", "include_notification"])
+                guard let id = try r.string(im["provider_id"], ip + ".provider_id"), !id.isEmpty else {
+                    throw ConfigError(path: ip + ".provider_id", message: "missing")
+                }
+                guard let file = try r.string(im["service_account_file"], ip + ".service_account_file"), !file.isEmpty else {
+                    throw ConfigError(path: ip + ".service_account_file", message: "missing")
+                }
+                if fcmCredentials.contains(where: { $0.providerID == id }) {
+                    throw ConfigError(path: ip + ".provider_id", message: "\(id) is used twice")
+                }
+                fcmCredentials.append(FCMCredential(providerID: id, serviceAccountFile: file,
+                    includeNotification: try r.bool(im["include_notification"], ip + ".include_notification") ?? true))
+            }
+        }
+        var webhooks: [WebhookCredential] = []
+        if let c = m["webhooks"] {
+            for (n, item) in try r.sequence(c, path + ".webhooks").enumerated() {
+                let ip = path + ".webhooks[\(n)]"
+                let im = try r.mapping(item, ip)
+                r.check(im, ip, known: ["provider_id", "url", "username", "password_env", "password", "region"])
+                guard let id = try r.string(im["provider_id"], ip + ".provider_id"), !id.isEmpty else {
+                    throw ConfigError(path: ip + ".provider_id", message: "missing")
+                }
+                guard let url = try r.string(im["url"], ip + ".url"), url.hasPrefix("https://") || url.hasPrefix("http://") else {
+                    throw ConfigError(path: ip + ".url", message: "expected an https:// URL")
+                }
+                if url.hasPrefix("http://") { r.warnings.append("\(ip).url: not HTTPS; use it only for local tests") }
+                let hook = WebhookCredential(providerID: id, url: url, username: try r.string(im["username"], ip + ".username"),
+                                             passwordEnv: try r.string(im["password_env"], ip + ".password_env"),
+                                             password: try r.string(im["password"], ip + ".password"),
+                                             region: try r.string(im["region"], ip + ".region") ?? "us")
+                if hook.password != nil { r.warnings.append("\(ip).password: a password in the pipeline file; prefer password_env") }
+                webhooks.append(hook)
+            }
+        }
+        var fcm = FCMOptions()
+        if let f = m["fcm"] {
+            let fm = try r.mapping(f, path + ".fcm")
+            r.check(fm, path + ".fcm", known: ["channel_id", "click_action"])
+            fcm = FCMOptions(channelID: try r.string(fm["channel_id"], path + ".fcm.channel_id"),
+                             clickAction: try r.string(fm["click_action"], path + ".fcm.click_action"))
+        }
         return AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
                          templates: templates, catalogs: catalogs, credentials: credentials,
-                         expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration))
+                         expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration),
+                         fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm)
     }
 
     static func readPair(_ r: inout Reader, _ node: Node, _ path: String,

@@ -75,6 +75,57 @@ public struct APNsCredential: Sendable, Hashable, Codable {
     }
 }
 
+/// One FCM HTTP v1 credential of an app (CometChat allows several, one per Firebase project).
+public struct FCMCredential: Sendable, Hashable {
+    /// The name devices use to pick this credential (`provider_id`).
+    public var providerID: String
+    /// Path of the Google service-account JSON (`project_id`, `client_email`, `private_key`, `token_uri`).
+    public var serviceAccountFile: String
+    /// Whether messages carry FCM's `notification` block (displayed by the system) besides `data`;
+    /// false sends data-only messages that the app displays itself. Calls are always data-only.
+    public var includeNotification: Bool
+
+    public init(providerID: String, serviceAccountFile: String, includeNotification: Bool = true) {
+        self.providerID = providerID
+        self.serviceAccountFile = serviceAccountFile
+        self.includeNotification = includeNotification
+    }
+}
+
+/// One custom webhook provider of an app (CometChat's "custom provider").
+public struct WebhookCredential: Sendable, Hashable {
+    public var providerID: String
+    /// The HTTPS URL that receives one POST per recipient.
+    public var url: String
+    /// Basic authentication user; nil sends no `Authorization` header.
+    public var username: String?
+    /// Name of the environment variable holding the Basic password (preferred).
+    public var passwordEnv: String?
+    /// The password written in the file (discouraged; never logged).
+    public var password: String?
+    /// The `region` field of the payload (`us`, `eu`, `in`).
+    public var region: String
+
+    public init(providerID: String, url: String, username: String? = nil, passwordEnv: String? = nil,
+                password: String? = nil, region: String = "us") {
+        self.providerID = providerID; self.url = url; self.username = username
+        self.passwordEnv = passwordEnv; self.password = password; self.region = region
+    }
+}
+
+/// How FCM messages of an app are dressed (all optional; none by default).
+public struct FCMOptions: Sendable, Hashable {
+    /// `android.notification.channel_id` of chat notifications.
+    public var channelID: String?
+    /// `android.notification.click_action` (the activity intent filter to open).
+    public var clickAction: String?
+
+    public init(channelID: String? = nil, clickAction: String? = nil) {
+        self.channelID = channelID
+        self.clickAction = clickAction
+    }
+}
+
 /// App-level templates: overrides of the default / alternative pair, an
 /// optional alert title, and per-custom_type pairs that beat both.
 public struct TemplateConfig: Sendable, Hashable {
@@ -107,6 +158,11 @@ public struct AppConfig: Sendable {
     public let expirationSeconds: Int64
     /// `apns-expiration` of call pushes, seconds after the event time.
     public let callExpirationSeconds: Int64
+    /// FCM HTTP v1 credentials, by provider id; the first is used for devices without one.
+    public let fcmCredentials: [FCMCredential]
+    /// Custom webhook providers; the first is used for devices without a provider id.
+    public let webhooks: [WebhookCredential]
+    public let fcm: FCMOptions
 
     let strings: [String: Strings]
     let english: Strings
@@ -117,7 +173,8 @@ public struct AppConfig: Sendable {
                 multiDevice: MultiDeviceMode = .allOffline, badge: Bool = true,
                 templates: TemplateConfig = TemplateConfig(), catalogs: [String: [String: String]] = [:],
                 credentials: [APNsCredential] = [], expirationSeconds: Int64 = 86_400,
-                callExpirationSeconds: Int64 = 60) {
+                callExpirationSeconds: Int64 = 60, fcmCredentials: [FCMCredential] = [],
+                webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions()) {
         self.appID = appID
         self.payloadProfile = payloadProfile
         self.multiDevice = multiDevice
@@ -134,6 +191,9 @@ public struct AppConfig: Sendable {
         self.credentials = credentials
         self.expirationSeconds = expirationSeconds
         self.callExpirationSeconds = callExpirationSeconds
+        self.fcmCredentials = fcmCredentials
+        self.webhooks = webhooks
+        self.fcm = fcm
 
         // Resolution order for a key in locale L: app catalog[L], app templates,
         // built-in catalog[L], app catalog[en], built-in English.
@@ -175,6 +235,18 @@ public struct AppConfig: Sendable {
 
     /// The bundle id used for devices registered without one: the first credential's.
     public var defaultBundleID: String? { credentials.first?.bundleID }
+
+    /// The FCM credential a device's provider id names (the first one when nil).
+    public func fcmCredential(_ providerID: String?) -> FCMCredential? {
+        guard let providerID else { return fcmCredentials.first }
+        return fcmCredentials.first { $0.providerID == providerID }
+    }
+
+    /// The webhook provider a device's provider id names (the first one when nil).
+    public func webhook(_ providerID: String?) -> WebhookCredential? {
+        guard let providerID else { return webhooks.first }
+        return webhooks.first { $0.providerID == providerID }
+    }
 
     /// Locales with a string table (built-in plus configured).
     public var locales: [String] { strings.keys.sorted() }

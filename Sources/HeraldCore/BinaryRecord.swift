@@ -8,7 +8,7 @@
 //   the two apart from the first byte and still accepts JSON (records replayed from the DLQ, written by hand
 //   or by an older Herald): see `StageCodec.decode`.
 // - A record written by a newer Herald with a higher version is refused with a clear error (dead-lettered),
-//   never misread.
+//   never misread. Version 2 added the provider and provider id of devices and requests (FCM, webhooks).
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
 /// Appends binary record fields.
@@ -182,7 +182,7 @@ public protocol BinaryRecord {
 
 public enum BinaryRecordFormat {
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
-    public static let version: UInt8 = 1
+    public static let version: UInt8 = 2
 
     /// True when `bytes` start with the binary header (whatever its version).
     public static func isBinary(_ bytes: some Collection<UInt8>) -> Bool {
@@ -311,11 +311,12 @@ extension ChatEvent {
 extension Device {
     func write(into w: inout BinaryWriter) {
         w.string(token); w.string(kind.rawValue); w.string(environment.rawValue); w.optional(bundleID); w.int(registeredAt)
+        w.optional(providerID)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
         self.init(token: try r.string(), kind: try r.enumValue(Kind.self), environment: try r.enumValue(APNsEnvironment.self),
-                  bundleID: try r.optionalString(), registeredAt: try r.int())
+                  bundleID: try r.optionalString(), registeredAt: try r.int(), providerID: try r.optionalString())
     }
 
     static func write(_ devices: [Device], into w: inout BinaryWriter) {
@@ -438,12 +439,14 @@ extension APNsRequest {
     func write(into w: inout BinaryWriter) {
         w.string(token); w.string(environment.rawValue); w.string(pushType.rawValue); w.string(topic)
         w.int(priority); w.optional(collapseID); w.int(expiration); w.string(apnsID); w.bytes(payload)
+        w.string(provider.rawValue); w.optional(providerID)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
         self.init(token: try r.string(), environment: try r.enumValue(APNsEnvironment.self),
                   pushType: try r.enumValue(PushType.self), topic: try r.string(), priority: Int(clamping: try r.int()),
-                  collapseID: try r.optionalString(), expiration: try r.int(), apnsID: try r.string(), payload: try r.bytes())
+                  collapseID: try r.optionalString(), expiration: try r.int(), apnsID: try r.string(), payload: try r.bytes(),
+                  provider: try r.enumValue(PushProvider.self), providerID: try r.optionalString())
     }
 }
 

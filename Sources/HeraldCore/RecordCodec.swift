@@ -148,6 +148,7 @@ extension Device {
         w.raw(",\"environment\":"); w.string(environment.rawValue)
         if let bundleID { w.raw(",\"bundle_id\":"); w.string(bundleID) }
         w.raw(",\"registered_at\":"); w.int(registeredAt)
+        if let providerID { w.raw(",\"provider_id\":"); w.string(providerID) }
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -155,7 +156,8 @@ extension Device {
         let r = try RecordReader(json, path: path)
         self.init(token: try r.requiredString("token"), kind: try r.enumValue("kind", Kind.self) ?? .apns,
                   environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
-                  bundleID: try r.string("bundle_id"), registeredAt: try r.int("registered_at") ?? 0)
+                  bundleID: try r.string("bundle_id"), registeredAt: try r.int("registered_at") ?? 0,
+                  providerID: try r.string("provider_id"))
     }
 
     static func writeList(_ devices: [Device], into w: inout JSONWriter) {
@@ -372,6 +374,8 @@ extension APNsRequest {
         w.raw(",\"expiration\":"); w.int(expiration)
         w.raw(",\"apns_id\":"); w.string(apnsID)
         w.raw(",\"payload\":"); w.string(String(decoding: payload, as: UTF8.self))
+        if provider != .apns { w.raw(",\"provider\":"); w.string(provider.rawValue) }
+        if let providerID { w.raw(",\"provider_id\":"); w.string(providerID) }
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -383,7 +387,8 @@ extension APNsRequest {
                   environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
                   pushType: pushType, topic: try r.requiredString("topic"), priority: Int(priority),
                   collapseID: try r.string("collapse_id"), expiration: try r.int("expiration") ?? 0,
-                  apnsID: try r.requiredString("apns_id"), payload: Array(try r.requiredString("payload").utf8))
+                  apnsID: try r.requiredString("apns_id"), payload: Array(try r.requiredString("payload").utf8),
+                  provider: try r.enumValue("provider", PushProvider.self) ?? .apns, providerID: try r.string("provider_id"))
     }
 }
 

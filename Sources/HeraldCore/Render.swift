@@ -4,7 +4,11 @@
 
 import Foundation
 
-/// One request to APNs: headers and the JSON payload.
+/// One rendered request to a push provider: headers and the JSON payload. Named after APNs, its first
+/// provider; `provider` says which service it is for. For FCM and webhook requests `topic` and
+/// `providerID` name the credential, `priority` is 10 (FCM `high`) or 5 (`normal`), `collapseID` is
+/// FCM's `collapse_key`, `apnsID` is the same derived trace id, and `payload` is the complete HTTP body
+/// (FCM: `{"message":{...}}`; webhook: CometChat's `push-notification-payload-generated` object).
 public struct APNsRequest: Sendable, Hashable, Codable {
     /// Render writes `alert` (chat) or `voip` (calls).
     public typealias PushType = APNsPushType
@@ -23,19 +27,24 @@ public struct APNsRequest: Sendable, Hashable, Codable {
     public var expiration: Int64
     /// `apns-id`, derived from (event id, token): see `APNsID`.
     public var apnsID: String
-    /// The payload: UTF-8 JSON, within `pushType.payloadLimit`.
+    /// The payload: UTF-8 JSON, within `pushType.payloadLimit` (FCM: `FCMMessage.payloadLimit`).
     public var payload: [UInt8]
+    /// Which service this request is for (`apns` when absent on the wire).
+    public var provider: PushProvider
+    /// The FCM or webhook credential's provider id; nil for APNs.
+    public var providerID: String?
 
     public init(token: String, environment: APNsEnvironment, pushType: PushType, topic: String, priority: Int,
-                collapseID: String?, expiration: Int64, apnsID: String, payload: [UInt8]) {
+                collapseID: String?, expiration: Int64, apnsID: String, payload: [UInt8],
+                provider: PushProvider = .apns, providerID: String? = nil) {
         self.token = token; self.environment = environment; self.pushType = pushType; self.topic = topic
         self.priority = priority; self.collapseID = collapseID; self.expiration = expiration
-        self.apnsID = apnsID; self.payload = payload
+        self.apnsID = apnsID; self.payload = payload; self.provider = provider; self.providerID = providerID
     }
 
     enum CodingKeys: String, CodingKey {
         case token, environment, pushType = "push_type", topic, priority, collapseID = "collapse_id"
-        case expiration, apnsID = "apns_id", payload
+        case expiration, apnsID = "apns_id", payload, provider, providerID = "provider_id"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -49,6 +58,8 @@ public struct APNsRequest: Sendable, Hashable, Codable {
         expiration = try c.decodeIfPresent(Int64.self, forKey: .expiration) ?? 0
         apnsID = try c.decode(String.self, forKey: .apnsID)
         payload = Array(try c.decode(String.self, forKey: .payload).utf8)
+        provider = try c.decodeIfPresent(PushProvider.self, forKey: .provider) ?? .apns
+        providerID = try c.decodeIfPresent(String.self, forKey: .providerID)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -62,6 +73,8 @@ public struct APNsRequest: Sendable, Hashable, Codable {
         try c.encode(expiration, forKey: .expiration)
         try c.encode(apnsID, forKey: .apnsID)
         try c.encode(String(decoding: payload, as: UTF8.self), forKey: .payload)
+        if provider != .apns { try c.encode(provider, forKey: .provider) }
+        try c.encodeIfPresent(providerID, forKey: .providerID)
     }
 
     /// The payload as text.
@@ -75,6 +88,8 @@ public struct RenderError: Error, Sendable, Hashable, CustomStringConvertible {
         case noTopic = "no_topic"
         /// Even the minimal payload exceeds the limit (cannot happen within the event limits).
         case payloadTooLarge = "payload_too_large"
+        /// An FCM or webhook device names a provider id the app has no credential for (or the app has none).
+        case noProvider = "no_provider"
     }
     public var code: Code
     public var detail: String
@@ -113,7 +128,27 @@ public enum Renderer {
         var voipPayload: [UInt8]?
         var out: [APNsRequest] = []
         out.reserveCapacity(targets.count)
+        var webhookProviders: Set<String> = []
         for device in targets {
+            switch device.kind {
+            case .fcm:
+                out.append(try FCMMessage.request(event: event, recipient: recipient, state: state, device: device,
+                                                  app: app, senderDisplayName: senderDisplayName,
+                                                  eventSeconds: eventSeconds))
+                continue
+            case .webhook:
+                // One POST per recipient and webhook provider, however many webhook devices name it.
+                guard let hook = app.webhook(device.providerID) else {
+                    throw RenderError(code: .noProvider, detail: "webhook device names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such webhook")
+                }
+                if !webhookProviders.insert(hook.providerID).inserted { continue }
+                out.append(WebhookPayload.request(event: event, recipient: recipient, state: state, device: device,
+                                                  hook: hook, app: app, senderDisplayName: senderDisplayName,
+                                                  eventSeconds: eventSeconds))
+                continue
+            case .apns, .voip:
+                break
+            }
             let pushType: APNsRequest.PushType = (isCall && device.kind == .voip) ? .voip : .alert
             guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
                 throw RenderError(code: .noTopic, detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
@@ -228,6 +263,28 @@ public enum Renderer {
     }
 
     // MARK: Payload
+
+    /// The per-recipient texts every provider's payload starts from: the body (templates, catalogs,
+    /// translation, `em_push_content`), the title (app title template, or the sender for CometChat),
+    /// and what the Sendbird object carries. Returns the content and the sender's shown name.
+    static func content(event: ChatEvent, state: UserState, app: AppConfig,
+                        senderDisplayName: String?, cometchatTitle: Bool) -> (PayloadContent, String) {
+        let prefs = state.preferences
+        var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
+        if event.kind == .message, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
+        var title: String?
+        let sender = senderName(event, senderDisplayName)
+        if let t = app.titleTemplate {
+            let strings = app.strings(for: prefs.languages)
+            let text = event.message.map { displayText($0, languages: prefs.languages) } ?? ""
+            title = t.render { variable($0, event, sender, text, strings) }
+        } else if cometchatTitle {
+            title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
+        }
+        return (PayloadContent(title: title, body: body, detailText: event.message?.text ?? "",
+                               translations: event.message?.translations ?? [],
+                               data: event.message?.data ?? "", extern: event.ext.apns.extern), sender)
+    }
 
     /// Renders the payload for one recipient and push type, shortened to fit.
     public static func renderPayload(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
@@ -397,8 +454,14 @@ public enum Renderer {
 
     static func writeSendbird(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
                               _ content: PayloadContent, key: String, into w: inout JSONWriter) {
-        let m = event.message
         w.byte(UInt8(ascii: ",")); w.key(key)
+        writeSendbirdObject(event, recipient, state, sender, content, into: &w)
+    }
+
+    /// The Sendbird object itself (`{"category":"messaging:offline_notification",...}`).
+    static func writeSendbirdObject(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
+                                    _ content: PayloadContent, into w: inout JSONWriter) {
+        let m = event.message
         w.raw("{\"category\":\"messaging:offline_notification\",\"type\":")
         switch m?.type {
         case .file: w.raw("\"File\"")

@@ -174,15 +174,14 @@ public enum Suppression {
         return .deliver(targets: targets)
     }
 
-    /// Rule 3's candidates: chat goes to `apns` tokens; calls go to `voip`
-    /// tokens when the user has any, else to `apns` tokens as an alert.
+    /// Rule 3's candidates: on Apple's side chat goes to `apns` tokens and calls go to `voip` tokens
+    /// when the user has any, else to `apns` tokens as an alert; every `fcm` and `webhook` device takes
+    /// both chat and calls. Registration order is kept.
     public static func pushableDevices(event: ChatEvent, state: UserState) -> [Device] {
-        if event.kind == .call {
-            let voip = state.devices.filter { $0.kind == .voip }
-            if !voip.isEmpty { return voip }
-        }
         if state.devices.allSatisfy({ $0.kind == .apns }) { return state.devices }
-        return state.devices.filter { $0.kind == .apns }
+        var appleKind = Device.Kind.apns
+        if event.kind == .call, state.devices.contains(where: { $0.kind == .voip }) { appleKind = .voip }
+        return state.devices.filter { $0.kind == appleKind || $0.kind == .fcm || $0.kind == .webhook }
     }
 }
 

@@ -45,6 +45,8 @@ public struct SimulationLine: Sendable, Hashable {
             w.raw(",\"environment\":"); w.string(r.environment.rawValue)
             w.raw(",\"expiration\":"); w.int(r.expiration)
             w.raw(",\"apns_id\":"); w.string(r.apnsID)
+            if r.provider != .apns { w.raw(",\"provider\":"); w.string(r.provider.rawValue) }
+            if let id = r.providerID { w.raw(",\"provider_id\":"); w.string(id) }
             w.raw(",\"payload\":"); w.bytes.append(contentsOf: r.payload)
             w.byte(UInt8(ascii: "}"))
         }

@@ -10,10 +10,23 @@ public enum APNsEnvironment: String, Codable, Sendable, Hashable, CaseIterable {
 
 /// A registered push token of one user for one app.
 public struct Device: Codable, Sendable, Hashable {
-    /// `apns` is a regular device token (alert pushes); `voip` a PushKit token (calls).
+    /// `apns` is a regular device token (alert pushes); `voip` a PushKit token (calls); `fcm` a
+    /// Firebase Cloud Messaging registration token (Android, web, iOS through FCM); `webhook` a user
+    /// reached through a custom webhook provider (one HTTPS POST per recipient).
     public enum Kind: String, Codable, Sendable, Hashable, CaseIterable {
         case apns
         case voip
+        case fcm
+        case webhook
+
+        /// The delivery path that serves this kind.
+        public var provider: PushProvider {
+            switch self {
+            case .apns, .voip: .apns
+            case .fcm: .fcm
+            case .webhook: .webhook
+            }
+        }
     }
 
     /// Most devices a user may hold per app; registering one more evicts the oldest.
@@ -26,29 +39,47 @@ public struct Device: Codable, Sendable, Hashable {
     public var bundleID: String?
     /// Registration time, milliseconds since the epoch.
     public var registeredAt: Int64
+    /// The FCM or webhook credential (CometChat's "provider id") this token belongs to; `nil` means the
+    /// app's first credential of that provider. Not used for APNs (the bundle id picks the credential).
+    public var providerID: String?
 
     public init(token: String, kind: Kind = .apns, environment: APNsEnvironment = .production,
-                bundleID: String? = nil, registeredAt: Int64 = 0) {
+                bundleID: String? = nil, registeredAt: Int64 = 0, providerID: String? = nil) {
         self.token = token
         self.kind = kind
         self.environment = environment
         self.bundleID = bundleID
         self.registeredAt = registeredAt
+        self.providerID = providerID
     }
 
     enum CodingKeys: String, CodingKey {
         case token, kind, environment
         case bundleID = "bundle_id"
         case registeredAt = "registered_at"
+        case providerID = "provider_id"
+        /// CometChat's platform name (`FCM_ANDROID`, `APNS_iOS_VOIP`, ...), accepted instead of `kind`.
+        case platform
     }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         token = try c.decode(String.self, forKey: .token)
-        kind = try c.decodeIfPresent(Kind.self, forKey: .kind) ?? .apns
+        if let k = try c.decodeIfPresent(Kind.self, forKey: .kind) {
+            kind = k
+        } else if let platform = try c.decodeIfPresent(String.self, forKey: .platform) {
+            guard let k = PushPlatform.kind(for: platform) else {
+                throw DecodingError.dataCorruptedError(forKey: .platform, in: c,
+                    debugDescription: "unknown platform \(platform) (expected a CometChat PushPlatforms name)")
+            }
+            kind = k
+        } else {
+            kind = .apns
+        }
         environment = try c.decodeIfPresent(APNsEnvironment.self, forKey: .environment) ?? .production
         bundleID = try c.decodeIfPresent(String.self, forKey: .bundleID)
         registeredAt = try c.decodeIfPresent(Int64.self, forKey: .registeredAt) ?? 0
+        providerID = try c.decodeIfPresent(String.self, forKey: .providerID)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -58,6 +89,7 @@ public struct Device: Codable, Sendable, Hashable {
         try c.encode(environment, forKey: .environment)
         try c.encodeIfPresent(bundleID, forKey: .bundleID)
         try c.encode(registeredAt, forKey: .registeredAt)
+        try c.encodeIfPresent(providerID, forKey: .providerID)
     }
 }
 

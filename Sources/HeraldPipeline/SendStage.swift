@@ -51,6 +51,9 @@ public enum PushAnswer: Sendable, Equatable {
     case failed(APNsTransportFailure)
     /// No credential is configured for the job's app, topic and environment.
     case noCredential(String)
+    /// An answer the transport already classified with its provider's table (FCM, webhooks): the status
+    /// (nil below HTTP), the reason text, the class, and the provider's `Retry-After`.
+    case classified(status: Int?, reason: String, answer: APNsAnswerClass, retryAfter: Duration?)
 }
 
 /// Sends notifications to APNs (HTTP/2 clients in the stage; a script in tests).
@@ -187,7 +190,10 @@ public struct SendProcessor: StageProcessor {
         await transport.send(jobs) { index, answer in
             guard index >= 0, index < jobs.count else { return }
             answers.set(index, answer)
-            if case .answered(200, _, _) = answer {
+            var delivered = false
+            if case .answered(200, _, _) = answer { delivered = true }
+            if case .classified(_, _, .delivered, _) = answer { delivered = true }
+            if delivered {
                 marker.add(app: jobs[index].appID, DeliveryPair(eventID: eventIDs[index], token: jobs[index].request.token))
             }
         }
@@ -232,6 +238,7 @@ public struct SendProcessor: StageProcessor {
         let reasonText: String
         var status: Int?
         var notes: [StageNote] = []
+        var retryAfter: Duration?
         switch answer {
         case .noCredential(let why):
             return (.dlq("no_credential", why, explain: [explain(record, "dlq", "no_credential", nil, now)]), false)
@@ -247,6 +254,13 @@ public struct SendProcessor: StageProcessor {
             answerClass = APNsAnswerTable.classify(status: code, reason: reason, timestamp: timestamp)
             reasonText = reason?.wire ?? (code == 200 ? "" : "HTTP\(code)")
             notes.append(.apnsAnswer(status: code, reason: reason?.wire ?? ""))
+        case .classified(let code, let reason, let cls, let after):
+            if code == nil, reason == "ClientShutdown" { return (.handedBack, false) }
+            status = code
+            answerClass = cls
+            reasonText = reason
+            retryAfter = after
+            notes.append(.apnsAnswer(status: code, reason: reason))
         }
         switch answerClass {
         case .delivered:
@@ -269,7 +283,7 @@ public struct SendProcessor: StageProcessor {
             }
             var retry = record
             retry.attempt = record.attempt + 1
-            let delay = retryPolicy.delay(afterAttempt: record.attempt, unit: unit())
+            let delay = max(retryPolicy.delay(afterAttempt: record.attempt, unit: unit()), retryAfter ?? .zero)
             retry.notBefore = now + Self.milliseconds(delay)
             notes.append(.retried(reason: reasonText))
             let output = StageOutput.record(retry, topic: retryTopic, key: record.request.token)
@@ -277,7 +291,7 @@ public struct SendProcessor: StageProcessor {
                                 explain: [explain(record, "retry", reasonText, status, now)]), false)
         case .permanent:
             let code = reasonText.isEmpty ? "permanent" : reasonText
-            return (.dlq(code, "APNs answered \(status.map(String.init) ?? "no status") \(code) on attempt \(record.attempt)",
+            return (.dlq(code, "\(record.request.provider == .apns ? "APNs" : record.request.provider.rawValue) answered \(status.map(String.init) ?? "no status") \(code) on attempt \(record.attempt)",
                          notes: notes, explain: [explain(record, "dlq", code, status, now)]), false)
         }
     }

@@ -1,4 +1,5 @@
-// herald-send: herald.outbound + herald.retry -> APNs over HTTP/2; dead tokens -> herald.token-feedback,
+// herald-send: herald.outbound + herald.retry -> APNs and FCM over HTTP/2, custom webhooks over HTTPS/1.1;
+// dead tokens -> herald.token-feedback,
 // retryable failures -> herald.retry, permanent failures -> herald.dlq. Idempotency records in Redis.
 import Foundation
 import HeraldAPNs
@@ -16,6 +17,10 @@ enum SendKey: String, CaseIterable {
     case maxAttempts = "HERALD_SEND_MAX_ATTEMPTS"          // 6 attempts, then DLQ
     case retryInitialMs = "HERALD_SEND_RETRY_INITIAL_MS"   // 1000: first herald.retry delay
     case retryMaxMs = "HERALD_SEND_RETRY_MAX_MS"           // 60000: longest herald.retry delay
+    case fcmHost = "HERALD_FCM_HOST"                       // fcm.googleapis.com:443 (host:port override for tests)
+    case fcmCAFile = "HERALD_FCM_CA_FILE"                  // system store: CAs for FCM and its token endpoint
+    case fcmConnections = "HERALD_FCM_CONNECTIONS"         // 2 per FCM credential
+    case webhookCAFile = "HERALD_WEBHOOK_CA_FILE"          // system store: CAs for webhook endpoints
 }
 
 let setup = await StageSetup.startOrExit(.send, extraKnownKeys: Set(SendKey.allCases.map(\.rawValue)))
@@ -44,7 +49,28 @@ let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint,
                                   connections: setting(.connections, 2), maxInFlight: maxInFlight,
                                   timeout: .milliseconds(setting(.timeoutMs, 30_000)),
                                   environment: ProcessInfo.processInfo.environment, logger: setup.logger)
-setup.context.readiness.register("apns") { transport.hasClients && transport.isConnected }
+var fcmEndpoint: APNsEndpoint?
+if let raw = setup.environment(SendKey.fcmHost.rawValue), !raw.isEmpty {
+    guard let parsed = APNsEndpoint(parsing: raw) else {
+        setup.logger.critical("HERALD_FCM_HOST=\(raw) is not host[:port]")
+        exit(2)
+    }
+    fcmEndpoint = parsed
+}
+let fcmTransport = FCMPushTransport(apps: setup.pipeline.apps, endpoint: fcmEndpoint,
+                                    caFile: setup.environment(SendKey.fcmCAFile.rawValue).flatMap { $0.isEmpty ? nil : $0 },
+                                    connections: setting(.fcmConnections, 2), maxInFlight: maxInFlight,
+                                    timeout: .milliseconds(setting(.timeoutMs, 30_000)), logger: setup.logger)
+setup.context.readiness.register("fcm") { fcmTransport.isReady }
+let webhookTransport = WebhookPushTransport(apps: setup.pipeline.apps,
+                                            caFile: setup.environment(SendKey.webhookCAFile.rawValue).flatMap { $0.isEmpty ? nil : $0 },
+                                            maxInFlight: maxInFlight, environment: ProcessInfo.processInfo.environment,
+                                            logger: setup.logger)
+let router = RoutingPushTransport(apns: transport, fcm: fcmTransport, webhook: webhookTransport)
+// An app with no APNs credential (FCM or webhooks only) does not wait for an APNs connection.
+setup.context.readiness.register("apns") {
+    transport.hasClients ? transport.isConnected : (fcmTransport.hasClients || webhookTransport.hasClients)
+}
 
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
@@ -52,7 +78,7 @@ let metrics = setup.context.metrics
 let store = StateStore(connection: redis, logger: logger)
 let timeoutMs = setting(.timeoutMs, 30_000)
 let processor = SendProcessor(
-    retryTopic: topics.retry, tokenFeedbackTopic: topics.tokenFeedback, transport: transport,
+    retryTopic: topics.retry, tokenFeedbackTopic: topics.tokenFeedback, transport: router,
     ledger: RedisDeliveryLedger(store: store, ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
     owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
     // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
@@ -67,4 +93,4 @@ let processor = SendProcessor(
 // Batches run concurrently (order per device token does not matter to APNs; a batch holding a retry until its
 // not_before must not block fresh notifications); the in-flight bound pauses the consumer.
 exit(await setup.run(processor: processor, topics: [topics.outbound, topics.retry], explain: setup.explainSink(redis),
-                     maxConcurrentBatches: 64, maxInFlight: maxInFlight, before: [transport]))
+                     maxConcurrentBatches: 64, maxInFlight: maxInFlight, before: [router]))

@@ -20,8 +20,14 @@ struct DeviceCommand: AsyncParsableCommand {
 
         @Option(name: .long, help: "App (tenant) id.") var app: String
         @Option(name: .long, help: "User id.") var user: String
-        @Option(name: .long, help: "Device token (hex).") var token: String
-        @Option(name: .long, help: "apns (alert pushes) or voip (PushKit, calls).") var kind: String = "apns"
+        @Option(name: .long, help: "Device token (hex for apns and voip; the registration token for fcm; any id for webhook).")
+        var token: String
+        @Option(name: .long, help: "apns (alert pushes), voip (PushKit, calls), fcm (Firebase) or webhook (custom provider).")
+        var kind: String?
+        @Option(name: .long, help: "CometChat platform name instead of --kind (FCM_ANDROID, FCM_iOS, FCM_WEB, APNS_iOS_DEVICE, APNS_iOS_VOIP, ...).")
+        var platform: String?
+        @Option(name: .customLong("provider-id"), help: "FCM or webhook provider id of the app (default: the app's first one).")
+        var providerID: String?
         @Option(name: .long, help: "production or sandbox.") var environment: String = "production"
         @Option(name: .customLong("bundle-id"), help: "Bundle id of the app the token belongs to (default: the app's first credential).")
         var bundleID: String?
@@ -34,13 +40,30 @@ struct DeviceCommand: AsyncParsableCommand {
         @OptionGroup var topics: TopicOptions
 
         func run() async throws {
-            guard let kind = Device.Kind(rawValue: kind) else { CLI.fail("--kind: expected apns or voip, got \(kind)", status: 2) }
+            let kind: Device.Kind
+            switch (self.kind, platform) {
+            case (let k?, nil):
+                guard let v = Device.Kind(rawValue: k) else { CLI.fail("--kind: expected apns, voip, fcm or webhook, got \(k)", status: 2) }
+                kind = v
+            case (nil, let p?):
+                guard let v = PushPlatform.kind(for: p) else { CLI.fail("--platform: unknown platform \(p)", status: 2) }
+                kind = v
+            case (nil, nil): kind = .apns
+            case (_?, _?): CLI.fail("give --kind or --platform, not both", status: 2)
+            }
             guard let env = APNsEnvironment(rawValue: environment) else {
                 CLI.fail("--environment: expected production or sandbox, got \(environment)", status: 2)
             }
-            guard !token.isEmpty, token.allSatisfy(\.isHexDigit) else { CLI.fail("--token: expected hex digits", status: 2) }
-            let device = Device(token: token.lowercased(), kind: kind, environment: env, bundleID: bundleID,
-                                registeredAt: registeredAt ?? CLI.nowMillis())
+            let apple = kind == .apns || kind == .voip
+            if apple {
+                guard !token.isEmpty, token.allSatisfy(\.isHexDigit) else { CLI.fail("--token: expected hex digits", status: 2) }
+            } else {
+                guard !token.isEmpty, token.utf8.count <= 4096, !token.contains(where: { $0.isWhitespace }) else {
+                    CLI.fail("--token: expected a registration token without spaces", status: 2)
+                }
+            }
+            let device = Device(token: apple ? token.lowercased() : token, kind: kind, environment: env, bundleID: bundleID,
+                                registeredAt: registeredAt ?? CLI.nowMillis(), providerID: providerID)
             if viaKafka {
                 try await RegistryPublisher.publish(.register(app: app, user: user, device: device), kafka: kafka, topics: topics)
                 CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user, "token": CLI.short(device.token)]))

@@ -10,15 +10,28 @@ struct Push: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send one notification to one device token and print APNs's answer as JSON.",
         discussion: """
-            Exit status 0 on 200, 1 on any other answer or failure.
+            Exit status 0 on 200 (2xx for webhooks), 1 on any other answer or failure.
+            --provider fcm: the device token is an FCM registration token; the credential is the app's FCM
+            credential (--pipeline --app [--provider-id]) or --service-account FILE; --payload-file holds the
+            whole {"message":{...}} body, or --body builds a notification message.
+            --provider webhook: the app's webhook (--pipeline --app [--provider-id]) or --url (with --user and
+            --password for Basic auth); --payload-file holds the POST body, or --body builds CometChat's shape.
             Credential: --pipeline FILE --app APP (the app's credential entry whose bundle_id matches the
             topic and whose environment matches --environment), or flags: token auth --key-p8 FILE
             --key-id ID --team-id ID; certificate auth --cert PEM --cert-key PEM, or --p12 FILE with
             --p12-password (or HERALD_APNS_P12_PASSWORD).
             """)
 
-    @Option(name: .customLong("device-token"), help: "Hex device token.") var deviceToken: String
-    @Option(help: "apns-topic (bundle id; add .voip for voip pushes).") var topic: String
+    @Option(help: "apns, fcm or webhook.") var provider = "apns"
+    @Option(name: .customLong("device-token"), help: "Hex device token (apns), registration token (fcm), user id (webhook).")
+    var deviceToken: String
+    @Option(help: "apns-topic (bundle id; add .voip for voip pushes). APNs only.") var topic: String?
+    @Option(name: .customLong("provider-id"), help: "FCM or webhook provider id in the pipeline (default: the app's first).")
+    var providerID: String?
+    @Option(name: .customLong("service-account"), help: "FCM: service account JSON file.") var serviceAccount: String?
+    @Option(help: "Webhook: URL to POST to.") var url: String?
+    @Option(help: "Webhook: Basic auth user.") var user: String?
+    @Option(help: "Webhook: Basic auth password (or HERALD_WEBHOOK_PASSWORD).") var password: String?
     @Option(name: .customLong("push-type"), help: "apns-push-type: \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")).")
     var pushType = "alert"
     @Option(help: "apns-priority: 10, 5 or 1 (default: 10 for alert, 5 for background).") var priority: Int?
@@ -43,6 +56,13 @@ struct Push: AsyncParsableCommand {
     @Option(help: "Seconds to wait for the answer.") var timeout: Double = 15
 
     func run() async throws {
+        switch provider {
+        case "apns": break
+        case "fcm": try await pushFCM(); return
+        case "webhook": try await pushWebhook(); return
+        default: throw ValidationError("--provider must be apns, fcm or webhook")
+        }
+        guard let topic else { throw ValidationError("--topic is required for APNs") }
         guard let type = APNsPushType(rawValue: pushType) else {
             throw ValidationError("unknown --push-type \(pushType)")
         }
@@ -62,7 +82,7 @@ struct Push: AsyncParsableCommand {
             endpoint = parsed
         }
         let payload = try loadPayload()
-        let credential = try loadCredential(environment: env)
+        let credential = try loadCredential(environment: env, topic: topic)
         let config = APNsClientConfiguration(
             credential: credential, environment: env, endpoint: endpoint, trustedCAFile: caFile, connections: 1,
             maxInFlight: 1, connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1))
@@ -92,7 +112,7 @@ struct Push: AsyncParsableCommand {
         }
     }
 
-    private func loadCredential(environment env: APNsEnvironment) throws -> APNsClientCredential {
+    private func loadCredential(environment env: APNsEnvironment, topic: String) throws -> APNsClientCredential {
         if let pipeline {
             guard let app else { throw ValidationError("--pipeline needs --app") }
             let loaded: LoadedPipeline

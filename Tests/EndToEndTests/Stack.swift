@@ -93,6 +93,13 @@ final class E2EStack: @unchecked Sendable {
     static let teamID = "E2ETEAM001"
     /// A token the stand-in always answers 410 Unregistered.
     static let deadToken = String(repeating: "de", count: 32)
+    // FCM and webhook providers (herald-mock-fcm).
+    static let fcmProject = "herald-e2e"
+    static let fcmClientEmail = "herald-e2e@herald-e2e.iam.gserviceaccount.com"
+    /// An FCM registration token the stand-in answers 404 UNREGISTERED.
+    static let fcmDeadToken = "dead-fcm:APA91b" + String(repeating: "Dd_", count: 40)
+    static let webhookUser = "herald"
+    static let webhookPassword = "e2e-hook-secret"
 
     let packageRoot: String
     let binDir: String
@@ -100,11 +107,13 @@ final class E2EStack: @unchecked Sendable {
     let redisPort: Int
     let kafkaPort: Int
     let apnsPort: Int
+    let fcmPort: Int
     let logger: Logger
 
     private(set) var redis: ChildProcess!
     private(set) var tansu: ChildProcess!
     private(set) var mock: ChildProcess!
+    private(set) var mockFCM: ChildProcess!
     private(set) var stageProcesses: [String: ChildProcess] = [:]
     private(set) var mockGeneration = 0
     private(set) var store: StateStore!
@@ -123,6 +132,7 @@ final class E2EStack: @unchecked Sendable {
         redisPort = (try? freePort()) ?? 26379
         kafkaPort = (try? freePort()) ?? 29092
         apnsPort = (try? freePort()) ?? 28443
+        fcmPort = (try? freePort()) ?? 28444
         var l = Logger(label: "e2e")
         l.logLevel = .critical
         logger = l
@@ -134,7 +144,7 @@ final class E2EStack: @unchecked Sendable {
         TestProcess.prepare()
         try FileManager.default.createDirectory(atPath: runDir + "/redis", withIntermediateDirectories: true)
         log("run dir \(runDir); redis \(redisPort), kafka \(kafkaPort), apns \(apnsPort)")
-        for tool in ["heraldctl", "herald-mock-apns"] + Self.stages.map({ "herald-\($0)" }) {
+        for tool in ["heraldctl", "herald-mock-apns", "herald-mock-fcm"] + Self.stages.map({ "herald-\($0)" }) {
             guard FileManager.default.isExecutableFile(atPath: binDir + "/" + tool) else {
                 throw HarnessError("missing \(binDir)/\(tool): run `swift build` first (or set HERALD_BIN_DIR)")
             }
@@ -172,6 +182,7 @@ final class E2EStack: @unchecked Sendable {
                                               logger: logger)
 
         try await startMock()
+        try await startMockFCM()
         for stage in Self.stages { try startStage(stage) }
         // Every stage answers /readyz (broker, Redis and APNs reachable).
         for stage in Self.stages {
@@ -204,7 +215,7 @@ final class E2EStack: @unchecked Sendable {
         let stagesDone = ContinuousClock.now
         redisConnection?.close()
         var servers: [String] = []
-        for p in [mock, tansu, redis].compactMap({ $0 }) {
+        for p in [mock, mockFCM, tansu, redis].compactMap({ $0 }) {
             let t0 = ContinuousClock.now
             let status = await p.stop(grace: .seconds(3))
             servers.append("\(p.name) \(ContinuousClock.now - t0) exit \(status.map { "\($0)" } ?? "killed")")
@@ -242,6 +253,10 @@ final class E2EStack: @unchecked Sendable {
             env["HERALD_SEND_RETRY_INITIAL_MS"] = "200"
             env["HERALD_SEND_RETRY_MAX_MS"] = "1000"
             env["HERALD_SEND_MAX_ATTEMPTS"] = "10"
+            env["HERALD_FCM_HOST"] = "127.0.0.1:\(fcmPort)"
+            env["HERALD_FCM_CA_FILE"] = runDir + "/server-cert.pem"
+            env["HERALD_WEBHOOK_CA_FILE"] = runDir + "/server-cert.pem"
+            env["HERALD_E2E_WEBHOOK_PASSWORD"] = Self.webhookPassword
         }
         return env
     }
@@ -361,6 +376,33 @@ final class E2EStack: @unchecked Sendable {
         }
     }
 
+    /// Starts herald-mock-fcm (FCM token endpoint + messages:send, webhook receivers): the receiver `flaky`
+    /// answers 503 to its first two requests.
+    func startMockFCM() async throws {
+        let portFile = runDir + "/fcm.port"
+        let p = ChildProcess(name: "herald-mock-fcm", executable: binDir + "/herald-mock-fcm", arguments: [
+            "--port", "\(fcmPort)", "--port-file", portFile,
+            "--cert", runDir + "/server-cert.pem", "--key", runDir + "/server-key.pem",
+            "--project", Self.fcmProject, "--client-email", Self.fcmClientEmail,
+            "--service-public-key", runDir + "/fcm-sa.key", "--unregistered", Self.fcmDeadToken,
+            "--webhook-user", Self.webhookUser, "--webhook-password", Self.webhookPassword,
+            "--webhook-fault", "flaky=503*2", "--record", runDir + "/fcm.jsonl",
+        ], logPath: runDir + "/mock-fcm.log")
+        try p.start()
+        mockFCM = p
+        guard await eventually(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile) }) else {
+            throw HarnessError("herald-mock-fcm did not start: \(p.logTail())")
+        }
+    }
+
+    /// Every answer herald-mock-fcm gave so far (endpoint token / send / webhook, status, reason, target, body).
+    func recordedProviders() -> [[String: Any]] {
+        guard let text = try? String(contentsOfFile: runDir + "/fcm.jsonl", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+
     /// Every request the stand-in answered so far (all generations, or one).
     func recorded(generation: Int? = nil) -> [RecordedRequest] {
         var out: [RecordedRequest] = []
@@ -475,6 +517,14 @@ final class E2EStack: @unchecked Sendable {
                               "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], cwd: runDir)
         try runToolChecked(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth.p8"], cwd: runDir)
         try runToolChecked(openssl, ["pkey", "-in", "auth.p8", "-pubout", "-out", "auth-pub.pem"], cwd: runDir)
+        // The FCM service account: an RSA key and its JSON file, whose token endpoint is herald-mock-fcm.
+        try runToolChecked(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "fcm-sa.key"], cwd: runDir)
+        let account: [String: Any] = [
+            "type": "service_account", "project_id": Self.fcmProject, "private_key_id": "e2e-key",
+            "private_key": try String(contentsOfFile: runDir + "/fcm-sa.key", encoding: .utf8),
+            "client_email": Self.fcmClientEmail, "token_uri": "https://127.0.0.1:\(fcmPort)/token",
+        ]
+        try JSONSerialization.data(withJSONObject: account).write(to: URL(fileURLWithPath: runDir + "/fcm-sa.json"))
     }
 
     private func writePipeline() throws {
@@ -504,6 +554,16 @@ final class E2EStack: @unchecked Sendable {
             payload: {profile: cometchat}
             credentials:
               - {bundle_id: com.example.calls, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+          app4:
+            payload: {profile: cometchat}
+            multi_device: any_offline
+            credentials:
+              - {bundle_id: com.example.calls, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+            fcm_credentials:
+              - {provider_id: fcm-provider-1, service_account_file: \(runDir)/fcm-sa.json, include_notification: true}
+            webhooks:
+              - {provider_id: custom-1, url: "https://127.0.0.1:\(fcmPort)/webhook/custom-1", username: \(Self.webhookUser), password_env: HERALD_E2E_WEBHOOK_PASSWORD, region: eu}
+              - {provider_id: flaky, url: "https://127.0.0.1:\(fcmPort)/webhook/flaky", username: \(Self.webhookUser), password_env: HERALD_E2E_WEBHOOK_PASSWORD}
         kafka:
           brokers: \(brokers)
           client_id: herald-e2e

@@ -56,7 +56,7 @@ struct StateTests {
             (#"{"users":{"u":{"devices":[{"kind":"apns"}]}}}"#, "users.u.devices[0].token"),
             (#"{"users":{"u":{"devices":[],"preferences":{"trigger":"sometimes"}}}}"#, "users.u.preferences.trigger"),
             (#"{"users":{"u":{"devices":[],"preferences":{"dnd":{"start":"25:00","end":"08:00"}}}}}"#, "users.u.preferences.dnd.start"),
-            (#"{"users":{"u":{"devices":[{"token":"a","kind":"fcm"}]}}}"#, "users.u.devices[0].kind"),
+            (#"{"users":{"u":{"devices":[{"token":"a","kind":"gcm"}]}}}"#, "users.u.devices[0].kind"),
         ]
         for (text, field) in rows {
             do {

@@ -1,0 +1,275 @@
+import COpenSSL
+import Foundation
+import HeraldHTTP
+import Logging
+
+/// The fields of a Google service-account JSON file that FCM HTTP v1 needs. The private key is
+/// kept in memory only to sign assertions; no description or log line ever contains it.
+public struct FCMServiceAccount: Sendable, CustomStringConvertible {
+    public let projectID: String
+    public let clientEmail: String
+    public let privateKeyID: String?
+    /// The OAuth2 token endpoint (`token_uri`): Google's, or a stand-in's in tests.
+    public let tokenURI: String
+    let privateKeyPEM: String
+
+    public init(projectID: String, clientEmail: String, privateKeyID: String?, tokenURI: String, privateKeyPEM: String) {
+        self.projectID = projectID; self.clientEmail = clientEmail; self.privateKeyID = privateKeyID
+        self.tokenURI = tokenURI; self.privateKeyPEM = privateKeyPEM
+    }
+
+    /// Reads a service-account file; the error names the missing field, never the key.
+    public static func load(path: String) throws(APNsError) -> FCMServiceAccount {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw APNsError(.credential, "cannot read the FCM service account file \(path)")
+        }
+        return try parse(Array(data), source: path)
+    }
+
+    public static func parse(_ bytes: [UInt8], source: String = "service account") throws(APNsError) -> FCMServiceAccount {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+            throw APNsError(.credential, "\(source) is not a JSON object")
+        }
+        func field(_ name: String) throws(APNsError) -> String {
+            guard let v = object[name] as? String, !v.isEmpty else {
+                throw APNsError(.credential, "\(source): \(name) is missing")
+            }
+            return v
+        }
+        if let type = object["type"] as? String, type != "service_account" {
+            throw APNsError(.credential, "\(source): type is \(type), expected service_account")
+        }
+        return FCMServiceAccount(projectID: try field("project_id"), clientEmail: try field("client_email"),
+                                 privateKeyID: object["private_key_id"] as? String,
+                                 tokenURI: (object["token_uri"] as? String) ?? "https://oauth2.googleapis.com/token",
+                                 privateKeyPEM: try field("private_key"))
+    }
+
+    public var description: String { "FCMServiceAccount(project: \(projectID), client: \(clientEmail))" }
+}
+
+/// An RS256 (RSA PKCS#1 v1.5, SHA-256) signer over the service account's private key.
+final class RS256Signer: @unchecked Sendable {
+    // @unchecked Sendable: the key is immutable after init; each signature uses its own EVP_MD_CTX.
+    private let key: OpaquePointer
+
+    init(pem: String) throws(APNsError) {
+        let bytes = Array(pem.utf8)
+        let loaded: OpaquePointer? = bytes.withUnsafeBytes { raw in
+            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        }
+        guard let loaded else {
+            ERR_clear_error()
+            throw APNsError(.credential, "the service account's private_key is not a PEM private key")
+        }
+        guard EVP_PKEY_get_base_id(loaded) == EVP_PKEY_RSA else {
+            EVP_PKEY_free(loaded)
+            throw APNsError(.credential, "the service account's private_key is not an RSA key (RS256 needs one)")
+        }
+        key = loaded
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    func sign(_ message: [UInt8]) throws(APNsError) -> [UInt8] {
+        guard let md = EVP_MD_CTX_new() else { throw APNsError(.credential, "EVP_MD_CTX_new failed") }
+        defer { EVP_MD_CTX_free(md) }
+        guard EVP_DigestSignInit(md, nil, EVP_sha256(), nil, key) == 1 else {
+            throw APNsError(.credential, "EVP_DigestSignInit: \(openSSLErrors())")
+        }
+        var length = 0
+        guard message.withUnsafeBufferPointer({ EVP_DigestSign(md, nil, &length, $0.baseAddress, $0.count) }) == 1 else {
+            throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
+        }
+        var signature = [UInt8](repeating: 0, count: length)
+        guard message.withUnsafeBufferPointer({ EVP_DigestSign(md, &signature, &length, $0.baseAddress, $0.count) }) == 1 else {
+            throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
+        }
+        return Array(signature.prefix(length))
+    }
+}
+
+/// The OAuth2 JWT-bearer assertion for FCM (RFC 7523):
+/// `{"alg":"RS256","typ":"JWT","kid":KEY}.{"iss":EMAIL,"scope":FCM,"aud":TOKEN_URI,"iat":T,"exp":T+3600}.sig`.
+public struct FCMAssertion: Sendable {
+    public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
+    public let account: FCMServiceAccount
+    private let signer: RS256Signer
+
+    public init(account: FCMServiceAccount) throws(APNsError) {
+        self.account = account
+        signer = try RS256Signer(pem: account.privateKeyPEM)
+    }
+
+    public func make(issuedAt: Date, lifetime: Int64 = 3600) throws(APNsError) -> String {
+        let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))
+        var header = #"{"alg":"RS256","typ":"JWT""#
+        if let kid = account.privateKeyID { header += #","kid":"\#(APNsJWT.jsonEscape(kid))""# }
+        header += "}"
+        let claims = #"{"iss":"\#(APNsJWT.jsonEscape(account.clientEmail))","scope":"\#(Self.scope)","aud":"\#(APNsJWT.jsonEscape(account.tokenURI))","iat":\#(iat),"exp":\#(iat + lifetime)}"#
+        let input = APNsJWT.base64URL(Array(header.utf8)) + "." + APNsJWT.base64URL(Array(claims.utf8))
+        return input + "." + APNsJWT.base64URL(try signer.sign(Array(input.utf8)))
+    }
+}
+
+/// The OAuth2 access token of one FCM credential: fetched from the service account's `token_uri` over
+/// HTTP/1.1 (libcurl), cached, and renewed in the background `renewBefore` ahead of its expiry, never
+/// per request. A 401 from FCM (`rejected`) drops the token and fetches a new one at once (at most
+/// once per `minimumInterval`). Requests wait while there is no token.
+public final class FCMAccessTokens: @unchecked Sendable {
+    // @unchecked Sendable: mutable state is guarded by `lock`; the renewal task only calls locked methods.
+    private let assertion: FCMAssertion
+    private let http: HTTP1Client
+    private let now: @Sendable () -> Date
+    private let renewBefore: Duration
+    private let minimumInterval: Duration
+    private let logger: Logger
+    private let lock = NSLock()
+    private var current: (token: String, issuedAt: Date, expiresAt: Date)?
+    private var renewals = 0
+    private var renewNow = false
+    private var task: Task<Void, Never>?
+    private var lastError: String?
+
+    public init(account: FCMServiceAccount, http: HTTP1Client, renewBefore: Duration = .seconds(300),
+                minimumInterval: Duration = .seconds(1), now: @escaping @Sendable () -> Date = { Date() },
+                logger: Logger = Logger(label: "herald.fcm")) throws(APNsError) {
+        assertion = try FCMAssertion(account: account)
+        self.http = http
+        self.renewBefore = renewBefore
+        self.minimumInterval = minimumInterval
+        self.now = now
+        self.logger = logger
+    }
+
+    /// Starts the renewal task (the first fetch happens at once).
+    public func start() {
+        lock.withLock {
+            guard task == nil else { return }
+            task = Task { [weak self] in await self?.renewLoop() }
+        }
+    }
+
+    public func stop() {
+        let t = lock.withLock { () -> Task<Void, Never>? in
+            let t = task
+            task = nil
+            return t
+        }
+        t?.cancel()
+    }
+
+    deinit { task?.cancel() }
+
+    /// Access tokens fetched so far.
+    public var renewalCount: Int { lock.withLock { renewals } }
+    /// The last fetch failure, if the last fetch failed (no secret in it).
+    public var lastFailure: String? { lock.withLock { lastError } }
+
+    /// The current token, if there is one that has not expired.
+    public func token() -> (token: String, issuedAt: Date)? {
+        lock.withLock {
+            guard let c = current, c.expiresAt > now() else { return nil }
+            return (c.token, c.issuedAt)
+        }
+    }
+
+    /// Waits (polling) until a token is available or `timeout` passes.
+    public func waitForToken(timeout: Duration) async -> Bool {
+        let end = ContinuousClock.now + timeout
+        while ContinuousClock.now < end {
+            if token() != nil { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return token() != nil
+    }
+
+    /// FCM answered 401 to the token issued at `issuedAt`: drop it and renew now.
+    @discardableResult
+    public func reject(issuedAt: Date) -> Bool {
+        lock.withLock {
+            if let c = current, c.issuedAt == issuedAt { current = nil }
+            renewNow = true
+        }
+        return true
+    }
+
+    private func renewLoop() async {
+        var failures = 0
+        while !Task.isCancelled {
+            let fetched = await fetch()
+            let wait: Duration
+            if let expiresIn = fetched {
+                failures = 0
+                let lifetime = expiresIn - renewBefore
+                wait = max(lifetime, minimumInterval)
+            } else {
+                failures += 1
+                wait = .milliseconds(min(30_000, 200 * (1 << min(failures, 8))))
+            }
+            await sleepOrWake(wait)
+        }
+    }
+
+    /// Sleeps for `d`, or less when a 401 asked for a new token (but never sooner than
+    /// `minimumInterval` after the last fetch).
+    private func sleepOrWake(_ d: Duration) async {
+        let end = ContinuousClock.now + d
+        let earliest = ContinuousClock.now + minimumInterval
+        while !Task.isCancelled {
+            let now = ContinuousClock.now
+            if now >= end { break }
+            if now >= earliest, lock.withLock({ renewNow }) { break }
+            try? await Task.sleep(for: min(.milliseconds(50), end - now))
+        }
+        lock.withLock { renewNow = false }
+    }
+
+    /// One token exchange; returns the token's lifetime, or nil on failure.
+    private func fetch() async -> Duration? {
+        let issued = Date(timeIntervalSince1970: now().timeIntervalSince1970.rounded(.down))
+        let jwt: String
+        do { jwt = try assertion.make(issuedAt: issued) } catch {
+            record(failure: error.message)
+            return nil
+        }
+        let form = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=" + jwt
+        let response = await http.send(HTTPRequest(url: assertion.account.tokenURI,
+                                                   headers: [("Content-Type", "application/x-www-form-urlencoded")],
+                                                   body: Array(form.utf8), timeout: .seconds(10)))
+        guard let status = response.status else {
+            record(failure: "token endpoint unreachable: \(response.failure?.description ?? "no answer")")
+            return nil
+        }
+        guard status == 200,
+              let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any],
+              let token = object["access_token"] as? String, !token.isEmpty else {
+            let error = (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])?["error"] as? String
+            record(failure: "token endpoint answered \(status)\(error.map { " \($0)" } ?? "")")
+            return nil
+        }
+        let expiresIn = (object["expires_in"] as? NSNumber)?.int64Value ?? 3600
+        lock.withLock {
+            current = (token, issued, issued.addingTimeInterval(TimeInterval(expiresIn)))
+            renewals += 1
+            lastError = nil
+        }
+        logger.info("fcm access token renewed", metadata: ["project": "\(assertion.account.projectID)",
+                                                           "expires_in_s": "\(expiresIn)"])
+        return .seconds(expiresIn)
+    }
+
+    private func record(failure: String) {
+        lock.withLock { lastError = failure }
+        logger.warning("fcm access token fetch failed", metadata: ["project": "\(assertion.account.projectID)",
+                                                                   "error": "\(failure)"])
+    }
+}
+
+extension FCMAccessTokens: BearerSource {
+    func currentBearer() throws(APNsError) -> (token: String, issuedAt: Date)? { token() }
+    func rejected(issuedAt: Date) throws(APNsError) -> Bool { reject(issuedAt: issuedAt) }
+    var scheme: String { "Bearer " }
+}

@@ -1,0 +1,137 @@
+import Foundation
+import HeraldCore
+import HeraldHTTP
+import Logging
+
+/// Tunables of one FCM client (one service account, i.e. one Firebase project). Defaults in brackets.
+public struct FCMClientConfiguration: Sendable {
+    public var account: FCMServiceAccount
+    /// `host:port` override for tests; default `fcm.googleapis.com:443`.
+    public var endpoint: APNsEndpoint?
+    /// PEM CAs to trust instead of the system store (tests), for messages:send and the token endpoint.
+    public var trustedCAFile: String?
+    /// Persistent HTTP/2 connections [2].
+    public var connections: Int
+    /// Our cap on streams per connection, below the server's SETTINGS [100].
+    public var maxStreamsPerConnection: Int
+    /// Requests accepted and not completed; `submit` waits beyond it [2000].
+    public var maxInFlight: Int
+    public var connectTimeout: Duration
+    public var pingInterval: Duration
+    public var pingTimeout: Duration
+    /// Retries inside the client; `maxAttempts: 1` hands every answer back at once.
+    public var retry: APNsBackoffPolicy
+    /// Renew the access token this long before it expires [5 min].
+    public var renewBefore: Duration
+    /// Extra dimensions on every `herald_fcm_*` metric.
+    public var metricDimensions: [(String, String)]
+
+    public init(account: FCMServiceAccount, endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil,
+                connections: Int = 2, maxStreamsPerConnection: Int = 100, maxInFlight: Int = 2000,
+                connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
+                pingTimeout: Duration = .seconds(10), retry: APNsBackoffPolicy = APNsBackoffPolicy(),
+                renewBefore: Duration = .seconds(300), metricDimensions: [(String, String)] = []) {
+        self.account = account; self.endpoint = endpoint; self.trustedCAFile = trustedCAFile
+        self.connections = max(1, connections); self.maxStreamsPerConnection = max(1, maxStreamsPerConnection)
+        self.maxInFlight = max(1, maxInFlight); self.connectTimeout = connectTimeout
+        self.pingInterval = pingInterval; self.pingTimeout = pingTimeout; self.retry = retry
+        self.renewBefore = renewBefore; self.metricDimensions = metricDimensions
+    }
+}
+
+/// An FCM HTTP v1 client: `POST /v1/projects/{project}/messages:send` over the same nghttp2
+/// connection pool as `APNsClient` (persistent HTTP/2 over TLS, many streams, deadlines, GOAWAY,
+/// REFUSED_STREAM resends, PING keepalive, bounded in-flight), with an OAuth2 access token from the
+/// service account's token endpoint (`FCMAccessTokens`, HTTP/1.1 through libcurl) in `authorization`.
+///
+/// Answers are classified by HeraldCore's `FCMAnswerTable`; the response carries the class
+/// (`answer`), FCM's error code (`reasonText`) and `Retry-After`.
+public final class FCMClient: Sendable {
+    public let configuration: FCMClientConfiguration
+    public let tokens: FCMAccessTokens
+    private let loop: ClientLoop
+    private let http: HTTP1Client
+    private let path: [UInt8]
+
+    public init(configuration: FCMClientConfiguration, logger: Logger = Logger(label: "herald.fcm")) throws(APNsError) {
+        signal(SIGPIPE, SIG_IGN)
+        self.configuration = configuration
+        do {
+            http = try HTTP1Client(configuration: HTTP1ClientConfiguration(trustedCAFile: configuration.trustedCAFile,
+                                                                           maxInFlight: 4, maxConnectionsPerHost: 1,
+                                                                           connectTimeout: .seconds(5)))
+        } catch {
+            throw APNsError(.io, error.message)
+        }
+        tokens = try FCMAccessTokens(account: configuration.account, http: http, renewBefore: configuration.renewBefore,
+                                     logger: logger)
+        // The APNs configuration type carries the pool settings; its credential is unused for FCM
+        // (the bearer is the access token and TLS needs no client certificate).
+        var pool = APNsClientConfiguration(
+            credential: .token(keyID: "", teamID: "", p8PEM: ""), environment: .production,
+            endpoint: configuration.endpoint ?? APNsEndpoint(host: "fcm.googleapis.com"),
+            trustedCAFile: configuration.trustedCAFile, connections: configuration.connections,
+            maxStreamsPerConnection: configuration.maxStreamsPerConnection, maxInFlight: configuration.maxInFlight,
+            connectTimeout: configuration.connectTimeout, pingInterval: configuration.pingInterval,
+            pingTimeout: configuration.pingTimeout, retry: configuration.retry,
+            metricDimensions: configuration.metricDimensions)
+        pool.connectTimeout = configuration.connectTimeout
+        loop = try ClientLoop(config: pool, logger: logger, dialect: .fcm(projectID: configuration.account.projectID),
+                              bearer: tokens)
+        path = Array("/v1/projects/\(configuration.account.projectID)/messages:send".utf8)
+        tokens.start()
+        loop.start()
+    }
+
+    deinit {
+        tokens.stop()
+        loop.requestStop()
+    }
+
+    /// The request for a rendered FCM notification (its payload is the whole `{"message":...}` body).
+    public static func delivery(_ rendered: APNsRequest, timeout: Duration = .seconds(30), tag: UInt64 = 0) -> APNsDelivery {
+        APNsDelivery(deviceToken: rendered.token, topic: rendered.topic, apnsID: rendered.apnsID, payload: rendered.payload,
+                     timeout: timeout, tag: tag)
+    }
+
+    /// Sends one message and waits for its final outcome.
+    public func send(_ request: APNsDelivery) async -> APNsResponse {
+        _ = await loop.gate.acquire(upTo: 1)
+        let path = self.path
+        return await withCheckedContinuation { continuation in
+            loop.enqueue([Job(request: request, path: path) { continuation.resume(returning: $0) }])
+        }
+    }
+
+    /// Accepts a batch; `onComplete` runs once per request on the client's I/O thread.
+    public func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
+        var index = 0
+        while index < requests.count {
+            let granted = await loop.gate.acquire(upTo: requests.count - index)
+            loop.enqueue(requests[index..<(index + granted)].map { Job(request: $0, path: path, completion: onComplete) })
+            index += granted
+        }
+    }
+
+    /// Sends a batch and yields each final outcome as it arrives; finishes after the last one.
+    public func responses(for requests: [APNsDelivery]) -> AsyncStream<APNsResponse> {
+        let (stream, continuation) = AsyncStream<APNsResponse>.makeStream()
+        let remaining = Countdown(requests.count)
+        if requests.isEmpty { continuation.finish() }
+        Task {
+            await self.submit(requests) { response in
+                continuation.yield(response)
+                if remaining.tick() { continuation.finish() }
+            }
+        }
+        return stream
+    }
+
+    public var stats: APNsClientStats { loop.stats }
+
+    public func shutdown(grace: Duration = .seconds(5)) async {
+        tokens.stop()
+        await loop.stop(drainFor: grace)
+        await http.shutdown()
+    }
+}

@@ -1,0 +1,224 @@
+// FCM HTTP v1 messages (docs/providers.md): the body of
+// `POST /v1/projects/{project}/messages:send` for one registration token, in
+// the app's payload profile, built from the same texts as the APNs payload
+// (templates, catalogs, translations, display style, badge) and shortened the
+// same way to fit FCM's 4,096-byte limit.
+
+/// Builds FCM HTTP v1 requests.
+///
+/// Shape (`{"message":{...}}`):
+/// - `token`: the registration token.
+/// - `notification` `{title, body}`: chat messages when the credential's `include_notification` is on
+///   (the default); never for calls, which are data-only so the app can ring its own call screen.
+/// - `data`: string values only. Per profile: compact `f`/`t`/`m`/`g`/`e` (+ `call` as JSON text);
+///   Sendbird `message` and `sendbird` (the nested object as JSON text, as Sendbird's Android SDK
+///   reads it); CometChat the flat fields of its document. Compact and CometChat carry `title`
+///   (when there is one) and `body`, Sendbird `message` (and `title`); data-only messages add `badge`.
+/// - `android`: `priority` `high` for calls, `normal` otherwise; `ttl` from the app's expiration
+///   settings; `collapse_key` `call-<session>` for calls; `notification` (with the `notification`
+///   block only) with `sound`, `notification_count` (the badge), the app's `channel_id` and
+///   `click_action`, and for CometChat the `tag` of its payload.
+/// - `apns` (with the `notification` block only): `aps` `sound`, `badge`, `thread-id`, for iOS
+///   apps that receive through FCM.
+public enum FCMMessage {
+    /// FCM rejects messages whose payload exceeds 4,096 bytes; Herald keeps the whole request body within it.
+    public static let payloadLimit = 4096
+
+    /// The request for one FCM device of one recipient.
+    static func request(event: ChatEvent, recipient: String, state: UserState, device: Device, app: AppConfig,
+                        senderDisplayName: String?, eventSeconds: Int64) throws(RenderError) -> APNsRequest {
+        guard let credential = app.fcmCredential(device.providerID) else {
+            throw RenderError(code: .noProvider, detail: "FCM device \(String(device.token.prefix(8)))… names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such FCM credential")
+        }
+        let isCall = event.kind == .call
+        let payload = try payload(event: event, recipient: recipient, state: state, app: app, token: device.token,
+                                  includeNotification: credential.includeNotification,
+                                  senderDisplayName: senderDisplayName)
+        let ttl = isCall ? app.callExpirationSeconds : app.expirationSeconds
+        let (sum, overflow) = eventSeconds.addingReportingOverflow(ttl)
+        return APNsRequest(token: device.token, environment: .production, pushType: .alert,
+                           topic: credential.providerID, priority: isCall ? 10 : 5,
+                           collapseID: collapseKey(event), expiration: overflow ? Int64.max : max(0, sum),
+                           apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
+                           provider: .fcm, providerID: credential.providerID)
+    }
+
+    static func collapseKey(_ event: ChatEvent) -> String? {
+        guard event.kind == .call, let call = event.call else { return nil }
+        return "call-" + call.sessionID
+    }
+
+    /// The `{"message":{...}}` body for one token, within `payloadLimit`.
+    public static func payload(event: ChatEvent, recipient: String, state: UserState, app: AppConfig, token: String,
+                               includeNotification: Bool, senderDisplayName: String?) throws(RenderError) -> [UInt8] {
+        let isCometChat: Bool = { if case .cometchat = app.payloadProfile { true } else { false } }()
+        let (original, sender) = Renderer.content(event: event, state: state, app: app,
+                                                  senderDisplayName: senderDisplayName, cometchatTitle: isCometChat)
+        let prefs = state.preferences
+        let shape = Shape(event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
+                          notify: includeNotification && event.kind != .call,
+                          badge: (app.badge && prefs.badge) ? state.unread.total : nil)
+        let limit = payloadLimit
+        var bytes = shape.write(original)
+        if bytes.count <= limit { return bytes }
+
+        // Too large: as for APNs, body and message text are cut together down to 1,024 bytes each;
+        // if that is not enough, translations, then data, then extern are dropped one at a time (the
+        // cut recomputed from the full texts each time); last, body and text go below the floor,
+        // then the title is cut.
+        let floor = 1024
+        for drops in 0...3 {
+            var trial = original
+            if drops >= 1 { trial.translations = [] }
+            if drops >= 2 { trial.data = "" }
+            if drops >= 3 { trial.extern = nil }
+            bytes = shape.write(trial)
+            if bytes.count <= limit { return bytes }
+            let low = drops == 3 ? 0 : floor
+            if let fitted = largestFitting(low: low, high: longest(trial), limit: limit, { level in
+                shape.write(capped(trial, level))
+            }) {
+                return fitted
+            }
+        }
+        var last = capped(original, 0)
+        last.translations = []; last.data = ""; last.extern = nil
+        if let title = last.title {
+            let length = JSONWriter.escapedLength(title) - 2
+            if let fitted = largestFitting(low: 0, high: length, limit: limit, { level in
+                var t = last
+                t.title = Renderer.shorten(title, by: length - level)
+                return shape.write(t)
+            }) {
+                return fitted
+            }
+        }
+        bytes = shape.write(last)
+        throw RenderError(code: .payloadTooLarge, detail: "minimal FCM message is \(bytes.count) bytes (limit \(limit))")
+    }
+
+    /// The longer escaped length of body and message text.
+    static func longest(_ c: PayloadContent) -> Int {
+        max(JSONWriter.escapedLength(c.body), JSONWriter.escapedLength(c.detailText)) - 2
+    }
+
+    /// Body and message text each shortened to at most `level` escaped bytes.
+    static func capped(_ c: PayloadContent, _ level: Int) -> PayloadContent {
+        var out = c
+        let b = JSONWriter.escapedLength(c.body) - 2
+        if b > level { out.body = Renderer.shorten(c.body, by: b - level) }
+        let t = JSONWriter.escapedLength(c.detailText) - 2
+        if t > level { out.detailText = Renderer.shorten(c.detailText, by: t - level) }
+        return out
+    }
+
+    /// The output for the largest level in `low...high` whose output fits `limit` (sizes grow with
+    /// the level), or nil when even `low` does not fit.
+    static func largestFitting(low: Int, high: Int, limit: Int, _ render: (Int) -> [UInt8]) -> [UInt8]? {
+        var best = render(low)
+        guard best.count <= limit else { return nil }
+        var lo = low, hi = max(low, high)
+        while lo < hi {
+            let mid = (lo + hi + 1) / 2
+            let out = render(mid)
+            if out.count <= limit { lo = mid; best = out } else { hi = mid - 1 }
+        }
+        return best
+    }
+
+    /// Everything but the shortenable texts, fixed for one recipient and token.
+    struct Shape {
+        let event: ChatEvent
+        let recipient: String
+        let state: UserState
+        let app: AppConfig
+        let sender: String
+        let token: String
+        let notify: Bool
+        let badge: Int?
+
+        func write(_ content: PayloadContent) -> [UInt8] {
+            let isCall = event.kind == .call
+            let sound = event.ext.apns.sound ?? "default"
+            var w = JSONWriter(capacity: 1024)
+            w.raw("{\"message\":{\"token\":"); w.string(token)
+            if notify {
+                w.raw(",\"notification\":{")
+                if let title = content.title { w.key("title"); w.string(title); w.byte(UInt8(ascii: ",")) }
+                w.key("body"); w.string(content.body)
+                w.byte(UInt8(ascii: "}"))
+            }
+            w.raw(",\"data\":{")
+            writeData(content, into: &w)
+            w.raw("},\"android\":{\"priority\":")
+            w.raw(isCall ? "\"high\"" : "\"normal\"")
+            w.raw(",\"ttl\":\""); w.int(isCall ? app.callExpirationSeconds : app.expirationSeconds); w.raw("s\"")
+            if let key = collapseKey(event) { w.raw(",\"collapse_key\":"); w.string(key) }
+            if notify {
+                w.raw(",\"notification\":{\"sound\":"); w.string(sound)
+                if let badge { w.raw(",\"notification_count\":"); w.int(badge) }
+                if let channel = app.fcm.channelID { w.raw(",\"channel_id\":"); w.string(channel) }
+                if let click = app.fcm.clickAction { w.raw(",\"click_action\":"); w.string(click) }
+                if case .cometchat = app.payloadProfile { w.raw(",\"tag\":"); w.string(cometChatTag(event)) }
+                w.byte(UInt8(ascii: "}"))
+            }
+            w.byte(UInt8(ascii: "}"))
+            if notify {
+                w.raw(",\"apns\":{\"payload\":{\"aps\":{\"sound\":"); w.string(sound)
+                if let badge { w.raw(",\"badge\":"); w.int(badge) }
+                w.raw(",\"thread-id\":"); w.string(event.conversation.id)
+                if let category = event.ext.apns.category { w.raw(",\"category\":"); w.string(category) }
+                if event.ext.apns.mutableContent { w.raw(",\"mutable-content\":1") }
+                w.raw("}}}")
+            }
+            w.raw("}}")
+            return w.bytes
+        }
+
+        /// `data`: every value a string.
+        func writeData(_ content: PayloadContent, into w: inout JSONWriter) {
+            switch app.payloadProfile {
+            case .compact:
+                w.raw("\"f\":"); w.string(event.sender.id)
+                w.raw(",\"t\":"); w.string(recipient)
+                if let m = event.message { w.raw(",\"m\":"); w.string(m.id) }
+                else if let id = event.reaction?.messageID { w.raw(",\"m\":"); w.string(id) }
+                if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
+                if let call = event.call {
+                    var c = JSONWriter(capacity: 128)
+                    Renderer.writeCallObject(call, into: &c)
+                    // writeCallObject writes `,"call":{...}`: keep the object.
+                    w.raw(",\"call\":"); w.string(String(decoding: c.bytes.dropFirst(8), as: UTF8.self))
+                }
+                if let title = content.title { w.raw(",\"title\":"); w.string(title) }
+                w.raw(",\"body\":"); w.string(content.body)
+            case .sendbird(let key):
+                w.raw("\"message\":"); w.string(content.body)
+                if let title = content.title { w.raw(",\"title\":"); w.string(title) }
+                var o = JSONWriter(capacity: 768)
+                Renderer.writeSendbirdObject(event, recipient, state, sender, content, into: &o)
+                w.byte(UInt8(ascii: ",")); w.key(key); w.string(o.string)
+            case .cometchat:
+                var o = JSONWriter(capacity: 512)
+                Renderer.writeCometChat(event, recipient, state, sender, content, into: &o)
+                w.bytes.append(contentsOf: o.bytes.dropFirst())  // its fields start with a comma
+            }
+            if let e = content.extern {
+                w.raw(",\"e\":")
+                if case .string(let text) = e { w.string(text) } else { w.string(e.serialized) }
+            }
+            if !notify, let badge { w.raw(",\"badge\":\""); w.int(badge); w.byte(UInt8(ascii: "\"")) }
+        }
+    }
+
+    /// CometChat's `tag`: the message id (the notification's id on the device), the reacted-to message,
+    /// the group for group actions.
+    static func cometChatTag(_ event: ChatEvent) -> String {
+        switch event.kind {
+        case .message: return event.message?.id ?? event.eventID
+        case .reaction: return event.reaction?.messageID ?? event.message?.id ?? event.eventID
+        case .groupAction: return event.conversation.id
+        case .call: return event.message?.id ?? event.call?.sessionID ?? event.eventID
+        }
+    }
+}

@@ -1,0 +1,533 @@
+// The FCM and custom-webhook stand-in: one TLS listener; ALPN picks the protocol.
+// - h2: FCM HTTP v1 `POST /v1/projects/{project}/messages:send` (nghttp2 server session).
+// - http/1.1: the OAuth2 token endpoint `POST /token` (RS256 assertion checked against the
+//   service account's public key) and webhook receivers `POST /webhook/<name>`.
+// Thread per connection with blocking TLS I/O: simple, and plenty for tests and demos.
+import CNghttp2
+import COpenSSL
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Settings of the stand-in. Defaults in brackets.
+public struct MockProvidersConfiguration: Sendable {
+    public var host: String
+    /// 0 lets the kernel pick [0].
+    public var port: Int
+    public var certificatePath: String
+    public var privateKeyPath: String
+    /// The Firebase project whose messages:send is served.
+    public var projectID: String
+    /// The service account (`client_email`) whose assertions are accepted, and its RSA public key (PEM;
+    /// a certificate or private key file works too).
+    public var clientEmail: String
+    public var servicePublicKeyPath: String
+    /// Lifetime of issued access tokens [3600 s].
+    public var accessTokenLifetime: Int
+    /// Registration tokens answered 404 UNREGISTERED.
+    public var unregisteredTokens: Set<String>
+    /// Registration tokens answered 403 SENDER_ID_MISMATCH.
+    public var foreignTokens: Set<String>
+    /// After this many streams a connection gets GOAWAY (0: never).
+    public var goawayAfterStreams: Int
+    /// Basic credentials the webhook receivers require (user, password); nil: none.
+    public var webhookAuth: (user: String, password: String)?
+    /// SETTINGS_MAX_CONCURRENT_STREAMS [100].
+    public var maxConcurrentStreams: Int
+    /// Faults given, in order, to the first requests of named webhook receivers (`/webhook/<name>`).
+    public var webhookFaultsByName: [String: [MockFault]] = [:]
+    /// Append one JSON line per answer here (endpoint, status, reason, target, body); nil: memory only.
+    public var recordPath: String?
+
+    public init(host: String = "127.0.0.1", port: Int = 0, certificatePath: String, privateKeyPath: String,
+                projectID: String, clientEmail: String, servicePublicKeyPath: String, accessTokenLifetime: Int = 3600,
+                unregisteredTokens: Set<String> = [], foreignTokens: Set<String> = [], goawayAfterStreams: Int = 0,
+                webhookAuth: (user: String, password: String)? = nil, maxConcurrentStreams: Int = 100) {
+        self.host = host; self.port = port; self.certificatePath = certificatePath; self.privateKeyPath = privateKeyPath
+        self.projectID = projectID; self.clientEmail = clientEmail; self.servicePublicKeyPath = servicePublicKeyPath
+        self.accessTokenLifetime = accessTokenLifetime; self.unregisteredTokens = unregisteredTokens
+        self.foreignTokens = foreignTokens; self.goawayAfterStreams = goawayAfterStreams; self.webhookAuth = webhookAuth
+        self.maxConcurrentStreams = maxConcurrentStreams
+    }
+}
+
+/// One answer the stand-in gave.
+public struct MockAnswer: Sendable, Equatable {
+    public enum Endpoint: String, Sendable { case token, send, webhook }
+    public var endpoint: Endpoint
+    public var status: Int
+    /// FCM error code or status name; the token endpoint's `error`; empty on success.
+    public var reason: String
+    /// messages:send: the registration token; webhook: the receiver name.
+    public var target: String
+    /// The request body as received.
+    public var body: [UInt8]
+    /// The `authorization` header.
+    public var authorization: String?
+}
+
+/// A fault to give instead of the normal answer.
+public struct MockFault: Sendable, Equatable {
+    public var status: Int
+    /// FCM error code for messages:send answers.
+    public var errorCode: String?
+    public var retryAfter: Int?
+    /// Hold the answer this long first (webhook deadline tests).
+    public var delay: Duration
+
+    public init(status: Int, errorCode: String? = nil, retryAfter: Int? = nil, delay: Duration = .zero) {
+        self.status = status; self.errorCode = errorCode; self.retryAfter = retryAfter; self.delay = delay
+    }
+}
+
+public struct MockSetupError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ d: String) { description = d }
+}
+
+/// The stand-in server. `start()` runs it on threads of its own; `stop()` closes it.
+public final class MockProvidersServer: @unchecked Sendable {
+    // @unchecked Sendable: mutable state (`tokens`, `answers`, fault queues, counters) is guarded by
+    // `lock`; each connection's TLS and nghttp2 state is confined to that connection's thread.
+    public let configuration: MockProvidersConfiguration
+    public private(set) var port: Int = 0
+    private let ctx: OpaquePointer
+    private let publicKey: OpaquePointer
+    private var listenFD: Int32 = -1
+    private let lock = NSLock()
+    private var issued: [String: (project: String, expires: Date)] = [:]
+    private var answers: [MockAnswer] = []
+    private var sendFaults: [MockFault] = []
+    private var webhookFaults: [MockFault] = []
+    private var namedWebhookFaults: [String: [MockFault]] = [:]
+    private var stopped = false
+    private var openFDs: Set<Int32> = []
+    private var tokenCounter = 0
+    private var connectionsAccepted = 0
+
+    public init(configuration: MockProvidersConfiguration) throws {
+        self.configuration = configuration
+        namedWebhookFaults = configuration.webhookFaultsByName
+        guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw MockSetupError("SSL_CTX_new failed") }
+        self.ctx = ctx
+        SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
+        guard SSL_CTX_use_certificate_chain_file(ctx, configuration.certificatePath) == 1,
+              SSL_CTX_use_PrivateKey_file(ctx, configuration.privateKeyPath, SSL_FILETYPE_PEM) == 1 else {
+            SSL_CTX_free(ctx)
+            throw MockSetupError("cannot load the stand-in's certificate or key")
+        }
+        SSL_CTX_set_alpn_select_cb(ctx, { _, out, outlen, input, inlen, _ in
+            // Prefer h2, else http/1.1.
+            guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
+            var i = 0
+            var http11: Int?
+            while i < Int(inlen) {
+                let n = Int(input[i])
+                if n == 2, i + 2 < Int(inlen) + 1, input[i + 1] == UInt8(ascii: "h"), input[i + 2] == UInt8(ascii: "2") {
+                    out.pointee = input + i + 1
+                    outlen.pointee = 2
+                    return SSL_TLSEXT_ERR_OK
+                }
+                if n == 8, String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self) == "http/1.1" {
+                    http11 = i
+                }
+                i += 1 + n
+            }
+            if let at = http11 {
+                out.pointee = input + at + 1
+                outlen.pointee = 8
+                return SSL_TLSEXT_ERR_OK
+            }
+            return SSL_TLSEXT_ERR_NOACK
+        }, nil)
+        guard let key = Self.loadPublicKey(configuration.servicePublicKeyPath) else {
+            SSL_CTX_free(ctx)
+            throw MockSetupError("cannot load the service account public key from \(configuration.servicePublicKeyPath)")
+        }
+        publicKey = key
+    }
+
+    deinit {
+        SSL_CTX_free(ctx)
+        EVP_PKEY_free(publicKey)
+    }
+
+    static func loadPublicKey(_ path: String) -> OpaquePointer? {
+        guard let f = fopen(path, "r") else { return nil }
+        defer { fclose(f) }
+        if let k = PEM_read_PUBKEY(f, nil, nil, nil) { return k }
+        rewind(f)
+        if let cert = PEM_read_X509(f, nil, nil, nil) {
+            defer { X509_free(cert) }
+            return X509_get_pubkey(cert)
+        }
+        rewind(f)
+        if let k = PEM_read_PrivateKey(f, nil, nil, nil) { return k }
+        ERR_clear_error()
+        return nil
+    }
+
+    /// Binds and starts accepting.
+    public func start() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw MockSetupError("socket: \(String(cString: strerror(errno)))") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(configuration.port).bigEndian)
+        inet_pton(AF_INET, configuration.host, &addr.sin_addr)
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 128) == 0 else {
+            close(fd)
+            throw MockSetupError("cannot listen on \(configuration.host):\(configuration.port): \(String(cString: strerror(errno)))")
+        }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        port = Int(UInt16(bigEndian: addr.sin_port))
+        listenFD = fd
+        let t = Thread { [self] in acceptLoop() }
+        t.name = "mock-providers-accept"
+        t.start()
+    }
+
+    public func stop() {
+        let fds = lock.withLock { () -> [Int32] in
+            stopped = true
+            return Array(openFDs)
+        }
+        if listenFD >= 0 { shutdown(listenFD, Int32(SHUT_RDWR)); close(listenFD); listenFD = -1 }
+        for fd in fds { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
+    // MARK: Control (tests)
+
+    /// Answers the next messages:send requests with these faults, in order.
+    public func injectSendFaults(_ faults: [MockFault]) { lock.withLock { sendFaults += faults } }
+    /// Answers the next webhook requests with these faults, in order.
+    public func injectWebhookFaults(_ faults: [MockFault]) { lock.withLock { webhookFaults += faults } }
+    /// Forgets every issued access token (the next messages:send gets 401 UNAUTHENTICATED).
+    public func revokeAccessTokens() { lock.withLock { issued.removeAll() } }
+    /// Everything answered so far, in order.
+    public var recorded: [MockAnswer] { lock.withLock { answers } }
+    public func recorded(_ endpoint: MockAnswer.Endpoint) -> [MockAnswer] { recorded.filter { $0.endpoint == endpoint } }
+    public var accessTokensIssued: Int { lock.withLock { tokenCounter } }
+    public var connections: Int { lock.withLock { connectionsAccepted } }
+
+    /// Issues an access token for `project` outside the token endpoint (tests of foreign tokens).
+    public func issueToken(project: String, lifetime: TimeInterval = 3600) -> String {
+        lock.withLock {
+            tokenCounter += 1
+            let t = "ya29.mock-\(tokenCounter)-\(UInt32.random(in: 0...UInt32.max))"
+            issued[t] = (project, Date().addingTimeInterval(lifetime))
+            return t
+        }
+    }
+
+    func record(_ a: MockAnswer) {
+        lock.withLock {
+            answers.append(a)
+            guard let path = configuration.recordPath else { return }
+            let line: [String: Any] = ["endpoint": a.endpoint.rawValue, "status": a.status, "reason": a.reason,
+                                       "target": a.target, "body": String(decoding: a.body, as: UTF8.self)]
+            guard var data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) else { return }
+            data.append(10)
+            if let h = FileHandle(forWritingAtPath: path) {
+                h.seekToEndOfFile()
+                h.write(data)
+                h.closeFile()
+            } else {
+                _ = FileManager.default.createFile(atPath: path, contents: data)
+            }
+        }
+    }
+
+    // MARK: Connections
+
+    private func acceptLoop() {
+        while true {
+            let fd = accept(listenFD, nil, nil)
+            if fd < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            var one: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+            let ok = lock.withLock { () -> Bool in
+                if stopped { return false }
+                openFDs.insert(fd)
+                connectionsAccepted += 1
+                return true
+            }
+            if !ok { close(fd); return }
+            let t = Thread { [self] in
+                serve(fd)
+                lock.withLock { _ = openFDs.remove(fd) }
+                close(fd)
+            }
+            t.name = "mock-providers-conn"
+            t.start()
+        }
+    }
+
+    private func serve(_ fd: Int32) {
+        guard let ssl = SSL_new(ctx) else { return }
+        defer { SSL_free(ssl) }
+        SSL_set_fd(ssl, fd)
+        guard SSL_accept(ssl) == 1 else { ERR_clear_error(); return }
+        var proto: UnsafePointer<UInt8>? = nil
+        var protoLength: UInt32 = 0
+        SSL_get0_alpn_selected(ssl, &proto, &protoLength)
+        if let proto, protoLength == 2, proto[0] == UInt8(ascii: "h"), proto[1] == UInt8(ascii: "2") {
+            H2Session(server: self, ssl: ssl).run()
+        } else {
+            serveHTTP1(ssl)
+        }
+        SSL_shutdown(ssl)
+    }
+
+    // MARK: HTTP/1.1 (token endpoint, webhooks)
+
+    private func serveHTTP1(_ ssl: OpaquePointer) {
+        var buffer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16 * 1024)
+        while true {
+            // Headers.
+            var headerEnd: Int?
+            while headerEnd == nil {
+                if let r = buffer.firstRange(of: [13, 10, 13, 10]) { headerEnd = r.upperBound; break }
+                let n = SSL_read(ssl, &chunk, Int32(chunk.count))
+                if n <= 0 { return }
+                buffer.append(contentsOf: chunk[0..<Int(n)])
+            }
+            guard let end = headerEnd else { return }
+            let head = String(decoding: buffer[0..<end], as: UTF8.self)
+            var lines = head.components(separatedBy: "\r\n")
+            let requestLine = lines.removeFirst().split(separator: " ")
+            guard requestLine.count >= 2 else { return }
+            var headers: [String: String] = [:]
+            for line in lines {
+                guard let colon = line.firstIndex(of: ":") else { continue }
+                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            }
+            let length = Int(headers["content-length"] ?? "0") ?? 0
+            while buffer.count < end + length {
+                let n = SSL_read(ssl, &chunk, Int32(chunk.count))
+                if n <= 0 { return }
+                buffer.append(contentsOf: chunk[0..<Int(n)])
+            }
+            let body = Array(buffer[end..<(end + length)])
+            buffer.removeFirst(end + length)
+            let path = String(requestLine[1])
+            let (status, extra, answerBody) = handleHTTP1(method: String(requestLine[0]), path: path, headers: headers, body: body)
+            var out = "HTTP/1.1 \(status) \(status == 200 ? "OK" : "Error")\r\nContent-Type: application/json\r\n"
+            for (k, v) in extra { out += "\(k): \(v)\r\n" }
+            out += "Content-Length: \(answerBody.count)\r\n\r\n"
+            let bytes = Array(out.utf8) + answerBody
+            if SSL_write(ssl, bytes, Int32(bytes.count)) <= 0 { return }
+            if headers["connection"]?.lowercased() == "close" { return }
+        }
+    }
+
+    func handleHTTP1(method: String, path: String, headers: [String: String], body: [UInt8]) -> (Int, [(String, String)], [UInt8]) {
+        if path == "/token" {
+            let (status, json, reason) = tokenAnswer(body)
+            record(MockAnswer(endpoint: .token, status: status, reason: reason, target: "", body: body, authorization: nil))
+            return (status, [], Array(json.utf8))
+        }
+        if path.hasPrefix("/webhook/") {
+            let name = String(path.dropFirst("/webhook/".count))
+            let auth = headers["authorization"]
+            if let need = configuration.webhookAuth {
+                let expected = "Basic " + Data("\(need.user):\(need.password)".utf8).base64EncodedString()
+                guard auth == expected else {
+                    record(MockAnswer(endpoint: .webhook, status: 401, reason: "Unauthorized", target: name, body: body, authorization: auth))
+                    return (401, [], Array(#"{"message":"Unauthorized"}"#.utf8))
+                }
+            }
+            guard method == "POST", (try? JSONSerialization.jsonObject(with: Data(body))) is [String: Any] else {
+                record(MockAnswer(endpoint: .webhook, status: 400, reason: "not a JSON object", target: name, body: body, authorization: auth))
+                return (400, [], Array(#"{"message":"expected a JSON object"}"#.utf8))
+            }
+            let fault = lock.withLock { () -> MockFault? in
+                if var named = namedWebhookFaults[name], !named.isEmpty {
+                    let f = named.removeFirst()
+                    namedWebhookFaults[name] = named
+                    return f
+                }
+                return webhookFaults.isEmpty ? nil : webhookFaults.removeFirst()
+            }
+            if let fault {
+                if fault.delay > .zero { Thread.sleep(forTimeInterval: Double(fault.delay.components.seconds) + Double(fault.delay.components.attoseconds) / 1e18) }
+                record(MockAnswer(endpoint: .webhook, status: fault.status, reason: "fault", target: name, body: body, authorization: auth))
+                return (fault.status, fault.retryAfter.map { [("Retry-After", String($0))] } ?? [], Array("{}".utf8))
+            }
+            record(MockAnswer(endpoint: .webhook, status: 200, reason: "", target: name, body: body, authorization: auth))
+            return (200, [], Array(#"{"ok":true}"#.utf8))
+        }
+        return (404, [], Array(#"{"error":"not_found"}"#.utf8))
+    }
+
+    /// The token endpoint: checks the JWT-bearer assertion (RS256 signature against the service
+    /// account's public key, iss, aud, scope, iat/exp) and issues an access token.
+    func tokenAnswer(_ body: [UInt8]) -> (Int, String, String) {
+        func fail(_ error: String, _ description: String) -> (Int, String, String) {
+            (400, #"{"error":"\#(error)","error_description":"\#(description)"}"#, error)
+        }
+        var form: [String: String] = [:]
+        for pair in String(decoding: body, as: UTF8.self).split(separator: "&") {
+            let kv = pair.split(separator: "=", maxSplits: 1)
+            if kv.count == 2 { form[String(kv[0])] = String(kv[1]).removingPercentEncoding ?? String(kv[1]) }
+        }
+        guard form["grant_type"] == "urn:ietf:params:oauth:grant-type:jwt-bearer" else {
+            return fail("unsupported_grant_type", "expected jwt-bearer")
+        }
+        guard let assertion = form["assertion"] else { return fail("invalid_request", "no assertion") }
+        let parts = assertion.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 3, let headerBytes = Self.base64URLDecode(parts[0]), let claimBytes = Self.base64URLDecode(parts[1]),
+              let signature = Self.base64URLDecode(parts[2]),
+              let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
+              let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any] else {
+            return fail("invalid_grant", "malformed assertion")
+        }
+        guard header["alg"] as? String == "RS256" else { return fail("invalid_grant", "alg is not RS256") }
+        guard verifyRS256(Array((parts[0] + "." + parts[1]).utf8), signature) else {
+            return fail("invalid_grant", "Invalid JWT Signature.")
+        }
+        let now = Int64(Date().timeIntervalSince1970)
+        guard claims["iss"] as? String == configuration.clientEmail else { return fail("invalid_grant", "unknown issuer") }
+        guard claims["aud"] as? String == "https://\(configuration.host):\(port)/token" || (claims["aud"] as? String)?.hasSuffix("/token") == true else {
+            return fail("invalid_grant", "wrong audience")
+        }
+        guard (claims["scope"] as? String)?.split(separator: " ").contains("https://www.googleapis.com/auth/firebase.messaging") == true else {
+            return fail("invalid_scope", "firebase.messaging scope missing")
+        }
+        guard let iat = (claims["iat"] as? NSNumber)?.int64Value, let exp = (claims["exp"] as? NSNumber)?.int64Value,
+              iat <= now + 60, exp > now, exp - iat <= 3600 else {
+            return fail("invalid_grant", "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe.")
+        }
+        let token = issueToken(project: configuration.projectID, lifetime: TimeInterval(configuration.accessTokenLifetime))
+        return (200, #"{"access_token":"\#(token)","expires_in":\#(configuration.accessTokenLifetime),"token_type":"Bearer"}"#, "")
+    }
+
+    func verifyRS256(_ data: [UInt8], _ signature: [UInt8]) -> Bool {
+        guard let md = EVP_MD_CTX_new() else { return false }
+        defer { EVP_MD_CTX_free(md) }
+        guard EVP_DigestVerifyInit(md, nil, EVP_sha256(), nil, publicKey) == 1 else { ERR_clear_error(); return false }
+        let ok = EVP_DigestVerify(md, signature, signature.count, data, data.count) == 1
+        ERR_clear_error()
+        return ok
+    }
+
+    static func base64URLDecode(_ s: String) -> [UInt8]? {
+        var t = s.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while t.count % 4 != 0 { t += "=" }
+        return Data(base64Encoded: t).map { Array($0) }
+    }
+
+    // MARK: messages:send
+
+    /// Validates and answers one messages:send request: (status, body, reason, retry-after).
+    func sendAnswer(path: String, authorization: String?, body: [UInt8]) -> (Int, String, String, Int?) {
+        func error(_ status: Int, _ name: String, _ code: String?, _ message: String, field: String? = nil) -> (Int, String, String, Int?) {
+            var details: [String] = []
+            if let code { details.append(#"{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"\#(code)"}"#) }
+            if let field { details.append(#"{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"\#(field)","description":"\#(message)"}]}"#) }
+            return (status, #"{"error":{"code":\#(status),"message":"\#(message)","status":"\#(name)","details":[\#(details.joined(separator: ","))]}}"#,
+                    code ?? name, nil)
+        }
+        let prefix = "/v1/projects/", suffix = "/messages:send"
+        guard path.hasPrefix(prefix), path.hasSuffix(suffix) else { return error(404, "NOT_FOUND", nil, "no such method") }
+        let project = String(path.dropFirst(prefix.count).dropLast(suffix.count))
+        // Authentication: an issued, unexpired token for this project.
+        guard let auth = authorization, auth.lowercased().hasPrefix("bearer ") else {
+            return error(401, "UNAUTHENTICATED", nil, "Request is missing required authentication credential.")
+        }
+        let token = String(auth.dropFirst(7))
+        let grant = lock.withLock { issued[token] }
+        guard let grant, grant.expires > Date() else {
+            return error(401, "UNAUTHENTICATED", nil, "Request had invalid authentication credentials.")
+        }
+        guard grant.project == project, project == configuration.projectID else {
+            return error(403, "PERMISSION_DENIED", nil, "Permission denied for project \(project).")
+        }
+        // Schema.
+        guard body.count <= 4096 + 512 else { return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Message is too big") }
+        guard let root = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+              let message = root["message"] as? [String: Any] else {
+            return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid JSON payload received.")
+        }
+        guard let regToken = message["token"] as? String else {
+            return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Recipient of the message is not set.", field: "message")
+        }
+        guard !regToken.isEmpty, regToken.count <= 4096,
+              regToken.unicodeScalars.allSatisfy({ CharacterSet.alphanumerics.contains($0) || "-_:".unicodeScalars.contains($0) }) else {
+            return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
+                         field: "message.token")
+        }
+        let allowed: Set<String> = ["token", "notification", "data", "android", "apns", "webpush", "fcm_options", "name"]
+        if let extra = message.keys.first(where: { !allowed.contains($0) }) {
+            return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Unknown name \\\"\(extra)\\\" at 'message'", field: "message")
+        }
+        if let data = message["data"] {
+            guard let d = data as? [String: Any] else {
+                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.data'", field: "message.data")
+            }
+            for (k, v) in d where !(v is String) {
+                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.data[\(k)].value' (TYPE_STRING)",
+                             field: "message.data[\(k)].value")
+            }
+        }
+        if let n = message["notification"] {
+            guard let o = n as? [String: Any], o.values.allSatisfy({ $0 is String }) else {
+                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.notification'", field: "message.notification")
+            }
+        }
+        if let a = message["android"] {
+            guard let o = a as? [String: Any] else {
+                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android'", field: "message.android")
+            }
+            if let p = o["priority"], !(p as? String == "high" || p as? String == "normal") {
+                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android.priority'", field: "message.android.priority")
+            }
+            if let ttl = o["ttl"] {
+                guard let t = ttl as? String, t.hasSuffix("s"), Double(t.dropLast()) != nil else {
+                    return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android.ttl'", field: "message.android.ttl")
+                }
+            }
+        }
+        // The payload limit (data + notification).
+        let payloadSize = ((try? JSONSerialization.data(withJSONObject: message["data"] ?? [String: Any]()))?.count ?? 0)
+            + ((try? JSONSerialization.data(withJSONObject: message["notification"] ?? [String: Any]()))?.count ?? 0)
+        if payloadSize > 4096 { return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Message is too big") }
+        // Faults, then per-token answers.
+        if let fault = lock.withLock({ sendFaults.isEmpty ? nil : sendFaults.removeFirst() }) {
+            let name: String
+            switch fault.status {
+            case 404: name = "NOT_FOUND"
+            case 429: name = "RESOURCE_EXHAUSTED"
+            case 500: name = "INTERNAL"
+            case 503: name = "UNAVAILABLE"
+            case 401: name = "UNAUTHENTICATED"
+            case 403: name = "PERMISSION_DENIED"
+            default: name = "INVALID_ARGUMENT"
+            }
+            var e = error(fault.status, name, fault.errorCode, "injected fault")
+            e.3 = fault.retryAfter
+            return e
+        }
+        if configuration.unregisteredTokens.contains(regToken) {
+            return error(404, "NOT_FOUND", "UNREGISTERED", "Requested entity was not found.")
+        }
+        if configuration.foreignTokens.contains(regToken) {
+            return error(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", "SenderId mismatch")
+        }
+        let id = lock.withLock { answers.count + 1 }
+        return (200, #"{"name":"projects/\#(project)/messages/\#(id)"}"#, "", nil)
+    }
+}

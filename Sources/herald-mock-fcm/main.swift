@@ -1,0 +1,66 @@
+// herald-mock-fcm: the FCM HTTP v1 and custom-webhook stand-in (tests, demos). One TLS port:
+// HTTP/2 for messages:send, HTTP/1.1 for the OAuth2 token endpoint (/token) and webhook
+// receivers (/webhook/<name>).
+import ArgumentParser
+import Foundation
+import HeraldMockProviders
+
+@main
+struct MockFCM: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "herald-mock-fcm",
+        abstract: "FCM HTTP v1 + OAuth2 token endpoint + webhook receiver stand-in over TLS.")
+
+    @Option(help: "Address to listen on.") var host = "127.0.0.1"
+    @Option(help: "Port (0: the kernel picks; the chosen port is printed).") var port = 0
+    @Option(help: "TLS certificate (PEM).") var cert: String
+    @Option(help: "TLS private key (PEM).") var key: String
+    @Option(help: "Firebase project id served.") var project: String
+    @Option(name: .customLong("client-email"), help: "Service account client_email accepted by /token.") var clientEmail: String
+    @Option(name: .customLong("service-public-key"), help: "The service account's public key, certificate or private key (PEM).")
+    var servicePublicKey: String
+    @Option(name: .customLong("token-lifetime"), help: "Seconds an access token lives.") var tokenLifetime = 3600
+    @Option(name: .customLong("unregistered"), help: "A registration token answered 404 UNREGISTERED (repeatable).")
+    var unregistered: [String] = []
+    @Option(name: .customLong("goaway-after"), help: "Send GOAWAY after this many streams per connection (0: never).")
+    var goawayAfter = 0
+    @Option(name: .customLong("webhook-user"), help: "Basic auth user the webhook receivers require.") var webhookUser: String?
+    @Option(name: .customLong("webhook-password"), help: "Basic auth password the webhook receivers require.") var webhookPassword: String?
+    @Option(help: "Append one JSON line per answer to this file.") var record: String?
+    @Option(name: .customLong("webhook-fault"), help: "NAME=STATUS*COUNT: /webhook/NAME answers STATUS to its first COUNT requests (repeatable).")
+    var webhookFault: [String] = []
+    @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.") var portFile: String?
+
+    func run() throws {
+        var c = MockProvidersConfiguration(host: host, port: port, certificatePath: cert, privateKeyPath: key,
+                                           projectID: project, clientEmail: clientEmail,
+                                           servicePublicKeyPath: servicePublicKey, accessTokenLifetime: tokenLifetime,
+                                           unregisteredTokens: Set(unregistered), goawayAfterStreams: goawayAfter)
+        if let webhookUser { c.webhookAuth = (webhookUser, webhookPassword ?? "") }
+        c.recordPath = record
+        for spec in webhookFault {
+            let parts = spec.split(separator: "=", maxSplits: 1)
+            let rhs = parts.count == 2 ? parts[1].split(separator: "*") : []
+            guard parts.count == 2, rhs.count == 2, let status = Int(rhs[0]), let count = Int(rhs[1]), count > 0 else {
+                throw ValidationError("--webhook-fault: expected NAME=STATUS*COUNT, got \(spec)")
+            }
+            c.webhookFaultsByName[String(parts[0]), default: []] += Array(repeating: MockFault(status: status), count: count)
+        }
+        let server = try MockProvidersServer(configuration: c)
+        try server.start()
+        FileHandle.standardOutput.write(Data("herald-mock-fcm listening on \(host):\(server.port)\n".utf8))
+        if let portFile { try String(server.port).write(toFile: portFile, atomically: true, encoding: .utf8) }
+        let done = DispatchSemaphore(value: 0)
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGINT, SIG_IGN)
+        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
+            let s = DispatchSource.makeSignalSource(signal: sig)
+            s.setEventHandler { done.signal() }
+            s.resume()
+            return s
+        }
+        done.wait()
+        _ = sources
+        server.stop()
+    }
+}

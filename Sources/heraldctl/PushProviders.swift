@@ -1,0 +1,125 @@
+import ArgumentParser
+import Foundation
+import HeraldAPNs
+import HeraldConfig
+import HeraldCore
+import HeraldHTTP
+
+/// `heraldctl push --provider fcm|webhook`: one message to one FCM token or one webhook POST, with the
+/// provider's answer as JSON.
+extension Push {
+    func appConfig() throws -> AppConfig? {
+        guard let pipeline else { return nil }
+        guard let app else { throw ValidationError("--pipeline needs --app") }
+        let loaded: LoadedPipeline
+        do throws(ConfigError) {
+            loaded = try PipelineLoader.load(path: pipeline, environment: ProcessInfo.processInfo.environment)
+        } catch { throw ValidationError(error.description) }
+        guard let appConfig = loaded.config.apps.apps[app] else { throw ValidationError("no app \(app) in \(pipeline)") }
+        return appConfig
+    }
+
+    func pushFCM() async throws {
+        var accountFile = serviceAccount
+        if accountFile == nil, let appConfig = try appConfig() {
+            guard let credential = appConfig.fcmCredential(providerID) else {
+                throw ValidationError("app \(appConfig.appID) has no FCM credential \(providerID ?? "")")
+            }
+            accountFile = credential.serviceAccountFile
+        }
+        guard let accountFile else { throw ValidationError("give --service-account FILE or --pipeline/--app") }
+        let account: FCMServiceAccount
+        do { account = try FCMServiceAccount.load(path: accountFile) } catch { throw ValidationError(error.description) }
+        var endpoint: APNsEndpoint?
+        if let host {
+            guard let parsed = APNsEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
+            endpoint = parsed
+        }
+        let payload: [UInt8]
+        if let payloadFile {
+            guard let data = FileManager.default.contents(atPath: payloadFile) else { throw ValidationError("cannot read --payload-file") }
+            payload = [UInt8](data)
+        } else if let body {
+            let object: [String: Any] = ["message": ["token": deviceToken, "notification": ["body": body]]]
+            payload = [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+        } else {
+            throw ValidationError("give exactly one of --payload-file or --body")
+        }
+        let client: FCMClient
+        do {
+            client = try FCMClient(configuration: FCMClientConfiguration(
+                account: account, endpoint: endpoint, trustedCAFile: caFile, connections: 1, maxInFlight: 1,
+                connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1)))
+        } catch { throw ValidationError(error.description) }
+        let request = APNsDelivery(deviceToken: deviceToken, topic: account.projectID, payload: payload,
+                                   timeout: .milliseconds(Int64(timeout * 1000)))
+        let response = await client.send(request)
+        let tokenFailure = client.tokens.lastFailure
+        await client.shutdown(grace: .seconds(1))
+        var object: [String: Any] = [
+            "provider": "fcm", "project": account.projectID,
+            "status": response.status.map { $0 as Any } ?? NSNull(),
+            "reason": response.reasonText.map { $0 as Any } ?? NSNull(),
+            "attempts": response.attempts, "disposition": Self.dispositionText(response.disposition),
+        ]
+        if let f = response.transportFailure { object["transport_failure"] = f.description }
+        if let tokenFailure { object["token_endpoint"] = tokenFailure }
+        print(Self.jsonText(object))
+        if response.status != 200 { throw ExitCode(1) }
+    }
+
+    func pushWebhook() async throws {
+        var endpoint: WebhookEndpoint?
+        var region = "us"
+        if let url {
+            endpoint = WebhookEndpoint(url: url, username: user,
+                                       password: password ?? ProcessInfo.processInfo.environment["HERALD_WEBHOOK_PASSWORD"])
+        } else if let appConfig = try appConfig() {
+            guard let hook = appConfig.webhook(providerID) else {
+                throw ValidationError("app \(appConfig.appID) has no webhook \(providerID ?? "")")
+            }
+            region = hook.region
+            switch WebhookEndpoint.resolve(hook) {
+            case .success(let e): endpoint = e
+            case .failure(let error): throw ValidationError(error.message)
+            }
+        }
+        guard let endpoint else { throw ValidationError("give --url or --pipeline/--app") }
+        let payload: [UInt8]
+        if let payloadFile {
+            guard let data = FileManager.default.contents(atPath: payloadFile) else { throw ValidationError("cannot read --payload-file") }
+            payload = [UInt8](data)
+        } else if let body {
+            let object: [String: Any] = [
+                "trigger": "push-notification-payload-generated",
+                "data": ["to": ["uid": deviceToken], "notificationDetails": ["title": "Herald", "body": body, "type": "chat"]],
+                "appId": app ?? "heraldctl", "region": region, "webhook": "custom",
+            ]
+            payload = [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+        } else {
+            throw ValidationError("give exactly one of --payload-file or --body")
+        }
+        let client: WebhookClient
+        do {
+            client = try WebhookClient(configuration: HTTP1ClientConfiguration(trustedCAFile: caFile, maxInFlight: 1),
+                                       timeout: .milliseconds(Int64(min(timeout, 2) * 1000)))
+        } catch { throw ValidationError("\(error)") }
+        let rendered = APNsRequest(token: deviceToken, environment: .production, pushType: .alert, topic: providerID ?? "",
+                                   priority: 10, collapseID: nil, expiration: 0, apnsID: "", payload: payload,
+                                   provider: .webhook, providerID: providerID)
+        let outcome = await client.send(client.request(rendered, to: endpoint))
+        await client.shutdown()
+        var object: [String: Any] = [
+            "provider": "webhook", "status": outcome.status.map { $0 as Any } ?? NSNull(),
+            "reason": outcome.reasonText, "answer": "\(outcome.answer)",
+        ]
+        if let f = outcome.failure { object["transport_failure"] = f.description }
+        print(Self.jsonText(object))
+        if outcome.answer != .delivered { throw ExitCode(1) }
+    }
+
+    static func jsonText(_ object: [String: Any]) -> String {
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
