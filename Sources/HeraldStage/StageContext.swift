@@ -39,7 +39,7 @@ public struct StageContext: Sendable {
         let registry = HeraldMetrics.bootstrap()
         let readiness = ReadinessChecks()
         let http = try await StageHTTPServer.bind(host: parsed.metricsHost, port: parsed.metricsPort, registry: registry,
-                                                  readiness: readiness, logger: logger)
+                                                  readiness: readiness, readinessLabels: [("stage", stage)], logger: logger)
         return StageContext(stage: stage, environment: parsed, logger: logger, registry: registry,
                             metrics: StageMetrics(stage: stage), readiness: readiness, http: http)
     }
