@@ -350,15 +350,16 @@ def check_dockerfile(dockerfile, setup):
     if not any(r.startswith("swift build -c release") for r in build["run"]):
         problem("Dockerfile: the build stage does not run `swift build -c release`")
     # The runtime libraries: each -dev library setup.sh installs must have its runtime package in the image,
-    # as apt itself names it (the -dev package's dependencies).
+    # as dpkg itself names it (the -dev package's dependencies).
     packages = re.search(r"APT_PACKAGES=\(([^)]*)\)", open(setup).read(), re.S).group(1).split()
     runtime_install = " ".join(runtime["run"])
     installed = set(re.findall(r"[a-z0-9][a-z0-9.+-]+", runtime_install.split("install", 1)[-1]))
     for dev in [p for p in packages if p.startswith("lib") and p.endswith("-dev")]:
-        out = subprocess.run(["apt-cache", "depends", dev], capture_output=True, text=True).stdout
-        deps = set(re.findall(r"^\s*Depends: ([a-z0-9.+-]+)$", out, re.M))
+        # setup.sh installed it, so dpkg knows its dependencies ("libhiredis0.14 (= 0.14.1-3), ...").
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Depends}", dev], capture_output=True, text=True).stdout
+        deps = {d.strip().split(" ")[0] for alt in out.split(",") for d in alt.split("|") if d.strip()}
         if not deps:
-            problem(f"Dockerfile: apt-cache knows no dependencies of {dev} (run apt-get update)")
+            problem(f"Dockerfile: dpkg knows no dependencies of {dev} (is it installed? bash scripts/setup.sh)")
         elif not deps & installed:
             problem(f"Dockerfile: the runtime stage installs none of {sorted(deps)}, the runtime of {dev}")
 
