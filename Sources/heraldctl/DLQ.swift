@@ -175,7 +175,7 @@ struct DLQCommand: AsyncParsableCommand {
             }
             let producer = try kafka.producer()
             // In batches, so the operator sees progress (a bar on a terminal, plain lines otherwise) on stderr.
-            let progress = Progress("replay", total: outgoing.count)
+            let progress = CLIProgress("replay", total: outgoing.count)
             var reports: [DeliveryReport] = []
             do {
                 var start = outgoing.startIndex

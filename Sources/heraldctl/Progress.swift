@@ -3,7 +3,7 @@ import Foundation
 /// Progress of a long operator command on stderr (stdout keeps the command's JSON lines): a bar redrawn in place
 /// when stderr is a terminal, otherwise plain lines (`replay: 500/2000 (25%)`), one per tenth and a last one, so a
 /// log or a CI job shows how far it got without carriage returns.
-final class Progress {
+final class CLIProgress {
     let label: String
     let total: Int
     private let terminal: Bool

@@ -37,7 +37,7 @@ struct StateCommand: AsyncParsableCommand {
             guard batch > 0 else { CLI.fail("--batch: expected a positive number", status: 2) }
             let store = await redis.store()
             let chunks = Self.chunks(parsed, size: batch)
-            let progress = Progress("state load", total: parsed.users.count + parsed.conversations.count)
+            let progress = CLIProgress("state load", total: parsed.users.count + parsed.conversations.count)
             do {
                 for chunk in chunks {
                     try await store.loadFixture(app: app, fixture: chunk, presenceTTLMilliseconds: Int64(presenceTTL) * 1000,

@@ -40,7 +40,11 @@ struct Status: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var targets: [(name: String?, endpoint: StageEndpoint)] = endpoints.compactMap { e in StageEndpoint(url: e).map { (nil, $0) } }
+        // A peer that closes early must not kill the tool with SIGPIPE.
+        signal(SIGPIPE, SIG_IGN)
+        var targets: [(name: String?, endpoint: StageEndpoint)] = endpoints.compactMap { e in
+            StageEndpoint(url: e).map { (name: String?.none, endpoint: $0) }
+        }
         if targets.isEmpty {
             let base = localBase ?? ProcessInfo.processInfo.environment["HERALD_LOCAL_METRICS_BASE"].flatMap(Int.init) ?? 19200
             targets = Self.localStages.enumerated().map { i, stage in
@@ -49,8 +53,9 @@ struct Status: AsyncParsableCommand {
         }
         let interval = self.interval
         let timeout = self.timeout
+        let chosen = targets
         let reports = await withTaskGroup(of: (Int, StageReport).self) { group in
-            for (i, target) in targets.enumerated() {
+            for (i, target) in chosen.enumerated() {
                 group.addTask {
                     (i, await StageReport.read(target.endpoint, expectedStage: target.name, interval: interval, timeout: timeout))
                 }
@@ -113,7 +118,7 @@ struct StageEndpoint: Sendable, CustomStringConvertible {
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         let request = Array("GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n\r\n".utf8)
-        let sent = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        let sent = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
         guard sent == request.count else { return nil }
         var response: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)

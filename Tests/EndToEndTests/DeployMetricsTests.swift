@@ -72,6 +72,52 @@ struct DeployMetricsTests {
         #expect(Self.notYetExported.isSubset(of: queried), "notYetExported lists names nothing queries")
     }
 
+    @Test("heraldctl status reads readiness, lag, in-flight and rates from every stage; progress lines off a terminal")
+    func operatorCommands() async throws {
+        // state load off a terminal: plain progress lines on stderr, the JSON summary on stdout.
+        let path = try stack.write("deploy-state-app1.json", Scenarios.fixture("app1"))
+        let load = try await stack.heraldctl(["state", "load", path, "--app", "app1", "--batch", "3"])
+        try #require(load.status == 0, "\(load.stderr)")
+        let summary = try #require(load.lines.first)
+        let entries = (summary["users"] as? Int ?? 0) + (summary["conversations"] as? Int ?? 0)
+        #expect(entries > 3)
+        let progress = load.stderr.split(separator: "\n").map(String.init)
+        #expect(progress.last == "state load: \(entries)/\(entries) (100%)", "\(load.stderr)")
+        #expect(!load.stderr.contains("\r"), "a bar was drawn on a pipe")
+
+        let endpoints = try E2EStack.stages.map { stage -> String in
+            let port = try #require(try stack.stageEnvironment(stage)["HERALD_METRICS_PORT"])
+            return "http://127.0.0.1:\(port)"
+        }
+        // Rates need traffic between the two reads: publish while status watches.
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let events = (0..<20).map { Scenarios.message(Scenarios.id("deploy-status-\($0)"), conversation: "g1", createdAt: now) }
+        let stack = self.stack
+        let publishing = Task {
+            try await Task.sleep(for: .milliseconds(300))
+            try await stack.publish(events)
+        }
+        let status = try await stack.heraldctl(["status", "--json", "--interval", "4"] + endpoints)
+        try await publishing.value
+        #expect(status.status == 0, "\(status.stdout)\n\(status.stderr)")
+        let reports = status.lines
+        #expect(reports.map { $0["stage"] as? String } == E2EStack.stages, "\(status.stdout)")
+        for report in reports {
+            #expect(report["ready"] as? Bool == true && report["reachable"] as? Bool == true, "\(report)")
+            #expect(report["lag"] is Int && report["in_flight"] is Int, "\(report)")
+        }
+        let ingestRate = (reports.first?["rates_per_second"] as? [String: Any])?["in"] as? Double ?? 0
+        #expect(ingestRate > 0, "ingest consumed nothing while status watched: \(status.stdout)")
+
+        // An endpoint that does not answer: reported unreachable, exit status 1; the table names it.
+        let dead = try freePort()
+        let down = try await stack.heraldctl(["status", "--interval", "0.2", endpoints[0], "http://127.0.0.1:\(dead)"])
+        #expect(down.status == 1)
+        let rows = down.stdout.split(separator: "\n")
+        #expect(rows.count == 3 && rows[0].hasPrefix("STAGE") && rows[1].hasPrefix("ingest") && rows[1].hasSuffix("ready")
+                && rows[2].hasSuffix("unreachable"), "\(down.stdout)")
+    }
+
     /// Metric names in the alert expressions and in the dashboard's queries and template variables.
     static func queriedMetricNames() throws -> Set<String> {
         var expressions: [String] = []
