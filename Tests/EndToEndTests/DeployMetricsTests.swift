@@ -3,6 +3,7 @@
 // stack's /metrics after traffic that makes every counter appear (deliveries, suppressions, a dead token, a
 // dead letter).
 import Foundation
+import Glibc
 import Testing
 
 @Suite("Deployment: alert and dashboard metric names exist on a running stack", .serialized, .e2eStack,
@@ -40,7 +41,9 @@ struct DeployMetricsTests {
             #expect(queried.contains(expected), "\(expected) is not queried any more: update this test")
         }
 
-        // Traffic that makes every counter appear: a delivery, suppressions, a dead token, an invalid event.
+        // Traffic that makes every counter appear: deliveries, suppressions, a dead token, an invalid event, and
+        // retries (the stand-in answers half of the requests 503 until the end of this test).
+        try await stack.startMock(extra: ["--rate-503", "0.5"])
         for app in ["app1", "app2", "app3"] {
             let path = try stack.write("deploy-state-\(app).json", Scenarios.fixture(app))
             let r = try await stack.heraldctl(["state", "load", path, "--app", app])
@@ -49,6 +52,7 @@ struct DeployMetricsTests {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         try await stack.publish([
             Scenarios.message(Scenarios.id("deploy-group"), conversation: "g1", createdAt: now),
+            Scenarios.message(Scenarios.id("deploy-group2"), conversation: "g1", createdAt: now),
             Scenarios.message(Scenarios.id("deploy-dnd"), conversation: "d8", type: "direct", recipients: ["r8"], createdAt: now),
             Scenarios.message(Scenarios.id("deploy-dead"), conversation: "ddt-deploy", type: "direct", recipients: ["dt"], createdAt: now),
             #"{"event_id": "deploy-invalid", "app_id": "app1", "kind": "message"}"#,
@@ -66,6 +70,7 @@ struct DeployMetricsTests {
             missing = queried.subtracting(Self.prometheusOwn).subtracting(Self.notYetExported).subtracting(exported).sorted()
             return missing.isEmpty
         }
+        try await stack.startMock()
         #expect(found, "queried by deploy/prometheus/alerts.yml or the dashboard, exported by no stage: \(missing)")
         let nowExported = Self.notYetExported.intersection(exported)
         #expect(nowExported.isEmpty, "\(nowExported.sorted()) are exported now: remove them from notYetExported")
@@ -92,10 +97,10 @@ struct DeployMetricsTests {
         // Rates need traffic between the two reads: publish while status watches.
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let events = (0..<20).map { Scenarios.message(Scenarios.id("deploy-status-\($0)"), conversation: "g1", createdAt: now) }
-        let stack = self.stack
+        let running = stack
         let publishing = Task {
             try await Task.sleep(for: .milliseconds(300))
-            try await stack.publish(events)
+            try await running.publish(events)
         }
         let status = try await stack.heraldctl(["status", "--json", "--interval", "4"] + endpoints)
         try await publishing.value
