@@ -106,6 +106,18 @@ SERVICE_MONITOR = {
 }
 
 
+def alert_in_flight_bound():
+    """The number HeraldSendInFlightAtBound compares herald-send's in-flight gauge with."""
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "prometheus", "alerts.yml")
+    for group in yaml.safe_load(open(path))["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") == "HeraldSendInFlightAtBound":
+                m = re.search(r">=\s*([0-9]+)", rule["expr"])
+                return m.group(1) if m else None
+    return None
+
+
 def quantity(value, kind):
     """Kubernetes CPU (cores) or memory (bytes) quantity as a number."""
     s = str(value)
@@ -140,6 +152,9 @@ def check_kube(path):
     pipeline_cm = cm_by_prefix("herald-pipeline")
     pipeline = yaml.safe_load(pipeline_cm.get("data", {}).get("pipeline.yaml", "")) or {}
     topics = pipeline.get("kafka", {}).get("topics", {})
+    if env.get("HERALD_SEND_MAX_IN_FLIGHT") != alert_in_flight_bound():
+        problem(f"herald-env HERALD_SEND_MAX_IN_FLIGHT {env.get('HERALD_SEND_MAX_IN_FLIGHT')} differs from the bound in "
+                f"HeraldSendInFlightAtBound ({alert_in_flight_bound()})")
     deadline_ms = int(env.get("HERALD_SHUTDOWN_DEADLINE_MS", "0"))
     if deadline_ms <= 0:
         problem("herald-env has no HERALD_SHUTDOWN_DEADLINE_MS")
@@ -289,6 +304,9 @@ def check_compose(path):
                 "HERALD_SEND_RETRY_INITIAL_MS", "HERALD_SEND_RETRY_MAX_MS"]:
         if key not in send_env:
             problem(f"compose: send does not set {key}")
+    if str(send_env.get("HERALD_SEND_MAX_IN_FLIGHT")) != alert_in_flight_bound():
+        problem(f"compose: send's HERALD_SEND_MAX_IN_FLIGHT {send_env.get('HERALD_SEND_MAX_IN_FLIGHT')} differs from the bound "
+                f"in HeraldSendInFlightAtBound ({alert_in_flight_bound()})")
     cmd = services.get("topics", {}).get("command", [])
     if cmd[:2] != ["heraldctl", "topics"]:
         problem(f"compose: the topics step runs {cmd[:2]}")
