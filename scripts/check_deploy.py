@@ -310,6 +310,14 @@ def check_compose(path):
     cmd = services.get("topics", {}).get("command", [])
     if cmd[:2] != ["heraldctl", "topics"]:
         problem(f"compose: the topics step runs {cmd[:2]}")
+    # The same topics and partition counts as the Kubernetes base's topics Job.
+    import os
+    job = yaml.safe_load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "kubernetes", "base",
+                                           "topics-job.yaml")))
+    base_topics = [a for a in job["spec"]["template"]["spec"]["containers"][0]["args"] if not a.startswith("-")]
+    compose_topics = [a for a in cmd[2:] if not a.startswith("-") and ":" in a]
+    if sorted(base_topics) != sorted(compose_topics):
+        problem(f"compose: the topics step creates {compose_topics}, the Kubernetes base {base_topics}")
     vols = " ".join(str(v) for v in services.get("grafana", {}).get("volumes", []))
     if "deploy/grafana/dashboards" not in vols or "deploy/grafana/provisioning" not in vols:
         problem("compose: grafana does not mount the dashboard and its provisioning")
