@@ -315,7 +315,14 @@ def check_compose(path):
     job = yaml.safe_load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "deploy", "kubernetes", "base",
                                            "topics-job.yaml")))
     base_topics = [a for a in job["spec"]["template"]["spec"]["containers"][0]["args"] if not a.startswith("-")]
-    compose_topics = [a for a in cmd[2:] if not a.startswith("-") and ":" in a]
+    compose_topics, skip = [], False
+    for a in cmd[2:]:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = "=" not in a            # `--brokers kafka:9092`: the next word is the option's value
+        else:
+            compose_topics.append(a)
     if sorted(base_topics) != sorted(compose_topics):
         problem(f"compose: the topics step creates {compose_topics}, the Kubernetes base {base_topics}")
     vols = " ".join(str(v) for v in services.get("grafana", {}).get("volumes", []))
