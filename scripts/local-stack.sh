@@ -6,7 +6,8 @@
 #   scripts/local-stack.sh            run the demo, then stop everything
 #   scripts/local-stack.sh --keep     keep everything running until Ctrl-C
 #   scripts/local-stack.sh --stop     stop what a previous --keep run left running
-#   options: --no-build (use the existing build), --no-setup (skip scripts/setup.sh), --debug (debug build)
+#   options: --no-build (use the existing build), --no-setup (skip scripts/setup.sh), --debug (debug build),
+#            --with-prometheus (also Debian's Prometheus with Herald's alerts: scripts/local-prometheus.sh)
 #
 # Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
 # HERALD_LOCAL_FCM_PORT 18544 (FCM messages:send, its token endpoint and the webhook receiver),
@@ -17,7 +18,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-keep=0; build=1; setup=1; stop_only=0; config=release
+keep=0; build=1; setup=1; stop_only=0; config=release; prometheus=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
@@ -25,7 +26,8 @@ for arg in "$@"; do
     --no-setup) setup=0 ;;
     --stop) stop_only=1 ;;
     --debug) config=debug ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --with-prometheus) prometheus=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -60,6 +62,7 @@ stop_all() {
   stop_pid herald-mock-apns "$RUN/mock-apns.pid"
   stop_pid herald-mock-fcm "$RUN/mock-fcm.pid"
   stop_pid redis-server "$RUN/redis.pid"
+  bash scripts/local-prometheus.sh stop
   [ -f "$RUN/tansu/tansu.pid" ] && bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
 }
 
@@ -168,6 +171,8 @@ for s in "${STAGES[@]}"; do
   if [ "$ok" = 1 ]; then say "herald-$s ready (metrics on :$((METRICS_BASE + i)))"
   else say "herald-$s is not ready; last log lines:"; tail -5 "$RUN/logs/$s.log" >&2; fi
 done
+
+[ "$prometheus" = 1 ] && bash scripts/local-prometheus.sh start
 
 metric_sum() { # port metric-name [label filter]
   curl -fs "http://127.0.0.1:$1/metrics" 2>/dev/null | grep "^$2" | grep -- "${3:-}" | awk '{s += $NF} END {print s + 0}'

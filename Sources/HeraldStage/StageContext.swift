@@ -51,7 +51,8 @@ public struct StageContext: Sendable {
         }
         let readiness = ReadinessChecks()
         let http = try await StageHTTPServer.bind(host: environment.metricsHost, port: environment.metricsPort,
-                                                  registry: registry, readiness: readiness, logger: logger)
+                                                  registry: registry, readiness: readiness,
+                                                  readinessLabels: [("stage", stage)], logger: logger)
         return StageContext(stage: stage, environment: environment, logger: logger, registry: registry,
                             metrics: StageMetrics(stage: stage, factory: HeraldMetrics.makeFactory(registry: registry)),
                             readiness: readiness, http: http)

@@ -135,6 +135,9 @@ struct DLQCommand: AsyncParsableCommand {
                 would be sent.
                 """)
 
+        /// Records sent (and acknowledged) per progress step.
+        static let progressBatch = 200
+
         @OptionGroup var selection: Selection
         @Option(name: .long, help: "Send to this topic instead of each entry's source topic.") var to: String?
         @Flag(name: .customLong("dry-run"), help: "Print the selection, send nothing.") var dryRun = false
@@ -171,13 +174,22 @@ struct DLQCommand: AsyncParsableCommand {
                 return
             }
             let producer = try kafka.producer()
-            let reports: [DeliveryReport]
+            // In batches, so the operator sees progress (a bar on a terminal, plain lines otherwise) on stderr.
+            let progress = CLIProgress("replay", total: outgoing.count)
+            var reports: [DeliveryReport] = []
             do {
-                reports = try await producer.send(outgoing.map(\.1))
+                var start = outgoing.startIndex
+                while start < outgoing.endIndex {
+                    let end = min(start + Self.progressBatch, outgoing.endIndex)
+                    reports += try await producer.send(outgoing[start..<end].map(\.1))
+                    progress.advance(by: end - start)
+                    start = end
+                }
                 try await producer.shutdown(timeout: .seconds(10))
             } catch {
                 CLI.fail("kafka: \(error.description)")
             }
+            progress.finish()
             var failed = false
             for ((entry, _), report) in zip(outgoing, reports) {
                 var o: [String: Any] = ["dlq_partition": Int(entry.record.partition), "dlq_offset": Int(entry.record.offset),

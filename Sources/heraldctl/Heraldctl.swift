@@ -7,7 +7,7 @@ import Foundation
 struct Heraldctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "heraldctl",
-        abstract: "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ.",
+        abstract: "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ, show the stages' status.",
         subcommands: [
             Simulate.self,
             Push.self,
@@ -19,6 +19,7 @@ struct Heraldctl: AsyncParsableCommand {
             Publish.self,
             DLQCommand.self,
             Explain.self,
+            Status.self,
         ]
     )
 

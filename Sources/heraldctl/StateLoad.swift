@@ -12,15 +12,19 @@ struct StateCommand: AsyncParsableCommand {
 
     struct Load: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Replace the listed users' and conversations' state in Redis with a fixture's (one round trip).",
+            abstract: "Replace the listed users' and conversations' state in Redis with a fixture's.",
             discussion: """
                 Users and conversations the fixture does not list are left alone. Online entries expire after \
-                --presence-ttl seconds. The same fixture is what `heraldctl simulate --state` reads.
+                --presence-ttl seconds. The same fixture is what `heraldctl simulate --state` reads. Entries are \
+                written in transactions of --batch users or conversations (one round trip each; a fixture of up \
+                to --batch entries is one transaction); progress goes to stderr, as a bar on a terminal and as \
+                plain lines otherwise.
                 """)
 
         @Argument(help: "State fixture JSON file.") var fixture: String
         @Option(name: .long, help: "App (tenant) id the state belongs to.") var app: String
         @Option(name: .customLong("presence-ttl"), help: "Seconds online entries stay online.") var presenceTTL: Int = 3600
+        @Option(name: .long, help: "Users or conversations per transaction.") var batch: Int = 500
         @OptionGroup var redis: RedisOptions
 
         func run() async throws {
@@ -30,14 +34,40 @@ struct StateCommand: AsyncParsableCommand {
             } catch {
                 CLI.fail("fixture: \(error.detail)", status: 2)
             }
+            guard batch > 0 else { CLI.fail("--batch: expected a positive number", status: 2) }
             let store = await redis.store()
+            let chunks = Self.chunks(parsed, size: batch)
+            let progress = CLIProgress("state load", total: parsed.users.count + parsed.conversations.count)
             do {
-                try await store.loadFixture(app: app, fixture: parsed, presenceTTLMilliseconds: Int64(presenceTTL) * 1000,
-                                            now: CLI.nowMillis())
+                for chunk in chunks {
+                    try await store.loadFixture(app: app, fixture: chunk, presenceTTLMilliseconds: Int64(presenceTTL) * 1000,
+                                                now: CLI.nowMillis())
+                    progress.advance(by: chunk.users.count + chunk.conversations.count)
+                }
             } catch {
                 CLI.fail("redis: \(error)")
             }
+            progress.finish()
             CLI.out(CLI.json(["app": app, "users": parsed.users.count, "conversations": parsed.conversations.count]))
+        }
+
+        /// The fixture as fixtures of at most `size` users or conversations each (users first, in name order).
+        static func chunks(_ fixture: StateFixture, size: Int) -> [StateFixture] {
+            var out: [StateFixture] = []
+            var current = StateFixture()
+            func take() {
+                if current.users.count + current.conversations.count >= size { out.append(current); current = StateFixture() }
+            }
+            for (user, state) in fixture.users.sorted(by: { $0.key < $1.key }) {
+                current.users[user] = state
+                take()
+            }
+            for (conversation, state) in fixture.conversations.sorted(by: { $0.key < $1.key }) {
+                current.conversations[conversation] = state
+                take()
+            }
+            if !current.users.isEmpty || !current.conversations.isEmpty || out.isEmpty { out.append(current) }
+            return out
         }
     }
 }

@@ -67,12 +67,17 @@ struct HTTPServerTests {
             try? await Task.sleep(for: .seconds(10)) // never answers in time: failing
             return true
         }
-        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
+        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness,
+                                                    readinessLabels: [("stage", "send")])
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
 
         var answer = try await RawHTTP.get(port: server.port, path: "/readyz")
         #expect(answer.status == 503)
+        // /metrics carries the same verdict, for alerts: herald_ready and one herald_readiness_check per check.
+        var metrics = try await RawHTTP.get(port: server.port, path: "/metrics").body
+        #expect(metrics.contains(#"herald_ready{stage="send"} 0.0"#), "\(metrics)")
+        #expect(metrics.contains(#"herald_readiness_check{stage="send",check="broker"} 0.0"#), "\(metrics)")
         var json = try #require(try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: Any])
         #expect(json["status"] as? String == "not_ready")
         #expect(json["failing"] as? [String] == ["apns", "broker", "redis"])
@@ -86,6 +91,9 @@ struct HTTPServerTests {
         json = try #require(try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: Any])
         #expect(json["status"] as? String == "ready")
         #expect(json["checks"] as? [String: Bool] == ["apns": true, "broker": true, "redis": true])
+        metrics = try await RawHTTP.get(port: server.port, path: "/metrics").body
+        #expect(metrics.contains(#"herald_ready{stage="send"} 1.0"#), "\(metrics)")
+        #expect(metrics.contains(#"herald_readiness_check{stage="send",check="broker"} 1.0"#), "\(metrics)")
 
         readiness.beginShutdown()
         answer = try await RawHTTP.get(port: server.port, path: "/readyz")

@@ -1,0 +1,286 @@
+import ArgumentParser
+import Foundation
+
+/// `heraldctl status`: each stage's readiness, consumer lag, in-flight work and rates, read from the stages' own
+/// HTTP endpoints (`/readyz`, and `/metrics` twice, `--interval` apart, for the rates).
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show each stage's readiness, consumer lag, in-flight work and rates from its HTTP endpoint.",
+        discussion: """
+            Give the stages' endpoints (http://HOST:PORT, e.g. one per pod behind `kubectl port-forward`), or none \
+            for the local stack of scripts/local-stack.sh (ports HERALD_LOCAL_METRICS_BASE+1 to +6, default \
+            19201-19206). Rates are per second over --interval. Exits 1 when an endpoint is unreachable or a stage \
+            is not ready.
+            """)
+
+    @Argument(help: "Stage endpoints, http://HOST:PORT (default: the local stack's six stages).")
+    var endpoints: [String] = []
+
+    @Option(name: .customLong("local-base"),
+            help: "Metrics port base of the local stack (default: HERALD_LOCAL_METRICS_BASE or 19200).")
+    var localBase: Int?
+
+    @Option(name: .long, help: "Seconds between the two /metrics reads the rates come from.")
+    var interval: Double = 2
+
+    @Option(name: .long, help: "Seconds to wait for an endpoint's answer.")
+    var timeout: Int = 3
+
+    @Flag(name: .long, help: "One JSON object per endpoint instead of a table.")
+    var json = false
+
+    static let localStages = ["ingest", "resolve", "suppress", "render", "send", "registry"]
+
+    func validate() throws {
+        guard interval > 0, interval <= 60 else { throw ValidationError("--interval: between 0 and 60 seconds") }
+        guard timeout > 0 else { throw ValidationError("--timeout: a positive number of seconds") }
+        for e in endpoints where StageEndpoint(url: e) == nil {
+            throw ValidationError("not an http://HOST:PORT endpoint: \(e)")
+        }
+    }
+
+    func run() async throws {
+        // A peer that closes early must not kill the tool with SIGPIPE.
+        signal(SIGPIPE, SIG_IGN)
+        var targets: [(name: String?, endpoint: StageEndpoint)] = endpoints.compactMap { e in
+            StageEndpoint(url: e).map { (name: String?.none, endpoint: $0) }
+        }
+        if targets.isEmpty {
+            let base = localBase ?? ProcessInfo.processInfo.environment["HERALD_LOCAL_METRICS_BASE"].flatMap(Int.init) ?? 19200
+            targets = Self.localStages.enumerated().map { i, stage in
+                (stage, StageEndpoint(host: "127.0.0.1", port: base + i + 1))
+            }
+        }
+        let interval = self.interval
+        let timeout = self.timeout
+        let chosen = targets
+        let reports = await withTaskGroup(of: (Int, StageReport).self) { group in
+            for (i, target) in chosen.enumerated() {
+                group.addTask {
+                    (i, await StageReport.read(target.endpoint, expectedStage: target.name, interval: interval, timeout: timeout))
+                }
+            }
+            var out: [(Int, StageReport)] = []
+            for await r in group { out.append(r) }
+            return out.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+        if json {
+            for r in reports { CLI.out(CLI.json(r.jsonObject)) }
+        } else {
+            for line in StageReport.table(reports) { CLI.out(line) }
+        }
+        if reports.contains(where: { !$0.ready }) { throw ExitCode(1) }
+    }
+}
+
+/// One stage endpoint, http://HOST:PORT.
+struct StageEndpoint: Sendable, CustomStringConvertible {
+    var host: String
+    var port: Int
+
+    init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    init?(url: String) {
+        var rest = Substring(url)
+        if rest.hasPrefix("http://") { rest = rest.dropFirst(7) }
+        if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
+        guard let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]),
+              (1...65535).contains(port), colon > rest.startIndex else { return nil }
+        host = String(rest[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        self.port = port
+    }
+
+    var description: String { "http://\(host.contains(":") ? "[\(host)]" : host):\(port)" }
+
+    /// GET `path`: status and body, or nil when the endpoint cannot be reached or answers nonsense.
+    func get(_ path: String, timeout: Int) -> (status: Int, body: String)? {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &list) == 0, let first = list else { return nil }
+        defer { freeaddrinfo(list) }
+        var fd: Int32 = -1
+        var candidate: UnsafeMutablePointer<addrinfo>? = first
+        while let a = candidate {
+            let s = socket(a.pointee.ai_family, a.pointee.ai_socktype, a.pointee.ai_protocol)
+            if s >= 0 {
+                var tv = timeval(tv_sec: timeout, tv_usec: 0)
+                setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+                setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+                if connect(s, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 { fd = s; break }
+                close(s)
+            }
+            candidate = a.pointee.ai_next
+        }
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n\r\n".utf8)
+        let sent = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+        guard sent == request.count else { return nil }
+        var response: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            response += buffer[0..<n]
+        }
+        let text = String(decoding: response, as: UTF8.self)
+        guard let split = text.range(of: "\r\n\r\n") else { return nil }
+        let statusLine = text[..<split.lowerBound].split(separator: "\r\n").first ?? ""
+        let parts = statusLine.split(separator: " ")
+        guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), let status = Int(parts[1]) else { return nil }
+        return (status, String(text[split.upperBound...]))
+    }
+}
+
+/// Samples of a Prometheus text exposition.
+struct MetricSamples {
+    struct Sample {
+        var name: String
+        var labels: [String: String]
+        var value: Double
+    }
+
+    var samples: [Sample] = []
+
+    init(_ text: String) {
+        for raw in text.split(separator: "\n") {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            guard !line.isEmpty, !line.hasPrefix("#") else { continue }
+            var name = ""
+            var labels: [String: String] = [:]
+            var index = line.startIndex
+            while index < line.endIndex, line[index] != "{", line[index] != " " {
+                name.append(line[index])
+                index = line.index(after: index)
+            }
+            if index < line.endIndex, line[index] == "{" {
+                // key="value" pairs; values may hold \" \\ \n escapes.
+                index = line.index(after: index)
+                while index < line.endIndex, line[index] != "}" {
+                    var key = ""
+                    while index < line.endIndex, line[index] != "=" {
+                        if line[index] != "," && line[index] != " " { key.append(line[index]) }
+                        index = line.index(after: index)
+                    }
+                    index = line.index(index, offsetBy: 2, limitedBy: line.endIndex) ?? line.endIndex // ="
+                    var value = ""
+                    while index < line.endIndex, line[index] != "\"" {
+                        if line[index] == "\\", line.index(after: index) < line.endIndex {
+                            index = line.index(after: index)
+                            value.append(line[index] == "n" ? "\n" : line[index])
+                        } else {
+                            value.append(line[index])
+                        }
+                        index = line.index(after: index)
+                    }
+                    if index < line.endIndex { index = line.index(after: index) } // closing quote
+                    while index < line.endIndex, line[index] == "," || line[index] == " " { index = line.index(after: index) }
+                    if !key.isEmpty { labels[key] = value }
+                }
+                if index < line.endIndex { index = line.index(after: index) }
+            }
+            let fields = line[index...].split(separator: " ")
+            guard let first = fields.first, let value = Double(first) else { continue }
+            samples.append(Sample(name: name, labels: labels, value: value))
+        }
+    }
+
+    func sum(_ name: String) -> Double? {
+        let matching = samples.filter { $0.name == name }
+        return matching.isEmpty ? nil : matching.reduce(0) { $0 + $1.value }
+    }
+
+    /// The `stage` label Herald puts on its series.
+    var stage: String? {
+        samples.first { $0.name.hasPrefix("herald_") && $0.labels["stage"] != nil }?.labels["stage"]
+    }
+}
+
+/// What `heraldctl status` shows for one endpoint.
+struct StageReport: Sendable {
+    static let rateMetrics: [(key: String, metric: String)] = [
+        ("in", "herald_consumed_total"), ("out", "herald_produced_total"), ("suppressed", "herald_suppressed_total"),
+        ("dlq", "herald_dlq_total"), ("provider_answers", "herald_apns_responses_total"),
+    ]
+
+    var endpoint: String
+    var stage: String
+    var reachable: Bool
+    var ready: Bool
+    var failing: [String]
+    var lag: Double?
+    var inFlight: Double?
+    /// Per second over the interval, by `rateMetrics` key.
+    var rates: [String: Double]
+
+    static func read(_ endpoint: StageEndpoint, expectedStage: String?, interval: Double, timeout: Int) async -> StageReport {
+        var report = StageReport(endpoint: endpoint.description, stage: expectedStage ?? "?", reachable: false, ready: false,
+                                 failing: [], lag: nil, inFlight: nil, rates: [:])
+        let clock = ContinuousClock()
+        let t0 = clock.now
+        guard let first = await fetch(endpoint, "/metrics", timeout), first.status == 200 else { return report }
+        try? await Task.sleep(for: .milliseconds(Int(interval * 1000)))
+        let t1 = clock.now
+        guard let second = await fetch(endpoint, "/metrics", timeout), second.status == 200 else { return report }
+        report.reachable = true
+        let before = MetricSamples(first.body)
+        let after = MetricSamples(second.body)
+        if let stage = after.stage { report.stage = stage }
+        report.lag = after.sum("herald_consumer_lag")
+        report.inFlight = after.sum("herald_in_flight")
+        let seconds = Double((t1 - t0).components.seconds) + Double((t1 - t0).components.attoseconds) / 1e18
+        for (key, metric) in rateMetrics {
+            guard let now = after.sum(metric) else { continue }
+            report.rates[key] = max(0, now - (before.sum(metric) ?? 0)) / max(seconds, 0.001)
+        }
+        if let readyz = await fetch(endpoint, "/readyz", timeout) {
+            report.ready = readyz.status == 200
+            if let o = try? JSONSerialization.jsonObject(with: Data(readyz.body.utf8)) as? [String: Any] {
+                report.failing = o["failing"] as? [String] ?? []
+            }
+        }
+        return report
+    }
+
+    private static func fetch(_ endpoint: StageEndpoint, _ path: String, _ timeout: Int) async -> (status: Int, body: String)? {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: endpoint.get(path, timeout: timeout)) }.start()
+        }
+    }
+
+    var readiness: String {
+        if !reachable { return "unreachable" }
+        return ready ? "ready" : "NOT READY" + (failing.isEmpty ? "" : " (\(failing.joined(separator: ", ")))")
+    }
+
+    var jsonObject: [String: Any] {
+        var o: [String: Any] = ["endpoint": endpoint, "stage": stage, "reachable": reachable, "ready": ready,
+                                "failing": failing, "lag": CLI.orNull(lag.map { Int($0) }),
+                                "in_flight": CLI.orNull(inFlight.map { Int($0) })]
+        var r: [String: Any] = [:]
+        for (key, value) in rates { r[key] = (value * 100).rounded() / 100 }
+        o["rates_per_second"] = r
+        return o
+    }
+
+    static func table(_ reports: [StageReport]) -> [String] {
+        func number(_ v: Double?) -> String { v.map { String(Int($0)) } ?? "-" }
+        func rate(_ v: Double?) -> String { v.map { String(format: "%.1f", $0) } ?? "-" }
+        let header = ["STAGE", "ENDPOINT", "LAG", "IN FLIGHT", "IN/s", "OUT/s", "SUPPRESSED/s", "DLQ/s", "APNS/s", "READINESS"]
+        var rows = [header]
+        for r in reports {
+            rows.append([r.stage, r.endpoint, number(r.lag), number(r.inFlight), rate(r.rates["in"]), rate(r.rates["out"]),
+                         rate(r.rates["suppressed"]), rate(r.rates["dlq"]), rate(r.rates["provider_answers"]), r.readiness])
+        }
+        let widths = header.indices.map { c in rows.map { $0[c].count }.max() ?? 0 }
+        return rows.map { row in
+            row.enumerated().map { c, cell in
+                c == row.count - 1 ? cell : cell.padding(toLength: widths[c], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }
+    }
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Checks every deployment artifact with the real tools, offline (no cluster, no Docker engine):
+#   deploy/kubernetes   rendered with `kubectl kustomize` per overlay, validated with kubernetes-validate --strict
+#                       (core kinds) and scripts/check_deploy.py (KEDA / ServiceMonitor schemas, probes, grace
+#                       period, read-only mounts, PDBs, KEDA ceilings = partitions of the topics Job)
+#   deploy/prometheus   promtool check config / check rules / test rules, and the local stack's generated config
+#   docker-compose.yml  docker-compose config, then check_deploy.py compose
+#   deploy/grafana      dashboard structure; the metric names it queries are checked against a running stack by
+#                       Tests/EndToEndTests/DeployMetricsTests.swift
+#   Dockerfile          builds through scripts/setup.sh only; runtime libraries match setup.sh's -dev packages
+#   scripts/setup.sh    the apt-source parser, on made-up source files
+# Each check is also run once against a broken copy, which must fail (a check that cannot fail proves nothing).
+# Called by scripts/test.sh; runs alone too (after scripts/setup.sh). Set HERALD_BIN_DIR to find heraldctl.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+PY="$root/.venv/bin/python"
+KV="$root/.venv/bin/kubernetes-validate"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0; failed=0
+
+# check NAME COMMAND...: runs COMMAND, which must succeed.
+check() {
+  local name="$1"; shift
+  if "$@" >"$tmp/out" 2>&1; then
+    passed=$((passed + 1)); printf '[check-deploy] ok    %s\n' "$name" >&2
+  else
+    failed=$((failed + 1)); printf '[check-deploy] FAIL  %s\n' "$name" >&2; sed 's/^/    /' "$tmp/out" >&2
+  fi
+}
+# refuses NAME COMMAND...: COMMAND (a check run against a deliberately broken input) must fail.
+refuses() {
+  local name="$1"; shift
+  if "$@" >"$tmp/out" 2>&1; then
+    failed=$((failed + 1)); printf '[check-deploy] FAIL  %s (the broken input passed)\n' "$name" >&2
+  else
+    passed=$((passed + 1)); printf '[check-deploy] ok    %s\n' "$name" >&2
+  fi
+}
+
+# --- Kubernetes -------------------------------------------------------------------------------------------
+# kubernetes-validate knows the core API; the two custom resources it reports as unknown are checked by
+# check_deploy.py. Anything else unknown, or any ERROR, fails.
+validate_k8s() { # rendered.yaml
+  "$KV" --strict --quiet "$1" >"$tmp/kv.out" 2>&1 || { cat "$tmp/kv.out"; return 1; }
+  if grep -v -E "Couldn't find schema for kind (ScaledObject|ServiceMonitor) " "$tmp/kv.out" | grep -q .; then
+    cat "$tmp/kv.out"; return 1
+  fi
+}
+render() { kubectl kustomize "deploy/kubernetes/overlays/$1" 2>"$tmp/render-$1.err" >"$tmp/$1.yaml" || { cat "$tmp/render-$1.err"; return 1; }; }
+for overlay in dev production; do
+  check "kubectl kustomize overlays/$overlay" render "$overlay"
+  check "kubernetes-validate --strict overlays/$overlay" validate_k8s "$tmp/$overlay.yaml"
+  check "deployment rules (check_deploy.py kube) overlays/$overlay" "$PY" scripts/check_deploy.py kube "$tmp/$overlay.yaml"
+done
+sed 's/livenessProbe:/livenesProbe:/' "$tmp/production.yaml" >"$tmp/broken-probe.yaml"
+refuses "kubernetes-validate rejects a misspelt field" validate_k8s "$tmp/broken-probe.yaml"
+sed '0,/maxReplicaCount: 12/s//maxReplicaCount: 16/' "$tmp/production.yaml" >"$tmp/broken-ceiling.yaml"
+refuses "check_deploy.py rejects a KEDA ceiling above the partition count" "$PY" scripts/check_deploy.py kube "$tmp/broken-ceiling.yaml"
+sed 's/terminationGracePeriodSeconds: 35/terminationGracePeriodSeconds: 20/' "$tmp/production.yaml" >"$tmp/broken-grace.yaml"
+refuses "check_deploy.py rejects a grace period under the shutdown deadline" "$PY" scripts/check_deploy.py kube "$tmp/broken-grace.yaml"
+sed 's/lagThreshold:/lagTreshold:/' "$tmp/production.yaml" >"$tmp/broken-keda.yaml"
+refuses "check_deploy.py rejects an unknown KEDA trigger key" "$PY" scripts/check_deploy.py kube "$tmp/broken-keda.yaml"
+
+# The cluster's pipeline file loads (the same loader the stages use) without warnings.
+heraldctl="${HERALD_BIN_DIR:-$root/.build/debug}/heraldctl"
+pipeline_loads() {
+  "$heraldctl" simulate --event pipelines/examples/event-group.json --state pipelines/examples/state.json \
+    --pipeline deploy/kubernetes/base/pipeline.yaml >"$tmp/sim.out" 2>"$tmp/sim.err" || { cat "$tmp/sim.err"; return 1; }
+  if [ -s "$tmp/sim.err" ]; then cat "$tmp/sim.err"; return 1; fi
+  grep -q '"decision":"deliver"' "$tmp/sim.out" || { echo "no delivery decided"; cat "$tmp/sim.out"; return 1; }
+}
+if [ -x "$heraldctl" ]; then
+  check "deploy/kubernetes/base/pipeline.yaml loads (heraldctl simulate)" pipeline_loads
+else
+  failed=$((failed + 1)); printf '[check-deploy] FAIL  no %s: build first (swift build) or set HERALD_BIN_DIR\n' "$heraldctl" >&2
+fi
+
+# --- Prometheus ---------------------------------------------------------------------------------------------
+check "promtool check config deploy/prometheus/prometheus.yml" promtool check config deploy/prometheus/prometheus.yml
+check "promtool check rules deploy/prometheus/alerts.yml" promtool check rules deploy/prometheus/alerts.yml
+check "promtool test rules deploy/prometheus/tests/alerts.test.yml" promtool test rules deploy/prometheus/tests/alerts.test.yml
+mkdir -p "$tmp/rules/tests"
+sed 's/> 0.05$/> 0.5/' deploy/prometheus/alerts.yml >"$tmp/rules/alerts.yml"
+cp deploy/prometheus/tests/alerts.test.yml "$tmp/rules/tests/"
+refuses "promtool test rules fails on a loosened DLQ threshold" promtool test rules "$tmp/rules/tests/alerts.test.yml"
+check "scripts/local-prometheus.sh --config-only: promtool check config" \
+  bash -c "bash scripts/local-prometheus.sh --config-only '$tmp/local-prom' >/dev/null && promtool check config '$tmp/local-prom/prometheus.yml'"
+
+# --- docker-compose -----------------------------------------------------------------------------------------
+compose_config() { docker-compose -f docker-compose.yml config >"$tmp/compose.yaml" 2>"$tmp/compose.err" || { cat "$tmp/compose.err"; return 1; }; }
+check "docker-compose config" compose_config
+check "compose rules (check_deploy.py compose)" "$PY" scripts/check_deploy.py compose "$tmp/compose.yaml"
+sed 's/stop_grace_period: 35s/stop_grace_period: 10s/' "$tmp/compose.yaml" >"$tmp/broken-compose.yaml"
+refuses "check_deploy.py rejects a compose grace period under the deadline" "$PY" scripts/check_deploy.py compose "$tmp/broken-compose.yaml"
+
+# --- Grafana, Dockerfile ------------------------------------------------------------------------------------
+check "Grafana dashboard structure (schema 36+, queries, variables)" "$PY" scripts/check_deploy.py dashboard deploy/grafana/dashboards/herald.json
+check "Dockerfile builds through scripts/setup.sh; runtime libraries match" "$PY" scripts/check_deploy.py dockerfile Dockerfile scripts/setup.sh
+sed 's|^RUN bash scripts/setup.sh$|RUN apt-get update \&\& apt-get install -y libhiredis-dev \&\& bash scripts/setup.sh|' Dockerfile >"$tmp/Dockerfile"
+refuses "check_deploy.py rejects a Dockerfile installing on its own" "$PY" scripts/check_deploy.py dockerfile "$tmp/Dockerfile" scripts/setup.sh
+
+# --- setup.sh: the Debian archive from the apt sources --------------------------------------------------------
+apt_sources() {
+  source <(sed -n '/^debian_archive_uri()/,/^}/p' scripts/setup.sh)
+  local d="$tmp/apt"; mkdir -p "$d/a/sources.list.d" "$d/b/sources.list.d" "$d/c/sources.list.d"
+  printf 'Types: deb\nURIs: http://mirror-a.test/debian-security\nSuites: bookworm-security\nComponents: main\n\nTypes: deb\nURIs: http://mirror-a.test/debian\nSuites: bookworm bookworm-updates\nComponents: main\n' \
+    >"$d/a/sources.list.d/debian.sources"
+  printf 'Types: deb\nURIs: https://vendor.test/apt\nSuites: stable\n' >"$d/a/sources.list.d/vendor.sources"
+  printf '# comment\ndeb [arch=amd64 signed-by=/k.gpg] https://vendor.test/apt cloud main\ndeb http://sec.test/debian-security bookworm-security main\ndeb [ trusted=yes ] http://mirror-b.test/debian bookworm main\n' \
+    >"$d/b/sources.list"
+  local a b c
+  a=$(debian_archive_uri "$d/a"); b=$(debian_archive_uri "$d/b"); c=$(debian_archive_uri "$d/c" || true)
+  [ "$a" = "http://mirror-a.test/debian" ] || { echo "deb822: got '$a'"; return 1; }
+  [ "$b" = "http://mirror-b.test/debian" ] || { echo "sources.list: got '$b'"; return 1; }
+  [ -z "$c" ] || { echo "no sources: got '$c'"; return 1; }
+  ! grep -q -E 'deb\.debian\.org|pypi\.org' scripts/setup.sh || { echo "setup.sh names a mirror host"; return 1; }
+}
+check "setup.sh finds the Debian archive in deb822 and one-line apt sources" apt_sources
+
+echo "check-deploy: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
