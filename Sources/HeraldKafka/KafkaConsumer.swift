@@ -24,7 +24,7 @@ import Metrics
 /// - `pause()` / `resume()` stop and restart fetching on the whole assignment
 ///   (`rd_kafka_pause_partitions`); already prefetched records are still handed out.
 /// - `lag` is per-partition high watermark minus position, refreshed every `lagInterval`
-///   and recorded as the gauge `<metricsPrefix>_consumer_lag{group,topic,partition}`.
+///   (the stage loop exports it as `herald_consumer_lag`; the adapter exports no gauge of its own).
 ///
 /// Use it from one task at a time for `nextBatch` (completions may come from any task).
 public final class KafkaConsumer: Sendable {
@@ -157,7 +157,6 @@ final class ConsumerCore: @unchecked Sendable {
     private let configuration: KafkaConsumerConfiguration
     private let capacity: Int
     private let pollSliceMs: Int32
-    private let lagGauges = Locked<[TopicPartition: Gauge]>([:])
     private let errorCounter: Counter
 
     init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
@@ -380,6 +379,16 @@ final class ConsumerCore: @unchecked Sendable {
         finish(rk)
     }
 
+    /// Topic names by librdkafka topic handle, so a record does not build its topic's name again (poll thread only).
+    private var topicNames: [OpaquePointer: String] = [:]
+
+    private func topicName(_ rkt: OpaquePointer) -> String {
+        if let name = topicNames[rkt] { return name }
+        let name = String(cString: rd_kafka_topic_name(rkt))
+        topicNames[rkt] = name
+        return name
+    }
+
     /// Bumped by every rebalance callback; read and written on the poll thread only.
     private var rebalanceGeneration: UInt64 = 0
 
@@ -418,7 +427,7 @@ final class ConsumerCore: @unchecked Sendable {
     /// A record, or nil for errors (logged, counted; a fatal error is kept to be thrown).
     private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64]) -> ConsumerRecord? {
         let m = message.pointee
-        let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+        let topic = m.rkt.map(topicName) ?? ""
         guard m.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
             if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
             errorCounter.increment()
@@ -510,7 +519,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
             logger.info("partitions revoked", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
             rd_kafka_assign(rk, nil)
-            dropLagGauges(tps)
+            forgetLag(tps)
         default:
             logger.error("rebalance error", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
             state.withLock { s in
@@ -545,24 +554,10 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
         state.withLock { $0.lag = lag }
-        let group = configuration.groupID
-        let prefix = configuration.metricsPrefix
-        lagGauges.withLock { gauges in
-            for (tp, value) in lag {
-                let gauge = gauges[tp] ?? Gauge(
-                    label: "\(prefix)_consumer_lag",
-                    dimensions: [("group", group), ("topic", tp.topic), ("partition", String(tp.partition))])
-                gauges[tp] = gauge
-                gauge.record(value)
-            }
-        }
     }
 
-    private func dropLagGauges(_ tps: [TopicPartition]) {
+    private func forgetLag(_ tps: [TopicPartition]) {
         state.withLock { s in tps.forEach { s.lag[$0] = nil } }
-        lagGauges.withLock { gauges in
-            for tp in tps { gauges.removeValue(forKey: tp)?.record(0) }
-        }
     }
 
     /// Final commit, leave the group, destroy the handle; then release every waiter.
@@ -591,10 +586,6 @@ final class ConsumerCore: @unchecked Sendable {
         handle.destroy()
         state.withLock { $0.exited = true }
         commands.forEach { $0(nil) }
-        lagGauges.withLock { gauges in
-            gauges.values.forEach { $0.record(0) }
-            gauges = [:]
-        }
         logger.info("kafka consumer closed", metadata: ["group": .string(configuration.groupID)])
         stopWaiters.forEach { $0.resume() }
     }

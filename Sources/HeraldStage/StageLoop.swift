@@ -112,6 +112,7 @@ public final class StageLoop: Service, Sendable {
         let context = BatchContext(now: now, isStopping: { [self] in self.isStopping })
         let ordered = configuration.maxConcurrentBatches == 1
         var lastLag = ContinuousClock.now
+        var reportedLag = Set<TopicPartition>()
         var failure: KafkaError?
         await withDiscardingTaskGroup { group in
             while !isStopping {
@@ -145,11 +146,17 @@ public final class StageLoop: Service, Sendable {
                     continue
                 }
                 guard let batch else { break }
-                if ContinuousClock.now - lastLag > .seconds(5) {
+                if ContinuousClock.now - lastLag > .seconds(1) {
+                    // The consumer measures lag every `lagInterval`; partitions no longer assigned read 0.
                     lastLag = ContinuousClock.now
-                    for (partition, lag) in consumer.lag {
+                    let lags = consumer.lag
+                    for partition in reportedLag.subtracting(lags.keys) {
+                        metrics.setConsumerLag(topic: partition.topic, partition: partition.partition, lag: 0)
+                    }
+                    for (partition, lag) in lags {
                         metrics.setConsumerLag(topic: partition.topic, partition: partition.partition, lag: lag)
                     }
+                    reportedLag = Set(lags.keys)
                 }
                 if batch.isEmpty { continue }
                 let count = batch.count

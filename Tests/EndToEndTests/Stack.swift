@@ -311,14 +311,14 @@ final class E2EStack: @unchecked Sendable {
     // MARK: Idle
 
     /// Whether every running stage is idle now, by its own /metrics: nothing in flight (`herald_in_flight` 0) and
-    /// its consumer group's lag 0 on every partition (`herald_kafka_consumer_lag`). False when a stage does not
+    /// its consumer group's lag 0 on every partition (`herald_consumer_lag`). False when a stage does not
     /// answer.
     func pipelineIdleNow() -> Bool {
         for (name, process) in stageProcesses where process.isRunning {
             guard let port = stagePorts[name], let text = httpBody(port: port, path: "/metrics"),
                   text.contains("herald_in_flight{") else { return false }
             for line in text.split(separator: "\n")
-            where line.hasPrefix("herald_in_flight{") || line.hasPrefix("herald_kafka_consumer_lag{") {
+            where line.hasPrefix("herald_in_flight{") || line.hasPrefix("herald_consumer_lag{") {
                 guard let value = line.split(separator: " ").last.flatMap({ Double($0) }), value == 0 else { return false }
             }
         }
@@ -326,10 +326,11 @@ final class E2EStack: @unchecked Sendable {
     }
 
     /// Waits until the pipeline is idle and stays idle for `quiet`, or `timeout` passes; returns whether it did.
-    /// The consumers refresh their lag every 5 s, so `quiet` is longer than that: a lag reading taken before the
+    /// The consumers refresh their lag every 5 s and the stages export it every second, so `quiet` is longer than
+    /// both together: a lag reading taken before the
     /// last records arrived cannot pass as idle.
     @discardableResult
-    func awaitIdle(quiet: Duration = .seconds(6), timeout: Duration = .seconds(90)) async -> Bool {
+    func awaitIdle(quiet: Duration = .seconds(7), timeout: Duration = .seconds(90)) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         var idleSince: ContinuousClock.Instant?
         while ContinuousClock.now < deadline {
