@@ -12,6 +12,8 @@
 //     -> HeraldCore       pure: events, state, rules, rendering, payloads, APNs answer table, record codecs
 //   HeraldMockAPNs (+ CHeraldMockTLS): the APNs stand-in as a library; on purpose it imports none of the above,
 //   so it checks requests independently of the code under test.
+// Tests: one test target per module plus EndToEndTests; Tests/HeraldTestSupport is a regular target with what the
+// test targets share (ports, processes, Tansu, redis-server, TLS material, waits on conditions).
 import PackageDescription
 
 let package = Package(

@@ -9,9 +9,9 @@ import Testing
 @Suite(.serialized)
 struct ClientIntegrationTests {
     @Test func nghttpdBatchAllDeliveredOnTwoConnections() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let tokens = (0..<50).map(deviceToken)
-        let server = try startNghttpd(pki, tokens: tokens)
+        let server = try await startNghttpd(pki, tokens: tokens)
         defer { server.stop() }
         let c = try client(pki, port: server.port, connections: 2)
         let requests = (0..<2000).map { request($0 % 50, timeout: .seconds(30)) }
@@ -27,8 +27,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func nghttpdUnknownPathIs404Permanent() async throws {
-        let pki = try PKI()
-        let server = try startNghttpd(pki, tokens: [])
+        let pki = try await PKI.make()
+        let server = try await startNghttpd(pki, tokens: [])
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let r = await c.send(request(1))
@@ -39,9 +39,9 @@ struct ClientIntegrationTests {
     }
 
     @Test func mockSuccessRecordsEveryHeader() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let record = pki.dir + "/sent.jsonl"
-        let server = try startMock(pki, ["--record", record])
+        let server = try await startMock(pki, ["--record", record])
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let id = "1f0e9c52-3b4a-4c2d-9e8f-0a1b2c3d4e5f"
@@ -64,8 +64,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func tokenConnectionStartsAtOneStreamAndIsRaised() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki, ["--max-streams", "500"])
+        let pki = try await PKI.make()
+        let server = try await startMock(pki, ["--max-streams", "500"])
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         // 800 at once on a fresh connection that allows one stream: the rest must wait, not be refused.
@@ -79,13 +79,13 @@ struct ClientIntegrationTests {
     }
 
     @Test func aLoweredStreamLimitIsHonouredAndNothingIsLost() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let record = pki.dir + "/sent.jsonl"
         let metricsPort = try freePort()
         // Every 50th valid request is answered 403 InvalidProviderToken; the stand-in then lowers the
         // connection to one stream until a request opened after the rejection succeeds.
         // At most 100 streams, so the client always has more waiting and must hold them back while lowered.
-        let server = try startMock(pki, ["--max-streams", "100", "--reject-token-every", "50", "--record", record,
+        let server = try await startMock(pki, ["--max-streams", "100", "--reject-token-every", "50", "--record", record,
                                          "--metrics-port", String(metricsPort)])
         defer { server.stop() }
         let c = try client(pki, port: server.port)
@@ -102,7 +102,7 @@ struct ClientIntegrationTests {
         #expect(rejected.allSatisfy { $0.disposition == .permanentFailure(reason: "InvalidProviderToken") })
         #expect(delivered.allSatisfy { $0.disposition == .delivered })
 
-        let metrics = try runTool("curl", ["-s", "http://127.0.0.1:\(metricsPort)/metrics"]).output
+        let metrics = try await runToolAsync("curl", ["-s", "http://127.0.0.1:\(metricsPort)/metrics"]).output
         func metric(_ series: String) -> Int? {
             for line in metrics.split(separator: "\n") where line.hasPrefix(series + " ") {
                 return Int(line.dropFirst(series.count + 1))
@@ -138,8 +138,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func certificateAuthWithPEMAndP12() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki, ["--client-ca", pki.caCert], authKeys: false)
+        let pki = try await PKI.make()
+        let server = try await startMock(pki, ["--client-ca", pki.caCert], authKeys: false)
         defer { server.stop() }
         for credential in [APNsClientCredential.certificateFiles(certificatePath: pki.clientCert, privateKeyPath: pki.clientKey),
                            .pkcs12File(path: pki.clientP12, password: pki.p12Password)] {
@@ -154,9 +154,9 @@ struct ClientIntegrationTests {
     }
 
     @Test func untrustedServerCertificateFails() async throws {
-        let pki = try PKI()
-        let other = try PKI()
-        let server = try startMock(pki)
+        let pki = try await PKI.make()
+        let other = try await PKI.make()
+        let server = try await startMock(pki)
         defer { server.stop() }
         // Trust another CA: the handshake must fail, never fall back to an unverified connection.
         let config = APNsClientConfiguration(
@@ -177,9 +177,9 @@ struct ClientIntegrationTests {
     }
 
     @Test func eachFaultGetsItsDocumentedDisposition() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let dead = deviceToken(999_999)
-        let server = try startMock(pki, ["--rate-429", "0.15", "--rate-500", "0.15", "--rate-503", "0.15",
+        let server = try await startMock(pki, ["--rate-429", "0.15", "--rate-500", "0.15", "--rate-503", "0.15",
                                          "--rate-410", "0.1", "--rate-bad-token", "0.1", "--seed", "7",
                                          "--dead-token", "\(dead):1732000000123"])
         defer { server.stop() }
@@ -221,9 +221,9 @@ struct ClientIntegrationTests {
     }
 
     @Test func retryableFaultsAreRetriedUntilDeliveredNoDuplicateAfter200() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let record = pki.dir + "/sent.jsonl"
-        let server = try startMock(pki, ["--rate-429", "0.2", "--rate-500", "0.1", "--rate-503", "0.1",
+        let server = try await startMock(pki, ["--rate-429", "0.2", "--rate-500", "0.1", "--rate-503", "0.1",
                                          "--seed", "3", "--record", record])
         defer { server.stop() }
         // 40% faults: a budget of 16 attempts makes giving up on one of 1500 a one-in-a-million event.
@@ -247,9 +247,9 @@ struct ClientIntegrationTests {
     }
 
     @Test func goawayMidBatchLosesNothingAndSendsNothingTwice() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let record = pki.dir + "/sent.jsonl"
-        let server = try startMock(pki, ["--goaway-every", "150", "--record", record])
+        let server = try await startMock(pki, ["--goaway-every", "150", "--record", record])
         defer { server.stop() }
         let c = try client(pki, port: server.port, connections: 2)
         let n = 2000
@@ -271,9 +271,9 @@ struct ClientIntegrationTests {
     }
 
     @Test func connectionResetIsRecoveredWithRetries() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let record = pki.dir + "/sent.jsonl"
-        let server = try startMock(pki, ["--reset-every", "200", "--record", record])
+        let server = try await startMock(pki, ["--reset-every", "200", "--record", record])
         defer { server.stop() }
         // Every connection dies at its 200th stream, taking up to 50 requests in flight with it;
         // each lost request is retried (budget 30) on a new connection.
@@ -295,8 +295,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func deadlinesBoundInFlightAndQueuedRequests() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki, ["--latency-ms", "700"])
+        let pki = try await PKI.make()
+        let server = try await startMock(pki, ["--latency-ms", "700"])
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let start = ContinuousClock.now
@@ -317,8 +317,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func expiredProviderTokenIsRenewedAndRetried() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki)
+        let pki = try await PKI.make()
+        let server = try await startMock(pki)
         defer { server.stop() }
         let real = Date()
         let clock = TestClock(real - 70 * 60)
@@ -346,8 +346,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func wrongProviderKeyIsAPermanentFailure() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki)
+        let pki = try await PKI.make()
+        let server = try await startMock(pki)
         defer { server.stop() }
         let c = try client(pki, port: server.port, credential: try pki.tokenCredential(key: pki.otherProviderKey))
         let r = await c.send(request(1))
@@ -358,8 +358,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func idleConnectionIsPinged() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki)
+        let pki = try await PKI.make()
+        let server = try await startMock(pki)
         defer { server.stop() }
         let c = try client(pki, port: server.port, pingInterval: .milliseconds(150), pingTimeout: .seconds(2))
         #expect(await c.send(request(1)).status == 200)
@@ -372,8 +372,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func unansweredPingReplacesTheConnectionAndLosesNothing() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki)
+        let pki = try await PKI.make()
+        let server = try await startMock(pki)
         defer { server.stop() }
         let proxy = try FreezingProxy(upstreamPort: server.port)
         defer { proxy.stop() }
@@ -395,8 +395,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func inFlightIsBoundedAndSubmitWaits() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki, ["--latency-ms", "250"])
+        let pki = try await PKI.make()
+        let server = try await startMock(pki, ["--latency-ms", "250"])
         defer { server.stop() }
         let c = try client(pki, port: server.port, maxInFlight: 10)
         let completed = TestCount()
@@ -418,7 +418,7 @@ struct ClientIntegrationTests {
     }
 
     @Test func unreachableServerFailsWithinBudget() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let port = try freePort()
         let c = try client(pki, port: port, retry: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxAttempts: 3))
         let start = ContinuousClock.now
@@ -435,8 +435,8 @@ struct ClientIntegrationTests {
     }
 
     @Test func shutdownFailsWhatIsLeftAndRefusesNewWork() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki, ["--latency-ms", "3000"])
+        let pki = try await PKI.make()
+        let server = try await startMock(pki, ["--latency-ms", "3000"])
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let pending = Task { await sendAll(c, (0..<5).map { request($0) }) }
@@ -450,14 +450,14 @@ struct ClientIntegrationTests {
     }
 
     @Test func heraldctlPushPrintsTheAnswer() async throws {
-        let pki = try PKI()
+        let pki = try await PKI.make()
         let dead = deviceToken(42)
-        let server = try startMock(pki, ["--dead-token", "\(dead):1732000000999"])
+        let server = try await startMock(pki, ["--dead-token", "\(dead):1732000000999"])
         defer { server.stop() }
         let heraldctl = Paths.binDirectory + "/heraldctl"
         let common = ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)", "--ca-file", pki.serverCert,
                       "--key-p8", pki.providerKey, "--key-id", pki.keyID, "--team-id", pki.teamID, "--body", "hello"]
-        let ok = try runTool(heraldctl, common + ["--device-token", deviceToken(1), "--collapse-id", "c1"])
+        let ok = try await runToolAsync(heraldctl, common + ["--device-token", deviceToken(1), "--collapse-id", "c1"])
         #expect(ok.status == 0, "\(ok.output)")
         let answer = try JSONSerialization.jsonObject(with: Data(ok.output.utf8)) as? [String: Any]
         #expect((answer?["status"] as? NSNumber)?.intValue == 200)
@@ -474,16 +474,16 @@ struct ClientIntegrationTests {
                 key_id: \(pki.keyID)
                 key_file: \(pki.providerKey)
         """.write(toFile: pipeline, atomically: true, encoding: .utf8)
-        let fromFile = try runTool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+        let fromFile = try await runToolAsync(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
                                             "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
                                             "--body", "hi", "--device-token", deviceToken(2)])
         #expect(fromFile.status == 0, "\(fromFile.output)")
-        let wrongEnv = try runTool(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+        let wrongEnv = try await runToolAsync(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
                                             "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
                                             "--environment", "sandbox", "--body", "hi", "--device-token", deviceToken(2)])
         #expect(wrongEnv.status != 0)
         #expect(wrongEnv.output.contains("no sandbox credential"))
-        let gone = try runTool(heraldctl, common + ["--device-token", dead])
+        let gone = try await runToolAsync(heraldctl, common + ["--device-token", dead])
         #expect(gone.status != 0)
         let goneAnswer = try JSONSerialization.jsonObject(with: Data(gone.output.utf8)) as? [String: Any]
         #expect((goneAnswer?["status"] as? NSNumber)?.intValue == 410)

@@ -25,43 +25,43 @@ struct JWTTests {
     print(json.dumps({"header": json.loads(b64(h)), "claims": json.loads(b64(c))}))
     """
 
-    func verify(_ token: String, publicKey: String) throws -> [String: [String: Any]] {
-        let r = try runTool("python3", ["-c", Self.verifier, publicKey], stdin: token)
+    func verify(_ token: String, publicKey: String) async throws -> [String: [String: Any]] {
+        let r = try await runToolAsync("python3", ["-c", Self.verifier, publicKey], stdin: token)
         guard r.status == 0, let object = try JSONSerialization.jsonObject(with: Data(r.output.utf8)) as? [String: [String: Any]] else {
             throw TestFailure.failed("verification failed: \(r.output)")
         }
         return object
     }
 
-    @Test func tokenVerifiesIndependently() throws {
-        let pki = try PKI()
+    @Test func tokenVerifiesIndependently() async throws {
+        let pki = try await PKI.make()
         let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.providerKey, encoding: .utf8))
         let token = try jwt.token(issuedAt: Date(timeIntervalSince1970: 1_732_000_123.9))
-        let parts = try verify(token, publicKey: pki.providerPublicKey)
+        let parts = try await verify(token, publicKey: pki.providerPublicKey)
         #expect(parts["header"]?["alg"] as? String == "ES256")
         #expect(parts["header"]?["kid"] as? String == pki.keyID)
         #expect(parts["claims"]?["iss"] as? String == pki.teamID)
         #expect((parts["claims"]?["iat"] as? NSNumber)?.int64Value == 1_732_000_123)
     }
 
-    @Test func tokenDoesNotVerifyWithAnotherKey() throws {
-        let pki = try PKI()
+    @Test func tokenDoesNotVerifyWithAnotherKey() async throws {
+        let pki = try await PKI.make()
         let other = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.otherProviderKey, encoding: .utf8))
-        #expect(throws: TestFailure.self) { try verify(try other.token(issuedAt: Date()), publicKey: pki.providerPublicKey) }
+        await #expect(throws: TestFailure.self) { try await verify(try other.token(issuedAt: Date()), publicKey: pki.providerPublicKey) }
     }
 
-    @Test func badKeysAreRejectedWithAReason() throws {
-        let pki = try PKI()
+    @Test func badKeysAreRejectedWithAReason() async throws {
+        let pki = try await PKI.make()
         #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: "not a key") }
         // An RSA key is a PEM private key but cannot make ES256 tokens.
         let rsa = pki.dir + "/rsa.pem"
-        _ = try runTool("openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
+        _ = try await runToolAsync("openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
         #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: try String(contentsOfFile: rsa, encoding: .utf8)) }
         #expect(throws: APNsError.self) { try APNsClientCredential.token(keyID: "k", teamID: "t", p8Path: pki.dir + "/missing.p8") }
     }
 
-    @Test func providerRenewsOnItsClock() throws {
-        let pki = try PKI()
+    @Test func providerRenewsOnItsClock() async throws {
+        let pki = try await PKI.make()
         let clock = TestClock(Date(timeIntervalSince1970: 1_732_000_000))
         let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.providerKey, encoding: .utf8))
         let provider = APNsTokenProvider(jwt: jwt, policy: APNsTokenRenewalPolicy(), now: { clock.now })
@@ -81,7 +81,7 @@ struct JWTTests {
         let third = try provider.bearer()
         #expect(third.token != second.token, "renewed 50 minutes after the second")
         #expect(provider.renewalCount == 3)
-        let claims = try verify(third.token, publicKey: pki.providerPublicKey)["claims"]
+        let claims = try await verify(third.token, publicKey: pki.providerPublicKey)["claims"]
         #expect((claims?["iat"] as? NSNumber)?.doubleValue == clock.now.timeIntervalSince1970)
     }
 
@@ -114,8 +114,8 @@ struct RenderedRequestTests {
     }
 
     @Test func derivedIDIsAcceptedAndEchoedByTheStandIn() async throws {
-        let pki = try PKI()
-        let server = try startMock(pki)
+        let pki = try await PKI.make()
+        let server = try await startMock(pki)
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let id = APNsID.derive(eventID: "e-1", token: deviceToken(5))
@@ -125,8 +125,8 @@ struct RenderedRequestTests {
         await c.shutdown()
     }
 
-    @Test func pipelineCredentialEntriesBecomeClientCredentials() throws {
-        let pki = try PKI()
+    @Test func pipelineCredentialEntriesBecomeClientCredentials() async throws {
+        let pki = try await PKI.make()
         let token = try APNsClientCredential(APNsCredential(bundleID: "com.example.chat", teamID: pki.teamID,
                                                             keyID: pki.keyID, keyFile: pki.providerKey))
         guard case .token(let keyID, let teamID, let pem) = token else { Issue.record("expected token auth"); return }

@@ -18,8 +18,8 @@ let testMetrics: TestMetrics = {
 struct MetricsTests {
     @Test func answersAreCountedByStatusAndReason() async throws {
         let metrics = testMetrics
-        let pki = try PKI()
-        let server = try startMock(pki, ["--rate-429", "0.3", "--seed", "11"])
+        let pki = try await PKI.make()
+        let server = try await startMock(pki, ["--rate-429", "0.3", "--seed", "11"])
         defer { server.stop() }
         let id = UUID().uuidString
         let config = APNsClientConfiguration(

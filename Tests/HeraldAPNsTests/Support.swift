@@ -38,8 +38,12 @@ final class ServerProcess: Sendable {
     deinit { child.stopNow() }
 }
 
-/// herald-mock-apns on an ephemeral port, with the agreed CLI.
-func startMock(_ pki: PKI, _ extra: [String] = [], authKeys: Bool = true) throws -> ServerProcess {
+/// herald-mock-apns on an ephemeral port, with the agreed CLI (started on a thread of its own).
+func startMock(_ pki: PKI, _ extra: [String] = [], authKeys: Bool = true) async throws -> ServerProcess {
+    try await offPool { try startMockBlocking(pki, extra, authKeys: authKeys) }
+}
+
+func startMockBlocking(_ pki: PKI, _ extra: [String], authKeys: Bool) throws -> ServerProcess {
     TestProcess.prepare()
     let binary = try Paths.executable("herald-mock-apns")
     let portFile = pki.dir + "/port-\(UUID().uuidString)"
@@ -60,8 +64,12 @@ func startMock(_ pki: PKI, _ extra: [String] = [], authKeys: Bool = true) throws
     return ServerProcess(child: child, port: port)
 }
 
-/// nghttpd serving `3/device/<token>` files (POSTs to them answer 200).
-func startNghttpd(_ pki: PKI, tokens: [String]) throws -> ServerProcess {
+/// nghttpd serving `3/device/<token>` files (POSTs to them answer 200), started on a thread of its own.
+func startNghttpd(_ pki: PKI, tokens: [String]) async throws -> ServerProcess {
+    try await offPool { try startNghttpdBlocking(pki, tokens: tokens) }
+}
+
+func startNghttpdBlocking(_ pki: PKI, tokens: [String]) throws -> ServerProcess {
     TestProcess.prepare()
     let www = pki.dir + "/www-\(UUID().uuidString)"
     try FileManager.default.createDirectory(atPath: www + "/3/device", withIntermediateDirectories: true)

@@ -9,7 +9,7 @@ import Testing
 struct KafkaTansuTests {
     @Test("round trip keeps keys, values, headers and per-key order")
     func roundTrip() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("roundtrip")
         let created = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 3)],
@@ -61,7 +61,7 @@ struct KafkaTansuTests {
 
     @Test("tombstones, empty and non-UTF-8 records reach the caller as bytes")
     func tombstonesAndGarbage() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("garbage")
         let producer = try producer(broker.bootstrap)
@@ -91,7 +91,7 @@ struct KafkaTansuTests {
 
     @Test("batches never exceed N records and an idle wait returns after about T")
     func batchLimits() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("batches")
         let producer = try producer(broker.bootstrap)
@@ -140,7 +140,7 @@ struct KafkaTansuTests {
 
     @Test("out-of-order completion stores only the low-water mark; a restart resumes there")
     func lowWaterMarkAndResume() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("lowwater")
         let group = uniqueName("g")
@@ -181,7 +181,7 @@ struct KafkaTansuTests {
 
     @Test("two consumers in one group split the partitions and each record goes to one of them")
     func groupSplitsPartitions() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("split")
         let group = uniqueName("g")
@@ -214,7 +214,7 @@ struct KafkaTansuTests {
 
     @Test("pause stops fetching, resume continues where it stopped")
     func pauseAndResume() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("pause")
         let producer = try producer(broker.bootstrap)
@@ -243,7 +243,7 @@ struct KafkaTansuTests {
 
     @Test("shutdown commits completed records without an explicit commit; lag is reported")
     func shutdownCommitsAndLag() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("shutdown")
         let group = uniqueName("g")
@@ -277,7 +277,7 @@ struct KafkaTansuTests {
 
     @Test("completions from many tasks in random order commit exactly the high watermark of every partition")
     func concurrentCompletions() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("concurrent")
         _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 4)],
@@ -309,7 +309,7 @@ struct KafkaTansuTests {
 
     @Test("fire-and-track produce reports each record's delivery")
     func fireAndTrack() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("track")
         let producer = try producer(broker.bootstrap)
@@ -341,7 +341,7 @@ final class Counter: @unchecked Sendable {
 struct KafkaRebalanceTests {
     @Test("a member joining revokes the assignment: completed work is committed first, the rest is redelivered once")
     func revokeCommitsCompletedWork() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("revoke")
         let group = uniqueName("g")

@@ -11,7 +11,7 @@ struct KafkaThroughputTests {
     @Test("produce + consume 200k small records through a consumer group")
     func throughput() async throws {
         let count = Int(ProcessInfo.processInfo.environment["HERALD_KAFKA_BENCH_COUNT"] ?? "") ?? 200_000
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("bench")
         _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 4)],

@@ -11,19 +11,19 @@ enum TestError: Error, CustomStringConvertible {
 
 /// Runs a program to completion, stdout and stderr captured together (HeraldTestSupport's `runTool`).
 @discardableResult
-func runProcess(_ executable: String, _ arguments: [String]) throws -> ToolResult {
-    try runTool(executable, arguments)
+func runProcess(_ executable: String, _ arguments: [String]) async throws -> ToolResult {
+    try await runToolAsync(executable, arguments)
 }
 
 extension TestPKI {
     var jwtScript: String { dir + "/jwt.py" }
 
     /// An ES256 provider token made by Python's `cryptography`, independently of the server's code.
-    func jwt(key: String? = nil, kid: String, iss: String, iat: Int) throws -> String {
+    func jwt(key: String? = nil, kid: String, iss: String, iat: Int) async throws -> String {
         if !FileManager.default.fileExists(atPath: jwtScript) {
             try Self.jwtSource.write(toFile: jwtScript, atomically: true, encoding: .utf8)
         }
-        let r = try runProcess("python3", [jwtScript, key ?? providerKey, kid, iss, String(iat)])
+        let r = try await runProcess("python3", [jwtScript, key ?? providerKey, kid, iss, String(iat)])
         guard r.status == 0 else { throw TestError.failed("jwt.py: \(r.output)") }
         return r.output.trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -50,6 +50,11 @@ final class MockProcess: @unchecked Sendable {
     let metricsPort: Int?
     let stdout = Pipe()
     let stderrFile: URL
+
+    /// Starts the stand-in on a thread of its own (reading its first line blocks).
+    static func start(pki: TestPKI, _ arguments: [String]) async throws -> MockProcess {
+        try await offPool { try MockProcess(pki: pki, arguments) }
+    }
 
     init(pki: TestPKI, _ arguments: [String]) throws {
         let exe = URL(fileURLWithPath: Paths.binDirectory + "/herald-mock-apns")
@@ -96,9 +101,9 @@ final class MockProcess: @unchecked Sendable {
 
     deinit { if process.isRunning { process.terminate(); process.waitUntilExit() } }
 
-    func metrics() throws -> String {
+    func metrics() async throws -> String {
         guard let metricsPort else { throw TestError.failed("no metrics port") }
-        return try runProcess("curl", ["-s", "http://127.0.0.1:\(metricsPort)/metrics"]).output
+        return try await runProcess("curl", ["-s", "http://127.0.0.1:\(metricsPort)/metrics"]).output
     }
 }
 
@@ -123,14 +128,14 @@ struct H2Transcript {
 
 /// Sends POSTs (one per path) on one connection with nghttp and parses its verbose output.
 func nghttp(_ base: String, paths: [String], headers: [String: String] = [:], body: String? = nil,
-            method: String = "POST", extra: [String] = [], pki: TestPKI) throws -> H2Transcript {
+            method: String = "POST", extra: [String] = [], pki: TestPKI) async throws -> H2Transcript {
     var args = ["-v", "-t", "10"]
     if method != "GET" { args += ["-H", ":method: \(method)"] }
     for (k, v) in headers.sorted(by: { $0.key < $1.key }) { args += ["-H", "\(k): \(v)"] }
     if let body { args += ["-d", try pki.write("body-\(UUID().uuidString).json", body)] }
     args += extra
     args += paths.map { base + $0 }
-    let r = try runProcess("nghttp", args)
+    let r = try await runProcess("nghttp", args)
     return parseNghttp(r.output)
 }
 
@@ -175,12 +180,12 @@ func parseNghttp(_ out: String) -> H2Transcript {
 }
 
 /// Runs h2load and returns (2xx, 4xx, 5xx, succeeded, req/s).
-func h2load(_ url: String, n: Int, c: Int = 1, m: Int, headers: [String: String], bodyFile: String) throws
+func h2load(_ url: String, n: Int, c: Int = 1, m: Int, headers: [String: String], bodyFile: String) async throws
     -> (ok: Int, c4: Int, c5: Int, succeeded: Int, rate: Double, output: String) {
     var args = ["-n", String(n), "-c", String(c), "-m", String(m), "-d", bodyFile]
     for (k, v) in headers.sorted(by: { $0.key < $1.key }) { args += ["-H", "\(k): \(v)"] }
     args.append(url)
-    let r = try runProcess("h2load", args)
+    let r = try await runProcess("h2load", args)
     let codes = r.output.firstMatch(of: /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/)
     let done = r.output.firstMatch(of: /(\d+) succeeded/)
     let rate = r.output.firstMatch(of: /finished in [0-9.]+m?s, ([0-9.]+) req\/s/)
@@ -200,7 +205,7 @@ func metricValue(_ text: String, _ series: String) -> Int {
 /// optionally an ACK of the server's SETTINGS (SETTINGS_MAX_CONCURRENT_STREAMS = 1 on a token
 /// connection) and then two requests at once on streams 1 and 3. Returns the GOAWAY error code
 /// and the RST_STREAM codes by stream id the server sent back.
-func twoStreamsAtOnce(port: Int, path: String, acknowledgeSettings: Bool, pki: TestPKI) throws
+func twoStreamsAtOnce(port: Int, path: String, acknowledgeSettings: Bool, pki: TestPKI) async throws
     -> (goaway: Int?, resets: [Int: Int]) {
     let script = #"""
     import socket, ssl, struct, sys
@@ -231,7 +236,7 @@ func twoStreamsAtOnce(port: Int, path: String, acknowledgeSettings: Bool, pki: T
             i += 9 + n
     """#
     let file = try pki.write("two-streams-\(UUID().uuidString).py", script)
-    let r = try runProcess("python3", [file, String(port), path, acknowledgeSettings ? "ack" : "noack"])
+    let r = try await runProcess("python3", [file, String(port), path, acknowledgeSettings ? "ack" : "noack"])
     var goaway: Int?
     var resets: [Int: Int] = [:]
     for line in r.output.split(separator: "\n") {

@@ -7,7 +7,7 @@ import Testing
 struct RedisConnectionTests {
     @Test("every reply type decodes into its RedisValue case")
     func replyTypes() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
 
@@ -34,7 +34,7 @@ struct RedisConnectionTests {
 
     @Test("keys and values are binary-safe: NUL, CR LF and every byte value survive")
     func binarySafe() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
 
@@ -56,7 +56,7 @@ struct RedisConnectionTests {
     /// Only then does the test release the BLPOP.
     @Test("a batch of 1000 commands is written before the first reply is read (one round trip)")
     func pipelineIsOneRoundTrip() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         let observer = RedisConnection(configuration: server.configuration)
         defer { redis.close(); observer.close() }
@@ -91,14 +91,14 @@ struct RedisConnectionTests {
 
     @Test("a broken connection fails the batch with a retryable error; the next call reconnects")
     func reconnectAfterRestart() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
 
         #expect(try await redis.send("SET", "a", "1") == .status("OK"))
         #expect(redis.isConnected)
         server.kill()
-        try server.start()
+        try await server.restart()
 
         do {
             _ = try await redis.pipeline([RedisCommand("SET", "b", "2"), RedisCommand("GET", "b")])
@@ -118,7 +118,7 @@ struct RedisConnectionTests {
 
     @Test("while the server is down calls fail fast with a retryable connect error, and recover when it is back")
     func reconnectWithBackoff() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         _ = try await redis.send("PING")
@@ -137,13 +137,13 @@ struct RedisConnectionTests {
         #expect(codes.first == .connectionBroken)
         #expect(codes.dropFirst().allSatisfy { $0 == .connectFailed })
 
-        try server.start()
+        try await server.restart()
         #expect(try await redis.send("PING") == .status("PONG"))
     }
 
     @Test("a command slower than the command timeout fails with a retryable timeout")
     func commandTimeout() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         var configuration = server.configuration
         configuration.commandTimeout = .milliseconds(200)
         let redis = RedisConnection(configuration: configuration)
@@ -161,7 +161,7 @@ struct RedisConnectionTests {
 
     @Test("many concurrent callers share one connection and each gets its own answers")
     func concurrentCallers() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -182,7 +182,7 @@ struct RedisConnectionTests {
 
     @Test("after close() every call fails with a non-retryable closed error")
     func closeFailsCalls() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         #expect(try await redis.send("PING") == .status("PONG"))
         redis.close()
@@ -197,7 +197,7 @@ struct RedisConnectionTests {
 
     @Test("password and database from the URL are applied on connect")
     func authAndSelect() async throws {
-        let server = try RedisServer(extraArguments: ["--requirepass", "s3cret"])
+        let server = try await RedisServer.start(extraArguments: ["--requirepass", "s3cret"])
         var configuration = try RedisConfiguration(url: "redis://:s3cret@127.0.0.1:\(server.port)/3")
         #expect(configuration.database == 3)
         #expect(configuration.password == "s3cret")

@@ -14,7 +14,7 @@ struct StateStoreTests {
 
     @Test("registering a 21st device evicts the oldest by registered_at; re-registering updates in place")
     func twentyDeviceEviction() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -51,7 +51,7 @@ struct StateStoreTests {
 
     @Test("unregister one device, then all devices")
     func unregister() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -73,7 +73,7 @@ struct StateStoreTests {
 
     @Test("presence entries count as online only until their expiry (injected now)")
     func presenceExpiry() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -97,7 +97,7 @@ struct StateStoreTests {
 
     @Test("a dead token is removed unless it was registered again after the dead-since time")
     func deadTokenRule() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -158,7 +158,7 @@ struct StateStoreTests {
 
     @Test("idempotency records: the first mark wins, replays see it, and it expires with its TTL")
     func idempotency() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -184,7 +184,7 @@ struct StateStoreTests {
 
     @Test("a loaded fixture reads back equal through loadUsers in one round trip")
     func fixtureRoundTrip() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
@@ -251,7 +251,7 @@ struct StateStoreTests {
 
     @Test("corrupt stored entries never crash a read")
     func corruptEntries() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)

@@ -58,7 +58,7 @@ struct GatedEcho: StageProcessor {
 struct StageLoopBehaviourTests {
     @Test("outputs the broker did not acknowledge are produced again until it does; nothing is lost")
     func produceRetry() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
         let values = (0..<12).map { "ok-\($0)" }
         try await produce(values, topic: "in", brokers: broker.brokers)
@@ -106,7 +106,7 @@ struct StageLoopBehaviourTests {
 
     @Test("at the in-flight bound the loop stops pulling, and pulls the rest once work completes")
     func pauseAndResumeAtTheInFlightBound() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
         let values = (0..<60).map { "ok-\($0)" }
         try await produce(values, topic: "in", brokers: broker.brokers)
@@ -137,7 +137,7 @@ struct StageLoopBehaviourTests {
 
     @Test("a processor that returns the wrong number of results has its batch handed back, not lost or half-done")
     func wrongNumberOfResults() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
         let values = (0..<5).map { "ok-\($0)" }
         try await produce(values, topic: "in", brokers: broker.brokers)

@@ -73,7 +73,7 @@ func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcesso
 
 @Suite(.serialized) struct StageLoopTests {
     @Test func outputsAndDeadLettersAreProducedAndInputsCommitted() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 2), ("out", 2), ("dlq", 1)])
         let values = (0..<40).map { "ok-\($0)" } + (0..<10).map { "bad-\($0)" }
         try await produce(values.shuffled(), topic: "in", brokers: broker.brokers)
@@ -102,7 +102,7 @@ func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcesso
     }
 
     @Test func handedBackInputsAreNotCommittedAndComeBack() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
         try await produce(["ok-0", "ok-1", "hold-2", "ok-3"], topic: "in", brokers: broker.brokers)
         let (loop, _) = try makeLoop(broker, group: "echo-2", processor: EchoProcessor())

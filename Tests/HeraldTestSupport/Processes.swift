@@ -247,6 +247,20 @@ public func runTool(_ executable: String, _ arguments: [String], cwd: String? = 
     return ToolResult(status: p.terminationStatus, output: String(decoding: data, as: UTF8.self))
 }
 
+/// Runs `body` on a thread of its own and returns its result, so blocking work (a command run to completion, a
+/// blocking wait) never holds one of Swift's cooperative threads, which other tests running in parallel need.
+public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
+/// `runTool` on a thread of its own (see `offPool`): for async tests.
+@discardableResult
+public func runToolAsync(_ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil) async throws -> ToolResult {
+    try await offPool { try runTool(executable, arguments, cwd: cwd, stdin: stdin) }
+}
+
 /// `runTool` that throws (with the output) unless the command exits 0; returns the output.
 @discardableResult
 public func runToolChecked(_ executable: String, _ arguments: [String], cwd: String? = nil) throws -> String {

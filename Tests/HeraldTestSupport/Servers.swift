@@ -41,6 +41,11 @@ public final class TansuBroker: Sendable {
         throw TestSupportError("Tansu did not start: \(failure)")
     }
 
+    /// `init()` on a thread of its own, so starting a broker does not hold a cooperative thread.
+    public static func start() async throws -> TansuBroker {
+        try await offPool { try TansuBroker() }
+    }
+
     /// Creates topics (name, partitions), retrying while the broker settles.
     public func createTopics(_ topics: [(String, Int32)]) async throws {
         var configuration = KafkaAdminConfiguration(brokers: brokers)
@@ -79,6 +84,16 @@ public final class RedisServer: Sendable {
             "--daemonize", "no", "--loglevel", "warning",
         ] + extraArguments, logPath: dir + "/redis.log")
         try start()
+    }
+
+    /// `init(extraArguments:)` on a thread of its own, so starting a server does not hold a cooperative thread.
+    public static func start(extraArguments: [String] = []) async throws -> RedisServer {
+        try await offPool { try RedisServer(extraArguments: extraArguments) }
+    }
+
+    /// `start()` on a thread of its own.
+    public func restart() async throws {
+        try await offPool { try self.start() }
     }
 
     /// Starts it (again) on the same port and returns once it accepts connections.
@@ -136,6 +151,11 @@ public final class TestPKI: Sendable {
         for step in steps {
             try runToolChecked("openssl", step, cwd: dir)
         }
+    }
+
+    /// `init()` on a thread of its own: the eight `openssl` runs do not hold a cooperative thread.
+    public static func make() async throws -> TestPKI {
+        try await offPool { try TestPKI() }
     }
 
     /// Writes a file into the directory and returns its path.
