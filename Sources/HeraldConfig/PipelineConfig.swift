@@ -157,7 +157,7 @@ public enum PipelineLoader {
 
     static let appKeys: Set<String> = ["payload", "multi_device", "badge", "templates", "catalogs", "credentials",
                                        "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
-                                       "fcm"]
+                                       "fcm", "collapse_id"]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
         let m = try r.mapping(node, path)
@@ -270,10 +270,17 @@ public enum PipelineLoader {
             fcm = FCMOptions(channelID: try r.string(fm["channel_id"], path + ".fcm.channel_id"),
                              clickAction: try r.string(fm["click_action"], path + ".fcm.click_action"))
         }
+        var collapseID = CollapseIDSource.none
+        if let raw = try r.string(m["collapse_id"], path + ".collapse_id") {
+            guard let source = CollapseIDSource(rawValue: raw) else {
+                throw ConfigError(path: path + ".collapse_id", message: "expected none or message, got \(raw)")
+            }
+            collapseID = source
+        }
         return AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
                          templates: templates, catalogs: catalogs, credentials: credentials,
                          expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration),
-                         fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm)
+                         fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID)
     }
 
     static func readPair(_ r: inout Reader, _ node: Node, _ path: String,

@@ -163,6 +163,11 @@ public struct AppConfig: Sendable {
     /// Custom webhook providers; the first is used for devices without a provider id.
     public let webhooks: [WebhookCredential]
     public let fcm: FCMOptions
+    /// Where chat notifications' `apns-collapse-id` (FCM `collapse_key`) comes from. `.message` derives it from
+    /// the message, so a duplicate that still reaches a device (the crash window of docs/pipeline.md) replaces
+    /// the first notification instead of stacking; the price is that a later notification with the same id
+    /// (an edit of that message) replaces it too. Calls always collapse by call session.
+    public let collapseID: CollapseIDSource
 
     let strings: [String: Strings]
     let english: Strings
@@ -174,7 +179,8 @@ public struct AppConfig: Sendable {
                 templates: TemplateConfig = TemplateConfig(), catalogs: [String: [String: String]] = [:],
                 credentials: [APNsCredential] = [], expirationSeconds: Int64 = 86_400,
                 callExpirationSeconds: Int64 = 60, fcmCredentials: [FCMCredential] = [],
-                webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions()) {
+                webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions(),
+                collapseID: CollapseIDSource = .none) {
         self.appID = appID
         self.payloadProfile = payloadProfile
         self.multiDevice = multiDevice
@@ -194,6 +200,7 @@ public struct AppConfig: Sendable {
         self.fcmCredentials = fcmCredentials
         self.webhooks = webhooks
         self.fcm = fcm
+        self.collapseID = collapseID
 
         // Resolution order for a key in locale L: app catalog[L], app templates,
         // built-in catalog[L], app catalog[en], built-in English.
@@ -263,4 +270,12 @@ public struct AppDirectory: Sendable {
     }
 
     public func app(_ id: String) -> AppConfig { apps[id] ?? fallback }
+}
+
+/// See `AppConfig.collapseID`.
+public enum CollapseIDSource: String, Sendable, Hashable, CaseIterable {
+    /// No collapse id on chat notifications (the default).
+    case none
+    /// `m-<message id>` (the event id for events without a message), hashed when longer than 64 bytes.
+    case message
 }

@@ -1,7 +1,8 @@
-// The fast codec of the stage records: written with JSONWriter and read with
+// The JSON codec of the stage records: written with JSONWriter and read with
 // the strict JSON parser, so a stage pays microseconds per record rather than
 // going through JSONEncoder/JSONDecoder. The JSON is the same as the Codable
-// form (snake_case, SPEC section 7 names); Codable stays for tools and tests.
+// form (snake_case, the names of docs/behaviour.md); the records between stages travel in their binary form
+// (BinaryRecord.swift) and are read in either form; the DLQ record travels as JSON.
 
 /// A record a stage puts on Kafka.
 public protocol StageRecord: Codable, Sendable {
@@ -178,7 +179,7 @@ extension Device {
 }
 
 extension UserState {
-    /// Appends the state in the SPEC section 7 fixture shape.
+    /// Appends the state in the state fixture shape (docs/behaviour.md).
     public func write(into w: inout JSONWriter) {
         w.raw("{\"devices\":")
         Device.writeList(devices, into: &w)

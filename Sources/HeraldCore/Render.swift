@@ -167,6 +167,8 @@ public enum Renderer {
             if let call = event.call, isCall {
                 let id = "call-" + call.sessionID
                 if id.utf8.count <= 64 { collapse = id }
+            } else if app.collapseID == .message {
+                collapse = Self.messageCollapseID(event)
             }
             out.append(APNsRequest(token: device.token, environment: device.environment, pushType: pushType,
                                    topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
@@ -176,6 +178,12 @@ public enum Renderer {
                                    payload: payload))
         }
         return out
+    }
+
+    /// `m-<message id>` (or the event id), at most 64 bytes: longer ids are replaced by their derived hash.
+    static func messageCollapseID(_ event: ChatEvent) -> String {
+        let id = "m-" + (event.message?.id ?? event.eventID)
+        return id.utf8.count <= 64 ? id : "m-" + APNsID.derive(eventID: id, token: "")
     }
 
     // MARK: Text

@@ -67,6 +67,10 @@ public final class KafkaProducer: Sendable {
     /// Records enqueued and not yet acknowledged or failed.
     public var outstanding: Int { core.outstanding }
 
+    /// librdkafka's fatal error, once the producer has one (e.g. the idempotent producer was fenced): nothing
+    /// it produces will be acknowledged any more, and the producer must be recreated.
+    public var fatalError: KafkaError? { core.fatalError }
+
     /// Waits until every enqueued record got its delivery report, or `timeout` passed
     /// (then throws `flushTimeout`).
     public func flush(timeout: Duration) async throws(KafkaError) {
@@ -225,6 +229,16 @@ final class ProducerCore: @unchecked Sendable {
         }
         thread.name = "herald-kafka-producer"
         thread.start()
+    }
+
+    var fatalError: KafkaError? {
+        lifecycle.withLock { s -> KafkaError? in
+            guard !s.destroyed else { return nil }
+            var errbuf = [CChar](repeating: 0, count: 512)
+            let code = rd_kafka_fatal_error(handle.pointer, &errbuf, errbuf.count)
+            guard code != RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
+            return KafkaError.rdkafka(.fatal, code, "fatal producer error: \(cStringBuffer(errbuf))")
+        }
     }
 
     var outstanding: Int {

@@ -158,7 +158,7 @@ public struct SendProcessor: StageProcessor {
 
         // 2. Claim (one round trip per app).
         var fresh: [(Int, OutboundRecord)] = []
-        let ttl = Self.milliseconds(claimTTL)
+        let ttl = claimTTL.milliseconds
         for (app, group) in Dictionary(grouping: candidates, by: { $0.1.appID }) {
             let pairs = group.map { DeliveryPair(eventID: $0.1.eventID, token: $0.1.request.token) }
             let now = context.nowMillis
@@ -284,7 +284,7 @@ public struct SendProcessor: StageProcessor {
             var retry = record
             retry.attempt = record.attempt + 1
             let delay = max(retryPolicy.delay(afterAttempt: record.attempt, unit: unit()), retryAfter ?? .zero)
-            retry.notBefore = now + Self.milliseconds(delay)
+            retry.notBefore = now + delay.milliseconds
             notes.append(.retried(reason: reasonText))
             let output = StageOutput.record(retry, topic: retryTopic, key: record.request.token)
             return (StageResult(outputs: [output], notes: notes,
@@ -309,11 +309,6 @@ public struct SendProcessor: StageProcessor {
                 throw TransientFailure("\(error)")
             }
         }, onRetry: onTransientFailure)
-    }
-
-    static func milliseconds(_ d: Duration) -> Int64 {
-        let c = d.components
-        return c.seconds * 1000 + c.attoseconds / 1_000_000_000_000_000
     }
 }
 

@@ -66,7 +66,7 @@ public struct StageOutput: Sendable, Hashable {
 
 /// Something the loop counts (metrics) and logs; the processors report, the loop records.
 public enum StageNote: Sendable, Hashable {
-    /// A recipient (or, at ingest, an event) not woken, with its SPEC 7 reason code.
+    /// A recipient (or, at ingest, an event) not woken, with its reason code (docs/behaviour.md).
     case suppressed(reason: String)
     /// An APNs answer: status (nil for a transport failure) and reason.
     case apnsAnswer(status: Int?, reason: String)

@@ -65,6 +65,8 @@ public final class StageLoop: Service, Sendable {
 
     struct LoopState {
         var stopping = false
+        /// A fatal producer error: the loop stops and `run()` throws it (the process exits and is restarted).
+        var fatal: KafkaError?
         var inFlight = 0
         var processing = 0
         var pausedByUs = false
@@ -184,7 +186,21 @@ public final class StageLoop: Service, Sendable {
             }
         }
         await finish()
-        if let failure { throw failure }
+        if let failure = failure ?? state.withLock({ $0.fatal }) { throw failure }
+    }
+
+    /// Stops the loop for good after a fatal producer error: its outputs can no longer be acknowledged, so the
+    /// uncompleted inputs are left to be redelivered to a new process.
+    private func failFatally(_ error: KafkaError) {
+        let first = state.withLock { s -> Bool in
+            defer { if s.fatal == nil { s.fatal = error } }
+            return s.fatal == nil
+        }
+        if first {
+            logger.critical("fatal producer error; stopping the stage (uncompleted inputs are redelivered)",
+                            metadata: [LogKey.error: "\(error)"])
+        }
+        stop()
     }
 
     /// Commit what completed, flush the producer, leave the group.
@@ -251,6 +267,7 @@ public final class StageLoop: Service, Sendable {
             do throws(KafkaError) {
                 return try await producer.enqueue(prepared.records)
             } catch {
+                if error.code == .fatal { failFatally(error) }
                 if error.code == .closed || error.code == .fatal || context.isStopping() {
                     logger.warning("cannot enqueue outputs; the inputs are redelivered", metadata: [LogKey.error: "\(error)"])
                     return nil
@@ -326,6 +343,10 @@ public final class StageLoop: Service, Sendable {
                 warned = true
                 logger.warning("broker did not acknowledge \(retry.count) outputs; producing again",
                                metadata: ["topic": "\(retry[0].record.topic)"])
+            }
+            if let fatal = producer.fatalError {
+                failFatally(fatal)
+                break
             }
             guard await context.sleep(delay) else { break }
             delay = min(delay * 2, .seconds(5))

@@ -204,3 +204,39 @@ struct PipelineConfigTests {
         }
     }
 }
+
+@Suite("Security settings pass through")
+struct SecuritySettingsTests {
+    @Test("Kafka SASL and TLS settings in the pipeline file reach librdkafka unchanged")
+    func kafkaSecurity() throws {
+        let yaml = """
+            kafka:
+              brokers: broker.internal:9093
+              properties:
+                security.protocol: SASL_SSL
+                sasl.mechanisms: SCRAM-SHA-512
+                sasl.username: herald
+                sasl.password: s3cret
+                ssl.ca.location: /etc/herald/kafka/ca.pem
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings == [])
+        let properties = loaded.config.kafka.properties
+        #expect(properties["security.protocol"] == "SASL_SSL" && properties["sasl.mechanisms"] == "SCRAM-SHA-512")
+        #expect(properties["sasl.username"] == "herald" && properties["sasl.password"] == "s3cret")
+        #expect(properties["ssl.ca.location"] == "/etc/herald/kafka/ca.pem")
+    }
+
+    @Test("collapse_id: message is read; another value is an error naming the key")
+    func collapseID() throws {
+        let ok = try PipelineLoader.load(yaml: "apps:\n  a1: {collapse_id: message}\n")
+        #expect(ok.config.apps.app("a1").collapseID == .message)
+        #expect(ok.config.apps.app("other").collapseID == CollapseIDSource.none)
+        do {
+            _ = try PipelineLoader.load(yaml: "apps:\n  a1: {collapse_id: event}\n")
+            Issue.record("accepted collapse_id: event")
+        } catch {
+            #expect("\(error)".contains("apps.a1.collapse_id"), "\(error)")
+        }
+    }
+}

@@ -281,3 +281,38 @@ struct StateTests {
         #expect(APNsID.derive(eventID: "e-9f2c", token: "abc") == "D8B7D8AE-8EAC-8397-946F-75F4AD1B97CE")
     }
 }
+
+@Suite("Collapse id from the message")
+struct CollapseIDTests {
+    static func event(messageID: String, kind: String = "message") throws -> ChatEvent {
+        let block = kind == "call"
+            ? #""call":{"action":"initiated","session_id":"s-1","type":"video"}"#
+            : #""message":{"id":"\#(messageID)","type":"text","text":"hi"}"#
+        return try ChatEvent.decode(Array("""
+            {"event_id":"e-1","app_id":"a","kind":"\(kind)","created_at":1732000000000,"sender":{"id":"u1","name":"A"},
+             "conversation":{"id":"c1","type":"group"},\(block)}
+            """.utf8))
+    }
+
+    @Test("collapse_id: message gives every device the message's collapse id; long ids are hashed to fit; calls keep theirs")
+    func fromMessage() throws {
+        let devices = [Device(token: String(repeating: "a", count: 64), bundleID: "com.example.chat"),
+                       Device(token: String(repeating: "b", count: 64), bundleID: "com.example.chat")]
+        let app = AppConfig(appID: "a", collapseID: .message)
+        let now = Date(timeIntervalSince1970: 1_732_000_000)
+        let requests = try Renderer.render(event: try Self.event(messageID: "373360335316321408"), recipient: "u2",
+                                           state: UserState(devices: devices), targets: devices, app: app, now: now)
+        #expect(requests.map(\.collapseID) == ["m-373360335316321408", "m-373360335316321408"])
+        let long = try Renderer.render(event: try Self.event(messageID: String(repeating: "x", count: 80)), recipient: "u2",
+                                       state: UserState(devices: devices), targets: devices, app: app, now: now)
+        let id = try #require(long.first?.collapseID)
+        #expect(id.hasPrefix("m-") && id.utf8.count <= 64 && long.allSatisfy { $0.collapseID == id })
+        // The default app sets none.
+        let plain = try Renderer.render(event: try Self.event(messageID: "1"), recipient: "u2", state: UserState(devices: devices),
+                                        targets: devices, app: AppConfig(appID: "a"), now: now)
+        #expect(plain.allSatisfy { $0.collapseID == nil })
+        let call = try Renderer.render(event: try Self.event(messageID: "", kind: "call"), recipient: "u2",
+                                       state: UserState(devices: devices), targets: devices, app: app, now: now)
+        #expect(call.allSatisfy { $0.collapseID == "call-s-1" })
+    }
+}

@@ -213,6 +213,28 @@ struct RedisConnectionTests {
         await #expect(throws: RedisError.self) { try await refused.send("PING") }
     }
 
+    @Test("an ACL user from the URL authenticates as that user; the default user is refused")
+    func aclUser() async throws {
+        let server = try await RedisServer.start(extraArguments: ["--user", "default", "off", "--user", "herald", "on", ">p4ss", "~herald:*", "+@all"])
+        let configuration = try RedisConfiguration(url: "redis://herald:p4ss@127.0.0.1:\(server.port)")
+        #expect(configuration.username == "herald" && configuration.password == "p4ss")
+        #expect("\(configuration)".contains("herald:***@") && !"\(configuration)".contains("p4ss"))
+        let redis = RedisConnection(configuration: configuration)
+        defer { redis.close() }
+        #expect(try await redis.send("ACL", "WHOAMI").text == "herald")
+        #expect(try await redis.send("SET", "herald:x", "1").text == "OK")
+        // The ACL limits this user to herald:* keys.
+        if case .error(let message) = try await redis.send("SET", "other", "1") {
+            #expect(message.contains("NOPERM"))
+        } else {
+            Issue.record("a key outside the user's pattern was written")
+        }
+        // Without a user name the password is tried for the default user, which is off.
+        let anonymous = RedisConnection(configuration: try RedisConfiguration(url: "redis://:p4ss@127.0.0.1:\(server.port)"))
+        defer { anonymous.close() }
+        await #expect(throws: RedisError.self) { try await anonymous.send("PING") }
+    }
+
     @Test("URL parsing", arguments: [
         ("redis://localhost", "localhost", 6379, nil as String?, 0),
         ("redis://10.0.0.1:7000/2", "10.0.0.1", 7000, nil, 2),

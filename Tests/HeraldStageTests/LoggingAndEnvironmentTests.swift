@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import HeraldStage
 import Logging
 import Testing
@@ -128,5 +129,27 @@ struct EnvironmentTests {
         } throws: { error in
             (error as? ConfigurationError)?.key == key
         }
+    }
+}
+
+@Suite("Key files")
+struct KeyFileTests {
+    @Test("a key file readable by group or others gets a warning; one only its owner reads does not")
+    func exposure() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("herald-keys-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let key = directory.appendingPathComponent("AuthKey.p8").path
+        try Data("-----BEGIN PRIVATE KEY-----\n".utf8).write(to: URL(fileURLWithPath: key))
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: key)
+        #expect(KeyFiles.exposureWarning(path: key) == nil)
+        for mode in [0o640, 0o644, 0o604] {
+            try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: key)
+            let warning = try #require(KeyFiles.exposureWarning(path: key))
+            #expect(warning.contains(key) && warning.contains("chmod 600") && warning.contains(String(mode, radix: 8)))
+        }
+        #expect(KeyFiles.exposureWarning(path: directory.appendingPathComponent("missing.p8").path) == nil)
+        let credential = APNsCredential(bundleID: "b", teamID: "T", keyID: "K", keyFile: key)
+        #expect(KeyFiles.paths(of: credential) == [key])
     }
 }
