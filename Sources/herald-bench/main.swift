@@ -1,134 +1,14 @@
-// herald-bench: recipient decisions plus rendered payloads per second on one
-// core, for a 50-member group with mixed preferences and the Sendbird profile.
-// The event is decoded once (as the stages do); each recipient is decided and,
-// when delivered, rendered into APNs requests with their payload bytes.
-
+// herald-bench: Herald's measuring tools.
+//   decide    decisions + rendered payloads per second on one core (the default)
+//   pipeline  the whole local stack under a chosen load: throughput, latency, CPU, memory, exactness
+//   chaos     the fault suite: each scenario's lost / duplicated / dead-lettered counts and a verdict
 import ArgumentParser
-import Foundation
-import HeraldCore
 
 @main
-struct HeraldBench: ParsableCommand {
+struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
-        abstract: "Measure decisions + rendered payloads per second on one core (50-member group, Sendbird profile).")
-
-    @Option(help: "Seconds to measure after warm-up.")
-    var seconds: Double = 3
-
-    @Option(help: "Members of the group.")
-    var members: Int = 50
-
-    func run() throws {
-        let app = AppConfig(appID: "bench", payloadProfile: .sendbird(key: "sendbird"), multiDevice: .anyOffline,
-                            templates: TemplateConfig(customTypes: ["support": TemplatePair(
-                                text: "[{channel_name}] {sender_name}: {message}", file: "{file_type_friendly}: {filename}")]),
-                            credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
-        let eventJSON = """
-            {"event_id":"e-bench-1","app_id":"bench","kind":"message","created_at":1732000000000,
-             "sender":{"id":"u0","name":"Cindy","profile_url":"https://cdn.example/u0.png"},
-             "conversation":{"id":"c-hiking","type":"group","name":"Hiking","custom_type":""},
-             "message":{"id":"373360335316321408","type":"text","text":"Are we still meeting at the trailhead at 7? Bring water 🥾",
-               "mentions":["u3","u7"],"mention_type":"users","language":"en",
-               "translations":{"fr":"On se retrouve toujours au départ du sentier à 7 h ? Apportez de l'eau 🥾",
-                               "ko":"7시에 등산로 입구에서 만나는 거 맞죠? 물 챙기세요 🥾",
-                               "zh":"我们还是7点在步道起点见面吗？带上水 🥾"}},
-             "ext":{}}
-            """
-        let event = try ChatEvent.decode(Array(eventJSON.utf8))
-        let languages = [["en"], ["fr", "en"], ["ko"], ["zh"], [], ["de"]]
-        let zones = ["Asia/Seoul", "Europe/Paris", "America/New_York", "UTC"]
-        var states: [(String, UserState)] = []
-        for i in 0..<members {
-            var prefs = Preferences()
-            prefs.languages = languages[i % languages.count]
-            if i % 5 == 1 { prefs.template = .alternative }
-            if i % 9 == 2 { prefs.displayStyle = .simpleBanner }
-            if i % 7 == 3 { prefs.trigger = .mentionOnly }
-            if i % 6 == 4 {
-                prefs.dnd = DoNotDisturb(start: ClockTime(hour: 22), end: ClockTime(hour: 8), timezone: zones[i % zones.count])
-            }
-            if i % 11 == 5 { prefs.snooze = Snooze(start: 1_731_990_000_000, end: 1_732_010_000_000) }
-            if i % 13 == 6 { prefs.conversations["c-hiking"] = ConversationPreference(trigger: .default, muted: true) }
-            if i % 8 == 7 { prefs.badge = false }
-            var state = UserState(preferences: prefs, unread: Unread(total: i % 17, conversations: ["c-hiking": i % 4]))
-            let deviceCount = 1 + i % 3
-            for d in 0..<deviceCount {
-                let token = String(repeating: String(format: "%02x", (i * 7 + d) % 256), count: 32)
-                state.register(Device(token: token, kind: .apns, registeredAt: Int64(1_731_000_000_000 + d)))
-            }
-            if i % 10 == 0, let first = state.devices.first { state.online = [first.token] }
-            states.append(("u\(i)", state))
-        }
-        let now = Date(timeIntervalSince1970: 1_732_000_000)
-
-        func round() -> (decisions: Int, payloads: Int, bytes: Int) {
-            var decisions = 0, payloads = 0, bytes = 0
-            for (user, state) in states {
-                let decision = Suppression.decide(event: event, recipient: user, state: state, app: app, now: now)
-                decisions += 1
-                if case .deliver(let targets) = decision {
-                    do {
-                        let requests = try Renderer.render(event: event, recipient: user, state: state, targets: targets,
-                                                           app: app, now: now)
-                        payloads += requests.count
-                        for r in requests { bytes &+= r.payload.count }
-                    } catch {
-                        print("render failed: \(error)")
-                    }
-                }
-            }
-            return (decisions, payloads, bytes)
-        }
-
-        // Warm up (fills the time zone cache, faults in code).
-        for _ in 0..<200 { _ = round() }
-        func threadCPUSeconds() -> Double {
-            var ts = timespec()
-            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
-            return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-        }
-        let clock = ContinuousClock()
-        let cpuStart = threadCPUSeconds()
-        var decisions = 0, payloads = 0, bytes = 0
-        let start = clock.now
-        let deadline = start.advanced(by: .milliseconds(Int(seconds * 1000)))
-        var rounds = 0
-        while clock.now < deadline {
-            for _ in 0..<20 {
-                let r = round()
-                decisions += r.decisions
-                payloads += r.payloads
-                bytes &+= r.bytes
-                rounds += 1
-            }
-        }
-        let elapsed = clock.now - start
-        let cpu = threadCPUSeconds() - cpuStart
-        let secs = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        let perRound = round()
-        print("herald-bench: \(members)-member group, Sendbird profile, mixed preferences, one thread")
-        print("  per event: \(perRound.decisions) decisions, \(perRound.payloads) payloads (\(perRound.payloads > 0 ? perRound.bytes / perRound.payloads : 0) bytes average)")
-        print(String(format: "  %d events in %.2f s wall, %.2f s on-CPU (this thread)", rounds, secs, cpu))
-        print(String(format: "  rendered payloads per wall second:  %.0f", Double(payloads) / secs))
-        print(String(format: "  recipients (decision + render) per wall second:  %.0f", Double(decisions) / secs))
-        print(String(format: "  recipients (decision + render) per CPU second:   %.0f  (one core; target 150000)", Double(decisions) / cpu))
-
-        // Stage record codec: what suppress/render pay per recipient on Kafka.
-        let (_, sample) = states[1]
-        let record = DeliverableRecord(event: event, recipient: "u1", state: sample, targets: sample.devices)
-        let encoded = StageCodec.encode(record)
-        let codecCPU = threadCPUSeconds()
-        var codecCount = 0
-        while threadCPUSeconds() - codecCPU < min(1.0, seconds / 3) {
-            for _ in 0..<100 {
-                let bytes = StageCodec.encode(record)
-                _ = try StageCodec.decode(DeliverableRecord.self, from: bytes)
-                codecCount += 1
-            }
-        }
-        let codecSecs = threadCPUSeconds() - codecCPU
-        print(String(format: "  herald.deliverable record (%d bytes) encode + decode per CPU second: %.0f",
-                     encoded.count, Double(codecCount) / codecSecs))
-    }
+        abstract: "Herald's measuring tools.",
+        subcommands: [DecideBench.self, PipelineBench.self, ChaosCommand.self],
+        defaultSubcommand: DecideBench.self)
 }
