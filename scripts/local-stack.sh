@@ -21,6 +21,7 @@
 #
 # Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
 # HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the stand-in base+9).
+# HERALD_LOCAL_BIN: directory of the built executables (default .build/release, or .build/debug with --debug).
 # HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
 set -euo pipefail
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     --run-dir) RUN="$2"; shift ;;
     --restart|--start) action="${1#--}"; target="$2"; shift ;;
     --signal) action=signal; sig="$2"; target="$3"; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -79,7 +80,7 @@ stop_all() {
   [ -f "$RUN/tansu/moto.pid" ] && bash scripts/tansu.sh stop-storage "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
 }
 
-BIN="$root/.build/$config"
+BIN="${HERALD_LOCAL_BIN:-$root/.build/$config}"   # HERALD_LOCAL_BIN: binaries from elsewhere (tests)
 if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps the storage it started with
   persistent="$(sed -n 's/^PERSISTENT=//p' "$RUN/stack.env" | head -n1)"; persistent="${persistent:-0}"
 fi

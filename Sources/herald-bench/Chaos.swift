@@ -97,8 +97,9 @@ struct ChaosOutcome {
 
     var line: String {
         let verdict = passed ? (expectedToFail ? "PASS (XPASS)" : "PASS") : (expectedToFail ? "FAIL (XFAIL)" : "FAIL")
-        return String(format: "%-20@ %-12@ lost %d  duplicated %d  dead-lettered %d  (%.0f s)  %@",
-                      scenario.rawValue, verdict, lost, duplicated, deadLettered, seconds, detail)
+        func pad(_ t: String, _ n: Int) -> String { t.count >= n ? t + " " : t + String(repeating: " ", count: n - t.count) }
+        return pad(scenario.rawValue, 21) + pad(verdict, 13) + "lost \(lost)  duplicated \(duplicated)  dead-lettered \(deadLettered)  ("
+            + String(format: "%.0f s", seconds) + ")  " + detail
     }
 }
 

@@ -106,6 +106,7 @@ final class Ledger {
 
     private(set) var expected: [String: Expected] = [:]
     private(set) var expectedCount = 0
+    private(set) var expectedByKind: [NotificationKind: Int] = [:]
     private(set) var delivered = 0            // unique expected notifications with a 200
     private(set) var duplicates: [Duplicate] = []
     private(set) var unexpected200 = 0        // a 200 for an apns-id the bench did not predict
@@ -120,7 +121,7 @@ final class Ledger {
     init(origin: Int64) { self.origin = origin }
 
     func expect(apnsID: String, createdAt: Int64, kind: NotificationKind) {
-        if expected[apnsID] == nil { expectedCount += 1 }
+        if expected[apnsID] == nil { expectedCount += 1; expectedByKind[kind, default: 0] += 1 }
         expected[apnsID] = Expected(createdAt: createdAt, kind: kind)
     }
 
@@ -150,6 +151,7 @@ final class Ledger {
     }
 
     var lost: Int { expectedCount - delivered }
+    func delivered(_ kind: NotificationKind) -> Int { Int(perKind[kind]?.totalCount ?? 0) }
     var missing: [String] { expected.filter { $0.value.count == 0 }.map(\.key) }
 }
 

@@ -276,7 +276,7 @@ final class LoadDriver: @unchecked Sendable {
         }
         func mixedDue(_ t: Double) async {
             guard let mr = mixed, mr > 0 else { return }
-            while Double(mixedN) < t * mr {
+            while Double(mixedN) <= t * mr {
                 await publish(workload.callEvent(mixedN, createdAt: nowMillis()))
                 await publish(workload.directEvent(mixedN, createdAt: nowMillis()))
                 mixedN += 1
@@ -301,7 +301,7 @@ final class LoadDriver: @unchecked Sendable {
                     if n % 1000 == 0 { await housekeeping() }
                 }
                 let mixedStart = monotonicSeconds()
-                while ledger.delivered < ledger.expectedCount - 2 * mixedN && monotonicSeconds() - mixedStart < 600 {
+                while ledger.delivered(.group) < (ledger.expectedByKind[.group] ?? 0) && monotonicSeconds() - mixedStart < 600 {
                     await mixedDue(monotonicSeconds() - mixedStart)
                     step()
                     await housekeeping()

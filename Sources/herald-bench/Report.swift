@@ -15,6 +15,8 @@ struct BenchReport {
         result.delivered > 0 ? cpu * 100_000 / Double(result.delivered) : 0
     }
 
+    func f2(_ d: Double) -> String { String(format: "%.2f", d) }
+
     func fmtMB(_ kb: Int) -> String { String(format: "%.1f MB", Double(kb) / 1024) }
 
     func summaryLines() -> [String] {
@@ -69,11 +71,11 @@ struct BenchReport {
         }
         s += "\n## Processes\n\n| process | CPU s | CPU s per 100k delivered | peak RSS (VmHWM) |\n| --- | --- | --- | --- |\n"
         for c in stageNames {
-            s += String(format: "| herald-%@ | %.2f | %.2f | %@ |\n", c, r.cpu[c] ?? 0, per100k(r.cpu[c] ?? 0), fmtMB(r.peakRSSKB[c] ?? 0))
+            s += "| herald-\(c) | \(f2(r.cpu[c] ?? 0)) | \(f2(per100k(r.cpu[c] ?? 0))) | \(fmtMB(r.peakRSSKB[c] ?? 0)) |\n"
         }
-        s += String(format: "| **Herald (six stages)** | **%.2f** | **%.2f** | **%@** (sum) |\n", heraldCPU, per100k(heraldCPU), fmtMB(heraldPeakRSSKB))
+        s += "| **Herald (six stages)** | **\(f2(heraldCPU))** | **\(f2(per100k(heraldCPU)))** | **\(fmtMB(heraldPeakRSSKB))** (sum) |\n"
         for (c, name) in [("kafka", "broker (Tansu)"), ("redis", "Redis"), ("mock-apns", "APNs stand-in")] {
-            s += String(format: "| %@ | %.2f | %.2f | %@ |\n", name, r.cpu[c] ?? 0, per100k(r.cpu[c] ?? 0), fmtMB(r.peakRSSKB[c] ?? 0))
+            s += "| \(name) | \(f2(r.cpu[c] ?? 0)) | \(f2(per100k(r.cpu[c] ?? 0))) | \(fmtMB(r.peakRSSKB[c] ?? 0)) |\n"
         }
         s += "\n## Suppressions by reason\n\n| reason | observed (herald_suppressed_total) | predicted |\n| --- | --- | --- |\n"
         for reason in Set(r.observedSuppressed.keys).union(r.predictedSuppressed.keys).sorted() {
