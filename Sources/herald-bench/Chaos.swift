@@ -54,7 +54,7 @@ struct ChaosCommand: AsyncParsableCommand {
             outcome.seconds = monotonicSeconds() - started
             outcome.expectedToFail = expected.contains(scenario)
             print(outcome.line)
-            fflush(stdout)
+            fflush(nil)
             outcomes.append(outcome)
         }
         let passed = outcomes.filter(\.passed).count

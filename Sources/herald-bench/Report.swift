@@ -62,7 +62,6 @@ struct BenchReport {
         s += "| duplicated | \(r.duplicates.count) |\n"
         s += "| unexpected notifications | \(r.unexpected200) |\n"
         s += "| dead-lettered (herald_dlq_total) | \(r.dlq) |\n"
-        s += "| render errors predicted | \(r.renderErrors) |\n"
         s += "| stand-in answers by status | " + r.answersByStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + " |\n"
         s += String(format: "| run time (drive + drain) | %.1f s |\n\n", r.driveSeconds)
         s += "## Latency by kind\n\n| kind | notifications | p50 ms | p99 ms | p99.9 ms | max ms |\n| --- | --- | --- | --- | --- | --- |\n"
@@ -145,29 +144,29 @@ struct BenchReport {
             return 10 * e
         }
         let rateTop = niceMax(maxRate), latTop = niceMax(maxLat)
-        var s = #"<svg xmlns="http://www.w3.org/2000/svg" width="\#(Int(width))" height="\#(Int(height))" font-family="sans-serif" font-size="12">"#
+        var s = ##"<svg xmlns="http://www.w3.org/2000/svg" width="\##(Int(width))" height="\##(Int(height))" font-family="sans-serif" font-size="12">"##
         s += "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-        s += #"<text x="\#(left)" y="20" font-size="14" font-weight="bold">herald-bench pipeline: \#(escape(result.mode))</text>"# + "\n"
+        s += ##"<text x="\##(left)" y="20" font-size="14" font-weight="bold">herald-bench pipeline: \##(escape(result.mode))</text>"## + "\n"
         func panel(_ y0: Double, _ title: String, _ topValue: Double, _ unit: String, _ lines: [(String, String, [(Double, Double)])]) {
             let plotW = width - left - right
-            s += #"<rect x="\#(left)" y="\#(y0)" width="\#(plotW)" height="\#(panelH)" fill="none" stroke="#999"/>"# + "\n"
-            s += #"<text x="\#(left)" y="\#(y0 - 8)" font-weight="bold">\#(title)</text>"# + "\n"
+            s += ##"<rect x="\##(left)" y="\##(y0)" width="\##(plotW)" height="\##(panelH)" fill="none" stroke="#999"/>"## + "\n"
+            s += ##"<text x="\##(left)" y="\##(y0 - 8)" font-weight="bold">\##(title)</text>"## + "\n"
             for i in 0...4 {
                 let v = topValue * Double(i) / 4
                 let yy = y0 + panelH - panelH * Double(i) / 4
-                s += #"<line x1="\#(left)" y1="\#(yy)" x2="\#(width - right)" y2="\#(yy)" stroke="#eee"/>"# + "\n"
-                s += #"<text x="\#(left - 6)" y="\#(yy + 4)" text-anchor="end">\#(Int(v))\#(unit)</text>"# + "\n"
+                s += ##"<line x1="\##(left)" y1="\##(yy)" x2="\##(width - right)" y2="\##(yy)" stroke="#eee"/>"## + "\n"
+                s += ##"<text x="\##(left - 6)" y="\##(yy + 4)" text-anchor="end">\##(Int(v))\##(unit)</text>"## + "\n"
             }
             let ticks = min(10, Int(maxSec))
             for i in 0...max(1, ticks) {
                 let sec = maxSec * Double(i) / Double(max(1, ticks))
-                s += #"<text x="\#(x(sec))" y="\#(y0 + panelH + 16)" text-anchor="middle">\#(Int(sec))s</text>"# + "\n"
+                s += ##"<text x="\##(x(sec))" y="\##(y0 + panelH + 16)" text-anchor="middle">\##(Int(sec))s</text>"## + "\n"
             }
             var legendX = left + 220
             for (name, color, pts) in lines {
                 let path = pts.map { String(format: "%.1f,%.1f", x($0.0 + 0.5), y0 + panelH - panelH * min(1, $0.1 / topValue)) }.joined(separator: " ")
-                s += #"<polyline fill="none" stroke="\#(color)" stroke-width="2" points="\#(path)"/>"# + "\n"
-                s += #"<rect x="\#(legendX)" y="\#(y0 - 18)" width="12" height="3" fill="\#(color)"/><text x="\#(legendX + 16)" y="\#(y0 - 13)">\#(name)</text>"# + "\n"
+                s += ##"<polyline fill="none" stroke="\##(color)" stroke-width="2" points="\##(path)"/>"## + "\n"
+                s += ##"<rect x="\##(legendX)" y="\##(y0 - 18)" width="12" height="3" fill="\##(color)"/><text x="\##(legendX + 16)" y="\##(y0 - 13)">\##(name)</text>"## + "\n"
                 legendX += 110
             }
         }
@@ -175,7 +174,7 @@ struct BenchReport {
         panel(top + 20 + panelH + gap, "latency (created_at to APNs answer)", latTop, " ms",
               [("p50", "#2ca02c", series.map { (Double($0.second), Double($0.p50)) }),
                ("p99", "#d62728", series.map { (Double($0.second), Double($0.p99)) })])
-        s += #"<text x="\#(width / 2)" y="\#(height - 8)" text-anchor="middle">seconds since the run started (by answer time)</text>"# + "\n"
+        s += ##"<text x="\##(width / 2)" y="\##(height - 8)" text-anchor="middle">seconds since the run started (by answer time)</text>"## + "\n"
         s += "</svg>\n"
         return s
     }
