@@ -115,23 +115,15 @@ struct StackControl {
         return env
     }
 
+    /// Runs the script and waits for it (posix_spawn + waitpid: Foundation's Process.waitUntilExit
+    /// can wait forever when called from async code on Linux).
     @discardableResult
     func script(_ args: [String], extraEnvironment: [String: String] = [:], quiet: Bool = false) throws -> Int32 {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/bash")
-        p.arguments = [repo + "/scripts/local-stack.sh", "--run-dir", run] + args
-        p.currentDirectoryURL = URL(fileURLWithPath: repo)
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
         for (k, v) in extraEnvironment { env[k] = v }
-        p.environment = env
-        if quiet {
-            p.standardOutput = FileHandle.nullDevice
-            p.standardError = FileHandle.nullDevice
-        }
-        try p.run()
-        p.waitUntilExit()
-        return p.terminationStatus
+        return try spawnAndWait(["/bin/bash", repo + "/scripts/local-stack.sh", "--run-dir", run] + args,
+                                environment: env, quiet: quiet)
     }
 
     func up(persistent: Bool, mockArgs: String, build: Bool, debug: Bool) throws {
@@ -339,4 +331,35 @@ final class ProcessAccounting {
 
     func peakRSSKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.hwmKB).max() ?? 0 }
     func rssKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.rssKB).max() ?? 0 }
+}
+
+/// posix_spawn + waitpid; the exit status (128 + signal when killed).
+func spawnAndWait(_ argv: [String], environment: [String: String], quiet: Bool) throws -> Int32 {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    if quiet {
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    } else {
+        // The script's output goes to the bench's stderr (stdout carries the results).
+        posix_spawn_file_actions_adddup2(&actions, 2, 1)
+    }
+    var attr = posix_spawnattr_t()
+    posix_spawnattr_init(&attr)
+    defer { posix_spawnattr_destroy(&attr) }
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    posix_spawnattr_setsigmask(&attr, &empty)
+    posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK))
+    let cArgs = argv.map { strdup($0) } + [nil]
+    let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { for p in cArgs { free(p) }; for p in cEnv { free(p) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, argv[0], &actions, &attr, cArgs, cEnv)
+    guard rc == 0 else { throw BenchError("cannot start \(argv[0]): \(String(cString: strerror(rc)))") }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    let low = status & 0x7F
+    return low == 0 ? (status >> 8) & 0xFF : 128 + low
 }
