@@ -199,6 +199,7 @@ final class LoadDriver: @unchecked Sendable {
         var eventsPublished: Int
         var eventsByKind: [NotificationKind: Int]
         var publishFailed: Int
+        var republished: Int
         var recipients: Int
         var expected: Int
         var delivered: Int
@@ -267,6 +268,7 @@ final class LoadDriver: @unchecked Sendable {
         func housekeeping() async {
             let t = monotonicSeconds() - start
             if t >= nextProgress {
+                await publisher.retryFailures()
                 step()
                 procs.sample()
                 printProgress(start: start, lastDelivered: &lastDelivered, lastT: &lastT)
@@ -391,7 +393,7 @@ final class LoadDriver: @unchecked Sendable {
         var perKind: [NotificationKind: Percentiles] = [:]
         for (k, h) in ledger.perKind { perKind[k] = Percentiles(h) }
         return Result(options: workloadOptions, mode: modeText, mixed: mixed, eventsPublished: eventsPublished,
-                      eventsByKind: eventsByKind, publishFailed: publisher.counts.failed,
+                      eventsByKind: eventsByKind, publishFailed: publisher.unrecovered, republished: publisher.republished,
                       recipients: recipientsDecided, expected: ledger.expectedCount, delivered: ledger.delivered,
                       lost: ledger.lost, duplicates: ledger.duplicates, unexpected200: ledger.unexpected200,
                       answersByStatus: ledger.answersByStatus, predictedSuppressed: predictedSuppressed,

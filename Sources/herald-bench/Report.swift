@@ -53,6 +53,7 @@ struct BenchReport {
         s += "## Results\n\n"
         s += "| measure | value |\n| --- | --- |\n"
         s += "| events published | \(r.eventsPublished) (" + NotificationKind.allCases.compactMap { k in r.eventsByKind[k].map { "\(k.name) \($0)" } }.joined(separator: ", ") + ") |\n"
+        s += "| events published again after the broker refused them | \(r.republished) |\n"
         s += "| recipients decided | \(r.recipients) |\n"
         s += "| notifications expected | \(r.expected) |\n"
         s += "| delivered (unique 200s) | \(r.delivered) |\n"
@@ -105,6 +106,7 @@ struct BenchReport {
                           "dnd": r.options.dnd, "muted": r.options.muted, "online": r.options.online, "profile": r.options.profile,
                           "text_bytes": r.options.textBytes] as [String: Any]),
             ("events_published", r.eventsPublished),
+            ("events_republished", r.republished),
             ("recipients", r.recipients),
             ("expected", r.expected),
             ("delivered", r.delivered),

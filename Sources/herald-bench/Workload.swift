@@ -202,43 +202,83 @@ final class Workload {
     }
 }
 
-/// Publishes planned events with the project's Kafka producer, keyed by conversation.
+/// Publishes planned events with the project's Kafka producer, keyed by conversation. A record the
+/// broker refused (e.g. Tansu's "out of order sequence number", which leaves an idempotent producer
+/// unusable) is published again through a new producer by `retryFailures()`: the input stays complete,
+/// and `republished` says how often that was needed.
 final class EventPublisher: @unchecked Sendable {
-    let producer: KafkaProducer
+    private let config: KafkaProducerConfiguration
+    private var producer: KafkaProducer
     private let lock = NSLock()
     private var acked = 0
-    private var failed = 0
+    private var failedRecords: [ProducerRecord] = []
+    private(set) var republished = 0
 
     init(brokers: String) throws {
         var config = KafkaProducerConfiguration(brokers: [brokers], clientID: "herald-bench")
         config.linger = .milliseconds(2)
         config.maxQueuedRecords = 500_000
+        self.config = config
         producer = try KafkaProducer(configuration: config)
     }
 
     func publish(topic: String = "chat.events", key: String?, value: [UInt8]?) async {
+        await publish(ProducerRecord(topic: topic, key: key, value: value))
+    }
+
+    private func publish(_ record: ProducerRecord) async {
+        var attempts = 0
         while true {
             do {
-                try producer.produce(ProducerRecord(topic: topic, key: key, value: value)) { [self] report in
+                try producer.produce(record) { [self] report in
                     lock.lock()
-                    if report.isDelivered { acked += 1 } else { failed += 1 }
+                    if report.isDelivered { acked += 1 } else { failedRecords.append(record) }
                     lock.unlock()
                 }
                 return
             } catch {
-                // Queue full: let the producer drain a little.
+                attempts += 1
+                if attempts % 2000 == 0 { await renewProducer() }   // stuck for ~10 s: the producer may be dead
                 try? await Task.sleep(for: .milliseconds(5))
             }
         }
     }
 
-    var counts: (acked: Int, failed: Int) {
-        lock.lock(); defer { lock.unlock() }
-        return (acked, failed)
+    private func renewProducer() async {
+        try? await producer.shutdown(timeout: .seconds(2))
+        while true {
+            if let p = try? KafkaProducer(configuration: config) { producer = p; return }
+            try? await Task.sleep(for: .milliseconds(200))
+        }
     }
 
+    /// Publishes refused records again through a fresh producer; returns how many.
+    @discardableResult
+    func retryFailures() async -> Int {
+        let failed: [ProducerRecord] = lock.withLock {
+            let f = failedRecords
+            failedRecords.removeAll()
+            return f
+        }
+        guard !failed.isEmpty else { return 0 }
+        log("\(failed.count) records refused by the broker: publishing them again through a new producer")
+        await renewProducer()
+        for r in failed { await publish(r) }
+        republished += failed.count
+        return failed.count
+    }
+
+    /// Records the broker refused and that were not published again (yet).
+    var unrecovered: Int {
+        lock.withLock { failedRecords.count }
+    }
+
+    /// Waits for every delivery report, publishing refused records again (a few rounds).
     func flush() async {
-        try? await producer.flush(timeout: .seconds(60))
+        for _ in 0..<5 {
+            try? await producer.flush(timeout: .seconds(60))
+            if await retryFailures() == 0 { return }
+        }
     }
 
     func close() async {
