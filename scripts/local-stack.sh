@@ -14,8 +14,9 @@
 #   scripts/local-stack.sh --start NAME   start NAME (after a kill)
 #   scripts/local-stack.sh --signal SIG NAME   send SIG (KILL, TERM, ...) to NAME and return at once
 #   NAME: ingest resolve suppress render send registry (a stage), redis, kafka, mock-apns
-#   --persistent   Redis with an append-only file (appendfsync always) and Tansu on S3-style storage
-#                  (a local moto server, installed by scripts/setup.sh), so restarts keep their data
+#   --persistent   both of: --redis-aof (Redis with an append-only file, appendfsync always) and
+#   --kafka-s3     (Tansu on S3-style storage: a local moto server, installed by scripts/setup.sh),
+#                  so restarts keep their data
 #   --run-dir DIR  state directory instead of run/local (env HERALD_LOCAL_RUN)
 # A stage's exit status is written to RUN/<stage>.exit when it exits; RUN/stack.env lists ports and pids.
 #
@@ -28,7 +29,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-keep=0; build=1; setup=1; stop_only=0; config=release; up=0; persistent=0; action=""; target=""; sig=""
+keep=0; build=1; setup=1; stop_only=0; config=release; up=0; redis_aof=0; kafka_s3=0; action=""; target=""; sig=""
 RUN="${HERALD_LOCAL_RUN:-$root/run/local}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,7 +39,9 @@ while [ $# -gt 0 ]; do
     --stop) stop_only=1 ;;
     --debug) config=debug ;;
     --up) up=1 ;;
-    --persistent) persistent=1 ;;
+    --persistent) redis_aof=1; kafka_s3=1 ;;
+    --redis-aof) redis_aof=1 ;;
+    --kafka-s3) kafka_s3=1 ;;
     --run-dir) RUN="$2"; shift ;;
     --restart|--start) action="${1#--}"; target="$2"; shift ;;
     --signal) action=signal; sig="$2"; target="$3"; shift 2 ;;
@@ -82,12 +85,13 @@ stop_all() {
 
 BIN="${HERALD_LOCAL_BIN:-$root/.build/$config}"   # HERALD_LOCAL_BIN: binaries from elsewhere (tests)
 if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps the storage it started with
-  persistent="$(sed -n 's/^PERSISTENT=//p' "$RUN/stack.env" | head -n1)"; persistent="${persistent:-0}"
+  redis_aof="$(sed -n 's/^REDIS_AOF=//p' "$RUN/stack.env" | head -n1)"; redis_aof="${redis_aof:-0}"
+  kafka_s3="$(sed -n 's/^KAFKA_S3=//p' "$RUN/stack.env" | head -n1)"; kafka_s3="${kafka_s3:-0}"
 fi
 
 start_redis() {
   local extra=(--save '' --appendonly no)
-  [ "$persistent" = 1 ] && extra=(--save '' --appendonly yes --appendfsync always)
+  [ "$redis_aof" = 1 ] && extra=(--save '' --appendonly yes --appendfsync always)
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 "${extra[@]}" --dir "$RUN" --daemonize no \
     >>"$RUN/logs/redis.log" 2>&1 &
   echo $! >"$RUN/redis.pid"
@@ -95,7 +99,7 @@ start_redis() {
 }
 
 start_kafka() {
-  if [ "$persistent" = 1 ]; then
+  if [ "$kafka_s3" = 1 ]; then
     HERALD_TANSU_STORAGE=s3 bash scripts/tansu.sh start "$KAFKA_PORT" "$RUN/tansu" >&2
   else
     bash scripts/tansu.sh start "$KAFKA_PORT" "$RUN/tansu" >&2
@@ -154,7 +158,7 @@ wait_stage_ready() { # stage; 0 when /readyz answers
 
 write_stack_env() {
   {
-    echo "RUN=$RUN"; echo "BIN=$BIN"; echo "PERSISTENT=$persistent"
+    echo "RUN=$RUN"; echo "BIN=$BIN"; echo "REDIS_AOF=$redis_aof"; echo "KAFKA_S3=$kafka_s3"
     echo "REDIS_PORT=$REDIS_PORT"; echo "KAFKA_PORT=$KAFKA_PORT"; echo "APNS_PORT=$APNS_PORT"
     echo "METRICS_BASE=$METRICS_BASE"; echo "MOCK_METRICS_PORT=$((METRICS_BASE + 9))"
     echo "STAGES=${STAGES[*]}"
@@ -219,7 +223,7 @@ fi
 # --- Redis and Tansu -------------------------------------------------------------------------------
 : >"$RUN/logs/redis.log"
 start_redis
-say "redis on 127.0.0.1:$REDIS_PORT$( [ "$persistent" = 1 ] && echo ' (append-only file)')"
+say "redis on 127.0.0.1:$REDIS_PORT$( [ "$redis_aof" = 1 ] && echo ' (append-only file)')"
 start_kafka
 bash scripts/tansu.sh topics "$KAFKA_PORT" chat.events:4 herald.ingested:4 herald.resolved:4 herald.deliverable:4 \
   herald.outbound:4 herald.retry:4 herald.dlq:1 herald.token-feedback:2 herald.registry:2 >/dev/null

@@ -104,7 +104,8 @@ final class BenchSession: @unchecked Sendable {
         self.control = control; self.info = info; self.started = started; self.repo = repo
     }
 
-    static func open(_ o: StackOptions, mockArgs: String, persistent: Bool = false, runSuffix: String = "") throws -> BenchSession {
+    static func open(_ o: StackOptions, mockArgs: String, redisAOF: Bool = false, kafkaS3: Bool = false,
+                     runSuffix: String = "") throws -> BenchSession {
         let repo = try o.repo ?? StackControl.findRepo()
         if let attach = o.attach {
             let info = try StackInfo.load(run: attach)
@@ -114,7 +115,7 @@ final class BenchSession: @unchecked Sendable {
         let control = StackControl(repo: repo, run: run, environment: StackControl.portEnvironment())
         log("starting the stack in \(run) (ports: \(control.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))")
         do {
-            try control.up(persistent: persistent, mockArgs: mockArgs, build: o.build, debug: o.debug)
+            try control.up(redisAOF: redisAOF, kafkaS3: kafkaS3, mockArgs: mockArgs, build: o.build, debug: o.debug)
         } catch {
             control.down()
             throw error

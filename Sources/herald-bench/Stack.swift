@@ -36,7 +36,8 @@ struct StackInfo {
     var apnsPort: Int
     var metricsBase: Int
     var mockMetricsPort: Int
-    var persistent: Bool
+    var redisAOF: Bool
+    var kafkaS3: Bool
 
     static func load(run: String) throws -> StackInfo {
         guard let text = try? String(contentsOfFile: run + "/stack.env", encoding: .utf8) else {
@@ -54,7 +55,7 @@ struct StackInfo {
         return StackInfo(run: kv["RUN"] ?? run, bin: kv["BIN"] ?? "", redisPort: try int("REDIS_PORT"),
                          kafkaPort: try int("KAFKA_PORT"), apnsPort: try int("APNS_PORT"),
                          metricsBase: try int("METRICS_BASE"), mockMetricsPort: try int("MOCK_METRICS_PORT"),
-                         persistent: kv["PERSISTENT"] == "1")
+                         redisAOF: kv["REDIS_AOF"] == "1", kafkaS3: kv["KAFKA_S3"] == "1")
     }
 
     var brokers: String { "127.0.0.1:\(kafkaPort)" }
@@ -126,10 +127,11 @@ struct StackControl {
                                 environment: env, quiet: quiet)
     }
 
-    func up(persistent: Bool, mockArgs: String, build: Bool, debug: Bool) throws {
+    func up(redisAOF: Bool, kafkaS3: Bool, mockArgs: String, build: Bool, debug: Bool) throws {
         var args = ["--up", "--no-setup"]
         if !build { args.append("--no-build") }
-        if persistent { args.append("--persistent") }
+        if redisAOF { args.append("--redis-aof") }
+        if kafkaS3 { args.append("--kafka-s3") }
         if debug { args.append("--debug") }
         let rc = try script(args, extraEnvironment: ["HERALD_LOCAL_MOCK_ARGS": mockArgs])
         if rc != 0 { throw BenchError("scripts/local-stack.sh --up failed (exit \(rc)); logs in \(run)/logs") }
