@@ -133,7 +133,10 @@ start_stage() {
   (
     # The watcher must not run the script's EXIT trap, nor be stopped by set -e on the stage's status.
     trap - EXIT; set +e
-    env HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+    # The stages warn about HERALD_* keys they do not know: the HERALD_LOCAL_* ones are for this script only.
+    env -u HERALD_LOCAL_REDIS_PORT -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
+        -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN \
+        HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
         HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
         HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 \
         HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \

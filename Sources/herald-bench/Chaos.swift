@@ -119,6 +119,8 @@ struct ChaosRunner {
     let options: ChaosCommand
     let scenario: ChaosScenario
     var reduced: Bool { options.reduced }
+    /// How long a drain waits for something new before it gives up (the rest counts as lost).
+    var drainTimeout: Double { reduced ? 15 : 40 }
 
     func workload(conversationSize: Int = 5, mix: Bool = true) -> WorkloadOptions {
         var w = WorkloadOptions()
@@ -186,7 +188,7 @@ struct ChaosRunner {
                 do { try session.control.start(stage) } catch { faults.note("restart of \(stage) failed: \(error)") }
             }
         }
-        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: 40)
+        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: drainTimeout)
         // Attribute each duplicate to the last kill before its second answer.
         let kills = faults.all.sorted { $0.at < $1.at }
         var perKill = [Int](repeating: 0, count: kills.count)
@@ -216,7 +218,7 @@ struct ChaosRunner {
         let session = try open()
         defer { session.close(keep: options.stack.keep) }
         let rate = reduced ? 100.0 : 300.0
-        let spacing = 6.0
+        let spacing = reduced ? 4.0 : 6.0
         let seconds = 3 + spacing * Double(stageNames.count) + 2
         let driver = try await LoadDriver(session: session, workload: workload())
         let faults = FaultLog()
@@ -242,7 +244,7 @@ struct ChaosRunner {
                 do { try session.control.start(stage) } catch { faults.note("restart of \(stage) failed: \(error)") }
             }
         }
-        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: 30)
+        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: drainTimeout)
         try await Task.sleep(for: .seconds(1))
         let entries = faults.all
         var problems = faults.allNotes
@@ -281,7 +283,7 @@ struct ChaosRunner {
                 faults.add(.init(stage: component, action: "started", at: nowMillis(), status: nil))
             }
         }
-        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: 40)
+        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: drainTimeout)
         var problems = faults.allNotes
         let dead = stagesAlive(session)
         if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
@@ -292,13 +294,14 @@ struct ChaosRunner {
     // MARK: APNs fault mix
 
     func apnsFaultMix() async throws -> ChaosOutcome {
-        // Reduced: GOAWAY every 500 streams, so the smaller run still crosses several of them.
-        let mock = "--rate-503 0.05 --rate-429 0.01 --goaway-every \(reduced ? 500 : 5000) --rate-reset 0.01"
+        // GOAWAY every 50 streams per connection, not 5,000: with 1 % of streams resetting their connection a
+        // connection carries about 100 streams, so a GOAWAY at 5,000 would never be sent.
+        let mock = "--rate-503 0.05 --rate-429 0.01 --goaway-every 50 --rate-reset 0.01"
         let session = try open(mockArgs: mock)
         defer { session.close(keep: options.stack.keep) }
         let notifications = reduced ? 5_000 : 100_000
         let driver = try await LoadDriver(session: session, workload: workload(mix: false))
-        let r = try await driver.run(mode: .backlog(notifications / 4), mixed: nil, drainTimeout: 40)
+        let r = try await driver.run(mode: .backlog(notifications / 4), mixed: nil, drainTimeout: drainTimeout)
         let mm = httpRequest(port: session.info.mockMetricsPort, path: "/metrics").map(parseMetrics) ?? []
         func mv(_ n: String) -> Int { Int(mm.filter { $0.name == n }.map(\.value).reduce(0, +)) }
         let injected = mm.filter { $0.name == "herald_mock_apns_faults_injected_total" }
@@ -335,7 +338,7 @@ struct ChaosRunner {
             }
             faults.add(.init(stage: "mock-apns", action: "pause", at: nowMillis(), status: nil))
         }
-        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: stall + 30)
+        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: stall + drainTimeout)
         var problems = faults.allNotes
         let growthMB = Double(rssPeak - rssBefore) / 1024
         if growthMB > Double(options.memoryLimitMB) { problems.append(String(format: "herald-send grew by %.0f MB (limit %d MB)", growthMB, options.memoryLimitMB)) }
@@ -390,7 +393,7 @@ struct ChaosRunner {
             let dlq = m.sum("herald_dlq_total")
             if dlq != lastDLQ { lastDLQ = dlq; stableSince = monotonicSeconds() }
             if deliveredAt != nil && (Int(dlq) >= total || monotonicSeconds() - stableSince > 10) { break }
-            if deliveredAt == nil && monotonicSeconds() - stableSince > 30 { break }
+            if deliveredAt == nil && monotonicSeconds() - stableSince > drainTimeout { break }
             try await Task.sleep(for: .milliseconds(250))
         }
         try await Task.sleep(for: .seconds(2))
