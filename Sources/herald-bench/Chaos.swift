@@ -405,6 +405,7 @@ struct ChaosRunner {
         var dlqTotal = 0
         var unmatchedByKind: [String: Int] = [:]
         var unmatchedDLQ: [String: Int] = [:]    // DLQ entries that are not one of ours: stage/reason
+        var alteredOnTopic: [String: Int] = [:]  // entries citing a flooded topic whose original bytes match nothing sent
         do {
             let records = try await KafkaTopicReader.readAll(topic: "herald.dlq",
                                                              configuration: KafkaClientConfiguration(brokers: [session.info.brokers]),
@@ -420,6 +421,10 @@ struct ChaosRunner {
                 if let c = remaining[topic]?[h], c > 0 {
                     remaining[topic]![h] = c - 1
                     dlqMatched[topic, default: 0] += 1
+                } else if sent[topic] != nil {
+                    // A dead letter from the topic's own stage whose original is not byte for byte one we sent.
+                    alteredOnTopic[topic, default: 0] += 1
+                    unmatchedDLQ["\(d.stage)/\(d.reason)", default: 0] += 1
                 } else {
                     unmatchedDLQ["\(d.stage)/\(d.reason)", default: 0] += 1
                 }
@@ -440,8 +445,13 @@ struct ChaosRunner {
             let m = perTopic - (dlqMatched[t] ?? 0)
             return m > 0 ? "\(t) \(m)" : nil
         }
+        let altered = alteredOnTopic.values.reduce(0, +)
+        if altered > 0 {
+            problems.append("\(altered) DLQ entries cite a flooded topic but do not hold a sent record's original bytes ("
+                            + alteredOnTopic.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")")
+        }
         if !missingPerTopic.isEmpty {
-            problems.append("not in herald.dlq from their own topic: " + missingPerTopic.joined(separator: ", ")
+            problems.append("not found in herald.dlq with their original bytes: " + missingPerTopic.joined(separator: ", ")
                             + " (by kind: " + unmatchedByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")")
         }
         // Informational: dead letters of later stages (a malformed record got past the stage of its topic).
@@ -472,8 +482,9 @@ struct MalformedFlood {
 
     struct Record { var kind: String; var value: [UInt8]? }
 
+    /// A tombstone (no value) and an empty value are the same original in herald.dlq.
     static func hash(_ b: [UInt8]?) -> Int {
-        guard let b else { return -1 }
+        let b = b ?? []
         var h: UInt64 = 0xCBF2_9CE4_8422_2325
         for x in b { h = (h ^ UInt64(x)) &* 0x100_0000_01B3 }
         return Int(truncatingIfNeeded: h ^ UInt64(b.count))
