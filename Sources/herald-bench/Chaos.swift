@@ -363,11 +363,14 @@ struct ChaosRunner {
         var sent: [String: [Int: Int]] = [:]     // topic -> hash of original -> count
         var kindsSent: [String: Int] = [:]
         var kindOf: [String: [Int: String]] = [:]   // topic -> hash -> kind
+        var sentRecords: [String: [[UInt8]?]] = [:]  // the large ones, for truncated dead letters
+        var truncatedMatched = 0
         let publisher = driver.publisher
         for topic in topics {
             for (i, rec) in flood.records(for: topic).enumerated() {
                 sent[topic, default: [:]][MalformedFlood.hash(rec.value), default: 0] += 1
                 kindOf[topic, default: [:]][MalformedFlood.hash(rec.value)] = rec.kind
+                if (rec.value?.count ?? 0) > 4096 { sentRecords[topic, default: []].append(rec.value) }
                 kindsSent[rec.kind, default: 0] += 1
                 await publisher.publish(topic: topic, key: "mf-\(i)", value: rec.value)
             }
@@ -411,22 +414,35 @@ struct ChaosRunner {
                                                              configuration: KafkaClientConfiguration(brokers: [session.info.brokers]),
                                                              timeout: .seconds(60))
             var remaining = sent
+            // Truncated originals (a DLQ that cuts long originals, with `truncated`, `original_size`): matched by
+            // their size and first bytes against what was sent to that topic.
+            var sentBytes: [String: [[UInt8]?]] = [:]
+            for (topic, list) in sentRecords { sentBytes[topic] = list }
             for rec in records {
                 dlqTotal += 1
-                guard let v = rec.value, let d = try? JSONDecoder().decode(DLQRecord.self, from: Data(v)) else { continue }
-                if d.reason.isEmpty { withoutReason += 1 }
-                reasons[d.reason, default: 0] += 1
-                let topic = d.sourceTopic ?? "?"
-                let h = MalformedFlood.hash(d.originalBytes ?? [])
+                // Read as JSON (not DLQRecord) so DLQ records with more fields decode the same.
+                guard let v = rec.value, let d = (try? JSONSerialization.jsonObject(with: Data(v))) as? [String: Any] else { continue }
+                let stage = d["stage"] as? String ?? "?"
+                let reason = d["reason"] as? String ?? ""
+                if reason.isEmpty { withoutReason += 1 }
+                reasons[reason, default: 0] += 1
+                let topic = d["source_topic"] as? String ?? "?"
+                let original = (d["original"] as? String).flatMap { Data(base64Encoded: $0) }.map { Array($0) } ?? []
+                var h = MalformedFlood.hash(original)
+                if d["truncated"] as? Bool == true, let size = d["original_size"] as? Int,
+                   let whole = sentBytes[topic]?.first(where: { ($0 ?? []).count == size && Array(($0 ?? []).prefix(original.count)) == original }) {
+                    h = MalformedFlood.hash(whole)
+                    truncatedMatched += 1
+                }
                 if let c = remaining[topic]?[h], c > 0 {
                     remaining[topic]![h] = c - 1
                     dlqMatched[topic, default: 0] += 1
                 } else if sent[topic] != nil {
                     // A dead letter from the topic's own stage whose original is not byte for byte one we sent.
                     alteredOnTopic[topic, default: 0] += 1
-                    unmatchedDLQ["\(d.stage)/\(d.reason)", default: 0] += 1
+                    unmatchedDLQ["\(stage)/\(reason)", default: 0] += 1
                 } else {
-                    unmatchedDLQ["\(d.stage)/\(d.reason)", default: 0] += 1
+                    unmatchedDLQ["\(stage)/\(reason)", default: 0] += 1
                 }
             }
             for (topic, hashes) in remaining {
@@ -465,7 +481,8 @@ struct ChaosRunner {
             problems.append("the valid event was not delivered")
         }
         var o = outcome(r, extraProblems: problems,
-                        detail: "\(total) malformed records on \(topics.count) topics, \(dlqMatched.values.reduce(0, +)) matched in herald.dlq (\(dlqTotal) entries); reasons: "
+                        detail: "\(total) malformed records on \(topics.count) topics, \(dlqMatched.values.reduce(0, +)) matched in herald.dlq (\(dlqTotal) entries"
+                            + (truncatedMatched > 0 ? ", \(truncatedMatched) of them with a truncated original" : "") + "); reasons: "
                             + reasons.sorted { $0.value > $1.value }.prefix(6).map { "\($0.key) \($0.value)" }.joined(separator: ", ")
                             + (latency.map { String(format: "; valid event after %.1f s", $0) } ?? "") + downstream)
         o.deadLettered = dlqMatched.values.reduce(0, +)
