@@ -27,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
     ],
     targets: [
         // MARK: Pure core
@@ -109,8 +110,9 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "herald-bench", dependencies: [
-            "HeraldCore", "HeraldConfig",
+            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Histogram", package: "hdrhistogram-swift"),
         ]),
         .executableTarget(name: "herald-kafka-bench", dependencies: [
             "HeraldKafka",

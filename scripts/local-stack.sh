@@ -9,35 +9,57 @@
 #   options: --no-build (use the existing build), --no-setup (skip scripts/setup.sh), --debug (debug build),
 #            --with-prometheus (also Debian's Prometheus with Herald's alerts: scripts/local-prometheus.sh)
 #
+# For benchmarks and fault tests (herald-bench pipeline / chaos):
+#   scripts/local-stack.sh --up           start everything (no demo) and return; the stack keeps running
+#   scripts/local-stack.sh --restart NAME stop NAME (SIGTERM, 10 s, then SIGKILL) and start it again
+#   scripts/local-stack.sh --start NAME   start NAME (after a kill)
+#   scripts/local-stack.sh --signal SIG NAME   send SIG (KILL, TERM, ...) to NAME and return at once
+#   NAME: ingest resolve suppress render send registry (a stage), redis, kafka, mock-apns
+#   --persistent   both of: --redis-aof (Redis with an append-only file, appendfsync always) and
+#   --kafka-s3     (Tansu on S3-style storage: a local moto server, installed by scripts/setup.sh),
+#                  so restarts keep their data
+#   --run-dir DIR  state directory instead of run/local (env HERALD_LOCAL_RUN)
+# A stage's exit status is written to RUN/<stage>.exit when it exits; RUN/stack.env lists ports and pids.
+#
 # Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
 # HERALD_LOCAL_FCM_PORT 18544 (FCM messages:send, its token endpoint and the webhook receiver),
 # HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the stand-in base+9).
+# HERALD_LOCAL_BIN: directory of the built executables (default .build/release, or .build/debug with --debug).
 # HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-keep=0; build=1; setup=1; stop_only=0; config=release; prometheus=0
-for arg in "$@"; do
-  case "$arg" in
+keep=0; build=1; setup=1; stop_only=0; config=release; prometheus=0; up=0; redis_aof=0; kafka_s3=0; action=""; target=""; sig=""
+RUN="${HERALD_LOCAL_RUN:-$root/run/local}"
+while [ $# -gt 0 ]; do
+  case "$1" in
     --keep) keep=1 ;;
     --no-build) build=0 ;;
     --no-setup) setup=0 ;;
     --stop) stop_only=1 ;;
     --debug) config=debug ;;
+    --up) up=1 ;;
     --with-prometheus) prometheus=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
-    *) echo "unknown option $arg" >&2; exit 2 ;;
+    --persistent) redis_aof=1; kafka_s3=1 ;;
+    --redis-aof) redis_aof=1 ;;
+    --kafka-s3) kafka_s3=1 ;;
+    --run-dir) RUN="$2"; shift ;;
+    --restart|--start) action="${1#--}"; target="$2"; shift ;;
+    --signal) action=signal; sig="$2"; target="$3"; shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
   esac
+  shift
 done
+case "$RUN" in /*) ;; *) RUN="$PWD/$RUN" ;; esac
 
 REDIS_PORT="${HERALD_LOCAL_REDIS_PORT:-16479}"
 KAFKA_PORT="${HERALD_LOCAL_KAFKA_PORT:-19192}"
 APNS_PORT="${HERALD_LOCAL_APNS_PORT:-18543}"
 FCM_PORT="${HERALD_LOCAL_FCM_PORT:-18544}"
 METRICS_BASE="${HERALD_LOCAL_METRICS_BASE:-19200}"
-RUN="$root/run/local"
 STAGES=(ingest resolve suppress render send registry)
 DEMO="$root/pipelines/examples/demo"
 
@@ -64,11 +86,131 @@ stop_all() {
   stop_pid redis-server "$RUN/redis.pid"
   bash scripts/local-prometheus.sh stop
   [ -f "$RUN/tansu/tansu.pid" ] && bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
+  [ -f "$RUN/tansu/moto.pid" ] && bash scripts/tansu.sh stop-storage "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
 }
+
+BIN="${HERALD_LOCAL_BIN:-$root/.build/$config}"   # HERALD_LOCAL_BIN: binaries from elsewhere (tests)
+if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps the storage it started with
+  redis_aof="$(sed -n 's/^REDIS_AOF=//p' "$RUN/stack.env" | head -n1)"; redis_aof="${redis_aof:-0}"
+  kafka_s3="$(sed -n 's/^KAFKA_S3=//p' "$RUN/stack.env" | head -n1)"; kafka_s3="${kafka_s3:-0}"
+fi
+
+start_redis() {
+  local extra=(--save '' --appendonly no)
+  [ "$redis_aof" = 1 ] && extra=(--save '' --appendonly yes --appendfsync always)
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 "${extra[@]}" --dir "$RUN" --daemonize no \
+    >>"$RUN/logs/redis.log" 2>&1 &
+  echo $! >"$RUN/redis.pid"
+  for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+start_kafka() {
+  if [ "$kafka_s3" = 1 ]; then
+    HERALD_TANSU_STORAGE=s3 bash scripts/tansu.sh start "$KAFKA_PORT" "$RUN/tansu" >&2
+  else
+    bash scripts/tansu.sh start "$KAFKA_PORT" "$RUN/tansu" >&2
+  fi
+}
+
+mock_record_file() { # the first start writes apns-record.jsonl, each restart the next apns-record.N.jsonl
+  local n=1 f="$RUN/apns-record.jsonl"
+  while [ -e "$f" ] && [ "${1:-}" = next ]; do n=$((n + 1)); f="$RUN/apns-record.$n.jsonl"; done
+  echo "$f"
+}
+
+start_mock() { # [record file]
+  local record="${1:-$RUN/apns-record.jsonl}"
+  "$BIN/herald-mock-apns" --port "$APNS_PORT" --cert "$RUN/apns-cert.pem" --key "$RUN/apns-key.pem" \
+    --auth-key "KEY1234567:ABCDE12345:$RUN/AuthKey.pub.pem" --auth-key "KEY7654321:ABCDE12345:$RUN/AuthKey.pub.pem" \
+    --topic com.example.chat --topic com.example.chat.beta --topic com.example.messenger --topic com.example.calls \
+    --dead-token dead000000000000000000000000000000000000000000000000000000000007 \
+    --record "$record" --metrics-port "$((METRICS_BASE + 9))" ${HERALD_LOCAL_MOCK_ARGS:-} \
+    >>"$RUN/logs/mock-apns.log" 2>&1 &
+  echo $! >"$RUN/mock-apns.pid"
+  for _ in $(seq 1 50); do port_open "$APNS_PORT" && break; sleep 0.1; done
+}
+
+stage_index() { local i=0 s; for s in "${STAGES[@]}"; do i=$((i + 1)); [ "$s" = "$1" ] && { echo "$i"; return; }; done; echo 0; }
+
+# One stage in the background; a watcher subshell writes its exit status to RUN/<stage>.exit.
+start_stage() {
+  local s="$1" i; i="$(stage_index "$1")"
+  rm -f "$RUN/$s.pid" "$RUN/$s.exit"
+  (
+    # The watcher must not run the script's EXIT trap, nor be stopped by set -e on the stage's status.
+    trap - EXIT; set +e
+    # The stages warn about HERALD_* keys they do not know: the HERALD_LOCAL_* ones are for this script only.
+    env -u HERALD_LOCAL_REDIS_PORT -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
+        -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT \
+        HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+        HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
+        HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 \
+        HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
+        $( [ "$s" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
+        "$BIN/herald-$s" >>"$RUN/logs/$s.log" 2>&1 </dev/null &
+    pid=$!
+    echo "$pid" >"$RUN/$s.pid.tmp"; mv "$RUN/$s.pid.tmp" "$RUN/$s.pid"
+    wait "$pid"; echo $? >"$RUN/$s.exit"
+  ) >/dev/null 2>&1 &
+  for _ in $(seq 1 50); do [ -f "$RUN/$s.pid" ] && break; sleep 0.02; done
+}
+
+wait_stage_ready() { # stage; 0 when /readyz answers
+  local s="$1" i; i="$(stage_index "$1")"
+  for _ in $(seq 1 300); do
+    if curl -fs "http://127.0.0.1:$((METRICS_BASE + i))/readyz" >/dev/null 2>&1; then return 0; fi
+    kill -0 "$(cat "$RUN/$s.pid" 2>/dev/null || echo 0)" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+write_stack_env() {
+  {
+    echo "RUN=$RUN"; echo "BIN=$BIN"; echo "REDIS_AOF=$redis_aof"; echo "KAFKA_S3=$kafka_s3"
+    echo "REDIS_PORT=$REDIS_PORT"; echo "KAFKA_PORT=$KAFKA_PORT"; echo "APNS_PORT=$APNS_PORT"; echo "FCM_PORT=$FCM_PORT"
+    echo "METRICS_BASE=$METRICS_BASE"; echo "MOCK_METRICS_PORT=$((METRICS_BASE + 9))"
+    echo "STAGES=${STAGES[*]}"
+  } >"$RUN/stack.env"
+}
+
+# --- One component of a running stack -----------------------------------------------------------------
+if [ -n "$action" ]; then
+  [ -f "$RUN/stack.env" ] || { echo "no running stack in $RUN (start one with --up)" >&2; exit 1; }
+  case "$target" in
+    redis) pidfile="$RUN/redis.pid" ;;
+    kafka) pidfile="$RUN/tansu/tansu.pid" ;;
+    mock-apns) pidfile="$RUN/mock-apns.pid" ;;
+    ingest|resolve|suppress|render|send|registry) pidfile="$RUN/$target.pid" ;;
+    *) echo "unknown component $target" >&2; exit 2 ;;
+  esac
+  case "$action" in
+    signal)
+      kill -s "$sig" "$(cat "$pidfile")" ;;
+    restart|start)
+      if [ "$action" = restart ]; then
+        case "$target" in
+          kafka) bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null ;;
+          *) stop_pid "$target" "$pidfile" ;;
+        esac
+      fi
+      case "$target" in
+        redis) start_redis ;;
+        kafka) start_kafka ;;
+        mock-apns) start_mock "$(mock_record_file next)" ;;
+        *) for _ in $(seq 1 100); do [ -f "$RUN/$target.exit" ] || ! kill -0 "$(cat "$pidfile" 2>/dev/null || echo 0)" 2>/dev/null && break; sleep 0.05; done
+           start_stage "$target"
+           wait_stage_ready "$target" || { say "herald-$target is not ready"; exit 1; } ;;
+      esac
+      say "$target ${action}ed" ;;
+  esac
+  exit 0
+fi
 
 mkdir -p "$RUN/logs"
 stop_all   # leftovers of a previous run
-[ "$stop_only" = 1 ] || trap 'code=$?; [ "$keep" = 1 ] && [ "$code" = 0 ] || stop_all; exit $code' EXIT
+rm -f "$RUN"/apns-record*.jsonl "$RUN"/*.exit "$RUN/appendonly.aof" "$RUN/stack.env"; rm -rf "$RUN/appendonlydir"
+[ "$stop_only" = 1 ] || trap 'code=$?; { [ "$keep" = 1 ] || [ "$up" = 1 ]; } && [ "$code" = 0 ] || stop_all; exit $code' EXIT
 if [ "$stop_only" = 1 ]; then say "stopped"; exit 0; fi
 for p in "$REDIS_PORT" "$KAFKA_PORT" "$APNS_PORT" "$FCM_PORT"; do
   if port_open "$p"; then echo "port $p is in use by another program; set HERALD_LOCAL_*_PORT" >&2; exit 1; fi
@@ -86,15 +228,12 @@ if [ "$build" = 1 ]; then
   swift build -c "$config" --product heraldctl >"$RUN/logs/build-heraldctl.log" 2>&1 \
     || say "heraldctl did not build (see run/local/logs/build-heraldctl.log); the simulate comparison is skipped"
 fi
-BIN="$root/.build/$config"
 
 # --- Redis and Tansu -------------------------------------------------------------------------------
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$RUN" --daemonize no \
-  >"$RUN/logs/redis.log" 2>&1 &
-echo $! >"$RUN/redis.pid"
-for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-say "redis on 127.0.0.1:$REDIS_PORT"
-bash scripts/tansu.sh start "$KAFKA_PORT" "$RUN/tansu" >&2
+: >"$RUN/logs/redis.log"
+start_redis
+say "redis on 127.0.0.1:$REDIS_PORT$( [ "$redis_aof" = 1 ] && echo ' (append-only file)')"
+start_kafka
 bash scripts/tansu.sh topics "$KAFKA_PORT" chat.events:4 herald.ingested:4 herald.resolved:4 herald.deliverable:4 \
   herald.outbound:4 herald.retry:4 herald.dlq:1 herald.token-feedback:2 herald.registry:2 >/dev/null
 
@@ -127,14 +266,8 @@ sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/Auth
     pipelines/example.yaml >"$RUN/pipeline.yaml"
 
 # --- The APNs stand-in -------------------------------------------------------------------------------
-"$BIN/herald-mock-apns" --port "$APNS_PORT" --cert "$RUN/apns-cert.pem" --key "$RUN/apns-key.pem" \
-  --auth-key "KEY1234567:ABCDE12345:$RUN/AuthKey.pub.pem" --auth-key "KEY7654321:ABCDE12345:$RUN/AuthKey.pub.pem" \
-  --topic com.example.chat --topic com.example.chat.beta --topic com.example.messenger --topic com.example.calls \
-  --dead-token dead000000000000000000000000000000000000000000000000000000000007 \
-  --record "$RUN/apns-record.jsonl" --metrics-port "$((METRICS_BASE + 9))" ${HERALD_LOCAL_MOCK_ARGS:-} \
-  >"$RUN/logs/mock-apns.log" 2>&1 &
-echo $! >"$RUN/mock-apns.pid"
-for _ in $(seq 1 50); do port_open "$APNS_PORT" && break; sleep 0.1; done
+: >"$RUN/logs/mock-apns.log"
+start_mock "$RUN/apns-record.jsonl"
 say "herald-mock-apns on 127.0.0.1:$APNS_PORT (JWT checked against $RUN/AuthKey.pub.pem)"
 
 # --- The FCM and webhook stand-in --------------------------------------------------------------------
@@ -148,31 +281,20 @@ for _ in $(seq 1 50); do port_open "$FCM_PORT" && break; sleep 0.1; done
 say "herald-mock-fcm on 127.0.0.1:$FCM_PORT (FCM messages:send, /token checking the RS256 assertion, /webhook/custom-1)"
 
 # --- The six stages ----------------------------------------------------------------------------------
-i=0
+for s in "${STAGES[@]}"; do : >"$RUN/logs/$s.log"; start_stage "$s"; done
+not_ready=0
 for s in "${STAGES[@]}"; do
-  i=$((i + 1))
-  env HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
-      HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
-      HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 \
-      HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
-      $( [ "$s" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
-      "$BIN/herald-$s" >"$RUN/logs/$s.log" 2>&1 &
-  echo $! >"$RUN/$s.pid"
+  i="$(stage_index "$s")"
+  if wait_stage_ready "$s"; then say "herald-$s ready (metrics on :$((METRICS_BASE + i)))"
+  else not_ready=1; say "herald-$s is not ready; last log lines:"; tail -5 "$RUN/logs/$s.log" >&2; fi
 done
-i=0
-for s in "${STAGES[@]}"; do
-  i=$((i + 1))
-  ok=0
-  for _ in $(seq 1 300); do
-    if curl -fs "http://127.0.0.1:$((METRICS_BASE + i))/readyz" >/dev/null 2>&1; then ok=1; break; fi
-    kill -0 "$(cat "$RUN/$s.pid")" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ "$ok" = 1 ]; then say "herald-$s ready (metrics on :$((METRICS_BASE + i)))"
-  else say "herald-$s is not ready; last log lines:"; tail -5 "$RUN/logs/$s.log" >&2; fi
-done
-
+write_stack_env
 [ "$prometheus" = 1 ] && bash scripts/local-prometheus.sh start
+if [ "$up" = 1 ]; then
+  [ "$not_ready" = 0 ] || exit 1
+  say "up: $RUN/stack.env (stop with: scripts/local-stack.sh --stop --run-dir $RUN)"
+  exit 0
+fi
 
 metric_sum() { # port metric-name [label filter]
   curl -fs "http://127.0.0.1:$1/metrics" 2>/dev/null | grep "^$2" | grep -- "${3:-}" | awk '{s += $NF} END {print s + 0}'

@@ -15,3 +15,15 @@ echo "[test] running tests" >&2
 # keep blocking work (tools run to completion, server start-up) off Swift's cooperative pool, so a loaded 2-core
 # machine slows them down without failing them (docs/testing.md). `--no-parallel` is still there when wanted.
 swift test --parallel "$@"
+
+# The fault suite, reduced (docs/testing.md; about 5 minutes): a fresh local stack per scenario from the debug
+# build. HERALD_CHAOS_EXPECT_FAIL lists the scenarios that fail on today's pipeline (2026-11-23): the malformed
+# flood and the broker restart always, the SIGKILL round robin and the APNs fault mix in some runs. Their
+# failures are printed (XFAIL) and do not fail this script; any other scenario's failure does. Take a scenario
+# off the list when its fix lands (a listed scenario that passes is printed as XPASS). Not run when arguments
+# were given (a filtered run of the Swift tests).
+if [ "$#" -eq 0 ]; then
+  echo "[test] fault suite, reduced (scripts/chaos.sh --reduced)" >&2
+  HERALD_CHAOS_NO_BUILD=1 bash scripts/chaos.sh --reduced --debug \
+    --expect-fail "${HERALD_CHAOS_EXPECT_FAIL-malformed-flood,broker-restart,sigkill-round-robin,apns-fault-mix}"
+fi

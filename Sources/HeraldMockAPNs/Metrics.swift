@@ -16,6 +16,10 @@ struct MockMetrics {
     var maxStreamsOverLimit = 0
     var goaways: UInt64 = 0
     var resets: UInt64 = 0
+    var randomResets: UInt64 = 0
+    var pauses: UInt64 = 0
+    var paused = false
+    var heldAnswers = 0
     var providerTokenVerifications: UInt64 = 0
 
     @inline(__always)
@@ -53,6 +57,10 @@ struct MockMetrics {
         one("max_streams_lowered_total", "counter", "SETTINGS frames lowering it back to --initial-streams (after a provider-token rejection).", "\(streamLimitLowerings)")
         one("goaways_total", "counter", "GOAWAY frames sent by --goaway-every.", "\(goaways)")
         one("resets_total", "counter", "Connections dropped by --reset-every.", "\(resets)")
+        one("random_resets_total", "counter", "Connections dropped by --rate-reset.", "\(randomResets)")
+        one("pauses_total", "counter", "Pauses started (POST /pause or --pause-ms).", "\(pauses)")
+        one("paused", "gauge", "1 while answers are held back by a pause.", paused ? "1" : "0")
+        one("held_answers", "gauge", "Answers waiting for their time (--latency-ms or a pause).", "\(heldAnswers)")
         one("provider_token_verifications_total", "counter", "ES256 signature verifications (cached per connection).", "\(providerTokenVerifications)")
         return s
     }

@@ -45,6 +45,10 @@ public final class MockAPNsServer: @unchecked Sendable {
     private var nowMonotonicMicros: Int64 = 0
     private var nowWallMillis: Int64 = 0
     private var stopping = false
+    /// Seeded draws for `resetRate` (kept apart from the answer faults' sequence).
+    private var resetRandom: SeededRandom
+    /// While `nowMonotonicMicros` is below this, answers are held back (a pause).
+    private var pausedUntilMicros: Int64 = 0
 
     struct DelayedAnswer {
         /// Monotonic microseconds.
@@ -77,6 +81,7 @@ public final class MockAPNsServer: @unchecked Sendable {
         checker = RequestCheck(topics: configuration.topics, deadTokens: configuration.deadTokens)
         faults = FaultInjector(rates: configuration.faults, seed: configuration.seed)
         uuids = UUIDWriter(random: SeededRandom(seed: configuration.seed ^ 0xA5A5_5A5A_1234_5678))
+        resetRandom = SeededRandom(seed: configuration.seed ^ 0x5EED_0F_0000_4E57)
 
         var listen: (fd: Int32, port: Int)
         do {
@@ -149,6 +154,7 @@ public final class MockAPNsServer: @unchecked Sendable {
         let readyEvents = UnsafeMutablePointer<Int32>.allocate(capacity: Int(maxEvents))
         defer { readyFDs.deallocate(); readyEvents.deallocate() }
         updateClock()
+        if configuration.initialPauseMilliseconds > 0 { pause(milliseconds: configuration.initialPauseMilliseconds) }
         var drainDeadline: Int64?
         while true {
             if stopping && drainDeadline == nil {
@@ -182,6 +188,7 @@ public final class MockAPNsServer: @unchecked Sendable {
                     handleHTTPClient(fd)
                 }
             }
+            if metrics.paused && nowMonotonicMicros >= pausedUntilMicros { metrics.paused = false }
             fireDelayedAnswers()
             flushDirty()
             if let recorder, !recordBuffer.isEmpty { recorder.submit(&recordBuffer) }
@@ -407,6 +414,11 @@ public final class MockAPNsServer: @unchecked Sendable {
             conn.resetRequested = true
             return
         }
+        if configuration.resetRate > 0 && resetRandom.unit() < configuration.resetRate {
+            metrics.randomResets += 1
+            conn.resetRequested = true
+            return
+        }
         if configuration.goawayEvery > 0 && conn.goawayLastStreamID == nil && conn.streamsSeen >= configuration.goawayEvery {
             conn.goawayLastStreamID = streamID
             metrics.goaways += 1
@@ -427,10 +439,13 @@ public final class MockAPNsServer: @unchecked Sendable {
     func requestComplete(_ conn: Connection, slot: Int) {
         if conn.resetRequested { return }
         let verdict = evaluate(conn, slot: slot)
-        if configuration.latencyMilliseconds > 0 {
-            delayed.append(DelayedAnswer(due: nowMonotonicMicros + Int64(configuration.latencyMilliseconds) * 1000,
-                                         connection: conn, slot: slot,
+        if configuration.latencyMilliseconds > 0 || nowMonotonicMicros < pausedUntilMicros {
+            // Held answers stay in arrival order: a pause's end is never earlier than an answer
+            // already queued (`resume` moves queued ones to now).
+            let due = max(nowMonotonicMicros + Int64(configuration.latencyMilliseconds) * 1000, pausedUntilMicros)
+            delayed.append(DelayedAnswer(due: due, connection: conn, slot: slot,
                                          generation: conn.slots[slot].generation, verdict: verdict))
+            metrics.heldAnswers = delayed.count - delayedHead
         } else {
             answer(conn, slot: slot, verdict: verdict)
         }
@@ -493,6 +508,36 @@ public final class MockAPNsServer: @unchecked Sendable {
         }
     }
 
+    /// Holds every answer back for `milliseconds` from now (requests are still read and checked;
+    /// their answers go out in arrival order when the pause ends). Extends a running pause.
+    func pause(milliseconds: Int) {
+        let until = nowMonotonicMicros + Int64(milliseconds) * 1000
+        guard until > pausedUntilMicros else { return }
+        if !metrics.paused { metrics.pauses += 1 }
+        metrics.paused = true
+        pausedUntilMicros = until
+    }
+
+    /// Ends a pause now: held answers go out in arrival order (their `--latency-ms` permitting).
+    func resume() {
+        guard pausedUntilMicros > nowMonotonicMicros else { return }
+        let latency = Int64(configuration.latencyMilliseconds) * 1000
+        for i in delayedHead..<delayed.count where delayed[i].due == pausedUntilMicros {
+            let d = delayed[i]
+            // An answer's latency counts from its arrival, which a pause may already have covered.
+            delayed[i] = DelayedAnswer(due: min(d.due, nowMonotonicMicros + latency), connection: d.connection,
+                                       slot: d.slot, generation: d.generation, verdict: d.verdict)
+        }
+        // Keep the queue ordered by due time (a stable sort of the waiting part).
+        if delayedHead < delayed.count {
+            let waiting = delayed[delayedHead...].enumerated().sorted { ($0.element.due, $0.offset) < ($1.element.due, $1.offset) }
+            delayed = waiting.map(\.element)
+            delayedHead = 0
+        }
+        pausedUntilMicros = nowMonotonicMicros
+        metrics.paused = false
+    }
+
     private func fireDelayedAnswers() {
         while delayedHead < delayed.count && delayed[delayedHead].due <= nowMonotonicMicros {
             let d = delayed[delayedHead]
@@ -502,6 +547,7 @@ public final class MockAPNsServer: @unchecked Sendable {
             answer(conn, slot: d.slot, verdict: d.verdict)
             markDirty(conn)
         }
+        metrics.heldAnswers = delayed.count - delayedHead
         if delayedHead == delayed.count {
             delayed.removeAll(keepingCapacity: true)
             delayedHead = 0
@@ -679,6 +725,26 @@ public final class MockAPNsServer: @unchecked Sendable {
             status = "200 OK"
             body = metrics.render()
             contentType = "text/plain; version=0.0.4; charset=utf-8"
+        } else if parts.count >= 2, parts[0] == "POST", parts[1].hasPrefix("/pause") {
+            // POST /pause?ms=N: hold every answer back for N milliseconds (default 30000).
+            var ms = 30_000
+            if let q = parts[1].split(separator: "?", maxSplits: 1).dropFirst().first {
+                for kv in q.split(separator: "&") where kv.hasPrefix("ms=") { ms = Int(kv.dropFirst(3)) ?? -1 }
+            }
+            if ms >= 0 {
+                pause(milliseconds: ms)
+                status = "200 OK"
+                body = "paused for \(ms) ms\n"
+            } else {
+                status = "400 Bad Request"
+                body = "ms must be a non-negative integer\n"
+            }
+            contentType = "text/plain; charset=utf-8"
+        } else if parts.count >= 2, parts[0] == "POST", parts[1] == "/resume" {
+            resume()
+            status = "200 OK"
+            body = "resumed\n"
+            contentType = "text/plain; charset=utf-8"
         } else if parts.count >= 2, parts[0] == "GET", parts[1] == "/healthz" || parts[1] == "/readyz" {
             status = "200 OK"
             body = "ok\n"

@@ -64,6 +64,12 @@ public struct MockAPNsConfiguration: Sendable {
     public var goawayEvery: Int = 0
     /// After this many streams on a connection: drop the TCP connection (RST). 0 = never.
     public var resetEvery: Int = 0
+    /// Probability in [0, 1] that a new stream drops its TCP connection (RST) instead of being
+    /// served (a seeded draw of its own, independent of the answer faults). 0 = never.
+    public var resetRate: Double = 0
+    /// Pause answering for this long from start-up (milliseconds, 0 = not paused). A running
+    /// stand-in is paused and resumed through its metrics port: `POST /pause?ms=N`, `POST /resume`.
+    public var initialPauseMilliseconds: Int = 0
     /// Fault injection: on token-auth connections, every Nth otherwise valid request (counted over
     /// all such connections) is answered 403 InvalidProviderToken. 0 = never.
     public var rejectTokenEvery: Int = 0

@@ -34,9 +34,13 @@ extension StageInput {
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
     }
 
-    /// Decodes the input as a Codable record (registry and token-feedback records).
+    /// Decodes the input as a Codable record (registry and token-feedback records). Bytes that are not UTF-8 are
+    /// refused here: Foundation's decoder would otherwise repair them into a different token or user id.
     public func decode<T: Decodable>(_ type: T.Type) throws(InvalidInput) -> T {
         guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
+        guard String(validating: value, as: UTF8.self) != nil else {
+            throw InvalidInput(detail: "(record): not valid UTF-8")
+        }
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
     }
 }

@@ -30,6 +30,10 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("latency-ms"), help: "Answer each request this many milliseconds late.") var latencyMs = 0
     @Option(name: .customLong("goaway-every"), help: "GOAWAY (NO_ERROR) after N streams on a connection.") var goawayEvery = 0
     @Option(name: .customLong("reset-every"), help: "Drop the TCP connection (RST) when its Nth stream arrives.") var resetEvery = 0
+    @Option(name: .customLong("rate-reset"), help: "Rate at which a new stream drops its TCP connection (RST) instead of being served.")
+    var rateReset = 0.0
+    @Option(name: .customLong("pause-ms"), help: "Hold every answer back for this many milliseconds after start-up (later: POST /pause?ms=N and POST /resume on the metrics port).")
+    var pauseMs = 0
     @Option(name: .customLong("reject-token-every"), help: "Fault injection: on token-auth connections, answer every Nth otherwise valid request 403 InvalidProviderToken (0 = off).")
     var rejectTokenEvery = 0
     @Option(name: .customLong("max-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS of a token-auth connection after a success (of a certificate one from the start).") var maxStreams = 1000
@@ -47,6 +51,8 @@ struct MockAPNsCommand: ParsableCommand {
         guard rate429 + rate500 + rate503 + rate410 + rateBadToken <= 1.000001 else {
             throw ValidationError("the fault rates add up to more than 1")
         }
+        guard rateReset >= 0, rateReset <= 1 else { throw ValidationError("--rate-reset must be in [0, 1]") }
+        guard pauseMs >= 0 else { throw ValidationError("--pause-ms must not be negative") }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard latencyMs >= 0, goawayEvery >= 0, resetEvery >= 0, rejectTokenEvery >= 0 else {
             throw ValidationError("--latency-ms, --goaway-every, --reset-every and --reject-token-every must not be negative")
@@ -84,6 +90,8 @@ struct MockAPNsCommand: ParsableCommand {
         config.latencyMilliseconds = latencyMs
         config.goawayEvery = goawayEvery
         config.resetEvery = resetEvery
+        config.resetRate = rateReset
+        config.initialPauseMilliseconds = pauseMs
         config.rejectTokenEvery = rejectTokenEvery
         config.maxConcurrentStreams = maxStreams
         config.initialConcurrentStreams = initialStreams

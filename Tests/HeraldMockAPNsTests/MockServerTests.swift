@@ -296,6 +296,64 @@ private let teamID = "DEF123GHIJ"
         #expect(mock.stop() == 0)
     }
 
+    @Test func resetRateDropsConnectionsAtRoughlyThatRate() async throws {
+        let bodyFile = try pki.write("rate-reset-body.json", body)
+        let mock = try await MockProcess.start(pki: pki, ["--rate-reset", "0.5", "--initial-streams", "100", "--metrics-port", "0"])
+        // One request per connection (h2load -n 200 -c 200 would need 200 clients): 40 single-request
+        // connections in turn; about half are dropped before their answer.
+        var ok = 0
+        for _ in 0..<40 {
+            ok += try await h2load(mock.url + devicePath, n: 1, m: 1, headers: ["apns-topic": topic], bodyFile: bodyFile).ok
+        }
+        let resets = metricValue(try await mock.metrics(), "herald_mock_apns_random_resets_total")
+        #expect(ok + resets == 40, "every stream is answered or reset: \(ok) + \(resets)")
+        #expect(resets >= 8 && resets <= 32, "\(resets) resets of 40 at rate 0.5")
+        #expect(mock.stop() == 0)
+    }
+
+    @Test func pauseHoldsAnswersUntilResumeAndTheyFollowInOrder() async throws {
+        let record = pki.dir + "/pause-record.jsonl"
+        let mock = try await MockProcess.start(pki: pki, ["--metrics-port", "0", "--record", record, "--initial-streams", "100"])
+        let mp = try #require(mock.metricsPort)
+        #expect(try await runProcess("curl", ["-fs", "-X", "POST", "http://127.0.0.1:\(mp)/pause?ms=60000"]).output.contains("paused"))
+        #expect(metricValue(try await mock.metrics(), "herald_mock_apns_paused") == 1)
+        // A request sent while paused is not answered until the resume.
+        let client = Process()
+        client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        client.arguments = ["nghttp", "-n", "-t", "30", "-H", "apns-topic: \(topic)", "-d", try pki.write("pause-body.json", body),
+                            mock.url + devicePath]
+        client.standardOutput = FileHandle.nullDevice
+        client.standardError = FileHandle.nullDevice
+        try client.run()
+        var held = 0
+        for _ in 0..<50 where held == 0 {
+            try await Task.sleep(for: .milliseconds(100))
+            held = metricValue(try await mock.metrics(), "herald_mock_apns_held_answers")
+        }
+        #expect(held == 1)
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(client.isRunning, "no answer during the pause")
+        #expect((try? String(contentsOfFile: record, encoding: .utf8))?.isEmpty ?? true)
+        let resumedAt = Date()
+        _ = try await runProcess("curl", ["-fs", "-X", "POST", "http://127.0.0.1:\(mp)/resume"])
+        while client.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(Date().timeIntervalSince(resumedAt) < 5)
+        #expect(client.terminationStatus == 0)
+        let m = try await mock.metrics()
+        #expect(metricValue(m, "herald_mock_apns_paused") == 0)
+        #expect(metricValue(m, "herald_mock_apns_pauses_total") == 1)
+        #expect(metricValue(m, #"herald_mock_apns_requests_total{status="200",reason=""}"#) == 1)
+        // A timed pause ends by itself.
+        _ = try await runProcess("curl", ["-fs", "-X", "POST", "http://127.0.0.1:\(mp)/pause?ms=300"])
+        let t0 = Date()
+        let t = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        #expect(t.answers.first?.status == 200)
+        #expect(Date().timeIntervalSince(t0) >= 0.2)
+        #expect(try await runProcess("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+                                        "http://127.0.0.1:\(mp)/pause?ms=x"]).output == "400")
+        #expect(mock.stop() == 0)
+    }
+
     @Test func latencyIsAddedWithoutBlockingOtherStreams() async throws {
         let bodyFile = try pki.write("lat-body.json", body)
         // h2load opens its 100 streams before it has read the server's SETTINGS: start at 100 so

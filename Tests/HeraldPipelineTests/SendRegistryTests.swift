@@ -320,8 +320,12 @@ final class MemoryRegistry: RegistryWriter, @unchecked Sendable {
             input(#"{"op": "explode", "app_id": "app1", "user": "u2"}"#),
             input("{"),
             StageInput(topic: "herald.registry", value: nil),
+            // A user id with a byte that is not UTF-8 must not be repaired into another user's id.
+            StageInput(topic: "herald.registry", value: Array(#"{"op": "unregister_all", "app_id": "app1", "user": "u"#.utf8)
+                       + [0xff] + Array(#""}"#.utf8)),
         ], context: fixedContext)
-        #expect(results.map { $0.deadLetter?.reason } == ["invalid", "invalid", "invalid", "invalid"])
+        #expect(results.map { $0.deadLetter?.reason } == ["invalid", "invalid", "invalid", "invalid", "invalid"])
         #expect(results[0].deadLetter?.detail.contains("device") == true)
+        #expect(results[4].deadLetter?.detail.contains("UTF-8") == true)
     }
 }

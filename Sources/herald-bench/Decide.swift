@@ -1,4 +1,4 @@
-// herald-bench: recipient decisions plus rendered payloads per second on one
+// herald-bench decide: recipient decisions plus rendered payloads per second on one
 // core, for a 50-member group with mixed preferences and the Sendbird profile.
 // The event is decoded once (as the stages do); each recipient is decided and,
 // when delivered, rendered into APNs requests with their payload bytes.
@@ -7,10 +7,9 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 
-@main
-struct HeraldBench: ParsableCommand {
+struct DecideBench: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "herald-bench",
+        commandName: "decide",
         abstract: "Measure decisions + rendered payloads per second on one core (50-member group, Sendbird profile).")
 
     @Option(help: "Seconds to measure after warm-up.")

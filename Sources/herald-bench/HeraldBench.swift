@@ -1,0 +1,14 @@
+// herald-bench: Herald's measuring tools.
+//   decide    decisions + rendered payloads per second on one core (the default)
+//   pipeline  the whole local stack under a chosen load: throughput, latency, CPU, memory, exactness
+//   chaos     the fault suite: each scenario's lost / duplicated / dead-lettered counts and a verdict
+import ArgumentParser
+
+@main
+struct HeraldBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "herald-bench",
+        abstract: "Herald's measuring tools.",
+        subcommands: [DecideBench.self, PipelineBench.self, ChaosCommand.self],
+        defaultSubcommand: DecideBench.self)
+}

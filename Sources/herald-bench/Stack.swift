@@ -1,0 +1,368 @@
+// The local stack as the bench sees it: started (or attached to) through scripts/local-stack.sh,
+// its ports and pids from RUN/stack.env and the pid files, /metrics over plain HTTP, and each
+// process's CPU time and memory from /proc.
+import Foundation
+import Glibc
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+func nowMillis() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_REALTIME, &ts)
+    return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+}
+
+func monotonicSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
+
+func log(_ s: String) {
+    FileHandle.standardError.write(Data(("[bench] " + s + "\n").utf8))
+}
+
+let stageNames = ["ingest", "resolve", "suppress", "render", "send", "registry"]
+
+/// What RUN/stack.env says about a running stack.
+struct StackInfo {
+    var run: String
+    var bin: String
+    var redisPort: Int
+    var kafkaPort: Int
+    var apnsPort: Int
+    var metricsBase: Int
+    var mockMetricsPort: Int
+    var redisAOF: Bool
+    var kafkaS3: Bool
+
+    static func load(run: String) throws -> StackInfo {
+        guard let text = try? String(contentsOfFile: run + "/stack.env", encoding: .utf8) else {
+            throw BenchError("no stack.env in \(run): is a stack running there (scripts/local-stack.sh --up)?")
+        }
+        var kv: [String: String] = [:]
+        for line in text.split(separator: "\n") {
+            guard let eq = line.firstIndex(of: "=") else { continue }
+            kv[String(line[..<eq])] = String(line[line.index(after: eq)...])
+        }
+        func int(_ k: String) throws -> Int {
+            guard let v = kv[k].flatMap({ Int($0) }) else { throw BenchError("stack.env lacks \(k)") }
+            return v
+        }
+        return StackInfo(run: kv["RUN"] ?? run, bin: kv["BIN"] ?? "", redisPort: try int("REDIS_PORT"),
+                         kafkaPort: try int("KAFKA_PORT"), apnsPort: try int("APNS_PORT"),
+                         metricsBase: try int("METRICS_BASE"), mockMetricsPort: try int("MOCK_METRICS_PORT"),
+                         redisAOF: kv["REDIS_AOF"] == "1", kafkaS3: kv["KAFKA_S3"] == "1")
+    }
+
+    var brokers: String { "127.0.0.1:\(kafkaPort)" }
+    var pipelineFile: String { run + "/pipeline.yaml" }
+
+    func metricsPort(stage: String) -> Int { metricsBase + 1 + (stageNames.firstIndex(of: stage) ?? 0) }
+
+    /// The pid of a component now (a restarted one has a new pid).
+    func pid(_ component: String) -> Int32? {
+        let file: String
+        switch component {
+        case "redis": file = run + "/redis.pid"
+        case "kafka": file = run + "/tansu/tansu.pid"
+        case "mock-apns": file = run + "/mock-apns.pid"
+        default: file = run + "/\(component).pid"
+        }
+        guard let s = try? String(contentsOfFile: file, encoding: .utf8) else { return nil }
+        return Int32(s.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    /// The exit status a stage's watcher recorded, if it exited.
+    func exitStatus(stage: String) -> Int? {
+        guard let s = try? String(contentsOfFile: run + "/\(stage).exit", encoding: .utf8) else { return nil }
+        return Int(s.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    func isAlive(_ component: String) -> Bool {
+        guard let pid = pid(component) else { return false }
+        if component != "redis" && component != "kafka" && component != "mock-apns" && exitStatus(stage: component) != nil {
+            return false
+        }
+        return kill(pid, 0) == 0
+    }
+}
+
+/// Runs scripts/local-stack.sh with the bench's ports and run directory.
+struct StackControl {
+    var repo: String
+    var run: String
+    var environment: [String: String]
+
+    static func findRepo() throws -> String {
+        var candidates = [FileManager.default.currentDirectoryPath]
+        var exe = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        for _ in 0..<6 { candidates.append(exe.path); exe = exe.deletingLastPathComponent() }
+        for c in candidates where FileManager.default.fileExists(atPath: c + "/scripts/local-stack.sh") { return c }
+        throw BenchError("scripts/local-stack.sh not found (run herald-bench from the repository, or pass --repo)")
+    }
+
+    /// Free ports from the kernel, unless the HERALD_LOCAL_* variables name them.
+    static func portEnvironment() -> [String: String] {
+        var env: [String: String] = [:]
+        let given = ProcessInfo.processInfo.environment
+        for (name, _) in [("HERALD_LOCAL_REDIS_PORT", 0), ("HERALD_LOCAL_KAFKA_PORT", 0), ("HERALD_LOCAL_APNS_PORT", 0),
+                          ("HERALD_LOCAL_FCM_PORT", 0)] {
+            env[name] = given[name] ?? String(freePort())
+        }
+        env["HERALD_LOCAL_METRICS_BASE"] = given["HERALD_LOCAL_METRICS_BASE"] ?? String(freePortBlock(10))
+        return env
+    }
+
+    /// Runs the script and waits for it (posix_spawn + waitpid: Foundation's Process.waitUntilExit
+    /// can wait forever when called from async code on Linux).
+    @discardableResult
+    func script(_ args: [String], extraEnvironment: [String: String] = [:], quiet: Bool = false) throws -> Int32 {
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in environment { env[k] = v }
+        for (k, v) in extraEnvironment { env[k] = v }
+        return try spawnAndWait(["/bin/bash", repo + "/scripts/local-stack.sh", "--run-dir", run] + args,
+                                environment: env, quiet: quiet)
+    }
+
+    func up(redisAOF: Bool, kafkaS3: Bool, mockArgs: String, build: Bool, debug: Bool) throws {
+        var args = ["--up", "--no-setup"]
+        if !build { args.append("--no-build") }
+        if redisAOF { args.append("--redis-aof") }
+        if kafkaS3 { args.append("--kafka-s3") }
+        if debug { args.append("--debug") }
+        let rc = try script(args, extraEnvironment: ["HERALD_LOCAL_MOCK_ARGS": mockArgs])
+        if rc != 0 { throw BenchError("scripts/local-stack.sh --up failed (exit \(rc)); logs in \(run)/logs") }
+    }
+
+    func down() { _ = try? script(["--stop"], quiet: true) }
+
+    func restart(_ component: String, mockArgs: String? = nil) throws {
+        var extra: [String: String] = [:]
+        if let mockArgs { extra["HERALD_LOCAL_MOCK_ARGS"] = mockArgs }
+        let rc = try script(["--restart", component], extraEnvironment: extra, quiet: true)
+        if rc != 0 { throw BenchError("restarting \(component) failed (exit \(rc))") }
+    }
+
+    func start(_ component: String) throws {
+        let rc = try script(["--start", component], quiet: true)
+        if rc != 0 { throw BenchError("starting \(component) failed (exit \(rc))") }
+    }
+}
+
+func freePort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+func portIsFree(_ port: Int) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = UInt16(port).bigEndian
+    let len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } } == 0
+}
+
+/// A base port such that base+1 ... base+count-1 are free now.
+func freePortBlock(_ count: Int) -> Int {
+    for _ in 0..<200 {
+        let base = Int.random(in: 30_000...58_000)
+        if (1..<count).allSatisfy({ portIsFree(base + $0) }) { return base }
+    }
+    return 39_200
+}
+
+/// One HTTP/1.1 request to 127.0.0.1 (metrics, stand-in controls); nil when nothing answers.
+func httpRequest(port: Int, method: String = "GET", path: String, timeoutSeconds: Int = 3) -> String? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = UInt16(port).bigEndian
+    let len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, len) } }
+    guard rc == 0 else { return nil }
+    let req = Array("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
+    guard req.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == req.count else { return nil }
+    var out: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        if n <= 0 { break }
+        out.append(contentsOf: buf[0..<n])
+    }
+    guard let text = String(bytes: out, encoding: .utf8), let end = text.range(of: "\r\n\r\n") else { return nil }
+    guard text.hasPrefix("HTTP/1.1 2") || text.hasPrefix("HTTP/1.0 2") else { return nil }
+    return String(text[end.upperBound...])
+}
+
+/// Prometheus text: one (name, labels, value) per sample line.
+struct MetricSample {
+    var name: String
+    var labels: [String: String]
+    var value: Double
+}
+
+func parseMetrics(_ text: String) -> [MetricSample] {
+    var out: [MetricSample] = []
+    for raw in text.split(separator: "\n") {
+        if raw.hasPrefix("#") { continue }
+        let line = String(raw)
+        guard let sp = line.lastIndex(of: " "), let v = Double(line[line.index(after: sp)...]) else { continue }
+        let head = line[..<sp]
+        var name = String(head)
+        var labels: [String: String] = [:]
+        if let brace = head.firstIndex(of: "{"), head.hasSuffix("}") {
+            name = String(head[..<brace])
+            let inner = head[head.index(after: brace)..<head.index(before: head.endIndex)]
+            // label="value" pairs; values carry no escaped quotes in Herald's metrics.
+            var rest = Substring(inner)
+            while let eq = rest.firstIndex(of: "=") {
+                let key = rest[..<eq].trimmingCharacters(in: CharacterSet(charactersIn: ", "))
+                let afterEq = rest.index(after: eq)
+                guard afterEq < rest.endIndex, rest[afterEq] == "\"" else { break }
+                let valStart = rest.index(after: afterEq)
+                guard let close = rest[valStart...].firstIndex(of: "\"") else { break }
+                labels[key] = String(rest[valStart..<close])
+                rest = rest[rest.index(after: close)...]
+            }
+        }
+        out.append(MetricSample(name: name, labels: labels, value: v))
+    }
+    return out
+}
+
+/// The six stages' /metrics, scraped together.
+struct StageMetrics {
+    var samples: [String: [MetricSample]] = [:]   // stage -> samples
+
+    static func scrape(_ stack: StackInfo) -> StageMetrics {
+        var m = StageMetrics()
+        for s in stageNames {
+            if let text = httpRequest(port: stack.metricsPort(stage: s), path: "/metrics", timeoutSeconds: 2) {
+                m.samples[s] = parseMetrics(text)
+            }
+        }
+        return m
+    }
+
+    func sum(_ name: String, stage: String? = nil, where filter: (([String: String]) -> Bool)? = nil) -> Double {
+        var total = 0.0
+        for (s, list) in samples where stage == nil || stage == s {
+            for x in list where x.name == name && (filter?(x.labels) ?? true) { total += x.value }
+        }
+        return total
+    }
+
+    /// Sum of a counter by one label's value.
+    func byLabel(_ name: String, label: String) -> [String: Double] {
+        var out: [String: Double] = [:]
+        for (_, list) in samples {
+            for x in list where x.name == name { out[x.labels[label] ?? "", default: 0] += x.value }
+        }
+        return out
+    }
+}
+
+/// CPU time and memory of one process from /proc.
+struct ProcSample {
+    var cpuSeconds: Double
+    var rssKB: Int
+    var hwmKB: Int
+}
+
+let clockTicks = Double(sysconf(Int32(_SC_CLK_TCK)))
+
+func procSample(_ pid: Int32) -> ProcSample? {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return nil }
+    // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let ut = Double(fields[11]), let st = Double(fields[12]) else { return nil }
+    var rss = 0, hwm = 0
+    if let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) {
+        for line in status.split(separator: "\n") {
+            if line.hasPrefix("VmRSS:") { rss = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0 }
+            if line.hasPrefix("VmHWM:") { hwm = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0 }
+        }
+    }
+    return ProcSample(cpuSeconds: (ut + st) / clockTicks, rssKB: rss, hwmKB: hwm)
+}
+
+/// CPU seconds used between two samples of every component, plus their peak RSS; restarts of a
+/// component are handled by accumulating per pid.
+final class ProcessAccounting {
+    let stack: StackInfo
+    static let components = stageNames + ["kafka", "redis", "mock-apns"]
+    private var first: [String: [Int32: Double]] = [:]
+    private var last: [String: [Int32: ProcSample]] = [:]
+
+    init(stack: StackInfo) { self.stack = stack }
+
+    func sample() {
+        for c in Self.components {
+            guard let pid = stack.pid(c), let s = procSample(pid) else { continue }
+            if first[c]?[pid] == nil { first[c, default: [:]][pid] = s.cpuSeconds }
+            last[c, default: [:]][pid] = s
+        }
+    }
+
+    func cpuSeconds(_ c: String) -> Double {
+        var total = 0.0
+        for (pid, s) in last[c] ?? [:] { total += s.cpuSeconds - (first[c]?[pid] ?? s.cpuSeconds) }
+        return total
+    }
+
+    func peakRSSKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.hwmKB).max() ?? 0 }
+    func rssKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.rssKB).max() ?? 0 }
+}
+
+/// posix_spawn + waitpid; the exit status (128 + signal when killed).
+func spawnAndWait(_ argv: [String], environment: [String: String], quiet: Bool) throws -> Int32 {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    if quiet {
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    } else {
+        // The script's output goes to the bench's stderr (stdout carries the results).
+        posix_spawn_file_actions_adddup2(&actions, 2, 1)
+    }
+    var attr = posix_spawnattr_t()
+    posix_spawnattr_init(&attr)
+    defer { posix_spawnattr_destroy(&attr) }
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    posix_spawnattr_setsigmask(&attr, &empty)
+    posix_spawnattr_setflags(&attr, Int16(POSIX_SPAWN_SETSIGMASK))
+    let cArgs = argv.map { strdup($0) } + [nil]
+    let cEnv = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { for p in cArgs { free(p) }; for p in cEnv { free(p) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, argv[0], &actions, &attr, cArgs, cEnv)
+    guard rc == 0 else { throw BenchError("cannot start \(argv[0]): \(String(cString: strerror(rc)))") }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    let low = status & 0x7F
+    return low == 0 ? (status >> 8) & 0xFF : 128 + low
+}

@@ -1,0 +1,287 @@
+// The bench's users, conversations and events, and what Herald must do with them.
+// Users are written to Redis directly (pipelined); each event's outcome is predicted with
+// HeraldCore's own rules (Suppression.decide, Renderer.render) on the same state and pipeline.
+import Foundation
+import HeraldConfig
+import HeraldCore
+import HeraldKafka
+import HeraldRedis
+
+struct WorkloadOptions {
+    var users = 10_000
+    var conversationSize = 50
+    var dnd = 0.1
+    var muted = 0.1
+    var online = 0.1
+    var profile = "compact"     // compact (app1) | sendbird (app2) | cometchat (app3)
+    var textBytes = 60
+    var tag = String(UInt64.random(in: 0..<(1 << 40)), radix: 36)
+
+    var appID: String {
+        switch profile {
+        case "sendbird": return "app2"
+        case "cometchat": return "app3"
+        default: return "app1"
+        }
+    }
+}
+
+/// One event ready to publish, with its predicted outcome.
+struct PlannedEvent {
+    var key: String
+    var bytes: [UInt8]
+    var eventID: String
+    var createdAt: Int64
+    var kind: NotificationKind
+    var notifications: [String]          // apns-ids
+    var suppressed: [String: Int]        // reason -> recipients
+    var renderErrors: Int
+}
+
+final class Workload {
+    let options: WorkloadOptions
+    let appID: String
+    let app: AppConfig
+    private(set) var users: [String] = []
+    private(set) var states: [String: UserState] = [:]
+    private(set) var conversations: [(id: String, members: [String])] = []
+    let text: String
+    /// Mixed priorities: a callee with one VoIP token and a direct-message pair.
+    let callee: String, caller: String, dmSender: String, dmRecipient: String
+
+    init(options: WorkloadOptions, pipelineFile: String, now: Int64) throws {
+        self.options = options
+        appID = options.appID
+        let loaded: LoadedPipeline
+        do { loaded = try PipelineLoader.load(path: pipelineFile) } catch {
+            throw BenchError("cannot load \(pipelineFile): \(error)")
+        }
+        app = loaded.config.apps.app(appID)
+        let t = options.tag
+        let words = ["trail", "summit", "water", "meet", "seven", "bring", "maps", "snacks", "north", "ridge"]
+        var s = ""
+        var w = 0
+        while s.utf8.count < options.textBytes { s += (s.isEmpty ? "" : " ") + words[w % words.count]; w += 1 }
+        text = String(s.prefix(options.textBytes))
+        callee = "vc-\(t)"; caller = "vr-\(t)"; dmSender = "da-\(t)"; dmRecipient = "db-\(t)"
+
+        // A DND window around now in UTC (it covers the whole run), muted = this user's group muted.
+        let minuteNow = Int((now / 60_000) % 1440)
+        let dnd = DoNotDisturb(start: ClockTime(hour: ((minuteNow + 1440 - 180) % 1440) / 60),
+                               end: ClockTime(hour: ((minuteNow + 600) % 1440) / 60), timezone: "UTC")
+        let size = max(2, options.conversationSize)
+        let convCount = max(1, (options.users + size - 1) / size)
+        for k in 0..<convCount {
+            let members = (0..<size).map { k * size + $0 }.filter { $0 < options.users }.map { "u\(t)-\($0)" }
+            if members.count >= 2 { conversations.append(("g\(t)-\(k)", members)) }
+        }
+        for i in 0..<options.users {
+            let user = "u\(t)-\(i)"
+            users.append(user)
+            let token = Self.token(tag: t, index: i, salt: 0)
+            var state = UserState(devices: [Device(token: token, kind: .apns, registeredAt: now - 1000)])
+            // Exclusive categories from a hash of the index: dnd, muted, online, else plain.
+            let u = Double((UInt64(i) &* 0x9E37_79B9_7F4A_7C15) >> 11) / Double(1 << 53)
+            if u < options.dnd {
+                state.preferences.dnd = dnd
+            } else if u < options.dnd + options.muted {
+                state.preferences.conversations["g\(t)-\(i / size)"] = ConversationPreference(trigger: .default, muted: true)
+            } else if u < options.dnd + options.muted + options.online {
+                state.online = [token]
+            }
+            states[user] = state
+        }
+        states[callee] = UserState(devices: [Device(token: Self.token(tag: t, index: 1, salt: 7), kind: .voip, registeredAt: now - 1000)])
+        states[caller] = UserState(devices: [Device(token: Self.token(tag: t, index: 2, salt: 7), kind: .apns, registeredAt: now - 1000)])
+        states[dmSender] = UserState(devices: [Device(token: Self.token(tag: t, index: 3, salt: 7), kind: .apns, registeredAt: now - 1000)])
+        states[dmRecipient] = UserState(devices: [Device(token: Self.token(tag: t, index: 4, salt: 7), kind: .apns, registeredAt: now - 1000)])
+    }
+
+    /// 64 hex characters, unique per (tag, index, salt).
+    static func token(tag: String, index: Int, salt: Int) -> String {
+        var h: UInt64 = 0xCBF2_9CE4_8422_2325
+        for b in "\(tag):\(index):\(salt)".utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01B3 }
+        var out = ""
+        var x = h
+        for _ in 0..<4 {
+            x = x &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            out += String(format: "%016llx", x ^ h)
+        }
+        return out
+    }
+
+    /// Writes every user, presence and conversation to Redis in pipelined batches.
+    func load(redisPort: Int, now: Int64) async throws {
+        let conn = RedisConnection(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(redisPort)"))
+        defer { conn.close() }
+        let enc = JSONEncoder()
+        enc.outputFormatting = [.sortedKeys]
+        var batch: [RedisCommand] = []
+        func flush() async throws {
+            guard !batch.isEmpty else { return }
+            for r in try await conn.pipeline(batch) { _ = try r.orThrow() }
+            batch.removeAll(keepingCapacity: true)
+        }
+        for (user, state) in states {
+            let dk = RedisKeys.devices(app: appID, user: user)
+            let pk = RedisKeys.preferences(app: appID, user: user)
+            let sk = RedisKeys.presence(app: appID, user: user)
+            batch.append(RedisCommand("DEL", dk, pk, sk))
+            for d in state.devices {
+                batch.append(RedisCommand("HSET", dk, d.token, String(decoding: try enc.encode(d), as: UTF8.self)))
+            }
+            if state.preferences != Preferences() {
+                batch.append(RedisCommand("SET", pk, String(decoding: try enc.encode(state.preferences), as: UTF8.self)))
+            }
+            if !state.online.isEmpty {
+                for tok in state.online { batch.append(RedisCommand("ZADD", sk, String(now + 86_400_000), tok)) }
+                batch.append(RedisCommand("PEXPIRE", sk, "86400000"))
+            }
+            if batch.count >= 5000 { try await flush() }
+        }
+        for c in conversations {
+            let mk = RedisKeys.members(app: appID, conversation: c.id)
+            batch.append(RedisCommand("DEL", mk))
+            batch.append(RedisCommand("SADD", [mk] + c.members))
+            if batch.count >= 5000 { try await flush() }
+        }
+        try await flush()
+    }
+
+    func groupEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
+        let c = conversations[n % conversations.count]
+        let sender = c.members[(n / conversations.count) % c.members.count]
+        let id = "b\(options.tag)-\(n)"
+        let json = #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"message","created_at":\#(createdAt),"# +
+            #""sender":{"id":"\#(sender)","name":"Bench \#(sender)"},"# +
+            #""conversation":{"id":"\#(c.id)","type":"group","name":"Bench group"},"# +
+            #""message":{"id":"m\#(id)","type":"text","text":"\#(text)"}}"#
+        return plan(key: c.id, json: json, id: id, createdAt: createdAt, kind: .group,
+                    // Resolve fans out to the members but the sender (not counted as a suppression).
+                    candidates: c.members.filter { $0 != sender })
+    }
+
+    func callEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
+        let id = "c\(options.tag)-\(n)"
+        let conv = "call-\(options.tag)"
+        let json = #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"call","created_at":\#(createdAt),"# +
+            #""sender":{"id":"\#(caller)","name":"Caller"},"conversation":{"id":"\#(conv)","type":"direct"},"# +
+            #""recipients":["\#(callee)"],"call":{"action":"initiated","session_id":"s\#(id)","type":"audio"}}"#
+        return plan(key: conv, json: json, id: id, createdAt: createdAt, kind: .call, candidates: [callee])
+    }
+
+    func directEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
+        let id = "d\(options.tag)-\(n)"
+        let conv = "dm-\(options.tag)"
+        let json = #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"message","created_at":\#(createdAt),"# +
+            #""sender":{"id":"\#(dmSender)","name":"Ann"},"conversation":{"id":"\#(conv)","type":"direct"},"# +
+            #""recipients":["\#(dmRecipient)"],"message":{"id":"m\#(id)","type":"text","text":"\#(text)"}}"#
+        return plan(key: conv, json: json, id: id, createdAt: createdAt, kind: .direct, candidates: [dmRecipient])
+    }
+
+    private func plan(key: String, json: String, id: String, createdAt: Int64, kind: NotificationKind,
+                      candidates: [String]) -> PlannedEvent {
+        let bytes = Array(json.utf8)
+        var p = PlannedEvent(key: key, bytes: bytes, eventID: id, createdAt: createdAt, kind: kind,
+                             notifications: [], suppressed: [:], renderErrors: 0)
+        guard let event = try? ChatEvent.decode(bytes) else {
+            fatalError("the bench built an invalid event: \(json.prefix(200))")
+        }
+        for user in candidates {
+            let state = states[user] ?? UserState()
+            switch Suppression.decide(event: event, recipient: user, state: state, app: app, at: createdAt) {
+            case .suppress(let reason):
+                p.suppressed[reason.rawValue, default: 0] += 1
+            case .deliver(let targets):
+                // One APNs request per target device, identified as Herald's renderer identifies it
+                // (rendering itself is left to Herald: the bench's own CPU stays small).
+                for t in targets { p.notifications.append(APNsID.derive(eventID: id, token: t.token)) }
+            }
+        }
+        return p
+    }
+}
+
+/// Publishes planned events with the project's Kafka producer, keyed by conversation. A record the
+/// broker refused (e.g. Tansu's "out of order sequence number", which leaves an idempotent producer
+/// unusable) is published again through a new producer by `retryFailures()`: the input stays complete,
+/// and `republished` says how often that was needed.
+final class EventPublisher: @unchecked Sendable {
+    private let config: KafkaProducerConfiguration
+    private var producer: KafkaProducer
+    private let lock = NSLock()
+    private var acked = 0
+    private var failedRecords: [ProducerRecord] = []
+    private(set) var republished = 0
+
+    init(brokers: String) throws {
+        var config = KafkaProducerConfiguration(brokers: [brokers], clientID: "herald-bench")
+        config.linger = .milliseconds(2)
+        config.maxQueuedRecords = 500_000
+        self.config = config
+        producer = try KafkaProducer(configuration: config)
+    }
+
+    func publish(topic: String = "chat.events", key: String?, value: [UInt8]?) async {
+        await publish(ProducerRecord(topic: topic, key: key, value: value))
+    }
+
+    private func publish(_ record: ProducerRecord) async {
+        var attempts = 0
+        while true {
+            do {
+                try producer.produce(record) { [self] report in
+                    lock.lock()
+                    if report.isDelivered { acked += 1 } else { failedRecords.append(record) }
+                    lock.unlock()
+                }
+                return
+            } catch {
+                attempts += 1
+                if attempts % 2000 == 0 { await renewProducer() }   // stuck for ~10 s: the producer may be dead
+                try? await Task.sleep(for: .milliseconds(5))
+            }
+        }
+    }
+
+    private func renewProducer() async {
+        try? await producer.shutdown(timeout: .seconds(2))
+        while true {
+            if let p = try? KafkaProducer(configuration: config) { producer = p; return }
+            try? await Task.sleep(for: .milliseconds(200))
+        }
+    }
+
+    /// Publishes refused records again through a fresh producer; returns how many.
+    @discardableResult
+    func retryFailures() async -> Int {
+        let failed: [ProducerRecord] = lock.withLock {
+            let f = failedRecords
+            failedRecords.removeAll()
+            return f
+        }
+        guard !failed.isEmpty else { return 0 }
+        log("\(failed.count) records refused by the broker: publishing them again through a new producer")
+        await renewProducer()
+        for r in failed { await publish(r) }
+        republished += failed.count
+        return failed.count
+    }
+
+    /// Records the broker refused and that were not published again (yet).
+    var unrecovered: Int {
+        lock.withLock { failedRecords.count }
+    }
+
+    /// Waits for every delivery report, publishing refused records again (a few rounds).
+    func flush() async {
+        for _ in 0..<5 {
+            try? await producer.flush(timeout: .seconds(60))
+            if await retryFailures() == 0 { return }
+        }
+    }
+
+    func close() async {
+        try? await producer.shutdown(timeout: .seconds(10))
+    }
+}

@@ -1,0 +1,77 @@
+// The pipeline benchmark, reduced to a few seconds, so it cannot rot: `herald-bench pipeline` starts its own
+// local stack (scripts/local-stack.sh --up on free ports, the built executables of HERALD_BIN_DIR), loads users,
+// publishes a small backlog and writes its report. Asserted: the report's structure and that the counts add
+// up (delivered + suppressed = recipients, suppressions as predicted, nothing lost or duplicated). Never a speed.
+import Foundation
+import Testing
+
+@Suite(.serialized) struct BenchSmokeTests {
+    @Test func pipelineBenchReportIsCompleteAndItsCountsAreConsistent() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let env = ProcessInfo.processInfo.environment
+        let bin = env["HERALD_BIN_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? root + "/.build/debug"
+        let bench = bin + "/herald-bench"
+        #expect(FileManager.default.isExecutableFile(atPath: bench), "missing \(bench): run swift build first")
+        let out = FileManager.default.temporaryDirectory.appendingPathComponent("herald-bench-smoke-\(getpid())").path
+        try? FileManager.default.removeItem(atPath: out)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: bench)
+        p.arguments = ["pipeline", "--backlog", "300", "--users", "600", "--conversation-size", "6",
+                       "--dnd", "0.15", "--muted", "0.15", "--online", "0.15", "--mixed", "--mixed-rate", "5",
+                       "--repo", root, "--run-dir", out + "/run", "--out", out, "--drain-timeout", "30", "--check"]
+        var penv = env
+        penv["HERALD_LOCAL_BIN"] = bin
+        p.environment = penv
+        let log = out + ".log"
+        FileManager.default.createFile(atPath: log, contents: nil)
+        p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        p.standardError = p.standardOutput
+        try p.run()
+        p.waitUntilExit()
+        let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(p.terminationStatus == 0, "herald-bench pipeline failed:\n\(output.suffix(4000))")
+
+        let md = try String(contentsOfFile: out + "/REPORT.md", encoding: .utf8)
+        for heading in ["## Scenario", "## Results", "## Latency by kind", "## Processes", "## Suppressions by reason",
+                        "## Consistency", "## Over time"] {
+            #expect(md.contains(heading), "REPORT.md lacks \(heading)")
+        }
+        for row in ["herald-ingest", "herald-send", "**Herald (six stages)**", "broker (Tansu)", "Redis", "APNs stand-in"] {
+            #expect(md.contains("| \(row) |"), "REPORT.md lacks the \(row) row")
+        }
+        let svg = try String(contentsOfFile: out + "/REPORT.svg", encoding: .utf8)
+        #expect(svg.hasPrefix("<svg") && svg.contains("<polyline") && svg.hasSuffix("</svg>\n"))
+
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: out + "/REPORT.json"))) as? [String: Any])
+        let delivered = try #require(json["delivered"] as? Int)
+        let expected = try #require(json["expected"] as? Int)
+        let recipients = try #require(json["recipients"] as? Int)
+        let suppressed = try #require(json["suppressed"] as? [String: Int])
+        let predicted = try #require(json["suppressed_predicted"] as? [String: Int])
+        #expect(delivered > 0)
+        #expect(delivered == expected)
+        #expect(delivered + suppressed.values.reduce(0, +) + (json["render_errors"] as? Int ?? -1) == recipients)
+        #expect(suppressed == predicted)
+        #expect(Set(suppressed.keys) == ["dnd", "muted", "online"], "the mix produces all three reasons: \(suppressed)")
+        #expect(json["lost"] as? Int == 0)
+        #expect(json["duplicated"] as? Int == 0)
+        #expect(json["unexpected"] as? Int == 0)
+        #expect(json["consistent"] as? Bool == true)
+        let latency = try #require(json["latency_ms"] as? [String: Any])
+        #expect(latency["count"] as? Int == delivered)
+        let p50 = try #require(latency["p50_ms"] as? Int), p99 = try #require(latency["p99_ms"] as? Int)
+        #expect(p50 <= p99)
+        let kinds = try #require(json["latency_by_kind_ms"] as? [String: Any])
+        #expect(Set(kinds.keys) == ["group", "call", "direct"], "mixed priorities report each kind: \(kinds.keys)")
+        let processes = try #require(json["processes"] as? [String: [String: Any]])
+        #expect(Set(processes.keys) == ["ingest", "resolve", "suppress", "render", "send", "registry", "kafka", "redis", "mock-apns"])
+        for (name, p) in processes {
+            #expect((p["peak_rss_kb"] as? Int ?? 0) > 0, "\(name) has no peak RSS")
+        }
+        #expect(((json["herald"] as? [String: Any])?["cpu_seconds"] as? Double ?? 0) > 0)
+        let series = try #require(json["series"] as? [[String: Any]])
+        #expect(series.map { $0["delivered"] as? Int ?? 0 }.reduce(0, +) == delivered)
+        // The stack the bench started is gone.
+        #expect(!FileManager.default.fileExists(atPath: out + "/run/send.pid"))
+    }
+}
