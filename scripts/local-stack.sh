@@ -61,6 +61,9 @@ APNS_PORT="${HERALD_LOCAL_APNS_PORT:-18543}"
 FCM_PORT="${HERALD_LOCAL_FCM_PORT:-18544}"
 METRICS_BASE="${HERALD_LOCAL_METRICS_BASE:-19200}"
 STAGES=(ingest resolve suppress render send registry)
+# The demo webhook's Basic password: the pipeline file names this variable (a stage restarted by --restart or
+# --start needs it too, so it is set for every invocation).
+export HERALD_WEBHOOK_PASSWORD="local-demo-secret"
 DEMO="$root/pipelines/examples/demo"
 
 say() { printf '\033[1m[local-stack]\033[0m %s\n' "$*" >&2; }
@@ -255,7 +258,6 @@ print(json.dumps({"type": "service_account", "project_id": "herald-demo", "priva
                   "private_key": open(sys.argv[1]).read(), "client_email": "herald@herald-demo.iam.gserviceaccount.com",
                   "token_uri": "https://127.0.0.1:%s/token" % sys.argv[2]}))
 PY
-export HERALD_WEBHOOK_PASSWORD="local-demo-secret"
 # The example pipeline with the local keys (app2's certificate credential becomes a token one here) and the
 # FCM and webhook providers pointed at herald-mock-fcm.
 sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/AuthKey_KEY7654321.p8#$RUN/AuthKey.p8#" \

@@ -67,6 +67,12 @@ public final class KafkaProducer: Sendable {
     /// Records enqueued and not yet acknowledged or failed.
     public var outstanding: Int { core.outstanding }
 
+    /// Raises a fatal error in librdkafka as a broker fencing the producer would (`rd_kafka_test_fatal_error`):
+    /// for tests of what a stage does when its producer dies.
+    public func raiseFatalErrorForTesting() {
+        core.raiseFatalErrorForTesting()
+    }
+
     /// librdkafka's fatal error, once the producer has one (e.g. the idempotent producer was fenced): nothing
     /// it produces will be acknowledged any more, and the producer must be recreated.
     public var fatalError: KafkaError? { core.fatalError }
@@ -229,6 +235,13 @@ final class ProducerCore: @unchecked Sendable {
         }
         thread.name = "herald-kafka-producer"
         thread.start()
+    }
+
+    func raiseFatalErrorForTesting() {
+        lifecycle.withLock { s in
+            guard !s.destroyed else { return }
+            _ = rd_kafka_test_fatal_error(handle.pointer, RD_KAFKA_RESP_ERR_PRODUCER_FENCED, "raised by a test")
+        }
     }
 
     var fatalError: KafkaError? {

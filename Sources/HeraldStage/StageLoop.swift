@@ -52,7 +52,9 @@ public struct StageLoopConfiguration: Sendable {
 ///   they cannot finish: those inputs are not completed and are redelivered), commit, flush, close.
 public final class StageLoop: Service, Sendable {
     private let consumer: KafkaConsumer
-    private let producer: KafkaProducer
+    private let producers: Mutex<KafkaProducer>
+    /// Makes a new producer after a fatal error of the current one (nil: a fatal error stops the loop).
+    private let makeProducer: (@Sendable () throws -> KafkaProducer)?
     private let processor: any StageProcessor
     private let configuration: StageLoopConfiguration
     private let metrics: StageMetrics
@@ -77,11 +79,13 @@ public final class StageLoop: Service, Sendable {
     /// `herald_explain_dropped_total`), so a slow or absent Redis never slows the pipeline down.
     static let maxExplainWrites = 4
 
-    public init(consumer: KafkaConsumer, producer: KafkaProducer, processor: any StageProcessor,
+    public init(consumer: KafkaConsumer, producer: KafkaProducer,
+                makeProducer: (@Sendable () throws -> KafkaProducer)? = nil, processor: any StageProcessor,
                 configuration: StageLoopConfiguration, metrics: StageMetrics, logger: Logger,
                 explain: (any ExplainSink)? = nil, now: @escaping @Sendable () -> Date = { Date() }) {
         self.consumer = consumer
-        self.producer = producer
+        self.producers = Mutex(producer)
+        self.makeProducer = makeProducer
         self.processor = processor
         self.configuration = configuration
         self.metrics = metrics
@@ -189,6 +193,39 @@ public final class StageLoop: Service, Sendable {
         if let failure = failure ?? state.withLock({ $0.fatal }) { throw failure }
     }
 
+    /// The producer in use (replaced after a fatal error when the loop has a factory).
+    private var producer: KafkaProducer { producers.withLock { $0 } }
+
+    /// After a fatal error of `failed` (the idempotent producer was fenced, or its sequence numbers no longer
+    /// match the broker's): a new producer takes over when the loop can make one, and what was not acknowledged
+    /// is produced again through it; otherwise the loop stops. Returns whether the loop can go on.
+    private func replaceProducer(_ failed: KafkaProducer, after error: KafkaError) -> Bool {
+        guard let makeProducer else {
+            failFatally(error)
+            return false
+        }
+        let replaced: Bool
+        do {
+            let fresh = try makeProducer()
+            replaced = producers.withLock { current -> Bool in
+                guard current === failed else { return false }  // another task replaced it already
+                current = fresh
+                return true
+            }
+            if !replaced { Task { try? await fresh.shutdown(timeout: .seconds(1)) } }
+        } catch {
+            failFatally(error as? KafkaError ?? KafkaError(code: .fatal, reason: "\(error)"))
+            return false
+        }
+        if replaced {
+            logger.error("fatal producer error; producing through a new producer (unacknowledged outputs are produced again)",
+                         metadata: [LogKey.error: "\(error)"])
+            counter("herald_producer_replaced_total", []).increment()
+            Task { try? await failed.shutdown(timeout: .seconds(1)) }
+        }
+        return true
+    }
+
     /// Stops the loop for good after a fatal producer error: its outputs can no longer be acknowledged, so the
     /// uncompleted inputs are left to be redelivered to a new process.
     private func failFatally(_ error: KafkaError) {
@@ -264,10 +301,11 @@ public final class StageLoop: Service, Sendable {
     /// then not completed.
     private func enqueue(_ prepared: Prepared, context: BatchContext) async -> PendingDelivery? {
         while true {
+            let current = producer
             do throws(KafkaError) {
-                return try await producer.enqueue(prepared.records)
+                return try await current.enqueue(prepared.records)
             } catch {
-                if error.code == .fatal { failFatally(error) }
+                if error.code == .fatal, replaceProducer(current, after: error), !context.isStopping() { continue }
                 if error.code == .closed || error.code == .fatal || context.isStopping() {
                     logger.warning("cannot enqueue outputs; the inputs are redelivered", metadata: [LogKey.error: "\(error)"])
                     return nil
@@ -344,9 +382,9 @@ public final class StageLoop: Service, Sendable {
                 logger.warning("broker did not acknowledge \(retry.count) outputs; producing again",
                                metadata: ["topic": "\(retry[0].record.topic)"])
             }
-            if let fatal = producer.fatalError {
-                failFatally(fatal)
-                break
+            let current = producer
+            if let fatal = current.fatalError {
+                guard replaceProducer(current, after: fatal) else { break }
             }
             guard await context.sleep(delay) else { break }
             delay = min(delay * 2, .seconds(5))

@@ -167,7 +167,8 @@ public struct StageSetup: Sendable {
         do {
             let consumer = try consumer(topics: topics)
             let producer = try producer()
-            let loop = StageLoop(consumer: consumer, producer: producer, processor: processor,
+            let loop = StageLoop(consumer: consumer, producer: producer, makeProducer: { try self.producer() },
+                                 processor: processor,
                                  configuration: StageLoopConfiguration(dlqTopic: pipeline.kafka.topics.dlq,
                                                                        maxInFlight: maxInFlight ?? self.maxInFlight,
                                                                        maxConcurrentBatches: maxConcurrentBatches),

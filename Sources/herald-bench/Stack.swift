@@ -180,7 +180,9 @@ func portIsFree(_ port: Int) -> Bool {
 /// A base port such that base+1 ... base+count-1 are free now.
 func freePortBlock(_ count: Int) -> Int {
     for _ in 0..<200 {
-        let base = Int.random(in: 30_000...58_000)
+        // Below Linux's ephemeral range (32768-60999), so an outgoing connection cannot take a port of the block
+        // between this check and the stages binding it.
+        let base = Int.random(in: 20_000...32_000)
         if (1..<count).allSatisfy({ portIsFree(base + $0) }) { return base }
     }
     return 39_200

@@ -182,6 +182,54 @@ struct HugeOutputProcessor: StageProcessor {
     }
 }
 
+@Suite(.serialized) struct StageLoopProducerReplacementTests {
+    @Test func afterAFatalProducerErrorANewProducerTakesOverAndNothingIsLost() async throws {
+        let broker = try await TansuBroker.start()
+        try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
+        try await produce((0..<20).map { "ok-\($0)" }, topic: "in", brokers: broker.brokers)
+        var configuration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: "fatal-1", topics: ["in"])
+        configuration.sessionTimeout = .seconds(3)
+        let consumer = try KafkaConsumer(configuration: configuration)
+        let first = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+        let made = Mutex(0)
+        let loop = StageLoop(consumer: consumer, producer: first, makeProducer: {
+            made.withLock { $0 += 1 }
+            return try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+        }, processor: EchoProcessor(), configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10),
+           metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+        let running = Task { try await loop.run() }
+        _ = try await collect(topics: ["out"], count: 20, brokers: broker.brokers)
+        // The broker fences the producer: every later produce of it fails for good.
+        first.raiseFatalErrorForTesting()
+        #expect(first.fatalError != nil)
+        try await produce((20..<40).map { "ok-\($0)" }, topic: "in", brokers: broker.brokers)
+        let records = try await collect(topics: ["out"], count: 40, brokers: broker.brokers)
+        #expect(!loop.isStopping, "the loop went on with a new producer")
+        loop.stop()
+        try await running.value
+        #expect(made.withLock { $0 } == 1)
+        let outputs = Set(records.map { String(decoding: $0.value ?? [], as: UTF8.self) })
+        #expect(outputs == Set((0..<40).map { "OK-\($0)" }))
+    }
+
+    @Test func withoutAFactoryAFatalProducerErrorStopsTheLoopWithTheError() async throws {
+        let broker = try await TansuBroker.start()
+        try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
+        var configuration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: "fatal-2", topics: ["in"])
+        configuration.sessionTimeout = .seconds(3)
+        let consumer = try KafkaConsumer(configuration: configuration)
+        let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+        let loop = StageLoop(consumer: consumer, producer: producer, processor: EchoProcessor(),
+                             configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10),
+                             metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+        let running = Task { try await loop.run() }
+        producer.raiseFatalErrorForTesting()
+        try await produce(["ok-1"], topic: "in", brokers: broker.brokers)
+        await #expect(throws: KafkaError.self) { try await running.value }
+        #expect(loop.isStopping)
+    }
+}
+
 /// What a processor saw, in order.
 final class Seen: Sendable {
     private let items = Mutex<[String]>([])
