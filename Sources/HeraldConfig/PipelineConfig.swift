@@ -182,7 +182,7 @@ public enum PipelineLoader {
         var multi = MultiDeviceMode.allOffline
         if let raw = try r.string(m["multi_device"], path + ".multi_device") {
             guard let v = MultiDeviceMode(rawValue: raw) else {
-                throw ConfigError(path: path + ".multi_device", message: "expected all_offline or any_offline, got \(raw)")
+                throw ConfigError(path: path + ".multi_device", message: "expected all_offline, any_offline or offline_only, got \(raw)")
             }
             multi = v
         }

@@ -23,8 +23,10 @@ public enum PayloadProfile: Sendable, Hashable {
 public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable, Codable {
     /// Send only when every device is offline (the default).
     case allOffline = "all_offline"
-    /// Send to the offline devices as long as one is offline.
+    /// As long as one device is offline, send to every device (Sendbird: a foreground app can show it too).
     case anyOffline = "any_offline"
+    /// As long as one device is offline, send to the offline devices only (Herald's earlier `any_offline`).
+    case offlineOnly = "offline_only"
 }
 
 /// One APNs credential of an app: token based (.p8) or certificate based.

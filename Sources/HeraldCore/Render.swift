@@ -149,7 +149,12 @@ public enum Renderer {
             case .apns, .voip:
                 break
             }
-            let pushType: APNsRequest.PushType = (isCall && device.kind == .voip) ? .voip : .alert
+            let pushType: APNsRequest.PushType
+            switch (isCall ? event.call?.action.applePush : nil) {
+            case .ring?: pushType = device.kind == .voip ? .voip : .alert
+            case .background?: pushType = .background
+            case .alert?, nil: pushType = .alert
+            }
             guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
                 throw RenderError(code: .noTopic, detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
             }
@@ -170,7 +175,7 @@ public enum Renderer {
             }
             out.append(APNsRequest(token: device.token, environment: device.environment, pushType: pushType,
                                    topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
-                                   priority: 10,
+                                   priority: pushType == .background ? 5 : 10,
                                    collapseID: collapse, expiration: max(0, expiration),
                                    apnsID: APNsID.derive(eventID: event.eventID, token: device.token),
                                    payload: payload))
@@ -213,6 +218,7 @@ public enum Renderer {
         let sender = senderName(event, senderDisplayName)
         switch event.kind {
         case .call:
+            if event.call?.action.applePush == .alert { return strings[.callMissed].source }
             return strings[event.call?.type == .video ? .callVideo : .callAudio].source
         case .reaction:
             let emoji = event.reaction?.emoji ?? ""
@@ -309,7 +315,7 @@ public enum Renderer {
         let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
 
         var w = JSONWriter(capacity: 768)
-        write(event, recipient, state, app, sender, badge, content, into: &w)
+        write(event, recipient, state, app, sender, badge, content, pushType: pushType, into: &w)
         if w.count <= limit { return w.bytes }
 
         // Too large. The body is shortened first, together with the copy of
@@ -332,21 +338,21 @@ public enum Renderer {
             if drops >= 4 { trial.locArgsDropped = true }
             if drops > 0 {
                 w = JSONWriter(capacity: limit + 256)
-                write(event, recipient, state, app, sender, badge, trial, into: &w)
+                write(event, recipient, state, app, sender, badge, trial, pushType: pushType, into: &w)
                 if w.count <= limit { return w.bytes }
             }
             let excess = w.count - limit
             let floorForThisLevel = drops == 4 ? 0 : floor
             shareCut(&trial, excess: excess, copies: copies, textCopies: textCopies, floor: floorForThisLevel)
             w = JSONWriter(capacity: limit + 256)
-            write(event, recipient, state, app, sender, badge, trial, into: &w)
+            write(event, recipient, state, app, sender, badge, trial, pushType: pushType, into: &w)
             if w.count <= limit { return w.bytes }
             content = trial
         }
         if let title = content.title {
             content.title = shorten(title, by: (w.count - limit + copies - 1) / copies)
             w = JSONWriter(capacity: limit + 256)
-            write(event, recipient, state, app, sender, badge, content, into: &w)
+            write(event, recipient, state, app, sender, badge, content, pushType: pushType, into: &w)
             if w.count <= limit { return w.bytes }
         }
         throw RenderError(code: .payloadTooLarge, detail: "minimal payload is \(w.count) bytes (limit \(limit))")
@@ -396,7 +402,28 @@ public enum Renderer {
     }
 
     static func write(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ app: AppConfig, _ sender: String,
-                      _ badge: Int?, _ content: PayloadContent, into w: inout JSONWriter) {
+                      _ badge: Int?, _ content: PayloadContent, pushType: APNsRequest.PushType = .alert,
+                      into w: inout JSONWriter) {
+        if pushType == .background {
+            // A background push: no alert, sound or badge; the profile fields below tell the app what changed.
+            w.raw("{\"aps\":{\"content-available\":1,\"thread-id\":"); w.string(event.conversation.id)
+            w.byte(UInt8(ascii: "}"))
+        } else {
+            writeAlertAPS(event, app, badge, content, into: &w)
+        }
+
+        switch app.payloadProfile {
+        case .compact: writeCompact(event, recipient, into: &w)
+        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, into: &w)
+        case .cometchat: writeCometChat(event, recipient, state, sender, content, into: &w)
+        }
+        if let e = content.extern { w.raw(",\"e\":"); w.value(e) }
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    /// `{"aps":{...}` of a visible notification (the closing brace of the payload is the caller's).
+    static func writeAlertAPS(_ event: ChatEvent, _ app: AppConfig, _ badge: Int?, _ content: PayloadContent,
+                              into w: inout JSONWriter) {
         let a = event.ext.apns
         w.raw("{\"aps\":{\"alert\":{")
         var first = true
@@ -419,14 +446,6 @@ public enum Renderer {
         if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
         if a.mutableContent { w.raw(",\"mutable-content\":1") }
         w.raw(",\"thread-id\":"); w.string(event.conversation.id)
-        w.byte(UInt8(ascii: "}"))
-
-        switch app.payloadProfile {
-        case .compact: writeCompact(event, recipient, into: &w)
-        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, into: &w)
-        case .cometchat: writeCometChat(event, recipient, state, sender, content, into: &w)
-        }
-        if let e = content.extern { w.raw(",\"e\":"); w.value(e) }
         w.byte(UInt8(ascii: "}"))
     }
 

@@ -62,7 +62,7 @@ enum Scenarios {
     }
     """
 
-    /// app2: Sendbird-style payload, send to the offline devices.
+    /// app2: Sendbird-style payload, `any_offline`: every device once one is offline.
     static let app2Fixture = """
     {
       "users": {
@@ -122,12 +122,12 @@ enum Scenarios {
         return String(decoding: data, as: UTF8.self)
     }
 
-    static func call(_ eventID: String, createdAt: Int64) -> String {
+    static func call(_ eventID: String, action: String = "initiated", createdAt: Int64) -> String {
         """
         {"event_id": "\(eventID)", "app_id": "app3", "kind": "call", "created_at": \(createdAt),
          "sender": {"id": "c3s", "name": "Andrew"},
          "conversation": {"id": "call1", "type": "group", "name": "Standup"},
-         "call": {"action": "initiated", "session_id": "v1.123.\(eventID)", "type": "video"}}
+         "call": {"action": "\(action)", "session_id": "v1.123.\(eventID)", "type": "video"}}
         """
     }
 
@@ -156,6 +156,9 @@ enum Scenarios {
              message(id("translate"), conversation: "d11", type: "direct", text: "Good night", recipients: ["r11"],
                      language: "en", translations: ["fr": "Bonne nuit", "de": "Gute Nacht"], createdAt: now)),
             ("call to VoIP tokens, alert without one", "app3", call(id("call"), createdAt: now)),
+            ("cancelled call: a missed-call alert to device tokens, never VoIP", "app3",
+             call(id("callx"), action: "cancelled", createdAt: now)),
+            ("ended call: a background push to device tokens", "app3", call(id("calle"), action: "ended", createdAt: now)),
             ("file message in a support conversation (custom_type template)", "app1", """
              {"event_id": "\(id("file"))", "app_id": "app1", "kind": "message", "created_at": \(now),
               "sender": {"id": "s1", "name": "Cindy"},
@@ -166,7 +169,7 @@ enum Scenarios {
              """),
             ("open channel is dropped at ingest", "app1",
              message(id("open"), conversation: "o1", type: "open", name: "Lobby", createdAt: now)),
-            ("multi-device: only offline devices", "app2",
+            ("multi-device any_offline: every device once one is offline", "app2",
              message(id("multi"), app: "app2", sender: "a2s", conversation: "md1", text: "Hello all", createdAt: now)),
         ]
     }
