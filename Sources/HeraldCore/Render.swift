@@ -275,7 +275,7 @@ public enum Renderer {
     /// and what the Sendbird object carries. Returns the content and the sender's shown name.
     static func content(event: ChatEvent, state: UserState, app: AppConfig,
                         senderDisplayName: String?, cometchatTitle: Bool) -> (PayloadContent, String) {
-        let prefs = state.preferences
+        let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
         if event.kind == .message, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
         var title: String?
@@ -296,7 +296,7 @@ public enum Renderer {
     public static func renderPayload(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
                                      senderDisplayName: String?,
                                      pushType: APNsRequest.PushType) throws(RenderError) -> [UInt8] {
-        let prefs = state.preferences
+        let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
         if event.kind == .message, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
         var title: String?
@@ -327,7 +327,13 @@ public enum Renderer {
         // body and text are cut below the floor, then the title.
         // CometChat writes body and title twice.
         let copies = { if case .cometchat = app.payloadProfile { return 2 } else { return 1 } }()
-        let textCopies = { if case .sendbird = app.payloadProfile { return 1 } else { return 0 } }()
+        let textCopies: Int = {
+            switch app.payloadProfile {
+            case .sendbird: return 1
+            case .cometchat: return app.payloadOptions.cometchatIncludeMessage && event.message != nil ? 1 : 0
+            case .compact: return 0
+            }
+        }()
         let floor = 1024
         let original = content
         for drops in 0...4 {
@@ -414,8 +420,8 @@ public enum Renderer {
 
         switch app.payloadProfile {
         case .compact: writeCompact(event, recipient, into: &w)
-        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, into: &w)
-        case .cometchat: writeCometChat(event, recipient, state, sender, content, into: &w)
+        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, app.payloadOptions, into: &w)
+        case .cometchat: writeCometChat(event, recipient, state, sender, content, app.payloadOptions, into: &w)
         }
         if let e = content.extern { w.raw(",\"e\":"); w.value(e) }
         w.byte(UInt8(ascii: "}"))
@@ -425,6 +431,10 @@ public enum Renderer {
     static func writeAlertAPS(_ event: ChatEvent, _ app: AppConfig, _ badge: Int?, _ content: PayloadContent,
                               into w: inout JSONWriter) {
         let a = event.ext.apns
+        let options = app.payloadOptions
+        if options.alertString {
+            w.raw("{\"aps\":{\"alert\":"); w.string(content.body)
+        } else {
         w.raw("{\"aps\":{\"alert\":{")
         var first = true
         if let title = content.title {
@@ -441,10 +451,12 @@ public enum Renderer {
             if let args = a.bodyLocArgs, !content.locArgsDropped { w.raw(",\"loc-args\":"); w.stringArray(args) }
         }
         w.byte(UInt8(ascii: "}"))
+        }
         if let badge { w.raw(",\"badge\":"); w.int(badge) }
-        w.raw(",\"sound\":"); w.string(a.sound ?? "default")
+        w.raw(",\"sound\":"); w.string(a.sound ?? options.sound(conversation: event.conversation.id))
         if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
-        if a.mutableContent { w.raw(",\"mutable-content\":1") }
+        if options.contentAvailable { w.raw(",\"content-available\":1") }
+        if a.mutableContent || options.mutableContent { w.raw(",\"mutable-content\":1") }
         w.raw(",\"thread-id\":"); w.string(event.conversation.id)
         w.byte(UInt8(ascii: "}"))
     }
@@ -472,20 +484,21 @@ public enum Renderer {
     }
 
     static func writeSendbird(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                              _ content: PayloadContent, key: String, into w: inout JSONWriter) {
+                              _ content: PayloadContent, key: String, _ options: PayloadOptions, into w: inout JSONWriter) {
         w.byte(UInt8(ascii: ",")); w.key(key)
-        writeSendbirdObject(event, recipient, state, sender, content, into: &w)
+        writeSendbirdObject(event, recipient, state, sender, content, options, into: &w)
     }
 
     /// The Sendbird object itself (`{"category":"messaging:offline_notification",...}`).
     static func writeSendbirdObject(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                                    _ content: PayloadContent, into w: inout JSONWriter) {
+                                    _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
+                                    into w: inout JSONWriter) {
         let m = event.message
         w.raw("{\"category\":\"messaging:offline_notification\",\"type\":")
         switch m?.type {
-        case .file: w.raw("\"File\"")
-        case .admin: w.raw("\"Admin\"")
-        default: w.raw("\"User\"")
+        case .file: w.raw(options.sendbirdV3TypeCodes ? "\"FILE\"" : "\"File\"")
+        case .admin: w.raw(options.sendbirdV3TypeCodes ? "\"ADMM\"" : "\"Admin\"")
+        default: w.raw(options.sendbirdV3TypeCodes ? "\"MESG\"" : "\"User\"")
         }
         w.raw(",\"message\":"); w.string(m != nil ? content.detailText : content.body)
         w.raw(",\"data\":"); w.string(content.data)
@@ -499,7 +512,7 @@ public enum Renderer {
         w.raw(",\"name\":"); w.string(event.conversation.name ?? "")
         w.raw(",\"custom_type\":"); w.string(event.conversation.customType ?? "")
         w.raw("},\"channel_type\":")
-        w.raw(event.conversation.type == .direct ? "\"messaging\"" : "\"group_messaging\"")
+        if event.conversation.type == .direct { w.raw("\"messaging\"") } else { w.string(options.sendbirdGroupChannelType) }
         w.raw(",\"sender\":{\"id\":"); w.string(event.sender.id)
         w.raw(",\"name\":"); w.string(sender)
         w.raw(",\"profile_url\":"); w.string(event.sender.profileURL ?? "")
@@ -517,14 +530,25 @@ public enum Renderer {
             if n > 0 { w.byte(UInt8(ascii: ",")) }
             w.key(pair.0); w.string(pair.1)
         }
-        w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? "default")
-        w.raw(",\"channel_unread_count\":"); w.int(state.unread.conversations[event.conversation.id] ?? 0)
+        w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? options.sound(conversation: event.conversation.id))
+        if options.sendbirdPushTitle { w.raw(",\"push_title\":"); w.string(content.title ?? "") }
+        if options.sendbirdPushAlert { w.raw(",\"push_alert\":"); w.string(content.body) }
+        if let audience = options.sendbirdAudienceType { w.raw(",\"audience_type\":"); w.string(audience) }
+        if options.sendbirdMentionedUsers, m?.mentions.contains(recipient) == true {
+            // Herald keeps no mention counts yet: the counts are 0 until it does.
+            w.raw(",\"mentioned_users\":{\"user_id\":"); w.string(recipient)
+            w.raw(",\"total_unread_mention_count\":0,\"channel_unread_mention_count\":0,\"is_hidden\":false}")
+        }
+        if options.sendbirdChannelUnreadCount {
+            w.raw(",\"channel_unread_count\":"); w.int(state.unread.conversations[event.conversation.id] ?? 0)
+        }
         if let call = event.call { writeCallObject(call, into: &w) }
         w.byte(UInt8(ascii: "}"))
     }
 
     static func writeCometChat(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                               _ content: PayloadContent, into w: inout JSONWriter) {
+                               _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
+                               into w: inout JSONWriter) {
         let isGroup = event.conversation.type == .group
         w.raw(",\"title\":"); w.string(content.title ?? sender)
         w.raw(",\"body\":"); w.string(content.body)
@@ -551,6 +575,29 @@ public enum Renderer {
             w.raw(",\"callType\":"); w.string(call.type.rawValue)
         }
         if let t = event.createdAt { w.raw(",\"sentAt\":\""); w.int(t); w.byte(UInt8(ascii: "\"")) }
+        if options.cometchatIncludeMessage, let m = event.message {
+            // A reduced CometChat message object: what a client needs to show or update the message.
+            w.raw(",\"message\":{\"id\":"); w.string(m.id)
+            w.raw(",\"conversationId\":"); w.string(event.conversation.id)
+            w.raw(",\"sender\":"); w.string(event.sender.id)
+            w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
+            w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
+            w.raw(",\"category\":\"message\",\"type\":"); w.string(m.type == .file ? (fileCategory(m.file?.mimeType)) : "text")
+            w.raw(",\"text\":"); w.string(content.detailText)
+            if let f = m.file, let url = f.url { w.raw(",\"url\":"); w.string(url) }
+            if let t = event.createdAt { w.raw(",\"sentAt\":"); w.int(t / 1000) }
+            w.byte(UInt8(ascii: "}"))
+        }
+        if let custom = options.cometchatCustom { w.raw(",\"custom\":"); w.value(custom) }
+    }
+
+    /// CometChat's media message types by mime type.
+    static func fileCategory(_ mime: String?) -> String {
+        let m = (mime ?? "").lowercased()
+        if m.hasPrefix("image/") { return "image" }
+        if m.hasPrefix("video/") { return "video" }
+        if m.hasPrefix("audio/") { return "audio" }
+        return "file"
     }
 }
 

@@ -160,7 +160,7 @@ public enum Suppression {
         // 7. Effective trigger.
         let trigger: PushTrigger
         switch conv.trigger {
-        case .default: trigger = state.preferences.trigger
+        case .default: trigger = app.effectivePreferences(state.preferences).trigger
         case .all: trigger = .all
         case .mentionOnly: trigger = .mentionOnly
         case .off: trigger = .off

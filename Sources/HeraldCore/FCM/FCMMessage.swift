@@ -54,7 +54,7 @@ public enum FCMMessage {
         let isCometChat: Bool = { if case .cometchat = app.payloadProfile { true } else { false } }()
         let (original, sender) = Renderer.content(event: event, state: state, app: app,
                                                   senderDisplayName: senderDisplayName, cometchatTitle: isCometChat)
-        let prefs = state.preferences
+        let prefs = app.effectivePreferences(state.preferences)
         let shape = Shape(event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
                           notify: includeNotification && event.kind != .call,
                           badge: (app.badge && prefs.badge) ? state.unread.total : nil)
@@ -196,10 +196,11 @@ public enum FCMMessage {
                 w.raw("\"message\":"); w.string(content.body)
                 if let title = content.title { w.raw(",\"title\":"); w.string(title) }
                 var o = JSONWriter(capacity: 768)
-                Renderer.writeSendbirdObject(event, recipient, state, sender, content, into: &o)
+                Renderer.writeSendbirdObject(event, recipient, state, sender, content, app.payloadOptions, into: &o)
                 w.byte(UInt8(ascii: ",")); w.key(key); w.string(o.string)
             case .cometchat:
                 var o = JSONWriter(capacity: 512)
+                // FCM data values are strings: the `message` and `custom` objects are for APNs and webhooks only.
                 Renderer.writeCometChat(event, recipient, state, sender, content, into: &o)
                 w.bytes.append(contentsOf: o.bytes.dropFirst())  // its fields start with a comma
             }
