@@ -34,6 +34,13 @@ public struct ChatEvent: Codable, Sendable, Hashable {
     public enum Kind: String, Codable, Sendable, Hashable, CaseIterable {
         case message, call, reaction
         case groupAction = "group_action"
+        /// A message was edited: a notification with the new text (docs/behaviour.md §7).
+        case messageEdited = "message_edited"
+        /// A message was deleted: a background update, nothing shown.
+        case messageDeleted = "message_deleted"
+
+        /// Whether the event is about a message (and carries the `message` block).
+        public var isMessage: Bool { self == .message || self == .messageEdited || self == .messageDeleted }
     }
 
     public struct Sender: Sendable, Hashable {
@@ -248,7 +255,7 @@ public struct ChatEvent: Codable, Sendable, Hashable {
         appID = try root.id("app_id")
         let kindRaw = try root.requiredString("kind", limit: Limits.idBytes)
         guard let k = Kind(rawValue: kindRaw) else {
-            throw EventValidationError(field: "kind", message: "unknown kind \"\(kindRaw)\" (message, call, reaction, group_action)")
+            throw EventValidationError(field: "kind", message: "unknown kind \"\(kindRaw)\" (message, call, reaction, group_action, message_edited, message_deleted)")
         }
         kind = k
         createdAt = try root.optionalTimestamp("created_at")
@@ -309,8 +316,8 @@ public struct ChatEvent: Codable, Sendable, Hashable {
         }
 
         switch kind {
-        case .message where message == nil:
-            throw EventValidationError(field: "message", message: "missing (required when kind is message)")
+        case .message where message == nil, .messageEdited where message == nil, .messageDeleted where message == nil:
+            throw EventValidationError(field: "message", message: "missing (required when kind is \(kind.rawValue))")
         case .call where call == nil:
             throw EventValidationError(field: "call", message: "missing (required when kind is call)")
         case .reaction where reaction == nil:
@@ -493,7 +500,7 @@ public struct ChatEvent: Codable, Sendable, Hashable {
             return true
         case .groupAction:
             return false
-        case .message:
+        case .message, .messageEdited, .messageDeleted:
             guard let m = message else { return false }
             return m.mentionType == .channel || m.mentions.contains(user)
         }

@@ -153,7 +153,7 @@ public enum Renderer {
             switch (isCall ? event.call?.action.applePush : nil) {
             case .ring?: pushType = device.kind == .voip ? .voip : .alert
             case .background?: pushType = .background
-            case .alert?, nil: pushType = .alert
+            case .alert?, nil: pushType = event.kind == .messageDeleted ? .background : .alert
             }
             guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
                 throw RenderError(code: .noTopic, detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
@@ -235,7 +235,9 @@ public enum Renderer {
             case .unbanned: key = .groupUnbanned
             }
             return strings[key].render { $0 == .actorName ? g.actorName : variable($0, event, sender, "", strings) }
-        case .message:
+        case .messageDeleted:
+            return ""
+        case .message, .messageEdited:
             guard let m = event.message else { return "" }
             let text = displayText(m, languages: preferences.languages)
             if m.type == .admin { return text }
@@ -277,7 +279,7 @@ public enum Renderer {
                         senderDisplayName: String?, cometchatTitle: Bool) -> (PayloadContent, String) {
         let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
-        if event.kind == .message, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
+        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
         var title: String?
         let sender = senderName(event, senderDisplayName)
         if let t = app.titleTemplate {
@@ -287,7 +289,8 @@ public enum Renderer {
         } else if cometchatTitle {
             title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
         }
-        return (PayloadContent(title: title, body: body, detailText: event.message?.text ?? "",
+        return (PayloadContent(title: title, body: body,
+                               detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
                                translations: event.message?.translations ?? [],
                                data: event.message?.data ?? "", extern: event.ext.apns.extern), sender)
     }
@@ -298,7 +301,7 @@ public enum Renderer {
                                      pushType: APNsRequest.PushType) throws(RenderError) -> [UInt8] {
         let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
-        if event.kind == .message, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
+        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
         var title: String?
         let sender = senderName(event, senderDisplayName)
         if let t = app.titleTemplate {
@@ -308,7 +311,8 @@ public enum Renderer {
         } else if case .cometchat = app.payloadProfile {
             title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
         }
-        var content = PayloadContent(title: title, body: body, detailText: event.message?.text ?? "",
+        var content = PayloadContent(title: title, body: body,
+                               detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
                                      translations: event.message?.translations ?? [],
                                      data: event.message?.data ?? "", extern: event.ext.apns.extern)
         let limit = pushType.payloadLimit
@@ -468,6 +472,16 @@ public enum Renderer {
         else if let id = event.reaction?.messageID { w.raw(",\"m\":"); w.string(id) }
         if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
         if let call = event.call { writeCallObject(call, into: &w) }
+        if let action = messageAction(event) { w.raw(",\"action\":"); w.string(action) }
+    }
+
+    /// `edited` or `deleted` for the message-change kinds, else nil (docs/behaviour.md §7).
+    static func messageAction(_ event: ChatEvent) -> String? {
+        switch event.kind {
+        case .messageEdited: return "edited"
+        case .messageDeleted: return "deleted"
+        default: return nil
+        }
     }
 
     static func writeCallObject(_ call: ChatEvent.Call, into w: inout JSONWriter) {
@@ -539,6 +553,7 @@ public enum Renderer {
             w.raw(",\"mentioned_users\":{\"user_id\":"); w.string(recipient)
             w.raw(",\"total_unread_mention_count\":0,\"channel_unread_mention_count\":0,\"is_hidden\":false}")
         }
+        if let action = messageAction(event) { w.raw(",\"message_action\":"); w.string(action) }
         if options.sendbirdChannelUnreadCount {
             w.raw(",\"channel_unread_count\":"); w.int(state.unread.conversations[event.conversation.id] ?? 0)
         }
@@ -561,7 +576,7 @@ public enum Renderer {
         w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
         let tag: String
         switch event.kind {
-        case .message: tag = event.message?.id ?? event.eventID
+        case .message, .messageEdited, .messageDeleted: tag = event.message?.id ?? event.eventID
         case .reaction: tag = event.reaction?.messageID ?? event.message?.id ?? event.eventID
         case .groupAction: tag = event.conversation.id
         case .call: tag = event.message?.id ?? event.call?.sessionID ?? event.eventID
@@ -575,6 +590,7 @@ public enum Renderer {
             w.raw(",\"callType\":"); w.string(call.type.rawValue)
         }
         if let t = event.createdAt { w.raw(",\"sentAt\":\""); w.int(t); w.byte(UInt8(ascii: "\"")) }
+        if let action = messageAction(event) { w.raw(",\"messageAction\":"); w.string(action) }
         if options.cometchatIncludeMessage, let m = event.message {
             // A reduced CometChat message object: what a client needs to show or update the message.
             w.raw(",\"message\":{\"id\":"); w.string(m.id)
