@@ -101,7 +101,7 @@ enum Scenarios {
 
     // MARK: Events
 
-    static func message(_ eventID: String, app: String = "app1", sender: String = "s1", conversation: String,
+    static func message(_ eventID: String, app: String = "app1", kind: String = "message", sender: String = "s1", conversation: String,
                         type: String = "group", name: String = "Hiking", text: String = "Bye!",
                         recipients: [String]? = nil, mentions: [String] = [], mentionType: String = "users",
                         language: String? = nil, translations: [String: String] = [:], ext: String = "{}",
@@ -111,7 +111,7 @@ enum Scenarios {
         if let language { message["language"] = language }
         if !translations.isEmpty { message["translations"] = translations }
         var event: [String: Any] = [
-            "event_id": eventID, "app_id": app, "kind": "message", "created_at": createdAt,
+            "event_id": eventID, "app_id": app, "kind": kind, "created_at": createdAt,
             "sender": ["id": sender, "name": "Cindy", "profile_url": "https://cdn.example/\(sender).png"],
             "conversation": ["id": conversation, "type": type, "name": name],
             "message": message,
@@ -150,6 +150,14 @@ enum Scenarios {
                      createdAt: now)),
             ("snooze suppresses", "app1",
              message(id("snooze"), conversation: "d9", type: "direct", recipients: ["r9"], createdAt: now)),
+            ("lenient input: em_ignore_notification 1 reads as true (a warning, not the DLQ)", "app1",
+             message(id("lenient"), conversation: "sil1", ext: #"{"em_ignore_notification": 1}"#, createdAt: now)),
+            ("edited message: shown again with the new text", "app1",
+             message(id("edit"), kind: "message_edited", conversation: "d1", type: "direct", name: "", text: "See you soon",
+                     recipients: ["r4"], createdAt: now)),
+            ("deleted message: a background update", "app1",
+             message(id("delete"), kind: "message_deleted", conversation: "d1", type: "direct", name: "", text: "",
+                     recipients: ["r4"], createdAt: now)),
             ("silent (em_ignore_notification) wakes nobody", "app1",
              message(id("silent"), conversation: "sil1", ext: #"{"em_ignore_notification": true}"#, createdAt: now)),
             ("translation into the first preferred language", "app1",
