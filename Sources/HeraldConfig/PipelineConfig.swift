@@ -157,7 +157,7 @@ public enum PipelineLoader {
 
     static let appKeys: Set<String> = ["payload", "multi_device", "badge", "templates", "catalogs", "credentials",
                                        "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
-                                       "fcm", "collapse_id"]
+                                       "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults"]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
         let m = try r.mapping(node, path)
@@ -182,7 +182,7 @@ public enum PipelineLoader {
         var multi = MultiDeviceMode.allOffline
         if let raw = try r.string(m["multi_device"], path + ".multi_device") {
             guard let v = MultiDeviceMode(rawValue: raw) else {
-                throw ConfigError(path: path + ".multi_device", message: "expected all_offline or any_offline, got \(raw)")
+                throw ConfigError(path: path + ".multi_device", message: "expected all_offline, any_offline or offline_only, got \(raw)")
             }
             multi = v
         }
@@ -277,10 +277,105 @@ public enum PipelineLoader {
             }
             collapseID = source
         }
+        let options = try readPayloadOptions(&r, m, path: path, profile: profile)
+        let userDefaults = try readUserDefaults(&r, m["user_defaults"], path: path + ".user_defaults")
         return AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
                          templates: templates, catalogs: catalogs, credentials: credentials,
                          expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration),
-                         fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID)
+                         fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm,
+                         collapseID: collapseID, payloadOptions: options, userDefaults: userDefaults)
+    }
+
+    /// `apns:`, `sendbird:` and `cometchat:` of an app (docs/pipeline-config.md).
+    static func readPayloadOptions(_ r: inout Reader, _ m: YAMLMap, path: String,
+                                   profile: PayloadProfile) throws(ConfigError) -> PayloadOptions {
+        var o = PayloadOptions()
+        if let a = m["apns"] {
+            let ap = path + ".apns"
+            let am = try r.mapping(a, ap)
+            r.check(am, ap, known: ["alert_string", "content_available", "mutable_content", "sound", "conversation_sounds"])
+            o.alertString = try r.bool(am["alert_string"], ap + ".alert_string") ?? false
+            o.contentAvailable = try r.bool(am["content_available"], ap + ".content_available") ?? false
+            o.mutableContent = try r.bool(am["mutable_content"], ap + ".mutable_content") ?? false
+            o.sound = try r.string(am["sound"], ap + ".sound")
+            if let cs = am["conversation_sounds"] {
+                for (conversation, sound) in try r.mapping(cs, ap + ".conversation_sounds").pairs {
+                    o.conversationSounds[conversation] = try r.string(sound, ap + ".conversation_sounds.\(conversation)")
+                }
+            }
+        }
+        if let s = m["sendbird"] {
+            let sp = path + ".sendbird"
+            let sm = try r.mapping(s, sp)
+            r.check(sm, sp, known: ["type_codes", "group_channel_type", "channel_unread_count", "push_title", "push_alert",
+                                    "audience_type", "mentioned_users"])
+            if case .sendbird = profile {} else { r.warnings.append("\(sp): only used by the sendbird profile") }
+            if let codes = try r.string(sm["type_codes"], sp + ".type_codes") {
+                guard codes == "v3" || codes == "v4" else {
+                    throw ConfigError(path: sp + ".type_codes", message: "expected v3 (MESG/FILE/ADMM) or v4 (User/File/Admin), got \(codes)")
+                }
+                o.sendbirdV3TypeCodes = codes == "v3"
+            }
+            if let t = try r.string(sm["group_channel_type"], sp + ".group_channel_type") {
+                guard t == "group_messaging" || t == "chat" else {
+                    throw ConfigError(path: sp + ".group_channel_type", message: "expected group_messaging or chat, got \(t)")
+                }
+                o.sendbirdGroupChannelType = t
+            }
+            o.sendbirdChannelUnreadCount = try r.bool(sm["channel_unread_count"], sp + ".channel_unread_count") ?? true
+            o.sendbirdPushTitle = try r.bool(sm["push_title"], sp + ".push_title") ?? false
+            o.sendbirdPushAlert = try r.bool(sm["push_alert"], sp + ".push_alert") ?? false
+            o.sendbirdAudienceType = try r.string(sm["audience_type"], sp + ".audience_type")
+            o.sendbirdMentionedUsers = try r.bool(sm["mentioned_users"], sp + ".mentioned_users") ?? false
+        }
+        if let c = m["cometchat"] {
+            let cp = path + ".cometchat"
+            let cm = try r.mapping(c, cp)
+            r.check(cm, cp, known: ["include_message", "custom"])
+            if case .cometchat = profile {} else { r.warnings.append("\(cp): only used by the cometchat profile") }
+            o.cometchatIncludeMessage = try r.bool(cm["include_message"], cp + ".include_message") ?? false
+            if let text = try r.string(cm["custom"], cp + ".custom") {
+                guard let v = try? JSONValue.parse(Array(text.utf8)), case .object = v else {
+                    throw ConfigError(path: cp + ".custom", message: "expected a JSON object written as a string")
+                }
+                o.cometchatCustom = v
+            }
+        }
+        return o
+    }
+
+    /// `user_defaults:`: `preset: easemob` (display style simple_banner), `display_style`, `template`, `trigger`.
+    static func readUserDefaults(_ r: inout Reader, _ node: Node?, path: String) throws(ConfigError) -> Preferences? {
+        guard let node else { return nil }
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: ["preset", "display_style", "template", "trigger"])
+        var p = Preferences()
+        if let preset = try r.string(m["preset"], path + ".preset") {
+            guard preset == "easemob" else {
+                throw ConfigError(path: path + ".preset", message: "expected easemob, got \(preset)")
+            }
+            p.displayStyle = .simpleBanner
+        }
+        if let d = try r.string(m["display_style"], path + ".display_style") {
+            switch d {
+            case "summary": p.displayStyle = .summary
+            case "simple_banner", "simple": p.displayStyle = .simpleBanner
+            default: throw ConfigError(path: path + ".display_style", message: "expected summary or simple_banner, got \(d)")
+            }
+        }
+        if let t = try r.string(m["template"], path + ".template") {
+            guard let v = TemplateChoice(rawValue: t) else {
+                throw ConfigError(path: path + ".template", message: "expected default or alternative, got \(t)")
+            }
+            p.template = v
+        }
+        if let t = try r.string(m["trigger"], path + ".trigger") {
+            guard let v = PushTrigger(rawValue: t) else {
+                throw ConfigError(path: path + ".trigger", message: "expected all, mention_only or off, got \(t)")
+            }
+            p.trigger = v
+        }
+        return p
     }
 
     static func readPair(_ r: inout Reader, _ node: Node, _ path: String,

@@ -23,8 +23,10 @@ public enum PayloadProfile: Sendable, Hashable {
 public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable, Codable {
     /// Send only when every device is offline (the default).
     case allOffline = "all_offline"
-    /// Send to the offline devices as long as one is offline.
+    /// As long as one device is offline, send to every device (Sendbird: a foreground app can show it too).
     case anyOffline = "any_offline"
+    /// As long as one device is offline, send to the offline devices only (Herald's earlier `any_offline`).
+    case offlineOnly = "offline_only"
 }
 
 /// One APNs credential of an app: token based (.p8) or certificate based.
@@ -126,6 +128,49 @@ public struct FCMOptions: Sendable, Hashable {
     }
 }
 
+/// Per-app payload options for teams leaving a vendor (docs/pipeline-config.md `apns:`, `sendbird:`,
+/// `cometchat:`). Every default reproduces Herald's payload without the option.
+public struct PayloadOptions: Sendable, Hashable {
+    /// `aps.alert` as a plain string (the body; title and loc keys are not sent), as older Sendbird samples read it.
+    public var alertString = false
+    /// `aps.content-available: 1` on every alert, so the app also runs in the background.
+    public var contentAvailable = false
+    /// `aps.mutable-content: 1` on every alert (a notification service extension may edit it).
+    public var mutableContent = false
+    /// `aps.sound` (and Sendbird's `push_sound`) when the event sets none; `default` when nil.
+    public var sound: String?
+    /// Per-conversation sounds, by conversation id; beat `sound`, lose to the event's `em_push_sound`.
+    public var conversationSounds: [String: String] = [:]
+
+    /// Sendbird v3 type codes: `MESG`, `FILE`, `ADMM` instead of `User`, `File`, `Admin`.
+    public var sendbirdV3TypeCodes = false
+    /// `channel_type` of group conversations: `group_messaging` (default) or `chat`.
+    public var sendbirdGroupChannelType = "group_messaging"
+    /// Whether the Sendbird object carries `channel_unread_count` (a dashboard switch at Sendbird).
+    public var sendbirdChannelUnreadCount = true
+    /// Sendbird `push_title`: the alert title (empty when there is none).
+    public var sendbirdPushTitle = false
+    /// Sendbird `push_alert`: the alert body.
+    public var sendbirdPushAlert = false
+    /// Sendbird `audience_type`, written verbatim when set.
+    public var sendbirdAudienceType: String?
+    /// Sendbird `mentioned_users` for a mentioned recipient. Herald keeps no mention counts yet: they are 0.
+    public var sendbirdMentionedUsers = false
+
+    /// CometChat: include a `message` object (id, type, text, sender, receiver, conversation, time).
+    public var cometchatIncludeMessage = false
+    /// CometChat: the app's `custom` JSON object, written as is.
+    public var cometchatCustom: JSONValue?
+
+    public init() {}
+
+    /// The sound of a conversation without an event sound.
+    public func sound(conversation: String) -> String {
+        if !conversationSounds.isEmpty, let s = conversationSounds[conversation] { return s }
+        return sound ?? "default"
+    }
+}
+
 /// App-level templates: overrides of the default / alternative pair, an
 /// optional alert title, and per-custom_type pairs that beat both.
 public struct TemplateConfig: Sendable, Hashable {
@@ -168,6 +213,10 @@ public struct AppConfig: Sendable {
     /// the first notification instead of stacking; the price is that a later notification with the same id
     /// (an edit of that message) replaces it too. Calls always collapse by call session.
     public let collapseID: CollapseIDSource
+    public let payloadOptions: PayloadOptions
+    /// Preferences used for a user who never set any (stored preferences equal to the built-in defaults):
+    /// the app's default trigger, template and display style. Nil: the built-in defaults.
+    public let userDefaults: Preferences?
 
     let strings: [String: Strings]
     let english: Strings
@@ -180,7 +229,8 @@ public struct AppConfig: Sendable {
                 credentials: [APNsCredential] = [], expirationSeconds: Int64 = 86_400,
                 callExpirationSeconds: Int64 = 60, fcmCredentials: [FCMCredential] = [],
                 webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions(),
-                collapseID: CollapseIDSource = .none) {
+                collapseID: CollapseIDSource = .none, payloadOptions: PayloadOptions = PayloadOptions(),
+                userDefaults: Preferences? = nil) {
         self.appID = appID
         self.payloadProfile = payloadProfile
         self.multiDevice = multiDevice
@@ -201,6 +251,8 @@ public struct AppConfig: Sendable {
         self.webhooks = webhooks
         self.fcm = fcm
         self.collapseID = collapseID
+        self.payloadOptions = payloadOptions
+        self.userDefaults = userDefaults
 
         // Resolution order for a key in locale L: app catalog[L], app templates,
         // built-in catalog[L], app catalog[en], built-in English.
@@ -238,6 +290,14 @@ public struct AppConfig: Sendable {
         if let s = strings[n] { return s }
         if let s = strings[Language.primary(n)] { return s }
         return english
+    }
+
+    /// The preferences rules and rendering use: the user's, or the app's `user_defaults` when the user never
+    /// set any (their stored preferences equal the built-in defaults; per-conversation settings, DND and
+    /// snooze count as set).
+    public func effectivePreferences(_ p: Preferences) -> Preferences {
+        guard let d = userDefaults, p == Preferences() else { return p }
+        return d
     }
 
     /// The bundle id used for devices registered without one: the first credential's.

@@ -47,6 +47,8 @@ public enum CatalogKey: String, CaseIterable, Sendable, Codable {
     case fileVideo = "file_type.video"
     case fileAudio = "file_type.audio"
     case fileOther = "file_type.file"
+    /// The alert of a call that rang out or was cancelled (`unanswered`, `cancelled`).
+    case callMissed = "call.missed"
 
     /// Position in `allCases`, without building the array.
     var index: Int {
@@ -69,6 +71,7 @@ public enum CatalogKey: String, CaseIterable, Sendable, Codable {
         case .fileVideo: return 15
         case .fileAudio: return 16
         case .fileOther: return 17
+        case .callMissed: return 18
         }
     }
 }
@@ -91,6 +94,7 @@ public enum BuiltInCatalogs {
         .groupBanned: "{actor_name} was banned",
         .groupUnbanned: "{actor_name} was unbanned",
         .fileImage: "Image", .fileVideo: "Video", .fileAudio: "Audio", .fileOther: "File",
+        .callMissed: "Missed call",
     ]
 
     public static let all: [String: [CatalogKey: String]] = [
@@ -111,6 +115,7 @@ public enum BuiltInCatalogs {
             .groupBanned: "{actor_name} 被禁言",
             .groupUnbanned: "{actor_name} 被解除禁言",
             .fileImage: "图片", .fileVideo: "视频", .fileAudio: "语音", .fileOther: "文件",
+            .callMissed: "未接来电",
         ],
         "ko": [
             .defaultText: "{sender_name}: {message}",
@@ -128,6 +133,7 @@ public enum BuiltInCatalogs {
             .groupBanned: "{actor_name}님이 차단되었습니다",
             .groupUnbanned: "{actor_name}님의 차단이 해제되었습니다",
             .fileImage: "사진", .fileVideo: "동영상", .fileAudio: "오디오", .fileOther: "파일",
+            .callMissed: "부재중 전화",
         ],
         "fr": [
             .defaultText: "{sender_name}: {message}",
@@ -145,6 +151,7 @@ public enum BuiltInCatalogs {
             .groupBanned: "{actor_name} a été banni",
             .groupUnbanned: "{actor_name} n'est plus banni",
             .fileImage: "Image", .fileVideo: "Vidéo", .fileAudio: "Audio", .fileOther: "Fichier",
+            .callMissed: "Appel manqué",
         ],
         "de": [
             .defaultText: "{sender_name}: {message}",
@@ -162,6 +169,7 @@ public enum BuiltInCatalogs {
             .groupBanned: "{actor_name} wurde gesperrt",
             .groupUnbanned: "{actor_name} wurde entsperrt",
             .fileImage: "Bild", .fileVideo: "Video", .fileAudio: "Audio", .fileOther: "Datei",
+            .callMissed: "Verpasster Anruf",
         ],
         "es": [
             .defaultText: "{sender_name}: {message}",
@@ -179,6 +187,7 @@ public enum BuiltInCatalogs {
             .groupBanned: "{actor_name} fue bloqueado",
             .groupUnbanned: "{actor_name} fue desbloqueado",
             .fileImage: "Imagen", .fileVideo: "Vídeo", .fileAudio: "Audio", .fileOther: "Archivo",
+            .callMissed: "Llamada perdida",
         ],
         "ja": [
             .defaultText: "{sender_name}: {message}",
@@ -196,6 +205,7 @@ public enum BuiltInCatalogs {
             .groupBanned: "{actor_name}さんがブロックされました",
             .groupUnbanned: "{actor_name}さんのブロックが解除されました",
             .fileImage: "画像", .fileVideo: "動画", .fileAudio: "音声", .fileOther: "ファイル",
+            .callMissed: "不在着信",
         ],
     ]
 }

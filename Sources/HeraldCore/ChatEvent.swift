@@ -34,6 +34,13 @@ public struct ChatEvent: Codable, Sendable, Hashable {
     public enum Kind: String, Codable, Sendable, Hashable, CaseIterable {
         case message, call, reaction
         case groupAction = "group_action"
+        /// A message was edited: a notification with the new text (docs/behaviour.md §7).
+        case messageEdited = "message_edited"
+        /// A message was deleted: a background update, nothing shown.
+        case messageDeleted = "message_deleted"
+
+        /// Whether the event is about a message (and carries the `message` block).
+        public var isMessage: Bool { self == .message || self == .messageEdited || self == .messageDeleted }
     }
 
     public struct Sender: Sendable, Hashable {
@@ -214,6 +221,13 @@ public struct ChatEvent: Codable, Sendable, Hashable {
 
     /// Decodes and validates one event from raw bytes (UTF-8 JSON).
     public static func decode(_ bytes: some Collection<UInt8>) throws(EventValidationError) -> ChatEvent {
+        var ignored: [EventDecodeWarning] = []
+        return try decode(bytes, warnings: &ignored)
+    }
+
+    /// Decodes and validates one event, reporting the values accepted in a vendor REST form (`warnings`).
+    public static func decode(_ bytes: some Collection<UInt8>,
+                              warnings: inout [EventDecodeWarning]) throws(EventValidationError) -> ChatEvent {
         guard bytes.count <= Limits.eventBytes else {
             throw EventValidationError(field: "(event)", message: "larger than \(Limits.eventBytes) bytes")
         }
@@ -223,17 +237,25 @@ public struct ChatEvent: Codable, Sendable, Hashable {
         } catch {
             throw EventValidationError(field: "(event)", message: "not valid JSON: \(error.description)")
         }
-        return try ChatEvent(validating: value)
+        return try ChatEvent(validating: value, warnings: &warnings)
     }
 
     /// Validates an already parsed JSON value.
     public init(validating json: JSONValue) throws(EventValidationError) {
-        let root = try Fields(json, path: "")
+        var ignored: [EventDecodeWarning] = []
+        try self.init(validating: json, warnings: &ignored)
+    }
+
+    /// Validates an already parsed JSON value, reporting the values accepted in a vendor REST form.
+    public init(validating json: JSONValue, warnings: inout [EventDecodeWarning]) throws(EventValidationError) {
+        let notes = DecodeNotes()
+        defer { warnings += notes.warnings }
+        let root = try Fields(json, path: "", notes: notes)
         eventID = try root.id("event_id")
         appID = try root.id("app_id")
         let kindRaw = try root.requiredString("kind", limit: Limits.idBytes)
         guard let k = Kind(rawValue: kindRaw) else {
-            throw EventValidationError(field: "kind", message: "unknown kind \"\(kindRaw)\" (message, call, reaction, group_action)")
+            throw EventValidationError(field: "kind", message: "unknown kind \"\(kindRaw)\" (message, call, reaction, group_action, message_edited, message_deleted)")
         }
         kind = k
         createdAt = try root.optionalTimestamp("created_at")
@@ -294,8 +316,8 @@ public struct ChatEvent: Codable, Sendable, Hashable {
         }
 
         switch kind {
-        case .message where message == nil:
-            throw EventValidationError(field: "message", message: "missing (required when kind is message)")
+        case .message where message == nil, .messageEdited where message == nil, .messageDeleted where message == nil:
+            throw EventValidationError(field: "message", message: "missing (required when kind is \(kind.rawValue))")
         case .call where call == nil:
             throw EventValidationError(field: "call", message: "missing (required when kind is call)")
         case .reaction where reaction == nil:
@@ -478,7 +500,7 @@ public struct ChatEvent: Codable, Sendable, Hashable {
             return true
         case .groupAction:
             return false
-        case .message:
+        case .message, .messageEdited, .messageDeleted:
             guard let m = message else { return false }
             return m.mentionType == .channel || m.mentions.contains(user)
         }
@@ -488,17 +510,38 @@ public struct ChatEvent: Codable, Sendable, Hashable {
     public func ruleTime(now: Int64) -> Int64 { createdAt ?? now }
 }
 
+/// A value accepted in a vendor REST form rather than the schema's (docs/behaviour.md §2, lenient input):
+/// e.g. `1` for `true`, `"1741847453000"` for a timestamp. Ingest counts them per field
+/// (`herald_ingest_warnings_total{field}`) instead of dead-lettering the event.
+public struct EventDecodeWarning: Sendable, Hashable, CustomStringConvertible {
+    public var field: String
+    public var message: String
+    public init(field: String, message: String) { self.field = field; self.message = message }
+    public var description: String { "\(field): \(message)" }
+}
+
+/// Collects the warnings of one decode (shared by the nested `Fields` of one event).
+final class DecodeNotes {
+    var warnings: [EventDecodeWarning] = []
+}
+
 /// A JSON object under validation, with its path for error messages.
 struct Fields {
     let pairs: [(String, JSONValue)]
     let path: String
+    let notes: DecodeNotes
 
-    init(_ value: JSONValue, path: String) throws(EventValidationError) {
+    init(_ value: JSONValue, path: String, notes: DecodeNotes = DecodeNotes()) throws(EventValidationError) {
         guard case .object(let p) = value else {
             throw EventValidationError(field: path.isEmpty ? "(event)" : path, message: "expected object, got \(value.typeName)")
         }
         pairs = p
         self.path = path
+        self.notes = notes
+    }
+
+    func warn(_ key: String, _ message: String) {
+        notes.warnings.append(EventDecodeWarning(field: field(key), message: message))
     }
 
     func field(_ key: String) -> String { path.isEmpty ? key : path + "." + key }
@@ -558,6 +601,13 @@ struct Fields {
         switch v {
         case .null: return nil
         case .bool(let b): return b
+        // Vendor REST APIs send flags as 1/0 or as strings; the meaning is clear, so accept with a warning.
+        case .number("1"), .number("0"):
+            warn(key, "number \(v.serialized) read as a boolean")
+            return v == .number("1")
+        case .string(let s) where ["true", "false", "1", "0"].contains(s.lowercased()):
+            warn(key, "string \"\(s)\" read as a boolean")
+            return s.lowercased() == "true" || s == "1"
         default: throw EventValidationError(field: field(key), message: "expected boolean, got \(v.typeName)")
         }
     }
@@ -571,6 +621,13 @@ struct Fields {
                 throw EventValidationError(field: field(key), message: "expected milliseconds since the epoch (a non-negative integer), got \(n)")
             }
             return i
+        case .string(let s) where !s.isEmpty && s.utf8.count <= 19 && s.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }):
+            // CometChat's `sentAt` is a string of digits; the meaning is clear.
+            guard let i = Int64(s) else {
+                throw EventValidationError(field: field(key), message: "expected milliseconds since the epoch, got \"\(s)\"")
+            }
+            warn(key, "numeric string read as a timestamp")
+            return i
         default:
             throw EventValidationError(field: field(key), message: "expected number, got \(v.typeName)")
         }
@@ -578,7 +635,7 @@ struct Fields {
 
     func optionalObject(_ key: String) throws(EventValidationError) -> Fields? {
         guard let v = value(key), v != .null else { return nil }
-        return try Fields(v, path: field(key))
+        return try Fields(v, path: field(key), notes: notes)
     }
 
     func requiredObject(_ key: String) throws(EventValidationError) -> Fields {

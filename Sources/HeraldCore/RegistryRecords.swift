@@ -8,7 +8,7 @@ import Foundation
 /// so the updates of one user are applied in the order the chat back end sent them.
 ///
 /// ```json
-/// {"op": "register_device", "app_id": "app1", "user": "u2",
+/// {"op": "register_device", "app_id": "app1", "user": "u2", "unique": false,
 ///  "device": {"token": "…", "kind": "apns", "environment": "production", "bundle_id": "com.example.chat", "registered_at": 1732000000000}}
 /// {"op": "unregister_device", "app_id": "app1", "user": "u2", "token": "…"}
 /// {"op": "unregister_all", "app_id": "app1", "user": "u2"}
@@ -34,6 +34,8 @@ public struct RegistryRecord: Codable, Sendable, Hashable {
     public var user: String?
     /// `register_device`.
     public var device: Device?
+    /// `register_device`: make this the user's only token of its kind (Sendbird's `unique: true`); absent is false.
+    public var unique: Bool?
     /// `unregister_device`.
     public var token: String?
     /// `set_preferences`: the whole preferences object (it replaces the stored one).
@@ -48,13 +50,14 @@ public struct RegistryRecord: Codable, Sendable, Hashable {
     public var conversation: String?
     public var members: [String]?
 
-    public init(op: Op, appID: String, user: String? = nil, device: Device? = nil, token: String? = nil,
+    public init(op: Op, appID: String, user: String? = nil, device: Device? = nil, unique: Bool? = nil, token: String? = nil,
                 preferences: Preferences? = nil, online: [String]? = nil, ttlMs: Int64? = nil, unread: Unread? = nil,
                 conversation: String? = nil, members: [String]? = nil) {
         self.op = op
         self.appID = appID
         self.user = user
         self.device = device
+        self.unique = unique
         self.token = token
         self.preferences = preferences
         self.online = online
@@ -65,7 +68,7 @@ public struct RegistryRecord: Codable, Sendable, Hashable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case op, appID = "app_id", user, device, token, preferences, online, ttlMs = "ttl_ms", unread
+        case op, appID = "app_id", user, device, unique, token, preferences, online, ttlMs = "ttl_ms", unread
         case conversation, members
     }
 

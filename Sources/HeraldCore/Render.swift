@@ -149,7 +149,12 @@ public enum Renderer {
             case .apns, .voip:
                 break
             }
-            let pushType: APNsRequest.PushType = (isCall && device.kind == .voip) ? .voip : .alert
+            let pushType: APNsRequest.PushType
+            switch (isCall ? event.call?.action.applePush : nil) {
+            case .ring?: pushType = device.kind == .voip ? .voip : .alert
+            case .background?: pushType = .background
+            case .alert?, nil: pushType = event.kind == .messageDeleted ? .background : .alert
+            }
             guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
                 throw RenderError(code: .noTopic, detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
             }
@@ -172,7 +177,7 @@ public enum Renderer {
             }
             out.append(APNsRequest(token: device.token, environment: device.environment, pushType: pushType,
                                    topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
-                                   priority: 10,
+                                   priority: pushType == .background ? 5 : 10,
                                    collapseID: collapse, expiration: max(0, expiration),
                                    apnsID: APNsID.derive(eventID: event.eventID, token: device.token),
                                    payload: payload))
@@ -221,6 +226,7 @@ public enum Renderer {
         let sender = senderName(event, senderDisplayName)
         switch event.kind {
         case .call:
+            if event.call?.action.applePush == .alert { return strings[.callMissed].source }
             return strings[event.call?.type == .video ? .callVideo : .callAudio].source
         case .reaction:
             let emoji = event.reaction?.emoji ?? ""
@@ -237,7 +243,9 @@ public enum Renderer {
             case .unbanned: key = .groupUnbanned
             }
             return strings[key].render { $0 == .actorName ? g.actorName : variable($0, event, sender, "", strings) }
-        case .message:
+        case .messageDeleted:
+            return ""
+        case .message, .messageEdited:
             guard let m = event.message else { return "" }
             let text = displayText(m, languages: preferences.languages)
             if m.type == .admin { return text }
@@ -277,9 +285,9 @@ public enum Renderer {
     /// and what the Sendbird object carries. Returns the content and the sender's shown name.
     static func content(event: ChatEvent, state: UserState, app: AppConfig,
                         senderDisplayName: String?, cometchatTitle: Bool) -> (PayloadContent, String) {
-        let prefs = state.preferences
+        let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
-        if event.kind == .message, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
+        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
         var title: String?
         let sender = senderName(event, senderDisplayName)
         if let t = app.titleTemplate {
@@ -289,7 +297,8 @@ public enum Renderer {
         } else if cometchatTitle {
             title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
         }
-        return (PayloadContent(title: title, body: body, detailText: event.message?.text ?? "",
+        return (PayloadContent(title: title, body: body,
+                               detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
                                translations: event.message?.translations ?? [],
                                data: event.message?.data ?? "", extern: event.ext.apns.extern), sender)
     }
@@ -298,9 +307,9 @@ public enum Renderer {
     public static func renderPayload(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
                                      senderDisplayName: String?,
                                      pushType: APNsRequest.PushType) throws(RenderError) -> [UInt8] {
-        let prefs = state.preferences
+        let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
-        if event.kind == .message, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
+        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
         var title: String?
         let sender = senderName(event, senderDisplayName)
         if let t = app.titleTemplate {
@@ -310,14 +319,15 @@ public enum Renderer {
         } else if case .cometchat = app.payloadProfile {
             title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
         }
-        var content = PayloadContent(title: title, body: body, detailText: event.message?.text ?? "",
+        var content = PayloadContent(title: title, body: body,
+                               detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
                                      translations: event.message?.translations ?? [],
                                      data: event.message?.data ?? "", extern: event.ext.apns.extern)
         let limit = pushType.payloadLimit
         let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
 
         var w = JSONWriter(capacity: 768)
-        write(event, recipient, state, app, sender, badge, content, into: &w)
+        write(event, recipient, state, app, sender, badge, content, pushType: pushType, into: &w)
         if w.count <= limit { return w.bytes }
 
         // Too large. The body is shortened first, together with the copy of
@@ -329,7 +339,13 @@ public enum Renderer {
         // body and text are cut below the floor, then the title.
         // CometChat writes body and title twice.
         let copies = { if case .cometchat = app.payloadProfile { return 2 } else { return 1 } }()
-        let textCopies = { if case .sendbird = app.payloadProfile { return 1 } else { return 0 } }()
+        let textCopies: Int = {
+            switch app.payloadProfile {
+            case .sendbird: return 1
+            case .cometchat: return app.payloadOptions.cometchatIncludeMessage && event.message != nil ? 1 : 0
+            case .compact: return 0
+            }
+        }()
         let floor = 1024
         let original = content
         for drops in 0...4 {
@@ -340,21 +356,21 @@ public enum Renderer {
             if drops >= 4 { trial.locArgsDropped = true }
             if drops > 0 {
                 w = JSONWriter(capacity: limit + 256)
-                write(event, recipient, state, app, sender, badge, trial, into: &w)
+                write(event, recipient, state, app, sender, badge, trial, pushType: pushType, into: &w)
                 if w.count <= limit { return w.bytes }
             }
             let excess = w.count - limit
             let floorForThisLevel = drops == 4 ? 0 : floor
             shareCut(&trial, excess: excess, copies: copies, textCopies: textCopies, floor: floorForThisLevel)
             w = JSONWriter(capacity: limit + 256)
-            write(event, recipient, state, app, sender, badge, trial, into: &w)
+            write(event, recipient, state, app, sender, badge, trial, pushType: pushType, into: &w)
             if w.count <= limit { return w.bytes }
             content = trial
         }
         if let title = content.title {
             content.title = shorten(title, by: (w.count - limit + copies - 1) / copies)
             w = JSONWriter(capacity: limit + 256)
-            write(event, recipient, state, app, sender, badge, content, into: &w)
+            write(event, recipient, state, app, sender, badge, content, pushType: pushType, into: &w)
             if w.count <= limit { return w.bytes }
         }
         throw RenderError(code: .payloadTooLarge, detail: "minimal payload is \(w.count) bytes (limit \(limit))")
@@ -404,8 +420,33 @@ public enum Renderer {
     }
 
     static func write(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ app: AppConfig, _ sender: String,
-                      _ badge: Int?, _ content: PayloadContent, into w: inout JSONWriter) {
+                      _ badge: Int?, _ content: PayloadContent, pushType: APNsRequest.PushType = .alert,
+                      into w: inout JSONWriter) {
+        if pushType == .background {
+            // A background push: no alert, sound or badge; the profile fields below tell the app what changed.
+            w.raw("{\"aps\":{\"content-available\":1,\"thread-id\":"); w.string(event.conversation.id)
+            w.byte(UInt8(ascii: "}"))
+        } else {
+            writeAlertAPS(event, app, badge, content, into: &w)
+        }
+
+        switch app.payloadProfile {
+        case .compact: writeCompact(event, recipient, into: &w)
+        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, app.payloadOptions, into: &w)
+        case .cometchat: writeCometChat(event, recipient, state, sender, content, app.payloadOptions, into: &w)
+        }
+        if let e = content.extern { w.raw(",\"e\":"); w.value(e) }
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    /// `{"aps":{...}` of a visible notification (the closing brace of the payload is the caller's).
+    static func writeAlertAPS(_ event: ChatEvent, _ app: AppConfig, _ badge: Int?, _ content: PayloadContent,
+                              into w: inout JSONWriter) {
         let a = event.ext.apns
+        let options = app.payloadOptions
+        if options.alertString {
+            w.raw("{\"aps\":{\"alert\":"); w.string(content.body)
+        } else {
         w.raw("{\"aps\":{\"alert\":{")
         var first = true
         if let title = content.title {
@@ -422,19 +463,13 @@ public enum Renderer {
             if let args = a.bodyLocArgs, !content.locArgsDropped { w.raw(",\"loc-args\":"); w.stringArray(args) }
         }
         w.byte(UInt8(ascii: "}"))
-        if let badge { w.raw(",\"badge\":"); w.int(badge) }
-        w.raw(",\"sound\":"); w.string(a.sound ?? "default")
-        if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
-        if a.mutableContent { w.raw(",\"mutable-content\":1") }
-        w.raw(",\"thread-id\":"); w.string(event.conversation.id)
-        w.byte(UInt8(ascii: "}"))
-
-        switch app.payloadProfile {
-        case .compact: writeCompact(event, recipient, into: &w)
-        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, into: &w)
-        case .cometchat: writeCometChat(event, recipient, state, sender, content, into: &w)
         }
-        if let e = content.extern { w.raw(",\"e\":"); w.value(e) }
+        if let badge { w.raw(",\"badge\":"); w.int(badge) }
+        w.raw(",\"sound\":"); w.string(a.sound ?? options.sound(conversation: event.conversation.id))
+        if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
+        if options.contentAvailable { w.raw(",\"content-available\":1") }
+        if a.mutableContent || options.mutableContent { w.raw(",\"mutable-content\":1") }
+        w.raw(",\"thread-id\":"); w.string(event.conversation.id)
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -445,6 +480,16 @@ public enum Renderer {
         else if let id = event.reaction?.messageID { w.raw(",\"m\":"); w.string(id) }
         if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
         if let call = event.call { writeCallObject(call, into: &w) }
+        if let action = messageAction(event) { w.raw(",\"action\":"); w.string(action) }
+    }
+
+    /// `edited` or `deleted` for the message-change kinds, else nil (docs/behaviour.md §7).
+    static func messageAction(_ event: ChatEvent) -> String? {
+        switch event.kind {
+        case .messageEdited: return "edited"
+        case .messageDeleted: return "deleted"
+        default: return nil
+        }
     }
 
     static func writeCallObject(_ call: ChatEvent.Call, into w: inout JSONWriter) {
@@ -461,20 +506,21 @@ public enum Renderer {
     }
 
     static func writeSendbird(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                              _ content: PayloadContent, key: String, into w: inout JSONWriter) {
+                              _ content: PayloadContent, key: String, _ options: PayloadOptions, into w: inout JSONWriter) {
         w.byte(UInt8(ascii: ",")); w.key(key)
-        writeSendbirdObject(event, recipient, state, sender, content, into: &w)
+        writeSendbirdObject(event, recipient, state, sender, content, options, into: &w)
     }
 
     /// The Sendbird object itself (`{"category":"messaging:offline_notification",...}`).
     static func writeSendbirdObject(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                                    _ content: PayloadContent, into w: inout JSONWriter) {
+                                    _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
+                                    into w: inout JSONWriter) {
         let m = event.message
         w.raw("{\"category\":\"messaging:offline_notification\",\"type\":")
         switch m?.type {
-        case .file: w.raw("\"File\"")
-        case .admin: w.raw("\"Admin\"")
-        default: w.raw("\"User\"")
+        case .file: w.raw(options.sendbirdV3TypeCodes ? "\"FILE\"" : "\"File\"")
+        case .admin: w.raw(options.sendbirdV3TypeCodes ? "\"ADMM\"" : "\"Admin\"")
+        default: w.raw(options.sendbirdV3TypeCodes ? "\"MESG\"" : "\"User\"")
         }
         w.raw(",\"message\":"); w.string(m != nil ? content.detailText : content.body)
         w.raw(",\"data\":"); w.string(content.data)
@@ -488,7 +534,7 @@ public enum Renderer {
         w.raw(",\"name\":"); w.string(event.conversation.name ?? "")
         w.raw(",\"custom_type\":"); w.string(event.conversation.customType ?? "")
         w.raw("},\"channel_type\":")
-        w.raw(event.conversation.type == .direct ? "\"messaging\"" : "\"group_messaging\"")
+        if event.conversation.type == .direct { w.raw("\"messaging\"") } else { w.string(options.sendbirdGroupChannelType) }
         w.raw(",\"sender\":{\"id\":"); w.string(event.sender.id)
         w.raw(",\"name\":"); w.string(sender)
         w.raw(",\"profile_url\":"); w.string(event.sender.profileURL ?? "")
@@ -506,14 +552,26 @@ public enum Renderer {
             if n > 0 { w.byte(UInt8(ascii: ",")) }
             w.key(pair.0); w.string(pair.1)
         }
-        w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? "default")
-        w.raw(",\"channel_unread_count\":"); w.int(state.unread.conversations[event.conversation.id] ?? 0)
+        w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? options.sound(conversation: event.conversation.id))
+        if options.sendbirdPushTitle { w.raw(",\"push_title\":"); w.string(content.title ?? "") }
+        if options.sendbirdPushAlert { w.raw(",\"push_alert\":"); w.string(content.body) }
+        if let audience = options.sendbirdAudienceType { w.raw(",\"audience_type\":"); w.string(audience) }
+        if options.sendbirdMentionedUsers, m?.mentions.contains(recipient) == true {
+            // Herald keeps no mention counts yet: the counts are 0 until it does.
+            w.raw(",\"mentioned_users\":{\"user_id\":"); w.string(recipient)
+            w.raw(",\"total_unread_mention_count\":0,\"channel_unread_mention_count\":0,\"is_hidden\":false}")
+        }
+        if let action = messageAction(event) { w.raw(",\"message_action\":"); w.string(action) }
+        if options.sendbirdChannelUnreadCount {
+            w.raw(",\"channel_unread_count\":"); w.int(state.unread.conversations[event.conversation.id] ?? 0)
+        }
         if let call = event.call { writeCallObject(call, into: &w) }
         w.byte(UInt8(ascii: "}"))
     }
 
     static func writeCometChat(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                               _ content: PayloadContent, into w: inout JSONWriter) {
+                               _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
+                               into w: inout JSONWriter) {
         let isGroup = event.conversation.type == .group
         w.raw(",\"title\":"); w.string(content.title ?? sender)
         w.raw(",\"body\":"); w.string(content.body)
@@ -526,7 +584,7 @@ public enum Renderer {
         w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
         let tag: String
         switch event.kind {
-        case .message: tag = event.message?.id ?? event.eventID
+        case .message, .messageEdited, .messageDeleted: tag = event.message?.id ?? event.eventID
         case .reaction: tag = event.reaction?.messageID ?? event.message?.id ?? event.eventID
         case .groupAction: tag = event.conversation.id
         case .call: tag = event.message?.id ?? event.call?.sessionID ?? event.eventID
@@ -540,6 +598,30 @@ public enum Renderer {
             w.raw(",\"callType\":"); w.string(call.type.rawValue)
         }
         if let t = event.createdAt { w.raw(",\"sentAt\":\""); w.int(t); w.byte(UInt8(ascii: "\"")) }
+        if let action = messageAction(event) { w.raw(",\"messageAction\":"); w.string(action) }
+        if options.cometchatIncludeMessage, let m = event.message {
+            // A reduced CometChat message object: what a client needs to show or update the message.
+            w.raw(",\"message\":{\"id\":"); w.string(m.id)
+            w.raw(",\"conversationId\":"); w.string(event.conversation.id)
+            w.raw(",\"sender\":"); w.string(event.sender.id)
+            w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
+            w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
+            w.raw(",\"category\":\"message\",\"type\":"); w.string(m.type == .file ? (fileCategory(m.file?.mimeType)) : "text")
+            w.raw(",\"text\":"); w.string(content.detailText)
+            if let f = m.file, let url = f.url { w.raw(",\"url\":"); w.string(url) }
+            if let t = event.createdAt { w.raw(",\"sentAt\":"); w.int(t / 1000) }
+            w.byte(UInt8(ascii: "}"))
+        }
+        if let custom = options.cometchatCustom { w.raw(",\"custom\":"); w.value(custom) }
+    }
+
+    /// CometChat's media message types by mime type.
+    static func fileCategory(_ mime: String?) -> String {
+        let m = (mime ?? "").lowercased()
+        if m.hasPrefix("image/") { return "image" }
+        if m.hasPrefix("video/") { return "video" }
+        if m.hasPrefix("audio/") { return "audio" }
+        return "file"
     }
 }
 

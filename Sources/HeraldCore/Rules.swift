@@ -48,7 +48,7 @@ public enum Ingest {
     /// An event with no pushable content: a text or admin message whose text
     /// is empty and which sets no `em_push_content` and no loc-key.
     static func nothingToPush(_ event: ChatEvent) -> EventValidationError? {
-        guard event.kind == .message, let m = event.message, m.type != .file else { return nil }
+        guard event.kind == .message || event.kind == .messageEdited, let m = event.message, m.type != .file else { return nil }
         let a = event.ext.apns
         if m.text.isEmpty && (a.pushContent ?? "").isEmpty && a.bodyLocKey == nil && a.titleLocKey == nil {
             return EventValidationError(field: "message.text", message: "empty (nothing to push)")
@@ -138,6 +138,10 @@ public enum Suppression {
             if !state.online.isEmpty { return .suppress(.online) }
             targets = candidates
         case .anyOffline:
+            let online = Set(state.online)
+            if !candidates.contains(where: { !online.contains($0.token) }) { return .suppress(.online) }
+            targets = candidates
+        case .offlineOnly:
             if state.online.isEmpty {
                 targets = candidates
             } else {
@@ -156,7 +160,7 @@ public enum Suppression {
         // 7. Effective trigger.
         let trigger: PushTrigger
         switch conv.trigger {
-        case .default: trigger = state.preferences.trigger
+        case .default: trigger = app.effectivePreferences(state.preferences).trigger
         case .all: trigger = .all
         case .mentionOnly: trigger = .mentionOnly
         case .off: trigger = .off
@@ -174,14 +178,40 @@ public enum Suppression {
         return .deliver(targets: targets)
     }
 
-    /// Rule 3's candidates: on Apple's side chat goes to `apns` tokens and calls go to `voip` tokens
-    /// when the user has any, else to `apns` tokens as an alert; every `fcm` and `webhook` device takes
-    /// both chat and calls. Registration order is kept.
+    /// Rule 3's candidates: on Apple's side chat goes to `apns` tokens; a ringing call (`initiated`)
+    /// goes to `voip` tokens when the user has any, else to `apns` tokens as an alert; every other call
+    /// action goes to `apns` tokens (an alert or a background push, see `CallAction.applePush`), because
+    /// iOS 13+ requires each VoIP push to report a new CallKit call. Every `fcm` and `webhook` device
+    /// takes both chat and calls. Registration order is kept.
     public static func pushableDevices(event: ChatEvent, state: UserState) -> [Device] {
         if state.devices.allSatisfy({ $0.kind == .apns }) { return state.devices }
         var appleKind = Device.Kind.apns
-        if event.kind == .call, state.devices.contains(where: { $0.kind == .voip }) { appleKind = .voip }
+        if event.kind == .call, event.call?.action.applePush == .ring,
+           state.devices.contains(where: { $0.kind == .voip }) { appleKind = .voip }
         return state.devices.filter { $0.kind == appleKind || $0.kind == .fcm || $0.kind == .webhook }
+    }
+}
+
+extension ChatEvent.CallAction {
+    /// How a call action reaches an Apple device.
+    public enum ApplePush: String, Sendable, Hashable {
+        /// Through PushKit to a `voip` token (push type `voip`); the app reports a CallKit call.
+        case ring
+        /// A visible alert to an `apns` token (a missed call).
+        case alert
+        /// A background push (`content-available`, priority 5) to an `apns` token, so a running or
+        /// suspended app can end its ringing screen; nothing is shown.
+        case background
+    }
+
+    /// `initiated` rings; `unanswered` and `cancelled` leave a missed-call alert; `ongoing`, `rejected`,
+    /// `ended` and `busy` only update the app (docs/behaviour.md §7).
+    public var applePush: ApplePush {
+        switch self {
+        case .initiated: return .ring
+        case .unanswered, .cancelled: return .alert
+        case .ongoing, .rejected, .ended, .busy: return .background
+        }
     }
 }
 

@@ -29,7 +29,8 @@ public struct Device: Codable, Sendable, Hashable {
         }
     }
 
-    /// Most devices a user may hold per app; registering one more evicts the oldest.
+    /// Most devices of one kind (`apns`, `voip`, `fcm`, `webhook`) a user may hold per app; registering one
+    /// more of that kind evicts the oldest of that kind (Sendbird's limit counts APNs tokens, not VoIP tokens).
     public static let maxPerUser = 20
 
     public var token: String
@@ -351,23 +352,24 @@ public struct UserState: Codable, Sendable, Hashable {
     }
 
     /// Registers (or refreshes) a token. A token already present is replaced and
-    /// becomes the newest; beyond `Device.maxPerUser` the oldest registrations
-    /// (smallest `registered_at`, earliest listed on ties) are evicted and
-    /// returned so the caller can delete them from storage.
+    /// becomes the newest; beyond `Device.maxPerUser` devices of the same kind the
+    /// oldest registrations of that kind (smallest `registered_at`, earliest listed
+    /// on ties) are evicted and returned so the caller can delete them from
+    /// storage. `unique` (Sendbird's `unique: true`) evicts every other device of
+    /// the same kind.
     @discardableResult
-    public mutating func register(_ device: Device) -> [Device] {
+    public mutating func register(_ device: Device, unique: Bool = false) -> [Device] {
         devices.removeAll { $0.token == device.token }
         devices.append(device)
         let ordered = devices.enumerated().sorted {
             ($0.element.registeredAt, $0.offset) < ($1.element.registeredAt, $1.offset)
         }.map(\.element)
-        let excess = max(0, ordered.count - Device.maxPerUser)
-        let evicted = Array(ordered.prefix(excess))
-        devices = Array(ordered.dropFirst(excess))
-        if !evicted.isEmpty {
-            let gone = Set(evicted.map(\.token))
-            online.removeAll { gone.contains($0) }
-        }
+        let sameKind = ordered.filter { $0.kind == device.kind }
+        let excess = unique ? sameKind.count - 1 : max(0, sameKind.count - Device.maxPerUser)
+        let evicted = Array(sameKind.filter { !unique || $0.token != device.token }.prefix(excess))
+        let gone = Set(evicted.map(\.token))
+        devices = ordered.filter { !gone.contains($0.token) }
+        if !evicted.isEmpty { online.removeAll { gone.contains($0) } }
         return evicted
     }
 

@@ -22,15 +22,17 @@ public struct IngestProcessor: StageProcessor {
             return .dlq(DropReason.invalid.rawValue, "tombstone (no value)")
         }
         let event: ChatEvent
+        var warnings: [EventDecodeWarning] = []
         do {
-            event = try ChatEvent.decode(bytes)
+            event = try ChatEvent.decode(bytes, warnings: &warnings)
         } catch {
             return .dlq(DropReason.invalid.rawValue, error.description)
         }
         switch Ingest.admit(event) {
         case .admit(let event):
             return StageResult(outputs: [StageOutput.record(IngestedRecord(event: event, ingestedAt: now),
-                                                            topic: ingestedTopic, key: event.conversation.id)])
+                                                            topic: ingestedTopic, key: event.conversation.id)],
+                               notes: warnings.map { .inputWarning(field: $0.field) })
         case .drop(.channelType, _):
             let explain = ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage, decision: "drop",
                                        reason: DropReason.channelType.rawValue, at: now)

@@ -82,6 +82,8 @@ public enum StageNote: Sendable, Hashable {
     case tokenDead(reason: String)
     /// A registry operation applied, with its outcome (`applied`, `removed`, `kept_reregistered`, ...).
     case registry(op: String, outcome: String)
+    /// Ingest accepted a field in a vendor REST form (e.g. `1` for `true`); counted per field.
+    case inputWarning(field: String)
 }
 
 /// What became of one input.

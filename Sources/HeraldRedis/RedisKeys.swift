@@ -11,6 +11,7 @@
 /// | `herald:<app>:user:{<user>}:prefs` | string | preferences JSON (state fixture field names) |
 /// | `herald:<app>:user:{<user>}:unread` | hash | `total` -> count, `c:<conversation>` -> count |
 /// | `herald:<app>:conv:{<conversation>}:members` | set | user ids |
+/// | `herald:<app>:token:{<token>}:owner` | string | the user the token is registered to (one owner per app) |
 /// | `herald:<app>:delivered:<event>:<token>` | string | `p:<owner>:<expires>` (claimed) or `1` (delivered), with a TTL |
 public enum RedisKeys {
     public static let prefix = "herald"
@@ -20,6 +21,7 @@ public enum RedisKeys {
     public static func preferences(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:prefs" }
     public static func unread(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:unread" }
     public static func members(app: String, conversation: String) -> String { "\(prefix):\(app):conv:{\(conversation)}:members" }
+    public static func tokenOwner(app: String, token: String) -> String { "\(prefix):\(app):token:{\(token)}:owner" }
     public static func delivered(app: String, eventId: String, token: String) -> String {
         "\(prefix):\(app):delivered:\(eventId):\(token)"
     }

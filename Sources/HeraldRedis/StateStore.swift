@@ -88,17 +88,64 @@ public final class StateStore: Sendable {
 
     // MARK: Devices
 
+    /// What `registerDeviceReporting` did besides storing the device.
+    public struct Registration: Sendable, Hashable {
+        /// Tokens of the same user removed by the cap or by `unique`.
+        public var evicted: [String]
+        /// The user the token was registered to before (it has been removed there), if another one.
+        public var movedFrom: String?
+    }
+
     /// Registers a device or, when its token is already registered, replaces the stored entry. When the user
-    /// then holds more than `Device.maxPerUser` (20) devices, the oldest by `registered_at` are removed (ties: the
-    /// device being registered counts as newest, then by token) together with their presence entries. Atomic
+    /// then holds more than `Device.maxPerUser` (20) devices of the device's kind, the oldest of that kind by
+    /// `registered_at` are removed (ties: the device being registered counts as newest, then by token) together
+    /// with their presence entries; with `unique` every other device of that kind is removed. Atomic per user
     /// (one Lua script). Returns the evicted tokens.
     @discardableResult
-    public func registerDevice(app: String, user: String, device: Device) async throws -> [String] {
+    public func registerDevice(app: String, user: String, device: Device, unique: Bool = false) async throws -> [String] {
+        try await registerDeviceReporting(app: app, user: user, device: device, unique: unique).evicted
+    }
+
+    /// `registerDevice`, and one owner per token: the token -> owner key (`RedisKeys.tokenOwner`) is set to
+    /// `user` first; when it named another user, the token (and its presence) is removed from that user. Three
+    /// steps, each idempotent, so a retried record converges (they touch different Cluster slots, so they cannot
+    /// be one script). Owner keys of evicted tokens are deleted when they still name `user`.
+    public func registerDeviceReporting(app: String, user: String, device: Device,
+                                        unique: Bool = false) async throws -> Registration {
+        let ownerKey = RedisKeys.tokenOwner(app: app, token: device.token)
+        let previous = try await connection.send(RedisCommand("SET", ownerKey, user, "GET")).orThrow("SET owner")
+        var movedFrom: String?
+        if let old = previous.text, old != user {
+            let replies = try await connection.pipeline([
+                RedisCommand("MULTI"),
+                RedisCommand("HDEL", RedisKeys.devices(app: app, user: old), device.token),
+                RedisCommand("ZREM", RedisKeys.presence(app: app, user: old), device.token),
+                RedisCommand("EXEC"),
+            ])
+            _ = try Self.execResults(replies)
+            movedFrom = old
+        }
         let json = try Self.encode(device)
         let reply = try await connection.send(RedisCommand("EVAL", Scripts.register, 2,
             RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
-            device.token, json, Device.maxPerUser)).orThrow("EVAL register")
-        return try Self.strings(reply)
+            device.token, json, Device.maxPerUser, device.kind.rawValue, unique ? 1 : 0)).orThrow("EVAL register")
+        let evicted = try Self.strings(reply)
+        try await releaseOwners(app: app, user: user, tokens: evicted)
+        return Registration(evicted: evicted, movedFrom: movedFrom)
+    }
+
+    /// Deletes the owner keys of `tokens` that still name `user` (one pipelined round trip).
+    func releaseOwners(app: String, user: String, tokens: [String]) async throws {
+        if tokens.isEmpty { return }
+        let replies = try await connection.pipeline(tokens.map {
+            RedisCommand("EVAL", Scripts.releaseOwner, 1, RedisKeys.tokenOwner(app: app, token: $0), user)
+        })
+        for r in replies { _ = try r.orThrow("EVAL releaseOwner") }
+    }
+
+    /// The user a token is registered to in `app`, if any (tools, tests).
+    public func owner(app: String, token: String) async throws -> String? {
+        try await connection.send(RedisCommand("GET", RedisKeys.tokenOwner(app: app, token: token))).orThrow("GET owner").text
     }
 
     /// Removes one device and its presence entry. Returns whether it was registered.
@@ -111,6 +158,7 @@ public final class StateStore: Sendable {
             RedisCommand("EXEC"),
         ])
         let exec = try Self.execResults(replies)
+        try await releaseOwners(app: app, user: user, tokens: [token])
         return (exec.first?.int ?? 0) > 0
     }
 
@@ -119,12 +167,14 @@ public final class StateStore: Sendable {
     public func unregisterAll(app: String, user: String) async throws -> Int {
         let replies = try await connection.pipeline([
             RedisCommand("MULTI"),
-            RedisCommand("HLEN", RedisKeys.devices(app: app, user: user)),
+            RedisCommand("HKEYS", RedisKeys.devices(app: app, user: user)),
             RedisCommand("DEL", RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user)),
             RedisCommand("EXEC"),
         ])
         let exec = try Self.execResults(replies)
-        return Int(exec.first?.int ?? 0)
+        let tokens = try exec.first.map(Self.strings) ?? []
+        try await releaseOwners(app: app, user: user, tokens: tokens)
+        return tokens.count
     }
 
     /// What `removeDeadToken` did.
@@ -146,7 +196,9 @@ public final class StateStore: Sendable {
             RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
             token, deadSince)).orThrow("EVAL removeDead")
         switch reply.int {
-        case 1: return .removed
+        case 1:
+            try await releaseOwners(app: app, user: user, tokens: [token])
+            return .removed
         case -1: return .keptReregistered
         case 0: return .notRegistered
         default: throw RedisError(.unexpectedReply, "dead-token script answered \(reply)")
@@ -234,6 +286,9 @@ public final class StateStore: Sendable {
                 var arguments: [any RedisArgument] = [devicesKey]
                 for device in state.devices { arguments.append(device.token); arguments.append(try Self.encode(device)) }
                 commands.append(RedisCommand("HSET", arguments))
+                for device in state.devices {
+                    commands.append(RedisCommand("SET", RedisKeys.tokenOwner(app: app, token: device.token), user))
+                }
             }
             if !state.online.isEmpty {
                 let expiry = now + presenceTTLMilliseconds
@@ -469,26 +524,38 @@ enum Scripts {
     return 0
     """
 
-    /// KEYS: devices hash, presence zset. ARGV: token, device JSON, max devices.
-    /// Returns the evicted tokens.
+    /// KEYS: the owner key. ARGV: user. Deletes the key when it still names that user.
+    static let releaseOwner = """
+    if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+    return 0
+    """
+
+    /// KEYS: devices hash, presence zset. ARGV: token, device JSON, max devices per kind, the device's kind,
+    /// unique (1: remove every other device of that kind). A stored entry without a readable kind counts as
+    /// `apns`. Returns the evicted tokens.
     static let register = """
     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
     local max = tonumber(ARGV[3])
-    local count = redis.call('HLEN', KEYS[1])
+    local unique = ARGV[5] == '1'
     local evicted = {}
-    if count <= max then return evicted end
+    if not unique and redis.call('HLEN', KEYS[1]) <= max then return evicted end
     local all = redis.call('HGETALL', KEYS[1])
     local entries = {}
     for i = 1, #all, 2 do
       local at = 0
+      local kind = 'apns'
       local ok, device = pcall(cjson.decode, all[i + 1])
-      if ok and type(device) == 'table' and tonumber(device['registered_at']) then
-        at = tonumber(device['registered_at'])
+      if ok and type(device) == 'table' then
+        if tonumber(device['registered_at']) then at = tonumber(device['registered_at']) end
+        if type(device['kind']) == 'string' then kind = device['kind'] end
       end
       local newest = 0
       if all[i] == ARGV[1] then newest = 1 end
-      entries[#entries + 1] = {at, newest, all[i]}
+      if kind == ARGV[4] and not (unique and newest == 1) then entries[#entries + 1] = {at, newest, all[i]} end
     end
+    local count = #entries
+    if unique then max = 0 end
+    if count <= max then return evicted end
     table.sort(entries, function(a, b)
       if a[1] ~= b[1] then return a[1] < b[1] end
       if a[2] ~= b[2] then return a[2] < b[2] end

@@ -494,6 +494,7 @@ struct Tally {
     var duplicates = 0
     var tokenDead: [String: Int] = [:]
     var registry: [RegistryKey: Int] = [:]
+    var inputWarnings: [String: Int] = [:]
 
     struct APNsAnswerKey: Hashable { var status: Int; var reason: String }
     struct RegistryKey: Hashable { var op: String; var outcome: String }
@@ -524,6 +525,8 @@ struct Tally {
                 tokenDead[reason, default: 0] += 1
             case .registry(let op, let outcome):
                 registry[RegistryKey(op: op, outcome: outcome), default: 0] += 1
+            case .inputWarning(let field):
+                inputWarnings[field, default: 0] += 1
             }
         }
     }
@@ -534,6 +537,9 @@ struct Tally {
         for (key, n) in answers { metrics.apnsResponse(status: key.status, reason: key.reason, count: n) }
         for (reason, n) in retried { metrics.retried(reason: reason, count: n) }
         if duplicates > 0 { counter("herald_send_duplicates_total", []).increment(by: duplicates) }
+        for (field, n) in inputWarnings {
+            counter("herald_ingest_warnings_total", [("field", StageMetrics.labelValue(field))]).increment(by: n)
+        }
         for (reason, n) in tokenDead {
             counter("herald_token_feedback_total", [("reason", StageMetrics.labelValue(reason))]).increment(by: n)
         }

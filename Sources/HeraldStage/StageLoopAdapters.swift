@@ -95,8 +95,10 @@ public struct RedisRegistryWriter: RegistryWriter {
             switch record.op {
             case .registerDevice:
                 guard let device = record.device else { return "invalid" }
-                let evicted = try await store.registerDevice(app: app, user: user, device: device)
-                return evicted.isEmpty ? "applied" : "applied_evicted"
+                let r = try await store.registerDeviceReporting(app: app, user: user, device: device,
+                                                                unique: record.unique ?? false)
+                if r.movedFrom != nil { return r.evicted.isEmpty ? "applied_moved" : "applied_moved_evicted" }
+                return r.evicted.isEmpty ? "applied" : "applied_evicted"
             case .unregisterDevice:
                 return try await store.unregisterDevice(app: app, user: user, token: record.token ?? "") ? "applied" : "not_registered"
             case .unregisterAll:

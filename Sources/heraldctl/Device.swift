@@ -12,7 +12,7 @@ struct DeviceCommand: AsyncParsableCommand {
 
     struct Register: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Register a device token (at most 20 per user; the 21st evicts the oldest).",
+            abstract: "Register a device token (at most 20 per user and kind; the 21st of a kind evicts the oldest of that kind; a token has one owner per app).",
             discussion: """
                 Writes Redis directly (the operator path, applied at once) unless --via-kafka is given, in which \
                 case a registration record goes to herald.registry and herald-registry applies it.
@@ -33,6 +33,8 @@ struct DeviceCommand: AsyncParsableCommand {
         var bundleID: String?
         @Option(name: .customLong("registered-at"), help: "Registration time, epoch milliseconds (default: now).")
         var registeredAt: Int64?
+        @Flag(name: .long, help: "Make it the user's only device of its kind (Sendbird's unique: true).")
+        var unique = false
         @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
         var viaKafka = false
         @OptionGroup var redis: RedisOptions
@@ -65,14 +67,16 @@ struct DeviceCommand: AsyncParsableCommand {
             let device = Device(token: apple ? token.lowercased() : token, kind: kind, environment: env, bundleID: bundleID,
                                 registeredAt: registeredAt ?? CLI.nowMillis(), providerID: providerID)
             if viaKafka {
-                try await RegistryPublisher.publish(.register(app: app, user: user, device: device), kafka: kafka, topics: topics)
+                try await RegistryPublisher.publish(.register(app: app, user: user, device: device, unique: unique), kafka: kafka, topics: topics)
                 CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user, "token": CLI.short(device.token)]))
                 return
             }
             let store = await redis.store()
             do {
-                let evicted = try await store.registerDevice(app: app, user: user, device: device)
-                CLI.out(CLI.json(["registered": CLI.short(device.token), "user": user, "evicted": evicted.map(CLI.short)]))
+                let r = try await store.registerDeviceReporting(app: app, user: user, device: device, unique: unique)
+                var out: [String: Any] = ["registered": CLI.short(device.token), "user": user, "evicted": r.evicted.map(CLI.short)]
+                if let from = r.movedFrom { out["moved_from"] = from }
+                CLI.out(CLI.json(out))
             } catch {
                 CLI.fail("redis: \(error)")
             }

@@ -4,7 +4,7 @@ import HeraldKafka
 
 /// A registry change an operator asks for with `--via-kafka`.
 enum RegistryUpdate {
-    case register(app: String, user: String, device: Device)
+    case register(app: String, user: String, device: Device, unique: Bool = false)
     case unregister(app: String, user: String, token: String)
     case unregisterAll(app: String, user: String)
     case preferences(app: String, user: String, preferences: Preferences)
@@ -13,8 +13,8 @@ enum RegistryUpdate {
     /// The `herald.registry` record (docs/pipeline.md) herald-registry applies.
     var record: RegistryRecord {
         switch self {
-        case .register(let app, let user, let device):
-            return RegistryRecord(op: .registerDevice, appID: app, user: user, device: device)
+        case .register(let app, let user, let device, let unique):
+            return RegistryRecord(op: .registerDevice, appID: app, user: user, device: device, unique: unique ? true : nil)
         case .unregister(let app, let user, let token):
             return RegistryRecord(op: .unregisterDevice, appID: app, user: user, token: token)
         case .unregisterAll(let app, let user):

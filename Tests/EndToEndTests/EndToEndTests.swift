@@ -88,6 +88,14 @@ struct EndToEndTests {
             #expect(reasons.contains(reason), "no scenario produces the suppression \(reason)")
         }
         #expect(expected.contains { $0.request.pushType == .voip }, "no VoIP notification predicted")
+        #expect(expected.contains { $0.request.pushType == .background && $0.request.priority == 5 && $0.scenario.hasPrefix("ended call") },
+                "no background call update predicted")
+        #expect(expected.contains { $0.request.pushType == .background && $0.scenario.hasPrefix("deleted message") },
+                "no background update for a deleted message predicted")
+        #expect(suppressed.contains { $0.scenario.hasPrefix("lenient input") && $0.reason == "ignored" },
+                "em_ignore_notification: 1 was not read as true")
+        #expect(!expected.contains { $0.request.pushType == .voip && !$0.scenario.hasPrefix("call to VoIP") },
+                "a call action other than initiated went to a VoIP token")
         #expect(expected.count >= 12 && suppressed.count >= 9,
                 "the scenarios predict only \(expected.count) notifications and \(suppressed.count) suppressions")
         stack.log("seed scenarios: \(expected.count) notifications and \(suppressed.count) suppressions predicted by simulate")

@@ -62,7 +62,7 @@ enum Scenarios {
     }
     """
 
-    /// app2: Sendbird-style payload, send to the offline devices.
+    /// app2: Sendbird-style payload, `any_offline`: every device once one is offline.
     static let app2Fixture = """
     {
       "users": {
@@ -101,7 +101,7 @@ enum Scenarios {
 
     // MARK: Events
 
-    static func message(_ eventID: String, app: String = "app1", sender: String = "s1", conversation: String,
+    static func message(_ eventID: String, app: String = "app1", kind: String = "message", sender: String = "s1", conversation: String,
                         type: String = "group", name: String = "Hiking", text: String = "Bye!",
                         recipients: [String]? = nil, mentions: [String] = [], mentionType: String = "users",
                         language: String? = nil, translations: [String: String] = [:], ext: String = "{}",
@@ -111,7 +111,7 @@ enum Scenarios {
         if let language { message["language"] = language }
         if !translations.isEmpty { message["translations"] = translations }
         var event: [String: Any] = [
-            "event_id": eventID, "app_id": app, "kind": "message", "created_at": createdAt,
+            "event_id": eventID, "app_id": app, "kind": kind, "created_at": createdAt,
             "sender": ["id": sender, "name": "Cindy", "profile_url": "https://cdn.example/\(sender).png"],
             "conversation": ["id": conversation, "type": type, "name": name],
             "message": message,
@@ -122,12 +122,12 @@ enum Scenarios {
         return String(decoding: data, as: UTF8.self)
     }
 
-    static func call(_ eventID: String, createdAt: Int64) -> String {
+    static func call(_ eventID: String, action: String = "initiated", createdAt: Int64) -> String {
         """
         {"event_id": "\(eventID)", "app_id": "app3", "kind": "call", "created_at": \(createdAt),
          "sender": {"id": "c3s", "name": "Andrew"},
          "conversation": {"id": "call1", "type": "group", "name": "Standup"},
-         "call": {"action": "initiated", "session_id": "v1.123.\(eventID)", "type": "video"}}
+         "call": {"action": "\(action)", "session_id": "v1.123.\(eventID)", "type": "video"}}
         """
     }
 
@@ -150,12 +150,23 @@ enum Scenarios {
                      createdAt: now)),
             ("snooze suppresses", "app1",
              message(id("snooze"), conversation: "d9", type: "direct", recipients: ["r9"], createdAt: now)),
+            ("lenient input: em_ignore_notification 1 reads as true (a warning, not the DLQ)", "app1",
+             message(id("lenient"), conversation: "sil1", ext: #"{"em_ignore_notification": 1}"#, createdAt: now)),
+            ("edited message: shown again with the new text", "app1",
+             message(id("edit"), kind: "message_edited", conversation: "d1", type: "direct", name: "", text: "See you soon",
+                     recipients: ["r4"], createdAt: now)),
+            ("deleted message: a background update", "app1",
+             message(id("delete"), kind: "message_deleted", conversation: "d1", type: "direct", name: "", text: "",
+                     recipients: ["r4"], createdAt: now)),
             ("silent (em_ignore_notification) wakes nobody", "app1",
              message(id("silent"), conversation: "sil1", ext: #"{"em_ignore_notification": true}"#, createdAt: now)),
             ("translation into the first preferred language", "app1",
              message(id("translate"), conversation: "d11", type: "direct", text: "Good night", recipients: ["r11"],
                      language: "en", translations: ["fr": "Bonne nuit", "de": "Gute Nacht"], createdAt: now)),
             ("call to VoIP tokens, alert without one", "app3", call(id("call"), createdAt: now)),
+            ("cancelled call: a missed-call alert to device tokens, never VoIP", "app3",
+             call(id("callx"), action: "cancelled", createdAt: now)),
+            ("ended call: a background push to device tokens", "app3", call(id("calle"), action: "ended", createdAt: now)),
             ("file message in a support conversation (custom_type template)", "app1", """
              {"event_id": "\(id("file"))", "app_id": "app1", "kind": "message", "created_at": \(now),
               "sender": {"id": "s1", "name": "Cindy"},
@@ -166,7 +177,7 @@ enum Scenarios {
              """),
             ("open channel is dropped at ingest", "app1",
              message(id("open"), conversation: "o1", type: "open", name: "Lobby", createdAt: now)),
-            ("multi-device: only offline devices", "app2",
+            ("multi-device any_offline: every device once one is offline", "app2",
              message(id("multi"), app: "app2", sender: "a2s", conversation: "md1", text: "Hello all", createdAt: now)),
         ]
     }

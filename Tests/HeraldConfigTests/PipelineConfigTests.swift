@@ -240,3 +240,57 @@ struct SecuritySettingsTests {
         }
     }
 }
+
+@Suite("Pipeline file: vendor payload options")
+struct VendorPayloadOptionsConfigTests {
+    @Test("apns, sendbird, cometchat and user_defaults keys are read")
+    func read() throws {
+        let yaml = """
+        apps:
+          sb:
+            payload: {profile: sendbird}
+            apns: {alert_string: true, content_available: true, mutable_content: true, sound: chime.caf,
+                   conversation_sounds: {c1: bell.caf}}
+            sendbird: {type_codes: v3, group_channel_type: chat, channel_unread_count: false, push_title: true,
+                       push_alert: true, audience_type: only, mentioned_users: true}
+          cc:
+            payload: {profile: cometchat}
+            cometchat: {include_message: true, custom: '{"tenant":"acme"}'}
+          em:
+            user_defaults: {preset: easemob, template: alternative, trigger: mention_only}
+        """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings.isEmpty, "\(loaded.warnings)")
+        let o = loaded.config.apps.app("sb").payloadOptions
+        #expect(o.alertString && o.contentAvailable && o.mutableContent && o.sound == "chime.caf")
+        #expect(o.conversationSounds == ["c1": "bell.caf"])
+        #expect(o.sendbirdV3TypeCodes && o.sendbirdGroupChannelType == "chat" && !o.sendbirdChannelUnreadCount)
+        #expect(o.sendbirdPushTitle && o.sendbirdPushAlert && o.sendbirdAudienceType == "only" && o.sendbirdMentionedUsers)
+        let c = loaded.config.apps.app("cc").payloadOptions
+        #expect(c.cometchatIncludeMessage && c.cometchatCustom?["tenant"] == .string("acme"))
+        let d = try #require(loaded.config.apps.app("em").userDefaults)
+        #expect(d.displayStyle == .simpleBanner && d.template == .alternative && d.trigger == .mentionOnly)
+        #expect(loaded.config.apps.app("sb").userDefaults == nil)
+    }
+
+    @Test("wrong values name their path", arguments: [
+        ("apps: {a: {payload: {profile: sendbird}, sendbird: {type_codes: v2}}}", "apps.a.sendbird.type_codes"),
+        ("apps: {a: {payload: {profile: sendbird}, sendbird: {group_channel_type: open}}}", "apps.a.sendbird.group_channel_type"),
+        ("apps: {a: {payload: {profile: cometchat}, cometchat: {custom: '[1]'}}}", "apps.a.cometchat.custom"),
+        ("apps: {a: {user_defaults: {preset: sendbird}}}", "apps.a.user_defaults.preset"),
+        ("apps: {a: {user_defaults: {trigger: sometimes}}}", "apps.a.user_defaults.trigger"),
+        ("apps: {a: {apns: {content_available: maybe}}}", "apps.a.apns.content_available"),
+    ])
+    func errors(_ yaml: String, _ path: String) {
+        do {
+            _ = try PipelineLoader.load(yaml: yaml)
+            Issue.record("\(yaml) loaded without an error")
+        } catch { #expect(error.path == path) }
+    }
+
+    @Test("a vendor block under another profile is warned about")
+    func wrongProfile() throws {
+        let loaded = try PipelineLoader.load(yaml: "apps: {a: {payload: {profile: compact}, sendbird: {push_title: true}}}")
+        #expect(loaded.warnings.contains { $0.hasPrefix("apps.a.sendbird") })
+    }
+}

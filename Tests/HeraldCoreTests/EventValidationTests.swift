@@ -77,7 +77,7 @@ let invalidRows: [InvalidRow] = [
     InvalidRow("reaction emoji missing", replacing(#""emoji":"😎","#, ""), field: "reaction.emoji"),
     InvalidRow("group action unknown", replacing(#""action":"left""#, #""action":"sang""#), field: "group_action.action"),
     InvalidRow("em_ignore_notification is a string", replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":"yes""#), field: "ext.em_ignore_notification"),
-    InvalidRow("em_push_mutable_content is a number", replacing(#""em_push_content":"Custom push display""#, #""em_push_mutable_content":1"#), field: "ext.em_apns_ext.em_push_mutable_content"),
+    InvalidRow("em_push_mutable_content is a number other than 1 or 0", replacing(#""em_push_content":"Custom push display""#, #""em_push_mutable_content":2"#), field: "ext.em_apns_ext.em_push_mutable_content"),
     InvalidRow("loc args not strings", replacing(#""em_push_content":"Custom push display""#, #""em_push_body_loc_args":[1,2]"#), field: "ext.em_apns_ext.em_push_body_loc_args[0]"),
     InvalidRow("not JSON", "hello", field: "(event)"),
     InvalidRow("empty input", "", field: "(event)"),

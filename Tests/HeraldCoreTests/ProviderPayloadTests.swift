@@ -319,7 +319,7 @@ struct DeviceKindTests {
         let state = user(devices: [device(), fcmDevice()], online: [fcmToken])
         #expect(Suppression.decide(event: e, recipient: "u2", state: state, app: providerApp(.compact), now: now0)
                     == .suppress(.online))
-        let multi = AppConfig(multiDevice: .anyOffline, credentials: providerApp(.compact).credentials,
+        let multi = AppConfig(multiDevice: .offlineOnly, credentials: providerApp(.compact).credentials,
                               fcmCredentials: providerApp(.compact).fcmCredentials)
         #expect(Suppression.decide(event: e, recipient: "u2", state: state, app: multi, now: now0).targets == [device()])
     }

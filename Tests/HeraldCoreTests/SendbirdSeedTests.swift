@@ -224,11 +224,24 @@ struct SendbirdSeedTests {
                     == .suppress(.online))
     }
 
-    @Test("send as long as one device is offline: only the offline devices")
-    func anyOffline() throws {
+    @Test("any_offline (Sendbird): as long as one device is offline, every device gets it")
+    func anyOfflineAll() throws {
         let e = try event(messageJSON(sender: "u1"))
         let two = [device(tokenA), device(tokenB)]
         let app = AppConfig(multiDevice: .anyOffline, credentials: sendbirdApp.credentials)
+        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenB]), app: app, now: now0)
+                    == .deliver(targets: two))
+        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenA, tokenB]), app: app,
+                                   now: now0) == .suppress(.online))
+        let (_, requests) = try run(e, to: "u2", state: user(devices: two, online: [tokenB]), app: app)
+        #expect(requests.map(\.token) == [tokenA, tokenB])
+    }
+
+    @Test("offline_only: as long as one device is offline, only the offline devices")
+    func anyOffline() throws {
+        let e = try event(messageJSON(sender: "u1"))
+        let two = [device(tokenA), device(tokenB)]
+        let app = AppConfig(multiDevice: .offlineOnly, credentials: sendbirdApp.credentials)
         #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenB]), app: app, now: now0)
                     == .deliver(targets: [device(tokenA)]))
         #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenA, tokenB]), app: app,

@@ -65,6 +65,16 @@ func event(_ json: String) -> StageInput { StageInput(topic: "chat.events", valu
         #expect(results[2].deadLetter?.detail.isEmpty == false)
     }
 
+    @Test("a vendor REST form (em_ignore_notification: 1) is forwarded with a warning note, not dead-lettered")
+    func lenientFieldIsForwardedWithAWarning() async throws {
+        let results = await ingest.process([event(#"{"event_id":"e1","app_id":"app1","kind":"message","created_at":"1732000000000","sender":{"id":"u1"},"conversation":{"id":"c1","type":"group"},"message":{"id":"m1","text":"hi"},"ext":{"em_ignore_notification":1}}"#)],
+                                           context: fixedContext)
+        #expect(results[0].deadLetter == nil)
+        let record = try decode(IngestedRecord.self, try #require(results[0].outputs.first))
+        #expect(record.event.ext.ignoreNotification && record.event.createdAt == 1_732_000_000_000)
+        #expect(results[0].notes == [.inputWarning(field: "created_at"), .inputWarning(field: "ext.em_ignore_notification")])
+    }
+
     @Test func openChannelIsDroppedCountedAndExplainedNotDeadLettered() async throws {
         let results = await ingest.process([StageInput(topic: "chat.events", value: try exampleBytes("event-open.json"))],
                                            context: fixedContext)

@@ -27,7 +27,7 @@ struct StateStoreTests {
         try await store.setPresence(app: "a", user: "u", online: [Self.token(0), Self.token(5)], ttlMilliseconds: 60_000, now: Self.t0)
 
         // Re-registering an existing token: no eviction, entry updated.
-        let updated = Device(token: Self.token(3), kind: .voip, environment: .sandbox, bundleID: "com.x", registeredAt: Self.t0 + 3)
+        let updated = Device(token: Self.token(3), kind: .apns, environment: .sandbox, bundleID: "com.x", registeredAt: Self.t0 + 3)
         #expect(try await store.registerDevice(app: "a", user: "u", device: updated).isEmpty)
         var state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
         #expect(state.devices.count == 20)

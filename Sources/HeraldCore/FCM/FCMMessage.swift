@@ -54,9 +54,9 @@ public enum FCMMessage {
         let isCometChat: Bool = { if case .cometchat = app.payloadProfile { true } else { false } }()
         let (original, sender) = Renderer.content(event: event, state: state, app: app,
                                                   senderDisplayName: senderDisplayName, cometchatTitle: isCometChat)
-        let prefs = state.preferences
+        let prefs = app.effectivePreferences(state.preferences)
         let shape = Shape(event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
-                          notify: includeNotification && event.kind != .call,
+                          notify: includeNotification && event.kind != .call && event.kind != .messageDeleted,
                           badge: (app.badge && prefs.badge) ? state.unread.total : nil)
         let limit = payloadLimit
         var bytes = shape.write(original)
@@ -190,16 +190,18 @@ public enum FCMMessage {
                     // writeCallObject writes `,"call":{...}`: keep the object.
                     w.raw(",\"call\":"); w.string(String(decoding: c.bytes.dropFirst(8), as: UTF8.self))
                 }
+                if let action = Renderer.messageAction(event) { w.raw(",\"action\":"); w.string(action) }
                 if let title = content.title { w.raw(",\"title\":"); w.string(title) }
                 w.raw(",\"body\":"); w.string(content.body)
             case .sendbird(let key):
                 w.raw("\"message\":"); w.string(content.body)
                 if let title = content.title { w.raw(",\"title\":"); w.string(title) }
                 var o = JSONWriter(capacity: 768)
-                Renderer.writeSendbirdObject(event, recipient, state, sender, content, into: &o)
+                Renderer.writeSendbirdObject(event, recipient, state, sender, content, app.payloadOptions, into: &o)
                 w.byte(UInt8(ascii: ",")); w.key(key); w.string(o.string)
             case .cometchat:
                 var o = JSONWriter(capacity: 512)
+                // FCM data values are strings: the `message` and `custom` objects are for APNs and webhooks only.
                 Renderer.writeCometChat(event, recipient, state, sender, content, into: &o)
                 w.bytes.append(contentsOf: o.bytes.dropFirst())  // its fields start with a comma
             }
@@ -215,7 +217,7 @@ public enum FCMMessage {
     /// the group for group actions.
     static func cometChatTag(_ event: ChatEvent) -> String {
         switch event.kind {
-        case .message: return event.message?.id ?? event.eventID
+        case .message, .messageEdited, .messageDeleted: return event.message?.id ?? event.eventID
         case .reaction: return event.reaction?.messageID ?? event.message?.id ?? event.eventID
         case .groupAction: return event.conversation.id
         case .call: return event.message?.id ?? event.call?.sessionID ?? event.eventID

@@ -35,7 +35,7 @@ public enum WebhookPayload {
         w.raw("{\"trigger\":\"push-notification-payload-generated\",\"data\":{\"to\":{\"uid\":"); w.string(recipient)
         w.raw("},\"notificationDetails\":{")
         var fields = JSONWriter(capacity: 512)
-        Renderer.writeCometChat(event, recipient, state, sender, content, into: &fields)
+        Renderer.writeCometChat(event, recipient, state, sender, content, app.payloadOptions, into: &fields)
         w.bytes.append(contentsOf: fields.bytes.dropFirst())  // its fields start with a comma
         if let custom = content.extern { w.raw(",\"custom\":"); w.value(custom) }
         w.raw("}},\"appId\":"); w.string(event.appID)
