@@ -163,6 +163,8 @@ public struct AppConfig: Sendable {
     /// Custom webhook providers; the first is used for devices without a provider id.
     public let webhooks: [WebhookCredential]
     public let fcm: FCMOptions
+    /// Which priority class (and so which lane) each kind of event gets (`Priority.classify`).
+    public let priority: PriorityPolicy
 
     let strings: [String: Strings]
     let english: Strings
@@ -173,8 +175,9 @@ public struct AppConfig: Sendable {
                 multiDevice: MultiDeviceMode = .allOffline, badge: Bool = true,
                 templates: TemplateConfig = TemplateConfig(), catalogs: [String: [String: String]] = [:],
                 credentials: [APNsCredential] = [], expirationSeconds: Int64 = 86_400,
-                callExpirationSeconds: Int64 = 60, fcmCredentials: [FCMCredential] = [],
-                webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions()) {
+                callExpirationSeconds: Int64 = 30, fcmCredentials: [FCMCredential] = [],
+                webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions(),
+                priority: PriorityPolicy = PriorityPolicy()) {
         self.appID = appID
         self.payloadProfile = payloadProfile
         self.multiDevice = multiDevice
@@ -194,6 +197,7 @@ public struct AppConfig: Sendable {
         self.fcmCredentials = fcmCredentials
         self.webhooks = webhooks
         self.fcm = fcm
+        self.priority = priority
 
         // Resolution order for a key in locale L: app catalog[L], app templates,
         // built-in catalog[L], app catalog[en], built-in English.

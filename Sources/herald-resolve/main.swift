@@ -2,6 +2,7 @@
 // with each recipient's devices, presence, preferences and unread counts from Redis (pipelined per batch).
 import Foundation
 import HeraldConfig
+import HeraldCore
 import HeraldPipeline
 import HeraldRedis
 import HeraldStage
@@ -11,10 +12,15 @@ let redis = setup.redisOrExit()
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
-let processor = ResolveProcessor(
-    resolvedTopic: topics.resolved, state: RedisStateReader(store: StateStore(connection: redis, logger: logger)),
-    onTransientFailure: { failure in
-        metrics.redisError(code: "transient")
-        logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])
-    })
-exit(await setup.run(processor: processor, topics: [topics.ingested], explain: setup.explainSink(redis)))
+let reader = RedisStateReader(store: StateStore(connection: redis, logger: logger))
+// One loop per lane (herald.ingested.priority -> herald.resolved.priority, herald.ingested -> herald.resolved).
+let lanes = Lane.allCases.map { lane in
+    StageLane(lane, topics: [topics.ingested(lane)], processor: ResolveProcessor(
+        resolvedTopic: topics.resolved(lane), state: reader,
+        lanes: (priority: topics.resolvedPriority, bulk: topics.resolved, apps: setup.pipeline.apps),
+        onTransientFailure: { failure in
+            metrics.redisError(code: "transient")
+            logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])
+        }))
+}
+exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis)))
