@@ -23,13 +23,26 @@ extension EndToEndTests {
     func callOvertakesBacklog() async throws {
         try await loadFixtures()
         let stack = self.stack
+        // Warm-up: one direct message through the priority lane, so every stage's priority consumer has joined
+        // its group before the measurement (the lane's first record otherwise waits for those joins).
+        let warmEvent = Scenarios.message(Scenarios.id("lane-warm"), conversation: "dm-warm", type: "direct",
+                                          recipients: ["r10"], createdAt: Self.now())
+        let warm = try predictedPairs([warmEvent], fixture: Scenarios.app1Fixture)
+        #expect(warm.count == 1)
+        try await stack.publish([warmEvent])
+        let warmed = await eventually(timeout: .seconds(60), interval: .milliseconds(20)) {
+            let counts = stack.deliveredCounts()
+            return warm.allSatisfy { counts[$0] != nil }
+        }
+        #expect(warmed, "the warm-up direct message was not delivered\n\(failureContext())")
+
         let now = Self.now()
-        // 2,500 group messages to k1's four members: 10,000 notifications on the bulk lane.
-        let backlogEvents = (0..<2500).map {
+        // 4,000 group messages to k1's four members: 16,000 notifications on the bulk lane.
+        let backlogEvents = (0..<4000).map {
             Scenarios.message(Scenarios.id("lane-backlog-\($0)"), conversation: "k1", text: "backlog \($0)", createdAt: now)
         }
         let backlog = try predictedPairs(backlogEvents, fixture: Scenarios.app1Fixture)
-        #expect(backlog.count == 10_000)
+        #expect(backlog.count == 16_000)
         let callEvent = Scenarios.call(Scenarios.id("lane-call"), createdAt: now)
         let call = try predictedPairs([callEvent], fixture: Scenarios.app3Fixture)
         #expect(!call.isEmpty)
@@ -61,7 +74,7 @@ extension EndToEndTests {
         let lastBacklog = order.lastIndex { backlog.contains($0) } ?? -1
         #expect(lastCall < lastBacklog, "the call's last request (\(lastCall)) came after the backlog's last (\(lastBacklog))")
 
-        let counts = await awaitDeliveries(backlog.union(call), timeout: .seconds(240))
-        expectExactlyOnce(backlog.union(call), counts, "backlog and call")
+        let counts = await awaitDeliveries(backlog.union(call).union(warm), timeout: .seconds(240))
+        expectExactlyOnce(backlog.union(call).union(warm), counts, "backlog and call")
     }
 }
