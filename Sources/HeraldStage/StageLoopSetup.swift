@@ -181,17 +181,36 @@ public struct StageSetup: Sendable {
                 let consumer = try consumer(topics: lane.topics, groupID: group)
                 let producer = try producer()
                 let metrics = lane.name.map { context.metrics.lane($0) } ?? context.metrics
-                loops.append(StageLoop(consumer: consumer, producer: producer, processor: lane.processor,
-                                       configuration: StageLoopConfiguration(dlqTopic: pipeline.kafka.topics.dlq,
-                                                                             maxInFlight: lane.maxInFlight ?? self.maxInFlight,
-                                                                             maxConcurrentBatches: lane.maxConcurrentBatches),
-                                       metrics: metrics, logger: logger, explain: explain))
+                let loop = StageLoop(consumer: consumer, producer: producer, processor: lane.processor,
+                                     configuration: StageLoopConfiguration(dlqTopic: pipeline.kafka.topics.dlq,
+                                                                           maxInFlight: lane.maxInFlight ?? self.maxInFlight,
+                                                                           maxConcurrentBatches: lane.maxConcurrentBatches),
+                                     metrics: metrics, logger: logger, explain: explain)
+                // With two cores busy with bulk work, the priority lane's tasks run first (task priority).
+                switch lane.name {
+                case Lane.priority.rawValue?: loops.append(PrioritizedService(inner: loop, priority: .high))
+                case Lane.bulk.rawValue?: loops.append(PrioritizedService(inner: loop, priority: .utility))
+                default: loops.append(loop)
+                }
             }
             return await context.runtime(services: before + loops).run()
         } catch {
             logger.critical("stage could not start", metadata: [LogKey.error: "\(error)"])
             return 1
         }
+    }
+}
+
+/// Runs a service in a task of its own priority (its child tasks inherit it); cancelling the caller cancels it.
+/// Task locals (the service group's graceful shutdown) carry over.
+struct PrioritizedService: Service {
+    let inner: any Service
+    let priority: TaskPriority
+
+    func run() async throws {
+        let inner = self.inner
+        let task = Task(priority: priority) { try await inner.run() }
+        try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
     }
 }
 

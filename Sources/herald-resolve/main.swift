@@ -12,11 +12,15 @@ let redis = setup.redisOrExit()
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
-let reader = RedisStateReader(store: StateStore(connection: redis, logger: logger))
+// The priority lane has a Redis connection of its own: its reads never queue behind a bulk batch's.
+let priorityRedis = setup.redisOrExit()
+func reader(_ lane: Lane) -> RedisStateReader {
+    RedisStateReader(store: StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger))
+}
 // One loop per lane (herald.ingested.priority -> herald.resolved.priority, herald.ingested -> herald.resolved).
 let lanes = Lane.allCases.map { lane in
     StageLane(lane, topics: [topics.ingested(lane)], processor: ResolveProcessor(
-        resolvedTopic: topics.resolved(lane), state: reader,
+        resolvedTopic: topics.resolved(lane), state: reader(lane),
         lanes: (priority: topics.resolvedPriority, bulk: topics.resolved, apps: setup.pipeline.apps),
         onTransientFailure: { failure in
             metrics.redisError(code: "transient")

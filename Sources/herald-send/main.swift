@@ -77,12 +77,17 @@ setup.context.readiness.register("apns") {
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
-let store = StateStore(connection: redis, logger: logger)
+// The priority lane has a Redis connection of its own: its claims and confirmations never queue behind a bulk
+// batch's.
+let priorityRedis = setup.redisOrExit()
+func store(_ lane: Lane) -> StateStore {
+    StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger)
+}
 let timeoutMs = setting(.timeoutMs, 30_000)
 func sender(_ lane: Lane) -> SendProcessor {
 var processor = SendProcessor(
     retryTopic: topics.retry(lane), tokenFeedbackTopic: topics.tokenFeedback, transport: router,
-    ledger: RedisDeliveryLedger(store: store, ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
+    ledger: RedisDeliveryLedger(store: store(lane), ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
     owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
     // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
     claimTTL: .milliseconds(2 * timeoutMs + 30_000),
