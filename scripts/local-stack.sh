@@ -238,7 +238,9 @@ start_redis
 say "redis on 127.0.0.1:$REDIS_PORT$( [ "$redis_aof" = 1 ] && echo ' (append-only file)')"
 start_kafka
 bash scripts/tansu.sh topics "$KAFKA_PORT" chat.events:4 herald.ingested:4 herald.resolved:4 herald.deliverable:4 \
-  herald.outbound:4 herald.retry:4 herald.dlq:1 herald.token-feedback:2 herald.registry:2 >/dev/null
+  herald.outbound:4 herald.retry:4 herald.dlq:1 herald.token-feedback:2 herald.registry:2 \
+  herald.ingested.priority:4 herald.resolved.priority:4 herald.deliverable.priority:4 herald.outbound.priority:4 \
+  herald.retry.priority:4 >/dev/null
 
 # --- Keys for the stand-in: TLS certificate and a .p8-style P-256 provider key ----------------------
 if [ ! -f "$RUN/apns-cert.pem" ]; then

@@ -31,7 +31,7 @@ public final class APNsClient: Sendable {
 
     /// Sends one notification and waits for its final outcome.
     public func send(_ request: APNsDelivery) async -> APNsResponse {
-        _ = await loop.gate.acquire(upTo: 1)
+        _ = await loop.gate.acquire(upTo: 1, prioritized: request.prioritized)
         return await withCheckedContinuation { continuation in
             loop.enqueue([Job(request: request) { continuation.resume(returning: $0) }])
         }
@@ -41,9 +41,14 @@ public final class APNsClient: Sendable {
     /// (keep it short: count, yield to a stream, resume a continuation). Returns once every
     /// request is accepted, which waits while `maxInFlight` requests are outstanding.
     public func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
+        // Prioritized requests first (a batch mixes them only when a caller does).
+        let requests = requests.filter(\.prioritized) + requests.filter { !$0.prioritized }
         var index = 0
         while index < requests.count {
-            let granted = await loop.gate.acquire(upTo: requests.count - index)
+            let prioritized = requests[index].prioritized
+            var run = index + 1
+            while run < requests.count, requests[run].prioritized == prioritized { run += 1 }
+            let granted = await loop.gate.acquire(upTo: run - index, prioritized: prioritized)
             var jobs: [Job] = []
             jobs.reserveCapacity(granted)
             for request in requests[index..<(index + granted)] {

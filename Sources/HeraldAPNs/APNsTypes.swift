@@ -118,6 +118,9 @@ public struct APNsDelivery: Sendable {
     public var deadline: ContinuousClock.Instant
     /// Caller's own identifier, echoed in the response so batch completions can be matched.
     public var tag: UInt64
+    /// Started before every queued request that is not, and may use the streams and in-flight slots
+    /// `APNsClientConfiguration.priorityReserve` keeps from the others (calls, direct messages).
+    public var prioritized = false
 
     public init(deviceToken: String, topic: String, pushType: APNsPushType = .alert,
                 priority: APNsPriority? = nil, expiration: Int64? = nil, collapseID: String? = nil,
@@ -220,6 +223,9 @@ public struct APNsClientConfiguration: Sendable {
     public var now: @Sendable () -> Date
     /// Extra dimensions on every metric, e.g. `[("credential", "app1-prod")]`.
     public var metricDimensions: [(String, String)]
+    /// The share (0 to 0.9) of each connection's streams and of `maxInFlight` that only prioritized requests
+    /// may use, so a bulk fan-out cannot take every stream [0].
+    public var priorityReserve: Double = 0
 
     public init(credential: APNsClientCredential, environment: APNsEnvironment = .production,
                 endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil, connections: Int = 2,

@@ -72,7 +72,8 @@ final class ClientLoop: @unchecked Sendable {
         }
         let ep = config.resolvedEndpoint
         authority = Array((ep.port == 443 ? ep.host : ep.description).utf8)
-        gate = InFlightGate(limit: config.maxInFlight)
+        gate = InFlightGate(limit: config.maxInFlight,
+                            reserve: Int(Double(config.maxInFlight) * min(0.9, max(0, config.priorityReserve))))
         metrics = APNsMetrics(dimensions: config.metricDimensions, prefix: dialect.metricPrefix)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw APNsError(.io, "pipe: \(String(cString: strerror(errno)))") }
@@ -313,8 +314,13 @@ final class ClientLoop: @unchecked Sendable {
             bearerHeader = bearerCache?.header
         }
         for c in connections where c.acceptsNewStreams {
-            var room = min(c.remoteMaxStreams, config.maxStreamsPerConnection) - c.streams.count
-            while room > 0, let job = pending.popFirst() {
+            let limit = min(c.remoteMaxStreams, config.maxStreamsPerConnection)
+            var room = limit - c.streams.count
+            // Streams kept for prioritized requests: a bulk job starts only below `bulkLimit`.
+            let bulkLimit = limit - Int(Double(limit) * min(0.9, max(0, config.priorityReserve)))
+            while room > 0 {
+                if pending.nextIsPrioritized == false, limit - room >= bulkLimit { break }
+                guard let job = pending.popFirst() else { break }
                 if job.request.deadline <= now {
                     complete(job, status: nil, failure: .deadlineExceeded,
                              disposition: .permanentFailure(reason: "DeadlineExceeded"))
@@ -574,32 +580,46 @@ final class InFlightGate: @unchecked Sendable {
     // @unchecked Sendable: all state is guarded by `lock`.
     private let lock = NSLock()
     private var available: Int
+    /// Slots only prioritized callers may take.
+    private let reserve: Int
     private var waiters: [(Int, CheckedContinuation<Int, Never>)] = []
+    private var priorityWaiters: [(Int, CheckedContinuation<Int, Never>)] = []
 
     private let batch: Int
 
-    init(limit: Int) {
+    init(limit: Int, reserve: Int = 0) {
         available = limit
+        self.reserve = min(max(0, reserve), limit - 1)
         batch = max(1, limit / 8)
     }
 
+    /// Slots a caller may take now (under `lock`): prioritized callers all that are free, others all but the
+    /// reserve; nobody overtakes a waiter of its own kind, and others wait while a prioritized caller waits.
+    private func grantable(_ wanted: Int, prioritized: Bool) -> Int {
+        if prioritized {
+            guard priorityWaiters.isEmpty else { return 0 }
+            return max(0, min(wanted, available))
+        }
+        guard waiters.isEmpty, priorityWaiters.isEmpty else { return 0 }
+        return max(0, min(wanted, available - reserve))
+    }
+
     /// Waits until at least one slot is free, then takes up to `wanted` slots; returns how many.
-    func acquire(upTo wanted: Int) async -> Int {
+    func acquire(upTo wanted: Int, prioritized: Bool = false) async -> Int {
         let granted: Int = lock.withLock {
-            guard available > 0 && waiters.isEmpty else { return 0 }
-            let n = min(wanted, available)
+            let n = grantable(wanted, prioritized: prioritized)
             available -= n
             return n
         }
         if granted > 0 { return granted }
         return await withCheckedContinuation { c in
             let now: Int = lock.withLock {
-                if available > 0 && waiters.isEmpty {
-                    let n = min(wanted, available)
+                let n = grantable(wanted, prioritized: prioritized)
+                if n > 0 {
                     available -= n
                     return n
                 }
-                waiters.append((wanted, c))
+                if prioritized { priorityWaiters.append((wanted, c)) } else { waiters.append((wanted, c)) }
                 return 0
             }
             if now > 0 { c.resume(returning: now) }
@@ -610,10 +630,17 @@ final class InFlightGate: @unchecked Sendable {
         lock.lock()
         available += n
         var ready: [(CheckedContinuation<Int, Never>, Int)] = []
-        // Wake a waiter only when a useful batch is free, not for every completion.
-        while let first = waiters.first, available >= min(first.0, batch) {
-            let (wanted, c) = waiters.removeFirst()
+        // Prioritized waiters first, as soon as a slot is free.
+        while !priorityWaiters.isEmpty, available > 0 {
+            let (wanted, c) = priorityWaiters.removeFirst()
             let granted = min(wanted, available)
+            available -= granted
+            ready.append((c, granted))
+        }
+        // Wake another waiter only when a useful batch is free beyond the reserve, not for every completion.
+        while priorityWaiters.isEmpty, let first = waiters.first, available - reserve >= min(first.0, batch) {
+            let (wanted, c) = waiters.removeFirst()
+            let granted = min(wanted, available - reserve)
             available -= granted
             ready.append((c, granted))
         }

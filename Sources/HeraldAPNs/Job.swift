@@ -52,20 +52,38 @@ final class Job: @unchecked Sendable {
     }
 }
 
-/// A FIFO of jobs with cheap push-front (resends go first).
+/// A FIFO of jobs with cheap push-front (resends go first); prioritized jobs go before the others.
 struct JobQueue {
     private var items: [Job?] = []
     private var head = 0
     private var front: [Job] = []
+    private var urgent: [Job?] = []
+    private var urgentHead = 0
 
-    var count: Int { items.count - head + front.count }
+    var count: Int { items.count - head + front.count + urgent.count - urgentHead }
     var isEmpty: Bool { count == 0 }
 
-    mutating func append(_ job: Job) { items.append(job) }
+    mutating func append(_ job: Job) {
+        if job.request.prioritized { urgent.append(job) } else { items.append(job) }
+    }
     mutating func pushFront(_ job: Job) { front.append(job) }
+
+    /// True when the next `popFirst` gives a prioritized job; nil when empty.
+    var nextIsPrioritized: Bool? {
+        if let job = front.last { return job.request.prioritized }
+        if urgentHead < urgent.count { return true }
+        return head < items.count ? false : nil
+    }
 
     mutating func popFirst() -> Job? {
         if let job = front.popLast() { return job }
+        if urgentHead < urgent.count {
+            let job = urgent[urgentHead]
+            urgent[urgentHead] = nil
+            urgentHead += 1
+            if urgentHead == urgent.count { urgent.removeAll(keepingCapacity: true); urgentHead = 0 }
+            return job
+        }
         guard head < items.count else { return nil }
         let job = items[head]
         items[head] = nil
@@ -83,6 +101,14 @@ struct JobQueue {
         var keptFront: [Job] = []
         for job in front { if expired(job) { out.append(job) } else { keptFront.append(job) } }
         front = keptFront
+        var keptUrgent: [Job?] = []
+        for i in urgentHead..<urgent.count {
+            if let job = urgent[i] {
+                if expired(job) { out.append(job) } else { keptUrgent.append(job) }
+            }
+        }
+        urgent = keptUrgent
+        urgentHead = 0
         var kept: [Job?] = []
         kept.reserveCapacity(items.count - head)
         for i in head..<items.count {

@@ -17,7 +17,26 @@ public struct TopicNames: Sendable, Hashable {
     public var dlq = "herald.dlq"
     public var tokenFeedback = "herald.token-feedback"
     public var registry = "herald.registry"
+    /// The priority lane's twins of the inter-stage topics (urgent and high classes; docs/pipeline.md).
+    public var ingestedPriority = "herald.ingested.priority"
+    public var resolvedPriority = "herald.resolved.priority"
+    public var deliverablePriority = "herald.deliverable.priority"
+    public var outboundPriority = "herald.outbound.priority"
+    public var retryPriority = "herald.retry.priority"
     public init() {}
+
+    /// The lane's topics between the stages.
+    public func ingested(_ lane: Lane) -> String { lane == .priority ? ingestedPriority : ingested }
+    public func resolved(_ lane: Lane) -> String { lane == .priority ? resolvedPriority : resolved }
+    public func deliverable(_ lane: Lane) -> String { lane == .priority ? deliverablePriority : deliverable }
+    public func outbound(_ lane: Lane) -> String { lane == .priority ? outboundPriority : outbound }
+    public func retry(_ lane: Lane) -> String { lane == .priority ? retryPriority : retry }
+
+    /// Every topic the pipeline uses.
+    public var all: [String] {
+        [chatEvents, ingested, resolved, deliverable, outbound, retry, dlq, tokenFeedback, registry,
+         ingestedPriority, resolvedPriority, deliverablePriority, outboundPriority, retryPriority]
+    }
 }
 
 /// `kafka:` section.
@@ -157,7 +176,8 @@ public enum PipelineLoader {
 
     static let appKeys: Set<String> = ["payload", "multi_device", "badge", "templates", "catalogs", "credentials",
                                        "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
-                                       "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults"]
+                                       "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
+                                       "priority"]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
         let m = try r.mapping(node, path)
@@ -222,7 +242,7 @@ public enum PipelineLoader {
             }
         }
         let expiration = try r.int(m["expiration_seconds"], path + ".expiration_seconds", in: 0...2_592_000) ?? 86_400
-        let callExpiration = try r.int(m["call_expiration_seconds"], path + ".call_expiration_seconds", in: 0...2_592_000) ?? 60
+        let callExpiration = try r.int(m["call_expiration_seconds"], path + ".call_expiration_seconds", in: 0...2_592_000) ?? 30
         var fcmCredentials: [FCMCredential] = []
         if let c = m["fcm_credentials"] {
             for (n, item) in try r.sequence(c, path + ".fcm_credentials").enumerated() {
@@ -279,11 +299,28 @@ public enum PipelineLoader {
         }
         let options = try readPayloadOptions(&r, m, path: path, profile: profile)
         let userDefaults = try readUserDefaults(&r, m["user_defaults"], path: path + ".user_defaults")
+        var priority = PriorityPolicy()
+        if let p = m["priority"] {
+            let pm = try r.mapping(p, path + ".priority")
+            r.check(pm, path + ".priority", known: Set(PriorityPolicy.keys + ["bulk_member_threshold"]))
+            for key in PriorityPolicy.keys {
+                guard let raw = try r.string(pm[key], path + ".priority.\(key)") else { continue }
+                guard let value = PriorityClass(rawValue: raw) else {
+                    throw ConfigError(path: path + ".priority.\(key)",
+                                      message: "expected one of urgent, high, normal, bulk, got \(raw)")
+                }
+                priority[key] = value
+            }
+            if let n = try r.int(pm["bulk_member_threshold"], path + ".priority.bulk_member_threshold") {
+                priority.bulkMemberThreshold = n
+            }
+        }
         return AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
                          templates: templates, catalogs: catalogs, credentials: credentials,
                          expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration),
                          fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm,
-                         collapseID: collapseID, payloadOptions: options, userDefaults: userDefaults)
+                         collapseID: collapseID, payloadOptions: options, userDefaults: userDefaults,
+                         priority: priority)
     }
 
     /// `apns:`, `sendbird:` and `cometchat:` of an app (docs/pipeline-config.md).
@@ -429,7 +466,9 @@ public enum PipelineLoader {
         if let t = m["topics"] {
             let tm = try r.mapping(t, "kafka.topics")
             r.check(tm, "kafka.topics", known: ["chat_events", "ingested", "resolved", "deliverable", "outbound",
-                                                "retry", "dlq", "token_feedback", "registry"])
+                                                "retry", "dlq", "token_feedback", "registry", "ingested_priority",
+                                                "resolved_priority", "deliverable_priority", "outbound_priority",
+                                                "retry_priority"])
             func set(_ key: String, _ target: inout String) throws(ConfigError) {
                 if let v = try r.string(tm[key], "kafka.topics.\(key)") { target = v }
             }
@@ -442,6 +481,11 @@ public enum PipelineLoader {
             try set("dlq", &k.topics.dlq)
             try set("token_feedback", &k.topics.tokenFeedback)
             try set("registry", &k.topics.registry)
+            try set("ingested_priority", &k.topics.ingestedPriority)
+            try set("resolved_priority", &k.topics.resolvedPriority)
+            try set("deliverable_priority", &k.topics.deliverablePriority)
+            try set("outbound_priority", &k.topics.outboundPriority)
+            try set("retry_priority", &k.topics.retryPriority)
         }
         if let p = m["properties"] {
             for (key, value) in try r.mapping(p, "kafka.properties").pairs {

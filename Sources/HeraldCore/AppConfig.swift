@@ -217,6 +217,8 @@ public struct AppConfig: Sendable {
     /// Preferences used for a user who never set any (stored preferences equal to the built-in defaults):
     /// the app's default trigger, template and display style. Nil: the built-in defaults.
     public let userDefaults: Preferences?
+    /// Which priority class (and so which lane) each kind of event gets (`Priority.classify`).
+    public let priority: PriorityPolicy
 
     let strings: [String: Strings]
     let english: Strings
@@ -227,10 +229,10 @@ public struct AppConfig: Sendable {
                 multiDevice: MultiDeviceMode = .allOffline, badge: Bool = true,
                 templates: TemplateConfig = TemplateConfig(), catalogs: [String: [String: String]] = [:],
                 credentials: [APNsCredential] = [], expirationSeconds: Int64 = 86_400,
-                callExpirationSeconds: Int64 = 60, fcmCredentials: [FCMCredential] = [],
+                callExpirationSeconds: Int64 = 30, fcmCredentials: [FCMCredential] = [],
                 webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions(),
                 collapseID: CollapseIDSource = .none, payloadOptions: PayloadOptions = PayloadOptions(),
-                userDefaults: Preferences? = nil) {
+                userDefaults: Preferences? = nil, priority: PriorityPolicy = PriorityPolicy()) {
         self.appID = appID
         self.payloadProfile = payloadProfile
         self.multiDevice = multiDevice
@@ -253,6 +255,7 @@ public struct AppConfig: Sendable {
         self.collapseID = collapseID
         self.payloadOptions = payloadOptions
         self.userDefaults = userDefaults
+        self.priority = priority
 
         // Resolution order for a key in locale L: app catalog[L], app templates,
         // built-in catalog[L], app catalog[en], built-in English.

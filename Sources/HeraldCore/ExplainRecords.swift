@@ -15,7 +15,7 @@ public struct ExplainEntry: Codable, Sendable, Hashable {
     public var token: String?
     /// ingest, resolve, suppress, render, send.
     public var stage: String
-    /// Event level: `drop`, `fanned_out`; user level: `deliver`, `suppress`, `error`;
+    /// Event level: `drop`, `fanned_out`, `classified` (ingest: reason `<class>:<rule>`); user level: `deliver`, `suppress`, `error`;
     /// device level: `delivered`, `duplicate`, `retry`, `token_dead`, `dlq`.
     public var decision: String
     /// Reason code of docs/behaviour.md §6 (suppress), APNs reason, or DLQ reason; nil when delivered.
@@ -53,6 +53,8 @@ public struct ExplainEntry: Codable, Sendable, Hashable {
     public var field: String {
         if let token { return "device:\(user ?? ""):\(token)" }
         if let user { return "user:\(user)" }
+        // Ingest's priority class sits next to the event-level step (resolve's fan-out or ingest's drop).
+        if decision == "classified" { return "class" }
         return "event"
     }
 }

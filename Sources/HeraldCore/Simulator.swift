@@ -17,12 +17,16 @@ public struct SimulationLine: Sendable, Hashable {
     public var decision: Outcome
     public var reason: String?
     public var notifications: [APNsRequest]
+    /// The recipient's priority class and lane (`class`, `lane`, `class_rule` in the JSON); nil for a dropped event.
+    public var priority: PriorityDecision?
 
-    public init(user: String?, decision: Outcome, reason: String?, notifications: [APNsRequest] = []) {
+    public init(user: String?, decision: Outcome, reason: String?, notifications: [APNsRequest] = [],
+                priority: PriorityDecision? = nil) {
         self.user = user
         self.decision = decision
         self.reason = reason
         self.notifications = notifications
+        self.priority = priority
     }
 
     /// The line as compact JSON (no trailing newline).
@@ -33,6 +37,11 @@ public struct SimulationLine: Sendable, Hashable {
         w.raw(",\"decision\":"); w.string(decision.rawValue)
         w.raw(",\"reason\":")
         if let reason { w.string(reason) } else { w.null() }
+        if let priority {
+            w.raw(",\"class\":"); w.string(priority.priorityClass.rawValue)
+            w.raw(",\"lane\":"); w.string(priority.lane.rawValue)
+            w.raw(",\"class_rule\":"); w.string(priority.rule)
+        }
         w.raw(",\"notifications\":[")
         for (n, r) in notifications.enumerated() {
             if n > 0 { w.byte(UInt8(ascii: ",")) }
@@ -80,18 +89,22 @@ public enum Simulator {
         let members = fixture.conversations[event.conversation.id]?.members ?? []
         let senderDisplayName = fixture.users[event.sender.id]?.preferences.displayName
         var lines: [SimulationLine] = []
-        for user in FanOut.candidates(of: event, members: members) {
+        let candidates = FanOut.candidates(of: event, members: members)
+        let memberCount = FanOut.recipients(of: event, members: members).count
+        for user in candidates {
             let state = fixture.user(user)
+            let priority = Priority.classify(event, policy: app.priority, memberCount: memberCount, recipient: user)
             switch Suppression.decide(event: event, recipient: user, state: state, app: app, at: ruleTime) {
             case .suppress(let reason):
-                lines.append(SimulationLine(user: user, decision: .suppress, reason: reason.rawValue))
+                lines.append(SimulationLine(user: user, decision: .suppress, reason: reason.rawValue, priority: priority))
             case .deliver(let targets):
                 do {
                     let requests = try Renderer.render(event: event, recipient: user, state: state, targets: targets,
                                                        app: app, senderDisplayName: senderDisplayName, now: renderNow)
-                    lines.append(SimulationLine(user: user, decision: .deliver, reason: nil, notifications: requests))
+                    lines.append(SimulationLine(user: user, decision: .deliver, reason: nil, notifications: requests,
+                                                priority: priority))
                 } catch {
-                    lines.append(SimulationLine(user: user, decision: .error, reason: error.code.rawValue))
+                    lines.append(SimulationLine(user: user, decision: .error, reason: error.code.rawValue, priority: priority))
                 }
             }
         }

@@ -7,9 +7,15 @@ import HeraldCore
 public struct IngestProcessor: StageProcessor {
     public let stage = "ingest"
     public var ingestedTopic: String
+    /// The priority lane's `herald.ingested.priority`; nil puts every event on `ingestedTopic`.
+    public var priorityTopic: String?
+    /// Each app's priority policy.
+    public var apps: AppDirectory
 
-    public init(ingestedTopic: String) {
+    public init(ingestedTopic: String, priorityTopic: String? = nil, apps: AppDirectory = AppDirectory()) {
         self.ingestedTopic = ingestedTopic
+        self.priorityTopic = priorityTopic
+        self.apps = apps
     }
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
@@ -30,9 +36,15 @@ public struct IngestProcessor: StageProcessor {
         }
         switch Ingest.admit(event) {
         case .admit(let event):
+            // The class is decided here, once; it picks the lane every later stage keeps.
+            let decision = Priority.classify(event, policy: apps.app(event.appID).priority)
+            let topic = decision.lane == .priority ? priorityTopic ?? ingestedTopic : ingestedTopic
+            let explain = ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage, decision: "classified",
+                                       reason: "\(decision.priorityClass.rawValue):\(decision.rule)", at: now)
             return StageResult(outputs: [StageOutput.record(IngestedRecord(event: event, ingestedAt: now),
-                                                            topic: ingestedTopic, key: event.conversation.id)],
-                               notes: warnings.map { .inputWarning(field: $0.field) })
+                                                            topic: topic, key: event.conversation.id)],
+                               notes: warnings.map { .inputWarning(field: $0.field) },
+                               explain: priorityTopic == nil ? [] : [explain])
         case .drop(.channelType, _):
             let explain = ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage, decision: "drop",
                                        reason: DropReason.channelType.rawValue, at: now)

@@ -30,11 +30,17 @@ public struct ResolveProcessor: StageProcessor {
     public var state: any StateReader
     /// Called when a transient state failure is retried (for logs / metrics).
     public var onTransientFailure: @Sendable (TransientFailure) -> Void
+    /// Lanes: each recipient's record goes to `resolvedTopic` unless its own class (`Priority.classify` with
+    /// the member count and the recipient) belongs to the other lane, e.g. the members a message in the
+    /// priority lane does not mention; those go to `lanes.topic(lane)`. Nil: everything to `resolvedTopic`.
+    public var lanes: (priority: String, bulk: String, apps: AppDirectory)?
 
     public init(resolvedTopic: String, state: any StateReader,
+                lanes: (priority: String, bulk: String, apps: AppDirectory)? = nil,
                 onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
         self.resolvedTopic = resolvedTopic
         self.state = state
+        self.lanes = lanes
         self.onTransientFailure = onTransientFailure
     }
 
@@ -113,11 +119,23 @@ public struct ResolveProcessor: StageProcessor {
             var result = StageResult()
             let scoped = recipients.map { (user: $0, state: (appStates[$0] ?? UserState()).scoped(to: event.conversation.id)) }
             let encoded = ResolvedRecord.wireBytes(event: event, recipients: scoped, senderDisplayName: displayName)
-            for (user, bytes) in zip(recipients, encoded) {
-                result.outputs.append(StageOutput(topic: resolvedTopic, key: user, value: bytes))
+            var reason: String?
+            if let lanes {
+                let policy = lanes.apps.app(event.appID).priority
+                let whole = Priority.classify(event, policy: policy, memberCount: recipients.count)
+                if whole.rule == "members" { reason = "\(whole.priorityClass.rawValue):members" }
+                for (user, bytes) in zip(recipients, encoded) {
+                    let lane = Priority.classify(event, policy: policy, memberCount: recipients.count, recipient: user).lane
+                    let topic = lane == .priority ? lanes.priority : lanes.bulk
+                    result.outputs.append(StageOutput(topic: topic, key: user, value: bytes))
+                }
+            } else {
+                for (user, bytes) in zip(recipients, encoded) {
+                    result.outputs.append(StageOutput(topic: resolvedTopic, key: user, value: bytes))
+                }
             }
             result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage,
-                                               decision: "fanned_out", at: now, count: recipients.count))
+                                               decision: "fanned_out", reason: reason, at: now, count: recipients.count))
             // The sender is never woken (rule 1); say so when they were listed.
             if senderListed.contains(index) {
                 result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, user: event.sender.id,

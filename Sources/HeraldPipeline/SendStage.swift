@@ -39,9 +39,12 @@ public struct DeliveryPair: Sendable, Hashable {
 public struct PushJob: Sendable, Hashable {
     public var appID: String
     public var request: APNsRequest
-    public init(appID: String, request: APNsRequest) {
+    /// From the priority lane: started before queued bulk jobs, and may use the streams reserved for it.
+    public var prioritized: Bool
+    public init(appID: String, request: APNsRequest, prioritized: Bool = false) {
         self.appID = appID
         self.request = request
+        self.prioritized = prioritized
     }
 }
 
@@ -92,6 +95,8 @@ public struct SendProcessor: StageProcessor {
     /// A random number in [0, 1) for the backoff's jitter.
     public var unit: @Sendable () -> Double
     public var onTransientFailure: @Sendable (TransientFailure) -> Void
+    /// The priority lane's processor: its jobs go ahead of bulk ones in the transport.
+    public var prioritized = false
 
     public init(retryTopic: String, tokenFeedbackTopic: String, transport: any PushTransport, ledger: any DeliveryLedger,
                 owner: String = UUIDString.random(), claimTTL: Duration = .seconds(90),
@@ -147,7 +152,13 @@ public struct SendProcessor: StageProcessor {
         // 1. A pair this process is already sending (a second copy in this or another batch) is not sent again:
         //    the first copy's input completes only once that copy is delivered, retried or dead-lettered.
         var candidates: [(Int, OutboundRecord)] = []
+        let started = context.nowMillis
         for item in records {
+            // 0. Past its `apns-expiration`: APNs would drop it, and a ring that is over must not sound.
+            if item.1.request.expiration > 0, item.1.request.expiration * 1000 <= started {
+                out.append((item.0, expired(item.1, started)))
+                continue
+            }
             if inFlight.insert(DeliveryPair(eventID: item.1.eventID, token: item.1.request.token)) {
                 candidates.append(item)
             } else {
@@ -185,7 +196,8 @@ public struct SendProcessor: StageProcessor {
         //    would resend a delivered notification is one Redis round trip, not a whole batch.
         let answers = AnswerBox(count: fresh.count)
         let marker = DeliveryMarker(ledger: ledger, context: context, onTransientFailure: onTransientFailure)
-        let jobs = fresh.map { PushJob(appID: $0.1.appID, request: $0.1.request) }
+        let prioritized = self.prioritized
+        let jobs = fresh.map { PushJob(appID: $0.1.appID, request: $0.1.request, prioritized: prioritized) }
         let eventIDs = fresh.map { $0.1.eventID }
         await transport.send(jobs) { index, answer in
             guard index >= 0, index < jobs.count else { return }
@@ -216,6 +228,11 @@ public struct SendProcessor: StageProcessor {
             }
         }
         return out
+    }
+
+    /// A notification whose `apns-expiration` passed before it could be sent: dropped, counted, explained.
+    private func expired(_ record: OutboundRecord, _ now: Int64) -> StageResult {
+        StageResult(notes: [.suppressed(reason: "expired")], explain: [explain(record, "drop", "expired", nil, now)])
     }
 
     /// A copy that is not sent: the pair is delivered already or being sent by this process.

@@ -53,6 +53,11 @@ public enum HeraldMetrics {
 /// | `herald_connections` | gauge | stage, kind |
 /// | `herald_jwt_renewals_total` | counter | stage |
 /// | `herald_redis_errors_total` | counter | stage, code |
+/// | `herald_lane_consumed_total` | counter | stage, lane |
+/// | `herald_lane_latency_seconds` | histogram | stage, lane |
+/// | `herald_lane_in_flight` | gauge | stage, lane |
+///
+/// The `herald_lane_*` series come from a lane's metrics (`lane(_:)`), one per stage loop.
 public struct StageMetrics: Sendable {
     public enum Name {
         public static let consumed = "herald_consumed_total"
@@ -67,6 +72,9 @@ public struct StageMetrics: Sendable {
         public static let connections = "herald_connections"
         public static let jwtRenewals = "herald_jwt_renewals_total"
         public static let redisErrors = "herald_redis_errors_total"
+        public static let laneConsumed = "herald_lane_consumed_total"
+        public static let laneLatency = "herald_lane_latency_seconds"
+        public static let laneInFlight = "herald_lane_in_flight"
     }
 
     public let stage: String
@@ -74,6 +82,10 @@ public struct StageMetrics: Sendable {
     private let latencyTimer: Metrics.Timer
     private let inFlightMeter: CoreMetrics.Meter
     private let jwtRenewalCounter: CoreMetrics.Counter
+    /// Set on a lane's metrics: the lane's name and series, and the in-flight of every lane (for the total).
+    public private(set) var lane: String?
+    private var laneSeries: (latency: Metrics.Timer, inFlight: CoreMetrics.Meter, consumed: CoreMetrics.Counter)?
+    private var laneTotals = LaneTotals()
 
     /// - Parameters:
     ///   - stage: the stage name (`ingest`, `resolve`, `suppress`, `render`, `send`, `registry`).
@@ -90,9 +102,24 @@ public struct StageMetrics: Sendable {
         self.jwtRenewalCounter.increment(by: 0)
     }
 
+    /// The same metrics for one lane's stage loop: they also feed the `herald_lane_*` series, and
+    /// `herald_in_flight` is the sum over the lanes.
+    public func lane(_ name: String) -> StageMetrics {
+        var copy = self
+        copy.lane = name
+        let dimensions = [("stage", stage), ("lane", Self.labelValue(name))]
+        copy.laneSeries = (Metrics.Timer(label: Name.laneLatency, dimensions: dimensions, factory: factory),
+                           CoreMetrics.Meter(label: Name.laneInFlight, dimensions: dimensions, factory: factory),
+                           CoreMetrics.Counter(label: Name.laneConsumed, dimensions: dimensions, factory: factory))
+        copy.laneSeries?.inFlight.set(0)
+        copy.laneSeries?.consumed.increment(by: 0)
+        return copy
+    }
+
     /// Records consumed from `topic`.
     public func consumed(topic: String, count: Int = 1) {
         counter(Name.consumed, [("topic", topic)]).increment(by: count)
+        laneSeries?.consumed.increment(by: count)
     }
 
     /// Records produced to `topic` (acknowledged by the broker).
@@ -103,6 +130,7 @@ public struct StageMetrics: Sendable {
     /// Time from a record's consumption to its outputs being acknowledged.
     public func recordLatency(_ duration: Duration) {
         latencyTimer.record(duration: duration)
+        laneSeries?.latency.record(duration: duration)
     }
 
     /// A suppression, by reason code (docs/behaviour.md §6) (`sender`, `ignored`, `no_devices`, `online`, ...).
@@ -128,7 +156,11 @@ public struct StageMetrics: Sendable {
     /// Work started / finished: the in-flight gauge.
     public func inFlightIncrement(by amount: Int = 1) { inFlightMeter.increment(by: Double(amount)) }
     public func inFlightDecrement(by amount: Int = 1) { inFlightMeter.decrement(by: Double(amount)) }
-    public func setInFlight(_ value: Int) { inFlightMeter.set(Double(value)) }
+    public func setInFlight(_ value: Int) {
+        guard let lane, let laneSeries else { return inFlightMeter.set(Double(value)) }
+        laneSeries.inFlight.set(Double(value))
+        inFlightMeter.set(Double(laneTotals.set(lane, value)))
+    }
 
     /// The consumer group's lag on one partition (high watermark minus committed offset).
     public func setConsumerLag(topic: String, partition: Int32, lag: Int64) {
@@ -165,5 +197,14 @@ public struct StageMetrics: Sendable {
     private static func isAllowed(_ b: UInt8) -> Bool {
         (b >= 0x61 && b <= 0x7a) || (b >= 0x41 && b <= 0x5a) || (b >= 0x30 && b <= 0x39)
             || b == UInt8(ascii: "_") || b == UInt8(ascii: ".") || b == UInt8(ascii: "-")
+    }
+}
+
+/// The in-flight count of each lane of a stage, shared by the lanes' metrics.
+final class LaneTotals: Sendable {
+    private let values = Mutex<[String: Int]>([:])
+    /// Sets one lane's value; returns the sum over the lanes.
+    func set(_ lane: String, _ value: Int) -> Int {
+        values.withLock { $0[lane] = value; return $0.values.reduce(0, +) }
     }
 }

@@ -133,9 +133,9 @@ public struct StageSetup: Sendable {
     }
 
     /// The stage's consumer group member on `topics`; registers the `kafka` readiness probe.
-    public func consumer(topics: [String]) throws -> KafkaConsumer {
+    public func consumer(topics: [String], groupID: String? = nil) throws -> KafkaConsumer {
         var configuration = KafkaConsumerConfiguration(
-            brokers: brokers, groupID: settings.groupID, topics: topics,
+            brokers: brokers, groupID: groupID ?? settings.groupID, topics: topics,
             clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
             extraProperties: pipeline.kafka.properties)
         configuration.sessionTimeout = sessionTimeout
@@ -164,20 +164,79 @@ public struct StageSetup: Sendable {
     public func run(processor: any StageProcessor, topics: [String], explain: (any ExplainSink)? = nil,
                     maxConcurrentBatches: Int = 1, maxInFlight: Int? = nil,
                     before: [any Service] = []) async -> Int32 {
+        await run(lanes: [StageLane(name: nil, topics: topics, processor: processor,
+                                    maxConcurrentBatches: maxConcurrentBatches, maxInFlight: maxInFlight)],
+                  explain: explain, before: before)
+    }
+
+    /// One stage loop per lane, each with its own consumer, producer and in-flight bound, so records of one
+    /// lane never wait behind another lane's in Kafka, in the loop or in the producer. The bulk lane keeps the
+    /// stage's consumer group; another lane's group is `<group>-<lane>` (docs/pipeline.md, "Priority lanes").
+    public func run(lanes: [StageLane], explain: (any ExplainSink)? = nil, before: [any Service] = []) async -> Int32 {
         do {
-            let consumer = try consumer(topics: topics)
-            let producer = try producer()
-            let loop = StageLoop(consumer: consumer, producer: producer, makeProducer: { try self.producer() },
-                                 processor: processor,
-                                 configuration: StageLoopConfiguration(dlqTopic: pipeline.kafka.topics.dlq,
-                                                                       maxInFlight: maxInFlight ?? self.maxInFlight,
-                                                                       maxConcurrentBatches: maxConcurrentBatches),
-                                 metrics: context.metrics, logger: logger, explain: explain)
-            return await context.runtime(services: before + [loop]).run()
+            var loops: [any Service] = []
+            for lane in lanes {
+                var group = settings.groupID
+                if let name = lane.name, name != Lane.bulk.rawValue { group += "-\(name)" }
+                let consumer = try consumer(topics: lane.topics, groupID: group)
+                let producer = try producer()
+                let metrics = lane.name.map { context.metrics.lane($0) } ?? context.metrics
+                let loop = StageLoop(consumer: consumer, producer: producer, makeProducer: { try self.producer() },
+                                     processor: lane.processor,
+                                     configuration: StageLoopConfiguration(dlqTopic: pipeline.kafka.topics.dlq,
+                                                                           maxInFlight: lane.maxInFlight ?? self.maxInFlight,
+                                                                           maxConcurrentBatches: lane.maxConcurrentBatches),
+                                     metrics: metrics, logger: logger, explain: explain)
+                // With two cores busy with bulk work, the priority lane's tasks run first (task priority).
+                switch lane.name {
+                case Lane.priority.rawValue?: loops.append(PrioritizedService(inner: loop, priority: .high))
+                case Lane.bulk.rawValue?: loops.append(PrioritizedService(inner: loop, priority: .utility))
+                default: loops.append(loop)
+                }
+            }
+            return await context.runtime(services: before + loops).run()
         } catch {
             logger.critical("stage could not start", metadata: [LogKey.error: "\(error)"])
             return 1
         }
+    }
+}
+
+/// Runs a service in a task of its own priority (its child tasks inherit it); cancelling the caller cancels it.
+/// Task locals (the service group's graceful shutdown) carry over.
+struct PrioritizedService: Service {
+    let inner: any Service
+    let priority: TaskPriority
+
+    func run() async throws {
+        let inner = self.inner
+        let task = Task(priority: priority) { try await inner.run() }
+        try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
+    }
+}
+
+/// One lane of a stage: the topics its loop reads and the processor that writes to the lane's next topics.
+public struct StageLane: Sendable {
+    /// `priority` or `bulk` (labels the `herald_lane_*` metrics); nil for a stage without lanes.
+    public var name: String?
+    public var topics: [String]
+    public var processor: any StageProcessor
+    public var maxConcurrentBatches: Int
+    public var maxInFlight: Int?
+
+    public init(name: String?, topics: [String], processor: any StageProcessor, maxConcurrentBatches: Int = 1,
+                maxInFlight: Int? = nil) {
+        self.name = name
+        self.topics = topics
+        self.processor = processor
+        self.maxConcurrentBatches = maxConcurrentBatches
+        self.maxInFlight = maxInFlight
+    }
+
+    public init(_ lane: Lane, topics: [String], processor: any StageProcessor, maxConcurrentBatches: Int = 1,
+                maxInFlight: Int? = nil) {
+        self.init(name: lane.rawValue, topics: topics, processor: processor,
+                  maxConcurrentBatches: maxConcurrentBatches, maxInFlight: maxInFlight)
     }
 }
 

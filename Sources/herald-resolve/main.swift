@@ -2,6 +2,7 @@
 // with each recipient's devices, presence, preferences and unread counts from Redis (pipelined per batch).
 import Foundation
 import HeraldConfig
+import HeraldCore
 import HeraldPipeline
 import HeraldRedis
 import HeraldStage
@@ -11,10 +12,19 @@ let redis = setup.redisOrExit()
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
-let processor = ResolveProcessor(
-    resolvedTopic: topics.resolved, state: RedisStateReader(store: StateStore(connection: redis, logger: logger)),
-    onTransientFailure: { failure in
-        metrics.redisError(code: "transient")
-        logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])
-    })
-exit(await setup.run(processor: processor, topics: [topics.ingested], explain: setup.explainSink(redis)))
+// The priority lane has a Redis connection of its own: its reads never queue behind a bulk batch's.
+let priorityRedis = setup.redisOrExit()
+func reader(_ lane: Lane) -> RedisStateReader {
+    RedisStateReader(store: StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger))
+}
+// One loop per lane (herald.ingested.priority -> herald.resolved.priority, herald.ingested -> herald.resolved).
+let lanes = Lane.allCases.map { lane in
+    StageLane(lane, topics: [topics.ingested(lane)], processor: ResolveProcessor(
+        resolvedTopic: topics.resolved(lane), state: reader(lane),
+        lanes: (priority: topics.resolvedPriority, bulk: topics.resolved, apps: setup.pipeline.apps),
+        onTransientFailure: { failure in
+            metrics.redisError(code: "transient")
+            logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])
+        }))
+}
+exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis)))

@@ -23,7 +23,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// Opens a client for every credential of every app; a credential that cannot be loaded is logged and
     /// left out (its notifications are dead-lettered with `no_credential`).
     init(apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-         timeout: Duration, environment: [String: String], logger: Logger) {
+         priorityReserve: Double = 0, timeout: Duration, environment: [String: String], logger: Logger) {
         self.apps = apps
         self.timeout = timeout
         self.logger = logger
@@ -43,6 +43,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                         metricDimensions: [("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
                                            ("environment", credential.environment.rawValue)])
                     configuration.connectTimeout = .seconds(5)
+                    configuration.priorityReserve = priorityReserve
                     clients[key] = try APNsClient(configuration: configuration, logger: logger)
                     logger.info("APNs client ready", metadata: ["app": "\(appID)", "bundle_id": "\(credential.bundleID)",
                                                                 "environment": "\(credential.environment.rawValue)",
@@ -86,7 +87,11 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         await withTaskGroup(of: Void.self) { group in
             for (_, (client, items)) in groups {
                 group.addTask {
-                    let requests = items.map { APNsDelivery($0.1.request, timeout: timeout, tag: UInt64($0.0)) }
+                    let requests = items.map { item in
+                        var request = APNsDelivery(item.1.request, timeout: timeout, tag: UInt64(item.0))
+                        request.prioritized = item.1.prioritized
+                        return request
+                    }
                     for await response in client.responses(for: requests) {
                         onAnswer(Int(response.tag), Self.answer(response))
                     }

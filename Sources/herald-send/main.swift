@@ -21,6 +21,7 @@ enum SendKey: String, CaseIterable {
     case fcmCAFile = "HERALD_FCM_CA_FILE"                  // system store: CAs for FCM and its token endpoint
     case fcmConnections = "HERALD_FCM_CONNECTIONS"         // 2 per FCM credential
     case webhookCAFile = "HERALD_WEBHOOK_CA_FILE"          // system store: CAs for webhook endpoints
+    case priorityReservePercent = "HERALD_SEND_PRIORITY_RESERVE_PERCENT" // 20: streams and slots bulk may not take
 }
 
 let setup = await StageSetup.startOrExit(.send, extraKnownKeys: Set(SendKey.allCases.map(\.rawValue)))
@@ -47,6 +48,7 @@ KeyFiles.warnAboutExposedKeys(setup.pipeline.apps, logger: setup.logger)
 let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint,
                                   caFile: env.apnsCAFile.isEmpty ? nil : env.apnsCAFile,
                                   connections: setting(.connections, 2), maxInFlight: maxInFlight,
+                                  priorityReserve: Double(min(90, setting(.priorityReservePercent, 20))) / 100,
                                   timeout: .milliseconds(setting(.timeoutMs, 30_000)),
                                   environment: ProcessInfo.processInfo.environment, logger: setup.logger)
 var fcmEndpoint: APNsEndpoint?
@@ -75,11 +77,17 @@ setup.context.readiness.register("apns") {
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
-let store = StateStore(connection: redis, logger: logger)
+// The priority lane has a Redis connection of its own: its claims and confirmations never queue behind a bulk
+// batch's.
+let priorityRedis = setup.redisOrExit()
+func store(_ lane: Lane) -> StateStore {
+    StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger)
+}
 let timeoutMs = setting(.timeoutMs, 30_000)
-let processor = SendProcessor(
-    retryTopic: topics.retry, tokenFeedbackTopic: topics.tokenFeedback, transport: router,
-    ledger: RedisDeliveryLedger(store: store, ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
+func sender(_ lane: Lane) -> SendProcessor {
+var processor = SendProcessor(
+    retryTopic: topics.retry(lane), tokenFeedbackTopic: topics.tokenFeedback, transport: router,
+    ledger: RedisDeliveryLedger(store: store(lane), ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
     owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
     // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
     claimTTL: .milliseconds(2 * timeoutMs + 30_000),
@@ -90,7 +98,15 @@ let processor = SendProcessor(
         metrics.redisError(code: "transient")
         logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
     })
+processor.prioritized = lane == .priority
+return processor
+}
 // Batches run concurrently (order per device token does not matter to APNs; a batch holding a retry until its
 // not_before must not block fresh notifications); the in-flight bound pauses the consumer.
-exit(await setup.run(processor: processor, topics: [topics.outbound, topics.retry], explain: setup.explainSink(redis),
-                     maxConcurrentBatches: 64, maxInFlight: maxInFlight, before: [router]))
+// One loop per lane, each with its own in-flight bound: the priority lane's records never wait behind bulk
+// ones in Kafka or in the loop, and the APNs clients start them first (docs/pipeline.md, "Priority lanes").
+let lanes = Lane.allCases.map { lane in
+    StageLane(lane, topics: [topics.outbound(lane), topics.retry(lane)], processor: sender(lane),
+              maxConcurrentBatches: 64, maxInFlight: maxInFlight)
+}
+exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis), before: [router]))

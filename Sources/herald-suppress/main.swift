@@ -2,10 +2,15 @@
 // of docs/behaviour.md §6; suppressions are counted by reason and written to the explain trail in Redis.
 import Foundation
 import HeraldConfig
+import HeraldCore
 import HeraldPipeline
 import HeraldStage
 
 let setup = await StageSetup.startOrExit(.suppress)
 let topics = setup.pipeline.kafka.topics
-let processor = SuppressProcessor(deliverableTopic: topics.deliverable, apps: setup.pipeline.apps)
-exit(await setup.run(processor: processor, topics: [topics.resolved], explain: setup.bestEffortExplainSink()))
+// One loop per lane; each writes to its own lane's herald.deliverable topic.
+let lanes = Lane.allCases.map { lane in
+    StageLane(lane, topics: [topics.resolved(lane)],
+              processor: SuppressProcessor(deliverableTopic: topics.deliverable(lane), apps: setup.pipeline.apps))
+}
+exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink()))

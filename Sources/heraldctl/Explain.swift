@@ -39,11 +39,14 @@ struct Explain: AsyncParsableCommand {
             for entry in trail { CLI.out(CLI.json(describe(entry))) }
             return
         }
-        let eventLevel = trail.first { $0.user == nil && $0.token == nil }
+        let eventLevel = trail.first { $0.user == nil && $0.token == nil && $0.decision != "classified" }
+        let classified = trail.first { $0.user == nil && $0.token == nil && $0.decision == "classified" }
         let decision = trail.first { $0.user == user && $0.token == nil }
         let devices = trail.filter { $0.user == user && $0.token != nil }
         var o: [String: Any] = ["app": app, "event": event, "user": user, "found": decision != nil || eventLevel?.decision == "drop"]
         if let eventLevel { o["event_step"] = describe(eventLevel) }
+        // The priority class ingest gave the event (`<class>:<rule>`, docs/pipeline.md "Priority lanes").
+        if let classified { o["class"] = CLI.orNull(classified.reason) }
         if let decision {
             o["decision"] = decision.decision
             o["reason"] = CLI.orNull(decision.reason)

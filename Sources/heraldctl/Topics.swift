@@ -1,4 +1,5 @@
 import ArgumentParser
+import HeraldConfig
 import HeraldKafka
 
 /// `heraldctl topics`: create Kafka topics that are missing (works against Tansu and Apache Kafka).
@@ -15,11 +16,23 @@ struct Topics: AsyncParsableCommand {
     @Option(name: .long, help: "Replication factor.")
     var replication: Int32 = 1
 
+    @Option(name: .long, help: "Also create every topic this pipeline file names (both lanes, DLQ, registry), with --partitions each (the DLQ: 1).")
+    var pipeline: String?
+
     @Argument(help: "Topics as NAME or NAME:PARTITIONS.")
-    var topics: [String]
+    var topics: [String] = []
 
     func run() async throws {
         var specs: [TopicSpec] = []
+        var topics = self.topics
+        if let pipeline {
+            let names = try PipelineLoader.load(path: pipeline, environment: [:]).config.kafka.topics
+            let given = Set(topics.map { String($0.split(separator: ":").first ?? "") })
+            for name in names.all where !given.contains(name) {
+                topics.append(name == names.dlq ? "\(name):1" : name)
+            }
+        }
+        guard !topics.isEmpty else { throw ValidationError("no topics: name some, or give --pipeline") }
         for topic in topics {
             let parts = topic.split(separator: ":", maxSplits: 1).map(String.init)
             guard let name = parts.first, !name.isEmpty else { throw ValidationError("empty topic name in '\(topic)'") }

@@ -87,7 +87,8 @@ final class E2EStack: @unchecked Sendable {
     static let stages = ["ingest", "resolve", "suppress", "render", "send", "registry"]
     static let topics: [String] = [
         "chat.events", "herald.ingested", "herald.resolved", "herald.deliverable", "herald.outbound",
-        "herald.retry", "herald.dlq", "herald.token-feedback", "herald.registry",
+        "herald.retry", "herald.dlq", "herald.token-feedback", "herald.registry", "herald.ingested.priority",
+        "herald.resolved.priority", "herald.deliverable.priority", "herald.outbound.priority", "herald.retry.priority",
     ]
     static let keyID = "E2EKEY0001"
     static let teamID = "E2ETEAM001"

@@ -43,7 +43,7 @@ struct CallRoutingTests {
         #expect(r.priority == row.priority)
         #expect(r.topic == (row.pushType == .voip ? "com.example.chat.voip" : "com.example.chat"))
         #expect(r.collapseID == "call-v1.123.aik2")
-        #expect(r.expiration == 1_741_847_453 + 60)
+        #expect(r.expiration == 1_741_847_453 + 30)
         let p = try payload(r)
         #expect(p["callAction"] == .string(row.action))
         #expect(p["sessionId"] == .string("v1.123.aik2"))

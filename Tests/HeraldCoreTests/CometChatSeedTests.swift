@@ -50,7 +50,7 @@ struct CometChatSeedTests {
         #expect(r.pushType == .voip && r.topic == "com.example.chat.voip" && r.priority == 10)
         #expect(r.pushType.payloadLimit == 5120)
         #expect(r.collapseID == "call-v1.123.aik2")
-        #expect(r.expiration == 1_741_847_453 + 60)
+        #expect(r.expiration == 1_741_847_453 + 30)
         let p = try payload(r)
         #expect(p["body"] == .string("AUDIO CALL"))
         #expect(p["aps"]?["alert"]?["body"] == .string("AUDIO CALL"))

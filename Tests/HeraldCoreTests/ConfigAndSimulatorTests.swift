@@ -35,7 +35,9 @@ struct SimulatorTests {
         #expect(line["notifications"]?.arrayFirst?["push_type"] == .string("alert"))
         #expect(line["notifications"]?.arrayFirst?["topic"] == .string("com.example.chat"))
         #expect(line["notifications"]?.arrayFirst?["collapse_id"] == .null)
-        #expect(json(out[2].json) == json(#"{"user":"u3","decision":"suppress","reason":"dnd","notifications":[]}"#))
+        #expect(json(out[2].json) == json(#"{"user":"u3","decision":"suppress","reason":"dnd","class":"normal","lane":"bulk","class_rule":"group","notifications":[]}"#))
+        // u2 is mentioned: high, the priority lane.
+        #expect(line["class"] == .string("high") && line["lane"] == .string("priority") && line["class_rule"] == .string("mention"))
     }
 
     @Test("--at moves the rule time: outside u3's DND window u3 is woken")
@@ -52,6 +54,8 @@ struct SimulatorTests {
         #expect(out.count == 1 && out[0].decision == .deliver)
         #expect(r.pushType == .voip && r.topic == "com.example.calls.voip" && r.collapseID == "call-v1.123.aik2")
         #expect(try payload(r)["body"] == .string("APPEL VIDÉO"))
+        #expect(out[0].priority == PriorityDecision(.urgent, rule: "call"))
+        #expect(json(out[0].json)["lane"] == .string("priority"))
     }
 
     @Test("a dropped event prints a single line with user null")

@@ -148,7 +148,7 @@ struct FCMMessageTests {
         let m = try fcmMessage(r)
         #expect(m["notification"] == nil)
         #expect(m["android"]?["priority"] == .string("high"))
-        #expect(m["android"]?["ttl"] == .string("60s"))
+        #expect(m["android"]?["ttl"] == .string("30s"))
         #expect(m["android"]?["collapse_key"] == .string("call-v1.123.aik2"))
         #expect(allStrings(m["data"]))
         #expect(m["data"]?["type"] == .string("call"))

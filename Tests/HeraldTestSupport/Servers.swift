@@ -78,12 +78,26 @@ public final class RedisServer: Sendable {
     public init(extraArguments: [String] = []) throws {
         TestProcess.prepare()
         let dir = try temporaryDirectory("herald-redis")
-        port = try freePort()
-        process = ChildProcess(name: "redis", executable: try Paths.tool("redis-server"), arguments: [
-            "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
-            "--daemonize", "no", "--loglevel", "warning",
-        ] + extraArguments, logPath: dir + "/redis.log")
-        try start()
+        // A free port can be taken by another process before redis-server binds it (parallel suites open many
+        // connections): then try another port, a few times.
+        var attempt = 0
+        while true {
+            let port = try freePort()
+            let process = ChildProcess(name: "redis", executable: try Paths.tool("redis-server"), arguments: [
+                "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+                "--daemonize", "no", "--loglevel", "warning",
+            ] + extraArguments, logPath: dir + "/redis-\(attempt).log")
+            do {
+                try Self.start(process, port: port)
+                self.port = port
+                self.process = process
+                return
+            } catch {
+                attempt += 1
+                process.killNow()
+                if attempt >= 3 || !process.logTail(20).contains("Address already in use") { throw error }
+            }
+        }
     }
 
     /// `init(extraArguments:)` on a thread of its own, so starting a server does not hold a cooperative thread.
@@ -98,6 +112,10 @@ public final class RedisServer: Sendable {
 
     /// Starts it (again) on the same port and returns once it accepts connections.
     public func start() throws {
+        try Self.start(process, port: port)
+    }
+
+    private static func start(_ process: ChildProcess, port: Int) throws {
         try process.start()
         guard eventuallyBlocking(timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
               process.isRunning else {

@@ -1,0 +1,80 @@
+// Priority lanes on the running stack: a call published behind a backlog of group messages overtakes it, and the
+// backlog still arrives in full, each notification once.
+
+import Foundation
+import HeraldCore
+import HeraldTestSupport
+import Testing
+
+extension EndToEndTests {
+    /// (token/apns-id) pairs `simulate` predicts for `events` against `fixture`.
+    func predictedPairs(_ events: [String], fixture: String) throws -> Set<String> {
+        let state = try StageCodec.decode(StateFixture.self, from: Array(fixture.utf8))
+        var pairs = Set<String>()
+        for e in events {
+            for line in try Simulator.simulate(eventBytes: Array(e.utf8), fixture: state, apps: stack.apps, at: nil, now: Date()) {
+                for n in line.notifications { pairs.insert(n.token + "/" + n.apnsID.lowercased()) }
+            }
+        }
+        return pairs
+    }
+
+    @Test("a call published behind a backlog of group messages is delivered before the backlog drains; the backlog arrives in full, once")
+    func callOvertakesBacklog() async throws {
+        try await loadFixtures()
+        let stack = self.stack
+        // Warm-up: one direct message through the priority lane, so every stage's priority consumer has joined
+        // its group before the measurement (the lane's first record otherwise waits for those joins).
+        let warmEvent = Scenarios.message(Scenarios.id("lane-warm"), conversation: "dm-warm", type: "direct",
+                                          recipients: ["r10"], createdAt: Self.now())
+        let warm = try predictedPairs([warmEvent], fixture: Scenarios.app1Fixture)
+        #expect(warm.count == 1)
+        try await stack.publish([warmEvent])
+        let warmed = await eventually(timeout: .seconds(60), interval: .milliseconds(20)) {
+            let counts = stack.deliveredCounts()
+            return warm.allSatisfy { counts[$0] != nil }
+        }
+        #expect(warmed, "the warm-up direct message was not delivered\n\(failureContext())")
+
+        let now = Self.now()
+        // 4,000 group messages to k1's four members: 16,000 notifications on the bulk lane.
+        let backlogEvents = (0..<4000).map {
+            Scenarios.message(Scenarios.id("lane-backlog-\($0)"), conversation: "k1", text: "backlog \($0)", createdAt: now)
+        }
+        let backlog = try predictedPairs(backlogEvents, fixture: Scenarios.app1Fixture)
+        #expect(backlog.count == 16_000)
+        let callEvent = Scenarios.call(Scenarios.id("lane-call"), createdAt: now)
+        let call = try predictedPairs([callEvent], fixture: Scenarios.app3Fixture)
+        #expect(!call.isEmpty)
+
+        try await stack.publish(backlogEvents)
+        let started = await eventually(timeout: .seconds(60), interval: .milliseconds(20)) {
+            let counts = stack.deliveredCounts()
+            return backlog.contains { counts[$0] != nil }
+        }
+        #expect(started, "nothing of the backlog was delivered\n\(failureContext())")
+
+        let published = ContinuousClock.now
+        try await stack.publish([callEvent])
+        let arrived = await eventually(timeout: .seconds(60), interval: .milliseconds(5)) {
+            let counts = stack.deliveredCounts()
+            return call.allSatisfy { counts[$0] != nil }
+        }
+        let callLatency = ContinuousClock.now - published
+        let atCall = stack.deliveredCounts()
+        let backlogDelivered = backlog.filter { atCall[$0] != nil }.count
+        #expect(arrived, "the call was not delivered\n\(failureContext())")
+        #expect(backlogDelivered < backlog.count,
+                "the call (\(callLatency)) arrived only after the whole backlog of \(backlog.count) notifications")
+        print("lanes e2e: call delivered \(callLatency) after publishing, with \(backlogDelivered) of \(backlog.count) backlog notifications delivered")
+
+        // The call's requests are in the stand-in's record before the backlog's last one.
+        let order = stack.recorded().filter { $0.status == 200 }.map { $0.token + "/" + $0.apnsID.lowercased() }
+        let lastCall = order.lastIndex { call.contains($0) } ?? .max
+        let lastBacklog = order.lastIndex { backlog.contains($0) } ?? -1
+        #expect(lastCall < lastBacklog, "the call's last request (\(lastCall)) came after the backlog's last (\(lastBacklog))")
+
+        let counts = await awaitDeliveries(backlog.union(call).union(warm), timeout: .seconds(240))
+        expectExactlyOnce(backlog.union(call).union(warm), counts, "backlog and call")
+    }
+}

@@ -1,0 +1,53 @@
+// Prioritized requests (the priority lane's calls and direct messages) against herald-mock-apns: started before
+// queued bulk requests, on streams and in-flight slots a bulk batch cannot take.
+import Foundation
+import HeraldAPNs
+import HeraldCore
+import HeraldTestSupport
+import Testing
+
+@Suite(.serialized)
+struct PriorityClientTests {
+    func reservingClient(_ pki: PKI, port: Int, reserve: Double) throws -> APNsClient {
+        var config = APNsClientConfiguration(
+            credential: try pki.tokenCredential(), environment: .sandbox,
+            endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
+            connections: 1, maxStreamsPerConnection: 10, maxInFlight: 100,
+            reconnectBackoff: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)))
+        config.priorityReserve = reserve
+        return try APNsClient(configuration: config)
+    }
+
+    @Test func aPrioritizedRequestOvertakesAQueuedBulkBatch() async throws {
+        let pki = try await PKI.make()
+        let server = try await startMock(pki, ["--latency-ms", "100"])
+        defer { server.stop() }
+        let c = try reservingClient(pki, port: server.port, reserve: 0.2)
+        // Warm up: the connection starts at one stream until the server's settings arrive.
+        #expect(await c.send(request(999)).status == 200)
+
+        let bulkDone = TestCount()
+        let bulk = Task {
+            await c.submit((0..<100).map { request($0) }) { r in
+                #expect(r.status == 200)
+                bulkDone.add(1)
+            }
+        }
+        // The bulk batch takes at most 80 of the 100 slots and 8 of the 10 streams; the rest wait.
+        try await waitUntil("bulk requests accepted", timeout: .seconds(10)) { c.stats.submitted >= 81 }
+        #expect(c.stats.submitted - c.stats.completed <= 81, "bulk stayed out of the reserved slots")
+
+        var urgent = request(500)
+        urgent.prioritized = true
+        let start = ContinuousClock.now
+        let answer = await c.send(urgent)
+        let waited = ContinuousClock.now - start
+        let bulkAtUrgent = bulkDone.value
+        #expect(answer.status == 200)
+        // Without priority it would wait for the 80 queued ahead of it (10 rounds of 100 ms on 8 streams).
+        #expect(bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests (\(waited))")
+        await bulk.value
+        try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }
+        await c.shutdown()
+    }
+}
