@@ -72,7 +72,7 @@ func fcmClient(_ pki: ProviderPKI, _ server: MockProvidersServer, account: FCMSe
                maxAttempts: Int = 1, renewBefore: Duration = .seconds(300), connections: Int = 1) throws -> FCMClient {
     try FCMClient(configuration: FCMClientConfiguration(
         account: account ?? pki.serviceAccount(port: server.port), endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port),
-        trustedCAFile: pki.cert, connections: connections, connectTimeout: .seconds(5),
+        trustedCAFile: pki.cert, connections: connections, connectTimeout: .seconds(20),  // patient: parallel suites on 2 cores
         retry: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: maxAttempts),
         renewBefore: renewBefore))
 }
