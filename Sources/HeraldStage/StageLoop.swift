@@ -585,8 +585,12 @@ final class Wakeup: Sendable {
                 }
             }
             group.addTask {
-                try? await Task.sleep(for: timeout)
-                self.wake()
+                // Only a timeout that ran out wakes the waiter: a timer cancelled because a real wake-up came
+                // first must not count as one more (the next wait would return at once, spinning the loop).
+                do {
+                    try await Task.sleep(for: timeout)
+                    self.wake()
+                } catch {}
             }
             await group.next()
             group.cancelAll()
