@@ -13,7 +13,7 @@ import HeraldStage
 enum SendKey: String, CaseIterable {
     case connections = "HERALD_APNS_CONNECTIONS"          // 2 per credential
     case timeoutMs = "HERALD_APNS_TIMEOUT_MS"              // 30000: deadline of one request
-    case maxInFlight = "HERALD_SEND_MAX_IN_FLIGHT"         // 10000 notifications in flight
+    case maxInFlight = "HERALD_SEND_MAX_IN_FLIGHT"         // 2000 notifications in flight
     case maxAttempts = "HERALD_SEND_MAX_ATTEMPTS"          // 6 attempts, then DLQ
     case retryInitialMs = "HERALD_SEND_RETRY_INITIAL_MS"   // 1000: first herald.retry delay
     case retryMaxMs = "HERALD_SEND_RETRY_MAX_MS"           // 60000: longest herald.retry delay
@@ -43,7 +43,7 @@ if !env.apnsHost.isEmpty {
     }
     endpoint = parsed
 }
-let maxInFlight = setting(.maxInFlight, 10_000)
+let maxInFlight = setting(.maxInFlight, 2_000)
 KeyFiles.warnAboutExposedKeys(setup.pipeline.apps, logger: setup.logger)
 let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint,
                                   caFile: env.apnsCAFile.isEmpty ? nil : env.apnsCAFile,

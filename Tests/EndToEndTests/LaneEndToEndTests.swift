@@ -37,12 +37,13 @@ extension EndToEndTests {
         #expect(warmed, "the warm-up direct message was not delivered\n\(failureContext())")
 
         let now = Self.now()
-        // 4,000 group messages to k1's four members: 16,000 notifications on the bulk lane.
-        let backlogEvents = (0..<4000).map {
+        // 10,000 group messages to k1's four members: 40,000 notifications on the bulk lane (large enough that the
+        // backlog still drains for several seconds after the call is published, however fast the build is).
+        let backlogEvents = (0..<10_000).map {
             Scenarios.message(Scenarios.id("lane-backlog-\($0)"), conversation: "k1", text: "backlog \($0)", createdAt: now)
         }
         let backlog = try predictedPairs(backlogEvents, fixture: Scenarios.app1Fixture)
-        #expect(backlog.count == 16_000)
+        #expect(backlog.count == 40_000)
         let callEvent = Scenarios.call(Scenarios.id("lane-call"), createdAt: now)
         let call = try predictedPairs([callEvent], fixture: Scenarios.app3Fixture)
         #expect(!call.isEmpty)
