@@ -1,17 +1,21 @@
 // swift-tools-version:6.0
 // Herald: a push-notification back end for chat services. Linux only (Glibc, epoll; Debian 12 is the reference).
 //
-// Layers (each imports only what is listed below it; docs/architecture.md says more):
-//   executables: the six stages (herald-ingest, -resolve, -suppress, -render, -send, -registry), heraldctl,
-//                herald-mock-apns, herald-bench, herald-kafka-bench, herald-apns-bench
-//     -> HeraldStage      what every stage process shares: batch loop, /metrics and health endpoint, lifecycle, logs
-//     -> HeraldPipeline   what each stage does to a batch, pure over ports (it opens no socket itself)
-//        and the adapters HeraldKafka, HeraldRedis, HeraldAPNs, each over its own C module
-//        (CRdKafka, CHiredis, CNghttp2 + COpenSSL); the pipeline and the adapters do not import each other
-//     -> HeraldConfig     pipeline YAML -> typed configuration, unknown-key warnings
-//     -> HeraldCore       pure: events, state, rules, rendering, payloads, APNs answer table, record codecs
-//   HeraldMockAPNs (+ CHeraldMockTLS): the APNs stand-in as a library; on purpose it imports none of the above,
-//   so it checks requests independently of the code under test.
+// Layout on disk follows the layers (each imports only what is listed below it; docs/architecture.md says more):
+//   Sources/Tools      heraldctl, herald-bench, herald-kafka-bench, herald-apns-bench
+//   Sources/Stages     the six stage executables (herald-ingest, -resolve, -suppress, -render, -send, -registry)
+//                      and HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket)
+//   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
+//                      lifecycle, logs, configuration binding)
+//   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldAPNs (nghttp2 HTTP/2: APNs and FCM), HeraldHTTP (libcurl
+//                      HTTP/1.1: OAuth, webhooks); HeraldPipeline and the adapters do not import each other
+//   Sources/Core       HeraldConfig (pipeline YAML -> typed configuration) over HeraldCore (pure: events, state,
+//                      rules, rendering, payloads, answer tables, record codecs)
+//   Sources/CShims     C modules: CRdKafka, CHiredis, CNghttp2, COpenSSL (system libraries), CHeraldCurl and
+//                      CHeraldMockTLS (small C wrappers for variadic or macro-only APIs)
+//   Sources/StandIns   herald-mock-apns and herald-mock-fcm with their libraries HeraldMockAPNs and
+//                      HeraldMockProviders; on purpose they import none of Herald's modules, so they check requests
+//                      independently of the code under test.
 // Tests: one test target per module plus EndToEndTests; Tests/HeraldTestSupport is a regular target with what the
 // test targets share (ports, processes, Tansu, redis-server, TLS material, waits on conditions).
 import PackageDescription
@@ -31,40 +35,40 @@ let package = Package(
     ],
     targets: [
         // MARK: Pure core
-        .target(name: "HeraldCore"),
+        .target(name: "HeraldCore", path: "Sources/Core/HeraldCore"),
         .target(name: "HeraldConfig", dependencies: [
             "HeraldCore",
             .product(name: "Yams", package: "Yams"),
-        ]),
+        ], path: "Sources/Core/HeraldConfig"),
 
         // MARK: C libraries (system-library targets: modulemap + shim.h + pkg-config)
-        .systemLibrary(name: "CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
-        .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
-        .systemLibrary(name: "CNghttp2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
-        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CRdKafka", path: "Sources/CShims/CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        .systemLibrary(name: "CHiredis", path: "Sources/CShims/CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
+        .systemLibrary(name: "CNghttp2", path: "Sources/CShims/CNghttp2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "COpenSSL", path: "Sources/CShims/COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
 
         // Typed wrappers over libcurl's variadic setters (HTTP/1.1 work: FCM OAuth, webhooks).
-        .target(name: "CHeraldCurl", linkerSettings: [.linkedLibrary("curl")]),
+        .target(name: "CHeraldCurl", path: "Sources/CShims/CHeraldCurl", linkerSettings: [.linkedLibrary("curl")]),
 
         // MARK: Adapters
-        .target(name: "HeraldHTTP", dependencies: ["CHeraldCurl", "HeraldCore"]),
+        .target(name: "HeraldHTTP", dependencies: ["CHeraldCurl", "HeraldCore"], path: "Sources/Adapters/HeraldHTTP"),
         .target(name: "HeraldKafka", dependencies: [
             "CRdKafka", "HeraldCore",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
-        ]),
+        ], path: "Sources/Adapters/HeraldKafka"),
         .target(name: "HeraldRedis", dependencies: [
             "CHiredis", "HeraldCore",
             .product(name: "Logging", package: "swift-log"),
-        ]),
+        ], path: "Sources/Adapters/HeraldRedis"),
         .target(name: "HeraldAPNs", dependencies: [
             "CNghttp2", "COpenSSL", "HeraldCore", "HeraldHTTP",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
-        ]),
+        ], path: "Sources/Adapters/HeraldAPNs"),
 
         // MARK: Per-stage processing (pure over ports: unit-testable without Kafka, Redis or APNs)
-        .target(name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"]),
+        .target(name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"], path: "Sources/Stages/HeraldPipeline"),
 
         // MARK: What every stage executable shares
         .target(name: "HeraldStage", dependencies: [
@@ -77,51 +81,51 @@ let package = Package(
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
-        ]),
+        ], path: "Sources/Runtime/HeraldStage"),
 
         // MARK: Executables
         // The six pipeline stages: a page each (configuration, adapters, run).
-        .executableTarget(name: "herald-ingest", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"]),
-        .executableTarget(name: "herald-resolve", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"]),
-        .executableTarget(name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"]),
-        .executableTarget(name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"]),
+        .executableTarget(name: "herald-ingest", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"], path: "Sources/Stages/herald-ingest"),
+        .executableTarget(name: "herald-resolve", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"], path: "Sources/Stages/herald-resolve"),
+        .executableTarget(name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"], path: "Sources/Stages/herald-suppress"),
+        .executableTarget(name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"], path: "Sources/Stages/herald-render"),
         .executableTarget(name: "herald-send", dependencies: [
             "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldAPNs", "HeraldHTTP",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-        ]),
-        .executableTarget(name: "herald-registry", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"]),
+        ], path: "Sources/Stages/herald-send"),
+        .executableTarget(name: "herald-registry", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"], path: "Sources/Stages/herald-registry"),
         .executableTarget(name: "heraldctl", dependencies: [
             "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ]),
+        ], path: "Sources/Tools/heraldctl"),
         .executableTarget(name: "herald-mock-apns", dependencies: [
             "HeraldMockAPNs",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ]),
+        ], path: "Sources/StandIns/herald-mock-apns"),
         // The APNs stand-in as a library (checks, faults, recording, HTTP/2 server) so it is testable.
-        .target(name: "HeraldMockAPNs", dependencies: ["CNghttp2", "CHeraldMockTLS"]),
+        .target(name: "HeraldMockAPNs", dependencies: ["CNghttp2", "CHeraldMockTLS"], path: "Sources/StandIns/HeraldMockAPNs"),
         // OpenSSL server setup and ES256 verification for the stand-in (OpenSSL macros are not importable).
-        .target(name: "CHeraldMockTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        .target(name: "CHeraldMockTLS", path: "Sources/CShims/CHeraldMockTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         // The FCM (token endpoint + messages:send over HTTP/2) and custom-webhook stand-in, as a library.
-        .target(name: "HeraldMockProviders", dependencies: ["CNghttp2", "COpenSSL"]),
+        .target(name: "HeraldMockProviders", dependencies: ["CNghttp2", "COpenSSL"], path: "Sources/StandIns/HeraldMockProviders"),
         .executableTarget(name: "herald-mock-fcm", dependencies: [
             "HeraldMockProviders",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ]),
+        ], path: "Sources/StandIns/herald-mock-fcm"),
         .executableTarget(name: "herald-bench", dependencies: [
             "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Histogram", package: "hdrhistogram-swift"),
-        ]),
+        ], path: "Sources/Tools/herald-bench"),
         .executableTarget(name: "herald-kafka-bench", dependencies: [
             "HeraldKafka",
             .product(name: "Logging", package: "swift-log"),
-        ]),
+        ], path: "Sources/Tools/herald-kafka-bench"),
         .executableTarget(name: "herald-apns-bench", dependencies: [
             "HeraldCore", "HeraldAPNs",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ]),
+        ], path: "Sources/Tools/herald-apns-bench"),
 
         // MARK: Tests
         // What the test targets share: free ports, child processes, Tansu, redis-server, TLS material, waits on

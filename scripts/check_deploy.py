@@ -20,7 +20,7 @@ import jsonschema
 import yaml
 
 STAGES = ["ingest", "resolve", "suppress", "render", "send", "registry"]
-# The topics each stage consumes, by pipeline key (Sources/herald-*/main.swift).
+# The topics each stage consumes, by pipeline key (Sources/Stages/herald-*/main.swift).
 STAGE_INPUTS = {
     "ingest": ["chat_events"], "resolve": ["ingested"], "suppress": ["resolved"], "render": ["deliverable"],
     "send": ["outbound", "retry"], "registry": ["registry", "token_feedback"],

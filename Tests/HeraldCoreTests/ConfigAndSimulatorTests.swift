@@ -96,7 +96,7 @@ extension JSONValue {
 struct BoundaryTests {
     @Test("HeraldCore imports only Foundation and reads no clock of its own")
     func pureCore() throws {
-        let dir = repoRoot.appendingPathComponent("Sources/HeraldCore")
+        let dir = repoRoot.appendingPathComponent("Sources/Core/HeraldCore")
         let files = try #require(FileManager.default.enumerator(atPath: dir.path)).compactMap { $0 as? String }
             .filter { $0.hasSuffix(".swift") && !$0.hasPrefix("APNs/") }
         #expect(files.count >= 8)
