@@ -96,6 +96,10 @@ BIN="${HERALD_LOCAL_BIN:-$root/.build/$config}"   # HERALD_LOCAL_BIN: binaries f
 if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps the storage it started with
   redis_aof="$(sed -n 's/^REDIS_AOF=//p' "$RUN/stack.env" | head -n1)"; redis_aof="${redis_aof:-0}"
   kafka_s3="$(sed -n 's/^KAFKA_S3=//p' "$RUN/stack.env" | head -n1)"; kafka_s3="${kafka_s3:-0}"
+  # ... and the executables it started with (a stack started with --debug restarts debug binaries)
+  if [ -z "${HERALD_LOCAL_BIN:-}" ]; then
+    stack_bin="$(sed -n 's/^BIN=//p' "$RUN/stack.env" | head -n1)"; BIN="${stack_bin:-$BIN}"
+  fi
 fi
 
 start_redis() {
