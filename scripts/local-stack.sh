@@ -268,6 +268,13 @@ sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/Auth
     -e "s#certificate_file: /etc/herald/messenger.pem#team_id: ABCDE12345\n        key_id: KEY1234567\n        key_file: $RUN/AuthKey.p8#" \
     -e "/private_key_file: \/etc\/herald\/messenger.key/d" \
     pipelines/example.yaml >"$RUN/pipeline.yaml"
+if [ "$kafka_s3" = 1 ]; then
+  # Tansu 0.6.0's S3 engine can acknowledge a batch of an idempotent producer and never store it when it is
+  # stopped mid-request (scripts/repro/tansu-s3-idempotence.sh; docs/kafka.md, "Tansu on S3"): on this broker
+  # the stages produce without idempotence, one request in flight per connection (order kept; a retried request
+  # may duplicate a record, which send's claims absorb).
+  sed -i -e 's#^  session_timeout_ms: \(.*\)$#  session_timeout_ms: \1\n  properties: {enable.idempotence: "false", max.in.flight.requests.per.connection: "1"}#' "$RUN/pipeline.yaml"
+fi
 
 # --- The APNs stand-in -------------------------------------------------------------------------------
 : >"$RUN/logs/mock-apns.log"
