@@ -93,7 +93,10 @@ stop_all() {
 }
 
 BIN="${HERALD_LOCAL_BIN:-$root/.build/$config}"   # HERALD_LOCAL_BIN: binaries from elsewhere (tests)
-if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps the storage it started with
+if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps the storage and binaries it started with
+  # (a stage restarted in a stack started with --debug must not run .build/release's binaries, or fail without them)
+  started_bin="$(sed -n 's/^BIN=//p' "$RUN/stack.env" | head -n1)"
+  [ -n "$started_bin" ] && [ -z "${HERALD_LOCAL_BIN:-}" ] && BIN="$started_bin"
   redis_aof="$(sed -n 's/^REDIS_AOF=//p' "$RUN/stack.env" | head -n1)"; redis_aof="${redis_aof:-0}"
   kafka_s3="$(sed -n 's/^KAFKA_S3=//p' "$RUN/stack.env" | head -n1)"; kafka_s3="${kafka_s3:-0}"
 fi

@@ -101,6 +101,18 @@ func groupEvent(app: String) throws -> ChatEvent {
         #expect(writer.applied == [.setMembers] && writer.removed.isEmpty)
     }
 
+    @Test func simulateRefusesAnEventOfAnUnlistedAppAsTheStagesDo() throws {
+        var other = try JSONSerialization.jsonObject(with: Data(try exampleBytes("event-group.json"))) as! [String: Any]
+        other["app_id"] = unknown
+        let bytes = Array(try JSONSerialization.data(withJSONObject: other))
+        #expect(throws: EventValidationError.self) {
+            try Simulator.simulate(eventBytes: bytes, fixture: try exampleState(), apps: try listedApps(), at: nil, now: fixedNow)
+        }
+        // Without a pipeline file every app is simulated with the built-in defaults.
+        #expect(try !Simulator.simulate(eventBytes: bytes, fixture: try exampleState(), apps: AppDirectory(), at: nil,
+                                        now: fixedNow).isEmpty)
+    }
+
     @Test func aDirectoryBuiltWithoutAFileServesEveryApp() {
         #expect(AppDirectory().isKnown("anything"))
         #expect(AppDirectory(apps: ["a": AppConfig(appID: "a")], listedOnly: true).isKnown("b") == false)
