@@ -43,6 +43,38 @@ extension StageInput {
         }
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
     }
+
+    /// Decodes a Codable record whose top-level keys must all be in `knownKeys`: a record of Herald's own format
+    /// with a key Herald does not know (a misspelling, or bulk that does not belong there) is invalid rather than
+    /// applied with the key ignored.
+    public func decode<T: Decodable>(_ type: T.Type, knownKeys: Set<String>) throws(InvalidInput) -> T {
+        let checked = try decode(KeyChecked<T>.self)
+        let unknown = checked.keys.subtracting(knownKeys)
+        if !unknown.isEmpty {
+            let names = unknown.sorted().prefix(3).map { $0.count > 32 ? String($0.prefix(32)) + "…" : $0 }
+            throw InvalidInput(detail: "\(T.self): unknown key\(unknown.count > 1 ? "s" : "") \(names.joined(separator: ", "))"
+                                   + (unknown.count > 3 ? " (\(unknown.count) in all)" : ""))
+        }
+        return checked.value
+    }
+}
+
+/// A record decoded together with the names of its top-level keys (one parse).
+struct KeyChecked<T: Decodable>: Decodable {
+    var value: T
+    var keys: Set<String>
+
+    struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    init(from decoder: any Decoder) throws {
+        keys = Set(try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue))
+        value = try T(from: decoder)
+    }
 }
 
 /// One record to produce.

@@ -99,6 +99,7 @@ var processor = SendProcessor(
         logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
     })
 processor.prioritized = lane == .priority
+processor.apps = setup.pipeline.apps
 return processor
 }
 // Batches run concurrently (order per device token does not matter to APNs; a batch holding a retry until its

@@ -42,6 +42,8 @@ final class Workload {
     let options: WorkloadOptions
     let appID: String
     let app: AppConfig
+    /// The pipeline file's `kafka.properties` (the bench's producer uses them too, e.g. on Tansu's S3 engine).
+    let kafkaProperties: [String: String]
     private(set) var users: [String] = []
     private(set) var states: [String: UserState] = [:]
     private(set) var conversations: [(id: String, members: [String])] = []
@@ -57,6 +59,7 @@ final class Workload {
             throw BenchError("cannot load \(pipelineFile): \(error)")
         }
         app = loaded.config.apps.app(appID)
+        kafkaProperties = loaded.config.kafka.properties
         let t = options.tag
         let words = ["trail", "summit", "water", "meet", "seven", "bring", "maps", "snacks", "north", "ridge"]
         var s = ""
@@ -214,8 +217,8 @@ final class EventPublisher: @unchecked Sendable {
     private var failedRecords: [ProducerRecord] = []
     private(set) var republished = 0
 
-    init(brokers: String) throws {
-        var config = KafkaProducerConfiguration(brokers: [brokers], clientID: "herald-bench")
+    init(brokers: String, extraProperties: [String: String] = [:]) throws {
+        var config = KafkaProducerConfiguration(brokers: [brokers], clientID: "herald-bench", extraProperties: extraProperties)
         config.linger = .milliseconds(2)
         config.maxQueuedRecords = 500_000
         self.config = config
