@@ -34,9 +34,9 @@ extension StageInput {
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
     }
 
-    /// Decodes the input as a Codable record (registry and token-feedback records). Bytes that are not UTF-8 are
-    /// refused here: Foundation's decoder would otherwise repair them into a different token or user id.
-    public func decode<T: Decodable>(_ type: T.Type) throws(InvalidInput) -> T {
+    /// Decodes the input as a JSON record (registry and token-feedback records). Bytes that are not UTF-8 are
+    /// refused first, with one message for the whole record.
+    public func decode<T: JSONRecord>(_ type: T.Type) throws(InvalidInput) -> T {
         guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
         guard String(validating: value, as: UTF8.self) != nil else {
             throw InvalidInput(detail: "(record): not valid UTF-8")
@@ -57,12 +57,12 @@ public struct StageOutput: Sendable, Hashable {
         self.value = value
     }
 
-    /// Encodes a record with Codable (registry and token-feedback records).
-    public static func record<T: Encodable>(_ record: T, topic: String, key: String) throws -> StageOutput {
-        StageOutput(topic: topic, key: key, value: try StageCodec.encode(record))
+    /// Encodes a JSON record (registry and token-feedback records).
+    public static func record<T: JSONRecord>(_ record: T, topic: String, key: String) -> StageOutput {
+        StageOutput(topic: topic, key: key, value: StageCodec.encode(record))
     }
 
-    /// Encodes a stage record with the fast codec (same JSON as Codable).
+    /// Encodes a stage record in its wire form.
     public static func record<T: StageRecord>(_ record: T, topic: String, key: String) -> StageOutput {
         StageOutput(topic: topic, key: key, value: StageCodec.encode(record))
     }
