@@ -134,10 +134,22 @@ public struct BatchContext: Sendable {
     public var now: @Sendable () -> Date
     /// True once shutdown began: stop waiting (for a held retry, a broken Redis) and hand inputs back.
     public var isStopping: @Sendable () -> Bool
+    /// Signalled when shutdown begins, so `sleep` wakes at once instead of checking `isStopping` now and then.
+    public let stopSignal: StopSignal?
 
+    /// A context whose stop is signalled: `sleep` wakes the moment `stop.stop()` is called.
+    public init(now: @escaping @Sendable () -> Date = { Date() }, stop: StopSignal) {
+        self.now = now
+        self.isStopping = { stop.isStopped }
+        self.stopSignal = stop
+    }
+
+    /// A context that can only be asked whether it is stopping (tests; callers without a `StopSignal`): `sleep`
+    /// checks `isStopping` every 100 ms.
     public init(now: @escaping @Sendable () -> Date = { Date() }, isStopping: @escaping @Sendable () -> Bool = { false }) {
         self.now = now
         self.isStopping = isStopping
+        self.stopSignal = nil
     }
 
     public var nowMillis: Int64 { Self.millis(now()) }
@@ -146,6 +158,7 @@ public struct BatchContext: Sendable {
 
     /// Sleeps up to `duration`, waking early when shutdown begins. Returns false if stopping.
     public func sleep(_ duration: Duration) async -> Bool {
+        if let stopSignal { return await stopSignal.sleep(for: duration) }
         var left = duration
         let slice = Duration.milliseconds(100)
         while left > .zero {
