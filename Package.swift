@@ -151,7 +151,10 @@ let package = Package(
         ]),
         .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),
-        .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage", "HeraldCore", "HeraldTestSupport"]),
+        .testTarget(name: "HeraldStageTests", dependencies: [
+            "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldAPNs", "HeraldTestSupport",
+            .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
         .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),

@@ -117,7 +117,7 @@ struct Push: AsyncParsableCommand {
             guard let app else { throw ValidationError("--pipeline needs --app") }
             let loaded: LoadedPipeline
             do throws(ConfigError) {
-                loaded = try PipelineLoader.load(path: pipeline, environment: ProcessInfo.processInfo.environment)
+                loaded = try PipelineLoader.load(path: pipeline)
             } catch { throw ValidationError(error.description) }
             guard let appConfig = loaded.config.apps.apps[app] else { throw ValidationError("no app \(app) in \(pipeline)") }
             // The topic is the bundle id plus a push-type suffix such as .voip.
