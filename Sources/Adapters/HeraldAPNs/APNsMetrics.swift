@@ -1,6 +1,31 @@
 import CoreMetrics
 import Foundation
 
+/// The metric families of the APNs and FCM clients (herald-send only; no other stage builds a client): the names
+/// `APNsMetrics` uses, declared once for docs/operations.md's table (checked by HeraldStageTests).
+public enum ClientMetricFamilies {
+    /// (name, type, meaning) per family, for `prefix` `herald_apns` or `herald_fcm`.
+    public static func families(prefix: String) -> [(name: String, type: String, meaning: String)] {
+        [
+            (prefix + "_answers_total", "counter", "answers by `status` (`none` with the failure kind for transport failures) and `reason`"),
+            (prefix + "_retries_total", "counter", "requests retried by the client"),
+            (prefix + "_resends_total", "counter", "requests resent after a connection loss (not counted as attempts)"),
+            (prefix + "_deadlines_exceeded_total", "counter", "requests that ran out of time"),
+            (prefix + "_goaways_total", "counter", "GOAWAY frames received"),
+            (prefix + "_connections_opened_total", "counter", "connections opened"),
+            (prefix + "_connect_failures_total", "counter", "connection attempts that failed"),
+            (prefix + "_ping_timeouts_total", "counter", "connections replaced after an unanswered PING"),
+            (prefix + renewalsSuffix(prefix), "counter", prefix == "herald_apns" ? "provider JWTs renewed (about one per key every 50 minutes)" : "OAuth access tokens renewed"),
+            (prefix + "_in_flight", "gauge", "requests in flight"),
+            (prefix + "_connections", "gauge", "open connections"),
+        ]
+    }
+
+    static func renewalsSuffix(_ prefix: String) -> String {
+        prefix == "herald_apns" ? "_jwt_renewals_total" : "_token_renewals_total"
+    }
+}
+
 /// The client's swift-metrics objects. Only the executables bootstrap a backend; without one
 /// these are no-ops. Updated by the I/O thread once per loop pass, from counter deltas.
 final class APNsMetrics {
@@ -32,7 +57,7 @@ final class APNsMetrics {
         connects = Counter(label: prefix + "_connections_opened_total", dimensions: dimensions)
         connectFailures = Counter(label: prefix + "_connect_failures_total", dimensions: dimensions)
         pingReplacements = Counter(label: prefix + "_ping_timeouts_total", dimensions: dimensions)
-        jwtRenewals = Counter(label: prefix + (prefix == "herald_apns" ? "_jwt_renewals_total" : "_token_renewals_total"), dimensions: dimensions)
+        jwtRenewals = Counter(label: prefix + ClientMetricFamilies.renewalsSuffix(prefix), dimensions: dimensions)
         inFlight = Gauge(label: prefix + "_in_flight", dimensions: dimensions)
         connections = Gauge(label: prefix + "_connections", dimensions: dimensions)
     }
