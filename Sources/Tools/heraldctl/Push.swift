@@ -105,8 +105,8 @@ struct Push: AsyncParsableCommand {
             }
             return [UInt8](data)
         case (nil, let text?):
-            let object: [String: Any] = ["aps": ["alert": ["body": text]]]
-            return [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+            let payload = JSONValue.object([("aps", .object([("alert", .object([("body", .string(text))]))]))])
+            return Array(payload.serialized.utf8)
         default:
             throw ValidationError("give exactly one of --payload-file or --body")
         }
