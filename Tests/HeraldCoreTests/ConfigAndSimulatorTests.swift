@@ -94,7 +94,7 @@ extension JSONValue {
 
 @Suite("Module boundaries")
 struct BoundaryTests {
-    @Test("HeraldCore imports only Foundation and reads no clock of its own")
+    @Test("HeraldCore imports only Foundation (and the standard library's Synchronization) and reads no clock of its own")
     func pureCore() throws {
         let dir = repoRoot.appendingPathComponent("Sources/Core/HeraldCore")
         let files = try #require(FileManager.default.enumerator(atPath: dir.path)).compactMap { $0 as? String }
