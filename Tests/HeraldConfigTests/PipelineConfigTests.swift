@@ -79,13 +79,6 @@ struct PipelineConfigTests {
         }
     }
 
-    @Test("environment overrides brokers and Redis address")
-    func environment() throws {
-        let c = try PipelineLoader.load(yaml: "kafka: {brokers: a:1}",
-                                        environment: ["HERALD_KAFKA_BROKERS": "b:2", "HERALD_REDIS_PORT": "7000"]).config
-        #expect(c.kafka.brokers == "b:2" && c.redis.port == 7000)
-    }
-
     @Test("app catalogs and templates override built-in strings per locale")
     func catalogOverrides() throws {
         let yaml = """

@@ -1,5 +1,6 @@
 import CRdKafka
 import Foundation
+import HeraldCore
 import Logging
 
 /// An idempotent Kafka producer.
@@ -188,6 +189,9 @@ final class ProducerCore: @unchecked Sendable {
     let handle: RdKafkaHandle
     let logger: Logger
     private let lifecycle = Locked(Lifecycle())
+    /// `flush` callers: woken by the poll thread when the output queue is empty after a poll (delivery reports
+    /// arrive only from `rd_kafka_poll`, so that is where the queue can become empty), or when the handle goes.
+    private let flushWaiters = WaitList()
 
     init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         self.logger = logger
@@ -213,10 +217,14 @@ final class ProducerCore: @unchecked Sendable {
         }
         let handle = self.handle
         let lifecycle = self.lifecycle
+        let flushWaiters = self.flushWaiters
         let timeout = Int32(clamping: max(1, configuration.pollInterval.milliseconds))
         let thread = Thread {
             while lifecycle.withLock({ $0.running }) {
                 rd_kafka_poll(handle.pointer, timeout)
+                if !flushWaiters.isEmpty, lifecycle.withLock({ _ in rd_kafka_outq_len(handle.pointer) == 0 }) {
+                    flushWaiters.wakeAll()
+                }
             }
             // Anything still queued fails now (purge reports) rather than hanging its sender.
             rd_kafka_purge(handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
@@ -229,6 +237,7 @@ final class ProducerCore: @unchecked Sendable {
                 return (s.waiters, Array(s.topics.values))
             }
             waiters.forEach { $0.resume() }
+            flushWaiters.wakeAll()  // purged: nothing is outstanding any more
             topics.forEach { rd_kafka_topic_destroy($0) }
             // Takes about a second for an idempotent producer; nobody waits for it.
             handle.destroy()
@@ -381,15 +390,14 @@ final class ProducerCore: @unchecked Sendable {
         }
     }
 
+    /// Waits until every enqueued record got its delivery report: woken by the poll thread, not by polling.
     func flush(timeout: Duration) async throws(KafkaError) {
-        let deadline = ContinuousClock.now + timeout
-        while case let pending = outstanding, pending > 0 {
-            if ContinuousClock.now >= deadline {
-                throw KafkaError(
-                    code: .flushTimeout, reason: "records still unacknowledged after \(timeout)",
-                    context: ["outstanding": String(pending)])
-            }
-            try? await Task.sleep(for: .milliseconds(5))
+        _ = await flushWaiters.wait(timeout: timeout, unlessAlready: { [self] in outstanding == 0 })
+        let pending = outstanding
+        if pending > 0 {
+            throw KafkaError(
+                code: .flushTimeout, reason: "records still unacknowledged after \(timeout)",
+                context: ["outstanding": String(pending)])
         }
     }
 }

@@ -50,7 +50,7 @@ public final class ExplainStore: Sendable {
         var out: [ExplainEntry] = []
         var index = 0
         while index + 1 < values.count {
-            if let data = values[index + 1].data, let entry = try? JSONDecoder().decode(ExplainEntry.self, from: data) {
+            if let data = values[index + 1].data, let entry = try? ExplainEntry(json: data) {
                 out.append(entry)
             }
             index += 2

@@ -41,7 +41,7 @@ public struct TopicNames: Sendable, Hashable {
 
 /// `kafka:` section.
 public struct KafkaConfig: Sendable, Hashable {
-    /// Bootstrap servers, comma separated. Env `HERALD_KAFKA_BROKERS` overrides.
+    /// Bootstrap servers, comma separated. A stage's `HERALD_KAFKA_BROKERS` overrides (HeraldStage's `ConfigKey`).
     public var brokers = "127.0.0.1:9092"
     public var clientID = "herald"
     public var topics = TopicNames()
@@ -54,7 +54,7 @@ public struct KafkaConfig: Sendable, Hashable {
 
 /// `redis:` section.
 public struct RedisConfig: Sendable, Hashable {
-    /// Env `HERALD_REDIS_HOST` / `HERALD_REDIS_PORT` override.
+    /// A stage's `HERALD_REDIS_HOST` / `HERALD_REDIS_PORT` override (HeraldStage's `ConfigKey`).
     public var host = "127.0.0.1"
     public var port = 6379
     public var database = 0
@@ -132,18 +132,19 @@ public struct LoadedPipeline: Sendable {
 
 public enum PipelineLoader {
     /// Reads a pipeline file from disk.
-    public static func load(path: String, environment: [String: String] = [:]) throws(ConfigError) -> LoadedPipeline {
+    public static func load(path: String) throws(ConfigError) -> LoadedPipeline {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
             throw ConfigError(path: path, message: "cannot read: \(error.localizedDescription)")
         }
-        return try load(yaml: text, environment: environment)
+        return try load(yaml: text)
     }
 
-    /// Parses pipeline YAML. `environment` overrides a few keys (see docs).
-    public static func load(yaml: String, environment: [String: String] = [:]) throws(ConfigError) -> LoadedPipeline {
+    /// Parses pipeline YAML. The environment is not read here: a stage applies its overrides through HeraldStage's
+    /// `ConfigKey`s (`PipelineConfig.applying`).
+    public static func load(yaml: String) throws(ConfigError) -> LoadedPipeline {
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
@@ -184,9 +185,6 @@ public enum PipelineLoader {
         if let x = top["redis"] { config.redis = try readRedis(&r, x) }
         if let s = top["stages"] { config.stages = try readStages(&r, s) }
 
-        if let b = environment["HERALD_KAFKA_BROKERS"], !b.isEmpty { config.kafka.brokers = b }
-        if let h = environment["HERALD_REDIS_HOST"], !h.isEmpty { config.redis.host = h }
-        if let p = environment["HERALD_REDIS_PORT"].flatMap(Int.init) { config.redis.port = p }
         return LoadedPipeline(config: config, warnings: r.warnings)
     }
 

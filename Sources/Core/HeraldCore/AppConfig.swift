@@ -20,7 +20,7 @@ public enum PayloadProfile: Sendable, Hashable {
 }
 
 /// Which devices of a user with several are woken (Sendbird's dashboard option).
-public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable, Codable {
+public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable {
     /// Send only when every device is offline (the default).
     case allOffline = "all_offline"
     /// As long as one device is offline, send to every device (Sendbird: a foreground app can show it too).
@@ -30,7 +30,7 @@ public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// One APNs credential of an app: token based (.p8) or certificate based.
-public struct APNsCredential: Sendable, Hashable, Codable {
+public struct APNsCredential: Sendable, Hashable {
     public var bundleID: String
     public var environment: APNsEnvironment
     // Token based
@@ -60,12 +60,6 @@ public struct APNsCredential: Sendable, Hashable, Codable {
         self.bundleID = bundleID; self.environment = environment; self.teamID = teamID; self.keyID = keyID
         self.keyFile = keyFile; self.certificateFile = certificateFile; self.privateKeyFile = privateKeyFile
         self.p12File = p12File; self.p12PasswordEnv = p12PasswordEnv; self.p12Password = p12Password
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case bundleID = "bundle_id", environment, teamID = "team_id", keyID = "key_id", keyFile = "key_file"
-        case certificateFile = "certificate_file", privateKeyFile = "private_key_file", p12File = "p12_file"
-        case p12PasswordEnv = "p12_password_env", p12Password = "p12_password"
     }
 
     /// How this credential authenticates, or nil when incomplete.

@@ -293,13 +293,9 @@ public struct SendProcessor: StageProcessor {
             let feedback = TokenFeedbackRecord(appID: record.appID, user: record.recipient, token: record.request.token,
                                                reason: reasonText, deadSince: at ?? now)
             notes.append(.tokenDead(reason: reasonText))
-            do {
-                let output = try StageOutput.record(feedback, topic: tokenFeedbackTopic, key: feedback.key)
-                return (StageResult(outputs: [output], notes: notes,
-                                    explain: [explain(record, "token_dead", reasonText, status, now)]), false)
-            } catch {
-                return (.dlq("encode_error", "\(error)", notes: notes), false)
-            }
+            let output = StageOutput.record(feedback, topic: tokenFeedbackTopic, key: feedback.key)
+            return (StageResult(outputs: [output], notes: notes,
+                                explain: [explain(record, "token_dead", reasonText, status, now)]), false)
         case .retryable, .renewCredentials:
             guard record.attempt < retryPolicy.maxAttempts else {
                 return (.dlq("retries_exhausted", "\(reasonText) after \(record.attempt) attempts", notes: notes,

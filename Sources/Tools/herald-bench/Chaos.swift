@@ -513,26 +513,25 @@ struct MalformedFlood {
         let ev = try! ChatEvent.decode(event.bytes)
         let user = workload.users[1]
         let state = workload.states[user] ?? UserState()
-        let enc = JSONEncoder()
         let data: Data
         switch topic {
         case "chat.events": data = Data(event.bytes)
-        case "herald.ingested": data = try! enc.encode(IngestedRecord(event: ev, ingestedAt: nowMillis()))
-        case "herald.resolved": data = try! enc.encode(ResolvedRecord(event: ev, recipient: user, state: state))
-        case "herald.deliverable": data = try! enc.encode(DeliverableRecord(event: ev, recipient: user, state: state, targets: state.devices))
+        case "herald.ingested": data = Data(IngestedRecord(event: ev, ingestedAt: nowMillis()).jsonBytes())
+        case "herald.resolved": data = Data(ResolvedRecord(event: ev, recipient: user, state: state).jsonBytes())
+        case "herald.deliverable": data = Data(DeliverableRecord(event: ev, recipient: user, state: state, targets: state.devices).jsonBytes())
         case "herald.outbound", "herald.retry":
             let req = try! Renderer.render(event: ev, recipient: user, state: state, targets: state.devices, app: workload.app,
                                            now: Date())[0]
-            data = try! enc.encode(OutboundRecord(eventID: ev.eventID, appID: ev.appID, recipient: user, request: req))
+            data = Data(OutboundRecord(eventID: ev.eventID, appID: ev.appID, recipient: user, request: req).jsonBytes())
         case "herald.registry":
-            data = try! enc.encode(RegistryRecord(op: .setMembers, appID: workload.appID, conversation: "mf-conv", members: ["a", "b"]))
+            data = Data(RegistryRecord(op: .setMembers, appID: workload.appID, conversation: "mf-conv", members: ["a", "b"]).jsonBytes())
         default:
             // A user outside the valid event's group: a feedback record Herald (rightly) applies must not take a
             // token that event needs.
             let other = workload.users[workload.users.count - 1]
             let token = workload.states[other]?.devices.first?.token ?? state.devices[0].token
-            data = try! enc.encode(TokenFeedbackRecord(appID: workload.appID, user: other, token: token,
-                                                       reason: "Unregistered", deadSince: nowMillis()))
+            data = Data(TokenFeedbackRecord(appID: workload.appID, user: other, token: token,
+                                            reason: "Unregistered", deadSince: nowMillis()).jsonBytes())
         }
         return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
     }

@@ -117,8 +117,6 @@ final class Workload {
     func load(redisPort: Int, now: Int64) async throws {
         let conn = RedisConnection(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(redisPort)"))
         defer { conn.close() }
-        let enc = JSONEncoder()
-        enc.outputFormatting = [.sortedKeys]
         var batch: [RedisCommand] = []
         func flush() async throws {
             guard !batch.isEmpty else { return }
@@ -131,10 +129,10 @@ final class Workload {
             let sk = RedisKeys.presence(app: appID, user: user)
             batch.append(RedisCommand("DEL", dk, pk, sk))
             for d in state.devices {
-                batch.append(RedisCommand("HSET", dk, d.token, String(decoding: try enc.encode(d), as: UTF8.self)))
+                batch.append(RedisCommand("HSET", dk, d.token, d.jsonBytes()))
             }
             if state.preferences != Preferences() {
-                batch.append(RedisCommand("SET", pk, String(decoding: try enc.encode(state.preferences), as: UTF8.self)))
+                batch.append(RedisCommand("SET", pk, state.preferences.jsonBytes()))
             }
             if !state.online.isEmpty {
                 for tok in state.online { batch.append(RedisCommand("ZADD", sk, String(now + 86_400_000), tok)) }

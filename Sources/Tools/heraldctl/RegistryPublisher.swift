@@ -31,12 +31,7 @@ enum RegistryUpdate {
 enum RegistryPublisher {
     static func publish(_ update: RegistryUpdate, kafka: KafkaOptions, topics: TopicOptions) async throws {
         let record = update.record
-        let value: [UInt8]
-        do {
-            value = try StageCodec.encode(record)
-        } catch {
-            CLI.fail("cannot encode the registry record: \(error)")
-        }
+        let value = StageCodec.encode(record)
         let producer = try kafka.producer()
         do {
             let report = try await producer.send(ProducerRecord(topic: topics.topics().registry, key: record.key, value: value))
