@@ -219,6 +219,9 @@ public struct AppConfig: Sendable {
     public let userDefaults: Preferences?
     /// Which priority class (and so which lane) each kind of event gets (`Priority.classify`).
     public let priority: PriorityPolicy
+    /// Herald keeps the unread and mention counts itself (docs/behaviour.md §12): resolve counts every message
+    /// event for its recipients, and the badge and Sendbird's counts use them. Off by default (`set_unread`).
+    public var counts = false
 
     let strings: [String: Strings]
     let english: Strings
