@@ -285,7 +285,7 @@ struct RegistryAPITests {
             let state = try await s.store.loadUser(app: "app1", user: "u-count", now: 0)
             return state.unread == Unread(total: 1, conversations: ["c2": 1])
         }
-        #expect(try await s.store.mentionCounts(app: "app1", user: "u-count").total == 0)
+        #expect(try await s.store.withMentionCounts(app: "app1", user: "u-count", unread: Unread()).mentionTotal == 0)
         #expect(try await s.call("POST", "/v1/apps/app1/users/u-count/read").status == 202)
         try await waitUntil("everything marked read") {
             try await s.store.loadUser(app: "app1", user: "u-count", now: 0).unread == Unread()

@@ -16,40 +16,6 @@ extension RedisKeys {
     public static func lastDecision(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:last_decision" }
 }
 
-/// One message event to count for one recipient.
-public struct CountKey: Sendable, Hashable {
-    public var user: String
-    public var eventID: String
-    public var conversation: String
-    /// The recipient is mentioned (by id, or the whole channel).
-    public var mentioned: Bool
-
-    public init(user: String, eventID: String, conversation: String, mentioned: Bool) {
-        self.user = user
-        self.eventID = eventID
-        self.conversation = conversation
-        self.mentioned = mentioned
-    }
-}
-
-/// The counts after counting one event for one recipient.
-public struct CountsAfter: Sendable, Hashable {
-    /// False when the event had been counted for this recipient before (a replay): nothing changed.
-    public var counted: Bool
-    public var unreadTotal: Int
-    public var unreadConversation: Int
-    public var mentionTotal: Int
-    public var mentionConversation: Int
-
-    public init(counted: Bool, unreadTotal: Int, unreadConversation: Int, mentionTotal: Int, mentionConversation: Int) {
-        self.counted = counted
-        self.unreadTotal = unreadTotal
-        self.unreadConversation = unreadConversation
-        self.mentionTotal = mentionTotal
-        self.mentionConversation = mentionConversation
-    }
-}
-
 extension StateStore {
     /// Counts each (event, recipient) once: when its marker is new, the unread total and the conversation's
     /// count go up by one, and the mention counts too when the recipient is mentioned. One pipelined round trip
@@ -85,16 +51,18 @@ extension StateStore {
             RedisKeys.unread(app: app, user: user), RedisKeys.mentions(app: app, user: user), field)).orThrow("EVAL markRead")
     }
 
-    /// The user's Herald-kept mention counts (all zero when none are kept).
-    public func mentionCounts(app: String, user: String) async throws -> Unread {
+    /// `unread` with the user's Herald-kept mention counts filled in (zero when none are kept).
+    public func withMentionCounts(app: String, user: String, unread: Unread) async throws -> Unread {
         let reply = try await connection.send(RedisCommand("HGETALL", RedisKeys.mentions(app: app, user: user))).orThrow("HGETALL")
-        var counts = Unread()
+        var counts = unread
+        counts.mentionTotal = 0
+        counts.mentionConversations = [:]
         let values = reply.array ?? []
         var i = 0
         while i + 1 < values.count {
             if let field = values[i].text, let n = values[i + 1].int {
-                if field == RedisKeys.unreadTotalField { counts.total = Int(n) }
-                else if field.hasPrefix("c:") { counts.conversations[String(field.dropFirst(2))] = Int(n) }
+                if field == RedisKeys.unreadTotalField { counts.mentionTotal = Int(n) }
+                else if field.hasPrefix("c:") { counts.mentionConversations[String(field.dropFirst(2))] = Int(n) }
             }
             i += 2
         }

@@ -154,7 +154,8 @@ public struct PayloadOptions: Sendable, Hashable {
     public var sendbirdPushAlert = false
     /// Sendbird `audience_type`, written verbatim when set.
     public var sendbirdAudienceType: String?
-    /// Sendbird `mentioned_users` for a mentioned recipient. Herald keeps no mention counts yet: they are 0.
+    /// Sendbird `mentioned_users` for a mentioned recipient, with Herald's mention counts when the app counts
+    /// (`counts: true`), else 0.
     public var sendbirdMentionedUsers = false
 
     /// CometChat: include a `message` object (id, type, text, sender, receiver, conversation, time).

@@ -222,6 +222,16 @@ extension UserState {
             }
             w.byte(UInt8(ascii: "}"))
         }
+        // Herald-kept mention counts (docs/behaviour.md §12), only when not zero.
+        if unread.mentionTotal != 0 { w.raw(",\"mention_total\":"); w.int(unread.mentionTotal) }
+        if !unread.mentionConversations.isEmpty {
+            w.raw(",\"mention_conversations\":{")
+            for (n, (id, count)) in unread.mentionConversations.sorted(by: { $0.key < $1.key }).enumerated() {
+                if n > 0 { w.byte(UInt8(ascii: ",")) }
+                w.key(id); w.int(count)
+            }
+            w.byte(UInt8(ascii: "}"))
+        }
         w.raw("}}")
     }
 
@@ -239,6 +249,15 @@ extension UserState {
                         throw convs.fail(id, "expected integer, got \(value.typeName)")
                     }
                     unread.conversations[id] = count
+                }
+            }
+            unread.mentionTotal = Int(try u.int("mention_total") ?? 0)
+            if let convs = try u.object("mention_conversations") {
+                for (id, value) in convs.pairs {
+                    guard case .number(let n) = value, let count = Int(n) else {
+                        throw convs.fail(id, "expected integer, got \(value.typeName)")
+                    }
+                    unread.mentionConversations[id] = count
                 }
             }
         }

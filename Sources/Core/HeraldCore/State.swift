@@ -309,20 +309,45 @@ public struct Preferences: Codable, Sendable, Hashable {
     }
 }
 
-/// Unread message counts, for the badge and the Sendbird payload.
+/// Unread message counts, for the badge and the Sendbird payload; mention counts when Herald keeps them
+/// (docs/behaviour.md §12). In JSON the mention counts appear only when not zero:
+/// `{"total": 5, "conversations": {"c1": 2}, "mention_total": 1, "mention_conversations": {"c1": 1}}`.
 public struct Unread: Codable, Sendable, Hashable {
     public var total: Int
     public var conversations: [String: Int]
+    /// Unread messages that mention the user (Sendbird's `total_unread_mention_count`).
+    public var mentionTotal: Int
+    /// Per conversation (Sendbird's `channel_unread_mention_count`).
+    public var mentionConversations: [String: Int]
 
-    public init(total: Int = 0, conversations: [String: Int] = [:]) {
+    public init(total: Int = 0, conversations: [String: Int] = [:], mentionTotal: Int = 0,
+                mentionConversations: [String: Int] = [:]) {
         self.total = total
         self.conversations = conversations
+        self.mentionTotal = mentionTotal
+        self.mentionConversations = mentionConversations
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case total, conversations
+        case mentionTotal = "mention_total"
+        case mentionConversations = "mention_conversations"
     }
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         total = try c.decodeIfPresent(Int.self, forKey: .total) ?? 0
         conversations = try c.decodeIfPresent([String: Int].self, forKey: .conversations) ?? [:]
+        mentionTotal = try c.decodeIfPresent(Int.self, forKey: .mentionTotal) ?? 0
+        mentionConversations = try c.decodeIfPresent([String: Int].self, forKey: .mentionConversations) ?? [:]
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(total, forKey: .total)
+        try c.encode(conversations, forKey: .conversations)
+        if mentionTotal != 0 { try c.encode(mentionTotal, forKey: .mentionTotal) }
+        if !mentionConversations.isEmpty { try c.encode(mentionConversations, forKey: .mentionConversations) }
     }
 }
 
@@ -437,6 +462,7 @@ extension UserState {
         var scoped = self
         scoped.preferences.conversations = preferences.conversations[conversation].map { [conversation: $0] } ?? [:]
         scoped.unread.conversations = unread.conversations[conversation].map { [conversation: $0] } ?? [:]
+        scoped.unread.mentionConversations = unread.mentionConversations[conversation].map { [conversation: $0] } ?? [:]
         return scoped
     }
 }

@@ -134,8 +134,11 @@ public struct RegistryAPI: Sendable {
         case ("counts", 1):
             guard method == "GET" else { return ("\(method) \(base)counts", Self.methodNotAllowed("GET")) }
             return ("GET \(base)counts", await read { () async throws -> [UInt8] in
-                let (unread, mentions) = try await operations.counts(app: app, user: user)
-                return Array(JSONValue.object([("unread", Self.json(unread)), ("mentions", Self.json(mentions))]).serialized.utf8)
+                let c = try await operations.counts(app: app, user: user)
+                return Array(JSONValue.object([
+                    ("unread", Self.json(total: c.total, c.conversations)),
+                    ("mentions", Self.json(total: c.mentionTotal, c.mentionConversations)),
+                ]).serialized.utf8)
             })
         case ("explain", 1):
             guard method == "GET" else { return ("\(method) \(base)explain", Self.methodNotAllowed("GET")) }
@@ -195,8 +198,8 @@ public struct RegistryAPI: Sendable {
         return Response(status: status, body: Array(JSONValue.object(o).serialized.utf8))
     }
 
-    static func json(_ counts: Unread) -> JSONValue {
-        .object([("total", .number(String(counts.total))),
-                 ("conversations", .object(counts.conversations.sorted { $0.key < $1.key }.map { ($0.key, .number(String($0.value))) }))])
+    static func json(total: Int, _ conversations: [String: Int]) -> JSONValue {
+        .object([("total", .number(String(total))),
+                 ("conversations", .object(conversations.sorted { $0.key < $1.key }.map { ($0.key, .number(String($0.value))) }))])
     }
 }

@@ -173,9 +173,9 @@ public struct RegistryOperations: Sendable {
     }
 
     /// Unread and mention counts (Herald-kept when the app counts; `set_unread` values otherwise).
-    public func counts(app: String, user: String) async throws -> (unread: Unread, mentions: Unread) {
+    public func counts(app: String, user: String) async throws -> Unread {
         let state = try await store.loadUser(app: app, user: user, now: now())
-        return (state.unread, try await store.mentionCounts(app: app, user: user))
+        return try await store.withMentionCounts(app: app, user: user, unread: state.unread)
     }
 
     /// The latest decision about the user and that event's trail for them, as JSON; nil when none is kept.
