@@ -99,6 +99,8 @@ final class E2EStack: @unchecked Sendable {
     static let fcmClientEmail = "herald-e2e@herald-e2e.iam.gserviceaccount.com"
     /// An FCM registration token the stand-in answers 404 UNREGISTERED.
     static let fcmDeadToken = "dead-fcm:APA91b" + String(repeating: "Dd_", count: 40)
+    /// The registry API's bearer token (herald-registry serves the API on `apiPort`).
+    static let apiToken = "e2e-backend-token-0123456789"
     static let webhookUser = "herald"
     static let webhookPassword = "e2e-hook-secret"
 
@@ -109,6 +111,7 @@ final class E2EStack: @unchecked Sendable {
     let kafkaPort: Int
     let apnsPort: Int
     let fcmPort: Int
+    let apiPort: Int
     let logger: Logger
 
     private(set) var redis: ChildProcess!
@@ -134,6 +137,7 @@ final class E2EStack: @unchecked Sendable {
         kafkaPort = (try? freePort()) ?? 29092
         apnsPort = (try? freePort()) ?? 28443
         fcmPort = (try? freePort()) ?? 28444
+        apiPort = (try? freePort()) ?? 28445
         var l = Logger(label: "e2e")
         l.logLevel = .critical
         logger = l
@@ -246,6 +250,10 @@ final class E2EStack: @unchecked Sendable {
             "HERALD_LOG_LEVEL": "info",
             "HERALD_INSTANCE": "e2e-\(stage)",
         ]
+        if stage == "registry" {
+            env["HERALD_API_PORT"] = "\(apiPort)"
+            env["HERALD_API_TOKENS"] = "e2e=\(Self.apiToken)"
+        }
         if stage == "send" {
             env["HERALD_APNS_HOST"] = "127.0.0.1:\(apnsPort)"
             env["HERALD_APNS_CA_FILE"] = runDir + "/server-cert.pem"
@@ -464,6 +472,14 @@ final class E2EStack: @unchecked Sendable {
         }
     }
 
+    // MARK: The registry API
+
+    /// One request to the registry API with the stack's token.
+    func api(_ method: String, _ path: String, body: String? = nil) async throws -> TestHTTP.Answer {
+        try await TestHTTP.request(port: apiPort, method: method, path: path,
+                                   headers: ["Authorization": "Bearer \(Self.apiToken)"], body: body)
+    }
+
     // MARK: heraldctl
 
     struct ToolResult {
@@ -545,6 +561,12 @@ final class E2EStack: @unchecked Sendable {
               alternative: {text: "New message arrived", file: "New file arrived"}
               custom_types:
                 support: {text: "[{channel_name}] {sender_name}: {message}", file: "[{channel_name}] {file_type_friendly}: {filename}"}
+            credentials:
+              - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+          app5:
+            payload: {profile: sendbird, key: sendbird}
+            sendbird: {mentioned_users: true}
+            counts: true
             credentials:
               - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
           app2:

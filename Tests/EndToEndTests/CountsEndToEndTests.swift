@@ -1,0 +1,103 @@
+// End to end: Herald-kept counts and token ownership through the registry API (docs/behaviour.md §12, §3).
+import Foundation
+import HeraldCore
+import HeraldTestSupport
+import Testing
+
+@Suite("End to end: registry API, counts, token ownership", .serialized, .e2eStack, .timeLimit(.minutes(10)))
+struct CountsEndToEndTests {
+    let stack: E2EStack
+    init() throws { stack = try E2EStack.shared() }
+
+    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+    static let token = String(repeating: "5a", count: 32)
+
+    /// The pushes the stand-in answered 200 for `eventID` on `token`.
+    func delivered(_ eventID: String, token: String = token) -> [RecordedRequest] {
+        let id = APNsID.derive(eventID: eventID, token: token).lowercased()
+        return stack.recorded().filter { $0.token == token && $0.apnsID == id && $0.status == 200 }
+    }
+
+    /// Publishes one message from `cu1` to `recipient` in `cc1`, and waits until it was delivered to `token`.
+    func sendAndAwait(_ eventID: String, to recipient: String = "cu2", mentions: [String] = []) async throws -> [String: Any] {
+        try await stack.publish([Scenarios.message(eventID, app: "app5", sender: "cu1", conversation: "cc1",
+                                                   recipients: [recipient], mentions: mentions, createdAt: Self.now())])
+        try await waitUntil("\(eventID) delivered to the device\n\(context())", timeout: .seconds(60)) {
+            !delivered(eventID).isEmpty
+        }
+        let payload = try #require(delivered(eventID).first?.payload)
+        return try #require(try JSONSerialization.jsonObject(with: payload) as? [String: Any])
+    }
+
+    func context() -> String {
+        ["resolve", "registry"].map { "--- \($0):\n" + (stack.stageProcesses[$0]?.logTail(6) ?? "") }.joined(separator: "\n")
+    }
+
+    func badge(_ payload: [String: Any]) -> Int? { (payload["aps"] as? [String: Any])?["badge"] as? Int }
+    func sendbird(_ payload: [String: Any]) -> [String: Any] { payload["sendbird"] as? [String: Any] ?? [:] }
+
+    @Test("the badge rises with each message and resets on mark_read; a replayed event does not count twice; a moved token no longer gets the first user's pushes")
+    func countsAndOwnership() async throws {
+        // The device, registered through the API (herald.registry -> herald-registry).
+        let register = try await stack.api("POST", "/v1/apps/app5/users/cu2/devices",
+                                           body: #"{"token": "\#(Self.token)", "bundle_id": "com.example.chat"}"#)
+        #expect(register.status == 202, "\(register.body)")
+        try await waitUntil("the device is registered") {
+            try await stack.store.loadUser(app: "app5", user: "cu2", now: Self.now()).devices.map(\.token) == [Self.token]
+        }
+
+        // Three messages: badge 1, 2, 3; Sendbird's counts follow; the mention is counted apart.
+        let run = Scenarios.id("counts")
+        var p = try await sendAndAwait("\(run)-1")
+        #expect(badge(p) == 1)
+        p = try await sendAndAwait("\(run)-2", mentions: ["cu2"])
+        #expect(badge(p) == 2)
+        #expect(sendbird(p)["unread_message_count"] as? Int == 2)
+        #expect(sendbird(p)["channel_unread_count"] as? Int == 2)
+        let mentioned = sendbird(p)["mentioned_users"] as? [String: Any]
+        #expect(mentioned?["total_unread_mention_count"] as? Int == 1)
+        #expect(mentioned?["channel_unread_mention_count"] as? Int == 1)
+        p = try await sendAndAwait("\(run)-3")
+        #expect(badge(p) == 3)
+
+        // mark_read through the API: the counts are 0 again, and the next message shows 1.
+        #expect(try await stack.api("POST", "/v1/apps/app5/users/cu2/read", body: #"{"conversation": "cc1"}"#).status == 202)
+        try await waitUntil("the counts were reset") {
+            let c = try await stack.api("GET", "/v1/apps/app5/users/cu2/counts").json
+            return (c?["unread"] as? [String: Any])?["total"] as? Int == 0
+        }
+        p = try await sendAndAwait("\(run)-4")
+        #expect(badge(p) == 1)
+
+        // A replay of event 4 (the chat back end publishes it again): counted once, delivered once.
+        try await stack.publish([Scenarios.message("\(run)-4", app: "app5", sender: "cu1", conversation: "cc1",
+                                                   recipients: ["cu2"], createdAt: Self.now())])
+        p = try await sendAndAwait("\(run)-5")
+        #expect(badge(p) == 2, "the replayed event was counted again")
+        #expect(await stack.awaitIdle(), "the pipeline did not become idle\n\(context())")
+        #expect(delivered("\(run)-4").count == 1)
+        let counts = try await stack.api("GET", "/v1/apps/app5/users/cu2/counts").json
+        #expect((counts?["unread"] as? [String: Any])?["total"] as? Int == 2)
+
+        // The phone switches accounts: the token registered for cu3 moves away from cu2.
+        #expect(try await stack.api("POST", "/v1/apps/app5/users/cu3/devices",
+                                    body: #"{"token": "\#(Self.token)", "bundle_id": "com.example.chat"}"#).status == 202)
+        try await waitUntil("the token moved to cu3") {
+            let gone = try await stack.store.loadUser(app: "app5", user: "cu2", now: Self.now()).devices.isEmpty
+            let owner = try await stack.store.owner(app: "app5", token: Self.token)
+            return gone && owner == "cu3"
+        }
+        // A message to cu2 now reaches no device: the explain (through the API) says so.
+        try await stack.publish([Scenarios.message("\(run)-6", app: "app5", sender: "cu1", conversation: "cc1",
+                                                   recipients: ["cu2"], createdAt: Self.now())])
+        try await waitUntil("cu2's decision for \(run)-6 is no_devices\n\(context())", timeout: .seconds(60)) {
+            let e = try await stack.api("GET", "/v1/apps/app5/users/cu2/explain").json
+            return e?["event_id"] as? String == "\(run)-6" && e?["reason"] as? String == "no_devices"
+        }
+        // cu3's message reaches the phone; cu2's never did.
+        _ = try await sendAndAwait("\(run)-7", to: "cu3")
+        #expect(await stack.awaitIdle(), "the pipeline did not become idle\n\(context())")
+        #expect(delivered("\(run)-6").isEmpty, "the first user's push reached the moved token")
+        #expect(try await stack.api("GET", "/v1/apps/app5/users/cu3/explain").json?["decision"] as? String == "deliver")
+    }
+}
