@@ -4,7 +4,7 @@ import HeraldCore
 import HeraldTestSupport
 import Testing
 
-@Suite("End to end: registry API, counts, token ownership", .serialized, .e2eStack, .timeLimit(.minutes(10)))
+@Suite("End to end: registry API, counts, token ownership, reloading", .serialized, .e2eStack, .timeLimit(.minutes(10)))
 struct CountsEndToEndTests {
     let stack: E2EStack
     init() throws { stack = try E2EStack.shared() }
@@ -99,5 +99,86 @@ struct CountsEndToEndTests {
         #expect(await stack.awaitIdle(), "the pipeline did not become idle\n\(context())")
         #expect(delivered("\(run)-6").isEmpty, "the first user's push reached the moved token")
         #expect(try await stack.api("GET", "/v1/apps/app5/users/cu3/explain").json?["decision"] as? String == "deliver")
+    }
+
+    // MARK: Reloading
+
+    /// render's `herald_config_reloads_total{outcome}`.
+    func reloads(_ outcome: String) -> Int {
+        guard let port = stack.stagePorts["render"], let text = httpBody(port: port, path: "/metrics") else { return 0 }
+        let prefix = #"herald_config_reloads_total{stage="render",outcome="\#(outcome)"} "#
+        for line in text.split(separator: "\n") where line.hasPrefix(prefix) {
+            return Int(Double(line.dropFirst(prefix.count)) ?? 0)
+        }
+        return 0
+    }
+
+    func body(_ r: RecordedRequest) -> String? {
+        guard let payload = r.payload, let o = try? JSONSerialization.jsonObject(with: payload) as? [String: Any] else { return nil }
+        return ((o["aps"] as? [String: Any])?["alert"] as? [String: Any])?["body"] as? String
+    }
+
+    @Test("a template changed while events flow: nothing lost or doubled, new pushes carry the new text; a bad file is refused and the old configuration keeps running")
+    func templateReload() async throws {
+        let token = String(repeating: "6b", count: 32)
+        try await stack.store.registerDevice(app: "app6", user: "ru2",
+                                             device: Device(token: token, bundleID: "com.example.chat", registeredAt: Self.now()))
+        let original = try String(contentsOfFile: stack.pipelinePath, encoding: .utf8)
+        #expect(original.contains("REL-V1 {message}"))
+        let run = Scenarios.id("reload")
+        func events(_ range: Range<Int>) -> [String] {
+            range.map { Scenarios.message("\(run)-\($0)", app: "app6", sender: "ru1", conversation: "rc1", recipients: ["ru2"],
+                                          createdAt: Self.now()) }
+        }
+        func deliveredBodies(_ range: Range<Int>) -> [Int: [String]] {
+            var out: [Int: [String]] = [:]
+            let byID = Dictionary(grouping: stack.recorded().filter { $0.token == token && $0.status == 200 }, by: \.apnsID)
+            for i in range {
+                let id = APNsID.derive(eventID: "\(run)-\(i)", token: token).lowercased()
+                out[i] = (byID[id] ?? []).compactMap(body)
+            }
+            return out
+        }
+        let appliedBefore = reloads("applied")
+
+        // Events flow while the file changes: the first 100 in chunks, the template edited after the second.
+        for chunk in 0..<5 {
+            try await stack.publish(events((chunk * 20)..<(chunk * 20 + 20)))
+            if chunk == 1 {
+                try original.replacingOccurrences(of: "REL-V1 {message}", with: "REL-V2 {message}")
+                    .write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
+            }
+        }
+        try await waitUntil("render reloaded the file\n\(stack.stageProcesses["render"]?.logTail(5) ?? "")") {
+            reloads("applied") > appliedBefore
+        }
+        // Published after the reload was seen: these must carry the new text.
+        try await stack.publish(events(100..<130))
+        try await waitUntil("all 130 events delivered", timeout: .seconds(90)) {
+            deliveredBodies(0..<130).values.allSatisfy { !$0.isEmpty }
+        }
+        #expect(await stack.awaitIdle(), "the pipeline did not become idle")
+        let bodies = deliveredBodies(0..<130)
+        #expect(bodies.values.allSatisfy { $0.count == 1 }, "an event was delivered twice")
+        #expect(bodies.values.allSatisfy { $0.first == "REL-V1 Bye!" || $0.first == "REL-V2 Bye!" })
+        #expect((100..<130).allSatisfy { bodies[$0]?.first == "REL-V2 Bye!" })
+
+        // A bad file is refused with a clear error; render keeps the last good configuration.
+        let refusedBefore = reloads("refused")
+        try "apps:\n  app6:\n    templates: [unclosed\n".write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
+        try await waitUntil("render refused the bad file") { reloads("refused") > refusedBefore }
+        let log = try String(contentsOfFile: stack.runDir + "/render.log", encoding: .utf8)
+        #expect(log.contains("pipeline file refused"))
+        try await stack.publish(events(130..<140))
+        try await waitUntil("10 more events delivered after the bad file", timeout: .seconds(60)) {
+            deliveredBodies(130..<140).values.allSatisfy { !$0.isEmpty }
+        }
+        #expect((130..<140).allSatisfy { deliveredBodies(130..<140)[$0] == ["REL-V2 Bye!"] })
+        #expect(stack.stageProcesses["render"]?.isRunning == true)
+
+        // The original file back (other tests of the suite use it).
+        let appliedNow = reloads("applied")
+        try original.write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
+        try await waitUntil("render reloaded the original file") { reloads("applied") > appliedNow }
     }
 }

@@ -233,7 +233,8 @@ final class E2EStack: @unchecked Sendable {
 
     // MARK: Stages
 
-    private var stagePorts: [String: Int] = [:]
+    /// Each stage's /metrics port.
+    private(set) var stagePorts: [String: Int] = [:]
 
     func stageEnvironment(_ stage: String) throws -> [String: String] {
         let port = try stagePorts[stage] ?? freePort()
@@ -567,6 +568,12 @@ final class E2EStack: @unchecked Sendable {
             payload: {profile: sendbird, key: sendbird}
             sendbird: {mentioned_users: true}
             counts: true
+            credentials:
+              - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+          app6:
+            payload: {profile: compact}
+            templates:
+              default: {text: "REL-V1 {message}", file: "{filename}"}
             credentials:
               - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
           app2:

@@ -1,0 +1,102 @@
+import Foundation
+import HeraldConfig
+import Logging
+import Prometheus
+import ServiceLifecycle
+import UnixSignals
+
+/// Reloads the pipeline file on SIGHUP and when its content changes (docs/operations.md "Reloading"), and hands
+/// a file that reads without error to `apply`. A file that does not read (bad YAML, a wrong value) is refused: the
+/// error is logged with the key path, `herald_config_reloads_total{outcome="refused"}` counts it, and the running
+/// configuration stays. Changes outside `apps:` (Kafka, Redis, stages, api) take effect at the next start only.
+public final class PipelineReloader: Service, Sendable {
+    /// Environment key: how often the file's content is compared, ms (default 1000; 0 = only on SIGHUP).
+    public static let watchKey = "HERALD_PIPELINE_WATCH_MS"
+
+    let path: String
+    let environment: [String: String]
+    let interval: Duration?
+    let apply: @Sendable (PipelineConfig) -> Void
+    let logger: Logger
+    let registry: PrometheusCollectorRegistry
+    let stage: String
+
+    public init(path: String, environment: [String: String], interval: Duration?, stage: String,
+                registry: PrometheusCollectorRegistry, logger: Logger, apply: @escaping @Sendable (PipelineConfig) -> Void) {
+        self.path = path
+        self.environment = environment
+        self.interval = interval
+        self.stage = stage
+        self.registry = registry
+        self.logger = logger
+        self.apply = apply
+    }
+
+    /// A reloader for a stage, from its setup: the file it started from, the watch interval from the environment.
+    public static func forStage(_ setup: StageSetup, apply: @escaping @Sendable (PipelineConfig) -> Void) throws -> PipelineReloader {
+        let path = setup.environment(EnvironmentKey.pipeline.rawValue) ?? EnvironmentKey.pipeline.defaultValue
+        var interval: Duration? = .seconds(1)
+        if let raw = setup.environment(watchKey) {
+            guard let ms = Int(raw), ms >= 0 else {
+                throw ConfigurationError(key: watchKey, value: raw, reason: "expected milliseconds, 0 or more")
+            }
+            interval = ms == 0 ? nil : .milliseconds(ms)
+        }
+        return PipelineReloader(path: path, environment: ProcessInfo.processInfo.environment, interval: interval,
+                                stage: setup.stage.rawValue, registry: setup.context.registry, logger: setup.logger, apply: apply)
+    }
+
+    public func run() async throws {
+        let signals = await UnixSignalsSequence(trapping: .sighup)
+        let first = try? Data(contentsOf: URL(fileURLWithPath: path))
+        // Graceful shutdown cancels the watch (the signal sequence ends, the poll stops).
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await _ in signals {
+                        self.reload(reason: "SIGHUP")
+                    }
+                }
+                if let interval = self.interval {
+                    group.addTask {
+                        // Polls the content (the file is small): editors and deploy tools replace the file by a
+                        // rename, which a watch on the old inode would miss.
+                        var last = first
+                        while !Task.isCancelled {
+                            try? await Task.sleep(for: interval)
+                            let now = try? Data(contentsOf: URL(fileURLWithPath: self.path))
+                            if let now, now != last {
+                                last = now
+                                self.reload(reason: "file changed")
+                            }
+                        }
+                    }
+                }
+                await group.waitForAll()
+            }
+        }
+    }
+
+    /// Reads the file and applies it, or refuses it; returns whether it was applied.
+    @discardableResult
+    public func reload(reason: String) -> Bool {
+        do {
+            let loaded = try PipelineLoader.load(path: path, environment: environment)
+            for warning in loaded.warnings {
+                logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
+            }
+            apply(loaded.config)
+            registry.makeCounter(name: "herald_config_reloads_total", labels: [("stage", stage), ("outcome", "applied")]).increment()
+            logger.info("pipeline file reloaded: apps, templates and catalogs replaced", metadata: [
+                "file": "\(path)", "reason": "\(reason)", "apps": "\(loaded.config.apps.apps.count)",
+            ])
+            return true
+        } catch {
+            registry.makeCounter(name: "herald_config_reloads_total", labels: [("stage", stage), ("outcome", "refused")]).increment()
+            logger.error("pipeline file refused; the running configuration stays", metadata: [
+                "file": "\(path)", "reason": "\(reason)", "error": "\(error)",
+            ])
+            return false
+        }
+    }
+}
