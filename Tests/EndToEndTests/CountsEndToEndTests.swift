@@ -103,10 +103,10 @@ struct CountsEndToEndTests {
 
     // MARK: Reloading
 
-    /// render's `herald_config_reloads_total{outcome}`.
-    func reloads(_ outcome: String) -> Int {
-        guard let port = stack.stagePorts["render"], let text = httpBody(port: port, path: "/metrics") else { return 0 }
-        let prefix = #"herald_config_reloads_total{stage="render",outcome="\#(outcome)"} "#
+    /// A stage's `herald_config_reloads_total{outcome}`.
+    func reloads(_ outcome: String, stage: String = "render") -> Int {
+        guard let port = stack.stagePorts[stage], let text = httpBody(port: port, path: "/metrics") else { return 0 }
+        let prefix = #"herald_config_reloads_total{stage="\#(stage)",outcome="\#(outcome)"} "#
         for line in text.split(separator: "\n") where line.hasPrefix(prefix) {
             return Int(Double(line.dropFirst(prefix.count)) ?? 0)
         }
@@ -180,5 +180,55 @@ struct CountsEndToEndTests {
         let appliedNow = reloads("applied")
         try original.write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
         try await waitUntil("render reloaded the original file") { reloads("applied") > appliedNow }
+    }
+
+    @Test("an APNs key rotated while events flow: nothing lost or doubled; new connections sign with the new key")
+    func keyRotation() async throws {
+        let token = String(repeating: "7c", count: 32)
+        try await stack.store.registerDevice(app: "app6", user: "ku2",
+                                             device: Device(token: token, bundleID: "com.example.chat", registeredAt: Self.now()))
+        let original = try String(contentsOfFile: stack.pipelinePath, encoding: .utf8)
+        let key1 = "key_id: \(E2EStack.keyID), key_file: \(stack.runDir)/auth.p8}"
+        #expect(original.contains("environment: production, " + key1))
+        func rotated(_ keyID: String, _ file: String) -> String {
+            original.replacingOccurrences(of: "environment: production, " + key1,
+                                          with: "environment: production, key_id: \(keyID), key_file: \(stack.runDir)/\(file)}")
+        }
+        let run = Scenarios.id("rotate")
+        func events(_ range: Range<Int>) -> [String] {
+            range.map { Scenarios.message("\(run)-\($0)", app: "app6", sender: "ku1", conversation: "kc1", recipients: ["ku2"],
+                                          createdAt: Self.now()) }
+        }
+        func answers(_ i: Int) -> [RecordedRequest] {
+            let id = APNsID.derive(eventID: "\(run)-\(i)", token: token).lowercased()
+            return stack.recorded().filter { $0.token == token && $0.apnsID == id }
+        }
+        let appliedBefore = reloads("applied", stage: "send")
+        for chunk in 0..<4 {
+            try await stack.publish(events((chunk * 20)..<(chunk * 20 + 20)))
+            if chunk == 1 { try rotated(E2EStack.keyID2, "auth2.p8").write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8) }
+        }
+        try await waitUntil("send reloaded its credentials\n\(stack.stageProcesses["send"]?.logTail(5) ?? "")") {
+            reloads("applied", stage: "send") > appliedBefore
+        }
+        try await stack.publish(events(80..<100))
+        try await waitUntil("all 100 events delivered", timeout: .seconds(90)) {
+            (0..<100).allSatisfy { i in answers(i).contains { $0.status == 200 } }
+        }
+        #expect(await stack.awaitIdle(), "the pipeline did not become idle")
+        #expect((0..<100).allSatisfy { i in answers(i).filter { $0.status == 200 }.count == 1 }, "an event was delivered twice")
+
+        // A key the stand-in does not know: the next push is refused with 403, so new connections sign with it.
+        let appliedNow = reloads("applied", stage: "send")
+        try rotated("E2EKEY0003", "auth3.p8").write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
+        try await waitUntil("send reloaded the third key") { reloads("applied", stage: "send") > appliedNow }
+        try await stack.publish(events(100..<101))
+        try await waitUntil("the stand-in refused the push signed with the unknown key", timeout: .seconds(60)) {
+            answers(100).contains { $0.status == 403 }
+        }
+        // The original file back; the refused push may then go through on a retry.
+        let appliedLast = reloads("applied", stage: "send")
+        try original.write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
+        try await waitUntil("send reloaded the original file") { reloads("applied", stage: "send") > appliedLast }
     }
 }

@@ -91,6 +91,7 @@ final class E2EStack: @unchecked Sendable {
         "herald.resolved.priority", "herald.deliverable.priority", "herald.outbound.priority", "herald.retry.priority",
     ]
     static let keyID = "E2EKEY0001"
+    static let keyID2 = "E2EKEY0002"
     static let teamID = "E2ETEAM001"
     /// A token the stand-in always answers 410 Unregistered.
     static let deadToken = String(repeating: "de", count: 32)
@@ -372,6 +373,8 @@ final class E2EStack: @unchecked Sendable {
             "--port", "\(apnsPort)", "--port-file", portFile,
             "--cert", runDir + "/server-cert.pem", "--key", runDir + "/server-key.pem",
             "--auth-key", "\(Self.keyID):\(Self.teamID):\(runDir)/auth-pub.pem",
+            // A second key the reload test rotates to (a third one, auth3.p8, is known to no one).
+            "--auth-key", "\(Self.keyID2):\(Self.teamID):\(runDir)/auth2-pub.pem",
             "--topic", "com.example.chat", "--topic", "com.example.messenger", "--topic", "com.example.calls",
             "--dead-token", Self.deadToken,
             "--record", runDir + "/apns-\(mockGeneration).jsonl",
@@ -536,6 +539,10 @@ final class E2EStack: @unchecked Sendable {
                               "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], cwd: runDir)
         try runToolChecked(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth.p8"], cwd: runDir)
         try runToolChecked(openssl, ["pkey", "-in", "auth.p8", "-pubout", "-out", "auth-pub.pem"], cwd: runDir)
+        for n in [2, 3] {
+            try runToolChecked(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth\(n).p8"], cwd: runDir)
+            try runToolChecked(openssl, ["pkey", "-in", "auth\(n).p8", "-pubout", "-out", "auth\(n)-pub.pem"], cwd: runDir)
+        }
         // The FCM service account: an RSA key and its JSON file, whose token endpoint is herald-mock-fcm.
         try runToolChecked(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "fcm-sa.key"], cwd: runDir)
         let account: [String: Any] = [
@@ -575,7 +582,7 @@ final class E2EStack: @unchecked Sendable {
             templates:
               default: {text: "REL-V1 {message}", file: "{filename}"}
             credentials:
-              - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              - {bundle_id: com.example.chat, team_id: \(Self.teamID), environment: production, key_id: \(Self.keyID), key_file: \(key)}
           app2:
             payload: {profile: sendbird, key: sendbird}
             multi_device: any_offline

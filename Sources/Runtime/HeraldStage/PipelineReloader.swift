@@ -1,13 +1,13 @@
 import Foundation
 import HeraldConfig
 import Logging
-import Prometheus
+import Metrics
 import ServiceLifecycle
 import UnixSignals
 
 /// Reloads the pipeline file on SIGHUP and when its content changes (docs/operations.md "Reloading"), and hands
-/// a file that reads without error to `apply`. A file that does not read (bad YAML, a wrong value) is refused: the
-/// error is logged with the key path, `herald_config_reloads_total{outcome="refused"}` counts it, and the running
+/// a file that reads without error to `apply`. A file that does not read (bad YAML, a wrong value), or that `apply`
+/// refuses (send: a credential that does not load), is refused: the error is logged with the key path, `herald_config_reloads_total{outcome="refused"}` counts it, and the running
 /// configuration stays. Changes outside `apps:` (Kafka, Redis, stages, api) take effect at the next start only.
 public final class PipelineReloader: Service, Sendable {
     /// Environment key: how often the file's content is compared, ms (default 1000; 0 = only on SIGHUP).
@@ -16,24 +16,22 @@ public final class PipelineReloader: Service, Sendable {
     let path: String
     let environment: [String: String]
     let interval: Duration?
-    let apply: @Sendable (PipelineConfig) -> Void
+    let apply: @Sendable (PipelineConfig) throws -> Void
     let logger: Logger
-    let registry: PrometheusCollectorRegistry
     let stage: String
 
     public init(path: String, environment: [String: String], interval: Duration?, stage: String,
-                registry: PrometheusCollectorRegistry, logger: Logger, apply: @escaping @Sendable (PipelineConfig) -> Void) {
+                logger: Logger, apply: @escaping @Sendable (PipelineConfig) throws -> Void) {
         self.path = path
         self.environment = environment
         self.interval = interval
         self.stage = stage
-        self.registry = registry
         self.logger = logger
         self.apply = apply
     }
 
     /// A reloader for a stage, from its setup: the file it started from, the watch interval from the environment.
-    public static func forStage(_ setup: StageSetup, apply: @escaping @Sendable (PipelineConfig) -> Void) throws -> PipelineReloader {
+    public static func forStage(_ setup: StageSetup, apply: @escaping @Sendable (PipelineConfig) throws -> Void) throws -> PipelineReloader {
         let path = setup.environment(EnvironmentKey.pipeline.rawValue) ?? EnvironmentKey.pipeline.defaultValue
         var interval: Duration? = .seconds(1)
         if let raw = setup.environment(watchKey) {
@@ -43,7 +41,7 @@ public final class PipelineReloader: Service, Sendable {
             interval = ms == 0 ? nil : .milliseconds(ms)
         }
         return PipelineReloader(path: path, environment: ProcessInfo.processInfo.environment, interval: interval,
-                                stage: setup.stage.rawValue, registry: setup.context.registry, logger: setup.logger, apply: apply)
+                                stage: setup.stage.rawValue, logger: setup.logger, apply: apply)
     }
 
     public func run() async throws {
@@ -85,14 +83,14 @@ public final class PipelineReloader: Service, Sendable {
             for warning in loaded.warnings {
                 logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
             }
-            apply(loaded.config)
-            registry.makeCounter(name: "herald_config_reloads_total", labels: [("stage", stage), ("outcome", "applied")]).increment()
-            logger.info("pipeline file reloaded: apps, templates and catalogs replaced", metadata: [
+            try apply(loaded.config)
+            Counter(label: "herald_config_reloads_total", dimensions: [("stage", stage), ("outcome", "applied")]).increment()
+            logger.info("pipeline file reloaded: apps replaced", metadata: [
                 "file": "\(path)", "reason": "\(reason)", "apps": "\(loaded.config.apps.apps.count)",
             ])
             return true
         } catch {
-            registry.makeCounter(name: "herald_config_reloads_total", labels: [("stage", stage), ("outcome", "refused")]).increment()
+            Counter(label: "herald_config_reloads_total", dimensions: [("stage", stage), ("outcome", "refused")]).increment()
             logger.error("pipeline file refused; the running configuration stays", metadata: [
                 "file": "\(path)", "reason": "\(reason)", "error": "\(error)",
             ])
