@@ -87,6 +87,13 @@ let package = Package(
             .product(name: "NIOHTTP1", package: "swift-nio"),
         ], path: "Sources/Runtime/HeraldStage"),
 
+        // The registry operations (the HTTP API's routes and what heraldctl shares with them), over Redis and Kafka;
+        // transport-free: herald-registry serves it through HeraldStage's HTTP endpoint.
+        .target(name: "HeraldRegistryAPI", dependencies: [
+            "HeraldCore", "HeraldKafka", "HeraldRedis",
+            .product(name: "Logging", package: "swift-log"),
+        ], path: "Sources/Runtime/HeraldRegistryAPI"),
+
         // MARK: Executables
         // The six pipeline stages: a page each (configuration, adapters, run).
         .executableTarget(name: "herald-ingest", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"], path: "Sources/Stages/herald-ingest"),
@@ -98,9 +105,12 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ], path: "Sources/Stages/herald-send"),
-        .executableTarget(name: "herald-registry", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"], path: "Sources/Stages/herald-registry"),
+        .executableTarget(name: "herald-registry", dependencies: [
+            "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis", "HeraldRegistryAPI",
+            .product(name: "Metrics", package: "swift-metrics"),
+        ], path: "Sources/Stages/herald-registry"),
         .executableTarget(name: "heraldctl", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
+            "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldHTTP", "HeraldKafka", "HeraldRedis", "HeraldRegistryAPI",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], path: "Sources/Tools/heraldctl"),
         .executableTarget(name: "herald-mock-apns", dependencies: [
@@ -154,6 +164,12 @@ let package = Package(
         .testTarget(name: "HeraldStageTests", dependencies: [
             "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldAPNs", "HeraldTestSupport",
             .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
+        // The registry API over HTTP against real Redis and Tansu (the API served by HeraldStage's endpoint).
+        .testTarget(name: "HeraldRegistryAPITests", dependencies: [
+            "HeraldRegistryAPI", "HeraldStage", "HeraldPipeline", "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
+            "HeraldTestSupport",
+            .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),

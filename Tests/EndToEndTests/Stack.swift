@@ -91,6 +91,7 @@ final class E2EStack: @unchecked Sendable {
         "herald.resolved.priority", "herald.deliverable.priority", "herald.outbound.priority", "herald.retry.priority",
     ]
     static let keyID = "E2EKEY0001"
+    static let keyID2 = "E2EKEY0002"
     static let teamID = "E2ETEAM001"
     /// A token the stand-in always answers 410 Unregistered.
     static let deadToken = String(repeating: "de", count: 32)
@@ -99,6 +100,8 @@ final class E2EStack: @unchecked Sendable {
     static let fcmClientEmail = "herald-e2e@herald-e2e.iam.gserviceaccount.com"
     /// An FCM registration token the stand-in answers 404 UNREGISTERED.
     static let fcmDeadToken = "dead-fcm:APA91b" + String(repeating: "Dd_", count: 40)
+    /// The registry API's bearer token (herald-registry serves the API on `apiPort`).
+    static let apiToken = "e2e-backend-token-0123456789"
     static let webhookUser = "herald"
     static let webhookPassword = "e2e-hook-secret"
 
@@ -109,6 +112,7 @@ final class E2EStack: @unchecked Sendable {
     let kafkaPort: Int
     let apnsPort: Int
     let fcmPort: Int
+    let apiPort: Int
     let logger: Logger
 
     private(set) var redis: ChildProcess!
@@ -134,6 +138,7 @@ final class E2EStack: @unchecked Sendable {
         kafkaPort = (try? freePort()) ?? 29092
         apnsPort = (try? freePort()) ?? 28443
         fcmPort = (try? freePort()) ?? 28444
+        apiPort = (try? freePort()) ?? 28445
         var l = Logger(label: "e2e")
         l.logLevel = .critical
         logger = l
@@ -229,7 +234,8 @@ final class E2EStack: @unchecked Sendable {
 
     // MARK: Stages
 
-    private var stagePorts: [String: Int] = [:]
+    /// Each stage's /metrics port.
+    private(set) var stagePorts: [String: Int] = [:]
 
     func stageEnvironment(_ stage: String) throws -> [String: String] {
         let port = try stagePorts[stage] ?? freePort()
@@ -246,6 +252,10 @@ final class E2EStack: @unchecked Sendable {
             "HERALD_LOG_LEVEL": "info",
             "HERALD_INSTANCE": "e2e-\(stage)",
         ]
+        if stage == "registry" {
+            env["HERALD_API_PORT"] = "\(apiPort)"
+            env["HERALD_API_TOKENS"] = "e2e=\(Self.apiToken)"
+        }
         if stage == "send" {
             env["HERALD_APNS_HOST"] = "127.0.0.1:\(apnsPort)"
             env["HERALD_APNS_CA_FILE"] = runDir + "/server-cert.pem"
@@ -363,6 +373,8 @@ final class E2EStack: @unchecked Sendable {
             "--port", "\(apnsPort)", "--port-file", portFile,
             "--cert", runDir + "/server-cert.pem", "--key", runDir + "/server-key.pem",
             "--auth-key", "\(Self.keyID):\(Self.teamID):\(runDir)/auth-pub.pem",
+            // A second key the reload test rotates to (a third one, auth3.p8, is known to no one).
+            "--auth-key", "\(Self.keyID2):\(Self.teamID):\(runDir)/auth2-pub.pem",
             "--topic", "com.example.chat", "--topic", "com.example.messenger", "--topic", "com.example.calls",
             "--dead-token", Self.deadToken,
             "--record", runDir + "/apns-\(mockGeneration).jsonl",
@@ -464,6 +476,14 @@ final class E2EStack: @unchecked Sendable {
         }
     }
 
+    // MARK: The registry API
+
+    /// One request to the registry API with the stack's token.
+    func api(_ method: String, _ path: String, body: String? = nil) async throws -> TestHTTP.Answer {
+        try await TestHTTP.request(port: apiPort, method: method, path: path,
+                                   headers: ["Authorization": "Bearer \(Self.apiToken)"], body: body)
+    }
+
     // MARK: heraldctl
 
     struct ToolResult {
@@ -519,6 +539,10 @@ final class E2EStack: @unchecked Sendable {
                               "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], cwd: runDir)
         try runToolChecked(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth.p8"], cwd: runDir)
         try runToolChecked(openssl, ["pkey", "-in", "auth.p8", "-pubout", "-out", "auth-pub.pem"], cwd: runDir)
+        for n in [2, 3] {
+            try runToolChecked(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth\(n).p8"], cwd: runDir)
+            try runToolChecked(openssl, ["pkey", "-in", "auth\(n).p8", "-pubout", "-out", "auth\(n)-pub.pem"], cwd: runDir)
+        }
         // The FCM service account: an RSA key and its JSON file, whose token endpoint is herald-mock-fcm.
         try runToolChecked(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "fcm-sa.key"], cwd: runDir)
         let account: [String: Any] = [
@@ -547,6 +571,18 @@ final class E2EStack: @unchecked Sendable {
                 support: {text: "[{channel_name}] {sender_name}: {message}", file: "[{channel_name}] {file_type_friendly}: {filename}"}
             credentials:
               - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+          app5:
+            payload: {profile: sendbird, key: sendbird}
+            sendbird: {mentioned_users: true}
+            counts: true
+            credentials:
+              - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+          app6:
+            payload: {profile: compact}
+            templates:
+              default: {text: "REL-V1 {message}", file: "{filename}"}
+            credentials:
+              - {bundle_id: com.example.chat, team_id: \(Self.teamID), environment: production, key_id: \(Self.keyID), key_file: \(key)}
           app2:
             payload: {profile: sendbird, key: sendbird}
             multi_device: any_offline

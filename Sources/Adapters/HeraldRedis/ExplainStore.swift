@@ -39,6 +39,11 @@ public final class ExplainStore: Sendable {
             commands.append(RedisCommand("HSET", arguments))
             commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds))
         }
+        // The latest decision about each user (what the registry API's explain answers).
+        for entry in entries where entry.user != nil && entry.token == nil {
+            commands.append(RedisCommand("SET", RedisKeys.lastDecision(app: entry.appID, user: entry.user ?? ""),
+                                         entry.jsonBytes, "PX", ttlMilliseconds))
+        }
         for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("explain") }
     }
 
@@ -57,6 +62,14 @@ public final class ExplainStore: Sendable {
         }
         func rank(_ e: ExplainEntry) -> Int { e.token != nil ? 2 : (e.user != nil ? 1 : 0) }
         return out.sorted { (rank($0), $0.user ?? "", $0.token ?? "") < (rank($1), $1.user ?? "", $1.token ?? "") }
+    }
+
+    /// The user's latest decision (the last user-level entry written, by any event) and that event's trail
+    /// about the user; nil when there is none (never a recipient, or the trail expired).
+    public func lastDecision(app: String, user: String) async throws -> (decision: ExplainEntry, trail: [ExplainEntry])? {
+        let reply = try await connection.send(RedisCommand("GET", RedisKeys.lastDecision(app: app, user: user))).orThrow("GET")
+        guard let data = reply.data, let entry = try? ExplainEntry(json: data) else { return nil }
+        return (entry, try await trail(app: app, eventID: entry.eventID, user: user))
     }
 
     /// The entries about one user (their decision and their devices' outcomes).

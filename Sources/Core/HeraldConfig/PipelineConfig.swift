@@ -105,12 +105,25 @@ public struct StagesConfig: Sendable, Hashable {
     }
 }
 
+/// `api:` section: the registry HTTP API that herald-registry serves (docs/registry-api.md).
+public struct APIConfig: Sendable, Hashable {
+    /// Port of the API; nil (the default) serves no API. Env `HERALD_API_PORT` overrides.
+    public var port: Int?
+    /// Address the API binds. Env `HERALD_API_HOST` overrides.
+    public var host = "127.0.0.1"
+    /// The calling back ends: client name -> the environment variable that holds its bearer token
+    /// (tokens never sit in the file).
+    public var clients: [String: String] = [:]
+    public init() {}
+}
+
 /// The whole pipeline file.
 public struct PipelineConfig: Sendable {
     public var apps: AppDirectory
     public var kafka = KafkaConfig()
     public var redis = RedisConfig()
     public var stages = StagesConfig()
+    public var api = APIConfig()
 
     public init(apps: AppDirectory = AppDirectory()) {
         self.apps = apps
@@ -155,7 +168,7 @@ public enum PipelineLoader {
         var config = PipelineConfig()
         guard let root else { return LoadedPipeline(config: config, warnings: []) }
         let top = try r.mapping(root, "")
-        r.check(top, "", known: ["apps", "defaults", "kafka", "redis", "stages"])
+        r.check(top, "", known: ["api", "apps", "defaults", "kafka", "redis", "stages"])
         // `defaults:` is the base of every listed app: an app's keys override it, mappings merged key by key.
         // Only listed apps exist; records of any other app id are dead-lettered `unknown_app`.
         var fallback = AppConfig()
@@ -183,6 +196,7 @@ public enum PipelineLoader {
         config.apps = AppDirectory(apps: apps, fallback: fallback, listedOnly: true)
         if let k = top["kafka"] { config.kafka = try readKafka(&r, k) }
         if let x = top["redis"] { config.redis = try readRedis(&r, x) }
+        if let x = top["api"] { config.api = try readAPI(&r, x) }
         if let s = top["stages"] { config.stages = try readStages(&r, s) }
 
         return LoadedPipeline(config: config, warnings: r.warnings)
@@ -200,7 +214,7 @@ public enum PipelineLoader {
         return .mapping(a)
     }
 
-    static let appKeys: Set<String> = ["payload", "multi_device", "badge", "templates", "catalogs", "credentials",
+    static let appKeys: Set<String> = ["payload", "multi_device", "badge", "counts", "templates", "catalogs", "credentials",
                                        "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
                                        "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
                                        "priority"]
@@ -341,12 +355,14 @@ public enum PipelineLoader {
                 priority.bulkMemberThreshold = n
             }
         }
-        return AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
+        var app = AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
                          templates: templates, catalogs: catalogs, credentials: credentials,
                          expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration),
                          fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm,
                          collapseID: collapseID, payloadOptions: options, userDefaults: userDefaults,
                          priority: priority)
+        app.counts = try r.bool(m["counts"], path + ".counts") ?? false
+        return app
     }
 
     /// `apns:`, `sendbird:` and `cometchat:` of an app (docs/pipeline-config.md).
@@ -522,6 +538,26 @@ public enum PipelineLoader {
             }
         }
         return k
+    }
+
+    static func readAPI(_ r: inout Reader, _ node: Node) throws(ConfigError) -> APIConfig {
+        var api = APIConfig()
+        let m = try r.mapping(node, "api")
+        r.check(m, "api", known: ["port", "host", "clients"])
+        api.port = try r.int(m["port"], "api.port", in: 0...65535)
+        if let host = try r.string(m["host"], "api.host") { api.host = host }
+        if let c = m["clients"] {
+            for (name, entry) in try r.mapping(c, "api.clients").pairs {
+                let path = "api.clients.\(name)"
+                let em = try r.mapping(entry, path)
+                r.check(em, path, known: ["token_env"])
+                guard let env = try r.string(em["token_env"], path + ".token_env"), !env.isEmpty else {
+                    throw ConfigError(path: path + ".token_env", message: "missing (the environment variable holding the client's token)")
+                }
+                api.clients[name] = env
+            }
+        }
+        return api
     }
 
     static func readRedis(_ r: inout Reader, _ node: Node) throws(ConfigError) -> RedisConfig {

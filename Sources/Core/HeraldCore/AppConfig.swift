@@ -148,7 +148,8 @@ public struct PayloadOptions: Sendable, Hashable {
     public var sendbirdPushAlert = false
     /// Sendbird `audience_type`, written verbatim when set.
     public var sendbirdAudienceType: String?
-    /// Sendbird `mentioned_users` for a mentioned recipient. Herald keeps no mention counts yet: they are 0.
+    /// Sendbird `mentioned_users` for a mentioned recipient, with Herald's mention counts when the app counts
+    /// (`counts: true`), else 0.
     public var sendbirdMentionedUsers = false
 
     /// CometChat: include a `message` object (id, type, text, sender, receiver, conversation, time).
@@ -213,6 +214,9 @@ public struct AppConfig: Sendable {
     public let userDefaults: Preferences?
     /// Which priority class (and so which lane) each kind of event gets (`Priority.classify`).
     public let priority: PriorityPolicy
+    /// Herald keeps the unread and mention counts itself (docs/behaviour.md §12): resolve counts every message
+    /// event for its recipients, and the badge and Sendbird's counts use them. Off by default (`set_unread`).
+    public var counts = false
 
     let strings: [String: Strings]
     let english: Strings

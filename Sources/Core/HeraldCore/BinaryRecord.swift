@@ -8,7 +8,9 @@
 //   the two apart from the first byte and still accepts JSON (records replayed from the DLQ, written by hand
 //   or by an older Herald): see `StageCodec.decode`.
 // - A record written by a newer Herald with a higher version is refused with a clear error (dead-lettered),
-//   never misread. Version 2 added the provider and provider id of devices and requests (FCM, webhooks).
+//   never misread. Version 2 added the provider and provider id of devices and requests (FCM, webhooks);
+//   version 3 the mention counts after a state's unread counts. Version 2 records are still read (an upgrade
+//   with records in flight), with mention counts of zero.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
 /// Appends binary record fields.
@@ -83,6 +85,8 @@ public struct BinaryReader {
     private let base: UnsafeRawBufferPointer
     public private(set) var offset: Int
     let record: String
+    /// The format version of the record being read (fields added later are read only from newer versions).
+    public internal(set) var version: UInt8 = BinaryRecordFormat.version
 
     init(_ base: UnsafeRawBufferPointer, offset: Int, record: String) {
         self.base = base
@@ -182,7 +186,9 @@ public protocol BinaryRecord {
 
 public enum BinaryRecordFormat {
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
-    public static let version: UInt8 = 2
+    public static let version: UInt8 = 3
+    /// The oldest version still read.
+    public static let oldestReadable: UInt8 = 2
 
     /// True when `bytes` start with the binary header (whatever its version).
     public static func isBinary(_ bytes: some Collection<UInt8>) -> Bool {
@@ -204,9 +210,10 @@ public enum BinaryRecordFormat {
             do throws(StageRecordError) {
                 guard try r.byte() == magic.0, try r.byte() == magic.1 else { throw r.fail("not a binary record") }
                 let v = try r.byte()
-                guard v == version else {
-                    throw StageRecordError(record: name, detail: "(binary) format version \(v) is not supported (this Herald reads \(version))")
+                guard v >= oldestReadable, v <= version else {
+                    throw StageRecordError(record: name, detail: "(binary) format version \(v) is not supported (this Herald reads \(oldestReadable) to \(version))")
                 }
+                r.version = v
                 let t = try r.byte()
                 guard t == T.binaryType else {
                     throw StageRecordError(record: name, detail: "(binary) record type \(t), expected \(T.binaryType)")
@@ -354,6 +361,9 @@ extension UserState {
         w.int(unread.total)
         w.varint(UInt64(unread.conversations.count))
         for (id, count) in unread.conversations.sorted(by: { $0.key < $1.key }) { w.string(id); w.int(count) }
+        w.int(unread.mentionTotal)
+        w.varint(UInt64(unread.mentionConversations.count))
+        for (id, count) in unread.mentionConversations.sorted(by: { $0.key < $1.key }) { w.string(id); w.int(count) }
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -383,6 +393,14 @@ extension UserState {
         for _ in 0..<nu {
             let id = try r.string()
             unread.conversations[id] = Int(clamping: try r.int())
+        }
+        if r.version >= 3 {
+            unread.mentionTotal = Int(clamping: try r.int())
+            let nm = try r.count("items")
+            for _ in 0..<nm {
+                let id = try r.string()
+                unread.mentionConversations[id] = Int(clamping: try r.int())
+            }
         }
     }
 }

@@ -289,6 +289,15 @@ extension Unread {
                 conversations[id] = Int(count)
             }
         }
+        mentionTotal = Int(try u.int("mention_total") ?? 0)
+        if let convs = try u.object("mention_conversations") {
+            for (id, value) in convs.pairs {
+                guard let count = value.int64Value else {
+                    throw convs.fail(id, "expected integer, got \(value.typeName)")
+                }
+                mentionConversations[id] = Int(count)
+            }
+        }
     }
 
     func write(into w: inout JSONWriter) {
@@ -296,6 +305,16 @@ extension Unread {
         if !conversations.isEmpty {
             w.raw(",\"conversations\":{")
             for (n, (id, count)) in conversations.sorted(by: { $0.key < $1.key }).enumerated() {
+                if n > 0 { w.byte(UInt8(ascii: ",")) }
+                w.key(id); w.int(count)
+            }
+            w.byte(UInt8(ascii: "}"))
+        }
+        // Herald-kept mention counts (docs/behaviour.md §12), only when not zero.
+        if mentionTotal != 0 { w.raw(",\"mention_total\":"); w.int(mentionTotal) }
+        if !mentionConversations.isEmpty {
+            w.raw(",\"mention_conversations\":{")
+            for (n, (id, count)) in mentionConversations.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { w.byte(UInt8(ascii: ",")) }
                 w.key(id); w.int(count)
             }

@@ -14,6 +14,8 @@
 /// {"op": "set_presence", "app_id": "app1", "user": "u2", "online": ["<token>"], "ttl_ms": 120000}
 /// {"op": "set_unread", "app_id": "app1", "user": "u2", "unread": {"total": 5, "conversations": {"c1": 2}}}
 /// {"op": "set_members", "app_id": "app1", "conversation": "c1", "members": ["u1", "u2"]}
+/// {"op": "patch_preferences", "app_id": "app1", "user": "u2", "patch": {"set": {"trigger": "off"}, "clear": ["dnd"]}}
+/// {"op": "mark_read", "app_id": "app1", "user": "u2", "conversation": "c1"}
 /// ```
 public struct RegistryRecord: Sendable, Hashable {
     public enum Op: String, Sendable, Hashable, CaseIterable {
@@ -24,6 +26,10 @@ public struct RegistryRecord: Sendable, Hashable {
         case setPresence = "set_presence"
         case setUnread = "set_unread"
         case setMembers = "set_members"
+        /// Some preference fields, applied field by field (`PreferencePatch`).
+        case patchPreferences = "patch_preferences"
+        /// Resets the Herald-kept unread and mention counts: of `conversation`, or all of them without one.
+        case markRead = "mark_read"
     }
 
     public var op: Op
@@ -44,13 +50,15 @@ public struct RegistryRecord: Sendable, Hashable {
     public var ttlMs: Int64?
     /// `set_unread`.
     public var unread: Unread?
-    /// `set_members`.
+    /// `set_members`; `mark_read` (absent: every conversation).
     public var conversation: String?
     public var members: [String]?
+    /// `patch_preferences`.
+    public var patch: PreferencePatch?
 
     public init(op: Op, appID: String, user: String? = nil, device: Device? = nil, unique: Bool? = nil, token: String? = nil,
                 preferences: Preferences? = nil, online: [String]? = nil, ttlMs: Int64? = nil, unread: Unread? = nil,
-                conversation: String? = nil, members: [String]? = nil) {
+                conversation: String? = nil, members: [String]? = nil, patch: PreferencePatch? = nil) {
         self.op = op
         self.appID = appID
         self.user = user
@@ -63,10 +71,11 @@ public struct RegistryRecord: Sendable, Hashable {
         self.unread = unread
         self.conversation = conversation
         self.members = members
+        self.patch = patch
     }
 
     /// The Kafka key: the user, or the conversation for `set_members`.
-    public var key: String { user ?? conversation ?? appID }
+    public var key: String { op == .setMembers ? (conversation ?? appID) : (user ?? conversation ?? appID) }
 
     /// The field an op needs and the record lacks, if any (checked before anything is written).
     public func validationError() -> StageRecordError? {
@@ -92,6 +101,13 @@ public struct RegistryRecord: Sendable, Hashable {
         case .setMembers:
             if (conversation ?? "").isEmpty { return missing("conversation") }
             if members == nil { return missing("members") }
+        case .patchPreferences:
+            guard let patch else { return missing("patch") }
+            if patch.isEmpty { return StageRecordError(record: "RegistryRecord", detail: "patch: changes nothing") }
+        case .markRead:
+            if let conversation, conversation.isEmpty {
+                return StageRecordError(record: "RegistryRecord", detail: "conversation: empty (leave it out to mark everything read)")
+            }
         }
         return nil
     }
@@ -135,6 +151,7 @@ extension RegistryRecord: JSONRecord {
         if let unread { w.raw(",\"unread\":"); unread.write(into: &w) }
         if let conversation { w.raw(",\"conversation\":"); w.string(conversation) }
         if let members { w.raw(",\"members\":"); w.stringArray(members) }
+        if let patch { w.raw(",\"patch\":"); patch.write(into: &w) }
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -147,7 +164,8 @@ extension RegistryRecord: JSONRecord {
                   preferences: try r.object("preferences").map { p throws(StageRecordError) in try Preferences(reader: p) },
                   online: try r.stringArray("online"), ttlMs: try r.int("ttl_ms"),
                   unread: try r.object("unread").map { u throws(StageRecordError) in try Unread(reader: u) },
-                  conversation: try r.string("conversation"), members: try r.stringArray("members"))
+                  conversation: try r.string("conversation"), members: try r.stringArray("members"),
+                  patch: try r.object("patch").map { p throws(StageRecordError) in try PreferencePatch(reader: p) })
     }
 }
 

@@ -522,9 +522,11 @@ public enum Renderer {
         if options.sendbirdPushAlert { w.raw(",\"push_alert\":"); w.string(content.body) }
         if let audience = options.sendbirdAudienceType { w.raw(",\"audience_type\":"); w.string(audience) }
         if options.sendbirdMentionedUsers, m?.mentions.contains(recipient) == true {
-            // Herald keeps no mention counts yet: the counts are 0 until it does.
+            // The mention counts are Herald's when the app counts (docs/behaviour.md §12), else 0.
             w.raw(",\"mentioned_users\":{\"user_id\":"); w.string(recipient)
-            w.raw(",\"total_unread_mention_count\":0,\"channel_unread_mention_count\":0,\"is_hidden\":false}")
+            w.raw(",\"total_unread_mention_count\":"); w.int(state.unread.mentionTotal)
+            w.raw(",\"channel_unread_mention_count\":"); w.int(state.unread.mentionConversations[event.conversation.id] ?? 0)
+            w.raw(",\"is_hidden\":false}")
         }
         if let action = messageAction(event) { w.raw(",\"message_action\":"); w.string(action) }
         if options.sendbirdChannelUnreadCount {

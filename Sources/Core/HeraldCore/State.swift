@@ -194,14 +194,23 @@ public struct Preferences: Sendable, Hashable {
     }
 }
 
-/// Unread message counts, for the badge and the Sendbird payload.
+/// Unread message counts, for the badge and the Sendbird payload; mention counts when Herald keeps them
+/// (docs/behaviour.md §12). In JSON the mention counts appear only when not zero:
+/// `{"total": 5, "conversations": {"c1": 2}, "mention_total": 1, "mention_conversations": {"c1": 1}}`.
 public struct Unread: Sendable, Hashable {
     public var total: Int
     public var conversations: [String: Int]
+    /// Unread messages that mention the user (Sendbird's `total_unread_mention_count`).
+    public var mentionTotal: Int
+    /// Per conversation (Sendbird's `channel_unread_mention_count`).
+    public var mentionConversations: [String: Int]
 
-    public init(total: Int = 0, conversations: [String: Int] = [:]) {
+    public init(total: Int = 0, conversations: [String: Int] = [:], mentionTotal: Int = 0,
+                mentionConversations: [String: Int] = [:]) {
         self.total = total
         self.conversations = conversations
+        self.mentionTotal = mentionTotal
+        self.mentionConversations = mentionConversations
     }
 }
 
@@ -297,6 +306,7 @@ extension UserState {
         var scoped = self
         scoped.preferences.conversations = preferences.conversations[conversation].map { [conversation: $0] } ?? [:]
         scoped.unread.conversations = unread.conversations[conversation].map { [conversation: $0] } ?? [:]
+        scoped.unread.mentionConversations = unread.mentionConversations[conversation].map { [conversation: $0] } ?? [:]
         return scoped
     }
 }

@@ -141,6 +141,19 @@ extension ConfigKey {
         "HERALD_WEBHOOK_CA_FILE", default: nil, documented: "system trust store",
         "herald-send: extra CA certificate to trust for webhook endpoints")
 
+    public static let pipelineWatchMs = ConfigKey(
+        "HERALD_PIPELINE_WATCH_MS", default: "1000", documented: "1000", .integer(0...Int64.max),
+        "herald-render, herald-send: how often the pipeline file's content is compared for a reload, milliseconds; `0`: reload on SIGHUP only")
+    public static let apiPort = ConfigKey(
+        "HERALD_API_PORT", default: nil, documented: "pipeline `api.port` (unset: no API)", .integer(0...65535),
+        "herald-registry: port of the registry API ([registry-api.md](registry-api.md)); `0` picks a free port (logged as `registry api listening`)")
+    public static let apiHost = ConfigKey(
+        "HERALD_API_HOST", default: nil, documented: "pipeline `api.host` (`127.0.0.1`)",
+        "herald-registry: address of the registry API")
+    public static let apiTokens = ConfigKey(
+        "HERALD_API_TOKENS", default: nil,
+        "herald-registry: API clients as `name=token,name=token` (tokens of 16 characters or more), on top of the pipeline's `api.clients` (whose `token_env` variables hold their tokens); a port with no client at all stops the process at startup")
+
     /// Every key, in the order of the docs table.
     public static let all: [ConfigKey] = [
         pipeline, kafkaBrokers, kafkaSessionTimeoutMs, groupID, batchSize, batchTimeoutMs, maxInFlight, redisURL,
@@ -148,6 +161,7 @@ extension ConfigKey {
         priorityLanes,
         apnsHost, apnsCAFile, apnsConnections, apnsTimeoutMs, sendMaxInFlight, sendMaxAttempts, sendRetryInitialMs,
         sendRetryMaxMs, sendPriorityReservePercent, fcmHost, fcmCAFile, fcmConnections, webhookCAFile,
+        pipelineWatchMs, apiPort, apiHost, apiTokens,
     ]
 
     /// The docs/operations.md table (header included), one row per key.

@@ -14,6 +14,9 @@ import ServiceLifecycle
 /// Create it with `bind(host:port:registry:readiness:logger:)` (port 0 picks a free port; `port` tells which), then
 /// run it as a `Service`, first in the stage's `ServiceGroup` so it is the last to stop and `/metrics` stays up while
 /// the other services drain.
+///
+/// With `routes` (the registry API, docs/registry-api.md), every request goes to that handler first, body
+/// included (at most `maxBodyBytes`, else 413); a nil answer falls through to the three endpoints above.
 public final class StageHTTPServer: Service, Sendable {
     public let host: String
     /// The bound port (the ephemeral one when bound with port 0).
@@ -24,12 +27,16 @@ public final class StageHTTPServer: Service, Sendable {
     private let logger: Logger
     /// Labels of the readiness gauges (`stage`), set on every scrape of `/metrics`.
     private let readinessLabels: [(String, String)]
+    private let routes: HTTPRouteHandler?
+    /// Largest request body accepted when `routes` is set.
+    public static let maxBodyBytes = 1 << 20
 
     private init(host: String, port: Int,
                  serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>,
                  registry: PrometheusCollectorRegistry, readiness: ReadinessChecks, logger: Logger,
-                 readinessLabels: [(String, String)]) {
+                 readinessLabels: [(String, String)], routes: HTTPRouteHandler?) {
         self.readinessLabels = readinessLabels
+        self.routes = routes
         self.host = host
         self.port = port
         self.serverChannel = serverChannel
@@ -44,7 +51,8 @@ public final class StageHTTPServer: Service, Sendable {
     public static func bind(host: String = "0.0.0.0", port: Int, registry: PrometheusCollectorRegistry,
                             readiness: ReadinessChecks, readinessLabels: [(String, String)] = [],
                             logger: Logger = Logger(label: "herald.http"),
-                            eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> StageHTTPServer {
+                            eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+                            routes: HTTPRouteHandler? = nil) async throws -> StageHTTPServer {
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 64)
@@ -57,7 +65,7 @@ public final class StageHTTPServer: Service, Sendable {
         let bound = channel.channel.localAddress?.port ?? port
         logger.info("http endpoint listening", metadata: [LogKey.host: "\(host)", LogKey.port: "\(bound)"])
         return StageHTTPServer(host: host, port: bound, serverChannel: channel, registry: registry,
-                               readiness: readiness, logger: logger, readinessLabels: readinessLabels)
+                               readiness: readiness, logger: logger, readinessLabels: readinessLabels, routes: routes)
     }
 
     /// Serves connections until graceful shutdown or cancellation, then closes the listening socket and every open
@@ -92,16 +100,36 @@ public final class StageHTTPServer: Service, Sendable {
         do {
             try await connection.executeThenClose { inbound, outbound in
                 var request: HTTPRequestHead?
+                var body: [UInt8] = []
+                var bodyTooLarge = false
                 for try await part in inbound {
                     switch part {
                     case .head(let head):
                         request = head
-                    case .body:
-                        continue
+                        body = []
+                        bodyTooLarge = false
+                    case .body(var chunk):
+                        guard self.routes != nil, !bodyTooLarge else { continue }
+                        if body.count + chunk.readableBytes > Self.maxBodyBytes {
+                            bodyTooLarge = true
+                            body = []
+                        } else if let bytes = chunk.readBytes(length: chunk.readableBytes) {
+                            body += bytes
+                        }
                     case .end:
                         guard let head = request else { continue }
                         request = nil
-                        let response = await self.respond(to: head)
+                        let response: Response
+                        if bodyTooLarge {
+                            response = Response(status: .payloadTooLarge, contentType: "application/json",
+                                                body: Array(#"{"error":"request body larger than 1 MiB","field":"(body)"}"#.utf8))
+                        } else if let routes = self.routes, let routed = await routes(Self.routeRequest(head, body: body)) {
+                            response = Response(status: HTTPResponseStatus(statusCode: routed.status),
+                                                contentType: routed.contentType, body: routed.body)
+                        } else {
+                            response = await self.respond(to: head)
+                        }
+                        body = []
                         var headers = HTTPHeaders()
                         headers.add(name: "Content-Type", value: response.contentType)
                         headers.add(name: "Content-Length", value: String(response.body.count))
@@ -118,6 +146,14 @@ public final class StageHTTPServer: Service, Sendable {
         } catch {
             logger.debug("http connection ended with an error", metadata: [LogKey.error: "\(error)"])
         }
+    }
+
+    static func routeRequest(_ head: HTTPRequestHead, body: [UInt8]) -> HTTPRouteRequest {
+        let parts = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        var headers: [String: String] = [:]
+        for (name, value) in head.headers where headers[name.lowercased()] == nil { headers[name.lowercased()] = value }
+        return HTTPRouteRequest(method: head.method.rawValue, path: parts.first.map(String.init) ?? head.uri,
+                                query: parts.count > 1 ? String(parts[1]) : nil, headers: headers, body: body)
     }
 
     struct Response {
@@ -173,3 +209,36 @@ public final class StageHTTPServer: Service, Sendable {
         return out
     }
 }
+
+/// A request handed to the endpoint's extra routes: header names lowercased (first value of each).
+public struct HTTPRouteRequest: Sendable {
+    public var method: String
+    public var path: String
+    public var query: String?
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public init(method: String, path: String, query: String? = nil, headers: [String: String] = [:], body: [UInt8] = []) {
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// What an extra route answers.
+public struct HTTPRouteResponse: Sendable {
+    public var status: Int
+    public var contentType: String
+    public var body: [UInt8]
+
+    public init(status: Int, contentType: String = "application/json", body: [UInt8]) {
+        self.status = status
+        self.contentType = contentType
+        self.body = body
+    }
+}
+
+/// Extra routes of the HTTP endpoint: nil lets the request fall through to /metrics, /healthz and /readyz.
+public typealias HTTPRouteHandler = @Sendable (HTTPRouteRequest) async -> HTTPRouteResponse?

@@ -94,6 +94,8 @@ public struct StageMetrics: Sendable {
         public static let registryOps = "herald_registry_ops_total"
         public static let ready = "herald_ready"
         public static let readinessCheck = "herald_readiness_check"
+        public static let configReloads = "herald_config_reloads_total"
+        public static let apiRequests = "herald_api_requests_total"
     }
 
     /// Everything HeraldStage records, in the order of the docs table.
@@ -137,6 +139,10 @@ public struct StageMetrics: Sendable {
                           "1 when `/readyz` would answer 200, else 0; set from a fresh readiness evaluation on every `/metrics` scrape (the `HeraldStageNotReady` alert)"),
         MetricDeclaration(Name.readinessCheck, "gauge", labels: "stage, check",
                           "1 per passing readiness check, 0 per failing one (`kafka`, `redis`, `apns`, ...)"),
+        MetricDeclaration(Name.configReloads, "counter", labels: "stage, outcome", stages: "render, send",
+                          "pipeline file reloads (SIGHUP or a changed file), `applied` or `refused` (the old configuration keeps running)"),
+        MetricDeclaration(Name.apiRequests, "counter", labels: "stage, route, status, client", stages: "registry",
+                          "registry API requests by route, HTTP status and calling client (docs/registry-api.md)"),
     ]
 
     public let stage: String

@@ -117,6 +117,13 @@ public struct RedisRegistryWriter: RegistryWriter {
             case .setMembers:
                 try await store.setMembers(app: app, conversation: record.conversation ?? "", members: record.members ?? [])
                 return "applied"
+            case .patchPreferences:
+                guard let patch = record.patch else { return "invalid" }
+                try await store.patchPreferences(app: app, user: user, patch: patch)
+                return "applied"
+            case .markRead:
+                try await store.markRead(app: app, user: user, conversation: record.conversation)
+                return "applied"
             }
         }
     }

@@ -6,19 +6,31 @@ import HeraldCore
 public struct RenderProcessor: StageProcessor {
     public let stage = "render"
     public var outboundTopic: String
-    public var apps: AppDirectory
+    /// The apps (templates, catalogs, payload options): replaced when the pipeline file is reloaded.
+    public let live: LiveAppDirectory
+    public var apps: AppDirectory { live.current }
 
     public init(outboundTopic: String, apps: AppDirectory) {
+        self.init(outboundTopic: outboundTopic, live: LiveAppDirectory(apps))
+    }
+
+    public init(outboundTopic: String, live: LiveAppDirectory) {
         self.outboundTopic = outboundTopic
-        self.apps = apps
+        self.live = live
     }
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
         let now = context.now()
-        return batch.map { process($0, now: now) }
+        // One configuration for the whole batch, even when a reload swaps it meanwhile.
+        let apps = live.current
+        return batch.map { process($0, now: now, apps: apps) }
     }
 
     public func process(_ input: StageInput, now: Date) -> StageResult {
+        process(input, now: now, apps: live.current)
+    }
+
+    func process(_ input: StageInput, now: Date, apps: AppDirectory) -> StageResult {
         let record: DeliverableRecord
         do { record = try input.decode(DeliverableRecord.self) } catch { return error.result }
         let event = record.event

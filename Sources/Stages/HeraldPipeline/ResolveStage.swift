@@ -34,13 +34,17 @@ public struct ResolveProcessor: StageProcessor {
     /// the member count and the recipient) belongs to the other lane, e.g. the members a message in the
     /// priority lane does not mention; those go to `lanes.topic(lane)`. Nil: everything to `resolvedTopic`.
     public var lanes: (priority: String, bulk: String, apps: AppDirectory)?
+    /// Herald-kept counts for the apps that opt in (ResolveCounting.swift); nil: counts come from `set_unread`.
+    public var counting: ResolveCounting?
 
     public init(resolvedTopic: String, state: any StateReader,
                 lanes: (priority: String, bulk: String, apps: AppDirectory)? = nil,
+                counting: ResolveCounting? = nil,
                 onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
         self.resolvedTopic = resolvedTopic
         self.state = state
         self.lanes = lanes
+        self.counting = counting
         self.onTransientFailure = onTransientFailure
     }
 
@@ -117,12 +121,24 @@ public struct ResolveProcessor: StageProcessor {
             }
         }
 
+        // Round trip 3 (per counting app): count the message events and take the counts after each.
+        let counts: [Int: [String: CountsAfter]]
+        switch await countMessages(events, recipientsOf: recipientsOf, context: context) {
+        case .counted(let c): counts = c
+        case .handBack: return handBack(results)
+        case .failed(let detail): return fail(results, events, "state_error", detail)
+        }
+
         for (index, event) in events {
             let appStates = states[event.appID] ?? [:]
             let displayName = appStates[event.sender.id]?.preferences.displayName
             let recipients = recipientsOf[index] ?? []
             var result = StageResult()
-            let scoped = recipients.map { (user: $0, state: (appStates[$0] ?? UserState()).scoped(to: event.conversation.id)) }
+            let scoped = recipients.map { user in
+                let state = (appStates[user] ?? UserState()).scoped(to: event.conversation.id)
+                guard let after = counts[index]?[user] else { return (user: user, state: state) }
+                return (user: user, state: Counting.applying(after, to: state, conversation: event.conversation.id))
+            }
             let encoded = ResolvedRecord.wireBytes(event: event, recipients: scoped, senderDisplayName: displayName)
             var reason: String?
             if let lanes {

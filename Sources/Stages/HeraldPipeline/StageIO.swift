@@ -44,36 +44,25 @@ extension StageInput {
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
     }
 
-    /// Decodes a Codable record whose top-level keys must all be in `knownKeys`: a record of Herald's own format
+    /// Decodes a JSON record whose top-level keys must all be in `knownKeys`: a record of Herald's own format
     /// with a key Herald does not know (a misspelling, or bulk that does not belong there) is invalid rather than
-    /// applied with the key ignored.
-    public func decode<T: Decodable>(_ type: T.Type, knownKeys: Set<String>) throws(InvalidInput) -> T {
-        let checked = try decode(KeyChecked<T>.self)
-        let unknown = checked.keys.subtracting(knownKeys)
-        if !unknown.isEmpty {
-            let names = unknown.sorted().prefix(3).map { $0.count > 32 ? String($0.prefix(32)) + "…" : $0 }
-            throw InvalidInput(detail: "\(T.self): unknown key\(unknown.count > 1 ? "s" : "") \(names.joined(separator: ", "))"
-                                   + (unknown.count > 3 ? " (\(unknown.count) in all)" : ""))
+    /// applied with the key ignored. One parse.
+    public func decode<T: JSONRecord>(_ type: T.Type, knownKeys: Set<String>) throws(InvalidInput) -> T {
+        guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
+        guard String(validating: value, as: UTF8.self) != nil else {
+            throw InvalidInput(detail: "(record): not valid UTF-8")
         }
-        return checked.value
-    }
-}
-
-/// A record decoded together with the names of its top-level keys (one parse).
-struct KeyChecked<T: Decodable>: Decodable {
-    var value: T
-    var keys: Set<String>
-
-    struct AnyKey: CodingKey {
-        var stringValue: String
-        var intValue: Int? { nil }
-        init(stringValue: String) { self.stringValue = stringValue }
-        init?(intValue: Int) { nil }
-    }
-
-    init(from decoder: any Decoder) throws {
-        keys = Set(try decoder.container(keyedBy: AnyKey.self).allKeys.map(\.stringValue))
-        value = try T(from: decoder)
+        let json: JSONValue
+        do { json = try JSONValue.parse(value) } catch { throw InvalidInput(detail: "\(T.self): \(error)") }
+        if case .object(let pairs) = json {
+            let unknown = Set(pairs.map(\.0)).subtracting(knownKeys)
+            if !unknown.isEmpty {
+                let names = unknown.sorted().prefix(3).map { $0.count > 32 ? String($0.prefix(32)) + "…" : $0 }
+                throw InvalidInput(detail: "\(T.self): unknown key\(unknown.count > 1 ? "s" : "") \(names.joined(separator: ", "))"
+                                       + (unknown.count > 3 ? " (\(unknown.count) in all)" : ""))
+            }
+        }
+        do { return try T(json: json) } catch { throw InvalidInput(detail: error.description) }
     }
 }
 

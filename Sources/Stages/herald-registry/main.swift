@@ -1,5 +1,6 @@
 // herald-registry: herald.registry (device, preference, presence, unread, member updates) and
-// herald.token-feedback (dead tokens) -> Redis, in order per user.
+// herald.token-feedback (dead tokens) -> Redis, in order per user; and, when configured, the registry HTTP API
+// (API.swift), whose writes are herald.registry records.
 import Foundation
 import HeraldConfig
 import HeraldPipeline
@@ -18,4 +19,11 @@ let processor = RegistryProcessor(tokenFeedbackTopic: topics.tokenFeedback, writ
     metrics.redisError(code: "transient")
     logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
 })
-exit(await setup.run(processor: processor, topics: [topics.registry, topics.tokenFeedback]))
+let api: StageHTTPServer?
+do {
+    api = try await RegistryAPIServer.make(setup: setup, redis: redis)
+} catch {
+    FileHandle.standardError.write(Data("herald-registry: \(error)\n".utf8))
+    exit(2)
+}
+exit(await setup.run(processor: processor, topics: [topics.registry, topics.tokenFeedback], before: api.map { [$0] } ?? []))

@@ -1,5 +1,6 @@
 // herald-render: herald.deliverable -> herald.outbound, one rendered APNs request per target device
-// (keyed by device token). Render errors -> herald.dlq.
+// (keyed by device token). Render errors -> herald.dlq. Templates, catalogs and payload options are reloaded from
+// the pipeline file on SIGHUP and when the file changes (PipelineReloader).
 import Foundation
 import HeraldConfig
 import HeraldCore
@@ -8,9 +9,16 @@ import HeraldStage
 
 let setup = await StageSetup.startOrExit(.render)
 let topics = setup.pipeline.kafka.topics
+let apps = LiveAppDirectory(setup.pipeline.apps)
+let reloader: PipelineReloader
+do {
+    reloader = try PipelineReloader.forStage(setup) { config in apps.replace(with: config.apps) }
+} catch {
+    FileHandle.standardError.write(Data("herald-render: \(error)\n".utf8))
+    exit(2)
+}
 // One loop per lane; each writes to its own lane's herald.outbound topic.
 let lanes = Lane.allCases.map { lane in
-    StageLane(lane, topics: [topics.deliverable(lane)],
-              processor: RenderProcessor(outboundTopic: topics.outbound(lane), apps: setup.pipeline.apps))
+    StageLane(lane, topics: [topics.deliverable(lane)], processor: RenderProcessor(outboundTopic: topics.outbound(lane), live: apps))
 }
-exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink()))
+exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink(), before: [reloader]))

@@ -22,6 +22,10 @@ let lanes = Lane.allCases.map { lane in
     StageLane(lane, topics: [topics.ingested(lane)], processor: ResolveProcessor(
         resolvedTopic: topics.resolved(lane), state: reader(lane),
         lanes: (priority: topics.resolvedPriority, bulk: topics.resolved, apps: setup.pipeline.apps),
+        // Herald-kept unread and mention counts for the apps with `counts: true` (docs/behaviour.md §12).
+        counting: ResolveCounting(counter: RedisMessageCounter(
+            store: StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger),
+            markerTTLMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000), apps: setup.pipeline.apps),
         onTransientFailure: { failure in
             metrics.redisError(code: "transient")
             logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])

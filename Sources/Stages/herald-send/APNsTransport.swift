@@ -4,6 +4,7 @@ import HeraldCore
 import HeraldPipeline
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// send's `PushTransport`: one `APNsClient` (a pool of HTTP/2 connections) per app credential, i.e. per
 /// (app, bundle id, environment). A job goes to the credential whose bundle id is its topic (or the topic's
@@ -15,63 +16,133 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         var environment: APNsEnvironment
     }
 
-    private let apps: AppDirectory
-    private let clients: [Key: APNsClient]
+    /// The apps and their clients; replaced together by `reload(apps:)`.
+    private struct Clients {
+        var apps: AppDirectory
+        var clients: [Key: APNsClient]
+        /// What each client was made from (the credential and its files' bytes): a reload keeps a client whose
+        /// fingerprint did not change, so its connections stay up.
+        var fingerprints: [Key: [UInt8]]
+    }
+
+    private let state: Mutex<Clients>
     private let timeout: Duration
     private let logger: Logger
+    private let make: @Sendable (String, APNsCredential) throws -> APNsClient
+    private let environment: [String: String]
 
     /// Opens a client for every credential of every app; a credential that cannot be loaded is logged and
     /// left out (its notifications are dead-lettered with `no_credential`).
     init(apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
          priorityReserve: Double = 0, timeout: Duration, environment: [String: String], logger: Logger) {
-        self.apps = apps
         self.timeout = timeout
         self.logger = logger
+        self.environment = environment
+        make = { appID, credential in
+            let auth = try APNsClientCredential(credential, environment: environment)
+            var configuration = APNsClientConfiguration(
+                credential: auth, environment: credential.environment,
+                endpoint: endpoint, trustedCAFile: caFile, connections: connections, maxInFlight: maxInFlight,
+                // One in-process retry (it also renews an expired JWT); further retries go through herald.retry.
+                retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                metricDimensions: [("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
+                                   ("environment", credential.environment.rawValue)])
+            configuration.connectTimeout = .seconds(5)
+            configuration.priorityReserve = priorityReserve
+            let client = try APNsClient(configuration: configuration, logger: logger)
+            logger.info("APNs client ready", metadata: ["app": "\(appID)", "bundle_id": "\(credential.bundleID)",
+                                                        "environment": "\(credential.environment.rawValue)",
+                                                        "endpoint": "\(endpoint.map { "\($0)" } ?? "apple")"])
+            return client
+        }
         var clients: [Key: APNsClient] = [:]
-        for app in Array(apps.apps.values) + [apps.fallback] {
-            let appID = app.appID
-            for credential in app.credentials {
-                let key = Key(app: appID, bundleID: credential.bundleID, environment: credential.environment)
-                if clients[key] != nil { continue }
-                do {
-                    let auth = try APNsClientCredential(credential, environment: environment)
-                    var configuration = APNsClientConfiguration(
-                        credential: auth, environment: credential.environment,
-                        endpoint: endpoint, trustedCAFile: caFile, connections: connections, maxInFlight: maxInFlight,
-                        // One in-process retry (it also renews an expired JWT); further retries go through herald.retry.
-                        retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
-                        metricDimensions: [("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
-                                           ("environment", credential.environment.rawValue)])
-                    configuration.connectTimeout = .seconds(5)
-                    configuration.priorityReserve = priorityReserve
-                    clients[key] = try APNsClient(configuration: configuration, logger: logger)
-                    logger.info("APNs client ready", metadata: ["app": "\(appID)", "bundle_id": "\(credential.bundleID)",
-                                                                "environment": "\(credential.environment.rawValue)",
-                                                                "endpoint": "\(endpoint.map { "\($0)" } ?? "apple")"])
-                } catch {
-                    logger.error("APNs credential unusable; its notifications go to the DLQ", metadata: [
-                        "app": "\(appID)", "bundle_id": "\(credential.bundleID)", "error": "\(error)",
-                    ])
-                }
+        var fingerprints: [Key: [UInt8]] = [:]
+        for (key, appID, credential) in Self.credentials(of: apps) where clients[key] == nil {
+            do {
+                clients[key] = try make(appID, credential)
+                fingerprints[key] = Self.fingerprint(credential)
+            } catch {
+                logger.error("APNs credential unusable; its notifications go to the DLQ", metadata: [
+                    "app": "\(appID)", "bundle_id": "\(credential.bundleID)", "error": "\(error)",
+                ])
             }
         }
-        self.clients = clients
+        state = Mutex(Clients(apps: apps, clients: clients, fingerprints: fingerprints))
+    }
+
+    /// Every (key, app id, credential) of a directory, fallback last.
+    private static func credentials(of apps: AppDirectory) -> [(Key, String, APNsCredential)] {
+        var out: [(Key, String, APNsCredential)] = []
+        for app in apps.apps.values.sorted(by: { $0.appID < $1.appID }) + [apps.fallback] {
+            for credential in app.credentials {
+                out.append((Key(app: app.appID, bundleID: credential.bundleID, environment: credential.environment), app.appID, credential))
+            }
+        }
+        return out
+    }
+
+    /// The credential's settings and the bytes of its files (a renewed key or certificate written in place counts
+    /// as a change). Never logged.
+    private static func fingerprint(_ credential: APNsCredential) -> [UInt8] {
+        var bytes = Array(String(describing: credential).utf8)
+        for file in [credential.keyFile, credential.certificateFile, credential.privateKeyFile, credential.p12File].compactMap({ $0 }) {
+            bytes += [0] + ((try? Array(Data(contentsOf: URL(fileURLWithPath: file)))) ?? [1])
+        }
+        return bytes
+    }
+
+    /// Applies a reloaded pipeline file (docs/operations.md "Reloading"): a credential whose settings or files
+    /// changed gets a new client, so new connections use the new key or certificate; the old client is retired
+    /// after its in-flight requests are answered (or the request deadline passes). Unchanged credentials keep
+    /// their clients and connections. Throws (and changes nothing) when a new or changed credential does not
+    /// load, so a bad file never takes a working credential away.
+    func reload(apps: AppDirectory) throws {
+        let current = state.withLock { ($0.clients, $0.fingerprints) }
+        var clients: [Key: APNsClient] = [:]
+        var fingerprints: [Key: [UInt8]] = [:]
+        var created: [APNsClient] = []
+        do {
+            for (key, appID, credential) in Self.credentials(of: apps) where clients[key] == nil {
+                let print = Self.fingerprint(credential)
+                if let existing = current.0[key], current.1[key] == print {
+                    clients[key] = existing
+                } else {
+                    let client = try make(appID, credential)
+                    created.append(client)
+                    clients[key] = client
+                }
+                fingerprints[key] = print
+            }
+        } catch {
+            for client in created { Task { await client.shutdown(grace: .zero) } }
+            throw error
+        }
+        let kept = Set(clients.values.map(ObjectIdentifier.init))
+        let retired = current.0.values.filter { !kept.contains(ObjectIdentifier($0)) }
+        state.withLock { $0 = Clients(apps: apps, clients: clients, fingerprints: fingerprints) }
+        let grace = timeout
+        for client in retired { Task { await client.shutdown(grace: grace) } }
+        logger.info("APNs credentials reloaded", metadata: [
+            "new_clients": "\(created.count)", "retired_clients": "\(retired.count)", "kept_clients": "\(clients.count - created.count)",
+        ])
     }
 
     /// True when at least one client opened a connection.
-    var isConnected: Bool { clients.values.contains { $0.stats.connectionsOpened > 0 } }
-    var hasClients: Bool { !clients.isEmpty }
+    var isConnected: Bool { state.withLock { $0.clients.values.contains { $0.stats.connectionsOpened > 0 } } }
+    var hasClients: Bool { state.withLock { !$0.clients.isEmpty } }
 
     func client(for job: PushJob) -> APNsClient? {
-        let app = apps.app(job.appID)
-        let topic = job.request.topic
-        for credential in app.credentials where credential.environment == job.request.environment
-            && (topic == credential.bundleID || topic.hasPrefix(credential.bundleID + ".")) {
-            if let client = clients[Key(app: app.appID, bundleID: credential.bundleID, environment: credential.environment)] {
-                return client
+        state.withLock { state in
+            let app = state.apps.app(job.appID)
+            let topic = job.request.topic
+            for credential in app.credentials where credential.environment == job.request.environment
+                && (topic == credential.bundleID || topic.hasPrefix(credential.bundleID + ".")) {
+                if let client = state.clients[Key(app: app.appID, bundleID: credential.bundleID, environment: credential.environment)] {
+                    return client
+                }
             }
+            return nil
         }
-        return nil
     }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
@@ -111,6 +182,6 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// The clients report their own metrics (`herald_apns_*`: answers, connections, JWT renewals, ...).
     func run() async throws {
         try? await gracefulShutdown()
-        for client in clients.values { await client.shutdown(grace: .seconds(2)) }
+        for client in state.withLock({ Array($0.clients.values) }) { await client.shutdown(grace: .seconds(2)) }
     }
 }

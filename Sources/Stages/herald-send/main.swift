@@ -83,4 +83,13 @@ let lanes = Lane.allCases.map { lane in
     StageLane(lane, topics: [topics.outbound(lane), topics.retry(lane)], processor: sender(lane),
               maxConcurrentBatches: 64, maxInFlight: maxInFlight)
 }
-exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis), before: [router]))
+// APNs credentials are reloaded from the pipeline file on SIGHUP and when it changes (FCM and webhook credentials
+// load at start only).
+let reloader: PipelineReloader
+do {
+    reloader = try PipelineReloader.forStage(setup) { config in try transport.reload(apps: config.apps) }
+} catch {
+    FileHandle.standardError.write(Data("herald-send: \(error)\n".utf8))
+    exit(2)
+}
+exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis), before: [router, reloader]))

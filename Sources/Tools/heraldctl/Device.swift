@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldRedis
+import HeraldRegistryAPI
 
 /// `heraldctl device register|unregister`: manage a user's push tokens.
 struct DeviceCommand: AsyncParsableCommand {
@@ -56,16 +57,14 @@ struct DeviceCommand: AsyncParsableCommand {
             guard let env = APNsEnvironment(rawValue: environment) else {
                 CLI.fail("--environment: expected production or sandbox, got \(environment)", status: 2)
             }
-            let apple = kind == .apns || kind == .voip
-            if apple {
-                guard !token.isEmpty, token.allSatisfy(\.isHexDigit) else { CLI.fail("--token: expected hex digits", status: 2) }
-            } else {
-                guard !token.isEmpty, token.utf8.count <= 4096, !token.contains(where: { $0.isWhitespace }) else {
-                    CLI.fail("--token: expected a registration token without spaces", status: 2)
-                }
+            // The same token checks as the registry API's POST .../devices.
+            let device: Device
+            do {
+                device = try RegistryOperations.device(token: token, kind: kind, environment: env, bundleID: bundleID,
+                                                       providerID: providerID, registeredAt: registeredAt ?? CLI.nowMillis())
+            } catch {
+                CLI.fail("--\(error.field): \(error.message)", status: 2)
             }
-            let device = Device(token: apple ? token.lowercased() : token, kind: kind, environment: env, bundleID: bundleID,
-                                registeredAt: registeredAt ?? CLI.nowMillis(), providerID: providerID)
             if viaKafka {
                 try await RegistryPublisher.publish(.register(app: app, user: user, device: device, unique: unique), kafka: kafka, topics: topics)
                 CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user, "token": CLI.short(device.token)]))

@@ -15,6 +15,7 @@ struct Heraldctl: AsyncParsableCommand {
             DeviceCommand.self,
             PrefsCommand.self,
             PresenceCommand.self,
+            CountsCommand.self,
             StateCommand.self,
             Publish.self,
             DLQCommand.self,

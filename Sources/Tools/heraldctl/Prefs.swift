@@ -14,9 +14,10 @@ struct PrefsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Change the fields given; the others keep their stored values (or defaults).",
             discussion: """
-                Reads the stored preferences from Redis, applies the flags, and writes the result: to Redis \
-                directly, or with --via-kafka as a preferences record on herald.registry (herald-registry \
-                writes it). --json FILE replaces the whole object (state-fixture field names) before the \
+                The flags become a field-by-field patch (the registry API's PATCH): applied to Redis directly \
+                by one Lua script, or with --via-kafka as a patch_preferences record on herald.registry \
+                (herald-registry applies it); a concurrent change of other fields is never lost. --json FILE \
+                replaces the whole object (state-fixture field names, a set_preferences record) before the \
                 flags apply. Prints the resulting preferences as JSON.
                 """)
 
@@ -57,46 +58,62 @@ struct PrefsCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            var preferences: Preferences
-            var store: StateStore?
             if let json {
+                // --json replaces the whole object (set_preferences), then the flags change it.
+                var preferences: Preferences
                 do {
                     preferences = try StageCodec.decode(Preferences.self, from: CLI.read(json, what: "--json"))
                 } catch {
                     CLI.fail("--json: \(error.detail)", status: 2)
                 }
-            } else {
-                let s = await redis.store()
-                store = s
-                do {
-                    preferences = try await s.loadUser(app: app, user: user, now: CLI.nowMillis()).preferences
-                } catch {
-                    CLI.fail("redis: \(error)")
+                preferences = patch(stored: preferences).apply(to: preferences)
+                if viaKafka {
+                    try await RegistryPublisher.publish(.preferences(app: app, user: user, preferences: preferences),
+                                                        kafka: kafka, topics: topics)
+                } else {
+                    do {
+                        try await redis.store().setPreferences(app: app, user: user, preferences: preferences)
+                    } catch {
+                        CLI.fail("redis: \(error)")
+                    }
                 }
+                CLI.out(String(decoding: (try? StageCodec.encode(preferences)) ?? [], as: UTF8.self))
+                return
             }
-            apply(to: &preferences)
+            // The flags become a field-by-field patch (the registry API's PATCH, docs/registry-api.md): applied in
+            // Redis by one Lua script, so a concurrent change of other fields is never lost.
+            let store = await redis.store()
+            let stored: Preferences
+            do {
+                stored = try await store.preferences(app: app, user: user)
+            } catch {
+                CLI.fail("redis: \(error)")
+            }
+            let change = patch(stored: stored)
+            if change.isEmpty { CLI.fail("give at least one preference flag (see --help)", status: 2) }
             if viaKafka {
-                try await RegistryPublisher.publish(.preferences(app: app, user: user, preferences: preferences),
-                                                    kafka: kafka, topics: topics)
+                try await RegistryPublisher.publish(.patch(app: app, user: user, patch: change), kafka: kafka, topics: topics)
+                CLI.out(String(decoding: (try? StageCodec.encode(change.apply(to: stored))) ?? [], as: UTF8.self))
             } else {
-                let s: StateStore
-                if let store { s = store } else { s = await redis.store() }
                 do {
-                    try await s.setPreferences(app: app, user: user, preferences: preferences)
+                    let result = try await store.patchPreferences(app: app, user: user, patch: change)
+                    CLI.out(String(decoding: (try? StageCodec.encode(result)) ?? [], as: UTF8.self))
                 } catch {
                     CLI.fail("redis: \(error)")
                 }
             }
-            CLI.out(String(decoding: StageCodec.encode(preferences), as: UTF8.self))
         }
 
-        func apply(to p: inout Preferences) {
+        /// The flags as a patch. `stored` is read only for `--timezone` without `--dnd` (it changes the stored
+        /// window's time zone) and for the conversation's current settings printed back.
+        func patch(stored p: Preferences) -> PreferencePatch {
+            var patch = PreferencePatch()
             if let trigger {
                 guard let t = PushTrigger(rawValue: trigger) else { CLI.fail("--trigger: expected all, mention_only or off", status: 2) }
-                p.trigger = t
+                patch.set.trigger = t
             }
             if let conversation {
-                var c = p.conversation(conversation)
+                var c = PreferencePatch.ConversationFields()
                 if let conversationTrigger {
                     guard let t = ConversationTrigger(rawValue: conversationTrigger) else {
                         CLI.fail("--conversation-trigger: expected default, all, mention_only or off", status: 2)
@@ -105,9 +122,9 @@ struct PrefsCommand: AsyncParsableCommand {
                 }
                 if mute { c.muted = true }
                 if unmute { c.muted = false }
-                p.conversations[conversation] = c
+                if c != PreferencePatch.ConversationFields() { patch.conversations[conversation] = c }
             }
-            if clearDND { p.dnd = nil }
+            if clearDND { patch.clear.append(.dnd) }
             if let dnd {
                 let parts = dnd.split(separator: "-", omittingEmptySubsequences: false)
                 guard parts.count == 2, let start = ClockTime(String(parts[0])), let end = ClockTime(String(parts[1])) else {
@@ -115,42 +132,45 @@ struct PrefsCommand: AsyncParsableCommand {
                 }
                 let zone = timezone ?? p.dnd?.timezone ?? "UTC"
                 guard TimeZone(identifier: zone) != nil else { CLI.fail("--timezone: unknown IANA time zone \(zone)", status: 2) }
-                p.dnd = DoNotDisturb(start: start, end: end, timezone: zone)
+                patch.set.dnd = DoNotDisturb(start: start, end: end, timezone: zone)
             } else if let timezone {
                 guard TimeZone(identifier: timezone) != nil else { CLI.fail("--timezone: unknown IANA time zone \(timezone)", status: 2) }
                 guard var d = p.dnd else { CLI.fail("--timezone: the user has no DND window; give --dnd too", status: 2) }
                 d.timezone = timezone
-                p.dnd = d
+                patch.set.dnd = d
             }
-            if clearSnooze { p.snooze = nil }
+            if clearSnooze { patch.clear.append(.snooze) }
             if let snooze {
                 let parts = snooze.split(separator: "-", omittingEmptySubsequences: false)
                 guard parts.count == 2, let start = Int64(parts[0]), let end = Int64(parts[1]), start <= end else {
                     CLI.fail("--snooze: expected START-END in epoch milliseconds, START <= END", status: 2)
                 }
-                p.snooze = Snooze(start: start, end: end)
+                patch.set.snooze = Snooze(start: start, end: end)
             }
             if let template {
                 guard let t = TemplateChoice(rawValue: template) else { CLI.fail("--template: expected default or alternative", status: 2) }
-                p.template = t
+                patch.set.template = t
             }
             if let displayStyle {
                 guard let s = DisplayStyle(rawValue: displayStyle) else { CLI.fail("--display-style: expected summary or simple_banner", status: 2) }
-                p.displayStyle = s
+                patch.set.displayStyle = s
             }
-            if let displayName { p.displayName = displayName.isEmpty ? nil : displayName }
+            if let displayName {
+                if displayName.isEmpty { patch.clear.append(.displayName) } else { patch.set.displayName = displayName }
+            }
             if let languages {
                 let list = languages.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                 guard list.count <= Preferences.maxLanguages else { CLI.fail("--languages: at most \(Preferences.maxLanguages)", status: 2) }
-                p.languages = list
+                if list.isEmpty { patch.clear.append(.languages) } else { patch.set.languages = list }
             }
             if let badge {
                 switch badge {
-                case "on", "true": p.badge = true
-                case "off", "false": p.badge = false
+                case "on", "true": patch.set.badge = true
+                case "off", "false": patch.set.badge = false
                 default: CLI.fail("--badge: expected on or off", status: 2)
                 }
             }
+            return patch
         }
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import HeraldKafka
+import HeraldRegistryAPI
 
 /// A registry change an operator asks for with `--via-kafka`.
 enum RegistryUpdate {
@@ -9,6 +10,8 @@ enum RegistryUpdate {
     case unregisterAll(app: String, user: String)
     case preferences(app: String, user: String, preferences: Preferences)
     case presence(app: String, user: String, online: [String], ttlMilliseconds: Int64)
+    case patch(app: String, user: String, patch: PreferencePatch)
+    case markRead(app: String, user: String, conversation: String?)
 
     /// The `herald.registry` record (docs/pipeline.md) herald-registry applies.
     var record: RegistryRecord {
@@ -23,6 +26,10 @@ enum RegistryUpdate {
             return RegistryRecord(op: .setPreferences, appID: app, user: user, preferences: preferences)
         case .presence(let app, let user, let online, let ttl):
             return RegistryRecord(op: .setPresence, appID: app, user: user, online: online, ttlMs: ttl)
+        case .patch(let app, let user, let patch):
+            return RegistryRecord(op: .patchPreferences, appID: app, user: user, patch: patch)
+        case .markRead(let app, let user, let conversation):
+            return RegistryRecord(op: .markRead, appID: app, user: user, conversation: conversation)
         }
     }
 }
@@ -31,14 +38,15 @@ enum RegistryUpdate {
 enum RegistryPublisher {
     static func publish(_ update: RegistryUpdate, kafka: KafkaOptions, topics: TopicOptions) async throws {
         let record = update.record
-        let value = StageCodec.encode(record)
+        if let problem = record.validationError() { CLI.fail("\(problem.detail)", status: 2) }
         let producer = try kafka.producer()
+        // The same sink the registry API publishes through (HeraldRegistryAPI).
+        let sink = KafkaRegistrySink(producer: producer, topic: topics.topics().registry)
         do {
-            let report = try await producer.send(ProducerRecord(topic: topics.topics().registry, key: record.key, value: value))
-            try report.get()
+            try await sink.publish(record)
             try await producer.shutdown(timeout: .seconds(10))
         } catch {
-            CLI.fail("kafka: \(error.description)")
+            CLI.fail("kafka: \(error)")
         }
     }
 }

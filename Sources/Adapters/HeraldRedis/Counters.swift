@@ -1,0 +1,109 @@
+import Foundation
+import HeraldCore
+
+// Unread and mention counts kept by Herald (an app's `counts: true`, docs/behaviour.md §12): every message
+// event counts once for each recipient, in one Lua script per (event, recipient) that also sets the marker
+// making a replay count nothing (docs/redis-keys.md, "Counts").
+
+extension RedisKeys {
+    /// Hash: `total` -> mentions not yet read, `c:<conversation>` -> per conversation (like `unread`).
+    public static func mentions(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:mentions" }
+    /// String with a TTL: this event was counted for this user (so a replay is not counted again).
+    public static func counted(app: String, user: String, eventID: String) -> String {
+        "\(prefix):\(app):user:{\(user)}:counted:\(eventID)"
+    }
+    /// String: the explain entry of the user's latest decision (suppress or resolve), for the registry API.
+    public static func lastDecision(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:last_decision" }
+}
+
+extension StateStore {
+    /// Counts each (event, recipient) once: when its marker is new, the unread total and the conversation's
+    /// count go up by one, and the mention counts too when the recipient is mentioned. One pipelined round trip
+    /// (one script per key, each atomic); the answers are the counts afterwards, in order.
+    /// - Parameter markerTTLMilliseconds: how long a replay of the event is recognised.
+    public func countMessages(app: String, _ keys: [CountKey], markerTTLMilliseconds: Int64) async throws -> [CountsAfter] {
+        if keys.isEmpty { return [] }
+        let commands = keys.map { k in
+            RedisCommand("EVAL", CountScripts.count, 3,
+                         RedisKeys.unread(app: app, user: k.user), RedisKeys.mentions(app: app, user: k.user),
+                         RedisKeys.counted(app: app, user: k.user, eventID: k.eventID),
+                         RedisKeys.unreadField(conversation: k.conversation), k.mentioned ? 1 : 0, markerTTLMilliseconds)
+        }
+        let replies = try await connection.pipeline(commands)
+        guard replies.count == commands.count else {
+            throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
+        }
+        return try replies.map { reply in
+            guard let values = try reply.orThrow("EVAL count").array, values.count == 5 else {
+                throw RedisError(.unexpectedReply, "count script answered \(reply)")
+            }
+            let n = values.map { Int($0.int ?? 0) }
+            return CountsAfter(counted: n[0] == 1, unreadTotal: n[1], unreadConversation: n[2],
+                               mentionTotal: n[3], mentionConversation: n[4])
+        }
+    }
+
+    /// Resets the unread and mention counts of one conversation (the totals drop by what it held, never below
+    /// 0), or every count of the user when `conversation` is nil. Atomic (one script).
+    public func markRead(app: String, user: String, conversation: String?) async throws {
+        let field = conversation.map { RedisKeys.unreadField(conversation: $0) } ?? ""
+        _ = try await connection.send(RedisCommand("EVAL", CountScripts.markRead, 2,
+            RedisKeys.unread(app: app, user: user), RedisKeys.mentions(app: app, user: user), field)).orThrow("EVAL markRead")
+    }
+
+    /// `unread` with the user's Herald-kept mention counts filled in (zero when none are kept).
+    public func withMentionCounts(app: String, user: String, unread: Unread) async throws -> Unread {
+        let reply = try await connection.send(RedisCommand("HGETALL", RedisKeys.mentions(app: app, user: user))).orThrow("HGETALL")
+        var counts = unread
+        counts.mentionTotal = 0
+        counts.mentionConversations = [:]
+        let values = reply.array ?? []
+        var i = 0
+        while i + 1 < values.count {
+            if let field = values[i].text, let n = values[i + 1].int {
+                if field == RedisKeys.unreadTotalField { counts.mentionTotal = Int(n) }
+                else if field.hasPrefix("c:") { counts.mentionConversations[String(field.dropFirst(2))] = Int(n) }
+            }
+            i += 2
+        }
+        return counts
+    }
+}
+
+enum CountScripts {
+    /// KEYS: unread hash, mentions hash, marker. ARGV: the conversation's field, mentioned (1/0), marker TTL ms.
+    /// Returns {counted (1/0), unread total, unread of the conversation, mention total, mentions of the conversation}.
+    static let count = """
+    local counted = redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[3])
+    if counted then
+      redis.call('HINCRBY', KEYS[1], 'total', 1)
+      redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+      if ARGV[2] == '1' then
+        redis.call('HINCRBY', KEYS[2], 'total', 1)
+        redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+      end
+    end
+    local u = redis.call('HMGET', KEYS[1], 'total', ARGV[1])
+    local m = redis.call('HMGET', KEYS[2], 'total', ARGV[1])
+    local flag = 0
+    if counted then flag = 1 end
+    return {flag, tonumber(u[1]) or 0, tonumber(u[2]) or 0, tonumber(m[1]) or 0, tonumber(m[2]) or 0}
+    """
+
+    /// KEYS: unread hash, mentions hash. ARGV: a conversation's field, or '' for everything.
+    static let markRead = """
+    if ARGV[1] == '' then
+      redis.call('DEL', KEYS[1], KEYS[2])
+      return 1
+    end
+    for i = 1, 2 do
+      local n = tonumber(redis.call('HGET', KEYS[i], ARGV[1])) or 0
+      redis.call('HDEL', KEYS[i], ARGV[1])
+      if n > 0 then
+        local t = redis.call('HINCRBY', KEYS[i], 'total', -n)
+        if t < 0 then redis.call('HSET', KEYS[i], 'total', 0) end
+      end
+    end
+    return 1
+    """
+}

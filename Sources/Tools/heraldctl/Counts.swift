@@ -1,0 +1,62 @@
+import ArgumentParser
+import Foundation
+import HeraldCore
+import HeraldRedis
+
+/// `heraldctl counts show|mark-read`: the unread and mention counts Herald keeps (docs/behaviour.md §12).
+struct CountsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "counts",
+        abstract: "Show a user's unread and mention counts, or mark a conversation (or everything) read.",
+        subcommands: [Show.self, MarkRead.self])
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the user's unread and mention counts as JSON.")
+
+        @Option(name: .long, help: "App (tenant) id.") var app: String
+        @Option(name: .long, help: "User id.") var user: String
+        @OptionGroup var redis: RedisOptions
+
+        func run() async throws {
+            let store = await redis.store()
+            do {
+                let unread = try await store.loadUser(app: app, user: user, now: CLI.nowMillis()).unread
+                let counts = try await store.withMentionCounts(app: app, user: user, unread: unread)
+                CLI.out(CLI.json(["user": user, "unread": ["total": counts.total, "conversations": counts.conversations],
+                                  "mentions": ["total": counts.mentionTotal, "conversations": counts.mentionConversations]]))
+            } catch {
+                CLI.fail("redis: \(error)")
+            }
+        }
+    }
+
+    struct MarkRead: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "mark-read",
+            abstract: "Reset the unread and mention counts of one conversation, or all of them (a mark_read record).",
+            discussion: "Writes Redis directly unless --via-kafka is given (then herald-registry applies it).")
+
+        @Option(name: .long, help: "App (tenant) id.") var app: String
+        @Option(name: .long, help: "User id.") var user: String
+        @Option(name: .long, help: "Conversation id (omit for every conversation).") var conversation: String?
+        @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
+        var viaKafka = false
+        @OptionGroup var redis: RedisOptions
+        @OptionGroup var kafka: KafkaOptions
+        @OptionGroup var topics: TopicOptions
+
+        func run() async throws {
+            if viaKafka {
+                try await RegistryPublisher.publish(.markRead(app: app, user: user, conversation: conversation), kafka: kafka, topics: topics)
+                CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user]))
+                return
+            }
+            do {
+                try await redis.store().markRead(app: app, user: user, conversation: conversation)
+                CLI.out(CLI.json(["user": user, "conversation": CLI.orNull(conversation), "marked_read": true]))
+            } catch {
+                CLI.fail("redis: \(error)")
+            }
+        }
+    }
+}
