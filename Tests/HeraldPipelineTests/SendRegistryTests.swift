@@ -265,6 +265,22 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         #expect(results[0].handBack)
         #expect(transport.sent.isEmpty)
     }
+
+    @Test("a retry held until its not_before is handed back the moment shutdown is signalled")
+    func signalledShutdownEndsAHeldRetry() async throws {
+        let transport = ScriptedTransport([:])
+        let send = sendProcessor(transport, MemoryLedger())
+        let stop = StopSignal()
+        let context = BatchContext(now: { Date() }, stop: stop)
+        let clock = ContinuousClock()
+        let start = clock.now
+        async let results = send.process([try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 60_000)],
+                                         context: context)
+        stop.stop()
+        #expect(try await results[0].handBack)
+        #expect(clock.now - start < .seconds(30))
+        #expect(transport.sent.isEmpty)
+    }
 }
 
 final class MemoryRegistry: RegistryWriter, @unchecked Sendable {
