@@ -266,7 +266,8 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         #expect(transport.sent.isEmpty)
     }
 
-    @Test("a retry held until its not_before is handed back the moment shutdown is signalled")
+    // Held for an hour, handed back within minutes: the signal ended the wait, however loaded the machine is.
+    @Test("a retry held until its not_before is handed back when shutdown is signalled", .timeLimit(.minutes(10)))
     func signalledShutdownEndsAHeldRetry() async throws {
         let transport = ScriptedTransport([:])
         let send = sendProcessor(transport, MemoryLedger())
@@ -274,11 +275,11 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         let context = BatchContext(now: { Date() }, stop: stop)
         let clock = ContinuousClock()
         let start = clock.now
-        async let results = send.process([try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 60_000)],
+        async let results = send.process([try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 3_600_000)],
                                          context: context)
         stop.stop()
         #expect(try await results[0].handBack)
-        #expect(clock.now - start < .seconds(30))
+        #expect(clock.now - start < .seconds(600))
         #expect(transport.sent.isEmpty)
     }
 }
