@@ -2,6 +2,7 @@ import CRdKafka
 import Foundation
 import HeraldCore
 import Logging
+import Synchronization
 
 /// An idempotent Kafka producer.
 ///
@@ -192,6 +193,11 @@ final class ProducerCore: @unchecked Sendable {
     /// `flush` callers: woken by the poll thread when the output queue is empty after a poll (delivery reports
     /// arrive only from `rd_kafka_poll`, so that is where the queue can become empty), or when the handle goes.
     private let flushWaiters = WaitList()
+    /// `enqueue` callers waiting for room in librdkafka's local queue: woken after every poll that served delivery
+    /// reports (which is when room appears), with a short deadline as a safety net.
+    private let roomWaiters = WaitList()
+    /// Counts polls that served events, so a waiter can tell that room may have appeared since it last tried.
+    private let servedPolls = PollCount()
 
     init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         self.logger = logger
@@ -218,10 +224,16 @@ final class ProducerCore: @unchecked Sendable {
         let handle = self.handle
         let lifecycle = self.lifecycle
         let flushWaiters = self.flushWaiters
+        let roomWaiters = self.roomWaiters
+        let servedPolls = self.servedPolls
         let timeout = Int32(clamping: max(1, configuration.pollInterval.milliseconds))
         let thread = Thread {
             while lifecycle.withLock({ $0.running }) {
-                rd_kafka_poll(handle.pointer, timeout)
+                let served = rd_kafka_poll(handle.pointer, timeout)
+                if served > 0 {
+                    servedPolls.bump()
+                    if !roomWaiters.isEmpty { roomWaiters.wakeAll() }
+                }
                 if !flushWaiters.isEmpty, lifecycle.withLock({ _ in rd_kafka_outq_len(handle.pointer) == 0 }) {
                     flushWaiters.wakeAll()
                 }
@@ -238,6 +250,7 @@ final class ProducerCore: @unchecked Sendable {
             }
             waiters.forEach { $0.resume() }
             flushWaiters.wakeAll()  // purged: nothing is outstanding any more
+            roomWaiters.wakeAll()  // their next try fails with `closed`
             topics.forEach { rd_kafka_topic_destroy($0) }
             // Takes about a second for an idempotent producer; nobody waits for it.
             handle.destroy()
@@ -280,16 +293,17 @@ final class ProducerCore: @unchecked Sendable {
         }
     }
 
-    /// Enqueues, waiting (without blocking a thread) while the local queue is full.
+    /// Enqueues, waiting (without blocking a thread) while the local queue is full: woken by the poll thread
+    /// when delivery reports free room, at the latest after 50 ms.
     func enqueue(_ record: ProducerRecord, sink: any DeliverySink, index: Int) async throws(KafkaError) {
-        var backoff = 1
         while true {
+            let polls = servedPolls.value
             do {
                 try enqueueNow(record, sink: sink, index: index)
                 return
             } catch where error.librdkafkaCode == RD_KAFKA_RESP_ERR__QUEUE_FULL.rawValue {
-                try? await Task.sleep(for: .milliseconds(backoff))
-                backoff = min(backoff * 2, 50)
+                let servedPolls = self.servedPolls
+                _ = await roomWaiters.wait(timeout: .milliseconds(50), unlessAlready: { servedPolls.value != polls })
             } catch where error.code == .closed || error.code == .fatal {
                 throw error
             } catch {
@@ -400,4 +414,12 @@ final class ProducerCore: @unchecked Sendable {
                 context: ["outstanding": String(pending)])
         }
     }
+}
+
+/// How many polls of the producer's thread served events (delivery reports): a waiter for room in the queue reads
+/// it before trying, and knows room may have appeared when it changed.
+final class PollCount: Sendable {
+    private let count = Mutex<UInt64>(0)
+    var value: UInt64 { count.withLock { $0 } }
+    func bump() { count.withLock { $0 &+= 1 } }
 }
