@@ -32,6 +32,7 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
     ],
     targets: [
         // MARK: Pure core
@@ -54,15 +55,18 @@ let package = Package(
         .target(name: "HeraldHTTP", dependencies: ["CHeraldCurl", "HeraldCore"], path: "Sources/Adapters/HeraldHTTP"),
         .target(name: "HeraldKafka", dependencies: [
             "CRdKafka", "HeraldCore",
+            .product(name: "DequeModule", package: "swift-collections"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
         ], path: "Sources/Adapters/HeraldKafka"),
         .target(name: "HeraldRedis", dependencies: [
             "CHiredis", "HeraldCore",
+            .product(name: "DequeModule", package: "swift-collections"),
             .product(name: "Logging", package: "swift-log"),
         ], path: "Sources/Adapters/HeraldRedis"),
         .target(name: "HeraldAPNs", dependencies: [
             "CNghttp2", "COpenSSL", "HeraldCore", "HeraldHTTP",
+            .product(name: "DequeModule", package: "swift-collections"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
         ], path: "Sources/Adapters/HeraldAPNs"),
@@ -114,7 +118,9 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ], path: "Sources/StandIns/herald-mock-apns"),
         // The APNs stand-in as a library (checks, faults, recording, HTTP/2 server) so it is testable.
-        .target(name: "HeraldMockAPNs", dependencies: ["CNghttp2", "CHeraldMockTLS"], path: "Sources/StandIns/HeraldMockAPNs"),
+        .target(name: "HeraldMockAPNs", dependencies: [
+            "CNghttp2", "CHeraldMockTLS", .product(name: "DequeModule", package: "swift-collections"),
+        ], path: "Sources/StandIns/HeraldMockAPNs"),
         // OpenSSL server setup and ES256 verification for the stand-in (OpenSSL macros are not importable).
         .target(name: "CHeraldMockTLS", path: "Sources/CShims/CHeraldMockTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         // The FCM (token endpoint + messages:send over HTTP/2) and custom-webhook stand-in, as a library.
@@ -155,7 +161,10 @@ let package = Package(
         ]),
         .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),
-        .testTarget(name: "HeraldStageTests", dependencies: ["HeraldStage", "HeraldCore", "HeraldTestSupport"]),
+        .testTarget(name: "HeraldStageTests", dependencies: [
+            "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldAPNs", "HeraldTestSupport",
+            .product(name: "MetricsTestKit", package: "swift-metrics"),
+        ]),
         // The registry API over HTTP against real Redis and Tansu (the API served by HeraldStage's endpoint).
         .testTarget(name: "HeraldRegistryAPITests", dependencies: [
             "HeraldRegistryAPI", "HeraldStage", "HeraldPipeline", "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",

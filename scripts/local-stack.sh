@@ -93,9 +93,16 @@ stop_all() {
 }
 
 BIN="${HERALD_LOCAL_BIN:-$root/.build/$config}"   # HERALD_LOCAL_BIN: binaries from elsewhere (tests)
-if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps the storage it started with
+if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps the storage and binaries it started with
+  # (a stage restarted in a stack started with --debug must not run .build/release's binaries, or fail without them)
+  started_bin="$(sed -n 's/^BIN=//p' "$RUN/stack.env" | head -n1)"
+  [ -n "$started_bin" ] && [ -z "${HERALD_LOCAL_BIN:-}" ] && BIN="$started_bin"
   redis_aof="$(sed -n 's/^REDIS_AOF=//p' "$RUN/stack.env" | head -n1)"; redis_aof="${redis_aof:-0}"
   kafka_s3="$(sed -n 's/^KAFKA_S3=//p' "$RUN/stack.env" | head -n1)"; kafka_s3="${kafka_s3:-0}"
+  # ... and the executables it started with (a stack started with --debug restarts debug binaries)
+  if [ -z "${HERALD_LOCAL_BIN:-}" ]; then
+    stack_bin="$(sed -n 's/^BIN=//p' "$RUN/stack.env" | head -n1)"; BIN="${stack_bin:-$BIN}"
+  fi
 fi
 
 start_redis() {
@@ -268,6 +275,13 @@ sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/Auth
     -e "s#certificate_file: /etc/herald/messenger.pem#team_id: ABCDE12345\n        key_id: KEY1234567\n        key_file: $RUN/AuthKey.p8#" \
     -e "/private_key_file: \/etc\/herald\/messenger.key/d" \
     pipelines/example.yaml >"$RUN/pipeline.yaml"
+if [ "$kafka_s3" = 1 ]; then
+  # Tansu 0.6.0's S3 engine can acknowledge a batch of an idempotent producer and never store it when it is
+  # stopped mid-request (scripts/repro/tansu-s3-idempotence.sh; docs/kafka.md, "Tansu on S3"): on this broker
+  # the stages produce without idempotence, one request in flight per connection (order kept; a retried request
+  # may duplicate a record, which send's claims absorb).
+  sed -i -e 's#^  session_timeout_ms: \(.*\)$#  session_timeout_ms: \1\n  properties: {enable.idempotence: "false", max.in.flight.requests.per.connection: "1"}#' "$RUN/pipeline.yaml"
+fi
 
 # --- The APNs stand-in -------------------------------------------------------------------------------
 : >"$RUN/logs/mock-apns.log"

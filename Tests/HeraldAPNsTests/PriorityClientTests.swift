@@ -20,7 +20,10 @@ struct PriorityClientTests {
 
     @Test func aPrioritizedRequestOvertakesAQueuedBulkBatch() async throws {
         let pki = try await PKI.make()
-        let server = try await startMock(pki, ["--latency-ms", "100"])
+        // A long answer latency (400 ms a round of 8 streams) keeps the check about order, not speed: on a loaded
+        // 2-core machine the test task itself may wait a second for a thread, which at 100 ms a round let the bulk
+        // batch finish before the prioritized request was even submitted.
+        let server = try await startMock(pki, ["--latency-ms", "400"])
         defer { server.stop() }
         let c = try reservingClient(pki, port: server.port, reserve: 0.2)
         // Warm up: the connection starts at one stream until the server's settings arrive.
@@ -44,7 +47,8 @@ struct PriorityClientTests {
         let waited = ContinuousClock.now - start
         let bulkAtUrgent = bulkDone.value
         #expect(answer.status == 200)
-        // Without priority it would wait for the 80 queued ahead of it (10 rounds of 100 ms on 8 streams).
+        // Without priority it would wait for the 80 queued ahead of it (10 rounds of 400 ms on 8 streams); with the
+        // reserved streams it is answered in the first round after it was submitted.
         #expect(bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests (\(waited))")
         await bulk.value
         try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }

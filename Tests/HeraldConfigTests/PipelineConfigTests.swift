@@ -79,13 +79,6 @@ struct PipelineConfigTests {
         }
     }
 
-    @Test("environment overrides brokers and Redis address")
-    func environment() throws {
-        let c = try PipelineLoader.load(yaml: "kafka: {brokers: a:1}",
-                                        environment: ["HERALD_KAFKA_BROKERS": "b:2", "HERALD_REDIS_PORT": "7000"]).config
-        #expect(c.kafka.brokers == "b:2" && c.redis.port == 7000)
-    }
-
     @Test("app catalogs and templates override built-in strings per locale")
     func catalogOverrides() throws {
         let yaml = """
@@ -130,21 +123,35 @@ struct PipelineConfigTests {
         }
     }
 
-    @Test("the defaults section applies to apps the file does not name; a named app does not inherit from it")
+    @Test("the defaults section is the base of every listed app; an app the file does not list is unknown")
     func defaultsSection() throws {
         let yaml = """
             defaults:
               payload: {profile: cometchat}
               badge: false
+              apns: {sound: chime.caf, mutable_content: true}
+              bogus: 1
             apps:
-              named: {multi_device: any_offline}
+              named: {multi_device: any_offline, apns: {sound: bell.caf}}
+              overrides: {payload: {profile: compact}, badge: true}
+              bare:
             """
-        let c = try PipelineLoader.load(yaml: yaml).config
-        #expect(c.apps.app("other").payloadProfile == .cometchat)
-        #expect(c.apps.app("other").badge == false)
-        #expect(c.apps.app("named").payloadProfile == .compact)
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        let c = loaded.config
+        // Keys an app leaves out come from defaults; nested mappings merge key by key.
+        #expect(c.apps.app("named").payloadProfile == .cometchat)
         #expect(c.apps.app("named").multiDevice == .anyOffline)
-        #expect(c.apps.app("named").badge)
+        #expect(c.apps.app("named").badge == false)
+        #expect(c.apps.app("named").payloadOptions.sound == "bell.caf")
+        #expect(c.apps.app("named").payloadOptions.mutableContent)
+        #expect(c.apps.app("overrides").payloadProfile == .compact && c.apps.app("overrides").badge)
+        // A listed app with nothing under it is known and takes every default.
+        #expect(c.apps.isKnown("bare") && c.apps.app("bare").payloadProfile == .cometchat)
+        // An app id the file does not list is unknown (its records are dead-lettered `unknown_app`).
+        #expect(c.apps.isKnown("named") && !c.apps.isKnown("other"))
+        // A wrong key in defaults is reported once, under defaults, not again for every app.
+        #expect(loaded.warnings.filter { $0.contains("bogus") }.count == 1)
+        #expect(loaded.warnings.first { $0.contains("bogus") }?.hasPrefix("defaults.bogus") == true)
     }
 
     @Test("stage, Kafka and Redis settings are read; a stage left out keeps its defaults")

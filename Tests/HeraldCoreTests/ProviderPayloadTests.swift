@@ -324,12 +324,12 @@ struct DeviceKindTests {
         #expect(Suppression.decide(event: e, recipient: "u2", state: state, app: multi, now: now0).targets == [device()])
     }
 
-    @Test("device JSON without kind decodes as apns; provider_id round-trips (Codable and fast codec)")
+    @Test("device JSON without kind decodes as apns; provider_id round-trips (JSON and binary forms)")
     func decoding() throws {
-        let old = try JSONDecoder().decode(Device.self, from: Data(#"{"token":"ab"}"#.utf8))
+        let old = try Device.fromJSON(Array(#"{"token":"ab"}"#.utf8))
         #expect(old.kind == .apns && old.providerID == nil)
         let d = Device(token: "t", kind: .fcm, registeredAt: 5, providerID: "fcm-provider-2")
-        let back = try JSONDecoder().decode(Device.self, from: try JSONEncoder().encode(d))
+        let back = try Device.fromJSON(d.jsonBytes())
         #expect(back == d)
         let record = DeliverableRecord(event: try event(messageJSON()), recipient: "u2", state: user(devices: [d]),
                                        targets: [d, hookDevice()])
@@ -344,7 +344,7 @@ struct DeviceKindTests {
         let record = OutboundRecord(eventID: "e1", appID: "app123", recipient: "u2", request: r)
         let fast = try StageCodec.decode(OutboundRecord.self, from: StageCodec.encode(record))
         #expect(fast.request == r)
-        let slow: OutboundRecord = try StageCodec.decode(OutboundRecord.self, from: try StageCodec.encode(record) as [UInt8])
+        let slow = try OutboundRecord.fromJSON(record.jsonBytes())
         #expect(slow.request.provider == .fcm && slow.request.providerID == "fcm-provider-1")
     }
 
@@ -445,12 +445,12 @@ struct ProviderAnswerTableTests {
 struct PlatformRecordTests {
     @Test("a device given as a CometChat platform takes its kind; an unknown platform is refused")
     func platformField() throws {
-        let d = try JSONDecoder().decode(Device.self, from: Data(#"{"token":"t","platform":"FCM_ANDROID","provider_id":"fcm-provider-2"}"#.utf8))
+        let d = try Device.fromJSON(Array(#"{"token":"t","platform":"FCM_ANDROID","provider_id":"fcm-provider-2"}"#.utf8))
         #expect(d.kind == .fcm && d.providerID == "fcm-provider-2")
-        let v = try JSONDecoder().decode(Device.self, from: Data(#"{"token":"t","platform":"APNS_iOS_VOIP"}"#.utf8))
+        let v = try Device.fromJSON(Array(#"{"token":"t","platform":"APNS_iOS_VOIP"}"#.utf8))
         #expect(v.kind == .voip)
-        #expect(throws: DecodingError.self) {
-            _ = try JSONDecoder().decode(Device.self, from: Data(#"{"token":"t","platform":"PALM"}"#.utf8))
+        #expect(throws: StageRecordError.self) {
+            _ = try Device.fromJSON(Array(#"{"token":"t","platform":"PALM"}"#.utf8))
         }
         let record = try StageCodec.decode(RegistryRecord.self, from: Array(#"{"op":"register_device","app_id":"a","user":"u","device":{"token":"t","platform":"FCM_WEB"}}"#.utf8))
         #expect(record.device?.kind == .fcm)

@@ -172,7 +172,7 @@ struct SendbirdSeedTests {
     func fourLanguages() throws {
         let p = Preferences(languages: ["fr", "de", "es", "kr", "ja"])
         #expect(p.languages == ["fr", "de", "es", "kr"])
-        let decoded = try JSONDecoder().decode(Preferences.self, from: Data(#"{"languages":["a","b","c","d","e"]}"#.utf8))
+        let decoded = try Preferences.fromJSON(Array(#"{"languages":["a","b","c","d","e"]}"#.utf8))
         #expect(decoded.languages.count == 4)
     }
 

@@ -265,6 +265,23 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         #expect(results[0].handBack)
         #expect(transport.sent.isEmpty)
     }
+
+    // Held for an hour, handed back within minutes: the signal ended the wait, however loaded the machine is.
+    @Test("a retry held until its not_before is handed back when shutdown is signalled", .timeLimit(.minutes(10)))
+    func signalledShutdownEndsAHeldRetry() async throws {
+        let transport = ScriptedTransport([:])
+        let send = sendProcessor(transport, MemoryLedger())
+        let stop = StopSignal()
+        let context = BatchContext(now: { Date() }, stop: stop)
+        let clock = ContinuousClock()
+        let start = clock.now
+        async let results = send.process([try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 3_600_000)],
+                                         context: context)
+        stop.stop()
+        #expect(try await results[0].handBack)
+        #expect(clock.now - start < .seconds(600))
+        #expect(transport.sent.isEmpty)
+    }
 }
 
 final class MemoryRegistry: RegistryWriter, @unchecked Sendable {

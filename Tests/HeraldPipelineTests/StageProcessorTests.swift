@@ -17,13 +17,14 @@ func exampleApps() throws -> AppDirectory {
 }
 
 func exampleState() throws -> StateFixture {
-    try JSONDecoder().decode(StateFixture.self, from: Data(exampleBytes("state.json")))
+    try StageCodec.decode(StateFixture.self, from: exampleBytes("state.json"))
 }
 
 let fixedNow = Date(timeIntervalSince1970: 1_732_000_100)
 let fixedContext = BatchContext(now: { fixedNow })
 
-func decode<T: Decodable>(_ type: T.Type, _ output: StageOutput) throws -> T {
+/// JSON records (registry and token-feedback records).
+func decode<T: JSONRecord>(_ type: T.Type, _ output: StageOutput) throws -> T {
     try StageCodec.decode(T.self, from: output.value)
 }
 

@@ -214,7 +214,7 @@ struct StateStoreTests {
           "conversations": {"c1": {"members": ["u1", "u2", "u3"]}, "c2": {"members": []}}
         }
         """
-        let fixture = try JSONDecoder().decode(StateFixture.self, from: Data(json.utf8))
+        let fixture = try StageCodec.decode(StateFixture.self, from: Array(json.utf8))
         try await store.loadFixture(app: "app1", fixture: fixture, presenceTTLMilliseconds: 3_600_000, now: Self.t0)
 
         let commandsBefore = try await totalCommands(redis)

@@ -87,8 +87,8 @@ struct EnvironmentTests {
         #expect(environment.logLevel == .info)
         #expect(!environment.instance.isEmpty)
         #expect(environment.warnings.isEmpty)
-        for key in EnvironmentKey.allCases {
-            #expect(key.rawValue.hasPrefix("HERALD_"))
+        for key in ConfigKey.all {
+            #expect(key.name.hasPrefix("HERALD_"))
         }
     }
 

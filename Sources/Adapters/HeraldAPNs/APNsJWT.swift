@@ -89,17 +89,11 @@ public struct APNsJWT: Sendable {
         return text
     }
 
+    /// The escaped contents of a JSON string (HeraldCore's escaper), for the header and claims written as text.
     static func jsonEscape(_ s: String) -> String {
-        var out = ""
-        for ch in s.unicodeScalars {
-            switch ch {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case _ where ch.value < 0x20: out += String(format: "\\u%04x", ch.value)
-            default: out.unicodeScalars.append(ch)
-            }
-        }
-        return out
+        var w = JSONWriter(capacity: s.utf8.count + 8)
+        w.escapeContents(s)
+        return w.string
     }
 }
 

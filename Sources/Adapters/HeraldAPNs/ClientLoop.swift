@@ -442,10 +442,9 @@ final class ClientLoop: @unchecked Sendable {
         bump { $0.answersByStatus[status, default: 0] += 1 }
         var reason: APNsReason?
         var timestamp: Int64?
-        if status != 200, !job.body.isEmpty,
-           let object = try? JSONSerialization.jsonObject(with: Data(job.body)) as? [String: Any] {
-            if let text = object["reason"] as? String { reason = APNsReason(wire: text) }
-            if let ts = object["timestamp"] as? NSNumber { timestamp = ts.int64Value }
+        if status != 200, !job.body.isEmpty, let object = try? JSONValue.parse(job.body) {
+            if let text = object["reason"]?.stringValue { reason = APNsReason(wire: text) }
+            timestamp = object["timestamp"]?.int64Value
         }
         let answer = APNsAnswerTable.classify(status: status, reason: reason, timestamp: timestamp)
         if status == 200 { delivered200 += 1 }

@@ -1,5 +1,6 @@
 import COpenSSL
 import Foundation
+import HeraldCore
 import HeraldHTTP
 import Logging
 
@@ -27,21 +28,21 @@ public struct FCMServiceAccount: Sendable, CustomStringConvertible {
     }
 
     public static func parse(_ bytes: [UInt8], source: String = "service account") throws(APNsError) -> FCMServiceAccount {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+        guard let object = try? JSONValue.parse(bytes), case .object = object else {
             throw APNsError(.credential, "\(source) is not a JSON object")
         }
         func field(_ name: String) throws(APNsError) -> String {
-            guard let v = object[name] as? String, !v.isEmpty else {
+            guard let v = object[name]?.stringValue, !v.isEmpty else {
                 throw APNsError(.credential, "\(source): \(name) is missing")
             }
             return v
         }
-        if let type = object["type"] as? String, type != "service_account" {
+        if let type = object["type"]?.stringValue, type != "service_account" {
             throw APNsError(.credential, "\(source): type is \(type), expected service_account")
         }
         return FCMServiceAccount(projectID: try field("project_id"), clientEmail: try field("client_email"),
-                                 privateKeyID: object["private_key_id"] as? String,
-                                 tokenURI: (object["token_uri"] as? String) ?? "https://oauth2.googleapis.com/token",
+                                 privateKeyID: object["private_key_id"]?.stringValue,
+                                 tokenURI: object["token_uri"]?.stringValue ?? "https://oauth2.googleapis.com/token",
                                  privateKeyPEM: try field("private_key"))
     }
 
@@ -132,6 +133,10 @@ public final class FCMAccessTokens: @unchecked Sendable {
     private var renewNow = false
     private var task: Task<Void, Never>?
     private var lastError: String?
+    /// `waitForToken` callers, woken when a fetch stores a token.
+    private let tokenWaiters = WaitList()
+    /// The renewal task, woken early by `reject` (a 401 asked for a new token).
+    private let renewWaiters = WaitList()
 
     public init(account: FCMServiceAccount, http: HTTP1Client, renewBefore: Duration = .seconds(300),
                 minimumInterval: Duration = .seconds(1), now: @escaping @Sendable () -> Date = { Date() },
@@ -176,13 +181,9 @@ public final class FCMAccessTokens: @unchecked Sendable {
         }
     }
 
-    /// Waits (polling) until a token is available or `timeout` passes.
+    /// Waits until a token is available (woken by the fetch that stores one) or `timeout` passes.
     public func waitForToken(timeout: Duration) async -> Bool {
-        let end = ContinuousClock.now + timeout
-        while ContinuousClock.now < end {
-            if token() != nil { return true }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
+        _ = await tokenWaiters.wait(timeout: timeout, unlessAlready: { [self] in token() != nil })
         return token() != nil
     }
 
@@ -193,6 +194,7 @@ public final class FCMAccessTokens: @unchecked Sendable {
             if let c = current, c.issuedAt == issuedAt { current = nil }
             renewNow = true
         }
+        renewWaiters.wakeAll()
         return true
     }
 
@@ -216,13 +218,12 @@ public final class FCMAccessTokens: @unchecked Sendable {
     /// Sleeps for `d`, or less when a 401 asked for a new token (but never sooner than
     /// `minimumInterval` after the last fetch).
     private func sleepOrWake(_ d: Duration) async {
+        // The rate limit first: a plain wait, then a wait that `reject` can cut short.
         let end = ContinuousClock.now + d
-        let earliest = ContinuousClock.now + minimumInterval
-        while !Task.isCancelled {
-            let now = ContinuousClock.now
-            if now >= end { break }
-            if now >= earliest, lock.withLock({ renewNow }) { break }
-            try? await Task.sleep(for: min(.milliseconds(50), end - now))
+        try? await Task.sleep(for: min(d, minimumInterval))
+        let left = end - ContinuousClock.now
+        if left > .zero, !Task.isCancelled {
+            _ = await renewWaiters.wait(timeout: left, unlessAlready: { [self] in lock.withLock { renewNow } })
         }
         lock.withLock { renewNow = false }
     }
@@ -243,19 +244,19 @@ public final class FCMAccessTokens: @unchecked Sendable {
             record(failure: "token endpoint unreachable: \(response.failure?.description ?? "no answer")")
             return nil
         }
-        guard status == 200,
-              let object = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any],
-              let token = object["access_token"] as? String, !token.isEmpty else {
-            let error = (try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])?["error"] as? String
+        let object = try? JSONValue.parse(response.body)
+        guard status == 200, let token = object?["access_token"]?.stringValue, !token.isEmpty else {
+            let error = object?["error"]?.stringValue
             record(failure: "token endpoint answered \(status)\(error.map { " \($0)" } ?? "")")
             return nil
         }
-        let expiresIn = (object["expires_in"] as? NSNumber)?.int64Value ?? 3600
+        let expiresIn = object?["expires_in"]?.int64Value ?? 3600
         lock.withLock {
             current = (token, issued, issued.addingTimeInterval(TimeInterval(expiresIn)))
             renewals += 1
             lastError = nil
         }
+        tokenWaiters.wakeAll()
         logger.info("fcm access token renewed", metadata: ["project": "\(assertion.account.projectID)",
                                                            "expires_in_s": "\(expiresIn)"])
         return .seconds(expiresIn)

@@ -1,3 +1,4 @@
+import DequeModule
 import Foundation
 import HeraldCore
 
@@ -54,13 +55,12 @@ final class Job: @unchecked Sendable {
 
 /// A FIFO of jobs with cheap push-front (resends go first); prioritized jobs go before the others.
 struct JobQueue {
-    private var items: [Job?] = []
-    private var head = 0
+    private var items: Deque<Job> = []
+    private var urgent: Deque<Job> = []
+    /// Resends, newest first out (a stack, as before: the last job pushed to the front is the next one sent).
     private var front: [Job] = []
-    private var urgent: [Job?] = []
-    private var urgentHead = 0
 
-    var count: Int { items.count - head + front.count + urgent.count - urgentHead }
+    var count: Int { items.count + front.count + urgent.count }
     var isEmpty: Bool { count == 0 }
 
     mutating func append(_ job: Job) {
@@ -71,28 +71,14 @@ struct JobQueue {
     /// True when the next `popFirst` gives a prioritized job; nil when empty.
     var nextIsPrioritized: Bool? {
         if let job = front.last { return job.request.prioritized }
-        if urgentHead < urgent.count { return true }
-        return head < items.count ? false : nil
+        if !urgent.isEmpty { return true }
+        return items.isEmpty ? nil : false
     }
 
     mutating func popFirst() -> Job? {
         if let job = front.popLast() { return job }
-        if urgentHead < urgent.count {
-            let job = urgent[urgentHead]
-            urgent[urgentHead] = nil
-            urgentHead += 1
-            if urgentHead == urgent.count { urgent.removeAll(keepingCapacity: true); urgentHead = 0 }
-            return job
-        }
-        guard head < items.count else { return nil }
-        let job = items[head]
-        items[head] = nil
-        head += 1
-        if head > 4096 && head * 2 > items.count {
-            items.removeFirst(head)
-            head = 0
-        }
-        return job
+        if let job = urgent.popFirst() { return job }
+        return items.popFirst()
     }
 
     /// Removes and returns every job for which `expired` is true.
@@ -101,23 +87,16 @@ struct JobQueue {
         var keptFront: [Job] = []
         for job in front { if expired(job) { out.append(job) } else { keptFront.append(job) } }
         front = keptFront
-        var keptUrgent: [Job?] = []
-        for i in urgentHead..<urgent.count {
-            if let job = urgent[i] {
-                if expired(job) { out.append(job) } else { keptUrgent.append(job) }
-            }
-        }
-        urgent = keptUrgent
-        urgentHead = 0
-        var kept: [Job?] = []
-        kept.reserveCapacity(items.count - head)
-        for i in head..<items.count {
-            if let job = items[i] {
-                if expired(job) { out.append(job) } else { kept.append(job) }
-            }
-        }
-        items = kept
-        head = 0
+        urgent = Self.split(urgent, into: &out, where: expired)
+        items = Self.split(items, into: &out, where: expired)
         return out
+    }
+
+    /// The jobs of `queue` for which `expired` is false, in order; the others are appended to `out`.
+    private static func split(_ queue: Deque<Job>, into out: inout [Job], where expired: (Job) -> Bool) -> Deque<Job> {
+        var kept: Deque<Job> = []
+        kept.reserveCapacity(queue.count)
+        for job in queue { if expired(job) { out.append(job) } else { kept.append(job) } }
+        return kept
     }
 }

@@ -1,6 +1,8 @@
 import CRdKafka
 import Foundation
+import HeraldCore
 import Logging
+import Synchronization
 
 /// An idempotent Kafka producer.
 ///
@@ -188,6 +190,14 @@ final class ProducerCore: @unchecked Sendable {
     let handle: RdKafkaHandle
     let logger: Logger
     private let lifecycle = Locked(Lifecycle())
+    /// `flush` callers: woken by the poll thread when the output queue is empty after a poll (delivery reports
+    /// arrive only from `rd_kafka_poll`, so that is where the queue can become empty), or when the handle goes.
+    private let flushWaiters = WaitList()
+    /// `enqueue` callers waiting for room in librdkafka's local queue: woken after every poll that served delivery
+    /// reports (which is when room appears), with a short deadline as a safety net.
+    private let roomWaiters = WaitList()
+    /// Counts polls that served events, so a waiter can tell that room may have appeared since it last tried.
+    private let servedPolls = PollCount()
 
     init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         self.logger = logger
@@ -213,10 +223,20 @@ final class ProducerCore: @unchecked Sendable {
         }
         let handle = self.handle
         let lifecycle = self.lifecycle
+        let flushWaiters = self.flushWaiters
+        let roomWaiters = self.roomWaiters
+        let servedPolls = self.servedPolls
         let timeout = Int32(clamping: max(1, configuration.pollInterval.milliseconds))
         let thread = Thread {
             while lifecycle.withLock({ $0.running }) {
-                rd_kafka_poll(handle.pointer, timeout)
+                let served = rd_kafka_poll(handle.pointer, timeout)
+                if served > 0 {
+                    servedPolls.bump()
+                    if !roomWaiters.isEmpty { roomWaiters.wakeAll() }
+                }
+                if !flushWaiters.isEmpty, lifecycle.withLock({ _ in rd_kafka_outq_len(handle.pointer) == 0 }) {
+                    flushWaiters.wakeAll()
+                }
             }
             // Anything still queued fails now (purge reports) rather than hanging its sender.
             rd_kafka_purge(handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
@@ -229,6 +249,8 @@ final class ProducerCore: @unchecked Sendable {
                 return (s.waiters, Array(s.topics.values))
             }
             waiters.forEach { $0.resume() }
+            flushWaiters.wakeAll()  // purged: nothing is outstanding any more
+            roomWaiters.wakeAll()  // their next try fails with `closed`
             topics.forEach { rd_kafka_topic_destroy($0) }
             // Takes about a second for an idempotent producer; nobody waits for it.
             handle.destroy()
@@ -271,16 +293,17 @@ final class ProducerCore: @unchecked Sendable {
         }
     }
 
-    /// Enqueues, waiting (without blocking a thread) while the local queue is full.
+    /// Enqueues, waiting (without blocking a thread) while the local queue is full: woken by the poll thread
+    /// when delivery reports free room, at the latest after 50 ms.
     func enqueue(_ record: ProducerRecord, sink: any DeliverySink, index: Int) async throws(KafkaError) {
-        var backoff = 1
         while true {
+            let polls = servedPolls.value
             do {
                 try enqueueNow(record, sink: sink, index: index)
                 return
             } catch where error.librdkafkaCode == RD_KAFKA_RESP_ERR__QUEUE_FULL.rawValue {
-                try? await Task.sleep(for: .milliseconds(backoff))
-                backoff = min(backoff * 2, 50)
+                let servedPolls = self.servedPolls
+                _ = await roomWaiters.wait(timeout: .milliseconds(50), unlessAlready: { servedPolls.value != polls })
             } catch where error.code == .closed || error.code == .fatal {
                 throw error
             } catch {
@@ -381,15 +404,22 @@ final class ProducerCore: @unchecked Sendable {
         }
     }
 
+    /// Waits until every enqueued record got its delivery report: woken by the poll thread, not by polling.
     func flush(timeout: Duration) async throws(KafkaError) {
-        let deadline = ContinuousClock.now + timeout
-        while case let pending = outstanding, pending > 0 {
-            if ContinuousClock.now >= deadline {
-                throw KafkaError(
-                    code: .flushTimeout, reason: "records still unacknowledged after \(timeout)",
-                    context: ["outstanding": String(pending)])
-            }
-            try? await Task.sleep(for: .milliseconds(5))
+        _ = await flushWaiters.wait(timeout: timeout, unlessAlready: { [self] in outstanding == 0 })
+        let pending = outstanding
+        if pending > 0 {
+            throw KafkaError(
+                code: .flushTimeout, reason: "records still unacknowledged after \(timeout)",
+                context: ["outstanding": String(pending)])
         }
     }
+}
+
+/// How many polls of the producer's thread served events (delivery reports): a waiter for room in the queue reads
+/// it before trying, and knows room may have appeared when it changed.
+final class PollCount: Sendable {
+    private let count = Mutex<UInt64>(0)
+    var value: UInt64 { count.withLock { $0 } }
+    func bump() { count.withLock { $0 &+= 1 } }
 }

@@ -1,3 +1,5 @@
+import DequeModule
+
 /// Tracks, for one partition, which delivered records the caller has completed and
 /// the low-water mark up to which offsets may be committed.
 ///
@@ -8,22 +10,21 @@
 /// Kafka's committed offset means "the next record to read".
 public struct PartitionOffsetTracker: Sendable, Hashable {
     /// Delivered, not yet retired offsets in increasing order, with their completion flag.
-    private var offsets: [Int64] = []
-    private var done: [Bool] = []
-    private var head = 0
+    private var offsets: Deque<Int64> = []
+    private var done: Deque<Bool> = []
     /// The offset that may be stored (committed); `nil` until a record was retired.
     public private(set) var committable: Int64?
 
     public init() {}
 
     /// Records delivered but not yet retired (pending or completed out of order).
-    public var outstanding: Int { offsets.count - head }
+    public var outstanding: Int { offsets.count }
 
     /// Registers a delivered record. Offsets at or below the last delivered one are
     /// ignored (a redelivery within the same assignment does not happen in librdkafka).
     public mutating func delivered(_ offset: Int64) {
-        if let last = offsets.last, head < offsets.count, offset <= last { return }
-        if head == offsets.count, let committable, offset < committable { return }
+        if let last = offsets.last, offset <= last { return }
+        if offsets.isEmpty, let committable, offset < committable { return }
         offsets.append(offset)
         done.append(false)
     }
@@ -34,20 +35,19 @@ public struct PartitionOffsetTracker: Sendable, Hashable {
     public mutating func complete(_ offset: Int64) -> Int64? {
         guard let index = find(offset), !done[index] else { return nil }
         done[index] = true
-        guard index == head else { return nil }
+        guard index == 0 else { return nil }
         var retired = offset
-        while head < offsets.count, done[head] {
-            retired = offsets[head]
-            head += 1
+        while let first = done.first, first {
+            retired = offsets.removeFirst()
+            done.removeFirst()
         }
         // The next committable offset is the oldest still pending, or one past the last retired.
-        committable = head < offsets.count ? offsets[head] : retired + 1
-        compactIfNeeded()
+        committable = offsets.first ?? retired + 1
         return committable
     }
 
     private func find(_ offset: Int64) -> Int? {
-        var low = head
+        var low = 0
         var high = offsets.count - 1
         while low <= high {
             let mid = (low + high) / 2
@@ -55,12 +55,5 @@ public struct PartitionOffsetTracker: Sendable, Hashable {
             if offsets[mid] < offset { low = mid + 1 } else { high = mid - 1 }
         }
         return nil
-    }
-
-    private mutating func compactIfNeeded() {
-        guard head > 1024, head * 2 > offsets.count else { return }
-        offsets.removeFirst(head)
-        done.removeFirst(head)
-        head = 0
     }
 }

@@ -55,7 +55,7 @@ public final class ExplainStore: Sendable {
         var out: [ExplainEntry] = []
         var index = 0
         while index + 1 < values.count {
-            if let data = values[index + 1].data, let entry = try? JSONDecoder().decode(ExplainEntry.self, from: data) {
+            if let data = values[index + 1].data, let entry = try? ExplainEntry(json: data) {
                 out.append(entry)
             }
             index += 2
@@ -68,7 +68,7 @@ public final class ExplainStore: Sendable {
     /// about the user; nil when there is none (never a recipient, or the trail expired).
     public func lastDecision(app: String, user: String) async throws -> (decision: ExplainEntry, trail: [ExplainEntry])? {
         let reply = try await connection.send(RedisCommand("GET", RedisKeys.lastDecision(app: app, user: user))).orThrow("GET")
-        guard let data = reply.data, let entry = try? JSONDecoder().decode(ExplainEntry.self, from: data) else { return nil }
+        guard let data = reply.data, let entry = try? ExplainEntry(json: data) else { return nil }
         return (entry, try await trail(app: app, eventID: entry.eventID, user: user))
     }
 

@@ -10,14 +10,7 @@ extension StateStore {
     /// preferences that are not valid JSON are treated as the defaults (as reads do) and replaced.
     @discardableResult
     public func patchPreferences(app: String, user: String, patch: PreferencePatch) async throws -> Preferences {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        let json: Data
-        do {
-            json = try encoder.encode(patch)
-        } catch {
-            throw RedisError(.invalidData, "cannot encode the preference patch: \(error)")
-        }
+        let json = patch.jsonBytes()
         let reply = try await connection.send(RedisCommand("EVAL", PatchScripts.patchPreferences, 1,
             RedisKeys.preferences(app: app, user: user), json)).orThrow("EVAL patchPreferences")
         guard let data = reply.data else { throw RedisError(.unexpectedReply, "preference patch answered \(reply)") }

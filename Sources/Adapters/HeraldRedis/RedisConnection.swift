@@ -1,4 +1,5 @@
 import CHiredis
+import DequeModule
 import Foundation
 import HeraldCore
 import Logging
@@ -86,8 +87,7 @@ private final class Worker: @unchecked Sendable {
     typealias Job = (HiredisSession?) -> Void
 
     private let condition = NSCondition()
-    private var jobs: [Job] = []
-    private var head = 0
+    private var jobs: Deque<Job> = []
     private var stopped = false
     private var connected = false
     private var thread: Thread?
@@ -154,18 +154,12 @@ private final class Worker: @unchecked Sendable {
     private func run(_ session: HiredisSession) {
         while true {
             condition.lock()
-            while head == jobs.count && !stopped {
+            while jobs.isEmpty && !stopped {
                 condition.wait()
             }
-            if head == jobs.count && stopped {
+            guard let job = jobs.popFirst() else {
                 condition.unlock()
                 break
-            }
-            let job = jobs[head]
-            head += 1
-            if head > 64 && head * 2 > jobs.count {
-                jobs.removeFirst(head)
-                head = 0
             }
             let isStopped = stopped
             condition.unlock()

@@ -125,7 +125,7 @@ public final class StateStore: Sendable {
             _ = try Self.execResults(replies)
             movedFrom = old
         }
-        let json = try Self.encode(device)
+        let json = Self.encode(device)
         let reply = try await connection.send(RedisCommand("EVAL", Scripts.register, 2,
             RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
             device.token, json, Device.maxPerUser, device.kind.rawValue, unique ? 1 : 0)).orThrow("EVAL register")
@@ -209,7 +209,7 @@ public final class StateStore: Sendable {
 
     /// Replaces the user's preferences.
     public func setPreferences(app: String, user: String, preferences: Preferences) async throws {
-        let json = try Self.encode(preferences)
+        let json = Self.encode(preferences)
         try await connection.send(RedisCommand("SET", RedisKeys.preferences(app: app, user: user), json)).orThrow("SET")
     }
 
@@ -284,7 +284,7 @@ public final class StateStore: Sendable {
             commands.append(RedisCommand("DEL", devicesKey, presenceKey, unreadKey, RedisKeys.preferences(app: app, user: user)))
             if !state.devices.isEmpty {
                 var arguments: [any RedisArgument] = [devicesKey]
-                for device in state.devices { arguments.append(device.token); arguments.append(try Self.encode(device)) }
+                for device in state.devices { arguments.append(device.token); arguments.append(Self.encode(device)) }
                 commands.append(RedisCommand("HSET", arguments))
                 for device in state.devices {
                     commands.append(RedisCommand("SET", RedisKeys.tokenOwner(app: app, token: device.token), user))
@@ -297,7 +297,7 @@ public final class StateStore: Sendable {
                 commands.append(RedisCommand("ZADD", arguments))
                 commands.append(RedisCommand("PEXPIRE", presenceKey, presenceTTLMilliseconds))
             }
-            commands.append(RedisCommand("SET", RedisKeys.preferences(app: app, user: user), try Self.encode(state.preferences)))
+            commands.append(RedisCommand("SET", RedisKeys.preferences(app: app, user: user), Self.encode(state.preferences)))
             var unreadArguments: [any RedisArgument] = [unreadKey, RedisKeys.unreadTotalField, state.unread.total]
             for (conversation, count) in state.unread.conversations.sorted(by: { $0.key < $1.key }) {
                 unreadArguments.append(RedisKeys.unreadField(conversation: conversation))
@@ -461,15 +461,8 @@ public final class StateStore: Sendable {
         return results
     }
 
-    private static func encode<T: Encodable>(_ value: T) throws -> Data {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        do {
-            return try encoder.encode(value)
-        } catch {
-            throw RedisError(.invalidData, "cannot encode \(T.self): \(error)")
-        }
-    }
+    /// The stored form of a device or preferences: HeraldCore's JSON (the fixture shape, docs/redis-keys.md).
+    private static func encode<T: JSONRecord>(_ value: T) -> [UInt8] { value.jsonBytes() }
 }
 
 /// One (event, device token) pair of the idempotency records.

@@ -41,7 +41,7 @@ public struct TopicNames: Sendable, Hashable {
 
 /// `kafka:` section.
 public struct KafkaConfig: Sendable, Hashable {
-    /// Bootstrap servers, comma separated. Env `HERALD_KAFKA_BROKERS` overrides.
+    /// Bootstrap servers, comma separated. A stage's `HERALD_KAFKA_BROKERS` overrides (HeraldStage's `ConfigKey`).
     public var brokers = "127.0.0.1:9092"
     public var clientID = "herald"
     public var topics = TopicNames()
@@ -54,7 +54,7 @@ public struct KafkaConfig: Sendable, Hashable {
 
 /// `redis:` section.
 public struct RedisConfig: Sendable, Hashable {
-    /// Env `HERALD_REDIS_HOST` / `HERALD_REDIS_PORT` override.
+    /// A stage's `HERALD_REDIS_HOST` / `HERALD_REDIS_PORT` override (HeraldStage's `ConfigKey`).
     public var host = "127.0.0.1"
     public var port = 6379
     public var database = 0
@@ -145,18 +145,19 @@ public struct LoadedPipeline: Sendable {
 
 public enum PipelineLoader {
     /// Reads a pipeline file from disk.
-    public static func load(path: String, environment: [String: String] = [:]) throws(ConfigError) -> LoadedPipeline {
+    public static func load(path: String) throws(ConfigError) -> LoadedPipeline {
         let text: String
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
             throw ConfigError(path: path, message: "cannot read: \(error.localizedDescription)")
         }
-        return try load(yaml: text, environment: environment)
+        return try load(yaml: text)
     }
 
-    /// Parses pipeline YAML. `environment` overrides a few keys (see docs).
-    public static func load(yaml: String, environment: [String: String] = [:]) throws(ConfigError) -> LoadedPipeline {
+    /// Parses pipeline YAML. The environment is not read here: a stage applies its overrides through HeraldStage's
+    /// `ConfigKey`s (`PipelineConfig.applying`).
+    public static func load(yaml: String) throws(ConfigError) -> LoadedPipeline {
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
@@ -168,24 +169,49 @@ public enum PipelineLoader {
         guard let root else { return LoadedPipeline(config: config, warnings: []) }
         let top = try r.mapping(root, "")
         r.check(top, "", known: ["api", "apps", "defaults", "kafka", "redis", "stages"])
+        // `defaults:` is the base of every listed app: an app's keys override it, mappings merged key by key.
+        // Only listed apps exist; records of any other app id are dead-lettered `unknown_app`.
         var fallback = AppConfig()
-        if let d = top["defaults"] { fallback = try readApp(&r, d, path: "defaults", appID: "default") }
+        var defaultsWarnings = Set<String>()
+        let defaultsNode = top["defaults"]
+        if let d = defaultsNode {
+            let before = r.warnings.count
+            fallback = try readApp(&r, d, path: "defaults", appID: "default")
+            defaultsWarnings = Set(r.warnings[before...])
+        }
         var apps: [String: AppConfig] = [:]
         if let a = top["apps"] {
             for (id, node) in try r.mapping(a, "apps").pairs {
-                apps[id] = try readApp(&r, node, path: "apps.\(id)", appID: id)
+                let path = "apps.\(id)"
+                let before = r.warnings.count
+                apps[id] = try readApp(&r, defaultsNode.map { merged(node, over: $0) } ?? node, path: path, appID: id)
+                // A key the defaults section got wrong is reported once, under `defaults`.
+                let mine = r.warnings[before...].filter { w in
+                    !(w.hasPrefix(path + ".") && defaultsWarnings.contains("defaults." + w.dropFirst(path.count + 1)))
+                }
+                r.warnings.removeSubrange(before...)
+                r.warnings += mine
             }
         }
-        config.apps = AppDirectory(apps: apps, fallback: fallback)
+        config.apps = AppDirectory(apps: apps, fallback: fallback, listedOnly: true)
         if let k = top["kafka"] { config.kafka = try readKafka(&r, k) }
         if let x = top["redis"] { config.redis = try readRedis(&r, x) }
         if let x = top["api"] { config.api = try readAPI(&r, x) }
         if let s = top["stages"] { config.stages = try readStages(&r, s) }
 
-        if let b = environment["HERALD_KAFKA_BROKERS"], !b.isEmpty { config.kafka.brokers = b }
-        if let h = environment["HERALD_REDIS_HOST"], !h.isEmpty { config.redis.host = h }
-        if let p = environment["HERALD_REDIS_PORT"].flatMap(Int.init) { config.redis.port = p }
         return LoadedPipeline(config: config, warnings: r.warnings)
+    }
+
+    /// `app` with every key of `base` it lacks; where both hold a mapping, merged the same way, key by key.
+    /// Any other value of `app` (a scalar, a list) replaces the base's.
+    static func merged(_ app: Node, over base: Node) -> Node {
+        guard case .mapping(let b) = base else { return app }
+        if case .scalar = app, app.null != nil { return base }   // `app9:` with nothing: all defaults
+        guard case .mapping(var a) = app else { return app }
+        for (key, value) in b {
+            if let mine = a[key] { a[key] = merged(mine, over: value) } else { a[key] = value }
+        }
+        return .mapping(a)
     }
 
     static let appKeys: Set<String> = ["payload", "multi_device", "badge", "counts", "templates", "catalogs", "credentials",

@@ -20,7 +20,7 @@ public enum PayloadProfile: Sendable, Hashable {
 }
 
 /// Which devices of a user with several are woken (Sendbird's dashboard option).
-public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable, Codable {
+public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable {
     /// Send only when every device is offline (the default).
     case allOffline = "all_offline"
     /// As long as one device is offline, send to every device (Sendbird: a foreground app can show it too).
@@ -30,7 +30,7 @@ public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// One APNs credential of an app: token based (.p8) or certificate based.
-public struct APNsCredential: Sendable, Hashable, Codable {
+public struct APNsCredential: Sendable, Hashable {
     public var bundleID: String
     public var environment: APNsEnvironment
     // Token based
@@ -60,12 +60,6 @@ public struct APNsCredential: Sendable, Hashable, Codable {
         self.bundleID = bundleID; self.environment = environment; self.teamID = teamID; self.keyID = keyID
         self.keyFile = keyFile; self.certificateFile = certificateFile; self.privateKeyFile = privateKeyFile
         self.p12File = p12File; self.p12PasswordEnv = p12PasswordEnv; self.p12Password = p12Password
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case bundleID = "bundle_id", environment, teamID = "team_id", keyID = "key_id", keyFile = "key_file"
-        case certificateFile = "certificate_file", privateKeyFile = "private_key_file", p12File = "p12_file"
-        case p12PasswordEnv = "p12_password_env", p12Password = "p12_password"
     }
 
     /// How this credential authenticates, or nil when incomplete.
@@ -326,17 +320,38 @@ public struct AppConfig: Sendable {
     public var locales: [String] { strings.keys.sorted() }
 }
 
-/// App configurations by app id, with the configuration used for unknown apps.
+/// App configurations by app id.
+///
+/// Read from a pipeline file (`listedOnly`), the apps listed under `apps:` are the only apps there are: a record
+/// of any other app id is dead-lettered `unknown_app` by the stage that reads it (docs/behaviour.md §2). Built in
+/// code without a file (tests, `heraldctl simulate` without `--pipeline`), every app id gets `fallback`.
 public struct AppDirectory: Sendable {
     public var apps: [String: AppConfig]
+    /// What `app(_:)` answers for an id not in `apps` (the file's `defaults:` section read on its own, else the
+    /// built-in defaults).
     public var fallback: AppConfig
+    /// Only the apps in `apps` are known (a directory read from a pipeline file).
+    public var listedOnly: Bool
 
-    public init(apps: [String: AppConfig] = [:], fallback: AppConfig = AppConfig()) {
+    public init(apps: [String: AppConfig] = [:], fallback: AppConfig = AppConfig(), listedOnly: Bool = false) {
         self.apps = apps
         self.fallback = fallback
+        self.listedOnly = listedOnly
     }
 
     public func app(_ id: String) -> AppConfig { apps[id] ?? fallback }
+
+    /// Whether records of this app id are served (else they are dead-lettered `unknown_app`).
+    public func isKnown(_ id: String) -> Bool { !listedOnly || apps[id] != nil }
+
+    /// The DLQ reason for a record of an app id that is not configured.
+    public static let unknownAppReason = "unknown_app"
+
+    /// The DLQ detail for a record of an unknown app id (the id cut to 64 characters).
+    public static func unknownAppDetail(_ id: String) -> String {
+        let shown = id.count > 64 ? String(id.prefix(64)) + "…" : id
+        return "app_id \"\(shown)\" is not listed under apps: in the pipeline file"
+    }
 }
 
 /// See `AppConfig.collapseID`.

@@ -28,7 +28,7 @@ public enum Language {
 }
 
 /// The keys of a string catalog.
-public enum CatalogKey: String, CaseIterable, Sendable, Codable {
+public enum CatalogKey: String, CaseIterable, Sendable {
     case defaultText = "template.default.text"
     case defaultFile = "template.default.file"
     case alternativeText = "template.alternative.text"
@@ -273,7 +273,7 @@ public struct Template: Sendable, Hashable {
 }
 
 /// A text/file template pair.
-public struct TemplatePair: Sendable, Hashable, Codable {
+public struct TemplatePair: Sendable, Hashable {
     public var text: String
     public var file: String
     public init(text: String, file: String) { self.text = text; self.file = file }

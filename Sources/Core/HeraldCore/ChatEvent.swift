@@ -17,21 +17,21 @@ public struct EventValidationError: Error, Sendable, Hashable, CustomStringConve
     public var description: String { "\(field): \(message)" }
 }
 
-public enum ConversationType: String, Codable, Sendable, Hashable, CaseIterable {
+public enum ConversationType: String, Sendable, Hashable, CaseIterable {
     case direct, group, open, supergroup
 }
 
-public enum MessageType: String, Codable, Sendable, Hashable, CaseIterable {
+public enum MessageType: String, Sendable, Hashable, CaseIterable {
     case text, file, admin
 }
 
-public enum MentionType: String, Codable, Sendable, Hashable, CaseIterable {
+public enum MentionType: String, Sendable, Hashable, CaseIterable {
     case users, channel
 }
 
 /// One chat event: a message, a call, a reaction or a group action.
-public struct ChatEvent: Codable, Sendable, Hashable {
-    public enum Kind: String, Codable, Sendable, Hashable, CaseIterable {
+public struct ChatEvent: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
         case message, call, reaction
         case groupAction = "group_action"
         /// A message was edited: a notification with the new text (docs/behaviour.md §7).
@@ -111,9 +111,9 @@ public struct ChatEvent: Codable, Sendable, Hashable {
         }
     }
 
-    public enum CallType: String, Codable, Sendable, Hashable, CaseIterable { case audio, video }
+    public enum CallType: String, Sendable, Hashable, CaseIterable { case audio, video }
 
-    public enum CallAction: String, Codable, Sendable, Hashable, CaseIterable {
+    public enum CallAction: String, Sendable, Hashable, CaseIterable {
         case initiated, cancelled, unanswered, ongoing, rejected, ended, busy
     }
 
@@ -133,7 +133,7 @@ public struct ChatEvent: Codable, Sendable, Hashable {
     }
 
     /// CometChat group actions; `kicked` is read as `removed`.
-    public enum GroupActionKind: String, Codable, Sendable, Hashable, CaseIterable {
+    public enum GroupActionKind: String, Sendable, Hashable, CaseIterable {
         case joined, left, added, removed, banned, unbanned
     }
 
@@ -475,19 +475,6 @@ public struct ChatEvent: Codable, Sendable, Hashable {
         var w = JSONWriter(capacity: 1024)
         w.value(json)
         return w.bytes
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let value = try JSONValue(from: decoder)
-        do {
-            self = try ChatEvent(validating: value)
-        } catch {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: error.description))
-        }
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        try json.encode(to: encoder)
     }
 
     // MARK: Derived facts the rules use

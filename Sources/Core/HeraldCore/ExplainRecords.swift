@@ -6,7 +6,7 @@
 /// Stored as JSON (snake_case) in the hash `herald:<app>:explain:{<event id>}`, one field per subject:
 /// `event` (ingest's drop or resolve's fan-out), `user:<user>` (resolve / suppress / render), and
 /// `device:<user>:<token>` (send's outcome for one device; the latest attempt wins).
-public struct ExplainEntry: Codable, Sendable, Hashable {
+public struct ExplainEntry: Sendable, Hashable {
     public var appID: String
     public var eventID: String
     /// nil for an event-level entry.
@@ -45,10 +45,6 @@ public struct ExplainEntry: Codable, Sendable, Hashable {
         self.count = count
     }
 
-    enum CodingKeys: String, CodingKey {
-        case appID = "app_id", eventID = "event_id", user, token, stage, decision, reason, at, status, attempt, count
-    }
-
     /// The hash field this entry is stored under.
     public var field: String {
         if let token { return "device:\(user ?? ""):\(token)" }
@@ -60,8 +56,8 @@ public struct ExplainEntry: Codable, Sendable, Hashable {
 }
 
 extension ExplainEntry {
-    /// The entry as JSON, keys sorted (the same text the Codable form gives with sorted keys), written directly:
-    /// every stage writes one per recipient or device, so this is on the hot path.
+    /// The entry as JSON, keys sorted, written directly: every stage writes one per recipient or device, so this
+    /// is on the hot path. `init(json:)` reads it back.
     public var jsonBytes: [UInt8] {
         var w = JSONWriter(capacity: 160)
         w.raw("{\"app_id\":"); w.string(appID)
@@ -77,5 +73,20 @@ extension ExplainEntry {
         if let user { w.raw(",\"user\":"); w.string(user) }
         w.byte(UInt8(ascii: "}"))
         return w.bytes
+    }
+
+    /// Reads an entry as `jsonBytes` wrote it; the error names the offending field.
+    public init(json bytes: some Collection<UInt8>) throws(StageRecordError) {
+        let value: JSONValue
+        do { value = try JSONValue.parse(bytes) } catch {
+            throw StageRecordError(record: "ExplainEntry", detail: "(record): not valid JSON: \(error.description)")
+        }
+        let r = try RecordReader(value, path: "")
+        guard let at = try r.int("at") else { throw r.fail("at", "missing") }
+        self.init(appID: try r.requiredString("app_id"), eventID: try r.requiredString("event_id"),
+                  user: try r.string("user"), token: try r.string("token"), stage: try r.requiredString("stage"),
+                  decision: try r.requiredString("decision"), reason: try r.string("reason"), at: at,
+                  status: try r.int("status").map { Int($0) }, attempt: try r.int("attempt").map { Int($0) },
+                  count: try r.int("count").map { Int($0) })
     }
 }

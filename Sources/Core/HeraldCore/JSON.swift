@@ -1,12 +1,16 @@
-// A small JSON value, a strict parser that never traps on any bytes, and an
-// append-only writer used on the hot path (payloads are written byte by byte
-// into a reserved buffer rather than through JSONEncoder/JSONSerialization).
+// Herald's one JSON implementation: a small JSON value, a strict parser that never traps on any bytes, and an
+// append-only writer used on the hot path (payloads and records are written byte by byte into a reserved buffer).
+// Every record, payload and answer Herald reads or writes as JSON goes through here; `herald-bench json` measures
+// it against Foundation's JSONDecoder/JSONEncoder (docs/architecture.md, "JSON").
 
-/// A parsed JSON value. Objects keep their keys in document order.
+/// A parsed JSON value. Objects keep their keys in document order (`JSONValue.parse` and the writer both keep it;
+/// duplicate keys are kept too, and the subscript reads the first).
 public enum JSONValue: Sendable, Hashable {
     case null
     case bool(Bool)
-    /// The number as written (so 64-bit integers survive unchanged).
+    /// The number exactly as written, so 64-bit integers (and long decimals) survive unchanged. Two numbers are
+    /// equal when they denote the same decimal value (`1`, `1.0` and `10e-1` are equal), compared exactly, never
+    /// through `Double`: 9007199254740993 and 9007199254740992 differ.
     case number(String)
     case string(String)
     case array([JSONValue])
@@ -16,7 +20,10 @@ public enum JSONValue: Sendable, Hashable {
         switch (a, b) {
         case (.null, .null): return true
         case let (.bool(x), .bool(y)): return x == y
-        case let (.number(x), .number(y)): return x == y || (Double(x) != nil && Double(x) == Double(y))
+        case let (.number(x), .number(y)):
+            if x == y { return true }
+            guard let l = DecimalNumber(x), let r = DecimalNumber(y) else { return false }
+            return l == r
         case let (.string(x), .string(y)): return x == y
         case let (.array(x), .array(y)): return x == y
         case let (.object(x), .object(y)):
@@ -31,7 +38,8 @@ public enum JSONValue: Sendable, Hashable {
         switch self {
         case .null: hasher.combine(0)
         case .bool(let b): hasher.combine(b)
-        case .number(let n): hasher.combine(Double(n) ?? 0)
+        case .number(let n):
+            if let d = DecimalNumber(n) { hasher.combine(d) } else { hasher.combine(n) }
         case .string(let s): hasher.combine(s)
         case .array(let a): hasher.combine(a)
         case .object(let o):
@@ -44,6 +52,25 @@ public enum JSONValue: Sendable, Hashable {
     public subscript(key: String) -> JSONValue? {
         guard case .object(let pairs) = self else { return nil }
         for (k, v) in pairs where k == key { return v }
+        return nil
+    }
+
+    /// The string, if this is a string.
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+
+    /// The number as a 64-bit integer, if this is a number with an integral value in range (`3600`, `3600.0`).
+    public var int64Value: Int64? {
+        guard case .number(let n) = self else { return nil }
+        if let i = Int64(n) { return i }
+        return DecimalNumber(n)?.int64
+    }
+
+    /// The Boolean, if this is `true` or `false`.
+    public var boolValue: Bool? {
+        if case .bool(let b) = self { return b }
         return nil
     }
 
@@ -77,36 +104,74 @@ public enum JSONValue: Sendable, Hashable {
     }
 }
 
-extension JSONValue: Codable {
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.singleValueContainer()
-        if c.decodeNil() { self = .null; return }
-        if let b = try? c.decode(Bool.self) { self = .bool(b); return }
-        if let i = try? c.decode(Int64.self) { self = .number(String(i)); return }
-        if let d = try? c.decode(Double.self) { self = .number(String(d)); return }
-        if let s = try? c.decode(String.self) { self = .string(s); return }
-        if let a = try? c.decode([JSONValue].self) { self = .array(a); return }
-        if let o = try? c.decode([String: JSONValue].self) {
-            self = .object(o.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
-            return
+/// The exact decimal value of a JSON number: sign, significant digits without leading or trailing zeros, and a
+/// power of ten (value = ±digits × 10^exponent). Zero has no digits and no sign.
+struct DecimalNumber: Hashable {
+    var negative: Bool
+    var digits: [UInt8]
+    var exponent: Int
+
+    /// Reads a number in JSON's grammar (`-?int(.frac)?([eE][+-]?exp)?`); nil for anything else.
+    init?(_ text: String) {
+        var bytes = Array(text.utf8)[...]
+        negative = bytes.first == UInt8(ascii: "-")
+        if negative { bytes = bytes.dropFirst() }
+        func isDigit(_ b: UInt8) -> Bool { b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9") }
+        let integral = bytes.prefix(while: isDigit)
+        guard !integral.isEmpty else { return nil }
+        bytes = bytes.dropFirst(integral.count)
+        var fraction: ArraySlice<UInt8> = []
+        if bytes.first == UInt8(ascii: ".") {
+            fraction = bytes.dropFirst().prefix(while: isDigit)
+            guard !fraction.isEmpty else { return nil }
+            bytes = bytes.dropFirst(1 + fraction.count)
         }
-        throw DecodingError.dataCorruptedError(in: c, debugDescription: "not a JSON value")
+        var exponent = 0
+        if let e = bytes.first, e == UInt8(ascii: "e") || e == UInt8(ascii: "E") {
+            bytes = bytes.dropFirst()
+            var negativeExponent = false
+            if let sign = bytes.first, sign == UInt8(ascii: "+") || sign == UInt8(ascii: "-") {
+                negativeExponent = sign == UInt8(ascii: "-")
+                bytes = bytes.dropFirst()
+            }
+            let written = bytes.prefix(while: isDigit)
+            guard !written.isEmpty else { return nil }
+            bytes = bytes.dropFirst(written.count)
+            for d in written {
+                // Clamped: an exponent beyond a billion only has to compare unequal to ordinary numbers.
+                exponent = min(exponent * 10 + Int(d - UInt8(ascii: "0")), 1_000_000_000)
+            }
+            if negativeExponent { exponent = -exponent }
+        }
+        guard bytes.isEmpty else { return nil }
+        var all = Array(integral) + Array(fraction)
+        exponent -= fraction.count
+        let leading = all.prefix(while: { $0 == UInt8(ascii: "0") }).count
+        all.removeFirst(leading)
+        while all.last == UInt8(ascii: "0") {
+            all.removeLast()
+            exponent += 1
+        }
+        if all.isEmpty {
+            negative = false
+            exponent = 0
+        }
+        digits = all
+        self.exponent = exponent
     }
 
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        switch self {
-        case .null: try c.encodeNil()
-        case .bool(let b): try c.encode(b)
-        case .number(let n):
-            if let i = Int64(n) { try c.encode(i) } else { try c.encode(Double(n) ?? 0) }
-        case .string(let s): try c.encode(s)
-        case .array(let a): try c.encode(a)
-        case .object(let o):
-            var dict: [String: JSONValue] = [:]
-            for (k, v) in o where dict[k] == nil { dict[k] = v }
-            try c.encode(dict)
+    /// The value as an `Int64`, when it is an integer in range.
+    var int64: Int64? {
+        guard exponent >= 0, digits.count + exponent <= 19 else { return digits.isEmpty ? 0 : nil }
+        var magnitude: UInt64 = 0
+        for d in digits + Array(repeating: UInt8(ascii: "0"), count: exponent) {
+            let (m, o1) = magnitude.multipliedReportingOverflow(by: 10)
+            let (n, o2) = m.addingReportingOverflow(UInt64(d - UInt8(ascii: "0")))
+            if o1 || o2 { return nil }
+            magnitude = n
         }
+        if negative { return magnitude <= UInt64(Int64.max) + 1 ? Int64(truncatingIfNeeded: 0 &- magnitude) : nil }
+        return magnitude <= UInt64(Int64.max) ? Int64(magnitude) : nil
     }
 }
 
@@ -355,8 +420,20 @@ public struct JSONWriter: Sendable {
         bytes.append(0x22)
     }
 
-    /// Writes the escaped contents of a string without quotes.
-    public mutating func escapeContents(_ s: String) {
+    /// A quoted, escaped JSON string literal: Herald's one string escaper, for code that builds JSON text
+    /// (log lines, JWT headers and claims). `lineSafe` also escapes DEL, U+2028 and U+2029, which some
+    /// line-oriented readers take for line breaks (log lines use it; payloads do not, to keep their size).
+    public static func quoted(_ s: String, lineSafe: Bool = false) -> String {
+        var w = JSONWriter(capacity: s.utf8.count + 8)
+        w.byte(0x22)
+        w.escapeContents(s, lineSafe: lineSafe)
+        w.byte(0x22)
+        return w.string
+    }
+
+    /// Writes the escaped contents of a string without quotes: `"`, `\` and control characters (RFC 8259);
+    /// with `lineSafe`, DEL, U+2028 and U+2029 too.
+    public mutating func escapeContents(_ s: String, lineSafe: Bool = false) {
         var s = s
         s.withUTF8 { buf in
             var start = 0
@@ -365,6 +442,21 @@ public struct JSONWriter: Sendable {
             while k < n {
                 let c = buf[k]
                 if c >= 0x20 && c != 0x22 && c != 0x5C {
+                    if lineSafe {
+                        var escape: [UInt8]?
+                        if c == 0x7F {
+                            escape = Array(#"\u007f"#.utf8)
+                        } else if c == 0xE2, k + 2 < n, buf[k + 1] == 0x80, buf[k + 2] == 0xA8 || buf[k + 2] == 0xA9 {
+                            escape = Array((buf[k + 2] == 0xA8 ? #"\u2028"# : #"\u2029"#).utf8)
+                        }
+                        if let escape {
+                            if k > start { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buf[start..<k])) }
+                            bytes.append(contentsOf: escape)
+                            k += c == 0x7F ? 1 : 3
+                            start = k
+                            continue
+                        }
+                    }
                     k += 1
                     continue
                 }

@@ -26,9 +26,9 @@ public struct FieldError: Error, Sendable, Hashable, CustomStringConvertible {
 /// {"set": {"trigger": "mention_only", "dnd": {"start": "22:00", "end": "08:00", "timezone": "Asia/Seoul"}},
 ///  "clear": ["snooze"], "conversations": {"c1": {"muted": true}}, "remove_conversations": ["c2"]}
 /// ```
-public struct PreferencePatch: Codable, Sendable, Hashable {
+public struct PreferencePatch: Sendable, Hashable {
     /// Preference fields to set; nil means "leave as stored".
-    public struct Fields: Codable, Sendable, Hashable {
+    public struct Fields: Sendable, Hashable {
         public var trigger: PushTrigger?
         public var dnd: DoNotDisturb?
         public var snooze: Snooze?
@@ -39,16 +39,10 @@ public struct PreferencePatch: Codable, Sendable, Hashable {
         public var badge: Bool?
 
         public init() {}
-
-        enum CodingKeys: String, CodingKey {
-            case trigger, dnd, snooze, template, languages, badge
-            case displayStyle = "display_style"
-            case displayName = "display_name"
-        }
     }
 
     /// One conversation's fields to set.
-    public struct ConversationFields: Codable, Sendable, Hashable {
+    public struct ConversationFields: Sendable, Hashable {
         public var trigger: ConversationTrigger?
         public var muted: Bool?
 
@@ -60,7 +54,7 @@ public struct PreferencePatch: Codable, Sendable, Hashable {
 
     /// The fields a patch may clear. A cleared `trigger`, `template`, `display_style` or `badge` is back to its
     /// built-in default; a cleared `dnd`, `snooze`, `display_name` or `languages` is absent.
-    public enum Field: String, Codable, Sendable, Hashable, CaseIterable {
+    public enum Field: String, Sendable, Hashable, CaseIterable {
         case trigger, dnd, snooze, template, languages, badge
         case displayStyle = "display_style"
         case displayName = "display_name"
@@ -77,19 +71,6 @@ public struct PreferencePatch: Codable, Sendable, Hashable {
         self.clear = clear
         self.conversations = conversations
         self.removeConversations = removeConversations
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case set, clear, conversations
-        case removeConversations = "remove_conversations"
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        set = try c.decodeIfPresent(Fields.self, forKey: .set) ?? Fields()
-        clear = try c.decodeIfPresent([Field].self, forKey: .clear) ?? []
-        conversations = try c.decodeIfPresent([String: ConversationFields].self, forKey: .conversations) ?? [:]
-        removeConversations = try c.decodeIfPresent([String].self, forKey: .removeConversations) ?? []
     }
 
     /// True when the patch changes nothing.
@@ -307,5 +288,86 @@ public struct PreferencePatch: Codable, Sendable, Hashable {
         guard let end else { throw FieldError(field: "snooze.end", message: "missing") }
         guard start <= end else { throw FieldError(field: "snooze.end", message: "before snooze.start") }
         return Snooze(start: start, end: end)
+    }
+}
+
+// MARK: JSON (the record form: `patch` of a `patch_preferences` record, and what the Lua script reads)
+
+extension PreferencePatch: JSONRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"set\":{")
+        var first = true
+        func field(_ name: String, _ w: inout JSONWriter) {
+            if !first { w.byte(UInt8(ascii: ",")) }
+            first = false
+            w.key(name)
+        }
+        if let v = set.trigger { field("trigger", &w); w.string(v.rawValue) }
+        if let d = set.dnd {
+            field("dnd", &w)
+            w.raw("{\"start\":"); w.string(d.start.description)
+            w.raw(",\"end\":"); w.string(d.end.description)
+            w.raw(",\"timezone\":"); w.string(d.timezone)
+            w.byte(UInt8(ascii: "}"))
+        }
+        if let v = set.snooze {
+            field("snooze", &w)
+            w.raw("{\"start\":"); w.int(v.start)
+            w.raw(",\"end\":"); w.int(v.end)
+            w.byte(UInt8(ascii: "}"))
+        }
+        if let v = set.template { field("template", &w); w.string(v.rawValue) }
+        if let v = set.displayStyle { field("display_style", &w); w.string(v.rawValue) }
+        if let v = set.displayName { field("display_name", &w); w.string(v) }
+        if let v = set.languages { field("languages", &w); w.stringArray(v) }
+        if let v = set.badge { field("badge", &w); w.bool(v) }
+        w.raw("},\"clear\":"); w.stringArray(clear.map(\.rawValue))
+        w.raw(",\"conversations\":{")
+        for (n, (id, c)) in conversations.sorted(by: { $0.key < $1.key }).enumerated() {
+            if n > 0 { w.byte(UInt8(ascii: ",")) }
+            w.key(id)
+            w.byte(UInt8(ascii: "{"))
+            if let t = c.trigger { w.raw("\"trigger\":"); w.string(t.rawValue) }
+            if let m = c.muted {
+                if c.trigger != nil { w.byte(UInt8(ascii: ",")) }
+                w.raw("\"muted\":"); w.bool(m)
+            }
+            w.byte(UInt8(ascii: "}"))
+        }
+        w.raw("},\"remove_conversations\":"); w.stringArray(removeConversations)
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue) throws(StageRecordError) {
+        try self.init(reader: RecordReader(json, path: "patch"))
+    }
+
+    init(reader r: RecordReader) throws(StageRecordError) {
+        var patch = PreferencePatch()
+        if let f = try r.object("set") {
+            // The stored preference form: read through the preferences' own reader, field by field.
+            let stored = try Preferences(reader: f)
+            if f.value("trigger") != nil { patch.set.trigger = stored.trigger }
+            if f.value("dnd") != nil { patch.set.dnd = stored.dnd }
+            if f.value("snooze") != nil { patch.set.snooze = stored.snooze }
+            if f.value("template") != nil { patch.set.template = stored.template }
+            if f.value("display_style") != nil { patch.set.displayStyle = stored.displayStyle }
+            if f.value("display_name") != nil { patch.set.displayName = stored.displayName }
+            if f.value("languages") != nil { patch.set.languages = stored.languages }
+            if f.value("badge") != nil { patch.set.badge = stored.badge }
+        }
+        for (n, name) in (try r.stringArray("clear") ?? []).enumerated() {
+            guard let field = Field(rawValue: name) else { throw r.fail("clear[\(n)]", "unknown field \"\(name)\"") }
+            patch.clear.append(field)
+        }
+        if let convs = try r.object("conversations") {
+            for (id, value) in convs.pairs {
+                let c = try RecordReader(value, path: convs.sub(id))
+                patch.conversations[id] = ConversationFields(
+                    trigger: try c.enumValue("trigger", ConversationTrigger.self), muted: try c.bool("muted"))
+            }
+        }
+        patch.removeConversations = try r.stringArray("remove_conversations") ?? []
+        self = patch
     }
 }

@@ -3,7 +3,7 @@
 // in every stage), so a call never waits behind a backlog of group messages.
 
 /// How urgent a notification is. Declared from most to least urgent.
-public enum PriorityClass: String, Sendable, Hashable, CaseIterable, Codable, Comparable {
+public enum PriorityClass: String, Sendable, Hashable, CaseIterable, Comparable {
     /// Calls (ringing, VoIP): useless seconds later.
     case urgent
     /// Direct messages, mentions, `em_force_notification`.
@@ -22,7 +22,7 @@ public enum PriorityClass: String, Sendable, Hashable, CaseIterable, Codable, Co
 }
 
 /// A path through the pipeline: its own topics and its own stage loop in every stage.
-public enum Lane: String, Sendable, Hashable, CaseIterable, Codable {
+public enum Lane: String, Sendable, Hashable, CaseIterable {
     case priority
     case bulk
 }

@@ -1,25 +1,19 @@
-// The JSON codec of the stage records: written with JSONWriter and read with
-// the strict JSON parser, so a stage pays microseconds per record rather than
-// going through JSONEncoder/JSONDecoder. The JSON is the same as the Codable
-// form (snake_case, the names of docs/behaviour.md); the records between stages travel in their binary form
-// (BinaryRecord.swift) and are read in either form; the DLQ record travels as JSON.
+// The one JSON codec of Herald's records (the stage records, the DLQ record, the registry and token-feedback
+// records, the state fixture and what Redis stores of it): written with JSONWriter and read with the strict JSON
+// parser of JSON.swift, each record by exactly one pair of functions here. Field names are snake_case, the names
+// of docs/behaviour.md §3 and §10. The records between stages travel in their binary form (BinaryRecord.swift) and
+// are read in either form; everything a person or a tool reads (the DLQ, the registry topic, Redis, fixtures)
+// is this JSON.
 
-/// A record a stage puts on Kafka.
-public protocol StageRecord: Codable, Sendable {
+/// A record with Herald's JSON form.
+public protocol JSONRecord: Sendable {
     /// Appends the record as one JSON object.
     func write(into w: inout JSONWriter)
-    /// Reads the record from a parsed JSON value.
+    /// Reads the record from a parsed JSON value; the error names the offending field.
     init(json: JSONValue) throws(StageRecordError)
-    /// The bytes put on Kafka: the binary form for the records between stages (`BinaryRecord`), JSON otherwise.
-    func wireBytes() -> [UInt8]
-    /// Reads what `wireBytes` wrote; records with a binary form also accept their JSON form.
-    static func fromWire(_ bytes: [UInt8]) throws(StageRecordError) -> Self
 }
 
-extension StageRecord {
-    public func wireBytes() -> [UInt8] { jsonBytes() }
-    public static func fromWire(_ bytes: [UInt8]) throws(StageRecordError) -> Self { try fromJSON(bytes) }
-
+extension JSONRecord {
     /// The JSON form (what tools show and what a person may publish by hand).
     public func jsonBytes() -> [UInt8] {
         var w = JSONWriter(capacity: 2048)
@@ -42,6 +36,19 @@ extension StageRecord {
     }
 }
 
+/// A record a stage puts on Kafka.
+public protocol StageRecord: JSONRecord {
+    /// The bytes put on Kafka: the binary form for the records between stages (`BinaryRecord`), JSON otherwise.
+    func wireBytes() -> [UInt8]
+    /// Reads what `wireBytes` wrote; records with a binary form also accept their JSON form.
+    static func fromWire(_ bytes: [UInt8]) throws(StageRecordError) -> Self
+}
+
+extension StageRecord {
+    public func wireBytes() -> [UInt8] { jsonBytes() }
+    public static func fromWire(_ bytes: [UInt8]) throws(StageRecordError) -> Self { try fromJSON(bytes) }
+}
+
 extension StageRecord where Self: BinaryRecord {
     public func wireBytes() -> [UInt8] { BinaryRecordFormat.encode(self) }
 
@@ -50,13 +57,22 @@ extension StageRecord where Self: BinaryRecord {
     }
 }
 
-extension StageCodec {
+/// Encoding and decoding of Herald's records.
+public enum StageCodec {
     /// Encodes a stage record in its wire form (binary between stages, JSON for the DLQ).
     public static func encode<T: StageRecord>(_ record: T) -> [UInt8] { record.wireBytes() }
 
     /// Decodes a stage record from its wire form (binary or JSON); the error names the offending path.
     public static func decode<T: StageRecord>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
         try T.fromWire(Array(bytes))
+    }
+
+    /// Encodes a record as JSON (registry and token-feedback records, fixtures, preferences).
+    public static func encode<T: JSONRecord>(_ record: T) -> [UInt8] { record.jsonBytes() }
+
+    /// Decodes a record from JSON; the error names the offending path.
+    public static func decode<T: JSONRecord>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
+        try T.fromJSON(bytes)
     }
 }
 
@@ -99,8 +115,17 @@ struct RecordReader {
 
     func int(_ key: String) throws(StageRecordError) -> Int64? {
         guard let v = value(key) else { return nil }
-        guard case .number(let n) = v, let i = Int64(n) else { throw fail(key, "expected integer, got \(v.typeName)") }
+        guard let i = v.int64Value else {
+            throw fail(key, v.typeName == "number" ? "expected a 64-bit integer, got \(v.serialized)" : "expected integer, got \(v.typeName)")
+        }
         return i
+    }
+
+    func stringMap<V>(_ key: String, _ read: (JSONValue, String) throws(StageRecordError) -> V) throws(StageRecordError) -> [String: V]? {
+        guard let o = try object(key) else { return nil }
+        var out: [String: V] = [:]
+        for (k, v) in o.pairs { out[k] = try read(v, o.sub(k)) }
+        return out
     }
 
     func bool(_ key: String) throws(StageRecordError) -> Bool? {
@@ -142,8 +167,8 @@ struct RecordReader {
 
 // MARK: State
 
-extension Device {
-    func write(into w: inout JSONWriter) {
+extension Device: JSONRecord {
+    public func write(into w: inout JSONWriter) {
         w.raw("{\"token\":"); w.string(token)
         w.raw(",\"kind\":"); w.string(kind.rawValue)
         w.raw(",\"environment\":"); w.string(environment.rawValue)
@@ -153,9 +178,19 @@ extension Device {
         w.byte(UInt8(ascii: "}"))
     }
 
+    public init(json: JSONValue) throws(StageRecordError) { try self.init(json: json, path: "device") }
+
+    /// `kind` may be given as CometChat's platform name instead (`platform`: `FCM_ANDROID`, `APNS_iOS_VOIP`, ...).
     init(json: JSONValue, path: String) throws(StageRecordError) {
         let r = try RecordReader(json, path: path)
-        self.init(token: try r.requiredString("token"), kind: try r.enumValue("kind", Kind.self) ?? .apns,
+        var kind = try r.enumValue("kind", Kind.self)
+        if kind == nil, let platform = try r.string("platform") {
+            guard let k = PushPlatform.kind(for: platform) else {
+                throw r.fail("platform", "unknown platform \(platform) (expected a CometChat PushPlatforms name)")
+            }
+            kind = k
+        }
+        self.init(token: try r.requiredString("token"), kind: kind ?? .apns,
                   environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
                   bundleID: try r.string("bundle_id"), registeredAt: try r.int("registered_at") ?? 0,
                   providerID: try r.string("provider_id"))
@@ -178,14 +213,23 @@ extension Device {
     }
 }
 
-extension UserState {
-    /// Appends the state in the state fixture shape (docs/behaviour.md).
+extension UserState: JSONRecord {
+    /// Appends the state in the state fixture shape (docs/behaviour.md §3).
     public func write(into w: inout JSONWriter) {
         w.raw("{\"devices\":")
         Device.writeList(devices, into: &w)
         w.raw(",\"online\":"); w.stringArray(online)
-        let p = preferences
-        w.raw(",\"preferences\":{\"trigger\":"); w.string(p.trigger.rawValue)
+        w.raw(",\"preferences\":"); preferences.write(into: &w)
+        w.raw(",\"unread\":"); unread.write(into: &w)
+        w.byte(UInt8(ascii: "}"))
+    }
+}
+
+extension Preferences: JSONRecord {
+    /// Appends the preferences in the state fixture shape (also what Redis stores).
+    public func write(into w: inout JSONWriter) {
+        let p = self
+        w.raw("{\"trigger\":"); w.string(p.trigger.rawValue)
         if !p.conversations.isEmpty {
             w.raw(",\"conversations\":{")
             for (n, (id, c)) in p.conversations.sorted(by: { $0.key < $1.key }).enumerated() {
@@ -213,54 +257,94 @@ extension UserState {
         if let name = p.displayName { w.raw(",\"display_name\":"); w.string(name) }
         if !p.languages.isEmpty { w.raw(",\"languages\":"); w.stringArray(p.languages) }
         w.raw(",\"badge\":"); w.bool(p.badge)
-        w.raw("},\"unread\":{\"total\":"); w.int(unread.total)
-        if !unread.conversations.isEmpty {
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue) throws(StageRecordError) {
+        self = try Preferences(reader: RecordReader(json, path: "preferences"))
+    }
+}
+
+extension UserState {
+    public init(json: JSONValue) throws(StageRecordError) { try self.init(json: json, path: "state") }
+
+    /// Reads a state in the fixture shape; absent fields take their defaults, `devices` is required.
+    public init(json: JSONValue, path: String) throws(StageRecordError) {
+        let r = try RecordReader(json, path: path)
+        guard let devices = try r.array("devices") else { throw r.fail("devices", "missing") }
+        self.init(devices: try Device.readList(devices, path: r.sub("devices")), online: try r.stringArray("online") ?? [])
+        if let p = try r.object("preferences") { preferences = try Preferences(reader: p) }
+        if let u = try r.object("unread") { unread = try Unread(reader: u) }
+    }
+}
+
+extension Unread {
+    init(reader u: RecordReader) throws(StageRecordError) {
+        self.init(total: Int(try u.int("total") ?? 0))
+        if let convs = try u.object("conversations") {
+            for (id, value) in convs.pairs {
+                guard let count = value.int64Value else {
+                    throw convs.fail(id, "expected integer, got \(value.typeName)")
+                }
+                conversations[id] = Int(count)
+            }
+        }
+        mentionTotal = Int(try u.int("mention_total") ?? 0)
+        if let convs = try u.object("mention_conversations") {
+            for (id, value) in convs.pairs {
+                guard let count = value.int64Value else {
+                    throw convs.fail(id, "expected integer, got \(value.typeName)")
+                }
+                mentionConversations[id] = Int(count)
+            }
+        }
+    }
+
+    func write(into w: inout JSONWriter) {
+        w.raw("{\"total\":"); w.int(total)
+        if !conversations.isEmpty {
             w.raw(",\"conversations\":{")
-            for (n, (id, count)) in unread.conversations.sorted(by: { $0.key < $1.key }).enumerated() {
+            for (n, (id, count)) in conversations.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { w.byte(UInt8(ascii: ",")) }
                 w.key(id); w.int(count)
             }
             w.byte(UInt8(ascii: "}"))
         }
         // Herald-kept mention counts (docs/behaviour.md §12), only when not zero.
-        if unread.mentionTotal != 0 { w.raw(",\"mention_total\":"); w.int(unread.mentionTotal) }
-        if !unread.mentionConversations.isEmpty {
+        if mentionTotal != 0 { w.raw(",\"mention_total\":"); w.int(mentionTotal) }
+        if !mentionConversations.isEmpty {
             w.raw(",\"mention_conversations\":{")
-            for (n, (id, count)) in unread.mentionConversations.sorted(by: { $0.key < $1.key }).enumerated() {
+            for (n, (id, count)) in mentionConversations.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { w.byte(UInt8(ascii: ",")) }
                 w.key(id); w.int(count)
             }
             w.byte(UInt8(ascii: "}"))
         }
+        w.byte(UInt8(ascii: "}"))
+    }
+}
+
+extension StateFixture: JSONRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"users\":{")
+        for (n, (id, state)) in users.sorted(by: { $0.key < $1.key }).enumerated() {
+            if n > 0 { w.byte(UInt8(ascii: ",")) }
+            w.key(id); state.write(into: &w)
+        }
+        w.raw("},\"conversations\":{")
+        for (n, (id, c)) in conversations.sorted(by: { $0.key < $1.key }).enumerated() {
+            if n > 0 { w.byte(UInt8(ascii: ",")) }
+            w.key(id); w.raw("{\"members\":"); w.stringArray(c.members); w.byte(UInt8(ascii: "}"))
+        }
         w.raw("}}")
     }
 
-    /// Reads a state in the fixture shape (same defaults as the Codable form).
-    public init(json: JSONValue, path: String = "state") throws(StageRecordError) {
-        let r = try RecordReader(json, path: path)
-        guard let devices = try r.array("devices") else { throw r.fail("devices", "missing") }
-        self.init(devices: try Device.readList(devices, path: r.sub("devices")), online: try r.stringArray("online") ?? [])
-        if let p = try r.object("preferences") { preferences = try Preferences(reader: p) }
-        if let u = try r.object("unread") {
-            unread.total = Int(try u.int("total") ?? 0)
-            if let convs = try u.object("conversations") {
-                for (id, value) in convs.pairs {
-                    guard case .number(let n) = value, let count = Int(n) else {
-                        throw convs.fail(id, "expected integer, got \(value.typeName)")
-                    }
-                    unread.conversations[id] = count
-                }
-            }
-            unread.mentionTotal = Int(try u.int("mention_total") ?? 0)
-            if let convs = try u.object("mention_conversations") {
-                for (id, value) in convs.pairs {
-                    guard case .number(let n) = value, let count = Int(n) else {
-                        throw convs.fail(id, "expected integer, got \(value.typeName)")
-                    }
-                    unread.mentionConversations[id] = count
-                }
-            }
-        }
+    public init(json: JSONValue) throws(StageRecordError) {
+        let r = try RecordReader(json, path: "")
+        self.init(users: try r.stringMap("users") { (v, path) throws(StageRecordError) in try UserState(json: v, path: path) } ?? [:],
+                  conversations: try r.stringMap("conversations") { (v, path) throws(StageRecordError) in
+                      ConversationState(members: try RecordReader(v, path: path).stringArray("members") ?? [])
+                  } ?? [:])
     }
 }
 
@@ -300,25 +384,6 @@ extension Preferences {
         self = prefs
     }
 
-    /// Reads preferences stored as JSON (the fixture shape); the error names the offending field.
-    public static func fromJSON(_ bytes: some Collection<UInt8>, path: String = "preferences") throws(StageRecordError) -> Preferences {
-        let value: JSONValue
-        do { value = try JSONValue.parse(bytes) } catch {
-            throw StageRecordError(record: "Preferences", detail: "\(path): not valid JSON: \(error.description)")
-        }
-        return try Preferences(reader: RecordReader(value, path: path))
-    }
-}
-
-extension Device {
-    /// Reads a device stored as JSON (the fixture shape); the error names the offending field.
-    public static func fromJSON(_ bytes: some Collection<UInt8>, path: String = "device") throws(StageRecordError) -> Device {
-        let value: JSONValue
-        do { value = try JSONValue.parse(bytes) } catch {
-            throw StageRecordError(record: "Device", detail: "\(path): not valid JSON: \(error.description)")
-        }
-        return try Device(json: value, path: path)
-    }
 }
 
 // MARK: Records

@@ -2,8 +2,6 @@
 // (`herald.registry`) and dead tokens reported by send (`herald.token-feedback`).
 // Field names follow the state fixture of docs/behaviour.md §3 (snake_case).
 
-import Foundation
-
 /// `herald.registry`: one state update. Keyed by user id (by conversation id for `set_members`),
 /// so the updates of one user are applied in the order the chat back end sent them.
 ///
@@ -19,8 +17,8 @@ import Foundation
 /// {"op": "patch_preferences", "app_id": "app1", "user": "u2", "patch": {"set": {"trigger": "off"}, "clear": ["dnd"]}}
 /// {"op": "mark_read", "app_id": "app1", "user": "u2", "conversation": "c1"}
 /// ```
-public struct RegistryRecord: Codable, Sendable, Hashable {
-    public enum Op: String, Codable, Sendable, Hashable, CaseIterable {
+public struct RegistryRecord: Sendable, Hashable {
+    public enum Op: String, Sendable, Hashable, CaseIterable {
         case registerDevice = "register_device"
         case unregisterDevice = "unregister_device"
         case unregisterAll = "unregister_all"
@@ -76,11 +74,6 @@ public struct RegistryRecord: Codable, Sendable, Hashable {
         self.patch = patch
     }
 
-    enum CodingKeys: String, CodingKey {
-        case op, appID = "app_id", user, device, unique, token, preferences, online, ttlMs = "ttl_ms", unread
-        case conversation, members, patch
-    }
-
     /// The Kafka key: the user, or the conversation for `set_members`.
     public var key: String { op == .setMembers ? (conversation ?? appID) : (user ?? conversation ?? appID) }
 
@@ -122,7 +115,7 @@ public struct RegistryRecord: Codable, Sendable, Hashable {
 
 /// `herald.token-feedback`: APNs said a token is dead. Keyed by user id. The registry removes the
 /// token unless it was registered again after `deadSince`.
-public struct TokenFeedbackRecord: Codable, Sendable, Hashable {
+public struct TokenFeedbackRecord: Sendable, Hashable {
     public var appID: String
     public var user: String
     public var token: String
@@ -139,9 +132,57 @@ public struct TokenFeedbackRecord: Codable, Sendable, Hashable {
         self.deadSince = deadSince
     }
 
-    enum CodingKeys: String, CodingKey {
-        case appID = "app_id", user, token, reason, deadSince = "dead_since"
+    public var key: String { user }
+}
+
+// MARK: JSON (the one codec of both records)
+
+extension RegistryRecord: JSONRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"op\":"); w.string(op.rawValue)
+        w.raw(",\"app_id\":"); w.string(appID)
+        if let user { w.raw(",\"user\":"); w.string(user) }
+        if let device { w.raw(",\"device\":"); device.write(into: &w) }
+        if let unique { w.raw(",\"unique\":"); w.bool(unique) }
+        if let token { w.raw(",\"token\":"); w.string(token) }
+        if let preferences { w.raw(",\"preferences\":"); preferences.write(into: &w) }
+        if let online { w.raw(",\"online\":"); w.stringArray(online) }
+        if let ttlMs { w.raw(",\"ttl_ms\":"); w.int(ttlMs) }
+        if let unread { w.raw(",\"unread\":"); unread.write(into: &w) }
+        if let conversation { w.raw(",\"conversation\":"); w.string(conversation) }
+        if let members { w.raw(",\"members\":"); w.stringArray(members) }
+        if let patch { w.raw(",\"patch\":"); patch.write(into: &w) }
+        w.byte(UInt8(ascii: "}"))
     }
 
-    public var key: String { user }
+    public init(json: JSONValue) throws(StageRecordError) {
+        let r = try RecordReader(json, path: "")
+        guard let op = try r.enumValue("op", Op.self) else { throw r.fail("op", "missing") }
+        self.init(op: op, appID: try r.requiredString("app_id"), user: try r.string("user"),
+                  device: try r.value("device").map { v throws(StageRecordError) in try Device(json: v, path: "device") },
+                  unique: try r.bool("unique"), token: try r.string("token"),
+                  preferences: try r.object("preferences").map { p throws(StageRecordError) in try Preferences(reader: p) },
+                  online: try r.stringArray("online"), ttlMs: try r.int("ttl_ms"),
+                  unread: try r.object("unread").map { u throws(StageRecordError) in try Unread(reader: u) },
+                  conversation: try r.string("conversation"), members: try r.stringArray("members"),
+                  patch: try r.object("patch").map { p throws(StageRecordError) in try PreferencePatch(reader: p) })
+    }
+}
+
+extension TokenFeedbackRecord: JSONRecord {
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"app_id\":"); w.string(appID)
+        w.raw(",\"user\":"); w.string(user)
+        w.raw(",\"token\":"); w.string(token)
+        w.raw(",\"reason\":"); w.string(reason)
+        w.raw(",\"dead_since\":"); w.int(deadSince)
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    public init(json: JSONValue) throws(StageRecordError) {
+        let r = try RecordReader(json, path: "")
+        guard let deadSince = try r.int("dead_since") else { throw r.fail("dead_since", "missing") }
+        self.init(appID: try r.requiredString("app_id"), user: try r.requiredString("user"),
+                  token: try r.requiredString("token"), reason: try r.requiredString("reason"), deadSince: deadSince)
+    }
 }

@@ -9,7 +9,7 @@ import Foundation
 /// `providerID` name the credential, `priority` is 10 (FCM `high`) or 5 (`normal`), `collapseID` is
 /// FCM's `collapse_key`, `apnsID` is the same derived trace id, and `payload` is the complete HTTP body
 /// (FCM: `{"message":{...}}`; webhook: CometChat's `push-notification-payload-generated` object).
-public struct APNsRequest: Sendable, Hashable, Codable {
+public struct APNsRequest: Sendable, Hashable {
     /// Render writes `alert` (chat) or `voip` (calls).
     public typealias PushType = APNsPushType
 
@@ -40,41 +40,6 @@ public struct APNsRequest: Sendable, Hashable, Codable {
         self.token = token; self.environment = environment; self.pushType = pushType; self.topic = topic
         self.priority = priority; self.collapseID = collapseID; self.expiration = expiration
         self.apnsID = apnsID; self.payload = payload; self.provider = provider; self.providerID = providerID
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case token, environment, pushType = "push_type", topic, priority, collapseID = "collapse_id"
-        case expiration, apnsID = "apns_id", payload, provider, providerID = "provider_id"
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        token = try c.decode(String.self, forKey: .token)
-        environment = try c.decodeIfPresent(APNsEnvironment.self, forKey: .environment) ?? .production
-        pushType = try c.decode(PushType.self, forKey: .pushType)
-        topic = try c.decode(String.self, forKey: .topic)
-        priority = try c.decode(Int.self, forKey: .priority)
-        collapseID = try c.decodeIfPresent(String.self, forKey: .collapseID)
-        expiration = try c.decodeIfPresent(Int64.self, forKey: .expiration) ?? 0
-        apnsID = try c.decode(String.self, forKey: .apnsID)
-        payload = Array(try c.decode(String.self, forKey: .payload).utf8)
-        provider = try c.decodeIfPresent(PushProvider.self, forKey: .provider) ?? .apns
-        providerID = try c.decodeIfPresent(String.self, forKey: .providerID)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(token, forKey: .token)
-        try c.encode(environment, forKey: .environment)
-        try c.encode(pushType, forKey: .pushType)
-        try c.encode(topic, forKey: .topic)
-        try c.encode(priority, forKey: .priority)
-        try c.encode(collapseID, forKey: .collapseID)
-        try c.encode(expiration, forKey: .expiration)
-        try c.encode(apnsID, forKey: .apnsID)
-        try c.encode(String(decoding: payload, as: UTF8.self), forKey: .payload)
-        if provider != .apns { try c.encode(provider, forKey: .provider) }
-        try c.encodeIfPresent(providerID, forKey: .providerID)
     }
 
     /// The payload as text.

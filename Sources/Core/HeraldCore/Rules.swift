@@ -6,7 +6,7 @@ import Foundation
 // MARK: Ingest
 
 /// Why ingest drops an event (docs/behaviour.md §4 reason codes).
-public enum DropReason: String, Sendable, Hashable, CaseIterable, Codable {
+public enum DropReason: String, Sendable, Hashable, CaseIterable {
     /// Open and super-group channels never push.
     case channelType = "channel_type"
     /// Not a valid chat event; it goes to the DLQ with the error.
@@ -83,7 +83,7 @@ public enum FanOut {
 // MARK: Suppression
 
 /// Why a recipient is not woken, in rule order (docs/behaviour.md §6 reason codes).
-public enum SuppressionReason: String, Sendable, Hashable, CaseIterable, Codable {
+public enum SuppressionReason: String, Sendable, Hashable, CaseIterable {
     case sender
     case ignored
     case noDevices = "no_devices"

@@ -74,6 +74,10 @@ public enum Simulator {
     public static func simulate(eventBytes: some Collection<UInt8>, fixture: StateFixture, apps: AppDirectory,
                                 at: Date?, now: Date) throws(EventValidationError) -> [SimulationLine] {
         let event = try ChatEvent.decode(eventBytes)
+        // The stages dead-letter an app the pipeline file does not list (`unknown_app`), as they do an invalid event.
+        guard apps.isKnown(event.appID) else {
+            throw EventValidationError(field: "app_id", message: AppDirectory.unknownAppDetail(event.appID))
+        }
         switch Ingest.admit(event) {
         case .drop(.channelType, _):
             return [SimulationLine(user: nil, decision: .drop, reason: DropReason.channelType.rawValue)]

@@ -1,11 +1,12 @@
-// Records the pipeline stages put on Kafka between them (JSON, Codable).
+// Records the pipeline stages put on Kafka between them. Their codecs: RecordCodec.swift (JSON) and
+// BinaryRecord.swift (the binary form between stages).
 // Field names are snake_case; every record is self-contained so a stage needs
 // nothing but its input record (and the app configuration) to do its work.
 
 import Foundation
 
 /// `herald.ingested`: the validated, normalised event. Keyed by conversation id.
-public struct IngestedRecord: Codable, Sendable, Hashable {
+public struct IngestedRecord: Sendable, Hashable {
     public var event: ChatEvent
     /// When ingest admitted it, epoch milliseconds.
     public var ingestedAt: Int64
@@ -15,14 +16,12 @@ public struct IngestedRecord: Codable, Sendable, Hashable {
         self.ingestedAt = ingestedAt
     }
 
-    enum CodingKeys: String, CodingKey { case event, ingestedAt = "ingested_at" }
-
     public var key: String { event.conversation.id }
 }
 
 /// `herald.resolved`: the event for one recipient with that recipient's state.
 /// Keyed by recipient user id.
-public struct ResolvedRecord: Codable, Sendable, Hashable {
+public struct ResolvedRecord: Sendable, Hashable {
     public var event: ChatEvent
     public var recipient: String
     public var state: UserState
@@ -36,17 +35,13 @@ public struct ResolvedRecord: Codable, Sendable, Hashable {
         self.senderDisplayName = senderDisplayName
     }
 
-    enum CodingKeys: String, CodingKey {
-        case event, recipient, state, senderDisplayName = "sender_display_name"
-    }
-
     public var key: String { recipient }
 }
 
 /// `herald.deliverable`: a recipient the rules let through, with the devices to target.
 /// Keyed by recipient user id. `state` carries what rendering reads (preferences, unread counts); suppress
 /// leaves its device and presence lists empty, since `targets` names the devices.
-public struct DeliverableRecord: Codable, Sendable, Hashable {
+public struct DeliverableRecord: Sendable, Hashable {
     public var event: ChatEvent
     public var recipient: String
     public var state: UserState
@@ -62,15 +57,11 @@ public struct DeliverableRecord: Codable, Sendable, Hashable {
         self.senderDisplayName = senderDisplayName
     }
 
-    enum CodingKeys: String, CodingKey {
-        case event, recipient, state, targets, senderDisplayName = "sender_display_name"
-    }
-
     public var key: String { recipient }
 }
 
 /// `herald.outbound` and `herald.retry`: one rendered APNs request. Keyed by device token.
-public struct OutboundRecord: Codable, Sendable, Hashable {
+public struct OutboundRecord: Sendable, Hashable {
     public var eventID: String
     public var appID: String
     public var recipient: String
@@ -90,15 +81,11 @@ public struct OutboundRecord: Codable, Sendable, Hashable {
         self.notBefore = notBefore
     }
 
-    enum CodingKeys: String, CodingKey {
-        case eventID = "event_id", appID = "app_id", recipient, request, attempt, notBefore = "not_before"
-    }
-
     public var key: String { request.token }
 }
 
 /// `herald.dlq`: what a stage could not process, and why.
-public struct DLQRecord: Codable, Sendable, Hashable {
+public struct DLQRecord: Sendable, Hashable {
     /// The input record's bytes (or the output the broker refused), base64; cut to the stage's
     /// `dlqMaxOriginalBytes` when longer (then `truncated` is true and `originalSize` / `originalSHA256`
     /// describe the whole original).
@@ -160,25 +147,6 @@ public struct DLQRecord: Codable, Sendable, Hashable {
         self.time = time
     }
 
-    enum CodingKeys: String, CodingKey {
-        case original, sourceTopic = "source_topic", sourcePartition = "source_partition", sourceOffset = "source_offset"
-        case originalSize = "original_size", originalSHA256 = "original_sha256", truncated, stage, reason, detail, time
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        self.init(encodedOriginal: try c.decode(String.self, forKey: .original),
-                  sourceTopic: try c.decodeIfPresent(String.self, forKey: .sourceTopic),
-                  sourcePartition: try c.decodeIfPresent(Int32.self, forKey: .sourcePartition),
-                  sourceOffset: try c.decodeIfPresent(Int64.self, forKey: .sourceOffset),
-                  originalSize: try c.decodeIfPresent(Int.self, forKey: .originalSize),
-                  originalSHA256: try c.decodeIfPresent(String.self, forKey: .originalSHA256),
-                  truncated: try c.decodeIfPresent(Bool.self, forKey: .truncated) ?? false,
-                  stage: try c.decode(String.self, forKey: .stage), reason: try c.decode(String.self, forKey: .reason),
-                  detail: try c.decodeIfPresent(String.self, forKey: .detail) ?? "",
-                  time: try c.decodeIfPresent(Int64.self, forKey: .time) ?? 0)
-    }
-
     /// The original bytes, or nil when `original` is not valid base64.
     public var originalBytes: [UInt8]? { Data(base64Encoded: original).map { Array($0) } }
 }
@@ -188,38 +156,4 @@ public struct StageRecordError: Error, Sendable, Hashable, CustomStringConvertib
     public var record: String
     public var detail: String
     public var description: String { "\(record): \(detail)" }
-}
-
-/// Encoding and decoding of stage records.
-public enum StageCodec {
-    public static func encode<T: Encodable>(_ record: T) throws -> [UInt8] {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return Array(try encoder.encode(record))
-    }
-
-    public static func decode<T: Decodable>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
-        do {
-            return try JSONDecoder().decode(T.self, from: Data(bytes))
-        } catch let DecodingError.keyNotFound(key, ctx) {
-            throw StageRecordError(record: "\(T.self)", detail: "\(path(ctx.codingPath + [key])): missing")
-        } catch let DecodingError.typeMismatch(_, ctx) {
-            throw StageRecordError(record: "\(T.self)", detail: "\(path(ctx.codingPath)): \(ctx.debugDescription)")
-        } catch let DecodingError.valueNotFound(_, ctx) {
-            throw StageRecordError(record: "\(T.self)", detail: "\(path(ctx.codingPath)): null")
-        } catch let DecodingError.dataCorrupted(ctx) {
-            throw StageRecordError(record: "\(T.self)", detail: "\(path(ctx.codingPath)): \(ctx.debugDescription)")
-        } catch {
-            throw StageRecordError(record: "\(T.self)", detail: "\(error)")
-        }
-    }
-
-    /// A coding path as `a.b[2].c`.
-    public static func path(_ keys: [any CodingKey]) -> String {
-        var out = ""
-        for k in keys {
-            if let i = k.intValue { out += "[\(i)]" } else { out += out.isEmpty ? k.stringValue : "." + k.stringValue }
-        }
-        return out.isEmpty ? "(record)" : out
-    }
 }

@@ -3,17 +3,17 @@
 // state fixture (docs/behaviour.md §3); every field but `devices` may be absent and takes a default.
 
 /// Where an APNs token lives: the production or the sandbox (development) host.
-public enum APNsEnvironment: String, Codable, Sendable, Hashable, CaseIterable {
+public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable {
     case production
     case sandbox
 }
 
 /// A registered push token of one user for one app.
-public struct Device: Codable, Sendable, Hashable {
+public struct Device: Sendable, Hashable {
     /// `apns` is a regular device token (alert pushes); `voip` a PushKit token (calls); `fcm` a
     /// Firebase Cloud Messaging registration token (Android, web, iOS through FCM); `webhook` a user
     /// reached through a custom webhook provider (one HTTPS POST per recipient).
-    public enum Kind: String, Codable, Sendable, Hashable, CaseIterable {
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
         case apns
         case voip
         case fcm
@@ -53,56 +53,17 @@ public struct Device: Codable, Sendable, Hashable {
         self.registeredAt = registeredAt
         self.providerID = providerID
     }
-
-    enum CodingKeys: String, CodingKey {
-        case token, kind, environment
-        case bundleID = "bundle_id"
-        case registeredAt = "registered_at"
-        case providerID = "provider_id"
-        /// CometChat's platform name (`FCM_ANDROID`, `APNS_iOS_VOIP`, ...), accepted instead of `kind`.
-        case platform
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        token = try c.decode(String.self, forKey: .token)
-        if let k = try c.decodeIfPresent(Kind.self, forKey: .kind) {
-            kind = k
-        } else if let platform = try c.decodeIfPresent(String.self, forKey: .platform) {
-            guard let k = PushPlatform.kind(for: platform) else {
-                throw DecodingError.dataCorruptedError(forKey: .platform, in: c,
-                    debugDescription: "unknown platform \(platform) (expected a CometChat PushPlatforms name)")
-            }
-            kind = k
-        } else {
-            kind = .apns
-        }
-        environment = try c.decodeIfPresent(APNsEnvironment.self, forKey: .environment) ?? .production
-        bundleID = try c.decodeIfPresent(String.self, forKey: .bundleID)
-        registeredAt = try c.decodeIfPresent(Int64.self, forKey: .registeredAt) ?? 0
-        providerID = try c.decodeIfPresent(String.self, forKey: .providerID)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(token, forKey: .token)
-        try c.encode(kind, forKey: .kind)
-        try c.encode(environment, forKey: .environment)
-        try c.encodeIfPresent(bundleID, forKey: .bundleID)
-        try c.encode(registeredAt, forKey: .registeredAt)
-        try c.encodeIfPresent(providerID, forKey: .providerID)
-    }
 }
 
 /// The user-wide push trigger option (Sendbird's `all` / `mention_only` / `off`).
-public enum PushTrigger: String, Codable, Sendable, Hashable, CaseIterable {
+public enum PushTrigger: String, Sendable, Hashable, CaseIterable {
     case all
     case mentionOnly = "mention_only"
     case off
 }
 
 /// A conversation's push trigger; `default` defers to the user-wide option.
-public enum ConversationTrigger: String, Codable, Sendable, Hashable, CaseIterable {
+public enum ConversationTrigger: String, Sendable, Hashable, CaseIterable {
     case `default`
     case all
     case mentionOnly = "mention_only"
@@ -110,36 +71,20 @@ public enum ConversationTrigger: String, Codable, Sendable, Hashable, CaseIterab
 }
 
 /// Which template family renders the body: Sendbird's default or alternative.
-public enum TemplateChoice: String, Codable, Sendable, Hashable, CaseIterable {
+public enum TemplateChoice: String, Sendable, Hashable, CaseIterable {
     case `default`
     case alternative
 }
 
 /// Easemob display style: `summary` shows the details, `simple_banner` only
-/// "You have a new message". `simple` is accepted as an alias when decoding.
-public enum DisplayStyle: String, Codable, Sendable, Hashable, CaseIterable {
+/// "You have a new message". `simple` (and `simple banner`) are accepted as aliases when reading JSON.
+public enum DisplayStyle: String, Sendable, Hashable, CaseIterable {
     case summary
     case simpleBanner = "simple_banner"
-
-    public init(from decoder: any Decoder) throws {
-        let raw = try decoder.singleValueContainer().decode(String.self)
-        switch raw {
-        case "summary": self = .summary
-        case "simple_banner", "simple", "simple banner": self = .simpleBanner
-        default:
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                debugDescription: "expected summary or simple_banner, got \(raw)"))
-        }
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        try c.encode(rawValue)
-    }
 }
 
 /// Per-conversation notification settings of one user.
-public struct ConversationPreference: Codable, Sendable, Hashable {
+public struct ConversationPreference: Sendable, Hashable {
     public var trigger: ConversationTrigger
     public var muted: Bool
 
@@ -147,16 +92,10 @@ public struct ConversationPreference: Codable, Sendable, Hashable {
         self.trigger = trigger
         self.muted = muted
     }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        trigger = try c.decodeIfPresent(ConversationTrigger.self, forKey: .trigger) ?? .default
-        muted = try c.decodeIfPresent(Bool.self, forKey: .muted) ?? false
-    }
 }
 
 /// A time of day, `HH:mm`, from `00:00` to `24:00` (`24:00` meaning the end of the day).
-public struct ClockTime: Codable, Sendable, Hashable, Comparable, CustomStringConvertible {
+public struct ClockTime: Sendable, Hashable, Comparable, CustomStringConvertible {
     /// Minutes since midnight, 0...1440.
     public var minutes: Int
 
@@ -180,25 +119,11 @@ public struct ClockTime: Codable, Sendable, Hashable, Comparable, CustomStringCo
     }
 
     public static func < (a: ClockTime, b: ClockTime) -> Bool { a.minutes < b.minutes }
-
-    public init(from decoder: any Decoder) throws {
-        let raw = try decoder.singleValueContainer().decode(String.self)
-        guard let value = ClockTime(raw) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
-                debugDescription: "expected HH:mm between 00:00 and 24:00, got \(raw)"))
-        }
-        self = value
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        try c.encode(description)
-    }
 }
 
 /// Daily do-not-disturb window in the user's IANA time zone. `start > end`
 /// crosses midnight; `00:00`-`24:00` is all day; `start == end` is empty.
-public struct DoNotDisturb: Codable, Sendable, Hashable {
+public struct DoNotDisturb: Sendable, Hashable {
     public var start: ClockTime
     public var end: ClockTime
     /// IANA identifier, e.g. `Asia/Seoul`; defaults to `UTC`.
@@ -208,13 +133,6 @@ public struct DoNotDisturb: Codable, Sendable, Hashable {
         self.start = start
         self.end = end
         self.timezone = timezone
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        start = try c.decode(ClockTime.self, forKey: .start)
-        end = try c.decode(ClockTime.self, forKey: .end)
-        timezone = try c.decodeIfPresent(String.self, forKey: .timezone) ?? "UTC"
     }
 
     /// Whether the window covers a local time of day (minutes since local midnight, 0..<1440).
@@ -227,7 +145,7 @@ public struct DoNotDisturb: Codable, Sendable, Hashable {
 }
 
 /// Snooze: no pushes from `start` (inclusive) to `end` (exclusive), epoch milliseconds.
-public struct Snooze: Codable, Sendable, Hashable {
+public struct Snooze: Sendable, Hashable {
     public var start: Int64
     public var end: Int64
 
@@ -240,7 +158,7 @@ public struct Snooze: Codable, Sendable, Hashable {
 }
 
 /// A user's notification preferences for one app.
-public struct Preferences: Codable, Sendable, Hashable {
+public struct Preferences: Sendable, Hashable {
     /// Most preferred languages kept; the first one picks the catalog.
     public static let maxLanguages = 4
 
@@ -270,39 +188,6 @@ public struct Preferences: Codable, Sendable, Hashable {
         self.badge = badge
     }
 
-    enum CodingKeys: String, CodingKey {
-        case trigger, conversations, dnd, snooze, template
-        case displayStyle = "display_style"
-        case displayName = "display_name"
-        case languages, badge
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        trigger = try c.decodeIfPresent(PushTrigger.self, forKey: .trigger) ?? .all
-        conversations = try c.decodeIfPresent([String: ConversationPreference].self, forKey: .conversations) ?? [:]
-        dnd = try c.decodeIfPresent(DoNotDisturb.self, forKey: .dnd)
-        snooze = try c.decodeIfPresent(Snooze.self, forKey: .snooze)
-        template = try c.decodeIfPresent(TemplateChoice.self, forKey: .template) ?? .default
-        displayStyle = try c.decodeIfPresent(DisplayStyle.self, forKey: .displayStyle) ?? .summary
-        displayName = try c.decodeIfPresent(String.self, forKey: .displayName)
-        languages = Array((try c.decodeIfPresent([String].self, forKey: .languages) ?? []).prefix(Preferences.maxLanguages))
-        badge = try c.decodeIfPresent(Bool.self, forKey: .badge) ?? true
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(trigger, forKey: .trigger)
-        if !conversations.isEmpty { try c.encode(conversations, forKey: .conversations) }
-        try c.encodeIfPresent(dnd, forKey: .dnd)
-        try c.encodeIfPresent(snooze, forKey: .snooze)
-        try c.encode(template, forKey: .template)
-        try c.encode(displayStyle, forKey: .displayStyle)
-        try c.encodeIfPresent(displayName, forKey: .displayName)
-        if !languages.isEmpty { try c.encode(languages, forKey: .languages) }
-        try c.encode(badge, forKey: .badge)
-    }
-
     /// The setting for one conversation (default trigger, not muted when absent).
     public func conversation(_ id: String) -> ConversationPreference {
         conversations[id] ?? ConversationPreference()
@@ -312,7 +197,7 @@ public struct Preferences: Codable, Sendable, Hashable {
 /// Unread message counts, for the badge and the Sendbird payload; mention counts when Herald keeps them
 /// (docs/behaviour.md §12). In JSON the mention counts appear only when not zero:
 /// `{"total": 5, "conversations": {"c1": 2}, "mention_total": 1, "mention_conversations": {"c1": 1}}`.
-public struct Unread: Codable, Sendable, Hashable {
+public struct Unread: Sendable, Hashable {
     public var total: Int
     public var conversations: [String: Int]
     /// Unread messages that mention the user (Sendbird's `total_unread_mention_count`).
@@ -327,32 +212,10 @@ public struct Unread: Codable, Sendable, Hashable {
         self.mentionTotal = mentionTotal
         self.mentionConversations = mentionConversations
     }
-
-    enum CodingKeys: String, CodingKey {
-        case total, conversations
-        case mentionTotal = "mention_total"
-        case mentionConversations = "mention_conversations"
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        total = try c.decodeIfPresent(Int.self, forKey: .total) ?? 0
-        conversations = try c.decodeIfPresent([String: Int].self, forKey: .conversations) ?? [:]
-        mentionTotal = try c.decodeIfPresent(Int.self, forKey: .mentionTotal) ?? 0
-        mentionConversations = try c.decodeIfPresent([String: Int].self, forKey: .mentionConversations) ?? [:]
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(total, forKey: .total)
-        try c.encode(conversations, forKey: .conversations)
-        if mentionTotal != 0 { try c.encode(mentionTotal, forKey: .mentionTotal) }
-        if !mentionConversations.isEmpty { try c.encode(mentionConversations, forKey: .mentionConversations) }
-    }
 }
 
 /// Everything Herald knows about one user of one app.
-public struct UserState: Codable, Sendable, Hashable {
+public struct UserState: Sendable, Hashable {
     /// Registered tokens, oldest first.
     public var devices: [Device]
     /// Tokens of devices holding a live connection to the chat server.
@@ -366,14 +229,6 @@ public struct UserState: Codable, Sendable, Hashable {
         self.online = online
         self.preferences = preferences
         self.unread = unread
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        devices = try c.decode([Device].self, forKey: .devices)
-        online = try c.decodeIfPresent([String].self, forKey: .online) ?? []
-        preferences = try c.decodeIfPresent(Preferences.self, forKey: .preferences) ?? Preferences()
-        unread = try c.decodeIfPresent(Unread.self, forKey: .unread) ?? Unread()
     }
 
     /// Registers (or refreshes) a token. A token already present is replaced and
@@ -420,34 +275,23 @@ public struct UserState: Codable, Sendable, Hashable {
 }
 
 /// Members of one conversation, used when an event names no recipients.
-public struct ConversationState: Codable, Sendable, Hashable {
+public struct ConversationState: Sendable, Hashable {
     public var members: [String]
 
     public init(members: [String] = []) {
         self.members = members
     }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        members = try c.decodeIfPresent([String].self, forKey: .members) ?? []
-    }
 }
 
 /// The state fixture (docs/behaviour.md §3): what `heraldctl` loads into Redis and
 /// what `simulate` reads. Users absent from `users` have no devices.
-public struct StateFixture: Codable, Sendable, Hashable {
+public struct StateFixture: Sendable, Hashable {
     public var users: [String: UserState]
     public var conversations: [String: ConversationState]
 
     public init(users: [String: UserState] = [:], conversations: [String: ConversationState] = [:]) {
         self.users = users
         self.conversations = conversations
-    }
-
-    public init(from decoder: any Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        users = try c.decodeIfPresent([String: UserState].self, forKey: .users) ?? [:]
-        conversations = try c.decodeIfPresent([String: ConversationState].self, forKey: .conversations) ?? [:]
     }
 
     /// The user's state, or an empty state (no devices) when unknown.

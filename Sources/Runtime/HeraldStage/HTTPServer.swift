@@ -185,9 +185,9 @@ public final class StageHTTPServer: Service, Sendable {
     /// `herald_ready` (1 when `/readyz` would answer 200) and `herald_readiness_check{check}` (1 per passing check).
     private func publishReadiness() async {
         let report = await readiness.evaluate()
-        registry.makeGauge(name: "herald_ready", labels: readinessLabels).set(to: report.isReady ? 1.0 : 0.0)
+        registry.makeGauge(name: StageMetrics.Name.ready, labels: readinessLabels).set(to: report.isReady ? 1.0 : 0.0)
         for (check, passing) in report.checks {
-            registry.makeGauge(name: "herald_readiness_check", labels: readinessLabels + [("check", check)]).set(to: passing ? 1.0 : 0.0)
+            registry.makeGauge(name: StageMetrics.Name.readinessCheck, labels: readinessLabels + [("check", check)]).set(to: passing ? 1.0 : 0.0)
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import Logging
 
 /// Metadata key names used in every Herald log line, defined once.
@@ -173,27 +174,9 @@ public struct JSONLogHandler: LogHandler {
         }
     }
 
-    /// A JSON string literal: quotes, backslash and every control character escaped, so a line stays one line.
+    /// A JSON string literal: quotes, backslash and every control character escaped (also DEL, U+2028 and
+    /// U+2029), so a line stays one line. HeraldCore's escaper, the one Herald has.
     static func appendString(_ string: String, to out: inout String) {
-        out += "\""
-        for scalar in string.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case "\u{2028}": out += "\\u2028"
-            case "\u{2029}": out += "\\u2029"
-            default:
-                if scalar.value < 0x20 || scalar.value == 0x7F {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        out += "\""
+        out += JSONWriter.quoted(string, lineSafe: true)
     }
 }

@@ -37,27 +37,39 @@ public enum HeraldMetrics {
     }
 }
 
-/// The metrics every stage reports, named once. Every series carries the label `stage`.
-///
-/// | metric | type | labels |
-/// | --- | --- | --- |
-/// | `herald_consumed_total` | counter | stage, topic |
-/// | `herald_produced_total` | counter | stage, topic |
-/// | `herald_stage_latency_seconds` | histogram | stage |
-/// | `herald_suppressed_total` | counter | stage, reason |
-/// | `herald_apns_responses_total` | counter | stage, status, reason |
-/// | `herald_retries_total` | counter | stage, reason |
-/// | `herald_dlq_total` | counter | stage, reason |
-/// | `herald_in_flight` | gauge | stage |
-/// | `herald_consumer_lag` | gauge | stage, topic, partition |
-/// | `herald_connections` | gauge | stage, kind |
-/// | `herald_jwt_renewals_total` | counter | stage |
-/// | `herald_redis_errors_total` | counter | stage, code |
-/// | `herald_lane_consumed_total` | counter | stage, lane |
-/// | `herald_lane_latency_seconds` | histogram | stage, lane |
-/// | `herald_lane_in_flight` | gauge | stage, lane |
-///
-/// The `herald_lane_*` series come from a lane's metrics (`lane(_:)`), one per stage loop.
+/// One metric a stage exports: its name, type, labels, the stages that export it, and the line docs/operations.md
+/// shows. `StageMetrics.declarations` is the list for what HeraldStage records; HeraldAPNs declares its clients'
+/// families (`APNsClientMetrics.declarations`). A test checks the docs table against these declarations, and
+/// that no Herald source names a `herald_*` metric that is not declared.
+public struct MetricDeclaration: Sendable, Hashable {
+    public let name: String
+    public let type: String
+    public let labels: String
+    /// `every stage`, or the stages that export it.
+    public let stages: String
+    public let meaning: String
+
+    public init(_ name: String, _ type: String, labels: String, stages: String = "every stage", _ meaning: String) {
+        self.name = name
+        self.type = type
+        self.labels = labels
+        self.stages = stages
+        self.meaning = meaning
+    }
+
+    /// The docs table (header included) for `declarations`.
+    public static func markdownTable(_ declarations: [MetricDeclaration]) -> String {
+        var lines = ["| metric | type | labels | exported by | meaning |", "| --- | --- | --- | --- | --- |"]
+        for d in declarations {
+            lines.append("| `\(d.name)` | \(d.type) | \(d.labels) | \(d.stages) | \(d.meaning) |")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// The metrics a stage process reports, each declared once (`Name`, `declarations`) and recorded through a method
+/// of its own. Every series carries the label `stage`. The `herald_lane_*` series come from a lane's metrics
+/// (`lane(_:)`), one per stage loop.
 public struct StageMetrics: Sendable {
     public enum Name {
         public static let consumed = "herald_consumed_total"
@@ -67,21 +79,76 @@ public struct StageMetrics: Sendable {
         public static let apnsResponses = "herald_apns_responses_total"
         public static let retries = "herald_retries_total"
         public static let dlq = "herald_dlq_total"
+        public static let dlqDropped = "herald_dlq_dropped_total"
         public static let inFlight = "herald_in_flight"
         public static let consumerLag = "herald_consumer_lag"
-        public static let connections = "herald_connections"
-        public static let jwtRenewals = "herald_jwt_renewals_total"
         public static let redisErrors = "herald_redis_errors_total"
         public static let laneConsumed = "herald_lane_consumed_total"
         public static let laneLatency = "herald_lane_latency_seconds"
         public static let laneInFlight = "herald_lane_in_flight"
+        public static let producerReplaced = "herald_producer_replaced_total"
+        public static let explainDropped = "herald_explain_dropped_total"
+        public static let sendDuplicates = "herald_send_duplicates_total"
+        public static let ingestWarnings = "herald_ingest_warnings_total"
+        public static let tokenFeedback = "herald_token_feedback_total"
+        public static let registryOps = "herald_registry_ops_total"
+        public static let ready = "herald_ready"
+        public static let readinessCheck = "herald_readiness_check"
+        public static let configReloads = "herald_config_reloads_total"
+        public static let apiRequests = "herald_api_requests_total"
     }
+
+    /// Everything HeraldStage records, in the order of the docs table.
+    public static let declarations: [MetricDeclaration] = [
+        MetricDeclaration(Name.consumed, "counter", labels: "stage, topic", "records consumed"),
+        MetricDeclaration(Name.produced, "counter", labels: "stage, topic", "records produced and acknowledged by the broker"),
+        MetricDeclaration(Name.latency, "histogram (1 ms to 30 s)", labels: "stage",
+                          "from consumption to outputs acknowledged"),
+        MetricDeclaration(Name.suppressed, "counter", labels: "stage, reason",
+                          "suppressions by reason code (docs/behaviour.md §6: `sender`, `ignored`, `no_devices`, `online`, `conversation_off`, `muted`, `trigger_off`, `not_mentioned`, `snoozed`, `dnd`; ingest's drops); send counts `expired` here (a notification whose `apns-expiration` passed before it could be sent)"),
+        MetricDeclaration(Name.apnsResponses, "counter", labels: "stage, status, reason", stages: "send",
+                          "provider answers by HTTP status and reason (APNs, and FCM and webhook answers with their reasons: `UNREGISTERED`, `HTTP503`, ...)"),
+        MetricDeclaration(Name.retries, "counter", labels: "stage, reason", stages: "send", "retries scheduled"),
+        MetricDeclaration(Name.sendDuplicates, "counter", labels: "stage", stages: "send",
+                          "notifications not sent again because their idempotency record says delivered"),
+        MetricDeclaration(Name.tokenFeedback, "counter", labels: "stage, reason", stages: "send",
+                          "dead tokens reported to `herald.token-feedback`, by provider reason"),
+        MetricDeclaration(Name.ingestWarnings, "counter", labels: "stage, field", stages: "ingest",
+                          "fields accepted in a repaired or defaulted form"),
+        MetricDeclaration(Name.registryOps, "counter", labels: "stage, op, outcome", stages: "registry",
+                          "state updates applied, by op and outcome (`applied`, `applied_moved`, `stale`, ...)"),
+        MetricDeclaration(Name.dlq, "counter", labels: "stage, reason", "records written to `herald.dlq`"),
+        MetricDeclaration(Name.dlqDropped, "counter", labels: "stage",
+                          "dead letters the DLQ refused too (logged; the partition moves on)"),
+        MetricDeclaration(Name.producerReplaced, "counter", labels: "stage",
+                          "producers replaced after a fatal librdkafka error"),
+        MetricDeclaration(Name.explainDropped, "counter", labels: "stage",
+                          "explain entries dropped because Redis was slow or absent"),
+        MetricDeclaration(Name.inFlight, "gauge", labels: "stage",
+                          "work started and not yet acknowledged (the sum over the stage's lanes)"),
+        MetricDeclaration(Name.laneConsumed, "counter", labels: "stage, lane",
+                          "records consumed by the lane's loop (`priority`, `bulk`; docs/pipeline.md, \"Priority lanes\"): the lane's throughput"),
+        MetricDeclaration(Name.laneLatency, "histogram (1 ms to 30 s)", labels: "stage, lane",
+                          "`herald_stage_latency_seconds` of one lane"),
+        MetricDeclaration(Name.laneInFlight, "gauge", labels: "stage, lane", "`herald_in_flight` of one lane"),
+        MetricDeclaration(Name.consumerLag, "gauge", labels: "stage, topic, partition",
+                          "high watermark minus committed offset (what KEDA scales on)"),
+        MetricDeclaration(Name.redisErrors, "counter", labels: "stage, code", stages: "resolve, send, registry",
+                          "Redis failures by `RedisError` code"),
+        MetricDeclaration(Name.ready, "gauge", labels: "stage",
+                          "1 when `/readyz` would answer 200, else 0; set from a fresh readiness evaluation on every `/metrics` scrape (the `HeraldStageNotReady` alert)"),
+        MetricDeclaration(Name.readinessCheck, "gauge", labels: "stage, check",
+                          "1 per passing readiness check, 0 per failing one (`kafka`, `redis`, `apns`, ...)"),
+        MetricDeclaration(Name.configReloads, "counter", labels: "stage, outcome", stages: "render, send",
+                          "pipeline file reloads (SIGHUP or a changed file), `applied` or `refused` (the old configuration keeps running)"),
+        MetricDeclaration(Name.apiRequests, "counter", labels: "stage, route, status, client", stages: "registry",
+                          "registry API requests by route, HTTP status and calling client (docs/registry-api.md)"),
+    ]
 
     public let stage: String
     private let factory: any MetricsFactory
     private let latencyTimer: Metrics.Timer
     private let inFlightMeter: CoreMetrics.Meter
-    private let jwtRenewalCounter: CoreMetrics.Counter
     /// Set on a lane's metrics: the lane's name and series, and the in-flight of every lane (for the total).
     public private(set) var lane: String?
     private var laneSeries: (latency: Metrics.Timer, inFlight: CoreMetrics.Meter, consumed: CoreMetrics.Counter)?
@@ -96,10 +163,8 @@ public struct StageMetrics: Sendable {
         self.factory = factory
         self.latencyTimer = Metrics.Timer(label: Name.latency, dimensions: [("stage", stage)], factory: factory)
         self.inFlightMeter = CoreMetrics.Meter(label: Name.inFlight, dimensions: [("stage", stage)], factory: factory)
-        self.jwtRenewalCounter = CoreMetrics.Counter(label: Name.jwtRenewals, dimensions: [("stage", stage)], factory: factory)
         // Make the fixed series visible at zero from the start.
         self.inFlightMeter.set(0)
-        self.jwtRenewalCounter.increment(by: 0)
     }
 
     /// The same metrics for one lane's stage loop: they also feed the `herald_lane_*` series, and
@@ -168,18 +233,36 @@ public struct StageMetrics: Sendable {
             .record(lag)
     }
 
-    /// Open connections of a kind (`kafka`, `redis`, `apns`).
-    public func setConnections(kind: String, count: Int) {
-        CoreMetrics.Gauge(label: Name.connections, dimensions: [("stage", stage), ("kind", Self.labelValue(kind))], factory: factory)
-            .record(count)
-    }
-
-    /// A provider JWT was renewed.
-    public func jwtRenewed() { jwtRenewalCounter.increment() }
-
     /// A Redis call failed, by `RedisError` code.
     public func redisError(code: String) {
         counter(Name.redisErrors, [("code", Self.labelValue(code))]).increment()
+    }
+
+    /// A dead letter the DLQ refused too.
+    public func deadLetterDropped() { counter(Name.dlqDropped, []).increment() }
+
+    /// The producer was replaced after a fatal error.
+    public func producerReplaced() { counter(Name.producerReplaced, []).increment() }
+
+    /// Explain entries dropped (Redis slow or absent).
+    public func explainDropped(count: Int) { counter(Name.explainDropped, []).increment(by: count) }
+
+    /// send: notifications not sent again (their idempotency record says delivered).
+    public func sendDuplicates(count: Int) { counter(Name.sendDuplicates, []).increment(by: count) }
+
+    /// ingest: a field accepted in a repaired or defaulted form.
+    public func ingestWarning(field: String, count: Int = 1) {
+        counter(Name.ingestWarnings, [("field", Self.labelValue(field))]).increment(by: count)
+    }
+
+    /// send: a dead token reported to `herald.token-feedback`.
+    public func tokenFeedback(reason: String, count: Int = 1) {
+        counter(Name.tokenFeedback, [("reason", Self.labelValue(reason))]).increment(by: count)
+    }
+
+    /// registry: a state update applied (or not), by op and outcome.
+    public func registryOp(op: String, outcome: String, count: Int = 1) {
+        counter(Name.registryOps, [("op", Self.labelValue(op)), ("outcome", Self.labelValue(outcome))]).increment(by: count)
     }
 
     private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {

@@ -10,9 +10,6 @@ import UnixSignals
 /// refuses (send: a credential that does not load), is refused: the error is logged with the key path, `herald_config_reloads_total{outcome="refused"}` counts it, and the running
 /// configuration stays. Changes outside `apps:` (Kafka, Redis, stages, api) take effect at the next start only.
 public final class PipelineReloader: Service, Sendable {
-    /// Environment key: how often the file's content is compared, ms (default 1000; 0 = only on SIGHUP).
-    public static let watchKey = "HERALD_PIPELINE_WATCH_MS"
-
     let path: String
     let environment: [String: String]
     let interval: Duration?
@@ -32,14 +29,9 @@ public final class PipelineReloader: Service, Sendable {
 
     /// A reloader for a stage, from its setup: the file it started from, the watch interval from the environment.
     public static func forStage(_ setup: StageSetup, apply: @escaping @Sendable (PipelineConfig) throws -> Void) throws -> PipelineReloader {
-        let path = setup.environment(EnvironmentKey.pipeline.rawValue) ?? EnvironmentKey.pipeline.defaultValue
-        var interval: Duration? = .seconds(1)
-        if let raw = setup.environment(watchKey) {
-            guard let ms = Int(raw), ms >= 0 else {
-                throw ConfigurationError(key: watchKey, value: raw, reason: "expected milliseconds, 0 or more")
-            }
-            interval = ms == 0 ? nil : .milliseconds(ms)
-        }
+        let path = try setup.config.text(.pipeline) ?? ConfigKey.pipeline.defaultValue ?? ""
+        let ms = try setup.config.requiredInt(.pipelineWatchMs)
+        let interval: Duration? = ms == 0 ? nil : .milliseconds(ms)
         return PipelineReloader(path: path, environment: ProcessInfo.processInfo.environment, interval: interval,
                                 stage: setup.stage.rawValue, logger: setup.logger, apply: apply)
     }
@@ -79,18 +71,18 @@ public final class PipelineReloader: Service, Sendable {
     @discardableResult
     public func reload(reason: String) -> Bool {
         do {
-            let loaded = try PipelineLoader.load(path: path, environment: environment)
+            let loaded = try PipelineLoader.load(path: path)
             for warning in loaded.warnings {
                 logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
             }
-            try apply(loaded.config)
-            Counter(label: "herald_config_reloads_total", dimensions: [("stage", stage), ("outcome", "applied")]).increment()
+            try apply(try loaded.config.applying(ConfigReader(environment)))
+            Counter(label: StageMetrics.Name.configReloads, dimensions: [("stage", stage), ("outcome", "applied")]).increment()
             logger.info("pipeline file reloaded: apps replaced", metadata: [
                 "file": "\(path)", "reason": "\(reason)", "apps": "\(loaded.config.apps.apps.count)",
             ])
             return true
         } catch {
-            Counter(label: "herald_config_reloads_total", dimensions: [("stage", stage), ("outcome", "refused")]).increment()
+            Counter(label: StageMetrics.Name.configReloads, dimensions: [("stage", stage), ("outcome", "refused")]).increment()
             logger.error("pipeline file refused; the running configuration stays", metadata: [
                 "file": "\(path)", "reason": "\(reason)", "error": "\(error)",
             ])

@@ -8,22 +8,6 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// Environment keys the stage loop reads on top of `EnvironmentKey` (docs/pipeline.md lists them all).
-public enum StageLoopKey: String, CaseIterable, Sendable {
-    /// Consumer group session timeout, ms (default: the pipeline's `kafka.session_timeout_ms`, 10000).
-    case sessionTimeoutMs = "HERALD_KAFKA_SESSION_TIMEOUT_MS"
-    /// Consumer group id (default: the pipeline's `stages.<stage>.group_id`, `herald-<stage>`).
-    case groupID = "HERALD_GROUP_ID"
-    /// Records per batch (default: `stages.<stage>.batch_size`, 500).
-    case batchSize = "HERALD_BATCH_SIZE"
-    /// Longest wait to fill a batch, ms (default: `stages.<stage>.batch_timeout_ms`, 50).
-    case batchTimeoutMs = "HERALD_BATCH_TIMEOUT_MS"
-    /// Uncompleted records before the consumer pauses (default 5000; send: `HERALD_SEND_MAX_IN_FLIGHT`).
-    case maxInFlight = "HERALD_MAX_IN_FLIGHT"
-    /// How long explain trails are kept, seconds (default 604800 = 7 days).
-    case explainTTLSeconds = "HERALD_EXPLAIN_TTL_SECONDS"
-}
-
 /// What every stage executable builds before running its loop: the pipeline file, the stage context
 /// (logs, metrics, HTTP endpoint), and the Kafka / Redis settings from the pipeline file and environment.
 public struct StageSetup: Sendable {
@@ -35,7 +19,8 @@ public struct StageSetup: Sendable {
     public let sessionTimeout: Duration
     public let maxInFlight: Int
     public let explainTTLMilliseconds: Int64
-    private let rawEnvironment: [String: String]
+    /// The environment, read through `ConfigKey`s.
+    public let config: ConfigReader
 
     /// Reads `HERALD_PIPELINE` and the environment, binds the metrics endpoint (`HERALD_METRICS_PORT`, else
     /// the pipeline's `stages.<stage>.metrics_port`) and logs unknown keys.
@@ -51,55 +36,44 @@ public struct StageSetup: Sendable {
 
     public static func start(_ stage: StageName, extraKnownKeys: Set<String> = [],
                              environment: [String: String] = ProcessInfo.processInfo.environment) async throws -> StageSetup {
-        func env(_ key: String) -> String? {
-            guard let v = environment[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
-            return v
-        }
-        let path = env(EnvironmentKey.pipeline.rawValue) ?? EnvironmentKey.pipeline.defaultValue
-        let loaded = try PipelineLoader.load(path: path, environment: environment)
-        var pipeline = loaded.config
+        let config = ConfigReader(environment)
+        let path = try config.text(.pipeline) ?? ConfigKey.pipeline.defaultValue ?? ""
+        let loaded = try PipelineLoader.load(path: path)
+        var pipeline = try loaded.config.applying(config)
         var settings = pipeline.stages[stage]
         var effective = environment
-        if env(EnvironmentKey.metricsPort.rawValue) == nil {
-            effective[EnvironmentKey.metricsPort.rawValue] = String(settings.metricsPort)
+        if config.raw(.metricsPort) == nil {
+            effective[ConfigKey.metricsPort.name] = String(settings.metricsPort)
         }
-        let known = Set(StageLoopKey.allCases.map(\.rawValue)).union(extraKnownKeys)
-        let context = try await StageContext.start(stage: stage.rawValue, environment: effective, extraKnownKeys: known)
+        let context = try await StageContext.start(stage: stage.rawValue, environment: effective, extraKnownKeys: extraKnownKeys)
         for warning in loaded.warnings {
             context.logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
         }
 
-        func int(_ key: StageLoopKey) throws -> Int? {
-            guard let raw = env(key.rawValue) else { return nil }
-            guard let value = Int(raw), value > 0 else {
-                throw ConfigurationError(key: key.rawValue, value: raw, reason: "expected a positive integer")
-            }
-            return value
-        }
-        if let group = env(StageLoopKey.groupID.rawValue) { settings.groupID = group }
-        if let size = try int(.batchSize) { settings.batchSize = size }
-        if let wait = try int(.batchTimeoutMs) { settings.batchTimeoutMs = wait }
-        let session = try int(.sessionTimeoutMs) ?? pipeline.kafka.sessionTimeoutMs
-        if let brokers = env(EnvironmentKey.kafkaBrokers.rawValue) { pipeline.kafka.brokers = brokers }
+        if let group = try config.text(.groupID) { settings.groupID = group }
+        if let size = try config.int(.batchSize) { settings.batchSize = size }
+        if let wait = try config.int(.batchTimeoutMs) { settings.batchTimeoutMs = wait }
+        let session = try config.int(.kafkaSessionTimeoutMs) ?? pipeline.kafka.sessionTimeoutMs
+        pipeline.kafka.sessionTimeoutMs = session
         let brokers = pipeline.kafka.brokers.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty }
-        let explainTTL = Int64(try int(.explainTTLSeconds) ?? 7 * 86_400) * 1000
+        let explainTTL = Int64(try config.requiredInt(.explainTTLSeconds)) * 1000
         context.logger.info("stage starting", metadata: [
             "pipeline": "\(path)", "brokers": "\(brokers.joined(separator: ","))", "group": "\(settings.groupID)",
             "batch_size": "\(settings.batchSize)", "session_timeout_ms": "\(session)",
             "metrics_port": "\(context.http.port)",
         ])
         return StageSetup(stage: stage, context: context, pipeline: pipeline, settings: settings, brokers: brokers,
-                          sessionTimeout: .milliseconds(session), maxInFlight: try int(.maxInFlight) ?? 5000,
-                          explainTTLMilliseconds: explainTTL, rawEnvironment: environment)
+                          sessionTimeout: .milliseconds(session), maxInFlight: try config.requiredInt(.maxInFlight),
+                          explainTTLMilliseconds: explainTTL, config: config)
     }
 
     public var logger: Logger { context.logger }
 
-    /// A raw environment value (empty counts as unset).
-    public func environment(_ key: String) -> String? {
-        guard let v = rawEnvironment[key]?.trimmingCharacters(in: .whitespaces), !v.isEmpty else { return nil }
-        return v
+    /// `body`'s value, or for a bad value (`ConfigurationError`) one line on stderr naming the key and exit
+    /// status 2: the rule for every key, at every stage.
+    public func valueOrExit<T>(_ body: (ConfigReader) throws(ConfigurationError) -> T) -> T {
+        do { return try body(config) } catch { Self.exitAtStartup(stage, error) }
     }
 
     /// Redis from `HERALD_REDIS_URL`, else the pipeline's `redis:` section; registers the `redis` readiness probe.
@@ -126,7 +100,7 @@ public struct StageSetup: Sendable {
     }
 
     private func redisConfiguration() throws -> RedisConfiguration {
-        if let url = environment(EnvironmentKey.redisURL.rawValue) { return try RedisConfiguration(url: url) }
+        if let url = config.raw(.redisURL) { return try RedisConfiguration(url: url) }
         var configuration = RedisConfiguration(host: pipeline.redis.host, port: pipeline.redis.port)
         configuration.database = pipeline.redis.database
         return configuration
@@ -254,5 +228,17 @@ final class BrokerProbe: Sendable {
         let up = (try? await KafkaAdmin.partitionCounts([], configuration: configuration)) != nil
         cache.withLock { $0 = (ContinuousClock.now, up) }
         return up
+    }
+}
+
+extension PipelineConfig {
+    /// The pipeline file's values with the environment's overrides: `HERALD_KAFKA_BROKERS`, `HERALD_REDIS_HOST`,
+    /// `HERALD_REDIS_PORT` (`HERALD_REDIS_URL` wins over the last two when Redis is opened).
+    public func applying(_ config: ConfigReader) throws(ConfigurationError) -> PipelineConfig {
+        var applied = self
+        if let brokers = config.raw(.kafkaBrokers) { applied.kafka.brokers = brokers }
+        if let host = try config.text(.redisHost) { applied.redis.host = host }
+        if let port = try config.int(.redisPort) { applied.redis.port = port }
+        return applied
     }
 }

@@ -2,8 +2,9 @@ import Foundation
 import HeraldCore
 
 /// ingest: `chat.events` -> `herald.ingested` (keyed by conversation id).
-/// Invalid events go to the DLQ (`invalid`); open and super-group channels are dropped, counted as
-/// `channel_type` and written to the explain trail, never dead-lettered.
+/// Invalid events go to the DLQ (`invalid`), events of an app the pipeline file does not list too
+/// (`unknown_app`); open and super-group channels are dropped, counted as `channel_type` and written to the
+/// explain trail, never dead-lettered.
 public struct IngestProcessor: StageProcessor {
     public let stage = "ingest"
     public var ingestedTopic: String
@@ -33,6 +34,9 @@ public struct IngestProcessor: StageProcessor {
             event = try ChatEvent.decode(bytes, warnings: &warnings)
         } catch {
             return .dlq(DropReason.invalid.rawValue, error.description)
+        }
+        guard apps.isKnown(event.appID) else {
+            return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
         }
         switch Ingest.admit(event) {
         case .admit(let event):

@@ -18,12 +18,22 @@ public struct RegistryProcessor: StageProcessor {
     public var tokenFeedbackTopic: String
     public var writer: any RegistryWriter
     public var onTransientFailure: @Sendable (TransientFailure) -> Void
+    /// The pipeline file's apps: an update for an app it does not list is dead-lettered `unknown_app`, nothing is
+    /// written (nil: every app is served).
+    public var apps: AppDirectory?
 
-    public init(tokenFeedbackTopic: String, writer: any RegistryWriter,
+    public init(tokenFeedbackTopic: String, writer: any RegistryWriter, apps: AppDirectory? = nil,
                 onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
         self.tokenFeedbackTopic = tokenFeedbackTopic
         self.writer = writer
+        self.apps = apps
         self.onTransientFailure = onTransientFailure
+    }
+
+    /// An update for an app the pipeline file does not list.
+    private func unknownApp(_ id: String) -> StageResult? {
+        guard let apps, !apps.isKnown(id) else { return nil }
+        return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(id))
     }
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
@@ -46,13 +56,17 @@ public struct RegistryProcessor: StageProcessor {
         let write: () async throws -> String
         if input.topic == tokenFeedbackTopic {
             let feedback: TokenFeedbackRecord
-            do { feedback = try input.decode(TokenFeedbackRecord.self) } catch { return error.result }
+            do { feedback = try input.decode(TokenFeedbackRecord.self, knownKeys: TokenFeedbackRecord.keys) } catch {
+                return error.result
+            }
+            if let refused = unknownApp(feedback.appID) { return refused }
             op = "remove_dead_token"
             write = { try await writer.removeDeadToken(feedback) }
         } else {
             let record: RegistryRecord
-            do { record = try input.decode(RegistryRecord.self) } catch { return error.result }
+            do { record = try input.decode(RegistryRecord.self, knownKeys: RegistryRecord.keys) } catch { return error.result }
             if let problem = record.validationError() { return .dlq("invalid", problem.description) }
+            if let refused = unknownApp(record.appID) { return refused }
             op = record.op.rawValue
             let now = context.nowMillis
             write = { try await writer.apply(record, now: now) }
@@ -66,4 +80,15 @@ public struct RegistryProcessor: StageProcessor {
             return .dlq("state_error", "\(op): \(error)")
         }
     }
+}
+
+extension RegistryRecord {
+    /// Every top-level key of a `herald.registry` record (docs/pipeline.md, Records).
+    static let keys: Set<String> = ["op", "app_id", "user", "device", "unique", "token", "preferences", "online",
+                                    "ttl_ms", "unread", "conversation", "members"]
+}
+
+extension TokenFeedbackRecord {
+    /// Every key of a `herald.token-feedback` record.
+    static let keys: Set<String> = ["app_id", "user", "token", "reason", "dead_since"]
 }

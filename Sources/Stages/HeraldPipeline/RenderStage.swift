@@ -34,6 +34,9 @@ public struct RenderProcessor: StageProcessor {
         let record: DeliverableRecord
         do { record = try input.decode(DeliverableRecord.self) } catch { return error.result }
         let event = record.event
+        guard apps.isKnown(event.appID) else {
+            return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
+        }
         do {
             let requests = try Renderer.render(event: event, recipient: record.recipient, state: record.state,
                                                targets: record.targets, app: apps.app(event.appID),

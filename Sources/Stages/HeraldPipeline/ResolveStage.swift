@@ -54,7 +54,12 @@ public struct ResolveProcessor: StageProcessor {
         var events: [(index: Int, event: ChatEvent)] = []
         for (index, input) in batch.enumerated() {
             do {
-                events.append((index, try input.decode(IngestedRecord.self).event))
+                let event = try input.decode(IngestedRecord.self).event
+                if let apps = lanes?.apps, !apps.isKnown(event.appID) {
+                    results[index] = .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
+                    continue
+                }
+                events.append((index, event))
             } catch {
                 results[index] = error.result
             }

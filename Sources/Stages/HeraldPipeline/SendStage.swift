@@ -97,6 +97,9 @@ public struct SendProcessor: StageProcessor {
     public var onTransientFailure: @Sendable (TransientFailure) -> Void
     /// The priority lane's processor: its jobs go ahead of bulk ones in the transport.
     public var prioritized = false
+    /// The pipeline file's apps: a record of an app it does not list is dead-lettered `unknown_app` before any
+    /// claim or send (nil: every app is served).
+    public var apps: AppDirectory?
 
     public init(retryTopic: String, tokenFeedbackTopic: String, transport: any PushTransport, ledger: any DeliveryLedger,
                 owner: String = UUIDString.random(), claimTTL: Duration = .seconds(90),
@@ -123,6 +126,10 @@ public struct SendProcessor: StageProcessor {
         for (index, input) in batch.enumerated() {
             do {
                 let record = try input.decode(OutboundRecord.self)
+                if let apps, !apps.isKnown(record.appID) {
+                    results[index] = .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(record.appID))
+                    continue
+                }
                 let wait = max(0, (record.notBefore ?? 0) - now)
                 buckets[(wait + 49) / 50 * 50, default: []].append((index, record))
             } catch {
@@ -286,13 +293,9 @@ public struct SendProcessor: StageProcessor {
             let feedback = TokenFeedbackRecord(appID: record.appID, user: record.recipient, token: record.request.token,
                                                reason: reasonText, deadSince: at ?? now)
             notes.append(.tokenDead(reason: reasonText))
-            do {
-                let output = try StageOutput.record(feedback, topic: tokenFeedbackTopic, key: feedback.key)
-                return (StageResult(outputs: [output], notes: notes,
-                                    explain: [explain(record, "token_dead", reasonText, status, now)]), false)
-            } catch {
-                return (.dlq("encode_error", "\(error)", notes: notes), false)
-            }
+            let output = StageOutput.record(feedback, topic: tokenFeedbackTopic, key: feedback.key)
+            return (StageResult(outputs: [output], notes: notes,
+                                explain: [explain(record, "token_dead", reasonText, status, now)]), false)
         case .retryable, .renewCredentials:
             guard record.attempt < retryPolicy.maxAttempts else {
                 return (.dlq("retries_exhausted", "\(reasonText) after \(record.attempt) attempts", notes: notes,

@@ -34,14 +34,35 @@ extension StageInput {
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
     }
 
-    /// Decodes the input as a Codable record (registry and token-feedback records). Bytes that are not UTF-8 are
-    /// refused here: Foundation's decoder would otherwise repair them into a different token or user id.
-    public func decode<T: Decodable>(_ type: T.Type) throws(InvalidInput) -> T {
+    /// Decodes the input as a JSON record (registry and token-feedback records). Bytes that are not UTF-8 are
+    /// refused first, with one message for the whole record.
+    public func decode<T: JSONRecord>(_ type: T.Type) throws(InvalidInput) -> T {
         guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
         guard String(validating: value, as: UTF8.self) != nil else {
             throw InvalidInput(detail: "(record): not valid UTF-8")
         }
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
+    }
+
+    /// Decodes a JSON record whose top-level keys must all be in `knownKeys`: a record of Herald's own format
+    /// with a key Herald does not know (a misspelling, or bulk that does not belong there) is invalid rather than
+    /// applied with the key ignored. One parse.
+    public func decode<T: JSONRecord>(_ type: T.Type, knownKeys: Set<String>) throws(InvalidInput) -> T {
+        guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
+        guard String(validating: value, as: UTF8.self) != nil else {
+            throw InvalidInput(detail: "(record): not valid UTF-8")
+        }
+        let json: JSONValue
+        do { json = try JSONValue.parse(value) } catch { throw InvalidInput(detail: "\(T.self): \(error)") }
+        if case .object(let pairs) = json {
+            let unknown = Set(pairs.map(\.0)).subtracting(knownKeys)
+            if !unknown.isEmpty {
+                let names = unknown.sorted().prefix(3).map { $0.count > 32 ? String($0.prefix(32)) + "…" : $0 }
+                throw InvalidInput(detail: "\(T.self): unknown key\(unknown.count > 1 ? "s" : "") \(names.joined(separator: ", "))"
+                                       + (unknown.count > 3 ? " (\(unknown.count) in all)" : ""))
+            }
+        }
+        do { return try T(json: json) } catch { throw InvalidInput(detail: error.description) }
     }
 }
 
@@ -57,12 +78,12 @@ public struct StageOutput: Sendable, Hashable {
         self.value = value
     }
 
-    /// Encodes a record with Codable (registry and token-feedback records).
-    public static func record<T: Encodable>(_ record: T, topic: String, key: String) throws -> StageOutput {
-        StageOutput(topic: topic, key: key, value: try StageCodec.encode(record))
+    /// Encodes a JSON record (registry and token-feedback records).
+    public static func record<T: JSONRecord>(_ record: T, topic: String, key: String) -> StageOutput {
+        StageOutput(topic: topic, key: key, value: StageCodec.encode(record))
     }
 
-    /// Encodes a stage record with the fast codec (same JSON as Codable).
+    /// Encodes a stage record in its wire form.
     public static func record<T: StageRecord>(_ record: T, topic: String, key: String) -> StageOutput {
         StageOutput(topic: topic, key: key, value: StageCodec.encode(record))
     }
@@ -134,10 +155,22 @@ public struct BatchContext: Sendable {
     public var now: @Sendable () -> Date
     /// True once shutdown began: stop waiting (for a held retry, a broken Redis) and hand inputs back.
     public var isStopping: @Sendable () -> Bool
+    /// Signalled when shutdown begins, so `sleep` wakes at once instead of checking `isStopping` now and then.
+    public let stopSignal: StopSignal?
 
+    /// A context whose stop is signalled: `sleep` wakes the moment `stop.stop()` is called.
+    public init(now: @escaping @Sendable () -> Date = { Date() }, stop: StopSignal) {
+        self.now = now
+        self.isStopping = { stop.isStopped }
+        self.stopSignal = stop
+    }
+
+    /// A context that can only be asked whether it is stopping (tests; callers without a `StopSignal`): `sleep`
+    /// checks `isStopping` every 100 ms.
     public init(now: @escaping @Sendable () -> Date = { Date() }, isStopping: @escaping @Sendable () -> Bool = { false }) {
         self.now = now
         self.isStopping = isStopping
+        self.stopSignal = nil
     }
 
     public var nowMillis: Int64 { Self.millis(now()) }
@@ -146,6 +179,7 @@ public struct BatchContext: Sendable {
 
     /// Sleeps up to `duration`, waking early when shutdown begins. Returns false if stopping.
     public func sleep(_ duration: Duration) async -> Bool {
+        if let stopSignal { return await stopSignal.sleep(for: duration) }
         var left = duration
         let slice = Duration.milliseconds(100)
         while left > .zero {

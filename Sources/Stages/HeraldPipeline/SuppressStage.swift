@@ -23,6 +23,9 @@ public struct SuppressProcessor: StageProcessor {
         let record: ResolvedRecord
         do { record = try input.decode(ResolvedRecord.self) } catch { return error.result }
         let event = record.event
+        guard apps.isKnown(event.appID) else {
+            return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
+        }
         let at = BatchContext.millis(now)
         let decision = Suppression.decide(event: event, recipient: record.recipient, state: record.state,
                                           app: apps.app(event.appID), now: now)

@@ -6,12 +6,11 @@ import HeraldConfig
 import HeraldPipeline
 import HeraldStage
 
-/// `HERALD_PRIORITY_LANES=off` puts every event on the bulk lane (the pipeline without lanes, for comparisons).
-let lanesKey = "HERALD_PRIORITY_LANES"
-let setup = await StageSetup.startOrExit(.ingest, extraKnownKeys: [lanesKey])
+let setup = await StageSetup.startOrExit(.ingest)
 let topics = setup.pipeline.kafka.topics
-let lanesOff = setup.environment(lanesKey)?.lowercased() == "off"
-if lanesOff { setup.logger.warning("\(lanesKey)=off: every event takes the bulk lane") }
+// `HERALD_PRIORITY_LANES=off` puts every event on the bulk lane (the pipeline without lanes, for comparisons).
+let lanesOff = setup.valueOrExit { config throws(ConfigurationError) in try config.text(.priorityLanes) } == "off"
+if lanesOff { setup.logger.warning("\(ConfigKey.priorityLanes.name)=off: every event takes the bulk lane") }
 // The event's priority class picks its lane: herald.ingested.priority (urgent, high) or herald.ingested.
 let processor = IngestProcessor(ingestedTopic: topics.ingested, priorityTopic: lanesOff ? nil : topics.ingestedPriority,
                                 apps: setup.pipeline.apps)

@@ -8,16 +8,6 @@ import HeraldRegistryAPI
 import HeraldStage
 import Metrics
 
-/// Environment keys of the API (docs/operations.md).
-enum APIKey: String, CaseIterable {
-    /// Port of the API (default: the pipeline's `api.port`; neither: no API). 0 = any free port (logged).
-    case port = "HERALD_API_PORT"
-    /// Address the API binds (default: the pipeline's `api.host`, 127.0.0.1).
-    case host = "HERALD_API_HOST"
-    /// More clients, `name=token,name=token` (on top of the pipeline's `api.clients`).
-    case tokens = "HERALD_API_TOKENS"
-}
-
 /// A bad API setting: the key, and why (never the value of a token).
 struct APIConfigurationError: Error, CustomStringConvertible {
     var key: String
@@ -32,10 +22,7 @@ enum RegistryAPIServer {
     static func make(setup: StageSetup, redis: RedisConnection) async throws -> StageHTTPServer? {
         let config = setup.pipeline.api
         let port: Int
-        if let raw = setup.environment(APIKey.port.rawValue) {
-            guard let p = Int(raw), (0...65535).contains(p) else {
-                throw APIConfigurationError(key: APIKey.port.rawValue, value: raw, reason: "expected a port, 0 to 65535")
-            }
+        if let p = setup.valueOrExit({ c throws(ConfigurationError) in try c.int(.apiPort) }) {
             port = p
         } else if let p = config.port {
             port = p
@@ -44,24 +31,24 @@ enum RegistryAPIServer {
         }
         var clients: [RegistryAPI.Client] = []
         for (name, variable) in config.clients.sorted(by: { $0.key < $1.key }) {
-            guard let token = setup.environment(variable) else {
+            guard let token = setup.config.environment[variable].flatMap({ $0.isEmpty ? nil : $0 }) else {
                 throw APIConfigurationError(key: variable, value: "", reason: "the token of API client \(name) (api.clients.\(name).token_env) is not set")
             }
             clients.append(RegistryAPI.Client(name: name, token: token))
         }
-        if let raw = setup.environment(APIKey.tokens.rawValue) {
+        if let raw = setup.config.raw(.apiTokens) {
             for entry in raw.split(separator: ",") {
                 let parts = entry.split(separator: "=", maxSplits: 1)
                 guard parts.count == 2, !parts[0].isEmpty, parts[1].count >= 16 else {
                     // The value holds secrets: the error shows only the client names given.
-                    throw APIConfigurationError(key: APIKey.tokens.rawValue, value: "(hidden)",
+                    throw APIConfigurationError(key: ConfigKey.apiTokens.name, value: "(hidden)",
                                              reason: "expected name=token pairs, comma separated, tokens of at least 16 characters")
                 }
                 clients.append(RegistryAPI.Client(name: String(parts[0]), token: String(parts[1])))
             }
         }
         if clients.isEmpty {
-            throw APIConfigurationError(key: APIKey.port.rawValue, value: String(port),
+            throw APIConfigurationError(key: ConfigKey.apiPort.name, value: String(port),
                                      reason: "the registry API needs at least one client token (api.clients or HERALD_API_TOKENS)")
         }
         let producer = try setup.producer()
@@ -70,10 +57,10 @@ enum RegistryAPIServer {
             store: StateStore(connection: redis, logger: setup.logger),
             explain: ExplainStore(connection: redis, ttlMilliseconds: setup.explainTTLMilliseconds))
         let api = RegistryAPI(operations: operations, clients: clients, logger: setup.logger) { route, status, client in
-            Counter(label: "herald_api_requests_total",
+            Counter(label: StageMetrics.Name.apiRequests,
                     dimensions: [("stage", "registry"), ("route", route), ("status", String(status)), ("client", client)]).increment()
         }
-        let host = setup.environment(APIKey.host.rawValue) ?? config.host
+        let host = setup.config.raw(.apiHost) ?? config.host
         let server = try await StageHTTPServer.bind(
             host: host, port: port, registry: setup.context.registry, readiness: setup.context.readiness,
             logger: setup.logger, routes: { request in

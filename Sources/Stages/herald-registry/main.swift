@@ -7,14 +7,15 @@ import HeraldPipeline
 import HeraldRedis
 import HeraldStage
 
-let setup = await StageSetup.startOrExit(.registry, extraKnownKeys: Set(APIKey.allCases.map(\.rawValue)))
+let setup = await StageSetup.startOrExit(.registry)
 let redis = setup.redisOrExit()
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
 let writer = RedisRegistryWriter(store: StateStore(connection: redis, logger: logger),
                                  presenceTTLMilliseconds: Int64(setup.pipeline.redis.presenceTTLSeconds) * 1000)
-let processor = RegistryProcessor(tokenFeedbackTopic: topics.tokenFeedback, writer: writer, onTransientFailure: { failure in
+let processor = RegistryProcessor(tokenFeedbackTopic: topics.tokenFeedback, writer: writer, apps: setup.pipeline.apps,
+                                  onTransientFailure: { failure in
     metrics.redisError(code: "transient")
     logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
 })

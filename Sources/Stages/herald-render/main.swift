@@ -7,7 +7,7 @@ import HeraldCore
 import HeraldPipeline
 import HeraldStage
 
-let setup = await StageSetup.startOrExit(.render, extraKnownKeys: [PipelineReloader.watchKey])
+let setup = await StageSetup.startOrExit(.render)
 let topics = setup.pipeline.kafka.topics
 let apps = LiveAppDirectory(setup.pipeline.apps)
 let reloader: PipelineReloader

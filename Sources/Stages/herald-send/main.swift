@@ -9,63 +9,37 @@ import HeraldPipeline
 import HeraldRedis
 import HeraldStage
 
-/// send's own environment keys, with their defaults (docs/pipeline.md).
-enum SendKey: String, CaseIterable {
-    case connections = "HERALD_APNS_CONNECTIONS"          // 2 per credential
-    case timeoutMs = "HERALD_APNS_TIMEOUT_MS"              // 30000: deadline of one request
-    case maxInFlight = "HERALD_SEND_MAX_IN_FLIGHT"         // 2000 notifications in flight
-    case maxAttempts = "HERALD_SEND_MAX_ATTEMPTS"          // 6 attempts, then DLQ
-    case retryInitialMs = "HERALD_SEND_RETRY_INITIAL_MS"   // 1000: first herald.retry delay
-    case retryMaxMs = "HERALD_SEND_RETRY_MAX_MS"           // 60000: longest herald.retry delay
-    case fcmHost = "HERALD_FCM_HOST"                       // fcm.googleapis.com:443 (host:port override for tests)
-    case fcmCAFile = "HERALD_FCM_CA_FILE"                  // system store: CAs for FCM and its token endpoint
-    case fcmConnections = "HERALD_FCM_CONNECTIONS"         // 2 per FCM credential
-    case webhookCAFile = "HERALD_WEBHOOK_CA_FILE"          // system store: CAs for webhook endpoints
-    case priorityReservePercent = "HERALD_SEND_PRIORITY_RESERVE_PERCENT" // 20: streams and slots bulk may not take
-}
-
-let setup = await StageSetup.startOrExit(.send, extraKnownKeys: Set(SendKey.allCases.map(\.rawValue) + [PipelineReloader.watchKey]))
+// send's own keys (APNs, FCM and webhook connections, retries, in-flight bound) are declared with the others in
+// HeraldStage's ConfigKeys.swift; a bad value ends the process at startup (status 2), naming the key.
+let setup = await StageSetup.startOrExit(.send)
 let redis = setup.redisOrExit()
-func setting(_ key: SendKey, _ fallback: Int) -> Int {
-    guard let raw = setup.environment(key.rawValue) else { return fallback }
-    guard let value = Int(raw), value > 0 else {
-        setup.logger.warning("ignoring \(key.rawValue)=\(raw): expected a positive integer; using \(fallback)")
-        return fallback
+func setting(_ key: ConfigKey) -> Int { setup.valueOrExit { config throws(ConfigurationError) in try config.requiredInt(key) } }
+func optionalText(_ key: ConfigKey) -> String? { setup.valueOrExit { config throws(ConfigurationError) in try config.text(key) } }
+func endpoint(_ key: ConfigKey) -> APNsEndpoint? {
+    guard let raw = optionalText(key) else { return nil }
+    return setup.valueOrExit { _ throws(ConfigurationError) in
+        guard let parsed = APNsEndpoint(parsing: raw) else {
+            throw ConfigurationError(key: key.name, value: raw, reason: "expected host[:port]")
+        }
+        return parsed
     }
-    return value
 }
-let env = setup.context.environment
-var endpoint: APNsEndpoint?
-if !env.apnsHost.isEmpty {
-    guard let parsed = APNsEndpoint(parsing: env.apnsHost) else {
-        setup.logger.critical("HERALD_APNS_HOST=\(env.apnsHost) is not host[:port]")
-        exit(2)
-    }
-    endpoint = parsed
-}
-let maxInFlight = setting(.maxInFlight, 2_000)
+let maxInFlight = setting(.sendMaxInFlight)
+let timeoutMs = setting(.apnsTimeoutMs)
 KeyFiles.warnAboutExposedKeys(setup.pipeline.apps, logger: setup.logger)
-let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint,
-                                  caFile: env.apnsCAFile.isEmpty ? nil : env.apnsCAFile,
-                                  connections: setting(.connections, 2), maxInFlight: maxInFlight,
-                                  priorityReserve: Double(min(90, setting(.priorityReservePercent, 20))) / 100,
-                                  timeout: .milliseconds(setting(.timeoutMs, 30_000)),
+let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint(.apnsHost),
+                                  caFile: optionalText(.apnsCAFile),
+                                  connections: setting(.apnsConnections), maxInFlight: maxInFlight,
+                                  priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
+                                  timeout: .milliseconds(timeoutMs),
                                   environment: ProcessInfo.processInfo.environment, logger: setup.logger)
-var fcmEndpoint: APNsEndpoint?
-if let raw = setup.environment(SendKey.fcmHost.rawValue), !raw.isEmpty {
-    guard let parsed = APNsEndpoint(parsing: raw) else {
-        setup.logger.critical("HERALD_FCM_HOST=\(raw) is not host[:port]")
-        exit(2)
-    }
-    fcmEndpoint = parsed
-}
-let fcmTransport = FCMPushTransport(apps: setup.pipeline.apps, endpoint: fcmEndpoint,
-                                    caFile: setup.environment(SendKey.fcmCAFile.rawValue).flatMap { $0.isEmpty ? nil : $0 },
-                                    connections: setting(.fcmConnections, 2), maxInFlight: maxInFlight,
-                                    timeout: .milliseconds(setting(.timeoutMs, 30_000)), logger: setup.logger)
+let fcmTransport = FCMPushTransport(apps: setup.pipeline.apps, endpoint: endpoint(.fcmHost),
+                                    caFile: optionalText(.fcmCAFile),
+                                    connections: setting(.fcmConnections), maxInFlight: maxInFlight,
+                                    timeout: .milliseconds(timeoutMs), logger: setup.logger)
 setup.context.readiness.register("fcm") { fcmTransport.isReady }
 let webhookTransport = WebhookPushTransport(apps: setup.pipeline.apps,
-                                            caFile: setup.environment(SendKey.webhookCAFile.rawValue).flatMap { $0.isEmpty ? nil : $0 },
+                                            caFile: optionalText(.webhookCAFile),
                                             maxInFlight: maxInFlight, environment: ProcessInfo.processInfo.environment,
                                             logger: setup.logger)
 let router = RoutingPushTransport(apns: transport, fcm: fcmTransport, webhook: webhookTransport)
@@ -83,7 +57,6 @@ let priorityRedis = setup.redisOrExit()
 func store(_ lane: Lane) -> StateStore {
     StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger)
 }
-let timeoutMs = setting(.timeoutMs, 30_000)
 func sender(_ lane: Lane) -> SendProcessor {
 var processor = SendProcessor(
     retryTopic: topics.retry(lane), tokenFeedbackTopic: topics.tokenFeedback, transport: router,
@@ -91,14 +64,15 @@ var processor = SendProcessor(
     owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
     // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
     claimTTL: .milliseconds(2 * timeoutMs + 30_000),
-    retryPolicy: APNsBackoffPolicy(initialDelay: .milliseconds(setting(.retryInitialMs, 1000)),
-                                   maxDelay: .milliseconds(setting(.retryMaxMs, 60_000)),
-                                   maxAttempts: setting(.maxAttempts, 6)),
+    retryPolicy: APNsBackoffPolicy(initialDelay: .milliseconds(setting(.sendRetryInitialMs)),
+                                   maxDelay: .milliseconds(setting(.sendRetryMaxMs)),
+                                   maxAttempts: setting(.sendMaxAttempts)),
     onTransientFailure: { failure in
         metrics.redisError(code: "transient")
         logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
     })
 processor.prioritized = lane == .priority
+processor.apps = setup.pipeline.apps
 return processor
 }
 // Batches run concurrently (order per device token does not matter to APNs; a batch holding a retry until its

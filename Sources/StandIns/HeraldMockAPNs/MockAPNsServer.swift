@@ -4,6 +4,7 @@
 // one SSL_write per pass (a TLS record holds up to 16 KB of them).
 import CHeraldMockTLS
 import CNghttp2
+import DequeModule
 import Glibc
 
 /// @unchecked Sendable: every mutable property is touched only by the thread inside `run()`
@@ -29,8 +30,7 @@ public final class MockAPNsServer: @unchecked Sendable {
     private var recordBuffer: [UInt8] = []
     private var connections: [Int32: Connection] = [:]
     private var dirty: [Connection] = []
-    private var delayed: [DelayedAnswer] = []
-    private var delayedHead = 0
+    private var delayed: Deque<DelayedAnswer> = []
     private var httpClients: [Int32: [UInt8]] = [:]
     /// Per provider key: `iat` of the newest token accepted (for TooManyProviderTokenUpdates).
     private var currentTokenIssuedAt: [String: Int64] = [:]
@@ -163,9 +163,9 @@ public final class MockAPNsServer: @unchecked Sendable {
             }
             if let deadline = drainDeadline, connections.isEmpty || nowMonotonicMicros >= deadline { break }
             var timeout: Int32 = recorder == nil && drainDeadline == nil ? 1000 : 100
-            if delayedHead < delayed.count {
+            if let next = delayed.first {
                 // Round up: waking before the due time would only spin.
-                let wait = (delayed[delayedHead].due - nowMonotonicMicros + 999) / 1000
+                let wait = (next.due - nowMonotonicMicros + 999) / 1000
                 timeout = Int32(clamping: max(0, min(Int64(timeout), wait)))
             }
             let n = hmt_epoll_wait(epollFD, readyFDs, readyEvents, maxEvents, timeout)
@@ -445,7 +445,7 @@ public final class MockAPNsServer: @unchecked Sendable {
             let due = max(nowMonotonicMicros + Int64(configuration.latencyMilliseconds) * 1000, pausedUntilMicros)
             delayed.append(DelayedAnswer(due: due, connection: conn, slot: slot,
                                          generation: conn.slots[slot].generation, verdict: verdict))
-            metrics.heldAnswers = delayed.count - delayedHead
+            metrics.heldAnswers = delayed.count
         } else {
             answer(conn, slot: slot, verdict: verdict)
         }
@@ -522,39 +522,28 @@ public final class MockAPNsServer: @unchecked Sendable {
     func resume() {
         guard pausedUntilMicros > nowMonotonicMicros else { return }
         let latency = Int64(configuration.latencyMilliseconds) * 1000
-        for i in delayedHead..<delayed.count where delayed[i].due == pausedUntilMicros {
+        for i in delayed.indices where delayed[i].due == pausedUntilMicros {
             let d = delayed[i]
             // An answer's latency counts from its arrival, which a pause may already have covered.
             delayed[i] = DelayedAnswer(due: min(d.due, nowMonotonicMicros + latency), connection: d.connection,
                                        slot: d.slot, generation: d.generation, verdict: d.verdict)
         }
         // Keep the queue ordered by due time (a stable sort of the waiting part).
-        if delayedHead < delayed.count {
-            let waiting = delayed[delayedHead...].enumerated().sorted { ($0.element.due, $0.offset) < ($1.element.due, $1.offset) }
-            delayed = waiting.map(\.element)
-            delayedHead = 0
-        }
+        let waiting = delayed.enumerated().sorted { ($0.element.due, $0.offset) < ($1.element.due, $1.offset) }
+        delayed = Deque(waiting.map(\.element))
         pausedUntilMicros = nowMonotonicMicros
         metrics.paused = false
     }
 
     private func fireDelayedAnswers() {
-        while delayedHead < delayed.count && delayed[delayedHead].due <= nowMonotonicMicros {
-            let d = delayed[delayedHead]
-            delayedHead += 1
+        while let d = delayed.first, d.due <= nowMonotonicMicros {
+            delayed.removeFirst()
             let conn = d.connection
             guard !conn.closed, d.slot < conn.slots.count, conn.slots[d.slot].generation == d.generation else { continue }
             answer(conn, slot: d.slot, verdict: d.verdict)
             markDirty(conn)
         }
-        metrics.heldAnswers = delayed.count - delayedHead
-        if delayedHead == delayed.count {
-            delayed.removeAll(keepingCapacity: true)
-            delayedHead = 0
-        } else if delayedHead > 4096 && delayedHead * 2 > delayed.count {
-            delayed.removeFirst(delayedHead)
-            delayedHead = 0
-        }
+        metrics.heldAnswers = delayed.count
     }
 
     /// Submits the answer of one stream and records it.

@@ -513,22 +513,25 @@ struct MalformedFlood {
         let ev = try! ChatEvent.decode(event.bytes)
         let user = workload.users[1]
         let state = workload.states[user] ?? UserState()
-        let enc = JSONEncoder()
         let data: Data
         switch topic {
         case "chat.events": data = Data(event.bytes)
-        case "herald.ingested": data = try! enc.encode(IngestedRecord(event: ev, ingestedAt: nowMillis()))
-        case "herald.resolved": data = try! enc.encode(ResolvedRecord(event: ev, recipient: user, state: state))
-        case "herald.deliverable": data = try! enc.encode(DeliverableRecord(event: ev, recipient: user, state: state, targets: state.devices))
+        case "herald.ingested": data = Data(IngestedRecord(event: ev, ingestedAt: nowMillis()).jsonBytes())
+        case "herald.resolved": data = Data(ResolvedRecord(event: ev, recipient: user, state: state).jsonBytes())
+        case "herald.deliverable": data = Data(DeliverableRecord(event: ev, recipient: user, state: state, targets: state.devices).jsonBytes())
         case "herald.outbound", "herald.retry":
             let req = try! Renderer.render(event: ev, recipient: user, state: state, targets: state.devices, app: workload.app,
                                            now: Date())[0]
-            data = try! enc.encode(OutboundRecord(eventID: ev.eventID, appID: ev.appID, recipient: user, request: req))
+            data = Data(OutboundRecord(eventID: ev.eventID, appID: ev.appID, recipient: user, request: req).jsonBytes())
         case "herald.registry":
-            data = try! enc.encode(RegistryRecord(op: .setMembers, appID: workload.appID, conversation: "mf-conv", members: ["a", "b"]))
+            data = Data(RegistryRecord(op: .setMembers, appID: workload.appID, conversation: "mf-conv", members: ["a", "b"]).jsonBytes())
         default:
-            data = try! enc.encode(TokenFeedbackRecord(appID: workload.appID, user: user, token: state.devices[0].token,
-                                                       reason: "Unregistered", deadSince: nowMillis()))
+            // A user outside the valid event's group: a feedback record Herald (rightly) applies must not take a
+            // token that event needs.
+            let other = workload.users[workload.users.count - 1]
+            let token = workload.states[other]?.devices.first?.token ?? state.devices[0].token
+            data = Data(TokenFeedbackRecord(appID: workload.appID, user: other, token: token,
+                                            reason: "Unregistered", deadSince: nowMillis()).jsonBytes())
         }
         return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
     }
@@ -544,6 +547,7 @@ struct MalformedFlood {
         out.append(Record(kind: "deep_nesting_object", value: Array("{\"a\":".utf8) + Array(repeating: UInt8(ascii: "["), count: 100_000)))
         var big = template
         setText(&big, String(repeating: "x", count: 800_000))
+        setEventID(&big, "mf-big-\(topics.firstIndex(of: topic) ?? 0)")
         out.append(Record(kind: "text_800kb", value: Array(try! JSONSerialization.data(withJSONObject: big, options: [.sortedKeys]))))
         let kinds = ["random_bytes", "truncated_json", "invalid_utf8", "tombstone", "wrong_types", "duplicate_keys", "unknown_app", "not_an_object"]
         var i = 0
@@ -589,6 +593,12 @@ struct MalformedFlood {
             }
             // Make every record distinct so DLQ entries can be matched one to one.
             if kind == "tombstone" { out.append(Record(kind: kind, value: nil)); continue }
+            if kind == "unknown_app" {
+                // Its own (event, token) pair: send would rightly skip a second copy of a pair in flight.
+                var t = (try? JSONSerialization.jsonObject(with: Data(v ?? []))) as? [String: Any] ?? [:]
+                setEventID(&t, "mf-\(topic)-\(i)")
+                v = Array(try! JSONSerialization.data(withJSONObject: t, options: [.sortedKeys]))
+            }
             if var b = v, kind == "random_bytes" || kind == "truncated_json" { b.append(contentsOf: Array(" \(i)".utf8)); v = b }
             out.append(Record(kind: kind, value: v))
         }
@@ -616,6 +626,19 @@ struct MalformedFlood {
         }
         o = walk(o) as! [String: Any]
         if !found { o["text"] = text }
+    }
+
+    /// Sets every `event_id` found in the record (the event's, the outbound record's).
+    private func setEventID(_ o: inout [String: Any], _ id: String) {
+        func walk(_ v: Any) -> Any {
+            if var d = v as? [String: Any] {
+                for (k, x) in d { d[k] = (k == "event_id" && x is String) ? id : walk(x) }
+                return d
+            }
+            if let a = v as? [Any] { return a.map(walk) }
+            return v
+        }
+        o = walk(o) as! [String: Any]
     }
 
     private func setApp(_ o: inout [String: Any], _ app: String) {

@@ -2,6 +2,7 @@
 //   decide    decisions + rendered payloads per second on one core (the default)
 //   pipeline  the whole local stack under a chosen load: throughput, latency, CPU, memory, exactness
 //   chaos     the fault suite: each scenario's lost / duplicated / dead-lettered counts and a verdict
+//   json      HeraldCore's JSON against Foundation's JSONDecoder/JSONEncoder on Herald's records
 import ArgumentParser
 
 @main
@@ -9,6 +10,6 @@ struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
         abstract: "Herald's measuring tools.",
-        subcommands: [DecideBench.self, PipelineBench.self, ChaosCommand.self],
+        subcommands: [DecideBench.self, PipelineBench.self, ChaosCommand.self, JSONBench.self],
         defaultSubcommand: DecideBench.self)
 }

@@ -175,7 +175,7 @@ final class LoadDriver: @unchecked Sendable {
         loadSeconds = monotonicSeconds() - t0
         log(String(format: "loaded %d users in %d conversations of %d into Redis in %.2f s", options.users,
                    workload.conversations.count, options.conversationSize, loadSeconds))
-        publisher = try EventPublisher(brokers: session.info.brokers)
+        publisher = try EventPublisher(brokers: session.info.brokers, extraProperties: workload.kafkaProperties)
         ledger = Ledger(origin: nowMillis())
         tail = RecordTail(run: session.info.run)
         _ = tail.poll()   // answers from before this run are not ours

@@ -42,6 +42,8 @@ final class Workload {
     let options: WorkloadOptions
     let appID: String
     let app: AppConfig
+    /// The pipeline file's `kafka.properties` (the bench's producer uses them too, e.g. on Tansu's S3 engine).
+    let kafkaProperties: [String: String]
     private(set) var users: [String] = []
     private(set) var states: [String: UserState] = [:]
     private(set) var conversations: [(id: String, members: [String])] = []
@@ -57,6 +59,7 @@ final class Workload {
             throw BenchError("cannot load \(pipelineFile): \(error)")
         }
         app = loaded.config.apps.app(appID)
+        kafkaProperties = loaded.config.kafka.properties
         let t = options.tag
         let words = ["trail", "summit", "water", "meet", "seven", "bring", "maps", "snacks", "north", "ridge"]
         var s = ""
@@ -114,8 +117,6 @@ final class Workload {
     func load(redisPort: Int, now: Int64) async throws {
         let conn = RedisConnection(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(redisPort)"))
         defer { conn.close() }
-        let enc = JSONEncoder()
-        enc.outputFormatting = [.sortedKeys]
         var batch: [RedisCommand] = []
         func flush() async throws {
             guard !batch.isEmpty else { return }
@@ -128,10 +129,10 @@ final class Workload {
             let sk = RedisKeys.presence(app: appID, user: user)
             batch.append(RedisCommand("DEL", dk, pk, sk))
             for d in state.devices {
-                batch.append(RedisCommand("HSET", dk, d.token, String(decoding: try enc.encode(d), as: UTF8.self)))
+                batch.append(RedisCommand("HSET", dk, d.token, d.jsonBytes()))
             }
             if state.preferences != Preferences() {
-                batch.append(RedisCommand("SET", pk, String(decoding: try enc.encode(state.preferences), as: UTF8.self)))
+                batch.append(RedisCommand("SET", pk, state.preferences.jsonBytes()))
             }
             if !state.online.isEmpty {
                 for tok in state.online { batch.append(RedisCommand("ZADD", sk, String(now + 86_400_000), tok)) }
@@ -214,8 +215,8 @@ final class EventPublisher: @unchecked Sendable {
     private var failedRecords: [ProducerRecord] = []
     private(set) var republished = 0
 
-    init(brokers: String) throws {
-        var config = KafkaProducerConfiguration(brokers: [brokers], clientID: "herald-bench")
+    init(brokers: String, extraProperties: [String: String] = [:]) throws {
+        var config = KafkaProducerConfiguration(brokers: [brokers], clientID: "herald-bench", extraProperties: extraProperties)
         config.linger = .milliseconds(2)
         config.maxQueuedRecords = 500_000
         self.config = config

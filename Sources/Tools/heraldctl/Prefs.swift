@@ -190,7 +190,7 @@ struct PrefsCommand: AsyncParsableCommand {
                     state.devices = state.devices.map { var d = $0; d.token = CLI.short(d.token); return d }
                     state.online = state.online.map(CLI.short)
                 }
-                CLI.out(String(decoding: (try? StageCodec.encode(state)) ?? [], as: UTF8.self))
+                CLI.out(String(decoding: StageCodec.encode(state), as: UTF8.self))
             } catch {
                 CLI.fail("redis: \(error)")
             }

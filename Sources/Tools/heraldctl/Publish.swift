@@ -61,15 +61,13 @@ struct Publish: AsyncParsableCommand {
     static func split(_ bytes: [UInt8]) -> [[UInt8]] {
         let trimmed = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.isEmpty { return [] }
-        if (try? JSONSerialization.jsonObject(with: Data(trimmed.utf8))) != nil { return [Array(trimmed.utf8)] }
+        if (try? JSONValue.parse(trimmed)) != nil { return [Array(trimmed.utf8)] }
         return trimmed.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             .map { Array($0.utf8) }
     }
 
     /// `conversation.id` of something that is JSON but not a valid event, for the record key.
     static func conversationID(_ value: [UInt8]) -> String? {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any],
-              let conversation = object["conversation"] as? [String: Any] else { return nil }
-        return conversation["id"] as? String
+        (try? JSONValue.parse(value))?["conversation"]?["id"]?.stringValue
     }
 }

@@ -105,8 +105,8 @@ struct Push: AsyncParsableCommand {
             }
             return [UInt8](data)
         case (nil, let text?):
-            let object: [String: Any] = ["aps": ["alert": ["body": text]]]
-            return [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+            let payload = JSONValue.object([("aps", .object([("alert", .object([("body", .string(text))]))]))])
+            return Array(payload.serialized.utf8)
         default:
             throw ValidationError("give exactly one of --payload-file or --body")
         }
@@ -117,7 +117,7 @@ struct Push: AsyncParsableCommand {
             guard let app else { throw ValidationError("--pipeline needs --app") }
             let loaded: LoadedPipeline
             do throws(ConfigError) {
-                loaded = try PipelineLoader.load(path: pipeline, environment: ProcessInfo.processInfo.environment)
+                loaded = try PipelineLoader.load(path: pipeline)
             } catch { throw ValidationError(error.description) }
             guard let appConfig = loaded.config.apps.apps[app] else { throw ValidationError("no app \(app) in \(pipeline)") }
             // The topic is the bundle id plus a push-type suffix such as .voip.

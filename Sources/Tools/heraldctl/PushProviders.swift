@@ -13,7 +13,7 @@ extension Push {
         guard let app else { throw ValidationError("--pipeline needs --app") }
         let loaded: LoadedPipeline
         do throws(ConfigError) {
-            loaded = try PipelineLoader.load(path: pipeline, environment: ProcessInfo.processInfo.environment)
+            loaded = try PipelineLoader.load(path: pipeline)
         } catch { throw ValidationError(error.description) }
         guard let appConfig = loaded.config.apps.apps[app] else { throw ValidationError("no app \(app) in \(pipeline)") }
         return appConfig
@@ -40,8 +40,10 @@ extension Push {
             guard let data = FileManager.default.contents(atPath: payloadFile) else { throw ValidationError("cannot read --payload-file") }
             payload = [UInt8](data)
         } else if let body {
-            let object: [String: Any] = ["message": ["token": deviceToken, "notification": ["body": body]]]
-            payload = [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+            let message = JSONValue.object([("message", .object([
+                ("notification", .object([("body", .string(body))])), ("token", .string(deviceToken)),
+            ]))])
+            payload = Array(message.serialized.utf8)
         } else {
             throw ValidationError("give exactly one of --payload-file or --body")
         }
@@ -90,12 +92,18 @@ extension Push {
             guard let data = FileManager.default.contents(atPath: payloadFile) else { throw ValidationError("cannot read --payload-file") }
             payload = [UInt8](data)
         } else if let body {
-            let object: [String: Any] = [
-                "trigger": "push-notification-payload-generated",
-                "data": ["to": ["uid": deviceToken], "notificationDetails": ["title": "Herald", "body": body, "type": "chat"]],
-                "appId": app ?? "heraldctl", "region": region, "webhook": "custom",
-            ]
-            payload = [UInt8](try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]))
+            // Keys in sorted order: the same bytes heraldctl sent before.
+            let object = JSONValue.object([
+                ("appId", .string(app ?? "heraldctl")),
+                ("data", .object([
+                    ("notificationDetails", .object([("body", .string(body)), ("title", .string("Herald")),
+                                                     ("type", .string("chat"))])),
+                    ("to", .object([("uid", .string(deviceToken))])),
+                ])),
+                ("region", .string(region)), ("trigger", .string("push-notification-payload-generated")),
+                ("webhook", .string("custom")),
+            ])
+            payload = Array(object.serialized.utf8)
         } else {
             throw ValidationError("give exactly one of --payload-file or --body")
         }

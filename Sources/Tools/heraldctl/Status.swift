@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldCore
 
 /// `heraldctl status`: each stage's readiness, consumer lag, in-flight work and rates, read from the stages' own
 /// HTTP endpoints (`/readyz`, and `/metrics` twice, `--interval` apart, for the rates).
@@ -239,8 +240,8 @@ struct StageReport: Sendable {
         }
         if let readyz = await fetch(endpoint, "/readyz", timeout) {
             report.ready = readyz.status == 200
-            if let o = try? JSONSerialization.jsonObject(with: Data(readyz.body.utf8)) as? [String: Any] {
-                report.failing = o["failing"] as? [String] ?? []
+            if let o = try? JSONValue.parse(readyz.body), case .array(let failing)? = o["failing"] {
+                report.failing = failing.compactMap(\.stringValue)
             }
         }
         return report

@@ -26,7 +26,7 @@ struct Topics: AsyncParsableCommand {
         var specs: [TopicSpec] = []
         var topics = self.topics
         if let pipeline {
-            let names = try PipelineLoader.load(path: pipeline, environment: [:]).config.kafka.topics
+            let names = try PipelineLoader.load(path: pipeline).config.kafka.topics
             let given = Set(topics.map { String($0.split(separator: ":").first ?? "") })
             for name in names.all where !given.contains(name) {
                 topics.append(name == names.dlq ? "\(name):1" : name)

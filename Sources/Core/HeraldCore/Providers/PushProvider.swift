@@ -2,7 +2,7 @@
 // mapping from CometChat's platform names onto device kinds.
 
 /// A push service Herald delivers through.
-public enum PushProvider: String, Codable, Sendable, Hashable, CaseIterable {
+public enum PushProvider: String, Sendable, Hashable, CaseIterable {
     /// Apple Push Notification service over HTTP/2 (device and VoIP tokens).
     case apns
     /// Firebase Cloud Messaging HTTP v1 over HTTP/2 (registration tokens).

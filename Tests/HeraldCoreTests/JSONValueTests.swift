@@ -1,0 +1,49 @@
+import HeraldCore
+import Testing
+
+@Suite("JSON values")
+struct JSONValueTests {
+    @Test("numbers compare exactly: 64-bit integers that Double cannot tell apart differ")
+    func exactNumbers() throws {
+        #expect(JSONValue.number("9007199254740993") != .number("9007199254740992"))
+        #expect(JSONValue.number("9223372036854775807") != .number("9223372036854775806"))
+        #expect(JSONValue.number("1") == .number("1.0"))
+        #expect(JSONValue.number("1") == .number("10e-1"))
+        #expect(JSONValue.number("-0") == .number("0"))
+        #expect(JSONValue.number("120") == .number("1.2e2"))
+        #expect(JSONValue.number("0.1") != .number("0.10000000000000001"))
+        #expect(Set([JSONValue.number("2"), .number("2.00"), .number("3")]).count == 2)
+        let parsed = try JSONValue.parse(#"{"offset":9223372036854775807}"#)
+        #expect(parsed["offset"]?.int64Value == Int64.max)
+        #expect(parsed.serialized == #"{"offset":9223372036854775807}"#)
+    }
+
+    @Test("integer accessors: integral values in range only")
+    func integers() {
+        #expect(JSONValue.number("3600").int64Value == 3600)
+        #expect(JSONValue.number("3.6e3").int64Value == 3600)
+        #expect(JSONValue.number("3600.5").int64Value == nil)
+        #expect(JSONValue.number("-9223372036854775808").int64Value == Int64.min)
+        #expect(JSONValue.number("9223372036854775808").int64Value == nil)
+        #expect(JSONValue.string("1").int64Value == nil)
+    }
+
+    @Test("objects keep document order, duplicates included; the subscript reads the first")
+    func documentOrder() throws {
+        let v = try JSONValue.parse(#"{"b":1,"a":2,"b":3}"#)
+        guard case .object(let pairs) = v else { Issue.record("not an object"); return }
+        #expect(pairs.map(\.0) == ["b", "a", "b"])
+        #expect(v["b"] == .number("1"))
+        #expect(v.serialized == #"{"b":1,"a":2,"b":3}"#)
+    }
+
+    @Test("one escaper: quotes, backslash and control characters; line-safe also DEL, U+2028, U+2029")
+    func escaping() {
+        #expect(JSONWriter.quoted("a\"b\\c\nd\u{1}é") == #""a\"b\\c\nd\u0001é""#)
+        #expect(JSONWriter.quoted("x\u{2028}y\u{7F}") == "\"x\u{2028}y\u{7F}\"")
+        #expect(JSONWriter.quoted("x\u{2028}y\u{2029}z\u{7F}", lineSafe: true) == #""x\u2028y\u2029z\u007f""#)
+        #expect(JSONWriter.quoted("日本語 🥾", lineSafe: true) == "\"日本語 🥾\"")
+        let text = "mixed \"é\" \u{2028}\t"
+        #expect((try? JSONValue.parse(JSONWriter.quoted(text, lineSafe: true))) == .string(text))
+    }
+}
