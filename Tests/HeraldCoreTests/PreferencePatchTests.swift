@@ -51,8 +51,9 @@ struct PreferencePatchTests {
         row.expected(&expected)
         #expect(patch.apply(to: Self.stored) == expected)
         // The record form (what travels on herald.registry and what the Lua script reads) is the same patch.
-        let wire = try JSONEncoder().encode(patch)
-        #expect(try JSONDecoder().decode(PreferencePatch.self, from: wire) == patch)
+        #expect(try PreferencePatch.fromJSON(patch.jsonBytes()) == patch)
+        let record = RegistryRecord(op: .patchPreferences, appID: "a", user: "u", patch: patch)
+        #expect(try StageCodec.decode(RegistryRecord.self, from: StageCodec.encode(record)) == record)
     }
 
     @Test("a bad body names the field", arguments: [

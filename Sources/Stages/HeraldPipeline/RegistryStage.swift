@@ -85,7 +85,7 @@ public struct RegistryProcessor: StageProcessor {
 extension RegistryRecord {
     /// Every top-level key of a `herald.registry` record (docs/pipeline.md, Records).
     static let keys: Set<String> = ["op", "app_id", "user", "device", "unique", "token", "preferences", "online",
-                                    "ttl_ms", "unread", "conversation", "members"]
+                                    "ttl_ms", "unread", "conversation", "members", "patch"]
 }
 
 extension TokenFeedbackRecord {
