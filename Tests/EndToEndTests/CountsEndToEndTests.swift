@@ -113,12 +113,18 @@ struct CountsEndToEndTests {
         return 0
     }
 
+    /// SIGHUP to a stage (render reloads only on SIGHUP in this stack; send also watches the file).
+    func hangUp(_ stage: String) throws {
+        guard let pid = stack.stageProcesses[stage]?.pid else { throw HarnessError("herald-\(stage) is not running") }
+        kill(pid, SIGHUP)
+    }
+
     func body(_ r: RecordedRequest) -> String? {
         guard let payload = r.payload, let o = try? JSONSerialization.jsonObject(with: payload) as? [String: Any] else { return nil }
         return ((o["aps"] as? [String: Any])?["alert"] as? [String: Any])?["body"] as? String
     }
 
-    @Test("a template changed while events flow: nothing lost or doubled, new pushes carry the new text; a bad file is refused and the old configuration keeps running")
+    @Test("a template changed while events flow (SIGHUP): nothing lost or doubled, new pushes carry the new text; a bad file is refused and the old configuration keeps running")
     func templateReload() async throws {
         let token = String(repeating: "6b", count: 32)
         try await stack.store.registerDevice(app: "app6", user: "ru2",
@@ -147,6 +153,7 @@ struct CountsEndToEndTests {
             if chunk == 1 {
                 try original.replacingOccurrences(of: "REL-V1 {message}", with: "REL-V2 {message}")
                     .write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
+                try hangUp("render")
             }
         }
         try await waitUntil("render reloaded the file\n\(stack.stageProcesses["render"]?.logTail(5) ?? "")") {
@@ -166,6 +173,7 @@ struct CountsEndToEndTests {
         // A bad file is refused with a clear error; render keeps the last good configuration.
         let refusedBefore = reloads("refused")
         try "apps:\n  app6:\n    templates: [unclosed\n".write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
+        try hangUp("render")
         try await waitUntil("render refused the bad file") { reloads("refused") > refusedBefore }
         let log = try String(contentsOfFile: stack.runDir + "/render.log", encoding: .utf8)
         #expect(log.contains("pipeline file refused"))
@@ -179,10 +187,11 @@ struct CountsEndToEndTests {
         // The original file back (other tests of the suite use it).
         let appliedNow = reloads("applied")
         try original.write(toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
+        try hangUp("render")
         try await waitUntil("render reloaded the original file") { reloads("applied") > appliedNow }
     }
 
-    @Test("an APNs key rotated while events flow: nothing lost or doubled; new connections sign with the new key")
+    @Test("an APNs key rotated while events flow (file watch): nothing lost or doubled; new connections sign with the new key")
     func keyRotation() async throws {
         let token = String(repeating: "7c", count: 32)
         try await stack.store.registerDevice(app: "app6", user: "ku2",

@@ -252,6 +252,10 @@ final class E2EStack: @unchecked Sendable {
             "HERALD_LOG_LEVEL": "info",
             "HERALD_INSTANCE": "e2e-\(stage)",
         ]
+        if stage == "render" {
+            // render reloads the pipeline file on SIGHUP only (the reload test sends it); send watches the file.
+            env["HERALD_PIPELINE_WATCH_MS"] = "0"
+        }
         if stage == "registry" {
             env["HERALD_API_PORT"] = "\(apiPort)"
             env["HERALD_API_TOKENS"] = "e2e=\(Self.apiToken)"

@@ -65,3 +65,35 @@ struct CountsRedisTests {
         #expect(ttl > 0 && ttl <= 300)
     }
 }
+
+/// The Lua patch script stores what `PreferencePatch.apply(to:)` gives, from stored, absent and corrupt preferences.
+@Suite("Preference patches in Redis")
+struct PreferencePatchRedisTests {
+    @Test("the script and the Swift rule agree, patch after patch")
+    func scriptMatchesRule() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let bodies = [
+            #"{"trigger": "mention_only", "languages": ["fr", "de"], "display_name": "Cindy"}"#,
+            #"{"conversations": {"c1": {"muted": true}, "c2": {"trigger": "off"}}}"#,
+            #"{"dnd": {"start": "22:00", "end": "08:00", "timezone": "Asia/Seoul"}, "snooze": {"start": 1732000000000, "end": 1732003600000}}"#,
+            #"{"conversations": {"c1": {"trigger": "all"}, "c2": null}, "badge": false, "display_style": "simple_banner"}"#,
+            #"{"dnd": null, "languages": [], "display_name": null, "template": "alternative"}"#,
+            #"{"conversations": {"c1": null}, "trigger": null, "badge": null}"#,
+        ]
+        var expected = Preferences()
+        for body in bodies {
+            let patch = try PreferencePatch.parse(Array(body.utf8))
+            expected = patch.apply(to: expected)
+            let stored = try await store.patchPreferences(app: "a", user: "u", patch: patch)
+            #expect(stored == expected, "\(body)")
+            #expect(try await store.preferences(app: "a", user: "u") == expected)
+        }
+        // Corrupt stored preferences count as the defaults, as reads do.
+        _ = try await redis.send(RedisCommand("SET", RedisKeys.preferences(app: "a", user: "bad"), "{not json"))
+        let patch = try PreferencePatch.parse(Array(#"{"badge": false}"#.utf8))
+        #expect(try await store.patchPreferences(app: "a", user: "bad", patch: patch) == Preferences(badge: false))
+    }
+}

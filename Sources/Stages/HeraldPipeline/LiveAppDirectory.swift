@@ -1,3 +1,4 @@
+import HeraldCore
 import Synchronization
 
 /// The app directory a running stage renders with, replaceable while it runs (the pipeline file reloaded on
