@@ -134,6 +134,11 @@ public struct BatchContext: Sendable {
     public var now: @Sendable () -> Date
     /// True once shutdown began: stop waiting (for a held retry, a broken Redis) and hand inputs back.
     public var isStopping: @Sendable () -> Bool
+    /// Produces outputs of the batch's input at `input` (its index) now, ahead of the batch's results, and
+    /// returns once the broker acknowledged them (false when shutting down: hand the input back). Resolve
+    /// streams a huge conversation's fan-out through it page by page, so memory stays bounded. Nil when the
+    /// loop does not offer it (tests; concurrent batches): outputs then go in the results.
+    public var emit: (@Sendable (_ outputs: [StageOutput], _ input: Int) async -> Bool)?
 
     public init(now: @escaping @Sendable () -> Date = { Date() }, isStopping: @escaping @Sendable () -> Bool = { false }) {
         self.now = now

@@ -22,6 +22,7 @@ let lanes = Lane.allCases.map { lane in
     StageLane(lane, topics: [topics.ingested(lane)], processor: ResolveProcessor(
         resolvedTopic: topics.resolved(lane), state: reader(lane),
         lanes: (priority: topics.resolvedPriority, bulk: topics.resolved, apps: setup.pipeline.apps),
+        progress: RedisFanOutProgress(connection: lane == .priority ? priorityRedis : redis),
         onTransientFailure: { failure in
             metrics.redisError(code: "transient")
             logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])

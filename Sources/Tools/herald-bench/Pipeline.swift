@@ -251,8 +251,9 @@ final class LoadDriver: @unchecked Sendable {
         let rate = Double(ledger.delivered - lastDelivered) / max(0.001, t - lastT)
         progress.append(Progress(t: t, published: eventsPublished, delivered: ledger.delivered, rate: rate, lag: lag))
         if !quiet {
-            log(String(format: "t=%5.1fs published %d events, delivered %d of %d notifications (%.0f/s), consumer lag %.0f records, duplicates %d",
-                       t, eventsPublished, ledger.delivered, ledger.expectedCount, rate, lag, ledger.duplicates.count))
+            log(String(format: "t=%5.1fs published %d events, delivered %d of %d notifications (%.0f/s), consumer lag %.0f records, duplicates %d, resolve RSS %d MB",
+                       t, eventsPublished, ledger.delivered, ledger.expectedCount, rate, lag, ledger.duplicates.count,
+                       procs.rssKB("resolve") / 1024))
         }
         lastDelivered = ledger.delivered
         lastT = t
