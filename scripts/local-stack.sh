@@ -25,6 +25,8 @@
 # HERALD_LOCAL_FCM_PORT 18544 (FCM messages:send, its token endpoint and the webhook receiver),
 # HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the stand-in base+9).
 # HERALD_LOCAL_BIN: directory of the built executables (default .build/release, or .build/debug with --debug).
+# HERALD_LOCAL_PIPELINE_SRC: pipeline file the stack's run/pipeline.yaml is made from (default pipelines/example.yaml;
+# the benchmarks of docs/performance.md compare settings this way).
 # HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
 set -euo pipefail
