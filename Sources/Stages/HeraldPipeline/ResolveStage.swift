@@ -322,41 +322,73 @@ public struct ResolveProcessor: StageProcessor {
         }
         var senderListed = false
         var reason: String?
-        var pages = 0
+        var states: [String: UserState]?  // the current page's, when read ahead
         while true {
             if page.contains(event.sender.id) { senderListed = true }
             let recipients = FanOut.recipients(of: event, members: page)
+            var outputs: [StageOutput] = []
             if !recipients.isEmpty {
-                guard let states = try await context.retryingTransient({
-                    try await state.loadUsers(app: app, users: recipients, now: now)
-                }, onRetry: onTransientFailure) else { return nil }
-                var outputs: [StageOutput] = []
+                if states == nil {
+                    guard let loaded = try await context.retryingTransient({
+                        try await state.loadUsers(app: app, users: recipients, now: now)
+                    }, onRetry: onTransientFailure) else { return nil }
+                    states = loaded
+                }
                 outputs.reserveCapacity(recipients.count)
-                reason = appendOutputs(event, recipients: recipients, states: states, displayName: displayName,
+                reason = appendOutputs(event, recipients: recipients, states: states ?? [:], displayName: displayName,
                                        memberCount: recipientCount, to: &outputs)
-                guard await emit(outputs, index) else { return nil }
             }
-            pages += 1
             let done = cursor == "0"
-            if let progress {
-                let value = done ? "done" : cursor
-                guard try await context.retryingTransient({
-                    try await progress.saveFanOutCursor(app: app, eventID: event.eventID, cursor: value)
-                }, onRetry: onTransientFailure) != nil else { return nil }
-            }
-            if done { break }
-            if context.isStopping() { return nil }
+            // The next page (members and their state) is read while this one is produced and acknowledged.
             let from = cursor
-            let size = pageSize
-            guard let nextPage = try await context.retryingTransient({
-                try await state.memberPages([ref], cursors: [from], count: size).first
-            }, onRetry: onTransientFailure) else { return nil }
-            page = nextPage?.members ?? []
-            cursor = nextPage?.next ?? "0"
+            async let upcoming = readPage(ref, from: from, done: done, event: event, now: now, context: context)
+            let emitted = outputs.isEmpty ? true : await emit(outputs, index)
+            outputs = []
+            var recorded = true
+            if emitted, let progress {
+                let value = done ? "done" : cursor
+                recorded = try await context.retryingTransient({
+                    try await progress.saveFanOutCursor(app: app, eventID: event.eventID, cursor: value)
+                }, onRetry: onTransientFailure) != nil
+            }
+            let next = try await upcoming
+            guard emitted, recorded else { return nil }
+            if done { break }
+            guard let next, !context.isStopping() else { return nil }
+            page = next.members
+            cursor = next.next
+            states = next.states
         }
         explain(event, count: recipientCount, reason: reason ?? (saved != nil ? "resumed" : nil),
                 senderListed: senderListed, now: now, into: &result)
         return result
+    }
+
+    /// A page of a big conversation read ahead: members, where the next page starts, the recipients' state.
+    struct PageRead: Sendable {
+        var members: [String]
+        var next: String
+        var states: [String: UserState]
+    }
+
+    /// The page from `cursor` and its recipients' state; nil when `done` (no page left) or shutting down.
+    private func readPage(_ ref: ConversationRef, from cursor: String, done: Bool, event: ChatEvent, now: Int64,
+                          context: BatchContext) async throws -> PageRead? {
+        if done { return nil }
+        let size = pageSize
+        guard let read = try await context.retryingTransient({
+            try await state.memberPages([ref], cursors: [cursor], count: size).first
+        }, onRetry: onTransientFailure) else { return nil }
+        let members = read?.members ?? []
+        let recipients = FanOut.recipients(of: event, members: members)
+        var states: [String: UserState] = [:]
+        if !recipients.isEmpty {
+            guard let loaded = try await context.retryingTransient({
+                try await state.loadUsers(app: event.appID, users: recipients, now: now)
+            }, onRetry: onTransientFailure) else { return nil }
+            states = loaded
+        }
+        return PageRead(members: members, next: read?.next ?? "0", states: states)
     }
 
     /// The records of `recipients` (lane by lane when lanes are on); returns the `fanned_out` reason.
