@@ -68,6 +68,7 @@ enum ChildRegistry {
         for fd: Int32 in [0, 1, 2] {
             posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
         }
+        closeInheritedDescriptors(&actions)
         let words: [String] = ["/bin/sh", "-c", script]
         let argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
         defer { for p in argv { free(p) } }
@@ -135,6 +136,10 @@ public final class ChildProcess: Sendable {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, logPath, O_WRONLY | O_APPEND | O_CREAT, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        // Nothing else the test process has open reaches the child: a long-lived server that inherited the write
+        // end of another test's tool pipe would keep that tool's reader waiting for an EOF that never comes
+        // (two stacks starting side by side hung that way).
+        closeInheritedDescriptors(&actions)
 
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
@@ -335,4 +340,15 @@ public func temporaryDirectory(_ prefix: String) throws -> String {
     let dir = NSTemporaryDirectory() + "\(prefix)-\(UUID().uuidString)"
     try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
     return dir
+}
+
+/// Adds "close every descriptor from 3 up" to `actions` (glibc 2.34's `posix_spawn_file_actions_addclosefrom_np`,
+/// looked up at run time because Swift's Glibc module does not export it). A spawned server then holds no pipe of
+/// another test's tool open; a test process starting two stacks side by side hung on such an inherited pipe.
+func closeInheritedDescriptors(_ actions: inout posix_spawn_file_actions_t) {
+    typealias CloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+        return
+    }
+    _ = unsafeBitCast(symbol, to: CloseFrom.self)(&actions, 3)
 }
