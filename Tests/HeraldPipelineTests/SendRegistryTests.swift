@@ -149,6 +149,21 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         #expect(results[0].deadLetter?.reason == "retries_exhausted")
     }
 
+    @Test func aConnectionLossHasALargerBudgetThanAnAnswer() async throws {
+        // A 503 at the last attempt is dead-lettered; a request lost with its connection at that attempt is retried
+        // (APNs said nothing about it), until four times the attempts.
+        let transport = ScriptedTransport([token("c"): .answered(status: 503, reason: .serviceUnavailable, timestamp: nil),
+                                           token("d"): .failed(.connectionLost)])
+        let send = sendProcessor(transport, MemoryLedger(), maxAttempts: 3)
+        let results = await send.process([try outbound(token("c"), attempt: 3), try outbound(token("d"), attempt: 3),
+                                          try outbound(token("d"), event: "e2", attempt: 12)], context: fixedContext)
+        #expect(results[0].deadLetter?.reason == "retries_exhausted")
+        #expect(results[1].deadLetter == nil)
+        let retry = try decode(OutboundRecord.self, try #require(results[1].outputs.first))
+        #expect(retry.attempt == 4 && results[1].outputs.first?.topic == "herald.retry")
+        #expect(results[2].deadLetter?.reason == "retries_exhausted")
+    }
+
     @Test func aPairClaimedByAnotherProcessWaitsInTheRetryTopicUntilTheClaimEnds() async throws {
         let now: Int64 = 1_732_000_100_000
         let pair = DeliveryPair(eventID: "e1", token: token("a"))

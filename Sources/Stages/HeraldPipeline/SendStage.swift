@@ -100,6 +100,9 @@ public struct SendProcessor: StageProcessor {
     /// The pipeline file's apps: a record of an app it does not list is dead-lettered `unknown_app` before any
     /// claim or send (nil: every app is served).
     public var apps: AppDirectory?
+    /// Attempts before `retries_exhausted` when the last one was lost with its connection (no answer from APNs):
+    /// four times the policy's, since a single connection drop fails every request in flight on it.
+    public var connectionLossAttempts: Int { retryPolicy.maxAttempts * 4 }
 
     public init(retryTopic: String, tokenFeedbackTopic: String, transport: any PushTransport, ledger: any DeliveryLedger,
                 owner: String = UUIDString.random(), claimTTL: Duration = .seconds(90),
@@ -297,7 +300,12 @@ public struct SendProcessor: StageProcessor {
             return (StageResult(outputs: [output], notes: notes,
                                 explain: [explain(record, "token_dead", reasonText, status, now)]), false)
         case .retryable, .renewCredentials:
-            guard record.attempt < retryPolicy.maxAttempts else {
+            // A request lost with its connection got no answer: APNs refused nothing. One dropped connection takes
+            // every stream in flight on it along, so such losses get a larger budget (`connectionLossAttempts`)
+            // before the notification is dead-lettered; its expiration still ends it.
+            var budget = retryPolicy.maxAttempts
+            if case .failed(.connectionLost) = answer { budget = connectionLossAttempts }
+            guard record.attempt < budget else {
                 return (.dlq("retries_exhausted", "\(reasonText) after \(record.attempt) attempts", notes: notes,
                              explain: [explain(record, "dlq", "retries_exhausted", status, now)]), false)
             }
