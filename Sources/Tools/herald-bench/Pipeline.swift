@@ -73,6 +73,16 @@ struct PipelineBench: AsyncParsableCommand {
         if rate != nil, warmup > 0 { driver.ledger.latencyFrom = nowMillis() + Int64(warmup * 1000) }
         driver.mixedWarmup = mixedWarmup
         let result = try await driver.run(mode: mode, mixed: mixed ? mixedRate : nil, drainTimeout: drainTimeout)
+        if mixed {
+            // The slowest calls and DMs, with when they were created (seconds into the run): where a p99 comes from.
+            for kind in [NotificationKind.call, .direct] {
+                let slow = driver.ledger.expected.values.filter { $0.kind == kind && $0.firstAt > 0 }
+                    .map { (latency: $0.firstAt - $0.createdAt, at: Double($0.createdAt - driver.ledger.origin) / 1000) }
+                    .sorted { $0.latency > $1.latency }.prefix(5)
+                print("slowest \(kind): " + slow.map { String(format: "%d ms (created at %.1f s)", $0.latency, $0.at) }
+                    .joined(separator: ", "))
+            }
+        }
         if driver.ledger.warmupDelivered > 0 {
             print("(latency leaves out \(driver.ledger.warmupDelivered) notifications: events created in the first " +
                   "\(warmup) s with --rate, and the first \(mixedWarmup) calls and DMs)")
