@@ -175,7 +175,7 @@ let package = Package(
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
         .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),
         .testTarget(name: "HeraldStageLoopTests", dependencies: [
-            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore", "HeraldTestSupport",
+            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore", "HeraldRedis", "HeraldTestSupport",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Metrics", package: "swift-metrics"),
         ]),

@@ -183,6 +183,24 @@ struct PipelineConfigTests {
         #expect(c.stages[.render].groupID == "herald-render" && c.stages[.render].batchSize == 500)
     }
 
+    @Test("each lane's fetch wait and linger are read; left out they keep the defaults; a bad value is an error")
+    func laneFlow() throws {
+        let loaded = try PipelineLoader.load(yaml: """
+            kafka:
+              flow: {fetch_wait_ms: 100, linger_ms: 5}
+              priority_flow: {fetch_wait_ms: 2}
+            """)
+        #expect(loaded.warnings == [])
+        #expect(loaded.config.kafka.bulkFlow == LaneFlow(fetchWaitMs: 100, lingerMs: 5))
+        #expect(loaded.config.kafka.priorityFlow == LaneFlow(fetchWaitMs: 2, lingerMs: 0))
+        let defaults = try PipelineLoader.load(yaml: "kafka: {brokers: k:9092}").config.kafka
+        #expect(defaults.bulkFlow == LaneFlow(fetchWaitMs: 50, lingerMs: 1))
+        #expect(defaults.priorityFlow == LaneFlow(fetchWaitMs: 10, lingerMs: 0))
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "kafka: {flow: {fetch_wait_ms: -1}}") }
+        let odd = try PipelineLoader.load(yaml: "kafka: {flow: {idle_ms: 3}}")
+        #expect(odd.warnings.contains { $0.hasPrefix("kafka.flow.idle_ms") })
+    }
+
     @Test("unknown keys in every section are warned about with their path and the known keys")
     func unknownKeysEverywhere() throws {
         let yaml = """

@@ -236,3 +236,49 @@ final class Seen: Sendable {
     func add(_ new: [String]) { items.withLock { $0 += new } }
     var values: [String] { items.withLock { $0 } }
 }
+
+/// For each `fan-N` input: 3 records through `context.emit` (acknowledged before it returns), then 1 in the result.
+final class EmittingProcessor: StageProcessor {
+    let stage = "echo"
+    let emitted = Mutex<[Bool]>([])
+    func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        var results: [StageResult] = []
+        for (index, input) in batch.enumerated() {
+            let text = String(decoding: input.value ?? [], as: UTF8.self)
+            let ahead = (0..<3).map { StageOutput(topic: "out", key: text, value: Array("\(text)/page\($0)".utf8)) }
+            let ok = await context.emit?(ahead, index) ?? false
+            emitted.withLock { $0.append(ok) }
+            results.append(StageResult(outputs: [StageOutput(topic: "out", key: text, value: Array("\(text)/last".utf8))]))
+        }
+        return results
+    }
+}
+
+@Suite(.serialized) struct StageLoopEmitTests {
+    @Test func outputsEmittedAheadAreProducedBeforeTheResultsAndTheInputsComplete() async throws {
+        let broker = try await TansuBroker.start()
+        try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
+        try await produce((0..<5).map { "fan-\($0)" }, topic: "in", brokers: broker.brokers)
+        let processor = EmittingProcessor()
+        let (loop, _) = try makeLoop(broker, group: "emit-1", processor: processor)
+        let running = Task { try await loop.run() }
+        let records = try await collect(topics: ["out"], count: 20, brokers: broker.brokers)
+        loop.stop()
+        try await running.value
+        #expect(processor.emitted.withLock { $0.allSatisfy { $0 } })
+        let values = records.map { String(decoding: $0.value ?? [], as: UTF8.self) }
+        #expect(values.count == 20)
+        // Per input, its pages come before its result's record (one partition keeps the order).
+        for n in 0..<5 {
+            let mine = values.filter { $0.hasPrefix("fan-\(n)/") }
+            #expect(mine == ["fan-\(n)/page0", "fan-\(n)/page1", "fan-\(n)/page2", "fan-\(n)/last"])
+        }
+        // Every input completed and was committed: a new member gets nothing again.
+        let (again, _) = try makeLoop(broker, group: "emit-1", processor: EmittingProcessor())
+        let second = Task { try await again.run() }
+        let more = try await collect(topics: ["out"], count: 21, brokers: broker.brokers, timeout: .seconds(8))
+        again.stop()
+        try await second.value
+        #expect(more.count == 20)
+    }
+}

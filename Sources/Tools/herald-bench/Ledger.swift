@@ -120,6 +120,8 @@ final class Ledger {
     /// Notifications of events created before this (ms) count as delivered but stay out of the latency
     /// histograms (the stack's start-up: consumers still joining and making their first fetches).
     var latencyFrom: Int64 = 0
+    /// Notifications counted and checked but left out of the latency histograms (the first calls and DMs).
+    var unmeasured = Set<String>()
     private(set) var deliveredByKind: [NotificationKind: Int] = [:]
     private(set) var warmupDelivered = 0
 
@@ -141,7 +143,7 @@ final class Ledger {
                 delivered += 1
                 lastDeliveryAt = max(lastDeliveryAt, a.at)
                 deliveredByKind[e.kind, default: 0] += 1
-                if e.createdAt < latencyFrom {
+                if e.createdAt < latencyFrom || unmeasured.contains(a.apnsID) {
                     warmupDelivered += 1
                     expected[a.apnsID] = e
                     continue
