@@ -155,7 +155,7 @@ final class E2EStack: @unchecked Sendable {
                 throw HarnessError("missing \(binDir)/\(tool): run `swift build` first (or set HERALD_BIN_DIR)")
             }
         }
-        try makeCredentials()
+        try await offPool { [self] in try self.makeCredentials() }  // openssl runs off the cooperative pool
         try writePipeline()
         apps = try PipelineLoader.load(path: pipelinePath).config.apps
 

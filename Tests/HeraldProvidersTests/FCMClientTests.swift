@@ -48,12 +48,17 @@ struct FCMClientTests {
         defer { server.stop() }
         let client = try fcmClient(pki, server, renewBefore: .seconds(2))
         var delivered = 0
+        let started = ContinuousClock.now
         for i in 0..<40 {
             let r = await client.send(try fcmDelivery(regToken(i)))
             if r.disposition == .delivered { delivered += 1 }
         }
+        let elapsed = Int((ContinuousClock.now - started).components.seconds)
         #expect(delivered == 40)
-        #expect(client.tokens.renewalCount <= 2, "renewed per request: \(client.tokens.renewalCount)")
+        // About one renewal a second at most (a starved test process may take seconds for the 40 sends), never one
+        // per request.
+        #expect(client.tokens.renewalCount <= 2 + elapsed && client.tokens.renewalCount < 40,
+                "renewed per request: \(client.tokens.renewalCount) renewals in \(elapsed) s")
         // Lifetime 3 s, renewed 2 s early: about one renewal a second.
         #expect(await eventually(.seconds(8)) { client.tokens.renewalCount >= 4 })
         let r = await client.send(try fcmDelivery(regToken(99)))

@@ -64,6 +64,9 @@ public final class StageLoop: Service, Sendable {
     private let state = Mutex(LoopState())
     /// Woken whenever a batch finishes (in-flight went down, a processing slot freed).
     private let progress = Wakeup()
+    /// Signalled when shutdown begins: a processor sleeping in its `BatchContext` (a held retry, a Redis outage)
+    /// wakes at once.
+    private let stopSignal = StopSignal()
 
     struct LoopState {
         var stopping = false
@@ -103,6 +106,7 @@ public final class StageLoop: Service, Sendable {
     /// Begins a graceful stop (what SIGTERM does through the service group).
     public func stop() {
         state.withLock { $0.stopping = true }
+        stopSignal.stop()
         progress.wake()
     }
 
@@ -115,7 +119,7 @@ public final class StageLoop: Service, Sendable {
     }
 
     private func loop() async throws {
-        let context = BatchContext(now: now, isStopping: { [self] in self.isStopping })
+        let context = BatchContext(now: now, stop: stopSignal)
         let ordered = configuration.maxConcurrentBatches == 1
         var lastLag = ContinuousClock.now
         var reportedLag = Set<TopicPartition>()
@@ -226,7 +230,7 @@ public final class StageLoop: Service, Sendable {
         if replaced {
             logger.error("fatal producer error; producing through a new producer (unacknowledged outputs are produced again)",
                          metadata: [LogKey.error: "\(error)"])
-            counter("herald_producer_replaced_total", []).increment()
+            metrics.producerReplaced()
             Task { try? await failed.shutdown(timeout: .seconds(1)) }
         }
         return true
@@ -369,7 +373,7 @@ public final class StageLoop: Service, Sendable {
         metrics.setInFlight(left)
         let elapsed = ContinuousClock.now - prepared.started
         for _ in completed { metrics.recordLatency(elapsed) }
-        tally.record(metrics: metrics, counter: counter)
+        tally.record(metrics: metrics)
 
         if let explain, !explainEntries.isEmpty { writeExplain(explainEntries, to: explain) }
     }
@@ -461,7 +465,7 @@ public final class StageLoop: Service, Sendable {
         for (position, report) in reports.enumerated() where position < letters.count {
             guard let error = report.error else { continue }
             if error.isPermanentRecordRejection {
-                counter("herald_dlq_dropped_total", []).increment()
+                metrics.deadLetterDropped()
                 logger.error("the DLQ refused a dead letter too; dropped", metadata: [
                     "topic": "\(configuration.dlqTopic)", "error": "\(error.librdkafkaName ?? "")",
                 ])
@@ -489,20 +493,16 @@ public final class StageLoop: Service, Sendable {
             return true
         }
         guard admitted else {
-            counter("herald_explain_dropped_total", []).increment(by: entries.count)
+            metrics.explainDropped(count: entries.count)
             return
         }
         Task {
             do { try await sink.record(entries) } catch {
                 self.logger.warning("explain trail write failed", metadata: [LogKey.error: "\(error)", "entries": "\(entries.count)"])
-                self.counter("herald_explain_dropped_total", []).increment(by: entries.count)
+                self.metrics.explainDropped(count: entries.count)
             }
             self.state.withLock { $0.explainWrites -= 1 }
         }
-    }
-
-    private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
-        CoreMetrics.Counter(label: name, dimensions: [("stage", processor.stage)] + labels)
     }
 }
 
@@ -552,22 +552,15 @@ struct Tally {
         }
     }
 
-    func record(metrics: StageMetrics, counter: (String, [(String, String)]) -> CoreMetrics.Counter) {
+    func record(metrics: StageMetrics) {
         for (reason, n) in deadLettered { metrics.deadLettered(reason: reason, count: n) }
         for (reason, n) in suppressed { metrics.suppressed(reason: reason, count: n) }
         for (key, n) in answers { metrics.apnsResponse(status: key.status, reason: key.reason, count: n) }
         for (reason, n) in retried { metrics.retried(reason: reason, count: n) }
-        if duplicates > 0 { counter("herald_send_duplicates_total", []).increment(by: duplicates) }
-        for (field, n) in inputWarnings {
-            counter("herald_ingest_warnings_total", [("field", StageMetrics.labelValue(field))]).increment(by: n)
-        }
-        for (reason, n) in tokenDead {
-            counter("herald_token_feedback_total", [("reason", StageMetrics.labelValue(reason))]).increment(by: n)
-        }
-        for (key, n) in registry {
-            counter("herald_registry_ops_total", [("op", StageMetrics.labelValue(key.op)),
-                                                  ("outcome", StageMetrics.labelValue(key.outcome))]).increment(by: n)
-        }
+        if duplicates > 0 { metrics.sendDuplicates(count: duplicates) }
+        for (field, n) in inputWarnings { metrics.ingestWarning(field: field, count: n) }
+        for (reason, n) in tokenDead { metrics.tokenFeedback(reason: reason, count: n) }
+        for (key, n) in registry { metrics.registryOp(op: key.op, outcome: key.outcome, count: n) }
     }
 }
 
