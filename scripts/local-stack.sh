@@ -25,6 +25,8 @@
 # HERALD_LOCAL_FCM_PORT 18544 (FCM messages:send, its token endpoint and the webhook receiver),
 # HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the stand-in base+9).
 # HERALD_LOCAL_BIN: directory of the built executables (default .build/release, or .build/debug with --debug).
+# HERALD_LOCAL_PIPELINE_SRC: pipeline file the stack's run/pipeline.yaml is made from (default pipelines/example.yaml;
+# the benchmarks of docs/performance.md compare settings this way).
 # HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
 set -euo pipefail
@@ -274,7 +276,7 @@ sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/Auth
     -e "s#https://push.example.com/herald/webhook#https://127.0.0.1:$FCM_PORT/webhook/custom-1#" \
     -e "s#certificate_file: /etc/herald/messenger.pem#team_id: ABCDE12345\n        key_id: KEY1234567\n        key_file: $RUN/AuthKey.p8#" \
     -e "/private_key_file: \/etc\/herald\/messenger.key/d" \
-    pipelines/example.yaml >"$RUN/pipeline.yaml"
+    "${HERALD_LOCAL_PIPELINE_SRC:-pipelines/example.yaml}" >"$RUN/pipeline.yaml"
 if [ "$kafka_s3" = 1 ]; then
   # Tansu 0.6.0's S3 engine can acknowledge a batch of an idempotent producer and never store it when it is
   # stopped mid-request (scripts/repro/tansu-s3-idempotence.sh; docs/kafka.md, "Tansu on S3"): on this broker

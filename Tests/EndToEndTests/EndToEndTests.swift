@@ -178,6 +178,12 @@ struct EndToEndTests {
             ProducerRecord(topic: "herald.deliverable", key: "bad7", value: garbage),
             ProducerRecord(topic: "herald.outbound", key: "bad8", value: garbage),
             ProducerRecord(topic: "herald.registry", key: "bad9", value: garbage),
+            // An app the pipeline file does not list: dead-lettered `unknown_app`, never served with defaults.
+            ProducerRecord(topic: "chat.events", key: "bad10", value: Array(Scenarios.message(
+                Scenarios.id("foreign-app"), app: "no-such-app", conversation: "dx1", type: "direct", recipients: ["x1"],
+                createdAt: Self.now()).utf8)),
+            ProducerRecord(topic: "herald.registry", key: "bad11",
+                           value: Array(#"{"op": "set_members", "app_id": "no-such-app", "conversation": "c1", "members": ["u1"]}"#.utf8)),
         ])
         // A good event after the bad ones still arrives.
         let eventID = Scenarios.id("after-dlq")
@@ -194,8 +200,13 @@ struct EndToEndTests {
         let stagesWanted: Set<String> = ["ingest", "resolve", "suppress", "render", "send", "registry"]
         _ = await eventually(timeout: .seconds(20), interval: .milliseconds(300)) {
             entries = Array(((try? await stack.dlqEntries()) ?? []).dropFirst(before))
-            return stagesWanted.isSubset(of: Set(entries.map(\.dlq.stage))) && entries.filter { $0.dlq.stage == "ingest" }.count >= 3
+            return stagesWanted.isSubset(of: Set(entries.map(\.dlq.stage))) && entries.filter { $0.dlq.stage == "ingest" }.count >= 4
+                && entries.filter { $0.dlq.reason == "unknown_app" }.count >= 2
         }
+        #expect(entries.contains { $0.dlq.stage == "ingest" && $0.dlq.reason == "unknown_app" && $0.dlq.detail.contains("no-such-app") },
+                "ingest DLQ entries: \(entries.filter { $0.dlq.stage == "ingest" }.map { "\($0.dlq.reason): \($0.dlq.detail)" })")
+        #expect(entries.contains { $0.dlq.stage == "registry" && $0.dlq.reason == "unknown_app" },
+                "registry DLQ entries: \(entries.filter { $0.dlq.stage == "registry" }.map { "\($0.dlq.reason): \($0.dlq.detail)" })")
         for stage in stagesWanted {
             let mine = entries.filter { $0.dlq.stage == stage }
             #expect(!mine.isEmpty, "no DLQ entry from \(stage); got \(entries.map { "\($0.dlq.stage)/\($0.dlq.reason)" })")

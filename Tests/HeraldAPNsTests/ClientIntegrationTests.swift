@@ -294,6 +294,33 @@ struct ClientIntegrationTests {
         await c.shutdown()
     }
 
+    @Test func answersSentBeforeAConnectionDropAreTakenNotSentTwice() async throws {
+        let pki = try await PKI.make()
+        let record = pki.dir + "/dropped.jsonl"
+        // 1 % of new streams drop their connection (as in the fault suite), with many streams in flight: the server
+        // has answered some of them and closed while the client was writing new requests. Those answers are in the
+        // socket; failing their streams as lost would send delivered notifications twice. (The race needs the
+        // client to write between its poll and the close, which a loaded machine makes likely: the fault suite's
+        // APNs mix with GOAWAY every 5,000 streams sent 124-274 of 5,000 twice before the client read first. On an
+        // idle machine this test rarely meets the race; it guards the outcome.)
+        let server = try await startMock(pki, ["--rate-reset", "0.01", "--record", record])
+        defer { server.stop() }
+        let c = try client(pki, port: server.port, connections: 2,
+                           retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 100),
+                           maxStreamsPerConnection: 100)
+        let n = 4000
+        let responses = await sendAll(c, (0..<n).map { request($0, timeout: .seconds(60)) })
+        #expect(responses.values.filter { $0.status == 200 }.count == n)
+        #expect(c.stats.transportFailures > 0, "some connections were dropped with streams in flight")
+        let lines = try await waitForRecords(record, atLeast: n)
+        var ok: [String: Int] = [:]
+        for line in lines where (line["status"] as? NSNumber)?.intValue == 200 { ok[line["token"] as? String ?? "", default: 0] += 1 }
+        #expect(ok.count == n)
+        let twice = ok.values.filter { $0 > 1 }.count
+        #expect(twice == 0, "\(twice) notifications answered 200 twice")
+        await c.shutdown()
+    }
+
     @Test func deadlinesBoundInFlightAndQueuedRequests() async throws {
         let pki = try await PKI.make()
         let server = try await startMock(pki, ["--latency-ms", "700"])

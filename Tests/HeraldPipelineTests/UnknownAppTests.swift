@@ -139,7 +139,8 @@ func groupEvent(app: String) throws -> ChatEvent {
         let full = RegistryRecord(op: .registerDevice, appID: "app1", user: "u2",
                                   device: Device(token: token("a"), bundleID: "com.example.chat"), unique: true,
                                   token: token("a"), preferences: Preferences(), online: [token("a")], ttlMs: 5,
-                                  unread: Unread(), conversation: "c1", members: ["u1"])
+                                  unread: Unread(), conversation: "c1", members: ["u1"],
+                                  patch: PreferencePatch(clear: [.snooze]))
         let feedback = TokenFeedbackRecord(appID: "app1", user: "u2", token: token("a"), reason: "Unregistered", deadSince: 7)
         let writer = MemoryRegistry()
         let registry = RegistryProcessor(tokenFeedbackTopic: "herald.token-feedback", writer: writer)
@@ -149,6 +150,6 @@ func groupEvent(app: String) throws -> ChatEvent {
         ], context: fixedContext)
         #expect(results.allSatisfy { $0.deadLetter == nil })
         let keys = (try JSONSerialization.jsonObject(with: Data(try StageCodec.encode(full))) as! [String: Any]).keys
-        #expect(keys.count == 12)
+        #expect(keys.count == 13)
     }
 }

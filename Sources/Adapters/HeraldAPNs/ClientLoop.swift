@@ -215,7 +215,13 @@ final class ClientLoop: @unchecked Sendable {
             maintainConnections(now: now)
             dispatch(now: now)
             for c in connections where !c.dead {
-                if let failure = c.flush() { kill(c, why: failure); continue }
+                if let failure = c.flush() {
+                    // The peer may have answered and closed while we wrote: take in what it sent before the close,
+                    // so those streams complete with their answers instead of failing (and being sent twice).
+                    _ = c.readAvailable(into: readBuffer)
+                    kill(c, why: failure)
+                    continue
+                }
                 // After GOAWAY, once its last stream is done the connection has nothing left to do.
                 if c.goawayReceived && c.streams.isEmpty { retire(c) }
             }

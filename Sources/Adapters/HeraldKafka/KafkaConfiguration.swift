@@ -88,6 +88,10 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     public var autoCommitInterval: Duration = .seconds(1)
     /// How often per-partition lag gauges are refreshed. Default: 5 s.
     public var lagInterval: Duration = .seconds(5)
+    /// `fetch.wait.max.ms`: how long the broker may hold a fetch that finds nothing. Tansu answers such a fetch
+    /// only when (about half) the wait is over, not when a record arrives, so this bounds each hop's delay while
+    /// records trickle in, and sets how many empty fetches an idle consumer makes. Default: 500 ms (librdkafka's).
+    public var fetchWait: Duration = .milliseconds(500)
     /// Label prefix for swift-metrics objects. Default: `"herald_kafka"`.
     public var metricsPrefix: String = "herald_kafka"
 
@@ -153,6 +157,7 @@ enum LibrdkafkaProperties {
         // assignment is revoked and reassigned. Simple and supported by every broker.
         d["partition.assignment.strategy"] = "range,roundrobin"
         d["enable.partition.eof"] = "false"
+        d["fetch.wait.max.ms"] = String(max(0, c.fetchWait.milliseconds))
         return d.merging(c.client.extraProperties) { _, extra in extra }
     }
 

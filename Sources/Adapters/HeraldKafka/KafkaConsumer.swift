@@ -474,6 +474,23 @@ final class ConsumerCore: @unchecked Sendable {
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("pause/resume failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
         }
+        if !pause { restartFetching(rk, current) }
+    }
+
+    /// After a resume librdkafka fetches again only about a second later (measured with 2.8 against Tansu);
+    /// seeking each partition to its current position (the next offset to hand out) starts the fetch at once.
+    /// Partitions without a position yet (nothing handed out since the assignment) are left as they are: their
+    /// start is the committed offset, which a seek here could skip past.
+    private func restartFetching(_ rk: OpaquePointer, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
+        guard rd_kafka_position(rk, partitions) == RD_KAFKA_RESP_ERR_NO_ERROR else { return }
+        let known = readPartitionList(partitions).filter { $0.1 >= 0 }
+        guard !known.isEmpty else { return }
+        let list = makePartitionList(known.map { ($0.0, $0.1) })
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        if let error = rd_kafka_seek_partitions(rk, list, 0) {
+            logger.debug("seek after resume failed", metadata: ["error": .string(String(cString: rd_kafka_error_string(error)))])
+            rd_kafka_error_destroy(error)
+        }
     }
 
     /// Called by librdkafka on the poll thread (inside `rd_kafka_consumer_poll` or

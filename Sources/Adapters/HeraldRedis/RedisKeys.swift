@@ -12,6 +12,7 @@
 /// | `herald:<app>:user:{<user>}:unread` | hash | `total` -> count, `c:<conversation>` -> count |
 /// | `herald:<app>:conv:{<conversation>}:members` | set | user ids |
 /// | `herald:<app>:token:{<token>}:owner` | string | the user the token is registered to (one owner per app) |
+/// | `herald:<app>:fanout:{<event>}` | string | resolve's paged fan-out: cursor after the last acknowledged page, or `done` |
 /// | `herald:<app>:delivered:<event>:<token>` | string | `p:<owner>:<expires>` (claimed) or `1` (delivered), with a TTL |
 public enum RedisKeys {
     public static let prefix = "herald"
@@ -22,6 +23,8 @@ public enum RedisKeys {
     public static func unread(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:unread" }
     public static func members(app: String, conversation: String) -> String { "\(prefix):\(app):conv:{\(conversation)}:members" }
     public static func tokenOwner(app: String, token: String) -> String { "\(prefix):\(app):token:{\(token)}:owner" }
+    /// How far resolve's paged fan-out of an event got: an SSCAN cursor, or `done` (string, with a TTL).
+    public static func fanOut(app: String, eventId: String) -> String { "\(prefix):\(app):fanout:{\(eventId)}" }
     public static func delivered(app: String, eventId: String, token: String) -> String {
         "\(prefix):\(app):delivered:\(eventId):\(token)"
     }

@@ -49,7 +49,26 @@ public struct KafkaConfig: Sendable, Hashable {
     public var sessionTimeoutMs = 10_000
     /// Extra librdkafka properties, passed through unchanged.
     public var properties: [String: String] = [:]
+    /// How records move between stages with little delay (docs/performance.md, "Latency"): the bulk lane's and the
+    /// priority lane's consumer and producer settings.
+    public var bulkFlow = LaneFlow(fetchWaitMs: 50, lingerMs: 1)
+    public var priorityFlow = LaneFlow(fetchWaitMs: 10, lingerMs: 0)
     public init() {}
+}
+
+/// How a lane's consumers fetch and its producers batch. A broker such as Tansu answers a fetch that found nothing
+/// when (about half) its wait is over, not when a record arrives, so `fetch_wait_ms` bounds each hop's delay while
+/// records trickle in; each idle consumer makes about one empty fetch per half wait, which is what a short wait
+/// costs (docs/performance.md, "Latency").
+public struct LaneFlow: Sendable, Hashable {
+    /// librdkafka `fetch.wait.max.ms`.
+    public var fetchWaitMs: Int
+    /// librdkafka `linger.ms` of the lane's producers.
+    public var lingerMs: Int
+    public init(fetchWaitMs: Int, lingerMs: Int) {
+        self.fetchWaitMs = fetchWaitMs
+        self.lingerMs = lingerMs
+    }
 }
 
 /// `redis:` section.
@@ -501,7 +520,8 @@ public enum PipelineLoader {
     static func readKafka(_ r: inout Reader, _ node: Node) throws(ConfigError) -> KafkaConfig {
         var k = KafkaConfig()
         let m = try r.mapping(node, "kafka")
-        r.check(m, "kafka", known: ["brokers", "client_id", "topics", "session_timeout_ms", "properties"])
+        r.check(m, "kafka", known: ["brokers", "client_id", "topics", "session_timeout_ms", "properties", "flow",
+                                    "priority_flow"])
         if let v = try r.string(m["brokers"], "kafka.brokers") { k.brokers = v }
         if let v = try r.string(m["client_id"], "kafka.client_id") { k.clientID = v }
         if let v = try r.int(m["session_timeout_ms"], "kafka.session_timeout_ms") { k.sessionTimeoutMs = v }
@@ -529,6 +549,16 @@ public enum PipelineLoader {
             try set("outbound_priority", &k.topics.outboundPriority)
             try set("retry_priority", &k.topics.retryPriority)
         }
+        func flow(_ key: String, _ target: inout LaneFlow) throws(ConfigError) {
+            guard let n = m[key] else { return }
+            let p = "kafka.\(key)"
+            let fm = try r.mapping(n, p)
+            r.check(fm, p, known: ["fetch_wait_ms", "linger_ms"])
+            if let v = try r.int(fm["fetch_wait_ms"], p + ".fetch_wait_ms", in: 0...300_000) { target.fetchWaitMs = v }
+            if let v = try r.int(fm["linger_ms"], p + ".linger_ms", in: 0...900_000) { target.lingerMs = v }
+        }
+        try flow("flow", &k.bulkFlow)
+        try flow("priority_flow", &k.priorityFlow)
         if let p = m["properties"] {
             for (key, value) in try r.mapping(p, "kafka.properties").pairs {
                 guard let s = value.string else {

@@ -174,7 +174,13 @@ public final class StageLoop: Service, Sendable {
                 metrics.setInFlight(total)
                 if ordered {
                     // Process and enqueue here, in order; only the wait for acknowledgements runs beside the loop.
-                    let prepared = await prepare(batch, context: context)
+                    // A processor may produce part of its outputs ahead (resolve's paged fan-out).
+                    var batchContext = context
+                    batchContext.emit = { [self] outputs, index in
+                        guard index >= 0, index < batch.count else { return false }
+                        return await self.emitNow(outputs, input: batch[index], context: context)
+                    }
+                    let prepared = await prepare(batch, context: batchContext)
                     let pending = await enqueue(prepared, context: context)
                     state.withLock { $0.processing -= 1 }
                     group.addTask { await self.conclude(prepared, pending, context: context) }
@@ -314,6 +320,21 @@ public final class StageLoop: Service, Sendable {
                 guard await context.sleep(configuration.produceRetryDelay) else { return nil }
             }
         }
+    }
+
+    /// Produces `outputs` of `input` now and waits for the broker's acknowledgements (produced again with backoff
+    /// when not taken for a passing reason; dead-lettered when refused for good). False when shutdown began
+    /// before all were acknowledged. The producer keeps order per partition, so these follow the outputs of
+    /// earlier batches.
+    private func emitNow(_ outputs: [StageOutput], input: ConsumerRecord, context: BatchContext) async -> Bool {
+        if outputs.isEmpty { return true }
+        let records = outputs.map { ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value) }
+        let prepared = Prepared(batch: [input], results: [StageResult()], records: records,
+                                owner: Array(repeating: 0, count: records.count), started: .now)
+        guard let pending = await enqueue(prepared, context: context) else { return false }
+        let reports = await pending.reports()
+        let failed = await settle(prepared, reports: reports, context: context)
+        return failed.isEmpty
     }
 
     /// Waits for the broker's answers, produces again what it did not take, then completes the inputs and

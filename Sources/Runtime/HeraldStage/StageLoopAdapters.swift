@@ -39,6 +39,56 @@ public struct RedisStateReader: StateReader {
     public func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState] {
         try await transient { try await store.loadUsers(app: app, users: users, conversation: nil, now: now) }
     }
+
+    /// `SSCAN key cursor COUNT n` for each conversation, pipelined. Small sets come back whole with cursor 0.
+    public func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage] {
+        try await transient {
+            let commands = zip(conversations, cursors).map {
+                RedisCommand("SSCAN", RedisKeys.members(app: $0.appID, conversation: $0.conversation), $1, "COUNT", count)
+            }
+            let replies = try await store.connection.pipeline(commands)
+            guard replies.count == commands.count else {
+                throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
+            }
+            return try replies.map { reply in
+                let value = try reply.orThrow("SSCAN")
+                guard let parts = value.array, parts.count == 2, let next = parts[0].text, let items = parts[1].array else {
+                    throw RedisError(.unexpectedReply, "SSCAN answered \(value)")
+                }
+                return MemberPage(members: items.compactMap(\.text).sorted(), next: next)
+            }
+        }
+    }
+
+    public func memberCount(_ conversation: ConversationRef) async throws -> Int {
+        try await transient {
+            let reply = try await store.connection.send(RedisCommand(
+                "SCARD", RedisKeys.members(app: conversation.appID, conversation: conversation.conversation))).orThrow("SCARD")
+            return Int(reply.int ?? 0)
+        }
+    }
+}
+
+/// resolve's fan-out progress: `herald:<app>:fanout:{<event>}` (kept a day).
+public struct RedisFanOutProgress: FanOutProgress {
+    public let connection: RedisConnection
+    public var ttlMilliseconds: Int64 = 86_400_000
+
+    public init(connection: RedisConnection) { self.connection = connection }
+
+    public func fanOutCursor(app: String, eventID: String) async throws -> String? {
+        try await transient {
+            let reply = try await connection.send(RedisCommand("GET", RedisKeys.fanOut(app: app, eventId: eventID))).orThrow("GET")
+            return reply.isNull ? nil : reply.text
+        }
+    }
+
+    public func saveFanOutCursor(app: String, eventID: String, cursor: String) async throws {
+        try await transient {
+            _ = try await connection.send(RedisCommand("SET", RedisKeys.fanOut(app: app, eventId: eventID), cursor,
+                                                       "PX", ttlMilliseconds)).orThrow("SET")
+        }
+    }
 }
 
 /// send's idempotency records: claims and confirmations in Redis (`StateStore.claim`).

@@ -107,7 +107,7 @@ public struct StageSetup: Sendable {
     }
 
     /// The stage's consumer group member on `topics`; registers the `kafka` readiness probe.
-    public func consumer(topics: [String], groupID: String? = nil) throws -> KafkaConsumer {
+    public func consumer(topics: [String], groupID: String? = nil, lane: String? = nil) throws -> KafkaConsumer {
         var configuration = KafkaConsumerConfiguration(
             brokers: brokers, groupID: groupID ?? settings.groupID, topics: topics,
             clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
@@ -115,6 +115,8 @@ public struct StageSetup: Sendable {
         configuration.sessionTimeout = sessionTimeout
         configuration.batchSize = settings.batchSize
         configuration.batchMaxWait = .milliseconds(settings.batchTimeoutMs)
+        let flow = self.flow(lane: lane)
+        configuration.fetchWait = .milliseconds(flow.fetchWaitMs)
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
         let probe = BrokerProbe(brokers: brokers)
         context.readiness.register("kafka", timeout: .seconds(3)) { await probe.isUp() }
@@ -122,10 +124,19 @@ public struct StageSetup: Sendable {
     }
 
     /// The stage's idempotent producer.
-    public func producer() throws -> KafkaProducer {
-        try KafkaProducer(configuration: KafkaProducerConfiguration(
+    public func producer(lane: String? = nil) throws -> KafkaProducer {
+        var configuration = KafkaProducerConfiguration(
             brokers: brokers, clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
-            extraProperties: pipeline.kafka.properties), logger: logger)
+            extraProperties: pipeline.kafka.properties)
+        configuration.linger = .milliseconds(flow(lane: lane).lingerMs)
+        return try KafkaProducer(configuration: configuration, logger: logger)
+    }
+
+    /// The fetch and linger settings of a lane (`kafka.flow` / `kafka.priority_flow`). Ingest reads every event,
+    /// calls included, in one loop: it fetches like the priority lane.
+    func flow(lane: String?) -> LaneFlow {
+        if lane == Lane.priority.rawValue || (lane == nil && stage == .ingest) { return pipeline.kafka.priorityFlow }
+        return pipeline.kafka.bulkFlow
     }
 
     /// The explain trail writer over `connection`.
@@ -152,10 +163,10 @@ public struct StageSetup: Sendable {
             for lane in lanes {
                 var group = settings.groupID
                 if let name = lane.name, name != Lane.bulk.rawValue { group += "-\(name)" }
-                let consumer = try consumer(topics: lane.topics, groupID: group)
-                let producer = try producer()
+                let consumer = try consumer(topics: lane.topics, groupID: group, lane: lane.name)
+                let producer = try producer(lane: lane.name)
                 let metrics = lane.name.map { context.metrics.lane($0) } ?? context.metrics
-                let loop = StageLoop(consumer: consumer, producer: producer, makeProducer: { try self.producer() },
+                let loop = StageLoop(consumer: consumer, producer: producer, makeProducer: { try self.producer(lane: lane.name) },
                                      processor: lane.processor,
                                      configuration: StageLoopConfiguration(dlqTopic: pipeline.kafka.topics.dlq,
                                                                            maxInFlight: lane.maxInFlight ?? self.maxInFlight,

@@ -8,6 +8,41 @@ public protocol StateReader: Sendable {
     func members(_ conversations: [ConversationRef]) async throws -> [[String]]
     /// Devices, presence (as of `now`), preferences and every unread count of `users`, in one round trip.
     func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState]
+    /// One page of each conversation's members from `cursors` (Redis `SSCAN`, about `count` members), in one
+    /// round trip. A page whose `next` is "0" ends its conversation. A member may appear on two pages.
+    func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage]
+    /// How many members a conversation has (`SCARD`).
+    func memberCount(_ conversation: ConversationRef) async throws -> Int
+}
+
+/// A page of a conversation's members.
+public struct MemberPage: Sendable, Hashable {
+    public var members: [String]
+    /// Where the next page starts; "0" when this was the last one.
+    public var next: String
+    public init(members: [String], next: String) {
+        self.members = members
+        self.next = next
+    }
+}
+
+extension StateReader {
+    /// Readers without paging answer the whole member list as one page.
+    public func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage] {
+        try await members(conversations).map { MemberPage(members: $0, next: "0") }
+    }
+
+    public func memberCount(_ conversation: ConversationRef) async throws -> Int {
+        try await members([conversation]).first?.count ?? 0
+    }
+}
+
+/// Where resolve remembers how far a paged fan-out got (Redis in the stage), so a restart goes on from the last
+/// acknowledged page instead of sending the whole conversation again.
+public protocol FanOutProgress: Sendable {
+    /// The cursor after the last acknowledged page of `eventID`'s fan-out, "done" when it finished; nil if none.
+    func fanOutCursor(app: String, eventID: String) async throws -> String?
+    func saveFanOutCursor(app: String, eventID: String, cursor: String) async throws
 }
 
 public struct ConversationRef: Sendable, Hashable {
@@ -36,15 +71,24 @@ public struct ResolveProcessor: StageProcessor {
     public var lanes: (priority: String, bulk: String, apps: AppDirectory)?
     /// Herald-kept counts for the apps that opt in (ResolveCounting.swift); nil: counts come from `set_unread`.
     public var counting: ResolveCounting?
+    /// Members per page. A conversation with more members is fanned out page by page (members, their state,
+    /// records produced and acknowledged, progress saved), so resolve's memory does not grow with it.
+    public var pageSize: Int
+    /// Where a paged fan-out's progress is kept (nil: a restart starts the fan-out over; send's claims skip what
+    /// was already delivered).
+    public var progress: (any FanOutProgress)?
 
     public init(resolvedTopic: String, state: any StateReader,
                 lanes: (priority: String, bulk: String, apps: AppDirectory)? = nil,
                 counting: ResolveCounting? = nil,
+                pageSize: Int = 2000, progress: (any FanOutProgress)? = nil,
                 onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
         self.resolvedTopic = resolvedTopic
         self.state = state
         self.lanes = lanes
         self.counting = counting
+        self.pageSize = max(1, pageSize)
+        self.progress = progress
         self.onTransientFailure = onTransientFailure
     }
 
@@ -77,16 +121,38 @@ public struct ResolveProcessor: StageProcessor {
             }
         }
         var members: [[String]] = []
+        var paged: [ConversationRef: String] = [:]  // conversations with more pages: the next cursor
         do {
             if !refs.isEmpty {
-                guard let loaded = try await context.retryingTransient({ try await state.members(refs) },
-                                                                        onRetry: onTransientFailure) else {
+                let size = pageSize
+                guard let pages = try await context.retryingTransient({
+                    try await state.memberPages(refs, cursors: Array(repeating: "0", count: refs.count), count: size)
+                }, onRetry: onTransientFailure) else {
                     return handBack(results)
                 }
-                members = loaded
+                members = pages.map(\.members)
+                for (ref, page) in zip(refs, pages) where page.next != "0" { paged[ref] = page.next }
             }
         } catch {
             return fail(results, events, "state_error", "members: \(error)")
+        }
+        if !paged.isEmpty {
+            if context.emit != nil {
+                return await processPaged(batch, events: events, results: results, refIndex: refIndex,
+                                          firstPages: members, paged: paged, context: context)
+            }
+            // No way to produce ahead (tests): read the rest of each big conversation here.
+            do {
+                for (ref, cursor) in paged {
+                    guard let rest = try await context.retryingTransient({ try await readRest(ref, from: cursor) },
+                                                                         onRetry: onTransientFailure) else {
+                        return handBack(results)
+                    }
+                    if let i = refIndex[ref] { members[i] = Self.unique(members[i] + rest) }
+                }
+            } catch {
+                return fail(results, events, "state_error", "members: \(error)")
+            }
         }
 
         // Round trip 2 (per app): every recipient's and sender's state.
@@ -168,6 +234,242 @@ public struct ResolveProcessor: StageProcessor {
         return results.map { $0 ?? StageResult() }
     }
 
+    /// Every member from `cursor` on (a big conversation when outputs cannot be produced ahead).
+    private func readRest(_ ref: ConversationRef, from cursor: String) async throws -> [String] {
+        var out: [String] = []
+        var cursor = cursor
+        while cursor != "0" {
+            guard let page = try await state.memberPages([ref], cursors: [cursor], count: pageSize).first else { break }
+            out += page.members
+            cursor = page.next
+        }
+        return out
+    }
+
+    static func unique(_ users: [String]) -> [String] {
+        var seen = Set<String>()
+        return users.filter { seen.insert($0).inserted }.sorted()
+    }
+
+    /// A batch holding at least one conversation with more than a page of members. Every event's records are
+    /// produced through `context.emit`, in input order (so order per recipient holds as in a normal batch): an
+    /// event of a small conversation at once, a big conversation page by page. After each acknowledged page its
+    /// cursor is saved (`progress`); a redelivered event goes on after the last saved page, and one whose
+    /// fan-out finished produces nothing again. A crash between a page's acknowledgement and the save sends that
+    /// page again: send's claims skip what was delivered.
+    private func processPaged(_ batch: [StageInput], events: [(index: Int, event: ChatEvent)], results: [StageResult?],
+                              refIndex: [ConversationRef: Int], firstPages: [[String]], paged: [ConversationRef: String],
+                              context: BatchContext) async -> [StageResult] {
+        guard let emit = context.emit else { return handBack(results) }
+        let now = context.nowMillis
+        var out = results
+        for (position, (index, event)) in events.enumerated() {
+            let ref = ConversationRef(appID: event.appID, conversation: event.conversation.id)
+            let first = event.recipients == nil ? refIndex[ref].map { firstPages[$0] } ?? [] : []
+            do {
+                var outcome: StageResult?
+                if event.recipients == nil, let next = paged[ref] {
+                    outcome = try await fanOutPaged(event, ref: ref, firstPage: first, next: next, index: index,
+                                                    now: now, context: context, emit: emit)
+                } else if var whole = try await resolveWhole(event, members: first, now: now, context: context),
+                          await emit(whole.outputs, index) {
+                    whole.outputs = []
+                    outcome = whole
+                }
+                guard let outcome else {
+                    // Shutting down: this event and the rest are handed back (redelivered).
+                    for (rest, _) in events[position...] { out[rest] = .handedBack }
+                    return out.map { $0 ?? StageResult() }
+                }
+                out[index] = outcome
+            } catch {
+                out[index] = .dlq("state_error", "\(error)")
+            }
+        }
+        return out.map { $0 ?? StageResult() }
+    }
+
+    /// One event of a small conversation (or with explicit recipients): its records and explain entries.
+    /// Nil when shutting down.
+    private func resolveWhole(_ event: ChatEvent, members: [String], now: Int64,
+                              context: BatchContext) async throws -> StageResult? {
+        let recipients = FanOut.recipients(of: event, members: members)
+        let senderListed = (event.recipients ?? members).contains(event.sender.id)
+        guard let states = try await context.retryingTransient({
+            try await state.loadUsers(app: event.appID, users: recipients + [event.sender.id], now: now)
+        }, onRetry: onTransientFailure) else { return nil }
+        guard let counts = try await countOne(event, recipients: recipients, context: context) else { return nil }
+        var result = StageResult()
+        let reason = appendOutputs(event, recipients: recipients, states: states, counts: counts,
+                                   displayName: states[event.sender.id]?.preferences.displayName,
+                                   memberCount: recipients.count, to: &result.outputs)
+        explain(event, count: recipients.count, reason: reason, senderListed: senderListed, now: now, into: &result)
+        return result
+    }
+
+    /// A big conversation, page by page from `next` (the first page is `firstPage`). Nil when shutting down.
+    private func fanOutPaged(_ event: ChatEvent, ref: ConversationRef, firstPage: [String], next: String, index: Int,
+                             now: Int64, context: BatchContext,
+                             emit: @Sendable ([StageOutput], Int) async -> Bool) async throws -> StageResult? {
+        let app = event.appID
+        // Where a fan-out of this event stopped before (a redelivery).
+        var saved: String?
+        if let progress {
+            guard let s = try await context.retryingTransient({
+                try await progress.fanOutCursor(app: app, eventID: event.eventID)
+            }, onRetry: onTransientFailure) else { return nil }
+            saved = s
+        }
+        guard let memberCount = try await context.retryingTransient({ try await state.memberCount(ref) },
+                                                                     onRetry: onTransientFailure) else { return nil }
+        let recipientCount = max(0, memberCount - 1)
+        var result = StageResult()
+        if saved == "done" {
+            explain(event, count: recipientCount, reason: "resumed:done", senderListed: false, now: now, into: &result)
+            return result
+        }
+        // The sender's display name rides on every record.
+        guard let senderState = try await context.retryingTransient({
+            try await state.loadUsers(app: app, users: [event.sender.id], now: now)
+        }, onRetry: onTransientFailure) else { return nil }
+        let displayName = senderState[event.sender.id]?.preferences.displayName
+        var page: [String]
+        var cursor: String
+        if let saved {
+            page = []
+            cursor = saved
+        } else {
+            page = firstPage
+            cursor = next
+        }
+        var senderListed = false
+        var reason: String?
+        var states: [String: UserState]?  // the current page's, when read ahead
+        while true {
+            if page.contains(event.sender.id) { senderListed = true }
+            let recipients = FanOut.recipients(of: event, members: page)
+            var outputs: [StageOutput] = []
+            if !recipients.isEmpty {
+                if states == nil {
+                    guard let loaded = try await context.retryingTransient({
+                        try await state.loadUsers(app: app, users: recipients, now: now)
+                    }, onRetry: onTransientFailure) else { return nil }
+                    states = loaded
+                }
+                // Herald-kept counts, page by page (a replayed page counts nothing: the per-(event, user) markers).
+                guard let counts = try await countOne(event, recipients: recipients, context: context) else { return nil }
+                outputs.reserveCapacity(recipients.count)
+                reason = appendOutputs(event, recipients: recipients, states: states ?? [:], counts: counts,
+                                       displayName: displayName,
+                                       memberCount: recipientCount, to: &outputs)
+            }
+            let done = cursor == "0"
+            // The next page (members and their state) is read while this one is produced and acknowledged.
+            let from = cursor
+            async let upcoming = readPage(ref, from: from, done: done, event: event, now: now, context: context)
+            let emitted = outputs.isEmpty ? true : await emit(outputs, index)
+            outputs = []
+            var recorded = true
+            if emitted, let progress {
+                let value = done ? "done" : cursor
+                recorded = try await context.retryingTransient({
+                    try await progress.saveFanOutCursor(app: app, eventID: event.eventID, cursor: value)
+                }, onRetry: onTransientFailure) != nil
+            }
+            let next = try await upcoming
+            guard emitted, recorded else { return nil }
+            if done { break }
+            guard let next, !context.isStopping() else { return nil }
+            page = next.members
+            cursor = next.next
+            states = next.states
+        }
+        explain(event, count: recipientCount, reason: reason ?? (saved != nil ? "resumed" : nil),
+                senderListed: senderListed, now: now, into: &result)
+        return result
+    }
+
+    /// The counts after one event for `recipients` (empty when its app keeps no counts); nil when shutting down.
+    private func countOne(_ event: ChatEvent, recipients: [String],
+                          context: BatchContext) async throws -> [String: CountsAfter]? {
+        switch await countMessages([(index: 0, event: event)], recipientsOf: [0: recipients], context: context) {
+        case .counted(let counts): return counts[0] ?? [:]
+        case .handBack: return nil
+        case .failed(let detail): throw CountingFailure(detail: detail)
+        }
+    }
+
+    struct CountingFailure: Error, CustomStringConvertible {
+        var detail: String
+        var description: String { detail }
+    }
+
+    /// A page of a big conversation read ahead: members, where the next page starts, the recipients' state.
+    struct PageRead: Sendable {
+        var members: [String]
+        var next: String
+        var states: [String: UserState]
+    }
+
+    /// The page from `cursor` and its recipients' state; nil when `done` (no page left) or shutting down.
+    private func readPage(_ ref: ConversationRef, from cursor: String, done: Bool, event: ChatEvent, now: Int64,
+                          context: BatchContext) async throws -> PageRead? {
+        if done { return nil }
+        let size = pageSize
+        guard let read = try await context.retryingTransient({
+            try await state.memberPages([ref], cursors: [cursor], count: size).first
+        }, onRetry: onTransientFailure) else { return nil }
+        let members = read?.members ?? []
+        let recipients = FanOut.recipients(of: event, members: members)
+        var states: [String: UserState] = [:]
+        if !recipients.isEmpty {
+            guard let loaded = try await context.retryingTransient({
+                try await state.loadUsers(app: event.appID, users: recipients, now: now)
+            }, onRetry: onTransientFailure) else { return nil }
+            states = loaded
+        }
+        return PageRead(members: members, next: read?.next ?? "0", states: states)
+    }
+
+    /// The records of `recipients` (lane by lane when lanes are on); returns the `fanned_out` reason.
+    private func appendOutputs(_ event: ChatEvent, recipients: [String], states: [String: UserState],
+                               counts: [String: CountsAfter] = [:],
+                               displayName: String?, memberCount: Int, to outputs: inout [StageOutput]) -> String? {
+        let scoped = recipients.map { user in
+            let state = (states[user] ?? UserState()).scoped(to: event.conversation.id)
+            guard let after = counts[user] else { return (user: user, state: state) }
+            return (user: user, state: Counting.applying(after, to: state, conversation: event.conversation.id))
+        }
+        let encoded = ResolvedRecord.wireBytes(event: event, recipients: scoped, senderDisplayName: displayName)
+        var reason: String?
+        if let lanes {
+            let policy = lanes.apps.app(event.appID).priority
+            let whole = Priority.classify(event, policy: policy, memberCount: memberCount)
+            if whole.rule == "members" { reason = "\(whole.priorityClass.rawValue):members" }
+            for (user, bytes) in zip(recipients, encoded) {
+                let lane = Priority.classify(event, policy: policy, memberCount: memberCount, recipient: user).lane
+                outputs.append(StageOutput(topic: lane == .priority ? lanes.priority : lanes.bulk, key: user, value: bytes))
+            }
+        } else {
+            for (user, bytes) in zip(recipients, encoded) {
+                outputs.append(StageOutput(topic: resolvedTopic, key: user, value: bytes))
+            }
+        }
+        return reason
+    }
+
+    private func explain(_ event: ChatEvent, count: Int, reason: String?, senderListed: Bool, now: Int64,
+                         into result: inout StageResult) {
+        result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage,
+                                           decision: "fanned_out", reason: reason, at: now, count: count))
+        // The sender is never woken (rule 1); say so when they were listed.
+        if senderListed {
+            result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, user: event.sender.id,
+                                               stage: stage, decision: "suppress",
+                                               reason: SuppressionReason.sender.rawValue, at: now))
+        }
+    }
+
     private func handBack(_ results: [StageResult?]) -> [StageResult] {
         results.map { $0 ?? .handedBack }
     }
@@ -197,6 +499,17 @@ public final class FixtureStateReader: StateReader, @unchecked Sendable {
     public func members(_ conversations: [ConversationRef]) async throws -> [[String]] {
         lock.withLock { calls += 1 }
         return conversations.map { fixture[$0.appID]?.conversations[$0.conversation]?.members ?? [] }
+    }
+
+    /// Pages of the sorted member list; a cursor is the index of the page's first member.
+    public func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage] {
+        lock.withLock { calls += 1 }
+        return zip(conversations, cursors).map { ref, cursor in
+            let all = (fixture[ref.appID]?.conversations[ref.conversation]?.members ?? []).sorted()
+            let start = min(all.count, Int(cursor) ?? 0)
+            let end = min(all.count, start + max(1, count))
+            return MemberPage(members: Array(all[start..<end]), next: end >= all.count ? "0" : String(end))
+        }
     }
 
     public func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState] {

@@ -157,6 +157,11 @@ public struct BatchContext: Sendable {
     public var isStopping: @Sendable () -> Bool
     /// Signalled when shutdown begins, so `sleep` wakes at once instead of checking `isStopping` now and then.
     public let stopSignal: StopSignal?
+    /// Produces outputs of the batch's input at `input` (its index) now, ahead of the batch's results, and
+    /// returns once the broker acknowledged them (false when shutting down: hand the input back). Resolve
+    /// streams a huge conversation's fan-out through it page by page, so memory stays bounded. Nil when the
+    /// loop does not offer it (tests; concurrent batches): outputs then go in the results.
+    public var emit: (@Sendable (_ outputs: [StageOutput], _ input: Int) async -> Bool)?
 
     /// A context whose stop is signalled: `sleep` wakes the moment `stop.stop()` is called.
     public init(now: @escaping @Sendable () -> Date = { Date() }, stop: StopSignal) {

@@ -26,6 +26,7 @@ let lanes = Lane.allCases.map { lane in
         counting: ResolveCounting(counter: RedisMessageCounter(
             store: StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger),
             markerTTLMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000), apps: setup.pipeline.apps),
+        progress: RedisFanOutProgress(connection: lane == .priority ? priorityRedis : redis),
         onTransientFailure: { failure in
             metrics.redisError(code: "transient")
             logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])

@@ -28,6 +28,8 @@ struct ChaosCommand: AsyncParsableCommand {
     var memoryLimitMB = 256
     @Option(name: .customLong("flood-deadline"), help: "Malformed flood: the valid event sent after the flood must be delivered within this many seconds.")
     var floodDeadline = 5.0
+    @Option(name: .customLong("apns-goaway-every"), help: "APNs fault mix: the stand-in sends GOAWAY after this many streams of a connection (the issue's figure is 5000; with 1 % of streams resetting their connection few connections get that far, so the default is 50).")
+    var apnsGoawayEvery = 50
     @Option(help: "Write the results as a Markdown table to this file.") var markdown: String?
 
     func validate() throws {
@@ -296,7 +298,7 @@ struct ChaosRunner {
     func apnsFaultMix() async throws -> ChaosOutcome {
         // GOAWAY every 50 streams per connection, not 5,000: with 1 % of streams resetting their connection a
         // connection carries about 100 streams, so a GOAWAY at 5,000 would never be sent.
-        let mock = "--rate-503 0.05 --rate-429 0.01 --goaway-every 50 --rate-reset 0.01"
+        let mock = "--rate-503 0.05 --rate-429 0.01 --goaway-every \(options.apnsGoawayEvery) --rate-reset 0.01"
         let session = try open(mockArgs: mock)
         defer { session.close(keep: options.stack.keep) }
         let notifications = reduced ? 5_000 : 100_000

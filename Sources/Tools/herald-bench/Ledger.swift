@@ -117,6 +117,11 @@ final class Ledger {
     var perSecond: [Int: (count: Int, hist: Histogram<UInt64>)] = [:]
     let origin: Int64
     private(set) var lastDeliveryAt: Int64 = 0
+    /// Notifications of events created before this (ms) count as delivered but stay out of the latency
+    /// histograms (the stack's start-up: consumers still joining and making their first fetches).
+    var latencyFrom: Int64 = 0
+    private(set) var deliveredByKind: [NotificationKind: Int] = [:]
+    private(set) var warmupDelivered = 0
 
     init(origin: Int64) { self.origin = origin }
 
@@ -135,6 +140,12 @@ final class Ledger {
                 e.firstAt = a.at
                 delivered += 1
                 lastDeliveryAt = max(lastDeliveryAt, a.at)
+                deliveredByKind[e.kind, default: 0] += 1
+                if e.createdAt < latencyFrom {
+                    warmupDelivered += 1
+                    expected[a.apnsID] = e
+                    continue
+                }
                 let latency = UInt64(max(0, a.at - e.createdAt))
                 _ = overall.record(latency)
                 if perKind[e.kind] == nil { perKind[e.kind] = Histogram<UInt64>(highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: .three) }
@@ -151,7 +162,7 @@ final class Ledger {
     }
 
     var lost: Int { expectedCount - delivered }
-    func delivered(_ kind: NotificationKind) -> Int { Int(perKind[kind]?.totalCount ?? 0) }
+    func delivered(_ kind: NotificationKind) -> Int { deliveredByKind[kind] ?? 0 }
     var missing: [String] { expected.filter { $0.value.count == 0 }.map(\.key) }
 }
 

@@ -44,6 +44,8 @@ struct PipelineBench: AsyncParsableCommand {
     @Flag(help: "Mixed priorities: while the input flows, also send call events (VoIP) and direct messages at a low rate; their latency is reported separately.")
     var mixed = false
     @Option(name: .customLong("mixed-rate"), help: "Calls per second and direct messages per second with --mixed.") var mixedRate = 2.0
+    @Option(name: .customLong("warmup"), help: "With --rate: events created in the first this many seconds are delivered and checked but left out of the latency figures (the stack's start-up).")
+    var warmup = 5.0
     @Option(name: .customLong("drain-timeout"), help: "Stop waiting when nothing new was delivered for this many seconds.") var drainTimeout = 20.0
     @Option(name: .customLong("mock-args"), help: "Extra herald-mock-apns options for a stack the bench starts.") var mockArgs = ""
     @Option(help: "Directory for REPORT.md, REPORT.svg and REPORT.json.") var out: String?
@@ -66,7 +68,12 @@ struct PipelineBench: AsyncParsableCommand {
         w.profile = profile; w.textBytes = textBytes
         let driver = try await LoadDriver(session: session, workload: w)
         let mode: LoadDriver.Mode = backlog.map { .backlog($0) } ?? .rate(rate!, seconds)
+        if rate != nil, warmup > 0 { driver.ledger.latencyFrom = nowMillis() + Int64(warmup * 1000) }
         let result = try await driver.run(mode: mode, mixed: mixed ? mixedRate : nil, drainTimeout: drainTimeout)
+        if driver.ledger.warmupDelivered > 0 {
+            print(String(format: "(latency leaves out the %d notifications of events created in the first %.0f s)",
+                         driver.ledger.warmupDelivered, warmup))
+        }
         let outDir = out ?? session.repo + "/run/bench-reports/" + Self.stamp()
         try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
         let report = BenchReport(result: result, command: CommandLine.arguments.joined(separator: " "))
@@ -251,8 +258,9 @@ final class LoadDriver: @unchecked Sendable {
         let rate = Double(ledger.delivered - lastDelivered) / max(0.001, t - lastT)
         progress.append(Progress(t: t, published: eventsPublished, delivered: ledger.delivered, rate: rate, lag: lag))
         if !quiet {
-            log(String(format: "t=%5.1fs published %d events, delivered %d of %d notifications (%.0f/s), consumer lag %.0f records, duplicates %d",
-                       t, eventsPublished, ledger.delivered, ledger.expectedCount, rate, lag, ledger.duplicates.count))
+            log(String(format: "t=%5.1fs published %d events, delivered %d of %d notifications (%.0f/s), consumer lag %.0f records, duplicates %d, resolve RSS %d MB",
+                       t, eventsPublished, ledger.delivered, ledger.expectedCount, rate, lag, ledger.duplicates.count,
+                       procs.rssKB("resolve") / 1024))
         }
         lastDelivered = ledger.delivered
         lastT = t

@@ -143,7 +143,14 @@ final class Workload {
         for c in conversations {
             let mk = RedisKeys.members(app: appID, conversation: c.id)
             batch.append(RedisCommand("DEL", mk))
-            batch.append(RedisCommand("SADD", [mk] + c.members))
+            // In pieces: a million-member conversation is not one command.
+            var start = 0
+            while start < c.members.count {
+                let end = min(c.members.count, start + 10_000)
+                batch.append(RedisCommand("SADD", [mk] + c.members[start..<end]))
+                start = end
+                if batch.count >= 50 { try await flush() }
+            }
             if batch.count >= 5000 { try await flush() }
         }
         try await flush()
