@@ -18,6 +18,7 @@ final class APIStack: Sendable {
     let tansu: TansuBroker
     let registry: ChildProcess
     let apiPort: Int
+    let metricsPort: Int
     let store: StateStore
     let connection: RedisConnection
     let dir: String
@@ -39,7 +40,7 @@ final class APIStack: Sendable {
         """
         try pipeline.write(toFile: dir + "/pipeline.yaml", atomically: true, encoding: .utf8)
         apiPort = try freePort()
-        let metricsPort = try freePort()
+        metricsPort = try freePort()
         registry = ChildProcess(name: "herald-registry", executable: try Paths.executable("herald-registry"), arguments: [],
                                 environment: [
                                     "HERALD_PIPELINE": dir + "/pipeline.yaml",
@@ -130,6 +131,11 @@ struct RegistryAPITests {
         let log = try String(contentsOfFile: s.dir + "/registry.log", encoding: .utf8)
         #expect(log.contains("registry api request"))
         #expect(!log.contains(APIStack.token) && !log.contains(APIStack.otherToken) && !log.contains("0123456789abcde"))
+        // Counted by route template, status and client name.
+        let metrics = try await TestHTTP.request(port: s.metricsPort, method: "GET", path: "/metrics").body
+        #expect(metrics.contains(#"herald_api_requests_total{stage="registry",route="unauthenticated",status="401",client="-"} 3"#), "\(metrics)")
+        #expect(metrics.contains(#"herald_api_requests_total{stage="registry",route="GET /v1/apps/{app}/users/{user}/preferences",status="200",client="backend-b"} 1"#))
+        #expect(metrics.contains(#"route="method_not_allowed",status="405",client="backend-a"} 1"#))
     }
 
     @Test("bad bodies are 400 with a JSON error naming the field; nothing is written")

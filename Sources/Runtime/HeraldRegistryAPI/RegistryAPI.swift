@@ -33,8 +33,9 @@ public struct RegistryAPI: Sendable {
     public let operations: RegistryOperations
     public let clients: [Client]
     public let logger: Logger
-    /// Called once per answered request: the route template (`PATCH /v1/apps/{app}/users/{user}/preferences`),
-    /// the status, and the client's name (`-` when unauthenticated).
+    /// Called once per answered request: the route template (`PATCH /v1/apps/{app}/users/{user}/preferences`, or
+    /// `unknown`, `unauthenticated`, `method_not_allowed`: a fixed set, never a value from the request, so a
+    /// client cannot grow the metric's label set), the status, and the client's name (`-` when unauthenticated).
     public let onRequest: @Sendable (_ route: String, _ status: Int, _ client: String) -> Void
 
     public init(operations: RegistryOperations, clients: [Client], logger: Logger,
@@ -81,13 +82,13 @@ public struct RegistryAPI: Sendable {
     private func answer(method: String, path: String, client: String?, body: [UInt8]) async -> (String, Response) {
         let segments = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
             .map { String($0).removingPercentEncoding ?? String($0) }
-        guard segments.first == "v1" else { return ("\(method) (unknown)", Self.error(404, "not found")) }
+        guard segments.first == "v1" else { return ("unknown", Self.error(404, "not found")) }
         guard client != nil else {
-            return ("\(method) (unauthenticated)", Self.error(401, "missing or unknown bearer token", field: "Authorization"))
+            return ("unauthenticated", Self.error(401, "missing or unknown bearer token", field: "Authorization"))
         }
         guard segments.count >= 6, segments[1] == "apps", segments[3] == "users", !segments[2].isEmpty, !segments[4].isEmpty,
               segments[2].utf8.count <= 256, segments[4].utf8.count <= 256 else {
-            return ("\(method) (unknown)", Self.error(404, "not found"))
+            return ("unknown", Self.error(404, "not found"))
         }
         let app = segments[2], user = segments[4]
         let rest = Array(segments.dropFirst(5))
@@ -101,10 +102,10 @@ public struct RegistryAPI: Sendable {
                 })
             case "DELETE":
                 return ("DELETE \(base)devices", await write { RegistryRecord(op: .unregisterAll, appID: app, user: user) })
-            default: return ("\(method) \(base)devices", Self.methodNotAllowed("POST, DELETE"))
+            default: return ("method_not_allowed", Self.methodNotAllowed("POST, DELETE"))
             }
         case ("devices", 2):
-            guard method == "DELETE" else { return ("\(method) \(base)devices/{token}", Self.methodNotAllowed("DELETE")) }
+            guard method == "DELETE" else { return ("method_not_allowed", Self.methodNotAllowed("DELETE")) }
             let token = rest[1]
             return ("DELETE \(base)devices/{token}", await write {
                 RegistryRecord(op: .unregisterDevice, appID: app, user: user, token: token)
@@ -119,20 +120,20 @@ public struct RegistryAPI: Sendable {
                 return ("PATCH \(base)preferences", await write { () throws(FieldError) in
                     try RegistryOperations.patchRecord(app: app, user: user, body: body)
                 })
-            default: return ("\(method) \(base)preferences", Self.methodNotAllowed("GET, PATCH"))
+            default: return ("method_not_allowed", Self.methodNotAllowed("GET, PATCH"))
             }
         case ("presence", 1):
-            guard method == "PUT" else { return ("\(method) \(base)presence", Self.methodNotAllowed("PUT")) }
+            guard method == "PUT" else { return ("method_not_allowed", Self.methodNotAllowed("PUT")) }
             return ("PUT \(base)presence", await write { () throws(FieldError) in
                 try RegistryOperations.presenceRecord(app: app, user: user, body: body)
             })
         case ("read", 1):
-            guard method == "POST" else { return ("\(method) \(base)read", Self.methodNotAllowed("POST")) }
+            guard method == "POST" else { return ("method_not_allowed", Self.methodNotAllowed("POST")) }
             return ("POST \(base)read", await write { () throws(FieldError) in
                 try RegistryOperations.markReadRecord(app: app, user: user, body: body)
             })
         case ("counts", 1):
-            guard method == "GET" else { return ("\(method) \(base)counts", Self.methodNotAllowed("GET")) }
+            guard method == "GET" else { return ("method_not_allowed", Self.methodNotAllowed("GET")) }
             return ("GET \(base)counts", await read { () async throws -> [UInt8] in
                 let c = try await operations.counts(app: app, user: user)
                 return Array(JSONValue.object([
@@ -141,7 +142,7 @@ public struct RegistryAPI: Sendable {
                 ]).serialized.utf8)
             })
         case ("explain", 1):
-            guard method == "GET" else { return ("\(method) \(base)explain", Self.methodNotAllowed("GET")) }
+            guard method == "GET" else { return ("method_not_allowed", Self.methodNotAllowed("GET")) }
             do {
                 guard let decision = try await operations.lastDecision(app: app, user: user) else {
                     return ("GET \(base)explain", Self.error(404, "no decision about this user is kept (never a recipient, or expired)"))
@@ -151,7 +152,7 @@ public struct RegistryAPI: Sendable {
                 return ("GET \(base)explain", Self.unavailable(error))
             }
         default:
-            return ("\(method) (unknown)", Self.error(404, "not found"))
+            return ("unknown", Self.error(404, "not found"))
         }
     }
 

@@ -142,7 +142,7 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(Name.configReloads, "counter", labels: "stage, outcome", stages: "render, send",
                           "pipeline file reloads (SIGHUP or a changed file), `applied` or `refused` (the old configuration keeps running)"),
         MetricDeclaration(Name.apiRequests, "counter", labels: "stage, route, status, client", stages: "registry",
-                          "registry API requests by route, HTTP status and calling client (docs/registry-api.md)"),
+                          "registry API requests by route template (`PATCH /v1/apps/{app}/users/{user}/preferences`; `unknown`, `unauthenticated`, `method_not_allowed`), HTTP status and calling client (`-` when unauthenticated)"),
     ]
 
     public let stage: String
