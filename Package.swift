@@ -37,152 +37,220 @@ let package = Package(
     targets: [
         // MARK: Pure core
         .target(name: "HeraldCore", path: "Sources/Core/HeraldCore"),
-        .target(name: "HeraldConfig", dependencies: [
-            "HeraldCore",
-            .product(name: "Yams", package: "Yams"),
-        ], path: "Sources/Core/HeraldConfig"),
+        .target(
+            name: "HeraldConfig",
+            dependencies: [
+                "HeraldCore",
+                .product(name: "Yams", package: "Yams"),
+            ], path: "Sources/Core/HeraldConfig"),
 
         // MARK: C libraries (system-library targets: modulemap + shim.h + pkg-config)
-        .systemLibrary(name: "CRdKafka", path: "Sources/CShims/CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
-        .systemLibrary(name: "CHiredis", path: "Sources/CShims/CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
-        .systemLibrary(name: "CNghttp2", path: "Sources/CShims/CNghttp2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
-        .systemLibrary(name: "COpenSSL", path: "Sources/CShims/COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(
+            name: "CRdKafka", path: "Sources/CShims/CRdKafka", pkgConfig: "rdkafka",
+            providers: [.apt(["librdkafka-dev"])]),
+        .systemLibrary(
+            name: "CHiredis", path: "Sources/CShims/CHiredis", pkgConfig: "hiredis",
+            providers: [.apt(["libhiredis-dev"])]),
+        .systemLibrary(
+            name: "CNghttp2", path: "Sources/CShims/CNghttp2", pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(
+            name: "COpenSSL", path: "Sources/CShims/COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
 
         // Typed wrappers over libcurl's variadic setters (HTTP/1.1 work: FCM OAuth, webhooks).
         .target(name: "CHeraldCurl", path: "Sources/CShims/CHeraldCurl", linkerSettings: [.linkedLibrary("curl")]),
 
         // MARK: Adapters
         .target(name: "HeraldHTTP", dependencies: ["CHeraldCurl", "HeraldCore"], path: "Sources/Adapters/HeraldHTTP"),
-        .target(name: "HeraldKafka", dependencies: [
-            "CRdKafka", "HeraldCore",
-            .product(name: "DequeModule", package: "swift-collections"),
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "Metrics", package: "swift-metrics"),
-        ], path: "Sources/Adapters/HeraldKafka"),
-        .target(name: "HeraldRedis", dependencies: [
-            "CHiredis", "HeraldCore",
-            .product(name: "DequeModule", package: "swift-collections"),
-            .product(name: "Logging", package: "swift-log"),
-        ], path: "Sources/Adapters/HeraldRedis"),
-        .target(name: "HeraldAPNs", dependencies: [
-            "CNghttp2", "COpenSSL", "HeraldCore", "HeraldHTTP",
-            .product(name: "DequeModule", package: "swift-collections"),
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "Metrics", package: "swift-metrics"),
-        ], path: "Sources/Adapters/HeraldAPNs"),
+        .target(
+            name: "HeraldKafka",
+            dependencies: [
+                "CRdKafka", "HeraldCore",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ], path: "Sources/Adapters/HeraldKafka"),
+        .target(
+            name: "HeraldRedis",
+            dependencies: [
+                "CHiredis", "HeraldCore",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
+            ], path: "Sources/Adapters/HeraldRedis"),
+        .target(
+            name: "HeraldAPNs",
+            dependencies: [
+                "CNghttp2", "COpenSSL", "HeraldCore", "HeraldHTTP",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ], path: "Sources/Adapters/HeraldAPNs"),
 
         // MARK: Per-stage processing (pure over ports: unit-testable without Kafka, Redis or APNs)
-        .target(name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"], path: "Sources/Stages/HeraldPipeline"),
+        .target(
+            name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"], path: "Sources/Stages/HeraldPipeline"),
 
         // MARK: What every stage executable shares
-        .target(name: "HeraldStage", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldPipeline",
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "Metrics", package: "swift-metrics"),
-            .product(name: "Prometheus", package: "swift-prometheus"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
-        ], path: "Sources/Runtime/HeraldStage"),
+        .target(
+            name: "HeraldStage",
+            dependencies: [
+                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldPipeline",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ], path: "Sources/Runtime/HeraldStage"),
 
         // The registry operations (the HTTP API's routes and what heraldctl shares with them), over Redis and Kafka;
         // transport-free: herald-registry serves it through HeraldStage's HTTP endpoint.
-        .target(name: "HeraldRegistryAPI", dependencies: [
-            "HeraldCore", "HeraldKafka", "HeraldRedis",
-            .product(name: "Logging", package: "swift-log"),
-        ], path: "Sources/Runtime/HeraldRegistryAPI"),
+        .target(
+            name: "HeraldRegistryAPI",
+            dependencies: [
+                "HeraldCore", "HeraldKafka", "HeraldRedis",
+                .product(name: "Logging", package: "swift-log"),
+            ], path: "Sources/Runtime/HeraldRegistryAPI"),
 
         // MARK: Executables
         // The six pipeline stages: a page each (configuration, adapters, run).
-        .executableTarget(name: "herald-ingest", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"], path: "Sources/Stages/herald-ingest"),
-        .executableTarget(name: "herald-resolve", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"], path: "Sources/Stages/herald-resolve"),
-        .executableTarget(name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"], path: "Sources/Stages/herald-suppress"),
-        .executableTarget(name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"], path: "Sources/Stages/herald-render"),
-        .executableTarget(name: "herald-send", dependencies: [
-            "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldAPNs", "HeraldHTTP",
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-        ], path: "Sources/Stages/herald-send"),
-        .executableTarget(name: "herald-registry", dependencies: [
-            "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis", "HeraldRegistryAPI",
-            .product(name: "Metrics", package: "swift-metrics"),
-        ], path: "Sources/Stages/herald-registry"),
-        .executableTarget(name: "heraldctl", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldHTTP", "HeraldKafka", "HeraldRedis", "HeraldRegistryAPI",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ], path: "Sources/Tools/heraldctl"),
-        .executableTarget(name: "herald-mock-apns", dependencies: [
-            "HeraldMockAPNs",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ], path: "Sources/StandIns/herald-mock-apns"),
+        .executableTarget(
+            name: "herald-ingest", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
+            path: "Sources/Stages/herald-ingest"),
+        .executableTarget(
+            name: "herald-resolve", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"],
+            path: "Sources/Stages/herald-resolve"),
+        .executableTarget(
+            name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
+            path: "Sources/Stages/herald-suppress"),
+        .executableTarget(
+            name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
+            path: "Sources/Stages/herald-render"),
+        .executableTarget(
+            name: "herald-send",
+            dependencies: [
+                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldAPNs",
+                "HeraldHTTP",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ], path: "Sources/Stages/herald-send"),
+        .executableTarget(
+            name: "herald-registry",
+            dependencies: [
+                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis", "HeraldRegistryAPI",
+                .product(name: "Metrics", package: "swift-metrics"),
+            ], path: "Sources/Stages/herald-registry"),
+        .executableTarget(
+            name: "heraldctl",
+            dependencies: [
+                "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
+                "HeraldRegistryAPI",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ], path: "Sources/Tools/heraldctl"),
+        .executableTarget(
+            name: "herald-mock-apns",
+            dependencies: [
+                "HeraldMockAPNs",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ], path: "Sources/StandIns/herald-mock-apns"),
         // The APNs stand-in as a library (checks, faults, recording, HTTP/2 server) so it is testable.
-        .target(name: "HeraldMockAPNs", dependencies: [
-            "CNghttp2", "CHeraldMockTLS", .product(name: "DequeModule", package: "swift-collections"),
-        ], path: "Sources/StandIns/HeraldMockAPNs"),
+        .target(
+            name: "HeraldMockAPNs",
+            dependencies: [
+                "CNghttp2", "CHeraldMockTLS", .product(name: "DequeModule", package: "swift-collections"),
+            ], path: "Sources/StandIns/HeraldMockAPNs"),
         // OpenSSL server setup and ES256 verification for the stand-in (OpenSSL macros are not importable).
-        .target(name: "CHeraldMockTLS", path: "Sources/CShims/CHeraldMockTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        .target(
+            name: "CHeraldMockTLS", path: "Sources/CShims/CHeraldMockTLS",
+            linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         // The FCM (token endpoint + messages:send over HTTP/2) and custom-webhook stand-in, as a library.
-        .target(name: "HeraldMockProviders", dependencies: ["CNghttp2", "COpenSSL"], path: "Sources/StandIns/HeraldMockProviders"),
-        .executableTarget(name: "herald-mock-fcm", dependencies: [
-            "HeraldMockProviders",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ], path: "Sources/StandIns/herald-mock-fcm"),
-        .executableTarget(name: "herald-bench", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            .product(name: "Histogram", package: "hdrhistogram-swift"),
-        ], path: "Sources/Tools/herald-bench"),
-        .executableTarget(name: "herald-kafka-bench", dependencies: [
-            "HeraldKafka",
-            .product(name: "Logging", package: "swift-log"),
-        ], path: "Sources/Tools/herald-kafka-bench"),
-        .executableTarget(name: "herald-apns-bench", dependencies: [
-            "HeraldCore", "HeraldAPNs",
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ], path: "Sources/Tools/herald-apns-bench"),
+        .target(
+            name: "HeraldMockProviders", dependencies: ["CNghttp2", "COpenSSL"],
+            path: "Sources/StandIns/HeraldMockProviders"),
+        .executableTarget(
+            name: "herald-mock-fcm",
+            dependencies: [
+                "HeraldMockProviders",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ], path: "Sources/StandIns/herald-mock-fcm"),
+        .executableTarget(
+            name: "herald-bench",
+            dependencies: [
+                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ], path: "Sources/Tools/herald-bench"),
+        .executableTarget(
+            name: "herald-kafka-bench",
+            dependencies: [
+                "HeraldKafka",
+                .product(name: "Logging", package: "swift-log"),
+            ], path: "Sources/Tools/herald-kafka-bench"),
+        .executableTarget(
+            name: "herald-apns-bench",
+            dependencies: [
+                "HeraldCore", "HeraldAPNs",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ], path: "Sources/Tools/herald-apns-bench"),
 
         // MARK: Tests
         // What the test targets share: free ports, child processes, Tansu, redis-server, TLS material, waits on
         // conditions. A regular target (test targets cannot depend on each other) that only test targets use.
-        .target(name: "HeraldTestSupport", dependencies: ["HeraldCore", "HeraldKafka"], path: "Tests/HeraldTestSupport"),
-        .testTarget(name: "HeraldCoreTests", dependencies: [
-            "HeraldCore", "HeraldConfig",
-            .product(name: "PropertyBased", package: "swift-property-based"),
-        ]),
-        .testTarget(name: "HeraldAPNsTests", dependencies: [
-            "HeraldAPNs", "HeraldCore", "COpenSSL", "HeraldTestSupport",
-            .product(name: "Metrics", package: "swift-metrics"),
-            .product(name: "MetricsTestKit", package: "swift-metrics"),
-        ]),
-        .testTarget(name: "HeraldProvidersTests", dependencies: [
-            "HeraldAPNs", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "COpenSSL",
-        ]),
+        .target(
+            name: "HeraldTestSupport", dependencies: ["HeraldCore", "HeraldKafka"], path: "Tests/HeraldTestSupport"),
+        .testTarget(
+            name: "HeraldCoreTests",
+            dependencies: [
+                "HeraldCore", "HeraldConfig",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ]),
+        .testTarget(
+            name: "HeraldAPNsTests",
+            dependencies: [
+                "HeraldAPNs", "HeraldCore", "COpenSSL", "HeraldTestSupport",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
+        .testTarget(
+            name: "HeraldProvidersTests",
+            dependencies: [
+                "HeraldAPNs", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "COpenSSL",
+            ]),
         .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),
-        .testTarget(name: "HeraldStageTests", dependencies: [
-            "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldAPNs", "HeraldTestSupport",
-            .product(name: "MetricsTestKit", package: "swift-metrics"),
-        ]),
+        .testTarget(
+            name: "HeraldStageTests",
+            dependencies: [
+                "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldAPNs", "HeraldTestSupport",
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ]),
         // The registry API over HTTP against real Redis and Tansu (the API served by HeraldStage's endpoint).
-        .testTarget(name: "HeraldRegistryAPITests", dependencies: [
-            "HeraldRegistryAPI", "HeraldStage", "HeraldPipeline", "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
-            "HeraldTestSupport",
-            .product(name: "Logging", package: "swift-log"),
-        ]),
+        .testTarget(
+            name: "HeraldRegistryAPITests",
+            dependencies: [
+                "HeraldRegistryAPI", "HeraldStage", "HeraldPipeline", "HeraldCore", "HeraldConfig", "HeraldKafka",
+                "HeraldRedis",
+                "HeraldTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
         .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),
-        .testTarget(name: "HeraldStageLoopTests", dependencies: [
-            "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore", "HeraldRedis", "HeraldTestSupport",
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "Metrics", package: "swift-metrics"),
-        ]),
+        .testTarget(
+            name: "HeraldStageLoopTests",
+            dependencies: [
+                "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore", "HeraldRedis", "HeraldTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ]),
         // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
-        .testTarget(name: "EndToEndTests", dependencies: [
-            "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
-            .product(name: "Logging", package: "swift-log"),
-        ]),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: [
+                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
     ]
 )

@@ -8,16 +8,19 @@ import Testing
 
 @Suite(.serialized) struct BenchSmokeTests {
     @Test func pipelineBenchReportIsCompleteAndItsCountsAreConsistent() async throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().path
         let env = ProcessInfo.processInfo.environment
         let bin = env["HERALD_BIN_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? root + "/.build/debug"
         let bench = bin + "/herald-bench"
         #expect(FileManager.default.isExecutableFile(atPath: bench), "missing \(bench): run swift build first")
         let out = FileManager.default.temporaryDirectory.appendingPathComponent("herald-bench-smoke-\(getpid())").path
         try? FileManager.default.removeItem(atPath: out)
-        let arguments = ["pipeline", "--backlog", "300", "--users", "600", "--conversation-size", "6",
-                         "--dnd", "0.15", "--muted", "0.15", "--online", "0.15", "--mixed", "--mixed-rate", "5",
-                         "--repo", root, "--run-dir", out + "/run", "--out", out, "--drain-timeout", "30", "--check"]
+        let arguments = [
+            "pipeline", "--backlog", "300", "--users", "600", "--conversation-size", "6",
+            "--dnd", "0.15", "--muted", "0.15", "--online", "0.15", "--mixed", "--mixed-rate", "5",
+            "--repo", root, "--run-dir", out + "/run", "--out", out, "--drain-timeout", "30", "--check",
+        ]
         var penv = env
         penv["HERALD_LOCAL_BIN"] = bin
         let log = out + ".log"
@@ -39,17 +42,23 @@ import Testing
         #expect(status == 0, "herald-bench pipeline failed:\n\(output.suffix(4000))")
 
         let md = try String(contentsOfFile: out + "/REPORT.md", encoding: .utf8)
-        for heading in ["## Scenario", "## Results", "## Latency by kind", "## Processes", "## Suppressions by reason",
-                        "## Consistency", "## Over time"] {
+        for heading in [
+            "## Scenario", "## Results", "## Latency by kind", "## Processes", "## Suppressions by reason",
+            "## Consistency", "## Over time",
+        ] {
             #expect(md.contains(heading), "REPORT.md lacks \(heading)")
         }
-        for row in ["herald-ingest", "herald-send", "**Herald (six stages)**", "broker (Tansu)", "Redis", "APNs stand-in"] {
+        for row in [
+            "herald-ingest", "herald-send", "**Herald (six stages)**", "broker (Tansu)", "Redis", "APNs stand-in",
+        ] {
             #expect(md.contains("| \(row) |"), "REPORT.md lacks the \(row) row")
         }
         let svg = try String(contentsOfFile: out + "/REPORT.svg", encoding: .utf8)
         #expect(svg.hasPrefix("<svg") && svg.contains("<polyline") && svg.hasSuffix("</svg>\n"))
 
-        let json = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: out + "/REPORT.json"))) as? [String: Any])
+        let json = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: out + "/REPORT.json")))
+                as? [String: Any])
         let delivered = try #require(json["delivered"] as? Int)
         let expected = try #require(json["expected"] as? Int)
         let recipients = try #require(json["recipients"] as? Int)
@@ -59,7 +68,8 @@ import Testing
         #expect(delivered == expected)
         #expect(delivered + suppressed.values.reduce(0, +) + (json["render_errors"] as? Int ?? -1) == recipients)
         #expect(suppressed == predicted)
-        #expect(Set(suppressed.keys) == ["dnd", "muted", "online"], "the mix produces all three reasons: \(suppressed)")
+        #expect(
+            Set(suppressed.keys) == ["dnd", "muted", "online"], "the mix produces all three reasons: \(suppressed)")
         #expect(json["lost"] as? Int == 0)
         #expect(json["duplicated"] as? Int == 0)
         #expect(json["unexpected"] as? Int == 0)
@@ -71,7 +81,10 @@ import Testing
         let kinds = try #require(json["latency_by_kind_ms"] as? [String: Any])
         #expect(Set(kinds.keys) == ["group", "call", "direct"], "mixed priorities report each kind: \(kinds.keys)")
         let processes = try #require(json["processes"] as? [String: [String: Any]])
-        #expect(Set(processes.keys) == ["ingest", "resolve", "suppress", "render", "send", "registry", "kafka", "redis", "mock-apns"])
+        #expect(
+            Set(processes.keys) == [
+                "ingest", "resolve", "suppress", "render", "send", "registry", "kafka", "redis", "mock-apns",
+            ])
         for (name, p) in processes {
             #expect((p["peak_rss_kb"] as? Int ?? 0) > 0, "\(name) has no peak RSS")
         }

@@ -3,12 +3,13 @@
 // stack's /metrics after traffic that makes every counter appear (deliveries, suppressions, a dead token, a
 // dead letter).
 import Foundation
-import HeraldTestSupport
 import Glibc
+import HeraldTestSupport
 import Testing
 
-@Suite("Deployment: alert and dashboard metric names exist on a running stack", .serialized, .e2eStack,
-       .timeLimit(.minutes(6)))
+@Suite(
+    "Deployment: alert and dashboard metric names exist on a running stack", .serialized, .e2eStack,
+    .timeLimit(.minutes(6)))
 struct DeployMetricsTests {
     let stack: E2EStack
     init() throws { stack = try E2EStack.shared() }
@@ -20,16 +21,18 @@ struct DeployMetricsTests {
     static let prometheusOwn: Set<String> = ["up"]
 
     static var repositoryRoot: String {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().path
     }
 
     @Test("the PromQL name extraction finds metrics and skips functions, labels, keywords and ranges")
     func extraction() {
-        let names = PromQLNames.metrics(in: #"""
-            sum by (stage, le) (rate(herald_stage_latency_seconds_bucket{stage=~"$stage", le!="+Inf"}[$__rate_interval]))
-              / on (stage) group_left sum(increase(herald_x_total[1h] offset 10m)) > bool 0.5 and up{job="herald"} == 0
-              or vector(0) unless label_values(herald_consumed_total, stage)
-            """#)
+        let names = PromQLNames.metrics(
+            in: #"""
+                sum by (stage, le) (rate(herald_stage_latency_seconds_bucket{stage=~"$stage", le!="+Inf"}[$__rate_interval]))
+                  / on (stage) group_left sum(increase(herald_x_total[1h] offset 10m)) > bool 0.5 and up{job="herald"} == 0
+                  or vector(0) unless label_values(herald_consumed_total, stage)
+                """#)
         #expect(names == ["herald_stage_latency_seconds_bucket", "herald_x_total", "up", "herald_consumed_total"])
     }
 
@@ -37,8 +40,10 @@ struct DeployMetricsTests {
     func queriedMetricsAreExported() async throws {
         let queried = try Self.queriedMetricNames()
         // The alerts and the dashboard cover lag, DLQ, provider answers, dead tokens, readiness and in-flight.
-        for expected in ["herald_consumer_lag", "herald_dlq_total", "herald_apns_responses_total", "herald_token_feedback_total",
-                         "herald_ready", "herald_in_flight", "herald_stage_latency_seconds_bucket", "herald_suppressed_total"] {
+        for expected in [
+            "herald_consumer_lag", "herald_dlq_total", "herald_apns_responses_total", "herald_token_feedback_total",
+            "herald_ready", "herald_in_flight", "herald_stage_latency_seconds_bucket", "herald_suppressed_total",
+        ] {
             #expect(queried.contains(expected), "\(expected) is not queried any more: update this test")
         }
 
@@ -51,8 +56,11 @@ struct DeployMetricsTests {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         try await stack.publish([
             Scenarios.message(Scenarios.id("deploy-group"), conversation: "g1", createdAt: now),
-            Scenarios.message(Scenarios.id("deploy-dnd"), conversation: "d8", type: "direct", recipients: ["r8"], createdAt: now),
-            Scenarios.message(Scenarios.id("deploy-dead"), conversation: "ddt-deploy", type: "direct", recipients: ["dt"], createdAt: now),
+            Scenarios.message(
+                Scenarios.id("deploy-dnd"), conversation: "d8", type: "direct", recipients: ["r8"], createdAt: now),
+            Scenarios.message(
+                Scenarios.id("deploy-dead"), conversation: "ddt-deploy", type: "direct", recipients: ["dt"],
+                createdAt: now),
             #"{"event_id": "deploy-invalid", "app_id": "app1", "kind": "message"}"#,
         ])
         let wanted = queried.subtracting(Self.prometheusOwn).subtracting(Self.notYetExported)
@@ -61,13 +69,16 @@ struct DeployMetricsTests {
             exported = []
             for stage in E2EStack.stages {
                 guard let port = try? stack.stageEnvironment(stage)["HERALD_METRICS_PORT"].flatMap(Int.init),
-                      let body = metricsBody(port: port) else { continue }
+                    let body = metricsBody(port: port)
+                else { continue }
                 exported.formUnion(PromExposition.sampleNames(body))
             }
             return wanted.subtracting(exported).sorted()
         }
         // Everything but the retry counter: that one needs APNs to fail past the client's own retries.
-        _ = await eventually(timeout: .seconds(60), interval: .milliseconds(500)) { missing() == ["herald_retries_total"] }
+        _ = await eventually(timeout: .seconds(60), interval: .milliseconds(500)) {
+            missing() == ["herald_retries_total"]
+        }
         // Then the stand-in answers every request 503: send schedules a retry through herald.retry.
         try await stack.startMock(extra: ["--rate-503", "1"])
         try await stack.publish([Scenarios.message(Scenarios.id("deploy-retry"), conversation: "g1", createdAt: now)])
@@ -98,7 +109,9 @@ struct DeployMetricsTests {
         }
         // Rates need traffic between the two reads: publish while status watches.
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let events = (0..<20).map { Scenarios.message(Scenarios.id("deploy-status-\($0)"), conversation: "g1", createdAt: now) }
+        let events = (0..<20).map {
+            Scenarios.message(Scenarios.id("deploy-status-\($0)"), conversation: "g1", createdAt: now)
+        }
         let running = stack
         let publishing = Task {
             try await Task.sleep(for: .milliseconds(300))
@@ -121,7 +134,8 @@ struct DeployMetricsTests {
         let down = try await stack.heraldctl(["status", "--interval", "0.2", endpoints[0], "http://127.0.0.1:\(dead)"])
         #expect(down.status == 1)
         let rows = down.stdout.split(separator: "\n")
-        #expect(rows.count == 3 && rows[0].hasPrefix("STAGE") && rows[1].hasPrefix("ingest") && rows[1].hasSuffix("ready")
+        #expect(
+            rows.count == 3 && rows[0].hasPrefix("STAGE") && rows[1].hasPrefix("ingest") && rows[1].hasSuffix("ready")
                 && rows[2].hasSuffix("unreachable"), "\(down.stdout)")
     }
 
@@ -140,8 +154,10 @@ struct DeployMetricsTests {
                     let indent = line.prefix { $0 == " " }.count
                     var block: [String] = []
                     i += 1
-                    while i < lines.count, lines[i].trimmingCharacters(in: .whitespaces).isEmpty
-                            || lines[i].prefix(while: { $0 == " " }).count > indent {
+                    while i < lines.count,
+                        lines[i].trimmingCharacters(in: .whitespaces).isEmpty
+                            || lines[i].prefix(while: { $0 == " " }).count > indent
+                    {
                         block.append(lines[i])
                         i += 1
                     }
@@ -156,7 +172,11 @@ struct DeployMetricsTests {
         func walk(_ value: Any) {
             if let o = value as? [String: Any] {
                 for (key, v) in o {
-                    if key == "expr" || key == "definition", let s = v as? String { expressions.append(s) } else { walk(v) }
+                    if key == "expr" || key == "definition", let s = v as? String {
+                        expressions.append(s)
+                    } else {
+                        walk(v)
+                    }
                 }
             } else if let a = value as? [Any] {
                 a.forEach(walk)
@@ -170,23 +190,28 @@ struct DeployMetricsTests {
 
 /// Metric names in a PromQL expression (enough PromQL for Herald's own queries).
 enum PromQLNames {
-    static let keywords: Set<String> = ["and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
-                                         "group_right", "offset", "bool", "inf", "nan"]
+    static let keywords: Set<String> = [
+        "and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
+        "group_right", "offset", "bool", "inf", "nan",
+    ]
 
     static func metrics(in expression: String) -> [String] {
         var s = expression
         // label_values(metric, label): only the metric.
-        s = s.replacingOccurrences(of: #"label_values\(\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*,[^)]*\)"#, with: " $1 ",
-                                   options: .regularExpression)
-        for pattern in [#""(?:[^"\\]|\\.)*""#, #"'(?:[^'\\]|\\.)*'"#, #"\{[^}]*\}"#, #"\[[^\]]*\]"#,
-                        #"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"#] {
+        s = s.replacingOccurrences(
+            of: #"label_values\(\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*,[^)]*\)"#, with: " $1 ",
+            options: .regularExpression)
+        for pattern in [
+            #""(?:[^"\\]|\\.)*""#, #"'(?:[^'\\]|\\.)*'"#, #"\{[^}]*\}"#, #"\[[^\]]*\]"#,
+            #"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"#,
+        ] {
             s = s.replacingOccurrences(of: pattern, with: " ", options: .regularExpression)
         }
         var names: [String] = []
         let regex = try! NSRegularExpression(pattern: #"[A-Za-z0-9_:.$]+(\s*\()?"#)
         for match in regex.matches(in: s, range: NSRange(s.startIndex..., in: s)) {
             let token = String(s[Range(match.range, in: s)!])
-            if token.hasSuffix("(") { continue }                       // a function or an aggregation
+            if token.hasSuffix("(") { continue }  // a function or an aggregation
             guard let first = token.first, first.isLetter || first == "_" || first == ":" else { continue }
             if token.contains("$") || token.contains(".") || keywords.contains(token.lowercased()) { continue }
             if !names.contains(token) { names.append(token) }
@@ -219,7 +244,9 @@ private func metricsBody(port: Int) -> String? {
     addr.sin_port = in_port_t(UInt16(port).bigEndian)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     let rc = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+        }
     }
     guard rc == 0 else { return nil }
     let request = Array("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)

@@ -68,8 +68,9 @@ struct EndToEndTests {
         var dropped: [(scenario: String, app: String, event: String, reason: String)] = []
         for seed in seeds {
             let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.fixture(seed.app).utf8))
-            let lines = try Simulator.simulate(eventBytes: Array(seed.event.utf8), fixture: fixture, apps: stack.apps,
-                                               at: nil, now: Date())
+            let lines = try Simulator.simulate(
+                eventBytes: Array(seed.event.utf8), fixture: fixture, apps: stack.apps,
+                at: nil, now: Date())
             let eventID = try ChatEvent.decode(Array(seed.event.utf8)).eventID
             #expect(!lines.isEmpty, "\(seed.name): simulate predicted nothing")
             for line in lines {
@@ -84,21 +85,32 @@ struct EndToEndTests {
         }
         // The scenarios cover what they claim to.
         let reasons = Set(suppressed.map(\.reason))
-        for reason in ["sender", "online", "no_devices", "not_mentioned", "conversation_off", "muted", "dnd", "snoozed", "ignored"] {
+        for reason in [
+            "sender", "online", "no_devices", "not_mentioned", "conversation_off", "muted", "dnd", "snoozed", "ignored",
+        ] {
             #expect(reasons.contains(reason), "no scenario produces the suppression \(reason)")
         }
         #expect(expected.contains { $0.request.pushType == .voip }, "no VoIP notification predicted")
-        #expect(expected.contains { $0.request.pushType == .background && $0.request.priority == 5 && $0.scenario.hasPrefix("ended call") },
-                "no background call update predicted")
-        #expect(expected.contains { $0.request.pushType == .background && $0.scenario.hasPrefix("deleted message") },
-                "no background update for a deleted message predicted")
-        #expect(suppressed.contains { $0.scenario.hasPrefix("lenient input") && $0.reason == "ignored" },
-                "em_ignore_notification: 1 was not read as true")
-        #expect(!expected.contains { $0.request.pushType == .voip && !$0.scenario.hasPrefix("call to VoIP") },
-                "a call action other than initiated went to a VoIP token")
-        #expect(expected.count >= 12 && suppressed.count >= 9,
-                "the scenarios predict only \(expected.count) notifications and \(suppressed.count) suppressions")
-        stack.log("seed scenarios: \(expected.count) notifications and \(suppressed.count) suppressions predicted by simulate")
+        #expect(
+            expected.contains {
+                $0.request.pushType == .background && $0.request.priority == 5 && $0.scenario.hasPrefix("ended call")
+            },
+            "no background call update predicted")
+        #expect(
+            expected.contains { $0.request.pushType == .background && $0.scenario.hasPrefix("deleted message") },
+            "no background update for a deleted message predicted")
+        #expect(
+            suppressed.contains { $0.scenario.hasPrefix("lenient input") && $0.reason == "ignored" },
+            "em_ignore_notification: 1 was not read as true")
+        #expect(
+            !expected.contains { $0.request.pushType == .voip && !$0.scenario.hasPrefix("call to VoIP") },
+            "a call action other than initiated went to a VoIP token")
+        #expect(
+            expected.count >= 12 && suppressed.count >= 9,
+            "the scenarios predict only \(expected.count) notifications and \(suppressed.count) suppressions")
+        stack.log(
+            "seed scenarios: \(expected.count) notifications and \(suppressed.count) suppressions predicted by simulate"
+        )
 
         try await stack.publish(seeds.map(\.event))
         let pairs = Set(expected.map(\.pair))
@@ -107,26 +119,35 @@ struct EndToEndTests {
         let expectedTokens = Set(expected.map(\.request.token))
 
         for e in expected {
-            let got = recorded.filter { $0.token == e.request.token && $0.apnsID == e.request.apnsID.lowercased() && $0.status == 200 }
-            #expect(counts[e.pair] == 1, "\(e.scenario): token \(e.request.token.suffix(6)) delivered \(counts[e.pair] ?? 0) times, expected once\n\(failureContext())")
+            let got = recorded.filter {
+                $0.token == e.request.token && $0.apnsID == e.request.apnsID.lowercased() && $0.status == 200
+            }
+            #expect(
+                counts[e.pair] == 1,
+                "\(e.scenario): token \(e.request.token.suffix(6)) delivered \(counts[e.pair] ?? 0) times, expected once\n\(failureContext())"
+            )
             guard let r = got.first else { continue }
             #expect(r.topic == e.request.topic, "\(e.scenario): topic")
             #expect(r.pushType == e.request.pushType.rawValue, "\(e.scenario): push type")
             #expect(r.priority == e.request.priority, "\(e.scenario): priority")
             #expect(r.collapseID == e.request.collapseID, "\(e.scenario): collapse id")
             let want = canonicalJSON(e.request.payload)
-            #expect(r.payload != nil && r.payload == want,
-                    "\(e.scenario): payload \(String(decoding: r.payload ?? Data(), as: UTF8.self)) != \(String(decoding: want ?? Data(), as: UTF8.self))")
+            #expect(
+                r.payload != nil && r.payload == want,
+                "\(e.scenario): payload \(String(decoding: r.payload ?? Data(), as: UTF8.self)) != \(String(decoding: want ?? Data(), as: UTF8.self))"
+            )
         }
         // Nothing the simulator did not predict reached one of the scenario's devices (suppressed users'
         // tokens included).
         let scenarioTokens: Set<String> = [tok(12), tok(16), tok(17), tok(117), tok(18), tok(19), tok(20), tok(31)]
         let unexpected = recorded.filter { r in
-            (scenarioTokens.contains(r.token) || expectedTokens.contains(r.token)) &&
-                !pairs.contains(r.token + "/" + r.apnsID)
+            (scenarioTokens.contains(r.token) || expectedTokens.contains(r.token))
+                && !pairs.contains(r.token + "/" + r.apnsID)
         }
         // r6 and r18 get exactly one push each (the channel mention and the forced message).
-        #expect(unexpected.isEmpty, "pushes the simulator did not predict: \(unexpected.map { "\($0.token.suffix(6)) \($0.apnsID)" })")
+        #expect(
+            unexpected.isEmpty,
+            "pushes the simulator did not predict: \(unexpected.map { "\($0.token.suffix(6)) \($0.apnsID)" })")
 
         // Every suppression is in the explain trail with the simulator's reason.
         for s in suppressed {
@@ -137,7 +158,9 @@ struct EndToEndTests {
                 return found["decision"] as? String == "suppress"
             }
             #expect(ok, "\(s.scenario): no suppression in the explain trail for \(s.user): \(found)")
-            #expect(found["reason"] as? String == s.reason, "\(s.scenario): \(s.user) explained as \(found["reason"] ?? "nil"), simulate says \(s.reason)")
+            #expect(
+                found["reason"] as? String == s.reason,
+                "\(s.scenario): \(s.user) explained as \(found["reason"] ?? "nil"), simulate says \(s.reason)")
         }
         // An event dropped at ingest has an event-level trail entry with the simulator's reason.
         #expect(!dropped.isEmpty, "no scenario is dropped at ingest")
@@ -147,17 +170,24 @@ struct EndToEndTests {
                 lines = (try? await stack.heraldctl(["explain", "--app", d.app, "--event", d.event]))?.lines ?? []
                 return lines.contains { $0["decision"] as? String == "drop" }
             }
-            #expect(ok && lines.contains { $0["decision"] as? String == "drop" && $0["reason"] as? String == d.reason },
-                    "\(d.scenario): explain shows \(lines), simulate says drop/\(d.reason)")
+            #expect(
+                ok && lines.contains { $0["decision"] as? String == "drop" && $0["reason"] as? String == d.reason },
+                "\(d.scenario): explain shows \(lines), simulate says drop/\(d.reason)")
         }
         // A delivered user's trail shows the per-device outcome.
         if let first = expected.first(where: { $0.scenario.hasPrefix("group chat") }) {
-            let r = try await stack.heraldctl(["explain", "--app", "app1", "--event", Scenarios.id("group"), "--user", "r1"])
+            let r = try await stack.heraldctl([
+                "explain", "--app", "app1", "--event", Scenarios.id("group"), "--user", "r1",
+            ])
             let line = r.lines.first ?? [:]
             #expect(line["decision"] as? String == "deliver", "explain r1: \(r.stdout) \(r.stderr)")
             let devices = line["devices"] as? [[String: Any]] ?? []
-            #expect(devices.contains { $0["decision"] as? String == "delivered" && ($0["token"] as? String)?.hasPrefix(String(first.request.token.prefix(8))) == true },
-                    "explain r1 devices: \(devices)")
+            #expect(
+                devices.contains {
+                    $0["decision"] as? String == "delivered"
+                        && ($0["token"] as? String)?.hasPrefix(String(first.request.token.prefix(8))) == true
+                },
+                "explain r1 devices: \(devices)")
         }
     }
 
@@ -170,7 +200,9 @@ struct EndToEndTests {
         let garbage: [UInt8] = Array("{not json".utf8)
         try await stack.produce([
             ProducerRecord(topic: "chat.events", key: "bad1", value: garbage),
-            ProducerRecord(topic: "chat.events", key: "bad2", value: Array(#"{"event_id": "x", "app_id": "app1", "kind": "message"}"#.utf8)),
+            ProducerRecord(
+                topic: "chat.events", key: "bad2",
+                value: Array(#"{"event_id": "x", "app_id": "app1", "kind": "message"}"#.utf8)),
             ProducerRecord(topic: "chat.events", key: "bad3", value: [0xFF, 0xFE, 0x7B]),
             ProducerRecord(topic: "chat.events", key: "bad4", value: nil),
             ProducerRecord(topic: "herald.ingested", key: "bad5", value: garbage),
@@ -179,37 +211,59 @@ struct EndToEndTests {
             ProducerRecord(topic: "herald.outbound", key: "bad8", value: garbage),
             ProducerRecord(topic: "herald.registry", key: "bad9", value: garbage),
             // An app the pipeline file does not list: dead-lettered `unknown_app`, never served with defaults.
-            ProducerRecord(topic: "chat.events", key: "bad10", value: Array(Scenarios.message(
-                Scenarios.id("foreign-app"), app: "no-such-app", conversation: "dx1", type: "direct", recipients: ["x1"],
-                createdAt: Self.now()).utf8)),
-            ProducerRecord(topic: "herald.registry", key: "bad11",
-                           value: Array(#"{"op": "set_members", "app_id": "no-such-app", "conversation": "c1", "members": ["u1"]}"#.utf8)),
+            ProducerRecord(
+                topic: "chat.events", key: "bad10",
+                value: Array(
+                    Scenarios.message(
+                        Scenarios.id("foreign-app"), app: "no-such-app", conversation: "dx1", type: "direct",
+                        recipients: ["x1"],
+                        createdAt: Self.now()
+                    ).utf8)),
+            ProducerRecord(
+                topic: "herald.registry", key: "bad11",
+                value: Array(
+                    #"{"op": "set_members", "app_id": "no-such-app", "conversation": "c1", "members": ["u1"]}"#.utf8)),
         ])
         // A good event after the bad ones still arrives.
         let eventID = Scenarios.id("after-dlq")
-        try await stack.publish([Scenarios.message(eventID, conversation: "dx1", type: "direct", recipients: ["x1"], createdAt: Self.now())])
+        try await stack.publish([
+            Scenarios.message(eventID, conversation: "dx1", type: "direct", recipients: ["x1"], createdAt: Self.now())
+        ])
         let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
-        let predicted = try Simulator.simulate(eventBytes: Array(Scenarios.message(eventID, conversation: "dx1", type: "direct", recipients: ["x1"], createdAt: 0).utf8),
-                                               fixture: fixture, apps: stack.apps, at: nil, now: Date())
+        let predicted = try Simulator.simulate(
+            eventBytes: Array(
+                Scenarios.message(eventID, conversation: "dx1", type: "direct", recipients: ["x1"], createdAt: 0).utf8),
+            fixture: fixture, apps: stack.apps, at: nil, now: Date())
         let pairs = Set(predicted.flatMap(\.notifications).map { $0.token + "/" + $0.apnsID.lowercased() })
         #expect(pairs.count == 1)
         let counts = await awaitDeliveries(pairs, timeout: .seconds(30))
-        for p in pairs { #expect(counts[p] == 1, "the good event after the bad ones: \(counts[p] ?? 0) deliveries\n\(failureContext())") }
+        for p in pairs {
+            #expect(
+                counts[p] == 1, "the good event after the bad ones: \(counts[p] ?? 0) deliveries\n\(failureContext())")
+        }
 
         var entries: [(record: ConsumerRecord, dlq: DLQRecord)] = []
         let stagesWanted: Set<String> = ["ingest", "resolve", "suppress", "render", "send", "registry"]
         _ = await eventually(timeout: .seconds(20), interval: .milliseconds(300)) {
             entries = Array(((try? await stack.dlqEntries()) ?? []).dropFirst(before))
-            return stagesWanted.isSubset(of: Set(entries.map(\.dlq.stage))) && entries.filter { $0.dlq.stage == "ingest" }.count >= 4
+            return stagesWanted.isSubset(of: Set(entries.map(\.dlq.stage)))
+                && entries.filter { $0.dlq.stage == "ingest" }.count >= 4
                 && entries.filter { $0.dlq.reason == "unknown_app" }.count >= 2
         }
-        #expect(entries.contains { $0.dlq.stage == "ingest" && $0.dlq.reason == "unknown_app" && $0.dlq.detail.contains("no-such-app") },
-                "ingest DLQ entries: \(entries.filter { $0.dlq.stage == "ingest" }.map { "\($0.dlq.reason): \($0.dlq.detail)" })")
-        #expect(entries.contains { $0.dlq.stage == "registry" && $0.dlq.reason == "unknown_app" },
-                "registry DLQ entries: \(entries.filter { $0.dlq.stage == "registry" }.map { "\($0.dlq.reason): \($0.dlq.detail)" })")
+        #expect(
+            entries.contains {
+                $0.dlq.stage == "ingest" && $0.dlq.reason == "unknown_app" && $0.dlq.detail.contains("no-such-app")
+            },
+            "ingest DLQ entries: \(entries.filter { $0.dlq.stage == "ingest" }.map { "\($0.dlq.reason): \($0.dlq.detail)" })"
+        )
+        #expect(
+            entries.contains { $0.dlq.stage == "registry" && $0.dlq.reason == "unknown_app" },
+            "registry DLQ entries: \(entries.filter { $0.dlq.stage == "registry" }.map { "\($0.dlq.reason): \($0.dlq.detail)" })"
+        )
         for stage in stagesWanted {
             let mine = entries.filter { $0.dlq.stage == stage }
-            #expect(!mine.isEmpty, "no DLQ entry from \(stage); got \(entries.map { "\($0.dlq.stage)/\($0.dlq.reason)" })")
+            #expect(
+                !mine.isEmpty, "no DLQ entry from \(stage); got \(entries.map { "\($0.dlq.stage)/\($0.dlq.reason)" })")
             for e in mine {
                 #expect(!e.dlq.reason.isEmpty && !e.dlq.detail.isEmpty, "\(stage) DLQ entry without reason/detail")
                 #expect(e.dlq.sourceTopic != nil, "\(stage) DLQ entry without source topic")
@@ -217,23 +271,34 @@ struct EndToEndTests {
             }
         }
         let ingest = entries.filter { $0.dlq.stage == "ingest" }
-        #expect(ingest.contains { $0.dlq.originalBytes == garbage && $0.dlq.reason == "invalid" },
-                "ingest DLQ entries: \(ingest.map { "\($0.dlq.reason): \($0.dlq.detail)" })")
-        #expect(ingest.contains { $0.dlq.detail.contains("conversation") || $0.dlq.detail.contains("sender") || $0.dlq.detail.contains("created_at") },
-                "the missing-field event's detail names the field: \(ingest.map(\.dlq.detail))")
+        #expect(
+            ingest.contains { $0.dlq.originalBytes == garbage && $0.dlq.reason == "invalid" },
+            "ingest DLQ entries: \(ingest.map { "\($0.dlq.reason): \($0.dlq.detail)" })")
+        #expect(
+            ingest.contains {
+                $0.dlq.detail.contains("conversation") || $0.dlq.detail.contains("sender")
+                    || $0.dlq.detail.contains("created_at")
+            },
+            "the missing-field event's detail names the field: \(ingest.map(\.dlq.detail))")
 
         // heraldctl dlq list shows them; replay puts the resolve one back on herald.ingested, where it fails again.
         let list = try await stack.heraldctl(["dlq", "list", "--stage", "resolve"])
         #expect(list.status == 0, "dlq list: \(list.stderr)")
-        #expect(list.lines.contains { $0["stage"] as? String == "resolve" && $0["source_topic"] as? String == "herald.ingested" && $0["reason"] != nil },
-                "dlq list output: \(list.stdout)")
+        #expect(
+            list.lines.contains {
+                $0["stage"] as? String == "resolve" && $0["source_topic"] as? String == "herald.ingested"
+                    && $0["reason"] != nil
+            },
+            "dlq list output: \(list.stdout)")
         let limited = try await stack.heraldctl(["dlq", "list", "--limit", "1"])
         #expect(limited.lines.count == 1, "dlq list --limit 1 printed \(limited.lines.count) lines")
         let resolveBefore = entries.filter { $0.dlq.stage == "resolve" }.count
         let replay = try await stack.heraldctl(["dlq", "replay", "--stage", "resolve"])
         #expect(replay.status == 0, "dlq replay: \(replay.stderr)")
-        #expect(replay.lines.count == resolveBefore && replay.lines.allSatisfy { $0["topic"] as? String == "herald.ingested" },
-                "dlq replay output: \(replay.stdout)")
+        #expect(
+            replay.lines.count == resolveBefore
+                && replay.lines.allSatisfy { $0["topic"] as? String == "herald.ingested" },
+            "dlq replay output: \(replay.stdout)")
         let replayedBack = await eventually(timeout: .seconds(15), interval: .milliseconds(300)) {
             let all = (try? await stack.dlqEntries()) ?? []
             return all.dropFirst(before).filter { $0.dlq.stage == "resolve" }.count >= resolveBefore * 2
@@ -241,7 +306,9 @@ struct EndToEndTests {
         #expect(replayedBack, "the replayed record did not come back to the DLQ from resolve")
         // Every stage is still running.
         for stage in E2EStack.stages {
-            #expect(stack.stageProcesses[stage]?.isRunning == true, "herald-\(stage) stopped:\n\(stack.stageProcesses[stage]?.logTail() ?? "")")
+            #expect(
+                stack.stageProcesses[stage]?.isRunning == true,
+                "herald-\(stage) stopped:\n\(stack.stageProcesses[stage]?.logTail() ?? "")")
         }
     }
 
@@ -250,7 +317,9 @@ struct EndToEndTests {
     /// Publishes `count` events to conversation k1 (4 recipients, one device each) in small chunks, 80 ms
     /// apart, and calls `during` as soon as the first of them reached the stand-in, while the rest are still
     /// flowing through the stages. Returns the predicted (token, apns-id) pairs.
-    func publishKillBatch(prefix: String, count: Int, during: @escaping @Sendable () async throws -> Void) async throws -> Set<String> {
+    func publishKillBatch(
+        prefix: String, count: Int, during: @escaping @Sendable () async throws -> Void
+    ) async throws -> Set<String> {
         var lastBatchOwners: [String: (event: String, user: String)] = [:]
         defer { owners.withLock { $0 = lastBatchOwners } }
         let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
@@ -258,12 +327,17 @@ struct EndToEndTests {
         var pairs = Set<String>()
         let now = Self.now()
         for i in 0..<count {
-            let e = Scenarios.message(Scenarios.id("\(prefix)-\(i)"), conversation: "k1", text: "message \(i)", createdAt: now)
+            let e = Scenarios.message(
+                Scenarios.id("\(prefix)-\(i)"), conversation: "k1", text: "message \(i)", createdAt: now)
             events.append(e)
-            for line in try Simulator.simulate(eventBytes: Array(e.utf8), fixture: fixture, apps: stack.apps, at: nil, now: Date()) {
+            for line in try Simulator.simulate(
+                eventBytes: Array(e.utf8), fixture: fixture, apps: stack.apps, at: nil, now: Date())
+            {
                 for n in line.notifications {
                     pairs.insert(n.token + "/" + n.apnsID.lowercased())
-                    if let user = line.user { lastBatchOwners[n.token + "/" + n.apnsID.lowercased()] = (Scenarios.id("\(prefix)-\(i)"), user) }
+                    if let user = line.user {
+                        lastBatchOwners[n.token + "/" + n.apnsID.lowercased()] = (Scenarios.id("\(prefix)-\(i)"), user)
+                    }
                 }
             }
         }
@@ -288,7 +362,9 @@ struct EndToEndTests {
     func expectExactlyOnce(_ pairs: Set<String>, _ counts: [String: Int], _ what: String) {
         let missing = pairs.filter { counts[$0] == nil }
         let twice = pairs.filter { (counts[$0] ?? 0) > 1 }
-        #expect(missing.isEmpty, "\(what): \(missing.count) of \(pairs.count) notifications never delivered\n\(failureContext())")
+        #expect(
+            missing.isEmpty,
+            "\(what): \(missing.count) of \(pairs.count) notifications never delivered\n\(failureContext())")
         #expect(twice.isEmpty, "\(what): \(twice.count) notifications delivered more than once: \(twice.prefix(5))")
     }
 
@@ -323,19 +399,27 @@ struct EndToEndTests {
         let killedAt = killedAtBox.withLock { $0 }
         #expect(pairs.count == 160)
         let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
-        let beforeKill = stack.recorded().filter { $0.status == 200 && $0.at <= killedAt && pairs.contains($0.token + "/" + $0.apnsID) }.count
+        let beforeKill = stack.recorded().filter {
+            $0.status == 200 && $0.at <= killedAt && pairs.contains($0.token + "/" + $0.apnsID)
+        }.count
         stack.log("SIGKILL send: \(beforeKill) of \(pairs.count) delivered before the kill")
         let missing = pairs.filter { counts[$0] == nil }
-        #expect(missing.isEmpty, "SIGKILL send: \(missing.count) of \(pairs.count) never delivered\n\(failureContext())")
+        #expect(
+            missing.isEmpty, "SIGKILL send: \(missing.count) of \(pairs.count) never delivered\n\(failureContext())")
         let twice = pairs.filter { (counts[$0] ?? 0) > 1 }
-        let firstAnswer = Dictionary(stack.recorded().filter { $0.status == 200 }.map { ($0.token + "/" + $0.apnsID, $0.at) },
-                                     uniquingKeysWith: min)
+        let firstAnswer = Dictionary(
+            stack.recorded().filter { $0.status == 200 }.map { ($0.token + "/" + $0.apnsID, $0.at) },
+            uniquingKeysWith: min)
         let outsideWindow = twice.filter { p in
             guard let at = firstAnswer[p] else { return true }
             return at < killedAt - 1000 || at > killedAt + 100
         }
-        #expect(outsideWindow.isEmpty, "delivered twice although the first delivery was not in the crash window: \(outsideWindow.prefix(5))")
-        if !twice.isEmpty { stack.log("SIGKILL send: \(twice.count) notification(s) delivered twice, all from the crash window") }
+        #expect(
+            outsideWindow.isEmpty,
+            "delivered twice although the first delivery was not in the crash window: \(outsideWindow.prefix(5))")
+        if !twice.isEmpty {
+            stack.log("SIGKILL send: \(twice.count) notification(s) delivered twice, all from the crash window")
+        }
     }
 
     /// docs/behaviour.md §11: on SIGTERM a stage stops pulling, finishes or hands back what is in flight, commits and exits 0;
@@ -351,7 +435,9 @@ struct EndToEndTests {
             status.withLock { $0 = s }
             try stack.restartStage("send")
         }
-        #expect(status.withLock { $0 } == 0, "herald-send exit status after SIGTERM: \(String(describing: status.withLock { $0 }))")
+        #expect(
+            status.withLock { $0 } == 0,
+            "herald-send exit status after SIGTERM: \(String(describing: status.withLock { $0 }))")
         let counts = await awaitDeliveries(pairs, timeout: .seconds(60))
         expectExactlyOnce(pairs, counts, "SIGTERM send")
     }
@@ -377,7 +463,8 @@ struct EndToEndTests {
             status.withLock { $0 = s }
         }
         #expect(status.withLock { $0 } == 0, "the second resolve process did not exit 0 on SIGTERM")
-        expectExactlyOnce(leaving, await awaitDeliveries(leaving, timeout: .seconds(60)), "second resolve process leaving")
+        expectExactlyOnce(
+            leaving, await awaitDeliveries(leaving, timeout: .seconds(60)), "second resolve process leaving")
     }
 
     @Test("Redis restarted mid-run loses nothing")
@@ -402,7 +489,9 @@ struct EndToEndTests {
     @Test("APNs 429s, 500s, 503s and GOAWAYs are retried until delivered")
     func apnsFaultsAreRetried() async throws {
         try await loadFixtures()
-        try await stack.startMock(extra: ["--rate-503", "0.2", "--rate-429", "0.1", "--rate-500", "0.1", "--goaway-every", "7", "--seed", "7"])
+        try await stack.startMock(extra: [
+            "--rate-503", "0.2", "--rate-429", "0.1", "--rate-500", "0.1", "--goaway-every", "7", "--seed", "7",
+        ])
         let generation = stack.mockGeneration
         let pairs = try await publishKillBatch(prefix: "faults", count: 20) {}
         let counts = await awaitDeliveries(pairs, timeout: .seconds(90))
@@ -422,7 +511,9 @@ struct EndToEndTests {
                 Issue.record("no owner for the faulted notification \(pair)")
                 continue
             }
-            let r = try await stack.heraldctl(["explain", "--app", "app1", "--event", owner.event, "--user", owner.user])
+            let r = try await stack.heraldctl([
+                "explain", "--app", "app1", "--event", owner.event, "--user", owner.user,
+            ])
             let devices = r.lines.first?["devices"] as? [[String: Any]] ?? []
             #expect(devices.contains { $0["decision"] as? String == "delivered" }, "explain after retries: \(r.stdout)")
             if devices.contains(where: { ($0["attempt"] as? Int ?? 1) > 1 }) { laterAttempts += 1 }
@@ -440,10 +531,14 @@ struct EndToEndTests {
         try await loadFixtures()
         let before = try await stack.store.loadUser(app: "app1", user: "dt", now: Self.now())
         #expect(before.devices.map(\.token).contains(E2EStack.deadToken))
-        try await stack.publish([Scenarios.message(Scenarios.id("dead"), conversation: "ddt", type: "direct", recipients: ["dt"], createdAt: Self.now())])
+        try await stack.publish([
+            Scenarios.message(
+                Scenarios.id("dead"), conversation: "ddt", type: "direct", recipients: ["dt"], createdAt: Self.now())
+        ])
         var devices: [String] = []
         let removed = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
-            devices = ((try? await stack.store.loadUser(app: "app1", user: "dt", now: Self.now()))?.devices ?? []).map(\.token)
+            devices = ((try? await stack.store.loadUser(app: "app1", user: "dt", now: Self.now()))?.devices ?? []).map(
+                \.token)
             return !devices.contains(E2EStack.deadToken)
         }
         #expect(removed, "the dead token is still registered\n\(failureContext())")
@@ -453,10 +548,15 @@ struct EndToEndTests {
 
         // The same token registered (by another user) after the 410's timestamp is kept.
         let eventID2 = Scenarios.id("dead-reregistered")
-        try await stack.publish([Scenarios.message(eventID2, conversation: "ddt2", type: "direct", recipients: ["dt2"], createdAt: Self.now())])
+        try await stack.publish([
+            Scenarios.message(
+                eventID2, conversation: "ddt2", type: "direct", recipients: ["dt2"], createdAt: Self.now())
+        ])
         var trail: [[String: Any]] = []
         let reported = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
-            trail = (try? await stack.heraldctl(["explain", "--app", "app1", "--event", eventID2, "--user", "dt2"]))?.lines ?? []
+            trail =
+                (try? await stack.heraldctl(["explain", "--app", "app1", "--event", eventID2, "--user", "dt2"]))?.lines
+                ?? []
             let devices = trail.first?["devices"] as? [[String: Any]] ?? []
             return devices.contains { $0["decision"] as? String == "token_dead" }
         }
@@ -465,14 +565,17 @@ struct EndToEndTests {
         let feedbackSeen = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
             let records = (try? await stack.readTopic("herald.token-feedback")) ?? []
             return records.contains { r in
-                guard let v = r.value, let f = try? StageCodec.decode(TokenFeedbackRecord.self, from: v) else { return false }
+                guard let v = r.value, let f = try? StageCodec.decode(TokenFeedbackRecord.self, from: v) else {
+                    return false
+                }
                 return f.user == "dt2"
             }
         }
         #expect(feedbackSeen, "no token feedback for dt2 on herald.token-feedback")
         #expect(await stack.awaitIdle(), "the pipeline did not become idle\n\(failureContext())")
         let dt2 = try await stack.store.loadUser(app: "app1", user: "dt2", now: Self.now())
-        #expect(dt2.devices.map(\.token) == [E2EStack.deadToken], "a token registered after the 410 timestamp was removed")
+        #expect(
+            dt2.devices.map(\.token) == [E2EStack.deadToken], "a token registered after the 410 timestamp was removed")
     }
 
     // MARK: heraldctl against the running stack
@@ -485,8 +588,10 @@ struct EndToEndTests {
         var state = try await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
         #expect(state.devices.map(\.token) == [token])
 
-        r = try await stack.heraldctl(["prefs", "set", "--app", "app1", "--user", "op1", "--trigger", "mention_only",
-                                       "--dnd", "22:00-08:00", "--timezone", "Asia/Seoul", "--languages", "ko,en", "--badge", "off"])
+        r = try await stack.heraldctl([
+            "prefs", "set", "--app", "app1", "--user", "op1", "--trigger", "mention_only",
+            "--dnd", "22:00-08:00", "--timezone", "Asia/Seoul", "--languages", "ko,en", "--badge", "off",
+        ])
         #expect(r.status == 0, "prefs set: \(r.stderr)")
         state = try await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
         #expect(state.preferences.trigger == .mentionOnly)
@@ -494,33 +599,43 @@ struct EndToEndTests {
         #expect(state.preferences.languages == ["ko", "en"])
         #expect(state.preferences.badge == false)
 
-        r = try await stack.heraldctl(["presence", "set", "--app", "app1", "--user", "op1", "--online", token, "--ttl", "60"])
+        r = try await stack.heraldctl([
+            "presence", "set", "--app", "app1", "--user", "op1", "--online", token, "--ttl", "60",
+        ])
         #expect(r.status == 0, "presence set: \(r.stderr)")
         state = try await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
         #expect(state.online == [token])
 
         // Through the registry topic: herald-registry applies it.
         let token2 = tok(502)
-        r = try await stack.heraldctl(["device", "register", "--app", "app1", "--user", "op1", "--token", token2, "--kind", "voip", "--via-kafka"])
+        r = try await stack.heraldctl([
+            "device", "register", "--app", "app1", "--user", "op1", "--token", token2, "--kind", "voip", "--via-kafka",
+        ])
         #expect(r.status == 0, "device register --via-kafka: \(r.stderr)")
         let applied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
             let s = try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
             return s?.devices.contains { $0.token == token2 && $0.kind == .voip } == true
         }
         #expect(applied, "herald-registry did not apply the registration\n\(failureContext())")
-        r = try await stack.heraldctl(["prefs", "set", "--app", "app1", "--user", "op1", "--trigger", "off", "--via-kafka"])
+        r = try await stack.heraldctl([
+            "prefs", "set", "--app", "app1", "--user", "op1", "--trigger", "off", "--via-kafka",
+        ])
         #expect(r.status == 0, "prefs set --via-kafka: \(r.stderr)")
         let prefsApplied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
             (try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now()))?.preferences.trigger == .off
         }
         #expect(prefsApplied, "herald-registry did not apply the preferences")
-        r = try await stack.heraldctl(["presence", "set", "--app", "app1", "--user", "op1", "--online", token2, "--ttl", "60", "--via-kafka"])
+        r = try await stack.heraldctl([
+            "presence", "set", "--app", "app1", "--user", "op1", "--online", token2, "--ttl", "60", "--via-kafka",
+        ])
         #expect(r.status == 0, "presence set --via-kafka: \(r.stderr)")
         let presenceApplied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
             (try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now()))?.online == [token2]
         }
         #expect(presenceApplied, "herald-registry did not apply the presence")
-        r = try await stack.heraldctl(["device", "unregister", "--app", "app1", "--user", "op1", "--token", token2, "--via-kafka"])
+        r = try await stack.heraldctl([
+            "device", "unregister", "--app", "app1", "--user", "op1", "--token", token2, "--via-kafka",
+        ])
         #expect(r.status == 0, "device unregister --via-kafka: \(r.stderr)")
         let unregistered = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
             let s = try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
@@ -545,13 +660,17 @@ struct EndToEndTests {
     func publishCommand() async throws {
         try await loadFixtures()
         let eventID = Scenarios.id("published")
-        let event = Scenarios.message(eventID, conversation: "dp1", type: "direct", recipients: ["x1"], createdAt: Self.now())
+        let event = Scenarios.message(
+            eventID, conversation: "dp1", type: "direct", recipients: ["x1"], createdAt: Self.now())
         let path = try stack.write("event-published.json", event)
         var r = try await stack.heraldctl(["publish", path])
         #expect(r.status == 0, "publish: \(r.stderr)")
         #expect(r.lines.first?["key"] as? String == "dp1")
         let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
-        let pairs = Set(try Simulator.simulate(eventBytes: Array(event.utf8), fixture: fixture, apps: stack.apps, at: nil, now: Date())
+        let pairs = Set(
+            try Simulator.simulate(
+                eventBytes: Array(event.utf8), fixture: fixture, apps: stack.apps, at: nil, now: Date()
+            )
             .flatMap(\.notifications).map { $0.token + "/" + $0.apnsID.lowercased() })
         let counts = await awaitDeliveries(pairs, timeout: .seconds(30))
         expectExactlyOnce(pairs, counts, "heraldctl publish")

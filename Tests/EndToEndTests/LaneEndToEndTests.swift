@@ -12,21 +12,26 @@ extension EndToEndTests {
         let state = try StageCodec.decode(StateFixture.self, from: Array(fixture.utf8))
         var pairs = Set<String>()
         for e in events {
-            for line in try Simulator.simulate(eventBytes: Array(e.utf8), fixture: state, apps: stack.apps, at: nil, now: Date()) {
+            for line in try Simulator.simulate(
+                eventBytes: Array(e.utf8), fixture: state, apps: stack.apps, at: nil, now: Date())
+            {
                 for n in line.notifications { pairs.insert(n.token + "/" + n.apnsID.lowercased()) }
             }
         }
         return pairs
     }
 
-    @Test("a call published behind a backlog of group messages is delivered before the backlog drains; the backlog arrives in full, once")
+    @Test(
+        "a call published behind a backlog of group messages is delivered before the backlog drains; the backlog arrives in full, once"
+    )
     func callOvertakesBacklog() async throws {
         try await loadFixtures()
         let stack = self.stack
         // Warm-up: one direct message through the priority lane, so every stage's priority consumer has joined
         // its group before the measurement (the lane's first record otherwise waits for those joins).
-        let warmEvent = Scenarios.message(Scenarios.id("lane-warm"), conversation: "dm-warm", type: "direct",
-                                          recipients: ["r10"], createdAt: Self.now())
+        let warmEvent = Scenarios.message(
+            Scenarios.id("lane-warm"), conversation: "dm-warm", type: "direct",
+            recipients: ["r10"], createdAt: Self.now())
         let warm = try predictedPairs([warmEvent], fixture: Scenarios.app1Fixture)
         #expect(warm.count == 1)
         try await stack.publish([warmEvent])
@@ -40,7 +45,8 @@ extension EndToEndTests {
         // 10,000 group messages to k1's four members: 40,000 notifications on the bulk lane (large enough that the
         // backlog still drains for several seconds after the call is published, however fast the build is).
         let backlogEvents = (0..<10_000).map {
-            Scenarios.message(Scenarios.id("lane-backlog-\($0)"), conversation: "k1", text: "backlog \($0)", createdAt: now)
+            Scenarios.message(
+                Scenarios.id("lane-backlog-\($0)"), conversation: "k1", text: "backlog \($0)", createdAt: now)
         }
         let backlog = try predictedPairs(backlogEvents, fixture: Scenarios.app1Fixture)
         #expect(backlog.count == 40_000)
@@ -65,15 +71,20 @@ extension EndToEndTests {
         let atCall = stack.deliveredCounts()
         let backlogDelivered = backlog.filter { atCall[$0] != nil }.count
         #expect(arrived, "the call was not delivered\n\(failureContext())")
-        #expect(backlogDelivered < backlog.count,
-                "the call (\(callLatency)) arrived only after the whole backlog of \(backlog.count) notifications")
-        print("lanes e2e: call delivered \(callLatency) after publishing, with \(backlogDelivered) of \(backlog.count) backlog notifications delivered")
+        #expect(
+            backlogDelivered < backlog.count,
+            "the call (\(callLatency)) arrived only after the whole backlog of \(backlog.count) notifications")
+        print(
+            "lanes e2e: call delivered \(callLatency) after publishing, with \(backlogDelivered) of \(backlog.count) backlog notifications delivered"
+        )
 
         // The call's requests are in the stand-in's record before the backlog's last one.
         let order = stack.recorded().filter { $0.status == 200 }.map { $0.token + "/" + $0.apnsID.lowercased() }
         let lastCall = order.lastIndex { call.contains($0) } ?? .max
         let lastBacklog = order.lastIndex { backlog.contains($0) } ?? -1
-        #expect(lastCall < lastBacklog, "the call's last request (\(lastCall)) came after the backlog's last (\(lastBacklog))")
+        #expect(
+            lastCall < lastBacklog,
+            "the call's last request (\(lastCall)) came after the backlog's last (\(lastBacklog))")
 
         let counts = await awaitDeliveries(backlog.union(call).union(warm), timeout: .seconds(240))
         expectExactlyOnce(backlog.union(call).union(warm), counts, "backlog and call")

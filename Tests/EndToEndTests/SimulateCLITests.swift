@@ -9,7 +9,9 @@ struct SimulateCLITests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path
     static var heraldctl: String {
-        let dir = ProcessInfo.processInfo.environment["HERALD_BIN_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? root + "/.build/debug"
+        let dir =
+            ProcessInfo.processInfo.environment["HERALD_BIN_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? root
+            + "/.build/debug"
         return dir + "/heraldctl"
     }
 
@@ -29,25 +31,32 @@ struct SimulateCLITests {
                 let o = out.fileHandleForReading.readDataToEndOfFile()
                 let e = err.fileHandleForReading.readDataToEndOfFile()
                 p.waitUntilExit()
-                continuation.resume(returning: Run(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
-                                                   stderr: String(decoding: e, as: UTF8.self)))
+                continuation.resume(
+                    returning: Run(
+                        status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
+                        stderr: String(decoding: e, as: UTF8.self)))
             }.start()
         }
     }
 
     func objects(_ text: String) throws -> [[String: Any]] {
         try text.split(separator: "\n").map {
-            try #require(try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any], "not a JSON object: \($0)")
+            try #require(
+                try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any], "not a JSON object: \($0)")
         }
     }
 
     @Test("the README example prints one line per member with the documented decisions")
     func readmeExample() async throws {
-        let r = try await simulate(["--event", "pipelines/examples/event-group.json", "--state", "pipelines/examples/state.json",
-                                    "--pipeline", "pipelines/example.yaml"])
+        let r = try await simulate([
+            "--event", "pipelines/examples/event-group.json", "--state", "pipelines/examples/state.json",
+            "--pipeline", "pipelines/example.yaml",
+        ])
         #expect(r.status == 0, "stderr: \(r.stderr)")
         let lines = try objects(r.stdout)
-        let decisions = lines.map { "\($0["user"] as? String ?? "?")=\($0["reason"] as? String ?? ($0["decision"] as? String ?? "?"))" }
+        let decisions = lines.map {
+            "\($0["user"] as? String ?? "?")=\($0["reason"] as? String ?? ($0["decision"] as? String ?? "?"))"
+        }
         #expect(decisions == ["u1=sender", "u2=deliver", "u3=dnd", "u4=online", "u5=not_mentioned", "u6=no_devices"])
         let u2 = try #require(lines.first { $0["user"] as? String == "u2" })
         let notifications = try #require(u2["notifications"] as? [[String: Any]])
@@ -64,7 +73,9 @@ struct SimulateCLITests {
 
     @Test("an open-channel event is one drop line with user null")
     func droppedEvent() async throws {
-        let r = try await simulate(["--event", "pipelines/examples/event-open.json", "--state", "pipelines/examples/state.json"])
+        let r = try await simulate([
+            "--event", "pipelines/examples/event-open.json", "--state", "pipelines/examples/state.json",
+        ])
         #expect(r.status == 0, "stderr: \(r.stderr)")
         let lines = try objects(r.stdout)
         #expect(lines.count == 1)
@@ -72,14 +83,26 @@ struct SimulateCLITests {
         #expect(lines.first?["decision"] as? String == "drop" && lines.first?["reason"] as? String == "channel_type")
     }
 
-    @Test("an invalid event exits 2 with one stderr line naming the field", arguments: [
-        (#"{"event_id":"e1","app_id":"a","kind":"message","created_at":1,"sender":{"id":[7]},"conversation":{"id":"c","type":"group"},"message":{"id":"m","type":"text","text":"hi"}}"#, "sender.id"),
-        (#"{"event_id":"e1","app_id":"a","kind":"shout","created_at":1,"sender":{"id":"u"},"conversation":{"id":"c","type":"group"}}"#, "kind"),
-        (#"{"app_id":"a","kind":"message","created_at":1,"sender":{"id":"u"},"conversation":{"id":"c","type":"group"},"message":{"id":"m","type":"text","text":"hi"}}"#, "event_id"),
-        ("not json", "event"),
-    ])
+    @Test(
+        "an invalid event exits 2 with one stderr line naming the field",
+        arguments: [
+            (
+                #"{"event_id":"e1","app_id":"a","kind":"message","created_at":1,"sender":{"id":[7]},"conversation":{"id":"c","type":"group"},"message":{"id":"m","type":"text","text":"hi"}}"#,
+                "sender.id"
+            ),
+            (
+                #"{"event_id":"e1","app_id":"a","kind":"shout","created_at":1,"sender":{"id":"u"},"conversation":{"id":"c","type":"group"}}"#,
+                "kind"
+            ),
+            (
+                #"{"app_id":"a","kind":"message","created_at":1,"sender":{"id":"u"},"conversation":{"id":"c","type":"group"},"message":{"id":"m","type":"text","text":"hi"}}"#,
+                "event_id"
+            ),
+            ("not json", "event"),
+        ])
     func invalidEvent(event: String, field: String) async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sim-\(UUID().uuidString).json").path
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("herald-sim-\(UUID().uuidString).json")
+            .path
         try event.write(toFile: path, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: path) }
         let r = try await simulate(["--event", path, "--state", "pipelines/examples/state.json"])

@@ -5,16 +5,18 @@ import HeraldConfig
 import HeraldCore
 import HeraldKafka
 import HeraldRedis
-import Logging
 import HeraldTestSupport
+import Logging
 import Testing
 
 /// Starts the stack around a whole suite; tests reach it through `E2EStack.current`.
 struct E2EStackTrait: SuiteTrait, TestScoping {
     var isRecursive: Bool { false }
 
-    func provideScope(for test: Test, testCase: Test.Case?,
-                      performing function: @Sendable () async throws -> Void) async throws {
+    func provideScope(
+        for test: Test, testCase: Test.Case?,
+        performing function: @Sendable () async throws -> Void
+    ) async throws {
         let stack = E2EStack()
         do {
             try await stack.start()
@@ -56,8 +58,9 @@ struct RecordedRequest: Sendable {
 
     init?(line: Substring) {
         guard let data = line.data(using: .utf8),
-              let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-              let token = o["token"] as? String, let status = o["status"] as? Int else { return nil }
+            let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let token = o["token"] as? String, let status = o["status"] as? Int
+        else { return nil }
         self.token = token
         topic = o["topic"] as? String ?? ""
         pushType = o["push_type"] as? String ?? ""
@@ -160,16 +163,20 @@ final class E2EStack: @unchecked Sendable {
         apps = try PipelineLoader.load(path: pipelinePath).config.apps
 
         // Redis, with an append-only file so a restart keeps the state.
-        redis = ChildProcess(name: "redis", executable: try Paths.tool("redis-server"), arguments: [
-            "--port", "\(redisPort)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-            "--appendfsync", "always", "--dir", runDir + "/redis", "--daemonize", "no",
-        ], logPath: runDir + "/redis.log")
+        redis = ChildProcess(
+            name: "redis", executable: try Paths.tool("redis-server"),
+            arguments: [
+                "--port", "\(redisPort)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+                "--appendfsync", "always", "--dir", runDir + "/redis", "--daemonize", "no",
+            ], logPath: runDir + "/redis.log")
         try redis.start()
 
-        tansu = ChildProcess(name: "tansu", executable: try Paths.tansu(), arguments: [
-            "broker", "--listener-url", "tcp://127.0.0.1:\(kafkaPort)",
-            "--advertised-listener-url", "tcp://127.0.0.1:\(kafkaPort)", "--storage-engine", "memory://tansu/",
-        ], logPath: runDir + "/tansu.log")
+        tansu = ChildProcess(
+            name: "tansu", executable: try Paths.tansu(),
+            arguments: [
+                "broker", "--listener-url", "tcp://127.0.0.1:\(kafkaPort)",
+                "--advertised-listener-url", "tcp://127.0.0.1:\(kafkaPort)", "--storage-engine", "memory://tansu/",
+            ], logPath: runDir + "/tansu.log")
         try tansu.start()
 
         guard await eventually(timeout: .seconds(10), { portAcceptsConnections(redisPort) }) else {
@@ -184,8 +191,9 @@ final class E2EStack: @unchecked Sendable {
 
         var admin = KafkaAdminConfiguration(brokers: [brokers])
         admin.requestTimeout = .seconds(10)
-        _ = try await KafkaAdmin.createTopics(Self.topics.map { TopicSpec(name: $0, partitions: 4) }, configuration: admin,
-                                              logger: logger)
+        _ = try await KafkaAdmin.createTopics(
+            Self.topics.map { TopicSpec(name: $0, partitions: 4) }, configuration: admin,
+            logger: logger)
 
         try await startMock()
         try await startMockFCM()
@@ -227,8 +235,12 @@ final class E2EStack: @unchecked Sendable {
             servers.append("\(p.name) \(ContinuousClock.now - t0) exit \(status.map { "\($0)" } ?? "killed")")
         }
         log("servers: \(servers.joined(separator: ", "))")
-        let exits = statuses.withLock { $0 }.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value.map { "\($0)" } ?? "killed")" }
-        log("stages stopped in \(stagesDone - begin) (exit: \(exits.joined(separator: " "))), servers in \(ContinuousClock.now - stagesDone); logs in \(runDir)")
+        let exits = statuses.withLock { $0 }.sorted { $0.key < $1.key }.map {
+            "\($0.key)=\($0.value.map { "\($0)" } ?? "killed")"
+        }
+        log(
+            "stages stopped in \(stagesDone - begin) (exit: \(exits.joined(separator: " "))), servers in \(ContinuousClock.now - stagesDone); logs in \(runDir)"
+        )
         return statuses.withLock { $0 }.filter { $0.value != 0 }.map { "herald-\($0.key)" }.sorted()
     }
 
@@ -277,8 +289,9 @@ final class E2EStack: @unchecked Sendable {
     }
 
     func startStage(_ stage: String) throws {
-        let p = ChildProcess(name: "herald-\(stage)", executable: binDir + "/herald-\(stage)", arguments: [],
-                             environment: try stageEnvironment(stage), logPath: runDir + "/\(stage).log")
+        let p = ChildProcess(
+            name: "herald-\(stage)", executable: binDir + "/herald-\(stage)", arguments: [],
+            environment: try stageEnvironment(stage), logPath: runDir + "/\(stage).log")
         try p.start()
         stageProcesses[stage] = p
     }
@@ -291,8 +304,9 @@ final class E2EStack: @unchecked Sendable {
         if stage == "send" { env.merge(try stageEnvironment("send")) { _, send in send } }
         env["HERALD_METRICS_PORT"] = "\(stagePorts[name] ?? 0)"
         env["HERALD_INSTANCE"] = "e2e-\(name)"
-        let p = ChildProcess(name: "herald-\(name)", executable: binDir + "/herald-\(stage)", arguments: [],
-                             environment: env, logPath: runDir + "/\(name).log")
+        let p = ChildProcess(
+            name: "herald-\(name)", executable: binDir + "/herald-\(stage)", arguments: [],
+            environment: env, logPath: runDir + "/\(name).log")
         try p.start()
         stageProcesses[name] = p
         return name
@@ -331,10 +345,13 @@ final class E2EStack: @unchecked Sendable {
     func pipelineIdleNow() -> Bool {
         for (name, process) in stageProcesses where process.isRunning {
             guard let port = stagePorts[name], let text = httpBody(port: port, path: "/metrics"),
-                  text.contains("herald_in_flight{") else { return false }
+                text.contains("herald_in_flight{")
+            else { return false }
             for line in text.split(separator: "\n")
             where line.hasPrefix("herald_in_flight{") || line.hasPrefix("herald_consumer_lag{") {
-                guard let value = line.split(separator: " ").last.flatMap({ Double($0) }), value == 0 else { return false }
+                guard let value = line.split(separator: " ").last.flatMap({ Double($0) }), value == 0 else {
+                    return false
+                }
             }
         }
         return true
@@ -385,8 +402,9 @@ final class E2EStack: @unchecked Sendable {
             "--max-streams", "100",
         ]
         arguments += extra
-        let p = ChildProcess(name: "herald-mock-apns", executable: binDir + "/herald-mock-apns", arguments: arguments,
-                             logPath: runDir + "/mock-apns.log")
+        let p = ChildProcess(
+            name: "herald-mock-apns", executable: binDir + "/herald-mock-apns", arguments: arguments,
+            logPath: runDir + "/mock-apns.log")
         try p.start()
         mock = p
         guard await eventually(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile) }) else {
@@ -398,14 +416,16 @@ final class E2EStack: @unchecked Sendable {
     /// answers 503 to its first two requests.
     func startMockFCM() async throws {
         let portFile = runDir + "/fcm.port"
-        let p = ChildProcess(name: "herald-mock-fcm", executable: binDir + "/herald-mock-fcm", arguments: [
-            "--port", "\(fcmPort)", "--port-file", portFile,
-            "--cert", runDir + "/server-cert.pem", "--key", runDir + "/server-key.pem",
-            "--project", Self.fcmProject, "--client-email", Self.fcmClientEmail,
-            "--service-public-key", runDir + "/fcm-sa.key", "--unregistered", Self.fcmDeadToken,
-            "--webhook-user", Self.webhookUser, "--webhook-password", Self.webhookPassword,
-            "--webhook-fault", "flaky=503*2", "--record", runDir + "/fcm.jsonl",
-        ], logPath: runDir + "/mock-fcm.log")
+        let p = ChildProcess(
+            name: "herald-mock-fcm", executable: binDir + "/herald-mock-fcm",
+            arguments: [
+                "--port", "\(fcmPort)", "--port-file", portFile,
+                "--cert", runDir + "/server-cert.pem", "--key", runDir + "/server-key.pem",
+                "--project", Self.fcmProject, "--client-email", Self.fcmClientEmail,
+                "--service-public-key", runDir + "/fcm-sa.key", "--unregistered", Self.fcmDeadToken,
+                "--webhook-user", Self.webhookUser, "--webhook-password", Self.webhookPassword,
+                "--webhook-fault", "flaky=503*2", "--record", runDir + "/fcm.jsonl",
+            ], logPath: runDir + "/mock-fcm.log")
         try p.start()
         mockFCM = p
         guard await eventually(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile) }) else {
@@ -428,7 +448,8 @@ final class E2EStack: @unchecked Sendable {
         for path in paths {
             guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
             // A line being written may be incomplete: only lines ending in a newline count.
-            let complete = text.hasSuffix("\n") ? Substring(text) : text[..<(text.lastIndex(of: "\n") ?? text.startIndex)]
+            let complete =
+                text.hasSuffix("\n") ? Substring(text) : text[..<(text.lastIndex(of: "\n") ?? text.startIndex)]
             for line in complete.split(separator: "\n") {
                 if let r = RecordedRequest(line: line) { out.append(r) }
             }
@@ -469,8 +490,9 @@ final class E2EStack: @unchecked Sendable {
     }
 
     func readTopic(_ topic: String) async throws -> [ConsumerRecord] {
-        try await KafkaTopicReader.readAll(topic: topic, configuration: KafkaClientConfiguration(brokers: [brokers], clientID: "e2e"),
-                                           logger: logger)
+        try await KafkaTopicReader.readAll(
+            topic: topic, configuration: KafkaClientConfiguration(brokers: [brokers], clientID: "e2e"),
+            logger: logger)
     }
 
     func dlqEntries() async throws -> [(record: ConsumerRecord, dlq: DLQRecord)] {
@@ -484,8 +506,9 @@ final class E2EStack: @unchecked Sendable {
 
     /// One request to the registry API with the stack's token.
     func api(_ method: String, _ path: String, body: String? = nil) async throws -> TestHTTP.Answer {
-        try await TestHTTP.request(port: apiPort, method: method, path: path,
-                                   headers: ["Authorization": "Bearer \(Self.apiToken)"], body: body)
+        try await TestHTTP.request(
+            port: apiPort, method: method, path: path,
+            headers: ["Authorization": "Bearer \(Self.apiToken)"], body: body)
     }
 
     // MARK: heraldctl
@@ -521,8 +544,10 @@ final class E2EStack: @unchecked Sendable {
                 let o = out.fileHandleForReading.readDataToEndOfFile()
                 let e = err.fileHandleForReading.readDataToEndOfFile()
                 p.waitUntilExit()
-                continuation.resume(returning: ToolResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
-                                                          stderr: String(decoding: e, as: UTF8.self)))
+                continuation.resume(
+                    returning: ToolResult(
+                        status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
+                        stderr: String(decoding: e, as: UTF8.self)))
             }.start()
         }
         return result
@@ -538,17 +563,28 @@ final class E2EStack: @unchecked Sendable {
 
     private func makeCredentials() throws {
         let openssl = try Paths.tool("openssl")
-        try runToolChecked(openssl, ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                              "-keyout", "server-key.pem", "-out", "server-cert.pem", "-days", "2", "-subj", "/CN=localhost",
-                              "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], cwd: runDir)
-        try runToolChecked(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth.p8"], cwd: runDir)
+        try runToolChecked(
+            openssl,
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-keyout", "server-key.pem", "-out", "server-cert.pem", "-days", "2", "-subj", "/CN=localhost",
+                "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            ], cwd: runDir)
+        try runToolChecked(
+            openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth.p8"],
+            cwd: runDir)
         try runToolChecked(openssl, ["pkey", "-in", "auth.p8", "-pubout", "-out", "auth-pub.pem"], cwd: runDir)
         for n in [2, 3] {
-            try runToolChecked(openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth\(n).p8"], cwd: runDir)
-            try runToolChecked(openssl, ["pkey", "-in", "auth\(n).p8", "-pubout", "-out", "auth\(n)-pub.pem"], cwd: runDir)
+            try runToolChecked(
+                openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "auth\(n).p8"],
+                cwd: runDir)
+            try runToolChecked(
+                openssl, ["pkey", "-in", "auth\(n).p8", "-pubout", "-out", "auth\(n)-pub.pem"], cwd: runDir)
         }
         // The FCM service account: an RSA key and its JSON file, whose token endpoint is herald-mock-fcm.
-        try runToolChecked(openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "fcm-sa.key"], cwd: runDir)
+        try runToolChecked(
+            openssl, ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "fcm-sa.key"],
+            cwd: runDir)
         let account: [String: Any] = [
             "type": "service_account", "project_id": Self.fcmProject, "private_key_id": "e2e-key",
             "private_key": try String(contentsOfFile: runDir + "/fcm-sa.key", encoding: .utf8),
@@ -560,68 +596,68 @@ final class E2EStack: @unchecked Sendable {
     private func writePipeline() throws {
         let key = runDir + "/auth.p8"
         let yaml = """
-        defaults:
-          payload:
-            profile: compact
-        apps:
-          app1:
-            payload: {profile: compact}
-            multi_device: all_offline
-            badge: true
-            templates:
-              default:     {text: "{sender_name}: {message}", file: "{filename}"}
-              alternative: {text: "New message arrived", file: "New file arrived"}
-              custom_types:
-                support: {text: "[{channel_name}] {sender_name}: {message}", file: "[{channel_name}] {file_type_friendly}: {filename}"}
-            credentials:
-              - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
-          app5:
-            payload: {profile: sendbird, key: sendbird}
-            sendbird: {mentioned_users: true}
-            counts: true
-            credentials:
-              - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
-          app6:
-            payload: {profile: compact}
-            templates:
-              default: {text: "REL-V1 {message}", file: "{filename}"}
-            credentials:
-              - {bundle_id: com.example.chat, team_id: \(Self.teamID), environment: production, key_id: \(Self.keyID), key_file: \(key)}
-          app2:
-            payload: {profile: sendbird, key: sendbird}
-            multi_device: any_offline
-            credentials:
-              - {bundle_id: com.example.messenger, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
-          app3:
-            payload: {profile: cometchat}
-            credentials:
-              - {bundle_id: com.example.calls, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
-          app4:
-            payload: {profile: cometchat}
-            multi_device: any_offline
-            credentials:
-              - {bundle_id: com.example.calls, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
-            fcm_credentials:
-              - {provider_id: fcm-provider-1, service_account_file: \(runDir)/fcm-sa.json, include_notification: true}
-            webhooks:
-              - {provider_id: custom-1, url: "https://127.0.0.1:\(fcmPort)/webhook/custom-1", username: \(Self.webhookUser), password_env: HERALD_E2E_WEBHOOK_PASSWORD, region: eu}
-              - {provider_id: flaky, url: "https://127.0.0.1:\(fcmPort)/webhook/flaky", username: \(Self.webhookUser), password_env: HERALD_E2E_WEBHOOK_PASSWORD}
-        kafka:
-          brokers: \(brokers)
-          client_id: herald-e2e
-          session_timeout_ms: 4000
-        redis:
-          host: 127.0.0.1
-          port: \(redisPort)
-        stages:
-          ingest:   {group_id: e2e-ingest,   batch_size: 200, batch_timeout_ms: 20}
-          resolve:  {group_id: e2e-resolve,  batch_size: 200, batch_timeout_ms: 20}
-          suppress: {group_id: e2e-suppress, batch_size: 200, batch_timeout_ms: 20}
-          render:   {group_id: e2e-render,   batch_size: 200, batch_timeout_ms: 20}
-          send:     {group_id: e2e-send,     batch_size: 200, batch_timeout_ms: 20}
-          registry: {group_id: e2e-registry, batch_size: 200, batch_timeout_ms: 20}
+            defaults:
+              payload:
+                profile: compact
+            apps:
+              app1:
+                payload: {profile: compact}
+                multi_device: all_offline
+                badge: true
+                templates:
+                  default:     {text: "{sender_name}: {message}", file: "{filename}"}
+                  alternative: {text: "New message arrived", file: "New file arrived"}
+                  custom_types:
+                    support: {text: "[{channel_name}] {sender_name}: {message}", file: "[{channel_name}] {file_type_friendly}: {filename}"}
+                credentials:
+                  - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              app5:
+                payload: {profile: sendbird, key: sendbird}
+                sendbird: {mentioned_users: true}
+                counts: true
+                credentials:
+                  - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              app6:
+                payload: {profile: compact}
+                templates:
+                  default: {text: "REL-V1 {message}", file: "{filename}"}
+                credentials:
+                  - {bundle_id: com.example.chat, team_id: \(Self.teamID), environment: production, key_id: \(Self.keyID), key_file: \(key)}
+              app2:
+                payload: {profile: sendbird, key: sendbird}
+                multi_device: any_offline
+                credentials:
+                  - {bundle_id: com.example.messenger, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              app3:
+                payload: {profile: cometchat}
+                credentials:
+                  - {bundle_id: com.example.calls, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              app4:
+                payload: {profile: cometchat}
+                multi_device: any_offline
+                credentials:
+                  - {bundle_id: com.example.calls, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+                fcm_credentials:
+                  - {provider_id: fcm-provider-1, service_account_file: \(runDir)/fcm-sa.json, include_notification: true}
+                webhooks:
+                  - {provider_id: custom-1, url: "https://127.0.0.1:\(fcmPort)/webhook/custom-1", username: \(Self.webhookUser), password_env: HERALD_E2E_WEBHOOK_PASSWORD, region: eu}
+                  - {provider_id: flaky, url: "https://127.0.0.1:\(fcmPort)/webhook/flaky", username: \(Self.webhookUser), password_env: HERALD_E2E_WEBHOOK_PASSWORD}
+            kafka:
+              brokers: \(brokers)
+              client_id: herald-e2e
+              session_timeout_ms: 4000
+            redis:
+              host: 127.0.0.1
+              port: \(redisPort)
+            stages:
+              ingest:   {group_id: e2e-ingest,   batch_size: 200, batch_timeout_ms: 20}
+              resolve:  {group_id: e2e-resolve,  batch_size: 200, batch_timeout_ms: 20}
+              suppress: {group_id: e2e-suppress, batch_size: 200, batch_timeout_ms: 20}
+              render:   {group_id: e2e-render,   batch_size: 200, batch_timeout_ms: 20}
+              send:     {group_id: e2e-send,     batch_size: 200, batch_timeout_ms: 20}
+              registry: {group_id: e2e-registry, batch_size: 200, batch_timeout_ms: 20}
 
-        """
+            """
         _ = try write("pipeline.yaml", yaml)
     }
 

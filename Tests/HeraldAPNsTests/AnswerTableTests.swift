@@ -75,7 +75,8 @@ struct AnswerTableTests {
     }
 
     @Test func backoffGrowsExponentiallyAndIsCapped() {
-        let p = APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), multiplier: 2, jitter: 0, maxAttempts: 10)
+        let p = APNsBackoffPolicy(
+            initialDelay: .milliseconds(100), maxDelay: .seconds(1), multiplier: 2, jitter: 0, maxAttempts: 10)
         #expect(p.delay(afterAttempt: 1, unit: 0.7) == .milliseconds(100))
         #expect(p.delay(afterAttempt: 2, unit: 0.7) == .milliseconds(200))
         #expect(p.delay(afterAttempt: 4, unit: 0.7) == .milliseconds(800))
@@ -99,15 +100,25 @@ struct AnswerTableTests {
 
     @Test func attemptsAreBounded() {
         let p = APNsBackoffPolicy(initialDelay: .milliseconds(100), jitter: 0, maxAttempts: 3)
-        #expect(p.disposition(for: .retryable, reasonText: "TooManyRequests", attempt: 1, unit: 0) == .retry(after: .milliseconds(100)))
-        #expect(p.disposition(for: .retryable, reasonText: "TooManyRequests", attempt: 2, unit: 0) == .retry(after: .milliseconds(200)))
-        #expect(p.disposition(for: .retryable, reasonText: "TooManyRequests", attempt: 3, unit: 0)
+        #expect(
+            p.disposition(for: .retryable, reasonText: "TooManyRequests", attempt: 1, unit: 0)
+                == .retry(after: .milliseconds(100)))
+        #expect(
+            p.disposition(for: .retryable, reasonText: "TooManyRequests", attempt: 2, unit: 0)
+                == .retry(after: .milliseconds(200)))
+        #expect(
+            p.disposition(for: .retryable, reasonText: "TooManyRequests", attempt: 3, unit: 0)
                 == .permanentFailure(reason: "TooManyRequests after 3 attempts"))
-        #expect(p.disposition(for: .tokenDead(unregisteredAt: 5), reasonText: "Unregistered", attempt: 3, unit: 0)
+        #expect(
+            p.disposition(for: .tokenDead(unregisteredAt: 5), reasonText: "Unregistered", attempt: 3, unit: 0)
                 == .tokenDead(unregisteredAt: 5))
-        #expect(p.disposition(for: .permanent, reasonText: "BadTopic", attempt: 1, unit: 0) == .permanentFailure(reason: "BadTopic"))
+        #expect(
+            p.disposition(for: .permanent, reasonText: "BadTopic", attempt: 1, unit: 0)
+                == .permanentFailure(reason: "BadTopic"))
         #expect(p.disposition(for: .delivered, reasonText: "", attempt: 1, unit: 0) == .delivered)
-        #expect(p.disposition(for: .renewCredentials, reasonText: "ExpiredProviderToken", attempt: 1, unit: 0) == .renewCredentials)
+        #expect(
+            p.disposition(for: .renewCredentials, reasonText: "ExpiredProviderToken", attempt: 1, unit: 0)
+                == .renewCredentials)
     }
 
     @Test func renewalPolicyRenewsAfterFiftyMinutesNeverWithinTwenty() {

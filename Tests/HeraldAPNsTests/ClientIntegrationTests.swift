@@ -15,7 +15,9 @@ struct ClientIntegrationTests {
         defer { server.stop() }
         let c = try client(pki, port: server.port, connections: 2)
         let requests = (0..<2000).map { request($0 % 50, timeout: .seconds(30)) }
-            .enumerated().map { i, r in var r = r; r.tag = UInt64(i); return r }
+            .enumerated().map { i, r in
+                var r = r; r.tag = UInt64(i); return r
+            }
         let responses = await sendAll(c, requests)
         #expect(responses.count == 2000)
         #expect(responses.values.allSatisfy { $0.status == 200 && $0.disposition == .delivered && $0.attempts == 1 })
@@ -34,7 +36,10 @@ struct ClientIntegrationTests {
         let r = await c.send(request(1))
         #expect(r.status == 404)
         #expect(r.attempts == 1)
-        if case .permanentFailure = r.disposition {} else { Issue.record("404 should be permanent, got \(r.disposition)") }
+        if case .permanentFailure = r.disposition {
+        } else {
+            Issue.record("404 should be permanent, got \(r.disposition)")
+        }
         await c.shutdown()
     }
 
@@ -85,8 +90,12 @@ struct ClientIntegrationTests {
         // Every 50th valid request is answered 403 InvalidProviderToken; the stand-in then lowers the
         // connection to one stream until a request opened after the rejection succeeds.
         // At most 100 streams, so the client always has more waiting and must hold them back while lowered.
-        let server = try await startMock(pki, ["--max-streams", "100", "--reject-token-every", "50", "--record", record,
-                                         "--metrics-port", String(metricsPort)])
+        let server = try await startMock(
+            pki,
+            [
+                "--max-streams", "100", "--reject-token-every", "50", "--record", record,
+                "--metrics-port", String(metricsPort),
+            ])
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let n = 400
@@ -111,7 +120,9 @@ struct ClientIntegrationTests {
         }
         #expect(metric("herald_mock_apns_streams_over_limit_total") == 0, "never above an acknowledged limit")
         #expect(metric("herald_mock_apns_streams_over_limit_max") == 0)
-        print("lowered-limit test: \(metrics.split(separator: "\n").filter { $0.hasPrefix("herald_mock_apns_") && !$0.contains("connections") }.joined(separator: "; ")); client resends \(c.stats.resends)")
+        print(
+            "lowered-limit test: \(metrics.split(separator: "\n").filter { $0.hasPrefix("herald_mock_apns_") && !$0.contains("connections") }.joined(separator: "; ")); client resends \(c.stats.resends)"
+        )
         let lowered = try #require(metric("herald_mock_apns_max_streams_lowered_total"))
         let raised = try #require(metric("herald_mock_apns_max_streams_raised_total"))
         #expect(lowered >= 2 && lowered <= n / 50)
@@ -141,8 +152,10 @@ struct ClientIntegrationTests {
         let pki = try await PKI.make()
         let server = try await startMock(pki, ["--client-ca", pki.caCert], authKeys: false)
         defer { server.stop() }
-        for credential in [APNsClientCredential.certificateFiles(certificatePath: pki.clientCert, privateKeyPath: pki.clientKey),
-                           .pkcs12File(path: pki.clientP12, password: pki.p12Password)] {
+        for credential in [
+            APNsClientCredential.certificateFiles(certificatePath: pki.clientCert, privateKeyPath: pki.clientKey),
+            .pkcs12File(path: pki.clientP12, password: pki.p12Password),
+        ] {
             let c = try client(pki, port: server.port, credential: credential)
             let r = await c.send(request(3))
             #expect(r.status == 200, "\(r)")
@@ -179,9 +192,13 @@ struct ClientIntegrationTests {
     @Test func eachFaultGetsItsDocumentedDisposition() async throws {
         let pki = try await PKI.make()
         let dead = deviceToken(999_999)
-        let server = try await startMock(pki, ["--rate-429", "0.15", "--rate-500", "0.15", "--rate-503", "0.15",
-                                         "--rate-410", "0.1", "--rate-bad-token", "0.1", "--seed", "7",
-                                         "--dead-token", "\(dead):1732000000123"])
+        let server = try await startMock(
+            pki,
+            [
+                "--rate-429", "0.15", "--rate-500", "0.15", "--rate-503", "0.15",
+                "--rate-410", "0.1", "--rate-bad-token", "0.1", "--seed", "7",
+                "--dead-token", "\(dead):1732000000123",
+            ])
         defer { server.stop() }
         let c = try client(pki, port: server.port, retry: APNsBackoffPolicy(maxAttempts: 1))
         var requests = (0..<1000).map { request($0) }
@@ -196,12 +213,16 @@ struct ClientIntegrationTests {
             switch (status, r.reason) {
             case (200, _): #expect(r.disposition == .delivered)
             case (429, .tooManyRequests?), (500, .internalServerError?), (503, .serviceUnavailable?):
-                #expect(r.disposition == .permanentFailure(reason: "\(r.reason!.wire) after 1 attempts"),
-                        "retryable, but the budget here is one attempt")
+                #expect(
+                    r.disposition == .permanentFailure(reason: "\(r.reason!.wire) after 1 attempts"),
+                    "retryable, but the budget here is one attempt")
             case (410, .unregistered?):
                 guard case .tokenDead(let at?) = r.disposition else { Issue.record("410 without timestamp"); continue }
-                if r.tag == 999_999 { #expect(at == 1_732_000_000_123) }
-                else { #expect(abs(Double(at) / 1000 - Date().timeIntervalSince1970) < 120) }
+                if r.tag == 999_999 {
+                    #expect(at == 1_732_000_000_123)
+                } else {
+                    #expect(abs(Double(at) / 1000 - Date().timeIntervalSince1970) < 120)
+                }
             case (400, .badDeviceToken?): #expect(r.disposition == .tokenDead(unregisteredAt: nil))
             default: Issue.record("unexpected answer \(status) \(String(describing: r.reason))")
             }
@@ -210,7 +231,8 @@ struct ClientIntegrationTests {
         await c.shutdown()
 
         // With a retry budget, the same faults show up as retry(after:) with backoff.
-        let retrying = try client(pki, port: server.port, retry: APNsBackoffPolicy(initialDelay: .seconds(10), maxAttempts: 3))
+        let retrying = try client(
+            pki, port: server.port, retry: APNsBackoffPolicy(initialDelay: .seconds(10), maxAttempts: 3))
         let r = await sendAll(retrying, (0..<200).map { request($0, timeout: .seconds(2)) })
         let retries = r.values.compactMap { resp -> Duration? in
             if case .retry(let after) = resp.disposition { return after } else { return nil }
@@ -223,12 +245,17 @@ struct ClientIntegrationTests {
     @Test func retryableFaultsAreRetriedUntilDeliveredNoDuplicateAfter200() async throws {
         let pki = try await PKI.make()
         let record = pki.dir + "/sent.jsonl"
-        let server = try await startMock(pki, ["--rate-429", "0.2", "--rate-500", "0.1", "--rate-503", "0.1",
-                                         "--seed", "3", "--record", record])
+        let server = try await startMock(
+            pki,
+            [
+                "--rate-429", "0.2", "--rate-500", "0.1", "--rate-503", "0.1",
+                "--seed", "3", "--record", record,
+            ])
         defer { server.stop() }
         // 40% faults: a budget of 16 attempts makes giving up on one of 1500 a one-in-a-million event.
-        let c = try client(pki, port: server.port, connections: 2,
-                           retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 16))
+        let c = try client(
+            pki, port: server.port, connections: 2,
+            retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 16))
         let n = 1500
         let responses = await sendAll(c, (0..<n).map { request($0) })
         #expect(responses.count == n)
@@ -277,9 +304,10 @@ struct ClientIntegrationTests {
         defer { server.stop() }
         // Every connection dies at its 200th stream, taking up to 50 requests in flight with it;
         // each lost request is retried (budget 30) on a new connection.
-        let c = try client(pki, port: server.port, connections: 2,
-                           retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 30),
-                           maxStreamsPerConnection: 50)
+        let c = try client(
+            pki, port: server.port, connections: 2,
+            retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 30),
+            maxStreamsPerConnection: 50)
         let n = 1500
         let responses = await sendAll(c, (0..<n).map { request($0, timeout: .seconds(60)) })
         #expect(responses.count == n)
@@ -289,7 +317,8 @@ struct ClientIntegrationTests {
         #expect(stats.transportFailures > 0)
         #expect(stats.connectionsOpened > 2)
         let lines = try await waitForRecords(record, atLeast: n)
-        let delivered = Set(lines.filter { ($0["status"] as? NSNumber)?.intValue == 200 }.compactMap { $0["token"] as? String })
+        let delivered = Set(
+            lines.filter { ($0["status"] as? NSNumber)?.intValue == 200 }.compactMap { $0["token"] as? String })
         #expect(delivered.count == n)
         await c.shutdown()
     }
@@ -305,16 +334,19 @@ struct ClientIntegrationTests {
         // idle machine this test rarely meets the race; it guards the outcome.)
         let server = try await startMock(pki, ["--rate-reset", "0.01", "--record", record])
         defer { server.stop() }
-        let c = try client(pki, port: server.port, connections: 2,
-                           retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 100),
-                           maxStreamsPerConnection: 100)
+        let c = try client(
+            pki, port: server.port, connections: 2,
+            retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 100),
+            maxStreamsPerConnection: 100)
         let n = 4000
         let responses = await sendAll(c, (0..<n).map { request($0, timeout: .seconds(60)) })
         #expect(responses.values.filter { $0.status == 200 }.count == n)
         #expect(c.stats.transportFailures > 0, "some connections were dropped with streams in flight")
         let lines = try await waitForRecords(record, atLeast: n)
         var ok: [String: Int] = [:]
-        for line in lines where (line["status"] as? NSNumber)?.intValue == 200 { ok[line["token"] as? String ?? "", default: 0] += 1 }
+        for line in lines where (line["status"] as? NSNumber)?.intValue == 200 {
+            ok[line["token"] as? String ?? "", default: 0] += 1
+        }
         #expect(ok.count == n)
         let twice = ok.values.filter { $0 > 1 }.count
         #expect(twice == 0, "\(twice) notifications answered 200 twice")
@@ -456,8 +488,11 @@ struct ClientIntegrationTests {
             Issue.record("expected connectFailed, got \(String(describing: r.transportFailure))")
             return
         }
-        if case .permanentFailure(let reason) = r.disposition { #expect(reason.contains("after 3 attempts")) }
-        else { Issue.record("expected a permanent failure after the budget, got \(r.disposition)") }
+        if case .permanentFailure(let reason) = r.disposition {
+            #expect(reason.contains("after 3 attempts"))
+        } else {
+            Issue.record("expected a permanent failure after the budget, got \(r.disposition)")
+        }
         await c.shutdown()
     }
 
@@ -482,8 +517,10 @@ struct ClientIntegrationTests {
         let server = try await startMock(pki, ["--dead-token", "\(dead):1732000000999"])
         defer { server.stop() }
         let heraldctl = Paths.binDirectory + "/heraldctl"
-        let common = ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)", "--ca-file", pki.serverCert,
-                      "--key-p8", pki.providerKey, "--key-id", pki.keyID, "--team-id", pki.teamID, "--body", "hello"]
+        let common = [
+            "push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)", "--ca-file", pki.serverCert,
+            "--key-p8", pki.providerKey, "--key-id", pki.keyID, "--team-id", pki.teamID, "--body", "hello",
+        ]
         let ok = try await runToolAsync(heraldctl, common + ["--device-token", deviceToken(1), "--collapse-id", "c1"])
         #expect(ok.status == 0, "\(ok.output)")
         let answer = try JSONSerialization.jsonObject(with: Data(ok.output.utf8)) as? [String: Any]
@@ -501,13 +538,21 @@ struct ClientIntegrationTests {
                 key_id: \(pki.keyID)
                 key_file: \(pki.providerKey)
         """.write(toFile: pipeline, atomically: true, encoding: .utf8)
-        let fromFile = try await runToolAsync(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
-                                            "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
-                                            "--body", "hi", "--device-token", deviceToken(2)])
+        let fromFile = try await runToolAsync(
+            heraldctl,
+            [
+                "push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+                "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
+                "--body", "hi", "--device-token", deviceToken(2),
+            ])
         #expect(fromFile.status == 0, "\(fromFile.output)")
-        let wrongEnv = try await runToolAsync(heraldctl, ["push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
-                                            "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
-                                            "--environment", "sandbox", "--body", "hi", "--device-token", deviceToken(2)])
+        let wrongEnv = try await runToolAsync(
+            heraldctl,
+            [
+                "push", "--topic", "com.example.chat", "--host", "127.0.0.1:\(server.port)",
+                "--ca-file", pki.serverCert, "--pipeline", pipeline, "--app", "app1",
+                "--environment", "sandbox", "--body", "hi", "--device-token", deviceToken(2),
+            ])
         #expect(wrongEnv.status != 0)
         #expect(wrongEnv.output.contains("no sandbox credential"))
         let gone = try await runToolAsync(heraldctl, common + ["--device-token", dead])

@@ -9,25 +9,27 @@ import Testing
 struct JWTTests {
     /// Verifies an ES256 JWT: header, claims, and the raw r||s signature converted to DER.
     static let verifier = """
-    import base64, json, sys
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
-    def b64(s): return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
-    token, pub = sys.stdin.read().strip(), sys.argv[1]
-    h, c, s = token.split(".")
-    assert "=" not in token, "base64url without padding"
-    sig = b64(s)
-    assert len(sig) == 64, "raw r||s, got %d bytes" % len(sig)
-    der = encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big"))
-    key = serialization.load_pem_public_key(open(pub, "rb").read())
-    key.verify(der, (h + "." + c).encode(), ec.ECDSA(hashes.SHA256()))
-    print(json.dumps({"header": json.loads(b64(h)), "claims": json.loads(b64(c))}))
-    """
+        import base64, json, sys
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+        def b64(s): return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+        token, pub = sys.stdin.read().strip(), sys.argv[1]
+        h, c, s = token.split(".")
+        assert "=" not in token, "base64url without padding"
+        sig = b64(s)
+        assert len(sig) == 64, "raw r||s, got %d bytes" % len(sig)
+        der = encode_dss_signature(int.from_bytes(sig[:32], "big"), int.from_bytes(sig[32:], "big"))
+        key = serialization.load_pem_public_key(open(pub, "rb").read())
+        key.verify(der, (h + "." + c).encode(), ec.ECDSA(hashes.SHA256()))
+        print(json.dumps({"header": json.loads(b64(h)), "claims": json.loads(b64(c))}))
+        """
 
     func verify(_ token: String, publicKey: String) async throws -> [String: [String: Any]] {
         let r = try await runToolAsync("python3", ["-c", Self.verifier, publicKey], stdin: token)
-        guard r.status == 0, let object = try JSONSerialization.jsonObject(with: Data(r.output.utf8)) as? [String: [String: Any]] else {
+        guard r.status == 0,
+            let object = try JSONSerialization.jsonObject(with: Data(r.output.utf8)) as? [String: [String: Any]]
+        else {
             throw TestFailure.failed("verification failed: \(r.output)")
         }
         return object
@@ -35,7 +37,8 @@ struct JWTTests {
 
     @Test func tokenVerifiesIndependently() async throws {
         let pki = try await PKI.make()
-        let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.providerKey, encoding: .utf8))
+        let jwt = try APNsJWT(
+            keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.providerKey, encoding: .utf8))
         let token = try jwt.token(issuedAt: Date(timeIntervalSince1970: 1_732_000_123.9))
         let parts = try await verify(token, publicKey: pki.providerPublicKey)
         #expect(parts["header"]?["alg"] as? String == "ES256")
@@ -46,8 +49,12 @@ struct JWTTests {
 
     @Test func tokenDoesNotVerifyWithAnotherKey() async throws {
         let pki = try await PKI.make()
-        let other = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.otherProviderKey, encoding: .utf8))
-        await #expect(throws: TestFailure.self) { try await verify(try other.token(issuedAt: Date()), publicKey: pki.providerPublicKey) }
+        let other = try APNsJWT(
+            keyID: pki.keyID, teamID: pki.teamID,
+            p8PEM: try String(contentsOfFile: pki.otherProviderKey, encoding: .utf8))
+        await #expect(throws: TestFailure.self) {
+            try await verify(try other.token(issuedAt: Date()), publicKey: pki.providerPublicKey)
+        }
     }
 
     @Test func badKeysAreRejectedWithAReason() async throws {
@@ -55,15 +62,21 @@ struct JWTTests {
         #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: "not a key") }
         // An RSA key is a PEM private key but cannot make ES256 tokens.
         let rsa = pki.dir + "/rsa.pem"
-        _ = try await runToolAsync("openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
-        #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: try String(contentsOfFile: rsa, encoding: .utf8)) }
-        #expect(throws: APNsError.self) { try APNsClientCredential.token(keyID: "k", teamID: "t", p8Path: pki.dir + "/missing.p8") }
+        _ = try await runToolAsync(
+            "openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
+        #expect(throws: APNsError.self) {
+            try APNsJWT(keyID: "k", teamID: "t", p8PEM: try String(contentsOfFile: rsa, encoding: .utf8))
+        }
+        #expect(throws: APNsError.self) {
+            try APNsClientCredential.token(keyID: "k", teamID: "t", p8Path: pki.dir + "/missing.p8")
+        }
     }
 
     @Test func providerRenewsOnItsClock() async throws {
         let pki = try await PKI.make()
         let clock = TestClock(Date(timeIntervalSince1970: 1_732_000_000))
-        let jwt = try APNsJWT(keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.providerKey, encoding: .utf8))
+        let jwt = try APNsJWT(
+            keyID: pki.keyID, teamID: pki.teamID, p8PEM: try String(contentsOfFile: pki.providerKey, encoding: .utf8))
         let provider = APNsTokenProvider(jwt: jwt, policy: APNsTokenRenewalPolicy(), now: { clock.now })
         let first = try provider.bearer()
         #expect(first.issuedAt == clock.now)
@@ -76,7 +89,9 @@ struct JWTTests {
         clock.advance(10 * 60)
         #expect(try provider.rejectedAsExpired(issuedAt: second.issuedAt) == false, "never renewed within 20 minutes")
         #expect(try provider.bearer().token == second.token)
-        #expect(try provider.rejectedAsExpired(issuedAt: first.issuedAt), "an older token's rejection: a newer one is current")
+        #expect(
+            try provider.rejectedAsExpired(issuedAt: first.issuedAt),
+            "an older token's rejection: a newer one is current")
         clock.advance(40 * 60)
         let third = try provider.bearer()
         #expect(third.token != second.token, "renewed 50 minutes after the second")
@@ -98,8 +113,9 @@ struct JWTTests {
 struct RenderedRequestTests {
     @Test func renderedRequestBecomesADeliveryWithEveryHeader() {
         let id = APNsID.derive(eventID: "e-9f2c", token: deviceToken(1))
-        let rendered = APNsRequest(token: deviceToken(1), environment: .sandbox, pushType: .voip, topic: "com.example.chat.voip",
-                                   priority: 10, collapseID: "c1", expiration: 1_732_000_000, apnsID: id, payload: alertPayload)
+        let rendered = APNsRequest(
+            token: deviceToken(1), environment: .sandbox, pushType: .voip, topic: "com.example.chat.voip",
+            priority: 10, collapseID: "c1", expiration: 1_732_000_000, apnsID: id, payload: alertPayload)
         let d = APNsDelivery(rendered, timeout: .seconds(5), tag: 77)
         #expect(d.deviceToken == deviceToken(1))
         #expect(d.topic == "com.example.chat.voip")
@@ -127,16 +143,20 @@ struct RenderedRequestTests {
 
     @Test func pipelineCredentialEntriesBecomeClientCredentials() async throws {
         let pki = try await PKI.make()
-        let token = try APNsClientCredential(APNsCredential(bundleID: "com.example.chat", teamID: pki.teamID,
-                                                            keyID: pki.keyID, keyFile: pki.providerKey))
+        let token = try APNsClientCredential(
+            APNsCredential(
+                bundleID: "com.example.chat", teamID: pki.teamID,
+                keyID: pki.keyID, keyFile: pki.providerKey))
         guard case .token(let keyID, let teamID, let pem) = token else { Issue.record("expected token auth"); return }
         #expect(keyID == pki.keyID && teamID == pki.teamID && pem.contains("PRIVATE KEY"))
-        let p12 = try APNsClientCredential(APNsCredential(bundleID: "b", p12File: pki.clientP12, p12PasswordEnv: "P12_PW"),
-                                           environment: ["P12_PW": "s3cret"])
+        let p12 = try APNsClientCredential(
+            APNsCredential(bundleID: "b", p12File: pki.clientP12, p12PasswordEnv: "P12_PW"),
+            environment: ["P12_PW": "s3cret"])
         guard case .pkcs12File(_, let password) = p12 else { Issue.record("expected p12"); return }
         #expect(password == "s3cret")
         #expect(throws: APNsError.self) {
-            try APNsClientCredential(APNsCredential(bundleID: "b", p12File: pki.clientP12, p12PasswordEnv: "UNSET_PW"), environment: [:])
+            try APNsClientCredential(
+                APNsCredential(bundleID: "b", p12File: pki.clientP12, p12PasswordEnv: "UNSET_PW"), environment: [:])
         }
         #expect(throws: APNsError.self) { try APNsClientCredential(APNsCredential(bundleID: "b")) }
     }

@@ -33,11 +33,16 @@ struct MetricsTests {
         let throttled = responses.values.filter { $0.status == 429 }.count
         #expect(ok + throttled == 300)
         #expect(throttled > 0)
-        #expect(metrics.counterTotal(label: "herald_apns_answers_total",
-                                     dimensions: [("credential", id), ("status", "200"), ("reason", "")]) == Int64(ok))
-        #expect(metrics.counterTotal(label: "herald_apns_answers_total",
-                                     dimensions: [("credential", id), ("status", "429"), ("reason", "TooManyRequests")]) == Int64(throttled))
-        #expect(metrics.counterTotal(label: "herald_apns_connections_opened_total", dimensions: [("credential", id)]) == 1)
+        #expect(
+            metrics.counterTotal(
+                label: "herald_apns_answers_total",
+                dimensions: [("credential", id), ("status", "200"), ("reason", "")]) == Int64(ok))
+        #expect(
+            metrics.counterTotal(
+                label: "herald_apns_answers_total",
+                dimensions: [("credential", id), ("status", "429"), ("reason", "TooManyRequests")]) == Int64(throttled))
+        #expect(
+            metrics.counterTotal(label: "herald_apns_connections_opened_total", dimensions: [("credential", id)]) == 1)
         #expect(metrics.counterTotal(label: "herald_apns_jwt_renewals_total", dimensions: [("credential", id)]) == 1)
     }
 }

@@ -49,7 +49,9 @@ struct PriorityClientTests {
         #expect(answer.status == 200)
         // Without priority it would wait for the 80 queued ahead of it (10 rounds of 400 ms on 8 streams); with the
         // reserved streams it is answered in the first round after it was submitted.
-        #expect(bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests (\(waited))")
+        #expect(
+            bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests (\(waited))"
+        )
         await bulk.value
         try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }
         await c.shutdown()

@@ -5,6 +5,7 @@ import HeraldAPNs
 import HeraldCore
 import HeraldTestSupport
 import Testing
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -47,14 +48,19 @@ func startMockBlocking(_ pki: PKI, _ extra: [String], authKeys: Bool) throws -> 
     TestProcess.prepare()
     let binary = try Paths.executable("herald-mock-apns")
     let portFile = pki.dir + "/port-\(UUID().uuidString)"
-    var args = ["--port", "0", "--port-file", portFile, "--cert", pki.serverCert, "--key", pki.serverKey,
-                "--topic", "com.example.chat"]
+    var args = [
+        "--port", "0", "--port-file", portFile, "--cert", pki.serverCert, "--key", pki.serverKey,
+        "--topic", "com.example.chat",
+    ]
     if authKeys { args += ["--auth-key", "\(pki.keyID):\(pki.teamID):\(pki.providerPublicKey)"] }
-    let child = ChildProcess(name: "herald-mock-apns", executable: binary, arguments: args + extra, logPath: portFile + ".log")
+    let child = ChildProcess(
+        name: "herald-mock-apns", executable: binary, arguments: args + extra, logPath: portFile + ".log")
     try child.start()
     var port: Int?
     _ = eventuallyBlocking(timeout: .seconds(10)) {
-        port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap {
+            Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
         return port != nil || !child.isRunning
     }
     guard let port else {
@@ -77,10 +83,16 @@ func startNghttpdBlocking(_ pki: PKI, tokens: [String]) throws -> ServerProcess 
     let nghttpd = try Paths.tool("nghttpd")
     for attempt in 0..<5 {
         let port = try freePort()
-        let child = ChildProcess(name: "nghttpd", executable: nghttpd, arguments: ["-d", www, "--address=127.0.0.1",
-            "--max-concurrent-streams=1000", String(port), pki.serverKey, pki.serverCert], logPath: www + "-\(attempt).log")
+        let child = ChildProcess(
+            name: "nghttpd", executable: nghttpd,
+            arguments: [
+                "-d", www, "--address=127.0.0.1",
+                "--max-concurrent-streams=1000", String(port), pki.serverKey, pki.serverCert,
+            ], logPath: www + "-\(attempt).log")
         try child.start()
-        if eventuallyBlocking(timeout: .seconds(5), { !child.isRunning || portAcceptsConnections(port) }), child.isRunning {
+        if eventuallyBlocking(timeout: .seconds(5), { !child.isRunning || portAcceptsConnections(port) }),
+            child.isRunning
+        {
             return ServerProcess(child: child, port: port)
         }
         child.killNow()
@@ -107,23 +119,30 @@ func deviceToken(_ i: Int) -> String {
 
 let alertPayload = Array(#"{"aps":{"alert":{"title":"Cindy","body":"Hi"}}}"#.utf8)
 
-func request(_ i: Int, timeout: Duration = .seconds(20), apnsID: String? = nil, collapseID: String? = nil) -> APNsDelivery {
-    APNsDelivery(deviceToken: deviceToken(i), topic: "com.example.chat", pushType: .alert, priority: .immediately,
-                expiration: 0, collapseID: collapseID, apnsID: apnsID, payload: alertPayload, timeout: timeout,
-                tag: UInt64(i))
+func request(
+    _ i: Int, timeout: Duration = .seconds(20), apnsID: String? = nil, collapseID: String? = nil
+) -> APNsDelivery {
+    APNsDelivery(
+        deviceToken: deviceToken(i), topic: "com.example.chat", pushType: .alert, priority: .immediately,
+        expiration: 0, collapseID: collapseID, apnsID: apnsID, payload: alertPayload, timeout: timeout,
+        tag: UInt64(i))
 }
 
-func client(_ pki: PKI, port: Int, credential: APNsClientCredential? = nil, connections: Int = 1,
-            retry: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: 8),
-            pingInterval: Duration = .seconds(60), pingTimeout: Duration = .seconds(10),
-            clock: TestClock? = nil, maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 2000) throws -> APNsClient {
+func client(
+    _ pki: PKI, port: Int, credential: APNsClientCredential? = nil, connections: Int = 1,
+    retry: APNsBackoffPolicy = APNsBackoffPolicy(
+        initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: 8),
+    pingInterval: Duration = .seconds(60), pingTimeout: Duration = .seconds(10),
+    clock: TestClock? = nil, maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 2000
+) throws -> APNsClient {
     let cred: APNsClientCredential = try credential ?? pki.tokenCredential()
     let now: @Sendable () -> Date
     if let clock { now = { clock.now } } else { now = { Date() } }
     let config = APNsClientConfiguration(
         credential: cred, environment: .sandbox,
         endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
-        connections: connections, maxStreamsPerConnection: maxStreamsPerConnection, maxInFlight: maxInFlight, pingInterval: pingInterval, pingTimeout: pingTimeout,
+        connections: connections, maxStreamsPerConnection: maxStreamsPerConnection, maxInFlight: maxInFlight,
+        pingInterval: pingInterval, pingTimeout: pingTimeout,
         reconnectBackoff: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)),
         retry: retry, now: now)
     return try APNsClient(configuration: config)
@@ -179,7 +198,9 @@ final class FreezingProxy: @unchecked Sendable {
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         let ok = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0
+            }
         }
         guard ok, listen(fd, 16) == 0 else { throw TestFailure.failed("proxy cannot listen") }
         port = Int(UInt16(bigEndian: addr.sin_port))
@@ -194,10 +215,14 @@ final class FreezingProxy: @unchecked Sendable {
                 up.sin_addr.s_addr = inet_addr("127.0.0.1")
                 up.sin_port = UInt16(upstreamPort).bigEndian
                 let rc = withUnsafeMutablePointer(to: &up) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                    }
                 }
                 if rc != 0 { close(client); close(upstream); continue }
-                let index = lock.withLock { accepted += 1; return accepted }
+                let index = lock.withLock {
+                    accepted += 1; return accepted
+                }
                 for (from, to) in [(client, upstream), (upstream, client)] {
                     Thread { [self] in self.pump(from: from, to: to, index: index) }.start()
                 }
@@ -228,7 +253,9 @@ final class FreezingProxy: @unchecked Sendable {
     var connectionsAccepted: Int { lock.withLock { accepted } }
 
     func stop() {
-        let wasClosed = lock.withLock { let c = closed; closed = true; return c }
+        let wasClosed = lock.withLock {
+            let c = closed; closed = true; return c
+        }
         if !wasClosed {
             shutdown(listener, Int32(SHUT_RDWR))
             close(listener)
@@ -242,6 +269,10 @@ final class TestCount: @unchecked Sendable {
     // @unchecked Sendable: guarded by `lock`.
     private let lock = NSLock()
     private var n = 0
-    @discardableResult func add(_ d: Int) -> Int { lock.withLock { n += d; return n } }
+    @discardableResult func add(_ d: Int) -> Int {
+        lock.withLock {
+            n += d; return n
+        }
+    }
     var value: Int { lock.withLock { n } }
 }

@@ -20,11 +20,17 @@ struct PipelineConfigTests {
         #expect(c.apps.app("app2").payloadProfile == .sendbird(key: "sendbird"))
         #expect(c.apps.app("app2").multiDevice == .anyOffline)
         #expect(c.apps.app("app3").payloadProfile == .cometchat)
-        #expect(c.apps.app("app1").credentials.first?.auth == .token(teamID: "ABCDE12345", keyID: "KEY1234567",
-                                                                       keyFile: "/etc/herald/AuthKey_KEY1234567.p8"))
+        #expect(
+            c.apps.app("app1").credentials.first?.auth
+                == .token(
+                    teamID: "ABCDE12345", keyID: "KEY1234567",
+                    keyFile: "/etc/herald/AuthKey_KEY1234567.p8"))
         #expect(c.apps.app("app1").credentials[1].environment == .sandbox)
-        #expect(c.apps.app("app2").credentials.first?.auth == .certificate(certificateFile: "/etc/herald/messenger.pem",
-                                                                             privateKeyFile: "/etc/herald/messenger.key"))
+        #expect(
+            c.apps.app("app2").credentials.first?.auth
+                == .certificate(
+                    certificateFile: "/etc/herald/messenger.pem",
+                    privateKeyFile: "/etc/herald/messenger.key"))
         #expect(c.kafka.brokers == "127.0.0.1:19092" && c.kafka.topics.tokenFeedback == "herald.token-feedback")
         #expect(c.redis.port == 16379)
         #expect(c.stages[.send].groupID == "herald-send" && c.stages[.send].metricsPort == 9105)
@@ -47,8 +53,11 @@ struct PipelineConfigTests {
             """
         let loaded = try PipelineLoader.load(yaml: yaml)
         let paths = loaded.warnings.map { String($0.prefix { $0 != ":" }) }
-        #expect(Set(paths) == ["apps.a.payload.colour", "apps.a.multi_devices", "apps.a.templates.default.fil",
-                               "apps.a.catalogs.fr.simple_baner", "kafka.brokerz", "zookeeper"])
+        #expect(
+            Set(paths) == [
+                "apps.a.payload.colour", "apps.a.multi_devices", "apps.a.templates.default.fil",
+                "apps.a.catalogs.fr.simple_baner", "kafka.brokerz", "zookeeper",
+            ])
         let app = loaded.config.apps.app("a")
         #expect(app.payloadProfile == .sendbird(key: "sb"))
         #expect(app.strings(for: ["fr"])[.simpleBanner].source == "Nouveau")
@@ -60,7 +69,10 @@ struct PipelineConfigTests {
             ("apps: {a: {payload: {profile: fcm}}}", "apps.a.payload.profile"),
             ("apps: {a: {multi_device: sometimes}}", "apps.a.multi_device"),
             ("apps: {a: {badge: maybe}}", "apps.a.badge"),
-            ("apps: {a: {credentials: [{bundle_id: x, environment: staging, p12_file: f}]}}", "apps.a.credentials[0].environment"),
+            (
+                "apps: {a: {credentials: [{bundle_id: x, environment: staging, p12_file: f}]}}",
+                "apps.a.credentials[0].environment"
+            ),
             ("apps: {a: {credentials: [{environment: sandbox}]}}", "apps.a.credentials[0].bundle_id"),
             ("apps: {a: {credentials: [{bundle_id: x}]}}", "apps.a.credentials[0]"),
             ("redis: {port: high}", "redis.port"),
@@ -102,12 +114,20 @@ struct PipelineConfigTests {
             let loaded = try PipelineLoader.load(yaml: yaml)
             #expect(loaded.warnings == [], "\(yaml.debugDescription)")
             let c = loaded.config
-            #expect(c.kafka.brokers == "127.0.0.1:9092" && c.kafka.clientID == "herald" && c.kafka.sessionTimeoutMs == 10_000)
+            #expect(
+                c.kafka.brokers == "127.0.0.1:9092" && c.kafka.clientID == "herald"
+                    && c.kafka.sessionTimeoutMs == 10_000)
             #expect(c.kafka.properties.isEmpty)
             let t = c.kafka.topics
-            #expect([t.chatEvents, t.ingested, t.resolved, t.deliverable, t.outbound, t.retry, t.dlq, t.tokenFeedback, t.registry]
-                    == ["chat.events", "herald.ingested", "herald.resolved", "herald.deliverable", "herald.outbound",
-                        "herald.retry", "herald.dlq", "herald.token-feedback", "herald.registry"])
+            #expect(
+                [
+                    t.chatEvents, t.ingested, t.resolved, t.deliverable, t.outbound, t.retry, t.dlq, t.tokenFeedback,
+                    t.registry,
+                ]
+                    == [
+                        "chat.events", "herald.ingested", "herald.resolved", "herald.deliverable", "herald.outbound",
+                        "herald.retry", "herald.dlq", "herald.token-feedback", "herald.registry",
+                    ])
             #expect(c.redis.host == "127.0.0.1" && c.redis.port == 6379 && c.redis.database == 0)
             #expect(c.redis.keyPrefix == "herald" && c.redis.pipelineBatch == 64)
             #expect(c.redis.presenceTTLSeconds == 120 && c.redis.idempotencyTTLSeconds == 86_400)
@@ -171,7 +191,8 @@ struct PipelineConfigTests {
         let loaded = try PipelineLoader.load(yaml: yaml)
         #expect(loaded.warnings == [])
         let c = loaded.config
-        #expect(c.kafka.brokers == "k1:9092,k2:9092" && c.kafka.clientID == "chat-push" && c.kafka.sessionTimeoutMs == 4000)
+        #expect(
+            c.kafka.brokers == "k1:9092,k2:9092" && c.kafka.clientID == "chat-push" && c.kafka.sessionTimeoutMs == 4000)
         #expect(c.kafka.topics.chatEvents == "prod.chat" && c.kafka.topics.dlq == "prod.dlq")
         #expect(c.kafka.topics.ingested == "herald.ingested")
         #expect(c.kafka.properties == ["compression.type": "lz4"])
@@ -179,17 +200,19 @@ struct PipelineConfigTests {
         #expect(c.redis.keyPrefix == "hx" && c.redis.pipelineBatch == 128)
         #expect(c.redis.presenceTTLSeconds == 30 && c.redis.idempotencyTTLSeconds == 3600)
         let send = c.stages[.send]
-        #expect(send.groupID == "push-send" && send.batchSize == 64 && send.batchTimeoutMs == 5 && send.metricsPort == 9200)
+        #expect(
+            send.groupID == "push-send" && send.batchSize == 64 && send.batchTimeoutMs == 5 && send.metricsPort == 9200)
         #expect(c.stages[.render].groupID == "herald-render" && c.stages[.render].batchSize == 500)
     }
 
     @Test("each lane's fetch wait and linger are read; left out they keep the defaults; a bad value is an error")
     func laneFlow() throws {
-        let loaded = try PipelineLoader.load(yaml: """
-            kafka:
-              flow: {fetch_wait_ms: 100, linger_ms: 5}
-              priority_flow: {fetch_wait_ms: 2}
-            """)
+        let loaded = try PipelineLoader.load(
+            yaml: """
+                kafka:
+                  flow: {fetch_wait_ms: 100, linger_ms: 5}
+                  priority_flow: {fetch_wait_ms: 2}
+                """)
         #expect(loaded.warnings == [])
         #expect(loaded.config.kafka.bulkFlow == LaneFlow(fetchWaitMs: 100, lingerMs: 5))
         #expect(loaded.config.kafka.priorityFlow == LaneFlow(fetchWaitMs: 2, lingerMs: 0))
@@ -271,26 +294,27 @@ struct VendorPayloadOptionsConfigTests {
     @Test("apns, sendbird, cometchat and user_defaults keys are read")
     func read() throws {
         let yaml = """
-        apps:
-          sb:
-            payload: {profile: sendbird}
-            apns: {alert_string: true, content_available: true, mutable_content: true, sound: chime.caf,
-                   conversation_sounds: {c1: bell.caf}}
-            sendbird: {type_codes: v3, group_channel_type: chat, channel_unread_count: false, push_title: true,
-                       push_alert: true, audience_type: only, mentioned_users: true}
-          cc:
-            payload: {profile: cometchat}
-            cometchat: {include_message: true, custom: '{"tenant":"acme"}'}
-          em:
-            user_defaults: {preset: easemob, template: alternative, trigger: mention_only}
-        """
+            apps:
+              sb:
+                payload: {profile: sendbird}
+                apns: {alert_string: true, content_available: true, mutable_content: true, sound: chime.caf,
+                       conversation_sounds: {c1: bell.caf}}
+                sendbird: {type_codes: v3, group_channel_type: chat, channel_unread_count: false, push_title: true,
+                           push_alert: true, audience_type: only, mentioned_users: true}
+              cc:
+                payload: {profile: cometchat}
+                cometchat: {include_message: true, custom: '{"tenant":"acme"}'}
+              em:
+                user_defaults: {preset: easemob, template: alternative, trigger: mention_only}
+            """
         let loaded = try PipelineLoader.load(yaml: yaml)
         #expect(loaded.warnings.isEmpty, "\(loaded.warnings)")
         let o = loaded.config.apps.app("sb").payloadOptions
         #expect(o.alertString && o.contentAvailable && o.mutableContent && o.sound == "chime.caf")
         #expect(o.conversationSounds == ["c1": "bell.caf"])
         #expect(o.sendbirdV3TypeCodes && o.sendbirdGroupChannelType == "chat" && !o.sendbirdChannelUnreadCount)
-        #expect(o.sendbirdPushTitle && o.sendbirdPushAlert && o.sendbirdAudienceType == "only" && o.sendbirdMentionedUsers)
+        #expect(
+            o.sendbirdPushTitle && o.sendbirdPushAlert && o.sendbirdAudienceType == "only" && o.sendbirdMentionedUsers)
         let c = loaded.config.apps.app("cc").payloadOptions
         #expect(c.cometchatIncludeMessage && c.cometchatCustom?["tenant"] == .string("acme"))
         let d = try #require(loaded.config.apps.app("em").userDefaults)
@@ -298,14 +322,19 @@ struct VendorPayloadOptionsConfigTests {
         #expect(loaded.config.apps.app("sb").userDefaults == nil)
     }
 
-    @Test("wrong values name their path", arguments: [
-        ("apps: {a: {payload: {profile: sendbird}, sendbird: {type_codes: v2}}}", "apps.a.sendbird.type_codes"),
-        ("apps: {a: {payload: {profile: sendbird}, sendbird: {group_channel_type: open}}}", "apps.a.sendbird.group_channel_type"),
-        ("apps: {a: {payload: {profile: cometchat}, cometchat: {custom: '[1]'}}}", "apps.a.cometchat.custom"),
-        ("apps: {a: {user_defaults: {preset: sendbird}}}", "apps.a.user_defaults.preset"),
-        ("apps: {a: {user_defaults: {trigger: sometimes}}}", "apps.a.user_defaults.trigger"),
-        ("apps: {a: {apns: {content_available: maybe}}}", "apps.a.apns.content_available"),
-    ])
+    @Test(
+        "wrong values name their path",
+        arguments: [
+            ("apps: {a: {payload: {profile: sendbird}, sendbird: {type_codes: v2}}}", "apps.a.sendbird.type_codes"),
+            (
+                "apps: {a: {payload: {profile: sendbird}, sendbird: {group_channel_type: open}}}",
+                "apps.a.sendbird.group_channel_type"
+            ),
+            ("apps: {a: {payload: {profile: cometchat}, cometchat: {custom: '[1]'}}}", "apps.a.cometchat.custom"),
+            ("apps: {a: {user_defaults: {preset: sendbird}}}", "apps.a.user_defaults.preset"),
+            ("apps: {a: {user_defaults: {trigger: sometimes}}}", "apps.a.user_defaults.trigger"),
+            ("apps: {a: {apns: {content_available: maybe}}}", "apps.a.apns.content_available"),
+        ])
     func errors(_ yaml: String, _ path: String) {
         do {
             _ = try PipelineLoader.load(yaml: yaml)
@@ -315,7 +344,8 @@ struct VendorPayloadOptionsConfigTests {
 
     @Test("a vendor block under another profile is warned about")
     func wrongProfile() throws {
-        let loaded = try PipelineLoader.load(yaml: "apps: {a: {payload: {profile: compact}, sendbird: {push_title: true}}}")
+        let loaded = try PipelineLoader.load(
+            yaml: "apps: {a: {payload: {profile: compact}, sendbird: {push_title: true}}}")
         #expect(loaded.warnings.contains { $0.hasPrefix("apps.a.sendbird") })
     }
 }

@@ -29,13 +29,15 @@ let callRows: [CallRow] = [
 @Suite("Call routing: only ringing goes to VoIP tokens")
 struct CallRoutingTests {
     func callEvent(_ action: String) throws -> ChatEvent {
-        try cometEvent(kind: "call", block: #""call":{"action":"\#(action)","session_id":"v1.123.aik2","type":"audio"}"#)
+        try cometEvent(
+            kind: "call", block: #""call":{"action":"\#(action)","session_id":"v1.123.aik2","type":"audio"}"#)
     }
 
     @Test("device token + VoIP token: push type, token, priority and alert per call action", arguments: callRows)
     func routing(_ row: CallRow) throws {
         let state = user(devices: [device(tokenA), device(tokenV, kind: .voip)])
-        let (decision, requests) = try run(try callEvent(row.action), to: "cometchat-uid-2", state: state, app: cometApp)
+        let (decision, requests) = try run(
+            try callEvent(row.action), to: "cometchat-uid-2", state: state, app: cometApp)
         #expect(decision.targets.map(\.token) == [row.token])
         let r = try #require(requests.first)
         #expect(requests.count == 1)
@@ -77,8 +79,9 @@ struct CallRoutingTests {
     @Test("FCM and webhook devices take every call action", arguments: callRows)
     func otherProviders(_ row: CallRow) throws {
         let state = user(devices: [device(tokenV, kind: .voip), fcmDevice(), hookDevice()])
-        let decision = Suppression.decide(event: try callEvent(row.action), recipient: "cometchat-uid-2", state: state,
-                                          app: cometApp, now: Date(timeIntervalSince1970: 1_741_847_453))
+        let decision = Suppression.decide(
+            event: try callEvent(row.action), recipient: "cometchat-uid-2", state: state,
+            app: cometApp, now: Date(timeIntervalSince1970: 1_741_847_453))
         let expected: [Device.Kind] = row.pushType == .voip ? [.voip, .fcm, .webhook] : [.fcm, .webhook]
         #expect(decision.targets.map(\.kind) == expected)
     }

@@ -13,10 +13,14 @@ let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().delet
 struct SimulatorTests {
     func lines(_ eventPath: String, at: Date? = nil) throws -> [SimulationLine] {
         let pipeline = try PipelineLoader.load(path: repoRoot.appendingPathComponent("pipelines/example.yaml").path)
-        let fixture = try StageCodec.decode(StateFixture.self, from: Array(try Data(
-            contentsOf: repoRoot.appendingPathComponent("pipelines/examples/state.json"))))
+        let fixture = try StageCodec.decode(
+            StateFixture.self,
+            from: Array(
+                try Data(
+                    contentsOf: repoRoot.appendingPathComponent("pipelines/examples/state.json"))))
         let bytes = Array(try Data(contentsOf: repoRoot.appendingPathComponent(eventPath)))
-        return try Simulator.simulate(eventBytes: bytes, fixture: fixture, apps: pipeline.config.apps, at: at, now: now0)
+        return try Simulator.simulate(
+            eventBytes: bytes, fixture: fixture, apps: pipeline.config.apps, at: at, now: now0)
     }
 
     @Test("the README example: one line per member, with reasons")
@@ -27,7 +31,8 @@ struct SimulatorTests {
         let u2 = out[1]
         #expect(u2.decision == .deliver && u2.notifications.count == 1)
         let line = json(u2.json)
-        let expected = json("""
+        let expected = json(
+            """
             {"aps":{"alert":{"body":"Cindy L.: Au revoir !"},"badge":5,"sound":"default","thread-id":"c1"},
              "f":"u1","t":"u2","m":"373360335316321408","g":"c1","e":"custom push extension"}
             """)
@@ -35,9 +40,15 @@ struct SimulatorTests {
         #expect(line["notifications"]?.arrayFirst?["push_type"] == .string("alert"))
         #expect(line["notifications"]?.arrayFirst?["topic"] == .string("com.example.chat"))
         #expect(line["notifications"]?.arrayFirst?["collapse_id"] == .null)
-        #expect(json(out[2].json) == json(#"{"user":"u3","decision":"suppress","reason":"dnd","class":"normal","lane":"bulk","class_rule":"group","notifications":[]}"#))
+        #expect(
+            json(out[2].json)
+                == json(
+                    #"{"user":"u3","decision":"suppress","reason":"dnd","class":"normal","lane":"bulk","class_rule":"group","notifications":[]}"#
+                ))
         // u2 is mentioned: high, the priority lane.
-        #expect(line["class"] == .string("high") && line["lane"] == .string("priority") && line["class_rule"] == .string("mention"))
+        #expect(
+            line["class"] == .string("high") && line["lane"] == .string("priority")
+                && line["class_rule"] == .string("mention"))
     }
 
     @Test("--at moves the rule time: outside u3's DND window u3 is woken")
@@ -62,14 +73,16 @@ struct SimulatorTests {
     func dropped() throws {
         let out = try lines("pipelines/examples/event-open.json")
         #expect(out.count == 1)
-        #expect(json(out[0].json) == json(#"{"user":null,"decision":"drop","reason":"channel_type","notifications":[]}"#))
+        #expect(
+            json(out[0].json) == json(#"{"user":null,"decision":"drop","reason":"channel_type","notifications":[]}"#))
     }
 
     @Test("an invalid event throws the field")
     func invalid() throws {
         do {
-            _ = try Simulator.simulate(eventBytes: Array(#"{"event_id":"e","app_id":"a","kind":"message"}"#.utf8),
-                                       fixture: StateFixture(), apps: AppDirectory(), at: nil, now: now0)
+            _ = try Simulator.simulate(
+                eventBytes: Array(#"{"event_id":"e","app_id":"a","kind":"message"}"#.utf8),
+                fixture: StateFixture(), apps: AppDirectory(), at: nil, now: now0)
             Issue.record("accepted")
         } catch {
             #expect(error.field == "sender")
@@ -94,7 +107,8 @@ extension JSONValue {
 
 @Suite("Module boundaries")
 struct BoundaryTests {
-    @Test("HeraldCore imports only Foundation (and the standard library's Synchronization) and reads no clock of its own")
+    @Test(
+        "HeraldCore imports only Foundation (and the standard library's Synchronization) and reads no clock of its own")
     func pureCore() throws {
         let dir = repoRoot.appendingPathComponent("Sources/Core/HeraldCore")
         let files = try #require(FileManager.default.enumerator(atPath: dir.path)).compactMap { $0 as? String }

@@ -16,28 +16,50 @@ struct CountsTests {
     }
 
     static let rows: [Row] = [
-        Row(name: "a message counts for every recipient but the sender", event: messageJSON(sender: "u1"),
+        Row(
+            name: "a message counts for every recipient but the sender", event: messageJSON(sender: "u1"),
             recipients: ["u1", "u2", "u3"], expected: [("u2", false), ("u3", false)]),
-        Row(name: "a mention by id marks only that recipient mentioned", event: messageJSON(sender: "u1", mentions: ["u3"]),
+        Row(
+            name: "a mention by id marks only that recipient mentioned",
+            event: messageJSON(sender: "u1", mentions: ["u3"]),
             recipients: ["u2", "u3"], expected: [("u2", false), ("u3", true)]),
-        Row(name: "a channel mention marks everyone mentioned", event: messageJSON(sender: "u1", mentionType: "channel"),
+        Row(
+            name: "a channel mention marks everyone mentioned",
+            event: messageJSON(sender: "u1", mentionType: "channel"),
             recipients: ["u2", "u3"], expected: [("u2", true), ("u3", true)]),
-        Row(name: "a file message counts", event: messageJSON(sender: "u1", messageType: "file", text: "",
-                                                              file: #"{"name":"a.png","mime_type":"image/png","url":"https://x/a.png"}"#),
+        Row(
+            name: "a file message counts",
+            event: messageJSON(
+                sender: "u1", messageType: "file", text: "",
+                file: #"{"name":"a.png","mime_type":"image/png","url":"https://x/a.png"}"#),
             recipients: ["u2"], expected: [("u2", false)]),
-        Row(name: "an admin message counts", event: messageJSON(sender: "u1", messageType: "admin", text: "Maintenance at 10"),
+        Row(
+            name: "an admin message counts",
+            event: messageJSON(sender: "u1", messageType: "admin", text: "Maintenance at 10"),
             recipients: ["u2"], expected: [("u2", false)]),
-        Row(name: "a message whose push is ignored still counts (unread is not about pushes)",
-            event: messageJSON(sender: "u1", ext: #"{"em_ignore_notification": true}"#), recipients: ["u2"], expected: [("u2", false)]),
-        Row(name: "an edit does not count again", event: messageJSON(sender: "u1").replacingOccurrences(of: #""kind":"message""#, with: #""kind":"message_edited""#),
+        Row(
+            name: "a message whose push is ignored still counts (unread is not about pushes)",
+            event: messageJSON(sender: "u1", ext: #"{"em_ignore_notification": true}"#), recipients: ["u2"],
+            expected: [("u2", false)]),
+        Row(
+            name: "an edit does not count again",
+            event: messageJSON(sender: "u1").replacingOccurrences(
+                of: #""kind":"message""#, with: #""kind":"message_edited""#),
             recipients: ["u2"], expected: []),
-        Row(name: "a deletion does not count", event: messageJSON(sender: "u1").replacingOccurrences(of: #""kind":"message""#, with: #""kind":"message_deleted""#),
+        Row(
+            name: "a deletion does not count",
+            event: messageJSON(sender: "u1").replacingOccurrences(
+                of: #""kind":"message""#, with: #""kind":"message_deleted""#),
             recipients: ["u2"], expected: []),
-        Row(name: "a call does not count",
-            event: #"{"event_id":"e9","app_id":"app1","kind":"call","created_at":1732000000000,"sender":{"id":"u1","name":"A"},"conversation":{"id":"c1","type":"direct"},"call":{"action":"initiated","session_id":"s1","type":"audio"}}"#,
+        Row(
+            name: "a call does not count",
+            event:
+                #"{"event_id":"e9","app_id":"app1","kind":"call","created_at":1732000000000,"sender":{"id":"u1","name":"A"},"conversation":{"id":"c1","type":"direct"},"call":{"action":"initiated","session_id":"s1","type":"audio"}}"#,
             recipients: ["u2"], expected: []),
-        Row(name: "a reaction does not count",
-            event: #"{"event_id":"e9","app_id":"app1","kind":"reaction","created_at":1732000000000,"sender":{"id":"u1","name":"A"},"conversation":{"id":"c1","type":"group"},"reaction":{"emoji":"👍","message_id":"m1"}}"#,
+        Row(
+            name: "a reaction does not count",
+            event:
+                #"{"event_id":"e9","app_id":"app1","kind":"reaction","created_at":1732000000000,"sender":{"id":"u1","name":"A"},"conversation":{"id":"c1","type":"group"},"reaction":{"emoji":"👍","message_id":"m1"}}"#,
             recipients: ["u2"], expected: []),
     ]
 
@@ -57,11 +79,23 @@ struct CountsTests {
             CountKey(user: user, eventID: event, conversation: conv, mentioned: mentioned)
         }
         // Each new event adds one to the total and its conversation; mentions count apart.
-        #expect(book.count(k("u2", "e1", "c1")) == CountsAfter(counted: true, unreadTotal: 1, unreadConversation: 1, mentionTotal: 0, mentionConversation: 0))
-        #expect(book.count(k("u2", "e2", "c1", mentioned: true)) == CountsAfter(counted: true, unreadTotal: 2, unreadConversation: 2, mentionTotal: 1, mentionConversation: 1))
-        #expect(book.count(k("u2", "e3", "c2")) == CountsAfter(counted: true, unreadTotal: 3, unreadConversation: 1, mentionTotal: 1, mentionConversation: 0))
+        #expect(
+            book.count(k("u2", "e1", "c1"))
+                == CountsAfter(
+                    counted: true, unreadTotal: 1, unreadConversation: 1, mentionTotal: 0, mentionConversation: 0))
+        #expect(
+            book.count(k("u2", "e2", "c1", mentioned: true))
+                == CountsAfter(
+                    counted: true, unreadTotal: 2, unreadConversation: 2, mentionTotal: 1, mentionConversation: 1))
+        #expect(
+            book.count(k("u2", "e3", "c2"))
+                == CountsAfter(
+                    counted: true, unreadTotal: 3, unreadConversation: 1, mentionTotal: 1, mentionConversation: 0))
         // A replay counts nothing and answers the current counts.
-        #expect(book.count(k("u2", "e2", "c1", mentioned: true)) == CountsAfter(counted: false, unreadTotal: 3, unreadConversation: 2, mentionTotal: 1, mentionConversation: 1))
+        #expect(
+            book.count(k("u2", "e2", "c1", mentioned: true))
+                == CountsAfter(
+                    counted: false, unreadTotal: 3, unreadConversation: 2, mentionTotal: 1, mentionConversation: 1))
         // The same event counts once per recipient.
         #expect(book.count(k("u3", "e2", "c1")).counted)
         // mark_read of one conversation takes its counts off the totals.
@@ -70,7 +104,10 @@ struct CountsTests {
         // set_unread is the absolute override; mention counts stay.
         #expect(book.count(k("u2", "e4", "c1", mentioned: true)).mentionTotal == 1)
         book.setUnread(user: "u2", Unread(total: 10, conversations: ["c1": 7, "c2": 3]))
-        #expect(book.count(k("u2", "e5", "c2")) == CountsAfter(counted: true, unreadTotal: 11, unreadConversation: 4, mentionTotal: 1, mentionConversation: 0))
+        #expect(
+            book.count(k("u2", "e5", "c2"))
+                == CountsAfter(
+                    counted: true, unreadTotal: 11, unreadConversation: 4, mentionTotal: 1, mentionConversation: 0))
         // mark_read without a conversation resets everything.
         book.markRead(user: "u2", conversation: nil)
         #expect(book.unread["u2"] == nil)
@@ -81,12 +118,18 @@ struct CountsTests {
         #expect(book.unread["u4"]?.total == 0)
     }
 
-    @Test("the badge, Sendbird's unread_message_count, channel_unread_count and mention counts read the counts after the event")
+    @Test(
+        "the badge, Sendbird's unread_message_count, channel_unread_count and mention counts read the counts after the event"
+    )
     func payloadsReadCounts() throws {
-        let app = AppConfig(appID: "sb", payloadProfile: .sendbird(key: "sendbird"), credentials: sendbirdApp.credentials,
-                            payloadOptions: { var o = PayloadOptions(); o.sendbirdMentionedUsers = true; return o }())
+        let app = AppConfig(
+            appID: "sb", payloadProfile: .sendbird(key: "sendbird"), credentials: sendbirdApp.credentials,
+            payloadOptions: {
+                var o = PayloadOptions(); o.sendbirdMentionedUsers = true; return o
+            }())
         let e = try event(messageJSON(sender: "u1", conversation: "c1", mentions: ["u2"]))
-        let after = CountsAfter(counted: true, unreadTotal: 7, unreadConversation: 3, mentionTotal: 2, mentionConversation: 1)
+        let after = CountsAfter(
+            counted: true, unreadTotal: 7, unreadConversation: 3, mentionTotal: 2, mentionConversation: 1)
         let state = Counting.applying(after, to: user(unread: 1).scoped(to: "c1"), conversation: "c1")
         let (_, requests) = try run(e, to: "u2", state: state, app: app)
         let p = try payload(try #require(requests.first))

@@ -26,62 +26,109 @@ struct EasemobRow: Sendable, CustomTestStringConvertible {
 }
 
 let easemobRows: [EasemobRow] = [
-    EasemobRow(name: "single chat, do not display the details", conversationType: "direct", conversationID: "6006",
-               displayStyle: .simpleBanner, ext: "{}",
-               expected: #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "single chat, display the details", conversationType: "direct", conversationID: "6006",
-               displayStyle: .summary, ext: "{}",
-               expected: #"{"aps":{"alert":{"body":"ApnsNickName:xxxx"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "group chat, do not display the details", conversationType: "group", conversationID: "1421300621769",
-               displayStyle: .simpleBanner, ext: "{}",
-               expected: #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","thread-id":"1421300621769"},"f":"6001","t":"6006","g":"1421300621769","m":"373360335316321408"}"#),
-    EasemobRow(name: "group chat, display the details", conversationType: "group", conversationID: "1421300621769",
-               displayStyle: .summary, ext: "{}",
-               expected: #"{"aps":{"alert":{"body":"ApnsNickName:xxxx"},"badge":1,"sound":"default","thread-id":"1421300621769"},"f":"6001","t":"6006","g":"1421300621769","m":"373360335316321408"}"#),
-    EasemobRow(name: "extern is copied to e", conversationType: "direct", conversationID: "6006",
-               displayStyle: .summary, ext: #"{"em_apns_ext":{"extern":"Custom push extension"}}"#, text: "hello from rest",
-               expected: #"{"aps":{"alert":{"body":"ApnsNickName:hello from rest"},"badge":1,"sound":"default","thread-id":"6006"},"e":"Custom push extension","f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "em_push_content replaces the body", conversationType: "direct", conversationID: "6006",
-               displayStyle: .summary, ext: #"{"em_apns_ext":{"em_push_content":"Custom push display"}}"#, text: "hello from rest",
-               expected: #"{"aps":{"alert":{"body":"Custom push display"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "custom display and custom extension together", conversationType: "direct", conversationID: "6006",
-               displayStyle: .summary,
-               ext: #"{"em_apns_ext":{"em_push_content":"Custom push display","extern":"custom push extension"}}"#,
-               expected: #"{"aps":{"alert":{"body":"Custom push display"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408","e":"custom push extension"}"#),
-    EasemobRow(name: "custom display wins over the simple banner", conversationType: "direct", conversationID: "6006",
-               displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_content":"Custom push display"}}"#,
-               expected: #"{"aps":{"alert":{"body":"Custom push display"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "em_push_category sets aps.category", conversationType: "direct", conversationID: "6006",
-               displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_category":"NEW_MESSAGE_CATEGORY"}}"#,
-               expected: #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","category":"NEW_MESSAGE_CATEGORY","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "em_push_sound sets aps.sound", conversationType: "direct", conversationID: "6006",
-               displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_sound":"custom.caf"}}"#,
-               expected: #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"custom.caf","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "em_push_mutable_content sets mutable-content 1", conversationType: "direct", conversationID: "6006",
-               displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_mutable_content":true}}"#,
-               expected: #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","mutable-content":1,"thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "em_push_mutable_content false is omitted", conversationType: "direct", conversationID: "6006",
-               displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_mutable_content":false}}"#,
-               expected: #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "loc-key example: title and body loc keys and args", conversationType: "direct", conversationID: "6006",
-               displayStyle: .summary,
-               ext: #"{"em_apns_ext":{"em_push_content":"Custom push display","em_push_title_loc_key":"GAME_PLAY_REQUEST_FORMAT","em_push_title_loc_args":["Shelly","Rick"],"em_push_body_loc_key":"GAME_PLAY_REQUEST_FORMAT","em_push_body_loc_args":["Shelly","Rick"]}}"#,
-               expected: #"{"aps":{"alert":{"body":"Custom push display","title-loc-key":"GAME_PLAY_REQUEST_FORMAT","title-loc-args":["Shelly","Rick"],"loc-key":"GAME_PLAY_REQUEST_FORMAT","loc-args":["Shelly","Rick"]},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
-    EasemobRow(name: "title loc key alone", conversationType: "direct", conversationID: "6006",
-               displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_title_loc_key":"GAME_PLAY_REQUEST"}}"#,
-               expected: #"{"aps":{"alert":{"body":"you got a new message","title-loc-key":"GAME_PLAY_REQUEST"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#),
+    EasemobRow(
+        name: "single chat, do not display the details", conversationType: "direct", conversationID: "6006",
+        displayStyle: .simpleBanner, ext: "{}",
+        expected:
+            #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "single chat, display the details", conversationType: "direct", conversationID: "6006",
+        displayStyle: .summary, ext: "{}",
+        expected:
+            #"{"aps":{"alert":{"body":"ApnsNickName:xxxx"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "group chat, do not display the details", conversationType: "group", conversationID: "1421300621769",
+        displayStyle: .simpleBanner, ext: "{}",
+        expected:
+            #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","thread-id":"1421300621769"},"f":"6001","t":"6006","g":"1421300621769","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "group chat, display the details", conversationType: "group", conversationID: "1421300621769",
+        displayStyle: .summary, ext: "{}",
+        expected:
+            #"{"aps":{"alert":{"body":"ApnsNickName:xxxx"},"badge":1,"sound":"default","thread-id":"1421300621769"},"f":"6001","t":"6006","g":"1421300621769","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "extern is copied to e", conversationType: "direct", conversationID: "6006",
+        displayStyle: .summary, ext: #"{"em_apns_ext":{"extern":"Custom push extension"}}"#, text: "hello from rest",
+        expected:
+            #"{"aps":{"alert":{"body":"ApnsNickName:hello from rest"},"badge":1,"sound":"default","thread-id":"6006"},"e":"Custom push extension","f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "em_push_content replaces the body", conversationType: "direct", conversationID: "6006",
+        displayStyle: .summary, ext: #"{"em_apns_ext":{"em_push_content":"Custom push display"}}"#,
+        text: "hello from rest",
+        expected:
+            #"{"aps":{"alert":{"body":"Custom push display"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "custom display and custom extension together", conversationType: "direct", conversationID: "6006",
+        displayStyle: .summary,
+        ext: #"{"em_apns_ext":{"em_push_content":"Custom push display","extern":"custom push extension"}}"#,
+        expected:
+            #"{"aps":{"alert":{"body":"Custom push display"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408","e":"custom push extension"}"#
+    ),
+    EasemobRow(
+        name: "custom display wins over the simple banner", conversationType: "direct", conversationID: "6006",
+        displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_content":"Custom push display"}}"#,
+        expected:
+            #"{"aps":{"alert":{"body":"Custom push display"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "em_push_category sets aps.category", conversationType: "direct", conversationID: "6006",
+        displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_category":"NEW_MESSAGE_CATEGORY"}}"#,
+        expected:
+            #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","category":"NEW_MESSAGE_CATEGORY","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "em_push_sound sets aps.sound", conversationType: "direct", conversationID: "6006",
+        displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_sound":"custom.caf"}}"#,
+        expected:
+            #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"custom.caf","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "em_push_mutable_content sets mutable-content 1", conversationType: "direct", conversationID: "6006",
+        displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_mutable_content":true}}"#,
+        expected:
+            #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","mutable-content":1,"thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "em_push_mutable_content false is omitted", conversationType: "direct", conversationID: "6006",
+        displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_mutable_content":false}}"#,
+        expected:
+            #"{"aps":{"alert":{"body":"you got a new message"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "loc-key example: title and body loc keys and args", conversationType: "direct", conversationID: "6006",
+        displayStyle: .summary,
+        ext:
+            #"{"em_apns_ext":{"em_push_content":"Custom push display","em_push_title_loc_key":"GAME_PLAY_REQUEST_FORMAT","em_push_title_loc_args":["Shelly","Rick"],"em_push_body_loc_key":"GAME_PLAY_REQUEST_FORMAT","em_push_body_loc_args":["Shelly","Rick"]}}"#,
+        expected:
+            #"{"aps":{"alert":{"body":"Custom push display","title-loc-key":"GAME_PLAY_REQUEST_FORMAT","title-loc-args":["Shelly","Rick"],"loc-key":"GAME_PLAY_REQUEST_FORMAT","loc-args":["Shelly","Rick"]},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
+    EasemobRow(
+        name: "title loc key alone", conversationType: "direct", conversationID: "6006",
+        displayStyle: .simpleBanner, ext: #"{"em_apns_ext":{"em_push_title_loc_key":"GAME_PLAY_REQUEST"}}"#,
+        expected:
+            #"{"aps":{"alert":{"body":"you got a new message","title-loc-key":"GAME_PLAY_REQUEST"},"badge":1,"sound":"default","thread-id":"6006"},"f":"6001","t":"6006","m":"373360335316321408"}"#
+    ),
 ]
 
 @Suite("Easemob seed payloads")
 struct EasemobSeedTests {
     @Test(arguments: easemobRows)
     func payloadMatchesSeed(_ row: EasemobRow) throws {
-        let e = try event(messageJSON(sender: "6001", senderName: "6001", conversation: row.conversationID,
-                                      type: row.conversationType, text: row.text, ext: row.ext))
+        let e = try event(
+            messageJSON(
+                sender: "6001", senderName: "6001", conversation: row.conversationID,
+                type: row.conversationType, text: row.text, ext: row.ext))
         var prefs = Preferences()
         prefs.displayStyle = row.displayStyle
         let state = user(prefs: prefs, unread: 1)
-        let (decision, requests) = try run(e, to: "6006", state: state, app: easemobApp, senderDisplayName: "ApnsNickName")
+        let (decision, requests) = try run(
+            e, to: "6006", state: state, app: easemobApp, senderDisplayName: "ApnsNickName")
         #expect(decision == .deliver(targets: state.devices))
         let r = try #require(requests.first)
         #expect(canonical(try payload(r)) == canonical(json(row.expected)))
@@ -119,7 +166,8 @@ struct EasemobSeedTests {
         ]
         for (start, end, h, m, suppressed) in rows {
             var prefs = Preferences()
-            prefs.dnd = DoNotDisturb(start: ClockTime(hour: start), end: ClockTime(hour: end), timezone: "Asia/Shanghai")
+            prefs.dnd = DoNotDisturb(
+                start: ClockTime(hour: start), end: ClockTime(hour: end), timezone: "Asia/Shanghai")
             // 2024-11-19 00:00 in Shanghai (UTC+8) is 2024-11-18T16:00:00Z.
             let at: Int64 = 1_731_945_600_000 + Int64(h * 3600 + m * 60) * 1000
             let e = try event(messageJSON())

@@ -46,49 +46,89 @@ func replacing(_ old: String, _ new: String) -> String {
 let invalidRows: [InvalidRow] = [
     InvalidRow("missing event_id", replacing(#""event_id":"e-9f2c","#, ""), field: "event_id"),
     InvalidRow("empty event_id", replacing(#""event_id":"e-9f2c""#, #""event_id":"""#), field: "event_id"),
-    InvalidRow("event_id of the wrong type", replacing(#""event_id":"e-9f2c""#, #""event_id":{"a":1}"#), field: "event_id"),
+    InvalidRow(
+        "event_id of the wrong type", replacing(#""event_id":"e-9f2c""#, #""event_id":{"a":1}"#), field: "event_id"),
     InvalidRow("missing app_id", replacing(#""app_id":"app1","#, ""), field: "app_id"),
     InvalidRow("unknown kind", replacing(#""kind":"message""#, #""kind":"poke""#), field: "kind"),
     InvalidRow("kind is a number", replacing(#""kind":"message""#, #""kind":3"#), field: "kind"),
-    InvalidRow("created_at is a string", replacing(#""created_at":1732000000000"#, #""created_at":"yesterday""#), field: "created_at"),
-    InvalidRow("created_at is negative", replacing(#""created_at":1732000000000"#, #""created_at":-5"#), field: "created_at"),
-    InvalidRow("created_at is fractional", replacing(#""created_at":1732000000000"#, #""created_at":1.5"#), field: "created_at"),
-    InvalidRow("sender missing", replacing(#""sender":{"id":"u1","name":"Cindy","profile_url":"https://cdn.example/u1.png"},"#, ""), field: "sender"),
+    InvalidRow(
+        "created_at is a string", replacing(#""created_at":1732000000000"#, #""created_at":"yesterday""#),
+        field: "created_at"),
+    InvalidRow(
+        "created_at is negative", replacing(#""created_at":1732000000000"#, #""created_at":-5"#), field: "created_at"),
+    InvalidRow(
+        "created_at is fractional", replacing(#""created_at":1732000000000"#, #""created_at":1.5"#), field: "created_at"
+    ),
+    InvalidRow(
+        "sender missing",
+        replacing(#""sender":{"id":"u1","name":"Cindy","profile_url":"https://cdn.example/u1.png"},"#, ""),
+        field: "sender"),
     InvalidRow("sender id missing", replacing(#""sender":{"id":"u1","#, #""sender":{"#), field: "sender.id"),
     InvalidRow("sender name is a number", replacing(#""name":"Cindy""#, #""name":7"#), field: "sender.name"),
-    InvalidRow("conversation type unknown", replacing(#""type":"group""#, #""type":"broadcast""#), field: "conversation.type"),
+    InvalidRow(
+        "conversation type unknown", replacing(#""type":"group""#, #""type":"broadcast""#), field: "conversation.type"),
     InvalidRow("conversation id missing", replacing(#""id":"c1","#, ""), field: "conversation.id"),
-    InvalidRow("recipients not an array", replacing(#""recipients":["u2","u3"]"#, #""recipients":"u2""#), field: "recipients"),
-    InvalidRow("recipient not a string", replacing(#""recipients":["u2","u3"]"#, #""recipients":["u2",true]"#), field: "recipients[1]"),
+    InvalidRow(
+        "recipients not an array", replacing(#""recipients":["u2","u3"]"#, #""recipients":"u2""#), field: "recipients"),
+    InvalidRow(
+        "recipient not a string", replacing(#""recipients":["u2","u3"]"#, #""recipients":["u2",true]"#),
+        field: "recipients[1]"),
     InvalidRow("message missing for kind message", replacing(#""message":{"#, #""not_message":{"#), field: "message"),
     InvalidRow("message id missing", replacing(#""id":"373360335316321408","#, ""), field: "message.id"),
     InvalidRow("message type unknown", replacing(#""type":"text""#, #""type":"sticker""#), field: "message.type"),
     InvalidRow("message text is an array", replacing(#""text":"Bye!""#, #""text":["Bye!"]"#), field: "message.text"),
-    InvalidRow("oversized text", replacing(#""text":"Bye!""#, "\"text\":\"" + String(repeating: "x", count: 65_537) + "\""), field: "message.text"),
-    InvalidRow("mention_type unknown", replacing(#""mention_type":"users""#, #""mention_type":"everyone""#), field: "message.mention_type"),
-    InvalidRow("mentions contains a number array", replacing(#""mentions":["u2"]"#, #""mentions":[["u2"]]"#), field: "message.mentions[0]"),
-    InvalidRow("translation not a string", replacing(#""translations":{"fr":"Au revoir !"}"#, #""translations":{"fr":1}"#), field: "message.translations.fr"),
-    InvalidRow("file message without file", replacing(#""type":"text","text":"Bye!""#, #""type":"file","text":"Bye!""#)
-        .replacingOccurrences(of: #""file":{"name":"hello_world.jpg","mime_type":"image/jpeg","url":"https://cdn.example/f.jpg"},"#, with: ""),
+    InvalidRow(
+        "oversized text", replacing(#""text":"Bye!""#, "\"text\":\"" + String(repeating: "x", count: 65_537) + "\""),
+        field: "message.text"),
+    InvalidRow(
+        "mention_type unknown", replacing(#""mention_type":"users""#, #""mention_type":"everyone""#),
+        field: "message.mention_type"),
+    InvalidRow(
+        "mentions contains a number array", replacing(#""mentions":["u2"]"#, #""mentions":[["u2"]]"#),
+        field: "message.mentions[0]"),
+    InvalidRow(
+        "translation not a string", replacing(#""translations":{"fr":"Au revoir !"}"#, #""translations":{"fr":1}"#),
+        field: "message.translations.fr"),
+    InvalidRow(
+        "file message without file",
+        replacing(#""type":"text","text":"Bye!""#, #""type":"file","text":"Bye!""#)
+            .replacingOccurrences(
+                of: #""file":{"name":"hello_world.jpg","mime_type":"image/jpeg","url":"https://cdn.example/f.jpg"},"#,
+                with: ""),
         field: "message.file"),
-    InvalidRow("call action unknown", replacing(#""action":"initiated""#, #""action":"dialing""#), field: "call.action"),
+    InvalidRow(
+        "call action unknown", replacing(#""action":"initiated""#, #""action":"dialing""#), field: "call.action"),
     InvalidRow("call session missing", replacing(#""session_id":"v1.123.aik2","#, ""), field: "call.session_id"),
     InvalidRow("call type unknown", replacing(#""type":"audio""#, #""type":"hologram""#), field: "call.type"),
     InvalidRow("reaction emoji missing", replacing(#""emoji":"😎","#, ""), field: "reaction.emoji"),
-    InvalidRow("group action unknown", replacing(#""action":"left""#, #""action":"sang""#), field: "group_action.action"),
-    InvalidRow("em_ignore_notification is a string", replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":"yes""#), field: "ext.em_ignore_notification"),
-    InvalidRow("em_push_mutable_content is a number other than 1 or 0", replacing(#""em_push_content":"Custom push display""#, #""em_push_mutable_content":2"#), field: "ext.em_apns_ext.em_push_mutable_content"),
-    InvalidRow("loc args not strings", replacing(#""em_push_content":"Custom push display""#, #""em_push_body_loc_args":[1,2]"#), field: "ext.em_apns_ext.em_push_body_loc_args[0]"),
+    InvalidRow(
+        "group action unknown", replacing(#""action":"left""#, #""action":"sang""#), field: "group_action.action"),
+    InvalidRow(
+        "em_ignore_notification is a string",
+        replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":"yes""#),
+        field: "ext.em_ignore_notification"),
+    InvalidRow(
+        "em_push_mutable_content is a number other than 1 or 0",
+        replacing(#""em_push_content":"Custom push display""#, #""em_push_mutable_content":2"#),
+        field: "ext.em_apns_ext.em_push_mutable_content"),
+    InvalidRow(
+        "loc args not strings",
+        replacing(#""em_push_content":"Custom push display""#, #""em_push_body_loc_args":[1,2]"#),
+        field: "ext.em_apns_ext.em_push_body_loc_args[0]"),
     InvalidRow("not JSON", "hello", field: "(event)"),
     InvalidRow("empty input", "", field: "(event)"),
     InvalidRow("top level array", "[1,2,3]", field: "(event)"),
     InvalidRow("truncated", String(validEvent.prefix(100)), field: "(event)"),
     InvalidRow("trailing garbage", validEvent + "}", field: "(event)"),
-    InvalidRow("invalid UTF-8 in a string", bytes: Array(replacing(#""text":"Bye!""#, #""text":"Bye@!""#).utf8)
-        .map { $0 == UInt8(ascii: "@") ? 0xFF : $0 }, field: "(event)"),
-    InvalidRow("overlong UTF-8", bytes: Array(#"{"event_id":""#.utf8) + [0xC0, 0xAF] + Array(#""}"#.utf8), field: "(event)"),
+    InvalidRow(
+        "invalid UTF-8 in a string",
+        bytes: Array(replacing(#""text":"Bye!""#, #""text":"Bye@!""#).utf8)
+            .map { $0 == UInt8(ascii: "@") ? 0xFF : $0 }, field: "(event)"),
+    InvalidRow(
+        "overlong UTF-8", bytes: Array(#"{"event_id":""#.utf8) + [0xC0, 0xAF] + Array(#""}"#.utf8), field: "(event)"),
     InvalidRow("lone surrogate escape", #"{"event_id":"\ud800"}"#, field: "(event)"),
-    InvalidRow("nesting too deep", String(repeating: "[", count: 200) + String(repeating: "]", count: 200), field: "(event)"),
+    InvalidRow(
+        "nesting too deep", String(repeating: "[", count: 200) + String(repeating: "]", count: 200), field: "(event)"),
 ]
 
 @Suite("Chat event validation")
@@ -132,7 +172,9 @@ struct EventValidationTests {
 
     @Test("numeric ids are accepted and kept as written; conversation url stands for id")
     func numericIDs() throws {
-        let e = try event(#"{"event_id":17,"app_id":"a","kind":"message","sender":{"id":6001},"conversation":{"url":"sendbird_group_channel_1","type":"direct"},"message":{"id":373360335316321408,"text":"hi"}}"#)
+        let e = try event(
+            #"{"event_id":17,"app_id":"a","kind":"message","sender":{"id":6001},"conversation":{"url":"sendbird_group_channel_1","type":"direct"},"message":{"id":373360335316321408,"text":"hi"}}"#
+        )
         #expect(e.eventID == "17" && e.sender.id == "6001" && e.message?.id == "373360335316321408")
         #expect(e.conversation.id == "sendbird_group_channel_1")
     }
@@ -140,7 +182,10 @@ struct EventValidationTests {
     @Test("ingest drops open and supergroup channels with channel_type, invalid input with invalid")
     func admission() {
         for type in ["open", "supergroup"] {
-            guard case .drop(.channelType, _) = Ingest.admit(Array(replacing(#""type":"group""#, "\"type\":\"\(type)\"").utf8)) else {
+            guard
+                case .drop(.channelType, _) = Ingest.admit(
+                    Array(replacing(#""type":"group""#, "\"type\":\"\(type)\"").utf8))
+            else {
                 Issue.record("\(type) not dropped"); continue
             }
         }
@@ -149,11 +194,17 @@ struct EventValidationTests {
                 Issue.record("\(type) not admitted"); continue
             }
         }
-        guard case .drop(.invalid, let detail) = Ingest.admit(Array("{}".utf8)) else { Issue.record("not invalid"); return }
+        guard case .drop(.invalid, let detail) = Ingest.admit(Array("{}".utf8)) else {
+            Issue.record("not invalid"); return
+        }
         #expect(detail.hasPrefix("event_id"))
         // Nothing to push: empty text, no push content, no loc key.
-        guard case .drop(.invalid, let d2) = Ingest.admit(Array(replacing(#""text":"Bye!""#, #""text":"""#)
-            .replacingOccurrences(of: #""em_push_content":"Custom push display","#, with: "").utf8)) else {
+        guard
+            case .drop(.invalid, let d2) = Ingest.admit(
+                Array(
+                    replacing(#""text":"Bye!""#, #""text":"""#)
+                        .replacingOccurrences(of: #""em_push_content":"Custom push display","#, with: "").utf8))
+        else {
             Issue.record("empty text admitted"); return
         }
         #expect(d2.hasPrefix("message.text"))
@@ -185,7 +236,8 @@ struct EventSchemaTests {
         #expect(enumValues(props?["message"]?["properties"]?["type"]) == MessageType.allCases.map(\.rawValue))
         #expect(enumValues(props?["message"]?["properties"]?["mention_type"]) == MentionType.allCases.map(\.rawValue))
         #expect(enumValues(props?["call"]?["properties"]?["action"]) == ChatEvent.CallAction.allCases.map(\.rawValue))
-        #expect(Set(enumValues(props?["group_action"]?["properties"]?["action"]))
-                    == Set(ChatEvent.GroupActionKind.allCases.map(\.rawValue) + ["kicked"]))
+        #expect(
+            Set(enumValues(props?["group_action"]?["properties"]?["action"]))
+                == Set(ChatEvent.GroupActionKind.allCases.map(\.rawValue) + ["kicked"]))
     }
 }

@@ -15,29 +15,53 @@ struct LenientRow: Sendable, CustomTestStringConvertible {
 }
 
 let lenientRows: [LenientRow] = [
-    LenientRow(name: "em_ignore_notification: 1", text: replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":1"#),
-               field: "ext.em_ignore_notification", check: { $0.ext.ignoreNotification }),
-    LenientRow(name: "em_ignore_notification: 0", text: replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":0"#),
-               field: "ext.em_ignore_notification", check: { !$0.ext.ignoreNotification }),
-    LenientRow(name: "em_force_notification: \"true\"", text: replacing(#""em_force_notification":false"#, #""em_force_notification":"true""#),
-               field: "ext.em_force_notification", check: { $0.ext.forceNotification }),
-    LenientRow(name: "em_force_notification: \"FALSE\"", text: replacing(#""em_force_notification":false"#, #""em_force_notification":"FALSE""#),
-               field: "ext.em_force_notification", check: { !$0.ext.forceNotification }),
-    LenientRow(name: "em_push_mutable_content: \"1\"",
-               text: replacing(#""em_push_content":"Custom push display""#, #""em_push_content":"Custom push display","em_push_mutable_content":"1""#),
-               field: "ext.em_apns_ext.em_push_mutable_content", check: { $0.ext.apns.mutableContent }),
-    LenientRow(name: "created_at as a string of digits (CometChat sentAt)",
-               text: replacing(#""created_at":1732000000000"#, #""created_at":"1741847453000""#),
-               field: "created_at", check: { $0.createdAt == 1_741_847_453_000 }),
+    LenientRow(
+        name: "em_ignore_notification: 1",
+        text: replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":1"#),
+        field: "ext.em_ignore_notification", check: { $0.ext.ignoreNotification }),
+    LenientRow(
+        name: "em_ignore_notification: 0",
+        text: replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":0"#),
+        field: "ext.em_ignore_notification", check: { !$0.ext.ignoreNotification }),
+    LenientRow(
+        name: "em_force_notification: \"true\"",
+        text: replacing(#""em_force_notification":false"#, #""em_force_notification":"true""#),
+        field: "ext.em_force_notification", check: { $0.ext.forceNotification }),
+    LenientRow(
+        name: "em_force_notification: \"FALSE\"",
+        text: replacing(#""em_force_notification":false"#, #""em_force_notification":"FALSE""#),
+        field: "ext.em_force_notification", check: { !$0.ext.forceNotification }),
+    LenientRow(
+        name: "em_push_mutable_content: \"1\"",
+        text: replacing(
+            #""em_push_content":"Custom push display""#,
+            #""em_push_content":"Custom push display","em_push_mutable_content":"1""#),
+        field: "ext.em_apns_ext.em_push_mutable_content", check: { $0.ext.apns.mutableContent }),
+    LenientRow(
+        name: "created_at as a string of digits (CometChat sentAt)",
+        text: replacing(#""created_at":1732000000000"#, #""created_at":"1741847453000""#),
+        field: "created_at", check: { $0.createdAt == 1_741_847_453_000 }),
 ]
 
 let stillInvalidRows: [InvalidRow] = [
-    InvalidRow("em_ignore_notification: 2", replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":2"#), field: "ext.em_ignore_notification"),
-    InvalidRow("em_ignore_notification: \"yes\"", replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":"yes""#), field: "ext.em_ignore_notification"),
-    InvalidRow("em_force_notification: 1.0", replacing(#""em_force_notification":false"#, #""em_force_notification":1.0"#), field: "ext.em_force_notification"),
-    InvalidRow("created_at: \"-5\"", replacing(#""created_at":1732000000000"#, #""created_at":"-5""#), field: "created_at"),
-    InvalidRow("created_at: \"2025-03-13\"", replacing(#""created_at":1732000000000"#, #""created_at":"2025-03-13""#), field: "created_at"),
-    InvalidRow("created_at: 20 digits", replacing(#""created_at":1732000000000"#, #""created_at":"17320000000000000000""#), field: "created_at"),
+    InvalidRow(
+        "em_ignore_notification: 2", replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":2"#),
+        field: "ext.em_ignore_notification"),
+    InvalidRow(
+        "em_ignore_notification: \"yes\"",
+        replacing(#""em_ignore_notification":false"#, #""em_ignore_notification":"yes""#),
+        field: "ext.em_ignore_notification"),
+    InvalidRow(
+        "em_force_notification: 1.0", replacing(#""em_force_notification":false"#, #""em_force_notification":1.0"#),
+        field: "ext.em_force_notification"),
+    InvalidRow(
+        "created_at: \"-5\"", replacing(#""created_at":1732000000000"#, #""created_at":"-5""#), field: "created_at"),
+    InvalidRow(
+        "created_at: \"2025-03-13\"", replacing(#""created_at":1732000000000"#, #""created_at":"2025-03-13""#),
+        field: "created_at"),
+    InvalidRow(
+        "created_at: 20 digits", replacing(#""created_at":1732000000000"#, #""created_at":"17320000000000000000""#),
+        field: "created_at"),
 ]
 
 @Suite("Lenient input: vendor REST forms with a warning")

@@ -20,24 +20,33 @@ struct ChangeRow: Sendable, CustomStringConvertible {
 }
 
 let changeRows: [ChangeRow] = [
-    ChangeRow(kind: "message_edited", profile: .compact, pushType: .alert, priority: 10, alert: "Cindy: Fixed typo",
-              marker: ["action"], markerValue: "edited"),
-    ChangeRow(kind: "message_deleted", profile: .compact, pushType: .background, priority: 5, alert: nil,
-              marker: ["action"], markerValue: "deleted"),
-    ChangeRow(kind: "message_edited", profile: .sendbird(key: "sendbird"), pushType: .alert, priority: 10, alert: "Cindy: Fixed typo",
-              marker: ["sendbird", "message_action"], markerValue: "edited"),
-    ChangeRow(kind: "message_deleted", profile: .sendbird(key: "sendbird"), pushType: .background, priority: 5, alert: nil,
-              marker: ["sendbird", "message_action"], markerValue: "deleted"),
-    ChangeRow(kind: "message_edited", profile: .cometchat, pushType: .alert, priority: 10, alert: "Fixed typo",
-              marker: ["messageAction"], markerValue: "edited"),
-    ChangeRow(kind: "message_deleted", profile: .cometchat, pushType: .background, priority: 5, alert: nil,
-              marker: ["messageAction"], markerValue: "deleted"),
+    ChangeRow(
+        kind: "message_edited", profile: .compact, pushType: .alert, priority: 10, alert: "Cindy: Fixed typo",
+        marker: ["action"], markerValue: "edited"),
+    ChangeRow(
+        kind: "message_deleted", profile: .compact, pushType: .background, priority: 5, alert: nil,
+        marker: ["action"], markerValue: "deleted"),
+    ChangeRow(
+        kind: "message_edited", profile: .sendbird(key: "sendbird"), pushType: .alert, priority: 10,
+        alert: "Cindy: Fixed typo",
+        marker: ["sendbird", "message_action"], markerValue: "edited"),
+    ChangeRow(
+        kind: "message_deleted", profile: .sendbird(key: "sendbird"), pushType: .background, priority: 5, alert: nil,
+        marker: ["sendbird", "message_action"], markerValue: "deleted"),
+    ChangeRow(
+        kind: "message_edited", profile: .cometchat, pushType: .alert, priority: 10, alert: "Fixed typo",
+        marker: ["messageAction"], markerValue: "edited"),
+    ChangeRow(
+        kind: "message_deleted", profile: .cometchat, pushType: .background, priority: 5, alert: nil,
+        marker: ["messageAction"], markerValue: "deleted"),
 ]
 
 @Suite("Edited and deleted messages")
 struct MessageChangeTests {
     static func change(_ kind: String, text: String = "Fixed typo") throws -> ChatEvent {
-        try event(messageJSON(sender: "s1", messageID: "m7", text: text).replacingOccurrences(of: #""kind":"message""#, with: #""kind":"\#(kind)""#))
+        try event(
+            messageJSON(sender: "s1", messageID: "m7", text: text).replacingOccurrences(
+                of: #""kind":"message""#, with: #""kind":"\#(kind)""#))
     }
 
     @Test("push type, alert and marker per kind and profile", arguments: changeRows)
@@ -62,21 +71,29 @@ struct MessageChangeTests {
 
     @Test("a new message carries no marker")
     func plainMessage() throws {
-        let p = try payload(try #require(try run(try Self.change("message"), to: "u2", state: user(),
-                                                  app: AppConfig(credentials: sendbirdApp.credentials)).1.first))
+        let p = try payload(
+            try #require(
+                try run(
+                    try Self.change("message"), to: "u2", state: user(),
+                    app: AppConfig(credentials: sendbirdApp.credentials)
+                ).1.first))
         #expect(p["action"] == nil)
     }
 
     @Test("both kinds require the message block and go through the same rules as a message")
     func rules() throws {
         for kind in ["message_edited", "message_deleted"] {
-            let text = #"{"event_id":"e","app_id":"a","kind":"\#(kind)","sender":{"id":"s"},"conversation":{"id":"c","type":"group"}}"#
-            #expect(throws: EventValidationError(field: "message", message: "missing (required when kind is \(kind))")) {
+            let text =
+                #"{"event_id":"e","app_id":"a","kind":"\#(kind)","sender":{"id":"s"},"conversation":{"id":"c","type":"group"}}"#
+            #expect(throws: EventValidationError(field: "message", message: "missing (required when kind is \(kind))"))
+            {
                 try ChatEvent.decode(Array(text.utf8))
             }
             let muted = Preferences(conversations: ["c1": ConversationPreference(muted: true)])
-            #expect(Suppression.decide(event: try Self.change(kind), recipient: "u2", state: user(prefs: muted),
-                                       app: AppConfig(credentials: sendbirdApp.credentials), now: now0) == .suppress(.muted))
+            #expect(
+                Suppression.decide(
+                    event: try Self.change(kind), recipient: "u2", state: user(prefs: muted),
+                    app: AppConfig(credentials: sendbirdApp.credentials), now: now0) == .suppress(.muted))
         }
         // An edit to an empty text has nothing to show; a deletion needs no text.
         func admitted(_ e: ChatEvent) -> Bool { if case .admit = Ingest.admit(e) { return true } else { return false } }
@@ -86,11 +103,15 @@ struct MessageChangeTests {
 
     @Test("FCM: an edit is a notification message, a deletion data-only")
     func fcm() throws {
-        let app = AppConfig(payloadProfile: .compact, credentials: sendbirdApp.credentials,
-                            fcmCredentials: [FCMCredential(providerID: "p", serviceAccountFile: "/dev/null")])
-        let edited = try #require(try run(try Self.change("message_edited"), to: "u2", state: user(devices: [fcmDevice()]), app: app).1.first)
+        let app = AppConfig(
+            payloadProfile: .compact, credentials: sendbirdApp.credentials,
+            fcmCredentials: [FCMCredential(providerID: "p", serviceAccountFile: "/dev/null")])
+        let edited = try #require(
+            try run(try Self.change("message_edited"), to: "u2", state: user(devices: [fcmDevice()]), app: app).1.first)
         #expect(try payload(edited)["message"]?["notification"] != nil)
-        let deleted = try #require(try run(try Self.change("message_deleted"), to: "u2", state: user(devices: [fcmDevice()]), app: app).1.first)
+        let deleted = try #require(
+            try run(try Self.change("message_deleted"), to: "u2", state: user(devices: [fcmDevice()]), app: app).1.first
+        )
         let d = try payload(deleted)
         #expect(d["message"]?["notification"] == nil)
         #expect(d["message"]?["data"]?["action"] == .string("deleted"))

@@ -25,8 +25,10 @@ import Testing
     func emptySet() throws {
         var patch = PreferencePatch()
         patch.clear = [.snooze]
-        let back = try StageCodec.decode(RegistryRecord.self, from: StageCodec.encode(
-            RegistryRecord(op: .patchPreferences, appID: "a", user: "u", patch: patch)))
+        let back = try StageCodec.decode(
+            RegistryRecord.self,
+            from: StageCodec.encode(
+                RegistryRecord(op: .patchPreferences, appID: "a", user: "u", patch: patch)))
         #expect(back.patch == patch)
     }
 }

@@ -23,27 +23,38 @@ struct PriorityRow: Sendable, CustomTestStringConvertible {
 
 let priorityRows: [PriorityRow] = [
     PriorityRow(name: "call in a direct conversation", json: callJSON(), expected: .urgent, rule: "call"),
-    PriorityRow(name: "call in a group", json: callJSON(type: "group"), memberCount: 5000, expected: .urgent, rule: "call"),
+    PriorityRow(
+        name: "call in a group", json: callJSON(type: "group"), memberCount: 5000, expected: .urgent, rule: "call"),
     PriorityRow(name: "direct message", json: messageJSON(type: "direct"), expected: .high, rule: "direct"),
     PriorityRow(name: "group message", json: messageJSON(), expected: .normal, rule: "group"),
-    PriorityRow(name: "group message, members at the threshold", json: messageJSON(), memberCount: 1000,
-                expected: .normal, rule: "group"),
-    PriorityRow(name: "group message above the member threshold", json: messageJSON(), memberCount: 1001,
-                expected: .bulk, rule: "members"),
+    PriorityRow(
+        name: "group message, members at the threshold", json: messageJSON(), memberCount: 1000,
+        expected: .normal, rule: "group"),
+    PriorityRow(
+        name: "group message above the member threshold", json: messageJSON(), memberCount: 1001,
+        expected: .bulk, rule: "members"),
     PriorityRow(name: "admin broadcast", json: messageJSON(messageType: "admin"), expected: .bulk, rule: "broadcast"),
-    PriorityRow(name: "mention, event as a whole", json: messageJSON(mentions: ["u2"]), expected: .high, rule: "mention"),
-    PriorityRow(name: "mention, the mentioned recipient", json: messageJSON(mentions: ["u2"]), memberCount: 5000,
-                recipient: "u2", expected: .high, rule: "mention"),
-    PriorityRow(name: "mention, another recipient", json: messageJSON(mentions: ["u2"]), recipient: "u3",
-                expected: .normal, rule: "group"),
-    PriorityRow(name: "mention, another recipient of a huge group", json: messageJSON(mentions: ["u2"]),
-                memberCount: 5000, recipient: "u3", expected: .bulk, rule: "members"),
-    PriorityRow(name: "mention of the whole channel is not a mention rule", json: messageJSON(mentions: ["u2"], mentionType: "channel"),
-                expected: .normal, rule: "group"),
-    PriorityRow(name: "em_force_notification", json: messageJSON(ext: #"{"em_force_notification":true}"#),
-                expected: .high, rule: "force"),
-    PriorityRow(name: "forced broadcast", json: messageJSON(messageType: "admin", ext: #"{"em_force_notification":true}"#),
-                expected: .high, rule: "force"),
+    PriorityRow(
+        name: "mention, event as a whole", json: messageJSON(mentions: ["u2"]), expected: .high, rule: "mention"),
+    PriorityRow(
+        name: "mention, the mentioned recipient", json: messageJSON(mentions: ["u2"]), memberCount: 5000,
+        recipient: "u2", expected: .high, rule: "mention"),
+    PriorityRow(
+        name: "mention, another recipient", json: messageJSON(mentions: ["u2"]), recipient: "u3",
+        expected: .normal, rule: "group"),
+    PriorityRow(
+        name: "mention, another recipient of a huge group", json: messageJSON(mentions: ["u2"]),
+        memberCount: 5000, recipient: "u3", expected: .bulk, rule: "members"),
+    PriorityRow(
+        name: "mention of the whole channel is not a mention rule",
+        json: messageJSON(mentions: ["u2"], mentionType: "channel"),
+        expected: .normal, rule: "group"),
+    PriorityRow(
+        name: "em_force_notification", json: messageJSON(ext: #"{"em_force_notification":true}"#),
+        expected: .high, rule: "force"),
+    PriorityRow(
+        name: "forced broadcast", json: messageJSON(messageType: "admin", ext: #"{"em_force_notification":true}"#),
+        expected: .high, rule: "force"),
 ]
 
 @Suite("Priority classes")
@@ -69,7 +80,8 @@ struct PriorityTests {
         policy["direct"] = .normal
         policy["call"] = .high
         policy.bulkMemberThreshold = 0
-        #expect(Priority.classify(try event(messageJSON()), policy: policy, memberCount: 100_000).priorityClass == .high)
+        #expect(
+            Priority.classify(try event(messageJSON()), policy: policy, memberCount: 100_000).priorityClass == .high)
         #expect(Priority.classify(try event(messageJSON(type: "direct")), policy: policy).priorityClass == .normal)
         #expect(Priority.classify(try event(callJSON()), policy: policy).priorityClass == .high)
         policy.bulkMemberThreshold = 10

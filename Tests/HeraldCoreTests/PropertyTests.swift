@@ -10,8 +10,10 @@ import Testing
 
 /// Characters that stress escaping and UTF-8 boundaries: ASCII, quotes,
 /// backslashes, controls, accents, combining marks, CJK, emoji, ZWJ families, flags.
-let tricky: [Character] = ["a", "Z", " ", "\"", "\\", "/", "\n", "\t", "\u{01}", "\u{1F}", "é", "e\u{301}", "ß", "中", "文",
-                           "한", "😎", "🥾", "👨‍👩‍👧‍👦", "🇰🇷", "\u{2028}", "…", "{", "}", "%"]
+let tricky: [Character] = [
+    "a", "Z", " ", "\"", "\\", "/", "\n", "\t", "\u{01}", "\u{1F}", "é", "e\u{301}", "ß", "中", "文",
+    "한", "😎", "🥾", "👨‍👩‍👧‍👦", "🇰🇷", "\u{2028}", "…", "{", "}", "%",
+]
 let trickyChar = Gen<Character?>.element(of: tricky).map { $0 ?? "a" }
 let languagePool = ["en", "fr", "ko", "kr", "zh", "zh-Hans", "de", "es", "ja", "xx", "EN_us"]
 
@@ -44,8 +46,10 @@ func prefix(_ s: String, bytes: Int) -> String {
 struct PropertyTests {
     @Test("any body, language and extension: payload is valid JSON and UTF-8 within 4096 (5120 VoIP)")
     func payloadAlwaysFits() async {
-        await propertyCheck(count: 300, input: trickyChar.string(of: 0...5000), trickyChar.string(of: 0...1200),
-                            Gen.int(in: 0...Int(Int32.max))) { body, extra, seed in
+        await propertyCheck(
+            count: 300, input: trickyChar.string(of: 0...5000), trickyChar.string(of: 0...1200),
+            Gen.int(in: 0...Int(Int32.max))
+        ) { body, extra, seed in
             var rng = SplitMix(state: UInt64(seed))
             let profile = profiles[Int.random(in: 0..<3, using: &rng)]
             let app = AppConfig(payloadProfile: profile, credentials: propertyCredentials)
@@ -64,13 +68,16 @@ struct PropertyTests {
                 titleLocArgs: Bool.random(using: &rng) ? [extra, "x"] : nil,
                 bodyLocKey: Bool.random(using: &rng) ? "BODY" : nil,
                 bodyLocArgs: Bool.random(using: &rng) ? [extra] : nil,
-                extern: Bool.random(using: &rng) ? .string(extra) : (Bool.random(using: &rng) ? .object([("k", .string(extra))]) : nil))
+                extern: Bool.random(using: &rng)
+                    ? .string(extra) : (Bool.random(using: &rng) ? .object([("k", .string(extra))]) : nil))
             let event = ChatEvent(
                 eventID: "e", appID: "a", kind: isCall ? .call : .message, createdAt: t0,
                 sender: .init(id: "u1", name: prefix(extra, bytes: 64)),
-                conversation: .init(id: "c1", type: Bool.random(using: &rng) ? .group : .direct, name: prefix(extra, bytes: 64)),
-                message: .init(id: "m1", text: body, data: Bool.random(using: &rng) ? extra : "",
-                               language: Bool.random(using: &rng) ? "en" : nil, translations: translations),
+                conversation: .init(
+                    id: "c1", type: Bool.random(using: &rng) ? .group : .direct, name: prefix(extra, bytes: 64)),
+                message: .init(
+                    id: "m1", text: body, data: Bool.random(using: &rng) ? extra : "",
+                    language: Bool.random(using: &rng) ? "en" : nil, translations: translations),
                 call: isCall ? .init(action: .initiated, sessionID: "s1", type: .video) : nil,
                 ext: .init(apns: apns))
             var prefs = Preferences()
@@ -78,10 +85,12 @@ struct PropertyTests {
             prefs.template = Bool.random(using: &rng) ? .alternative : .default
             prefs.displayStyle = Int.random(in: 0..<4, using: &rng) == 0 ? .simpleBanner : .summary
             let devices = isCall && Bool.random(using: &rng) ? [device(tokenV, kind: .voip)] : [device()]
-            let state = UserState(devices: devices, preferences: prefs, unread: Unread(total: Int.random(in: 0...999, using: &rng)))
+            let state = UserState(
+                devices: devices, preferences: prefs, unread: Unread(total: Int.random(in: 0...999, using: &rng)))
             do {
-                let requests = try Renderer.render(event: event, recipient: "u2", state: state, targets: devices, app: app,
-                                                   now: now0)
+                let requests = try Renderer.render(
+                    event: event, recipient: "u2", state: state, targets: devices, app: app,
+                    now: now0)
                 #expect(requests.count == 1)
                 for r in requests {
                     #expect(r.payload.count <= r.pushType.payloadLimit)
@@ -90,7 +99,8 @@ struct PropertyTests {
                     #expect(parsed != nil)
                     #expect((try? JSONSerialization.jsonObject(with: Data(r.payload))) != nil)
                     // The body is the full body, or a character-boundary prefix of it ending in an ellipsis.
-                    let full = useContent && !body.isEmpty && event.kind == .message
+                    let full =
+                        useContent && !body.isEmpty && event.kind == .message
                         ? body : Renderer.body(event: event, preferences: prefs, app: app, senderDisplayName: nil)
                     if case .string(let shown)? = parsed?["aps"]?["alert"]?["body"], shown != full {
                         #expect(shown.hasSuffix(Renderer.ellipsis) || shown.isEmpty)
@@ -119,14 +129,18 @@ struct PropertyTests {
 
     @Test("any bytes: the event decoder throws or decodes, never traps")
     func decoderNeverTraps() async {
-        let jsonish = Gen<UInt8?>.element(of: Array(#"{}[]",:"0123456789.-eE truefalsnul\u"#.utf8) + [0xC3, 0xA9, 0xFF, 0x00, 0x80])
-            .map { $0 ?? 0x20 }
+        let jsonish = Gen<UInt8?>.element(
+            of: Array(#"{}[]",:"0123456789.-eE truefalsnul\u"#.utf8) + [0xC3, 0xA9, 0xFF, 0x00, 0x80]
+        )
+        .map { $0 ?? 0x20 }
         await propertyCheck(count: 500, input: jsonish.array(of: 0...300)) { bytes in
             let admission = Ingest.admit(bytes)
             if case .admit(let e) = admission { #expect(!e.eventID.isEmpty) }
         }
         // Mutations of a valid event.
-        await propertyCheck(count: 300, input: Gen.int(in: 0...(validEvent.utf8.count - 1)), Gen<UInt8>.value(in: 0...255)) { at, byte in
+        await propertyCheck(
+            count: 300, input: Gen.int(in: 0...(validEvent.utf8.count - 1)), Gen<UInt8>.value(in: 0...255)
+        ) { at, byte in
             var bytes = Array(validEvent.utf8)
             bytes[at] = byte
             switch Ingest.admit(bytes) {
@@ -146,13 +160,15 @@ struct PropertyTests {
             let force = Bool.random(using: &rng)
             let recipient = pick(["u1", "u2", "u2", "u2"])
             let kind = pick([ChatEvent.Kind.message, .message, .call, .reaction, .groupAction])
-            let event = ChatEvent(eventID: "e", appID: "a", kind: kind, createdAt: t0 + Int64.random(in: 0...86_400_000, using: &rng),
-                                  sender: .init(id: "u1"), conversation: .init(id: "c1", type: .group),
-                                  message: .init(id: "m", text: "hi", mentions: mentions,
-                                                 mentionType: Int.random(in: 0..<6, using: &rng) == 0 ? .channel : .users),
-                                  call: .init(action: .initiated, sessionID: "s", type: .audio),
-                                  reaction: .init(emoji: "😎"), groupAction: .init(action: .left, actorName: "A"),
-                                  ext: .init(ignoreNotification: ignore, forceNotification: force))
+            let event = ChatEvent(
+                eventID: "e", appID: "a", kind: kind, createdAt: t0 + Int64.random(in: 0...86_400_000, using: &rng),
+                sender: .init(id: "u1"), conversation: .init(id: "c1", type: .group),
+                message: .init(
+                    id: "m", text: "hi", mentions: mentions,
+                    mentionType: Int.random(in: 0..<6, using: &rng) == 0 ? .channel : .users),
+                call: .init(action: .initiated, sessionID: "s", type: .audio),
+                reaction: .init(emoji: "😎"), groupAction: .init(action: .left, actorName: "A"),
+                ext: .init(ignoreNotification: ignore, forceNotification: force))
             var devices: [Device] = []
             for n in 0..<Int.random(in: 0...3, using: &rng) {
                 devices.append(device("tok\(n)", kind: Bool.random(using: &rng) ? .apns : .voip))
@@ -161,11 +177,17 @@ struct PropertyTests {
             let prefs = Preferences(
                 trigger: pick(PushTrigger.allCases),
                 conversations: Bool.random(using: &rng)
-                    ? ["c1": ConversationPreference(trigger: pick(ConversationTrigger.allCases), muted: Int.random(in: 0..<4, using: &rng) == 0)] : [:],
+                    ? [
+                        "c1": ConversationPreference(
+                            trigger: pick(ConversationTrigger.allCases), muted: Int.random(in: 0..<4, using: &rng) == 0)
+                    ] : [:],
                 dnd: Bool.random(using: &rng)
-                    ? DoNotDisturb(start: ClockTime(hour: Int.random(in: 0...23, using: &rng)), end: ClockTime(hour: Int.random(in: 0...24, using: &rng)),
-                                   timezone: pick(["Asia/Seoul", "UTC", "America/New_York", "Not/AZone"])) : nil,
-                snooze: Bool.random(using: &rng) ? Snooze(start: t0, end: t0 + Int64.random(in: 0...86_400_000, using: &rng)) : nil)
+                    ? DoNotDisturb(
+                        start: ClockTime(hour: Int.random(in: 0...23, using: &rng)),
+                        end: ClockTime(hour: Int.random(in: 0...24, using: &rng)),
+                        timezone: pick(["Asia/Seoul", "UTC", "America/New_York", "Not/AZone"])) : nil,
+                snooze: Bool.random(using: &rng)
+                    ? Snooze(start: t0, end: t0 + Int64.random(in: 0...86_400_000, using: &rng)) : nil)
             let state = UserState(devices: devices, online: online, preferences: prefs)
             let mode = pick(MultiDeviceMode.allCases)
             let app = AppConfig(multiDevice: mode, credentials: propertyCredentials)
@@ -178,7 +200,8 @@ struct PropertyTests {
             case .suppress(.online): #expect(!online.isEmpty)
             case .suppress(.conversationOff): #expect(!force && conv.trigger == .off)
             case .suppress(.muted): #expect(!force && conv.muted)
-            case .suppress(.triggerOff): #expect(!force && (conv.trigger == .off || (conv.trigger == .default && prefs.trigger == .off)))
+            case .suppress(.triggerOff):
+                #expect(!force && (conv.trigger == .off || (conv.trigger == .default && prefs.trigger == .off)))
             case .suppress(.notMentioned): #expect(!force && !event.mentions(recipient))
             case .suppress(.snoozed): #expect(!force && prefs.snooze?.covers(event.createdAt ?? 0) == true)
             case .suppress(.dnd): #expect(!force && prefs.dnd != nil)
@@ -197,8 +220,9 @@ struct PropertyTests {
                     #expect(prefs.snooze?.covers(event.createdAt ?? 0) != true)
                 }
                 // Whatever is delivered renders within the limit.
-                let requests = try? Renderer.render(event: event, recipient: recipient, state: state, targets: targets,
-                                                    app: app, now: now0)
+                let requests = try? Renderer.render(
+                    event: event, recipient: recipient, state: state, targets: targets,
+                    app: app, now: now0)
                 #expect(requests?.count == targets.count)
             }
             if ignore && recipient != "u1" { #expect(decision == .suppress(.ignored)) }

@@ -16,16 +16,23 @@ func hookDevice(_ token: String = hookToken, provider: String? = nil) -> Device 
     Device(token: token, kind: .webhook, registeredAt: 2, providerID: provider)
 }
 
-func providerApp(_ profile: PayloadProfile, includeNotification: Bool = true, badge: Bool = true,
-                 fcm: FCMOptions = FCMOptions()) -> AppConfig {
-    AppConfig(appID: "app123", payloadProfile: profile, badge: badge,
-              credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")],
-              fcmCredentials: [FCMCredential(providerID: "fcm-provider-1", serviceAccountFile: "sa.json",
-                                             includeNotification: includeNotification),
-                               FCMCredential(providerID: "fcm-provider-2", serviceAccountFile: "sa2.json",
-                                             includeNotification: false)],
-              webhooks: [WebhookCredential(providerID: "custom-1", url: "https://hooks.example/push", region: "eu")],
-              fcm: fcm)
+func providerApp(
+    _ profile: PayloadProfile, includeNotification: Bool = true, badge: Bool = true,
+    fcm: FCMOptions = FCMOptions()
+) -> AppConfig {
+    AppConfig(
+        appID: "app123", payloadProfile: profile, badge: badge,
+        credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")],
+        fcmCredentials: [
+            FCMCredential(
+                providerID: "fcm-provider-1", serviceAccountFile: "sa.json",
+                includeNotification: includeNotification),
+            FCMCredential(
+                providerID: "fcm-provider-2", serviceAccountFile: "sa2.json",
+                includeNotification: false),
+        ],
+        webhooks: [WebhookCredential(providerID: "custom-1", url: "https://hooks.example/push", region: "eu")],
+        fcm: fcm)
 }
 
 /// The `message` object of an FCM request.
@@ -50,12 +57,15 @@ struct FCMMessageTests {
     }
 
     static let chatRows: [ProfileRow] = [
-        ProfileRow(name: "compact", profile: .compact,
-                   data: #"{"f":"6001","t":"u2","m":"373360335316321408","g":"c1","body":"Cindy: Bye!"}"#,
-                   notificationTitle: nil, notificationBody: "Cindy: Bye!"),
-        ProfileRow(name: "cometchat", profile: .cometchat,
-                   data: #"{"title":"Cindy","body":"Bye!","sender":"6001","senderName":"Cindy","receiver":"c1","receiverName":"Hiking","receiverType":"group","tag":"373360335316321408","conversationId":"c1","type":"chat","sentAt":"1732000000000"}"#,
-                   notificationTitle: "Cindy", notificationBody: "Bye!"),
+        ProfileRow(
+            name: "compact", profile: .compact,
+            data: #"{"f":"6001","t":"u2","m":"373360335316321408","g":"c1","body":"Cindy: Bye!"}"#,
+            notificationTitle: nil, notificationBody: "Cindy: Bye!"),
+        ProfileRow(
+            name: "cometchat", profile: .cometchat,
+            data:
+                #"{"title":"Cindy","body":"Bye!","sender":"6001","senderName":"Cindy","receiver":"c1","receiverName":"Hiking","receiverType":"group","tag":"373360335316321408","conversationId":"c1","type":"chat","sentAt":"1732000000000"}"#,
+            notificationTitle: "Cindy", notificationBody: "Bye!"),
     ]
 
     @Test("chat message per profile: notification block, string-only data, normal priority, ttl", arguments: chatRows)
@@ -85,8 +95,9 @@ struct FCMMessageTests {
     @Test("sendbird: data carries message and the nested object as JSON text")
     func sendbird() throws {
         let e = try event(messageJSON(recipients: ["u2"], translations: #"{"fr":"Au revoir !"}"#))
-        let (_, requests) = try run(e, to: "u2", state: user(devices: [fcmDevice()], unread: 7),
-                                    app: providerApp(.sendbird(key: "sendbird")))
+        let (_, requests) = try run(
+            e, to: "u2", state: user(devices: [fcmDevice()], unread: 7),
+            app: providerApp(.sendbird(key: "sendbird")))
         let m = try fcmMessage(try #require(requests.first))
         #expect(allStrings(m["data"]))
         #expect(m["data"]?["message"] == .string("Cindy: Bye!"))
@@ -105,8 +116,9 @@ struct FCMMessageTests {
     @Test("include_notification off: data-only with the badge in data and no android.notification")
     func dataOnly() throws {
         let e = try event(messageJSON(recipients: ["u2"]))
-        let (_, requests) = try run(e, to: "u2", state: user(devices: [fcmDevice()], unread: 2),
-                                    app: providerApp(.compact, includeNotification: false))
+        let (_, requests) = try run(
+            e, to: "u2", state: user(devices: [fcmDevice()], unread: 2),
+            app: providerApp(.compact, includeNotification: false))
         let m = try fcmMessage(try #require(requests.first))
         #expect(m["notification"] == nil)
         #expect(m["android"]?["notification"] == nil)
@@ -118,8 +130,9 @@ struct FCMMessageTests {
     @Test("the device's provider id picks the credential and its include_notification setting")
     func providerPicksCredential() throws {
         let e = try event(messageJSON(recipients: ["u2"]))
-        let (_, requests) = try run(e, to: "u2", state: user(devices: [fcmDevice(provider: "fcm-provider-2")]),
-                                    app: providerApp(.compact))
+        let (_, requests) = try run(
+            e, to: "u2", state: user(devices: [fcmDevice(provider: "fcm-provider-2")]),
+            app: providerApp(.compact))
         let r = try #require(requests.first)
         #expect(r.providerID == "fcm-provider-2")
         #expect(try fcmMessage(r)["notification"] == nil)
@@ -140,9 +153,11 @@ struct FCMMessageTests {
 
     @Test("call: data-only, high priority, call ttl, collapse key per session; CometChat call fields")
     func call() throws {
-        let e = try cometEvent(kind: "call", block: #""call":{"action":"initiated","session_id":"v1.123.aik2","type":"video"}"#)
-        let (_, requests) = try run(e, to: "cometchat-uid-2", state: user(devices: [fcmDevice()]),
-                                    app: providerApp(.cometchat))
+        let e = try cometEvent(
+            kind: "call", block: #""call":{"action":"initiated","session_id":"v1.123.aik2","type":"video"}"#)
+        let (_, requests) = try run(
+            e, to: "cometchat-uid-2", state: user(devices: [fcmDevice()]),
+            app: providerApp(.cometchat))
         let r = try #require(requests.first)
         #expect(r.priority == 10 && r.collapseID == "call-v1.123.aik2")
         let m = try fcmMessage(r)
@@ -161,17 +176,21 @@ struct FCMMessageTests {
     @Test("compact call: the call object travels as JSON text in data")
     func compactCall() throws {
         let e = try cometEvent(kind: "call", block: #""call":{"action":"initiated","session_id":"s1","type":"audio"}"#)
-        let (_, requests) = try run(e, to: "cometchat-uid-2", state: user(devices: [fcmDevice()]), app: providerApp(.compact))
+        let (_, requests) = try run(
+            e, to: "cometchat-uid-2", state: user(devices: [fcmDevice()]), app: providerApp(.compact))
         let m = try fcmMessage(try #require(requests.first))
         guard case .string(let text)? = m["data"]?["call"] else { Issue.record("no call text"); return }
-        #expect(canonical(try JSONValue.parse(text)) == canonical(json(#"{"action":"initiated","session_id":"s1","type":"audio"}"#)))
+        #expect(
+            canonical(try JSONValue.parse(text))
+                == canonical(json(#"{"action":"initiated","session_id":"s1","type":"audio"}"#)))
     }
 
     @Test("channel id, click action and CometChat's tag go in android.notification")
     func androidNotificationOptions() throws {
         let e = try event(messageJSON(recipients: ["u2"]))
         let app = providerApp(.cometchat, fcm: FCMOptions(channelID: "chat", clickAction: "OPEN_CHAT"))
-        let m = try fcmMessage(try #require(try run(e, to: "u2", state: user(devices: [fcmDevice()]), app: app).1.first))
+        let m = try fcmMessage(
+            try #require(try run(e, to: "u2", state: user(devices: [fcmDevice()]), app: app).1.first))
         #expect(m["android"]?["notification"]?["channel_id"] == .string("chat"))
         #expect(m["android"]?["notification"]?["click_action"] == .string("OPEN_CHAT"))
         #expect(m["android"]?["notification"]?["tag"] == .string("373360335316321408"))
@@ -181,25 +200,42 @@ struct FCMMessageTests {
     func sameTextsAsAPNs() throws {
         let e = try event(messageJSON(recipients: ["u2"], language: "en", translations: #"{"fr":"Au revoir !"}"#))
         let fr = Preferences(languages: ["fr"])
-        let m = try fcmMessage(try #require(try run(e, to: "u2", state: user(devices: [fcmDevice()], prefs: fr),
-                                                    app: providerApp(.compact)).1.first))
+        let m = try fcmMessage(
+            try #require(
+                try run(
+                    e, to: "u2", state: user(devices: [fcmDevice()], prefs: fr),
+                    app: providerApp(.compact)
+                ).1.first))
         #expect(m["notification"]?["body"] == .string("Cindy: Au revoir !"))
         let banner = Preferences(displayStyle: .simpleBanner)
-        let b = try fcmMessage(try #require(try run(e, to: "u2", state: user(devices: [fcmDevice()], prefs: banner),
-                                                    app: providerApp(.compact)).1.first))
+        let b = try fcmMessage(
+            try #require(
+                try run(
+                    e, to: "u2", state: user(devices: [fcmDevice()], prefs: banner),
+                    app: providerApp(.compact)
+                ).1.first))
         #expect(b["notification"]?["body"] == .string("You have a new message"))
-        let off = try fcmMessage(try #require(try run(e, to: "u2", state: user(devices: [fcmDevice()], unread: 4),
-                                                      app: providerApp(.compact, badge: false)).1.first))
+        let off = try fcmMessage(
+            try #require(
+                try run(
+                    e, to: "u2", state: user(devices: [fcmDevice()], unread: 4),
+                    app: providerApp(.compact, badge: false)
+                ).1.first))
         #expect(off["android"]?["notification"]?["notification_count"] == nil)
     }
 
-    @Test("a long message is shortened to fit 4096 bytes, ending in …, valid JSON", arguments: [
-        PayloadProfile.compact, .sendbird(key: "sendbird"), .cometchat,
-    ])
+    @Test(
+        "a long message is shortened to fit 4096 bytes, ending in …, valid JSON",
+        arguments: [
+            PayloadProfile.compact, .sendbird(key: "sendbird"), .cometchat,
+        ])
     func truncation(_ profile: PayloadProfile) throws {
         let long = String(repeating: "héllo \"wörld\" ", count: 600)
-        let e = try event(messageJSON(recipients: ["u2"], text: long, translations: #"{"fr":"\#(String(repeating: "x", count: 900))"}"#))
-        let r = try #require(try run(e, to: "u2", state: user(devices: [fcmDevice()]), app: providerApp(profile)).1.first)
+        let e = try event(
+            messageJSON(
+                recipients: ["u2"], text: long, translations: #"{"fr":"\#(String(repeating: "x", count: 900))"}"#))
+        let r = try #require(
+            try run(e, to: "u2", state: user(devices: [fcmDevice()]), app: providerApp(profile)).1.first)
         #expect(r.payload.count <= FCMMessage.payloadLimit)
         #expect(r.payload.count > FCMMessage.payloadLimit - 200)
         let m = try fcmMessage(r)
@@ -213,11 +249,14 @@ struct FCMMessageTests {
 struct WebhookPayloadTests {
     @Test("chat notification matches CometChat's sample")
     func chatSample() throws {
-        let e = try cometEvent(kind: "message", block: #""ext":{}"#, message: #"{"id":"123","type":"text","text":"Hello!"}"#)
-        let (_, requests) = try run(e, to: "cometchat-uid-2", state: user(devices: [hookDevice()]), app: providerApp(.cometchat))
+        let e = try cometEvent(
+            kind: "message", block: #""ext":{}"#, message: #"{"id":"123","type":"text","text":"Hello!"}"#)
+        let (_, requests) = try run(
+            e, to: "cometchat-uid-2", state: user(devices: [hookDevice()]), app: providerApp(.cometchat))
         let r = try #require(requests.first)
         #expect(r.provider == .webhook && r.providerID == "custom-1" && r.token == hookToken)
-        let expected = json("""
+        let expected = json(
+            """
             {"trigger":"push-notification-payload-generated",
              "data":{"to":{"uid":"cometchat-uid-2"},
                      "notificationDetails":{"title":"Andrew Joseph","body":"Hello!","sender":"cometchat-uid-1",
@@ -232,8 +271,11 @@ struct WebhookPayloadTests {
 
     @Test("call notification: AUDIO CALL with callAction, sessionId, callType")
     func callSample() throws {
-        let e = try cometEvent(kind: "call", block: #""call":{"action":"initiated","session_id":"v1.123.aik2","type":"audio"}"#)
-        let r = try #require(try run(e, to: "cometchat-uid-2", state: user(devices: [hookDevice()]), app: providerApp(.cometchat)).1.first)
+        let e = try cometEvent(
+            kind: "call", block: #""call":{"action":"initiated","session_id":"v1.123.aik2","type":"audio"}"#)
+        let r = try #require(
+            try run(e, to: "cometchat-uid-2", state: user(devices: [hookDevice()]), app: providerApp(.cometchat)).1
+                .first)
         let d = try #require(try payload(r)["data"]?["notificationDetails"])
         #expect(d["title"] == .string("Andrew Joseph"))
         #expect(d["body"] == .string("AUDIO CALL"))
@@ -247,7 +289,9 @@ struct WebhookPayloadTests {
     @Test("reaction notification: Reacted to your message: 😎, tag 58, type chat")
     func reactionSample() throws {
         let e = try cometEvent(kind: "reaction", block: #""reaction":{"emoji":"😎","message_id":"58"}"#)
-        let r = try #require(try run(e, to: "cometchat-uid-2", state: user(devices: [hookDevice()]), app: providerApp(.cometchat)).1.first)
+        let r = try #require(
+            try run(e, to: "cometchat-uid-2", state: user(devices: [hookDevice()]), app: providerApp(.cometchat)).1
+                .first)
         let d = try #require(try payload(r)["data"]?["notificationDetails"])
         #expect(d["body"] == .string("Reacted to your message: 😎"))
         #expect(d["tag"] == .string("58"))
@@ -256,10 +300,13 @@ struct WebhookPayloadTests {
 
     @Test("group action notification: title is the group, receiver the group, tag the group")
     func groupActionSample() throws {
-        let e = try cometEvent(kind: "group_action", block: #""group_action":{"action":"left","actor_name":"Andrew Joseph"}"#,
-                               conversation: #"{"id":"cometchat-guid-1","type":"group","name":"Hiking group"}"#,
-                               recipients: ["g-messages-none"])
-        let r = try #require(try run(e, to: "g-messages-none", state: user(devices: [hookDevice()]), app: providerApp(.cometchat)).1.first)
+        let e = try cometEvent(
+            kind: "group_action", block: #""group_action":{"action":"left","actor_name":"Andrew Joseph"}"#,
+            conversation: #"{"id":"cometchat-guid-1","type":"group","name":"Hiking group"}"#,
+            recipients: ["g-messages-none"])
+        let r = try #require(
+            try run(e, to: "g-messages-none", state: user(devices: [hookDevice()]), app: providerApp(.cometchat)).1
+                .first)
         let p = try payload(r)
         #expect(p["data"]?["to"]?["uid"] == .string("g-messages-none"))
         let d = try #require(p["data"]?["notificationDetails"])
@@ -275,7 +322,8 @@ struct WebhookPayloadTests {
     @Test("extern becomes custom; the shape is CometChat's whatever the app profile")
     func customAndProfileIndependence() throws {
         let e = try event(messageJSON(recipients: ["u2"], ext: #"{"em_apns_ext":{"extern":{"k":"v"}}}"#))
-        let r = try #require(try run(e, to: "u2", state: user(devices: [hookDevice()]), app: providerApp(.compact)).1.first)
+        let r = try #require(
+            try run(e, to: "u2", state: user(devices: [hookDevice()]), app: providerApp(.compact)).1.first)
         let p = try payload(r)
         #expect(p["trigger"] == .string("push-notification-payload-generated"))
         #expect(p["webhook"] == .string("custom"))
@@ -309,7 +357,8 @@ struct DeviceKindTests {
     func callTargets() throws {
         let e = try cometEvent(kind: "call", block: #""call":{"action":"initiated","session_id":"s","type":"audio"}"#)
         let state = user(devices: [device(), device(tokenV, kind: .voip), fcmDevice(), hookDevice()])
-        let d = Suppression.decide(event: e, recipient: "cometchat-uid-2", state: state, app: providerApp(.cometchat), now: now0)
+        let d = Suppression.decide(
+            event: e, recipient: "cometchat-uid-2", state: state, app: providerApp(.cometchat), now: now0)
         #expect(d.targets.map(\.kind) == [.voip, .fcm, .webhook])
     }
 
@@ -317,11 +366,14 @@ struct DeviceKindTests {
     func presenceAcrossKinds() throws {
         let e = try event(messageJSON(recipients: ["u2"]))
         let state = user(devices: [device(), fcmDevice()], online: [fcmToken])
-        #expect(Suppression.decide(event: e, recipient: "u2", state: state, app: providerApp(.compact), now: now0)
-                    == .suppress(.online))
-        let multi = AppConfig(multiDevice: .offlineOnly, credentials: providerApp(.compact).credentials,
-                              fcmCredentials: providerApp(.compact).fcmCredentials)
-        #expect(Suppression.decide(event: e, recipient: "u2", state: state, app: multi, now: now0).targets == [device()])
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: state, app: providerApp(.compact), now: now0)
+                == .suppress(.online))
+        let multi = AppConfig(
+            multiDevice: .offlineOnly, credentials: providerApp(.compact).credentials,
+            fcmCredentials: providerApp(.compact).fcmCredentials)
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: state, app: multi, now: now0).targets == [device()])
     }
 
     @Test("device JSON without kind decodes as apns; provider_id round-trips (JSON and binary forms)")
@@ -331,8 +383,9 @@ struct DeviceKindTests {
         let d = Device(token: "t", kind: .fcm, registeredAt: 5, providerID: "fcm-provider-2")
         let back = try Device.fromJSON(d.jsonBytes())
         #expect(back == d)
-        let record = DeliverableRecord(event: try event(messageJSON()), recipient: "u2", state: user(devices: [d]),
-                                       targets: [d, hookDevice()])
+        let record = DeliverableRecord(
+            event: try event(messageJSON()), recipient: "u2", state: user(devices: [d]),
+            targets: [d, hookDevice()])
         let fast = try StageCodec.decode(DeliverableRecord.self, from: StageCodec.encode(record))
         #expect(fast.targets == [d, hookDevice()])
     }
@@ -340,7 +393,8 @@ struct DeviceKindTests {
     @Test("an FCM request survives the outbound record codec with its provider")
     func outboundCodec() throws {
         let e = try event(messageJSON(recipients: ["u2"]))
-        let r = try #require(try run(e, to: "u2", state: user(devices: [fcmDevice()]), app: providerApp(.compact)).1.first)
+        let r = try #require(
+            try run(e, to: "u2", state: user(devices: [fcmDevice()]), app: providerApp(.compact)).1.first)
         let record = OutboundRecord(eventID: "e1", appID: "app123", recipient: "u2", request: r)
         let fast = try StageCodec.decode(OutboundRecord.self, from: StageCodec.encode(record))
         #expect(fast.request == r)
@@ -348,13 +402,15 @@ struct DeviceKindTests {
         #expect(slow.request.provider == .fcm && slow.request.providerID == "fcm-provider-1")
     }
 
-    @Test("CometChat platform names map onto device kinds", arguments: [
-        ("FCM_ANDROID", Device.Kind.fcm), ("FCM_iOS", .fcm), ("FCM_WEB", .fcm), ("FCM_FLUTTER_ANDROID", .fcm),
-        ("FCM_REACT_NATIVE_iOS", .fcm), ("FCM_IONIC_CORDOVA_ANDROID", .fcm),
-        ("APNS_iOS_DEVICE", .apns), ("APNS_iOS_VOIP", .voip), ("APNS_FLUTTER_VOIP", .voip),
-        ("APNS_REACT_NATIVE_DEVICE", .apns), ("APNS_IONIC_CORDOVA_VOIP", .voip),
-        ("fcm", .fcm), ("webhook", .webhook), ("CUSTOM", .webhook),
-    ])
+    @Test(
+        "CometChat platform names map onto device kinds",
+        arguments: [
+            ("FCM_ANDROID", Device.Kind.fcm), ("FCM_iOS", .fcm), ("FCM_WEB", .fcm), ("FCM_FLUTTER_ANDROID", .fcm),
+            ("FCM_REACT_NATIVE_iOS", .fcm), ("FCM_IONIC_CORDOVA_ANDROID", .fcm),
+            ("APNS_iOS_DEVICE", .apns), ("APNS_iOS_VOIP", .voip), ("APNS_FLUTTER_VOIP", .voip),
+            ("APNS_REACT_NATIVE_DEVICE", .apns), ("APNS_IONIC_CORDOVA_VOIP", .voip),
+            ("fcm", .fcm), ("webhook", .webhook), ("CUSTOM", .webhook),
+        ])
     func platforms(_ name: String, _ kind: Device.Kind) {
         #expect(PushPlatform.kind(for: name) == kind)
     }
@@ -374,23 +430,39 @@ struct ProviderAnswerTableTests {
         var testDescription: String { "\(status) \(body ?? "")" }
     }
 
-    static func fcmError(_ status: Int, _ name: String, _ code: String?, message: String = "m", field: String? = nil) -> String {
+    static func fcmError(
+        _ status: Int, _ name: String, _ code: String?, message: String = "m", field: String? = nil
+    ) -> String {
         var details: [String] = []
-        if let code { details.append(#"{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"\#(code)"}"#) }
-        if let field { details.append(#"{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"\#(field)","description":"d"}]}"#) }
-        return #"{"error":{"code":\#(status),"message":"\#(message)","status":"\#(name)","details":[\#(details.joined(separator: ","))]}}"#
+        if let code {
+            details.append(#"{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"\#(code)"}"#)
+        }
+        if let field {
+            details.append(
+                #"{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"\#(field)","description":"d"}]}"#
+            )
+        }
+        return
+            #"{"error":{"code":\#(status),"message":"\#(message)","status":"\#(name)","details":[\#(details.joined(separator: ","))]}}"#
     }
 
     static let rows: [Row] = [
         Row(status: 200, body: nil, answer: .delivered),
         Row(status: 404, body: fcmError(404, "NOT_FOUND", "UNREGISTERED"), answer: .tokenDead(unregisteredAt: nil)),
-        Row(status: 400, body: fcmError(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT",
-                                        message: "The registration token is not a valid FCM registration token"),
+        Row(
+            status: 400,
+            body: fcmError(
+                400, "INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                message: "The registration token is not a valid FCM registration token"),
             answer: .tokenDead(unregisteredAt: nil)),
-        Row(status: 400, body: fcmError(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", field: "message.token"),
+        Row(
+            status: 400, body: fcmError(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", field: "message.token"),
             answer: .tokenDead(unregisteredAt: nil)),
-        Row(status: 400, body: fcmError(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT",
-                                        message: "Invalid value at 'message.data[0].value'", field: "message.data[0].value"),
+        Row(
+            status: 400,
+            body: fcmError(
+                400, "INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                message: "Invalid value at 'message.data[0].value'", field: "message.data[0].value"),
             answer: .permanent),
         Row(status: 403, body: fcmError(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH"), answer: .permanent),
         Row(status: 429, body: fcmError(429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED"), answer: .retryable),
@@ -425,10 +497,13 @@ struct ProviderAnswerTableTests {
         #expect(FCMAnswerTable.retryAfter(nil) == nil)
     }
 
-    @Test("webhook statuses: 2xx delivered, 408/429/5xx retried, other 4xx permanent", arguments: [
-        (200, APNsAnswerClass.delivered), (204, .delivered), (429, .retryable), (503, .retryable), (500, .retryable),
-        (408, .retryable), (400, .permanent), (401, .permanent), (404, .permanent), (301, .permanent),
-    ])
+    @Test(
+        "webhook statuses: 2xx delivered, 408/429/5xx retried, other 4xx permanent",
+        arguments: [
+            (200, APNsAnswerClass.delivered), (204, .delivered), (429, .retryable), (503, .retryable),
+            (500, .retryable),
+            (408, .retryable), (400, .permanent), (401, .permanent), (404, .permanent), (301, .permanent),
+        ])
     func webhook(_ status: Int, _ answer: APNsAnswerClass) {
         #expect(WebhookAnswerTable.classify(status: status) == answer)
     }
@@ -445,14 +520,18 @@ struct ProviderAnswerTableTests {
 struct PlatformRecordTests {
     @Test("a device given as a CometChat platform takes its kind; an unknown platform is refused")
     func platformField() throws {
-        let d = try Device.fromJSON(Array(#"{"token":"t","platform":"FCM_ANDROID","provider_id":"fcm-provider-2"}"#.utf8))
+        let d = try Device.fromJSON(
+            Array(#"{"token":"t","platform":"FCM_ANDROID","provider_id":"fcm-provider-2"}"#.utf8))
         #expect(d.kind == .fcm && d.providerID == "fcm-provider-2")
         let v = try Device.fromJSON(Array(#"{"token":"t","platform":"APNS_iOS_VOIP"}"#.utf8))
         #expect(v.kind == .voip)
         #expect(throws: StageRecordError.self) {
             _ = try Device.fromJSON(Array(#"{"token":"t","platform":"PALM"}"#.utf8))
         }
-        let record = try StageCodec.decode(RegistryRecord.self, from: Array(#"{"op":"register_device","app_id":"a","user":"u","device":{"token":"t","platform":"FCM_WEB"}}"#.utf8))
+        let record = try StageCodec.decode(
+            RegistryRecord.self,
+            from: Array(
+                #"{"op":"register_device","app_id":"a","user":"u","device":{"token":"t","platform":"FCM_WEB"}}"#.utf8))
         #expect(record.device?.kind == .fcm)
     }
 }

@@ -7,8 +7,11 @@ import Testing
 
 let sendbirdApp = AppConfig(
     appID: "sb", payloadProfile: .sendbird(key: "sendbird"),
-    templates: TemplateConfig(customTypes: ["support": TemplatePair(text: "[{channel_name}] {sender_name}: {message}",
-                                                                    file: "{sender_name} sent {file_type_friendly}: {filename}")]),
+    templates: TemplateConfig(customTypes: [
+        "support": TemplatePair(
+            text: "[{channel_name}] {sender_name}: {message}",
+            file: "{sender_name} sent {file_type_friendly}: {filename}")
+    ]),
     credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
 
 struct TemplateRow: Sendable, CustomTestStringConvertible {
@@ -27,26 +30,34 @@ let imageFile = #"{"name":"hello_world.jpg","mime_type":"image/jpeg","url":"http
 
 let templateRows: [TemplateRow] = [
     TemplateRow(name: "default template, text: {sender_name}: {message}", body: "Cindy: Bye!"),
-    TemplateRow(name: "default template, file: {filename}", messageType: "file", file: imageFile, body: "hello_world.jpg"),
+    TemplateRow(
+        name: "default template, file: {filename}", messageType: "file", file: imageFile, body: "hello_world.jpg"),
     TemplateRow(name: "alternative template, text", template: .alternative, body: "New message arrived"),
-    TemplateRow(name: "alternative template, file", template: .alternative, messageType: "file", file: imageFile,
-                body: "New file arrived"),
+    TemplateRow(
+        name: "alternative template, file", template: .alternative, messageType: "file", file: imageFile,
+        body: "New file arrived"),
     TemplateRow(name: "custom_type template beats default", convCustomType: "support", body: "[Hiking] Cindy: Bye!"),
-    TemplateRow(name: "custom_type template beats alternative", template: .alternative, convCustomType: "support",
-                body: "[Hiking] Cindy: Bye!"),
-    TemplateRow(name: "custom_type file template with file_type_friendly", messageType: "file", file: imageFile,
-                convCustomType: "support", body: "Cindy sent Image: hello_world.jpg"),
+    TemplateRow(
+        name: "custom_type template beats alternative", template: .alternative, convCustomType: "support",
+        body: "[Hiking] Cindy: Bye!"),
+    TemplateRow(
+        name: "custom_type file template with file_type_friendly", messageType: "file", file: imageFile,
+        convCustomType: "support", body: "Cindy sent Image: hello_world.jpg"),
     TemplateRow(name: "unknown custom_type falls back to default", convCustomType: "other", body: "Cindy: Bye!"),
     TemplateRow(name: "simple banner display style", style: .simpleBanner, body: "You have a new message"),
-    TemplateRow(name: "alternative template in French", template: .alternative, languages: ["fr"],
-                body: "Nouveau message reçu"),
-    TemplateRow(name: "alternative template in Korean (kr alias)", template: .alternative, languages: ["kr"],
-                body: "새 메시지가 도착했습니다"),
-    TemplateRow(name: "alternative template in Simplified Chinese", template: .alternative, languages: ["zh-Hans"],
-                body: "收到一条新消息"),
+    TemplateRow(
+        name: "alternative template in French", template: .alternative, languages: ["fr"],
+        body: "Nouveau message reçu"),
+    TemplateRow(
+        name: "alternative template in Korean (kr alias)", template: .alternative, languages: ["kr"],
+        body: "새 메시지가 도착했습니다"),
+    TemplateRow(
+        name: "alternative template in Simplified Chinese", template: .alternative, languages: ["zh-Hans"],
+        body: "收到一条新消息"),
     TemplateRow(name: "simple banner in Korean", style: .simpleBanner, languages: ["ko-KR"], body: "새 메시지가 있습니다"),
-    TemplateRow(name: "unknown language falls back to English", template: .alternative, languages: ["xx"],
-                body: "New message arrived"),
+    TemplateRow(
+        name: "unknown language falls back to English", template: .alternative, languages: ["xx"],
+        body: "New message arrived"),
 ]
 
 struct TriggerRow: Sendable, CustomTestStringConvertible {
@@ -64,23 +75,32 @@ let triggerRows: [TriggerRow] = [
     TriggerRow(name: "all: every message", user: .all, expected: nil),
     TriggerRow(name: "mention_only, not mentioned", user: .mentionOnly, expected: .notMentioned),
     TriggerRow(name: "mention_only, mentioned", user: .mentionOnly, mentions: ["u2"], expected: nil),
-    TriggerRow(name: "mention_only, someone else mentioned", user: .mentionOnly, mentions: ["u3"], expected: .notMentioned),
+    TriggerRow(
+        name: "mention_only, someone else mentioned", user: .mentionOnly, mentions: ["u3"], expected: .notMentioned),
     TriggerRow(name: "mention_only, channel mention", user: .mentionOnly, mentionType: "channel", expected: nil),
     TriggerRow(name: "off: nothing", user: .off, mentions: ["u2"], expected: .triggerOff),
     TriggerRow(name: "conversation off beats user all", user: .all, conversation: .off, expected: .conversationOff),
     TriggerRow(name: "conversation all beats user off", user: .off, conversation: .all, expected: nil),
-    TriggerRow(name: "conversation mention_only beats user all", user: .all, conversation: .mentionOnly, expected: .notMentioned),
-    TriggerRow(name: "conversation default uses user mention_only", user: .mentionOnly, conversation: .default, expected: .notMentioned),
+    TriggerRow(
+        name: "conversation mention_only beats user all", user: .all, conversation: .mentionOnly,
+        expected: .notMentioned),
+    TriggerRow(
+        name: "conversation default uses user mention_only", user: .mentionOnly, conversation: .default,
+        expected: .notMentioned),
     TriggerRow(name: "muted conversation", user: .all, muted: true, mentions: ["u2"], expected: .muted),
-    TriggerRow(name: "conversation off is reported before muted", user: .all, conversation: .off, muted: true, expected: .conversationOff),
+    TriggerRow(
+        name: "conversation off is reported before muted", user: .all, conversation: .off, muted: true,
+        expected: .conversationOff),
 ]
 
 @Suite("Sendbird seed behaviour")
 struct SendbirdSeedTests {
     @Test(arguments: templateRows)
     func templates(_ row: TemplateRow) throws {
-        let e = try event(messageJSON(sender: "u1", convCustomType: row.convCustomType, messageType: row.messageType,
-                                      file: row.file))
+        let e = try event(
+            messageJSON(
+                sender: "u1", convCustomType: row.convCustomType, messageType: row.messageType,
+                file: row.file))
         var prefs = Preferences()
         prefs.template = row.template
         prefs.displayStyle = row.style
@@ -93,8 +113,9 @@ struct SendbirdSeedTests {
     @Test(arguments: triggerRows)
     func triggerOptions(_ row: TriggerRow) throws {
         let e = try event(messageJSON(sender: "u1", mentions: row.mentions, mentionType: row.mentionType))
-        let prefs = Preferences(trigger: row.user,
-                                conversations: ["c1": ConversationPreference(trigger: row.conversation, muted: row.muted)])
+        let prefs = Preferences(
+            trigger: row.user,
+            conversations: ["c1": ConversationPreference(trigger: row.conversation, muted: row.muted)])
         let state = user(prefs: prefs)
         let d = Suppression.decide(event: e, recipient: "u2", state: state, app: sendbirdApp, now: now0)
         #expect(d == (row.expected.map { .suppress($0) } ?? .deliver(targets: state.devices)))
@@ -106,8 +127,10 @@ struct SendbirdSeedTests {
         prefs.dnd = DoNotDisturb(start: ClockTime("22:00")!, end: ClockTime("08:00")!, timezone: "Asia/Seoul")
         let state = user(prefs: prefs)
         // t0 is 16:06 in Seoul: not in the window. 2024-11-19T14:30Z is 23:30 in Seoul.
-        let rows: [(Int64, Bool)] = [(t0, false), (1_732_026_600_000, true), (1_732_060_800_000, false),
-                                      (1_732_050_000_000, true)]
+        let rows: [(Int64, Bool)] = [
+            (t0, false), (1_732_026_600_000, true), (1_732_060_800_000, false),
+            (1_732_050_000_000, true),
+        ]
         for (at, inDND) in rows {
             let e = try event(messageJSON(createdAt: at))
             let d = Suppression.decide(event: e, recipient: "u2", state: state, app: sendbirdApp, now: now0)
@@ -116,8 +139,9 @@ struct SendbirdSeedTests {
         // The same instant is outside a 22-08 window in New York (03:30 there is inside; 09:30 is not).
         prefs.dnd?.timezone = "America/New_York"
         let e = try event(messageJSON(createdAt: 1_732_026_600_000))  // 09:30 in New York
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: now0)
-                    == .deliver(targets: [device()]))
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: now0)
+                == .deliver(targets: [device()]))
     }
 
     @Test("DND uses created_at, and now only when the event has none")
@@ -126,10 +150,12 @@ struct SendbirdSeedTests {
         prefs.dnd = DoNotDisturb(start: ClockTime("22:00")!, end: ClockTime("08:00")!, timezone: "Asia/Seoul")
         let noTime = try event(messageJSON(createdAt: nil))
         let night = Date(timeIntervalSince1970: 1_732_026_600)  // 23:30 Seoul
-        #expect(Suppression.decide(event: noTime, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: night)
-                    == .suppress(.dnd))
-        #expect(Suppression.decide(event: noTime, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: now0)
-                    != .suppress(.dnd))
+        #expect(
+            Suppression.decide(event: noTime, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: night)
+                == .suppress(.dnd))
+        #expect(
+            Suppression.decide(event: noTime, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: now0)
+                != .suppress(.dnd))
     }
 
     @Test("snooze covers [start, end)")
@@ -138,18 +164,22 @@ struct SendbirdSeedTests {
         prefs.snooze = Snooze(start: t0, end: t0 + 3_600_000)
         for (at, snoozed) in [(t0 - 1, false), (t0, true), (t0 + 3_599_999, true), (t0 + 3_600_000, false)] {
             let e = try event(messageJSON(createdAt: at))
-            let d = Suppression.decide(event: e, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: now0)
+            let d = Suppression.decide(
+                event: e, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: now0)
             #expect((d == .suppress(.snoozed)) == snoozed, "at \(at)")
         }
     }
 
     @Test("translation: body in the first preferred language, all translations in the sendbird object")
     func translation() throws {
-        let translations = #"{"fr":"Bonjour comment allez vous","de":"Hallo wie geht es dir","es":"Hola como estas","kr":"안녕하십니까?"}"#
-        let app = AppConfig(payloadProfile: .sendbird(key: "sendbird"),
-                            templates: TemplateConfig(defaultPair: TemplatePair(text: "{message}", file: "{filename}")),
-                            credentials: sendbirdApp.credentials)
-        let e = try event(messageJSON(sender: "u1", text: "Hello, how are you?", language: "en", translations: translations))
+        let translations =
+            #"{"fr":"Bonjour comment allez vous","de":"Hallo wie geht es dir","es":"Hola como estas","kr":"안녕하십니까?"}"#
+        let app = AppConfig(
+            payloadProfile: .sendbird(key: "sendbird"),
+            templates: TemplateConfig(defaultPair: TemplatePair(text: "{message}", file: "{filename}")),
+            credentials: sendbirdApp.credentials)
+        let e = try event(
+            messageJSON(sender: "u1", text: "Hello, how are you?", language: "en", translations: translations))
         var prefs = Preferences()
         prefs.languages = ["fr", "de", "es", "kr"]
         let p = try payload(try #require(try run(e, to: "u2", state: user(prefs: prefs), app: app).1.first))
@@ -186,7 +216,8 @@ struct SendbirdSeedTests {
         let p = try payload(try #require(requests.first))
         #expect(p["sendbird"] == nil)
         let sb = try #require(p["chat"])
-        let expected = json("""
+        let expected = json(
+            """
             {"category":"messaging:offline_notification","type":"File","message":"Bye!","data":"","custom_type":"",
              "message_id":373360335316321408,"created_at":1732000000000,"app_id":"app1","unread_message_count":7,
              "channel":{"channel_url":"c1","name":"Hiking","custom_type":""},"channel_type":"group_messaging",
@@ -206,7 +237,8 @@ struct SendbirdSeedTests {
         #expect(on["aps"]?["badge"] == .number("5"))
         var prefs = Preferences()
         prefs.badge = false
-        let userOff = try payload(try #require(try run(e, to: "u2", state: user(prefs: prefs, unread: 5), app: sendbirdApp).1.first))
+        let userOff = try payload(
+            try #require(try run(e, to: "u2", state: user(prefs: prefs, unread: 5), app: sendbirdApp).1.first))
         #expect(userOff["aps"]?["badge"] == nil)
         let appOff = AppConfig(payloadProfile: .compact, badge: false, credentials: sendbirdApp.credentials)
         let off = try payload(try #require(try run(e, to: "u2", state: user(unread: 5), app: appOff).1.first))
@@ -218,10 +250,13 @@ struct SendbirdSeedTests {
         let e = try event(messageJSON(sender: "u1"))
         let two = [device(tokenA), device(tokenB)]
         let app = AppConfig(multiDevice: .allOffline, credentials: sendbirdApp.credentials)
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two), app: app, now: now0)
-                    == .deliver(targets: two))
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenB]), app: app, now: now0)
-                    == .suppress(.online))
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: user(devices: two), app: app, now: now0)
+                == .deliver(targets: two))
+        #expect(
+            Suppression.decide(
+                event: e, recipient: "u2", state: user(devices: two, online: [tokenB]), app: app, now: now0)
+                == .suppress(.online))
     }
 
     @Test("any_offline (Sendbird): as long as one device is offline, every device gets it")
@@ -229,10 +264,14 @@ struct SendbirdSeedTests {
         let e = try event(messageJSON(sender: "u1"))
         let two = [device(tokenA), device(tokenB)]
         let app = AppConfig(multiDevice: .anyOffline, credentials: sendbirdApp.credentials)
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenB]), app: app, now: now0)
-                    == .deliver(targets: two))
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenA, tokenB]), app: app,
-                                   now: now0) == .suppress(.online))
+        #expect(
+            Suppression.decide(
+                event: e, recipient: "u2", state: user(devices: two, online: [tokenB]), app: app, now: now0)
+                == .deliver(targets: two))
+        #expect(
+            Suppression.decide(
+                event: e, recipient: "u2", state: user(devices: two, online: [tokenA, tokenB]), app: app,
+                now: now0) == .suppress(.online))
         let (_, requests) = try run(e, to: "u2", state: user(devices: two, online: [tokenB]), app: app)
         #expect(requests.map(\.token) == [tokenA, tokenB])
     }
@@ -242,10 +281,14 @@ struct SendbirdSeedTests {
         let e = try event(messageJSON(sender: "u1"))
         let two = [device(tokenA), device(tokenB)]
         let app = AppConfig(multiDevice: .offlineOnly, credentials: sendbirdApp.credentials)
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenB]), app: app, now: now0)
-                    == .deliver(targets: [device(tokenA)]))
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: two, online: [tokenA, tokenB]), app: app,
-                                   now: now0) == .suppress(.online))
+        #expect(
+            Suppression.decide(
+                event: e, recipient: "u2", state: user(devices: two, online: [tokenB]), app: app, now: now0)
+                == .deliver(targets: [device(tokenA)]))
+        #expect(
+            Suppression.decide(
+                event: e, recipient: "u2", state: user(devices: two, online: [tokenA, tokenB]), app: app,
+                now: now0) == .suppress(.online))
         let (_, requests) = try run(e, to: "u2", state: user(devices: two, online: [tokenB]), app: app)
         #expect(requests.map(\.token) == [tokenA])
     }
@@ -253,60 +296,94 @@ struct SendbirdSeedTests {
     @Test("force overrides DND, snooze, mute and trigger, never sender, no devices or online")
     func forceScope() throws {
         let forced = try event(messageJSON(sender: "u1", ext: #"{"em_force_notification":true}"#))
-        let prefs = Preferences(trigger: .off, conversations: ["c1": ConversationPreference(trigger: .off, muted: true)],
-                                dnd: DoNotDisturb(start: ClockTime(hour: 0), end: ClockTime(hour: 24)),
-                                snooze: Snooze(start: 0, end: Int64.max))
-        #expect(Suppression.decide(event: forced, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: now0)
-                    == .deliver(targets: [device()]))
-        #expect(Suppression.decide(event: forced, recipient: "u1", state: user(prefs: prefs), app: sendbirdApp, now: now0)
-                    == .suppress(.sender))
-        #expect(Suppression.decide(event: forced, recipient: "u2", state: user(devices: []), app: sendbirdApp, now: now0)
-                    == .suppress(.noDevices))
-        #expect(Suppression.decide(event: forced, recipient: "u2", state: user(online: [tokenA]), app: sendbirdApp, now: now0)
-                    == .suppress(.online))
+        let prefs = Preferences(
+            trigger: .off, conversations: ["c1": ConversationPreference(trigger: .off, muted: true)],
+            dnd: DoNotDisturb(start: ClockTime(hour: 0), end: ClockTime(hour: 24)),
+            snooze: Snooze(start: 0, end: Int64.max))
+        #expect(
+            Suppression.decide(event: forced, recipient: "u2", state: user(prefs: prefs), app: sendbirdApp, now: now0)
+                == .deliver(targets: [device()]))
+        #expect(
+            Suppression.decide(event: forced, recipient: "u1", state: user(prefs: prefs), app: sendbirdApp, now: now0)
+                == .suppress(.sender))
+        #expect(
+            Suppression.decide(event: forced, recipient: "u2", state: user(devices: []), app: sendbirdApp, now: now0)
+                == .suppress(.noDevices))
+        #expect(
+            Suppression.decide(
+                event: forced, recipient: "u2", state: user(online: [tokenA]), app: sendbirdApp, now: now0)
+                == .suppress(.online))
     }
 
     @Test("rule order: the first rule that decides, decides")
     func ruleOrder() throws {
-        let everything = Preferences(trigger: .off, conversations: ["c1": ConversationPreference(trigger: .off, muted: true)],
-                                     dnd: DoNotDisturb(start: ClockTime(hour: 0), end: ClockTime(hour: 24)),
-                                     snooze: Snooze(start: 0, end: Int64.max))
+        let everything = Preferences(
+            trigger: .off, conversations: ["c1": ConversationPreference(trigger: .off, muted: true)],
+            dnd: DoNotDisturb(start: ClockTime(hour: 0), end: ClockTime(hour: 24)),
+            snooze: Snooze(start: 0, end: Int64.max))
         let ignored = try event(messageJSON(sender: "u1", ext: #"{"em_ignore_notification":true}"#))
-        #expect(Suppression.decide(event: ignored, recipient: "u1", state: user(), app: sendbirdApp, now: now0) == .suppress(.sender))
-        #expect(Suppression.decide(event: ignored, recipient: "u2", state: user(devices: []), app: sendbirdApp, now: now0) == .suppress(.ignored))
+        #expect(
+            Suppression.decide(event: ignored, recipient: "u1", state: user(), app: sendbirdApp, now: now0)
+                == .suppress(.sender))
+        #expect(
+            Suppression.decide(event: ignored, recipient: "u2", state: user(devices: []), app: sendbirdApp, now: now0)
+                == .suppress(.ignored))
         let e = try event(messageJSON(sender: "u1"))
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(devices: [], online: [tokenA]), app: sendbirdApp, now: now0) == .suppress(.noDevices))
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(online: [tokenA], prefs: everything), app: sendbirdApp, now: now0) == .suppress(.online))
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(prefs: everything), app: sendbirdApp, now: now0) == .suppress(.conversationOff))
+        #expect(
+            Suppression.decide(
+                event: e, recipient: "u2", state: user(devices: [], online: [tokenA]), app: sendbirdApp, now: now0)
+                == .suppress(.noDevices))
+        #expect(
+            Suppression.decide(
+                event: e, recipient: "u2", state: user(online: [tokenA], prefs: everything), app: sendbirdApp, now: now0
+            ) == .suppress(.online))
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: user(prefs: everything), app: sendbirdApp, now: now0)
+                == .suppress(.conversationOff))
         var p = everything
         p.conversations = [:]
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0) == .suppress(.triggerOff))
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0)
+                == .suppress(.triggerOff))
         p.trigger = .mentionOnly
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0) == .suppress(.notMentioned))
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0)
+                == .suppress(.notMentioned))
         p.trigger = .all
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0) == .suppress(.snoozed))
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0)
+                == .suppress(.snoozed))
         p.snooze = nil
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0) == .suppress(.dnd))
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0)
+                == .suppress(.dnd))
         p.dnd = nil
-        #expect(Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0) == .deliver(targets: [device()]))
+        #expect(
+            Suppression.decide(event: e, recipient: "u2", state: user(prefs: p), app: sendbirdApp, now: now0)
+                == .deliver(targets: [device()]))
     }
 
     @Test("reason codes are exactly the words of docs/behaviour.md §6, in rule order")
     func reasonCodes() {
-        #expect(SuppressionReason.allCases.map(\.rawValue) == ["sender", "ignored", "no_devices", "online", "conversation_off",
-                                                               "muted", "trigger_off", "not_mentioned", "snoozed", "dnd"])
+        #expect(
+            SuppressionReason.allCases.map(\.rawValue) == [
+                "sender", "ignored", "no_devices", "online", "conversation_off",
+                "muted", "trigger_off", "not_mentioned", "snoozed", "dnd",
+            ])
         #expect(DropReason.allCases.map(\.rawValue) == ["channel_type", "invalid"])
     }
 }
 
 @Suite("Payload size")
 struct PayloadSizeTests {
-    @Test("a long body is cut on a character boundary with … and the payload lands just under 4096 bytes",
-          arguments: [PayloadProfile.compact, .sendbird(key: "sendbird"), .cometchat])
+    @Test(
+        "a long body is cut on a character boundary with … and the payload lands just under 4096 bytes",
+        arguments: [PayloadProfile.compact, .sendbird(key: "sendbird"), .cometchat])
     func longBody(profile: PayloadProfile) throws {
         let app = AppConfig(payloadProfile: profile, credentials: sendbirdApp.credentials)
         let text = String(repeating: "é👨‍👩‍👧\"", count: 2000)
-        let e = try event(messageJSON(sender: "u1", text: text, translations: #"{"fr":"\#(String(repeating: "x", count: 3000))"}"#))
+        let e = try event(
+            messageJSON(sender: "u1", text: text, translations: #"{"fr":"\#(String(repeating: "x", count: 3000))"}"#))
         let r = try #require(try run(e, to: "u2", state: user(), app: app).1.first)
         #expect(r.payload.count <= 4096 && r.payload.count > 4000, "\(profile.name): \(r.payload.count)")
         let p = try payload(r)
@@ -328,10 +405,12 @@ struct PayloadSizeTests {
 
     @Test("VoIP payloads may use 5120 bytes")
     func voipLimit() throws {
-        let e = try cometEvent(kind: "call", block: #""call":{"action":"initiated","session_id":"s","type":"audio"}"#,
-                               message: #"{"id":"1","text":"\#(String(repeating: "z", count: 6000))"}"#)
+        let e = try cometEvent(
+            kind: "call", block: #""call":{"action":"initiated","session_id":"s","type":"audio"}"#,
+            message: #"{"id":"1","text":"\#(String(repeating: "z", count: 6000))"}"#)
         let app = AppConfig(payloadProfile: .sendbird(key: "sendbird"), credentials: cometApp.credentials)
-        let r = try #require(try run(e, to: "cometchat-uid-2", state: user(devices: [device(tokenV, kind: .voip)]), app: app).1.first)
+        let r = try #require(
+            try run(e, to: "cometchat-uid-2", state: user(devices: [device(tokenV, kind: .voip)]), app: app).1.first)
         #expect(r.pushType == .voip)
         #expect(r.payload.count <= 5120 && r.payload.count > 4096)
     }

@@ -24,10 +24,16 @@ struct StateTests {
     func specFixtureDecodes() throws {
         let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
         let u = try #require(f.users["u2"])
-        #expect(u.devices == [Device(token: tokenA, kind: .apns, environment: .production, bundleID: "com.example.chat",
-                                     registeredAt: 1_732_000_000_000)])
+        #expect(
+            u.devices == [
+                Device(
+                    token: tokenA, kind: .apns, environment: .production, bundleID: "com.example.chat",
+                    registeredAt: 1_732_000_000_000)
+            ])
         #expect(u.online == [tokenA])
-        #expect(u.preferences.dnd == DoNotDisturb(start: ClockTime(hour: 22), end: ClockTime(hour: 8), timezone: "Asia/Seoul"))
+        #expect(
+            u.preferences.dnd
+                == DoNotDisturb(start: ClockTime(hour: 22), end: ClockTime(hour: 8), timezone: "Asia/Seoul"))
         #expect(u.preferences.snooze == Snooze(start: 1_732_000_000_000, end: 1_732_003_600_000))
         #expect(u.preferences.displayName == "Cindy" && u.preferences.languages == ["fr", "de"])
         #expect(u.unread == Unread(total: 5, conversations: ["c1": 2]))
@@ -39,9 +45,11 @@ struct StateTests {
 
     @Test("every field but devices may be absent and takes its default")
     func defaults() throws {
-        let f = try StageCodec.decode(StateFixture.self, from: Array(#"{"users":{"u9":{"devices":[{"token":"abc"}]}}}"#.utf8))
+        let f = try StageCodec.decode(
+            StateFixture.self, from: Array(#"{"users":{"u9":{"devices":[{"token":"abc"}]}}}"#.utf8))
         let u = try #require(f.users["u9"])
-        #expect(u.devices == [Device(token: "abc", kind: .apns, environment: .production, bundleID: nil, registeredAt: 0)])
+        #expect(
+            u.devices == [Device(token: "abc", kind: .apns, environment: .production, bundleID: nil, registeredAt: 0)])
         #expect(u.online.isEmpty && u.unread == Unread())
         let p = u.preferences
         #expect(p.trigger == .all && p.template == .default && p.displayStyle == .summary && p.badge)
@@ -55,7 +63,10 @@ struct StateTests {
             (#"{"users":{"u":{}}}"#, "users.u.devices"),
             (#"{"users":{"u":{"devices":[{"kind":"apns"}]}}}"#, "users.u.devices[0].token"),
             (#"{"users":{"u":{"devices":[],"preferences":{"trigger":"sometimes"}}}}"#, "users.u.preferences.trigger"),
-            (#"{"users":{"u":{"devices":[],"preferences":{"dnd":{"start":"25:00","end":"08:00"}}}}}"#, "users.u.preferences.dnd.start"),
+            (
+                #"{"users":{"u":{"devices":[],"preferences":{"dnd":{"start":"25:00","end":"08:00"}}}}}"#,
+                "users.u.preferences.dnd.start"
+            ),
             (#"{"users":{"u":{"devices":[{"token":"a","kind":"gcm"}]}}}"#, "users.u.devices[0].kind"),
         ]
         for (text, field) in rows {
@@ -107,7 +118,9 @@ struct StateTests {
     func clockTimes() {
         #expect(ClockTime("24:00")?.minutes == 1440)
         #expect(ClockTime("7:05")?.minutes == 425)
-        for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00", "+1:00", " 1:00", "1:0x"] { #expect(ClockTime(bad) == nil, "\(bad)") }
+        for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00", "+1:00", " 1:00", "1:0x"] {
+            #expect(ClockTime(bad) == nil, "\(bad)")
+        }
     }
 
     @Test("stage records round-trip in their wire form (binary between stages, JSON for the DLQ)")
@@ -122,20 +135,25 @@ struct StateTests {
         #expect(try StageCodec.decode(ResolvedRecord.self, from: StageCodec.encode(resolved)) == resolved)
         let deliverable = DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices)
         #expect(try StageCodec.decode(DeliverableRecord.self, from: StageCodec.encode(deliverable)) == deliverable)
-        let requests = try Renderer.render(event: e, recipient: "u2", state: state, targets: state.devices,
-                                           app: AppConfig(), now: now0)
-        let outbound = OutboundRecord(eventID: e.eventID, appID: e.appID, recipient: "u2", request: try #require(requests.first),
-                                      attempt: 2, notBefore: 99)
+        let requests = try Renderer.render(
+            event: e, recipient: "u2", state: state, targets: state.devices,
+            app: AppConfig(), now: now0)
+        let outbound = OutboundRecord(
+            eventID: e.eventID, appID: e.appID, recipient: "u2", request: try #require(requests.first),
+            attempt: 2, notBefore: 99)
         let decodedOutbound = try StageCodec.decode(OutboundRecord.self, from: StageCodec.encode(outbound))
         #expect(decodedOutbound == outbound)
         #expect(outbound.key == tokenA)
-        let dlq = DLQRecord(original: [0, 255, 10], sourceTopic: "chat.events", stage: "ingest", reason: "invalid",
-                            detail: "event_id: missing", time: 7)
+        let dlq = DLQRecord(
+            original: [0, 255, 10], sourceTopic: "chat.events", stage: "ingest", reason: "invalid",
+            detail: "event_id: missing", time: 7)
         let decodedDLQ = try StageCodec.decode(DLQRecord.self, from: StageCodec.encode(dlq))
         #expect(decodedDLQ == dlq && decodedDLQ.originalBytes == [0, 255, 10])
         // A resolved record with a broken event names the field.
         #expect(throws: StageRecordError.self) {
-            try StageCodec.decode(ResolvedRecord.self, from: Array(#"{"event":{"event_id":1},"recipient":"u","state":{"devices":[]}}"#.utf8))
+            try StageCodec.decode(
+                ResolvedRecord.self,
+                from: Array(#"{"event":{"event_id":1},"recipient":"u","state":{"devices":[]}}"#.utf8))
         }
     }
 
@@ -144,8 +162,11 @@ struct StateTests {
         let e = try event(validEvent)
         let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
         let state = try #require(f.users["u2"])
-        let request = try #require(try Renderer.render(event: e, recipient: "u2", state: state, targets: state.devices,
-                                                       app: AppConfig(), now: now0).first)
+        let request = try #require(
+            try Renderer.render(
+                event: e, recipient: "u2", state: state, targets: state.devices,
+                app: AppConfig(), now: now0
+            ).first)
         func check<T: StageRecord & Equatable>(_ record: T) throws {
             #expect(try T.fromJSON(record.jsonBytes()) == record)
             #expect(try StageCodec.decode(T.self, from: record.jsonBytes()) == record)
@@ -156,12 +177,17 @@ struct StateTests {
         try check(DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices))
         try check(OutboundRecord(eventID: "e", appID: "a", recipient: "u2", request: request, attempt: 3, notBefore: 5))
         try check(DLQRecord(original: Array("x".utf8), stage: "send", reason: "BadTopic", detail: "d", time: 2))
-        try check(DLQRecord(original: Array("x".utf8), sourceTopic: "t", sourcePartition: 1,
-                            sourceOffset: 9_007_199_254_740_993, stage: "send", reason: "r", detail: "d", time: 2))
-        let offset = try DLQRecord.fromJSON(Array(#"{"original":"eA==","source_offset":9223372036854775807,"stage":"s","reason":"r"}"#.utf8))
+        try check(
+            DLQRecord(
+                original: Array("x".utf8), sourceTopic: "t", sourcePartition: 1,
+                sourceOffset: 9_007_199_254_740_993, stage: "send", reason: "r", detail: "d", time: 2))
+        let offset = try DLQRecord.fromJSON(
+            Array(#"{"original":"eA==","source_offset":9223372036854775807,"stage":"s","reason":"r"}"#.utf8))
         #expect(offset.sourceOffset == Int64.max)
         // Errors name the path.
-        let broken = Array(#"{"event":\#(String(decoding: e.jsonBytes, as: UTF8.self)),"recipient":"u2","state":{"devices":[{"kind":"voip"}]},"targets":[]}"#.utf8)
+        let broken = Array(
+            #"{"event":\#(String(decoding: e.jsonBytes, as: UTF8.self)),"recipient":"u2","state":{"devices":[{"kind":"voip"}]},"targets":[]}"#
+                .utf8)
         do {
             _ = try StageCodec.decode(DeliverableRecord.self, from: broken)
             Issue.record("accepted")
@@ -169,7 +195,9 @@ struct StateTests {
             #expect(error.detail.hasPrefix("state.devices[0].token: missing"), "\(error)")
         }
         do {
-            _ = try StageCodec.decode(ResolvedRecord.self, from: Array(#"{"event":{"event_id":"x"},"recipient":"u","state":{"devices":[]}}"#.utf8))
+            _ = try StageCodec.decode(
+                ResolvedRecord.self,
+                from: Array(#"{"event":{"event_id":"x"},"recipient":"u","state":{"devices":[]}}"#.utf8))
             Issue.record("accepted")
         } catch {
             #expect(error.detail.hasPrefix("event.app_id: missing"), "\(error)")
@@ -181,15 +209,23 @@ struct StateTests {
         let e = try event(validEvent)
         let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
         let state = try #require(f.users["u2"])
-        let deliverable = DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices, senderDisplayName: "C")
+        let deliverable = DeliverableRecord(
+            event: e, recipient: "u2", state: state, targets: state.devices, senderDisplayName: "C")
         let wire = StageCodec.encode(deliverable)
         #expect(Array(wire.prefix(4)) == [0x00, 0x48, BinaryRecordFormat.version, DeliverableRecord.binaryType])
-        #expect(wire.count * 2 < deliverable.jsonBytes().count, "binary \(wire.count) bytes vs JSON \(deliverable.jsonBytes().count)")
+        #expect(
+            wire.count * 2 < deliverable.jsonBytes().count,
+            "binary \(wire.count) bytes vs JSON \(deliverable.jsonBytes().count)")
         #expect(try StageCodec.decode(DeliverableRecord.self, from: wire) == deliverable)
         // Resolve's fan-out encodes the event once: the same bytes as one record at a time.
-        let fanned = ResolvedRecord.wireBytes(event: e, recipients: [("u2", state), ("u3", UserState())], senderDisplayName: "C")
-        #expect(fanned == [StageCodec.encode(ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C")),
-                           StageCodec.encode(ResolvedRecord(event: e, recipient: "u3", state: UserState(), senderDisplayName: "C"))])
+        let fanned = ResolvedRecord.wireBytes(
+            event: e, recipients: [("u2", state), ("u3", UserState())], senderDisplayName: "C")
+        #expect(
+            fanned == [
+                StageCodec.encode(ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C")),
+                StageCodec.encode(
+                    ResolvedRecord(event: e, recipient: "u3", state: UserState(), senderDisplayName: "C")),
+            ])
         // A JSON record (replayed from the DLQ, published by hand) is still read.
         #expect(try StageCodec.decode(DeliverableRecord.self, from: deliverable.jsonBytes()) == deliverable)
         // The DLQ stays JSON, for people and tools.
@@ -207,13 +243,17 @@ struct StateTests {
         }
         #expect(throws: StageRecordError.self) { try StageCodec.decode(DeliverableRecord.self, from: wire + [0]) }
         for length in stride(from: 0, to: wire.count, by: 7) {
-            #expect(throws: StageRecordError.self) { try StageCodec.decode(DeliverableRecord.self, from: Array(wire.prefix(length))) }
+            #expect(throws: StageRecordError.self) {
+                try StageCodec.decode(DeliverableRecord.self, from: Array(wire.prefix(length)))
+            }
         }
         // Any byte flipped never crashes the reader (it decodes to something or throws).
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<2000 {
             var bytes = wire
-            for _ in 0..<3 { bytes[Int.random(in: 4..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator) }
+            for _ in 0..<3 {
+                bytes[Int.random(in: 4..<bytes.count, using: &generator)] = UInt8.random(in: 0...255, using: &generator)
+            }
             _ = try? StageCodec.decode(DeliverableRecord.self, from: bytes)
         }
     }
@@ -221,7 +261,9 @@ struct StateTests {
     @Test("a resolved record carries only the conversation's own preference and unread count")
     func scopedState() throws {
         var state = UserState(devices: [device(tokenA)])
-        state.preferences.conversations = ["c1": ConversationPreference(trigger: .off), "c2": ConversationPreference(muted: true)]
+        state.preferences.conversations = [
+            "c1": ConversationPreference(trigger: .off), "c2": ConversationPreference(muted: true),
+        ]
         state.unread = Unread(total: 9, conversations: ["c1": 2, "c2": 7])
         let scoped = state.scoped(to: "c1")
         #expect(scoped.preferences.conversations == ["c1": ConversationPreference(trigger: .off)])
@@ -233,8 +275,9 @@ struct StateTests {
     @Test("a DLQ record cuts an oversized original and keeps its size and SHA-256")
     func dlqTruncation() throws {
         let original = [UInt8](repeating: 0x61, count: 800_000)
-        let dlq = DLQRecord(original: original, maxOriginalBytes: 1000, sourceTopic: "chat.events", sourcePartition: 3,
-                            sourceOffset: 42, stage: "ingest", reason: "invalid", detail: "too large", time: 1)
+        let dlq = DLQRecord(
+            original: original, maxOriginalBytes: 1000, sourceTopic: "chat.events", sourcePartition: 3,
+            sourceOffset: 42, stage: "ingest", reason: "invalid", detail: "too large", time: 1)
         #expect(dlq.truncated && dlq.originalSize == 800_000 && dlq.originalBytes?.count == 1000)
         #expect(dlq.originalSHA256 == SHA256.hex(original))
         let wire = StageCodec.encode(dlq)
@@ -242,7 +285,8 @@ struct StateTests {
         let back = try StageCodec.decode(DLQRecord.self, from: wire)
         #expect(back == dlq && back.sourcePartition == 3 && back.sourceOffset == 42)
         // A small original is kept whole, with no size or digest.
-        let small = DLQRecord(original: [1, 2, 3], maxOriginalBytes: 1000, stage: "ingest", reason: "invalid", detail: "", time: 1)
+        let small = DLQRecord(
+            original: [1, 2, 3], maxOriginalBytes: 1000, stage: "ingest", reason: "invalid", detail: "", time: 1)
         #expect(!small.truncated && small.originalSize == nil && small.originalBytes == [1, 2, 3])
     }
 
@@ -250,8 +294,9 @@ struct StateTests {
     func explainJSON() throws {
         let entries = [
             ExplainEntry(appID: "a", eventID: "e\"1", stage: "resolve", decision: "fanned_out", at: 5, count: 3),
-            ExplainEntry(appID: "a", eventID: "e1", user: "ü2", token: tokenA, stage: "send", decision: "retry",
-                         reason: "ServiceUnavailable", at: 6, status: 503, attempt: 2),
+            ExplainEntry(
+                appID: "a", eventID: "e1", user: "ü2", token: tokenA, stage: "send", decision: "retry",
+                reason: "ServiceUnavailable", at: 6, status: 503, attempt: 2),
         ]
         for entry in entries {
             #expect(try ExplainEntry(json: entry.jsonBytes) == entry)
@@ -261,7 +306,8 @@ struct StateTests {
             }
             #expect(pairs.map(\.0) == pairs.map(\.0).sorted())
         }
-        #expect(String(decoding: entries[0].jsonBytes, as: UTF8.self)
+        #expect(
+            String(decoding: entries[0].jsonBytes, as: UTF8.self)
                 == #"{"app_id":"a","at":5,"count":3,"decision":"fanned_out","event_id":"e\"1","stage":"resolve"}"#)
     }
 
@@ -269,9 +315,11 @@ struct StateTests {
     func sha256() {
         #expect(SHA256.hex([]) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         #expect(SHA256.hex(Array("abc".utf8)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        #expect(SHA256.hex(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))
+        #expect(
+            SHA256.hex(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))
                 == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
-        #expect(SHA256.hex([UInt8](repeating: 0x61, count: 1_000_000))
+        #expect(
+            SHA256.hex([UInt8](repeating: 0x61, count: 1_000_000))
                 == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
     }
 
@@ -292,34 +340,45 @@ struct StateTests {
 @Suite("Collapse id from the message")
 struct CollapseIDTests {
     static func event(messageID: String, kind: String = "message") throws -> ChatEvent {
-        let block = kind == "call"
+        let block =
+            kind == "call"
             ? #""call":{"action":"initiated","session_id":"s-1","type":"video"}"#
             : #""message":{"id":"\#(messageID)","type":"text","text":"hi"}"#
-        return try ChatEvent.decode(Array("""
-            {"event_id":"e-1","app_id":"a","kind":"\(kind)","created_at":1732000000000,"sender":{"id":"u1","name":"A"},
-             "conversation":{"id":"c1","type":"group"},\(block)}
-            """.utf8))
+        return try ChatEvent.decode(
+            Array(
+                """
+                {"event_id":"e-1","app_id":"a","kind":"\(kind)","created_at":1732000000000,"sender":{"id":"u1","name":"A"},
+                 "conversation":{"id":"c1","type":"group"},\(block)}
+                """.utf8))
     }
 
-    @Test("collapse_id: message gives every device the message's collapse id; long ids are hashed to fit; calls keep theirs")
+    @Test(
+        "collapse_id: message gives every device the message's collapse id; long ids are hashed to fit; calls keep theirs"
+    )
     func fromMessage() throws {
-        let devices = [Device(token: String(repeating: "a", count: 64), bundleID: "com.example.chat"),
-                       Device(token: String(repeating: "b", count: 64), bundleID: "com.example.chat")]
+        let devices = [
+            Device(token: String(repeating: "a", count: 64), bundleID: "com.example.chat"),
+            Device(token: String(repeating: "b", count: 64), bundleID: "com.example.chat"),
+        ]
         let app = AppConfig(appID: "a", collapseID: .message)
         let now = Date(timeIntervalSince1970: 1_732_000_000)
-        let requests = try Renderer.render(event: try Self.event(messageID: "373360335316321408"), recipient: "u2",
-                                           state: UserState(devices: devices), targets: devices, app: app, now: now)
+        let requests = try Renderer.render(
+            event: try Self.event(messageID: "373360335316321408"), recipient: "u2",
+            state: UserState(devices: devices), targets: devices, app: app, now: now)
         #expect(requests.map(\.collapseID) == ["m-373360335316321408", "m-373360335316321408"])
-        let long = try Renderer.render(event: try Self.event(messageID: String(repeating: "x", count: 80)), recipient: "u2",
-                                       state: UserState(devices: devices), targets: devices, app: app, now: now)
+        let long = try Renderer.render(
+            event: try Self.event(messageID: String(repeating: "x", count: 80)), recipient: "u2",
+            state: UserState(devices: devices), targets: devices, app: app, now: now)
         let id = try #require(long.first?.collapseID)
         #expect(id.hasPrefix("m-") && id.utf8.count <= 64 && long.allSatisfy { $0.collapseID == id })
         // The default app sets none.
-        let plain = try Renderer.render(event: try Self.event(messageID: "1"), recipient: "u2", state: UserState(devices: devices),
-                                        targets: devices, app: AppConfig(appID: "a"), now: now)
+        let plain = try Renderer.render(
+            event: try Self.event(messageID: "1"), recipient: "u2", state: UserState(devices: devices),
+            targets: devices, app: AppConfig(appID: "a"), now: now)
         #expect(plain.allSatisfy { $0.collapseID == nil })
-        let call = try Renderer.render(event: try Self.event(messageID: "", kind: "call"), recipient: "u2",
-                                       state: UserState(devices: devices), targets: devices, app: app, now: now)
+        let call = try Renderer.render(
+            event: try Self.event(messageID: "", kind: "call"), recipient: "u2",
+            state: UserState(devices: devices), targets: devices, app: app, now: now)
         #expect(call.allSatisfy { $0.collapseID == "call-s-1" })
     }
 }

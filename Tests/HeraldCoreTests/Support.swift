@@ -32,45 +32,59 @@ let tokenV = String(repeating: "c3", count: 32)
 let t0: Int64 = 1_732_000_000_000
 let now0 = Date(timeIntervalSince1970: 1_732_000_000)
 
-func device(_ token: String = tokenA, kind: Device.Kind = .apns, bundle: String? = "com.example.chat",
-            at: Int64 = 0) -> Device {
+func device(
+    _ token: String = tokenA, kind: Device.Kind = .apns, bundle: String? = "com.example.chat",
+    at: Int64 = 0
+) -> Device {
     Device(token: token, kind: kind, environment: .production, bundleID: bundle, registeredAt: at)
 }
 
-func user(devices: [Device] = [device()], online: [String] = [], prefs: Preferences = Preferences(),
-          unread: Int = 0) -> UserState {
+func user(
+    devices: [Device] = [device()], online: [String] = [], prefs: Preferences = Preferences(),
+    unread: Int = 0
+) -> UserState {
     UserState(devices: devices, online: online, preferences: prefs, unread: Unread(total: unread))
 }
 
 /// A message event in JSON, with overridable parts.
-func messageJSON(id: String = "e1", app: String = "app1", createdAt: Int64? = t0, sender: String = "6001",
-                 senderName: String = "Cindy", conversation: String = "c1", type: String = "group",
-                 convName: String = "Hiking", convCustomType: String = "", recipients: [String]? = nil,
-                 messageID: String = "373360335316321408", messageType: String = "text", text: String = "Bye!",
-                 file: String? = nil, mentions: [String] = [], mentionType: String = "users",
-                 language: String? = nil, translations: String? = nil, ext: String = "{}") -> String {
+func messageJSON(
+    id: String = "e1", app: String = "app1", createdAt: Int64? = t0, sender: String = "6001",
+    senderName: String = "Cindy", conversation: String = "c1", type: String = "group",
+    convName: String = "Hiking", convCustomType: String = "", recipients: [String]? = nil,
+    messageID: String = "373360335316321408", messageType: String = "text", text: String = "Bye!",
+    file: String? = nil, mentions: [String] = [], mentionType: String = "users",
+    language: String? = nil, translations: String? = nil, ext: String = "{}"
+) -> String {
     var s = "{\"event_id\":\"\(id)\",\"app_id\":\"\(app)\",\"kind\":\"message\","
     if let createdAt { s += "\"created_at\":\(createdAt)," }
     s += "\"sender\":{\"id\":\"\(sender)\",\"name\":\"\(senderName)\"},"
-    s += "\"conversation\":{\"id\":\"\(conversation)\",\"type\":\"\(type)\",\"name\":\"\(convName)\",\"custom_type\":\"\(convCustomType)\"},"
+    s +=
+        "\"conversation\":{\"id\":\"\(conversation)\",\"type\":\"\(type)\",\"name\":\"\(convName)\",\"custom_type\":\"\(convCustomType)\"},"
     if let recipients { s += "\"recipients\":[" + recipients.map { "\"\($0)\"" }.joined(separator: ",") + "]," }
-    s += "\"message\":{\"id\":\"\(messageID)\",\"type\":\"\(messageType)\",\"text\":\(JSONValue.string(text).serialized),"
+    s +=
+        "\"message\":{\"id\":\"\(messageID)\",\"type\":\"\(messageType)\",\"text\":\(JSONValue.string(text).serialized),"
     if let file { s += "\"file\":\(file)," }
     if let language { s += "\"language\":\"\(language)\"," }
     if let translations { s += "\"translations\":\(translations)," }
-    s += "\"mentions\":[" + mentions.map { "\"\($0)\"" }.joined(separator: ",") + "],\"mention_type\":\"\(mentionType)\"},"
+    s +=
+        "\"mentions\":[" + mentions.map { "\"\($0)\"" }.joined(separator: ",")
+        + "],\"mention_type\":\"\(mentionType)\"},"
     s += "\"ext\":\(ext)}"
     return s
 }
 
 /// Decides and renders for one recipient; returns the decision and the payloads as JSON.
-func run(_ event: ChatEvent, to recipient: String, state: UserState, app: AppConfig,
-         senderDisplayName: String? = nil, at: Int64? = nil) throws -> (Decision, [APNsRequest]) {
-    let decision = at.map { Suppression.decide(event: event, recipient: recipient, state: state, app: app, at: $0) }
+func run(
+    _ event: ChatEvent, to recipient: String, state: UserState, app: AppConfig,
+    senderDisplayName: String? = nil, at: Int64? = nil
+) throws -> (Decision, [APNsRequest]) {
+    let decision =
+        at.map { Suppression.decide(event: event, recipient: recipient, state: state, app: app, at: $0) }
         ?? Suppression.decide(event: event, recipient: recipient, state: state, app: app, now: now0)
     guard case .deliver(let targets) = decision else { return (decision, []) }
-    let requests = try Renderer.render(event: event, recipient: recipient, state: state, targets: targets, app: app,
-                                       senderDisplayName: senderDisplayName, now: now0)
+    let requests = try Renderer.render(
+        event: event, recipient: recipient, state: state, targets: targets, app: app,
+        senderDisplayName: senderDisplayName, now: now0)
     return (decision, requests)
 }
 

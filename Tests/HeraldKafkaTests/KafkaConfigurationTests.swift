@@ -5,7 +5,8 @@ import Testing
 struct KafkaConfigurationTests {
     @Test("the consumer never stores offsets on its own and documents its defaults")
     func consumerProperties() {
-        var c = KafkaConsumerConfiguration(brokers: ["a:1", "b:2"], groupID: "herald-send", topics: ["herald.outbound"])
+        var c = KafkaConsumerConfiguration(
+            brokers: ["a:1", "b:2"], groupID: "herald-send", topics: ["herald.outbound"])
         c.sessionTimeout = .milliseconds(4500)
         let p = c.librdkafkaProperties
         #expect(p["bootstrap.servers"] == "a:1,b:2")
@@ -22,8 +23,9 @@ struct KafkaConfigurationTests {
 
     @Test("the producer is idempotent and extra properties win")
     func producerProperties() {
-        let c = KafkaProducerConfiguration(brokers: ["x:9"], clientID: "herald-render",
-                                           extraProperties: ["linger.ms": "20", "socket.keepalive.enable": "true"])
+        let c = KafkaProducerConfiguration(
+            brokers: ["x:9"], clientID: "herald-render",
+            extraProperties: ["linger.ms": "20", "socket.keepalive.enable": "true"])
         let p = c.librdkafkaProperties
         #expect(p["enable.idempotence"] == "true")
         #expect(p["acks"] == "all")
@@ -35,9 +37,11 @@ struct KafkaConfigurationTests {
     @Test("an unknown or invalid property is a KafkaError naming it, not a crash")
     func invalidProperty() {
         #expect {
-            _ = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: ["x:9"], extraProperties: ["no.such.property": "1"]))
+            _ = try KafkaProducer(
+                configuration: KafkaProducerConfiguration(brokers: ["x:9"], extraProperties: ["no.such.property": "1"]))
         } throws: { error in
-            (error as? KafkaError)?.code == .configuration && (error as? KafkaError)?.context["property"] == "no.such.property"
+            (error as? KafkaError)?.code == .configuration
+                && (error as? KafkaError)?.context["property"] == "no.such.property"
         }
         var c = KafkaConsumerConfiguration(brokers: ["x:9"], groupID: "g", topics: ["t"])
         c.client.extraProperties = ["session.timeout.ms": "not-a-number"]

@@ -11,11 +11,13 @@ struct KafkaMockClusterTests {
         let topic = uniqueName("idem")
         mock.createTopic(topic, partitions: 1)
         // The first five ProduceRequests fail with retriable errors.
-        mock.pushRequestErrors(apiKey: ApiKey.produce, [
-            RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-            RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
-            RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
-        ])
+        mock.pushRequestErrors(
+            apiKey: ApiKey.produce,
+            [
+                RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+                RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+            ])
         let producer = try producer(mock.bootstrap)
         let records = (0..<500).map { ProducerRecord(topic: topic, key: "k", value: bytes("seq-\($0)"), partition: 0) }
         let reports = try await producer.send(records)
@@ -23,8 +25,9 @@ struct KafkaMockClusterTests {
         #expect(failures.isEmpty, "\(failures.first.map { "\($0)" } ?? "")")
         try await producer.shutdown()
 
-        let consumer = try KafkaConsumer(configuration: consumerConfig(mock.bootstrap, group: uniqueName("g"), topics: [topic]),
-                                         logger: testLogger("mock.consumer"))
+        let consumer = try KafkaConsumer(
+            configuration: consumerConfig(mock.bootstrap, group: uniqueName("g"), topics: [topic]),
+            logger: testLogger("mock.consumer"))
         let got = try await collect(consumer, count: 500, timeout: .seconds(20))
         // Anything duplicated would show up within the extra wait below.
         let extra = try await collect(consumer, count: 1, timeout: .milliseconds(500))
@@ -55,7 +58,9 @@ struct KafkaMockClusterTests {
             #expect(error.code == .delivery)
         }
         // With no error queued the broker accepts records again.
-        #expect(try await producer.send(ProducerRecord(topic: topic, key: "k", value: bytes("z"), partition: 0)).isDelivered)
+        #expect(
+            try await producer.send(ProducerRecord(topic: topic, key: "k", value: bytes("z"), partition: 0)).isDelivered
+        )
         try await producer.shutdown()
     }
 
@@ -65,7 +70,8 @@ struct KafkaMockClusterTests {
         let topic = uniqueName("commit")
         mock.createTopic(topic, partitions: 1)
         let producer = try producer(mock.bootstrap)
-        try await producer.sendAll((0..<3).map { ProducerRecord(topic: topic, key: "k", value: bytes("\($0)"), partition: 0) })
+        try await producer.sendAll(
+            (0..<3).map { ProducerRecord(topic: topic, key: "k", value: bytes("\($0)"), partition: 0) })
         try await producer.shutdown()
 
         var config = consumerConfig(mock.bootstrap, group: uniqueName("g"), topics: [topic])

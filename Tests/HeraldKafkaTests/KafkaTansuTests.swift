@@ -12,13 +12,16 @@ struct KafkaTansuTests {
         let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("roundtrip")
-        let created = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 3)],
-                                                        configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        let created = try await KafkaAdmin.createTopics(
+            [TopicSpec(name: topic, partitions: 3)],
+            configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
         #expect(created == [topic])
-        let again = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 3)],
-                                                      configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        let again = try await KafkaAdmin.createTopics(
+            [TopicSpec(name: topic, partitions: 3)],
+            configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
         #expect(again.isEmpty, "an existing topic is left alone")
-        let counts = try await KafkaAdmin.partitionCounts([topic], configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        let counts = try await KafkaAdmin.partitionCounts(
+            [topic], configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
         #expect(counts[topic] == 3)
 
         let producer = try producer(broker.bootstrap)
@@ -31,8 +34,9 @@ struct KafkaTansuTests {
         #expect(reports.count == 30)
         #expect(reports.allSatisfy { $0.isDelivered && $0.offset != nil && $0.topic == topic })
 
-        let consumer = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic]),
-                                         logger: testLogger("test.consumer"))
+        let consumer = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic]),
+            logger: testLogger("test.consumer"))
         let got = try await collect(consumer, count: 30)
         #expect(got.count == 30)
         for record in got {
@@ -69,11 +73,14 @@ struct KafkaTansuTests {
         try await producer.sendAll([
             ProducerRecord(topic: topic, key: "user-1", value: nil, partition: 0),
             ProducerRecord(topic: topic, key: nil as String?, value: [], partition: 0),
-            ProducerRecord(topic: topic, key: garbage, value: garbage, headers: [KafkaHeader(key: "bin", value: garbage)], partition: 0),
+            ProducerRecord(
+                topic: topic, key: garbage, value: garbage, headers: [KafkaHeader(key: "bin", value: garbage)],
+                partition: 0),
             ProducerRecord(topic: topic, key: nil as String?, value: nil, partition: 0),
         ])
-        let consumer = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic]),
-                                         logger: testLogger("test.consumer"))
+        let consumer = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic]),
+            logger: testLogger("test.consumer"))
         let got = try await collect(consumer, count: 4)
         #expect(got.count == 4)
         guard got.count == 4 else { return }
@@ -96,7 +103,8 @@ struct KafkaTansuTests {
         let topic = uniqueName("batches")
         let producer = try producer(broker.bootstrap)
         try await producer.sendAll((0..<200).map { ProducerRecord(topic: topic, key: "k", value: bytes("\($0)")) })
-        var config = consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic], batchSize: 7, batchMaxWait: .milliseconds(300))
+        var config = consumerConfig(
+            broker.bootstrap, group: uniqueName("g"), topics: [topic], batchSize: 7, batchMaxWait: .milliseconds(300))
         config.prefetchBatches = 3
         let consumer = try KafkaConsumer(configuration: config, logger: testLogger("test.consumer"))
         var sizes: [Int] = []
@@ -119,7 +127,9 @@ struct KafkaTansuTests {
         #expect(waited >= .milliseconds(290) && waited < .seconds(2), "waited \(waited)")
 
         // A few records arriving while a request waits come back before T is over... or at T.
-        let producerTask = Task { try await producer.sendAll([ProducerRecord(topic: topic, key: "k", value: bytes("late"))]) }
+        let producerTask = Task {
+            try await producer.sendAll([ProducerRecord(topic: topic, key: "k", value: bytes("late"))])
+        }
         let late = try await collect(consumer, count: 1, timeout: .seconds(10))
         try await producerTask.value
         #expect(late.map(\.value) == [bytes("late")])
@@ -146,10 +156,12 @@ struct KafkaTansuTests {
         let group = uniqueName("g")
         let tp = TopicPartition(topic: topic, partition: 0)
         let producer = try producer(broker.bootstrap)
-        try await producer.sendAll((0..<4).map { ProducerRecord(topic: topic, key: "k", value: bytes("r\($0)"), partition: 0) })
+        try await producer.sendAll(
+            (0..<4).map { ProducerRecord(topic: topic, key: "k", value: bytes("r\($0)"), partition: 0) })
 
-        let first = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
-                                      logger: testLogger("test.consumer"))
+        let first = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
+            logger: testLogger("test.consumer"))
         let got = try await collect(first, count: 4)
         #expect(got.map(\.offset) == [0, 1, 2, 3])
         guard got.count == 4 else { return }
@@ -160,16 +172,18 @@ struct KafkaTansuTests {
         #expect(first.outstanding == 2, "2 pending, 3 done but not committable")
         await first.shutdown()
 
-        let second = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
-                                       logger: testLogger("test.consumer"))
+        let second = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
+            logger: testLogger("test.consumer"))
         let again = try await collect(second, count: 2)
         #expect(again.map(\.offset) == [2, 3], "resumes at the stored low-water mark")
         #expect(again.map(\.value) == [bytes("r2"), bytes("r3")])
         second.complete(again.reversed())
         await second.shutdown()  // commits on the way out
 
-        let third = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
-                                      logger: testLogger("test.consumer"))
+        let third = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
+            logger: testLogger("test.consumer"))
         try await eventually("assignment") { !third.assignment.isEmpty }
         #expect(try await third.committed([tp])[tp] == 4)
         try await producer.sendAll([ProducerRecord(topic: topic, key: "k", value: bytes("r4"), partition: 0)])
@@ -185,10 +199,13 @@ struct KafkaTansuTests {
         defer { broker.stop() }
         let topic = uniqueName("split")
         let group = uniqueName("g")
-        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 4)],
-                                              configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
-        let a = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]), logger: testLogger("a"))
-        let b = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]), logger: testLogger("b"))
+        _ = try await KafkaAdmin.createTopics(
+            [TopicSpec(name: topic, partitions: 4)],
+            configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        let a = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]), logger: testLogger("a"))
+        let b = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]), logger: testLogger("b"))
         // Keep both polling (the poll threads do) until the group settled on two members.
         try await eventually("both members assigned", timeout: .seconds(30)) {
             !a.assignment.isEmpty && !b.assignment.isEmpty && a.assignment.count + b.assignment.count == 4
@@ -199,7 +216,8 @@ struct KafkaTansuTests {
         #expect(sa.union(sb) == Set((0..<4).map { TopicPartition(topic: topic, partition: $0) }))
 
         let producer = try producer(broker.bootstrap)
-        try await producer.sendAll((0..<40).map { ProducerRecord(topic: topic, key: "user-\($0)", value: bytes("\($0)")) })
+        try await producer.sendAll(
+            (0..<40).map { ProducerRecord(topic: topic, key: "user-\($0)", value: bytes("\($0)")) })
         async let fromA = collect(a, count: 40, timeout: .seconds(4))
         async let fromB = collect(b, count: 40, timeout: .seconds(4))
         let (ra, rb) = try await (fromA, fromB)
@@ -218,9 +236,11 @@ struct KafkaTansuTests {
         defer { broker.stop() }
         let topic = uniqueName("pause")
         let producer = try producer(broker.bootstrap)
-        try await producer.sendAll((0..<5).map { ProducerRecord(topic: topic, key: "k", value: bytes("a\($0)"), partition: 0) })
-        let consumer = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic]),
-                                         logger: testLogger("test.consumer"))
+        try await producer.sendAll(
+            (0..<5).map { ProducerRecord(topic: topic, key: "k", value: bytes("a\($0)"), partition: 0) })
+        let consumer = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic]),
+            logger: testLogger("test.consumer"))
         #expect(try await collect(consumer, count: 5).count == 5)
         consumer.pause()
         #expect(consumer.isPaused)
@@ -249,7 +269,8 @@ struct KafkaTansuTests {
         let group = uniqueName("g")
         let tp = TopicPartition(topic: topic, partition: 0)
         let producer = try producer(broker.bootstrap)
-        try await producer.sendAll((0..<30).map { ProducerRecord(topic: topic, key: "k", value: bytes("\($0)"), partition: 0) })
+        try await producer.sendAll(
+            (0..<30).map { ProducerRecord(topic: topic, key: "k", value: bytes("\($0)"), partition: 0) })
 
         var config = consumerConfig(broker.bootstrap, group: group, topics: [topic], batchSize: 5)
         config.prefetchBatches = 1
@@ -267,8 +288,9 @@ struct KafkaTansuTests {
         consumer.complete(rest.prefix(10))
         await consumer.shutdown()
 
-        let check = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
-                                      logger: testLogger("test.consumer"))
+        let check = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
+            logger: testLogger("test.consumer"))
         let next = try await collect(check, count: 1)
         #expect(next.first?.offset == 15, "5 + 10 completed records were committed on shutdown")
         await check.shutdown()
@@ -280,16 +302,19 @@ struct KafkaTansuTests {
         let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("concurrent")
-        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 4)],
-                                              configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        _ = try await KafkaAdmin.createTopics(
+            [TopicSpec(name: topic, partitions: 4)],
+            configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
         let producer = try producer(broker.bootstrap)
-        let reports = try await producer.send((0..<4000).map { ProducerRecord(topic: topic, key: "u\($0)", value: bytes("\($0)")) })
+        let reports = try await producer.send(
+            (0..<4000).map { ProducerRecord(topic: topic, key: "u\($0)", value: bytes("\($0)")) })
         #expect(reports.allSatisfy { $0.isDelivered })
         var expected: [TopicPartition: Int64] = [:]
         for r in reports { expected[TopicPartition(topic: topic, partition: r.partition), default: 0] += 1 }
 
-        let consumer = try KafkaConsumer(configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic], batchSize: 250),
-                                         logger: testLogger("test.consumer"))
+        let consumer = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic], batchSize: 250),
+            logger: testLogger("test.consumer"))
         let got = try await collect(consumer, count: 4000)
         #expect(got.count == 4000)
         await withTaskGroup(of: Void.self) { group in
@@ -345,11 +370,15 @@ struct KafkaRebalanceTests {
         defer { broker.stop() }
         let topic = uniqueName("revoke")
         let group = uniqueName("g")
-        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 2)],
-                                              configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        _ = try await KafkaAdmin.createTopics(
+            [TopicSpec(name: topic, partitions: 2)],
+            configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
         let producer = try producer(broker.bootstrap)
         for p in 0..<2 {
-            try await producer.sendAll((0..<10).map { ProducerRecord(topic: topic, key: "k", value: bytes("p\(p)-\($0)"), partition: Int32(p)) })
+            try await producer.sendAll(
+                (0..<10).map {
+                    ProducerRecord(topic: topic, key: "k", value: bytes("p\(p)-\($0)"), partition: Int32(p))
+                })
         }
         var config = consumerConfig(broker.bootstrap, group: group, topics: [topic])
         config.autoCommitInterval = .seconds(600)  // only the revoke may commit

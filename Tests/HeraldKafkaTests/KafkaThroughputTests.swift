@@ -14,8 +14,9 @@ struct KafkaThroughputTests {
         let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let topic = uniqueName("bench")
-        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 4)],
-                                              configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
+        _ = try await KafkaAdmin.createTopics(
+            [TopicSpec(name: topic, partitions: 4)],
+            configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap]))
         let producer = try producer(broker.bootstrap)
         let payload = [UInt8](repeating: UInt8(ascii: "x"), count: 100)
         let clock = ContinuousClock()
@@ -25,8 +26,9 @@ struct KafkaThroughputTests {
         var delivered = 0
         for start in stride(from: 0, to: count, by: chunk) {
             let records = (start..<min(count, start + chunk)).map { i in
-                ProducerRecord(topic: topic, key: "user-\(i % 1000)", value: payload,
-                               headers: [KafkaHeader(key: "i", string: String(i))])
+                ProducerRecord(
+                    topic: topic, key: "user-\(i % 1000)", value: payload,
+                    headers: [KafkaHeader(key: "i", string: String(i))])
             }
             delivered += try await producer.send(records).filter(\.isDelivered).count
         }
@@ -55,8 +57,11 @@ struct KafkaThroughputTests {
         await consumer.shutdown()
         #expect(consumed == count && seen.count == count)
 
-        func rate(_ d: Duration) -> Int { Int(Double(count) / max(0.001, Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18)) }
-        print("KAFKA-BENCH records=\(count) size=100B produce=\(produceTime) (\(rate(produceTime))/s) " +
-              "consume+complete(group)=\(consumeTime) (\(rate(consumeTime))/s)")
+        func rate(_ d: Duration) -> Int {
+            Int(Double(count) / max(0.001, Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18))
+        }
+        print(
+            "KAFKA-BENCH records=\(count) size=100B produce=\(produceTime) (\(rate(produceTime))/s) "
+                + "consume+complete(group)=\(consumeTime) (\(rate(consumeTime))/s)")
     }
 }

@@ -46,7 +46,9 @@ final class MockCluster: @unchecked Sendable {
 
     /// The next `errors.count` requests of `apiKey` fail with these errors, in order.
     func pushRequestErrors(apiKey: Int16, _ errors: [rd_kafka_resp_err_t]) {
-        errors.withUnsafeBufferPointer { rd_kafka_mock_push_request_errors_array(cluster, apiKey, errors.count, $0.baseAddress) }
+        errors.withUnsafeBufferPointer {
+            rd_kafka_mock_push_request_errors_array(cluster, apiKey, errors.count, $0.baseAddress)
+        }
     }
 
     deinit {
@@ -66,8 +68,10 @@ func testLogger(_ label: String) -> Logger {
     return logger
 }
 
-func consumerConfig(_ brokers: String, group: String, topics: [String], batchSize: Int = 100,
-                    batchMaxWait: Duration = .milliseconds(50)) -> KafkaConsumerConfiguration {
+func consumerConfig(
+    _ brokers: String, group: String, topics: [String], batchSize: Int = 100,
+    batchMaxWait: Duration = .milliseconds(50)
+) -> KafkaConsumerConfiguration {
     var c = KafkaConsumerConfiguration(brokers: [brokers], groupID: group, topics: topics, clientID: "herald-test")
     c.sessionTimeout = .milliseconds(3000)
     c.batchSize = batchSize

@@ -25,34 +25,46 @@ private let teamID = "DEF123GHIJ"
         #expect(t.answers.first?.status == 200)
         #expect(t.answers.first?.apnsID?.count == 36)
         let mine = "1f0e9c52-1b7c-4c8e-9d21-0c2a7e5b3f10"
-        let t2 = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic, "apns-id": mine], body: body, pki: pki)
+        let t2 = try await nghttp(
+            mock.url, paths: [devicePath], headers: ["apns-topic": topic, "apns-id": mine], body: body, pki: pki)
         #expect(t2.answers.first?.status == 200)
         #expect(t2.answers.first?.apnsID == mine)
         #expect(mock.stop() == 0)
     }
 
-    @Test("each check answers APNs's status and reason", arguments: [
-        (["apns-topic": topic], "/3/device/" + token, "GET", body, 405, "MethodNotAllowed"),
-        (["apns-topic": topic], "/3/devices/" + token, "POST", body, 404, "BadPath"),
-        (["apns-topic": topic], "/3/device/nothex", "POST", body, 400, "BadDeviceToken"),
-        (["apns-topic": topic], "/3/device/" + token + "0", "POST", body, 400, "BadDeviceToken"),
-        ([:], devicePath, "POST", body, 400, "MissingTopic"),
-        (["apns-topic": "com.other.app"], devicePath, "POST", body, 400, "TopicDisallowed"),
-        (["apns-topic": topic, "apns-push-type": "voip"], devicePath, "POST", body, 400, "DeviceTokenNotForTopic"),
-        (["apns-topic": topic, "apns-push-type": "loud"], devicePath, "POST", body, 400, "InvalidPushType"),
-        (["apns-topic": topic, "apns-priority": "7"], devicePath, "POST", body, 400, "BadPriority"),
-        (["apns-topic": topic, "apns-expiration": "tomorrow"], devicePath, "POST", body, 400, "BadExpirationDate"),
-        (["apns-topic": topic, "apns-collapse-id": String(repeating: "c", count: 65)], devicePath, "POST", body, 400, "BadCollapseId"),
-        (["apns-topic": topic, "apns-id": "12345"], devicePath, "POST", body, 400, "BadMessageId"),
-        (["apns-topic": topic], devicePath, "POST", "", 400, "PayloadEmpty"),
-        (["apns-topic": topic], devicePath, "POST", "{not json", 400, "PayloadEmpty"),
-        (["apns-topic": topic], devicePath, "POST", padded(4097), 413, "PayloadTooLarge"),
-        (["apns-topic": topic + ".voip", "apns-push-type": "voip"], devicePath, "POST", padded(5121), 413, "PayloadTooLarge"),
-    ])
-    func checks(headers: [String: String], path: String, method: String, payload: String, status: Int, reason: String) async throws {
+    @Test(
+        "each check answers APNs's status and reason",
+        arguments: [
+            (["apns-topic": topic], "/3/device/" + token, "GET", body, 405, "MethodNotAllowed"),
+            (["apns-topic": topic], "/3/devices/" + token, "POST", body, 404, "BadPath"),
+            (["apns-topic": topic], "/3/device/nothex", "POST", body, 400, "BadDeviceToken"),
+            (["apns-topic": topic], "/3/device/" + token + "0", "POST", body, 400, "BadDeviceToken"),
+            ([:], devicePath, "POST", body, 400, "MissingTopic"),
+            (["apns-topic": "com.other.app"], devicePath, "POST", body, 400, "TopicDisallowed"),
+            (["apns-topic": topic, "apns-push-type": "voip"], devicePath, "POST", body, 400, "DeviceTokenNotForTopic"),
+            (["apns-topic": topic, "apns-push-type": "loud"], devicePath, "POST", body, 400, "InvalidPushType"),
+            (["apns-topic": topic, "apns-priority": "7"], devicePath, "POST", body, 400, "BadPriority"),
+            (["apns-topic": topic, "apns-expiration": "tomorrow"], devicePath, "POST", body, 400, "BadExpirationDate"),
+            (
+                ["apns-topic": topic, "apns-collapse-id": String(repeating: "c", count: 65)], devicePath, "POST", body,
+                400, "BadCollapseId"
+            ),
+            (["apns-topic": topic, "apns-id": "12345"], devicePath, "POST", body, 400, "BadMessageId"),
+            (["apns-topic": topic], devicePath, "POST", "", 400, "PayloadEmpty"),
+            (["apns-topic": topic], devicePath, "POST", "{not json", 400, "PayloadEmpty"),
+            (["apns-topic": topic], devicePath, "POST", padded(4097), 413, "PayloadTooLarge"),
+            (
+                ["apns-topic": topic + ".voip", "apns-push-type": "voip"], devicePath, "POST", padded(5121), 413,
+                "PayloadTooLarge"
+            ),
+        ])
+    func checks(
+        headers: [String: String], path: String, method: String, payload: String, status: Int, reason: String
+    ) async throws {
         let mock = try await MockProcess.start(pki: pki, ["--topic", topic])
-        let t = try await nghttp(mock.url, paths: [path], headers: headers, body: method == "GET" ? nil : payload,
-                           method: method, pki: pki)
+        let t = try await nghttp(
+            mock.url, paths: [path], headers: headers, body: method == "GET" ? nil : payload,
+            method: method, pki: pki)
         #expect(t.answers.count == 1, "\(t.output.suffix(800))")
         #expect(t.answers.first?.status == status)
         #expect(t.answers.first?.reason == reason)
@@ -62,14 +74,16 @@ private let teamID = "DEF123GHIJ"
 
     @Test func voipPayloadsMayReach5120Bytes() async throws {
         let mock = try await MockProcess.start(pki: pki, ["--topic", topic])
-        let t = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic + ".voip", "apns-push-type": "voip"],
-                           body: padded(5120), pki: pki)
+        let t = try await nghttp(
+            mock.url, paths: [devicePath], headers: ["apns-topic": topic + ".voip", "apns-push-type": "voip"],
+            body: padded(5120), pki: pki)
         #expect(t.answers.first?.status == 200)
         #expect(mock.stop() == 0)
     }
 
     @Test func providerTokensAreVerified() async throws {
-        let mock = try await MockProcess.start(pki: pki, ["--topic", topic, "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)"])
+        let mock = try await MockProcess.start(
+            pki: pki, ["--topic", topic, "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)"])
         func send(_ authorization: String?) async throws -> H2Answer? {
             var h = ["apns-topic": topic]
             if let authorization { h["authorization"] = authorization }
@@ -79,14 +93,21 @@ private let teamID = "DEF123GHIJ"
         #expect(try await send("bearer \(good)")?.status == 200)
         #expect(try await send(nil)?.reason == "MissingProviderToken")
         #expect(try await send(nil)?.status == 403)
-        #expect(try await send("bearer \(try await pki.jwt(key: pki.otherProviderKey, kid: keyID, iss: teamID, iat: now()))")?.reason
-            == "InvalidProviderToken")
-        #expect(try await send("bearer \(try await pki.jwt(kid: "UNKNOWNKID", iss: teamID, iat: now()))")?.reason == "InvalidProviderToken")
-        #expect(try await send("bearer \(try await pki.jwt(kid: keyID, iss: "OTHERTEAM1", iat: now()))")?.reason == "InvalidProviderToken")
+        #expect(
+            try await send(
+                "bearer \(try await pki.jwt(key: pki.otherProviderKey, kid: keyID, iss: teamID, iat: now()))")?.reason
+                == "InvalidProviderToken")
+        #expect(
+            try await send("bearer \(try await pki.jwt(kid: "UNKNOWNKID", iss: teamID, iat: now()))")?.reason
+                == "InvalidProviderToken")
+        #expect(
+            try await send("bearer \(try await pki.jwt(kid: keyID, iss: "OTHERTEAM1", iat: now()))")?.reason
+                == "InvalidProviderToken")
         let old = try await send("bearer \(try await pki.jwt(kid: keyID, iss: teamID, iat: now() - 3700))")
         #expect(old?.status == 403)
         #expect(old?.reason == "ExpiredProviderToken")
-        #expect(try await send("bearer \(try await pki.jwt(kid: keyID, iss: teamID, iat: now() - 3000))")?.status == 200)
+        #expect(
+            try await send("bearer \(try await pki.jwt(kid: keyID, iss: teamID, iat: now() - 3000))")?.status == 200)
         // A token with one flipped signature character.
         var bad = Array(good)
         bad[bad.count - 3] = bad[bad.count - 3] == "A" ? "B" : "A"
@@ -96,12 +117,18 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func tokenUpdatesMoreOftenThanAllowedAreRefused() async throws {
-        let mock = try await MockProcess.start(pki: pki, ["--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
-                                              "--min-token-update-interval", "1200"])
+        let mock = try await MockProcess.start(
+            pki: pki,
+            [
+                "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
+                "--min-token-update-interval", "1200",
+            ])
         func send(iat: Int) async throws -> H2Answer? {
             let jwt = try await pki.jwt(kid: keyID, iss: teamID, iat: iat)
-            return try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
-                              body: body, pki: pki).answers.first
+            return try await nghttp(
+                mock.url, paths: [devicePath], headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
+                body: body, pki: pki
+            ).answers.first
         }
         let t0 = now() - 3000
         #expect(try await send(iat: t0)?.status == 200)
@@ -119,7 +146,8 @@ private let teamID = "DEF123GHIJ"
         let paths = (0..<4).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
         // `-M 1`: like a well-behaved APNs client, nghttp opens one stream until the server's SETTINGS say
         // otherwise (without it nghttp may open all four before reading SETTINGS and get three refused).
-        let t = try await nghttp(mock.url, paths: paths, headers: ["apns-topic": topic], body: body, extra: ["-M", "1"], pki: pki)
+        let t = try await nghttp(
+            mock.url, paths: paths, headers: ["apns-topic": topic], body: body, extra: ["-M", "1"], pki: pki)
         #expect(t.serverMaxConcurrentStreams == [1, 500])
         #expect(t.answers.map(\.status) == [200, 200, 200, 200])
         // The raise comes after the first 200 and before the other answers.
@@ -128,25 +156,32 @@ private let teamID = "DEF123GHIJ"
         let raise = try #require(out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):500")).lowerBound
         #expect(firstAnswer < raise)
         // A failure does not raise it.
-        let t2 = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "wrong.topic"], body: body, pki: pki)
+        let t2 = try await nghttp(
+            mock.url, paths: [devicePath], headers: ["apns-topic": "wrong.topic"], body: body, pki: pki)
         #expect(t2.serverMaxConcurrentStreams == [1])
         #expect(mock.stop() == 0)
     }
 
     @Test func aRejectedProviderTokenDoesNotRaiseTheLimitAndASuccessDoes() async throws {
-        let mock = try await MockProcess.start(pki: pki, ["--topic", topic, "--max-streams", "500", "--metrics-port", "0",
-                                              "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)"])
+        let mock = try await MockProcess.start(
+            pki: pki,
+            [
+                "--topic", topic, "--max-streams", "500", "--metrics-port", "0",
+                "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
+            ])
         let paths = (0..<2).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
         let badJWT = try await pki.jwt(key: pki.otherProviderKey, kid: keyID, iss: teamID, iat: now())
-        let bad = try await nghttp(mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(badJWT)"],
-                             body: body, extra: ["-M", "1"], pki: pki)
+        let bad = try await nghttp(
+            mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(badJWT)"],
+            body: body, extra: ["-M", "1"], pki: pki)
         #expect(bad.answers.map(\.status) == [403, 403])
         #expect(bad.answers.map(\.reason) == ["InvalidProviderToken", "InvalidProviderToken"])
         // Already at the initial limit: neither a raise nor a (no-op) lowering is sent.
         #expect(bad.serverMaxConcurrentStreams == [1])
         let goodJWT = try await pki.jwt(kid: keyID, iss: teamID, iat: now())
-        let good = try await nghttp(mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(goodJWT)"],
-                              body: body, extra: ["-M", "1"], pki: pki)
+        let good = try await nghttp(
+            mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(goodJWT)"],
+            body: body, extra: ["-M", "1"], pki: pki)
         #expect(good.answers.map(\.status) == [200, 200])
         #expect(good.serverMaxConcurrentStreams == [1, 500])
         let m = try await mock.metrics()
@@ -158,14 +193,19 @@ private let teamID = "DEF123GHIJ"
 
     @Test func aProviderTokenRejectionAfterASuccessLowersTheLimitAgain() async throws {
         // Every 2nd valid request on a token connection is answered 403 InvalidProviderToken.
-        let mock = try await MockProcess.start(pki: pki, ["--topic", topic, "--max-streams", "500", "--metrics-port", "0",
-                                              "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
-                                              "--reject-token-every", "2"])
+        let mock = try await MockProcess.start(
+            pki: pki,
+            [
+                "--topic", topic, "--max-streams", "500", "--metrics-port", "0",
+                "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
+                "--reject-token-every", "2",
+            ])
         let jwt = try await pki.jwt(kid: keyID, iss: teamID, iat: now())
         let paths = (0..<2).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
         // `-M 1`: the second request is only sent once the raise arrived, so it is answered after the first.
-        let t = try await nghttp(mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
-                           body: body, extra: ["-M", "1"], pki: pki)
+        let t = try await nghttp(
+            mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
+            body: body, extra: ["-M", "1"], pki: pki)
         #expect(t.answers.map(\.status) == [200, 403])
         #expect(t.answers.last?.reason == "InvalidProviderToken")
         #expect(t.serverMaxConcurrentStreams == [1, 500, 1])
@@ -174,14 +214,16 @@ private let teamID = "DEF123GHIJ"
         let success = try #require(out.range(of: ":status: 200")).lowerBound
         let raise = try #require(out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):500")).lowerBound
         let rejection = try #require(out.range(of: ":status: 403")).lowerBound
-        let lowering = try #require(out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):1]", options: .backwards)).lowerBound
+        let lowering = try #require(out.range(of: "SETTINGS_MAX_CONCURRENT_STREAMS(0x03):1]", options: .backwards))
+            .lowerBound
         #expect(success < raise)
         #expect(raise < rejection)
         #expect(rejection < lowering)
         // A new connection: its first request (the 3rd valid one) succeeds and raises, the next is
         // rejected and lowers again.
-        let t2 = try await nghttp(mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
-                            body: body, extra: ["-M", "1"], pki: pki)
+        let t2 = try await nghttp(
+            mock.url, paths: paths, headers: ["apns-topic": topic, "authorization": "bearer \(jwt)"],
+            body: body, extra: ["-M", "1"], pki: pki)
         #expect(t2.answers.map(\.status) == [200, 403])
         #expect(t2.serverMaxConcurrentStreams == [1, 500, 1])
         let m = try await mock.metrics()
@@ -214,17 +256,24 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func certificateAuthNeedsNoJWTAndStartsAtMaxStreams() async throws {
-        let mock = try await MockProcess.start(pki: pki, ["--topic", topic, "--client-ca", pki.caCert, "--max-streams", "300", "--metrics-port", "0",
-                                              "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)"])
-        let withCert = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body,
-                                  extra: ["--cert", pki.clientCert, "--key", pki.clientKey], pki: pki)
+        let mock = try await MockProcess.start(
+            pki: pki,
+            [
+                "--topic", topic, "--client-ca", pki.caCert, "--max-streams", "300", "--metrics-port", "0",
+                "--auth-key", "\(keyID):\(teamID):\(pki.providerPublicKey)",
+            ])
+        let withCert = try await nghttp(
+            mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body,
+            extra: ["--cert", pki.clientCert, "--key", pki.clientKey], pki: pki)
         #expect(withCert.answers.first?.status == 200)
         #expect(withCert.serverMaxConcurrentStreams == [300])
         // One configured topic: a certificate connection may leave apns-topic out.
-        let noTopic = try await nghttp(mock.url, paths: [devicePath], body: body,
-                                 extra: ["--cert", pki.clientCert, "--key", pki.clientKey], pki: pki)
+        let noTopic = try await nghttp(
+            mock.url, paths: [devicePath], body: body,
+            extra: ["--cert", pki.clientCert, "--key", pki.clientKey], pki: pki)
         #expect(noTopic.answers.first?.status == 200)
-        let without = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
+        let without = try await nghttp(
+            mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
         #expect(without.answers.first?.status == 403)
         #expect(without.answers.first?.reason == "MissingProviderToken")
         #expect(without.serverMaxConcurrentStreams == [1])
@@ -234,13 +283,15 @@ private let teamID = "DEF123GHIJ"
 
     @Test func deadTokensAnswer410WithTheirTimestamp() async throws {
         let other = String(repeating: "cd", count: 32)
-        let mock = try await MockProcess.start(pki: pki, ["--dead-token", "\(token):1700000000123", "--dead-token", other])
+        let mock = try await MockProcess.start(
+            pki: pki, ["--dead-token", "\(token):1700000000123", "--dead-token", other])
         let t = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
         #expect(t.answers.first?.status == 410)
         #expect(t.answers.first?.reason == "Unregistered")
         #expect(t.answers.first?.timestamp == 1_700_000_000_123)
         let before = Int64(Date().timeIntervalSince1970 * 1000)
-        let t2 = try await nghttp(mock.url, paths: ["/3/device/" + other], headers: ["apns-topic": topic], body: body, pki: pki)
+        let t2 = try await nghttp(
+            mock.url, paths: ["/3/device/" + other], headers: ["apns-topic": topic], body: body, pki: pki)
         #expect(t2.answers.first?.status == 410)
         let stamp = try #require(t2.answers.first?.timestamp)
         #expect(stamp >= before - 1000 && stamp <= before + 10_000)
@@ -251,9 +302,14 @@ private let teamID = "DEF123GHIJ"
         let bodyFile = try pki.write("fault-body.json", body)
         var runs: [String] = []
         for _ in 0..<2 {
-            let mock = try await MockProcess.start(pki: pki, ["--seed", "7", "--rate-429", "0.10", "--rate-503", "0.05",
-                                                  "--rate-410", "0.05", "--rate-bad-token", "0.02", "--metrics-port", "0"])
-            let r = try await h2load(mock.url + devicePath, n: 4000, m: 1, headers: ["apns-topic": topic], bodyFile: bodyFile)
+            let mock = try await MockProcess.start(
+                pki: pki,
+                [
+                    "--seed", "7", "--rate-429", "0.10", "--rate-503", "0.05",
+                    "--rate-410", "0.05", "--rate-bad-token", "0.02", "--metrics-port", "0",
+                ])
+            let r = try await h2load(
+                mock.url + devicePath, n: 4000, m: 1, headers: ["apns-topic": topic], bodyFile: bodyFile)
             #expect(r.ok + r.c4 + r.c5 == 4000)
             #expect(abs(r.ok - 3120) < 150, "\(r.output)")
             let m = try await mock.metrics()
@@ -273,7 +329,8 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func goawayEveryNStreams() async throws {
-        let mock = try await MockProcess.start(pki: pki, ["--goaway-every", "3", "--initial-streams", "100", "--metrics-port", "0"])
+        let mock = try await MockProcess.start(
+            pki: pki, ["--goaway-every", "3", "--initial-streams", "100", "--metrics-port", "0"])
         let paths = (0..<6).map { "/3/device/" + String(repeating: "ab", count: 31) + "0\($0)" }
         let t = try await nghttp(mock.url, paths: paths, headers: ["apns-topic": topic], body: body, pki: pki)
         let answered = t.answers.filter { $0.status == 200 }.map(\.streamID).sorted()
@@ -298,12 +355,15 @@ private let teamID = "DEF123GHIJ"
 
     @Test func resetRateDropsConnectionsAtRoughlyThatRate() async throws {
         let bodyFile = try pki.write("rate-reset-body.json", body)
-        let mock = try await MockProcess.start(pki: pki, ["--rate-reset", "0.5", "--initial-streams", "100", "--metrics-port", "0"])
+        let mock = try await MockProcess.start(
+            pki: pki, ["--rate-reset", "0.5", "--initial-streams", "100", "--metrics-port", "0"])
         // One request per connection (h2load -n 200 -c 200 would need 200 clients): 40 single-request
         // connections in turn; about half are dropped before their answer.
         var ok = 0
         for _ in 0..<40 {
-            ok += try await h2load(mock.url + devicePath, n: 1, m: 1, headers: ["apns-topic": topic], bodyFile: bodyFile).ok
+            ok += try await h2load(
+                mock.url + devicePath, n: 1, m: 1, headers: ["apns-topic": topic], bodyFile: bodyFile
+            ).ok
         }
         let resets = metricValue(try await mock.metrics(), "herald_mock_apns_random_resets_total")
         #expect(ok + resets == 40, "every stream is answered or reset: \(ok) + \(resets)")
@@ -313,15 +373,20 @@ private let teamID = "DEF123GHIJ"
 
     @Test func pauseHoldsAnswersUntilResumeAndTheyFollowInOrder() async throws {
         let record = pki.dir + "/pause-record.jsonl"
-        let mock = try await MockProcess.start(pki: pki, ["--metrics-port", "0", "--record", record, "--initial-streams", "100"])
+        let mock = try await MockProcess.start(
+            pki: pki, ["--metrics-port", "0", "--record", record, "--initial-streams", "100"])
         let mp = try #require(mock.metricsPort)
-        #expect(try await runProcess("curl", ["-fs", "-X", "POST", "http://127.0.0.1:\(mp)/pause?ms=60000"]).output.contains("paused"))
+        #expect(
+            try await runProcess("curl", ["-fs", "-X", "POST", "http://127.0.0.1:\(mp)/pause?ms=60000"]).output
+                .contains("paused"))
         #expect(metricValue(try await mock.metrics(), "herald_mock_apns_paused") == 1)
         // A request sent while paused is not answered until the resume.
         let client = Process()
         client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        client.arguments = ["nghttp", "-n", "-t", "30", "-H", "apns-topic: \(topic)", "-d", try pki.write("pause-body.json", body),
-                            mock.url + devicePath]
+        client.arguments = [
+            "nghttp", "-n", "-t", "30", "-H", "apns-topic: \(topic)", "-d", try pki.write("pause-body.json", body),
+            mock.url + devicePath,
+        ]
         client.standardOutput = FileHandle.nullDevice
         client.standardError = FileHandle.nullDevice
         try client.run()
@@ -349,8 +414,14 @@ private let teamID = "DEF123GHIJ"
         let t = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
         #expect(t.answers.first?.status == 200)
         #expect(Date().timeIntervalSince(t0) >= 0.2)
-        #expect(try await runProcess("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
-                                        "http://127.0.0.1:\(mp)/pause?ms=x"]).output == "400")
+        #expect(
+            try await runProcess(
+                "curl",
+                [
+                    "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+                    "http://127.0.0.1:\(mp)/pause?ms=x",
+                ]
+            ).output == "400")
         #expect(mock.stop() == 0)
     }
 
@@ -365,7 +436,8 @@ private let teamID = "DEF123GHIJ"
         #expect(Date().timeIntervalSince(start) >= 0.1)
         // 1000 requests, 100 in flight: about 10 round trips of 100 ms, not 1000.
         let t0 = Date()
-        let r = try await h2load(mock.url + devicePath, n: 1000, m: 100, headers: ["apns-topic": topic], bodyFile: bodyFile)
+        let r = try await h2load(
+            mock.url + devicePath, n: 1000, m: 100, headers: ["apns-topic": topic], bodyFile: bodyFile)
         let elapsed = Date().timeIntervalSince(t0)
         #expect(r.ok == 1000)
         #expect(elapsed >= 1.0 && elapsed < 5.0, "\(elapsed) s")
@@ -376,9 +448,13 @@ private let teamID = "DEF123GHIJ"
         let record = pki.dir + "/record.jsonl"
         let mock = try await MockProcess.start(pki: pki, ["--topic", topic, "--record", record])
         let id = "0d4b2b5e-5a57-4f2e-9b8a-2f0d2d8f1c11"
-        _ = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic, "apns-id": id, "apns-priority": "5",
-                        "apns-push-type": "background", "apns-collapse-id": "c1", "apns-expiration": "1700000000"],
-                       body: "{\"aps\":{\"content-available\":1},\n \"x\":\"é\"}", pki: pki)
+        _ = try await nghttp(
+            mock.url, paths: [devicePath],
+            headers: [
+                "apns-topic": topic, "apns-id": id, "apns-priority": "5",
+                "apns-push-type": "background", "apns-collapse-id": "c1", "apns-expiration": "1700000000",
+            ],
+            body: "{\"aps\":{\"content-available\":1},\n \"x\":\"é\"}", pki: pki)
         _ = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": "com.other"], body: body, pki: pki)
         // Written while the server runs, not only at exit.
         let written = await eventually(timeout: .seconds(2)) {
@@ -424,10 +500,15 @@ private let teamID = "DEF123GHIJ"
 
     @Test func survivesClientsThatDoNotSpeakH2OverTLS() async throws {
         let mock = try await MockProcess.start(pki: pki, ["--metrics-port", "0"])
-        let http1 = try await runProcess("curl", ["-sk", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", mock.url + devicePath])
+        let http1 = try await runProcess(
+            "curl", ["-sk", "--http1.1", "-o", "/dev/null", "-w", "%{http_code}", mock.url + devicePath])
         #expect(http1.output != "200")
-        let cleartext = try await runProcess("curl", ["-s", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}",
-                                                "http://127.0.0.1:\(mock.port)" + devicePath])
+        let cleartext = try await runProcess(
+            "curl",
+            [
+                "-s", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}",
+                "http://127.0.0.1:\(mock.port)" + devicePath,
+            ])
         #expect(cleartext.output != "200")
         let t = try await nghttp(mock.url, paths: [devicePath], headers: ["apns-topic": topic], body: body, pki: pki)
         #expect(t.answers.first?.status == 200)
@@ -439,8 +520,10 @@ private let teamID = "DEF123GHIJ"
         let mock = try await MockProcess.start(pki: pki, ["--latency-ms", "400", "--metrics-port", "0"])
         let client = Process()
         client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        client.arguments = ["nghttp", "-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body),
-                            mock.url + devicePath]
+        client.arguments = [
+            "nghttp", "-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body),
+            mock.url + devicePath,
+        ]
         let pipe = Pipe()
         client.standardOutput = pipe
         try client.run()

@@ -1,6 +1,7 @@
 import Foundation
-@testable import HeraldMockAPNs
 import Testing
+
+@testable import HeraldMockAPNs
 
 /// What the stand-in writes into its record file for one header value.
 private func recorded(_ bytes: [UInt8]?) -> [UInt8] {
@@ -20,9 +21,11 @@ private func parsed(_ json: [UInt8]) throws -> String? {
 
 @Suite("Record file: JSON strings")
 struct RecordJSONTests {
-    @Test("non-ASCII text is written as UTF-8 and reads back unchanged", arguments: [
-        "café", "Grüße aus Köln", "日本語のテキスト", "Привет", "emoji 😎 and 👩‍👩‍👧", "€ 10", "ascii only",
-    ])
+    @Test(
+        "non-ASCII text is written as UTF-8 and reads back unchanged",
+        arguments: [
+            "café", "Grüße aus Köln", "日本語のテキスト", "Привет", "emoji 😎 and 👩‍👩‍👧", "€ 10", "ascii only",
+        ])
     func unicodeRoundTrips(_ text: String) throws {
         let json = recorded(Array(text.utf8))
         #expect(try parsed(json) == text)

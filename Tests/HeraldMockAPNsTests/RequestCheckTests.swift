@@ -1,5 +1,6 @@
 // Unit tests of the stand-in's pure parts: request checks, JSON check, fault draws, base64url.
 import Testing
+
 @testable import HeraldMockAPNs
 
 private let token = String(repeating: "ab", count: 32)
@@ -17,8 +18,10 @@ private struct Row: CustomTestStringConvertible, Sendable {
     var testDescription: String { name }
 }
 
-private func base(_ extra: [(RequestField, String)] = [], method: String = "POST",
-                  path: String = "/3/device/" + token, topic: String? = "com.example.chat") -> [(RequestField, String)] {
+private func base(
+    _ extra: [(RequestField, String)] = [], method: String = "POST",
+    path: String = "/3/device/" + token, topic: String? = "com.example.chat"
+) -> [(RequestField, String)] {
     var h: [(RequestField, String)] = [(.method, method), (.path, path)]
     if let topic { h.append((.topic, topic)) }
     return h + extra
@@ -26,43 +29,83 @@ private func base(_ extra: [(RequestField, String)] = [], method: String = "POST
 
 private let rows: [Row] = [
     Row(name: "valid alert is 200", headers: base(), expected: .ok),
-    Row(name: "all optional headers valid", headers: base([(.pushType, "alert"), (.priority, "10"), (.expiration, "0"),
-        (.collapseID, "c1"), (.apnsID, "123e4567-e89b-12d3-a456-426614174000")]), expected: .ok),
+    Row(
+        name: "all optional headers valid",
+        headers: base([
+            (.pushType, "alert"), (.priority, "10"), (.expiration, "0"),
+            (.collapseID, "c1"), (.apnsID, "123e4567-e89b-12d3-a456-426614174000"),
+        ]), expected: .ok),
     Row(name: "GET is 405", headers: base(method: "GET"), expected: MockVerdict(.methodNotAllowed)),
     Row(name: "other path is 404", headers: base(path: "/3/devices/" + token), expected: MockVerdict(.badPath)),
-    Row(name: "empty token is MissingDeviceToken", headers: base(path: "/3/device/"), expected: MockVerdict(.missingDeviceToken)),
-    Row(name: "non-hex token", headers: base(path: "/3/device/" + String(repeating: "zz", count: 32)), expected: MockVerdict(.badDeviceToken)),
+    Row(
+        name: "empty token is MissingDeviceToken", headers: base(path: "/3/device/"),
+        expected: MockVerdict(.missingDeviceToken)),
+    Row(
+        name: "non-hex token", headers: base(path: "/3/device/" + String(repeating: "zz", count: 32)),
+        expected: MockVerdict(.badDeviceToken)),
     Row(name: "short token", headers: base(path: "/3/device/abcd"), expected: MockVerdict(.badDeviceToken)),
-    Row(name: "odd-length token", headers: base(path: "/3/device/" + token + "a"), expected: MockVerdict(.badDeviceToken)),
-    Row(name: "200-char token passes", headers: base(path: "/3/device/" + String(repeating: "a1", count: 100)), expected: .ok),
-    Row(name: "202-char token fails", headers: base(path: "/3/device/" + String(repeating: "a1", count: 101)), expected: MockVerdict(.badDeviceToken)),
-    Row(name: "auth failure comes before token format", headers: base(path: "/3/device/xyz"), auth: .missingProviderToken,
+    Row(
+        name: "odd-length token", headers: base(path: "/3/device/" + token + "a"),
+        expected: MockVerdict(.badDeviceToken)),
+    Row(
+        name: "200-char token passes", headers: base(path: "/3/device/" + String(repeating: "a1", count: 100)),
+        expected: .ok),
+    Row(
+        name: "202-char token fails", headers: base(path: "/3/device/" + String(repeating: "a1", count: 101)),
+        expected: MockVerdict(.badDeviceToken)),
+    Row(
+        name: "auth failure comes before token format", headers: base(path: "/3/device/xyz"),
+        auth: .missingProviderToken,
         expected: MockVerdict(.missingProviderToken)),
-    Row(name: "expired provider token", headers: base(), auth: .expiredProviderToken, expected: MockVerdict(.expiredProviderToken)),
-    Row(name: "duplicate topic", headers: base([(.topic, "com.example.chat")]), expected: MockVerdict(.duplicateHeaders)),
+    Row(
+        name: "expired provider token", headers: base(), auth: .expiredProviderToken,
+        expected: MockVerdict(.expiredProviderToken)),
+    Row(
+        name: "duplicate topic", headers: base([(.topic, "com.example.chat")]), expected: MockVerdict(.duplicateHeaders)
+    ),
     Row(name: "bad apns-id", headers: base([(.apnsID, "not-a-uuid")]), expected: MockVerdict(.badMessageId)),
     Row(name: "bad push type", headers: base([(.pushType, "shout")]), expected: MockVerdict(.invalidPushType)),
     Row(name: "missing topic", headers: base(topic: nil), expected: MockVerdict(.missingTopic)),
-    Row(name: "missing topic implied by a one-topic certificate", headers: base(topic: nil), certificateAuth: true, expected: .ok),
+    Row(
+        name: "missing topic implied by a one-topic certificate", headers: base(topic: nil), certificateAuth: true,
+        expected: .ok),
     Row(name: "unknown topic", headers: base(topic: "com.other.app"), expected: MockVerdict(.topicDisallowed)),
-    Row(name: "voip needs .voip topic", headers: base([(.pushType, "voip")]), expected: MockVerdict(.deviceTokenNotForTopic)),
-    Row(name: "voip with .voip topic", headers: base([(.pushType, "voip")], topic: "com.example.chat.voip"), expected: .ok),
-    Row(name: "alert to .voip topic", headers: base(topic: "com.example.chat.voip"), expected: MockVerdict(.deviceTokenNotForTopic)),
+    Row(
+        name: "voip needs .voip topic", headers: base([(.pushType, "voip")]),
+        expected: MockVerdict(.deviceTokenNotForTopic)),
+    Row(
+        name: "voip with .voip topic", headers: base([(.pushType, "voip")], topic: "com.example.chat.voip"),
+        expected: .ok),
+    Row(
+        name: "alert to .voip topic", headers: base(topic: "com.example.chat.voip"),
+        expected: MockVerdict(.deviceTokenNotForTopic)),
     Row(name: "no topics configured: any topic", headers: base(topic: "anything.at.all"), topics: [], expected: .ok),
-    Row(name: "no topics configured: voip still needs .voip", headers: base([(.pushType, "voip")], topic: "x"), topics: [],
+    Row(
+        name: "no topics configured: voip still needs .voip", headers: base([(.pushType, "voip")], topic: "x"),
+        topics: [],
         expected: MockVerdict(.deviceTokenNotForTopic)),
     Row(name: "priority 7", headers: base([(.priority, "7")]), expected: MockVerdict(.badPriority)),
     Row(name: "priority 5", headers: base([(.priority, "5")]), expected: .ok),
-    Row(name: "expiration not numeric", headers: base([(.expiration, "soon")]), expected: MockVerdict(.badExpirationDate)),
+    Row(
+        name: "expiration not numeric", headers: base([(.expiration, "soon")]),
+        expected: MockVerdict(.badExpirationDate)),
     Row(name: "collapse id 64 bytes", headers: base([(.collapseID, String(repeating: "c", count: 64))]), expected: .ok),
-    Row(name: "collapse id 65 bytes", headers: base([(.collapseID, String(repeating: "c", count: 65))]), expected: MockVerdict(.badCollapseId)),
+    Row(
+        name: "collapse id 65 bytes", headers: base([(.collapseID, String(repeating: "c", count: 65))]),
+        expected: MockVerdict(.badCollapseId)),
     Row(name: "empty payload", headers: base(), body: "", expected: MockVerdict(.payloadEmpty)),
     Row(name: "payload not JSON", headers: base(), body: "{nope", expected: MockVerdict(.payloadEmpty)),
     Row(name: "payload a JSON array", headers: base(), body: "[1]", expected: MockVerdict(.payloadEmpty)),
     Row(name: "4096 bytes alert passes", headers: base(), body: padded(4096), expected: .ok),
-    Row(name: "4097 bytes alert too large", headers: base(), body: padded(4097), expected: MockVerdict(.payloadTooLarge)),
-    Row(name: "5120 bytes voip passes", headers: base([(.pushType, "voip")], topic: "com.example.chat.voip"), body: padded(5120), expected: .ok),
-    Row(name: "5121 bytes voip too large", headers: base([(.pushType, "voip")], topic: "com.example.chat.voip"), body: padded(5120),
+    Row(
+        name: "4097 bytes alert too large", headers: base(), body: padded(4097), expected: MockVerdict(.payloadTooLarge)
+    ),
+    Row(
+        name: "5120 bytes voip passes", headers: base([(.pushType, "voip")], topic: "com.example.chat.voip"),
+        body: padded(5120), expected: .ok),
+    Row(
+        name: "5121 bytes voip too large", headers: base([(.pushType, "voip")], topic: "com.example.chat.voip"),
+        body: padded(5120),
         bodyLength: 5121, expected: MockVerdict(.payloadTooLarge)),
 ]
 
@@ -79,8 +122,10 @@ private func requestChecks(_ row: Row) {
     let check = RequestCheck(topics: row.topics, deadTokens: [:])
     let body = Array(row.body.utf8)
     let verdict = body.withUnsafeBytes { raw in
-        check.check(head: head, body: raw, bodyLength: row.bodyLength ?? body.count, certificateAuth: row.certificateAuth,
-                    nowMillis: 1_000) { _ in row.auth }
+        check.check(
+            head: head, body: raw, bodyLength: row.bodyLength ?? body.count, certificateAuth: row.certificateAuth,
+            nowMillis: 1_000
+        ) { _ in row.auth }
     }
     #expect(verdict == row.expected)
 }
@@ -92,26 +137,32 @@ private func requestChecks(_ row: Row) {
     let now = RequestCheck(topics: [], deadTokens: [token: nil])
     let body = Array(okBody.utf8)
     body.withUnsafeBytes { raw in
-        #expect(withStamp.check(head: head, body: raw, bodyLength: raw.count, certificateAuth: false, nowMillis: 5) { _ in nil }
-            == MockVerdict(.unregistered, timestamp: 1_700_000_000_000))
-        #expect(now.check(head: head, body: raw, bodyLength: raw.count, certificateAuth: false, nowMillis: 5) { _ in nil }
-            == MockVerdict(.unregistered, timestamp: 5))
+        #expect(
+            withStamp.check(head: head, body: raw, bodyLength: raw.count, certificateAuth: false, nowMillis: 5) { _ in
+                nil
+            }
+                == MockVerdict(.unregistered, timestamp: 1_700_000_000_000))
+        #expect(
+            now.check(head: head, body: raw, bodyLength: raw.count, certificateAuth: false, nowMillis: 5) { _ in nil }
+                == MockVerdict(.unregistered, timestamp: 5))
     }
 }
 
-@Test("JSON check accepts objects and rejects everything else", arguments: [
-    (#"{}"#, true), (#" {"a":[1,2.5e3,-0,true,false,null,{"b":"\u00e9\n"}]} "#, true), ("{\"é\":\"日本\"}", true),
-    (#"{"a":1,}"#, false), (#"{"a":01}"#, false), (#"{"a":"\x"}"#, false), ("{\"a\":\"\u{1}\"}", false),
-    (#"[]"#, false), (#""s""#, false), (#"{"a":1}{"#, false), (#"{"a":tru}"#, false), (#"{"a":1."#, false),
-    ("", false), (#"{"a":"unterminated}"#, false),
-])
+@Test(
+    "JSON check accepts objects and rejects everything else",
+    arguments: [
+        (#"{}"#, true), (#" {"a":[1,2.5e3,-0,true,false,null,{"b":"\u00e9\n"}]} "#, true), ("{\"é\":\"日本\"}", true),
+        (#"{"a":1,}"#, false), (#"{"a":01}"#, false), (#"{"a":"\x"}"#, false), ("{\"a\":\"\u{1}\"}", false),
+        (#"[]"#, false), (#""s""#, false), (#"{"a":1}{"#, false), (#"{"a":tru}"#, false), (#"{"a":1."#, false),
+        ("", false), (#"{"a":"unterminated}"#, false),
+    ])
 func jsonCheck(_ text: String, _ valid: Bool) {
     #expect(JSONCheck.isObject(Array(text.utf8)) == valid)
 }
 
 @Test func jsonCheckRejectsInvalidUTF8() {
-    #expect(!JSONCheck.isObject([0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xC3, 0x28, 0x22, 0x7D])) // {"a":"\xC3("}
-    #expect(!JSONCheck.isObject([0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xED, 0xA0, 0x80, 0x22, 0x7D])) // surrogate
+    #expect(!JSONCheck.isObject([0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xC3, 0x28, 0x22, 0x7D]))  // {"a":"\xC3("}
+    #expect(!JSONCheck.isObject([0x7B, 0x22, 0x61, 0x22, 0x3A, 0x22, 0xED, 0xA0, 0x80, 0x22, 0x7D]))  // surrogate
 }
 
 @Test func faultRatesAreHonouredAndSeeded() {
@@ -164,11 +215,15 @@ func jsonCheck(_ text: String, _ valid: Bool) {
 
 @Test func everyReasonHasApplesStatus() {
     let expected: [Int: Set<String>] = [
-        400: ["BadCollapseId", "BadDeviceToken", "BadExpirationDate", "BadMessageId", "BadPriority", "BadTopic",
-              "DeviceTokenNotForTopic", "DuplicateHeaders", "IdleTimeout", "InvalidPushType", "MissingDeviceToken",
-              "MissingTopic", "PayloadEmpty", "TopicDisallowed"],
-        403: ["BadCertificate", "BadCertificateEnvironment", "ExpiredProviderToken", "Forbidden", "InvalidProviderToken",
-              "MissingProviderToken"],
+        400: [
+            "BadCollapseId", "BadDeviceToken", "BadExpirationDate", "BadMessageId", "BadPriority", "BadTopic",
+            "DeviceTokenNotForTopic", "DuplicateHeaders", "IdleTimeout", "InvalidPushType", "MissingDeviceToken",
+            "MissingTopic", "PayloadEmpty", "TopicDisallowed",
+        ],
+        403: [
+            "BadCertificate", "BadCertificateEnvironment", "ExpiredProviderToken", "Forbidden", "InvalidProviderToken",
+            "MissingProviderToken",
+        ],
         404: ["BadPath"], 405: ["MethodNotAllowed"], 410: ["Unregistered"], 413: ["PayloadTooLarge"],
         429: ["TooManyProviderTokenUpdates", "TooManyRequests"], 500: ["InternalServerError"],
         503: ["ServiceUnavailable", "Shutdown"],

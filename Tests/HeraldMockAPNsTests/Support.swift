@@ -29,17 +29,17 @@ extension TestPKI {
     }
 
     static let jwtSource = """
-    import base64, json, sys
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-    key = serialization.load_pem_private_key(open(sys.argv[1], "rb").read(), None)
-    b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-    header = b64(json.dumps({"alg": "ES256", "kid": sys.argv[2]}).encode())
-    claims = b64(json.dumps({"iss": sys.argv[3], "iat": int(sys.argv[4])}).encode())
-    r, s = decode_dss_signature(key.sign(f"{header}.{claims}".encode(), ec.ECDSA(hashes.SHA256())))
-    print(f"{header}.{claims}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}")
-    """
+        import base64, json, sys
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+        key = serialization.load_pem_private_key(open(sys.argv[1], "rb").read(), None)
+        b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+        header = b64(json.dumps({"alg": "ES256", "kid": sys.argv[2]}).encode())
+        claims = b64(json.dumps({"iss": sys.argv[3], "iat": int(sys.argv[4])}).encode())
+        r, s = decode_dss_signature(key.sign(f"{header}.{claims}".encode(), ec.ECDSA(hashes.SHA256())))
+        print(f"{header}.{claims}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}")
+        """
 }
 
 /// The herald-mock-apns binary running on an ephemeral port; stopped with SIGTERM.
@@ -65,7 +65,8 @@ final class MockProcess: @unchecked Sendable {
         stderrFile = URL(fileURLWithPath: pki.dir + "/stderr-\(UUID().uuidString)")
         FileManager.default.createFile(atPath: stderrFile.path, contents: nil)
         process.executableURL = exe
-        process.arguments = ["--port", "0", "--cert", pki.serverCert, "--key", pki.serverKey, "--port-file", portFile] + arguments
+        process.arguments =
+            ["--port", "0", "--cert", pki.serverCert, "--key", pki.serverKey, "--port-file", portFile] + arguments
         process.standardOutput = stdout
         process.standardError = try FileHandle(forWritingTo: stderrFile)
         try process.run()
@@ -85,7 +86,8 @@ final class MockProcess: @unchecked Sendable {
         }
         port = p
         metricsPort = text.firstMatch(of: /metrics on 127\.0\.0\.1:(\d+)/).flatMap { Int($0.1) }
-        let written = try String(contentsOfFile: portFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let written = try String(contentsOfFile: portFile, encoding: .utf8).trimmingCharacters(
+            in: .whitespacesAndNewlines)
         guard written == String(p) else { throw TestError.failed("--port-file holds \(written), stdout said \(p)") }
     }
 
@@ -127,8 +129,10 @@ struct H2Transcript {
 }
 
 /// Sends POSTs (one per path) on one connection with nghttp and parses its verbose output.
-func nghttp(_ base: String, paths: [String], headers: [String: String] = [:], body: String? = nil,
-            method: String = "POST", extra: [String] = [], pki: TestPKI) async throws -> H2Transcript {
+func nghttp(
+    _ base: String, paths: [String], headers: [String: String] = [:], body: String? = nil,
+    method: String = "POST", extra: [String] = [], pki: TestPKI
+) async throws -> H2Transcript {
     var args = ["-v", "-t", "10"]
     if method != "GET" { args += ["-H", ":method: \(method)"] }
     for (k, v) in headers.sorted(by: { $0.key < $1.key }) { args += ["-H", "\(k): \(v)"] }
@@ -170,18 +174,25 @@ func parseNghttp(_ out: String) -> H2Transcript {
         if line.contains("REFUSED_STREAM"), let id = lastRSTStream { refused.append(id); lastRSTStream = nil }
     }
     // Bodies are printed raw just before the DATA frame line of their stream.
-    for m in out.matches(of: /\{"reason":"(\w+)"(?:,"timestamp":(\d+))?\}\[[ 0-9.]+\] recv DATA frame <length=\d+, flags=0x01, stream_id=(\d+)>/) {
+    for m in out.matches(
+        of:
+            /\{"reason":"(\w+)"(?:,"timestamp":(\d+))?\}\[[ 0-9.]+\] recv DATA frame <length=\d+, flags=0x01, stream_id=(\d+)>/
+    ) {
         let id = Int(m.3)!
         byStream[id]?.reason = String(m.1)
         byStream[id]?.timestamp = m.2.flatMap { Int64($0) }
     }
-    return H2Transcript(output: out, answers: order.compactMap { byStream[$0] }, serverMaxConcurrentStreams: settings,
-                        goawayLastStreamID: goaway, refusedStreams: refused)
+    return H2Transcript(
+        output: out, answers: order.compactMap { byStream[$0] }, serverMaxConcurrentStreams: settings,
+        goawayLastStreamID: goaway, refusedStreams: refused)
 }
 
 /// Runs h2load and returns (2xx, 4xx, 5xx, succeeded, req/s).
-func h2load(_ url: String, n: Int, c: Int = 1, m: Int, headers: [String: String], bodyFile: String) async throws
-    -> (ok: Int, c4: Int, c5: Int, succeeded: Int, rate: Double, output: String) {
+func h2load(
+    _ url: String, n: Int, c: Int = 1, m: Int, headers: [String: String], bodyFile: String
+) async throws
+    -> (ok: Int, c4: Int, c5: Int, succeeded: Int, rate: Double, output: String)
+{
     var args = ["-n", String(n), "-c", String(c), "-m", String(m), "-d", bodyFile]
     for (k, v) in headers.sorted(by: { $0.key < $1.key }) { args += ["-H", "\(k): \(v)"] }
     args.append(url)
@@ -189,8 +200,10 @@ func h2load(_ url: String, n: Int, c: Int = 1, m: Int, headers: [String: String]
     let codes = r.output.firstMatch(of: /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/)
     let done = r.output.firstMatch(of: /(\d+) succeeded/)
     let rate = r.output.firstMatch(of: /finished in [0-9.]+m?s, ([0-9.]+) req\/s/)
-    return (Int(codes?.1 ?? "0")!, Int(codes?.3 ?? "0")!, Int(codes?.4 ?? "0")!, Int(done?.1 ?? "0")!,
-            Double(rate?.1 ?? "0")!, r.output)
+    return (
+        Int(codes?.1 ?? "0")!, Int(codes?.3 ?? "0")!, Int(codes?.4 ?? "0")!, Int(done?.1 ?? "0")!,
+        Double(rate?.1 ?? "0")!, r.output
+    )
 }
 
 /// Reads a Prometheus counter value from /metrics text.
@@ -205,36 +218,39 @@ func metricValue(_ text: String, _ series: String) -> Int {
 /// optionally an ACK of the server's SETTINGS (SETTINGS_MAX_CONCURRENT_STREAMS = 1 on a token
 /// connection) and then two requests at once on streams 1 and 3. Returns the GOAWAY error code
 /// and the RST_STREAM codes by stream id the server sent back.
-func twoStreamsAtOnce(port: Int, path: String, acknowledgeSettings: Bool, pki: TestPKI) async throws
-    -> (goaway: Int?, resets: [Int: Int]) {
+func twoStreamsAtOnce(
+    port: Int, path: String, acknowledgeSettings: Bool, pki: TestPKI
+) async throws
+    -> (goaway: Int?, resets: [Int: Int])
+{
     let script = #"""
-    import socket, ssl, struct, sys
-    port, path, ack = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "ack"
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.set_alpn_protocols(["h2"])
-    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5))
-    def frame(t, flags, sid, payload=b""):
-        return struct.pack(">I", len(payload))[1:] + bytes([t, flags]) + struct.pack(">I", sid) + payload
-    def lit(n, v):
-        return b"\x00" + bytes([len(n)]) + n.encode() + bytes([len(v)]) + v.encode()
-    block = lit(":method", "POST") + lit(":scheme", "https") + lit(":path", path) + lit(":authority", "localhost")
-    out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + (frame(4, 1, 0) if ack else b"")
-    s.sendall(out + frame(1, 5, 1, block) + frame(1, 5, 3, block))
-    data, i, done = b"", 0, False
-    while not done:
-        chunk = s.recv(65536)
-        if not chunk: break
-        data += chunk
-        while i + 9 <= len(data):
-            n = int.from_bytes(data[i:i+3], "big")
-            if i + 9 + n > len(data): break
-            t, sid, p = data[i+3], int.from_bytes(data[i+5:i+9], "big") & 0x7fffffff, data[i+9:i+9+n]
-            if t == 7: print("goaway", int.from_bytes(p[4:8], "big")); done = True
-            if t == 3: print("rst", sid, int.from_bytes(p[0:4], "big")); done = True
-            i += 9 + n
-    """#
+        import socket, ssl, struct, sys
+        port, path, ack = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "ack"
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.set_alpn_protocols(["h2"])
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5))
+        def frame(t, flags, sid, payload=b""):
+            return struct.pack(">I", len(payload))[1:] + bytes([t, flags]) + struct.pack(">I", sid) + payload
+        def lit(n, v):
+            return b"\x00" + bytes([len(n)]) + n.encode() + bytes([len(v)]) + v.encode()
+        block = lit(":method", "POST") + lit(":scheme", "https") + lit(":path", path) + lit(":authority", "localhost")
+        out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + (frame(4, 1, 0) if ack else b"")
+        s.sendall(out + frame(1, 5, 1, block) + frame(1, 5, 3, block))
+        data, i, done = b"", 0, False
+        while not done:
+            chunk = s.recv(65536)
+            if not chunk: break
+            data += chunk
+            while i + 9 <= len(data):
+                n = int.from_bytes(data[i:i+3], "big")
+                if i + 9 + n > len(data): break
+                t, sid, p = data[i+3], int.from_bytes(data[i+5:i+9], "big") & 0x7fffffff, data[i+9:i+9+n]
+                if t == 7: print("goaway", int.from_bytes(p[4:8], "big")); done = True
+                if t == 3: print("rst", sid, int.from_bytes(p[0:4], "big")); done = True
+                i += 9 + n
+        """#
     let file = try pki.write("two-streams-\(UUID().uuidString).py", script)
     let r = try await runProcess("python3", [file, String(port), path, acknowledgeSettings ? "ack" : "noack"])
     var goaway: Int?

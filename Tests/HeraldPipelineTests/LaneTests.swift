@@ -10,20 +10,25 @@ import Testing
     let ingest = IngestProcessor(ingestedTopic: "herald.ingested", priorityTopic: "herald.ingested.priority")
 
     @Test func ingestPutsCallsAndMentionsOnThePriorityLaneAndSaysWhy() async throws {
-        let results = await ingest.process([
-            StageInput(topic: "chat.events", value: try exampleBytes("event-call.json")),
-            StageInput(topic: "chat.events", value: try exampleBytes("event-group.json")),
-            event(groupEvent("e-plain")),
-        ], context: fixedContext)
-        #expect(results.map { $0.outputs.first?.topic } == ["herald.ingested.priority", "herald.ingested.priority", "herald.ingested"])
+        let results = await ingest.process(
+            [
+                StageInput(topic: "chat.events", value: try exampleBytes("event-call.json")),
+                StageInput(topic: "chat.events", value: try exampleBytes("event-group.json")),
+                event(groupEvent("e-plain")),
+            ], context: fixedContext)
+        #expect(
+            results.map { $0.outputs.first?.topic } == [
+                "herald.ingested.priority", "herald.ingested.priority", "herald.ingested",
+            ])
         #expect(results.map { $0.explain.first?.reason } == ["urgent:call", "high:mention", "normal:group"])
         #expect(results.allSatisfy { $0.explain.first?.decision == "classified" })
     }
 
     @Test func ingestWithoutAPriorityTopicKeepsOneLane() async throws {
         let plain = IngestProcessor(ingestedTopic: "herald.ingested")
-        let results = await plain.process([StageInput(topic: "chat.events", value: try exampleBytes("event-call.json"))],
-                                          context: fixedContext)
+        let results = await plain.process(
+            [StageInput(topic: "chat.events", value: try exampleBytes("event-call.json"))],
+            context: fixedContext)
         #expect(results[0].outputs.map(\.topic) == ["herald.ingested"])
         #expect(results[0].explain.isEmpty)
     }
@@ -32,7 +37,8 @@ import Testing
         var policy = PriorityPolicy()
         policy["group"] = .high
         let apps = AppDirectory(apps: ["app1": AppConfig(appID: "app1", priority: policy)])
-        let custom = IngestProcessor(ingestedTopic: "herald.ingested", priorityTopic: "herald.ingested.priority", apps: apps)
+        let custom = IngestProcessor(
+            ingestedTopic: "herald.ingested", priorityTopic: "herald.ingested.priority", apps: apps)
         let results = await custom.process([event(groupEvent("e1"))], context: fixedContext)
         #expect(results[0].outputs.map(\.topic) == ["herald.ingested.priority"])
     }
@@ -42,12 +48,16 @@ import Testing
         let lanes = (priority: "herald.resolved.priority", bulk: "herald.resolved", apps: AppDirectory())
         let resolve = ResolveProcessor(resolvedTopic: "herald.resolved.priority", state: reader, lanes: lanes)
         let record = IngestedRecord(event: try ChatEvent.decode(try exampleBytes("event-group.json")), ingestedAt: 0)
-        let results = await resolve.process([StageInput(topic: "herald.ingested.priority", value: try StageCodec.encode(record))],
-                                            context: fixedContext)
+        let results = await resolve.process(
+            [StageInput(topic: "herald.ingested.priority", value: try StageCodec.encode(record))],
+            context: fixedContext)
         // event-group.json mentions u2; c1's members are u1 (the sender) .. u6.
         let byUser = Dictionary(uniqueKeysWithValues: results[0].outputs.map { ($0.key, $0.topic) })
-        #expect(byUser == ["u2": "herald.resolved.priority", "u3": "herald.resolved", "u4": "herald.resolved",
-                           "u5": "herald.resolved", "u6": "herald.resolved"])
+        #expect(
+            byUser == [
+                "u2": "herald.resolved.priority", "u3": "herald.resolved", "u4": "herald.resolved",
+                "u5": "herald.resolved", "u6": "herald.resolved",
+            ])
     }
 
     @Test func resolveMarksAGroupAboveTheThresholdAsBulk() async throws {
@@ -55,11 +65,13 @@ import Testing
         policy.bulkMemberThreshold = 3
         let apps = AppDirectory(apps: ["app1": AppConfig(appID: "app1", priority: policy)])
         let reader = FixtureStateReader(fixtures: ["app1": try exampleState()])
-        let resolve = ResolveProcessor(resolvedTopic: "herald.resolved", state: reader,
-                                       lanes: (priority: "herald.resolved.priority", bulk: "herald.resolved", apps: apps))
+        let resolve = ResolveProcessor(
+            resolvedTopic: "herald.resolved", state: reader,
+            lanes: (priority: "herald.resolved.priority", bulk: "herald.resolved", apps: apps))
         let record = IngestedRecord(event: try ChatEvent.decode(Array(groupEvent("e1").utf8)), ingestedAt: 0)
-        let results = await resolve.process([StageInput(topic: "herald.ingested", value: try StageCodec.encode(record))],
-                                            context: fixedContext)
+        let results = await resolve.process(
+            [StageInput(topic: "herald.ingested", value: try StageCodec.encode(record))],
+            context: fixedContext)
         #expect(results[0].outputs.count == 5 && results[0].outputs.allSatisfy { $0.topic == "herald.resolved" })
         #expect(results[0].explain.first { $0.decision == "fanned_out" }?.reason == "bulk:members")
     }
@@ -73,9 +85,10 @@ import Testing
     }
 
     func outbound(_ tok: String, expiration: Int64) throws -> StageInput {
-        let request = APNsRequest(token: tok, environment: .production, pushType: .voip, topic: "com.example.chat.voip",
-                                  priority: 10, collapseID: nil, expiration: expiration,
-                                  apnsID: APNsID.derive(eventID: "call", token: tok), payload: Array(#"{"aps":{}}"#.utf8))
+        let request = APNsRequest(
+            token: tok, environment: .production, pushType: .voip, topic: "com.example.chat.voip",
+            priority: 10, collapseID: nil, expiration: expiration,
+            apnsID: APNsID.derive(eventID: "call", token: tok), payload: Array(#"{"aps":{}}"#.utf8))
         let record = OutboundRecord(eventID: "call", appID: "app1", recipient: "u2", request: request)
         return StageInput(topic: "herald.outbound.priority", value: try StageCodec.encode(record))
     }
@@ -86,11 +99,12 @@ import Testing
         var send = sendProcessor(transport, ledger)
         send.prioritized = true
         // fixedNow is 1_732_000_100 s.
-        let results = await send.process([
-            try outbound(token("a"), expiration: 1_732_000_099),  // a ring that is over
-            try outbound(token("b"), expiration: 1_732_000_130),  // still ringing
-            try outbound(token("c"), expiration: 0),              // "try once": never expires here
-        ], context: fixedContext)
+        let results = await send.process(
+            [
+                try outbound(token("a"), expiration: 1_732_000_099),  // a ring that is over
+                try outbound(token("b"), expiration: 1_732_000_130),  // still ringing
+                try outbound(token("c"), expiration: 0),  // "try once": never expires here
+            ], context: fixedContext)
         #expect(transport.sent == [token("b"), token("c")])
         #expect(results[0].outputs.isEmpty && results[0].deadLetter == nil)
         #expect(results[0].notes == [.suppressed(reason: "expired")])

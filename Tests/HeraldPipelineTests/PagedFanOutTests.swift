@@ -10,7 +10,9 @@ import Testing
 /// Fan-out progress in memory (Redis in the stage).
 final class MemoryProgress: FanOutProgress {
     let saved = Mutex<[String: String]>([:])
-    func fanOutCursor(app: String, eventID: String) async throws -> String? { saved.withLock { $0["\(app)/\(eventID)"] } }
+    func fanOutCursor(app: String, eventID: String) async throws -> String? {
+        saved.withLock { $0["\(app)/\(eventID)"] }
+    }
     func saveFanOutCursor(app: String, eventID: String, cursor: String) async throws {
         saved.withLock { $0["\(app)/\(eventID)"] = cursor }
     }
@@ -42,11 +44,20 @@ final class EmitLog: Sendable {
     func fixture() -> FixtureStateReader {
         var users: [String: UserState] = [:]
         for m in Self.members {
-            users[m] = UserState(devices: [Device(token: "t-\(m)", kind: .apns, environment: .production,
-                                                  bundleID: "com.example.chat", registeredAt: 1)])
+            users[m] = UserState(devices: [
+                Device(
+                    token: "t-\(m)", kind: .apns, environment: .production,
+                    bundleID: "com.example.chat", registeredAt: 1)
+            ])
         }
-        return FixtureStateReader(fixtures: ["app1": StateFixture(
-            users: users, conversations: ["big": ConversationState(members: Self.members), "c1": ConversationState(members: ["m01", "m02", "m03"])])])
+        return FixtureStateReader(fixtures: [
+            "app1": StateFixture(
+                users: users,
+                conversations: [
+                    "big": ConversationState(members: Self.members),
+                    "c1": ConversationState(members: ["m01", "m02", "m03"]),
+                ])
+        ])
     }
 
     func input(_ id: String, conversation: String) throws -> StageInput {
@@ -56,15 +67,18 @@ final class EmitLog: Sendable {
              "message": {"id": "x", "type": "text", "text": "Hi"}}
             """
         let event = try ChatEvent.decode(Array(json.utf8))
-        return StageInput(topic: "herald.ingested", value: try StageCodec.encode(IngestedRecord(event: event, ingestedAt: 0)))
+        return StageInput(
+            topic: "herald.ingested", value: try StageCodec.encode(IngestedRecord(event: event, ingestedAt: 0)))
     }
 
     @Test func bigConversationLeavesPageByPageInInputOrder() async throws {
         let progress = MemoryProgress()
-        let resolve = ResolveProcessor(resolvedTopic: "herald.resolved", state: fixture(), pageSize: 10, progress: progress)
+        let resolve = ResolveProcessor(
+            resolvedTopic: "herald.resolved", state: fixture(), pageSize: 10, progress: progress)
         let log = EmitLog()
-        let results = await resolve.process([try input("e0", conversation: "c1"), try input("e1", conversation: "big")],
-                                            context: log.context())
+        let results = await resolve.process(
+            [try input("e0", conversation: "c1"), try input("e1", conversation: "big")],
+            context: log.context())
         // The small conversation's records first (input order), then the big one in pages of at most 10.
         #expect(log.keys == ["m02", "m03"] + Self.members.dropFirst())
         #expect(log.pages == 4)
@@ -80,7 +94,8 @@ final class EmitLog: Sendable {
 
     @Test func aRestartGoesOnAfterTheLastAcknowledgedPage() async throws {
         let progress = MemoryProgress()
-        let resolve = ResolveProcessor(resolvedTopic: "herald.resolved", state: fixture(), pageSize: 10, progress: progress)
+        let resolve = ResolveProcessor(
+            resolvedTopic: "herald.resolved", state: fixture(), pageSize: 10, progress: progress)
         // Shutdown after two pages were acknowledged: the event is handed back.
         let first = EmitLog(failAfter: 2)
         let results = await resolve.process([try input("e1", conversation: "big")], context: first.context())
@@ -109,8 +124,9 @@ final class MemoryCounter: MessageCounter {
             keys.map { key in
                 let counted = seen[key.user, default: []].insert(key.eventID).inserted
                 let n = seen[key.user]?.count ?? 0
-                return CountsAfter(counted: counted, unreadTotal: n, unreadConversation: n, mentionTotal: 0,
-                                   mentionConversation: 0)
+                return CountsAfter(
+                    counted: counted, unreadTotal: n, unreadConversation: n, mentionTotal: 0,
+                    mentionConversation: 0)
             }
         }
     }
@@ -122,12 +138,18 @@ final class MemoryCounter: MessageCounter {
         var app = AppConfig(appID: "app1")
         app.counts = true
         let counting = ResolveCounting(counter: MemoryCounter(), apps: AppDirectory(apps: ["app1": app]))
-        let resolve = ResolveProcessor(resolvedTopic: "herald.resolved", state: PagedFanOutTests().fixture(),
-                                       counting: counting, pageSize: 10, progress: MemoryProgress())
+        let resolve = ResolveProcessor(
+            resolvedTopic: "herald.resolved", state: PagedFanOutTests().fixture(),
+            counting: counting, pageSize: 10, progress: MemoryProgress())
         let log = EmitLog()
-        let batch = [try PagedFanOutTests().input("e0", conversation: "c1"), try PagedFanOutTests().input("e1", conversation: "big")]
+        let batch = [
+            try PagedFanOutTests().input("e0", conversation: "c1"),
+            try PagedFanOutTests().input("e1", conversation: "big"),
+        ]
         _ = await resolve.process(batch, context: log.context())
-        let records = try log.calls.withLock { $0.flatMap { $0 } }.map { try StageCodec.decode(ResolvedRecord.self, from: $0.value) }
+        let records = try log.calls.withLock { $0.flatMap { $0 } }.map {
+            try StageCodec.decode(ResolvedRecord.self, from: $0.value)
+        }
         #expect(records.count == 2 + 24)
         // m02 and m03 are in both conversations: two events counted; everyone else one.
         for r in records {

@@ -8,8 +8,10 @@ import Testing
     @Test func classifiedAnswersHaveTheirDispositions() async throws {
         let transport = ScriptedTransport([
             token("1"): .classified(status: 200, reason: "", answer: .delivered, retryAfter: nil),
-            token("2"): .classified(status: 404, reason: "UNREGISTERED", answer: .tokenDead(unregisteredAt: nil), retryAfter: nil),
-            token("3"): .classified(status: 429, reason: "QUOTA_EXCEEDED", answer: .retryable, retryAfter: .seconds(30)),
+            token("2"): .classified(
+                status: 404, reason: "UNREGISTERED", answer: .tokenDead(unregisteredAt: nil), retryAfter: nil),
+            token("3"): .classified(
+                status: 429, reason: "QUOTA_EXCEEDED", answer: .retryable, retryAfter: .seconds(30)),
             token("4"): .classified(status: 503, reason: "HTTP503", answer: .retryable, retryAfter: nil),
             token("5"): .classified(status: 403, reason: "SENDER_ID_MISMATCH", answer: .permanent, retryAfter: nil),
             token("6"): .classified(status: nil, reason: "TimedOut", answer: .retryable, retryAfter: nil),

@@ -13,9 +13,10 @@ import Testing
         let writer = MemoryRegistry()
         let registry = RegistryProcessor(tokenFeedbackTopic: "herald.token-feedback", writer: writer)
         let inputs = RegistryRecord.Op.allCases.map { op in
-            let record = RegistryRecord(op: op, appID: "app1", user: "u2", device: Device(token: "ab", registeredAt: 1),
-                                        unique: true, token: "ab", preferences: Preferences(), online: ["ab"], ttlMs: 1000,
-                                        unread: Unread(total: 1), conversation: "c1", members: ["u1"], patch: patch)
+            let record = RegistryRecord(
+                op: op, appID: "app1", user: "u2", device: Device(token: "ab", registeredAt: 1),
+                unique: true, token: "ab", preferences: Preferences(), online: ["ab"], ttlMs: 1000,
+                unread: Unread(total: 1), conversation: "c1", members: ["u1"], patch: patch)
             return StageInput(topic: "herald.registry", value: StageCodec.encode(record))
         }
         let results = await registry.process(inputs, context: fixedContext)

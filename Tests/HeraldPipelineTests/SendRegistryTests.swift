@@ -47,11 +47,15 @@ final class MemoryLedger: DeliveryLedger, @unchecked Sendable {
     var claimed: [DeliveryPair: String] { lock.withLock { claims.mapValues(\.owner) } }
     var released: Int { lock.withLock { releasedCount } }
 
-    func claim(app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64, now: Int64) async throws -> [ClaimOutcome] {
+    func claim(
+        app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64, now: Int64
+    ) async throws -> [ClaimOutcome] {
         lock.withLock {
             pairs.map { pair in
                 if delivered.contains(pair) { return .delivered }
-                if let held = claims[pair], held.until > now, held.owner != owner { return .pendingElsewhere(until: held.until) }
+                if let held = claims[pair], held.until > now, held.owner != owner {
+                    return .pendingElsewhere(until: held.until)
+                }
                 claims[pair] = (owner, now + ttlMilliseconds)
                 return .claimed
             }
@@ -80,21 +84,27 @@ final class MemoryLedger: DeliveryLedger, @unchecked Sendable {
 func token(_ c: Character) -> String { String(repeating: c, count: 64) }
 
 func outbound(_ tok: String, event: String = "e1", attempt: Int = 1, notBefore: Int64? = nil) throws -> StageInput {
-    let request = APNsRequest(token: tok, environment: .production, pushType: .alert, topic: "com.example.chat",
-                              priority: 10, collapseID: nil, expiration: 0,
-                              apnsID: APNsID.derive(eventID: event, token: tok), payload: Array(#"{"aps":{}}"#.utf8))
-    let record = OutboundRecord(eventID: event, appID: "app1", recipient: "u2", request: request, attempt: attempt,
-                                notBefore: notBefore)
+    let request = APNsRequest(
+        token: tok, environment: .production, pushType: .alert, topic: "com.example.chat",
+        priority: 10, collapseID: nil, expiration: 0,
+        apnsID: APNsID.derive(eventID: event, token: tok), payload: Array(#"{"aps":{}}"#.utf8))
+    let record = OutboundRecord(
+        eventID: event, appID: "app1", recipient: "u2", request: request, attempt: attempt,
+        notBefore: notBefore)
     return StageInput(topic: attempt == 1 ? "herald.outbound" : "herald.retry", value: try StageCodec.encode(record))
 }
 
-func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAttempts: Int = 3,
-                   owner: String = "me") -> SendProcessor {
-    SendProcessor(retryTopic: "herald.retry", tokenFeedbackTopic: "herald.token-feedback", transport: transport,
-                  ledger: ledger, owner: owner, claimTTL: .seconds(90),
-                  retryPolicy: APNsBackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), jitter: 0,
-                                                 maxAttempts: maxAttempts),
-                  unit: { 0 })
+func sendProcessor(
+    _ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAttempts: Int = 3,
+    owner: String = "me"
+) -> SendProcessor {
+    SendProcessor(
+        retryTopic: "herald.retry", tokenFeedbackTopic: "herald.token-feedback", transport: transport,
+        ledger: ledger, owner: owner, claimTTL: .seconds(90),
+        retryPolicy: APNsBackoffPolicy(
+            initialDelay: .seconds(1), maxDelay: .seconds(60), jitter: 0,
+            maxAttempts: maxAttempts),
+        unit: { 0 })
 }
 
 @Suite struct SendTests {
@@ -121,8 +131,11 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         // 410: token feedback with the 410 timestamp, keyed by user.
         let feedback = try decode(TokenFeedbackRecord.self, try #require(results[1].outputs.first))
         #expect(results[1].outputs[0].topic == "herald.token-feedback")
-        #expect(feedback == TokenFeedbackRecord(appID: "app1", user: "u2", token: token("b"), reason: "Unregistered",
-                                                deadSince: 1_731_999_000_000))
+        #expect(
+            feedback
+                == TokenFeedbackRecord(
+                    appID: "app1", user: "u2", token: token("b"), reason: "Unregistered",
+                    deadSince: 1_731_999_000_000))
         // 400 BadDeviceToken: dead since the answer.
         #expect(try decode(TokenFeedbackRecord.self, results[4].outputs[0]).deadSince == now)
 
@@ -142,7 +155,9 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
     }
 
     @Test func retriesEndInTheDLQAfterMaxAttempts() async throws {
-        let transport = ScriptedTransport([token("c"): .answered(status: 500, reason: .internalServerError, timestamp: nil)])
+        let transport = ScriptedTransport([
+            token("c"): .answered(status: 500, reason: .internalServerError, timestamp: nil)
+        ])
         let send = sendProcessor(transport, MemoryLedger(), maxAttempts: 3)
         let results = await send.process([try outbound(token("c"), attempt: 3)], context: fixedContext)
         #expect(results[0].outputs.isEmpty)
@@ -152,11 +167,16 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
     @Test func aConnectionLossHasALargerBudgetThanAnAnswer() async throws {
         // A 503 at the last attempt is dead-lettered; a request lost with its connection at that attempt is retried
         // (APNs said nothing about it), until four times the attempts.
-        let transport = ScriptedTransport([token("c"): .answered(status: 503, reason: .serviceUnavailable, timestamp: nil),
-                                           token("d"): .failed(.connectionLost)])
+        let transport = ScriptedTransport([
+            token("c"): .answered(status: 503, reason: .serviceUnavailable, timestamp: nil),
+            token("d"): .failed(.connectionLost),
+        ])
         let send = sendProcessor(transport, MemoryLedger(), maxAttempts: 3)
-        let results = await send.process([try outbound(token("c"), attempt: 3), try outbound(token("d"), attempt: 3),
-                                          try outbound(token("d"), event: "e2", attempt: 12)], context: fixedContext)
+        let results = await send.process(
+            [
+                try outbound(token("c"), attempt: 3), try outbound(token("d"), attempt: 3),
+                try outbound(token("d"), event: "e2", attempt: 12),
+            ], context: fixedContext)
         #expect(results[0].deadLetter?.reason == "retries_exhausted")
         #expect(results[1].deadLetter == nil)
         let retry = try decode(OutboundRecord.self, try #require(results[1].outputs.first))
@@ -169,8 +189,9 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         let pair = DeliveryPair(eventID: "e1", token: token("a"))
         let transport = ScriptedTransport([:])
         let ledger = MemoryLedger(claims: [pair: ("other", now + 5_000)])
-        let results = await sendProcessor(transport, ledger).process([try outbound(token("a"), attempt: 2)],
-                                                                     context: fixedContext)
+        let results = await sendProcessor(transport, ledger).process(
+            [try outbound(token("a"), attempt: 2)],
+            context: fixedContext)
         #expect(transport.sent.isEmpty)
         let later = try decode(OutboundRecord.self, try #require(results[0].outputs.first))
         #expect(results[0].outputs[0].topic == "herald.retry")
@@ -206,11 +227,14 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
     }
 
     @Test func claimsOfNotificationsThatWereNotDeliveredAreReleased() async throws {
-        let transport = ScriptedTransport([token("c"): .answered(status: 503, reason: .serviceUnavailable, timestamp: nil),
-                                           token("d"): .answered(status: 400, reason: .badTopic, timestamp: nil)])
+        let transport = ScriptedTransport([
+            token("c"): .answered(status: 503, reason: .serviceUnavailable, timestamp: nil),
+            token("d"): .answered(status: 400, reason: .badTopic, timestamp: nil),
+        ])
         let ledger = MemoryLedger()
-        _ = await sendProcessor(transport, ledger).process([try outbound(token("c")), try outbound(token("d"))],
-                                                           context: fixedContext)
+        _ = await sendProcessor(transport, ledger).process(
+            [try outbound(token("c")), try outbound(token("d"))],
+            context: fixedContext)
         #expect(ledger.released == 2)
         #expect(ledger.claimed.isEmpty)
         #expect(ledger.pairs.isEmpty)
@@ -220,7 +244,8 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         let transport = ScriptedTransport([:])
         let ledger = MemoryLedger([DeliveryPair(eventID: "e1", token: token("a"))])
         let send = sendProcessor(transport, ledger)
-        let results = await send.process([try outbound(token("a")), try outbound(token("a"), event: "e2")], context: fixedContext)
+        let results = await send.process(
+            [try outbound(token("a")), try outbound(token("a"), event: "e2")], context: fixedContext)
         #expect(transport.sent == [token("a")])
         #expect(results[0].notes == [.duplicate])
         #expect(ledger.pairs.contains(DeliveryPair(eventID: "e2", token: token("a"))))
@@ -232,8 +257,9 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         let start = ContinuousClock.now
         let context = BatchContext(now: { Date() })
         let due = BatchContext.millis(Date()) + 300
-        let results = await send.process([try outbound(token("a"), attempt: 2, notBefore: due), try outbound(token("b"))],
-                                         context: context)
+        let results = await send.process(
+            [try outbound(token("a"), attempt: 2, notBefore: due), try outbound(token("b"))],
+            context: context)
         #expect(results.allSatisfy { !$0.handBack && $0.deadLetter == nil })
         let times = transport.times
         #expect(transport.sent == [token("b"), token("a")])
@@ -263,8 +289,9 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         }
         let ledger = MemoryLedger()
         let transport = GatedTransport(ledger)
-        let send = SendProcessor(retryTopic: "herald.retry", tokenFeedbackTopic: "herald.token-feedback",
-                                 transport: transport, ledger: ledger)
+        let send = SendProcessor(
+            retryTopic: "herald.retry", tokenFeedbackTopic: "herald.token-feedback",
+            transport: transport, ledger: ledger)
         let results = await send.process([try outbound(token("a")), try outbound(token("b"))], context: fixedContext)
         #expect(transport.markedEarly)
         #expect(ledger.pairs.count == 2)
@@ -275,8 +302,9 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         let transport = ScriptedTransport([:])
         let send = sendProcessor(transport, MemoryLedger())
         let context = BatchContext(now: { Date() }, isStopping: { true })
-        let results = await send.process([try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 60_000)],
-                                         context: context)
+        let results = await send.process(
+            [try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 60_000)],
+            context: context)
         #expect(results[0].handBack)
         #expect(transport.sent.isEmpty)
     }
@@ -290,8 +318,9 @@ func sendProcessor(_ transport: ScriptedTransport, _ ledger: MemoryLedger, maxAt
         let context = BatchContext(now: { Date() }, stop: stop)
         let clock = ContinuousClock()
         let start = clock.now
-        async let results = send.process([try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 3_600_000)],
-                                         context: context)
+        async let results = send.process(
+            [try outbound(token("a"), attempt: 2, notBefore: BatchContext.millis(Date()) + 3_600_000)],
+            context: context)
         stop.stop()
         #expect(try await results[0].handBack)
         #expect(clock.now - start < .seconds(600))
@@ -332,13 +361,19 @@ final class MemoryRegistry: RegistryWriter, @unchecked Sendable {
         let writer = MemoryRegistry()
         writer.failuresLeft = 1
         let registry = RegistryProcessor(tokenFeedbackTopic: "herald.token-feedback", writer: writer)
-        let results = await registry.process([
-            input(#"{"op": "register_device", "app_id": "app1", "user": "u2", "device": {"token": "\#(token("a"))", "bundle_id": "com.example.chat", "registered_at": 5}}"#),
-            input(#"{"op": "set_preferences", "app_id": "app1", "user": "u2", "preferences": {"trigger": "mention_only"}}"#),
-            input(#"{"op": "set_members", "app_id": "app1", "conversation": "c1", "members": ["u1", "u2"]}"#),
-            input(#"{"app_id": "app1", "user": "u2", "token": "\#(token("a"))", "reason": "Unregistered", "dead_since": 7}"#,
-                  topic: "herald.token-feedback"),
-        ], context: fixedContext)
+        let results = await registry.process(
+            [
+                input(
+                    #"{"op": "register_device", "app_id": "app1", "user": "u2", "device": {"token": "\#(token("a"))", "bundle_id": "com.example.chat", "registered_at": 5}}"#
+                ),
+                input(
+                    #"{"op": "set_preferences", "app_id": "app1", "user": "u2", "preferences": {"trigger": "mention_only"}}"#
+                ),
+                input(#"{"op": "set_members", "app_id": "app1", "conversation": "c1", "members": ["u1", "u2"]}"#),
+                input(
+                    #"{"app_id": "app1", "user": "u2", "token": "\#(token("a"))", "reason": "Unregistered", "dead_since": 7}"#,
+                    topic: "herald.token-feedback"),
+            ], context: fixedContext)
         #expect(results.allSatisfy { $0.deadLetter == nil && !$0.handBack })
         #expect(writer.applied == [.registerDevice, .setPreferences, .setMembers])
         #expect(writer.removed.map(\.deadSince) == [7])
@@ -347,15 +382,18 @@ final class MemoryRegistry: RegistryWriter, @unchecked Sendable {
 
     @Test func invalidUpdatesAreDeadLettered() async {
         let registry = RegistryProcessor(tokenFeedbackTopic: "herald.token-feedback", writer: MemoryRegistry())
-        let results = await registry.process([
-            input(#"{"op": "register_device", "app_id": "app1", "user": "u2"}"#),
-            input(#"{"op": "explode", "app_id": "app1", "user": "u2"}"#),
-            input("{"),
-            StageInput(topic: "herald.registry", value: nil),
-            // A user id with a byte that is not UTF-8 must not be repaired into another user's id.
-            StageInput(topic: "herald.registry", value: Array(#"{"op": "unregister_all", "app_id": "app1", "user": "u"#.utf8)
-                       + [0xff] + Array(#""}"#.utf8)),
-        ], context: fixedContext)
+        let results = await registry.process(
+            [
+                input(#"{"op": "register_device", "app_id": "app1", "user": "u2"}"#),
+                input(#"{"op": "explode", "app_id": "app1", "user": "u2"}"#),
+                input("{"),
+                StageInput(topic: "herald.registry", value: nil),
+                // A user id with a byte that is not UTF-8 must not be repaired into another user's id.
+                StageInput(
+                    topic: "herald.registry",
+                    value: Array(#"{"op": "unregister_all", "app_id": "app1", "user": "u"#.utf8)
+                        + [0xff] + Array(#""}"#.utf8)),
+            ], context: fixedContext)
         #expect(results.map { $0.deadLetter?.reason } == ["invalid", "invalid", "invalid", "invalid", "invalid"])
         #expect(results[0].deadLetter?.detail.contains("device") == true)
         #expect(results[4].deadLetter?.detail.contains("UTF-8") == true)

@@ -6,7 +6,8 @@ import Testing
 
 // The per-stage processing functions, without Kafka, Redis or APNs: inputs in, results out.
 
-let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
 
 func exampleBytes(_ name: String) throws -> [UInt8] {
     Array(try Data(contentsOf: repoRoot.appendingPathComponent("pipelines/examples/\(name)")))
@@ -39,8 +40,9 @@ func event(_ json: String) -> StageInput { StageInput(topic: "chat.events", valu
     let ingest = IngestProcessor(ingestedTopic: "herald.ingested")
 
     @Test func validEventIsForwardedKeyedByConversation() async throws {
-        let results = await ingest.process([StageInput(topic: "chat.events", value: try exampleBytes("event-group.json"))],
-                                           context: fixedContext)
+        let results = await ingest.process(
+            [StageInput(topic: "chat.events", value: try exampleBytes("event-group.json"))],
+            context: fixedContext)
         #expect(results.count == 1)
         let output = try #require(results[0].outputs.first)
         #expect(output.topic == "herald.ingested")
@@ -52,11 +54,12 @@ func event(_ json: String) -> StageInput { StageInput(topic: "chat.events", valu
     }
 
     @Test func invalidRecordsGoToTheDLQWithTheField() async {
-        let results = await ingest.process([
-            event("not json"),
-            StageInput(topic: "chat.events", value: nil),
-            event(#"{"event_id": "e1", "app_id": "app1", "kind": "message"}"#),
-        ], context: fixedContext)
+        let results = await ingest.process(
+            [
+                event("not json"),
+                StageInput(topic: "chat.events", value: nil),
+                event(#"{"event_id": "e1", "app_id": "app1", "kind": "message"}"#),
+            ], context: fixedContext)
         #expect(results.count == 3)
         for result in results {
             #expect(result.outputs.isEmpty)
@@ -68,17 +71,26 @@ func event(_ json: String) -> StageInput { StageInput(topic: "chat.events", valu
 
     @Test("a vendor REST form (em_ignore_notification: 1) is forwarded with a warning note, not dead-lettered")
     func lenientFieldIsForwardedWithAWarning() async throws {
-        let results = await ingest.process([event(#"{"event_id":"e1","app_id":"app1","kind":"message","created_at":"1732000000000","sender":{"id":"u1"},"conversation":{"id":"c1","type":"group"},"message":{"id":"m1","text":"hi"},"ext":{"em_ignore_notification":1}}"#)],
-                                           context: fixedContext)
+        let results = await ingest.process(
+            [
+                event(
+                    #"{"event_id":"e1","app_id":"app1","kind":"message","created_at":"1732000000000","sender":{"id":"u1"},"conversation":{"id":"c1","type":"group"},"message":{"id":"m1","text":"hi"},"ext":{"em_ignore_notification":1}}"#
+                )
+            ],
+            context: fixedContext)
         #expect(results[0].deadLetter == nil)
         let record = try decode(IngestedRecord.self, try #require(results[0].outputs.first))
         #expect(record.event.ext.ignoreNotification && record.event.createdAt == 1_732_000_000_000)
-        #expect(results[0].notes == [.inputWarning(field: "created_at"), .inputWarning(field: "ext.em_ignore_notification")])
+        #expect(
+            results[0].notes == [
+                .inputWarning(field: "created_at"), .inputWarning(field: "ext.em_ignore_notification"),
+            ])
     }
 
     @Test func openChannelIsDroppedCountedAndExplainedNotDeadLettered() async throws {
-        let results = await ingest.process([StageInput(topic: "chat.events", value: try exampleBytes("event-open.json"))],
-                                           context: fixedContext)
+        let results = await ingest.process(
+            [StageInput(topic: "chat.events", value: try exampleBytes("event-open.json"))],
+            context: fixedContext)
         #expect(results[0].outputs.isEmpty)
         #expect(results[0].deadLetter == nil)
         #expect(results[0].notes == [.suppressed(reason: "channel_type")])
@@ -117,7 +129,8 @@ final class FlakyReader: StateReader, @unchecked Sendable {
 @Suite struct ResolveTests {
     func ingested(_ json: String) throws -> StageInput {
         let event = try ChatEvent.decode(Array(json.utf8))
-        return StageInput(topic: "herald.ingested", value: try StageCodec.encode(IngestedRecord(event: event, ingestedAt: 0)))
+        return StageInput(
+            topic: "herald.ingested", value: try StageCodec.encode(IngestedRecord(event: event, ingestedAt: 0)))
     }
 
     func groupEvent(_ id: String, conversation: String = "c1", recipients: String = "") -> String {
@@ -166,8 +179,9 @@ final class FlakyReader: StateReader, @unchecked Sendable {
         let reader = FlakyReader(FixtureStateReader(fixtures: [:]), failures: 1000)
         let resolve = ResolveProcessor(resolvedTopic: "herald.resolved", state: reader)
         let stopping = BatchContext(now: { fixedNow }, isStopping: { true })
-        let results = await resolve.process([try ingested(groupEvent("e1")), StageInput(topic: "t", value: Array("x".utf8))],
-                                            context: stopping)
+        let results = await resolve.process(
+            [try ingested(groupEvent("e1")), StageInput(topic: "t", value: Array("x".utf8))],
+            context: stopping)
         #expect(results[0].handBack)
         #expect(results[1].deadLetter?.reason == "invalid")
     }
@@ -176,14 +190,16 @@ final class FlakyReader: StateReader, @unchecked Sendable {
 @Suite struct SuppressAndRenderTests {
     func resolved(_ user: String) throws -> StageInput {
         let event = try ChatEvent.decode(try exampleBytes("event-group.json"))
-        let record = ResolvedRecord(event: event, recipient: user, state: try exampleState().user(user), senderDisplayName: "Cindy L.")
+        let record = ResolvedRecord(
+            event: event, recipient: user, state: try exampleState().user(user), senderDisplayName: "Cindy L.")
         return StageInput(topic: "herald.resolved", value: try StageCodec.encode(record))
     }
 
     @Test func suppressionsCarryTheirReasonAndDeliveriesTheirTargets() async throws {
         let suppress = SuppressProcessor(deliverableTopic: "herald.deliverable", apps: try exampleApps())
-        let results = await suppress.process([try resolved("u2"), try resolved("u3"), try resolved("u4"), try resolved("u5")],
-                                             context: fixedContext)
+        let results = await suppress.process(
+            [try resolved("u2"), try resolved("u3"), try resolved("u4"), try resolved("u5")],
+            context: fixedContext)
         // u2 delivers; u3 is in DND (15:00-18:00 Seoul = 06:00-09:00 UTC; the event is 07:06 UTC); u4 online;
         // u5 mention_only and not mentioned.
         #expect(results[0].outputs.map(\.key) == ["u2"])
@@ -197,12 +213,16 @@ final class FlakyReader: StateReader, @unchecked Sendable {
 
     @Test func renderMakesOneOutboundRecordPerTargetKeyedByToken() async throws {
         let event = try ChatEvent.decode(try exampleBytes("event-group.json"))
-        let devices = [Device(token: String(repeating: "a", count: 64), bundleID: "com.example.chat"),
-                       Device(token: String(repeating: "b", count: 64), bundleID: "com.example.chat")]
-        let record = DeliverableRecord(event: event, recipient: "u2", state: UserState(devices: devices), targets: devices)
+        let devices = [
+            Device(token: String(repeating: "a", count: 64), bundleID: "com.example.chat"),
+            Device(token: String(repeating: "b", count: 64), bundleID: "com.example.chat"),
+        ]
+        let record = DeliverableRecord(
+            event: event, recipient: "u2", state: UserState(devices: devices), targets: devices)
         let render = RenderProcessor(outboundTopic: "herald.outbound", apps: try exampleApps())
-        let results = await render.process([StageInput(topic: "herald.deliverable", value: try StageCodec.encode(record))],
-                                           context: fixedContext)
+        let results = await render.process(
+            [StageInput(topic: "herald.deliverable", value: try StageCodec.encode(record))],
+            context: fixedContext)
         #expect(results[0].outputs.map(\.key) == devices.map(\.token))
         let outbound = try decode(OutboundRecord.self, results[0].outputs[0])
         #expect(outbound.attempt == 1)
@@ -214,11 +234,13 @@ final class FlakyReader: StateReader, @unchecked Sendable {
     @Test func renderErrorsAreDeadLetteredWithTheirCode() async throws {
         let event = try ChatEvent.decode(try exampleBytes("event-group.json"))
         let device = Device(token: String(repeating: "a", count: 64), bundleID: nil)
-        let record = DeliverableRecord(event: event, recipient: "u2", state: UserState(devices: [device]), targets: [device])
+        let record = DeliverableRecord(
+            event: event, recipient: "u2", state: UserState(devices: [device]), targets: [device])
         // No credentials: no bundle id to take the topic from.
         let render = RenderProcessor(outboundTopic: "herald.outbound", apps: AppDirectory())
-        let results = await render.process([StageInput(topic: "herald.deliverable", value: try StageCodec.encode(record))],
-                                           context: fixedContext)
+        let results = await render.process(
+            [StageInput(topic: "herald.deliverable", value: try StageCodec.encode(record))],
+            context: fixedContext)
         #expect(results[0].outputs.isEmpty)
         #expect(results[0].deadLetter?.reason == "no_topic")
     }

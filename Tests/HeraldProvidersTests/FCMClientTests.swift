@@ -20,7 +20,9 @@ struct FCMClientTests {
         #expect(r.status == 200 && r.disposition == .delivered)
         let token = try #require(server.recorded(.token).first)
         #expect(token.status == 200)
-        #expect(String(decoding: token.body, as: UTF8.self).contains("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer"))
+        #expect(
+            String(decoding: token.body, as: UTF8.self).contains(
+                "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer"))
         let send = try #require(server.recorded(.send).first)
         #expect(send.status == 200 && send.target == regToken(1))
         #expect(send.authorization?.hasPrefix("Bearer ya29.mock-") == true)
@@ -57,8 +59,9 @@ struct FCMClientTests {
         #expect(delivered == 40)
         // About one renewal a second at most (a starved test process may take seconds for the 40 sends), never one
         // per request.
-        #expect(client.tokens.renewalCount <= 2 + elapsed && client.tokens.renewalCount < 40,
-                "renewed per request: \(client.tokens.renewalCount) renewals in \(elapsed) s")
+        #expect(
+            client.tokens.renewalCount <= 2 + elapsed && client.tokens.renewalCount < 40,
+            "renewed per request: \(client.tokens.renewalCount) renewals in \(elapsed) s")
         // Lifetime 3 s, renewed 2 s early: about one renewal a second.
         #expect(await eventually(.seconds(8)) { client.tokens.renewalCount >= 4 })
         let r = await client.send(try fcmDelivery(regToken(99)))
@@ -78,18 +81,25 @@ struct FCMClientTests {
     }
 
     static let errorRows: [ErrorRow] = [
-        ErrorRow(name: "404 UNREGISTERED: token dead", fault: nil, token: "dead" + regToken(7), status: 404,
-                 reason: "UNREGISTERED", answer: .tokenDead(unregisteredAt: nil)),
-        ErrorRow(name: "400 INVALID_ARGUMENT about the token: token dead", fault: nil, token: "not a token!", status: 400,
-                 reason: "INVALID_ARGUMENT", answer: .tokenDead(unregisteredAt: nil)),
-        ErrorRow(name: "403 SENDER_ID_MISMATCH: permanent", fault: nil, token: "foreign" + regToken(8), status: 403,
-                 reason: "SENDER_ID_MISMATCH", answer: .permanent),
-        ErrorRow(name: "429 QUOTA_EXCEEDED: retry", fault: MockFault(status: 429, errorCode: "QUOTA_EXCEEDED", retryAfter: 7),
-                 token: regToken(9), status: 429, reason: "QUOTA_EXCEEDED", answer: .retryable),
-        ErrorRow(name: "503 UNAVAILABLE: retry", fault: MockFault(status: 503, errorCode: "UNAVAILABLE"),
-                 token: regToken(10), status: 503, reason: "UNAVAILABLE", answer: .retryable),
-        ErrorRow(name: "500 INTERNAL: retry", fault: MockFault(status: 500, errorCode: "INTERNAL"),
-                 token: regToken(11), status: 500, reason: "INTERNAL", answer: .retryable),
+        ErrorRow(
+            name: "404 UNREGISTERED: token dead", fault: nil, token: "dead" + regToken(7), status: 404,
+            reason: "UNREGISTERED", answer: .tokenDead(unregisteredAt: nil)),
+        ErrorRow(
+            name: "400 INVALID_ARGUMENT about the token: token dead", fault: nil, token: "not a token!", status: 400,
+            reason: "INVALID_ARGUMENT", answer: .tokenDead(unregisteredAt: nil)),
+        ErrorRow(
+            name: "403 SENDER_ID_MISMATCH: permanent", fault: nil, token: "foreign" + regToken(8), status: 403,
+            reason: "SENDER_ID_MISMATCH", answer: .permanent),
+        ErrorRow(
+            name: "429 QUOTA_EXCEEDED: retry",
+            fault: MockFault(status: 429, errorCode: "QUOTA_EXCEEDED", retryAfter: 7),
+            token: regToken(9), status: 429, reason: "QUOTA_EXCEEDED", answer: .retryable),
+        ErrorRow(
+            name: "503 UNAVAILABLE: retry", fault: MockFault(status: 503, errorCode: "UNAVAILABLE"),
+            token: regToken(10), status: 503, reason: "UNAVAILABLE", answer: .retryable),
+        ErrorRow(
+            name: "500 INTERNAL: retry", fault: MockFault(status: 500, errorCode: "INTERNAL"),
+            token: regToken(11), status: 500, reason: "INTERNAL", answer: .retryable),
     ]
 
     @Test("every FCM error answer and its disposition", arguments: errorRows)
@@ -108,7 +118,8 @@ struct FCMClientTests {
         #expect(r.answer == row.answer)
         switch row.answer {
         case .tokenDead: #expect(r.disposition == .tokenDead(unregisteredAt: nil))
-        case .permanent, .retryable: if case .permanentFailure = r.disposition {} else { Issue.record("\(r.disposition)") }
+        case .permanent, .retryable:
+            if case .permanentFailure = r.disposition {} else { Issue.record("\(r.disposition)") }
         default: Issue.record("unexpected row")
         }
         if row.status == 429 { #expect(r.retryAfter == .seconds(7)) }
@@ -121,8 +132,10 @@ struct FCMClientTests {
         defer { server.stop() }
         let client = try fcmClient(pki, server, maxAttempts: 4)
         #expect(await client.tokens.waitForToken(timeout: .seconds(10)))
-        server.injectSendFaults([MockFault(status: 429, errorCode: "QUOTA_EXCEEDED", retryAfter: 1),
-                                 MockFault(status: 503, errorCode: "UNAVAILABLE"), MockFault(status: 500, errorCode: "INTERNAL")])
+        server.injectSendFaults([
+            MockFault(status: 429, errorCode: "QUOTA_EXCEEDED", retryAfter: 1),
+            MockFault(status: 503, errorCode: "UNAVAILABLE"), MockFault(status: 500, errorCode: "INTERNAL"),
+        ])
         let start = ContinuousClock.now
         let r = await client.send(try fcmDelivery(regToken(1)))
         let took = ContinuousClock.now - start
@@ -148,8 +161,11 @@ struct FCMClientTests {
         let again = await client.send(try fcmDelivery(regToken(2)))
         await client.shutdown()
         #expect(again.status == 401 && again.answer == .renewCredentials)
-        if case .permanentFailure(let why) = again.disposition { #expect(why.contains("UNAUTHENTICATED")) }
-        else { Issue.record("\(again.disposition)") }
+        if case .permanentFailure(let why) = again.disposition {
+            #expect(why.contains("UNAUTHENTICATED"))
+        } else {
+            Issue.record("\(again.disposition)")
+        }
     }
 
     @Test("a token for another project is refused (403 PERMISSION_DENIED): permanent")

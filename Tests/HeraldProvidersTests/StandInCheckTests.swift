@@ -3,8 +3,9 @@
 import Foundation
 import HeraldAPNs
 import HeraldCore
-@testable import HeraldMockProviders
 import Testing
+
+@testable import HeraldMockProviders
 
 @Suite("FCM stand-in checks")
 struct StandInCheckTests {
@@ -19,38 +20,62 @@ struct StandInCheckTests {
     }
 
     static let token = regToken(3)
-    static let valid = #"{"message":{"token":"\#(token)","notification":{"title":"A","body":"B"},"data":{"k":"v"},"android":{"priority":"high","ttl":"60s"}}}"#
+    static let valid =
+        #"{"message":{"token":"\#(token)","notification":{"title":"A","body":"B"},"data":{"k":"v"},"android":{"priority":"high","ttl":"60s"}}}"#
 
     static let rows: [Row] = [
         Row(name: "valid message", auth: "good", path: nil, body: valid, status: 200, reason: ""),
         Row(name: "no access token", auth: nil, path: nil, body: valid, status: 401, reason: "UNAUTHENTICATED"),
-        Row(name: "expired access token", auth: "expired", path: nil, body: valid, status: 401, reason: "UNAUTHENTICATED"),
-        Row(name: "unknown access token", auth: "Bearer ya29.forged", path: nil, body: valid, status: 401, reason: "UNAUTHENTICATED"),
-        Row(name: "token of another project", auth: "foreign", path: nil, body: valid, status: 403, reason: "PERMISSION_DENIED"),
-        Row(name: "non-string data value", auth: "good", path: nil,
+        Row(
+            name: "expired access token", auth: "expired", path: nil, body: valid, status: 401,
+            reason: "UNAUTHENTICATED"),
+        Row(
+            name: "unknown access token", auth: "Bearer ya29.forged", path: nil, body: valid, status: 401,
+            reason: "UNAUTHENTICATED"),
+        Row(
+            name: "token of another project", auth: "foreign", path: nil, body: valid, status: 403,
+            reason: "PERMISSION_DENIED"),
+        Row(
+            name: "non-string data value", auth: "good", path: nil,
             body: #"{"message":{"token":"\#(token)","data":{"n":1}}}"#, status: 400, reason: "INVALID_ARGUMENT"),
-        Row(name: "no token", auth: "good", path: nil, body: #"{"message":{"data":{"k":"v"}}}"#, status: 400, reason: "INVALID_ARGUMENT"),
-        Row(name: "malformed token", auth: "good", path: nil, body: #"{"message":{"token":"a b"}}"#, status: 400, reason: "INVALID_ARGUMENT"),
-        Row(name: "unknown field", auth: "good", path: nil, body: #"{"message":{"token":"\#(token)","badge":1}}"#, status: 400,
+        Row(
+            name: "no token", auth: "good", path: nil, body: #"{"message":{"data":{"k":"v"}}}"#, status: 400,
             reason: "INVALID_ARGUMENT"),
-        Row(name: "bad android priority", auth: "good", path: nil,
-            body: #"{"message":{"token":"\#(token)","android":{"priority":"urgent"}}}"#, status: 400, reason: "INVALID_ARGUMENT"),
-        Row(name: "bad ttl", auth: "good", path: nil, body: #"{"message":{"token":"\#(token)","android":{"ttl":"1 day"}}}"#,
+        Row(
+            name: "malformed token", auth: "good", path: nil, body: #"{"message":{"token":"a b"}}"#, status: 400,
+            reason: "INVALID_ARGUMENT"),
+        Row(
+            name: "unknown field", auth: "good", path: nil, body: #"{"message":{"token":"\#(token)","badge":1}}"#,
+            status: 400,
+            reason: "INVALID_ARGUMENT"),
+        Row(
+            name: "bad android priority", auth: "good", path: nil,
+            body: #"{"message":{"token":"\#(token)","android":{"priority":"urgent"}}}"#, status: 400,
+            reason: "INVALID_ARGUMENT"),
+        Row(
+            name: "bad ttl", auth: "good", path: nil,
+            body: #"{"message":{"token":"\#(token)","android":{"ttl":"1 day"}}}"#,
             status: 400, reason: "INVALID_ARGUMENT"),
-        Row(name: "payload over 4096 bytes", auth: "good", path: nil,
-            body: #"{"message":{"token":"\#(token)","data":{"k":"\#(String(repeating: "x", count: 4100))"}}}"#, status: 400,
+        Row(
+            name: "payload over 4096 bytes", auth: "good", path: nil,
+            body: #"{"message":{"token":"\#(token)","data":{"k":"\#(String(repeating: "x", count: 4100))"}}}"#,
+            status: 400,
             reason: "INVALID_ARGUMENT"),
         Row(name: "not JSON", auth: "good", path: nil, body: "{", status: 400, reason: "INVALID_ARGUMENT"),
-        Row(name: "wrong path", auth: "good", path: "/v1/projects/herald-test-project/messages:get", body: valid, status: 404,
+        Row(
+            name: "wrong path", auth: "good", path: "/v1/projects/herald-test-project/messages:get", body: valid,
+            status: 404,
             reason: "NOT_FOUND"),
     ]
 
     @Test("messages:send validates authentication and the message schema", arguments: rows)
     func check(_ row: Row) throws {
         let pki = try ProviderPKI()
-        let server = try MockProvidersServer(configuration: MockProvidersConfiguration(
-            certificatePath: pki.cert, privateKeyPath: pki.key, projectID: pki.project, clientEmail: pki.clientEmail,
-            servicePublicKeyPath: pki.serviceKey))
+        let server = try MockProvidersServer(
+            configuration: MockProvidersConfiguration(
+                certificatePath: pki.cert, privateKeyPath: pki.key, projectID: pki.project,
+                clientEmail: pki.clientEmail,
+                servicePublicKeyPath: pki.serviceKey))
         let auth: String?
         switch row.auth {
         case "good": auth = "Bearer " + server.issueToken(project: pki.project)
@@ -58,8 +83,9 @@ struct StandInCheckTests {
         case "foreign": auth = "Bearer " + server.issueToken(project: "someone-else")
         default: auth = row.auth
         }
-        let answer = server.sendAnswer(path: row.path ?? "/v1/projects/\(pki.project)/messages:send", authorization: auth,
-                                       body: Array(row.body.utf8))
+        let answer = server.sendAnswer(
+            path: row.path ?? "/v1/projects/\(pki.project)/messages:send", authorization: auth,
+            body: Array(row.body.utf8))
         #expect(answer.0 == row.status)
         #expect(answer.2 == row.reason)
         if row.status != 200 {
@@ -75,8 +101,9 @@ struct StandInCheckTests {
         let pem = try String(contentsOfFile: pki.serviceKey, encoding: .utf8)
         let keyLine = try #require(pem.split(separator: "\n").dropFirst().first.map(String.init))
         #expect(!"\(account)".contains(keyLine))
-        let broken = FCMServiceAccount(projectID: "p", clientEmail: "e", privateKeyID: nil, tokenURI: "https://x/token",
-                                       privateKeyPEM: pem.replacingOccurrences(of: keyLine, with: String(keyLine.reversed())))
+        let broken = FCMServiceAccount(
+            projectID: "p", clientEmail: "e", privateKeyID: nil, tokenURI: "https://x/token",
+            privateKeyPEM: pem.replacingOccurrences(of: keyLine, with: String(keyLine.reversed())))
         do {
             _ = try FCMAssertion(account: broken)
             Issue.record("a broken key was accepted")

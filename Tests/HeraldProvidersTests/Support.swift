@@ -23,8 +23,11 @@ final class ProviderPKI: @unchecked Sendable {
         dir = NSTemporaryDirectory() + "herald-providers-tests-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let steps: [[String]] = [
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem",
-             "-out", "cert.pem", "-subj", "/CN=localhost", "-days", "2", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem",
+                "-out", "cert.pem", "-subj", "/CN=localhost", "-days", "2", "-addext",
+                "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            ],
             ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key"],
             ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "other.key"],
         ]
@@ -57,24 +60,32 @@ final class ProviderPKI: @unchecked Sendable {
     }
 }
 
-func startStandIn(_ pki: ProviderPKI, tokenLifetime: Int = 3600, unregistered: Set<String> = [],
-                  foreign: Set<String> = [], goawayAfter: Int = 0,
-                  webhookAuth: (user: String, password: String)? = nil) throws -> MockProvidersServer {
-    let server = try MockProvidersServer(configuration: MockProvidersConfiguration(
-        certificatePath: pki.cert, privateKeyPath: pki.key, projectID: pki.project, clientEmail: pki.clientEmail,
-        servicePublicKeyPath: pki.serviceKey, accessTokenLifetime: tokenLifetime, unregisteredTokens: unregistered,
-        foreignTokens: foreign, goawayAfterStreams: goawayAfter, webhookAuth: webhookAuth))
+func startStandIn(
+    _ pki: ProviderPKI, tokenLifetime: Int = 3600, unregistered: Set<String> = [],
+    foreign: Set<String> = [], goawayAfter: Int = 0,
+    webhookAuth: (user: String, password: String)? = nil
+) throws -> MockProvidersServer {
+    let server = try MockProvidersServer(
+        configuration: MockProvidersConfiguration(
+            certificatePath: pki.cert, privateKeyPath: pki.key, projectID: pki.project, clientEmail: pki.clientEmail,
+            servicePublicKeyPath: pki.serviceKey, accessTokenLifetime: tokenLifetime, unregisteredTokens: unregistered,
+            foreignTokens: foreign, goawayAfterStreams: goawayAfter, webhookAuth: webhookAuth))
     try server.start()
     return server
 }
 
-func fcmClient(_ pki: ProviderPKI, _ server: MockProvidersServer, account: FCMServiceAccount? = nil,
-               maxAttempts: Int = 1, renewBefore: Duration = .seconds(300), connections: Int = 1) throws -> FCMClient {
-    try FCMClient(configuration: FCMClientConfiguration(
-        account: account ?? pki.serviceAccount(port: server.port), endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port),
-        trustedCAFile: pki.cert, connections: connections, connectTimeout: .seconds(20),  // patient: parallel suites on 2 cores
-        retry: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: maxAttempts),
-        renewBefore: renewBefore))
+func fcmClient(
+    _ pki: ProviderPKI, _ server: MockProvidersServer, account: FCMServiceAccount? = nil,
+    maxAttempts: Int = 1, renewBefore: Duration = .seconds(300), connections: Int = 1
+) throws -> FCMClient {
+    try FCMClient(
+        configuration: FCMClientConfiguration(
+            account: account ?? pki.serviceAccount(port: server.port),
+            endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port),
+            trustedCAFile: pki.cert, connections: connections, connectTimeout: .seconds(20),  // patient: parallel suites on 2 cores
+            retry: APNsBackoffPolicy(
+                initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: maxAttempts),
+            renewBefore: renewBefore))
 }
 
 /// A registration token in FCM's alphabet.
@@ -82,11 +93,15 @@ func regToken(_ i: Int) -> String { "dXk\(i):APA91b" + String(repeating: "Qx9_-"
 
 /// A rendered FCM request for a token (compact profile, a chat message).
 func fcmDelivery(_ token: String, tag: UInt64 = 0, timeout: Duration = .seconds(20)) throws -> APNsDelivery {
-    let event = try ChatEvent.decode(Array(#"{"event_id":"e1","app_id":"app1","kind":"message","created_at":1732000000000,"sender":{"id":"u1","name":"Cindy"},"conversation":{"id":"c1","type":"group","name":"Hiking"},"recipients":["u2"],"message":{"id":"m1","type":"text","text":"Bye!"}}"#.utf8))
+    let event = try ChatEvent.decode(
+        Array(
+            #"{"event_id":"e1","app_id":"app1","kind":"message","created_at":1732000000000,"sender":{"id":"u1","name":"Cindy"},"conversation":{"id":"c1","type":"group","name":"Hiking"},"recipients":["u2"],"message":{"id":"m1","type":"text","text":"Bye!"}}"#
+                .utf8))
     let app = AppConfig(appID: "app1", fcmCredentials: [FCMCredential(providerID: "fcm-1", serviceAccountFile: "x")])
-    let requests = try Renderer.render(event: event, recipient: "u2",
-                                       state: UserState(devices: [Device(token: token, kind: .fcm)]),
-                                       targets: [Device(token: token, kind: .fcm)], app: app, now: Date())
+    let requests = try Renderer.render(
+        event: event, recipient: "u2",
+        state: UserState(devices: [Device(token: token, kind: .fcm)]),
+        targets: [Device(token: token, kind: .fcm)], app: app, now: Date())
     guard let r = requests.first else { throw TestFailure.failed("nothing rendered") }
     return FCMClient.delivery(r, timeout: timeout, tag: tag)
 }

@@ -7,10 +7,12 @@ import HeraldMockProviders
 import Testing
 
 func webhookRequest(_ uid: String) -> APNsRequest {
-    let body = #"{"trigger":"push-notification-payload-generated","data":{"to":{"uid":"\#(uid)"},"notificationDetails":{"title":"A","body":"Hello!"}},"appId":"app1","region":"us","webhook":"custom"}"#
-    return APNsRequest(token: "hook-" + uid, environment: .production, pushType: .alert, topic: "custom-1", priority: 10,
-                       collapseID: nil, expiration: 0, apnsID: "id", payload: Array(body.utf8), provider: .webhook,
-                       providerID: "custom-1")
+    let body =
+        #"{"trigger":"push-notification-payload-generated","data":{"to":{"uid":"\#(uid)"},"notificationDetails":{"title":"A","body":"Hello!"}},"appId":"app1","region":"us","webhook":"custom"}"#
+    return APNsRequest(
+        token: "hook-" + uid, environment: .production, pushType: .alert, topic: "custom-1", priority: 10,
+        collapseID: nil, expiration: 0, apnsID: "id", payload: Array(body.utf8), provider: .webhook,
+        providerID: "custom-1")
 }
 
 @Suite("Webhook client against the stand-in", .serialized)
@@ -21,7 +23,8 @@ struct WebhookClientTests {
         let server = try startStandIn(pki, webhookAuth: ("herald", "s3cret"))
         defer { server.stop() }
         let client = try WebhookClient(configuration: HTTP1ClientConfiguration(trustedCAFile: pki.cert))
-        let endpoint = WebhookEndpoint(url: "https://127.0.0.1:\(server.port)/webhook/custom-1", username: "herald", password: "s3cret")
+        let endpoint = WebhookEndpoint(
+            url: "https://127.0.0.1:\(server.port)/webhook/custom-1", username: "herald", password: "s3cret")
         let outcome = await client.send(client.request(webhookRequest("u2"), to: endpoint))
         await client.shutdown()
         #expect(outcome.status == 200 && outcome.answer == .delivered)
@@ -36,7 +39,8 @@ struct WebhookClientTests {
         let server = try startStandIn(pki, webhookAuth: ("herald", "s3cret"))
         defer { server.stop() }
         let client = try WebhookClient(configuration: HTTP1ClientConfiguration(trustedCAFile: pki.cert))
-        let endpoint = WebhookEndpoint(url: "https://127.0.0.1:\(server.port)/webhook/custom-1", username: "herald", password: "nope")
+        let endpoint = WebhookEndpoint(
+            url: "https://127.0.0.1:\(server.port)/webhook/custom-1", username: "herald", password: "nope")
         let outcome = await client.send(client.request(webhookRequest("u2"), to: endpoint))
         await client.shutdown()
         #expect(outcome.status == 401 && outcome.answer == .permanent && outcome.reasonText == "HTTP401")
@@ -81,7 +85,8 @@ struct WebhookClientTests {
         let pki = try ProviderPKI()
         let server = try startStandIn(pki)
         defer { server.stop() }
-        let client = try WebhookClient(configuration: HTTP1ClientConfiguration(trustedCAFile: pki.cert, maxConnectionsPerHost: 4))
+        let client = try WebhookClient(
+            configuration: HTTP1ClientConfiguration(trustedCAFile: pki.cert, maxConnectionsPerHost: 4))
         let endpoint = WebhookEndpoint(url: "https://127.0.0.1:\(server.port)/webhook/custom-1")
         let requests = (0..<200).map { client.request(webhookRequest("u\($0)"), to: endpoint, tag: UInt64($0)) }
         let box = Box()

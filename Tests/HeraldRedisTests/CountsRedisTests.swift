@@ -45,7 +45,8 @@ struct CountsRedisTests {
                 book.setUnread(user: user, value)
             }
             for user in ["u2", "u3", "u4"] {
-                let stored = try await store.withMentionCounts(app: "a", user: user,
+                let stored = try await store.withMentionCounts(
+                    app: "a", user: user,
                     unread: try await store.loadUser(app: "a", user: user, now: 0).unread)
                 #expect(stored == (book.unread[user] ?? Unread()), "step \(n), \(user)")
             }
@@ -63,7 +64,8 @@ struct CountsRedisTests {
         let markerTTL: Int64 = 600_000
         #expect(try await store.countMessages(app: "a", [key], markerTTLMilliseconds: markerTTL)[0].counted)
         #expect(try await !store.countMessages(app: "a", [key], markerTTLMilliseconds: markerTTL)[0].counted)
-        let ttl = try await redis.send(RedisCommand("PTTL", RedisKeys.counted(app: "a", user: "u2", eventID: "e1"))).int ?? -1
+        let ttl =
+            try await redis.send(RedisCommand("PTTL", RedisKeys.counted(app: "a", user: "u2", eventID: "e1"))).int ?? -1
         #expect(ttl > 0 && ttl <= markerTTL)
         // Once the marker is gone (expired), the event counts again.
         _ = try await redis.send(RedisCommand("DEL", RedisKeys.counted(app: "a", user: "u2", eventID: "e1")))

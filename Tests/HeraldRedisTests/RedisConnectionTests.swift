@@ -17,9 +17,11 @@ struct RedisConnectionTests {
         #expect(try await redis.send("GET", "missing") == .null)
         #expect(try await redis.send("INCRBY", "n", 41) == .integer(41))
         #expect(try await redis.send("RPUSH", "l", "a", "b") == .integer(2))
-        #expect(try await redis.send("LRANGE", "l", 0, -1) == .array([.string(Data("a".utf8)), .string(Data("b".utf8))]))
+        #expect(
+            try await redis.send("LRANGE", "l", 0, -1) == .array([.string(Data("a".utf8)), .string(Data("b".utf8))]))
         let nested = try await redis.send("EVAL", "return {1, 'x', {2, 'y'}}", 0)
-        #expect(nested == .array([.integer(1), .string(Data("x".utf8)), .array([.integer(2), .string(Data("y".utf8))])]))
+        #expect(
+            nested == .array([.integer(1), .string(Data("x".utf8)), .array([.integer(2), .string(Data("y".utf8))])]))
         let wrongType = try await redis.send("HGET", "k", "f")
         guard case .error(let message) = wrongType else {
             Issue.record("expected an error reply, got \(wrongType)")
@@ -215,7 +217,9 @@ struct RedisConnectionTests {
 
     @Test("an ACL user from the URL authenticates as that user; the default user is refused")
     func aclUser() async throws {
-        let server = try await RedisServer.start(extraArguments: ["--user", "default", "off", "--user", "herald", "on", ">p4ss", "~herald:*", "+@all"])
+        let server = try await RedisServer.start(extraArguments: [
+            "--user", "default", "off", "--user", "herald", "on", ">p4ss", "~herald:*", "+@all",
+        ])
         let configuration = try RedisConfiguration(url: "redis://herald:p4ss@127.0.0.1:\(server.port)")
         #expect(configuration.username == "herald" && configuration.password == "p4ss")
         #expect("\(configuration)".contains("herald:***@") && !"\(configuration)".contains("p4ss"))
@@ -230,16 +234,19 @@ struct RedisConnectionTests {
             Issue.record("a key outside the user's pattern was written")
         }
         // Without a user name the password is tried for the default user, which is off.
-        let anonymous = RedisConnection(configuration: try RedisConfiguration(url: "redis://:p4ss@127.0.0.1:\(server.port)"))
+        let anonymous = RedisConnection(
+            configuration: try RedisConfiguration(url: "redis://:p4ss@127.0.0.1:\(server.port)"))
         defer { anonymous.close() }
         await #expect(throws: RedisError.self) { try await anonymous.send("PING") }
     }
 
-    @Test("URL parsing", arguments: [
-        ("redis://localhost", "localhost", 6379, nil as String?, 0),
-        ("redis://10.0.0.1:7000/2", "10.0.0.1", 7000, nil, 2),
-        ("redis://user:p%40ss@h:1", "h", 1, "p@ss", 0),
-    ])
+    @Test(
+        "URL parsing",
+        arguments: [
+            ("redis://localhost", "localhost", 6379, nil as String?, 0),
+            ("redis://10.0.0.1:7000/2", "10.0.0.1", 7000, nil, 2),
+            ("redis://user:p%40ss@h:1", "h", 1, "p@ss", 0),
+        ])
     func urlParsing(url: String, host: String, port: Int, password: String?, database: Int) throws {
         let configuration = try RedisConfiguration(url: url)
         #expect(configuration.host == host)

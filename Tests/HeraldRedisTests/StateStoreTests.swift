@@ -21,19 +21,23 @@ struct StateStoreTests {
 
         // Registered out of order: device n has registered_at t0 + n, so device 0 is the oldest.
         for n in (0..<20).reversed() {
-            let evicted = try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n)))
+            let evicted = try await store.registerDevice(
+                app: "a", user: "u", device: Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n)))
             #expect(evicted.isEmpty)
         }
-        try await store.setPresence(app: "a", user: "u", online: [Self.token(0), Self.token(5)], ttlMilliseconds: 60_000, now: Self.t0)
+        try await store.setPresence(
+            app: "a", user: "u", online: [Self.token(0), Self.token(5)], ttlMilliseconds: 60_000, now: Self.t0)
 
         // Re-registering an existing token: no eviction, entry updated.
-        let updated = Device(token: Self.token(3), kind: .apns, environment: .sandbox, bundleID: "com.x", registeredAt: Self.t0 + 3)
+        let updated = Device(
+            token: Self.token(3), kind: .apns, environment: .sandbox, bundleID: "com.x", registeredAt: Self.t0 + 3)
         #expect(try await store.registerDevice(app: "a", user: "u", device: updated).isEmpty)
         var state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
         #expect(state.devices.count == 20)
         #expect(state.devices.first { $0.token == Self.token(3) } == updated)
 
-        let evicted = try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(20), registeredAt: Self.t0 + 100))
+        let evicted = try await store.registerDevice(
+            app: "a", user: "u", device: Device(token: Self.token(20), registeredAt: Self.t0 + 100))
         #expect(evicted == [Self.token(0)])
         state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
         #expect(state.devices.count == 20)
@@ -56,7 +60,8 @@ struct StateStoreTests {
         defer { redis.close() }
         let store = StateStore(connection: redis)
         for n in 0..<3 {
-            try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n)))
+            try await store.registerDevice(
+                app: "a", user: "u", device: Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n)))
         }
         try await store.setPresence(app: "a", user: "u", online: [Self.token(1)], ttlMilliseconds: 60_000, now: Self.t0)
 
@@ -80,15 +85,19 @@ struct StateStoreTests {
         let now = Self.t0
         try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(1), registeredAt: now))
         try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(2), registeredAt: now))
-        try await store.setPresence(app: "a", user: "u", online: [Self.token(1), Self.token(2)], ttlMilliseconds: 30_000, now: now)
-        try await store.setDevicePresence(app: "a", user: "u", token: Self.token(2), online: true, ttlMilliseconds: 90_000, now: now)
+        try await store.setPresence(
+            app: "a", user: "u", online: [Self.token(1), Self.token(2)], ttlMilliseconds: 30_000, now: now)
+        try await store.setDevicePresence(
+            app: "a", user: "u", token: Self.token(2), online: true, ttlMilliseconds: 90_000, now: now)
 
         #expect(try await store.loadUser(app: "a", user: "u", now: now).online == [Self.token(1), Self.token(2)])
-        #expect(try await store.loadUser(app: "a", user: "u", now: now + 29_999).online == [Self.token(1), Self.token(2)])
+        #expect(
+            try await store.loadUser(app: "a", user: "u", now: now + 29_999).online == [Self.token(1), Self.token(2)])
         #expect(try await store.loadUser(app: "a", user: "u", now: now + 30_000).online == [Self.token(2)])
         #expect(try await store.loadUser(app: "a", user: "u", now: now + 90_000).online == [])
 
-        try await store.setDevicePresence(app: "a", user: "u", token: Self.token(2), online: false, ttlMilliseconds: 0, now: now)
+        try await store.setDevicePresence(
+            app: "a", user: "u", token: Self.token(2), online: false, ttlMilliseconds: 0, now: now)
         #expect(try await store.loadUser(app: "a", user: "u", now: now).online == [Self.token(1)])
         // The presence key carries its own expiry, so an abandoned user's presence disappears from Redis.
         let pttl = try await redis.send("PTTL", RedisKeys.presence(app: "a", user: "u")).int ?? -10
@@ -107,15 +116,20 @@ struct StateStoreTests {
 
         // Re-registered after APNs said it was dead: kept.
         try await store.registerDevice(app: "a", user: "u", device: Device(token: token, registeredAt: Self.t0 + 5_000))
-        #expect(try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 1_000) == .keptReregistered)
+        #expect(
+            try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 1_000)
+                == .keptReregistered)
         #expect(try await store.loadUser(app: "a", user: "u", now: Self.t0).devices.map(\.token) == [token])
 
         // Registered at or before the dead-since time: removed, presence too.
-        #expect(try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 5_000) == .removed)
+        #expect(
+            try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 5_000) == .removed)
         let state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
         #expect(state.devices.isEmpty)
         #expect(state.online.isEmpty)
-        #expect(try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 5_000) == .notRegistered)
+        #expect(
+            try await store.removeDeadToken(app: "a", user: "u", token: token, deadSince: Self.t0 + 5_000)
+                == .notRegistered)
     }
 
     @Test("claims: one owner claims, another sees it pending until confirmed, released or expired")
@@ -128,7 +142,8 @@ struct StateStoreTests {
         let a = DeliveryKey(eventId: "e1", token: Self.token(1)), b = DeliveryKey(eventId: "e1", token: Self.token(2))
 
         let pendingP1 = DeliveryClaim.pending(owner: "p1", until: now + 60_000)
-        var got: [DeliveryClaim] = try await store.claim(app: "a", pairs: [a, b], owner: "p1", ttlMilliseconds: 60_000, now: now)
+        var got: [DeliveryClaim] = try await store.claim(
+            app: "a", pairs: [a, b], owner: "p1", ttlMilliseconds: 60_000, now: now)
         #expect(got == [DeliveryClaim.claimed, .claimed])
         // Another process: both pending until p1's claim expires; p1 itself may claim again (a later attempt).
         got = try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 10)
@@ -145,7 +160,8 @@ struct StateStoreTests {
         try await store.releaseClaims(app: "a", pairs: [a, b], owner: "p1")
         got = try await store.claim(app: "a", pairs: [a, b], owner: "p3", ttlMilliseconds: 60_000, now: now + 40)
         #expect(got == [DeliveryClaim.delivered, .pending(owner: "p2", until: now + 60_030)])
-        let pttl = try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e1", token: Self.token(1))).int ?? -10
+        let pttl =
+            try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e1", token: Self.token(1))).int ?? -10
         #expect(pttl > 60_000 && pttl <= 120_000)
         // A claim expires with its TTL: then another owner takes it.
         let c = DeliveryKey(eventId: "e3", token: Self.token(3))
@@ -168,18 +184,24 @@ struct StateStoreTests {
         // Another app, event or token is a different record.
         #expect(try await store.markDelivered(app: "b", eventId: "e1", token: Self.token(1), ttlMilliseconds: 60_000))
 
-        let pairs = [DeliveryKey(eventId: "e1", token: Self.token(1)), DeliveryKey(eventId: "e1", token: Self.token(2)),
-                     DeliveryKey(eventId: "e2", token: Self.token(1))]
+        let pairs = [
+            DeliveryKey(eventId: "e1", token: Self.token(1)), DeliveryKey(eventId: "e1", token: Self.token(2)),
+            DeliveryKey(eventId: "e2", token: Self.token(1)),
+        ]
         #expect(try await store.wasDelivered(app: "a", pairs: pairs) == [true, false, false])
         #expect(try await store.markDelivered(app: "a", pairs: pairs, ttlMilliseconds: 60_000) == [false, true, true])
         #expect(try await store.wasDelivered(app: "a", pairs: pairs) == [true, true, true])
 
-        let pttl = try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e2", token: Self.token(1))).int ?? -10
+        let pttl =
+            try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e2", token: Self.token(1))).int ?? -10
         #expect(pttl > 0 && pttl <= 60_000)
 
         #expect(try await store.markDelivered(app: "a", eventId: "short", token: Self.token(1), ttlMilliseconds: 50))
         try await Task.sleep(for: .milliseconds(120))
-        #expect(try await store.wasDelivered(app: "a", pairs: [DeliveryKey(eventId: "short", token: Self.token(1))]) == [false])
+        #expect(
+            try await store.wasDelivered(app: "a", pairs: [DeliveryKey(eventId: "short", token: Self.token(1))]) == [
+                false
+            ])
     }
 
     @Test("a loaded fixture reads back equal through loadUsers in one round trip")
@@ -190,35 +212,36 @@ struct StateStoreTests {
         let store = StateStore(connection: redis)
 
         let json = """
-        {
-          "users": {
-            "u2": {
-              "devices": [{"token": "\(Self.token(2))", "kind": "apns", "environment": "production",
-                           "bundle_id": "com.example.chat", "registered_at": 1732000000000},
-                          {"token": "\(Self.token(3))", "kind": "voip", "environment": "sandbox",
-                           "bundle_id": "com.example.chat", "registered_at": 1732000000001}],
-              "online": ["\(Self.token(3))"],
-              "preferences": {
-                "trigger": "mention_only",
-                "conversations": {"c1": {"trigger": "off", "muted": true}},
-                "dnd": {"start": "22:00", "end": "08:00", "timezone": "Asia/Seoul"},
-                "snooze": {"start": 1732000000000, "end": 1732003600000},
-                "template": "alternative", "display_style": "simple_banner",
-                "display_name": "Cindy", "languages": ["fr", "de"], "badge": false
+            {
+              "users": {
+                "u2": {
+                  "devices": [{"token": "\(Self.token(2))", "kind": "apns", "environment": "production",
+                               "bundle_id": "com.example.chat", "registered_at": 1732000000000},
+                              {"token": "\(Self.token(3))", "kind": "voip", "environment": "sandbox",
+                               "bundle_id": "com.example.chat", "registered_at": 1732000000001}],
+                  "online": ["\(Self.token(3))"],
+                  "preferences": {
+                    "trigger": "mention_only",
+                    "conversations": {"c1": {"trigger": "off", "muted": true}},
+                    "dnd": {"start": "22:00", "end": "08:00", "timezone": "Asia/Seoul"},
+                    "snooze": {"start": 1732000000000, "end": 1732003600000},
+                    "template": "alternative", "display_style": "simple_banner",
+                    "display_name": "Cindy", "languages": ["fr", "de"], "badge": false
+                  },
+                  "unread": {"total": 5, "conversations": {"c1": 2, "c9": 3}}
+                },
+                "u3": {"devices": [{"token": "\(Self.token(4))", "registered_at": 1732000000002}]},
+                "u4": {"devices": []}
               },
-              "unread": {"total": 5, "conversations": {"c1": 2, "c9": 3}}
-            },
-            "u3": {"devices": [{"token": "\(Self.token(4))", "registered_at": 1732000000002}]},
-            "u4": {"devices": []}
-          },
-          "conversations": {"c1": {"members": ["u1", "u2", "u3"]}, "c2": {"members": []}}
-        }
-        """
+              "conversations": {"c1": {"members": ["u1", "u2", "u3"]}, "c2": {"members": []}}
+            }
+            """
         let fixture = try StageCodec.decode(StateFixture.self, from: Array(json.utf8))
         try await store.loadFixture(app: "app1", fixture: fixture, presenceTTLMilliseconds: 3_600_000, now: Self.t0)
 
         let commandsBefore = try await totalCommands(redis)
-        let loaded = try await store.loadUsers(app: "app1", users: ["u2", "u3", "u4", "u2"], conversation: nil, now: Self.t0)
+        let loaded = try await store.loadUsers(
+            app: "app1", users: ["u2", "u3", "u4", "u2"], conversation: nil, now: Self.t0)
         let commandsAfter = try await totalCommands(redis)
         // 3 distinct users x 4 reads (+1 for the INFO itself): one pipeline, no per-user trips hidden elsewhere.
         #expect(commandsAfter - commandsBefore == 3 * 4 + 1)
@@ -230,8 +253,12 @@ struct StateStoreTests {
         #expect(try await store.members(app: "app1", conversation: "c1") == ["u1", "u2", "u3"])
         #expect(try await store.members(app: "app1", conversation: "c2") == [])
         // Users and apps never written read as empty.
-        #expect(try await store.loadUsers(app: "app1", users: ["nobody"], conversation: nil, now: Self.t0)["nobody"] == UserState())
-        #expect(try await store.loadUsers(app: "other", users: ["u2"], conversation: nil, now: Self.t0)["u2"] == UserState())
+        #expect(
+            try await store.loadUsers(app: "app1", users: ["nobody"], conversation: nil, now: Self.t0)["nobody"]
+                == UserState())
+        #expect(
+            try await store.loadUsers(app: "other", users: ["u2"], conversation: nil, now: Self.t0)["u2"] == UserState()
+        )
 
         // With a conversation: total plus that conversation only.
         let scoped = try await store.loadUsers(app: "app1", users: ["u2"], conversation: "c1", now: Self.t0)
@@ -241,7 +268,8 @@ struct StateStoreTests {
 
         // Single writers round-trip too.
         try await store.setUnread(app: "app1", user: "u3", unread: Unread(total: 1, conversations: ["c1": 1]))
-        try await store.setPreferences(app: "app1", user: "u3", preferences: Preferences(trigger: .off, languages: ["ko"]))
+        try await store.setPreferences(
+            app: "app1", user: "u3", preferences: Preferences(trigger: .off, languages: ["ko"]))
         try await store.setMembers(app: "app1", conversation: "c1", members: ["u9"])
         let u3 = try await store.loadUser(app: "app1", user: "u3", now: Self.t0)
         #expect(u3.unread == Unread(total: 1, conversations: ["c1": 1]))

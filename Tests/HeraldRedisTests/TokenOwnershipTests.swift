@@ -27,11 +27,13 @@ struct TokenOwnershipTests {
         try await withStore { store in
             let t = Self.token(1)
             try await store.registerDevice(app: "a", user: "alice", device: Device(token: t, registeredAt: Self.t0))
-            try await store.registerDevice(app: "a", user: "alice", device: Device(token: Self.token(2), registeredAt: Self.t0))
+            try await store.registerDevice(
+                app: "a", user: "alice", device: Device(token: Self.token(2), registeredAt: Self.t0))
             try await store.setPresence(app: "a", user: "alice", online: [t], ttlMilliseconds: 60_000, now: Self.t0)
             #expect(try await store.owner(app: "a", token: t) == "alice")
 
-            let r = try await store.registerDeviceReporting(app: "a", user: "bob", device: Device(token: t, registeredAt: Self.t0 + 5))
+            let r = try await store.registerDeviceReporting(
+                app: "a", user: "bob", device: Device(token: t, registeredAt: Self.t0 + 5))
             #expect(r.movedFrom == "alice" && r.evicted.isEmpty)
             #expect(try await store.owner(app: "a", token: t) == "bob")
             let alice = try await store.loadUser(app: "a", user: "alice", now: Self.t0)
@@ -40,7 +42,10 @@ struct TokenOwnershipTests {
             #expect(try await store.loadUser(app: "a", user: "bob", now: Self.t0).devices.map(\.token) == [t])
 
             // Registering again for the same owner moves nothing; another app is another owner space.
-            #expect(try await store.registerDeviceReporting(app: "a", user: "bob", device: Device(token: t, registeredAt: Self.t0 + 6)).movedFrom == nil)
+            #expect(
+                try await store.registerDeviceReporting(
+                    app: "a", user: "bob", device: Device(token: t, registeredAt: Self.t0 + 6)
+                ).movedFrom == nil)
             try await store.registerDevice(app: "b", user: "carol", device: Device(token: t, registeredAt: Self.t0))
             #expect(try await store.loadUser(app: "a", user: "bob", now: Self.t0).devices.map(\.token) == [t])
 
@@ -56,9 +61,12 @@ struct TokenOwnershipTests {
     func ownerIndexCleanup() async throws {
         try await withStore { store in
             for n in 0..<3 {
-                try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n)))
+                try await store.registerDevice(
+                    app: "a", user: "u", device: Device(token: Self.token(n), registeredAt: Self.t0 + Int64(n)))
             }
-            #expect(try await store.removeDeadToken(app: "a", user: "u", token: Self.token(0), deadSince: Self.t0 + 10) == .removed)
+            #expect(
+                try await store.removeDeadToken(app: "a", user: "u", token: Self.token(0), deadSince: Self.t0 + 10)
+                    == .removed)
             #expect(try await store.owner(app: "a", token: Self.token(0)) == nil)
             #expect(try await store.unregisterAll(app: "a", user: "u") == 2)
             #expect(try await store.owner(app: "a", token: Self.token(1)) == nil)
@@ -72,8 +80,10 @@ struct TokenOwnershipTests {
             let a = Self.token(1), b = Self.token(2), v = Self.token(3), f = "fcm-" + Self.token(4), c = Self.token(5)
             try await store.registerDevice(app: "a", user: "u", device: Device(token: a, registeredAt: Self.t0))
             try await store.registerDevice(app: "a", user: "u", device: Device(token: b, registeredAt: Self.t0 + 1))
-            try await store.registerDevice(app: "a", user: "u", device: Device(token: v, kind: .voip, registeredAt: Self.t0 + 2))
-            try await store.registerDevice(app: "a", user: "u", device: Device(token: f, kind: .fcm, registeredAt: Self.t0 + 3))
+            try await store.registerDevice(
+                app: "a", user: "u", device: Device(token: v, kind: .voip, registeredAt: Self.t0 + 2))
+            try await store.registerDevice(
+                app: "a", user: "u", device: Device(token: f, kind: .fcm, registeredAt: Self.t0 + 3))
             let unique = Device(token: c, registeredAt: Self.t0 + 4)
             let evicted = try await store.registerDevice(app: "a", user: "u", device: unique, unique: true)
             #expect(Set(evicted) == [a, b])
@@ -84,7 +94,8 @@ struct TokenOwnershipTests {
 
             // The same through the core's in-memory rule.
             var model = UserState()
-            model.register(Device(token: a, registeredAt: Self.t0)); model.register(Device(token: b, registeredAt: Self.t0 + 1))
+            model.register(Device(token: a, registeredAt: Self.t0));
+            model.register(Device(token: b, registeredAt: Self.t0 + 1))
             model.register(Device(token: v, kind: .voip, registeredAt: Self.t0 + 2))
             model.register(Device(token: f, kind: .fcm, registeredAt: Self.t0 + 3))
             #expect(Set(model.register(unique, unique: true).map(\.token)) == [a, b])
@@ -127,11 +138,14 @@ struct TokenOwnershipTests {
     @Test("a state fixture load writes the owner index")
     func fixtureOwners() async throws {
         try await withStore { store in
-            let fixture = StateFixture(users: ["u1": UserState(devices: [Device(token: Self.token(7), registeredAt: Self.t0)])])
+            let fixture = StateFixture(users: [
+                "u1": UserState(devices: [Device(token: Self.token(7), registeredAt: Self.t0)])
+            ])
             try await store.loadFixture(app: "a", fixture: fixture, presenceTTLMilliseconds: 60_000, now: Self.t0)
             #expect(try await store.owner(app: "a", token: Self.token(7)) == "u1")
             // A later registration for someone else moves it out of the fixture user.
-            try await store.registerDevice(app: "a", user: "u2", device: Device(token: Self.token(7), registeredAt: Self.t0 + 1))
+            try await store.registerDevice(
+                app: "a", user: "u2", device: Device(token: Self.token(7), registeredAt: Self.t0 + 1))
             #expect(try await store.loadUser(app: "a", user: "u1", now: Self.t0).devices.isEmpty)
         }
     }

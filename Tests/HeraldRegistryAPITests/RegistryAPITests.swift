@@ -29,31 +29,32 @@ final class APIStack: Sendable {
         try await tansu.createTopics([("herald.registry", 4), ("herald.token-feedback", 2), ("herald.dlq", 1)])
         dir = try temporaryDirectory("herald-api")
         let pipeline = """
-        kafka:
-          brokers: \(tansu.bootstrap)
-        api:
-          clients:
-            backend-a: {token_env: API_TOKEN_BACKEND_A}
-        apps:
-          app1:
-            counts: true
-        """
+            kafka:
+              brokers: \(tansu.bootstrap)
+            api:
+              clients:
+                backend-a: {token_env: API_TOKEN_BACKEND_A}
+            apps:
+              app1:
+                counts: true
+            """
         try pipeline.write(toFile: dir + "/pipeline.yaml", atomically: true, encoding: .utf8)
         apiPort = try freePort()
         metricsPort = try freePort()
-        registry = ChildProcess(name: "herald-registry", executable: try Paths.executable("herald-registry"), arguments: [],
-                                environment: [
-                                    "HERALD_PIPELINE": dir + "/pipeline.yaml",
-                                    "HERALD_KAFKA_BROKERS": tansu.bootstrap,
-                                    "HERALD_KAFKA_SESSION_TIMEOUT_MS": "3000",
-                                    "HERALD_BATCH_TIMEOUT_MS": "20",
-                                    "HERALD_REDIS_URL": "redis://127.0.0.1:\(redis.port)",
-                                    "HERALD_METRICS_PORT": "\(metricsPort)",
-                                    "HERALD_API_PORT": "\(apiPort)",
-                                    "HERALD_API_TOKENS": "backend-b=\(Self.otherToken)",
-                                    "API_TOKEN_BACKEND_A": Self.token,
-                                    "HERALD_LOG_LEVEL": "debug",
-                                ], logPath: dir + "/registry.log")
+        registry = ChildProcess(
+            name: "herald-registry", executable: try Paths.executable("herald-registry"), arguments: [],
+            environment: [
+                "HERALD_PIPELINE": dir + "/pipeline.yaml",
+                "HERALD_KAFKA_BROKERS": tansu.bootstrap,
+                "HERALD_KAFKA_SESSION_TIMEOUT_MS": "3000",
+                "HERALD_BATCH_TIMEOUT_MS": "20",
+                "HERALD_REDIS_URL": "redis://127.0.0.1:\(redis.port)",
+                "HERALD_METRICS_PORT": "\(metricsPort)",
+                "HERALD_API_PORT": "\(apiPort)",
+                "HERALD_API_TOKENS": "backend-b=\(Self.otherToken)",
+                "API_TOKEN_BACKEND_A": Self.token,
+                "HERALD_LOG_LEVEL": "debug",
+            ], logPath: dir + "/registry.log")
         try registry.start()
         let port = apiPort
         try await waitUntil("the registry API accepts connections", timeout: .seconds(30)) { [registry] in
@@ -62,11 +63,14 @@ final class APIStack: Sendable {
         }
         var logger = Logger(label: "api-test")
         logger.logLevel = .critical
-        connection = RedisConnection(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(redis.port)"), logger: logger)
+        connection = RedisConnection(
+            configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(redis.port)"), logger: logger)
         store = StateStore(connection: connection, logger: logger)
     }
 
-    func call(_ method: String, _ path: String, body: String? = nil, token: String? = APIStack.token) async throws -> TestHTTP.Answer {
+    func call(
+        _ method: String, _ path: String, body: String? = nil, token: String? = APIStack.token
+    ) async throws -> TestHTTP.Answer {
         var headers: [String: String] = [:]
         if let token { headers["Authorization"] = "Bearer \(token)" }
         return try await TestHTTP.request(port: apiPort, method: method, path: path, headers: headers, body: body)
@@ -87,7 +91,9 @@ final class APIStack: Sendable {
 struct APIStackTrait: SuiteTrait, TestScoping {
     var isRecursive: Bool { false }
 
-    func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+    func provideScope(
+        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
         let stack = try await APIStack()
         do {
             try await APIStackHolder.$current.withValue(stack) { try await function() }
@@ -133,8 +139,14 @@ struct RegistryAPITests {
         #expect(!log.contains(APIStack.token) && !log.contains(APIStack.otherToken) && !log.contains("0123456789abcde"))
         // Counted by route template, status and client name.
         let metrics = try await TestHTTP.request(port: s.metricsPort, method: "GET", path: "/metrics").body
-        #expect(metrics.contains(#"herald_api_requests_total{stage="registry",route="unauthenticated",status="401",client="-"} 3"#), "\(metrics)")
-        #expect(metrics.contains(#"herald_api_requests_total{stage="registry",route="GET /v1/apps/{app}/users/{user}/preferences",status="200",client="backend-b"} 1"#))
+        #expect(
+            metrics.contains(
+                #"herald_api_requests_total{stage="registry",route="unauthenticated",status="401",client="-"} 3"#),
+            "\(metrics)")
+        #expect(
+            metrics.contains(
+                #"herald_api_requests_total{stage="registry",route="GET /v1/apps/{app}/users/{user}/preferences",status="200",client="backend-b"} 1"#
+            ))
         #expect(metrics.contains(#"route="method_not_allowed",status="405",client="backend-a"} 1"#))
     }
 
@@ -159,7 +171,8 @@ struct RegistryAPITests {
             #expect(answer.json?["field"] as? String == field, "\(body): \(answer.body)")
             #expect((answer.json?["error"] as? String)?.isEmpty == false)
         }
-        let device = try await s.call("POST", "/v1/apps/app1/users/u-bad/devices", body: #"{"token": "not-hex", "kind": "apns"}"#)
+        let device = try await s.call(
+            "POST", "/v1/apps/app1/users/u-bad/devices", body: #"{"token": "not-hex", "kind": "apns"}"#)
         #expect(device.status == 400)
         #expect(device.json?["field"] as? String == "token")
         let presence = try await s.call("PUT", "/v1/apps/app1/users/u-bad/presence", body: #"{"online": "abc"}"#)
@@ -175,7 +188,9 @@ struct RegistryAPITests {
         let s = try APIStackHolder.stack()
         let base = "/v1/apps/app1/users/u-dev/devices"
         for seed in 1...3 {
-            let answer = try await s.call("POST", base, body: #"{"token": "\#(APIStack.hex(seed))", "kind": "apns", "bundle_id": "com.example.chat"}"#)
+            let answer = try await s.call(
+                "POST", base,
+                body: #"{"token": "\#(APIStack.hex(seed))", "kind": "apns", "bundle_id": "com.example.chat"}"#)
             #expect(answer.status == 202, "\(answer.body)")
             #expect(answer.json?["op"] as? String == "register_device")
         }
@@ -183,11 +198,13 @@ struct RegistryAPITests {
             try await s.store.loadUser(app: "app1", user: "u-dev", now: 0).devices.count == 3
         }
         // unique: this token becomes the user's only apns token.
-        #expect(try await s.call("POST", base, body: #"{"token": "\#(APIStack.hex(9))", "unique": true}"#).status == 202)
+        #expect(
+            try await s.call("POST", base, body: #"{"token": "\#(APIStack.hex(9))", "unique": true}"#).status == 202)
         try await waitUntil("unique registration leaves one device") {
             try await s.store.loadUser(app: "app1", user: "u-dev", now: 0).devices.map(\.token) == [APIStack.hex(9)]
         }
-        #expect(try await s.call("POST", base, body: #"{"token": "\#(APIStack.hex(10))", "kind": "voip"}"#).status == 202)
+        #expect(
+            try await s.call("POST", base, body: #"{"token": "\#(APIStack.hex(10))", "kind": "voip"}"#).status == 202)
         #expect(try await s.call("DELETE", base + "/" + APIStack.hex(9)).status == 202)
         try await waitUntil("the apns token removed, the voip token kept") {
             try await s.store.loadUser(app: "app1", user: "u-dev", now: 0).devices.map(\.token) == [APIStack.hex(10)]
@@ -208,8 +225,12 @@ struct RegistryAPITests {
         try await waitUntil("the first patch applied") {
             try await s.store.preferences(app: "app1", user: "u-patch").displayName == "Cindy"
         }
-        async let a = s.call("PATCH", path, body: #"{"trigger": "mention_only", "dnd": {"start": "22:00", "end": "08:00", "timezone": "Asia/Seoul"}}"#)
-        async let b = s.call("PATCH", path, body: #"{"conversations": {"c1": {"muted": true}, "c2": {"trigger": "off"}}, "badge": false}"#)
+        async let a = s.call(
+            "PATCH", path,
+            body: #"{"trigger": "mention_only", "dnd": {"start": "22:00", "end": "08:00", "timezone": "Asia/Seoul"}}"#)
+        async let b = s.call(
+            "PATCH", path,
+            body: #"{"conversations": {"c1": {"muted": true}, "c2": {"trigger": "off"}}, "badge": false}"#)
         let (ra, rb) = try await (a, b)
         #expect(ra.status == 202 && rb.status == 202, "\(ra.body) \(rb.body)")
         try await waitUntil("both patches applied") {
@@ -228,7 +249,10 @@ struct RegistryAPITests {
         #expect(p.displayName == "Cindy")
 
         // null clears a field; a conversation set to null loses its settings.
-        #expect(try await s.call("PATCH", path, body: #"{"dnd": null, "conversations": {"c2": null}, "display_name": null}"#).status == 202)
+        #expect(
+            try await s.call(
+                "PATCH", path, body: #"{"dnd": null, "conversations": {"c2": null}, "display_name": null}"#
+            ).status == 202)
         try await waitUntil("the clearing patch applied") {
             let p = try await s.store.preferences(app: "app1", user: "u-patch")
             return p.dnd == nil && p.conversations["c2"] == nil && p.displayName == nil
@@ -263,8 +287,12 @@ struct RegistryAPITests {
     @Test("presence: PUT marks the listed tokens online")
     func presence() async throws {
         let s = try APIStackHolder.stack()
-        #expect(try await s.call("POST", "/v1/apps/app1/users/u-pres/devices", body: #"{"token": "\#(APIStack.hex(20))"}"#).status == 202)
-        let answer = try await s.call("PUT", "/v1/apps/app1/users/u-pres/presence", body: #"{"online": ["\#(APIStack.hex(20))"], "ttl_ms": 60000}"#)
+        #expect(
+            try await s.call("POST", "/v1/apps/app1/users/u-pres/devices", body: #"{"token": "\#(APIStack.hex(20))"}"#)
+                .status == 202)
+        let answer = try await s.call(
+            "PUT", "/v1/apps/app1/users/u-pres/presence",
+            body: #"{"online": ["\#(APIStack.hex(20))"], "ttl_ms": 60000}"#)
         #expect(answer.status == 202)
         try await waitUntil("the device is online") {
             let now = Int64(Date().timeIntervalSince1970 * 1000)
@@ -275,9 +303,11 @@ struct RegistryAPITests {
     @Test("counts: GET shows the Herald-kept counts; POST read resets one conversation or all")
     func countsAndMarkRead() async throws {
         let s = try APIStackHolder.stack()
-        let keys = [CountKey(user: "u-count", eventID: "e1", conversation: "c1", mentioned: true),
-                    CountKey(user: "u-count", eventID: "e2", conversation: "c1", mentioned: false),
-                    CountKey(user: "u-count", eventID: "e3", conversation: "c2", mentioned: false)]
+        let keys = [
+            CountKey(user: "u-count", eventID: "e1", conversation: "c1", mentioned: true),
+            CountKey(user: "u-count", eventID: "e2", conversation: "c1", mentioned: false),
+            CountKey(user: "u-count", eventID: "e3", conversation: "c2", mentioned: false),
+        ]
         _ = try await s.store.countMessages(app: "app1", keys, markerTTLMilliseconds: 60_000)
         let counts = try await s.call("GET", "/v1/apps/app1/users/u-count/counts")
         #expect(counts.status == 200)
@@ -286,7 +316,9 @@ struct RegistryAPITests {
         #expect((unread?["conversations"] as? [String: Int]) == ["c1": 2, "c2": 1])
         #expect((counts.json?["mentions"] as? [String: Any])?["total"] as? Int == 1)
 
-        #expect(try await s.call("POST", "/v1/apps/app1/users/u-count/read", body: #"{"conversation": "c1"}"#).status == 202)
+        #expect(
+            try await s.call("POST", "/v1/apps/app1/users/u-count/read", body: #"{"conversation": "c1"}"#).status == 202
+        )
         try await waitUntil("c1 marked read") {
             let state = try await s.store.loadUser(app: "app1", user: "u-count", now: 0)
             return state.unread == Unread(total: 1, conversations: ["c2": 1])
@@ -296,7 +328,9 @@ struct RegistryAPITests {
         try await waitUntil("everything marked read") {
             try await s.store.loadUser(app: "app1", user: "u-count", now: 0).unread == Unread()
         }
-        #expect(try await s.call("POST", "/v1/apps/app1/users/u-count/read", body: #"{"conversation": 5}"#).json?["field"] as? String == "conversation")
+        #expect(
+            try await s.call("POST", "/v1/apps/app1/users/u-count/read", body: #"{"conversation": 5}"#).json?["field"]
+                as? String == "conversation")
     }
 
     @Test("explain: 404 before any decision; then the user's latest decision with its devices")
@@ -307,12 +341,16 @@ struct RegistryAPITests {
         let explain = ExplainStore(connection: s.connection)
         try await explain.record([
             ExplainEntry(appID: "app1", eventID: "ev-1", stage: "resolve", decision: "fanned_out", at: 1, count: 2),
-            ExplainEntry(appID: "app1", eventID: "ev-1", user: "u-exp", stage: "suppress", decision: "suppress", reason: "dnd", at: 2),
+            ExplainEntry(
+                appID: "app1", eventID: "ev-1", user: "u-exp", stage: "suppress", decision: "suppress", reason: "dnd",
+                at: 2),
         ])
         try await explain.record([
-            ExplainEntry(appID: "app1", eventID: "ev-2", user: "u-exp", stage: "suppress", decision: "deliver", at: 3, count: 1),
-            ExplainEntry(appID: "app1", eventID: "ev-2", user: "u-exp", token: APIStack.hex(30), stage: "send",
-                         decision: "delivered", at: 4, status: 200),
+            ExplainEntry(
+                appID: "app1", eventID: "ev-2", user: "u-exp", stage: "suppress", decision: "deliver", at: 3, count: 1),
+            ExplainEntry(
+                appID: "app1", eventID: "ev-2", user: "u-exp", token: APIStack.hex(30), stage: "send",
+                decision: "delivered", at: 4, status: 200),
         ])
         let answer = try await s.call("GET", path)
         #expect(answer.status == 200, "\(answer.body)")

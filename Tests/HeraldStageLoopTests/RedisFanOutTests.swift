@@ -17,10 +17,12 @@ import Testing
         var start = 0
         while start < members.count {
             let piece = Array(members[start..<min(members.count, start + 1000)])
-            _ = try await connection.send(RedisCommand("SADD", [RedisKeys.members(app: "a", conversation: "big")] + piece))
+            _ = try await connection.send(
+                RedisCommand("SADD", [RedisKeys.members(app: "a", conversation: "big")] + piece))
             start += 1000
         }
-        _ = try await connection.send(RedisCommand("SADD", RedisKeys.members(app: "a", conversation: "small"), "u1", "u2", "u3"))
+        _ = try await connection.send(
+            RedisCommand("SADD", RedisKeys.members(app: "a", conversation: "small"), "u1", "u2", "u3"))
         let reader = RedisStateReader(store: StateStore(connection: connection))
         let big = ConversationRef(appID: "a", conversation: "big")
         let small = ConversationRef(appID: "a", conversation: "small")

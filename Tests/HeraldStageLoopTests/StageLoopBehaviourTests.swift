@@ -69,9 +69,10 @@ struct StageLoopBehaviourTests {
         // Deliveries time out after 1 s while the broker is frozen; the group's session outlives the freeze.
         // Without idempotence: after a delivery timeout librdkafka's idempotent producer bumps its epoch, and
         // Tansu answers that with PRODUCER_FENCED for good, which would test Tansu rather than the loop.
-        let (loop, _) = try makeLoop(broker, group: "retry-1", processor: GatedEcho(gate: gate, seen: seen),
-                                     sessionTimeout: .seconds(10), deliveryTimeout: .seconds(1),
-                                     producerProperties: ["enable.idempotence": "false"], logger: warnings.logger)
+        let (loop, _) = try makeLoop(
+            broker, group: "retry-1", processor: GatedEcho(gate: gate, seen: seen),
+            sessionTimeout: .seconds(10), deliveryTimeout: .seconds(1),
+            producerProperties: ["enable.idempotence": "false"], logger: warnings.logger)
         let running = Task { try await loop.run() }
         try await waitUntil("the processor got a batch", timeout: .seconds(30)) { !seen.values.isEmpty }
 
@@ -98,7 +99,9 @@ struct StageLoopBehaviourTests {
         let (again, _) = try makeLoop(broker, group: "retry-1", processor: GatedEcho(gate: gate, seen: after))
         let second = Task { try await again.run() }
         try await produce(["ok-marker"], topic: "in", brokers: broker.brokers)
-        try await waitUntil("the new member got the marker", timeout: .seconds(30)) { after.values.contains("ok-marker") }
+        try await waitUntil("the new member got the marker", timeout: .seconds(30)) {
+            after.values.contains("ok-marker")
+        }
         again.stop()
         try await second.value
         #expect(after.values == ["ok-marker"])
@@ -115,8 +118,9 @@ struct StageLoopBehaviourTests {
         let seen = Seen()
         // Batches of 7, up to 4 at once, at most 10 records in flight: with every batch held, the loop takes a
         // second batch (7 < 10) and then stops at 14.
-        let (loop, _) = try makeLoop(broker, group: "bound-1", processor: GatedEcho(gate: gate, seen: seen),
-                                     maxInFlight: 10, maxConcurrentBatches: 4)
+        let (loop, _) = try makeLoop(
+            broker, group: "bound-1", processor: GatedEcho(gate: gate, seen: seen),
+            maxInFlight: 10, maxConcurrentBatches: 4)
         let running = Task { try await loop.run() }
         try await waitUntil("two batches in flight", timeout: .seconds(30)) { seen.values.count >= 10 }
         // While nothing completes, nothing more is pulled, however long we look.
@@ -131,7 +135,8 @@ struct StageLoopBehaviourTests {
         let records = try await collect(topics: ["out"], count: values.count, brokers: broker.brokers)
         loop.stop()
         try await running.value
-        #expect(Set(records.map { String(decoding: $0.value ?? [], as: UTF8.self) }) == Set(values.map { $0.uppercased() }))
+        #expect(
+            Set(records.map { String(decoding: $0.value ?? [], as: UTF8.self) }) == Set(values.map { $0.uppercased() }))
         #expect(Set(seen.values) == Set(values))
     }
 
@@ -156,7 +161,9 @@ struct StageLoopBehaviourTests {
         let seen = Seen()
         let (broken, _) = try makeLoop(broker, group: "short-1", processor: ShortProcessor(seen: seen))
         let running = Task { try await broken.run() }
-        try await waitUntil("the processor saw every input", timeout: .seconds(30)) { Set(seen.values).isSuperset(of: values) }
+        try await waitUntil("the processor saw every input", timeout: .seconds(30)) {
+            Set(seen.values).isSuperset(of: values)
+        }
         broken.stop()
         try await running.value
 
@@ -170,6 +177,7 @@ struct StageLoopBehaviourTests {
         let records = try await collect(topics: ["out"], count: values.count, brokers: broker.brokers)
         fixed.stop()
         try await second.value
-        #expect(Set(records.map { String(decoding: $0.value ?? [], as: UTF8.self) }) == Set(values.map { $0.uppercased() }))
+        #expect(
+            Set(records.map { String(decoding: $0.value ?? [], as: UTF8.self) }) == Set(values.map { $0.uppercased() }))
     }
 }

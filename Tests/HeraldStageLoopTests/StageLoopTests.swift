@@ -3,10 +3,10 @@ import HeraldCore
 import HeraldKafka
 import HeraldPipeline
 import HeraldStage
+import HeraldTestSupport
 import Logging
 import Metrics
 import Synchronization
-import HeraldTestSupport
 import Testing
 
 // The batch loop against a real Tansu broker on a free loopback port (HeraldTestSupport starts it).
@@ -20,8 +20,9 @@ struct EchoProcessor: StageProcessor {
             let text = String(decoding: input.value ?? [], as: UTF8.self)
             if text.hasPrefix("bad") { return .dlq("invalid", "not an ok record") }
             if text.hasPrefix("hold") { return .handedBack }
-            return StageResult(outputs: [StageOutput(topic: "out", key: text, value: Array(text.uppercased().utf8))],
-                               notes: [.suppressed(reason: "none")])
+            return StageResult(
+                outputs: [StageOutput(topic: "out", key: text, value: Array(text.uppercased().utf8))],
+                notes: [.suppressed(reason: "none")])
         }
     }
 }
@@ -32,7 +33,9 @@ func produce(_ values: [String], topic: String, brokers: [String]) async throws 
     try await producer.shutdown()
 }
 
-func collect(topics: [String], count: Int, brokers: [String], timeout: Duration = .seconds(30)) async throws -> [ConsumerRecord] {
+func collect(
+    topics: [String], count: Int, brokers: [String], timeout: Duration = .seconds(30)
+) async throws -> [ConsumerRecord] {
     var configuration = KafkaConsumerConfiguration(brokers: brokers, groupID: "reader-\(UUID())", topics: topics)
     configuration.sessionTimeout = .seconds(3)
     let consumer = try KafkaConsumer(configuration: configuration)
@@ -50,24 +53,30 @@ func collect(topics: [String], count: Int, brokers: [String], timeout: Duration 
     return out
 }
 
-func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcessor, maxInFlight: Int = 10,
-              maxConcurrentBatches: Int = 1, sessionTimeout: Duration = .seconds(3),
-              deliveryTimeout: Duration = .seconds(30), producerProperties: [String: String] = [:],
-              logger: Logger = Logger(label: "test")) throws -> (StageLoop, KafkaConsumer) {
+func makeLoop(
+    _ broker: TansuBroker, group: String, processor: any StageProcessor, maxInFlight: Int = 10,
+    maxConcurrentBatches: Int = 1, sessionTimeout: Duration = .seconds(3),
+    deliveryTimeout: Duration = .seconds(30), producerProperties: [String: String] = [:],
+    logger: Logger = Logger(label: "test")
+) throws -> (StageLoop, KafkaConsumer) {
     var configuration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: group, topics: ["in"])
     configuration.sessionTimeout = sessionTimeout
     configuration.batchSize = 7
     let consumer = try KafkaConsumer(configuration: configuration)
     // A short delivery timeout also needs a short request timeout: requests already sent wait for it.
     var properties = producerProperties
-    if deliveryTimeout < .seconds(30) { properties["request.timeout.ms"] = String(max(100, deliveryTimeout.milliseconds / 2)) }
+    if deliveryTimeout < .seconds(30) {
+        properties["request.timeout.ms"] = String(max(100, deliveryTimeout.milliseconds / 2))
+    }
     var producerConfiguration = KafkaProducerConfiguration(brokers: broker.brokers, extraProperties: properties)
     producerConfiguration.deliveryTimeout = deliveryTimeout
     let producer = try KafkaProducer(configuration: producerConfiguration)
-    let loop = StageLoop(consumer: consumer, producer: producer, processor: processor,
-                         configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: maxInFlight,
-                                                               maxConcurrentBatches: maxConcurrentBatches),
-                         metrics: StageMetrics(stage: "echo"), logger: logger)
+    let loop = StageLoop(
+        consumer: consumer, producer: producer, processor: processor,
+        configuration: StageLoopConfiguration(
+            dlqTopic: "dlq", maxInFlight: maxInFlight,
+            maxConcurrentBatches: maxConcurrentBatches),
+        metrics: StageMetrics(stage: "echo"), logger: logger)
     return (loop, consumer)
 }
 
@@ -87,10 +96,16 @@ func makeLoop(_ broker: TansuBroker, group: String, processor: any StageProcesso
         let outputs = records.filter { $0.topic == "out" }.map { String(decoding: $0.value ?? [], as: UTF8.self) }
         #expect(Set(outputs) == Set((0..<40).map { "OK-\($0)" }))
         #expect(outputs.count == 40)
-        let letters = try records.filter { $0.topic == "dlq" }.map { try StageCodec.decode(DLQRecord.self, from: $0.value ?? []) }
+        let letters = try records.filter { $0.topic == "dlq" }.map {
+            try StageCodec.decode(DLQRecord.self, from: $0.value ?? [])
+        }
         #expect(letters.count == 10)
-        #expect(Set(letters.compactMap { $0.originalBytes.map { String(decoding: $0, as: UTF8.self) } }) == Set((0..<10).map { "bad-\($0)" }))
-        #expect(letters.allSatisfy { $0.sourceTopic == "in" && $0.stage == "echo" && $0.reason == "invalid" && $0.time > 0 })
+        #expect(
+            Set(letters.compactMap { $0.originalBytes.map { String(decoding: $0, as: UTF8.self) } })
+                == Set((0..<10).map { "bad-\($0)" }))
+        #expect(
+            letters.allSatisfy { $0.sourceTopic == "in" && $0.stage == "echo" && $0.reason == "invalid" && $0.time > 0 }
+        )
 
         // Everything was committed: a new member of the group gets nothing.
         let (again, _) = try makeLoop(broker, group: "echo-1", processor: EchoProcessor())
@@ -136,7 +151,8 @@ struct HugeOutputProcessor: StageProcessor {
     func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
         batch.map { input in
             let text = String(decoding: input.value ?? [], as: UTF8.self)
-            let value = text.hasPrefix("huge") ? [UInt8](repeating: 0x78, count: 2_000_000) : Array(text.uppercased().utf8)
+            let value =
+                text.hasPrefix("huge") ? [UInt8](repeating: 0x78, count: 2_000_000) : Array(text.uppercased().utf8)
             return StageResult(outputs: [StageOutput(topic: "out", key: text, value: value)])
         }
     }
@@ -151,9 +167,10 @@ struct HugeOutputProcessor: StageProcessor {
         configuration.sessionTimeout = .seconds(3)
         let consumer = try KafkaConsumer(configuration: configuration)
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
-        let loop = StageLoop(consumer: consumer, producer: producer, processor: HugeOutputProcessor(),
-                             configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10, dlqMaxOriginalBytes: 1000),
-                             metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+        let loop = StageLoop(
+            consumer: consumer, producer: producer, processor: HugeOutputProcessor(),
+            configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10, dlqMaxOriginalBytes: 1000),
+            metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
         let running = Task { try await loop.run() }
         let records = try await collect(topics: ["out", "dlq"], count: 5, brokers: broker.brokers)
         // The partition moved on: every input completed and its offset was committed.
@@ -168,8 +185,13 @@ struct HugeOutputProcessor: StageProcessor {
         loop.stop()
         try await running.value
         #expect(committed == 5)
-        #expect(records.filter { $0.topic == "out" }.map { String(decoding: $0.value ?? [], as: UTF8.self) } == ["OK-0", "OK-2", "OK-4"])
-        let letters = try records.filter { $0.topic == "dlq" }.map { try StageCodec.decode(DLQRecord.self, from: $0.value ?? []) }
+        #expect(
+            records.filter { $0.topic == "out" }.map { String(decoding: $0.value ?? [], as: UTF8.self) } == [
+                "OK-0", "OK-2", "OK-4",
+            ])
+        let letters = try records.filter { $0.topic == "dlq" }.map {
+            try StageCodec.decode(DLQRecord.self, from: $0.value ?? [])
+        }
         #expect(letters.count == 2)
         for letter in letters {
             #expect(letter.reason == "produce_rejected")
@@ -192,11 +214,13 @@ struct HugeOutputProcessor: StageProcessor {
         let consumer = try KafkaConsumer(configuration: configuration)
         let first = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
         let made = Mutex(0)
-        let loop = StageLoop(consumer: consumer, producer: first, makeProducer: {
-            made.withLock { $0 += 1 }
-            return try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
-        }, processor: EchoProcessor(), configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10),
-           metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+        let loop = StageLoop(
+            consumer: consumer, producer: first,
+            makeProducer: {
+                made.withLock { $0 += 1 }
+                return try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+            }, processor: EchoProcessor(), configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10),
+            metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
         let running = Task { try await loop.run() }
         _ = try await collect(topics: ["out"], count: 20, brokers: broker.brokers)
         // The broker fences the producer: every later produce of it fails for good.
@@ -219,9 +243,10 @@ struct HugeOutputProcessor: StageProcessor {
         configuration.sessionTimeout = .seconds(3)
         let consumer = try KafkaConsumer(configuration: configuration)
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
-        let loop = StageLoop(consumer: consumer, producer: producer, processor: EchoProcessor(),
-                             configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10),
-                             metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+        let loop = StageLoop(
+            consumer: consumer, producer: producer, processor: EchoProcessor(),
+            configuration: StageLoopConfiguration(dlqTopic: "dlq", maxInFlight: 10),
+            metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
         let running = Task { try await loop.run() }
         producer.raiseFatalErrorForTesting()
         try await produce(["ok-1"], topic: "in", brokers: broker.brokers)
@@ -248,7 +273,8 @@ final class EmittingProcessor: StageProcessor {
             let ahead = (0..<3).map { StageOutput(topic: "out", key: text, value: Array("\(text)/page\($0)".utf8)) }
             let ok = await context.emit?(ahead, index) ?? false
             emitted.withLock { $0.append(ok) }
-            results.append(StageResult(outputs: [StageOutput(topic: "out", key: text, value: Array("\(text)/last".utf8))]))
+            results.append(
+                StageResult(outputs: [StageOutput(topic: "out", key: text, value: Array("\(text)/last".utf8))]))
         }
         return results
     }

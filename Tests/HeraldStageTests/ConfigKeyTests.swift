@@ -17,8 +17,9 @@ struct ConfigKeyTests {
     @Test("docs/operations.md's environment table is the one ConfigKey.all generates")
     func docsTableMatchesDeclarations() throws {
         let documented = try Self.documentedTable()
-        #expect(documented == ConfigKey.markdownTable,
-                "replace the table in docs/operations.md, \"Environment\", with:\n\(ConfigKey.markdownTable)")
+        #expect(
+            documented == ConfigKey.markdownTable,
+            "replace the table in docs/operations.md, \"Environment\", with:\n\(ConfigKey.markdownTable)")
     }
 
     @Test("every key is declared once, named HERALD_*, and its default parses")
@@ -43,16 +44,19 @@ struct ConfigKeyTests {
             let text = try String(contentsOfFile: root + "/" + file, encoding: .utf8)
             for match in text.matches(of: pattern) {
                 let name = String(text[match.range])
-                #expect(declared.contains(name), "\(folder)/\(file) names \(name), which ConfigKey.all does not declare")
+                #expect(
+                    declared.contains(name), "\(folder)/\(file) names \(name), which ConfigKey.all does not declare")
             }
         }
     }
 
-    @Test("a bad value is an error naming the key, for every key that parses", arguments: [
-        ("HERALD_BATCH_SIZE", "0"), ("HERALD_MAX_IN_FLIGHT", "many"), ("HERALD_REDIS_PORT", "70000"),
-        ("HERALD_SEND_MAX_IN_FLIGHT", "-5"), ("HERALD_SEND_PRIORITY_RESERVE_PERCENT", "95"),
-        ("HERALD_PRIORITY_LANES", "maybe"), ("HERALD_APNS_TIMEOUT_MS", "1.5"),
-    ])
+    @Test(
+        "a bad value is an error naming the key, for every key that parses",
+        arguments: [
+            ("HERALD_BATCH_SIZE", "0"), ("HERALD_MAX_IN_FLIGHT", "many"), ("HERALD_REDIS_PORT", "70000"),
+            ("HERALD_SEND_MAX_IN_FLIGHT", "-5"), ("HERALD_SEND_PRIORITY_RESERVE_PERCENT", "95"),
+            ("HERALD_PRIORITY_LANES", "maybe"), ("HERALD_APNS_TIMEOUT_MS", "1.5"),
+        ])
     func badValue(name: String, value: String) throws {
         let key = try #require(ConfigKey.all.first { $0.name == name })
         let config = ConfigReader([name: value])

@@ -34,7 +34,9 @@ enum RawHTTP {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else { close(fd); throw Failure(description: "connect to \(port) failed") }
         return fd
@@ -51,7 +53,9 @@ enum RawHTTP {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else { throw Failure(description: "connect to \(port) failed") }
         let request = Array("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
@@ -66,14 +70,19 @@ enum RawHTTP {
             received.append(contentsOf: buffer[0..<count])
         }
         let text = String(decoding: received, as: UTF8.self)
-        guard let split = text.range(of: "\r\n\r\n") else { throw Failure(description: "no HTTP header end in: \(text)") }
+        guard let split = text.range(of: "\r\n\r\n") else {
+            throw Failure(description: "no HTTP header end in: \(text)")
+        }
         let lines = text[..<split.lowerBound].components(separatedBy: "\r\n")
         let statusParts = lines.first?.split(separator: " ") ?? []
-        guard statusParts.count >= 2, let status = Int(statusParts[1]) else { throw Failure(description: "bad status line") }
+        guard statusParts.count >= 2, let status = Int(statusParts[1]) else {
+            throw Failure(description: "bad status line")
+        }
         var headers: [String: String] = [:]
         for line in lines.dropFirst() {
             if let colon = line.firstIndex(of: ":") {
-                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                    in: .whitespaces)
             }
         }
         return Answer(status: status, headers: headers, body: String(text[split.upperBound...]))

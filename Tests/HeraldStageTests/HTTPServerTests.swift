@@ -1,7 +1,4 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import HeraldStage
 import HeraldTestSupport
 import Logging
@@ -9,13 +6,18 @@ import Prometheus
 import ServiceLifecycle
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 @Suite("Stage HTTP endpoint: /metrics, /healthz, /readyz")
 struct HTTPServerTests {
     @Test("a counter incremented through StageMetrics shows in /metrics; /healthz answers 200")
     func metricsAndHealth() async throws {
         let registry = PrometheusCollectorRegistry()
         let metrics = StageMetrics(stage: "resolve", factory: HeraldMetrics.makeFactory(registry: registry))
-        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: ReadinessChecks())
+        let server = try await StageHTTPServer.bind(
+            host: "127.0.0.1", port: 0, registry: registry, readiness: ReadinessChecks())
         #expect(server.port > 0)
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
@@ -46,8 +48,9 @@ struct HTTPServerTests {
 
         // Counting is live: a second scrape sees a new increment.
         metrics.consumed(topic: "herald.ingested")
-        #expect(try await RawHTTP.get(port: server.port, path: "/metrics").body
-            .contains(#"herald_consumed_total{stage="resolve",topic="herald.ingested"} 4"#))
+        #expect(
+            try await RawHTTP.get(port: server.port, path: "/metrics").body
+                .contains(#"herald_consumed_total{stage="resolve",topic="herald.ingested"} 4"#))
 
         let health = try await RawHTTP.get(port: server.port, path: "/healthz")
         #expect(health.status == 200)
@@ -64,11 +67,12 @@ struct HTTPServerTests {
         readiness.set("broker", ready: false)
         readiness.register("redis") { redisUp.value }
         readiness.register("apns", timeout: .milliseconds(100)) {
-            try? await Task.sleep(for: .seconds(10)) // never answers in time: failing
+            try? await Task.sleep(for: .seconds(10))  // never answers in time: failing
             return true
         }
-        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness,
-                                                    readinessLabels: [("stage", "send")])
+        let server = try await StageHTTPServer.bind(
+            host: "127.0.0.1", port: 0, registry: registry, readiness: readiness,
+            readinessLabels: [("stage", "send")])
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
 
@@ -106,16 +110,18 @@ struct HTTPServerTests {
     func gracefulShutdown() async throws {
         let registry = PrometheusCollectorRegistry()
         let readiness = ReadinessChecks()
-        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
+        let server = try await StageHTTPServer.bind(
+            host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
         let order = OrderLog()
         let producer = RecordingService(name: "producer", order: order)
         let consumer = RecordingService(name: "consumer", order: order)
         let deadlineHit = LockedFlag()
         // A deadline no starved test process reaches (the suites run beside end-to-end stacks on 2 cores): a
         // graceful stop that waited for it would be the bug this test looks for.
-        let runtime = StageRuntime(http: server, services: [producer, consumer], readiness: readiness,
-                                   shutdownDeadline: .seconds(120), logger: Logger(label: "test"),
-                                   signals: [], onDeadline: { deadlineHit.value = true })
+        let runtime = StageRuntime(
+            http: server, services: [producer, consumer], readiness: readiness,
+            shutdownDeadline: .seconds(120), logger: Logger(label: "test"),
+            signals: [], onDeadline: { deadlineHit.value = true })
         let running = Task { await runtime.run() }
         // Serving while running.
         try await waitUntil("/healthz answers 200", timeout: .seconds(10)) {
@@ -134,13 +140,15 @@ struct HTTPServerTests {
     func signalStartsShutdown() async throws {
         let registry = PrometheusCollectorRegistry()
         let readiness = ReadinessChecks()
-        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
+        let server = try await StageHTTPServer.bind(
+            host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
         let order = OrderLog()
         let consumer = RecordingService(name: "consumer", order: order)
         // SIGUSR2 stands in for SIGTERM so the test cannot stop anything else in this process.
-        let runtime = StageRuntime(http: server, services: [consumer], readiness: readiness,
-                                   shutdownDeadline: .seconds(5), logger: Logger(label: "test"),
-                                   signals: [.sigusr2], onDeadline: {})
+        let runtime = StageRuntime(
+            http: server, services: [consumer], readiness: readiness,
+            shutdownDeadline: .seconds(5), logger: Logger(label: "test"),
+            signals: [.sigusr2], onDeadline: {})
         let running = Task { await runtime.run() }
         // The group installs its signal handlers before it starts services; once /healthz answers they are in place.
         let healthy = await eventually(timeout: .seconds(10)) {
@@ -160,12 +168,14 @@ struct HTTPServerTests {
     func idleConnectionDoesNotBlockShutdown() async throws {
         let registry = PrometheusCollectorRegistry()
         let readiness = ReadinessChecks()
-        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
+        let server = try await StageHTTPServer.bind(
+            host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
         let deadlineHit = LockedFlag()
         // An idle connection that held the server up would hold it until the deadline (120 s); a stop well before
         // it, however loaded the machine, shows it did not.
-        let runtime = StageRuntime(http: server, services: [], readiness: readiness, shutdownDeadline: .seconds(120),
-                                   logger: Logger(label: "test"), signals: [], onDeadline: { deadlineHit.value = true })
+        let runtime = StageRuntime(
+            http: server, services: [], readiness: readiness, shutdownDeadline: .seconds(120),
+            logger: Logger(label: "test"), signals: [], onDeadline: { deadlineHit.value = true })
         let running = Task { await runtime.run() }
         #expect(try await RawHTTP.get(port: server.port, path: "/healthz").status == 200)
         let idle = try RawHTTP.openIdleConnection(port: server.port)
@@ -183,12 +193,17 @@ struct HTTPServerTests {
     func deadline() async throws {
         let registry = PrometheusCollectorRegistry()
         let readiness = ReadinessChecks()
-        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
+        let server = try await StageHTTPServer.bind(
+            host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
         let deadlineHit = LockedFlag()
         let stubborn = StubbornService()
-        let runtime = StageRuntime(http: server, services: [stubborn], readiness: readiness,
-                                   shutdownDeadline: .milliseconds(500), logger: Logger(label: "test"),
-                                   signals: [], onDeadline: { deadlineHit.value = true; stubborn.release() })
+        let runtime = StageRuntime(
+            http: server, services: [stubborn], readiness: readiness,
+            shutdownDeadline: .milliseconds(500), logger: Logger(label: "test"),
+            signals: [],
+            onDeadline: {
+                deadlineHit.value = true; stubborn.release()
+            })
         let running = Task { await runtime.run() }
         try await waitUntil("the stubborn service is running", timeout: .seconds(10)) { stubborn.started.value }
         let started = ContinuousClock.now
@@ -241,7 +256,9 @@ final class StubbornService: Service, @unchecked Sendable {
         while !isReleased {
             // A blocking wait that does not observe cancellation.
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                Thread { Thread.sleep(forTimeInterval: 0.02); continuation.resume() }.start()
+                Thread {
+                    Thread.sleep(forTimeInterval: 0.02); continuation.resume()
+                }.start()
             }
         }
     }

@@ -21,10 +21,12 @@ struct JSONLogTests {
         let sink = CapturingSink()
         var logger = Logger(label: "herald.send") { JSONLogHandler(label: $0, level: .debug, sink: sink) }
         logger[metadataKey: LogKey.stage] = "send"
-        logger.info("sent \"quoted\"\nnext line", metadata: [
-            LogKey.eventId: "e-1", LogKey.partition: .stringConvertible(3),
-            "nested": ["list": ["a", "b"]],
-        ])
+        logger.info(
+            "sent \"quoted\"\nnext line",
+            metadata: [
+                LogKey.eventId: "e-1", LogKey.partition: .stringConvertible(3),
+                "nested": ["list": ["a", "b"]],
+            ])
         logger.trace("below the level: not written")
 
         #expect(sink.lines.count == 1)
@@ -48,15 +50,18 @@ struct JSONLogTests {
         #expect(redactToken(Self.token) == "a1b2c3d4…")
         let sink = CapturingSink()
         let logger = Logger(label: "herald.send") { JSONLogHandler(label: $0, sink: sink) }
-        logger.warning("dead token", metadata: [
-            LogKey.token: .string(Self.token), "text": "Bye, see you at 8", "password": "hunter2",
-            "context": ["device_token": .string(Self.token)],
-        ])
+        logger.warning(
+            "dead token",
+            metadata: [
+                LogKey.token: .string(Self.token), "text": "Bye, see you at 8", "password": "hunter2",
+                "context": ["device_token": .string(Self.token)],
+            ])
         let line = try #require(sink.lines.first)
         #expect(!line.contains(Self.token))
         #expect(!line.contains("Bye, see you"))
         #expect(!line.contains("hunter2"))
-        let metadata = try #require((try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["metadata"] as? [String: Any])
+        let metadata = try #require(
+            (try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["metadata"] as? [String: Any])
         #expect(metadata[LogKey.token] as? String == "a1b2c3d4…")
         #expect(metadata["text"] as? String == "[redacted]")
         #expect((metadata["context"] as? [String: String])?["device_token"] == "a1b2c3d4…")
@@ -64,8 +69,9 @@ struct JSONLogTests {
 
     @Test("control characters are escaped so a line stays valid JSON")
     func controlCharacters() throws {
-        let line = JSONLogHandler.line(ts: Date(timeIntervalSince1970: 0), level: .error, label: "l",
-                                       message: "a\u{0}b\u{1b}c\u{2028}d\\", metadata: [:])
+        let line = JSONLogHandler.line(
+            ts: Date(timeIntervalSince1970: 0), level: .error, label: "l",
+            message: "a\u{0}b\u{1b}c\u{2028}d\\", metadata: [:])
         let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
         #expect(object["message"] as? String == "a\u{0}b\u{1b}c\u{2028}d\\")
         #expect(object["ts"] as? String == "1970-01-01T00:00:00.000Z")
@@ -112,17 +118,21 @@ struct EnvironmentTests {
     @Test("unknown HERALD_* keys are warned about; other variables and declared extra keys are not")
     func unknownKeys() throws {
         let environment = try StageEnvironment(
-            environment: ["HERALD_REDIS_ULR": "redis://typo", "HERALD_SEND_CONCURRENCY": "8", "PATH": "/bin", "HOME": "/root"],
+            environment: [
+                "HERALD_REDIS_ULR": "redis://typo", "HERALD_SEND_CONCURRENCY": "8", "PATH": "/bin", "HOME": "/root",
+            ],
             extraKnownKeys: ["HERALD_SEND_CONCURRENCY"])
         #expect(environment.warnings.count == 1)
         #expect(environment.warnings.first?.contains("HERALD_REDIS_ULR") == true)
         #expect(environment.redisURL == "redis://127.0.0.1:6379")
     }
 
-    @Test("bad values are errors naming the key", arguments: [
-        ("HERALD_METRICS_PORT", "http"), ("HERALD_METRICS_PORT", "70000"),
-        ("HERALD_SHUTDOWN_DEADLINE_MS", "-1"), ("HERALD_LOG_LEVEL", "loud"),
-    ])
+    @Test(
+        "bad values are errors naming the key",
+        arguments: [
+            ("HERALD_METRICS_PORT", "http"), ("HERALD_METRICS_PORT", "70000"),
+            ("HERALD_SHUTDOWN_DEADLINE_MS", "-1"), ("HERALD_LOG_LEVEL", "loud"),
+        ])
     func badValues(key: String, value: String) {
         #expect {
             try StageEnvironment(environment: [key: value])
@@ -136,7 +146,8 @@ struct EnvironmentTests {
 struct KeyFileTests {
     @Test("a key file readable by group or others gets a warning; one only its owner reads does not")
     func exposure() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("herald-keys-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "herald-keys-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let key = directory.appendingPathComponent("AuthKey.p8").path

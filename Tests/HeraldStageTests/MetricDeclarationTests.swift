@@ -11,14 +11,19 @@ struct MetricDeclarationTests {
     /// consumer's error counter.
     static var all: [MetricDeclaration] {
         var out = StageMetrics.declarations
-        for (prefix, labels) in [("herald_apns", "stage, app, bundle_id, environment"), ("herald_fcm", "stage, app, provider_id")] {
+        for (prefix, labels) in [
+            ("herald_apns", "stage, app, bundle_id, environment"), ("herald_fcm", "stage, app, provider_id"),
+        ] {
             for family in ClientMetricFamilies.families(prefix: prefix) {
                 let extra = family.name.hasSuffix("_answers_total") ? ", status, reason" : ""
-                out.append(MetricDeclaration(family.name, family.type, labels: labels + extra, stages: "send", family.meaning))
+                out.append(
+                    MetricDeclaration(family.name, family.type, labels: labels + extra, stages: "send", family.meaning))
             }
         }
-        out.append(MetricDeclaration("herald_kafka_consumer_errors_total", "counter", labels: "group",
-                                     "consume, commit and rebalance errors of the stage's Kafka consumer"))
+        out.append(
+            MetricDeclaration(
+                "herald_kafka_consumer_errors_total", "counter", labels: "group",
+                "consume, commit and rebalance errors of the stage's Kafka consumer"))
         return out
     }
 
@@ -32,8 +37,9 @@ struct MetricDeclarationTests {
     @Test("docs/operations.md's metrics table is the one the declarations generate")
     func docsTableMatchesDeclarations() throws {
         let expected = MetricDeclaration.markdownTable(Self.all)
-        #expect(try Self.documentedTable() == expected,
-                "replace the table in docs/operations.md, \"Metrics\", with:\n\(expected)")
+        #expect(
+            try Self.documentedTable() == expected,
+            "replace the table in docs/operations.md, \"Metrics\", with:\n\(expected)")
     }
 
     @Test("each metric is declared once")
@@ -42,7 +48,9 @@ struct MetricDeclarationTests {
         #expect(Set(names).count == names.count)
     }
 
-    @Test("no source of a stage names a herald_* metric that is not declared", arguments: ["Sources/Runtime", "Sources/Stages"])
+    @Test(
+        "no source of a stage names a herald_* metric that is not declared",
+        arguments: ["Sources/Runtime", "Sources/Stages"])
     func sourcesNameDeclaredMetrics(folder: String) throws {
         let declared = Set(Self.all.map(\.name))
         let root = Paths.packageRoot + "/" + folder
@@ -62,10 +70,12 @@ struct MetricDeclarationTests {
     func noProviderSeriesOutsideSend() throws {
         let metrics = TestMetrics()
         _ = StageMetrics(stage: "resolve", factory: metrics)
-        let created = metrics.counters.map(\.label) + metrics.meters.map(\.label) + metrics.recorders.map(\.label)
+        let created =
+            metrics.counters.map(\.label) + metrics.meters.map(\.label) + metrics.recorders.map(\.label)
             + metrics.timers.map(\.label)
-        #expect(created.allSatisfy { !$0.hasPrefix("herald_apns") && !$0.hasPrefix("herald_fcm") && !$0.contains("jwt") },
-                "\(created)")
+        #expect(
+            created.allSatisfy { !$0.hasPrefix("herald_apns") && !$0.hasPrefix("herald_fcm") && !$0.contains("jwt") },
+            "\(created)")
         let everyStage = Set(StageMetrics.declarations.filter { $0.stages == "every stage" }.map(\.name))
         #expect(Set(created).isSubset(of: everyStage), "\(created)")
     }

@@ -36,7 +36,8 @@ struct ReadinessTests {
 
         // The same through the endpoint, while the first probe is still stuck.
         let registry = PrometheusCollectorRegistry()
-        let server = try await StageHTTPServer.bind(host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
+        let server = try await StageHTTPServer.bind(
+            host: "127.0.0.1", port: 0, registry: registry, readiness: readiness)
         let serving = Task { try await server.run() }
         defer { serving.cancel() }
         let httpStarted = ContinuousClock.now

@@ -11,17 +11,23 @@ struct StageContextTests {
     func context(_ stage: String, _ environment: [String: String], sink: CapturingSink) async throws -> StageContext {
         let parsed = try StageEnvironment(environment: environment)
         let logger = Logger(label: "herald.\(stage)") { JSONLogHandler(label: $0, level: .debug, sink: sink) }
-        return try await StageContext.make(stage: stage, environment: parsed, registry: PrometheusCollectorRegistry(),
-                                           logger: logger)
+        return try await StageContext.make(
+            stage: stage, environment: parsed, registry: PrometheusCollectorRegistry(),
+            logger: logger)
     }
 
     @Test("make binds the endpoint, tags the logger, logs unknown keys, and keeps its metrics in its own registry")
     func makeIsSelfContained() async throws {
         let sinkA = CapturingSink()
         let sinkB = CapturingSink()
-        let a = try await context("resolve", ["HERALD_METRICS_HOST": "127.0.0.1", "HERALD_METRICS_PORT": "0",
-                                              "HERALD_INSTANCE": "r-1", "HERALD_REDIS_ULR": "typo"], sink: sinkA)
-        let b = try await context("render", ["HERALD_METRICS_HOST": "127.0.0.1", "HERALD_METRICS_PORT": "0"], sink: sinkB)
+        let a = try await context(
+            "resolve",
+            [
+                "HERALD_METRICS_HOST": "127.0.0.1", "HERALD_METRICS_PORT": "0",
+                "HERALD_INSTANCE": "r-1", "HERALD_REDIS_ULR": "typo",
+            ], sink: sinkA)
+        let b = try await context(
+            "render", ["HERALD_METRICS_HOST": "127.0.0.1", "HERALD_METRICS_PORT": "0"], sink: sinkB)
         let servingA = Task { try await a.http.run() }
         let servingB = Task { try await b.http.run() }
         defer { servingA.cancel(); servingB.cancel() }

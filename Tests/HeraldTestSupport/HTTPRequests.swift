@@ -1,6 +1,7 @@
 // A small blocking HTTP/1.1 client for tests (one request per connection, `Connection: close`), run on a thread
 // of its own so it never holds a cooperative thread. Enough for JSON APIs on loopback.
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,13 +19,17 @@ public enum TestHTTP {
     }
 
     /// Sends one request to 127.0.0.1:`port` and reads the whole answer.
-    public static func request(port: Int, method: String, path: String, headers: [String: String] = [:],
-                               body: String? = nil) async throws -> Answer {
+    public static func request(
+        port: Int, method: String, path: String, headers: [String: String] = [:],
+        body: String? = nil
+    ) async throws -> Answer {
         try await offPool { try blocking(port: port, method: method, path: path, headers: headers, body: body) }
     }
 
-    private static func blocking(port: Int, method: String, path: String, headers: [String: String],
-                                 body: String?) throws -> Answer {
+    private static func blocking(
+        port: Int, method: String, path: String, headers: [String: String],
+        body: String?
+    ) throws -> Answer {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestSupportError("socket() failed") }
         defer { close(fd) }
@@ -35,7 +40,9 @@ public enum TestHTTP {
         address.sin_port = in_port_t(UInt16(port).bigEndian)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else { throw TestSupportError("connect to \(port) failed") }
         let payload = Array((body ?? "").utf8)
@@ -61,11 +68,14 @@ public enum TestHTTP {
         guard let split = text.range(of: "\r\n\r\n") else { throw TestSupportError("no HTTP header end in: \(text)") }
         let lines = text[..<split.lowerBound].components(separatedBy: "\r\n")
         let statusParts = lines.first?.split(separator: " ") ?? []
-        guard statusParts.count >= 2, let status = Int(statusParts[1]) else { throw TestSupportError("bad status line") }
+        guard statusParts.count >= 2, let status = Int(statusParts[1]) else {
+            throw TestSupportError("bad status line")
+        }
         var answerHeaders: [String: String] = [:]
         for line in lines.dropFirst() {
             if let colon = line.firstIndex(of: ":") {
-                answerHeaders[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                answerHeaders[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                    in: .whitespaces)
             }
         }
         return Answer(status: status, headers: answerHeaders, body: String(text[split.upperBound...]))

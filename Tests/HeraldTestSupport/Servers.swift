@@ -1,6 +1,7 @@
 // The servers tests run against, each on a free loopback port: Tansu (Kafka), redis-server, and TLS material.
 import Foundation
 import HeraldKafka
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,13 +24,16 @@ public final class TansuBroker: Sendable {
         var failure = "unknown"
         for attempt in 0..<5 {
             let port = try freePort()
-            let process = ChildProcess(name: "tansu", executable: binary, arguments: [
-                "broker", "--listener-url", "tcp://127.0.0.1:\(port)",
-                "--advertised-listener-url", "tcp://127.0.0.1:\(port)", "--storage-engine", "memory://tansu/",
-            ], logPath: dir + "/tansu-\(attempt).log")
+            let process = ChildProcess(
+                name: "tansu", executable: binary,
+                arguments: [
+                    "broker", "--listener-url", "tcp://127.0.0.1:\(port)",
+                    "--advertised-listener-url", "tcp://127.0.0.1:\(port)", "--storage-engine", "memory://tansu/",
+                ], logPath: dir + "/tansu-\(attempt).log")
             try process.start()
             if eventuallyBlocking(timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
-               process.isRunning {
+                process.isRunning
+            {
                 self.port = port
                 self.process = process
                 self.logDirectory = dir
@@ -53,15 +57,18 @@ public final class TansuBroker: Sendable {
         var lastError: (any Error)?
         let created = await eventually(timeout: .seconds(20), interval: .milliseconds(100)) {
             do {
-                _ = try await KafkaAdmin.createTopics(topics.map { TopicSpec(name: $0.0, partitions: $0.1) },
-                                                      configuration: configuration)
+                _ = try await KafkaAdmin.createTopics(
+                    topics.map { TopicSpec(name: $0.0, partitions: $0.1) },
+                    configuration: configuration)
                 return true
             } catch {
                 lastError = error
                 return false
             }
         }
-        guard created else { throw TestSupportError("could not create topics on Tansu :\(port): \(lastError.map { "\($0)" } ?? "")") }
+        guard created else {
+            throw TestSupportError("could not create topics on Tansu :\(port): \(lastError.map { "\($0)" } ?? "")")
+        }
     }
 
     /// SIGKILL: the storage is in memory, so nothing is lost that a test needs.
@@ -83,10 +90,12 @@ public final class RedisServer: Sendable {
         var attempt = 0
         while true {
             let port = try freePort()
-            let process = ChildProcess(name: "redis", executable: try Paths.tool("redis-server"), arguments: [
-                "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
-                "--daemonize", "no", "--loglevel", "warning",
-            ] + extraArguments, logPath: dir + "/redis-\(attempt).log")
+            let process = ChildProcess(
+                name: "redis", executable: try Paths.tool("redis-server"),
+                arguments: [
+                    "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+                    "--daemonize", "no", "--loglevel", "warning",
+                ] + extraArguments, logPath: dir + "/redis-\(attempt).log")
             do {
                 try Self.start(process, port: port)
                 self.port = port
@@ -118,7 +127,8 @@ public final class RedisServer: Sendable {
     private static func start(_ process: ChildProcess, port: Int) throws {
         try process.start()
         guard eventuallyBlocking(timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
-              process.isRunning else {
+            process.isRunning
+        else {
             throw TestSupportError("redis-server did not start on port \(port): \(process.logTail(5))")
         }
     }
@@ -152,16 +162,27 @@ public final class TestPKI: Sendable {
     public init() throws {
         dir = try temporaryDirectory("herald-pki")
         let steps: [[String]] = [
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem",
-             "-out", "cert.pem", "-subj", "/CN=localhost", "-days", "2", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-            ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-subj", "/CN=Herald Test CA", "-days", "2"],
-            ["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "client.key",
-             "-out", "client.csr", "-subj", "/CN=com.example.chat"],
-            ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-out", "client.pem", "-days", "2"],
-            ["pkcs12", "-export", "-in", "client.pem", "-inkey", "client.key", "-out", "client.p12",
-             "-passout", "pass:\(p12Password)"],
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem",
+                "-out", "cert.pem", "-subj", "/CN=localhost", "-days", "2", "-addext",
+                "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            ],
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "ca.key",
+                "-out", "ca.pem", "-subj", "/CN=Herald Test CA", "-days", "2",
+            ],
+            [
+                "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "client.key",
+                "-out", "client.csr", "-subj", "/CN=com.example.chat",
+            ],
+            [
+                "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", "client.pem", "-days", "2",
+            ],
+            [
+                "pkcs12", "-export", "-in", "client.pem", "-inkey", "client.key", "-out", "client.p12",
+                "-passout", "pass:\(p12Password)",
+            ],
             ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "AuthKey.p8"],
             ["pkey", "-in", "AuthKey.p8", "-pubout", "-out", "AuthKey.pub.pem"],
             ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "Other.p8"],

@@ -4,8 +4,10 @@ import HeraldCore
 import Synchronization
 
 /// Checks `condition` every `interval` until it holds or `timeout` passed; returns whether it held.
-public func eventually(timeout: Duration, interval: Duration = .milliseconds(50),
-                       _ condition: () async throws -> Bool) async rethrows -> Bool {
+public func eventually(
+    timeout: Duration, interval: Duration = .milliseconds(50),
+    _ condition: () async throws -> Bool
+) async rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
     while true {
         if try await condition() { return true }
@@ -15,15 +17,19 @@ public func eventually(timeout: Duration, interval: Duration = .milliseconds(50)
 }
 
 /// `eventually`, throwing a failure that names `what` when the condition did not hold in time.
-public func waitUntil(_ what: @autoclosure () -> String, timeout: Duration = .seconds(20),
-                      interval: Duration = .milliseconds(50), _ condition: () async throws -> Bool) async throws {
+public func waitUntil(
+    _ what: @autoclosure () -> String, timeout: Duration = .seconds(20),
+    interval: Duration = .milliseconds(50), _ condition: () async throws -> Bool
+) async throws {
     guard try await eventually(timeout: timeout, interval: interval, condition) else {
         throw TestSupportError("timed out after \(timeout): \(what())")
     }
 }
 
 /// The blocking form, for set-up code that runs outside async contexts (waiting for a child process's port).
-public func eventuallyBlocking(timeout: Duration, interval: Duration = .milliseconds(20), _ condition: () -> Bool) -> Bool {
+public func eventuallyBlocking(
+    timeout: Duration, interval: Duration = .milliseconds(20), _ condition: () -> Bool
+) -> Bool {
     let deadline = ContinuousClock.now + timeout
     while true {
         if condition() { return true }

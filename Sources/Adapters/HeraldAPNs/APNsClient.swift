@@ -20,7 +20,8 @@ public final class APNsClient: Sendable {
 
     /// Validates the credential (loads the key or certificate), starts the I/O thread and
     /// begins opening `configuration.connections` connections.
-    public init(configuration: APNsClientConfiguration, logger: Logger = Logger(label: "herald.apns")) throws(APNsError) {
+    public init(configuration: APNsClientConfiguration, logger: Logger = Logger(label: "herald.apns")) throws(APNsError)
+    {
         self.configuration = configuration
         self.loop = try ClientLoop(config: configuration, logger: logger)
         loop.start()
@@ -91,5 +92,9 @@ final class Countdown: @unchecked Sendable {
     private var left: Int
     init(_ n: Int) { left = n }
     /// Returns true on the last tick.
-    func tick() -> Bool { lock.withLock { left -= 1; return left == 0 } }
+    func tick() -> Bool {
+        lock.withLock {
+            left -= 1; return left == 0
+        }
+    }
 }

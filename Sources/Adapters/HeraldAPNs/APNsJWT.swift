@@ -129,7 +129,9 @@ public final class APNsTokenProvider: @unchecked Sendable {
         guard let current else { return true }
         if current.issuedAt != issuedAt { return true }
         let at = now()
-        guard policy.decide(issuedAt: current.issuedAt, now: at, rejectedAsExpired: true) == .renew else { return false }
+        guard policy.decide(issuedAt: current.issuedAt, now: at, rejectedAsExpired: true) == .renew else {
+            return false
+        }
         _ = try renewLocked(at: at)
         return true
     }

@@ -39,7 +39,8 @@ public enum ClientMetricFamilies {
             case .connectFailures: "connection attempts that failed"
             case .pingTimeouts: "connections replaced after an unanswered PING"
             case .renewals:
-                prefix == "herald_apns" ? "provider JWTs renewed (about one per key every 50 minutes)" : "OAuth access tokens renewed"
+                prefix == "herald_apns"
+                    ? "provider JWTs renewed (about one per key every 50 minutes)" : "OAuth access tokens renewed"
             case .inFlight: "requests in flight"
             case .connections: "open connections"
             }
@@ -90,15 +91,18 @@ final class APNsMetrics {
     }
 
     /// `answerDeltas`: (status or "none", reason) -> answers since the last call.
-    func publish(_ s: APNsClientStats, renewals: Int, answerDeltas: [AnswerKey: Int], inFlightNow: Int, openConnections: Int) {
+    func publish(
+        _ s: APNsClientStats, renewals: Int, answerDeltas: [AnswerKey: Int], inFlightNow: Int, openConnections: Int
+    ) {
         for (key, n) in answerDeltas where n > 0 {
             let name = key.status + "|" + key.reason
             let counter: Counter
             if let existing = answers[name] {
                 counter = existing
             } else {
-                counter = Counter(label: ClientMetricFamilies.Family.answers.name(prefix: prefix),
-                                  dimensions: dimensions + [("status", key.status), ("reason", key.reason)])
+                counter = Counter(
+                    label: ClientMetricFamilies.Family.answers.name(prefix: prefix),
+                    dimensions: dimensions + [("status", key.status), ("reason", key.reason)])
                 answers[name] = counter
             }
             counter.increment(by: n)

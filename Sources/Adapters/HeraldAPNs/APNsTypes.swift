@@ -77,17 +77,22 @@ public enum APNsClientCredential: Sendable {
 
     /// The client credential for a pipeline file's credential entry: loads the .p8 key, or
     /// resolves the .p12 password from `p12_password_env` (in `environment`) or the inline one.
-    public init(_ entry: APNsCredential, environment: [String: String] = ProcessInfo.processInfo.environment) throws(APNsError) {
+    public init(
+        _ entry: APNsCredential, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws(APNsError) {
         switch entry.auth {
         case .token(let teamID, let keyID, let keyFile)?:
             self = try .token(keyID: keyID, teamID: teamID, p8Path: keyFile)
         case .certificate(let certificateFile, let privateKeyFile)?:
             // A PEM file may hold the certificate and its key together.
-            self = .certificateFiles(certificatePath: certificateFile, privateKeyPath: privateKeyFile ?? certificateFile)
+            self = .certificateFiles(
+                certificatePath: certificateFile, privateKeyPath: privateKeyFile ?? certificateFile)
         case .p12(let file, let passwordEnv, let password)?:
             if let passwordEnv {
                 guard let value = environment[passwordEnv] else {
-                    throw APNsError(.credential, "environment variable \(passwordEnv) (the .p12 password of \(entry.bundleID)) is not set")
+                    throw APNsError(
+                        .credential,
+                        "environment variable \(passwordEnv) (the .p12 password of \(entry.bundleID)) is not set")
                 }
                 self = .pkcs12File(path: file, password: value)
             } else {
@@ -122,10 +127,12 @@ public struct APNsDelivery: Sendable {
     /// `APNsClientConfiguration.priorityReserve` keeps from the others (calls, direct messages).
     public var prioritized = false
 
-    public init(deviceToken: String, topic: String, pushType: APNsPushType = .alert,
-                priority: APNsPriority? = nil, expiration: Int64? = nil, collapseID: String? = nil,
-                apnsID: String? = nil, payload: [UInt8], deadline: ContinuousClock.Instant? = nil,
-                timeout: Duration = .seconds(30), tag: UInt64 = 0) {
+    public init(
+        deviceToken: String, topic: String, pushType: APNsPushType = .alert,
+        priority: APNsPriority? = nil, expiration: Int64? = nil, collapseID: String? = nil,
+        apnsID: String? = nil, payload: [UInt8], deadline: ContinuousClock.Instant? = nil,
+        timeout: Duration = .seconds(30), tag: UInt64 = 0
+    ) {
         self.deviceToken = deviceToken
         self.topic = topic
         self.pushType = pushType
@@ -142,13 +149,16 @@ public struct APNsDelivery: Sendable {
 extension APNsDelivery {
     /// The transport request for a rendered notification (HeraldCore's `APNsRequest`, as the
     /// render stage writes it to Kafka).
-    public init(_ rendered: APNsRequest, deadline: ContinuousClock.Instant? = nil, timeout: Duration = .seconds(30),
-                tag: UInt64 = 0) {
-        self.init(deviceToken: rendered.token, topic: rendered.topic,
-                  pushType: rendered.pushType,
-                  priority: APNsPriority(rawValue: rendered.priority), expiration: rendered.expiration,
-                  collapseID: rendered.collapseID, apnsID: rendered.apnsID.isEmpty ? nil : rendered.apnsID,
-                  payload: rendered.payload, deadline: deadline, timeout: timeout, tag: tag)
+    public init(
+        _ rendered: APNsRequest, deadline: ContinuousClock.Instant? = nil, timeout: Duration = .seconds(30),
+        tag: UInt64 = 0
+    ) {
+        self.init(
+            deviceToken: rendered.token, topic: rendered.topic,
+            pushType: rendered.pushType,
+            priority: APNsPriority(rawValue: rendered.priority), expiration: rendered.expiration,
+            collapseID: rendered.collapseID, apnsID: rendered.apnsID.isEmpty ? nil : rendered.apnsID,
+            payload: rendered.payload, deadline: deadline, timeout: timeout, tag: tag)
     }
 }
 
@@ -227,15 +237,18 @@ public struct APNsClientConfiguration: Sendable {
     /// may use, so a bulk fan-out cannot take every stream [0].
     public var priorityReserve: Double = 0
 
-    public init(credential: APNsClientCredential, environment: APNsEnvironment = .production,
-                endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil, connections: Int = 2,
-                maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 10_000,
-                connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
-                pingTimeout: Duration = .seconds(10),
-                reconnectBackoff: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(30)),
-                retry: APNsBackoffPolicy = APNsBackoffPolicy(),
-                tokenRenewal: APNsTokenRenewalPolicy = APNsTokenRenewalPolicy(),
-                now: @escaping @Sendable () -> Date = { Date() }, metricDimensions: [(String, String)] = []) {
+    public init(
+        credential: APNsClientCredential, environment: APNsEnvironment = .production,
+        endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil, connections: Int = 2,
+        maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 10_000,
+        connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
+        pingTimeout: Duration = .seconds(10),
+        reconnectBackoff: APNsBackoffPolicy = APNsBackoffPolicy(
+            initialDelay: .milliseconds(100), maxDelay: .seconds(30)),
+        retry: APNsBackoffPolicy = APNsBackoffPolicy(),
+        tokenRenewal: APNsTokenRenewalPolicy = APNsTokenRenewalPolicy(),
+        now: @escaping @Sendable () -> Date = { Date() }, metricDimensions: [(String, String)] = []
+    ) {
         self.credential = credential
         self.environment = environment
         self.endpoint = endpoint

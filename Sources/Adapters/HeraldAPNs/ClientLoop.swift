@@ -3,6 +3,7 @@ import COpenSSL
 import Foundation
 import HeraldCore
 import Logging
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -56,8 +57,10 @@ final class ClientLoop: @unchecked Sendable {
     private var answerDeltas: [AnswerKey: Int] = [:]
     private var lastMetricsAt: ContinuousClock.Instant = .now
 
-    init(config: APNsClientConfiguration, logger: Logger, dialect: H2Dialect = .apns,
-         bearer: (any BearerSource)? = nil) throws(APNsError) {
+    init(
+        config: APNsClientConfiguration, logger: Logger, dialect: H2Dialect = .apns,
+        bearer: (any BearerSource)? = nil
+    ) throws(APNsError) {
         self.config = config
         self.logger = logger
         self.dialect = dialect
@@ -72,8 +75,9 @@ final class ClientLoop: @unchecked Sendable {
         }
         let ep = config.resolvedEndpoint
         authority = Array((ep.port == 443 ? ep.host : ep.description).utf8)
-        gate = InFlightGate(limit: config.maxInFlight,
-                            reserve: Int(Double(config.maxInFlight) * min(0.9, max(0, config.priorityReserve))))
+        gate = InFlightGate(
+            limit: config.maxInFlight,
+            reserve: Int(Double(config.maxInFlight) * min(0.9, max(0, config.priorityReserve))))
         metrics = APNsMetrics(dimensions: config.metricDimensions, prefix: dialect.metricPrefix)
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw APNsError(.io, "pipe: \(String(cString: strerror(errno)))") }
@@ -104,8 +108,10 @@ final class ClientLoop: @unchecked Sendable {
         if finished || stopDeadline != nil {
             lock.unlock()
             for job in jobs {
-                job.completion(ClientLoop.response(job, status: nil, failure: .clientShutdown,
-                                                   disposition: .permanentFailure(reason: "ClientShutdown")))
+                job.completion(
+                    ClientLoop.response(
+                        job, status: nil, failure: .clientShutdown,
+                        disposition: .permanentFailure(reason: "ClientShutdown")))
                 gate.release(1)
             }
             return
@@ -163,8 +169,9 @@ final class ClientLoop: @unchecked Sendable {
             lastMetricsAt = now
             if delivered200 > 0 { answerDeltas[AnswerKey(status: "200", reason: ""), default: 0] += delivered200 }
             delivered200 = 0
-            metrics.publish(localStats, renewals: tokens?.renewalCount ?? 0, answerDeltas: answerDeltas,
-                            inFlightNow: liveJobs, openConnections: connections.filter { !$0.dead }.count)
+            metrics.publish(
+                localStats, renewals: tokens?.renewalCount ?? 0, answerDeltas: answerDeltas,
+                inFlightNow: liveJobs, openConnections: connections.filter { !$0.dead }.count)
             answerDeltas.removeAll(keepingCapacity: true)
         }
         guard !finishedThisPass.isEmpty else { return }
@@ -270,7 +277,8 @@ final class ClientLoop: @unchecked Sendable {
         connectFailuresInARow += 1
         nextConnectAt = .now + config.reconnectBackoff.delay(afterAttempt: connectFailuresInARow, using: &rng)
         bump { $0.connectFailures += 1 }
-        logger.warning("apns connect failed", metadata: ["error": "\(why)", "failures_in_a_row": "\(connectFailuresInARow)"])
+        logger.warning(
+            "apns connect failed", metadata: ["error": "\(why)", "failures_in_a_row": "\(connectFailuresInARow)"])
         // With nothing usable and nothing on the way, waiting requests count a failed attempt.
         if !connections.contains(where: { $0.acceptsNewStreams }) && connecting == 0 {
             while let job = pending.popFirst() { finishAttempt(job, failure: .connectFailed(why)) }
@@ -328,8 +336,9 @@ final class ClientLoop: @unchecked Sendable {
                 if pending.nextIsPrioritized == false, limit - room >= bulkLimit { break }
                 guard let job = pending.popFirst() else { break }
                 if job.request.deadline <= now {
-                    complete(job, status: nil, failure: .deadlineExceeded,
-                             disposition: .permanentFailure(reason: "DeadlineExceeded"))
+                    complete(
+                        job, status: nil, failure: .deadlineExceeded,
+                        disposition: .permanentFailure(reason: "DeadlineExceeded"))
                     continue
                 }
                 job.resetAttempt()
@@ -356,14 +365,18 @@ final class ClientLoop: @unchecked Sendable {
         // Deadlines of queued requests.
         if !pending.isEmpty {
             for job in pending.removeAll(where: { $0.request.deadline <= now }) {
-                complete(job, status: nil, failure: .deadlineExceeded, disposition: .permanentFailure(reason: "DeadlineExceeded"))
+                complete(
+                    job, status: nil, failure: .deadlineExceeded,
+                    disposition: .permanentFailure(reason: "DeadlineExceeded"))
             }
         }
         for c in connections where !c.dead {
             // Deadlines of requests in flight: cancel the stream, answer the caller now.
             for (streamID, job) in c.streams where !job.completed && job.request.deadline <= now {
                 c.cancel(streamID: streamID)
-                complete(job, status: nil, failure: .deadlineExceeded, disposition: .permanentFailure(reason: "DeadlineExceeded"))
+                complete(
+                    job, status: nil, failure: .deadlineExceeded,
+                    disposition: .permanentFailure(reason: "DeadlineExceeded"))
             }
             // Keepalive.
             if let sent = c.pingSentAt {
@@ -389,8 +402,12 @@ final class ClientLoop: @unchecked Sendable {
 
     func noteGoaway(_ c: H2Connection, lastStreamID: Int32, errorCode: UInt32) {
         bump { $0.goawaysReceived += 1 }
-        logger.info("apns GOAWAY", metadata: ["connection": "\(c.id)", "last_stream_id": "\(lastStreamID)",
-                                             "error_code": "\(errorCode)"])
+        logger.info(
+            "apns GOAWAY",
+            metadata: [
+                "connection": "\(c.id)", "last_stream_id": "\(lastStreamID)",
+                "error_code": "\(errorCode)",
+            ])
     }
 
     func streamClosed(_ job: Job, on c: H2Connection, errorCode: UInt32) {
@@ -420,8 +437,12 @@ final class ClientLoop: @unchecked Sendable {
         guard !c.dead else { return }
         c.dead = true
         let level: Logger.Level = c.goawayReceived && c.streams.isEmpty ? .debug : .warning
-        logger.log(level: level, "apns connection closed", metadata: ["connection": "\(c.id)", "why": "\(why)",
-                                                                      "in_flight": "\(c.streams.count)"])
+        logger.log(
+            level: level, "apns connection closed",
+            metadata: [
+                "connection": "\(c.id)", "why": "\(why)",
+                "in_flight": "\(c.streams.count)",
+            ])
         let jobs = c.streams.sorted { $0.key < $1.key }.map(\.value)
         c.streams.removeAll()
         c.releaseSession()
@@ -453,10 +474,14 @@ final class ClientLoop: @unchecked Sendable {
             timestamp = object["timestamp"]?.int64Value
         }
         let answer = APNsAnswerTable.classify(status: status, reason: reason, timestamp: timestamp)
-        if status == 200 { delivered200 += 1 }
-        else { answerDeltas[AnswerKey(status: String(status), reason: reason?.wire ?? ""), default: 0] += 1 }
+        if status == 200 {
+            delivered200 += 1
+        } else {
+            answerDeltas[AnswerKey(status: String(status), reason: reason?.wire ?? ""), default: 0] += 1
+        }
         if answer == .renewCredentials, let tokens, let issued = job.bearerIssuedAt,
-           (job.attempts < config.retry.maxAttempts), (job.request.deadline > ContinuousClock.now) {
+            job.attempts < config.retry.maxAttempts, job.request.deadline > ContinuousClock.now
+        {
             if (try? tokens.rejected(issuedAt: issued)) == true {
                 bump { $0.retries += 1 }
                 pending.pushFront(job)
@@ -464,8 +489,9 @@ final class ClientLoop: @unchecked Sendable {
             }
         }
         let text = reason?.wire ?? "HTTP \(status)"
-        let disposition = config.retry.disposition(for: answer, reasonText: text, attempt: job.attempts,
-                                                   unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
+        let disposition = config.retry.disposition(
+            for: answer, reasonText: text, attempt: job.attempts,
+            unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
         if scheduleRetry(job, disposition) { return }
         complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
     }
@@ -479,11 +505,15 @@ final class ClientLoop: @unchecked Sendable {
         let body = status == 200 ? nil : FCMErrorBody.parse(job.body)
         let answer = FCMAnswerTable.classify(status: status, body: body)
         let text = body.map(\.reasonText).flatMap { $0.isEmpty ? nil : $0 } ?? (status == 200 ? "" : "HTTP \(status)")
-        if status == 200 { delivered200 += 1 }
-        else { answerDeltas[AnswerKey(status: String(status), reason: text), default: 0] += 1 }
+        if status == 200 {
+            delivered200 += 1
+        } else {
+            answerDeltas[AnswerKey(status: String(status), reason: text), default: 0] += 1
+        }
         let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
         if answer == .renewCredentials, !job.renewedCredentials, let tokens, let issued = job.bearerIssuedAt,
-           job.request.deadline > ContinuousClock.now {
+            job.request.deadline > ContinuousClock.now
+        {
             job.renewedCredentials = true
             job.attempts -= 1  // the renewal does not count as an attempt
             _ = try? tokens.rejected(issuedAt: issued)
@@ -495,21 +525,26 @@ final class ClientLoop: @unchecked Sendable {
         if answer == .renewCredentials {
             disposition = .permanentFailure(reason: "\(text) after renewing the access token")
         } else {
-            disposition = config.retry.disposition(for: answer, reasonText: text, attempt: job.attempts,
-                                                   unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
+            disposition = config.retry.disposition(
+                for: answer, reasonText: text, attempt: job.attempts,
+                unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
         }
-        if case .retry(let after) = disposition, let retryAfter, retryAfter > after { disposition = .retry(after: retryAfter) }
+        if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
+            disposition = .retry(after: retryAfter)
+        }
         if scheduleRetry(job, disposition) { return }
-        complete(job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
-                 retryAfter: retryAfter)
+        complete(
+            job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
+            retryAfter: retryAfter)
     }
 
     private func finishAttempt(_ job: Job, failure: APNsTransportFailure) {
         job.attempts += 1
         bump { $0.transportFailures += 1 }
         answerDeltas[AnswerKey(status: "none", reason: failure.kind), default: 0] += 1
-        let disposition = config.retry.disposition(for: APNsAnswerTable.classify(failure), reasonText: failure.description,
-                                                   attempt: job.attempts, unit: Double.random(in: 0..<1, using: &rng))
+        let disposition = config.retry.disposition(
+            for: APNsAnswerTable.classify(failure), reasonText: failure.description,
+            attempt: job.attempts, unit: Double.random(in: 0..<1, using: &rng))
         if scheduleRetry(job, disposition) { return }
         complete(job, status: nil, failure: failure, disposition: disposition)
     }
@@ -524,9 +559,11 @@ final class ClientLoop: @unchecked Sendable {
         return true
     }
 
-    private func complete(_ job: Job, status: Int?, reason: APNsReason? = nil, timestamp: Int64? = nil,
-                          failure: APNsTransportFailure?, disposition: APNsDisposition, reasonText: String? = nil,
-                          answer: APNsAnswerClass? = nil, retryAfter: Duration? = nil) {
+    private func complete(
+        _ job: Job, status: Int?, reason: APNsReason? = nil, timestamp: Int64? = nil,
+        failure: APNsTransportFailure?, disposition: APNsDisposition, reasonText: String? = nil,
+        answer: APNsAnswerClass? = nil, retryAfter: Duration? = nil
+    ) {
         guard !job.completed else { return }
         job.completed = true
         liveJobs -= 1
@@ -541,11 +578,14 @@ final class ClientLoop: @unchecked Sendable {
         finishedThisPass.append((job, response))
     }
 
-    static func response(_ job: Job, status: Int?, failure: APNsTransportFailure?,
-                         disposition: APNsDisposition) -> APNsResponse {
-        APNsResponse(tag: job.request.tag, status: status, reason: nil,
-                     apnsID: job.answeredAPNsID ?? job.request.apnsID, unregisteredAt: nil,
-                     transportFailure: failure, disposition: disposition, attempts: job.attempts)
+    static func response(
+        _ job: Job, status: Int?, failure: APNsTransportFailure?,
+        disposition: APNsDisposition
+    ) -> APNsResponse {
+        APNsResponse(
+            tag: job.request.tag, status: status, reason: nil,
+            apnsID: job.answeredAPNsID ?? job.request.apnsID, unregisteredAt: nil,
+            transportFailure: failure, disposition: disposition, attempts: job.attempts)
     }
 
     private func shutdownNow() {
@@ -554,14 +594,20 @@ final class ClientLoop: @unchecked Sendable {
             c.streams.removeAll()
             c.dead = true
             c.releaseSession()
-            for job in jobs { complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown")) }
+            for job in jobs {
+                complete(
+                    job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown")
+                )
+            }
         }
         connections.removeAll()
         while let job = pending.popFirst() {
-            complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
+            complete(
+                job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
         }
         for job in delayed {
-            complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
+            complete(
+                job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
         }
         delayed.removeAll()
         lock.lock()
@@ -573,7 +619,8 @@ final class ClientLoop: @unchecked Sendable {
         lock.unlock()
         for job in late {
             liveJobs += 1
-            complete(job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
+            complete(
+                job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
         }
         deliverCompletions()
         for w in waiters { w.resume() }

@@ -14,7 +14,8 @@ public struct FCMServiceAccount: Sendable, CustomStringConvertible {
     public let tokenURI: String
     let privateKeyPEM: String
 
-    public init(projectID: String, clientEmail: String, privateKeyID: String?, tokenURI: String, privateKeyPEM: String) {
+    public init(projectID: String, clientEmail: String, privateKeyID: String?, tokenURI: String, privateKeyPEM: String)
+    {
         self.projectID = projectID; self.clientEmail = clientEmail; self.privateKeyID = privateKeyID
         self.tokenURI = tokenURI; self.privateKeyPEM = privateKeyPEM
     }
@@ -27,7 +28,9 @@ public struct FCMServiceAccount: Sendable, CustomStringConvertible {
         return try parse(Array(data), source: path)
     }
 
-    public static func parse(_ bytes: [UInt8], source: String = "service account") throws(APNsError) -> FCMServiceAccount {
+    public static func parse(
+        _ bytes: [UInt8], source: String = "service account"
+    ) throws(APNsError) -> FCMServiceAccount {
         guard let object = try? JSONValue.parse(bytes), case .object = object else {
             throw APNsError(.credential, "\(source) is not a JSON object")
         }
@@ -40,10 +43,11 @@ public struct FCMServiceAccount: Sendable, CustomStringConvertible {
         if let type = object["type"]?.stringValue, type != "service_account" {
             throw APNsError(.credential, "\(source): type is \(type), expected service_account")
         }
-        return FCMServiceAccount(projectID: try field("project_id"), clientEmail: try field("client_email"),
-                                 privateKeyID: object["private_key_id"]?.stringValue,
-                                 tokenURI: object["token_uri"]?.stringValue ?? "https://oauth2.googleapis.com/token",
-                                 privateKeyPEM: try field("private_key"))
+        return FCMServiceAccount(
+            projectID: try field("project_id"), clientEmail: try field("client_email"),
+            privateKeyID: object["private_key_id"]?.stringValue,
+            tokenURI: object["token_uri"]?.stringValue ?? "https://oauth2.googleapis.com/token",
+            privateKeyPEM: try field("private_key"))
     }
 
     public var description: String { "FCMServiceAccount(project: \(projectID), client: \(clientEmail))" }
@@ -81,11 +85,14 @@ final class RS256Signer: @unchecked Sendable {
             throw APNsError(.credential, "EVP_DigestSignInit: \(openSSLErrors())")
         }
         var length = 0
-        guard message.withUnsafeBufferPointer({ EVP_DigestSign(md, nil, &length, $0.baseAddress, $0.count) }) == 1 else {
+        guard message.withUnsafeBufferPointer({ EVP_DigestSign(md, nil, &length, $0.baseAddress, $0.count) }) == 1
+        else {
             throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
         }
         var signature = [UInt8](repeating: 0, count: length)
-        guard message.withUnsafeBufferPointer({ EVP_DigestSign(md, &signature, &length, $0.baseAddress, $0.count) }) == 1 else {
+        guard
+            message.withUnsafeBufferPointer({ EVP_DigestSign(md, &signature, &length, $0.baseAddress, $0.count) }) == 1
+        else {
             throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
         }
         return Array(signature.prefix(length))
@@ -109,7 +116,8 @@ public struct FCMAssertion: Sendable {
         var header = #"{"alg":"RS256","typ":"JWT""#
         if let kid = account.privateKeyID { header += #","kid":"\#(APNsJWT.jsonEscape(kid))""# }
         header += "}"
-        let claims = #"{"iss":"\#(APNsJWT.jsonEscape(account.clientEmail))","scope":"\#(Self.scope)","aud":"\#(APNsJWT.jsonEscape(account.tokenURI))","iat":\#(iat),"exp":\#(iat + lifetime)}"#
+        let claims =
+            #"{"iss":"\#(APNsJWT.jsonEscape(account.clientEmail))","scope":"\#(Self.scope)","aud":"\#(APNsJWT.jsonEscape(account.tokenURI))","iat":\#(iat),"exp":\#(iat + lifetime)}"#
         let input = APNsJWT.base64URL(Array(header.utf8)) + "." + APNsJWT.base64URL(Array(claims.utf8))
         return input + "." + APNsJWT.base64URL(try signer.sign(Array(input.utf8)))
     }
@@ -138,9 +146,11 @@ public final class FCMAccessTokens: @unchecked Sendable {
     /// The renewal task, woken early by `reject` (a 401 asked for a new token).
     private let renewWaiters = WaitList()
 
-    public init(account: FCMServiceAccount, http: HTTP1Client, renewBefore: Duration = .seconds(300),
-                minimumInterval: Duration = .seconds(1), now: @escaping @Sendable () -> Date = { Date() },
-                logger: Logger = Logger(label: "herald.fcm")) throws(APNsError) {
+    public init(
+        account: FCMServiceAccount, http: HTTP1Client, renewBefore: Duration = .seconds(300),
+        minimumInterval: Duration = .seconds(1), now: @escaping @Sendable () -> Date = { Date() },
+        logger: Logger = Logger(label: "herald.fcm")
+    ) throws(APNsError) {
         assertion = try FCMAssertion(account: account)
         self.http = http
         self.renewBefore = renewBefore
@@ -237,9 +247,11 @@ public final class FCMAccessTokens: @unchecked Sendable {
             return nil
         }
         let form = "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion=" + jwt
-        let response = await http.send(HTTPRequest(url: assertion.account.tokenURI,
-                                                   headers: [("Content-Type", "application/x-www-form-urlencoded")],
-                                                   body: Array(form.utf8), timeout: .seconds(10)))
+        let response = await http.send(
+            HTTPRequest(
+                url: assertion.account.tokenURI,
+                headers: [("Content-Type", "application/x-www-form-urlencoded")],
+                body: Array(form.utf8), timeout: .seconds(10)))
         guard let status = response.status else {
             record(failure: "token endpoint unreachable: \(response.failure?.description ?? "no answer")")
             return nil
@@ -257,15 +269,23 @@ public final class FCMAccessTokens: @unchecked Sendable {
             lastError = nil
         }
         tokenWaiters.wakeAll()
-        logger.info("fcm access token renewed", metadata: ["project": "\(assertion.account.projectID)",
-                                                           "expires_in_s": "\(expiresIn)"])
+        logger.info(
+            "fcm access token renewed",
+            metadata: [
+                "project": "\(assertion.account.projectID)",
+                "expires_in_s": "\(expiresIn)",
+            ])
         return .seconds(expiresIn)
     }
 
     private func record(failure: String) {
         lock.withLock { lastError = failure }
-        logger.warning("fcm access token fetch failed", metadata: ["project": "\(assertion.account.projectID)",
-                                                                   "error": "\(failure)"])
+        logger.warning(
+            "fcm access token fetch failed",
+            metadata: [
+                "project": "\(assertion.account.projectID)",
+                "error": "\(failure)",
+            ])
     }
 }
 

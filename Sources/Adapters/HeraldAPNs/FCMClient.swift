@@ -26,11 +26,13 @@ public struct FCMClientConfiguration: Sendable {
     /// Extra dimensions on every `herald_fcm_*` metric.
     public var metricDimensions: [(String, String)]
 
-    public init(account: FCMServiceAccount, endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil,
-                connections: Int = 2, maxStreamsPerConnection: Int = 100, maxInFlight: Int = 2000,
-                connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
-                pingTimeout: Duration = .seconds(10), retry: APNsBackoffPolicy = APNsBackoffPolicy(),
-                renewBefore: Duration = .seconds(300), metricDimensions: [(String, String)] = []) {
+    public init(
+        account: FCMServiceAccount, endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil,
+        connections: Int = 2, maxStreamsPerConnection: Int = 100, maxInFlight: Int = 2000,
+        connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
+        pingTimeout: Duration = .seconds(10), retry: APNsBackoffPolicy = APNsBackoffPolicy(),
+        renewBefore: Duration = .seconds(300), metricDimensions: [(String, String)] = []
+    ) {
         self.account = account; self.endpoint = endpoint; self.trustedCAFile = trustedCAFile
         self.connections = max(1, connections); self.maxStreamsPerConnection = max(1, maxStreamsPerConnection)
         self.maxInFlight = max(1, maxInFlight); self.connectTimeout = connectTimeout
@@ -57,14 +59,17 @@ public final class FCMClient: Sendable {
         signal(SIGPIPE, SIG_IGN)
         self.configuration = configuration
         do {
-            http = try HTTP1Client(configuration: HTTP1ClientConfiguration(trustedCAFile: configuration.trustedCAFile,
-                                                                           maxInFlight: 4, maxConnectionsPerHost: 1,
-                                                                           connectTimeout: .seconds(5)))
+            http = try HTTP1Client(
+                configuration: HTTP1ClientConfiguration(
+                    trustedCAFile: configuration.trustedCAFile,
+                    maxInFlight: 4, maxConnectionsPerHost: 1,
+                    connectTimeout: .seconds(5)))
         } catch {
             throw APNsError(.io, error.message)
         }
-        tokens = try FCMAccessTokens(account: configuration.account, http: http, renewBefore: configuration.renewBefore,
-                                     logger: logger)
+        tokens = try FCMAccessTokens(
+            account: configuration.account, http: http, renewBefore: configuration.renewBefore,
+            logger: logger)
         // The APNs configuration type carries the pool settings; its credential is unused for FCM
         // (the bearer is the access token and TLS needs no client certificate).
         var pool = APNsClientConfiguration(
@@ -76,8 +81,9 @@ public final class FCMClient: Sendable {
             pingTimeout: configuration.pingTimeout, retry: configuration.retry,
             metricDimensions: configuration.metricDimensions)
         pool.connectTimeout = configuration.connectTimeout
-        loop = try ClientLoop(config: pool, logger: logger, dialect: .fcm(projectID: configuration.account.projectID),
-                              bearer: tokens)
+        loop = try ClientLoop(
+            config: pool, logger: logger, dialect: .fcm(projectID: configuration.account.projectID),
+            bearer: tokens)
         path = Array("/v1/projects/\(configuration.account.projectID)/messages:send".utf8)
         tokens.start()
         loop.start()
@@ -89,9 +95,12 @@ public final class FCMClient: Sendable {
     }
 
     /// The request for a rendered FCM notification (its payload is the whole `{"message":...}` body).
-    public static func delivery(_ rendered: APNsRequest, timeout: Duration = .seconds(30), tag: UInt64 = 0) -> APNsDelivery {
-        APNsDelivery(deviceToken: rendered.token, topic: rendered.topic, apnsID: rendered.apnsID, payload: rendered.payload,
-                     timeout: timeout, tag: tag)
+    public static func delivery(
+        _ rendered: APNsRequest, timeout: Duration = .seconds(30), tag: UInt64 = 0
+    ) -> APNsDelivery {
+        APNsDelivery(
+            deviceToken: rendered.token, topic: rendered.topic, apnsID: rendered.apnsID, payload: rendered.payload,
+            timeout: timeout, tag: tag)
     }
 
     /// Sends one message and waits for its final outcome.
@@ -108,7 +117,8 @@ public final class FCMClient: Sendable {
         var index = 0
         while index < requests.count {
             let granted = await loop.gate.acquire(upTo: requests.count - index)
-            loop.enqueue(requests[index..<(index + granted)].map { Job(request: $0, path: path, completion: onComplete) })
+            loop.enqueue(
+                requests[index..<(index + granted)].map { Job(request: $0, path: path, completion: onComplete) })
             index += granted
         }
     }

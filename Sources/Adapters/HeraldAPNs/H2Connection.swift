@@ -81,7 +81,8 @@ final class H2Connection {
             let n = SSL_read(socket.ssl, buffer.baseAddress, Int32(buffer.count))
             if n > 0 {
                 lastReceive = .now
-                let used = nghttp2_session_mem_recv(session, buffer.baseAddress?.assumingMemoryBound(to: UInt8.self), Int(n))
+                let used = nghttp2_session_mem_recv(
+                    session, buffer.baseAddress?.assumingMemoryBound(to: UInt8.self), Int(n))
                 if used < 0 { return "HTTP/2 protocol error: \(String(cString: nghttp2_strerror(Int32(used))))" }
                 if dead { return "closed" }
                 continue
@@ -219,10 +220,12 @@ final class H2Connection {
     // MARK: nghttp2 callbacks (run inside mem_recv / mem_send on the I/O thread)
 
     private static func install(_ cbs: OpaquePointer) {
-        nghttp2_session_callbacks_set_on_header_callback(cbs) { session, frame, name, namelen, value, valuelen, _, user in
+        nghttp2_session_callbacks_set_on_header_callback(cbs) {
+            session, frame, name, namelen, value, valuelen, _, user in
             guard let c = liveConnection(user), let frame, let name, let value else { return 0 }
             guard UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue,
-                  let job = c.streams[frame.pointee.hd.stream_id], !job.completed else { return 0 }
+                let job = c.streams[frame.pointee.hd.stream_id], !job.completed
+            else { return 0 }
             if namelen == 7, name[0] == UInt8(ascii: ":"), job.status == nil {
                 var status = 0
                 for i in 0..<valuelen {
@@ -239,16 +242,20 @@ final class H2Connection {
             return 0
         }
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs) { _, _, streamID, data, len, user in
-            guard let c = liveConnection(user), let data, let job = c.streams[streamID], !job.completed else { return 0 }
+            guard let c = liveConnection(user), let data, let job = c.streams[streamID], !job.completed else {
+                return 0
+            }
             if job.body.count < 16 * 1024 {
-                job.body.append(contentsOf: UnsafeBufferPointer(start: data, count: min(len, 16 * 1024 - job.body.count)))
+                job.body.append(
+                    contentsOf: UnsafeBufferPointer(start: data, count: min(len, 16 * 1024 - job.body.count)))
             }
             return 0
         }
         nghttp2_session_callbacks_set_on_frame_send_callback(cbs) { _, frame, user in
             guard let c = liveConnection(user), let frame else { return 0 }
             if UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue,
-               let job = c.streams[frame.pointee.hd.stream_id] {
+                let job = c.streams[frame.pointee.hd.stream_id]
+            {
                 job.headersSent = true
                 c.loop.noteStreamOpened()
             }
@@ -260,8 +267,9 @@ final class H2Connection {
             let ack = (frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue)) != 0
             if type == NGHTTP2_GOAWAY.rawValue {
                 c.goawayReceived = true
-                c.loop.noteGoaway(c, lastStreamID: frame.pointee.goaway.last_stream_id,
-                                  errorCode: frame.pointee.goaway.error_code)
+                c.loop.noteGoaway(
+                    c, lastStreamID: frame.pointee.goaway.last_stream_id,
+                    errorCode: frame.pointee.goaway.error_code)
             } else if type == NGHTTP2_PING.rawValue && ack {
                 c.pingSentAt = nil
             } else if type == NGHTTP2_SETTINGS.rawValue && !ack {

@@ -1,6 +1,7 @@
 import COpenSSL
 import Foundation
 import HeraldCore
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -75,7 +76,8 @@ final class TLSContext: @unchecked Sendable {
             if let chain { OPENSSL_sk_pop_free(chain, { X509_free(OpaquePointer($0)) }) }
         }
         guard SSL_CTX_use_certificate(ctx, cert) == 1, SSL_CTX_use_PrivateKey(ctx, key) == 1,
-              SSL_CTX_check_private_key(ctx) == 1 else {
+            SSL_CTX_check_private_key(ctx) == 1
+        else {
             throw APNsError(.credential, "the .p12 certificate or key is unusable: \(openSSLErrors())")
         }
         if let chain {
@@ -145,7 +147,9 @@ final class TLSSocket {
             X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), endpoint.host)
         } else {
             endpoint.host.withCString { name in
-                _ = SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, Int(TLSEXT_NAMETYPE_host_name), UnsafeMutableRawPointer(mutating: name))
+                _ = SSL_ctrl(
+                    ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, Int(TLSEXT_NAMETYPE_host_name),
+                    UnsafeMutableRawPointer(mutating: name))
             }
             SSL_set1_host(ssl, endpoint.host)
         }

@@ -14,8 +14,10 @@ public struct HTTPRequest: Sendable {
     /// The caller's own identifier, echoed in the response.
     public var tag: UInt64
 
-    public init(url: String, method: String = "POST", headers: [(String, String)] = [], body: [UInt8] = [],
-                timeout: Duration = .seconds(10), basicAuth: (user: String, password: String)? = nil, tag: UInt64 = 0) {
+    public init(
+        url: String, method: String = "POST", headers: [(String, String)] = [], body: [UInt8] = [],
+        timeout: Duration = .seconds(10), basicAuth: (user: String, password: String)? = nil, tag: UInt64 = 0
+    ) {
         self.url = url; self.method = method; self.headers = headers; self.body = body; self.timeout = timeout
         self.basicAuth = basicAuth; self.tag = tag
     }
@@ -61,8 +63,10 @@ public struct HTTP1ClientConfiguration: Sendable {
     public var maxConnectionsPerHost: Int
     public var connectTimeout: Duration
 
-    public init(trustedCAFile: String? = nil, maxInFlight: Int = 1000, maxConnectionsPerHost: Int = 32,
-                connectTimeout: Duration = .seconds(2)) {
+    public init(
+        trustedCAFile: String? = nil, maxInFlight: Int = 1000, maxConnectionsPerHost: Int = 32,
+        connectTimeout: Duration = .seconds(2)
+    ) {
         self.trustedCAFile = trustedCAFile
         self.maxInFlight = max(1, maxInFlight)
         self.maxConnectionsPerHost = max(1, maxConnectionsPerHost)
@@ -155,7 +159,9 @@ final class Gate: @unchecked Sendable {
         if lock.withLock({ () -> Bool in
             if available > 0 && waiters.isEmpty { available -= 1; return true }
             return false
-        }) { return }
+        }) {
+            return
+        }
         await withCheckedContinuation { c in
             let now = lock.withLock { () -> Bool in
                 if available > 0 && waiters.isEmpty { available -= 1; return true }
@@ -274,7 +280,8 @@ final class CurlLoop: @unchecked Sendable {
             var left: Int32 = 0
             while let msg = curl_multi_info_read(multi, &left) {
                 guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle,
-                      let raw = herald_curl_private(easy) else { continue }
+                    let raw = herald_curl_private(easy)
+                else { continue }
                 let t = Unmanaged<Transfer>.fromOpaque(raw).takeUnretainedValue()
                 let code = msg.pointee.data.result
                 curl_multi_remove_handle(multi, easy)
@@ -285,7 +292,8 @@ final class CurlLoop: @unchecked Sendable {
                 } else if code == CURLE_OPERATION_TIMEDOUT {
                     finish(t, failure: .timedOut)
                 } else if code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST
-                            || code == CURLE_SSL_CONNECT_ERROR || code == CURLE_PEER_FAILED_VERIFICATION {
+                    || code == CURLE_SSL_CONNECT_ERROR || code == CURLE_PEER_FAILED_VERIFICATION
+                {
                     finish(t, failure: .connectFailed(String(cString: curl_easy_strerror(code))))
                 } else {
                     finish(t, failure: .transfer(String(cString: curl_easy_strerror(code))))
@@ -304,12 +312,15 @@ final class CurlLoop: @unchecked Sendable {
         _ = herald_curl_setopt_long(easy, CURLOPT_HTTP_VERSION, herald_curl_http_1_1())
         _ = herald_curl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
         _ = herald_curl_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(Self.milliseconds(r.timeout)))
-        _ = herald_curl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, Int(Self.milliseconds(configuration.connectTimeout)))
+        _ = herald_curl_setopt_long(
+            easy, CURLOPT_CONNECTTIMEOUT_MS, Int(Self.milliseconds(configuration.connectTimeout)))
         _ = herald_curl_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "https,http")
         if let ca = configuration.trustedCAFile { _ = herald_curl_setopt_string(easy, CURLOPT_CAINFO, ca) }
         if r.method == "POST" {
             _ = herald_curl_setopt_long(easy, CURLOPT_POST, 1)
-            r.body.withUnsafeBytes { _ = herald_curl_set_body(easy, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), $0.count) }
+            r.body.withUnsafeBytes {
+                _ = herald_curl_set_body(easy, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1), $0.count)
+            }
         } else if r.method != "GET" {
             _ = herald_curl_setopt_string(easy, CURLOPT_CUSTOMREQUEST, r.method)
         }
@@ -326,30 +337,36 @@ final class CurlLoop: @unchecked Sendable {
         }
         let me = Unmanaged.passUnretained(t).toOpaque()
         _ = herald_curl_setopt_pointer(easy, CURLOPT_PRIVATE, me)
-        _ = herald_curl_set_write(easy, { data, size, count, user in
-            guard let data, let user else { return 0 }
-            let t = Unmanaged<Transfer>.fromOpaque(user).takeUnretainedValue()
-            let n = size * count
-            if t.body.count < 1 << 20 {
-                data.withMemoryRebound(to: UInt8.self, capacity: n) { t.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: n)) }
-            }
-            return n
-        }, me)
-        _ = herald_curl_set_header(easy, { data, size, count, user in
-            guard let data, let user else { return 0 }
-            let t = Unmanaged<Transfer>.fromOpaque(user).takeUnretainedValue()
-            let n = size * count
-            let line = data.withMemoryRebound(to: UInt8.self, capacity: n) {
-                String(decoding: UnsafeBufferPointer(start: $0, count: n), as: UTF8.self)
-            }
-            if line.hasPrefix("HTTP/") { t.headers.removeAll() }  // a new response (after a 100 or a redirect)
-            if let colon = line.firstIndex(of: ":") {
-                let name = line[..<colon].lowercased()
-                let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
-                t.headers[name] = value
-            }
-            return n
-        }, me)
+        _ = herald_curl_set_write(
+            easy,
+            { data, size, count, user in
+                guard let data, let user else { return 0 }
+                let t = Unmanaged<Transfer>.fromOpaque(user).takeUnretainedValue()
+                let n = size * count
+                if t.body.count < 1 << 20 {
+                    data.withMemoryRebound(to: UInt8.self, capacity: n) {
+                        t.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: n))
+                    }
+                }
+                return n
+            }, me)
+        _ = herald_curl_set_header(
+            easy,
+            { data, size, count, user in
+                guard let data, let user else { return 0 }
+                let t = Unmanaged<Transfer>.fromOpaque(user).takeUnretainedValue()
+                let n = size * count
+                let line = data.withMemoryRebound(to: UInt8.self, capacity: n) {
+                    String(decoding: UnsafeBufferPointer(start: $0, count: n), as: UTF8.self)
+                }
+                if line.hasPrefix("HTTP/") { t.headers.removeAll() }  // a new response (after a 100 or a redirect)
+                if let colon = line.firstIndex(of: ":") {
+                    let name = line[..<colon].lowercased()
+                    let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespacesAndNewlines)
+                    t.headers[name] = value
+                }
+                return n
+            }, me)
         live[ObjectIdentifier(t)] = t
         curl_multi_add_handle(multi, easy)
     }

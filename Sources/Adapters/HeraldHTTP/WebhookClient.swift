@@ -13,12 +13,15 @@ public struct WebhookEndpoint: Sendable, Hashable {
 
     /// The endpoint for a configured webhook; the password comes from `password_env` (in `environment`)
     /// or the inline one. Nil with a reason when `password_env` names an unset variable.
-    public static func resolve(_ hook: WebhookCredential,
-                               environment: [String: String] = ProcessInfo.processInfo.environment) -> Result<WebhookEndpoint, HTTPError> {
+    public static func resolve(
+        _ hook: WebhookCredential,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> Result<WebhookEndpoint, HTTPError> {
         var password = hook.password
         if let name = hook.passwordEnv {
             guard let value = environment[name] else {
-                return .failure(HTTPError("environment variable \(name) (the password of webhook \(hook.providerID)) is not set"))
+                return .failure(
+                    HTTPError("environment variable \(name) (the password of webhook \(hook.providerID)) is not set"))
             }
             password = value
         }
@@ -42,7 +45,9 @@ public final class WebhookClient: Sendable {
     private let http: HTTP1Client
     public let timeout: Duration
 
-    public init(configuration: HTTP1ClientConfiguration = HTTP1ClientConfiguration(), timeout: Duration = .seconds(2)) throws(HTTPError) {
+    public init(
+        configuration: HTTP1ClientConfiguration = HTTP1ClientConfiguration(), timeout: Duration = .seconds(2)
+    ) throws(HTTPError) {
         http = try HTTP1Client(configuration: configuration)
         self.timeout = timeout
     }
@@ -51,8 +56,9 @@ public final class WebhookClient: Sendable {
     public func request(_ rendered: APNsRequest, to endpoint: WebhookEndpoint, tag: UInt64 = 0) -> HTTPRequest {
         var auth: (user: String, password: String)?
         if let user = endpoint.username { auth = (user, endpoint.password ?? "") }
-        return HTTPRequest(url: endpoint.url, headers: [("Content-Type", "application/json")], body: rendered.payload,
-                           timeout: timeout, basicAuth: auth, tag: tag)
+        return HTTPRequest(
+            url: endpoint.url, headers: [("Content-Type", "application/json")], body: rendered.payload,
+            timeout: timeout, basicAuth: auth, tag: tag)
     }
 
     /// Sends every request; `onAnswer(tag, outcome)` runs once per request on the client's thread.
@@ -78,8 +84,9 @@ public final class WebhookClient: Sendable {
 
     static func outcome(_ r: HTTPResponse) -> WebhookOutcome {
         if let status = r.status {
-            return WebhookOutcome(status: status, failure: nil, answer: WebhookAnswerTable.classify(status: status),
-                                  reasonText: WebhookAnswerTable.reasonText(status: status))
+            return WebhookOutcome(
+                status: status, failure: nil, answer: WebhookAnswerTable.classify(status: status),
+                reasonText: WebhookAnswerTable.reasonText(status: status))
         }
         let failure = r.failure ?? .transfer("no answer")
         let transport: APNsTransportFailure
@@ -96,7 +103,8 @@ public final class WebhookClient: Sendable {
         case .transfer: name = "TransferFailed"
         case .shutdown: name = "ClientShutdown"
         }
-        return WebhookOutcome(status: nil, failure: failure, answer: WebhookAnswerTable.classify(transport), reasonText: name)
+        return WebhookOutcome(
+            status: nil, failure: failure, answer: WebhookAnswerTable.classify(transport), reasonText: name)
     }
 }
 
@@ -106,5 +114,9 @@ final class Counter: @unchecked Sendable {
     private let lock = NSLock()
     private var left: Int
     init(_ n: Int) { left = n }
-    func tick() -> Bool { lock.withLock { left -= 1; return left == 0 } }
+    func tick() -> Bool {
+        lock.withLock {
+            left -= 1; return left == 0
+        }
+    }
 }

@@ -27,9 +27,10 @@ public enum KafkaAdmin {
         if topics.isEmpty { return [] }
         let result: Result<[String], KafkaError> = await withCheckedContinuation { continuation in
             let thread = Thread {
-                continuation.resume(returning: Result { () throws(KafkaError) -> [String] in
-                    try createTopicsBlocking(topics, configuration: configuration, logger: logger)
-                })
+                continuation.resume(
+                    returning: Result { () throws(KafkaError) -> [String] in
+                        try createTopicsBlocking(topics, configuration: configuration, logger: logger)
+                    })
             }
             thread.name = "herald-kafka-admin"
             thread.start()
@@ -48,7 +49,10 @@ public enum KafkaAdmin {
         var newTopics: [OpaquePointer?] = []
         defer { newTopics.forEach { rd_kafka_NewTopic_destroy($0) } }
         for topic in topics {
-            guard let t = rd_kafka_NewTopic_new(topic.name, topic.partitions, topic.replicationFactor, &errbuf, errbuf.count) else {
+            guard
+                let t = rd_kafka_NewTopic_new(
+                    topic.name, topic.partitions, topic.replicationFactor, &errbuf, errbuf.count)
+            else {
                 throw KafkaError(code: .admin, reason: cStringBuffer(errbuf), context: ["topic": topic.name])
             }
             newTopics.append(t)
@@ -67,7 +71,8 @@ public enum KafkaAdmin {
             rd_kafka_CreateTopics(rk, buffer.baseAddress, buffer.count, options, queue)
         }
         guard let event = rd_kafka_queue_poll(queue, timeoutMs + 1000) else {
-            throw KafkaError(code: .admin, reason: "CreateTopics timed out", librdkafkaCode: RD_KAFKA_RESP_ERR__TIMED_OUT.rawValue)
+            throw KafkaError(
+                code: .admin, reason: "CreateTopics timed out", librdkafkaCode: RD_KAFKA_RESP_ERR__TIMED_OUT.rawValue)
         }
         defer { rd_kafka_event_destroy(event) }
         let eventErr = rd_kafka_event_error(event)
@@ -91,7 +96,9 @@ public enum KafkaAdmin {
                 logger.debug("topic exists", metadata: ["topic": .string(name)])
             default:
                 let text = rd_kafka_topic_result_error_string(r).map { String(cString: $0) } ?? ""
-                throw KafkaError(code: .admin, reason: "creating topic failed: \(text)", librdkafkaCode: err.rawValue, context: ["topic": name])
+                throw KafkaError(
+                    code: .admin, reason: "creating topic failed: \(text)", librdkafkaCode: err.rawValue,
+                    context: ["topic": name])
             }
         }
         return created
@@ -105,25 +112,31 @@ public enum KafkaAdmin {
     ) async throws(KafkaError) -> [String: Int] {
         let result: Result<[String: Int], KafkaError> = await withCheckedContinuation { continuation in
             let thread = Thread {
-                continuation.resume(returning: Result { () throws(KafkaError) -> [String: Int] in
-                    let handle = try RdKafkaHandle(
-                        type: RD_KAFKA_PRODUCER, properties: LibrdkafkaProperties.admin(configuration), logger: logger)
-                    defer { handle.destroy() }
-                    var metadata: UnsafePointer<rd_kafka_metadata>?
-                    let err = rd_kafka_metadata(handle.pointer, 1, nil, &metadata, Int32(clamping: configuration.requestTimeout.milliseconds))
-                    guard err == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
-                        throw KafkaError.rdkafka(.admin, err, "metadata request failed")
-                    }
-                    defer { rd_kafka_metadata_destroy(metadata) }
-                    var counts: [String: Int] = [:]
-                    let wanted = Set(topics)
-                    for i in 0..<Int(metadata.pointee.topic_cnt) {
-                        guard let t = metadata.pointee.topics?[i], let namePointer = t.topic else { continue }
-                        let name = String(cString: namePointer)
-                        if wanted.contains(name), t.err == RD_KAFKA_RESP_ERR_NO_ERROR { counts[name] = Int(t.partition_cnt) }
-                    }
-                    return counts
-                })
+                continuation.resume(
+                    returning: Result { () throws(KafkaError) -> [String: Int] in
+                        let handle = try RdKafkaHandle(
+                            type: RD_KAFKA_PRODUCER, properties: LibrdkafkaProperties.admin(configuration),
+                            logger: logger)
+                        defer { handle.destroy() }
+                        var metadata: UnsafePointer<rd_kafka_metadata>?
+                        let err = rd_kafka_metadata(
+                            handle.pointer, 1, nil, &metadata,
+                            Int32(clamping: configuration.requestTimeout.milliseconds))
+                        guard err == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
+                            throw KafkaError.rdkafka(.admin, err, "metadata request failed")
+                        }
+                        defer { rd_kafka_metadata_destroy(metadata) }
+                        var counts: [String: Int] = [:]
+                        let wanted = Set(topics)
+                        for i in 0..<Int(metadata.pointee.topic_cnt) {
+                            guard let t = metadata.pointee.topics?[i], let namePointer = t.topic else { continue }
+                            let name = String(cString: namePointer)
+                            if wanted.contains(name), t.err == RD_KAFKA_RESP_ERR_NO_ERROR {
+                                counts[name] = Int(t.partition_cnt)
+                            }
+                        }
+                        return counts
+                    })
             }
             thread.name = "herald-kafka-admin"
             thread.start()

@@ -23,7 +23,9 @@ public struct KafkaClientConfiguration: Sendable, Hashable {
     /// For settings this struct does not model, e.g. `["security.protocol": "ssl"]`.
     public var extraProperties: [String: String] = [:]
 
-    public init(brokers: [String] = ["127.0.0.1:9092"], clientID: String = "herald", extraProperties: [String: String] = [:]) {
+    public init(
+        brokers: [String] = ["127.0.0.1:9092"], clientID: String = "herald", extraProperties: [String: String] = [:]
+    ) {
         self.brokers = brokers
         self.clientID = clientID
         self.extraProperties = extraProperties
@@ -101,8 +103,10 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
         self.topics = topics
     }
 
-    public init(brokers: [String], groupID: String, topics: [String], clientID: String = "herald",
-                extraProperties: [String: String] = [:]) {
+    public init(
+        brokers: [String], groupID: String, topics: [String], clientID: String = "herald",
+        extraProperties: [String: String] = [:]
+    ) {
         self.client = KafkaClientConfiguration(brokers: brokers, clientID: clientID, extraProperties: extraProperties)
         self.groupID = groupID
         self.topics = topics

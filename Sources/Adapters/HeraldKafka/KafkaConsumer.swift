@@ -32,7 +32,9 @@ public final class KafkaConsumer: Sendable {
     public let configuration: KafkaConsumerConfiguration
 
     /// Creates the consumer, subscribes to `configuration.topics` and starts polling.
-    public init(configuration: KafkaConsumerConfiguration, logger: Logger = Logger(label: "herald.kafka.consumer")) throws(KafkaError) {
+    public init(
+        configuration: KafkaConsumerConfiguration, logger: Logger = Logger(label: "herald.kafka.consumer")
+    ) throws(KafkaError) {
         guard configuration.batchSize > 0 else {
             throw KafkaError(code: .configuration, reason: "batchSize must be positive")
         }
@@ -87,7 +89,9 @@ public final class KafkaConsumer: Sendable {
 
     /// The group's committed offsets for `partitions`, as the broker reports them
     /// (-1001 for none). Intended for tests and `heraldctl`.
-    public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(5)) async throws(KafkaError) -> [TopicPartition: Int64] {
+    public func committed(
+        _ partitions: [TopicPartition], timeout: Duration = .seconds(5)
+    ) async throws(KafkaError) -> [TopicPartition: Int64] {
         try await core.committed(partitions, timeout: timeout)
     }
 
@@ -176,14 +180,17 @@ final class ConsumerCore: @unchecked Sendable {
                 guard err != RD_KAFKA_RESP_ERR_NO_ERROR, err != RD_KAFKA_RESP_ERR__NO_OFFSET, let opaque else { return }
                 let ctx = Unmanaged<CallbackContext>.fromOpaque(opaque).takeUnretainedValue()
                 let partitions = readPartitionList(offsets).map { "\($0.0)@\($0.1)" }.joined(separator: ",")
-                ctx.logger.warning("offset commit failed", metadata: [
-                    "code": .string(String(cString: rd_kafka_err2name(err))), "partitions": .string(partitions),
-                ])
+                ctx.logger.warning(
+                    "offset commit failed",
+                    metadata: [
+                        "code": .string(String(cString: rd_kafka_err2name(err))), "partitions": .string(partitions),
+                    ])
                 ctx.consumer?.countError()
             }
             rd_kafka_conf_set_rebalance_cb(conf) { rk, err, partitions, opaque in
                 guard let rk else { return }
-                let consumer = opaque.map { Unmanaged<CallbackContext>.fromOpaque($0).takeUnretainedValue().consumer } ?? nil
+                let consumer =
+                    opaque.map { Unmanaged<CallbackContext>.fromOpaque($0).takeUnretainedValue().consumer } ?? nil
                 if let consumer {
                     consumer.rebalance(rk, err, partitions)
                 } else if err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
@@ -202,7 +209,8 @@ final class ConsumerCore: @unchecked Sendable {
         let err = rd_kafka_subscribe(handle.pointer, topics)
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {
             handle.destroy()
-            throw KafkaError.rdkafka(.subscribe, err, "subscribe failed", context: ["topics": configuration.topics.joined(separator: ",")])
+            throw KafkaError.rdkafka(
+                .subscribe, err, "subscribe failed", context: ["topics": configuration.topics.joined(separator: ",")])
         }
 
         let thread = Thread { [self] in self.runLoop() }
@@ -247,7 +255,9 @@ final class ConsumerCore: @unchecked Sendable {
             defer { rd_kafka_topic_partition_list_destroy(list) }
             let err = rd_kafka_offsets_store(handle.pointer, list)
             if err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                logger.debug("offset store partially failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
+                logger.debug(
+                    "offset store partially failed",
+                    metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
             }
         }
     }
@@ -266,12 +276,15 @@ final class ConsumerCore: @unchecked Sendable {
         let result: Result<Void, KafkaError> = await runOnPollThread { rk in
             let err = rd_kafka_commit(rk, nil, 0)
             if err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET { return .success(()) }
-            return .failure(KafkaError.rdkafka(.commit, err, "commit failed", context: ["group": self.configuration.groupID]))
+            return .failure(
+                KafkaError.rdkafka(.commit, err, "commit failed", context: ["group": self.configuration.groupID]))
         }
         try result.get()
     }
 
-    func committed(_ partitions: [TopicPartition], timeout: Duration) async throws(KafkaError) -> [TopicPartition: Int64] {
+    func committed(
+        _ partitions: [TopicPartition], timeout: Duration
+    ) async throws(KafkaError) -> [TopicPartition: Int64] {
         let result: Result<[TopicPartition: Int64], KafkaError> = await runOnPollThread { rk in
             let list = makePartitionList(partitions.map { ($0, nil) })
             defer { rd_kafka_topic_partition_list_destroy(list) }
@@ -287,13 +300,16 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     /// Runs `body` on the poll thread between polls (for blocking librdkafka calls).
-    private func runOnPollThread<T: Sendable>(_ body: @escaping @Sendable (OpaquePointer) -> Result<T, KafkaError>) async -> Result<T, KafkaError> {
+    private func runOnPollThread<T: Sendable>(
+        _ body: @escaping @Sendable (OpaquePointer) -> Result<T, KafkaError>
+    ) async -> Result<T, KafkaError> {
         await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, KafkaError>, Never>) in
             let accepted = state.withLock { s -> Bool in
                 guard !s.exited, !s.closed else { return false }
                 s.commands.append { rk in
                     guard let rk else {
-                        continuation.resume(returning: .failure(KafkaError(code: .closed, reason: "consumer is shut down")))
+                        continuation.resume(
+                            returning: .failure(KafkaError(code: .closed, reason: "consumer is shut down")))
                         return
                     }
                     continuation.resume(returning: body(rk))
@@ -348,7 +364,8 @@ final class ConsumerCore: @unchecked Sendable {
         while true {
             // 1. Commands, stop requests, pause/resume and fetch decisions.
             let now = ContinuousClock.now
-            let (commands, stop, decision) = state.withLock { s -> ([(OpaquePointer?) -> Void], Bool, FetchFlowControl.Decision) in
+            let (commands, stop, decision) = state.withLock {
+                s -> ([(OpaquePointer?) -> Void], Bool, FetchFlowControl.Decision) in
                 let commands = s.commands
                 s.commands = []
                 let decision = s.flow.decide(buffered: s.buffer.count, userPaused: s.userPaused, now: now)
@@ -425,7 +442,9 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     /// A record, or nil for errors (logged, counted; a fatal error is kept to be thrown).
-    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64]) -> ConsumerRecord? {
+    private func convert(
+        _ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64]
+    ) -> ConsumerRecord? {
         let m = message.pointee
         let topic = m.rkt.map(topicName) ?? ""
         guard m.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
@@ -439,11 +458,14 @@ final class ConsumerCore: @unchecked Sendable {
                 state.withLock { $0.fatal = error }
                 return nil
             }
-            let detail = m.payload.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: m.len), as: UTF8.self) } ?? ""
-            logger.warning("kafka consumer error", metadata: [
-                "code": .string(String(cString: rd_kafka_err2name(m.err))), "topic": .string(topic),
-                "partition": .stringConvertible(m.partition), "detail": .string(detail),
-            ])
+            let detail =
+                m.payload.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: m.len), as: UTF8.self) } ?? ""
+            logger.warning(
+                "kafka consumer error",
+                metadata: [
+                    "code": .string(String(cString: rd_kafka_err2name(m.err))), "topic": .string(topic),
+                    "partition": .stringConvertible(m.partition), "detail": .string(detail),
+                ])
             return nil
         }
         guard let epoch = epochs[TopicPartition(topic: topic, partition: m.partition)] else { return nil }
@@ -481,22 +503,27 @@ final class ConsumerCore: @unchecked Sendable {
     /// seeking each partition to its current position (the next offset to hand out) starts the fetch at once.
     /// Partitions without a position yet (nothing handed out since the assignment) are left as they are: their
     /// start is the committed offset, which a seek here could skip past.
-    private func restartFetching(_ rk: OpaquePointer, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>) {
+    private func restartFetching(
+        _ rk: OpaquePointer, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
+    ) {
         guard rd_kafka_position(rk, partitions) == RD_KAFKA_RESP_ERR_NO_ERROR else { return }
         let known = readPartitionList(partitions).filter { $0.1 >= 0 }
         guard !known.isEmpty else { return }
         let list = makePartitionList(known.map { ($0.0, $0.1) })
         defer { rd_kafka_topic_partition_list_destroy(list) }
         if let error = rd_kafka_seek_partitions(rk, list, 0) {
-            logger.debug("seek after resume failed", metadata: ["error": .string(String(cString: rd_kafka_error_string(error)))])
+            logger.debug(
+                "seek after resume failed", metadata: ["error": .string(String(cString: rd_kafka_error_string(error)))])
             rd_kafka_error_destroy(error)
         }
     }
 
     /// Called by librdkafka on the poll thread (inside `rd_kafka_consumer_poll` or
     /// `rd_kafka_consumer_close`).
-    fileprivate func rebalance(_ rk: OpaquePointer, _ err: rd_kafka_resp_err_t,
-                               _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?) {
+    fileprivate func rebalance(
+        _ rk: OpaquePointer, _ err: rd_kafka_resp_err_t,
+        _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+    ) {
         let tps = readPartitionList(partitions).map(\.0)
         rebalanceGeneration &+= 1
         switch err {
@@ -510,10 +537,12 @@ final class ConsumerCore: @unchecked Sendable {
                 }
                 return s.flow.isPaused
             }
-            logger.info("partitions assigned", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
+            logger.info(
+                "partitions assigned", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
             let assignErr = rd_kafka_assign(rk, partitions)
             if assignErr != RD_KAFKA_RESP_ERR_NO_ERROR {
-                logger.error("assign failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(assignErr)))])
+                logger.error(
+                    "assign failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(assignErr)))])
             }
             if paused, let partitions { rd_kafka_pause_partitions(rk, partitions) }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
@@ -531,10 +560,13 @@ final class ConsumerCore: @unchecked Sendable {
                 let commitErr = rd_kafka_commit(rk, nil, 0)
                 if commitErr != RD_KAFKA_RESP_ERR_NO_ERROR && commitErr != RD_KAFKA_RESP_ERR__NO_OFFSET {
                     errorCounter.increment()
-                    logger.warning("commit on revoke failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(commitErr)))])
+                    logger.warning(
+                        "commit on revoke failed",
+                        metadata: ["error": .string(String(cString: rd_kafka_err2name(commitErr)))])
                 }
             }
-            logger.info("partitions revoked", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
+            logger.info(
+                "partitions revoked", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
             rd_kafka_assign(rk, nil)
             forgetLag(tps)
         default:
@@ -561,7 +593,8 @@ final class ConsumerCore: @unchecked Sendable {
                 for (tp, position, _) in readPartitionList(list) where position >= 0 {
                     var low: Int64 = -1
                     var high: Int64 = -1
-                    let err = paused
+                    let err =
+                        paused
                         ? rd_kafka_query_watermark_offsets(rk, tp.topic, tp.partition, &low, &high, queryTimeout)
                         : rd_kafka_get_watermark_offsets(rk, tp.topic, tp.partition, &low, &high)
                     if err == RD_KAFKA_RESP_ERR_NO_ERROR, high >= 0 {
@@ -587,13 +620,15 @@ final class ConsumerCore: @unchecked Sendable {
         if fatal == nil {
             let err = rd_kafka_commit(rk, nil, 0)
             if err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__NO_OFFSET {
-                logger.warning("final commit failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
+                logger.warning(
+                    "final commit failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
             }
         }
         // Leaves the group; runs the revoke callback (which commits once more).
         let closeErr = rd_kafka_consumer_close(rk)
         if closeErr != RD_KAFKA_RESP_ERR_NO_ERROR {
-            logger.warning("consumer close failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(closeErr)))])
+            logger.warning(
+                "consumer close failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(closeErr)))])
         }
         let (commands, stopWaiters) = state.withLock { s in
             s.closed = true

@@ -66,12 +66,12 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         guard let raw = librdkafkaCode else { return code == .flushTimeout }
         switch rd_kafka_resp_err_t(raw) {
         case RD_KAFKA_RESP_ERR__QUEUE_FULL, RD_KAFKA_RESP_ERR__TIMED_OUT, RD_KAFKA_RESP_ERR__MSG_TIMED_OUT,
-             RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN,
-             RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
-             RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
-             RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND, RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION,
-             RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS, RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
-             RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS:
+            RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN,
+            RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE, RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+            RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND, RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION,
+            RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS, RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+            RD_KAFKA_RESP_ERR_NOT_COORDINATOR, RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS:
             return true
         default:
             return false
@@ -85,11 +85,11 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         guard let raw = librdkafkaCode else { return false }
         switch rd_kafka_resp_err_t(raw) {
         case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, RD_KAFKA_RESP_ERR_INVALID_RECORD, RD_KAFKA_RESP_ERR_INVALID_MSG,
-             RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE, RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE,
-             RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP, RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS,
-             RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION,
-             RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT, RD_KAFKA_RESP_ERR__BAD_MSG,
-             RD_KAFKA_RESP_ERR__INVALID_ARG:
+            RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE, RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE,
+            RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP, RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS,
+            RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION,
+            RD_KAFKA_RESP_ERR_UNSUPPORTED_FOR_MESSAGE_FORMAT, RD_KAFKA_RESP_ERR__BAD_MSG,
+            RD_KAFKA_RESP_ERR__INVALID_ARG:
             return true
         default:
             return false
@@ -100,7 +100,8 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
         var text = "\(code.rawValue): \(reason)"
         if let name = librdkafkaName, let raw = librdkafkaCode { text += " [\(name) (\(raw))]" }
         if !context.isEmpty {
-            text += " {" + context.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", ") + "}"
+            text +=
+                " {" + context.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", ") + "}"
         }
         return text
     }
@@ -115,7 +116,9 @@ public struct KafkaError: Error, Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Builds an error from an `rd_kafka_error_t`, destroying it.
-    static func consuming(_ code: Code, _ error: OpaquePointer, _ what: String, context: [String: String] = [:]) -> KafkaError {
+    static func consuming(
+        _ code: Code, _ error: OpaquePointer, _ what: String, context: [String: String] = [:]
+    ) -> KafkaError {
         defer { rd_kafka_error_destroy(error) }
         let err = rd_kafka_error_code(error)
         let text = rd_kafka_error_string(error).map { String(cString: $0) } ?? "unknown"

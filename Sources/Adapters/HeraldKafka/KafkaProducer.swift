@@ -18,7 +18,9 @@ public final class KafkaProducer: Sendable {
     private let core: ProducerCore
     public let configuration: KafkaProducerConfiguration
 
-    public init(configuration: KafkaProducerConfiguration, logger: Logger = Logger(label: "herald.kafka.producer")) throws(KafkaError) {
+    public init(
+        configuration: KafkaProducerConfiguration, logger: Logger = Logger(label: "herald.kafka.producer")
+    ) throws(KafkaError) {
         self.configuration = configuration
         self.core = try ProducerCore(configuration: configuration, logger: logger)
     }
@@ -62,7 +64,9 @@ public final class KafkaProducer: Sendable {
     /// Fire and track: enqueues `record` without waiting; `onDelivery` runs once on the
     /// producer's polling thread when the broker answered (keep it short, don't block).
     /// Throws if the record cannot be enqueued (e.g. `_QUEUE_FULL`, which is retriable).
-    public func produce(_ record: ProducerRecord, onDelivery: @escaping @Sendable (DeliveryReport) -> Void) throws(KafkaError) {
+    public func produce(
+        _ record: ProducerRecord, onDelivery: @escaping @Sendable (DeliveryReport) -> Void
+    ) throws(KafkaError) {
         try core.enqueueNow(record, sink: CallbackSink(onDelivery), index: 0)
     }
 
@@ -211,7 +215,8 @@ final class ProducerCore: @unchecked Sendable {
                 let topic = m.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
                 let report: DeliveryReport
                 if m.err == RD_KAFKA_RESP_ERR_NO_ERROR {
-                    report = DeliveryReport(topic: topic, partition: m.partition, offset: m.offset >= 0 ? m.offset : nil, error: nil)
+                    report = DeliveryReport(
+                        topic: topic, partition: m.partition, offset: m.offset >= 0 ? m.offset : nil, error: nil)
                 } else {
                     let error = KafkaError.rdkafka(
                         .delivery, m.err, "record not acknowledged",
@@ -301,14 +306,16 @@ final class ProducerCore: @unchecked Sendable {
             do {
                 try enqueueNow(record, sink: sink, index: index)
                 return
-            } catch where error.librdkafkaCode == RD_KAFKA_RESP_ERR__QUEUE_FULL.rawValue {
+            } catch  where error.librdkafkaCode == RD_KAFKA_RESP_ERR__QUEUE_FULL.rawValue {
                 let servedPolls = self.servedPolls
                 _ = await roomWaiters.wait(timeout: .milliseconds(50), unlessAlready: { servedPolls.value != polls })
-            } catch where error.code == .closed || error.code == .fatal {
+            } catch  where error.code == .closed || error.code == .fatal {
                 throw error
             } catch {
                 // Rejected locally (e.g. too large, unknown partition): report it as this record's failure.
-                sink.deliver(DeliveryReport(topic: record.topic, partition: record.partition ?? -1, offset: nil, error: error), index: index)
+                sink.deliver(
+                    DeliveryReport(topic: record.topic, partition: record.partition ?? -1, offset: nil, error: error),
+                    index: index)
                 return
             }
         }
@@ -385,7 +392,8 @@ final class ProducerCore: @unchecked Sendable {
 
         let enqueued: Result<Void, KafkaError> = lifecycle.withLock { s in
             guard s.running, !s.destroyed else {
-                return .failure(KafkaError(code: .closed, reason: "producer is shut down", context: ["topic": record.topic]))
+                return .failure(
+                    KafkaError(code: .closed, reason: "producer is shut down", context: ["topic": record.topic]))
             }
             if let rkt = s.topics[record.topic] ?? rd_kafka_topic_new(handle.pointer, record.topic, nil) {
                 s.topics[record.topic] = rkt

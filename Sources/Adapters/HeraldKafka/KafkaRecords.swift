@@ -37,7 +37,9 @@ public struct ProducerRecord: Sendable, Hashable {
     /// An explicit partition, or `nil` to let the partitioner choose.
     public var partition: Int32?
 
-    public init(topic: String, key: [UInt8]? = nil, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil) {
+    public init(
+        topic: String, key: [UInt8]? = nil, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil
+    ) {
         self.topic = topic
         self.key = key
         self.value = value
@@ -104,14 +106,19 @@ public struct ConsumerRecord: Sendable, Hashable {
     /// of records from an assignment that has since been revoked are ignored.
     let epoch: UInt64
 
-    public init(topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?,
-                headers: [KafkaHeader] = [], timestamp: KafkaTimestamp? = nil) {
-        self.init(topic: topic, partition: partition, offset: offset, key: key, value: value,
-                  headers: headers, timestamp: timestamp, epoch: 0)
+    public init(
+        topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?,
+        headers: [KafkaHeader] = [], timestamp: KafkaTimestamp? = nil
+    ) {
+        self.init(
+            topic: topic, partition: partition, offset: offset, key: key, value: value,
+            headers: headers, timestamp: timestamp, epoch: 0)
     }
 
-    init(topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?,
-         headers: [KafkaHeader], timestamp: KafkaTimestamp?, epoch: UInt64) {
+    init(
+        topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?,
+        headers: [KafkaHeader], timestamp: KafkaTimestamp?, epoch: UInt64
+    ) {
         self.topic = topic
         self.partition = partition
         self.offset = offset
@@ -158,10 +165,12 @@ public struct ConsumerRecord: Sendable, Hashable {
         let timestamp: KafkaTimestamp?
         switch type {
         case RD_KAFKA_TIMESTAMP_CREATE_TIME: timestamp = KafkaTimestamp(millisecondsSinceEpoch: ts, kind: .createTime)
-        case RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME: timestamp = KafkaTimestamp(millisecondsSinceEpoch: ts, kind: .logAppendTime)
+        case RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME:
+            timestamp = KafkaTimestamp(millisecondsSinceEpoch: ts, kind: .logAppendTime)
         default: timestamp = nil
         }
-        self.init(topic: topic, partition: m.partition, offset: m.offset, key: key, value: value,
-                  headers: headers, timestamp: timestamp, epoch: epoch)
+        self.init(
+            topic: topic, partition: m.partition, offset: m.offset, key: key, value: value,
+            headers: headers, timestamp: timestamp, epoch: epoch)
     }
 }

@@ -18,9 +18,10 @@ public enum KafkaTopicReader {
     ) async throws(KafkaError) -> [ConsumerRecord] {
         let result: Result<[ConsumerRecord], KafkaError> = await withCheckedContinuation { continuation in
             let thread = Thread {
-                continuation.resume(returning: Result { () throws(KafkaError) -> [ConsumerRecord] in
-                    try readBlocking(topic: topic, configuration: configuration, timeout: timeout, logger: logger)
-                })
+                continuation.resume(
+                    returning: Result { () throws(KafkaError) -> [ConsumerRecord] in
+                        try readBlocking(topic: topic, configuration: configuration, timeout: timeout, logger: logger)
+                    })
             }
             thread.name = "herald-kafka-reader"
             thread.start()
@@ -56,7 +57,8 @@ public enum KafkaTopicReader {
         // Every partition from its beginning, until librdkafka reports its end (PARTITION_EOF, from the fetch
         // response's high watermark). ListOffsets is not used: Tansu answers it with the next batch's base offset,
         // not the next record's.
-        let list = makePartitionList((0..<partitions).map { (TopicPartition(topic: topic, partition: $0), Int64(RD_KAFKA_OFFSET_BEGINNING)) })
+        let list = makePartitionList(
+            (0..<partitions).map { (TopicPartition(topic: topic, partition: $0), Int64(RD_KAFKA_OFFSET_BEGINNING)) })
         defer { rd_kafka_topic_partition_list_destroy(list) }
         let assignErr = rd_kafka_assign(rk, list)
         guard assignErr == RD_KAFKA_RESP_ERR_NO_ERROR else {
@@ -70,7 +72,10 @@ public enum KafkaTopicReader {
             let wait = min(remainingMs(), 200)
             if wait <= 0 {
                 let missing = (0..<partitions).filter { !atEnd.contains($0) }.map { "\($0)" }
-                throw KafkaError(code: .consume, reason: "reading \(topic) timed out; partitions not read to the end: \(missing.joined(separator: ","))")
+                throw KafkaError(
+                    code: .consume,
+                    reason:
+                        "reading \(topic) timed out; partitions not read to the end: \(missing.joined(separator: ","))")
             }
             guard let message = rd_kafka_consumer_poll(rk, Int32(wait)) else { continue }
             defer { rd_kafka_message_destroy(message) }
@@ -80,7 +85,9 @@ public enum KafkaTopicReader {
                 continue
             }
             if err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                logger.debug("read error", metadata: ["topic": .string(topic), "error": .string(String(cString: rd_kafka_err2str(err)))])
+                logger.debug(
+                    "read error",
+                    metadata: ["topic": .string(topic), "error": .string(String(cString: rd_kafka_err2str(err)))])
                 continue
             }
             let record = ConsumerRecord(copying: message, topic: topic, epoch: 0)
@@ -90,7 +97,8 @@ public enum KafkaTopicReader {
         return records.sorted { ($0.partition, $0.offset) < ($1.partition, $1.offset) }
     }
 
-    private static func partitionCount(_ rk: OpaquePointer, topic: String, timeoutMs: Int32) throws(KafkaError) -> Int32 {
+    private static func partitionCount(_ rk: OpaquePointer, topic: String, timeoutMs: Int32) throws(KafkaError) -> Int32
+    {
         guard let rkt = rd_kafka_topic_new(rk, topic, nil) else {
             throw KafkaError(code: .consume, reason: "cannot create a topic handle for \(topic)")
         }

@@ -56,7 +56,8 @@ final class RdKafkaHandle: @unchecked Sendable {
             let text = message.map { String(cString: $0) } ?? ""
             let fac = facility.map { String(cString: $0) } ?? ""
             let logLevel: Logger.Level = level <= 3 ? .error : (level <= 5 ? .warning : (level == 6 ? .info : .debug))
-            ctx.logger.log(level: logLevel, "librdkafka", metadata: ["facility": .string(fac), "detail": .string(text)])
+            ctx.logger.log(
+                level: logLevel, "librdkafka", metadata: ["facility": .string(fac), "detail": .string(text)])
         }
         configure(conf)
         var errbuf = [CChar](repeating: 0, count: 512)
@@ -102,7 +103,9 @@ func makePartitionList(_ entries: [(TopicPartition, Int64?)]) -> UnsafeMutablePo
 }
 
 /// Reads an `rd_kafka_topic_partition_list_t` into Swift values.
-func readPartitionList(_ list: UnsafePointer<rd_kafka_topic_partition_list_t>?) -> [(TopicPartition, Int64, rd_kafka_resp_err_t)] {
+func readPartitionList(
+    _ list: UnsafePointer<rd_kafka_topic_partition_list_t>?
+) -> [(TopicPartition, Int64, rd_kafka_resp_err_t)] {
     guard let list, let elems = list.pointee.elems else { return [] }
     var result: [(TopicPartition, Int64, rd_kafka_resp_err_t)] = []
     for i in 0..<Int(list.pointee.cnt) {

@@ -13,7 +13,9 @@ extension RedisKeys {
         "\(prefix):\(app):user:{\(user)}:counted:\(eventID)"
     }
     /// String: the explain entry of the user's latest decision (suppress or resolve), for the registry API.
-    public static func lastDecision(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:last_decision" }
+    public static func lastDecision(app: String, user: String) -> String {
+        "\(prefix):\(app):user:{\(user)}:last_decision"
+    }
 }
 
 extension StateStore {
@@ -21,13 +23,16 @@ extension StateStore {
     /// count go up by one, and the mention counts too when the recipient is mentioned. One pipelined round trip
     /// (one script per key, each atomic); the answers are the counts afterwards, in order.
     /// - Parameter markerTTLMilliseconds: how long a replay of the event is recognised.
-    public func countMessages(app: String, _ keys: [CountKey], markerTTLMilliseconds: Int64) async throws -> [CountsAfter] {
+    public func countMessages(
+        app: String, _ keys: [CountKey], markerTTLMilliseconds: Int64
+    ) async throws -> [CountsAfter] {
         if keys.isEmpty { return [] }
         let commands = keys.map { k in
-            RedisCommand("EVAL", CountScripts.count, 3,
-                         RedisKeys.unread(app: app, user: k.user), RedisKeys.mentions(app: app, user: k.user),
-                         RedisKeys.counted(app: app, user: k.user, eventID: k.eventID),
-                         RedisKeys.unreadField(conversation: k.conversation), k.mentioned ? 1 : 0, markerTTLMilliseconds)
+            RedisCommand(
+                "EVAL", CountScripts.count, 3,
+                RedisKeys.unread(app: app, user: k.user), RedisKeys.mentions(app: app, user: k.user),
+                RedisKeys.counted(app: app, user: k.user, eventID: k.eventID),
+                RedisKeys.unreadField(conversation: k.conversation), k.mentioned ? 1 : 0, markerTTLMilliseconds)
         }
         let replies = try await connection.pipeline(commands)
         guard replies.count == commands.count else {
@@ -38,8 +43,9 @@ extension StateStore {
                 throw RedisError(.unexpectedReply, "count script answered \(reply)")
             }
             let n = values.map { Int($0.int ?? 0) }
-            return CountsAfter(counted: n[0] == 1, unreadTotal: n[1], unreadConversation: n[2],
-                               mentionTotal: n[3], mentionConversation: n[4])
+            return CountsAfter(
+                counted: n[0] == 1, unreadTotal: n[1], unreadConversation: n[2],
+                mentionTotal: n[3], mentionConversation: n[4])
         }
     }
 
@@ -47,13 +53,17 @@ extension StateStore {
     /// 0), or every count of the user when `conversation` is nil. Atomic (one script).
     public func markRead(app: String, user: String, conversation: String?) async throws {
         let field = conversation.map { RedisKeys.unreadField(conversation: $0) } ?? ""
-        _ = try await connection.send(RedisCommand("EVAL", CountScripts.markRead, 2,
-            RedisKeys.unread(app: app, user: user), RedisKeys.mentions(app: app, user: user), field)).orThrow("EVAL markRead")
+        _ = try await connection.send(
+            RedisCommand(
+                "EVAL", CountScripts.markRead, 2,
+                RedisKeys.unread(app: app, user: user), RedisKeys.mentions(app: app, user: user), field)
+        ).orThrow("EVAL markRead")
     }
 
     /// `unread` with the user's Herald-kept mention counts filled in (zero when none are kept).
     public func withMentionCounts(app: String, user: String, unread: Unread) async throws -> Unread {
-        let reply = try await connection.send(RedisCommand("HGETALL", RedisKeys.mentions(app: app, user: user))).orThrow("HGETALL")
+        let reply = try await connection.send(RedisCommand("HGETALL", RedisKeys.mentions(app: app, user: user)))
+            .orThrow("HGETALL")
         var counts = unread
         counts.mentionTotal = 0
         counts.mentionConversations = [:]
@@ -61,8 +71,11 @@ extension StateStore {
         var i = 0
         while i + 1 < values.count {
             if let field = values[i].text, let n = values[i + 1].int {
-                if field == RedisKeys.unreadTotalField { counts.mentionTotal = Int(n) }
-                else if field.hasPrefix("c:") { counts.mentionConversations[String(field.dropFirst(2))] = Int(n) }
+                if field == RedisKeys.unreadTotalField {
+                    counts.mentionTotal = Int(n)
+                } else if field.hasPrefix("c:") {
+                    counts.mentionConversations[String(field.dropFirst(2))] = Int(n)
+                }
             }
             i += 2
         }
@@ -74,36 +87,36 @@ enum CountScripts {
     /// KEYS: unread hash, mentions hash, marker. ARGV: the conversation's field, mentioned (1/0), marker TTL ms.
     /// Returns {counted (1/0), unread total, unread of the conversation, mention total, mentions of the conversation}.
     static let count = """
-    local counted = redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[3])
-    if counted then
-      redis.call('HINCRBY', KEYS[1], 'total', 1)
-      redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
-      if ARGV[2] == '1' then
-        redis.call('HINCRBY', KEYS[2], 'total', 1)
-        redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
-      end
-    end
-    local u = redis.call('HMGET', KEYS[1], 'total', ARGV[1])
-    local m = redis.call('HMGET', KEYS[2], 'total', ARGV[1])
-    local flag = 0
-    if counted then flag = 1 end
-    return {flag, tonumber(u[1]) or 0, tonumber(u[2]) or 0, tonumber(m[1]) or 0, tonumber(m[2]) or 0}
-    """
+        local counted = redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[3])
+        if counted then
+          redis.call('HINCRBY', KEYS[1], 'total', 1)
+          redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+          if ARGV[2] == '1' then
+            redis.call('HINCRBY', KEYS[2], 'total', 1)
+            redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+          end
+        end
+        local u = redis.call('HMGET', KEYS[1], 'total', ARGV[1])
+        local m = redis.call('HMGET', KEYS[2], 'total', ARGV[1])
+        local flag = 0
+        if counted then flag = 1 end
+        return {flag, tonumber(u[1]) or 0, tonumber(u[2]) or 0, tonumber(m[1]) or 0, tonumber(m[2]) or 0}
+        """
 
     /// KEYS: unread hash, mentions hash. ARGV: a conversation's field, or '' for everything.
     static let markRead = """
-    if ARGV[1] == '' then
-      redis.call('DEL', KEYS[1], KEYS[2])
-      return 1
-    end
-    for i = 1, 2 do
-      local n = tonumber(redis.call('HGET', KEYS[i], ARGV[1])) or 0
-      redis.call('HDEL', KEYS[i], ARGV[1])
-      if n > 0 then
-        local t = redis.call('HINCRBY', KEYS[i], 'total', -n)
-        if t < 0 then redis.call('HSET', KEYS[i], 'total', 0) end
-      end
-    end
-    return 1
-    """
+        if ARGV[1] == '' then
+          redis.call('DEL', KEYS[1], KEYS[2])
+          return 1
+        end
+        for i = 1, 2 do
+          local n = tonumber(redis.call('HGET', KEYS[i], ARGV[1])) or 0
+          redis.call('HDEL', KEYS[i], ARGV[1])
+          if n > 0 then
+            local t = redis.call('HINCRBY', KEYS[i], 'total', -n)
+            if t < 0 then redis.call('HSET', KEYS[i], 'total', 0) end
+          end
+        end
+        return 1
+        """
 }

@@ -41,8 +41,10 @@ public final class ExplainStore: Sendable {
         }
         // The latest decision about each user (what the registry API's explain answers).
         for entry in entries where entry.user != nil && entry.token == nil {
-            commands.append(RedisCommand("SET", RedisKeys.lastDecision(app: entry.appID, user: entry.user ?? ""),
-                                         entry.jsonBytes, "PX", ttlMilliseconds))
+            commands.append(
+                RedisCommand(
+                    "SET", RedisKeys.lastDecision(app: entry.appID, user: entry.user ?? ""),
+                    entry.jsonBytes, "PX", ttlMilliseconds))
         }
         for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("explain") }
     }
@@ -50,7 +52,8 @@ public final class ExplainStore: Sendable {
     /// Every entry of one event's trail: the event-level entry first, then users, then devices, each sorted.
     /// Fields that are not valid JSON are skipped.
     public func trail(app: String, eventID: String) async throws -> [ExplainEntry] {
-        let reply = try await connection.send(RedisCommand("HGETALL", Self.key(app: app, eventID: eventID))).orThrow("HGETALL")
+        let reply = try await connection.send(RedisCommand("HGETALL", Self.key(app: app, eventID: eventID))).orThrow(
+            "HGETALL")
         guard let values = reply.array else { return [] }
         var out: [ExplainEntry] = []
         var index = 0
@@ -66,8 +69,10 @@ public final class ExplainStore: Sendable {
 
     /// The user's latest decision (the last user-level entry written, by any event) and that event's trail
     /// about the user; nil when there is none (never a recipient, or the trail expired).
-    public func lastDecision(app: String, user: String) async throws -> (decision: ExplainEntry, trail: [ExplainEntry])? {
-        let reply = try await connection.send(RedisCommand("GET", RedisKeys.lastDecision(app: app, user: user))).orThrow("GET")
+    public func lastDecision(app: String, user: String) async throws -> (decision: ExplainEntry, trail: [ExplainEntry])?
+    {
+        let reply = try await connection.send(RedisCommand("GET", RedisKeys.lastDecision(app: app, user: user)))
+            .orThrow("GET")
         guard let data = reply.data, let entry = try? ExplainEntry(json: data) else { return nil }
         return (entry, try await trail(app: app, eventID: entry.eventID, user: user))
     }

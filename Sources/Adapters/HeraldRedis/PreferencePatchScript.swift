@@ -11,8 +11,11 @@ extension StateStore {
     @discardableResult
     public func patchPreferences(app: String, user: String, patch: PreferencePatch) async throws -> Preferences {
         let json = patch.jsonBytes()
-        let reply = try await connection.send(RedisCommand("EVAL", PatchScripts.patchPreferences, 1,
-            RedisKeys.preferences(app: app, user: user), json)).orThrow("EVAL patchPreferences")
+        let reply = try await connection.send(
+            RedisCommand(
+                "EVAL", PatchScripts.patchPreferences, 1,
+                RedisKeys.preferences(app: app, user: user), json)
+        ).orThrow("EVAL patchPreferences")
         guard let data = reply.data else { throw RedisError(.unexpectedReply, "preference patch answered \(reply)") }
         do {
             return try Preferences.fromJSON(data)
@@ -23,7 +26,8 @@ extension StateStore {
 
     /// The user's stored preferences (the defaults when none are stored or they do not decode).
     public func preferences(app: String, user: String) async throws -> Preferences {
-        let reply = try await connection.send(RedisCommand("GET", RedisKeys.preferences(app: app, user: user))).orThrow("GET")
+        let reply = try await connection.send(RedisCommand("GET", RedisKeys.preferences(app: app, user: user))).orThrow(
+            "GET")
         guard let data = reply.data else { return Preferences() }
         return (try? Preferences.fromJSON(data)) ?? Preferences()
     }
@@ -34,36 +38,36 @@ enum PatchScripts {
     /// Empty tables are dropped before encoding: cjson writes an empty table as `{}`, which is not a list.
     /// Returns the stored JSON.
     static let patchPreferences = """
-    local raw = redis.call('GET', KEYS[1])
-    local prefs = {}
-    if raw then
-      local ok, v = pcall(cjson.decode, raw)
-      if ok and type(v) == 'table' then prefs = v end
-    end
-    local patch = cjson.decode(ARGV[1])
-    if type(patch.set) == 'table' then
-      for k, v in pairs(patch.set) do prefs[k] = v end
-    end
-    if type(patch.clear) == 'table' then
-      for _, k in ipairs(patch.clear) do prefs[k] = nil end
-    end
-    local convs = prefs.conversations
-    if type(convs) ~= 'table' then convs = {} end
-    if type(patch.conversations) == 'table' then
-      for id, fields in pairs(patch.conversations) do
-        local c = convs[id]
-        if type(c) ~= 'table' then c = {} end
-        for k, v in pairs(fields) do c[k] = v end
-        convs[id] = c
-      end
-    end
-    if type(patch.remove_conversations) == 'table' then
-      for _, id in ipairs(patch.remove_conversations) do convs[id] = nil end
-    end
-    if next(convs) == nil then prefs.conversations = nil else prefs.conversations = convs end
-    if type(prefs.languages) == 'table' and next(prefs.languages) == nil then prefs.languages = nil end
-    local out = cjson.encode(prefs)
-    redis.call('SET', KEYS[1], out)
-    return out
-    """
+        local raw = redis.call('GET', KEYS[1])
+        local prefs = {}
+        if raw then
+          local ok, v = pcall(cjson.decode, raw)
+          if ok and type(v) == 'table' then prefs = v end
+        end
+        local patch = cjson.decode(ARGV[1])
+        if type(patch.set) == 'table' then
+          for k, v in pairs(patch.set) do prefs[k] = v end
+        end
+        if type(patch.clear) == 'table' then
+          for _, k in ipairs(patch.clear) do prefs[k] = nil end
+        end
+        local convs = prefs.conversations
+        if type(convs) ~= 'table' then convs = {} end
+        if type(patch.conversations) == 'table' then
+          for id, fields in pairs(patch.conversations) do
+            local c = convs[id]
+            if type(c) ~= 'table' then c = {} end
+            for k, v in pairs(fields) do c[k] = v end
+            convs[id] = c
+          end
+        end
+        if type(patch.remove_conversations) == 'table' then
+          for _, id in ipairs(patch.remove_conversations) do convs[id] = nil end
+        end
+        if next(convs) == nil then prefs.conversations = nil else prefs.conversations = convs end
+        if type(prefs.languages) == 'table' and next(prefs.languages) == nil then prefs.languages = nil end
+        local out = cjson.encode(prefs)
+        redis.call('SET', KEYS[1], out)
+        return out
+        """
 }

@@ -216,7 +216,9 @@ private final class HiredisSession: @unchecked Sendable {
         do {
             try openContext()
             if hasConnectedBefore {
-                logger.info("redis reconnected", metadata: ["redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)"])
+                logger.info(
+                    "redis reconnected",
+                    metadata: ["redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)"])
             }
             hasConnectedBefore = true
             failedAttempts = 0
@@ -225,10 +227,12 @@ private final class HiredisSession: @unchecked Sendable {
             failedAttempts += 1
             let delay = backoff(afterFailures: failedAttempts)
             notBefore = ContinuousClock.now + delay
-            logger.warning("redis connect failed", metadata: [
-                "redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)",
-                "error": "\(error.message)", "retry_in_ms": "\(delay.milliseconds)",
-            ])
+            logger.warning(
+                "redis connect failed",
+                metadata: [
+                    "redis.host": "\(configuration.host)", "redis.port": "\(configuration.port)",
+                    "error": "\(error.message)", "retry_in_ms": "\(delay.milliseconds)",
+                ])
             throw error
         } catch {
             throw RedisError(.connectFailed, "\(error)")
@@ -245,7 +249,10 @@ private final class HiredisSession: @unchecked Sendable {
     }
 
     private func openContext() throws {
-        guard let newContext = redisConnectWithTimeout(configuration.host, Int32(configuration.port), Self.timeval(configuration.connectTimeout)) else {
+        guard
+            let newContext = redisConnectWithTimeout(
+                configuration.host, Int32(configuration.port), Self.timeval(configuration.connectTimeout))
+        else {
             throw RedisError(.connectFailed, "hiredis could not allocate a context")
         }
         if newContext.pointee.err != 0 {
@@ -261,8 +268,9 @@ private final class HiredisSession: @unchecked Sendable {
         context = newContext
         do {
             if let password = configuration.password {
-                let reply = try command(configuration.username.map { RedisCommand("AUTH", $0, password) }
-                    ?? RedisCommand("AUTH", password))
+                let reply = try command(
+                    configuration.username.map { RedisCommand("AUTH", $0, password) }
+                        ?? RedisCommand("AUTH", password))
                 if case .error(let message) = reply {
                     throw RedisError(.connectFailed, "AUTH refused: \(message)")
                 }

@@ -21,7 +21,9 @@ public enum RedisKeys {
     public static func presence(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:presence" }
     public static func preferences(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:prefs" }
     public static func unread(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:unread" }
-    public static func members(app: String, conversation: String) -> String { "\(prefix):\(app):conv:{\(conversation)}:members" }
+    public static func members(app: String, conversation: String) -> String {
+        "\(prefix):\(app):conv:{\(conversation)}:members"
+    }
     public static func tokenOwner(app: String, token: String) -> String { "\(prefix):\(app):token:{\(token)}:owner" }
     /// How far resolve's paged fan-out of an event got: an SSCAN cursor, or `done` (string, with a TTL).
     public static func fanOut(app: String, eventId: String) -> String { "\(prefix):\(app):fanout:{\(eventId)}" }

@@ -29,7 +29,9 @@ public final class StateStore: Sendable {
     /// `registered_at`, then token); online tokens in device order. A stored device entry that is not valid JSON
     /// is skipped with a warning; stored preferences that are not valid JSON fall back to the defaults with a
     /// warning (neither can crash a stage).
-    public func loadUsers(app: String, users: [String], conversation: String?, now: Int64) async throws -> [String: UserState] {
+    public func loadUsers(
+        app: String, users: [String], conversation: String?, now: Int64
+    ) async throws -> [String: UserState] {
         var unique: [String] = []
         var seen = Set<String>()
         for user in users where seen.insert(user).inserted { unique.append(user) }
@@ -42,8 +44,10 @@ public final class StateStore: Sendable {
             commands.append(RedisCommand("ZRANGEBYSCORE", RedisKeys.presence(app: app, user: user), "(\(now)", "+inf"))
             commands.append(RedisCommand("GET", RedisKeys.preferences(app: app, user: user)))
             if let conversation {
-                commands.append(RedisCommand("HMGET", RedisKeys.unread(app: app, user: user),
-                                             RedisKeys.unreadTotalField, RedisKeys.unreadField(conversation: conversation)))
+                commands.append(
+                    RedisCommand(
+                        "HMGET", RedisKeys.unread(app: app, user: user),
+                        RedisKeys.unreadTotalField, RedisKeys.unreadField(conversation: conversation)))
             } else {
                 commands.append(RedisCommand("HGETALL", RedisKeys.unread(app: app, user: user)))
             }
@@ -82,7 +86,9 @@ public final class StateStore: Sendable {
 
     /// The conversation's members, sorted (a set in Redis).
     public func members(app: String, conversation: String) async throws -> [String] {
-        let reply = try await connection.send(RedisCommand("SMEMBERS", RedisKeys.members(app: app, conversation: conversation))).orThrow("SMEMBERS")
+        let reply = try await connection.send(
+            RedisCommand("SMEMBERS", RedisKeys.members(app: app, conversation: conversation))
+        ).orThrow("SMEMBERS")
         return try Self.strings(reply).sorted()
     }
 
@@ -102,7 +108,8 @@ public final class StateStore: Sendable {
     /// with their presence entries; with `unique` every other device of that kind is removed. Atomic per user
     /// (one Lua script). Returns the evicted tokens.
     @discardableResult
-    public func registerDevice(app: String, user: String, device: Device, unique: Bool = false) async throws -> [String] {
+    public func registerDevice(app: String, user: String, device: Device, unique: Bool = false) async throws -> [String]
+    {
         try await registerDeviceReporting(app: app, user: user, device: device, unique: unique).evicted
     }
 
@@ -110,8 +117,10 @@ public final class StateStore: Sendable {
     /// `user` first; when it named another user, the token (and its presence) is removed from that user. Three
     /// steps, each idempotent, so a retried record converges (they touch different Cluster slots, so they cannot
     /// be one script). Owner keys of evicted tokens are deleted when they still name `user`.
-    public func registerDeviceReporting(app: String, user: String, device: Device,
-                                        unique: Bool = false) async throws -> Registration {
+    public func registerDeviceReporting(
+        app: String, user: String, device: Device,
+        unique: Bool = false
+    ) async throws -> Registration {
         let ownerKey = RedisKeys.tokenOwner(app: app, token: device.token)
         let previous = try await connection.send(RedisCommand("SET", ownerKey, user, "GET")).orThrow("SET owner")
         var movedFrom: String?
@@ -126,9 +135,12 @@ public final class StateStore: Sendable {
             movedFrom = old
         }
         let json = Self.encode(device)
-        let reply = try await connection.send(RedisCommand("EVAL", Scripts.register, 2,
-            RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
-            device.token, json, Device.maxPerUser, device.kind.rawValue, unique ? 1 : 0)).orThrow("EVAL register")
+        let reply = try await connection.send(
+            RedisCommand(
+                "EVAL", Scripts.register, 2,
+                RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
+                device.token, json, Device.maxPerUser, device.kind.rawValue, unique ? 1 : 0)
+        ).orThrow("EVAL register")
         let evicted = try Self.strings(reply)
         try await releaseOwners(app: app, user: user, tokens: evicted)
         return Registration(evicted: evicted, movedFrom: movedFrom)
@@ -137,15 +149,18 @@ public final class StateStore: Sendable {
     /// Deletes the owner keys of `tokens` that still name `user` (one pipelined round trip).
     func releaseOwners(app: String, user: String, tokens: [String]) async throws {
         if tokens.isEmpty { return }
-        let replies = try await connection.pipeline(tokens.map {
-            RedisCommand("EVAL", Scripts.releaseOwner, 1, RedisKeys.tokenOwner(app: app, token: $0), user)
-        })
+        let replies = try await connection.pipeline(
+            tokens.map {
+                RedisCommand("EVAL", Scripts.releaseOwner, 1, RedisKeys.tokenOwner(app: app, token: $0), user)
+            })
         for r in replies { _ = try r.orThrow("EVAL releaseOwner") }
     }
 
     /// The user a token is registered to in `app`, if any (tools, tests).
     public func owner(app: String, token: String) async throws -> String? {
-        try await connection.send(RedisCommand("GET", RedisKeys.tokenOwner(app: app, token: token))).orThrow("GET owner").text
+        try await connection.send(RedisCommand("GET", RedisKeys.tokenOwner(app: app, token: token))).orThrow(
+            "GET owner"
+        ).text
     }
 
     /// Removes one device and its presence entry. Returns whether it was registered.
@@ -191,10 +206,15 @@ public final class StateStore: Sendable {
     /// registered again after `deadSince` (its `registered_at` is later): atomic, so a registration racing with
     /// the removal either happens before (and wins, if newer) or after (and re-adds the device).
     @discardableResult
-    public func removeDeadToken(app: String, user: String, token: String, deadSince: Int64) async throws -> DeadTokenOutcome {
-        let reply = try await connection.send(RedisCommand("EVAL", Scripts.removeDead, 2,
-            RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
-            token, deadSince)).orThrow("EVAL removeDead")
+    public func removeDeadToken(
+        app: String, user: String, token: String, deadSince: Int64
+    ) async throws -> DeadTokenOutcome {
+        let reply = try await connection.send(
+            RedisCommand(
+                "EVAL", Scripts.removeDead, 2,
+                RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
+                token, deadSince)
+        ).orThrow("EVAL removeDead")
         switch reply.int {
         case 1:
             try await releaseOwners(app: app, user: user, tokens: [token])
@@ -217,7 +237,9 @@ public final class StateStore: Sendable {
     /// every other device is offline. The chat server refreshes presence before the TTL passes; when it stops,
     /// the entries expire: reads filter the entries by the injected `now`, and the key itself gets a relative TTL
     /// of `ttl` on Redis's own clock so an abandoned user's presence also disappears from memory.
-    public func setPresence(app: String, user: String, online: [String], ttlMilliseconds: Int64, now: Int64) async throws {
+    public func setPresence(
+        app: String, user: String, online: [String], ttlMilliseconds: Int64, now: Int64
+    ) async throws {
         let key = RedisKeys.presence(app: app, user: user)
         var commands = [RedisCommand("MULTI"), RedisCommand("DEL", key)]
         if !online.isEmpty {
@@ -232,7 +254,9 @@ public final class StateStore: Sendable {
     }
 
     /// Marks one device online until `now + ttl` or offline, leaving the user's other devices as they are.
-    public func setDevicePresence(app: String, user: String, token: String, online: Bool, ttlMilliseconds: Int64, now: Int64) async throws {
+    public func setDevicePresence(
+        app: String, user: String, token: String, online: Bool, ttlMilliseconds: Int64, now: Int64
+    ) async throws {
         let key = RedisKeys.presence(app: app, user: user)
         var commands = [RedisCommand("MULTI"), RedisCommand("ZREMRANGEBYSCORE", key, "-inf", now)]
         if online {
@@ -255,9 +279,10 @@ public final class StateStore: Sendable {
             arguments.append(RedisKeys.unreadField(conversation: conversation))
             arguments.append(count)
         }
-        _ = try Self.execResults(try await connection.pipeline([
-            RedisCommand("MULTI"), RedisCommand("DEL", key), RedisCommand("HSET", arguments), RedisCommand("EXEC"),
-        ]))
+        _ = try Self.execResults(
+            try await connection.pipeline([
+                RedisCommand("MULTI"), RedisCommand("DEL", key), RedisCommand("HSET", arguments), RedisCommand("EXEC"),
+            ]))
     }
 
     /// Replaces the conversation's members.
@@ -273,7 +298,8 @@ public final class StateStore: Sendable {
     /// preferences and unread counts, and every listed conversation's members, are replaced (users and
     /// conversations not listed are left alone). Online entries get `presenceTTLMilliseconds` from `now`. A user
     /// with more than 20 devices keeps the 20 newest, as registering them one by one would.
-    public func loadFixture(app: String, fixture: StateFixture, presenceTTLMilliseconds: Int64, now: Int64) async throws {
+    public func loadFixture(app: String, fixture: StateFixture, presenceTTLMilliseconds: Int64, now: Int64) async throws
+    {
         var commands: [RedisCommand] = [RedisCommand("MULTI")]
         for (user, declared) in fixture.users.sorted(by: { $0.key < $1.key }) {
             var state = UserState(online: declared.online, preferences: declared.preferences, unread: declared.unread)
@@ -281,7 +307,8 @@ public final class StateStore: Sendable {
             let devicesKey = RedisKeys.devices(app: app, user: user)
             let presenceKey = RedisKeys.presence(app: app, user: user)
             let unreadKey = RedisKeys.unread(app: app, user: user)
-            commands.append(RedisCommand("DEL", devicesKey, presenceKey, unreadKey, RedisKeys.preferences(app: app, user: user)))
+            commands.append(
+                RedisCommand("DEL", devicesKey, presenceKey, unreadKey, RedisKeys.preferences(app: app, user: user)))
             if !state.devices.isEmpty {
                 var arguments: [any RedisArgument] = [devicesKey]
                 for device in state.devices { arguments.append(device.token); arguments.append(Self.encode(device)) }
@@ -297,7 +324,8 @@ public final class StateStore: Sendable {
                 commands.append(RedisCommand("ZADD", arguments))
                 commands.append(RedisCommand("PEXPIRE", presenceKey, presenceTTLMilliseconds))
             }
-            commands.append(RedisCommand("SET", RedisKeys.preferences(app: app, user: user), Self.encode(state.preferences)))
+            commands.append(
+                RedisCommand("SET", RedisKeys.preferences(app: app, user: user), Self.encode(state.preferences)))
             var unreadArguments: [any RedisArgument] = [unreadKey, RedisKeys.unreadTotalField, state.unread.total]
             for (conversation, count) in state.unread.conversations.sorted(by: { $0.key < $1.key }) {
                 unreadArguments.append(RedisKeys.unreadField(conversation: conversation))
@@ -323,12 +351,15 @@ public final class StateStore: Sendable {
     /// - `.delivered`: a delivery record (`1`) is there: do not send again;
     /// - `.pending(owner:until:)`: another owner claimed it and has not confirmed it yet: do not send before
     ///   `until` (epoch ms), when the claim expires unless it was confirmed or released.
-    public func claim(app: String, pairs: [DeliveryKey], owner: String, ttlMilliseconds: Int64,
-                      now: Int64) async throws -> [DeliveryClaim] {
+    public func claim(
+        app: String, pairs: [DeliveryKey], owner: String, ttlMilliseconds: Int64,
+        now: Int64
+    ) async throws -> [DeliveryClaim] {
         let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
         let commands = pairs.map {
-            RedisCommand("SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), value, "NX", "GET",
-                         "PX", ttlMilliseconds)
+            RedisCommand(
+                "SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), value, "NX", "GET",
+                "PX", ttlMilliseconds)
         }
         let replies = try await connection.pipeline(commands)
         guard replies.count == commands.count else {
@@ -347,7 +378,8 @@ public final class StateStore: Sendable {
     /// held the claim. One pipelined round trip.
     public func confirmDelivered(app: String, pairs: [DeliveryKey], ttlMilliseconds: Int64) async throws {
         let commands = pairs.map {
-            RedisCommand("SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), "1", "PX", ttlMilliseconds)
+            RedisCommand(
+                "SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), "1", "PX", ttlMilliseconds)
         }
         for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("SET") }
     }
@@ -356,22 +388,27 @@ public final class StateStore: Sendable {
     /// the DLQ or token feedback): a claim of another owner, or a delivery record, is left alone.
     public func releaseClaims(app: String, pairs: [DeliveryKey], owner: String) async throws {
         let commands = pairs.map {
-            RedisCommand("EVAL", Scripts.release, 1, RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token),
-                         DeliveryClaim.pendingPrefix(owner: owner))
+            RedisCommand(
+                "EVAL", Scripts.release, 1, RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token),
+                DeliveryClaim.pendingPrefix(owner: owner))
         }
         for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("EVAL release") }
     }
 
     /// Records that the notification of `eventId` was delivered to `token` (SET NX PX): true when this call
     /// created the record, false when one already existed. (Tools and tests; send uses claim/confirm.)
-    public func markDelivered(app: String, eventId: String, token: String, ttlMilliseconds: Int64) async throws -> Bool {
-        try await markDelivered(app: app, pairs: [DeliveryKey(eventId: eventId, token: token)], ttlMilliseconds: ttlMilliseconds)[0]
+    public func markDelivered(app: String, eventId: String, token: String, ttlMilliseconds: Int64) async throws -> Bool
+    {
+        try await markDelivered(
+            app: app, pairs: [DeliveryKey(eventId: eventId, token: token)], ttlMilliseconds: ttlMilliseconds)[0]
     }
 
     /// The batch form of `markDelivered`: one pipelined round trip, one answer per pair, in order.
     public func markDelivered(app: String, pairs: [DeliveryKey], ttlMilliseconds: Int64) async throws -> [Bool] {
         let commands = pairs.map {
-            RedisCommand("SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), "1", "NX", "PX", ttlMilliseconds)
+            RedisCommand(
+                "SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), "1", "NX", "PX",
+                ttlMilliseconds)
         }
         return try await connection.pipeline(commands).map { reply in
             switch reply {
@@ -384,10 +421,14 @@ public final class StateStore: Sendable {
 
     /// Whether each pair has a delivery record (`1`; a pending claim does not count). One pipelined round trip.
     public func wasDelivered(app: String, pairs: [DeliveryKey]) async throws -> [Bool] {
-        let commands = pairs.map { RedisCommand("GET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token)) }
+        let commands = pairs.map {
+            RedisCommand("GET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token))
+        }
         return try await connection.pipeline(commands).map { reply in
             if reply.isNull { return false }
-            guard let text = try reply.orThrow("GET").text else { throw RedisError(.unexpectedReply, "GET answered \(reply)") }
+            guard let text = try reply.orThrow("GET").text else {
+                throw RedisError(.unexpectedReply, "GET answered \(reply)")
+            }
             return text == DeliveryClaim.deliveredValue
         }
     }
@@ -403,9 +444,11 @@ public final class StateStore: Sendable {
                 devices.append(device)
             } else {
                 let token = values[index].text ?? ""
-                logger.warning("skipping a stored device that is not valid JSON", metadata: [
-                    "user": "\(user)", "token": "\(token.prefix(8))…",
-                ])
+                logger.warning(
+                    "skipping a stored device that is not valid JSON",
+                    metadata: [
+                        "user": "\(user)", "token": "\(token.prefix(8))…",
+                    ])
             }
             index += 2
         }
@@ -417,7 +460,8 @@ public final class StateStore: Sendable {
         do {
             return try Preferences.fromJSON(data)
         } catch {
-            logger.warning("stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])
+            logger.warning(
+                "stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])
             return Preferences()
         }
     }
@@ -512,68 +556,68 @@ public enum DeliveryClaim: Sendable, Hashable {
 enum Scripts {
     /// KEYS: the delivery key. ARGV: the owner's claim prefix. Deletes the key when it is a claim of that owner.
     static let release = """
-    local v = redis.call('GET', KEYS[1])
-    if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-    return 0
-    """
+        local v = redis.call('GET', KEYS[1])
+        if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        return 0
+        """
 
     /// KEYS: the owner key. ARGV: user. Deletes the key when it still names that user.
     static let releaseOwner = """
-    if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-    return 0
-    """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+        return 0
+        """
 
     /// KEYS: devices hash, presence zset. ARGV: token, device JSON, max devices per kind, the device's kind,
     /// unique (1: remove every other device of that kind). A stored entry without a readable kind counts as
     /// `apns`. Returns the evicted tokens.
     static let register = """
-    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-    local max = tonumber(ARGV[3])
-    local unique = ARGV[5] == '1'
-    local evicted = {}
-    if not unique and redis.call('HLEN', KEYS[1]) <= max then return evicted end
-    local all = redis.call('HGETALL', KEYS[1])
-    local entries = {}
-    for i = 1, #all, 2 do
-      local at = 0
-      local kind = 'apns'
-      local ok, device = pcall(cjson.decode, all[i + 1])
-      if ok and type(device) == 'table' then
-        if tonumber(device['registered_at']) then at = tonumber(device['registered_at']) end
-        if type(device['kind']) == 'string' then kind = device['kind'] end
-      end
-      local newest = 0
-      if all[i] == ARGV[1] then newest = 1 end
-      if kind == ARGV[4] and not (unique and newest == 1) then entries[#entries + 1] = {at, newest, all[i]} end
-    end
-    local count = #entries
-    if unique then max = 0 end
-    if count <= max then return evicted end
-    table.sort(entries, function(a, b)
-      if a[1] ~= b[1] then return a[1] < b[1] end
-      if a[2] ~= b[2] then return a[2] < b[2] end
-      return a[3] < b[3]
-    end)
-    for i = 1, count - max do
-      redis.call('HDEL', KEYS[1], entries[i][3])
-      redis.call('ZREM', KEYS[2], entries[i][3])
-      evicted[#evicted + 1] = entries[i][3]
-    end
-    return evicted
-    """
+        redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+        local max = tonumber(ARGV[3])
+        local unique = ARGV[5] == '1'
+        local evicted = {}
+        if not unique and redis.call('HLEN', KEYS[1]) <= max then return evicted end
+        local all = redis.call('HGETALL', KEYS[1])
+        local entries = {}
+        for i = 1, #all, 2 do
+          local at = 0
+          local kind = 'apns'
+          local ok, device = pcall(cjson.decode, all[i + 1])
+          if ok and type(device) == 'table' then
+            if tonumber(device['registered_at']) then at = tonumber(device['registered_at']) end
+            if type(device['kind']) == 'string' then kind = device['kind'] end
+          end
+          local newest = 0
+          if all[i] == ARGV[1] then newest = 1 end
+          if kind == ARGV[4] and not (unique and newest == 1) then entries[#entries + 1] = {at, newest, all[i]} end
+        end
+        local count = #entries
+        if unique then max = 0 end
+        if count <= max then return evicted end
+        table.sort(entries, function(a, b)
+          if a[1] ~= b[1] then return a[1] < b[1] end
+          if a[2] ~= b[2] then return a[2] < b[2] end
+          return a[3] < b[3]
+        end)
+        for i = 1, count - max do
+          redis.call('HDEL', KEYS[1], entries[i][3])
+          redis.call('ZREM', KEYS[2], entries[i][3])
+          evicted[#evicted + 1] = entries[i][3]
+        end
+        return evicted
+        """
 
     /// KEYS: devices hash, presence zset. ARGV: token, dead-since (ms).
     /// Returns 1 removed, -1 kept (registered after dead-since), 0 not registered.
     static let removeDead = """
-    local raw = redis.call('HGET', KEYS[1], ARGV[1])
-    if not raw then return 0 end
-    local ok, device = pcall(cjson.decode, raw)
-    if ok and type(device) == 'table' and tonumber(device['registered_at'])
-       and tonumber(device['registered_at']) > tonumber(ARGV[2]) then
-      return -1
-    end
-    redis.call('HDEL', KEYS[1], ARGV[1])
-    redis.call('ZREM', KEYS[2], ARGV[1])
-    return 1
-    """
+        local raw = redis.call('HGET', KEYS[1], ARGV[1])
+        if not raw then return 0 end
+        local ok, device = pcall(cjson.decode, raw)
+        if ok and type(device) == 'table' and tonumber(device['registered_at'])
+           and tonumber(device['registered_at']) > tonumber(ARGV[2]) then
+          return -1
+        end
+        redis.call('HDEL', KEYS[1], ARGV[1])
+        redis.call('ZREM', KEYS[2], ARGV[1])
+        return 1
+        """
 }

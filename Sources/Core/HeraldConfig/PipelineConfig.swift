@@ -34,8 +34,10 @@ public struct TopicNames: Sendable, Hashable {
 
     /// Every topic the pipeline uses.
     public var all: [String] {
-        [chatEvents, ingested, resolved, deliverable, outbound, retry, dlq, tokenFeedback, registry,
-         ingestedPriority, resolvedPriority, deliverablePriority, outboundPriority, retryPriority]
+        [
+            chatEvents, ingested, resolved, deliverable, outbound, retry, dlq, tokenFeedback, registry,
+            ingestedPriority, resolvedPriority, deliverablePriority, outboundPriority, retryPriority,
+        ]
     }
 }
 
@@ -225,7 +227,7 @@ public enum PipelineLoader {
     /// Any other value of `app` (a scalar, a list) replaces the base's.
     static func merged(_ app: Node, over base: Node) -> Node {
         guard case .mapping(let b) = base else { return app }
-        if case .scalar = app, app.null != nil { return base }   // `app9:` with nothing: all defaults
+        if case .scalar = app, app.null != nil { return base }  // `app9:` with nothing: all defaults
         guard case .mapping(var a) = app else { return app }
         for (key, value) in b {
             if let mine = a[key] { a[key] = merged(mine, over: value) } else { a[key] = value }
@@ -233,10 +235,12 @@ public enum PipelineLoader {
         return .mapping(a)
     }
 
-    static let appKeys: Set<String> = ["payload", "multi_device", "badge", "counts", "templates", "catalogs", "credentials",
-                                       "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
-                                       "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
-                                       "priority"]
+    static let appKeys: Set<String> = [
+        "payload", "multi_device", "badge", "counts", "templates", "catalogs", "credentials",
+        "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
+        "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
+        "priority",
+    ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
         let m = try r.mapping(node, path)
@@ -252,7 +256,8 @@ public enum PipelineLoader {
             case "sendbird": profile = .sendbird(key: key)
             case "cometchat": profile = .cometchat
             default:
-                throw ConfigError(path: path + ".payload.profile", message: "expected compact, sendbird or cometchat, got \(name)")
+                throw ConfigError(
+                    path: path + ".payload.profile", message: "expected compact, sendbird or cometchat, got \(name)")
             }
             if pm["key"] != nil, name != "sendbird" {
                 r.warnings.append("\(path).payload.key: only used by the sendbird profile")
@@ -261,7 +266,9 @@ public enum PipelineLoader {
         var multi = MultiDeviceMode.allOffline
         if let raw = try r.string(m["multi_device"], path + ".multi_device") {
             guard let v = MultiDeviceMode(rawValue: raw) else {
-                throw ConfigError(path: path + ".multi_device", message: "expected all_offline, any_offline or offline_only, got \(raw)")
+                throw ConfigError(
+                    path: path + ".multi_device",
+                    message: "expected all_offline, any_offline or offline_only, got \(raw)")
             }
             multi = v
         }
@@ -271,12 +278,19 @@ public enum PipelineLoader {
             let tp = path + ".templates"
             let tm = try r.mapping(t, tp)
             r.check(tm, tp, known: ["default", "alternative", "title", "custom_types"])
-            if let d = tm["default"] { templates.defaultPair = try readPair(&r, d, tp + ".default", fallback: ("{sender_name}: {message}", "{filename}")) }
-            if let a = tm["alternative"] { templates.alternativePair = try readPair(&r, a, tp + ".alternative", fallback: ("New message arrived", "New file arrived")) }
+            if let d = tm["default"] {
+                templates.defaultPair = try readPair(
+                    &r, d, tp + ".default", fallback: ("{sender_name}: {message}", "{filename}"))
+            }
+            if let a = tm["alternative"] {
+                templates.alternativePair = try readPair(
+                    &r, a, tp + ".alternative", fallback: ("New message arrived", "New file arrived"))
+            }
             templates.title = try r.string(tm["title"], tp + ".title")
             if let c = tm["custom_types"] {
                 for (name, pair) in try r.mapping(c, tp + ".custom_types").pairs {
-                    templates.customTypes[name] = try readPair(&r, pair, tp + ".custom_types.\(name)", fallback: ("{sender_name}: {message}", "{filename}"))
+                    templates.customTypes[name] = try readPair(
+                        &r, pair, tp + ".custom_types.\(name)", fallback: ("{sender_name}: {message}", "{filename}"))
                 }
             }
         }
@@ -301,7 +315,8 @@ public enum PipelineLoader {
             }
         }
         let expiration = try r.int(m["expiration_seconds"], path + ".expiration_seconds", in: 0...2_592_000) ?? 86_400
-        let callExpiration = try r.int(m["call_expiration_seconds"], path + ".call_expiration_seconds", in: 0...2_592_000) ?? 30
+        let callExpiration =
+            try r.int(m["call_expiration_seconds"], path + ".call_expiration_seconds", in: 0...2_592_000) ?? 30
         var fcmCredentials: [FCMCredential] = []
         if let c = m["fcm_credentials"] {
             for (n, item) in try r.sequence(c, path + ".fcm_credentials").enumerated() {
@@ -311,14 +326,18 @@ public enum PipelineLoader {
                 guard let id = try r.string(im["provider_id"], ip + ".provider_id"), !id.isEmpty else {
                     throw ConfigError(path: ip + ".provider_id", message: "missing")
                 }
-                guard let file = try r.string(im["service_account_file"], ip + ".service_account_file"), !file.isEmpty else {
+                guard let file = try r.string(im["service_account_file"], ip + ".service_account_file"), !file.isEmpty
+                else {
                     throw ConfigError(path: ip + ".service_account_file", message: "missing")
                 }
                 if fcmCredentials.contains(where: { $0.providerID == id }) {
                     throw ConfigError(path: ip + ".provider_id", message: "\(id) is used twice")
                 }
-                fcmCredentials.append(FCMCredential(providerID: id, serviceAccountFile: file,
-                    includeNotification: try r.bool(im["include_notification"], ip + ".include_notification") ?? true))
+                fcmCredentials.append(
+                    FCMCredential(
+                        providerID: id, serviceAccountFile: file,
+                        includeNotification: try r.bool(im["include_notification"], ip + ".include_notification")
+                            ?? true))
             }
         }
         var webhooks: [WebhookCredential] = []
@@ -330,15 +349,20 @@ public enum PipelineLoader {
                 guard let id = try r.string(im["provider_id"], ip + ".provider_id"), !id.isEmpty else {
                     throw ConfigError(path: ip + ".provider_id", message: "missing")
                 }
-                guard let url = try r.string(im["url"], ip + ".url"), url.hasPrefix("https://") || url.hasPrefix("http://") else {
+                guard let url = try r.string(im["url"], ip + ".url"),
+                    url.hasPrefix("https://") || url.hasPrefix("http://")
+                else {
                     throw ConfigError(path: ip + ".url", message: "expected an https:// URL")
                 }
                 if url.hasPrefix("http://") { r.warnings.append("\(ip).url: not HTTPS; use it only for local tests") }
-                let hook = WebhookCredential(providerID: id, url: url, username: try r.string(im["username"], ip + ".username"),
-                                             passwordEnv: try r.string(im["password_env"], ip + ".password_env"),
-                                             password: try r.string(im["password"], ip + ".password"),
-                                             region: try r.string(im["region"], ip + ".region") ?? "us")
-                if hook.password != nil { r.warnings.append("\(ip).password: a password in the pipeline file; prefer password_env") }
+                let hook = WebhookCredential(
+                    providerID: id, url: url, username: try r.string(im["username"], ip + ".username"),
+                    passwordEnv: try r.string(im["password_env"], ip + ".password_env"),
+                    password: try r.string(im["password"], ip + ".password"),
+                    region: try r.string(im["region"], ip + ".region") ?? "us")
+                if hook.password != nil {
+                    r.warnings.append("\(ip).password: a password in the pipeline file; prefer password_env")
+                }
                 webhooks.append(hook)
             }
         }
@@ -346,8 +370,9 @@ public enum PipelineLoader {
         if let f = m["fcm"] {
             let fm = try r.mapping(f, path + ".fcm")
             r.check(fm, path + ".fcm", known: ["channel_id", "click_action"])
-            fcm = FCMOptions(channelID: try r.string(fm["channel_id"], path + ".fcm.channel_id"),
-                             clickAction: try r.string(fm["click_action"], path + ".fcm.click_action"))
+            fcm = FCMOptions(
+                channelID: try r.string(fm["channel_id"], path + ".fcm.channel_id"),
+                clickAction: try r.string(fm["click_action"], path + ".fcm.click_action"))
         }
         var collapseID = CollapseIDSource.none
         if let raw = try r.string(m["collapse_id"], path + ".collapse_id") {
@@ -365,8 +390,9 @@ public enum PipelineLoader {
             for key in PriorityPolicy.keys {
                 guard let raw = try r.string(pm[key], path + ".priority.\(key)") else { continue }
                 guard let value = PriorityClass(rawValue: raw) else {
-                    throw ConfigError(path: path + ".priority.\(key)",
-                                      message: "expected one of urgent, high, normal, bulk, got \(raw)")
+                    throw ConfigError(
+                        path: path + ".priority.\(key)",
+                        message: "expected one of urgent, high, normal, bulk, got \(raw)")
                 }
                 priority[key] = value
             }
@@ -374,49 +400,61 @@ public enum PipelineLoader {
                 priority.bulkMemberThreshold = n
             }
         }
-        var app = AppConfig(appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
-                         templates: templates, catalogs: catalogs, credentials: credentials,
-                         expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration),
-                         fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm,
-                         collapseID: collapseID, payloadOptions: options, userDefaults: userDefaults,
-                         priority: priority)
+        var app = AppConfig(
+            appID: appID, payloadProfile: profile, multiDevice: multi, badge: badge,
+            templates: templates, catalogs: catalogs, credentials: credentials,
+            expirationSeconds: Int64(expiration), callExpirationSeconds: Int64(callExpiration),
+            fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm,
+            collapseID: collapseID, payloadOptions: options, userDefaults: userDefaults,
+            priority: priority)
         app.counts = try r.bool(m["counts"], path + ".counts") ?? false
         return app
     }
 
     /// `apns:`, `sendbird:` and `cometchat:` of an app (docs/pipeline-config.md).
-    static func readPayloadOptions(_ r: inout Reader, _ m: YAMLMap, path: String,
-                                   profile: PayloadProfile) throws(ConfigError) -> PayloadOptions {
+    static func readPayloadOptions(
+        _ r: inout Reader, _ m: YAMLMap, path: String,
+        profile: PayloadProfile
+    ) throws(ConfigError) -> PayloadOptions {
         var o = PayloadOptions()
         if let a = m["apns"] {
             let ap = path + ".apns"
             let am = try r.mapping(a, ap)
-            r.check(am, ap, known: ["alert_string", "content_available", "mutable_content", "sound", "conversation_sounds"])
+            r.check(
+                am, ap, known: ["alert_string", "content_available", "mutable_content", "sound", "conversation_sounds"])
             o.alertString = try r.bool(am["alert_string"], ap + ".alert_string") ?? false
             o.contentAvailable = try r.bool(am["content_available"], ap + ".content_available") ?? false
             o.mutableContent = try r.bool(am["mutable_content"], ap + ".mutable_content") ?? false
             o.sound = try r.string(am["sound"], ap + ".sound")
             if let cs = am["conversation_sounds"] {
                 for (conversation, sound) in try r.mapping(cs, ap + ".conversation_sounds").pairs {
-                    o.conversationSounds[conversation] = try r.string(sound, ap + ".conversation_sounds.\(conversation)")
+                    o.conversationSounds[conversation] = try r.string(
+                        sound, ap + ".conversation_sounds.\(conversation)")
                 }
             }
         }
         if let s = m["sendbird"] {
             let sp = path + ".sendbird"
             let sm = try r.mapping(s, sp)
-            r.check(sm, sp, known: ["type_codes", "group_channel_type", "channel_unread_count", "push_title", "push_alert",
-                                    "audience_type", "mentioned_users"])
+            r.check(
+                sm, sp,
+                known: [
+                    "type_codes", "group_channel_type", "channel_unread_count", "push_title", "push_alert",
+                    "audience_type", "mentioned_users",
+                ])
             if case .sendbird = profile {} else { r.warnings.append("\(sp): only used by the sendbird profile") }
             if let codes = try r.string(sm["type_codes"], sp + ".type_codes") {
                 guard codes == "v3" || codes == "v4" else {
-                    throw ConfigError(path: sp + ".type_codes", message: "expected v3 (MESG/FILE/ADMM) or v4 (User/File/Admin), got \(codes)")
+                    throw ConfigError(
+                        path: sp + ".type_codes",
+                        message: "expected v3 (MESG/FILE/ADMM) or v4 (User/File/Admin), got \(codes)")
                 }
                 o.sendbirdV3TypeCodes = codes == "v3"
             }
             if let t = try r.string(sm["group_channel_type"], sp + ".group_channel_type") {
                 guard t == "group_messaging" || t == "chat" else {
-                    throw ConfigError(path: sp + ".group_channel_type", message: "expected group_messaging or chat, got \(t)")
+                    throw ConfigError(
+                        path: sp + ".group_channel_type", message: "expected group_messaging or chat, got \(t)")
                 }
                 o.sendbirdGroupChannelType = t
             }
@@ -458,7 +496,8 @@ public enum PipelineLoader {
             switch d {
             case "summary": p.displayStyle = .summary
             case "simple_banner", "simple": p.displayStyle = .simpleBanner
-            default: throw ConfigError(path: path + ".display_style", message: "expected summary or simple_banner, got \(d)")
+            default:
+                throw ConfigError(path: path + ".display_style", message: "expected summary or simple_banner, got \(d)")
             }
         }
         if let t = try r.string(m["template"], path + ".template") {
@@ -476,18 +515,25 @@ public enum PipelineLoader {
         return p
     }
 
-    static func readPair(_ r: inout Reader, _ node: Node, _ path: String,
-                         fallback: (String, String)) throws(ConfigError) -> TemplatePair {
+    static func readPair(
+        _ r: inout Reader, _ node: Node, _ path: String,
+        fallback: (String, String)
+    ) throws(ConfigError) -> TemplatePair {
         let m = try r.mapping(node, path)
         r.check(m, path, known: ["text", "file"])
-        return TemplatePair(text: try r.string(m["text"], path + ".text") ?? fallback.0,
-                            file: try r.string(m["file"], path + ".file") ?? fallback.1)
+        return TemplatePair(
+            text: try r.string(m["text"], path + ".text") ?? fallback.0,
+            file: try r.string(m["file"], path + ".file") ?? fallback.1)
     }
 
     static func readCredential(_ r: inout Reader, _ node: Node, path: String) throws(ConfigError) -> APNsCredential {
         let m = try r.mapping(node, path)
-        r.check(m, path, known: ["bundle_id", "environment", "team_id", "key_id", "key_file", "certificate_file",
-                                 "private_key_file", "p12_file", "p12_password_env", "p12_password"])
+        r.check(
+            m, path,
+            known: [
+                "bundle_id", "environment", "team_id", "key_id", "key_file", "certificate_file",
+                "private_key_file", "p12_file", "p12_password_env", "p12_password",
+            ])
         guard let bundle = try r.string(m["bundle_id"], path + ".bundle_id"), !bundle.isEmpty else {
             throw ConfigError(path: path + ".bundle_id", message: "missing")
         }
@@ -512,7 +558,8 @@ public enum PipelineLoader {
             r.warnings.append("\(path).p12_password: a password in the pipeline file; prefer p12_password_env")
         }
         if cred.auth == nil {
-            throw ConfigError(path: path, message: "needs team_id + key_id + key_file (token auth), certificate_file, or p12_file")
+            throw ConfigError(
+                path: path, message: "needs team_id + key_id + key_file (token auth), certificate_file, or p12_file")
         }
         return cred
     }
@@ -520,17 +567,25 @@ public enum PipelineLoader {
     static func readKafka(_ r: inout Reader, _ node: Node) throws(ConfigError) -> KafkaConfig {
         var k = KafkaConfig()
         let m = try r.mapping(node, "kafka")
-        r.check(m, "kafka", known: ["brokers", "client_id", "topics", "session_timeout_ms", "properties", "flow",
-                                    "priority_flow"])
+        r.check(
+            m, "kafka",
+            known: [
+                "brokers", "client_id", "topics", "session_timeout_ms", "properties", "flow",
+                "priority_flow",
+            ])
         if let v = try r.string(m["brokers"], "kafka.brokers") { k.brokers = v }
         if let v = try r.string(m["client_id"], "kafka.client_id") { k.clientID = v }
         if let v = try r.int(m["session_timeout_ms"], "kafka.session_timeout_ms") { k.sessionTimeoutMs = v }
         if let t = m["topics"] {
             let tm = try r.mapping(t, "kafka.topics")
-            r.check(tm, "kafka.topics", known: ["chat_events", "ingested", "resolved", "deliverable", "outbound",
-                                                "retry", "dlq", "token_feedback", "registry", "ingested_priority",
-                                                "resolved_priority", "deliverable_priority", "outbound_priority",
-                                                "retry_priority"])
+            r.check(
+                tm, "kafka.topics",
+                known: [
+                    "chat_events", "ingested", "resolved", "deliverable", "outbound",
+                    "retry", "dlq", "token_feedback", "registry", "ingested_priority",
+                    "resolved_priority", "deliverable_priority", "outbound_priority",
+                    "retry_priority",
+                ])
             func set(_ key: String, _ target: inout String) throws(ConfigError) {
                 if let v = try r.string(tm[key], "kafka.topics.\(key)") { target = v }
             }
@@ -582,7 +637,9 @@ public enum PipelineLoader {
                 let em = try r.mapping(entry, path)
                 r.check(em, path, known: ["token_env"])
                 guard let env = try r.string(em["token_env"], path + ".token_env"), !env.isEmpty else {
-                    throw ConfigError(path: path + ".token_env", message: "missing (the environment variable holding the client's token)")
+                    throw ConfigError(
+                        path: path + ".token_env",
+                        message: "missing (the environment variable holding the client's token)")
                 }
                 api.clients[name] = env
             }
@@ -593,15 +650,21 @@ public enum PipelineLoader {
     static func readRedis(_ r: inout Reader, _ node: Node) throws(ConfigError) -> RedisConfig {
         var x = RedisConfig()
         let m = try r.mapping(node, "redis")
-        r.check(m, "redis", known: ["host", "port", "database", "key_prefix", "pipeline_batch",
-                                    "presence_ttl_seconds", "idempotency_ttl_seconds"])
+        r.check(
+            m, "redis",
+            known: [
+                "host", "port", "database", "key_prefix", "pipeline_batch",
+                "presence_ttl_seconds", "idempotency_ttl_seconds",
+            ])
         if let v = try r.string(m["host"], "redis.host") { x.host = v }
         if let v = try r.int(m["port"], "redis.port") { x.port = v }
         if let v = try r.int(m["database"], "redis.database") { x.database = v }
         if let v = try r.string(m["key_prefix"], "redis.key_prefix") { x.keyPrefix = v }
         if let v = try r.int(m["pipeline_batch"], "redis.pipeline_batch") { x.pipelineBatch = v }
         if let v = try r.int(m["presence_ttl_seconds"], "redis.presence_ttl_seconds") { x.presenceTTLSeconds = v }
-        if let v = try r.int(m["idempotency_ttl_seconds"], "redis.idempotency_ttl_seconds") { x.idempotencyTTLSeconds = v }
+        if let v = try r.int(m["idempotency_ttl_seconds"], "redis.idempotency_ttl_seconds") {
+            x.idempotencyTTLSeconds = v
+        }
         return x
     }
 
@@ -668,7 +731,8 @@ struct Reader {
     mutating func check(_ map: YAMLMap, _ path: String, known: Set<String>) {
         for (key, _) in map.pairs where !known.contains(key) {
             let full = path.isEmpty ? key : path + "." + key
-            warnings.append("\(full): unknown key\(map.marks[key] ?? "") (known: \(known.sorted().joined(separator: ", ")))")
+            warnings.append(
+                "\(full): unknown key\(map.marks[key] ?? "") (known: \(known.sorted().joined(separator: ", ")))")
         }
     }
 
@@ -681,7 +745,8 @@ struct Reader {
         return s.string
     }
 
-    func int(_ node: Node?, _ path: String, in range: ClosedRange<Int> = 0...Int(Int32.max)) throws(ConfigError) -> Int? {
+    func int(_ node: Node?, _ path: String, in range: ClosedRange<Int> = 0...Int(Int32.max)) throws(ConfigError) -> Int?
+    {
         guard let node else { return nil }
         guard let v = node.int else {
             throw ConfigError(path: path, message: "expected an integer\(where_(node))")

@@ -53,10 +53,12 @@ public struct APNsCredential: Sendable, Hashable {
         case p12(file: String, passwordEnv: String?, password: String?)
     }
 
-    public init(bundleID: String, environment: APNsEnvironment = .production, teamID: String? = nil,
-                keyID: String? = nil, keyFile: String? = nil, certificateFile: String? = nil,
-                privateKeyFile: String? = nil, p12File: String? = nil, p12PasswordEnv: String? = nil,
-                p12Password: String? = nil) {
+    public init(
+        bundleID: String, environment: APNsEnvironment = .production, teamID: String? = nil,
+        keyID: String? = nil, keyFile: String? = nil, certificateFile: String? = nil,
+        privateKeyFile: String? = nil, p12File: String? = nil, p12PasswordEnv: String? = nil,
+        p12Password: String? = nil
+    ) {
         self.bundleID = bundleID; self.environment = environment; self.teamID = teamID; self.keyID = keyID
         self.keyFile = keyFile; self.certificateFile = certificateFile; self.privateKeyFile = privateKeyFile
         self.p12File = p12File; self.p12PasswordEnv = p12PasswordEnv; self.p12Password = p12Password
@@ -102,8 +104,10 @@ public struct WebhookCredential: Sendable, Hashable {
     /// The `region` field of the payload (`us`, `eu`, `in`).
     public var region: String
 
-    public init(providerID: String, url: String, username: String? = nil, passwordEnv: String? = nil,
-                password: String? = nil, region: String = "us") {
+    public init(
+        providerID: String, url: String, username: String? = nil, passwordEnv: String? = nil,
+        password: String? = nil, region: String = "us"
+    ) {
         self.providerID = providerID; self.url = url; self.username = username
         self.passwordEnv = passwordEnv; self.password = password; self.region = region
     }
@@ -175,8 +179,10 @@ public struct TemplateConfig: Sendable, Hashable {
     public var title: String?
     public var customTypes: [String: TemplatePair]
 
-    public init(defaultPair: TemplatePair? = nil, alternativePair: TemplatePair? = nil, title: String? = nil,
-                customTypes: [String: TemplatePair] = [:]) {
+    public init(
+        defaultPair: TemplatePair? = nil, alternativePair: TemplatePair? = nil, title: String? = nil,
+        customTypes: [String: TemplatePair] = [:]
+    ) {
         self.defaultPair = defaultPair; self.alternativePair = alternativePair; self.title = title
         self.customTypes = customTypes
     }
@@ -223,14 +229,16 @@ public struct AppConfig: Sendable {
     let customTemplates: [String: (text: Template, file: Template)]
     let titleTemplate: Template?
 
-    public init(appID: String = "default", payloadProfile: PayloadProfile = .compact,
-                multiDevice: MultiDeviceMode = .allOffline, badge: Bool = true,
-                templates: TemplateConfig = TemplateConfig(), catalogs: [String: [String: String]] = [:],
-                credentials: [APNsCredential] = [], expirationSeconds: Int64 = 86_400,
-                callExpirationSeconds: Int64 = 30, fcmCredentials: [FCMCredential] = [],
-                webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions(),
-                collapseID: CollapseIDSource = .none, payloadOptions: PayloadOptions = PayloadOptions(),
-                userDefaults: Preferences? = nil, priority: PriorityPolicy = PriorityPolicy()) {
+    public init(
+        appID: String = "default", payloadProfile: PayloadProfile = .compact,
+        multiDevice: MultiDeviceMode = .allOffline, badge: Bool = true,
+        templates: TemplateConfig = TemplateConfig(), catalogs: [String: [String: String]] = [:],
+        credentials: [APNsCredential] = [], expirationSeconds: Int64 = 86_400,
+        callExpirationSeconds: Int64 = 30, fcmCredentials: [FCMCredential] = [],
+        webhooks: [WebhookCredential] = [], fcm: FCMOptions = FCMOptions(),
+        collapseID: CollapseIDSource = .none, payloadOptions: PayloadOptions = PayloadOptions(),
+        userDefaults: Preferences? = nil, priority: PriorityPolicy = PriorityPolicy()
+    ) {
         self.appID = appID
         self.payloadProfile = payloadProfile
         self.multiDevice = multiDevice
@@ -242,7 +250,9 @@ public struct AppConfig: Sendable {
         }
         self.templates = templates
         var normalizedCatalogs: [String: [String: String]] = [:]
-        for (locale, table) in catalogs { normalizedCatalogs[Language.normalize(locale), default: [:]].merge(table) { $1 } }
+        for (locale, table) in catalogs {
+            normalizedCatalogs[Language.normalize(locale), default: [:]].merge(table) { $1 }
+        }
         self.catalogs = normalizedCatalogs
         self.credentials = credentials
         self.expirationSeconds = expirationSeconds

@@ -169,7 +169,8 @@ public struct BinaryReader {
         return out
     }
 
-    public mutating func enumValue<E: RawRepresentable>(_ type: E.Type) throws(StageRecordError) -> E where E.RawValue == String {
+    public mutating func enumValue<E: RawRepresentable>(_ type: E.Type) throws(StageRecordError) -> E
+    where E.RawValue == String {
         let raw = try string()
         guard let v = E(rawValue: raw) else { throw fail("unknown \(E.self) \"\(raw)\"") }
         return v
@@ -211,7 +212,11 @@ public enum BinaryRecordFormat {
                 guard try r.byte() == magic.0, try r.byte() == magic.1 else { throw r.fail("not a binary record") }
                 let v = try r.byte()
                 guard v >= oldestReadable, v <= version else {
-                    throw StageRecordError(record: name, detail: "(binary) format version \(v) is not supported (this Herald reads \(oldestReadable) to \(version))")
+                    throw StageRecordError(
+                        record: name,
+                        detail:
+                            "(binary) format version \(v) is not supported (this Herald reads \(oldestReadable) to \(version))"
+                    )
                 }
                 r.version = v
                 let t = try r.byte()
@@ -258,7 +263,11 @@ extension ChatEvent {
             w.bool(false)
         }
         if let r = reaction { w.bool(true); w.string(r.emoji); w.optional(r.messageID) } else { w.bool(false) }
-        if let g = groupAction { w.bool(true); w.string(g.action.rawValue); w.string(g.actorName) } else { w.bool(false) }
+        if let g = groupAction {
+            w.bool(true); w.string(g.action.rawValue); w.string(g.actorName)
+        } else {
+            w.bool(false)
+        }
         w.bool(ext.ignoreNotification); w.bool(ext.forceNotification)
         let a = ext.apns
         w.optional(a.pushContent); w.optional(a.category); w.optional(a.sound); w.bool(a.mutableContent)
@@ -273,29 +282,40 @@ extension ChatEvent {
         let eventID = try r.string(), appID = try r.string(), kind = try r.enumValue(Kind.self)
         let createdAt = try r.optionalInt()
         let sender = Sender(id: try r.string(), name: try r.optionalString(), profileURL: try r.optionalString())
-        let conversation = Conversation(id: try r.string(), type: try r.enumValue(ConversationType.self),
-                                        name: try r.optionalString(), customType: try r.optionalString())
+        let conversation = Conversation(
+            id: try r.string(), type: try r.enumValue(ConversationType.self),
+            name: try r.optionalString(), customType: try r.optionalString())
         let recipients = try r.bool() ? try r.strings() : nil
         var message: Message?
         if try r.bool() {
             let id = try r.string(), type = try r.enumValue(MessageType.self), text = try r.string()
             let customType = try r.string(), data = try r.string()
-            let file = try r.bool() ? File(name: try r.optionalString(), mimeType: try r.optionalString(),
-                                           url: try r.optionalString()) : nil
+            let file =
+                try r.bool()
+                ? File(
+                    name: try r.optionalString(), mimeType: try r.optionalString(),
+                    url: try r.optionalString()) : nil
             let mentions = try r.strings(), mentionType = try r.enumValue(MentionType.self)
             let language = try r.optionalString()
             let n = try r.count("items")
             var translations: [(String, String)] = []
             translations.reserveCapacity(n)
             for _ in 0..<n { translations.append((try r.string(), try r.string())) }
-            message = Message(id: id, type: type, text: text, customType: customType, data: data, file: file,
-                              mentions: mentions, mentionType: mentionType, language: language, translations: translations)
+            message = Message(
+                id: id, type: type, text: text, customType: customType, data: data, file: file,
+                mentions: mentions, mentionType: mentionType, language: language, translations: translations)
         }
-        let call = try r.bool() ? Call(action: try r.enumValue(CallAction.self), sessionID: try r.string(),
-                                       type: try r.enumValue(CallType.self)) : nil
+        let call =
+            try r.bool()
+            ? Call(
+                action: try r.enumValue(CallAction.self), sessionID: try r.string(),
+                type: try r.enumValue(CallType.self)) : nil
         let reaction = try r.bool() ? Reaction(emoji: try r.string(), messageID: try r.optionalString()) : nil
-        let groupAction = try r.bool() ? GroupAction(action: try r.enumValue(GroupActionKind.self),
-                                                     actorName: try r.string()) : nil
+        let groupAction =
+            try r.bool()
+            ? GroupAction(
+                action: try r.enumValue(GroupActionKind.self),
+                actorName: try r.string()) : nil
         let ignore = try r.bool(), force = try r.bool()
         var a = APNsExtension()
         a.pushContent = try r.optionalString(); a.category = try r.optionalString(); a.sound = try r.optionalString()
@@ -305,11 +325,14 @@ extension ChatEvent {
         a.bodyLocKey = try r.optionalString()
         a.bodyLocArgs = try r.bool() ? try r.strings() : nil
         if let extern = try r.optionalString() {
-            do { a.extern = try JSONValue.parse(extern) } catch { throw r.fail("ext.em_apns_ext.extern: \(error.description)") }
+            do { a.extern = try JSONValue.parse(extern) } catch {
+                throw r.fail("ext.em_apns_ext.extern: \(error.description)")
+            }
         }
-        self.init(eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
-                  conversation: conversation, recipients: recipients, message: message, call: call, reaction: reaction,
-                  groupAction: groupAction, ext: Extension(ignoreNotification: ignore, forceNotification: force, apns: a))
+        self.init(
+            eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
+            conversation: conversation, recipients: recipients, message: message, call: call, reaction: reaction,
+            groupAction: groupAction, ext: Extension(ignoreNotification: ignore, forceNotification: force, apns: a))
     }
 }
 
@@ -317,13 +340,15 @@ extension ChatEvent {
 
 extension Device {
     func write(into w: inout BinaryWriter) {
-        w.string(token); w.string(kind.rawValue); w.string(environment.rawValue); w.optional(bundleID); w.int(registeredAt)
+        w.string(token); w.string(kind.rawValue); w.string(environment.rawValue); w.optional(bundleID);
+        w.int(registeredAt)
         w.optional(providerID)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
-        self.init(token: try r.string(), kind: try r.enumValue(Kind.self), environment: try r.enumValue(APNsEnvironment.self),
-                  bundleID: try r.optionalString(), registeredAt: try r.int(), providerID: try r.optionalString())
+        self.init(
+            token: try r.string(), kind: try r.enumValue(Kind.self), environment: try r.enumValue(APNsEnvironment.self),
+            bundleID: try r.optionalString(), registeredAt: try r.int(), providerID: try r.optionalString())
     }
 
     static func write(_ devices: [Device], into w: inout BinaryWriter) {
@@ -373,13 +398,15 @@ extension UserState {
         let nc = try r.count("items")
         for _ in 0..<nc {
             let id = try r.string()
-            p.conversations[id] = ConversationPreference(trigger: try r.enumValue(ConversationTrigger.self), muted: try r.bool())
+            p.conversations[id] = ConversationPreference(
+                trigger: try r.enumValue(ConversationTrigger.self), muted: try r.bool())
         }
         if try r.bool() {
             let start = try r.int(), end = try r.int()
             guard (0...1440).contains(start), (0...1440).contains(end) else { throw r.fail("dnd minutes out of range") }
-            p.dnd = DoNotDisturb(start: ClockTime(hour: 0, minute: Int(start)), end: ClockTime(hour: 0, minute: Int(end)),
-                                 timezone: try r.string())
+            p.dnd = DoNotDisturb(
+                start: ClockTime(hour: 0, minute: Int(start)), end: ClockTime(hour: 0, minute: Int(end)),
+                timezone: try r.string())
         }
         if try r.bool() { p.snooze = Snooze(start: try r.int(), end: try r.int()) }
         p.template = try r.enumValue(TemplateChoice.self)
@@ -431,8 +458,9 @@ extension ResolvedRecord: BinaryRecord {
     }
 
     public init(binary r: inout BinaryReader) throws(StageRecordError) {
-        self.init(event: try ChatEvent(binary: &r), recipient: try r.string(), state: try UserState(binary: &r),
-                  senderDisplayName: try r.optionalString())
+        self.init(
+            event: try ChatEvent(binary: &r), recipient: try r.string(), state: try UserState(binary: &r),
+            senderDisplayName: try r.optionalString())
     }
 }
 
@@ -448,8 +476,9 @@ extension DeliverableRecord: BinaryRecord {
     }
 
     public init(binary r: inout BinaryReader) throws(StageRecordError) {
-        self.init(event: try ChatEvent(binary: &r), recipient: try r.string(), state: try UserState(binary: &r),
-                  targets: try Device.readList(&r), senderDisplayName: try r.optionalString())
+        self.init(
+            event: try ChatEvent(binary: &r), recipient: try r.string(), state: try UserState(binary: &r),
+            targets: try Device.readList(&r), senderDisplayName: try r.optionalString())
     }
 }
 
@@ -461,10 +490,11 @@ extension APNsRequest {
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
-        self.init(token: try r.string(), environment: try r.enumValue(APNsEnvironment.self),
-                  pushType: try r.enumValue(PushType.self), topic: try r.string(), priority: Int(clamping: try r.int()),
-                  collapseID: try r.optionalString(), expiration: try r.int(), apnsID: try r.string(), payload: try r.bytes(),
-                  provider: try r.enumValue(PushProvider.self), providerID: try r.optionalString())
+        self.init(
+            token: try r.string(), environment: try r.enumValue(APNsEnvironment.self),
+            pushType: try r.enumValue(PushType.self), topic: try r.string(), priority: Int(clamping: try r.int()),
+            collapseID: try r.optionalString(), expiration: try r.int(), apnsID: try r.string(), payload: try r.bytes(),
+            provider: try r.enumValue(PushProvider.self), providerID: try r.optionalString())
     }
 }
 
@@ -478,16 +508,19 @@ extension OutboundRecord: BinaryRecord {
     }
 
     public init(binary r: inout BinaryReader) throws(StageRecordError) {
-        self.init(eventID: try r.string(), appID: try r.string(), recipient: try r.string(),
-                  request: try APNsRequest(binary: &r), attempt: Int(clamping: try r.int()), notBefore: try r.optionalInt())
+        self.init(
+            eventID: try r.string(), appID: try r.string(), recipient: try r.string(),
+            request: try APNsRequest(binary: &r), attempt: Int(clamping: try r.int()), notBefore: try r.optionalInt())
     }
 }
 
 extension ResolvedRecord {
     /// The wire bytes of one event's records for many recipients, with the event encoded once (resolve's fan-out:
     /// a conversation of thousands would otherwise encode the same event thousands of times).
-    public static func wireBytes(event: ChatEvent, recipients: [(user: String, state: UserState)],
-                                 senderDisplayName: String?) -> [[UInt8]] {
+    public static func wireBytes(
+        event: ChatEvent, recipients: [(user: String, state: UserState)],
+        senderDisplayName: String?
+    ) -> [[UInt8]] {
         var eventWriter = BinaryWriter(capacity: 512)
         event.write(into: &eventWriter)
         let eventBytes = eventWriter.bytes

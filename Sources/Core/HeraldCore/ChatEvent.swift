@@ -84,9 +84,11 @@ public struct ChatEvent: Sendable, Hashable {
         /// Language tag to translated text, sorted by tag for stable output.
         public var translations: [(String, String)]
 
-        public init(id: String, type: MessageType = .text, text: String = "", customType: String = "",
-                    data: String = "", file: File? = nil, mentions: [String] = [], mentionType: MentionType = .users,
-                    language: String? = nil, translations: [(String, String)] = []) {
+        public init(
+            id: String, type: MessageType = .text, text: String = "", customType: String = "",
+            data: String = "", file: File? = nil, mentions: [String] = [], mentionType: MentionType = .users,
+            language: String? = nil, translations: [(String, String)] = []
+        ) {
             self.id = id; self.type = type; self.text = text; self.customType = customType; self.data = data
             self.file = file; self.mentions = mentions; self.mentionType = mentionType; self.language = language
             self.translations = translations.sorted { $0.0 < $1.0 }
@@ -156,9 +158,11 @@ public struct ChatEvent: Sendable, Hashable {
         /// Copied verbatim to the payload's top-level `e` (any JSON value; usually a string).
         public var extern: JSONValue?
 
-        public init(pushContent: String? = nil, category: String? = nil, sound: String? = nil,
-                    mutableContent: Bool = false, titleLocKey: String? = nil, titleLocArgs: [String]? = nil,
-                    bodyLocKey: String? = nil, bodyLocArgs: [String]? = nil, extern: JSONValue? = nil) {
+        public init(
+            pushContent: String? = nil, category: String? = nil, sound: String? = nil,
+            mutableContent: Bool = false, titleLocKey: String? = nil, titleLocArgs: [String]? = nil,
+            bodyLocKey: String? = nil, bodyLocArgs: [String]? = nil, extern: JSONValue? = nil
+        ) {
             self.pushContent = pushContent; self.category = category; self.sound = sound
             self.mutableContent = mutableContent; self.titleLocKey = titleLocKey; self.titleLocArgs = titleLocArgs
             self.bodyLocKey = bodyLocKey; self.bodyLocArgs = bodyLocArgs; self.extern = extern
@@ -172,8 +176,10 @@ public struct ChatEvent: Sendable, Hashable {
         public var ignoreNotification: Bool
         public var forceNotification: Bool
         public var apns: APNsExtension
-        public init(ignoreNotification: Bool = false, forceNotification: Bool = false,
-                    apns: APNsExtension = APNsExtension()) {
+        public init(
+            ignoreNotification: Bool = false, forceNotification: Bool = false,
+            apns: APNsExtension = APNsExtension()
+        ) {
             self.ignoreNotification = ignoreNotification; self.forceNotification = forceNotification; self.apns = apns
         }
     }
@@ -193,9 +199,11 @@ public struct ChatEvent: Sendable, Hashable {
     public var groupAction: GroupAction?
     public var ext: Extension
 
-    public init(eventID: String, appID: String, kind: Kind = .message, createdAt: Int64? = nil, sender: Sender,
-                conversation: Conversation, recipients: [String]? = nil, message: Message? = nil, call: Call? = nil,
-                reaction: Reaction? = nil, groupAction: GroupAction? = nil, ext: Extension = Extension()) {
+    public init(
+        eventID: String, appID: String, kind: Kind = .message, createdAt: Int64? = nil, sender: Sender,
+        conversation: Conversation, recipients: [String]? = nil, message: Message? = nil, call: Call? = nil,
+        reaction: Reaction? = nil, groupAction: GroupAction? = nil, ext: Extension = Extension()
+    ) {
         self.eventID = eventID; self.appID = appID; self.kind = kind; self.createdAt = createdAt
         self.sender = sender; self.conversation = conversation; self.recipients = recipients
         self.message = message; self.call = call; self.reaction = reaction; self.groupAction = groupAction
@@ -226,8 +234,10 @@ public struct ChatEvent: Sendable, Hashable {
     }
 
     /// Decodes and validates one event, reporting the values accepted in a vendor REST form (`warnings`).
-    public static func decode(_ bytes: some Collection<UInt8>,
-                              warnings: inout [EventDecodeWarning]) throws(EventValidationError) -> ChatEvent {
+    public static func decode(
+        _ bytes: some Collection<UInt8>,
+        warnings: inout [EventDecodeWarning]
+    ) throws(EventValidationError) -> ChatEvent {
         guard bytes.count <= Limits.eventBytes else {
             throw EventValidationError(field: "(event)", message: "larger than \(Limits.eventBytes) bytes")
         }
@@ -255,26 +265,37 @@ public struct ChatEvent: Sendable, Hashable {
         appID = try root.id("app_id")
         let kindRaw = try root.requiredString("kind", limit: Limits.idBytes)
         guard let k = Kind(rawValue: kindRaw) else {
-            throw EventValidationError(field: "kind", message: "unknown kind \"\(kindRaw)\" (message, call, reaction, group_action, message_edited, message_deleted)")
+            throw EventValidationError(
+                field: "kind",
+                message:
+                    "unknown kind \"\(kindRaw)\" (message, call, reaction, group_action, message_edited, message_deleted)"
+            )
         }
         kind = k
         createdAt = try root.optionalTimestamp("created_at")
 
         let s = try root.requiredObject("sender")
-        sender = Sender(id: try s.id("id"), name: try s.optionalString("name", limit: Limits.idBytes),
-                        profileURL: try s.optionalString("profile_url", limit: Limits.urlBytes))
+        sender = Sender(
+            id: try s.id("id"), name: try s.optionalString("name", limit: Limits.idBytes),
+            profileURL: try s.optionalString("profile_url", limit: Limits.urlBytes))
 
         let c = try root.requiredObject("conversation")
         let convID: String
-        if c.has("id") { convID = try c.id("id") } else if c.has("url") { convID = try c.id("url") } else {
+        if c.has("id") {
+            convID = try c.id("id")
+        } else if c.has("url") {
+            convID = try c.id("url")
+        } else {
             throw EventValidationError(field: "conversation.id", message: "missing")
         }
         let typeRaw = try c.requiredString("type", limit: Limits.idBytes)
         guard let ct = ConversationType(rawValue: typeRaw) else {
-            throw EventValidationError(field: "conversation.type", message: "unknown type \"\(typeRaw)\" (direct, group, open, supergroup)")
+            throw EventValidationError(
+                field: "conversation.type", message: "unknown type \"\(typeRaw)\" (direct, group, open, supergroup)")
         }
-        conversation = Conversation(id: convID, type: ct, name: try c.optionalString("name", limit: Limits.idBytes),
-                                    customType: try c.optionalString("custom_type", limit: Limits.idBytes))
+        conversation = Conversation(
+            id: convID, type: ct, name: try c.optionalString("name", limit: Limits.idBytes),
+            customType: try c.optionalString("custom_type", limit: Limits.idBytes))
 
         recipients = try root.optionalIDArray("recipients")
 
@@ -307,10 +328,12 @@ public struct ChatEvent: Sendable, Hashable {
             var a = try g.requiredString("action", limit: Limits.idBytes)
             if a == "kicked" { a = "removed" }
             guard let action = GroupActionKind(rawValue: a) else {
-                throw EventValidationError(field: "group_action.action",
-                                           message: "unknown action \"\(a)\" (joined, left, added, removed, banned, unbanned)")
+                throw EventValidationError(
+                    field: "group_action.action",
+                    message: "unknown action \"\(a)\" (joined, left, added, removed, banned, unbanned)")
             }
-            groupAction = GroupAction(action: action, actorName: try g.requiredString("actor_name", limit: Limits.idBytes))
+            groupAction = GroupAction(
+                action: action, actorName: try g.requiredString("actor_name", limit: Limits.idBytes))
         } else {
             groupAction = nil
         }
@@ -360,45 +383,51 @@ public struct ChatEvent: Sendable, Hashable {
         let id = try m.id("id")
         let typeRaw = try m.optionalString("type", limit: Limits.idBytes) ?? "text"
         guard let type = MessageType(rawValue: typeRaw) else {
-            throw EventValidationError(field: "message.type", message: "unknown type \"\(typeRaw)\" (text, file, admin)")
+            throw EventValidationError(
+                field: "message.type", message: "unknown type \"\(typeRaw)\" (text, file, admin)")
         }
         var file: File?
         if let f = try m.optionalObject("file") {
-            file = File(name: try f.optionalString("name", limit: Limits.idBytes),
-                        mimeType: try f.optionalString("mime_type", limit: Limits.idBytes),
-                        url: try f.optionalString("url", limit: Limits.urlBytes))
+            file = File(
+                name: try f.optionalString("name", limit: Limits.idBytes),
+                mimeType: try f.optionalString("mime_type", limit: Limits.idBytes),
+                url: try f.optionalString("url", limit: Limits.urlBytes))
         }
         if type == .file && file == nil {
             throw EventValidationError(field: "message.file", message: "missing (required when message.type is file)")
         }
         let mtRaw = try m.optionalString("mention_type", limit: Limits.idBytes) ?? "users"
         guard let mentionType = MentionType(rawValue: mtRaw) else {
-            throw EventValidationError(field: "message.mention_type", message: "unknown mention type \"\(mtRaw)\" (users, channel)")
+            throw EventValidationError(
+                field: "message.mention_type", message: "unknown mention type \"\(mtRaw)\" (users, channel)")
         }
         var translations: [(String, String)] = []
         if let t = try m.optionalObject("translations") {
             for (k, v) in t.pairs {
                 guard case .string(let s) = v else {
-                    throw EventValidationError(field: "message.translations.\(k)", message: "expected string, got \(v.typeName)")
+                    throw EventValidationError(
+                        field: "message.translations.\(k)", message: "expected string, got \(v.typeName)")
                 }
                 guard !k.isEmpty, k.utf8.count <= 35 else {
                     throw EventValidationError(field: "message.translations", message: "invalid language tag \"\(k)\"")
                 }
                 guard s.utf8.count <= Limits.textBytes else {
-                    throw EventValidationError(field: "message.translations.\(k)", message: "longer than \(Limits.textBytes) bytes")
+                    throw EventValidationError(
+                        field: "message.translations.\(k)", message: "longer than \(Limits.textBytes) bytes")
                 }
                 translations.append((k, s))
             }
         }
-        return Message(id: id, type: type,
-                       text: try m.optionalString("text", limit: Limits.textBytes) ?? "",
-                       customType: try m.optionalString("custom_type", limit: Limits.idBytes) ?? "",
-                       data: try m.optionalString("data", limit: Limits.textBytes) ?? "",
-                       file: file,
-                       mentions: try m.optionalIDArray("mentions") ?? [],
-                       mentionType: mentionType,
-                       language: try m.optionalString("language", limit: 35),
-                       translations: translations)
+        return Message(
+            id: id, type: type,
+            text: try m.optionalString("text", limit: Limits.textBytes) ?? "",
+            customType: try m.optionalString("custom_type", limit: Limits.idBytes) ?? "",
+            data: try m.optionalString("data", limit: Limits.textBytes) ?? "",
+            file: file,
+            mentions: try m.optionalIDArray("mentions") ?? [],
+            mentionType: mentionType,
+            language: try m.optionalString("language", limit: 35),
+            translations: translations)
     }
 
     // MARK: Encoding (the normalised event on herald.ingested)
@@ -413,7 +442,9 @@ public struct ChatEvent: Sendable, Hashable {
         if let n = sender.name { s.append(("name", .string(n))) }
         if let p = sender.profileURL { s.append(("profile_url", .string(p))) }
         o.append(("sender", .object(s)))
-        var c: [(String, JSONValue)] = [("id", .string(conversation.id)), ("type", .string(conversation.type.rawValue))]
+        var c: [(String, JSONValue)] = [
+            ("id", .string(conversation.id)), ("type", .string(conversation.type.rawValue)),
+        ]
         if let n = conversation.name { c.append(("name", .string(n))) }
         if let t = conversation.customType { c.append(("custom_type", .string(t))) }
         o.append(("conversation", .object(c)))
@@ -433,12 +464,20 @@ public struct ChatEvent: Sendable, Hashable {
             mo.append(("mentions", .array(m.mentions.map { .string($0) })))
             mo.append(("mention_type", .string(m.mentionType.rawValue)))
             if let l = m.language { mo.append(("language", .string(l))) }
-            if !m.translations.isEmpty { mo.append(("translations", .object(m.translations.map { ($0.0, .string($0.1)) }))) }
+            if !m.translations.isEmpty {
+                mo.append(("translations", .object(m.translations.map { ($0.0, .string($0.1)) })))
+            }
             o.append(("message", .object(mo)))
         }
         if let cl = call {
-            o.append(("call", .object([("action", .string(cl.action.rawValue)), ("session_id", .string(cl.sessionID)),
-                                       ("type", .string(cl.type.rawValue))])))
+            o.append(
+                (
+                    "call",
+                    .object([
+                        ("action", .string(cl.action.rawValue)), ("session_id", .string(cl.sessionID)),
+                        ("type", .string(cl.type.rawValue)),
+                    ])
+                ))
         }
         if let r = reaction {
             var ro: [(String, JSONValue)] = [("emoji", .string(r.emoji))]
@@ -446,7 +485,11 @@ public struct ChatEvent: Sendable, Hashable {
             o.append(("reaction", .object(ro)))
         }
         if let g = groupAction {
-            o.append(("group_action", .object([("action", .string(g.action.rawValue)), ("actor_name", .string(g.actorName))])))
+            o.append(
+                (
+                    "group_action",
+                    .object([("action", .string(g.action.rawValue)), ("actor_name", .string(g.actorName))])
+                ))
         }
         var e: [(String, JSONValue)] = [
             ("em_ignore_notification", .bool(ext.ignoreNotification)),
@@ -520,7 +563,8 @@ struct Fields {
 
     init(_ value: JSONValue, path: String, notes: DecodeNotes = DecodeNotes()) throws(EventValidationError) {
         guard case .object(let p) = value else {
-            throw EventValidationError(field: path.isEmpty ? "(event)" : path, message: "expected object, got \(value.typeName)")
+            throw EventValidationError(
+                field: path.isEmpty ? "(event)" : path, message: "expected object, got \(value.typeName)")
         }
         pairs = p
         self.path = path
@@ -605,13 +649,16 @@ struct Fields {
         case .null: return nil
         case .number(let n):
             guard let i = Int64(n), i >= 0 else {
-                throw EventValidationError(field: field(key), message: "expected milliseconds since the epoch (a non-negative integer), got \(n)")
+                throw EventValidationError(
+                    field: field(key),
+                    message: "expected milliseconds since the epoch (a non-negative integer), got \(n)")
             }
             return i
         case .string(let s) where !s.isEmpty && s.utf8.count <= 19 && s.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }):
             // CometChat's `sentAt` is a string of digits; the meaning is clear.
             guard let i = Int64(s) else {
-                throw EventValidationError(field: field(key), message: "expected milliseconds since the epoch, got \"\(s)\"")
+                throw EventValidationError(
+                    field: field(key), message: "expected milliseconds since the epoch, got \"\(s)\"")
             }
             warn(key, "numeric string read as a timestamp")
             return i
@@ -641,10 +688,12 @@ struct Fields {
         var out: [String] = []
         for (n, item) in items.enumerated() {
             guard case .string(let s) = item else {
-                throw EventValidationError(field: "\(field(key))[\(n)]", message: "expected string, got \(item.typeName)")
+                throw EventValidationError(
+                    field: "\(field(key))[\(n)]", message: "expected string, got \(item.typeName)")
             }
             guard s.utf8.count <= ChatEvent.Limits.idBytes else {
-                throw EventValidationError(field: "\(field(key))[\(n)]", message: "longer than \(ChatEvent.Limits.idBytes) bytes")
+                throw EventValidationError(
+                    field: "\(field(key))[\(n)]", message: "longer than \(ChatEvent.Limits.idBytes) bytes")
             }
             out.append(s)
         }
@@ -667,10 +716,13 @@ struct Fields {
             case .string(let x): s = x
             case .number(let x) where Int64(x) != nil: s = x
             default:
-                throw EventValidationError(field: "\(field(key))[\(n)]", message: "expected string, got \(item.typeName)")
+                throw EventValidationError(
+                    field: "\(field(key))[\(n)]", message: "expected string, got \(item.typeName)")
             }
             guard !s.isEmpty, s.utf8.count <= ChatEvent.Limits.idBytes else {
-                throw EventValidationError(field: "\(field(key))[\(n)]", message: s.isEmpty ? "empty" : "longer than \(ChatEvent.Limits.idBytes) bytes")
+                throw EventValidationError(
+                    field: "\(field(key))[\(n)]",
+                    message: s.isEmpty ? "empty" : "longer than \(ChatEvent.Limits.idBytes) bytes")
             }
             out.append(s)
         }

@@ -46,7 +46,8 @@ public enum Counting {
     public static func keys(for event: ChatEvent, recipients: [String]) -> [CountKey] {
         guard counts(event) else { return [] }
         return recipients.filter { $0 != event.sender.id }.map {
-            CountKey(user: $0, eventID: event.eventID, conversation: event.conversation.id, mentioned: event.mentions($0))
+            CountKey(
+                user: $0, eventID: event.eventID, conversation: event.conversation.id, mentioned: event.mentions($0))
         }
     }
 
@@ -82,8 +83,9 @@ public struct CountBook: Sendable, Hashable {
             }
             unread[key.user] = u
         }
-        return CountsAfter(counted: fresh, unreadTotal: u.total, unreadConversation: u.conversations[key.conversation] ?? 0,
-                           mentionTotal: u.mentionTotal, mentionConversation: u.mentionConversations[key.conversation] ?? 0)
+        return CountsAfter(
+            counted: fresh, unreadTotal: u.total, unreadConversation: u.conversations[key.conversation] ?? 0,
+            mentionTotal: u.mentionTotal, mentionConversation: u.mentionConversations[key.conversation] ?? 0)
     }
 
     public mutating func markRead(user: String, conversation: String?) {

@@ -29,9 +29,11 @@ public struct ExplainEntry: Sendable, Hashable {
     /// Devices targeted (suppress `deliver`) or recipients found (resolve `fanned_out`).
     public var count: Int?
 
-    public init(appID: String, eventID: String, user: String? = nil, token: String? = nil, stage: String,
-                decision: String, reason: String? = nil, at: Int64, status: Int? = nil, attempt: Int? = nil,
-                count: Int? = nil) {
+    public init(
+        appID: String, eventID: String, user: String? = nil, token: String? = nil, stage: String,
+        decision: String, reason: String? = nil, at: Int64, status: Int? = nil, attempt: Int? = nil,
+        count: Int? = nil
+    ) {
         self.appID = appID
         self.eventID = eventID
         self.user = user
@@ -83,10 +85,11 @@ extension ExplainEntry {
         }
         let r = try RecordReader(value, path: "")
         guard let at = try r.int("at") else { throw r.fail("at", "missing") }
-        self.init(appID: try r.requiredString("app_id"), eventID: try r.requiredString("event_id"),
-                  user: try r.string("user"), token: try r.string("token"), stage: try r.requiredString("stage"),
-                  decision: try r.requiredString("decision"), reason: try r.string("reason"), at: at,
-                  status: try r.int("status").map { Int($0) }, attempt: try r.int("attempt").map { Int($0) },
-                  count: try r.int("count").map { Int($0) })
+        self.init(
+            appID: try r.requiredString("app_id"), eventID: try r.requiredString("event_id"),
+            user: try r.string("user"), token: try r.string("token"), stage: try r.requiredString("stage"),
+            decision: try r.requiredString("decision"), reason: try r.string("reason"), at: at,
+            status: try r.int("status").map { Int($0) }, attempt: try r.int("attempt").map { Int($0) },
+            count: try r.int("count").map { Int($0) })
     }
 }

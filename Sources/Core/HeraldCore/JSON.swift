@@ -346,7 +346,8 @@ struct JSONParser {
                 case UInt8(ascii: "u"):
                     var scalar = try hex4()
                     if (0xD800...0xDBFF).contains(scalar) {
-                        guard i + 6 <= bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else {
+                        guard i + 6 <= bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u")
+                        else {
                             throw fail("lone surrogate in \\u escape")
                         }
                         i += 2
@@ -468,8 +469,10 @@ public struct JSONWriter: Sendable {
                 case 0x0D: bytes.append(0x5C); bytes.append(UInt8(ascii: "r"))
                 case 0x09: bytes.append(0x5C); bytes.append(UInt8(ascii: "t"))
                 default:
-                    bytes.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30,
-                                              JSONWriter.hex[Int(c >> 4)], JSONWriter.hex[Int(c & 0xF)]])
+                    bytes.append(contentsOf: [
+                        0x5C, UInt8(ascii: "u"), 0x30, 0x30,
+                        JSONWriter.hex[Int(c >> 4)], JSONWriter.hex[Int(c & 0xF)],
+                    ])
                 }
                 k += 1
                 start = k
@@ -482,9 +485,13 @@ public struct JSONWriter: Sendable {
     public static func escapedLength(_ s: String) -> Int {
         var total = 2
         for c in s.utf8 {
-            if c >= 0x20 && c != 0x22 && c != 0x5C { total += 1 }
-            else if c == 0x22 || c == 0x5C || c == 0x0A || c == 0x0D || c == 0x09 { total += 2 }
-            else { total += 6 }
+            if c >= 0x20 && c != 0x22 && c != 0x5C {
+                total += 1
+            } else if c == 0x22 || c == 0x5C || c == 0x0A || c == 0x0D || c == 0x09 {
+                total += 2
+            } else {
+                total += 6
+            }
         }
         return total
     }
@@ -505,9 +512,12 @@ public struct JSONWriter: Sendable {
     public mutating func int(_ v: Int64) {
         if v == 0 { bytes.append(0x30); return }
         var n = v.magnitude
-        var tmp: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                  UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var tmp:
+            (
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+            ) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         var len = 0
         withUnsafeMutableBytes(of: &tmp) { p in
             while n > 0 {

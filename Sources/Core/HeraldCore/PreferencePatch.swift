@@ -65,8 +65,10 @@ public struct PreferencePatch: Sendable, Hashable {
     public var conversations: [String: ConversationFields]
     public var removeConversations: [String]
 
-    public init(set: Fields = Fields(), clear: [Field] = [], conversations: [String: ConversationFields] = [:],
-                removeConversations: [String] = []) {
+    public init(
+        set: Fields = Fields(), clear: [Field] = [], conversations: [String: ConversationFields] = [:],
+        removeConversations: [String] = []
+    ) {
         self.set = set
         self.clear = clear
         self.conversations = conversations
@@ -166,8 +168,10 @@ public struct PreferencePatch: Sendable, Hashable {
                 for (i, item) in items.enumerated() {
                     let code = try string(item, "\(key)[\(i)]")
                     guard !code.isEmpty, code.utf8.count <= 35,
-                          code.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
-                        throw FieldError(field: "\(key)[\(i)]", message: "expected a language code such as \"fr\" or \"zh-Hans\"")
+                        code.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") })
+                    else {
+                        throw FieldError(
+                            field: "\(key)[\(i)]", message: "expected a language code such as \"fr\" or \"zh-Hans\"")
                     }
                     languages.append(code)
                 }
@@ -176,7 +180,8 @@ public struct PreferencePatch: Sendable, Hashable {
             case "snooze": patch.set.snooze = try snooze(value)
             case "conversations":
                 guard case .object(let entries) = value else {
-                    throw FieldError(field: key, message: "expected an object of conversation id -> settings, got \(value.typeName)")
+                    throw FieldError(
+                        field: key, message: "expected an object of conversation id -> settings, got \(value.typeName)")
                 }
                 guard entries.count <= maxConversations else {
                     throw FieldError(field: key, message: "at most \(maxConversations) conversations per request")
@@ -191,18 +196,23 @@ public struct PreferencePatch: Sendable, Hashable {
                         continue
                     }
                     guard case .object(let fields) = entry else {
-                        throw FieldError(field: path, message: "expected {\"trigger\": ..., \"muted\": ...} or null, got \(entry.typeName)")
+                        throw FieldError(
+                            field: path,
+                            message: "expected {\"trigger\": ..., \"muted\": ...} or null, got \(entry.typeName)")
                     }
                     var c = ConversationFields()
                     for (name, v) in fields {
                         switch name {
                         case "trigger": c.trigger = try enumValue(v, "\(path).trigger", ConversationTrigger.self)
                         case "muted": c.muted = try bool(v, "\(path).muted")
-                        default: throw FieldError(field: "\(path).\(name)", message: "unknown field (known: muted, trigger)")
+                        default:
+                            throw FieldError(field: "\(path).\(name)", message: "unknown field (known: muted, trigger)")
                         }
                     }
                     if c == ConversationFields() {
-                        throw FieldError(field: path, message: "give trigger and/or muted, or null to remove the conversation's settings")
+                        throw FieldError(
+                            field: path,
+                            message: "give trigger and/or muted, or null to remove the conversation's settings")
                     }
                     patch.conversations[id] = c
                 }
@@ -220,34 +230,44 @@ public struct PreferencePatch: Sendable, Hashable {
     }
 
     private static func string(_ value: JSONValue, _ field: String) throws(FieldError) -> String {
-        guard case .string(let s) = value else { throw FieldError(field: field, message: "expected a string, got \(value.typeName)") }
+        guard case .string(let s) = value else {
+            throw FieldError(field: field, message: "expected a string, got \(value.typeName)")
+        }
         return s
     }
 
     private static func bool(_ value: JSONValue, _ field: String) throws(FieldError) -> Bool {
-        guard case .bool(let b) = value else { throw FieldError(field: field, message: "expected true or false, got \(value.typeName)") }
+        guard case .bool(let b) = value else {
+            throw FieldError(field: field, message: "expected true or false, got \(value.typeName)")
+        }
         return b
     }
 
     private static func int64(_ value: JSONValue, _ field: String) throws(FieldError) -> Int64 {
         guard case .number(let n) = value, let i = Int64(n), i >= 0 else {
-            throw FieldError(field: field, message: "expected epoch milliseconds (a non-negative integer), got \(value.serialized)")
+            throw FieldError(
+                field: field, message: "expected epoch milliseconds (a non-negative integer), got \(value.serialized)")
         }
         return i
     }
 
-    private static func enumValue<E: RawRepresentable & CaseIterable>(_ value: JSONValue, _ field: String,
-                                                                      _ type: E.Type) throws(FieldError) -> E where E.RawValue == String {
+    private static func enumValue<E: RawRepresentable & CaseIterable>(
+        _ value: JSONValue, _ field: String,
+        _ type: E.Type
+    ) throws(FieldError) -> E where E.RawValue == String {
         let raw = try string(value, field)
         guard let v = E(rawValue: raw) else {
-            throw FieldError(field: field, message: "expected one of \(E.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(raw)\"")
+            throw FieldError(
+                field: field,
+                message: "expected one of \(E.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(raw)\"")
         }
         return v
     }
 
     private static func dnd(_ value: JSONValue) throws(FieldError) -> DoNotDisturb {
         guard case .object(let fields) = value else {
-            throw FieldError(field: "dnd", message: "expected {\"start\": \"HH:mm\", \"end\": \"HH:mm\", \"timezone\": ...} or null")
+            throw FieldError(
+                field: "dnd", message: "expected {\"start\": \"HH:mm\", \"end\": \"HH:mm\", \"timezone\": ...} or null")
         }
         var start: ClockTime?, end: ClockTime?, zone = "UTC"
         for (name, v) in fields {
@@ -255,7 +275,8 @@ public struct PreferencePatch: Sendable, Hashable {
             case "start", "end":
                 let raw = try string(v, "dnd.\(name)")
                 guard let t = ClockTime(raw) else {
-                    throw FieldError(field: "dnd.\(name)", message: "expected HH:mm between 00:00 and 24:00, got \"\(raw)\"")
+                    throw FieldError(
+                        field: "dnd.\(name)", message: "expected HH:mm between 00:00 and 24:00, got \"\(raw)\"")
                 }
                 if name == "start" { start = t } else { end = t }
             case "timezone":

@@ -97,8 +97,10 @@ public enum Priority {
     ///   - recipient: for a message that mentions users, the recipient whose class is asked: the `mention` rule
     ///     applies to mentioned recipients only. Nil (ingest) asks for the event as a whole, which is the class
     ///     of its most urgent recipient.
-    public static func classify(_ event: ChatEvent, policy: PriorityPolicy = PriorityPolicy(), memberCount: Int? = nil,
-                                recipient: String? = nil) -> PriorityDecision {
+    public static func classify(
+        _ event: ChatEvent, policy: PriorityPolicy = PriorityPolicy(), memberCount: Int? = nil,
+        recipient: String? = nil
+    ) -> PriorityDecision {
         var candidates: [PriorityDecision] = []
         switch event.kind {
         case .call:
@@ -114,7 +116,8 @@ public enum Priority {
                 candidates.append(PriorityDecision(policy.group, rule: "group"))
             }
             if event.kind == .message, let message = event.message, message.mentionType == .users,
-               !message.mentions.isEmpty, recipient.map({ message.mentions.contains($0) }) ?? true {
+                !message.mentions.isEmpty, recipient.map({ message.mentions.contains($0) }) ?? true
+            {
                 candidates.append(PriorityDecision(policy.mention, rule: "mention"))
             }
         }

@@ -63,7 +63,9 @@ public enum StageCodec {
     public static func encode<T: StageRecord>(_ record: T) -> [UInt8] { record.wireBytes() }
 
     /// Decodes a stage record from its wire form (binary or JSON); the error names the offending path.
-    public static func decode<T: StageRecord>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
+    public static func decode<T: StageRecord>(
+        _ type: T.Type, from bytes: some Collection<UInt8>
+    ) throws(StageRecordError) -> T {
         try T.fromWire(Array(bytes))
     }
 
@@ -71,7 +73,9 @@ public enum StageCodec {
     public static func encode<T: JSONRecord>(_ record: T) -> [UInt8] { record.jsonBytes() }
 
     /// Decodes a record from JSON; the error names the offending path.
-    public static func decode<T: JSONRecord>(_ type: T.Type, from bytes: some Collection<UInt8>) throws(StageRecordError) -> T {
+    public static func decode<T: JSONRecord>(
+        _ type: T.Type, from bytes: some Collection<UInt8>
+    ) throws(StageRecordError) -> T {
         try T.fromJSON(bytes)
     }
 }
@@ -85,7 +89,8 @@ struct RecordReader {
 
     init(_ value: JSONValue, path: String) throws(StageRecordError) {
         guard case .object(let p) = value else {
-            throw StageRecordError(record: "", detail: "\(path.isEmpty ? "(record)" : path): expected object, got \(value.typeName)")
+            throw StageRecordError(
+                record: "", detail: "\(path.isEmpty ? "(record)" : path): expected object, got \(value.typeName)")
         }
         pairs = p
         self.path = path
@@ -116,12 +121,17 @@ struct RecordReader {
     func int(_ key: String) throws(StageRecordError) -> Int64? {
         guard let v = value(key) else { return nil }
         guard let i = v.int64Value else {
-            throw fail(key, v.typeName == "number" ? "expected a 64-bit integer, got \(v.serialized)" : "expected integer, got \(v.typeName)")
+            throw fail(
+                key,
+                v.typeName == "number"
+                    ? "expected a 64-bit integer, got \(v.serialized)" : "expected integer, got \(v.typeName)")
         }
         return i
     }
 
-    func stringMap<V>(_ key: String, _ read: (JSONValue, String) throws(StageRecordError) -> V) throws(StageRecordError) -> [String: V]? {
+    func stringMap<V>(
+        _ key: String, _ read: (JSONValue, String) throws(StageRecordError) -> V
+    ) throws(StageRecordError) -> [String: V]? {
         guard let o = try object(key) else { return nil }
         var out: [String: V] = [:]
         for (k, v) in o.pairs { out[k] = try read(v, o.sub(k)) }
@@ -158,7 +168,8 @@ struct RecordReader {
         return out
     }
 
-    func enumValue<E: RawRepresentable>(_ key: String, _ type: E.Type) throws(StageRecordError) -> E? where E.RawValue == String {
+    func enumValue<E: RawRepresentable>(_ key: String, _ type: E.Type) throws(StageRecordError) -> E?
+    where E.RawValue == String {
         guard let raw = try string(key) else { return nil }
         guard let v = E(rawValue: raw) else { throw fail(key, "unknown value \"\(raw)\"") }
         return v
@@ -190,10 +201,11 @@ extension Device: JSONRecord {
             }
             kind = k
         }
-        self.init(token: try r.requiredString("token"), kind: kind ?? .apns,
-                  environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
-                  bundleID: try r.string("bundle_id"), registeredAt: try r.int("registered_at") ?? 0,
-                  providerID: try r.string("provider_id"))
+        self.init(
+            token: try r.requiredString("token"), kind: kind ?? .apns,
+            environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
+            bundleID: try r.string("bundle_id"), registeredAt: try r.int("registered_at") ?? 0,
+            providerID: try r.string("provider_id"))
     }
 
     static func writeList(_ devices: [Device], into w: inout JSONWriter) {
@@ -272,7 +284,8 @@ extension UserState {
     public init(json: JSONValue, path: String) throws(StageRecordError) {
         let r = try RecordReader(json, path: path)
         guard let devices = try r.array("devices") else { throw r.fail("devices", "missing") }
-        self.init(devices: try Device.readList(devices, path: r.sub("devices")), online: try r.stringArray("online") ?? [])
+        self.init(
+            devices: try Device.readList(devices, path: r.sub("devices")), online: try r.stringArray("online") ?? [])
         if let p = try r.object("preferences") { preferences = try Preferences(reader: p) }
         if let u = try r.object("unread") { unread = try Unread(reader: u) }
     }
@@ -341,10 +354,12 @@ extension StateFixture: JSONRecord {
 
     public init(json: JSONValue) throws(StageRecordError) {
         let r = try RecordReader(json, path: "")
-        self.init(users: try r.stringMap("users") { (v, path) throws(StageRecordError) in try UserState(json: v, path: path) } ?? [:],
-                  conversations: try r.stringMap("conversations") { (v, path) throws(StageRecordError) in
-                      ConversationState(members: try RecordReader(v, path: path).stringArray("members") ?? [])
-                  } ?? [:])
+        self.init(
+            users: try r.stringMap("users") { (v, path) throws(StageRecordError) in try UserState(json: v, path: path) }
+                ?? [:],
+            conversations: try r.stringMap("conversations") { (v, path) throws(StageRecordError) in
+                ConversationState(members: try RecordReader(v, path: path).stringArray("members") ?? [])
+            } ?? [:])
     }
 }
 
@@ -422,8 +437,9 @@ extension ResolvedRecord: StageRecord {
     public init(json: JSONValue) throws(StageRecordError) {
         let r = try RecordReader(json, path: "")
         guard let state = r.value("state") else { throw r.fail("state", "missing") }
-        self.init(event: try readEvent(r), recipient: try r.requiredString("recipient"),
-                  state: try UserState(json: state), senderDisplayName: try r.string("sender_display_name"))
+        self.init(
+            event: try readEvent(r), recipient: try r.requiredString("recipient"),
+            state: try UserState(json: state), senderDisplayName: try r.string("sender_display_name"))
     }
 }
 
@@ -441,9 +457,10 @@ extension DeliverableRecord: StageRecord {
         let r = try RecordReader(json, path: "")
         guard let state = r.value("state") else { throw r.fail("state", "missing") }
         guard let targets = try r.array("targets") else { throw r.fail("targets", "missing") }
-        self.init(event: try readEvent(r), recipient: try r.requiredString("recipient"),
-                  state: try UserState(json: state), targets: try Device.readList(targets, path: "targets"),
-                  senderDisplayName: try r.string("sender_display_name"))
+        self.init(
+            event: try readEvent(r), recipient: try r.requiredString("recipient"),
+            state: try UserState(json: state), targets: try Device.readList(targets, path: "targets"),
+            senderDisplayName: try r.string("sender_display_name"))
     }
 }
 
@@ -468,12 +485,13 @@ extension APNsRequest {
         let r = try RecordReader(json, path: path)
         guard let pushType = try r.enumValue("push_type", PushType.self) else { throw r.fail("push_type", "missing") }
         guard let priority = try r.int("priority") else { throw r.fail("priority", "missing") }
-        self.init(token: try r.requiredString("token"),
-                  environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
-                  pushType: pushType, topic: try r.requiredString("topic"), priority: Int(priority),
-                  collapseID: try r.string("collapse_id"), expiration: try r.int("expiration") ?? 0,
-                  apnsID: try r.requiredString("apns_id"), payload: Array(try r.requiredString("payload").utf8),
-                  provider: try r.enumValue("provider", PushProvider.self) ?? .apns, providerID: try r.string("provider_id"))
+        self.init(
+            token: try r.requiredString("token"),
+            environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
+            pushType: pushType, topic: try r.requiredString("topic"), priority: Int(priority),
+            collapseID: try r.string("collapse_id"), expiration: try r.int("expiration") ?? 0,
+            apnsID: try r.requiredString("apns_id"), payload: Array(try r.requiredString("payload").utf8),
+            provider: try r.enumValue("provider", PushProvider.self) ?? .apns, providerID: try r.string("provider_id"))
     }
 }
 
@@ -491,9 +509,10 @@ extension OutboundRecord: StageRecord {
     public init(json: JSONValue) throws(StageRecordError) {
         let r = try RecordReader(json, path: "")
         guard let request = r.value("request") else { throw r.fail("request", "missing") }
-        self.init(eventID: try r.requiredString("event_id"), appID: try r.requiredString("app_id"),
-                  recipient: try r.requiredString("recipient"), request: try APNsRequest(json: request),
-                  attempt: Int(try r.int("attempt") ?? 1), notBefore: try r.int("not_before"))
+        self.init(
+            eventID: try r.requiredString("event_id"), appID: try r.requiredString("app_id"),
+            recipient: try r.requiredString("recipient"), request: try APNsRequest(json: request),
+            attempt: Int(try r.int("attempt") ?? 1), notBefore: try r.int("not_before"))
     }
 }
 
@@ -517,11 +536,12 @@ extension DLQRecord: StageRecord {
 
     public init(json: JSONValue) throws(StageRecordError) {
         let r = try RecordReader(json, path: "")
-        self.init(encodedOriginal: try r.requiredString("original"), sourceTopic: try r.string("source_topic"),
-                  sourcePartition: try r.int("source_partition").map { Int32(clamping: $0) },
-                  sourceOffset: try r.int("source_offset"), originalSize: try r.int("original_size").map { Int($0) },
-                  originalSHA256: try r.string("original_sha256"), truncated: try r.bool("truncated") ?? false,
-                  stage: try r.requiredString("stage"), reason: try r.requiredString("reason"),
-                  detail: try r.string("detail") ?? "", time: try r.int("time") ?? 0)
+        self.init(
+            encodedOriginal: try r.requiredString("original"), sourceTopic: try r.string("source_topic"),
+            sourcePartition: try r.int("source_partition").map { Int32(clamping: $0) },
+            sourceOffset: try r.int("source_offset"), originalSize: try r.int("original_size").map { Int($0) },
+            originalSHA256: try r.string("original_sha256"), truncated: try r.bool("truncated") ?? false,
+            stage: try r.requiredString("stage"), reason: try r.requiredString("reason"),
+            detail: try r.string("detail") ?? "", time: try r.int("time") ?? 0)
     }
 }

@@ -56,9 +56,11 @@ public struct RegistryRecord: Sendable, Hashable {
     /// `patch_preferences`.
     public var patch: PreferencePatch?
 
-    public init(op: Op, appID: String, user: String? = nil, device: Device? = nil, unique: Bool? = nil, token: String? = nil,
-                preferences: Preferences? = nil, online: [String]? = nil, ttlMs: Int64? = nil, unread: Unread? = nil,
-                conversation: String? = nil, members: [String]? = nil, patch: PreferencePatch? = nil) {
+    public init(
+        op: Op, appID: String, user: String? = nil, device: Device? = nil, unique: Bool? = nil, token: String? = nil,
+        preferences: Preferences? = nil, online: [String]? = nil, ttlMs: Int64? = nil, unread: Unread? = nil,
+        conversation: String? = nil, members: [String]? = nil, patch: PreferencePatch? = nil
+    ) {
         self.op = op
         self.appID = appID
         self.user = user
@@ -106,7 +108,8 @@ public struct RegistryRecord: Sendable, Hashable {
             if patch.isEmpty { return StageRecordError(record: "RegistryRecord", detail: "patch: changes nothing") }
         case .markRead:
             if let conversation, conversation.isEmpty {
-                return StageRecordError(record: "RegistryRecord", detail: "conversation: empty (leave it out to mark everything read)")
+                return StageRecordError(
+                    record: "RegistryRecord", detail: "conversation: empty (leave it out to mark everything read)")
             }
         }
         return nil
@@ -158,14 +161,15 @@ extension RegistryRecord: JSONRecord {
     public init(json: JSONValue) throws(StageRecordError) {
         let r = try RecordReader(json, path: "")
         guard let op = try r.enumValue("op", Op.self) else { throw r.fail("op", "missing") }
-        self.init(op: op, appID: try r.requiredString("app_id"), user: try r.string("user"),
-                  device: try r.value("device").map { v throws(StageRecordError) in try Device(json: v, path: "device") },
-                  unique: try r.bool("unique"), token: try r.string("token"),
-                  preferences: try r.object("preferences").map { p throws(StageRecordError) in try Preferences(reader: p) },
-                  online: try r.stringArray("online"), ttlMs: try r.int("ttl_ms"),
-                  unread: try r.object("unread").map { u throws(StageRecordError) in try Unread(reader: u) },
-                  conversation: try r.string("conversation"), members: try r.stringArray("members"),
-                  patch: try r.object("patch").map { p throws(StageRecordError) in try PreferencePatch(reader: p) })
+        self.init(
+            op: op, appID: try r.requiredString("app_id"), user: try r.string("user"),
+            device: try r.value("device").map { v throws(StageRecordError) in try Device(json: v, path: "device") },
+            unique: try r.bool("unique"), token: try r.string("token"),
+            preferences: try r.object("preferences").map { p throws(StageRecordError) in try Preferences(reader: p) },
+            online: try r.stringArray("online"), ttlMs: try r.int("ttl_ms"),
+            unread: try r.object("unread").map { u throws(StageRecordError) in try Unread(reader: u) },
+            conversation: try r.string("conversation"), members: try r.stringArray("members"),
+            patch: try r.object("patch").map { p throws(StageRecordError) in try PreferencePatch(reader: p) })
     }
 }
 
@@ -182,7 +186,8 @@ extension TokenFeedbackRecord: JSONRecord {
     public init(json: JSONValue) throws(StageRecordError) {
         let r = try RecordReader(json, path: "")
         guard let deadSince = try r.int("dead_since") else { throw r.fail("dead_since", "missing") }
-        self.init(appID: try r.requiredString("app_id"), user: try r.requiredString("user"),
-                  token: try r.requiredString("token"), reason: try r.requiredString("reason"), deadSince: deadSince)
+        self.init(
+            appID: try r.requiredString("app_id"), user: try r.requiredString("user"),
+            token: try r.requiredString("token"), reason: try r.requiredString("reason"), deadSince: deadSince)
     }
 }

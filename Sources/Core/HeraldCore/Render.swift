@@ -34,9 +34,11 @@ public struct APNsRequest: Sendable, Hashable {
     /// The FCM or webhook credential's provider id; nil for APNs.
     public var providerID: String?
 
-    public init(token: String, environment: APNsEnvironment, pushType: PushType, topic: String, priority: Int,
-                collapseID: String?, expiration: Int64, apnsID: String, payload: [UInt8],
-                provider: PushProvider = .apns, providerID: String? = nil) {
+    public init(
+        token: String, environment: APNsEnvironment, pushType: PushType, topic: String, priority: Int,
+        collapseID: String?, expiration: Int64, apnsID: String, payload: [UInt8],
+        provider: PushProvider = .apns, providerID: String? = nil
+    ) {
         self.token = token; self.environment = environment; self.pushType = pushType; self.topic = topic
         self.priority = priority; self.collapseID = collapseID; self.expiration = expiration
         self.apnsID = apnsID; self.payload = payload; self.provider = provider; self.providerID = providerID
@@ -82,9 +84,11 @@ public enum Renderer {
     /// - Parameters:
     ///   - senderDisplayName: the sender's push display name, when the sender set one.
     ///   - now: used only for `apns-expiration` when the event has no `created_at`.
-    public static func render(event: ChatEvent, recipient: String, state: UserState, targets: [Device],
-                              app: AppConfig, senderDisplayName: String? = nil,
-                              now: Date) throws(RenderError) -> [APNsRequest] {
+    public static func render(
+        event: ChatEvent, recipient: String, state: UserState, targets: [Device],
+        app: AppConfig, senderDisplayName: String? = nil,
+        now: Date
+    ) throws(RenderError) -> [APNsRequest] {
         if targets.isEmpty { return [] }
         let nowMillis = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         let eventSeconds = event.ruleTime(now: nowMillis) / 1000
@@ -97,41 +101,55 @@ public enum Renderer {
         for device in targets {
             switch device.kind {
             case .fcm:
-                out.append(try FCMMessage.request(event: event, recipient: recipient, state: state, device: device,
-                                                  app: app, senderDisplayName: senderDisplayName,
-                                                  eventSeconds: eventSeconds))
+                out.append(
+                    try FCMMessage.request(
+                        event: event, recipient: recipient, state: state, device: device,
+                        app: app, senderDisplayName: senderDisplayName,
+                        eventSeconds: eventSeconds))
                 continue
             case .webhook:
                 // One POST per recipient and webhook provider, however many webhook devices name it.
                 guard let hook = app.webhook(device.providerID) else {
-                    throw RenderError(code: .noProvider, detail: "webhook device names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such webhook")
+                    throw RenderError(
+                        code: .noProvider,
+                        detail:
+                            "webhook device names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such webhook"
+                    )
                 }
                 if !webhookProviders.insert(hook.providerID).inserted { continue }
-                out.append(WebhookPayload.request(event: event, recipient: recipient, state: state, device: device,
-                                                  hook: hook, app: app, senderDisplayName: senderDisplayName,
-                                                  eventSeconds: eventSeconds))
+                out.append(
+                    WebhookPayload.request(
+                        event: event, recipient: recipient, state: state, device: device,
+                        hook: hook, app: app, senderDisplayName: senderDisplayName,
+                        eventSeconds: eventSeconds))
                 continue
             case .apns, .voip:
                 break
             }
             let pushType: APNsRequest.PushType
-            switch (isCall ? event.call?.action.applePush : nil) {
+            switch isCall ? event.call?.action.applePush : nil {
             case .ring?: pushType = device.kind == .voip ? .voip : .alert
             case .background?: pushType = .background
             case .alert?, nil: pushType = event.kind == .messageDeleted ? .background : .alert
             }
             guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
-                throw RenderError(code: .noTopic, detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
+                throw RenderError(
+                    code: .noTopic,
+                    detail:
+                        "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential"
+                )
             }
             let payload: [UInt8]
             if let p = pushType == .voip ? voipPayload : alertPayload {
                 payload = p
             } else {
-                payload = try renderPayload(event: event, recipient: recipient, state: state, app: app,
-                                            senderDisplayName: senderDisplayName, pushType: pushType)
+                payload = try renderPayload(
+                    event: event, recipient: recipient, state: state, app: app,
+                    senderDisplayName: senderDisplayName, pushType: pushType)
                 if pushType == .voip { voipPayload = payload } else { alertPayload = payload }
             }
-            let (sum, overflow) = eventSeconds.addingReportingOverflow(isCall ? app.callExpirationSeconds : app.expirationSeconds)
+            let (sum, overflow) = eventSeconds.addingReportingOverflow(
+                isCall ? app.callExpirationSeconds : app.expirationSeconds)
             let expiration = overflow ? Int64.max : sum
             var collapse: String?
             if let call = event.call, isCall {
@@ -140,12 +158,14 @@ public enum Renderer {
             } else if app.collapseID == .message {
                 collapse = Self.messageCollapseID(event)
             }
-            out.append(APNsRequest(token: device.token, environment: device.environment, pushType: pushType,
-                                   topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
-                                   priority: pushType == .background ? 5 : 10,
-                                   collapseID: collapse, expiration: max(0, expiration),
-                                   apnsID: APNsID.derive(eventID: event.eventID, token: device.token),
-                                   payload: payload))
+            out.append(
+                APNsRequest(
+                    token: device.token, environment: device.environment, pushType: pushType,
+                    topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
+                    priority: pushType == .background ? 5 : 10,
+                    collapseID: collapse, expiration: max(0, expiration),
+                    apnsID: APNsID.derive(eventID: event.eventID, token: device.token),
+                    payload: payload))
         }
         return out
     }
@@ -185,8 +205,10 @@ public enum Renderer {
     }
 
     /// The alert body (before `em_push_content`, which the caller applies).
-    public static func body(event: ChatEvent, preferences: Preferences, app: AppConfig,
-                            senderDisplayName: String?) -> String {
+    public static func body(
+        event: ChatEvent, preferences: Preferences, app: AppConfig,
+        senderDisplayName: String?
+    ) -> String {
         let strings = app.strings(for: preferences.languages)
         let sender = senderName(event, senderDisplayName)
         switch event.kind {
@@ -230,8 +252,10 @@ public enum Renderer {
         }
     }
 
-    static func variable(_ v: TemplateVariable, _ event: ChatEvent, _ sender: String, _ text: String,
-                         _ strings: Strings) -> String {
+    static func variable(
+        _ v: TemplateVariable, _ event: ChatEvent, _ sender: String, _ text: String,
+        _ strings: Strings
+    ) -> String {
         switch v {
         case .senderName: return sender
         case .message: return text
@@ -248,11 +272,15 @@ public enum Renderer {
     /// The per-recipient texts every provider's payload starts from: the body (templates, catalogs,
     /// translation, `em_push_content`), the title (app title template, or the sender for CometChat),
     /// and what the Sendbird object carries. Returns the content and the sender's shown name.
-    static func content(event: ChatEvent, state: UserState, app: AppConfig,
-                        senderDisplayName: String?, cometchatTitle: Bool) -> (PayloadContent, String) {
+    static func content(
+        event: ChatEvent, state: UserState, app: AppConfig,
+        senderDisplayName: String?, cometchatTitle: Bool
+    ) -> (PayloadContent, String) {
         let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
-        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
+        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty {
+            body = pc
+        }
         var title: String?
         let sender = senderName(event, senderDisplayName)
         if let t = app.titleTemplate {
@@ -262,19 +290,26 @@ public enum Renderer {
         } else if cometchatTitle {
             title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
         }
-        return (PayloadContent(title: title, body: body,
-                               detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
-                               translations: event.message?.translations ?? [],
-                               data: event.message?.data ?? "", extern: event.ext.apns.extern), sender)
+        return (
+            PayloadContent(
+                title: title, body: body,
+                detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
+                translations: event.message?.translations ?? [],
+                data: event.message?.data ?? "", extern: event.ext.apns.extern), sender
+        )
     }
 
     /// Renders the payload for one recipient and push type, shortened to fit.
-    public static func renderPayload(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
-                                     senderDisplayName: String?,
-                                     pushType: APNsRequest.PushType) throws(RenderError) -> [UInt8] {
+    public static func renderPayload(
+        event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
+        senderDisplayName: String?,
+        pushType: APNsRequest.PushType
+    ) throws(RenderError) -> [UInt8] {
         let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
-        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty { body = pc }
+        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty {
+            body = pc
+        }
         var title: String?
         let sender = senderName(event, senderDisplayName)
         if let t = app.titleTemplate {
@@ -284,10 +319,11 @@ public enum Renderer {
         } else if case .cometchat = app.payloadProfile {
             title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
         }
-        var content = PayloadContent(title: title, body: body,
-                               detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
-                                     translations: event.message?.translations ?? [],
-                                     data: event.message?.data ?? "", extern: event.ext.apns.extern)
+        var content = PayloadContent(
+            title: title, body: body,
+            detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
+            translations: event.message?.translations ?? [],
+            data: event.message?.data ?? "", extern: event.ext.apns.extern)
         let limit = pushType.payloadLimit
         let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
 
@@ -347,7 +383,9 @@ public enum Renderer {
     static func shareCut(_ content: inout PayloadContent, excess: Int, copies: Int, textCopies: Int, floor: Int) {
         let bodyLength = JSONWriter.escapedLength(content.body) - 2
         let textLength = JSONWriter.escapedLength(content.detailText) - 2
-        func saved(_ level: Int) -> Int { copies * max(0, bodyLength - level) + textCopies * max(0, textLength - level) }
+        func saved(_ level: Int) -> Int {
+            copies * max(0, bodyLength - level) + textCopies * max(0, textLength - level)
+        }
         var low = floor, high = max(floor, bodyLength, textCopies > 0 ? textLength : 0)
         if saved(low) < excess {
             high = low  // cannot save enough at the floor: cut both to it
@@ -360,7 +398,9 @@ public enum Renderer {
         }
         let level = max(0, low)
         if bodyLength > level { content.body = shorten(content.body, by: bodyLength - level) }
-        if textCopies > 0, textLength > level { content.detailText = shorten(content.detailText, by: textLength - level) }
+        if textCopies > 0, textLength > level {
+            content.detailText = shorten(content.detailText, by: textLength - level)
+        }
     }
 
     /// Shortens `text` so that its JSON-escaped form is at least `excess` bytes
@@ -384,9 +424,11 @@ public enum Renderer {
         return String(text[..<end]) + ellipsis
     }
 
-    static func write(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ app: AppConfig, _ sender: String,
-                      _ badge: Int?, _ content: PayloadContent, pushType: APNsRequest.PushType = .alert,
-                      into w: inout JSONWriter) {
+    static func write(
+        _ event: ChatEvent, _ recipient: String, _ state: UserState, _ app: AppConfig, _ sender: String,
+        _ badge: Int?, _ content: PayloadContent, pushType: APNsRequest.PushType = .alert,
+        into w: inout JSONWriter
+    ) {
         if pushType == .background {
             // A background push: no alert, sound or badge; the profile fields below tell the app what changed.
             w.raw("{\"aps\":{\"content-available\":1,\"thread-id\":"); w.string(event.conversation.id)
@@ -397,7 +439,8 @@ public enum Renderer {
 
         switch app.payloadProfile {
         case .compact: writeCompact(event, recipient, into: &w)
-        case .sendbird(let key): writeSendbird(event, recipient, state, sender, content, key: key, app.payloadOptions, into: &w)
+        case .sendbird(let key):
+            writeSendbird(event, recipient, state, sender, content, key: key, app.payloadOptions, into: &w)
         case .cometchat: writeCometChat(event, recipient, state, sender, content, app.payloadOptions, into: &w)
         }
         if let e = content.extern { w.raw(",\"e\":"); w.value(e) }
@@ -405,29 +448,33 @@ public enum Renderer {
     }
 
     /// `{"aps":{...}` of a visible notification (the closing brace of the payload is the caller's).
-    static func writeAlertAPS(_ event: ChatEvent, _ app: AppConfig, _ badge: Int?, _ content: PayloadContent,
-                              into w: inout JSONWriter) {
+    static func writeAlertAPS(
+        _ event: ChatEvent, _ app: AppConfig, _ badge: Int?, _ content: PayloadContent,
+        into w: inout JSONWriter
+    ) {
         let a = event.ext.apns
         let options = app.payloadOptions
         if options.alertString {
             w.raw("{\"aps\":{\"alert\":"); w.string(content.body)
         } else {
-        w.raw("{\"aps\":{\"alert\":{")
-        var first = true
-        if let title = content.title {
-            w.key("title"); w.string(title); first = false
-        }
-        if !first { w.byte(UInt8(ascii: ",")) }
-        w.key("body"); w.string(content.body)
-        if let k = a.titleLocKey {
-            w.raw(",\"title-loc-key\":"); w.string(k)
-            if let args = a.titleLocArgs, !content.locArgsDropped { w.raw(",\"title-loc-args\":"); w.stringArray(args) }
-        }
-        if let k = a.bodyLocKey {
-            w.raw(",\"loc-key\":"); w.string(k)
-            if let args = a.bodyLocArgs, !content.locArgsDropped { w.raw(",\"loc-args\":"); w.stringArray(args) }
-        }
-        w.byte(UInt8(ascii: "}"))
+            w.raw("{\"aps\":{\"alert\":{")
+            var first = true
+            if let title = content.title {
+                w.key("title"); w.string(title); first = false
+            }
+            if !first { w.byte(UInt8(ascii: ",")) }
+            w.key("body"); w.string(content.body)
+            if let k = a.titleLocKey {
+                w.raw(",\"title-loc-key\":"); w.string(k)
+                if let args = a.titleLocArgs, !content.locArgsDropped {
+                    w.raw(",\"title-loc-args\":"); w.stringArray(args)
+                }
+            }
+            if let k = a.bodyLocKey {
+                w.raw(",\"loc-key\":"); w.string(k)
+                if let args = a.bodyLocArgs, !content.locArgsDropped { w.raw(",\"loc-args\":"); w.stringArray(args) }
+            }
+            w.byte(UInt8(ascii: "}"))
         }
         if let badge { w.raw(",\"badge\":"); w.int(badge) }
         w.raw(",\"sound\":"); w.string(a.sound ?? options.sound(conversation: event.conversation.id))
@@ -441,8 +488,11 @@ public enum Renderer {
     static func writeCompact(_ event: ChatEvent, _ recipient: String, into w: inout JSONWriter) {
         w.raw(",\"f\":"); w.string(event.sender.id)
         w.raw(",\"t\":"); w.string(recipient)
-        if let m = event.message { w.raw(",\"m\":"); w.string(m.id) }
-        else if let id = event.reaction?.messageID { w.raw(",\"m\":"); w.string(id) }
+        if let m = event.message {
+            w.raw(",\"m\":"); w.string(m.id)
+        } else if let id = event.reaction?.messageID {
+            w.raw(",\"m\":"); w.string(id)
+        }
         if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
         if let call = event.call { writeCallObject(call, into: &w) }
         if let action = messageAction(event) { w.raw(",\"action\":"); w.string(action) }
@@ -470,16 +520,20 @@ public enum Renderer {
         if let n = Int64(id), String(n) == id { w.int(n) } else { w.string(id) }
     }
 
-    static func writeSendbird(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                              _ content: PayloadContent, key: String, _ options: PayloadOptions, into w: inout JSONWriter) {
+    static func writeSendbird(
+        _ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
+        _ content: PayloadContent, key: String, _ options: PayloadOptions, into w: inout JSONWriter
+    ) {
         w.byte(UInt8(ascii: ",")); w.key(key)
         writeSendbirdObject(event, recipient, state, sender, content, options, into: &w)
     }
 
     /// The Sendbird object itself (`{"category":"messaging:offline_notification",...}`).
-    static func writeSendbirdObject(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                                    _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
-                                    into w: inout JSONWriter) {
+    static func writeSendbirdObject(
+        _ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
+        _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
+        into w: inout JSONWriter
+    ) {
         let m = event.message
         w.raw("{\"category\":\"messaging:offline_notification\",\"type\":")
         switch m?.type {
@@ -490,8 +544,11 @@ public enum Renderer {
         w.raw(",\"message\":"); w.string(m != nil ? content.detailText : content.body)
         w.raw(",\"data\":"); w.string(content.data)
         w.raw(",\"custom_type\":"); w.string(m?.customType ?? "")
-        if let m { w.raw(",\"message_id\":"); writeID(m.id, into: &w) }
-        else if let id = event.reaction?.messageID { w.raw(",\"message_id\":"); writeID(id, into: &w) }
+        if let m {
+            w.raw(",\"message_id\":"); writeID(m.id, into: &w)
+        } else if let id = event.reaction?.messageID {
+            w.raw(",\"message_id\":"); writeID(id, into: &w)
+        }
         if let t = event.createdAt { w.raw(",\"created_at\":"); w.int(t) }
         w.raw(",\"app_id\":"); w.string(event.appID)
         w.raw(",\"unread_message_count\":"); w.int(state.unread.total)
@@ -499,7 +556,11 @@ public enum Renderer {
         w.raw(",\"name\":"); w.string(event.conversation.name ?? "")
         w.raw(",\"custom_type\":"); w.string(event.conversation.customType ?? "")
         w.raw("},\"channel_type\":")
-        if event.conversation.type == .direct { w.raw("\"messaging\"") } else { w.string(options.sendbirdGroupChannelType) }
+        if event.conversation.type == .direct {
+            w.raw("\"messaging\"")
+        } else {
+            w.string(options.sendbirdGroupChannelType)
+        }
         w.raw(",\"sender\":{\"id\":"); w.string(event.sender.id)
         w.raw(",\"name\":"); w.string(sender)
         w.raw(",\"profile_url\":"); w.string(event.sender.profileURL ?? "")
@@ -525,7 +586,8 @@ public enum Renderer {
             // The mention counts are Herald's when the app counts (docs/behaviour.md §12), else 0.
             w.raw(",\"mentioned_users\":{\"user_id\":"); w.string(recipient)
             w.raw(",\"total_unread_mention_count\":"); w.int(state.unread.mentionTotal)
-            w.raw(",\"channel_unread_mention_count\":"); w.int(state.unread.mentionConversations[event.conversation.id] ?? 0)
+            w.raw(",\"channel_unread_mention_count\":");
+            w.int(state.unread.mentionConversations[event.conversation.id] ?? 0)
             w.raw(",\"is_hidden\":false}")
         }
         if let action = messageAction(event) { w.raw(",\"message_action\":"); w.string(action) }
@@ -536,9 +598,11 @@ public enum Renderer {
         w.byte(UInt8(ascii: "}"))
     }
 
-    static func writeCometChat(_ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-                               _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
-                               into w: inout JSONWriter) {
+    static func writeCometChat(
+        _ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
+        _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
+        into w: inout JSONWriter
+    ) {
         let isGroup = event.conversation.type == .group
         w.raw(",\"title\":"); w.string(content.title ?? sender)
         w.raw(",\"body\":"); w.string(content.body)
@@ -546,8 +610,11 @@ public enum Renderer {
         w.raw(",\"senderName\":"); w.string(sender)
         if let p = event.sender.profileURL { w.raw(",\"senderAvatar\":"); w.string(p) }
         w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
-        if isGroup, let n = event.conversation.name { w.raw(",\"receiverName\":"); w.string(n) }
-        else if !isGroup, let n = state.preferences.displayName { w.raw(",\"receiverName\":"); w.string(n) }
+        if isGroup, let n = event.conversation.name {
+            w.raw(",\"receiverName\":"); w.string(n)
+        } else if !isGroup, let n = state.preferences.displayName {
+            w.raw(",\"receiverName\":"); w.string(n)
+        }
         w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
         let tag: String
         switch event.kind {
@@ -573,7 +640,8 @@ public enum Renderer {
             w.raw(",\"sender\":"); w.string(event.sender.id)
             w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
             w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
-            w.raw(",\"category\":\"message\",\"type\":"); w.string(m.type == .file ? (fileCategory(m.file?.mimeType)) : "text")
+            w.raw(",\"category\":\"message\",\"type\":");
+            w.string(m.type == .file ? (fileCategory(m.file?.mimeType)) : "text")
             w.raw(",\"text\":"); w.string(content.detailText)
             if let f = m.file, let url = f.url { w.raw(",\"url\":"); w.string(url) }
             if let t = event.createdAt { w.raw(",\"sentAt\":"); w.int(t / 1000) }

@@ -48,7 +48,9 @@ public enum Ingest {
     /// An event with no pushable content: a text or admin message whose text
     /// is empty and which sets no `em_push_content` and no loc-key.
     static func nothingToPush(_ event: ChatEvent) -> EventValidationError? {
-        guard event.kind == .message || event.kind == .messageEdited, let m = event.message, m.type != .file else { return nil }
+        guard event.kind == .message || event.kind == .messageEdited, let m = event.message, m.type != .file else {
+            return nil
+        }
         let a = event.ext.apns
         if m.text.isEmpty && (a.pushContent ?? "").isEmpty && a.bodyLocKey == nil && a.titleLocKey == nil {
             return EventValidationError(field: "message.text", message: "empty (nothing to push)")
@@ -115,15 +117,20 @@ public enum Decision: Sendable, Hashable {
 public enum Suppression {
     /// Applies rules 1 to 10 for one recipient. `now` is used only when the
     /// event has no `created_at` (the rules evaluate at the event time).
-    public static func decide(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
-                              now: Date) -> Decision {
-        decide(event: event, recipient: recipient, state: state, app: app,
-               at: event.ruleTime(now: Int64((now.timeIntervalSince1970 * 1000).rounded(.down))))
+    public static func decide(
+        event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
+        now: Date
+    ) -> Decision {
+        decide(
+            event: event, recipient: recipient, state: state, app: app,
+            at: event.ruleTime(now: Int64((now.timeIntervalSince1970 * 1000).rounded(.down))))
     }
 
     /// Applies rules 1 to 10 at an explicit time (epoch milliseconds).
-    public static func decide(event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
-                              at millis: Int64) -> Decision {
+    public static func decide(
+        event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
+        at millis: Int64
+    ) -> Decision {
         // 1. Never the sender.
         if recipient == event.sender.id { return .suppress(.sender) }
         // 2. em_ignore_notification: nothing overrides it.
@@ -153,8 +160,10 @@ public enum Suppression {
         // 5. em_force_notification skips rules 6 to 9.
         if event.ext.forceNotification { return .deliver(targets: targets) }
         // 6. Conversation off or muted.
-        let conv = state.preferences.conversations.isEmpty
-            ? ConversationPreference() : (state.preferences.conversations[event.conversation.id] ?? ConversationPreference())
+        let conv =
+            state.preferences.conversations.isEmpty
+            ? ConversationPreference()
+            : (state.preferences.conversations[event.conversation.id] ?? ConversationPreference())
         if conv.trigger == .off { return .suppress(.conversationOff) }
         if conv.muted { return .suppress(.muted) }
         // 7. Effective trigger.
@@ -187,7 +196,10 @@ public enum Suppression {
         if state.devices.allSatisfy({ $0.kind == .apns }) { return state.devices }
         var appleKind = Device.Kind.apns
         if event.kind == .call, event.call?.action.applePush == .ring,
-           state.devices.contains(where: { $0.kind == .voip }) { appleKind = .voip }
+            state.devices.contains(where: { $0.kind == .voip })
+        {
+            appleKind = .voip
+        }
         return state.devices.filter { $0.kind == appleKind || $0.kind == .fcm || $0.kind == .webhook }
     }
 }

@@ -20,8 +20,10 @@ public struct SimulationLine: Sendable, Hashable {
     /// The recipient's priority class and lane (`class`, `lane`, `class_rule` in the JSON); nil for a dropped event.
     public var priority: PriorityDecision?
 
-    public init(user: String?, decision: Outcome, reason: String?, notifications: [APNsRequest] = [],
-                priority: PriorityDecision? = nil) {
+    public init(
+        user: String?, decision: Outcome, reason: String?, notifications: [APNsRequest] = [],
+        priority: PriorityDecision? = nil
+    ) {
         self.user = user
         self.decision = decision
         self.reason = reason
@@ -71,8 +73,10 @@ public enum Simulator {
     ///     `created_at`, else `now` (what the stages do).
     ///   - now: the wall clock, used when neither `at` nor `created_at` is given.
     /// - Throws: `EventValidationError` when the event is not valid.
-    public static func simulate(eventBytes: some Collection<UInt8>, fixture: StateFixture, apps: AppDirectory,
-                                at: Date?, now: Date) throws(EventValidationError) -> [SimulationLine] {
+    public static func simulate(
+        eventBytes: some Collection<UInt8>, fixture: StateFixture, apps: AppDirectory,
+        at: Date?, now: Date
+    ) throws(EventValidationError) -> [SimulationLine] {
         let event = try ChatEvent.decode(eventBytes)
         // The stages dead-letter an app the pipeline file does not list (`unknown_app`), as they do an invalid event.
         guard apps.isKnown(event.appID) else {
@@ -100,15 +104,20 @@ public enum Simulator {
             let priority = Priority.classify(event, policy: app.priority, memberCount: memberCount, recipient: user)
             switch Suppression.decide(event: event, recipient: user, state: state, app: app, at: ruleTime) {
             case .suppress(let reason):
-                lines.append(SimulationLine(user: user, decision: .suppress, reason: reason.rawValue, priority: priority))
+                lines.append(
+                    SimulationLine(user: user, decision: .suppress, reason: reason.rawValue, priority: priority))
             case .deliver(let targets):
                 do {
-                    let requests = try Renderer.render(event: event, recipient: user, state: state, targets: targets,
-                                                       app: app, senderDisplayName: senderDisplayName, now: renderNow)
-                    lines.append(SimulationLine(user: user, decision: .deliver, reason: nil, notifications: requests,
-                                                priority: priority))
+                    let requests = try Renderer.render(
+                        event: event, recipient: user, state: state, targets: targets,
+                        app: app, senderDisplayName: senderDisplayName, now: renderNow)
+                    lines.append(
+                        SimulationLine(
+                            user: user, decision: .deliver, reason: nil, notifications: requests,
+                            priority: priority))
                 } catch {
-                    lines.append(SimulationLine(user: user, decision: .error, reason: error.code.rawValue, priority: priority))
+                    lines.append(
+                        SimulationLine(user: user, decision: .error, reason: error.code.rawValue, priority: priority))
                 }
             }
         }

@@ -48,8 +48,10 @@ public struct DeliverableRecord: Sendable, Hashable {
     public var targets: [Device]
     public var senderDisplayName: String?
 
-    public init(event: ChatEvent, recipient: String, state: UserState, targets: [Device],
-                senderDisplayName: String? = nil) {
+    public init(
+        event: ChatEvent, recipient: String, state: UserState, targets: [Device],
+        senderDisplayName: String? = nil
+    ) {
         self.event = event
         self.recipient = recipient
         self.state = state
@@ -71,8 +73,10 @@ public struct OutboundRecord: Sendable, Hashable {
     /// Do not send before this time (epoch milliseconds); set on retries.
     public var notBefore: Int64?
 
-    public init(eventID: String, appID: String, recipient: String, request: APNsRequest, attempt: Int = 1,
-                notBefore: Int64? = nil) {
+    public init(
+        eventID: String, appID: String, recipient: String, request: APNsRequest, attempt: Int = 1,
+        notBefore: Int64? = nil
+    ) {
         self.eventID = eventID
         self.appID = appID
         self.recipient = recipient
@@ -109,9 +113,11 @@ public struct DLQRecord: Sendable, Hashable {
     /// When, epoch milliseconds.
     public var time: Int64
 
-    public init(original: [UInt8], maxOriginalBytes: Int = .max, sourceTopic: String? = nil,
-                sourcePartition: Int32? = nil, sourceOffset: Int64? = nil, stage: String, reason: String,
-                detail: String, time: Int64) {
+    public init(
+        original: [UInt8], maxOriginalBytes: Int = .max, sourceTopic: String? = nil,
+        sourcePartition: Int32? = nil, sourceOffset: Int64? = nil, stage: String, reason: String,
+        detail: String, time: Int64
+    ) {
         if original.count > maxOriginalBytes {
             self.original = Data(original.prefix(max(0, maxOriginalBytes))).base64EncodedString()
             self.originalSize = original.count
@@ -131,9 +137,11 @@ public struct DLQRecord: Sendable, Hashable {
     }
 
     /// A record whose `original` is already base64 (as read back from the DLQ).
-    public init(encodedOriginal: String, sourceTopic: String?, sourcePartition: Int32? = nil, sourceOffset: Int64? = nil,
-                originalSize: Int? = nil, originalSHA256: String? = nil, truncated: Bool = false, stage: String,
-                reason: String, detail: String, time: Int64) {
+    public init(
+        encodedOriginal: String, sourceTopic: String?, sourcePartition: Int32? = nil, sourceOffset: Int64? = nil,
+        originalSize: Int? = nil, originalSHA256: String? = nil, truncated: Bool = false, stage: String,
+        reason: String, detail: String, time: Int64
+    ) {
         self.original = encodedOriginal
         self.sourceTopic = sourceTopic
         self.sourcePartition = sourcePartition

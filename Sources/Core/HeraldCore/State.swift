@@ -44,8 +44,10 @@ public struct Device: Sendable, Hashable {
     /// app's first credential of that provider. Not used for APNs (the bundle id picks the credential).
     public var providerID: String?
 
-    public init(token: String, kind: Kind = .apns, environment: APNsEnvironment = .production,
-                bundleID: String? = nil, registeredAt: Int64 = 0, providerID: String? = nil) {
+    public init(
+        token: String, kind: Kind = .apns, environment: APNsEnvironment = .production,
+        bundleID: String? = nil, registeredAt: Int64 = 0, providerID: String? = nil
+    ) {
         self.token = token
         self.kind = kind
         self.environment = environment
@@ -107,9 +109,10 @@ public struct ClockTime: Sendable, Hashable, Comparable, CustomStringConvertible
     public init?(_ text: String) {
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 2, (1...2).contains(parts[0].count), parts[1].count == 2,
-              parts.allSatisfy({ $0.allSatisfy { $0.isASCII && $0.isNumber } }),
-              let h = Int(parts[0]), let m = Int(parts[1]),
-              (0...24).contains(h), (0...59).contains(m), !(h == 24 && m != 0) else { return nil }
+            parts.allSatisfy({ $0.allSatisfy { $0.isASCII && $0.isNumber } }),
+            let h = Int(parts[0]), let m = Int(parts[1]),
+            (0...24).contains(h), (0...59).contains(m), !(h == 24 && m != 0)
+        else { return nil }
         minutes = h * 60 + m
     }
 
@@ -173,10 +176,12 @@ public struct Preferences: Sendable, Hashable {
     public var languages: [String]
     public var badge: Bool
 
-    public init(trigger: PushTrigger = .all, conversations: [String: ConversationPreference] = [:],
-                dnd: DoNotDisturb? = nil, snooze: Snooze? = nil, template: TemplateChoice = .default,
-                displayStyle: DisplayStyle = .summary, displayName: String? = nil,
-                languages: [String] = [], badge: Bool = true) {
+    public init(
+        trigger: PushTrigger = .all, conversations: [String: ConversationPreference] = [:],
+        dnd: DoNotDisturb? = nil, snooze: Snooze? = nil, template: TemplateChoice = .default,
+        displayStyle: DisplayStyle = .summary, displayName: String? = nil,
+        languages: [String] = [], badge: Bool = true
+    ) {
         self.trigger = trigger
         self.conversations = conversations
         self.dnd = dnd
@@ -205,8 +210,10 @@ public struct Unread: Sendable, Hashable {
     /// Per conversation (Sendbird's `channel_unread_mention_count`).
     public var mentionConversations: [String: Int]
 
-    public init(total: Int = 0, conversations: [String: Int] = [:], mentionTotal: Int = 0,
-                mentionConversations: [String: Int] = [:]) {
+    public init(
+        total: Int = 0, conversations: [String: Int] = [:], mentionTotal: Int = 0,
+        mentionConversations: [String: Int] = [:]
+    ) {
         self.total = total
         self.conversations = conversations
         self.mentionTotal = mentionTotal
@@ -223,8 +230,10 @@ public struct UserState: Sendable, Hashable {
     public var preferences: Preferences
     public var unread: Unread
 
-    public init(devices: [Device] = [], online: [String] = [], preferences: Preferences = Preferences(),
-                unread: Unread = Unread()) {
+    public init(
+        devices: [Device] = [], online: [String] = [], preferences: Preferences = Preferences(),
+        unread: Unread = Unread()
+    ) {
         self.devices = devices
         self.online = online
         self.preferences = preferences

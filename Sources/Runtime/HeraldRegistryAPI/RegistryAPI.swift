@@ -38,8 +38,10 @@ public struct RegistryAPI: Sendable {
     /// client cannot grow the metric's label set), the status, and the client's name (`-` when unauthenticated).
     public let onRequest: @Sendable (_ route: String, _ status: Int, _ client: String) -> Void
 
-    public init(operations: RegistryOperations, clients: [Client], logger: Logger,
-                onRequest: @escaping @Sendable (String, Int, String) -> Void = { _, _, _ in }) {
+    public init(
+        operations: RegistryOperations, clients: [Client], logger: Logger,
+        onRequest: @escaping @Sendable (String, Int, String) -> Void = { _, _, _ in }
+    ) {
         self.operations = operations
         self.clients = clients
         self.logger = logger
@@ -52,9 +54,13 @@ public struct RegistryAPI: Sendable {
         let (route, response) = await answer(method: method, path: path, client: client, body: body)
         onRequest(route, response.status, client ?? "-")
         if response.status >= 500 {
-            logger.warning("registry api request failed", metadata: ["route": "\(route)", "status": "\(response.status)", "client": "\(client ?? "-")"])
+            logger.warning(
+                "registry api request failed",
+                metadata: ["route": "\(route)", "status": "\(response.status)", "client": "\(client ?? "-")"])
         } else {
-            logger.debug("registry api request", metadata: ["route": "\(route)", "status": "\(response.status)", "client": "\(client ?? "-")"])
+            logger.debug(
+                "registry api request",
+                metadata: ["route": "\(route)", "status": "\(response.status)", "client": "\(client ?? "-")"])
         }
         return response
     }
@@ -86,8 +92,10 @@ public struct RegistryAPI: Sendable {
         guard client != nil else {
             return ("unauthenticated", Self.error(401, "missing or unknown bearer token", field: "Authorization"))
         }
-        guard segments.count >= 6, segments[1] == "apps", segments[3] == "users", !segments[2].isEmpty, !segments[4].isEmpty,
-              segments[2].utf8.count <= 256, segments[4].utf8.count <= 256 else {
+        guard segments.count >= 6, segments[1] == "apps", segments[3] == "users", !segments[2].isEmpty,
+            !segments[4].isEmpty,
+            segments[2].utf8.count <= 256, segments[4].utf8.count <= 256
+        else {
             return ("unknown", Self.error(404, "not found"))
         }
         let app = segments[2], user = segments[4]
@@ -97,55 +105,82 @@ public struct RegistryAPI: Sendable {
         case ("devices", 1):
             switch method {
             case "POST":
-                return ("POST \(base)devices", await write { () throws(FieldError) in
-                    try RegistryOperations.registerRecord(app: app, user: user, body: body, now: operations.now())
-                })
+                return (
+                    "POST \(base)devices",
+                    await write { () throws(FieldError) in
+                        try RegistryOperations.registerRecord(app: app, user: user, body: body, now: operations.now())
+                    }
+                )
             case "DELETE":
-                return ("DELETE \(base)devices", await write { RegistryRecord(op: .unregisterAll, appID: app, user: user) })
+                return (
+                    "DELETE \(base)devices", await write { RegistryRecord(op: .unregisterAll, appID: app, user: user) }
+                )
             default: return ("method_not_allowed", Self.methodNotAllowed("POST, DELETE"))
             }
         case ("devices", 2):
             guard method == "DELETE" else { return ("method_not_allowed", Self.methodNotAllowed("DELETE")) }
             let token = rest[1]
-            return ("DELETE \(base)devices/{token}", await write {
-                RegistryRecord(op: .unregisterDevice, appID: app, user: user, token: token)
-            })
+            return (
+                "DELETE \(base)devices/{token}",
+                await write {
+                    RegistryRecord(op: .unregisterDevice, appID: app, user: user, token: token)
+                }
+            )
         case ("preferences", 1):
             switch method {
             case "GET":
-                return ("GET \(base)preferences", await read { () async throws -> [UInt8] in
-                    try StageCodec.encode(try await operations.preferences(app: app, user: user))
-                })
+                return (
+                    "GET \(base)preferences",
+                    await read { () async throws -> [UInt8] in
+                        try StageCodec.encode(try await operations.preferences(app: app, user: user))
+                    }
+                )
             case "PATCH":
-                return ("PATCH \(base)preferences", await write { () throws(FieldError) in
-                    try RegistryOperations.patchRecord(app: app, user: user, body: body)
-                })
+                return (
+                    "PATCH \(base)preferences",
+                    await write { () throws(FieldError) in
+                        try RegistryOperations.patchRecord(app: app, user: user, body: body)
+                    }
+                )
             default: return ("method_not_allowed", Self.methodNotAllowed("GET, PATCH"))
             }
         case ("presence", 1):
             guard method == "PUT" else { return ("method_not_allowed", Self.methodNotAllowed("PUT")) }
-            return ("PUT \(base)presence", await write { () throws(FieldError) in
-                try RegistryOperations.presenceRecord(app: app, user: user, body: body)
-            })
+            return (
+                "PUT \(base)presence",
+                await write { () throws(FieldError) in
+                    try RegistryOperations.presenceRecord(app: app, user: user, body: body)
+                }
+            )
         case ("read", 1):
             guard method == "POST" else { return ("method_not_allowed", Self.methodNotAllowed("POST")) }
-            return ("POST \(base)read", await write { () throws(FieldError) in
-                try RegistryOperations.markReadRecord(app: app, user: user, body: body)
-            })
+            return (
+                "POST \(base)read",
+                await write { () throws(FieldError) in
+                    try RegistryOperations.markReadRecord(app: app, user: user, body: body)
+                }
+            )
         case ("counts", 1):
             guard method == "GET" else { return ("method_not_allowed", Self.methodNotAllowed("GET")) }
-            return ("GET \(base)counts", await read { () async throws -> [UInt8] in
-                let c = try await operations.counts(app: app, user: user)
-                return Array(JSONValue.object([
-                    ("unread", Self.json(total: c.total, c.conversations)),
-                    ("mentions", Self.json(total: c.mentionTotal, c.mentionConversations)),
-                ]).serialized.utf8)
-            })
+            return (
+                "GET \(base)counts",
+                await read { () async throws -> [UInt8] in
+                    let c = try await operations.counts(app: app, user: user)
+                    return Array(
+                        JSONValue.object([
+                            ("unread", Self.json(total: c.total, c.conversations)),
+                            ("mentions", Self.json(total: c.mentionTotal, c.mentionConversations)),
+                        ]).serialized.utf8)
+                }
+            )
         case ("explain", 1):
             guard method == "GET" else { return ("method_not_allowed", Self.methodNotAllowed("GET")) }
             do {
                 guard let decision = try await operations.lastDecision(app: app, user: user) else {
-                    return ("GET \(base)explain", Self.error(404, "no decision about this user is kept (never a recipient, or expired)"))
+                    return (
+                        "GET \(base)explain",
+                        Self.error(404, "no decision about this user is kept (never a recipient, or expired)")
+                    )
                 }
                 return ("GET \(base)explain", Response(status: 200, body: Array(decision.serialized.utf8)))
             } catch {
@@ -170,9 +205,13 @@ public struct RegistryAPI: Sendable {
         } catch {
             return Self.unavailable(error)
         }
-        return Response(status: 202, body: Array(JSONValue.object([
-            ("accepted", .bool(true)), ("op", .string(record.op.rawValue)), ("user", .string(record.user ?? "")),
-        ]).serialized.utf8))
+        return Response(
+            status: 202,
+            body: Array(
+                JSONValue.object([
+                    ("accepted", .bool(true)), ("op", .string(record.op.rawValue)),
+                    ("user", .string(record.user ?? "")),
+                ]).serialized.utf8))
     }
 
     private func read(_ body: () async throws -> [UInt8]) async -> Response {
@@ -186,7 +225,8 @@ public struct RegistryAPI: Sendable {
     /// 503: Redis or Kafka could not be reached. The message names the failing system and its error code,
     /// never request content.
     static func unavailable(_ error: any Error) -> Response {
-        Self.error(503, "state store or registry topic unavailable; try again (\(String(describing: error).prefix(200)))")
+        Self.error(
+            503, "state store or registry topic unavailable; try again (\(String(describing: error).prefix(200)))")
     }
 
     static func methodNotAllowed(_ allowed: String) -> Response {
@@ -200,7 +240,12 @@ public struct RegistryAPI: Sendable {
     }
 
     static func json(total: Int, _ conversations: [String: Int]) -> JSONValue {
-        .object([("total", .number(String(total))),
-                 ("conversations", .object(conversations.sorted { $0.key < $1.key }.map { ($0.key, .number(String($0.value))) }))])
+        .object([
+            ("total", .number(String(total))),
+            (
+                "conversations",
+                .object(conversations.sorted { $0.key < $1.key }.map { ($0.key, .number(String($0.value))) })
+            ),
+        ])
     }
 }

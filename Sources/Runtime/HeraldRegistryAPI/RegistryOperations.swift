@@ -38,8 +38,10 @@ public struct RegistryOperations: Sendable {
     public let explain: ExplainStore
     public let now: @Sendable () -> Int64
 
-    public init(sink: any RegistryRecordSink, store: StateStore, explain: ExplainStore,
-                now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+    public init(
+        sink: any RegistryRecordSink, store: StateStore, explain: ExplainStore,
+        now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+    ) {
         self.sink = sink
         self.store = store
         self.explain = explain
@@ -56,8 +58,10 @@ public struct RegistryOperations: Sendable {
 
     /// `register_device` from a JSON body: `token` (required), `kind` (`apns`, `voip`, `fcm`, `webhook`) or
     /// CometChat's `platform`, `environment`, `bundle_id`, `provider_id`, `unique`.
-    public static func registerRecord(app: String, user: String, body: some Collection<UInt8>,
-                                      now: Int64) throws(FieldError) -> RegistryRecord {
+    public static func registerRecord(
+        app: String, user: String, body: some Collection<UInt8>,
+        now: Int64
+    ) throws(FieldError) -> RegistryRecord {
         let object = try Self.object(body)
         var token: String?, kind: Device.Kind?, environment = APNsEnvironment.production
         var bundleID: String?, providerID: String?, unique = false
@@ -73,7 +77,8 @@ public struct RegistryOperations: Sendable {
             case "platform":
                 let raw = try Self.string(value, name)
                 guard let k = PushPlatform.kind(for: raw) else {
-                    throw FieldError(field: name, message: "unknown platform \"\(raw)\" (a CometChat PushPlatforms name)")
+                    throw FieldError(
+                        field: name, message: "unknown platform \"\(raw)\" (a CometChat PushPlatforms name)")
                 }
                 if kind != nil && kind != k { throw FieldError(field: name, message: "disagrees with kind") }
                 kind = k
@@ -86,23 +91,31 @@ public struct RegistryOperations: Sendable {
             case "bundle_id": bundleID = try Self.string(value, name)
             case "provider_id": providerID = try Self.string(value, name)
             case "unique":
-                guard case .bool(let b) = value else { throw FieldError(field: name, message: "expected true or false, got \(value.typeName)") }
+                guard case .bool(let b) = value else {
+                    throw FieldError(field: name, message: "expected true or false, got \(value.typeName)")
+                }
                 unique = b
             default:
-                throw FieldError(field: name, message: "unknown field (known: bundle_id, environment, kind, platform, provider_id, token, unique)")
+                throw FieldError(
+                    field: name,
+                    message: "unknown field (known: bundle_id, environment, kind, platform, provider_id, token, unique)"
+                )
             }
         }
         let k = kind ?? .apns
         guard let raw = token, !raw.isEmpty else { throw FieldError(field: "token", message: "missing") }
-        let device = try Self.device(token: raw, kind: k, environment: environment, bundleID: bundleID,
-                                     providerID: providerID, registeredAt: now)
+        let device = try Self.device(
+            token: raw, kind: k, environment: environment, bundleID: bundleID,
+            providerID: providerID, registeredAt: now)
         return RegistryRecord(op: .registerDevice, appID: app, user: user, device: device, unique: unique ? true : nil)
     }
 
     /// A device with its token checked: hex (lowercased) for `apns` and `voip`, no spaces and at most 4096 bytes
     /// for the others.
-    public static func device(token: String, kind: Device.Kind, environment: APNsEnvironment, bundleID: String?,
-                              providerID: String?, registeredAt: Int64) throws(FieldError) -> Device {
+    public static func device(
+        token: String, kind: Device.Kind, environment: APNsEnvironment, bundleID: String?,
+        providerID: String?, registeredAt: Int64
+    ) throws(FieldError) -> Device {
         let apple = kind == .apns || kind == .voip
         if apple {
             guard token.utf8.count <= 200, token.allSatisfy(\.isHexDigit) else {
@@ -113,19 +126,26 @@ public struct RegistryOperations: Sendable {
                 throw FieldError(field: "token", message: "a registration token has no spaces and at most 4096 bytes")
             }
         }
-        return Device(token: apple ? token.lowercased() : token, kind: kind, environment: environment, bundleID: bundleID,
-                      registeredAt: registeredAt, providerID: providerID)
+        return Device(
+            token: apple ? token.lowercased() : token, kind: kind, environment: environment, bundleID: bundleID,
+            registeredAt: registeredAt, providerID: providerID)
     }
 
     /// `set_presence` from `{"online": ["<token>", ...], "ttl_ms": 120000}` (`ttl_ms` optional).
-    public static func presenceRecord(app: String, user: String, body: some Collection<UInt8>) throws(FieldError) -> RegistryRecord {
+    public static func presenceRecord(
+        app: String, user: String, body: some Collection<UInt8>
+    ) throws(FieldError) -> RegistryRecord {
         let object = try Self.object(body)
         var online: [String]?, ttl: Int64?
         for (name, value) in object {
             switch name {
             case "online":
-                guard case .array(let items) = value else { throw FieldError(field: name, message: "expected an array of tokens, got \(value.typeName)") }
-                guard items.count <= 4 * Device.maxPerUser else { throw FieldError(field: name, message: "too many tokens") }
+                guard case .array(let items) = value else {
+                    throw FieldError(field: name, message: "expected an array of tokens, got \(value.typeName)")
+                }
+                guard items.count <= 4 * Device.maxPerUser else {
+                    throw FieldError(field: name, message: "too many tokens")
+                }
                 var tokens: [String] = []
                 for (i, item) in items.enumerated() { tokens.append(try Self.string(item, "online[\(i)]")) }
                 online = tokens
@@ -143,14 +163,18 @@ public struct RegistryOperations: Sendable {
     }
 
     /// `mark_read` from `{"conversation": "c1"}`, or `{}` / an empty body for every conversation.
-    public static func markReadRecord(app: String, user: String, body: some Collection<UInt8>) throws(FieldError) -> RegistryRecord {
+    public static func markReadRecord(
+        app: String, user: String, body: some Collection<UInt8>
+    ) throws(FieldError) -> RegistryRecord {
         var conversation: String?
         if body.contains(where: { !($0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09) }) {
             for (name, value) in try Self.object(body) {
                 switch name {
                 case "conversation":
                     let c = try Self.string(value, name)
-                    guard !c.isEmpty, c.utf8.count <= 256 else { throw FieldError(field: name, message: "a conversation id is 1 to 256 bytes") }
+                    guard !c.isEmpty, c.utf8.count <= 256 else {
+                        throw FieldError(field: name, message: "a conversation id is 1 to 256 bytes")
+                    }
                     conversation = c
                 default:
                     throw FieldError(field: name, message: "unknown field (known: conversation)")
@@ -161,7 +185,9 @@ public struct RegistryOperations: Sendable {
     }
 
     /// `patch_preferences` from the PATCH body (`PreferencePatch.parse`).
-    public static func patchRecord(app: String, user: String, body: some Collection<UInt8>) throws(FieldError) -> RegistryRecord {
+    public static func patchRecord(
+        app: String, user: String, body: some Collection<UInt8>
+    ) throws(FieldError) -> RegistryRecord {
         RegistryRecord(op: .patchPreferences, appID: app, user: user, patch: try PreferencePatch.parse(body))
     }
 
@@ -182,8 +208,10 @@ public struct RegistryOperations: Sendable {
     public func lastDecision(app: String, user: String) async throws -> JSONValue? {
         guard let (decision, trail) = try await explain.lastDecision(app: app, user: user) else { return nil }
         func entry(_ e: ExplainEntry) -> JSONValue {
-            var o: [(String, JSONValue)] = [("stage", .string(e.stage)), ("decision", .string(e.decision)),
-                                            ("reason", e.reason.map(JSONValue.string) ?? .null), ("at", .number(String(e.at)))]
+            var o: [(String, JSONValue)] = [
+                ("stage", .string(e.stage)), ("decision", .string(e.decision)),
+                ("reason", e.reason.map(JSONValue.string) ?? .null), ("at", .number(String(e.at))),
+            ]
             if let t = e.token { o.append(("token", .string(t))) }
             if let s = e.status { o.append(("status", .number(String(s)))) }
             if let a = e.attempt { o.append(("attempt", .number(String(a)))) }
@@ -222,7 +250,9 @@ public struct RegistryOperations: Sendable {
     }
 
     static func string(_ value: JSONValue, _ field: String) throws(FieldError) -> String {
-        guard case .string(let s) = value else { throw FieldError(field: field, message: "expected a string, got \(value.typeName)") }
+        guard case .string(let s) = value else {
+            throw FieldError(field: field, message: "expected a string, got \(value.typeName)")
+        }
         return s
     }
 }

@@ -79,7 +79,8 @@ extension ConfigKey {
         "address of the HTTP endpoint (set `0.0.0.0` in a container so Prometheus and the kubelet can reach it)")
     public static let metricsPort = ConfigKey(
         "HERALD_METRICS_PORT", default: "9100", documented: "`stages.<stage>.metrics_port` (9101-9106)",
-        .integer(0...65535), "port of `/metrics`, `/healthz`, `/readyz`; `0` picks a free port (logged as `http endpoint listening`)")
+        .integer(0...65535),
+        "port of `/metrics`, `/healthz`, `/readyz`; `0` picks a free port (logged as `http endpoint listening`)")
     public static let shutdownDeadlineMs = ConfigKey(
         "HERALD_SHUTDOWN_DEADLINE_MS", default: "25000", documented: "25000", positive,
         "after SIGTERM/SIGINT the process exits (status 0) no later than this, milliseconds")
@@ -127,7 +128,8 @@ extension ConfigKey {
         "herald-send: longest `herald.retry` delay, milliseconds")
     public static let sendPriorityReservePercent = ConfigKey(
         "HERALD_SEND_PRIORITY_RESERVE_PERCENT", default: "20", documented: "20", .integer(0...90),
-        "herald-send: share of each APNs connection's streams and of the in-flight slots only the priority lane may use")
+        "herald-send: share of each APNs connection's streams and of the in-flight slots only the priority lane may use"
+    )
     public static let fcmHost = ConfigKey(
         "HERALD_FCM_HOST", default: nil, documented: "`fcm.googleapis.com:443`",
         "herald-send: FCM `host:port` (tests: herald-mock-fcm)")
@@ -143,16 +145,19 @@ extension ConfigKey {
 
     public static let pipelineWatchMs = ConfigKey(
         "HERALD_PIPELINE_WATCH_MS", default: "1000", documented: "1000", .integer(0...Int64.max),
-        "herald-render, herald-send: how often the pipeline file's content is compared for a reload, milliseconds; `0`: reload on SIGHUP only")
+        "herald-render, herald-send: how often the pipeline file's content is compared for a reload, milliseconds; `0`: reload on SIGHUP only"
+    )
     public static let apiPort = ConfigKey(
         "HERALD_API_PORT", default: nil, documented: "pipeline `api.port` (unset: no API)", .integer(0...65535),
-        "herald-registry: port of the registry API ([registry-api.md](registry-api.md)); `0` picks a free port (logged as `registry api listening`)")
+        "herald-registry: port of the registry API ([registry-api.md](registry-api.md)); `0` picks a free port (logged as `registry api listening`)"
+    )
     public static let apiHost = ConfigKey(
         "HERALD_API_HOST", default: nil, documented: "pipeline `api.host` (`127.0.0.1`)",
         "herald-registry: address of the registry API")
     public static let apiTokens = ConfigKey(
         "HERALD_API_TOKENS", default: nil,
-        "herald-registry: API clients as `name=token,name=token` (tokens of 16 characters or more), on top of the pipeline's `api.clients` (whose `token_env` variables hold their tokens); a port with no client at all stops the process at startup")
+        "herald-registry: API clients as `name=token,name=token` (tokens of 16 characters or more), on top of the pipeline's `api.clients` (whose `token_env` variables hold their tokens); a port with no client at all stops the process at startup"
+    )
 
     /// Every key, in the order of the docs table.
     public static let all: [ConfigKey] = [
@@ -214,7 +219,8 @@ public struct ConfigReader: Sendable {
             return value
         case .oneOf(let words):
             guard words.contains(value.lowercased()) else {
-                throw ConfigurationError(key: key.name, value: value, reason: "expected one of \(words.joined(separator: ", "))")
+                throw ConfigurationError(
+                    key: key.name, value: value, reason: "expected one of \(words.joined(separator: ", "))")
             }
             return value.lowercased()
         }
@@ -239,7 +245,9 @@ public struct ConfigReader: Sendable {
         guard let number = Int64(value), range.contains(number) else {
             let reason: String
             if range.upperBound == Int64.max {
-                reason = range.lowerBound == 1 ? "expected a positive integer" : "expected an integer of at least \(range.lowerBound)"
+                reason =
+                    range.lowerBound == 1
+                    ? "expected a positive integer" : "expected an integer of at least \(range.lowerBound)"
             } else {
                 reason = "expected an integer \(range.lowerBound)-\(range.upperBound)"
             }

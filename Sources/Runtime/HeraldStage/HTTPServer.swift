@@ -31,10 +31,12 @@ public final class StageHTTPServer: Service, Sendable {
     /// Largest request body accepted when `routes` is set.
     public static let maxBodyBytes = 1 << 20
 
-    private init(host: String, port: Int,
-                 serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>,
-                 registry: PrometheusCollectorRegistry, readiness: ReadinessChecks, logger: Logger,
-                 readinessLabels: [(String, String)], routes: HTTPRouteHandler?) {
+    private init(
+        host: String, port: Int,
+        serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>,
+        registry: PrometheusCollectorRegistry, readiness: ReadinessChecks, logger: Logger,
+        readinessLabels: [(String, String)], routes: HTTPRouteHandler?
+    ) {
         self.readinessLabels = readinessLabels
         self.routes = routes
         self.host = host
@@ -48,24 +50,28 @@ public final class StageHTTPServer: Service, Sendable {
     /// Binds the listening socket now (so a port conflict fails at startup, and port 0 resolves to a real port).
     /// - Parameter readinessLabels: labels of `herald_ready` and `herald_readiness_check` (the stage's `stage`),
     ///   which every `/metrics` scrape sets from a fresh readiness evaluation, so alerts can see a stage that is not ready.
-    public static func bind(host: String = "0.0.0.0", port: Int, registry: PrometheusCollectorRegistry,
-                            readiness: ReadinessChecks, readinessLabels: [(String, String)] = [],
-                            logger: Logger = Logger(label: "herald.http"),
-                            eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-                            routes: HTTPRouteHandler? = nil) async throws -> StageHTTPServer {
+    public static func bind(
+        host: String = "0.0.0.0", port: Int, registry: PrometheusCollectorRegistry,
+        readiness: ReadinessChecks, readinessLabels: [(String, String)] = [],
+        logger: Logger = Logger(label: "herald.http"),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        routes: HTTPRouteHandler? = nil
+    ) async throws -> StageHTTPServer {
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 64)
             .bind(host: host, port: port) { child in
                 child.eventLoop.makeCompletedFuture {
                     try child.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: child)
+                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                        wrappingChannelSynchronously: child)
                 }
             }
         let bound = channel.channel.localAddress?.port ?? port
         logger.info("http endpoint listening", metadata: [LogKey.host: "\(host)", LogKey.port: "\(bound)"])
-        return StageHTTPServer(host: host, port: bound, serverChannel: channel, registry: registry,
-                               readiness: readiness, logger: logger, readinessLabels: readinessLabels, routes: routes)
+        return StageHTTPServer(
+            host: host, port: bound, serverChannel: channel, registry: registry,
+            readiness: readiness, logger: logger, readinessLabels: readinessLabels, routes: routes)
     }
 
     /// Serves connections until graceful shutdown or cancellation, then closes the listening socket and every open
@@ -121,11 +127,15 @@ public final class StageHTTPServer: Service, Sendable {
                         request = nil
                         let response: Response
                         if bodyTooLarge {
-                            response = Response(status: .payloadTooLarge, contentType: "application/json",
-                                                body: Array(#"{"error":"request body larger than 1 MiB","field":"(body)"}"#.utf8))
-                        } else if let routes = self.routes, let routed = await routes(Self.routeRequest(head, body: body)) {
-                            response = Response(status: HTTPResponseStatus(statusCode: routed.status),
-                                                contentType: routed.contentType, body: routed.body)
+                            response = Response(
+                                status: .payloadTooLarge, contentType: "application/json",
+                                body: Array(#"{"error":"request body larger than 1 MiB","field":"(body)"}"#.utf8))
+                        } else if let routes = self.routes,
+                            let routed = await routes(Self.routeRequest(head, body: body))
+                        {
+                            response = Response(
+                                status: HTTPResponseStatus(statusCode: routed.status),
+                                contentType: routed.contentType, body: routed.body)
                         } else {
                             response = await self.respond(to: head)
                         }
@@ -134,7 +144,8 @@ public final class StageHTTPServer: Service, Sendable {
                         headers.add(name: "Content-Type", value: response.contentType)
                         headers.add(name: "Content-Length", value: String(response.body.count))
                         if !head.isKeepAlive { headers.add(name: "Connection", value: "close") }
-                        try await outbound.write(.head(HTTPResponseHead(version: head.version, status: response.status, headers: headers)))
+                        try await outbound.write(
+                            .head(HTTPResponseHead(version: head.version, status: response.status, headers: headers)))
                         if head.method != .HEAD {
                             try await outbound.write(.body(.byteBuffer(ByteBuffer(bytes: response.body))))
                         }
@@ -152,8 +163,9 @@ public final class StageHTTPServer: Service, Sendable {
         let parts = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         var headers: [String: String] = [:]
         for (name, value) in head.headers where headers[name.lowercased()] == nil { headers[name.lowercased()] = value }
-        return HTTPRouteRequest(method: head.method.rawValue, path: parts.first.map(String.init) ?? head.uri,
-                                query: parts.count > 1 ? String(parts[1]) : nil, headers: headers, body: body)
+        return HTTPRouteRequest(
+            method: head.method.rawValue, path: parts.first.map(String.init) ?? head.uri,
+            query: parts.count > 1 ? String(parts[1]) : nil, headers: headers, body: body)
     }
 
     struct Response {
@@ -165,20 +177,25 @@ public final class StageHTTPServer: Service, Sendable {
     func respond(to head: HTTPRequestHead) async -> Response {
         let path = head.uri.split(separator: "?", maxSplits: 1).first.map(String.init) ?? head.uri
         guard head.method == .GET || head.method == .HEAD else {
-            return Response(status: .methodNotAllowed, contentType: "application/json", body: Array(#"{"error":"method not allowed"}"#.utf8))
+            return Response(
+                status: .methodNotAllowed, contentType: "application/json",
+                body: Array(#"{"error":"method not allowed"}"#.utf8))
         }
         switch path {
         case "/metrics":
             await publishReadiness()
-            return Response(status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer())
+            return Response(
+                status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer())
         case "/healthz":
             return Response(status: .ok, contentType: "application/json", body: Array(#"{"status":"ok"}"#.utf8))
         case "/readyz":
             let report = await readiness.evaluate()
-            return Response(status: report.isReady ? .ok : .serviceUnavailable, contentType: "application/json",
-                            body: Array(Self.readinessJSON(report).utf8))
+            return Response(
+                status: report.isReady ? .ok : .serviceUnavailable, contentType: "application/json",
+                body: Array(Self.readinessJSON(report).utf8))
         default:
-            return Response(status: .notFound, contentType: "application/json", body: Array(#"{"error":"not found"}"#.utf8))
+            return Response(
+                status: .notFound, contentType: "application/json", body: Array(#"{"error":"not found"}"#.utf8))
         }
     }
 
@@ -187,7 +204,8 @@ public final class StageHTTPServer: Service, Sendable {
         let report = await readiness.evaluate()
         registry.makeGauge(name: StageMetrics.Name.ready, labels: readinessLabels).set(to: report.isReady ? 1.0 : 0.0)
         for (check, passing) in report.checks {
-            registry.makeGauge(name: StageMetrics.Name.readinessCheck, labels: readinessLabels + [("check", check)]).set(to: passing ? 1.0 : 0.0)
+            registry.makeGauge(name: StageMetrics.Name.readinessCheck, labels: readinessLabels + [("check", check)])
+                .set(to: passing ? 1.0 : 0.0)
         }
     }
 
@@ -218,7 +236,8 @@ public struct HTTPRouteRequest: Sendable {
     public var headers: [String: String]
     public var body: [UInt8]
 
-    public init(method: String, path: String, query: String? = nil, headers: [String: String] = [:], body: [UInt8] = []) {
+    public init(method: String, path: String, query: String? = nil, headers: [String: String] = [:], body: [UInt8] = [])
+    {
         self.method = method
         self.path = path
         self.query = query

@@ -8,7 +8,8 @@ public enum KeyFiles {
     /// A file that cannot be inspected gives no warning here (loading it reports the error).
     public static func exposureWarning(path: String) -> String? {
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-              let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue else { return nil }
+            let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue
+        else { return nil }
         guard permissions & 0o077 != 0 else { return nil }
         return "key file \(path) is accessible to its group or others (mode \(String(permissions, radix: 8))); "
             + "restrict it to its owner (chmod 600)"
@@ -16,7 +17,9 @@ public enum KeyFiles {
 
     /// The secret files named by `credential`.
     public static func paths(of credential: APNsCredential) -> [String] {
-        [credential.keyFile, credential.privateKeyFile, credential.p12File, credential.certificateFile].compactMap { $0 }
+        [credential.keyFile, credential.privateKeyFile, credential.p12File, credential.certificateFile].compactMap {
+            $0
+        }
     }
 
     /// Logs a warning for every secret file of `apps` that its group or others can read.

@@ -73,8 +73,10 @@ public struct JSONLogHandler: LogHandler {
     private let label: String
     private let sink: any LogSink
 
-    public init(label: String, level: Logger.Level = .info, sink: any LogSink = StandardErrorSink(),
-                metadataProvider: Logger.MetadataProvider? = nil) {
+    public init(
+        label: String, level: Logger.Level = .info, sink: any LogSink = StandardErrorSink(),
+        metadataProvider: Logger.MetadataProvider? = nil
+    ) {
         self.label = label
         self.logLevel = level
         self.sink = sink
@@ -102,11 +104,15 @@ public struct JSONLogHandler: LogHandler {
         if let error = event.error, merged[LogKey.error] == nil {
             merged[LogKey.error] = .string("\(error)")
         }
-        sink.write(line: Self.line(ts: Date(), level: event.level, label: label, message: event.message.description, metadata: merged))
+        sink.write(
+            line: Self.line(
+                ts: Date(), level: event.level, label: label, message: event.message.description, metadata: merged))
     }
 
     /// One log line (no trailing newline). Exposed for tests and for tools that write the same format.
-    public static func line(ts: Date, level: Logger.Level, label: String, message: String, metadata: Logger.Metadata) -> String {
+    public static func line(
+        ts: Date, level: Logger.Level, label: String, message: String, metadata: Logger.Metadata
+    ) -> String {
         var out = "{\"ts\":"
         appendString(Self.timestamp(ts), to: &out)
         out += ",\"level\":"

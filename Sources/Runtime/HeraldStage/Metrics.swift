@@ -101,48 +101,74 @@ public struct StageMetrics: Sendable {
     /// Everything HeraldStage records, in the order of the docs table.
     public static let declarations: [MetricDeclaration] = [
         MetricDeclaration(Name.consumed, "counter", labels: "stage, topic", "records consumed"),
-        MetricDeclaration(Name.produced, "counter", labels: "stage, topic", "records produced and acknowledged by the broker"),
-        MetricDeclaration(Name.latency, "histogram (1 ms to 30 s)", labels: "stage",
-                          "from consumption to outputs acknowledged"),
-        MetricDeclaration(Name.suppressed, "counter", labels: "stage, reason",
-                          "suppressions by reason code (docs/behaviour.md §6: `sender`, `ignored`, `no_devices`, `online`, `conversation_off`, `muted`, `trigger_off`, `not_mentioned`, `snoozed`, `dnd`; ingest's drops); send counts `expired` here (a notification whose `apns-expiration` passed before it could be sent)"),
-        MetricDeclaration(Name.apnsResponses, "counter", labels: "stage, status, reason", stages: "send",
-                          "provider answers by HTTP status and reason (APNs, and FCM and webhook answers with their reasons: `UNREGISTERED`, `HTTP503`, ...)"),
+        MetricDeclaration(
+            Name.produced, "counter", labels: "stage, topic", "records produced and acknowledged by the broker"),
+        MetricDeclaration(
+            Name.latency, "histogram (1 ms to 30 s)", labels: "stage",
+            "from consumption to outputs acknowledged"),
+        MetricDeclaration(
+            Name.suppressed, "counter", labels: "stage, reason",
+            "suppressions by reason code (docs/behaviour.md §6: `sender`, `ignored`, `no_devices`, `online`, `conversation_off`, `muted`, `trigger_off`, `not_mentioned`, `snoozed`, `dnd`; ingest's drops); send counts `expired` here (a notification whose `apns-expiration` passed before it could be sent)"
+        ),
+        MetricDeclaration(
+            Name.apnsResponses, "counter", labels: "stage, status, reason", stages: "send",
+            "provider answers by HTTP status and reason (APNs, and FCM and webhook answers with their reasons: `UNREGISTERED`, `HTTP503`, ...)"
+        ),
         MetricDeclaration(Name.retries, "counter", labels: "stage, reason", stages: "send", "retries scheduled"),
-        MetricDeclaration(Name.sendDuplicates, "counter", labels: "stage", stages: "send",
-                          "notifications not sent again because their idempotency record says delivered"),
-        MetricDeclaration(Name.tokenFeedback, "counter", labels: "stage, reason", stages: "send",
-                          "dead tokens reported to `herald.token-feedback`, by provider reason"),
-        MetricDeclaration(Name.ingestWarnings, "counter", labels: "stage, field", stages: "ingest",
-                          "fields accepted in a repaired or defaulted form"),
-        MetricDeclaration(Name.registryOps, "counter", labels: "stage, op, outcome", stages: "registry",
-                          "state updates applied, by op and outcome (`applied`, `applied_moved`, `stale`, ...)"),
+        MetricDeclaration(
+            Name.sendDuplicates, "counter", labels: "stage", stages: "send",
+            "notifications not sent again because their idempotency record says delivered"),
+        MetricDeclaration(
+            Name.tokenFeedback, "counter", labels: "stage, reason", stages: "send",
+            "dead tokens reported to `herald.token-feedback`, by provider reason"),
+        MetricDeclaration(
+            Name.ingestWarnings, "counter", labels: "stage, field", stages: "ingest",
+            "fields accepted in a repaired or defaulted form"),
+        MetricDeclaration(
+            Name.registryOps, "counter", labels: "stage, op, outcome", stages: "registry",
+            "state updates applied, by op and outcome (`applied`, `applied_moved`, `stale`, ...)"),
         MetricDeclaration(Name.dlq, "counter", labels: "stage, reason", "records written to `herald.dlq`"),
-        MetricDeclaration(Name.dlqDropped, "counter", labels: "stage",
-                          "dead letters the DLQ refused too (logged; the partition moves on)"),
-        MetricDeclaration(Name.producerReplaced, "counter", labels: "stage",
-                          "producers replaced after a fatal librdkafka error"),
-        MetricDeclaration(Name.explainDropped, "counter", labels: "stage",
-                          "explain entries dropped because Redis was slow or absent"),
-        MetricDeclaration(Name.inFlight, "gauge", labels: "stage",
-                          "work started and not yet acknowledged (the sum over the stage's lanes)"),
-        MetricDeclaration(Name.laneConsumed, "counter", labels: "stage, lane",
-                          "records consumed by the lane's loop (`priority`, `bulk`; docs/pipeline.md, \"Priority lanes\"): the lane's throughput"),
-        MetricDeclaration(Name.laneLatency, "histogram (1 ms to 30 s)", labels: "stage, lane",
-                          "`herald_stage_latency_seconds` of one lane"),
+        MetricDeclaration(
+            Name.dlqDropped, "counter", labels: "stage",
+            "dead letters the DLQ refused too (logged; the partition moves on)"),
+        MetricDeclaration(
+            Name.producerReplaced, "counter", labels: "stage",
+            "producers replaced after a fatal librdkafka error"),
+        MetricDeclaration(
+            Name.explainDropped, "counter", labels: "stage",
+            "explain entries dropped because Redis was slow or absent"),
+        MetricDeclaration(
+            Name.inFlight, "gauge", labels: "stage",
+            "work started and not yet acknowledged (the sum over the stage's lanes)"),
+        MetricDeclaration(
+            Name.laneConsumed, "counter", labels: "stage, lane",
+            "records consumed by the lane's loop (`priority`, `bulk`; docs/pipeline.md, \"Priority lanes\"): the lane's throughput"
+        ),
+        MetricDeclaration(
+            Name.laneLatency, "histogram (1 ms to 30 s)", labels: "stage, lane",
+            "`herald_stage_latency_seconds` of one lane"),
         MetricDeclaration(Name.laneInFlight, "gauge", labels: "stage, lane", "`herald_in_flight` of one lane"),
-        MetricDeclaration(Name.consumerLag, "gauge", labels: "stage, topic, partition",
-                          "high watermark minus committed offset (what KEDA scales on)"),
-        MetricDeclaration(Name.redisErrors, "counter", labels: "stage, code", stages: "resolve, send, registry",
-                          "Redis failures by `RedisError` code"),
-        MetricDeclaration(Name.ready, "gauge", labels: "stage",
-                          "1 when `/readyz` would answer 200, else 0; set from a fresh readiness evaluation on every `/metrics` scrape (the `HeraldStageNotReady` alert)"),
-        MetricDeclaration(Name.readinessCheck, "gauge", labels: "stage, check",
-                          "1 per passing readiness check, 0 per failing one (`kafka`, `redis`, `apns`, ...)"),
-        MetricDeclaration(Name.configReloads, "counter", labels: "stage, outcome", stages: "render, send",
-                          "pipeline file reloads (SIGHUP or a changed file), `applied` or `refused` (the old configuration keeps running)"),
-        MetricDeclaration(Name.apiRequests, "counter", labels: "stage, route, status, client", stages: "registry",
-                          "registry API requests by route template (`PATCH /v1/apps/{app}/users/{user}/preferences`; `unknown`, `unauthenticated`, `method_not_allowed`), HTTP status and calling client (`-` when unauthenticated)"),
+        MetricDeclaration(
+            Name.consumerLag, "gauge", labels: "stage, topic, partition",
+            "high watermark minus committed offset (what KEDA scales on)"),
+        MetricDeclaration(
+            Name.redisErrors, "counter", labels: "stage, code", stages: "resolve, send, registry",
+            "Redis failures by `RedisError` code"),
+        MetricDeclaration(
+            Name.ready, "gauge", labels: "stage",
+            "1 when `/readyz` would answer 200, else 0; set from a fresh readiness evaluation on every `/metrics` scrape (the `HeraldStageNotReady` alert)"
+        ),
+        MetricDeclaration(
+            Name.readinessCheck, "gauge", labels: "stage, check",
+            "1 per passing readiness check, 0 per failing one (`kafka`, `redis`, `apns`, ...)"),
+        MetricDeclaration(
+            Name.configReloads, "counter", labels: "stage, outcome", stages: "render, send",
+            "pipeline file reloads (SIGHUP or a changed file), `applied` or `refused` (the old configuration keeps running)"
+        ),
+        MetricDeclaration(
+            Name.apiRequests, "counter", labels: "stage, route, status, client", stages: "registry",
+            "registry API requests by route template (`PATCH /v1/apps/{app}/users/{user}/preferences`; `unknown`, `unauthenticated`, `method_not_allowed`), HTTP status and calling client (`-` when unauthenticated)"
+        ),
     ]
 
     public let stage: String
@@ -173,9 +199,11 @@ public struct StageMetrics: Sendable {
         var copy = self
         copy.lane = name
         let dimensions = [("stage", stage), ("lane", Self.labelValue(name))]
-        copy.laneSeries = (Metrics.Timer(label: Name.laneLatency, dimensions: dimensions, factory: factory),
-                           CoreMetrics.Meter(label: Name.laneInFlight, dimensions: dimensions, factory: factory),
-                           CoreMetrics.Counter(label: Name.laneConsumed, dimensions: dimensions, factory: factory))
+        copy.laneSeries = (
+            Metrics.Timer(label: Name.laneLatency, dimensions: dimensions, factory: factory),
+            CoreMetrics.Meter(label: Name.laneInFlight, dimensions: dimensions, factory: factory),
+            CoreMetrics.Counter(label: Name.laneConsumed, dimensions: dimensions, factory: factory)
+        )
         copy.laneSeries?.inFlight.set(0)
         copy.laneSeries?.consumed.increment(by: 0)
         return copy
@@ -205,7 +233,8 @@ public struct StageMetrics: Sendable {
 
     /// An APNs answer: HTTP status and APNs reason (empty for 200).
     public func apnsResponse(status: Int, reason: String?, count: Int = 1) {
-        counter(Name.apnsResponses, [("status", String(status)), ("reason", Self.labelValue(reason ?? ""))]).increment(by: count)
+        counter(Name.apnsResponses, [("status", String(status)), ("reason", Self.labelValue(reason ?? ""))]).increment(
+            by: count)
     }
 
     /// A retry scheduled (to `herald.retry` or in process), by cause.
@@ -229,8 +258,11 @@ public struct StageMetrics: Sendable {
 
     /// The consumer group's lag on one partition (high watermark minus committed offset).
     public func setConsumerLag(topic: String, partition: Int32, lag: Int64) {
-        CoreMetrics.Gauge(label: Name.consumerLag, dimensions: [("stage", stage), ("topic", topic), ("partition", String(partition))], factory: factory)
-            .record(lag)
+        CoreMetrics.Gauge(
+            label: Name.consumerLag,
+            dimensions: [("stage", stage), ("topic", topic), ("partition", String(partition))], factory: factory
+        )
+        .record(lag)
     }
 
     /// A Redis call failed, by `RedisError` code.
@@ -262,7 +294,8 @@ public struct StageMetrics: Sendable {
 
     /// registry: a state update applied (or not), by op and outcome.
     public func registryOp(op: String, outcome: String, count: Int = 1) {
-        counter(Name.registryOps, [("op", Self.labelValue(op)), ("outcome", Self.labelValue(outcome))]).increment(by: count)
+        counter(Name.registryOps, [("op", Self.labelValue(op)), ("outcome", Self.labelValue(outcome))]).increment(
+            by: count)
     }
 
     private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
@@ -288,6 +321,8 @@ final class LaneTotals: Sendable {
     private let values = Mutex<[String: Int]>([:])
     /// Sets one lane's value; returns the sum over the lanes.
     func set(_ lane: String, _ value: Int) -> Int {
-        values.withLock { $0[lane] = value; return $0.values.reduce(0, +) }
+        values.withLock {
+            $0[lane] = value; return $0.values.reduce(0, +)
+        }
     }
 }

@@ -17,8 +17,10 @@ public final class PipelineReloader: Service, Sendable {
     let logger: Logger
     let stage: String
 
-    public init(path: String, environment: [String: String], interval: Duration?, stage: String,
-                logger: Logger, apply: @escaping @Sendable (PipelineConfig) throws -> Void) {
+    public init(
+        path: String, environment: [String: String], interval: Duration?, stage: String,
+        logger: Logger, apply: @escaping @Sendable (PipelineConfig) throws -> Void
+    ) {
         self.path = path
         self.environment = environment
         self.interval = interval
@@ -28,12 +30,15 @@ public final class PipelineReloader: Service, Sendable {
     }
 
     /// A reloader for a stage, from its setup: the file it started from, the watch interval from the environment.
-    public static func forStage(_ setup: StageSetup, apply: @escaping @Sendable (PipelineConfig) throws -> Void) throws -> PipelineReloader {
+    public static func forStage(
+        _ setup: StageSetup, apply: @escaping @Sendable (PipelineConfig) throws -> Void
+    ) throws -> PipelineReloader {
         let path = try setup.config.text(.pipeline) ?? ConfigKey.pipeline.defaultValue ?? ""
         let ms = try setup.config.requiredInt(.pipelineWatchMs)
         let interval: Duration? = ms == 0 ? nil : .milliseconds(ms)
-        return PipelineReloader(path: path, environment: ProcessInfo.processInfo.environment, interval: interval,
-                                stage: setup.stage.rawValue, logger: setup.logger, apply: apply)
+        return PipelineReloader(
+            path: path, environment: ProcessInfo.processInfo.environment, interval: interval,
+            stage: setup.stage.rawValue, logger: setup.logger, apply: apply)
     }
 
     public func run() async throws {
@@ -76,16 +81,22 @@ public final class PipelineReloader: Service, Sendable {
                 logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
             }
             try apply(try loaded.config.applying(ConfigReader(environment)))
-            Counter(label: StageMetrics.Name.configReloads, dimensions: [("stage", stage), ("outcome", "applied")]).increment()
-            logger.info("pipeline file reloaded: apps replaced", metadata: [
-                "file": "\(path)", "reason": "\(reason)", "apps": "\(loaded.config.apps.apps.count)",
-            ])
+            Counter(label: StageMetrics.Name.configReloads, dimensions: [("stage", stage), ("outcome", "applied")])
+                .increment()
+            logger.info(
+                "pipeline file reloaded: apps replaced",
+                metadata: [
+                    "file": "\(path)", "reason": "\(reason)", "apps": "\(loaded.config.apps.apps.count)",
+                ])
             return true
         } catch {
-            Counter(label: StageMetrics.Name.configReloads, dimensions: [("stage", stage), ("outcome", "refused")]).increment()
-            logger.error("pipeline file refused; the running configuration stays", metadata: [
-                "file": "\(path)", "reason": "\(reason)", "error": "\(error)",
-            ])
+            Counter(label: StageMetrics.Name.configReloads, dimensions: [("stage", stage), ("outcome", "refused")])
+                .increment()
+            logger.error(
+                "pipeline file refused; the running configuration stays",
+                metadata: [
+                    "file": "\(path)", "reason": "\(reason)", "error": "\(error)",
+                ])
             return false
         }
     }

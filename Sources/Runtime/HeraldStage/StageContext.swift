@@ -30,19 +30,24 @@ public struct StageContext: Sendable {
     /// For a stage's `main`: parses the environment, bootstraps the process (JSON logs on stderr at
     /// `HERALD_LOG_LEVEL`, the Prometheus backend, SIGPIPE ignored) and then does what `make` does.
     /// Throws `ConfigurationError` for a bad environment value, or the bind error.
-    public static func start(stage: String, environment: [String: String] = ProcessInfo.processInfo.environment,
-                             extraKnownKeys: Set<String> = []) async throws -> StageContext {
+    public static func start(
+        stage: String, environment: [String: String] = ProcessInfo.processInfo.environment,
+        extraKnownKeys: Set<String> = []
+    ) async throws -> StageContext {
         let parsed = try StageEnvironment(environment: environment, extraKnownKeys: extraKnownKeys)
         let registry = StageBootstrap.bootstrapProcess(logLevel: parsed.logLevel)
-        return try await make(stage: stage, environment: parsed, registry: registry, logger: Logger(label: "herald.\(stage)"))
+        return try await make(
+            stage: stage, environment: parsed, registry: registry, logger: Logger(label: "herald.\(stage)"))
     }
 
     /// The context over parts handed in, touching nothing process-wide: tags `logger` with the stage and instance,
     /// logs the environment's unknown-key warnings through it, makes the stage's metrics in `registry`, and binds
     /// the HTTP endpoint (`/metrics` from `registry`, `/healthz`, `/readyz`) on
     /// `HERALD_METRICS_HOST:HERALD_METRICS_PORT` (port 0: the kernel picks one; `http.port` tells which).
-    public static func make(stage: String, environment: StageEnvironment, registry: PrometheusCollectorRegistry,
-                            logger: Logger) async throws -> StageContext {
+    public static func make(
+        stage: String, environment: StageEnvironment, registry: PrometheusCollectorRegistry,
+        logger: Logger
+    ) async throws -> StageContext {
         var logger = logger
         logger[metadataKey: LogKey.stage] = .string(stage)
         logger[metadataKey: "instance"] = .string(environment.instance)
@@ -50,19 +55,22 @@ public struct StageContext: Sendable {
             logger.warning("\(warning)")
         }
         let readiness = ReadinessChecks()
-        let http = try await StageHTTPServer.bind(host: environment.metricsHost, port: environment.metricsPort,
-                                                  registry: registry, readiness: readiness,
-                                                  readinessLabels: [("stage", stage)], logger: logger)
-        return StageContext(stage: stage, environment: environment, logger: logger, registry: registry,
-                            metrics: StageMetrics(stage: stage, factory: HeraldMetrics.makeFactory(registry: registry)),
-                            readiness: readiness, http: http)
+        let http = try await StageHTTPServer.bind(
+            host: environment.metricsHost, port: environment.metricsPort,
+            registry: registry, readiness: readiness,
+            readinessLabels: [("stage", stage)], logger: logger)
+        return StageContext(
+            stage: stage, environment: environment, logger: logger, registry: registry,
+            metrics: StageMetrics(stage: stage, factory: HeraldMetrics.makeFactory(registry: registry)),
+            readiness: readiness, http: http)
     }
 
     /// The runtime over the HTTP endpoint and `services` (in dependency order; the last listed stops first),
     /// with SIGTERM/SIGINT handling and `HERALD_SHUTDOWN_DEADLINE_MS`.
     public func runtime(services: [any Service]) -> StageRuntime {
-        StageRuntime(http: http, services: services, readiness: readiness,
-                     shutdownDeadline: environment.shutdownDeadline, logger: logger)
+        StageRuntime(
+            http: http, services: services, readiness: readiness,
+            shutdownDeadline: environment.shutdownDeadline, logger: logger)
     }
 }
 

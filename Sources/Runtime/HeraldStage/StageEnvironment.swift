@@ -21,8 +21,10 @@ public struct StageEnvironment: Sendable, Hashable {
     /// Reads `environment` (the process environment by default) through `ConfigKey` (ConfigKeys.swift, the one
     /// list of keys). Empty values count as unset.
     /// - Parameter extraKnownKeys: further `HERALD_*` keys not to report as unknown (tests).
-    public init(environment: [String: String] = ProcessInfo.processInfo.environment,
-                extraKnownKeys: Set<String> = []) throws {
+    public init(
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        extraKnownKeys: Set<String> = []
+    ) throws {
         let config = ConfigReader(environment)
         pipelineFile = try config.text(.pipeline) ?? ""
         kafkaBrokers = try config.text(.kafkaBrokers) ?? ""

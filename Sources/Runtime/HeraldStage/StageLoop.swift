@@ -25,8 +25,10 @@ public struct StageLoopConfiguration: Sendable {
     /// record always fits the broker's limit.
     public var dlqMaxOriginalBytes: Int
 
-    public init(dlqTopic: String, maxInFlight: Int = 5000, maxConcurrentBatches: Int = 1,
-                produceRetryDelay: Duration = .milliseconds(200), dlqMaxOriginalBytes: Int = 65_536) {
+    public init(
+        dlqTopic: String, maxInFlight: Int = 5000, maxConcurrentBatches: Int = 1,
+        produceRetryDelay: Duration = .milliseconds(200), dlqMaxOriginalBytes: Int = 65_536
+    ) {
         self.dlqTopic = dlqTopic
         self.maxInFlight = max(1, maxInFlight)
         self.maxConcurrentBatches = max(1, maxConcurrentBatches)
@@ -82,10 +84,12 @@ public final class StageLoop: Service, Sendable {
     /// `herald_explain_dropped_total`), so a slow or absent Redis never slows the pipeline down.
     static let maxExplainWrites = 4
 
-    public init(consumer: KafkaConsumer, producer: KafkaProducer,
-                makeProducer: (@Sendable () throws -> KafkaProducer)? = nil, processor: any StageProcessor,
-                configuration: StageLoopConfiguration, metrics: StageMetrics, logger: Logger,
-                explain: (any ExplainSink)? = nil, now: @escaping @Sendable () -> Date = { Date() }) {
+    public init(
+        consumer: KafkaConsumer, producer: KafkaProducer,
+        makeProducer: (@Sendable () throws -> KafkaProducer)? = nil, processor: any StageProcessor,
+        configuration: StageLoopConfiguration, metrics: StageMetrics, logger: Logger,
+        explain: (any ExplainSink)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+    ) {
         self.consumer = consumer
         self.producers = Mutex(producer)
         self.makeProducer = makeProducer
@@ -228,8 +232,9 @@ public final class StageLoop: Service, Sendable {
             return false
         }
         if replaced {
-            logger.error("fatal producer error; producing through a new producer (unacknowledged outputs are produced again)",
-                         metadata: [LogKey.error: "\(error)"])
+            logger.error(
+                "fatal producer error; producing through a new producer (unacknowledged outputs are produced again)",
+                metadata: [LogKey.error: "\(error)"])
             metrics.producerReplaced()
             Task { try? await failed.shutdown(timeout: .seconds(1)) }
         }
@@ -244,8 +249,9 @@ public final class StageLoop: Service, Sendable {
             return s.fatal == nil
         }
         if first {
-            logger.critical("fatal producer error; stopping the stage (uncompleted inputs are redelivered)",
-                            metadata: [LogKey.error: "\(error)"])
+            logger.critical(
+                "fatal producer error; stopping the stage (uncompleted inputs are redelivered)",
+                metadata: [LogKey.error: "\(error)"])
         }
         stop()
     }
@@ -282,7 +288,8 @@ public final class StageLoop: Service, Sendable {
         let inputs = batch.map { StageInput(topic: $0.topic, key: $0.key, value: $0.value) }
         var results = await processor.process(inputs, context: context)
         if results.count != batch.count {
-            logger.error("processor returned \(results.count) results for \(batch.count) inputs; handing the batch back")
+            logger.error(
+                "processor returned \(results.count) results for \(batch.count) inputs; handing the batch back")
             results = Array(repeating: .handedBack, count: batch.count)
         }
 
@@ -299,8 +306,10 @@ public final class StageLoop: Service, Sendable {
             }
             if let letter = result.deadLetter {
                 let input = batch[index]
-                records.append(deadLetterRecord(original: input.value ?? [], input: input, reason: letter.reason,
-                                                detail: letter.detail, time: time))
+                records.append(
+                    deadLetterRecord(
+                        original: input.value ?? [], input: input, reason: letter.reason,
+                        detail: letter.detail, time: time))
                 owner.append(index)
             }
         }
@@ -317,7 +326,8 @@ public final class StageLoop: Service, Sendable {
             } catch {
                 if error.code == .fatal, replaceProducer(current, after: error), !context.isStopping() { continue }
                 if error.code == .closed || error.code == .fatal || context.isStopping() {
-                    logger.warning("cannot enqueue outputs; the inputs are redelivered", metadata: [LogKey.error: "\(error)"])
+                    logger.warning(
+                        "cannot enqueue outputs; the inputs are redelivered", metadata: [LogKey.error: "\(error)"])
                     return nil
                 }
                 logger.warning("enqueue failed; trying again", metadata: [LogKey.error: "\(error)"])
@@ -333,8 +343,9 @@ public final class StageLoop: Service, Sendable {
     private func emitNow(_ outputs: [StageOutput], input: ConsumerRecord, context: BatchContext) async -> Bool {
         if outputs.isEmpty { return true }
         let records = outputs.map { ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value) }
-        let prepared = Prepared(batch: [input], results: [StageResult()], records: records,
-                                owner: Array(repeating: 0, count: records.count), started: .now)
+        let prepared = Prepared(
+            batch: [input], results: [StageResult()], records: records,
+            owner: Array(repeating: 0, count: records.count), started: .now)
         guard let pending = await enqueue(prepared, context: context) else { return false }
         let reports = await pending.reports()
         let failed = await settle(prepared, reports: reports, context: context)
@@ -404,8 +415,9 @@ public final class StageLoop: Service, Sendable {
         while !retry.isEmpty {
             if !warned {
                 warned = true
-                logger.warning("broker did not acknowledge \(retry.count) outputs; producing again",
-                               metadata: ["topic": "\(retry[0].record.topic)"])
+                logger.warning(
+                    "broker did not acknowledge \(retry.count) outputs; producing again",
+                    metadata: ["topic": "\(retry[0].record.topic)"])
             }
             let current = producer
             if let fatal = current.fatalError {
@@ -441,21 +453,27 @@ public final class StageLoop: Service, Sendable {
 
     /// Dead-letters outputs the broker refused for good. Returns the DLQ records that failed for a passing
     /// reason (to be produced again); those the DLQ refuses for good are dropped, counted and logged.
-    private func deadLetterRejected(_ rejected: [(record: ProducerRecord, owner: Int, error: KafkaError)],
-                                    prepared: Prepared) async -> [(record: ProducerRecord, owner: Int)] {
+    private func deadLetterRejected(
+        _ rejected: [(record: ProducerRecord, owner: Int, error: KafkaError)],
+        prepared: Prepared
+    ) async -> [(record: ProducerRecord, owner: Int)] {
         let time = BatchContext.millis(now())
         var letters: [ProducerRecord] = []
         for item in rejected {
             let input = prepared.batch[item.owner]
             let name = item.error.librdkafkaName ?? item.error.code.rawValue
-            logger.error("broker refused an output for good; dead-lettering it", metadata: [
-                "topic": "\(item.record.topic)", "error": "\(name)", "bytes": "\(item.record.value?.count ?? 0)",
-                "source_partition": "\(input.partition)", "source_offset": "\(input.offset)",
-            ])
+            logger.error(
+                "broker refused an output for good; dead-lettering it",
+                metadata: [
+                    "topic": "\(item.record.topic)", "error": "\(name)", "bytes": "\(item.record.value?.count ?? 0)",
+                    "source_partition": "\(input.partition)", "source_offset": "\(input.offset)",
+                ])
             metrics.deadLettered(reason: "produce_rejected")
-            letters.append(deadLetterRecord(original: item.record.value ?? [], input: input, reason: "produce_rejected",
-                                            detail: "output to \(item.record.topic) refused by the broker: \(name)",
-                                            time: time))
+            letters.append(
+                deadLetterRecord(
+                    original: item.record.value ?? [], input: input, reason: "produce_rejected",
+                    detail: "output to \(item.record.topic) refused by the broker: \(name)",
+                    time: time))
         }
         var again: [(record: ProducerRecord, owner: Int)] = []
         let reports: [DeliveryReport]
@@ -466,9 +484,11 @@ public final class StageLoop: Service, Sendable {
             guard let error = report.error else { continue }
             if error.isPermanentRecordRejection {
                 metrics.deadLetterDropped()
-                logger.error("the DLQ refused a dead letter too; dropped", metadata: [
-                    "topic": "\(configuration.dlqTopic)", "error": "\(error.librdkafkaName ?? "")",
-                ])
+                logger.error(
+                    "the DLQ refused a dead letter too; dropped",
+                    metadata: [
+                        "topic": "\(configuration.dlqTopic)", "error": "\(error.librdkafkaName ?? "")",
+                    ])
             } else {
                 again.append((letters[position], rejected[position].owner))
             }
@@ -477,11 +497,14 @@ public final class StageLoop: Service, Sendable {
     }
 
     /// The DLQ record for `original` (an input, or an output the broker refused), cut to the configured size.
-    func deadLetterRecord(original: [UInt8], input: ConsumerRecord, reason: String, detail: String,
-                          time: Int64) -> ProducerRecord {
-        let dlq = DLQRecord(original: original, maxOriginalBytes: configuration.dlqMaxOriginalBytes,
-                            sourceTopic: input.topic, sourcePartition: input.partition, sourceOffset: input.offset,
-                            stage: processor.stage, reason: reason, detail: detail, time: time)
+    func deadLetterRecord(
+        original: [UInt8], input: ConsumerRecord, reason: String, detail: String,
+        time: Int64
+    ) -> ProducerRecord {
+        let dlq = DLQRecord(
+            original: original, maxOriginalBytes: configuration.dlqMaxOriginalBytes,
+            sourceTopic: input.topic, sourcePartition: input.partition, sourceOffset: input.offset,
+            stage: processor.stage, reason: reason, detail: detail, time: time)
         return ProducerRecord(topic: configuration.dlqTopic, key: input.key, value: StageCodec.encode(dlq))
     }
 
@@ -498,7 +521,8 @@ public final class StageLoop: Service, Sendable {
         }
         Task {
             do { try await sink.record(entries) } catch {
-                self.logger.warning("explain trail write failed", metadata: [LogKey.error: "\(error)", "entries": "\(entries.count)"])
+                self.logger.warning(
+                    "explain trail write failed", metadata: [LogKey.error: "\(error)", "entries": "\(entries.count)"])
                 self.metrics.explainDropped(count: entries.count)
             }
             self.state.withLock { $0.explainWrites -= 1 }
@@ -523,18 +547,24 @@ struct Tally {
     mutating func add(_ result: StageResult, input: ConsumerRecord, stage: String, logger: Logger) {
         if let letter = result.deadLetter {
             deadLettered[letter.reason, default: 0] += 1
-            logger.warning("dead-lettered", metadata: [
-                "reason": "\(letter.reason)", "detail": "\(letter.detail)", "topic": "\(input.topic)",
-                "partition": "\(input.partition)", "offset": "\(input.offset)",
-            ])
+            logger.warning(
+                "dead-lettered",
+                metadata: [
+                    "reason": "\(letter.reason)", "detail": "\(letter.detail)", "topic": "\(input.topic)",
+                    "partition": "\(input.partition)", "offset": "\(input.offset)",
+                ])
         }
         for note in result.notes {
             switch note {
             case .suppressed(let reason):
                 suppressed[reason, default: 0] += 1
                 if stage == "ingest" {
-                    logger.info("event dropped", metadata: ["reason": "\(reason)", "topic": "\(input.topic)",
-                                                            "partition": "\(input.partition)", "offset": "\(input.offset)"])
+                    logger.info(
+                        "event dropped",
+                        metadata: [
+                            "reason": "\(reason)", "topic": "\(input.topic)",
+                            "partition": "\(input.partition)", "offset": "\(input.offset)",
+                        ])
                 }
             case .apnsAnswer(let status, let reason):
                 answers[APNsAnswerKey(status: status ?? 0, reason: reason), default: 0] += 1

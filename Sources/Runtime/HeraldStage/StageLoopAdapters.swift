@@ -22,7 +22,9 @@ public struct RedisStateReader: StateReader {
 
     public func members(_ conversations: [ConversationRef]) async throws -> [[String]] {
         try await transient {
-            let commands = conversations.map { RedisCommand("SMEMBERS", RedisKeys.members(app: $0.appID, conversation: $0.conversation)) }
+            let commands = conversations.map {
+                RedisCommand("SMEMBERS", RedisKeys.members(app: $0.appID, conversation: $0.conversation))
+            }
             let replies = try await store.connection.pipeline(commands)
             guard replies.count == commands.count else {
                 throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
@@ -41,10 +43,13 @@ public struct RedisStateReader: StateReader {
     }
 
     /// `SSCAN key cursor COUNT n` for each conversation, pipelined. Small sets come back whole with cursor 0.
-    public func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage] {
+    public func memberPages(
+        _ conversations: [ConversationRef], cursors: [String], count: Int
+    ) async throws -> [MemberPage] {
         try await transient {
             let commands = zip(conversations, cursors).map {
-                RedisCommand("SSCAN", RedisKeys.members(app: $0.appID, conversation: $0.conversation), $1, "COUNT", count)
+                RedisCommand(
+                    "SSCAN", RedisKeys.members(app: $0.appID, conversation: $0.conversation), $1, "COUNT", count)
             }
             let replies = try await store.connection.pipeline(commands)
             guard replies.count == commands.count else {
@@ -52,7 +57,8 @@ public struct RedisStateReader: StateReader {
             }
             return try replies.map { reply in
                 let value = try reply.orThrow("SSCAN")
-                guard let parts = value.array, parts.count == 2, let next = parts[0].text, let items = parts[1].array else {
+                guard let parts = value.array, parts.count == 2, let next = parts[0].text, let items = parts[1].array
+                else {
                     throw RedisError(.unexpectedReply, "SSCAN answered \(value)")
                 }
                 return MemberPage(members: items.compactMap(\.text).sorted(), next: next)
@@ -62,8 +68,10 @@ public struct RedisStateReader: StateReader {
 
     public func memberCount(_ conversation: ConversationRef) async throws -> Int {
         try await transient {
-            let reply = try await store.connection.send(RedisCommand(
-                "SCARD", RedisKeys.members(app: conversation.appID, conversation: conversation.conversation))).orThrow("SCARD")
+            let reply = try await store.connection.send(
+                RedisCommand(
+                    "SCARD", RedisKeys.members(app: conversation.appID, conversation: conversation.conversation))
+            ).orThrow("SCARD")
             return Int(reply.int ?? 0)
         }
     }
@@ -78,15 +86,19 @@ public struct RedisFanOutProgress: FanOutProgress {
 
     public func fanOutCursor(app: String, eventID: String) async throws -> String? {
         try await transient {
-            let reply = try await connection.send(RedisCommand("GET", RedisKeys.fanOut(app: app, eventId: eventID))).orThrow("GET")
+            let reply = try await connection.send(RedisCommand("GET", RedisKeys.fanOut(app: app, eventId: eventID)))
+                .orThrow("GET")
             return reply.isNull ? nil : reply.text
         }
     }
 
     public func saveFanOutCursor(app: String, eventID: String, cursor: String) async throws {
         try await transient {
-            _ = try await connection.send(RedisCommand("SET", RedisKeys.fanOut(app: app, eventId: eventID), cursor,
-                                                       "PX", ttlMilliseconds)).orThrow("SET")
+            _ = try await connection.send(
+                RedisCommand(
+                    "SET", RedisKeys.fanOut(app: app, eventId: eventID), cursor,
+                    "PX", ttlMilliseconds)
+            ).orThrow("SET")
         }
     }
 }
@@ -102,29 +114,37 @@ public struct RedisDeliveryLedger: DeliveryLedger {
         self.ttlMilliseconds = ttlMilliseconds
     }
 
-    public func claim(app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds claimTTL: Int64,
-                      now: Int64) async throws -> [ClaimOutcome] {
+    public func claim(
+        app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds claimTTL: Int64,
+        now: Int64
+    ) async throws -> [ClaimOutcome] {
         try await transient {
-            try await store.claim(app: app, pairs: pairs.map(Self.key), owner: owner, ttlMilliseconds: claimTTL, now: now)
-                .map { claim in
-                    switch claim {
-                    case .claimed: .claimed
-                    case .delivered: .delivered
-                    case .pending(_, let until): .pendingElsewhere(until: until)
-                    }
+            try await store.claim(
+                app: app, pairs: pairs.map(Self.key), owner: owner, ttlMilliseconds: claimTTL, now: now
+            )
+            .map { claim in
+                switch claim {
+                case .claimed: .claimed
+                case .delivered: .delivered
+                case .pending(_, let until): .pendingElsewhere(until: until)
                 }
+            }
         }
     }
 
     public func confirm(app: String, pairs: [DeliveryPair]) async throws {
-        try await transient { try await store.confirmDelivered(app: app, pairs: pairs.map(Self.key), ttlMilliseconds: ttlMilliseconds) }
+        try await transient {
+            try await store.confirmDelivered(app: app, pairs: pairs.map(Self.key), ttlMilliseconds: ttlMilliseconds)
+        }
     }
 
     public func release(app: String, pairs: [DeliveryPair], owner: String) async throws {
         try await transient { try await store.releaseClaims(app: app, pairs: pairs.map(Self.key), owner: owner) }
     }
 
-    private static func key(_ pair: DeliveryPair) -> DeliveryKey { DeliveryKey(eventId: pair.eventID, token: pair.token) }
+    private static func key(_ pair: DeliveryPair) -> DeliveryKey {
+        DeliveryKey(eventId: pair.eventID, token: pair.token)
+    }
 }
 
 /// registry's writes through `StateStore`.
@@ -145,12 +165,14 @@ public struct RedisRegistryWriter: RegistryWriter {
             switch record.op {
             case .registerDevice:
                 guard let device = record.device else { return "invalid" }
-                let r = try await store.registerDeviceReporting(app: app, user: user, device: device,
-                                                                unique: record.unique ?? false)
+                let r = try await store.registerDeviceReporting(
+                    app: app, user: user, device: device,
+                    unique: record.unique ?? false)
                 if r.movedFrom != nil { return r.evicted.isEmpty ? "applied_moved" : "applied_moved_evicted" }
                 return r.evicted.isEmpty ? "applied" : "applied_evicted"
             case .unregisterDevice:
-                return try await store.unregisterDevice(app: app, user: user, token: record.token ?? "") ? "applied" : "not_registered"
+                return try await store.unregisterDevice(app: app, user: user, token: record.token ?? "")
+                    ? "applied" : "not_registered"
             case .unregisterAll:
                 _ = try await store.unregisterAll(app: app, user: user)
                 return "applied"
@@ -158,14 +180,16 @@ public struct RedisRegistryWriter: RegistryWriter {
                 try await store.setPreferences(app: app, user: user, preferences: record.preferences ?? Preferences())
                 return "applied"
             case .setPresence:
-                try await store.setPresence(app: app, user: user, online: record.online ?? [],
-                                            ttlMilliseconds: record.ttlMs ?? presenceTTLMilliseconds, now: now)
+                try await store.setPresence(
+                    app: app, user: user, online: record.online ?? [],
+                    ttlMilliseconds: record.ttlMs ?? presenceTTLMilliseconds, now: now)
                 return "applied"
             case .setUnread:
                 try await store.setUnread(app: app, user: user, unread: record.unread ?? Unread())
                 return "applied"
             case .setMembers:
-                try await store.setMembers(app: app, conversation: record.conversation ?? "", members: record.members ?? [])
+                try await store.setMembers(
+                    app: app, conversation: record.conversation ?? "", members: record.members ?? [])
                 return "applied"
             case .patchPreferences:
                 guard let patch = record.patch else { return "invalid" }
@@ -180,8 +204,10 @@ public struct RedisRegistryWriter: RegistryWriter {
 
     public func removeDeadToken(_ feedback: TokenFeedbackRecord) async throws -> String {
         try await transient {
-            try await store.removeDeadToken(app: feedback.appID, user: feedback.user, token: feedback.token,
-                                            deadSince: feedback.deadSince).rawValue
+            try await store.removeDeadToken(
+                app: feedback.appID, user: feedback.user, token: feedback.token,
+                deadSince: feedback.deadSince
+            ).rawValue
         }
     }
 }

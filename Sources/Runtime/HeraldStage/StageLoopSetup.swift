@@ -34,8 +34,10 @@ public struct StageSetup: Sendable {
         exit(2)
     }
 
-    public static func start(_ stage: StageName, extraKnownKeys: Set<String> = [],
-                             environment: [String: String] = ProcessInfo.processInfo.environment) async throws -> StageSetup {
+    public static func start(
+        _ stage: StageName, extraKnownKeys: Set<String> = [],
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) async throws -> StageSetup {
         let config = ConfigReader(environment)
         let path = try config.text(.pipeline) ?? ConfigKey.pipeline.defaultValue ?? ""
         let loaded = try PipelineLoader.load(path: path)
@@ -45,7 +47,8 @@ public struct StageSetup: Sendable {
         if config.raw(.metricsPort) == nil {
             effective[ConfigKey.metricsPort.name] = String(settings.metricsPort)
         }
-        let context = try await StageContext.start(stage: stage.rawValue, environment: effective, extraKnownKeys: extraKnownKeys)
+        let context = try await StageContext.start(
+            stage: stage.rawValue, environment: effective, extraKnownKeys: extraKnownKeys)
         for warning in loaded.warnings {
             context.logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
         }
@@ -58,14 +61,17 @@ public struct StageSetup: Sendable {
         let brokers = pipeline.kafka.brokers.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty }
         let explainTTL = Int64(try config.requiredInt(.explainTTLSeconds)) * 1000
-        context.logger.info("stage starting", metadata: [
-            "pipeline": "\(path)", "brokers": "\(brokers.joined(separator: ","))", "group": "\(settings.groupID)",
-            "batch_size": "\(settings.batchSize)", "session_timeout_ms": "\(session)",
-            "metrics_port": "\(context.http.port)",
-        ])
-        return StageSetup(stage: stage, context: context, pipeline: pipeline, settings: settings, brokers: brokers,
-                          sessionTimeout: .milliseconds(session), maxInFlight: try config.requiredInt(.maxInFlight),
-                          explainTTLMilliseconds: explainTTL, config: config)
+        context.logger.info(
+            "stage starting",
+            metadata: [
+                "pipeline": "\(path)", "brokers": "\(brokers.joined(separator: ","))", "group": "\(settings.groupID)",
+                "batch_size": "\(settings.batchSize)", "session_timeout_ms": "\(session)",
+                "metrics_port": "\(context.http.port)",
+            ])
+        return StageSetup(
+            stage: stage, context: context, pipeline: pipeline, settings: settings, brokers: brokers,
+            sessionTimeout: .milliseconds(session), maxInFlight: try config.requiredInt(.maxInFlight),
+            explainTTLMilliseconds: explainTTL, config: config)
     }
 
     public var logger: Logger { context.logger }
@@ -146,12 +152,18 @@ public struct StageSetup: Sendable {
 
     /// Builds the loop and runs it with the HTTP endpoint until SIGTERM; returns the exit status.
     /// `before` services start first and stop last (e.g. an APNs client that must outlive the loop).
-    public func run(processor: any StageProcessor, topics: [String], explain: (any ExplainSink)? = nil,
-                    maxConcurrentBatches: Int = 1, maxInFlight: Int? = nil,
-                    before: [any Service] = []) async -> Int32 {
-        await run(lanes: [StageLane(name: nil, topics: topics, processor: processor,
-                                    maxConcurrentBatches: maxConcurrentBatches, maxInFlight: maxInFlight)],
-                  explain: explain, before: before)
+    public func run(
+        processor: any StageProcessor, topics: [String], explain: (any ExplainSink)? = nil,
+        maxConcurrentBatches: Int = 1, maxInFlight: Int? = nil,
+        before: [any Service] = []
+    ) async -> Int32 {
+        await run(
+            lanes: [
+                StageLane(
+                    name: nil, topics: topics, processor: processor,
+                    maxConcurrentBatches: maxConcurrentBatches, maxInFlight: maxInFlight)
+            ],
+            explain: explain, before: before)
     }
 
     /// One stage loop per lane, each with its own consumer, producer and in-flight bound, so records of one
@@ -166,12 +178,14 @@ public struct StageSetup: Sendable {
                 let consumer = try consumer(topics: lane.topics, groupID: group, lane: lane.name)
                 let producer = try producer(lane: lane.name)
                 let metrics = lane.name.map { context.metrics.lane($0) } ?? context.metrics
-                let loop = StageLoop(consumer: consumer, producer: producer, makeProducer: { try self.producer(lane: lane.name) },
-                                     processor: lane.processor,
-                                     configuration: StageLoopConfiguration(dlqTopic: pipeline.kafka.topics.dlq,
-                                                                           maxInFlight: lane.maxInFlight ?? self.maxInFlight,
-                                                                           maxConcurrentBatches: lane.maxConcurrentBatches),
-                                     metrics: metrics, logger: logger, explain: explain)
+                let loop = StageLoop(
+                    consumer: consumer, producer: producer, makeProducer: { try self.producer(lane: lane.name) },
+                    processor: lane.processor,
+                    configuration: StageLoopConfiguration(
+                        dlqTopic: pipeline.kafka.topics.dlq,
+                        maxInFlight: lane.maxInFlight ?? self.maxInFlight,
+                        maxConcurrentBatches: lane.maxConcurrentBatches),
+                    metrics: metrics, logger: logger, explain: explain)
                 // With two cores busy with bulk work, the priority lane's tasks run first (task priority).
                 switch lane.name {
                 case Lane.priority.rawValue?: loops.append(PrioritizedService(inner: loop, priority: .high))
@@ -196,7 +210,11 @@ struct PrioritizedService: Service {
     func run() async throws {
         let inner = self.inner
         let task = Task(priority: priority) { try await inner.run() }
-        try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
+        try await withTaskCancellationHandler {
+            try await task.value
+        } onCancel: {
+            task.cancel()
+        }
     }
 }
 
@@ -209,8 +227,10 @@ public struct StageLane: Sendable {
     public var maxConcurrentBatches: Int
     public var maxInFlight: Int?
 
-    public init(name: String?, topics: [String], processor: any StageProcessor, maxConcurrentBatches: Int = 1,
-                maxInFlight: Int? = nil) {
+    public init(
+        name: String?, topics: [String], processor: any StageProcessor, maxConcurrentBatches: Int = 1,
+        maxInFlight: Int? = nil
+    ) {
         self.name = name
         self.topics = topics
         self.processor = processor
@@ -218,10 +238,13 @@ public struct StageLane: Sendable {
         self.maxInFlight = maxInFlight
     }
 
-    public init(_ lane: Lane, topics: [String], processor: any StageProcessor, maxConcurrentBatches: Int = 1,
-                maxInFlight: Int? = nil) {
-        self.init(name: lane.rawValue, topics: topics, processor: processor,
-                  maxConcurrentBatches: maxConcurrentBatches, maxInFlight: maxInFlight)
+    public init(
+        _ lane: Lane, topics: [String], processor: any StageProcessor, maxConcurrentBatches: Int = 1,
+        maxInFlight: Int? = nil
+    ) {
+        self.init(
+            name: lane.rawValue, topics: topics, processor: processor,
+            maxConcurrentBatches: maxConcurrentBatches, maxInFlight: maxInFlight)
     }
 }
 

@@ -26,16 +26,20 @@ public final class StageRuntime: Sendable {
     ///   - shutdownDeadline: `HERALD_SHUTDOWN_DEADLINE_MS`.
     ///   - signals: the signals that start a graceful shutdown.
     ///   - onDeadline: what happens when the deadline passes; exits the process with status 0 by default.
-    public init(http: StageHTTPServer, services: [any Service], readiness: ReadinessChecks, shutdownDeadline: Duration,
-                logger: Logger, signals: [UnixSignal] = [.sigterm, .sigint],
-                onDeadline: @escaping @Sendable () -> Void = { exit(0) }) {
+    public init(
+        http: StageHTTPServer, services: [any Service], readiness: ReadinessChecks, shutdownDeadline: Duration,
+        logger: Logger, signals: [UnixSignal] = [.sigterm, .sigint],
+        onDeadline: @escaping @Sendable () -> Void = { exit(0) }
+    ) {
         let grace = min(Duration.seconds(1), shutdownDeadline / 5)
-        let watch = ShutdownWatch(readiness: readiness, deadline: shutdownDeadline, logger: logger, onDeadline: onDeadline)
+        let watch = ShutdownWatch(
+            readiness: readiness, deadline: shutdownDeadline, logger: logger, onDeadline: onDeadline)
         var configured = [ServiceGroupConfiguration.ServiceConfiguration(service: http)]
         configured += services.map { ServiceGroupConfiguration.ServiceConfiguration(service: $0) }
         configured.append(.init(service: watch))
-        var configuration = ServiceGroupConfiguration(services: configured, gracefulShutdownSignals: signals,
-                                                      cancellationSignals: [], logger: logger)
+        var configuration = ServiceGroupConfiguration(
+            services: configured, gracefulShutdownSignals: signals,
+            cancellationSignals: [], logger: logger)
         configuration.maximumGracefulShutdownDuration = shutdownDeadline - grace
         self.group = ServiceGroup(configuration: configuration)
         self.logger = logger

@@ -43,15 +43,21 @@ public struct IngestProcessor: StageProcessor {
             // The class is decided here, once; it picks the lane every later stage keeps.
             let decision = Priority.classify(event, policy: apps.app(event.appID).priority)
             let topic = decision.lane == .priority ? priorityTopic ?? ingestedTopic : ingestedTopic
-            let explain = ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage, decision: "classified",
-                                       reason: "\(decision.priorityClass.rawValue):\(decision.rule)", at: now)
-            return StageResult(outputs: [StageOutput.record(IngestedRecord(event: event, ingestedAt: now),
-                                                            topic: topic, key: event.conversation.id)],
-                               notes: warnings.map { .inputWarning(field: $0.field) },
-                               explain: priorityTopic == nil ? [] : [explain])
+            let explain = ExplainEntry(
+                appID: event.appID, eventID: event.eventID, stage: stage, decision: "classified",
+                reason: "\(decision.priorityClass.rawValue):\(decision.rule)", at: now)
+            return StageResult(
+                outputs: [
+                    StageOutput.record(
+                        IngestedRecord(event: event, ingestedAt: now),
+                        topic: topic, key: event.conversation.id)
+                ],
+                notes: warnings.map { .inputWarning(field: $0.field) },
+                explain: priorityTopic == nil ? [] : [explain])
         case .drop(.channelType, _):
-            let explain = ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage, decision: "drop",
-                                       reason: DropReason.channelType.rawValue, at: now)
+            let explain = ExplainEntry(
+                appID: event.appID, eventID: event.eventID, stage: stage, decision: "drop",
+                reason: DropReason.channelType.rawValue, at: now)
             return StageResult(notes: [.suppressed(reason: DropReason.channelType.rawValue)], explain: [explain])
         case .drop(.invalid, let detail):
             return .dlq(DropReason.invalid.rawValue, detail)

@@ -22,8 +22,10 @@ public struct RegistryProcessor: StageProcessor {
     /// written (nil: every app is served).
     public var apps: AppDirectory?
 
-    public init(tokenFeedbackTopic: String, writer: any RegistryWriter, apps: AppDirectory? = nil,
-                onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
+    public init(
+        tokenFeedbackTopic: String, writer: any RegistryWriter, apps: AppDirectory? = nil,
+        onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }
+    ) {
         self.tokenFeedbackTopic = tokenFeedbackTopic
         self.writer = writer
         self.apps = apps
@@ -64,7 +66,9 @@ public struct RegistryProcessor: StageProcessor {
             write = { try await writer.removeDeadToken(feedback) }
         } else {
             let record: RegistryRecord
-            do { record = try input.decode(RegistryRecord.self, knownKeys: RegistryRecord.keys) } catch { return error.result }
+            do { record = try input.decode(RegistryRecord.self, knownKeys: RegistryRecord.keys) } catch {
+                return error.result
+            }
             if let problem = record.validationError() { return .dlq("invalid", problem.description) }
             if let refused = unknownApp(record.appID) { return refused }
             op = record.op.rawValue
@@ -84,8 +88,10 @@ public struct RegistryProcessor: StageProcessor {
 
 extension RegistryRecord {
     /// Every top-level key of a `herald.registry` record (docs/pipeline.md, Records).
-    static let keys: Set<String> = ["op", "app_id", "user", "device", "unique", "token", "preferences", "online",
-                                    "ttl_ms", "unread", "conversation", "members", "patch"]
+    static let keys: Set<String> = [
+        "op", "app_id", "user", "device", "unique", "token", "preferences", "online",
+        "ttl_ms", "unread", "conversation", "members", "patch",
+    ]
 }
 
 extension TokenFeedbackRecord {

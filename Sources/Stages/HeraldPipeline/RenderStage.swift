@@ -38,22 +38,27 @@ public struct RenderProcessor: StageProcessor {
             return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
         }
         do {
-            let requests = try Renderer.render(event: event, recipient: record.recipient, state: record.state,
-                                               targets: record.targets, app: apps.app(event.appID),
-                                               senderDisplayName: record.senderDisplayName, now: now)
+            let requests = try Renderer.render(
+                event: event, recipient: record.recipient, state: record.state,
+                targets: record.targets, app: apps.app(event.appID),
+                senderDisplayName: record.senderDisplayName, now: now)
             var outputs: [StageOutput] = []
             outputs.reserveCapacity(requests.count)
             for request in requests {
-                let outbound = OutboundRecord(eventID: event.eventID, appID: event.appID, recipient: record.recipient,
-                                              request: request)
+                let outbound = OutboundRecord(
+                    eventID: event.eventID, appID: event.appID, recipient: record.recipient,
+                    request: request)
                 outputs.append(StageOutput.record(outbound, topic: outboundTopic, key: request.token))
             }
             return StageResult(outputs: outputs)
         } catch {
-            return .dlq(error.code.rawValue, error.detail, explain: [
-                ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
-                             decision: "error", reason: error.code.rawValue, at: BatchContext.millis(now)),
-            ])
+            return .dlq(
+                error.code.rawValue, error.detail,
+                explain: [
+                    ExplainEntry(
+                        appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                        decision: "error", reason: error.code.rawValue, at: BatchContext.millis(now))
+                ])
         }
     }
 }

@@ -29,8 +29,10 @@ extension ResolveProcessor {
         case failed(String)
     }
 
-    func countMessages(_ events: [(index: Int, event: ChatEvent)], recipientsOf: [Int: [String]],
-                       context: BatchContext) async -> CountOutcome {
+    func countMessages(
+        _ events: [(index: Int, event: ChatEvent)], recipientsOf: [Int: [String]],
+        context: BatchContext
+    ) async -> CountOutcome {
         guard let counting else { return .counted([:]) }
         var keysByApp: [String: [(index: Int, key: CountKey)]] = [:]
         for (index, event) in events where counting.apps.app(event.appID).counts {
@@ -42,11 +44,16 @@ extension ResolveProcessor {
         for app in keysByApp.keys.sorted() {
             let entries = keysByApp[app] ?? []
             do {
-                guard let after = try await context.retryingTransient({ try await counting.counter.count(app: app, entries.map(\.key)) },
-                                                                      onRetry: onTransientFailure) else {
+                guard
+                    let after = try await context.retryingTransient(
+                        { try await counting.counter.count(app: app, entries.map(\.key)) },
+                        onRetry: onTransientFailure)
+                else {
                     return .handBack
                 }
-                guard after.count == entries.count else { return .failed("counts of app \(app): \(after.count) answers for \(entries.count) keys") }
+                guard after.count == entries.count else {
+                    return .failed("counts of app \(app): \(after.count) answers for \(entries.count) keys")
+                }
                 for (entry, counts) in zip(entries, after) { out[entry.index, default: [:]][entry.key.user] = counts }
             } catch {
                 return .failed("counts of app \(app): \(error)")

@@ -28,7 +28,9 @@ public struct MemberPage: Sendable, Hashable {
 
 extension StateReader {
     /// Readers without paging answer the whole member list as one page.
-    public func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage] {
+    public func memberPages(
+        _ conversations: [ConversationRef], cursors: [String], count: Int
+    ) async throws -> [MemberPage] {
         try await members(conversations).map { MemberPage(members: $0, next: "0") }
     }
 
@@ -78,11 +80,13 @@ public struct ResolveProcessor: StageProcessor {
     /// was already delivered).
     public var progress: (any FanOutProgress)?
 
-    public init(resolvedTopic: String, state: any StateReader,
-                lanes: (priority: String, bulk: String, apps: AppDirectory)? = nil,
-                counting: ResolveCounting? = nil,
-                pageSize: Int = 2000, progress: (any FanOutProgress)? = nil,
-                onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
+    public init(
+        resolvedTopic: String, state: any StateReader,
+        lanes: (priority: String, bulk: String, apps: AppDirectory)? = nil,
+        counting: ResolveCounting? = nil,
+        pageSize: Int = 2000, progress: (any FanOutProgress)? = nil,
+        onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }
+    ) {
         self.resolvedTopic = resolvedTopic
         self.state = state
         self.lanes = lanes
@@ -125,9 +129,13 @@ public struct ResolveProcessor: StageProcessor {
         do {
             if !refs.isEmpty {
                 let size = pageSize
-                guard let pages = try await context.retryingTransient({
-                    try await state.memberPages(refs, cursors: Array(repeating: "0", count: refs.count), count: size)
-                }, onRetry: onTransientFailure) else {
+                guard
+                    let pages = try await context.retryingTransient(
+                        {
+                            try await state.memberPages(
+                                refs, cursors: Array(repeating: "0", count: refs.count), count: size)
+                        }, onRetry: onTransientFailure)
+                else {
                     return handBack(results)
                 }
                 members = pages.map(\.members)
@@ -138,14 +146,18 @@ public struct ResolveProcessor: StageProcessor {
         }
         if !paged.isEmpty {
             if context.emit != nil {
-                return await processPaged(batch, events: events, results: results, refIndex: refIndex,
-                                          firstPages: members, paged: paged, context: context)
+                return await processPaged(
+                    batch, events: events, results: results, refIndex: refIndex,
+                    firstPages: members, paged: paged, context: context)
             }
             // No way to produce ahead (tests): read the rest of each big conversation here.
             do {
                 for (ref, cursor) in paged {
-                    guard let rest = try await context.retryingTransient({ try await readRest(ref, from: cursor) },
-                                                                         onRetry: onTransientFailure) else {
+                    guard
+                        let rest = try await context.retryingTransient(
+                            { try await readRest(ref, from: cursor) },
+                            onRetry: onTransientFailure)
+                    else {
                         return handBack(results)
                     }
                     if let i = refIndex[ref] { members[i] = Self.unique(members[i] + rest) }
@@ -162,8 +174,10 @@ public struct ResolveProcessor: StageProcessor {
         var seen: [String: Set<String>] = [:]
         for (index, event) in events {
             var conversationMembers: [String] = []
-            if event.recipients == nil, let i = refIndex[ConversationRef(appID: event.appID, conversation: event.conversation.id)],
-               i < members.count {
+            if event.recipients == nil,
+                let i = refIndex[ConversationRef(appID: event.appID, conversation: event.conversation.id)],
+                i < members.count
+            {
                 conversationMembers = members[i]
             }
             let recipients = FanOut.recipients(of: event, members: conversationMembers)
@@ -177,8 +191,11 @@ public struct ResolveProcessor: StageProcessor {
         for app in usersByApp.keys.sorted() {
             let users = usersByApp[app] ?? []
             do {
-                guard let loaded = try await context.retryingTransient({ try await state.loadUsers(app: app, users: users, now: now) },
-                                                                        onRetry: onTransientFailure) else {
+                guard
+                    let loaded = try await context.retryingTransient(
+                        { try await state.loadUsers(app: app, users: users, now: now) },
+                        onRetry: onTransientFailure)
+                else {
                     return handBack(results)
                 }
                 states[app] = loaded
@@ -212,7 +229,8 @@ public struct ResolveProcessor: StageProcessor {
                 let whole = Priority.classify(event, policy: policy, memberCount: recipients.count)
                 if whole.rule == "members" { reason = "\(whole.priorityClass.rawValue):members" }
                 for (user, bytes) in zip(recipients, encoded) {
-                    let lane = Priority.classify(event, policy: policy, memberCount: recipients.count, recipient: user).lane
+                    let lane = Priority.classify(event, policy: policy, memberCount: recipients.count, recipient: user)
+                        .lane
                     let topic = lane == .priority ? lanes.priority : lanes.bulk
                     result.outputs.append(StageOutput(topic: topic, key: user, value: bytes))
                 }
@@ -221,13 +239,17 @@ public struct ResolveProcessor: StageProcessor {
                     result.outputs.append(StageOutput(topic: resolvedTopic, key: user, value: bytes))
                 }
             }
-            result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage,
-                                               decision: "fanned_out", reason: reason, at: now, count: recipients.count))
+            result.explain.append(
+                ExplainEntry(
+                    appID: event.appID, eventID: event.eventID, stage: stage,
+                    decision: "fanned_out", reason: reason, at: now, count: recipients.count))
             // The sender is never woken (rule 1); say so when they were listed.
             if senderListed.contains(index) {
-                result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, user: event.sender.id,
-                                                   stage: stage, decision: "suppress",
-                                                   reason: SuppressionReason.sender.rawValue, at: now))
+                result.explain.append(
+                    ExplainEntry(
+                        appID: event.appID, eventID: event.eventID, user: event.sender.id,
+                        stage: stage, decision: "suppress",
+                        reason: SuppressionReason.sender.rawValue, at: now))
             }
             results[index] = result
         }
@@ -257,9 +279,11 @@ public struct ResolveProcessor: StageProcessor {
     /// cursor is saved (`progress`); a redelivered event goes on after the last saved page, and one whose
     /// fan-out finished produces nothing again. A crash between a page's acknowledgement and the save sends that
     /// page again: send's claims skip what was delivered.
-    private func processPaged(_ batch: [StageInput], events: [(index: Int, event: ChatEvent)], results: [StageResult?],
-                              refIndex: [ConversationRef: Int], firstPages: [[String]], paged: [ConversationRef: String],
-                              context: BatchContext) async -> [StageResult] {
+    private func processPaged(
+        _ batch: [StageInput], events: [(index: Int, event: ChatEvent)], results: [StageResult?],
+        refIndex: [ConversationRef: Int], firstPages: [[String]], paged: [ConversationRef: String],
+        context: BatchContext
+    ) async -> [StageResult] {
         guard let emit = context.emit else { return handBack(results) }
         let now = context.nowMillis
         var out = results
@@ -269,10 +293,12 @@ public struct ResolveProcessor: StageProcessor {
             do {
                 var outcome: StageResult?
                 if event.recipients == nil, let next = paged[ref] {
-                    outcome = try await fanOutPaged(event, ref: ref, firstPage: first, next: next, index: index,
-                                                    now: now, context: context, emit: emit)
+                    outcome = try await fanOutPaged(
+                        event, ref: ref, firstPage: first, next: next, index: index,
+                        now: now, context: context, emit: emit)
                 } else if var whole = try await resolveWhole(event, members: first, now: now, context: context),
-                          await emit(whole.outputs, index) {
+                    await emit(whole.outputs, index)
+                {
                     whole.outputs = []
                     outcome = whole
                 }
@@ -291,37 +317,51 @@ public struct ResolveProcessor: StageProcessor {
 
     /// One event of a small conversation (or with explicit recipients): its records and explain entries.
     /// Nil when shutting down.
-    private func resolveWhole(_ event: ChatEvent, members: [String], now: Int64,
-                              context: BatchContext) async throws -> StageResult? {
+    private func resolveWhole(
+        _ event: ChatEvent, members: [String], now: Int64,
+        context: BatchContext
+    ) async throws -> StageResult? {
         let recipients = FanOut.recipients(of: event, members: members)
         let senderListed = (event.recipients ?? members).contains(event.sender.id)
-        guard let states = try await context.retryingTransient({
-            try await state.loadUsers(app: event.appID, users: recipients + [event.sender.id], now: now)
-        }, onRetry: onTransientFailure) else { return nil }
+        guard
+            let states = try await context.retryingTransient(
+                {
+                    try await state.loadUsers(app: event.appID, users: recipients + [event.sender.id], now: now)
+                }, onRetry: onTransientFailure)
+        else { return nil }
         guard let counts = try await countOne(event, recipients: recipients, context: context) else { return nil }
         var result = StageResult()
-        let reason = appendOutputs(event, recipients: recipients, states: states, counts: counts,
-                                   displayName: states[event.sender.id]?.preferences.displayName,
-                                   memberCount: recipients.count, to: &result.outputs)
+        let reason = appendOutputs(
+            event, recipients: recipients, states: states, counts: counts,
+            displayName: states[event.sender.id]?.preferences.displayName,
+            memberCount: recipients.count, to: &result.outputs)
         explain(event, count: recipients.count, reason: reason, senderListed: senderListed, now: now, into: &result)
         return result
     }
 
     /// A big conversation, page by page from `next` (the first page is `firstPage`). Nil when shutting down.
-    private func fanOutPaged(_ event: ChatEvent, ref: ConversationRef, firstPage: [String], next: String, index: Int,
-                             now: Int64, context: BatchContext,
-                             emit: @Sendable ([StageOutput], Int) async -> Bool) async throws -> StageResult? {
+    private func fanOutPaged(
+        _ event: ChatEvent, ref: ConversationRef, firstPage: [String], next: String, index: Int,
+        now: Int64, context: BatchContext,
+        emit: @Sendable ([StageOutput], Int) async -> Bool
+    ) async throws -> StageResult? {
         let app = event.appID
         // Where a fan-out of this event stopped before (a redelivery).
         var saved: String?
         if let progress {
-            guard let s = try await context.retryingTransient({
-                try await progress.fanOutCursor(app: app, eventID: event.eventID)
-            }, onRetry: onTransientFailure) else { return nil }
+            guard
+                let s = try await context.retryingTransient(
+                    {
+                        try await progress.fanOutCursor(app: app, eventID: event.eventID)
+                    }, onRetry: onTransientFailure)
+            else { return nil }
             saved = s
         }
-        guard let memberCount = try await context.retryingTransient({ try await state.memberCount(ref) },
-                                                                     onRetry: onTransientFailure) else { return nil }
+        guard
+            let memberCount = try await context.retryingTransient(
+                { try await state.memberCount(ref) },
+                onRetry: onTransientFailure)
+        else { return nil }
         let recipientCount = max(0, memberCount - 1)
         var result = StageResult()
         if saved == "done" {
@@ -329,9 +369,12 @@ public struct ResolveProcessor: StageProcessor {
             return result
         }
         // The sender's display name rides on every record.
-        guard let senderState = try await context.retryingTransient({
-            try await state.loadUsers(app: app, users: [event.sender.id], now: now)
-        }, onRetry: onTransientFailure) else { return nil }
+        guard
+            let senderState = try await context.retryingTransient(
+                {
+                    try await state.loadUsers(app: app, users: [event.sender.id], now: now)
+                }, onRetry: onTransientFailure)
+        else { return nil }
         let displayName = senderState[event.sender.id]?.preferences.displayName
         var page: [String]
         var cursor: String
@@ -351,17 +394,23 @@ public struct ResolveProcessor: StageProcessor {
             var outputs: [StageOutput] = []
             if !recipients.isEmpty {
                 if states == nil {
-                    guard let loaded = try await context.retryingTransient({
-                        try await state.loadUsers(app: app, users: recipients, now: now)
-                    }, onRetry: onTransientFailure) else { return nil }
+                    guard
+                        let loaded = try await context.retryingTransient(
+                            {
+                                try await state.loadUsers(app: app, users: recipients, now: now)
+                            }, onRetry: onTransientFailure)
+                    else { return nil }
                     states = loaded
                 }
                 // Herald-kept counts, page by page (a replayed page counts nothing: the per-(event, user) markers).
-                guard let counts = try await countOne(event, recipients: recipients, context: context) else { return nil }
+                guard let counts = try await countOne(event, recipients: recipients, context: context) else {
+                    return nil
+                }
                 outputs.reserveCapacity(recipients.count)
-                reason = appendOutputs(event, recipients: recipients, states: states ?? [:], counts: counts,
-                                       displayName: displayName,
-                                       memberCount: recipientCount, to: &outputs)
+                reason = appendOutputs(
+                    event, recipients: recipients, states: states ?? [:], counts: counts,
+                    displayName: displayName,
+                    memberCount: recipientCount, to: &outputs)
             }
             let done = cursor == "0"
             // The next page (members and their state) is read while this one is produced and acknowledged.
@@ -372,9 +421,11 @@ public struct ResolveProcessor: StageProcessor {
             var recorded = true
             if emitted, let progress {
                 let value = done ? "done" : cursor
-                recorded = try await context.retryingTransient({
-                    try await progress.saveFanOutCursor(app: app, eventID: event.eventID, cursor: value)
-                }, onRetry: onTransientFailure) != nil
+                recorded =
+                    try await context.retryingTransient(
+                        {
+                            try await progress.saveFanOutCursor(app: app, eventID: event.eventID, cursor: value)
+                        }, onRetry: onTransientFailure) != nil
             }
             let next = try await upcoming
             guard emitted, recorded else { return nil }
@@ -384,14 +435,17 @@ public struct ResolveProcessor: StageProcessor {
             cursor = next.next
             states = next.states
         }
-        explain(event, count: recipientCount, reason: reason ?? (saved != nil ? "resumed" : nil),
-                senderListed: senderListed, now: now, into: &result)
+        explain(
+            event, count: recipientCount, reason: reason ?? (saved != nil ? "resumed" : nil),
+            senderListed: senderListed, now: now, into: &result)
         return result
     }
 
     /// The counts after one event for `recipients` (empty when its app keeps no counts); nil when shutting down.
-    private func countOne(_ event: ChatEvent, recipients: [String],
-                          context: BatchContext) async throws -> [String: CountsAfter]? {
+    private func countOne(
+        _ event: ChatEvent, recipients: [String],
+        context: BatchContext
+    ) async throws -> [String: CountsAfter]? {
         switch await countMessages([(index: 0, event: event)], recipientsOf: [0: recipients], context: context) {
         case .counted(let counts): return counts[0] ?? [:]
         case .handBack: return nil
@@ -412,29 +466,39 @@ public struct ResolveProcessor: StageProcessor {
     }
 
     /// The page from `cursor` and its recipients' state; nil when `done` (no page left) or shutting down.
-    private func readPage(_ ref: ConversationRef, from cursor: String, done: Bool, event: ChatEvent, now: Int64,
-                          context: BatchContext) async throws -> PageRead? {
+    private func readPage(
+        _ ref: ConversationRef, from cursor: String, done: Bool, event: ChatEvent, now: Int64,
+        context: BatchContext
+    ) async throws -> PageRead? {
         if done { return nil }
         let size = pageSize
-        guard let read = try await context.retryingTransient({
-            try await state.memberPages([ref], cursors: [cursor], count: size).first
-        }, onRetry: onTransientFailure) else { return nil }
+        guard
+            let read = try await context.retryingTransient(
+                {
+                    try await state.memberPages([ref], cursors: [cursor], count: size).first
+                }, onRetry: onTransientFailure)
+        else { return nil }
         let members = read?.members ?? []
         let recipients = FanOut.recipients(of: event, members: members)
         var states: [String: UserState] = [:]
         if !recipients.isEmpty {
-            guard let loaded = try await context.retryingTransient({
-                try await state.loadUsers(app: event.appID, users: recipients, now: now)
-            }, onRetry: onTransientFailure) else { return nil }
+            guard
+                let loaded = try await context.retryingTransient(
+                    {
+                        try await state.loadUsers(app: event.appID, users: recipients, now: now)
+                    }, onRetry: onTransientFailure)
+            else { return nil }
             states = loaded
         }
         return PageRead(members: members, next: read?.next ?? "0", states: states)
     }
 
     /// The records of `recipients` (lane by lane when lanes are on); returns the `fanned_out` reason.
-    private func appendOutputs(_ event: ChatEvent, recipients: [String], states: [String: UserState],
-                               counts: [String: CountsAfter] = [:],
-                               displayName: String?, memberCount: Int, to outputs: inout [StageOutput]) -> String? {
+    private func appendOutputs(
+        _ event: ChatEvent, recipients: [String], states: [String: UserState],
+        counts: [String: CountsAfter] = [:],
+        displayName: String?, memberCount: Int, to outputs: inout [StageOutput]
+    ) -> String? {
         let scoped = recipients.map { user in
             let state = (states[user] ?? UserState()).scoped(to: event.conversation.id)
             guard let after = counts[user] else { return (user: user, state: state) }
@@ -448,7 +512,8 @@ public struct ResolveProcessor: StageProcessor {
             if whole.rule == "members" { reason = "\(whole.priorityClass.rawValue):members" }
             for (user, bytes) in zip(recipients, encoded) {
                 let lane = Priority.classify(event, policy: policy, memberCount: memberCount, recipient: user).lane
-                outputs.append(StageOutput(topic: lane == .priority ? lanes.priority : lanes.bulk, key: user, value: bytes))
+                outputs.append(
+                    StageOutput(topic: lane == .priority ? lanes.priority : lanes.bulk, key: user, value: bytes))
             }
         } else {
             for (user, bytes) in zip(recipients, encoded) {
@@ -458,15 +523,21 @@ public struct ResolveProcessor: StageProcessor {
         return reason
     }
 
-    private func explain(_ event: ChatEvent, count: Int, reason: String?, senderListed: Bool, now: Int64,
-                         into result: inout StageResult) {
-        result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, stage: stage,
-                                           decision: "fanned_out", reason: reason, at: now, count: count))
+    private func explain(
+        _ event: ChatEvent, count: Int, reason: String?, senderListed: Bool, now: Int64,
+        into result: inout StageResult
+    ) {
+        result.explain.append(
+            ExplainEntry(
+                appID: event.appID, eventID: event.eventID, stage: stage,
+                decision: "fanned_out", reason: reason, at: now, count: count))
         // The sender is never woken (rule 1); say so when they were listed.
         if senderListed {
-            result.explain.append(ExplainEntry(appID: event.appID, eventID: event.eventID, user: event.sender.id,
-                                               stage: stage, decision: "suppress",
-                                               reason: SuppressionReason.sender.rawValue, at: now))
+            result.explain.append(
+                ExplainEntry(
+                    appID: event.appID, eventID: event.eventID, user: event.sender.id,
+                    stage: stage, decision: "suppress",
+                    reason: SuppressionReason.sender.rawValue, at: now))
         }
     }
 
@@ -474,8 +545,10 @@ public struct ResolveProcessor: StageProcessor {
         results.map { $0 ?? .handedBack }
     }
 
-    private func fail(_ results: [StageResult?], _ events: [(index: Int, event: ChatEvent)], _ reason: String,
-                      _ detail: String) -> [StageResult] {
+    private func fail(
+        _ results: [StageResult?], _ events: [(index: Int, event: ChatEvent)], _ reason: String,
+        _ detail: String
+    ) -> [StageResult] {
         var out = results
         for (index, _) in events { out[index] = .dlq(reason, detail) }
         return out.map { $0 ?? StageResult() }
@@ -502,7 +575,9 @@ public final class FixtureStateReader: StateReader, @unchecked Sendable {
     }
 
     /// Pages of the sorted member list; a cursor is the index of the page's first member.
-    public func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage] {
+    public func memberPages(
+        _ conversations: [ConversationRef], cursors: [String], count: Int
+    ) async throws -> [MemberPage] {
         lock.withLock { calls += 1 }
         return zip(conversations, cursors).map { ref, cursor in
             let all = (fixture[ref.appID]?.conversations[ref.conversation]?.members ?? []).sorted()

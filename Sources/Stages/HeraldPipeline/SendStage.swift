@@ -9,7 +9,9 @@ import HeraldCore
 /// waits (through the retry topic) until that claim is confirmed, released or expired.
 public protocol DeliveryLedger: Sendable {
     /// Claims each pair for `owner` until `now + ttlMilliseconds`; one round trip.
-    func claim(app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64, now: Int64) async throws -> [ClaimOutcome]
+    func claim(
+        app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64, now: Int64
+    ) async throws -> [ClaimOutcome]
     /// Records the pairs as delivered (after APNs answered 200); one round trip.
     func confirm(app: String, pairs: [DeliveryPair]) async throws
     /// Gives up `owner`'s claims on pairs that were not delivered (retried later, dead-lettered, token dead).
@@ -104,12 +106,15 @@ public struct SendProcessor: StageProcessor {
     /// four times the policy's, since a single connection drop fails every request in flight on it.
     public var connectionLossAttempts: Int { retryPolicy.maxAttempts * 4 }
 
-    public init(retryTopic: String, tokenFeedbackTopic: String, transport: any PushTransport, ledger: any DeliveryLedger,
-                owner: String = UUIDString.random(), claimTTL: Duration = .seconds(90),
-                retryPolicy: APNsBackoffPolicy = APNsBackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60),
-                                                                   maxAttempts: 6),
-                unit: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
-                onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }) {
+    public init(
+        retryTopic: String, tokenFeedbackTopic: String, transport: any PushTransport, ledger: any DeliveryLedger,
+        owner: String = UUIDString.random(), claimTTL: Duration = .seconds(90),
+        retryPolicy: APNsBackoffPolicy = APNsBackoffPolicy(
+            initialDelay: .seconds(1), maxDelay: .seconds(60),
+            maxAttempts: 6),
+        unit: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+        onTransientFailure: @escaping @Sendable (TransientFailure) -> Void = { _ in }
+    ) {
         self.retryTopic = retryTopic
         self.tokenFeedbackTopic = tokenFeedbackTopic
         self.transport = transport
@@ -183,9 +188,13 @@ public struct SendProcessor: StageProcessor {
         for (app, group) in Dictionary(grouping: candidates, by: { $0.1.appID }) {
             let pairs = group.map { DeliveryPair(eventID: $0.1.eventID, token: $0.1.request.token) }
             let now = context.nowMillis
-            guard let outcomes = await retrying(context, {
-                try await ledger.claim(app: app, pairs: pairs, owner: owner, ttlMilliseconds: ttl, now: now)
-            }) else {
+            guard
+                let outcomes = await retrying(
+                    context,
+                    {
+                        try await ledger.claim(app: app, pairs: pairs, owner: owner, ttlMilliseconds: ttl, now: now)
+                    })
+            else {
                 return records.map { ($0.0, .handedBack) }
             }
             for (position, item) in group.enumerated() {
@@ -216,7 +225,8 @@ public struct SendProcessor: StageProcessor {
             if case .answered(200, _, _) = answer { delivered = true }
             if case .classified(_, _, .delivered, _) = answer { delivered = true }
             if delivered {
-                marker.add(app: jobs[index].appID, DeliveryPair(eventID: eventIDs[index], token: jobs[index].request.token))
+                marker.add(
+                    app: jobs[index].appID, DeliveryPair(eventID: eventIDs[index], token: jobs[index].request.token))
             }
         }
         // 4. Every 200 is confirmed before the inputs complete; claims of what was not delivered are released.
@@ -228,7 +238,8 @@ public struct SendProcessor: StageProcessor {
             let (result, delivered) = classify(item.1, received[position] ?? .failed(.clientShutdown), now: now)
             out.append((item.0, result))
             if !delivered {
-                release[item.1.appID, default: []].append(DeliveryPair(eventID: item.1.eventID, token: item.1.request.token))
+                release[item.1.appID, default: []].append(
+                    DeliveryPair(eventID: item.1.eventID, token: item.1.request.token))
             }
         }
         for (app, pairs) in release {
@@ -254,9 +265,10 @@ public struct SendProcessor: StageProcessor {
     private func deferred(_ record: OutboundRecord, until: Int64, now: Int64) -> StageResult {
         var later = record
         later.notBefore = until
-        return StageResult(outputs: [StageOutput.record(later, topic: retryTopic, key: record.request.token)],
-                           notes: [.retried(reason: "claimed_elsewhere")],
-                           explain: [explain(record, "retry", "claimed_elsewhere", nil, now)])
+        return StageResult(
+            outputs: [StageOutput.record(later, topic: retryTopic, key: record.request.token)],
+            notes: [.retried(reason: "claimed_elsewhere")],
+            explain: [explain(record, "retry", "claimed_elsewhere", nil, now)])
     }
 
     /// What one answer means for one record; `true` when it was delivered.
@@ -293,12 +305,16 @@ public struct SendProcessor: StageProcessor {
         case .delivered:
             return (StageResult(notes: notes, explain: [explain(record, "delivered", nil, status, now)]), true)
         case .tokenDead(let at):
-            let feedback = TokenFeedbackRecord(appID: record.appID, user: record.recipient, token: record.request.token,
-                                               reason: reasonText, deadSince: at ?? now)
+            let feedback = TokenFeedbackRecord(
+                appID: record.appID, user: record.recipient, token: record.request.token,
+                reason: reasonText, deadSince: at ?? now)
             notes.append(.tokenDead(reason: reasonText))
             let output = StageOutput.record(feedback, topic: tokenFeedbackTopic, key: feedback.key)
-            return (StageResult(outputs: [output], notes: notes,
-                                explain: [explain(record, "token_dead", reasonText, status, now)]), false)
+            return (
+                StageResult(
+                    outputs: [output], notes: notes,
+                    explain: [explain(record, "token_dead", reasonText, status, now)]), false
+            )
         case .retryable, .renewCredentials:
             // A request lost with its connection got no answer: APNs refused nothing. One dropped connection takes
             // every stream in flight on it along, so such losses get a larger budget (`connectionLossAttempts`)
@@ -306,8 +322,11 @@ public struct SendProcessor: StageProcessor {
             var budget = retryPolicy.maxAttempts
             if case .failed(.connectionLost) = answer { budget = connectionLossAttempts }
             guard record.attempt < budget else {
-                return (.dlq("retries_exhausted", "\(reasonText) after \(record.attempt) attempts", notes: notes,
-                             explain: [explain(record, "dlq", "retries_exhausted", status, now)]), false)
+                return (
+                    .dlq(
+                        "retries_exhausted", "\(reasonText) after \(record.attempt) attempts", notes: notes,
+                        explain: [explain(record, "dlq", "retries_exhausted", status, now)]), false
+                )
             }
             var retry = record
             retry.attempt = record.attempt + 1
@@ -315,28 +334,39 @@ public struct SendProcessor: StageProcessor {
             retry.notBefore = now + delay.milliseconds
             notes.append(.retried(reason: reasonText))
             let output = StageOutput.record(retry, topic: retryTopic, key: record.request.token)
-            return (StageResult(outputs: [output], notes: notes,
-                                explain: [explain(record, "retry", reasonText, status, now)]), false)
+            return (
+                StageResult(
+                    outputs: [output], notes: notes,
+                    explain: [explain(record, "retry", reasonText, status, now)]), false
+            )
         case .permanent:
             let code = reasonText.isEmpty ? "permanent" : reasonText
-            return (.dlq(code, "\(record.request.provider == .apns ? "APNs" : record.request.provider.rawValue) answered \(status.map(String.init) ?? "no status") \(code) on attempt \(record.attempt)",
-                         notes: notes, explain: [explain(record, "dlq", code, status, now)]), false)
+            return (
+                .dlq(
+                    code,
+                    "\(record.request.provider == .apns ? "APNs" : record.request.provider.rawValue) answered \(status.map(String.init) ?? "no status") \(code) on attempt \(record.attempt)",
+                    notes: notes, explain: [explain(record, "dlq", code, status, now)]), false
+            )
         }
     }
 
-    private func explain(_ record: OutboundRecord, _ decision: String, _ reason: String?, _ status: Int?,
-                         _ now: Int64) -> ExplainEntry {
-        ExplainEntry(appID: record.appID, eventID: record.eventID, user: record.recipient, token: record.request.token,
-                     stage: stage, decision: decision, reason: reason, at: now, status: status, attempt: record.attempt)
+    private func explain(
+        _ record: OutboundRecord, _ decision: String, _ reason: String?, _ status: Int?,
+        _ now: Int64
+    ) -> ExplainEntry {
+        ExplainEntry(
+            appID: record.appID, eventID: record.eventID, user: record.recipient, token: record.request.token,
+            stage: stage, decision: decision, reason: reason, at: now, status: status, attempt: record.attempt)
     }
 
     /// Retries any failure of an idempotent Redis call until it succeeds or shutdown begins.
     private func retrying<T: Sendable>(_ context: BatchContext, _ operation: () async throws -> T) async -> T? {
-        try? await context.retryingTransient({
-            do { return try await operation() } catch let error as TransientFailure { throw error } catch {
-                throw TransientFailure("\(error)")
-            }
-        }, onRetry: onTransientFailure)
+        try? await context.retryingTransient(
+            {
+                do { return try await operation() } catch let error as TransientFailure { throw error } catch {
+                    throw TransientFailure("\(error)")
+                }
+            }, onRetry: onTransientFailure)
     }
 }
 
@@ -362,7 +392,10 @@ final class DeliveryMarker: @unchecked Sendable {
     private let context: BatchContext
     private let onTransientFailure: @Sendable (TransientFailure) -> Void
 
-    init(ledger: any DeliveryLedger, context: BatchContext, onTransientFailure: @escaping @Sendable (TransientFailure) -> Void) {
+    init(
+        ledger: any DeliveryLedger, context: BatchContext,
+        onTransientFailure: @escaping @Sendable (TransientFailure) -> Void
+    ) {
         self.ledger = ledger
         self.context = context
         self.onTransientFailure = onTransientFailure
@@ -394,13 +427,15 @@ final class DeliveryMarker: @unchecked Sendable {
             }
             for (app, pairs) in batch {
                 // Retried until it succeeds or shutdown begins (then the pairs stay unmarked: at least once).
-                _ = try? await context.retryingTransient({
-                    do { try await self.ledger.confirm(app: app, pairs: pairs) } catch let error as TransientFailure {
-                        throw error
-                    } catch {
-                        throw TransientFailure("\(error)")
-                    }
-                }, onRetry: onTransientFailure)
+                _ = try? await context.retryingTransient(
+                    {
+                        do { try await self.ledger.confirm(app: app, pairs: pairs) } catch let error as TransientFailure
+                        {
+                            throw error
+                        } catch {
+                            throw TransientFailure("\(error)")
+                        }
+                    }, onRetry: onTransientFailure)
             }
         }
     }

@@ -58,8 +58,9 @@ extension StageInput {
             let unknown = Set(pairs.map(\.0)).subtracting(knownKeys)
             if !unknown.isEmpty {
                 let names = unknown.sorted().prefix(3).map { $0.count > 32 ? String($0.prefix(32)) + "…" : $0 }
-                throw InvalidInput(detail: "\(T.self): unknown key\(unknown.count > 1 ? "s" : "") \(names.joined(separator: ", "))"
-                                       + (unknown.count > 3 ? " (\(unknown.count) in all)" : ""))
+                throw InvalidInput(
+                    detail: "\(T.self): unknown key\(unknown.count > 1 ? "s" : "") \(names.joined(separator: ", "))"
+                        + (unknown.count > 3 ? " (\(unknown.count) in all)" : ""))
             }
         }
         do { return try T(json: json) } catch { throw InvalidInput(detail: error.description) }
@@ -120,8 +121,10 @@ public struct StageResult: Sendable, Hashable {
     /// Explain-trail entries (written best effort after the outputs were produced).
     public var explain: [ExplainEntry]
 
-    public init(outputs: [StageOutput] = [], deadLetter: DeadLetter? = nil, handBack: Bool = false,
-                notes: [StageNote] = [], explain: [ExplainEntry] = []) {
+    public init(
+        outputs: [StageOutput] = [], deadLetter: DeadLetter? = nil, handBack: Bool = false,
+        notes: [StageNote] = [], explain: [ExplainEntry] = []
+    ) {
         self.outputs = outputs
         self.deadLetter = deadLetter
         self.handBack = handBack
@@ -129,8 +132,10 @@ public struct StageResult: Sendable, Hashable {
         self.explain = explain
     }
 
-    public static func dlq(_ reason: String, _ detail: String, notes: [StageNote] = [],
-                           explain: [ExplainEntry] = []) -> StageResult {
+    public static func dlq(
+        _ reason: String, _ detail: String, notes: [StageNote] = [],
+        explain: [ExplainEntry] = []
+    ) -> StageResult {
         StageResult(deadLetter: DeadLetter(reason: reason, detail: detail), notes: notes, explain: explain)
     }
 
@@ -172,7 +177,9 @@ public struct BatchContext: Sendable {
 
     /// A context that can only be asked whether it is stopping (tests; callers without a `StopSignal`): `sleep`
     /// checks `isStopping` every 100 ms.
-    public init(now: @escaping @Sendable () -> Date = { Date() }, isStopping: @escaping @Sendable () -> Bool = { false }) {
+    public init(
+        now: @escaping @Sendable () -> Date = { Date() }, isStopping: @escaping @Sendable () -> Bool = { false }
+    ) {
         self.now = now
         self.isStopping = isStopping
         self.stopSignal = nil
@@ -198,8 +205,10 @@ public struct BatchContext: Sendable {
 
     /// Runs `operation` until it succeeds, retrying `TransientFailure`s with backoff (50 ms doubling to 2 s).
     /// Returns nil when shutdown began before it succeeded; rethrows any other error.
-    public func retryingTransient<T: Sendable>(_ operation: () async throws -> T,
-                                               onRetry: (TransientFailure) -> Void = { _ in }) async throws -> T? {
+    public func retryingTransient<T: Sendable>(
+        _ operation: () async throws -> T,
+        onRetry: (TransientFailure) -> Void = { _ in }
+    ) async throws -> T? {
         var delay = Duration.milliseconds(50)
         while true {
             if isStopping() { return nil }

@@ -27,26 +27,34 @@ public struct SuppressProcessor: StageProcessor {
             return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
         }
         let at = BatchContext.millis(now)
-        let decision = Suppression.decide(event: event, recipient: record.recipient, state: record.state,
-                                          app: apps.app(event.appID), now: now)
+        let decision = Suppression.decide(
+            event: event, recipient: record.recipient, state: record.state,
+            app: apps.app(event.appID), now: now)
         switch decision {
         case .suppress(let reason):
-            return StageResult(notes: [.suppressed(reason: reason.rawValue)], explain: [
-                ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
-                             decision: "suppress", reason: reason.rawValue, at: at),
-            ])
+            return StageResult(
+                notes: [.suppressed(reason: reason.rawValue)],
+                explain: [
+                    ExplainEntry(
+                        appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                        decision: "suppress", reason: reason.rawValue, at: at)
+                ])
         case .deliver(let targets):
             // Rendering reads preferences and unread counts; the devices it needs are the targets.
             var state = record.state
             state.devices = []
             state.online = []
-            let deliverable = DeliverableRecord(event: event, recipient: record.recipient, state: state,
-                                                targets: targets, senderDisplayName: record.senderDisplayName)
+            let deliverable = DeliverableRecord(
+                event: event, recipient: record.recipient, state: state,
+                targets: targets, senderDisplayName: record.senderDisplayName)
             let output = StageOutput.record(deliverable, topic: deliverableTopic, key: record.recipient)
-            return StageResult(outputs: [output], explain: [
-                ExplainEntry(appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
-                             decision: "deliver", at: at, count: targets.count),
-            ])
+            return StageResult(
+                outputs: [output],
+                explain: [
+                    ExplainEntry(
+                        appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                        decision: "deliver", at: at, count: targets.count)
+                ])
         }
     }
 }

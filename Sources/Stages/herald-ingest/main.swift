@@ -12,6 +12,7 @@ let topics = setup.pipeline.kafka.topics
 let lanesOff = setup.valueOrExit { config throws(ConfigurationError) in try config.text(.priorityLanes) } == "off"
 if lanesOff { setup.logger.warning("\(ConfigKey.priorityLanes.name)=off: every event takes the bulk lane") }
 // The event's priority class picks its lane: herald.ingested.priority (urgent, high) or herald.ingested.
-let processor = IngestProcessor(ingestedTopic: topics.ingested, priorityTopic: lanesOff ? nil : topics.ingestedPriority,
-                                apps: setup.pipeline.apps)
+let processor = IngestProcessor(
+    ingestedTopic: topics.ingested, priorityTopic: lanesOff ? nil : topics.ingestedPriority,
+    apps: setup.pipeline.apps)
 exit(await setup.run(processor: processor, topics: [topics.chatEvents], explain: setup.bestEffortExplainSink()))

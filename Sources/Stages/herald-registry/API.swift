@@ -32,7 +32,9 @@ enum RegistryAPIServer {
         var clients: [RegistryAPI.Client] = []
         for (name, variable) in config.clients.sorted(by: { $0.key < $1.key }) {
             guard let token = setup.config.environment[variable].flatMap({ $0.isEmpty ? nil : $0 }) else {
-                throw APIConfigurationError(key: variable, value: "", reason: "the token of API client \(name) (api.clients.\(name).token_env) is not set")
+                throw APIConfigurationError(
+                    key: variable, value: "",
+                    reason: "the token of API client \(name) (api.clients.\(name).token_env) is not set")
             }
             clients.append(RegistryAPI.Client(name: name, token: token))
         }
@@ -41,15 +43,17 @@ enum RegistryAPIServer {
                 let parts = entry.split(separator: "=", maxSplits: 1)
                 guard parts.count == 2, !parts[0].isEmpty, parts[1].count >= 16 else {
                     // The value holds secrets: the error shows only the client names given.
-                    throw APIConfigurationError(key: ConfigKey.apiTokens.name, value: "(hidden)",
-                                             reason: "expected name=token pairs, comma separated, tokens of at least 16 characters")
+                    throw APIConfigurationError(
+                        key: ConfigKey.apiTokens.name, value: "(hidden)",
+                        reason: "expected name=token pairs, comma separated, tokens of at least 16 characters")
                 }
                 clients.append(RegistryAPI.Client(name: String(parts[0]), token: String(parts[1])))
             }
         }
         if clients.isEmpty {
-            throw APIConfigurationError(key: ConfigKey.apiPort.name, value: String(port),
-                                     reason: "the registry API needs at least one client token (api.clients or HERALD_API_TOKENS)")
+            throw APIConfigurationError(
+                key: ConfigKey.apiPort.name, value: String(port),
+                reason: "the registry API needs at least one client token (api.clients or HERALD_API_TOKENS)")
         }
         let producer = try setup.producer()
         let operations = RegistryOperations(
@@ -57,21 +61,27 @@ enum RegistryAPIServer {
             store: StateStore(connection: redis, logger: setup.logger),
             explain: ExplainStore(connection: redis, ttlMilliseconds: setup.explainTTLMilliseconds))
         let api = RegistryAPI(operations: operations, clients: clients, logger: setup.logger) { route, status, client in
-            Counter(label: StageMetrics.Name.apiRequests,
-                    dimensions: [("stage", "registry"), ("route", route), ("status", String(status)), ("client", client)]).increment()
+            Counter(
+                label: StageMetrics.Name.apiRequests,
+                dimensions: [("stage", "registry"), ("route", route), ("status", String(status)), ("client", client)]
+            ).increment()
         }
         let host = setup.config.raw(.apiHost) ?? config.host
         let server = try await StageHTTPServer.bind(
             host: host, port: port, registry: setup.context.registry, readiness: setup.context.readiness,
-            logger: setup.logger, routes: { request in
+            logger: setup.logger,
+            routes: { request in
                 // /healthz falls through to the endpoint's own answer; everything else is the API's.
                 if request.path == "/healthz" { return nil }
-                let answer = await api.handle(method: request.method, path: request.path, headers: request.headers, body: request.body)
+                let answer = await api.handle(
+                    method: request.method, path: request.path, headers: request.headers, body: request.body)
                 return HTTPRouteResponse(status: answer.status, body: answer.body)
             })
-        setup.logger.info("registry api listening", metadata: [
-            "host": "\(host)", "port": "\(server.port)", "clients": "\(clients.map(\.name).joined(separator: ","))",
-        ])
+        setup.logger.info(
+            "registry api listening",
+            metadata: [
+                "host": "\(host)", "port": "\(server.port)", "clients": "\(clients.map(\.name).joined(separator: ","))",
+            ])
         return server
     }
 }

@@ -12,13 +12,15 @@ let redis = setup.redisOrExit()
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
-let writer = RedisRegistryWriter(store: StateStore(connection: redis, logger: logger),
-                                 presenceTTLMilliseconds: Int64(setup.pipeline.redis.presenceTTLSeconds) * 1000)
-let processor = RegistryProcessor(tokenFeedbackTopic: topics.tokenFeedback, writer: writer, apps: setup.pipeline.apps,
-                                  onTransientFailure: { failure in
-    metrics.redisError(code: "transient")
-    logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
-})
+let writer = RedisRegistryWriter(
+    store: StateStore(connection: redis, logger: logger),
+    presenceTTLMilliseconds: Int64(setup.pipeline.redis.presenceTTLSeconds) * 1000)
+let processor = RegistryProcessor(
+    tokenFeedbackTopic: topics.tokenFeedback, writer: writer, apps: setup.pipeline.apps,
+    onTransientFailure: { failure in
+        metrics.redisError(code: "transient")
+        logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
+    })
 let api: StageHTTPServer?
 do {
     api = try await RegistryAPIServer.make(setup: setup, redis: redis)
@@ -26,4 +28,6 @@ do {
     FileHandle.standardError.write(Data("herald-registry: \(error)\n".utf8))
     exit(2)
 }
-exit(await setup.run(processor: processor, topics: [topics.registry, topics.tokenFeedback], before: api.map { [$0] } ?? []))
+exit(
+    await setup.run(
+        processor: processor, topics: [topics.registry, topics.tokenFeedback], before: api.map { [$0] } ?? []))

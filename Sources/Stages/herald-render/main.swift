@@ -19,6 +19,8 @@ do {
 }
 // One loop per lane; each writes to its own lane's herald.outbound topic.
 let lanes = Lane.allCases.map { lane in
-    StageLane(lane, topics: [topics.deliverable(lane)], processor: RenderProcessor(outboundTopic: topics.outbound(lane), live: apps))
+    StageLane(
+        lane, topics: [topics.deliverable(lane)],
+        processor: RenderProcessor(outboundTopic: topics.outbound(lane), live: apps))
 }
 exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink(), before: [reloader]))

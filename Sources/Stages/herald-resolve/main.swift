@@ -19,17 +19,21 @@ func reader(_ lane: Lane) -> RedisStateReader {
 }
 // One loop per lane (herald.ingested.priority -> herald.resolved.priority, herald.ingested -> herald.resolved).
 let lanes = Lane.allCases.map { lane in
-    StageLane(lane, topics: [topics.ingested(lane)], processor: ResolveProcessor(
-        resolvedTopic: topics.resolved(lane), state: reader(lane),
-        lanes: (priority: topics.resolvedPriority, bulk: topics.resolved, apps: setup.pipeline.apps),
-        // Herald-kept unread and mention counts for the apps with `counts: true` (docs/behaviour.md §12).
-        counting: ResolveCounting(counter: RedisMessageCounter(
-            store: StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger),
-            markerTTLMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000), apps: setup.pipeline.apps),
-        progress: RedisFanOutProgress(connection: lane == .priority ? priorityRedis : redis),
-        onTransientFailure: { failure in
-            metrics.redisError(code: "transient")
-            logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])
-        }))
+    StageLane(
+        lane, topics: [topics.ingested(lane)],
+        processor: ResolveProcessor(
+            resolvedTopic: topics.resolved(lane), state: reader(lane),
+            lanes: (priority: topics.resolvedPriority, bulk: topics.resolved, apps: setup.pipeline.apps),
+            // Herald-kept unread and mention counts for the apps with `counts: true` (docs/behaviour.md §12).
+            counting: ResolveCounting(
+                counter: RedisMessageCounter(
+                    store: StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger),
+                    markerTTLMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
+                apps: setup.pipeline.apps),
+            progress: RedisFanOutProgress(connection: lane == .priority ? priorityRedis : redis),
+            onTransientFailure: { failure in
+                metrics.redisError(code: "transient")
+                logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])
+            }))
 }
 exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis)))

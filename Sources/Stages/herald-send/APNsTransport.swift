@@ -33,8 +33,10 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
 
     /// Opens a client for every credential of every app; a credential that cannot be loaded is logged and
     /// left out (its notifications are dead-lettered with `no_credential`).
-    init(apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-         priorityReserve: Double = 0, timeout: Duration, environment: [String: String], logger: Logger) {
+    init(
+        apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
+        priorityReserve: Double = 0, timeout: Duration, environment: [String: String], logger: Logger
+    ) {
         self.timeout = timeout
         self.logger = logger
         self.environment = environment
@@ -45,14 +47,20 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 endpoint: endpoint, trustedCAFile: caFile, connections: connections, maxInFlight: maxInFlight,
                 // One in-process retry (it also renews an expired JWT); further retries go through herald.retry.
                 retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
-                metricDimensions: [("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
-                                   ("environment", credential.environment.rawValue)])
+                metricDimensions: [
+                    ("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
+                    ("environment", credential.environment.rawValue),
+                ])
             configuration.connectTimeout = .seconds(5)
             configuration.priorityReserve = priorityReserve
             let client = try APNsClient(configuration: configuration, logger: logger)
-            logger.info("APNs client ready", metadata: ["app": "\(appID)", "bundle_id": "\(credential.bundleID)",
-                                                        "environment": "\(credential.environment.rawValue)",
-                                                        "endpoint": "\(endpoint.map { "\($0)" } ?? "apple")"])
+            logger.info(
+                "APNs client ready",
+                metadata: [
+                    "app": "\(appID)", "bundle_id": "\(credential.bundleID)",
+                    "environment": "\(credential.environment.rawValue)",
+                    "endpoint": "\(endpoint.map { "\($0)" } ?? "apple")",
+                ])
             return client
         }
         var clients: [Key: APNsClient] = [:]
@@ -62,9 +70,11 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 clients[key] = try make(appID, credential)
                 fingerprints[key] = Self.fingerprint(credential)
             } catch {
-                logger.error("APNs credential unusable; its notifications go to the DLQ", metadata: [
-                    "app": "\(appID)", "bundle_id": "\(credential.bundleID)", "error": "\(error)",
-                ])
+                logger.error(
+                    "APNs credential unusable; its notifications go to the DLQ",
+                    metadata: [
+                        "app": "\(appID)", "bundle_id": "\(credential.bundleID)", "error": "\(error)",
+                    ])
             }
         }
         state = Mutex(Clients(apps: apps, clients: clients, fingerprints: fingerprints))
@@ -75,7 +85,11 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         var out: [(Key, String, APNsCredential)] = []
         for app in apps.apps.values.sorted(by: { $0.appID < $1.appID }) + [apps.fallback] {
             for credential in app.credentials {
-                out.append((Key(app: app.appID, bundleID: credential.bundleID, environment: credential.environment), app.appID, credential))
+                out.append(
+                    (
+                        Key(app: app.appID, bundleID: credential.bundleID, environment: credential.environment),
+                        app.appID, credential
+                    ))
             }
         }
         return out
@@ -85,7 +99,9 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// as a change). Never logged.
     private static func fingerprint(_ credential: APNsCredential) -> [UInt8] {
         var bytes = Array(String(describing: credential).utf8)
-        for file in [credential.keyFile, credential.certificateFile, credential.privateKeyFile, credential.p12File].compactMap({ $0 }) {
+        for file in [credential.keyFile, credential.certificateFile, credential.privateKeyFile, credential.p12File]
+            .compactMap({ $0 })
+        {
             bytes += [0] + ((try? Array(Data(contentsOf: URL(fileURLWithPath: file)))) ?? [1])
         }
         return bytes
@@ -122,9 +138,12 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         state.withLock { $0 = Clients(apps: apps, clients: clients, fingerprints: fingerprints) }
         let grace = timeout
         for client in retired { Task { await client.shutdown(grace: grace) } }
-        logger.info("APNs credentials reloaded", metadata: [
-            "new_clients": "\(created.count)", "retired_clients": "\(retired.count)", "kept_clients": "\(clients.count - created.count)",
-        ])
+        logger.info(
+            "APNs credentials reloaded",
+            metadata: [
+                "new_clients": "\(created.count)", "retired_clients": "\(retired.count)",
+                "kept_clients": "\(clients.count - created.count)",
+            ])
     }
 
     /// True when at least one client opened a connection.
@@ -135,9 +154,13 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         state.withLock { state in
             let app = state.apps.app(job.appID)
             let topic = job.request.topic
-            for credential in app.credentials where credential.environment == job.request.environment
-                && (topic == credential.bundleID || topic.hasPrefix(credential.bundleID + ".")) {
-                if let client = state.clients[Key(app: app.appID, bundleID: credential.bundleID, environment: credential.environment)] {
+            for credential in app.credentials
+            where credential.environment == job.request.environment
+                && (topic == credential.bundleID || topic.hasPrefix(credential.bundleID + "."))
+            {
+                if let client = state.clients[
+                    Key(app: app.appID, bundleID: credential.bundleID, environment: credential.environment)]
+                {
                     return client
                 }
             }
@@ -149,7 +172,11 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         var groups: [ObjectIdentifier: (APNsClient, [(Int, PushJob)])] = [:]
         for (index, job) in jobs.enumerated() {
             guard let client = client(for: job) else {
-                onAnswer(index, .noCredential("no credential for app \(job.appID), topic \(job.request.topic), \(job.request.environment.rawValue)"))
+                onAnswer(
+                    index,
+                    .noCredential(
+                        "no credential for app \(job.appID), topic \(job.request.topic), \(job.request.environment.rawValue)"
+                    ))
                 continue
             }
             groups[ObjectIdentifier(client), default: (client, [])].1.append((index, job))

@@ -27,7 +27,9 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
             for (provider, items) in parts {
                 let subset = items.map(\.1)
                 let back = items.map(\.0)
-                let answer: @Sendable (Int, PushAnswer) -> Void = { i, a in if i >= 0 && i < back.count { onAnswer(back[i], a) } }
+                let answer: @Sendable (Int, PushAnswer) -> Void = { i, a in
+                    if i >= 0 && i < back.count { onAnswer(back[i], a) }
+                }
                 group.addTask {
                     switch provider {
                     case .apns: await self.apns.send(subset, onAnswer: answer)
@@ -59,8 +61,10 @@ final class FCMPushTransport: Sendable {
     private let clients: [Key: FCMClient]
     private let timeout: Duration
 
-    init(apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-         timeout: Duration, logger: Logger) {
+    init(
+        apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
+        timeout: Duration, logger: Logger
+    ) {
         self.timeout = timeout
         var clients: [Key: FCMClient] = [:]
         for app in Array(apps.apps.values) + [apps.fallback] {
@@ -73,15 +77,24 @@ final class FCMPushTransport: Sendable {
                         account: account, endpoint: endpoint, trustedCAFile: caFile, connections: connections,
                         maxInFlight: maxInFlight, connectTimeout: .seconds(5),
                         // One in-process retry (and one access-token renewal on 401); more go through herald.retry.
-                        retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
-                        metricDimensions: [("stage", "send"), ("app", app.appID), ("provider_id", credential.providerID)])
+                        retry: APNsBackoffPolicy(
+                            initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                        metricDimensions: [
+                            ("stage", "send"), ("app", app.appID), ("provider_id", credential.providerID),
+                        ])
                     clients[key] = try FCMClient(configuration: configuration, logger: logger)
-                    logger.info("FCM client ready", metadata: ["app": "\(app.appID)", "provider_id": "\(credential.providerID)",
-                                                               "project": "\(account.projectID)"])
+                    logger.info(
+                        "FCM client ready",
+                        metadata: [
+                            "app": "\(app.appID)", "provider_id": "\(credential.providerID)",
+                            "project": "\(account.projectID)",
+                        ])
                 } catch {
-                    logger.error("FCM credential unusable; its notifications go to the DLQ", metadata: [
-                        "app": "\(app.appID)", "provider_id": "\(credential.providerID)", "error": "\(error)",
-                    ])
+                    logger.error(
+                        "FCM credential unusable; its notifications go to the DLQ",
+                        metadata: [
+                            "app": "\(app.appID)", "provider_id": "\(credential.providerID)", "error": "\(error)",
+                        ])
                 }
             }
         }
@@ -118,9 +131,10 @@ final class FCMPushTransport: Sendable {
 
     static func answer(_ r: APNsResponse) -> PushAnswer {
         if let status = r.status {
-            return .classified(status: status, reason: r.reasonText ?? "HTTP\(status)",
-                               answer: r.answer ?? FCMAnswerTable.classify(status: status, body: nil),
-                               retryAfter: r.retryAfter)
+            return .classified(
+                status: status, reason: r.reasonText ?? "HTTP\(status)",
+                answer: r.answer ?? FCMAnswerTable.classify(status: status, body: nil),
+                retryAfter: r.retryAfter)
         }
         return .failed(r.transportFailure ?? .protocolViolation("no answer"))
     }
@@ -148,8 +162,11 @@ final class WebhookPushTransport: Sendable {
                 switch WebhookEndpoint.resolve(hook, environment: environment) {
                 case .success(let e): endpoints[Key(app: app.appID, providerID: hook.providerID)] = e
                 case .failure(let error):
-                    logger.error("webhook unusable; its notifications go to the DLQ",
-                                 metadata: ["app": "\(app.appID)", "provider_id": "\(hook.providerID)", "error": "\(error.message)"])
+                    logger.error(
+                        "webhook unusable; its notifications go to the DLQ",
+                        metadata: [
+                            "app": "\(app.appID)", "provider_id": "\(hook.providerID)", "error": "\(error.message)",
+                        ])
                 }
             }
         }
@@ -158,7 +175,8 @@ final class WebhookPushTransport: Sendable {
             client = nil
         } else {
             do {
-                client = try WebhookClient(configuration: HTTP1ClientConfiguration(trustedCAFile: caFile, maxInFlight: maxInFlight))
+                client = try WebhookClient(
+                    configuration: HTTP1ClientConfiguration(trustedCAFile: caFile, maxInFlight: maxInFlight))
             } catch {
                 logger.error("webhook client unavailable", metadata: ["error": "\(error)"])
                 client = nil
@@ -180,8 +198,11 @@ final class WebhookPushTransport: Sendable {
         }
         guard let client, !requests.isEmpty else { return }
         await client.send(requests) { tag, outcome in
-            onAnswer(Int(tag), .classified(status: outcome.status, reason: outcome.reasonText, answer: outcome.answer,
-                                           retryAfter: nil))
+            onAnswer(
+                Int(tag),
+                .classified(
+                    status: outcome.status, reason: outcome.reasonText, answer: outcome.answer,
+                    retryAfter: nil))
         }
     }
 

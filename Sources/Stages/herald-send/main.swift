@@ -13,8 +13,12 @@ import HeraldStage
 // HeraldStage's ConfigKeys.swift; a bad value ends the process at startup (status 2), naming the key.
 let setup = await StageSetup.startOrExit(.send)
 let redis = setup.redisOrExit()
-func setting(_ key: ConfigKey) -> Int { setup.valueOrExit { config throws(ConfigurationError) in try config.requiredInt(key) } }
-func optionalText(_ key: ConfigKey) -> String? { setup.valueOrExit { config throws(ConfigurationError) in try config.text(key) } }
+func setting(_ key: ConfigKey) -> Int {
+    setup.valueOrExit { config throws(ConfigurationError) in try config.requiredInt(key) }
+}
+func optionalText(_ key: ConfigKey) -> String? {
+    setup.valueOrExit { config throws(ConfigurationError) in try config.text(key) }
+}
 func endpoint(_ key: ConfigKey) -> APNsEndpoint? {
     guard let raw = optionalText(key) else { return nil }
     return setup.valueOrExit { _ throws(ConfigurationError) in
@@ -27,21 +31,24 @@ func endpoint(_ key: ConfigKey) -> APNsEndpoint? {
 let maxInFlight = setting(.sendMaxInFlight)
 let timeoutMs = setting(.apnsTimeoutMs)
 KeyFiles.warnAboutExposedKeys(setup.pipeline.apps, logger: setup.logger)
-let transport = APNsPushTransport(apps: setup.pipeline.apps, endpoint: endpoint(.apnsHost),
-                                  caFile: optionalText(.apnsCAFile),
-                                  connections: setting(.apnsConnections), maxInFlight: maxInFlight,
-                                  priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
-                                  timeout: .milliseconds(timeoutMs),
-                                  environment: ProcessInfo.processInfo.environment, logger: setup.logger)
-let fcmTransport = FCMPushTransport(apps: setup.pipeline.apps, endpoint: endpoint(.fcmHost),
-                                    caFile: optionalText(.fcmCAFile),
-                                    connections: setting(.fcmConnections), maxInFlight: maxInFlight,
-                                    timeout: .milliseconds(timeoutMs), logger: setup.logger)
+let transport = APNsPushTransport(
+    apps: setup.pipeline.apps, endpoint: endpoint(.apnsHost),
+    caFile: optionalText(.apnsCAFile),
+    connections: setting(.apnsConnections), maxInFlight: maxInFlight,
+    priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
+    timeout: .milliseconds(timeoutMs),
+    environment: ProcessInfo.processInfo.environment, logger: setup.logger)
+let fcmTransport = FCMPushTransport(
+    apps: setup.pipeline.apps, endpoint: endpoint(.fcmHost),
+    caFile: optionalText(.fcmCAFile),
+    connections: setting(.fcmConnections), maxInFlight: maxInFlight,
+    timeout: .milliseconds(timeoutMs), logger: setup.logger)
 setup.context.readiness.register("fcm") { fcmTransport.isReady }
-let webhookTransport = WebhookPushTransport(apps: setup.pipeline.apps,
-                                            caFile: optionalText(.webhookCAFile),
-                                            maxInFlight: maxInFlight, environment: ProcessInfo.processInfo.environment,
-                                            logger: setup.logger)
+let webhookTransport = WebhookPushTransport(
+    apps: setup.pipeline.apps,
+    caFile: optionalText(.webhookCAFile),
+    maxInFlight: maxInFlight, environment: ProcessInfo.processInfo.environment,
+    logger: setup.logger)
 let router = RoutingPushTransport(apns: transport, fcm: fcmTransport, webhook: webhookTransport)
 // An app with no APNs credential (FCM or webhooks only) does not wait for an APNs connection.
 setup.context.readiness.register("apns") {
@@ -58,30 +65,33 @@ func store(_ lane: Lane) -> StateStore {
     StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger)
 }
 func sender(_ lane: Lane) -> SendProcessor {
-var processor = SendProcessor(
-    retryTopic: topics.retry(lane), tokenFeedbackTopic: topics.tokenFeedback, transport: router,
-    ledger: RedisDeliveryLedger(store: store(lane), ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
-    owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
-    // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
-    claimTTL: .milliseconds(2 * timeoutMs + 30_000),
-    retryPolicy: APNsBackoffPolicy(initialDelay: .milliseconds(setting(.sendRetryInitialMs)),
-                                   maxDelay: .milliseconds(setting(.sendRetryMaxMs)),
-                                   maxAttempts: setting(.sendMaxAttempts)),
-    onTransientFailure: { failure in
-        metrics.redisError(code: "transient")
-        logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
-    })
-processor.prioritized = lane == .priority
-processor.apps = setup.pipeline.apps
-return processor
+    var processor = SendProcessor(
+        retryTopic: topics.retry(lane), tokenFeedbackTopic: topics.tokenFeedback, transport: router,
+        ledger: RedisDeliveryLedger(
+            store: store(lane), ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
+        owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
+        // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
+        claimTTL: .milliseconds(2 * timeoutMs + 30_000),
+        retryPolicy: APNsBackoffPolicy(
+            initialDelay: .milliseconds(setting(.sendRetryInitialMs)),
+            maxDelay: .milliseconds(setting(.sendRetryMaxMs)),
+            maxAttempts: setting(.sendMaxAttempts)),
+        onTransientFailure: { failure in
+            metrics.redisError(code: "transient")
+            logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
+        })
+    processor.prioritized = lane == .priority
+    processor.apps = setup.pipeline.apps
+    return processor
 }
 // Batches run concurrently (order per device token does not matter to APNs; a batch holding a retry until its
 // not_before must not block fresh notifications); the in-flight bound pauses the consumer.
 // One loop per lane, each with its own in-flight bound: the priority lane's records never wait behind bulk
 // ones in Kafka or in the loop, and the APNs clients start them first (docs/pipeline.md, "Priority lanes").
 let lanes = Lane.allCases.map { lane in
-    StageLane(lane, topics: [topics.outbound(lane), topics.retry(lane)], processor: sender(lane),
-              maxConcurrentBatches: 64, maxInFlight: maxInFlight)
+    StageLane(
+        lane, topics: [topics.outbound(lane), topics.retry(lane)], processor: sender(lane),
+        maxConcurrentBatches: 64, maxInFlight: maxInFlight)
 }
 // APNs credentials are reloaded from the pipeline file on SIGHUP and when it changes (FCM and webhook credentials
 // load at start only).

@@ -10,7 +10,8 @@ let setup = await StageSetup.startOrExit(.suppress)
 let topics = setup.pipeline.kafka.topics
 // One loop per lane; each writes to its own lane's herald.deliverable topic.
 let lanes = Lane.allCases.map { lane in
-    StageLane(lane, topics: [topics.resolved(lane)],
-              processor: SuppressProcessor(deliverableTopic: topics.deliverable(lane), apps: setup.pipeline.apps))
+    StageLane(
+        lane, topics: [topics.resolved(lane)],
+        processor: SuppressProcessor(deliverableTopic: topics.deliverable(lane), apps: setup.pipeline.apps))
 }
 exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink()))

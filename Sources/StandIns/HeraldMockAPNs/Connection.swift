@@ -175,7 +175,8 @@ final class Connection {
             guard let frame, let userData else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
             guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
-                  frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST else { return 0 }
+                frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
+            else { return 0 }
             conn.server.beginStream(conn, streamID: frame.pointee.hd.stream_id)
             return 0
         }
@@ -191,7 +192,8 @@ final class Connection {
             if over > 0 { conn.server.countStreamOverLimit(conn, over: over) }
             return 0
         }
-        nghttp2_session_callbacks_set_on_header_callback(callbacks) { _, frame, name, namelen, value, valuelen, _, userData in
+        nghttp2_session_callbacks_set_on_header_callback(callbacks) {
+            _, frame, name, namelen, value, valuelen, _, userData in
             guard let frame, let userData, let name, let value else { return 0 }
             guard frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
             let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
@@ -216,7 +218,8 @@ final class Connection {
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks) { _, frame, userData in
             guard let frame, let userData else { return 0 }
             let type = frame.pointee.hd.type
-            if type == UInt8(NGHTTP2_SETTINGS.rawValue), frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 {
+            if type == UInt8(NGHTTP2_SETTINGS.rawValue), frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0
+            {
                 Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue().settingsAcknowledged()
                 return 0
             }
@@ -226,8 +229,9 @@ final class Connection {
             guard let index = conn.slotIndex(of: streamID) else { return 0 }
             if conn.slots[index].refused {
                 if type == UInt8(NGHTTP2_HEADERS.rawValue) {
-                    nghttp2_submit_rst_stream(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,
-                                              NGHTTP2_REFUSED_STREAM.rawValue)
+                    nghttp2_submit_rst_stream(
+                        conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,
+                        NGHTTP2_REFUSED_STREAM.rawValue)
                 }
                 return 0
             }
@@ -238,7 +242,8 @@ final class Connection {
         }
         nghttp2_session_callbacks_set_on_frame_send_callback(callbacks) { _, frame, userData in
             guard let frame, let userData, frame.pointee.hd.type == UInt8(NGHTTP2_RST_STREAM.rawValue),
-                  frame.pointee.rst_stream.error_code == NGHTTP2_REFUSED_STREAM.rawValue else { return 0 }
+                frame.pointee.rst_stream.error_code == NGHTTP2_REFUSED_STREAM.rawValue
+            else { return 0 }
             // Counts both our refusals after GOAWAY and nghttp2's above the advertised limit.
             Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue().server.countRefusedStream()
             return 0
@@ -256,14 +261,19 @@ final class Connection {
         session = s
 
         var settings = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
-                                   value: UInt32(initialConcurrentStreams)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue),
-                                   value: 1 << 20),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_FRAME_SIZE.rawValue),
-                                   value: 1 << 14),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+                value: UInt32(initialConcurrentStreams)),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue),
+                value: 1 << 20),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_FRAME_SIZE.rawValue),
+                value: 1 << 14),
         ]
-        guard nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count) == 0 else { return false }
+        guard nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count) == 0 else {
+            return false
+        }
         advertisedStreams = initialConcurrentStreams
         unacknowledgedStreamsSettings.append(initialConcurrentStreams)
         // A large connection window so clients never stall on flow control.
@@ -286,8 +296,9 @@ final class Connection {
     func submitScheduledMaxConcurrentStreams() -> Bool {
         guard let value = pendingStreamsSetting, let session else { return false }
         pendingStreamsSetting = nil
-        var entry = nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
-                                           value: UInt32(value))
+        var entry = nghttp2_settings_entry(
+            settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+            value: UInt32(value))
         guard nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &entry, 1) == 0 else { return false }
         advertisedStreams = value
         unacknowledgedStreamsSettings.append(value)

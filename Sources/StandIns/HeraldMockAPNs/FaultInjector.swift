@@ -30,11 +30,13 @@ public struct FaultInjector: Sendable {
         random = SeededRandom(seed: seed)
         var acc = 0.0
         var b: [(Double, MockReason)] = []
-        for (rate, reason) in [(rates.tooManyRequests, MockReason.tooManyRequests),
-                               (rates.internalServerError, .internalServerError),
-                               (rates.serviceUnavailable, .serviceUnavailable),
-                               (rates.unregistered, .unregistered),
-                               (rates.badDeviceToken, .badDeviceToken)] where rate > 0 {
+        for (rate, reason) in [
+            (rates.tooManyRequests, MockReason.tooManyRequests),
+            (rates.internalServerError, .internalServerError),
+            (rates.serviceUnavailable, .serviceUnavailable),
+            (rates.unregistered, .unregistered),
+            (rates.badDeviceToken, .badDeviceToken),
+        ] where rate > 0 {
             acc += rate
             b.append((acc, reason))
         }
@@ -62,8 +64,8 @@ struct UUIDWriter {
     mutating func write(into out: UnsafeMutableRawBufferPointer) {
         var hi = random.next()
         var lo = random.next()
-        hi = (hi & 0xFFFF_FFFF_FFFF_0FFF) | 0x0000_0000_0000_4000 // version 4
-        lo = (lo & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000 // variant 10
+        hi = (hi & 0xFFFF_FFFF_FFFF_0FFF) | 0x0000_0000_0000_4000  // version 4
+        lo = (lo & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000  // variant 10
         var o = 0
         Self.hex.withUnsafeBufferPointer { h in
             for i in 0..<32 {

@@ -31,14 +31,14 @@ public enum JSONCheck {
             var s = Scanner(bytes: raw)
             var out: [String: Scalar] = [:]
             s.skipWhitespace()
-            s.index += 1 // {
+            s.index += 1  // {
             s.skipWhitespace()
             if s.peek() == UInt8(ascii: "}") { return out }
             while true {
                 s.skipWhitespace()
                 guard let key = s.decodeString() else { return nil }
                 s.skipWhitespace()
-                s.index += 1 // :
+                s.index += 1  // :
                 s.skipWhitespace()
                 let start = s.index
                 switch s.peek() ?? 0 {
@@ -186,7 +186,7 @@ public enum JSONCheck {
                     guard let e = peek() else { return false }
                     switch e {
                     case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"),
-                         UInt8(ascii: "f"), UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                        UInt8(ascii: "f"), UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                         index += 1
                     case UInt8(ascii: "u"):
                         guard index + 4 < bytes.count else { return false }

@@ -35,7 +35,8 @@ struct MockMetrics {
         s += "# TYPE herald_mock_apns_requests_total counter\n"
         s += "herald_mock_apns_requests_total{status=\"200\",reason=\"\"} \(answers[0])\n"
         for r in MockReason.allCases where answers[r.ordinal + 1] > 0 {
-            s += "herald_mock_apns_requests_total{status=\"\(r.status)\",reason=\"\(r.rawValue)\"} \(answers[r.ordinal + 1])\n"
+            s +=
+                "herald_mock_apns_requests_total{status=\"\(r.status)\",reason=\"\(r.rawValue)\"} \(answers[r.ordinal + 1])\n"
         }
         s += "# HELP herald_mock_apns_faults_injected_total Answers chosen by fault injection, by reason.\n"
         s += "# TYPE herald_mock_apns_faults_injected_total counter\n"
@@ -43,25 +44,47 @@ struct MockMetrics {
             s += "herald_mock_apns_faults_injected_total{reason=\"\(r.rawValue)\"} \(injected[r.ordinal + 1])\n"
         }
         func one(_ name: String, _ type: String, _ help: String, _ value: String) {
-            s += "# HELP herald_mock_apns_\(name) \(help)\n# TYPE herald_mock_apns_\(name) \(type)\nherald_mock_apns_\(name) \(value)\n"
+            s +=
+                "# HELP herald_mock_apns_\(name) \(help)\n# TYPE herald_mock_apns_\(name) \(type)\nherald_mock_apns_\(name) \(value)\n"
         }
         one("connections_total", "counter", "TLS connections accepted.", "\(connectionsAccepted)")
         one("connections_open", "gauge", "Connections open now.", "\(connectionsOpen)")
-        one("connections_certificate_auth_total", "counter", "Connections with a verified client certificate.", "\(connectionsCertificateAuth)")
-        one("handshake_failures_total", "counter", "Connections closed during the TLS handshake or without ALPN h2.", "\(handshakeFailures)")
+        one(
+            "connections_certificate_auth_total", "counter", "Connections with a verified client certificate.",
+            "\(connectionsCertificateAuth)")
+        one(
+            "handshake_failures_total", "counter", "Connections closed during the TLS handshake or without ALPN h2.",
+            "\(handshakeFailures)")
         one("streams_total", "counter", "Request streams opened by clients.", "\(streams)")
-        one("refused_streams_total", "counter", "Streams refused with RST_STREAM REFUSED_STREAM (above SETTINGS_MAX_CONCURRENT_STREAMS, or after a GOAWAY).", "\(refusedStreams)")
-        one("streams_over_limit_total", "counter", "Streams a client opened beyond the SETTINGS_MAX_CONCURRENT_STREAMS it had acknowledged (0 for a compliant client).", "\(streamsOverLimit)")
-        one("streams_over_limit_max", "gauge", "Highest number of open streams above the acknowledged limit seen on one connection.", "\(maxStreamsOverLimit)")
-        one("max_streams_raised_total", "counter", "SETTINGS frames raising a token-auth connection's SETTINGS_MAX_CONCURRENT_STREAMS (after a success).", "\(streamLimitRaises)")
-        one("max_streams_lowered_total", "counter", "SETTINGS frames lowering it back to --initial-streams (after a provider-token rejection).", "\(streamLimitLowerings)")
+        one(
+            "refused_streams_total", "counter",
+            "Streams refused with RST_STREAM REFUSED_STREAM (above SETTINGS_MAX_CONCURRENT_STREAMS, or after a GOAWAY).",
+            "\(refusedStreams)")
+        one(
+            "streams_over_limit_total", "counter",
+            "Streams a client opened beyond the SETTINGS_MAX_CONCURRENT_STREAMS it had acknowledged (0 for a compliant client).",
+            "\(streamsOverLimit)")
+        one(
+            "streams_over_limit_max", "gauge",
+            "Highest number of open streams above the acknowledged limit seen on one connection.",
+            "\(maxStreamsOverLimit)")
+        one(
+            "max_streams_raised_total", "counter",
+            "SETTINGS frames raising a token-auth connection's SETTINGS_MAX_CONCURRENT_STREAMS (after a success).",
+            "\(streamLimitRaises)")
+        one(
+            "max_streams_lowered_total", "counter",
+            "SETTINGS frames lowering it back to --initial-streams (after a provider-token rejection).",
+            "\(streamLimitLowerings)")
         one("goaways_total", "counter", "GOAWAY frames sent by --goaway-every.", "\(goaways)")
         one("resets_total", "counter", "Connections dropped by --reset-every.", "\(resets)")
         one("random_resets_total", "counter", "Connections dropped by --rate-reset.", "\(randomResets)")
         one("pauses_total", "counter", "Pauses started (POST /pause or --pause-ms).", "\(pauses)")
         one("paused", "gauge", "1 while answers are held back by a pause.", paused ? "1" : "0")
         one("held_answers", "gauge", "Answers waiting for their time (--latency-ms or a pause).", "\(heldAnswers)")
-        one("provider_token_verifications_total", "counter", "ES256 signature verifications (cached per connection).", "\(providerTokenVerifications)")
+        one(
+            "provider_token_verifications_total", "counter", "ES256 signature verifications (cached per connection).",
+            "\(providerTokenVerifications)")
         return s
     }
 }

@@ -66,8 +66,11 @@ public final class MockAPNsServer: @unchecked Sendable {
     public init(configuration: MockAPNsConfiguration) throws {
         self.configuration = configuration
         var err = [CChar](repeating: 0, count: 512)
-        guard let ctx = hmt_ctx_new(configuration.certificatePath, configuration.privateKeyPath,
-                                    configuration.clientCAPath, &err, err.count) else {
+        guard
+            let ctx = hmt_ctx_new(
+                configuration.certificatePath, configuration.privateKeyPath,
+                configuration.clientCAPath, &err, err.count)
+        else {
             throw MockSetupError(Self.cString(err))
         }
         tlsContext = ctx
@@ -216,8 +219,9 @@ public final class MockAPNsServer: @unchecked Sendable {
             let last = nghttp2_session_get_last_proc_stream_id(session)
             if conn.goawayLastStreamID.map({ last < $0 }) ?? true { conn.goawayLastStreamID = last }
             reason.withUnsafeBufferPointer { r in
-                _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), last, NGHTTP2_NO_ERROR.rawValue,
-                                          r.baseAddress, r.count)
+                _ = nghttp2_submit_goaway(
+                    session, UInt8(NGHTTP2_FLAG_NONE.rawValue), last, NGHTTP2_NO_ERROR.rawValue,
+                    r.baseAddress, r.count)
             }
             markDirty(conn)
         }
@@ -269,7 +273,8 @@ public final class MockAPNsServer: @unchecked Sendable {
             if conn.certificateAuth {
                 metrics.connectionsCertificateAuth += 1
             }
-            let initial = conn.certificateAuth ? configuration.maxConcurrentStreams : configuration.initialConcurrentStreams
+            let initial =
+                conn.certificateAuth ? configuration.maxConcurrentStreams : configuration.initialConcurrentStreams
             guard conn.startSession(initialConcurrentStreams: initial) else {
                 closeConnection(conn, abort: false)
                 return
@@ -352,7 +357,11 @@ public final class MockAPNsServer: @unchecked Sendable {
             guard n > 0, let p else {
                 let before = conn.advertisedStreams
                 if conn.submitScheduledMaxConcurrentStreams() {
-                    if conn.advertisedStreams > before { metrics.streamLimitRaises += 1 } else { metrics.streamLimitLowerings += 1 }
+                    if conn.advertisedStreams > before {
+                        metrics.streamLimitRaises += 1
+                    } else {
+                        metrics.streamLimitLowerings += 1
+                    }
                     continue
                 }
                 break
@@ -419,11 +428,14 @@ public final class MockAPNsServer: @unchecked Sendable {
             conn.resetRequested = true
             return
         }
-        if configuration.goawayEvery > 0 && conn.goawayLastStreamID == nil && conn.streamsSeen >= configuration.goawayEvery {
+        if configuration.goawayEvery > 0 && conn.goawayLastStreamID == nil
+            && conn.streamsSeen >= configuration.goawayEvery
+        {
             conn.goawayLastStreamID = streamID
             metrics.goaways += 1
-            nghttp2_submit_goaway(conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,
-                                  NGHTTP2_NO_ERROR.rawValue, nil, 0)
+            nghttp2_submit_goaway(
+                conn.session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID,
+                NGHTTP2_NO_ERROR.rawValue, nil, 0)
         }
     }
 
@@ -443,8 +455,10 @@ public final class MockAPNsServer: @unchecked Sendable {
             // Held answers stay in arrival order: a pause's end is never earlier than an answer
             // already queued (`resume` moves queued ones to now).
             let due = max(nowMonotonicMicros + Int64(configuration.latencyMilliseconds) * 1000, pausedUntilMicros)
-            delayed.append(DelayedAnswer(due: due, connection: conn, slot: slot,
-                                         generation: conn.slots[slot].generation, verdict: verdict))
+            delayed.append(
+                DelayedAnswer(
+                    due: due, connection: conn, slot: slot,
+                    generation: conn.slots[slot].generation, verdict: verdict))
             metrics.heldAnswers = delayed.count
         } else {
             answer(conn, slot: slot, verdict: verdict)
@@ -454,8 +468,10 @@ public final class MockAPNsServer: @unchecked Sendable {
     private func evaluate(_ conn: Connection, slot: Int) -> MockVerdict {
         let now = nowWallMillis
         var verdict = conn.slots[slot].body.withUnsafeBytes { body in
-            checker.check(head: conn.slots[slot].head, body: body, bodyLength: conn.slots[slot].bodyLength,
-                          certificateAuth: conn.certificateAuth, nowMillis: now) { authorization in
+            checker.check(
+                head: conn.slots[slot].head, body: body, bodyLength: conn.slots[slot].bodyLength,
+                certificateAuth: conn.certificateAuth, nowMillis: now
+            ) { authorization in
                 self.authorize(conn, authorization)
             }
         }
@@ -478,7 +494,10 @@ public final class MockAPNsServer: @unchecked Sendable {
         guard let authorization, !authorization.isEmpty else { return .missingProviderToken }
         let result: ProviderTokenCheck
         if let cached = conn.cachedAuthorizationCheck, conn.cachedAuthorization.count == authorization.count,
-           conn.cachedAuthorization.withUnsafeBytes({ memcmp($0.baseAddress!, authorization.baseAddress!, authorization.count) == 0 }) {
+            conn.cachedAuthorization.withUnsafeBytes({
+                memcmp($0.baseAddress!, authorization.baseAddress!, authorization.count) == 0
+            })
+        {
             result = cached
         } else {
             result = verifier.check(authorization: authorization)
@@ -525,8 +544,9 @@ public final class MockAPNsServer: @unchecked Sendable {
         for i in delayed.indices where delayed[i].due == pausedUntilMicros {
             let d = delayed[i]
             // An answer's latency counts from its arrival, which a pause may already have covered.
-            delayed[i] = DelayedAnswer(due: min(d.due, nowMonotonicMicros + latency), connection: d.connection,
-                                       slot: d.slot, generation: d.generation, verdict: d.verdict)
+            delayed[i] = DelayedAnswer(
+                due: min(d.due, nowMonotonicMicros + latency), connection: d.connection,
+                slot: d.slot, generation: d.generation, verdict: d.verdict)
         }
         // Keep the queue ordered by due time (a stable sort of the waiting part).
         let waiting = delayed.enumerated().sorted { ($0.element.due, $0.offset) < ($1.element.due, $1.offset) }
@@ -539,7 +559,9 @@ public final class MockAPNsServer: @unchecked Sendable {
         while let d = delayed.first, d.due <= nowMonotonicMicros {
             delayed.removeFirst()
             let conn = d.connection
-            guard !conn.closed, d.slot < conn.slots.count, conn.slots[d.slot].generation == d.generation else { continue }
+            guard !conn.closed, d.slot < conn.slots.count, conn.slots[d.slot].generation == d.generation else {
+                continue
+            }
             answer(conn, slot: d.slot, verdict: d.verdict)
             markDirty(conn)
         }
@@ -566,19 +588,24 @@ public final class MockAPNsServer: @unchecked Sendable {
             scratch[Self.statusValue + i] = UInt8(ascii: "0") + UInt8(status % 10)
             status /= 10
         }
-        nva[0] = nghttp2_nv(name: scratch + Self.statusName, value: scratch + Self.statusValue,
-                            namelen: 7, valuelen: 3, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
-        nva[1] = nghttp2_nv(name: scratch + Self.apnsIDName, value: scratch + Self.apnsIDValue,
-                            namelen: 7, valuelen: 36, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+        nva[0] = nghttp2_nv(
+            name: scratch + Self.statusName, value: scratch + Self.statusValue,
+            namelen: 7, valuelen: 3, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+        nva[1] = nghttp2_nv(
+            name: scratch + Self.apnsIDName, value: scratch + Self.apnsIDValue,
+            namelen: 7, valuelen: 36, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
         if verdict.status == 200 {
             nghttp2_submit_response(session, streamID, nva, 2, nil)
         } else {
-            nva[2] = nghttp2_nv(name: scratch + Self.contentTypeName, value: scratch + Self.contentTypeValue,
-                                namelen: 12, valuelen: 16, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            nva[2] = nghttp2_nv(
+                name: scratch + Self.contentTypeName, value: scratch + Self.contentTypeValue,
+                namelen: 12, valuelen: 16, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
             Self.appendErrorBody(&conn.slots[slot].response, verdict)
             var provider = nghttp2_data_provider()
             provider.read_callback = { _, streamID, buf, length, flags, _, userData in
-                guard let userData, let buf, let flags else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+                guard let userData, let buf, let flags else {
+                    return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
+                }
                 let conn = Unmanaged<Connection>.fromOpaque(userData).takeUnretainedValue()
                 guard let index = conn.slotIndex(of: streamID) else {
                     flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue
@@ -614,8 +641,9 @@ public final class MockAPNsServer: @unchecked Sendable {
         }
         metrics.answers[MockMetrics.slot(verdict.reason)] += 1
         if recorder != nil {
-            appendRecord(conn.slots[slot], verdict: verdict,
-                         apnsID: UnsafeRawBufferPointer(start: scratch + Self.apnsIDValue, count: 36))
+            appendRecord(
+                conn.slots[slot], verdict: verdict,
+                apnsID: UnsafeRawBufferPointer(start: scratch + Self.apnsIDValue, count: 36))
         }
     }
 
@@ -743,7 +771,9 @@ public final class MockAPNsServer: @unchecked Sendable {
             body = "not found\n"
             contentType = "text/plain; charset=utf-8"
         }
-        let response = Array("HTTP/1.1 \(status)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)".utf8)
+        let response = Array(
+            "HTTP/1.1 \(status)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n\(body)"
+                .utf8)
         // Small answer to a local scraper: send it in blocking mode with a short timeout.
         var flags = fcntl(fd, F_GETFL)
         flags &= ~Int32(O_NONBLOCK)
@@ -809,7 +839,8 @@ public final class MockAPNsServer: @unchecked Sendable {
         }
         defer { freeaddrinfo(res) }
         let ai = first.pointee
-        let fd = socket(ai.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(
+            ai.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw MockSetupError("socket: \(String(cString: strerror(errno)))") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -829,9 +860,13 @@ public final class MockAPNsServer: @unchecked Sendable {
             sp.withMemoryRebound(to: sockaddr.self, capacity: 1) { p -> Int in
                 guard getsockname(fd, p, &len) == 0 else { return port }
                 if p.pointee.sa_family == sa_family_t(AF_INET) {
-                    return p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin_port)) }
+                    return p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                        Int(UInt16(bigEndian: $0.pointee.sin_port))
+                    }
                 }
-                return p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { Int(UInt16(bigEndian: $0.pointee.sin6_port)) }
+                return p.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) {
+                    Int(UInt16(bigEndian: $0.pointee.sin6_port))
+                }
             }
         }
         return (fd, bound)
@@ -877,7 +912,8 @@ enum JSONOut {
     /// Digits as a JSON number; anything else as a string; absent as null.
     static func appendNumberOrString(_ out: inout [UInt8], _ value: UnsafeRawBufferPointer?) {
         if let value, !value.isEmpty, value.count <= 18, value.allSatisfy({ $0 &- 0x30 < 10 }),
-           !(value.count > 1 && value[0] == UInt8(ascii: "0")) {
+            !(value.count > 1 && value[0] == UInt8(ascii: "0"))
+        {
             out.append(contentsOf: value)
         } else {
             appendString(&out, value)

@@ -25,11 +25,11 @@ public struct MockProviderKey: Sendable, Equatable {
 
 /// Rates in [0, 1] at which valid requests are answered with an injected failure instead of 200.
 public struct MockFaultRates: Sendable, Equatable {
-    public var tooManyRequests: Double = 0      // 429 TooManyRequests
+    public var tooManyRequests: Double = 0  // 429 TooManyRequests
     public var internalServerError: Double = 0  // 500 InternalServerError
-    public var serviceUnavailable: Double = 0   // 503 ServiceUnavailable
-    public var unregistered: Double = 0         // 410 Unregistered, timestamp = now
-    public var badDeviceToken: Double = 0       // 400 BadDeviceToken
+    public var serviceUnavailable: Double = 0  // 503 ServiceUnavailable
+    public var unregistered: Double = 0  // 410 Unregistered, timestamp = now
+    public var badDeviceToken: Double = 0  // 400 BadDeviceToken
 
     public init() {}
 

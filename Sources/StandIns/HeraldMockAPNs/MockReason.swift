@@ -46,11 +46,11 @@ public enum MockReason: String, Sendable, CaseIterable {
     public var status: Int {
         switch self {
         case .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
-             .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType,
-             .missingDeviceToken, .missingTopic, .payloadEmpty, .topicDisallowed:
+            .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType,
+            .missingDeviceToken, .missingTopic, .payloadEmpty, .topicDisallowed:
             return 400
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
-             .invalidProviderToken, .missingProviderToken:
+            .invalidProviderToken, .missingProviderToken:
             return 403
         case .badPath: return 404
         case .methodNotAllowed: return 405

@@ -29,7 +29,9 @@ public final class ProviderTokenVerifier {
             var err = [CChar](repeating: 0, count: 256)
             guard let key = hmt_pubkey_load(k.publicKeyPath, &err, err.count) else {
                 for e in keys.values { hmt_pubkey_free(e.key) }
-                throw MockSetupError("--auth-key \(k.keyID): " + String(decoding: err.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+                throw MockSetupError(
+                    "--auth-key \(k.keyID): "
+                        + String(decoding: err.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
             }
             if let old = keys[k.keyID] { hmt_pubkey_free(old.key) }
             keys[k.keyID] = Entry(teamID: k.teamID, key: key)
@@ -53,16 +55,16 @@ public final class ProviderTokenVerifier {
         let jwt = Array(bytes[start...])
         let parts = jwt.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3,
-              let headerJSON = Base64URL.decode(parts[0]),
-              let claimsJSON = Base64URL.decode(parts[1]),
-              let signature = Base64URL.decode(parts[2]), signature.count == 64,
-              let header = JSONCheck.topLevelMembers(headerJSON),
-              let claims = JSONCheck.topLevelMembers(claimsJSON),
-              header["alg"] == .string("ES256"),
-              case .string(let kid)? = header["kid"],
-              let entry = keys[kid],
-              claims["iss"] == .string(entry.teamID),
-              case .number(let iat)? = claims["iat"], iat.isFinite, iat >= 0, iat < 1e12
+            let headerJSON = Base64URL.decode(parts[0]),
+            let claimsJSON = Base64URL.decode(parts[1]),
+            let signature = Base64URL.decode(parts[2]), signature.count == 64,
+            let header = JSONCheck.topLevelMembers(headerJSON),
+            let claims = JSONCheck.topLevelMembers(claimsJSON),
+            header["alg"] == .string("ES256"),
+            case .string(let kid)? = header["kid"],
+            let entry = keys[kid],
+            claims["iss"] == .string(entry.teamID),
+            case .number(let iat)? = claims["iat"], iat.isFinite, iat >= 0, iat < 1e12
         else { return .invalid }
         let signedLength = parts[0].count + 1 + parts[1].count
         let ok = jwt.withUnsafeBufferPointer { jp in
@@ -101,7 +103,7 @@ enum Base64URL {
                 out.append(UInt8(truncatingIfNeeded: acc >> UInt32(bits)))
             }
         }
-        if bits >= 6 { return nil } // a lone trailing character cannot encode a byte
+        if bits >= 6 { return nil }  // a lone trailing character cannot encode a byte
         return out
     }
 }

@@ -91,11 +91,13 @@ final class Recorder: @unchecked Sendable {
 func startThread(_ body: @escaping @Sendable () -> Void) -> pthread_t? {
     let context = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
     var t = pthread_t()
-    let rc = pthread_create(&t, nil, { raw in
-        guard let raw else { return nil }
-        Unmanaged<ThreadBody>.fromOpaque(raw).takeRetainedValue().body()
-        return nil
-    }, context)
+    let rc = pthread_create(
+        &t, nil,
+        { raw in
+            guard let raw else { return nil }
+            Unmanaged<ThreadBody>.fromOpaque(raw).takeRetainedValue().body()
+            return nil
+        }, context)
     if rc != 0 {
         Unmanaged<ThreadBody>.fromOpaque(context).release()
         return nil

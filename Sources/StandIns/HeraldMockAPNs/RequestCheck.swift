@@ -85,7 +85,8 @@ public struct RequestHead {
     public func withToken<R>(_ body: (UnsafeRawBufferPointer?) -> R) -> R {
         with(.path) { path in
             guard let path, path.count >= RequestCheck.pathPrefix.count,
-                  RequestField.equals(UnsafeRawBufferPointer(rebasing: path[0..<RequestCheck.pathPrefix.count]), "/3/device/")
+                RequestField.equals(
+                    UnsafeRawBufferPointer(rebasing: path[0..<RequestCheck.pathPrefix.count]), "/3/device/")
             else { return body(nil) }
             return body(UnsafeRawBufferPointer(rebasing: path[RequestCheck.pathPrefix.count...]))
         }
@@ -165,14 +166,16 @@ public struct RequestCheck: Sendable {
     ///   - authorize: called after method and path pass; returns the auth failure, if any.
     ///   - certificateAuth: the connection presented a valid client certificate.
     ///   - nowMillis: the current time, for 410 timestamps.
-    public func check(head: RequestHead, body: UnsafeRawBufferPointer, bodyLength: Int,
-                      certificateAuth: Bool, nowMillis: Int64,
-                      authorize: (UnsafeRawBufferPointer?) -> MockReason?) -> MockVerdict {
+    public func check(
+        head: RequestHead, body: UnsafeRawBufferPointer, bodyLength: Int,
+        certificateAuth: Bool, nowMillis: Int64,
+        authorize: (UnsafeRawBufferPointer?) -> MockReason?
+    ) -> MockVerdict {
         let isPost = head.with(.method) { m in m.map { RequestField.equals($0, "POST") } ?? false }
         guard isPost else { return MockVerdict(.methodNotAllowed) }
 
         let tokenState: Int = head.withToken { token in
-            guard let token else { return 1 } // not /3/device/
+            guard let token else { return 1 }  // not /3/device/
             if token.isEmpty { return 2 }
             return Self.isTokenShaped(token) ? 0 : 3
         }

@@ -38,8 +38,11 @@ final class H2Session {
         guard rc == 0, let s else { return }
         session = s
         defer { nghttp2_session_del(s); session = nil }
-        var settings = [nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
-                                               value: UInt32(server.configuration.maxConcurrentStreams))]
+        var settings = [
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+                value: UInt32(server.configuration.maxConcurrentStreams))
+        ]
         nghttp2_submit_settings(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
@@ -72,27 +75,38 @@ final class H2Session {
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_REFUSED_STREAM.rawValue)
             return
         }
-        let (status, json, reason, retryAfter) = server.sendAnswer(path: stream.path, authorization: stream.authorization,
-                                                                    body: stream.body)
+        let (status, json, reason, retryAfter) = server.sendAnswer(
+            path: stream.path, authorization: stream.authorization,
+            body: stream.body)
         var target = ""
         if let root = try? JSONSerialization.jsonObject(with: Data(stream.body)) as? [String: Any],
-           let m = root["message"] as? [String: Any], let t = m["token"] as? String { target = t }
-        server.record(MockAnswer(endpoint: .send, status: status, reason: reason, target: target, body: stream.body,
-                                 authorization: stream.authorization))
+            let m = root["message"] as? [String: Any], let t = m["token"] as? String
+        {
+            target = t
+        }
+        server.record(
+            MockAnswer(
+                endpoint: .send, status: status, reason: reason, target: target, body: stream.body,
+                authorization: stream.authorization))
         stream.answer = Array(json.utf8)
-        var headers: [(String, String)] = [(":status", String(status)), ("content-type", "application/json; charset=UTF-8"),
-                                           ("content-length", String(stream.answer.count))]
+        var headers: [(String, String)] = [
+            (":status", String(status)), ("content-type", "application/json; charset=UTF-8"),
+            ("content-length", String(stream.answer.count)),
+        ]
         if let retryAfter { headers.append(("retry-after", String(retryAfter))) }
         var names = headers.map { Array($0.0.utf8) }
         var values = headers.map { Array($0.1.utf8) }
         var nva: [nghttp2_nv] = []
         for i in 0..<headers.count {
-            nva.append(nghttp2_nv(name: names[i].withUnsafeMutableBufferPointer { $0.baseAddress! },
-                                  value: values[i].withUnsafeMutableBufferPointer { $0.baseAddress! },
-                                  namelen: names[i].count, valuelen: values[i].count,
-                                  flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+            nva.append(
+                nghttp2_nv(
+                    name: names[i].withUnsafeMutableBufferPointer { $0.baseAddress! },
+                    value: values[i].withUnsafeMutableBufferPointer { $0.baseAddress! },
+                    namelen: names[i].count, valuelen: values[i].count,
+                    flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
         }
-        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: Unmanaged.passUnretained(stream).toOpaque()),
+        var provider = nghttp2_data_provider(
+            source: nghttp2_data_source(ptr: Unmanaged.passUnretained(stream).toOpaque()),
             read_callback: { _, _, buf, length, flags, source, _ in
                 guard let raw = source?.pointee.ptr, let buf, let flags else { return 0 }
                 let s = Unmanaged<Stream>.fromOpaque(raw).takeUnretainedValue()
@@ -140,8 +154,9 @@ final class H2Session {
             guard let user, let frame else { return 0 }
             let me = Unmanaged<H2Session>.fromOpaque(user).takeUnretainedValue()
             let type = UInt32(frame.pointee.hd.type)
-            if (type == NGHTTP2_HEADERS.rawValue || type == NGHTTP2_DATA.rawValue),
-               frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
+            if type == NGHTTP2_HEADERS.rawValue || type == NGHTTP2_DATA.rawValue,
+                frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+            {
                 me.requestDone(frame.pointee.hd.stream_id)
             }
             return 0

@@ -6,6 +6,7 @@
 import CNghttp2
 import COpenSSL
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -40,10 +41,12 @@ public struct MockProvidersConfiguration: Sendable {
     /// Append one JSON line per answer here (endpoint, status, reason, target, body); nil: memory only.
     public var recordPath: String?
 
-    public init(host: String = "127.0.0.1", port: Int = 0, certificatePath: String, privateKeyPath: String,
-                projectID: String, clientEmail: String, servicePublicKeyPath: String, accessTokenLifetime: Int = 3600,
-                unregisteredTokens: Set<String> = [], foreignTokens: Set<String> = [], goawayAfterStreams: Int = 0,
-                webhookAuth: (user: String, password: String)? = nil, maxConcurrentStreams: Int = 100) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 0, certificatePath: String, privateKeyPath: String,
+        projectID: String, clientEmail: String, servicePublicKeyPath: String, accessTokenLifetime: Int = 3600,
+        unregisteredTokens: Set<String> = [], foreignTokens: Set<String> = [], goawayAfterStreams: Int = 0,
+        webhookAuth: (user: String, password: String)? = nil, maxConcurrentStreams: Int = 100
+    ) {
         self.host = host; self.port = port; self.certificatePath = certificatePath; self.privateKeyPath = privateKeyPath
         self.projectID = projectID; self.clientEmail = clientEmail; self.servicePublicKeyPath = servicePublicKeyPath
         self.accessTokenLifetime = accessTokenLifetime; self.unregisteredTokens = unregisteredTokens
@@ -113,37 +116,46 @@ public final class MockProvidersServer: @unchecked Sendable {
         self.ctx = ctx
         SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
         guard SSL_CTX_use_certificate_chain_file(ctx, configuration.certificatePath) == 1,
-              SSL_CTX_use_PrivateKey_file(ctx, configuration.privateKeyPath, SSL_FILETYPE_PEM) == 1 else {
+            SSL_CTX_use_PrivateKey_file(ctx, configuration.privateKeyPath, SSL_FILETYPE_PEM) == 1
+        else {
             SSL_CTX_free(ctx)
             throw MockSetupError("cannot load the stand-in's certificate or key")
         }
-        SSL_CTX_set_alpn_select_cb(ctx, { _, out, outlen, input, inlen, _ in
-            // Prefer h2, else http/1.1.
-            guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
-            var i = 0
-            var http11: Int?
-            while i < Int(inlen) {
-                let n = Int(input[i])
-                if n == 2, i + 2 < Int(inlen) + 1, input[i + 1] == UInt8(ascii: "h"), input[i + 2] == UInt8(ascii: "2") {
-                    out.pointee = input + i + 1
-                    outlen.pointee = 2
+        SSL_CTX_set_alpn_select_cb(
+            ctx,
+            { _, out, outlen, input, inlen, _ in
+                // Prefer h2, else http/1.1.
+                guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
+                var i = 0
+                var http11: Int?
+                while i < Int(inlen) {
+                    let n = Int(input[i])
+                    if n == 2, i + 2 < Int(inlen) + 1, input[i + 1] == UInt8(ascii: "h"),
+                        input[i + 2] == UInt8(ascii: "2")
+                    {
+                        out.pointee = input + i + 1
+                        outlen.pointee = 2
+                        return SSL_TLSEXT_ERR_OK
+                    }
+                    if n == 8,
+                        String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self)
+                            == "http/1.1"
+                    {
+                        http11 = i
+                    }
+                    i += 1 + n
+                }
+                if let at = http11 {
+                    out.pointee = input + at + 1
+                    outlen.pointee = 8
                     return SSL_TLSEXT_ERR_OK
                 }
-                if n == 8, String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self) == "http/1.1" {
-                    http11 = i
-                }
-                i += 1 + n
-            }
-            if let at = http11 {
-                out.pointee = input + at + 1
-                outlen.pointee = 8
-                return SSL_TLSEXT_ERR_OK
-            }
-            return SSL_TLSEXT_ERR_NOACK
-        }, nil)
+                return SSL_TLSEXT_ERR_NOACK
+            }, nil)
         guard let key = Self.loadPublicKey(configuration.servicePublicKeyPath) else {
             SSL_CTX_free(ctx)
-            throw MockSetupError("cannot load the service account public key from \(configuration.servicePublicKeyPath)")
+            throw MockSetupError(
+                "cannot load the service account public key from \(configuration.servicePublicKeyPath)")
         }
         publicKey = key
     }
@@ -179,11 +191,14 @@ public final class MockProvidersServer: @unchecked Sendable {
         addr.sin_port = in_port_t(UInt16(configuration.port).bigEndian)
         inet_pton(AF_INET, configuration.host, &addr.sin_addr)
         let bound = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard bound == 0, listen(fd, 128) == 0 else {
             close(fd)
-            throw MockSetupError("cannot listen on \(configuration.host):\(configuration.port): \(String(cString: strerror(errno)))")
+            throw MockSetupError(
+                "cannot listen on \(configuration.host):\(configuration.port): \(String(cString: strerror(errno)))")
         }
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &addr) {
@@ -215,7 +230,9 @@ public final class MockProvidersServer: @unchecked Sendable {
     public func revokeAccessTokens() { lock.withLock { issued.removeAll() } }
     /// Everything answered so far, in order.
     public var recorded: [MockAnswer] { lock.withLock { answers } }
-    public func recorded(_ endpoint: MockAnswer.Endpoint) -> [MockAnswer] { recorded.filter { $0.endpoint == endpoint } }
+    public func recorded(_ endpoint: MockAnswer.Endpoint) -> [MockAnswer] {
+        recorded.filter { $0.endpoint == endpoint }
+    }
     public var accessTokensIssued: Int { lock.withLock { tokenCounter } }
     public var connections: Int { lock.withLock { connectionsAccepted } }
 
@@ -233,8 +250,10 @@ public final class MockProvidersServer: @unchecked Sendable {
         lock.withLock {
             answers.append(a)
             guard let path = configuration.recordPath else { return }
-            let line: [String: Any] = ["endpoint": a.endpoint.rawValue, "status": a.status, "reason": a.reason,
-                                       "target": a.target, "body": String(decoding: a.body, as: UTF8.self)]
+            let line: [String: Any] = [
+                "endpoint": a.endpoint.rawValue, "status": a.status, "reason": a.reason,
+                "target": a.target, "body": String(decoding: a.body, as: UTF8.self),
+            ]
             guard var data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) else { return }
             data.append(10)
             if let h = FileHandle(forWritingAtPath: path) {
@@ -313,7 +332,8 @@ public final class MockProvidersServer: @unchecked Sendable {
             var headers: [String: String] = [:]
             for line in lines {
                 guard let colon = line.firstIndex(of: ":") else { continue }
-                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(
+                    in: .whitespaces)
             }
             let length = Int(headers["content-length"] ?? "0") ?? 0
             while buffer.count < end + length {
@@ -324,7 +344,8 @@ public final class MockProvidersServer: @unchecked Sendable {
             let body = Array(buffer[end..<(end + length)])
             buffer.removeFirst(end + length)
             let path = String(requestLine[1])
-            let (status, extra, answerBody) = handleHTTP1(method: String(requestLine[0]), path: path, headers: headers, body: body)
+            let (status, extra, answerBody) = handleHTTP1(
+                method: String(requestLine[0]), path: path, headers: headers, body: body)
             var out = "HTTP/1.1 \(status) \(status == 200 ? "OK" : "Error")\r\nContent-Type: application/json\r\n"
             for (k, v) in extra { out += "\(k): \(v)\r\n" }
             out += "Content-Length: \(answerBody.count)\r\n\r\n"
@@ -334,10 +355,14 @@ public final class MockProvidersServer: @unchecked Sendable {
         }
     }
 
-    func handleHTTP1(method: String, path: String, headers: [String: String], body: [UInt8]) -> (Int, [(String, String)], [UInt8]) {
+    func handleHTTP1(
+        method: String, path: String, headers: [String: String], body: [UInt8]
+    ) -> (Int, [(String, String)], [UInt8]) {
         if path == "/token" {
             let (status, json, reason) = tokenAnswer(body)
-            record(MockAnswer(endpoint: .token, status: status, reason: reason, target: "", body: body, authorization: nil))
+            record(
+                MockAnswer(endpoint: .token, status: status, reason: reason, target: "", body: body, authorization: nil)
+            )
             return (status, [], Array(json.utf8))
         }
         if path.hasPrefix("/webhook/") {
@@ -346,12 +371,18 @@ public final class MockProvidersServer: @unchecked Sendable {
             if let need = configuration.webhookAuth {
                 let expected = "Basic " + Data("\(need.user):\(need.password)".utf8).base64EncodedString()
                 guard auth == expected else {
-                    record(MockAnswer(endpoint: .webhook, status: 401, reason: "Unauthorized", target: name, body: body, authorization: auth))
+                    record(
+                        MockAnswer(
+                            endpoint: .webhook, status: 401, reason: "Unauthorized", target: name, body: body,
+                            authorization: auth))
                     return (401, [], Array(#"{"message":"Unauthorized"}"#.utf8))
                 }
             }
             guard method == "POST", (try? JSONSerialization.jsonObject(with: Data(body))) is [String: Any] else {
-                record(MockAnswer(endpoint: .webhook, status: 400, reason: "not a JSON object", target: name, body: body, authorization: auth))
+                record(
+                    MockAnswer(
+                        endpoint: .webhook, status: 400, reason: "not a JSON object", target: name, body: body,
+                        authorization: auth))
                 return (400, [], Array(#"{"message":"expected a JSON object"}"#.utf8))
             }
             let fault = lock.withLock { () -> MockFault? in
@@ -363,11 +394,19 @@ public final class MockProvidersServer: @unchecked Sendable {
                 return webhookFaults.isEmpty ? nil : webhookFaults.removeFirst()
             }
             if let fault {
-                if fault.delay > .zero { Thread.sleep(forTimeInterval: Double(fault.delay.components.seconds) + Double(fault.delay.components.attoseconds) / 1e18) }
-                record(MockAnswer(endpoint: .webhook, status: fault.status, reason: "fault", target: name, body: body, authorization: auth))
+                if fault.delay > .zero {
+                    Thread.sleep(
+                        forTimeInterval: Double(fault.delay.components.seconds) + Double(
+                            fault.delay.components.attoseconds) / 1e18)
+                }
+                record(
+                    MockAnswer(
+                        endpoint: .webhook, status: fault.status, reason: "fault", target: name, body: body,
+                        authorization: auth))
                 return (fault.status, fault.retryAfter.map { [("Retry-After", String($0))] } ?? [], Array("{}".utf8))
             }
-            record(MockAnswer(endpoint: .webhook, status: 200, reason: "", target: name, body: body, authorization: auth))
+            record(
+                MockAnswer(endpoint: .webhook, status: 200, reason: "", target: name, body: body, authorization: auth))
             return (200, [], Array(#"{"ok":true}"#.utf8))
         }
         return (404, [], Array(#"{"error":"not_found"}"#.utf8))
@@ -389,10 +428,12 @@ public final class MockProvidersServer: @unchecked Sendable {
         }
         guard let assertion = form["assertion"] else { return fail("invalid_request", "no assertion") }
         let parts = assertion.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
-        guard parts.count == 3, let headerBytes = Self.base64URLDecode(parts[0]), let claimBytes = Self.base64URLDecode(parts[1]),
-              let signature = Self.base64URLDecode(parts[2]),
-              let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
-              let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any] else {
+        guard parts.count == 3, let headerBytes = Self.base64URLDecode(parts[0]),
+            let claimBytes = Self.base64URLDecode(parts[1]),
+            let signature = Self.base64URLDecode(parts[2]),
+            let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
+            let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any]
+        else {
             return fail("invalid_grant", "malformed assertion")
         }
         guard header["alg"] as? String == "RS256" else { return fail("invalid_grant", "alg is not RS256") }
@@ -400,19 +441,35 @@ public final class MockProvidersServer: @unchecked Sendable {
             return fail("invalid_grant", "Invalid JWT Signature.")
         }
         let now = Int64(Date().timeIntervalSince1970)
-        guard claims["iss"] as? String == configuration.clientEmail else { return fail("invalid_grant", "unknown issuer") }
-        guard claims["aud"] as? String == "https://\(configuration.host):\(port)/token" || (claims["aud"] as? String)?.hasSuffix("/token") == true else {
+        guard claims["iss"] as? String == configuration.clientEmail else {
+            return fail("invalid_grant", "unknown issuer")
+        }
+        guard
+            claims["aud"] as? String == "https://\(configuration.host):\(port)/token"
+                || (claims["aud"] as? String)?.hasSuffix("/token") == true
+        else {
             return fail("invalid_grant", "wrong audience")
         }
-        guard (claims["scope"] as? String)?.split(separator: " ").contains("https://www.googleapis.com/auth/firebase.messaging") == true else {
+        guard
+            (claims["scope"] as? String)?.split(separator: " ").contains(
+                "https://www.googleapis.com/auth/firebase.messaging") == true
+        else {
             return fail("invalid_scope", "firebase.messaging scope missing")
         }
         guard let iat = (claims["iat"] as? NSNumber)?.int64Value, let exp = (claims["exp"] as? NSNumber)?.int64Value,
-              iat <= now + 60, exp > now, exp - iat <= 3600 else {
-            return fail("invalid_grant", "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe.")
+            iat <= now + 60, exp > now, exp - iat <= 3600
+        else {
+            return fail(
+                "invalid_grant",
+                "Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe.")
         }
-        let token = issueToken(project: configuration.projectID, lifetime: TimeInterval(configuration.accessTokenLifetime))
-        return (200, #"{"access_token":"\#(token)","expires_in":\#(configuration.accessTokenLifetime),"token_type":"Bearer"}"#, "")
+        let token = issueToken(
+            project: configuration.projectID, lifetime: TimeInterval(configuration.accessTokenLifetime))
+        return (
+            200,
+            #"{"access_token":"\#(token)","expires_in":\#(configuration.accessTokenLifetime),"token_type":"Bearer"}"#,
+            ""
+        )
     }
 
     func verifyRS256(_ data: [UInt8], _ signature: [UInt8]) -> Bool {
@@ -434,15 +491,29 @@ public final class MockProvidersServer: @unchecked Sendable {
 
     /// Validates and answers one messages:send request: (status, body, reason, retry-after).
     func sendAnswer(path: String, authorization: String?, body: [UInt8]) -> (Int, String, String, Int?) {
-        func error(_ status: Int, _ name: String, _ code: String?, _ message: String, field: String? = nil) -> (Int, String, String, Int?) {
+        func error(
+            _ status: Int, _ name: String, _ code: String?, _ message: String, field: String? = nil
+        ) -> (Int, String, String, Int?) {
             var details: [String] = []
-            if let code { details.append(#"{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"\#(code)"}"#) }
-            if let field { details.append(#"{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"\#(field)","description":"\#(message)"}]}"#) }
-            return (status, #"{"error":{"code":\#(status),"message":"\#(message)","status":"\#(name)","details":[\#(details.joined(separator: ","))]}}"#,
-                    code ?? name, nil)
+            if let code {
+                details.append(
+                    #"{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"\#(code)"}"#)
+            }
+            if let field {
+                details.append(
+                    #"{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"field":"\#(field)","description":"\#(message)"}]}"#
+                )
+            }
+            return (
+                status,
+                #"{"error":{"code":\#(status),"message":"\#(message)","status":"\#(name)","details":[\#(details.joined(separator: ","))]}}"#,
+                code ?? name, nil
+            )
         }
         let prefix = "/v1/projects/", suffix = "/messages:send"
-        guard path.hasPrefix(prefix), path.hasSuffix(suffix) else { return error(404, "NOT_FOUND", nil, "no such method") }
+        guard path.hasPrefix(prefix), path.hasSuffix(suffix) else {
+            return error(404, "NOT_FOUND", nil, "no such method")
+        }
         let project = String(path.dropFirst(prefix.count).dropLast(suffix.count))
         // Authentication: an issued, unexpired token for this project.
         guard let auth = authorization, auth.lowercased().hasPrefix("bearer ") else {
@@ -457,52 +528,78 @@ public final class MockProvidersServer: @unchecked Sendable {
             return error(403, "PERMISSION_DENIED", nil, "Permission denied for project \(project).")
         }
         // Schema.
-        guard body.count <= 4096 + 512 else { return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Message is too big") }
+        guard body.count <= 4096 + 512 else {
+            return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Message is too big")
+        }
         guard let root = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-              let message = root["message"] as? [String: Any] else {
+            let message = root["message"] as? [String: Any]
+        else {
             return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid JSON payload received.")
         }
         guard let regToken = message["token"] as? String else {
-            return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Recipient of the message is not set.", field: "message")
+            return error(
+                400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Recipient of the message is not set.", field: "message")
         }
         guard !regToken.isEmpty, regToken.count <= 4096,
-              regToken.unicodeScalars.allSatisfy({ CharacterSet.alphanumerics.contains($0) || "-_:".unicodeScalars.contains($0) }) else {
-            return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "The registration token is not a valid FCM registration token",
-                         field: "message.token")
+            regToken.unicodeScalars.allSatisfy({
+                CharacterSet.alphanumerics.contains($0) || "-_:".unicodeScalars.contains($0)
+            })
+        else {
+            return error(
+                400, "INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                "The registration token is not a valid FCM registration token",
+                field: "message.token")
         }
-        let allowed: Set<String> = ["token", "notification", "data", "android", "apns", "webpush", "fcm_options", "name"]
+        let allowed: Set<String> = [
+            "token", "notification", "data", "android", "apns", "webpush", "fcm_options", "name",
+        ]
         if let extra = message.keys.first(where: { !allowed.contains($0) }) {
-            return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Unknown name \\\"\(extra)\\\" at 'message'", field: "message")
+            return error(
+                400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Unknown name \\\"\(extra)\\\" at 'message'",
+                field: "message")
         }
         if let data = message["data"] {
             guard let d = data as? [String: Any] else {
-                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.data'", field: "message.data")
+                return error(
+                    400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.data'",
+                    field: "message.data")
             }
             for (k, v) in d where !(v is String) {
-                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.data[\(k)].value' (TYPE_STRING)",
-                             field: "message.data[\(k)].value")
+                return error(
+                    400, "INVALID_ARGUMENT", "INVALID_ARGUMENT",
+                    "Invalid value at 'message.data[\(k)].value' (TYPE_STRING)",
+                    field: "message.data[\(k)].value")
             }
         }
         if let n = message["notification"] {
             guard let o = n as? [String: Any], o.values.allSatisfy({ $0 is String }) else {
-                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.notification'", field: "message.notification")
+                return error(
+                    400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.notification'",
+                    field: "message.notification")
             }
         }
         if let a = message["android"] {
             guard let o = a as? [String: Any] else {
-                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android'", field: "message.android")
+                return error(
+                    400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android'",
+                    field: "message.android")
             }
             if let p = o["priority"], !(p as? String == "high" || p as? String == "normal") {
-                return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android.priority'", field: "message.android.priority")
+                return error(
+                    400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android.priority'",
+                    field: "message.android.priority")
             }
             if let ttl = o["ttl"] {
                 guard let t = ttl as? String, t.hasSuffix("s"), Double(t.dropLast()) != nil else {
-                    return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android.ttl'", field: "message.android.ttl")
+                    return error(
+                        400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Invalid value at 'message.android.ttl'",
+                        field: "message.android.ttl")
                 }
             }
         }
         // The payload limit (data + notification).
-        let payloadSize = ((try? JSONSerialization.data(withJSONObject: message["data"] ?? [String: Any]()))?.count ?? 0)
+        let payloadSize =
+            ((try? JSONSerialization.data(withJSONObject: message["data"] ?? [String: Any]()))?.count ?? 0)
             + ((try? JSONSerialization.data(withJSONObject: message["notification"] ?? [String: Any]()))?.count ?? 0)
         if payloadSize > 4096 { return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Message is too big") }
         // Faults, then per-token answers.

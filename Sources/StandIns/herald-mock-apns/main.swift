@@ -14,12 +14,19 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("port-file"), help: "Write the bound port to this file once ready.") var portFile: String?
     @Option(help: "PEM server certificate.") var cert: String
     @Option(help: "PEM private key of the server certificate.") var key: String
-    @Option(name: .customLong("auth-key"), help: "KEYID:TEAMID:PUBKEY.pem (repeatable). JWTs are verified against these; none: token auth is not checked.")
+    @Option(
+        name: .customLong("auth-key"),
+        help: "KEYID:TEAMID:PUBKEY.pem (repeatable). JWTs are verified against these; none: token auth is not checked.")
     var authKeys: [String] = []
-    @Option(name: .customLong("client-ca"), help: "CA for client certificates (enables certificate auth).") var clientCA: String?
-    @Option(name: .customLong("topic"), help: "Accepted bundle id (repeatable; BUNDLE.voip follows for voip). None: any topic passes.")
+    @Option(name: .customLong("client-ca"), help: "CA for client certificates (enables certificate auth).")
+    var clientCA: String?
+    @Option(
+        name: .customLong("topic"),
+        help: "Accepted bundle id (repeatable; BUNDLE.voip follows for voip). None: any topic passes.")
     var topics: [String] = []
-    @Option(name: .customLong("dead-token"), help: "TOKEN[:MILLIS] answered 410 Unregistered (repeatable; timestamp defaults to now).")
+    @Option(
+        name: .customLong("dead-token"),
+        help: "TOKEN[:MILLIS] answered 410 Unregistered (repeatable; timestamp defaults to now).")
     var deadTokens: [String] = []
     @Option(help: "Seed of fault injection and generated apns-ids.") var seed: UInt64 = 1
     @Option(name: .customLong("rate-429"), help: "Rate of 429 TooManyRequests.") var rate429 = 0.0
@@ -28,24 +35,51 @@ struct MockAPNsCommand: ParsableCommand {
     @Option(name: .customLong("rate-410"), help: "Rate of 410 Unregistered.") var rate410 = 0.0
     @Option(name: .customLong("rate-bad-token"), help: "Rate of 400 BadDeviceToken.") var rateBadToken = 0.0
     @Option(name: .customLong("latency-ms"), help: "Answer each request this many milliseconds late.") var latencyMs = 0
-    @Option(name: .customLong("goaway-every"), help: "GOAWAY (NO_ERROR) after N streams on a connection.") var goawayEvery = 0
-    @Option(name: .customLong("reset-every"), help: "Drop the TCP connection (RST) when its Nth stream arrives.") var resetEvery = 0
-    @Option(name: .customLong("rate-reset"), help: "Rate at which a new stream drops its TCP connection (RST) instead of being served.")
+    @Option(name: .customLong("goaway-every"), help: "GOAWAY (NO_ERROR) after N streams on a connection.")
+    var goawayEvery = 0
+    @Option(name: .customLong("reset-every"), help: "Drop the TCP connection (RST) when its Nth stream arrives.")
+    var resetEvery = 0
+    @Option(
+        name: .customLong("rate-reset"),
+        help: "Rate at which a new stream drops its TCP connection (RST) instead of being served.")
     var rateReset = 0.0
-    @Option(name: .customLong("pause-ms"), help: "Hold every answer back for this many milliseconds after start-up (later: POST /pause?ms=N and POST /resume on the metrics port).")
+    @Option(
+        name: .customLong("pause-ms"),
+        help:
+            "Hold every answer back for this many milliseconds after start-up (later: POST /pause?ms=N and POST /resume on the metrics port)."
+    )
     var pauseMs = 0
-    @Option(name: .customLong("reject-token-every"), help: "Fault injection: on token-auth connections, answer every Nth otherwise valid request 403 InvalidProviderToken (0 = off).")
+    @Option(
+        name: .customLong("reject-token-every"),
+        help:
+            "Fault injection: on token-auth connections, answer every Nth otherwise valid request 403 InvalidProviderToken (0 = off)."
+    )
     var rejectTokenEvery = 0
-    @Option(name: .customLong("max-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS of a token-auth connection after a success (of a certificate one from the start).") var maxStreams = 1000
-    @Option(name: .customLong("initial-streams"), help: "SETTINGS_MAX_CONCURRENT_STREAMS a token-auth connection starts with and is lowered back to after a provider-token rejection.") var initialStreams = 1
-    @Option(name: .customLong("min-token-update-interval"), help: "Seconds: a key's newer JWT within this of its current one gets 429 TooManyProviderTokenUpdates (APNs: 1200; 0 = off).")
+    @Option(
+        name: .customLong("max-streams"),
+        help:
+            "SETTINGS_MAX_CONCURRENT_STREAMS of a token-auth connection after a success (of a certificate one from the start)."
+    ) var maxStreams = 1000
+    @Option(
+        name: .customLong("initial-streams"),
+        help:
+            "SETTINGS_MAX_CONCURRENT_STREAMS a token-auth connection starts with and is lowered back to after a provider-token rejection."
+    ) var initialStreams = 1
+    @Option(
+        name: .customLong("min-token-update-interval"),
+        help:
+            "Seconds: a key's newer JWT within this of its current one gets 429 TooManyProviderTokenUpdates (APNs: 1200; 0 = off)."
+    )
     var minTokenUpdateInterval: Int64 = 0
     @Option(name: .customLong("record"), help: "JSON-lines file, one line per answered request.") var record: String?
-    @Option(name: .customLong("metrics-port"), help: "Serve GET /metrics (HTTP/1.1, cleartext) on this port.") var metricsPort: Int?
+    @Option(name: .customLong("metrics-port"), help: "Serve GET /metrics (HTTP/1.1, cleartext) on this port.")
+    var metricsPort: Int?
 
     func validate() throws {
-        for (name, rate) in [("--rate-429", rate429), ("--rate-500", rate500), ("--rate-503", rate503),
-                             ("--rate-410", rate410), ("--rate-bad-token", rateBadToken)] {
+        for (name, rate) in [
+            ("--rate-429", rate429), ("--rate-500", rate500), ("--rate-503", rate503),
+            ("--rate-410", rate410), ("--rate-bad-token", rateBadToken),
+        ] {
             guard rate >= 0, rate <= 1 else { throw ValidationError("\(name) must be in [0, 1]") }
         }
         guard rate429 + rate500 + rate503 + rate410 + rateBadToken <= 1.000001 else {
@@ -55,9 +89,12 @@ struct MockAPNsCommand: ParsableCommand {
         guard pauseMs >= 0 else { throw ValidationError("--pause-ms must not be negative") }
         guard (0...65535).contains(port) else { throw ValidationError("--port must be 0...65535") }
         guard latencyMs >= 0, goawayEvery >= 0, resetEvery >= 0, rejectTokenEvery >= 0 else {
-            throw ValidationError("--latency-ms, --goaway-every, --reset-every and --reject-token-every must not be negative")
+            throw ValidationError(
+                "--latency-ms, --goaway-every, --reset-every and --reject-token-every must not be negative")
         }
-        guard maxStreams >= 1, initialStreams >= 1 else { throw ValidationError("--max-streams and --initial-streams must be at least 1") }
+        guard maxStreams >= 1, initialStreams >= 1 else {
+            throw ValidationError("--max-streams and --initial-streams must be at least 1")
+        }
         for k in authKeys where MockProviderKey(argument: k) == nil {
             throw ValidationError("--auth-key must be KEYID:TEAMID:PUBKEY.pem, got \(k)")
         }
@@ -144,15 +181,17 @@ enum SignalWatcher {
     static func start(set: sigset_t, server: MockAPNsServer) throws {
         let ctx = Unmanaged.passRetained(Context(set: set, server: server)).toOpaque()
         var t = pthread_t()
-        let rc = pthread_create(&t, nil, { raw in
-            guard let raw else { return nil }
-            let ctx = Unmanaged<Context>.fromOpaque(raw).takeRetainedValue()
-            var set = ctx.set
-            var sig: Int32 = 0
-            while sigwait(&set, &sig) != 0 {}
-            ctx.server.stop()
-            return nil
-        }, ctx)
+        let rc = pthread_create(
+            &t, nil,
+            { raw in
+                guard let raw else { return nil }
+                let ctx = Unmanaged<Context>.fromOpaque(raw).takeRetainedValue()
+                var set = ctx.set
+                var sig: Int32 = 0
+                while sigwait(&set, &sig) != 0 {}
+                ctx.server.stop()
+                return nil
+            }, ctx)
         if rc != 0 {
             Unmanaged<Context>.fromOpaque(ctx).release()
             throw ValidationError("cannot start the signal thread")

@@ -16,26 +16,35 @@ struct MockFCM: ParsableCommand {
     @Option(help: "TLS certificate (PEM).") var cert: String
     @Option(help: "TLS private key (PEM).") var key: String
     @Option(help: "Firebase project id served.") var project: String
-    @Option(name: .customLong("client-email"), help: "Service account client_email accepted by /token.") var clientEmail: String
-    @Option(name: .customLong("service-public-key"), help: "The service account's public key, certificate or private key (PEM).")
+    @Option(name: .customLong("client-email"), help: "Service account client_email accepted by /token.")
+    var clientEmail: String
+    @Option(
+        name: .customLong("service-public-key"),
+        help: "The service account's public key, certificate or private key (PEM).")
     var servicePublicKey: String
     @Option(name: .customLong("token-lifetime"), help: "Seconds an access token lives.") var tokenLifetime = 3600
     @Option(name: .customLong("unregistered"), help: "A registration token answered 404 UNREGISTERED (repeatable).")
     var unregistered: [String] = []
     @Option(name: .customLong("goaway-after"), help: "Send GOAWAY after this many streams per connection (0: never).")
     var goawayAfter = 0
-    @Option(name: .customLong("webhook-user"), help: "Basic auth user the webhook receivers require.") var webhookUser: String?
-    @Option(name: .customLong("webhook-password"), help: "Basic auth password the webhook receivers require.") var webhookPassword: String?
+    @Option(name: .customLong("webhook-user"), help: "Basic auth user the webhook receivers require.") var webhookUser:
+        String?
+    @Option(name: .customLong("webhook-password"), help: "Basic auth password the webhook receivers require.")
+    var webhookPassword: String?
     @Option(help: "Append one JSON line per answer to this file.") var record: String?
-    @Option(name: .customLong("webhook-fault"), help: "NAME=STATUS*COUNT: /webhook/NAME answers STATUS to its first COUNT requests (repeatable).")
+    @Option(
+        name: .customLong("webhook-fault"),
+        help: "NAME=STATUS*COUNT: /webhook/NAME answers STATUS to its first COUNT requests (repeatable).")
     var webhookFault: [String] = []
-    @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.") var portFile: String?
+    @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.") var portFile:
+        String?
 
     func run() throws {
-        var c = MockProvidersConfiguration(host: host, port: port, certificatePath: cert, privateKeyPath: key,
-                                           projectID: project, clientEmail: clientEmail,
-                                           servicePublicKeyPath: servicePublicKey, accessTokenLifetime: tokenLifetime,
-                                           unregisteredTokens: Set(unregistered), goawayAfterStreams: goawayAfter)
+        var c = MockProvidersConfiguration(
+            host: host, port: port, certificatePath: cert, privateKeyPath: key,
+            projectID: project, clientEmail: clientEmail,
+            servicePublicKeyPath: servicePublicKey, accessTokenLifetime: tokenLifetime,
+            unregisteredTokens: Set(unregistered), goawayAfterStreams: goawayAfter)
         if let webhookUser { c.webhookAuth = (webhookUser, webhookPassword ?? "") }
         c.recordPath = record
         for spec in webhookFault {
@@ -44,7 +53,8 @@ struct MockFCM: ParsableCommand {
             guard parts.count == 2, rhs.count == 2, let status = Int(rhs[0]), let count = Int(rhs[1]), count > 0 else {
                 throw ValidationError("--webhook-fault: expected NAME=STATUS*COUNT, got \(spec)")
             }
-            c.webhookFaultsByName[String(parts[0]), default: []] += Array(repeating: MockFault(status: status), count: count)
+            c.webhookFaultsByName[String(parts[0]), default: []] += Array(
+                repeating: MockFault(status: status), count: count)
         }
         let server = try MockProvidersServer(configuration: c)
         try server.start()

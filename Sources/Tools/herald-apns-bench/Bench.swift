@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldAPNs
 import HeraldCore
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -41,11 +42,16 @@ struct APNsBench: AsyncParsableCommand {
         for target in targets.split(separator: ",").map(String.init) {
             switch target {
             case "nghttpd":
-                try FileManager.default.createDirectory(atPath: dir.path + "/www/3/device", withIntermediateDirectories: true)
+                try FileManager.default.createDirectory(
+                    atPath: dir.path + "/www/3/device", withIntermediateDirectories: true)
                 FileManager.default.createFile(atPath: dir.path + "/www/3/device/\(token)", contents: Data("ok".utf8))
                 let port = try freePort()
-                let server = try Server.start("/usr/sbin/nghttpd", ["-d", dir.path + "/www", "--address=127.0.0.1",
-                    "--max-concurrent-streams=1000", String(port), dir.key, dir.cert])
+                let server = try Server.start(
+                    "/usr/sbin/nghttpd",
+                    [
+                        "-d", dir.path + "/www", "--address=127.0.0.1",
+                        "--max-concurrent-streams=1000", String(port), dir.key, dir.cert,
+                    ])
                 defer { server.stop() }
                 try waitForPort(port)
                 print("== nghttpd on 127.0.0.1:\(port), \(requests) notifications of \(payload.count) bytes")
@@ -54,26 +60,36 @@ struct APNsBench: AsyncParsableCommand {
                 }
             case "mock", "latency":
                 guard FileManager.default.isExecutableFile(atPath: mockPath) else {
-                    print("== \(target): \(mockPath) not found (build it: swift build -c release --product herald-mock-apns)")
+                    print(
+                        "== \(target): \(mockPath) not found (build it: swift build -c release --product herald-mock-apns)"
+                    )
                     continue
                 }
                 let latency = target == "latency" ? latencyMs : 0
                 let portFile = dir.path + "/mock-port-\(target)"
-                var args = ["--port", "0", "--port-file", portFile, "--cert", dir.cert, "--key", dir.key,
-                            "--auth-key", "\(dir.keyID):\(dir.teamID):\(dir.authPublic)", "--topic", "com.example.chat",
-                            "--max-streams", "1000"]
+                var args = [
+                    "--port", "0", "--port-file", portFile, "--cert", dir.cert, "--key", dir.key,
+                    "--auth-key", "\(dir.keyID):\(dir.teamID):\(dir.authPublic)", "--topic", "com.example.chat",
+                    "--max-streams", "1000",
+                ]
                 if latency > 0 { args += ["--latency-ms", String(latency)] }
                 let server = try Server.start(mockPath, args)
                 defer { server.stop() }
                 let port = try waitForPortFile(portFile)
                 let n = latency > 0 ? latencyRequests : requests
-                print("== herald-mock-apns on 127.0.0.1:\(port)\(latency > 0 ? ", \(latency) ms latency" : ""), \(n) notifications")
+                print(
+                    "== herald-mock-apns on 127.0.0.1:\(port)\(latency > 0 ? ", \(latency) ms latency" : ""), \(n) notifications"
+                )
                 for c in counts {
                     if latency > 0 {
-                        let ours = try await runOurs(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
+                        let ours = try await runOurs(
+                            dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
                         let ideal = Double(c * streams) / (Double(latency) / 1000)
-                        print(String(format: "  %d x %d  herald %8.0f req/s = %.0f%% of conns x streams / latency (%.0f)  [200s: %d]",
-                                     c, streams, ours.rate, 100 * ours.rate / ideal, ideal, ours.ok))
+                        print(
+                            String(
+                                format:
+                                    "  %d x %d  herald %8.0f req/s = %.0f%% of conns x streams / latency (%.0f)  [200s: %d]",
+                                c, streams, ours.rate, 100 * ours.rate / ideal, ideal, ours.ok))
                     } else {
                         try await compare(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
                     }
@@ -89,27 +105,36 @@ struct APNsBench: AsyncParsableCommand {
     func compare(dir: Workdir, port: Int, connections c: Int, token: String, payload: [UInt8], n: Int) async throws {
         let ours = try await runOurs(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
         let theirs = try runH2load(dir: dir, port: port, connections: c, token: token, n: n)
-        print(String(format: "  %d x %d  herald %8.0f req/s %5.2f CPU-s/100k [200s: %d] | h2load %8.0f req/s %5.2f CPU-s/100k [2xx: %d] | rate ratio %.2f, CPU ratio %.2f",
-                     c, streams, ours.rate, ours.cpuPer100k, ours.ok, theirs.rate, theirs.cpuPer100k, theirs.ok,
-                     ours.rate / theirs.rate, ours.cpuPer100k / theirs.cpuPer100k))
+        print(
+            String(
+                format:
+                    "  %d x %d  herald %8.0f req/s %5.2f CPU-s/100k [200s: %d] | h2load %8.0f req/s %5.2f CPU-s/100k [2xx: %d] | rate ratio %.2f, CPU ratio %.2f",
+                c, streams, ours.rate, ours.cpuPer100k, ours.ok, theirs.rate, theirs.cpuPer100k, theirs.ok,
+                ours.rate / theirs.rate, ours.cpuPer100k / theirs.cpuPer100k))
     }
 
     /// The headers both clients send (h2load adds :method etc. and content-length itself).
     func headers(jwt: String) -> [(String, String)] {
-        [("authorization", "bearer " + jwt), ("apns-topic", "com.example.chat"), ("apns-push-type", "alert"),
-         ("apns-priority", "10"), ("apns-expiration", "0")]
+        [
+            ("authorization", "bearer " + jwt), ("apns-topic", "com.example.chat"), ("apns-push-type", "alert"),
+            ("apns-priority", "10"), ("apns-expiration", "0"),
+        ]
     }
 
-    func runOurs(dir: Workdir, port: Int, connections c: Int, token: String, payload: [UInt8], n: Int) async throws -> Figures {
+    func runOurs(
+        dir: Workdir, port: Int, connections c: Int, token: String, payload: [UInt8], n: Int
+    ) async throws -> Figures {
         let config = APNsClientConfiguration(
-            credential: .token(keyID: dir.keyID, teamID: dir.teamID, p8PEM: try String(contentsOfFile: dir.authKey, encoding: .utf8)),
+            credential: .token(
+                keyID: dir.keyID, teamID: dir.teamID, p8PEM: try String(contentsOfFile: dir.authKey, encoding: .utf8)),
             endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: dir.cert, connections: c,
             maxStreamsPerConnection: streams, maxInFlight: c * streams * 4,
             retry: APNsBackoffPolicy(maxAttempts: 1))
         let client = try APNsClient(configuration: config)
         let requests = (0..<n).map { i in
-            APNsDelivery(deviceToken: token, topic: "com.example.chat", pushType: .alert, priority: .immediately,
-                        expiration: 0, payload: payload, timeout: .seconds(300), tag: UInt64(i))
+            APNsDelivery(
+                deviceToken: token, topic: "com.example.chat", pushType: .alert, priority: .immediately,
+                expiration: 0, payload: payload, timeout: .seconds(300), tag: UInt64(i))
         }
         // Warm up: every connection open and past its first answer.
         await withTaskGroup(of: Void.self) { group in
@@ -177,14 +202,24 @@ struct Workdir {
     init() throws {
         path = NSTemporaryDirectory() + "herald-apns-bench-\(getpid())"
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        _ = try runTool("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                                             "-keyout", path + "/key.pem", "-out", path + "/cert.pem", "-days", "2",
-                                             "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        _ = try runTool("/usr/bin/openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
-                                             "-out", path + "/AuthKey.p8"])
-        _ = try runTool("/usr/bin/openssl", ["pkey", "-in", path + "/AuthKey.p8", "-pubout", "-out", path + "/auth-pub.pem"])
-        let jwtMaker = try APNsJWT(keyID: keyID, teamID: teamID,
-                                   p8PEM: try String(contentsOfFile: path + "/AuthKey.p8", encoding: .utf8))
+        _ = try runTool(
+            "/usr/bin/openssl",
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-keyout", path + "/key.pem", "-out", path + "/cert.pem", "-days", "2",
+                "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            ])
+        _ = try runTool(
+            "/usr/bin/openssl",
+            [
+                "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+                "-out", path + "/AuthKey.p8",
+            ])
+        _ = try runTool(
+            "/usr/bin/openssl", ["pkey", "-in", path + "/AuthKey.p8", "-pubout", "-out", path + "/auth-pub.pem"])
+        let jwtMaker = try APNsJWT(
+            keyID: keyID, teamID: teamID,
+            p8PEM: try String(contentsOfFile: path + "/AuthKey.p8", encoding: .utf8))
         jwt = try jwtMaker.token(issuedAt: Date())
     }
 }
@@ -194,7 +229,11 @@ final class Counter: @unchecked Sendable {
     private let lock = NSLock()
     private var n = 0
     func set(_ v: Int) { lock.withLock { n = v } }
-    @discardableResult func add(_ d: Int) -> Int { lock.withLock { n += d; return n } }
+    @discardableResult func add(_ d: Int) -> Int {
+        lock.withLock {
+            n += d; return n
+        }
+    }
     var value: Int { lock.withLock { n } }
 }
 
@@ -246,8 +285,12 @@ func freePort() throws -> Int {
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     addr.sin_port = 0
     var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(s, $0, len) } }
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &len) } }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(s, $0, len) }
+    }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(s, $0, &len) }
+    }
     return Int(UInt16(bigEndian: addr.sin_port))
 }
 
@@ -259,7 +302,9 @@ func waitForPort(_ port: Int) throws {
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
         addr.sin_port = UInt16(port).bigEndian
         let rc = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         close(s)
         if rc == 0 { return }
@@ -271,7 +316,10 @@ func waitForPort(_ port: Int) throws {
 func waitForPortFile(_ path: String) throws -> Int {
     for _ in 0..<200 {
         if let text = try? String(contentsOfFile: path, encoding: .utf8),
-           let port = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) { return port }
+            let port = Int(text.trimmingCharacters(in: .whitespacesAndNewlines))
+        {
+            return port
+        }
         usleep(50_000)
     }
     throw ValidationError("herald-mock-apns did not write \(path)")

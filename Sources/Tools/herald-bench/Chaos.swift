@@ -20,27 +20,45 @@ struct ChaosCommand: AsyncParsableCommand {
     @OptionGroup var stack: StackOptions
     @Flag(help: "Short variants (a few minutes for the whole suite).") var reduced = false
     @Option(help: "Only these scenarios (comma separated).") var only: String?
-    @Option(name: .customLong("expect-fail"), help: "Scenarios known to fail today (comma separated): their failure is reported as XFAIL and does not fail the run; a listed scenario that passes is reported as XPASS (take it off the list once it passes reliably).")
+    @Option(
+        name: .customLong("expect-fail"),
+        help:
+            "Scenarios known to fail today (comma separated): their failure is reported as XFAIL and does not fail the run; a listed scenario that passes is reported as XPASS (take it off the list once it passes reliably)."
+    )
     var expectFail: String = ""
-    @Option(name: .customLong("crash-window-ms"), help: "SIGKILL of send: a duplicate is excused when its first 200 came at most this long before the kill.")
+    @Option(
+        name: .customLong("crash-window-ms"),
+        help: "SIGKILL of send: a duplicate is excused when its first 200 came at most this long before the kill.")
     var crashWindowMs: Int64 = 1000
-    @Option(name: .customLong("memory-limit-mb"), help: "APNs stall: herald-send may grow by at most this much during the stall.")
+    @Option(
+        name: .customLong("memory-limit-mb"),
+        help: "APNs stall: herald-send may grow by at most this much during the stall.")
     var memoryLimitMB = 256
-    @Option(name: .customLong("flood-deadline"), help: "Malformed flood: the valid event sent after the flood must be delivered within this many seconds.")
+    @Option(
+        name: .customLong("flood-deadline"),
+        help: "Malformed flood: the valid event sent after the flood must be delivered within this many seconds.")
     var floodDeadline = 5.0
-    @Option(name: .customLong("apns-goaway-every"), help: "APNs fault mix: the stand-in sends GOAWAY after this many streams of a connection. The issue's figure is 5000 (with 1 % of streams resetting their connection few connections get that far; it still loses a few notifications now and then, see docs/testing.md); 50 exercises GOAWAY and passes reliably.")
+    @Option(
+        name: .customLong("apns-goaway-every"),
+        help:
+            "APNs fault mix: the stand-in sends GOAWAY after this many streams of a connection. The issue's figure is 5000 (with 1 % of streams resetting their connection few connections get that far; it still loses a few notifications now and then, see docs/testing.md); 50 exercises GOAWAY and passes reliably."
+    )
     var apnsGoawayEvery = 50
     @Option(help: "Write the results as a Markdown table to this file.") var markdown: String?
 
     func validate() throws {
         if stack.attach != nil { throw ValidationError("chaos starts its own stacks; --attach is not supported") }
-        for name in (only ?? "").split(separator: ",") + expectFail.split(separator: ",") where ChaosScenario(rawValue: String(name)) == nil {
-            throw ValidationError("unknown scenario \(name); known: \(ChaosScenario.allCases.map(\.rawValue).joined(separator: ", "))")
+        for name in (only ?? "").split(separator: ",") + expectFail.split(separator: ",")
+        where ChaosScenario(rawValue: String(name)) == nil {
+            throw ValidationError(
+                "unknown scenario \(name); known: \(ChaosScenario.allCases.map(\.rawValue).joined(separator: ", "))")
         }
     }
 
     func run() async throws {
-        let selected = only.map { $0.split(separator: ",").compactMap { ChaosScenario(rawValue: String($0)) } } ?? ChaosScenario.allCases
+        let selected =
+            only.map { $0.split(separator: ",").compactMap { ChaosScenario(rawValue: String($0)) } }
+            ?? ChaosScenario.allCases
         let expected = Set(expectFail.split(separator: ",").compactMap { ChaosScenario(rawValue: String($0)) })
         var outcomes: [ChaosOutcome] = []
         for scenario in selected {
@@ -50,8 +68,9 @@ struct ChaosCommand: AsyncParsableCommand {
             do {
                 outcome = try await ChaosRunner(options: self, scenario: scenario).run()
             } catch {
-                outcome = ChaosOutcome(scenario: scenario, passed: false, lost: -1, duplicated: -1, deadLettered: -1,
-                                       detail: "the harness could not run it: \(error)")
+                outcome = ChaosOutcome(
+                    scenario: scenario, passed: false, lost: -1, duplicated: -1, deadLettered: -1,
+                    detail: "the harness could not run it: \(error)")
             }
             outcome.seconds = monotonicSeconds() - started
             outcome.expectedToFail = expected.contains(scenario)
@@ -64,14 +83,20 @@ struct ChaosCommand: AsyncParsableCommand {
         let xfail = outcomes.filter { !$0.passed && $0.expectedToFail }.count
         let xpass = outcomes.filter { $0.passed && $0.expectedToFail }.map(\.scenario.rawValue)
         if let markdown {
-            var s = "| scenario | verdict | lost | duplicated | dead-lettered | seconds | detail |\n| --- | --- | --- | --- | --- | --- | --- |\n"
+            var s =
+                "| scenario | verdict | lost | duplicated | dead-lettered | seconds | detail |\n| --- | --- | --- | --- | --- | --- | --- |\n"
             for o in outcomes {
-                s += "| \(o.scenario.rawValue) | \(o.passed ? "pass" : "FAIL") | \(o.lost) | \(o.duplicated) | \(o.deadLettered) | \(Int(o.seconds)) | \(o.detail.replacingOccurrences(of: "|", with: "/")) |\n"
+                s +=
+                    "| \(o.scenario.rawValue) | \(o.passed ? "pass" : "FAIL") | \(o.lost) | \(o.duplicated) | \(o.deadLettered) | \(Int(o.seconds)) | \(o.detail.replacingOccurrences(of: "|", with: "/")) |\n"
             }
             try s.write(toFile: markdown, atomically: true, encoding: .utf8)
         }
         if xfail > 0 { print("(\(xfail) of the failures are listed in --expect-fail)") }
-        if !xpass.isEmpty { print("XPASS: \(xpass.joined(separator: ", ")) passed although listed in --expect-fail: take it off the list once it passes reliably") }
+        if !xpass.isEmpty {
+            print(
+                "XPASS: \(xpass.joined(separator: ", ")) passed although listed in --expect-fail: take it off the list once it passes reliably"
+            )
+        }
         print("\(passed) passed, \(failed) failed")
         if failed - xfail > 0 { throw ExitCode(1) }
     }
@@ -99,8 +124,11 @@ struct ChaosOutcome {
 
     var line: String {
         let verdict = passed ? (expectedToFail ? "PASS (XPASS)" : "PASS") : (expectedToFail ? "FAIL (XFAIL)" : "FAIL")
-        func pad(_ t: String, _ n: Int) -> String { t.count >= n ? t + " " : t + String(repeating: " ", count: n - t.count) }
-        return pad(scenario.rawValue, 21) + pad(verdict, 13) + "lost \(lost)  duplicated \(duplicated)  dead-lettered \(deadLettered)  ("
+        func pad(_ t: String, _ n: Int) -> String {
+            t.count >= n ? t + " " : t + String(repeating: " ", count: n - t.count)
+        }
+        return pad(scenario.rawValue, 21) + pad(verdict, 13)
+            + "lost \(lost)  duplicated \(duplicated)  dead-lettered \(deadLettered)  ("
             + String(format: "%.0f s", seconds) + ")  " + detail
     }
 }
@@ -135,7 +163,8 @@ struct ChaosRunner {
     func open(mockArgs: String = "", redisAOF: Bool = false, kafkaS3: Bool = false) throws -> BenchSession {
         var o = options.stack
         if o.runDir == nil { o.runDir = (try o.repo ?? StackControl.findRepo()) + "/run/chaos-\(getpid())" }
-        return try BenchSession.open(o, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3, runSuffix: "/" + scenario.rawValue)
+        return try BenchSession.open(
+            o, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3, runSuffix: "/" + scenario.rawValue)
     }
 
     func run() async throws -> ChaosOutcome {
@@ -153,7 +182,9 @@ struct ChaosRunner {
     func stagesAlive(_ s: BenchSession) -> [String] { stageNames.filter { !s.info.isAlive($0) } }
 
     /// The common verdict: nothing lost, nothing duplicated (unless excused), counts consistent.
-    func outcome(_ r: LoadDriver.Result, excusedDuplicates: Int = 0, extraProblems: [String] = [], detail: String) -> ChaosOutcome {
+    func outcome(
+        _ r: LoadDriver.Result, excusedDuplicates: Int = 0, extraProblems: [String] = [], detail: String
+    ) -> ChaosOutcome {
         var problems = extraProblems
         if r.lost > 0 { problems.append("\(r.lost) lost") }
         let unexcused = r.duplicates.count - excusedDuplicates
@@ -161,8 +192,9 @@ struct ChaosRunner {
         if r.unexpected200 > 0 { problems.append("\(r.unexpected200) unexpected notifications") }
         if r.publishFailed > 0 { problems.append("\(r.publishFailed) events not accepted by the broker") }
         let d = ([detail] + problems).filter { !$0.isEmpty }.joined(separator: "; ")
-        return ChaosOutcome(scenario: scenario, passed: problems.isEmpty, lost: r.lost, duplicated: r.duplicates.count,
-                            deadLettered: r.dlq, detail: d)
+        return ChaosOutcome(
+            scenario: scenario, passed: problems.isEmpty, lost: r.lost, duplicated: r.duplicates.count,
+            deadLettered: r.dlq, detail: d)
     }
 
     // MARK: SIGKILL round robin
@@ -205,13 +237,16 @@ struct ChaosRunner {
         }
         let excused = excusedPerKill.reduce(0, +)
         let perKillText = kills.enumerated().map { i, k in
-            "\(k.stage)@\(String(format: "%.0f", Double(k.at - driver.ledger.origin) / 1000))s:\(perKill[i])" + (excusedPerKill[i] > 0 ? "(\(excusedPerKill[i]) excused)" : "")
+            "\(k.stage)@\(String(format: "%.0f", Double(k.at - driver.ledger.origin) / 1000))s:\(perKill[i])"
+                + (excusedPerKill[i] > 0 ? "(\(excusedPerKill[i]) excused)" : "")
         }.joined(separator: " ")
         var problems = faults.allNotes
         let dead = stagesAlive(session)
         if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
-        return outcome(r, excusedDuplicates: excused, extraProblems: problems,
-                       detail: "\(kills.count) kills; duplicates per kill: \(perKillText)" + (unattributed > 0 ? "; \(unattributed) before any kill" : ""))
+        return outcome(
+            r, excusedDuplicates: excused, extraProblems: problems,
+            detail: "\(kills.count) kills; duplicates per kill: \(perKillText)"
+                + (unattributed > 0 ? "; \(unattributed) before any kill" : ""))
     }
 
     // MARK: SIGTERM of every stage
@@ -251,8 +286,14 @@ struct ChaosRunner {
         let entries = faults.all
         var problems = faults.allNotes
         let bad = entries.filter { $0.status != 0 }
-        if !bad.isEmpty { problems.append("exit status ≠ 0: " + bad.map { "\($0.stage)=\($0.status.map(String.init) ?? "none")" }.joined(separator: ", ")) }
-        if entries.count < stageNames.count { problems.append("only \(entries.count) of \(stageNames.count) stages were stopped") }
+        if !bad.isEmpty {
+            problems.append(
+                "exit status ≠ 0: "
+                    + bad.map { "\($0.stage)=\($0.status.map(String.init) ?? "none")" }.joined(separator: ", "))
+        }
+        if entries.count < stageNames.count {
+            problems.append("only \(entries.count) of \(stageNames.count) stages were stopped")
+        }
         let dead = stagesAlive(session)
         if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
         let statuses = entries.map { "\($0.stage)=\($0.status.map(String.init) ?? "?")" }.joined(separator: " ")
@@ -281,7 +322,9 @@ struct ChaosRunner {
                 for _ in 0..<200 where kill(pid, 0) == 0 { try? await Task.sleep(for: .milliseconds(50)) }
                 if kill(pid, 0) == 0 { kill(pid, SIGKILL); faults.note("\(component) needed SIGKILL") }
                 try? await Task.sleep(for: .seconds(downFor))
-                do { try session.control.start(component) } catch { faults.note("restart of \(component) failed: \(error)") }
+                do { try session.control.start(component) } catch {
+                    faults.note("restart of \(component) failed: \(error)")
+                }
                 faults.add(.init(stage: component, action: "started", at: nowMillis(), status: nil))
             }
         }
@@ -290,7 +333,9 @@ struct ChaosRunner {
         let dead = stagesAlive(session)
         if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
         let storage = component == "kafka" ? "Tansu on S3-style storage (moto)" : "Redis with appendfsync always"
-        return outcome(r, extraProblems: problems, detail: "\(component) stopped at 5 s for \(Int(downFor)) s (\(storage)); \(r.expected) notifications")
+        return outcome(
+            r, extraProblems: problems,
+            detail: "\(component) stopped at 5 s for \(Int(downFor)) s (\(storage)); \(r.expected) notifications")
     }
 
     // MARK: APNs fault mix
@@ -313,8 +358,11 @@ struct ChaosRunner {
         var problems: [String] = []
         let dead = stagesAlive(session)
         if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
-        return outcome(r, extraProblems: problems,
-                       detail: "\(r.expected) notifications; injected: \(injected); GOAWAYs \(mv("herald_mock_apns_goaways_total")), connection resets \(mv("herald_mock_apns_random_resets_total"))")
+        return outcome(
+            r, extraProblems: problems,
+            detail:
+                "\(r.expected) notifications; injected: \(injected); GOAWAYs \(mv("herald_mock_apns_goaways_total")), connection resets \(mv("herald_mock_apns_random_resets_total"))"
+        )
     }
 
     // MARK: APNs stall
@@ -337,7 +385,9 @@ struct ChaosRunner {
             }
             guard !paused, t >= 3 else { return }
             paused = true
-            if httpRequest(port: session.info.mockMetricsPort, method: "POST", path: "/pause?ms=\(Int(stall * 1000))") == nil {
+            if httpRequest(port: session.info.mockMetricsPort, method: "POST", path: "/pause?ms=\(Int(stall * 1000))")
+                == nil
+            {
                 faults.note("the stand-in did not accept POST /pause")
             }
             faults.add(.init(stage: "mock-apns", action: "pause", at: nowMillis(), status: nil))
@@ -345,12 +395,17 @@ struct ChaosRunner {
         let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: stall + drainTimeout)
         var problems = faults.allNotes
         let growthMB = Double(rssPeak - rssBefore) / 1024
-        if growthMB > Double(options.memoryLimitMB) { problems.append(String(format: "herald-send grew by %.0f MB (limit %d MB)", growthMB, options.memoryLimitMB)) }
+        if growthMB > Double(options.memoryLimitMB) {
+            problems.append(
+                String(format: "herald-send grew by %.0f MB (limit %d MB)", growthMB, options.memoryLimitMB))
+        }
         let dead = stagesAlive(session)
         if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
-        return outcome(r, extraProblems: problems,
-                       detail: String(format: "stand-in silent for %.0f s; herald-send RSS %.0f MB before, %.0f MB peak; latency p99 %d ms",
-                                      stall, Double(rssBefore) / 1024, Double(rssPeak) / 1024, r.overall.p99))
+        return outcome(
+            r, extraProblems: problems,
+            detail: String(
+                format: "stand-in silent for %.0f s; herald-send RSS %.0f MB before, %.0f MB peak; latency p99 %d ms",
+                stall, Double(rssBefore) / 1024, Double(rssPeak) / 1024, r.overall.p99))
     }
 
     // MARK: Malformed flood
@@ -364,9 +419,9 @@ struct ChaosRunner {
         let flood = MalformedFlood(workload: driver.workload, perTopic: perTopic)
         let topics = flood.topics
         log("publishing \(perTopic) malformed records to each of \(topics.count) stage input topics")
-        var sent: [String: [Int: Int]] = [:]     // topic -> hash of original -> count
+        var sent: [String: [Int: Int]] = [:]  // topic -> hash of original -> count
         var kindsSent: [String: Int] = [:]
-        var kindOf: [String: [Int: String]] = [:]   // topic -> hash -> kind
+        var kindOf: [String: [Int: String]] = [:]  // topic -> hash -> kind
         var sentRecords: [String: [[UInt8]?]] = [:]  // the large ones, for truncated dead letters
         var truncatedMatched = 0
         let publisher = driver.publisher
@@ -411,12 +466,13 @@ struct ChaosRunner {
         var withoutReason = 0
         var dlqTotal = 0
         var unmatchedByKind: [String: Int] = [:]
-        var unmatchedDLQ: [String: Int] = [:]    // DLQ entries that are not one of ours: stage/reason
+        var unmatchedDLQ: [String: Int] = [:]  // DLQ entries that are not one of ours: stage/reason
         var alteredOnTopic: [String: Int] = [:]  // entries citing a flooded topic whose original bytes match nothing sent
         do {
-            let records = try await KafkaTopicReader.readAll(topic: "herald.dlq",
-                                                             configuration: KafkaClientConfiguration(brokers: [session.info.brokers]),
-                                                             timeout: .seconds(60))
+            let records = try await KafkaTopicReader.readAll(
+                topic: "herald.dlq",
+                configuration: KafkaClientConfiguration(brokers: [session.info.brokers]),
+                timeout: .seconds(60))
             var remaining = sent
             // Truncated originals (a DLQ that cuts long originals, with `truncated`, `original_size`): matched by
             // their size and first bytes against what was sent to that topic.
@@ -425,7 +481,8 @@ struct ChaosRunner {
             for rec in records {
                 dlqTotal += 1
                 // Read as JSON (not DLQRecord) so DLQ records with more fields decode the same.
-                guard let v = rec.value, let d = (try? JSONSerialization.jsonObject(with: Data(v))) as? [String: Any] else { continue }
+                guard let v = rec.value, let d = (try? JSONSerialization.jsonObject(with: Data(v))) as? [String: Any]
+                else { continue }
                 let stage = d["stage"] as? String ?? "?"
                 let reason = d["reason"] as? String ?? ""
                 if reason.isEmpty { withoutReason += 1 }
@@ -434,7 +491,10 @@ struct ChaosRunner {
                 let original = (d["original"] as? String).flatMap { Data(base64Encoded: $0) }.map { Array($0) } ?? []
                 var h = MalformedFlood.hash(original)
                 if d["truncated"] as? Bool == true, let size = d["original_size"] as? Int,
-                   let whole = sentBytes[topic]?.first(where: { ($0 ?? []).count == size && Array(($0 ?? []).prefix(original.count)) == original }) {
+                    let whole = sentBytes[topic]?.first(where: {
+                        ($0 ?? []).count == size && Array(($0 ?? []).prefix(original.count)) == original
+                    })
+                {
                     h = MalformedFlood.hash(whole)
                     truncatedMatched += 1
                 }
@@ -453,8 +513,9 @@ struct ChaosRunner {
                 for (h, c) in hashes where c > 0 { unmatchedByKind[kindOf[topic]?[h] ?? "?", default: 0] += c }
             }
         } catch {
-            return ChaosOutcome(scenario: scenario, passed: false, lost: driver.ledger.lost, duplicated: driver.ledger.duplicates.count,
-                                deadLettered: -1, detail: "reading herald.dlq failed: \(error)")
+            return ChaosOutcome(
+                scenario: scenario, passed: false, lost: driver.ledger.lost, duplicated: driver.ledger.duplicates.count,
+                deadLettered: -1, detail: "reading herald.dlq failed: \(error)")
         }
         let r = driver.makeResult(modeText: "malformed flood", mixed: false, driveSeconds: 0)
         var problems: [String] = []
@@ -467,28 +528,43 @@ struct ChaosRunner {
         }
         let altered = alteredOnTopic.values.reduce(0, +)
         if altered > 0 {
-            problems.append("\(altered) DLQ entries cite a flooded topic but do not hold a sent record's original bytes ("
-                            + alteredOnTopic.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")")
+            problems.append(
+                "\(altered) DLQ entries cite a flooded topic but do not hold a sent record's original bytes ("
+                    + alteredOnTopic.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+                    + ")")
         }
         if !missingPerTopic.isEmpty {
-            problems.append("not found in herald.dlq with their original bytes: " + missingPerTopic.joined(separator: ", ")
-                            + " (by kind: " + unmatchedByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ") + ")")
+            problems.append(
+                "not found in herald.dlq with their original bytes: " + missingPerTopic.joined(separator: ", ")
+                    + " (by kind: "
+                    + unmatchedByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+                    + ")")
         }
         // Informational: dead letters of later stages (a malformed record got past the stage of its topic).
-        let downstream = unmatchedDLQ.isEmpty ? "" : "; other DLQ entries (stage/reason): "
-            + unmatchedDLQ.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        let downstream =
+            unmatchedDLQ.isEmpty
+            ? ""
+            : "; other DLQ entries (stage/reason): "
+                + unmatchedDLQ.sorted { $0.value > $1.value }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         if withoutReason > 0 { problems.append("\(withoutReason) DLQ entries without a reason") }
         let latency = deliveredAt.map { Double($0 - publishedAt) / 1000 }
         if let latency {
-            if latency > options.floodDeadline { problems.append(String(format: "valid event delivered after %.1f s (limit %.0f s)", latency, options.floodDeadline)) }
+            if latency > options.floodDeadline {
+                problems.append(
+                    String(format: "valid event delivered after %.1f s (limit %.0f s)", latency, options.floodDeadline))
+            }
         } else {
             problems.append("the valid event was not delivered")
         }
-        var o = outcome(r, extraProblems: problems,
-                        detail: "\(total) malformed records on \(topics.count) topics, \(dlqMatched.values.reduce(0, +)) matched in herald.dlq (\(dlqTotal) entries"
-                            + (truncatedMatched > 0 ? ", \(truncatedMatched) of them with a truncated original" : "") + "); reasons: "
-                            + reasons.sorted { $0.value > $1.value }.prefix(6).map { "\($0.key) \($0.value)" }.joined(separator: ", ")
-                            + (latency.map { String(format: "; valid event after %.1f s", $0) } ?? "") + downstream)
+        var o = outcome(
+            r, extraProblems: problems,
+            detail:
+                "\(total) malformed records on \(topics.count) topics, \(dlqMatched.values.reduce(0, +)) matched in herald.dlq (\(dlqTotal) entries"
+                + (truncatedMatched > 0 ? ", \(truncatedMatched) of them with a truncated original" : "")
+                + "); reasons: "
+                + reasons.sorted { $0.value > $1.value }.prefix(6).map { "\($0.key) \($0.value)" }.joined(
+                    separator: ", ")
+                + (latency.map { String(format: "; valid event after %.1f s", $0) } ?? "") + downstream)
         o.deadLettered = dlqMatched.values.reduce(0, +)
         return o
     }
@@ -498,8 +574,10 @@ struct ChaosRunner {
 struct MalformedFlood {
     let workload: Workload
     let perTopic: Int
-    let topics = ["chat.events", "herald.ingested", "herald.resolved", "herald.deliverable", "herald.outbound",
-                  "herald.retry", "herald.registry", "herald.token-feedback"]
+    let topics = [
+        "chat.events", "herald.ingested", "herald.resolved", "herald.deliverable", "herald.outbound",
+        "herald.retry", "herald.registry", "herald.token-feedback",
+    ]
 
     struct Record { var kind: String; var value: [UInt8]? }
 
@@ -522,20 +600,27 @@ struct MalformedFlood {
         case "chat.events": data = Data(event.bytes)
         case "herald.ingested": data = Data(IngestedRecord(event: ev, ingestedAt: nowMillis()).jsonBytes())
         case "herald.resolved": data = Data(ResolvedRecord(event: ev, recipient: user, state: state).jsonBytes())
-        case "herald.deliverable": data = Data(DeliverableRecord(event: ev, recipient: user, state: state, targets: state.devices).jsonBytes())
+        case "herald.deliverable":
+            data = Data(DeliverableRecord(event: ev, recipient: user, state: state, targets: state.devices).jsonBytes())
         case "herald.outbound", "herald.retry":
-            let req = try! Renderer.render(event: ev, recipient: user, state: state, targets: state.devices, app: workload.app,
-                                           now: Date())[0]
+            let req = try! Renderer.render(
+                event: ev, recipient: user, state: state, targets: state.devices, app: workload.app,
+                now: Date())[0]
             data = Data(OutboundRecord(eventID: ev.eventID, appID: ev.appID, recipient: user, request: req).jsonBytes())
         case "herald.registry":
-            data = Data(RegistryRecord(op: .setMembers, appID: workload.appID, conversation: "mf-conv", members: ["a", "b"]).jsonBytes())
+            data = Data(
+                RegistryRecord(op: .setMembers, appID: workload.appID, conversation: "mf-conv", members: ["a", "b"])
+                    .jsonBytes())
         default:
             // A user outside the valid event's group: a feedback record Herald (rightly) applies must not take a
             // token that event needs.
             let other = workload.users[workload.users.count - 1]
             let token = workload.states[other]?.devices.first?.token ?? state.devices[0].token
-            data = Data(TokenFeedbackRecord(appID: workload.appID, user: other, token: token,
-                                            reason: "Unregistered", deadSince: nowMillis()).jsonBytes())
+            data = Data(
+                TokenFeedbackRecord(
+                    appID: workload.appID, user: other, token: token,
+                    reason: "Unregistered", deadSince: nowMillis()
+                ).jsonBytes())
         }
         return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
     }
@@ -546,14 +631,24 @@ struct MalformedFlood {
         var rng = SystemRandomNumberGenerator()
         var out: [Record] = []
         // A few large ones, then the small kinds in turn.
-        let deep = Array(repeating: UInt8(ascii: "["), count: 100_000) + Array(repeating: UInt8(ascii: "]"), count: 100_000)
+        let deep =
+            Array(repeating: UInt8(ascii: "["), count: 100_000) + Array(repeating: UInt8(ascii: "]"), count: 100_000)
         out.append(Record(kind: "deep_nesting", value: deep))
-        out.append(Record(kind: "deep_nesting_object", value: Array("{\"a\":".utf8) + Array(repeating: UInt8(ascii: "["), count: 100_000)))
+        out.append(
+            Record(
+                kind: "deep_nesting_object",
+                value: Array("{\"a\":".utf8) + Array(repeating: UInt8(ascii: "["), count: 100_000)))
         var big = template
         setText(&big, String(repeating: "x", count: 800_000))
         setEventID(&big, "mf-big-\(topics.firstIndex(of: topic) ?? 0)")
-        out.append(Record(kind: "text_800kb", value: Array(try! JSONSerialization.data(withJSONObject: big, options: [.sortedKeys]))))
-        let kinds = ["random_bytes", "truncated_json", "invalid_utf8", "tombstone", "wrong_types", "duplicate_keys", "unknown_app", "not_an_object"]
+        out.append(
+            Record(
+                kind: "text_800kb",
+                value: Array(try! JSONSerialization.data(withJSONObject: big, options: [.sortedKeys]))))
+        let kinds = [
+            "random_bytes", "truncated_json", "invalid_utf8", "tombstone", "wrong_types", "duplicate_keys",
+            "unknown_app", "not_an_object",
+        ]
         var i = 0
         while out.count < perTopic {
             let kind = kinds[i % kinds.count]
@@ -568,21 +663,32 @@ struct MalformedFlood {
                 var t = template
                 setText(&t, "PLACEHOLDER\(i)")
                 var b = Array(try! JSONSerialization.data(withJSONObject: t, options: [.sortedKeys]))
-                if let r = find(Array("PLACEHOLDER".utf8), in: b) { b.replaceSubrange(r..<(r + 11), with: [0xC3, 0x28, 0xFF, 0xFE, 0x80, 0xBF, 0xED, 0xA0, 0x80, 0x41, 0x42]) }
+                if let r = find(Array("PLACEHOLDER".utf8), in: b) {
+                    b.replaceSubrange(
+                        r..<(r + 11), with: [0xC3, 0x28, 0xFF, 0xFE, 0x80, 0xBF, 0xED, 0xA0, 0x80, 0x41, 0x42])
+                }
                 v = b
             case "tombstone":
                 v = nil
             case "wrong_types":
                 var t = template
                 for (k, val) in t {
-                    if val is String { t[k] = i } else if val is NSNumber { t[k] = ["wrong": "\(i)"] } else { t[k] = "wrong-\(i)" }
+                    if val is String {
+                        t[k] = i
+                    } else if val is NSNumber {
+                        t[k] = ["wrong": "\(i)"]
+                    } else {
+                        t[k] = "wrong-\(i)"
+                    }
                 }
                 v = Array(try! JSONSerialization.data(withJSONObject: t, options: [.sortedKeys]))
             case "duplicate_keys":
                 // Every key twice: once with a wrong value, once as in the valid record.
                 var s = "{"
                 for (k, val) in template.sorted(by: { $0.key < $1.key }) {
-                    let one = String(decoding: try! JSONSerialization.data(withJSONObject: [k: val], options: [.sortedKeys, .fragmentsAllowed]), as: UTF8.self)
+                    let one = String(
+                        decoding: try! JSONSerialization.data(
+                            withJSONObject: [k: val], options: [.sortedKeys, .fragmentsAllowed]), as: UTF8.self)
                     let inner = one.dropFirst().dropLast()
                     s += "\"\(k)\":\(i),\(inner),"
                 }
@@ -603,7 +709,9 @@ struct MalformedFlood {
                 setEventID(&t, "mf-\(topic)-\(i)")
                 v = Array(try! JSONSerialization.data(withJSONObject: t, options: [.sortedKeys]))
             }
-            if var b = v, kind == "random_bytes" || kind == "truncated_json" { b.append(contentsOf: Array(" \(i)".utf8)); v = b }
+            if var b = v, kind == "random_bytes" || kind == "truncated_json" {
+                b.append(contentsOf: Array(" \(i)".utf8)); v = b
+            }
             out.append(Record(kind: kind, value: v))
         }
         return Array(out.prefix(perTopic))

@@ -19,10 +19,13 @@ struct DecideBench: ParsableCommand {
     var members: Int = 50
 
     func run() throws {
-        let app = AppConfig(appID: "bench", payloadProfile: .sendbird(key: "sendbird"), multiDevice: .anyOffline,
-                            templates: TemplateConfig(customTypes: ["support": TemplatePair(
-                                text: "[{channel_name}] {sender_name}: {message}", file: "{file_type_friendly}: {filename}")]),
-                            credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
+        let app = AppConfig(
+            appID: "bench", payloadProfile: .sendbird(key: "sendbird"), multiDevice: .anyOffline,
+            templates: TemplateConfig(customTypes: [
+                "support": TemplatePair(
+                    text: "[{channel_name}] {sender_name}: {message}", file: "{file_type_friendly}: {filename}")
+            ]),
+            credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
         let eventJSON = """
             {"event_id":"e-bench-1","app_id":"bench","kind":"message","created_at":1732000000000,
              "sender":{"id":"u0","name":"Cindy","profile_url":"https://cdn.example/u0.png"},
@@ -45,7 +48,8 @@ struct DecideBench: ParsableCommand {
             if i % 9 == 2 { prefs.displayStyle = .simpleBanner }
             if i % 7 == 3 { prefs.trigger = .mentionOnly }
             if i % 6 == 4 {
-                prefs.dnd = DoNotDisturb(start: ClockTime(hour: 22), end: ClockTime(hour: 8), timezone: zones[i % zones.count])
+                prefs.dnd = DoNotDisturb(
+                    start: ClockTime(hour: 22), end: ClockTime(hour: 8), timezone: zones[i % zones.count])
             }
             if i % 11 == 5 { prefs.snooze = Snooze(start: 1_731_990_000_000, end: 1_732_010_000_000) }
             if i % 13 == 6 { prefs.conversations["c-hiking"] = ConversationPreference(trigger: .default, muted: true) }
@@ -68,8 +72,9 @@ struct DecideBench: ParsableCommand {
                 decisions += 1
                 if case .deliver(let targets) = decision {
                     do {
-                        let requests = try Renderer.render(event: event, recipient: user, state: state, targets: targets,
-                                                           app: app, now: now)
+                        let requests = try Renderer.render(
+                            event: event, recipient: user, state: state, targets: targets,
+                            app: app, now: now)
                         payloads += requests.count
                         for r in requests { bytes &+= r.payload.count }
                     } catch {
@@ -107,11 +112,16 @@ struct DecideBench: ParsableCommand {
         let secs = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let perRound = round()
         print("herald-bench: \(members)-member group, Sendbird profile, mixed preferences, one thread")
-        print("  per event: \(perRound.decisions) decisions, \(perRound.payloads) payloads (\(perRound.payloads > 0 ? perRound.bytes / perRound.payloads : 0) bytes average)")
+        print(
+            "  per event: \(perRound.decisions) decisions, \(perRound.payloads) payloads (\(perRound.payloads > 0 ? perRound.bytes / perRound.payloads : 0) bytes average)"
+        )
         print(String(format: "  %d events in %.2f s wall, %.2f s on-CPU (this thread)", rounds, secs, cpu))
         print(String(format: "  rendered payloads per wall second:  %.0f", Double(payloads) / secs))
         print(String(format: "  recipients (decision + render) per wall second:  %.0f", Double(decisions) / secs))
-        print(String(format: "  recipients (decision + render) per CPU second:   %.0f  (one core; target 150000)", Double(decisions) / cpu))
+        print(
+            String(
+                format: "  recipients (decision + render) per CPU second:   %.0f  (one core; target 150000)",
+                Double(decisions) / cpu))
 
         // Stage record codec: what suppress/render pay per recipient on Kafka.
         let (_, sample) = states[1]
@@ -127,7 +137,9 @@ struct DecideBench: ParsableCommand {
             }
         }
         let codecSecs = threadCPUSeconds() - codecCPU
-        print(String(format: "  herald.deliverable record (%d bytes) encode + decode per CPU second: %.0f",
-                     encoded.count, Double(codecCount) / codecSecs))
+        print(
+            String(
+                format: "  herald.deliverable record (%d bytes) encode + decode per CPU second: %.0f",
+                encoded.count, Double(codecCount) / codecSecs))
     }
 }

@@ -25,16 +25,20 @@ struct JSONBench: ParsableCommand {
         prefs.conversations["c-hiking"] = ConversationPreference(trigger: .all, muted: false)
         var state = UserState(preferences: prefs, unread: Unread(total: 7, conversations: ["c-hiking": 2]))
         for d in 0..<2 {
-            state.register(Device(token: String(repeating: String(format: "%02x", 17 + d), count: 32), kind: .apns,
-                                  bundleID: "com.example.chat", registeredAt: 1_731_000_000_000 + Int64(d)))
+            state.register(
+                Device(
+                    token: String(repeating: String(format: "%02x", 17 + d), count: 32), kind: .apns,
+                    bundleID: "com.example.chat", registeredAt: 1_731_000_000_000 + Int64(d)))
         }
         let device = state.devices[0]
         let deliverable = DeliverableRecord(event: event, recipient: "u1", state: state, targets: state.devices)
-        let dlq = DLQRecord(original: StageCodec.encode(deliverable), maxOriginalBytes: 4096, sourceTopic: "herald.deliverable",
-                            sourcePartition: 3, sourceOffset: 9_007_199_254_740_993, stage: "render", reason: "render_error",
-                            detail: "template: unknown placeholder {x}", time: 1_732_000_000_123)
-        let explain = ExplainEntry(appID: "bench", eventID: event.eventID, user: "u1", token: device.token, stage: "send",
-                                   decision: "delivered", at: 1_732_000_000_456, status: 200, attempt: 1)
+        let dlq = DLQRecord(
+            original: StageCodec.encode(deliverable), maxOriginalBytes: 4096, sourceTopic: "herald.deliverable",
+            sourcePartition: 3, sourceOffset: 9_007_199_254_740_993, stage: "render", reason: "render_error",
+            detail: "template: unknown placeholder {x}", time: 1_732_000_000_123)
+        let explain = ExplainEntry(
+            appID: "bench", eventID: event.eventID, user: "u1", token: device.token, stage: "send",
+            decision: "delivered", at: 1_732_000_000_456, status: 200, attempt: 1)
 
         let decoder = JSONDecoder()
         let encoder = JSONEncoder()
@@ -44,55 +48,72 @@ struct JSONBench: ParsableCommand {
         // Redis: resolve reads every recipient's devices and preferences.
         let deviceBytes = device.jsonBytes()
         let deviceMirror = try decoder.decode(DeviceMirror.self, from: Data(deviceBytes))
-        rows.append(Row(record: "device (Redis)", bytes: deviceBytes.count,
-                        coreDecode: measure { _ = try? Device.fromJSON(deviceBytes) },
-                        foundationDecode: measure { _ = try? decoder.decode(DeviceMirror.self, from: Data(deviceBytes)) },
-                        coreEncode: measure { _ = device.jsonBytes() },
-                        foundationEncode: measure { _ = try? encoder.encode(deviceMirror) }))
+        rows.append(
+            Row(
+                record: "device (Redis)", bytes: deviceBytes.count,
+                coreDecode: measure { _ = try? Device.fromJSON(deviceBytes) },
+                foundationDecode: measure { _ = try? decoder.decode(DeviceMirror.self, from: Data(deviceBytes)) },
+                coreEncode: measure { _ = device.jsonBytes() },
+                foundationEncode: measure { _ = try? encoder.encode(deviceMirror) }))
         let prefsBytes = prefs.jsonBytes()
         let prefsMirror = try decoder.decode(PreferencesMirror.self, from: Data(prefsBytes))
-        rows.append(Row(record: "preferences (Redis)", bytes: prefsBytes.count,
-                        coreDecode: measure { _ = try? Preferences.fromJSON(prefsBytes) },
-                        foundationDecode: measure { _ = try? decoder.decode(PreferencesMirror.self, from: Data(prefsBytes)) },
-                        coreEncode: measure { _ = prefs.jsonBytes() },
-                        foundationEncode: measure { _ = try? encoder.encode(prefsMirror) }))
+        rows.append(
+            Row(
+                record: "preferences (Redis)", bytes: prefsBytes.count,
+                coreDecode: measure { _ = try? Preferences.fromJSON(prefsBytes) },
+                foundationDecode: measure { _ = try? decoder.decode(PreferencesMirror.self, from: Data(prefsBytes)) },
+                coreEncode: measure { _ = prefs.jsonBytes() },
+                foundationEncode: measure { _ = try? encoder.encode(prefsMirror) }))
         // The explain trail: one entry per recipient and device.
         let explainBytes = explain.jsonBytes
         let explainMirror = try decoder.decode(ExplainMirror.self, from: Data(explainBytes))
-        rows.append(Row(record: "explain entry", bytes: explainBytes.count,
-                        coreDecode: measure { _ = try? ExplainEntry(json: explainBytes) },
-                        foundationDecode: measure { _ = try? decoder.decode(ExplainMirror.self, from: Data(explainBytes)) },
-                        coreEncode: measure { _ = explain.jsonBytes },
-                        foundationEncode: measure { _ = try? encoder.encode(explainMirror) }))
+        rows.append(
+            Row(
+                record: "explain entry", bytes: explainBytes.count,
+                coreDecode: measure { _ = try? ExplainEntry(json: explainBytes) },
+                foundationDecode: measure { _ = try? decoder.decode(ExplainMirror.self, from: Data(explainBytes)) },
+                coreEncode: measure { _ = explain.jsonBytes },
+                foundationEncode: measure { _ = try? encoder.encode(explainMirror) }))
         // The DLQ record (JSON on the wire; 64-bit offsets must survive).
         let dlqBytes = StageCodec.encode(dlq)
         let dlqMirror = try decoder.decode(DLQMirror.self, from: Data(dlqBytes))
-        rows.append(Row(record: "DLQ record", bytes: dlqBytes.count,
-                        coreDecode: measure { _ = try? StageCodec.decode(DLQRecord.self, from: dlqBytes) },
-                        foundationDecode: measure { _ = try? decoder.decode(DLQMirror.self, from: Data(dlqBytes)) },
-                        coreEncode: measure { _ = StageCodec.encode(dlq) },
-                        foundationEncode: measure { _ = try? encoder.encode(dlqMirror) }))
+        rows.append(
+            Row(
+                record: "DLQ record", bytes: dlqBytes.count,
+                coreDecode: measure { _ = try? StageCodec.decode(DLQRecord.self, from: dlqBytes) },
+                foundationDecode: measure { _ = try? decoder.decode(DLQMirror.self, from: Data(dlqBytes)) },
+                coreEncode: measure { _ = StageCodec.encode(dlq) },
+                foundationEncode: measure { _ = try? encoder.encode(dlqMirror) }))
         // A stage record's JSON form (event + state + targets) and the chat event as ingest reads it: no Codable
         // mirror here (dozens of fields), so the tree parse is compared (JSONValue against JSONSerialization).
         let deliverableJSON = deliverable.jsonBytes()
-        rows.append(Row(record: "deliverable record, JSON form (tree parse)", bytes: deliverableJSON.count,
-                        coreDecode: measure { _ = try? JSONValue.parse(deliverableJSON) },
-                        foundationDecode: measure { _ = try? JSONSerialization.jsonObject(with: Data(deliverableJSON)) },
-                        coreEncode: nil, foundationEncode: nil))
+        rows.append(
+            Row(
+                record: "deliverable record, JSON form (tree parse)", bytes: deliverableJSON.count,
+                coreDecode: measure { _ = try? JSONValue.parse(deliverableJSON) },
+                foundationDecode: measure { _ = try? JSONSerialization.jsonObject(with: Data(deliverableJSON)) },
+                coreEncode: nil, foundationEncode: nil))
         let eventBytes = Array(Self.eventJSON.utf8)
-        rows.append(Row(record: "chat event (tree parse)", bytes: eventBytes.count,
-                        coreDecode: measure { _ = try? JSONValue.parse(eventBytes) },
-                        foundationDecode: measure { _ = try? JSONSerialization.jsonObject(with: Data(eventBytes)) },
-                        coreEncode: nil, foundationEncode: nil))
+        rows.append(
+            Row(
+                record: "chat event (tree parse)", bytes: eventBytes.count,
+                coreDecode: measure { _ = try? JSONValue.parse(eventBytes) },
+                foundationDecode: measure { _ = try? JSONSerialization.jsonObject(with: Data(eventBytes)) },
+                coreEncode: nil, foundationEncode: nil))
 
-        print("herald-bench json: on-CPU nanoseconds per record, one thread, best of 3 (lower is better); Foundation decodes into")
+        print(
+            "herald-bench json: on-CPU nanoseconds per record, one thread, best of 3 (lower is better); Foundation decodes into"
+        )
         print("Codable mirrors of the same fields and encodes with sorted keys; HeraldCore also validates")
         print("")
-        print(pad("record", 44) + pad("bytes", 7) + pad("decode core", 13) + pad("Foundation", 12) + pad("ratio", 8)
-              + pad("encode core", 13) + pad("Foundation", 12) + "ratio")
+        print(
+            pad("record", 44) + pad("bytes", 7) + pad("decode core", 13) + pad("Foundation", 12) + pad("ratio", 8)
+                + pad("encode core", 13) + pad("Foundation", 12) + "ratio")
         for row in rows {
             var line = pad(row.record, 44) + pad(String(row.bytes), 7)
-            line += pad(ns(row.coreDecode), 13) + pad(ns(row.foundationDecode), 12) + pad(ratio(row.foundationDecode, row.coreDecode), 8)
+            line +=
+                pad(ns(row.coreDecode), 13) + pad(ns(row.foundationDecode), 12)
+                + pad(ratio(row.foundationDecode, row.coreDecode), 8)
             if let ce = row.coreEncode, let fe = row.foundationEncode {
                 line += pad(ns(ce), 13) + pad(ns(fe), 12) + ratio(fe, ce)
             } else {
@@ -166,7 +187,8 @@ private struct DeviceMirror: Codable {
     var registeredAt: Int64?
     var providerID: String?
     enum CodingKeys: String, CodingKey {
-        case token, kind, environment, bundleID = "bundle_id", registeredAt = "registered_at", providerID = "provider_id"
+        case token, kind, environment, bundleID = "bundle_id", registeredAt = "registered_at", providerID =
+            "provider_id"
     }
 }
 
@@ -229,7 +251,8 @@ private struct DLQMirror: Codable {
     var detail: String?
     var time: Int64?
     enum CodingKeys: String, CodingKey {
-        case original, sourceTopic = "source_topic", sourcePartition = "source_partition", sourceOffset = "source_offset"
+        case original, sourceTopic = "source_topic", sourcePartition = "source_partition", sourceOffset =
+            "source_offset"
         case originalSize = "original_size", originalSHA256 = "original_sha256", truncated, stage, reason, detail, time
     }
 }

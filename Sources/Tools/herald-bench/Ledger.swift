@@ -61,9 +61,13 @@ final class RecordTail {
     /// (a key inside the payload's strings would carry escaped quotes).
     static func parse(_ line: UnsafeBufferPointer<UInt8>) -> AnswerLine? {
         guard let a = find(apnsKey, in: line, fromEnd: false), a + apnsKey.count + 36 <= line.count,
-              let s = find(statusKey, in: line, fromEnd: true), let t = find(atKey, in: line, fromEnd: true) else { return nil }
-        let id = String(decoding: UnsafeBufferPointer(rebasing: line[(a + apnsKey.count)..<(a + apnsKey.count + 36)]), as: UTF8.self)
-        return AnswerLine(apnsID: id, status: Int(number(line, from: s + statusKey.count)), at: number(line, from: t + atKey.count))
+            let s = find(statusKey, in: line, fromEnd: true), let t = find(atKey, in: line, fromEnd: true)
+        else { return nil }
+        let id = String(
+            decoding: UnsafeBufferPointer(rebasing: line[(a + apnsKey.count)..<(a + apnsKey.count + 36)]), as: UTF8.self
+        )
+        return AnswerLine(
+            apnsID: id, status: Int(number(line, from: s + statusKey.count)), at: number(line, from: t + atKey.count))
     }
 
     private static func number(_ line: UnsafeBufferPointer<UInt8>, from: Int) -> Int64 {
@@ -100,16 +104,16 @@ final class Ledger {
     struct Expected {
         var createdAt: Int64
         var kind: NotificationKind
-        var firstAt: Int64 = 0     // first 200, 0 = not yet
-        var count: Int = 0         // 200s seen
+        var firstAt: Int64 = 0  // first 200, 0 = not yet
+        var count: Int = 0  // 200s seen
     }
 
     private(set) var expected: [String: Expected] = [:]
     private(set) var expectedCount = 0
     private(set) var expectedByKind: [NotificationKind: Int] = [:]
-    private(set) var delivered = 0            // unique expected notifications with a 200
+    private(set) var delivered = 0  // unique expected notifications with a 200
     private(set) var duplicates: [Duplicate] = []
-    private(set) var unexpected200 = 0        // a 200 for an apns-id the bench did not predict
+    private(set) var unexpected200 = 0  // a 200 for an apns-id the bench did not predict
     private(set) var answersByStatus: [Int: Int] = [:]
     var overall = Histogram<UInt64>(highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: .three)
     var perKind: [NotificationKind: Histogram<UInt64>] = [:]
@@ -150,10 +154,17 @@ final class Ledger {
                 }
                 let latency = UInt64(max(0, a.at - e.createdAt))
                 _ = overall.record(latency)
-                if perKind[e.kind] == nil { perKind[e.kind] = Histogram<UInt64>(highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: .three) }
+                if perKind[e.kind] == nil {
+                    perKind[e.kind] = Histogram<UInt64>(
+                        highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: .three)
+                }
                 _ = perKind[e.kind]!.record(latency)
                 let sec = Int(max(0, a.at - origin) / 1000)
-                if perSecond[sec] == nil { perSecond[sec] = (0, Histogram<UInt64>(highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: .two)) }
+                if perSecond[sec] == nil {
+                    perSecond[sec] = (
+                        0, Histogram<UInt64>(highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: .two)
+                    )
+                }
                 perSecond[sec]!.count += 1
                 _ = perSecond[sec]!.hist.record(latency)
             } else {

@@ -6,13 +6,19 @@ import HeraldCore
 
 /// Options shared by `pipeline` and `chaos` for starting or attaching to a stack.
 struct StackOptions: ParsableArguments {
-    @Option(help: "Attach to a stack already running in this run directory (scripts/local-stack.sh --up --run-dir DIR) instead of starting one.")
+    @Option(
+        help:
+            "Attach to a stack already running in this run directory (scripts/local-stack.sh --up --run-dir DIR) instead of starting one."
+    )
     var attach: String?
-    @Option(name: .customLong("run-dir"), help: "Run directory of the stack the bench starts (default: run/bench-<pid>).")
+    @Option(
+        name: .customLong("run-dir"), help: "Run directory of the stack the bench starts (default: run/bench-<pid>).")
     var runDir: String?
     @Option(help: "Repository root (default: found from the working directory or the executable).")
     var repo: String?
-    @Flag(name: .customLong("build"), help: "Let scripts/local-stack.sh build the release products first (default: use the existing build).")
+    @Flag(
+        name: .customLong("build"),
+        help: "Let scripts/local-stack.sh build the release products first (default: use the existing build).")
     var build = false
     @Flag(help: "Use the debug build (.build/debug) for the stack.")
     var debug = false
@@ -41,17 +47,35 @@ struct PipelineBench: AsyncParsableCommand {
     @Option(help: "Publish this many group events at once, then drain.") var backlog: Int?
     @Option(help: "Group events per second (with --seconds).") var rate: Double?
     @Option(help: "Seconds of steady input (with --rate).") var seconds: Double = 10
-    @Flag(help: "Mixed priorities: while the input flows, also send call events (VoIP) and direct messages at a low rate; their latency is reported separately.")
+    @Flag(
+        help:
+            "Mixed priorities: while the input flows, also send call events (VoIP) and direct messages at a low rate; their latency is reported separately."
+    )
     var mixed = false
-    @Option(name: .customLong("mixed-rate"), help: "Calls per second and direct messages per second with --mixed.") var mixedRate = 2.0
-    @Option(name: .customLong("mixed-warmup"), help: "With --mixed: the first N calls and N direct messages are delivered and checked but left out of the latency figures (first connections of the priority lane and of the VoIP credential).")
+    @Option(name: .customLong("mixed-rate"), help: "Calls per second and direct messages per second with --mixed.")
+    var mixedRate = 2.0
+    @Option(
+        name: .customLong("mixed-warmup"),
+        help:
+            "With --mixed: the first N calls and N direct messages are delivered and checked but left out of the latency figures (first connections of the priority lane and of the VoIP credential)."
+    )
     var mixedWarmup = 0
-    @Option(name: .customLong("warmup"), help: "With --rate: events created in the first this many seconds are delivered and checked but left out of the latency figures (the stack's start-up).")
+    @Option(
+        name: .customLong("warmup"),
+        help:
+            "With --rate: events created in the first this many seconds are delivered and checked but left out of the latency figures (the stack's start-up)."
+    )
     var warmup = 5.0
-    @Option(name: .customLong("drain-timeout"), help: "Stop waiting when nothing new was delivered for this many seconds.") var drainTimeout = 20.0
-    @Option(name: .customLong("mock-args"), help: "Extra herald-mock-apns options for a stack the bench starts.") var mockArgs = ""
+    @Option(
+        name: .customLong("drain-timeout"), help: "Stop waiting when nothing new was delivered for this many seconds.")
+    var drainTimeout = 20.0
+    @Option(name: .customLong("mock-args"), help: "Extra herald-mock-apns options for a stack the bench starts.")
+    var mockArgs = ""
     @Option(help: "Directory for REPORT.md, REPORT.svg and REPORT.json.") var out: String?
-    @Flag(help: "Exit 1 unless the counts are consistent (delivered + suppressed = expected, nothing lost, duplicated or unexpected).")
+    @Flag(
+        help:
+            "Exit 1 unless the counts are consistent (delivered + suppressed = expected, nothing lost, duplicated or unexpected)."
+    )
     var check = false
 
     func validate() throws {
@@ -59,7 +83,9 @@ struct PipelineBench: AsyncParsableCommand {
         if backlog != nil && rate != nil { throw ValidationError("--backlog and --rate exclude each other") }
         if let r = rate, r <= 0 { throw ValidationError("--rate must be positive") }
         if dnd + muted + online > 1 { throw ValidationError("--dnd + --muted + --online must not exceed 1") }
-        if users < 2 || conversationSize < 2 { throw ValidationError("--users and --conversation-size must be at least 2") }
+        if users < 2 || conversationSize < 2 {
+            throw ValidationError("--users and --conversation-size must be at least 2")
+        }
     }
 
     func run() async throws {
@@ -77,15 +103,20 @@ struct PipelineBench: AsyncParsableCommand {
             // The slowest calls and DMs, with when they were created (seconds into the run): where a p99 comes from.
             for kind in [NotificationKind.call, .direct] {
                 let slow = driver.ledger.expected.values.filter { $0.kind == kind && $0.firstAt > 0 }
-                    .map { (latency: $0.firstAt - $0.createdAt, at: Double($0.createdAt - driver.ledger.origin) / 1000) }
+                    .map {
+                        (latency: $0.firstAt - $0.createdAt, at: Double($0.createdAt - driver.ledger.origin) / 1000)
+                    }
                     .sorted { $0.latency > $1.latency }.prefix(5)
-                print("slowest \(kind): " + slow.map { String(format: "%d ms (created at %.1f s)", $0.latency, $0.at) }
-                    .joined(separator: ", "))
+                print(
+                    "slowest \(kind): "
+                        + slow.map { String(format: "%d ms (created at %.1f s)", $0.latency, $0.at) }
+                        .joined(separator: ", "))
             }
         }
         if driver.ledger.warmupDelivered > 0 {
-            print("(latency leaves out \(driver.ledger.warmupDelivered) notifications: events created in the first " +
-                  "\(warmup) s with --rate, and the first \(mixedWarmup) calls and DMs)")
+            print(
+                "(latency leaves out \(driver.ledger.warmupDelivered) notifications: events created in the first "
+                    + "\(warmup) s with --rate, and the first \(mixedWarmup) calls and DMs)")
         }
         let outDir = out ?? session.repo + "/run/bench-reports/" + Self.stamp()
         try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
@@ -124,16 +155,22 @@ final class BenchSession: @unchecked Sendable {
         self.control = control; self.info = info; self.started = started; self.repo = repo
     }
 
-    static func open(_ o: StackOptions, mockArgs: String, redisAOF: Bool = false, kafkaS3: Bool = false,
-                     runSuffix: String = "") throws -> BenchSession {
+    static func open(
+        _ o: StackOptions, mockArgs: String, redisAOF: Bool = false, kafkaS3: Bool = false,
+        runSuffix: String = ""
+    ) throws -> BenchSession {
         let repo = try o.repo ?? StackControl.findRepo()
         if let attach = o.attach {
             let info = try StackInfo.load(run: attach)
-            return BenchSession(control: StackControl(repo: repo, run: attach, environment: [:]), info: info, started: false, repo: repo)
+            return BenchSession(
+                control: StackControl(repo: repo, run: attach, environment: [:]), info: info, started: false, repo: repo
+            )
         }
         let run = (o.runDir ?? repo + "/run/bench-\(getpid())") + runSuffix
         let control = StackControl(repo: repo, run: run, environment: StackControl.portEnvironment())
-        log("starting the stack in \(run) (ports: \(control.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))")
+        log(
+            "starting the stack in \(run) (ports: \(control.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))"
+        )
         do {
             try control.up(redisAOF: redisAOF, kafkaS3: kafkaS3, mockArgs: mockArgs, build: o.build, debug: o.debug)
         } catch {
@@ -195,12 +232,14 @@ final class LoadDriver: @unchecked Sendable {
         let t0 = monotonicSeconds()
         try await workload.load(redisPort: session.info.redisPort, now: now)
         loadSeconds = monotonicSeconds() - t0
-        log(String(format: "loaded %d users in %d conversations of %d into Redis in %.2f s", options.users,
-                   workload.conversations.count, options.conversationSize, loadSeconds))
+        log(
+            String(
+                format: "loaded %d users in %d conversations of %d into Redis in %.2f s", options.users,
+                workload.conversations.count, options.conversationSize, loadSeconds))
         publisher = try EventPublisher(brokers: session.info.brokers, extraProperties: workload.kafkaProperties)
         ledger = Ledger(origin: nowMillis())
         tail = RecordTail(run: session.info.run)
-        _ = tail.poll()   // answers from before this run are not ours
+        _ = tail.poll()  // answers from before this run are not ours
         procs = ProcessAccounting(stack: session.info)
         metricsBefore = StageMetrics.scrape(session.info)
     }
@@ -249,7 +288,9 @@ final class LoadDriver: @unchecked Sendable {
             var p: [String] = []
             let suppressed = observedSuppressed.values.reduce(0, +)
             if delivered + suppressed + renderErrors != recipients {
-                p.append("delivered \(delivered) + suppressed \(suppressed) + render errors \(renderErrors) != recipients \(recipients)")
+                p.append(
+                    "delivered \(delivered) + suppressed \(suppressed) + render errors \(renderErrors) != recipients \(recipients)"
+                )
             }
             if lost > 0 { p.append("\(lost) lost") }
             if !duplicates.isEmpty { p.append("\(duplicates.count) duplicated") }
@@ -273,9 +314,12 @@ final class LoadDriver: @unchecked Sendable {
         let rate = Double(ledger.delivered - lastDelivered) / max(0.001, t - lastT)
         progress.append(Progress(t: t, published: eventsPublished, delivered: ledger.delivered, rate: rate, lag: lag))
         if !quiet {
-            log(String(format: "t=%5.1fs published %d events, delivered %d of %d notifications (%.0f/s), consumer lag %.0f records, duplicates %d, resolve RSS %d MB",
-                       t, eventsPublished, ledger.delivered, ledger.expectedCount, rate, lag, ledger.duplicates.count,
-                       procs.rssKB("resolve") / 1024))
+            log(
+                String(
+                    format:
+                        "t=%5.1fs published %d events, delivered %d of %d notifications (%.0f/s), consumer lag %.0f records, duplicates %d, resolve RSS %d MB",
+                    t, eventsPublished, ledger.delivered, ledger.expectedCount, rate, lag, ledger.duplicates.count,
+                    procs.rssKB("resolve") / 1024))
         }
         lastDelivered = ledger.delivered
         lastT = t
@@ -330,7 +374,9 @@ final class LoadDriver: @unchecked Sendable {
                     if n % 1000 == 0 { await housekeeping() }
                 }
                 let mixedStart = monotonicSeconds()
-                while ledger.delivered(.group) < (ledger.expectedByKind[.group] ?? 0) && monotonicSeconds() - mixedStart < 600 {
+                while ledger.delivered(.group) < (ledger.expectedByKind[.group] ?? 0)
+                    && monotonicSeconds() - mixedStart < 600
+                {
                     await mixedDue(monotonicSeconds() - mixedStart)
                     step()
                     await housekeeping()
@@ -419,14 +465,15 @@ final class LoadDriver: @unchecked Sendable {
         }
         var perKind: [NotificationKind: Percentiles] = [:]
         for (k, h) in ledger.perKind { perKind[k] = Percentiles(h) }
-        return Result(options: workloadOptions, mode: modeText, mixed: mixed, eventsPublished: eventsPublished,
-                      eventsByKind: eventsByKind, publishFailed: publisher.unrecovered, republished: publisher.republished,
-                      recipients: recipientsDecided, expected: ledger.expectedCount, delivered: ledger.delivered,
-                      lost: ledger.lost, duplicates: ledger.duplicates, unexpected200: ledger.unexpected200,
-                      answersByStatus: ledger.answersByStatus, predictedSuppressed: predictedSuppressed,
-                      observedSuppressed: observed, dlq: dlq, renderErrors: renderErrors,
-                      overall: Percentiles(ledger.overall), perKind: perKind, driveSeconds: driveSeconds,
-                      deliverySeconds: deliverySeconds, deliveredPerSecond: Double(ledger.delivered) / deliverySeconds,
-                      cpu: cpu, peakRSSKB: rss, series: series, progress: progress, loadSeconds: loadSeconds)
+        return Result(
+            options: workloadOptions, mode: modeText, mixed: mixed, eventsPublished: eventsPublished,
+            eventsByKind: eventsByKind, publishFailed: publisher.unrecovered, republished: publisher.republished,
+            recipients: recipientsDecided, expected: ledger.expectedCount, delivered: ledger.delivered,
+            lost: ledger.lost, duplicates: ledger.duplicates, unexpected200: ledger.unexpected200,
+            answersByStatus: ledger.answersByStatus, predictedSuppressed: predictedSuppressed,
+            observedSuppressed: observed, dlq: dlq, renderErrors: renderErrors,
+            overall: Percentiles(ledger.overall), perKind: perKind, driveSeconds: driveSeconds,
+            deliverySeconds: deliverySeconds, deliveredPerSecond: Double(ledger.delivered) / deliverySeconds,
+            cpu: cpu, peakRSSKB: rss, series: series, progress: progress, loadSeconds: loadSeconds)
     }
 }

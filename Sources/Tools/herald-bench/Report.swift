@@ -22,19 +22,33 @@ struct BenchReport {
     func summaryLines() -> [String] {
         let r = result
         var lines: [String] = []
-        lines.append(String(format: "delivered %d of %d notifications in %.1f s: %.0f delivered/s", r.delivered, r.expected,
-                            r.deliverySeconds, r.deliveredPerSecond))
-        lines.append("latency created_at -> APNs answer: p50 \(r.overall.p50) ms, p99 \(r.overall.p99) ms, p99.9 \(r.overall.p999) ms, max \(r.overall.max) ms")
+        lines.append(
+            String(
+                format: "delivered %d of %d notifications in %.1f s: %.0f delivered/s", r.delivered, r.expected,
+                r.deliverySeconds, r.deliveredPerSecond))
+        lines.append(
+            "latency created_at -> APNs answer: p50 \(r.overall.p50) ms, p99 \(r.overall.p99) ms, p99.9 \(r.overall.p999) ms, max \(r.overall.max) ms"
+        )
         for k in NotificationKind.allCases {
             if let p = r.perKind[k], r.mixed || k == .group {
                 lines.append("  \(k.name): \(p.count) notifications, p50 \(p.p50) ms, p99 \(p.p99) ms")
             }
         }
-        lines.append(String(format: "CPU per 100k delivered: Herald (six stages) %.2f s, broker %.2f s, Redis %.2f s, stand-in %.2f s",
-                            per100k(heraldCPU), per100k(r.cpu["kafka"] ?? 0), per100k(r.cpu["redis"] ?? 0), per100k(r.cpu["mock-apns"] ?? 0)))
-        lines.append("peak RSS: Herald (six stages, summed) \(fmtMB(heraldPeakRSSKB)), broker \(fmtMB(r.peakRSSKB["kafka"] ?? 0)), Redis \(fmtMB(r.peakRSSKB["redis"] ?? 0)), stand-in \(fmtMB(r.peakRSSKB["mock-apns"] ?? 0))")
-        lines.append("suppressed: " + r.observedSuppressed.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
-        lines.append("lost \(r.lost), duplicated \(r.duplicates.count), unexpected \(r.unexpected200), dead-lettered \(r.dlq)")
+        lines.append(
+            String(
+                format:
+                    "CPU per 100k delivered: Herald (six stages) %.2f s, broker %.2f s, Redis %.2f s, stand-in %.2f s",
+                per100k(heraldCPU), per100k(r.cpu["kafka"] ?? 0), per100k(r.cpu["redis"] ?? 0),
+                per100k(r.cpu["mock-apns"] ?? 0)))
+        lines.append(
+            "peak RSS: Herald (six stages, summed) \(fmtMB(heraldPeakRSSKB)), broker \(fmtMB(r.peakRSSKB["kafka"] ?? 0)), Redis \(fmtMB(r.peakRSSKB["redis"] ?? 0)), stand-in \(fmtMB(r.peakRSSKB["mock-apns"] ?? 0))"
+        )
+        lines.append(
+            "suppressed: "
+                + r.observedSuppressed.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(
+                    separator: ", "))
+        lines.append(
+            "lost \(r.lost), duplicated \(r.duplicates.count), unexpected \(r.unexpected200), dead-lettered \(r.dlq)")
         return lines
     }
 
@@ -47,44 +61,62 @@ struct BenchReport {
         s += "| input | \(r.mode)\(r.mixed ? " + mixed priorities (calls to a VoIP token, direct messages)" : "") |\n"
         s += "| users | \(r.options.users) (one APNs token each) |\n"
         s += "| conversation size | \(r.options.conversationSize) |\n"
-        s += String(format: "| preference mix | %.0f %% DND, %.0f %% muted, %.0f %% online |\n", r.options.dnd * 100, r.options.muted * 100, r.options.online * 100)
+        s += String(
+            format: "| preference mix | %.0f %% DND, %.0f %% muted, %.0f %% online |\n", r.options.dnd * 100,
+            r.options.muted * 100, r.options.online * 100)
         s += "| payload profile | \(r.options.profile) (\(r.options.appID)), text \(r.options.textBytes) bytes |\n"
         s += String(format: "| users loaded into Redis in | %.2f s |\n\n", r.loadSeconds)
         s += "## Results\n\n"
         s += "| measure | value |\n| --- | --- |\n"
-        s += "| events published | \(r.eventsPublished) (" + NotificationKind.allCases.compactMap { k in r.eventsByKind[k].map { "\(k.name) \($0)" } }.joined(separator: ", ") + ") |\n"
+        s +=
+            "| events published | \(r.eventsPublished) ("
+            + NotificationKind.allCases.compactMap { k in r.eventsByKind[k].map { "\(k.name) \($0)" } }.joined(
+                separator: ", ") + ") |\n"
         s += "| events published again after the broker refused them | \(r.republished) |\n"
         s += "| recipients decided | \(r.recipients) |\n"
         s += "| notifications expected | \(r.expected) |\n"
         s += "| delivered (unique 200s) | \(r.delivered) |\n"
-        s += String(format: "| delivered/s | %.0f (over %.1f s, first to last answer) |\n", r.deliveredPerSecond, r.deliverySeconds)
-        s += "| latency p50 / p99 / p99.9 / max | \(r.overall.p50) / \(r.overall.p99) / \(r.overall.p999) / \(r.overall.max) ms |\n"
+        s += String(
+            format: "| delivered/s | %.0f (over %.1f s, first to last answer) |\n", r.deliveredPerSecond,
+            r.deliverySeconds)
+        s +=
+            "| latency p50 / p99 / p99.9 / max | \(r.overall.p50) / \(r.overall.p99) / \(r.overall.p999) / \(r.overall.max) ms |\n"
         s += "| lost | \(r.lost) |\n"
         s += "| duplicated | \(r.duplicates.count) |\n"
         s += "| unexpected notifications | \(r.unexpected200) |\n"
         s += "| dead-lettered (herald_dlq_total) | \(r.dlq) |\n"
-        s += "| stand-in answers by status | " + r.answersByStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + " |\n"
+        s +=
+            "| stand-in answers by status | "
+            + r.answersByStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")
+            + " |\n"
         s += String(format: "| run time (drive + drain) | %.1f s |\n\n", r.driveSeconds)
-        s += "## Latency by kind\n\n| kind | notifications | p50 ms | p99 ms | p99.9 ms | max ms |\n| --- | --- | --- | --- | --- | --- |\n"
+        s +=
+            "## Latency by kind\n\n| kind | notifications | p50 ms | p99 ms | p99.9 ms | max ms |\n| --- | --- | --- | --- | --- | --- |\n"
         for k in NotificationKind.allCases {
             if let p = r.perKind[k] { s += "| \(k.name) | \(p.count) | \(p.p50) | \(p.p99) | \(p.p999) | \(p.max) |\n" }
         }
-        s += "\n## Processes\n\n| process | CPU s | CPU s per 100k delivered | peak RSS (VmHWM) |\n| --- | --- | --- | --- |\n"
+        s +=
+            "\n## Processes\n\n| process | CPU s | CPU s per 100k delivered | peak RSS (VmHWM) |\n| --- | --- | --- | --- |\n"
         for c in stageNames {
-            s += "| herald-\(c) | \(f2(r.cpu[c] ?? 0)) | \(f2(per100k(r.cpu[c] ?? 0))) | \(fmtMB(r.peakRSSKB[c] ?? 0)) |\n"
+            s +=
+                "| herald-\(c) | \(f2(r.cpu[c] ?? 0)) | \(f2(per100k(r.cpu[c] ?? 0))) | \(fmtMB(r.peakRSSKB[c] ?? 0)) |\n"
         }
-        s += "| **Herald (six stages)** | **\(f2(heraldCPU))** | **\(f2(per100k(heraldCPU)))** | **\(fmtMB(heraldPeakRSSKB))** (sum) |\n"
+        s +=
+            "| **Herald (six stages)** | **\(f2(heraldCPU))** | **\(f2(per100k(heraldCPU)))** | **\(fmtMB(heraldPeakRSSKB))** (sum) |\n"
         for (c, name) in [("kafka", "broker (Tansu)"), ("redis", "Redis"), ("mock-apns", "APNs stand-in")] {
             s += "| \(name) | \(f2(r.cpu[c] ?? 0)) | \(f2(per100k(r.cpu[c] ?? 0))) | \(fmtMB(r.peakRSSKB[c] ?? 0)) |\n"
         }
-        s += "\n## Suppressions by reason\n\n| reason | observed (herald_suppressed_total) | predicted |\n| --- | --- | --- |\n"
+        s +=
+            "\n## Suppressions by reason\n\n| reason | observed (herald_suppressed_total) | predicted |\n| --- | --- | --- |\n"
         for reason in Set(r.observedSuppressed.keys).union(r.predictedSuppressed.keys).sorted() {
             s += "| \(reason) | \(r.observedSuppressed[reason] ?? 0) | \(r.predictedSuppressed[reason] ?? 0) |\n"
         }
         s += "\n## Consistency\n\n"
         let problems = r.consistencyProblems()
-        s += problems.isEmpty ? "consistent: delivered + suppressed = recipients decided; 0 lost, 0 duplicated, 0 unexpected\n"
-                              : problems.map { "- " + $0 }.joined(separator: "\n") + "\n"
+        s +=
+            problems.isEmpty
+            ? "consistent: delivered + suppressed = recipients decided; 0 lost, 0 duplicated, 0 unexpected\n"
+            : problems.map { "- " + $0 }.joined(separator: "\n") + "\n"
         s += "\n## Over time\n\n![throughput and latency](REPORT.svg)\n\n"
         s += "| second | delivered | p50 ms | p99 ms |\n| --- | --- | --- | --- |\n"
         for e in r.series { s += "| \(e.second) | \(e.count) | \(e.p50) | \(e.p99) |\n" }
@@ -94,17 +126,29 @@ struct BenchReport {
     func json() -> String {
         let r = result
         func obj(_ pairs: [(String, Any)]) -> [String: Any] { Dictionary(pairs, uniquingKeysWith: { a, _ in a }) }
-        func pct(_ p: Percentiles) -> [String: Any] { ["count": p.count, "p50_ms": p.p50, "p99_ms": p.p99, "p999_ms": p.p999, "max_ms": p.max] }
+        func pct(_ p: Percentiles) -> [String: Any] {
+            ["count": p.count, "p50_ms": p.p50, "p99_ms": p.p99, "p999_ms": p.p999, "max_ms": p.max]
+        }
         var processes: [String: Any] = [:]
         for c in ProcessAccounting.components {
-            processes[c] = ["cpu_seconds": r.cpu[c] ?? 0, "cpu_seconds_per_100k": per100k(r.cpu[c] ?? 0), "peak_rss_kb": r.peakRSSKB[c] ?? 0]
+            processes[c] = [
+                "cpu_seconds": r.cpu[c] ?? 0, "cpu_seconds_per_100k": per100k(r.cpu[c] ?? 0),
+                "peak_rss_kb": r.peakRSSKB[c] ?? 0,
+            ]
         }
         var kinds: [String: Any] = [:]
         for (k, p) in r.perKind { kinds[k.name] = pct(p) }
         let root: [String: Any] = obj([
-            ("scenario", ["mode": r.mode, "mixed": r.mixed, "users": r.options.users, "conversation_size": r.options.conversationSize,
-                          "dnd": r.options.dnd, "muted": r.options.muted, "online": r.options.online, "profile": r.options.profile,
-                          "text_bytes": r.options.textBytes] as [String: Any]),
+            (
+                "scenario",
+                [
+                    "mode": r.mode, "mixed": r.mixed, "users": r.options.users,
+                    "conversation_size": r.options.conversationSize,
+                    "dnd": r.options.dnd, "muted": r.options.muted, "online": r.options.online,
+                    "profile": r.options.profile,
+                    "text_bytes": r.options.textBytes,
+                ] as [String: Any]
+            ),
             ("events_published", r.eventsPublished),
             ("events_republished", r.republished),
             ("recipients", r.recipients),
@@ -122,12 +166,22 @@ struct BenchReport {
             ("latency_ms", pct(r.overall)),
             ("latency_by_kind_ms", kinds),
             ("processes", processes),
-            ("herald", ["cpu_seconds": heraldCPU, "cpu_seconds_per_100k": per100k(heraldCPU), "peak_rss_kb_sum": heraldPeakRSSKB] as [String: Any]),
-            ("series", r.series.map { ["second": $0.second, "delivered": $0.count, "p50_ms": $0.p50, "p99_ms": $0.p99] }),
+            (
+                "herald",
+                [
+                    "cpu_seconds": heraldCPU, "cpu_seconds_per_100k": per100k(heraldCPU),
+                    "peak_rss_kb_sum": heraldPeakRSSKB,
+                ] as [String: Any]
+            ),
+            (
+                "series",
+                r.series.map { ["second": $0.second, "delivered": $0.count, "p50_ms": $0.p50, "p99_ms": $0.p99] }
+            ),
             ("consistent", r.consistencyProblems().isEmpty),
             ("problems", r.consistencyProblems()),
         ])
-        let data = (try? JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys])) ?? Data()
+        let data =
+            (try? JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys])) ?? Data()
         return String(decoding: data, as: UTF8.self) + "\n"
     }
 
@@ -146,12 +200,20 @@ struct BenchReport {
             return 10 * e
         }
         let rateTop = niceMax(maxRate), latTop = niceMax(maxLat)
-        var s = ##"<svg xmlns="http://www.w3.org/2000/svg" width="\##(Int(width))" height="\##(Int(height))" font-family="sans-serif" font-size="12">"##
+        var s =
+            ##"<svg xmlns="http://www.w3.org/2000/svg" width="\##(Int(width))" height="\##(Int(height))" font-family="sans-serif" font-size="12">"##
         s += "\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-        s += ##"<text x="\##(left)" y="20" font-size="14" font-weight="bold">herald-bench pipeline: \##(escape(result.mode))</text>"## + "\n"
-        func panel(_ y0: Double, _ title: String, _ topValue: Double, _ unit: String, _ lines: [(String, String, [(Double, Double)])]) {
+        s +=
+            ##"<text x="\##(left)" y="20" font-size="14" font-weight="bold">herald-bench pipeline: \##(escape(result.mode))</text>"##
+            + "\n"
+        func panel(
+            _ y0: Double, _ title: String, _ topValue: Double, _ unit: String,
+            _ lines: [(String, String, [(Double, Double)])]
+        ) {
             let plotW = width - left - right
-            s += ##"<rect x="\##(left)" y="\##(y0)" width="\##(plotW)" height="\##(panelH)" fill="none" stroke="#999"/>"## + "\n"
+            s +=
+                ##"<rect x="\##(left)" y="\##(y0)" width="\##(plotW)" height="\##(panelH)" fill="none" stroke="#999"/>"##
+                + "\n"
             s += ##"<text x="\##(left)" y="\##(y0 - 8)" font-weight="bold">\##(title)</text>"## + "\n"
             for i in 0...4 {
                 let v = topValue * Double(i) / 4
@@ -162,26 +224,40 @@ struct BenchReport {
             let ticks = min(10, Int(maxSec))
             for i in 0...max(1, ticks) {
                 let sec = maxSec * Double(i) / Double(max(1, ticks))
-                s += ##"<text x="\##(x(sec))" y="\##(y0 + panelH + 16)" text-anchor="middle">\##(Int(sec))s</text>"## + "\n"
+                s +=
+                    ##"<text x="\##(x(sec))" y="\##(y0 + panelH + 16)" text-anchor="middle">\##(Int(sec))s</text>"##
+                    + "\n"
             }
             var legendX = left + 220
             for (name, color, pts) in lines {
-                let path = pts.map { String(format: "%.1f,%.1f", x($0.0 + 0.5), y0 + panelH - panelH * min(1, $0.1 / topValue)) }.joined(separator: " ")
+                let path = pts.map {
+                    String(format: "%.1f,%.1f", x($0.0 + 0.5), y0 + panelH - panelH * min(1, $0.1 / topValue))
+                }.joined(separator: " ")
                 s += ##"<polyline fill="none" stroke="\##(color)" stroke-width="2" points="\##(path)"/>"## + "\n"
-                s += ##"<rect x="\##(legendX)" y="\##(y0 - 18)" width="12" height="3" fill="\##(color)"/><text x="\##(legendX + 16)" y="\##(y0 - 13)">\##(name)</text>"## + "\n"
+                s +=
+                    ##"<rect x="\##(legendX)" y="\##(y0 - 18)" width="12" height="3" fill="\##(color)"/><text x="\##(legendX + 16)" y="\##(y0 - 13)">\##(name)</text>"##
+                    + "\n"
                 legendX += 110
             }
         }
-        panel(top + 20, "delivered per second", rateTop, "", [("delivered/s", "#1f77b4", series.map { (Double($0.second), Double($0.count)) })])
-        panel(top + 20 + panelH + gap, "latency (created_at to APNs answer)", latTop, " ms",
-              [("p50", "#2ca02c", series.map { (Double($0.second), Double($0.p50)) }),
-               ("p99", "#d62728", series.map { (Double($0.second), Double($0.p99)) })])
-        s += ##"<text x="\##(width / 2)" y="\##(height - 8)" text-anchor="middle">seconds since the run started (by answer time)</text>"## + "\n"
+        panel(
+            top + 20, "delivered per second", rateTop, "",
+            [("delivered/s", "#1f77b4", series.map { (Double($0.second), Double($0.count)) })])
+        panel(
+            top + 20 + panelH + gap, "latency (created_at to APNs answer)", latTop, " ms",
+            [
+                ("p50", "#2ca02c", series.map { (Double($0.second), Double($0.p50)) }),
+                ("p99", "#d62728", series.map { (Double($0.second), Double($0.p99)) }),
+            ])
+        s +=
+            ##"<text x="\##(width / 2)" y="\##(height - 8)" text-anchor="middle">seconds since the run started (by answer time)</text>"##
+            + "\n"
         s += "</svg>\n"
         return s
     }
 
     func escape(_ t: String) -> String {
-        t.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(of: ">", with: "&gt;")
+        t.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(
+            of: ">", with: "&gt;")
     }
 }

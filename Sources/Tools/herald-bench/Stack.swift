@@ -52,10 +52,11 @@ struct StackInfo {
             guard let v = kv[k].flatMap({ Int($0) }) else { throw BenchError("stack.env lacks \(k)") }
             return v
         }
-        return StackInfo(run: kv["RUN"] ?? run, bin: kv["BIN"] ?? "", redisPort: try int("REDIS_PORT"),
-                         kafkaPort: try int("KAFKA_PORT"), apnsPort: try int("APNS_PORT"),
-                         metricsBase: try int("METRICS_BASE"), mockMetricsPort: try int("MOCK_METRICS_PORT"),
-                         redisAOF: kv["REDIS_AOF"] == "1", kafkaS3: kv["KAFKA_S3"] == "1")
+        return StackInfo(
+            run: kv["RUN"] ?? run, bin: kv["BIN"] ?? "", redisPort: try int("REDIS_PORT"),
+            kafkaPort: try int("KAFKA_PORT"), apnsPort: try int("APNS_PORT"),
+            metricsBase: try int("METRICS_BASE"), mockMetricsPort: try int("MOCK_METRICS_PORT"),
+            redisAOF: kv["REDIS_AOF"] == "1", kafkaS3: kv["KAFKA_S3"] == "1")
     }
 
     var brokers: String { "127.0.0.1:\(kafkaPort)" }
@@ -84,7 +85,9 @@ struct StackInfo {
 
     func isAlive(_ component: String) -> Bool {
         guard let pid = pid(component) else { return false }
-        if component != "redis" && component != "kafka" && component != "mock-apns" && exitStatus(stage: component) != nil {
+        if component != "redis" && component != "kafka" && component != "mock-apns"
+            && exitStatus(stage: component) != nil
+        {
             return false
         }
         return kill(pid, 0) == 0
@@ -109,8 +112,10 @@ struct StackControl {
     static func portEnvironment() -> [String: String] {
         var env: [String: String] = [:]
         let given = ProcessInfo.processInfo.environment
-        for (name, _) in [("HERALD_LOCAL_REDIS_PORT", 0), ("HERALD_LOCAL_KAFKA_PORT", 0), ("HERALD_LOCAL_APNS_PORT", 0),
-                          ("HERALD_LOCAL_FCM_PORT", 0)] {
+        for (name, _) in [
+            ("HERALD_LOCAL_REDIS_PORT", 0), ("HERALD_LOCAL_KAFKA_PORT", 0), ("HERALD_LOCAL_APNS_PORT", 0),
+            ("HERALD_LOCAL_FCM_PORT", 0),
+        ] {
             env[name] = given[name] ?? String(freePort())
         }
         env["HERALD_LOCAL_METRICS_BASE"] = given["HERALD_LOCAL_METRICS_BASE"] ?? String(freePortBlock(10))
@@ -124,8 +129,9 @@ struct StackControl {
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
         for (k, v) in extraEnvironment { env[k] = v }
-        return try spawnAndWait(["/bin/bash", repo + "/scripts/local-stack.sh", "--run-dir", run] + args,
-                                environment: env, quiet: quiet)
+        return try spawnAndWait(
+            ["/bin/bash", repo + "/scripts/local-stack.sh", "--run-dir", run] + args,
+            environment: env, quiet: quiet)
     }
 
     func up(redisAOF: Bool, kafkaS3: Bool, mockArgs: String, build: Bool, debug: Bool) throws {
@@ -162,7 +168,9 @@ func freePort() -> Int {
     addr.sin_port = 0
     var len = socklen_t(MemoryLayout<sockaddr_in>.size)
     _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+    }
     return Int(UInt16(bigEndian: addr.sin_port))
 }
 
@@ -174,7 +182,8 @@ func portIsFree(_ port: Int) -> Bool {
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     addr.sin_port = UInt16(port).bigEndian
     let len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } } == 0
+    return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        == 0
 }
 
 /// A base port such that base+1 ... base+count-1 are free now.
@@ -201,10 +210,15 @@ func httpRequest(port: Int, method: String = "GET", path: String, timeoutSeconds
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
     addr.sin_port = UInt16(port).bigEndian
     let len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, len) } }
+    let rc = withUnsafePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, len) }
+    }
     guard rc == 0 else { return nil }
-    let req = Array("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
-    guard req.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == req.count else { return nil }
+    let req = Array(
+        "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
+    guard req.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == req.count else {
+        return nil
+    }
     var out: [UInt8] = []
     var buf = [UInt8](repeating: 0, count: 65536)
     while true {
@@ -255,7 +269,7 @@ func parseMetrics(_ text: String) -> [MetricSample] {
 
 /// The six stages' /metrics, scraped together.
 struct StageMetrics {
-    var samples: [String: [MetricSample]] = [:]   // stage -> samples
+    var samples: [String: [MetricSample]] = [:]  // stage -> samples
 
     static func scrape(_ stack: StackInfo) -> StageMetrics {
         var m = StageMetrics()
@@ -296,7 +310,8 @@ let clockTicks = Double(sysconf(Int32(_SC_CLK_TCK)))
 
 func procSample(_ pid: Int32) -> ProcSample? {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-          let close = stat.lastIndex(of: ")") else { return nil }
+        let close = stat.lastIndex(of: ")")
+    else { return nil }
     // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
     let fields = stat[stat.index(after: close)...].split(separator: " ")
     guard fields.count > 13, let ut = Double(fields[11]), let st = Double(fields[12]) else { return nil }

@@ -13,7 +13,7 @@ struct WorkloadOptions {
     var dnd = 0.1
     var muted = 0.1
     var online = 0.1
-    var profile = "compact"     // compact (app1) | sendbird (app2) | cometchat (app3)
+    var profile = "compact"  // compact (app1) | sendbird (app2) | cometchat (app3)
     var textBytes = 60
     var tag = String(UInt64.random(in: 0..<(1 << 40)), radix: 36)
 
@@ -33,8 +33,8 @@ struct PlannedEvent {
     var eventID: String
     var createdAt: Int64
     var kind: NotificationKind
-    var notifications: [String]          // apns-ids
-    var suppressed: [String: Int]        // reason -> recipients
+    var notifications: [String]  // apns-ids
+    var suppressed: [String: Int]  // reason -> recipients
     var renderErrors: Int
 }
 
@@ -70,8 +70,9 @@ final class Workload {
 
         // A DND window around now in UTC (it covers the whole run), muted = this user's group muted.
         let minuteNow = Int((now / 60_000) % 1440)
-        let dnd = DoNotDisturb(start: ClockTime(hour: ((minuteNow + 1440 - 180) % 1440) / 60),
-                               end: ClockTime(hour: ((minuteNow + 600) % 1440) / 60), timezone: "UTC")
+        let dnd = DoNotDisturb(
+            start: ClockTime(hour: ((minuteNow + 1440 - 180) % 1440) / 60),
+            end: ClockTime(hour: ((minuteNow + 600) % 1440) / 60), timezone: "UTC")
         let size = max(2, options.conversationSize)
         let convCount = max(1, (options.users + size - 1) / size)
         for k in 0..<convCount {
@@ -88,16 +89,25 @@ final class Workload {
             if u < options.dnd {
                 state.preferences.dnd = dnd
             } else if u < options.dnd + options.muted {
-                state.preferences.conversations["g\(t)-\(i / size)"] = ConversationPreference(trigger: .default, muted: true)
+                state.preferences.conversations["g\(t)-\(i / size)"] = ConversationPreference(
+                    trigger: .default, muted: true)
             } else if u < options.dnd + options.muted + options.online {
                 state.online = [token]
             }
             states[user] = state
         }
-        states[callee] = UserState(devices: [Device(token: Self.token(tag: t, index: 1, salt: 7), kind: .voip, registeredAt: now - 1000)])
-        states[caller] = UserState(devices: [Device(token: Self.token(tag: t, index: 2, salt: 7), kind: .apns, registeredAt: now - 1000)])
-        states[dmSender] = UserState(devices: [Device(token: Self.token(tag: t, index: 3, salt: 7), kind: .apns, registeredAt: now - 1000)])
-        states[dmRecipient] = UserState(devices: [Device(token: Self.token(tag: t, index: 4, salt: 7), kind: .apns, registeredAt: now - 1000)])
+        states[callee] = UserState(devices: [
+            Device(token: Self.token(tag: t, index: 1, salt: 7), kind: .voip, registeredAt: now - 1000)
+        ])
+        states[caller] = UserState(devices: [
+            Device(token: Self.token(tag: t, index: 2, salt: 7), kind: .apns, registeredAt: now - 1000)
+        ])
+        states[dmSender] = UserState(devices: [
+            Device(token: Self.token(tag: t, index: 3, salt: 7), kind: .apns, registeredAt: now - 1000)
+        ])
+        states[dmRecipient] = UserState(devices: [
+            Device(token: Self.token(tag: t, index: 4, salt: 7), kind: .apns, registeredAt: now - 1000)
+        ])
     }
 
     /// 64 hex characters, unique per (tag, index, salt).
@@ -160,38 +170,45 @@ final class Workload {
         let c = conversations[n % conversations.count]
         let sender = c.members[(n / conversations.count) % c.members.count]
         let id = "b\(options.tag)-\(n)"
-        let json = #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"message","created_at":\#(createdAt),"# +
-            #""sender":{"id":"\#(sender)","name":"Bench \#(sender)"},"# +
-            #""conversation":{"id":"\#(c.id)","type":"group","name":"Bench group"},"# +
-            #""message":{"id":"m\#(id)","type":"text","text":"\#(text)"}}"#
-        return plan(key: c.id, json: json, id: id, createdAt: createdAt, kind: .group,
-                    // Resolve fans out to the members but the sender (not counted as a suppression).
-                    candidates: c.members.filter { $0 != sender })
+        let json =
+            #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"message","created_at":\#(createdAt),"#
+            + #""sender":{"id":"\#(sender)","name":"Bench \#(sender)"},"#
+            + #""conversation":{"id":"\#(c.id)","type":"group","name":"Bench group"},"#
+            + #""message":{"id":"m\#(id)","type":"text","text":"\#(text)"}}"#
+        return plan(
+            key: c.id, json: json, id: id, createdAt: createdAt, kind: .group,
+            // Resolve fans out to the members but the sender (not counted as a suppression).
+            candidates: c.members.filter { $0 != sender })
     }
 
     func callEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
         let id = "c\(options.tag)-\(n)"
         let conv = "call-\(options.tag)"
-        let json = #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"call","created_at":\#(createdAt),"# +
-            #""sender":{"id":"\#(caller)","name":"Caller"},"conversation":{"id":"\#(conv)","type":"direct"},"# +
-            #""recipients":["\#(callee)"],"call":{"action":"initiated","session_id":"s\#(id)","type":"audio"}}"#
+        let json =
+            #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"call","created_at":\#(createdAt),"#
+            + #""sender":{"id":"\#(caller)","name":"Caller"},"conversation":{"id":"\#(conv)","type":"direct"},"#
+            + #""recipients":["\#(callee)"],"call":{"action":"initiated","session_id":"s\#(id)","type":"audio"}}"#
         return plan(key: conv, json: json, id: id, createdAt: createdAt, kind: .call, candidates: [callee])
     }
 
     func directEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
         let id = "d\(options.tag)-\(n)"
         let conv = "dm-\(options.tag)"
-        let json = #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"message","created_at":\#(createdAt),"# +
-            #""sender":{"id":"\#(dmSender)","name":"Ann"},"conversation":{"id":"\#(conv)","type":"direct"},"# +
-            #""recipients":["\#(dmRecipient)"],"message":{"id":"m\#(id)","type":"text","text":"\#(text)"}}"#
+        let json =
+            #"{"event_id":"\#(id)","app_id":"\#(appID)","kind":"message","created_at":\#(createdAt),"#
+            + #""sender":{"id":"\#(dmSender)","name":"Ann"},"conversation":{"id":"\#(conv)","type":"direct"},"#
+            + #""recipients":["\#(dmRecipient)"],"message":{"id":"m\#(id)","type":"text","text":"\#(text)"}}"#
         return plan(key: conv, json: json, id: id, createdAt: createdAt, kind: .direct, candidates: [dmRecipient])
     }
 
-    private func plan(key: String, json: String, id: String, createdAt: Int64, kind: NotificationKind,
-                      candidates: [String]) -> PlannedEvent {
+    private func plan(
+        key: String, json: String, id: String, createdAt: Int64, kind: NotificationKind,
+        candidates: [String]
+    ) -> PlannedEvent {
         let bytes = Array(json.utf8)
-        var p = PlannedEvent(key: key, bytes: bytes, eventID: id, createdAt: createdAt, kind: kind,
-                             notifications: [], suppressed: [:], renderErrors: 0)
+        var p = PlannedEvent(
+            key: key, bytes: bytes, eventID: id, createdAt: createdAt, kind: kind,
+            notifications: [], suppressed: [:], renderErrors: 0)
         guard let event = try? ChatEvent.decode(bytes) else {
             fatalError("the bench built an invalid event: \(json.prefix(200))")
         }
@@ -223,7 +240,8 @@ final class EventPublisher: @unchecked Sendable {
     private(set) var republished = 0
 
     init(brokers: String, extraProperties: [String: String] = [:]) throws {
-        var config = KafkaProducerConfiguration(brokers: [brokers], clientID: "herald-bench", extraProperties: extraProperties)
+        var config = KafkaProducerConfiguration(
+            brokers: [brokers], clientID: "herald-bench", extraProperties: extraProperties)
         config.linger = .milliseconds(2)
         config.maxQueuedRecords = 500_000
         self.config = config
@@ -246,7 +264,7 @@ final class EventPublisher: @unchecked Sendable {
                 return
             } catch {
                 attempts += 1
-                if attempts % 2000 == 0 { await renewProducer() }   // stuck for ~10 s: the producer may be dead
+                if attempts % 2000 == 0 { await renewProducer() }  // stuck for ~10 s: the producer may be dead
                 try? await Task.sleep(for: .milliseconds(5))
             }
         }

@@ -23,23 +23,28 @@ func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.
 
 do {
     let topic = "bench-\(UInt32.random(in: 0...UInt32.max))"
-    _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: partitions)],
-                                          configuration: KafkaAdminConfiguration(brokers: [broker]), logger: logger)
-    let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: [broker], clientID: "bench"), logger: logger)
+    _ = try await KafkaAdmin.createTopics(
+        [TopicSpec(name: topic, partitions: partitions)],
+        configuration: KafkaAdminConfiguration(brokers: [broker]), logger: logger)
+    let producer = try KafkaProducer(
+        configuration: KafkaProducerConfiguration(brokers: [broker], clientID: "bench"), logger: logger)
     let payload = [UInt8](repeating: UInt8(ascii: "x"), count: 100)
     let clock = ContinuousClock()
     let produceStart = clock.now
     var delivered = 0
     for start in stride(from: 0, to: count, by: 10_000) {
         let records = (start..<min(count, start + 10_000)).map { i in
-            ProducerRecord(topic: topic, key: "user-\(i % 1000)", value: payload, headers: [KafkaHeader(key: "i", string: String(i))])
+            ProducerRecord(
+                topic: topic, key: "user-\(i % 1000)", value: payload,
+                headers: [KafkaHeader(key: "i", string: String(i))])
         }
         delivered += try await producer.send(records).filter(\.isDelivered).count
     }
     let produceTime = clock.now - produceStart
     try await producer.shutdown()
 
-    var config = KafkaConsumerConfiguration(brokers: [broker], groupID: "bench-\(topic)", topics: [topic], clientID: "bench")
+    var config = KafkaConsumerConfiguration(
+        brokers: [broker], groupID: "bench-\(topic)", topics: [topic], clientID: "bench")
     config.sessionTimeout = .seconds(3)
     config.batchSize = 1000
     config.prefetchBatches = 4
@@ -56,9 +61,12 @@ do {
     let consumeTime = clock.now - (first ?? clock.now)
     try await consumer.commit()
     await consumer.shutdown()
-    print(String(format: "records=%d size=100B partitions=%d produce: %d acked in %.2fs = %.0f/s; consume+complete (group): %d in %.2fs = %.0f/s",
-                 count, partitions, delivered, seconds(produceTime), Double(delivered) / seconds(produceTime),
-                 consumed, seconds(consumeTime), Double(consumed) / max(0.001, seconds(consumeTime))))
+    print(
+        String(
+            format:
+                "records=%d size=100B partitions=%d produce: %d acked in %.2fs = %.0f/s; consume+complete (group): %d in %.2fs = %.0f/s",
+            count, partitions, delivered, seconds(produceTime), Double(delivered) / seconds(produceTime),
+            consumed, seconds(consumeTime), Double(consumed) / max(0.001, seconds(consumeTime))))
     exit(delivered == count && consumed == count ? 0 : 1)
 } catch {
     FileHandle.standardError.write(Data("herald-kafka-bench: \(error)\n".utf8))

@@ -8,11 +8,14 @@ import Logging
 
 /// Where Kafka is. Defaults come from the environment the stages read (HERALD_KAFKA_BROKERS).
 struct KafkaOptions: ParsableArguments {
-    @Option(name: .long, help: "Kafka bootstrap servers, comma separated (default: $HERALD_KAFKA_BROKERS, else 127.0.0.1:9092).")
+    @Option(
+        name: .long,
+        help: "Kafka bootstrap servers, comma separated (default: $HERALD_KAFKA_BROKERS, else 127.0.0.1:9092).")
     var brokers: String?
 
     var brokerList: [String] {
-        let raw = brokers ?? ProcessInfo.processInfo.environment["HERALD_KAFKA_BROKERS"].flatMap { $0.isEmpty ? nil : $0 }
+        let raw =
+            brokers ?? ProcessInfo.processInfo.environment["HERALD_KAFKA_BROKERS"].flatMap { $0.isEmpty ? nil : $0 }
             ?? "127.0.0.1:9092"
         return raw.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
@@ -32,11 +35,15 @@ struct KafkaOptions: ParsableArguments {
 
 /// Where Redis is. Default from HERALD_REDIS_URL, like the stages.
 struct RedisOptions: ParsableArguments {
-    @Option(name: .customLong("redis"), help: "Redis URL redis://[:password@]host[:port][/db] (default: $HERALD_REDIS_URL, else redis://127.0.0.1:6379).")
+    @Option(
+        name: .customLong("redis"),
+        help:
+            "Redis URL redis://[:password@]host[:port][/db] (default: $HERALD_REDIS_URL, else redis://127.0.0.1:6379).")
     var url: String?
 
     var resolvedURL: String {
-        url ?? ProcessInfo.processInfo.environment["HERALD_REDIS_URL"].flatMap { $0.isEmpty ? nil : $0 } ?? "redis://127.0.0.1:6379"
+        url ?? ProcessInfo.processInfo.environment["HERALD_REDIS_URL"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? "redis://127.0.0.1:6379"
     }
 
     /// A connected state store, or exit status 1 with one line naming the problem.
@@ -109,7 +116,10 @@ enum CLI {
 
     /// Compact JSON of a Foundation object with sorted keys.
     static func json(_ object: Any) -> String {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
+        guard
+            let data = try? JSONSerialization.data(
+                withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        else {
             return "{}"
         }
         return String(decoding: data, as: UTF8.self)

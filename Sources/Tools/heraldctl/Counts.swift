@@ -22,8 +22,11 @@ struct CountsCommand: AsyncParsableCommand {
             do {
                 let unread = try await store.loadUser(app: app, user: user, now: CLI.nowMillis()).unread
                 let counts = try await store.withMentionCounts(app: app, user: user, unread: unread)
-                CLI.out(CLI.json(["user": user, "unread": ["total": counts.total, "conversations": counts.conversations],
-                                  "mentions": ["total": counts.mentionTotal, "conversations": counts.mentionConversations]]))
+                CLI.out(
+                    CLI.json([
+                        "user": user, "unread": ["total": counts.total, "conversations": counts.conversations],
+                        "mentions": ["total": counts.mentionTotal, "conversations": counts.mentionConversations],
+                    ]))
             } catch {
                 CLI.fail("redis: \(error)")
             }
@@ -47,7 +50,8 @@ struct CountsCommand: AsyncParsableCommand {
 
         func run() async throws {
             if viaKafka {
-                try await RegistryPublisher.publish(.markRead(app: app, user: user, conversation: conversation), kafka: kafka, topics: topics)
+                try await RegistryPublisher.publish(
+                    .markRead(app: app, user: user, conversation: conversation), kafka: kafka, topics: topics)
                 CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user]))
                 return
             }

@@ -23,7 +23,9 @@ struct DLQCommand: AsyncParsableCommand {
 
         func validate() throws {
             if let limit, limit < 1 { throw ValidationError("--limit must be at least 1") }
-            for e in entry where Self.parseEntry(e) == nil { throw ValidationError("--entry must be PARTITION:OFFSET, got \(e)") }
+            for e in entry where Self.parseEntry(e) == nil {
+                throw ValidationError("--entry must be PARTITION:OFFSET, got \(e)")
+            }
         }
 
         static func parseEntry(_ text: String) -> (Int32, Int64)? {
@@ -37,7 +39,8 @@ struct DLQCommand: AsyncParsableCommand {
             let topic = dlqTopic ?? topics.topics().dlq
             let records: [ConsumerRecord]
             do {
-                records = try await KafkaTopicReader.readAll(topic: topic, configuration: kafka.client, logger: CLI.quietLogger)
+                records = try await KafkaTopicReader.readAll(
+                    topic: topic, configuration: kafka.client, logger: CLI.quietLogger)
             } catch {
                 CLI.fail("kafka: \(error.description)")
             }
@@ -105,7 +108,8 @@ struct DLQCommand: AsyncParsableCommand {
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Print DLQ entries, oldest first, one JSON line each (stage, reason, detail, time, source topic).",
+            abstract:
+                "Print DLQ entries, oldest first, one JSON line each (stage, reason, detail, time, source topic).",
             discussion: """
                 Reads herald.dlq from the beginning to its current end without a consumer group and without \
                 committing anything, so listing never changes what other readers see. The original record \
@@ -113,7 +117,8 @@ struct DLQCommand: AsyncParsableCommand {
                 """)
 
         @OptionGroup var selection: Selection
-        @Flag(name: .long, help: "Include the original record (as text when it is UTF-8, else base64).") var original = false
+        @Flag(name: .long, help: "Include the original record (as text when it is UTF-8, else base64).") var original =
+            false
         @OptionGroup var kafka: KafkaOptions
         @OptionGroup var topics: TopicOptions
 
@@ -155,20 +160,29 @@ struct DLQCommand: AsyncParsableCommand {
             var outgoing: [(Entry, ProducerRecord)] = []
             for entry in await selection.select(kafka: kafka, topics: topics) {
                 guard let dlq = entry.dlq, let bytes = dlq.originalBytes else {
-                    CLI.warn("skipping \(entry.record.partition):\(entry.record.offset): \(entry.error ?? "original is not base64")")
+                    CLI.warn(
+                        "skipping \(entry.record.partition):\(entry.record.offset): \(entry.error ?? "original is not base64")"
+                    )
                     continue
                 }
                 guard let target = to ?? dlq.sourceTopic else {
-                    CLI.warn("skipping \(entry.record.partition):\(entry.record.offset): no source topic recorded (use --to)")
+                    CLI.warn(
+                        "skipping \(entry.record.partition):\(entry.record.offset): no source topic recorded (use --to)"
+                    )
                     continue
                 }
-                let header = KafkaHeader(key: "herald-replayed-from", string: "\(dlqTopic)/\(entry.record.partition)/\(entry.record.offset)")
-                outgoing.append((entry, ProducerRecord(topic: target, key: entry.record.key, value: bytes, headers: [header])))
+                let header = KafkaHeader(
+                    key: "herald-replayed-from", string: "\(dlqTopic)/\(entry.record.partition)/\(entry.record.offset)")
+                outgoing.append(
+                    (entry, ProducerRecord(topic: target, key: entry.record.key, value: bytes, headers: [header])))
             }
             if dryRun || outgoing.isEmpty {
                 for (entry, record) in outgoing {
-                    CLI.out(CLI.json(["dlq_partition": Int(entry.record.partition), "dlq_offset": Int(entry.record.offset),
-                                      "topic": record.topic, "would_send": true]))
+                    CLI.out(
+                        CLI.json([
+                            "dlq_partition": Int(entry.record.partition), "dlq_offset": Int(entry.record.offset),
+                            "topic": record.topic, "would_send": true,
+                        ]))
                 }
                 if outgoing.isEmpty { CLI.warn("no DLQ entries selected") }
                 return
@@ -192,8 +206,10 @@ struct DLQCommand: AsyncParsableCommand {
             progress.finish()
             var failed = false
             for ((entry, _), report) in zip(outgoing, reports) {
-                var o: [String: Any] = ["dlq_partition": Int(entry.record.partition), "dlq_offset": Int(entry.record.offset),
-                                        "topic": report.topic]
+                var o: [String: Any] = [
+                    "dlq_partition": Int(entry.record.partition), "dlq_offset": Int(entry.record.offset),
+                    "topic": report.topic,
+                ]
                 if let error = report.error {
                     failed = true
                     o["error"] = error.description

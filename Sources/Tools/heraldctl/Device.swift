@@ -13,7 +13,8 @@ struct DeviceCommand: AsyncParsableCommand {
 
     struct Register: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Register a device token (at most 20 per user and kind; the 21st of a kind evicts the oldest of that kind; a token has one owner per app).",
+            abstract:
+                "Register a device token (at most 20 per user and kind; the 21st of a kind evicts the oldest of that kind; a token has one owner per app).",
             discussion: """
                 Writes Redis directly (the operator path, applied at once) unless --via-kafka is given, in which \
                 case a registration record goes to herald.registry and herald-registry applies it.
@@ -21,16 +22,28 @@ struct DeviceCommand: AsyncParsableCommand {
 
         @Option(name: .long, help: "App (tenant) id.") var app: String
         @Option(name: .long, help: "User id.") var user: String
-        @Option(name: .long, help: "Device token (hex for apns and voip; the registration token for fcm; any id for webhook).")
+        @Option(
+            name: .long,
+            help: "Device token (hex for apns and voip; the registration token for fcm; any id for webhook).")
         var token: String
-        @Option(name: .long, help: "apns (alert pushes), voip (PushKit, calls), fcm (Firebase) or webhook (custom provider).")
+        @Option(
+            name: .long,
+            help: "apns (alert pushes), voip (PushKit, calls), fcm (Firebase) or webhook (custom provider).")
         var kind: String?
-        @Option(name: .long, help: "CometChat platform name instead of --kind (FCM_ANDROID, FCM_iOS, FCM_WEB, APNS_iOS_DEVICE, APNS_iOS_VOIP, ...).")
+        @Option(
+            name: .long,
+            help:
+                "CometChat platform name instead of --kind (FCM_ANDROID, FCM_iOS, FCM_WEB, APNS_iOS_DEVICE, APNS_iOS_VOIP, ...)."
+        )
         var platform: String?
-        @Option(name: .customLong("provider-id"), help: "FCM or webhook provider id of the app (default: the app's first one).")
+        @Option(
+            name: .customLong("provider-id"),
+            help: "FCM or webhook provider id of the app (default: the app's first one).")
         var providerID: String?
         @Option(name: .long, help: "production or sandbox.") var environment: String = "production"
-        @Option(name: .customLong("bundle-id"), help: "Bundle id of the app the token belongs to (default: the app's first credential).")
+        @Option(
+            name: .customLong("bundle-id"),
+            help: "Bundle id of the app the token belongs to (default: the app's first credential).")
         var bundleID: String?
         @Option(name: .customLong("registered-at"), help: "Registration time, epoch milliseconds (default: now).")
         var registeredAt: Int64?
@@ -46,10 +59,14 @@ struct DeviceCommand: AsyncParsableCommand {
             let kind: Device.Kind
             switch (self.kind, platform) {
             case (let k?, nil):
-                guard let v = Device.Kind(rawValue: k) else { CLI.fail("--kind: expected apns, voip, fcm or webhook, got \(k)", status: 2) }
+                guard let v = Device.Kind(rawValue: k) else {
+                    CLI.fail("--kind: expected apns, voip, fcm or webhook, got \(k)", status: 2)
+                }
                 kind = v
             case (nil, let p?):
-                guard let v = PushPlatform.kind(for: p) else { CLI.fail("--platform: unknown platform \(p)", status: 2) }
+                guard let v = PushPlatform.kind(for: p) else {
+                    CLI.fail("--platform: unknown platform \(p)", status: 2)
+                }
                 kind = v
             case (nil, nil): kind = .apns
             case (_?, _?): CLI.fail("give --kind or --platform, not both", status: 2)
@@ -60,20 +77,28 @@ struct DeviceCommand: AsyncParsableCommand {
             // The same token checks as the registry API's POST .../devices.
             let device: Device
             do {
-                device = try RegistryOperations.device(token: token, kind: kind, environment: env, bundleID: bundleID,
-                                                       providerID: providerID, registeredAt: registeredAt ?? CLI.nowMillis())
+                device = try RegistryOperations.device(
+                    token: token, kind: kind, environment: env, bundleID: bundleID,
+                    providerID: providerID, registeredAt: registeredAt ?? CLI.nowMillis())
             } catch {
                 CLI.fail("--\(error.field): \(error.message)", status: 2)
             }
             if viaKafka {
-                try await RegistryPublisher.publish(.register(app: app, user: user, device: device, unique: unique), kafka: kafka, topics: topics)
-                CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user, "token": CLI.short(device.token)]))
+                try await RegistryPublisher.publish(
+                    .register(app: app, user: user, device: device, unique: unique), kafka: kafka, topics: topics)
+                CLI.out(
+                    CLI.json([
+                        "published": true, "topic": topics.topics().registry, "user": user,
+                        "token": CLI.short(device.token),
+                    ]))
                 return
             }
             let store = await redis.store()
             do {
                 let r = try await store.registerDeviceReporting(app: app, user: user, device: device, unique: unique)
-                var out: [String: Any] = ["registered": CLI.short(device.token), "user": user, "evicted": r.evicted.map(CLI.short)]
+                var out: [String: Any] = [
+                    "registered": CLI.short(device.token), "user": user, "evicted": r.evicted.map(CLI.short),
+                ]
                 if let from = r.movedFrom { out["moved_from"] = from }
                 CLI.out(CLI.json(out))
             } catch {
@@ -104,7 +129,8 @@ struct DeviceCommand: AsyncParsableCommand {
         func run() async throws {
             let target = token?.lowercased()
             if viaKafka {
-                let update: RegistryUpdate = target.map { .unregister(app: app, user: user, token: $0) }
+                let update: RegistryUpdate =
+                    target.map { .unregister(app: app, user: user, token: $0) }
                     ?? .unregisterAll(app: app, user: user)
                 try await RegistryPublisher.publish(update, kafka: kafka, topics: topics)
                 CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user]))

@@ -31,8 +31,11 @@ struct Explain: AsyncParsableCommand {
             CLI.fail("redis: \(error)")
         }
         if trail.isEmpty {
-            CLI.out(CLI.json(["app": app, "event": event, "user": CLI.orNull(user), "found": false,
-                              "message": "no explain trail for this event (never seen, not yet processed, or expired)"]))
+            CLI.out(
+                CLI.json([
+                    "app": app, "event": event, "user": CLI.orNull(user), "found": false,
+                    "message": "no explain trail for this event (never seen, not yet processed, or expired)",
+                ]))
             throw ExitCode(3)
         }
         guard let user else {
@@ -43,7 +46,9 @@ struct Explain: AsyncParsableCommand {
         let classified = trail.first { $0.user == nil && $0.token == nil && $0.decision == "classified" }
         let decision = trail.first { $0.user == user && $0.token == nil }
         let devices = trail.filter { $0.user == user && $0.token != nil }
-        var o: [String: Any] = ["app": app, "event": event, "user": user, "found": decision != nil || eventLevel?.decision == "drop"]
+        var o: [String: Any] = [
+            "app": app, "event": event, "user": user, "found": decision != nil || eventLevel?.decision == "drop",
+        ]
         if let eventLevel { o["event_step"] = describe(eventLevel) }
         // The priority class ingest gave the event (`<class>:<rule>`, docs/pipeline.md "Priority lanes").
         if let classified { o["class"] = CLI.orNull(classified.reason) }
@@ -68,7 +73,9 @@ struct Explain: AsyncParsableCommand {
     }
 
     func describe(_ e: ExplainEntry) -> [String: Any] {
-        var o: [String: Any] = ["stage": e.stage, "decision": e.decision, "reason": CLI.orNull(e.reason), "at": Int(e.at)]
+        var o: [String: Any] = [
+            "stage": e.stage, "decision": e.decision, "reason": CLI.orNull(e.reason), "at": Int(e.at),
+        ]
         if let u = e.user { o["user"] = u }
         if let t = e.token { o["token"] = fullTokens ? t : CLI.short(t) }
         if let s = e.status { o["status"] = s }

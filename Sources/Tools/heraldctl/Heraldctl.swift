@@ -7,7 +7,8 @@ import Foundation
 struct Heraldctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "heraldctl",
-        abstract: "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ, show the stages' status.",
+        abstract:
+            "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ, show the stages' status.",
         subcommands: [
             Simulate.self,
             Push.self,

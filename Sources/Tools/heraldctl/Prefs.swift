@@ -39,8 +39,10 @@ struct PrefsCommand: AsyncParsableCommand {
         @Flag(name: .customLong("clear-snooze"), help: "Remove the snooze window.") var clearSnooze = false
         @Option(name: .long, help: "Template choice: default or alternative.") var template: String?
         @Option(name: .customLong("display-style"), help: "summary or simple_banner.") var displayStyle: String?
-        @Option(name: .customLong("display-name"), help: "Push display name (empty string removes it).") var displayName: String?
-        @Option(name: .long, help: "Preferred languages, comma separated, first wins (at most 4).") var languages: String?
+        @Option(name: .customLong("display-name"), help: "Push display name (empty string removes it).")
+        var displayName: String?
+        @Option(name: .long, help: "Preferred languages, comma separated, first wins (at most 4).") var languages:
+            String?
         @Option(name: .long, help: "Badge: on or off.") var badge: String?
         @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
         var viaKafka = false
@@ -68,8 +70,9 @@ struct PrefsCommand: AsyncParsableCommand {
                 }
                 preferences = patch(stored: preferences).apply(to: preferences)
                 if viaKafka {
-                    try await RegistryPublisher.publish(.preferences(app: app, user: user, preferences: preferences),
-                                                        kafka: kafka, topics: topics)
+                    try await RegistryPublisher.publish(
+                        .preferences(app: app, user: user, preferences: preferences),
+                        kafka: kafka, topics: topics)
                 } else {
                     do {
                         try await redis.store().setPreferences(app: app, user: user, preferences: preferences)
@@ -92,7 +95,8 @@ struct PrefsCommand: AsyncParsableCommand {
             let change = patch(stored: stored)
             if change.isEmpty { CLI.fail("give at least one preference flag (see --help)", status: 2) }
             if viaKafka {
-                try await RegistryPublisher.publish(.patch(app: app, user: user, patch: change), kafka: kafka, topics: topics)
+                try await RegistryPublisher.publish(
+                    .patch(app: app, user: user, patch: change), kafka: kafka, topics: topics)
                 CLI.out(String(decoding: (try? StageCodec.encode(change.apply(to: stored))) ?? [], as: UTF8.self))
             } else {
                 do {
@@ -109,7 +113,9 @@ struct PrefsCommand: AsyncParsableCommand {
         func patch(stored p: Preferences) -> PreferencePatch {
             var patch = PreferencePatch()
             if let trigger {
-                guard let t = PushTrigger(rawValue: trigger) else { CLI.fail("--trigger: expected all, mention_only or off", status: 2) }
+                guard let t = PushTrigger(rawValue: trigger) else {
+                    CLI.fail("--trigger: expected all, mention_only or off", status: 2)
+                }
                 patch.set.trigger = t
             }
             if let conversation {
@@ -127,15 +133,22 @@ struct PrefsCommand: AsyncParsableCommand {
             if clearDND { patch.clear.append(.dnd) }
             if let dnd {
                 let parts = dnd.split(separator: "-", omittingEmptySubsequences: false)
-                guard parts.count == 2, let start = ClockTime(String(parts[0])), let end = ClockTime(String(parts[1])) else {
+                guard parts.count == 2, let start = ClockTime(String(parts[0])), let end = ClockTime(String(parts[1]))
+                else {
                     CLI.fail("--dnd: expected HH:MM-HH:MM, got \(dnd)", status: 2)
                 }
                 let zone = timezone ?? p.dnd?.timezone ?? "UTC"
-                guard TimeZone(identifier: zone) != nil else { CLI.fail("--timezone: unknown IANA time zone \(zone)", status: 2) }
+                guard TimeZone(identifier: zone) != nil else {
+                    CLI.fail("--timezone: unknown IANA time zone \(zone)", status: 2)
+                }
                 patch.set.dnd = DoNotDisturb(start: start, end: end, timezone: zone)
             } else if let timezone {
-                guard TimeZone(identifier: timezone) != nil else { CLI.fail("--timezone: unknown IANA time zone \(timezone)", status: 2) }
-                guard var d = p.dnd else { CLI.fail("--timezone: the user has no DND window; give --dnd too", status: 2) }
+                guard TimeZone(identifier: timezone) != nil else {
+                    CLI.fail("--timezone: unknown IANA time zone \(timezone)", status: 2)
+                }
+                guard var d = p.dnd else {
+                    CLI.fail("--timezone: the user has no DND window; give --dnd too", status: 2)
+                }
                 d.timezone = timezone
                 patch.set.dnd = d
             }
@@ -148,19 +161,27 @@ struct PrefsCommand: AsyncParsableCommand {
                 patch.set.snooze = Snooze(start: start, end: end)
             }
             if let template {
-                guard let t = TemplateChoice(rawValue: template) else { CLI.fail("--template: expected default or alternative", status: 2) }
+                guard let t = TemplateChoice(rawValue: template) else {
+                    CLI.fail("--template: expected default or alternative", status: 2)
+                }
                 patch.set.template = t
             }
             if let displayStyle {
-                guard let s = DisplayStyle(rawValue: displayStyle) else { CLI.fail("--display-style: expected summary or simple_banner", status: 2) }
+                guard let s = DisplayStyle(rawValue: displayStyle) else {
+                    CLI.fail("--display-style: expected summary or simple_banner", status: 2)
+                }
                 patch.set.displayStyle = s
             }
             if let displayName {
                 if displayName.isEmpty { patch.clear.append(.displayName) } else { patch.set.displayName = displayName }
             }
             if let languages {
-                let list = languages.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-                guard list.count <= Preferences.maxLanguages else { CLI.fail("--languages: at most \(Preferences.maxLanguages)", status: 2) }
+                let list = languages.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
+                    !$0.isEmpty
+                }
+                guard list.count <= Preferences.maxLanguages else {
+                    CLI.fail("--languages: at most \(Preferences.maxLanguages)", status: 2)
+                }
                 if list.isEmpty { patch.clear.append(.languages) } else { patch.set.languages = list }
             }
             if let badge {
@@ -175,7 +196,8 @@ struct PrefsCommand: AsyncParsableCommand {
     }
 
     struct Show: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print a user's stored state (devices shortened, preferences, unread, online).")
+        static let configuration = CommandConfiguration(
+            abstract: "Print a user's stored state (devices shortened, preferences, unread, online).")
 
         @Option(name: .long, help: "App (tenant) id.") var app: String
         @Option(name: .long, help: "User id.") var user: String
@@ -187,7 +209,9 @@ struct PrefsCommand: AsyncParsableCommand {
             do {
                 var state = try await store.loadUser(app: app, user: user, now: CLI.nowMillis())
                 if !fullTokens {
-                    state.devices = state.devices.map { var d = $0; d.token = CLI.short(d.token); return d }
+                    state.devices = state.devices.map {
+                        var d = $0; d.token = CLI.short(d.token); return d
+                    }
                     state.online = state.online.map(CLI.short)
                 }
                 CLI.out(String(decoding: StageCodec.encode(state), as: UTF8.self))

@@ -34,12 +34,15 @@ struct PresenceCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let tokens = online.flatMap { $0.split(separator: ",").map { String($0).lowercased() } }.filter { !$0.isEmpty }
+            let tokens = online.flatMap { $0.split(separator: ",").map { String($0).lowercased() } }.filter {
+                !$0.isEmpty
+            }
             let now = CLI.nowMillis()
             let ttlMs = Int64(ttl) * 1000
             if viaKafka {
-                try await RegistryPublisher.publish(.presence(app: app, user: user, online: tokens, ttlMilliseconds: ttlMs),
-                                                    kafka: kafka, topics: topics)
+                try await RegistryPublisher.publish(
+                    .presence(app: app, user: user, online: tokens, ttlMilliseconds: ttlMs),
+                    kafka: kafka, topics: topics)
             } else {
                 let store = await redis.store()
                 do {
@@ -48,7 +51,10 @@ struct PresenceCommand: AsyncParsableCommand {
                     CLI.fail("redis: \(error)")
                 }
             }
-            CLI.out(CLI.json(["user": user, "online": tokens.map(CLI.short), "expires_at": now + ttlMs, "via_kafka": viaKafka]))
+            CLI.out(
+                CLI.json([
+                    "user": user, "online": tokens.map(CLI.short), "expires_at": now + ttlMs, "via_kafka": viaKafka,
+                ]))
         }
     }
 }

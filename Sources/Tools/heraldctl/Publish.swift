@@ -50,8 +50,11 @@ struct Publish: AsyncParsableCommand {
                 failed = true
                 CLI.out(CLI.json(["file": record.label, "error": error.description]))
             } else {
-                CLI.out(CLI.json(["file": record.label, "topic": report.topic, "key": record.key ?? NSNull(),
-                                  "partition": Int(report.partition), "offset": report.offset.map { Int($0) } ?? -1]))
+                CLI.out(
+                    CLI.json([
+                        "file": record.label, "topic": report.topic, "key": record.key ?? NSNull(),
+                        "partition": Int(report.partition), "offset": report.offset.map { Int($0) } ?? -1,
+                    ]))
             }
         }
         if failed { throw ExitCode(1) }

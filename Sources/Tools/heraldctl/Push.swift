@@ -23,16 +23,22 @@ struct Push: AsyncParsableCommand {
             """)
 
     @Option(help: "apns, fcm or webhook.") var provider = "apns"
-    @Option(name: .customLong("device-token"), help: "Hex device token (apns), registration token (fcm), user id (webhook).")
+    @Option(
+        name: .customLong("device-token"), help: "Hex device token (apns), registration token (fcm), user id (webhook)."
+    )
     var deviceToken: String
     @Option(help: "apns-topic (bundle id; add .voip for voip pushes). APNs only.") var topic: String?
-    @Option(name: .customLong("provider-id"), help: "FCM or webhook provider id in the pipeline (default: the app's first).")
+    @Option(
+        name: .customLong("provider-id"), help: "FCM or webhook provider id in the pipeline (default: the app's first)."
+    )
     var providerID: String?
     @Option(name: .customLong("service-account"), help: "FCM: service account JSON file.") var serviceAccount: String?
     @Option(help: "Webhook: URL to POST to.") var url: String?
     @Option(help: "Webhook: Basic auth user.") var user: String?
     @Option(help: "Webhook: Basic auth password (or HERALD_WEBHOOK_PASSWORD).") var password: String?
-    @Option(name: .customLong("push-type"), help: "apns-push-type: \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")).")
+    @Option(
+        name: .customLong("push-type"),
+        help: "apns-push-type: \(APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")).")
     var pushType = "alert"
     @Option(help: "apns-priority: 10, 5 or 1 (default: 10 for alert, 5 for background).") var priority: Int?
     @Option(name: .customLong("collapse-id"), help: "apns-collapse-id.") var collapseID: String?
@@ -52,7 +58,8 @@ struct Push: AsyncParsableCommand {
     @Option(help: "Certificate auth: PEM certificate file.") var cert: String?
     @Option(name: .customLong("cert-key"), help: "Certificate auth: PEM private key file.") var certKey: String?
     @Option(help: "Certificate auth: .p12 file.") var p12: String?
-    @Option(name: .customLong("p12-password"), help: "Password of the .p12 (or HERALD_APNS_P12_PASSWORD).") var p12Password: String?
+    @Option(name: .customLong("p12-password"), help: "Password of the .p12 (or HERALD_APNS_P12_PASSWORD).")
+    var p12Password: String?
     @Option(help: "Seconds to wait for the answer.") var timeout: Double = 15
 
     func run() async throws {
@@ -71,7 +78,9 @@ struct Push: AsyncParsableCommand {
         }
         var prio: APNsPriority?
         if let priority {
-            guard let p = APNsPriority(rawValue: priority) else { throw ValidationError("--priority must be 10, 5 or 1") }
+            guard let p = APNsPriority(rawValue: priority) else {
+                throw ValidationError("--priority must be 10, 5 or 1")
+            }
             prio = p
         } else {
             prio = type == .background ? .considerPower : .immediately
@@ -85,12 +94,14 @@ struct Push: AsyncParsableCommand {
         let credential = try loadCredential(environment: env, topic: topic)
         let config = APNsClientConfiguration(
             credential: credential, environment: env, endpoint: endpoint, trustedCAFile: caFile, connections: 1,
-            maxInFlight: 1, connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1))
+            maxInFlight: 1, connectTimeout: .milliseconds(Int64(timeout * 1000)),
+            retry: APNsBackoffPolicy(maxAttempts: 1))
         let client: APNsClient
         do { client = try APNsClient(configuration: config) } catch { throw ValidationError(error.description) }
-        let request = APNsDelivery(deviceToken: deviceToken, topic: topic, pushType: type, priority: prio,
-                                  expiration: expiration, collapseID: collapseID, apnsID: apnsID, payload: payload,
-                                  timeout: .milliseconds(Int64(timeout * 1000)))
+        let request = APNsDelivery(
+            deviceToken: deviceToken, topic: topic, pushType: type, priority: prio,
+            expiration: expiration, collapseID: collapseID, apnsID: apnsID, payload: payload,
+            timeout: .milliseconds(Int64(timeout * 1000)))
         let response = await client.send(request)
         await client.shutdown(grace: .seconds(1))
         print(Self.json(response))
@@ -119,7 +130,9 @@ struct Push: AsyncParsableCommand {
             do throws(ConfigError) {
                 loaded = try PipelineLoader.load(path: pipeline)
             } catch { throw ValidationError(error.description) }
-            guard let appConfig = loaded.config.apps.apps[app] else { throw ValidationError("no app \(app) in \(pipeline)") }
+            guard let appConfig = loaded.config.apps.apps[app] else {
+                throw ValidationError("no app \(app) in \(pipeline)")
+            }
             // The topic is the bundle id plus a push-type suffix such as .voip.
             let matches = appConfig.credentials.filter {
                 $0.environment == env && (topic == $0.bundleID || topic.hasPrefix($0.bundleID + "."))
@@ -127,12 +140,15 @@ struct Push: AsyncParsableCommand {
             guard let entry = matches.first else {
                 throw ValidationError("app \(app) has no \(env.rawValue) credential for topic \(topic)")
             }
-            do throws(APNsError) { return try APNsClientCredential(entry) } catch { throw ValidationError(error.description) }
+            do throws(APNsError) { return try APNsClientCredential(entry) } catch {
+                throw ValidationError(error.description)
+            }
         }
         if let keyP8 {
             guard let keyID, let teamID else { throw ValidationError("--key-p8 needs --key-id and --team-id") }
-            do { return try APNsClientCredential.token(keyID: keyID, teamID: teamID, p8Path: keyP8) }
-            catch { throw ValidationError(error.description) }
+            do { return try APNsClientCredential.token(keyID: keyID, teamID: teamID, p8Path: keyP8) } catch {
+                throw ValidationError(error.description)
+            }
         }
         if let cert {
             guard let certKey else { throw ValidationError("--cert needs --cert-key") }
@@ -142,7 +158,8 @@ struct Push: AsyncParsableCommand {
             let password = p12Password ?? ProcessInfo.processInfo.environment["HERALD_APNS_P12_PASSWORD"] ?? ""
             return .pkcs12File(path: p12, password: password)
         }
-        throw ValidationError("give a credential: --pipeline/--app, --key-p8/--key-id/--team-id, --cert/--cert-key or --p12")
+        throw ValidationError(
+            "give a credential: --pipeline/--app, --key-p8/--key-id/--team-id, --cert/--cert-key or --p12")
     }
 
     static func json(_ r: APNsResponse) -> String {
@@ -155,7 +172,9 @@ struct Push: AsyncParsableCommand {
             "disposition": dispositionText(r.disposition),
         ]
         if let failure = r.transportFailure { object["transport_failure"] = failure.description }
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
+            return "{}"
+        }
         return String(decoding: data, as: UTF8.self)
     }
 

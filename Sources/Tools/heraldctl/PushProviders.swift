@@ -15,7 +15,9 @@ extension Push {
         do throws(ConfigError) {
             loaded = try PipelineLoader.load(path: pipeline)
         } catch { throw ValidationError(error.description) }
-        guard let appConfig = loaded.config.apps.apps[app] else { throw ValidationError("no app \(app) in \(pipeline)") }
+        guard let appConfig = loaded.config.apps.apps[app] else {
+            throw ValidationError("no app \(app) in \(pipeline)")
+        }
         return appConfig
     }
 
@@ -29,7 +31,9 @@ extension Push {
         }
         guard let accountFile else { throw ValidationError("give --service-account FILE or --pipeline/--app") }
         let account: FCMServiceAccount
-        do { account = try FCMServiceAccount.load(path: accountFile) } catch { throw ValidationError(error.description) }
+        do { account = try FCMServiceAccount.load(path: accountFile) } catch {
+            throw ValidationError(error.description)
+        }
         var endpoint: APNsEndpoint?
         if let host {
             guard let parsed = APNsEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
@@ -37,24 +41,33 @@ extension Push {
         }
         let payload: [UInt8]
         if let payloadFile {
-            guard let data = FileManager.default.contents(atPath: payloadFile) else { throw ValidationError("cannot read --payload-file") }
+            guard let data = FileManager.default.contents(atPath: payloadFile) else {
+                throw ValidationError("cannot read --payload-file")
+            }
             payload = [UInt8](data)
         } else if let body {
-            let message = JSONValue.object([("message", .object([
-                ("notification", .object([("body", .string(body))])), ("token", .string(deviceToken)),
-            ]))])
+            let message = JSONValue.object([
+                (
+                    "message",
+                    .object([
+                        ("notification", .object([("body", .string(body))])), ("token", .string(deviceToken)),
+                    ])
+                )
+            ])
             payload = Array(message.serialized.utf8)
         } else {
             throw ValidationError("give exactly one of --payload-file or --body")
         }
         let client: FCMClient
         do {
-            client = try FCMClient(configuration: FCMClientConfiguration(
-                account: account, endpoint: endpoint, trustedCAFile: caFile, connections: 1, maxInFlight: 1,
-                connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1)))
+            client = try FCMClient(
+                configuration: FCMClientConfiguration(
+                    account: account, endpoint: endpoint, trustedCAFile: caFile, connections: 1, maxInFlight: 1,
+                    connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1)))
         } catch { throw ValidationError(error.description) }
-        let request = APNsDelivery(deviceToken: deviceToken, topic: account.projectID, payload: payload,
-                                   timeout: .milliseconds(Int64(timeout * 1000)))
+        let request = APNsDelivery(
+            deviceToken: deviceToken, topic: account.projectID, payload: payload,
+            timeout: .milliseconds(Int64(timeout * 1000)))
         let response = await client.send(request)
         let tokenFailure = client.tokens.lastFailure
         await client.shutdown(grace: .seconds(1))
@@ -74,8 +87,9 @@ extension Push {
         var endpoint: WebhookEndpoint?
         var region = "us"
         if let url {
-            endpoint = WebhookEndpoint(url: url, username: user,
-                                       password: password ?? ProcessInfo.processInfo.environment["HERALD_WEBHOOK_PASSWORD"])
+            endpoint = WebhookEndpoint(
+                url: url, username: user,
+                password: password ?? ProcessInfo.processInfo.environment["HERALD_WEBHOOK_PASSWORD"])
         } else if let appConfig = try appConfig() {
             guard let hook = appConfig.webhook(providerID) else {
                 throw ValidationError("app \(appConfig.appID) has no webhook \(providerID ?? "")")
@@ -89,17 +103,27 @@ extension Push {
         guard let endpoint else { throw ValidationError("give --url or --pipeline/--app") }
         let payload: [UInt8]
         if let payloadFile {
-            guard let data = FileManager.default.contents(atPath: payloadFile) else { throw ValidationError("cannot read --payload-file") }
+            guard let data = FileManager.default.contents(atPath: payloadFile) else {
+                throw ValidationError("cannot read --payload-file")
+            }
             payload = [UInt8](data)
         } else if let body {
             // Keys in sorted order: the same bytes heraldctl sent before.
             let object = JSONValue.object([
                 ("appId", .string(app ?? "heraldctl")),
-                ("data", .object([
-                    ("notificationDetails", .object([("body", .string(body)), ("title", .string("Herald")),
-                                                     ("type", .string("chat"))])),
-                    ("to", .object([("uid", .string(deviceToken))])),
-                ])),
+                (
+                    "data",
+                    .object([
+                        (
+                            "notificationDetails",
+                            .object([
+                                ("body", .string(body)), ("title", .string("Herald")),
+                                ("type", .string("chat")),
+                            ])
+                        ),
+                        ("to", .object([("uid", .string(deviceToken))])),
+                    ])
+                ),
                 ("region", .string(region)), ("trigger", .string("push-notification-payload-generated")),
                 ("webhook", .string("custom")),
             ])
@@ -109,12 +133,14 @@ extension Push {
         }
         let client: WebhookClient
         do {
-            client = try WebhookClient(configuration: HTTP1ClientConfiguration(trustedCAFile: caFile, maxInFlight: 1),
-                                       timeout: .milliseconds(Int64(min(timeout, 2) * 1000)))
+            client = try WebhookClient(
+                configuration: HTTP1ClientConfiguration(trustedCAFile: caFile, maxInFlight: 1),
+                timeout: .milliseconds(Int64(min(timeout, 2) * 1000)))
         } catch { throw ValidationError("\(error)") }
-        let rendered = APNsRequest(token: deviceToken, environment: .production, pushType: .alert, topic: providerID ?? "",
-                                   priority: 10, collapseID: nil, expiration: 0, apnsID: "", payload: payload,
-                                   provider: .webhook, providerID: providerID)
+        let rendered = APNsRequest(
+            token: deviceToken, environment: .production, pushType: .alert, topic: providerID ?? "",
+            priority: 10, collapseID: nil, expiration: 0, apnsID: "", payload: payload,
+            provider: .webhook, providerID: providerID)
         let outcome = await client.send(client.request(rendered, to: endpoint))
         await client.shutdown()
         var object: [String: Any] = [
@@ -127,7 +153,9 @@ extension Push {
     }
 
     static func jsonText(_ object: [String: Any]) -> String {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
+            return "{}"
+        }
         return String(decoding: data, as: UTF8.self)
     }
 }

@@ -17,7 +17,8 @@ enum RegistryUpdate {
     var record: RegistryRecord {
         switch self {
         case .register(let app, let user, let device, let unique):
-            return RegistryRecord(op: .registerDevice, appID: app, user: user, device: device, unique: unique ? true : nil)
+            return RegistryRecord(
+                op: .registerDevice, appID: app, user: user, device: device, unique: unique ? true : nil)
         case .unregister(let app, let user, let token):
             return RegistryRecord(op: .unregisterDevice, appID: app, user: user, token: token)
         case .unregisterAll(let app, let user):

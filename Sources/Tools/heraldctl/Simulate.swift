@@ -23,7 +23,9 @@ struct Simulate: ParsableCommand {
     @Option(name: .long, help: "Pipeline YAML file (apps, templates, catalogs, payload profile).")
     var pipeline: String?
 
-    @Option(name: .long, help: "Evaluate as of this time: ISO 8601 or epoch milliseconds. Default: the event's created_at, else now.")
+    @Option(
+        name: .long,
+        help: "Evaluate as of this time: ISO 8601 or epoch milliseconds. Default: the event's created_at, else now.")
     var at: String?
 
     func run() throws {
@@ -54,7 +56,8 @@ struct Simulate: ParsableCommand {
         }
         let lines: [SimulationLine]
         do {
-            lines = try Simulator.simulate(eventBytes: eventBytes, fixture: fixture, apps: apps, at: atDate, now: Date())
+            lines = try Simulator.simulate(
+                eventBytes: eventBytes, fixture: fixture, apps: apps, at: atDate, now: Date())
         } catch {
             fail("event: \(error.description)")
         }

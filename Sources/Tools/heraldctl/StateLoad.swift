@@ -23,7 +23,8 @@ struct StateCommand: AsyncParsableCommand {
 
         @Argument(help: "State fixture JSON file.") var fixture: String
         @Option(name: .long, help: "App (tenant) id the state belongs to.") var app: String
-        @Option(name: .customLong("presence-ttl"), help: "Seconds online entries stay online.") var presenceTTL: Int = 3600
+        @Option(name: .customLong("presence-ttl"), help: "Seconds online entries stay online.") var presenceTTL: Int =
+            3600
         @Option(name: .long, help: "Users or conversations per transaction.") var batch: Int = 500
         @OptionGroup var redis: RedisOptions
 
@@ -40,8 +41,9 @@ struct StateCommand: AsyncParsableCommand {
             let progress = CLIProgress("state load", total: parsed.users.count + parsed.conversations.count)
             do {
                 for chunk in chunks {
-                    try await store.loadFixture(app: app, fixture: chunk, presenceTTLMilliseconds: Int64(presenceTTL) * 1000,
-                                                now: CLI.nowMillis())
+                    try await store.loadFixture(
+                        app: app, fixture: chunk, presenceTTLMilliseconds: Int64(presenceTTL) * 1000,
+                        now: CLI.nowMillis())
                     progress.advance(by: chunk.users.count + chunk.conversations.count)
                 }
             } catch {
@@ -56,7 +58,9 @@ struct StateCommand: AsyncParsableCommand {
             var out: [StateFixture] = []
             var current = StateFixture()
             func take() {
-                if current.users.count + current.conversations.count >= size { out.append(current); current = StateFixture() }
+                if current.users.count + current.conversations.count >= size {
+                    out.append(current); current = StateFixture()
+                }
             }
             for (user, state) in fixture.users.sorted(by: { $0.key < $1.key }) {
                 current.users[user] = state

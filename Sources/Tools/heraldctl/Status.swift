@@ -17,8 +17,9 @@ struct Status: AsyncParsableCommand {
     @Argument(help: "Stage endpoints, http://HOST:PORT (default: the local stack's six stages).")
     var endpoints: [String] = []
 
-    @Option(name: .customLong("local-base"),
-            help: "Metrics port base of the local stack (default: HERALD_LOCAL_METRICS_BASE or 19200).")
+    @Option(
+        name: .customLong("local-base"),
+        help: "Metrics port base of the local stack (default: HERALD_LOCAL_METRICS_BASE or 19200).")
     var localBase: Int?
 
     @Option(name: .long, help: "Seconds between the two /metrics reads the rates come from.")
@@ -47,7 +48,8 @@ struct Status: AsyncParsableCommand {
             StageEndpoint(url: e).map { (name: String?.none, endpoint: $0) }
         }
         if targets.isEmpty {
-            let base = localBase ?? ProcessInfo.processInfo.environment["HERALD_LOCAL_METRICS_BASE"].flatMap(Int.init) ?? 19200
+            let base =
+                localBase ?? ProcessInfo.processInfo.environment["HERALD_LOCAL_METRICS_BASE"].flatMap(Int.init) ?? 19200
             targets = Self.localStages.enumerated().map { i, stage in
                 (stage, StageEndpoint(host: "127.0.0.1", port: base + i + 1))
             }
@@ -58,7 +60,11 @@ struct Status: AsyncParsableCommand {
         let reports = await withTaskGroup(of: (Int, StageReport).self) { group in
             for (i, target) in chosen.enumerated() {
                 group.addTask {
-                    (i, await StageReport.read(target.endpoint, expectedStage: target.name, interval: interval, timeout: timeout))
+                    (
+                        i,
+                        await StageReport.read(
+                            target.endpoint, expectedStage: target.name, interval: interval, timeout: timeout)
+                    )
                 }
             }
             var out: [(Int, StageReport)] = []
@@ -89,7 +95,8 @@ struct StageEndpoint: Sendable, CustomStringConvertible {
         if rest.hasPrefix("http://") { rest = rest.dropFirst(7) }
         if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
         guard let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]),
-              (1...65535).contains(port), colon > rest.startIndex else { return nil }
+            (1...65535).contains(port), colon > rest.startIndex
+        else { return nil }
         host = String(rest[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
         self.port = port
     }
@@ -167,7 +174,7 @@ struct MetricSamples {
                         if line[index] != "," && line[index] != " " { key.append(line[index]) }
                         index = line.index(after: index)
                     }
-                    index = line.index(index, offsetBy: 2, limitedBy: line.endIndex) ?? line.endIndex // ="
+                    index = line.index(index, offsetBy: 2, limitedBy: line.endIndex) ?? line.endIndex  // ="
                     var value = ""
                     while index < line.endIndex, line[index] != "\"" {
                         if line[index] == "\\", line.index(after: index) < line.endIndex {
@@ -178,8 +185,10 @@ struct MetricSamples {
                         }
                         index = line.index(after: index)
                     }
-                    if index < line.endIndex { index = line.index(after: index) } // closing quote
-                    while index < line.endIndex, line[index] == "," || line[index] == " " { index = line.index(after: index) }
+                    if index < line.endIndex { index = line.index(after: index) }  // closing quote
+                    while index < line.endIndex, line[index] == "," || line[index] == " " {
+                        index = line.index(after: index)
+                    }
                     if !key.isEmpty { labels[key] = value }
                 }
                 if index < line.endIndex { index = line.index(after: index) }
@@ -218,9 +227,12 @@ struct StageReport: Sendable {
     /// Per second over the interval, by `rateMetrics` key.
     var rates: [String: Double]
 
-    static func read(_ endpoint: StageEndpoint, expectedStage: String?, interval: Double, timeout: Int) async -> StageReport {
-        var report = StageReport(endpoint: endpoint.description, stage: expectedStage ?? "?", reachable: false, ready: false,
-                                 failing: [], lag: nil, inFlight: nil, rates: [:])
+    static func read(
+        _ endpoint: StageEndpoint, expectedStage: String?, interval: Double, timeout: Int
+    ) async -> StageReport {
+        var report = StageReport(
+            endpoint: endpoint.description, stage: expectedStage ?? "?", reachable: false, ready: false,
+            failing: [], lag: nil, inFlight: nil, rates: [:])
         let clock = ContinuousClock()
         let t0 = clock.now
         guard let first = await fetch(endpoint, "/metrics", timeout), first.status == 200 else { return report }
@@ -247,7 +259,9 @@ struct StageReport: Sendable {
         return report
     }
 
-    private static func fetch(_ endpoint: StageEndpoint, _ path: String, _ timeout: Int) async -> (status: Int, body: String)? {
+    private static func fetch(
+        _ endpoint: StageEndpoint, _ path: String, _ timeout: Int
+    ) async -> (status: Int, body: String)? {
         await withCheckedContinuation { continuation in
             Thread { continuation.resume(returning: endpoint.get(path, timeout: timeout)) }.start()
         }
@@ -259,9 +273,11 @@ struct StageReport: Sendable {
     }
 
     var jsonObject: [String: Any] {
-        var o: [String: Any] = ["endpoint": endpoint, "stage": stage, "reachable": reachable, "ready": ready,
-                                "failing": failing, "lag": CLI.orNull(lag.map { Int($0) }),
-                                "in_flight": CLI.orNull(inFlight.map { Int($0) })]
+        var o: [String: Any] = [
+            "endpoint": endpoint, "stage": stage, "reachable": reachable, "ready": ready,
+            "failing": failing, "lag": CLI.orNull(lag.map { Int($0) }),
+            "in_flight": CLI.orNull(inFlight.map { Int($0) }),
+        ]
         var r: [String: Any] = [:]
         for (key, value) in rates { r[key] = (value * 100).rounded() / 100 }
         o["rates_per_second"] = r
@@ -271,11 +287,15 @@ struct StageReport: Sendable {
     static func table(_ reports: [StageReport]) -> [String] {
         func number(_ v: Double?) -> String { v.map { String(Int($0)) } ?? "-" }
         func rate(_ v: Double?) -> String { v.map { String(format: "%.1f", $0) } ?? "-" }
-        let header = ["STAGE", "ENDPOINT", "LAG", "IN FLIGHT", "IN/s", "OUT/s", "SUPPRESSED/s", "DLQ/s", "APNS/s", "READINESS"]
+        let header = [
+            "STAGE", "ENDPOINT", "LAG", "IN FLIGHT", "IN/s", "OUT/s", "SUPPRESSED/s", "DLQ/s", "APNS/s", "READINESS",
+        ]
         var rows = [header]
         for r in reports {
-            rows.append([r.stage, r.endpoint, number(r.lag), number(r.inFlight), rate(r.rates["in"]), rate(r.rates["out"]),
-                         rate(r.rates["suppressed"]), rate(r.rates["dlq"]), rate(r.rates["provider_answers"]), r.readiness])
+            rows.append([
+                r.stage, r.endpoint, number(r.lag), number(r.inFlight), rate(r.rates["in"]), rate(r.rates["out"]),
+                rate(r.rates["suppressed"]), rate(r.rates["dlq"]), rate(r.rates["provider_answers"]), r.readiness,
+            ])
         }
         let widths = header.indices.map { c in rows.map { $0[c].count }.max() ?? 0 }
         return rows.map { row in

@@ -16,7 +16,11 @@ struct Topics: AsyncParsableCommand {
     @Option(name: .long, help: "Replication factor.")
     var replication: Int32 = 1
 
-    @Option(name: .long, help: "Also create every topic this pipeline file names (both lanes, DLQ, registry), with --partitions each (the DLQ: 1).")
+    @Option(
+        name: .long,
+        help:
+            "Also create every topic this pipeline file names (both lanes, DLQ, registry), with --partitions each (the DLQ: 1)."
+    )
     var pipeline: String?
 
     @Argument(help: "Topics as NAME or NAME:PARTITIONS.")
@@ -38,7 +42,9 @@ struct Topics: AsyncParsableCommand {
             guard let name = parts.first, !name.isEmpty else { throw ValidationError("empty topic name in '\(topic)'") }
             var count = partitions
             if parts.count == 2 {
-                guard let parsed = Int32(parts[1]), parsed > 0 else { throw ValidationError("bad partition count in '\(topic)'") }
+                guard let parsed = Int32(parts[1]), parsed > 0 else {
+                    throw ValidationError("bad partition count in '\(topic)'")
+                }
                 count = parsed
             }
             specs.append(TopicSpec(name: name, partitions: count, replicationFactor: replication))
@@ -46,7 +52,9 @@ struct Topics: AsyncParsableCommand {
         let configuration = KafkaAdminConfiguration(brokers: brokers.split(separator: ",").map(String.init))
         let created = Set(try await KafkaAdmin.createTopics(specs, configuration: configuration))
         for spec in specs {
-            print(created.contains(spec.name) ? "created \(spec.name) (\(spec.partitions) partitions)" : "exists  \(spec.name)")
+            print(
+                created.contains(spec.name)
+                    ? "created \(spec.name) (\(spec.partitions) partitions)" : "exists  \(spec.name)")
         }
     }
 }

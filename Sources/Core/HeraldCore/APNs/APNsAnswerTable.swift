@@ -105,7 +105,8 @@ public enum APNsAnswerTable {
 
     /// Classifies an HTTP answer. `timestamp` is the 410 body's `timestamp` (ms since epoch).
     public static func classify(status: Int, reason: APNsReason?, timestamp: Int64?) -> APNsAnswerClass {
-        let row = rows.first { $0.status == status && $0.reason != nil && $0.reason == reason }
+        let row =
+            rows.first { $0.status == status && $0.reason != nil && $0.reason == reason }
             ?? rows.first { $0.status == status && $0.reason == nil }
         var answer: APNsAnswerClass
         if let row {

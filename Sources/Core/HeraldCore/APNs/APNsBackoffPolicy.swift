@@ -12,8 +12,10 @@ public struct APNsBackoffPolicy: Sendable, Equatable {
     /// Attempts in total, the first one included.
     public var maxAttempts: Int
 
-    public init(initialDelay: Duration = .milliseconds(250), maxDelay: Duration = .seconds(30),
-                multiplier: Double = 2, jitter: Double = 0.5, maxAttempts: Int = 5) {
+    public init(
+        initialDelay: Duration = .milliseconds(250), maxDelay: Duration = .seconds(30),
+        multiplier: Double = 2, jitter: Double = 0.5, maxAttempts: Int = 5
+    ) {
         self.initialDelay = initialDelay
         self.maxDelay = maxDelay
         self.multiplier = max(1, multiplier)
@@ -35,15 +37,18 @@ public struct APNsBackoffPolicy: Sendable, Equatable {
     }
 
     /// Turns a classified answer into what to do, given that `attempt` attempts were made (1 = first).
-    public func disposition(for answer: APNsAnswerClass, reasonText: String, attempt: Int,
-                            unit: Double) -> APNsDisposition {
+    public func disposition(
+        for answer: APNsAnswerClass, reasonText: String, attempt: Int,
+        unit: Double
+    ) -> APNsDisposition {
         switch answer {
         case .delivered:
             return .delivered
         case .tokenDead(let at):
             return .tokenDead(unregisteredAt: at)
         case .renewCredentials:
-            return attempt < maxAttempts ? .renewCredentials
+            return attempt < maxAttempts
+                ? .renewCredentials
                 : .permanentFailure(reason: "\(reasonText) after \(attempt) attempts")
         case .permanent:
             return .permanentFailure(reason: reasonText)

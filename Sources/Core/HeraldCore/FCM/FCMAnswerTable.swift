@@ -47,15 +47,19 @@ public struct FCMErrorBody: Sendable, Hashable {
     /// The fields a `BadRequest` detail names (`message.token`, ...).
     public var fieldViolations: [String]
 
-    public init(status: String? = nil, errorCode: FCMErrorCode? = nil, message: String? = nil,
-                fieldViolations: [String] = []) {
+    public init(
+        status: String? = nil, errorCode: FCMErrorCode? = nil, message: String? = nil,
+        fieldViolations: [String] = []
+    ) {
         self.status = status; self.errorCode = errorCode; self.message = message
         self.fieldViolations = fieldViolations
     }
 
     /// Parses an error body; nil when it is not FCM's JSON error object.
     public static func parse(_ bytes: some Collection<UInt8>) -> FCMErrorBody? {
-        guard let root = try? JSONValue.parse(bytes), let error = root["error"], case .object = error else { return nil }
+        guard let root = try? JSONValue.parse(bytes), let error = root["error"], case .object = error else {
+            return nil
+        }
         var out = FCMErrorBody()
         if case .string(let s)? = error["status"] { out.status = s }
         if case .string(let m)? = error["message"] { out.message = m }
@@ -118,7 +122,8 @@ public enum FCMAnswerTable {
             return .tokenDead(unregisteredAt: nil)
         }
         if status == 403, code == .senderIDMismatch { return .permanent }
-        let row = rows.first { $0.status == status && $0.code != nil && $0.code == code }
+        let row =
+            rows.first { $0.status == status && $0.code != nil && $0.code == code }
             ?? rows.first { $0.status == status && $0.code == nil }
         if let row { return row.answer }
         if (200..<300).contains(status) { return .delivered }
@@ -132,7 +137,9 @@ public enum FCMAnswerTable {
 
     /// `Retry-After` in seconds (FCM sends an integer); nil when absent or not a number.
     public static func retryAfter(_ header: String?) -> Duration? {
-        guard let header, let seconds = Int(header.trimmingCharacters(in: .whitespaces)), seconds >= 0 else { return nil }
+        guard let header, let seconds = Int(header.trimmingCharacters(in: .whitespaces)), seconds >= 0 else {
+            return nil
+        }
         return .seconds(min(seconds, 3600))
     }
 }

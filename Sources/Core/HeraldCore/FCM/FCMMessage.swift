@@ -25,22 +25,30 @@ public enum FCMMessage {
     public static let payloadLimit = 4096
 
     /// The request for one FCM device of one recipient.
-    static func request(event: ChatEvent, recipient: String, state: UserState, device: Device, app: AppConfig,
-                        senderDisplayName: String?, eventSeconds: Int64) throws(RenderError) -> APNsRequest {
+    static func request(
+        event: ChatEvent, recipient: String, state: UserState, device: Device, app: AppConfig,
+        senderDisplayName: String?, eventSeconds: Int64
+    ) throws(RenderError) -> APNsRequest {
         guard let credential = app.fcmCredential(device.providerID) else {
-            throw RenderError(code: .noProvider, detail: "FCM device \(String(device.token.prefix(8)))… names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such FCM credential")
+            throw RenderError(
+                code: .noProvider,
+                detail:
+                    "FCM device \(String(device.token.prefix(8)))… names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such FCM credential"
+            )
         }
         let isCall = event.kind == .call
-        let payload = try payload(event: event, recipient: recipient, state: state, app: app, token: device.token,
-                                  includeNotification: credential.includeNotification,
-                                  senderDisplayName: senderDisplayName)
+        let payload = try payload(
+            event: event, recipient: recipient, state: state, app: app, token: device.token,
+            includeNotification: credential.includeNotification,
+            senderDisplayName: senderDisplayName)
         let ttl = isCall ? app.callExpirationSeconds : app.expirationSeconds
         let (sum, overflow) = eventSeconds.addingReportingOverflow(ttl)
-        return APNsRequest(token: device.token, environment: .production, pushType: .alert,
-                           topic: credential.providerID, priority: isCall ? 10 : 5,
-                           collapseID: collapseKey(event), expiration: overflow ? Int64.max : max(0, sum),
-                           apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
-                           provider: .fcm, providerID: credential.providerID)
+        return APNsRequest(
+            token: device.token, environment: .production, pushType: .alert,
+            topic: credential.providerID, priority: isCall ? 10 : 5,
+            collapseID: collapseKey(event), expiration: overflow ? Int64.max : max(0, sum),
+            apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
+            provider: .fcm, providerID: credential.providerID)
     }
 
     static func collapseKey(_ event: ChatEvent) -> String? {
@@ -49,15 +57,19 @@ public enum FCMMessage {
     }
 
     /// The `{"message":{...}}` body for one token, within `payloadLimit`.
-    public static func payload(event: ChatEvent, recipient: String, state: UserState, app: AppConfig, token: String,
-                               includeNotification: Bool, senderDisplayName: String?) throws(RenderError) -> [UInt8] {
+    public static func payload(
+        event: ChatEvent, recipient: String, state: UserState, app: AppConfig, token: String,
+        includeNotification: Bool, senderDisplayName: String?
+    ) throws(RenderError) -> [UInt8] {
         let isCometChat: Bool = { if case .cometchat = app.payloadProfile { true } else { false } }()
-        let (original, sender) = Renderer.content(event: event, state: state, app: app,
-                                                  senderDisplayName: senderDisplayName, cometchatTitle: isCometChat)
+        let (original, sender) = Renderer.content(
+            event: event, state: state, app: app,
+            senderDisplayName: senderDisplayName, cometchatTitle: isCometChat)
         let prefs = app.effectivePreferences(state.preferences)
-        let shape = Shape(event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
-                          notify: includeNotification && event.kind != .call && event.kind != .messageDeleted,
-                          badge: (app.badge && prefs.badge) ? state.unread.total : nil)
+        let shape = Shape(
+            event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
+            notify: includeNotification && event.kind != .call && event.kind != .messageDeleted,
+            badge: (app.badge && prefs.badge) ? state.unread.total : nil)
         let limit = payloadLimit
         var bytes = shape.write(original)
         if bytes.count <= limit { return bytes }
@@ -75,9 +87,12 @@ public enum FCMMessage {
             bytes = shape.write(trial)
             if bytes.count <= limit { return bytes }
             let low = drops == 3 ? 0 : floor
-            if let fitted = largestFitting(low: low, high: longest(trial), limit: limit, { level in
-                shape.write(capped(trial, level))
-            }) {
+            if let fitted = largestFitting(
+                low: low, high: longest(trial), limit: limit,
+                { level in
+                    shape.write(capped(trial, level))
+                })
+            {
                 return fitted
             }
         }
@@ -85,16 +100,20 @@ public enum FCMMessage {
         last.translations = []; last.data = ""; last.extern = nil
         if let title = last.title {
             let length = JSONWriter.escapedLength(title) - 2
-            if let fitted = largestFitting(low: 0, high: length, limit: limit, { level in
-                var t = last
-                t.title = Renderer.shorten(title, by: length - level)
-                return shape.write(t)
-            }) {
+            if let fitted = largestFitting(
+                low: 0, high: length, limit: limit,
+                { level in
+                    var t = last
+                    t.title = Renderer.shorten(title, by: length - level)
+                    return shape.write(t)
+                })
+            {
                 return fitted
             }
         }
         bytes = shape.write(last)
-        throw RenderError(code: .payloadTooLarge, detail: "minimal FCM message is \(bytes.count) bytes (limit \(limit))")
+        throw RenderError(
+            code: .payloadTooLarge, detail: "minimal FCM message is \(bytes.count) bytes (limit \(limit))")
     }
 
     /// The longer escaped length of body and message text.
@@ -181,8 +200,11 @@ public enum FCMMessage {
             case .compact:
                 w.raw("\"f\":"); w.string(event.sender.id)
                 w.raw(",\"t\":"); w.string(recipient)
-                if let m = event.message { w.raw(",\"m\":"); w.string(m.id) }
-                else if let id = event.reaction?.messageID { w.raw(",\"m\":"); w.string(id) }
+                if let m = event.message {
+                    w.raw(",\"m\":"); w.string(m.id)
+                } else if let id = event.reaction?.messageID {
+                    w.raw(",\"m\":"); w.string(id)
+                }
                 if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
                 if let call = event.call {
                     var c = JSONWriter(capacity: 128)

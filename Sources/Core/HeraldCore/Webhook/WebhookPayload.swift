@@ -13,24 +13,32 @@
 /// is the sender (the group for group actions) unless the app has a title template; the body is the
 /// app's template text, in the recipient's language. There is no size limit to meet, so nothing is cut.
 public enum WebhookPayload {
-    static func request(event: ChatEvent, recipient: String, state: UserState, device: Device,
-                        hook: WebhookCredential, app: AppConfig, senderDisplayName: String?,
-                        eventSeconds: Int64) -> APNsRequest {
-        let payload = payload(event: event, recipient: recipient, state: state, app: app, region: hook.region,
-                              senderDisplayName: senderDisplayName)
+    static func request(
+        event: ChatEvent, recipient: String, state: UserState, device: Device,
+        hook: WebhookCredential, app: AppConfig, senderDisplayName: String?,
+        eventSeconds: Int64
+    ) -> APNsRequest {
+        let payload = payload(
+            event: event, recipient: recipient, state: state, app: app, region: hook.region,
+            senderDisplayName: senderDisplayName)
         let isCall = event.kind == .call
-        let (sum, overflow) = eventSeconds.addingReportingOverflow(isCall ? app.callExpirationSeconds : app.expirationSeconds)
-        return APNsRequest(token: device.token, environment: .production, pushType: .alert, topic: hook.providerID,
-                           priority: 10, collapseID: nil, expiration: overflow ? Int64.max : max(0, sum),
-                           apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
-                           provider: .webhook, providerID: hook.providerID)
+        let (sum, overflow) = eventSeconds.addingReportingOverflow(
+            isCall ? app.callExpirationSeconds : app.expirationSeconds)
+        return APNsRequest(
+            token: device.token, environment: .production, pushType: .alert, topic: hook.providerID,
+            priority: 10, collapseID: nil, expiration: overflow ? Int64.max : max(0, sum),
+            apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
+            provider: .webhook, providerID: hook.providerID)
     }
 
     /// The POST body for one recipient.
-    public static func payload(event: ChatEvent, recipient: String, state: UserState, app: AppConfig, region: String,
-                               senderDisplayName: String?) -> [UInt8] {
-        let (content, sender) = Renderer.content(event: event, state: state, app: app,
-                                                 senderDisplayName: senderDisplayName, cometchatTitle: true)
+    public static func payload(
+        event: ChatEvent, recipient: String, state: UserState, app: AppConfig, region: String,
+        senderDisplayName: String?
+    ) -> [UInt8] {
+        let (content, sender) = Renderer.content(
+            event: event, state: state, app: app,
+            senderDisplayName: senderDisplayName, cometchatTitle: true)
         var w = JSONWriter(capacity: 1024)
         w.raw("{\"trigger\":\"push-notification-payload-generated\",\"data\":{\"to\":{\"uid\":"); w.string(recipient)
         w.raw("},\"notificationDetails\":{")
