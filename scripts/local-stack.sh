@@ -283,6 +283,10 @@ if [ "$kafka_s3" = 1 ]; then
   # the stages produce without idempotence, one request in flight per connection (order kept; a retried request
   # may duplicate a record, which send's claims absorb).
   sed -i -e 's#^  session_timeout_ms: \(.*\)$#  session_timeout_ms: \1\n  properties: {enable.idempotence: "false", max.in.flight.requests.per.connection: "1"}#' "$RUN/pipeline.yaml"
+  # Its fetches read S3 objects and take longer than the shipped 10-50 ms fetch waits, so a short wait answers
+  # empty every time and nothing is consumed: librdkafka's own 500 ms wait on this engine.
+  sed -i -e 's#^  flow: .*$#  flow:          {fetch_wait_ms: 500, linger_ms: 5}#' \
+         -e 's#^  priority_flow: .*$#  priority_flow: {fetch_wait_ms: 500, linger_ms: 5}#' "$RUN/pipeline.yaml"
 fi
 
 # --- The APNs stand-in -------------------------------------------------------------------------------
