@@ -348,4 +348,18 @@ struct VendorPayloadOptionsConfigTests {
             yaml: "apps: {a: {payload: {profile: compact}, sendbird: {push_title: true}}}")
         #expect(loaded.warnings.contains { $0.hasPrefix("apps.a.sendbird") })
     }
+
+    @Test("a YAML syntax error names the position, never the file's lines (they may hold a secret)")
+    func yamlErrorQuotesNothing() {
+        let yaml = "apps:\n  a:\n    webhooks: [{url: https://h/x, password: \"hunter2-secret\"\n"
+        do {
+            _ = try PipelineLoader.load(yaml: yaml)
+            Issue.record("broken YAML was accepted")
+        } catch {
+            let message = "\(error)"
+            #expect(message.contains("not valid YAML"))
+            #expect(message.contains("line"), "\(message)")
+            #expect(!message.contains("hunter2-secret"), "\(message)")
+        }
+    }
 }

@@ -183,7 +183,11 @@ public enum PipelineLoader {
         do {
             root = try Yams.compose(yaml: yaml)
         } catch {
-            throw ConfigError(path: "(file)", message: "not valid YAML: \(error)")
+            // Only the position and the problem: Yams's description goes on to quote the offending lines, which
+            // may hold a secret (an inline webhook password), and this message is logged.
+            let summary =
+                "\(error)".split(separator: "\n", omittingEmptySubsequences: true).first.map(String.init) ?? "\(error)"
+            throw ConfigError(path: "(file)", message: "not valid YAML: \(summary)")
         }
         var r = Reader()
         var config = PipelineConfig()
