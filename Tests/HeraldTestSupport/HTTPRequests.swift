@@ -26,15 +26,14 @@ public enum TestHTTP {
         try await offPool { try blocking(port: port, method: method, path: path, headers: headers, body: body) }
     }
 
-    private static func blocking(
-        port: Int, method: String, path: String, headers: [String: String],
-        body: String?
-    ) throws -> Answer {
+    /// A TCP connection to 127.0.0.1:`port` with a receive timeout (0: none); the caller closes the descriptor.
+    public static func connectLoopback(port: Int, receiveTimeoutSeconds: Int = 0) throws -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestSupportError("socket() failed") }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: 30, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        if receiveTimeoutSeconds > 0 {
+            var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -44,7 +43,19 @@ public enum TestHTTP {
                 connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        guard connected == 0 else { throw TestSupportError("connect to \(port) failed") }
+        guard connected == 0 else {
+            close(fd)
+            throw TestSupportError("connect to \(port) failed")
+        }
+        return fd
+    }
+
+    private static func blocking(
+        port: Int, method: String, path: String, headers: [String: String],
+        body: String?
+    ) throws -> Answer {
+        let fd = try connectLoopback(port: port, receiveTimeoutSeconds: 30)
+        defer { close(fd) }
         let payload = Array((body ?? "").utf8)
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }

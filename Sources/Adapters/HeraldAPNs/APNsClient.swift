@@ -60,21 +60,6 @@ public final class APNsClient: Sendable {
         }
     }
 
-    /// Sends a batch and yields each final outcome as it arrives (in completion order; match by
-    /// `tag`). The stream finishes after the last one.
-    public func responses(for requests: [APNsDelivery]) -> AsyncStream<APNsResponse> {
-        let (stream, continuation) = AsyncStream<APNsResponse>.makeStream()
-        let remaining = Countdown(requests.count)
-        if requests.isEmpty { continuation.finish() }
-        Task {
-            await self.submit(requests) { response in
-                continuation.yield(response)
-                if remaining.tick() { continuation.finish() }
-            }
-        }
-        return stream
-    }
-
     /// Counters so far.
     public var stats: APNsClientStats { loop.stats }
 
@@ -98,3 +83,28 @@ final class Countdown: @unchecked Sendable {
         }
     }
 }
+
+/// A client that takes batches of requests and answers each through a callback (APNs, FCM): the stream form of
+/// its answers is written once, here.
+public protocol BatchPushClient: Sendable {
+    func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async
+}
+
+extension BatchPushClient {
+    /// Sends a batch and yields each final outcome as it arrives (in completion order; match by `tag`). The
+    /// stream finishes after the last one.
+    public func responses(for requests: [APNsDelivery]) -> AsyncStream<APNsResponse> {
+        let (stream, continuation) = AsyncStream<APNsResponse>.makeStream()
+        let remaining = Countdown(requests.count)
+        if requests.isEmpty { continuation.finish() }
+        Task {
+            await self.submit(requests) { response in
+                continuation.yield(response)
+                if remaining.tick() { continuation.finish() }
+            }
+        }
+        return stream
+    }
+}
+
+extension APNsClient: BatchPushClient {}

@@ -123,20 +123,6 @@ public final class FCMClient: Sendable {
         }
     }
 
-    /// Sends a batch and yields each final outcome as it arrives; finishes after the last one.
-    public func responses(for requests: [APNsDelivery]) -> AsyncStream<APNsResponse> {
-        let (stream, continuation) = AsyncStream<APNsResponse>.makeStream()
-        let remaining = Countdown(requests.count)
-        if requests.isEmpty { continuation.finish() }
-        Task {
-            await self.submit(requests) { response in
-                continuation.yield(response)
-                if remaining.tick() { continuation.finish() }
-            }
-        }
-        return stream
-    }
-
     public var stats: APNsClientStats { loop.stats }
 
     public func shutdown(grace: Duration = .seconds(5)) async {
@@ -145,3 +131,5 @@ public final class FCMClient: Sendable {
         await http.shutdown()
     }
 }
+
+extension FCMClient: BatchPushClient {}
