@@ -162,6 +162,12 @@ enum LibrdkafkaProperties {
         d["partition.assignment.strategy"] = "range,roundrobin"
         d["enable.partition.eof"] = "false"
         d["fetch.wait.max.ms"] = String(max(0, c.fetchWait.milliseconds))
+        // librdkafka's own fetch queue (ahead of the adapter's buffer): bounded at 16 MB, and refilled as soon as
+        // it has room. With the default `fetch.queue.backoff.ms` (1 s) a consumer whose queue had been full
+        // fetched again only a second later, and a busy stage drained in one burst per second.
+        d["queued.max.messages.kbytes"] = "16384"
+        d["queued.min.messages"] = "20000"
+        d["fetch.queue.backoff.ms"] = String(max(1, min(c.fetchWait.milliseconds, 20)))
         return d.merging(c.client.extraProperties) { _, extra in extra }
     }
 

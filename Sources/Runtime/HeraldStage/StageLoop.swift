@@ -11,8 +11,8 @@ import Synchronization
 public struct StageLoopConfiguration: Sendable {
     /// Where undecodable / unprocessable inputs go.
     public var dlqTopic: String
-    /// Records handed out by the consumer and not yet completed; beyond it the consumer is paused
-    /// (backpressure) until work completes.
+    /// Records handed out by the consumer and not yet completed; at it the loop takes no more (backpressure)
+    /// until work completes.
     public var maxInFlight: Int
     /// Batches processed at once. 1 keeps each partition's order end to end (every stage but send): batches are
     /// processed one after another and their outputs enqueued in order, while earlier batches still wait for
@@ -49,7 +49,8 @@ public struct StageLoopConfiguration: Sendable {
 /// - Outputs the broker does not acknowledge for a passing reason are produced again with backoff; their inputs
 ///   complete only then. An output the broker refuses for good (too large, invalid) becomes a DLQ record; if the
 ///   DLQ refuses that too it is counted in `herald_dlq_dropped_total` and logged, and the partition moves on.
-/// - Backpressure: at `maxInFlight` uncompleted records the consumer is paused, and resumed when work completes.
+/// - Backpressure: at `maxInFlight` uncompleted records the loop takes no more until work completes; the
+///   consumer's bounded prefetch then fills, and a buffer full for a second pauses its assignment.
 /// - Graceful shutdown (SIGTERM): stop consuming, let the running batches finish (processors hand back what
 ///   they cannot finish: those inputs are not completed and are redelivered), commit, flush, close.
 public final class StageLoop: Service, Sendable {
@@ -76,7 +77,6 @@ public final class StageLoop: Service, Sendable {
         var fatal: KafkaError?
         var inFlight = 0
         var processing = 0
-        var pausedByUs = false
         var explainWrites = 0
     }
 
@@ -130,22 +130,16 @@ public final class StageLoop: Service, Sendable {
         var failure: KafkaError?
         await withDiscardingTaskGroup { group in
             while !isStopping {
-                // Backpressure: at the in-flight bound (or with every processing slot taken) wait for progress.
+                // Backpressure: at the in-flight bound (or with every processing slot taken) stop taking records and
+                // wait for progress. The consumer is not paused here: its prefetch buffer fills and its poll thread
+                // stops polling, and only a buffer full for a second pauses the assignment (`FetchFlowControl`).
+                // Pausing at every touch of the bound threw away librdkafka's fetched records each time, and
+                // librdkafka fetched again only on its one-second timer: a backlog drained in one burst per second.
                 let ticket = progress.ticket()
-                let (inFlight, processing, paused) = state.withLock { ($0.inFlight, $0.processing, $0.pausedByUs) }
+                let (inFlight, processing) = state.withLock { ($0.inFlight, $0.processing) }
                 if inFlight >= configuration.maxInFlight || processing >= configuration.maxConcurrentBatches {
-                    if inFlight >= configuration.maxInFlight, !paused {
-                        consumer.pause()
-                        state.withLock { $0.pausedByUs = true }
-                        logger.info("in-flight bound reached; consumer paused", metadata: ["in_flight": "\(inFlight)"])
-                    }
                     await progress.wait(after: ticket, timeout: .milliseconds(500))
                     continue
-                }
-                if paused {
-                    consumer.resume()
-                    state.withLock { $0.pausedByUs = false }
-                    logger.info("consumer resumed", metadata: ["in_flight": "\(inFlight)"])
                 }
                 let batch: [ConsumerRecord]?
                 do throws(KafkaError) {

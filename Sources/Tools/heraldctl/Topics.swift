@@ -27,6 +27,19 @@ struct Topics: AsyncParsableCommand {
     var topics: [String] = []
 
     func run() async throws {
+        let specs = try topicSpecs()
+        let configuration = KafkaAdminConfiguration(brokers: brokers.split(separator: ",").map(String.init))
+        let created = Set(try await KafkaAdmin.createTopics(specs, configuration: configuration))
+        for spec in specs {
+            print(
+                created.contains(spec.name)
+                    ? "created \(spec.name) (\(spec.partitions) partitions)" : "exists  \(spec.name)")
+        }
+    }
+
+    /// The topics to create. Kept out of `run()`: the release compiler (Swift 6.3.1) crashed splitting `run()`'s
+    /// coroutine when the typed-throwing pipeline loader was called inside it.
+    private func topicSpecs() throws -> [TopicSpec] {
         var specs: [TopicSpec] = []
         var topics = self.topics
         if let pipeline {
@@ -49,12 +62,6 @@ struct Topics: AsyncParsableCommand {
             }
             specs.append(TopicSpec(name: name, partitions: count, replicationFactor: replication))
         }
-        let configuration = KafkaAdminConfiguration(brokers: brokers.split(separator: ",").map(String.init))
-        let created = Set(try await KafkaAdmin.createTopics(specs, configuration: configuration))
-        for spec in specs {
-            print(
-                created.contains(spec.name)
-                    ? "created \(spec.name) (\(spec.partitions) partitions)" : "exists  \(spec.name)")
-        }
+        return specs
     }
 }
