@@ -72,6 +72,11 @@ public final class KafkaConsumer: Sendable {
 
     public var isPaused: Bool { core.isUserPaused }
 
+    /// True once the member joined its group and received its first assignment (which may be empty: more
+    /// members than partitions). Until then nothing it is subscribed to is fetched; a join takes about half of
+    /// `session.timeout.ms` on Tansu.
+    public var hasJoinedGroup: Bool { core.hasJoinedGroup }
+
     /// The partitions currently assigned to this member.
     public var assignment: [TopicPartition] { core.assignment }
 
@@ -142,6 +147,8 @@ final class ConsumerCore: @unchecked Sendable {
         var epochs: [TopicPartition: UInt64] = [:]
         var trackers: [TopicPartition: Tracked] = [:]
         var nextEpoch: UInt64 = 1
+        /// Set by the first assignment (possibly empty) after joining the group.
+        var joined = false
         var userPaused = false
         var flow: FetchFlowControl
         var stopRequested = false
@@ -270,6 +277,7 @@ final class ConsumerCore: @unchecked Sendable {
         state.withLock { s in s.epochs.keys.sorted { ($0.topic, $0.partition) < ($1.topic, $1.partition) } }
     }
     var lagSnapshot: [TopicPartition: Int64] { state.withLock { $0.lag } }
+    var hasJoinedGroup: Bool { state.withLock { $0.joined } }
     var outstanding: Int { state.withLock { s in s.trackers.values.reduce(0) { $0 + $1.tracker.outstanding } } }
 
     func commit() async throws(KafkaError) {
@@ -531,6 +539,7 @@ final class ConsumerCore: @unchecked Sendable {
             let paused = state.withLock { s -> Bool in
                 let epoch = s.nextEpoch
                 s.nextEpoch += 1
+                s.joined = true
                 for tp in tps {
                     s.epochs[tp] = epoch
                     s.trackers[tp] = nil

@@ -126,6 +126,8 @@ public struct StageSetup: Sendable {
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
         let probe = BrokerProbe(brokers: brokers)
         context.readiness.register("kafka", timeout: .seconds(3)) { await probe.isUp() }
+        // Ready once the group was joined: a record published before that waits for the join (seconds).
+        context.readiness.register(lane.map { "kafka_group_\($0)" } ?? "kafka_group") { consumer.hasJoinedGroup }
         return consumer
     }
 
