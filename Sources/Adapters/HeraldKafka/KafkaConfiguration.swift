@@ -162,11 +162,15 @@ enum LibrdkafkaProperties {
         d["partition.assignment.strategy"] = "range,roundrobin"
         d["enable.partition.eof"] = "false"
         d["fetch.wait.max.ms"] = String(max(0, c.fetchWait.milliseconds))
-        // librdkafka's own fetch queue (ahead of the adapter's buffer): bounded at 16 MB, and refilled as soon as
-        // it has room. With the default `fetch.queue.backoff.ms` (1 s) a consumer whose queue had been full
-        // fetched again only a second later, and a busy stage drained in one burst per second.
-        d["queued.max.messages.kbytes"] = "16384"
-        d["queued.min.messages"] = "20000"
+        // librdkafka's own fetch queue, ahead of the adapter's buffer, kept shallow: about two batches per partition,
+        // at most 4 MB, fetched 256 KB per partition at a time, and refilled as soon as it has room. A deep queue
+        // (librdkafka's defaults: 100,000 records per partition, 64 MB) puts a record of one partition behind
+        // everything already queued from the others: at ingest a call waited behind a whole backlog of group
+        // messages on another partition. With the default `fetch.queue.backoff.ms` (1 s) a consumer whose queue
+        // had been full fetched again only a second later, and a busy stage drained in one burst per second.
+        d["queued.min.messages"] = String(max(100, c.batchSize * max(1, c.prefetchBatches)))
+        d["queued.max.messages.kbytes"] = "4096"
+        d["fetch.message.max.bytes"] = "262144"
         d["fetch.queue.backoff.ms"] = String(max(1, min(c.fetchWait.milliseconds, 20)))
         return d.merging(c.client.extraProperties) { _, extra in extra }
     }
