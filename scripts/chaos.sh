@@ -17,7 +17,7 @@ for a in "$@"; do [ "$a" = --debug ] && config=debug; done
 export PKG_CONFIG_PATH="/usr/local/lib/pkgconfig:${PKG_CONFIG_PATH:-}"
 if [ "${HERALD_CHAOS_NO_BUILD:-0}" != 1 ]; then
   echo "[chaos] building ($config)" >&2
-  for p in herald-ingest herald-resolve herald-suppress herald-render herald-send herald-registry herald-mock-apns herald-bench; do
+  for p in herald-ingest herald-resolve herald-suppress herald-render herald-send herald-registry herald-mock-apns herald-mock-fcm herald-bench; do
     swift build -c "$config" --product "$p" >/dev/null || { echo "[chaos] build of $p failed" >&2; exit 1; }
   done
 fi
