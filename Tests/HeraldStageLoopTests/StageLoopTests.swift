@@ -199,6 +199,10 @@ struct HugeOutputProcessor: StageProcessor {
             #expect(letter.truncated && letter.originalSize == 2_000_000 && letter.originalBytes?.count == 1000)
             #expect(letter.originalSHA256 == SHA256.hex([UInt8](repeating: 0x78, count: 2_000_000)))
             #expect(letter.sourceTopic == "in" && letter.sourcePartition == 0)
+            // The original is the refused output: a replay sends it to the output's topic, not back to the input's.
+            #expect(letter.targetTopic == "out" && letter.replayTopic == "out")
+            let again = try StageCodec.decode(DLQRecord.self, from: StageCodec.encode(letter))
+            #expect(again.targetTopic == "out")
         }
         #expect(Set(letters.compactMap(\.sourceOffset)) == [1, 3])
     }

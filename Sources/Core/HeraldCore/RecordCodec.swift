@@ -522,6 +522,7 @@ extension DLQRecord: StageRecord {
         if let sourceTopic { w.raw(",\"source_topic\":"); w.string(sourceTopic) }
         if let sourcePartition { w.raw(",\"source_partition\":"); w.int(Int64(sourcePartition)) }
         if let sourceOffset { w.raw(",\"source_offset\":"); w.int(sourceOffset) }
+        if let targetTopic { w.raw(",\"target_topic\":"); w.string(targetTopic) }
         if truncated {
             w.raw(",\"truncated\":true")
             if let originalSize { w.raw(",\"original_size\":"); w.int(originalSize) }
@@ -539,7 +540,8 @@ extension DLQRecord: StageRecord {
         self.init(
             encodedOriginal: try r.requiredString("original"), sourceTopic: try r.string("source_topic"),
             sourcePartition: try r.int("source_partition").map { Int32(clamping: $0) },
-            sourceOffset: try r.int("source_offset"), originalSize: try r.int("original_size").map { Int($0) },
+            sourceOffset: try r.int("source_offset"), targetTopic: try r.string("target_topic"),
+            originalSize: try r.int("original_size").map { Int($0) },
             originalSHA256: try r.string("original_sha256"), truncated: try r.bool("truncated") ?? false,
             stage: try r.requiredString("stage"), reason: try r.requiredString("reason"),
             detail: try r.string("detail") ?? "", time: try r.int("time") ?? 0)

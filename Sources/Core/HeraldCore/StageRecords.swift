@@ -96,6 +96,9 @@ public struct DLQRecord: Sendable, Hashable {
     public var original: String
     /// The topic the original came from, when known.
     public var sourceTopic: String?
+    /// The topic the original was meant for when it is an output the broker refused (`produce_rejected`): replay
+    /// sends it there. `sourceTopic`, `sourcePartition` and `sourceOffset` then name the input it was made from.
+    public var targetTopic: String?
     /// The partition and offset the original was read from, when known (to find it on the topic).
     public var sourcePartition: Int32?
     public var sourceOffset: Int64?
@@ -115,8 +118,8 @@ public struct DLQRecord: Sendable, Hashable {
 
     public init(
         original: [UInt8], maxOriginalBytes: Int = .max, sourceTopic: String? = nil,
-        sourcePartition: Int32? = nil, sourceOffset: Int64? = nil, stage: String, reason: String,
-        detail: String, time: Int64
+        sourcePartition: Int32? = nil, sourceOffset: Int64? = nil, targetTopic: String? = nil, stage: String,
+        reason: String, detail: String, time: Int64
     ) {
         if original.count > maxOriginalBytes {
             self.original = Data(original.prefix(max(0, maxOriginalBytes))).base64EncodedString()
@@ -130,6 +133,7 @@ public struct DLQRecord: Sendable, Hashable {
         self.sourceTopic = sourceTopic
         self.sourcePartition = sourcePartition
         self.sourceOffset = sourceOffset
+        self.targetTopic = targetTopic
         self.stage = stage
         self.reason = reason
         self.detail = detail
@@ -139,13 +143,14 @@ public struct DLQRecord: Sendable, Hashable {
     /// A record whose `original` is already base64 (as read back from the DLQ).
     public init(
         encodedOriginal: String, sourceTopic: String?, sourcePartition: Int32? = nil, sourceOffset: Int64? = nil,
-        originalSize: Int? = nil, originalSHA256: String? = nil, truncated: Bool = false, stage: String,
-        reason: String, detail: String, time: Int64
+        targetTopic: String? = nil, originalSize: Int? = nil, originalSHA256: String? = nil, truncated: Bool = false,
+        stage: String, reason: String, detail: String, time: Int64
     ) {
         self.original = encodedOriginal
         self.sourceTopic = sourceTopic
         self.sourcePartition = sourcePartition
         self.sourceOffset = sourceOffset
+        self.targetTopic = targetTopic
         self.originalSize = originalSize
         self.originalSHA256 = originalSHA256
         self.truncated = truncated
@@ -154,6 +159,9 @@ public struct DLQRecord: Sendable, Hashable {
         self.detail = detail
         self.time = time
     }
+
+    /// Where `heraldctl dlq replay` sends the original: the topic an output was meant for, else the input's topic.
+    public var replayTopic: String? { targetTopic ?? sourceTopic }
 
     /// The original bytes, or nil when `original` is not valid base64.
     public var originalBytes: [UInt8]? { Data(base64Encoded: original).map { Array($0) } }

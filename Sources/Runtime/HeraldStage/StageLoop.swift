@@ -467,7 +467,7 @@ public final class StageLoop: Service, Sendable {
                 deadLetterRecord(
                     original: item.record.value ?? [], input: input, reason: "produce_rejected",
                     detail: "output to \(item.record.topic) refused by the broker: \(name)",
-                    time: time))
+                    time: time, target: item.record.topic))
         }
         var again: [(record: ProducerRecord, owner: Int)] = []
         let reports: [DeliveryReport]
@@ -491,14 +491,15 @@ public final class StageLoop: Service, Sendable {
     }
 
     /// The DLQ record for `original` (an input, or an output the broker refused), cut to the configured size.
+    /// `target`: the topic an output was meant for (a refused output), so a replay puts it there.
     func deadLetterRecord(
         original: [UInt8], input: ConsumerRecord, reason: String, detail: String,
-        time: Int64
+        time: Int64, target: String? = nil
     ) -> ProducerRecord {
         let dlq = DLQRecord(
             original: original, maxOriginalBytes: configuration.dlqMaxOriginalBytes,
             sourceTopic: input.topic, sourcePartition: input.partition, sourceOffset: input.offset,
-            stage: processor.stage, reason: reason, detail: detail, time: time)
+            targetTopic: target, stage: processor.stage, reason: reason, detail: detail, time: time)
         return ProducerRecord(topic: configuration.dlqTopic, key: input.key, value: StageCodec.encode(dlq))
     }
 

@@ -90,6 +90,7 @@ struct DLQCommand: AsyncParsableCommand {
                 o["time"] = Int(dlq.time)
                 o["time_iso"] = CLI.iso(dlq.time)
                 o["source_topic"] = dlq.sourceTopic ?? NSNull()
+                if let target = dlq.targetTopic { o["target_topic"] = target }
                 let bytes = dlq.originalBytes
                 o["original_bytes"] = bytes?.count ?? NSNull()
                 if withOriginal {
@@ -131,7 +132,8 @@ struct DLQCommand: AsyncParsableCommand {
 
     struct Replay: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Republish the original records of the selected DLQ entries to their source topic.",
+            abstract:
+                "Republish the original records of the selected DLQ entries to their source topic (a refused output: to its target topic).",
             discussion: """
                 Select with --stage, --reason, --entry and --limit (at least one of --stage, --reason, --entry is \
                 required, so a bare replay never floods the pipeline). Each original goes back with the DLQ \
@@ -165,7 +167,7 @@ struct DLQCommand: AsyncParsableCommand {
                     )
                     continue
                 }
-                guard let target = to ?? dlq.sourceTopic else {
+                guard let target = to ?? dlq.replayTopic else {
                     CLI.warn(
                         "skipping \(entry.record.partition):\(entry.record.offset): no source topic recorded (use --to)"
                     )
