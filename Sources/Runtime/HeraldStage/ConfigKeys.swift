@@ -64,7 +64,7 @@ extension ConfigKey {
         "longest wait to fill a batch, milliseconds")
     public static let maxInFlight = ConfigKey(
         "HERALD_MAX_IN_FLIGHT", default: "5000", documented: "5000", positive,
-        "uncompleted records before the consumer pauses (send: `HERALD_SEND_MAX_IN_FLIGHT`)")
+        "uncompleted records before the loop stops taking more (send: `HERALD_SEND_MAX_IN_FLIGHT`)")
     public static let redisURL = ConfigKey(
         "HERALD_REDIS_URL", default: "redis://127.0.0.1:6379",
         documented: "pipeline `redis:` (`redis://127.0.0.1:6379`)", "`redis://[:password@]host[:port][/db]`")
@@ -116,7 +116,7 @@ extension ConfigKey {
         "herald-send: deadline of one request, milliseconds")
     public static let sendMaxInFlight = ConfigKey(
         "HERALD_SEND_MAX_IN_FLIGHT", default: "2000", documented: "2000", positive,
-        "herald-send: notifications in flight per lane (the consumer pauses beyond)")
+        "herald-send: notifications in flight per lane (the loop stops taking more beyond)")
     public static let sendMaxAttempts = ConfigKey(
         "HERALD_SEND_MAX_ATTEMPTS", default: "6", documented: "6", positive,
         "herald-send: attempts before DLQ `retries_exhausted`")

@@ -119,7 +119,10 @@ public struct StageSetup: Sendable {
             clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
             extraProperties: pipeline.kafka.properties)
         configuration.sessionTimeout = sessionTimeout
-        configuration.batchSize = settings.batchSize
+        // The priority lane's records come few at a time: its batches (and so its prefetch and librdkafka's queue)
+        // stay at most `priorityBatchSize` however large the stage's bulk batches are.
+        configuration.batchSize =
+            lane == Lane.priority.rawValue ? min(settings.batchSize, Self.priorityBatchSize) : settings.batchSize
         configuration.batchMaxWait = .milliseconds(settings.batchTimeoutMs)
         let flow = self.flow(lane: lane)
         configuration.fetchWait = .milliseconds(flow.fetchWaitMs)
@@ -130,6 +133,9 @@ public struct StageSetup: Sendable {
         context.readiness.register(lane.map { "kafka_group_\($0)" } ?? "kafka_group") { consumer.hasJoinedGroup }
         return consumer
     }
+
+    /// The largest batch of a priority-lane consumer.
+    public static let priorityBatchSize = 500
 
     /// The stage's idempotent producer.
     public func producer(lane: String? = nil) throws -> KafkaProducer {
