@@ -426,7 +426,7 @@ struct ChaosRunner {
         var truncatedMatched = 0
         let publisher = driver.publisher
         for topic in topics {
-            for (i, rec) in flood.records(for: topic).enumerated() {
+            for (i, rec) in try flood.records(for: topic).enumerated() {
                 sent[topic, default: [:]][MalformedFlood.hash(rec.value), default: 0] += 1
                 kindOf[topic, default: [:]][MalformedFlood.hash(rec.value)] = rec.kind
                 if (rec.value?.count ?? 0) > 4096 { sentRecords[topic, default: []].append(rec.value) }
@@ -590,9 +590,10 @@ struct MalformedFlood {
     }
 
     /// A valid record of the topic's type, as JSON (the template the malformed ones are made from).
-    func validTemplate(for topic: String) -> [String: Any] {
+    /// Throws when the pipeline file's app cannot render the bench's own event (a file the bench reads).
+    func validTemplate(for topic: String) throws -> [String: Any] {
         let event = workload.groupEvent(1, createdAt: nowMillis())
-        let ev = try! ChatEvent.decode(event.bytes)
+        let ev = try ChatEvent.decode(event.bytes)
         let user = workload.users[1]
         let state = workload.states[user] ?? UserState()
         let data: Data
@@ -603,9 +604,10 @@ struct MalformedFlood {
         case "herald.deliverable":
             data = Data(DeliverableRecord(event: ev, recipient: user, state: state, targets: state.devices).jsonBytes())
         case "herald.outbound", "herald.retry":
-            let req = try! Renderer.render(
+            let requests = try Renderer.render(
                 event: ev, recipient: user, state: state, targets: state.devices, app: workload.app,
-                now: Date())[0]
+                now: Date())
+            guard let req = requests.first else { throw ValidationError("the pipeline's app renders no request") }
             data = Data(OutboundRecord(eventID: ev.eventID, appID: ev.appID, recipient: user, request: req).jsonBytes())
         case "herald.registry":
             data = Data(
@@ -625,8 +627,8 @@ struct MalformedFlood {
         return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
     }
 
-    func records(for topic: String) -> [Record] {
-        let template = validTemplate(for: topic)
+    func records(for topic: String) throws -> [Record] {
+        let template = try validTemplate(for: topic)
         let valid = Array(try! JSONSerialization.data(withJSONObject: template, options: [.sortedKeys]))
         var rng = SystemRandomNumberGenerator()
         var out: [Record] = []
