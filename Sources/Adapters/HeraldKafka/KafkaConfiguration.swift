@@ -84,6 +84,8 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     /// Records fetched ahead of the caller, as a multiple of `batchSize`; past this the
     /// adapter pauses fetching until the caller catches up. Default: 2.
     public var prefetchBatches: Int = 2
+    /// Records the adapter fetches ahead of the caller: `batchSize × prefetchBatches`.
+    public var prefetchCapacity: Int { batchSize * max(1, prefetchBatches) }
     /// `auto.offset.reset`. Default: `.earliest`.
     public var autoOffsetReset: AutoOffsetReset = .earliest
     /// `auto.commit.interval.ms`: how often stored offsets are committed. Default: 1 s.
@@ -168,7 +170,7 @@ enum LibrdkafkaProperties {
         // everything already queued from the others: at ingest a call waited behind a whole backlog of group
         // messages on another partition. With the default `fetch.queue.backoff.ms` (1 s) a consumer whose queue
         // had been full fetched again only a second later, and a busy stage drained in one burst per second.
-        d["queued.min.messages"] = String(max(100, c.batchSize * max(1, c.prefetchBatches)))
+        d["queued.min.messages"] = String(max(100, c.prefetchCapacity))
         d["queued.max.messages.kbytes"] = "4096"
         d["fetch.message.max.bytes"] = "262144"
         d["fetch.queue.backoff.ms"] = String(max(1, min(c.fetchWait.milliseconds, 20)))

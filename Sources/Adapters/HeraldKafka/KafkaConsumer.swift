@@ -173,7 +173,7 @@ final class ConsumerCore: @unchecked Sendable {
     init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
         self.configuration = configuration
         self.logger = logger
-        self.capacity = configuration.batchSize * max(1, configuration.prefetchBatches)
+        self.capacity = configuration.prefetchCapacity
         self.state = Locked(State(flow: FetchFlowControl(capacity: capacity)))
         let wait = configuration.batchMaxWait.milliseconds
         self.pollSliceMs = Int32(clamping: min(50, max(1, wait / 2)))

@@ -85,7 +85,7 @@ func sender(_ lane: Lane) -> SendProcessor {
     return processor
 }
 // Batches run concurrently (order per device token does not matter to APNs; a batch holding a retry until its
-// not_before must not block fresh notifications); the in-flight bound pauses the consumer.
+// not_before must not block fresh notifications); at the in-flight bound the loop takes no more.
 // One loop per lane, each with its own in-flight bound: the priority lane's records never wait behind bulk
 // ones in Kafka or in the loop, and the APNs clients start them first (docs/pipeline.md, "Priority lanes").
 let lanes = Lane.allCases.map { lane in
