@@ -49,6 +49,14 @@ public struct KafkaProducerConfiguration: Sendable, Hashable {
     public var compression: String = "lz4"
     /// How often the producer's own thread serves delivery reports when idle. Default: 100 ms.
     public var pollInterval: Duration = .milliseconds(100)
+    /// Topics whose records are packed (`RecordPack`): the keyed records of one `enqueue` call that go to the same
+    /// partition of such a topic travel as one Kafka record. Only for topics every reader unpacks (Herald's
+    /// consumers do). Default: none.
+    public var packTopics: Set<String> = []
+    /// Most records in one pack. Default: 256.
+    public var packMaxRecords: Int = 256
+    /// Most bytes in one pack; a record larger than half of it is sent on its own. Default: 64 KiB.
+    public var packMaxBytes: Int = 65_536
 
     public init(client: KafkaClientConfiguration = .init()) { self.client = client }
 
@@ -146,6 +154,8 @@ enum LibrdkafkaProperties {
         d["compression.codec"] = p.compression
         // Delivery reports carry only what the adapter reads (offset, partition, error).
         d["delivery.report.only.error"] = "false"
+        // Packs go to the partition this partitioner gives their parts' keys (`RecordPack.partition`).
+        d["partitioner"] = "consistent_random"
         return d.merging(p.client.extraProperties) { _, extra in extra }
     }
 

@@ -425,7 +425,7 @@ final class ConsumerCore: @unchecked Sendable {
         var records: [ConsumerRecord] = []
         var next: UnsafeMutablePointer<rd_kafka_message_t>? = first
         while let message = next {
-            if let record = convert(message, epochs: epochs) { records.append(record) }
+            convert(message, epochs: epochs, into: &records)
             rd_kafka_message_destroy(message)
             if records.count >= min(room, configuration.batchSize) { break }
             next = rd_kafka_consumer_poll(rk, 0)
@@ -443,9 +443,32 @@ final class ConsumerCore: @unchecked Sendable {
                 let tp = record.topicPartition
                 guard s.epochs[tp] == record.epoch else { continue }  // no longer ours
                 if s.trackers[tp]?.epoch != record.epoch { s.trackers[tp] = Tracked(epoch: record.epoch) }
-                s.trackers[tp]?.tracker.delivered(record.offset)
+                if record.part == 0 { s.trackers[tp]?.tracker.delivered(record.offset, parts: record.parts) }
                 s.buffer.append(record)
             }
+        }
+    }
+
+    /// Appends the message's record, or a pack's parts (`RecordPack`); nothing for errors (logged, counted; a fatal
+    /// error is kept to be thrown).
+    private func convert(
+        _ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64],
+        into records: inout [ConsumerRecord]
+    ) {
+        guard let record = convert(message, epochs: epochs) else { return }
+        let m = message.pointee
+        guard let payload = m.payload, m.len > 3,
+            let parts = RecordPack.decode(UnsafeRawBufferPointer(start: payload, count: m.len))
+        else {
+            records.append(record)
+            return
+        }
+        for (index, part) in parts.enumerated() {
+            records.append(
+                ConsumerRecord(
+                    topic: record.topic, partition: record.partition, offset: record.offset, key: part.key,
+                    value: part.value, headers: [], timestamp: record.timestamp, epoch: record.epoch, part: index,
+                    parts: parts.count))
         }
     }
 

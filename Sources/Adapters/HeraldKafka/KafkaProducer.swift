@@ -16,6 +16,7 @@ import Synchronization
 /// records still queued when the last reference goes away are purged and reported failed.
 public final class KafkaProducer: Sendable {
     private let core: ProducerCore
+    private let packer: Packer?
     public let configuration: KafkaProducerConfiguration
 
     public init(
@@ -23,6 +24,7 @@ public final class KafkaProducer: Sendable {
     ) throws(KafkaError) {
         self.configuration = configuration
         self.core = try ProducerCore(configuration: configuration, logger: logger)
+        self.packer = configuration.packTopics.isEmpty ? nil : Packer(configuration: configuration, logger: logger)
     }
 
     deinit { core.stop() }
@@ -39,13 +41,17 @@ public final class KafkaProducer: Sendable {
     /// librdkafka's local queue is full). Records enqueued by successive calls keep their order per partition
     /// (the producer is idempotent), so a caller can enqueue the next batch while the previous one is still
     /// being acknowledged. `reports()` on the result waits for the broker's answers.
+    ///
+    /// Records for a topic in `configuration.packTopics` that go to the same partition are sent as packs
+    /// (`RecordPack`); each record's report is then its pack's.
     public func enqueue(_ records: [ProducerRecord]) async throws(KafkaError) -> PendingDelivery {
         if records.isEmpty { return PendingDelivery(sink: nil) }
-        let sink = BatchSink(count: records.count)
-        for (index, record) in records.enumerated() {
+        let (units, unitOf) = packer.map { $0.pack(records) } ?? (records, nil)
+        let sink = BatchSink(count: units.count)
+        for (index, record) in units.enumerated() {
             try await core.enqueue(record, sink: sink, index: index)
         }
-        return PendingDelivery(sink: sink)
+        return PendingDelivery(sink: sink, unitOf: unitOf)
     }
 
     /// Sends `records` and throws the first failure, if any record was not acknowledged.
@@ -103,11 +109,145 @@ public final class KafkaProducer: Sendable {
 /// Records enqueued by `KafkaProducer.enqueue`, whose broker answers are still to come.
 public struct PendingDelivery: Sendable {
     let sink: BatchSink?
+    /// For each record, the Kafka record (pack or record) it went in; nil when none was packed.
+    var unitOf: [Int]? = nil
 
     /// One report per record, in the order enqueued, once the broker answered (or finally failed) all of them.
     public func reports() async -> [DeliveryReport] {
         guard let sink else { return [] }
-        return await sink.wait()
+        let reports = await sink.wait()
+        guard let unitOf else { return reports }
+        return unitOf.map { reports[$0] }
+    }
+}
+
+/// Packs the records of one `enqueue` call (`RecordPack`, docs/kafka.md "Packed records").
+final class Packer: Sendable {
+    let topics: Set<String>
+    let maxRecords: Int
+    let maxBytes: Int
+    let partitions: PartitionCounts
+
+    init(configuration: KafkaProducerConfiguration, logger: Logger) {
+        topics = configuration.packTopics
+        maxRecords = max(1, configuration.packMaxRecords)
+        maxBytes = max(64, configuration.packMaxBytes)
+        var admin = KafkaAdminConfiguration(client: configuration.client)
+        admin.requestTimeout = .seconds(5)
+        partitions = PartitionCounts(topics: topics.sorted(), admin: admin, logger: logger)
+        partitions.refreshIfDue()
+    }
+
+    /// The Kafka records to produce for `records`, and for each record the index of the one it went in (nil when
+    /// nothing was packed). A packed topic's record goes to the partition its key picks, in a pack with the other
+    /// records of this call for that partition, in their order; a record that is not packed (no key, headers, an
+    /// explicit partition, or larger than half a pack) closes its partition's open pack first, so every
+    /// partition's order is the order given.
+    func pack(_ records: [ProducerRecord]) -> (units: [ProducerRecord], unitOf: [Int]?) {
+        guard records.count > 1 else { return (records, nil) }
+        let counts = partitions.current()
+        guard !counts.isEmpty else { return (records, nil) }
+        var units: [ProducerRecord] = []
+        var unitOf = [Int](repeating: 0, count: records.count)
+        var open: [TopicPartition: (members: [Int], bytes: Int)] = [:]
+        var packed = false
+
+        func close(_ tp: TopicPartition) {
+            guard let members = open.removeValue(forKey: tp)?.members else { return }
+            let unit = units.count
+            if members.count == 1 {
+                units.append(records[members[0]])
+            } else {
+                let parts = members.map { RecordPack.Part(key: records[$0].key, value: records[$0].value) }
+                units.append(
+                    ProducerRecord(
+                        topic: tp.topic, key: records[members[0]].key, value: RecordPack.encode(parts),
+                        partition: tp.partition))
+                packed = true
+            }
+            for member in members { unitOf[member] = unit }
+        }
+
+        for (index, record) in records.enumerated() {
+            guard topics.contains(record.topic), record.partition == nil, let key = record.key, !key.isEmpty,
+                let count = counts[record.topic], count > 0
+            else {
+                unitOf[index] = units.count
+                units.append(record)
+                continue
+            }
+            let tp = TopicPartition(topic: record.topic, partition: RecordPack.partition(key: key, partitions: count))
+            let size = RecordPack.size(key: key, value: record.value)
+            if record.value == nil || !record.headers.isEmpty || size > maxBytes / 2 {
+                close(tp)
+                unitOf[index] = units.count
+                units.append(record)
+                continue
+            }
+            if let current = open[tp], current.members.count >= maxRecords || current.bytes + size > maxBytes {
+                close(tp)
+            }
+            open[tp, default: (members: [], bytes: 8)].members.append(index)
+            open[tp]?.bytes += size
+        }
+        for tp in Array(open.keys) { close(tp) }
+        return packed ? (units, unitOf) : (records, nil)
+    }
+}
+
+/// Partition counts of the packed topics, read in the background (never on the produce path) when the producer
+/// starts and again every minute, so a topic that gained partitions is packed for its new count within a minute.
+/// Until a topic's count is known its records go unpacked.
+final class PartitionCounts: Sendable {
+    private struct State {
+        var counts: [String: Int32] = [:]
+        var due = ContinuousClock.now
+        var reading = false
+    }
+
+    private let state = Mutex(State())
+    private let topics: [String]
+    private let admin: KafkaAdminConfiguration
+    private let logger: Logger
+
+    init(topics: [String], admin: KafkaAdminConfiguration, logger: Logger) {
+        self.topics = topics
+        self.admin = admin
+        self.logger = logger
+    }
+
+    /// The counts known now (starting a refresh when one is due).
+    func current() -> [String: Int32] {
+        refreshIfDue()
+        return state.withLock { $0.counts }
+    }
+
+    func refreshIfDue() {
+        let start = state.withLock { s -> Bool in
+            guard !s.reading, ContinuousClock.now >= s.due else { return false }
+            s.reading = true
+            return true
+        }
+        guard start else { return }
+        let topics = self.topics
+        let admin = self.admin
+        let logger = self.logger
+        Task.detached { [self] in
+            let read: [String: Int]?
+            do { read = try await KafkaAdmin.partitionCounts(topics, configuration: admin, logger: logger) } catch {
+                logger.debug("partition counts for packing not read; trying again", metadata: ["error": "\(error)"])
+                read = nil
+            }
+            self.state.withLock { s in
+                if let read, !read.isEmpty {
+                    s.counts = read.mapValues { Int32(clamping: $0) }
+                    s.due = .now + .seconds(60)
+                } else {
+                    s.due = .now + .seconds(read == nil ? 5 : 2)
+                }
+                s.reading = false
+            }
+        }
     }
 }
 

@@ -105,6 +105,10 @@ public struct ConsumerRecord: Sendable, Hashable {
     /// Which assignment of the partition this record was delivered under; completions
     /// of records from an assignment that has since been revoked are ignored.
     let epoch: UInt64
+    /// For a part of a packed record (`RecordPack`): its index and the pack's part count. Every part has the pack's
+    /// topic, partition and offset; the offset is committed past once all of them completed. 0 and 1 otherwise.
+    public let part: Int
+    public let parts: Int
 
     public init(
         topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?,
@@ -117,7 +121,7 @@ public struct ConsumerRecord: Sendable, Hashable {
 
     init(
         topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?,
-        headers: [KafkaHeader], timestamp: KafkaTimestamp?, epoch: UInt64
+        headers: [KafkaHeader], timestamp: KafkaTimestamp?, epoch: UInt64, part: Int = 0, parts: Int = 1
     ) {
         self.topic = topic
         self.partition = partition
@@ -127,6 +131,8 @@ public struct ConsumerRecord: Sendable, Hashable {
         self.headers = headers
         self.timestamp = timestamp
         self.epoch = epoch
+        self.part = part
+        self.parts = parts
     }
 
     public var topicPartition: TopicPartition { TopicPartition(topic: topic, partition: partition) }

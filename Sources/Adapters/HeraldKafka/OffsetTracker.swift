@@ -9,9 +9,10 @@ import DequeModule
 /// not complete yet, or one past the newest delivered record when all are complete:
 /// Kafka's committed offset means "the next record to read".
 public struct PartitionOffsetTracker: Sendable, Hashable {
-    /// Delivered, not yet retired offsets in increasing order, with their completion flag.
+    /// Delivered, not yet retired offsets in increasing order, with the number of their parts not yet complete
+    /// (a packed record, `RecordPack`, is handed out as several parts; any other record is one).
     private var offsets: Deque<Int64> = []
-    private var done: Deque<Bool> = []
+    private var left: Deque<Int32> = []
     /// The offset that may be stored (committed); `nil` until a record was retired.
     public private(set) var committable: Int64?
 
@@ -20,26 +21,26 @@ public struct PartitionOffsetTracker: Sendable, Hashable {
     /// Records delivered but not yet retired (pending or completed out of order).
     public var outstanding: Int { offsets.count }
 
-    /// Registers a delivered record. Offsets at or below the last delivered one are
+    /// Registers a delivered record handed out as `parts` parts. Offsets at or below the last delivered one are
     /// ignored (a redelivery within the same assignment does not happen in librdkafka).
-    public mutating func delivered(_ offset: Int64) {
+    public mutating func delivered(_ offset: Int64, parts: Int = 1) {
         if let last = offsets.last, offset <= last { return }
         if offsets.isEmpty, let committable, offset < committable { return }
         offsets.append(offset)
-        done.append(false)
+        left.append(Int32(clamping: max(1, parts)))
     }
 
-    /// Marks a delivered record complete. Returns the new committable offset when it
-    /// advanced, `nil` otherwise (also for offsets never delivered or already retired).
+    /// Marks one part of a delivered record complete; the record is complete with its last part. Returns the new
+    /// committable offset when it advanced, `nil` otherwise (also for offsets never delivered or already retired).
     @discardableResult
     public mutating func complete(_ offset: Int64) -> Int64? {
-        guard let index = find(offset), !done[index] else { return nil }
-        done[index] = true
-        guard index == 0 else { return nil }
+        guard let index = find(offset), left[index] > 0 else { return nil }
+        left[index] -= 1
+        guard index == 0, left[index] == 0 else { return nil }
         var retired = offset
-        while let first = done.first, first {
+        while let first = left.first, first == 0 {
             retired = offsets.removeFirst()
-            done.removeFirst()
+            left.removeFirst()
         }
         // The next committable offset is the oldest still pending, or one past the last retired.
         committable = offsets.first ?? retired + 1

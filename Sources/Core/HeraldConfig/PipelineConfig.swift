@@ -32,6 +32,15 @@ public struct TopicNames: Sendable, Hashable {
     public func outbound(_ lane: Lane) -> String { lane == .priority ? outboundPriority : outbound }
     public func retry(_ lane: Lane) -> String { lane == .priority ? retryPriority : retry }
 
+    /// The topics between the stages, which only Herald's stages read: their records are packed
+    /// (docs/kafka.md, "Packed records").
+    public var interStage: [String] {
+        [
+            ingested, resolved, deliverable, outbound, retry, ingestedPriority, resolvedPriority,
+            deliverablePriority, outboundPriority, retryPriority,
+        ]
+    }
+
     /// Every topic the pipeline uses.
     public var all: [String] {
         [
@@ -55,6 +64,10 @@ public struct KafkaConfig: Sendable, Hashable {
     /// priority lane's consumer and producer settings.
     public var bulkFlow = LaneFlow(fetchWaitMs: 50, lingerMs: 1)
     public var priorityFlow = LaneFlow(fetchWaitMs: 10, lingerMs: 0)
+    /// Packed records between the stages (`kafka.pack`, docs/kafka.md "Packed records"): at most this many
+    /// records and bytes per Kafka record; `max_records: 1` turns packing off.
+    public var packMaxRecords = 256
+    public var packMaxBytes = 65_536
     public init() {}
 }
 
@@ -575,7 +588,7 @@ public enum PipelineLoader {
             m, "kafka",
             known: [
                 "brokers", "client_id", "topics", "session_timeout_ms", "properties", "flow",
-                "priority_flow",
+                "priority_flow", "pack",
             ])
         if let v = try r.string(m["brokers"], "kafka.brokers") { k.brokers = v }
         if let v = try r.string(m["client_id"], "kafka.client_id") { k.clientID = v }
@@ -618,6 +631,12 @@ public enum PipelineLoader {
         }
         try flow("flow", &k.bulkFlow)
         try flow("priority_flow", &k.priorityFlow)
+        if let n = m["pack"] {
+            let pm = try r.mapping(n, "kafka.pack")
+            r.check(pm, "kafka.pack", known: ["max_records", "max_bytes"])
+            if let v = try r.int(pm["max_records"], "kafka.pack.max_records", in: 1...10_000) { k.packMaxRecords = v }
+            if let v = try r.int(pm["max_bytes"], "kafka.pack.max_bytes", in: 1024...16_777_216) { k.packMaxBytes = v }
+        }
         if let p = m["properties"] {
             for (key, value) in try r.mapping(p, "kafka.properties").pairs {
                 guard let s = value.string else {

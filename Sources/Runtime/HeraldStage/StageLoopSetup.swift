@@ -143,6 +143,11 @@ public struct StageSetup: Sendable {
             brokers: brokers, clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
             extraProperties: pipeline.kafka.properties)
         configuration.linger = .milliseconds(flow(lane: lane).lingerMs)
+        if pipeline.kafka.packMaxRecords > 1 {
+            configuration.packTopics = Set(pipeline.kafka.topics.interStage)
+            configuration.packMaxRecords = pipeline.kafka.packMaxRecords
+            configuration.packMaxBytes = pipeline.kafka.packMaxBytes
+        }
         return try KafkaProducer(configuration: configuration, logger: logger)
     }
 

@@ -1,0 +1,129 @@
+import Foundation
+import HeraldKafka
+import HeraldTestSupport
+import Testing
+
+@Suite("Packed records: the format and the offset of a pack")
+struct RecordPackFormatTests {
+    @Test("parts keep their keys, values, missing keys and tombstones, in order")
+    func roundTrip() {
+        let parts = [
+            RecordPack.Part(key: bytes("user-1"), value: bytes("first")),
+            RecordPack.Part(key: nil, value: []),
+            RecordPack.Part(key: bytes("user-2"), value: nil),
+            RecordPack.Part(key: [], value: Array(repeating: 0xAB, count: 300)),
+        ]
+        let packed = RecordPack.encode(parts)
+        #expect(RecordPack.decode(packed) == parts)
+    }
+
+    @Test("bytes that are not a whole pack are an ordinary record")
+    func notAPack() {
+        let packed = RecordPack.encode([
+            RecordPack.Part(key: bytes("k"), value: bytes("v")), RecordPack.Part(key: bytes("k"), value: bytes("w")),
+        ])
+        #expect(RecordPack.decode(Array(packed.dropLast())) == nil, "cut short")
+        #expect(RecordPack.decode(packed + [0]) == nil, "trailing bytes")
+        #expect(RecordPack.decode(bytes("{\"event_id\":\"e1\"}")) == nil, "JSON")
+        #expect(RecordPack.decode([0x00, 0x48, 0x01, 0x02]) == nil, "a binary stage record")
+        #expect(RecordPack.decode([0x00, 0x50, 0x01, 0x00]) == nil, "no parts")
+        #expect(RecordPack.decode([0x00, 0x50, 0x01, 0x05, 0x00, 0x00]) == nil, "fewer parts than announced")
+    }
+
+    @Test("a pack's offset is committable only once every part completed")
+    func trackerCountsParts() {
+        var t = PartitionOffsetTracker()
+        t.delivered(5, parts: 3)
+        t.delivered(6)
+        #expect(t.complete(6) == nil)
+        #expect(t.complete(5) == nil)
+        #expect(t.complete(5) == nil)
+        #expect(t.committable == nil)
+        #expect(t.complete(5) == 7, "the last part retires the pack and the record after it")
+        #expect(t.complete(5) == nil, "a fourth completion changes nothing")
+        #expect(t.outstanding == 0)
+    }
+}
+
+@Suite("Packed records on Tansu", .serialized)
+struct RecordPackTansuTests {
+    @Test("a packing producer puts each key where the partitioner would, in order; consumers hand out the parts")
+    func packsKeepPartitionAndOrder() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let topic = uniqueName("packed")
+        let admin = KafkaAdminConfiguration(brokers: [broker.bootstrap])
+        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 3)], configuration: admin)
+
+        var configuration = KafkaProducerConfiguration(brokers: [broker.bootstrap], clientID: "herald-test")
+        configuration.packTopics = [topic]
+        configuration.packMaxRecords = 25
+        let packing = try KafkaProducer(configuration: configuration, logger: testLogger("test.producer"))
+        let plain = try producer(broker.bootstrap)
+
+        // Until the producer has read the topic's partition count its records go unpacked; each round is checked.
+        var sent: [(key: String, value: String)] = []
+        var packedRounds = 0
+        for round in 0..<40 where packedRounds < 2 {
+            let records = (0..<100).map { i in
+                ProducerRecord(topic: topic, key: "user-\(i % 10)", value: bytes("r\(round)-\(i)"))
+            }
+            let reports = try await packing.send(records)
+            #expect(reports.count == 100 && reports.allSatisfy(\.isDelivered))
+            sent += (0..<100).map { i in (key: "user-\(i % 10)", value: "r\(round)-\(i)") }
+            var perKafkaRecord: [String: Int] = [:]
+            for report in reports { perKafkaRecord["\(report.partition)/\(report.offset ?? -1)", default: 0] += 1 }
+            if perKafkaRecord.count < 100 {
+                packedRounds += 1
+                #expect(perKafkaRecord.values.allSatisfy { $0 <= 25 }, "at most 25 records per pack: \(perKafkaRecord)")
+            } else {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        #expect(packedRounds == 2, "the producer packed once it knew the partition count")
+        // Then one unpacked record per key from a producer that does not pack: the same partitions, after the packs.
+        let tail = (0..<10).map { ProducerRecord(topic: topic, key: "user-\($0)", value: bytes("tail-\($0)")) }
+        try await plain.sendAll(tail)
+        sent += (0..<10).map { (key: "user-\($0)", value: "tail-\($0)") }
+
+        let group = uniqueName("g")
+        let consumer = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic], batchSize: 70),
+            logger: testLogger("test.consumer"))
+        let got = try await collect(consumer, count: sent.count)
+        #expect(got.count == sent.count)
+        for k in 0..<10 {
+            let key = "user-\(k)"
+            let ofKey = got.filter { $0.key == bytes(key) }
+            #expect(Set(ofKey.map(\.partition)).count == 1, "\(key) stays in one partition, packed or not")
+            #expect(
+                ofKey.map { String(decoding: $0.value ?? [], as: UTF8.self) }
+                    == sent.filter { $0.key == key }.map(\.value),
+                "\(key)'s records arrive in the order sent")
+        }
+        #expect(got.contains { $0.parts > 1 }, "parts of packs are handed out as records")
+
+        // Complete everything but one part of one pack: the committed offset stops at that pack.
+        guard let held = got.first(where: { $0.parts > 1 && $0.part == 1 }) else {
+            Issue.record("no pack consumed")
+            return
+        }
+        consumer.complete(got.filter { $0 != held })
+        try await consumer.commit()
+        let tp = TopicPartition(topic: topic, partition: held.partition)
+        #expect(try await consumer.committed([tp])[tp] == held.offset, "an incomplete pack is not committed past")
+        await consumer.shutdown()
+
+        // A new member of the group gets the whole pack again, every part of it.
+        let again = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
+            logger: testLogger("test.consumer"))
+        let redelivered = try await collect(again, count: held.parts)
+        let fromPack = redelivered.filter { $0.partition == held.partition && $0.offset == held.offset }
+        #expect(fromPack.count == held.parts)
+        #expect(fromPack.map(\.part) == Array(0..<held.parts))
+        await again.shutdown()
+        try await packing.shutdown()
+        try await plain.shutdown()
+    }
+}
