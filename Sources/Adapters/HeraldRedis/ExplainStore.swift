@@ -18,34 +18,42 @@ public final class ExplainStore: Sendable {
         "\(RedisKeys.prefix):\(app):explain:{\(eventID)}"
     }
 
-    /// Writes `entries` in one pipelined round trip.
+    /// Writes `entries` in one pipelined round trip: one HSET and one PEXPIRE per event (in the order events first
+    /// appear), then the latest decision of each user-level entry. Each entry's JSON is built once.
     public func record(_ entries: [ExplainEntry]) async throws {
         if entries.isEmpty { return }
-        var byKey: [String: [ExplainEntry]] = [:]
-        var order: [String] = []
+        // Entries of one event mostly come one after another: only a change of event looks the group up.
+        var groups: [(app: String, event: String, arguments: [any RedisArgument])] = []
+        var groupOf: [String: [String: Int]] = [:]
+        var current = -1
+        var lastDecisions: [RedisCommand] = []
         for entry in entries {
-            let key = Self.key(app: entry.appID, eventID: entry.eventID)
-            if byKey[key] == nil { order.append(key) }
-            byKey[key, default: []].append(entry)
+            let json = entry.jsonBytes
+            if current < 0 || groups[current].event != entry.eventID || groups[current].app != entry.appID {
+                if let known = groupOf[entry.appID]?[entry.eventID] {
+                    current = known
+                } else {
+                    current = groups.count
+                    groupOf[entry.appID, default: [:]][entry.eventID] = current
+                    groups.append((entry.appID, entry.eventID, [Self.key(app: entry.appID, eventID: entry.eventID)]))
+                }
+            }
+            groups[current].arguments.append(entry.field)
+            groups[current].arguments.append(json)
+            // The latest decision about each user (what the registry API's explain answers).
+            if let user = entry.user, entry.token == nil {
+                lastDecisions.append(
+                    RedisCommand(
+                        "SET", RedisKeys.lastDecision(app: entry.appID, user: user), json, "PX", ttlMilliseconds))
+            }
         }
         var commands: [RedisCommand] = []
-        commands.reserveCapacity(order.count * 2)
-        for key in order {
-            var arguments: [any RedisArgument] = [key]
-            for entry in byKey[key] ?? [] {
-                arguments.append(entry.field)
-                arguments.append(entry.jsonBytes)
-            }
-            commands.append(RedisCommand("HSET", arguments))
-            commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds))
+        commands.reserveCapacity(groups.count * 2 + lastDecisions.count)
+        for group in groups {
+            commands.append(RedisCommand("HSET", group.arguments))
+            commands.append(RedisCommand("PEXPIRE", group.arguments[0], ttlMilliseconds))
         }
-        // The latest decision about each user (what the registry API's explain answers).
-        for entry in entries where entry.user != nil && entry.token == nil {
-            commands.append(
-                RedisCommand(
-                    "SET", RedisKeys.lastDecision(app: entry.appID, user: entry.user ?? ""),
-                    entry.jsonBytes, "PX", ttlMilliseconds))
-        }
+        commands += lastDecisions
         for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("explain") }
     }
 

@@ -69,6 +69,17 @@ public enum RedisValue: Sendable, Hashable {
 public protocol RedisArgument: Sendable {
     /// Appends the argument's bytes.
     func appendRedisBytes(to buffer: inout [UInt8])
+    /// Appends the argument as a RESP bulk string (`$<length>` CRLF bytes CRLF). The default goes through
+    /// `appendRedisBytes` and a scratch buffer; strings, byte arrays and integers write straight into `buffer`.
+    func appendRedisBulk(to buffer: inout [UInt8])
+}
+
+extension RedisArgument {
+    public func appendRedisBulk(to buffer: inout [UInt8]) {
+        var scratch: [UInt8] = []
+        appendRedisBytes(to: &scratch)
+        RESP.appendBulk(scratch, to: &buffer)
+    }
 }
 
 extension RedisArgument {
@@ -84,6 +95,11 @@ extension String: RedisArgument {
         var s = self
         s.withUTF8 { buffer.append(contentsOf: $0) }
     }
+
+    public func appendRedisBulk(to buffer: inout [UInt8]) {
+        var s = self
+        s.withUTF8 { RESP.appendBulk($0, to: &buffer) }
+    }
 }
 
 extension Substring: RedisArgument {
@@ -96,14 +112,19 @@ extension Data: RedisArgument {
 
 extension Array: RedisArgument where Element == UInt8 {
     public func appendRedisBytes(to buffer: inout [UInt8]) { buffer.append(contentsOf: self) }
+    public func appendRedisBulk(to buffer: inout [UInt8]) {
+        withUnsafeBufferPointer { RESP.appendBulk($0, to: &buffer) }
+    }
 }
 
 extension Int: RedisArgument {
     public func appendRedisBytes(to buffer: inout [UInt8]) { RESP.appendDecimal(Int64(self), to: &buffer) }
+    public func appendRedisBulk(to buffer: inout [UInt8]) { RESP.appendDecimalBulk(Int64(self), to: &buffer) }
 }
 
 extension Int64: RedisArgument {
     public func appendRedisBytes(to buffer: inout [UInt8]) { RESP.appendDecimal(self, to: &buffer) }
+    public func appendRedisBulk(to buffer: inout [UInt8]) { RESP.appendDecimalBulk(self, to: &buffer) }
 }
 
 /// One Redis command, kept in its wire form (a RESP multi-bulk array), so pipelining a batch copies bytes once
@@ -126,14 +147,10 @@ public struct RedisCommand: Sendable, Hashable, CustomStringConvertible {
         out.reserveCapacity(32 + arguments.count * 24)
         out.append(UInt8(ascii: "*"))
         RESP.appendDecimal(Int64(arguments.count + 1), to: &out)
-        out.append(contentsOf: RESP.crlf)
-        RESP.appendBulk(name, to: &out)
-        var scratch: [UInt8] = []
-        for argument in arguments {
-            scratch.removeAll(keepingCapacity: true)
-            argument.appendRedisBytes(to: &scratch)
-            RESP.appendBulk(scratch, to: &out)
-        }
+        out.append(13)
+        out.append(10)
+        name.appendRedisBulk(to: &out)
+        for argument in arguments { argument.appendRedisBulk(to: &out) }
         encoded = out
     }
 
@@ -180,9 +197,28 @@ enum RESP {
     static func appendBulk(_ bytes: some Collection<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "$"))
         appendDecimal(Int64(bytes.count), to: &out)
-        out.append(contentsOf: crlf)
+        out.append(13)
+        out.append(10)
         out.append(contentsOf: bytes)
-        out.append(contentsOf: crlf)
+        out.append(13)
+        out.append(10)
+    }
+
+    /// `value` in decimal as a bulk string, without an intermediate buffer.
+    static func appendDecimalBulk(_ value: Int64, to out: inout [UInt8]) {
+        var digits = value < 0 ? 2 : 1
+        var rest = value.magnitude
+        while rest >= 10 {
+            rest /= 10
+            digits += 1
+        }
+        out.append(UInt8(ascii: "$"))
+        appendDecimal(Int64(digits), to: &out)
+        out.append(13)
+        out.append(10)
+        appendDecimal(value, to: &out)
+        out.append(13)
+        out.append(10)
     }
 
     static func appendBulk(_ string: String, to out: inout [UInt8]) {
