@@ -304,4 +304,30 @@ struct StateStoreTests {
         }
         return -1
     }
+
+    @Test("devices and preferences read again after a change are the changed ones (parsed values are kept by bytes)")
+    func parsedValuesFollowChanges() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let first = Device(token: Self.token(1), registeredAt: Self.t0)
+        _ = try await store.registerDevice(app: "a", user: "u", device: first)
+        let other = Device(token: Self.token(2), registeredAt: Self.t0)
+        _ = try await store.registerDevice(app: "a", user: "v", device: other)
+        try await store.setPreferences(app: "a", user: "u", preferences: Preferences(languages: ["de"]))
+        for _ in 0..<3 {
+            let states = try await store.loadUsers(app: "a", users: ["u", "v"], conversation: nil, now: Self.t0)
+            #expect(states["u"]?.devices == [first] && states["v"]?.devices == [other])
+            #expect(states["u"]?.preferences.languages == ["de"])
+            #expect(states["v"]?.preferences.languages == [], "v has no stored preferences")
+        }
+        let changed = Device(token: Self.token(1), environment: .sandbox, bundleID: "com.x", registeredAt: Self.t0 + 1)
+        _ = try await store.registerDevice(app: "a", user: "u", device: changed)
+        try await store.setPreferences(app: "a", user: "u", preferences: Preferences(languages: ["fr", "de"]))
+        let states = try await store.loadUsers(app: "a", users: ["u", "v"], conversation: nil, now: Self.t0)
+        #expect(states["u"]?.devices == [changed])
+        #expect(states["v"]?.devices == [other], "the other user's device is unchanged")
+        #expect(states["u"]?.preferences.languages == ["fr", "de"])
+    }
 }
