@@ -258,6 +258,47 @@ struct StateTests {
         }
     }
 
+    @Test("records of one event in a row decode their event once, to what decoding each alone gives")
+    func eventReuse() throws {
+        let e = try event(validEvent)
+        var other = e
+        other.eventID = "another"
+        let f = try StageCodec.decode(StateFixture.self, from: Array(specFixture.utf8))
+        let state = try #require(f.users["u2"])
+        let records = [
+            ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C"),
+            ResolvedRecord(event: e, recipient: "u3", state: UserState(), senderDisplayName: "C"),
+            ResolvedRecord(event: other, recipient: "u2", state: state),
+            ResolvedRecord(event: e, recipient: "u4", state: UserState()),
+            ResolvedRecord(event: e, recipient: "u5", state: state),
+        ]
+        var reuse = EventReuse()
+        for record in records {
+            let wire = StageCodec.encode(record)
+            #expect(try BinaryRecordFormat.decode(ResolvedRecord.self, from: wire, reusing: &reuse) == record)
+        }
+        #expect(reuse.reused == 2, "u3 after u2, u5 after u4")
+        // A broken record after a good one of the same event is refused as it is alone; truncated ones too.
+        let wire = StageCodec.encode(records[0])
+        #expect(throws: StageRecordError.self) {
+            try BinaryRecordFormat.decode(ResolvedRecord.self, from: wire + [0], reusing: &reuse)
+        }
+        for length in stride(from: 4, to: wire.count, by: 5) {
+            #expect(throws: StageRecordError.self) {
+                try BinaryRecordFormat.decode(ResolvedRecord.self, from: Array(wire.prefix(length)), reusing: &reuse)
+            }
+        }
+        // Deliverable records too.
+        let deliverable = DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices)
+        var deliverableReuse = EventReuse()
+        for _ in 0..<3 {
+            let decoded = try BinaryRecordFormat.decode(
+                DeliverableRecord.self, from: StageCodec.encode(deliverable), reusing: &deliverableReuse)
+            #expect(decoded == deliverable)
+        }
+        #expect(deliverableReuse.reused == 2)
+    }
+
     @Test("a resolved record carries only the conversation's own preference and unread count")
     func scopedState() throws {
         var state = UserState(devices: [device(tokenA)])

@@ -100,6 +100,11 @@ public struct BinaryReader {
         StageRecordError(record: record, detail: "(binary) \(what) at byte \(offset)")
     }
 
+    func error(_ detail: String) -> StageRecordError { StageRecordError(record: record, detail: detail) }
+
+    /// Moves past `count` bytes already known (at most to the end).
+    mutating func skip(_ count: Int) { offset = min(base.count, offset + max(0, count)) }
+
     @inline(__always) public mutating func byte() throws(StageRecordError) -> UInt8 {
         guard offset < base.count else { throw fail("truncated") }
         defer { offset += 1 }
@@ -205,24 +210,10 @@ public enum BinaryRecordFormat {
     }
 
     public static func decode<T: BinaryRecord>(_ type: T.Type, from bytes: [UInt8]) throws(StageRecordError) -> T {
-        let name = "\(T.self)"
         let result: Result<T, StageRecordError> = bytes.withUnsafeBytes { raw in
-            var r = BinaryReader(raw, offset: 0, record: name)
+            var r = BinaryReader(raw, offset: 0, record: "\(T.self)")
             do throws(StageRecordError) {
-                guard try r.byte() == magic.0, try r.byte() == magic.1 else { throw r.fail("not a binary record") }
-                let v = try r.byte()
-                guard v >= oldestReadable, v <= version else {
-                    throw StageRecordError(
-                        record: name,
-                        detail:
-                            "(binary) format version \(v) is not supported (this Herald reads \(oldestReadable) to \(version))"
-                    )
-                }
-                r.version = v
-                let t = try r.byte()
-                guard t == T.binaryType else {
-                    throw StageRecordError(record: name, detail: "(binary) record type \(t), expected \(T.binaryType)")
-                }
+                try readHeader(&r, T.self)
                 let record = try T(binary: &r)
                 guard r.isAtEnd else { throw r.fail("trailing bytes") }
                 return .success(record)
@@ -231,6 +222,76 @@ public enum BinaryRecordFormat {
             }
         }
         return try result.get()
+    }
+
+    /// `decode`, for a record that starts with its event: when the event's bytes are those of the event `reuse`
+    /// holds (the record before it in the batch), that event is taken instead of decoded again. The same bytes
+    /// decode to the same event, ending at the same byte, so the result is what `decode` gives.
+    public static func decode<T: EventFirstRecord>(
+        _ type: T.Type, from bytes: [UInt8], reusing reuse: inout EventReuse
+    ) throws(StageRecordError) -> T {
+        let result: Result<T, StageRecordError> = bytes.withUnsafeBytes { raw in
+            var r = BinaryReader(raw, offset: 0, record: "\(T.self)")
+            do throws(StageRecordError) {
+                try readHeader(&r, T.self)
+                let start = r.offset
+                let event: ChatEvent
+                if let known = reuse.event, reuse.version == r.version, reuse.bytes.count <= raw.count - start,
+                    reuse.bytes.elementsEqual(
+                        UnsafeRawBufferPointer(rebasing: raw[start..<(start + reuse.bytes.count)]))
+                {
+                    event = known
+                    r.skip(reuse.bytes.count)
+                    reuse.reused += 1
+                } else {
+                    event = try ChatEvent(binary: &r)
+                    reuse.remember(event, bytes: Array(raw[start..<r.offset]), version: r.version)
+                }
+                let record = try T(event: event, rest: &r)
+                guard r.isAtEnd else { throw r.fail("trailing bytes") }
+                return .success(record)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    private static func readHeader<T: BinaryRecord>(_ r: inout BinaryReader, _ type: T.Type) throws(StageRecordError) {
+        guard try r.byte() == magic.0, try r.byte() == magic.1 else { throw r.fail("not a binary record") }
+        let v = try r.byte()
+        guard v >= oldestReadable, v <= version else {
+            throw r.error(
+                "(binary) format version \(v) is not supported (this Herald reads \(oldestReadable) to \(version))")
+        }
+        r.version = v
+        let t = try r.byte()
+        guard t == T.binaryType else { throw r.error("(binary) record type \(t), expected \(T.binaryType)") }
+    }
+}
+
+/// A record whose binary form starts with its event (resolved and deliverable records).
+public protocol EventFirstRecord: BinaryRecord {
+    /// Reads the rest of the record after its event.
+    init(event: ChatEvent, rest r: inout BinaryReader) throws(StageRecordError)
+}
+
+/// The event decoded last from a batch's records, with its bytes. Resolve writes one event's bytes into the record
+/// of each of its recipients, so records of one event come one after another (within a partition) and their event
+/// is decoded once (`BinaryRecordFormat.decode(_:from:reusing:)`).
+public struct EventReuse: Sendable {
+    var version: UInt8 = 0
+    var bytes: [UInt8] = []
+    var event: ChatEvent?
+    /// Records whose event was taken from the one before instead of decoded.
+    public internal(set) var reused = 0
+
+    public init() {}
+
+    mutating func remember(_ event: ChatEvent, bytes: [UInt8], version: UInt8) {
+        self.event = event
+        self.bytes = bytes
+        self.version = version
     }
 }
 
@@ -447,7 +508,7 @@ extension IngestedRecord: BinaryRecord {
     }
 }
 
-extension ResolvedRecord: BinaryRecord {
+extension ResolvedRecord: EventFirstRecord {
     public static let binaryType: UInt8 = 2
 
     public func write(into w: inout BinaryWriter) {
@@ -458,13 +519,17 @@ extension ResolvedRecord: BinaryRecord {
     }
 
     public init(binary r: inout BinaryReader) throws(StageRecordError) {
+        try self.init(event: try ChatEvent(binary: &r), rest: &r)
+    }
+
+    public init(event: ChatEvent, rest r: inout BinaryReader) throws(StageRecordError) {
         self.init(
-            event: try ChatEvent(binary: &r), recipient: try r.string(), state: try UserState(binary: &r),
+            event: event, recipient: try r.string(), state: try UserState(binary: &r),
             senderDisplayName: try r.optionalString())
     }
 }
 
-extension DeliverableRecord: BinaryRecord {
+extension DeliverableRecord: EventFirstRecord {
     public static let binaryType: UInt8 = 3
 
     public func write(into w: inout BinaryWriter) {
@@ -476,8 +541,12 @@ extension DeliverableRecord: BinaryRecord {
     }
 
     public init(binary r: inout BinaryReader) throws(StageRecordError) {
+        try self.init(event: try ChatEvent(binary: &r), rest: &r)
+    }
+
+    public init(event: ChatEvent, rest r: inout BinaryReader) throws(StageRecordError) {
         self.init(
-            event: try ChatEvent(binary: &r), recipient: try r.string(), state: try UserState(binary: &r),
+            event: event, recipient: try r.string(), state: try UserState(binary: &r),
             targets: try Device.readList(&r), senderDisplayName: try r.optionalString())
     }
 }

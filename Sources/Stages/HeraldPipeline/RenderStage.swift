@@ -23,16 +23,21 @@ public struct RenderProcessor: StageProcessor {
         let now = context.now()
         // One configuration for the whole batch, even when a reload swaps it meanwhile.
         let apps = live.current
-        return batch.map { process($0, now: now, apps: apps) }
+        var reuse = EventReuse()
+        var results: [StageResult] = []
+        results.reserveCapacity(batch.count)
+        for input in batch { results.append(process(input, now: now, apps: apps, reuse: &reuse)) }
+        return results
     }
 
     public func process(_ input: StageInput, now: Date) -> StageResult {
-        process(input, now: now, apps: live.current)
+        var reuse = EventReuse()
+        return process(input, now: now, apps: live.current, reuse: &reuse)
     }
 
-    func process(_ input: StageInput, now: Date, apps: AppDirectory) -> StageResult {
+    func process(_ input: StageInput, now: Date, apps: AppDirectory, reuse: inout EventReuse) -> StageResult {
         let record: DeliverableRecord
-        do { record = try input.decode(DeliverableRecord.self) } catch { return error.result }
+        do { record = try input.decode(DeliverableRecord.self, reusing: &reuse) } catch { return error.result }
         let event = record.event
         guard apps.isKnown(event.appID) else {
             return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))

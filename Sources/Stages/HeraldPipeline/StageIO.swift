@@ -34,6 +34,20 @@ extension StageInput {
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
     }
 
+    /// Decodes a record that starts with its event, taking the event from `reuse` when its bytes are the previous
+    /// record's (`EventReuse`): suppress and render read many records of one event in a row.
+    public func decode<T: StageRecord & EventFirstRecord>(
+        _ type: T.Type, reusing reuse: inout EventReuse
+    ) throws(InvalidInput) -> T {
+        guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
+        do {
+            if BinaryRecordFormat.isBinary(value) {
+                return try BinaryRecordFormat.decode(T.self, from: value, reusing: &reuse)
+            }
+            return try StageCodec.decode(T.self, from: value)
+        } catch { throw InvalidInput(detail: error.description) }
+    }
+
     /// Decodes the input as a JSON record (registry and token-feedback records). Bytes that are not UTF-8 are
     /// refused first, with one message for the whole record.
     public func decode<T: JSONRecord>(_ type: T.Type) throws(InvalidInput) -> T {

@@ -16,12 +16,21 @@ public struct SuppressProcessor: StageProcessor {
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
         let now = context.now()
-        return batch.map { process($0, now: now) }
+        var reuse = EventReuse()
+        var results: [StageResult] = []
+        results.reserveCapacity(batch.count)
+        for input in batch { results.append(process(input, now: now, reuse: &reuse)) }
+        return results
     }
 
     public func process(_ input: StageInput, now: Date) -> StageResult {
+        var reuse = EventReuse()
+        return process(input, now: now, reuse: &reuse)
+    }
+
+    func process(_ input: StageInput, now: Date, reuse: inout EventReuse) -> StageResult {
         let record: ResolvedRecord
-        do { record = try input.decode(ResolvedRecord.self) } catch { return error.result }
+        do { record = try input.decode(ResolvedRecord.self, reusing: &reuse) } catch { return error.result }
         let event = record.event
         guard apps.isKnown(event.appID) else {
             return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
