@@ -305,7 +305,7 @@ struct StateStoreTests {
         return -1
     }
 
-    @Test("devices and preferences read again after a change are the changed ones (parsed values are kept by bytes)")
+    @Test("devices and preferences read again after a change are the changed ones")
     func parsedValuesFollowChanges() async throws {
         let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)

@@ -1,7 +1,6 @@
 import Foundation
 import HeraldCore
 import Logging
-import Synchronization
 
 /// Herald's per-app user state in Redis, in the key layout of `RedisKeys` (docs/redis-keys.md).
 ///
@@ -14,9 +13,6 @@ import Synchronization
 public final class StateStore: Sendable {
     public let connection: RedisConnection
     private let logger: Logger
-    /// Stored devices and preferences already parsed, by their exact bytes (`loadUsers`).
-    private let parsedDevices = ParsedValues<Device>(capacity: 32_768)
-    private let parsedPreferences = ParsedValues<Preferences>(capacity: 32_768)
 
     public init(connection: RedisConnection, logger: Logger = Logger(label: "herald.redis.state")) {
         self.connection = connection
@@ -444,7 +440,7 @@ public final class StateStore: Sendable {
         var devices: [Device] = []
         var index = 0
         while index + 1 < values.count {
-            if let data = values[index + 1].data, let device = try? parsedDevices.value(of: data, Device.fromJSON) {
+            if let data = values[index + 1].data, let device = try? Device.fromJSON(data) {
                 devices.append(device)
             } else {
                 let token = values[index].text ?? ""
@@ -462,7 +458,7 @@ public final class StateStore: Sendable {
     private func decodePreferences(_ reply: RedisValue, user: String) throws -> Preferences {
         guard case .string(let data) = reply else { return Preferences() }
         do {
-            return try parsedPreferences.value(of: data, Preferences.fromJSON)
+            return try Preferences.fromJSON(data)
         } catch {
             logger.warning(
                 "stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])
@@ -624,35 +620,4 @@ enum Scripts {
         redis.call('ZREM', KEYS[2], ARGV[1])
         return 1
         """
-}
-
-/// Values parsed from stored JSON, by the stored bytes. A user's devices and preferences change rarely, and every
-/// notification to them read and parsed the same JSON again: about a sixth of resolve's CPU. The same bytes always
-/// parse to the same value, so a hit is never stale. At most `capacity` entries; emptied when full.
-final class ParsedValues<Value: Sendable>: Sendable {
-    /// The stored bytes, hashed whole (`Data`'s own hash reads only the first 80 bytes, which stored JSON of one
-    /// app mostly shares).
-    struct Key: Hashable, Sendable {
-        let data: Data
-        static func == (a: Key, b: Key) -> Bool { a.data == b.data }
-        func hash(into hasher: inout Hasher) {
-            data.withUnsafeBytes { hasher.combine(bytes: $0) }
-        }
-    }
-
-    private let table = Mutex<[Key: Value]>([:])
-    private let capacity: Int
-
-    init(capacity: Int) { self.capacity = capacity }
-
-    func value(of data: Data, _ parse: (Data) throws -> Value) throws -> Value {
-        let key = Key(data: data)
-        if let known = table.withLock({ $0[key] }) { return known }
-        let value = try parse(data)
-        table.withLock { t in
-            if t.count >= capacity { t.removeAll(keepingCapacity: true) }
-            t[key] = value
-        }
-        return value
-    }
 }
