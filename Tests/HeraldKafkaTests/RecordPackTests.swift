@@ -126,4 +126,41 @@ struct RecordPackTansuTests {
         try await packing.shutdown()
         try await plain.shutdown()
     }
+
+    @Test("a record too large to pack goes alone, after the pack before it and before the next")
+    func largeRecordKeepsOrder() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let topic = uniqueName("packed-large")
+        let admin = KafkaAdminConfiguration(brokers: [broker.bootstrap])
+        _ = try await KafkaAdmin.createTopics([TopicSpec(name: topic, partitions: 1)], configuration: admin)
+        var configuration = KafkaProducerConfiguration(brokers: [broker.bootstrap], clientID: "herald-test")
+        configuration.packTopics = [topic]
+        configuration.packMaxBytes = 1024
+        let packing = try KafkaProducer(configuration: configuration, logger: testLogger("test.producer"))
+        let large = String(repeating: "L", count: 700)
+        let values = ["a", "b", large, "c", "d", "e"]
+        var reports: [DeliveryReport] = []
+        var sent = 0
+        let deadline = ContinuousClock.now + .seconds(15)
+        repeat {
+            reports = try await packing.send(values.map { ProducerRecord(topic: topic, key: "k", value: bytes($0)) })
+            sent += values.count
+            if Set(reports.map(\.offset)).count < values.count { break }
+            try await Task.sleep(for: .milliseconds(100))
+        } while ContinuousClock.now < deadline
+        // a and b in one pack, the large record alone, c, d and e in the next pack.
+        let offsets = reports.map { $0.offset ?? -1 }
+        #expect(offsets[0] == offsets[1] && offsets[1] < offsets[2] && offsets[2] < offsets[3])
+        #expect(offsets[3] == offsets[4] && offsets[4] == offsets[5])
+
+        let consumer = try KafkaConsumer(
+            configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic]),
+            logger: testLogger("test.consumer"))
+        let got = try await collect(consumer, count: sent)
+        let last = got.suffix(values.count).map { String(decoding: $0.value ?? [], as: UTF8.self) }
+        #expect(last == values, "the last call's records arrive in the order sent")
+        await consumer.shutdown()
+        try await packing.shutdown()
+    }
 }

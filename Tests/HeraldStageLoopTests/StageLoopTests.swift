@@ -116,6 +116,57 @@ func makeLoop(
         #expect(more.count == 40)
     }
 
+    @Test func thePartsOfAPackedInputAreProcessedAloneAndThePackIsCommittedOnceAllComplete() async throws {
+        let broker = try await TansuBroker.start()
+        try await broker.createTopics([("in", 2), ("out", 2), ("dlq", 1), ("warm", 1)])
+        var configuration = KafkaProducerConfiguration(brokers: broker.brokers)
+        configuration.packTopics = ["in", "warm"]
+        let packing = try KafkaProducer(configuration: configuration)
+        // The producer packs once it has read the partition counts (in the background, at start).
+        var packed = false
+        let values = (0..<40).map { "ok-\($0)" } + (0..<10).map { "bad-\($0)" }
+        let deadline = ContinuousClock.now + .seconds(15)
+        while !packed, ContinuousClock.now < deadline {
+            let probe = try await packing.send([
+                ProducerRecord(topic: "warm", key: "probe", value: Array("x".utf8)),
+                ProducerRecord(topic: "warm", key: "probe", value: Array("y".utf8)),
+            ])
+            packed = probe.count == 2 && probe[0].offset != nil && probe[0].offset == probe[1].offset
+            if !packed { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(packed, "the producer read the partition counts")
+        let reports = try await packing.send(
+            values.shuffled().map { ProducerRecord(topic: "in", key: "k", value: Array($0.utf8)) })
+        #expect(Set(reports.map { "\($0.partition)/\($0.offset ?? -1)" }).count == 1, "one key, one pack")
+        try await packing.shutdown()
+
+        let (loop, _) = try makeLoop(broker, group: "echo-packed", processor: EchoProcessor())
+        let running = Task { try await loop.run() }
+        let records = try await collect(topics: ["out", "dlq"], count: 50, brokers: broker.brokers)
+        loop.stop()
+        try await running.value
+        let outputs = records.filter { $0.topic == "out" }
+        #expect(
+            Set(outputs.map { String(decoding: $0.value ?? [], as: UTF8.self) }) == Set((0..<40).map { "OK-\($0)" }))
+        #expect(outputs.count == 40)
+        let letters = try records.filter { $0.topic == "dlq" }.map {
+            try StageCodec.decode(DLQRecord.self, from: $0.value ?? [])
+        }
+        #expect(letters.count == 10, "each bad part is dead-lettered on its own")
+        #expect(
+            Set(letters.compactMap { $0.originalBytes.map { String(decoding: $0, as: UTF8.self) } })
+                == Set((0..<10).map { "bad-\($0)" }))
+        #expect(letters.allSatisfy { $0.sourceOffset == reports.first?.offset }, "the source offset is the pack's")
+
+        // The pack was committed: a new member of the group gets nothing.
+        let (again, _) = try makeLoop(broker, group: "echo-packed", processor: EchoProcessor())
+        let second = Task { try await again.run() }
+        let more = try await collect(topics: ["out"], count: 41, brokers: broker.brokers, timeout: .seconds(8))
+        again.stop()
+        try await second.value
+        #expect(more.count == 40)
+    }
+
     @Test func handedBackInputsAreNotCommittedAndComeBack() async throws {
         let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
