@@ -150,7 +150,8 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(Name.laneInFlight, "gauge", labels: "stage, lane", "`herald_in_flight` of one lane"),
         MetricDeclaration(
             Name.consumerLag, "gauge", labels: "stage, topic, partition",
-            "high watermark minus committed offset (what KEDA scales on)"),
+            "high watermark minus committed offset (what KEDA scales on), in Kafka records: between the stages one packs up to 256 notifications"
+        ),
         MetricDeclaration(
             Name.redisErrors, "counter", labels: "stage, code", stages: "resolve, send, registry",
             "Redis failures by `RedisError` code"),
