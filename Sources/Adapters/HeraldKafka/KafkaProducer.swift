@@ -232,9 +232,13 @@ final class PartitionCounts: Sendable {
         let topics = self.topics
         let admin = self.admin
         let logger = self.logger
-        Task.detached { [self] in
+        // The short-lived metadata client's own librdkafka logs (connection refused while the broker is down) would
+        // repeat every few seconds beside the producer's: only its outcome is logged, here.
+        var quiet = logger
+        quiet.logLevel = .critical
+        Task.detached { [self, quiet] in
             let read: [String: Int]?
-            do { read = try await KafkaAdmin.partitionCounts(topics, configuration: admin, logger: logger) } catch {
+            do { read = try await KafkaAdmin.partitionCounts(topics, configuration: admin, logger: quiet) } catch {
                 logger.debug("partition counts for packing not read; trying again", metadata: ["error": "\(error)"])
                 read = nil
             }
