@@ -224,6 +224,27 @@ struct PipelineConfigTests {
         #expect(odd.warnings.contains { $0.hasPrefix("kafka.flow.idle_ms") })
     }
 
+    @Test("kafka.pack sets how records between the stages are packed; max_records 1 turns it off")
+    func packSettings() throws {
+        let loaded = try PipelineLoader.load(yaml: "kafka: {pack: {max_records: 1, max_bytes: 2048}}")
+        #expect(loaded.warnings == [])
+        #expect(loaded.config.kafka.packMaxRecords == 1)
+        #expect(loaded.config.kafka.packMaxBytes == 2048)
+        let defaults = try PipelineLoader.load(yaml: "kafka: {brokers: k:9092}").config.kafka
+        #expect(defaults.packMaxRecords == 256 && defaults.packMaxBytes == 65_536)
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "kafka: {pack: {max_records: 0}}") }
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "kafka: {pack: {max_bytes: 100}}") }
+        let odd = try PipelineLoader.load(yaml: "kafka: {pack: {records: 3}}")
+        #expect(odd.warnings.contains { $0.hasPrefix("kafka.pack.records") })
+        // The packed topics are the ten between the stages, never the ones other systems read or write.
+        let topics = TopicNames()
+        #expect(topics.interStage.count == 10)
+        #expect(
+            Set(topics.interStage).isDisjoint(with: [
+                topics.chatEvents, topics.dlq, topics.tokenFeedback, topics.registry,
+            ]))
+    }
+
     @Test("unknown keys in every section are warned about with their path and the known keys")
     func unknownKeysEverywhere() throws {
         let yaml = """
