@@ -455,31 +455,10 @@ final class ConsumerCore: @unchecked Sendable {
         _ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64],
         into records: inout [ConsumerRecord]
     ) {
-        guard let record = convert(message, epochs: epochs) else { return }
-        let m = message.pointee
-        guard let payload = m.payload, m.len > 3,
-            let parts = RecordPack.decode(UnsafeRawBufferPointer(start: payload, count: m.len))
-        else {
-            records.append(record)
-            return
-        }
-        for (index, part) in parts.enumerated() {
-            records.append(
-                ConsumerRecord(
-                    topic: record.topic, partition: record.partition, offset: record.offset, key: part.key,
-                    value: part.value, headers: [], timestamp: record.timestamp, epoch: record.epoch, part: index,
-                    parts: parts.count))
-        }
-    }
-
-    /// A record, or nil for errors (logged, counted; a fatal error is kept to be thrown).
-    private func convert(
-        _ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64]
-    ) -> ConsumerRecord? {
         let m = message.pointee
         let topic = m.rkt.map(topicName) ?? ""
         guard m.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
+            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
             errorCounter.increment()
             if m.err == RD_KAFKA_RESP_ERR__FATAL {
                 var errbuf = [CChar](repeating: 0, count: 512)
@@ -487,7 +466,7 @@ final class ConsumerCore: @unchecked Sendable {
                 let error = KafkaError.rdkafka(.fatal, code, "fatal consumer error: \(cStringBuffer(errbuf))")
                 logger.error("kafka consumer fatal error", metadata: ["error": .string(error.description)])
                 state.withLock { $0.fatal = error }
-                return nil
+                return
             }
             let detail =
                 m.payload.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: m.len), as: UTF8.self) } ?? ""
@@ -497,10 +476,10 @@ final class ConsumerCore: @unchecked Sendable {
                     "code": .string(String(cString: rd_kafka_err2name(m.err))), "topic": .string(topic),
                     "partition": .stringConvertible(m.partition), "detail": .string(detail),
                 ])
-            return nil
+            return
         }
-        guard let epoch = epochs[TopicPartition(topic: topic, partition: m.partition)] else { return nil }
-        return ConsumerRecord(copying: message, topic: topic, epoch: epoch)
+        guard let epoch = epochs[TopicPartition(topic: topic, partition: m.partition)] else { return }
+        ConsumerRecord.append(copying: message, topic: topic, epoch: epoch, to: &records)
     }
 
     private func serveWaiter() {

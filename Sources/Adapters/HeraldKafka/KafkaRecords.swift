@@ -166,17 +166,40 @@ public struct ConsumerRecord: Sendable, Hashable {
                 index += 1
             }
         }
-        var type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
-        let ts = rd_kafka_message_timestamp(message, &type)
-        let timestamp: KafkaTimestamp?
-        switch type {
-        case RD_KAFKA_TIMESTAMP_CREATE_TIME: timestamp = KafkaTimestamp(millisecondsSinceEpoch: ts, kind: .createTime)
-        case RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME:
-            timestamp = KafkaTimestamp(millisecondsSinceEpoch: ts, kind: .logAppendTime)
-        default: timestamp = nil
-        }
         self.init(
             topic: topic, partition: m.partition, offset: m.offset, key: key, value: value,
-            headers: headers, timestamp: timestamp, epoch: epoch)
+            headers: headers, timestamp: Self.timestamp(of: message), epoch: epoch)
+    }
+
+    /// Appends a consumed message (with `err == 0`): a pack's parts (`RecordPack`), each with the pack's topic,
+    /// partition, offset and timestamp, read straight from librdkafka's buffer; any other message as one record.
+    static func append(
+        copying message: UnsafePointer<rd_kafka_message_t>, topic: String, epoch: UInt64,
+        to records: inout [ConsumerRecord]
+    ) {
+        let m = message.pointee
+        guard let payload = m.payload,
+            let parts = RecordPack.decode(UnsafeRawBufferPointer(start: payload, count: m.len))
+        else {
+            records.append(ConsumerRecord(copying: message, topic: topic, epoch: epoch))
+            return
+        }
+        let timestamp = timestamp(of: message)
+        for (index, part) in parts.enumerated() {
+            records.append(
+                ConsumerRecord(
+                    topic: topic, partition: m.partition, offset: m.offset, key: part.key, value: part.value,
+                    headers: [], timestamp: timestamp, epoch: epoch, part: index, parts: parts.count))
+        }
+    }
+
+    private static func timestamp(of message: UnsafePointer<rd_kafka_message_t>) -> KafkaTimestamp? {
+        var type = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let ts = rd_kafka_message_timestamp(message, &type)
+        switch type {
+        case RD_KAFKA_TIMESTAMP_CREATE_TIME: return KafkaTimestamp(millisecondsSinceEpoch: ts, kind: .createTime)
+        case RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME: return KafkaTimestamp(millisecondsSinceEpoch: ts, kind: .logAppendTime)
+        default: return nil
+        }
     }
 }

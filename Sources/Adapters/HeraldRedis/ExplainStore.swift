@@ -22,22 +22,25 @@ public final class ExplainStore: Sendable {
     /// appear), then the latest decision of each user-level entry. Each entry's JSON is built once.
     public func record(_ entries: [ExplainEntry]) async throws {
         if entries.isEmpty { return }
-        // Entries of one event mostly come one after another: only a change of event looks the group up.
-        var groups: [(app: String, event: String, arguments: [any RedisArgument])] = []
-        var groupOf: [String: [String: Int]] = [:]
+        // Entries of one event mostly come one after another: only a change of event builds its key and looks it up.
+        var groups: [(key: String, arguments: [any RedisArgument])] = []
+        var groupOf: [String: Int] = [:]
         var current = -1
+        var last: ExplainEntry?
         var lastDecisions: [RedisCommand] = []
         for entry in entries {
             let json = entry.jsonBytes
-            if current < 0 || groups[current].event != entry.eventID || groups[current].app != entry.appID {
-                if let known = groupOf[entry.appID]?[entry.eventID] {
+            if current < 0 || last?.eventID != entry.eventID || last?.appID != entry.appID {
+                let key = Self.key(app: entry.appID, eventID: entry.eventID)
+                if let known = groupOf[key] {
                     current = known
                 } else {
                     current = groups.count
-                    groupOf[entry.appID, default: [:]][entry.eventID] = current
-                    groups.append((entry.appID, entry.eventID, [Self.key(app: entry.appID, eventID: entry.eventID)]))
+                    groupOf[key] = current
+                    groups.append((key, [key]))
                 }
             }
+            last = entry
             groups[current].arguments.append(entry.field)
             groups[current].arguments.append(json)
             // The latest decision about each user (what the registry API's explain answers).
@@ -51,7 +54,7 @@ public final class ExplainStore: Sendable {
         commands.reserveCapacity(groups.count * 2 + lastDecisions.count)
         for group in groups {
             commands.append(RedisCommand("HSET", group.arguments))
-            commands.append(RedisCommand("PEXPIRE", group.arguments[0], ttlMilliseconds))
+            commands.append(RedisCommand("PEXPIRE", group.key, ttlMilliseconds))
         }
         commands += lastDecisions
         for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("explain") }

@@ -210,18 +210,7 @@ public enum BinaryRecordFormat {
     }
 
     public static func decode<T: BinaryRecord>(_ type: T.Type, from bytes: [UInt8]) throws(StageRecordError) -> T {
-        let result: Result<T, StageRecordError> = bytes.withUnsafeBytes { raw in
-            var r = BinaryReader(raw, offset: 0, record: "\(T.self)")
-            do throws(StageRecordError) {
-                try readHeader(&r, T.self)
-                let record = try T(binary: &r)
-                guard r.isAtEnd else { throw r.fail("trailing bytes") }
-                return .success(record)
-            } catch {
-                return .failure(error)
-            }
-        }
-        return try result.get()
+        try read(T.self, from: bytes) { r, _ throws(StageRecordError) in try T(binary: &r) }
     }
 
     /// `decode`, for a record that starts with its event: when the event's bytes are those of the event `reuse`
@@ -230,24 +219,33 @@ public enum BinaryRecordFormat {
     public static func decode<T: EventFirstRecord>(
         _ type: T.Type, from bytes: [UInt8], reusing reuse: inout EventReuse
     ) throws(StageRecordError) -> T {
+        try read(T.self, from: bytes) { r, raw throws(StageRecordError) in
+            let start = r.offset
+            let event: ChatEvent
+            if let known = reuse.event, reuse.version == r.version, reuse.bytes.count <= raw.count - start,
+                reuse.bytes.elementsEqual(UnsafeRawBufferPointer(rebasing: raw[start..<(start + reuse.bytes.count)]))
+            {
+                event = known
+                r.skip(reuse.bytes.count)
+                reuse.reused += 1
+            } else {
+                event = try ChatEvent(binary: &r)
+                reuse.remember(event, bytes: Array(raw[start..<r.offset]), version: r.version)
+            }
+            return try T(event: event, rest: &r)
+        }
+    }
+
+    /// Reads the header, then the record with `body`, and refuses trailing bytes.
+    private static func read<T: BinaryRecord>(
+        _ type: T.Type, from bytes: [UInt8],
+        _ body: (inout BinaryReader, UnsafeRawBufferPointer) throws(StageRecordError) -> T
+    ) throws(StageRecordError) -> T {
         let result: Result<T, StageRecordError> = bytes.withUnsafeBytes { raw in
             var r = BinaryReader(raw, offset: 0, record: "\(T.self)")
             do throws(StageRecordError) {
                 try readHeader(&r, T.self)
-                let start = r.offset
-                let event: ChatEvent
-                if let known = reuse.event, reuse.version == r.version, reuse.bytes.count <= raw.count - start,
-                    reuse.bytes.elementsEqual(
-                        UnsafeRawBufferPointer(rebasing: raw[start..<(start + reuse.bytes.count)]))
-                {
-                    event = known
-                    r.skip(reuse.bytes.count)
-                    reuse.reused += 1
-                } else {
-                    event = try ChatEvent(binary: &r)
-                    reuse.remember(event, bytes: Array(raw[start..<r.offset]), version: r.version)
-                }
-                let record = try T(event: event, rest: &r)
+                let record = try body(&r, raw)
                 guard r.isAtEnd else { throw r.fail("trailing bytes") }
                 return .success(record)
             } catch {
