@@ -112,11 +112,21 @@ struct StackControl {
     static func portEnvironment() -> [String: String] {
         var env: [String: String] = [:]
         let given = ProcessInfo.processInfo.environment
-        for (name, _) in [
-            ("HERALD_LOCAL_REDIS_PORT", 0), ("HERALD_LOCAL_KAFKA_PORT", 0), ("HERALD_LOCAL_APNS_PORT", 0),
-            ("HERALD_LOCAL_FCM_PORT", 0),
+        // Each probe socket is closed before the next is opened, so the kernel may hand out one port twice (once
+        // Redis and Kafka both got 36205): ask again until the four differ.
+        var taken = Set<Int>()
+        for name in [
+            "HERALD_LOCAL_REDIS_PORT", "HERALD_LOCAL_KAFKA_PORT", "HERALD_LOCAL_APNS_PORT", "HERALD_LOCAL_FCM_PORT",
         ] {
-            env[name] = given[name] ?? String(freePort())
+            if let port = given[name] {
+                env[name] = port
+                taken.insert(Int(port) ?? 0)
+                continue
+            }
+            var port = freePort()
+            for _ in 0..<50 where taken.contains(port) { port = freePort() }
+            taken.insert(port)
+            env[name] = String(port)
         }
         env["HERALD_LOCAL_METRICS_BASE"] = given["HERALD_LOCAL_METRICS_BASE"] ?? String(freePortBlock(10))
         return env
