@@ -11,21 +11,46 @@ public struct TestSupportError: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-/// A TCP port on 127.0.0.1 that nothing listens on now: bound to port 0, read back, released. Another process may
-/// take it before the caller binds it; callers that start a server retry with a new port when that happens.
+/// A TCP port on 127.0.0.1 that nothing is bound to now and that this process has not handed out before.
+///
+/// Ports come from below Linux's ephemeral range (32768-60999), so neither an outgoing connection nor another
+/// server binding port 0 can take one between this call and the caller binding it. Each port is handed out once per
+/// process (tests run in parallel in one process), starting at a random point so that two test processes seldom
+/// walk the same ports. Another program may still take a port first; callers that start a server retry with a new
+/// port when that happens.
 public func freePort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw TestSupportError("socket() failed: \(String(cString: strerror(errno)))") }
-    defer { close(fd) }
-    var address = loopback(port: 0)
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+    try PortAllocator.shared.next()
+}
+
+final class PortAllocator: @unchecked Sendable {
+    static let shared = PortAllocator()
+
+    private static let range = 15_000..<32_000
+    private let lock = NSLock()
+    private var cursor = Int.random(in: PortAllocator.range)
+
+    func next() throws -> Int {
+        lock.lock()
+        defer { lock.unlock() }
+        for _ in 0..<PortAllocator.range.count {
+            let port = cursor
+            cursor = cursor + 1 == PortAllocator.range.upperBound ? PortAllocator.range.lowerBound : cursor + 1
+            if try isUnbound(port) { return port }
+        }
+        throw TestSupportError("no unbound port left in \(PortAllocator.range)")
+    }
+
+    private func isUnbound(_ port: Int) throws -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TestSupportError("socket() failed: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var address = loopback(port: port)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
         }
     }
-    guard bound else { throw TestSupportError("binding port 0 failed: \(String(cString: strerror(errno)))") }
-    return Int(UInt16(bigEndian: address.sin_port))
 }
 
 /// Whether something accepts TCP connections on 127.0.0.1:port.

@@ -169,19 +169,14 @@ struct StackControl {
     }
 }
 
+/// A port nothing is bound to now, below Linux's ephemeral range (32768-60999) so that no outgoing connection or
+/// port-0 server takes it before the stack binds it.
 func freePort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = 0
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-    _ = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+    for _ in 0..<500 {
+        let port = Int.random(in: 15_000..<32_000)
+        if portIsFree(port) { return port }
     }
-    return Int(UInt16(bigEndian: addr.sin_port))
+    return 31_999
 }
 
 func portIsFree(_ port: Int) -> Bool {
