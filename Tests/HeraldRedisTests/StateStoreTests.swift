@@ -260,6 +260,16 @@ struct StateStoreTests {
             try await store.loadUsers(app: "other", users: ["u2"], conversation: nil, now: Self.t0)["u2"] == UserState()
         )
 
+        // Senders who are not recipients: one GET each, preferences only; a user in both lists is read whole.
+        let before = try await totalCommands(redis)
+        let mixed = try await store.loadUsers(
+            app: "app1", users: ["u3"], conversation: nil, now: Self.t0, preferencesOnly: ["u2", "u3", "nobody"])
+        #expect(try await totalCommands(redis) - before == 4 + 2 + 1)
+        #expect(mixed["u3"] == fixture.users["u3"])
+        #expect(mixed["u2"] == UserState(preferences: try #require(fixture.users["u2"]).preferences))
+        #expect(mixed["u2"]?.preferences.displayName == "Cindy")
+        #expect(mixed["nobody"] == UserState())
+
         // With a conversation: total plus that conversation only.
         let scoped = try await store.loadUsers(app: "app1", users: ["u2"], conversation: "c1", now: Self.t0)
         #expect(scoped["u2"]?.unread == Unread(total: 5, conversations: ["c1": 2]))

@@ -29,16 +29,21 @@ public final class StateStore: Sendable {
     /// `registered_at`, then token); online tokens in device order. A stored device entry that is not valid JSON
     /// is skipped with a warning; stored preferences that are not valid JSON fall back to the defaults with a
     /// warning (neither can crash a stage).
+    ///
+    /// Users in `preferencesOnly` (and not in `users`) get only their preferences read (one `GET`): resolve needs
+    /// no more of a sender than their display name. Their state has no devices, no presence and no unread counts.
     public func loadUsers(
-        app: String, users: [String], conversation: String?, now: Int64
+        app: String, users: [String], conversation: String?, now: Int64, preferencesOnly: [String] = []
     ) async throws -> [String: UserState] {
         var unique: [String] = []
         var seen = Set<String>()
         for user in users where seen.insert(user).inserted { unique.append(user) }
-        if unique.isEmpty { return [:] }
+        var light: [String] = []
+        for user in preferencesOnly where seen.insert(user).inserted { light.append(user) }
+        if unique.isEmpty && light.isEmpty { return [:] }
 
         var commands: [RedisCommand] = []
-        commands.reserveCapacity(unique.count * 4)
+        commands.reserveCapacity(unique.count * 4 + light.count)
         for user in unique {
             commands.append(RedisCommand("HGETALL", RedisKeys.devices(app: app, user: user)))
             commands.append(RedisCommand("ZRANGEBYSCORE", RedisKeys.presence(app: app, user: user), "(\(now)", "+inf"))
@@ -52,12 +57,14 @@ public final class StateStore: Sendable {
                 commands.append(RedisCommand("HGETALL", RedisKeys.unread(app: app, user: user)))
             }
         }
+        for user in light { commands.append(RedisCommand("GET", RedisKeys.preferences(app: app, user: user))) }
         let replies = try await connection.pipeline(commands)
         guard replies.count == commands.count else {
             throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
         }
 
         var result: [String: UserState] = [:]
+        result.reserveCapacity(unique.count + light.count)
         for (index, user) in unique.enumerated() {
             let base = index * 4
             let devices = try decodeDevices(replies[base], user: user)
@@ -75,6 +82,11 @@ public final class StateStore: Sendable {
                 unread = try Self.decodeUnread(replies[base + 3].orThrow("HGETALL"))
             }
             result[user] = UserState(devices: devices, online: online, preferences: preferences, unread: unread)
+        }
+        let lightBase = unique.count * 4
+        for (index, user) in light.enumerated() {
+            let preferences = try decodePreferences(replies[lightBase + index].orThrow("GET"), user: user)
+            result[user] = UserState(preferences: preferences)
         }
         return result
     }

@@ -42,6 +42,15 @@ public struct RedisStateReader: StateReader {
         try await transient { try await store.loadUsers(app: app, users: users, conversation: nil, now: now) }
     }
 
+    public func loadUsers(
+        app: String, users: [String], preferencesOnly: [String], now: Int64
+    ) async throws -> [String: UserState] {
+        try await transient {
+            try await store.loadUsers(
+                app: app, users: users, conversation: nil, now: now, preferencesOnly: preferencesOnly)
+        }
+    }
+
     /// `SSCAN key cursor COUNT n` for each conversation, pipelined. Small sets come back whole with cursor 0.
     public func memberPages(
         _ conversations: [ConversationRef], cursors: [String], count: Int

@@ -8,6 +8,11 @@ public protocol StateReader: Sendable {
     func members(_ conversations: [ConversationRef]) async throws -> [[String]]
     /// Devices, presence (as of `now`), preferences and every unread count of `users`, in one round trip.
     func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState]
+    /// `loadUsers` for `users`, and in the same round trip only the preferences of `preferencesOnly` (senders who
+    /// are not recipients: resolve reads nothing of theirs but the display name).
+    func loadUsers(
+        app: String, users: [String], preferencesOnly: [String], now: Int64
+    ) async throws -> [String: UserState]
     /// One page of each conversation's members from `cursors` (Redis `SSCAN`, about `count` members), in one
     /// round trip. A page whose `next` is "0" ends its conversation. A member may appear on two pages.
     func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage]
@@ -27,6 +32,13 @@ public struct MemberPage: Sendable, Hashable {
 }
 
 extension StateReader {
+    /// Readers that cannot read less load the senders whole.
+    public func loadUsers(
+        app: String, users: [String], preferencesOnly: [String], now: Int64
+    ) async throws -> [String: UserState] {
+        try await loadUsers(app: app, users: users + preferencesOnly, now: now)
+    }
+
     /// Readers without paging answer the whole member list as one page.
     public func memberPages(
         _ conversations: [ConversationRef], cursors: [String], count: Int
@@ -167,10 +179,11 @@ public struct ResolveProcessor: StageProcessor {
             }
         }
 
-        // Round trip 2 (per app): every recipient's and sender's state.
+        // Round trip 2 (per app): every recipient's state and each sender's preferences.
         var recipientsOf: [Int: [String]] = [:]
         var senderListed = Set<Int>()
         var usersByApp: [String: [String]] = [:]
+        var sendersByApp: [String: [String]] = [:]
         var seen: [String: Set<String>] = [:]
         for (index, event) in events {
             var conversationMembers: [String] = []
@@ -183,17 +196,22 @@ public struct ResolveProcessor: StageProcessor {
             let recipients = FanOut.recipients(of: event, members: conversationMembers)
             recipientsOf[index] = recipients
             if (event.recipients ?? conversationMembers).contains(event.sender.id) { senderListed.insert(index) }
-            for user in recipients + [event.sender.id] where seen[event.appID, default: []].insert(user).inserted {
+            for user in recipients where seen[event.appID, default: []].insert(user).inserted {
                 usersByApp[event.appID, default: []].append(user)
             }
         }
+        // Senders who are not recipients in this batch: only their preferences (the display name) are read.
+        for (_, event) in events where seen[event.appID, default: []].insert(event.sender.id).inserted {
+            sendersByApp[event.appID, default: []].append(event.sender.id)
+        }
         var states: [String: [String: UserState]] = [:]
-        for app in usersByApp.keys.sorted() {
+        for app in Set(usersByApp.keys).union(sendersByApp.keys).sorted() {
             let users = usersByApp[app] ?? []
+            let senders = sendersByApp[app] ?? []
             do {
                 guard
                     let loaded = try await context.retryingTransient(
-                        { try await state.loadUsers(app: app, users: users, now: now) },
+                        { try await state.loadUsers(app: app, users: users, preferencesOnly: senders, now: now) },
                         onRetry: onTransientFailure)
                 else {
                     return handBack(results)
@@ -326,7 +344,8 @@ public struct ResolveProcessor: StageProcessor {
         guard
             let states = try await context.retryingTransient(
                 {
-                    try await state.loadUsers(app: event.appID, users: recipients + [event.sender.id], now: now)
+                    try await state.loadUsers(
+                        app: event.appID, users: recipients, preferencesOnly: [event.sender.id], now: now)
                 }, onRetry: onTransientFailure)
         else { return nil }
         guard let counts = try await countOne(event, recipients: recipients, context: context) else { return nil }
@@ -372,7 +391,7 @@ public struct ResolveProcessor: StageProcessor {
         guard
             let senderState = try await context.retryingTransient(
                 {
-                    try await state.loadUsers(app: app, users: [event.sender.id], now: now)
+                    try await state.loadUsers(app: app, users: [], preferencesOnly: [event.sender.id], now: now)
                 }, onRetry: onTransientFailure)
         else { return nil }
         let displayName = senderState[event.sender.id]?.preferences.displayName
