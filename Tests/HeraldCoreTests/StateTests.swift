@@ -258,7 +258,7 @@ struct StateTests {
         }
     }
 
-    @Test("records of one event in a row decode their event once, to what decoding each alone gives")
+    @Test("records of one event decode their event once (in a row or not), to what decoding each alone gives")
     func eventReuse() throws {
         let e = try event(validEvent)
         var other = e
@@ -277,7 +277,19 @@ struct StateTests {
             let wire = StageCodec.encode(record)
             #expect(try BinaryRecordFormat.decode(ResolvedRecord.self, from: wire, reusing: &reuse) == record)
         }
-        #expect(reuse.reused == 2, "u3 after u2, u5 after u4")
+        #expect(reuse.reused == 3, "u3, u4 and u5: e was decoded once, though `other` came between")
+        // Same id, other bytes (an edited copy): decoded, never taken for the one held.
+        var edited = e
+        edited.message?.text = "changed"
+        let editedRecord = ResolvedRecord(event: edited, recipient: "u6", state: state)
+        #expect(
+            try BinaryRecordFormat.decode(ResolvedRecord.self, from: StageCodec.encode(editedRecord), reusing: &reuse)
+                == editedRecord)
+        #expect(reuse.reused == 3)
+        #expect(
+            try BinaryRecordFormat.decode(ResolvedRecord.self, from: StageCodec.encode(records[4]), reusing: &reuse)
+                == records[4])
+        #expect(reuse.reused == 3, "the edited copy took e's place")
         // A broken record after a good one of the same event is refused as it is alone; truncated ones too.
         let wire = StageCodec.encode(records[0])
         #expect(throws: StageRecordError.self) {
@@ -297,6 +309,74 @@ struct StateTests {
             #expect(decoded == deliverable)
         }
         #expect(deliverableReuse.reused == 2)
+
+        // The event's bytes as read go on into the next record: the same bytes as encoding it again.
+        var passing = EventReuse()
+        for record in records {
+            let read = try BinaryRecordFormat.decode(
+                ResolvedRecord.self, from: StageCodec.encode(record), reusing: &passing)
+            let next = DeliverableRecord(
+                event: read.event, recipient: read.recipient, state: read.state, targets: read.state.devices,
+                senderDisplayName: read.senderDisplayName)
+            #expect(passing.lastEventBytes != nil)
+            #expect(next.wireBytes(eventBytes: passing.lastEventBytes) == StageCodec.encode(next))
+        }
+        #expect(passing.reused == 3)
+        // A record that fails to decode leaves no event bytes behind.
+        #expect(throws: StageRecordError.self) {
+            try BinaryRecordFormat.decode(
+                ResolvedRecord.self, from: Array(StageCodec.encode(records[0]).prefix(10)), reusing: &passing)
+        }
+        #expect(passing.lastEventBytes == nil)
+    }
+
+    @Test("a stored device read straight from its bytes is what the JSON reader gives, for any bytes")
+    func storedDeviceReader() throws {
+        func same(_ text: String, _ comment: Comment? = nil) {
+            let bytes = Array(text.utf8)
+            let generic = Result { () throws(StageRecordError) -> Device in try Device.fromJSON(bytes) }
+            let flat = Result { () throws(StageRecordError) -> Device in try Device.fromStoredJSON(bytes) }
+            switch (generic, flat) {
+            case (.success(let a), .success(let b)): #expect(a == b, comment ?? "\(text)")
+            case (.failure(let a), .failure(let b)): #expect(a.description == b.description, comment ?? "\(text)")
+            default: Issue.record("\(text): fromJSON \(generic), fromStoredJSON \(flat)")
+            }
+        }
+        let stored = [
+            Device(token: tokenA, registeredAt: 1_732_000_000_000),
+            Device(token: tokenB, kind: .voip, environment: .sandbox, bundleID: "com.x", registeredAt: -5),
+            Device(token: "fcm-1", kind: .fcm, registeredAt: 0, providerID: "p\u{e9}\"q"),
+        ]
+        for device in stored {
+            #expect(try Device.fromStoredJSON(device.jsonBytes()) == device)
+            same(String(decoding: device.jsonBytes(), as: UTF8.self))
+        }
+        for text in [
+            #"{"token":"ab"}"#, #" { "token" : "ab" , "kind" : "voip" } "#, #"{"token":"a\u00e9b"}"#,
+            #"{"token":"ab","kind":"fax"}"#, #"{"token":"ab","kind":null}"#, #"{"token":"ab","token":"cd"}"#,
+            #"{"token":"t","platform":"APNS_iOS_VOIP"}"#, #"{"token":"t","platform":"PALM"}"#,
+            #"{"token":"ab","registered_at":1.5}"#, #"{"token":"ab","registered_at":1e3}"#,
+            #"{"token":"ab","registered_at":"12"}"#, #"{"token":"ab","registered_at":99999999999999999999}"#,
+            #"{"token":"ab","registered_at":-0}"#, #"{"token":"ab","extra":{"x":[1,2]}}"#, #"{"kind":"apns"}"#,
+            #"{}"#, #"[]"#, #""#, #"{"token":"ab"} x"#, #"{"token":"ab",}"#, #"{"token":"ab""#, #"{"token":"ab","#,
+            #"{"token":"ab","registered_at":"#, #"{"token":"ab","registered_at":-}"#, #"{"token":1}"#,
+            "\u{FEFF}{\"token\":\"ab\"}",
+        ] {
+            same(text)
+        }
+        // Every prefix and many mutations of a stored device.
+        let full = String(decoding: stored[1].jsonBytes(), as: UTF8.self)
+        for length in 0..<full.utf8.count { same(String(decoding: Array(full.utf8.prefix(length)), as: UTF8.self)) }
+        var generator = SplitMix(state: 7)
+        let alphabet = Array(#"{}[]:,"\ -0123456789.eEnulltruefalseabc"#.utf8)
+        for _ in 0..<2_000 {
+            var bytes = Array(full.utf8)
+            for _ in 0..<Int.random(in: 1...3, using: &generator) {
+                bytes[Int.random(in: 0..<bytes.count, using: &generator)] =
+                    alphabet.randomElement(using: &generator) ?? 0x20
+            }
+            same(String(decoding: bytes, as: UTF8.self))
+        }
     }
 
     @Test("a resolved record carries only the conversation's own preference and unread count")

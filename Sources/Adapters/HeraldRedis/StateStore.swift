@@ -452,7 +452,7 @@ public final class StateStore: Sendable {
         var devices: [Device] = []
         var index = 0
         while index + 1 < values.count {
-            if let data = values[index + 1].data, let device = try? Device.fromJSON(data) {
+            if let data = values[index + 1].data, let device = try? Device.fromStoredJSON(data) {
                 devices.append(device)
             } else {
                 let token = values[index].text ?? ""

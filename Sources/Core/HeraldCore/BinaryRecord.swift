@@ -13,6 +13,8 @@
 //   with records in flight), with mention counts of zero.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
+import Foundation
+
 /// Appends binary record fields.
 public struct BinaryWriter: Sendable {
     public private(set) var bytes: [UInt8]
@@ -213,24 +215,31 @@ public enum BinaryRecordFormat {
         try read(T.self, from: bytes) { r, _ throws(StageRecordError) in try T(binary: &r) }
     }
 
-    /// `decode`, for a record that starts with its event: when the event's bytes are those of the event `reuse`
-    /// holds (the record before it in the batch), that event is taken instead of decoded again. The same bytes
-    /// decode to the same event, ending at the same byte, so the result is what `decode` gives.
+    /// `decode`, for a record that starts with its event: when the event's bytes are those of an event `reuse`
+    /// already holds (an earlier record of the batch about the same event), that event is taken instead of decoded
+    /// again. The same bytes decode to the same event, ending at the same byte, so the result is what `decode` gives.
     public static func decode<T: EventFirstRecord>(
         _ type: T.Type, from bytes: [UInt8], reusing reuse: inout EventReuse
     ) throws(StageRecordError) -> T {
-        try read(T.self, from: bytes) { r, raw throws(StageRecordError) in
+        reuse.lastEventBytes = nil
+        return try read(T.self, from: bytes) { r, raw throws(StageRecordError) in
             let start = r.offset
+            let key = EventReuse.key(raw, at: start)
             let event: ChatEvent
-            if let known = reuse.event, reuse.version == r.version, reuse.bytes.count <= raw.count - start,
-                reuse.bytes.elementsEqual(UnsafeRawBufferPointer(rebasing: raw[start..<(start + reuse.bytes.count)]))
+            if let key, let known = reuse.entries[key], known.version == r.version,
+                EventReuse.matches(known.bytes, raw, at: start)
             {
-                event = known
-                r.skip(reuse.bytes.count)
+                event = known.event
+                r.skip(known.bytes.count)
                 reuse.reused += 1
+                if r.version == version { reuse.lastEventBytes = known.bytes }
             } else {
                 event = try ChatEvent(binary: &r)
-                reuse.remember(event, bytes: Array(raw[start..<r.offset]), version: r.version)
+                let eventBytes = Array(raw[start..<r.offset])
+                if let key {
+                    reuse.remember(key, EventReuse.Entry(version: r.version, bytes: eventBytes, event: event))
+                }
+                if r.version == version { reuse.lastEventBytes = eventBytes }
             }
             return try T(event: event, rest: &r)
         }
@@ -274,22 +283,64 @@ public protocol EventFirstRecord: BinaryRecord {
     init(event: ChatEvent, rest r: inout BinaryReader) throws(StageRecordError)
 }
 
-/// The event decoded last from a batch's records, with its bytes. Resolve writes one event's bytes into the record
-/// of each of its recipients, so records of one event come one after another (within a partition) and their event
-/// is decoded once (`BinaryRecordFormat.decode(_:from:reusing:)`).
+/// The events decoded from a batch's records, by their bytes. Resolve writes one event's bytes into the record of
+/// each of its recipients, and a batch holds several records of most events (spread over partitions, so not always
+/// one after another): each event is decoded once (`BinaryRecordFormat.decode(_:from:reusing:)`).
 public struct EventReuse: Sendable {
-    var version: UInt8 = 0
-    var bytes: [UInt8] = []
-    var event: ChatEvent?
-    /// Records whose event was taken from the one before instead of decoded.
+    struct Entry: Sendable {
+        var version: UInt8
+        var bytes: [UInt8]
+        var event: ChatEvent
+    }
+
+    /// Events by a hash of their id's bytes (the first field); a hit is used only when all its bytes match.
+    var entries: [UInt64: Entry] = [:]
+    /// At most this many events are held; then the cache starts over.
+    static let capacity = 512
+    /// Records whose event was taken from an earlier one instead of decoded.
     public internal(set) var reused = 0
+    /// The event bytes of the record decoded last, when it was in the current format: a stage that writes the same
+    /// event on copies them instead of encoding the event again. Nil after a record of another format or version.
+    public internal(set) var lastEventBytes: [UInt8]?
 
     public init() {}
 
-    mutating func remember(_ event: ChatEvent, bytes: [UInt8], version: UInt8) {
-        self.event = event
-        self.bytes = bytes
-        self.version = version
+    /// The next record's event is not known as bytes (a JSON record).
+    public mutating func forgetLastEvent() { lastEventBytes = nil }
+
+    mutating func remember(_ key: UInt64, _ entry: Entry) {
+        if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
+        entries[key] = entry
+    }
+
+    /// Whether `raw` holds `bytes` at `start`.
+    static func matches(_ bytes: [UInt8], _ raw: UnsafeRawBufferPointer, at start: Int) -> Bool {
+        guard bytes.count <= raw.count - start, let base = raw.baseAddress else { return false }
+        return bytes.withUnsafeBytes { known in
+            guard let knownBase = known.baseAddress else { return true }
+            return memcmp(knownBase, base + start, known.count) == 0
+        }
+    }
+
+    /// FNV-1a of the event id's length and bytes at `start`; nil when they do not fit in `raw`.
+    static func key(_ raw: UnsafeRawBufferPointer, at start: Int) -> UInt64? {
+        var offset = start
+        var length = 0
+        var shift = 0
+        while true {
+            guard offset < raw.count, shift < 63 else { return nil }
+            let byte = raw[offset]
+            offset += 1
+            length |= Int(byte & 0x7F) << shift
+            if byte < 0x80 { break }
+            shift += 7
+        }
+        guard length <= raw.count - offset else { return nil }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for index in start..<(offset + length) {
+            hash = (hash ^ UInt64(raw[index])) &* 0x0000_0100_0000_01b3
+        }
+        return hash
     }
 }
 
@@ -532,10 +583,26 @@ extension DeliverableRecord: EventFirstRecord {
 
     public func write(into w: inout BinaryWriter) {
         event.write(into: &w)
+        writeRest(into: &w)
+    }
+
+    private func writeRest(into w: inout BinaryWriter) {
         w.string(recipient)
         state.write(into: &w)
         Device.write(targets, into: &w)
         w.optional(senderDisplayName)
+    }
+
+    /// The wire bytes, with the event copied from `eventBytes` (the current format's bytes of `event`, as read by
+    /// `EventReuse`) instead of encoded again; `wireBytes()` when there are none.
+    public func wireBytes(eventBytes: [UInt8]?) -> [UInt8] {
+        guard let eventBytes else { return wireBytes() }
+        var w = BinaryWriter(capacity: eventBytes.count + 512)
+        w.byte(BinaryRecordFormat.magic.0); w.byte(BinaryRecordFormat.magic.1)
+        w.byte(BinaryRecordFormat.version); w.byte(Self.binaryType)
+        w.raw(eventBytes)
+        writeRest(into: &w)
+        return w.bytes
     }
 
     public init(binary r: inout BinaryReader) throws(StageRecordError) {

@@ -227,6 +227,27 @@ struct JSONParser {
         }
     }
 
+    /// A string value at `i`, or nil (and `i` unchanged) when the value there is not a valid string.
+    mutating func flatString() -> String? {
+        guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }
+        let start = i
+        guard let s = try? parseString() else {
+            i = start
+            return nil
+        }
+        return s
+    }
+
+    /// A plain integer at `i` (`-`? digits, no fraction or exponent) that fits in 64 bits, or nil.
+    mutating func flatInteger() -> Int64? {
+        let start = i
+        guard i < bytes.count, let text = try? parseNumber(), let n = Int64(text) else {
+            i = start
+            return nil
+        }
+        return n
+    }
+
     mutating func literal(_ word: StaticString) throws(JSONParseError) {
         let n = word.utf8CodeUnitCount
         guard i + n <= bytes.count else { throw fail("unexpected end of input") }

@@ -208,6 +208,75 @@ extension Device: JSONRecord {
             providerID: try r.string("provider_id"))
     }
 
+    /// A device as the state store keeps it (what `write(into:)` writes: one flat object of strings and one
+    /// integer), read straight from the bytes without building a JSON tree: resolve reads every recipient's
+    /// devices. Anything else (another key, `null`, a duplicate key, a number that is not a plain integer, not
+    /// JSON at all) goes through `fromJSON`, so the result, or the error, is always what `fromJSON` gives.
+    public static func fromStoredJSON(_ bytes: some Collection<UInt8>) throws(StageRecordError) -> Device {
+        let array = Array(bytes)
+        if let device = readFlat(array) { return device }
+        return try fromJSON(array)
+    }
+
+    private static func readFlat(_ bytes: [UInt8]) -> Device? {
+        var p = JSONParser(bytes)
+        p.skipSpace()
+        guard p.i < bytes.count, bytes[p.i] == UInt8(ascii: "{") else { return nil }
+        p.i += 1
+        var token: String?
+        var kind: Kind?
+        var environment: APNsEnvironment?
+        var bundleID: String?
+        var registeredAt: Int64?
+        var providerID: String?
+        var seen: UInt8 = 0
+        while true {
+            p.skipSpace()
+            guard p.i < bytes.count, bytes[p.i] == UInt8(ascii: "\""), let key = try? p.parseString() else {
+                return nil
+            }
+            p.skipSpace()
+            guard p.i < bytes.count, bytes[p.i] == UInt8(ascii: ":") else { return nil }
+            p.i += 1
+            p.skipSpace()
+            let bit: UInt8
+            switch key {
+            case "token": bit = 1; token = p.flatString()
+            case "kind": bit = 2; kind = p.flatString().flatMap(Kind.init(rawValue:))
+            case "environment": bit = 4; environment = p.flatString().flatMap(APNsEnvironment.init(rawValue:))
+            case "bundle_id": bit = 8; bundleID = p.flatString()
+            case "provider_id": bit = 16; providerID = p.flatString()
+            case "registered_at":
+                bit = 32
+                guard let n = p.flatInteger() else { return nil }
+                registeredAt = n
+            default: return nil
+            }
+            guard seen & bit == 0 else { return nil }
+            seen |= bit
+            // A string key whose value was not a plain string (or an unknown kind or environment) is for fromJSON.
+            if bit == 1 && token == nil || bit == 2 && kind == nil || bit == 4 && environment == nil
+                || bit == 8 && bundleID == nil || bit == 16 && providerID == nil
+            {
+                return nil
+            }
+            p.skipSpace()
+            guard p.i < bytes.count else { return nil }
+            if bytes[p.i] == UInt8(ascii: ",") {
+                p.i += 1
+                continue
+            }
+            guard bytes[p.i] == UInt8(ascii: "}") else { return nil }
+            p.i += 1
+            break
+        }
+        p.skipSpace()
+        guard p.i == bytes.count, let token else { return nil }
+        return Device(
+            token: token, kind: kind ?? .apns, environment: environment ?? .production, bundleID: bundleID,
+            registeredAt: registeredAt ?? 0, providerID: providerID)
+    }
+
     static func writeList(_ devices: [Device], into w: inout JSONWriter) {
         w.byte(UInt8(ascii: "["))
         for (n, d) in devices.enumerated() {

@@ -34,11 +34,12 @@ extension StageInput {
         do { return try StageCodec.decode(T.self, from: value) } catch { throw InvalidInput(detail: error.description) }
     }
 
-    /// Decodes a record that starts with its event, taking the event from `reuse` when its bytes are the previous
-    /// record's (`EventReuse`): suppress and render read many records of one event in a row.
+    /// Decodes a record that starts with its event, taking the event from `reuse` when its bytes are an earlier
+    /// record's (`EventReuse`): suppress and render read several records of most events in a batch.
     public func decode<T: StageRecord & EventFirstRecord>(
         _ type: T.Type, reusing reuse: inout EventReuse
     ) throws(InvalidInput) -> T {
+        reuse.forgetLastEvent()
         guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
         do {
             if BinaryRecordFormat.isBinary(value) {

@@ -56,7 +56,10 @@ public struct SuppressProcessor: StageProcessor {
             let deliverable = DeliverableRecord(
                 event: event, recipient: record.recipient, state: state,
                 targets: targets, senderDisplayName: record.senderDisplayName)
-            let output = StageOutput.record(deliverable, topic: deliverableTopic, key: record.recipient)
+            // The event goes on as the bytes it came in (when they are in the current format), not encoded again.
+            let output = StageOutput(
+                topic: deliverableTopic, key: record.recipient,
+                value: deliverable.wireBytes(eventBytes: reuse.lastEventBytes))
             return StageResult(
                 outputs: [output],
                 explain: [
