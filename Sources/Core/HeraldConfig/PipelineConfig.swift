@@ -68,6 +68,9 @@ public struct KafkaConfig: Sendable, Hashable {
     /// records and bytes per Kafka record; `max_records: 1` turns packing off.
     public var packMaxRecords = 256
     public var packMaxBytes = 65_536
+    /// The nice value given to the threads that run the bulk lane's work (`kafka.bulk_nice`, 0 to 19; 0 leaves
+    /// them alone): when the cores are busy, the priority lane's work gets the CPU first.
+    public var bulkNice = 5
     public init() {}
 }
 
@@ -588,7 +591,7 @@ public enum PipelineLoader {
             m, "kafka",
             known: [
                 "brokers", "client_id", "topics", "session_timeout_ms", "properties", "flow",
-                "priority_flow", "pack",
+                "priority_flow", "pack", "bulk_nice",
             ])
         if let v = try r.string(m["brokers"], "kafka.brokers") { k.brokers = v }
         if let v = try r.string(m["client_id"], "kafka.client_id") { k.clientID = v }
@@ -631,6 +634,7 @@ public enum PipelineLoader {
         }
         try flow("flow", &k.bulkFlow)
         try flow("priority_flow", &k.priorityFlow)
+        if let v = try r.int(m["bulk_nice"], "kafka.bulk_nice", in: 0...19) { k.bulkNice = v }
         if let n = m["pack"] {
             let pm = try r.mapping(n, "kafka.pack")
             r.check(pm, "kafka.pack", known: ["max_records", "max_bytes"])

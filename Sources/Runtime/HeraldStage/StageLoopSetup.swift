@@ -206,6 +206,9 @@ public struct StageSetup: Sendable {
                 default: loops.append(loop)
                 }
             }
+            if lanes.contains(where: { $0.name == Lane.bulk.rawValue }), pipeline.kafka.bulkNice > 0 {
+                loops.append(BulkThreadNice(nice: Int32(pipeline.kafka.bulkNice), logger: logger))
+            }
             return await context.runtime(services: before + loops).run()
         } catch {
             logger.critical("stage could not start", metadata: [LogKey.error: "\(error)"])
@@ -216,17 +219,68 @@ public struct StageSetup: Sendable {
 
 /// Runs a service in a task of its own priority (its child tasks inherit it); cancelling the caller cancels it.
 /// Task locals (the service group's graceful shutdown) carry over.
+///
+/// The caller waits through a continuation, not on the task's value: awaiting a task from a task of higher priority
+/// raises the awaited task to that priority, which put the bulk lane's work back at the default priority.
 struct PrioritizedService: Service {
     let inner: any Service
     let priority: TaskPriority
 
     func run() async throws {
         let inner = self.inner
-        let task = Task(priority: priority) { try await inner.run() }
+        let priority = self.priority
+        let task = Mutex<Task<Void, Never>?>(nil)
         try await withTaskCancellationHandler {
-            try await task.value
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                task.withLock {
+                    $0 = Task(priority: priority) {
+                        do {
+                            try await inner.run()
+                            continuation.resume()
+                        } catch {
+                            continuation.resume(throwing: error)
+                        }
+                    }
+                }
+            }
         } onCancel: {
-            task.cancel()
+            task.withLock { $0?.cancel() }
+        }
+    }
+}
+
+/// Lowers the CPU share of the bulk lane's threads: its work runs at `.utility` task priority, on the threads of
+/// the runtime's utility pool (named `...utility-qos`), which Linux schedules like every other thread. Every
+/// second this gives those threads a higher nice value (`setpriority` on each thread), so that when both cores
+/// are busy a call or direct message on the priority lane gets the CPU first; while the priority lane is idle the
+/// bulk lane still has all of it.
+struct BulkThreadNice: Service {
+    let nice: Int32
+    let logger: Logger
+
+    func run() async throws {
+        var lowered = Set<Int32>()
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            for tid in Self.threads(named: "utility-qos") where !lowered.contains(tid) {
+                if setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(tid), nice) == 0 {
+                    lowered.insert(tid)
+                } else {
+                    logger.debug("could not lower a bulk thread's priority", metadata: ["errno": "\(errno)"])
+                }
+            }
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    /// This process's threads whose name contains `fragment`.
+    static func threads(named fragment: String) -> [Int32] {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return [] }
+        return entries.compactMap { entry in
+            guard let tid = Int32(entry),
+                let name = try? String(contentsOfFile: "/proc/self/task/\(entry)/comm", encoding: .utf8),
+                name.contains(fragment)
+            else { return nil }
+            return tid
         }
     }
 }
