@@ -207,8 +207,11 @@ struct CountsEndToEndTests {
             toFile: stack.pipelinePath, atomically: true, encoding: .utf8)
         try hangUp("render")
         try await waitUntil("render refused the bad file") { reloads("refused") > refusedBefore }
-        let log = try String(contentsOfFile: stack.runDir + "/render.log", encoding: .utf8)
-        #expect(log.contains("pipeline file refused"))
+        // The counter can move before the log line reaches the file: wait for the line too.
+        try await waitUntil("render logged the refusal") {
+            (try? String(contentsOfFile: stack.runDir + "/render.log", encoding: .utf8))?
+                .contains("pipeline file refused") == true
+        }
         try await stack.publish(events(130..<140))
         try await waitUntil("10 more events delivered after the bad file", timeout: .seconds(60)) {
             deliveredBodies(130..<140).values.allSatisfy { !$0.isEmpty }
