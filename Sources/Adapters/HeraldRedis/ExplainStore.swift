@@ -19,45 +19,77 @@ public final class ExplainStore: Sendable {
     }
 
     /// Writes `entries` in one pipelined round trip: one HSET and one PEXPIRE per event (in the order events first
-    /// appear), then the latest decision of each user-level entry. Each entry's JSON is built once.
+    /// appear), then the latest decision of each user-level entry, in the entries' order. Everything is written
+    /// straight into one `RedisBatch`: each entry's JSON is built once, into a reused buffer, and the last
+    /// decisions copy it from where the HSET holds it.
     public func record(_ entries: [ExplainEntry]) async throws {
         if entries.isEmpty { return }
-        // Entries of one event mostly come one after another: only a change of event builds its key and looks it up.
-        var groups: [(key: String, arguments: [any RedisArgument])] = []
-        var groupOf: [String: Int] = [:]
+        try await connection.write(Self.batch(entries, ttlMilliseconds: ttlMilliseconds), what: "explain")
+    }
+
+    /// The commands `record` sends (tests hold them to the commands spelled out one by one; `herald-bench redis`
+    /// times both).
+    public static func batch(_ entries: [ExplainEntry], ttlMilliseconds: Int64) -> RedisBatch {
+        struct EventRef: Hashable {
+            let app: String
+            let event: String
+        }
+        // Entries of one event mostly come one after another: only a change of event looks its group up.
+        var groups: [[Int]] = []
+        var groupOf: [EventRef: Int] = [:]
         var current = -1
-        var last: ExplainEntry?
-        var lastDecisions: [RedisCommand] = []
-        for entry in entries {
-            let json = entry.jsonBytes
-            if current < 0 || last?.eventID != entry.eventID || last?.appID != entry.appID {
-                let key = Self.key(app: entry.appID, eventID: entry.eventID)
-                if let known = groupOf[key] {
+        for (index, entry) in entries.enumerated() {
+            if current < 0 || entries[index - 1].eventID != entry.eventID || entries[index - 1].appID != entry.appID {
+                let ref = EventRef(app: entry.appID, event: entry.eventID)
+                if let known = groupOf[ref] {
                     current = known
                 } else {
                     current = groups.count
-                    groupOf[key] = current
-                    groups.append((key, [key]))
+                    groupOf[ref] = current
+                    groups.append([])
                 }
             }
-            last = entry
-            groups[current].arguments.append(entry.field)
-            groups[current].arguments.append(json)
-            // The latest decision about each user (what the registry API's explain answers).
-            if let user = entry.user, entry.token == nil {
-                lastDecisions.append(
-                    RedisCommand(
-                        "SET", RedisKeys.lastDecision(app: entry.appID, user: user), json, "PX", ttlMilliseconds))
-            }
+            groups[current].append(index)
         }
-        var commands: [RedisCommand] = []
-        commands.reserveCapacity(groups.count * 2 + lastDecisions.count)
+        var batch = RedisBatch(capacity: 64 + entries.count * 256)
+        var json = JSONWriter(capacity: 256)
+        // Where each entry's JSON sits in the batch (start, length), for the last decisions.
+        var jsonAt = [(Int, Int)](repeating: (0, 0), count: entries.count)
         for group in groups {
-            commands.append(RedisCommand("HSET", group.arguments))
-            commands.append(RedisCommand("PEXPIRE", group.key, ttlMilliseconds))
+            let first = entries[group[0]]
+            batch.command("HSET", arguments: 1 + 2 * group.count)
+            batch.argument(RedisKeys.prefix, ":", first.appID, ":explain:{", first.eventID, "}")
+            for index in group {
+                let entry = entries[index]
+                if let token = entry.token {
+                    batch.argument("device:", entry.user ?? "", ":", token)
+                } else if let user = entry.user {
+                    batch.argument("user:", user)
+                } else {
+                    batch.argument(entry.decision == "classified" ? "class" : "event")
+                }
+                json.bytes.removeAll(keepingCapacity: true)
+                entry.writeJSON(into: &json)
+                batch.argument(json.bytes)
+                jsonAt[index] = (batch.bytes.count - 2 - json.bytes.count, json.bytes.count)
+            }
+            batch.command("PEXPIRE", arguments: 2)
+            batch.argument(RedisKeys.prefix, ":", first.appID, ":explain:{", first.eventID, "}")
+            batch.argument(ttlMilliseconds)
         }
-        commands += lastDecisions
-        for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("explain") }
+        // The latest decision about each user (what the registry API's explain answers).
+        var decisions = RedisBatch(capacity: 64)
+        for (index, entry) in entries.enumerated() {
+            guard let user = entry.user, entry.token == nil else { continue }
+            let (start, length) = jsonAt[index]
+            decisions.command("SET", arguments: 4)
+            decisions.argument(RedisKeys.prefix, ":", entry.appID, ":user:{", user, "}:last_decision")
+            decisions.argument(batch.bytes[start..<(start + length)])
+            decisions.argument("PX")
+            decisions.argument(ttlMilliseconds)
+        }
+        batch.append(decisions)
+        return batch
     }
 
     /// Every entry of one event's trail: the event-level entry first, then users, then devices, each sorted.

@@ -63,6 +63,19 @@ public final class RedisConnection: Sendable {
         return try await worker.submit { session in try session.pipeline(commands) }
     }
 
+    /// Sends a `RedisBatch` in one round trip (its buffer as it is) and returns one reply per command, in order.
+    public func pipeline(_ batch: RedisBatch) async throws -> [RedisValue] {
+        if batch.isEmpty { return [] }
+        return try await worker.submit { session in try session.pipeline(batch) }
+    }
+
+    /// Sends a `RedisBatch` of writes in one round trip; the replies are only checked: the first error reply is
+    /// thrown (`server_error`, naming `what`), the others are read and dropped without being decoded.
+    public func write(_ batch: RedisBatch, what: String) async throws {
+        if batch.isEmpty { return }
+        try await worker.submit { session in try session.write(batch, what: what) }
+    }
+
     /// Fails every queued call with `RedisError.Code.closed`, closes the socket and ends the thread.
     public func close() {
         worker.stop()
@@ -320,6 +333,54 @@ private final class HiredisSession: @unchecked Sendable {
             freeReplyObject(raw)
         }
         return replies
+    }
+
+    /// A prepared batch: its whole buffer in one append, then one reply per command.
+    func pipeline(_ batch: RedisBatch) throws -> [RedisValue] {
+        try appendBatch(batch)
+        var replies: [RedisValue] = []
+        replies.reserveCapacity(batch.count)
+        for _ in 0..<batch.count {
+            let raw = try nextReply()
+            replies.append(Self.decode(raw.assumingMemoryBound(to: redisReply.self)))
+            freeReplyObject(raw)
+        }
+        return replies
+    }
+
+    /// A prepared batch of writes: every reply is read; the first error reply is thrown once all are read (the
+    /// connection stays in step).
+    func write(_ batch: RedisBatch, what: String) throws {
+        try appendBatch(batch)
+        var firstError: String?
+        for _ in 0..<batch.count {
+            let raw = try nextReply()
+            let reply = raw.assumingMemoryBound(to: redisReply.self).pointee
+            if reply.type == REDIS_REPLY_ERROR, firstError == nil {
+                firstError = reply.str.map { String(cString: $0) } ?? ""
+            }
+            freeReplyObject(raw)
+        }
+        if let firstError { throw RedisError(.serverError, "\(what): \(firstError)") }
+    }
+
+    private func appendBatch(_ batch: RedisBatch) throws {
+        assert(batch.isComplete, "RedisBatch: the last command is missing arguments")
+        try ensureConnected()
+        guard let context else { throw RedisError(.connectFailed, "no connection") }
+        let status = batch.bytes.withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in
+                redisAppendFormattedCommand(context, chars.baseAddress, chars.count)
+            }
+        }
+        if status != REDIS_OK { throw brokenConnection() }
+    }
+
+    private func nextReply() throws -> UnsafeMutableRawPointer {
+        guard let context else { throw RedisError(.connectionBroken, "no connection") }
+        var raw: UnsafeMutableRawPointer?
+        guard redisGetReply(context, &raw) == REDIS_OK, let raw else { throw brokenConnection() }
+        return raw
     }
 
     /// Classifies the context's error, drops the context (its state is unknown now) and returns the error.

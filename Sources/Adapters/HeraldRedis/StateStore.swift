@@ -42,25 +42,11 @@ public final class StateStore: Sendable {
         for user in preferencesOnly where seen.insert(user).inserted { light.append(user) }
         if unique.isEmpty && light.isEmpty { return [:] }
 
-        var commands: [RedisCommand] = []
-        commands.reserveCapacity(unique.count * 4 + light.count)
-        for user in unique {
-            commands.append(RedisCommand("HGETALL", RedisKeys.devices(app: app, user: user)))
-            commands.append(RedisCommand("ZRANGEBYSCORE", RedisKeys.presence(app: app, user: user), "(\(now)", "+inf"))
-            commands.append(RedisCommand("GET", RedisKeys.preferences(app: app, user: user)))
-            if let conversation {
-                commands.append(
-                    RedisCommand(
-                        "HMGET", RedisKeys.unread(app: app, user: user),
-                        RedisKeys.unreadTotalField, RedisKeys.unreadField(conversation: conversation)))
-            } else {
-                commands.append(RedisCommand("HGETALL", RedisKeys.unread(app: app, user: user)))
-            }
-        }
-        for user in light { commands.append(RedisCommand("GET", RedisKeys.preferences(app: app, user: user))) }
-        let replies = try await connection.pipeline(commands)
-        guard replies.count == commands.count else {
-            throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
+        let replies = try await connection.pipeline(
+            Self.loadBatch(app: app, users: unique, conversation: conversation, now: now, preferencesOnly: light))
+        let expected = unique.count * 4 + light.count
+        guard replies.count == expected else {
+            throw RedisError(.unexpectedReply, "expected \(expected) replies, got \(replies.count)")
         }
 
         var result: [String: UserState] = [:]
@@ -89,6 +75,40 @@ public final class StateStore: Sendable {
             result[user] = UserState(preferences: preferences)
         }
         return result
+    }
+
+    /// `loadUsers`' reads, written straight into one batch: per user `HGETALL devices`, `ZRANGEBYSCORE presence
+    /// (now +inf`, `GET prefs`, and `HMGET unread total c:<conversation>` (or `HGETALL unread`); then `GET prefs`
+    /// per preferences-only user. (Tests compare it with the same commands built one by one.)
+    public static func loadBatch(
+        app: String, users: [String], conversation: String?, now: Int64, preferencesOnly: [String]
+    ) -> RedisBatch {
+        var batch = RedisBatch(capacity: 64 + users.count * 320 + preferencesOnly.count * 64)
+        let after = "(\(now)"
+        for user in users {
+            batch.command("HGETALL", arguments: 1)
+            batch.userKey(app: app, user: user, "}:devices")
+            batch.command("ZRANGEBYSCORE", arguments: 3)
+            batch.userKey(app: app, user: user, "}:presence")
+            batch.argument(after)
+            batch.argument("+inf")
+            batch.command("GET", arguments: 1)
+            batch.userKey(app: app, user: user, "}:prefs")
+            if let conversation {
+                batch.command("HMGET", arguments: 3)
+                batch.userKey(app: app, user: user, "}:unread")
+                batch.argument(RedisKeys.unreadTotalField)
+                batch.argument("c:", conversation)
+            } else {
+                batch.command("HGETALL", arguments: 1)
+                batch.userKey(app: app, user: user, "}:unread")
+            }
+        }
+        for user in preferencesOnly {
+            batch.command("GET", arguments: 1)
+            batch.userKey(app: app, user: user, "}:prefs")
+        }
+        return batch
     }
 
     /// One user's state (all unread conversations); `loadUsers` for a batch.
@@ -368,14 +388,19 @@ public final class StateStore: Sendable {
         now: Int64
     ) async throws -> [DeliveryClaim] {
         let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
-        let commands = pairs.map {
-            RedisCommand(
-                "SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), value, "NX", "GET",
-                "PX", ttlMilliseconds)
+        var batch = RedisBatch(capacity: 64 + pairs.count * 192)
+        for pair in pairs {
+            batch.command("SET", arguments: 6)
+            batch.deliveredKey(app: app, eventId: pair.eventId, token: pair.token)
+            batch.argument(value)
+            batch.argument("NX")
+            batch.argument("GET")
+            batch.argument("PX")
+            batch.argument(ttlMilliseconds)
         }
-        let replies = try await connection.pipeline(commands)
-        guard replies.count == commands.count else {
-            throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
+        let replies = try await connection.pipeline(batch)
+        guard replies.count == pairs.count else {
+            throw RedisError(.unexpectedReply, "expected \(pairs.count) replies, got \(replies.count)")
         }
         return try replies.map { reply in
             if reply.isNull { return .claimed }
@@ -389,11 +414,15 @@ public final class StateStore: Sendable {
     /// Confirms pairs as delivered (after APNs answered 200): the key becomes `1` for `ttlMilliseconds`, whoever
     /// held the claim. One pipelined round trip.
     public func confirmDelivered(app: String, pairs: [DeliveryKey], ttlMilliseconds: Int64) async throws {
-        let commands = pairs.map {
-            RedisCommand(
-                "SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), "1", "PX", ttlMilliseconds)
+        var batch = RedisBatch(capacity: 64 + pairs.count * 160)
+        for pair in pairs {
+            batch.command("SET", arguments: 4)
+            batch.deliveredKey(app: app, eventId: pair.eventId, token: pair.token)
+            batch.argument("1")
+            batch.argument("PX")
+            batch.argument(ttlMilliseconds)
         }
-        for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("SET") }
+        try await connection.write(batch, what: "SET")
     }
 
     /// Releases this owner's claims on pairs that were not delivered (the notification went to the retry topic,

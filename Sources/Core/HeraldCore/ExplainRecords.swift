@@ -62,6 +62,12 @@ extension ExplainEntry {
     /// is on the hot path. `init(json:)` reads it back.
     public var jsonBytes: [UInt8] {
         var w = JSONWriter(capacity: 160)
+        writeJSON(into: &w)
+        return w.bytes
+    }
+
+    /// Appends `jsonBytes` to `w` (a writer reused across entries allocates nothing per entry).
+    public func writeJSON(into w: inout JSONWriter) {
         w.raw("{\"app_id\":"); w.string(appID)
         w.raw(",\"at\":"); w.int(at)
         if let attempt { w.raw(",\"attempt\":"); w.int(attempt) }
@@ -74,7 +80,6 @@ extension ExplainEntry {
         if let token { w.raw(",\"token\":"); w.string(token) }
         if let user { w.raw(",\"user\":"); w.string(user) }
         w.byte(UInt8(ascii: "}"))
-        return w.bytes
     }
 
     /// Reads an entry as `jsonBytes` wrote it; the error names the offending field.

@@ -3,6 +3,7 @@
 //   pipeline  the whole local stack under a chosen load: throughput, latency, CPU, memory, exactness
 //   chaos     the fault suite: each scenario's lost / duplicated / dead-lettered counts and a verdict
 //   json      HeraldCore's JSON against Foundation's JSONDecoder/JSONEncoder on Herald's records
+//   redis     building the per-recipient Redis commands: RedisCommand per command against RedisBatch
 import ArgumentParser
 
 @main
@@ -10,6 +11,6 @@ struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
         abstract: "Herald's measuring tools.",
-        subcommands: [DecideBench.self, PipelineBench.self, ChaosCommand.self, JSONBench.self],
+        subcommands: [DecideBench.self, PipelineBench.self, ChaosCommand.self, JSONBench.self, RedisBench.self],
         defaultSubcommand: DecideBench.self)
 }

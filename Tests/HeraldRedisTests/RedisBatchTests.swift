@@ -1,0 +1,152 @@
+import Foundation
+import HeraldCore
+import HeraldTestSupport
+import Testing
+
+@testable import HeraldRedis
+
+/// `RedisBatch` writes the hot paths' commands straight into one buffer; these tests hold every such batch to the
+/// same bytes as the commands built one by one with `RedisCommand` and `RedisKeys`, and check the batch calls of
+/// the connection against a real server.
+@Suite("RedisBatch: commands written into one buffer")
+struct RedisBatchTests {
+    static func concatenated(_ commands: [RedisCommand]) -> [UInt8] { commands.flatMap(\.encoded) }
+
+    @Test("every kind of argument, and a key written in parts, give the bytes RedisCommand gives")
+    func sameBytesAsCommands() {
+        var batch = RedisBatch()
+        batch.command("HSET", arguments: 4)
+        batch.argument("herald", ":", "app é", ":user:{", "u\r\n1", "}:devices", "")
+        batch.argument([0xFF, 0x00] as [UInt8])
+        batch.argument(Int64.min)
+        batch.argument(([9, 1, 2, 3] as [UInt8])[1...2])
+        batch.command("PING", arguments: 0)
+        batch.append(RedisCommand("GET", "k"))
+        batch.command("SET", arguments: 2)
+        batch.argument("")
+        batch.argument("v")
+        let expected = Self.concatenated([
+            RedisCommand(
+                "HSET", "herald:app é:user:{u\r\n1}:devices", [0xFF, 0x00] as [UInt8], Int64.min, [1, 2] as [UInt8]),
+            RedisCommand("PING"), RedisCommand("GET", "k"), RedisCommand("SET", "", "v"),
+        ])
+        #expect(batch.bytes == expected)
+        #expect(batch.count == 4)
+        #expect(batch.isComplete)
+
+        var joined = RedisBatch()
+        joined.command("PING", arguments: 0)
+        joined.append(batch)
+        #expect(joined.count == 5)
+        #expect(joined.bytes == RedisCommand("PING").encoded + expected)
+    }
+
+    @Test("loadUsers' reads are the commands of docs/redis-keys.md, with and without a conversation")
+    func loadBatchMatchesCommands() {
+        let users = ["u1", "ü2", "u{3}"]
+        for conversation in ["c1", nil] as [String?] {
+            let batch = StateStore.loadBatch(
+                app: "app1", users: users, conversation: conversation, now: 1_700_000_000_123,
+                preferencesOnly: ["sender"])
+            var commands: [RedisCommand] = []
+            for user in users {
+                commands.append(RedisCommand("HGETALL", RedisKeys.devices(app: "app1", user: user)))
+                commands.append(
+                    RedisCommand(
+                        "ZRANGEBYSCORE", RedisKeys.presence(app: "app1", user: user), "(1700000000123", "+inf"))
+                commands.append(RedisCommand("GET", RedisKeys.preferences(app: "app1", user: user)))
+                if let conversation {
+                    commands.append(
+                        RedisCommand(
+                            "HMGET", RedisKeys.unread(app: "app1", user: user), RedisKeys.unreadTotalField,
+                            RedisKeys.unreadField(conversation: conversation)))
+                } else {
+                    commands.append(RedisCommand("HGETALL", RedisKeys.unread(app: "app1", user: user)))
+                }
+            }
+            commands.append(RedisCommand("GET", RedisKeys.preferences(app: "app1", user: "sender")))
+            #expect(batch.bytes == Self.concatenated(commands), "conversation \(conversation ?? "nil")")
+            #expect(batch.count == commands.count)
+        }
+    }
+
+    @Test(
+        "the explain trail's batch: one HSET and PEXPIRE per event in first-seen order, then each user's last decision in entry order"
+    )
+    func explainBatchMatchesCommands() {
+        func entry(
+            _ app: String, _ event: String, user: String?, token: String? = nil, decision: String, reason: String? = nil
+        ) -> ExplainEntry {
+            ExplainEntry(
+                appID: app, eventID: event, user: user, token: token, stage: "suppress", decision: decision,
+                reason: reason, at: 1_700_000_000_000)
+        }
+        // Interleaved events and apps; u1 has decisions in e1, e2 and e1 again: the last one written must be the
+        // last in entry order (e1's second), although e1's HSET comes first.
+        let entries = [
+            entry("app1", "e1", user: "u1", decision: "deliver"),
+            entry("app1", "e2", user: "u1", decision: "suppress", reason: "dnd"),
+            entry("app2", "e1", user: nil, decision: "classified", reason: "high:direct"),
+            entry("app1", "e1", user: "u2", token: "t\"2", decision: "delivered"),
+            entry("app1", "e1", user: "u1", decision: "suppress", reason: "mut\u{e9}d"),
+            entry("app1", "e2", user: nil, decision: "fanned_out"),
+        ]
+        let ttl: Int64 = 604_800_000
+        let batch = ExplainStore.batch(entries, ttlMilliseconds: ttl)
+        let groups: [(String, String, [Int])] = [
+            ("app1", "e1", [0, 3, 4]), ("app1", "e2", [1, 5]), ("app2", "e1", [2]),
+        ]
+        var commands: [RedisCommand] = []
+        for (app, event, members) in groups {
+            let key = ExplainStore.key(app: app, eventID: event)
+            var arguments: [any RedisArgument] = [key]
+            for index in members {
+                arguments.append(entries[index].field)
+                arguments.append(entries[index].jsonBytes)
+            }
+            commands.append(RedisCommand("HSET", arguments))
+            commands.append(RedisCommand("PEXPIRE", key, ttl))
+        }
+        for index in [0, 1, 4] {
+            let e = entries[index]
+            commands.append(
+                RedisCommand("SET", RedisKeys.lastDecision(app: e.appID, user: e.user ?? ""), e.jsonBytes, "PX", ttl))
+        }
+        #expect(batch.bytes == Self.concatenated(commands))
+        #expect(batch.count == commands.count)
+    }
+
+    @Test("a batch is one round trip with one reply per command; write reads every reply and throws the first error")
+    func batchesOnARealServer() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+
+        var reads = RedisBatch()
+        reads.command("SET", arguments: 2)
+        reads.argument("k", "1")
+        reads.argument("v")
+        reads.command("GET", arguments: 1)
+        reads.argument("k1")
+        reads.command("HGET", arguments: 2)
+        reads.argument("k1")
+        reads.argument("f")
+        #expect(try await redis.pipeline(reads).map { $0.text ?? "" }.prefix(2) == ["OK", "v"])
+
+        var writes = RedisBatch()
+        writes.command("SET", arguments: 2)
+        writes.argument("a")
+        writes.argument("1")
+        writes.command("INCR", arguments: 1)
+        writes.argument("k1")  // not an integer: an error reply
+        writes.command("SET", arguments: 2)
+        writes.argument("b")
+        writes.argument("2")
+        await #expect(throws: RedisError.self) { try await redis.write(writes, what: "test") }
+        // Every reply was read: the connection is in step, and the command after the error ran.
+        #expect(try await redis.send("GET", "b") == .string(Data("2".utf8)))
+        #expect(try await redis.send("GET", "a") == .string(Data("1".utf8)))
+        try await redis.write(RedisBatch(), what: "empty")
+        #expect(try await redis.pipeline(RedisBatch()).isEmpty)
+    }
+}
