@@ -22,6 +22,10 @@ public struct KafkaClientConfiguration: Sendable, Hashable {
     /// Raw librdkafka properties applied last (they win over everything typed here).
     /// For settings this struct does not model, e.g. `["security.protocol": "ssl"]`.
     public var extraProperties: [String: String] = [:]
+    /// The nice value of every thread the client runs (librdkafka's own threads, set as each starts, and the
+    /// adapter's poll thread); 0 leaves them as they are. A stage's bulk lane uses `kafka.bulk_nice`, so its
+    /// fetching and producing yield the CPU to the priority lane's when both cores are busy. Default: 0.
+    public var threadNice: Int = 0
 
     public init(
         brokers: [String] = ["127.0.0.1:9092"], clientID: String = "herald", extraProperties: [String: String] = [:]

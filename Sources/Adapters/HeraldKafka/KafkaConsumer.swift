@@ -181,7 +181,8 @@ final class ConsumerCore: @unchecked Sendable {
             label: "\(configuration.metricsPrefix)_consumer_errors_total",
             dimensions: [("group", configuration.groupID)])
         handle = try RdKafkaHandle(
-            type: RD_KAFKA_CONSUMER, properties: LibrdkafkaProperties.consumer(configuration), logger: logger
+            type: RD_KAFKA_CONSUMER, properties: LibrdkafkaProperties.consumer(configuration), logger: logger,
+            threadNice: configuration.client.threadNice
         ) { conf in
             rd_kafka_conf_set_offset_commit_cb(conf) { _, err, offsets, opaque in
                 guard err != RD_KAFKA_RESP_ERR_NO_ERROR, err != RD_KAFKA_RESP_ERR__NO_OFFSET, let opaque else { return }
@@ -220,7 +221,11 @@ final class ConsumerCore: @unchecked Sendable {
                 .subscribe, err, "subscribe failed", context: ["topics": configuration.topics.joined(separator: ",")])
         }
 
-        let thread = Thread { [self] in self.runLoop() }
+        let nice = Int32(clamping: configuration.client.threadNice)
+        let thread = Thread { [self] in
+            ThreadNice.apply(nice)
+            self.runLoop()
+        }
         thread.name = "herald-kafka-consumer"
         thread.start()
     }

@@ -350,7 +350,8 @@ final class ProducerCore: @unchecked Sendable {
     init(configuration: KafkaProducerConfiguration, logger: Logger) throws(KafkaError) {
         self.logger = logger
         handle = try RdKafkaHandle(
-            type: RD_KAFKA_PRODUCER, properties: LibrdkafkaProperties.producer(configuration), logger: logger
+            type: RD_KAFKA_PRODUCER, properties: LibrdkafkaProperties.producer(configuration), logger: logger,
+            threadNice: configuration.client.threadNice
         ) { conf in
             rd_kafka_conf_set_dr_msg_cb(conf) { _, message, _ in
                 guard let message, let opaque = message.pointee._private else { return }
@@ -376,7 +377,9 @@ final class ProducerCore: @unchecked Sendable {
         let roomWaiters = self.roomWaiters
         let servedPolls = self.servedPolls
         let timeout = Int32(clamping: max(1, configuration.pollInterval.milliseconds))
+        let nice = Int32(clamping: configuration.client.threadNice)
         let thread = Thread {
+            ThreadNice.apply(nice)
             while lifecycle.withLock({ $0.running }) {
                 let served = rd_kafka_poll(handle.pointer, timeout)
                 if served > 0 {

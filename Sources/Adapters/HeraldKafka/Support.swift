@@ -44,10 +44,30 @@ final class RdKafkaHandle: @unchecked Sendable {
 
     /// Creates the handle. `configure` may install callbacks on the conf.
     init(
-        type: rd_kafka_type_t, properties: [String: String], logger: Logger,
+        type: rd_kafka_type_t, properties: [String: String], logger: Logger, threadNice: Int = 0,
         configure: (OpaquePointer) -> Void = { _ in }
     ) throws(KafkaError) {
         let conf = try LibrdkafkaProperties.makeConf(properties)
+        if threadNice > 0 {
+            // librdkafka takes thread interceptors only from an on_new interceptor, which rd_kafka_new calls before
+            // it starts any thread; the on_thread_start one then runs in each thread librdkafka starts for this
+            // client (main, broker, background) before its work. The nice value travels as the opaque pointer.
+            let status = rd_kafka_conf_interceptor_add_on_new(
+                conf, "herald-thread-nice",
+                { rk, _, opaque, _, _ in
+                    rd_kafka_interceptor_add_on_thread_start(
+                        rk, "herald-thread-nice",
+                        { _, _, _, opaque in
+                            ThreadNice.apply(Int32(truncatingIfNeeded: Int(bitPattern: opaque)))
+                            return RD_KAFKA_RESP_ERR_NO_ERROR
+                        }, opaque)
+                }, UnsafeMutableRawPointer(bitPattern: threadNice))
+            if status != RD_KAFKA_RESP_ERR_NO_ERROR {
+                logger.warning(
+                    "could not lower librdkafka's thread priority",
+                    metadata: ["code": .string(String(cString: rd_kafka_err2name(status)))])
+            }
+        }
         let context = Unmanaged.passRetained(CallbackContext(logger: logger))
         rd_kafka_conf_set_opaque(conf, context.toOpaque())
         rd_kafka_conf_set_log_cb(conf) { rk, level, facility, message in
@@ -122,4 +142,12 @@ final class ThreadExit: @unchecked Sendable {
     private let semaphore = DispatchSemaphore(value: 0)
     func signal() { semaphore.signal() }
     func wait() { semaphore.wait() }
+}
+
+/// Per-thread nice values (Linux keeps one per thread; `setpriority(PRIO_PROCESS, 0, n)` sets the calling one's).
+enum ThreadNice {
+    /// Gives the calling thread nice value `nice` (a failure only leaves it as it was).
+    static func apply(_ nice: Int32) {
+        if nice > 0 { _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, nice) }
+    }
 }

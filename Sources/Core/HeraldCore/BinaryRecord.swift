@@ -86,15 +86,19 @@ public struct BinaryWriter: Sendable {
 public struct BinaryReader {
     private let base: UnsafeRawBufferPointer
     public private(set) var offset: Int
-    let record: String
+    /// The type being read; its name goes into errors only (building it for every record cost more than some
+    /// records' fields).
+    let recordType: Any.Type
     /// The format version of the record being read (fields added later are read only from newer versions).
     public internal(set) var version: UInt8 = BinaryRecordFormat.version
 
-    init(_ base: UnsafeRawBufferPointer, offset: Int, record: String) {
+    init(_ base: UnsafeRawBufferPointer, offset: Int, record: Any.Type) {
         self.base = base
         self.offset = offset
-        self.record = record
+        self.recordType = record
     }
+
+    var record: String { "\(recordType)" }
 
     public var isAtEnd: Bool { offset >= base.count }
 
@@ -251,7 +255,7 @@ public enum BinaryRecordFormat {
         _ body: (inout BinaryReader, UnsafeRawBufferPointer) throws(StageRecordError) -> T
     ) throws(StageRecordError) -> T {
         let result: Result<T, StageRecordError> = bytes.withUnsafeBytes { raw in
-            var r = BinaryReader(raw, offset: 0, record: "\(T.self)")
+            var r = BinaryReader(raw, offset: 0, record: T.self)
             do throws(StageRecordError) {
                 try readHeader(&r, T.self)
                 let record = try body(&r, raw)

@@ -126,6 +126,7 @@ public struct StageSetup: Sendable {
         configuration.batchMaxWait = .milliseconds(settings.batchTimeoutMs)
         let flow = self.flow(lane: lane)
         configuration.fetchWait = .milliseconds(flow.fetchWaitMs)
+        configuration.client.threadNice = threadNice(lane: lane)
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
         let probe = BrokerProbe(brokers: brokers)
         context.readiness.register("kafka", timeout: .seconds(3)) { await probe.isUp() }
@@ -143,6 +144,7 @@ public struct StageSetup: Sendable {
             brokers: brokers, clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
             extraProperties: pipeline.kafka.properties)
         configuration.linger = .milliseconds(flow(lane: lane).lingerMs)
+        configuration.client.threadNice = threadNice(lane: lane)
         if pipeline.kafka.packMaxRecords > 1 {
             configuration.packTopics = Set(pipeline.kafka.topics.interStage)
             configuration.packMaxRecords = pipeline.kafka.packMaxRecords
@@ -156,6 +158,12 @@ public struct StageSetup: Sendable {
     func flow(lane: String?) -> LaneFlow {
         if lane == Lane.priority.rawValue || (lane == nil && stage == .ingest) { return pipeline.kafka.priorityFlow }
         return pipeline.kafka.bulkFlow
+    }
+
+    /// The nice value of a lane's Kafka client threads: the bulk lane's run at `kafka.bulk_nice`, like its tasks'
+    /// threads (`BulkThreadNice`), so its fetching and producing yield the CPU to the priority lane's.
+    func threadNice(lane: String?) -> Int {
+        lane == Lane.bulk.rawValue ? pipeline.kafka.bulkNice : 0
     }
 
     /// The explain trail writer over `connection`.
