@@ -89,6 +89,10 @@ import Testing
             #expect((p["peak_rss_kb"] as? Int ?? 0) > 0, "\(name) has no peak RSS")
         }
         #expect(((json["herald"] as? [String: Any])?["cpu_seconds"] as? Double ?? 0) > 0)
+        // The host's speed, measured before and after the run, so figures of different days can be scaled.
+        let host = try #require(json["host_recipients_per_cpu_second"] as? [String: Double])
+        #expect((host["before"] ?? 0) > 1000 && (host["after"] ?? 0) > 1000, "host speed: \(host)")
+        #expect(md.contains("host speed (herald-bench decide"))
         let series = try #require(json["series"] as? [[String: Any]])
         #expect(series.map { $0["delivered"] as? Int ?? 0 }.reduce(0, +) == delivered)
         // The stack the bench started is gone.

@@ -19,71 +19,10 @@ struct DecideBench: ParsableCommand {
     var members: Int = 50
 
     func run() throws {
-        let app = AppConfig(
-            appID: "bench", payloadProfile: .sendbird(key: "sendbird"), multiDevice: .anyOffline,
-            templates: TemplateConfig(customTypes: [
-                "support": TemplatePair(
-                    text: "[{channel_name}] {sender_name}: {message}", file: "{file_type_friendly}: {filename}")
-            ]),
-            credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
-        let eventJSON = """
-            {"event_id":"e-bench-1","app_id":"bench","kind":"message","created_at":1732000000000,
-             "sender":{"id":"u0","name":"Cindy","profile_url":"https://cdn.example/u0.png"},
-             "conversation":{"id":"c-hiking","type":"group","name":"Hiking","custom_type":""},
-             "message":{"id":"373360335316321408","type":"text","text":"Are we still meeting at the trailhead at 7? Bring water 🥾",
-               "mentions":["u3","u7"],"mention_type":"users","language":"en",
-               "translations":{"fr":"On se retrouve toujours au départ du sentier à 7 h ? Apportez de l'eau 🥾",
-                               "ko":"7시에 등산로 입구에서 만나는 거 맞죠? 물 챙기세요 🥾",
-                               "zh":"我们还是7点在步道起点见面吗？带上水 🥾"}},
-             "ext":{}}
-            """
-        let event = try ChatEvent.decode(Array(eventJSON.utf8))
-        let languages = [["en"], ["fr", "en"], ["ko"], ["zh"], [], ["de"]]
-        let zones = ["Asia/Seoul", "Europe/Paris", "America/New_York", "UTC"]
-        var states: [(String, UserState)] = []
-        for i in 0..<members {
-            var prefs = Preferences()
-            prefs.languages = languages[i % languages.count]
-            if i % 5 == 1 { prefs.template = .alternative }
-            if i % 9 == 2 { prefs.displayStyle = .simpleBanner }
-            if i % 7 == 3 { prefs.trigger = .mentionOnly }
-            if i % 6 == 4 {
-                prefs.dnd = DoNotDisturb(
-                    start: ClockTime(hour: 22), end: ClockTime(hour: 8), timezone: zones[i % zones.count])
-            }
-            if i % 11 == 5 { prefs.snooze = Snooze(start: 1_731_990_000_000, end: 1_732_010_000_000) }
-            if i % 13 == 6 { prefs.conversations["c-hiking"] = ConversationPreference(trigger: .default, muted: true) }
-            if i % 8 == 7 { prefs.badge = false }
-            var state = UserState(preferences: prefs, unread: Unread(total: i % 17, conversations: ["c-hiking": i % 4]))
-            let deviceCount = 1 + i % 3
-            for d in 0..<deviceCount {
-                let token = String(repeating: String(format: "%02x", (i * 7 + d) % 256), count: 32)
-                state.register(Device(token: token, kind: .apns, registeredAt: Int64(1_731_000_000_000 + d)))
-            }
-            if i % 10 == 0, let first = state.devices.first { state.online = [first.token] }
-            states.append(("u\(i)", state))
-        }
-        let now = Date(timeIntervalSince1970: 1_732_000_000)
-
-        func round() -> (decisions: Int, payloads: Int, bytes: Int) {
-            var decisions = 0, payloads = 0, bytes = 0
-            for (user, state) in states {
-                let decision = Suppression.decide(event: event, recipient: user, state: state, app: app, now: now)
-                decisions += 1
-                if case .deliver(let targets) = decision {
-                    do {
-                        let requests = try Renderer.render(
-                            event: event, recipient: user, state: state, targets: targets,
-                            app: app, now: now)
-                        payloads += requests.count
-                        for r in requests { bytes &+= r.payload.count }
-                    } catch {
-                        print("render failed: \(error)")
-                    }
-                }
-            }
-            return (decisions, payloads, bytes)
-        }
+        let workload = try DecideWorkload(members: members)
+        let event = workload.event
+        let states = workload.states
+        func round() -> (decisions: Int, payloads: Int, bytes: Int) { workload.round() }
 
         // Warm up (fills the time zone cache, faults in code).
         for _ in 0..<200 { _ = round() }
@@ -141,5 +80,105 @@ struct DecideBench: ParsableCommand {
             String(
                 format: "  herald.deliverable record (%d bytes) encode + decode per CPU second: %.0f",
                 encoded.count, Double(codecCount) / codecSecs))
+    }
+}
+
+/// The decide benchmark's work: one event to a group with mixed preferences, each member decided and rendered.
+/// The pipeline benchmark runs it for a second before and after a run as a marker of the host's speed
+/// (`hostRecipientsPerCPUSecond`): CPU-seconds per notification measured on different days compare only after
+/// scaling by it.
+struct DecideWorkload {
+    let members: Int
+    let app: AppConfig
+    let event: ChatEvent
+    let states: [(String, UserState)]
+    let now: Date
+
+    init(members: Int = 50) throws {
+        self.members = members
+        let app = AppConfig(
+            appID: "bench", payloadProfile: .sendbird(key: "sendbird"), multiDevice: .anyOffline,
+            templates: TemplateConfig(customTypes: [
+                "support": TemplatePair(
+                    text: "[{channel_name}] {sender_name}: {message}", file: "{file_type_friendly}: {filename}")
+            ]),
+            credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
+        let eventJSON = """
+            {"event_id":"e-bench-1","app_id":"bench","kind":"message","created_at":1732000000000,
+             "sender":{"id":"u0","name":"Cindy","profile_url":"https://cdn.example/u0.png"},
+             "conversation":{"id":"c-hiking","type":"group","name":"Hiking","custom_type":""},
+             "message":{"id":"373360335316321408","type":"text","text":"Are we still meeting at the trailhead at 7? Bring water 🥾",
+               "mentions":["u3","u7"],"mention_type":"users","language":"en",
+               "translations":{"fr":"On se retrouve toujours au départ du sentier à 7 h ? Apportez de l'eau 🥾",
+                               "ko":"7시에 등산로 입구에서 만나는 거 맞죠? 물 챙기세요 🥾",
+                               "zh":"我们还是7点在步道起点见面吗？带上水 🥾"}},
+             "ext":{}}
+            """
+        let event = try ChatEvent.decode(Array(eventJSON.utf8))
+        let languages = [["en"], ["fr", "en"], ["ko"], ["zh"], [], ["de"]]
+        let zones = ["Asia/Seoul", "Europe/Paris", "America/New_York", "UTC"]
+        var states: [(String, UserState)] = []
+        for i in 0..<members {
+            var prefs = Preferences()
+            prefs.languages = languages[i % languages.count]
+            if i % 5 == 1 { prefs.template = .alternative }
+            if i % 9 == 2 { prefs.displayStyle = .simpleBanner }
+            if i % 7 == 3 { prefs.trigger = .mentionOnly }
+            if i % 6 == 4 {
+                prefs.dnd = DoNotDisturb(
+                    start: ClockTime(hour: 22), end: ClockTime(hour: 8), timezone: zones[i % zones.count])
+            }
+            if i % 11 == 5 { prefs.snooze = Snooze(start: 1_731_990_000_000, end: 1_732_010_000_000) }
+            if i % 13 == 6 { prefs.conversations["c-hiking"] = ConversationPreference(trigger: .default, muted: true) }
+            if i % 8 == 7 { prefs.badge = false }
+            var state = UserState(preferences: prefs, unread: Unread(total: i % 17, conversations: ["c-hiking": i % 4]))
+            let deviceCount = 1 + i % 3
+            for d in 0..<deviceCount {
+                let token = String(repeating: String(format: "%02x", (i * 7 + d) % 256), count: 32)
+                state.register(Device(token: token, kind: .apns, registeredAt: Int64(1_731_000_000_000 + d)))
+            }
+            if i % 10 == 0, let first = state.devices.first { state.online = [first.token] }
+            states.append(("u\(i)", state))
+        }
+        let now = Date(timeIntervalSince1970: 1_732_000_000)
+
+        self.app = app
+        self.event = event
+        self.states = states
+        self.now = now
+    }
+
+    func round() -> (decisions: Int, payloads: Int, bytes: Int) {
+        var decisions = 0, payloads = 0, bytes = 0
+        for (user, state) in states {
+            let decision = Suppression.decide(event: event, recipient: user, state: state, app: app, now: now)
+            decisions += 1
+            if case .deliver(let targets) = decision {
+                do {
+                    let requests = try Renderer.render(
+                        event: event, recipient: user, state: state, targets: targets,
+                        app: app, now: now)
+                    payloads += requests.count
+                    for r in requests { bytes &+= r.payload.count }
+                } catch {
+                    print("render failed: \(error)")
+                }
+            }
+        }
+        return (decisions, payloads, bytes)
+    }
+
+    /// Recipients decided and rendered per CPU-second of this thread, over `seconds` of CPU time after a short
+    /// warm-up: the decide benchmark's figure (585,000-623,000 on the 2-core host of 2026-11-24 and the first
+    /// sessions of 2026-11-25; 240,000 on the slower host of the fifth session).
+    static func hostRecipientsPerCPUSecond(seconds: Double = 1) -> Double? {
+        guard let workload = try? DecideWorkload() else { return nil }
+        for _ in 0..<50 { _ = workload.round() }
+        let start = HeraldBenchClock.threadCPUNanoseconds()
+        var decisions = 0
+        while Double(HeraldBenchClock.threadCPUNanoseconds() - start) < seconds * 1e9 {
+            decisions += workload.round().decisions
+        }
+        return Double(decisions) / (Double(HeraldBenchClock.threadCPUNanoseconds() - start) / 1e9)
     }
 }

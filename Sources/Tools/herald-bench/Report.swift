@@ -5,6 +5,17 @@ import Foundation
 struct BenchReport {
     let result: LoadDriver.Result
     let command: String
+    /// The host's speed before and after the run: the decide benchmark's recipients per CPU-second on one thread
+    /// (`DecideWorkload.hostRecipientsPerCPUSecond`). CPU-seconds per 100k from different days compare only
+    /// after scaling by it.
+    var hostSpeed: (before: Double?, after: Double?) = (nil, nil)
+
+    var hostSpeedLine: String {
+        func f(_ v: Double?) -> String { v.map { String(format: "%.0f", $0) } ?? "-" }
+        return
+            "host speed (herald-bench decide, recipients per CPU-second, one thread): before \(f(hostSpeed.before)), "
+            + "after \(f(hostSpeed.after))"
+    }
 
     static let heraldProcesses = stageNames
 
@@ -49,6 +60,7 @@ struct BenchReport {
                     separator: ", "))
         lines.append(
             "lost \(r.lost), duplicated \(r.duplicates.count), unexpected \(r.unexpected200), dead-lettered \(r.dlq)")
+        lines.append(hostSpeedLine)
         return lines
     }
 
@@ -56,6 +68,7 @@ struct BenchReport {
         let r = result
         var s = "# herald-bench pipeline\n\n"
         s += "Command: `\(command)`\n\n"
+        s += hostSpeedLine + "\n\n"
         s += "## Scenario\n\n"
         s += "| setting | value |\n| --- | --- |\n"
         s += "| input | \(r.mode)\(r.mixed ? " + mixed priorities (calls to a VoIP token, direct messages)" : "") |\n"
@@ -176,6 +189,10 @@ struct BenchReport {
             (
                 "series",
                 r.series.map { ["second": $0.second, "delivered": $0.count, "p50_ms": $0.p50, "p99_ms": $0.p99] }
+            ),
+            (
+                "host_recipients_per_cpu_second",
+                ["before": hostSpeed.before ?? 0, "after": hostSpeed.after ?? 0] as [String: Any]
             ),
             ("consistent", r.consistencyProblems().isEmpty),
             ("problems", r.consistencyProblems()),
