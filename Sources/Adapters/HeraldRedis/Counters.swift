@@ -7,14 +7,14 @@ import HeraldCore
 
 extension RedisKeys {
     /// Hash: `total` -> mentions not yet read, `c:<conversation>` -> per conversation (like `unread`).
-    public static func mentions(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:mentions" }
+    public static func mentions(app: String, user: String) -> String { Self.user(app: app, user: user, .mentions) }
     /// String with a TTL: this event was counted for this user (so a replay is not counted again).
     public static func counted(app: String, user: String, eventID: String) -> String {
         "\(prefix):\(app):user:{\(user)}:counted:\(eventID)"
     }
     /// String: the explain entry of the user's latest decision (suppress or resolve), for the registry API.
     public static func lastDecision(app: String, user: String) -> String {
-        "\(prefix):\(app):user:{\(user)}:last_decision"
+        Self.user(app: app, user: user, .lastDecision)
     }
 }
 

@@ -18,6 +18,11 @@ public final class ExplainStore: Sendable {
         "\(RedisKeys.prefix):\(app):explain:{\(eventID)}"
     }
 
+    /// `key(app:eventID:)` written into a batch as one argument.
+    static func writeKey(app: String, eventID: String, into batch: inout RedisBatch) {
+        batch.argument(RedisKeys.prefix, ":", app, ":explain:{", eventID, "}")
+    }
+
     /// Writes `entries` in one pipelined round trip: one HSET and one PEXPIRE per event (in the order events first
     /// appear), then the latest decision of each user-level entry, in the entries' order. Everything is written
     /// straight into one `RedisBatch`: each entry's JSON is built once, into a reused buffer, and the last
@@ -58,7 +63,7 @@ public final class ExplainStore: Sendable {
         for group in groups {
             let first = entries[group[0]]
             batch.command("HSET", arguments: 1 + 2 * group.count)
-            batch.argument(RedisKeys.prefix, ":", first.appID, ":explain:{", first.eventID, "}")
+            writeKey(app: first.appID, eventID: first.eventID, into: &batch)
             for index in group {
                 let entry = entries[index]
                 if let token = entry.token {
@@ -74,7 +79,7 @@ public final class ExplainStore: Sendable {
                 jsonAt[index] = (batch.bytes.count - 2 - json.bytes.count, json.bytes.count)
             }
             batch.command("PEXPIRE", arguments: 2)
-            batch.argument(RedisKeys.prefix, ":", first.appID, ":explain:{", first.eventID, "}")
+            writeKey(app: first.appID, eventID: first.eventID, into: &batch)
             batch.argument(ttlMilliseconds)
         }
         // The latest decision about each user (what the registry API's explain answers).
@@ -83,7 +88,7 @@ public final class ExplainStore: Sendable {
             guard let user = entry.user, entry.token == nil else { continue }
             let (start, length) = jsonAt[index]
             decisions.command("SET", arguments: 4)
-            decisions.argument(RedisKeys.prefix, ":", entry.appID, ":user:{", user, "}:last_decision")
+            decisions.userKey(app: entry.appID, user: user, .lastDecision)
             decisions.argument(batch.bytes[start..<(start + length)])
             decisions.argument("PX")
             decisions.argument(ttlMilliseconds)

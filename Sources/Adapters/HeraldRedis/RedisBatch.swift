@@ -101,16 +101,3 @@ public struct RedisBatch: Sendable {
         }
     }
 }
-
-extension RedisBatch {
-    /// `herald:<app>:user:{<user>}:<name>`, the key `RedisKeys.devices`, `.presence`, `.preferences` and `.unread`
-    /// build, as one argument.
-    mutating func userKey(app: String, user: String, _ name: String) {
-        argument(RedisKeys.prefix, ":", app, ":user:{", user, name)
-    }
-
-    /// `RedisKeys.delivered(app:eventId:token:)` as one argument.
-    mutating func deliveredKey(app: String, eventId: String, token: String) {
-        argument(RedisKeys.prefix, ":", app, ":delivered:", eventId, ":", token)
-    }
-}

@@ -17,10 +17,22 @@
 public enum RedisKeys {
     public static let prefix = "herald"
 
-    public static func devices(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:devices" }
-    public static func presence(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:presence" }
-    public static func preferences(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:prefs" }
-    public static func unread(app: String, user: String) -> String { "\(prefix):\(app):user:{\(user)}:unread" }
+    /// The last part of a user's keys, `herald:<app>:user:{<user>}:<part>`.
+    public enum UserPart: String, Sendable {
+        case devices, presence, unread, mentions
+        case preferences = "prefs"
+        case lastDecision = "last_decision"
+    }
+
+    public static func user(app: String, user: String, _ part: UserPart) -> String {
+        "\(prefix):\(app):user:{\(user)}:\(part.rawValue)"
+    }
+    public static func devices(app: String, user: String) -> String { Self.user(app: app, user: user, .devices) }
+    public static func presence(app: String, user: String) -> String { Self.user(app: app, user: user, .presence) }
+    public static func preferences(app: String, user: String) -> String {
+        Self.user(app: app, user: user, .preferences)
+    }
+    public static func unread(app: String, user: String) -> String { Self.user(app: app, user: user, .unread) }
     public static func members(app: String, conversation: String) -> String {
         "\(prefix):\(app):conv:{\(conversation)}:members"
     }
@@ -35,4 +47,18 @@ public enum RedisKeys {
     public static let unreadTotalField = "total"
     /// Field of the unread hash holding one conversation's count.
     public static func unreadField(conversation: String) -> String { "c:\(conversation)" }
+}
+
+/// The same keys written into a `RedisBatch` piece by piece (the hot paths), beside the functions above so the
+/// layout stays in one place; RedisBatchTests hold the two to the same bytes.
+extension RedisBatch {
+    /// `RedisKeys.user(app:user:_:)` as one argument.
+    mutating func userKey(app: String, user: String, _ part: RedisKeys.UserPart) {
+        argument(RedisKeys.prefix, ":", app, ":user:{", user, "}:", part.rawValue)
+    }
+
+    /// `RedisKeys.delivered(app:eventId:token:)` as one argument.
+    mutating func deliveredKey(app: String, eventId: String, token: String) {
+        argument(RedisKeys.prefix, ":", app, ":delivered:", eventId, ":", token)
+    }
 }

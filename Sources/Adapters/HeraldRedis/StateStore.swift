@@ -87,26 +87,26 @@ public final class StateStore: Sendable {
         let after = "(\(now)"
         for user in users {
             batch.command("HGETALL", arguments: 1)
-            batch.userKey(app: app, user: user, "}:devices")
+            batch.userKey(app: app, user: user, .devices)
             batch.command("ZRANGEBYSCORE", arguments: 3)
-            batch.userKey(app: app, user: user, "}:presence")
+            batch.userKey(app: app, user: user, .presence)
             batch.argument(after)
             batch.argument("+inf")
             batch.command("GET", arguments: 1)
-            batch.userKey(app: app, user: user, "}:prefs")
+            batch.userKey(app: app, user: user, .preferences)
             if let conversation {
                 batch.command("HMGET", arguments: 3)
-                batch.userKey(app: app, user: user, "}:unread")
+                batch.userKey(app: app, user: user, .unread)
                 batch.argument(RedisKeys.unreadTotalField)
                 batch.argument("c:", conversation)
             } else {
                 batch.command("HGETALL", arguments: 1)
-                batch.userKey(app: app, user: user, "}:unread")
+                batch.userKey(app: app, user: user, .unread)
             }
         }
         for user in preferencesOnly {
             batch.command("GET", arguments: 1)
-            batch.userKey(app: app, user: user, "}:prefs")
+            batch.userKey(app: app, user: user, .preferences)
         }
         return batch
     }
