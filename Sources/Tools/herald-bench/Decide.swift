@@ -103,18 +103,8 @@ struct DecideWorkload {
                     text: "[{channel_name}] {sender_name}: {message}", file: "{file_type_friendly}: {filename}")
             ]),
             credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
-        let eventJSON = """
-            {"event_id":"e-bench-1","app_id":"bench","kind":"message","created_at":1732000000000,
-             "sender":{"id":"u0","name":"Cindy","profile_url":"https://cdn.example/u0.png"},
-             "conversation":{"id":"c-hiking","type":"group","name":"Hiking","custom_type":""},
-             "message":{"id":"373360335316321408","type":"text","text":"Are we still meeting at the trailhead at 7? Bring water 🥾",
-               "mentions":["u3","u7"],"mention_type":"users","language":"en",
-               "translations":{"fr":"On se retrouve toujours au départ du sentier à 7 h ? Apportez de l'eau 🥾",
-                               "ko":"7시에 등산로 입구에서 만나는 거 맞죠? 물 챙기세요 🥾",
-                               "zh":"我们还是7点在步道起点见面吗？带上水 🥾"}},
-             "ext":{}}
-            """
-        let event = try ChatEvent.decode(Array(eventJSON.utf8))
+        // The same event as herald-bench json's.
+        let event = try ChatEvent.decode(Array(JSONBench.eventJSON.utf8))
         let languages = [["en"], ["fr", "en"], ["ko"], ["zh"], [], ["de"]]
         let zones = ["Asia/Seoul", "Europe/Paris", "America/New_York", "UTC"]
         var states: [(String, UserState)] = []
