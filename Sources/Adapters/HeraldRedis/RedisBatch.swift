@@ -40,13 +40,6 @@ public struct RedisBatch: Sendable {
         name.withUTF8Buffer { RESP.appendBulk($0, to: &bytes) }
     }
 
-    /// A command already built, e.g. one of the rarer shapes.
-    public mutating func append(_ command: RedisCommand) {
-        assert(owed == 0, "RedisBatch: the previous command is missing \(owed) argument(s)")
-        count += 1
-        bytes.append(contentsOf: command.encoded)
-    }
-
     public mutating func argument(_ value: String) {
         owed -= 1
         RESP.appendBulk(value, to: &bytes)

@@ -308,10 +308,7 @@ private final class HiredisSession: @unchecked Sendable {
         try ensureConnected()
         guard let context else { throw RedisError(.connectFailed, "no connection") }
         guard Self.append(command, to: context) == REDIS_OK else { throw brokenConnection() }
-        var raw: UnsafeMutableRawPointer?
-        guard redisGetReply(context, &raw) == REDIS_OK, let raw else { throw brokenConnection() }
-        defer { freeReplyObject(raw) }
-        return Self.decode(raw.assumingMemoryBound(to: redisReply.self))
+        return try readReplies(1)[0]
     }
 
     /// The whole batch: append every command, then read one reply per command.
@@ -321,26 +318,20 @@ private final class HiredisSession: @unchecked Sendable {
         for command in commands where Self.append(command, to: context) != REDIS_OK {
             throw brokenConnection()
         }
-        var replies: [RedisValue] = []
-        replies.reserveCapacity(commands.count)
-        for _ in commands {
-            var raw: UnsafeMutableRawPointer?
-            if redisGetReply(context, &raw) != REDIS_OK || raw == nil {
-                throw brokenConnection()
-            }
-            guard let raw else { throw brokenConnection() }
-            replies.append(Self.decode(raw.assumingMemoryBound(to: redisReply.self)))
-            freeReplyObject(raw)
-        }
-        return replies
+        return try readReplies(commands.count)
     }
 
     /// A prepared batch: its whole buffer in one append, then one reply per command.
     func pipeline(_ batch: RedisBatch) throws -> [RedisValue] {
         try appendBatch(batch)
+        return try readReplies(batch.count)
+    }
+
+    /// Reads `count` replies and decodes them.
+    private func readReplies(_ count: Int) throws -> [RedisValue] {
         var replies: [RedisValue] = []
-        replies.reserveCapacity(batch.count)
-        for _ in 0..<batch.count {
+        replies.reserveCapacity(count)
+        for _ in 0..<count {
             let raw = try nextReply()
             replies.append(Self.decode(raw.assumingMemoryBound(to: redisReply.self)))
             freeReplyObject(raw)
