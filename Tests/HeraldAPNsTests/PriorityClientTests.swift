@@ -8,13 +8,16 @@ import Testing
 
 @Suite(.serialized)
 struct PriorityClientTests {
-    func reservingClient(_ pki: PKI, port: Int, reserve: Double) throws -> APNsClient {
+    func reservingClient(
+        _ pki: PKI, port: Int, reserve: Double, priorityConnections: Int = 0, maxInFlight: Int = 100
+    ) throws -> APNsClient {
         var config = APNsClientConfiguration(
             credential: try pki.tokenCredential(), environment: .sandbox,
             endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
-            connections: 1, maxStreamsPerConnection: 10, maxInFlight: 100,
+            connections: 1, maxStreamsPerConnection: 10, maxInFlight: maxInFlight,
             reconnectBackoff: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)))
         config.priorityReserve = reserve
+        config.priorityConnections = priorityConnections
         return try APNsClient(configuration: config)
     }
 
@@ -54,6 +57,55 @@ struct PriorityClientTests {
         )
         await bulk.value
         try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }
+        await c.shutdown()
+    }
+
+    /// A connection kept for prioritized requests: a call is written on it, never queued behind a bulk batch for a
+    /// stream of the shared connection (no reserved streams there), and bulk requests never use it.
+    @Test func aConnectionOfItsOwnForPrioritizedRequests() async throws {
+        let pki = try await PKI.make()
+        let server = try await startMock(pki, ["--latency-ms", "400"])
+        defer { server.stop() }
+        let c = try reservingClient(pki, port: server.port, reserve: 0, priorityConnections: 1, maxInFlight: 1000)
+        var warm = request(998)
+        warm.prioritized = true
+        #expect(await c.send(request(999)).status == 200)
+        #expect(await c.send(warm).status == 200)
+        #expect(c.stats.connectionsOpened == 2, "one shared connection and one for prioritized requests")
+        #expect(c.stats.streamsOnPriorityConnections == 1, "the warm-up bulk request went on the shared connection")
+
+        let bulkDone = TestCount()
+        await c.submit((0..<100).map { request($0) }) { r in
+            #expect(r.status == 200)
+            bulkDone.add(1)
+        }
+        try await waitUntil("bulk requests accepted", timeout: .seconds(10)) { c.stats.submitted >= 102 }
+
+        var urgent = request(500)
+        urgent.prioritized = true
+        let answer = await c.send(urgent)
+        let bulkAtUrgent = bulkDone.value
+        #expect(answer.status == 200)
+        #expect(bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests")
+        try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }
+        // The call and the warm-up went on the dedicated connection; none of the 101 bulk requests did, though the
+        // shared connection's 10 streams kept 90 of them waiting.
+        #expect(c.stats.streamsOnPriorityConnections == 2)
+        #expect(c.stats.streamsOpened == 103)
+        await c.shutdown()
+    }
+
+    /// Without a dedicated connection, prioritized requests share the others (and their reserved streams).
+    @Test func noDedicatedConnectionUnlessConfigured() async throws {
+        let pki = try await PKI.make()
+        let server = try await startMock(pki)
+        defer { server.stop() }
+        let c = try reservingClient(pki, port: server.port, reserve: 0.2)
+        var urgent = request(1)
+        urgent.prioritized = true
+        #expect(await c.send(urgent).status == 200)
+        #expect(c.stats.connectionsOpened == 1)
+        #expect(c.stats.streamsOnPriorityConnections == 0)
         await c.shutdown()
     }
 }

@@ -498,6 +498,23 @@ private let teamID = "DEF123GHIJ"
         #expect(mock.stop() == 0)
     }
 
+    /// One loop serves every connection, a share of input each per pass: a client that keeps a thousand large
+    /// requests coming on one connection spends its budget again and again, and every request is still answered.
+    @Test func aFloodingConnectionIsReadInShares() async throws {
+        // At the full stream limit from the start: h2load opens its 1,000 streams before a limit could be raised.
+        let mock = try await MockProcess.start(
+            pki: pki, ["--topic", topic, "--metrics-port", "0", "--initial-streams", "1000"])
+        let large = #"{"aps":{"alert":"\#(String(repeating: "x", count: 3_500))"}}"#
+        let r = try await h2load(
+            mock.url + devicePath, n: 6000, m: 1000, headers: ["apns-topic": topic],
+            bodyFile: try pki.write("large-body.json", large))
+        #expect(r.ok == 6000, "\(r.output)")
+        let m = try await mock.metrics()
+        #expect(metricValue(m, #"herald_mock_apns_requests_total{status="200",reason=""}"#) == 6000)
+        #expect(metricValue(m, "herald_mock_apns_read_budget_spent_total") > 0)
+        #expect(mock.stop() == 0)
+    }
+
     @Test func survivesClientsThatDoNotSpeakH2OverTLS() async throws {
         let mock = try await MockProcess.start(pki: pki, ["--metrics-port", "0"])
         let http1 = try await runProcess(

@@ -236,6 +236,9 @@ public struct APNsClientConfiguration: Sendable {
     /// The share (0 to 0.9) of each connection's streams and of `maxInFlight` that only prioritized requests
     /// may use, so a bulk fan-out cannot take every stream [0].
     public var priorityReserve: Double = 0
+    /// Connections kept beside `connections` for prioritized requests only [0]. A prioritized request goes to one
+    /// of them first and to the shared ones when they are full or not up; bulk requests never use them.
+    public var priorityConnections: Int = 0
 
     public init(
         credential: APNsClientCredential, environment: APNsEnvironment = .production,
@@ -275,6 +278,8 @@ public struct APNsClientStats: Sendable, Equatable {
     public var completed = 0
     /// HTTP requests written (first sends plus resends).
     public var streamsOpened = 0
+    /// Requests written on the connections kept for prioritized requests (`priorityConnections`).
+    public var streamsOnPriorityConnections = 0
     public var answersByStatus: [Int: Int] = [:]
     public var transportFailures = 0
     /// Retries scheduled by the retry policy.

@@ -27,7 +27,7 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: inbox (guarded by lock)
     private let lock = NSLock()
     private var inbox: [Job] = []
-    private var connectResults: [Result<TLSSocket, APNsError>] = []
+    private var connectResults: [(prioritizedOnly: Bool, result: Result<TLSSocket, APNsError>)] = []
     private var wakeSignalled = false
     private var stopDeadline: ContinuousClock.Instant?
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
@@ -40,7 +40,9 @@ final class ClientLoop: @unchecked Sendable {
     private var pending = JobQueue()
     private var delayed: [Job] = []
     private var connections: [H2Connection] = []
+    /// Connection attempts under way: shared ones, and ones for prioritized requests only.
     private var connecting = 0
+    private var connectingPrioritized = 0
     private var nextConnectAt: ContinuousClock.Instant = .now
     private var connectFailuresInARow = 0
     private var nextConnectionID = 0
@@ -197,11 +199,15 @@ final class ClientLoop: @unchecked Sendable {
             fds.removeAll(keepingCapacity: true)
             polled.removeAll(keepingCapacity: true)
             fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
-            for c in connections where !c.dead {
-                var events = Int16(POLLIN)
-                if c.wantsWritable { events |= Int16(POLLOUT) }
-                fds.append(pollfd(fd: c.socket.fd, events: events, revents: 0))
-                polled.append(c)
+            // Connections kept for prioritized requests are read first (their answers complete in this pass even
+            // when a bulk connection brings thousands).
+            for prioritizedOnly in [true, false] {
+                for c in connections where !c.dead && c.prioritizedOnly == prioritizedOnly {
+                    var events = Int16(POLLIN)
+                    if c.wantsWritable { events |= Int16(POLLOUT) }
+                    fds.append(pollfd(fd: c.socket.fd, events: events, revents: 0))
+                    polled.append(c)
+                }
             }
             let busy = liveJobs > 0 || !delayed.isEmpty || stopping != nil
             _ = poll(&fds, nfds_t(fds.count), busy ? 10 : 200)
@@ -254,16 +260,19 @@ final class ClientLoop: @unchecked Sendable {
         liveJobs += jobs.count
         localStats.submitted += jobs.count
         for job in jobs { pending.append(job) }
-        for result in results {
-            connecting -= 1
+        for (prioritizedOnly, result) in results {
+            if prioritizedOnly { connectingPrioritized -= 1 } else { connecting -= 1 }
             switch result {
             case .success(let socket):
                 do {
                     let c = try H2Connection(id: nextConnectionID, socket: socket, loop: self)
+                    c.prioritizedOnly = prioritizedOnly
                     nextConnectionID += 1
                     connections.append(c)
                     bump { $0.connectionsOpened += 1 }
-                    logger.debug("apns connection open", metadata: ["connection": "\(c.id)"])
+                    logger.debug(
+                        "apns connection open",
+                        metadata: ["connection": "\(c.id)", "prioritized_only": "\(prioritizedOnly)"])
                 } catch {
                     connectFailed(error.description)
                 }
@@ -280,33 +289,38 @@ final class ClientLoop: @unchecked Sendable {
         logger.warning(
             "apns connect failed", metadata: ["error": "\(why)", "failures_in_a_row": "\(connectFailuresInARow)"])
         // With nothing usable and nothing on the way, waiting requests count a failed attempt.
-        if !connections.contains(where: { $0.acceptsNewStreams }) && connecting == 0 {
+        if !connections.contains(where: { $0.acceptsNewStreams }) && connecting + connectingPrioritized == 0 {
             while let job = pending.popFirst() { finishAttempt(job, failure: .connectFailed(why)) }
         }
     }
 
     private func maintainConnections(now: ContinuousClock.Instant) {
-        guard stopping == nil else { return }
-        let usable = connections.filter { $0.acceptsNewStreams }.count + connecting
-        guard usable < config.connections, now >= nextConnectAt else { return }
-        for _ in usable..<config.connections {
-            connecting += 1
-            let endpoint = config.resolvedEndpoint
-            let tls = self.tls
-            let timeout = config.connectTimeout
-            let thread = Thread { [self] in
-                let result: Result<TLSSocket, APNsError>
-                do throws(APNsError) {
-                    result = .success(try TLSSocket.connect(endpoint: endpoint, context: tls, timeout: timeout))
-                } catch { result = .failure(error) }
-                self.lock.lock()
-                self.connectResults.append(result)
-                self.lock.unlock()
-                self.wake()
-            }
-            thread.name = "herald-apns-connect"
-            thread.start()
+        guard stopping == nil, now >= nextConnectAt else { return }
+        let shared = connections.filter { $0.acceptsNewStreams && !$0.prioritizedOnly }.count + connecting
+        let prioritized =
+            connections.filter { $0.acceptsNewStreams && $0.prioritizedOnly }.count + connectingPrioritized
+        for _ in shared..<max(shared, config.connections) { connect(prioritizedOnly: false) }
+        for _ in prioritized..<max(prioritized, config.priorityConnections) { connect(prioritizedOnly: true) }
+    }
+
+    /// Opens one connection on a thread of its own (the TLS handshake blocks); the loop takes it from the inbox.
+    private func connect(prioritizedOnly: Bool) {
+        if prioritizedOnly { connectingPrioritized += 1 } else { connecting += 1 }
+        let endpoint = config.resolvedEndpoint
+        let tls = self.tls
+        let timeout = config.connectTimeout
+        let thread = Thread { [self] in
+            let result: Result<TLSSocket, APNsError>
+            do throws(APNsError) {
+                result = .success(try TLSSocket.connect(endpoint: endpoint, context: tls, timeout: timeout))
+            } catch { result = .failure(error) }
+            self.lock.lock()
+            self.connectResults.append((prioritizedOnly, result))
+            self.lock.unlock()
+            self.wake()
         }
+        thread.name = "herald-apns-connect"
+        thread.start()
     }
 
     private func dispatch(now: ContinuousClock.Instant) {
@@ -327,7 +341,17 @@ final class ClientLoop: @unchecked Sendable {
             }
             bearerHeader = bearerCache?.header
         }
-        for c in connections where c.acceptsNewStreams {
+        // Prioritized requests first go to the connections only they use.
+        for c in connections where c.acceptsNewStreams && c.prioritizedOnly {
+            var room = min(c.remoteMaxStreams, config.maxStreamsPerConnection) - c.streams.count
+            while room > 0, pending.nextIsPrioritized == true, let job = pending.popFirst() {
+                guard let written = start(job, on: c, now: now, bearer: bearer?.issuedAt, bearerHeader: bearerHeader)
+                else { continue }
+                if !written { break }
+                room -= 1
+            }
+        }
+        for c in connections where c.acceptsNewStreams && !c.prioritizedOnly {
             let limit = min(c.remoteMaxStreams, config.maxStreamsPerConnection)
             var room = limit - c.streams.count
             // Streams kept for prioritized requests: a bulk job starts only below `bulkLimit`.
@@ -335,22 +359,34 @@ final class ClientLoop: @unchecked Sendable {
             while room > 0 {
                 if pending.nextIsPrioritized == false, limit - room >= bulkLimit { break }
                 guard let job = pending.popFirst() else { break }
-                if job.request.deadline <= now {
-                    complete(
-                        job, status: nil, failure: .deadlineExceeded,
-                        disposition: .permanentFailure(reason: "DeadlineExceeded"))
-                    continue
-                }
-                job.resetAttempt()
-                job.bearerIssuedAt = bearer?.issuedAt
-                guard c.submit(job, authority: authority, bearer: bearerHeader, scratch: &scratch) != nil else {
-                    pending.pushFront(job)
-                    break
-                }
+                guard let written = start(job, on: c, now: now, bearer: bearer?.issuedAt, bearerHeader: bearerHeader)
+                else { continue }
+                if !written { break }
                 room -= 1
             }
             if pending.isEmpty { break }
         }
+    }
+
+    /// Writes `job` on `c`: true when written, false when the connection took no new stream (the job is back at the
+    /// front of the queue), nil when its deadline had passed (answered `deadlineExceeded`, no stream used).
+    private func start(
+        _ job: Job, on c: H2Connection, now: ContinuousClock.Instant, bearer issuedAt: Date?, bearerHeader: [UInt8]?
+    ) -> Bool? {
+        if job.request.deadline <= now {
+            complete(
+                job, status: nil, failure: .deadlineExceeded, disposition: .permanentFailure(reason: "DeadlineExceeded")
+            )
+            return nil
+        }
+        job.resetAttempt()
+        job.bearerIssuedAt = issuedAt
+        guard c.submit(job, authority: authority, bearer: bearerHeader, scratch: &scratch) != nil else {
+            pending.pushFront(job)
+            return false
+        }
+        if c.prioritizedOnly { bump { $0.streamsOnPriorityConnections += 1 } }
+        return true
     }
 
     private func runTimers(now: ContinuousClock.Instant) {

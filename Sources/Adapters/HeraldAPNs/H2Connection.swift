@@ -13,6 +13,9 @@ final class H2Connection {
     /// Streams opened on this connection and not yet closed; keeps each job alive while nghttp2
     /// holds an unretained pointer to it (stream user data and data source).
     var streams: [Int32: Job] = [:]
+    /// Kept for prioritized requests only (`APNsClientConfiguration.priorityConnections`): no bulk request is
+    /// written to it, so a call never queues behind a fan-out's frames, in our buffers, the socket's or the server's.
+    var prioritizedOnly = false
     var goawayReceived = false
     var dead = false
     var answeredOnce = false

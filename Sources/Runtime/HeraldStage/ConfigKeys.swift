@@ -111,6 +111,10 @@ extension ConfigKey {
     public static let apnsConnections = ConfigKey(
         "HERALD_APNS_CONNECTIONS", default: "2", documented: "2", positive,
         "herald-send: HTTP/2 connections per APNs credential")
+    public static let apnsPriorityConnections = ConfigKey(
+        "HERALD_APNS_PRIORITY_CONNECTIONS", default: "1", documented: "1", .integer(0...8),
+        "herald-send: HTTP/2 connections per APNs credential kept for the priority lane only, beside `HERALD_APNS_CONNECTIONS` (0: calls and DMs share the others)"
+    )
     public static let apnsTimeoutMs = ConfigKey(
         "HERALD_APNS_TIMEOUT_MS", default: "30000", documented: "30000", positive,
         "herald-send: deadline of one request, milliseconds")
@@ -164,7 +168,8 @@ extension ConfigKey {
         pipeline, kafkaBrokers, kafkaSessionTimeoutMs, groupID, batchSize, batchTimeoutMs, maxInFlight, redisURL,
         redisHost, redisPort, metricsHost, metricsPort, shutdownDeadlineMs, logLevel, instance, explainTTLSeconds,
         priorityLanes,
-        apnsHost, apnsCAFile, apnsConnections, apnsTimeoutMs, sendMaxInFlight, sendMaxAttempts, sendRetryInitialMs,
+        apnsHost, apnsCAFile, apnsConnections, apnsPriorityConnections, apnsTimeoutMs, sendMaxInFlight, sendMaxAttempts,
+        sendRetryInitialMs,
         sendRetryMaxMs, sendPriorityReservePercent, fcmHost, fcmCAFile, fcmConnections, webhookCAFile,
         pipelineWatchMs, apiPort, apiHost, apiTokens,
     ]

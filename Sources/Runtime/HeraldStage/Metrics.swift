@@ -89,6 +89,7 @@ public struct StageMetrics: Sendable {
         public static let producerReplaced = "herald_producer_replaced_total"
         public static let explainDropped = "herald_explain_dropped_total"
         public static let sendDuplicates = "herald_send_duplicates_total"
+        public static let sendPhase = "herald_send_phase_seconds"
         public static let ingestWarnings = "herald_ingest_warnings_total"
         public static let tokenFeedback = "herald_token_feedback_total"
         public static let registryOps = "herald_registry_ops_total"
@@ -118,6 +119,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.sendDuplicates, "counter", labels: "stage", stages: "send",
             "notifications not sent again because their idempotency record says delivered"),
+        MetricDeclaration(
+            Name.sendPhase, "histogram (1 ms to 30 s)", labels: "stage, lane, phase", stages: "send",
+            "where a send batch's time goes: `claim` (the Redis claim round trip), `answer` (from handing the batch to the provider clients to its last answer), `confirm` (writing the last delivery records after it)"
+        ),
         MetricDeclaration(
             Name.tokenFeedback, "counter", labels: "stage, reason", stages: "send",
             "dead tokens reported to `herald.token-feedback`, by provider reason"),
@@ -208,6 +213,15 @@ public struct StageMetrics: Sendable {
         copy.laneSeries?.inFlight.set(0)
         copy.laneSeries?.consumed.increment(by: 0)
         return copy
+    }
+
+    /// One phase of a send batch (`claim`, `answer`, `confirm`), on the lane's series.
+    public func sendPhase(_ phase: String, _ duration: Duration) {
+        Metrics.Timer(
+            label: Name.sendPhase,
+            dimensions: [("stage", stage), ("lane", Self.labelValue(lane ?? "bulk")), ("phase", phase)],
+            factory: factory
+        ).record(duration: duration)
     }
 
     /// Records consumed from `topic`.

@@ -102,6 +102,9 @@ public struct SendProcessor: StageProcessor {
     /// The pipeline file's apps: a record of an app it does not list is dead-lettered `unknown_app` before any
     /// claim or send (nil: every app is served).
     public var apps: AppDirectory?
+    /// Told how long each phase of a batch took: `claim`, `answer` (handing the jobs to the transport until the last
+    /// answer), `confirm` (the delivery records still being written after the last answer).
+    public var onPhase: @Sendable (_ phase: String, _ duration: Duration) -> Void = { _, _ in }
     /// Attempts before `retries_exhausted` when the last one was lost with its connection (no answer from APNs):
     /// four times the policy's, since a single connection drop fails every request in flight on it.
     public var connectionLossAttempts: Int { retryPolicy.maxAttempts * 4 }
@@ -183,6 +186,7 @@ public struct SendProcessor: StageProcessor {
         defer { inFlight.remove(candidates.map { DeliveryPair(eventID: $0.1.eventID, token: $0.1.request.token) }) }
 
         // 2. Claim (one round trip per app).
+        let claimStarted = ContinuousClock.now
         var fresh: [(Int, OutboundRecord)] = []
         let ttl = claimTTL.milliseconds
         for (app, group) in Dictionary(grouping: candidates, by: { $0.1.appID }) {
@@ -208,6 +212,7 @@ public struct SendProcessor: StageProcessor {
                 }
             }
         }
+        onPhase("claim", ContinuousClock.now - claimStarted)
         if fresh.isEmpty { return out }
 
         // 3. Send them all at once; the transport keeps many in flight. Each 200 is confirmed as soon as it
@@ -218,6 +223,7 @@ public struct SendProcessor: StageProcessor {
         let prioritized = self.prioritized
         let jobs = fresh.map { PushJob(appID: $0.1.appID, request: $0.1.request, prioritized: prioritized) }
         let eventIDs = fresh.map { $0.1.eventID }
+        let sendStarted = ContinuousClock.now
         await transport.send(jobs) { index, answer in
             guard index >= 0, index < jobs.count else { return }
             answers.set(index, answer)
@@ -230,7 +236,10 @@ public struct SendProcessor: StageProcessor {
             }
         }
         // 4. Every 200 is confirmed before the inputs complete; claims of what was not delivered are released.
+        let answered = ContinuousClock.now
+        onPhase("answer", answered - sendStarted)
         await marker.finish()
+        onPhase("confirm", ContinuousClock.now - answered)
         let now = context.nowMillis
         let received = answers.values
         var release: [String: [DeliveryPair]] = [:]

@@ -35,7 +35,8 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// left out (its notifications are dead-lettered with `no_credential`).
     init(
         apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-        priorityReserve: Double = 0, timeout: Duration, environment: [String: String], logger: Logger
+        priorityReserve: Double = 0, priorityConnections: Int = 0, timeout: Duration, environment: [String: String],
+        logger: Logger
     ) {
         self.timeout = timeout
         self.logger = logger
@@ -53,6 +54,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 ])
             configuration.connectTimeout = .seconds(5)
             configuration.priorityReserve = priorityReserve
+            configuration.priorityConnections = priorityConnections
             let client = try APNsClient(configuration: configuration, logger: logger)
             logger.info(
                 "APNs client ready",

@@ -36,6 +36,7 @@ let transport = APNsPushTransport(
     caFile: optionalText(.apnsCAFile),
     connections: setting(.apnsConnections), maxInFlight: maxInFlight,
     priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
+    priorityConnections: setting(.apnsPriorityConnections),
     timeout: .milliseconds(timeoutMs),
     environment: ProcessInfo.processInfo.environment, logger: setup.logger)
 let fcmTransport = FCMPushTransport(
@@ -81,6 +82,8 @@ func sender(_ lane: Lane) -> SendProcessor {
             logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
         })
     processor.prioritized = lane == .priority
+    let laneMetrics = metrics.lane(lane.rawValue)
+    processor.onPhase = { phase, duration in laneMetrics.sendPhase(phase, duration) }
     processor.apps = setup.pipeline.apps
     return processor
 }

@@ -73,6 +73,10 @@ final class Connection {
     var closed = false
     var failed = false
     var inDirtyList = false
+    /// Its read budget ran out with input left (in the socket or in OpenSSL's buffer): read again next pass.
+    var moreToRead = false
+    /// The loop pass in which it was last read (one budget per connection per pass).
+    var readInPass: UInt64 = 0
     var watchingWritable = false
 
     // Output: bytes taken from nghttp2, not yet accepted by SSL_write.

@@ -16,6 +16,7 @@ struct MockMetrics {
     var maxStreamsOverLimit = 0
     var goaways: UInt64 = 0
     var resets: UInt64 = 0
+    var readBudgetSpent: UInt64 = 0
     var randomResets: UInt64 = 0
     var pauses: UInt64 = 0
     var paused = false
@@ -78,6 +79,10 @@ struct MockMetrics {
             "\(streamLimitLowerings)")
         one("goaways_total", "counter", "GOAWAY frames sent by --goaway-every.", "\(goaways)")
         one("resets_total", "counter", "Connections dropped by --reset-every.", "\(resets)")
+        one(
+            "read_budget_spent_total", "counter",
+            "Loop passes in which a connection had more input than its share (64 KB): the rest waited for the next pass, after the other connections.",
+            "\(readBudgetSpent)")
         one("random_resets_total", "counter", "Connections dropped by --rate-reset.", "\(randomResets)")
         one("pauses_total", "counter", "Pauses started (POST /pause or --pause-ms).", "\(pauses)")
         one("paused", "gauge", "1 while answers are held back by a pause.", paused ? "1" : "0")

@@ -30,12 +30,20 @@ public final class MockAPNsServer: @unchecked Sendable {
     private var recordBuffer: [UInt8] = []
     private var connections: [Int32: Connection] = [:]
     private var dirty: [Connection] = []
+    /// Connections whose read budget ran out with input left, in the order they ran out.
+    private var readAgain: [Connection] = []
+    private var pass: UInt64 = 0
     private var delayed: Deque<DelayedAnswer> = []
     private var httpClients: [Int32: [UInt8]] = [:]
     /// Per provider key: `iat` of the newest token accepted (for TooManyProviderTokenUpdates).
     private var currentTokenIssuedAt: [String: Int64] = [:]
     private let readBuffer: UnsafeMutablePointer<UInt8>
     private static let readBufferSize = 1 << 16
+    /// Bytes one connection may have read per loop pass before the others get their turn (about 60 requests). APNs
+    /// serves each connection on its own; this stand-in serves them all on one thread, so without a budget a
+    /// connection whose client keeps a thousand requests queued would make every other connection wait for all of
+    /// them (a call on a connection of its own behind a fan-out on another).
+    private static let readBytesPerPass = 1 << 16
     /// Header names and values of an answer are assembled here (nghttp2 copies them on submit).
     private let scratch: UnsafeMutablePointer<UInt8>
     private let nva: UnsafeMutablePointer<nghttp2_nv>
@@ -166,6 +174,7 @@ public final class MockAPNsServer: @unchecked Sendable {
             }
             if let deadline = drainDeadline, connections.isEmpty || nowMonotonicMicros >= deadline { break }
             var timeout: Int32 = recorder == nil && drainDeadline == nil ? 1000 : 100
+            if !readAgain.isEmpty { timeout = 0 }
             if let next = delayed.first {
                 // Round up: waking before the due time would only spin.
                 let wait = (next.due - nowMonotonicMicros + 999) / 1000
@@ -174,6 +183,10 @@ public final class MockAPNsServer: @unchecked Sendable {
             let n = hmt_epoll_wait(epollFD, readyFDs, readyEvents, maxEvents, timeout)
             updateClock()
             if n < 0 { break }
+            pass &+= 1
+            let unfinished = readAgain
+            readAgain.removeAll(keepingCapacity: true)
+            for conn in unfinished { conn.moreToRead = false }
             for i in 0..<Int(n) {
                 let fd = readyFDs[i]
                 let ev = readyEvents[i]
@@ -191,6 +204,8 @@ public final class MockAPNsServer: @unchecked Sendable {
                     handleHTTPClient(fd)
                 }
             }
+            // Input left over from the last pass, for connections epoll did not report again in this one.
+            for conn in unfinished where !conn.closed && conn.readInPass != pass { readAvailable(conn) }
             if metrics.paused && nowMonotonicMicros >= pausedUntilMicros { metrics.paused = false }
             fireDelayedAnswers()
             flushDirty()
@@ -294,9 +309,22 @@ public final class MockAPNsServer: @unchecked Sendable {
 
     private func readAvailable(_ conn: Connection) {
         guard let tls = conn.tls, let session = conn.session else { return }
+        guard conn.readInPass != pass else { return }
+        conn.readInPass = pass
+        var taken = 0
         while !conn.closed {
+            if taken >= Self.readBytesPerPass {
+                // Budget spent: the rest waits for the next pass, after every other connection had its turn.
+                if !conn.moreToRead {
+                    conn.moreToRead = true
+                    readAgain.append(conn)
+                    metrics.readBudgetSpent += 1
+                }
+                break
+            }
             let r = hmt_conn_read(tls, readBuffer, Int32(Self.readBufferSize))
             if r > 0 {
+                taken += Int(r)
                 let rv = nghttp2_session_mem_recv(session, readBuffer, Int(r))
                 if rv < 0 {
                     conn.failed = true
