@@ -245,9 +245,9 @@ struct PipelineConfigTests {
             ]))
     }
 
-    @Test("kafka.bulk_nice sets the bulk lane threads' nice value, 0 to 19, default 5")
+    @Test("kafka.bulk_nice sets the bulk lane threads' nice value, 0 to 19, default 10")
     func bulkNice() throws {
-        #expect(try PipelineLoader.load(yaml: "kafka: {brokers: k:9092}").config.kafka.bulkNice == 5)
+        #expect(try PipelineLoader.load(yaml: "kafka: {brokers: k:9092}").config.kafka.bulkNice == 10)
         #expect(try PipelineLoader.load(yaml: "kafka: {bulk_nice: 0}").config.kafka.bulkNice == 0)
         #expect(try PipelineLoader.load(yaml: "kafka: {bulk_nice: 19}").config.kafka.bulkNice == 19)
         #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "kafka: {bulk_nice: 20}") }

@@ -70,7 +70,7 @@ public struct KafkaConfig: Sendable, Hashable {
     public var packMaxBytes = 65_536
     /// The nice value given to the threads that run the bulk lane's work (`kafka.bulk_nice`, 0 to 19; 0 leaves
     /// them alone): when the cores are busy, the priority lane's work gets the CPU first.
-    public var bulkNice = 5
+    public var bulkNice = 10
     public init() {}
 }
 
