@@ -22,6 +22,12 @@ import Testing
             ])
         #expect(results.map { $0.explain.first?.reason } == ["urgent:call", "high:mention", "normal:group"])
         #expect(results.allSatisfy { $0.explain.first?.decision == "classified" })
+        // Each event counted under its class (herald_classified_total{stage="ingest"}).
+        #expect(
+            results.map(\.notes) == [
+                [.classified(priorityClass: "urgent", count: 1)], [.classified(priorityClass: "high", count: 1)],
+                [.classified(priorityClass: "normal", count: 1)],
+            ])
     }
 
     @Test func ingestWithoutAPriorityTopicKeepsOneLane() async throws {
@@ -31,6 +37,7 @@ import Testing
             context: fixedContext)
         #expect(results[0].outputs.map(\.topic) == ["herald.ingested"])
         #expect(results[0].explain.isEmpty)
+        #expect(results[0].notes.isEmpty)
     }
 
     @Test func perAppPolicyMovesAClass() async throws {
@@ -58,6 +65,11 @@ import Testing
                 "u2": "herald.resolved.priority", "u3": "herald.resolved", "u4": "herald.resolved",
                 "u5": "herald.resolved", "u6": "herald.resolved",
             ])
+        // The mentioned member's notification counts as high, the other four as normal.
+        #expect(
+            results[0].notes == [
+                .classified(priorityClass: "high", count: 1), .classified(priorityClass: "normal", count: 4),
+            ])
     }
 
     @Test func resolveMarksAGroupAboveTheThresholdAsBulk() async throws {
@@ -74,6 +86,7 @@ import Testing
             context: fixedContext)
         #expect(results[0].outputs.count == 5 && results[0].outputs.allSatisfy { $0.topic == "herald.resolved" })
         #expect(results[0].explain.first { $0.decision == "fanned_out" }?.reason == "bulk:members")
+        #expect(results[0].notes == [.classified(priorityClass: "bulk", count: 5)])
     }
 
     func groupEvent(_ id: String) -> String {

@@ -91,6 +91,7 @@ public struct StageMetrics: Sendable {
         public static let sendDuplicates = "herald_send_duplicates_total"
         public static let sendPhase = "herald_send_phase_seconds"
         public static let ingestWarnings = "herald_ingest_warnings_total"
+        public static let classified = "herald_classified_total"
         public static let tokenFeedback = "herald_token_feedback_total"
         public static let registryOps = "herald_registry_ops_total"
         public static let ready = "herald_ready"
@@ -129,6 +130,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.ingestWarnings, "counter", labels: "stage, field", stages: "ingest",
             "fields accepted in a repaired or defaulted form"),
+        MetricDeclaration(
+            Name.classified, "counter", labels: "stage, class", stages: "ingest, resolve",
+            "priority classes (`urgent`, `high`, `normal`, `bulk`; docs/pipeline.md, \"Priority lanes\"): events by class at ingest, notifications (recipients) by class at resolve, where the member threshold and mentions are applied"
+        ),
         MetricDeclaration(
             Name.registryOps, "counter", labels: "stage, op, outcome", stages: "registry",
             "state updates applied, by op and outcome (`applied`, `applied_moved`, `stale`, ...)"),
@@ -300,6 +305,11 @@ public struct StageMetrics: Sendable {
     /// ingest: a field accepted in a repaired or defaulted form.
     public func ingestWarning(field: String, count: Int = 1) {
         counter(Name.ingestWarnings, [("field", Self.labelValue(field))]).increment(by: count)
+    }
+
+    /// ingest and resolve: events (ingest) or recipients (resolve) given a priority class.
+    public func classified(_ priorityClass: String, count: Int = 1) {
+        counter(Name.classified, [("class", Self.labelValue(priorityClass))]).increment(by: count)
     }
 
     /// send: a dead token reported to `herald.token-feedback`.

@@ -535,6 +535,7 @@ struct Tally {
     var tokenDead: [String: Int] = [:]
     var registry: [RegistryKey: Int] = [:]
     var inputWarnings: [String: Int] = [:]
+    var classified: [String: Int] = [:]
 
     struct APNsAnswerKey: Hashable { var status: Int; var reason: String }
     struct RegistryKey: Hashable { var op: String; var outcome: String }
@@ -573,6 +574,8 @@ struct Tally {
                 registry[RegistryKey(op: op, outcome: outcome), default: 0] += 1
             case .inputWarning(let field):
                 inputWarnings[field, default: 0] += 1
+            case .classified(let priorityClass, let count):
+                classified[priorityClass, default: 0] += count
             }
         }
     }
@@ -584,6 +587,7 @@ struct Tally {
         for (reason, n) in retried { metrics.retried(reason: reason, count: n) }
         if duplicates > 0 { metrics.sendDuplicates(count: duplicates) }
         for (field, n) in inputWarnings { metrics.ingestWarning(field: field, count: n) }
+        for (priorityClass, n) in classified { metrics.classified(priorityClass, count: n) }
         for (reason, n) in tokenDead { metrics.tokenFeedback(reason: reason, count: n) }
         for (key, n) in registry { metrics.registryOp(op: key.op, outcome: key.outcome, count: n) }
     }

@@ -52,7 +52,9 @@ public struct IngestProcessor: StageProcessor {
                         IngestedRecord(event: event, ingestedAt: now),
                         topic: topic, key: event.conversation.id)
                 ],
-                notes: warnings.map { .inputWarning(field: $0.field) },
+                notes: warnings.map { .inputWarning(field: $0.field) }
+                    + (priorityTopic == nil
+                        ? [] : [.classified(priorityClass: decision.priorityClass.rawValue, count: 1)]),
                 explain: priorityTopic == nil ? [] : [explain])
         case .drop(.channelType, _):
             let explain = ExplainEntry(

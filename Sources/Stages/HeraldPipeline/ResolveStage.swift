@@ -235,40 +235,12 @@ public struct ResolveProcessor: StageProcessor {
             let displayName = appStates[event.sender.id]?.preferences.displayName
             let recipients = recipientsOf[index] ?? []
             var result = StageResult()
-            let scoped = recipients.map { user in
-                let state = (appStates[user] ?? UserState()).scoped(to: event.conversation.id)
-                guard let after = counts[index]?[user] else { return (user: user, state: state) }
-                return (user: user, state: Counting.applying(after, to: state, conversation: event.conversation.id))
-            }
-            let encoded = ResolvedRecord.wireBytes(event: event, recipients: scoped, senderDisplayName: displayName)
-            var reason: String?
-            if let lanes {
-                let policy = lanes.apps.app(event.appID).priority
-                let whole = Priority.classify(event, policy: policy, memberCount: recipients.count)
-                if whole.rule == "members" { reason = "\(whole.priorityClass.rawValue):members" }
-                for (user, bytes) in zip(recipients, encoded) {
-                    let lane = Priority.classify(event, policy: policy, memberCount: recipients.count, recipient: user)
-                        .lane
-                    let topic = lane == .priority ? lanes.priority : lanes.bulk
-                    result.outputs.append(StageOutput(topic: topic, key: user, value: bytes))
-                }
-            } else {
-                for (user, bytes) in zip(recipients, encoded) {
-                    result.outputs.append(StageOutput(topic: resolvedTopic, key: user, value: bytes))
-                }
-            }
-            result.explain.append(
-                ExplainEntry(
-                    appID: event.appID, eventID: event.eventID, stage: stage,
-                    decision: "fanned_out", reason: reason, at: now, count: recipients.count))
-            // The sender is never woken (rule 1); say so when they were listed.
-            if senderListed.contains(index) {
-                result.explain.append(
-                    ExplainEntry(
-                        appID: event.appID, eventID: event.eventID, user: event.sender.id,
-                        stage: stage, decision: "suppress",
-                        reason: SuppressionReason.sender.rawValue, at: now))
-            }
+            let reason = appendOutputs(
+                event, recipients: recipients, states: appStates, counts: counts[index] ?? [:],
+                displayName: displayName, memberCount: recipients.count, to: &result)
+            explain(
+                event, count: recipients.count, reason: reason, senderListed: senderListed.contains(index), now: now,
+                into: &result)
             results[index] = result
         }
         return results.map { $0 ?? StageResult() }
@@ -353,7 +325,7 @@ public struct ResolveProcessor: StageProcessor {
         let reason = appendOutputs(
             event, recipients: recipients, states: states, counts: counts,
             displayName: states[event.sender.id]?.preferences.displayName,
-            memberCount: recipients.count, to: &result.outputs)
+            memberCount: recipients.count, to: &result)
         explain(event, count: recipients.count, reason: reason, senderListed: senderListed, now: now, into: &result)
         return result
     }
@@ -410,7 +382,7 @@ public struct ResolveProcessor: StageProcessor {
         while true {
             if page.contains(event.sender.id) { senderListed = true }
             let recipients = FanOut.recipients(of: event, members: page)
-            var outputs: [StageOutput] = []
+            var pageResult = StageResult()
             if !recipients.isEmpty {
                 if states == nil {
                     guard
@@ -425,12 +397,14 @@ public struct ResolveProcessor: StageProcessor {
                 guard let counts = try await countOne(event, recipients: recipients, context: context) else {
                     return nil
                 }
-                outputs.reserveCapacity(recipients.count)
+                pageResult.outputs.reserveCapacity(recipients.count)
                 reason = appendOutputs(
                     event, recipients: recipients, states: states ?? [:], counts: counts,
                     displayName: displayName,
-                    memberCount: recipientCount, to: &outputs)
+                    memberCount: recipientCount, to: &pageResult)
+                result.notes += pageResult.notes
             }
+            var outputs = pageResult.outputs
             let done = cursor == "0"
             // The next page (members and their state) is read while this one is produced and acknowledged.
             let from = cursor
@@ -512,11 +486,12 @@ public struct ResolveProcessor: StageProcessor {
         return PageRead(members: members, next: read?.next ?? "0", states: states)
     }
 
-    /// The records of `recipients` (lane by lane when lanes are on); returns the `fanned_out` reason.
+    /// The records of `recipients` (lane by lane when lanes are on, each class counted in a `classified` note) into
+    /// `result`; returns the `fanned_out` reason.
     private func appendOutputs(
         _ event: ChatEvent, recipients: [String], states: [String: UserState],
         counts: [String: CountsAfter] = [:],
-        displayName: String?, memberCount: Int, to outputs: inout [StageOutput]
+        displayName: String?, memberCount: Int, to result: inout StageResult
     ) -> String? {
         let scoped = recipients.map { user in
             let state = (states[user] ?? UserState()).scoped(to: event.conversation.id)
@@ -529,14 +504,22 @@ public struct ResolveProcessor: StageProcessor {
             let policy = lanes.apps.app(event.appID).priority
             let whole = Priority.classify(event, policy: policy, memberCount: memberCount)
             if whole.rule == "members" { reason = "\(whole.priorityClass.rawValue):members" }
+            var classes: [PriorityClass: Int] = [:]
             for (user, bytes) in zip(recipients, encoded) {
-                let lane = Priority.classify(event, policy: policy, memberCount: memberCount, recipient: user).lane
-                outputs.append(
-                    StageOutput(topic: lane == .priority ? lanes.priority : lanes.bulk, key: user, value: bytes))
+                let priorityClass = Priority.classify(
+                    event, policy: policy, memberCount: memberCount, recipient: user
+                ).priorityClass
+                classes[priorityClass, default: 0] += 1
+                result.outputs.append(
+                    StageOutput(
+                        topic: priorityClass.lane == .priority ? lanes.priority : lanes.bulk, key: user, value: bytes))
+            }
+            for (priorityClass, count) in classes.sorted(by: { $0.key < $1.key }) {
+                result.notes.append(.classified(priorityClass: priorityClass.rawValue, count: count))
             }
         } else {
             for (user, bytes) in zip(recipients, encoded) {
-                outputs.append(StageOutput(topic: resolvedTopic, key: user, value: bytes))
+                result.outputs.append(StageOutput(topic: resolvedTopic, key: user, value: bytes))
             }
         }
         return reason

@@ -121,6 +121,9 @@ public enum StageNote: Sendable, Hashable {
     case registry(op: String, outcome: String)
     /// Ingest accepted a field in a vendor REST form (e.g. `1` for `true`); counted per field.
     case inputWarning(field: String)
+    /// Ingest classified an event, or resolve `count` recipients' notifications, into a priority class (`urgent`,
+    /// `high`, `normal`, `bulk`): each class's throughput.
+    case classified(priorityClass: String, count: Int)
 }
 
 /// What became of one input.
