@@ -4,6 +4,7 @@ import Foundation
 import HeraldAPNs
 import HeraldCore
 import HeraldTestSupport
+import Synchronization
 import Testing
 
 @Suite(.serialized)
@@ -19,6 +20,23 @@ struct PriorityClientTests {
         config.priorityReserve = reserve
         config.priorityConnections = priorityConnections
         return try APNsClient(configuration: config)
+    }
+
+    /// Sends `urgent` and returns its status and how many bulk requests had been answered when its answer came, both
+    /// read on the client's I/O thread as the answer arrives: how long the test's own task then waits for a thread
+    /// (seconds, on a loaded 2-core machine running the suites in parallel) does not count.
+    func sendCounting(
+        _ urgent: APNsDelivery, on c: APNsClient, against bulkDone: TestCount
+    ) async throws -> (Int?, Int) {
+        let seen = Mutex<(Int?, Int)?>(nil)
+        await c.submit([urgent]) { r in
+            let done = bulkDone.value
+            seen.withLock { $0 = (r.status, done) }
+        }
+        try await waitUntil("the prioritized request answered", timeout: .seconds(20)) {
+            seen.withLock { $0 != nil }
+        }
+        return seen.withLock { $0 } ?? (nil, -1)
     }
 
     @Test func aPrioritizedRequestOvertakesAQueuedBulkBatch() async throws {
@@ -45,16 +63,11 @@ struct PriorityClientTests {
 
         var urgent = request(500)
         urgent.prioritized = true
-        let start = ContinuousClock.now
-        let answer = await c.send(urgent)
-        let waited = ContinuousClock.now - start
-        let bulkAtUrgent = bulkDone.value
-        #expect(answer.status == 200)
+        let (status, bulkAtUrgent) = try await sendCounting(urgent, on: c, against: bulkDone)
+        #expect(status == 200)
         // Without priority it would wait for the 80 queued ahead of it (10 rounds of 400 ms on 8 streams); with the
         // reserved streams it is answered in the first round after it was submitted.
-        #expect(
-            bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests (\(waited))"
-        )
+        #expect(bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests")
         await bulk.value
         try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }
         await c.shutdown()
@@ -83,9 +96,8 @@ struct PriorityClientTests {
 
         var urgent = request(500)
         urgent.prioritized = true
-        let answer = await c.send(urgent)
-        let bulkAtUrgent = bulkDone.value
-        #expect(answer.status == 200)
+        let (status, bulkAtUrgent) = try await sendCounting(urgent, on: c, against: bulkDone)
+        #expect(status == 200)
         #expect(bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests")
         try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }
         // The call and the warm-up went on the dedicated connection; none of the 101 bulk requests did, though the

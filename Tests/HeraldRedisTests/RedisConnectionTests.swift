@@ -59,7 +59,11 @@ struct RedisConnectionTests {
     @Test("a batch of 1000 commands is written before the first reply is read (one round trip)")
     func pipelineIsOneRoundTrip() async throws {
         let server = try await RedisServer.start()
-        let redis = RedisConnection(configuration: server.configuration)
+        // The batch waits on the barrier until the observer has seen the whole query buffer; on a loaded machine
+        // that took over the default 5 s read bound once (the batch then failed with a timeout, not a wrong order).
+        var patient = server.configuration
+        patient.commandTimeout = .seconds(60)
+        let redis = RedisConnection(configuration: patient)
         let observer = RedisConnection(configuration: server.configuration)
         defer { redis.close(); observer.close() }
 

@@ -404,7 +404,9 @@ public struct ResolveProcessor: StageProcessor {
                     memberCount: recipientCount, to: &pageResult)
                 result.notes += pageResult.notes
             }
-            var outputs = pageResult.outputs
+            // Taken out of the page's result, so `outputs = []` below frees them while the next page is read.
+            var outputs: [StageOutput] = []
+            swap(&outputs, &pageResult.outputs)
             let done = cursor == "0"
             // The next page (members and their state) is read while this one is produced and acknowledged.
             let from = cursor
