@@ -76,8 +76,10 @@ struct WebhookClientTests {
         let took = ContinuousClock.now - start
         await client.shutdown()
         #expect(outcome.failure == .timedOut && outcome.answer == .retryable && outcome.reasonText == "TimedOut")
-        // libcurl's timer may fire a few milliseconds early; the stand-in holds the answer for 3 s.
-        #expect(took >= .milliseconds(1900) && took < .seconds(3), "took \(took)")
+        // libcurl's timer may fire a few milliseconds early. That it fired before the answer is the outcome above (the
+        // stand-in answers 200 after 3 s); how long this task then waited for a thread is no part of it, so no upper
+        // bound (a loaded CI machine once measured 7.3 s).
+        #expect(took >= .milliseconds(1900), "took \(took)")
     }
 
     @Test("many requests in flight share a few kept-alive connections")
