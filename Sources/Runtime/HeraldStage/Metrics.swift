@@ -220,13 +220,18 @@ public struct StageMetrics: Sendable {
         return copy
     }
 
-    /// One phase of a send batch (`claim`, `answer`, `confirm`), on the lane's series.
-    public func sendPhase(_ phase: String, _ duration: Duration) {
-        Metrics.Timer(
-            label: Name.sendPhase,
-            dimensions: [("stage", stage), ("lane", Self.labelValue(lane ?? "bulk")), ("phase", phase)],
-            factory: factory
-        ).record(duration: duration)
+    /// Records the phases of a send batch (`claim`, `answer`, `confirm`) on the lane's series; the timers are made
+    /// once, here, not per batch.
+    public func sendPhaseRecorder() -> @Sendable (_ phase: String, _ duration: Duration) -> Void {
+        let lane = Self.labelValue(lane ?? "bulk")
+        var timers: [String: Metrics.Timer] = [:]
+        for phase in ["claim", "answer", "confirm"] {
+            timers[phase] = Metrics.Timer(
+                label: Name.sendPhase, dimensions: [("stage", stage), ("lane", lane), ("phase", phase)],
+                factory: factory)
+        }
+        let made = timers
+        return { phase, duration in made[phase]?.record(duration: duration) }
     }
 
     /// Records consumed from `topic`.

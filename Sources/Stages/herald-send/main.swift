@@ -82,8 +82,7 @@ func sender(_ lane: Lane) -> SendProcessor {
             logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
         })
     processor.prioritized = lane == .priority
-    let laneMetrics = metrics.lane(lane.rawValue)
-    processor.onPhase = { phase, duration in laneMetrics.sendPhase(phase, duration) }
+    processor.onPhase = metrics.lane(lane.rawValue).sendPhaseRecorder()
     processor.apps = setup.pipeline.apps
     return processor
 }
