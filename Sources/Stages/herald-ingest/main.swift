@@ -15,4 +15,5 @@ if lanesOff { setup.logger.warning("\(ConfigKey.priorityLanes.name)=off: every e
 let processor = IngestProcessor(
     ingestedTopic: topics.ingested, priorityTopic: lanesOff ? nil : topics.ingestedPriority,
     apps: setup.pipeline.apps)
-exit(await setup.run(processor: processor, topics: [topics.chatEvents], explain: setup.bestEffortExplainSink()))
+StageProcess.exit(
+    await setup.run(processor: processor, topics: [topics.chatEvents], explain: setup.bestEffortExplainSink()))

@@ -28,6 +28,6 @@ do {
     FileHandle.standardError.write(Data("herald-registry: \(error)\n".utf8))
     exit(2)
 }
-exit(
+StageProcess.exit(
     await setup.run(
         processor: processor, topics: [topics.registry, topics.tokenFeedback], before: api.map { [$0] } ?? []))

@@ -23,4 +23,4 @@ let lanes = Lane.allCases.map { lane in
         lane, topics: [topics.deliverable(lane)],
         processor: RenderProcessor(outboundTopic: topics.outbound(lane), live: apps))
 }
-exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink(), before: [reloader]))
+StageProcess.exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink(), before: [reloader]))

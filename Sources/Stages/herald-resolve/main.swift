@@ -36,4 +36,4 @@ let lanes = Lane.allCases.map { lane in
                 logger.warning("redis unavailable; retrying the batch", metadata: ["error": "\(failure)"])
             }))
 }
-exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis)))
+StageProcess.exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis)))

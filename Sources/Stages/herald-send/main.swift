@@ -104,4 +104,4 @@ do {
     FileHandle.standardError.write(Data("herald-send: \(error)\n".utf8))
     exit(2)
 }
-exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis), before: [router, reloader]))
+StageProcess.exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis), before: [router, reloader]))

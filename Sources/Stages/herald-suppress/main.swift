@@ -14,4 +14,4 @@ let lanes = Lane.allCases.map { lane in
         lane, topics: [topics.resolved(lane)],
         processor: SuppressProcessor(deliverableTopic: topics.deliverable(lane), apps: setup.pipeline.apps))
 }
-exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink()))
+StageProcess.exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink()))

@@ -97,6 +97,8 @@ struct ChaosCommand: AsyncParsableCommand {
                 "XPASS: \(xpass.joined(separator: ", ")) passed although listed in --expect-fail: take it off the list once it passes reliably"
             )
         }
+        // The failures again, last: a CI report that keeps only the end of the output still names them.
+        for o in outcomes where !o.passed { print("failed: \(o.line)") }
         print("\(passed) passed, \(failed) failed")
         if failed - xfail > 0 { throw ExitCode(1) }
     }
@@ -290,6 +292,12 @@ struct ChaosRunner {
             problems.append(
                 "exit status ≠ 0: "
                     + bad.map { "\($0.stage)=\($0.status.map(String.init) ?? "none")" }.joined(separator: ", "))
+            // What the stage printed last (a crash's message, a failed shutdown step), for a report that only shows
+            // the end of the output.
+            for entry in bad {
+                problems.append(
+                    "\(entry.stage)'s log ends: " + session.info.logTail(stage: entry.stage).joined(separator: " / "))
+            }
         }
         if entries.count < stageNames.count {
             problems.append("only \(entries.count) of \(stageNames.count) stages were stopped")

@@ -83,6 +83,15 @@ struct StackInfo {
         return Int(s.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
+    /// The last `count` lines of a stage's log that are not librdkafka's chatter (what a stage printed last before
+    /// an unexpected exit), each cut to 300 characters.
+    func logTail(stage: String, count: Int = 3) -> [String] {
+        guard let text = try? String(contentsOfFile: run + "/logs/\(stage).log", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").filter { !$0.contains("librdkafka") }.suffix(count).map {
+            String($0.prefix(300))
+        }
+    }
+
     func isAlive(_ component: String) -> Bool {
         guard let pid = pid(component) else { return false }
         if component != "redis" && component != "kafka" && component != "mock-apns"
