@@ -211,4 +211,38 @@ struct FCMClientTests {
         let sent = server.recorded(.send).filter { $0.status == 200 }.map(\.target)
         #expect(sent.count == 30 && Set(sent).count == 30)
     }
+
+    @Test("prioritized messages (Android calls, DMs) go on the connection kept for them; bulk ones never do")
+    func priorityConnection() async throws {
+        let pki = try ProviderPKI()
+        let server = try startStandIn(pki)
+        defer { server.stop() }
+        let client = try fcmClient(pki, server, priorityConnections: 1, priorityReserve: 0.2, maxInFlight: 50)
+        // Both connections up and their settings in (a prioritized request takes a shared connection while its own
+        // is not up yet): one message of each kind first.
+        #expect(await eventually(.seconds(20)) { client.stats.connectionsOpened == 2 })
+        var warm = try fcmDelivery(regToken(998))
+        warm.prioritized = true
+        #expect(await client.send(warm).disposition == .delivered)
+        #expect(await client.send(try fcmDelivery(regToken(999))).disposition == .delivered)
+        // A batch that mixes them (the send stage's lanes never do, a caller may): 2 prioritized among 120 bulk,
+        // more than the in-flight bound, so the bulk ones go through the gate in several runs.
+        var requests = try (0..<120).map { try fcmDelivery(regToken($0), tag: UInt64($0)) }
+        for i in [40, 90] { requests[i].prioritized = true }
+        var delivered: Set<UInt64> = []
+        for await r in client.responses(for: requests) where r.disposition == .delivered { delivered.insert(r.tag) }
+        let stats = client.stats
+        await client.shutdown()
+        #expect(delivered.count == 120)
+        #expect(stats.connectionsOpened == 2, "one shared connection and one for prioritized requests")
+        #expect(
+            stats.streamsOnPriorityConnections == 3,
+            "\(stats.streamsOnPriorityConnections) streams on the prioritized connection; only the 3 prioritized may be"
+        )
+        #expect(stats.streamsOpened == 122)
+        // The token exchange's HTTP/1.1 connection and the two HTTP/2 ones: no connection beyond the configured.
+        #expect(server.connections == 3)
+        let sent = server.recorded(.send).filter { $0.status == 200 }.map(\.target)
+        #expect(sent.count == 122 && Set(sent).count == 122)
+    }
 }

@@ -76,16 +76,20 @@ func startStandIn(
 
 func fcmClient(
     _ pki: ProviderPKI, _ server: MockProvidersServer, account: FCMServiceAccount? = nil,
-    maxAttempts: Int = 1, renewBefore: Duration = .seconds(300), connections: Int = 1
+    maxAttempts: Int = 1, renewBefore: Duration = .seconds(300), connections: Int = 1, priorityConnections: Int = 0,
+    priorityReserve: Double = 0, maxInFlight: Int = 2000
 ) throws -> FCMClient {
-    try FCMClient(
-        configuration: FCMClientConfiguration(
-            account: account ?? pki.serviceAccount(port: server.port),
-            endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port),
-            trustedCAFile: pki.cert, connections: connections, connectTimeout: .seconds(20),  // patient: parallel suites on 2 cores
-            retry: APNsBackoffPolicy(
-                initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: maxAttempts),
-            renewBefore: renewBefore))
+    var configuration = FCMClientConfiguration(
+        account: try account ?? pki.serviceAccount(port: server.port),
+        endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port),
+        trustedCAFile: pki.cert, connections: connections, maxInFlight: maxInFlight,
+        connectTimeout: .seconds(20),  // patient: parallel suites on 2 cores
+        retry: APNsBackoffPolicy(
+            initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: maxAttempts),
+        renewBefore: renewBefore)
+    configuration.priorityConnections = priorityConnections
+    configuration.priorityReserve = priorityReserve
+    return try FCMClient(configuration: configuration)
 }
 
 /// A registration token in FCM's alphabet.

@@ -42,22 +42,7 @@ public final class APNsClient: Sendable {
     /// (keep it short: count, yield to a stream, resume a continuation). Returns once every
     /// request is accepted, which waits while `maxInFlight` requests are outstanding.
     public func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
-        // Prioritized requests first (a batch mixes them only when a caller does).
-        let requests = requests.filter(\.prioritized) + requests.filter { !$0.prioritized }
-        var index = 0
-        while index < requests.count {
-            let prioritized = requests[index].prioritized
-            var run = index + 1
-            while run < requests.count, requests[run].prioritized == prioritized { run += 1 }
-            let granted = await loop.gate.acquire(upTo: run - index, prioritized: prioritized)
-            var jobs: [Job] = []
-            jobs.reserveCapacity(granted)
-            for request in requests[index..<(index + granted)] {
-                jobs.append(Job(request: request, completion: onComplete))
-            }
-            loop.enqueue(jobs)
-            index += granted
-        }
+        await loop.submit(requests, path: nil, onComplete: onComplete)
     }
 
     /// Counters so far.

@@ -125,6 +125,33 @@ final class ClientLoop: @unchecked Sendable {
         if signal { wake() }
     }
 
+    /// Accepts a batch for `APNsClient` and `FCMClient` (`path` nil: APNs's `/3/device/<token>`): prioritized
+    /// requests first (a batch mixes them only when a caller does), each run through the in-flight gate of its
+    /// kind. Returns once every request is accepted.
+    func submit(
+        _ requests: [APNsDelivery], path: [UInt8]?, onComplete: @escaping @Sendable (APNsResponse) -> Void
+    ) async {
+        let requests = requests.filter(\.prioritized) + requests.filter { !$0.prioritized }
+        var index = 0
+        while index < requests.count {
+            let prioritized = requests[index].prioritized
+            var run = index + 1
+            while run < requests.count, requests[run].prioritized == prioritized { run += 1 }
+            let granted = await gate.acquire(upTo: run - index, prioritized: prioritized)
+            var jobs: [Job] = []
+            jobs.reserveCapacity(granted)
+            for request in requests[index..<(index + granted)] {
+                if let path {
+                    jobs.append(Job(request: request, path: path, completion: onComplete))
+                } else {
+                    jobs.append(Job(request: request, completion: onComplete))
+                }
+            }
+            enqueue(jobs)
+            index += granted
+        }
+    }
+
     /// Asks the loop to stop without waiting (used when the client is dropped).
     func requestStop() {
         lock.lock()

@@ -25,6 +25,12 @@ public struct FCMClientConfiguration: Sendable {
     public var renewBefore: Duration
     /// Extra dimensions on every `herald_fcm_*` metric.
     public var metricDimensions: [(String, String)]
+    /// The share (0 to 0.9) of each connection's streams and of `maxInFlight` that only prioritized requests
+    /// may use (`APNsClientConfiguration.priorityReserve`) [0].
+    public var priorityReserve: Double = 0
+    /// Connections kept beside `connections` for prioritized requests only
+    /// (`APNsClientConfiguration.priorityConnections`) [0].
+    public var priorityConnections: Int = 0
 
     public init(
         account: FCMServiceAccount, endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil,
@@ -81,6 +87,8 @@ public final class FCMClient: Sendable {
             pingTimeout: configuration.pingTimeout, retry: configuration.retry,
             metricDimensions: configuration.metricDimensions)
         pool.connectTimeout = configuration.connectTimeout
+        pool.priorityReserve = configuration.priorityReserve
+        pool.priorityConnections = configuration.priorityConnections
         loop = try ClientLoop(
             config: pool, logger: logger, dialect: .fcm(projectID: configuration.account.projectID),
             bearer: tokens)
@@ -105,7 +113,7 @@ public final class FCMClient: Sendable {
 
     /// Sends one message and waits for its final outcome.
     public func send(_ request: APNsDelivery) async -> APNsResponse {
-        _ = await loop.gate.acquire(upTo: 1)
+        _ = await loop.gate.acquire(upTo: 1, prioritized: request.prioritized)
         let path = self.path
         return await withCheckedContinuation { continuation in
             loop.enqueue([Job(request: request, path: path) { continuation.resume(returning: $0) }])
@@ -114,13 +122,7 @@ public final class FCMClient: Sendable {
 
     /// Accepts a batch; `onComplete` runs once per request on the client's I/O thread.
     public func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
-        var index = 0
-        while index < requests.count {
-            let granted = await loop.gate.acquire(upTo: requests.count - index)
-            loop.enqueue(
-                requests[index..<(index + granted)].map { Job(request: $0, path: path, completion: onComplete) })
-            index += granted
-        }
+        await loop.submit(requests, path: path, onComplete: onComplete)
     }
 
     public var stats: APNsClientStats { loop.stats }

@@ -132,7 +132,7 @@ extension ConfigKey {
         "herald-send: longest `herald.retry` delay, milliseconds")
     public static let sendPriorityReservePercent = ConfigKey(
         "HERALD_SEND_PRIORITY_RESERVE_PERCENT", default: "20", documented: "20", .integer(0...90),
-        "herald-send: share of each APNs connection's streams and of the in-flight slots only the priority lane may use"
+        "herald-send: share of each APNs and FCM connection's streams and of the in-flight slots only the priority lane may use"
     )
     public static let fcmHost = ConfigKey(
         "HERALD_FCM_HOST", default: nil, documented: "`fcm.googleapis.com:443`",
@@ -143,6 +143,10 @@ extension ConfigKey {
     public static let fcmConnections = ConfigKey(
         "HERALD_FCM_CONNECTIONS", default: "2", documented: "2", positive,
         "herald-send: HTTP/2 connections per FCM credential")
+    public static let fcmPriorityConnections = ConfigKey(
+        "HERALD_FCM_PRIORITY_CONNECTIONS", default: "1", documented: "1", .integer(0...8),
+        "herald-send: HTTP/2 connections per FCM credential kept for the priority lane only, beside `HERALD_FCM_CONNECTIONS` (0: calls and DMs share the others)"
+    )
     public static let webhookCAFile = ConfigKey(
         "HERALD_WEBHOOK_CA_FILE", default: nil, documented: "system trust store",
         "herald-send: extra CA certificate to trust for webhook endpoints")
@@ -170,7 +174,8 @@ extension ConfigKey {
         priorityLanes,
         apnsHost, apnsCAFile, apnsConnections, apnsPriorityConnections, apnsTimeoutMs, sendMaxInFlight, sendMaxAttempts,
         sendRetryInitialMs,
-        sendRetryMaxMs, sendPriorityReservePercent, fcmHost, fcmCAFile, fcmConnections, webhookCAFile,
+        sendRetryMaxMs, sendPriorityReservePercent, fcmHost, fcmCAFile, fcmConnections, fcmPriorityConnections,
+        webhookCAFile,
         pipelineWatchMs, apiPort, apiHost, apiTokens,
     ]
 

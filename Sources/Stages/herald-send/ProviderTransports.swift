@@ -63,7 +63,7 @@ final class FCMPushTransport: Sendable {
 
     init(
         apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-        timeout: Duration, logger: Logger
+        priorityReserve: Double = 0, priorityConnections: Int = 0, timeout: Duration, logger: Logger
     ) {
         self.timeout = timeout
         var clients: [Key: FCMClient] = [:]
@@ -73,7 +73,7 @@ final class FCMPushTransport: Sendable {
                 if clients[key] != nil { continue }
                 do {
                     let account = try FCMServiceAccount.load(path: credential.serviceAccountFile)
-                    let configuration = FCMClientConfiguration(
+                    var configuration = FCMClientConfiguration(
                         account: account, endpoint: endpoint, trustedCAFile: caFile, connections: connections,
                         maxInFlight: maxInFlight, connectTimeout: .seconds(5),
                         // One in-process retry (and one access-token renewal on 401); more go through herald.retry.
@@ -82,6 +82,10 @@ final class FCMPushTransport: Sendable {
                         metricDimensions: [
                             ("stage", "send"), ("app", app.appID), ("provider_id", credential.providerID),
                         ])
+                    // The priority lane's calls and direct messages to Android devices get the same reserved
+                    // streams and connection as on APNs (docs/pipeline.md, "Priority lanes").
+                    configuration.priorityReserve = priorityReserve
+                    configuration.priorityConnections = priorityConnections
                     clients[key] = try FCMClient(configuration: configuration, logger: logger)
                     logger.info(
                         "FCM client ready",
@@ -120,7 +124,11 @@ final class FCMPushTransport: Sendable {
             for (key, items) in groups {
                 guard let client = clients[key] else { continue }
                 group.addTask {
-                    let requests = items.map { FCMClient.delivery($0.1.request, timeout: timeout, tag: UInt64($0.0)) }
+                    let requests = items.map { item in
+                        var request = FCMClient.delivery(item.1.request, timeout: timeout, tag: UInt64(item.0))
+                        request.prioritized = item.1.prioritized
+                        return request
+                    }
                     for await r in client.responses(for: requests) {
                         onAnswer(Int(r.tag), Self.answer(r))
                     }

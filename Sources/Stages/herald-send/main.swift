@@ -43,6 +43,8 @@ let fcmTransport = FCMPushTransport(
     apps: setup.pipeline.apps, endpoint: endpoint(.fcmHost),
     caFile: optionalText(.fcmCAFile),
     connections: setting(.fcmConnections), maxInFlight: maxInFlight,
+    priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
+    priorityConnections: setting(.fcmPriorityConnections),
     timeout: .milliseconds(timeoutMs), logger: setup.logger)
 setup.context.readiness.register("fcm") { fcmTransport.isReady }
 let webhookTransport = WebhookPushTransport(
