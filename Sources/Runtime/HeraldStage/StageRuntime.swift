@@ -109,7 +109,7 @@ public enum StageProcess {
     /// By the time a stage calls this its services have stopped: offsets are committed, producers flushed, the
     /// APNs and FCM clients closed. What `exit` would still do is run the libraries' `atexit` handlers (OpenSSL's
     /// `OPENSSL_cleanup`, among others), which free their global state while threads those libraries serve may still
-    /// be finishing (an HTTP/2 client's I/O thread ending, librdkafka's threads of a destroyed handle). Once in five
+    /// be finishing (an HTTP/2 client's I/O thread ending, librdkafka's threads of a destroyed handle). In one of five
     /// clean-clone CI runs glibc aborted `herald-send` in `exit` ("double free or corruption") right after it logged
     /// `stopped`, so a clean stop looked like a crash. Nothing is lost by skipping the handlers; the kernel frees the
     /// memory.
