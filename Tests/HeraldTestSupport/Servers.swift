@@ -82,7 +82,30 @@ public final class RedisServer: Sendable {
     public let port: Int
     public let process: ChildProcess
 
-    public init(extraArguments: [String] = []) throws {
+    /// A server that speaks TLS only (`--port 0 --tls-port P`), with this certificate and key; `clientCA`
+    /// verifies client certificates, required when `requireClientCertificates` (`--tls-auth-clients yes`).
+    public struct TLS: Sendable {
+        public var certificateFile: String
+        public var keyFile: String
+        public var clientCAFile: String
+        public var requireClientCertificates: Bool
+
+        public init(certificateFile: String, keyFile: String, clientCAFile: String, requireClientCertificates: Bool) {
+            self.certificateFile = certificateFile
+            self.keyFile = keyFile
+            self.clientCAFile = clientCAFile
+            self.requireClientCertificates = requireClientCertificates
+        }
+
+        var arguments: [String] {
+            [
+                "--tls-cert-file", certificateFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", clientCAFile,
+                "--tls-auth-clients", requireClientCertificates ? "yes" : "no",
+            ]
+        }
+    }
+
+    public init(extraArguments: [String] = [], tls: TLS? = nil) throws {
         TestProcess.prepare()
         let dir = try temporaryDirectory("herald-redis")
         // A free port can be taken by another process before redis-server binds it (parallel suites open many
@@ -92,10 +115,13 @@ public final class RedisServer: Sendable {
             let port = try freePort()
             let process = ChildProcess(
                 name: "redis", executable: try Paths.tool("redis-server"),
-                arguments: [
-                    "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
-                    "--daemonize", "no", "--loglevel", "warning",
-                ] + extraArguments, logPath: dir + "/redis-\(attempt).log")
+                arguments: (tls.map { ["--port", "0", "--tls-port", "\(port)"] + $0.arguments } ?? [
+                    "--port", "\(port)",
+                ])
+                    + [
+                        "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no",
+                        "--loglevel", "warning",
+                    ] + extraArguments, logPath: dir + "/redis-\(attempt).log")
             do {
                 try Self.start(process, port: port)
                 self.port = port
@@ -110,8 +136,8 @@ public final class RedisServer: Sendable {
     }
 
     /// `init(extraArguments:)` on a thread of its own, so starting a server does not hold a cooperative thread.
-    public static func start(extraArguments: [String] = []) async throws -> RedisServer {
-        try await offPool { try RedisServer(extraArguments: extraArguments) }
+    public static func start(extraArguments: [String] = [], tls: TLS? = nil) async throws -> RedisServer {
+        try await offPool { try RedisServer(extraArguments: extraArguments, tls: tls) }
     }
 
     /// `start()` on a thread of its own.
@@ -195,6 +221,28 @@ public final class TestPKI: Sendable {
     /// `init()` on a thread of its own: the eight `openssl` runs do not hold a cooperative thread.
     public static func make() async throws -> TestPKI {
         try await offPool { try TestPKI() }
+    }
+
+    /// A server certificate and key issued by the test CA (`caCert`) for `localhost` and `127.0.0.1`, made on the
+    /// first call (`caSignedServerCert`, `caSignedServerKey`); the plain `serverCert` is self-signed.
+    public var caSignedServerCert: String { dir + "/server-by-ca.pem" }
+    public var caSignedServerKey: String { dir + "/server-by-ca.key" }
+
+    public func makeCASignedServerCertificate() throws {
+        if FileManager.default.fileExists(atPath: caSignedServerCert) { return }
+        let extensions = try write("server-by-ca.ext", "subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+        try runToolChecked(
+            "openssl",
+            [
+                "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", "server-by-ca.key",
+                "-out", "server-by-ca.csr", "-subj", "/CN=localhost",
+            ], cwd: dir)
+        try runToolChecked(
+            "openssl",
+            [
+                "x509", "-req", "-in", "server-by-ca.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", "server-by-ca.pem", "-days", "2", "-extfile", extensions,
+            ], cwd: dir)
     }
 
     /// Writes a file into the directory and returns its path.

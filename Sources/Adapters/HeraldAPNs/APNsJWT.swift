@@ -1,6 +1,7 @@
 import COpenSSL
 import Foundation
 import HeraldCore
+import HeraldTLS
 
 /// An ES256 signer over an EC P-256 private key loaded from a .p8 (PKCS#8 PEM).
 /// Owns the `EVP_PKEY`; frees it in deinit.
@@ -146,16 +147,4 @@ public final class APNsTokenProvider: @unchecked Sendable {
         renewals += 1
         return made
     }
-}
-
-func openSSLErrors() -> String {
-    var parts: [String] = []
-    while true {
-        let code = ERR_get_error()
-        if code == 0 { break }
-        var buf = [CChar](repeating: 0, count: 256)
-        ERR_error_string_n(code, &buf, buf.count)
-        parts.append(String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
-    }
-    return parts.isEmpty ? "no OpenSSL error queued" : parts.joined(separator: "; ")
 }

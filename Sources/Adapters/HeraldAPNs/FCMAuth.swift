@@ -2,6 +2,7 @@ import COpenSSL
 import Foundation
 import HeraldCore
 import HeraldHTTP
+import HeraldTLS
 import Logging
 
 /// The fields of a Google service-account JSON file that FCM HTTP v1 needs. The private key is

@@ -2,6 +2,7 @@ import CNghttp2
 import COpenSSL
 import Foundation
 import HeraldCore
+import HeraldTLS
 
 /// One HTTP/2 connection: a TLS socket and an nghttp2 client session, owned here and freed
 /// in `close()`/deinit. Used only on its client's I/O thread.

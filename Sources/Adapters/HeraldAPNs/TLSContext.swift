@@ -1,56 +1,42 @@
 import COpenSSL
 import Foundation
 import HeraldCore
+import HeraldTLS
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The client's `SSL_CTX`: TLS 1.2+, ALPN h2, peer verification (system store or a given CA
-/// file), and the client certificate for certificate auth. Owned here, freed in deinit.
+/// The client's `SSL_CTX` for APNs and FCM: the shared client context (TLS 1.2+, peer verification against the
+/// system store or, instead of it, a given CA file) with ALPN h2 and the client certificate for certificate auth.
 final class TLSContext: @unchecked Sendable {
     // @unchecked Sendable: the context is configured once in init and only read after that;
     // OpenSSL allows SSL_new on one SSL_CTX from several threads.
-    let ctx: OpaquePointer
+    let client: TLSClientContext
+    var ctx: OpaquePointer { client.ctx }
 
     init(credential: APNsClientCredential, trustedCAFile: String?) throws(APNsError) {
-        guard let ctx = SSL_CTX_new(TLS_client_method()) else {
-            throw APNsError(.tls, "SSL_CTX_new: \(openSSLErrors())")
+        var certificateFiles: (certificate: String?, key: String?) = (nil, nil)
+        if case .certificateFiles(let certificatePath, let privateKeyPath) = credential {
+            certificateFiles = (certificatePath, privateKeyPath)
         }
-        self.ctx = ctx
-        SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
+        do {
+            client = try TLSClientContext(
+                trustedCAFile: trustedCAFile, certificateFile: certificateFiles.certificate,
+                privateKeyFile: certificateFiles.key)
+        } catch {
+            throw APNsError(error.kind == .credential ? .credential : .tls, error.message)
+        }
+        let ctx = client.ctx
         SSL_CTX_ctrl(ctx, SSL_CTRL_MODE, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
         let alpn: [UInt8] = [2, UInt8(ascii: "h"), UInt8(ascii: "2")]
         guard SSL_CTX_set_alpn_protos(ctx, alpn, UInt32(alpn.count)) == 0 else {
             throw APNsError(.tls, "cannot set ALPN h2")
         }
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nil)
-        if let trustedCAFile {
-            guard SSL_CTX_load_verify_locations(ctx, trustedCAFile, nil) == 1 else {
-                throw APNsError(.tls, "cannot load CA file \(trustedCAFile): \(openSSLErrors())")
-            }
-        } else if SSL_CTX_set_default_verify_paths(ctx) != 1 {
-            throw APNsError(.tls, "cannot load the system CA store: \(openSSLErrors())")
-        }
-        switch credential {
-        case .token:
-            break
-        case .certificateFiles(let certificatePath, let privateKeyPath):
-            guard SSL_CTX_use_certificate_chain_file(ctx, certificatePath) == 1 else {
-                throw APNsError(.credential, "cannot load certificate \(certificatePath): \(openSSLErrors())")
-            }
-            guard SSL_CTX_use_PrivateKey_file(ctx, privateKeyPath, SSL_FILETYPE_PEM) == 1 else {
-                throw APNsError(.credential, "cannot load private key \(privateKeyPath): \(openSSLErrors())")
-            }
-            guard SSL_CTX_check_private_key(ctx) == 1 else {
-                throw APNsError(.credential, "the private key does not match the certificate")
-            }
-        case .pkcs12File(let path, let password):
+        if case .pkcs12File(let path, let password) = credential {
             try Self.usePKCS12(ctx: ctx, path: path, password: password)
         }
     }
-
-    deinit { SSL_CTX_free(ctx) }
 
     private static func usePKCS12(ctx: OpaquePointer, path: String, password: String) throws(APNsError) {
         guard let data = FileManager.default.contents(atPath: path) else {
@@ -137,27 +123,18 @@ final class TLSSocket {
         guard fd >= 0 else { throw APNsError(.io, "cannot connect to \(endpoint): \(lastError)") }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        guard let ssl = SSL_new(context.ctx) else {
+        let ssl: OpaquePointer
+        do {
+            ssl = try context.client.session(verifying: endpoint.host)
+        } catch {
             close(fd)
-            throw APNsError(.tls, "SSL_new: \(openSSLErrors())")
+            throw APNsError(.tls, error.message)
         }
         let sock = TLSSocket(fd: fd, ssl: ssl)
         SSL_set_fd(ssl, fd)
-        if isIPAddress(endpoint.host) {
-            X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), endpoint.host)
-        } else {
-            endpoint.host.withCString { name in
-                _ = SSL_ctrl(
-                    ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, Int(TLSEXT_NAMETYPE_host_name),
-                    UnsafeMutableRawPointer(mutating: name))
-            }
-            SSL_set1_host(ssl, endpoint.host)
-        }
         ERR_clear_error()
         guard SSL_connect(ssl) == 1 else {
-            let verify = SSL_get_verify_result(ssl)
-            let why = verify != X509_V_OK ? String(cString: X509_verify_cert_error_string(verify)) : openSSLErrors()
-            throw APNsError(.tls, "TLS handshake with \(endpoint) failed: \(why)")
+            throw APNsError(.tls, "TLS handshake with \(endpoint) failed: \(TLSClientContext.handshakeFailure(ssl))")
         }
         var proto: UnsafePointer<UInt8>? = nil
         var protoLength: UInt32 = 0
@@ -176,11 +153,5 @@ final class TLSSocket {
         var tv = timeval(tv_sec: Int(micros / 1_000_000), tv_usec: Int(micros % 1_000_000))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-    }
-
-    static func isIPAddress(_ host: String) -> Bool {
-        var v4 = in_addr()
-        var v6 = in6_addr()
-        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
     }
 }

@@ -19,6 +19,9 @@ public struct RedisConfiguration: Sendable, Hashable {
     /// The first reconnect after a broken connection is attempted at once.
     public var initialBackoff: Duration
     public var maximumBackoff: Duration
+    /// TLS (`rediss://`); nil for a plaintext connection. Every (re)connect does a full handshake that verifies the
+    /// server's certificate and host name.
+    public var tls: RedisTLSConfiguration?
 
     public init(
         host: String = "127.0.0.1",
@@ -40,16 +43,19 @@ public struct RedisConfiguration: Sendable, Hashable {
         self.maximumBackoff = maximumBackoff
     }
 
-    /// Parses `redis://[[user]:password@]host[:port][/database]` (the form of `HERALD_REDIS_URL`).
+    /// Parses `redis://[[user]:password@]host[:port][/database]` (the form of `HERALD_REDIS_URL`), or `rediss://`
+    /// for TLS with the system trust store (`applyTLS` sets a CA file, a client certificate, a server name).
     /// With a user name, AUTH names that ACL user (Redis 6+); without one it authenticates the default user.
     public init(url: String) throws {
-        guard let components = URLComponents(string: url), components.scheme == "redis" else {
-            throw RedisError(.invalidConfiguration, "not a redis:// URL: \(Self.redacted(url))")
+        guard let components = URLComponents(string: url), components.scheme == "redis" || components.scheme == "rediss"
+        else {
+            throw RedisError(.invalidConfiguration, "not a redis:// or rediss:// URL: \(Self.redacted(url))")
         }
         guard let host = components.host, !host.isEmpty else {
             throw RedisError(.invalidConfiguration, "no host in Redis URL: \(Self.redacted(url))")
         }
         self.init(host: host, port: components.port ?? 6379)
+        if components.scheme == "rediss" { tls = RedisTLSConfiguration() }
         if let password = components.password, !password.isEmpty {
             self.password = password.removingPercentEncoding ?? password
             if let user = components.user, !user.isEmpty { self.username = user.removingPercentEncoding ?? user }
@@ -66,6 +72,38 @@ public struct RedisConfiguration: Sendable, Hashable {
         }
     }
 
+    /// Adds the TLS files and server name (`HERALD_REDIS_CA_FILE`, `_CERT_FILE`, `_KEY_FILE`, `_SERVER_NAME`, or
+    /// heraldctl's options). They need TLS already on (`rediss://`): a TLS setting beside a plaintext URL is an
+    /// error, never a silent plaintext connection. Files are checked to be readable here; their content is loaded
+    /// at the first connect.
+    public mutating func applyTLS(
+        caFile: String? = nil, certificateFile: String? = nil, keyFile: String? = nil, serverName: String? = nil
+    ) throws {
+        let given = [caFile, certificateFile, keyFile, serverName].compactMap { $0 }
+        if given.isEmpty { return }
+        guard var tls else {
+            throw RedisError(
+                .invalidConfiguration,
+                "Redis TLS settings (CA file, client certificate, server name) need a rediss:// URL")
+        }
+        if (certificateFile == nil) != (keyFile == nil) {
+            throw RedisError(
+                .invalidConfiguration, "a Redis client certificate needs its key file, and a key its certificate")
+        }
+        for path in [caFile, certificateFile, keyFile].compactMap({ $0 })
+        where !FileManager.default.isReadableFile(atPath: path) {
+            throw RedisError(.invalidConfiguration, "cannot read \(path)")
+        }
+        if let serverName, serverName.isEmpty || serverName.contains(where: { $0.isWhitespace }) {
+            throw RedisError(.invalidConfiguration, "not a server name: \"\(serverName)\"")
+        }
+        if let caFile { tls.caFile = caFile }
+        if let certificateFile { tls.certificateFile = certificateFile }
+        if let keyFile { tls.keyFile = keyFile }
+        if let serverName { tls.serverName = serverName }
+        self.tls = tls
+    }
+
     /// The URL with any password replaced, fit for logs and error messages.
     public static func redacted(_ url: String) -> String {
         guard var components = URLComponents(string: url), components.password != nil else { return url }
@@ -74,9 +112,33 @@ public struct RedisConfiguration: Sendable, Hashable {
     }
 }
 
+/// TLS to Redis (`rediss://`). The server's certificate is always verified, and so is the name it is for: the
+/// configured `serverName`, else the host connected to (a DNS name, or an IP literal checked against the
+/// certificate's IP addresses). TLS 1.2 is the minimum. A Redis Cluster client reuses one of these for every node
+/// (host and port change, the TLS settings do not).
+public struct RedisTLSConfiguration: Sendable, Hashable {
+    /// PEM file of the certificates to trust; it replaces the system trust store (nil: the system store).
+    public var caFile: String?
+    /// PEM client certificate (chain) for servers that require one (`tls-auth-clients yes`), with `keyFile`.
+    public var certificateFile: String?
+    public var keyFile: String?
+    /// The name the server's certificate must carry, and the SNI sent, when it is not the host connected to
+    /// (e.g. connecting by IP address to a certificate issued for a DNS name).
+    public var serverName: String?
+
+    public init(
+        caFile: String? = nil, certificateFile: String? = nil, keyFile: String? = nil, serverName: String? = nil
+    ) {
+        self.caFile = caFile
+        self.certificateFile = certificateFile
+        self.keyFile = keyFile
+        self.serverName = serverName
+    }
+}
+
 extension RedisConfiguration: CustomStringConvertible {
     /// Host, port and database; the password is never printed.
     public var description: String {
-        "redis://\(password == nil ? "" : "\(username ?? ""):***@")\(host):\(port)/\(database)"
+        "\(tls == nil ? "redis" : "rediss")://\(password == nil ? "" : "\(username ?? ""):***@")\(host):\(port)/\(database)"
     }
 }

@@ -1,7 +1,9 @@
 import CHiredis
+import COpenSSL
 import DequeModule
 import Foundation
 import HeraldCore
+import HeraldTLS
 import Logging
 
 #if canImport(Glibc)
@@ -199,6 +201,8 @@ private final class HiredisSession: @unchecked Sendable {
     private var failedAttempts = 0
     private var notBefore: ContinuousClock.Instant?
     private var hasConnectedBefore = false
+    /// The TLS client context (`rediss://`), loaded at the first connect and kept for reconnects.
+    private var tlsClient: TLSClientContext?
 
     init(configuration: RedisConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -273,10 +277,25 @@ private final class HiredisSession: @unchecked Sendable {
             redisFree(newContext)
             throw RedisError(.connectFailed, "\(configuration.host):\(configuration.port): \(message)")
         }
-        if redisSetTimeout(newContext, Self.timeval(configuration.commandTimeout)) != REDIS_OK {
+        // The TLS handshake is bounded by the connect timeout, the commands after it by the command timeout.
+        let handshakeTimeout = configuration.tls == nil ? configuration.commandTimeout : configuration.connectTimeout
+        if redisSetTimeout(newContext, Self.timeval(handshakeTimeout)) != REDIS_OK {
             let message = Self.errorString(newContext)
             redisFree(newContext)
             throw RedisError(.connectFailed, "setting the command timeout failed: \(message)")
+        }
+        if let tls = configuration.tls {
+            do {
+                try startTLS(newContext, tls)
+            } catch {
+                redisFree(newContext)
+                throw error
+            }
+            if redisSetTimeout(newContext, Self.timeval(configuration.commandTimeout)) != REDIS_OK {
+                let message = Self.errorString(newContext)
+                redisFree(newContext)
+                throw RedisError(.connectFailed, "setting the command timeout failed: \(message)")
+            }
         }
         context = newContext
         do {
@@ -300,6 +319,38 @@ private final class HiredisSession: @unchecked Sendable {
         } catch {
             disconnect()
             throw RedisError(.connectFailed, "\(error)")
+        }
+    }
+
+    /// The TLS handshake on a freshly connected context, verifying the server's certificate and name
+    /// (`TLSClientContext.session(verifying:)`); hiredis owns the `SSL` once the handshake succeeded.
+    private func startTLS(_ context: UnsafeMutablePointer<redisContext>, _ tls: RedisTLSConfiguration) throws {
+        let client: TLSClientContext
+        if let tlsClient {
+            client = tlsClient
+        } else {
+            do {
+                client = try TLSClientContext(
+                    trustedCAFile: tls.caFile, certificateFile: tls.certificateFile, privateKeyFile: tls.keyFile)
+            } catch {
+                throw RedisError(.invalidConfiguration, "Redis TLS: \(error.message)")
+            }
+            tlsClient = client
+        }
+        let ssl: OpaquePointer
+        do {
+            ssl = try client.session(verifying: tls.serverName ?? configuration.host)
+        } catch {
+            throw RedisError(.invalidConfiguration, "Redis TLS: \(error.message)")
+        }
+        guard redisInitiateSSL(context, ssl) == REDIS_OK else {
+            let verify = SSL_get_verify_result(ssl)
+            let why =
+                verify != X509_V_OK
+                ? String(cString: X509_verify_cert_error_string(verify)) : Self.errorString(context)
+            SSL_free(ssl)
+            throw RedisError(
+                .connectFailed, "TLS handshake with \(configuration.host):\(configuration.port) failed: \(why)")
         }
     }
 
@@ -383,7 +434,8 @@ private final class HiredisSession: @unchecked Sendable {
         disconnect()
         let error: RedisError
         switch code {
-        case REDIS_ERR_IO where savedErrno == EAGAIN || savedErrno == EWOULDBLOCK:
+        case REDIS_ERR_TIMEOUT,
+            REDIS_ERR_IO where savedErrno == EAGAIN || savedErrno == EWOULDBLOCK:
             error = RedisError(.timeout, "no answer within \(configuration.commandTimeout): \(message)")
         case REDIS_ERR_PROTOCOL:
             error = RedisError(.protocolError, message)
@@ -433,6 +485,16 @@ private final class HiredisSession: @unchecked Sendable {
                 }
             }
             return .array(values)
+        // RESP3 types: Herald speaks RESP2 (it never sends HELLO 3), so these do not arrive; should one, it decodes as
+        // the RESP2 form Redis itself would have sent.
+        case REDIS_REPLY_DOUBLE, REDIS_REPLY_BIGNUM, REDIS_REPLY_VERB:
+            guard let str = value.str else { return .string(Data()) }
+            return .string(Data(bytes: str, count: value.len))
+        case REDIS_REPLY_BOOL:
+            return .integer(value.integer == 0 ? 0 : 1)
+        case REDIS_REPLY_MAP, REDIS_REPLY_SET, REDIS_REPLY_PUSH, REDIS_REPLY_ATTR:
+            guard let elements = value.element else { return .array([]) }
+            return .array((0..<value.elements).map { elements[$0].map(decode) ?? .null })
         default:
             return .error("unknown hiredis reply type \(value.type)")
         }

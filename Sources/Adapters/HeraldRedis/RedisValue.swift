@@ -1,6 +1,6 @@
 import Foundation
 
-/// One decoded Redis reply (RESP2, as hiredis 0.14 speaks it).
+/// One decoded Redis reply (RESP2, the protocol Herald speaks to Redis).
 ///
 /// Bulk strings are kept as raw bytes (`Data`) so binary values survive unchanged;
 /// status and error replies are short ASCII lines and are kept as `String`.

@@ -67,13 +67,27 @@ extension ConfigKey {
         "uncompleted records before the loop stops taking more (send: `HERALD_SEND_MAX_IN_FLIGHT`)")
     public static let redisURL = ConfigKey(
         "HERALD_REDIS_URL", default: "redis://127.0.0.1:6379",
-        documented: "pipeline `redis:` (`redis://127.0.0.1:6379`)", "`redis://[:password@]host[:port][/db]`")
+        documented: "pipeline `redis:` (`redis://127.0.0.1:6379`)",
+        "`redis://[[user]:password@]host[:port][/db]`; `rediss://` for TLS ([Redis over TLS](#redis-over-tls))"
+    )
     public static let redisHost = ConfigKey(
         "HERALD_REDIS_HOST", default: nil, documented: "pipeline `redis.host`",
         "Redis host, when `HERALD_REDIS_URL` is unset")
     public static let redisPort = ConfigKey(
         "HERALD_REDIS_PORT", default: nil, documented: "pipeline `redis.port`", .integer(1...65535),
         "Redis port, when `HERALD_REDIS_URL` is unset")
+    public static let redisCAFile = ConfigKey(
+        "HERALD_REDIS_CA_FILE", default: nil, documented: "system trust store",
+        "`rediss://`: PEM file of the CA certificates to trust for Redis, instead of the system trust store")
+    public static let redisCertFile = ConfigKey(
+        "HERALD_REDIS_CERT_FILE", default: nil,
+        "`rediss://`: PEM client certificate for a Redis that requires one (`tls-auth-clients yes`), with `HERALD_REDIS_KEY_FILE`"
+    )
+    public static let redisKeyFile = ConfigKey(
+        "HERALD_REDIS_KEY_FILE", default: nil, "`rediss://`: PEM private key of `HERALD_REDIS_CERT_FILE`")
+    public static let redisServerName = ConfigKey(
+        "HERALD_REDIS_SERVER_NAME", default: nil, documented: "the URL's host",
+        "`rediss://`: the name Redis's certificate must carry (and the SNI sent), when it is not the URL's host")
     public static let metricsHost = ConfigKey(
         "HERALD_METRICS_HOST", default: "127.0.0.1",
         "address of the HTTP endpoint (set `0.0.0.0` in a container so Prometheus and the kubelet can reach it)")
@@ -170,7 +184,8 @@ extension ConfigKey {
     /// Every key, in the order of the docs table.
     public static let all: [ConfigKey] = [
         pipeline, kafkaBrokers, kafkaSessionTimeoutMs, groupID, batchSize, batchTimeoutMs, maxInFlight, redisURL,
-        redisHost, redisPort, metricsHost, metricsPort, shutdownDeadlineMs, logLevel, instance, explainTTLSeconds,
+        redisHost, redisPort, redisCAFile, redisCertFile, redisKeyFile, redisServerName, metricsHost, metricsPort,
+        shutdownDeadlineMs, logLevel, instance, explainTTLSeconds,
         priorityLanes,
         apnsHost, apnsCAFile, apnsConnections, apnsPriorityConnections, apnsTimeoutMs, sendMaxInFlight, sendMaxAttempts,
         sendRetryInitialMs,

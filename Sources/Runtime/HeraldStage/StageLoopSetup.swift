@@ -82,7 +82,8 @@ public struct StageSetup: Sendable {
         do { return try body(config) } catch { Self.exitAtStartup(stage, error) }
     }
 
-    /// Redis from `HERALD_REDIS_URL`, else the pipeline's `redis:` section; registers the `redis` readiness probe.
+    /// Redis from `HERALD_REDIS_URL` (with `HERALD_REDIS_CA_FILE` and the other TLS keys for `rediss://`), else the
+    /// pipeline's `redis:` section; registers the `redis` readiness probe.
     public func redis() throws -> RedisConnection {
         let connection = RedisConnection(configuration: try redisConfiguration(), logger: logger)
         context.readiness.register("redis") { await connection.ping() }
@@ -106,9 +107,16 @@ public struct StageSetup: Sendable {
     }
 
     private func redisConfiguration() throws -> RedisConfiguration {
-        if let url = config.raw(.redisURL) { return try RedisConfiguration(url: url) }
-        var configuration = RedisConfiguration(host: pipeline.redis.host, port: pipeline.redis.port)
-        configuration.database = pipeline.redis.database
+        var configuration: RedisConfiguration
+        if let url = config.raw(.redisURL) {
+            configuration = try RedisConfiguration(url: url)
+        } else {
+            configuration = RedisConfiguration(host: pipeline.redis.host, port: pipeline.redis.port)
+            configuration.database = pipeline.redis.database
+        }
+        try configuration.applyTLS(
+            caFile: config.raw(.redisCAFile), certificateFile: config.raw(.redisCertFile),
+            keyFile: config.raw(.redisKeyFile), serverName: config.raw(.redisServerName))
         return configuration
     }
 

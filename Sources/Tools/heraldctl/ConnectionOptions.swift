@@ -33,24 +33,61 @@ struct KafkaOptions: ParsableArguments {
     }
 }
 
-/// Where Redis is. Default from HERALD_REDIS_URL, like the stages.
+/// Where Redis is. Defaults from HERALD_REDIS_URL and the HERALD_REDIS_* TLS keys, like the stages.
 struct RedisOptions: ParsableArguments {
     @Option(
         name: .customLong("redis"),
         help:
-            "Redis URL redis://[:password@]host[:port][/db] (default: $HERALD_REDIS_URL, else redis://127.0.0.1:6379).")
+            "Redis URL redis://[[user]:password@]host[:port][/db], or rediss:// for TLS (default: $HERALD_REDIS_URL, else redis://127.0.0.1:6379)."
+    )
     var url: String?
 
+    @Option(
+        name: .customLong("redis-ca-file"),
+        help: "rediss://: PEM CA certificates to trust instead of the system store (default: $HERALD_REDIS_CA_FILE).")
+    var caFile: String?
+
+    @Option(
+        name: .customLong("redis-cert-file"),
+        help: "rediss://: PEM client certificate, with --redis-key-file (default: $HERALD_REDIS_CERT_FILE).")
+    var certificateFile: String?
+
+    @Option(
+        name: .customLong("redis-key-file"),
+        help: "rediss://: PEM private key of the client certificate (default: $HERALD_REDIS_KEY_FILE).")
+    var keyFile: String?
+
+    @Option(
+        name: .customLong("redis-server-name"),
+        help:
+            "rediss://: the name Redis's certificate must carry, when not the URL's host (default: $HERALD_REDIS_SERVER_NAME)."
+    )
+    var serverName: String?
+
     var resolvedURL: String {
-        url ?? ProcessInfo.processInfo.environment["HERALD_REDIS_URL"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? "redis://127.0.0.1:6379"
+        url ?? Self.environment("HERALD_REDIS_URL") ?? "redis://127.0.0.1:6379"
+    }
+
+    private static func environment(_ name: String) -> String? {
+        ProcessInfo.processInfo.environment[name].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// The URL with the TLS options (or their environment keys) applied.
+    func configuration() throws -> RedisConfiguration {
+        var configuration = try RedisConfiguration(url: resolvedURL)
+        try configuration.applyTLS(
+            caFile: caFile ?? Self.environment("HERALD_REDIS_CA_FILE"),
+            certificateFile: certificateFile ?? Self.environment("HERALD_REDIS_CERT_FILE"),
+            keyFile: keyFile ?? Self.environment("HERALD_REDIS_KEY_FILE"),
+            serverName: serverName ?? Self.environment("HERALD_REDIS_SERVER_NAME"))
+        return configuration
     }
 
     /// A connected state store, or exit status 1 with one line naming the problem.
     func store() async -> StateStore {
         let configuration: RedisConfiguration
         do {
-            configuration = try RedisConfiguration(url: resolvedURL)
+            configuration = try self.configuration()
         } catch {
             CLI.fail("redis: \(error)", status: 2)
         }
