@@ -212,7 +212,7 @@ let package = Package(
         .testTarget(
             name: "HeraldAPNsTests",
             dependencies: [
-                "HeraldAPNs", "HeraldCore", "COpenSSL", "HeraldTestSupport",
+                "HeraldAPNs", "HeraldCore", "HeraldTLS", "COpenSSL", "HeraldTestSupport",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),

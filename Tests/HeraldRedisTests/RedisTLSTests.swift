@@ -8,7 +8,9 @@ import Testing
 @Suite("Redis over TLS against a real redis-server")
 struct RedisTLSTests {
     /// The PKI and a TLS-only server; `requireClientCertificates` starts it with `--tls-auth-clients yes`.
-    static func tlsServer(requireClientCertificates: Bool = false, extraArguments: [String] = []) async throws -> (
+    static func tlsServer(
+        requireClientCertificates: Bool = false, extraArguments: [String] = []
+    ) async throws -> (
         TestPKI, RedisServer
     ) {
         let pki = try await TestPKI.make()
@@ -61,7 +63,9 @@ struct RedisTLSTests {
         #expect(replies[500] == .string(Data("value-499".utf8)))
         #expect(replies[501] == .integer(501))
         // The server has no plaintext port: every byte above went over TLS.
-        #expect(try await redis.send("CONFIG", "GET", "port") == .array([.string(Data("port".utf8)), .string(Data("0".utf8))]))
+        #expect(
+            try await redis.send("CONFIG", "GET", "port")
+                == .array([.string(Data("port".utf8)), .string(Data("0".utf8))]))
 
         // By DNS name: connect to 127.0.0.1, verify (and send SNI) for "localhost".
         var byName = try Self.configuration(server, pki)

@@ -163,4 +163,37 @@ struct KeyFileTests {
         let credential = APNsCredential(bundleID: "b", teamID: "T", keyID: "K", keyFile: key)
         #expect(KeyFiles.paths(of: credential) == [key])
     }
+
+    /// A Kubernetes secret volume: `/secrets/AuthKey.p8` -> `..data/AuthKey.p8` -> `..2026_x/AuthKey.p8`.
+    @Test("the mode checked is the file's a link leads to, not the link's (Kubernetes secret volumes)")
+    func linksAreFollowed() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "herald-keys-\(UUID().uuidString)")
+        let versioned = directory.appendingPathComponent("..2026_01_01_00_00_00.1")
+        try FileManager.default.createDirectory(at: versioned, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let file = versioned.appendingPathComponent("AuthKey.p8").path
+        try Data("-----BEGIN PRIVATE KEY-----\n".utf8).write(to: URL(fileURLWithPath: file))
+        try FileManager.default.createSymbolicLink(
+            atPath: directory.appendingPathComponent("..data").path, withDestinationPath: versioned.lastPathComponent)
+        let key = directory.appendingPathComponent("AuthKey.p8").path
+        try FileManager.default.createSymbolicLink(atPath: key, withDestinationPath: "..data/AuthKey.p8")
+
+        try FileManager.default.setAttributes([.posixPermissions: 0o400], ofItemAtPath: file)
+        #expect(KeyFiles.exposureWarning(path: key) == nil, "a 0400 secret behind links is private")
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: file)
+        let warning = try #require(KeyFiles.exposureWarning(path: key))
+        #expect(warning.contains(key) && warning.contains("644"))
+    }
+
+    @Test("an app's key files include its FCM service accounts; each exposed one is warned about")
+    func serviceAccountsAreKeyFiles() throws {
+        let app = AppConfig(
+            appID: "chat", credentials: [APNsCredential(bundleID: "b", teamID: "T", keyID: "K", keyFile: "/k/a.p8")],
+            fcmCredentials: [
+                FCMCredential(providerID: "fcm-1", serviceAccountFile: "/k/sa-1.json"),
+                FCMCredential(providerID: "fcm-2", serviceAccountFile: "/k/sa-2.json"),
+            ])
+        #expect(KeyFiles.paths(of: app) == ["/k/a.p8", "/k/sa-1.json", "/k/sa-2.json"])
+    }
 }

@@ -1,76 +1,16 @@
-import COpenSSL
 import Foundation
 import HeraldCore
-import HeraldTLS
-
-/// An ES256 signer over an EC P-256 private key loaded from a .p8 (PKCS#8 PEM).
-/// Owns the `EVP_PKEY`; frees it in deinit.
-final class ES256Signer: @unchecked Sendable {
-    // @unchecked Sendable: the key is immutable after init and OpenSSL allows concurrent
-    // signing with one EVP_PKEY (each call makes its own EVP_MD_CTX).
-    private let key: OpaquePointer
-
-    init(pem: String) throws(APNsError) {
-        let bytes = Array(pem.utf8)
-        let loaded: OpaquePointer? = bytes.withUnsafeBytes { raw in
-            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
-        }
-        guard let loaded else {
-            throw APNsError(.credential, "the .p8 key is not a PEM private key (\(openSSLErrors()))")
-        }
-        guard EVP_PKEY_get_base_id(loaded) == EVP_PKEY_EC, EVP_PKEY_get_bits(loaded) == 256 else {
-            EVP_PKEY_free(loaded)
-            throw APNsError(.credential, "the .p8 key is not an EC P-256 key (ES256 needs one)")
-        }
-        key = loaded
-    }
-
-    deinit { EVP_PKEY_free(key) }
-
-    /// Signs `message` with ECDSA P-256 / SHA-256 and returns the JOSE form: r || s, 32 bytes each.
-    func sign(_ message: [UInt8]) throws(APNsError) -> [UInt8] {
-        guard let md = EVP_MD_CTX_new() else { throw APNsError(.credential, "EVP_MD_CTX_new failed") }
-        defer { EVP_MD_CTX_free(md) }
-        guard EVP_DigestSignInit(md, nil, EVP_sha256(), nil, key) == 1 else {
-            throw APNsError(.credential, "EVP_DigestSignInit: \(openSSLErrors())")
-        }
-        var der = [UInt8](repeating: 0, count: 80)
-        var derLength = der.count
-        let ok = message.withUnsafeBufferPointer { msg in
-            EVP_DigestSign(md, &der, &derLength, msg.baseAddress, msg.count)
-        }
-        guard ok == 1 else { throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())") }
-        let raw: [UInt8]? = der.withUnsafeBufferPointer { buf in
-            var cursor: UnsafePointer<UInt8>? = buf.baseAddress
-            guard let sig = d2i_ECDSA_SIG(nil, &cursor, derLength) else { return nil }
-            defer { ECDSA_SIG_free(sig) }
-            var r: OpaquePointer? = nil
-            var s: OpaquePointer? = nil
-            ECDSA_SIG_get0(sig, &r, &s)
-            guard let r, let s else { return nil }
-            var out = [UInt8](repeating: 0, count: 64)
-            let wrote = out.withUnsafeMutableBufferPointer { o in
-                BN_bn2binpad(r, o.baseAddress, 32) == 32 && BN_bn2binpad(s, o.baseAddress! + 32, 32) == 32
-            }
-            return wrote ? out : nil
-        }
-        guard let raw else { throw APNsError(.credential, "cannot convert the DER ECDSA signature to r||s") }
-        return raw
-    }
-}
 
 /// Makes APNs provider tokens: `{"alg":"ES256","kid":KEY}.{"iss":TEAM,"iat":SECONDS}.sig`.
 public struct APNsJWT: Sendable {
     public let keyID: String
     public let teamID: String
-    private let signer: ES256Signer
+    private let signer: JWTSigner
 
     public init(keyID: String, teamID: String, p8PEM: String) throws(APNsError) {
         self.keyID = keyID
         self.teamID = teamID
-        self.signer = try ES256Signer(pem: p8PEM)
+        self.signer = try JWTSigner(pem: p8PEM, algorithm: .es256, keyName: "the .p8 key")
     }
 
     /// A signed token issued at `issuedAt` (whole seconds since the epoch are used).

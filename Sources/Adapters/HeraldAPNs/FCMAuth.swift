@@ -1,8 +1,6 @@
-import COpenSSL
 import Foundation
 import HeraldCore
 import HeraldHTTP
-import HeraldTLS
 import Logging
 
 /// The fields of a Google service-account JSON file that FCM HTTP v1 needs. The private key is
@@ -22,15 +20,19 @@ public struct FCMServiceAccount: Sendable, CustomStringConvertible {
     }
 
     /// Reads a service-account file; the error names the missing field, never the key.
-    public static func load(path: String) throws(APNsError) -> FCMServiceAccount {
+    /// `allowCleartextTokenURI` is for tests only: see `parse`.
+    public static func load(path: String, allowCleartextTokenURI: Bool = false) throws(APNsError) -> FCMServiceAccount {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw APNsError(.credential, "cannot read the FCM service account file \(path)")
         }
-        return try parse(Array(data), source: path)
+        return try parse(Array(data), source: path, allowCleartextTokenURI: allowCleartextTokenURI)
     }
 
+    /// The fields of a service-account JSON. Its `token_uri` must be an `https://` URL with a host: the signed
+    /// assertion sent there is a credential, and the access token it returns is one. `http://` is refused unless
+    /// `allowCleartextTokenURI` (a stand-in without TLS in a test; no stage or heraldctl setting turns it on).
     public static func parse(
-        _ bytes: [UInt8], source: String = "service account"
+        _ bytes: [UInt8], source: String = "service account", allowCleartextTokenURI: Bool = false
     ) throws(APNsError) -> FCMServiceAccount {
         guard let object = try? JSONValue.parse(bytes), case .object = object else {
             throw APNsError(.credential, "\(source) is not a JSON object")
@@ -44,60 +46,22 @@ public struct FCMServiceAccount: Sendable, CustomStringConvertible {
         if let type = object["type"]?.stringValue, type != "service_account" {
             throw APNsError(.credential, "\(source): type is \(type), expected service_account")
         }
+        let tokenURI = object["token_uri"]?.stringValue ?? "https://oauth2.googleapis.com/token"
+        let components = URLComponents(string: tokenURI)
+        let scheme = components?.scheme?.lowercased()
+        guard scheme == "https" || (scheme == "http" && allowCleartextTokenURI), components?.host?.isEmpty == false
+        else {
+            throw APNsError(
+                .credential,
+                "\(source): token_uri must be an https:// URL, not \(scheme.map { $0 + "://" } ?? tokenURI)")
+        }
         return FCMServiceAccount(
             projectID: try field("project_id"), clientEmail: try field("client_email"),
-            privateKeyID: object["private_key_id"]?.stringValue,
-            tokenURI: object["token_uri"]?.stringValue ?? "https://oauth2.googleapis.com/token",
+            privateKeyID: object["private_key_id"]?.stringValue, tokenURI: tokenURI,
             privateKeyPEM: try field("private_key"))
     }
 
     public var description: String { "FCMServiceAccount(project: \(projectID), client: \(clientEmail))" }
-}
-
-/// An RS256 (RSA PKCS#1 v1.5, SHA-256) signer over the service account's private key.
-final class RS256Signer: @unchecked Sendable {
-    // @unchecked Sendable: the key is immutable after init; each signature uses its own EVP_MD_CTX.
-    private let key: OpaquePointer
-
-    init(pem: String) throws(APNsError) {
-        let bytes = Array(pem.utf8)
-        let loaded: OpaquePointer? = bytes.withUnsafeBytes { raw in
-            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
-            defer { BIO_free(bio) }
-            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
-        }
-        guard let loaded else {
-            ERR_clear_error()
-            throw APNsError(.credential, "the service account's private_key is not a PEM private key")
-        }
-        guard EVP_PKEY_get_base_id(loaded) == EVP_PKEY_RSA else {
-            EVP_PKEY_free(loaded)
-            throw APNsError(.credential, "the service account's private_key is not an RSA key (RS256 needs one)")
-        }
-        key = loaded
-    }
-
-    deinit { EVP_PKEY_free(key) }
-
-    func sign(_ message: [UInt8]) throws(APNsError) -> [UInt8] {
-        guard let md = EVP_MD_CTX_new() else { throw APNsError(.credential, "EVP_MD_CTX_new failed") }
-        defer { EVP_MD_CTX_free(md) }
-        guard EVP_DigestSignInit(md, nil, EVP_sha256(), nil, key) == 1 else {
-            throw APNsError(.credential, "EVP_DigestSignInit: \(openSSLErrors())")
-        }
-        var length = 0
-        guard message.withUnsafeBufferPointer({ EVP_DigestSign(md, nil, &length, $0.baseAddress, $0.count) }) == 1
-        else {
-            throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
-        }
-        var signature = [UInt8](repeating: 0, count: length)
-        guard
-            message.withUnsafeBufferPointer({ EVP_DigestSign(md, &signature, &length, $0.baseAddress, $0.count) }) == 1
-        else {
-            throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
-        }
-        return Array(signature.prefix(length))
-    }
 }
 
 /// The OAuth2 JWT-bearer assertion for FCM (RFC 7523):
@@ -105,11 +69,12 @@ final class RS256Signer: @unchecked Sendable {
 public struct FCMAssertion: Sendable {
     public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
     public let account: FCMServiceAccount
-    private let signer: RS256Signer
+    private let signer: JWTSigner
 
     public init(account: FCMServiceAccount) throws(APNsError) {
         self.account = account
-        signer = try RS256Signer(pem: account.privateKeyPEM)
+        signer = try JWTSigner(
+            pem: account.privateKeyPEM, algorithm: .rs256, keyName: "the service account's private_key")
     }
 
     public func make(issuedAt: Date, lifetime: Int64 = 3600) throws(APNsError) -> String {

@@ -315,7 +315,16 @@ final class CurlLoop: @unchecked Sendable {
         _ = herald_curl_setopt_long(
             easy, CURLOPT_CONNECTTIMEOUT_MS, Int(Self.milliseconds(configuration.connectTimeout)))
         _ = herald_curl_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "https,http")
-        if let ca = configuration.trustedCAFile { _ = herald_curl_setopt_string(easy, CURLOPT_CAINFO, ca) }
+        // TLS 1.2 or later, and the CA file (which replaces libcurl's default bundle) applied, or no request: a
+        // setting libcurl refuses must not leave the transfer with weaker TLS than configured.
+        var tlsApplied = herald_curl_require_tls_1_2(easy) == 0
+        if let ca = configuration.trustedCAFile {
+            tlsApplied = tlsApplied && herald_curl_setopt_string(easy, CURLOPT_CAINFO, ca) == 0
+        }
+        guard tlsApplied else {
+            finish(t, failure: .transfer("libcurl refused the TLS settings (TLS 1.2 minimum, CA file)"))
+            return
+        }
         if r.method == "POST" {
             _ = herald_curl_setopt_long(easy, CURLOPT_POST, 1)
             r.body.withUnsafeBytes {

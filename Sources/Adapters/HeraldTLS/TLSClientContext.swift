@@ -40,7 +40,9 @@ package struct TLSSetupError: Error, Sendable, Hashable, CustomStringConvertible
 package final class TLSClientContext: @unchecked Sendable {
     package let ctx: OpaquePointer
 
-    package init(trustedCAFile: String?, certificateFile: String? = nil, privateKeyFile: String? = nil)
+    package init(
+        trustedCAFile: String?, certificateFile: String? = nil, privateKeyFile: String? = nil
+    )
         throws(TLSSetupError)
     {
         guard let ctx = SSL_CTX_new(TLS_client_method()) else {

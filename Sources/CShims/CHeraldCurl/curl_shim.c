@@ -45,3 +45,5 @@ long herald_curl_num_connects(CURL *h) {
     return n;
 }
 long herald_curl_auth_basic(void) { return (long)CURLAUTH_BASIC; }
+
+int herald_curl_require_tls_1_2(CURL *h) { return (int)curl_easy_setopt(h, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2); }

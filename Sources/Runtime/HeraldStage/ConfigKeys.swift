@@ -121,7 +121,7 @@ extension ConfigKey {
         "herald-send: APNs `host:port` (tests: herald-mock-apns)")
     public static let apnsCAFile = ConfigKey(
         "HERALD_APNS_CA_FILE", default: nil, documented: "system trust store",
-        "herald-send: extra CA certificate to trust for APNs")
+        "herald-send: PEM file of the CA certificates to trust for APNs, instead of the system trust store")
     public static let apnsConnections = ConfigKey(
         "HERALD_APNS_CONNECTIONS", default: "2", documented: "2", positive,
         "herald-send: HTTP/2 connections per APNs credential")
@@ -153,7 +153,8 @@ extension ConfigKey {
         "herald-send: FCM `host:port` (tests: herald-mock-fcm)")
     public static let fcmCAFile = ConfigKey(
         "HERALD_FCM_CA_FILE", default: nil, documented: "system trust store",
-        "herald-send: extra CA certificate to trust for FCM and its token endpoint")
+        "herald-send: PEM file of the CA certificates to trust for FCM and its token endpoint, instead of the system trust store"
+    )
     public static let fcmConnections = ConfigKey(
         "HERALD_FCM_CONNECTIONS", default: "2", documented: "2", positive,
         "herald-send: HTTP/2 connections per FCM credential")
@@ -163,7 +164,8 @@ extension ConfigKey {
     )
     public static let webhookCAFile = ConfigKey(
         "HERALD_WEBHOOK_CA_FILE", default: nil, documented: "system trust store",
-        "herald-send: extra CA certificate to trust for webhook endpoints")
+        "herald-send: PEM file of the CA certificates to trust for webhook endpoints, instead of the system trust store"
+    )
 
     public static let pipelineWatchMs = ConfigKey(
         "HERALD_PIPELINE_WATCH_MS", default: "1000", documented: "1000", .integer(0...Int64.max),

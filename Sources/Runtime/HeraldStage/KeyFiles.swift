@@ -2,17 +2,24 @@ import Foundation
 import HeraldCore
 import Logging
 
-/// Checks on files that hold secrets (APNs .p8 keys, certificates' private keys, .p12 bundles, service accounts).
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Checks on files that hold secrets (APNs .p8 keys, certificates' private keys, .p12 bundles, FCM service
+/// accounts, the Redis client key).
 public enum KeyFiles {
     /// A warning when `path` can be read (or written) by its group or by others, nil when only its owner can.
-    /// A file that cannot be inspected gives no warning here (loading it reports the error).
+    /// Links are followed: the mode that counts is the file's the link leads to (a Kubernetes secret mounted as a
+    /// volume is a link to a link to the file; the links themselves always read 777). A file that cannot be
+    /// inspected gives no warning here (loading it reports the error).
     public static func exposureWarning(path: String) -> String? {
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-            let permissions = (attributes[.posixPermissions] as? NSNumber)?.intValue
-        else { return nil }
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        let permissions = Int(info.st_mode) & 0o777
         guard permissions & 0o077 != 0 else { return nil }
         return "key file \(path) is accessible to its group or others (mode \(String(permissions, radix: 8))); "
-            + "restrict it to its owner (chmod 600)"
+            + "restrict it to its owner (chmod 600, or defaultMode 0400 for a Kubernetes secret volume)"
     }
 
     /// The secret files named by `credential`.
@@ -22,15 +29,18 @@ public enum KeyFiles {
         }
     }
 
+    /// The secret files of `app`: its APNs credentials' and its FCM service accounts (which hold a private key).
+    public static func paths(of app: AppConfig) -> [String] {
+        app.credentials.flatMap { paths(of: $0) } + app.fcmCredentials.map(\.serviceAccountFile)
+    }
+
     /// Logs a warning for every secret file of `apps` that its group or others can read.
     public static func warnAboutExposedKeys(_ apps: AppDirectory, logger: Logger) {
         var seen = Set<String>()
         for app in Array(apps.apps.values) + [apps.fallback] {
-            for credential in app.credentials {
-                for path in paths(of: credential) where seen.insert(path).inserted {
-                    if let warning = exposureWarning(path: path) {
-                        logger.warning("\(warning)", metadata: ["app": "\(app.appID)"])
-                    }
+            for path in paths(of: app) where seen.insert(path).inserted {
+                if let warning = exposureWarning(path: path) {
+                    logger.warning("\(warning)", metadata: ["app": "\(app.appID)"])
                 }
             }
         }

@@ -117,6 +117,9 @@ public struct StageSetup: Sendable {
         try configuration.applyTLS(
             caFile: config.raw(.redisCAFile), certificateFile: config.raw(.redisCertFile),
             keyFile: config.raw(.redisKeyFile), serverName: config.raw(.redisServerName))
+        if let keyFile = configuration.tls?.keyFile, let warning = KeyFiles.exposureWarning(path: keyFile) {
+            logger.warning("\(warning)")
+        }
         return configuration
     }
 

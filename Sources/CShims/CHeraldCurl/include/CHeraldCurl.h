@@ -29,4 +29,6 @@ int herald_curl_multi_setopt_long(CURLM *m, CURLMoption option, long value);
 long herald_curl_http_1_1(void);
 /// CURLAUTH_BASIC (a macro).
 long herald_curl_auth_basic(void);
+/// CURLOPT_SSLVERSION = CURL_SSLVERSION_TLSv1_2: TLS 1.2 or later (returns the CURLcode).
+int herald_curl_require_tls_1_2(CURL *h);
 #endif

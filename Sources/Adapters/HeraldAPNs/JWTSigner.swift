@@ -1,0 +1,91 @@
+import COpenSSL
+import HeraldTLS
+
+/// Signs JSON Web Tokens with a PEM private key: ES256 (ECDSA P-256, SHA-256) for APNs provider tokens, RS256
+/// (RSA PKCS#1 v1.5, SHA-256) for FCM's OAuth assertions. The one place Herald loads a private key and signs with
+/// OpenSSL. Owns the `EVP_PKEY`; frees it in deinit.
+final class JWTSigner: @unchecked Sendable {
+    // @unchecked Sendable: the key is immutable after init and OpenSSL allows concurrent signing with one EVP_PKEY
+    // (each call makes its own EVP_MD_CTX).
+    enum Algorithm: String, Sendable {
+        case es256 = "ES256"
+        case rs256 = "RS256"
+    }
+
+    let algorithm: Algorithm
+    private let key: OpaquePointer
+
+    /// Loads `pem` and checks that it is a key `algorithm` signs with. `keyName` names the key in errors (e.g. "the
+    /// .p8 key"); no error ever holds the key's bytes.
+    init(pem: String, algorithm: Algorithm, keyName: String) throws(APNsError) {
+        self.algorithm = algorithm
+        let bytes = Array(pem.utf8)
+        let loaded: OpaquePointer? = bytes.withUnsafeBytes { raw in
+            guard let bio = BIO_new_mem_buf(raw.baseAddress, Int32(raw.count)) else { return nil }
+            defer { BIO_free(bio) }
+            return PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+        }
+        guard let loaded else {
+            ERR_clear_error()
+            throw APNsError(.credential, "\(keyName) is not a PEM private key")
+        }
+        let fits: Bool
+        switch algorithm {
+        case .es256: fits = EVP_PKEY_get_base_id(loaded) == EVP_PKEY_EC && EVP_PKEY_get_bits(loaded) == 256
+        case .rs256: fits = EVP_PKEY_get_base_id(loaded) == EVP_PKEY_RSA
+        }
+        guard fits else {
+            EVP_PKEY_free(loaded)
+            let kind = algorithm == .es256 ? "an EC P-256 key" : "an RSA key"
+            throw APNsError(.credential, "\(keyName) is not \(kind) (\(algorithm.rawValue) needs one)")
+        }
+        key = loaded
+    }
+
+    deinit { EVP_PKEY_free(key) }
+
+    /// The JWS signature of `message`: for ES256 the JOSE form r || s (32 bytes each), for RS256 the RSA signature.
+    func sign(_ message: [UInt8]) throws(APNsError) -> [UInt8] {
+        guard let md = EVP_MD_CTX_new() else { throw APNsError(.credential, "EVP_MD_CTX_new failed") }
+        defer { EVP_MD_CTX_free(md) }
+        guard EVP_DigestSignInit(md, nil, EVP_sha256(), nil, key) == 1 else {
+            throw APNsError(.credential, "EVP_DigestSignInit: \(openSSLErrors())")
+        }
+        var length = 0
+        guard message.withUnsafeBufferPointer({ EVP_DigestSign(md, nil, &length, $0.baseAddress, $0.count) }) == 1
+        else {
+            throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
+        }
+        var signature = [UInt8](repeating: 0, count: length)
+        guard
+            message.withUnsafeBufferPointer({ EVP_DigestSign(md, &signature, &length, $0.baseAddress, $0.count) }) == 1
+        else {
+            throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
+        }
+        signature.removeSubrange(length...)
+        switch algorithm {
+        case .rs256: return signature
+        case .es256: return try Self.joseECDSA(der: signature)
+        }
+    }
+
+    /// OpenSSL's DER `ECDSA-Sig-Value` as JOSE wants it: r and s, each left-padded to 32 bytes.
+    private static func joseECDSA(der: [UInt8]) throws(APNsError) -> [UInt8] {
+        let raw: [UInt8]? = der.withUnsafeBufferPointer { buf in
+            var cursor: UnsafePointer<UInt8>? = buf.baseAddress
+            guard let sig = d2i_ECDSA_SIG(nil, &cursor, buf.count) else { return nil }
+            defer { ECDSA_SIG_free(sig) }
+            var r: OpaquePointer? = nil
+            var s: OpaquePointer? = nil
+            ECDSA_SIG_get0(sig, &r, &s)
+            guard let r, let s else { return nil }
+            var out = [UInt8](repeating: 0, count: 64)
+            let wrote = out.withUnsafeMutableBufferPointer { o in
+                BN_bn2binpad(r, o.baseAddress, 32) == 32 && BN_bn2binpad(s, o.baseAddress! + 32, 32) == 32
+            }
+            return wrote ? out : nil
+        }
+        guard let raw else { throw APNsError(.credential, "cannot convert the DER ECDSA signature to r||s") }
+        return raw
+    }
+}
