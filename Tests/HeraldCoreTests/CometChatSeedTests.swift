@@ -5,9 +5,14 @@ import Foundation
 import HeraldCore
 import Testing
 
-let cometApp = AppConfig(
-    appID: "app123", payloadProfile: .cometchat,
-    credentials: [APNsCredential(bundleID: "com.example.calls", teamID: "T", keyID: "K", keyFile: "k.p8")])
+/// Herald's interruption levels are off: the samples are CometChat's payloads exactly.
+let cometApp: AppConfig = {
+    var app = AppConfig(
+        appID: "app123", payloadProfile: .cometchat,
+        credentials: [APNsCredential(bundleID: "com.example.calls", teamID: "T", keyID: "K", keyFile: "k.p8")])
+    app.interruption = InterruptionPolicy(levels: nil, relevance: nil)
+    return app
+}()
 
 func cometEvent(
     kind: String, block: String,

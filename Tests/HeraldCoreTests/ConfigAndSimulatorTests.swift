@@ -33,7 +33,8 @@ struct SimulatorTests {
         let line = json(u2.json)
         let expected = json(
             """
-            {"aps":{"alert":{"body":"Cindy L.: Au revoir !"},"badge":5,"sound":"default","thread-id":"c1"},
+            {"aps":{"alert":{"body":"Cindy L.: Au revoir !"},"badge":5,"sound":"default","thread-id":"c1",
+                    "interruption-level":"active","relevance-score":0.7},
              "f":"u1","t":"u2","m":"373360335316321408","g":"c1","e":"custom push extension"}
             """)
         #expect(canonical(line["notifications"]?.arrayFirst?["payload"] ?? .null) == canonical(expected))

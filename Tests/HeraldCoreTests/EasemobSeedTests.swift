@@ -8,11 +8,16 @@ import Testing
 
 /// An app configured the way an Easemob customer's app looks: compact payload,
 /// "ApnsName:xxxx" details, "you got a new message" without details.
-let easemobApp = AppConfig(
-    appID: "easemob", payloadProfile: .compact,
-    templates: TemplateConfig(defaultPair: TemplatePair(text: "{sender_name}:{message}", file: "{filename}")),
-    catalogs: ["en": ["simple_banner": "you got a new message"]],
-    credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
+/// Herald's interruption levels are off: the rows are Easemob's payloads exactly.
+let easemobApp: AppConfig = {
+    var app = AppConfig(
+        appID: "easemob", payloadProfile: .compact,
+        templates: TemplateConfig(defaultPair: TemplatePair(text: "{sender_name}:{message}", file: "{filename}")),
+        catalogs: ["en": ["simple_banner": "you got a new message"]],
+        credentials: [APNsCredential(bundleID: "com.example.chat", teamID: "T", keyID: "K", keyFile: "k.p8")])
+    app.interruption = InterruptionPolicy(levels: nil, relevance: nil)
+    return app
+}()
 
 struct EasemobRow: Sendable, CustomTestStringConvertible {
     var name: String

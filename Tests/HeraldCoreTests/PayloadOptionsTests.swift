@@ -174,10 +174,14 @@ struct PayloadOptionsTests {
         let e = try event(messageJSON(sender: "s1"))
         let fresh = try payload(try #require(try run(e, to: "u2", state: user(), app: app).1.first))
         #expect(fresh["aps"]?["alert"]?["body"] == .string("You have a new message"))
-        // A user who set anything keeps their own preferences.
-        let chosen = user(prefs: Preferences(languages: ["en"]))
+        // A user who chose a display style keeps it, even the built-in one; one who set only a language keeps the
+        // app's (field by field).
+        let chosen = user(prefs: Preferences(displayStyle: .summary, languages: ["en"]))
         let own = try payload(try #require(try run(e, to: "u2", state: chosen, app: app).1.first))
         #expect(own["aps"]?["alert"]?["body"] != .string("You have a new message"))
+        let languageOnly = user(prefs: Preferences(languages: ["en"]))
+        let banner = try payload(try #require(try run(e, to: "u2", state: languageOnly, app: app).1.first))
+        #expect(banner["aps"]?["alert"]?["body"] == .string("You have a new message"))
         // A default trigger of mention_only suppresses an unmentioned user who never set one.
         var mentionOnly = Preferences(); mentionOnly.trigger = .mentionOnly
         let quiet = AppConfig(credentials: sendbirdApp.credentials, userDefaults: mentionOnly)

@@ -259,7 +259,7 @@ public enum PipelineLoader {
         "payload", "multi_device", "badge", "counts", "templates", "catalogs", "credentials",
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
-        "priority",
+        "priority", "interruption_level", "relevance_score",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -273,7 +273,16 @@ public enum PipelineLoader {
             let key = try r.string(pm["key"], path + ".payload.key") ?? "sendbird"
             switch name {
             case "compact": profile = .compact
-            case "sendbird": profile = .sendbird(key: key)
+            case "sendbird":
+                // The object sits beside Herald's own keys (APNs `aps`, `e`; FCM data `message`, `title`, ...): a
+                // key of the same name would be written twice.
+                guard !PayloadProfile.reservedSendbirdKeys.contains(key), !key.isEmpty else {
+                    throw ConfigError(
+                        path: path + ".payload.key",
+                        message:
+                            "\"\(key)\" is taken by the payload itself; choose another (e.g. sendbird)")
+                }
+                profile = .sendbird(key: key)
             case "cometchat": profile = .cometchat
             default:
                 throw ConfigError(
@@ -428,7 +437,60 @@ public enum PipelineLoader {
             collapseID: collapseID, payloadOptions: options, userDefaults: userDefaults,
             priority: priority)
         app.counts = try r.bool(m["counts"], path + ".counts") ?? false
+        app.interruption = try readInterruption(&r, m, path: path)
         return app
+    }
+
+    /// `interruption_level:` and `relevance_score:` of an app: `off`, or per rule a level (`passive`, `active`,
+    /// `time-sensitive`, `critical`) or a score from 0 to 1 over the defaults (docs/pipeline-config.md).
+    static func readInterruption(
+        _ r: inout Reader, _ m: YAMLMap, path: String
+    ) throws(ConfigError)
+        -> InterruptionPolicy
+    {
+        var policy = InterruptionPolicy()
+        let rules = Set(InterruptionPolicy.rules)
+        if let node = m["interruption_level"] {
+            let p = path + ".interruption_level"
+            if node.mapping == nil {
+                guard try r.string(node, p) == "off" else {
+                    throw ConfigError(path: p, message: "expected off or a mapping of rule to level")
+                }
+                policy.levels = nil
+            } else {
+                let lm = try r.mapping(node, p)
+                r.check(lm, p, known: rules)
+                for (rule, value) in lm.pairs where rules.contains(rule) {
+                    let raw = try r.string(value, p + "." + rule) ?? ""
+                    guard let level = InterruptionLevel(rawValue: raw) else {
+                        throw ConfigError(
+                            path: p + "." + rule,
+                            message: "expected passive, active, time-sensitive or critical, got \(raw)")
+                    }
+                    policy.levels?[rule] = level
+                }
+            }
+        }
+        if let node = m["relevance_score"] {
+            let p = path + ".relevance_score"
+            if node.mapping == nil {
+                guard try r.string(node, p) == "off" else {
+                    throw ConfigError(path: p, message: "expected off or a mapping of rule to a score from 0 to 1")
+                }
+                policy.relevance = nil
+            } else {
+                let sm = try r.mapping(node, p)
+                r.check(sm, p, known: rules)
+                for (rule, value) in sm.pairs where rules.contains(rule) {
+                    let raw = try r.string(value, p + "." + rule) ?? ""
+                    guard let score = Double(raw), score >= 0, score <= 1 else {
+                        throw ConfigError(path: p + "." + rule, message: "expected a number from 0 to 1, got \(raw)")
+                    }
+                    policy.relevance?[rule] = Int((score * 100).rounded())
+                }
+            }
+        }
+        return policy
     }
 
     /// `apns:`, `sendbird:` and `cometchat:` of an app (docs/pipeline-config.md).

@@ -10,6 +10,9 @@ public enum PayloadProfile: Sendable, Hashable {
     /// CometChat flat fields (`title`, `body`, `sender`, ..., `callAction`).
     case cometchat
 
+    /// Names the Sendbird object's key may not take: the keys written beside it in an APNs payload or FCM data.
+    public static let reservedSendbirdKeys: Set<String> = ["aps", "e", "message", "title", "body", "badge"]
+
     public var name: String {
         switch self {
         case .compact: return "compact"
@@ -215,14 +218,16 @@ public struct AppConfig: Sendable {
     /// (an edit of that message) replaces it too. Calls always collapse by call session.
     public let collapseID: CollapseIDSource
     public let payloadOptions: PayloadOptions
-    /// Preferences used for a user who never set any (stored preferences equal to the built-in defaults):
-    /// the app's default trigger, template and display style. Nil: the built-in defaults.
+    /// The app's default trigger, template and display style, used in each of those fields a user never set
+    /// (`effectivePreferences`). Nil: the built-in defaults.
     public let userDefaults: Preferences?
     /// Which priority class (and so which lane) each kind of event gets (`Priority.classify`).
     public let priority: PriorityPolicy
     /// Herald keeps the unread and mention counts itself (docs/behaviour.md §12): resolve counts every message
     /// event for its recipients, and the badge and Sendbird's counts use them. Off by default (`set_unread`).
     public var counts = false
+    /// `aps.interruption-level` and `aps.relevance-score` of alerts, by the rule that classed each push.
+    public var interruption = InterruptionPolicy()
 
     let strings: [String: Strings]
     let english: Strings
@@ -303,12 +308,12 @@ public struct AppConfig: Sendable {
         return english
     }
 
-    /// The preferences rules and rendering use: the user's, or the app's `user_defaults` when the user never
-    /// set any (their stored preferences equal the built-in defaults; per-conversation settings, DND and
-    /// snooze count as set).
+    /// The preferences rules and rendering use: the user's, with the app's `user_defaults` in each of trigger,
+    /// template and display style the user never set (`Preferences.unset`), field by field: a user who set only a
+    /// language keeps the app's display style, and one who set the built-in value keeps it.
     public func effectivePreferences(_ p: Preferences) -> Preferences {
-        guard let d = userDefaults, p == Preferences() else { return p }
-        return d
+        guard let d = userDefaults, !p.unset.isEmpty else { return p }
+        return p.withDefaults(d)
     }
 
     /// The bundle id used for devices registered without one: the first credential's.

@@ -9,8 +9,9 @@
 //   or by an older Herald): see `StageCodec.decode`.
 // - A record written by a newer Herald with a higher version is refused with a clear error (dead-lettered),
 //   never misread. Version 2 added the provider and provider id of devices and requests (FCM, webhooks);
-//   version 3 the mention counts after a state's unread counts. Version 2 records are still read (an upgrade
-//   with records in flight), with mention counts of zero.
+//   version 3 the mention counts after a state's unread counts; version 4 a byte after them naming the
+//   preferences the user never set (`Preferences.unset`). Version 2 and 3 records are still read (an upgrade
+//   with records in flight), with mention counts of zero and every preference counted as set.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
 import Foundation
@@ -198,7 +199,7 @@ public protocol BinaryRecord {
 
 public enum BinaryRecordFormat {
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
-    public static let version: UInt8 = 3
+    public static let version: UInt8 = 4
     /// The oldest version still read.
     public static let oldestReadable: UInt8 = 2
 
@@ -503,6 +504,7 @@ extension UserState {
         w.int(unread.mentionTotal)
         w.varint(UInt64(unread.mentionConversations.count))
         for (id, count) in unread.mentionConversations.sorted(by: { $0.key < $1.key }) { w.string(id); w.int(count) }
+        w.byte(preferences.unset.rawValue)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -542,6 +544,9 @@ extension UserState {
                 let id = try r.string()
                 unread.mentionConversations[id] = Int(clamping: try r.int())
             }
+        }
+        if r.version >= 4 {
+            preferences.unset = Preferences.Defaultable(rawValue: try r.byte()).intersection(.all)
         }
     }
 }

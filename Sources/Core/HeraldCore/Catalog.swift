@@ -49,6 +49,12 @@ public enum CatalogKey: String, CaseIterable, Sendable {
     case fileOther = "file_type.file"
     /// The alert of a call that rang out or was cancelled (`unanswered`, `cancelled`).
     case callMissed = "call.missed"
+    /// The text of a call update that does not ring (`ongoing`, `rejected`, `ended`, `busy`) on FCM and webhooks;
+    /// on APNs these are background pushes without text.
+    case callOngoing = "call.ongoing"
+    case callRejected = "call.rejected"
+    case callEnded = "call.ended"
+    case callBusy = "call.busy"
 
     /// Position in `allCases`, without building the array.
     var index: Int {
@@ -72,6 +78,10 @@ public enum CatalogKey: String, CaseIterable, Sendable {
         case .fileAudio: return 16
         case .fileOther: return 17
         case .callMissed: return 18
+        case .callOngoing: return 19
+        case .callRejected: return 20
+        case .callEnded: return 21
+        case .callBusy: return 22
         }
     }
 }
@@ -95,6 +105,8 @@ public enum BuiltInCatalogs {
         .groupUnbanned: "{actor_name} was unbanned",
         .fileImage: "Image", .fileVideo: "Video", .fileAudio: "Audio", .fileOther: "File",
         .callMissed: "Missed call",
+        .callOngoing: "Call in progress", .callRejected: "Call declined", .callEnded: "Call ended",
+        .callBusy: "Line busy",
     ]
 
     public static let all: [String: [CatalogKey: String]] = [
@@ -116,6 +128,7 @@ public enum BuiltInCatalogs {
             .groupUnbanned: "{actor_name} 被解除禁言",
             .fileImage: "图片", .fileVideo: "视频", .fileAudio: "语音", .fileOther: "文件",
             .callMissed: "未接来电",
+            .callOngoing: "通话中", .callRejected: "对方已拒绝通话", .callEnded: "通话已结束", .callBusy: "对方忙线中",
         ],
         "ko": [
             .defaultText: "{sender_name}: {message}",
@@ -134,6 +147,7 @@ public enum BuiltInCatalogs {
             .groupUnbanned: "{actor_name}님의 차단이 해제되었습니다",
             .fileImage: "사진", .fileVideo: "동영상", .fileAudio: "오디오", .fileOther: "파일",
             .callMissed: "부재중 전화",
+            .callOngoing: "통화 중", .callRejected: "통화가 거절되었습니다", .callEnded: "통화가 종료되었습니다", .callBusy: "상대방이 통화 중입니다",
         ],
         "fr": [
             .defaultText: "{sender_name}: {message}",
@@ -152,6 +166,8 @@ public enum BuiltInCatalogs {
             .groupUnbanned: "{actor_name} n'est plus banni",
             .fileImage: "Image", .fileVideo: "Vidéo", .fileAudio: "Audio", .fileOther: "Fichier",
             .callMissed: "Appel manqué",
+            .callOngoing: "Appel en cours", .callRejected: "Appel refusé", .callEnded: "Appel terminé",
+            .callBusy: "Ligne occupée",
         ],
         "de": [
             .defaultText: "{sender_name}: {message}",
@@ -170,6 +186,8 @@ public enum BuiltInCatalogs {
             .groupUnbanned: "{actor_name} wurde entsperrt",
             .fileImage: "Bild", .fileVideo: "Video", .fileAudio: "Audio", .fileOther: "Datei",
             .callMissed: "Verpasster Anruf",
+            .callOngoing: "Anruf läuft", .callRejected: "Anruf abgelehnt", .callEnded: "Anruf beendet",
+            .callBusy: "Besetzt",
         ],
         "es": [
             .defaultText: "{sender_name}: {message}",
@@ -188,6 +206,8 @@ public enum BuiltInCatalogs {
             .groupUnbanned: "{actor_name} fue desbloqueado",
             .fileImage: "Imagen", .fileVideo: "Vídeo", .fileAudio: "Audio", .fileOther: "Archivo",
             .callMissed: "Llamada perdida",
+            .callOngoing: "Llamada en curso", .callRejected: "Llamada rechazada", .callEnded: "Llamada finalizada",
+            .callBusy: "Línea ocupada",
         ],
         "ja": [
             .defaultText: "{sender_name}: {message}",
@@ -206,6 +226,7 @@ public enum BuiltInCatalogs {
             .groupUnbanned: "{actor_name}さんのブロックが解除されました",
             .fileImage: "画像", .fileVideo: "動画", .fileAudio: "音声", .fileOther: "ファイル",
             .callMissed: "不在着信",
+            .callOngoing: "通話中", .callRejected: "通話が拒否されました", .callEnded: "通話が終了しました", .callBusy: "話し中",
         ],
     ]
 }

@@ -576,9 +576,15 @@ public struct JSONWriter: Sendable {
             }
             byte(UInt8(ascii: "]"))
         case .object(let o):
+            // A parsed object may hold a name twice; what Herald writes never does. The first one is kept, the one
+            // `JSONValue`'s subscript reads.
             byte(UInt8(ascii: "{"))
-            for (k, pair) in o.enumerated() {
-                if k > 0 { byte(UInt8(ascii: ",")) }
+            var seen: Set<String>? = o.count > 1 ? [] : nil
+            var first = true
+            for pair in o {
+                if seen != nil, !seen!.insert(pair.0).inserted { continue }
+                if !first { byte(UInt8(ascii: ",")) }
+                first = false
                 key(pair.0)
                 value(pair.1)
             }

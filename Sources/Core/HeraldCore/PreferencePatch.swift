@@ -52,8 +52,9 @@ public struct PreferencePatch: Sendable, Hashable {
         }
     }
 
-    /// The fields a patch may clear. A cleared `trigger`, `template`, `display_style` or `badge` is back to its
-    /// built-in default; a cleared `dnd`, `snooze`, `display_name` or `languages` is absent.
+    /// The fields a patch may clear. A cleared `trigger`, `template` or `display_style` is unset again (the app's
+    /// `user_defaults`, else the built-in default); a cleared `badge` is back to on; a cleared `dnd`, `snooze`,
+    /// `display_name` or `languages` is absent.
     public enum Field: String, Sendable, Hashable, CaseIterable {
         case trigger, dnd, snooze, template, languages, badge
         case displayStyle = "display_style"
@@ -93,13 +94,13 @@ public struct PreferencePatch: Sendable, Hashable {
         if let v = set.badge { p.badge = v }
         for field in clear {
             switch field {
-            case .trigger: p.trigger = .all
+            case .trigger: p.trigger = .all; p.unset.insert(.trigger)
             case .dnd: p.dnd = nil
             case .snooze: p.snooze = nil
-            case .template: p.template = .default
+            case .template: p.template = .default; p.unset.insert(.template)
             case .languages: p.languages = []
             case .badge: p.badge = true
-            case .displayStyle: p.displayStyle = .summary
+            case .displayStyle: p.displayStyle = .summary; p.unset.insert(.displayStyle)
             case .displayName: p.displayName = nil
             }
         }

@@ -310,9 +310,15 @@ extension Preferences: JSONRecord {
     /// Appends the preferences in the state fixture shape (also what Redis stores).
     public func write(into w: inout JSONWriter) {
         let p = self
-        w.raw("{\"trigger\":"); w.string(p.trigger.rawValue)
+        // A field the user never set is left out, so that it stays unset when read back (docs/behaviour.md §3).
+        var first = true
+        func field(_ name: StaticString, _ w: inout JSONWriter) {
+            w.byte(UInt8(ascii: first ? "{" : ",")); first = false
+            w.key(name)
+        }
+        if !p.unset.contains(.trigger) { field("trigger", &w); w.string(p.trigger.rawValue) }
         if !p.conversations.isEmpty {
-            w.raw(",\"conversations\":{")
+            field("conversations", &w); w.byte(UInt8(ascii: "{"))
             for (n, (id, c)) in p.conversations.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { w.byte(UInt8(ascii: ",")) }
                 w.key(id)
@@ -323,21 +329,23 @@ extension Preferences: JSONRecord {
             w.byte(UInt8(ascii: "}"))
         }
         if let d = p.dnd {
-            w.raw(",\"dnd\":{\"start\":"); w.string(d.start.description)
+            field("dnd", &w)
+            w.raw("{\"start\":"); w.string(d.start.description)
             w.raw(",\"end\":"); w.string(d.end.description)
             w.raw(",\"timezone\":"); w.string(d.timezone)
             w.byte(UInt8(ascii: "}"))
         }
         if let s = p.snooze {
-            w.raw(",\"snooze\":{\"start\":"); w.int(s.start)
+            field("snooze", &w)
+            w.raw("{\"start\":"); w.int(s.start)
             w.raw(",\"end\":"); w.int(s.end)
             w.byte(UInt8(ascii: "}"))
         }
-        w.raw(",\"template\":"); w.string(p.template.rawValue)
-        w.raw(",\"display_style\":"); w.string(p.displayStyle.rawValue)
-        if let name = p.displayName { w.raw(",\"display_name\":"); w.string(name) }
-        if !p.languages.isEmpty { w.raw(",\"languages\":"); w.stringArray(p.languages) }
-        w.raw(",\"badge\":"); w.bool(p.badge)
+        if !p.unset.contains(.template) { field("template", &w); w.string(p.template.rawValue) }
+        if !p.unset.contains(.displayStyle) { field("display_style", &w); w.string(p.displayStyle.rawValue) }
+        if let name = p.displayName { field("display_name", &w); w.string(name) }
+        if !p.languages.isEmpty { field("languages", &w); w.stringArray(p.languages) }
+        field("badge", &w); w.bool(p.badge)
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -435,7 +443,8 @@ extension StateFixture: JSONRecord {
 extension Preferences {
     init(reader p: RecordReader) throws(StageRecordError) {
         var prefs = Preferences()
-        prefs.trigger = try p.enumValue("trigger", PushTrigger.self) ?? .all
+        // Absent trigger, template and display style stay unset (the app's user_defaults may fill them).
+        if let v = try p.enumValue("trigger", PushTrigger.self) { prefs.trigger = v }
         if let convs = try p.object("conversations") {
             for (id, value) in convs.pairs {
                 let c = try RecordReader(value, path: convs.sub(id))
@@ -454,7 +463,7 @@ extension Preferences {
             guard let end = try s.int("end") else { throw s.fail("end", "missing") }
             prefs.snooze = Snooze(start: start, end: end)
         }
-        prefs.template = try p.enumValue("template", TemplateChoice.self) ?? .default
+        if let v = try p.enumValue("template", TemplateChoice.self) { prefs.template = v }
         if let style = try p.string("display_style") {
             switch style {
             case "summary": prefs.displayStyle = .summary

@@ -74,6 +74,8 @@ struct PayloadContent {
     var data: String
     var extern: JSONValue?
     var locArgsDropped = false
+    /// The alert's interruption level and relevance score (none for background and VoIP pushes).
+    var attention = Attention()
 }
 
 public enum Renderer {
@@ -213,8 +215,14 @@ public enum Renderer {
         let sender = senderName(event, senderDisplayName)
         switch event.kind {
         case .call:
-            if event.call?.action.applePush == .alert { return strings[.callMissed].source }
-            return strings[event.call?.type == .video ? .callVideo : .callAudio].source
+            switch event.call?.action {
+            case .unanswered?, .cancelled?: return strings[.callMissed].source
+            case .ongoing?: return strings[.callOngoing].source
+            case .rejected?: return strings[.callRejected].source
+            case .ended?: return strings[.callEnded].source
+            case .busy?: return strings[.callBusy].source
+            case .initiated?, nil: return strings[event.call?.type == .video ? .callVideo : .callAudio].source
+            }
         case .reaction:
             let emoji = event.reaction?.emoji ?? ""
             return strings[.reaction].render { $0 == .emoji ? emoji : variable($0, event, sender, "", strings) }
@@ -324,6 +332,9 @@ public enum Renderer {
             detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
             translations: event.message?.translations ?? [],
             data: event.message?.data ?? "", extern: event.ext.apns.extern)
+        if pushType == .alert {
+            content.attention = app.interruption.attention(event, recipient: recipient, priority: app.priority)
+        }
         let limit = pushType.payloadLimit
         let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
 
@@ -482,6 +493,7 @@ public enum Renderer {
         if options.contentAvailable { w.raw(",\"content-available\":1") }
         if a.mutableContent || options.mutableContent { w.raw(",\"mutable-content\":1") }
         w.raw(",\"thread-id\":"); w.string(event.conversation.id)
+        content.attention.write(into: &w)
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -581,7 +593,9 @@ public enum Renderer {
         w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? options.sound(conversation: event.conversation.id))
         if options.sendbirdPushTitle { w.raw(",\"push_title\":"); w.string(content.title ?? "") }
         if options.sendbirdPushAlert { w.raw(",\"push_alert\":"); w.string(content.body) }
-        if let audience = options.sendbirdAudienceType { w.raw(",\"audience_type\":"); w.string(audience) }
+        if let audience = options.sendbirdAudienceType {
+            w.raw(",\"audience_type\":"); w.string(audienceType(event, recipient: recipient) ?? audience)
+        }
         if options.sendbirdMentionedUsers, m?.mentions.contains(recipient) == true {
             // The mention counts are Herald's when the app counts (docs/behaviour.md §12), else 0.
             w.raw(",\"mentioned_users\":{\"user_id\":"); w.string(recipient)
@@ -648,6 +662,16 @@ public enum Renderer {
             w.byte(UInt8(ascii: "}"))
         }
         if let custom = options.cometchatCustom { w.raw(",\"custom\":"); w.value(custom) }
+    }
+
+    /// Sendbird's `audience_type` of one push, where the event says enough: `all` when the message mentions the
+    /// whole channel, `only` when it names the recipient among its mentions; nil otherwise (the app's configured
+    /// value is written).
+    static func audienceType(_ event: ChatEvent, recipient: String) -> String? {
+        guard let m = event.message, event.kind == .message || event.kind == .messageEdited else { return nil }
+        if m.mentionType == .channel { return "all" }
+        if m.mentions.contains(recipient) { return "only" }
+        return nil
     }
 
     /// CometChat's media message types by mime type.

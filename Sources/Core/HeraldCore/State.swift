@@ -165,32 +165,76 @@ public struct Preferences: Sendable, Hashable {
     /// Most preferred languages kept; the first one picks the catalog.
     public static let maxLanguages = 4
 
-    public var trigger: PushTrigger
+    /// The fields an app's `user_defaults` may supply: those the user never set (docs/behaviour.md §3).
+    public struct Defaultable: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        public static let trigger = Defaultable(rawValue: 1)
+        public static let template = Defaultable(rawValue: 2)
+        public static let displayStyle = Defaultable(rawValue: 4)
+        public static let all: Defaultable = [.trigger, .template, .displayStyle]
+    }
+
+    /// Which of `trigger`, `template` and `display_style` the user never set: they hold the built-in value, and an
+    /// app's `user_defaults` replace it. Setting one of them (even to the built-in value) takes it out of this set.
+    /// Not part of equality: two preferences with the same values are equal.
+    public var unset: Defaultable
+
+    public var trigger: PushTrigger { didSet { unset.remove(.trigger) } }
     public var conversations: [String: ConversationPreference]
     public var dnd: DoNotDisturb?
     public var snooze: Snooze?
-    public var template: TemplateChoice
-    public var displayStyle: DisplayStyle
+    public var template: TemplateChoice { didSet { unset.remove(.template) } }
+    public var displayStyle: DisplayStyle { didSet { unset.remove(.displayStyle) } }
     /// Easemob "push display name": replaces this user's nickname in the pushes they *send*.
     public var displayName: String?
     public var languages: [String]
     public var badge: Bool
 
+    /// A field passed as nil was never set (see `unset`).
     public init(
-        trigger: PushTrigger = .all, conversations: [String: ConversationPreference] = [:],
-        dnd: DoNotDisturb? = nil, snooze: Snooze? = nil, template: TemplateChoice = .default,
-        displayStyle: DisplayStyle = .summary, displayName: String? = nil,
+        trigger: PushTrigger? = nil, conversations: [String: ConversationPreference] = [:],
+        dnd: DoNotDisturb? = nil, snooze: Snooze? = nil, template: TemplateChoice? = nil,
+        displayStyle: DisplayStyle? = nil, displayName: String? = nil,
         languages: [String] = [], badge: Bool = true
     ) {
-        self.trigger = trigger
+        var unset = Defaultable()
+        if trigger == nil { unset.insert(.trigger) }
+        if template == nil { unset.insert(.template) }
+        if displayStyle == nil { unset.insert(.displayStyle) }
+        self.unset = unset
+        self.trigger = trigger ?? .all
         self.conversations = conversations
         self.dnd = dnd
         self.snooze = snooze
-        self.template = template
-        self.displayStyle = displayStyle
+        self.template = template ?? .default
+        self.displayStyle = displayStyle ?? .summary
         self.displayName = displayName
         self.languages = Array(languages.prefix(Preferences.maxLanguages))
         self.badge = badge
+    }
+
+    public static func == (a: Preferences, b: Preferences) -> Bool {
+        a.trigger == b.trigger && a.conversations == b.conversations && a.dnd == b.dnd && a.snooze == b.snooze
+            && a.template == b.template && a.displayStyle == b.displayStyle && a.displayName == b.displayName
+            && a.languages == b.languages && a.badge == b.badge
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(trigger); hasher.combine(conversations); hasher.combine(dnd); hasher.combine(snooze)
+        hasher.combine(template); hasher.combine(displayStyle); hasher.combine(displayName)
+        hasher.combine(languages); hasher.combine(badge)
+    }
+
+    /// These preferences with an app's defaults in the fields the user never set (`unset`); the result has none
+    /// unset.
+    public func withDefaults(_ defaults: Preferences) -> Preferences {
+        var p = self
+        if unset.contains(.trigger) { p.trigger = defaults.trigger }
+        if unset.contains(.template) { p.template = defaults.template }
+        if unset.contains(.displayStyle) { p.displayStyle = defaults.displayStyle }
+        p.unset = []
+        return p
     }
 
     /// The setting for one conversation (default trigger, not muted when absent).

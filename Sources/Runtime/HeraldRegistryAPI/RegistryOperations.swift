@@ -194,8 +194,11 @@ public struct RegistryOperations: Sendable {
     // MARK: Reads
 
     /// The user's stored preferences with the defaults filled in.
+    /// The stored preferences with every field written (those never set show the built-in value).
     public func preferences(app: String, user: String) async throws -> Preferences {
-        try await store.preferences(app: app, user: user)
+        var preferences = try await store.preferences(app: app, user: user)
+        preferences.unset = []
+        return preferences
     }
 
     /// Unread and mention counts (Herald-kept when the app counts; `set_unread` values otherwise).

@@ -41,6 +41,18 @@ public final class PipelineReloader: Service, Sendable {
             stage: setup.stage.rawValue, logger: setup.logger, apply: apply)
     }
 
+    /// `forStage`, or the end of the process (status 2, the error on stderr) when its settings do not read.
+    public static func forStageOrExit(
+        _ setup: StageSetup, apply: @escaping @Sendable (PipelineConfig) throws -> Void
+    ) -> PipelineReloader {
+        do {
+            return try forStage(setup, apply: apply)
+        } catch {
+            FileHandle.standardError.write(Data("herald-\(setup.stage.rawValue): \(error)\n".utf8))
+            exit(2)
+        }
+    }
+
     public func run() async throws {
         let signals = await UnixSignalsSequence(trapping: .sighup)
         let first = try? Data(contentsOf: URL(fileURLWithPath: path))

@@ -12,6 +12,9 @@ public struct IngestProcessor: StageProcessor {
     public var priorityTopic: String?
     /// Each app's priority policy.
     public var apps: AppDirectory
+    /// The apps as the pipeline file now says (reloaded on SIGHUP or when the file changes, docs/operations.md
+    /// "Reloading"): when set, each batch takes the current directory in place of `apps`.
+    public var live: LiveAppDirectory?
 
     public init(ingestedTopic: String, priorityTopic: String? = nil, apps: AppDirectory = AppDirectory()) {
         self.ingestedTopic = ingestedTopic
@@ -21,7 +24,9 @@ public struct IngestProcessor: StageProcessor {
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
         let now = context.nowMillis
-        return batch.map { process($0, now: now) }
+        var current = self
+        if let live { current.apps = live.current }
+        return batch.map { current.process($0, now: now) }
     }
 
     public func process(_ input: StageInput, now: Int64) -> StageResult {

@@ -85,6 +85,9 @@ public struct ResolveProcessor: StageProcessor {
     public var lanes: (priority: String, bulk: String, apps: AppDirectory)?
     /// Herald-kept counts for the apps that opt in (ResolveCounting.swift); nil: counts come from `set_unread`.
     public var counting: ResolveCounting?
+    /// The apps as the pipeline file now says (reloaded on SIGHUP or when the file changes): when set, each batch
+    /// takes the current directory for `lanes` and `counting`.
+    public var live: LiveAppDirectory?
     /// Members per page. A conversation with more members is fanned out page by page (members, their state,
     /// records produced and acknowledged, progress saved), so resolve's memory does not grow with it.
     public var pageSize: Int
@@ -109,6 +112,14 @@ public struct ResolveProcessor: StageProcessor {
     }
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        if let live {
+            var current = self
+            current.live = nil
+            let apps = live.current
+            current.lanes?.apps = apps
+            current.counting?.apps = apps
+            return await current.process(batch, context: context)
+        }
         let now = context.nowMillis
         var results = [StageResult?](repeating: nil, count: batch.count)
         var events: [(index: Int, event: ChatEvent)] = []

@@ -102,6 +102,9 @@ public struct SendProcessor: StageProcessor {
     /// The pipeline file's apps: a record of an app it does not list is dead-lettered `unknown_app` before any
     /// claim or send (nil: every app is served).
     public var apps: AppDirectory?
+    /// The apps as the pipeline file now says (reloaded on SIGHUP or when the file changes, docs/operations.md
+    /// "Reloading"): when set, each batch takes the current directory in place of `apps`.
+    public var live: LiveAppDirectory?
     /// Told how long each phase of a batch took: `claim`, `answer` (handing the jobs to the transport until the last
     /// answer), `confirm` (the delivery records still being written after the last answer).
     public var onPhase: @Sendable (_ phase: String, _ duration: Duration) -> Void = { _, _ in }
@@ -130,6 +133,12 @@ public struct SendProcessor: StageProcessor {
     }
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        if let live {
+            var current = self
+            current.live = nil
+            current.apps = live.current
+            return await current.process(batch, context: context)
+        }
         var results = [StageResult?](repeating: nil, count: batch.count)
         let now = context.nowMillis
         // Records grouped by how long they must wait (rounded up to 50 ms).

@@ -8,6 +8,9 @@ public struct SuppressProcessor: StageProcessor {
     public let stage = "suppress"
     public var deliverableTopic: String
     public var apps: AppDirectory
+    /// The apps as the pipeline file now says (reloaded on SIGHUP or when the file changes, docs/operations.md
+    /// "Reloading"): when set, each batch takes the current directory in place of `apps`.
+    public var live: LiveAppDirectory?
 
     public init(deliverableTopic: String, apps: AppDirectory) {
         self.deliverableTopic = deliverableTopic
@@ -16,10 +19,12 @@ public struct SuppressProcessor: StageProcessor {
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
         let now = context.now()
+        var current = self
+        if let live { current.apps = live.current }
         var reuse = EventReuse()
         var results: [StageResult] = []
         results.reserveCapacity(batch.count)
-        for input in batch { results.append(process(input, now: now, reuse: &reuse)) }
+        for input in batch { results.append(current.process(input, now: now, reuse: &reuse)) }
         return results
     }
 

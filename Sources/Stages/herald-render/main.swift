@@ -10,13 +10,7 @@ import HeraldStage
 let setup = await StageSetup.startOrExit(.render)
 let topics = setup.pipeline.kafka.topics
 let apps = LiveAppDirectory(setup.pipeline.apps)
-let reloader: PipelineReloader
-do {
-    reloader = try PipelineReloader.forStage(setup) { config in apps.replace(with: config.apps) }
-} catch {
-    FileHandle.standardError.write(Data("herald-render: \(error)\n".utf8))
-    exit(2)
-}
+let reloader = PipelineReloader.forStageOrExit(setup) { config in apps.replace(with: config.apps) }
 // One loop per lane; each writes to its own lane's herald.outbound topic.
 let lanes = Lane.allCases.map { lane in
     StageLane(

@@ -5,6 +5,13 @@ import HeraldHTTP
 import HeraldPipeline
 import Logging
 import ServiceLifecycle
+import Synchronization
+
+/// A reloaded pipeline file that send cannot use (a webhook that does not resolve).
+struct ReloadRefused: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}
 
 /// send's transport for every provider: each job goes to the APNs, FCM or webhook transport by its
 /// request's `provider`; each keeps its own connection pools and in-flight bound, and they send
@@ -52,58 +59,135 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
 }
 
 /// One `FCMClient` (a pool of HTTP/2 connections and its OAuth2 access token) per (app, FCM provider id).
+/// Replaced when the pipeline file is reloaded (`prepare` then `commit`): a credential whose service-account file
+/// is unchanged keeps its client; new and changed ones get a new client, the ones no longer named are closed.
 final class FCMPushTransport: Sendable {
     struct Key: Hashable, Sendable {
         var app: String
         var providerID: String
     }
 
-    private let clients: [Key: FCMClient]
+    /// The clients of a reloaded file, built but not yet in use.
+    struct Prepared: Sendable {
+        fileprivate var clients: [Key: FCMClient]
+        fileprivate var fingerprints: [Key: [UInt8]]
+        fileprivate var created: [FCMClient]
+
+        /// Closes what was built for a file that is refused after all.
+        func discard() async {
+            for client in created { await client.shutdown(grace: .zero) }
+        }
+    }
+
+    private let state: Mutex<(clients: [Key: FCMClient], fingerprints: [Key: [UInt8]])>
     private let timeout: Duration
+    private let make: @Sendable (String, FCMCredential) throws -> FCMClient
+    private let logger: Logger
 
     init(
         apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
         priorityReserve: Double = 0, priorityConnections: Int = 0, timeout: Duration, logger: Logger
     ) {
         self.timeout = timeout
+        self.logger = logger
+        make = { appID, credential in
+            let account = try FCMServiceAccount.load(path: credential.serviceAccountFile)
+            var configuration = FCMClientConfiguration(
+                account: account, endpoint: endpoint, trustedCAFile: caFile, connections: connections,
+                maxInFlight: maxInFlight, connectTimeout: .seconds(5),
+                // One in-process retry (and one access-token renewal on 401); more go through herald.retry.
+                retry: APNsBackoffPolicy(
+                    initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                metricDimensions: [
+                    ("stage", "send"), ("app", appID), ("provider_id", credential.providerID),
+                ])
+            // The priority lane's calls and direct messages to Android devices get the same reserved
+            // streams and connection as on APNs (docs/pipeline.md, "Priority lanes").
+            configuration.priorityReserve = priorityReserve
+            configuration.priorityConnections = priorityConnections
+            let client = try FCMClient(configuration: configuration, logger: logger)
+            logger.info(
+                "FCM client ready",
+                metadata: [
+                    "app": "\(appID)", "provider_id": "\(credential.providerID)",
+                    "project": "\(account.projectID)",
+                ])
+            return client
+        }
         var clients: [Key: FCMClient] = [:]
-        for app in Array(apps.apps.values) + [apps.fallback] {
-            for credential in app.fcmCredentials {
-                let key = Key(app: app.appID, providerID: credential.providerID)
-                if clients[key] != nil { continue }
-                do {
-                    let account = try FCMServiceAccount.load(path: credential.serviceAccountFile)
-                    var configuration = FCMClientConfiguration(
-                        account: account, endpoint: endpoint, trustedCAFile: caFile, connections: connections,
-                        maxInFlight: maxInFlight, connectTimeout: .seconds(5),
-                        // One in-process retry (and one access-token renewal on 401); more go through herald.retry.
-                        retry: APNsBackoffPolicy(
-                            initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
-                        metricDimensions: [
-                            ("stage", "send"), ("app", app.appID), ("provider_id", credential.providerID),
-                        ])
-                    // The priority lane's calls and direct messages to Android devices get the same reserved
-                    // streams and connection as on APNs (docs/pipeline.md, "Priority lanes").
-                    configuration.priorityReserve = priorityReserve
-                    configuration.priorityConnections = priorityConnections
-                    clients[key] = try FCMClient(configuration: configuration, logger: logger)
-                    logger.info(
-                        "FCM client ready",
-                        metadata: [
-                            "app": "\(app.appID)", "provider_id": "\(credential.providerID)",
-                            "project": "\(account.projectID)",
-                        ])
-                } catch {
-                    logger.error(
-                        "FCM credential unusable; its notifications go to the DLQ",
-                        metadata: [
-                            "app": "\(app.appID)", "provider_id": "\(credential.providerID)", "error": "\(error)",
-                        ])
-                }
+        var fingerprints: [Key: [UInt8]] = [:]
+        for (key, appID, credential) in Self.credentials(of: apps) where clients[key] == nil {
+            do {
+                clients[key] = try make(appID, credential)
+                fingerprints[key] = Self.fingerprint(credential)
+            } catch {
+                logger.error(
+                    "FCM credential unusable; its notifications go to the DLQ",
+                    metadata: [
+                        "app": "\(appID)", "provider_id": "\(credential.providerID)", "error": "\(error)",
+                    ])
             }
         }
-        self.clients = clients
+        state = Mutex((clients, fingerprints))
     }
+
+    static func credentials(of apps: AppDirectory) -> [(Key, String, FCMCredential)] {
+        var out: [(Key, String, FCMCredential)] = []
+        for app in Array(apps.apps.values) + [apps.fallback] {
+            for credential in app.fcmCredentials {
+                out.append((Key(app: app.appID, providerID: credential.providerID), app.appID, credential))
+            }
+        }
+        return out
+    }
+
+    /// What identifies a credential's client: the service-account file's path and content.
+    static func fingerprint(_ credential: FCMCredential) -> [UInt8] {
+        let content = (try? Data(contentsOf: URL(fileURLWithPath: credential.serviceAccountFile))) ?? Data()
+        return Array(credential.serviceAccountFile.utf8) + [0] + Array(content)
+    }
+
+    /// Builds the clients of a reloaded file; throws (building nothing that stays) when a credential does not
+    /// load, so the file is refused and the running clients stay.
+    func prepare(apps: AppDirectory) throws -> Prepared {
+        let current = state.withLock { ($0.clients, $0.fingerprints) }
+        var prepared = Prepared(clients: [:], fingerprints: [:], created: [])
+        do {
+            for (key, appID, credential) in Self.credentials(of: apps) where prepared.clients[key] == nil {
+                let print = Self.fingerprint(credential)
+                if let existing = current.0[key], current.1[key] == print {
+                    prepared.clients[key] = existing
+                } else {
+                    let client = try make(appID, credential)
+                    prepared.created.append(client)
+                    prepared.clients[key] = client
+                }
+                prepared.fingerprints[key] = print
+            }
+        } catch {
+            for client in prepared.created { Task { await client.shutdown(grace: .zero) } }
+            throw error
+        }
+        return prepared
+    }
+
+    /// Puts prepared clients in use and closes the ones no longer named (after their requests' deadline).
+    func commit(_ prepared: Prepared) {
+        let old = state.withLock { state in
+            let old = state.clients
+            state = (prepared.clients, prepared.fingerprints)
+            return old
+        }
+        let kept = Set(prepared.clients.values.map(ObjectIdentifier.init))
+        let retired = old.values.filter { !kept.contains(ObjectIdentifier($0)) }
+        let grace = timeout
+        for client in retired { Task { await client.shutdown(grace: grace) } }
+        logger.info(
+            "FCM credentials reloaded",
+            metadata: ["new_clients": "\(prepared.created.count)", "retired_clients": "\(retired.count)"])
+    }
+
+    private var clients: [Key: FCMClient] { state.withLock { $0.clients } }
 
     var hasClients: Bool { !clients.isEmpty }
     /// True when every client holds an access token.
@@ -111,6 +195,7 @@ final class FCMPushTransport: Sendable {
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         var groups: [Key: [(Int, PushJob)]] = [:]
+        let clients = self.clients
         for (index, job) in jobs.enumerated() {
             let key = Key(app: job.appID, providerID: job.request.providerID ?? job.request.topic)
             guard clients[key] != nil else {
@@ -153,49 +238,93 @@ final class FCMPushTransport: Sendable {
 }
 
 /// Custom webhooks: one shared HTTP/1.1 client (libcurl multi; connections kept per host) and the
-/// configured endpoints per (app, webhook provider id).
+/// configured endpoints per (app, webhook provider id). The endpoints are replaced when the pipeline file is
+/// reloaded (`prepare` then `commit`); a webhook whose URL or password does not resolve refuses the file.
 final class WebhookPushTransport: Sendable {
     struct Key: Hashable, Sendable {
         var app: String
         var providerID: String
     }
+    typealias Endpoints = [Key: WebhookEndpoint]
 
-    private let client: WebhookClient?
-    private let endpoints: [Key: WebhookEndpoint]
+    private let state: Mutex<(client: WebhookClient?, endpoints: [Key: WebhookEndpoint])>
+    private let caFile: String?
+    private let maxInFlight: Int
+    private let environment: [String: String]
+    private let logger: Logger
 
     init(apps: AppDirectory, caFile: String?, maxInFlight: Int, environment: [String: String], logger: Logger) {
-        var endpoints: [Key: WebhookEndpoint] = [:]
+        self.caFile = caFile
+        self.maxInFlight = maxInFlight
+        self.environment = environment
+        self.logger = logger
+        let (endpoints, failures) = Self.resolve(apps, environment: environment)
+        for failure in failures {
+            logger.error(
+                "webhook unusable; its notifications go to the DLQ",
+                metadata: [
+                    "app": "\(failure.app)", "provider_id": "\(failure.providerID)", "error": "\(failure.message)",
+                ])
+        }
+        state = Mutex((endpoints.isEmpty ? nil : Self.makeClient(caFile, maxInFlight, logger), endpoints))
+    }
+
+    /// Every webhook of `apps` resolved (URL, password from the environment), and the ones that do not resolve.
+    static func resolve(
+        _ apps: AppDirectory, environment: [String: String]
+    ) -> (
+        Endpoints, [(app: String, providerID: String, message: String)]
+    ) {
+        var endpoints: Endpoints = [:]
+        var failures: [(app: String, providerID: String, message: String)] = []
         for app in Array(apps.apps.values) + [apps.fallback] {
             for hook in app.webhooks {
                 switch WebhookEndpoint.resolve(hook, environment: environment) {
                 case .success(let e): endpoints[Key(app: app.appID, providerID: hook.providerID)] = e
-                case .failure(let error):
-                    logger.error(
-                        "webhook unusable; its notifications go to the DLQ",
-                        metadata: [
-                            "app": "\(app.appID)", "provider_id": "\(hook.providerID)", "error": "\(error.message)",
-                        ])
+                case .failure(let error): failures.append((app.appID, hook.providerID, error.message))
                 }
             }
         }
-        self.endpoints = endpoints
-        if endpoints.isEmpty {
-            client = nil
-        } else {
-            do {
-                client = try WebhookClient(
-                    configuration: HTTP1ClientConfiguration(trustedCAFile: caFile, maxInFlight: maxInFlight))
-            } catch {
-                logger.error("webhook client unavailable", metadata: ["error": "\(error)"])
-                client = nil
-            }
+        return (endpoints, failures)
+    }
+
+    private static func makeClient(_ caFile: String?, _ maxInFlight: Int, _ logger: Logger) -> WebhookClient? {
+        do {
+            return try WebhookClient(
+                configuration: HTTP1ClientConfiguration(trustedCAFile: caFile, maxInFlight: maxInFlight))
+        } catch {
+            logger.error("webhook client unavailable", metadata: ["error": "\(error)"])
+            return nil
         }
     }
+
+    /// The endpoints of a reloaded file; throws naming the first webhook that does not resolve.
+    func prepare(apps: AppDirectory) throws -> Endpoints {
+        let (endpoints, failures) = Self.resolve(apps, environment: environment)
+        if let f = failures.first {
+            throw ReloadRefused(message: "apps.\(f.app) webhook \(f.providerID): \(f.message)")
+        }
+        return endpoints
+    }
+
+    /// Puts reloaded endpoints in use (making the shared client when the first webhook appears).
+    func commit(_ endpoints: Endpoints) {
+        let needsClient = state.withLock { $0.client == nil } && !endpoints.isEmpty
+        let made = needsClient ? Self.makeClient(caFile, maxInFlight, logger) : nil
+        state.withLock { state in
+            if state.client == nil { state.client = made }
+            state.endpoints = endpoints
+        }
+        logger.info("webhooks reloaded", metadata: ["webhooks": "\(endpoints.count)"])
+    }
+
+    private var client: WebhookClient? { state.withLock { $0.client } }
 
     var hasClients: Bool { client != nil }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         var requests: [HTTPRequest] = []
+        let (client, endpoints) = state.withLock { ($0.client, $0.endpoints) }
         for (index, job) in jobs.enumerated() {
             let key = Key(app: job.appID, providerID: job.request.providerID ?? job.request.topic)
             guard let client, let endpoint = endpoints[key] else {

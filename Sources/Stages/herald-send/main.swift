@@ -52,6 +52,7 @@ let webhookTransport = WebhookPushTransport(
     caFile: optionalText(.webhookCAFile),
     maxInFlight: maxInFlight, environment: ProcessInfo.processInfo.environment,
     logger: setup.logger)
+let liveApps = LiveAppDirectory(setup.pipeline.apps)
 let router = RoutingPushTransport(apns: transport, fcm: fcmTransport, webhook: webhookTransport)
 // An app with no APNs credential (FCM or webhooks only) does not wait for an APNs connection.
 setup.context.readiness.register("apns") {
@@ -86,6 +87,7 @@ func sender(_ lane: Lane) -> SendProcessor {
     processor.prioritized = lane == .priority
     processor.onPhase = metrics.lane(lane.rawValue).sendPhaseRecorder()
     processor.apps = setup.pipeline.apps
+    processor.live = liveApps
     return processor
 }
 // Batches run concurrently (order per device token does not matter to APNs; a batch holding a retry until its
@@ -97,13 +99,20 @@ let lanes = Lane.allCases.map { lane in
         lane, topics: [topics.outbound(lane), topics.retry(lane)], processor: sender(lane),
         maxConcurrentBatches: 64, maxInFlight: maxInFlight)
 }
-// APNs credentials are reloaded from the pipeline file on SIGHUP and when it changes (FCM and webhook credentials
-// load at start only).
-let reloader: PipelineReloader
-do {
-    reloader = try PipelineReloader.forStage(setup) { config in try transport.reload(apps: config.apps) }
-} catch {
-    FileHandle.standardError.write(Data("herald-send: \(error)\n".utf8))
-    exit(2)
+// APNs and FCM credentials, webhooks and the list of apps are reloaded from the pipeline file on SIGHUP and when it
+// changes; a credential that does not load or a webhook that does not resolve refuses the whole file.
+let reloader = PipelineReloader.forStageOrExit(setup) { config in
+    let fcm = try fcmTransport.prepare(apps: config.apps)
+    let hooks: WebhookPushTransport.Endpoints
+    do {
+        hooks = try webhookTransport.prepare(apps: config.apps)
+        try transport.reload(apps: config.apps)
+    } catch {
+        Task { await fcm.discard() }
+        throw error
+    }
+    fcmTransport.commit(fcm)
+    webhookTransport.commit(hooks)
+    liveApps.replace(with: config.apps)
 }
 StageProcess.exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis), before: [router, reloader]))

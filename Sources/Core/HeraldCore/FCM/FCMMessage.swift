@@ -62,9 +62,11 @@ public enum FCMMessage {
         includeNotification: Bool, senderDisplayName: String?
     ) throws(RenderError) -> [UInt8] {
         let isCometChat: Bool = { if case .cometchat = app.payloadProfile { true } else { false } }()
-        let (original, sender) = Renderer.content(
+        var (original, sender) = Renderer.content(
             event: event, state: state, app: app,
             senderDisplayName: senderDisplayName, cometchatTitle: isCometChat)
+        // iOS apps that receive through FCM read the same interruption level and relevance in `apns.payload.aps`.
+        original.attention = app.interruption.attention(event, recipient: recipient, priority: app.priority)
         let prefs = app.effectivePreferences(state.preferences)
         let shape = Shape(
             event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
@@ -188,6 +190,7 @@ public enum FCMMessage {
                 w.raw(",\"thread-id\":"); w.string(event.conversation.id)
                 if let category = event.ext.apns.category { w.raw(",\"category\":"); w.string(category) }
                 if event.ext.apns.mutableContent { w.raw(",\"mutable-content\":1") }
+                content.attention.write(into: &w)
                 w.raw("}}}")
             }
             w.raw("}}")

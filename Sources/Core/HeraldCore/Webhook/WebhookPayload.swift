@@ -9,7 +9,7 @@
 ///
 /// `notificationDetails` holds CometChat's flat fields (title, body, sender, senderName, senderAvatar,
 /// receiver, receiverName, receiverType, tag, conversationId, type, sentAt, and for calls callAction,
-/// sessionId, callType) plus `custom` when the event carries an `em_apns_ext.extern` value. The title
+/// sessionId, callType) plus one `custom`: the app's `cometchat.custom` merged with the event's `em_apns_ext.extern`. The title
 /// is the sender (the group for group actions) unless the app has a title template; the body is the
 /// app's template text, in the recipient's language. There is no size limit to meet, so nothing is cut.
 public enum WebhookPayload {
@@ -43,12 +43,25 @@ public enum WebhookPayload {
         w.raw("{\"trigger\":\"push-notification-payload-generated\",\"data\":{\"to\":{\"uid\":"); w.string(recipient)
         w.raw("},\"notificationDetails\":{")
         var fields = JSONWriter(capacity: 512)
-        Renderer.writeCometChat(event, recipient, state, sender, content, app.payloadOptions, into: &fields)
+        // One `custom` key: the app's object and the event's `extern` are merged (behaviour.md §7).
+        var options = app.payloadOptions
+        options.cometchatCustom = mergedCustom(app: options.cometchatCustom, event: content.extern)
+        Renderer.writeCometChat(event, recipient, state, sender, content, options, into: &fields)
         w.bytes.append(contentsOf: fields.bytes.dropFirst())  // its fields start with a comma
-        if let custom = content.extern { w.raw(",\"custom\":"); w.value(custom) }
         w.raw("}},\"appId\":"); w.string(event.appID)
         w.raw(",\"region\":"); w.string(region)
         w.raw(",\"webhook\":\"custom\"}")
         return w.bytes
+    }
+
+    /// The one `custom` value of a webhook body: the app's `cometchat.custom` object and the event's
+    /// `em_apns_ext.extern`. Two objects are merged, the event's members replacing the app's of the same name
+    /// (the event is the more specific); otherwise the event's value wins, and the app's object is used alone
+    /// when the event has none.
+    public static func mergedCustom(app: JSONValue?, event: JSONValue?) -> JSONValue? {
+        guard let event else { return app }
+        guard case .object(let base)? = app, case .object(let extra) = event else { return event }
+        let named = Set(extra.map(\.0))
+        return .object(base.filter { !named.contains($0.0) } + extra)
     }
 }
