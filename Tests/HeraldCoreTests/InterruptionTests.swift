@@ -84,12 +84,15 @@ struct InterruptionTests {
     @Test("iOS through FCM gets the level in apns.payload.aps")
     func throughFCM() throws {
         let app = parityApp(.compact)
-        let (_, requests) = try run(try event(messageJSON(type: "direct")), to: "u2", state: user(devices: [androidDevice]), app: app)
+        let (_, requests) = try run(
+            try event(messageJSON(type: "direct")), to: "u2", state: user(devices: [androidDevice]), app: app)
         let body = try firstPayload(requests)
         #expect(body["message"]?["apns"]?["payload"]?["aps"]?["interruption-level"] == .string("time-sensitive"))
     }
 
-    @Test("scores are written as short decimals", arguments: [(0, "0"), (5, "0.05"), (40, "0.4"), (75, "0.75"), (100, "1")])
+    @Test(
+        "scores are written as short decimals",
+        arguments: [(0, "0"), (5, "0.05"), (40, "0.4"), (75, "0.75"), (100, "1")])
     func decimals(hundredths: Int, text: String) {
         var app = AppConfig(credentials: propertyCredentials)
         app.interruption.relevance = ["group": hundredths]

@@ -117,8 +117,9 @@ struct ParityDefectTests {
             }
             let devices = [device(), device(tokenV, kind: .voip), androidDevice, hookUserDevice]
             let state = user(devices: devices, unread: 3)
-            guard let requests = try? Renderer.render(
-                event: e, recipient: "u2", state: state, targets: devices, app: app, now: now0)
+            guard
+                let requests = try? Renderer.render(
+                    event: e, recipient: "u2", state: state, targets: devices, app: app, now: now0)
             else {
                 Issue.record("render failed for \(text)")
                 return
@@ -135,16 +136,20 @@ struct ParityDefectTests {
         }
     }
 
-    @Test("user_defaults fill only the fields a user never set", arguments: [
-        // (stored preferences JSON, display style, template, trigger) with app defaults simple_banner,
-        // alternative, mention_only.
-        (#"{}"#, DisplayStyle.simpleBanner, TemplateChoice.alternative, PushTrigger.mentionOnly),
-        (#"{"languages":["fr"]}"#, .simpleBanner, .alternative, .mentionOnly),
-        (#"{"display_style":"summary"}"#, .summary, .alternative, .mentionOnly),
-        (#"{"trigger":"all","languages":["de"]}"#, .simpleBanner, .alternative, .all),
-        (#"{"template":"default","display_style":"summary","trigger":"all"}"#, .summary, .default, .all),
-    ])
-    func userDefaultsFieldByField(stored: String, style: DisplayStyle, template: TemplateChoice, trigger: PushTrigger)
+    @Test(
+        "user_defaults fill only the fields a user never set",
+        arguments: [
+            // (stored preferences JSON, display style, template, trigger) with app defaults simple_banner,
+            // alternative, mention_only.
+            (#"{}"#, DisplayStyle.simpleBanner, TemplateChoice.alternative, PushTrigger.mentionOnly),
+            (#"{"languages":["fr"]}"#, .simpleBanner, .alternative, .mentionOnly),
+            (#"{"display_style":"summary"}"#, .summary, .alternative, .mentionOnly),
+            (#"{"trigger":"all","languages":["de"]}"#, .simpleBanner, .alternative, .all),
+            (#"{"template":"default","display_style":"summary","trigger":"all"}"#, .summary, .default, .all),
+        ])
+    func userDefaultsFieldByField(
+        stored: String, style: DisplayStyle, template: TemplateChoice, trigger: PushTrigger
+    )
         throws
     {
         let defaults = Preferences(trigger: .mentionOnly, template: .alternative, displayStyle: .simpleBanner)
@@ -175,14 +180,19 @@ struct ParityDefectTests {
     @Test("clearing a field in a patch makes it unset again, so the app's default returns")
     func clearedFieldIsUnset() {
         let app = parityApp(.compact, userDefaults: Preferences(displayStyle: .simpleBanner))
-        let set = PreferencePatch(set: { var f = PreferencePatch.Fields(); f.displayStyle = .summary; return f }())
-            .apply(to: Preferences())
+        let set = PreferencePatch(
+            set: {
+                var f = PreferencePatch.Fields(); f.displayStyle = .summary; return f
+            }()
+        )
+        .apply(to: Preferences())
         #expect(app.effectivePreferences(set).displayStyle == .summary)
         let cleared = PreferencePatch(clear: [.displayStyle]).apply(to: set)
         #expect(app.effectivePreferences(cleared).displayStyle == .simpleBanner)
     }
 
-    @Test("a call update that does not ring says what happened on FCM and webhooks, in every language",
+    @Test(
+        "a call update that does not ring says what happened on FCM and webhooks, in every language",
         arguments: [
             ("ended", CatalogKey.callEnded), ("rejected", .callRejected), ("busy", .callBusy),
             ("ongoing", .callOngoing),
@@ -200,7 +210,8 @@ struct ParityDefectTests {
             #expect(expected != app.strings(for: [language])[.callVideo].source)
             let prefs = Preferences(languages: [language])
             let (_, requests) = try run(
-                try event(text), to: "u2", state: user(devices: [device(), androidDevice, hookUserDevice], prefs: prefs),
+                try event(text), to: "u2",
+                state: user(devices: [device(), androidDevice, hookUserDevice], prefs: prefs),
                 app: app)
             let byProvider = Dictionary(uniqueKeysWithValues: requests.map { ($0.provider, $0) })
             let fcm = try payload(try #require(byProvider[.fcm]))
@@ -213,11 +224,13 @@ struct ParityDefectTests {
         }
     }
 
-    @Test("Sendbird audience_type follows the event where it says enough", arguments: [
-        // (mentions, mention_type, expected)
-        ([String](), "users", "custom"), (["u2"], "users", "only"), (["u9"], "users", "custom"),
-        ([], "channel", "all"),
-    ])
+    @Test(
+        "Sendbird audience_type follows the event where it says enough",
+        arguments: [
+            // (mentions, mention_type, expected)
+            ([String](), "users", "custom"), (["u2"], "users", "only"), (["u9"], "users", "custom"),
+            ([], "channel", "all"),
+        ])
     func audienceType(mentions: [String], mentionType: String, expected: String) throws {
         var options = PayloadOptions()
         options.sendbirdAudienceType = "custom"

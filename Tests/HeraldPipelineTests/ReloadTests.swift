@@ -46,7 +46,8 @@ import Testing
             apnsID: APNsID.derive(eventID: "e1", token: token("a")), payload: Array(#"{"aps":{}}"#.utf8))
         let outbound = StageInput(
             topic: "herald.outbound",
-            value: try StageCodec.encode(OutboundRecord(eventID: "e1", appID: "app9", recipient: "u2", request: request)))
+            value: try StageCodec.encode(
+                OutboundRecord(eventID: "e1", appID: "app9", recipient: "u2", request: request)))
 
         // Before the reload app9 is unknown everywhere.
         #expect(await ingest.process([chat], context: fixedContext)[0].deadLetter?.reason == "unknown_app")
@@ -58,7 +59,8 @@ import Testing
         #expect(await ingest.process([chat], context: fixedContext)[0].outputs.count == 1)
         #expect(await resolve.process([ingested], context: fixedContext)[0].deadLetter == nil)
         // The reloaded user defaults apply: trigger off for a user who never set one.
-        #expect(await suppress.process([resolved], context: fixedContext)[0].notes == [.suppressed(reason: "trigger_off")])
+        #expect(
+            await suppress.process([resolved], context: fixedContext)[0].notes == [.suppressed(reason: "trigger_off")])
         #expect(await send.process([outbound], context: fixedContext)[0].deadLetter == nil)
     }
 }
