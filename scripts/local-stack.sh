@@ -410,24 +410,34 @@ PY
 echo
 echo "=== Decisions per event and user (explain trail in Redis) ==="
 cat >"$RUN/explain.py" <<'PY'
+# The compact explain trail (docs/redis-keys.md, "The explain trail"): one line per entry in hourly logs, only
+# what was not routine (the pipeline file's explain.full_trail keeps everything for chosen users, apps or events).
 import json, subprocess, sys
 port, events = sys.argv[1], sys.argv[2]
+def cli(*args):
+    return subprocess.run(["redis-cli", "-p", port, "--raw", *args], capture_output=True, text=True).stdout
+def unescape(f):
+    return f.replace("\\t", "\t").replace("\\n", "\n").replace("\\\\", "\\")
+latest = {}
+for key in sorted(cli("--scan", "--pattern", "herald:*:explain:*").split()):
+    app = key.split(":")[1]
+    for line in cli("GET", key).split("\n"):
+        f = line.split("\t")
+        if len(f) != 10: continue
+        event, user, token, stage, decision, reason, at, status, attempt, count = map(unescape, f)
+        latest[(app, event, user, token)] = (stage, decision, reason, status, count)
 for line in open(events):
     if "\t" not in line: continue
     ev = json.loads(line.split("\t", 1)[1])
-    key = "herald:%s:explain:{%s}" % (ev["app_id"], ev["event_id"])
-    raw = subprocess.run(["redis-cli", "-p", port, "--raw", "HGETALL", key], capture_output=True, text=True).stdout.split("\n")
-    rank = lambda f: (0 if f == "event" else 1 if f.startswith("user:") else 2, f)
-    rows = sorted(zip(raw[0::2], raw[1::2]), key=lambda r: rank(r[0]))
-    rows = [(f, v) for f, v in rows if v.strip()]
+    rows = sorted((k, v) for k, v in latest.items() if k[0] == ev["app_id"] and k[1] == ev["event_id"])
+    rows.sort(key=lambda r: (0 if not r[0][2] else 1 if not r[0][3] else 2, r[0][2], r[0][3]))
     if not rows:
-        print("%-18s (no trail: dead-lettered at ingest, see the DLQ below)" % ev["event_id"]); continue
-    for field, value in rows:
-        e = json.loads(value)
-        who = "event" if field == "event" else (e.get("user") or "") + (" " + e["token"][:8] + "..." if e.get("token") else "")
-        extra = (" status=%s" % e["status"]) if e.get("status") else ""
-        extra += (" count=%s" % e["count"]) if e.get("count") is not None else ""
-        print("%-18s %-20s %-9s %-11s %s%s" % (ev["event_id"], who, e["stage"], e["decision"], e.get("reason") or "", extra))
+        print("%-18s (no trail: delivered as expected outside the full trail, or dead-lettered at ingest)" % ev["event_id"]); continue
+    for (app, event, user, token), (stage, decision, reason, status, count) in rows:
+        who = "event" if not user and not token else user + (" " + token[:8] + "..." if token else "")
+        extra = (" status=%s" % status) if status else ""
+        extra += (" count=%s" % count) if count else ""
+        print("%-18s %-20s %-9s %-11s %s%s" % (event, who, stage, decision, reason, extra))
 PY
 python3 "$RUN/explain.py" "$REDIS_PORT" "$RUN/events.tsv"
 echo

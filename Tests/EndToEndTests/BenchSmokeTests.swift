@@ -2,25 +2,26 @@
 // local stack (scripts/local-stack.sh --up on free ports, the built executables of HERALD_BIN_DIR), loads users,
 // publishes a small backlog and writes its report. Asserted: the report's structure and that the counts add
 // up (delivered + suppressed = recipients, suppressions as predicted, nothing lost or duplicated). Never a speed.
+// A second run checks what a groups-of-5 backlog leaves in Redis per notification: memory, not time.
 import Foundation
 import HeraldTestSupport
 import Testing
 
 @Suite(.serialized) struct BenchSmokeTests {
-    @Test func pipelineBenchReportIsCompleteAndItsCountsAreConsistent() async throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().path
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
+
+    /// Runs `herald-bench` with `arguments` (plus the repo, run and report directories) off the cooperative pool;
+    /// returns its exit status, its output and the report directory.
+    func runBench(_ name: String, _ arguments: [String]) async throws -> (Int32, String, String) {
+        let root = Self.root
         let env = ProcessInfo.processInfo.environment
         let bin = env["HERALD_BIN_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? root + "/.build/debug"
         let bench = bin + "/herald-bench"
         #expect(FileManager.default.isExecutableFile(atPath: bench), "missing \(bench): run swift build first")
-        let out = FileManager.default.temporaryDirectory.appendingPathComponent("herald-bench-smoke-\(getpid())").path
+        let out = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(getpid())").path
         try? FileManager.default.removeItem(atPath: out)
-        let arguments = [
-            "pipeline", "--backlog", "300", "--users", "600", "--conversation-size", "6",
-            "--dnd", "0.15", "--muted", "0.15", "--online", "0.15", "--mixed", "--mixed-rate", "5",
-            "--repo", root, "--run-dir", out + "/run", "--out", out, "--drain-timeout", "30", "--check",
-        ]
+        let arguments = arguments + ["--repo", root, "--run-dir", out + "/run", "--out", out]
         var penv = env
         penv["HERALD_LOCAL_BIN"] = bin
         let log = out + ".log"
@@ -39,6 +40,17 @@ import Testing
             return p.terminationStatus
         }
         let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        return (status, output, out)
+    }
+
+    @Test func pipelineBenchReportIsCompleteAndItsCountsAreConsistent() async throws {
+        let (status, output, out) = try await runBench(
+            "herald-bench-smoke",
+            [
+                "pipeline", "--backlog", "300", "--users", "600", "--conversation-size", "6",
+                "--dnd", "0.15", "--muted", "0.15", "--online", "0.15", "--mixed", "--mixed-rate", "5",
+                "--drain-timeout", "30", "--check",
+            ])
         #expect(status == 0, "herald-bench pipeline failed:\n\(output.suffix(4000))")
 
         let md = try String(contentsOfFile: out + "/REPORT.md", encoding: .utf8)
@@ -95,7 +107,35 @@ import Testing
         #expect(md.contains("host speed (herald-bench decide"))
         let series = try #require(json["series"] as? [[String: Any]])
         #expect(series.map { $0["delivered"] as? Int ?? 0 }.reduce(0, +) == delivered)
+        // Redis's footprint of the run is reported.
+        let redis = try #require(json["redis"] as? [String: Any])
+        #expect((redis["commands_per_notification"] as? Double ?? 0) > 0, "\(redis)")
+        #expect(md.contains("| Redis memory retained per notification"))
+        #expect(output.contains("Redis per notification"))
         // The stack the bench started is gone.
+        #expect(!FileManager.default.fileExists(atPath: out + "/run/send.pid"))
+    }
+
+    /// What Redis keeps per notification does not grow with traffic: on a groups-of-5 backlog at the default
+    /// preference mix, `used_memory` after the drain minus before (taken once the users' state is loaded), divided
+    /// by the recipients decided, stays at most 60 bytes (docs/performance.md, "Redis footprint").
+    @Test func groupsOfFiveBacklogRetainsAtMost60BytesOfRedisPerNotification() async throws {
+        let (status, output, out) = try await runBench(
+            "herald-bench-footprint",
+            [
+                "pipeline", "--backlog", "6000", "--users", "6000", "--conversation-size", "5", "--drain-timeout", "60",
+                "--check",
+            ])
+        #expect(status == 0, "herald-bench pipeline failed:\n\(output.suffix(4000))")
+        let json = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: out + "/REPORT.json")))
+                as? [String: Any])
+        let recipients = try #require(json["recipients"] as? Int)
+        #expect(recipients == 6000 * 4, "every event reaches the 4 other members")
+        #expect(json["lost"] as? Int == 0 && json["duplicated"] as? Int == 0)
+        let redis = try #require(json["redis"] as? [String: Any])
+        let retained = try #require(redis["retained_bytes_per_notification"] as? Double)
+        #expect(retained > 0 && retained <= 60, "Redis kept \(retained) bytes per notification: \(redis)")
         #expect(!FileManager.default.fileExists(atPath: out + "/run/send.pid"))
     }
 }

@@ -649,6 +649,8 @@ final class E2EStack: @unchecked Sendable {
             redis:
               host: 127.0.0.1
               port: \(redisPort)
+            explain:
+              full_trail: {apps: [app3]}
             stages:
               ingest:   {group_id: e2e-ingest,   batch_size: 200, batch_timeout_ms: 20}
               resolve:  {group_id: e2e-resolve,  batch_size: 200, batch_timeout_ms: 20}

@@ -205,6 +205,27 @@ struct PipelineConfigTests {
         #expect(c.stages[.render].groupID == "herald-render" && c.stages[.render].batchSize == 500)
     }
 
+    @Test("explain.full_trail and idempotency.replay_window_seconds: read, defaulted, and checked")
+    func footprintSections() throws {
+        let defaults = try PipelineLoader.load(yaml: "apps: {app1: {}}").config
+        #expect(defaults.explain.fullTrail.isEmpty)
+        #expect(defaults.idempotency.replayWindowSeconds == 3600)
+        let yaml = """
+            explain:
+              full_trail: {users: [u1, u2], apps: [app3], sample: 0.25}
+            idempotency:
+              replay_window_seconds: 7200
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings == [])
+        #expect(loaded.config.explain.fullTrail == FullTrailPolicy(users: ["u1", "u2"], apps: ["app3"], sample: 0.25))
+        #expect(loaded.config.idempotency.replayWindowSeconds == 7200)
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "explain: {full_trail: {sample: 2}}") }
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "idempotency: {replay_window_seconds: 5}") }
+        let typo = try PipelineLoader.load(yaml: "explain: {full_trail: {user: [u1]}}")
+        #expect(typo.warnings.count == 1 && typo.warnings[0].hasPrefix("explain.full_trail.user: unknown key"))
+    }
+
     @Test("each lane's fetch wait and linger are read; left out they keep the defaults; a bad value is an error")
     func laneFlow() throws {
         let loaded = try PipelineLoader.load(

@@ -62,7 +62,7 @@ final class MemoryLedger: DeliveryLedger, @unchecked Sendable {
         }
     }
 
-    func confirm(app: String, pairs: [DeliveryPair]) async throws {
+    func confirm(app: String, pairs: [DeliveryPair], now: Int64) async throws {
         lock.withLock {
             for pair in pairs {
                 delivered.insert(pair)
@@ -71,7 +71,7 @@ final class MemoryLedger: DeliveryLedger, @unchecked Sendable {
         }
     }
 
-    func release(app: String, pairs: [DeliveryPair], owner: String) async throws {
+    func release(app: String, pairs: [DeliveryPair], owner: String, now: Int64) async throws {
         lock.withLock {
             for pair in pairs where claims[pair]?.owner == owner {
                 claims[pair] = nil

@@ -5,38 +5,115 @@ import Testing
 
 @Suite("The explain trail in a real redis-server")
 struct ExplainStoreTests {
-    @Test("entries of interleaved events land in their events' trails, each with a TTL; users get a last decision")
-    func interleavedEvents() async throws {
+    static let hour: Int64 = 3_600_000
+    static let t0: Int64 = 1_732_000_000_000
+
+    @Test(
+        "why a user was not notified is kept per event, with a TTL; routine entries are not; users get a last decision")
+    func compactTrail() async throws {
         let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
-        let store = ExplainStore(connection: redis, ttlMilliseconds: 60_000)
+        let ttl: Int64 = 86_400_000
+        let store = ExplainStore(connection: redis, ttlMilliseconds: ttl)
+        let t = Self.t0
+        let before = try await redis.send("DBSIZE").int ?? -1
         try await store.record([
-            ExplainEntry(appID: "app1", eventID: "a", stage: "resolve", decision: "fanned_out", at: 1, count: 2),
-            ExplainEntry(appID: "app1", eventID: "a", user: "u1", stage: "suppress", decision: "deliver", at: 2),
-            ExplainEntry(appID: "app1", eventID: "b", user: "u1", stage: "suppress", decision: "suppress", at: 3),
-            ExplainEntry(appID: "app2", eventID: "a", user: "u9", stage: "suppress", decision: "deliver", at: 4),
+            ExplainEntry(appID: "app1", eventID: "a", stage: "resolve", decision: "fanned_out", at: t + 1, count: 2),
+            ExplainEntry(appID: "app1", eventID: "a", user: "u1", stage: "suppress", decision: "deliver", at: t + 2),
             ExplainEntry(
-                appID: "app1", eventID: "a", user: "u2", stage: "suppress", decision: "suppress", reason: "dnd", at: 5),
+                appID: "app1", eventID: "b", user: "u1", stage: "suppress", decision: "suppress", reason: "muted",
+                at: t + 3),
+            ExplainEntry(appID: "app2", eventID: "a", user: "u9", stage: "render", decision: "error", at: t + 4),
             ExplainEntry(
-                appID: "app1", eventID: "a", user: "u1", token: "t1", stage: "send", decision: "delivered", at: 6,
-                status: 200),
+                appID: "app1", eventID: "a", user: "u2", stage: "suppress", decision: "suppress", reason: "dnd",
+                at: t + 5),
+            ExplainEntry(
+                appID: "app1", eventID: "a", user: "u1", token: "t1", stage: "send", decision: "delivered", at: t + 6,
+                status: 200, attempt: 1),
+            ExplainEntry(
+                appID: "app1", eventID: "a", user: "u3", token: "t3", stage: "send", decision: "retry",
+                reason: "TooManyRequests", at: t + 7, status: 429, attempt: 1),
         ])
-        let a = try await store.trail(app: "app1", eventID: "a")
-        #expect(a.map(\.at) == [1, 2, 5, 6], "event first, then users, then devices")
-        #expect(try await store.trail(app: "app1", eventID: "b").map(\.at) == [3])
-        #expect(try await store.trail(app: "app2", eventID: "a").map(\.at) == [4], "the same event id in another app")
-        for key in [
-            ExplainStore.key(app: "app1", eventID: "a"), ExplainStore.key(app: "app1", eventID: "b"),
-            ExplainStore.key(app: "app2", eventID: "a"),
-        ] {
-            let ttl = try await redis.send(RedisCommand("PTTL", key)).int ?? -3
-            #expect(ttl > 0 && ttl <= 60_000, "\(key) expires (PTTL \(ttl))")
+        // A device retried, then delivered on a later attempt: the latest entry wins (in the next hour).
+        try await store.record([
+            ExplainEntry(
+                appID: "app1", eventID: "a", user: "u3", token: "t3", stage: "send", decision: "delivered",
+                at: t + Self.hour, status: 200, attempt: 2)
+        ])
+        let now = t + Self.hour + 10
+        let a = try await store.trail(app: "app1", eventID: "a", now: now)
+        #expect(a.map(\.at) == [t + 5, t + Self.hour], "the dnd suppression, then u3's delivery on attempt 2: \(a)")
+        #expect(try await store.trail(app: "app1", eventID: "b", now: now).map(\.reason) == ["muted"])
+        #expect(try await store.trail(app: "app2", eventID: "a", now: now).map(\.at) == [t + 4], "another app")
+        // Four keys for all of it: two hourly logs of app1 (a and b may share a shard), one of app2, and the
+        // last-decision shards; every log expires.
+        let keys = (try await redis.send("KEYS", "*").array ?? []).compactMap(\.text)
+        #expect(Int64(keys.count) - before <= 7, "\(keys)")
+        for key in keys where key.contains(":explain:") {
+            let pttl = try await redis.send(RedisCommand("PTTL", key)).int ?? -3
+            #expect(pttl > 0 && pttl <= ttl + Self.hour, "\(key) expires (PTTL \(pttl))")
         }
-        // u1's last user-level entry was event b's (the device entry does not count).
-        let last = try await store.lastDecision(app: "app1", user: "u1")
+        // u1's last user-level entry was event b's (the device entry does not count), with that event's trail.
+        let last = try await store.lastDecision(app: "app1", user: "u1", now: now)
         #expect(last?.decision.eventID == "b")
         #expect(last?.decision.decision == "suppress")
-        #expect(try await store.lastDecision(app: "app1", user: "u2")?.decision.reason == "dnd")
+        #expect(last?.trail.map(\.reason) == ["muted"])
+        #expect(try await store.lastDecision(app: "app1", user: "u2", now: now)?.decision.reason == "dnd")
+        #expect(try await store.lastDecision(app: "app2", user: "u9", now: now)?.decision.decision == "error")
+        #expect(try await store.lastDecision(app: "app1", user: "nobody", now: now) == nil)
+        // Past the retention, the trail is no longer read.
+        #expect(try await store.trail(app: "app1", eventID: "a", now: t + ttl + 3 * Self.hour).isEmpty)
+    }
+
+    @Test("the full trail keeps routine entries of listed users, listed apps and sampled events")
+    func fullTrail() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = ExplainStore(
+            connection: redis, fullTrail: FullTrailPolicy(users: ["vip"], apps: ["app3"], sample: 0))
+        let t = Self.t0
+        func deliver(_ app: String, _ event: String, _ user: String) -> [ExplainEntry] {
+            [
+                ExplainEntry(appID: app, eventID: event, user: user, stage: "suppress", decision: "deliver", at: t),
+                ExplainEntry(
+                    appID: app, eventID: event, user: user, token: "tok-\(user)", stage: "send",
+                    decision: "delivered", at: t + 1, status: 200, attempt: 1),
+            ]
+        }
+        try await store.record(
+            deliver("app1", "e1", "vip") + deliver("app1", "e1", "plain") + deliver("app3", "e2", "x"))
+        let e1 = try await store.trail(app: "app1", eventID: "e1", now: t + 5)
+        #expect(e1.map(\.decision) == ["deliver", "delivered"] && e1.allSatisfy { $0.user == "vip" }, "\(e1)")
+        #expect(try await store.trail(app: "app3", eventID: "e2", now: t + 5).count == 2)
+
+        // A sampled share picks whole events, the same in every stage.
+        let sampled = ExplainStore(connection: redis, fullTrail: FullTrailPolicy(sample: 0.5))
+        var kept = 0
+        for i in 0..<200 { kept += sampled.fullTrail.wantsAll(deliver("app1", "s\(i)", "u")[0]) ? 1 : 0 }
+        #expect(kept > 60 && kept < 140, "about half of 200 events: \(kept)")
+        for i in 0..<200 {
+            let pair = deliver("app1", "s\(i)", "u")
+            #expect(sampled.fullTrail.wantsAll(pair[0]) == sampled.fullTrail.wantsAll(pair[1]))
+        }
+    }
+
+    @Test("a line reads back as the entry it was written from, whatever the ids hold")
+    func lineRoundTrip() throws {
+        let entries = [
+            ExplainEntry(
+                appID: "a", eventID: "e\t1\\n", user: "u\n2", token: "t", stage: "send", decision: "dlq",
+                reason: "Bad\\Token", at: 12, status: 410, attempt: 3, count: nil),
+            ExplainEntry(appID: "a", eventID: "ü", stage: "ingest", decision: "drop", at: -1, count: 7),
+        ]
+        for e in entries {
+            var line: [UInt8] = []
+            e.writeLine(into: &line)
+            #expect(line.last == 10 && line.filter { $0 == 10 }.count == 1)
+            #expect(try ExplainEntry(line: line, appID: "a") == e)
+            #expect(try ExplainEntry(line: line.dropLast(), appID: "a") == e)
+        }
+        #expect(throws: StageRecordError.self) { try ExplainEntry(line: Array("x\ty".utf8), appID: "a") }
     }
 }

@@ -72,49 +72,78 @@ struct RedisBatchTests {
     }
 
     @Test(
-        "the explain trail's batch: one HSET and PEXPIRE per event in first-seen order, then each user's last decision in entry order"
+        "the explain trail's batch: routine entries left out; one APPEND and PEXPIRE per hourly log, one HSET per last-decision shard"
     )
     func explainBatchMatchesCommands() {
         func entry(
-            _ app: String, _ event: String, user: String?, token: String? = nil, decision: String, reason: String? = nil
+            _ app: String, _ event: String, user: String?, token: String? = nil, decision: String,
+            reason: String? = nil,
+            at: Int64 = 1_700_000_000_000
         ) -> ExplainEntry {
             ExplainEntry(
                 appID: app, eventID: event, user: user, token: token, stage: "suppress", decision: decision,
-                reason: reason, at: 1_700_000_000_000)
+                reason: reason, at: at)
         }
-        // Interleaved events and apps; u1 has decisions in e1, e2 and e1 again: the last one written must be the
-        // last in entry order (e1's second), although e1's HSET comes first.
+        // Interleaved events, apps and hours; u1 has decisions in e1, e2 and e1 again: all three go to u1's shard
+        // in entry order, so the last one wins.
         let entries = [
             entry("app1", "e1", user: "u1", decision: "deliver"),
             entry("app1", "e2", user: "u1", decision: "suppress", reason: "dnd"),
             entry("app2", "e1", user: nil, decision: "classified", reason: "high:direct"),
-            entry("app1", "e1", user: "u2", token: "t\"2", decision: "delivered"),
-            entry("app1", "e1", user: "u1", decision: "suppress", reason: "mut\u{e9}d"),
+            entry("app1", "e1", user: "u2", token: "t\"2", decision: "dlq", reason: "BadDeviceToken"),
+            entry("app1", "e1", user: "u1", decision: "suppress", reason: "mut\u{e9}d\tx"),
             entry("app1", "e2", user: nil, decision: "fanned_out"),
+            entry("app1", "e1", user: "u3", decision: "suppress", reason: "muted", at: 1_700_003_600_000),
         ]
-        let ttl: Int64 = 604_800_000
+        let ttl: Int64 = 172_800_000
+        let hour: Int64 = 3_600_000
         let batch = ExplainStore.batch(entries, ttlMilliseconds: ttl)
-        let groups: [(String, String, [Int])] = [
-            ("app1", "e1", [0, 3, 4]), ("app1", "e2", [1, 5]), ("app2", "e1", [2]),
-        ]
+        func line(_ i: Int) -> [UInt8] {
+            var out: [UInt8] = []
+            entries[i].writeLine(into: &out)
+            return out
+        }
+        func log(_ app: String, _ event: String, _ at: Int64) -> String {
+            RedisKeys.explainLog(app: app, shard: RedisKeys.explainShard(eventId: event), hour: at / hour)
+        }
         var commands: [RedisCommand] = []
-        for (app, event, members) in groups {
-            let key = ExplainStore.key(app: app, eventID: event)
+        // Not routine: 1, 3, 4 (e1 and e2 land in their shards' logs), 6 (next hour).
+        var logs: [(String, [Int])] = []
+        for index in [1, 3, 4, 6] {
+            let key = log(entries[index].appID, entries[index].eventID, entries[index].at)
+            if let k = logs.firstIndex(where: { $0.0 == key }) {
+                logs[k].1.append(index)
+            } else {
+                logs.append((key, [index]))
+            }
+        }
+        for (key, members) in logs {
+            commands.append(RedisCommand("APPEND", key, members.flatMap(line)))
+            commands.append(RedisCommand("PEXPIRE", key, ttl + hour))
+        }
+        var shards: [(String, [Int])] = []
+        for index in [0, 1, 4, 6] {
+            let e = entries[index]
+            let key = RedisKeys.lastDecisions(app: e.appID, shard: RedisKeys.lastDecisionShard(user: e.user ?? ""))
+            if let k = shards.firstIndex(where: { $0.0 == key }) {
+                shards[k].1.append(index)
+            } else {
+                shards.append((key, [index]))
+            }
+        }
+        for (key, members) in shards {
             var arguments: [any RedisArgument] = [key]
             for index in members {
-                arguments.append(entries[index].field)
-                arguments.append(entries[index].jsonBytes)
+                arguments.append(entries[index].user ?? "")
+                arguments.append(Array(line(index).dropLast()))
             }
             commands.append(RedisCommand("HSET", arguments))
-            commands.append(RedisCommand("PEXPIRE", key, ttl))
-        }
-        for index in [0, 1, 4] {
-            let e = entries[index]
-            commands.append(
-                RedisCommand("SET", RedisKeys.lastDecision(app: e.appID, user: e.user ?? ""), e.jsonBytes, "PX", ttl))
         }
         #expect(batch.bytes == Self.concatenated(commands))
         #expect(batch.count == commands.count)
+        // A full trail for app2 adds its routine entry.
+        let full = ExplainStore.batch(entries, ttlMilliseconds: ttl, fullTrail: FullTrailPolicy(apps: ["app2"]))
+        #expect(full.count == batch.count + 2)
     }
 
     @Test("a batch is one round trip with one reply per command; write reads every reply and throws the first error")

@@ -138,70 +138,93 @@ struct StateStoreTests {
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
-        let now: Int64 = 1_732_000_000_000
+        let window: Int64 = 3_600_000
+        // Just before a window ends, so the later steps run in the next window and read the claims across it.
+        let now: Int64 = 1_732_003_600_000 - 20
         let a = DeliveryKey(eventId: "e1", token: Self.token(1)), b = DeliveryKey(eventId: "e1", token: Self.token(2))
 
         let pendingP1 = DeliveryClaim.pending(owner: "p1", until: now + 60_000)
         var got: [DeliveryClaim] = try await store.claim(
-            app: "a", pairs: [a, b], owner: "p1", ttlMilliseconds: 60_000, now: now)
+            app: "a", pairs: [a, b], owner: "p1", ttlMilliseconds: 60_000, now: now, window: window)
         #expect(got == [DeliveryClaim.claimed, .claimed])
         // Another process: both pending until p1's claim expires; p1 itself may claim again (a later attempt).
-        got = try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 10)
+        got = try await store.claim(
+            app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 10, window: window)
         #expect(got == [pendingP1, pendingP1])
-        got = try await store.claim(app: "a", pairs: [a], owner: "p1", ttlMilliseconds: 60_000, now: now + 20)
+        got = try await store.claim(
+            app: "a", pairs: [a], owner: "p1", ttlMilliseconds: 60_000, now: now + 20, window: window)
         #expect(got == [DeliveryClaim.claimed])
-        // p1 confirms a and releases b: a is delivered for everyone, b is free again.
-        try await store.confirmDelivered(app: "a", pairs: [a], ttlMilliseconds: 120_000)
-        try await store.releaseClaims(app: "a", pairs: [b], owner: "p1")
-        #expect(try await store.wasDelivered(app: "a", pairs: [a, b]) == [true, false])
-        got = try await store.claim(app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 30)
+        // p1 confirms a and releases b (in the next window): a is delivered for everyone, b is free again.
+        try await store.confirmDelivered(app: "a", pairs: [a], now: now + 25, window: window)
+        try await store.releaseClaims(app: "a", pairs: [b], owner: "p1", now: now + 25, window: window)
+        #expect(try await store.wasDelivered(app: "a", pairs: [a, b], now: now + 25, window: window) == [true, false])
+        got = try await store.claim(
+            app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 30, window: window)
         #expect(got == [DeliveryClaim.delivered, .claimed])
         // Releasing someone else's claim or a delivery record does nothing.
-        try await store.releaseClaims(app: "a", pairs: [a, b], owner: "p1")
-        got = try await store.claim(app: "a", pairs: [a, b], owner: "p3", ttlMilliseconds: 60_000, now: now + 40)
+        try await store.releaseClaims(app: "a", pairs: [a, b], owner: "p1", now: now + 35, window: window)
+        got = try await store.claim(
+            app: "a", pairs: [a, b], owner: "p3", ttlMilliseconds: 60_000, now: now + 40, window: window)
         #expect(got == [DeliveryClaim.delivered, .pending(owner: "p2", until: now + 60_030)])
-        let pttl =
-            try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e1", token: Self.token(1))).int ?? -10
-        #expect(pttl > 60_000 && pttl <= 120_000)
-        // A claim expires with its TTL: then another owner takes it.
+        // The records are fields of one hash per shard and window, kept two windows; the token is not stored.
+        let key = RedisKeys.delivered(
+            app: "a", shard: RedisKeys.deliveredShard(eventId: "e1"), window: (now + 25) / window)
+        let pttl = try await redis.send("PTTL", key).int ?? -10
+        #expect(pttl > window && pttl <= 2 * window, "PTTL \(pttl)")
+        let field = RedisKeys.deliveredField(eventId: "e1", token: Self.token(1))
+        #expect(field.count == 8)
+        #expect(try await redis.send("HGET", key, field).text == "1")
+        let dump = try await redis.send("HGETALL", key).array?.compactMap(\.text) ?? []
+        #expect(!dump.contains { $0.contains(Self.token(1)) })
+        // A claim lapses at its expiry: then another owner takes it.
         let c = DeliveryKey(eventId: "e3", token: Self.token(3))
-        got = try await store.claim(app: "a", pairs: [c], owner: "p1", ttlMilliseconds: 50, now: now)
+        got = try await store.claim(app: "a", pairs: [c], owner: "p1", ttlMilliseconds: 50, now: now, window: window)
         #expect(got == [DeliveryClaim.claimed])
-        try await Task.sleep(for: .milliseconds(120))
-        got = try await store.claim(app: "a", pairs: [c], owner: "p2", ttlMilliseconds: 60_000, now: now)
+        got = try await store.claim(
+            app: "a", pairs: [c], owner: "p2", ttlMilliseconds: 60_000, now: now + 51, window: window)
         #expect(got == [DeliveryClaim.claimed])
+        // After SCRIPT FLUSH (a restarted server) the scripts are loaded again.
+        _ = try await redis.send("SCRIPT", "FLUSH").orThrow()
+        got = try await store.claim(
+            app: "a", pairs: [a, c], owner: "p4", ttlMilliseconds: 60_000, now: now + 60, window: window)
+        #expect(got == [DeliveryClaim.delivered, .pending(owner: "p2", until: now + 60_051)])
     }
 
-    @Test("idempotency records: the first mark wins, replays see it, and it expires with its TTL")
+    @Test("delivery records: the first mark wins, replays within the window see it, two windows later it is gone")
     func idempotency() async throws {
         let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)
+        let window: Int64 = 60_000
+        let now: Int64 = 1_732_000_000_000
 
-        #expect(try await store.markDelivered(app: "a", eventId: "e1", token: Self.token(1), ttlMilliseconds: 60_000))
-        #expect(try await !store.markDelivered(app: "a", eventId: "e1", token: Self.token(1), ttlMilliseconds: 60_000))
+        #expect(try await store.markDelivered(app: "a", eventId: "e1", token: Self.token(1), now: now, window: window))
+        #expect(try await !store.markDelivered(app: "a", eventId: "e1", token: Self.token(1), now: now, window: window))
         // Another app, event or token is a different record.
-        #expect(try await store.markDelivered(app: "b", eventId: "e1", token: Self.token(1), ttlMilliseconds: 60_000))
+        #expect(try await store.markDelivered(app: "b", eventId: "e1", token: Self.token(1), now: now, window: window))
 
         let pairs = [
             DeliveryKey(eventId: "e1", token: Self.token(1)), DeliveryKey(eventId: "e1", token: Self.token(2)),
             DeliveryKey(eventId: "e2", token: Self.token(1)),
         ]
-        #expect(try await store.wasDelivered(app: "a", pairs: pairs) == [true, false, false])
-        #expect(try await store.markDelivered(app: "a", pairs: pairs, ttlMilliseconds: 60_000) == [false, true, true])
-        #expect(try await store.wasDelivered(app: "a", pairs: pairs) == [true, true, true])
-
-        let pttl =
-            try await redis.send("PTTL", RedisKeys.delivered(app: "a", eventId: "e2", token: Self.token(1))).int ?? -10
-        #expect(pttl > 0 && pttl <= 60_000)
-
-        #expect(try await store.markDelivered(app: "a", eventId: "short", token: Self.token(1), ttlMilliseconds: 50))
-        try await Task.sleep(for: .milliseconds(120))
+        #expect(try await store.wasDelivered(app: "a", pairs: pairs, now: now, window: window) == [true, false, false])
+        #expect(try await store.markDelivered(app: "a", pairs: pairs, now: now, window: window) == [false, true, true])
+        #expect(try await store.wasDelivered(app: "a", pairs: pairs, now: now, window: window) == [true, true, true])
+        // Replays up to the end of the next window still see the records.
         #expect(
-            try await store.wasDelivered(app: "a", pairs: [DeliveryKey(eventId: "short", token: Self.token(1))]) == [
-                false
+            try await store.wasDelivered(app: "a", pairs: pairs, now: now + window, window: window) == [
+                true, true, true,
             ])
+        #expect(try await !store.markDelivered(app: "a", pairs: pairs, now: now + window, window: window)[0])
+        // Two windows on, they are no longer read, and the keys expire by then.
+        #expect(
+            try await store.wasDelivered(app: "a", pairs: pairs, now: now + 2 * window + window, window: window) == [
+                false, false, false,
+            ])
+        let key = RedisKeys.delivered(app: "a", shard: RedisKeys.deliveredShard(eventId: "e2"), window: now / window)
+        let pttl = try await redis.send("PTTL", key).int ?? -10
+        #expect(pttl > 0 && pttl <= 2 * window)
     }
 
     @Test("a loaded fixture reads back equal through loadUsers in one round trip")

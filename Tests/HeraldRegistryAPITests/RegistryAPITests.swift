@@ -339,18 +339,21 @@ struct RegistryAPITests {
         let path = "/v1/apps/app1/users/u-exp/explain"
         #expect(try await s.call("GET", path).status == 404)
         let explain = ExplainStore(connection: s.connection)
+        let t = Int64(Date().timeIntervalSince1970 * 1000)
         try await explain.record([
-            ExplainEntry(appID: "app1", eventID: "ev-1", stage: "resolve", decision: "fanned_out", at: 1, count: 2),
+            ExplainEntry(appID: "app1", eventID: "ev-1", stage: "resolve", decision: "fanned_out", at: t, count: 2),
             ExplainEntry(
                 appID: "app1", eventID: "ev-1", user: "u-exp", stage: "suppress", decision: "suppress", reason: "dnd",
-                at: 2),
+                at: t + 1),
         ])
+        // Delivered on a second attempt: kept in the compact trail (a first-attempt delivery is not).
         try await explain.record([
             ExplainEntry(
-                appID: "app1", eventID: "ev-2", user: "u-exp", stage: "suppress", decision: "deliver", at: 3, count: 1),
+                appID: "app1", eventID: "ev-2", user: "u-exp", stage: "suppress", decision: "deliver", at: t + 2,
+                count: 1),
             ExplainEntry(
                 appID: "app1", eventID: "ev-2", user: "u-exp", token: APIStack.hex(30), stage: "send",
-                decision: "delivered", at: 4, status: 200),
+                decision: "delivered", at: t + 3, status: 200, attempt: 2),
         ])
         let answer = try await s.call("GET", path)
         #expect(answer.status == 200, "\(answer.body)")

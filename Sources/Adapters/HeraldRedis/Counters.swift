@@ -12,10 +12,6 @@ extension RedisKeys {
     public static func counted(app: String, user: String, eventID: String) -> String {
         "\(prefix):\(app):user:{\(user)}:counted:\(eventID)"
     }
-    /// String: the explain entry of the user's latest decision (suppress or resolve), for the registry API.
-    public static func lastDecision(app: String, user: String) -> String {
-        Self.user(app: app, user: user, .lastDecision)
-    }
 }
 
 extension StateStore {

@@ -1,132 +1,173 @@
 import Foundation
 import HeraldCore
 
-/// The explain trail in Redis: written by the stages, read by `heraldctl explain`.
-/// Writes are one pipelined round trip per batch (HSET + PEXPIRE per event); entries expire after the TTL.
+/// The explain trail in Redis: written by the stages, read by `heraldctl explain` and the registry API.
+///
+/// It is kept compact, so that it does not grow with the notifications that went as expected
+/// (docs/redis-keys.md, "The explain trail"):
+/// - the entries that say why a user was not notified (or only after a retry), and every entry `fullTrail`
+///   selects, are appended as one line each (`ExplainEntry.writeLine`) to the hourly log of their event's shard
+///   (`RedisKeys.explainLog`), kept for `ttlMilliseconds`;
+/// - each user's latest user-level decision (deliver, suppress, error) is one field of their shard's hash
+///   (`RedisKeys.lastDecisions`), replaced by the next one.
+/// Routine entries outside `fullTrail` (the fan-out, a decision to deliver, a first-attempt delivery) are not
+/// appended. Writes are one pipelined round trip per batch.
 public final class ExplainStore: Sendable {
     public let connection: RedisConnection
     public let ttlMilliseconds: Int64
+    public let fullTrail: FullTrailPolicy
 
-    /// - Parameter ttlMilliseconds: how long a trail is kept after its last write (default 7 days).
-    public init(connection: RedisConnection, ttlMilliseconds: Int64 = 7 * 86_400_000) {
+    /// - Parameters:
+    ///   - ttlMilliseconds: how long a log line is kept (default 2 days; at least 24 hours is what support needs).
+    ///   - fullTrail: what is kept in full, routine entries included.
+    public init(
+        connection: RedisConnection, ttlMilliseconds: Int64 = ExplainStore.defaultTTLMilliseconds,
+        fullTrail: FullTrailPolicy = FullTrailPolicy()
+    ) {
         self.connection = connection
         self.ttlMilliseconds = ttlMilliseconds
+        self.fullTrail = fullTrail
     }
 
-    /// The hash holding one event's trail.
-    public static func key(app: String, eventID: String) -> String {
-        "\(RedisKeys.prefix):\(app):explain:{\(eventID)}"
-    }
+    public static let defaultTTLMilliseconds: Int64 = 2 * 86_400_000
 
-    /// `key(app:eventID:)` written into a batch as one argument.
-    static func writeKey(app: String, eventID: String, into batch: inout RedisBatch) {
-        batch.argument(RedisKeys.prefix, ":", app, ":explain:{", eventID, "}")
-    }
-
-    /// Writes `entries` in one pipelined round trip: one HSET and one PEXPIRE per event (in the order events first
-    /// appear), then the latest decision of each user-level entry, in the entries' order. Everything is written
-    /// straight into one `RedisBatch`: each entry's JSON is built once, into a reused buffer, and the last
-    /// decisions copy it from where the HSET holds it.
+    /// Writes `entries` in one pipelined round trip (see `batch`).
     public func record(_ entries: [ExplainEntry]) async throws {
         if entries.isEmpty { return }
-        try await connection.write(Self.batch(entries, ttlMilliseconds: ttlMilliseconds), what: "explain")
+        let batch = Self.batch(entries, ttlMilliseconds: ttlMilliseconds, fullTrail: fullTrail)
+        if batch.isEmpty { return }
+        try await connection.write(batch, what: "explain")
     }
 
-    /// The commands `record` sends (tests hold them to the commands spelled out one by one; `herald-bench redis`
-    /// times both).
-    public static func batch(_ entries: [ExplainEntry], ttlMilliseconds: Int64) -> RedisBatch {
-        struct EventRef: Hashable {
+    /// The commands `record` sends: per hourly log touched, one `APPEND` of its lines (in entry order) and one
+    /// `PEXPIRE`; per last-decision shard touched, one `HSET` of its users' latest decisions. Empty when there is
+    /// nothing to keep. (Tests hold it to the commands spelled out one by one; `herald-bench redis` times it.)
+    public static func batch(
+        _ entries: [ExplainEntry], ttlMilliseconds: Int64, fullTrail: FullTrailPolicy = FullTrailPolicy()
+    ) -> RedisBatch {
+        struct LogRef: Hashable {
             let app: String
-            let event: String
+            let shard: UInt64
+            let hour: Int64
         }
-        // Entries of one event mostly come one after another: only a change of event looks its group up.
-        var groups: [[Int]] = []
-        var groupOf: [EventRef: Int] = [:]
-        var current = -1
-        for (index, entry) in entries.enumerated() {
-            if current < 0 || entries[index - 1].eventID != entry.eventID || entries[index - 1].appID != entry.appID {
-                let ref = EventRef(app: entry.appID, event: entry.eventID)
-                if let known = groupOf[ref] {
-                    current = known
-                } else {
-                    current = groups.count
-                    groupOf[ref] = current
-                    groups.append([])
-                }
-            }
-            groups[current].append(index)
+        struct ShardRef: Hashable {
+            let app: String
+            let shard: UInt64
         }
-        var batch = RedisBatch(capacity: 64 + entries.count * 256)
-        var json = JSONWriter(capacity: 256)
-        // Where each entry's JSON sits in the batch (start, length), for the last decisions.
-        var jsonAt = [(Int, Int)](repeating: (0, 0), count: entries.count)
-        for group in groups {
-            let first = entries[group[0]]
-            batch.command("HSET", arguments: 1 + 2 * group.count)
-            writeKey(app: first.appID, eventID: first.eventID, into: &batch)
-            for index in group {
-                let entry = entries[index]
-                if let token = entry.token {
-                    batch.argument("device:", entry.user ?? "", ":", token)
-                } else if let user = entry.user {
-                    batch.argument("user:", user)
+        var logs: [LogRef: [UInt8]] = [:]
+        var logOrder: [LogRef] = []
+        var decisions: [ShardRef: [(user: String, line: [UInt8])]] = [:]
+        var decisionOrder: [ShardRef] = []
+        var lastEvent: (app: String, event: String, shard: UInt64)?
+        for entry in entries {
+            var line: [UInt8] = []
+            line.reserveCapacity(96)
+            if !entry.isRoutine || fullTrail.wantsAll(entry) {
+                let shard: UInt64
+                if let last = lastEvent, last.event == entry.eventID, last.app == entry.appID {
+                    shard = last.shard
                 } else {
-                    batch.argument(entry.decision == "classified" ? "class" : "event")
+                    shard = RedisKeys.explainShard(eventId: entry.eventID)
+                    lastEvent = (entry.appID, entry.eventID, shard)
                 }
-                json.bytes.removeAll(keepingCapacity: true)
-                entry.writeJSON(into: &json)
-                batch.argument(json.bytes)
-                jsonAt[index] = (batch.bytes.count - 2 - json.bytes.count, json.bytes.count)
+                let ref = LogRef(
+                    app: entry.appID, shard: shard, hour: entry.at / RedisKeys.explainHourMilliseconds)
+                entry.writeLine(into: &line)
+                if logs[ref] == nil { logOrder.append(ref) }
+                logs[ref, default: []].append(contentsOf: line)
             }
+            if let user = entry.user, entry.token == nil {
+                if line.isEmpty { entry.writeLine(into: &line) }
+                line.removeLast()  // the newline
+                let ref = ShardRef(app: entry.appID, shard: RedisKeys.lastDecisionShard(user: user))
+                if decisions[ref] == nil { decisionOrder.append(ref) }
+                decisions[ref, default: []].append((user, line))
+            }
+        }
+        var batch = RedisBatch(capacity: 64 + entries.count * 120)
+        for ref in logOrder {
+            batch.command("APPEND", arguments: 2)
+            logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
+            batch.argument(logs[ref] ?? [])
             batch.command("PEXPIRE", arguments: 2)
-            writeKey(app: first.appID, eventID: first.eventID, into: &batch)
-            batch.argument(ttlMilliseconds)
+            logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
+            // The log is kept `ttl` after the end of its hour.
+            batch.argument(ttlMilliseconds + RedisKeys.explainHourMilliseconds)
         }
-        // The latest decision about each user (what the registry API's explain answers).
-        var decisions = RedisBatch(capacity: 64)
-        for (index, entry) in entries.enumerated() {
-            guard let user = entry.user, entry.token == nil else { continue }
-            let (start, length) = jsonAt[index]
-            decisions.command("SET", arguments: 4)
-            decisions.userKey(app: entry.appID, user: user, .lastDecision)
-            decisions.argument(batch.bytes[start..<(start + length)])
-            decisions.argument("PX")
-            decisions.argument(ttlMilliseconds)
+        for ref in decisionOrder {
+            let list = decisions[ref] ?? []
+            batch.command("HSET", arguments: 1 + 2 * list.count)
+            batch.argument(RedisKeys.prefix, ":", ref.app, ":last_decision:{l", String(ref.shard), "}")
+            for (user, line) in list {
+                batch.argument(user)
+                batch.argument(line)
+            }
         }
-        batch.append(decisions)
         return batch
     }
 
-    /// Every entry of one event's trail: the event-level entry first, then users, then devices, each sorted.
-    /// Fields that are not valid JSON are skipped.
-    public func trail(app: String, eventID: String) async throws -> [ExplainEntry] {
-        let reply = try await connection.send(RedisCommand("HGETALL", Self.key(app: app, eventID: eventID))).orThrow(
-            "HGETALL")
-        guard let values = reply.array else { return [] }
-        var out: [ExplainEntry] = []
-        var index = 0
-        while index + 1 < values.count {
-            if let data = values[index + 1].data, let entry = try? ExplainEntry(json: data) {
-                out.append(entry)
+    /// `RedisKeys.explainLog(app:shard:hour:)` as one argument.
+    static func logKey(app: String, shard: UInt64, hour: Int64, into batch: inout RedisBatch) {
+        batch.argument(RedisKeys.prefix, ":", app, ":explain:{e", String(shard), "}:", String(hour))
+    }
+
+    /// Every entry kept about one event within the retention before `now`: the event-level entries first, then
+    /// users, then devices, each sorted; of several entries about one subject (a device retried, then dead) only
+    /// the latest. One pipelined round trip over the hourly logs of the event's shard; lines that cannot be read
+    /// are skipped.
+    public func trail(
+        app: String, eventID: String, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
+    )
+        async throws -> [ExplainEntry]
+    {
+        let shard = RedisKeys.explainShard(eventId: eventID)
+        let last = now / RedisKeys.explainHourMilliseconds
+        let first = (now - ttlMilliseconds) / RedisKeys.explainHourMilliseconds - 1
+        // A clock a little ahead of this one may have written the next hour.
+        let hours = Array(first...(last + 1))
+        let replies = try await connection.pipeline(
+            hours.map { RedisCommand("GET", RedisKeys.explainLog(app: app, shard: shard, hour: $0)) })
+        let needle = Array(eventID.utf8) + [9]
+        var latest: [String: ExplainEntry] = [:]
+        var order: [String] = []
+        for reply in replies {
+            guard let data = try reply.orThrow("GET").data else { continue }
+            let bytes = [UInt8](data)
+            var start = 0
+            while start < bytes.count {
+                let end = bytes[start...].firstIndex(of: 10) ?? bytes.count
+                if end - start > needle.count, Array(bytes[start..<(start + needle.count)]) == needle,
+                    let entry = try? ExplainEntry(line: bytes[start..<end], appID: app), entry.eventID == eventID
+                {
+                    let subject = entry.field
+                    if latest[subject] == nil { order.append(subject) }
+                    latest[subject] = entry
+                }
+                start = end + 1
             }
-            index += 2
         }
+        let out = order.compactMap { latest[$0] }
         func rank(_ e: ExplainEntry) -> Int { e.token != nil ? 2 : (e.user != nil ? 1 : 0) }
         return out.sorted { (rank($0), $0.user ?? "", $0.token ?? "") < (rank($1), $1.user ?? "", $1.token ?? "") }
     }
 
-    /// The user's latest decision (the last user-level entry written, by any event) and that event's trail
-    /// about the user; nil when there is none (never a recipient, or the trail expired).
-    public func lastDecision(app: String, user: String) async throws -> (decision: ExplainEntry, trail: [ExplainEntry])?
-    {
-        let reply = try await connection.send(RedisCommand("GET", RedisKeys.lastDecision(app: app, user: user)))
-            .orThrow("GET")
-        guard let data = reply.data, let entry = try? ExplainEntry(json: data) else { return nil }
-        return (entry, try await trail(app: app, eventID: entry.eventID, user: user))
+    /// The user's latest decision (the last user-level entry written, by any event) and what the trail keeps of
+    /// that event about the user; nil when there is none (never a recipient).
+    public func lastDecision(
+        app: String, user: String, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
+    ) async throws -> (decision: ExplainEntry, trail: [ExplainEntry])? {
+        let key = RedisKeys.lastDecisions(app: app, shard: RedisKeys.lastDecisionShard(user: user))
+        let reply = try await connection.send(RedisCommand("HGET", key, user)).orThrow("HGET")
+        guard let data = reply.data, let entry = try? ExplainEntry(line: [UInt8](data), appID: app) else { return nil }
+        return (entry, try await trail(app: app, eventID: entry.eventID, user: user, now: now))
     }
 
-    /// The entries about one user (their decision and their devices' outcomes).
-    public func trail(app: String, eventID: String, user: String) async throws -> [ExplainEntry] {
-        try await trail(app: app, eventID: eventID).filter { $0.user == user || ($0.user == nil && $0.token == nil) }
+    /// The entries about one user (their decision and their devices' outcomes) and the event-level ones.
+    public func trail(
+        app: String, eventID: String, user: String, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
+    ) async throws -> [ExplainEntry] {
+        try await trail(app: app, eventID: eventID, now: now).filter {
+            $0.user == user || ($0.user == nil && $0.token == nil)
+        }
     }
 }

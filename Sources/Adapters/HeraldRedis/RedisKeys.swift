@@ -13,7 +13,9 @@
 /// | `herald:<app>:conv:{<conversation>}:members` | set | user ids |
 /// | `herald:<app>:token:{<token>}:owner` | string | the user the token is registered to (one owner per app) |
 /// | `herald:<app>:fanout:{<event>}` | string | resolve's paged fan-out: cursor after the last acknowledged page, or `done` |
-/// | `herald:<app>:delivered:<event>:<token>` | string | `p:<owner>:<expires>` (claimed) or `1` (delivered), with a TTL |
+/// | `herald:<app>:delivered:{d<shard>}:<window>` | hash | 8-byte fingerprint of (event, token) -> `p:<owner>:<expires>` or `1` |
+/// | `herald:<app>:explain:{e<shard>}:<hour>` | string | the compact explain trail: one line per entry (`ExplainEntry.writeLine`) |
+/// | `herald:<app>:last_decision:{l<shard>}` | hash | user -> their latest user-level explain entry (one line) |
 public enum RedisKeys {
     public static let prefix = "herald"
 
@@ -21,7 +23,6 @@ public enum RedisKeys {
     public enum UserPart: String, Sendable {
         case devices, presence, unread, mentions
         case preferences = "prefs"
-        case lastDecision = "last_decision"
     }
 
     public static func user(app: String, user: String, _ part: UserPart) -> String {
@@ -39,8 +40,56 @@ public enum RedisKeys {
     public static func tokenOwner(app: String, token: String) -> String { "\(prefix):\(app):token:{\(token)}:owner" }
     /// How far resolve's paged fan-out of an event got: an SSCAN cursor, or `done` (string, with a TTL).
     public static func fanOut(app: String, eventId: String) -> String { "\(prefix):\(app):fanout:{\(eventId)}" }
-    public static func delivered(app: String, eventId: String, token: String) -> String {
-        "\(prefix):\(app):delivered:\(eventId):\(token)"
+
+    // MARK: Records that grow with traffic, kept compact (docs/redis-keys.md)
+    //
+    // They are spread over a fixed number of shards (a hash tag each, so each shard is one Redis Cluster slot) and
+    // cut by time, so each key holds many small entries (Redis keeps a small hash as one listpack) and whole keys
+    // expire, instead of one key per event or per notification.
+
+    /// Shards of the idempotency records, by event: all devices of one event share a shard.
+    public static let deliveredShards: UInt64 = 1024
+    /// Shards of the explain trail's hourly logs, by event.
+    public static let explainShards: UInt64 = 256
+    /// Shards of the users' latest decisions, by user.
+    public static let lastDecisionShards: UInt64 = 1024
+    /// The explain trail's logs are cut by the hour of the decision.
+    public static let explainHourMilliseconds: Int64 = 3_600_000
+
+    /// FNV-1a 64 of `text`'s bytes, continuing from `hash`.
+    static func fnv(_ text: String, _ hash: UInt64 = 0xcbf2_9ce4_8422_2325) -> UInt64 {
+        var h = hash
+        for b in text.utf8 { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        return h
+    }
+
+    /// The idempotency shard of an event.
+    public static func deliveredShard(eventId: String) -> UInt64 { fnv(eventId) % deliveredShards }
+    /// The idempotency records of one shard and replay window (`now / window`).
+    public static func delivered(app: String, shard: UInt64, window: Int64) -> String {
+        "\(prefix):\(app):delivered:{d\(shard)}:\(window)"
+    }
+    /// The field of an (event, token) pair in its shard: 8 bytes of FNV-1a 64 over the event id, a zero byte and
+    /// the token (the token itself is not stored).
+    public static func deliveredField(eventId: String, token: String) -> [UInt8] {
+        var h = fnv(eventId)
+        h = (h ^ 0) &* 0x0000_0100_0000_01b3
+        h = fnv(token, h)
+        return withUnsafeBytes(of: h.bigEndian) { Array($0) }
+    }
+
+    /// The explain shard of an event.
+    public static func explainShard(eventId: String) -> UInt64 { fnv(eventId) % explainShards }
+    /// One shard's explain log for the hour `hour` (epoch ms / `explainHourMilliseconds`).
+    public static func explainLog(app: String, shard: UInt64, hour: Int64) -> String {
+        "\(prefix):\(app):explain:{e\(shard)}:\(hour)"
+    }
+
+    /// The last-decision shard of a user.
+    public static func lastDecisionShard(user: String) -> UInt64 { fnv(user) % lastDecisionShards }
+    /// One shard of the users' latest decisions (field: the user id).
+    public static func lastDecisions(app: String, shard: UInt64) -> String {
+        "\(prefix):\(app):last_decision:{l\(shard)}"
     }
 
     /// Field of the unread hash holding the total.
@@ -55,10 +104,5 @@ extension RedisBatch {
     /// `RedisKeys.user(app:user:_:)` as one argument.
     mutating func userKey(app: String, user: String, _ part: RedisKeys.UserPart) {
         argument(RedisKeys.prefix, ":", app, ":user:{", user, "}:", part.rawValue)
-    }
-
-    /// `RedisKeys.delivered(app:eventId:token:)` as one argument.
-    mutating func deliveredKey(app: String, eventId: String, token: String) {
-        argument(RedisKeys.prefix, ":", app, ":delivered:", eventId, ":", token)
     }
 }

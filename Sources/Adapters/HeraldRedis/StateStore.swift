@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import Logging
+import Synchronization
 
 /// Herald's per-app user state in Redis, in the key layout of `RedisKeys` (docs/redis-keys.md).
 ///
@@ -376,102 +377,208 @@ public final class StateStore: Sendable {
 
     // MARK: Idempotency (send): claim, confirm, release
 
-    /// Claims each (event, token) pair for sending (one pipelined round trip, one `SET NX GET PX` per pair):
-    /// the key `delivered:<event>:<token>` becomes `p:<owner>:<expires ms>` for `ttlMilliseconds` unless it is
-    /// there already. The answer per pair, in order:
-    /// - `.claimed`: this call took it (or it was already this owner's): send;
+    /// How long a delivery record is kept by default: a copy of a pair replayed within this long after its
+    /// delivery is never sent again (the pipeline file's `idempotency.replay_window_seconds`).
+    public static let defaultReplayWindowMilliseconds: Int64 = 3_600_000
+
+    /// Claims each (event, token) pair for sending, in one pipelined round trip (one script per idempotency shard
+    /// in the batch, `Scripts.claim`). A pair's record is a field of its shard's hash for the replay window that
+    /// `now` falls in (`RedisKeys.delivered`); the script reads this window's and the previous one's. The answer
+    /// per pair, in order:
+    /// - `.claimed`: this call took it (or it was already this owner's): send. The field becomes
+    ///   `p:<owner>:<now + ttlMilliseconds>`;
     /// - `.delivered`: a delivery record (`1`) is there: do not send again;
     /// - `.pending(owner:until:)`: another owner claimed it and has not confirmed it yet: do not send before
-    ///   `until` (epoch ms), when the claim expires unless it was confirmed or released.
+    ///   `until` (epoch ms), when the claim lapses unless it was confirmed or released.
     public func claim(
         app: String, pairs: [DeliveryKey], owner: String, ttlMilliseconds: Int64,
-        now: Int64
+        now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [DeliveryClaim] {
+        if pairs.isEmpty { return [] }
         let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
-        var batch = RedisBatch(capacity: 64 + pairs.count * 192)
-        for pair in pairs {
-            batch.command("SET", arguments: 6)
-            batch.deliveredKey(app: app, eventId: pair.eventId, token: pair.token)
-            batch.argument(value)
-            batch.argument("NX")
-            batch.argument("GET")
-            batch.argument("PX")
-            batch.argument(ttlMilliseconds)
-        }
-        let replies = try await connection.pipeline(batch)
-        guard replies.count == pairs.count else {
-            throw RedisError(.unexpectedReply, "expected \(pairs.count) replies, got \(replies.count)")
-        }
-        return try replies.map { reply in
-            if reply.isNull { return .claimed }
-            guard let text = try reply.orThrow("SET NX GET").text else {
-                throw RedisError(.unexpectedReply, "SET NX GET answered \(reply)")
+        let prefix = DeliveryClaim.pendingPrefix(owner: owner)
+        let groups = Self.deliveryGroups(pairs)
+        let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventId, token: $0.token) }
+        let replies = try await Scripts.claim.run(on: connection, what: "claim") { sha in
+            var batch = RedisBatch(capacity: 128 + pairs.count * 40 + groups.count * 160)
+            for group in groups {
+                batch.command("EVALSHA", arguments: 8 + group.indices.count)
+                batch.argument(sha)
+                batch.argument("2")
+                Self.windowKeys(app: app, shard: group.shard, now: now, window: window, into: &batch)
+                batch.argument(prefix)
+                batch.argument(value)
+                batch.argument(now)
+                batch.argument(2 * window)
+                for index in group.indices { batch.argument(fields[index]) }
             }
-            return DeliveryClaim(stored: text, owner: owner)
+            return batch
         }
+        var out = [DeliveryClaim](repeating: .claimed, count: pairs.count)
+        for (group, reply) in zip(groups, replies) {
+            guard let answers = try reply.orThrow("EVALSHA claim").array, answers.count == group.indices.count else {
+                throw RedisError(.unexpectedReply, "the claim script answered \(reply)")
+            }
+            for (index, answer) in zip(group.indices, answers) {
+                switch answer {
+                case .integer(0): out[index] = .claimed
+                case .integer(1): out[index] = .delivered
+                default:
+                    guard let text = answer.text else {
+                        throw RedisError(.unexpectedReply, "the claim script answered \(answer)")
+                    }
+                    out[index] = DeliveryClaim(stored: text, owner: owner)
+                }
+            }
+        }
+        return out
     }
 
-    /// Confirms pairs as delivered (after APNs answered 200): the key becomes `1` for `ttlMilliseconds`, whoever
-    /// held the claim. One pipelined round trip.
-    public func confirmDelivered(app: String, pairs: [DeliveryKey], ttlMilliseconds: Int64) async throws {
-        var batch = RedisBatch(capacity: 64 + pairs.count * 160)
-        for pair in pairs {
-            batch.command("SET", arguments: 4)
-            batch.deliveredKey(app: app, eventId: pair.eventId, token: pair.token)
-            batch.argument("1")
-            batch.argument("PX")
-            batch.argument(ttlMilliseconds)
+    /// Confirms pairs as delivered (after the provider's 200): each field becomes `1` in the window `now` falls in,
+    /// whoever held the claim, and that window's hash lives two windows from now. One pipelined round trip: an
+    /// `HSET` of every pair of a shard and a `PEXPIRE` per shard.
+    public func confirmDelivered(
+        app: String, pairs: [DeliveryKey], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
+    ) async throws {
+        if pairs.isEmpty { return }
+        var batch = RedisBatch(capacity: 64 + pairs.count * 32)
+        for group in Self.deliveryGroups(pairs) {
+            batch.command("HSET", arguments: 1 + 2 * group.indices.count)
+            Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
+            for index in group.indices {
+                batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventId, token: pairs[index].token))
+                batch.argument(DeliveryClaim.deliveredValue)
+            }
+            batch.command("PEXPIRE", arguments: 2)
+            Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
+            batch.argument(2 * window)
         }
-        try await connection.write(batch, what: "SET")
+        try await connection.write(batch, what: "HSET")
     }
 
     /// Releases this owner's claims on pairs that were not delivered (the notification went to the retry topic,
-    /// the DLQ or token feedback): a claim of another owner, or a delivery record, is left alone.
-    public func releaseClaims(app: String, pairs: [DeliveryKey], owner: String) async throws {
-        let commands = pairs.map {
-            RedisCommand(
-                "EVAL", Scripts.release, 1, RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token),
-                DeliveryClaim.pendingPrefix(owner: owner))
+    /// the DLQ or token feedback): a claim of another owner, or a delivery record, is left alone. One script per
+    /// shard, in one round trip.
+    public func releaseClaims(
+        app: String, pairs: [DeliveryKey], owner: String, now: Int64,
+        window: Int64 = StateStore.defaultReplayWindowMilliseconds
+    ) async throws {
+        if pairs.isEmpty { return }
+        let groups = Self.deliveryGroups(pairs)
+        let replies = try await Scripts.release.run(on: connection, what: "release") { sha in
+            var batch = RedisBatch(capacity: 64 + pairs.count * 40 + groups.count * 160)
+            for group in groups {
+                batch.command("EVALSHA", arguments: 5 + group.indices.count)
+                batch.argument(sha)
+                batch.argument("2")
+                Self.windowKeys(app: app, shard: group.shard, now: now, window: window, into: &batch)
+                batch.argument(DeliveryClaim.pendingPrefix(owner: owner))
+                for index in group.indices {
+                    batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventId, token: pairs[index].token))
+                }
+            }
+            return batch
         }
-        for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("EVAL release") }
+        for reply in replies { _ = try reply.orThrow("EVALSHA release") }
     }
 
-    /// Records that the notification of `eventId` was delivered to `token` (SET NX PX): true when this call
-    /// created the record, false when one already existed. (Tools and tests; send uses claim/confirm.)
-    public func markDelivered(app: String, eventId: String, token: String, ttlMilliseconds: Int64) async throws -> Bool
-    {
+    /// Records that the notification of `eventId` was delivered to `token` unless a record or claim is there:
+    /// true when this call created the record. (Tools and tests; send uses claim/confirm.)
+    public func markDelivered(
+        app: String, eventId: String, token: String, now: Int64,
+        window: Int64 = StateStore.defaultReplayWindowMilliseconds
+    ) async throws -> Bool {
         try await markDelivered(
-            app: app, pairs: [DeliveryKey(eventId: eventId, token: token)], ttlMilliseconds: ttlMilliseconds)[0]
+            app: app, pairs: [DeliveryKey(eventId: eventId, token: token)], now: now, window: window)[0]
     }
 
     /// The batch form of `markDelivered`: one pipelined round trip, one answer per pair, in order.
-    public func markDelivered(app: String, pairs: [DeliveryKey], ttlMilliseconds: Int64) async throws -> [Bool] {
-        let commands = pairs.map {
-            RedisCommand(
-                "SET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token), "1", "NX", "PX",
-                ttlMilliseconds)
+    public func markDelivered(
+        app: String, pairs: [DeliveryKey], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
+    ) async throws -> [Bool] {
+        let replies = try await Scripts.mark.run(on: connection, what: "mark") { sha in
+            var batch = RedisBatch(capacity: 64 + pairs.count * 200)
+            for pair in pairs {
+                batch.command("EVALSHA", arguments: 6)
+                batch.argument(sha)
+                batch.argument("2")
+                Self.windowKeys(
+                    app: app, shard: RedisKeys.deliveredShard(eventId: pair.eventId), now: now, window: window,
+                    into: &batch)
+                batch.argument(RedisKeys.deliveredField(eventId: pair.eventId, token: pair.token))
+                batch.argument(2 * window)
+            }
+            return batch
         }
-        return try await connection.pipeline(commands).map { reply in
-            switch reply {
-            case .status("OK"): return true
-            case .null: return false
-            default: throw RedisError(.unexpectedReply, "SET NX answered \(reply)")
+        return try replies.map { reply in
+            switch try reply.orThrow("EVALSHA mark") {
+            case .integer(1): return true
+            case .integer(0): return false
+            default: throw RedisError(.unexpectedReply, "the mark script answered \(reply)")
             }
         }
     }
 
-    /// Whether each pair has a delivery record (`1`; a pending claim does not count). One pipelined round trip.
-    public func wasDelivered(app: String, pairs: [DeliveryKey]) async throws -> [Bool] {
-        let commands = pairs.map {
-            RedisCommand("GET", RedisKeys.delivered(app: app, eventId: $0.eventId, token: $0.token))
-        }
-        return try await connection.pipeline(commands).map { reply in
-            if reply.isNull { return false }
-            guard let text = try reply.orThrow("GET").text else {
-                throw RedisError(.unexpectedReply, "GET answered \(reply)")
+    /// Whether each pair has a delivery record (`1`; a pending claim does not count) in the window `now` falls in
+    /// or the one before. One pipelined round trip (two `HGET` per pair).
+    public func wasDelivered(
+        app: String, pairs: [DeliveryKey], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
+    ) async throws -> [Bool] {
+        if pairs.isEmpty { return [] }
+        var batch = RedisBatch(capacity: 64 + pairs.count * 160)
+        for pair in pairs {
+            let shard = RedisKeys.deliveredShard(eventId: pair.eventId)
+            let field = RedisKeys.deliveredField(eventId: pair.eventId, token: pair.token)
+            for w in [now / window, now / window - 1] {
+                batch.command("HGET", arguments: 2)
+                Self.windowKey(app: app, shard: shard, window: w, into: &batch)
+                batch.argument(field)
             }
-            return text == DeliveryClaim.deliveredValue
         }
+        let replies = try await connection.pipeline(batch)
+        guard replies.count == 2 * pairs.count else {
+            throw RedisError(.unexpectedReply, "expected \(2 * pairs.count) replies, got \(replies.count)")
+        }
+        return try pairs.indices.map { index in
+            try (0..<2).contains { offset in
+                try replies[2 * index + offset].orThrow("HGET").text == DeliveryClaim.deliveredValue
+            }
+        }
+    }
+
+    /// Pairs grouped by idempotency shard (in the order shards first appear), so each script touches one slot.
+    static func deliveryGroups(_ pairs: [DeliveryKey]) -> [(shard: UInt64, indices: [Int])] {
+        var groups: [(shard: UInt64, indices: [Int])] = []
+        var groupOf: [UInt64: Int] = [:]
+        var lastEvent: String?
+        var current = -1
+        for (index, pair) in pairs.enumerated() {
+            // Pairs of one event mostly come one after another: only a change of event hashes again.
+            if pair.eventId != lastEvent {
+                let shard = RedisKeys.deliveredShard(eventId: pair.eventId)
+                if let known = groupOf[shard] {
+                    current = known
+                } else {
+                    current = groups.count
+                    groupOf[shard] = current
+                    groups.append((shard, []))
+                }
+                lastEvent = pair.eventId
+            }
+            groups[current].indices.append(index)
+        }
+        return groups
+    }
+
+    /// `RedisKeys.delivered(app:shard:window:)` as one argument.
+    static func windowKey(app: String, shard: UInt64, window: Int64, into batch: inout RedisBatch) {
+        batch.argument(RedisKeys.prefix, ":", app, ":delivered:{d", String(shard), "}:", String(window))
+    }
+
+    /// The keys of the window `now` falls in and of the one before, as two arguments.
+    static func windowKeys(app: String, shard: UInt64, now: Int64, window: Int64, into batch: inout RedisBatch) {
+        windowKey(app: app, shard: shard, window: now / window, into: &batch)
+        windowKey(app: app, shard: shard, window: now / window - 1, into: &batch)
     }
 
     // MARK: Decoding
@@ -561,6 +668,45 @@ public struct DeliveryKey: Sendable, Hashable {
     }
 }
 
+/// A Lua script run with EVALSHA, so its text is not sent and hashed again with every call: loaded with
+/// `SCRIPT LOAD` on first use, and again when the server answers NOSCRIPT (it restarted, or its script cache was
+/// flushed), after which the batch is sent once more.
+final class LoadedScript: Sendable {
+    let body: String
+    private let sha = Mutex<String?>(nil)
+
+    init(_ body: String) { self.body = body }
+
+    /// Sends the batch `build` makes with the script's SHA1 and returns its replies.
+    func run(
+        on connection: RedisConnection, what: String, _ build: (String) -> RedisBatch
+    ) async throws -> [RedisValue] {
+        for attempt in 0..<2 {
+            let known = try await load(on: connection)
+            let batch = build(known)
+            let replies = try await connection.pipeline(batch)
+            guard replies.count == batch.count else {
+                throw RedisError(.unexpectedReply, "\(what): expected \(batch.count) replies, got \(replies.count)")
+            }
+            let unknown = replies.contains {
+                if case .error(let message) = $0 { return message.hasPrefix("NOSCRIPT") }
+                return false
+            }
+            if !unknown || attempt == 1 { return replies }
+            sha.withLock { $0 = nil }
+        }
+        return []
+    }
+
+    private func load(on connection: RedisConnection) async throws -> String {
+        if let known = sha.withLock({ $0 }) { return known }
+        let reply = try await connection.send(RedisCommand("SCRIPT", "LOAD", body)).orThrow("SCRIPT LOAD")
+        guard let text = reply.text else { throw RedisError(.unexpectedReply, "SCRIPT LOAD answered \(reply)") }
+        sha.withLock { $0 = text }
+        return text
+    }
+}
+
 /// What a claim found (see `StateStore.claim`).
 public enum DeliveryClaim: Sendable, Hashable {
     case claimed
@@ -595,12 +741,69 @@ public enum DeliveryClaim: Sendable, Hashable {
 
 /// The Lua scripts, run with EVAL (Redis runs a script atomically).
 enum Scripts {
-    /// KEYS: the delivery key. ARGV: the owner's claim prefix. Deletes the key when it is a claim of that owner.
-    static let release = """
-        local v = redis.call('GET', KEYS[1])
-        if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-        return 0
+    /// KEYS: this replay window's idempotency hash, the previous window's (one shard: one slot). ARGV: this
+    /// owner's claim prefix `p:<owner>:`, the claim value, now (ms), the hash's TTL (ms), then the pairs' fields.
+    /// Per field: 1 when either window holds a delivery record; another owner's claim that has not lapsed
+    /// (`p:<owner>:<until>` with until > now; a value of another form counts as a claim that has not lapsed);
+    /// otherwise 0 after writing the claim value into this window (a lapsed claim, or this owner's, is replaced).
+    static let claim = LoadedScript(
         """
+        local out = {}
+        local wrote = false
+        local mine = ARGV[1]
+        local now = tonumber(ARGV[3])
+        for i = 5, #ARGV do
+          local f = ARGV[i]
+          local cur = redis.call('HGET', KEYS[1], f)
+          local prev = redis.call('HGET', KEYS[2], f)
+          if cur == '1' or prev == '1' then
+            out[#out + 1] = 1
+          else
+            local other = false
+            for _, v in ipairs({cur or '', prev or ''}) do
+              if v ~= '' and string.sub(v, 1, #mine) ~= mine then
+                local expiry = tonumber(string.match(v, ':(%d+)$'))
+                if expiry == nil or expiry > now then other = v end
+              end
+            end
+            if other then
+              out[#out + 1] = other
+            else
+              redis.call('HSET', KEYS[1], f, ARGV[2])
+              wrote = true
+              out[#out + 1] = 0
+            end
+          end
+        end
+        if wrote then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+        return out
+        """)
+
+    /// KEYS: this window's and the previous window's idempotency hash. ARGV: the owner's claim prefix, then fields.
+    /// Deletes each field that is a claim of that owner, in either window. Returns how many it deleted.
+    static let release = LoadedScript(
+        """
+        local n = 0
+        for k = 1, 2 do
+          for i = 2, #ARGV do
+            local v = redis.call('HGET', KEYS[k], ARGV[i])
+            if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then n = n + redis.call('HDEL', KEYS[k], ARGV[i]) end
+          end
+        end
+        return n
+        """)
+
+    /// KEYS: this window's and the previous window's idempotency hash. ARGV: field, TTL (ms). Writes a delivery
+    /// record unless either window holds anything for the field; 1 when it wrote one.
+    static let mark = LoadedScript(
+        """
+        if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 or redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then
+          return 0
+        end
+        redis.call('HSET', KEYS[1], ARGV[1], '1')
+        redis.call('PEXPIRE', KEYS[1], ARGV[2])
+        return 1
+        """)
 
     /// KEYS: the owner key. ARGV: user. Deletes the key when it still names that user.
     static let releaseOwner = """

@@ -101,8 +101,23 @@ public struct RedisConfig: Sendable, Hashable {
     public var pipelineBatch = 64
     /// How long an online (presence) entry lives unless refreshed.
     public var presenceTTLSeconds = 120
-    /// How long send remembers a delivered (event, device) pair.
+    /// How long resolve remembers that it counted an event for a user (apps with `counts: true`).
     public var idempotencyTTLSeconds = 86_400
+    public init() {}
+}
+
+/// `explain:` section: what the explain trail keeps beyond its compact form (docs/pipeline-config.md).
+public struct ExplainConfig: Sendable, Hashable {
+    /// `full_trail:` users, apps and a sampled share of events whose every entry is kept, routine ones included.
+    public var fullTrail = FullTrailPolicy()
+    public init() {}
+}
+
+/// `idempotency:` section: send's delivery records (docs/redis-keys.md, "Idempotency").
+public struct IdempotencyConfig: Sendable, Hashable {
+    /// A copy of a delivered (event, device) pair that arrives within this long after the delivery is never sent
+    /// again; a record lives between one and two windows.
+    public var replayWindowSeconds = 3_600
     public init() {}
 }
 
@@ -161,6 +176,8 @@ public struct PipelineConfig: Sendable {
     public var redis = RedisConfig()
     public var stages = StagesConfig()
     public var api = APIConfig()
+    public var explain = ExplainConfig()
+    public var idempotency = IdempotencyConfig()
 
     public init(apps: AppDirectory = AppDirectory()) {
         self.apps = apps
@@ -209,7 +226,7 @@ public enum PipelineLoader {
         var config = PipelineConfig()
         guard let root else { return LoadedPipeline(config: config, warnings: []) }
         let top = try r.mapping(root, "")
-        r.check(top, "", known: ["api", "apps", "defaults", "kafka", "redis", "stages"])
+        r.check(top, "", known: ["api", "apps", "defaults", "explain", "idempotency", "kafka", "redis", "stages"])
         // `defaults:` is the base of every listed app: an app's keys override it, mappings merged key by key.
         // Only listed apps exist; records of any other app id are dead-lettered `unknown_app`.
         var fallback = AppConfig()
@@ -239,6 +256,8 @@ public enum PipelineLoader {
         if let x = top["redis"] { config.redis = try readRedis(&r, x) }
         if let x = top["api"] { config.api = try readAPI(&r, x) }
         if let s = top["stages"] { config.stages = try readStages(&r, s) }
+        if let x = top["explain"] { config.explain = try readExplain(&r, x) }
+        if let x = top["idempotency"] { config.idempotency = try readIdempotency(&r, x) }
 
         return LoadedPipeline(config: config, warnings: r.warnings)
     }
@@ -753,6 +772,41 @@ public enum PipelineLoader {
         if let v = try r.int(m["presence_ttl_seconds"], "redis.presence_ttl_seconds") { x.presenceTTLSeconds = v }
         if let v = try r.int(m["idempotency_ttl_seconds"], "redis.idempotency_ttl_seconds") {
             x.idempotencyTTLSeconds = v
+        }
+        return x
+    }
+
+    static func readExplain(_ r: inout Reader, _ node: Node) throws(ConfigError) -> ExplainConfig {
+        var x = ExplainConfig()
+        let m = try r.mapping(node, "explain")
+        r.check(m, "explain", known: ["full_trail"])
+        guard let f = m["full_trail"] else { return x }
+        let fm = try r.mapping(f, "explain.full_trail")
+        r.check(fm, "explain.full_trail", known: ["users", "apps", "sample"])
+        for key in ["users", "apps"] {
+            guard let list = fm[key] else { continue }
+            var values: Set<String> = []
+            for (i, item) in try r.sequence(list, "explain.full_trail.\(key)").enumerated() {
+                guard let v = try r.string(item, "explain.full_trail.\(key)[\(i)]") else { continue }
+                values.insert(v)
+            }
+            if key == "users" { x.fullTrail.users = values } else { x.fullTrail.apps = values }
+        }
+        if let s = fm["sample"] {
+            guard let v = s.float, v >= 0, v <= 1 else {
+                throw ConfigError(path: "explain.full_trail.sample", message: "expected a number from 0 to 1")
+            }
+            x.fullTrail.sample = v
+        }
+        return x
+    }
+
+    static func readIdempotency(_ r: inout Reader, _ node: Node) throws(ConfigError) -> IdempotencyConfig {
+        var x = IdempotencyConfig()
+        let m = try r.mapping(node, "idempotency")
+        r.check(m, "idempotency", known: ["replay_window_seconds"])
+        if let v = try r.int(m["replay_window_seconds"], "idempotency.replay_window_seconds", in: 60...30 * 86_400) {
+            x.replayWindowSeconds = v
         }
         return x
     }

@@ -3,9 +3,10 @@
 
 /// One step of an event's explain trail: what a stage decided for the event, one recipient, or one device.
 ///
-/// Stored as JSON (snake_case) in the hash `herald:<app>:explain:{<event id>}`, one field per subject:
-/// `event` (ingest's drop or resolve's fan-out), `user:<user>` (resolve / suppress / render), and
-/// `device:<user>:<token>` (send's outcome for one device; the latest attempt wins).
+/// Kept compactly (docs/redis-keys.md, "The explain trail"): the entries that say why a user was not notified
+/// (and, for what `FullTrailPolicy` selects, every entry) as one line each (`writeLine`) in an hourly log, and
+/// each user's latest user-level entry. The subjects are the event (ingest's drop or resolve's fan-out), a user
+/// (resolve / suppress / render) and a user's device (send's outcome; the latest attempt wins).
 public struct ExplainEntry: Sendable, Hashable {
     public var appID: String
     public var eventID: String
@@ -96,5 +97,120 @@ extension ExplainEntry {
             decision: try r.requiredString("decision"), reason: try r.string("reason"), at: at,
             status: try r.int("status").map { Int($0) }, attempt: try r.int("attempt").map { Int($0) },
             count: try r.int("count").map { Int($0) })
+    }
+}
+
+extension ExplainEntry {
+    /// Whether the entry records what happens to most notifications: the event fanned out or classified, a
+    /// recipient to be notified, a device that took the notification on its first attempt. The compact trail keeps
+    /// only the other entries (why a user was not notified, or was only after a retry) unless `FullTrailPolicy`
+    /// asks for everything; each user's latest decision is kept either way.
+    public var isRoutine: Bool {
+        switch decision {
+        case "fanned_out", "classified", "deliver": return true
+        case "delivered": return (attempt ?? 1) <= 1
+        default: return false
+        }
+    }
+
+    /// The entry as one line of the compact trail, without the app (the key holds it): event, user, token,
+    /// stage, decision, reason, at, status, attempt, count, separated by tabs, absent values empty, `\\`, tab
+    /// and newline escaped, ending in a newline. `init(line:appID:)` reads it back.
+    public func writeLine(into out: inout [UInt8]) {
+        func text(_ s: String?) {
+            guard let s else { return }
+            for b in s.utf8 {
+                switch b {
+                case UInt8(ascii: "\\"): out.append(b); out.append(b)
+                case 9: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "t"))
+                case 10: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "n"))
+                default: out.append(b)
+                }
+            }
+        }
+        func number(_ n: Int64?) { if let n { out.append(contentsOf: String(n).utf8) } }
+        text(eventID); out.append(9)
+        text(user); out.append(9)
+        text(token); out.append(9)
+        text(stage); out.append(9)
+        text(decision); out.append(9)
+        text(reason); out.append(9)
+        number(at); out.append(9)
+        number(status.map(Int64.init)); out.append(9)
+        number(attempt.map(Int64.init)); out.append(9)
+        number(count.map(Int64.init)); out.append(10)
+    }
+
+    /// Reads one line as `writeLine` wrote it (with or without its newline).
+    public init(line: some Collection<UInt8>, appID: String) throws(StageRecordError) {
+        var fields: [String?] = []
+        var current: [UInt8] = []
+        var escaped = false
+        func fail(_ detail: String) -> StageRecordError { StageRecordError(record: "ExplainEntry", detail: detail) }
+        for b in line {
+            if escaped {
+                current.append(b == UInt8(ascii: "t") ? 9 : b == UInt8(ascii: "n") ? 10 : b)
+                escaped = false
+            } else if b == UInt8(ascii: "\\") {
+                escaped = true
+            } else if b == 9 || b == 10 {
+                fields.append(current.isEmpty ? nil : String(decoding: current, as: UTF8.self))
+                current.removeAll(keepingCapacity: true)
+                if b == 10 { break }
+            } else {
+                current.append(b)
+            }
+        }
+        if fields.count == 9 { fields.append(current.isEmpty ? nil : String(decoding: current, as: UTF8.self)) }
+        guard fields.count == 10 else { throw fail("(line): \(fields.count) fields, expected 10") }
+        guard let event = fields[0], let stage = fields[3], let decision = fields[4] else {
+            throw fail("(line): event, stage or decision missing")
+        }
+        guard let atText = fields[6], let at = Int64(atText) else { throw fail("at: not a number") }
+        func int(_ i: Int) throws(StageRecordError) -> Int? {
+            guard let t = fields[i] else { return nil }
+            guard let n = Int(t) else { throw fail("(line): field \(i + 1) is not a number") }
+            return n
+        }
+        self.init(
+            appID: appID, eventID: event, user: fields[1], token: fields[2], stage: stage, decision: decision,
+            reason: fields[5], at: at, status: try int(7), attempt: try int(8), count: try int(9))
+    }
+}
+
+/// Which entries the explain trail keeps in full, routine ones included (the pipeline file's
+/// `explain.full_trail`): support's tool when a user says "I get nothing". Everything else keeps only the
+/// entries that say why a user was not notified, and each user's latest decision.
+public struct FullTrailPolicy: Sendable, Hashable {
+    /// Users whose every entry (their decisions and their devices' outcomes) is kept.
+    public var users: Set<String>
+    /// Apps whose every entry is kept.
+    public var apps: Set<String>
+    /// Share of events (0 to 1) whose every entry is kept, picked by a hash of the event id so that every stage
+    /// picks the same events.
+    public var sample: Double
+
+    public init(users: Set<String> = [], apps: Set<String> = [], sample: Double = 0) {
+        self.users = users
+        self.apps = apps
+        self.sample = sample
+    }
+
+    /// Nothing beyond the compact trail.
+    public var isEmpty: Bool { users.isEmpty && apps.isEmpty && sample <= 0 }
+
+    /// Whether `entry` is kept although it is routine.
+    public func wantsAll(_ entry: ExplainEntry) -> Bool {
+        if isEmpty { return false }
+        if apps.contains(entry.appID) { return true }
+        if let user = entry.user, users.contains(user) { return true }
+        return sample > 0 && Self.share(entry.eventID) < sample
+    }
+
+    /// Where an event id falls in [0, 1): FNV-1a 64 of its bytes, top 53 bits.
+    static func share(_ eventID: String) -> Double {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in eventID.utf8 { hash = (hash ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        return Double(hash >> 11) / Double(UInt64(1) << 53)
     }
 }

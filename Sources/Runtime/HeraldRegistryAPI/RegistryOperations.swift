@@ -37,6 +37,9 @@ public struct RegistryOperations: Sendable {
     public let store: StateStore
     public let explain: ExplainStore
     public let now: @Sendable () -> Int64
+    /// send's replay window (the pipeline file's `idempotency.replay_window_seconds`): where the explain read
+    /// finds the devices a routine delivery left no trail entry for.
+    public var replayWindowMilliseconds = StateStore.defaultReplayWindowMilliseconds
 
     public init(
         sink: any RegistryRecordSink, store: StateStore, explain: ExplainStore,
@@ -207,9 +210,12 @@ public struct RegistryOperations: Sendable {
         return try await store.withMentionCounts(app: app, user: user, unread: state.unread)
     }
 
-    /// The latest decision about the user and that event's trail for them, as JSON; nil when none is kept.
+    /// The latest decision about the user and that event's trail for them, as JSON; nil when none is kept. The
+    /// devices that took the notification as expected have no trail entry: they come from send's delivery records
+    /// (within the replay window), marked `"source": "delivery_record"`.
     public func lastDecision(app: String, user: String) async throws -> JSONValue? {
-        guard let (decision, trail) = try await explain.lastDecision(app: app, user: user) else { return nil }
+        let at = now()
+        guard let (decision, trail) = try await explain.lastDecision(app: app, user: user, now: at) else { return nil }
         func entry(_ e: ExplainEntry) -> JSONValue {
             var o: [(String, JSONValue)] = [
                 ("stage", .string(e.stage)), ("decision", .string(e.decision)),
@@ -231,7 +237,23 @@ public struct RegistryOperations: Sendable {
         ]
         if let classified { o.append(("class", classified.reason.map(JSONValue.string) ?? .null)) }
         if let eventStep { o.append(("event_step", entry(eventStep))) }
-        o.append(("devices", .array(trail.filter { $0.user == user && $0.token != nil }.map(entry))))
+        var devices = trail.filter { $0.user == user && $0.token != nil }.map(entry)
+        if userEntry.decision == "deliver" {
+            let explained = Set(trail.compactMap(\.token))
+            let tokens = try await store.loadUser(app: app, user: user, now: at).devices.map(\.token)
+                .filter { !explained.contains($0) }
+            let records = try await store.wasDelivered(
+                app: app, pairs: tokens.map { DeliveryKey(eventId: decision.eventID, token: $0) }, now: at,
+                window: replayWindowMilliseconds)
+            for (token, delivered) in zip(tokens, records) where delivered {
+                devices.append(
+                    .object([
+                        ("stage", .string("send")), ("decision", .string("delivered")), ("reason", .null),
+                        ("token", .string(token)), ("source", .string("delivery_record")),
+                    ]))
+            }
+        }
+        o.append(("devices", .array(devices)))
         return .object(o)
     }
 

@@ -105,8 +105,8 @@ extension ConfigKey {
     public static let instance = ConfigKey(
         "HERALD_INSTANCE", default: nil, documented: "host name", "names this process in logs and the Kafka client id")
     public static let explainTTLSeconds = ConfigKey(
-        "HERALD_EXPLAIN_TTL_SECONDS", default: "604800", documented: "604800 (7 days)", positive,
-        "how long explain trails are kept, seconds")
+        "HERALD_EXPLAIN_TTL_SECONDS", default: "172800", documented: "172800 (2 days)", positive,
+        "how long the explain trail's entries are kept, seconds (support needs at least 86400)")
 
     // MARK: herald-ingest
 

@@ -115,12 +115,12 @@ public struct RedisFanOutProgress: FanOutProgress {
 /// send's idempotency records: claims and confirmations in Redis (`StateStore.claim`).
 public struct RedisDeliveryLedger: DeliveryLedger {
     public let store: StateStore
-    /// How long a confirmed delivery record is kept.
-    public let ttlMilliseconds: Int64
+    /// The replay window: a copy of a delivered pair that arrives within this long is not sent again.
+    public let windowMilliseconds: Int64
 
-    public init(store: StateStore, ttlMilliseconds: Int64) {
+    public init(store: StateStore, windowMilliseconds: Int64) {
         self.store = store
-        self.ttlMilliseconds = ttlMilliseconds
+        self.windowMilliseconds = windowMilliseconds
     }
 
     public func claim(
@@ -129,7 +129,8 @@ public struct RedisDeliveryLedger: DeliveryLedger {
     ) async throws -> [ClaimOutcome] {
         try await transient {
             try await store.claim(
-                app: app, pairs: pairs.map(Self.key), owner: owner, ttlMilliseconds: claimTTL, now: now
+                app: app, pairs: pairs.map(Self.key), owner: owner, ttlMilliseconds: claimTTL, now: now,
+                window: windowMilliseconds
             )
             .map { claim in
                 switch claim {
@@ -141,14 +142,18 @@ public struct RedisDeliveryLedger: DeliveryLedger {
         }
     }
 
-    public func confirm(app: String, pairs: [DeliveryPair]) async throws {
+    public func confirm(app: String, pairs: [DeliveryPair], now: Int64) async throws {
         try await transient {
-            try await store.confirmDelivered(app: app, pairs: pairs.map(Self.key), ttlMilliseconds: ttlMilliseconds)
+            try await store.confirmDelivered(
+                app: app, pairs: pairs.map(Self.key), now: now, window: windowMilliseconds)
         }
     }
 
-    public func release(app: String, pairs: [DeliveryPair], owner: String) async throws {
-        try await transient { try await store.releaseClaims(app: app, pairs: pairs.map(Self.key), owner: owner) }
+    public func release(app: String, pairs: [DeliveryPair], owner: String, now: Int64) async throws {
+        try await transient {
+            try await store.releaseClaims(
+                app: app, pairs: pairs.map(Self.key), owner: owner, now: now, window: windowMilliseconds)
+        }
     }
 
     private static func key(_ pair: DeliveryPair) -> DeliveryKey {

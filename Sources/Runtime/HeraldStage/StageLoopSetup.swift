@@ -179,7 +179,10 @@ public struct StageSetup: Sendable {
 
     /// The explain trail writer over `connection`.
     public func explainSink(_ connection: RedisConnection) -> RedisExplainSink {
-        RedisExplainSink(store: ExplainStore(connection: connection, ttlMilliseconds: explainTTLMilliseconds))
+        RedisExplainSink(
+            store: ExplainStore(
+                connection: connection, ttlMilliseconds: explainTTLMilliseconds,
+                fullTrail: pipeline.explain.fullTrail))
     }
 
     /// Builds the loop and runs it with the HTTP endpoint until SIGTERM; returns the exit status.

@@ -12,10 +12,10 @@ public protocol DeliveryLedger: Sendable {
     func claim(
         app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64, now: Int64
     ) async throws -> [ClaimOutcome]
-    /// Records the pairs as delivered (after APNs answered 200); one round trip.
-    func confirm(app: String, pairs: [DeliveryPair]) async throws
+    /// Records the pairs as delivered (after APNs answered 200) at `now`; one round trip.
+    func confirm(app: String, pairs: [DeliveryPair], now: Int64) async throws
     /// Gives up `owner`'s claims on pairs that were not delivered (retried later, dead-lettered, token dead).
-    func release(app: String, pairs: [DeliveryPair], owner: String) async throws
+    func release(app: String, pairs: [DeliveryPair], owner: String, now: Int64) async throws
 }
 
 /// What a claim found.
@@ -262,7 +262,7 @@ public struct SendProcessor: StageProcessor {
         }
         for (app, pairs) in release {
             // Best effort: an unreleased claim only delays a later copy until it expires.
-            do { try await ledger.release(app: app, pairs: pairs, owner: owner) } catch {
+            do { try await ledger.release(app: app, pairs: pairs, owner: owner, now: now) } catch {
                 onTransientFailure(TransientFailure("releasing claims: \(error)"))
             }
         }
@@ -447,8 +447,9 @@ final class DeliveryMarker: @unchecked Sendable {
                 // Retried until it succeeds or shutdown begins (then the pairs stay unmarked: at least once).
                 _ = try? await context.retryingTransient(
                     {
-                        do { try await self.ledger.confirm(app: app, pairs: pairs) } catch let error as TransientFailure
-                        {
+                        do {
+                            try await self.ledger.confirm(app: app, pairs: pairs, now: self.context.nowMillis)
+                        } catch let error as TransientFailure {
                             throw error
                         } catch {
                             throw TransientFailure("\(error)")

@@ -56,10 +56,11 @@ enum RegistryAPIServer {
                 reason: "the registry API needs at least one client token (api.clients or HERALD_API_TOKENS)")
         }
         let producer = try setup.producer()
-        let operations = RegistryOperations(
+        var operations = RegistryOperations(
             sink: KafkaRegistrySink(producer: producer, topic: setup.pipeline.kafka.topics.registry),
             store: StateStore(connection: redis, logger: setup.logger),
             explain: ExplainStore(connection: redis, ttlMilliseconds: setup.explainTTLMilliseconds))
+        operations.replayWindowMilliseconds = Int64(setup.pipeline.idempotency.replayWindowSeconds) * 1000
         let api = RegistryAPI(operations: operations, clients: clients, logger: setup.logger) { route, status, client in
             Counter(
                 label: StageMetrics.Name.apiRequests,

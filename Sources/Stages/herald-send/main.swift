@@ -72,7 +72,7 @@ func sender(_ lane: Lane) -> SendProcessor {
     var processor = SendProcessor(
         retryTopic: topics.retry(lane), tokenFeedbackTopic: topics.tokenFeedback, transport: router,
         ledger: RedisDeliveryLedger(
-            store: store(lane), ttlMilliseconds: Int64(setup.pipeline.redis.idempotencyTTLSeconds) * 1000),
+            store: store(lane), windowMilliseconds: Int64(setup.pipeline.idempotency.replayWindowSeconds) * 1000),
         owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
         // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
         claimTTL: .milliseconds(2 * timeoutMs + 30_000),

@@ -214,6 +214,8 @@ final class LoadDriver: @unchecked Sendable {
     let tail: RecordTail
     let procs: ProcessAccounting
     var metricsBefore: StageMetrics
+    /// Redis once the users' state is loaded (nil when it could not be read).
+    var redisBefore: RedisSnapshot?
     var predictedSuppressed: [String: Int] = [:]
     var renderErrors = 0
     var eventsPublished = 0
@@ -246,6 +248,7 @@ final class LoadDriver: @unchecked Sendable {
         _ = tail.poll()  // answers from before this run are not ours
         procs = ProcessAccounting(stack: session.info)
         metricsBefore = StageMetrics.scrape(session.info)
+        redisBefore = try? await RedisSnapshot.read(port: session.info.redisPort)
     }
 
     func publish(_ p: PlannedEvent) async {
@@ -287,6 +290,8 @@ final class LoadDriver: @unchecked Sendable {
         var series: [(second: Int, count: Int, p50: UInt64, p99: UInt64)]
         var progress: [Progress]
         var loadSeconds: Double
+        /// Redis's memory and commands before and after (nil when INFO could not be read).
+        var redis: RedisFootprint?
 
         func consistencyProblems() -> [String] {
             var p: [String] = []
@@ -436,7 +441,11 @@ final class LoadDriver: @unchecked Sendable {
         let driveSeconds = monotonicSeconds() - start
         _ = inputEnd
         await publisher.close()
-        return makeResult(modeText: modeText, mixed: mixed != nil, driveSeconds: driveSeconds)
+        var result = makeResult(modeText: modeText, mixed: mixed != nil, driveSeconds: driveSeconds)
+        if let redisBefore, let after = try? await RedisSnapshot.read(port: session.info.redisPort) {
+            result.redis = RedisFootprint(before: redisBefore, after: after)
+        }
+        return result
     }
 
     func makeResult(modeText: String, mixed: Bool, driveSeconds: Double) -> Result {
@@ -478,6 +487,6 @@ final class LoadDriver: @unchecked Sendable {
             observedSuppressed: observed, dlq: dlq, renderErrors: renderErrors,
             overall: Percentiles(ledger.overall), perKind: perKind, driveSeconds: driveSeconds,
             deliverySeconds: deliverySeconds, deliveredPerSecond: Double(ledger.delivered) / deliverySeconds,
-            cpu: cpu, peakRSSKB: rss, series: series, progress: progress, loadSeconds: loadSeconds)
+            cpu: cpu, peakRSSKB: rss, series: series, progress: progress, loadSeconds: loadSeconds, redis: nil)
     }
 }

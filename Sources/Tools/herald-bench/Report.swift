@@ -51,6 +51,7 @@ struct BenchReport {
                     "CPU per 100k delivered: Herald (six stages) %.2f s, broker %.2f s, Redis %.2f s, stand-in %.2f s",
                 per100k(heraldCPU), per100k(r.cpu["kafka"] ?? 0), per100k(r.cpu["redis"] ?? 0),
                 per100k(r.cpu["mock-apns"] ?? 0)))
+        if let line = redisLine { lines.append(line) }
         lines.append(
             "peak RSS: Herald (six stages, summed) \(fmtMB(heraldPeakRSSKB)), broker \(fmtMB(r.peakRSSKB["kafka"] ?? 0)), Redis \(fmtMB(r.peakRSSKB["redis"] ?? 0)), stand-in \(fmtMB(r.peakRSSKB["mock-apns"] ?? 0))"
         )
@@ -62,6 +63,17 @@ struct BenchReport {
             "lost \(r.lost), duplicated \(r.duplicates.count), unexpected \(r.unexpected200), dead-lettered \(r.dlq)")
         lines.append(hostSpeedLine)
         return lines
+    }
+
+    /// Redis's footprint of the run, per notification (a recipient decided: delivered, suppressed or failed).
+    var redisLine: String? {
+        guard let f = result.redis else { return nil }
+        let n = result.recipients
+        return String(
+            format:
+                "Redis per notification (%d recipients decided): %.1f bytes retained (used_memory %+d bytes), %.2f commands (%d in all); per delivered: %.1f bytes, %.2f commands",
+            n, f.perNotification(f.retainedBytes, n), f.retainedBytes, f.perNotification(f.commands, n), f.commands,
+            f.perNotification(f.retainedBytes, result.delivered), f.perNotification(f.commands, result.delivered))
     }
 
     func markdown() -> String {
@@ -102,6 +114,16 @@ struct BenchReport {
             "| stand-in answers by status | "
             + r.answersByStatus.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", ")
             + " |\n"
+        if let f = r.redis {
+            s += String(
+                format:
+                    "| Redis memory retained per notification (used_memory after - before, / recipients) | %.1f bytes (%+d bytes in all) |\n",
+                f.perNotification(f.retainedBytes, r.recipients), f.retainedBytes)
+            s += String(
+                format:
+                    "| Redis commands per notification (total_commands_processed after - before, / recipients) | %.2f (%d in all) |\n",
+                f.perNotification(f.commands, r.recipients), f.commands)
+        }
         s += String(format: "| run time (drive + drain) | %.1f s |\n\n", r.driveSeconds)
         s +=
             "## Latency by kind\n\n| kind | notifications | p50 ms | p99 ms | p99.9 ms | max ms |\n| --- | --- | --- | --- | --- | --- |\n"
@@ -165,6 +187,20 @@ struct BenchReport {
             ("events_published", r.eventsPublished),
             ("events_republished", r.republished),
             ("recipients", r.recipients),
+            (
+                "redis",
+                r.redis.map { f -> [String: Any] in
+                    [
+                        "used_memory_before": f.before.usedMemory, "used_memory_after": f.after.usedMemory,
+                        "retained_bytes": f.retainedBytes,
+                        "retained_bytes_per_notification": f.perNotification(f.retainedBytes, r.recipients),
+                        "commands": f.commands,
+                        "commands_per_notification": f.perNotification(f.commands, r.recipients),
+                        "retained_bytes_per_delivered": f.perNotification(f.retainedBytes, r.delivered),
+                        "commands_per_delivered": f.perNotification(f.commands, r.delivered),
+                    ]
+                } ?? NSNull()
+            ),
             ("expected", r.expected),
             ("delivered", r.delivered),
             ("delivered_per_second", r.deliveredPerSecond),
