@@ -72,7 +72,7 @@ struct RedisBatchTests {
     }
 
     @Test(
-        "the explain trail's batch: routine entries left out; one APPEND and PEXPIRE per hourly log, one HSET per last-decision shard"
+        "the explain trail's batch: routine entries left out; one RPUSH and PEXPIRE per hourly log, one HSET per last-decision shard"
     )
     func explainBatchMatchesCommands() {
         func entry(
@@ -98,10 +98,12 @@ struct RedisBatchTests {
         let ttl: Int64 = 172_800_000
         let hour: Int64 = 3_600_000
         let batch = ExplainStore.batch(entries, ttlMilliseconds: ttl)
-        func line(_ i: Int) -> [UInt8] {
+        func line(_ i: Int, user: Bool = true) -> [UInt8] {
             var out: [UInt8] = []
-            entries[i].writeLine(into: &out)
-            return out
+            var e = entries[i]
+            if !user { e.user = nil }
+            e.writeLine(into: &out)
+            return Array(out.dropLast())
         }
         func log(_ app: String, _ event: String, _ at: Int64) -> String {
             RedisKeys.explainLog(app: app, shard: RedisKeys.explainShard(eventId: event), hour: at / hour)
@@ -118,7 +120,7 @@ struct RedisBatchTests {
             }
         }
         for (key, members) in logs {
-            commands.append(RedisCommand("APPEND", key, members.flatMap(line)))
+            commands.append(RedisCommand("RPUSH", [key] + members.map { line($0) }))
             commands.append(RedisCommand("PEXPIRE", key, ttl + hour))
         }
         var shards: [(String, [Int])] = []
@@ -135,7 +137,7 @@ struct RedisBatchTests {
             var arguments: [any RedisArgument] = [key]
             for index in members {
                 arguments.append(entries[index].user ?? "")
-                arguments.append(Array(line(index).dropLast()))
+                arguments.append(line(index, user: false))
             }
             commands.append(RedisCommand("HSET", arguments))
         }

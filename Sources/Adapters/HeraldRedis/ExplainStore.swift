@@ -6,8 +6,8 @@ import HeraldCore
 /// It is kept compact, so that it does not grow with the notifications that went as expected
 /// (docs/redis-keys.md, "The explain trail"):
 /// - the entries that say why a user was not notified (or only after a retry), and every entry `fullTrail`
-///   selects, are appended as one line each (`ExplainEntry.writeLine`) to the hourly log of their event's shard
-///   (`RedisKeys.explainLog`), kept for `ttlMilliseconds`;
+///   selects, are pushed as one line each (`ExplainEntry.writeLine`) onto the hourly log (a list) of their event's
+///   shard (`RedisKeys.explainLog`), kept for `ttlMilliseconds`;
 /// - each user's latest user-level decision (deliver, suppress, error) is one field of their shard's hash
 ///   (`RedisKeys.lastDecisions`), replaced by the next one.
 /// Routine entries outside `fullTrail` (the fan-out, a decision to deliver, a first-attempt delivery) are not
@@ -39,7 +39,7 @@ public final class ExplainStore: Sendable {
         try await connection.write(batch, what: "explain")
     }
 
-    /// The commands `record` sends: per hourly log touched, one `APPEND` of its lines (in entry order) and one
+    /// The commands `record` sends: per hourly log touched, one `RPUSH` of its lines (in entry order) and one
     /// `PEXPIRE`; per last-decision shard touched, one `HSET` of its users' latest decisions. Empty when there is
     /// nothing to keep. (Tests hold it to the commands spelled out one by one; `herald-bench redis` times it.)
     public static func batch(
@@ -54,7 +54,7 @@ public final class ExplainStore: Sendable {
             let app: String
             let shard: UInt64
         }
-        var logs: [LogRef: [UInt8]] = [:]
+        var logs: [LogRef: [[UInt8]]] = [:]
         var logOrder: [LogRef] = []
         var decisions: [ShardRef: [(user: String, line: [UInt8])]] = [:]
         var decisionOrder: [ShardRef] = []
@@ -73,12 +73,18 @@ public final class ExplainStore: Sendable {
                 let ref = LogRef(
                     app: entry.appID, shard: shard, hour: entry.at / RedisKeys.explainHourMilliseconds)
                 entry.writeLine(into: &line)
+                line.removeLast()  // the newline: each line is one list element
                 if logs[ref] == nil { logOrder.append(ref) }
-                logs[ref, default: []].append(contentsOf: line)
+                logs[ref, default: []].append(line)
             }
             if let user = entry.user, entry.token == nil {
-                if line.isEmpty { entry.writeLine(into: &line) }
-                line.removeLast()  // the newline
+                // The user is the field: the value leaves it out (and stays within Redis's 64-byte listpack
+                // values for ids of up to about 20 characters).
+                var decision = entry
+                decision.user = nil
+                line.removeAll(keepingCapacity: true)
+                decision.writeLine(into: &line)
+                line.removeLast()
                 let ref = ShardRef(app: entry.appID, shard: RedisKeys.lastDecisionShard(user: user))
                 if decisions[ref] == nil { decisionOrder.append(ref) }
                 decisions[ref, default: []].append((user, line))
@@ -86,9 +92,10 @@ public final class ExplainStore: Sendable {
         }
         var batch = RedisBatch(capacity: 64 + entries.count * 120)
         for ref in logOrder {
-            batch.command("APPEND", arguments: 2)
+            let lines = logs[ref] ?? []
+            batch.command("RPUSH", arguments: 1 + lines.count)
             logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
-            batch.argument(logs[ref] ?? [])
+            for line in lines { batch.argument(line) }
             batch.command("PEXPIRE", arguments: 2)
             logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
             // The log is kept `ttl` after the end of its hour.
@@ -126,24 +133,18 @@ public final class ExplainStore: Sendable {
         // A clock a little ahead of this one may have written the next hour.
         let hours = Array(first...(last + 1))
         let replies = try await connection.pipeline(
-            hours.map { RedisCommand("GET", RedisKeys.explainLog(app: app, shard: shard, hour: $0)) })
+            hours.map { RedisCommand("LRANGE", RedisKeys.explainLog(app: app, shard: shard, hour: $0), 0, -1) })
         let needle = Array(eventID.utf8) + [9]
         var latest: [String: ExplainEntry] = [:]
         var order: [String] = []
         for reply in replies {
-            guard let data = try reply.orThrow("GET").data else { continue }
-            let bytes = [UInt8](data)
-            var start = 0
-            while start < bytes.count {
-                let end = bytes[start...].firstIndex(of: 10) ?? bytes.count
-                if end - start > needle.count, Array(bytes[start..<(start + needle.count)]) == needle,
-                    let entry = try? ExplainEntry(line: bytes[start..<end], appID: app), entry.eventID == eventID
-                {
-                    let subject = entry.field
-                    if latest[subject] == nil { order.append(subject) }
-                    latest[subject] = entry
-                }
-                start = end + 1
+            for item in try reply.orThrow("LRANGE").array ?? [] {
+                guard let data = item.data, data.count > needle.count, data.starts(with: needle),
+                    let entry = try? ExplainEntry(line: [UInt8](data), appID: app), entry.eventID == eventID
+                else { continue }
+                let subject = entry.field
+                if latest[subject] == nil { order.append(subject) }
+                latest[subject] = entry
             }
         }
         let out = order.compactMap { latest[$0] }
@@ -158,7 +159,8 @@ public final class ExplainStore: Sendable {
     ) async throws -> (decision: ExplainEntry, trail: [ExplainEntry])? {
         let key = RedisKeys.lastDecisions(app: app, shard: RedisKeys.lastDecisionShard(user: user))
         let reply = try await connection.send(RedisCommand("HGET", key, user)).orThrow("HGET")
-        guard let data = reply.data, let entry = try? ExplainEntry(line: [UInt8](data), appID: app) else { return nil }
+        guard let data = reply.data, var entry = try? ExplainEntry(line: [UInt8](data), appID: app) else { return nil }
+        entry.user = user
         return (entry, try await trail(app: app, eventID: entry.eventID, user: user, now: now))
     }
 

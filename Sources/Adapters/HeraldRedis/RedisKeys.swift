@@ -14,7 +14,7 @@
 /// | `herald:<app>:token:{<token>}:owner` | string | the user the token is registered to (one owner per app) |
 /// | `herald:<app>:fanout:{<event>}` | string | resolve's paged fan-out: cursor after the last acknowledged page, or `done` |
 /// | `herald:<app>:delivered:{d<shard>}:<window>` | hash | 8-byte fingerprint of (event, token) -> `p:<owner>:<expires>` or `1` |
-/// | `herald:<app>:explain:{e<shard>}:<hour>` | string | the compact explain trail: one line per entry (`ExplainEntry.writeLine`) |
+/// | `herald:<app>:explain:{e<shard>}:<hour>` | list | the compact explain trail: one line per entry (`ExplainEntry.writeLine`) |
 /// | `herald:<app>:last_decision:{l<shard>}` | hash | user -> their latest user-level explain entry (one line) |
 public enum RedisKeys {
     public static let prefix = "herald"

@@ -29,6 +29,9 @@ public struct ExplainEntry: Sendable, Hashable {
     public var attempt: Int?
     /// Devices targeted (suppress `deliver`) or recipients found (resolve `fanned_out`).
     public var count: Int?
+    /// Set by the stage for an entry that is routine although its decision is not (the sender of a message to a
+    /// conversation's members is never woken: nobody asks why). Not stored.
+    public var routine = false
 
     public init(
         appID: String, eventID: String, user: String? = nil, token: String? = nil, stage: String,
@@ -106,6 +109,7 @@ extension ExplainEntry {
     /// only the other entries (why a user was not notified, or was only after a retry) unless `FullTrailPolicy`
     /// asks for everything; each user's latest decision is kept either way.
     public var isRoutine: Bool {
+        if routine { return true }
         switch decision {
         case "fanned_out", "classified", "deliver": return true
         case "delivered": return (attempt ?? 1) <= 1

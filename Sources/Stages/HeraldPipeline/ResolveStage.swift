@@ -548,11 +548,14 @@ public struct ResolveProcessor: StageProcessor {
                 decision: "fanned_out", reason: reason, at: now, count: count))
         // The sender is never woken (rule 1); say so when they were listed.
         if senderListed {
-            result.explain.append(
-                ExplainEntry(
-                    appID: event.appID, eventID: event.eventID, user: event.sender.id,
-                    stage: stage, decision: "suppress",
-                    reason: SuppressionReason.sender.rawValue, at: now))
+            var entry = ExplainEntry(
+                appID: event.appID, eventID: event.eventID, user: event.sender.id,
+                stage: stage, decision: "suppress",
+                reason: SuppressionReason.sender.rawValue, at: now)
+            // A member who sent the message: routine (kept as their latest decision, and in the full trail).
+            // Named in the event's own recipients, it is kept like any suppression.
+            entry.routine = event.recipients == nil
+            result.explain.append(entry)
         }
     }
 
