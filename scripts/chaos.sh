@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault suite (issue 8): builds what it needs, then runs `herald-bench chaos`, which starts a fresh local
+# The fault suite: builds what it needs, then runs `herald-bench chaos`, which starts a fresh local
 # stack per scenario (scripts/local-stack.sh --up on free ports, under run/chaos-<pid>/) and prints one line
 # per scenario with lost, duplicated and dead-lettered counts, then "N passed, M failed".
 #

@@ -19,8 +19,8 @@ echo "[test] running tests" >&2
 swift test --parallel "$@"
 
 # The fault suite, reduced (docs/testing.md; about 5 minutes): a fresh local stack per scenario from the debug
-# build. HERALD_CHAOS_EXPECT_FAIL lists scenarios known to fail (comma separated; empty since 2026-11-24, when the
-# malformed flood and the broker restart were fixed and the APNs fault mix had a clean record): a listed scenario's failure is printed
+# build. HERALD_CHAOS_EXPECT_FAIL lists scenarios known to fail (comma separated; empty by default): a listed
+# scenario's failure is printed
 # (XFAIL) and does not fail this script; any other scenario's failure does. A listed scenario that passes is
 # printed as XPASS. Not run when arguments were given (a filtered run of the Swift tests).
 if [ "$#" -eq 0 ]; then

@@ -1,4 +1,4 @@
-// Issue 13, calls: only a ringing call goes through PushKit. The seven CometChat `callAction` values
+// Calls: only a ringing call goes through PushKit. The seven CometChat `callAction` values
 // (CometChat push seed: "initiated", "cancelled", "unanswered", "ongoing", "rejected", "ended", "busy")
 // against a user with a device token and a VoIP token, and against a user with a VoIP token only.
 

@@ -1,4 +1,4 @@
-// Issue 13, loose input: the forms the vendors' REST APIs send where the meaning is clear (Easemob flags as
+// Loose input: the forms the vendors' REST APIs send where the meaning is clear (Easemob flags as
 // 1/0, CometChat's `sentAt` as a string of digits) are accepted with a warning naming the field; what is
 // ambiguous is still rejected with the field named.
 

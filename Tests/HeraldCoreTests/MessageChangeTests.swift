@@ -1,4 +1,4 @@
-// Issue 13: edited and deleted messages as event kinds `message_edited` / `message_deleted`. CometChat's push
+// Edited and deleted messages as event kinds `message_edited` / `message_deleted`. CometChat's push
 // seed says the message object is present "for new messages or in case a message was edited or deleted":
 // an edit is shown again with the new text; a delete only updates the app (background push).
 

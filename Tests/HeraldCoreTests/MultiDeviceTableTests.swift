@@ -1,4 +1,4 @@
-// Issue 13: the multi-device modes as a suppression table. Sendbird's "send as long as one device is
+// The multi-device modes as a suppression table. Sendbird's "send as long as one device is
 // offline" sends to every device, so an app in the foreground can show it; `offline_only` keeps Herald's
 // earlier rule (only the offline devices); `all_offline` is the default.
 

@@ -1,4 +1,4 @@
-// Issue 13, payload fidelity: per-app options that reproduce the vendors' payloads (Sendbird push seeds
+// Payload fidelity: per-app options that reproduce the vendors' payloads (Sendbird push seeds
 // v3/v4, CometChat push seed, Easemob APNs seed). Each row sets one option and names what the payload
 // must then hold.
 

@@ -1,4 +1,4 @@
-// Issue 13, token ownership: one owner per token and app (an account switch moves the token), Sendbird's
+// Token ownership: one owner per token and app (an account switch moves the token), Sendbird's
 // `unique: true`, and the 20-device cap counted per device kind. Against a real redis-server.
 
 import Foundation

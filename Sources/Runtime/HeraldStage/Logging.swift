@@ -62,7 +62,7 @@ public struct StandardErrorSink: LogSink {
 }
 
 /// A swift-log handler writing one JSON object per line:
-/// `{"ts":"2026-11-21T18:00:00.123Z","level":"info","label":"herald.send","message":"...","metadata":{...}}`.
+/// `{"ts":"2024-11-19T07:06:40.123Z","level":"info","label":"herald.send","message":"...","metadata":{...}}`.
 ///
 /// Defense in depth: values under `LogKey.tokenKeys` are redacted to 8 characters + "…", and keys in
 /// `LogKey.forbiddenKeys` (message text, secrets) are replaced by `"[redacted]"`, whatever the caller passed.

@@ -159,8 +159,8 @@ struct DecideWorkload {
     }
 
     /// Recipients decided and rendered per CPU-second of this thread, over `seconds` of CPU time after a short
-    /// warm-up: the decide benchmark's figure (585,000-623,000 on the 2-core host of 2026-11-24 and the first
-    /// sessions of 2026-11-25; 240,000 on the slower host of the fifth session).
+    /// warm-up: the decide benchmark's figure (585,000-623,000 on a quiet 2-core host, 154,000-269,000 on a busy
+    /// one; docs/performance.md).
     static func hostRecipientsPerCPUSecond(seconds: Double = 1) -> Double? {
         guard let workload = try? DecideWorkload() else { return nil }
         for _ in 0..<50 { _ = workload.round() }
