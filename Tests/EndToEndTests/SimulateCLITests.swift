@@ -1,6 +1,7 @@
 // `heraldctl simulate` as a chat team runs it (docs/behaviour.md §9): the README's example, a dropped event, and
 // the exit status 2 with one stderr line naming the field for invalid input. No Kafka or Redis involved.
 import Foundation
+import HeraldCore
 import HeraldTestSupport
 import Testing
 
@@ -17,10 +18,13 @@ struct SimulateCLITests {
 
     struct Run { var status: Int32; var stdout: String; var stderr: String }
 
-    func simulate(_ arguments: [String]) async throws -> Run {
+    func simulate(_ arguments: [String]) async throws -> Run { try await heraldctl(["simulate"] + arguments) }
+
+    func heraldctl(_ arguments: [String], environment: [String: String]? = nil) async throws -> Run {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.heraldctl)
-        p.arguments = ["simulate"] + arguments
+        p.arguments = arguments
+        if let environment { p.environment = environment }
         p.currentDirectoryURL = URL(fileURLWithPath: Self.root)
         let out = Pipe(), err = Pipe()
         p.standardOutput = out
@@ -44,6 +48,13 @@ struct SimulateCLITests {
             try #require(
                 try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any], "not a JSON object: \($0)")
         }
+    }
+
+    @Test("heraldctl --version prints the version the stages log and export")
+    func version() async throws {
+        let r = try await heraldctl(["--version"])
+        #expect(r.status == 0, "stderr: \(r.stderr)")
+        #expect(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == HeraldVersion.current)
     }
 
     @Test("the README example prints one line per member with the documented decisions")

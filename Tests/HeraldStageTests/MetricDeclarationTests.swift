@@ -20,10 +20,7 @@ struct MetricDeclarationTests {
                     MetricDeclaration(family.name, family.type, labels: labels + extra, stages: "send", family.meaning))
             }
         }
-        out.append(
-            MetricDeclaration(
-                "herald_kafka_consumer_errors_total", "counter", labels: "group",
-                "consume, commit and rebalance errors of the stage's Kafka consumer"))
+        out.append(StageMetrics.kafkaConsumerErrorsDeclaration)
         return out
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import HeraldStage
 import HeraldTestSupport
 import Logging
@@ -49,6 +50,8 @@ struct StageContextTests {
         let bodyB = try await RawHTTP.get(port: b.http.port, path: "/metrics").body
         #expect(bodyA.contains(#"herald_consumed_total{stage="resolve",topic="herald.ingested"} 2"#), "\(bodyA)")
         #expect(!bodyA.contains("herald.deliverable"))
+        #expect(
+            bodyA.contains(#"herald_build_info{stage="resolve",version="\#(HeraldVersion.current)"} 1"#), "\(bodyA)")
         #expect(bodyB.contains(#"herald_consumed_total{stage="render",topic="herald.deliverable"} 5"#), "\(bodyB)")
 
         // Readiness is per context too.

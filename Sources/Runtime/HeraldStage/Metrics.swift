@@ -1,5 +1,6 @@
 import CoreMetrics
 import Foundation
+import HeraldCore
 import Metrics
 import Prometheus
 import Synchronization
@@ -98,6 +99,9 @@ public struct StageMetrics: Sendable {
         public static let readinessCheck = "herald_readiness_check"
         public static let configReloads = "herald_config_reloads_total"
         public static let apiRequests = "herald_api_requests_total"
+        public static let buildInfo = "herald_build_info"
+        /// Recorded by HeraldKafka's consumer (`KafkaConsumerConfiguration.metricsPrefix`, `herald_kafka`, + `_consumer_errors_total`).
+        public static let kafkaConsumerErrors = "herald_kafka_consumer_errors_total"
     }
 
     /// Everything HeraldStage records, in the order of the docs table.
@@ -180,7 +184,16 @@ public struct StageMetrics: Sendable {
             Name.apiRequests, "counter", labels: "stage, route, status, client", stages: "registry",
             "registry API requests by route template (`PATCH /v1/apps/{app}/users/{user}/preferences`; `unknown`, `unauthenticated`, `method_not_allowed`), HTTP status and calling client (`-` when unauthenticated)"
         ),
+        MetricDeclaration(
+            Name.buildInfo, "gauge", labels: "stage, version",
+            "always 1; `version` is Herald's version (`HeraldVersion.current`, CHANGELOG.md)"),
     ]
+
+    /// The stage's Kafka consumer's own counter, recorded inside HeraldKafka (listed after the provider clients'
+    /// families in the docs table).
+    public static let kafkaConsumerErrorsDeclaration = MetricDeclaration(
+        Name.kafkaConsumerErrors, "counter", labels: "group",
+        "consume, commit and rebalance errors of the stage's Kafka consumer")
 
     public let stage: String
     private let factory: any MetricsFactory
@@ -202,6 +215,9 @@ public struct StageMetrics: Sendable {
         self.inFlightMeter = CoreMetrics.Meter(label: Name.inFlight, dimensions: [("stage", stage)], factory: factory)
         // Make the fixed series visible at zero from the start.
         self.inFlightMeter.set(0)
+        CoreMetrics.Gauge(
+            label: Name.buildInfo, dimensions: [("stage", stage), ("version", HeraldVersion.current)], factory: factory
+        ).record(1)
     }
 
     /// The same metrics for one lane's stage loop: they also feed the `herald_lane_*` series, and

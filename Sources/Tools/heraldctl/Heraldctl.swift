@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import HeraldCore
 
 /// `heraldctl`: the operator's and the chat team's command-line tool.
 /// Each subcommand lives in its own file beside this one.
@@ -9,6 +10,7 @@ struct Heraldctl: AsyncParsableCommand {
         commandName: "heraldctl",
         abstract:
             "Operate Herald: simulate events, push to one device, manage state, inspect the DLQ, show the stages' status.",
+        version: HeraldVersion.current,
         subcommands: [
             Simulate.self,
             Push.self,
