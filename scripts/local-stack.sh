@@ -5,7 +5,7 @@
 #
 #   scripts/local-stack.sh            run the demo, then stop everything
 #   scripts/local-stack.sh --keep     keep everything running until Ctrl-C
-#   scripts/local-stack.sh --stop     stop what a previous --keep run left running
+#   scripts/local-stack.sh --stop     stop what a previous --keep or --up run left running (the --keep process too)
 #   options: --no-build (use the existing build), --no-setup (skip scripts/setup.sh), --debug (debug build),
 #            --with-prometheus (also Debian's Prometheus with Herald's alerts: scripts/local-prometheus.sh)
 #
@@ -23,7 +23,9 @@
 #
 # Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
 # HERALD_LOCAL_FCM_PORT 18544 (FCM messages:send, its token endpoint and the webhook receiver),
-# HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the stand-in base+9).
+# HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the registry API base+7, the stand-in base+9).
+# The registry API's bearer token is made once per run directory (RUN/api-token); the script prints it, the API's
+# URL and an `export` line for heraldctl (HERALD_KAFKA_BROKERS, HERALD_REDIS_URL, HERALD_STAGE_ENDPOINTS).
 # HERALD_LOCAL_BIN: directory of the built executables (default .build/release, or .build/debug with --debug).
 # HERALD_LOCAL_PIPELINE_SRC: pipeline file the stack's run/pipeline.yaml is made from (default pipelines/example.yaml;
 # the benchmarks of docs/performance.md compare settings this way).
@@ -50,7 +52,7 @@ while [ $# -gt 0 ]; do
     --run-dir) RUN="$2"; shift ;;
     --restart|--start) action="${1#--}"; target="$2"; shift ;;
     --signal) action=signal; sig="$2"; target="$3"; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -85,6 +87,14 @@ stop_pid() { # name pidfile
 
 stop_all() {
   local s
+  # A --keep run waiting in another shell: it stops the rest itself; whatever is left is stopped below.
+  local keeper
+  keeper="$(cat "$RUN/keep.pid" 2>/dev/null || true)"
+  if [ -n "$keeper" ] && [ "$keeper" != "$$" ] && kill -0 "$keeper" 2>/dev/null; then
+    kill -TERM "$keeper" 2>/dev/null || true
+    for _ in $(seq 1 600); do kill -0 "$keeper" 2>/dev/null || break; sleep 0.1; done
+  fi
+  [ "$keeper" = "$$" ] || rm -f "$RUN/keep.pid"
   for s in "${STAGES[@]}"; do stop_pid "herald-$s" "$RUN/$s.pid"; done
   stop_pid herald-mock-apns "$RUN/mock-apns.pid"
   stop_pid herald-mock-fcm "$RUN/mock-fcm.pid"
@@ -152,12 +162,13 @@ start_stage() {
     # The watcher must not run the script's EXIT trap, nor be stopped by set -e on the stage's status.
     trap - EXIT; set +e
     # The stages warn about HERALD_* keys they do not know: the HERALD_LOCAL_* ones are for this script only.
-    env -u HERALD_LOCAL_REDIS_PORT -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
+    env -u HERALD_LOCAL_REDIS_PORT -u HERALD_STAGE_ENDPOINTS -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
         -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT \
         HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
         HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
         HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 \
         HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
+        $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \
         $( [ "$s" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
         "$BIN/herald-$s" >>"$RUN/logs/$s.log" 2>&1 </dev/null &
     pid=$!
@@ -182,6 +193,7 @@ write_stack_env() {
     echo "RUN=$RUN"; echo "BIN=$BIN"; echo "REDIS_AOF=$redis_aof"; echo "KAFKA_S3=$kafka_s3"
     echo "REDIS_PORT=$REDIS_PORT"; echo "KAFKA_PORT=$KAFKA_PORT"; echo "APNS_PORT=$APNS_PORT"; echo "FCM_PORT=$FCM_PORT"
     echo "METRICS_BASE=$METRICS_BASE"; echo "MOCK_METRICS_PORT=$((METRICS_BASE + 9))"
+    echo "API_PORT=$((METRICS_BASE + 7))"; echo "API_TOKEN=$(cat "$RUN/api-token")"
     echo "STAGES=${STAGES[*]}"
   } >"$RUN/stack.env"
 }
@@ -246,10 +258,15 @@ fi
 start_redis
 say "redis on 127.0.0.1:$REDIS_PORT$( [ "$redis_aof" = 1 ] && echo ' (append-only file)')"
 start_kafka
+say "tansu on 127.0.0.1:$KAFKA_PORT"
 bash scripts/tansu.sh topics "$KAFKA_PORT" chat.events:4 herald.ingested:4 herald.resolved:4 herald.deliverable:4 \
   herald.outbound:4 herald.retry:4 herald.dlq:1 herald.token-feedback:2 herald.registry:2 \
   herald.ingested.priority:4 herald.resolved.priority:4 herald.deliverable.priority:4 herald.outbound.priority:4 \
-  herald.retry.priority:4 >/dev/null
+  herald.retry.priority:4 >/dev/null \
+  || { say "cannot create the topics on 127.0.0.1:$KAFKA_PORT (above; the broker's log: $RUN/tansu/tansu.log)"; exit 1; }
+
+# --- The registry API's bearer token (one per run directory) -------------------------------------------
+[ -s "$RUN/api-token" ] || { umask 077; openssl rand -hex 24 >"$RUN/api-token"; }
 
 # --- Keys for the stand-in: TLS certificate and a .p8-style P-256 provider key ----------------------
 if [ ! -f "$RUN/apns-cert.pem" ]; then
@@ -313,6 +330,9 @@ for s in "${STAGES[@]}"; do
   else not_ready=1; say "herald-$s is not ready; last log lines:"; tail -5 "$RUN/logs/$s.log" >&2; fi
 done
 write_stack_env
+say "registry API on http://127.0.0.1:$((METRICS_BASE + 7))/v1 (Authorization: Bearer $(cat "$RUN/api-token"))"
+endpoints="$(for i in 1 2 3 4 5 6; do printf 'http://127.0.0.1:%s,' "$((METRICS_BASE + i))"; done)"
+say "for heraldctl: export HERALD_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT HERALD_REDIS_URL=redis://127.0.0.1:$REDIS_PORT HERALD_STAGE_ENDPOINTS=${endpoints%,}"
 [ "$prometheus" = 1 ] && bash scripts/local-prometheus.sh start
 if [ "$up" = 1 ]; then
   [ "$not_ready" = 0 ] || exit 1
@@ -501,8 +521,9 @@ echo "Logs: $RUN/logs/   Metrics: http://127.0.0.1:$((METRICS_BASE + 1))..$((MET
 
 if [ "$keep" = 1 ]; then
   say "running; Ctrl-C stops everything (or scripts/local-stack.sh --stop from another shell)"
-  trap 'echo; stop_all; say "stopped"; exit 0' INT TERM
-  while true; do sleep 1; done
+  echo $$ >"$RUN/keep.pid"
+  trap 'echo; stop_all; rm -f "$RUN/keep.pid"; say "stopped"; exit 0' INT TERM
+  while true; do sleep 1 & wait $!; done
 fi
 stop_all
 say "stopped (use --keep to keep the stack running)"

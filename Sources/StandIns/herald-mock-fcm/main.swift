@@ -3,6 +3,7 @@
 // receivers (/webhook/<name>).
 import ArgumentParser
 import Foundation
+import Glibc
 import HeraldMockProviders
 
 @main
@@ -56,21 +57,26 @@ struct MockFCM: ParsableCommand {
             c.webhookFaultsByName[String(parts[0]), default: []] += Array(
                 repeating: MockFault(status: status), count: count)
         }
+        // SIGTERM and SIGINT are blocked in every thread (the server's threads inherit the mask) and taken here by
+        // sigwait: an ignored signal would be discarded, and a handler would run on whichever thread it hits.
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGTERM)
+        sigaddset(&set, SIGINT)
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+        // Process-wide, once: a write to a connection the client reset fails with EPIPE instead of killing the
+        // stand-in with SIGPIPE.
+        signal(SIGPIPE, SIG_IGN)
         let server = try MockProvidersServer(configuration: c)
         try server.start()
         FileHandle.standardOutput.write(Data("herald-mock-fcm listening on \(host):\(server.port)\n".utf8))
         if let portFile { try String(server.port).write(toFile: portFile, atomically: true, encoding: .utf8) }
-        let done = DispatchSemaphore(value: 0)
-        signal(SIGTERM, SIG_IGN)
-        signal(SIGINT, SIG_IGN)
-        let sources = [SIGTERM, SIGINT].map { sig -> DispatchSourceSignal in
-            let s = DispatchSource.makeSignalSource(signal: sig)
-            s.setEventHandler { done.signal() }
-            s.resume()
-            return s
-        }
-        done.wait()
-        _ = sources
+        var signalNumber: Int32 = 0
+        while sigwait(&set, &signalNumber) != 0 {}
+        // Every answer is already in the record file (written under the server's lock as it is given); the
+        // connection threads end when their sockets are shut down, and nothing of theirs needs to outlive this.
         server.stop()
+        fflush(nil)
+        _exit(0)
     }
 }
