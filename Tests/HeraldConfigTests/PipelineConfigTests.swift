@@ -36,6 +36,24 @@ struct PipelineConfigTests {
         #expect(c.stages[.send].groupID == "herald-send" && c.stages[.send].metricsPort == 9105)
     }
 
+    @Test("the variables named by *_env keys are the file's environment keys (a stage does not call them unknown)")
+    func environmentKeys() throws {
+        let example = try PipelineLoader.load(path: repoRoot.appendingPathComponent("pipelines/example.yaml").path)
+        #expect(example.config.environmentKeys.contains("HERALD_WEBHOOK_PASSWORD"))
+        let yaml = """
+            apps:
+              a:
+                credentials:
+                  - {bundle_id: com.example.a, p12_file: /k.p12, p12_password_env: HERALD_P12_PASSWORD}
+            api:
+              port: 9107
+              clients:
+                backend: {token_env: HERALD_API_TOKEN_BACKEND}
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.config.environmentKeys == ["HERALD_P12_PASSWORD", "HERALD_API_TOKEN_BACKEND"])
+    }
+
     @Test("unknown keys are reported with their path, not ignored")
     func unknownKeys() throws {
         let yaml = """

@@ -22,6 +22,66 @@ struct ConfigKeyTests {
             "replace the table in docs/operations.md, \"Environment\", with:\n\(ConfigKey.markdownTable)")
     }
 
+    /// The defaults README.md and docs/*.md state in prose for a key: "`KEY` (default N)", "`KEY`, default N",
+    /// "`KEY`, N, the default"; N as written (digits; `25 s` for a key in milliseconds is 25000).
+    static func statedDefaults(in text: String, key: ConfigKey) throws -> [String] {
+        let name = NSRegularExpression.escapedPattern(for: key.name)
+        let patterns = [
+            #"`\#(name)`[^|.\n]{0,12}?default:?\s+`?([0-9][0-9,]*)(\s*ms|\s*s\b)?"#,
+            #"`\#(name)`,\s+`?([0-9][0-9,]*)`?(\s*ms|\s*s\b)?,\s+the default"#,
+        ]
+        var found: [String] = []
+        for pattern in patterns {
+            let regex = try NSRegularExpression(pattern: pattern)
+            let range = NSRange(text.startIndex..., in: text)
+            for match in regex.matches(in: text, range: range) {
+                guard let value = Range(match.range(at: 1), in: text).map({ String(text[$0]) }) else { continue }
+                var number = value.replacingOccurrences(of: ",", with: "")
+                let unit = Range(match.range(at: 2), in: text).map { text[$0].trimmingCharacters(in: .whitespaces) }
+                if unit == "s", key.name.hasSuffix("_MS"), let seconds = Int(number) { number = String(seconds * 1000) }
+                found.append(number)
+            }
+        }
+        return found
+    }
+
+    @Test("the defaults README.md and docs/ state in prose are the declared ones")
+    func proseDefaultsMatchDeclarations() throws {
+        let docs = Paths.packageRoot + "/docs"
+        let files =
+            ["README.md"]
+            + (try FileManager.default.contentsOfDirectory(atPath: docs)).filter { $0.hasSuffix(".md") }.map {
+                "docs/" + $0
+            }
+        var checked = 0
+        for file in files {
+            let text = try String(contentsOfFile: Paths.packageRoot + "/" + file, encoding: .utf8)
+            for key in ConfigKey.all {
+                guard let declared = key.defaultValue else { continue }
+                for stated in try Self.statedDefaults(in: text, key: key) {
+                    checked += 1
+                    #expect(
+                        stated == declared, "\(file) states \(key.name) defaults to \(stated); declared: \(declared)")
+                }
+            }
+        }
+        // The guide states at least the in-flight bound and the metrics port; a pattern that finds nothing checks
+        // nothing.
+        #expect(checked >= 2, "no stated default found: the patterns no longer match the docs' wording")
+    }
+
+    @Test("the prose patterns find what they are meant to find")
+    func statedDefaultPatterns() throws {
+        let text = """
+            bound (`HERALD_SEND_MAX_IN_FLIGHT`, 10000, the default) and `HERALD_METRICS_PORT` (default 9100);
+            within `HERALD_SHUTDOWN_DEADLINE_MS` (default 25 s). `HERALD_APNS_CONNECTIONS` is a count.
+            """
+        #expect(try Self.statedDefaults(in: text, key: .sendMaxInFlight) == ["10000"])
+        #expect(try Self.statedDefaults(in: text, key: .metricsPort) == ["9100"])
+        #expect(try Self.statedDefaults(in: text, key: .shutdownDeadlineMs) == ["25000"])
+        #expect(try Self.statedDefaults(in: text, key: .apnsConnections) == [])
+    }
+
     @Test("every key is declared once, named HERALD_*, and its default parses")
     func declarations() throws {
         let names = ConfigKey.all.map(\.name)

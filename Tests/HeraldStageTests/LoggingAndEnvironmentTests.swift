@@ -120,6 +120,7 @@ struct EnvironmentTests {
         let environment = try StageEnvironment(
             environment: [
                 "HERALD_REDIS_ULR": "redis://typo", "HERALD_SEND_CONCURRENCY": "8", "PATH": "/bin", "HOME": "/root",
+                "HERALD_STAGE_ENDPOINTS": "http://127.0.0.1:9101",
             ],
             extraKnownKeys: ["HERALD_SEND_CONCURRENCY"])
         #expect(environment.warnings.count == 1)

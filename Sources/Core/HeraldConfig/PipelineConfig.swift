@@ -182,6 +182,17 @@ public struct PipelineConfig: Sendable {
     public init(apps: AppDirectory = AppDirectory()) {
         self.apps = apps
     }
+
+    /// The environment variables the file names in its `*_env` keys (`password_env`, `p12_password_env`,
+    /// `api.clients.<name>.token_env`): a stage reads them, so they are not unknown keys.
+    public var environmentKeys: Set<String> {
+        var keys = Set(api.clients.values)
+        for app in [apps.fallback] + Array(apps.apps.values) {
+            keys.formUnion(app.credentials.compactMap(\.p12PasswordEnv))
+            keys.formUnion(app.webhooks.compactMap(\.passwordEnv))
+        }
+        return keys
+    }
 }
 
 /// A pipeline file could not be read; `path` is the dotted key path.

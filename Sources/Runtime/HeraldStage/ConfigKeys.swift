@@ -283,9 +283,14 @@ public struct ConfigReader: Sendable {
         return number
     }
 
-    /// One line per `HERALD_*` key in the environment that `ConfigKey.all` (and `extraKnownKeys`) does not name.
+    /// Keys that heraldctl reads and a stage does not: an operator's shell may export them beside the stages' keys
+    /// (scripts/local-stack.sh prints such an `export` line), so a stage started from it does not warn about them.
+    public static let heraldctlKeys: Set<String> = ["HERALD_STAGE_ENDPOINTS"]
+
+    /// One line per `HERALD_*` key in the environment that `ConfigKey.all`, `heraldctlKeys` and `extraKnownKeys`
+    /// do not name.
     public func unknownKeyWarnings(extraKnownKeys: Set<String> = []) -> [String] {
-        let known = Set(ConfigKey.all.map(\.name)).union(extraKnownKeys)
+        let known = Set(ConfigKey.all.map(\.name)).union(Self.heraldctlKeys).union(extraKnownKeys)
         return environment.keys.filter { $0.hasPrefix("HERALD_") && !known.contains($0) }.sorted().map {
             "unknown environment key \($0) (ignored); known keys: \(known.sorted().joined(separator: ", "))"
         }

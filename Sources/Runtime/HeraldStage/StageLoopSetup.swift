@@ -48,7 +48,8 @@ public struct StageSetup: Sendable {
             effective[ConfigKey.metricsPort.name] = String(settings.metricsPort)
         }
         let context = try await StageContext.start(
-            stage: stage.rawValue, environment: effective, extraKnownKeys: extraKnownKeys)
+            stage: stage.rawValue, environment: effective,
+            extraKnownKeys: extraKnownKeys.union(loaded.config.environmentKeys))
         for warning in loaded.warnings {
             context.logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
         }
@@ -64,7 +65,8 @@ public struct StageSetup: Sendable {
         context.logger.info(
             "stage starting",
             metadata: [
-                "pipeline": "\(path)", "brokers": "\(brokers.joined(separator: ","))", "group": "\(settings.groupID)",
+                "version": "\(HeraldVersion.current)", "pipeline": "\(path)",
+                "brokers": "\(brokers.joined(separator: ","))", "group": "\(settings.groupID)",
                 "batch_size": "\(settings.batchSize)", "session_timeout_ms": "\(session)",
                 "metrics_port": "\(context.http.port)",
             ])

@@ -6,7 +6,10 @@ import HeraldKafka
 import HeraldRedis
 import Logging
 
-/// Where Kafka is. Defaults come from the environment the stages read (HERALD_KAFKA_BROKERS).
+/// Where Kafka is. Every heraldctl command finds Kafka, Redis and the stages the same way: its option, else the
+/// variable the stages read (`HERALD_KAFKA_BROKERS`, `HERALD_REDIS_URL`; `HERALD_STAGE_ENDPOINTS` for `status`),
+/// else the stages' own default (127.0.0.1:9092, redis://127.0.0.1:6379, 127.0.0.1:9101-9106).
+/// scripts/local-stack.sh prints the `export` line for its ports.
 struct KafkaOptions: ParsableArguments {
     @Option(
         name: .long,
@@ -20,7 +23,37 @@ struct KafkaOptions: ParsableArguments {
         return raw.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
     }
 
-    var client: KafkaClientConfiguration { KafkaClientConfiguration(brokers: brokerList, clientID: "heraldctl") }
+    /// The client configuration, once a bootstrap server accepted a TCP connection; else exit status 1 at once with
+    /// one line naming the servers tried (librdkafka would keep retrying until its own timeout).
+    var client: KafkaClientConfiguration {
+        var failures: [String] = []
+        for server in brokerList {
+            let (host, port) = Self.hostAndPort(server)
+            switch TCPConnect.open(host: host, port: port, timeout: 3) {
+            case .success(let fd):
+                close(fd)
+                return KafkaClientConfiguration(brokers: brokerList, clientID: "heraldctl")
+            case .failure(let error):
+                failures.append("\(server): \(error)")
+            }
+        }
+        CLI.fail(
+            "kafka: no broker accepts connections (\(failures.joined(separator: "; "))); give --brokers or set HERALD_KAFKA_BROKERS"
+        )
+    }
+
+    /// `host:port` of a bootstrap server (`PLAINTEXT://` and similar prefixes dropped; `[v6]:port`; port 9092 when
+    /// none is given, as librdkafka does).
+    static func hostAndPort(_ server: String) -> (String, Int) {
+        var rest = Substring(server)
+        if let scheme = rest.range(of: "://") { rest = rest[scheme.upperBound...] }
+        if let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]),
+            !rest[..<colon].hasSuffix(":")
+        {
+            return (String(rest[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port)
+        }
+        return (String(rest).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), 9092)
+    }
 
     func producer() throws -> KafkaProducer {
         var configuration = KafkaProducerConfiguration(client: client)
@@ -151,15 +184,29 @@ enum CLI {
     /// A token shortened for output (8 characters and an ellipsis), as the logs do.
     static func short(_ token: String) -> String { token.count > 8 ? token.prefix(8) + "…" : token }
 
-    /// Compact JSON of a Foundation object with sorted keys.
-    static func json(_ object: Any) -> String {
-        guard
-            let data = try? JSONSerialization.data(
-                withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
-        else {
-            return "{}"
+    /// Compact JSON with sorted keys of a report object built from dictionaries, arrays, strings, numbers, booleans,
+    /// `NSNull` and `JSONValue`s, written by HeraldCore's JSON writer (the one codec, docs/architecture.md, "JSON").
+    static func json(_ object: Any) -> String { jsonValue(object).serialized }
+
+    static func jsonValue(_ object: Any) -> JSONValue {
+        switch object {
+        case let v as JSONValue: return v
+        case let v as String: return .string(v)
+        case let v as Bool: return .bool(v)
+        case let v as Int: return .number(String(v))
+        case let v as Int64: return .number(String(v))
+        case let v as Int32: return .number(String(v))
+        case let v as UInt64: return .number(String(v))
+        case let v as Double:
+            guard v.isFinite else { return .null }
+            if v == v.rounded(), abs(v) < 1e15 { return .number(String(Int64(v))) }
+            return .number(String(v))
+        case let v as [String: Any]:
+            return .object(v.keys.sorted().map { ($0, jsonValue(v[$0] as Any)) })
+        case let v as [Any]: return .array(v.map(jsonValue))
+        case Optional<Any>.none: return .null
+        default: return .null
         }
-        return String(decoding: data, as: UTF8.self)
     }
 
     /// The value, or JSON null.

@@ -172,10 +172,7 @@ struct Push: AsyncParsableCommand {
             "disposition": dispositionText(r.disposition),
         ]
         if let failure = r.transportFailure { object["transport_failure"] = failure.description }
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
-            return "{}"
-        }
-        return String(decoding: data, as: UTF8.self)
+        return CLI.json(object)
     }
 
     static func dispositionText(_ d: APNsDisposition) -> String {

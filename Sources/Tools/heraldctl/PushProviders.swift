@@ -152,10 +152,5 @@ extension Push {
         if outcome.answer != .delivered { throw ExitCode(1) }
     }
 
-    static func jsonText(_ object: [String: Any]) -> String {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
-            return "{}"
-        }
-        return String(decoding: data, as: UTF8.self)
-    }
+    static func jsonText(_ object: [String: Any]) -> String { CLI.json(object) }
 }

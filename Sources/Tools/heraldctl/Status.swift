@@ -8,19 +8,24 @@ struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show each stage's readiness, consumer lag, in-flight work and rates from its HTTP endpoint.",
         discussion: """
-            Give the stages' endpoints (http://HOST:PORT, e.g. one per pod behind `kubectl port-forward`), or none \
-            for the local stack of scripts/local-stack.sh (ports HERALD_LOCAL_METRICS_BASE+1 to +6, default \
-            19201-19206). Rates are per second over --interval. Exits 1 when an endpoint is unreachable or a stage \
-            is not ready.
+            Give the stages' endpoints (http://HOST:PORT, e.g. one per pod behind `kubectl port-forward`); else \
+            $HERALD_STAGE_ENDPOINTS (comma separated; scripts/local-stack.sh prints the line to export); else the \
+            six stages on 127.0.0.1 at their default metrics ports, 9101 to 9106 (--local-base N: N+1 to N+6). \
+            Rates are per second over --interval. Exits 1 when an endpoint is unreachable or a stage is not ready.
             """)
 
-    @Argument(help: "Stage endpoints, http://HOST:PORT (default: the local stack's six stages).")
+    @Argument(help: "Stage endpoints, http://HOST:PORT (default: $HERALD_STAGE_ENDPOINTS, else 127.0.0.1:9101-9106).")
     var endpoints: [String] = []
 
     @Option(
         name: .customLong("local-base"),
-        help: "Metrics port base of the local stack (default: HERALD_LOCAL_METRICS_BASE or 19200).")
+        help: "The six stages on 127.0.0.1, ports N+1 to N+6 (ingest, resolve, suppress, render, send, registry).")
     var localBase: Int?
+
+    /// The stages' default metrics ports are 9101 to 9106 (pipeline `stages.<stage>.metrics_port`).
+    static let defaultBase = 9100
+    /// The variable the local stack's export line sets; the stages know it and do not warn about it.
+    static let endpointsVariable = "HERALD_STAGE_ENDPOINTS"
 
     @Option(name: .long, help: "Seconds between the two /metrics reads the rates come from.")
     var interval: Double = 2
@@ -36,20 +41,25 @@ struct Status: AsyncParsableCommand {
     func validate() throws {
         guard interval > 0, interval <= 60 else { throw ValidationError("--interval: between 0 and 60 seconds") }
         guard timeout > 0 else { throw ValidationError("--timeout: a positive number of seconds") }
-        for e in endpoints where StageEndpoint(url: e) == nil {
+        for e in endpoints + environmentEndpoints where StageEndpoint(url: e) == nil {
             throw ValidationError("not an http://HOST:PORT endpoint: \(e)")
         }
     }
 
+    /// $HERALD_STAGE_ENDPOINTS, split at commas (empty when unset or when endpoints are given).
+    var environmentEndpoints: [String] {
+        guard endpoints.isEmpty, localBase == nil,
+            let raw = ProcessInfo.processInfo.environment[Self.endpointsVariable]
+        else { return [] }
+        return raw.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
     func run() async throws {
-        // A peer that closes early must not kill the tool with SIGPIPE.
-        signal(SIGPIPE, SIG_IGN)
-        var targets: [(name: String?, endpoint: StageEndpoint)] = endpoints.compactMap { e in
+        var targets: [(name: String?, endpoint: StageEndpoint)] = (endpoints + environmentEndpoints).compactMap { e in
             StageEndpoint(url: e).map { (name: String?.none, endpoint: $0) }
         }
         if targets.isEmpty {
-            let base =
-                localBase ?? ProcessInfo.processInfo.environment["HERALD_LOCAL_METRICS_BASE"].flatMap(Int.init) ?? 19200
+            let base = localBase ?? Self.defaultBase
             targets = Self.localStages.enumerated().map { i, stage in
                 (stage, StageEndpoint(host: "127.0.0.1", port: base + i + 1))
             }
@@ -105,25 +115,7 @@ struct StageEndpoint: Sendable, CustomStringConvertible {
 
     /// GET `path`: status and body, or nil when the endpoint cannot be reached or answers nonsense.
     func get(_ path: String, timeout: Int) -> (status: Int, body: String)? {
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var list: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, String(port), &hints, &list) == 0, let first = list else { return nil }
-        defer { freeaddrinfo(list) }
-        var fd: Int32 = -1
-        var candidate: UnsafeMutablePointer<addrinfo>? = first
-        while let a = candidate {
-            let s = socket(a.pointee.ai_family, a.pointee.ai_socktype, a.pointee.ai_protocol)
-            if s >= 0 {
-                var tv = timeval(tv_sec: timeout, tv_usec: 0)
-                setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-                setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-                if connect(s, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 { fd = s; break }
-                close(s)
-            }
-            candidate = a.pointee.ai_next
-        }
-        guard fd >= 0 else { return nil }
+        guard case .success(let fd) = TCPConnect.open(host: host, port: port, timeout: timeout) else { return nil }
         defer { close(fd) }
         let request = Array("GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n\r\n".utf8)
         let sent = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }

@@ -7,8 +7,7 @@ struct Topics: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Create Kafka topics that do not exist yet (NAME or NAME:PARTITIONS).")
 
-    @Option(name: .long, help: "Bootstrap brokers, comma-separated.")
-    var brokers: String = "127.0.0.1:9092"
+    @OptionGroup var kafka: KafkaOptions
 
     @Option(name: .long, help: "Partitions for topics given without a count.")
     var partitions: Int32 = 4
@@ -28,7 +27,7 @@ struct Topics: AsyncParsableCommand {
 
     func run() async throws {
         let specs = try topicSpecs()
-        let configuration = KafkaAdminConfiguration(brokers: brokers.split(separator: ",").map(String.init))
+        let configuration = KafkaAdminConfiguration(client: kafka.client)
         let created = Set(try await KafkaAdmin.createTopics(specs, configuration: configuration))
         for spec in specs {
             print(
