@@ -60,11 +60,16 @@ final class ProviderPKI: @unchecked Sendable {
     }
 }
 
+/// The clients and the in-process stand-in write to sockets with write(2): like the executables, the test process
+/// ignores SIGPIPE so a write to a reset connection fails with EPIPE instead of ending the test run.
+let ignoreSIGPIPE: Void = { signal(SIGPIPE, SIG_IGN) }()
+
 func startStandIn(
     _ pki: ProviderPKI, tokenLifetime: Int = 3600, unregistered: Set<String> = [],
     foreign: Set<String> = [], goawayAfter: Int = 0,
     webhookAuth: (user: String, password: String)? = nil
 ) throws -> MockProvidersServer {
+    _ = ignoreSIGPIPE
     let server = try MockProvidersServer(
         configuration: MockProvidersConfiguration(
             certificatePath: pki.cert, privateKeyPath: pki.key, projectID: pki.project, clientEmail: pki.clientEmail,

@@ -55,20 +55,6 @@ public final class APNsClient: Sendable {
     }
 }
 
-/// Counts completions down from n; thread-safe.
-final class Countdown: @unchecked Sendable {
-    // @unchecked Sendable: guarded by `lock`.
-    private let lock = NSLock()
-    private var left: Int
-    init(_ n: Int) { left = n }
-    /// Returns true on the last tick.
-    func tick() -> Bool {
-        lock.withLock {
-            left -= 1; return left == 0
-        }
-    }
-}
-
 /// A client that takes batches of requests and answers each through a callback (APNs, FCM): the stream form of
 /// its answers is written once, here.
 public protocol BatchPushClient: Sendable {

@@ -61,8 +61,8 @@ public final class FCMClient: Sendable {
     private let http: HTTP1Client
     private let path: [UInt8]
 
+    /// The process must ignore SIGPIPE, as for `APNsClient` (executables do it at start-up, docs/architecture.md).
     public init(configuration: FCMClientConfiguration, logger: Logger = Logger(label: "herald.fcm")) throws(APNsError) {
-        signal(SIGPIPE, SIG_IGN)
         self.configuration = configuration
         do {
             http = try HTTP1Client(

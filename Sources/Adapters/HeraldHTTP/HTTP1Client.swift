@@ -1,5 +1,6 @@
 import CHeraldCurl
 import Foundation
+import HeraldCore
 
 /// One HTTP/1.1 request (a POST unless `method` says otherwise).
 public struct HTTPRequest: Sendable {
@@ -91,7 +92,7 @@ public final class HTTP1Client: Sendable {
 
     /// Sends one request and waits for its outcome.
     public func send(_ request: HTTPRequest) async -> HTTPResponse {
-        _ = await loop.gate.acquire()
+        _ = await loop.gate.acquire(upTo: 1)
         return await withCheckedContinuation { c in
             loop.enqueue([Transfer(request: request) { c.resume(returning: $0) }])
         }
@@ -101,7 +102,7 @@ public final class HTTP1Client: Sendable {
     /// Returns once all are accepted (waiting while `maxInFlight` are outstanding).
     public func submit(_ requests: [HTTPRequest], onComplete: @escaping @Sendable (HTTPResponse) -> Void) async {
         for request in requests {
-            _ = await loop.gate.acquire()
+            _ = await loop.gate.acquire(upTo: 1)
             loop.enqueue([Transfer(request: request, completion: onComplete)])
         }
     }
@@ -147,48 +148,13 @@ final class Transfer: @unchecked Sendable {
     }
 }
 
-/// Bounds accepted-but-unanswered requests; `acquire` suspends when full.
-final class Gate: @unchecked Sendable {
-    // @unchecked Sendable: all state guarded by `lock`.
-    private let lock = NSLock()
-    private var available: Int
-    private var waiters: [CheckedContinuation<Void, Never>] = []
-    init(_ limit: Int) { available = limit }
-
-    func acquire() async {
-        if lock.withLock({ () -> Bool in
-            if available > 0 && waiters.isEmpty { available -= 1; return true }
-            return false
-        }) {
-            return
-        }
-        await withCheckedContinuation { c in
-            let now = lock.withLock { () -> Bool in
-                if available > 0 && waiters.isEmpty { available -= 1; return true }
-                waiters.append(c)
-                return false
-            }
-            if now { c.resume() }
-        }
-    }
-
-    func release(_ n: Int) {
-        var ready: [CheckedContinuation<Void, Never>] = []
-        lock.withLock {
-            available += n
-            while available > 0, !waiters.isEmpty { available -= 1; ready.append(waiters.removeFirst()) }
-        }
-        for c in ready { c.resume() }
-    }
-}
-
 /// The multi handle and its thread.
 final class CurlLoop: @unchecked Sendable {
     // @unchecked Sendable: `inbox`, `stopping`, `finished`, `waiters` and `statsValue` are guarded by
     // `lock`; the multi handle and `live` are touched only by the loop thread (curl_multi_wakeup is
     // documented as callable from any thread).
     let configuration: HTTP1ClientConfiguration
-    let gate: Gate
+    let gate: InFlightGate
     private let multi: UnsafeMutableRawPointer
     private let lock = NSLock()
     private var inbox: [Transfer] = []
@@ -202,7 +168,7 @@ final class CurlLoop: @unchecked Sendable {
         guard let m = curl_multi_init() else { throw HTTPError("curl_multi_init failed") }
         multi = m
         self.configuration = configuration
-        gate = Gate(configuration.maxInFlight)
+        gate = InFlightGate(limit: configuration.maxInFlight)
         _ = herald_curl_multi_setopt_long(m, CURLMOPT_MAX_HOST_CONNECTIONS, configuration.maxConnectionsPerHost)
         _ = herald_curl_multi_setopt_long(m, CURLMOPT_MAXCONNECTS, configuration.maxConnectionsPerHost * 4)
         // No HTTP/1.1 pipelining and no multiplexing: one request per connection at a time.
@@ -311,9 +277,9 @@ final class CurlLoop: @unchecked Sendable {
         _ = herald_curl_setopt_string(easy, CURLOPT_URL, r.url)
         _ = herald_curl_setopt_long(easy, CURLOPT_HTTP_VERSION, herald_curl_http_1_1())
         _ = herald_curl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        _ = herald_curl_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(Self.milliseconds(r.timeout)))
+        _ = herald_curl_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(r.timeout.milliseconds))
         _ = herald_curl_setopt_long(
-            easy, CURLOPT_CONNECTTIMEOUT_MS, Int(Self.milliseconds(configuration.connectTimeout)))
+            easy, CURLOPT_CONNECTTIMEOUT_MS, Int(configuration.connectTimeout.milliseconds))
         _ = herald_curl_setopt_string(easy, CURLOPT_PROTOCOLS_STR, "https,http")
         // TLS 1.2 or later, and the CA file (which replaces libcurl's default bundle) applied, or no request: a
         // setting libcurl refuses must not leave the transfer with weaker TLS than configured.
@@ -395,10 +361,5 @@ final class CurlLoop: @unchecked Sendable {
 
     static func response(_ t: Transfer, failure: HTTPResponse.Failure?) -> HTTPResponse {
         HTTPResponse(tag: t.request.tag, status: nil, headers: t.headers, body: t.body, failure: failure)
-    }
-
-    static func milliseconds(_ d: Duration) -> Int64 {
-        let c = d.components
-        return c.seconds * 1000 + c.attoseconds / 1_000_000_000_000_000
     }
 }

@@ -66,7 +66,7 @@ public final class WebhookClient: Sendable {
     public func send(_ requests: [HTTPRequest], onAnswer: @escaping @Sendable (UInt64, WebhookOutcome) -> Void) async {
         if requests.isEmpty { return }
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-            let left = Counter(requests.count)
+            let left = Countdown(requests.count)
             Task {
                 await http.submit(requests) { response in
                     onAnswer(response.tag, Self.outcome(response))
@@ -105,18 +105,5 @@ public final class WebhookClient: Sendable {
         }
         return WebhookOutcome(
             status: nil, failure: failure, answer: WebhookAnswerTable.classify(transport), reasonText: name)
-    }
-}
-
-/// Counts completions down; thread-safe.
-final class Counter: @unchecked Sendable {
-    // @unchecked Sendable: guarded by `lock`.
-    private let lock = NSLock()
-    private var left: Int
-    init(_ n: Int) { left = n }
-    func tick() -> Bool {
-        lock.withLock {
-            left -= 1; return left == 0
-        }
     }
 }
