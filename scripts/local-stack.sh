@@ -178,9 +178,9 @@ start_stage() {
   for _ in $(seq 1 50); do [ -f "$RUN/$s.pid" ] && break; sleep 0.02; done
 }
 
-wait_stage_ready() { # stage; 0 when /readyz answers
+wait_stage_ready() { # stage; 0 when /readyz answers (a loaded machine's debug build may take a minute)
   local s="$1" i; i="$(stage_index "$1")"
-  for _ in $(seq 1 300); do
+  for _ in $(seq 1 900); do
     if curl -fs "http://127.0.0.1:$((METRICS_BASE + i))/readyz" >/dev/null 2>&1; then return 0; fi
     kill -0 "$(cat "$RUN/$s.pid" 2>/dev/null || echo 0)" 2>/dev/null || return 1
     sleep 0.1
