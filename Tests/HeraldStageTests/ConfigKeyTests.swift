@@ -23,12 +23,13 @@ struct ConfigKeyTests {
     }
 
     /// The defaults README.md and docs/*.md state in prose for a key: "`KEY` (default N)", "`KEY`, default N",
-    /// "`KEY`, N, the default"; N as written (digits; `25 s` for a key in milliseconds is 25000).
+    /// "`KEY`, N, the default"; N as written (digits; `25 s` for a key in milliseconds is 25000, `7 days` for a key in
+    /// seconds 604800).
     static func statedDefaults(in text: String, key: ConfigKey) throws -> [String] {
         let name = NSRegularExpression.escapedPattern(for: key.name)
         let patterns = [
-            #"`\#(name)`[^|.\n]{0,12}?default:?\s+`?([0-9][0-9,]*)(\s*ms|\s*s\b)?"#,
-            #"`\#(name)`,\s+`?([0-9][0-9,]*)`?(\s*ms|\s*s\b)?,\s+the default"#,
+            #"`\#(name)`[^|.\n]{0,12}?default:?\s+`?([0-9][0-9,]*)(\s*ms\b|\s*s\b|\s*days?\b)?"#,
+            #"`\#(name)`,\s+`?([0-9][0-9,]*)`?(\s*ms\b|\s*s\b|\s*days?\b)?,\s+the default"#,
         ]
         var found: [String] = []
         for pattern in patterns {
@@ -39,6 +40,9 @@ struct ConfigKeyTests {
                 var number = value.replacingOccurrences(of: ",", with: "")
                 let unit = Range(match.range(at: 2), in: text).map { text[$0].trimmingCharacters(in: .whitespaces) }
                 if unit == "s", key.name.hasSuffix("_MS"), let seconds = Int(number) { number = String(seconds * 1000) }
+                if unit?.hasPrefix("day") == true, key.name.hasSuffix("_SECONDS"), let days = Int(number) {
+                    number = String(days * 86_400)
+                }
                 found.append(number)
             }
         }
@@ -75,11 +79,13 @@ struct ConfigKeyTests {
         let text = """
             bound (`HERALD_SEND_MAX_IN_FLIGHT`, 10000, the default) and `HERALD_METRICS_PORT` (default 9100);
             within `HERALD_SHUTDOWN_DEADLINE_MS` (default 25 s). `HERALD_APNS_CONNECTIONS` is a count.
+            Entries expire (`HERALD_EXPLAIN_TTL_SECONDS`, default 7 days).
             """
         #expect(try Self.statedDefaults(in: text, key: .sendMaxInFlight) == ["10000"])
         #expect(try Self.statedDefaults(in: text, key: .metricsPort) == ["9100"])
         #expect(try Self.statedDefaults(in: text, key: .shutdownDeadlineMs) == ["25000"])
         #expect(try Self.statedDefaults(in: text, key: .apnsConnections) == [])
+        #expect(try Self.statedDefaults(in: text, key: .explainTTLSeconds) == ["604800"])
     }
 
     @Test("every key is declared once, named HERALD_*, and its default parses")
@@ -95,7 +101,7 @@ struct ConfigKeyTests {
 
     @Test("every HERALD_* key the stage sources name is declared", arguments: ["Sources/Stages", "Sources/Runtime"])
     func sourcesUseDeclaredKeys(folder: String) throws {
-        let declared = Set(ConfigKey.all.map(\.name))
+        let declared = Set(ConfigKey.all.map(\.name)).union(ConfigReader.heraldctlKeys)
         let root = Paths.packageRoot + "/" + folder
         let files = try #require(FileManager.default.enumerator(atPath: root)).compactMap { $0 as? String }
             .filter { $0.hasSuffix(".swift") }
