@@ -19,6 +19,12 @@ public struct RedisBatch: Sendable {
         bytes.reserveCapacity(capacity)
     }
 
+    /// `count` commands already in RESP form, one after another (the cluster router's per-node batches).
+    init(encoded: [UInt8], count: Int) {
+        bytes = encoded
+        self.count = count
+    }
+
     public var isEmpty: Bool { count == 0 }
 
     /// Appends every command of `other`.

@@ -22,6 +22,9 @@ public struct RedisConfiguration: Sendable, Hashable {
     /// TLS (`rediss://`); nil for a plaintext connection. Every (re)connect does a full handshake that verifies the
     /// server's certificate and host name.
     public var tls: RedisTLSConfiguration?
+    /// Redis Cluster: the seed nodes the slot map is first learnt from (empty: one node at `host`:`port`). Every
+    /// node connection uses this configuration with only the host and port replaced.
+    public var clusterSeeds: [RedisNodeAddress] = []
 
     public init(
         host: String = "127.0.0.1",
@@ -46,7 +49,13 @@ public struct RedisConfiguration: Sendable, Hashable {
     /// Parses `redis://[[user]:password@]host[:port][/database]` (the form of `HERALD_REDIS_URL`), or `rediss://`
     /// for TLS with the system trust store (`applyTLS` sets a CA file, a client certificate, a server name).
     /// With a user name, AUTH names that ACL user (Redis 6+); without one it authenticates the default user.
+    /// `redis+cluster://[[user]:password@]host[:port][,host[:port]...]` names a Redis Cluster by seed nodes.
     public init(url: String) throws {
+        if let cluster = try Self.clusterForm(of: url) {
+            self = try RedisConfiguration(url: cluster.nodeURL)
+            try useCluster(seeds: cluster.seeds)
+            return
+        }
         guard let components = URLComponents(string: url), components.scheme == "redis" || components.scheme == "rediss"
         else {
             throw RedisError(.invalidConfiguration, "not a redis:// or rediss:// URL: \(Self.redacted(url))")
@@ -106,6 +115,7 @@ public struct RedisConfiguration: Sendable, Hashable {
 
     /// The URL with any password replaced, fit for logs and error messages.
     public static func redacted(_ url: String) -> String {
+        if let redacted = clusterRedacted(url) { return redacted }
         guard var components = URLComponents(string: url), components.password != nil else { return url }
         components.password = "***"
         return components.string ?? "redis://***"
@@ -139,6 +149,7 @@ public struct RedisTLSConfiguration: Sendable, Hashable {
 extension RedisConfiguration: CustomStringConvertible {
     /// Host, port and database; the password is never printed.
     public var description: String {
-        "\(tls == nil ? "redis" : "rediss")://\(password == nil ? "" : "\(username ?? ""):***@")\(host):\(port)/\(database)"
+        if !clusterSeeds.isEmpty { return clusterDescription }
+        return "\(tls == nil ? "redis" : "rediss")://\(password == nil ? "" : "\(username ?? ""):***@")\(host):\(port)/\(database)"
     }
 }

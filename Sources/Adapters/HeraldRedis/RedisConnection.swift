@@ -10,7 +10,8 @@ import Logging
 import Glibc
 #endif
 
-/// One Redis connection over hiredis.
+/// One Redis connection over hiredis, or, for a Redis Cluster configuration (`clusterSeeds`), a router over one
+/// such connection per master (`RedisClusterRouter`). Callers use both the same way.
 ///
 /// Every hiredis call (connect, write, read: all blocking) runs on the connection's own thread, never on Swift's
 /// cooperative pool; callers `await` and get the answer through a continuation. Calls are served one at a time
@@ -18,39 +19,57 @@ import Glibc
 ///
 /// Pipelining: `pipeline(_:)` appends the whole batch with `redisAppendCommandArgv` and then reads the replies
 /// with `redisGetReply`; hiredis writes the full batch before reading the first reply, so a batch of any size
-/// costs one round trip.
+/// costs one round trip (in a cluster: one per node, all nodes at once).
 ///
 /// Broken connections: an I/O error, EOF, protocol error or timeout drops the hiredis context and fails the
 /// current call with a retryable `RedisError` (`isRetryable == true`). The next call reconnects (at once the
 /// first time, then with exponential backoff while reconnects keep failing). Callers retry the batch; the
 /// adapter never retries on its own, because it cannot know which commands of a broken batch the server ran.
+/// (Cluster redirections are different: a redirected command did not run, and the router sends it on itself.)
 ///
 /// The process must ignore SIGPIPE (executables do it at start-up, docs/architecture.md): hiredis writes with
 /// write(2), and only then does a write to a connection the server reset fail with EPIPE (a retryable
 /// `connectionBroken`) instead of killing the process.
 public final class RedisConnection: Sendable {
-    private let worker: Worker
+    private enum Backend: Sendable {
+        case node(Worker)
+        case cluster(RedisClusterRouter)
+    }
+
+    private let backend: Backend
     public let configuration: RedisConfiguration
 
-    /// Creates the connection and its thread. Nothing is opened until the first call (or `connect()`).
+    /// Creates the connection and its thread (a cluster: the router, whose node connections come as the slot map
+    /// names them). Nothing is opened until the first call (or `connect()`).
     public init(configuration: RedisConfiguration, logger: Logger = Logger(label: "herald.redis")) {
         self.configuration = configuration
-        self.worker = Worker(session: HiredisSession(configuration: configuration, logger: logger))
+        if configuration.isCluster {
+            self.backend = .cluster(RedisClusterRouter(configuration: configuration, logger: logger))
+        } else {
+            self.backend = .node(Worker(session: HiredisSession(configuration: configuration, logger: logger)))
+        }
     }
 
     deinit {
-        worker.stop()
+        close()
     }
 
-    /// Opens the connection now (otherwise the first command does). Throws `connectFailed` (retryable).
+    /// Opens the connection now (otherwise the first command does); a cluster learns its slot map and connects to
+    /// every master. Throws `connectFailed` (retryable).
     public func connect() async throws {
-        try await worker.submit { session in try session.ensureConnected() }
+        switch backend {
+        case .node(let worker): try await worker.submit { session in try session.ensureConnected() }
+        case .cluster(let router): try await router.connect()
+        }
     }
 
     /// Sends one command (`redisCommandArgv`) and returns its reply. An error reply is returned as
     /// `.error`, not thrown; use `RedisValue.orThrow()` when an error reply should be an error.
     public func send(_ command: RedisCommand) async throws -> RedisValue {
-        try await worker.submit { session in try session.command(command) }
+        switch backend {
+        case .node(let worker): try await worker.submit { session in try session.command(command) }
+        case .cluster(let router): try await router.send(command)
+        }
     }
 
     /// `send(RedisCommand(name, arguments...))`.
@@ -62,33 +81,60 @@ public final class RedisConnection: Sendable {
     /// Error replies of single commands are `.error` values in the result.
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RedisValue] {
         if commands.isEmpty { return [] }
-        return try await worker.submit { session in try session.pipeline(commands) }
+        switch backend {
+        case .node(let worker): return try await worker.submit { session in try session.pipeline(commands) }
+        case .cluster(let router): return try await router.pipeline(commands)
+        }
     }
 
     /// Sends a `RedisBatch` in one round trip (its buffer as it is) and returns one reply per command, in order.
     public func pipeline(_ batch: RedisBatch) async throws -> [RedisValue] {
         if batch.isEmpty { return [] }
-        return try await worker.submit { session in try session.pipeline(batch) }
+        switch backend {
+        case .node(let worker): return try await worker.submit { session in try session.pipeline(batch) }
+        case .cluster(let router): return try await router.pipeline(batch)
+        }
     }
 
     /// Sends a `RedisBatch` of writes in one round trip; the replies are only checked: the first error reply is
     /// thrown (`server_error`, naming `what`), the others are read and dropped without being decoded.
     public func write(_ batch: RedisBatch, what: String) async throws {
         if batch.isEmpty { return }
-        try await worker.submit { session in try session.write(batch, what: what) }
+        switch backend {
+        case .node(let worker): try await worker.submit { session in try session.write(batch, what: what) }
+        case .cluster(let router): try await router.write(batch, what: what)
+        }
     }
 
-    /// Fails every queued call with `RedisError.Code.closed`, closes the socket and ends the thread.
+    /// Fails every queued call with `RedisError.Code.closed`, closes the socket(s) and ends the thread(s).
     public func close() {
-        worker.stop()
+        switch backend {
+        case .node(let worker): worker.stop()
+        case .cluster(let router): router.close()
+        }
     }
 
-    /// True while a hiredis context is open (for readiness checks; it does not ping).
-    public var isConnected: Bool { worker.connectedFlag }
+    /// True while a hiredis context is open (a cluster: the slot map is known and every master's connection is
+    /// open). For readiness checks; it does not ping.
+    public var isConnected: Bool {
+        switch backend {
+        case .node(let worker): worker.connectedFlag
+        case .cluster(let router): router.isConnected
+        }
+    }
 
-    /// A readiness probe: `PING` answered with `PONG`.
+    /// A readiness probe: `PING` answered with `PONG` (a cluster: by every master).
     public func ping() async -> Bool {
-        (try? await send(RedisCommand("PING")))?.text == "PONG"
+        switch backend {
+        case .node: (try? await send(RedisCommand("PING")))?.text == "PONG"
+        case .cluster(let router): await router.ping()
+        }
+    }
+
+    /// The cluster router, when this connection is one (tests, tools).
+    var clusterRouter: RedisClusterRouter? {
+        if case .cluster(let router) = backend { return router }
+        return nil
     }
 }
 

@@ -24,6 +24,9 @@ public struct RedisError: Error, Sendable, Hashable, CustomStringConvertible {
         case invalidConfiguration = "invalid_configuration"
         /// The connection was closed by its owner.
         case closed
+        /// Redis Cluster could not serve a command for now: no node answered with the slot map, or a slot stayed
+        /// redirected or unserved (a failover or a resharding under way).
+        case clusterUnavailable = "cluster_unavailable"
     }
 
     public let code: Code
@@ -37,7 +40,7 @@ public struct RedisError: Error, Sendable, Hashable, CustomStringConvertible {
     /// True when the connection broke, timed out or could not be opened: retry the batch.
     public var isRetryable: Bool {
         switch code {
-        case .connectFailed, .connectionBroken, .timeout, .protocolError: return true
+        case .connectFailed, .connectionBroken, .timeout, .protocolError, .clusterUnavailable: return true
         case .serverError, .unexpectedReply, .invalidData, .invalidConfiguration, .closed: return false
         }
     }

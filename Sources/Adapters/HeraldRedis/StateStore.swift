@@ -7,7 +7,9 @@ import Synchronization
 ///
 /// Reads for a batch of recipients are one pipelined round trip (`loadUsers`). Writes that must not interleave
 /// with others (register with eviction, dead-token removal) run as Lua scripts, which Redis runs atomically;
-/// multi-key replacements run inside MULTI/EXEC. Every method throws `RedisError`; when `isRetryable` is true
+/// multi-key replacements run inside MULTI/EXEC. Every script and every transaction touches the keys of one user or
+/// one conversation (one Redis Cluster hash slot, through the keys' hash tags); steps that span slots (the token
+/// owner key) are separate and idempotent. Every method throws `RedisError`; when `isRetryable` is true
 /// the connection broke and the caller retries (all writes here are idempotent).
 ///
 /// Timestamps are milliseconds since the epoch and are always passed in (`now`), never read from a clock.
@@ -331,24 +333,30 @@ public final class StateStore: Sendable {
     /// preferences and unread counts, and every listed conversation's members, are replaced (users and
     /// conversations not listed are left alone). Online entries get `presenceTTLMilliseconds` from `now`. A user
     /// with more than 20 devices keeps the 20 newest, as registering them one by one would.
+    ///
+    /// Each user's keys are replaced in one MULTI/EXEC, and each conversation's members in another: every
+    /// transaction touches one hash slot, so the same pipeline works on one node and on a Redis Cluster. The token
+    /// owner keys (another slot each) are set outside the transactions; every write is idempotent, so a retried
+    /// load converges.
     public func loadFixture(app: String, fixture: StateFixture, presenceTTLMilliseconds: Int64, now: Int64) async throws
     {
-        var commands: [RedisCommand] = [RedisCommand("MULTI")]
+        var commands: [RedisCommand] = []
+        /// Where each transaction's replies are (MULTI through EXEC).
+        var transactions: [Range<Int>] = []
         for (user, declared) in fixture.users.sorted(by: { $0.key < $1.key }) {
             var state = UserState(online: declared.online, preferences: declared.preferences, unread: declared.unread)
             for device in declared.devices { state.register(device) }
             let devicesKey = RedisKeys.devices(app: app, user: user)
             let presenceKey = RedisKeys.presence(app: app, user: user)
             let unreadKey = RedisKeys.unread(app: app, user: user)
+            let begin = commands.count
+            commands.append(RedisCommand("MULTI"))
             commands.append(
                 RedisCommand("DEL", devicesKey, presenceKey, unreadKey, RedisKeys.preferences(app: app, user: user)))
             if !state.devices.isEmpty {
                 var arguments: [any RedisArgument] = [devicesKey]
                 for device in state.devices { arguments.append(device.token); arguments.append(Self.encode(device)) }
                 commands.append(RedisCommand("HSET", arguments))
-                for device in state.devices {
-                    commands.append(RedisCommand("SET", RedisKeys.tokenOwner(app: app, token: device.token), user))
-                }
             }
             if !state.online.isEmpty {
                 let expiry = now + presenceTTLMilliseconds
@@ -365,14 +373,32 @@ public final class StateStore: Sendable {
                 unreadArguments.append(count)
             }
             commands.append(RedisCommand("HSET", unreadArguments))
+            commands.append(RedisCommand("EXEC"))
+            transactions.append(begin..<commands.count)
+            for device in state.devices {
+                commands.append(RedisCommand("SET", RedisKeys.tokenOwner(app: app, token: device.token), user))
+            }
         }
         for (conversation, state) in fixture.conversations.sorted(by: { $0.key < $1.key }) {
             let key = RedisKeys.members(app: app, conversation: conversation)
+            let begin = commands.count
+            commands.append(RedisCommand("MULTI"))
             commands.append(RedisCommand("DEL", key))
             if !state.members.isEmpty { commands.append(RedisCommand("SADD", [key] + state.members)) }
+            commands.append(RedisCommand("EXEC"))
+            transactions.append(begin..<commands.count)
         }
-        commands.append(RedisCommand("EXEC"))
-        _ = try Self.execResults(try await connection.pipeline(commands))
+        if commands.isEmpty { return }
+        let replies = try await connection.pipeline(commands)
+        guard replies.count == commands.count else {
+            throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
+        }
+        var inTransaction = [Bool](repeating: false, count: replies.count)
+        for range in transactions {
+            _ = try Self.execResults(Array(replies[range]))
+            for index in range { inTransaction[index] = true }
+        }
+        for (index, reply) in replies.enumerated() where !inTransaction[index] { try reply.orThrow("SET owner") }
     }
 
     // MARK: Idempotency (send): claim, confirm, release

@@ -73,7 +73,7 @@ extension ConfigKey {
     public static let redisURL = ConfigKey(
         "HERALD_REDIS_URL", default: "redis://127.0.0.1:6379",
         documented: "pipeline `redis:` (`redis://127.0.0.1:6379`)",
-        "`redis://[[user]:password@]host[:port][/db]`; `rediss://` for TLS ([Redis over TLS](#redis-over-tls))"
+        "`redis://[[user]:password@]host[:port][/db]`; `rediss://` for TLS ([Redis over TLS](#redis-over-tls)); a Redis Cluster: `redis+cluster://` or `rediss+cluster://` with `[user:password@]host:port[,host:port...]` (seed nodes, [Redis Cluster](#redis-cluster))"
     )
     public static let redisHost = ConfigKey(
         "HERALD_REDIS_HOST", default: nil, documented: "pipeline `redis.host`",

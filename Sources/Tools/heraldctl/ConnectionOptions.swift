@@ -71,7 +71,7 @@ struct RedisOptions: ParsableArguments {
     @Option(
         name: .customLong("redis"),
         help:
-            "Redis URL redis://[[user]:password@]host[:port][/db], or rediss:// for TLS (default: $HERALD_REDIS_URL, else redis://127.0.0.1:6379)."
+            "Redis URL redis://[[user]:password@]host[:port][/db], or rediss:// for TLS, or a Redis Cluster redis+cluster:// (rediss+cluster://) with [user:password@]host:port[,host:port...] (default: $HERALD_REDIS_URL, else redis://127.0.0.1:6379)."
     )
     var url: String?
 

@@ -16,16 +16,17 @@ struct StateCommand: AsyncParsableCommand {
             discussion: """
                 Users and conversations the fixture does not list are left alone. Online entries expire after \
                 --presence-ttl seconds. The same fixture is what `heraldctl simulate --state` reads. Entries are \
-                written in transactions of --batch users or conversations (one round trip each; a fixture of up \
-                to --batch entries is one transaction); progress goes to stderr, as a bar on a terminal and as \
-                plain lines otherwise.
+                written in pipelines of --batch users or conversations (one round trip each, per Redis Cluster \
+                master), each user and each conversation replaced in a transaction of its own (one hash slot, so \
+                it works on one node and on a cluster alike); progress goes to stderr, as a bar on a terminal and \
+                as plain lines otherwise.
                 """)
 
         @Argument(help: "State fixture JSON file.") var fixture: String
         @Option(name: .long, help: "App (tenant) id the state belongs to.") var app: String
         @Option(name: .customLong("presence-ttl"), help: "Seconds online entries stay online.") var presenceTTL: Int =
             3600
-        @Option(name: .long, help: "Users or conversations per transaction.") var batch: Int = 500
+        @Option(name: .long, help: "Users or conversations per round trip.") var batch: Int = 500
         @OptionGroup var redis: RedisOptions
 
         func run() async throws {

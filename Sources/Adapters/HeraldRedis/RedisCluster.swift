@@ -1,0 +1,546 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// One Redis node's address.
+public struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// Parses `host[:port]` or `[IPv6]:port`. `defaultHost` stands in for an empty host (a node that does not know
+    /// its own address answers `MOVED 3999 :7002`).
+    init(parsing text: Substring, defaultPort: Int = 6379, defaultHost: String? = nil) throws {
+        var host = Substring("")
+        var portText: Substring?
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            host = text[text.index(after: text.startIndex)..<close]
+            let rest = text[text.index(after: close)...]
+            if rest.hasPrefix(":") { portText = rest.dropFirst() } else if !rest.isEmpty { portText = rest }
+        } else if let colon = text.lastIndex(of: ":") {
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+        } else {
+            host = text
+        }
+        if host.isEmpty, let defaultHost { host = Substring(defaultHost) }
+        guard !host.isEmpty else {
+            throw RedisError(.invalidConfiguration, "no host in Redis node address \"\(text)\"")
+        }
+        let port = portText.map { Int($0) } ?? defaultPort
+        guard let port, (1...65535).contains(port) else {
+            throw RedisError(.invalidConfiguration, "bad port in Redis node address \"\(text)\"")
+        }
+        self.init(host: String(host), port: port)
+    }
+
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+// MARK: - Configuration of a cluster
+
+extension RedisConfiguration {
+    /// True when this configuration names a Redis Cluster (by its seed nodes).
+    public var isCluster: Bool { !clusterSeeds.isEmpty }
+
+    /// This configuration for one cluster node: the same credentials, timeouts and transport, only the host and
+    /// port replaced.
+    func node(_ address: RedisNodeAddress) -> RedisConfiguration {
+        var configuration = self
+        configuration.host = address.host
+        configuration.port = address.port
+        configuration.clusterSeeds = []
+        return configuration
+    }
+
+    /// Makes this a cluster configuration with these seed nodes (Redis Cluster has database 0 only).
+    mutating func useCluster(seeds: [RedisNodeAddress]) throws {
+        guard database == 0 else {
+            throw RedisError(.invalidConfiguration, "Redis Cluster has only database 0, the URL names \(database)")
+        }
+        clusterSeeds = seeds
+    }
+
+    /// Splits `<scheme>+cluster://[userinfo@]host[:port][,host[:port]...][/path][?query]` into the URL of its
+    /// first seed node (`<scheme>://[userinfo@]host[:port][/path][?query]`, parsed like any node URL, so a
+    /// transport or option the node form knows applies to the cluster too) and the seed list. Nil for any other
+    /// scheme.
+    static func clusterForm(of url: String) throws -> (nodeURL: String, seeds: [RedisNodeAddress])? {
+        guard let parts = ClusterURLParts(url) else { return nil }
+        let hosts = parts.hosts.split(separator: ",", omittingEmptySubsequences: false).map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }
+        guard !hosts.contains(where: \.isEmpty) else {
+            throw RedisError(.invalidConfiguration, "an empty seed node in Redis URL: \(redacted(url))")
+        }
+        let seeds = try hosts.map { try RedisNodeAddress(parsing: Substring($0)) }
+        return ("\(parts.nodeScheme)://\(parts.userinfo)\(hosts[0])\(parts.tail)", seeds)
+    }
+
+    /// A cluster URL with its password replaced; nil when `url` is not a cluster URL.
+    static func clusterRedacted(_ url: String) -> String? {
+        guard let parts = ClusterURLParts(url) else { return nil }
+        guard let colon = parts.userinfo.firstIndex(of: ":") else { return url }
+        return "\(parts.scheme)://\(parts.userinfo[..<colon]):***@\(parts.hosts)\(parts.tail)"
+    }
+
+    /// `redis+cluster://` with the seed nodes; the password is never printed.
+    var clusterDescription: String {
+        let seeds = clusterSeeds.map(\.description).joined(separator: ",")
+        return "redis+cluster://\(password == nil ? "" : "\(username ?? ""):***@")\(seeds)"
+    }
+}
+
+/// The pieces of a `<scheme>+cluster://` URL.
+private struct ClusterURLParts {
+    /// The scheme as written (`redis+cluster`) and without `+cluster` (`redis`).
+    var scheme: Substring
+    var nodeScheme: Substring
+    /// `user:password@` as written, or empty.
+    var userinfo: Substring
+    /// The comma-separated seed list.
+    var hosts: Substring
+    /// Path and query, as written.
+    var tail: Substring
+
+    init?(_ url: String) {
+        guard let schemeEnd = url.range(of: "://") else { return nil }
+        scheme = url[..<schemeEnd.lowerBound]
+        guard scheme.lowercased().hasSuffix("+cluster") else { return nil }
+        nodeScheme = scheme.dropLast("+cluster".count)
+        let rest = url[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
+        let authority = rest[..<authorityEnd]
+        tail = rest[authorityEnd...]
+        if let at = authority.lastIndex(of: "@") {
+            userinfo = authority[...at]
+            hosts = authority[authority.index(after: at)...]
+        } else {
+            userinfo = ""
+            hosts = authority
+        }
+    }
+}
+
+// MARK: - The slot map
+
+/// Which master serves each of the 16384 slots, as a node last told (`CLUSTER SLOTS`), corrected by redirections.
+struct RedisSlotMap: Sendable {
+    /// Per slot, an index into `nodes`, or -1 when no node serves it.
+    private var owners = [Int16](repeating: -1, count: RedisSlot.count)
+    /// The masters, in the order the map names them.
+    private(set) var nodes: [RedisNodeAddress] = []
+
+    /// No node known (before the first `CLUSTER SLOTS`).
+    init() {}
+
+    var isEmpty: Bool { nodes.isEmpty }
+
+    func node(forSlot slot: Int) -> RedisNodeAddress? {
+        let owner = owners[slot]
+        return owner < 0 ? nil : nodes[Int(owner)]
+    }
+
+    /// A node for commands that name no key.
+    var anyNode: RedisNodeAddress? { nodes.first }
+
+    mutating func assign(_ slots: ClosedRange<Int>, to node: RedisNodeAddress) {
+        let index: Int
+        if let known = nodes.firstIndex(of: node) {
+            index = known
+        } else {
+            index = nodes.count
+            nodes.append(node)
+        }
+        for slot in slots { owners[slot] = Int16(index) }
+    }
+
+    /// Reads a `CLUSTER SLOTS` answer: `[[first, last, [host, port, id, ...], replica...], ...]`. A master with an
+    /// empty host is `answeredBy`'s host (a node that does not know its own address).
+    init(slotsReply reply: RedisValue, answeredBy: RedisNodeAddress) throws {
+        guard let ranges = reply.array else {
+            throw RedisError(.unexpectedReply, "CLUSTER SLOTS answered \(reply)")
+        }
+        for range in ranges {
+            guard let fields = range.array, fields.count >= 3, let first = fields[0].int, let last = fields[1].int,
+                let master = fields[2].array, master.count >= 2, let port = master[1].int,
+                0 <= first, first <= last, last < RedisSlot.count
+            else {
+                throw RedisError(.unexpectedReply, "CLUSTER SLOTS answered an entry \(range)")
+            }
+            let host = master[0].text ?? ""
+            let node = RedisNodeAddress(host: host.isEmpty || host == "?" ? answeredBy.host : host, port: Int(port))
+            assign(Int(first)...Int(last), to: node)
+        }
+    }
+}
+
+// MARK: - The router
+
+/// The Redis Cluster client behind a cluster `RedisConnection`.
+///
+/// It learns the slot map from the seed nodes (`CLUSTER SLOTS`), keeps one `RedisConnection` per master (each on
+/// its own thread), cuts every batch into units (`RedisClusterBatch`: one command, or one whole `MULTI ... EXEC`),
+/// sends each node its units in one pipelined round trip, all nodes at once, and puts the replies back in request
+/// order.
+///
+/// Redirections are followed per unit, and only the redirected units are sent again:
+/// - `MOVED <slot> <node>`: the slot has a new owner for good; the map is corrected at once and learnt again in the
+///   background;
+/// - `ASK <slot> <node>`: the slot is being migrated and this key is already on the target: the unit goes there once,
+///   after `ASKING`;
+/// - `TRYAGAIN` (a multi-key command during a migration) and `CLUSTERDOWN` (a failover under way): the unit is sent
+///   again after a short pause, from a freshly learnt map.
+/// A unit still redirected after `maximumRedirections` rounds fails the batch with the retryable
+/// `cluster_unavailable`. A node whose connection breaks fails the batch with the node connection's retryable
+/// error and makes the router learn the map again (a failover promotes a replica to the dead master's slots).
+final class RedisClusterRouter: Sendable {
+    /// Rounds of redirections a batch follows before it fails.
+    static let maximumRedirections = 16
+
+    let configuration: RedisConfiguration
+    private let logger: Logger
+    private let state = Mutex(State())
+
+    private struct State {
+        var map = RedisSlotMap()
+        var connections: [RedisNodeAddress: RedisConnection] = [:]
+        /// The running map refresh, which every caller needing the map waits for.
+        var refresh: Task<Result<Void, RedisError>, Never>?
+        var refreshes = 0
+        var closed = false
+    }
+
+    init(configuration: RedisConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    deinit {
+        close()
+    }
+
+    // MARK: The calls behind RedisConnection
+
+    /// Learns the slot map and opens a connection to every master.
+    func connect() async throws {
+        try await refreshMap()
+        for node in state.withLock({ $0.map.nodes }) {
+            try await connection(to: node).connect()
+        }
+    }
+
+    func send(_ command: RedisCommand) async throws -> RedisValue {
+        try await execute(RedisBatch(encoded: command.encoded, count: 1))[0]
+    }
+
+    func pipeline(_ commands: [RedisCommand]) async throws -> [RedisValue] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(commands.reduce(0) { $0 + $1.encodedLength })
+        for command in commands { bytes.append(contentsOf: command.encoded) }
+        return try await execute(RedisBatch(encoded: bytes, count: commands.count))
+    }
+
+    func pipeline(_ batch: RedisBatch) async throws -> [RedisValue] {
+        try await execute(batch)
+    }
+
+    /// Every reply is read; the first error reply is thrown, naming `what`.
+    func write(_ batch: RedisBatch, what: String) async throws {
+        for reply in try await execute(batch) {
+            if case .error(let message) = reply { throw RedisError(.serverError, "\(what): \(message)") }
+        }
+    }
+
+    /// Every master answers `PING` with `PONG`.
+    func ping() async -> Bool {
+        guard let map = try? await currentMap(), !map.isEmpty else { return false }
+        for node in map.nodes {
+            guard let connection = try? connection(to: node), await connection.ping() else { return false }
+        }
+        return true
+    }
+
+    /// A slot map is known and every master's connection is open.
+    var isConnected: Bool {
+        state.withLock { state in
+            !state.map.isEmpty && state.map.nodes.allSatisfy { state.connections[$0]?.isConnected ?? false }
+        }
+    }
+
+    /// Closes every node connection; later calls fail with `closed`.
+    func close() {
+        let connections = state.withLock { state in
+            state.closed = true
+            defer { state.connections = [:] }
+            return Array(state.connections.values)
+        }
+        for connection in connections { connection.close() }
+    }
+
+    /// How many times the slot map was learnt (tests, logs).
+    var mapRefreshes: Int { state.withLock { $0.refreshes } }
+
+    /// The master serving `slot` in the current map (tests, tools).
+    func node(forSlot slot: Int) async throws -> RedisNodeAddress? {
+        try await currentMap().node(forSlot: slot)
+    }
+
+    // MARK: Routing a batch
+
+    /// Where a unit goes in the next round.
+    private enum Route: Sendable {
+        /// To the owner of its slot in the map.
+        case map
+        /// To a node a MOVED named.
+        case moved(RedisNodeAddress)
+        /// To a node an ASK named, after ASKING.
+        case ask(RedisNodeAddress)
+    }
+
+    private enum Redirection {
+        case moved(slot: Int, node: RedisNodeAddress)
+        case ask(node: RedisNodeAddress)
+        case retryLater(String)
+    }
+
+    private func execute(_ batch: RedisBatch) async throws -> [RedisValue] {
+        if batch.isEmpty { return [] }
+        let units = try RedisClusterBatch.units(of: batch.bytes, count: batch.count)
+        var replies = [RedisValue](repeating: .null, count: batch.count)
+        var pending: [(unit: Int, route: Route)] = units.indices.map { ($0, .map) }
+        var lastRedirection = ""
+        for round in 0...Self.maximumRedirections {
+            let map = try await currentMap()
+            var groups: [RedisNodeAddress: [(unit: Int, asking: Bool)]] = [:]
+            for (unit, route) in pending {
+                switch route {
+                case .map:
+                    guard let node = units[unit].slot.flatMap(map.node(forSlot:)) ?? map.anyNode else {
+                        throw RedisError(.clusterUnavailable, "the Redis Cluster slot map names no node")
+                    }
+                    groups[node, default: []].append((unit, false))
+                case .moved(let node): groups[node, default: []].append((unit, false))
+                case .ask(let node): groups[node, default: []].append((unit, true))
+                }
+            }
+            let answers = try await send(groups, units: units, batch: batch)
+            var next: [(unit: Int, route: Route)] = []
+            var pause = false
+            for (node, items) in groups {
+                let nodeAnswers = answers[node] ?? []
+                for (position, item) in items.enumerated() {
+                    let unitReplies = nodeAnswers[position]
+                    switch Self.redirection(in: unitReplies, from: node) {
+                    case nil:
+                        let first = units[item.unit].firstCommand
+                        replies.replaceSubrange(first..<(first + unitReplies.count), with: unitReplies)
+                    case .moved(let slot, let target):
+                        lastRedirection = "MOVED \(slot) \(target)"
+                        state.withLock { $0.map.assign(slot...slot, to: target) }
+                        next.append((item.unit, .moved(target)))
+                    case .ask(let target):
+                        lastRedirection = "ASK \(target)"
+                        next.append((item.unit, .ask(target)))
+                    case .retryLater(let message):
+                        lastRedirection = message
+                        next.append((item.unit, .map))
+                        pause = true
+                    }
+                }
+            }
+            if next.isEmpty { return replies }
+            logger.debug(
+                "redis cluster redirection", metadata: ["units": "\(next.count)", "last": "\(lastRedirection)"])
+            if round == Self.maximumRedirections { break }
+            pending = next.sorted { $0.unit < $1.unit }
+            if pause {
+                try? await Task.sleep(for: .milliseconds(min(500, 20 * (round + 1))))
+                try await refreshMap()
+            } else if next.contains(where: { if case .moved = $0.route { true } else { false } }) {
+                requestRefresh()
+            }
+        }
+        throw RedisError(
+            .clusterUnavailable,
+            "still redirected after \(Self.maximumRedirections) rounds (last: \(lastRedirection))")
+    }
+
+    /// Sends each node its units (after `ASKING` where asked) in one pipelined batch, all nodes at once, and returns
+    /// each unit's replies, by node, in the order of the node's units.
+    private func send(
+        _ groups: [RedisNodeAddress: [(unit: Int, asking: Bool)]], units: [RedisClusterUnit], batch: RedisBatch
+    ) async throws -> [RedisNodeAddress: [[RedisValue]]] {
+        var work: [(RedisNodeAddress, RedisConnection, RedisBatch, [(commands: Int, asking: Bool)])] = []
+        for (node, items) in groups {
+            let shape = items.map { (commands: units[$0.unit].commands, asking: $0.asking) }
+            let sub: RedisBatch
+            if items.count == units.count && !items.contains(where: \.asking) {
+                sub = batch  // the whole batch goes to one node, in order
+            } else {
+                var bytes: [UInt8] = []
+                var count = 0
+                for item in items {
+                    if item.asking {
+                        bytes.append(contentsOf: Self.asking)
+                        count += 1
+                    }
+                    bytes.append(contentsOf: batch.bytes[units[item.unit].bytes])
+                    count += units[item.unit].commands
+                }
+                sub = RedisBatch(encoded: bytes, count: count)
+            }
+            work.append((node, try connection(to: node), sub, shape))
+        }
+        if work.count == 1 {
+            let (node, connection, sub, shape) = work[0]
+            return [node: try await sendOne(connection, sub, shape)]
+        }
+        return try await withThrowingTaskGroup(of: (RedisNodeAddress, [[RedisValue]]).self) { group in
+            for (node, connection, sub, shape) in work {
+                group.addTask { (node, try await self.sendOne(connection, sub, shape)) }
+            }
+            var answers: [RedisNodeAddress: [[RedisValue]]] = [:]
+            for try await (node, replies) in group { answers[node] = replies }
+            return answers
+        }
+    }
+
+    private func sendOne(
+        _ connection: RedisConnection, _ batch: RedisBatch, _ shape: [(commands: Int, asking: Bool)]
+    ) async throws -> [[RedisValue]] {
+        let flat: [RedisValue]
+        do {
+            flat = try await connection.pipeline(batch)
+        } catch let error as RedisError {
+            if error.isRetryable { requestRefresh() }
+            throw error
+        }
+        var out: [[RedisValue]] = []
+        out.reserveCapacity(shape.count)
+        var index = 0
+        for unit in shape {
+            if unit.asking { index += 1 }
+            out.append(Array(flat[index..<(index + unit.commands)]))
+            index += unit.commands
+        }
+        return out
+    }
+
+    private static let asking: [UInt8] = RedisCommand("ASKING").encoded
+
+    /// The redirection among a unit's replies, if any: a queued command of a transaction can be the one redirected.
+    private static func redirection(in replies: [RedisValue], from node: RedisNodeAddress) -> Redirection? {
+        for reply in replies {
+            guard case .error(let message) = reply else { continue }
+            if message.hasPrefix("MOVED ") || message.hasPrefix("ASK ") {
+                let fields = message.split(separator: " ")
+                guard fields.count >= 3, let slot = Int(fields[1]), (0..<RedisSlot.count).contains(slot),
+                    let target = try? RedisNodeAddress(parsing: fields[2], defaultHost: node.host)
+                else { continue }
+                return fields[0] == "MOVED" ? .moved(slot: slot, node: target) : .ask(node: target)
+            }
+            if message.hasPrefix("TRYAGAIN") || message.hasPrefix("CLUSTERDOWN") { return .retryLater(message) }
+        }
+        return nil
+    }
+
+    // MARK: Nodes and the map
+
+    private func connection(to node: RedisNodeAddress) throws -> RedisConnection {
+        let connection = state.withLock { state -> RedisConnection? in
+            if state.closed { return nil }
+            if let known = state.connections[node] { return known }
+            let connection = RedisConnection(configuration: configuration.node(node), logger: logger)
+            state.connections[node] = connection
+            return connection
+        }
+        guard let connection else { throw RedisError(.closed, "the Redis connection was closed") }
+        return connection
+    }
+
+    /// The current map; learnt first when there is none yet.
+    private func currentMap() async throws -> RedisSlotMap {
+        let map = state.withLock { $0.map }
+        if !map.isEmpty { return map }
+        try await refreshMap()
+        return state.withLock { $0.map }
+    }
+
+    /// Learns the map now (joining a refresh already running).
+    func refreshMap() async throws {
+        try await startRefresh().value.get()
+    }
+
+    /// Learns the map in the background (joining a refresh already running).
+    private func requestRefresh() {
+        _ = startRefresh()
+    }
+
+    private func startRefresh() -> Task<Result<Void, RedisError>, Never> {
+        state.withLock { state in
+            if let running = state.refresh { return running }
+            let task = Task { await self.loadMap() }
+            state.refresh = task
+            return task
+        }
+    }
+
+    /// Asks the known masters (those with an open connection first), then the seeds, for `CLUSTER SLOTS`, and keeps
+    /// the first answer.
+    private func loadMap() async -> Result<Void, RedisError> {
+        let (known, closed) = state.withLock { state in
+            (
+                state.map.nodes.sorted { (state.connections[$0]?.isConnected ?? false) && !(state.connections[$1]?.isConnected ?? false) },
+                state.closed
+            )
+        }
+        var candidates: [RedisNodeAddress] = []
+        for node in known + configuration.clusterSeeds where !candidates.contains(node) { candidates.append(node) }
+        var failures: [String] = []
+        if !closed {
+            for node in candidates {
+                do {
+                    let reply = try await connection(to: node).send(RedisCommand("CLUSTER", "SLOTS"))
+                    if case .error(let message) = reply {
+                        failures.append("\(node): \(message)")
+                        continue
+                    }
+                    let map = try RedisSlotMap(slotsReply: reply, answeredBy: node)
+                    if map.isEmpty {
+                        failures.append("\(node): no slot is assigned")
+                        continue
+                    }
+                    let changed = state.withLock { state in
+                        let changed = state.map.nodes != map.nodes
+                        state.map = map
+                        state.refreshes += 1
+                        state.refresh = nil
+                        return changed
+                    }
+                    if changed {
+                        logger.info(
+                            "redis cluster slot map learnt",
+                            metadata: ["masters": "\(map.nodes.map(\.description).joined(separator: ","))"])
+                    }
+                    return .success(())
+                } catch let error as RedisError {
+                    failures.append("\(node): \(error.message)")
+                } catch {
+                    failures.append("\(node): \(error)")
+                }
+            }
+        }
+        state.withLock { $0.refresh = nil }
+        let reason = closed ? "closed" : failures.joined(separator: "; ")
+        logger.warning("redis cluster slot map unavailable", metadata: ["error": "\(reason)"])
+        return .failure(
+            closed
+                ? RedisError(.closed, "the Redis connection was closed")
+                : RedisError(.clusterUnavailable, "no Redis Cluster node answered CLUSTER SLOTS: \(reason)"))
+    }
+}
