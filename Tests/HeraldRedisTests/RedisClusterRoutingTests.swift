@@ -8,7 +8,8 @@ import Testing
 struct RedisClusterRoutingTests {
     @Test("redis+cluster:// names the seed nodes; credentials and options apply to every node")
     func clusterURL() throws {
-        let configuration = try RedisConfiguration(url: "redis+cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2,[::1]:7002")
+        let configuration = try RedisConfiguration(
+            url: "redis+cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2,[::1]:7002")
         #expect(configuration.isCluster)
         #expect(
             configuration.clusterSeeds == [
@@ -45,7 +46,8 @@ struct RedisClusterRoutingTests {
         #expect(RedisSlot.of("foo{{bar}}zap") == RedisSlot.of("{bar"))
         #expect(RedisSlot.of("foo{bar}{zap}") == RedisSlot.of("bar"))
         #expect(
-            RedisSlot.of(RedisKeys.devices(app: "a", user: "u1")) == RedisSlot.of(RedisKeys.unread(app: "a", user: "u1")))
+            RedisSlot.of(RedisKeys.devices(app: "a", user: "u1"))
+                == RedisSlot.of(RedisKeys.unread(app: "a", user: "u1")))
     }
 
     @Test("a batch is cut into units: one per command, one per MULTI..EXEC, keyed by the first key")
@@ -80,7 +82,9 @@ struct RedisClusterRoutingTests {
         let batch = StateStore.loadBatch(app: "a", users: ["u1", "u2"], conversation: "c", now: 1, preferencesOnly: [])
         let batchUnits = try RedisClusterBatch.units(of: batch.bytes, count: batch.count)
         #expect(batchUnits.count == 8)
-        #expect(batchUnits.map(\.slot) == Array(repeating: RedisSlot.of("u1"), count: 4) + Array(repeating: RedisSlot.of("u2"), count: 4))
+        #expect(
+            batchUnits.map(\.slot) == Array(repeating: RedisSlot.of("u1"), count: 4)
+                + Array(repeating: RedisSlot.of("u2"), count: 4))
 
         #expect(throws: RedisError.self) { try RedisClusterBatch.units(of: Array("*1\r\n$3\r\nGE".utf8), count: 1) }
         #expect(throws: RedisError.self) { try RedisClusterBatch.units(of: commands[0].encoded, count: 2) }

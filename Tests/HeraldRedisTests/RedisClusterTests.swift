@@ -102,7 +102,8 @@ struct RedisClusterTests {
         let store = StateStore(connection: redis)
 
         let path = Paths.packageRoot + "/pipelines/examples/state.json"
-        let fixture = try StageCodec.decode(StateFixture.self, from: Array(try Data(contentsOf: URL(fileURLWithPath: path))))
+        let fixture = try StageCodec.decode(
+            StateFixture.self, from: Array(try Data(contentsOf: URL(fileURLWithPath: path))))
         #expect(fixture.users.count >= 3)
         try await store.loadFixture(app: "app1", fixture: fixture, presenceTTLMilliseconds: 3_600_000, now: Self.t0)
         // Loading again (a retried load) converges to the same state.
@@ -135,7 +136,8 @@ struct RedisClusterTests {
 
         // The other multi-key writes: registration with eviction, presence, unread, members, dead tokens.
         let user = users[0]
-        try await store.registerDevice(app: "app1", user: user, device: Device(token: Self.token(90), registeredAt: Self.t0))
+        try await store.registerDevice(
+            app: "app1", user: user, device: Device(token: Self.token(90), registeredAt: Self.t0))
         try await store.setDevicePresence(
             app: "app1", user: user, token: Self.token(90), online: true, ttlMilliseconds: 60_000, now: Self.t0)
         try await store.setUnread(app: "app1", user: user, unread: Unread(total: 3, conversations: ["c1": 3]))
@@ -144,7 +146,9 @@ struct RedisClusterTests {
         #expect(state.devices.contains { $0.token == Self.token(90) })
         #expect(state.online.contains(Self.token(90)))
         #expect(state.unread == Unread(total: 3, conversations: ["c1": 3]))
-        #expect(try await store.removeDeadToken(app: "app1", user: user, token: Self.token(90), deadSince: Self.t0 + 1) == .removed)
+        #expect(
+            try await store.removeDeadToken(app: "app1", user: user, token: Self.token(90), deadSince: Self.t0 + 1)
+                == .removed)
         #expect(try await store.owner(app: "app1", token: Self.token(90)) == nil)
         #expect(try await store.members(app: "app1", conversation: "c-new") == ["a", "b"])
     }
@@ -216,7 +220,9 @@ struct RedisClusterTests {
 
         // The second connection's first command is a transaction (MULTI DEL HSET EXEC) on the moved slot.
         try await otherStore.setUnread(app: "t", user: user, unread: Unread(total: 5, conversations: ["d": 5]))
-        #expect(try await otherStore.loadUser(app: "t", user: user, now: Self.t0).unread == Unread(total: 5, conversations: ["d": 5]))
+        #expect(
+            try await otherStore.loadUser(app: "t", user: user, now: Self.t0).unread
+                == Unread(total: 5, conversations: ["d": 5]))
         #expect(try await other.clusterRouter?.node(forSlot: slot)?.port == target.port)
         // A batch spanning every master, the moved slot among them, answers in order.
         let users = (0..<100).map { "u\($0)" } + [user]
@@ -239,7 +245,8 @@ struct RedisClusterTests {
         let moved = RedisKeys.preferences(app: "t", user: user)
         let staying = RedisKeys.devices(app: "t", user: user)
         try await store.setPreferences(app: "t", user: user, preferences: Preferences(displayName: "Ask"))
-        try await store.registerDevice(app: "t", user: user, device: Device(token: Self.token(1), registeredAt: Self.t0))
+        try await store.registerDevice(
+            app: "t", user: user, device: Device(token: Self.token(1), registeredAt: Self.t0))
         try await redis.connect()
         let source = try #require(try await router.node(forSlot: slot))
         let masters = try cluster.topology(askingPort: cluster.nodes[0].port).filter { $0.isMaster }
@@ -313,7 +320,8 @@ struct RedisClusterTests {
         #expect(try await router.node(forSlot: slot)?.port == replica.port)
         // Writes go to the promoted replica.
         try await redis.write(writes, what: "SET")
-        #expect(try await redis.send(RedisCommand("GET", RedisKeys.preferences(app: "t", user: users[0]))).text == users[0])
+        #expect(
+            try await redis.send(RedisCommand("GET", RedisKeys.preferences(app: "t", user: users[0]))).text == users[0])
         #expect(await redis.ping())
     }
 }

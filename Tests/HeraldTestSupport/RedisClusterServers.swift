@@ -60,12 +60,14 @@ public final class RedisTestCluster: Sendable {
                         arguments: [
                             "--port", "\(port)", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                             "--dir", dir, "--daemonize", "no", "--loglevel", "notice",
-                            "--cluster-enabled", "yes", "--cluster-config-file", "\(dir)/nodes-\(index)-\(attempt).conf",
+                            "--cluster-enabled", "yes", "--cluster-config-file",
+                            "\(dir)/nodes-\(index)-\(attempt).conf",
                             "--cluster-port", "\(busPort)",
                             "--cluster-node-timeout", "\(Self.nodeTimeoutMilliseconds)",
                         ], logPath: "\(dir)/redis-\(index)-\(attempt).log")
                     try process.start()
-                    if eventuallyBlocking(timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
+                    if eventuallyBlocking(
+                        timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
                         process.isRunning
                     {
                         nodes.append(Node(port: port, busPort: busPort, process: process))
@@ -110,7 +112,8 @@ public final class RedisTestCluster: Sendable {
     public func cli(_ port: Int, _ arguments: [String]) throws -> String {
         let result = try runTool(try Paths.tool("redis-cli"), ["-p", "\(port)", "--raw"] + arguments)
         guard result.status == 0 else {
-            throw TestSupportError("redis-cli -p \(port) \(arguments.first ?? "") exited \(result.status): \(result.output)")
+            throw TestSupportError(
+                "redis-cli -p \(port) \(arguments.first ?? "") exited \(result.status): \(result.output)")
         }
         return result.output.trimmingCharacters(in: .whitespacesAndNewlines)
     }

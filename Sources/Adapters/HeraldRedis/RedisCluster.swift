@@ -495,7 +495,9 @@ final class RedisClusterRouter: Sendable {
     private func loadMap() async -> Result<Void, RedisError> {
         let (known, closed) = state.withLock { state in
             (
-                state.map.nodes.sorted { (state.connections[$0]?.isConnected ?? false) && !(state.connections[$1]?.isConnected ?? false) },
+                state.map.nodes.sorted {
+                    (state.connections[$0]?.isConnected ?? false) && !(state.connections[$1]?.isConnected ?? false)
+                },
                 state.closed
             )
         }

@@ -150,6 +150,7 @@ extension RedisConfiguration: CustomStringConvertible {
     /// Host, port and database; the password is never printed.
     public var description: String {
         if !clusterSeeds.isEmpty { return clusterDescription }
-        return "\(tls == nil ? "redis" : "rediss")://\(password == nil ? "" : "\(username ?? ""):***@")\(host):\(port)/\(database)"
+        return
+            "\(tls == nil ? "redis" : "rediss")://\(password == nil ? "" : "\(username ?? ""):***@")\(host):\(port)/\(database)"
     }
 }
