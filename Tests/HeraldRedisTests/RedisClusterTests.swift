@@ -38,7 +38,7 @@ struct RedisClusterTests {
         var keys = [
             "", "foo", "123456789", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{",
             "}{", "{a}", "a{b", "ключ{é}", RedisKeys.devices(app: "app1", user: "u1"),
-            RedisKeys.delivered(app: "app1", eventId: "e1", token: Self.token(1)),
+            RedisKeys.delivered(app: "app1", shard: 7, window: 3),
         ]
         for n in 0..<200 { keys.append("k\(n)-\(n * 7919)") }
         for key in keys {
@@ -151,6 +151,19 @@ struct RedisClusterTests {
                 == .removed)
         #expect(try await store.owner(app: "app1", token: Self.token(90)) == nil)
         #expect(try await store.members(app: "app1", conversation: "c-new") == ["a", "b"])
+
+        // send's claims (EVALSHA; the script is loaded on every master) for events spread over the masters.
+        let pairs = (0..<60).map { DeliveryKey(eventId: "event-\($0)", token: Self.token($0)) }
+        let claims = try await store.claim(
+            app: "app1", pairs: pairs, owner: "send-1", ttlMilliseconds: 60_000, now: Self.t0)
+        #expect(claims == Array(repeating: .claimed, count: pairs.count))
+        try await store.confirmDelivered(app: "app1", pairs: pairs, now: Self.t0)
+        #expect(
+            try await store.wasDelivered(app: "app1", pairs: pairs, now: Self.t0)
+                == Array(repeating: true, count: pairs.count))
+        let again = try await store.claim(
+            app: "app1", pairs: pairs, owner: "send-2", ttlMilliseconds: 60_000, now: Self.t0)
+        #expect(again == Array(repeating: .delivered, count: pairs.count))
     }
 
     /// Moves `slot` from its owner to `target`: IMPORTING / MIGRATING, then MIGRATE of `keys` (nil: every key in

@@ -234,8 +234,19 @@ final class RedisClusterRouter: Sendable {
         }
     }
 
+    /// One command; `SCRIPT ...` (loading or flushing scripts for `EVALSHA`) goes to every master, since each keeps
+    /// its own script cache, and the first master's answer is returned (an error answer of any master first).
     func send(_ command: RedisCommand) async throws -> RedisValue {
-        try await execute(RedisBatch(encoded: command.encoded, count: 1))[0]
+        if command.name.uppercased() == "SCRIPT" {
+            var first: RedisValue?
+            for node in try await currentMap().nodes {
+                let reply = try await connection(to: node).send(command)
+                if case .error = reply { return reply }
+                if first == nil { first = reply }
+            }
+            return first ?? .null
+        }
+        return try await execute(RedisBatch(encoded: command.encoded, count: 1))[0]
     }
 
     func pipeline(_ commands: [RedisCommand]) async throws -> [RedisValue] {
