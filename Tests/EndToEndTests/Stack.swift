@@ -646,7 +646,6 @@ final class E2EStack: @unchecked Sendable {
               brokers: \(brokers)
               client_id: herald-e2e
               session_timeout_ms: 4000
-              profile: local
             redis:
               host: 127.0.0.1
               port: \(redisPort)

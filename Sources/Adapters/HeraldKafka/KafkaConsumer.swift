@@ -174,7 +174,7 @@ final class ConsumerCore: @unchecked Sendable {
         self.configuration = configuration
         self.logger = logger
         self.capacity = configuration.prefetchCapacity
-        self.state = Locked(State(flow: FetchFlowControl(capacity: capacity, idle: configuration.idlePolicy)))
+        self.state = Locked(State(flow: FetchFlowControl(capacity: capacity)))
         let wait = configuration.batchMaxWait.milliseconds
         self.pollSliceMs = Int32(clamping: min(50, max(1, wait / 2)))
         self.errorCounter = Counter(
@@ -243,10 +243,7 @@ final class ConsumerCore: @unchecked Sendable {
                 if s.waiter != nil {
                     return .failure(KafkaError(code: .consume, reason: "nextBatch called concurrently"))
                 }
-                // An idle consumer's records come only with its next probe: the caller waits longer between empty
-                // batches (a record still ends the wait at once).
-                let wait = s.flow.isIdle ? max(maxWait, self.configuration.idleProbeInterval) : maxWait
-                s.waiter = Waiter(continuation: continuation, deadline: .now + wait)
+                s.waiter = Waiter(continuation: continuation, deadline: .now + maxWait)
                 return nil
             }
             if let immediate { continuation.resume(returning: immediate) }
@@ -397,7 +394,7 @@ final class ConsumerCore: @unchecked Sendable {
             //    (unless stall-paused, when polling returns only events).
             switch decision.fetch {
             case .wait: _ = room.wait(timeout: .now() + .milliseconds(50))
-            case .poll: pollAndBuffer(rk, sliceMs: idleSlice(until: decision.idleUntil))
+            case .poll: pollAndBuffer(rk)
             }
 
             // 3. Hand a batch to a waiting caller if it is full or its time is up.
@@ -425,16 +422,8 @@ final class ConsumerCore: @unchecked Sendable {
     /// Bumped by every rebalance callback; read and written on the poll thread only.
     private var rebalanceGeneration: UInt64 = 0
 
-    /// The poll slice: the usual one, or while idle and paused up to the next probe, at most 100 ms (commands and a
-    /// stop request are seen within that).
-    private func idleSlice(until next: ContinuousClock.Instant?) -> Int32 {
-        guard let next else { return pollSliceMs }
-        let left = (next - .now).milliseconds
-        return Int32(clamping: min(100, max(Int64(pollSliceMs), left)))
-    }
-
-    private func pollAndBuffer(_ rk: OpaquePointer, sliceMs: Int32) {
-        guard let first = rd_kafka_consumer_poll(rk, sliceMs) else { return }
+    private func pollAndBuffer(_ rk: OpaquePointer) {
+        guard let first = rd_kafka_consumer_poll(rk, pollSliceMs) else { return }
         let (epochs, room) = state.withLock { ($0.epochs, max(1, capacity - $0.buffer.count)) }
         // (When stall-paused the buffer may be full; a record still arriving is kept anyway.)
         let generation = rebalanceGeneration
@@ -454,9 +443,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
         guard !records.isEmpty else { return }
-        let now = ContinuousClock.now
         state.withLock { s in
-            s.flow.noteRecords(now: now)
             for record in records {
                 let tp = record.topicPartition
                 guard s.epochs[tp] == record.epoch else { continue }  // no longer ours
@@ -529,53 +516,21 @@ final class ConsumerCore: @unchecked Sendable {
 
     /// After a resume librdkafka fetches again only about a second later (measured with 2.8 against Tansu);
     /// seeking each partition to its current position (the next offset to hand out) starts the fetch at once.
-    /// A partition without a position yet (nothing polled since the assignment) starts at its committed offset
-    /// (or, with none, where `auto.offset.reset` points): that is where librdkafka would start it, only later. An
-    /// idle consumer's probes depend on this: a probe shorter than that second would otherwise never fetch such a
-    /// partition.
+    /// Partitions without a position yet (nothing handed out since the assignment) are left as they are: their
+    /// start is the committed offset, which a seek here could skip past.
     private func restartFetching(
         _ rk: OpaquePointer, _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
     ) {
         guard rd_kafka_position(rk, partitions) == RD_KAFKA_RESP_ERR_NO_ERROR else { return }
-        let positions = readPartitionList(partitions)
-        var starts = positions.filter { $0.1 >= 0 }.map { ($0.0, $0.1) }
-        let unknown = positions.filter { $0.1 < 0 }.map(\.0)
-        if !unknown.isEmpty { starts += startOffsets(unknown, rk) }
-        guard !starts.isEmpty else { return }
-        let list = makePartitionList(starts.map { ($0.0, $0.1) })
+        let known = readPartitionList(partitions).filter { $0.1 >= 0 }
+        guard !known.isEmpty else { return }
+        let list = makePartitionList(known.map { ($0.0, $0.1) })
         defer { rd_kafka_topic_partition_list_destroy(list) }
         if let error = rd_kafka_seek_partitions(rk, list, 0) {
             logger.debug(
                 "seek after resume failed", metadata: ["error": .string(String(cString: rd_kafka_error_string(error)))])
             rd_kafka_error_destroy(error)
         }
-    }
-
-    /// Start offsets of partitions nothing was polled from since their assignment, asked of the broker once per
-    /// assignment (poll thread only; `rebalance` forgets them).
-    private var startOffsetCache: [TopicPartition: Int64] = [:]
-
-    private func startOffsets(_ partitions: [TopicPartition], _ rk: OpaquePointer) -> [(TopicPartition, Int64)] {
-        let missing = partitions.filter { startOffsetCache[$0] == nil }
-        if !missing.isEmpty {
-            let list = makePartitionList(missing.map { ($0, nil) })
-            defer { rd_kafka_topic_partition_list_destroy(list) }
-            if rd_kafka_committed(rk, list, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR {
-                for (tp, committed, _) in readPartitionList(list) {
-                    if committed >= 0 {
-                        startOffsetCache[tp] = committed
-                        continue
-                    }
-                    guard configuration.autoOffsetReset != .error else { continue }
-                    var low: Int64 = -1
-                    var high: Int64 = -1
-                    let err = rd_kafka_query_watermark_offsets(rk, tp.topic, tp.partition, &low, &high, 2000)
-                    guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { continue }
-                    startOffsetCache[tp] = configuration.autoOffsetReset == .earliest ? low : high
-                }
-            }
-        }
-        return partitions.compactMap { tp in startOffsetCache[tp].map { (tp, $0) } }
     }
 
     /// Called by librdkafka on the poll thread (inside `rd_kafka_consumer_poll` or
@@ -586,14 +541,12 @@ final class ConsumerCore: @unchecked Sendable {
     ) {
         let tps = readPartitionList(partitions).map(\.0)
         rebalanceGeneration &+= 1
-        startOffsetCache = [:]
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             let paused = state.withLock { s -> Bool in
                 let epoch = s.nextEpoch
                 s.nextEpoch += 1
                 s.joined = true
-                s.flow.wake(now: .now)
                 for tp in tps {
                     s.epochs[tp] = epoch
                     s.trackers[tp] = nil
@@ -644,10 +597,9 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     private func refreshLag(_ rk: OpaquePointer) {
-        let (assigned, paused) = state.withLock { (Array($0.epochs.keys), $0.flow.isPaused && !$0.flow.isIdle) }
+        let (assigned, paused) = state.withLock { (Array($0.epochs.keys), $0.flow.isPaused) }
         // While fetching, the watermarks cached from fetch responses are current; while
-        // paused nothing is fetched, so ask the broker (a round trip per partition). An idle
-        // consumer's probes keep the cached ones current enough.
+        // paused nothing is fetched, so ask the broker (a round trip per partition).
         let queryTimeout = Int32(clamping: min(1000, max(1, configuration.lagInterval.milliseconds / 2)))
         var lag: [TopicPartition: Int64] = [:]
         if !assigned.isEmpty {
