@@ -623,6 +623,11 @@ final class E2EStack: @unchecked Sendable {
                   default: {text: "REL-V1 {message}", file: "{filename}"}
                 credentials:
                   - {bundle_id: com.example.chat, team_id: \(Self.teamID), environment: production, key_id: \(Self.keyID), key_file: \(key)}
+              app7:
+                payload: {profile: compact}
+                coalesce: {window_seconds: 10, update_seconds: 4}
+                credentials:
+                  - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
               app2:
                 payload: {profile: sendbird, key: sendbird}
                 multi_device: any_offline

@@ -16,6 +16,8 @@
 /// | `herald:<app>:delivered:{d<shard>}:<window>` | hash | 8-byte fingerprint of (event, token) -> `p:<owner>:<expires>` or `1` |
 /// | `herald:<app>:explain:{e<shard>}:<hour>` | list | the compact explain trail: one line per entry (`ExplainEntry.writeLine`) |
 /// | `herald:<app>:last_decision:{l<shard>}` | hash | user -> their latest user-level explain entry (one line) |
+/// | `herald:<app>:burst:{b<shard>}` | hash | burst field -> burst state, and the latest held record (Bursts.swift) |
+/// | `herald:<app>:burst_due:{b<shard>}` | sorted set | burst field -> when the flush timer looks at it next |
 public enum RedisKeys {
     public static let prefix = "herald"
 

@@ -289,7 +289,7 @@ public enum PipelineLoader {
         "payload", "multi_device", "badge", "counts", "templates", "catalogs", "credentials",
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
-        "priority", "interruption_level", "relevance_score",
+        "priority", "interruption_level", "relevance_score", "coalesce",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -468,7 +468,28 @@ public enum PipelineLoader {
             priority: priority)
         app.counts = try r.bool(m["counts"], path + ".counts") ?? false
         app.interruption = try readInterruption(&r, m, path: path)
+        app.coalesce = try readCoalesce(&r, m["coalesce"], path: path + ".coalesce")
         return app
+    }
+
+    /// `coalesce:` of an app: `off` (the default), or `window_seconds` (1 to 3600) and `update_seconds` (0 to the
+    /// window; default half of it) (docs/behaviour.md §6a).
+    static func readCoalesce(_ r: inout Reader, _ node: Node?, path: String) throws(ConfigError) -> CoalescePolicy {
+        guard let node else { return CoalescePolicy() }
+        if node.mapping == nil {
+            guard try r.string(node, path) == "off" else {
+                throw ConfigError(path: path, message: "expected off or {window_seconds, update_seconds}")
+            }
+            return CoalescePolicy()
+        }
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: ["window_seconds", "update_seconds"])
+        guard let window = try r.int(m["window_seconds"], path + ".window_seconds", in: 1...3600) else {
+            throw ConfigError(path: path + ".window_seconds", message: "missing (1 to 3600)")
+        }
+        let update = try r.int(m["update_seconds"], path + ".update_seconds", in: 0...window)
+        return CoalescePolicy(
+            windowMilliseconds: Int64(window) * 1000, updateMilliseconds: update.map { Int64($0) * 1000 })
     }
 
     /// `interruption_level:` and `relevance_score:` of an app: `off`, or per rule a level (`passive`, `active`,

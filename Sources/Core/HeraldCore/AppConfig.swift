@@ -228,6 +228,8 @@ public struct AppConfig: Sendable {
     public var counts = false
     /// `aps.interruption-level` and `aps.relevance-score` of alerts, by the rule that classed each push.
     public var interruption = InterruptionPolicy()
+    /// Burst coalescing per (user, conversation) (docs/behaviour.md §6a); off by default.
+    public var coalesce = CoalescePolicy()
 
     let strings: [String: Strings]
     let english: Strings

@@ -10,8 +10,9 @@
 // - A record written by a newer Herald with a higher version is refused with a clear error (dead-lettered),
 //   never misread. Version 2 added the provider and provider id of devices and requests (FCM, webhooks);
 //   version 3 the mention counts after a state's unread counts; version 4 a byte after them naming the
-//   preferences the user never set (`Preferences.unset`). Version 2 and 3 records are still read (an upgrade
-//   with records in flight), with mention counts of zero and every preference counted as set.
+//   preferences the user never set (`Preferences.unset`); version 5 a deliverable record's burst position at its
+//   end. Version 2 to 4 records are still read (an upgrade with records in flight), with mention counts of zero,
+//   every preference counted as set and no burst where their version lacks them.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
 import Foundation
@@ -199,7 +200,7 @@ public protocol BinaryRecord {
 
 public enum BinaryRecordFormat {
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
-    public static let version: UInt8 = 4
+    public static let version: UInt8 = 5
     /// The oldest version still read.
     public static let oldestReadable: UInt8 = 2
 
@@ -600,6 +601,7 @@ extension DeliverableRecord: EventFirstRecord {
         state.write(into: &w)
         Device.write(targets, into: &w)
         w.optional(senderDisplayName)
+        w.optional(burst.map(Int64.init))
     }
 
     /// The wire bytes, with the event copied from `eventBytes` (the current format's bytes of `event`, as read by
@@ -622,6 +624,7 @@ extension DeliverableRecord: EventFirstRecord {
         self.init(
             event: event, recipient: try r.string(), state: try UserState(binary: &r),
             targets: try Device.readList(&r), senderDisplayName: try r.optionalString())
+        if r.version >= 5 { burst = try r.optionalInt().map { Int(clamping: $0) } }
     }
 }
 

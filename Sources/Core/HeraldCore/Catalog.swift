@@ -55,6 +55,10 @@ public enum CatalogKey: String, CaseIterable, Sendable {
     case callRejected = "call.rejected"
     case callEnded = "call.ended"
     case callBusy = "call.busy"
+    /// The text of a burst update (docs/behaviour.md §6a): `{count}` messages in `{channel_name}`.
+    case burst = "burst"
+    /// The same for a conversation without a name.
+    case burstUnnamed = "burst.unnamed"
 
     /// Position in `allCases`, without building the array.
     var index: Int {
@@ -82,6 +86,8 @@ public enum CatalogKey: String, CaseIterable, Sendable {
         case .callRejected: return 20
         case .callEnded: return 21
         case .callBusy: return 22
+        case .burst: return 23
+        case .burstUnnamed: return 24
         }
     }
 }
@@ -106,6 +112,7 @@ public enum BuiltInCatalogs {
         .fileImage: "Image", .fileVideo: "Video", .fileAudio: "Audio", .fileOther: "File",
         .callMissed: "Missed call",
         .callOngoing: "Call in progress", .callRejected: "Call declined", .callEnded: "Call ended",
+        .burst: "{count} new messages in {channel_name}", .burstUnnamed: "{count} new messages",
         .callBusy: "Line busy",
     ]
 
@@ -129,6 +136,7 @@ public enum BuiltInCatalogs {
             .fileImage: "图片", .fileVideo: "视频", .fileAudio: "语音", .fileOther: "文件",
             .callMissed: "未接来电",
             .callOngoing: "通话中", .callRejected: "对方已拒绝通话", .callEnded: "通话已结束", .callBusy: "对方忙线中",
+            .burst: "{channel_name}中有{count}条新消息", .burstUnnamed: "{count}条新消息",
         ],
         "ko": [
             .defaultText: "{sender_name}: {message}",
@@ -148,6 +156,7 @@ public enum BuiltInCatalogs {
             .fileImage: "사진", .fileVideo: "동영상", .fileAudio: "오디오", .fileOther: "파일",
             .callMissed: "부재중 전화",
             .callOngoing: "통화 중", .callRejected: "통화가 거절되었습니다", .callEnded: "통화가 종료되었습니다", .callBusy: "상대방이 통화 중입니다",
+            .burst: "{channel_name}에 새 메시지 {count}개", .burstUnnamed: "새 메시지 {count}개",
         ],
         "fr": [
             .defaultText: "{sender_name}: {message}",
@@ -167,6 +176,7 @@ public enum BuiltInCatalogs {
             .fileImage: "Image", .fileVideo: "Vidéo", .fileAudio: "Audio", .fileOther: "Fichier",
             .callMissed: "Appel manqué",
             .callOngoing: "Appel en cours", .callRejected: "Appel refusé", .callEnded: "Appel terminé",
+            .burst: "{count} nouveaux messages dans {channel_name}", .burstUnnamed: "{count} nouveaux messages",
             .callBusy: "Ligne occupée",
         ],
         "de": [
@@ -187,6 +197,7 @@ public enum BuiltInCatalogs {
             .fileImage: "Bild", .fileVideo: "Video", .fileAudio: "Audio", .fileOther: "Datei",
             .callMissed: "Verpasster Anruf",
             .callOngoing: "Anruf läuft", .callRejected: "Anruf abgelehnt", .callEnded: "Anruf beendet",
+            .burst: "{count} neue Nachrichten in {channel_name}", .burstUnnamed: "{count} neue Nachrichten",
             .callBusy: "Besetzt",
         ],
         "es": [
@@ -207,6 +218,7 @@ public enum BuiltInCatalogs {
             .fileImage: "Imagen", .fileVideo: "Vídeo", .fileAudio: "Audio", .fileOther: "Archivo",
             .callMissed: "Llamada perdida",
             .callOngoing: "Llamada en curso", .callRejected: "Llamada rechazada", .callEnded: "Llamada finalizada",
+            .burst: "{count} mensajes nuevos en {channel_name}", .burstUnnamed: "{count} mensajes nuevos",
             .callBusy: "Línea ocupada",
         ],
         "ja": [
@@ -227,6 +239,7 @@ public enum BuiltInCatalogs {
             .fileImage: "画像", .fileVideo: "動画", .fileAudio: "音声", .fileOther: "ファイル",
             .callMissed: "不在着信",
             .callOngoing: "通話中", .callRejected: "通話が拒否されました", .callEnded: "通話が終了しました", .callBusy: "話し中",
+            .burst: "{channel_name}に{count}件の新着メッセージ", .burstUnnamed: "{count}件の新着メッセージ",
         ],
     ]
 }
@@ -240,6 +253,8 @@ public enum TemplateVariable: String, Sendable, CaseIterable {
     case fileTypeFriendly = "file_type_friendly"
     case emoji
     case actorName = "actor_name"
+    /// The number of messages of a burst (the `burst` strings).
+    case count
 }
 
 /// A parsed template: literal runs and variables. Unknown `{names}` stay literal.

@@ -528,6 +528,7 @@ extension DeliverableRecord: StageRecord {
         w.raw(",\"state\":"); state.write(into: &w)
         w.raw(",\"targets\":"); Device.writeList(targets, into: &w)
         if let senderDisplayName { w.raw(",\"sender_display_name\":"); w.string(senderDisplayName) }
+        if let burst { w.raw(",\"burst\":"); w.int(burst) }
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -539,6 +540,7 @@ extension DeliverableRecord: StageRecord {
             event: try readEvent(r), recipient: try r.requiredString("recipient"),
             state: try UserState(json: state), targets: try Device.readList(targets, path: "targets"),
             senderDisplayName: try r.string("sender_display_name"))
+        burst = try r.int("burst").map { Int(clamping: $0) }
     }
 }
 

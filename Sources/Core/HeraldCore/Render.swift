@@ -76,6 +76,8 @@ struct PayloadContent {
     var locArgsDropped = false
     /// The alert's interruption level and relevance score (none for background and VoIP pushes).
     var attention = Attention()
+    /// An update of a burst's notification: no sound (docs/behaviour.md §6a).
+    var silent = false
 }
 
 public enum Renderer {
@@ -86,9 +88,11 @@ public enum Renderer {
     /// - Parameters:
     ///   - senderDisplayName: the sender's push display name, when the sender set one.
     ///   - now: used only for `apns-expiration` when the event has no `created_at`.
+    /// - Parameter burst: the message's place in a coalesced burst (docs/behaviour.md §6a): 1 opens it (a normal
+    ///   alert), n > 1 replaces its notification with "n new messages"; nil: not coalesced.
     public static func render(
         event: ChatEvent, recipient: String, state: UserState, targets: [Device],
-        app: AppConfig, senderDisplayName: String? = nil,
+        app: AppConfig, senderDisplayName: String? = nil, burst: Int? = nil,
         now: Date
     ) throws(RenderError) -> [APNsRequest] {
         if targets.isEmpty { return [] }
@@ -106,7 +110,7 @@ public enum Renderer {
                 out.append(
                     try FCMMessage.request(
                         event: event, recipient: recipient, state: state, device: device,
-                        app: app, senderDisplayName: senderDisplayName,
+                        app: app, senderDisplayName: senderDisplayName, burst: burst,
                         eventSeconds: eventSeconds))
                 continue
             case .webhook:
@@ -122,7 +126,7 @@ public enum Renderer {
                 out.append(
                     WebhookPayload.request(
                         event: event, recipient: recipient, state: state, device: device,
-                        hook: hook, app: app, senderDisplayName: senderDisplayName,
+                        hook: hook, app: app, senderDisplayName: senderDisplayName, burst: burst,
                         eventSeconds: eventSeconds))
                 continue
             case .apns, .voip:
@@ -147,7 +151,7 @@ public enum Renderer {
             } else {
                 payload = try renderPayload(
                     event: event, recipient: recipient, state: state, app: app,
-                    senderDisplayName: senderDisplayName, pushType: pushType)
+                    senderDisplayName: senderDisplayName, pushType: pushType, burst: burst)
                 if pushType == .voip { voipPayload = payload } else { alertPayload = payload }
             }
             let (sum, overflow) = eventSeconds.addingReportingOverflow(
@@ -157,6 +161,8 @@ public enum Renderer {
             if let call = event.call, isCall {
                 let id = "call-" + call.sessionID
                 if id.utf8.count <= 64 { collapse = id }
+            } else if burst != nil {
+                collapse = Coalescing.collapseID(event)
             } else if app.collapseID == .message {
                 collapse = Self.messageCollapseID(event)
             }
@@ -265,6 +271,7 @@ public enum Renderer {
         _ strings: Strings
     ) -> String {
         switch v {
+        case .count: return ""
         case .senderName: return sender
         case .message: return text
         case .filename: return event.message?.file?.name ?? ""
@@ -282,13 +289,15 @@ public enum Renderer {
     /// and what the Sendbird object carries. Returns the content and the sender's shown name.
     static func content(
         event: ChatEvent, state: UserState, app: AppConfig,
-        senderDisplayName: String?, cometchatTitle: Bool
+        senderDisplayName: String?, cometchatTitle: Bool, burst: Int? = nil
     ) -> (PayloadContent, String) {
         let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
         if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty {
             body = pc
         }
+        let update = burstText(event, burst: burst, app: app, languages: prefs.languages)
+        if let update { body = update }
         var title: String?
         let sender = senderName(event, senderDisplayName)
         if let t = app.titleTemplate {
@@ -298,26 +307,42 @@ public enum Renderer {
         } else if cometchatTitle {
             title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
         }
-        return (
-            PayloadContent(
-                title: title, body: body,
-                detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
-                translations: event.message?.translations ?? [],
-                data: event.message?.data ?? "", extern: event.ext.apns.extern), sender
-        )
+        var content = PayloadContent(
+            title: title, body: body,
+            detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
+            translations: event.message?.translations ?? [],
+            data: event.message?.data ?? "", extern: event.ext.apns.extern)
+        content.silent = update != nil
+        return (content, sender)
+    }
+
+    /// The body of a burst update ("3 new messages in Hiking", translated), or nil for anything else.
+    static func burstText(_ event: ChatEvent, burst: Int?, app: AppConfig, languages: [String]) -> String? {
+        guard let count = burst, count > 1 else { return nil }
+        let strings = app.strings(for: languages)
+        let named = !(event.conversation.name ?? "").isEmpty
+        return strings[named ? .burst : .burstUnnamed].render { v in
+            switch v {
+            case .count: return String(count)
+            case .channelName: return event.conversation.name ?? ""
+            default: return ""
+            }
+        }
     }
 
     /// Renders the payload for one recipient and push type, shortened to fit.
     public static func renderPayload(
         event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
         senderDisplayName: String?,
-        pushType: APNsRequest.PushType
+        pushType: APNsRequest.PushType, burst: Int? = nil
     ) throws(RenderError) -> [UInt8] {
         let prefs = app.effectivePreferences(state.preferences)
         var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
         if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty {
             body = pc
         }
+        let update = burstText(event, burst: burst, app: app, languages: prefs.languages)
+        if let update { body = update }
         var title: String?
         let sender = senderName(event, senderDisplayName)
         if let t = app.titleTemplate {
@@ -335,6 +360,7 @@ public enum Renderer {
         if pushType == .alert {
             content.attention = app.interruption.attention(event, recipient: recipient, priority: app.priority)
         }
+        content.silent = update != nil
         let limit = pushType.payloadLimit
         let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
 
@@ -488,7 +514,9 @@ public enum Renderer {
             w.byte(UInt8(ascii: "}"))
         }
         if let badge { w.raw(",\"badge\":"); w.int(badge) }
-        w.raw(",\"sound\":"); w.string(a.sound ?? options.sound(conversation: event.conversation.id))
+        if !content.silent {
+            w.raw(",\"sound\":"); w.string(a.sound ?? options.sound(conversation: event.conversation.id))
+        }
         if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
         if options.contentAvailable { w.raw(",\"content-available\":1") }
         if a.mutableContent || options.mutableContent { w.raw(",\"mutable-content\":1") }

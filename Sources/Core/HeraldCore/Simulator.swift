@@ -19,6 +19,9 @@ public struct SimulationLine: Sendable, Hashable {
     public var notifications: [APNsRequest]
     /// The recipient's priority class and lane (`class`, `lane`, `class_rule` in the JSON); nil for a dropped event.
     public var priority: PriorityDecision?
+    /// The push's place in a coalesced burst (`burst` in the JSON, docs/behaviour.md §6a): 1 opens it, n > 1 is an
+    /// update showing n messages; nil when the push is never coalesced.
+    public var burst: Int?
 
     public init(
         user: String?, decision: Outcome, reason: String?, notifications: [APNsRequest] = [],
@@ -44,6 +47,7 @@ public struct SimulationLine: Sendable, Hashable {
             w.raw(",\"lane\":"); w.string(priority.lane.rawValue)
             w.raw(",\"class_rule\":"); w.string(priority.rule)
         }
+        if let burst { w.raw(",\"burst\":"); w.int(burst) }
         w.raw(",\"notifications\":[")
         for (n, r) in notifications.enumerated() {
             if n > 0 { w.byte(UInt8(ascii: ",")) }
@@ -72,10 +76,12 @@ public enum Simulator {
     ///   - at: the moment to evaluate the rules at; nil means the event's
     ///     `created_at`, else `now` (what the stages do).
     ///   - now: the wall clock, used when neither `at` nor `created_at` is given.
+    ///   - burst: for a recipient whose push may be coalesced, the message's place in its burst (default 1, the
+    ///     first: what a single message sends); n > 1 shows the update of n messages suppress would send.
     /// - Throws: `EventValidationError` when the event is not valid.
     public static func simulate(
         eventBytes: some Collection<UInt8>, fixture: StateFixture, apps: AppDirectory,
-        at: Date?, now: Date
+        at: Date?, now: Date, burst: Int = 1
     ) throws(EventValidationError) -> [SimulationLine] {
         let event = try ChatEvent.decode(eventBytes)
         // The stages dead-letter an app the pipeline file does not list (`unknown_app`), as they do an invalid event.
@@ -107,14 +113,16 @@ public enum Simulator {
                 lines.append(
                     SimulationLine(user: user, decision: .suppress, reason: reason.rawValue, priority: priority))
             case .deliver(let targets):
+                let position = Coalescing.eligible(event, recipient: user, app: app) ? max(1, burst) : nil
                 do {
                     let requests = try Renderer.render(
                         event: event, recipient: user, state: state, targets: targets,
-                        app: app, senderDisplayName: senderDisplayName, now: renderNow)
-                    lines.append(
-                        SimulationLine(
-                            user: user, decision: .deliver, reason: nil, notifications: requests,
-                            priority: priority))
+                        app: app, senderDisplayName: senderDisplayName, burst: position, now: renderNow)
+                    var line = SimulationLine(
+                        user: user, decision: .deliver, reason: (position ?? 1) > 1 ? Coalescing.updateReason : nil,
+                        notifications: requests, priority: priority)
+                    line.burst = position
+                    lines.append(line)
                 } catch {
                     lines.append(
                         SimulationLine(user: user, decision: .error, reason: error.code.rawValue, priority: priority))

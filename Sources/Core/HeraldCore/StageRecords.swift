@@ -47,6 +47,9 @@ public struct DeliverableRecord: Sendable, Hashable {
     public var state: UserState
     public var targets: [Device]
     public var senderDisplayName: String?
+    /// The message's place in a coalesced burst (docs/behaviour.md §6a): 1 opens it, n > 1 is an update showing n
+    /// messages; nil when the push is not coalesced.
+    public var burst: Int?
 
     public init(
         event: ChatEvent, recipient: String, state: UserState, targets: [Device],

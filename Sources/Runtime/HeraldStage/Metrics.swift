@@ -93,6 +93,7 @@ public struct StageMetrics: Sendable {
         public static let sendPhase = "herald_send_phase_seconds"
         public static let ingestWarnings = "herald_ingest_warnings_total"
         public static let classified = "herald_classified_total"
+        public static let coalesced = "herald_coalesced_total"
         public static let tokenFeedback = "herald_token_feedback_total"
         public static let registryOps = "herald_registry_ops_total"
         public static let ready = "herald_ready"
@@ -137,6 +138,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.classified, "counter", labels: "stage, class", stages: "ingest, resolve",
             "priority classes (`urgent`, `high`, `normal`, `bulk`; docs/pipeline.md, \"Priority lanes\"): events by class at ingest, notifications (recipients) by class at resolve, where the member threshold and mentions are applied"
+        ),
+        MetricDeclaration(
+            Name.coalesced, "counter", labels: "stage, outcome", stages: "suppress",
+            "messages of a coalesced burst after its first (docs/behaviour.md §6a): `update` replaced the burst's notification at once, `held` was held back (also `herald_suppressed_total{reason=\"coalesced\"}`), `flushed` counts the updates that showed held messages once the update interval passed, `invalid` a held record that did not decode"
         ),
         MetricDeclaration(
             Name.registryOps, "counter", labels: "stage, op, outcome", stages: "registry",
@@ -331,6 +336,11 @@ public struct StageMetrics: Sendable {
     /// ingest and resolve: events (ingest) or recipients (resolve) given a priority class.
     public func classified(_ priorityClass: String, count: Int = 1) {
         counter(Name.classified, [("class", Self.labelValue(priorityClass))]).increment(by: count)
+    }
+
+    /// suppress: a message of a coalesced burst, by outcome (`update`, `held`, `flushed`, `invalid`).
+    public func coalesced(outcome: String, count: Int = 1) {
+        counter(Name.coalesced, [("outcome", Self.labelValue(outcome))]).increment(by: count)
     }
 
     /// send: a dead token reported to `herald.token-feedback`.

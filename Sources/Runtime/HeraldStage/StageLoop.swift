@@ -535,6 +535,7 @@ struct Tally {
     var tokenDead: [String: Int] = [:]
     var registry: [RegistryKey: Int] = [:]
     var inputWarnings: [String: Int] = [:]
+    var coalesced: [String: Int] = [:]
     var classified: [String: Int] = [:]
 
     struct APNsAnswerKey: Hashable { var status: Int; var reason: String }
@@ -576,6 +577,8 @@ struct Tally {
                 inputWarnings[field, default: 0] += 1
             case .classified(let priorityClass, let count):
                 classified[priorityClass, default: 0] += count
+            case .coalesced(let outcome):
+                coalesced[outcome, default: 0] += 1
             }
         }
     }
@@ -588,6 +591,7 @@ struct Tally {
         if duplicates > 0 { metrics.sendDuplicates(count: duplicates) }
         for (field, n) in inputWarnings { metrics.ingestWarning(field: field, count: n) }
         for (priorityClass, n) in classified { metrics.classified(priorityClass, count: n) }
+        for (outcome, n) in coalesced { metrics.coalesced(outcome: outcome, count: n) }
         for (reason, n) in tokenDead { metrics.tokenFeedback(reason: reason, count: n) }
         for (key, n) in registry { metrics.registryOp(op: key.op, outcome: key.outcome, count: n) }
     }

@@ -108,7 +108,7 @@ public struct StageSetup: Sendable {
         }
     }
 
-    private func redisConfiguration() throws -> RedisConfiguration {
+    func redisConfiguration() throws -> RedisConfiguration {
         var configuration: RedisConfiguration
         if let url = config.raw(.redisURL) {
             configuration = try RedisConfiguration(url: url)

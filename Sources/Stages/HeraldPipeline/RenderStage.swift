@@ -46,7 +46,7 @@ public struct RenderProcessor: StageProcessor {
             let requests = try Renderer.render(
                 event: event, recipient: record.recipient, state: record.state,
                 targets: record.targets, app: apps.app(event.appID),
-                senderDisplayName: record.senderDisplayName, now: now)
+                senderDisplayName: record.senderDisplayName, burst: record.burst, now: now)
             var outputs: [StageOutput] = []
             outputs.reserveCapacity(requests.count)
             for request in requests {

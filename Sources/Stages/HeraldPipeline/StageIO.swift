@@ -124,6 +124,9 @@ public enum StageNote: Sendable, Hashable {
     /// Ingest classified an event, or resolve `count` recipients' notifications, into a priority class (`urgent`,
     /// `high`, `normal`, `bulk`): each class's throughput.
     case classified(priorityClass: String, count: Int)
+    /// suppress stepped a message through a coalesced burst: `update` (it replaces the burst's notification) or
+    /// `held` (not sent; the next update counts it).
+    case coalesced(outcome: String)
 }
 
 /// What became of one input.

@@ -3,7 +3,10 @@ import HeraldCore
 
 /// suppress: `herald.resolved` -> `herald.deliverable` (keyed by recipient user id).
 /// Applies the rules of docs/behaviour.md §6 (`Suppression.decide`, at the event's time); every suppression is
-/// counted by reason and written to the explain trail, and so is every decision to deliver.
+/// counted by reason and written to the explain trail, and so is every decision to deliver. With a `BurstLedger`,
+/// a delivery that may be coalesced (§6a) is stepped through its burst, the whole batch in one round trip: the
+/// first message of a burst goes on as it is, later ones as updates of its notification or held back
+/// (`coalesced`).
 public struct SuppressProcessor: StageProcessor {
     public let stage = "suppress"
     public var deliverableTopic: String
@@ -11,10 +14,22 @@ public struct SuppressProcessor: StageProcessor {
     /// The apps as the pipeline file now says (reloaded on SIGHUP or when the file changes, docs/operations.md
     /// "Reloading"): when set, each batch takes the current directory in place of `apps`.
     public var live: LiveAppDirectory?
+    /// Where bursts are kept (Redis in the stage); nil: nothing is coalesced.
+    public var bursts: (any BurstLedger)?
+    /// The lane this processor's input and output belong to (a held message's flush goes to its lane's topic).
+    public var lane: Lane = .bulk
+    /// Told when the burst ledger fails (the batch is then delivered without coalescing, never held up).
+    public var onBurstFailure: @Sendable (any Error) -> Void = { _ in }
 
     public init(deliverableTopic: String, apps: AppDirectory) {
         self.deliverableTopic = deliverableTopic
         self.apps = apps
+    }
+
+    /// One input after the rules: a finished result, or a delivery still to be written (its event's bytes kept).
+    enum Decided {
+        case done(StageResult)
+        case deliver(ResolvedRecord, targets: [Device], eventBytes: [UInt8]?)
     }
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
@@ -22,56 +37,131 @@ public struct SuppressProcessor: StageProcessor {
         var current = self
         if let live { current.apps = live.current }
         var reuse = EventReuse()
-        var results: [StageResult] = []
-        results.reserveCapacity(batch.count)
-        for input in batch { results.append(current.process(input, now: now, reuse: &reuse)) }
-        return results
+        var decided: [Decided] = []
+        decided.reserveCapacity(batch.count)
+        for input in batch { decided.append(current.decide(input, now: now, reuse: &reuse)) }
+        let steps = await current.burstSteps(decided, now: now)
+        return decided.enumerated().map { index, d in
+            switch d {
+            case .done(let result): return result
+            case .deliver(let record, let targets, let eventBytes):
+                return current.deliverResult(
+                    record, targets: targets, eventBytes: eventBytes, step: steps[index], now: now)
+            }
+        }
     }
 
     public func process(_ input: StageInput, now: Date) -> StageResult {
         var reuse = EventReuse()
-        return process(input, now: now, reuse: &reuse)
+        switch decide(input, now: now, reuse: &reuse) {
+        case .done(let result): return result
+        case .deliver(let record, let targets, let eventBytes):
+            return deliverResult(record, targets: targets, eventBytes: eventBytes, step: nil, now: now)
+        }
     }
 
-    func process(_ input: StageInput, now: Date, reuse: inout EventReuse) -> StageResult {
+    /// The burst step of each delivery that may be coalesced, by input index (one round trip). Bursts are timed on
+    /// the stage's clock, like their flushes: a backlog of a conversation's messages read at once is one burst.
+    func burstSteps(_ decided: [Decided], now: Date) async -> [Int: BurstStep] {
+        guard let bursts else { return [:] }
+        let nowMillis = BatchContext.millis(now)
+        var asks: [(index: Int, message: BurstMessage)] = []
+        for (index, d) in decided.enumerated() {
+            guard case .deliver(let record, let targets, let eventBytes) = d else { continue }
+            let event = record.event
+            let app = apps.app(event.appID)
+            guard Coalescing.eligible(event, recipient: record.recipient, app: app) else { continue }
+            let held = deliverable(record, targets: targets, burst: nil).wireBytes(eventBytes: eventBytes)
+            asks.append(
+                (
+                    index,
+                    BurstMessage(
+                        appID: event.appID, user: record.recipient, conversation: event.conversation.id,
+                        at: nowMillis, policy: app.coalesce, lane: lane, record: held)
+                ))
+        }
+        if asks.isEmpty { return [:] }
+        do {
+            let steps = try await bursts.step(asks.map(\.message))
+            guard steps.count == asks.count else { return [:] }
+            var out: [Int: BurstStep] = [:]
+            for (ask, step) in zip(asks, steps) { out[ask.index] = step }
+            return out
+        } catch {
+            onBurstFailure(error)
+            return [:]
+        }
+    }
+
+    /// The record render reads: preferences and unread counts; the devices it needs are the targets.
+    func deliverable(_ record: ResolvedRecord, targets: [Device], burst: Int?) -> DeliverableRecord {
+        var state = record.state
+        state.devices = []
+        state.online = []
+        var deliverable = DeliverableRecord(
+            event: record.event, recipient: record.recipient, state: state,
+            targets: targets, senderDisplayName: record.senderDisplayName)
+        deliverable.burst = burst
+        return deliverable
+    }
+
+    func decide(_ input: StageInput, now: Date, reuse: inout EventReuse) -> Decided {
         let record: ResolvedRecord
-        do { record = try input.decode(ResolvedRecord.self, reusing: &reuse) } catch { return error.result }
+        do { record = try input.decode(ResolvedRecord.self, reusing: &reuse) } catch { return .done(error.result) }
         let event = record.event
         guard apps.isKnown(event.appID) else {
-            return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
+            return .done(.dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID)))
         }
-        let at = BatchContext.millis(now)
         let decision = Suppression.decide(
             event: event, recipient: record.recipient, state: record.state,
             app: apps.app(event.appID), now: now)
         switch decision {
         case .suppress(let reason):
-            return StageResult(
-                notes: [.suppressed(reason: reason.rawValue)],
-                explain: [
-                    ExplainEntry(
-                        appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
-                        decision: "suppress", reason: reason.rawValue, at: at)
-                ])
+            return .done(suppressed(record, reason: reason.rawValue, now: now))
         case .deliver(let targets):
-            // Rendering reads preferences and unread counts; the devices it needs are the targets.
-            var state = record.state
-            state.devices = []
-            state.online = []
-            let deliverable = DeliverableRecord(
-                event: event, recipient: record.recipient, state: state,
-                targets: targets, senderDisplayName: record.senderDisplayName)
-            // The event goes on as the bytes it came in (when they are in the current format), not encoded again.
-            let output = StageOutput(
-                topic: deliverableTopic, key: record.recipient,
-                value: deliverable.wireBytes(eventBytes: reuse.lastEventBytes))
-            return StageResult(
-                outputs: [output],
-                explain: [
-                    ExplainEntry(
-                        appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
-                        decision: "deliver", at: at, count: targets.count)
-                ])
+            return .deliver(record, targets: targets, eventBytes: reuse.lastEventBytes)
         }
+    }
+
+    func suppressed(_ record: ResolvedRecord, reason: String, now: Date) -> StageResult {
+        let event = record.event
+        return StageResult(
+            notes: [.suppressed(reason: reason)],
+            explain: [
+                ExplainEntry(
+                    appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                    decision: "suppress", reason: reason, at: BatchContext.millis(now))
+            ])
+    }
+
+    func deliverResult(
+        _ record: ResolvedRecord, targets: [Device], eventBytes: [UInt8]?, step: BurstStep?, now: Date
+    ) -> StageResult {
+        let event = record.event
+        var burst: Int?
+        var reason: String?
+        switch step {
+        case .held?:
+            var held = suppressed(record, reason: Coalescing.heldReason, now: now)
+            held.notes.append(.coalesced(outcome: "held"))
+            return held
+        case .first?: burst = 1
+        case .update(let count)?:
+            burst = count
+            reason = Coalescing.updateReason
+        case nil: break
+        }
+        let deliverable = deliverable(record, targets: targets, burst: burst)
+        // The event goes on as the bytes it came in (when they are in the current format), not encoded again.
+        let output = StageOutput(
+            topic: deliverableTopic, key: record.recipient, value: deliverable.wireBytes(eventBytes: eventBytes))
+        return StageResult(
+            outputs: [output],
+            notes: reason == nil ? [] : [.coalesced(outcome: "update")],
+            explain: [
+                ExplainEntry(
+                    appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
+                    decision: "deliver", reason: reason, at: BatchContext.millis(now), count: targets.count)
+            ])
     }
 }

@@ -11,6 +11,10 @@ let topics = setup.pipeline.kafka.topics
 // The apps (multi-device mode, user defaults, ...) are reloaded from the pipeline file on SIGHUP and when it changes.
 let apps = LiveAppDirectory(setup.pipeline.apps)
 let reloader = PipelineReloader.forStageOrExit(setup) { config in apps.replace(with: config.apps) }
+// Burst coalescing (docs/behaviour.md §6a) keeps its small per-conversation state in Redis. Like the explain trail it
+// is best effort here: Redis is not a readiness check, and when it fails a batch is delivered without coalescing.
+let bursts = setup.bestEffortBurstLedger()
+let metrics = setup.context.metrics
 // One loop per lane; each writes to its own lane's herald.deliverable topic.
 let lanes = Lane.allCases.map { lane in
     StageLane(
@@ -18,7 +22,17 @@ let lanes = Lane.allCases.map { lane in
         processor: {
             var processor = SuppressProcessor(deliverableTopic: topics.deliverable(lane), apps: setup.pipeline.apps)
             processor.live = apps
+            processor.bursts = bursts
+            processor.lane = lane
+            processor.onBurstFailure = { error in
+                metrics.redisError(code: "transient")
+                setup.logger.warning(
+                    "burst state unavailable; delivering without coalescing", metadata: ["error": "\(error)"])
+            }
             return processor
         }())
 }
-StageProcess.exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink(), before: [reloader]))
+let explain = setup.bestEffortExplainSink()
+// The flush timer shows the messages a burst held back once its update interval has passed.
+let services = setup.withBurstFlush(before: [reloader], ledger: bursts, apps: apps, explain: explain)
+StageProcess.exit(await setup.run(lanes: lanes, explain: explain, before: services))

@@ -28,6 +28,11 @@ struct Simulate: ParsableCommand {
         help: "Evaluate as of this time: ISO 8601 or epoch milliseconds. Default: the event's created_at, else now.")
     var at: String?
 
+    @Option(
+        name: .long,
+        help: "For apps with coalesce on: simulate the event as the Nth message of a burst (default 1, the first).")
+    var burst: Int = 1
+
     func run() throws {
         let eventBytes = try read(event, what: "event")
         let stateBytes = try read(state, what: "state")
@@ -57,7 +62,7 @@ struct Simulate: ParsableCommand {
         let lines: [SimulationLine]
         do {
             lines = try Simulator.simulate(
-                eventBytes: eventBytes, fixture: fixture, apps: apps, at: atDate, now: Date())
+                eventBytes: eventBytes, fixture: fixture, apps: apps, at: atDate, now: Date(), burst: burst)
         } catch {
             fail("event: \(error.description)")
         }

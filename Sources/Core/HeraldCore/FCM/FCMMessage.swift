@@ -27,7 +27,7 @@ public enum FCMMessage {
     /// The request for one FCM device of one recipient.
     static func request(
         event: ChatEvent, recipient: String, state: UserState, device: Device, app: AppConfig,
-        senderDisplayName: String?, eventSeconds: Int64
+        senderDisplayName: String?, burst: Int? = nil, eventSeconds: Int64
     ) throws(RenderError) -> APNsRequest {
         guard let credential = app.fcmCredential(device.providerID) else {
             throw RenderError(
@@ -40,13 +40,14 @@ public enum FCMMessage {
         let payload = try payload(
             event: event, recipient: recipient, state: state, app: app, token: device.token,
             includeNotification: credential.includeNotification,
-            senderDisplayName: senderDisplayName)
+            senderDisplayName: senderDisplayName, burst: burst)
         let ttl = isCall ? app.callExpirationSeconds : app.expirationSeconds
         let (sum, overflow) = eventSeconds.addingReportingOverflow(ttl)
         return APNsRequest(
             token: device.token, environment: .production, pushType: .alert,
             topic: credential.providerID, priority: isCall ? 10 : 5,
-            collapseID: collapseKey(event), expiration: overflow ? Int64.max : max(0, sum),
+            collapseID: burst != nil ? Coalescing.collapseID(event) : collapseKey(event),
+            expiration: overflow ? Int64.max : max(0, sum),
             apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
             provider: .fcm, providerID: credential.providerID)
     }
@@ -59,19 +60,20 @@ public enum FCMMessage {
     /// The `{"message":{...}}` body for one token, within `payloadLimit`.
     public static func payload(
         event: ChatEvent, recipient: String, state: UserState, app: AppConfig, token: String,
-        includeNotification: Bool, senderDisplayName: String?
+        includeNotification: Bool, senderDisplayName: String?, burst: Int? = nil
     ) throws(RenderError) -> [UInt8] {
         let isCometChat: Bool = { if case .cometchat = app.payloadProfile { true } else { false } }()
         var (original, sender) = Renderer.content(
             event: event, state: state, app: app,
-            senderDisplayName: senderDisplayName, cometchatTitle: isCometChat)
+            senderDisplayName: senderDisplayName, cometchatTitle: isCometChat, burst: burst)
         // iOS apps that receive through FCM read the same interruption level and relevance in `apns.payload.aps`.
         original.attention = app.interruption.attention(event, recipient: recipient, priority: app.priority)
         let prefs = app.effectivePreferences(state.preferences)
         let shape = Shape(
             event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
             notify: includeNotification && event.kind != .call && event.kind != .messageDeleted,
-            badge: (app.badge && prefs.badge) ? state.unread.total : nil)
+            badge: (app.badge && prefs.badge) ? state.unread.total : nil,
+            burstTag: burst != nil ? Coalescing.collapseID(event) : nil)
         let limit = payloadLimit
         var bytes = shape.write(original)
         if bytes.count <= limit { return bytes }
@@ -157,6 +159,8 @@ public enum FCMMessage {
         let token: String
         let notify: Bool
         let badge: Int?
+        /// A coalesced burst's `collapse_key` and notification `tag`, so an update replaces the shown one.
+        let burstTag: String?
 
         func write(_ content: PayloadContent) -> [UInt8] {
             let isCall = event.kind == .call
@@ -174,20 +178,36 @@ public enum FCMMessage {
             w.raw("},\"android\":{\"priority\":")
             w.raw(isCall ? "\"high\"" : "\"normal\"")
             w.raw(",\"ttl\":\""); w.int(isCall ? app.callExpirationSeconds : app.expirationSeconds); w.raw("s\"")
-            if let key = collapseKey(event) { w.raw(",\"collapse_key\":"); w.string(key) }
+            if let key = burstTag ?? collapseKey(event) { w.raw(",\"collapse_key\":"); w.string(key) }
             if notify {
-                w.raw(",\"notification\":{\"sound\":"); w.string(sound)
+                w.raw(",\"notification\":{")
+                if content.silent {
+                    w.raw("\"notification_priority\":\"PRIORITY_LOW\"")
+                } else {
+                    w.raw("\"sound\":"); w.string(sound)
+                }
                 if let badge { w.raw(",\"notification_count\":"); w.int(badge) }
                 if let channel = app.fcm.channelID { w.raw(",\"channel_id\":"); w.string(channel) }
                 if let click = app.fcm.clickAction { w.raw(",\"click_action\":"); w.string(click) }
-                if case .cometchat = app.payloadProfile { w.raw(",\"tag\":"); w.string(cometChatTag(event)) }
+                if let tag = burstTag {
+                    w.raw(",\"tag\":"); w.string(tag)
+                } else if case .cometchat = app.payloadProfile {
+                    w.raw(",\"tag\":"); w.string(cometChatTag(event))
+                }
                 w.byte(UInt8(ascii: "}"))
             }
             w.byte(UInt8(ascii: "}"))
             if notify {
-                w.raw(",\"apns\":{\"payload\":{\"aps\":{\"sound\":"); w.string(sound)
+                w.raw(",\"apns\":{")
+                if let tag = burstTag { w.raw("\"headers\":{\"apns-collapse-id\":"); w.string(tag); w.raw("},") }
+                w.raw("\"payload\":{\"aps\":{")
+                if content.silent {
+                    w.raw("\"thread-id\":"); w.string(event.conversation.id)
+                } else {
+                    w.raw("\"sound\":"); w.string(sound)
+                    w.raw(",\"thread-id\":"); w.string(event.conversation.id)
+                }
                 if let badge { w.raw(",\"badge\":"); w.int(badge) }
-                w.raw(",\"thread-id\":"); w.string(event.conversation.id)
                 if let category = event.ext.apns.category { w.raw(",\"category\":"); w.string(category) }
                 if event.ext.apns.mutableContent { w.raw(",\"mutable-content\":1") }
                 content.attention.write(into: &w)

@@ -15,18 +15,19 @@
 public enum WebhookPayload {
     static func request(
         event: ChatEvent, recipient: String, state: UserState, device: Device,
-        hook: WebhookCredential, app: AppConfig, senderDisplayName: String?,
+        hook: WebhookCredential, app: AppConfig, senderDisplayName: String?, burst: Int? = nil,
         eventSeconds: Int64
     ) -> APNsRequest {
         let payload = payload(
             event: event, recipient: recipient, state: state, app: app, region: hook.region,
-            senderDisplayName: senderDisplayName)
+            senderDisplayName: senderDisplayName, burst: burst)
         let isCall = event.kind == .call
         let (sum, overflow) = eventSeconds.addingReportingOverflow(
             isCall ? app.callExpirationSeconds : app.expirationSeconds)
         return APNsRequest(
             token: device.token, environment: .production, pushType: .alert, topic: hook.providerID,
-            priority: 10, collapseID: nil, expiration: overflow ? Int64.max : max(0, sum),
+            priority: 10, collapseID: burst != nil ? Coalescing.collapseID(event) : nil,
+            expiration: overflow ? Int64.max : max(0, sum),
             apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
             provider: .webhook, providerID: hook.providerID)
     }
@@ -34,11 +35,11 @@ public enum WebhookPayload {
     /// The POST body for one recipient.
     public static func payload(
         event: ChatEvent, recipient: String, state: UserState, app: AppConfig, region: String,
-        senderDisplayName: String?
+        senderDisplayName: String?, burst: Int? = nil
     ) -> [UInt8] {
         let (content, sender) = Renderer.content(
             event: event, state: state, app: app,
-            senderDisplayName: senderDisplayName, cometchatTitle: true)
+            senderDisplayName: senderDisplayName, cometchatTitle: true, burst: burst)
         var w = JSONWriter(capacity: 1024)
         w.raw("{\"trigger\":\"push-notification-payload-generated\",\"data\":{\"to\":{\"uid\":"); w.string(recipient)
         w.raw("},\"notificationDetails\":{")

@@ -1,0 +1,183 @@
+// Burst coalescing (docs/behaviour.md §6a): a lively group conversation wakes a user once, then keeps one
+// notification up to date instead of stacking twenty. Suppress steps a small per (user, conversation) state kept in
+// Redis; render turns the step into the payload (same collapse id, no sound, "3 new messages in Hiking"). Messages
+// held back between two updates are shown by a flush once the update interval has passed, so the last messages of
+// a burst are never lost.
+
+/// An app's burst settings (`coalesce:` in the pipeline file). Off by default.
+public struct CoalescePolicy: Sendable, Hashable {
+    /// How long a burst lasts after its last message, in milliseconds; 0 turns coalescing off.
+    public var windowMilliseconds: Int64
+    /// The least time between two visible pushes of one burst, in milliseconds: messages in between are held
+    /// back and shown together by the next update (a flush once this interval has passed).
+    public var updateMilliseconds: Int64
+
+    /// `updateMilliseconds` defaults to half the window: 20 messages in a 10 s window give one alert and at most
+    /// two updates.
+    public init(windowMilliseconds: Int64 = 0, updateMilliseconds: Int64? = nil) {
+        self.windowMilliseconds = max(0, windowMilliseconds)
+        self.updateMilliseconds = max(0, min(updateMilliseconds ?? windowMilliseconds / 2, self.windowMilliseconds))
+    }
+
+    public var isOn: Bool { windowMilliseconds > 0 }
+}
+
+/// What is kept per active burst.
+public struct BurstState: Sendable, Hashable {
+    /// Messages counted since the burst began.
+    public var count: Int
+    /// The count the last visible push showed.
+    public var shown: Int
+    /// When the last visible push went out (epoch ms).
+    public var shownAt: Int64
+    /// When the last message arrived (epoch ms).
+    public var lastAt: Int64
+    /// Messages are held back and a flush is due (the latest held message is kept with the state).
+    public var pending: Bool
+
+    public init(count: Int, shown: Int, shownAt: Int64, lastAt: Int64, pending: Bool) {
+        self.count = count
+        self.shown = shown
+        self.shownAt = shownAt
+        self.lastAt = lastAt
+        self.pending = pending
+    }
+}
+
+/// One message's place in its burst.
+public enum BurstStep: Sendable, Hashable {
+    /// The first message: a normal alert with sound; it opens the burst.
+    case first
+    /// A later message that replaces the notification at once: `count` messages so far, no sound.
+    case update(count: Int)
+    /// A later message held back: too soon after the last visible push; the burst's flush shows it.
+    case held(count: Int)
+}
+
+/// What the flush timer does with a burst whose due time has come.
+public enum BurstFlush: Sendable, Hashable {
+    /// Show the held messages: the latest held message goes out as an update of `count` messages.
+    case show(count: Int)
+    /// The window passed with nothing new: forget the burst.
+    case end
+    /// Not due yet (a message moved it on): look again at the state's due time.
+    case wait
+}
+
+public enum Coalescing {
+    /// The suppress reason of a held-back message.
+    public static let heldReason = "coalesced"
+    /// The explain reason of a delivered update that replaces the burst's notification.
+    public static let updateReason = "coalesced_update"
+    /// The explain reason of a flush: held messages shown together once the update interval passed.
+    public static let flushReason = "coalesced_flush"
+
+    /// Whether this push may be coalesced: a plain message in a group conversation to a recipient it does not
+    /// mention, not forced, in an app with coalescing on. Direct messages, mentions, calls, reactions, group
+    /// actions, edits, deletions, admin broadcasts and forced messages are never held back.
+    public static func eligible(_ event: ChatEvent, recipient: String, app: AppConfig) -> Bool {
+        guard app.coalesce.isOn, event.kind == .message, event.conversation.type == .group,
+            !event.ext.forceNotification, let m = event.message, m.type != .admin
+        else { return false }
+        if m.mentionType == .channel || m.mentions.contains(recipient) { return false }
+        return true
+    }
+
+    /// The step of a message arriving at `at` (epoch ms), from the burst's state (nil: no burst), and the state to
+    /// keep. A burst ends when the window passes with nothing new and nothing held. While messages are held, later
+    /// ones are held too (the flush shows them all, in order); otherwise a message at least the update interval
+    /// after the last visible push is shown at once. The Redis script (HeraldRedis `BurstScripts.step`) does
+    /// exactly this.
+    public static func step(_ previous: BurstState?, at: Int64, policy: CoalescePolicy) -> (BurstStep, BurstState) {
+        guard let p = previous, p.count > 0, p.pending || at - p.lastAt < policy.windowMilliseconds else {
+            return (.first, BurstState(count: 1, shown: 1, shownAt: at, lastAt: at, pending: false))
+        }
+        var next = p
+        next.count += 1
+        next.lastAt = max(p.lastAt, at)
+        if !p.pending && at - p.shownAt >= policy.updateMilliseconds {
+            next.shown = next.count
+            next.shownAt = at
+            return (.update(count: next.count), next)
+        }
+        next.pending = true
+        return (.held(count: next.count), next)
+    }
+
+    /// When the flush timer should look at a burst next: the end of the update interval while messages are held,
+    /// else the end of the window.
+    public static func due(_ state: BurstState, policy: CoalescePolicy) -> Int64 {
+        state.pending ? state.shownAt + policy.updateMilliseconds : state.lastAt + policy.windowMilliseconds
+    }
+
+    /// What the flush timer does at `now` with a burst.
+    public static func flush(_ state: BurstState, now: Int64, policy: CoalescePolicy) -> BurstFlush {
+        if state.pending {
+            return now >= state.shownAt + policy.updateMilliseconds ? .show(count: state.count) : .wait
+        }
+        return now >= state.lastAt + policy.windowMilliseconds ? .end : .wait
+    }
+
+    /// The state after a flush that showed `count` messages at `now` went out. Messages held after the flush was
+    /// taken stay held for the next one.
+    public static func flushed(_ state: BurstState, count: Int, now: Int64) -> BurstState {
+        guard count > state.shown else { return state }
+        var next = state
+        next.shown = count
+        next.shownAt = now
+        next.pending = state.count > count
+        return next
+    }
+
+    /// The `apns-collapse-id` / FCM `collapse_key` and `tag` of every push of a burst: `b-<conversation>`, hashed
+    /// when longer than 64 bytes.
+    public static func collapseID(_ event: ChatEvent) -> String {
+        let id = "b-" + event.conversation.id
+        return id.utf8.count <= 64 ? id : "b-" + APNsID.derive(eventID: id, token: "")
+    }
+}
+
+/// One message to step through its burst.
+public struct BurstMessage: Sendable, Hashable {
+    public var appID: String
+    public var user: String
+    public var conversation: String
+    /// When suppress decided it, epoch milliseconds (bursts are timed on the stages' clock, like their flushes).
+    public var at: Int64
+    public var policy: CoalescePolicy
+    /// The lane whose `herald.deliverable` topic a flush of this message goes to.
+    public var lane: Lane
+    /// The message's deliverable record (wire bytes), kept with the burst while it is held.
+    public var record: [UInt8]
+
+    public init(
+        appID: String, user: String, conversation: String, at: Int64, policy: CoalescePolicy, lane: Lane,
+        record: [UInt8]
+    ) {
+        self.appID = appID
+        self.user = user
+        self.conversation = conversation
+        self.at = at
+        self.policy = policy
+        self.lane = lane
+        self.record = record
+    }
+}
+
+/// A burst whose flush is due: its latest held message, to go out as an update of `count` messages.
+public struct HeldBurst: Sendable, Hashable {
+    public var user: String
+    public var conversation: String
+    public var count: Int
+    public var lane: Lane
+    /// The deliverable record of the latest held message (wire bytes, as suppress wrote it).
+    public var record: [UInt8]
+
+    public init(user: String, conversation: String, count: Int, lane: Lane, record: [UInt8]) {
+        self.user = user
+        self.conversation = conversation
+        self.count = count
+        self.lane = lane
+        self.record = record
+    }
+}

@@ -1,0 +1,116 @@
+import Foundation
+import HeraldCore
+import HeraldKafka
+import HeraldPipeline
+import HeraldRedis
+import Logging
+import ServiceLifecycle
+
+/// suppress's `BurstLedger` over Redis (`StateStore.stepBursts`, `claimDueBursts`, `confirmBursts`: one single-shard
+/// Lua script per message or shard, pipelined in one round trip; docs/redis-keys.md "Bursts").
+public struct RedisBurstLedger: BurstLedger {
+    public let store: StateStore
+
+    public init(store: StateStore) {
+        self.store = store
+    }
+
+    public func step(_ messages: [BurstMessage]) async throws -> [BurstStep] {
+        try await store.stepBursts(messages)
+    }
+
+    public func claimDue(app: String, policy: CoalescePolicy, now: Int64) async throws -> [HeldBurst] {
+        try await store.claimDueBursts(app: app, policy: policy, now: now)
+    }
+
+    public func confirm(app: String, policy: CoalescePolicy, flushed: [HeldBurst], now: Int64) async throws {
+        try await store.confirmBursts(app: app, policy: policy, flushed: flushed, now: now)
+    }
+}
+
+extension StageSetup {
+    /// suppress's burst ledger: best effort like the explain trail (Redis is not a readiness check; a bad Redis
+    /// setting turns coalescing off with a warning, and a failing Redis delivers a batch without it).
+    public func bestEffortBurstLedger() -> RedisBurstLedger? {
+        do {
+            let connection = RedisConnection(configuration: try redisConfiguration(), logger: logger)
+            return RedisBurstLedger(store: StateStore(connection: connection, logger: logger))
+        } catch {
+            logger.warning("burst coalescing off: \(error)")
+            return nil
+        }
+    }
+
+    /// `before` and, with a ledger, suppress's burst flush timer (with a producer of its own; one that cannot be
+    /// made ends the process, status 1).
+    public func withBurstFlush(
+        before: [any Service], ledger: RedisBurstLedger?, apps: LiveAppDirectory, explain: (any ExplainSink)?
+    ) -> [any Service] {
+        guard let ledger else { return before }
+        let topics = pipeline.kafka.topics
+        do {
+            let flusher = BurstFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
+            return before + [
+                BurstFlushService(
+                    flusher: flusher, apps: apps, producer: try producer(), explain: explain,
+                    metrics: context.metrics, logger: logger)
+            ]
+        } catch {
+            logger.critical("the burst flush producer could not start", metadata: [LogKey.error: "\(error)"])
+            StageProcess.exit(1)
+        }
+    }
+}
+
+/// Runs suppress's burst flush timer (`BurstFlusher`) every `BurstFlusher.interval` until shutdown, producing the
+/// flushes through a producer of its own. A failing pass (Redis or the broker down) is logged and counted; its
+/// flushes stay leased and are taken again.
+public struct BurstFlushService: Service {
+    let flusher: BurstFlusher
+    let apps: LiveAppDirectory
+    let producer: KafkaProducer
+    let explain: (any ExplainSink)?
+    let metrics: StageMetrics
+    let logger: Logger
+
+    public init(
+        flusher: BurstFlusher, apps: LiveAppDirectory, producer: KafkaProducer, explain: (any ExplainSink)?,
+        metrics: StageMetrics, logger: Logger
+    ) {
+        self.flusher = flusher
+        self.apps = apps
+        self.producer = producer
+        self.explain = explain
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let producer = self.producer
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let directory = apps.current
+            if directory.apps.values.contains(where: { $0.coalesce.isOn }) {
+                do {
+                    let pass = try await flusher.pass(
+                        apps: directory, now: BatchContext.millis(Date())
+                    ) { outputs in
+                        try await producer.sendAll(
+                            outputs.map { ProducerRecord(topic: $0.topic, key: Array($0.key.utf8), value: $0.value) })
+                    }
+                    if pass.flushed > 0 { metrics.coalesced(outcome: "flushed", count: pass.flushed) }
+                    for detail in pass.invalid {
+                        metrics.coalesced(outcome: "invalid")
+                        logger.error(
+                            "a held burst record did not decode; burst dropped", metadata: ["error": "\(detail)"])
+                    }
+                    if let explain, !pass.explain.isEmpty { try? await explain.record(pass.explain) }
+                } catch {
+                    metrics.redisError(code: "transient")
+                    logger.warning("burst flush failed; retried", metadata: ["error": "\(error)"])
+                }
+            }
+            try? await Task.sleep(for: BurstFlusher.interval)
+        }
+        try? await producer.flush(timeout: .seconds(5))
+    }
+}

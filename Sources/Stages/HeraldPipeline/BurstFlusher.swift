@@ -1,0 +1,68 @@
+import HeraldCore
+
+/// The flush timer of burst coalescing (docs/behaviour.md §6a): messages held back inside a burst are shown once the
+/// update interval has passed since its last visible push, as one update of the burst's notification with the
+/// count of every message so far. Suppress runs a pass every `interval` in each process; a pass claims the due
+/// flushes of every app with coalescing on (leased, so several processes share the work and a flush claimed by a
+/// process that dies is taken again when its lease passes), produces each held message's deliverable record with
+/// the count, and confirms the flushes once the broker acknowledged them. A flush produced twice (a crash between
+/// the broker's answer and the confirmation) is the same event to the same devices: send's delivery records skip
+/// the second.
+public struct BurstFlusher: Sendable {
+    public let stage = "suppress"
+    public var ledger: any BurstLedger
+    /// The `herald.deliverable` topic of each lane.
+    public var deliverableTopic: @Sendable (Lane) -> String
+    /// How often a process looks for due flushes.
+    public static let interval: Duration = .milliseconds(250)
+
+    public init(ledger: any BurstLedger, deliverableTopic: @escaping @Sendable (Lane) -> String) {
+        self.ledger = ledger
+        self.deliverableTopic = deliverableTopic
+    }
+
+    /// What one pass did.
+    public struct Pass: Sendable {
+        /// Flushes produced and confirmed.
+        public var flushed = 0
+        /// Held records that did not decode (written by another Herald version): dropped with their burst.
+        public var invalid: [String] = []
+        public var explain: [ExplainEntry] = []
+    }
+
+    /// One pass at `now` (epoch ms): claim, produce (`produce` returns once the broker acknowledged every output,
+    /// and throws otherwise: the flushes stay leased and are taken again), confirm.
+    public func pass(
+        apps: AppDirectory, now: Int64, produce: @Sendable ([StageOutput]) async throws -> Void
+    ) async throws -> Pass {
+        var result = Pass()
+        for (appID, app) in apps.apps.sorted(by: { $0.key < $1.key }) where app.coalesce.isOn {
+            let due = try await ledger.claimDue(app: appID, policy: app.coalesce, now: now)
+            if due.isEmpty { continue }
+            var outputs: [StageOutput] = []
+            var entries: [ExplainEntry] = []
+            for held in due {
+                var record: DeliverableRecord
+                do {
+                    record = try StageCodec.decode(DeliverableRecord.self, from: held.record)
+                } catch {
+                    result.invalid.append("\(error.detail)")
+                    continue
+                }
+                record.burst = held.count
+                outputs.append(
+                    StageOutput(
+                        topic: deliverableTopic(held.lane), key: record.recipient, value: StageCodec.encode(record)))
+                entries.append(
+                    ExplainEntry(
+                        appID: appID, eventID: record.event.eventID, user: record.recipient, stage: stage,
+                        decision: "deliver", reason: Coalescing.flushReason, at: now, count: record.targets.count))
+            }
+            try await produce(outputs)
+            try await ledger.confirm(app: appID, policy: app.coalesce, flushed: due, now: now)
+            result.flushed += outputs.count
+            result.explain += entries
+        }
+        return result
+    }
+}

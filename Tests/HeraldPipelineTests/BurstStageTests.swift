@@ -1,0 +1,121 @@
+// suppress with a burst ledger: the first message of a burst goes on as it is, later ones as updates or held back
+// (`coalesced`), in one ledger round trip per batch; a failing ledger never holds notifications up.
+
+import Foundation
+import HeraldCore
+import HeraldPipeline
+import Synchronization
+import Testing
+
+/// A ledger that always fails (Redis down).
+struct BrokenBurstLedger: BurstLedger {
+    func step(_ messages: [BurstMessage]) async throws -> [BurstStep] { throw TransientFailure("down") }
+    func claimDue(app: String, policy: CoalescePolicy, now: Int64) async throws -> [HeldBurst] {
+        throw TransientFailure("down")
+    }
+    func confirm(app: String, policy: CoalescePolicy, flushed: [HeldBurst], now: Int64) async throws {
+        throw TransientFailure("down")
+    }
+}
+
+/// What a flush pass produced.
+final class Produced: Sendable {
+    private let list = Mutex<[StageOutput]>([])
+    var outputs: [StageOutput] { list.withLock { $0 } }
+    @Sendable func add(_ outputs: [StageOutput]) async throws { list.withLock { $0 += outputs } }
+}
+
+@Suite("Burst coalescing in suppress")
+struct BurstStageTests {
+    static func app() -> AppDirectory {
+        var app = AppConfig(appID: "app1", credentials: [APNsCredential(bundleID: "com.example.chat")])
+        app.coalesce = CoalescePolicy(windowMilliseconds: 10_000, updateMilliseconds: 4_000)
+        return AppDirectory(apps: ["app1": app], listedOnly: true)
+    }
+
+    static func inputs(_ count: Int, mentions: [String] = []) throws -> [StageInput] {
+        try (0..<count).map { n in
+            let text = """
+                {"event_id":"b\(n)","app_id":"app1","kind":"message","created_at":\(1_732_000_000_000 + Int64(n) * 500),
+                 "sender":{"id":"u1","name":"Cindy"},"conversation":{"id":"hike","type":"group","name":"Hiking"},
+                 "message":{"id":"m\(n)","type":"text","text":"hi \(n)","mentions":\(mentions)}}
+                """
+            let event = try ChatEvent.decode(Array(text.utf8))
+            let record = ResolvedRecord(
+                event: event, recipient: "u2",
+                state: UserState(devices: [Device(token: String(repeating: "a", count: 64))]))
+            return StageInput(topic: "herald.resolved", value: StageCodec.encode(record))
+        }
+    }
+
+    @Test("20 messages in one batch: the first goes on, 19 are held; the flush shows all 20 once the interval passed")
+    func burst() async throws {
+        var suppress = SuppressProcessor(deliverableTopic: "d", apps: Self.app())
+        let ledger = MemoryBurstLedger()
+        suppress.bursts = ledger
+        let results = await suppress.process(try Self.inputs(20), context: fixedContext)
+        let delivered = try results.enumerated().compactMap { n, r in
+            try r.outputs.first.map { (n, try StageCodec.decode(DeliverableRecord.self, from: $0.value)) }
+        }
+        #expect(delivered.map(\.0) == [0])
+        #expect(delivered.map(\.1.burst) == [1])
+        #expect(results[1].notes == [.suppressed(reason: "coalesced"), .coalesced(outcome: "held")])
+        #expect(results[1].explain.first?.decision == "suppress" && results[1].explain.first?.reason == "coalesced")
+
+        let flusher = BurstFlusher(ledger: ledger) { lane in "deliverable.\(lane.rawValue)" }
+        let produced = Produced()
+        let start = BatchContext.millis(fixedNow)
+        // Not due before the update interval (4 s) has passed.
+        let early = try await flusher.pass(apps: Self.app(), now: start + 3_999, produce: produced.add)
+        #expect(early.flushed == 0 && produced.outputs.isEmpty)
+        let pass = try await flusher.pass(apps: Self.app(), now: start + 4_000, produce: produced.add)
+        #expect(pass.flushed == 1)
+        let outputs = produced.outputs
+        #expect(outputs.map(\.topic) == ["deliverable.bulk"] && outputs.map(\.key) == ["u2"])
+        let flushed = try StageCodec.decode(DeliverableRecord.self, from: outputs[0].value)
+        #expect(flushed.burst == 20 && flushed.event.eventID == "b19" && flushed.targets.count == 1)
+        #expect(pass.explain.map(\.reason) == ["coalesced_flush"] && pass.explain.map(\.eventID) == ["b19"])
+        // Confirmed: nothing is flushed twice; the burst ends when the window passes.
+        #expect(try await flusher.pass(apps: Self.app(), now: start + 8_000, produce: produced.add).flushed == 0)
+        #expect(
+            try await ledger.claimDue(app: "app1", policy: Self.app().app("app1").coalesce, now: start + 20_000).isEmpty
+        )
+        let next = await suppress.process(
+            try Self.inputs(1), context: BatchContext(now: { fixedNow.addingTimeInterval(21) }))
+        #expect(try StageCodec.decode(DeliverableRecord.self, from: next[0].outputs[0].value).burst == 1)
+    }
+
+    @Test("a flush whose produce fails stays leased and is taken again after the lease")
+    func failedProduce() async throws {
+        var suppress = SuppressProcessor(deliverableTopic: "d", apps: Self.app())
+        let ledger = MemoryBurstLedger()
+        suppress.bursts = ledger
+        _ = await suppress.process(try Self.inputs(3), context: fixedContext)
+        let flusher = BurstFlusher(ledger: ledger) { _ in "d" }
+        let start = BatchContext.millis(fixedNow)
+        await #expect(throws: TransientFailure.self) {
+            _ = try await flusher.pass(apps: Self.app(), now: start + 4_000) { _ in throw TransientFailure("broker") }
+        }
+        let produced = Produced()
+        #expect(try await flusher.pass(apps: Self.app(), now: start + 5_000, produce: produced.add).flushed == 0)
+        #expect(try await flusher.pass(apps: Self.app(), now: start + 14_000, produce: produced.add).flushed == 1)
+        #expect(try StageCodec.decode(DeliverableRecord.self, from: produced.outputs[0].value).burst == 3)
+    }
+
+    @Test("mentions are never held back; without a ledger nothing is coalesced; a failing ledger delivers all")
+    func neverHeld() async throws {
+        var suppress = SuppressProcessor(deliverableTopic: "d", apps: Self.app())
+        suppress.bursts = MemoryBurstLedger()
+        let mentioned = await suppress.process(try Self.inputs(5, mentions: ["u2"]), context: fixedContext)
+        #expect(mentioned.allSatisfy { $0.outputs.count == 1 })
+        let plain = await SuppressProcessor(deliverableTopic: "d", apps: Self.app()).process(
+            try Self.inputs(5), context: fixedContext)
+        #expect(
+            try plain.allSatisfy {
+                try StageCodec.decode(DeliverableRecord.self, from: $0.outputs[0].value).burst == nil
+            })
+        suppress.bursts = BrokenBurstLedger()
+        let broken = await suppress.process(try Self.inputs(5), context: fixedContext)
+        #expect(broken.allSatisfy { $0.outputs.count == 1 })
+    }
+}
