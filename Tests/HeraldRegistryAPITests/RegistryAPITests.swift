@@ -5,6 +5,7 @@ import Foundation
 import HeraldCore
 import HeraldKafka
 import HeraldRedis
+import HeraldRegistryAPI
 import HeraldTestSupport
 import Logging
 import Testing
@@ -13,6 +14,11 @@ import Testing
 final class APIStack: Sendable {
     static let token = "backend-a-token-0123456789abcdef"
     static let otherToken = "backend-b-token-fedcba9876543210"
+    static let scopedToken = "scoped-client-token-0123456789abcdef"
+    /// The stack's preference caps, for heraldctl too.
+    static let capEnvironment = [
+        "HERALD_PREFERENCES_MAX_CONVERSATIONS": "60", "HERALD_PREFERENCES_MAX_BYTES": "8192",
+    ]
 
     let redis: RedisServer
     let tansu: TansuBroker
@@ -34,9 +40,11 @@ final class APIStack: Sendable {
             api:
               clients:
                 backend-a: {token_env: API_TOKEN_BACKEND_A}
+                scoped: {token_env: API_TOKEN_SCOPED, apps: [app2]}
             apps:
               app1:
                 counts: true
+              app2: {}
             """
         try pipeline.write(toFile: dir + "/pipeline.yaml", atomically: true, encoding: .utf8)
         apiPort = try freePort()
@@ -53,8 +61,14 @@ final class APIStack: Sendable {
                 "HERALD_API_PORT": "\(apiPort)",
                 "HERALD_API_TOKENS": "backend-b=\(Self.otherToken)",
                 "API_TOKEN_BACKEND_A": Self.token,
+                "API_TOKEN_SCOPED": Self.scopedToken,
                 "HERALD_LOG_LEVEL": "debug",
-            ], logPath: dir + "/registry.log")
+                // 1,000 connections at once in the limits suite; failures are not throttled here (the throttle
+                // has its own test, RegistryAPIHeadCheckTests).
+                "HERALD_HTTP_MAX_CONNECTIONS": "2000",
+                "HERALD_API_AUTH_FAILURES_PER_MINUTE": "0",
+            ].merging(Self.capEnvironment) { $1 }, logPath: dir + "/registry.log")
+        HostileClients.raiseOpenFileLimit(to: 8192)
         try registry.start()
         let port = apiPort
         try await waitUntil("the registry API accepts connections", timeout: .seconds(30)) { [registry] in
@@ -74,6 +88,30 @@ final class APIStack: Sendable {
         var headers: [String: String] = [:]
         if let token { headers["Authorization"] = "Bearer \(token)" }
         return try await TestHTTP.request(port: apiPort, method: method, path: path, headers: headers, body: body)
+    }
+
+    var redisURL: String { "redis://127.0.0.1:\(redis.port)" }
+
+    /// Publishes a record straight to herald.registry, past the API's checks (what a chat back end's own
+    /// producer may do).
+    func publishRaw(_ record: RegistryRecord) async throws {
+        let producer = try KafkaProducer(
+            configuration: KafkaProducerConfiguration(
+                client: KafkaClientConfiguration(brokers: [tansu.bootstrap], clientID: "api-test")),
+            logger: Logger(label: "api-test"))
+        try await KafkaRegistrySink(producer: producer, topic: "herald.registry").publish(record)
+        try await producer.shutdown(timeout: .seconds(10))
+    }
+
+    /// `calls` of one command in Redis's INFO commandstats (0 when never called).
+    func commandCalls(_ command: String) async throws -> Int {
+        let info = try await connection.send(RedisCommand("INFO", "commandstats")).data ?? Data()
+        let text = String(decoding: info, as: UTF8.self)
+        let lines = text.split(whereSeparator: { $0 == "\r" || $0 == "\n" })
+        guard let line = lines.first(where: { $0.hasPrefix("cmdstat_\(command):") }),
+            let calls = line.split(separator: ",").first?.split(separator: "=").last
+        else { return 0 }
+        return Int(calls) ?? 0
     }
 
     func stop() async {
@@ -358,10 +396,238 @@ struct RegistryAPITests {
         let answer = try await s.call("GET", path)
         #expect(answer.status == 200, "\(answer.body)")
         let o = try #require(answer.json)
-        #expect(o["event_id"] as? String == "ev-2")
+        #expect(o["event"] as? String == "ev-2")
         #expect(o["decision"] as? String == "deliver")
         let devices = o["devices"] as? [[String: Any]]
         #expect(devices?.count == 1)
         #expect(devices?.first?["decision"] as? String == "delivered")
+    }
+}
+
+@Suite("Registry API limits (herald-registry, Redis, Tansu)", .serialized, APIStackTrait())
+struct RegistryAPILimitsTests {
+    @Test("a token used for an app outside its client's apps is 403; an app the pipeline does not list is 404")
+    func scopesAndUnknownApps() async throws {
+        let s = try APIStackHolder.stack()
+        // The scoped client may use app2 only.
+        let mine = try await s.call("GET", "/v1/apps/app2/users/u1/preferences", token: APIStack.scopedToken)
+        #expect(mine.status == 200, "\(mine.body)")
+        for (method, body) in [("GET", nil), ("PATCH", #"{"trigger": "off"}"#)] as [(String, String?)] {
+            let other = try await s.call(
+                method, "/v1/apps/app1/users/u1/preferences", body: body, token: APIStack.scopedToken)
+            #expect(other.status == 403, "\(method): \(other.body)")
+            #expect(other.json?["field"] as? String == "app")
+            let unknown = try await s.call(method, "/v1/apps/nosuchapp/users/u1/preferences", body: body)
+            #expect(unknown.status == 404, "\(method): \(unknown.body)")
+            #expect(unknown.json?["field"] as? String == "app")
+        }
+        let metrics = try await TestHTTP.request(port: s.metricsPort, method: "GET", path: "/metrics").body
+        #expect(metrics.contains(#"route="forbidden",status="403""#), "\(metrics)")
+        #expect(metrics.contains(#"route="unknown_app",status="404""#))
+    }
+
+    @Test("1,000 unauthenticated 1 MiB POSTs are each answered 401 and raise the process's RSS by less than 64 MB")
+    func unauthenticatedFlood() async throws {
+        let s = try APIStackHolder.stack()
+        HostileClients.raiseOpenFileLimit(to: 4096)
+        let pid = try #require(s.registry.pid)
+        let before = try #require(HostileClients.memory(pid: pid))
+        let body = 1 << 20
+        let head =
+            "POST /v1/apps/app1/users/u1/devices HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer wrong-token-0123456789abcdef0123\r\n"
+            + "Content-Type: application/json\r\nContent-Length: \(body)\r\n\r\n"
+        let result = try await HostileClients.flood(port: s.apiPort, count: 1000, head: head, bodyBytes: body)
+        let after = try #require(HostileClients.memory(pid: pid))
+        let answered401 = result.statuses.filter { $0 == 401 }.count
+        #expect(
+            answered401 == 1000,
+            "statuses: \(Dictionary(grouping: result.statuses.map { $0 ?? 0 }, by: { $0 }).mapValues(\.count))")
+        let grown = after.peak - before.rss
+        print(
+            "RegistryAPILimitsTests: 1,000 x 1 MiB unauthenticated POSTs: RSS \(before.rss >> 20) MiB before, peak \(after.peak >> 20) MiB; \(result.bodyBytesSent >> 20) MiB of body sent"
+        )
+        #expect(grown < 64 << 20, "RSS grew by \(grown >> 20) MiB")
+        // The API still serves the right token.
+        #expect(try await s.call("GET", "/v1/apps/app1/users/u1/preferences").status == 200)
+    }
+
+    @Test("members: PUT sets, POST adds, DELETE removes one, GET reads; bad member lists are 400")
+    func members() async throws {
+        let s = try APIStackHolder.stack()
+        let path = "/v1/apps/app1/conversations/c-m/members"
+        #expect(try await s.call("PUT", path, body: #"{"members": ["u1", "u2", "u3"]}"#).status == 202)
+        #expect(try await s.call("POST", path, body: #"{"members": ["u4"]}"#).status == 202)
+        #expect(try await s.call("DELETE", path + "/u2").status == 202)
+        try await waitUntil("herald-registry applied the member changes") {
+            try await s.store.members(app: "app1", conversation: "c-m") == ["u1", "u3", "u4"]
+        }
+        let read = try await s.call("GET", path)
+        #expect(read.status == 200)
+        #expect(read.json?["members"] as? [String] == ["u1", "u3", "u4"])
+        #expect(read.json?["conversation"] as? String == "c-m")
+        let long = String(repeating: "x", count: 300)
+        for body in [#"{"members": "u1"}"#, #"{"members": [1]}"#, #"{"members": ["\#(long)"]}"#, #"{"users": []}"#] {
+            let bad = try await s.call("POST", path, body: body)
+            #expect(bad.status == 400, "\(body)")
+        }
+        #expect(try await s.call("POST", path, body: #"{"members": []}"#).status == 400)
+        #expect(try await s.call("PATCH", path, body: "{}").status == 405)
+    }
+
+    @Test("GET devices lists the user's devices with whole tokens")
+    func devices() async throws {
+        let s = try APIStackHolder.stack()
+        let path = "/v1/apps/app1/users/u-dev-list/devices"
+        let empty = try await s.call("GET", path)
+        #expect(empty.status == 200)
+        #expect((empty.json?["devices"] as? [Any])?.isEmpty == true)
+        #expect(try await s.call("POST", path, body: #"{"token": "\#(APIStack.hex(71))"}"#).status == 202)
+        #expect(
+            try await s.call("POST", path, body: #"{"token": "fcm-token:abc", "kind": "fcm"}"#).status == 202)
+        try await waitUntil("both devices are registered") {
+            try await s.store.loadUser(app: "app1", user: "u-dev-list", now: 0).devices.count == 2
+        }
+        let list = try await s.call("GET", path)
+        let devices = try #require(list.json?["devices"] as? [[String: Any]])
+        #expect(Set(devices.compactMap { $0["token"] as? String }) == [APIStack.hex(71), "fcm-token:abc"])
+        #expect(Set(devices.compactMap { $0["kind"] as? String }) == ["apns", "fcm"])
+    }
+
+    @Test("explain?event=E answers the decision about that event, with the field names heraldctl prints")
+    func explainChosenEvent() async throws {
+        let s = try APIStackHolder.stack()
+        let explain = ExplainStore(connection: s.connection)
+        try await explain.record([
+            ExplainEntry(
+                appID: "app1", eventID: "ev-a", user: "u-ev", stage: "suppress", decision: "suppress", reason: "dnd",
+                at: 2)
+        ])
+        try await explain.record([
+            ExplainEntry(appID: "app1", eventID: "ev-b", user: "u-ev", stage: "suppress", decision: "deliver", at: 3)
+        ])
+        let path = "/v1/apps/app1/users/u-ev/explain"
+        let latest = try #require(try await s.call("GET", path).json)
+        #expect(latest["event"] as? String == "ev-b")
+        let chosen = try await s.call("GET", path + "?event=ev-a")
+        #expect(chosen.status == 200, "\(chosen.body)")
+        let o = try #require(chosen.json)
+        #expect(o["app"] as? String == "app1")
+        #expect(o["event"] as? String == "ev-a")
+        #expect(o["user"] as? String == "u-ev")
+        #expect(o["decision"] as? String == "suppress")
+        #expect(o["reason"] as? String == "dnd")
+        #expect(o["app_id"] == nil && o["event_id"] == nil)
+        #expect(try await s.call("GET", path + "?event=ev-none").status == 404)
+        // heraldctl explain --user prints the same object.
+        let ctl = try await Heraldctl.run(
+            ["explain", "--app", "app1", "--event", "ev-a", "--user", "u-ev", "--redis", s.redisURL])
+        #expect(ctl.status == 0, "\(ctl.output)")
+        let printed = try #require(
+            try JSONSerialization.jsonObject(with: Data(ctl.output.utf8)) as? [String: Any])
+        #expect(Set(printed.keys) == Set(o.keys), "heraldctl: \(printed.keys.sorted()), API: \(o.keys.sorted())")
+    }
+
+    @Test("the preference caps hold through the API, heraldctl and a raw herald.registry record")
+    func preferenceCaps() async throws {
+        let s = try APIStackHolder.stack()
+        let path = "/v1/apps/app1/users/u-cap/preferences"
+        func conversations(_ range: Range<Int>) -> String {
+            "{\"conversations\": {" + range.map { "\"c\($0)\": {\"muted\": true}" }.joined(separator: ", ") + "}}"
+        }
+        // 40 conversations fit (the stack allows 60).
+        #expect(try await s.call("PATCH", path, body: conversations(0..<40)).status == 202)
+        try await waitUntil("the first patch is applied") {
+            try await s.store.preferences(app: "app1", user: "u-cap").conversations.count == 40
+        }
+        // 40 + 30 would be 70: the API refuses it.
+        let over = try await s.call("PATCH", path, body: conversations(40..<70))
+        #expect(over.status == 400, "\(over.body)")
+        #expect(over.json?["field"] as? String == "conversations")
+        // heraldctl: 20 more fit, the 21st does not.
+        for i in 40..<60 {
+            let ok = try await Heraldctl.run(
+                [
+                    "prefs", "set", "--app", "app1", "--user", "u-cap", "--conversation", "c\(i)", "--mute", "--redis",
+                    s.redisURL,
+                ], environment: APIStack.capEnvironment)
+            #expect(ok.status == 0, "\(ok.output)")
+        }
+        let refused = try await Heraldctl.run(
+            [
+                "prefs", "set", "--app", "app1", "--user", "u-cap", "--conversation", "c60", "--mute", "--redis",
+                s.redisURL,
+            ], environment: APIStack.capEnvironment)
+        #expect(refused.status == 2, "\(refused.output)")
+        #expect(refused.output.contains("at most 60"), "\(refused.output)")
+        // A raw record past the cap is dead-lettered over_limit by herald-registry; nothing changes.
+        let record = RegistryRecord(
+            op: .patchPreferences, appID: "app1", user: "u-cap",
+            patch: PreferencePatch(conversations: ["c-raw": PreferencePatch.ConversationFields(muted: true)]))
+        try await s.publishRaw(record)
+        try await waitUntil("herald-registry dead-letters the record over_limit") {
+            let metrics = try await TestHTTP.request(port: s.metricsPort, method: "GET", path: "/metrics").body
+            return metrics.contains(#"herald_dlq_total{stage="registry",reason="over_limit"} 1"#)
+        }
+        let stored = try await s.store.preferences(app: "app1", user: "u-cap")
+        #expect(stored.conversations.count == 60)
+        #expect(stored.conversations["c-raw"] == nil)
+        // The bytes cap: long conversation ids pass the count but not the size.
+        let long =
+            "{\"conversations\": {"
+            + (0..<40).map {
+                "\"\(String(repeating: "z", count: 250))\($0)\": {\"muted\": true}"
+            }.joined(separator: ", ") + "}}"
+        let big = try await s.call("PATCH", "/v1/apps/app1/users/u-cap-bytes/preferences", body: long)
+        #expect(big.status == 400, "\(big.body)")
+        #expect((big.json?["error"] as? String)?.contains("bytes") == true, "\(big.body)")
+    }
+}
+
+@Suite("Readiness of herald-registry (Redis, Tansu)", .serialized, APIStackTrait())
+struct RegistryReadinessTests {
+    @Test("/readyz and /metrics under 200 requests per second add no Redis command per request")
+    func readinessIsCached() async throws {
+        let s = try APIStackHolder.stack()
+        try await waitUntil("herald-registry is ready", timeout: .seconds(60)) {
+            (try? await TestHTTP.request(port: s.metricsPort, method: "GET", path: "/readyz"))?.status == 200
+        }
+        let before = try await s.commandCalls("ping")
+        let started = ContinuousClock.now
+        var answered = 0
+        for second in 1...3 {
+            answered += await withTaskGroup(of: Int.self) { group in
+                for worker in 0..<10 {
+                    group.addTask {
+                        var ok = 0
+                        for i in 0..<20 {
+                            let path = (worker + i) % 10 == 0 ? "/metrics" : "/readyz"
+                            let status = try? await TestHTTP.request(port: s.metricsPort, method: "GET", path: path)
+                                .status
+                            if status == 200 { ok += 1 }
+                        }
+                        return ok
+                    }
+                }
+                return await group.reduce(0, +)
+            }
+            // At most 200 a second: wait for the second to end when the requests were faster.
+            try await Task.sleep(until: started + .seconds(second), clock: .continuous)
+        }
+        let elapsed = ContinuousClock.now - started
+        let pings = try await s.commandCalls("ping") - before
+        print(
+            "RegistryReadinessTests: \(answered) of 600 scrapes answered 200 in \(elapsed); \(pings) Redis PINGs meanwhile"
+        )
+        #expect(answered == 600)
+        // The probe runs at most once per 5 s (plus one in flight at either end), whatever the request rate.
+        let allowed = Int(elapsed / .seconds(5)) + 2
+        #expect(pings <= allowed, "\(pings) PINGs for 600 scrapes in \(elapsed) (at most \(allowed) expected)")
+    }
+}
+
+/// heraldctl, run to completion against the stack.
+enum Heraldctl {
+    static func run(_ arguments: [String], environment: [String: String] = [:]) async throws -> ToolResult {
+        try await runToolAsync(try Paths.executable("heraldctl"), arguments, environment: environment)
     }
 }

@@ -238,9 +238,13 @@ public struct ToolResult: Sendable {
 /// status and output. `stdin`, when given, is written to its standard input.
 @discardableResult
 public func runTool(
-    _ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil
+    _ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil,
+    environment: [String: String] = [:]
 ) throws -> ToolResult {
     let p = Process()
+    if !environment.isEmpty {
+        p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    }
     p.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/env")
     p.arguments = executable.hasPrefix("/") ? arguments : [executable] + arguments
     if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
@@ -268,9 +272,10 @@ public func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) asy
 /// `runTool` on a thread of its own (see `offPool`): for async tests.
 @discardableResult
 public func runToolAsync(
-    _ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil
+    _ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil,
+    environment: [String: String] = [:]
 ) async throws -> ToolResult {
-    try await offPool { try runTool(executable, arguments, cwd: cwd, stdin: stdin) }
+    try await offPool { try runTool(executable, arguments, cwd: cwd, stdin: stdin, environment: environment) }
 }
 
 /// `runTool` that throws (with the output) unless the command exits 0; returns the output.

@@ -8,14 +8,21 @@ import HeraldCore
 extension StateStore {
     /// Applies `patch` to the user's stored preferences in one Lua script and returns the result. Stored
     /// preferences that are not valid JSON are treated as the defaults (as reads do) and replaced.
+    ///
+    /// The script checks `limits` itself, so every writer obeys them (the API, heraldctl and a raw herald.registry
+    /// record alike): a patch after which the user would hold more conversations, or more bytes of JSON, than
+    /// allowed changes nothing and throws `PreferenceLimitError`.
     @discardableResult
-    public func patchPreferences(app: String, user: String, patch: PreferencePatch) async throws -> Preferences {
+    public func patchPreferences(
+        app: String, user: String, patch: PreferencePatch, limits: PreferenceLimits = PreferenceLimits()
+    ) async throws -> Preferences {
         let json = patch.jsonBytes()
-        let reply = try await connection.send(
+        let answer = try await connection.send(
             RedisCommand(
                 "EVAL", PatchScripts.patchPreferences, 1,
-                RedisKeys.preferences(app: app, user: user), json)
-        ).orThrow("EVAL patchPreferences")
+                RedisKeys.preferences(app: app, user: user), json, limits.maxConversations, limits.maxBytes))
+        if case .error(let message) = answer, let over = PatchScripts.limitError(message) { throw over }
+        let reply = try answer.orThrow("EVAL patchPreferences")
         guard let data = reply.data else { throw RedisError(.unexpectedReply, "preference patch answered \(reply)") }
         do {
             return try Preferences.fromJSON(data)
@@ -34,9 +41,10 @@ extension StateStore {
 }
 
 enum PatchScripts {
-    /// KEYS: the preferences key. ARGV: the patch JSON (`PreferencePatch`'s record form).
-    /// Empty tables are dropped before encoding: cjson writes an empty table as `{}`, which is not a list.
-    /// Returns the stored JSON.
+    /// KEYS: the preferences key. ARGV: the patch JSON (`PreferencePatch`'s record form), the most
+    /// conversations and the most bytes the stored JSON may have. Empty tables are dropped before encoding: cjson
+    /// writes an empty table as `{}`, which is not a list. Returns the stored JSON, or an error reply
+    /// `OVER_LIMIT conversations <n> <max>` / `OVER_LIMIT bytes <n> <max>` having written nothing.
     static let patchPreferences = """
         local raw = redis.call('GET', KEYS[1])
         local prefs = {}
@@ -64,10 +72,37 @@ enum PatchScripts {
         if type(patch.remove_conversations) == 'table' then
           for _, id in ipairs(patch.remove_conversations) do convs[id] = nil end
         end
+        local count = 0
+        for _ in pairs(convs) do count = count + 1 end
+        local maxConvs = tonumber(ARGV[2])
+        if count > maxConvs then
+          return redis.error_reply('OVER_LIMIT conversations ' .. count .. ' ' .. maxConvs)
+        end
         if next(convs) == nil then prefs.conversations = nil else prefs.conversations = convs end
         if type(prefs.languages) == 'table' and next(prefs.languages) == nil then prefs.languages = nil end
         local out = cjson.encode(prefs)
+        local maxBytes = tonumber(ARGV[3])
+        if #out > maxBytes then
+          return redis.error_reply('OVER_LIMIT bytes ' .. #out .. ' ' .. maxBytes)
+        end
         redis.call('SET', KEYS[1], out)
         return out
         """
+
+    /// The `PreferenceLimitError` an `OVER_LIMIT` error reply of the patch script stands for; nil for any other.
+    static func limitError(_ message: String) -> PreferenceLimitError? {
+        let words = message.split(separator: " ")
+        guard let at = words.firstIndex(of: "OVER_LIMIT"), words.count >= at + 4 else { return nil }
+        let (what, count, limit) = (words[at + 1], words[at + 2], words[at + 3])
+        if what == "conversations" {
+            return PreferenceLimitError(
+                field: "conversations",
+                message:
+                    "the stored preferences would hold \(count) conversations; at most \(limit) are kept per user (remove some first)"
+            )
+        }
+        return PreferenceLimitError(
+            field: "(body)",
+            message: "the stored preferences would be \(count) bytes; at most \(limit) are kept per user")
+    }
 }

@@ -263,7 +263,11 @@ public final class StateStore: Sendable {
     // MARK: Preferences, presence, unread, members
 
     /// Replaces the user's preferences.
-    public func setPreferences(app: String, user: String, preferences: Preferences) async throws {
+    /// Throws `PreferenceLimitError` (writing nothing) when `preferences` go beyond `limits`.
+    public func setPreferences(
+        app: String, user: String, preferences: Preferences, limits: PreferenceLimits = PreferenceLimits()
+    ) async throws {
+        if let over = limits.problem(preferences) { throw over }
         let json = Self.encode(preferences)
         try await connection.send(RedisCommand("SET", RedisKeys.preferences(app: app, user: user), json)).orThrow("SET")
     }
@@ -318,6 +322,22 @@ public final class StateStore: Sendable {
             try await connection.pipeline([
                 RedisCommand("MULTI"), RedisCommand("DEL", key), RedisCommand("HSET", arguments), RedisCommand("EXEC"),
             ]))
+    }
+
+    /// Adds `members` to the conversation's members.
+    public func addMembers(app: String, conversation: String, members: [String]) async throws {
+        guard !members.isEmpty else { return }
+        try await connection.send(
+            RedisCommand("SADD", [RedisKeys.members(app: app, conversation: conversation)] + members)
+        ).orThrow("SADD")
+    }
+
+    /// Removes `members` from the conversation's members.
+    public func removeMembers(app: String, conversation: String, members: [String]) async throws {
+        guard !members.isEmpty else { return }
+        try await connection.send(
+            RedisCommand("SREM", [RedisKeys.members(app: app, conversation: conversation)] + members)
+        ).orThrow("SREM")
     }
 
     /// Replaces the conversation's members.

@@ -166,6 +166,9 @@ public struct APIConfig: Sendable, Hashable {
     /// The calling back ends: client name -> the environment variable that holds its bearer token
     /// (tokens never sit in the file).
     public var clients: [String: String] = [:]
+    /// Client name -> the apps it may use (`api.clients.<name>.apps`); a client not listed here may use every app
+    /// the pipeline serves.
+    public var clientApps: [String: [String]] = [:]
     public init() {}
 }
 
@@ -775,13 +778,27 @@ public enum PipelineLoader {
             for (name, entry) in try r.mapping(c, "api.clients").pairs {
                 let path = "api.clients.\(name)"
                 let em = try r.mapping(entry, path)
-                r.check(em, path, known: ["token_env"])
+                r.check(em, path, known: ["token_env", "apps"])
                 guard let env = try r.string(em["token_env"], path + ".token_env"), !env.isEmpty else {
                     throw ConfigError(
                         path: path + ".token_env",
                         message: "missing (the environment variable holding the client's token)")
                 }
                 api.clients[name] = env
+                if let apps = em["apps"] {
+                    var list: [String] = []
+                    for (i, item) in try r.sequence(apps, path + ".apps").enumerated() {
+                        guard let app = try r.string(item, path + ".apps[\(i)]"), !app.isEmpty else {
+                            throw ConfigError(path: path + ".apps[\(i)]", message: "expected an app id")
+                        }
+                        list.append(app)
+                    }
+                    guard !list.isEmpty else {
+                        throw ConfigError(
+                            path: path + ".apps", message: "empty (leave it out to let the client use every app)")
+                    }
+                    api.clientApps[name] = list
+                }
             }
         }
         return api

@@ -2,8 +2,8 @@
 // (`herald.registry`) and dead tokens reported by send (`herald.token-feedback`).
 // Field names follow the state fixture of docs/behaviour.md §3 (snake_case).
 
-/// `herald.registry`: one state update. Keyed by user id (by conversation id for `set_members`),
-/// so the updates of one user are applied in the order the chat back end sent them.
+/// `herald.registry`: one state update. Keyed by user id (by conversation id for the member ops),
+/// so the updates of one user (or one conversation's members) are applied in the order the chat back end sent them.
 ///
 /// ```json
 /// {"op": "register_device", "app_id": "app1", "user": "u2", "unique": false,
@@ -14,6 +14,8 @@
 /// {"op": "set_presence", "app_id": "app1", "user": "u2", "online": ["<token>"], "ttl_ms": 120000}
 /// {"op": "set_unread", "app_id": "app1", "user": "u2", "unread": {"total": 5, "conversations": {"c1": 2}}}
 /// {"op": "set_members", "app_id": "app1", "conversation": "c1", "members": ["u1", "u2"]}
+/// {"op": "add_members", "app_id": "app1", "conversation": "c1", "members": ["u3"]}
+/// {"op": "remove_members", "app_id": "app1", "conversation": "c1", "members": ["u1"]}
 /// {"op": "patch_preferences", "app_id": "app1", "user": "u2", "patch": {"set": {"trigger": "off"}, "clear": ["dnd"]}}
 /// {"op": "mark_read", "app_id": "app1", "user": "u2", "conversation": "c1"}
 /// ```
@@ -26,6 +28,10 @@ public struct RegistryRecord: Sendable, Hashable {
         case setPresence = "set_presence"
         case setUnread = "set_unread"
         case setMembers = "set_members"
+        /// Adds `members` to the conversation's members.
+        case addMembers = "add_members"
+        /// Removes `members` from the conversation's members.
+        case removeMembers = "remove_members"
         /// Some preference fields, applied field by field (`PreferencePatch`).
         case patchPreferences = "patch_preferences"
         /// Resets the Herald-kept unread and mention counts: of `conversation`, or all of them without one.
@@ -34,7 +40,7 @@ public struct RegistryRecord: Sendable, Hashable {
 
     public var op: Op
     public var appID: String
-    /// The user the update is about (every op but `set_members`).
+    /// The user the update is about (every op but the member ops).
     public var user: String?
     /// `register_device`.
     public var device: Device?
@@ -50,7 +56,7 @@ public struct RegistryRecord: Sendable, Hashable {
     public var ttlMs: Int64?
     /// `set_unread`.
     public var unread: Unread?
-    /// `set_members`; `mark_read` (absent: every conversation).
+    /// The member ops; `mark_read` (absent: every conversation).
     public var conversation: String?
     public var members: [String]?
     /// `patch_preferences`.
@@ -76,36 +82,81 @@ public struct RegistryRecord: Sendable, Hashable {
         self.patch = patch
     }
 
-    /// The Kafka key: the user, or the conversation for `set_members`.
-    public var key: String { op == .setMembers ? (conversation ?? appID) : (user ?? conversation ?? appID) }
+    /// True for the ops about a conversation's members (no `user`; keyed by the conversation).
+    public var isMemberOp: Bool { op == .setMembers || op == .addMembers || op == .removeMembers }
 
-    /// The field an op needs and the record lacks, if any (checked before anything is written).
+    /// The Kafka key: the user, or the conversation for the member ops.
+    public var key: String { isMemberOp ? (conversation ?? appID) : (user ?? conversation ?? appID) }
+
+    /// Longest app, user, conversation or member id, in bytes (the API's limit too).
+    public static let maxIDBytes = 256
+    /// Most members one member record may carry.
+    public static let maxMembers = 10_000
+
+    /// What makes the record unusable, if anything (checked before anything is written; the API, heraldctl and
+    /// herald-registry apply the same rules): a field the op needs and lacks, an id longer than `maxIDBytes`, a
+    /// device token of the wrong form (`Device.tokenProblem`), more than `maxMembers` members, more presence
+    /// tokens than a user may have devices.
     public func validationError() -> StageRecordError? {
         func missing(_ field: String) -> StageRecordError {
             StageRecordError(record: "RegistryRecord", detail: "\(field): missing for op \(op.rawValue)")
         }
-        if appID.isEmpty { return StageRecordError(record: "RegistryRecord", detail: "app_id: empty") }
-        if op != .setMembers, (user ?? "").isEmpty { return missing("user") }
+        func invalid(_ detail: String) -> StageRecordError {
+            StageRecordError(record: "RegistryRecord", detail: detail)
+        }
+        if appID.isEmpty { return invalid("app_id: empty") }
+        if appID.utf8.count > Self.maxIDBytes { return invalid("app_id: longer than \(Self.maxIDBytes) bytes") }
+        if !isMemberOp, (user ?? "").isEmpty { return missing("user") }
+        if let user, user.utf8.count > Self.maxIDBytes {
+            return invalid("user: longer than \(Self.maxIDBytes) bytes")
+        }
+        if let conversation, conversation.utf8.count > Self.maxIDBytes {
+            return invalid("conversation: longer than \(Self.maxIDBytes) bytes")
+        }
         switch op {
         case .registerDevice:
             guard let device else { return missing("device") }
-            if device.token.isEmpty { return StageRecordError(record: "RegistryRecord", detail: "device.token: empty") }
+            if device.token.isEmpty { return invalid("device.token: empty") }
+            if let problem = Device.tokenProblem(device.token, kind: device.kind) {
+                return invalid("device.token: \(problem)")
+            }
         case .unregisterDevice:
             if (token ?? "").isEmpty { return missing("token") }
+            if let token, token.utf8.count > Device.maxTokenBytes {
+                return invalid("token: longer than \(Device.maxTokenBytes) bytes")
+            }
         case .unregisterAll:
             break
         case .setPreferences:
             if preferences == nil { return missing("preferences") }
         case .setPresence:
-            if online == nil { return missing("online") }
+            guard let online else { return missing("online") }
+            if online.count > 4 * Device.maxPerUser {
+                return invalid("online: more than \(4 * Device.maxPerUser) tokens")
+            }
         case .setUnread:
             if unread == nil { return missing("unread") }
-        case .setMembers:
+        case .setMembers, .addMembers, .removeMembers:
             if (conversation ?? "").isEmpty { return missing("conversation") }
-            if members == nil { return missing("members") }
+            guard let members else { return missing("members") }
+            if op != .setMembers && members.isEmpty { return invalid("members: empty (nothing to change)") }
+            if members.count > Self.maxMembers { return invalid("members: more than \(Self.maxMembers)") }
+            if let bad = members.firstIndex(where: { $0.isEmpty || $0.utf8.count > Self.maxIDBytes }) {
+                return invalid("members[\(bad)]: a user id is 1 to \(Self.maxIDBytes) bytes")
+            }
         case .patchPreferences:
             guard let patch else { return missing("patch") }
-            if patch.isEmpty { return StageRecordError(record: "RegistryRecord", detail: "patch: changes nothing") }
+            if patch.isEmpty { return invalid("patch: changes nothing") }
+            let touched = patch.conversations.count + patch.removeConversations.count
+            if touched > PreferencePatch.maxConversations {
+                return invalid("patch: more than \(PreferencePatch.maxConversations) conversations")
+            }
+            if let long = (Array(patch.conversations.keys) + patch.removeConversations).first(where: {
+                $0.isEmpty || $0.utf8.count > Self.maxIDBytes
+            }) {
+                return invalid(
+                    "patch.conversations: a conversation id is 1 to \(Self.maxIDBytes) bytes (\(long.utf8.count))")
+            }
         case .markRead:
             if let conversation, conversation.isEmpty {
                 return StageRecordError(

@@ -32,6 +32,27 @@ public struct Device: Sendable, Hashable {
     /// Most devices of one kind (`apns`, `voip`, `fcm`, `webhook`) a user may hold per app; registering one
     /// more of that kind evicts the oldest of that kind (Sendbird's limit counts APNs tokens, not VoIP tokens).
     public static let maxPerUser = 20
+    /// Longest registration token (FCM, webhook), in bytes.
+    public static let maxTokenBytes = 4096
+    /// Longest APNs or VoIP token, in hex digits.
+    public static let maxAppleTokenDigits = 200
+
+    /// What is wrong with a token of this kind, or nil: an `apns` or `voip` token is hex digits (at most 200),
+    /// any other has no white space and at most 4096 bytes.
+    public static func tokenProblem(_ token: String, kind: Kind) -> String? {
+        if token.isEmpty { return "empty" }
+        switch kind {
+        case .apns, .voip:
+            guard token.utf8.count <= maxAppleTokenDigits, token.allSatisfy(\.isHexDigit) else {
+                return "an \(kind.rawValue) token is hex digits (at most \(maxAppleTokenDigits))"
+            }
+        case .fcm, .webhook:
+            guard token.utf8.count <= maxTokenBytes, !token.contains(where: { $0.isWhitespace }) else {
+                return "a registration token has no spaces and at most \(maxTokenBytes) bytes"
+            }
+        }
+        return nil
+    }
 
     public var token: String
     public var kind: Kind

@@ -36,6 +36,8 @@ public struct RegistryOperations: Sendable {
     public let sink: any RegistryRecordSink
     public let store: StateStore
     public let explain: ExplainStore
+    /// The bounds of one user's stored preferences (checked before a patch is published).
+    public let preferenceLimits: PreferenceLimits
     public let now: @Sendable () -> Int64
     /// send's replay window (the pipeline file's `idempotency.replay_window_seconds`): where the explain read
     /// finds the devices a routine delivery left no trail entry for.
@@ -43,18 +45,38 @@ public struct RegistryOperations: Sendable {
 
     public init(
         sink: any RegistryRecordSink, store: StateStore, explain: ExplainStore,
+        preferenceLimits: PreferenceLimits = PreferenceLimits(),
         now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
     ) {
         self.sink = sink
         self.store = store
         self.explain = explain
+        self.preferenceLimits = preferenceLimits
         self.now = now
     }
 
-    /// Validates and publishes one record.
+    /// Validates and publishes one record (a preference change is checked against `preferenceLimits` first).
     public func submit(_ record: RegistryRecord) async throws {
         if let problem = record.validationError() { throw FieldError(field: "(record)", message: problem.detail) }
+        if let over = try await exceedsLimits(record) { throw FieldError(field: over.field, message: over.message) }
         try await sink.publish(record)
+    }
+
+    /// Why a `patch_preferences` or `set_preferences` record would take the user's stored preferences beyond
+    /// `preferenceLimits`, judged against what is stored now; nil when it would not (or for another op). The
+    /// patch script checks again when the record is applied, so a race between two writers cannot pass the limit.
+    public func exceedsLimits(_ record: RegistryRecord) async throws -> PreferenceLimitError? {
+        switch record.op {
+        case .setPreferences:
+            return record.preferences.flatMap { preferenceLimits.problem($0) }
+        case .patchPreferences:
+            guard let patch = record.patch, let user = record.user else { return nil }
+            if patch.conversations.isEmpty && patch.set == PreferencePatch.Fields() { return nil }
+            let stored = try await store.preferences(app: record.appID, user: user)
+            return preferenceLimits.problem(patch.apply(to: stored))
+        default:
+            return nil
+        }
     }
 
     // MARK: Record builders (pure; shared with heraldctl)
@@ -113,22 +135,13 @@ public struct RegistryOperations: Sendable {
         return RegistryRecord(op: .registerDevice, appID: app, user: user, device: device, unique: unique ? true : nil)
     }
 
-    /// A device with its token checked: hex (lowercased) for `apns` and `voip`, no spaces and at most 4096 bytes
-    /// for the others.
+    /// A device with its token checked (`Device.tokenProblem`); `apns` and `voip` tokens are lowercased.
     public static func device(
         token: String, kind: Device.Kind, environment: APNsEnvironment, bundleID: String?,
         providerID: String?, registeredAt: Int64
     ) throws(FieldError) -> Device {
         let apple = kind == .apns || kind == .voip
-        if apple {
-            guard token.utf8.count <= 200, token.allSatisfy(\.isHexDigit) else {
-                throw FieldError(field: "token", message: "an \(kind.rawValue) token is hex digits (at most 200)")
-            }
-        } else {
-            guard token.utf8.count <= 4096, !token.contains(where: { $0.isWhitespace }) else {
-                throw FieldError(field: "token", message: "a registration token has no spaces and at most 4096 bytes")
-            }
-        }
+        if let problem = Device.tokenProblem(token, kind: kind) { throw FieldError(field: "token", message: problem) }
         return Device(
             token: apple ? token.lowercased() : token, kind: kind, environment: environment, bundleID: bundleID,
             registeredAt: registeredAt, providerID: providerID)
@@ -187,6 +200,40 @@ public struct RegistryOperations: Sendable {
         return RegistryRecord(op: .markRead, appID: app, user: user, conversation: conversation)
     }
 
+    /// `set_members`, `add_members` or `remove_members` from `{"members": ["u1", "u2"]}`.
+    public static func membersRecord(
+        _ op: RegistryRecord.Op, app: String, conversation: String, body: some Collection<UInt8>
+    ) throws(FieldError) -> RegistryRecord {
+        var members: [String]?
+        for (name, value) in try Self.object(body) {
+            switch name {
+            case "members":
+                guard case .array(let items) = value else {
+                    throw FieldError(field: name, message: "expected an array of user ids, got \(value.typeName)")
+                }
+                guard items.count <= RegistryRecord.maxMembers else {
+                    throw FieldError(field: name, message: "more than \(RegistryRecord.maxMembers) members")
+                }
+                var ids: [String] = []
+                ids.reserveCapacity(items.count)
+                for (i, item) in items.enumerated() {
+                    let id = try Self.string(item, "members[\(i)]")
+                    guard !id.isEmpty, id.utf8.count <= RegistryRecord.maxIDBytes else {
+                        throw FieldError(
+                            field: "members[\(i)]", message: "a user id is 1 to \(RegistryRecord.maxIDBytes) bytes")
+                    }
+                    ids.append(id)
+                }
+                members = ids
+            default:
+                throw FieldError(field: name, message: "unknown field (known: members)")
+            }
+        }
+        guard let members else { throw FieldError(field: "members", message: "missing") }
+        if op != .setMembers && members.isEmpty { throw FieldError(field: "members", message: "empty") }
+        return RegistryRecord(op: op, appID: app, conversation: conversation, members: members)
+    }
+
     /// `patch_preferences` from the PATCH body (`PreferencePatch.parse`).
     public static func patchRecord(
         app: String, user: String, body: some Collection<UInt8>
@@ -210,50 +257,126 @@ public struct RegistryOperations: Sendable {
         return try await store.withMentionCounts(app: app, user: user, unread: state.unread)
     }
 
-    /// The latest decision about the user and that event's trail for them, as JSON; nil when none is kept. The
-    /// devices that took the notification as expected have no trail entry: they come from send's delivery records
-    /// (within the replay window), marked `"source": "delivery_record"`.
-    public func lastDecision(app: String, user: String) async throws -> JSONValue? {
-        let at = now()
-        guard let (decision, trail) = try await explain.lastDecision(app: app, user: user, now: at) else { return nil }
-        func entry(_ e: ExplainEntry) -> JSONValue {
-            var o: [(String, JSONValue)] = [
-                ("stage", .string(e.stage)), ("decision", .string(e.decision)),
-                ("reason", e.reason.map(JSONValue.string) ?? .null), ("at", .number(String(e.at))),
-            ]
-            if let t = e.token { o.append(("token", .string(t))) }
-            if let s = e.status { o.append(("status", .number(String(s)))) }
-            if let a = e.attempt { o.append(("attempt", .number(String(a)))) }
-            if let c = e.count { o.append(("count", .number(String(c)))) }
-            return .object(o)
+    /// The user's devices, as `{"devices": [...]}` in the record form of docs/behaviour.md §3, whole tokens
+    /// included (the caller registered them and needs them to remove one).
+    public func devicesJSON(app: String, user: String) async throws -> JSONValue {
+        let state = try await store.loadUser(app: app, user: user, now: now())
+        var items: [JSONValue] = []
+        for device in state.devices {
+            var w = JSONWriter(capacity: 256)
+            device.write(into: &w)
+            items.append((try? JSONValue.parse(w.bytes)) ?? .null)
         }
-        let userEntry = trail.first { $0.user == user && $0.token == nil } ?? decision
+        return .object([("app", .string(app)), ("user", .string(user)), ("devices", .array(items))])
+    }
+
+    /// The conversation's members, sorted.
+    public func members(app: String, conversation: String) async throws -> [String] {
+        try await store.members(app: app, conversation: conversation)
+    }
+
+    /// The decision about `user` for `event` (the latest decision about the user when `event` is nil) and that
+    /// event's trail for them, as the JSON `heraldctl explain --user` prints too; nil when nothing is kept.
+    /// - Parameter token: how a device token is shown (whole in the API; shortened by heraldctl unless asked).
+    public func decision(
+        app: String, user: String, event: String?, token: (String) -> String = { $0 }
+    ) async throws -> JSONValue? {
+        try await Self.decision(
+            app: app, user: user, event: event, explain: explain, store: store,
+            replayWindowMilliseconds: replayWindowMilliseconds, now: now(), token: token)
+    }
+
+    /// The explain answer the API and heraldctl give. A notification that went as expected leaves no trail entry,
+    /// so the answer also draws on the user's latest decision (when it is this event's) and on send's delivery
+    /// records for the devices the trail does not name (within `replayWindowMilliseconds`), marked
+    /// `"source": "delivery_record"`.
+    public static func decision(
+        app: String, user: String, event: String?, explain: ExplainStore, store: StateStore,
+        replayWindowMilliseconds: Int64, now: Int64, token: (String) -> String = { $0 }
+    ) async throws -> JSONValue? {
+        let eventID: String
+        var trail: [ExplainEntry]
+        if let event {
+            eventID = event
+            trail = try await explain.trail(app: app, eventID: event, now: now)
+            if !trail.contains(where: { $0.user == user && $0.token == nil }),
+                let latest = try await explain.lastDecision(app: app, user: user, now: now)?.decision,
+                latest.eventID == event
+            {
+                trail.append(latest)
+            }
+        } else {
+            guard let (latest, latestTrail) = try await explain.lastDecision(app: app, user: user, now: now) else {
+                return nil
+            }
+            eventID = latest.eventID
+            trail = latestTrail.contains { $0.user == user && $0.token == nil } ? latestTrail : latestTrail + [latest]
+        }
+        var delivered: [String] = []
+        let decided = trail.first { $0.user == user && $0.token == nil }
+        if decided == nil || decided?.decision == "deliver" {
+            let named = Set(trail.filter { $0.user == user }.compactMap(\.token))
+            let tokens = try await store.loadUser(app: app, user: user, now: now).devices.map(\.token)
+                .filter { !named.contains($0) }
+            let records = try await store.wasDelivered(
+                app: app, pairs: tokens.map { DeliveryKey(eventId: eventID, token: $0) }, now: now,
+                window: replayWindowMilliseconds)
+            delivered = zip(tokens, records).filter(\.1).map(\.0)
+        }
+        return decisionJSON(app: app, event: eventID, user: user, trail: trail, delivered: delivered, token: token)
+    }
+
+    /// The explain answer about one user and one event from the event's trail; nil when the trail says nothing
+    /// about the user (and the event was not dropped before recipients were known). Field names: `app`, `event`,
+    /// `user`, `decision`, `reason`, `stage`, `at`, `class`, `event_step`, `devices` (docs/registry-api.md).
+    /// `delivered`: device tokens send's delivery records show delivered (the decision was then `deliver`, even
+    /// when a later event's decision has replaced it).
+    public static func decisionJSON(
+        app: String, event: String, user: String, trail: [ExplainEntry], delivered: [String] = [],
+        token: (String) -> String = { $0 }
+    ) -> JSONValue? {
         let eventStep = trail.first { $0.user == nil && $0.token == nil && $0.decision != "classified" }
         let classified = trail.first { $0.user == nil && $0.token == nil && $0.decision == "classified" }
-        var o: [(String, JSONValue)] = [
-            ("app_id", .string(app)), ("user", .string(user)), ("event_id", .string(decision.eventID)),
-            ("decision", .string(userEntry.decision)), ("reason", userEntry.reason.map(JSONValue.string) ?? .null),
-            ("stage", .string(userEntry.stage)), ("at", .number(String(userEntry.at))),
-        ]
+        let decided =
+            trail.first { $0.user == user && $0.token == nil } ?? (eventStep?.decision == "drop" ? eventStep : nil)
+        var o: [(String, JSONValue)] = [("app", .string(app)), ("event", .string(event)), ("user", .string(user))]
+        if let decided {
+            o += [
+                ("decision", .string(decided.decision)), ("reason", decided.reason.map(JSONValue.string) ?? .null),
+                ("stage", .string(decided.stage)), ("at", .number(String(decided.at))),
+            ]
+        } else if !delivered.isEmpty {
+            // A later event's decision replaced this one; the delivery records say it was delivered.
+            o += [("decision", .string("deliver")), ("reason", .null), ("stage", .string("suppress"))]
+        } else {
+            return nil
+        }
         if let classified { o.append(("class", classified.reason.map(JSONValue.string) ?? .null)) }
-        if let eventStep { o.append(("event_step", entry(eventStep))) }
-        var devices = trail.filter { $0.user == user && $0.token != nil }.map(entry)
-        if userEntry.decision == "deliver" {
-            let explained = Set(trail.compactMap(\.token))
-            let tokens = try await store.loadUser(app: app, user: user, now: at).devices.map(\.token)
-                .filter { !explained.contains($0) }
-            let records = try await store.wasDelivered(
-                app: app, pairs: tokens.map { DeliveryKey(eventId: decision.eventID, token: $0) }, now: at,
-                window: replayWindowMilliseconds)
-            for (token, delivered) in zip(tokens, records) where delivered {
-                devices.append(
-                    .object([
-                        ("stage", .string("send")), ("decision", .string("delivered")), ("reason", .null),
-                        ("token", .string(token)), ("source", .string("delivery_record")),
-                    ]))
-            }
+        if let eventStep { o.append(("event_step", explainEntryJSON(eventStep, token: token))) }
+        var devices = trail.filter { $0.user == user && $0.token != nil }.map { explainEntryJSON($0, token: token) }
+        for t in delivered {
+            devices.append(
+                .object([
+                    ("stage", .string("send")), ("decision", .string("delivered")), ("reason", .null),
+                    ("token", .string(token(t))), ("source", .string("delivery_record")),
+                ]))
         }
         o.append(("devices", .array(devices)))
+        return .object(o)
+    }
+
+    /// One explain entry: `stage`, `decision`, `reason`, `at`, and when set `user`, `token`, `status`, `attempt`,
+    /// `count`.
+    public static func explainEntryJSON(_ e: ExplainEntry, token: (String) -> String = { $0 }) -> JSONValue {
+        var o: [(String, JSONValue)] = [
+            ("stage", .string(e.stage)), ("decision", .string(e.decision)),
+            ("reason", e.reason.map(JSONValue.string) ?? .null), ("at", .number(String(e.at))),
+        ]
+        if let u = e.user { o.append(("user", .string(u))) }
+        if let t = e.token { o.append(("token", .string(token(t)))) }
+        if let s = e.status { o.append(("status", .number(String(s)))) }
+        if let a = e.attempt { o.append(("attempt", .number(String(a)))) }
+        if let c = e.count { o.append(("count", .number(String(c)))) }
         return .object(o)
     }
 

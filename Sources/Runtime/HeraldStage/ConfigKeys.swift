@@ -180,7 +180,31 @@ extension ConfigKey {
         "herald-registry: address of the registry API")
     public static let apiTokens = ConfigKey(
         "HERALD_API_TOKENS", default: nil,
-        "herald-registry: API clients as `name=token,name=token` (tokens of 16 characters or more), on top of the pipeline's `api.clients` (whose `token_env` variables hold their tokens); a port with no client at all stops the process at startup"
+        "herald-registry: API clients as `name=token,name=token` (tokens of 32 characters or more, like those of `api.clients`), on top of the pipeline's `api.clients` (whose `token_env` variables hold their tokens); a port with no client at all stops the process at startup"
+    )
+    public static let apiAuthFailuresPerMinute = ConfigKey(
+        "HERALD_API_AUTH_FAILURES_PER_MINUTE", default: "60", documented: "60", .integer(0...1_000_000),
+        "herald-registry: failed authentications allowed per client address and minute (a bucket of this size refilled over a minute); beyond, every request from that address is answered 429 before its token is checked; `0`: no limit"
+    )
+    public static let preferencesMaxConversations = ConfigKey(
+        "HERALD_PREFERENCES_MAX_CONVERSATIONS", default: "2000", documented: "2000", .integer(1...1_000_000),
+        "herald-registry, heraldctl: most conversation entries in one user's stored preferences; a patch that would go beyond is refused (400 in the API, dead-lettered `over_limit` from herald.registry)"
+    )
+    public static let preferencesMaxBytes = ConfigKey(
+        "HERALD_PREFERENCES_MAX_BYTES", default: "131072", documented: "131072", .integer(1024...16_777_216),
+        "herald-registry, heraldctl: largest stored preferences of one user, bytes of JSON; a write that would go beyond is refused like one over `HERALD_PREFERENCES_MAX_CONVERSATIONS`"
+    )
+    public static let httpReadTimeoutMs = ConfigKey(
+        "HERALD_HTTP_READ_TIMEOUT_MS", default: "10000", documented: "10000", positive,
+        "every stage's HTTP endpoint and the registry API: time a client has to send a whole request (head and body), from the connection's opening or the request's first byte, milliseconds; a slower client is disconnected"
+    )
+    public static let httpIdleTimeoutMs = ConfigKey(
+        "HERALD_HTTP_IDLE_TIMEOUT_MS", default: "60000", documented: "60000", positive,
+        "every stage's HTTP endpoint and the registry API: how long a kept-alive connection may be idle between requests, milliseconds"
+    )
+    public static let httpMaxConnections = ConfigKey(
+        "HERALD_HTTP_MAX_CONNECTIONS", default: "1024", documented: "1024", positive,
+        "every stage's HTTP endpoint and the registry API, each: open connections beyond which a new one is answered 503 and closed"
     )
 
     /// Every key, in the order of the docs table.
@@ -193,7 +217,8 @@ extension ConfigKey {
         sendRetryInitialMs,
         sendRetryMaxMs, sendPriorityReservePercent, fcmHost, fcmCAFile, fcmConnections, fcmPriorityConnections,
         webhookCAFile,
-        pipelineWatchMs, apiPort, apiHost, apiTokens,
+        pipelineWatchMs, apiPort, apiHost, apiTokens, apiAuthFailuresPerMinute, preferencesMaxConversations,
+        preferencesMaxBytes, httpReadTimeoutMs, httpIdleTimeoutMs, httpMaxConnections,
     ]
 
     /// The docs/operations.md table (header included), one row per key.

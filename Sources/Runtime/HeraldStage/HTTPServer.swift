@@ -16,7 +16,12 @@ import ServiceLifecycle
 /// the other services drain.
 ///
 /// With `routes` (the registry API, docs/registry-api.md), every request goes to that handler first, body
-/// included (at most `maxBodyBytes`, else 413); a nil answer falls through to the three endpoints above.
+/// included (at most `limits.maxBodyBytes`, else 413); a nil answer falls through to the three endpoints above.
+/// `admit` checks each request head before any of its body is read (the API's token check): its answer is sent
+/// at once and the body is never buffered.
+///
+/// Every connection is bounded by `limits` (`HTTPServerLimits`): the read timeout, the idle timeout, the cap on
+/// open connections. Connections the server closes itself are counted in `herald_http_connections_closed_total`.
 public final class StageHTTPServer: Service, Sendable {
     public let host: String
     /// The bound port (the ephemeral one when bound with port 0).
@@ -28,15 +33,18 @@ public final class StageHTTPServer: Service, Sendable {
     /// Labels of the readiness gauges (`stage`), set on every scrape of `/metrics`.
     private let readinessLabels: [(String, String)]
     private let routes: HTTPRouteHandler?
-    /// Largest request body accepted when `routes` is set.
-    public static let maxBodyBytes = 1 << 20
+    public let limits: HTTPServerLimits
+    private let connections: ConnectionCounter
 
     private init(
         host: String, port: Int,
         serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>,
         registry: PrometheusCollectorRegistry, readiness: ReadinessChecks, logger: Logger,
-        readinessLabels: [(String, String)], routes: HTTPRouteHandler?
+        readinessLabels: [(String, String)], routes: HTTPRouteHandler?, limits: HTTPServerLimits,
+        connections: ConnectionCounter
     ) {
+        self.limits = limits
+        self.connections = connections
         self.readinessLabels = readinessLabels
         self.routes = routes
         self.host = host
@@ -48,6 +56,7 @@ public final class StageHTTPServer: Service, Sendable {
     }
 
     /// Binds the listening socket now (so a port conflict fails at startup, and port 0 resolves to a real port).
+    /// - Parameter endpoint: the `endpoint` label of `herald_http_connections_closed_total` (`metrics`, `api`).
     /// - Parameter readinessLabels: labels of `herald_ready` and `herald_readiness_check` (the stage's `stage`),
     ///   which every `/metrics` scrape sets from a fresh readiness evaluation, so alerts can see a stage that is not ready.
     public static func bind(
@@ -55,14 +64,31 @@ public final class StageHTTPServer: Service, Sendable {
         readiness: ReadinessChecks, readinessLabels: [(String, String)] = [],
         logger: Logger = Logger(label: "herald.http"),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        routes: HTTPRouteHandler? = nil
+        routes: HTTPRouteHandler? = nil, admit: HTTPHeadCheck? = nil,
+        limits: HTTPServerLimits = HTTPServerLimits(), endpoint: String = "metrics"
     ) async throws -> StageHTTPServer {
+        let connections = ConnectionCounter(limit: limits.maxConnections)
+        let closed = ClosedCounters(registry: registry, labels: readinessLabels + [("endpoint", endpoint)])
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 64)
+            .serverChannelOption(.backlog, value: 256)
             .bind(host: host, port: port) { child in
                 child.eventLoop.makeCompletedFuture {
-                    try child.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
+                    let sync = child.pipeline.syncOperations
+                    guard connections.admit() else {
+                        closed.count(.connectionCap)
+                        try sync.addHandler(OverCapacityHandler())
+                        return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                            wrappingChannelSynchronously: child)
+                    }
+                    child.closeFuture.whenComplete { _ in connections.release() }
+                    let timer = ConnectionTimer(channel: child, limits: limits) { closed.count($0) }
+                    try sync.addHandler(ByteArrivalHandler(timer: timer))
+                    try sync.configureHTTPServerPipeline(withErrorHandling: true)
+                    try sync.addHandler(
+                        RequestHeadGate(
+                            timer: timer, maxBodyBytes: limits.maxBodyBytes, admit: admit,
+                            onRefused: { closed.count(.refusedAtHead) }))
                     return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
                         wrappingChannelSynchronously: child)
                 }
@@ -71,8 +97,12 @@ public final class StageHTTPServer: Service, Sendable {
         logger.info("http endpoint listening", metadata: [LogKey.host: "\(host)", LogKey.port: "\(bound)"])
         return StageHTTPServer(
             host: host, port: bound, serverChannel: channel, registry: registry,
-            readiness: readiness, logger: logger, readinessLabels: readinessLabels, routes: routes)
+            readiness: readiness, logger: logger, readinessLabels: readinessLabels, routes: routes, limits: limits,
+            connections: connections)
     }
+
+    /// Connections open now (for tests and the connection cap).
+    public var openConnections: Int { connections.count }
 
     /// Serves connections until graceful shutdown or cancellation, then closes the listening socket and every open
     /// connection (an idle keep-alive connection from a scraper must not hold up the shutdown).
@@ -116,7 +146,7 @@ public final class StageHTTPServer: Service, Sendable {
                         bodyTooLarge = false
                     case .body(var chunk):
                         guard self.routes != nil, !bodyTooLarge else { continue }
-                        if body.count + chunk.readableBytes > Self.maxBodyBytes {
+                        if body.count + chunk.readableBytes > self.limits.maxBodyBytes {
                             bodyTooLarge = true
                             body = []
                         } else if let bytes = chunk.readBytes(length: chunk.readableBytes) {
@@ -129,13 +159,17 @@ public final class StageHTTPServer: Service, Sendable {
                         if bodyTooLarge {
                             response = Response(
                                 status: .payloadTooLarge, contentType: "application/json",
-                                body: Array(#"{"error":"request body larger than 1 MiB","field":"(body)"}"#.utf8))
+                                body: Array(
+                                    #"{"error":"request body larger than \#(self.limits.maxBodyBytes) bytes","field":"(body)"}"#
+                                        .utf8))
                         } else if let routes = self.routes,
-                            let routed = await routes(Self.routeRequest(head, body: body))
+                            let routed = await routes(
+                                Self.routeRequest(head, body: body, remote: connection.channel.remoteAddress?.ipAddress)
+                            )
                         {
                             response = Response(
                                 status: HTTPResponseStatus(statusCode: routed.status),
-                                contentType: routed.contentType, body: routed.body)
+                                contentType: routed.contentType, body: routed.body, headers: routed.headers)
                         } else {
                             response = await self.respond(to: head)
                         }
@@ -143,6 +177,7 @@ public final class StageHTTPServer: Service, Sendable {
                         var headers = HTTPHeaders()
                         headers.add(name: "Content-Type", value: response.contentType)
                         headers.add(name: "Content-Length", value: String(response.body.count))
+                        for (name, value) in response.headers { headers.add(name: name, value: value) }
                         if !head.isKeepAlive { headers.add(name: "Connection", value: "close") }
                         try await outbound.write(
                             .head(HTTPResponseHead(version: head.version, status: response.status, headers: headers)))
@@ -159,19 +194,20 @@ public final class StageHTTPServer: Service, Sendable {
         }
     }
 
-    static func routeRequest(_ head: HTTPRequestHead, body: [UInt8]) -> HTTPRouteRequest {
+    static func routeRequest(_ head: HTTPRequestHead, body: [UInt8], remote: String? = nil) -> HTTPRouteRequest {
         let parts = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         var headers: [String: String] = [:]
         for (name, value) in head.headers where headers[name.lowercased()] == nil { headers[name.lowercased()] = value }
         return HTTPRouteRequest(
             method: head.method.rawValue, path: parts.first.map(String.init) ?? head.uri,
-            query: parts.count > 1 ? String(parts[1]) : nil, headers: headers, body: body)
+            query: parts.count > 1 ? String(parts[1]) : nil, headers: headers, body: body, remoteAddress: remote)
     }
 
     struct Response {
         var status: HTTPResponseStatus
         var contentType: String
         var body: [UInt8]
+        var headers: [(String, String)] = []
     }
 
     func respond(to head: HTTPRequestHead) async -> Response {
@@ -235,27 +271,49 @@ public struct HTTPRouteRequest: Sendable {
     public var query: String?
     public var headers: [String: String]
     public var body: [UInt8]
+    /// The client's IP address (nil when unknown).
+    public var remoteAddress: String?
 
-    public init(method: String, path: String, query: String? = nil, headers: [String: String] = [:], body: [UInt8] = [])
-    {
+    public init(
+        method: String, path: String, query: String? = nil, headers: [String: String] = [:], body: [UInt8] = [],
+        remoteAddress: String? = nil
+    ) {
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
         self.body = body
+        self.remoteAddress = remoteAddress
     }
 }
 
-/// What an extra route answers.
+/// What an extra route (or the head check) answers.
 public struct HTTPRouteResponse: Sendable {
     public var status: Int
     public var contentType: String
     public var body: [UInt8]
+    /// Extra headers (`WWW-Authenticate`, `Retry-After`, ...).
+    public var headers: [(String, String)]
 
-    public init(status: Int, contentType: String = "application/json", body: [UInt8]) {
+    public init(
+        status: Int, contentType: String = "application/json", body: [UInt8], headers: [(String, String)] = []
+    ) {
         self.status = status
         self.contentType = contentType
         self.body = body
+        self.headers = headers
+    }
+}
+
+/// `herald_http_connections_closed_total{stage, endpoint, reason}`: connections the server closed itself.
+struct ClosedCounters: Sendable {
+    let registry: PrometheusCollectorRegistry
+    let labels: [(String, String)]
+
+    func count(_ reason: HTTPCloseReason) {
+        registry.makeCounter(
+            name: StageMetrics.Name.httpConnectionsClosed, labels: labels + [("reason", reason.rawValue)]
+        ).increment()
     }
 }
 

@@ -103,6 +103,7 @@ public struct StageMetrics: Sendable {
         public static let buildInfo = "herald_build_info"
         /// Recorded by HeraldKafka's consumer (`KafkaConsumerConfiguration.metricsPrefix`, `herald_kafka`, + `_consumer_errors_total`).
         public static let kafkaConsumerErrors = "herald_kafka_consumer_errors_total"
+        public static let httpConnectionsClosed = "herald_http_connections_closed_total"
     }
 
     /// Everything HeraldStage records, in the order of the docs table.
@@ -192,6 +193,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.buildInfo, "gauge", labels: "stage, version",
             "always 1; `version` is Herald's version (`HeraldVersion.current`, CHANGELOG.md)"),
+        MetricDeclaration(
+            Name.httpConnectionsClosed, "counter", labels: "stage, endpoint, reason",
+            "HTTP connections the server closed itself, by endpoint (`metrics`: the stage's `/metrics` port; `api`: the registry API) and reason: `read_timeout`, `idle_timeout`, `connection_cap` (refused with 503 over `HERALD_HTTP_MAX_CONNECTIONS`), `refused_at_head` (401, 403, 404, 413 or 429 answered before the body was read)"
+        ),
     ]
 
     /// The stage's Kafka consumer's own counter, recorded inside HeraldKafka (listed after the provider clients'

@@ -131,3 +131,51 @@ private final class FirstAnswer: Sendable {
         }
     }
 }
+
+/// A readiness probe answered from a cache: the probe runs at most once per `maxAge`, and scrapes that arrive
+/// while it runs wait for that one run instead of starting their own. `/readyz` and `/metrics` then cost the
+/// dependency nothing per request, however often they are scraped.
+public final class CachedProbe: Sendable {
+    private struct State: Sendable {
+        var last: (at: ContinuousClock.Instant, up: Bool)?
+        var running: Task<Bool, Never>?
+    }
+
+    public let maxAge: Duration
+    private let probe: ReadinessChecks.Probe
+    private let state = Mutex(State())
+
+    /// The interval of Herald's own cached probes (`kafka`, `redis`).
+    public static let defaultMaxAge = Duration.seconds(5)
+
+    public init(maxAge: Duration = defaultMaxAge, probe: @escaping ReadinessChecks.Probe) {
+        self.maxAge = maxAge
+        self.probe = probe
+    }
+
+    /// The last answer while it is younger than `maxAge`, else a fresh one.
+    public func isUp() async -> Bool {
+        enum Next {
+            case cached(Bool)
+            case wait(Task<Bool, Never>)
+        }
+        let next = state.withLock { s -> Next in
+            if let last = s.last, ContinuousClock.now - last.at < maxAge { return .cached(last.up) }
+            if let running = s.running { return .wait(running) }
+            let run = Task { [self] in
+                let up = await self.probe()
+                self.state.withLock {
+                    $0.last = (ContinuousClock.now, up)
+                    $0.running = nil
+                }
+                return up
+            }
+            s.running = run
+            return .wait(run)
+        }
+        switch next {
+        case .cached(let up): return up
+        case .wait(let run): return await run.value
+        }
+    }
+}

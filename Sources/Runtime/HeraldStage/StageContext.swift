@@ -58,7 +58,7 @@ public struct StageContext: Sendable {
         let http = try await StageHTTPServer.bind(
             host: environment.metricsHost, port: environment.metricsPort,
             registry: registry, readiness: readiness,
-            readinessLabels: [("stage", stage)], logger: logger)
+            readinessLabels: [("stage", stage)], logger: logger, limits: environment.httpLimits)
         return StageContext(
             stage: stage, environment: environment, logger: logger, registry: registry,
             metrics: StageMetrics(stage: stage, factory: HeraldMetrics.makeFactory(registry: registry)),

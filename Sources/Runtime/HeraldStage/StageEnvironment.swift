@@ -15,6 +15,9 @@ public struct StageEnvironment: Sendable, Hashable {
     public var apnsHost: String
     /// Empty when unset.
     public var apnsCAFile: String
+    /// Limits of the HTTP endpoint (and of the registry API): `HERALD_HTTP_READ_TIMEOUT_MS`,
+    /// `HERALD_HTTP_IDLE_TIMEOUT_MS`, `HERALD_HTTP_MAX_CONNECTIONS`.
+    public var httpLimits: HTTPServerLimits
     /// One line per unknown `HERALD_*` key; log them at startup (`warning`).
     public var warnings: [String]
 
@@ -40,6 +43,10 @@ public struct StageEnvironment: Sendable, Hashable {
         instance = try config.text(.instance) ?? ProcessInfo.processInfo.hostName
         apnsHost = try config.text(.apnsHost) ?? ""
         apnsCAFile = try config.text(.apnsCAFile) ?? ""
+        httpLimits = HTTPServerLimits(
+            readTimeout: .milliseconds(try config.requiredInt(.httpReadTimeoutMs)),
+            idleTimeout: .milliseconds(try config.requiredInt(.httpIdleTimeoutMs)),
+            maxConnections: try config.requiredInt(.httpMaxConnections))
         warnings = config.unknownKeyWarnings(extraKnownKeys: extraKnownKeys)
     }
 }

@@ -166,10 +166,15 @@ public struct RedisRegistryWriter: RegistryWriter {
     public let store: StateStore
     /// Presence TTL when a `set_presence` record carries none.
     public let presenceTTLMilliseconds: Int64
+    /// The bounds of one user's stored preferences: a write beyond them throws `PreferenceLimitError`.
+    public let preferenceLimits: PreferenceLimits
 
-    public init(store: StateStore, presenceTTLMilliseconds: Int64) {
+    public init(
+        store: StateStore, presenceTTLMilliseconds: Int64, preferenceLimits: PreferenceLimits = PreferenceLimits()
+    ) {
         self.store = store
         self.presenceTTLMilliseconds = presenceTTLMilliseconds
+        self.preferenceLimits = preferenceLimits
     }
 
     public func apply(_ record: RegistryRecord, now: Int64) async throws -> String {
@@ -191,7 +196,8 @@ public struct RedisRegistryWriter: RegistryWriter {
                 _ = try await store.unregisterAll(app: app, user: user)
                 return "applied"
             case .setPreferences:
-                try await store.setPreferences(app: app, user: user, preferences: record.preferences ?? Preferences())
+                try await store.setPreferences(
+                    app: app, user: user, preferences: record.preferences ?? Preferences(), limits: preferenceLimits)
                 return "applied"
             case .setPresence:
                 try await store.setPresence(
@@ -205,9 +211,17 @@ public struct RedisRegistryWriter: RegistryWriter {
                 try await store.setMembers(
                     app: app, conversation: record.conversation ?? "", members: record.members ?? [])
                 return "applied"
+            case .addMembers:
+                try await store.addMembers(
+                    app: app, conversation: record.conversation ?? "", members: record.members ?? [])
+                return "applied"
+            case .removeMembers:
+                try await store.removeMembers(
+                    app: app, conversation: record.conversation ?? "", members: record.members ?? [])
+                return "applied"
             case .patchPreferences:
                 guard let patch = record.patch else { return "invalid" }
-                try await store.patchPreferences(app: app, user: user, patch: patch)
+                try await store.patchPreferences(app: app, user: user, patch: patch, limits: preferenceLimits)
                 return "applied"
             case .markRead:
                 try await store.markRead(app: app, user: user, conversation: record.conversation)

@@ -85,10 +85,15 @@ public struct StageSetup: Sendable {
     }
 
     /// Redis from `HERALD_REDIS_URL` (with `HERALD_REDIS_CA_FILE` and the other TLS keys for `rediss://`), else the
-    /// pipeline's `redis:` section; registers the `redis` readiness probe.
+    /// pipeline's `redis:` section; registers the `redis` readiness probe: a PING on a connection of its own (a
+    /// scrape never waits behind the stage's batches, nor adds to them), cached like the broker probe
+    /// (`CachedProbe`), so `/readyz` and `/metrics` send Redis no command per request.
     public func redis() throws -> RedisConnection {
-        let connection = RedisConnection(configuration: try redisConfiguration(), logger: logger)
-        context.readiness.register("redis") { await connection.ping() }
+        let configuration = try redisConfiguration()
+        let connection = RedisConnection(configuration: configuration, logger: logger)
+        let probeConnection = RedisConnection(configuration: configuration, logger: logger)
+        let probe = CachedProbe { await probeConnection.ping() }
+        context.readiness.register("redis") { await probe.isUp() }
         return connection
     }
 
@@ -339,21 +344,19 @@ public struct StageLane: Sendable {
     }
 }
 
-/// `/readyz`'s broker check: a metadata request, cached for 5 s.
+/// `/readyz`'s broker check: a metadata request, cached for 5 s (`CachedProbe`).
 final class BrokerProbe: Sendable {
-    private let brokers: [String]
-    private let cache = Mutex<(at: ContinuousClock.Instant, up: Bool)?>(nil)
+    private let cached: CachedProbe
 
-    init(brokers: [String]) { self.brokers = brokers }
-
-    func isUp() async -> Bool {
-        if let cached = cache.withLock({ $0 }), ContinuousClock.now - cached.at < .seconds(5) { return cached.up }
-        var configuration = KafkaAdminConfiguration(brokers: brokers)
-        configuration.requestTimeout = .seconds(2)
-        let up = (try? await KafkaAdmin.partitionCounts([], configuration: configuration)) != nil
-        cache.withLock { $0 = (ContinuousClock.now, up) }
-        return up
+    init(brokers: [String]) {
+        cached = CachedProbe {
+            var configuration = KafkaAdminConfiguration(brokers: brokers)
+            configuration.requestTimeout = .seconds(2)
+            return (try? await KafkaAdmin.partitionCounts([], configuration: configuration)) != nil
+        }
     }
+
+    func isUp() async -> Bool { await cached.isUp() }
 }
 
 extension PipelineConfig {

@@ -80,6 +80,8 @@ public struct RegistryProcessor: StageProcessor {
                 return .handedBack
             }
             return StageResult(notes: [.registry(op: op, outcome: outcome)])
+        } catch let over as PreferenceLimitError {
+            return .dlq(PreferenceLimitError.reason, "\(op): \(over)")
         } catch {
             return .dlq("state_error", "\(op): \(error)")
         }

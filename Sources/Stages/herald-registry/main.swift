@@ -3,6 +3,7 @@
 // (API.swift), whose writes are herald.registry records.
 import Foundation
 import HeraldConfig
+import HeraldCore
 import HeraldPipeline
 import HeraldRedis
 import HeraldStage
@@ -14,7 +15,8 @@ let logger = setup.logger
 let metrics = setup.context.metrics
 let writer = RedisRegistryWriter(
     store: StateStore(connection: redis, logger: logger),
-    presenceTTLMilliseconds: Int64(setup.pipeline.redis.presenceTTLSeconds) * 1000)
+    presenceTTLMilliseconds: Int64(setup.pipeline.redis.presenceTTLSeconds) * 1000,
+    preferenceLimits: setup.valueOrExit { c throws(ConfigurationError) in try RegistryAPIServer.preferenceLimits(c) })
 let processor = RegistryProcessor(
     tokenFeedbackTopic: topics.tokenFeedback, writer: writer, apps: setup.pipeline.apps,
     onTransientFailure: { failure in

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldRedis
+import HeraldRegistryAPI
 
 /// `heraldctl explain`: why a user did or did not get a push for an event (the explain trail the stages write).
 struct Explain: AsyncParsableCommand {
@@ -54,36 +55,17 @@ struct Explain: AsyncParsableCommand {
             for entry in trail { CLI.out(CLI.json(describe(entry))) }
             return
         }
-        let eventLevel = trail.first { $0.user == nil && $0.token == nil && $0.decision != "classified" }
-        let classified = trail.first { $0.user == nil && $0.token == nil && $0.decision == "classified" }
-        var decision = trail.first { $0.user == user && $0.token == nil }
-        var devices = trail.filter { $0.user == user && $0.token != nil }.map(describe)
-        var delivered: [[String: Any]] = []
+        // The registry API's explain answer, field for field (RegistryOperations.decision).
+        let token: (String) -> String = { fullTokens ? $0 : CLI.short($0) }
+        let answer: JSONValue?
         do {
-            // A routine decision is not in the trail: the user's latest decision may be this event's.
-            if decision == nil, let last = try await explain.lastDecision(app: app, user: user, now: now)?.decision,
-                last.eventID == event
-            {
-                decision = last
-            }
-            // Devices that took the notification as expected: send's delivery records.
-            let state = try await store.loadUser(app: app, user: user, now: now)
-            let known = Set(trail.filter { $0.user == user }.compactMap(\.token))
-            let tokens = state.devices.map(\.token).filter { !known.contains($0) }
-            let records = try await store.wasDelivered(
-                app: app, pairs: tokens.map { DeliveryKey(eventId: event, token: $0) }, now: now,
-                window: Int64(replayWindowSeconds) * 1000)
-            for (token, yes) in zip(tokens, records) where yes {
-                delivered.append([
-                    "stage": "send", "decision": "delivered", "reason": NSNull(),
-                    "token": fullTokens ? token : CLI.short(token), "source": "delivery_record",
-                ])
-            }
+            answer = try await RegistryOperations.decision(
+                app: app, user: user, event: event, explain: explain, store: store,
+                replayWindowMilliseconds: Int64(replayWindowSeconds) * 1000, now: now, token: token)
         } catch {
             CLI.fail("redis: \(error)")
         }
-        devices += delivered
-        if decision == nil && eventLevel?.decision != "drop" && delivered.isEmpty && devices.isEmpty {
+        guard let answer else {
             CLI.out(
                 CLI.json([
                     "app": app, "event": event, "user": user, "found": false,
@@ -92,36 +74,7 @@ struct Explain: AsyncParsableCommand {
                 ]))
             throw ExitCode(3)
         }
-        var o: [String: Any] = [
-            "app": app, "event": event, "user": user,
-            "found": decision != nil || eventLevel?.decision == "drop" || !delivered.isEmpty,
-        ]
-        if let eventLevel { o["event_step"] = describe(eventLevel) }
-        // The priority class ingest gave the event (`<class>:<rule>`, docs/pipeline.md "Priority lanes").
-        if let classified { o["class"] = CLI.orNull(classified.reason) }
-        if let decision {
-            o["decision"] = decision.decision
-            o["reason"] = CLI.orNull(decision.reason)
-            o["stage"] = decision.stage
-            o["at"] = Int(decision.at)
-            o["at_iso"] = CLI.iso(decision.at)
-        } else if eventLevel?.decision == "drop" {
-            o["decision"] = "drop"
-            o["reason"] = CLI.orNull(eventLevel?.reason)
-            o["stage"] = eventLevel?.stage ?? "ingest"
-        } else if !delivered.isEmpty {
-            // The decision was overwritten by a later event's; the delivery records say it was delivered.
-            o["decision"] = "deliver"
-            o["reason"] = NSNull()
-            o["stage"] = "suppress"
-        } else {
-            o["decision"] = NSNull()
-            o["reason"] = NSNull()
-            o["message"] = "the event has a trail but nothing about this user (not a recipient, or not processed yet)"
-        }
-        o["devices"] = devices
-        CLI.out(CLI.json(o))
-        if decision == nil && eventLevel?.decision != "drop" && delivered.isEmpty { throw ExitCode(3) }
+        CLI.out(answer.serialized)
     }
 
     func describe(_ e: ExplainEntry) -> [String: Any] {

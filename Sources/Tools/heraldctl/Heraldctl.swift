@@ -17,6 +17,7 @@ struct Heraldctl: AsyncParsableCommand {
             Topics.self,
             DeviceCommand.self,
             PrefsCommand.self,
+            MembersCommand.self,
             PresenceCommand.self,
             CountsCommand.self,
             StateCommand.self,

@@ -69,13 +69,15 @@ struct PrefsCommand: AsyncParsableCommand {
                     CLI.fail("--json: \(error.detail)", status: 2)
                 }
                 preferences = patch(stored: preferences).apply(to: preferences)
+                if let over = limits.problem(preferences) { CLI.fail("\(over.field): \(over.message)", status: 2) }
                 if viaKafka {
                     try await RegistryPublisher.publish(
                         .preferences(app: app, user: user, preferences: preferences),
                         kafka: kafka, topics: topics)
                 } else {
                     do {
-                        try await redis.store().setPreferences(app: app, user: user, preferences: preferences)
+                        try await redis.store().setPreferences(
+                            app: app, user: user, preferences: preferences, limits: limits)
                     } catch {
                         CLI.fail("redis: \(error)")
                     }
@@ -94,18 +96,42 @@ struct PrefsCommand: AsyncParsableCommand {
             }
             let change = patch(stored: stored)
             if change.isEmpty { CLI.fail("give at least one preference flag (see --help)", status: 2) }
+            // The same bounds as the registry API; the patch script checks them again in Redis.
+            if let over = limits.problem(change.apply(to: stored)) {
+                CLI.fail("\(over.field): \(over.message)", status: 2)
+            }
             if viaKafka {
                 try await RegistryPublisher.publish(
                     .patch(app: app, user: user, patch: change), kafka: kafka, topics: topics)
                 CLI.out(String(decoding: (try? StageCodec.encode(change.apply(to: stored))) ?? [], as: UTF8.self))
             } else {
                 do {
-                    let result = try await store.patchPreferences(app: app, user: user, patch: change)
+                    let result = try await store.patchPreferences(
+                        app: app, user: user, patch: change, limits: limits)
                     CLI.out(String(decoding: (try? StageCodec.encode(result)) ?? [], as: UTF8.self))
+                } catch let over as PreferenceLimitError {
+                    CLI.fail("\(over.field): \(over.message)", status: 2)
                 } catch {
                     CLI.fail("redis: \(error)")
                 }
             }
+        }
+
+        /// The bounds of one user's stored preferences, from the variables herald-registry reads
+        /// (`HERALD_PREFERENCES_MAX_CONVERSATIONS`, `HERALD_PREFERENCES_MAX_BYTES`; docs/operations.md).
+        var limits: PreferenceLimits {
+            let environment = ProcessInfo.processInfo.environment
+            func value(_ name: String, _ fallback: Int) -> Int {
+                guard let raw = environment[name], !raw.isEmpty else { return fallback }
+                guard let v = Int(raw), v > 0 else {
+                    CLI.fail("\(name)=\(raw): expected a positive integer", status: 2)
+                }
+                return v
+            }
+            return PreferenceLimits(
+                maxConversations: value(
+                    "HERALD_PREFERENCES_MAX_CONVERSATIONS", PreferenceLimits.defaultMaxConversations),
+                maxBytes: value("HERALD_PREFERENCES_MAX_BYTES", PreferenceLimits.defaultMaxBytes))
         }
 
         /// The flags as a patch. `stored` is read only for `--timezone` without `--dnd` (it changes the stored

@@ -38,7 +38,11 @@ enum RegistryUpdate {
 /// Publishes registry updates to herald.registry, keyed by user id so one user's updates stay in order.
 enum RegistryPublisher {
     static func publish(_ update: RegistryUpdate, kafka: KafkaOptions, topics: TopicOptions) async throws {
-        let record = update.record
+        try await publish(update.record, kafka: kafka, topics: topics)
+    }
+
+    /// Checks the record as herald-registry will (`RegistryRecord.validationError`) and publishes it.
+    static func publish(_ record: RegistryRecord, kafka: KafkaOptions, topics: TopicOptions) async throws {
         if let problem = record.validationError() { CLI.fail("\(problem.detail)", status: 2) }
         let producer = try kafka.producer()
         // The same sink the registry API publishes through (HeraldRegistryAPI).
