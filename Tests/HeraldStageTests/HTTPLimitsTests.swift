@@ -1,9 +1,10 @@
 import Foundation
-@testable import HeraldStage
 import HeraldTestSupport
 import Prometheus
 import Synchronization
 import Testing
+
+@testable import HeraldStage
 
 #if canImport(Glibc)
 import Glibc
@@ -29,7 +30,8 @@ struct HTTPLimitsTests {
         return Double(line.dropFirst(prefix.count)) ?? 0
     }
 
-    @Test("a client that stalls half-way through its request head is disconnected at the read timeout; others are served")
+    @Test(
+        "a client that stalls half-way through its request head is disconnected at the read timeout; others are served")
     func stalledHeadIsDisconnected() async throws {
         let timeout = Duration.milliseconds(600)
         let (server, registry, serving) = try await Self.serve(limits: HTTPServerLimits(readTimeout: timeout))

@@ -24,7 +24,9 @@ public enum HostileClients {
     public static func send(_ fd: Int32, _ bytes: [UInt8]) throws {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            let n = bytes.withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL))
+            }
             guard n > 0 else { throw TestSupportError("send failed (errno \(errno))") }
             sent += n
         }
@@ -32,7 +34,9 @@ public enum HostileClients {
 
     /// Reads until the server closes the connection (or resets it). Runs on a thread of its own. `guardSeconds`
     /// only keeps a server that never closes from hanging the test run: `closed` is then false.
-    public static func readUntilClosed(_ fd: Int32, guardSeconds: Int = 300) async throws -> (
+    public static func readUntilClosed(
+        _ fd: Int32, guardSeconds: Int = 300
+    ) async throws -> (
         bytes: [UInt8], closed: Bool
     ) {
         try await offPool {

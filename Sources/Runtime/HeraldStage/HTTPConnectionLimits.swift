@@ -283,7 +283,10 @@ final class RequestHeadGate: ChannelDuplexHandler, RemovableChannelHandler {
         headers.add(name: "Connection", value: "close")
         for (name, value) in response.headers { headers.add(name: name, value: value) }
         context.write(
-            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: .init(statusCode: response.status), headers: headers))),
+            wrapOutboundOut(
+                .head(
+                    HTTPResponseHead(
+                        version: head.version, status: .init(statusCode: response.status), headers: headers))),
             promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: response.body)))), promise: nil)
         let done = context.eventLoop.makePromise(of: Void.self)
