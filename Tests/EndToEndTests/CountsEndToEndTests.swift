@@ -114,7 +114,7 @@ struct CountsEndToEndTests {
         ])
         try await waitUntil("cu2's decision for \(run)-6 is no_devices\n\(context())", timeout: .seconds(60)) {
             let e = try await stack.api("GET", "/v1/apps/app5/users/cu2/explain").json
-            return e?["event_id"] as? String == "\(run)-6" && e?["reason"] as? String == "no_devices"
+            return e?["event"] as? String == "\(run)-6" && e?["reason"] as? String == "no_devices"
         }
         // cu3's message reaches the phone; cu2's never did.
         _ = try await sendAndAwait("\(run)-7", to: "cu3")

@@ -104,7 +104,7 @@ final class E2EStack: @unchecked Sendable {
     /// An FCM registration token the stand-in answers 404 UNREGISTERED.
     static let fcmDeadToken = "dead-fcm:APA91b" + String(repeating: "Dd_", count: 40)
     /// The registry API's bearer token (herald-registry serves the API on `apiPort`).
-    static let apiToken = "e2e-backend-token-0123456789"
+    static let apiToken = "e2e-backend-token-0123456789abcdef"
     static let webhookUser = "herald"
     static let webhookPassword = "e2e-hook-secret"
 

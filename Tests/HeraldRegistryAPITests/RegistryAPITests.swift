@@ -497,13 +497,16 @@ struct RegistryAPILimitsTests {
     func explainChosenEvent() async throws {
         let s = try APIStackHolder.stack()
         let explain = ExplainStore(connection: s.connection)
+        // The trail is kept in hourly logs within the retention before now: the entries are a second old.
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
         try await explain.record([
             ExplainEntry(
                 appID: "app1", eventID: "ev-a", user: "u-ev", stage: "suppress", decision: "suppress", reason: "dnd",
-                at: 2)
+                at: now - 2000)
         ])
         try await explain.record([
-            ExplainEntry(appID: "app1", eventID: "ev-b", user: "u-ev", stage: "suppress", decision: "deliver", at: 3)
+            ExplainEntry(
+                appID: "app1", eventID: "ev-b", user: "u-ev", stage: "suppress", decision: "deliver", at: now - 1000)
         ])
         let path = "/v1/apps/app1/users/u-ev/explain"
         let latest = try #require(try await s.call("GET", path).json)

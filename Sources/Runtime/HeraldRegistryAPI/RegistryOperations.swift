@@ -330,7 +330,7 @@ public struct RegistryOperations: Sendable {
     /// about the user (and the event was not dropped before recipients were known). Field names: `app`, `event`,
     /// `user`, `decision`, `reason`, `stage`, `at`, `class`, `event_step`, `devices` (docs/registry-api.md).
     /// `delivered`: device tokens send's delivery records show delivered (the decision was then `deliver`, even
-    /// when a later event's decision has replaced it).
+    /// when a later event's decision has replaced it, as it was when the trail holds outcomes of the user's devices).
     public static func decisionJSON(
         app: String, event: String, user: String, trail: [ExplainEntry], delivered: [String] = [],
         token: (String) -> String = { $0 }
@@ -345,8 +345,9 @@ public struct RegistryOperations: Sendable {
                 ("decision", .string(decided.decision)), ("reason", decided.reason.map(JSONValue.string) ?? .null),
                 ("stage", .string(decided.stage)), ("at", .number(String(decided.at))),
             ]
-        } else if !delivered.isEmpty {
-            // A later event's decision replaced this one; the delivery records say it was delivered.
+        } else if !delivered.isEmpty || trail.contains(where: { $0.user == user && $0.token != nil }) {
+            // A routine decision is not kept and a later event's decision replaced the latest one; send's device
+            // outcomes (or its delivery records) show that suppress let the notification through.
             o += [("decision", .string("deliver")), ("reason", .null), ("stage", .string("suppress"))]
         } else {
             return nil
