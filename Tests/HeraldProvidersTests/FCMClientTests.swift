@@ -110,7 +110,7 @@ struct FCMClientTests {
         defer { server.stop() }
         let client = try fcmClient(pki, server)
         // The token endpoint first, so an injected fault meets messages:send.
-        #expect(await client.tokens.waitForToken(timeout: .seconds(10)))
+        #expect(await client.tokens.waitForToken(timeout: .seconds(60)))
         if let fault = row.fault { server.injectSendFaults([fault]) }
         let r = await client.send(try fcmDelivery(row.token))
         await client.shutdown()
@@ -132,7 +132,7 @@ struct FCMClientTests {
         let server = try startStandIn(pki)
         defer { server.stop() }
         let client = try fcmClient(pki, server, maxAttempts: 4)
-        #expect(await client.tokens.waitForToken(timeout: .seconds(10)))
+        #expect(await client.tokens.waitForToken(timeout: .seconds(60)))
         server.injectSendFaults([
             MockFault(status: 429, errorCode: "QUOTA_EXCEEDED", retryAfter: 1),
             MockFault(status: 503, errorCode: "UNAVAILABLE"), MockFault(status: 500, errorCode: "INTERNAL"),
@@ -152,7 +152,7 @@ struct FCMClientTests {
         let server = try startStandIn(pki)
         defer { server.stop() }
         let client = try fcmClient(pki, server)
-        #expect(await client.tokens.waitForToken(timeout: .seconds(10)))
+        #expect(await client.tokens.waitForToken(timeout: .seconds(60)))
         server.revokeAccessTokens()
         let r = await client.send(try fcmDelivery(regToken(1)))
         #expect(r.disposition == .delivered && r.attempts == 1)
