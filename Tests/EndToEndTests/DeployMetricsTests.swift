@@ -107,18 +107,31 @@ struct DeployMetricsTests {
             let port = try #require(try stack.stageEnvironment(stage)["HERALD_METRICS_PORT"])
             return "http://127.0.0.1:\(port)"
         }
-        // Rates need traffic between the two reads: publish while status watches.
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let events = (0..<20).map {
-            Scenarios.message(Scenarios.id("deploy-status-\($0)"), conversation: "g1", createdAt: now)
-        }
+        // Rates need traffic between the two reads: publish a few events every half second while status watches,
+        // and watch again until a window saw ingest consume (a busy host may delay the first records past one).
         let running = stack
         let publishing = Task {
-            try await Task.sleep(for: .milliseconds(300))
-            try await running.publish(events)
+            var round = 0
+            while !Task.isCancelled {
+                let now = Int64(Date().timeIntervalSince1970 * 1000)
+                try await running.publish(
+                    (0..<5).map {
+                        Scenarios.message(
+                            Scenarios.id("deploy-status-\(round)-\($0)"), conversation: "g1", createdAt: now)
+                    })
+                round += 1
+                try await Task.sleep(for: .milliseconds(500))
+            }
         }
-        let status = try await stack.heraldctl(["status", "--json", "--interval", "4"] + endpoints)
-        try await publishing.value
+        var status = try await stack.heraldctl(["status", "--json", "--interval", "4"] + endpoints)
+        var ingestRate = 0.0
+        for _ in 0..<10 {
+            ingestRate = (status.lines.first?["rates_per_second"] as? [String: Any])?["in"] as? Double ?? 0
+            if ingestRate > 0 || status.status != 0 { break }
+            status = try await stack.heraldctl(["status", "--json", "--interval", "4"] + endpoints)
+        }
+        publishing.cancel()
+        _ = try? await publishing.value
         #expect(status.status == 0, "\(status.stdout)\n\(status.stderr)")
         let reports = status.lines
         #expect(reports.map { $0["stage"] as? String } == E2EStack.stages, "\(status.stdout)")
@@ -126,7 +139,6 @@ struct DeployMetricsTests {
             #expect(report["ready"] as? Bool == true && report["reachable"] as? Bool == true, "\(report)")
             #expect(report["lag"] is Int && report["in_flight"] is Int, "\(report)")
         }
-        let ingestRate = (reports.first?["rates_per_second"] as? [String: Any])?["in"] as? Double ?? 0
         #expect(ingestRate > 0, "ingest consumed nothing while status watched: \(status.stdout)")
 
         // An endpoint that does not answer: reported unreachable, exit status 1; the table names it.
