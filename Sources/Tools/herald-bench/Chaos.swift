@@ -112,6 +112,7 @@ enum ChaosScenario: String, CaseIterable {
     case broker = "broker-restart"
     case apnsFaults = "apns-fault-mix"
     case apnsStall = "apns-stall"
+    case hostileAPI = "hostile-api"
 }
 
 struct ChaosOutcome {
@@ -178,6 +179,7 @@ struct ChaosRunner {
         case .broker: return try await restart(component: "kafka")
         case .apnsFaults: return try await apnsFaultMix()
         case .apnsStall: return try await apnsStall()
+        case .hostileAPI: return try await hostileAPI()
         }
     }
 
@@ -414,6 +416,80 @@ struct ChaosRunner {
             detail: String(
                 format: "stand-in silent for %.0f s; herald-send RSS %.0f MB before, %.0f MB peak; latency p99 %d ms",
                 stall, Double(rssBefore) / 1024, Double(rssPeak) / 1024, r.overall.p99))
+    }
+
+    // MARK: Hostile API clients
+
+    /// Under load, stalled connections and unauthenticated 1 MiB POSTs (from 127.0.0.2) attack the registry API
+    /// while a well-behaved client (from 127.0.0.1) reads preferences. Nothing may be lost; the attackers are
+    /// disconnected (read timeout) or refused at the head (401, or 429 once over the failed-authentication budget);
+    /// every well-behaved request is answered 200; herald-registry grows by less than 64 MB; and the notifications'
+    /// latency while attacked stays within twice that of the seconds before, plus 250 ms.
+    func hostileAPI() async throws -> ChaosOutcome {
+        let session = try open()
+        defer { session.close(keep: options.stack.keep) }
+        guard let port = session.info.apiPort, let token = session.info.apiToken else {
+            throw BenchError("the stack does not run the registry API (no API_PORT in stack.env)")
+        }
+        let rate = reduced ? 100.0 : 300.0
+        let calm = 6.0
+        // Longer than the read timeout (HERALD_HTTP_READ_TIMEOUT_MS, 10 s), so stalled clients are disconnected.
+        let attacked = reduced ? 16.0 : 40.0
+        let clients = HostileAPIClients(
+            port: port, token: token, stalled: reduced ? 300 : 900, floodPerSecond: reduced ? 20 : 40)
+        let driver = try await LoadDriver(session: session, workload: workload())
+        let faults = FaultLog()
+        var started = false
+        var rssBefore = 0
+        var rssPeak = 0
+        driver.onTick = { t in
+            if let pid = session.info.pid("registry"), let s = procSample(pid) {
+                if !started { rssBefore = s.rssKB }
+                rssPeak = max(rssPeak, s.rssKB)
+            }
+            guard !started, t >= calm else { return }
+            started = true
+            clients.start()
+            faults.add(.init(stage: "registry", action: "attack", at: nowMillis(), status: nil))
+        }
+        let r = try await driver.run(
+            mode: .rate(rate, calm + attacked), mixed: nil, drainTimeout: drainTimeout)
+        await clients.stop()
+        let f = clients.snapshot
+        var problems = faults.allNotes
+        if f.stalledClosed == 0 { problems.append("no stalled connection was closed by the server") }
+        let refused = (f.floodAnswers[401] ?? 0) + (f.floodAnswers[429] ?? 0)
+        let floods = f.floodAnswers.values.reduce(0, +)
+        if floods == 0 || refused != floods {
+            let seen = f.floodAnswers.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }
+            problems.append("unauthenticated POSTs answered \(seen.joined(separator: ", ")) (all must be 401 or 429)")
+        }
+        if f.probesFailed > 0 || f.probesOK == 0 {
+            problems.append("well-behaved requests: \(f.probesOK) answered 200, \(f.probesFailed) not")
+        }
+        let growthMB = Double(rssPeak - rssBefore) / 1024
+        if growthMB >= 64 { problems.append(String(format: "herald-registry grew by %.0f MB", growthMB)) }
+        // The notifications' per-second p99 before the attack and while it lasted (by creation time).
+        func medianP99(_ range: Range<Double>) -> UInt64 {
+            let p = r.series.filter { range.contains(Double($0.second)) && $0.count > 0 }.map(\.p99).sorted()
+            return p.isEmpty ? 0 : p[p.count / 2]
+        }
+        let before = medianP99(2..<calm)
+        let during = medianP99((calm + 1)..<(calm + attacked))
+        if during > before * 2 + 250 {
+            problems.append("latency p99 rose from \(before) ms to \(during) ms under attack")
+        }
+        let probes = f.probeMillis.sorted()
+        let dead = stagesAlive(session)
+        if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
+        return outcome(
+            r, extraProblems: problems,
+            detail: String(
+                format:
+                    "%d stalled connections opened, %d closed by the server; %d unauthenticated 1 MiB POSTs refused; "
+                    + "%d well-behaved requests answered (slowest %d ms); registry RSS +%.0f MB; "
+                    + "notification p99 %d ms before, %d ms under attack",
+                f.stalledOpened, f.stalledClosed, refused, f.probesOK, probes.last ?? 0, growthMB, before, during))
     }
 
     // MARK: Malformed flood

@@ -36,6 +36,9 @@ struct StackInfo {
     var apnsPort: Int
     var metricsBase: Int
     var mockMetricsPort: Int
+    /// The registry API's port and bearer token (nil when the stack does not run it).
+    var apiPort: Int?
+    var apiToken: String?
     var redisAOF: Bool
     var kafkaS3: Bool
 
@@ -56,7 +59,8 @@ struct StackInfo {
             run: kv["RUN"] ?? run, bin: kv["BIN"] ?? "", redisPort: try int("REDIS_PORT"),
             kafkaPort: try int("KAFKA_PORT"), apnsPort: try int("APNS_PORT"),
             metricsBase: try int("METRICS_BASE"), mockMetricsPort: try int("MOCK_METRICS_PORT"),
-            redisAOF: kv["REDIS_AOF"] == "1", kafkaS3: kv["KAFKA_S3"] == "1")
+            apiPort: kv["API_PORT"].flatMap { Int($0) }, apiToken: kv["API_TOKEN"], redisAOF: kv["REDIS_AOF"] == "1",
+            kafkaS3: kv["KAFKA_S3"] == "1")
     }
 
     var brokers: String { "127.0.0.1:\(kafkaPort)" }
