@@ -79,6 +79,59 @@ extension EndToEndTests {
         #expect(coalesced.contains { $0.contains("outcome=\"flushed\"") }, "herald_coalesced_total: \(coalesced)")
     }
 
+    @Test("the flood guard: 3 pushes a minute, the rest summarised at the next minute, a call still rings")
+    func floodGuard() async throws {
+        let token = tok(721)
+        let r = try await stack.heraldctl([
+            "device", "register", "--app", "app8", "--user", "fl-1", "--token", token, "--bundle-id",
+            "com.example.chat",
+        ])
+        #expect(r.status == 0, "device register: \(r.stderr)")
+        // All six within one minute of the clock: start early in a minute.
+        _ = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) { Self.now() % 60_000 < 30_000 }
+        let now = Self.now()
+        let messages = (0..<6).map { n in
+            Scenarios.message(
+                Scenarios.id("flood-\(n)"), app: "app8", sender: "fl-s\(n)", conversation: Scenarios.id("fl-dm\(n)"),
+                type: "direct", text: "hello \(n)", recipients: ["fl-1"], createdAt: now)
+        }
+        let call = #"""
+            {"event_id":"\#(Scenarios.id("flood-call"))","app_id":"app8","kind":"call","created_at":\#(now),
+             "sender":{"id":"fl-caller","name":"Dana"},"conversation":{"id":"\#(Scenarios.id("fl-call"))","type":"direct"},
+             "recipients":["fl-1"],"call":{"action":"unanswered","session_id":"\#(Scenarios.id("fl-sess"))","type":"audio"}}
+            """#
+        try await stack.publish(messages + [call])
+        func body(_ r: RecordedRequest) -> String {
+            (aps(r)["alert"] as? [String: Any])?["body"] as? String ?? ""
+        }
+        let arrived = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
+            answered([token]).contains { $0.collapseID == "herald-summary" }
+        }
+        #expect(arrived, "no summary arrived\n\(failureContext())")
+        #expect(await stack.awaitIdle(), "the pipeline did not go idle")
+        let pushes = answered([token])
+        let summaries = pushes.filter { $0.collapseID == "herald-summary" }
+        #expect(pushes.count == 5, "3 messages, the call and one summary: \(pushes.map(body))")
+        #expect(summaries.count == 1 && summaries.map(body) == ["3 new messages"], "\(summaries.map(body))")
+        #expect(summaries.allSatisfy { aps($0)["sound"] == nil })
+        #expect(pushes.filter { body($0).contains("hello") }.count == 3, "\(pushes.map(body))")
+        // The held messages are explained; which three were held depends on the order the users' records arrived.
+        var reasons: [String] = []
+        let explained = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+            reasons = []
+            for n in 0..<6 {
+                let r = try? await stack.heraldctl([
+                    "explain", "--app", "app8", "--event", Scenarios.id("flood-\(n)"), "--user", "fl-1",
+                ])
+                if let line = r?.lines.first, line["decision"] as? String == "suppress" {
+                    reasons.append(line["reason"] as? String ?? "")
+                }
+            }
+            return reasons.count == 3
+        }
+        #expect(explained && reasons == ["flood_guard", "flood_guard", "flood_guard"], "\(reasons)")
+    }
+
     @Test("an urgent call and a passive broadcast reach the same user with their own interruption levels")
     func urgentBesidePassive() async throws {
         let token = tok(711)

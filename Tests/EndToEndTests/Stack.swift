@@ -628,6 +628,11 @@ final class E2EStack: @unchecked Sendable {
                 coalesce: {window_seconds: 10, update_seconds: 4}
                 credentials:
                   - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              app8:
+                payload: {profile: compact}
+                flood_guard: {per_minute: 3}
+                credentials:
+                  - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
               app2:
                 payload: {profile: sendbird, key: sendbird}
                 multi_device: any_offline

@@ -81,6 +81,25 @@ struct PipelineConfigTests {
         #expect(app.strings(for: ["fr"])[.simpleBanner].source == "Nouveau")
     }
 
+    @Test("coalesce and flood_guard: off by default, off, or their settings")
+    func restraintSettings() throws {
+        let yaml = """
+            apps:
+              a: {coalesce: {window_seconds: 10}, flood_guard: {per_minute: 6}}
+              b: {coalesce: {window_seconds: 30, update_seconds: 3}, flood_guard: off}
+              c: {coalesce: off}
+              d: {}
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings.isEmpty, "\(loaded.warnings)")
+        let apps = loaded.config.apps
+        #expect(apps.app("a").coalesce == CoalescePolicy(windowMilliseconds: 10_000, updateMilliseconds: 5_000))
+        #expect(apps.app("a").floodGuard == FloodPolicy(perMinute: 6))
+        #expect(apps.app("b").coalesce == CoalescePolicy(windowMilliseconds: 30_000, updateMilliseconds: 3_000))
+        #expect(!apps.app("b").floodGuard.isOn)
+        #expect(!apps.app("c").coalesce.isOn && !apps.app("d").coalesce.isOn && !apps.app("d").floodGuard.isOn)
+    }
+
     @Test("invalid values are errors naming the key")
     func invalidValues() {
         let rows: [(String, String)] = [
@@ -98,6 +117,11 @@ struct PipelineConfigTests {
             ("apps: {a: {call_expiration_seconds: -1}}", "apps.a.call_expiration_seconds"),
             ("apps: [1, 2]", "apps"),
             ("apps: {a: {payload: [", "(file)"),
+            ("apps: {a: {coalesce: sometimes}}", "apps.a.coalesce"),
+            ("apps: {a: {coalesce: {update_seconds: 3}}}", "apps.a.coalesce.window_seconds"),
+            ("apps: {a: {coalesce: {window_seconds: 10, update_seconds: 11}}}", "apps.a.coalesce.update_seconds"),
+            ("apps: {a: {flood_guard: {per_minute: 0}}}", "apps.a.flood_guard.per_minute"),
+            ("apps: {a: {flood_guard: lots}}", "apps.a.flood_guard"),
         ]
         for (yaml, path) in rows {
             do {

@@ -217,3 +217,78 @@ func runBurst(_ row: BurstRow) -> [String] {
     }
     return out
 }
+
+/// One row of the flood guard table: visible pushes (at ms) and flush-timer looks every 250 ms up to `until`.
+struct FloodRow: Sendable, CustomTestStringConvertible {
+    var name: String
+    var perMinute: Int
+    var pushes: [Int64]
+    var until: Int64
+    /// `pass`, `held N`, `summary N`, `end`, in order.
+    var outcome: [String]
+    var testDescription: String { name }
+}
+
+let floodRows: [FloodRow] = [
+    FloodRow(
+        name: "5 a minute: the first 5 pass, the next 7 are held, the next minute opens with a summary of 7",
+        perMinute: 5, pushes: (0..<12).map { Int64($0) * 1_000 }, until: 200_000,
+        outcome: Array(repeating: "pass", count: 5) + (1...7).map { "held \($0)" } + ["summary 7", "end"]),
+    FloodRow(
+        name: "pushes spread over minutes never reach the limit",
+        perMinute: 2, pushes: [0, 30_000, 60_000, 90_000, 120_000], until: 250_000,
+        outcome: ["pass", "pass", "pass", "pass", "pass", "end"]),
+    FloodRow(
+        name: "held pushes stay held until the summary, even in the next minute; the summary counts in its minute",
+        perMinute: 1, pushes: [0, 1_000, 59_999, 60_100, 60_200], until: 200_000,
+        outcome: ["pass", "held 1", "held 2", "summary 2", "held 1", "held 2", "summary 2", "end"]),
+]
+
+@Suite("Flood guard")
+struct FloodGuardTests {
+    @Test("a user's visible pushes per minute, through pushes and the flush timer", arguments: floodRows)
+    func table(row: FloodRow) {
+        var state: BurstState?
+        var out: [String] = []
+        var pending = row.pushes[...]
+        var now: Int64 = 0
+        let policy = FloodPolicy(perMinute: row.perMinute)
+        while now <= row.until {
+            while let at = pending.first, at <= now {
+                pending.removeFirst()
+                let (step, next) = FloodGuard.step(state, at: at, policy: policy)
+                state = next
+                if case .held(let n) = step { out.append("held \(n)") } else { out.append("pass") }
+            }
+            if let s = state {
+                switch Coalescing.flush(s, now: now, policy: FloodGuard.timing) {
+                case .show(let n):
+                    out.append("summary \(n)")
+                    state = FloodGuard.flushed(s, count: n, now: now)
+                case .end:
+                    out.append("end")
+                    state = nil
+                case .wait: break
+                }
+            }
+            now += 250
+        }
+        #expect(out == row.outcome)
+    }
+
+    @Test("calls, forced messages and deletions are exempt; a summary says the count, silently, under one collapse id")
+    func summary() throws {
+        #expect(FloodGuard.exempt(try event(callJSON("initiated", conversation: "group"))))
+        #expect(FloodGuard.exempt(try event(messageJSON(ext: #"{"em_force_notification":true}"#))))
+        #expect(!FloodGuard.exempt(try event(messageJSON(type: "direct"))))
+        let e = try event(messageJSON(type: "direct"))
+        let devices = [device(), androidDevice]
+        let r = try Renderer.render(
+            event: e, recipient: "u2", state: user(devices: devices), targets: devices, app: burstApp, burst: -7,
+            now: now0)
+        #expect(r.map(\.collapseID) == ["herald-summary", "herald-summary"])
+        let aps = try payload(r[0])["aps"]
+        #expect(aps?["sound"] == nil && aps?["alert"]?["body"] == .string("7 new messages"))
+        #expect(try payload(r[1])["message"]?["android"]?["notification"]?["tag"] == .string("herald-summary"))
+    }
+}

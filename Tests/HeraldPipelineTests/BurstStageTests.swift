@@ -119,3 +119,62 @@ struct BurstStageTests {
         #expect(broken.allSatisfy { $0.outputs.count == 1 })
     }
 }
+
+@Suite("Flood guard in suppress")
+struct FloodStageTests {
+    static func app() -> AppDirectory {
+        var app = AppConfig(appID: "app1", credentials: [APNsCredential(bundleID: "com.example.chat")])
+        app.floodGuard = FloodPolicy(perMinute: 3)
+        return AppDirectory(apps: ["app1": app], listedOnly: true)
+    }
+
+    /// Direct messages from different senders to u2, then a call.
+    static func inputs(_ count: Int) throws -> [StageInput] {
+        let messages = try (0..<count).map { n in
+            let text = """
+                {"event_id":"d\(n)","app_id":"app1","kind":"message","created_at":1732000000000,
+                 "sender":{"id":"s\(n)","name":"Sender \(n)"},"conversation":{"id":"dm\(n)","type":"direct"},
+                 "message":{"id":"m\(n)","type":"text","text":"hi \(n)"}}
+                """
+            return try ChatEvent.decode(Array(text.utf8))
+        }
+        let call = try ChatEvent.decode(
+            Array(
+                #"""
+                {"event_id":"call1","app_id":"app1","kind":"call","created_at":1732000000000,
+                 "sender":{"id":"s9","name":"Dana"},"conversation":{"id":"dm9","type":"direct"},
+                 "call":{"action":"initiated","session_id":"x1","type":"audio"}}
+                """#.utf8))
+        return (messages + [call]).map { event in
+            let record = ResolvedRecord(
+                event: event, recipient: "u2",
+                state: UserState(devices: [Device(token: String(repeating: "a", count: 64))]))
+            return StageInput(topic: "herald.resolved", value: StageCodec.encode(record))
+        }
+    }
+
+    @Test(
+        "3 a minute: 3 go on, the rest are held (flood_guard), a call still rings; a summary of the held opens the next minute"
+    )
+    func flood() async throws {
+        var suppress = SuppressProcessor(deliverableTopic: "d", apps: Self.app())
+        let ledger = MemoryBurstLedger()
+        suppress.bursts = ledger
+        let results = await suppress.process(try Self.inputs(7), context: fixedContext)
+        #expect(results.map(\.outputs.count) == [1, 1, 1, 0, 0, 0, 0, 1], "the call (last) is never held")
+        #expect(results[3].notes == [.suppressed(reason: "flood_guard"), .coalesced(outcome: "flood_held")])
+        #expect(results[6].explain.first?.decision == "suppress" && results[6].explain.first?.reason == "flood_guard")
+
+        let produced = Produced()
+        let flusher = BurstFlusher(ledger: ledger) { _ in "d" }
+        let now = BatchContext.millis(fixedNow)
+        let nextMinute = now - now % 60_000 + 60_000
+        #expect(try await flusher.pass(apps: Self.app(), now: nextMinute - 1, produce: produced.add).flushed == 0)
+        let pass = try await flusher.pass(apps: Self.app(), now: nextMinute, produce: produced.add)
+        #expect(pass.flushed == 1 && pass.summaries == 1)
+        #expect(pass.explain.map(\.reason) == ["flood_summary"])
+        let summary = try StageCodec.decode(DeliverableRecord.self, from: produced.outputs[0].value)
+        #expect(summary.burst == -4 && summary.event.eventID == "d6")
+        #expect(try await flusher.pass(apps: Self.app(), now: nextMinute + 1_000, produce: produced.add).flushed == 0)
+    }
+}

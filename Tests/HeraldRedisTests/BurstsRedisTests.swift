@@ -63,7 +63,7 @@ struct BurstsRedisTests {
         #expect(!keys.isEmpty && keys.allSatisfy { $0.hasPrefix("herald:a:burst") && $0.contains(":{b") })
         for key in keys {
             let pttl = try await redis.send(RedisCommand("PTTL", key)).int ?? -3
-            #expect(pttl > 0 && pttl <= 2 * 10_000 + 70_000, "\(key) expires (PTTL \(pttl))")
+            #expect(pttl > 0 && pttl <= 2 * 60_000 + 70_000, "\(key) expires (PTTL \(pttl))")
         }
         // The window passes with nothing new: the bursts end and their keys are gone.
         #expect(try await store.claimDueBursts(app: "a", policy: Self.policy, now: start + 7_700 + 10_000).isEmpty)
@@ -87,5 +87,40 @@ struct BurstsRedisTests {
         let again = try await store.claimDueBursts(
             app: "a", policy: Self.policy, now: t + 4_000 + StateStore.burstLeaseMilliseconds)
         #expect(again.map(\.count) == [2])
+    }
+
+    @Test(
+        "the flood guard's script matches FloodGuard; its summary is claimed a minute on and confirmed into the new minute"
+    )
+    func floodGuard() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let policy = FloodPolicy(perMinute: 2)
+        let minute: Int64 = 28_000_000 * 60_000
+        var model: BurstState?
+        for n in 0..<5 {
+            let at = minute + Int64(n) * 1_000
+            var m = BurstMessage(
+                appID: "a", user: "u1", conversation: "", at: at, policy: CoalescePolicy(), lane: .priority,
+                record: [UInt8(n), 0, 58])
+            m.flood = policy
+            let got = try await store.stepBursts([m])
+            let (want, next) = FloodGuard.step(model, at: at, policy: policy)
+            #expect(got == [want], "push \(n)")
+            model = next
+        }
+        #expect(model?.count == 3)
+        #expect(try await store.claimDueBursts(app: "a", policy: CoalescePolicy(), now: minute + 59_999).isEmpty)
+        let due = try await store.claimDueBursts(app: "a", policy: CoalescePolicy(), now: minute + 60_000)
+        #expect(due == [HeldBurst(user: "u1", conversation: "", count: 3, lane: .priority, record: [4, 0, 58])])
+        try await store.confirmBursts(app: "a", policy: CoalescePolicy(), flushed: due, now: minute + 60_000)
+        // The summary is the new minute's first visible push: one more passes, the next is held.
+        var m = BurstMessage(
+            appID: "a", user: "u1", conversation: "", at: minute + 61_000, policy: CoalescePolicy(), lane: .priority,
+            record: [9])
+        m.flood = policy
+        #expect(try await store.stepBursts([m, m]) == [.first, .held(count: 1)])
     }
 }

@@ -44,44 +44,54 @@ extension StateStore {
     /// The most flushes one shard hands out per claim.
     static let burstClaimLimit = 200
 
-    /// The TTL of a shard's keys, refreshed by every write: two windows and the lease.
+    /// The TTL of a shard's keys, refreshed by every write: two windows (at least two minutes, for the flood guard) and
+    /// the lease.
     static func burstTTL(_ policy: CoalescePolicy) -> Int64 {
-        2 * policy.windowMilliseconds + burstLeaseMilliseconds + 60_000
+        2 * max(policy.windowMilliseconds, FloodGuard.minuteMilliseconds) + burstLeaseMilliseconds + 60_000
     }
 
-    /// Steps each message through its burst (`Coalescing.step`, in Lua): one pipelined round trip, one script per
-    /// message, each atomic on its shard; the answers in order.
+    /// Steps each message through its burst (`Coalescing.step`, in Lua), or, for a message with an empty
+    /// conversation, through its user's flood guard (`FloodGuard.step`): one pipelined round trip per kind, one
+    /// script per message, each atomic on its shard; the answers in order.
     public func stepBursts(_ messages: [BurstMessage]) async throws -> [BurstStep] {
         if messages.isEmpty { return [] }
-        let replies = try await BurstScripts.step.run(on: connection, what: "burst step") { sha in
-            var batch = RedisBatch(capacity: 256 + messages.reduce(0) { $0 + $1.record.count + 160 })
-            for m in messages {
-                let shard = RedisKeys.burstShard(user: m.user)
-                batch.command("EVALSHA", arguments: 11)
-                batch.argument(sha)
-                batch.argument("2")
-                batch.argument(RedisKeys.bursts(app: m.appID, shard: shard))
-                batch.argument(RedisKeys.burstsDue(app: m.appID, shard: shard))
-                batch.argument(RedisKeys.burstField(user: m.user, conversation: m.conversation))
-                batch.argument(m.at)
-                batch.argument(max(1, m.policy.windowMilliseconds))
-                batch.argument(m.policy.updateMilliseconds)
-                batch.argument(Self.burstTTL(m.policy))
-                batch.argument(m.lane.rawValue)
-                batch.argument(m.record)
+        var out = [BurstStep](repeating: .first, count: messages.count)
+        for flood in [false, true] {
+            let indices = messages.indices.filter { messages[$0].conversation.isEmpty == flood }
+            if indices.isEmpty { continue }
+            let script = flood ? BurstScripts.flood : BurstScripts.step
+            let replies = try await script.run(on: connection, what: flood ? "flood step" : "burst step") { sha in
+                var batch = RedisBatch(capacity: 256 + indices.reduce(0) { $0 + messages[$1].record.count + 160 })
+                for index in indices {
+                    let m = messages[index]
+                    let shard = RedisKeys.burstShard(user: m.user)
+                    batch.command("EVALSHA", arguments: 11)
+                    batch.argument(sha)
+                    batch.argument("2")
+                    batch.argument(RedisKeys.bursts(app: m.appID, shard: shard))
+                    batch.argument(RedisKeys.burstsDue(app: m.appID, shard: shard))
+                    batch.argument(RedisKeys.burstField(user: m.user, conversation: m.conversation))
+                    batch.argument(m.at)
+                    batch.argument(flood ? FloodGuard.minuteMilliseconds : max(1, m.policy.windowMilliseconds))
+                    batch.argument(flood ? Int64(m.flood.perMinute) : m.policy.updateMilliseconds)
+                    batch.argument(Self.burstTTL(m.policy))
+                    batch.argument(m.lane.rawValue)
+                    batch.argument(m.record)
+                }
+                return batch
             }
-            return batch
-        }
-        return try replies.map { reply in
-            guard let values = try reply.orThrow("EVALSHA burst step").array, values.count == 2,
-                let step = values[0].int, let count = values[1].int
-            else { throw RedisError(.unexpectedReply, "the burst script answered \(reply)") }
-            switch step {
-            case 0: return .first
-            case 1: return .update(count: Int(count))
-            default: return .held(count: Int(count))
+            for (index, reply) in zip(indices, replies) {
+                guard let values = try reply.orThrow("EVALSHA burst step").array, values.count == 2,
+                    let step = values[0].int, let count = values[1].int
+                else { throw RedisError(.unexpectedReply, "the burst script answered \(reply)") }
+                switch step {
+                case 0: out[index] = .first
+                case 1: out[index] = .update(count: Int(count))
+                default: out[index] = .held(count: Int(count))
+                }
             }
         }
+        return out
     }
 
     /// Takes the bursts of every shard of `app` whose flush is due at `now` (one pipelined round trip, one script
@@ -181,6 +191,8 @@ enum BurstScripts {
           if st.rec then return st.shownAt + update end
           return st.lastAt + window
         end
+        -- A user's flood guard is the field with an empty conversation; it is flushed and ended by the minute.
+        local function isflood(f) return string.sub(f, -1) == ':' end
 
         """
 
@@ -216,6 +228,35 @@ enum BurstScripts {
             return {step, st.count}
             """)
 
+    /// A user's flood guard. ARGV: field, now (ms), the minute (ms), the most visible pushes per minute, keys' TTL
+    /// (ms), lane, the push's record. Returns {step, count}: step 0 lets it go, 2 holds it (count: held pushes).
+    static let flood = LoadedScript(
+        common + """
+            local now, minute, limit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+            local start = now - now % minute
+            local st = parse(redis.call('HGET', KEYS[1], ARGV[1]))
+            local waspending = st ~= nil and st.rec ~= nil
+            if st == nil or ((not waspending) and st.shownAt < start) then
+              st = {count = 0, shown = 0, shownAt = start, lastAt = now, lane = ARGV[6]}
+            end
+            if now > st.lastAt then st.lastAt = now end
+            local step
+            if waspending or st.shown >= limit then
+              st.count = st.count + 1
+              st.rec = ARGV[7]
+              st.lane = ARGV[6]
+              step = 2
+            else
+              st.shown = st.shown + 1
+              step = 0
+            end
+            redis.call('HSET', KEYS[1], ARGV[1], encode(st))
+            if not waspending then redis.call('ZADD', KEYS[2], due(st, minute, minute), ARGV[1]) end
+            redis.call('PEXPIRE', KEYS[1], ARGV[5])
+            redis.call('PEXPIRE', KEYS[2], ARGV[5])
+            return {step, st.count}
+            """)
+
     /// ARGV: now (ms), window (ms), update interval (ms), lease (ms), most bursts to take, keys' TTL (ms).
     /// Returns a flat list of {field, count, lane, record} for each due flush, each leased until now + lease; ended
     /// bursts are deleted, others get their due time again.
@@ -225,6 +266,8 @@ enum BurstScripts {
             local fields = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[5])
             local out = {}
             for _, f in ipairs(fields) do
+              local window, update = window, update
+              if isflood(f) then window, update = 60000, 60000 end
               local st = parse(redis.call('HGET', KEYS[1], f))
               if st == nil then
                 redis.call('ZREM', KEYS[2], f)
@@ -257,7 +300,16 @@ enum BurstScripts {
             for i = 5, #ARGV, 2 do
               local f, c = ARGV[i], tonumber(ARGV[i + 1])
               local st = parse(redis.call('HGET', KEYS[1], f))
-              if st and c > st.shown then
+              if st and isflood(f) then
+                if st.rec and c > 0 and st.count >= c then
+                  st.count = st.count - c
+                  st.shown = 1
+                  st.shownAt = now - now % 60000
+                  if st.count == 0 then st.rec = nil end
+                  redis.call('HSET', KEYS[1], f, encode(st))
+                  redis.call('ZADD', KEYS[2], due(st, 60000, 60000), f)
+                end
+              elseif st and c > st.shown then
                 st.shown = c
                 st.shownAt = now
                 if st.count <= c then st.rec = nil end

@@ -292,7 +292,7 @@ public enum PipelineLoader {
         "payload", "multi_device", "badge", "counts", "templates", "catalogs", "credentials",
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
-        "priority", "interruption_level", "relevance_score", "coalesce",
+        "priority", "interruption_level", "relevance_score", "coalesce", "flood_guard",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -472,7 +472,25 @@ public enum PipelineLoader {
         app.counts = try r.bool(m["counts"], path + ".counts") ?? false
         app.interruption = try readInterruption(&r, m, path: path)
         app.coalesce = try readCoalesce(&r, m["coalesce"], path: path + ".coalesce")
+        app.floodGuard = try readFloodGuard(&r, m["flood_guard"], path: path + ".flood_guard")
         return app
+    }
+
+    /// `flood_guard:` of an app: `off` (the default), or `per_minute` (1 to 10000) (docs/behaviour.md §6b).
+    static func readFloodGuard(_ r: inout Reader, _ node: Node?, path: String) throws(ConfigError) -> FloodPolicy {
+        guard let node else { return FloodPolicy() }
+        if node.mapping == nil {
+            guard try r.string(node, path) == "off" else {
+                throw ConfigError(path: path, message: "expected off or {per_minute}")
+            }
+            return FloodPolicy()
+        }
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: ["per_minute"])
+        guard let limit = try r.int(m["per_minute"], path + ".per_minute", in: 1...10_000) else {
+            throw ConfigError(path: path + ".per_minute", message: "missing (1 to 10000)")
+        }
+        return FloodPolicy(perMinute: limit)
     }
 
     /// `coalesce:` of an app: `off` (the default), or `window_seconds` (1 to 3600) and `update_seconds` (0 to the

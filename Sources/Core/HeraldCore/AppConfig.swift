@@ -230,6 +230,8 @@ public struct AppConfig: Sendable {
     public var interruption = InterruptionPolicy()
     /// Burst coalescing per (user, conversation) (docs/behaviour.md §6a); off by default.
     public var coalesce = CoalescePolicy()
+    /// At most so many visible pushes per user per minute (docs/behaviour.md §6b); off by default.
+    public var floodGuard = FloodPolicy()
 
     let strings: [String: Strings]
     let english: Strings

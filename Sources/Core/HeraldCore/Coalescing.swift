@@ -130,8 +130,9 @@ public enum Coalescing {
     }
 
     /// The `apns-collapse-id` / FCM `collapse_key` and `tag` of every push of a burst: `b-<conversation>`, hashed
-    /// when longer than 64 bytes.
-    public static func collapseID(_ event: ChatEvent) -> String {
+    /// when longer than 64 bytes; a flood guard's summary (`burst` < 0) has the user's `herald-summary`.
+    public static func collapseID(_ event: ChatEvent, burst: Int) -> String {
+        if burst < 0 { return FloodGuard.collapseID }
         let id = "b-" + event.conversation.id
         return id.utf8.count <= 64 ? id : "b-" + APNsID.derive(eventID: id, token: "")
     }
@@ -147,6 +148,8 @@ public struct BurstMessage: Sendable, Hashable {
     public var policy: CoalescePolicy
     /// The lane whose `herald.deliverable` topic a flush of this message goes to.
     public var lane: Lane
+    /// For a user's flood guard (`conversation` empty): the most visible pushes per minute.
+    public var flood = FloodPolicy()
     /// The message's deliverable record (wire bytes), kept with the burst while it is held.
     public var record: [UInt8]
 
@@ -179,5 +182,68 @@ public struct HeldBurst: Sendable, Hashable {
         self.count = count
         self.lane = lane
         self.record = record
+    }
+}
+
+// A flood guard per user (docs/behaviour.md §6b): at most `perMinute` visible pushes per user in each minute of the
+// clock; beyond that, pushes are held back and the next minute opens with one silent summary ("12 new messages")
+// instead of the user losing them. It keeps its state with the user's bursts (the conversation left empty) and
+// shares their flush timer: `BurstState.count` is the held pushes, `shown` the visible pushes of the minute that
+// starts at `shownAt`.
+
+/// An app's flood guard (`flood_guard:` in the pipeline file). Off by default.
+public struct FloodPolicy: Sendable, Hashable {
+    /// The most visible pushes per user per minute; 0 turns the guard off.
+    public var perMinute: Int
+
+    public init(perMinute: Int = 0) { self.perMinute = max(0, perMinute) }
+
+    public var isOn: Bool { perMinute > 0 }
+}
+
+public enum FloodGuard {
+    /// The suppress reason of a push held back by the flood guard.
+    public static let heldReason = "flood_guard"
+    /// The explain reason of the summary that shows the held pushes.
+    public static let summaryReason = "flood_summary"
+    /// The guard counts by minutes of the clock.
+    public static let minuteMilliseconds: Int64 = 60_000
+    /// The flush timing of the guard's state: flushed and ended a minute after its minute began.
+    public static let timing = CoalescePolicy(
+        windowMilliseconds: minuteMilliseconds, updateMilliseconds: minuteMilliseconds)
+    /// The collapse id of a summary: one per user, whatever the conversations.
+    public static let collapseID = "herald-summary"
+
+    /// Calls and forced messages are never held back, and a deleted message's background push shows nothing: none
+    /// of them is held or counted.
+    public static func exempt(_ event: ChatEvent) -> Bool {
+        event.kind == .call || event.kind == .messageDeleted || event.ext.forceNotification
+    }
+
+    /// The step of a visible push at `at` (epoch ms) for a user's guard state (nil: none): `.first` lets it go, `.held`
+    /// holds it (the count of held pushes). While pushes are held, later ones are held too, until the summary.
+    public static func step(_ previous: BurstState?, at: Int64, policy: FloodPolicy) -> (BurstStep, BurstState) {
+        let minute = at - at % minuteMilliseconds
+        var state = previous ?? BurstState(count: 0, shown: 0, shownAt: minute, lastAt: at, pending: false)
+        if !state.pending && state.shownAt < minute {
+            state = BurstState(count: 0, shown: 0, shownAt: minute, lastAt: at, pending: false)
+        }
+        state.lastAt = max(state.lastAt, at)
+        if state.pending || state.shown >= policy.perMinute {
+            state.count += 1
+            state.pending = true
+            return (.held(count: state.count), state)
+        }
+        state.shown += 1
+        return (.first, state)
+    }
+
+    /// The state after a summary of `count` held pushes went out at `now`: it is the first visible push of `now`'s
+    /// minute; pushes held after the summary was taken stay held.
+    public static func flushed(_ state: BurstState, count: Int, now: Int64) -> BurstState {
+        guard state.pending, count > 0, state.count >= count else { return state }
+        let left = state.count - count
+        return BurstState(
+            count: left, shown: 1, shownAt: now - now % minuteMilliseconds, lastAt: state.lastAt, pending: left > 0)
     }
 }

@@ -161,8 +161,8 @@ public enum Renderer {
             if let call = event.call, isCall {
                 let id = "call-" + call.sessionID
                 if id.utf8.count <= 64 { collapse = id }
-            } else if burst != nil {
-                collapse = Coalescing.collapseID(event)
+            } else if let burst {
+                collapse = Coalescing.collapseID(event, burst: burst)
             } else if app.collapseID == .message {
                 collapse = Self.messageCollapseID(event)
             }
@@ -316,11 +316,13 @@ public enum Renderer {
         return (content, sender)
     }
 
-    /// The body of a burst update ("3 new messages in Hiking", translated), or nil for anything else.
+    /// The body of a burst update ("3 new messages in Hiking", translated), or of a flood guard's summary (`burst`
+    /// < 0: "3 new messages", whatever the conversations); nil for anything else.
     static func burstText(_ event: ChatEvent, burst: Int?, app: AppConfig, languages: [String]) -> String? {
-        guard let count = burst, count > 1 else { return nil }
+        guard let burst, burst > 1 || burst < 0 else { return nil }
+        let count = abs(burst)
         let strings = app.strings(for: languages)
-        let named = !(event.conversation.name ?? "").isEmpty
+        let named = burst > 0 && !(event.conversation.name ?? "").isEmpty
         return strings[named ? .burst : .burstUnnamed].render { v in
             switch v {
             case .count: return String(count)

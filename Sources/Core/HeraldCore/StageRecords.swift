@@ -48,7 +48,7 @@ public struct DeliverableRecord: Sendable, Hashable {
     public var targets: [Device]
     public var senderDisplayName: String?
     /// The message's place in a coalesced burst (docs/behaviour.md §6a): 1 opens it, n > 1 is an update showing n
-    /// messages; nil when the push is not coalesced.
+    /// messages; -n is a flood guard's summary of n held pushes (§6b); nil when the push is not coalesced.
     public var burst: Int?
 
     public init(

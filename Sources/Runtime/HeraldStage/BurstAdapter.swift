@@ -89,7 +89,7 @@ public struct BurstFlushService: Service {
         let producer = self.producer
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             let directory = apps.current
-            if directory.apps.values.contains(where: { $0.coalesce.isOn }) {
+            if directory.apps.values.contains(where: { $0.coalesce.isOn || $0.floodGuard.isOn }) {
                 do {
                     let pass = try await flusher.pass(
                         apps: directory, now: BatchContext.millis(Date())
@@ -97,7 +97,10 @@ public struct BurstFlushService: Service {
                         try await producer.sendAll(
                             outputs.map { ProducerRecord(topic: $0.topic, key: Array($0.key.utf8), value: $0.value) })
                     }
-                    if pass.flushed > 0 { metrics.coalesced(outcome: "flushed", count: pass.flushed) }
+                    if pass.flushed > pass.summaries {
+                        metrics.coalesced(outcome: "flushed", count: pass.flushed - pass.summaries)
+                    }
+                    if pass.summaries > 0 { metrics.coalesced(outcome: "flood_summary", count: pass.summaries) }
                     for detail in pass.invalid {
                         metrics.coalesced(outcome: "invalid")
                         logger.error(

@@ -7,7 +7,7 @@ import HeraldCore
 /// process that dies is taken again when its lease passes), produces each held message's deliverable record with
 /// the count, and confirms the flushes once the broker acknowledged them. A flush produced twice (a crash between
 /// the broker's answer and the confirmation) is the same event to the same devices: send's delivery records skip
-/// the second.
+/// the second. The flood guard's summaries (§6b) go the same way, a minute after the guard began holding.
 public struct BurstFlusher: Sendable {
     public let stage = "suppress"
     public var ledger: any BurstLedger
@@ -23,8 +23,10 @@ public struct BurstFlusher: Sendable {
 
     /// What one pass did.
     public struct Pass: Sendable {
-        /// Flushes produced and confirmed.
+        /// Flushes produced and confirmed (flood guard summaries included).
         public var flushed = 0
+        /// Of those, flood guard summaries (docs/behaviour.md §6b).
+        public var summaries = 0
         /// Held records that did not decode (written by another Herald version): dropped with their burst.
         public var invalid: [String] = []
         public var explain: [ExplainEntry] = []
@@ -36,7 +38,7 @@ public struct BurstFlusher: Sendable {
         apps: AppDirectory, now: Int64, produce: @Sendable ([StageOutput]) async throws -> Void
     ) async throws -> Pass {
         var result = Pass()
-        for (appID, app) in apps.apps.sorted(by: { $0.key < $1.key }) where app.coalesce.isOn {
+        for (appID, app) in apps.apps.sorted(by: { $0.key < $1.key }) where app.coalesce.isOn || app.floodGuard.isOn {
             let due = try await ledger.claimDue(app: appID, policy: app.coalesce, now: now)
             if due.isEmpty { continue }
             var outputs: [StageOutput] = []
@@ -49,14 +51,18 @@ public struct BurstFlusher: Sendable {
                     result.invalid.append("\(error.detail)")
                     continue
                 }
-                record.burst = held.count
+                let summary = held.conversation.isEmpty
+                record.burst = summary ? -held.count : held.count
+                if summary { result.summaries += 1 }
                 outputs.append(
                     StageOutput(
                         topic: deliverableTopic(held.lane), key: record.recipient, value: StageCodec.encode(record)))
                 entries.append(
                     ExplainEntry(
                         appID: appID, eventID: record.event.eventID, user: record.recipient, stage: stage,
-                        decision: "deliver", reason: Coalescing.flushReason, at: now, count: record.targets.count))
+                        decision: "deliver", reason: summary ? FloodGuard.summaryReason : Coalescing.flushReason,
+                        at: now,
+                        count: record.targets.count))
             }
             try await produce(outputs)
             try await ledger.confirm(app: appID, policy: app.coalesce, flushed: due, now: now)

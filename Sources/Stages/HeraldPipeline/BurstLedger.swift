@@ -13,7 +13,8 @@ public protocol BurstLedger: Sendable {
     func confirm(app: String, policy: CoalescePolicy, flushed: [HeldBurst], now: Int64) async throws
 }
 
-/// Bursts kept in memory, with the rules of `Coalescing` (the Redis scripts do the same).
+/// Bursts and flood guards kept in memory, with the rules of `Coalescing` and `FloodGuard` (the Redis scripts do the
+/// same).
 public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
     // @unchecked Sendable: `bursts` is guarded by `lock`.
     private let lock = NSLock()
@@ -40,7 +41,12 @@ public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
             messages.map { m in
                 let key = Key(app: m.appID, user: m.user, conversation: m.conversation)
                 let previous = bursts[key]
-                let (step, state) = Coalescing.step(previous?.state, at: m.at, policy: m.policy)
+                let flood = m.conversation.isEmpty
+                let timing = flood ? FloodGuard.timing : m.policy
+                let (step, state) =
+                    flood
+                    ? FloodGuard.step(previous?.state, at: m.at, policy: m.flood)
+                    : Coalescing.step(previous?.state, at: m.at, policy: m.policy)
                 var entry = previous ?? Entry(state: state, lane: m.lane, record: [], due: 0)
                 entry.state = state
                 if case .held = step {
@@ -50,7 +56,7 @@ public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
                 } else {
                     entry.record = []
                 }
-                entry.due = Coalescing.due(state, policy: m.policy)
+                entry.due = Coalescing.due(state, policy: timing)
                 bursts[key] = entry
                 return step
             }
@@ -61,7 +67,8 @@ public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
         lock.withLock {
             var out: [HeldBurst] = []
             for (key, entry) in bursts where key.app == app && entry.due <= now {
-                switch Coalescing.flush(entry.state, now: now, policy: policy) {
+                let timing = key.conversation.isEmpty ? FloodGuard.timing : policy
+                switch Coalescing.flush(entry.state, now: now, policy: timing) {
                 case .show(let count):
                     out.append(
                         HeldBurst(
@@ -71,7 +78,7 @@ public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
                 case .end:
                     bursts[key] = nil
                 case .wait:
-                    bursts[key]?.due = Coalescing.due(entry.state, policy: policy)
+                    bursts[key]?.due = Coalescing.due(entry.state, policy: timing)
                 }
             }
             return out.sorted { ($0.user, $0.conversation) < ($1.user, $1.conversation) }
@@ -84,10 +91,14 @@ public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
                 let key = Key(app: app, user: b.user, conversation: b.conversation)
                 guard var entry = bursts[key] else { continue }
                 let before = entry.state
-                entry.state = Coalescing.flushed(before, count: b.count, now: now)
+                let flood = key.conversation.isEmpty
+                entry.state =
+                    flood
+                    ? FloodGuard.flushed(before, count: b.count, now: now)
+                    : Coalescing.flushed(before, count: b.count, now: now)
                 if entry.state == before { continue }
                 if !entry.state.pending { entry.record = [] }
-                entry.due = Coalescing.due(entry.state, policy: policy)
+                entry.due = Coalescing.due(entry.state, policy: flood ? FloodGuard.timing : policy)
                 bursts[key] = entry
             }
         }

@@ -6,7 +6,9 @@ import HeraldCore
 /// counted by reason and written to the explain trail, and so is every decision to deliver. With a `BurstLedger`,
 /// a delivery that may be coalesced (§6a) is stepped through its burst, the whole batch in one round trip: the
 /// first message of a burst goes on as it is, later ones as updates of its notification or held back
-/// (`coalesced`).
+/// (`coalesced`). Then, for apps with a flood guard (§6b), each push still to be shown is counted against its user's
+/// limit per minute, the batch in one more round trip; beyond it the push is held for the next minute's summary
+/// (`flood_guard`).
 public struct SuppressProcessor: StageProcessor {
     public let stage = "suppress"
     public var deliverableTopic: String
@@ -41,10 +43,12 @@ public struct SuppressProcessor: StageProcessor {
         decided.reserveCapacity(batch.count)
         for input in batch { decided.append(current.decide(input, now: now, reuse: &reuse)) }
         let steps = await current.burstSteps(decided, now: now)
+        let floods = await current.floodSteps(decided, steps: steps, now: now)
         return decided.enumerated().map { index, d in
             switch d {
             case .done(let result): return result
             case .deliver(let record, let targets, let eventBytes):
+                if case .held? = floods[index] { return current.floodHeld(record, now: now) }
                 return current.deliverResult(
                     record, targets: targets, eventBytes: eventBytes, step: steps[index], now: now)
             }
@@ -91,6 +95,45 @@ public struct SuppressProcessor: StageProcessor {
             onBurstFailure(error)
             return [:]
         }
+    }
+
+    /// The flood guard's step of each push still to be shown (not held by its burst) in an app with the guard on,
+    /// by input index (one more round trip; docs/behaviour.md §6b). Calls, forced messages and deletions pass.
+    func floodSteps(_ decided: [Decided], steps: [Int: BurstStep], now: Date) async -> [Int: BurstStep] {
+        guard let bursts else { return [:] }
+        let nowMillis = BatchContext.millis(now)
+        var asks: [(index: Int, message: BurstMessage)] = []
+        for (index, d) in decided.enumerated() {
+            guard case .deliver(let record, let targets, let eventBytes) = d else { continue }
+            if case .held? = steps[index] { continue }
+            let event = record.event
+            let app = apps.app(event.appID)
+            guard app.floodGuard.isOn, !FloodGuard.exempt(event) else { continue }
+            var message = BurstMessage(
+                appID: event.appID, user: record.recipient, conversation: "", at: nowMillis, policy: app.coalesce,
+                lane: lane,
+                record: deliverable(record, targets: targets, burst: nil).wireBytes(eventBytes: eventBytes))
+            message.flood = app.floodGuard
+            asks.append((index, message))
+        }
+        if asks.isEmpty { return [:] }
+        do {
+            let steps = try await bursts.step(asks.map(\.message))
+            guard steps.count == asks.count else { return [:] }
+            var out: [Int: BurstStep] = [:]
+            for (ask, step) in zip(asks, steps) { out[ask.index] = step }
+            return out
+        } catch {
+            onBurstFailure(error)
+            return [:]
+        }
+    }
+
+    /// A push held back by the flood guard: the summary at the next minute shows it.
+    func floodHeld(_ record: ResolvedRecord, now: Date) -> StageResult {
+        var held = suppressed(record, reason: FloodGuard.heldReason, now: now)
+        held.notes.append(.coalesced(outcome: "flood_held"))
+        return held
     }
 
     /// The record render reads: preferences and unread counts; the devices it needs are the targets.

@@ -46,7 +46,7 @@ public enum FCMMessage {
         return APNsRequest(
             token: device.token, environment: .production, pushType: .alert,
             topic: credential.providerID, priority: isCall ? 10 : 5,
-            collapseID: burst != nil ? Coalescing.collapseID(event) : collapseKey(event),
+            collapseID: burst.map { Coalescing.collapseID(event, burst: $0) } ?? collapseKey(event),
             expiration: overflow ? Int64.max : max(0, sum),
             apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
             provider: .fcm, providerID: credential.providerID)
@@ -73,7 +73,7 @@ public enum FCMMessage {
             event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
             notify: includeNotification && event.kind != .call && event.kind != .messageDeleted,
             badge: (app.badge && prefs.badge) ? state.unread.total : nil,
-            burstTag: burst != nil ? Coalescing.collapseID(event) : nil)
+            burstTag: burst.map { Coalescing.collapseID(event, burst: $0) })
         let limit = payloadLimit
         var bytes = shape.write(original)
         if bytes.count <= limit { return bytes }

@@ -26,7 +26,7 @@ public enum WebhookPayload {
             isCall ? app.callExpirationSeconds : app.expirationSeconds)
         return APNsRequest(
             token: device.token, environment: .production, pushType: .alert, topic: hook.providerID,
-            priority: 10, collapseID: burst != nil ? Coalescing.collapseID(event) : nil,
+            priority: 10, collapseID: burst.map { Coalescing.collapseID(event, burst: $0) },
             expiration: overflow ? Int64.max : max(0, sum),
             apnsID: APNsID.derive(eventID: event.eventID, token: device.token), payload: payload,
             provider: .webhook, providerID: hook.providerID)
