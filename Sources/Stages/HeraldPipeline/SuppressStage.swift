@@ -84,17 +84,7 @@ public struct SuppressProcessor: StageProcessor {
                         at: nowMillis, policy: app.coalesce, lane: lane, record: held)
                 ))
         }
-        if asks.isEmpty { return [:] }
-        do {
-            let steps = try await bursts.step(asks.map(\.message))
-            guard steps.count == asks.count else { return [:] }
-            var out: [Int: BurstStep] = [:]
-            for (ask, step) in zip(asks, steps) { out[ask.index] = step }
-            return out
-        } catch {
-            onBurstFailure(error)
-            return [:]
-        }
+        return await step(asks, on: bursts)
     }
 
     /// The flood guard's step of each push still to be shown (not held by its burst) in an app with the guard on,
@@ -116,9 +106,15 @@ public struct SuppressProcessor: StageProcessor {
             message.flood = app.floodGuard
             asks.append((index, message))
         }
+        return await step(asks, on: bursts)
+    }
+
+    /// The steps of `asks` in one ledger round trip, by input index; none when the ledger fails (the batch is then
+    /// delivered as it is, never held up).
+    func step(_ asks: [(index: Int, message: BurstMessage)], on ledger: any BurstLedger) async -> [Int: BurstStep] {
         if asks.isEmpty { return [:] }
         do {
-            let steps = try await bursts.step(asks.map(\.message))
+            let steps = try await ledger.step(asks.map(\.message))
             guard steps.count == asks.count else { return [:] }
             var out: [Int: BurstStep] = [:]
             for (ask, step) in zip(asks, steps) { out[ask.index] = step }
