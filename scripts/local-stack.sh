@@ -166,7 +166,7 @@ start_stage() {
         -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT \
         HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
         HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
-        HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 \
+        HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 HERALD_KAFKA_PROFILE=local \
         HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
         $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \
         $( [ "$s" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
@@ -300,10 +300,9 @@ if [ "$kafka_s3" = 1 ]; then
   # the stages produce without idempotence, one request in flight per connection (order kept; a retried request
   # may duplicate a record, which send's claims absorb).
   sed -i -e 's#^  session_timeout_ms: \(.*\)$#  session_timeout_ms: \1\n  properties: {enable.idempotence: "false", max.in.flight.requests.per.connection: "1"}#' "$RUN/pipeline.yaml"
-  # Its fetches read S3 objects and take longer than the shipped 10-50 ms fetch waits, so a short wait answers
-  # empty every time and nothing is consumed: librdkafka's own 500 ms wait on this engine.
-  sed -i -e 's#^  flow: .*$#  flow:          {fetch_wait_ms: 500, linger_ms: 5}#' \
-         -e 's#^  priority_flow: .*$#  priority_flow: {fetch_wait_ms: 500, linger_ms: 5}#' "$RUN/pipeline.yaml"
+  # Its fetches read S3 objects and take longer than the local profile's 10-50 ms fetch waits, so a short wait
+  # answers empty every time and nothing is consumed: 500 ms waits on this engine (the stages log the override).
+  sed -i -e 's#^  session_timeout_ms: \(.*\)$#  session_timeout_ms: \1\n  flow: {fetch_wait_ms: 500, linger_ms: 5}\n  priority_flow: {fetch_wait_ms: 500, linger_ms: 5}#' "$RUN/pipeline.yaml"
 fi
 
 # --- The APNs stand-in -------------------------------------------------------------------------------

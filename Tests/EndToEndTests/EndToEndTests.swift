@@ -53,7 +53,9 @@ struct EndToEndTests {
     }
 
     func failureContext() -> String {
-        E2EStack.stages.map { "--- \($0):\n" + (stack.stageProcesses[$0]?.logTail(6) ?? "") }.joined(separator: "\n")
+        "not idle: \(stack.idleBlockers())\n"
+            + E2EStack.stages.map { "--- \($0):\n" + (stack.stageProcesses[$0]?.logTail(6) ?? "") }.joined(
+                separator: "\n")
     }
 
     // MARK: Seed scenarios

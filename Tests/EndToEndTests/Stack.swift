@@ -342,19 +342,28 @@ final class E2EStack: @unchecked Sendable {
     /// Whether every running stage is idle now, by its own /metrics: nothing in flight (`herald_in_flight` 0) and
     /// its consumer group's lag 0 on every partition (`herald_consumer_lag`). False when a stage does not
     /// answer.
-    func pipelineIdleNow() -> Bool {
-        for (name, process) in stageProcesses where process.isRunning {
+    func pipelineIdleNow() -> Bool { idleBlockers().isEmpty }
+
+    /// What keeps the pipeline from being idle now: the stages that do not answer, and every non-zero
+    /// `herald_in_flight` and `herald_consumer_lag` line (empty when idle; for failure messages too).
+    func idleBlockers() -> [String] {
+        var blockers: [String] = []
+        for (name, process) in stageProcesses.sorted(by: { $0.key < $1.key }) where process.isRunning {
             guard let port = stagePorts[name], let text = httpBody(port: port, path: "/metrics"),
                 text.contains("herald_in_flight{")
-            else { return false }
+            else {
+                blockers.append("\(name): no metrics")
+                continue
+            }
             for line in text.split(separator: "\n")
             where line.hasPrefix("herald_in_flight{") || line.hasPrefix("herald_consumer_lag{") {
                 guard let value = line.split(separator: " ").last.flatMap({ Double($0) }), value == 0 else {
-                    return false
+                    blockers.append(String(line))
+                    continue
                 }
             }
         }
-        return true
+        return blockers
     }
 
     /// Waits until the pipeline is idle and stays idle for `quiet`, or `timeout` passes; returns whether it did.
@@ -656,6 +665,7 @@ final class E2EStack: @unchecked Sendable {
               brokers: \(brokers)
               client_id: herald-e2e
               session_timeout_ms: 4000
+              profile: local
             redis:
               host: 127.0.0.1
               port: \(redisPort)

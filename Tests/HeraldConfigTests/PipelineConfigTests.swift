@@ -279,9 +279,10 @@ struct PipelineConfigTests {
         #expect(loaded.warnings == [])
         #expect(loaded.config.kafka.bulkFlow == LaneFlow(fetchWaitMs: 100, lingerMs: 5))
         #expect(loaded.config.kafka.priorityFlow == LaneFlow(fetchWaitMs: 2, lingerMs: 0))
+        #expect(loaded.config.kafka.profileOverrides.count == 3)
         let defaults = try PipelineLoader.load(yaml: "kafka: {brokers: k:9092}").config.kafka
-        #expect(defaults.bulkFlow == LaneFlow(fetchWaitMs: 50, lingerMs: 1))
-        #expect(defaults.priorityFlow == LaneFlow(fetchWaitMs: 10, lingerMs: 0))
+        #expect(defaults.bulkFlow == LaneFlow(fetchWaitMs: 500, lingerMs: 5))
+        #expect(defaults.priorityFlow == LaneFlow(fetchWaitMs: 500, lingerMs: 0))
         #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "kafka: {flow: {fetch_wait_ms: -1}}") }
         let odd = try PipelineLoader.load(yaml: "kafka: {flow: {idle_ms: 3}}")
         #expect(odd.warnings.contains { $0.hasPrefix("kafka.flow.idle_ms") })
@@ -361,7 +362,11 @@ struct SecuritySettingsTests {
                 ssl.ca.location: /etc/herald/kafka/ca.pem
             """
         let loaded = try PipelineLoader.load(yaml: yaml)
-        #expect(loaded.warnings == [])
+        // Still passed through, with a warning: the password belongs in properties_env / properties_file.
+        #expect(
+            loaded.warnings == [
+                "kafka.properties.sasl.password: a secret in the pipeline file; prefer properties_env or properties_file"
+            ])
         let properties = loaded.config.kafka.properties
         #expect(properties["security.protocol"] == "SASL_SSL" && properties["sasl.mechanisms"] == "SCRAM-SHA-512")
         #expect(properties["sasl.username"] == "herald" && properties["sasl.password"] == "s3cret")

@@ -49,4 +49,70 @@ struct FetchFlowControlTests {
         #expect(flow.decide(buffered: 0, userPaused: true, now: t0 + .seconds(5)) == .init(pause: nil, fetch: .poll))
         #expect(flow.decide(buffered: 0, userPaused: false, now: t0 + .seconds(6)) == .init(pause: false, fetch: .poll))
     }
+
+    @Test("idle: after the idle time it pauses and probes at once and then every interval; a wake resumes at once")
+    func idleBackoff() {
+        let policy = FetchFlowControl.IdlePolicy(after: .seconds(2), probeInterval: .seconds(1))
+        var flow = FetchFlowControl(capacity: 100, idle: policy)
+        #expect(flow.decide(buffered: 0, userPaused: false, now: t0) == .init(pause: nil, fetch: .poll))
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: t0 + .milliseconds(1999))
+                == .init(pause: nil, fetch: .poll))
+        let idleAt = t0 + .seconds(2)
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: idleAt)
+                == .init(pause: true, fetch: .poll, probe: true, idleUntil: idleAt + .seconds(1)))
+        #expect(flow.isIdle && flow.isPaused)
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: idleAt + .milliseconds(500))
+                == .init(pause: nil, fetch: .poll, idleUntil: idleAt + .seconds(1)))
+        // The next probe, one interval later; still paused (a probe asks for end offsets, it does not fetch).
+        let probe = idleAt + .seconds(1)
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: probe)
+                == .init(pause: nil, fetch: .poll, probe: true, idleUntil: probe + .seconds(1)))
+        // The probe found records waiting: the next decision resumes fetching, and it stays on.
+        flow.wake(now: probe + .milliseconds(3))
+        #expect(!flow.isIdle)
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: probe + .milliseconds(4))
+                == .init(pause: false, fetch: .poll))
+        flow.noteRecords(now: probe + .milliseconds(20))
+        #expect(
+            flow.decide(buffered: 1, userPaused: false, now: probe + .milliseconds(500))
+                == .init(pause: nil, fetch: .poll))
+        // Records still buffered (a slow caller) count as activity: no idle pause while they wait.
+        #expect(
+            flow.decide(buffered: 1, userPaused: false, now: probe + .seconds(5)) == .init(pause: nil, fetch: .poll))
+        #expect(!flow.isIdle)
+        // Idle again two seconds after the buffer emptied.
+        let again = probe + .seconds(7)
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: again)
+                == .init(pause: true, fetch: .poll, probe: true, idleUntil: again + .seconds(1)))
+    }
+
+    @Test("idle: a caller's pause is not idleness, and without a policy nothing idles")
+    func idleRespectsUserPause() {
+        var flow = FetchFlowControl(
+            capacity: 10, idle: .init(after: .milliseconds(100), probeInterval: .milliseconds(100)))
+        #expect(flow.decide(buffered: 0, userPaused: true, now: t0) == .init(pause: true, fetch: .poll))
+        #expect(
+            flow.decide(buffered: 0, userPaused: true, now: t0 + .seconds(10)) == .init(pause: nil, fetch: .poll))
+        #expect(!flow.isIdle, "a paused caller's consumer measures its lag the paused way, not by probes")
+        // Resumed: idle only after the idle time without records.
+        let resumed = t0 + .seconds(11)
+        #expect(flow.decide(buffered: 0, userPaused: false, now: resumed) == .init(pause: false, fetch: .poll))
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: resumed + .milliseconds(100))
+                == .init(pause: true, fetch: .poll, probe: true, idleUntil: resumed + .milliseconds(200)))
+        // Paused by the caller while idle: stays paused; the probes go on until one finds records.
+        #expect(
+            flow.decide(buffered: 0, userPaused: true, now: resumed + .milliseconds(150))
+                == .init(pause: nil, fetch: .poll, idleUntil: resumed + .milliseconds(200)))
+        var plain = FetchFlowControl(capacity: 10)
+        #expect(
+            plain.decide(buffered: 0, userPaused: false, now: t0 + .seconds(3600)) == .init(pause: nil, fetch: .poll))
+        #expect(!plain.isIdle)
+    }
 }

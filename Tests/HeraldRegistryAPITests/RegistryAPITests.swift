@@ -55,6 +55,7 @@ final class APIStack: Sendable {
                 "HERALD_PIPELINE": dir + "/pipeline.yaml",
                 "HERALD_KAFKA_BROKERS": tansu.bootstrap,
                 "HERALD_KAFKA_SESSION_TIMEOUT_MS": "3000",
+                "HERALD_KAFKA_PROFILE": "local",
                 "HERALD_BATCH_TIMEOUT_MS": "20",
                 "HERALD_REDIS_URL": "redis://127.0.0.1:\(redis.port)",
                 "HERALD_METRICS_PORT": "\(metricsPort)",

@@ -10,6 +10,13 @@
 /// - A buffer full for `stallPauseAfter` means the caller is stalled: the assignment is
 ///   paused so the thread can keep polling for group events (heartbeats, rebalances)
 ///   without receiving records, until the buffer is half empty again.
+/// - With an `IdlePolicy`, a consumer that received nothing (and was not paused by its caller)
+///   for `after` is idle: its assignment is paused, and at once and then every `probeInterval`
+///   the decision asks for a probe (`Decision.probe`): the poll thread asks the broker for the
+///   partitions' end offsets, which also keeps the lag current. A probe that finds records
+///   waiting (`wake`), or a record (`noteRecords`), ends the idle state: fetching resumes at
+///   once and stays on. On a broker that answers an empty fetch only when its wait is over
+///   (Tansu), this is what keeps idle consumers from fetching all the time.
 public struct FetchFlowControl: Sendable, Hashable {
     public enum Fetch: Sendable, Hashable {
         /// Poll librdkafka (records, errors, callbacks).
@@ -22,25 +29,84 @@ public struct FetchFlowControl: Sendable, Hashable {
         /// `true`: pause the assignment now; `false`: resume it now; `nil`: leave it.
         public var pause: Bool?
         public var fetch: Fetch
-        public init(pause: Bool?, fetch: Fetch) {
+        /// Idle: ask the broker now whether records are waiting (end offsets beyond the positions).
+        public var probe: Bool
+        /// Idle: the next probe is due at this instant (the poll thread may sleep until then).
+        public var idleUntil: ContinuousClock.Instant?
+        public init(pause: Bool?, fetch: Fetch, probe: Bool = false, idleUntil: ContinuousClock.Instant? = nil) {
             self.pause = pause
             self.fetch = fetch
+            self.probe = probe
+            self.idleUntil = idleUntil
+        }
+    }
+
+    /// When a consumer counts as idle and how often it asks the broker for records then.
+    public struct IdlePolicy: Sendable, Hashable {
+        public var after: Duration
+        public var probeInterval: Duration
+        public init(after: Duration, probeInterval: Duration) {
+            self.after = after
+            self.probeInterval = probeInterval
         }
     }
 
     public let capacity: Int
     public let stallPauseAfter: Duration
+    public let idlePolicy: IdlePolicy?
     private var fullSince: ContinuousClock.Instant?
     private var stallPaused = false
-    /// Whether the assignment is currently paused (by the caller or by a stall).
+    /// Whether the assignment is currently paused (by the caller, a stall or idleness).
     public private(set) var isPaused = false
+    /// Whether nothing arrived for `idlePolicy.after` (and nothing since).
+    public private(set) var isIdle = false
+    private var lastActivity: ContinuousClock.Instant?
+    private var nextProbe: ContinuousClock.Instant?
+    private var wasUserPaused = false
+    private var awaitingRecords = false
 
-    public init(capacity: Int, stallPauseAfter: Duration = .seconds(1)) {
+    public init(capacity: Int, stallPauseAfter: Duration = .seconds(1), idle: IdlePolicy? = nil) {
         self.capacity = max(1, capacity)
         self.stallPauseAfter = stallPauseAfter
+        self.idlePolicy = idle
+    }
+
+    /// Records arrived: the consumer is busy again (fetching stays on until it is idle for `idlePolicy.after`).
+    public mutating func noteRecords(now: ContinuousClock.Instant) {
+        lastActivity = now
+        isIdle = false
+        nextProbe = nil
+        awaitingRecords = false
+    }
+
+    /// End the idle state (a new assignment, or a probe that found records waiting: `expectRecords`): the next
+    /// decision resumes fetching, which then stays on until the consumer is idle for `idlePolicy.after` again. When
+    /// records are expected it stays on until one arrives, however long the broker takes to deliver it (a slow fetch
+    /// must not send the consumer back to idle, to find the same records waiting, again and again).
+    public mutating func wake(now: ContinuousClock.Instant, expectRecords: Bool = false) {
+        noteRecords(now: now)
+        awaitingRecords = expectRecords
     }
 
     public mutating func decide(buffered: Int, userPaused: Bool, now: ContinuousClock.Instant) -> Decision {
+        var probe = false
+        if let idle = idlePolicy {
+            // Records waiting for the caller, or a caller that paused fetching (its lag is measured the paused way),
+            // are not idleness.
+            if buffered > 0 || userPaused || wasUserPaused || awaitingRecords || lastActivity == nil {
+                lastActivity = now
+            }
+            wasUserPaused = userPaused
+            if !isIdle, let last = lastActivity, now - last >= idle.after {
+                isIdle = true
+                nextProbe = now
+            }
+            if isIdle, let next = nextProbe, now >= next {
+                probe = true
+                nextProbe = now + idle.probeInterval
+            }
+        }
+        let idlePaused = isIdle
         let full = buffered >= capacity
         if full {
             if fullSince == nil { fullSince = now }
@@ -49,12 +115,14 @@ public struct FetchFlowControl: Sendable, Hashable {
             fullSince = nil
             if buffered <= capacity / 2 { stallPaused = false }
         }
-        let wantPaused = userPaused || stallPaused
+        let wantPaused = userPaused || stallPaused || idlePaused
         var change: Bool?
         if wantPaused != isPaused {
             isPaused = wantPaused
             change = wantPaused
         }
-        return Decision(pause: change, fetch: full && !stallPaused ? .wait : .poll)
+        return Decision(
+            pause: change, fetch: full && !stallPaused ? .wait : .poll, probe: probe,
+            idleUntil: idlePaused ? nextProbe : nil)
     }
 }

@@ -108,8 +108,24 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     /// only when (about half) the wait is over, not when a record arrives, so this bounds each hop's delay while
     /// records trickle in, and sets how many empty fetches an idle consumer makes. Default: 500 ms (librdkafka's).
     public var fetchWait: Duration = .milliseconds(500)
+    /// Fetching less while nothing arrives: after `idleAfter` without a record the consumer pauses its
+    /// partitions and, every `idleProbeInterval`, asks the broker for their end offsets (one ListOffsets request
+    /// per broker); when one is beyond the consumer's position it resumes at once and fetches continuously again.
+    /// The same answers keep the lag gauges current while idle. For brokers that answer an empty fetch only when
+    /// its wait is over (Tansu): there a short `fetchWait` would otherwise keep every idle consumer fetching many
+    /// times a second. A record arriving while idle waits for the next probe. Default: nil (off: Apache Kafka
+    /// holds a fetch until a record arrives, so an idle consumer there costs little).
+    public var idleAfter: Duration? = nil
+    /// How often an idle consumer asks for end offsets (see `idleAfter`). Default: 1 s.
+    public var idleProbeInterval: Duration = .seconds(1)
     /// Label prefix for swift-metrics objects. Default: `"herald_kafka"`.
     public var metricsPrefix: String = "herald_kafka"
+
+    /// The idle policy `FetchFlowControl` applies; nil when `idleAfter` is nil.
+    public var idlePolicy: FetchFlowControl.IdlePolicy? {
+        guard let after = idleAfter else { return nil }
+        return FetchFlowControl.IdlePolicy(after: after, probeInterval: idleProbeInterval)
+    }
 
     public init(client: KafkaClientConfiguration = .init(), groupID: String, topics: [String]) {
         self.client = client
@@ -178,6 +194,8 @@ enum LibrdkafkaProperties {
         d["partition.assignment.strategy"] = "range,roundrobin"
         d["enable.partition.eof"] = "false"
         d["fetch.wait.max.ms"] = String(max(0, c.fetchWait.milliseconds))
+        // Answer a fetch as soon as one record is there (librdkafka's default, stated: the profiles rely on it).
+        d["fetch.min.bytes"] = "1"
         // librdkafka's own fetch queue, ahead of the adapter's buffer, kept shallow: about two batches per partition,
         // at most 4 MB, fetched 256 KB per partition at a time, and refilled as soon as it has room. A deep queue
         // (librdkafka's defaults: 100,000 records per partition, 64 MB) puts a record of one partition behind
@@ -226,4 +244,32 @@ extension KafkaProducerConfiguration {
 extension KafkaConsumerConfiguration {
     /// The librdkafka properties this configuration becomes (for logs and `heraldctl`).
     public var librdkafkaProperties: [String: String] { LibrdkafkaProperties.consumer(self) }
+}
+
+extension LibrdkafkaProperties {
+    /// What librdkafka holds for `name` once `properties` are set on a fresh `rd_kafka_conf_t` (nil when the
+    /// property is unknown). Nothing is logged: the value may be a secret.
+    static func value(of name: String, in properties: [String: String]) throws(KafkaError) -> String? {
+        let conf = try makeConf(properties)
+        defer { rd_kafka_conf_destroy(conf) }
+        var size = 0
+        guard rd_kafka_conf_get(conf, name, nil, &size) == RD_KAFKA_CONF_OK else { return nil }
+        var buffer = [CChar](repeating: 0, count: max(1, size))
+        guard rd_kafka_conf_get(conf, name, &buffer, &size) == RD_KAFKA_CONF_OK else { return nil }
+        return cStringBuffer(buffer)
+    }
+}
+
+extension KafkaProducerConfiguration {
+    /// The value librdkafka holds for the property `name` when this configuration is built (for checks and tests).
+    public func librdkafkaValue(of name: String) throws(KafkaError) -> String? {
+        try LibrdkafkaProperties.value(of: name, in: librdkafkaProperties)
+    }
+}
+
+extension KafkaConsumerConfiguration {
+    /// The value librdkafka holds for the property `name` when this configuration is built (for checks and tests).
+    public func librdkafkaValue(of name: String) throws(KafkaError) -> String? {
+        try LibrdkafkaProperties.value(of: name, in: librdkafkaProperties)
+    }
 }

@@ -174,7 +174,7 @@ final class ConsumerCore: @unchecked Sendable {
         self.configuration = configuration
         self.logger = logger
         self.capacity = configuration.prefetchCapacity
-        self.state = Locked(State(flow: FetchFlowControl(capacity: capacity)))
+        self.state = Locked(State(flow: FetchFlowControl(capacity: capacity, idle: configuration.idlePolicy)))
         let wait = configuration.batchMaxWait.milliseconds
         self.pollSliceMs = Int32(clamping: min(50, max(1, wait / 2)))
         self.errorCounter = Counter(
@@ -243,7 +243,10 @@ final class ConsumerCore: @unchecked Sendable {
                 if s.waiter != nil {
                     return .failure(KafkaError(code: .consume, reason: "nextBatch called concurrently"))
                 }
-                s.waiter = Waiter(continuation: continuation, deadline: .now + maxWait)
+                // An idle consumer's records come only with its next probe: the caller waits longer between empty
+                // batches (a record still ends the wait at once).
+                let wait = s.flow.isIdle ? max(maxWait, self.configuration.idleProbeInterval) : maxWait
+                s.waiter = Waiter(continuation: continuation, deadline: .now + wait)
                 return nil
             }
             if let immediate { continuation.resume(returning: immediate) }
@@ -387,6 +390,7 @@ final class ConsumerCore: @unchecked Sendable {
             commands.forEach { $0(rk) }
             if stop { break }
             if let pause = decision.pause { applyPause(pause, rk) }
+            if decision.probe { probeIdle(rk) }
 
             // 2. Poll: records, errors, or callbacks (rebalance, commits, logs). After the
             //    first record, drain what is already queued (up to a batch) without waiting,
@@ -394,7 +398,7 @@ final class ConsumerCore: @unchecked Sendable {
             //    (unless stall-paused, when polling returns only events).
             switch decision.fetch {
             case .wait: _ = room.wait(timeout: .now() + .milliseconds(50))
-            case .poll: pollAndBuffer(rk)
+            case .poll: pollAndBuffer(rk, sliceMs: idleSlice(until: decision.idleUntil))
             }
 
             // 3. Hand a batch to a waiting caller if it is full or its time is up.
@@ -422,8 +426,16 @@ final class ConsumerCore: @unchecked Sendable {
     /// Bumped by every rebalance callback; read and written on the poll thread only.
     private var rebalanceGeneration: UInt64 = 0
 
-    private func pollAndBuffer(_ rk: OpaquePointer) {
-        guard let first = rd_kafka_consumer_poll(rk, pollSliceMs) else { return }
+    /// The poll slice: the usual one, or while idle and paused up to the next probe, at most 100 ms (commands and a
+    /// stop request are seen within that).
+    private func idleSlice(until next: ContinuousClock.Instant?) -> Int32 {
+        guard let next else { return pollSliceMs }
+        let left = (next - .now).milliseconds
+        return Int32(clamping: min(100, max(Int64(pollSliceMs), left)))
+    }
+
+    private func pollAndBuffer(_ rk: OpaquePointer, sliceMs: Int32) {
+        guard let first = rd_kafka_consumer_poll(rk, sliceMs) else { return }
         let (epochs, room) = state.withLock { ($0.epochs, max(1, capacity - $0.buffer.count)) }
         // (When stall-paused the buffer may be full; a record still arriving is kept anyway.)
         let generation = rebalanceGeneration
@@ -443,7 +455,9 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
         guard !records.isEmpty else { return }
+        let now = ContinuousClock.now
         state.withLock { s in
+            s.flow.noteRecords(now: now)
             for record in records {
                 let tp = record.topicPartition
                 guard s.epochs[tp] == record.epoch else { continue }  // no longer ours
@@ -533,6 +547,34 @@ final class ConsumerCore: @unchecked Sendable {
         }
     }
 
+    /// Start offsets of partitions nothing was polled from since their assignment (where fetching starts: the
+    /// committed offset, or with none where `auto.offset.reset` points), asked of the broker once per assignment for
+    /// an idle consumer's probes (poll thread only; `rebalance` forgets them).
+    private var startOffsetCache: [TopicPartition: Int64] = [:]
+
+    private func startOffsets(_ partitions: [TopicPartition], _ rk: OpaquePointer) -> [(TopicPartition, Int64)] {
+        let missing = partitions.filter { startOffsetCache[$0] == nil }
+        if !missing.isEmpty {
+            let list = makePartitionList(missing.map { ($0, nil) })
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            if rd_kafka_committed(rk, list, 2000) == RD_KAFKA_RESP_ERR_NO_ERROR {
+                for (tp, committed, _) in readPartitionList(list) {
+                    if committed >= 0 {
+                        startOffsetCache[tp] = committed
+                        continue
+                    }
+                    guard configuration.autoOffsetReset != .error else { continue }
+                    var low: Int64 = -1
+                    var high: Int64 = -1
+                    let err = rd_kafka_query_watermark_offsets(rk, tp.topic, tp.partition, &low, &high, 2000)
+                    guard err == RD_KAFKA_RESP_ERR_NO_ERROR else { continue }
+                    startOffsetCache[tp] = configuration.autoOffsetReset == .earliest ? low : high
+                }
+            }
+        }
+        return partitions.compactMap { tp in startOffsetCache[tp].map { (tp, $0) } }
+    }
+
     /// Called by librdkafka on the poll thread (inside `rd_kafka_consumer_poll` or
     /// `rd_kafka_consumer_close`).
     fileprivate func rebalance(
@@ -541,12 +583,14 @@ final class ConsumerCore: @unchecked Sendable {
     ) {
         let tps = readPartitionList(partitions).map(\.0)
         rebalanceGeneration &+= 1
+        startOffsetCache = [:]
         switch err {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             let paused = state.withLock { s -> Bool in
                 let epoch = s.nextEpoch
                 s.nextEpoch += 1
                 s.joined = true
+                s.flow.wake(now: .now)
                 for tp in tps {
                     s.epochs[tp] = epoch
                     s.trackers[tp] = nil
@@ -596,8 +640,58 @@ final class ConsumerCore: @unchecked Sendable {
         }
     }
 
+    /// An idle consumer's probe: one ListOffsets request per broker for the end offsets of the assigned
+    /// partitions. The answers become the lag (current while nothing is fetched); records beyond a position end the
+    /// idle state, and the next turn of the loop resumes fetching. A failed query ends it too: better to fetch for
+    /// nothing than to miss records.
+    private func probeIdle(_ rk: OpaquePointer) {
+        let assigned = state.withLock { Array($0.epochs.keys) }
+        guard !assigned.isEmpty else { return }
+        let list = makePartitionList(assigned.map { ($0, nil) })
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        guard rd_kafka_position(rk, list) == RD_KAFKA_RESP_ERR_NO_ERROR else { return wakeFromIdle() }
+        let positions = readPartitionList(list)
+        let unknown = positions.filter { $0.1 < 0 }.map(\.0)
+        var start: [TopicPartition: Int64] = [:]
+        for (tp, position, _) in positions where position >= 0 { start[tp] = position }
+        if !unknown.isEmpty {
+            for (tp, offset) in startOffsets(unknown, rk) { start[tp] = offset }
+        }
+        let ends = makePartitionList(assigned.map { ($0, Int64(RD_KAFKA_OFFSET_END)) })
+        defer { rd_kafka_topic_partition_list_destroy(ends) }
+        // A generous timeout: librdkafka drops the broker connection (and every fetch and group request on it) when
+        // a request times out, which would cost far more than a slow answer.
+        guard rd_kafka_offsets_for_times(rk, ends, 10_000) == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            return wakeFromIdle()
+        }
+        var lag: [TopicPartition: Int64] = [:]
+        var waiting = false
+        for (tp, end, err) in readPartitionList(ends) {
+            guard err == RD_KAFKA_RESP_ERR_NO_ERROR, end >= 0, let from = start[tp] else {
+                waiting = true
+                continue
+            }
+            lag[tp] = max(0, end - from)
+            if end > from { waiting = true }
+        }
+        let now = ContinuousClock.now
+        state.withLock { s in
+            s.lag = lag
+            if waiting { s.flow.wake(now: now, expectRecords: true) }
+        }
+    }
+
+    private func wakeFromIdle() {
+        let now = ContinuousClock.now
+        state.withLock { $0.flow.wake(now: now) }
+    }
+
     private func refreshLag(_ rk: OpaquePointer) {
-        let (assigned, paused) = state.withLock { (Array($0.epochs.keys), $0.flow.isPaused) }
+        let (assigned, paused, idle) = state.withLock {
+            (Array($0.epochs.keys), $0.flow.isPaused, $0.flow.isIdle)
+        }
+        // An idle consumer's probes measure its lag (`probeIdle`).
+        guard !idle else { return }
         // While fetching, the watermarks cached from fetch responses are current; while
         // paused nothing is fetched, so ask the broker (a round trip per partition).
         let queryTimeout = Int32(clamping: min(1000, max(1, configuration.lagInterval.milliseconds / 2)))

@@ -60,10 +60,17 @@ public struct KafkaConfig: Sendable, Hashable {
     public var sessionTimeoutMs = 10_000
     /// Extra librdkafka properties, passed through unchanged.
     public var properties: [String: String] = [:]
-    /// How records move between stages with little delay (docs/performance.md, "Latency"): the bulk lane's and the
-    /// priority lane's consumer and producer settings.
-    public var bulkFlow = LaneFlow(fetchWaitMs: 50, lingerMs: 1)
-    public var priorityFlow = LaneFlow(fetchWaitMs: 10, lingerMs: 0)
+    /// librdkafka properties whose values come from environment variables (`kafka.properties_env`: property ->
+    /// variable name), for secrets such as `sasl.password`; read when a stage starts (`resolvedProperties`).
+    public var propertiesEnv: [String: String] = [:]
+    /// librdkafka properties whose values are the contents of files (`kafka.properties_file`: property -> path),
+    /// for secrets such as `sasl.password` or `ssl.key.pem` mounted from a Kubernetes Secret.
+    public var propertiesFile: [String: String] = [:]
+    /// The broker the consumer and producer tuning is made for (`kafka.profile`, docs/kafka.md "Broker profiles").
+    /// A stage's `HERALD_KAFKA_PROFILE` overrides.
+    public var profile = KafkaProfile.production
+    /// The profile's keys the pipeline file sets by hand; they win over the profile (`profileOverrides` names them).
+    public var tuning = KafkaTuningOverrides()
     /// Packed records between the stages (`kafka.pack`, docs/kafka.md "Packed records"): at most this many
     /// records and bytes per Kafka record; `max_records: 1` turns packing off.
     public var packMaxRecords = 256
@@ -72,12 +79,170 @@ public struct KafkaConfig: Sendable, Hashable {
     /// them alone): when the cores are busy, the priority lane's work gets the CPU first.
     public var bulkNice = 10
     public init() {}
+
+    /// The bulk lane's consumer and producer settings (`kafka.flow`): the profile's, with the keys set by hand.
+    public var bulkFlow: LaneFlow {
+        let base = profile.bulkFlow
+        return LaneFlow(
+            fetchWaitMs: tuning.bulkFetchWaitMs ?? base.fetchWaitMs, lingerMs: tuning.bulkLingerMs ?? base.lingerMs)
+    }
+
+    /// The priority lane's (and ingest's) settings (`kafka.priority_flow`).
+    public var priorityFlow: LaneFlow {
+        let base = profile.priorityFlow
+        return LaneFlow(
+            fetchWaitMs: tuning.priorityFetchWaitMs ?? base.fetchWaitMs,
+            lingerMs: tuning.priorityLingerMs ?? base.lingerMs)
+    }
+
+    /// How an idle consumer fetches less (`kafka.idle`); nil when off.
+    public var idleBackoff: IdleBackoff? {
+        let base = profile.idleBackoff
+        let after = tuning.idleAfterMs ?? base?.afterMs ?? 0
+        let probe = tuning.idleProbeIntervalMs ?? base?.probeIntervalMs ?? IdleBackoff.defaultProbeIntervalMs
+        return after > 0 ? IdleBackoff(afterMs: after, probeIntervalMs: probe) : nil
+    }
+
+    /// One line per profile key the pipeline file overrides by hand, naming the key, its value and the profile's
+    /// (a stage logs them at startup). Overrides are allowed: the profile is a starting point, not a lock.
+    public var profileOverrides: [String] {
+        var lines: [String] = []
+        func note(_ key: String, _ value: Int?, _ profileValue: Int?) {
+            guard let value else { return }
+            let theirs = profileValue.map(String.init) ?? "off"
+            lines.append("kafka.\(key): \(value) set by hand (profile \(profile.rawValue): \(theirs))")
+        }
+        note("flow.fetch_wait_ms", tuning.bulkFetchWaitMs, profile.bulkFlow.fetchWaitMs)
+        note("flow.linger_ms", tuning.bulkLingerMs, profile.bulkFlow.lingerMs)
+        note("priority_flow.fetch_wait_ms", tuning.priorityFetchWaitMs, profile.priorityFlow.fetchWaitMs)
+        note("priority_flow.linger_ms", tuning.priorityLingerMs, profile.priorityFlow.lingerMs)
+        note("idle.after_ms", tuning.idleAfterMs, profile.idleBackoff?.afterMs)
+        note("idle.probe_interval_ms", tuning.idleProbeIntervalMs, profile.idleBackoff?.probeIntervalMs)
+        for key in KafkaProfile.librdkafkaKeys.sorted() where properties[key] != nil || propertiesEnv[key] != nil {
+            lines.append(
+                "kafka.properties.\(key) set by hand: it replaces the profile's per-lane value in every consumer "
+                    + "and producer")
+        }
+        return lines
+    }
+
+    /// `properties` with the values of `properties_env` and `properties_file` read in. Throws when a variable is
+    /// unset or empty or a file cannot be read; the error names the property and the variable or path, never a
+    /// value. A file's trailing newline is dropped.
+    public func resolvedProperties(environment: [String: String]) throws(ConfigError) -> [String: String] {
+        var out = properties
+        for (key, variable) in propertiesEnv.sorted(by: { $0.key < $1.key }) {
+            guard let value = environment[variable], !value.isEmpty else {
+                throw ConfigError(
+                    path: "kafka.properties_env.\(key)", message: "environment variable \(variable) is not set")
+            }
+            out[key] = value
+        }
+        for (key, path) in propertiesFile.sorted(by: { $0.key < $1.key }) {
+            let text: String
+            do {
+                text = try String(contentsOfFile: path, encoding: .utf8)
+            } catch {
+                throw ConfigError(path: "kafka.properties_file.\(key)", message: "cannot read \(path)")
+            }
+            var value = Substring(text)
+            while value.last == "\n" || value.last == "\r" { value = value.dropLast() }
+            guard !value.isEmpty else {
+                throw ConfigError(path: "kafka.properties_file.\(key)", message: "\(path) is empty")
+            }
+            out[key] = String(value)
+        }
+        return out
+    }
+
+    /// librdkafka properties that hold secrets: written inline under `properties` they draw a warning.
+    public static let secretProperties: Set<String> = [
+        "sasl.password", "ssl.key.password", "ssl.key.pem", "ssl.keystore.password",
+        "sasl.oauthbearer.client.secret",
+    ]
+}
+
+/// `kafka.profile`: which broker the consumers' and producers' defaults are tuned for (docs/kafka.md, "Broker
+/// profiles").
+public enum KafkaProfile: String, Sendable, Hashable, CaseIterable {
+    /// Apache Kafka and compatible managed services. The broker parks a fetch until a record arrives (with
+    /// `fetch.min.bytes` 1), so long fetch waits cost no latency and keep idle consumers nearly silent; the bulk
+    /// lane's producers linger a little to batch.
+    case production
+    /// The local broker (Tansu), which answers a fetch that found nothing only when about half its wait is over:
+    /// short waits bound each hop's delay at a light load.
+    case local
+
+    public var bulkFlow: LaneFlow {
+        switch self {
+        case .production: LaneFlow(fetchWaitMs: 500, lingerMs: 5)
+        case .local: LaneFlow(fetchWaitMs: 50, lingerMs: 1)
+        }
+    }
+
+    public var priorityFlow: LaneFlow {
+        switch self {
+        case .production: LaneFlow(fetchWaitMs: 500, lingerMs: 0)
+        case .local: LaneFlow(fetchWaitMs: 10, lingerMs: 0)
+        }
+    }
+
+    public var idleBackoff: IdleBackoff? {
+        switch self {
+        case .production: nil
+        // Off in both: see docs/kafka.md ("Idle backoff") for what turning it on costs.
+        case .local: nil
+        }
+    }
+
+    /// The librdkafka properties the profile's keys become; setting one of them under `kafka.properties` overrides
+    /// the profile for every lane (allowed, and logged).
+    static let librdkafkaKeys: Set<String> = ["fetch.wait.max.ms", "linger.ms", "queue.buffering.max.ms"]
+
+    static func parse(_ raw: String, path: String) throws(ConfigError) -> KafkaProfile {
+        guard let p = KafkaProfile(rawValue: raw) else {
+            throw ConfigError(
+                path: path,
+                message:
+                    "unknown Kafka profile \(raw); expected production (Apache Kafka and managed services) or local (Tansu)"
+            )
+        }
+        return p
+    }
+
+    /// A profile name from the environment (`HERALD_KAFKA_PROFILE`).
+    public static func named(_ raw: String) throws(ConfigError) -> KafkaProfile {
+        try parse(raw, path: "HERALD_KAFKA_PROFILE")
+    }
+}
+
+/// The profile's keys set by hand in the pipeline file (nil: the profile's value).
+public struct KafkaTuningOverrides: Sendable, Hashable {
+    public var bulkFetchWaitMs: Int?
+    public var bulkLingerMs: Int?
+    public var priorityFetchWaitMs: Int?
+    public var priorityLingerMs: Int?
+    public var idleAfterMs: Int?
+    public var idleProbeIntervalMs: Int?
+    public init() {}
+}
+
+/// How a consumer that received nothing for `afterMs` fetches: it pauses its partitions and fetches only once
+/// every `probeIntervalMs` (one short fetch round), until a record arrives; then it fetches continuously again.
+public struct IdleBackoff: Sendable, Hashable {
+    public static let defaultProbeIntervalMs = 1_000
+    public var afterMs: Int
+    public var probeIntervalMs: Int
+    public init(afterMs: Int, probeIntervalMs: Int) {
+        self.afterMs = afterMs
+        self.probeIntervalMs = probeIntervalMs
+    }
 }
 
 /// How a lane's consumers fetch and its producers batch. A broker such as Tansu answers a fetch that found nothing
 /// when (about half) its wait is over, not when a record arrives, so `fetch_wait_ms` bounds each hop's delay while
 /// records trickle in; each idle consumer makes about one empty fetch per half wait, which is what a short wait
-/// costs (docs/performance.md, "Latency").
+/// costs (docs/performance.md, "Latency"). Apache Kafka answers as soon as a record arrives.
 public struct LaneFlow: Sendable, Hashable {
     /// librdkafka `fetch.wait.max.ms`.
     public var fetchWaitMs: Int
@@ -724,12 +889,15 @@ public enum PipelineLoader {
         r.check(
             m, "kafka",
             known: [
-                "brokers", "client_id", "topics", "session_timeout_ms", "properties", "flow",
-                "priority_flow", "pack", "bulk_nice",
+                "brokers", "client_id", "topics", "session_timeout_ms", "properties", "properties_env",
+                "properties_file", "profile", "flow", "priority_flow", "idle", "pack", "bulk_nice",
             ])
         if let v = try r.string(m["brokers"], "kafka.brokers") { k.brokers = v }
         if let v = try r.string(m["client_id"], "kafka.client_id") { k.clientID = v }
         if let v = try r.int(m["session_timeout_ms"], "kafka.session_timeout_ms") { k.sessionTimeoutMs = v }
+        if let v = try r.string(m["profile"], "kafka.profile") {
+            k.profile = try KafkaProfile.parse(v, path: "kafka.profile")
+        }
         if let t = m["topics"] {
             let tm = try r.mapping(t, "kafka.topics")
             r.check(
@@ -758,16 +926,23 @@ public enum PipelineLoader {
             try set("outbound_priority", &k.topics.outboundPriority)
             try set("retry_priority", &k.topics.retryPriority)
         }
-        func flow(_ key: String, _ target: inout LaneFlow) throws(ConfigError) {
+        func flow(_ key: String, _ wait: inout Int?, _ linger: inout Int?) throws(ConfigError) {
             guard let n = m[key] else { return }
             let p = "kafka.\(key)"
             let fm = try r.mapping(n, p)
             r.check(fm, p, known: ["fetch_wait_ms", "linger_ms"])
-            if let v = try r.int(fm["fetch_wait_ms"], p + ".fetch_wait_ms", in: 0...300_000) { target.fetchWaitMs = v }
-            if let v = try r.int(fm["linger_ms"], p + ".linger_ms", in: 0...900_000) { target.lingerMs = v }
+            wait = try r.int(fm["fetch_wait_ms"], p + ".fetch_wait_ms", in: 0...300_000)
+            linger = try r.int(fm["linger_ms"], p + ".linger_ms", in: 0...900_000)
         }
-        try flow("flow", &k.bulkFlow)
-        try flow("priority_flow", &k.priorityFlow)
+        try flow("flow", &k.tuning.bulkFetchWaitMs, &k.tuning.bulkLingerMs)
+        try flow("priority_flow", &k.tuning.priorityFetchWaitMs, &k.tuning.priorityLingerMs)
+        if let n = m["idle"] {
+            let im = try r.mapping(n, "kafka.idle")
+            r.check(im, "kafka.idle", known: ["after_ms", "probe_interval_ms"])
+            k.tuning.idleAfterMs = try r.int(im["after_ms"], "kafka.idle.after_ms", in: 0...86_400_000)
+            k.tuning.idleProbeIntervalMs = try r.int(
+                im["probe_interval_ms"], "kafka.idle.probe_interval_ms", in: 10...600_000)
+        }
         if let v = try r.int(m["bulk_nice"], "kafka.bulk_nice", in: 0...19) { k.bulkNice = v }
         if let n = m["pack"] {
             let pm = try r.mapping(n, "kafka.pack")
@@ -781,7 +956,33 @@ public enum PipelineLoader {
                     throw ConfigError(path: "kafka.properties.\(key)", message: "expected a scalar")
                 }
                 k.properties[key] = s
+                if KafkaConfig.secretProperties.contains(key) {
+                    r.warnings.append(
+                        "kafka.properties.\(key): a secret in the pipeline file; prefer properties_env or properties_file"
+                    )
+                }
             }
+        }
+        func names(_ key: String) throws(ConfigError) -> [String: String] {
+            guard let n = m[key] else { return [:] }
+            var out: [String: String] = [:]
+            for (property, value) in try r.mapping(n, "kafka.\(key)").pairs {
+                guard let s = value.string, !s.isEmpty else {
+                    throw ConfigError(path: "kafka.\(key).\(property)", message: "expected a non-empty string")
+                }
+                if k.properties[property] != nil {
+                    throw ConfigError(
+                        path: "kafka.\(key).\(property)", message: "also set under kafka.properties; keep one")
+                }
+                out[property] = s
+            }
+            return out
+        }
+        k.propertiesEnv = try names("properties_env")
+        k.propertiesFile = try names("properties_file")
+        if let key = Set(k.propertiesEnv.keys).intersection(k.propertiesFile.keys).sorted().first {
+            throw ConfigError(
+                path: "kafka.properties_file.\(key)", message: "also set under kafka.properties_env; keep one")
         }
         return k
     }

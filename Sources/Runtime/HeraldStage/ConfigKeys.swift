@@ -53,6 +53,11 @@ extension ConfigKey {
     public static let kafkaSessionTimeoutMs = ConfigKey(
         "HERALD_KAFKA_SESSION_TIMEOUT_MS", default: nil, documented: "pipeline `kafka.session_timeout_ms` (10000)",
         positive, "consumer group session timeout, milliseconds")
+    public static let kafkaProfile = ConfigKey(
+        "HERALD_KAFKA_PROFILE", default: nil, documented: "pipeline `kafka.profile` (`production`)",
+        .oneOf(["production", "local"]),
+        "the broker the Kafka tuning is made for: `production` (Apache Kafka, managed services) or `local` (Tansu); [kafka.md](kafka.md#broker-profiles)"
+    )
     public static let groupID = ConfigKey(
         "HERALD_GROUP_ID", default: nil, documented: "`stages.<stage>.group_id` (`herald-<stage>`)",
         "consumer group")
@@ -209,9 +214,9 @@ extension ConfigKey {
 
     /// Every key, in the order of the docs table.
     public static let all: [ConfigKey] = [
-        pipeline, kafkaBrokers, kafkaSessionTimeoutMs, groupID, batchSize, batchTimeoutMs, maxInFlight, redisURL,
-        redisHost, redisPort, redisCAFile, redisCertFile, redisKeyFile, redisServerName, metricsHost, metricsPort,
-        shutdownDeadlineMs, logLevel, instance, explainTTLSeconds,
+        pipeline, kafkaBrokers, kafkaSessionTimeoutMs, kafkaProfile, groupID, batchSize, batchTimeoutMs, maxInFlight,
+        redisURL, redisHost, redisPort, redisCAFile, redisCertFile, redisKeyFile, redisServerName, metricsHost,
+        metricsPort, shutdownDeadlineMs, logLevel, instance, explainTTLSeconds,
         priorityLanes,
         apnsHost, apnsCAFile, apnsConnections, apnsPriorityConnections, apnsTimeoutMs, sendMaxInFlight, sendMaxAttempts,
         sendRetryInitialMs,

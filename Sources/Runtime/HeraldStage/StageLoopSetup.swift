@@ -53,6 +53,13 @@ public struct StageSetup: Sendable {
         for warning in loaded.warnings {
             context.logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
         }
+        context.logger.info("kafka profile", metadata: ["profile": "\(pipeline.kafka.profile.rawValue)"])
+        for line in pipeline.kafka.profileOverrides {
+            context.logger.notice("pipeline file: \(line)", metadata: ["file": "\(path)"])
+        }
+        // Secrets named by `kafka.properties_env` / `properties_file` are read here, once; their values are never
+        // logged (an error names the property and the variable or file).
+        pipeline.kafka.properties = try pipeline.kafka.resolvedProperties(environment: environment)
 
         if let group = try config.text(.groupID) { settings.groupID = group }
         if let size = try config.int(.batchSize) { settings.batchSize = size }
@@ -144,6 +151,10 @@ public struct StageSetup: Sendable {
         configuration.batchMaxWait = .milliseconds(settings.batchTimeoutMs)
         let flow = self.flow(lane: lane)
         configuration.fetchWait = .milliseconds(flow.fetchWaitMs)
+        if let idle = pipeline.kafka.idleBackoff {
+            configuration.idleAfter = .milliseconds(idle.afterMs)
+            configuration.idleProbeInterval = .milliseconds(idle.probeIntervalMs)
+        }
         configuration.client.threadNice = threadNice(lane: lane)
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
         let probe = BrokerProbe(brokers: brokers)
@@ -360,11 +371,15 @@ final class BrokerProbe: Sendable {
 }
 
 extension PipelineConfig {
-    /// The pipeline file's values with the environment's overrides: `HERALD_KAFKA_BROKERS`, `HERALD_REDIS_HOST`,
+    /// The pipeline file's values with the environment's overrides: `HERALD_KAFKA_BROKERS`, `HERALD_KAFKA_PROFILE`,
+    /// `HERALD_REDIS_HOST`,
     /// `HERALD_REDIS_PORT` (`HERALD_REDIS_URL` wins over the last two when Redis is opened).
     public func applying(_ config: ConfigReader) throws(ConfigurationError) -> PipelineConfig {
         var applied = self
         if let brokers = config.raw(.kafkaBrokers) { applied.kafka.brokers = brokers }
+        if let name = try config.text(.kafkaProfile), let profile = KafkaProfile(rawValue: name) {
+            applied.kafka.profile = profile
+        }
         if let host = try config.text(.redisHost) { applied.redis.host = host }
         if let port = try config.int(.redisPort) { applied.redis.port = port }
         return applied

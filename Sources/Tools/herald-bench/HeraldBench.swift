@@ -2,6 +2,7 @@
 //   decide    decisions + rendered payloads per second on one core (the default)
 //   pipeline  the whole local stack under a chosen load: throughput, latency, CPU, memory, exactness
 //   chaos     the fault suite: each scenario's lost / duplicated / dead-lettered counts and a verdict
+//   idle      each process's CPU, and the fleet's, while the local stack has no traffic
 //   json      HeraldCore's JSON against Foundation's JSONDecoder/JSONEncoder on Herald's records
 //   redis     building the per-recipient Redis commands: RedisCommand per command against RedisBatch
 import ArgumentParser
@@ -11,6 +12,8 @@ struct HeraldBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-bench",
         abstract: "Herald's measuring tools.",
-        subcommands: [DecideBench.self, PipelineBench.self, ChaosCommand.self, JSONBench.self, RedisBench.self],
+        subcommands: [
+            DecideBench.self, PipelineBench.self, ChaosCommand.self, IdleBench.self, JSONBench.self, RedisBench.self,
+        ],
         defaultSubcommand: DecideBench.self)
 }
