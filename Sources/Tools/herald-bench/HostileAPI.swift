@@ -125,7 +125,8 @@ final class HostileAPIClients: @unchecked Sendable {
             let started = DispatchTime.now().uptimeNanoseconds
             var status = 0
             if let fd = connectTo(port, from: "127.0.0.1") {
-                if request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count {
+                if request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count
+                {
                     status = Self.readStatus(fd)
                 }
                 close(fd)
