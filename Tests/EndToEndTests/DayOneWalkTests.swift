@@ -46,7 +46,9 @@ import Testing
         }
         let elided = shown.contains(",...,") || shown.contains("{...,") || shown.contains(",...}")
         var text = shown.replacingOccurrences(of: ":...", with: ":null")
-        for gap in [",...,": ",", "{...,": "{", ",...}": "}"] { text = text.replacingOccurrences(of: gap.key, with: gap.value) }
+        for gap in [",...,": ",", "{...,": "{", ",...}": "}"] {
+            text = text.replacingOccurrences(of: gap.key, with: gap.value)
+        }
         guard let want = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] else {
             return false
         }
@@ -71,7 +73,9 @@ import Testing
         let readme = try String(contentsOfFile: Self.readme, encoding: .utf8)
         let registering = try Self.steps(after: "## Registering devices and preferences", in: readme)
         let connecting = try Self.steps(after: "## Connecting your chat back end", in: readme)
-        let explaining = readme.components(separatedBy: "\n").filter { $0.hasPrefix("heraldctl explain --app app1 --event m-1001") }
+        let explaining = readme.components(separatedBy: "\n").filter {
+            $0.hasPrefix("heraldctl explain --app app1 --event m-1001")
+        }
         #expect(registering.count >= 5, "the registration block: \(registering.map(\.command))")
         let publish = try #require(connecting.first { $0.command.contains("kcat -P") }, "no kcat line")
         let explainLine = try #require(explaining.first, "no heraldctl explain line for m-1001")
@@ -96,8 +100,9 @@ import Testing
                 name: "local-stack", executable: "/bin/bash", arguments: [script] + arguments + ["--run-dir", run],
                 environment: environment, logPath: log + "." + step)
             try child.start()
-            try await waitUntil("scripts/local-stack.sh \(step) ended", timeout: .seconds(600), interval: .milliseconds(200))
-            {
+            try await waitUntil(
+                "scripts/local-stack.sh \(step) ended", timeout: .seconds(600), interval: .milliseconds(200)
+            ) {
                 !child.isRunning
             }
             return child.exitStatus
