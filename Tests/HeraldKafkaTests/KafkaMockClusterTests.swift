@@ -28,7 +28,7 @@ struct KafkaMockClusterTests {
         let consumer = try KafkaConsumer(
             configuration: consumerConfig(mock.bootstrap, group: uniqueName("g"), topics: [topic]),
             logger: testLogger("mock.consumer"))
-        let got = try await collect(consumer, count: 500, timeout: .seconds(20))
+        let got = try await collect(consumer, count: 500, timeout: .seconds(120))
         // Anything duplicated would show up within the extra wait below.
         let extra = try await collect(consumer, count: 1, timeout: .milliseconds(500))
         #expect(got.count == 500 && extra.isEmpty, "exactly once: \(got.count) + \(extra.count)")

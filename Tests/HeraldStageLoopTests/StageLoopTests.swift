@@ -34,7 +34,7 @@ func produce(_ values: [String], topic: String, brokers: [String]) async throws 
 }
 
 func collect(
-    topics: [String], count: Int, brokers: [String], timeout: Duration = .seconds(30)
+    topics: [String], count: Int, brokers: [String], timeout: Duration = .seconds(120)
 ) async throws -> [ConsumerRecord] {
     var configuration = KafkaConsumerConfiguration(brokers: brokers, groupID: "reader-\(UUID())", topics: topics)
     configuration.sessionTimeout = .seconds(3)
