@@ -88,7 +88,8 @@ func producer(_ brokers: String) throws -> KafkaProducer {
 }
 
 /// Pulls batches until `count` records arrived or `timeout` passed; never completes them.
-func collect(_ consumer: KafkaConsumer, count: Int, timeout: Duration = .seconds(20)) async throws -> [ConsumerRecord] {
+func collect(_ consumer: KafkaConsumer, count: Int, timeout: Duration = .seconds(120)) async throws -> [ConsumerRecord]
+{
     var records: [ConsumerRecord] = []
     let deadline = ContinuousClock.now + timeout
     while records.count < count, ContinuousClock.now < deadline {
