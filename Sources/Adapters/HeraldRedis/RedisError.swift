@@ -41,9 +41,15 @@ public struct RedisError: Error, Sendable, Hashable, CustomStringConvertible {
     public var isRetryable: Bool {
         switch code {
         case .connectFailed, .connectionBroken, .timeout, .protocolError, .clusterUnavailable: return true
-        case .serverError, .unexpectedReply, .invalidData, .invalidConfiguration, .closed: return false
+        // A server that is still loading its data after a restart, busy with a script, or between masters
+        // answers the same command correctly a moment later.
+        case .serverError: return Self.transientReplies.contains { message.contains($0) }
+        case .unexpectedReply, .invalidData, .invalidConfiguration, .closed: return false
         }
     }
+
+    /// Error replies that mean "not now" rather than "never": retried like a broken connection.
+    static let transientReplies = ["LOADING ", "BUSY ", "MASTERDOWN ", "TRYAGAIN ", "CLUSTERDOWN "]
 
     public var description: String { "RedisError.\(code.rawValue): \(message)" }
 }
