@@ -19,6 +19,9 @@
 #   --kafka-s3     (Tansu on S3-style storage: a local moto server, installed by scripts/setup.sh),
 #                  so restarts keep their data
 #   --run-dir DIR  state directory instead of run/local (env HERALD_LOCAL_RUN)
+#   --redis-cluster  a Redis Cluster instead of one Redis: 3 masters + 3 replicas on HERALD_LOCAL_REDIS_PORT and the
+#                  5 ports above it (cluster bus: each port + 10000); the stages get a redis+cluster:// URL.
+#                  Components redis-0 .. redis-5 (one node each) for --restart / --start / --signal.
 # A stage's exit status is written to RUN/<stage>.exit when it exits; RUN/stack.env lists ports and pids.
 #
 # Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
@@ -35,7 +38,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-keep=0; build=1; setup=1; stop_only=0; config=release; prometheus=0; up=0; redis_aof=0; kafka_s3=0; action=""; target=""; sig=""
+keep=0; build=1; setup=1; stop_only=0; config=release; prometheus=0; up=0; redis_aof=0; kafka_s3=0; redis_cluster=0
+action=""; target=""; sig=""
 RUN="${HERALD_LOCAL_RUN:-$root/run/local}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -49,10 +53,11 @@ while [ $# -gt 0 ]; do
     --persistent) redis_aof=1; kafka_s3=1 ;;
     --redis-aof) redis_aof=1 ;;
     --kafka-s3) kafka_s3=1 ;;
+    --redis-cluster) redis_cluster=1 ;;
     --run-dir) RUN="$2"; shift ;;
     --restart|--start) action="${1#--}"; target="$2"; shift ;;
     --signal) action=signal; sig="$2"; target="$3"; shift 2 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -99,6 +104,7 @@ stop_all() {
   stop_pid herald-mock-apns "$RUN/mock-apns.pid"
   stop_pid herald-mock-fcm "$RUN/mock-fcm.pid"
   stop_pid redis-server "$RUN/redis.pid"
+  local n; for n in 0 1 2 3 4 5; do stop_pid "redis-server (cluster node $n)" "$RUN/redis-$n.pid"; done
   bash scripts/local-prometheus.sh stop
   [ -f "$RUN/tansu/tansu.pid" ] && bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
   [ -f "$RUN/tansu/moto.pid" ] && bash scripts/tansu.sh stop-storage "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
@@ -111,13 +117,54 @@ if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps t
   [ -n "$started_bin" ] && [ -z "${HERALD_LOCAL_BIN:-}" ] && BIN="$started_bin"
   redis_aof="$(sed -n 's/^REDIS_AOF=//p' "$RUN/stack.env" | head -n1)"; redis_aof="${redis_aof:-0}"
   kafka_s3="$(sed -n 's/^KAFKA_S3=//p' "$RUN/stack.env" | head -n1)"; kafka_s3="${kafka_s3:-0}"
+  redis_cluster="$(sed -n 's/^REDIS_CLUSTER=//p' "$RUN/stack.env" | head -n1)"; redis_cluster="${redis_cluster:-0}"
   # ... and the executables it started with (a stack started with --debug restarts debug binaries)
   if [ -z "${HERALD_LOCAL_BIN:-}" ]; then
     stack_bin="$(sed -n 's/^BIN=//p' "$RUN/stack.env" | head -n1)"; BIN="${stack_bin:-$BIN}"
   fi
 fi
 
+CLUSTER_NODES=6   # --redis-cluster: 3 masters, each with one replica
+if [ "$redis_cluster" = 1 ]; then
+  REDIS_URL="redis+cluster://127.0.0.1:$REDIS_PORT,127.0.0.1:$((REDIS_PORT + 1)),127.0.0.1:$((REDIS_PORT + 2))"
+else
+  REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+fi
+
+# One cluster node (0-5) on REDIS_PORT + n, its bus on that + 10000; its nodes.conf keeps its identity across restarts.
+start_redis_node() {
+  local n="$1" port=$((REDIS_PORT + $1)) extra=(--save '' --appendonly no)
+  [ "$redis_aof" = 1 ] && extra=(--save '' --appendonly yes --appendfsync always --appenddirname "appendonlydir-$n")
+  mkdir -p "$RUN/redis-cluster"
+  redis-server --port "$port" --bind 127.0.0.1 "${extra[@]}" --dir "$RUN/redis-cluster" --daemonize no \
+    --cluster-enabled yes --cluster-config-file "$RUN/redis-cluster/nodes-$n.conf" --cluster-port $((port + 10000)) \
+    --cluster-node-timeout 3000 >>"$RUN/logs/redis-$n.log" 2>&1 &
+  echo $! >"$RUN/redis-$n.pid"
+  for _ in $(seq 1 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+cluster_ok() { # every running node reports cluster_state:ok with all slots served
+  local n port
+  for n in $(seq 0 $((CLUSTER_NODES - 1))); do
+    port=$((REDIS_PORT + n))
+    kill -0 "$(cat "$RUN/redis-$n.pid" 2>/dev/null || echo 0)" 2>/dev/null || continue
+    redis-cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || return 1
+    redis-cli -p "$port" cluster info 2>/dev/null | grep -q 'cluster_slots_ok:16384' || return 1
+  done
+}
+
+start_redis_cluster() {
+  local n nodes=()
+  for n in $(seq 0 $((CLUSTER_NODES - 1))); do start_redis_node "$n"; nodes+=("127.0.0.1:$((REDIS_PORT + n))"); done
+  if ! redis-cli -p "$REDIS_PORT" cluster info | grep -q 'cluster_known_nodes:6'; then
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >>"$RUN/logs/redis-cluster-create.log" 2>&1
+  fi
+  for _ in $(seq 1 600); do cluster_ok && return 0; sleep 0.1; done
+  say "the Redis cluster did not reach cluster_state:ok"; return 1
+}
+
 start_redis() {
+  if [ "$redis_cluster" = 1 ]; then start_redis_cluster; return; fi
   local extra=(--save '' --appendonly no)
   [ "$redis_aof" = 1 ] && extra=(--save '' --appendonly yes --appendfsync always)
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 "${extra[@]}" --dir "$RUN" --daemonize no \
@@ -165,7 +212,7 @@ start_stage() {
     env -u HERALD_LOCAL_REDIS_PORT -u HERALD_STAGE_ENDPOINTS -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
         -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT \
         HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
-        HERALD_REDIS_URL="redis://127.0.0.1:$REDIS_PORT" HERALD_METRICS_HOST=127.0.0.1 \
+        HERALD_REDIS_URL="$REDIS_URL" HERALD_METRICS_HOST=127.0.0.1 \
         HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 HERALD_KAFKA_PROFILE=local \
         HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
         $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \
@@ -191,6 +238,7 @@ wait_stage_ready() { # stage; 0 when /readyz answers (a loaded machine's debug b
 write_stack_env() {
   {
     echo "RUN=$RUN"; echo "BIN=$BIN"; echo "REDIS_AOF=$redis_aof"; echo "KAFKA_S3=$kafka_s3"
+    echo "REDIS_CLUSTER=$redis_cluster"; echo "REDIS_URL=$REDIS_URL"
     echo "REDIS_PORT=$REDIS_PORT"; echo "KAFKA_PORT=$KAFKA_PORT"; echo "APNS_PORT=$APNS_PORT"; echo "FCM_PORT=$FCM_PORT"
     echo "METRICS_BASE=$METRICS_BASE"; echo "MOCK_METRICS_PORT=$((METRICS_BASE + 9))"
     echo "API_PORT=$((METRICS_BASE + 7))"; echo "API_TOKEN=$(cat "$RUN/api-token")"
@@ -203,6 +251,7 @@ if [ -n "$action" ]; then
   [ -f "$RUN/stack.env" ] || { echo "no running stack in $RUN (start one with --up)" >&2; exit 1; }
   case "$target" in
     redis) pidfile="$RUN/redis.pid" ;;
+    redis-[0-5]) pidfile="$RUN/$target.pid" ;;
     kafka) pidfile="$RUN/tansu/tansu.pid" ;;
     mock-apns) pidfile="$RUN/mock-apns.pid" ;;
     ingest|resolve|suppress|render|send|registry) pidfile="$RUN/$target.pid" ;;
@@ -220,6 +269,7 @@ if [ -n "$action" ]; then
       fi
       case "$target" in
         redis) start_redis ;;
+        redis-[0-5]) start_redis_node "${target#redis-}" ;;
         kafka) start_kafka ;;
         mock-apns) start_mock "$(mock_record_file next)" ;;
         *) for _ in $(seq 1 100); do [ -f "$RUN/$target.exit" ] || ! kill -0 "$(cat "$pidfile" 2>/dev/null || echo 0)" 2>/dev/null && break; sleep 0.05; done
@@ -233,10 +283,13 @@ fi
 
 mkdir -p "$RUN/logs"
 stop_all   # leftovers of a previous run
-rm -f "$RUN"/apns-record*.jsonl "$RUN"/*.exit "$RUN/appendonly.aof" "$RUN/stack.env"; rm -rf "$RUN/appendonlydir"
+rm -f "$RUN"/apns-record*.jsonl "$RUN"/*.exit "$RUN/appendonly.aof" "$RUN/stack.env"; rm -rf "$RUN/appendonlydir" "$RUN/redis-cluster"
 [ "$stop_only" = 1 ] || trap 'code=$?; { [ "$keep" = 1 ] || [ "$up" = 1 ]; } && [ "$code" = 0 ] || stop_all; exit $code' EXIT
 if [ "$stop_only" = 1 ]; then say "stopped"; exit 0; fi
-for p in "$REDIS_PORT" "$KAFKA_PORT" "$APNS_PORT" "$FCM_PORT"; do
+redis_ports=("$REDIS_PORT")
+[ "$redis_cluster" = 1 ] && for n in 1 2 3 4 5; do redis_ports+=($((REDIS_PORT + n)) $((REDIS_PORT + n + 10000))); done
+[ "$redis_cluster" = 1 ] && redis_ports+=($((REDIS_PORT + 10000)))
+for p in "${redis_ports[@]}" "$KAFKA_PORT" "$APNS_PORT" "$FCM_PORT"; do
   if port_open "$p"; then echo "port $p is in use by another program; set HERALD_LOCAL_*_PORT" >&2; exit 1; fi
 done
 
@@ -256,7 +309,11 @@ fi
 # --- Redis and Tansu -------------------------------------------------------------------------------
 : >"$RUN/logs/redis.log"
 start_redis
-say "redis on 127.0.0.1:$REDIS_PORT$( [ "$redis_aof" = 1 ] && echo ' (append-only file)')"
+if [ "$redis_cluster" = 1 ]; then
+  say "redis cluster (3 masters, 3 replicas) on 127.0.0.1:$REDIS_PORT-$((REDIS_PORT + 5)): $REDIS_URL"
+else
+  say "redis on 127.0.0.1:$REDIS_PORT$( [ "$redis_aof" = 1 ] && echo ' (append-only file)')"
+fi
 start_kafka
 say "tansu on 127.0.0.1:$KAFKA_PORT"
 bash scripts/tansu.sh topics "$KAFKA_PORT" chat.events:4 herald.ingested:4 herald.resolved:4 herald.deliverable:4 \
@@ -331,7 +388,7 @@ done
 write_stack_env
 say "registry API on http://127.0.0.1:$((METRICS_BASE + 7))/v1 (Authorization: Bearer $(cat "$RUN/api-token"))"
 endpoints="$(for i in 1 2 3 4 5 6; do printf 'http://127.0.0.1:%s,' "$((METRICS_BASE + i))"; done)"
-say "for heraldctl: export HERALD_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT HERALD_REDIS_URL=redis://127.0.0.1:$REDIS_PORT HERALD_STAGE_ENDPOINTS=${endpoints%,}"
+say "for heraldctl: export HERALD_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT HERALD_REDIS_URL=$REDIS_URL HERALD_STAGE_ENDPOINTS=${endpoints%,}"
 [ "$prometheus" = 1 ] && bash scripts/local-prometheus.sh start
 if [ "$up" = 1 ]; then
   [ "$not_ready" = 0 ] || exit 1
@@ -432,15 +489,17 @@ cat >"$RUN/explain.py" <<'PY'
 # The compact explain trail (docs/redis-keys.md, "The explain trail"): one line per entry in hourly logs, only
 # what was not routine (the pipeline file's explain.full_trail keeps everything for chosen users, apps or events).
 import json, subprocess, sys
-port, events = sys.argv[1], sys.argv[2]
-def cli(*args):
-    return subprocess.run(["redis-cli", "-p", port, "--raw", *args], capture_output=True, text=True).stdout
+events, ports = sys.argv[1], sys.argv[2:]
+def cli(port, *args):
+    return subprocess.run(["redis-cli", "-c", "-p", port, "--raw", *args], capture_output=True, text=True).stdout
 def unescape(f):
     return f.replace("\\t", "\t").replace("\\n", "\n").replace("\\\\", "\\")
 latest = {}
-for key in sorted(cli("--scan", "--pattern", "herald:*:explain:*").split()):
+# Every node is scanned (a cluster's keys are spread over its masters; a replica lists its master's again).
+keys = sorted({k for port in ports for k in cli(port, "--scan", "--pattern", "herald:*:explain:*").split()})
+for key in keys:
     app = key.split(":")[1]
-    for line in cli("GET", key).split("\n"):
+    for line in cli(ports[0], "LRANGE", key, "0", "-1").split("\n"):
         f = line.split("\t")
         if len(f) != 10: continue
         event, user, token, stage, decision, reason, at, status, attempt, count = map(unescape, f)
@@ -458,7 +517,8 @@ for line in open(events):
         extra += (" count=%s" % count) if count else ""
         print("%-18s %-20s %-9s %-11s %s%s" % (event, who, stage, decision, reason, extra))
 PY
-python3 "$RUN/explain.py" "$REDIS_PORT" "$RUN/events.tsv"
+redis_nodes=("$REDIS_PORT"); [ "$redis_cluster" = 1 ] && redis_nodes=($(seq "$REDIS_PORT" $((REDIS_PORT + CLUSTER_NODES - 1))))
+python3 "$RUN/explain.py" "$RUN/events.tsv" "${redis_nodes[@]}"
 echo
 echo "=== Counters (Prometheus /metrics of the stages) ==="
 for i in 1 3 5; do
@@ -467,7 +527,7 @@ done
 curl -fs "http://127.0.0.1:$((METRICS_BASE + 6))/metrics" | grep -E '^herald_registry_ops_total.*remove_dead_token' || true
 echo
 dead="dead000000000000000000000000000000000000000000000000000000000007"
-if [ "$(redis-cli -p "$REDIS_PORT" HEXISTS 'herald:app1:user:{u7}:devices' "$dead")" = "0" ]; then
+if [ "$(redis-cli -c -p "$REDIS_PORT" HEXISTS 'herald:app1:user:{u7}:devices' "$dead")" = "0" ]; then
   echo "u7's token ${dead:0:8}… answered 410 and was removed from Redis by herald-registry (token feedback)."
 else
   echo "u7's token ${dead:0:8}… is still registered (token feedback not applied yet)."
