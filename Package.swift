@@ -7,7 +7,7 @@
 //                      and HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket)
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
 //                      lifecycle, logs, configuration binding)
-//   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldAPNs (nghttp2 HTTP/2: APNs and FCM), HeraldHTTP (libcurl
+//   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldPushProviders (nghttp2 HTTP/2: APNs and FCM), HeraldHTTP (libcurl
 //                      HTTP/1.1: OAuth, webhooks), HeraldTLS (the OpenSSL client context Redis and APNs/FCM share);
 //                      HeraldPipeline and the adapters do not import each other
 //   Sources/Core       HeraldConfig (pipeline YAML -> typed configuration) over HeraldCore (pure: events, state,
@@ -81,13 +81,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Adapters/HeraldRedis"),
         .target(
-            name: "HeraldAPNs",
+            name: "HeraldPushProviders",
             dependencies: [
                 "CNghttp2", "COpenSSL", "HeraldCore", "HeraldHTTP", "HeraldTLS",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
-            ], path: "Sources/Adapters/HeraldAPNs"),
+            ], path: "Sources/Adapters/HeraldPushProviders"),
 
         // MARK: Per-stage processing (pure over ports: unit-testable without Kafka, Redis or APNs)
         .target(
@@ -134,7 +134,7 @@ let package = Package(
         .executableTarget(
             name: "herald-send",
             dependencies: [
-                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldAPNs",
+                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldPushProviders",
                 "HeraldHTTP",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -148,7 +148,7 @@ let package = Package(
         .executableTarget(
             name: "heraldctl",
             dependencies: [
-                "HeraldCore", "HeraldConfig", "HeraldAPNs", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
+                "HeraldCore", "HeraldConfig", "HeraldPushProviders", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
                 "HeraldRegistryAPI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/Tools/heraldctl"),
@@ -194,7 +194,7 @@ let package = Package(
         .executableTarget(
             name: "herald-apns-bench",
             dependencies: [
-                "HeraldCore", "HeraldAPNs",
+                "HeraldCore", "HeraldPushProviders",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/Tools/herald-apns-bench"),
 
@@ -210,23 +210,23 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]),
         .testTarget(
-            name: "HeraldAPNsTests",
+            name: "HeraldPushProvidersTests",
             dependencies: [
-                "HeraldAPNs", "HeraldCore", "HeraldTLS", "COpenSSL", "HeraldTestSupport",
+                "HeraldPushProviders", "HeraldCore", "HeraldTLS", "COpenSSL", "HeraldTestSupport",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
         .testTarget(
             name: "HeraldProvidersTests",
             dependencies: [
-                "HeraldAPNs", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "COpenSSL",
+                "HeraldPushProviders", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "COpenSSL",
             ]),
         .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),
         .testTarget(
             name: "HeraldStageTests",
             dependencies: [
-                "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldAPNs", "HeraldTestSupport",
+                "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldPushProviders", "HeraldTestSupport",
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
         // The registry API over HTTP against real Redis and Tansu (the API served by HeraldStage's endpoint).

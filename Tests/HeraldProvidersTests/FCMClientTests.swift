@@ -2,9 +2,9 @@
 // exchange (RS256 assertion), renewal, every error answer and its disposition, GOAWAY.
 
 import Foundation
-import HeraldAPNs
 import HeraldCore
 import HeraldMockProviders
+import HeraldPushProviders
 import Testing
 
 @Suite("FCM client against the stand-in", .serialized)

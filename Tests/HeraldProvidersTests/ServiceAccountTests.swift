@@ -1,5 +1,5 @@
 import Foundation
-import HeraldAPNs
+import HeraldPushProviders
 import Testing
 
 @Suite("FCM service accounts")

@@ -1,8 +1,8 @@
 // What herald-mock-fcm checks on messages:send, row by row (the same checks FCM makes).
 
 import Foundation
-import HeraldAPNs
 import HeraldCore
+import HeraldPushProviders
 import Testing
 
 @testable import HeraldMockProviders

@@ -1,8 +1,8 @@
 import Foundation
-import HeraldAPNs
 import HeraldCore
 import HeraldHTTP
 import HeraldMockProviders
+import HeraldPushProviders
 import Testing
 
 enum TestFailure: Error { case failed(String) }

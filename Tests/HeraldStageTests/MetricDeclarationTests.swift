@@ -1,5 +1,5 @@
 import Foundation
-import HeraldAPNs
+import HeraldPushProviders
 import HeraldStage
 import HeraldTestSupport
 import MetricsTestKit

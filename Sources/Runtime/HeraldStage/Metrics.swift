@@ -39,7 +39,7 @@ public enum HeraldMetrics {
 }
 
 /// One metric a stage exports: its name, type, labels, the stages that export it, and the line docs/operations.md
-/// shows. `StageMetrics.declarations` is the list for what HeraldStage records; HeraldAPNs declares its clients'
+/// shows. `StageMetrics.declarations` is the list for what HeraldStage records; HeraldPushProviders declares its clients'
 /// families (`APNsClientMetrics.declarations`). A test checks the docs table against these declarations, and
 /// that no Herald source names a `herald_*` metric that is not declared.
 public struct MetricDeclaration: Sendable, Hashable {

@@ -1,7 +1,7 @@
 import Foundation
-import HeraldAPNs
 import HeraldCore
 import HeraldPipeline
+import HeraldPushProviders
 import Logging
 import ServiceLifecycle
 import Synchronization

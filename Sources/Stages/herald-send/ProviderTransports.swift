@@ -1,8 +1,8 @@
 import Foundation
-import HeraldAPNs
 import HeraldCore
 import HeraldHTTP
 import HeraldPipeline
+import HeraldPushProviders
 import Logging
 import ServiceLifecycle
 import Synchronization

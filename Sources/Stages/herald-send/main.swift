@@ -2,10 +2,10 @@
 // dead tokens -> herald.token-feedback,
 // retryable failures -> herald.retry, permanent failures -> herald.dlq. Idempotency records in Redis.
 import Foundation
-import HeraldAPNs
 import HeraldConfig
 import HeraldCore
 import HeraldPipeline
+import HeraldPushProviders
 import HeraldRedis
 import HeraldStage
 

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
-import HeraldAPNs
 import HeraldCore
+import HeraldPushProviders
 
 #if canImport(Glibc)
 import Glibc

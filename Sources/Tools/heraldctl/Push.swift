@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
-import HeraldAPNs
 import HeraldConfig
 import HeraldCore
+import HeraldPushProviders
 
 /// `heraldctl push`: send one notification to one device and print APNs's answer as JSON.
 /// The push tester for "I get nothing": it shows exactly what Apple said.

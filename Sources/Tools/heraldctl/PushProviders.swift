@@ -1,9 +1,9 @@
 import ArgumentParser
 import Foundation
-import HeraldAPNs
 import HeraldConfig
 import HeraldCore
 import HeraldHTTP
+import HeraldPushProviders
 
 /// `heraldctl push --provider fcm|webhook`: one message to one FCM token or one webhook POST, with the
 /// provider's answer as JSON.

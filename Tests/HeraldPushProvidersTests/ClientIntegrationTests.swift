@@ -1,8 +1,8 @@
 // The client against real TLS HTTP/2 servers on loopback: nghttpd for plain success paths,
 // herald-mock-apns for APNs behaviour and faults.
 import Foundation
-import HeraldAPNs
 import HeraldCore
+import HeraldPushProviders
 import HeraldTestSupport
 import Testing
 

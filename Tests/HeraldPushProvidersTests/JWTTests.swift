@@ -1,8 +1,8 @@
 // Provider tokens: verified by Python's `cryptography`, independently of the signer's code;
 // renewal with an injected clock.
 import Foundation
-import HeraldAPNs
 import HeraldCore
+import HeraldPushProviders
 import HeraldTestSupport
 import Testing
 

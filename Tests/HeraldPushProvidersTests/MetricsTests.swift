@@ -1,7 +1,7 @@
 // The client's swift-metrics counters, read through MetricsTestKit.
 import Foundation
-import HeraldAPNs
 import HeraldCore
+import HeraldPushProviders
 import HeraldTestSupport
 import Metrics
 import MetricsTestKit

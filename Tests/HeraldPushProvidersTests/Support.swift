@@ -1,8 +1,8 @@
 // Test support of the APNs client tests: herald-mock-apns and nghttpd as servers, requests, an injectable clock,
 // a freezing proxy. Ports, processes and TLS material come from HeraldTestSupport.
 import Foundation
-import HeraldAPNs
 import HeraldCore
+import HeraldPushProviders
 import HeraldTestSupport
 import Testing
 

@@ -1,8 +1,8 @@
 // Prioritized requests (the priority lane's calls and direct messages) against herald-mock-apns: started before
 // queued bulk requests, on streams and in-flight slots a bulk batch cannot take.
 import Foundation
-import HeraldAPNs
 import HeraldCore
+import HeraldPushProviders
 import HeraldTestSupport
 import Synchronization
 import Testing
