@@ -2,7 +2,8 @@
 // Herald: a push-notification back end for chat services. Linux only (Glibc, epoll; Debian 12 is the reference).
 //
 // Layout on disk follows the layers (each imports only what is listed below it; docs/architecture.md says more):
-//   Sources/Tools      heraldctl, herald-bench, herald-kafka-bench, herald-apns-bench
+//   Sources/Tools      heraldctl, herald-bench, herald-chaos (the fault suite), herald-kafka-bench, herald-apns-bench,
+//                      and HeraldBenchSupport (the local stack under load, which herald-bench and herald-chaos share)
 //   Sources/Stages     the six stage executables (herald-ingest, -resolve, -suppress, -render, -send, -registry)
 //                      and HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket)
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
@@ -178,13 +179,28 @@ let package = Package(
                 "HeraldMockProviders",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/StandIns/herald-mock-fcm"),
-        .executableTarget(
-            name: "herald-bench",
+        // What herald-bench and herald-chaos share: starting (or attaching to) a local stack, the workload (users,
+        // conversations, events), the load driver and the ledger of the stand-in's answers.
+        .target(
+            name: "HeraldBenchSupport",
             dependencies: [
                 "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ], path: "Sources/Tools/HeraldBenchSupport"),
+        .executableTarget(
+            name: "herald-bench",
+            dependencies: [
+                "HeraldBenchSupport", "HeraldCore", "HeraldRedis",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/Tools/herald-bench"),
+        // The fault suite: each scenario on a fresh local stack (scripts/chaos.sh).
+        .executableTarget(
+            name: "herald-chaos",
+            dependencies: [
+                "HeraldBenchSupport", "HeraldCore", "HeraldKafka",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ], path: "Sources/Tools/herald-chaos"),
         .executableTarget(
             name: "herald-kafka-bench",
             dependencies: [

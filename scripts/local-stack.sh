@@ -9,7 +9,7 @@
 #   options: --no-build (use the existing build), --no-setup (skip scripts/setup.sh), --debug (debug build),
 #            --with-prometheus (also Debian's Prometheus with Herald's alerts: scripts/local-prometheus.sh)
 #
-# For benchmarks and fault tests (herald-bench pipeline / chaos):
+# For benchmarks and fault tests (herald-bench pipeline, herald-chaos):
 #   scripts/local-stack.sh --up           start everything (no demo) and return; the stack keeps running
 #   scripts/local-stack.sh --restart NAME stop NAME (SIGTERM, 10 s, then SIGKILL) and start it again
 #   scripts/local-stack.sh --start NAME   start NAME (after a kill)

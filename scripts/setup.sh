@@ -130,7 +130,7 @@ if [ ! -x .venv/bin/kubernetes-validate ]; then
   .venv/bin/pip install -q kubernetes-validate
 fi
 # moto's S3 server: the storage of a persistent Tansu (scripts/tansu.sh with HERALD_TANSU_STORAGE=s3, used by
-# the broker-restart scenario of herald-bench chaos).
+# the broker-restart scenario of herald-chaos).
 if [ ! -x .venv/bin/moto_server ]; then
   log "installing moto[server] (S3 stand-in for a persistent Tansu) into .venv"
   .venv/bin/pip install -q 'moto[server]==5.2.5'

@@ -5,6 +5,7 @@
 
 import ArgumentParser
 import Foundation
+import HeraldBenchSupport
 import HeraldCore
 
 struct DecideBench: ParsableCommand {

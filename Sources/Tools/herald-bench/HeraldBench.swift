@@ -1,7 +1,6 @@
-// herald-bench: Herald's measuring tools.
+// herald-bench: Herald's measuring tools (the fault suite is herald-chaos).
 //   decide    decisions + rendered payloads per second on one core (the default)
 //   pipeline  the whole local stack under a chosen load: throughput, latency, CPU, memory, exactness
-//   chaos     the fault suite: each scenario's lost / duplicated / dead-lettered counts and a verdict
 //   idle      each process's CPU, and the fleet's, while the local stack has no traffic
 //   json      HeraldCore's JSON against Foundation's JSONDecoder/JSONEncoder on Herald's records
 //   redis     building the per-recipient Redis commands: RedisCommand per command against RedisBatch
@@ -13,7 +12,7 @@ struct HeraldBench: AsyncParsableCommand {
         commandName: "herald-bench",
         abstract: "Herald's measuring tools.",
         subcommands: [
-            DecideBench.self, PipelineBench.self, ChaosCommand.self, IdleBench.self, JSONBench.self, RedisBench.self,
+            DecideBench.self, PipelineBench.self, IdleBench.self, JSONBench.self, RedisBench.self,
         ],
         defaultSubcommand: DecideBench.self)
 }

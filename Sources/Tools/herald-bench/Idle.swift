@@ -2,6 +2,7 @@
 import ArgumentParser
 import Foundation
 import Glibc
+import HeraldBenchSupport
 
 struct IdleBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,6 +1,7 @@
 // The pipeline bench's report: Markdown for people, JSON for tools, and an SVG plot of
 // throughput and latency over time (drawn here, no plotting library).
 import Foundation
+import HeraldBenchSupport
 
 struct BenchReport {
     let result: LoadDriver.Result

@@ -3,12 +3,12 @@
 import Foundation
 import HeraldRedis
 
-struct RedisSnapshot {
-    var usedMemory: Int
-    var commands: Int
+package struct RedisSnapshot {
+    package var usedMemory: Int
+    package var commands: Int
 
     /// Reads both figures with one INFO each (the reading itself adds two commands, left in).
-    static func read(port: Int) async throws -> RedisSnapshot {
+    package static func read(port: Int) async throws -> RedisSnapshot {
         let conn = RedisConnection(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(port)"))
         defer { conn.close() }
         func field(_ section: String, _ name: String) async throws -> Int {
@@ -25,15 +25,15 @@ struct RedisSnapshot {
 }
 
 /// Redis before and after a run.
-struct RedisFootprint {
-    var before: RedisSnapshot
-    var after: RedisSnapshot
+package struct RedisFootprint {
+    package var before: RedisSnapshot
+    package var after: RedisSnapshot
 
     /// Bytes of Redis memory the run left behind (what it keeps per notification until its TTLs end).
-    var retainedBytes: Int { after.usedMemory - before.usedMemory }
-    var commands: Int { after.commands - before.commands }
+    package var retainedBytes: Int { after.usedMemory - before.usedMemory }
+    package var commands: Int { after.commands - before.commands }
 
-    func perNotification(_ value: Int, _ notifications: Int) -> Double {
+    package func perNotification(_ value: Int, _ notifications: Int) -> Double {
         notifications > 0 ? Double(value) / Double(notifications) : 0
     }
 }

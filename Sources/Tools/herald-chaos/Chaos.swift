@@ -1,15 +1,17 @@
-// herald-bench chaos: the fault suite. Each scenario starts a fresh local stack, drives events,
+// herald-chaos: the fault suite. Each scenario starts a fresh local stack, drives events,
 // injects its fault and judges the outcome from the stand-in's record (lost, duplicated), the
 // stages' metrics and herald.dlq. One line per scenario, then "N passed, M failed".
 import ArgumentParser
 import Foundation
 import Glibc
+import HeraldBenchSupport
 import HeraldCore
 import HeraldKafka
 
+@main
 struct ChaosCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "chaos",
+        commandName: "herald-chaos",
         abstract: "Run the fault scenarios against fresh local stacks and judge each one.",
         discussion: """
             Scenarios: \(ChaosScenario.allCases.map(\.rawValue).joined(separator: ", ")).

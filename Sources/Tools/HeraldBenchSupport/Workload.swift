@@ -7,17 +7,19 @@ import HeraldCore
 import HeraldKafka
 import HeraldRedis
 
-struct WorkloadOptions {
-    var users = 10_000
-    var conversationSize = 50
-    var dnd = 0.1
-    var muted = 0.1
-    var online = 0.1
-    var profile = "compact"  // compact (app1) | sendbird (app2) | cometchat (app3)
-    var textBytes = 60
-    var tag = String(UInt64.random(in: 0..<(1 << 40)), radix: 36)
+package struct WorkloadOptions {
+    package var users = 10_000
+    package var conversationSize = 50
+    package var dnd = 0.1
+    package var muted = 0.1
+    package var online = 0.1
+    package var profile = "compact"  // compact (app1) | sendbird (app2) | cometchat (app3)
+    package var textBytes = 60
+    package var tag = String(UInt64.random(in: 0..<(1 << 40)), radix: 36)
 
-    var appID: String {
+    package init() {}
+
+    package var appID: String {
         switch profile {
         case "sendbird": return "app2"
         case "cometchat": return "app3"
@@ -27,31 +29,31 @@ struct WorkloadOptions {
 }
 
 /// One event ready to publish, with its predicted outcome.
-struct PlannedEvent {
-    var key: String
-    var bytes: [UInt8]
-    var eventID: String
-    var createdAt: Int64
-    var kind: NotificationKind
-    var notifications: [String]  // apns-ids
-    var suppressed: [String: Int]  // reason -> recipients
-    var renderErrors: Int
+package struct PlannedEvent {
+    package var key: String
+    package var bytes: [UInt8]
+    package var eventID: String
+    package var createdAt: Int64
+    package var kind: NotificationKind
+    package var notifications: [String]  // apns-ids
+    package var suppressed: [String: Int]  // reason -> recipients
+    package var renderErrors: Int
 }
 
-final class Workload {
-    let options: WorkloadOptions
-    let appID: String
-    let app: AppConfig
+package final class Workload {
+    package let options: WorkloadOptions
+    package let appID: String
+    package let app: AppConfig
     /// The pipeline file's `kafka.properties` (the bench's producer uses them too, e.g. on Tansu's S3 engine).
-    let kafkaProperties: [String: String]
-    private(set) var users: [String] = []
-    private(set) var states: [String: UserState] = [:]
-    private(set) var conversations: [(id: String, members: [String])] = []
-    let text: String
+    package let kafkaProperties: [String: String]
+    package private(set) var users: [String] = []
+    package private(set) var states: [String: UserState] = [:]
+    package private(set) var conversations: [(id: String, members: [String])] = []
+    package let text: String
     /// Mixed priorities: a callee with one VoIP token and a direct-message pair.
-    let callee: String, caller: String, dmSender: String, dmRecipient: String
+    package let callee: String, caller: String, dmSender: String, dmRecipient: String
 
-    init(options: WorkloadOptions, pipelineFile: String, now: Int64) throws {
+    package init(options: WorkloadOptions, pipelineFile: String, now: Int64) throws {
         self.options = options
         appID = options.appID
         let loaded: LoadedPipeline
@@ -111,7 +113,7 @@ final class Workload {
     }
 
     /// 64 hex characters, unique per (tag, index, salt).
-    static func token(tag: String, index: Int, salt: Int) -> String {
+    package static func token(tag: String, index: Int, salt: Int) -> String {
         var h: UInt64 = 0xCBF2_9CE4_8422_2325
         for b in "\(tag):\(index):\(salt)".utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01B3 }
         var out = ""
@@ -124,7 +126,7 @@ final class Workload {
     }
 
     /// Writes every user, presence and conversation to Redis in pipelined batches.
-    func load(redisPort: Int, now: Int64) async throws {
+    package func load(redisPort: Int, now: Int64) async throws {
         let conn = RedisConnection(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(redisPort)"))
         defer { conn.close() }
         var batch: [RedisCommand] = []
@@ -166,7 +168,7 @@ final class Workload {
         try await flush()
     }
 
-    func groupEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
+    package func groupEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
         let c = conversations[n % conversations.count]
         let sender = c.members[(n / conversations.count) % c.members.count]
         let id = "b\(options.tag)-\(n)"
@@ -181,7 +183,7 @@ final class Workload {
             candidates: c.members.filter { $0 != sender })
     }
 
-    func callEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
+    package func callEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
         let id = "c\(options.tag)-\(n)"
         let conv = "call-\(options.tag)"
         let json =
@@ -191,7 +193,7 @@ final class Workload {
         return plan(key: conv, json: json, id: id, createdAt: createdAt, kind: .call, candidates: [callee])
     }
 
-    func directEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
+    package func directEvent(_ n: Int, createdAt: Int64) -> PlannedEvent {
         let id = "d\(options.tag)-\(n)"
         let conv = "dm-\(options.tag)"
         let json =
@@ -231,15 +233,15 @@ final class Workload {
 /// broker refused (e.g. Tansu's "out of order sequence number", which leaves an idempotent producer
 /// unusable) is published again through a new producer by `retryFailures()`: the input stays complete,
 /// and `republished` says how often that was needed.
-final class EventPublisher: @unchecked Sendable {
+package final class EventPublisher: @unchecked Sendable {
     private let config: KafkaProducerConfiguration
     private var producer: KafkaProducer
     private let lock = NSLock()
     private var acked = 0
     private var failedRecords: [ProducerRecord] = []
-    private(set) var republished = 0
+    package private(set) var republished = 0
 
-    init(brokers: String, extraProperties: [String: String] = [:]) throws {
+    package init(brokers: String, extraProperties: [String: String] = [:]) throws {
         var config = KafkaProducerConfiguration(
             brokers: [brokers], clientID: "herald-bench", extraProperties: extraProperties)
         config.linger = .milliseconds(2)
@@ -248,7 +250,7 @@ final class EventPublisher: @unchecked Sendable {
         producer = try KafkaProducer(configuration: config)
     }
 
-    func publish(topic: String = "chat.events", key: String?, value: [UInt8]?) async {
+    package func publish(topic: String = "chat.events", key: String?, value: [UInt8]?) async {
         await publish(ProducerRecord(topic: topic, key: key, value: value))
     }
 
@@ -280,7 +282,7 @@ final class EventPublisher: @unchecked Sendable {
 
     /// Publishes refused records again through a fresh producer; returns how many.
     @discardableResult
-    func retryFailures() async -> Int {
+    package func retryFailures() async -> Int {
         let failed: [ProducerRecord] = lock.withLock {
             let f = failedRecords
             failedRecords.removeAll()
@@ -295,19 +297,19 @@ final class EventPublisher: @unchecked Sendable {
     }
 
     /// Records the broker refused and that were not published again (yet).
-    var unrecovered: Int {
+    package var unrecovered: Int {
         lock.withLock { failedRecords.count }
     }
 
     /// Waits for every delivery report, publishing refused records again (a few rounds).
-    func flush() async {
+    package func flush() async {
         for _ in 0..<5 {
             try? await producer.flush(timeout: .seconds(60))
             if await retryFailures() == 0 { return }
         }
     }
 
-    func close() async {
+    package func close() async {
         try? await producer.shutdown(timeout: .seconds(10))
     }
 }

@@ -5,31 +5,31 @@
 import Foundation
 import Histogram
 
-enum NotificationKind: Int, CaseIterable {
+package enum NotificationKind: Int, CaseIterable {
     case group = 0, direct, call
-    var name: String { ["group", "direct", "call"][rawValue] }
+    package var name: String { ["group", "direct", "call"][rawValue] }
 }
 
-struct AnswerLine {
-    var apnsID: String
-    var status: Int
-    var at: Int64
+package struct AnswerLine {
+    package var apnsID: String
+    package var status: Int
+    package var at: Int64
 }
 
 /// Reads new complete lines from every record file in a run directory.
-final class RecordTail {
-    let run: String
+package final class RecordTail {
+    package let run: String
     private var offsets: [String: UInt64] = [:]
     private var partial: [String: [UInt8]] = [:]
 
-    init(run: String) { self.run = run }
+    package init(run: String) { self.run = run }
 
-    func files() -> [String] {
+    package func files() -> [String] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: run)) ?? []
         return names.filter { $0.hasPrefix("apns-record") && $0.hasSuffix(".jsonl") }.sorted().map { run + "/" + $0 }
     }
 
-    func poll() -> [AnswerLine] {
+    package func poll() -> [AnswerLine] {
         var out: [AnswerLine] = []
         for f in files() {
             guard let h = FileHandle(forReadingAtPath: f) else { continue }
@@ -59,7 +59,7 @@ final class RecordTail {
     /// Field scan (faster than a JSON parse): `apns_id` is the first such key (token, topic and
     /// push type come before it); `status` and `at` are taken from the end, after the payload
     /// (a key inside the payload's strings would carry escaped quotes).
-    static func parse(_ line: UnsafeBufferPointer<UInt8>) -> AnswerLine? {
+    package static func parse(_ line: UnsafeBufferPointer<UInt8>) -> AnswerLine? {
         guard let a = find(apnsKey, in: line, fromEnd: false), a + apnsKey.count + 36 <= line.count,
             let s = find(statusKey, in: line, fromEnd: true), let t = find(atKey, in: line, fromEnd: true)
         else { return nil }
@@ -93,50 +93,50 @@ final class RecordTail {
     }
 }
 
-struct Duplicate {
-    var apnsID: String
-    var firstAt: Int64
-    var againAt: Int64
+package struct Duplicate {
+    package var apnsID: String
+    package var firstAt: Int64
+    package var againAt: Int64
 }
 
 /// Expected notifications, answers seen, and the latency histograms.
-final class Ledger {
-    struct Expected {
-        var createdAt: Int64
-        var kind: NotificationKind
-        var firstAt: Int64 = 0  // first 200, 0 = not yet
-        var count: Int = 0  // 200s seen
+package final class Ledger {
+    package struct Expected {
+        package var createdAt: Int64
+        package var kind: NotificationKind
+        package var firstAt: Int64 = 0  // first 200, 0 = not yet
+        package var count: Int = 0  // 200s seen
     }
 
-    private(set) var expected: [String: Expected] = [:]
-    private(set) var expectedCount = 0
-    private(set) var expectedByKind: [NotificationKind: Int] = [:]
-    private(set) var delivered = 0  // unique expected notifications with a 200
-    private(set) var duplicates: [Duplicate] = []
-    private(set) var unexpected200 = 0  // a 200 for an apns-id the bench did not predict
-    private(set) var answersByStatus: [Int: Int] = [:]
-    var overall = Histogram<UInt64>(highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: .three)
-    var perKind: [NotificationKind: Histogram<UInt64>] = [:]
+    package private(set) var expected: [String: Expected] = [:]
+    package private(set) var expectedCount = 0
+    package private(set) var expectedByKind: [NotificationKind: Int] = [:]
+    package private(set) var delivered = 0  // unique expected notifications with a 200
+    package private(set) var duplicates: [Duplicate] = []
+    package private(set) var unexpected200 = 0  // a 200 for an apns-id the bench did not predict
+    package private(set) var answersByStatus: [Int: Int] = [:]
+    package var overall = Histogram<UInt64>(highestTrackableValue: 3_600_000, numberOfSignificantValueDigits: .three)
+    package var perKind: [NotificationKind: Histogram<UInt64>] = [:]
     /// Per second since `origin`: delivered count and latency histogram.
-    var perSecond: [Int: (count: Int, hist: Histogram<UInt64>)] = [:]
-    let origin: Int64
-    private(set) var lastDeliveryAt: Int64 = 0
+    package var perSecond: [Int: (count: Int, hist: Histogram<UInt64>)] = [:]
+    package let origin: Int64
+    package private(set) var lastDeliveryAt: Int64 = 0
     /// Notifications of events created before this (ms) count as delivered but stay out of the latency
     /// histograms (the stack's start-up: consumers still joining and making their first fetches).
-    var latencyFrom: Int64 = 0
+    package var latencyFrom: Int64 = 0
     /// Notifications counted and checked but left out of the latency histograms (the first calls and DMs).
-    var unmeasured = Set<String>()
-    private(set) var deliveredByKind: [NotificationKind: Int] = [:]
-    private(set) var warmupDelivered = 0
+    package var unmeasured = Set<String>()
+    package private(set) var deliveredByKind: [NotificationKind: Int] = [:]
+    package private(set) var warmupDelivered = 0
 
-    init(origin: Int64) { self.origin = origin }
+    package init(origin: Int64) { self.origin = origin }
 
-    func expect(apnsID: String, createdAt: Int64, kind: NotificationKind) {
+    package func expect(apnsID: String, createdAt: Int64, kind: NotificationKind) {
         if expected[apnsID] == nil { expectedCount += 1; expectedByKind[kind, default: 0] += 1 }
         expected[apnsID] = Expected(createdAt: createdAt, kind: kind)
     }
 
-    func ingest(_ lines: [AnswerLine]) {
+    package func ingest(_ lines: [AnswerLine]) {
         for a in lines {
             answersByStatus[a.status, default: 0] += 1
             guard a.status == 200 else { continue }
@@ -174,19 +174,19 @@ final class Ledger {
         }
     }
 
-    var lost: Int { expectedCount - delivered }
-    func delivered(_ kind: NotificationKind) -> Int { deliveredByKind[kind] ?? 0 }
-    var missing: [String] { expected.filter { $0.value.count == 0 }.map(\.key) }
+    package var lost: Int { expectedCount - delivered }
+    package func delivered(_ kind: NotificationKind) -> Int { deliveredByKind[kind] ?? 0 }
+    package var missing: [String] { expected.filter { $0.value.count == 0 }.map(\.key) }
 }
 
-struct Percentiles: Codable {
-    var count: UInt64
-    var p50: UInt64
-    var p99: UInt64
-    var p999: UInt64
-    var max: UInt64
+package struct Percentiles: Codable {
+    package var count: UInt64
+    package var p50: UInt64
+    package var p99: UInt64
+    package var p999: UInt64
+    package var max: UInt64
 
-    init(_ h: Histogram<UInt64>?) {
+    package init(_ h: Histogram<UInt64>?) {
         guard let h, h.totalCount > 0 else { count = 0; p50 = 0; p99 = 0; p999 = 0; max = 0; return }
         count = h.totalCount
         p50 = h.valueAtPercentile(50)

@@ -2,6 +2,7 @@
 // half a request head and stall, and unauthenticated POSTs that announce a 1 MiB body, both from 127.0.0.2, while a
 // well-behaved back end on 127.0.0.1 keeps reading preferences and the load flows through the pipeline.
 import Foundation
+import HeraldBenchSupport
 
 #if canImport(Glibc)
 import Glibc

@@ -4,45 +4,45 @@
 import Foundation
 import Glibc
 
-struct BenchError: Error, CustomStringConvertible {
-    var description: String
-    init(_ d: String) { description = d }
+package struct BenchError: Error, CustomStringConvertible {
+    package var description: String
+    package init(_ d: String) { description = d }
 }
 
-func nowMillis() -> Int64 {
+package func nowMillis() -> Int64 {
     var ts = timespec()
     clock_gettime(CLOCK_REALTIME, &ts)
     return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
 }
 
-func monotonicSeconds() -> Double {
+package func monotonicSeconds() -> Double {
     var ts = timespec()
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
-func log(_ s: String) {
+package func log(_ s: String) {
     FileHandle.standardError.write(Data(("[bench] " + s + "\n").utf8))
 }
 
-let stageNames = ["ingest", "resolve", "suppress", "render", "send", "registry"]
+package let stageNames = ["ingest", "resolve", "suppress", "render", "send", "registry"]
 
 /// What RUN/stack.env says about a running stack.
-struct StackInfo {
-    var run: String
-    var bin: String
-    var redisPort: Int
-    var kafkaPort: Int
-    var apnsPort: Int
-    var metricsBase: Int
-    var mockMetricsPort: Int
+package struct StackInfo {
+    package var run: String
+    package var bin: String
+    package var redisPort: Int
+    package var kafkaPort: Int
+    package var apnsPort: Int
+    package var metricsBase: Int
+    package var mockMetricsPort: Int
     /// The registry API's port and bearer token (nil when the stack does not run it).
-    var apiPort: Int?
-    var apiToken: String?
-    var redisAOF: Bool
-    var kafkaS3: Bool
+    package var apiPort: Int?
+    package var apiToken: String?
+    package var redisAOF: Bool
+    package var kafkaS3: Bool
 
-    static func load(run: String) throws -> StackInfo {
+    package static func load(run: String) throws -> StackInfo {
         guard let text = try? String(contentsOfFile: run + "/stack.env", encoding: .utf8) else {
             throw BenchError("no stack.env in \(run): is a stack running there (scripts/local-stack.sh --up)?")
         }
@@ -63,13 +63,13 @@ struct StackInfo {
             kafkaS3: kv["KAFKA_S3"] == "1")
     }
 
-    var brokers: String { "127.0.0.1:\(kafkaPort)" }
-    var pipelineFile: String { run + "/pipeline.yaml" }
+    package var brokers: String { "127.0.0.1:\(kafkaPort)" }
+    package var pipelineFile: String { run + "/pipeline.yaml" }
 
-    func metricsPort(stage: String) -> Int { metricsBase + 1 + (stageNames.firstIndex(of: stage) ?? 0) }
+    package func metricsPort(stage: String) -> Int { metricsBase + 1 + (stageNames.firstIndex(of: stage) ?? 0) }
 
     /// The pid of a component now (a restarted one has a new pid).
-    func pid(_ component: String) -> Int32? {
+    package func pid(_ component: String) -> Int32? {
         let file: String
         switch component {
         case "redis": file = run + "/redis.pid"
@@ -82,21 +82,21 @@ struct StackInfo {
     }
 
     /// The exit status a stage's watcher recorded, if it exited.
-    func exitStatus(stage: String) -> Int? {
+    package func exitStatus(stage: String) -> Int? {
         guard let s = try? String(contentsOfFile: run + "/\(stage).exit", encoding: .utf8) else { return nil }
         return Int(s.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
     /// The last `count` lines of a stage's log that are not librdkafka's chatter (what a stage printed last before
     /// an unexpected exit), each cut to 300 characters.
-    func logTail(stage: String, count: Int = 3) -> [String] {
+    package func logTail(stage: String, count: Int = 3) -> [String] {
         guard let text = try? String(contentsOfFile: run + "/logs/\(stage).log", encoding: .utf8) else { return [] }
         return text.split(separator: "\n").filter { !$0.contains("librdkafka") }.suffix(count).map {
             String($0.prefix(300))
         }
     }
 
-    func isAlive(_ component: String) -> Bool {
+    package func isAlive(_ component: String) -> Bool {
         guard let pid = pid(component) else { return false }
         if component != "redis" && component != "kafka" && component != "mock-apns"
             && exitStatus(stage: component) != nil
@@ -108,21 +108,22 @@ struct StackInfo {
 }
 
 /// Runs scripts/local-stack.sh with the bench's ports and run directory.
-struct StackControl {
-    var repo: String
-    var run: String
-    var environment: [String: String]
+package struct StackControl {
+    package var repo: String
+    package var run: String
+    package var environment: [String: String]
 
-    static func findRepo() throws -> String {
+    package static func findRepo() throws -> String {
         var candidates = [FileManager.default.currentDirectoryPath]
         var exe = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
         for _ in 0..<6 { candidates.append(exe.path); exe = exe.deletingLastPathComponent() }
         for c in candidates where FileManager.default.fileExists(atPath: c + "/scripts/local-stack.sh") { return c }
-        throw BenchError("scripts/local-stack.sh not found (run herald-bench from the repository, or pass --repo)")
+        throw BenchError(
+            "scripts/local-stack.sh not found (run herald-bench or herald-chaos from the repository, or pass --repo)")
     }
 
     /// Free ports from the kernel, unless the HERALD_LOCAL_* variables name them.
-    static func portEnvironment() -> [String: String] {
+    package static func portEnvironment() -> [String: String] {
         var env: [String: String] = [:]
         let given = ProcessInfo.processInfo.environment
         // Each probe socket is closed before the next is opened, so the kernel may hand out one port twice (once
@@ -148,7 +149,8 @@ struct StackControl {
     /// Runs the script and waits for it (posix_spawn + waitpid: Foundation's Process.waitUntilExit
     /// can wait forever when called from async code on Linux).
     @discardableResult
-    func script(_ args: [String], extraEnvironment: [String: String] = [:], quiet: Bool = false) throws -> Int32 {
+    package func script(_ args: [String], extraEnvironment: [String: String] = [:], quiet: Bool = false) throws -> Int32
+    {
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
         for (k, v) in extraEnvironment { env[k] = v }
@@ -157,7 +159,7 @@ struct StackControl {
             environment: env, quiet: quiet)
     }
 
-    func up(redisAOF: Bool, kafkaS3: Bool, mockArgs: String, build: Bool, debug: Bool) throws {
+    package func up(redisAOF: Bool, kafkaS3: Bool, mockArgs: String, build: Bool, debug: Bool) throws {
         var args = ["--up", "--no-setup"]
         if !build { args.append("--no-build") }
         if redisAOF { args.append("--redis-aof") }
@@ -167,16 +169,16 @@ struct StackControl {
         if rc != 0 { throw BenchError("scripts/local-stack.sh --up failed (exit \(rc)); logs in \(run)/logs") }
     }
 
-    func down() { _ = try? script(["--stop"], quiet: true) }
+    package func down() { _ = try? script(["--stop"], quiet: true) }
 
-    func restart(_ component: String, mockArgs: String? = nil) throws {
+    package func restart(_ component: String, mockArgs: String? = nil) throws {
         var extra: [String: String] = [:]
         if let mockArgs { extra["HERALD_LOCAL_MOCK_ARGS"] = mockArgs }
         let rc = try script(["--restart", component], extraEnvironment: extra, quiet: true)
         if rc != 0 { throw BenchError("restarting \(component) failed (exit \(rc))") }
     }
 
-    func start(_ component: String) throws {
+    package func start(_ component: String) throws {
         let rc = try script(["--start", component], quiet: true)
         if rc != 0 { throw BenchError("starting \(component) failed (exit \(rc))") }
     }
@@ -184,7 +186,7 @@ struct StackControl {
 
 /// A port nothing is bound to now, below Linux's ephemeral range (32768-60999) so that no outgoing connection or
 /// port-0 server takes it before the stack binds it.
-func freePort() -> Int {
+package func freePort() -> Int {
     for _ in 0..<500 {
         let port = Int.random(in: 15_000..<32_000)
         if portIsFree(port) { return port }
@@ -192,7 +194,7 @@ func freePort() -> Int {
     return 31_999
 }
 
-func portIsFree(_ port: Int) -> Bool {
+package func portIsFree(_ port: Int) -> Bool {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
     var addr = sockaddr_in()
@@ -205,7 +207,7 @@ func portIsFree(_ port: Int) -> Bool {
 }
 
 /// A base port such that base+1 ... base+count-1 are free now.
-func freePortBlock(_ count: Int) -> Int {
+package func freePortBlock(_ count: Int) -> Int {
     for _ in 0..<200 {
         // Below Linux's ephemeral range (32768-60999), so an outgoing connection cannot take a port of the block
         // between this check and the stages binding it.
@@ -216,7 +218,7 @@ func freePortBlock(_ count: Int) -> Int {
 }
 
 /// One HTTP/1.1 request to 127.0.0.1 (metrics, stand-in controls); nil when nothing answers.
-func httpRequest(port: Int, method: String = "GET", path: String, timeoutSeconds: Int = 3) -> String? {
+package func httpRequest(port: Int, method: String = "GET", path: String, timeoutSeconds: Int = 3) -> String? {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
@@ -250,13 +252,13 @@ func httpRequest(port: Int, method: String = "GET", path: String, timeoutSeconds
 }
 
 /// Prometheus text: one (name, labels, value) per sample line.
-struct MetricSample {
-    var name: String
-    var labels: [String: String]
-    var value: Double
+package struct MetricSample {
+    package var name: String
+    package var labels: [String: String]
+    package var value: Double
 }
 
-func parseMetrics(_ text: String) -> [MetricSample] {
+package func parseMetrics(_ text: String) -> [MetricSample] {
     var out: [MetricSample] = []
     for raw in text.split(separator: "\n") {
         if raw.hasPrefix("#") { continue }
@@ -286,10 +288,10 @@ func parseMetrics(_ text: String) -> [MetricSample] {
 }
 
 /// The six stages' /metrics, scraped together.
-struct StageMetrics {
-    var samples: [String: [MetricSample]] = [:]  // stage -> samples
+package struct StageMetrics {
+    package var samples: [String: [MetricSample]] = [:]  // stage -> samples
 
-    static func scrape(_ stack: StackInfo) -> StageMetrics {
+    package static func scrape(_ stack: StackInfo) -> StageMetrics {
         var m = StageMetrics()
         for s in stageNames {
             if let text = httpRequest(port: stack.metricsPort(stage: s), path: "/metrics", timeoutSeconds: 2) {
@@ -299,7 +301,8 @@ struct StageMetrics {
         return m
     }
 
-    func sum(_ name: String, stage: String? = nil, where filter: (([String: String]) -> Bool)? = nil) -> Double {
+    package func sum(_ name: String, stage: String? = nil, where filter: (([String: String]) -> Bool)? = nil) -> Double
+    {
         var total = 0.0
         for (s, list) in samples where stage == nil || stage == s {
             for x in list where x.name == name && (filter?(x.labels) ?? true) { total += x.value }
@@ -308,7 +311,7 @@ struct StageMetrics {
     }
 
     /// Sum of a counter by one label's value.
-    func byLabel(_ name: String, label: String) -> [String: Double] {
+    package func byLabel(_ name: String, label: String) -> [String: Double] {
         var out: [String: Double] = [:]
         for (_, list) in samples {
             for x in list where x.name == name { out[x.labels[label] ?? "", default: 0] += x.value }
@@ -318,15 +321,15 @@ struct StageMetrics {
 }
 
 /// CPU time and memory of one process from /proc.
-struct ProcSample {
-    var cpuSeconds: Double
-    var rssKB: Int
-    var hwmKB: Int
+package struct ProcSample {
+    package var cpuSeconds: Double
+    package var rssKB: Int
+    package var hwmKB: Int
 }
 
-let clockTicks = Double(sysconf(Int32(_SC_CLK_TCK)))
+package let clockTicks = Double(sysconf(Int32(_SC_CLK_TCK)))
 
-func procSample(_ pid: Int32) -> ProcSample? {
+package func procSample(_ pid: Int32) -> ProcSample? {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
         let close = stat.lastIndex(of: ")")
     else { return nil }
@@ -345,15 +348,15 @@ func procSample(_ pid: Int32) -> ProcSample? {
 
 /// CPU seconds used between two samples of every component, plus their peak RSS; restarts of a
 /// component are handled by accumulating per pid.
-final class ProcessAccounting {
-    let stack: StackInfo
-    static let components = stageNames + ["kafka", "redis", "mock-apns"]
+package final class ProcessAccounting {
+    package let stack: StackInfo
+    package static let components = stageNames + ["kafka", "redis", "mock-apns"]
     private var first: [String: [Int32: Double]] = [:]
     private var last: [String: [Int32: ProcSample]] = [:]
 
-    init(stack: StackInfo) { self.stack = stack }
+    package init(stack: StackInfo) { self.stack = stack }
 
-    func sample() {
+    package func sample() {
         for c in Self.components {
             guard let pid = stack.pid(c), let s = procSample(pid) else { continue }
             if first[c]?[pid] == nil { first[c, default: [:]][pid] = s.cpuSeconds }
@@ -361,18 +364,18 @@ final class ProcessAccounting {
         }
     }
 
-    func cpuSeconds(_ c: String) -> Double {
+    package func cpuSeconds(_ c: String) -> Double {
         var total = 0.0
         for (pid, s) in last[c] ?? [:] { total += s.cpuSeconds - (first[c]?[pid] ?? s.cpuSeconds) }
         return total
     }
 
-    func peakRSSKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.hwmKB).max() ?? 0 }
-    func rssKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.rssKB).max() ?? 0 }
+    package func peakRSSKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.hwmKB).max() ?? 0 }
+    package func rssKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.rssKB).max() ?? 0 }
 }
 
 /// posix_spawn + waitpid; the exit status (128 + signal when killed).
-func spawnAndWait(_ argv: [String], environment: [String: String], quiet: Bool) throws -> Int32 {
+package func spawnAndWait(_ argv: [String], environment: [String: String], quiet: Bool) throws -> Int32 {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
