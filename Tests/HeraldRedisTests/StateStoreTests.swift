@@ -140,7 +140,8 @@ struct StateStoreTests {
         let store = StateStore(connection: redis)
         let window: Int64 = 3_600_000
         // Just before a window ends, so the later steps run in the next window and read the claims across it.
-        let now: Int64 = 1_732_003_600_000 - 20
+        let now: Int64 = 1_732_006_800_000 - 20
+        #expect((now + 20) % window == 0)
         let a = DeliveryKey(eventId: "e1", token: Self.token(1)), b = DeliveryKey(eventId: "e1", token: Self.token(2))
 
         let pendingP1 = DeliveryClaim.pending(owner: "p1", until: now + 60_000)
@@ -176,6 +177,23 @@ struct StateStoreTests {
         #expect(try await redis.send("HGET", key, field).text == "1")
         let dump = try await redis.send("HGETALL", key).array?.compactMap(\.text) ?? []
         #expect(!dump.contains { $0.contains(Self.token(1)) })
+        // Across a window's end: the first step writes a claim into the new window before it learns that the
+        // previous one holds a record (d) or another owner's live claim (e); the claim it wrote is taken back.
+        let d = DeliveryKey(eventId: "e4", token: Self.token(4)), e = DeliveryKey(eventId: "e4", token: Self.token(5))
+        got = try await store.claim(
+            app: "a", pairs: [d, e], owner: "p1", ttlMilliseconds: 60_000, now: now, window: window)
+        #expect(got == [DeliveryClaim.claimed, .claimed])
+        try await store.confirmDelivered(app: "a", pairs: [d], now: now, window: window)
+        got = try await store.claim(
+            app: "a", pairs: [d, e], owner: "p2", ttlMilliseconds: 60_000, now: now + 30, window: window)
+        #expect(got == [DeliveryClaim.delivered, pendingP1])
+        let nextWindow = RedisKeys.delivered(
+            app: "a", shard: RedisKeys.deliveredShard(eventId: "e4"), window: (now + 30) / window)
+        for pair in [d, e] {
+            let f = RedisKeys.deliveredField(eventId: pair.eventId, token: pair.token)
+            let left = try await redis.send("HGET", nextWindow, f)
+            #expect(left == .null, "\(left)")
+        }
         // A claim lapses at its expiry: then another owner takes it.
         let c = DeliveryKey(eventId: "e3", token: Self.token(3))
         got = try await store.claim(app: "a", pairs: [c], owner: "p1", ttlMilliseconds: 50, now: now, window: window)

@@ -427,21 +427,72 @@ public final class StateStore: Sendable {
     /// delivery is never sent again (the pipeline file's `idempotency.replay_window_seconds`).
     public static let defaultReplayWindowMilliseconds: Int64 = 3_600_000
 
-    /// Claims each (event, token) pair for sending, in one pipelined round trip (one script per idempotency shard
-    /// in the batch, `Scripts.claim`). A pair's record is a field of its shard's hash for the replay window that
-    /// `now` falls in (`RedisKeys.delivered`); the script reads this window's and the previous one's. The answer
+    /// Claims each (event, token) pair for sending. A pair's record is a field of its shard's hash for the replay
+    /// window that `now` falls in (`RedisKeys.delivered`); this window's and the previous one's are read. The answer
     /// per pair, in order:
     /// - `.claimed`: this call took it (or it was already this owner's): send. The field becomes
     ///   `p:<owner>:<now + ttlMilliseconds>`;
     /// - `.delivered`: a delivery record (`1`) is there: do not send again;
     /// - `.pending(owner:until:)`: another owner claimed it and has not confirmed it yet: do not send before
     ///   `until` (epoch ms), when the claim lapses unless it was confirmed or released.
+    ///
+    /// The common case costs plain commands in one pipelined round trip: per pair an `HSETNX` of the claim into
+    /// this window and an `HGET` of the previous window, per shard a `PEXPIRE`. Only a pair that finds something
+    /// there (a record, a claim, a copy replayed across a window's end) is settled by a second round trip, one Lua
+    /// script per shard (`Scripts.claim`), which judges what it found and withdraws a claim the first step wrote
+    /// over a record of the previous window.
     public func claim(
         app: String, pairs: [DeliveryKey], owner: String, ttlMilliseconds: Int64,
         now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [DeliveryClaim] {
         if pairs.isEmpty { return [] }
         let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
+        let groups = Self.deliveryGroups(pairs)
+        let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventId, token: $0.token) }
+        var batch = RedisBatch(capacity: 64 + pairs.count * 120 + groups.count * 64)
+        for group in groups {
+            for index in group.indices {
+                batch.command("HSETNX", arguments: 3)
+                Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
+                batch.argument(fields[index])
+                batch.argument(value)
+                batch.command("HGET", arguments: 2)
+                Self.windowKey(app: app, shard: group.shard, window: now / window - 1, into: &batch)
+                batch.argument(fields[index])
+            }
+            batch.command("PEXPIRE", arguments: 2)
+            Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
+            batch.argument(2 * window)
+        }
+        let replies = try await connection.pipeline(batch)
+        guard replies.count == batch.count else {
+            throw RedisError(.unexpectedReply, "claim: expected \(batch.count) replies, got \(replies.count)")
+        }
+        var out = [DeliveryClaim](repeating: .claimed, count: pairs.count)
+        var unsettled: [Int] = []
+        var next = 0
+        for group in groups {
+            for index in group.indices {
+                let wrote = try replies[next].orThrow("HSETNX claim").int == 1
+                let previous = try replies[next + 1].orThrow("HGET claim")
+                next += 2
+                if case .null = previous, wrote { continue }
+                unsettled.append(index)
+            }
+            _ = try replies[next].orThrow("PEXPIRE claim")
+            next += 1
+        }
+        if unsettled.isEmpty { return out }
+        let settled = try await settleClaims(
+            app: app, pairs: unsettled.map { pairs[$0] }, owner: owner, value: value, now: now, window: window)
+        for (index, answer) in zip(unsettled, settled) { out[index] = answer }
+        return out
+    }
+
+    /// The second step of `claim` for pairs that found something: one script per shard.
+    private func settleClaims(
+        app: String, pairs: [DeliveryKey], owner: String, value: String, now: Int64, window: Int64
+    ) async throws -> [DeliveryClaim] {
         let prefix = DeliveryClaim.pendingPrefix(owner: owner)
         let groups = Self.deliveryGroups(pairs)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventId, token: $0.token) }
@@ -792,6 +843,8 @@ enum Scripts {
     /// Per field: 1 when either window holds a delivery record; another owner's claim that has not lapsed
     /// (`p:<owner>:<until>` with until > now; a value of another form counts as a claim that has not lapsed);
     /// otherwise 0 after writing the claim value into this window (a lapsed claim, or this owner's, is replaced).
+    /// When the answer is not 0, a claim of this owner in this window is deleted (`claim`'s first step may have
+    /// written it over a record or claim in the previous window).
     static let claim = LoadedScript(
         """
         local out = {}
@@ -802,7 +855,10 @@ enum Scripts {
           local f = ARGV[i]
           local cur = redis.call('HGET', KEYS[1], f)
           local prev = redis.call('HGET', KEYS[2], f)
+          local cur_mine = cur and string.sub(cur, 1, #mine) == mine
           if cur == '1' or prev == '1' then
+            -- Delivered: a claim of this owner in this window (the first step may have just written it) goes.
+            if cur_mine then redis.call('HDEL', KEYS[1], f) end
             out[#out + 1] = 1
           else
             local other = false
@@ -813,6 +869,7 @@ enum Scripts {
               end
             end
             if other then
+              if cur_mine then redis.call('HDEL', KEYS[1], f) end
               out[#out + 1] = other
             else
               redis.call('HSET', KEYS[1], f, ARGV[2])

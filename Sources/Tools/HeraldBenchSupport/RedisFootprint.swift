@@ -6,6 +6,8 @@ import HeraldRedis
 package struct RedisSnapshot {
     package var usedMemory: Int
     package var commands: Int
+    /// `INFO commandstats` per command (Lua scripts' own calls included): calls and microseconds spent.
+    package var byCommand: [String: (calls: Int, usec: Int)] = [:]
 
     /// Reads both figures with one INFO each (the reading itself adds two commands, left in).
     package static func read(port: Int) async throws -> RedisSnapshot {
@@ -18,9 +20,24 @@ package struct RedisSnapshot {
             }
             throw BenchError("INFO \(section) has no \(name)")
         }
+        var byCommand: [String: (calls: Int, usec: Int)] = [:]
+        let stats = try await conn.send(RedisCommand("INFO", "commandstats")).orThrow("INFO").text ?? ""
+        // cmdstat_hget:calls=12,usec=30,usec_per_call=2.50,...
+        for line in stats.split(whereSeparator: \.isNewline) where line.hasPrefix("cmdstat_") {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let name = String(line[line.index(line.startIndex, offsetBy: 8)..<colon])
+            var calls = 0
+            var usec = 0
+            for pair in line[line.index(after: colon)...].split(separator: ",") {
+                let kv = pair.split(separator: "=", maxSplits: 1)
+                guard kv.count == 2, let v = Int(kv[1]) else { continue }
+                if kv[0] == "calls" { calls = v } else if kv[0] == "usec" { usec = v }
+            }
+            byCommand[name] = (calls, usec)
+        }
         return RedisSnapshot(
             usedMemory: try await field("memory", "used_memory"),
-            commands: try await field("stats", "total_commands_processed"))
+            commands: try await field("stats", "total_commands_processed"), byCommand: byCommand)
     }
 }
 
@@ -32,6 +49,16 @@ package struct RedisFootprint {
     /// Bytes of Redis memory the run left behind (what it keeps per notification until its TTLs end).
     package var retainedBytes: Int { after.usedMemory - before.usedMemory }
     package var commands: Int { after.commands - before.commands }
+
+    /// Calls and microseconds per command during the run, most time first.
+    package var byCommand: [(name: String, calls: Int, usec: Int)] {
+        after.byCommand.map { name, a in
+            let b = before.byCommand[name] ?? (0, 0)
+            return (name, a.calls - b.calls, a.usec - b.usec)
+        }
+        .filter { $0.calls > 0 }
+        .sorted { ($0.usec, $0.name) > ($1.usec, $1.name) }
+    }
 
     package func perNotification(_ value: Int, _ notifications: Int) -> Double {
         notifications > 0 ? Double(value) / Double(notifications) : 0

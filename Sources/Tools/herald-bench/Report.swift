@@ -126,6 +126,19 @@ struct BenchReport {
                 f.perNotification(f.commands, r.recipients), f.commands)
         }
         s += String(format: "| run time (drive + drain) | %.1f s |\n\n", r.driveSeconds)
+        if let f = r.redis, !f.byCommand.isEmpty {
+            // Redis's own accounting (INFO commandstats): where its command time goes. The time outside commands
+            // (reading and writing the connections) is the rest of its CPU.
+            s += "## Redis commands\n\n| command | calls per notification | µs per call | µs per notification |\n"
+            s += "| --- | --- | --- | --- |\n"
+            for c in f.byCommand {
+                s += "| \(c.name) "
+                s += String(
+                    format: "| %.2f | %.2f | %.2f |\n", f.perNotification(c.calls, r.recipients),
+                    Double(c.usec) / Double(c.calls), f.perNotification(c.usec, r.recipients))
+            }
+            s += "\n"
+        }
         s +=
             "## Latency by kind\n\n| kind | notifications | p50 ms | p99 ms | p99.9 ms | max ms |\n| --- | --- | --- | --- | --- | --- |\n"
         for k in NotificationKind.allCases {
