@@ -40,7 +40,7 @@ package final class BenchSession: @unchecked Sendable {
     }
 
     package static func open(
-        _ o: StackOptions, mockArgs: String, redisAOF: Bool = false, kafkaS3: Bool = false,
+        _ o: StackOptions, mockArgs: String, redisAOF: Bool = false, kafkaS3: Bool = false, redisCluster: Bool = false,
         runSuffix: String = ""
     ) throws -> BenchSession {
         let repo = try o.repo ?? StackControl.findRepo()
@@ -51,12 +51,15 @@ package final class BenchSession: @unchecked Sendable {
             )
         }
         let run = (o.runDir ?? repo + "/run/bench-\(getpid())") + runSuffix
-        let control = StackControl(repo: repo, run: run, environment: StackControl.portEnvironment())
+        let control = StackControl(
+            repo: repo, run: run, environment: StackControl.portEnvironment(redisCluster: redisCluster))
         log(
             "starting the stack in \(run) (ports: \(control.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))"
         )
         do {
-            try control.up(redisAOF: redisAOF, kafkaS3: kafkaS3, mockArgs: mockArgs, build: o.build, debug: o.debug)
+            try control.up(
+                redisAOF: redisAOF, kafkaS3: kafkaS3, redisCluster: redisCluster, mockArgs: mockArgs, build: o.build,
+                debug: o.debug)
         } catch {
             control.down()
             throw error
@@ -116,7 +119,7 @@ package final class LoadDriver: @unchecked Sendable {
         let now = nowMillis()
         workload = try Workload(options: options, pipelineFile: session.info.pipelineFile, now: now)
         let t0 = monotonicSeconds()
-        try await workload.load(redisPort: session.info.redisPort, now: now)
+        try await workload.load(redisURL: session.info.redisURL, now: now)
         loadSeconds = monotonicSeconds() - t0
         log(
             String(

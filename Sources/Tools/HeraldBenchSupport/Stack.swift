@@ -41,6 +41,10 @@ package struct StackInfo {
     package var apiToken: String?
     package var redisAOF: Bool
     package var kafkaS3: Bool
+    /// A Redis Cluster (nodes `redis-0` .. `redis-5` on `redisPort` and the five ports above it) instead of one Redis.
+    package var redisCluster: Bool
+    /// What the stages were given as HERALD_REDIS_URL.
+    package var redisURL: String
 
     package static func load(run: String) throws -> StackInfo {
         guard let text = try? String(contentsOfFile: run + "/stack.env", encoding: .utf8) else {
@@ -60,7 +64,8 @@ package struct StackInfo {
             kafkaPort: try int("KAFKA_PORT"), apnsPort: try int("APNS_PORT"),
             metricsBase: try int("METRICS_BASE"), mockMetricsPort: try int("MOCK_METRICS_PORT"),
             apiPort: kv["API_PORT"].flatMap { Int($0) }, apiToken: kv["API_TOKEN"], redisAOF: kv["REDIS_AOF"] == "1",
-            kafkaS3: kv["KAFKA_S3"] == "1")
+            kafkaS3: kv["KAFKA_S3"] == "1", redisCluster: kv["REDIS_CLUSTER"] == "1",
+            redisURL: try kv["REDIS_URL"] ?? "redis://127.0.0.1:\(int("REDIS_PORT"))")
     }
 
     package var brokers: String { "127.0.0.1:\(kafkaPort)" }
@@ -123,7 +128,7 @@ package struct StackControl {
     }
 
     /// Free ports from the kernel, unless the HERALD_LOCAL_* variables name them.
-    package static func portEnvironment() -> [String: String] {
+    package static func portEnvironment(redisCluster: Bool = false) -> [String: String] {
         var env: [String: String] = [:]
         let given = ProcessInfo.processInfo.environment
         // Each probe socket is closed before the next is opened, so the kernel may hand out one port twice (once
@@ -137,7 +142,7 @@ package struct StackControl {
                 taken.insert(Int(port) ?? 0)
                 continue
             }
-            var port = freePort()
+            var port = name == "HERALD_LOCAL_REDIS_PORT" && redisCluster ? freeClusterPorts() : freePort()
             for _ in 0..<50 where taken.contains(port) { port = freePort() }
             taken.insert(port)
             env[name] = String(port)
@@ -159,8 +164,11 @@ package struct StackControl {
             environment: env, quiet: quiet)
     }
 
-    package func up(redisAOF: Bool, kafkaS3: Bool, mockArgs: String, build: Bool, debug: Bool) throws {
+    package func up(
+        redisAOF: Bool, kafkaS3: Bool, redisCluster: Bool = false, mockArgs: String, build: Bool, debug: Bool
+    ) throws {
         var args = ["--up", "--no-setup"]
+        if redisCluster { args.append("--redis-cluster") }
         if !build { args.append("--no-build") }
         if redisAOF { args.append("--redis-aof") }
         if kafkaS3 { args.append("--kafka-s3") }
@@ -192,6 +200,16 @@ package func freePort() -> Int {
         if portIsFree(port) { return port }
     }
     return 31_999
+}
+
+/// The first of six consecutive free ports whose cluster bus ports (each + 10000) are free too, all below Linux's
+/// ephemeral range (scripts/local-stack.sh --redis-cluster).
+package func freeClusterPorts() -> Int {
+    for _ in 0..<500 {
+        let port = Int.random(in: 15_000..<22_000)
+        if (0..<6).allSatisfy({ portIsFree(port + $0) && portIsFree(port + $0 + 10_000) }) { return port }
+    }
+    return 21_990
 }
 
 package func portIsFree(_ port: Int) -> Bool {

@@ -126,8 +126,8 @@ package final class Workload {
     }
 
     /// Writes every user, presence and conversation to Redis in pipelined batches.
-    package func load(redisPort: Int, now: Int64) async throws {
-        let conn = RedisConnection(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(redisPort)"))
+    package func load(redisURL: String, now: Int64) async throws {
+        let conn = RedisConnection(configuration: try RedisConfiguration(url: redisURL))
         defer { conn.close() }
         var batch: [RedisCommand] = []
         func flush() async throws {

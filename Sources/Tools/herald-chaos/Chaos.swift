@@ -115,6 +115,8 @@ enum ChaosScenario: String, CaseIterable {
     case apnsFaults = "apns-fault-mix"
     case apnsStall = "apns-stall"
     case hostileAPI = "hostile-api"
+    case redisMasterKill = "redis-cluster-master-kill"
+    case redisSlotMove = "redis-cluster-slot-move"
 }
 
 struct ChaosOutcome {
@@ -165,11 +167,16 @@ struct ChaosRunner {
         return w
     }
 
-    func open(mockArgs: String = "", redisAOF: Bool = false, kafkaS3: Bool = false) throws -> BenchSession {
+    func open(
+        mockArgs: String = "", redisAOF: Bool = false, kafkaS3: Bool = false, redisCluster: Bool = false
+    ) throws
+        -> BenchSession
+    {
         var o = options.stack
         if o.runDir == nil { o.runDir = (try o.repo ?? StackControl.findRepo()) + "/run/chaos-\(getpid())" }
         return try BenchSession.open(
-            o, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3, runSuffix: "/" + scenario.rawValue)
+            o, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3, redisCluster: redisCluster,
+            runSuffix: "/" + scenario.rawValue)
     }
 
     func run() async throws -> ChaosOutcome {
@@ -182,6 +189,8 @@ struct ChaosRunner {
         case .apnsFaults: return try await apnsFaultMix()
         case .apnsStall: return try await apnsStall()
         case .hostileAPI: return try await hostileAPI()
+        case .redisMasterKill: return try await redisMasterKill()
+        case .redisSlotMove: return try await redisSlotMove()
         }
     }
 
