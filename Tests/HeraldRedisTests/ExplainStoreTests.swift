@@ -115,5 +115,18 @@ struct ExplainStoreTests {
             #expect(try ExplainEntry(line: line.dropLast(), appID: "a") == e)
         }
         #expect(throws: StageRecordError.self) { try ExplainEntry(line: Array("x\ty".utf8), appID: "a") }
+        // In an hourly log the time counts from the hour's start (7 digits, not 13); a line written with an
+        // absolute time reads the same.
+        let hourStart: Int64 = 1_732_006_800_000
+        let e = ExplainEntry(
+            appID: "a", eventID: "e", user: "u", stage: "suppress", decision: "suppress", reason: "dnd",
+            at: hourStart + 1_234_567)
+        var relative: [UInt8] = []
+        e.writeLine(into: &relative, base: hourStart)
+        #expect(String(decoding: relative, as: UTF8.self) == "e\tu\t\tsuppress\tsuppress\tdnd\t1234567\t\t\t\n")
+        #expect(try ExplainEntry(line: relative, appID: "a", base: hourStart) == e)
+        var absolute: [UInt8] = []
+        e.writeLine(into: &absolute)
+        #expect(try ExplainEntry(line: absolute, appID: "a", base: hourStart) == e)
     }
 }

@@ -102,7 +102,8 @@ struct RedisBatchTests {
             var out: [UInt8] = []
             var e = entries[i]
             if !user { e.user = nil }
-            e.writeLine(into: &out)
+            // A log line's time counts from the start of its hour; a last decision's is absolute.
+            e.writeLine(into: &out, base: user ? e.at / hour * hour : nil)
             return Array(out.dropLast())
         }
         func log(_ app: String, _ event: String, _ at: Int64) -> String {

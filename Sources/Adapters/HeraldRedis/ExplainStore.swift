@@ -72,7 +72,7 @@ public final class ExplainStore: Sendable {
                 }
                 let ref = LogRef(
                     app: entry.appID, shard: shard, hour: entry.at / RedisKeys.explainHourMilliseconds)
-                entry.writeLine(into: &line)
+                entry.writeLine(into: &line, base: ref.hour * RedisKeys.explainHourMilliseconds)
                 line.removeLast()  // the newline: each line is one list element
                 if logs[ref] == nil { logOrder.append(ref) }
                 logs[ref, default: []].append(line)
@@ -137,10 +137,12 @@ public final class ExplainStore: Sendable {
         let needle = Array(eventID.utf8) + [9]
         var latest: [String: ExplainEntry] = [:]
         var order: [String] = []
-        for reply in replies {
+        for (hour, reply) in zip(hours, replies) {
+            let base = hour * RedisKeys.explainHourMilliseconds
             for item in try reply.orThrow("LRANGE").array ?? [] {
                 guard let data = item.data, data.count > needle.count, data.starts(with: needle),
-                    let entry = try? ExplainEntry(line: [UInt8](data), appID: app), entry.eventID == eventID
+                    let entry = try? ExplainEntry(line: [UInt8](data), appID: app, base: base),
+                    entry.eventID == eventID
                 else { continue }
                 let subject = entry.field
                 if latest[subject] == nil { order.append(subject) }

@@ -119,8 +119,9 @@ extension ExplainEntry {
 
     /// The entry as one line of the compact trail, without the app (the key holds it): event, user, token,
     /// stage, decision, reason, at, status, attempt, count, separated by tabs, absent values empty, `\\`, tab
-    /// and newline escaped, ending in a newline. `init(line:appID:)` reads it back.
-    public func writeLine(into out: inout [UInt8]) {
+    /// and newline escaped, ending in a newline. With `base` (the start of the hourly log the line goes to), `at`
+    /// is written as the milliseconds since it: 7 digits instead of 13. `init(line:appID:base:)` reads it back.
+    public func writeLine(into out: inout [UInt8], base: Int64? = nil) {
         func text(_ s: String?) {
             guard let s else { return }
             for b in s.utf8 {
@@ -139,14 +140,15 @@ extension ExplainEntry {
         text(stage); out.append(9)
         text(decision); out.append(9)
         text(reason); out.append(9)
-        number(at); out.append(9)
+        number(at - (base ?? 0)); out.append(9)
         number(status.map(Int64.init)); out.append(9)
         number(attempt.map(Int64.init)); out.append(9)
         number(count.map(Int64.init)); out.append(10)
     }
 
-    /// Reads one line as `writeLine` wrote it (with or without its newline).
-    public init(line: some Collection<UInt8>, appID: String) throws(StageRecordError) {
+    /// Reads one line as `writeLine` wrote it (with or without its newline). `base`: the start of the hourly log the
+    /// line was read from; an `at` below it is relative to it (lines written with an absolute `at` read alike).
+    public init(line: some Collection<UInt8>, appID: String, base: Int64? = nil) throws(StageRecordError) {
         var fields: [String?] = []
         var current: [UInt8] = []
         var escaped = false
@@ -170,7 +172,8 @@ extension ExplainEntry {
         guard let event = fields[0], let stage = fields[3], let decision = fields[4] else {
             throw fail("(line): event, stage or decision missing")
         }
-        guard let atText = fields[6], let at = Int64(atText) else { throw fail("at: not a number") }
+        guard let atText = fields[6], var at = Int64(atText) else { throw fail("at: not a number") }
+        if let base, at < base { at += base }
         func int(_ i: Int) throws(StageRecordError) -> Int? {
             guard let t = fields[i] else { return nil }
             guard let n = Int(t) else { throw fail("(line): field \(i + 1) is not a number") }

@@ -105,7 +105,9 @@ extension ChaosRunner {
                 kill(pid, SIGKILL)
                 let at = nowMillis()
                 times.set("kill", at)
-                faults.add(.init(stage: "redis-\(victim.port - session.info.redisPort)", action: "SIGKILL", at: at, status: nil))
+                faults.add(
+                    .init(
+                        stage: "redis-\(victim.port - session.info.redisPort)", action: "SIGKILL", at: at, status: nil))
                 // The replica is promoted after cluster-node-timeout (3 s) and an election.
                 let others = ports.filter { $0 != victim.port }
                 var recovered = false
