@@ -20,6 +20,32 @@ struct BenchReport {
 
     static let heraldProcesses = stageNames
 
+    /// The decision core's CPU time per recipient (decided and rendered on one thread), from the host-speed marker
+    /// taken before and after the run; nil without one.
+    var coreSecondsPerRecipient: Double? {
+        let speeds = [hostSpeed.before, hostSpeed.after].compactMap { $0 }.filter { $0 > 0 }
+        guard !speeds.isEmpty else { return nil }
+        return Double(speeds.count) / speeds.reduce(0, +)
+    }
+
+    /// The six stages' CPU per delivered notification as a multiple of the decision core's cost per recipient: what
+    /// the pipeline adds around the decision (records, broker clients, Redis, HTTP/2), independent of the host's
+    /// speed because both sides are measured in the same run with the same build.
+    var coreMultiple: Double? {
+        guard let core = coreSecondsPerRecipient, result.delivered > 0 else { return nil }
+        return heraldCPU / Double(result.delivered) / core
+    }
+
+    var coreMultipleLine: String {
+        guard let core = coreSecondsPerRecipient, let multiple = coreMultiple else {
+            return "Herald's cost as a multiple of the decision core: - (no host-speed marker)"
+        }
+        return String(
+            format:
+                "Herald's six stages: %.1f µs of CPU per delivered notification = %.1f × the decision core's %.2f µs per recipient (herald-bench decide, taken in this run)",
+            heraldCPU / Double(result.delivered) * 1e6, multiple, core * 1e6)
+    }
+
     var heraldCPU: Double { Self.heraldProcesses.reduce(0) { $0 + (result.cpu[$1] ?? 0) } }
     var heraldPeakRSSKB: Int { Self.heraldProcesses.reduce(0) { $0 + (result.peakRSSKB[$1] ?? 0) } }
 
@@ -38,6 +64,7 @@ struct BenchReport {
             String(
                 format: "delivered %d of %d notifications in %.1f s: %.0f delivered/s", r.delivered, r.expected,
                 r.deliverySeconds, r.deliveredPerSecond))
+        lines.append(coreMultipleLine)
         lines.append(
             "latency created_at -> APNs answer: p50 \(r.overall.p50) ms, p99 \(r.overall.p99) ms, p99.9 \(r.overall.p999) ms, max \(r.overall.max) ms"
         )
@@ -81,6 +108,7 @@ struct BenchReport {
         let r = result
         var s = "# herald-bench pipeline\n\n"
         s += "Command: `\(command)`\n\n"
+        s += String(format: "**%.0f delivered/s**; ", result.deliveredPerSecond) + coreMultipleLine + "\n\n"
         s += hostSpeedLine + "\n\n"
         s += "## Scenario\n\n"
         s += "| setting | value |\n| --- | --- |\n"
@@ -244,6 +272,7 @@ struct BenchReport {
                 "host_recipients_per_cpu_second",
                 ["before": hostSpeed.before ?? 0, "after": hostSpeed.after ?? 0] as [String: Any]
             ),
+            ("herald_cpu_multiple_of_core", coreMultiple ?? 0),
             ("consistent", r.consistencyProblems().isEmpty),
             ("problems", r.consistencyProblems()),
         ])
