@@ -153,7 +153,7 @@ struct RedisClusterTests {
         #expect(try await store.members(app: "app1", conversation: "c-new") == ["a", "b"])
 
         // send's claims (EVALSHA; the script is loaded on every master) for events spread over the masters.
-        let pairs = (0..<60).map { DeliveryKey(eventId: "event-\($0)", token: Self.token($0)) }
+        let pairs = (0..<60).map { DeliveryPair(eventID: "event-\($0)", token: Self.token($0)) }
         let claims = try await store.claim(
             app: "app1", pairs: pairs, owner: "send-1", ttlMilliseconds: 60_000, now: Self.t0)
         #expect(claims == Array(repeating: .claimed, count: pairs.count))

@@ -142,7 +142,7 @@ struct StateStoreTests {
         // Just before a window ends, so the later steps run in the next window and read the claims across it.
         let now: Int64 = 1_732_006_800_000 - 20
         #expect((now + 20) % window == 0)
-        let a = DeliveryKey(eventId: "e1", token: Self.token(1)), b = DeliveryKey(eventId: "e1", token: Self.token(2))
+        let a = DeliveryPair(eventID: "e1", token: Self.token(1)), b = DeliveryPair(eventID: "e1", token: Self.token(2))
 
         let pendingP1 = DeliveryClaim.pending(owner: "p1", until: now + 60_000)
         var got: [DeliveryClaim] = try await store.claim(
@@ -179,7 +179,7 @@ struct StateStoreTests {
         #expect(!dump.contains { $0.contains(Self.token(1)) })
         // Across a window's end: the first step writes a claim into the new window before it learns that the
         // previous one holds a record (d) or another owner's live claim (e); the claim it wrote is taken back.
-        let d = DeliveryKey(eventId: "e4", token: Self.token(4)), e = DeliveryKey(eventId: "e4", token: Self.token(5))
+        let d = DeliveryPair(eventID: "e4", token: Self.token(4)), e = DeliveryPair(eventID: "e4", token: Self.token(5))
         got = try await store.claim(
             app: "a", pairs: [d, e], owner: "p1", ttlMilliseconds: 60_000, now: now, window: window)
         #expect(got == [DeliveryClaim.claimed, .claimed])
@@ -190,12 +190,12 @@ struct StateStoreTests {
         let nextWindow = RedisKeys.delivered(
             app: "a", shard: RedisKeys.deliveredShard(eventId: "e4"), window: (now + 30) / window)
         for pair in [d, e] {
-            let f = RedisKeys.deliveredField(eventId: pair.eventId, token: pair.token)
+            let f = RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token)
             let left = try await redis.send("HGET", nextWindow, f)
             #expect(left == .null, "\(left)")
         }
         // A claim lapses at its expiry: then another owner takes it.
-        let c = DeliveryKey(eventId: "e3", token: Self.token(3))
+        let c = DeliveryPair(eventID: "e3", token: Self.token(3))
         got = try await store.claim(app: "a", pairs: [c], owner: "p1", ttlMilliseconds: 50, now: now, window: window)
         #expect(got == [DeliveryClaim.claimed])
         got = try await store.claim(
@@ -223,8 +223,8 @@ struct StateStoreTests {
         #expect(try await store.markDelivered(app: "b", eventId: "e1", token: Self.token(1), now: now, window: window))
 
         let pairs = [
-            DeliveryKey(eventId: "e1", token: Self.token(1)), DeliveryKey(eventId: "e1", token: Self.token(2)),
-            DeliveryKey(eventId: "e2", token: Self.token(1)),
+            DeliveryPair(eventID: "e1", token: Self.token(1)), DeliveryPair(eventID: "e1", token: Self.token(2)),
+            DeliveryPair(eventID: "e2", token: Self.token(1)),
         ]
         #expect(try await store.wasDelivered(app: "a", pairs: pairs, now: now, window: window) == [true, false, false])
         #expect(try await store.markDelivered(app: "a", pairs: pairs, now: now, window: window) == [false, true, true])

@@ -442,13 +442,13 @@ public final class StateStore: Sendable {
     /// script per shard (`Scripts.claim`), which judges what it found and withdraws a claim the first step wrote
     /// over a record of the previous window.
     public func claim(
-        app: String, pairs: [DeliveryKey], owner: String, ttlMilliseconds: Int64,
+        app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64,
         now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [DeliveryClaim] {
         if pairs.isEmpty { return [] }
         let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
         let groups = Self.deliveryGroups(pairs)
-        let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventId, token: $0.token) }
+        let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
         var batch = RedisBatch(capacity: 64 + pairs.count * 120 + groups.count * 64)
         for group in groups {
             for index in group.indices {
@@ -491,11 +491,11 @@ public final class StateStore: Sendable {
 
     /// The second step of `claim` for pairs that found something: one script per shard.
     private func settleClaims(
-        app: String, pairs: [DeliveryKey], owner: String, value: String, now: Int64, window: Int64
+        app: String, pairs: [DeliveryPair], owner: String, value: String, now: Int64, window: Int64
     ) async throws -> [DeliveryClaim] {
         let prefix = DeliveryClaim.pendingPrefix(owner: owner)
         let groups = Self.deliveryGroups(pairs)
-        let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventId, token: $0.token) }
+        let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
         let replies = try await Scripts.claim.run(on: connection, what: "claim") { sha in
             var batch = RedisBatch(capacity: 128 + pairs.count * 40 + groups.count * 160)
             for group in groups {
@@ -535,7 +535,7 @@ public final class StateStore: Sendable {
     /// whoever held the claim, and that window's hash lives two windows from now. One pipelined round trip: an
     /// `HSET` of every pair of a shard and a `PEXPIRE` per shard.
     public func confirmDelivered(
-        app: String, pairs: [DeliveryKey], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
+        app: String, pairs: [DeliveryPair], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws {
         if pairs.isEmpty { return }
         var batch = RedisBatch(capacity: 64 + pairs.count * 32)
@@ -543,7 +543,7 @@ public final class StateStore: Sendable {
             batch.command("HSET", arguments: 1 + 2 * group.indices.count)
             Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
             for index in group.indices {
-                batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventId, token: pairs[index].token))
+                batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventID, token: pairs[index].token))
                 batch.argument(DeliveryClaim.deliveredValue)
             }
             batch.command("PEXPIRE", arguments: 2)
@@ -557,7 +557,7 @@ public final class StateStore: Sendable {
     /// the DLQ or token feedback): a claim of another owner, or a delivery record, is left alone. One script per
     /// shard, in one round trip.
     public func releaseClaims(
-        app: String, pairs: [DeliveryKey], owner: String, now: Int64,
+        app: String, pairs: [DeliveryPair], owner: String, now: Int64,
         window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws {
         if pairs.isEmpty { return }
@@ -571,7 +571,7 @@ public final class StateStore: Sendable {
                 Self.windowKeys(app: app, shard: group.shard, now: now, window: window, into: &batch)
                 batch.argument(DeliveryClaim.pendingPrefix(owner: owner))
                 for index in group.indices {
-                    batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventId, token: pairs[index].token))
+                    batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventID, token: pairs[index].token))
                 }
             }
             return batch
@@ -586,12 +586,12 @@ public final class StateStore: Sendable {
         window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> Bool {
         try await markDelivered(
-            app: app, pairs: [DeliveryKey(eventId: eventId, token: token)], now: now, window: window)[0]
+            app: app, pairs: [DeliveryPair(eventID: eventId, token: token)], now: now, window: window)[0]
     }
 
     /// The batch form of `markDelivered`: one pipelined round trip, one answer per pair, in order.
     public func markDelivered(
-        app: String, pairs: [DeliveryKey], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
+        app: String, pairs: [DeliveryPair], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [Bool] {
         let replies = try await Scripts.mark.run(on: connection, what: "mark") { sha in
             var batch = RedisBatch(capacity: 64 + pairs.count * 200)
@@ -600,9 +600,9 @@ public final class StateStore: Sendable {
                 batch.argument(sha)
                 batch.argument("2")
                 Self.windowKeys(
-                    app: app, shard: RedisKeys.deliveredShard(eventId: pair.eventId), now: now, window: window,
+                    app: app, shard: RedisKeys.deliveredShard(eventId: pair.eventID), now: now, window: window,
                     into: &batch)
-                batch.argument(RedisKeys.deliveredField(eventId: pair.eventId, token: pair.token))
+                batch.argument(RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token))
                 batch.argument(2 * window)
             }
             return batch
@@ -619,13 +619,13 @@ public final class StateStore: Sendable {
     /// Whether each pair has a delivery record (`1`; a pending claim does not count) in the window `now` falls in
     /// or the one before. One pipelined round trip (two `HGET` per pair).
     public func wasDelivered(
-        app: String, pairs: [DeliveryKey], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
+        app: String, pairs: [DeliveryPair], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [Bool] {
         if pairs.isEmpty { return [] }
         var batch = RedisBatch(capacity: 64 + pairs.count * 160)
         for pair in pairs {
-            let shard = RedisKeys.deliveredShard(eventId: pair.eventId)
-            let field = RedisKeys.deliveredField(eventId: pair.eventId, token: pair.token)
+            let shard = RedisKeys.deliveredShard(eventId: pair.eventID)
+            let field = RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token)
             for w in [now / window, now / window - 1] {
                 batch.command("HGET", arguments: 2)
                 Self.windowKey(app: app, shard: shard, window: w, into: &batch)
@@ -644,15 +644,15 @@ public final class StateStore: Sendable {
     }
 
     /// Pairs grouped by idempotency shard (in the order shards first appear), so each script touches one slot.
-    static func deliveryGroups(_ pairs: [DeliveryKey]) -> [(shard: UInt64, indices: [Int])] {
+    static func deliveryGroups(_ pairs: [DeliveryPair]) -> [(shard: UInt64, indices: [Int])] {
         var groups: [(shard: UInt64, indices: [Int])] = []
         var groupOf: [UInt64: Int] = [:]
         var lastEvent: String?
         var current = -1
         for (index, pair) in pairs.enumerated() {
             // Pairs of one event mostly come one after another: only a change of event hashes again.
-            if pair.eventId != lastEvent {
-                let shard = RedisKeys.deliveredShard(eventId: pair.eventId)
+            if pair.eventID != lastEvent {
+                let shard = RedisKeys.deliveredShard(eventId: pair.eventID)
                 if let known = groupOf[shard] {
                     current = known
                 } else {
@@ -660,7 +660,7 @@ public final class StateStore: Sendable {
                     groupOf[shard] = current
                     groups.append((shard, []))
                 }
-                lastEvent = pair.eventId
+                lastEvent = pair.eventID
             }
             groups[current].indices.append(index)
         }
@@ -752,17 +752,6 @@ public final class StateStore: Sendable {
 
     /// The stored form of a device or preferences: HeraldCore's JSON (the fixture shape, docs/redis-keys.md).
     private static func encode<T: JSONRecord>(_ value: T) -> [UInt8] { value.jsonBytes() }
-}
-
-/// One (event, device token) pair of the idempotency records.
-public struct DeliveryKey: Sendable, Hashable {
-    public var eventId: String
-    public var token: String
-
-    public init(eventId: String, token: String) {
-        self.eventId = eventId
-        self.token = token
-    }
 }
 
 /// A Lua script run with EVALSHA, so its text is not sent and hashed again with every call: loaded with

@@ -319,7 +319,7 @@ public struct RegistryOperations: Sendable {
             let tokens = try await store.loadUser(app: app, user: user, now: now).devices.map(\.token)
                 .filter { !named.contains($0) }
             let records = try await store.wasDelivered(
-                app: app, pairs: tokens.map { DeliveryKey(eventId: eventID, token: $0) }, now: now,
+                app: app, pairs: tokens.map { DeliveryPair(eventID: eventID, token: $0) }, now: now,
                 window: replayWindowMilliseconds)
             delivered = zip(tokens, records).filter(\.1).map(\.0)
         }

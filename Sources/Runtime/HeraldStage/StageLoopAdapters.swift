@@ -129,7 +129,7 @@ public struct RedisDeliveryLedger: DeliveryLedger {
     ) async throws -> [ClaimOutcome] {
         try await transient {
             try await store.claim(
-                app: app, pairs: pairs.map(Self.key), owner: owner, ttlMilliseconds: claimTTL, now: now,
+                app: app, pairs: pairs, owner: owner, ttlMilliseconds: claimTTL, now: now,
                 window: windowMilliseconds
             )
             .map { claim in
@@ -145,19 +145,15 @@ public struct RedisDeliveryLedger: DeliveryLedger {
     public func confirm(app: String, pairs: [DeliveryPair], now: Int64) async throws {
         try await transient {
             try await store.confirmDelivered(
-                app: app, pairs: pairs.map(Self.key), now: now, window: windowMilliseconds)
+                app: app, pairs: pairs, now: now, window: windowMilliseconds)
         }
     }
 
     public func release(app: String, pairs: [DeliveryPair], owner: String, now: Int64) async throws {
         try await transient {
             try await store.releaseClaims(
-                app: app, pairs: pairs.map(Self.key), owner: owner, now: now, window: windowMilliseconds)
+                app: app, pairs: pairs, owner: owner, now: now, window: windowMilliseconds)
         }
-    }
-
-    private static func key(_ pair: DeliveryPair) -> DeliveryKey {
-        DeliveryKey(eventId: pair.eventID, token: pair.token)
     }
 }
 

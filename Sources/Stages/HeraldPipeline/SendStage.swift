@@ -28,15 +28,6 @@ public enum ClaimOutcome: Sendable, Hashable {
     case pendingElsewhere(until: Int64)
 }
 
-public struct DeliveryPair: Sendable, Hashable {
-    public var eventID: String
-    public var token: String
-    public init(eventID: String, token: String) {
-        self.eventID = eventID
-        self.token = token
-    }
-}
-
 /// One notification for the transport.
 public struct PushJob: Sendable, Hashable {
     public var appID: String
