@@ -5,12 +5,13 @@
 //   Sources/Tools      heraldctl, herald-bench, herald-chaos (the fault suite), herald-kafka-bench, herald-apns-bench,
 //                      and HeraldBenchSupport (the local stack under load, which herald-bench and herald-chaos share)
 //   Sources/Stages     the six stage executables (herald-ingest, -resolve, -suppress, -render, -send, -registry)
-//                      and HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket)
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
-//                      lifecycle, logs, configuration binding)
+//                      lifecycle, logs, configuration binding); HeraldRegistryAPI: the registry API's routes and
+//                      the registry operations heraldctl shares
+//   Sources/Pipeline   HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket); it sits
+//                      beside the adapters: HeraldPipeline and the adapters do not import each other
 //   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldPushProviders (nghttp2 HTTP/2: APNs and FCM), HeraldHTTP (libcurl
-//                      HTTP/1.1: OAuth, webhooks), HeraldTLS (the OpenSSL client context Redis and APNs/FCM share);
-//                      HeraldPipeline and the adapters do not import each other
+//                      HTTP/1.1: OAuth, webhooks), HeraldTLS (the OpenSSL client context Redis and APNs/FCM share)
 //   Sources/Core       HeraldConfig (pipeline YAML -> typed configuration) over HeraldCore (pure: events, state,
 //                      rules, rendering, payloads, answer tables, record codecs)
 //   Sources/CShims     C modules: CRdKafka, CHiredis, CNghttp2, COpenSSL (system libraries), CHeraldCurl and
@@ -92,7 +93,7 @@ let package = Package(
 
         // MARK: Per-stage processing (pure over ports: unit-testable without Kafka, Redis or APNs)
         .target(
-            name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"], path: "Sources/Stages/HeraldPipeline"),
+            name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"], path: "Sources/Pipeline/HeraldPipeline"),
 
         // MARK: What every stage executable shares
         .target(

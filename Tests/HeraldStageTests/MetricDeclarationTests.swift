@@ -47,7 +47,7 @@ struct MetricDeclarationTests {
 
     @Test(
         "no source of a stage names a herald_* metric that is not declared",
-        arguments: ["Sources/Runtime", "Sources/Stages"])
+        arguments: ["Sources/Runtime", "Sources/Pipeline", "Sources/Stages"])
     func sourcesNameDeclaredMetrics(folder: String) throws {
         let declared = Set(Self.all.map(\.name))
         let root = Paths.packageRoot + "/" + folder
