@@ -93,7 +93,8 @@ let package = Package(
 
         // MARK: Per-stage processing (pure over ports: unit-testable without Kafka, Redis or APNs)
         .target(
-            name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"], path: "Sources/Pipeline/HeraldPipeline"),
+            name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"],
+            path: "Sources/Pipeline/HeraldPipeline"),
 
         // MARK: What every stage executable shares
         .target(

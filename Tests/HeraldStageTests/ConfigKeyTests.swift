@@ -99,7 +99,9 @@ struct ConfigKeyTests {
         }
     }
 
-    @Test("every HERALD_* key the stage sources name is declared", arguments: ["Sources/Stages", "Sources/Pipeline", "Sources/Runtime"])
+    @Test(
+        "every HERALD_* key the stage sources name is declared",
+        arguments: ["Sources/Stages", "Sources/Pipeline", "Sources/Runtime"])
     func sourcesUseDeclaredKeys(folder: String) throws {
         let declared = Set(ConfigKey.all.map(\.name)).union(ConfigReader.heraldctlKeys)
         let root = Paths.packageRoot + "/" + folder
