@@ -100,6 +100,30 @@ struct PipelineConfigTests {
         #expect(!apps.app("c").coalesce.isOn && !apps.app("d").coalesce.isOn && !apps.app("d").floodGuard.isOn)
     }
 
+    @Test("read_sync: on by default, on, off, or its settings")
+    func readSyncSettings() throws {
+        let yaml = """
+            apps:
+              a: {read_sync: {conversation_seconds: 10, per_minute: 5}}
+              b: {read_sync: off}
+              c: {read_sync: {enabled: false}}
+              d: {read_sync: on}
+              e: {}
+              f: {read_sync: {conversation_seconds: 0}}
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings.isEmpty, "\(loaded.warnings)")
+        let apps = loaded.config.apps
+        #expect(
+            apps.app("a").readSync
+                == ReadSyncPolicy(enabled: true, conversationIntervalMilliseconds: 10_000, perMinute: 5))
+        #expect(!apps.app("b").readSync.enabled && !apps.app("c").readSync.enabled)
+        #expect(apps.app("d").readSync == ReadSyncPolicy() && apps.app("e").readSync == ReadSyncPolicy())
+        #expect(ReadSyncPolicy().enabled && ReadSyncPolicy().conversationIntervalMilliseconds == 3_000)
+        #expect(ReadSyncPolicy().perMinute == 20)
+        #expect(apps.app("f").readSync.conversationIntervalMilliseconds == 0 && apps.app("f").readSync.perMinute == 20)
+    }
+
     @Test("invalid values are errors naming the key")
     func invalidValues() {
         let rows: [(String, String)] = [
@@ -122,6 +146,10 @@ struct PipelineConfigTests {
             ("apps: {a: {coalesce: {window_seconds: 10, update_seconds: 11}}}", "apps.a.coalesce.update_seconds"),
             ("apps: {a: {flood_guard: {per_minute: 0}}}", "apps.a.flood_guard.per_minute"),
             ("apps: {a: {flood_guard: lots}}", "apps.a.flood_guard"),
+            ("apps: {a: {read_sync: sometimes}}", "apps.a.read_sync"),
+            ("apps: {a: {read_sync: {per_minute: 0}}}", "apps.a.read_sync.per_minute"),
+            ("apps: {a: {read_sync: {conversation_seconds: 61}}}", "apps.a.read_sync.conversation_seconds"),
+            ("apps: {a: {read_sync: {enabled: perhaps}}}", "apps.a.read_sync.enabled"),
         ]
         for (yaml, path) in rows {
             do {

@@ -231,7 +231,7 @@ struct EventSchemaTests {
             return a.compactMap { if case .string(let s) = $0 { return s } else { return nil } }
         }
         let props = schema["properties"]
-        #expect(enumValues(props?["kind"]) == ChatEvent.Kind.allCases.map(\.rawValue))
+        #expect(enumValues(props?["kind"]) == ChatEvent.Kind.published.map(\.rawValue))
         #expect(enumValues(props?["conversation"]?["properties"]?["type"]) == ConversationType.allCases.map(\.rawValue))
         #expect(enumValues(props?["message"]?["properties"]?["type"]) == MessageType.allCases.map(\.rawValue))
         #expect(enumValues(props?["message"]?["properties"]?["mention_type"]) == MentionType.allCases.map(\.rawValue))

@@ -107,6 +107,40 @@ private let rows: [Row] = [
         name: "5121 bytes voip too large", headers: base([(.pushType, "voip")], topic: "com.example.chat.voip"),
         body: padded(5120),
         bodyLength: 5121, expected: MockVerdict(.payloadTooLarge)),
+    // Background pushes: priority 5, content-available 1, nothing shown.
+    Row(
+        name: "background: priority 5 and content-available only",
+        headers: base([(.pushType, "background"), (.priority, "5")]),
+        body: #"{"aps":{"content-available":1,"thread-id":"c1"},"read":{"conversation":"c1","badge":2}}"#,
+        expected: .ok),
+    Row(
+        name: "background with priority 10 is BadPriority",
+        headers: base([(.pushType, "background"), (.priority, "10")]),
+        body: #"{"aps":{"content-available":1}}"#, expected: MockVerdict(.badPriority)),
+    Row(
+        name: "background without apns-priority (10) is BadPriority", headers: base([(.pushType, "background")]),
+        body: #"{"aps":{"content-available":1}}"#, expected: MockVerdict(.badPriority)),
+    Row(
+        name: "background without content-available", headers: base([(.pushType, "background"), (.priority, "5")]),
+        body: #"{"aps":{"thread-id":"c1"},"content-available":1}"#, expected: MockVerdict(.invalidPushType)),
+    Row(
+        name: "background with content-available 0", headers: base([(.pushType, "background"), (.priority, "5")]),
+        body: #"{"aps":{"content-available":0}}"#, expected: MockVerdict(.invalidPushType)),
+    Row(
+        name: "background with an alert", headers: base([(.pushType, "background"), (.priority, "5")]),
+        body: #"{"aps":{"content-available":1,"alert":{"body":"hi"}}}"#, expected: MockVerdict(.invalidPushType)),
+    Row(
+        name: "background with a sound", headers: base([(.pushType, "background"), (.priority, "5")]),
+        body: #"{"aps":{"sound":"default","content-available":1}}"#, expected: MockVerdict(.invalidPushType)),
+    Row(
+        name: "background with a badge", headers: base([(.pushType, "background"), (.priority, "5")]),
+        body: #"{"aps":{"content-available":1,"badge":3}}"#, expected: MockVerdict(.invalidPushType)),
+    Row(
+        name: "background without aps", headers: base([(.pushType, "background"), (.priority, "5")]),
+        body: #"{"read":{"all":true}}"#, expected: MockVerdict(.invalidPushType)),
+    Row(
+        name: "alert with content-available and a badge is fine", headers: base([(.priority, "5")]),
+        body: #"{"aps":{"content-available":1,"badge":3}}"#, expected: .ok),
 ]
 
 /// A JSON object of exactly n bytes.

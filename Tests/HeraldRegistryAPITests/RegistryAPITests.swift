@@ -370,6 +370,14 @@ struct RegistryAPITests {
         #expect(
             try await s.call("POST", "/v1/apps/app1/users/u-count/read", body: #"{"conversation": 5}"#).json?["field"]
                 as? String == "conversation")
+        // The device that read is named by its token (docs/behaviour.md §6c); an empty one is refused.
+        let named = try await s.call(
+            "POST", "/v1/apps/app1/users/u-count/read",
+            body: #"{"conversation": "c2", "token": "\#(String(repeating: "ab", count: 32))"}"#)
+        #expect(named.status == 202, "\(named.body)")
+        let empty = try await s.call(
+            "POST", "/v1/apps/app1/users/u-count/read", body: #"{"conversation": "c2", "token": ""}"#)
+        #expect(empty.status == 400 && empty.json?["field"] as? String == "token")
     }
 
     @Test("explain: 404 before any decision; then the user's latest decision with its devices")

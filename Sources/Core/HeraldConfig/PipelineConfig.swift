@@ -457,7 +457,7 @@ public enum PipelineLoader {
         "payload", "multi_device", "badge", "counts", "templates", "catalogs", "credentials",
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
-        "priority", "interruption_level", "relevance_score", "coalesce", "flood_guard",
+        "priority", "interruption_level", "relevance_score", "coalesce", "flood_guard", "read_sync",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -638,7 +638,33 @@ public enum PipelineLoader {
         app.interruption = try readInterruption(&r, m, path: path)
         app.coalesce = try readCoalesce(&r, m["coalesce"], path: path + ".coalesce")
         app.floodGuard = try readFloodGuard(&r, m["flood_guard"], path: path + ".flood_guard")
+        app.readSync = try readReadSync(&r, m["read_sync"], path: path + ".read_sync")
         return app
+    }
+
+    /// `read_sync:` of an app: `on` (the default), `off`, or `{enabled, conversation_seconds (0 to 60; default 3),
+    /// per_minute (1 to 1000; default 20)}` (docs/behaviour.md §6c).
+    static func readReadSync(_ r: inout Reader, _ node: Node?, path: String) throws(ConfigError) -> ReadSyncPolicy {
+        guard let node else { return ReadSyncPolicy() }
+        if node.mapping == nil {
+            switch try r.string(node, path) {
+            case "on"?, "true"?: return ReadSyncPolicy()
+            case "off"?, "false"?: return .off
+            default:
+                throw ConfigError(
+                    path: path, message: "expected on, off or {enabled, conversation_seconds, per_minute}")
+            }
+        }
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: ["enabled", "conversation_seconds", "per_minute"])
+        let defaults = ReadSyncPolicy()
+        let seconds = try r.int(
+            m["conversation_seconds"], path + ".conversation_seconds", in: 0...ReadSync.maxIntervalSeconds)
+        return ReadSyncPolicy(
+            enabled: try r.bool(m["enabled"], path + ".enabled") ?? true,
+            conversationIntervalMilliseconds: seconds.map { Int64($0) * 1000 }
+                ?? defaults.conversationIntervalMilliseconds,
+            perMinute: try r.int(m["per_minute"], path + ".per_minute", in: 1...1000) ?? defaults.perMinute)
     }
 
     /// `flood_guard:` of an app: `off` (the default), or `per_minute` (1 to 10000) (docs/behaviour.md §6b).

@@ -232,6 +232,8 @@ public struct AppConfig: Sendable {
     public var coalesce = CoalescePolicy()
     /// At most so many visible pushes per user per minute (docs/behaviour.md §6b); off by default.
     public var floodGuard = FloodPolicy()
+    /// Clears on the user's other devices when a conversation is read (docs/behaviour.md §6c); on by default.
+    public var readSync = ReadSyncPolicy()
 
     let strings: [String: Strings]
     let english: Strings

@@ -38,6 +38,12 @@ public struct ChatEvent: Sendable, Hashable {
         case messageEdited = "message_edited"
         /// A message was deleted: a background update, nothing shown.
         case messageDeleted = "message_deleted"
+        /// A user read a conversation (or everything): Herald's own kind, made by herald-registry from a `mark_read`
+        /// record for the user's other devices (docs/behaviour.md §6c); never accepted on `chat.events`.
+        case conversationRead = "conversation_read"
+
+        /// The kinds a chat back end publishes on `chat.events` (docs/event-schema.json): all but Herald's own.
+        public static let published: [Kind] = allCases.filter { $0 != .conversationRead }
 
         /// Whether the event is about a message (and carries the `message` block).
         public var isMessage: Bool { self == .message || self == .messageEdited || self == .messageDeleted }
@@ -528,7 +534,7 @@ public struct ChatEvent: Sendable, Hashable {
         case .call, .reaction:
             // A call rings, and a reaction answers, the recipient personally.
             return true
-        case .groupAction:
+        case .groupAction, .conversationRead:
             return false
         case .message, .messageEdited, .messageDeleted:
             guard let m = message else { return false }

@@ -105,7 +105,7 @@ public enum Priority {
         switch event.kind {
         case .call:
             candidates.append(PriorityDecision(policy.call, rule: "call"))
-        case .message, .messageEdited, .messageDeleted, .reaction, .groupAction:
+        case .message, .messageEdited, .messageDeleted, .reaction, .groupAction, .conversationRead:
             if event.conversation.type == .direct {
                 candidates.append(PriorityDecision(policy.direct, rule: "direct"))
             } else if event.kind == .message, event.message?.type == .admin {

@@ -17,7 +17,7 @@
 /// {"op": "add_members", "app_id": "app1", "conversation": "c1", "members": ["u3"]}
 /// {"op": "remove_members", "app_id": "app1", "conversation": "c1", "members": ["u1"]}
 /// {"op": "patch_preferences", "app_id": "app1", "user": "u2", "patch": {"set": {"trigger": "off"}, "clear": ["dnd"]}}
-/// {"op": "mark_read", "app_id": "app1", "user": "u2", "conversation": "c1"}
+/// {"op": "mark_read", "app_id": "app1", "user": "u2", "conversation": "c1", "token": "<the reading device>", "read_at": 1732000000000}
 /// ```
 public struct RegistryRecord: Sendable, Hashable {
     public enum Op: String, Sendable, Hashable, CaseIterable {
@@ -34,7 +34,8 @@ public struct RegistryRecord: Sendable, Hashable {
         case removeMembers = "remove_members"
         /// Some preference fields, applied field by field (`PreferencePatch`).
         case patchPreferences = "patch_preferences"
-        /// Resets the Herald-kept unread and mention counts: of `conversation`, or all of them without one.
+        /// Resets the Herald-kept unread and mention counts: of `conversation`, or all of them without one; and clears
+        /// the conversation's notifications on the user's other devices (docs/behaviour.md §6c).
         case markRead = "mark_read"
     }
 
@@ -46,7 +47,7 @@ public struct RegistryRecord: Sendable, Hashable {
     public var device: Device?
     /// `register_device`: make this the user's only token of its kind (Sendbird's `unique: true`); absent is false.
     public var unique: Bool?
-    /// `unregister_device`.
+    /// `unregister_device`; `mark_read`: the device that read (it gets no clear).
     public var token: String?
     /// `set_preferences`: the whole preferences object (it replaces the stored one).
     public var preferences: Preferences?
@@ -61,11 +62,14 @@ public struct RegistryRecord: Sendable, Hashable {
     public var members: [String]?
     /// `patch_preferences`.
     public var patch: PreferencePatch?
+    /// `mark_read`: when the user read, epoch milliseconds (set by the API and heraldctl); it names the read, so a
+    /// redelivered record clears with the same notification id.
+    public var readAt: Int64?
 
     public init(
         op: Op, appID: String, user: String? = nil, device: Device? = nil, unique: Bool? = nil, token: String? = nil,
         preferences: Preferences? = nil, online: [String]? = nil, ttlMs: Int64? = nil, unread: Unread? = nil,
-        conversation: String? = nil, members: [String]? = nil, patch: PreferencePatch? = nil
+        conversation: String? = nil, members: [String]? = nil, patch: PreferencePatch? = nil, readAt: Int64? = nil
     ) {
         self.op = op
         self.appID = appID
@@ -80,6 +84,7 @@ public struct RegistryRecord: Sendable, Hashable {
         self.conversation = conversation
         self.members = members
         self.patch = patch
+        self.readAt = readAt
     }
 
     /// True for the ops about a conversation's members (no `user`; keyed by the conversation).
@@ -162,6 +167,10 @@ public struct RegistryRecord: Sendable, Hashable {
                 return StageRecordError(
                     record: "RegistryRecord", detail: "conversation: empty (leave it out to mark everything read)")
             }
+            if let token, token.isEmpty || token.utf8.count > Device.maxTokenBytes {
+                return invalid("token: 1 to \(Device.maxTokenBytes) bytes (the device that read)")
+            }
+            if let readAt, readAt < 0 { return invalid("read_at: negative") }
         }
         return nil
     }
@@ -206,6 +215,7 @@ extension RegistryRecord: JSONRecord {
         if let conversation { w.raw(",\"conversation\":"); w.string(conversation) }
         if let members { w.raw(",\"members\":"); w.stringArray(members) }
         if let patch { w.raw(",\"patch\":"); patch.write(into: &w) }
+        if let readAt { w.raw(",\"read_at\":"); w.int(readAt) }
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -220,7 +230,8 @@ extension RegistryRecord: JSONRecord {
             online: try r.stringArray("online"), ttlMs: try r.int("ttl_ms"),
             unread: try r.object("unread").map { u throws(StageRecordError) in try Unread(reader: u) },
             conversation: try r.string("conversation"), members: try r.stringArray("members"),
-            patch: try r.object("patch").map { p throws(StageRecordError) in try PreferencePatch(reader: p) })
+            patch: try r.object("patch").map { p throws(StageRecordError) in try PreferencePatch(reader: p) },
+            readAt: try r.int("read_at"))
     }
 }
 

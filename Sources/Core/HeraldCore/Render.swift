@@ -96,6 +96,9 @@ public enum Renderer {
         now: Date
     ) throws(RenderError) -> [APNsRequest] {
         if targets.isEmpty { return [] }
+        if event.kind == .conversationRead {
+            return try ReadSync.render(event: event, recipient: recipient, state: state, targets: targets, app: app)
+        }
         let nowMillis = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         let eventSeconds = event.ruleTime(now: nowMillis) / 1000
         let isCall = event.kind == .call
@@ -244,7 +247,7 @@ public enum Renderer {
             case .unbanned: key = .groupUnbanned
             }
             return strings[key].render { $0 == .actorName ? g.actorName : variable($0, event, sender, "", strings) }
-        case .messageDeleted:
+        case .messageDeleted, .conversationRead:
             return ""
         case .message, .messageEdited:
             guard let m = event.message else { return "" }
@@ -664,7 +667,7 @@ public enum Renderer {
         switch event.kind {
         case .message, .messageEdited, .messageDeleted: tag = event.message?.id ?? event.eventID
         case .reaction: tag = event.reaction?.messageID ?? event.message?.id ?? event.eventID
-        case .groupAction: tag = event.conversation.id
+        case .groupAction, .conversationRead: tag = event.conversation.id
         case .call: tag = event.message?.id ?? event.call?.sessionID ?? event.eventID
         }
         w.raw(",\"tag\":"); w.string(tag)

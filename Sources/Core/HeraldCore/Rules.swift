@@ -33,6 +33,13 @@ public enum Ingest {
 
     /// Admits an already validated event.
     public static func admit(_ event: ChatEvent) -> Admission {
+        if event.kind == .conversationRead {
+            return .drop(
+                .invalid,
+                detail:
+                    "kind: conversation_read is made by herald-registry from a mark_read record (publish mark_read to the registry topic)"
+            )
+        }
         switch event.conversation.type {
         case .open, .supergroup:
             return .drop(.channelType, detail: "conversation.type is \(event.conversation.type.rawValue)")

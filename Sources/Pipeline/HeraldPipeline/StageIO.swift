@@ -127,6 +127,8 @@ public enum StageNote: Sendable, Hashable {
     /// suppress stepped a message through a coalesced burst: `update` (it replaces the burst's notification) or
     /// `held` (not sent; the next update counts it).
     case coalesced(outcome: String)
+    /// registry: what became of a `mark_read`'s clear for the user's other devices (docs/behaviour.md §6c).
+    case readSync(outcome: String)
 }
 
 /// What became of one input.

@@ -260,7 +260,8 @@ public struct RegistryAPI: Sendable {
             return (
                 "POST \(base)read",
                 await write { () throws(FieldError) in
-                    try RegistryOperations.markReadRecord(app: app, user: user, body: body)
+                    try RegistryOperations.markReadRecord(
+                        app: app, user: user, body: body, now: operations.now())
                 }
             )
         case ("counts", 1):

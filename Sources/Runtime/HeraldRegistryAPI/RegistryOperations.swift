@@ -178,11 +178,14 @@ public struct RegistryOperations: Sendable {
         return RegistryRecord(op: .setPresence, appID: app, user: user, online: online, ttlMs: ttl)
     }
 
-    /// `mark_read` from `{"conversation": "c1"}`, or `{}` / an empty body for every conversation.
+    /// `mark_read` from `{"conversation": "c1", "token": "<the reading device>"}` (both optional; `{}` or an empty
+    /// body marks every conversation read), stamped `read_at` = `now`. The token's device gets no clear
+    /// (docs/behaviour.md §6c).
     public static func markReadRecord(
-        app: String, user: String, body: some Collection<UInt8>
+        app: String, user: String, body: some Collection<UInt8>, now: Int64? = nil
     ) throws(FieldError) -> RegistryRecord {
         var conversation: String?
+        var token: String?
         if body.contains(where: { !($0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09) }) {
             for (name, value) in try Self.object(body) {
                 switch name {
@@ -192,12 +195,20 @@ public struct RegistryOperations: Sendable {
                         throw FieldError(field: name, message: "a conversation id is 1 to 256 bytes")
                     }
                     conversation = c
+                case "token":
+                    let t = try Self.string(value, name)
+                    guard !t.isEmpty, t.utf8.count <= Device.maxTokenBytes else {
+                        throw FieldError(
+                            field: name, message: "the reading device's token is 1 to \(Device.maxTokenBytes) bytes")
+                    }
+                    token = t
                 default:
-                    throw FieldError(field: name, message: "unknown field (known: conversation)")
+                    throw FieldError(field: name, message: "unknown field (known: conversation, token)")
                 }
             }
         }
-        return RegistryRecord(op: .markRead, appID: app, user: user, conversation: conversation)
+        return RegistryRecord(
+            op: .markRead, appID: app, user: user, token: token, conversation: conversation, readAt: now)
     }
 
     /// `set_members`, `add_members` or `remove_members` from `{"members": ["u1", "u2"]}`.

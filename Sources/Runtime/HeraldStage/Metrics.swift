@@ -94,6 +94,7 @@ public struct StageMetrics: Sendable {
         public static let ingestWarnings = "herald_ingest_warnings_total"
         public static let classified = "herald_classified_total"
         public static let coalesced = "herald_coalesced_total"
+        public static let readSync = "herald_read_sync_total"
         public static let tokenFeedback = "herald_token_feedback_total"
         public static let registryOps = "herald_registry_ops_total"
         public static let ready = "herald_ready"
@@ -143,6 +144,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.coalesced, "counter", labels: "stage, outcome", stages: "suppress",
             "messages of a coalesced burst after its first (docs/behaviour.md §6a): `update` replaced the burst's notification at once, `held` was held back (also `herald_suppressed_total{reason=\"coalesced\"}`), `flushed` counts the updates that showed held messages once the update interval passed, `invalid` a held record that did not decode; the flood guard's `flood_held` (also `herald_suppressed_total{reason=\"flood_guard\"}`) and `flood_summary` (docs/behaviour.md §6b)"
+        ),
+        MetricDeclaration(
+            Name.readSync, "counter", labels: "stage, outcome", stages: "registry",
+            "clears of a `mark_read` for the user's other devices (docs/behaviour.md §6c): `sent` (a background push to each), `rate_limited` (the conversation had one within the app's interval), `user_limit` (the user had the app's clears this minute), `no_other_device`, `off` (the app's `read_sync` is off)"
         ),
         MetricDeclaration(
             Name.registryOps, "counter", labels: "stage, op, outcome", stages: "registry",
@@ -347,6 +352,11 @@ public struct StageMetrics: Sendable {
     /// `invalid`, `flood_held`, `flood_summary`).
     public func coalesced(outcome: String, count: Int = 1) {
         counter(Name.coalesced, [("outcome", Self.labelValue(outcome))]).increment(by: count)
+    }
+
+    /// registry: what became of a `mark_read`'s clear (`sent`, `rate_limited`, `user_limit`, `no_other_device`, `off`).
+    public func readSync(outcome: String, count: Int = 1) {
+        counter(Name.readSync, [("outcome", Self.labelValue(outcome))]).increment(by: count)
     }
 
     /// send: a dead token reported to `herald.token-feedback`.

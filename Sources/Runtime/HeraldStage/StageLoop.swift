@@ -536,6 +536,7 @@ struct Tally {
     var registry: [RegistryKey: Int] = [:]
     var inputWarnings: [String: Int] = [:]
     var coalesced: [String: Int] = [:]
+    var readSync: [String: Int] = [:]
     var classified: [String: Int] = [:]
 
     struct APNsAnswerKey: Hashable { var status: Int; var reason: String }
@@ -579,6 +580,8 @@ struct Tally {
                 classified[priorityClass, default: 0] += count
             case .coalesced(let outcome):
                 coalesced[outcome, default: 0] += 1
+            case .readSync(let outcome):
+                readSync[outcome, default: 0] += 1
             }
         }
     }
@@ -592,6 +595,7 @@ struct Tally {
         for (field, n) in inputWarnings { metrics.ingestWarning(field: field, count: n) }
         for (priorityClass, n) in classified { metrics.classified(priorityClass, count: n) }
         for (outcome, n) in coalesced { metrics.coalesced(outcome: outcome, count: n) }
+        for (outcome, n) in readSync { metrics.readSync(outcome: outcome, count: n) }
         for (reason, n) in tokenDead { metrics.tokenFeedback(reason: reason, count: n) }
         for (key, n) in registry { metrics.registryOp(op: key.op, outcome: key.outcome, count: n) }
     }

@@ -236,6 +236,26 @@ public struct RedisRegistryWriter: RegistryWriter {
     }
 }
 
+/// registry's read sync: the user's state and the rate-limit script (docs/behaviour.md §6c).
+public struct RedisReadSyncStore: ReadSyncStore {
+    public let store: StateStore
+
+    public init(store: StateStore) { self.store = store }
+
+    public func userState(app: String, user: String, now: Int64) async throws -> UserState {
+        try await transient { try await store.loadUser(app: app, user: user, now: now) }
+    }
+
+    public func admit(
+        app: String, user: String, conversation: String?, readAt: Int64?, now: Int64, policy: ReadSyncPolicy
+    ) async throws -> ReadSyncOutcome {
+        try await transient {
+            try await store.admitReadSync(
+                app: app, user: user, conversation: conversation, readAt: readAt, now: now, policy: policy)
+        }
+    }
+}
+
 /// The explain trail in Redis.
 public struct RedisExplainSink: ExplainSink {
     public let store: ExplainStore

@@ -1,6 +1,7 @@
 // herald-registry: herald.registry (device, preference, presence, unread, member updates) and
-// herald.token-feedback (dead tokens) -> Redis, in order per user; and, when configured, the registry HTTP API
-// (API.swift), whose writes are herald.registry records.
+// herald.token-feedback (dead tokens) -> Redis, in order per user; a mark_read's clear for the user's other devices
+// -> herald.deliverable (docs/behaviour.md §6c); and, when configured, the registry HTTP API (API.swift), whose
+// writes are herald.registry records.
 import Foundation
 import HeraldConfig
 import HeraldCore
@@ -13,16 +14,19 @@ let redis = setup.redisOrExit()
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger
 let metrics = setup.context.metrics
+let store = StateStore(connection: redis, logger: logger)
 let writer = RedisRegistryWriter(
-    store: StateStore(connection: redis, logger: logger),
+    store: store,
     presenceTTLMilliseconds: Int64(setup.pipeline.redis.presenceTTLSeconds) * 1000,
     preferenceLimits: setup.valueOrExit { c throws(ConfigurationError) in try RegistryAPIServer.preferenceLimits(c) })
-let processor = RegistryProcessor(
+var processor = RegistryProcessor(
     tokenFeedbackTopic: topics.tokenFeedback, writer: writer, apps: setup.pipeline.apps,
     onTransientFailure: { failure in
         metrics.redisError(code: "transient")
         logger.warning("redis unavailable; retrying", metadata: ["error": "\(failure)"])
     })
+processor.readSync = RedisReadSyncStore(store: store)
+processor.deliverableTopic = topics.deliverable
 let api: StageHTTPServer?
 do {
     api = try await RegistryAPIServer.make(setup: setup, redis: redis)
@@ -32,4 +36,5 @@ do {
 }
 StageProcess.exit(
     await setup.run(
-        processor: processor, topics: [topics.registry, topics.tokenFeedback], before: api.map { [$0] } ?? []))
+        processor: processor, topics: [topics.registry, topics.tokenFeedback], explain: setup.explainSink(redis),
+        before: api.map { [$0] } ?? []))

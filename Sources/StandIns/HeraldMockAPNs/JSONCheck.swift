@@ -29,34 +29,56 @@ public enum JSONCheck {
         bytes.withUnsafeBytes { raw -> [String: Scalar]? in
             guard isObject(raw) else { return nil }
             var s = Scanner(bytes: raw)
-            var out: [String: Scalar] = [:]
+            return members(&s, raw, nested: nil)?.members
+        }
+    }
+
+    /// The members of the payload's `aps` object (as `topLevelMembers` reports them); nil when the payload is not a
+    /// valid object or has no `aps` object.
+    public static func apsMembers(_ raw: UnsafeRawBufferPointer) -> [String: Scalar]? {
+        guard isObject(raw) else { return nil }
+        var s = Scanner(bytes: raw)
+        return members(&s, raw, nested: "aps")?.nested
+    }
+
+    /// Reads the object at the scanner (already checked valid); with `nested`, also the members of the object
+    /// value of that top-level key.
+    static func members(
+        _ s: inout Scanner, _ raw: UnsafeRawBufferPointer, nested: String?
+    ) -> (members: [String: Scalar], nested: [String: Scalar]?)? {
+        var out: [String: Scalar] = [:]
+        var inner: [String: Scalar]?
+        s.skipWhitespace()
+        s.index += 1  // {
+        s.skipWhitespace()
+        if s.peek() == UInt8(ascii: "}") { s.index += 1; return (out, inner) }
+        while true {
             s.skipWhitespace()
-            s.index += 1  // {
+            guard let key = s.decodeString() else { return nil }
             s.skipWhitespace()
-            if s.peek() == UInt8(ascii: "}") { return out }
-            while true {
-                s.skipWhitespace()
-                guard let key = s.decodeString() else { return nil }
-                s.skipWhitespace()
-                s.index += 1  // :
-                s.skipWhitespace()
-                let start = s.index
-                switch s.peek() ?? 0 {
-                case UInt8(ascii: "\""):
-                    guard let v = s.decodeString() else { return nil }
-                    out[key] = .string(v)
-                case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
-                    guard s.number() else { return nil }
-                    let text = String(decoding: UnsafeRawBufferPointer(rebasing: raw[start..<s.index]), as: UTF8.self)
-                    out[key] = Double(text).map(Scalar.number) ?? .other
-                default:
-                    guard s.value(depth: 1) else { return nil }
-                    out[key] = .other
-                }
-                s.skipWhitespace()
-                if s.peek() == UInt8(ascii: ",") { s.index += 1; continue }
-                return out
+            s.index += 1  // :
+            s.skipWhitespace()
+            let start = s.index
+            switch s.peek() ?? 0 {
+            case UInt8(ascii: "\""):
+                guard let v = s.decodeString() else { return nil }
+                out[key] = .string(v)
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                guard s.number() else { return nil }
+                let text = String(decoding: UnsafeRawBufferPointer(rebasing: raw[start..<s.index]), as: UTF8.self)
+                out[key] = Double(text).map(Scalar.number) ?? .other
+            case UInt8(ascii: "{") where key == nested:
+                guard let object = members(&s, raw, nested: nil) else { return nil }
+                inner = object.members
+                out[key] = .other
+            default:
+                guard s.value(depth: 1) else { return nil }
+                out[key] = .other
             }
+            s.skipWhitespace()
+            if s.peek() == UInt8(ascii: ",") { s.index += 1; continue }
+            s.index += 1  // }
+            return (out, inner)
         }
     }
 

@@ -218,12 +218,29 @@ public struct RequestCheck: Sendable {
         // APNs documents no reason for a payload that is not a JSON object; the closest documented
         // one is PayloadEmpty (there is no usable payload). See docs/mock-apns.md.
         if !JSONCheck.isObject(body) { return MockVerdict(.payloadEmpty) }
+        if pushType == .background, let failure = Self.checkBackground(head: head, body: body) {
+            return MockVerdict(failure)
+        }
 
         if !deadTokens.isEmpty {
             let key = head.withToken { String(decoding: $0!, as: UTF8.self).lowercased() }
             if let stamp = deadTokens[key] { return MockVerdict(.unregistered, timestamp: stamp ?? nowMillis) }
         }
         return .ok
+    }
+
+    /// A background push: priority 5 (APNs's documentation calls priority 10 with this push type an error, and a
+    /// missing `apns-priority` means 10), and an `aps` that asks only to wake the app: `content-available` 1 and no
+    /// `alert`, `sound` or `badge` (those need push type alert). APNs documents no reason for a payload that does not
+    /// match its push type; the stand-in answers `InvalidPushType` (docs/mock-apns.md).
+    static func checkBackground(head: RequestHead, body: UnsafeRawBufferPointer) -> MockReason? {
+        let priority5 = head.with(.priority) { p in p.map { RequestField.equals($0, "5") } ?? false }
+        if !priority5 { return .badPriority }
+        guard let aps = JSONCheck.apsMembers(body), aps["content-available"] == .number(1) else {
+            return .invalidPushType
+        }
+        if aps["alert"] != nil || aps["sound"] != nil || aps["badge"] != nil { return .invalidPushType }
+        return nil
     }
 
     /// The push type a request asks for (alert when absent or invalid).

@@ -37,11 +37,17 @@ struct CountsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "mark-read",
             abstract: "Reset the unread and mention counts of one conversation, or all of them (a mark_read record).",
-            discussion: "Writes Redis directly unless --via-kafka is given (then herald-registry applies it).")
+            discussion:
+                "Writes Redis directly unless --via-kafka is given (then herald-registry applies it and sends the user's other devices a clear, docs/behaviour.md §6c)."
+        )
 
         @Option(name: .long, help: "App (tenant) id.") var app: String
         @Option(name: .long, help: "User id.") var user: String
         @Option(name: .long, help: "Conversation id (omit for every conversation).") var conversation: String?
+        @Option(
+            name: .long,
+            help: "With --via-kafka: the token of the device that read (the user's other devices get the clear).")
+        var token: String?
         @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
         var viaKafka = false
         @OptionGroup var redis: RedisOptions
@@ -51,7 +57,8 @@ struct CountsCommand: AsyncParsableCommand {
         func run() async throws {
             if viaKafka {
                 try await RegistryPublisher.publish(
-                    .markRead(app: app, user: user, conversation: conversation), kafka: kafka, topics: topics)
+                    .markRead(app: app, user: user, conversation: conversation, token: token), kafka: kafka,
+                    topics: topics)
                 CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user]))
                 return
             }

@@ -11,7 +11,7 @@ enum RegistryUpdate {
     case preferences(app: String, user: String, preferences: Preferences)
     case presence(app: String, user: String, online: [String], ttlMilliseconds: Int64)
     case patch(app: String, user: String, patch: PreferencePatch)
-    case markRead(app: String, user: String, conversation: String?)
+    case markRead(app: String, user: String, conversation: String?, token: String? = nil)
 
     /// The `herald.registry` record (docs/pipeline.md) herald-registry applies.
     var record: RegistryRecord {
@@ -29,8 +29,10 @@ enum RegistryUpdate {
             return RegistryRecord(op: .setPresence, appID: app, user: user, online: online, ttlMs: ttl)
         case .patch(let app, let user, let patch):
             return RegistryRecord(op: .patchPreferences, appID: app, user: user, patch: patch)
-        case .markRead(let app, let user, let conversation):
-            return RegistryRecord(op: .markRead, appID: app, user: user, conversation: conversation)
+        case .markRead(let app, let user, let conversation, let token):
+            return RegistryRecord(
+                op: .markRead, appID: app, user: user, token: token, conversation: conversation,
+                readAt: Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)))
         }
     }
 }

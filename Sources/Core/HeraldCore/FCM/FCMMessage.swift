@@ -264,7 +264,7 @@ public enum FCMMessage {
         switch event.kind {
         case .message, .messageEdited, .messageDeleted: return event.message?.id ?? event.eventID
         case .reaction: return event.reaction?.messageID ?? event.message?.id ?? event.eventID
-        case .groupAction: return event.conversation.id
+        case .groupAction, .conversationRead: return event.conversation.id
         case .call: return event.message?.id ?? event.call?.sessionID ?? event.eventID
         }
     }
