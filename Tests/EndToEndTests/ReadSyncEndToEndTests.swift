@@ -7,7 +7,8 @@ import HeraldTestSupport
 import Testing
 
 extension EndToEndTests {
-    @Test("mark_read from the laptop: the phone gets a background push with the conversation and badge, the laptop none")
+    @Test(
+        "mark_read from the laptop: the phone gets a background push with the conversation and badge, the laptop none")
     func clearedOnRead() async throws {
         let laptop = tok(731)
         let phone = tok(732)

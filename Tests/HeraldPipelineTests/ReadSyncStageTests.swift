@@ -77,7 +77,8 @@ final class MemoryReadSync: ReadSyncStore, @unchecked Sendable {
         let record = try StageCodec.decode(DeliverableRecord.self, from: output.value)
         #expect(record.event.kind == .conversationRead && record.recipient == "u2")
         #expect(record.targets.map(\.token) == [Self.phone])
-        #expect(record.event.eventID == ReadSync.event(app: "app1", user: "u2", conversation: "c1", readAt: 1_000).eventID)
+        #expect(
+            record.event.eventID == ReadSync.event(app: "app1", user: "u2", conversation: "c1", readAt: 1_000).eventID)
 
         // Render: the request for the phone only.
         let render = RenderProcessor(
