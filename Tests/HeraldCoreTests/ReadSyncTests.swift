@@ -232,6 +232,27 @@ struct ReadSyncTests {
         #expect(data["badge"] as? Int == 4 && (data["to"] as? [String: Any])?["uid"] as? String == "u2")
     }
 
+    @Test("a device render cannot address is a render error, as for any push")
+    func renderErrors() {
+        let e = ReadSync.event(app: "app1", user: "u2", conversation: "c1", readAt: 1)
+        let rows: [(Device, RenderError.Code)] = [
+            (device("fcm-token-1", .fcm, provider: "nobody"), .noProvider),
+            (device("hook-user", .webhook, provider: "nobody"), .noProvider),
+            (Device(token: phone, kind: .apns, environment: .production), .noTopic),
+        ]
+        let noCredentials = AppConfig(appID: "app1")
+        for (target, code) in rows {
+            do {
+                _ = try Renderer.render(
+                    event: e, recipient: "u2", state: counted, targets: [target],
+                    app: code == .noTopic ? noCredentials : readApp, now: Date())
+                Issue.record("rendered for \(target.kind)")
+            } catch {
+                #expect(error.code == code, "\(target.kind)")
+            }
+        }
+    }
+
     @Test("a conversation_read event on chat.events is invalid at ingest")
     func notFromChatEvents() {
         let e = ReadSync.event(app: "app1", user: "u2", conversation: "c1", readAt: 1)

@@ -154,11 +154,7 @@ public enum ReadSync {
                 continue
             case .apns:
                 guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
-                    throw RenderError(
-                        code: .noTopic,
-                        detail:
-                            "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential"
-                    )
+                    throw RenderError.noTopic(device, app: app)
                 }
                 var w = JSONWriter(capacity: 256)
                 w.raw("{\"aps\":{\"content-available\":1")
@@ -172,11 +168,7 @@ public enum ReadSync {
                         priority: 5, collapseID: collapse, expiration: expiration, apnsID: apnsID, payload: w.bytes))
             case .fcm:
                 guard let credential = app.fcmCredential(device.providerID) else {
-                    throw RenderError(
-                        code: .noProvider,
-                        detail:
-                            "FCM device \(String(device.token.prefix(8)))… names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such FCM credential"
-                    )
+                    throw RenderError.noFCMCredential(device, app: app)
                 }
                 var w = JSONWriter(capacity: 512)
                 w.raw("{\"message\":{\"token\":"); w.string(device.token)
@@ -201,13 +193,7 @@ public enum ReadSync {
                         topic: credential.providerID, priority: 5, collapseID: collapse, expiration: expiration,
                         apnsID: apnsID, payload: w.bytes, provider: .fcm, providerID: credential.providerID))
             case .webhook:
-                guard let hook = app.webhook(device.providerID) else {
-                    throw RenderError(
-                        code: .noProvider,
-                        detail:
-                            "webhook device names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such webhook"
-                    )
-                }
+                guard let hook = app.webhook(device.providerID) else { throw RenderError.noWebhook(device, app: app) }
                 if !webhookProviders.insert(hook.providerID).inserted { continue }
                 var w = JSONWriter(capacity: 256)
                 w.raw("{\"trigger\":\"conversation-read\",\"data\":{\"to\":{\"uid\":"); w.string(recipient)

@@ -61,6 +61,31 @@ public struct RenderError: Error, Sendable, Hashable, CustomStringConvertible {
     public var code: Code
     public var detail: String
     public var description: String { "\(code.rawValue): \(detail)" }
+
+    /// An APNs device without a bundle id in an app without a credential to take one from.
+    static func noTopic(_ device: Device, app: AppConfig) -> RenderError {
+        RenderError(
+            code: .noTopic,
+            detail: "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential")
+    }
+
+    /// An FCM device naming a provider the app has no credential for.
+    static func noFCMCredential(_ device: Device, app: AppConfig) -> RenderError {
+        RenderError(
+            code: .noProvider,
+            detail:
+                "FCM device \(String(device.token.prefix(8)))… names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such FCM credential"
+        )
+    }
+
+    /// A webhook device naming a provider the app has no webhook for.
+    static func noWebhook(_ device: Device, app: AppConfig) -> RenderError {
+        RenderError(
+            code: .noProvider,
+            detail:
+                "webhook device names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such webhook"
+        )
+    }
 }
 
 /// Everything that varies per recipient in a payload; the truncation loop
@@ -119,11 +144,7 @@ public enum Renderer {
             case .webhook:
                 // One POST per recipient and webhook provider, however many webhook devices name it.
                 guard let hook = app.webhook(device.providerID) else {
-                    throw RenderError(
-                        code: .noProvider,
-                        detail:
-                            "webhook device names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such webhook"
-                    )
+                    throw RenderError.noWebhook(device, app: app)
                 }
                 if !webhookProviders.insert(hook.providerID).inserted { continue }
                 out.append(
@@ -142,11 +163,7 @@ public enum Renderer {
             case .alert?, nil: pushType = event.kind == .messageDeleted ? .background : .alert
             }
             guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
-                throw RenderError(
-                    code: .noTopic,
-                    detail:
-                        "device \(String(device.token.prefix(8)))… has no bundle_id and app \(app.appID) has no credential"
-                )
+                throw RenderError.noTopic(device, app: app)
             }
             let payload: [UInt8]
             if let p = pushType == .voip ? voipPayload : alertPayload {

@@ -30,11 +30,7 @@ public enum FCMMessage {
         senderDisplayName: String?, burst: Int? = nil, eventSeconds: Int64
     ) throws(RenderError) -> APNsRequest {
         guard let credential = app.fcmCredential(device.providerID) else {
-            throw RenderError(
-                code: .noProvider,
-                detail:
-                    "FCM device \(String(device.token.prefix(8)))… names provider \(device.providerID ?? "(default)") and app \(app.appID) has no such FCM credential"
-            )
+            throw RenderError.noFCMCredential(device, app: app)
         }
         let isCall = event.kind == .call
         let payload = try payload(
