@@ -205,11 +205,11 @@ public struct APNsError: Error, Sendable, CustomStringConvertible {
     public var description: String { "APNs \(code.rawValue) error: \(message)" }
 }
 
-/// Tunables of one client (one credential + environment). Defaults in brackets.
-public struct APNsClientConfiguration: Sendable {
-    public var credential: APNsClientCredential
-    public var environment: APNsEnvironment
-    /// Host override (`host:port`) for tests; default: the environment's host on 443.
+/// What an HTTP/2 provider client's connection pool is made of (APNs and FCM alike): where it connects, how many
+/// connections and streams, deadlines, keepalive, retries, metric dimensions and the priority lane's share.
+/// Defaults in brackets are the APNs client's; `FCMClientConfiguration` sets its own where they differ.
+public struct ConnectionPoolSettings: Sendable {
+    /// Host override (`host:port`) for tests; default: the provider's host on 443.
     public var endpoint: APNsEndpoint?
     /// PEM file of CAs to trust instead of the system store (tests: the local self-signed cert).
     public var trustedCAFile: String?
@@ -228,9 +228,6 @@ public struct APNsClientConfiguration: Sendable {
     public var reconnectBackoff: APNsBackoffPolicy
     /// Retries of retryable answers inside the client; `maxAttempts: 1` hands every answer back at once.
     public var retry: APNsBackoffPolicy
-    public var tokenRenewal: APNsTokenRenewalPolicy
-    /// Wall clock for JWT `iat` and renewal (inject to test renewal).
-    public var now: @Sendable () -> Date
     /// Extra dimensions on every metric, e.g. `[("credential", "app1-prod")]`.
     public var metricDimensions: [(String, String)]
     /// The share (0 to 0.9) of each connection's streams and of `maxInFlight` that only prioritized requests
@@ -239,6 +236,40 @@ public struct APNsClientConfiguration: Sendable {
     /// Connections kept beside `connections` for prioritized requests only [0]. A prioritized request goes to one
     /// of them first and to the shared ones when they are full or not up; bulk requests never use them.
     public var priorityConnections: Int = 0
+
+    public init(
+        endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil, connections: Int = 2,
+        maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 10_000,
+        connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
+        pingTimeout: Duration = .seconds(10),
+        reconnectBackoff: APNsBackoffPolicy = APNsBackoffPolicy(
+            initialDelay: .milliseconds(100), maxDelay: .seconds(30)),
+        retry: APNsBackoffPolicy = APNsBackoffPolicy(), metricDimensions: [(String, String)] = []
+    ) {
+        self.endpoint = endpoint
+        self.trustedCAFile = trustedCAFile
+        self.connections = max(1, connections)
+        self.maxStreamsPerConnection = max(1, maxStreamsPerConnection)
+        self.maxInFlight = max(1, maxInFlight)
+        self.connectTimeout = connectTimeout
+        self.pingInterval = pingInterval
+        self.pingTimeout = pingTimeout
+        self.reconnectBackoff = reconnectBackoff
+        self.retry = retry
+        self.metricDimensions = metricDimensions
+    }
+}
+
+/// Tunables of one client (one credential + environment): the credential, the JWT renewal and the connection pool
+/// (`pool`, whose settings read and write as the configuration's own: `configuration.maxInFlight`).
+@dynamicMemberLookup
+public struct APNsClientConfiguration: Sendable {
+    public var credential: APNsClientCredential
+    public var environment: APNsEnvironment
+    public var pool: ConnectionPoolSettings
+    public var tokenRenewal: APNsTokenRenewalPolicy
+    /// Wall clock for JWT `iat` and renewal (inject to test renewal).
+    public var now: @Sendable () -> Date
 
     public init(
         credential: APNsClientCredential, environment: APNsEnvironment = .production,
@@ -252,24 +283,34 @@ public struct APNsClientConfiguration: Sendable {
         tokenRenewal: APNsTokenRenewalPolicy = APNsTokenRenewalPolicy(),
         now: @escaping @Sendable () -> Date = { Date() }, metricDimensions: [(String, String)] = []
     ) {
-        self.credential = credential
-        self.environment = environment
-        self.endpoint = endpoint
-        self.trustedCAFile = trustedCAFile
-        self.connections = max(1, connections)
-        self.maxStreamsPerConnection = max(1, maxStreamsPerConnection)
-        self.maxInFlight = max(1, maxInFlight)
-        self.connectTimeout = connectTimeout
-        self.pingInterval = pingInterval
-        self.pingTimeout = pingTimeout
-        self.reconnectBackoff = reconnectBackoff
-        self.retry = retry
-        self.tokenRenewal = tokenRenewal
-        self.now = now
-        self.metricDimensions = metricDimensions
+        self.init(
+            credential: credential, environment: environment,
+            pool: ConnectionPoolSettings(
+                endpoint: endpoint, trustedCAFile: trustedCAFile, connections: connections,
+                maxStreamsPerConnection: maxStreamsPerConnection, maxInFlight: maxInFlight,
+                connectTimeout: connectTimeout, pingInterval: pingInterval, pingTimeout: pingTimeout,
+                reconnectBackoff: reconnectBackoff, retry: retry, metricDimensions: metricDimensions),
+            tokenRenewal: tokenRenewal, now: now)
     }
 
-    var resolvedEndpoint: APNsEndpoint { endpoint ?? APNsEndpoint(environment) }
+    public init(
+        credential: APNsClientCredential, environment: APNsEnvironment = .production, pool: ConnectionPoolSettings,
+        tokenRenewal: APNsTokenRenewalPolicy = APNsTokenRenewalPolicy(),
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.credential = credential
+        self.environment = environment
+        self.pool = pool
+        self.tokenRenewal = tokenRenewal
+        self.now = now
+    }
+
+    public subscript<T>(dynamicMember keyPath: WritableKeyPath<ConnectionPoolSettings, T>) -> T {
+        get { pool[keyPath: keyPath] }
+        set { pool[keyPath: keyPath] = newValue }
+    }
+
+    var resolvedEndpoint: APNsEndpoint { pool.endpoint ?? APNsEndpoint(environment) }
 }
 
 /// Counters of one client, for metrics and tests.

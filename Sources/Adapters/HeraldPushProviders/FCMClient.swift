@@ -3,34 +3,17 @@ import HeraldCore
 import HeraldHTTP
 import Logging
 
-/// Tunables of one FCM client (one service account, i.e. one Firebase project). Defaults in brackets.
+/// Tunables of one FCM client (one service account, i.e. one Firebase project): the account, the access token's
+/// renewal and the connection pool (`pool`, whose settings read and write as the configuration's own). Defaults in
+/// brackets.
+@dynamicMemberLookup
 public struct FCMClientConfiguration: Sendable {
     public var account: FCMServiceAccount
-    /// `host:port` override for tests; default `fcm.googleapis.com:443`.
-    public var endpoint: APNsEndpoint?
-    /// PEM CAs to trust instead of the system store (tests), for messages:send and the token endpoint.
-    public var trustedCAFile: String?
-    /// Persistent HTTP/2 connections [2].
-    public var connections: Int
-    /// Our cap on streams per connection, below the server's SETTINGS [100].
-    public var maxStreamsPerConnection: Int
-    /// Requests accepted and not completed; `submit` waits beyond it [2000].
-    public var maxInFlight: Int
-    public var connectTimeout: Duration
-    public var pingInterval: Duration
-    public var pingTimeout: Duration
-    /// Retries inside the client; `maxAttempts: 1` hands every answer back at once.
-    public var retry: APNsBackoffPolicy
+    /// The connection pool: `endpoint` overrides `fcm.googleapis.com:443` (tests), `trustedCAFile` also serves
+    /// the token endpoint; [2] connections, [100] streams per connection, [2000] in flight.
+    public var pool: ConnectionPoolSettings
     /// Renew the access token this long before it expires [5 min].
     public var renewBefore: Duration
-    /// Extra dimensions on every `herald_fcm_*` metric.
-    public var metricDimensions: [(String, String)]
-    /// The share (0 to 0.9) of each connection's streams and of `maxInFlight` that only prioritized requests
-    /// may use (`APNsClientConfiguration.priorityReserve`) [0].
-    public var priorityReserve: Double = 0
-    /// Connections kept beside `connections` for prioritized requests only
-    /// (`APNsClientConfiguration.priorityConnections`) [0].
-    public var priorityConnections: Int = 0
 
     public init(
         account: FCMServiceAccount, endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil,
@@ -39,11 +22,18 @@ public struct FCMClientConfiguration: Sendable {
         pingTimeout: Duration = .seconds(10), retry: APNsBackoffPolicy = APNsBackoffPolicy(),
         renewBefore: Duration = .seconds(300), metricDimensions: [(String, String)] = []
     ) {
-        self.account = account; self.endpoint = endpoint; self.trustedCAFile = trustedCAFile
-        self.connections = max(1, connections); self.maxStreamsPerConnection = max(1, maxStreamsPerConnection)
-        self.maxInFlight = max(1, maxInFlight); self.connectTimeout = connectTimeout
-        self.pingInterval = pingInterval; self.pingTimeout = pingTimeout; self.retry = retry
-        self.renewBefore = renewBefore; self.metricDimensions = metricDimensions
+        self.account = account
+        self.pool = ConnectionPoolSettings(
+            endpoint: endpoint, trustedCAFile: trustedCAFile, connections: connections,
+            maxStreamsPerConnection: maxStreamsPerConnection, maxInFlight: maxInFlight,
+            connectTimeout: connectTimeout, pingInterval: pingInterval, pingTimeout: pingTimeout, retry: retry,
+            metricDimensions: metricDimensions)
+        self.renewBefore = renewBefore
+    }
+
+    public subscript<T>(dynamicMember keyPath: WritableKeyPath<ConnectionPoolSettings, T>) -> T {
+        get { pool[keyPath: keyPath] }
+        set { pool[keyPath: keyPath] = newValue }
     }
 }
 
@@ -76,19 +66,11 @@ public final class FCMClient: Sendable {
         tokens = try FCMAccessTokens(
             account: configuration.account, http: http, renewBefore: configuration.renewBefore,
             logger: logger)
-        // The APNs configuration type carries the pool settings; its credential is unused for FCM
-        // (the bearer is the access token and TLS needs no client certificate).
+        // The loop runs on an APNs client configuration; its credential is unused for FCM (the bearer is the
+        // access token and TLS needs no client certificate).
         var pool = APNsClientConfiguration(
-            credential: .token(keyID: "", teamID: "", p8PEM: ""), environment: .production,
-            endpoint: configuration.endpoint ?? APNsEndpoint(host: "fcm.googleapis.com"),
-            trustedCAFile: configuration.trustedCAFile, connections: configuration.connections,
-            maxStreamsPerConnection: configuration.maxStreamsPerConnection, maxInFlight: configuration.maxInFlight,
-            connectTimeout: configuration.connectTimeout, pingInterval: configuration.pingInterval,
-            pingTimeout: configuration.pingTimeout, retry: configuration.retry,
-            metricDimensions: configuration.metricDimensions)
-        pool.connectTimeout = configuration.connectTimeout
-        pool.priorityReserve = configuration.priorityReserve
-        pool.priorityConnections = configuration.priorityConnections
+            credential: .token(keyID: "", teamID: "", p8PEM: ""), environment: .production, pool: configuration.pool)
+        pool.endpoint = configuration.endpoint ?? APNsEndpoint(host: "fcm.googleapis.com")
         loop = try ClientLoop(
             config: pool, logger: logger, dialect: .fcm(projectID: configuration.account.projectID),
             bearer: tokens)

@@ -359,30 +359,13 @@ public enum Renderer {
         pushType: APNsRequest.PushType, burst: Int? = nil
     ) throws(RenderError) -> [UInt8] {
         let prefs = app.effectivePreferences(state.preferences)
-        var body = body(event: event, preferences: prefs, app: app, senderDisplayName: senderDisplayName)
-        if event.kind == .message || event.kind == .messageEdited, let pc = event.ext.apns.pushContent, !pc.isEmpty {
-            body = pc
-        }
-        let update = burstText(event, burst: burst, app: app, languages: prefs.languages)
-        if let update { body = update }
-        var title: String?
-        let sender = senderName(event, senderDisplayName)
-        if let t = app.titleTemplate {
-            let strings = app.strings(for: prefs.languages)
-            let text = event.message.map { displayText($0, languages: prefs.languages) } ?? ""
-            title = t.render { variable($0, event, sender, text, strings) }
-        } else if case .cometchat = app.payloadProfile {
-            title = event.kind == .groupAction ? (event.conversation.name ?? sender) : sender
-        }
-        var content = PayloadContent(
-            title: title, body: body,
-            detailText: event.kind == .messageDeleted ? "" : event.message?.text ?? "",
-            translations: event.message?.translations ?? [],
-            data: event.message?.data ?? "", extern: event.ext.apns.extern)
+        let isCometChat: Bool = { if case .cometchat = app.payloadProfile { true } else { false } }()
+        var (content, sender) = Self.content(
+            event: event, state: state, app: app, senderDisplayName: senderDisplayName, cometchatTitle: isCometChat,
+            burst: burst)
         if pushType == .alert {
             content.attention = app.interruption.attention(event, recipient: recipient, priority: app.priority)
         }
-        content.silent = update != nil
         let limit = pushType.payloadLimit
         let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
 

@@ -19,10 +19,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// The apps and their clients; replaced together by `reload(apps:)`.
     private struct Clients {
         var apps: AppDirectory
-        var clients: [Key: APNsClient]
-        /// What each client was made from (the credential and its files' bytes): a reload keeps a client whose
-        /// fingerprint did not change, so its connections stay up.
-        var fingerprints: [Key: [UInt8]]
+        var credentials: CredentialClients<Key, APNsClient>
     }
 
     private let state: Mutex<Clients>
@@ -65,21 +62,15 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 ])
             return client
         }
-        var clients: [Key: APNsClient] = [:]
-        var fingerprints: [Key: [UInt8]] = [:]
-        for (key, appID, credential) in Self.credentials(of: apps) where clients[key] == nil {
-            do {
-                clients[key] = try make(appID, credential)
-                fingerprints[key] = Self.fingerprint(credential)
-            } catch {
-                logger.error(
-                    "APNs credential unusable; its notifications go to the DLQ",
-                    metadata: [
-                        "app": "\(appID)", "bundle_id": "\(credential.bundleID)", "error": "\(error)",
-                    ])
-            }
+        let clients = CredentialClients(Self.credentials(of: apps), fingerprint: Self.fingerprint, make: make) {
+            appID, credential, error in
+            logger.error(
+                "APNs credential unusable; its notifications go to the DLQ",
+                metadata: [
+                    "app": "\(appID)", "bundle_id": "\(credential.bundleID)", "error": "\(error)",
+                ])
         }
-        state = Mutex(Clients(apps: apps, clients: clients, fingerprints: fingerprints))
+        state = Mutex(Clients(apps: apps, credentials: clients))
     }
 
     /// Every (key, app id, credential) of a directory, fallback last.
@@ -115,42 +106,26 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// their clients and connections. Throws (and changes nothing) when a new or changed credential does not
     /// load, so a bad file never takes a working credential away.
     func reload(apps: AppDirectory) throws {
-        let current = state.withLock { ($0.clients, $0.fingerprints) }
-        var clients: [Key: APNsClient] = [:]
-        var fingerprints: [Key: [UInt8]] = [:]
-        var created: [APNsClient] = []
-        do {
-            for (key, appID, credential) in Self.credentials(of: apps) where clients[key] == nil {
-                let print = Self.fingerprint(credential)
-                if let existing = current.0[key], current.1[key] == print {
-                    clients[key] = existing
-                } else {
-                    let client = try make(appID, credential)
-                    created.append(client)
-                    clients[key] = client
-                }
-                fingerprints[key] = print
-            }
-        } catch {
-            for client in created { Task { await client.shutdown(grace: .zero) } }
-            throw error
-        }
-        let kept = Set(clients.values.map(ObjectIdentifier.init))
-        let retired = current.0.values.filter { !kept.contains(ObjectIdentifier($0)) }
-        state.withLock { $0 = Clients(apps: apps, clients: clients, fingerprints: fingerprints) }
+        let current = state.withLock { $0.credentials }
+        let (clients, created) = try current.reloaded(
+            Self.credentials(of: apps), fingerprint: Self.fingerprint, make: make)
+        let retired = current.retired(by: clients)
+        state.withLock { $0 = Clients(apps: apps, credentials: clients) }
         let grace = timeout
         for client in retired { Task { await client.shutdown(grace: grace) } }
         logger.info(
             "APNs credentials reloaded",
             metadata: [
                 "new_clients": "\(created.count)", "retired_clients": "\(retired.count)",
-                "kept_clients": "\(clients.count - created.count)",
+                "kept_clients": "\(clients.clients.count - created.count)",
             ])
     }
 
     /// True when at least one client opened a connection.
-    var isConnected: Bool { state.withLock { $0.clients.values.contains { $0.stats.connectionsOpened > 0 } } }
-    var hasClients: Bool { state.withLock { !$0.clients.isEmpty } }
+    var isConnected: Bool {
+        state.withLock { $0.credentials.clients.values.contains { $0.stats.connectionsOpened > 0 } }
+    }
+    var hasClients: Bool { state.withLock { !$0.credentials.clients.isEmpty } }
 
     func client(for job: PushJob) -> APNsClient? {
         state.withLock { state in
@@ -160,7 +135,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
             where credential.environment == job.request.environment
                 && (topic == credential.bundleID || topic.hasPrefix(credential.bundleID + "."))
             {
-                if let client = state.clients[
+                if let client = state.credentials.clients[
                     Key(app: app.appID, bundleID: credential.bundleID, environment: credential.environment)]
                 {
                     return client
@@ -171,7 +146,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
-        var groups: [ObjectIdentifier: (APNsClient, [(Int, PushJob)])] = [:]
+        var groups: [ObjectIdentifier: (APNsClient, [(index: Int, job: PushJob)])] = [:]
         for (index, job) in jobs.enumerated() {
             guard let client = client(for: job) else {
                 onAnswer(
@@ -183,21 +158,9 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
             }
             groups[ObjectIdentifier(client), default: (client, [])].1.append((index, job))
         }
-        let timeout = self.timeout
-        await withTaskGroup(of: Void.self) { group in
-            for (_, (client, items)) in groups {
-                group.addTask {
-                    let requests = items.map { item in
-                        var request = APNsDelivery(item.1.request, timeout: timeout, tag: UInt64(item.0))
-                        request.prioritized = item.1.prioritized
-                        return request
-                    }
-                    for await response in client.responses(for: requests) {
-                        onAnswer(Int(response.tag), Self.answer(response))
-                    }
-                }
-            }
-        }
+        await sendConcurrently(
+            Array(groups.values), timeout: timeout, delivery: { APNsDelivery($0, timeout: $1, tag: $2) },
+            answer: Self.answer, onAnswer: onAnswer)
     }
 
     static func answer(_ response: APNsResponse) -> PushAnswer {
@@ -211,6 +174,8 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// The clients report their own metrics (`herald_apns_*`: answers, connections, JWT renewals, ...).
     func run() async throws {
         try? await gracefulShutdown()
-        for client in state.withLock({ Array($0.clients.values) }) { await client.shutdown(grace: .seconds(2)) }
+        for client in state.withLock({ Array($0.credentials.clients.values) }) {
+            await client.shutdown(grace: .seconds(2))
+        }
     }
 }

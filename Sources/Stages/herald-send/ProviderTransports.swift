@@ -69,8 +69,7 @@ final class FCMPushTransport: Sendable {
 
     /// The clients of a reloaded file, built but not yet in use.
     struct Prepared: Sendable {
-        fileprivate var clients: [Key: FCMClient]
-        fileprivate var fingerprints: [Key: [UInt8]]
+        fileprivate var clients: CredentialClients<Key, FCMClient>
         fileprivate var created: [FCMClient]
 
         /// Closes what was built for a file that is refused after all.
@@ -79,7 +78,7 @@ final class FCMPushTransport: Sendable {
         }
     }
 
-    private let state: Mutex<(clients: [Key: FCMClient], fingerprints: [Key: [UInt8]])>
+    private let state: Mutex<CredentialClients<Key, FCMClient>>
     private let timeout: Duration
     private let make: @Sendable (String, FCMCredential) throws -> FCMClient
     private let logger: Logger
@@ -114,21 +113,15 @@ final class FCMPushTransport: Sendable {
                 ])
             return client
         }
-        var clients: [Key: FCMClient] = [:]
-        var fingerprints: [Key: [UInt8]] = [:]
-        for (key, appID, credential) in Self.credentials(of: apps) where clients[key] == nil {
-            do {
-                clients[key] = try make(appID, credential)
-                fingerprints[key] = Self.fingerprint(credential)
-            } catch {
-                logger.error(
-                    "FCM credential unusable; its notifications go to the DLQ",
-                    metadata: [
-                        "app": "\(appID)", "provider_id": "\(credential.providerID)", "error": "\(error)",
-                    ])
-            }
+        let clients = CredentialClients(Self.credentials(of: apps), fingerprint: Self.fingerprint, make: make) {
+            appID, credential, error in
+            logger.error(
+                "FCM credential unusable; its notifications go to the DLQ",
+                metadata: [
+                    "app": "\(appID)", "provider_id": "\(credential.providerID)", "error": "\(error)",
+                ])
         }
-        state = Mutex((clients, fingerprints))
+        state = Mutex(clients)
     }
 
     static func credentials(of apps: AppDirectory) -> [(Key, String, FCMCredential)] {
@@ -150,36 +143,20 @@ final class FCMPushTransport: Sendable {
     /// Builds the clients of a reloaded file; throws (building nothing that stays) when a credential does not
     /// load, so the file is refused and the running clients stay.
     func prepare(apps: AppDirectory) throws -> Prepared {
-        let current = state.withLock { ($0.clients, $0.fingerprints) }
-        var prepared = Prepared(clients: [:], fingerprints: [:], created: [])
-        do {
-            for (key, appID, credential) in Self.credentials(of: apps) where prepared.clients[key] == nil {
-                let print = Self.fingerprint(credential)
-                if let existing = current.0[key], current.1[key] == print {
-                    prepared.clients[key] = existing
-                } else {
-                    let client = try make(appID, credential)
-                    prepared.created.append(client)
-                    prepared.clients[key] = client
-                }
-                prepared.fingerprints[key] = print
-            }
-        } catch {
-            for client in prepared.created { Task { await client.shutdown(grace: .zero) } }
-            throw error
-        }
-        return prepared
+        let current = state.withLock { $0 }
+        let (clients, created) = try current.reloaded(
+            Self.credentials(of: apps), fingerprint: Self.fingerprint, make: make)
+        return Prepared(clients: clients, created: created)
     }
 
     /// Puts prepared clients in use and closes the ones no longer named (after their requests' deadline).
     func commit(_ prepared: Prepared) {
         let old = state.withLock { state in
-            let old = state.clients
-            state = (prepared.clients, prepared.fingerprints)
+            let old = state
+            state = prepared.clients
             return old
         }
-        let kept = Set(prepared.clients.values.map(ObjectIdentifier.init))
-        let retired = old.values.filter { !kept.contains(ObjectIdentifier($0)) }
+        let retired = old.retired(by: prepared.clients)
         let grace = timeout
         for client in retired { Task { await client.shutdown(grace: grace) } }
         logger.info(
@@ -194,7 +171,7 @@ final class FCMPushTransport: Sendable {
     var isReady: Bool { clients.values.allSatisfy { $0.tokens.token() != nil } }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
-        var groups: [Key: [(Int, PushJob)]] = [:]
+        var groups: [Key: [(index: Int, job: PushJob)]] = [:]
         let clients = self.clients
         for (index, job) in jobs.enumerated() {
             let key = Key(app: job.appID, providerID: job.request.providerID ?? job.request.topic)
@@ -204,22 +181,9 @@ final class FCMPushTransport: Sendable {
             }
             groups[key, default: []].append((index, job))
         }
-        let timeout = self.timeout
-        await withTaskGroup(of: Void.self) { group in
-            for (key, items) in groups {
-                guard let client = clients[key] else { continue }
-                group.addTask {
-                    let requests = items.map { item in
-                        var request = FCMClient.delivery(item.1.request, timeout: timeout, tag: UInt64(item.0))
-                        request.prioritized = item.1.prioritized
-                        return request
-                    }
-                    for await r in client.responses(for: requests) {
-                        onAnswer(Int(r.tag), Self.answer(r))
-                    }
-                }
-            }
-        }
+        await sendConcurrently(
+            groups.compactMap { key, items in clients[key].map { ($0, items) } }, timeout: timeout,
+            delivery: { FCMClient.delivery($0, timeout: $1, tag: $2) }, answer: Self.answer, onAnswer: onAnswer)
     }
 
     static func answer(_ r: APNsResponse) -> PushAnswer {
