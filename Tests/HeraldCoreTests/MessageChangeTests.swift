@@ -85,8 +85,7 @@ struct MessageChangeTests {
         for kind in ["message_edited", "message_deleted"] {
             let text =
                 #"{"event_id":"e","app_id":"a","kind":"\#(kind)","sender":{"id":"s"},"conversation":{"id":"c","type":"group"}}"#
-            #expect(throws: EventValidationError(field: "message", message: "missing (required when kind is \(kind))"))
-            {
+            #expect(throws: FieldError(field: "message", message: "missing (required when kind is \(kind))")) {
                 try ChatEvent.decode(Array(text.utf8))
             }
             let muted = Preferences(conversations: ["c1": ConversationPreference(muted: true)])

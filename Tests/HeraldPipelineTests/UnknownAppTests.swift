@@ -126,7 +126,7 @@ func groupEvent(app: String) throws -> ChatEvent {
         var other = try JSONSerialization.jsonObject(with: Data(try exampleBytes("event-group.json"))) as! [String: Any]
         other["app_id"] = unknown
         let bytes = Array(try JSONSerialization.data(withJSONObject: other))
-        #expect(throws: EventValidationError.self) {
+        #expect(throws: FieldError.self) {
             try Simulator.simulate(
                 eventBytes: bytes, fixture: try exampleState(), apps: try listedApps(), at: nil, now: fixedNow)
         }

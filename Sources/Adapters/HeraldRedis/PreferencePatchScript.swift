@@ -94,15 +94,6 @@ enum PatchScripts {
         let words = message.split(separator: " ")
         guard let at = words.firstIndex(of: "OVER_LIMIT"), words.count >= at + 4 else { return nil }
         let (what, count, limit) = (words[at + 1], words[at + 2], words[at + 3])
-        if what == "conversations" {
-            return PreferenceLimitError(
-                field: "conversations",
-                message:
-                    "the stored preferences would hold \(count) conversations; at most \(limit) are kept per user (remove some first)"
-            )
-        }
-        return PreferenceLimitError(
-            field: "(body)",
-            message: "the stored preferences would be \(count) bytes; at most \(limit) are kept per user")
+        return what == "conversations" ? .conversations(count, limit: limit) : .bytes(count, limit: limit)
     }
 }

@@ -1,21 +1,6 @@
 // The chat event (docs/behaviour.md §2), its validation, and its normalised JSON.
 // `ChatEvent.decode(_:)` is the one entry point from raw bytes: it never traps
-// and throws an `EventValidationError` naming the offending field.
-
-/// A chat event could not be accepted. `field` is a dotted path such as
-/// `message.text` or `recipients[2]`; `message` says what is wrong with it.
-public struct EventValidationError: Error, Sendable, Hashable, CustomStringConvertible {
-    public var field: String
-    public var message: String
-
-    public init(field: String, message: String) {
-        self.field = field
-        self.message = message
-    }
-
-    /// One line, e.g. `message.text: longer than 65536 bytes`.
-    public var description: String { "\(field): \(message)" }
-}
+// and throws a `FieldError` naming the offending field.
 
 public enum ConversationType: String, Sendable, Hashable, CaseIterable {
     case direct, group, open, supergroup
@@ -234,7 +219,7 @@ public struct ChatEvent: Sendable, Hashable {
     // MARK: Decoding
 
     /// Decodes and validates one event from raw bytes (UTF-8 JSON).
-    public static func decode(_ bytes: some Collection<UInt8>) throws(EventValidationError) -> ChatEvent {
+    public static func decode(_ bytes: some Collection<UInt8>) throws(FieldError) -> ChatEvent {
         var ignored: [EventDecodeWarning] = []
         return try decode(bytes, warnings: &ignored)
     }
@@ -243,27 +228,27 @@ public struct ChatEvent: Sendable, Hashable {
     public static func decode(
         _ bytes: some Collection<UInt8>,
         warnings: inout [EventDecodeWarning]
-    ) throws(EventValidationError) -> ChatEvent {
+    ) throws(FieldError) -> ChatEvent {
         guard bytes.count <= Limits.eventBytes else {
-            throw EventValidationError(field: "(event)", message: "larger than \(Limits.eventBytes) bytes")
+            throw FieldError(field: "(event)", message: "larger than \(Limits.eventBytes) bytes")
         }
         let value: JSONValue
         do {
             value = try JSONValue.parse(bytes)
         } catch {
-            throw EventValidationError(field: "(event)", message: "not valid JSON: \(error.description)")
+            throw FieldError(field: "(event)", message: "not valid JSON: \(error.description)")
         }
         return try ChatEvent(validating: value, warnings: &warnings)
     }
 
     /// Validates an already parsed JSON value.
-    public init(validating json: JSONValue) throws(EventValidationError) {
+    public init(validating json: JSONValue) throws(FieldError) {
         var ignored: [EventDecodeWarning] = []
         try self.init(validating: json, warnings: &ignored)
     }
 
     /// Validates an already parsed JSON value, reporting the values accepted in a vendor REST form.
-    public init(validating json: JSONValue, warnings: inout [EventDecodeWarning]) throws(EventValidationError) {
+    public init(validating json: JSONValue, warnings: inout [EventDecodeWarning]) throws(FieldError) {
         let notes = DecodeNotes()
         defer { warnings += notes.warnings }
         let root = try Fields(json, path: "", notes: notes)
@@ -271,7 +256,7 @@ public struct ChatEvent: Sendable, Hashable {
         appID = try root.id("app_id")
         let kindRaw = try root.requiredString("kind", limit: Limits.idBytes)
         guard let k = Kind(rawValue: kindRaw) else {
-            throw EventValidationError(
+            throw FieldError(
                 field: "kind",
                 message:
                     "unknown kind \"\(kindRaw)\" (message, call, reaction, group_action, message_edited, message_deleted)"
@@ -292,11 +277,11 @@ public struct ChatEvent: Sendable, Hashable {
         } else if c.has("url") {
             convID = try c.id("url")
         } else {
-            throw EventValidationError(field: "conversation.id", message: "missing")
+            throw FieldError(field: "conversation.id", message: "missing")
         }
         let typeRaw = try c.requiredString("type", limit: Limits.idBytes)
         guard let ct = ConversationType(rawValue: typeRaw) else {
-            throw EventValidationError(
+            throw FieldError(
                 field: "conversation.type", message: "unknown type \"\(typeRaw)\" (direct, group, open, supergroup)")
         }
         conversation = Conversation(
@@ -313,11 +298,11 @@ public struct ChatEvent: Sendable, Hashable {
         if let cl = try root.optionalObject("call") {
             let a = try cl.requiredString("action", limit: Limits.idBytes)
             guard let action = CallAction(rawValue: a) else {
-                throw EventValidationError(field: "call.action", message: "unknown action \"\(a)\"")
+                throw FieldError(field: "call.action", message: "unknown action \"\(a)\"")
             }
             let t = try cl.optionalString("type", limit: Limits.idBytes) ?? "audio"
             guard let type = CallType(rawValue: t) else {
-                throw EventValidationError(field: "call.type", message: "unknown call type \"\(t)\" (audio, video)")
+                throw FieldError(field: "call.type", message: "unknown call type \"\(t)\" (audio, video)")
             }
             call = Call(action: action, sessionID: try cl.id("session_id"), type: type)
         } else {
@@ -325,7 +310,7 @@ public struct ChatEvent: Sendable, Hashable {
         }
         if let r = try root.optionalObject("reaction") {
             let emoji = try r.requiredString("emoji", limit: Limits.idBytes)
-            guard !emoji.isEmpty else { throw EventValidationError(field: "reaction.emoji", message: "empty") }
+            guard !emoji.isEmpty else { throw FieldError(field: "reaction.emoji", message: "empty") }
             reaction = Reaction(emoji: emoji, messageID: try r.optionalString("message_id", limit: Limits.idBytes))
         } else {
             reaction = nil
@@ -334,7 +319,7 @@ public struct ChatEvent: Sendable, Hashable {
             var a = try g.requiredString("action", limit: Limits.idBytes)
             if a == "kicked" { a = "removed" }
             guard let action = GroupActionKind(rawValue: a) else {
-                throw EventValidationError(
+                throw FieldError(
                     field: "group_action.action",
                     message: "unknown action \"\(a)\" (joined, left, added, removed, banned, unbanned)")
             }
@@ -346,13 +331,13 @@ public struct ChatEvent: Sendable, Hashable {
 
         switch kind {
         case .message where message == nil, .messageEdited where message == nil, .messageDeleted where message == nil:
-            throw EventValidationError(field: "message", message: "missing (required when kind is \(kind.rawValue))")
+            throw FieldError(field: "message", message: "missing (required when kind is \(kind.rawValue))")
         case .call where call == nil:
-            throw EventValidationError(field: "call", message: "missing (required when kind is call)")
+            throw FieldError(field: "call", message: "missing (required when kind is call)")
         case .reaction where reaction == nil:
-            throw EventValidationError(field: "reaction", message: "missing (required when kind is reaction)")
+            throw FieldError(field: "reaction", message: "missing (required when kind is reaction)")
         case .groupAction where groupAction == nil:
-            throw EventValidationError(field: "group_action", message: "missing (required when kind is group_action)")
+            throw FieldError(field: "group_action", message: "missing (required when kind is group_action)")
         default: break
         }
 
@@ -373,7 +358,7 @@ public struct ChatEvent: Sendable, Hashable {
                 if let ext = a.value("extern"), ext != .null {
                     let size = ext.serialized.utf8.count
                     guard size <= 2_048 else {
-                        throw EventValidationError(field: "ext.em_apns_ext.extern", message: "larger than 2048 bytes")
+                        throw FieldError(field: "ext.em_apns_ext.extern", message: "larger than 2048 bytes")
                     }
                     p.extern = ext
                 }
@@ -385,11 +370,11 @@ public struct ChatEvent: Sendable, Hashable {
         }
     }
 
-    static func decodeMessage(_ m: Fields) throws(EventValidationError) -> Message {
+    static func decodeMessage(_ m: Fields) throws(FieldError) -> Message {
         let id = try m.id("id")
         let typeRaw = try m.optionalString("type", limit: Limits.idBytes) ?? "text"
         guard let type = MessageType(rawValue: typeRaw) else {
-            throw EventValidationError(
+            throw FieldError(
                 field: "message.type", message: "unknown type \"\(typeRaw)\" (text, file, admin)")
         }
         var file: File?
@@ -400,25 +385,25 @@ public struct ChatEvent: Sendable, Hashable {
                 url: try f.optionalString("url", limit: Limits.urlBytes))
         }
         if type == .file && file == nil {
-            throw EventValidationError(field: "message.file", message: "missing (required when message.type is file)")
+            throw FieldError(field: "message.file", message: "missing (required when message.type is file)")
         }
         let mtRaw = try m.optionalString("mention_type", limit: Limits.idBytes) ?? "users"
         guard let mentionType = MentionType(rawValue: mtRaw) else {
-            throw EventValidationError(
+            throw FieldError(
                 field: "message.mention_type", message: "unknown mention type \"\(mtRaw)\" (users, channel)")
         }
         var translations: [(String, String)] = []
         if let t = try m.optionalObject("translations") {
             for (k, v) in t.pairs {
                 guard case .string(let s) = v else {
-                    throw EventValidationError(
+                    throw FieldError(
                         field: "message.translations.\(k)", message: "expected string, got \(v.typeName)")
                 }
                 guard !k.isEmpty, k.utf8.count <= 35 else {
-                    throw EventValidationError(field: "message.translations", message: "invalid language tag \"\(k)\"")
+                    throw FieldError(field: "message.translations", message: "invalid language tag \"\(k)\"")
                 }
                 guard s.utf8.count <= Limits.textBytes else {
-                    throw EventValidationError(
+                    throw FieldError(
                         field: "message.translations.\(k)", message: "longer than \(Limits.textBytes) bytes")
                 }
                 translations.append((k, s))
@@ -567,9 +552,9 @@ struct Fields {
     let path: String
     let notes: DecodeNotes
 
-    init(_ value: JSONValue, path: String, notes: DecodeNotes = DecodeNotes()) throws(EventValidationError) {
+    init(_ value: JSONValue, path: String, notes: DecodeNotes = DecodeNotes()) throws(FieldError) {
         guard case .object(let p) = value else {
-            throw EventValidationError(
+            throw FieldError(
                 field: path.isEmpty ? "(event)" : path, message: "expected object, got \(value.typeName)")
         }
         pairs = p
@@ -593,47 +578,47 @@ struct Fields {
         return nil
     }
 
-    func optionalString(_ key: String, limit: Int) throws(EventValidationError) -> String? {
+    func optionalString(_ key: String, limit: Int) throws(FieldError) -> String? {
         guard let v = value(key) else { return nil }
         switch v {
         case .null: return nil
         case .string(let s):
             guard s.utf8.count <= limit else {
-                throw EventValidationError(field: field(key), message: "longer than \(limit) bytes")
+                throw FieldError(field: field(key), message: "longer than \(limit) bytes")
             }
             return s
         default:
-            throw EventValidationError(field: field(key), message: "expected string, got \(v.typeName)")
+            throw FieldError(field: field(key), message: "expected string, got \(v.typeName)")
         }
     }
 
-    func requiredString(_ key: String, limit: Int) throws(EventValidationError) -> String {
+    func requiredString(_ key: String, limit: Int) throws(FieldError) -> String {
         guard let s = try optionalString(key, limit: limit) else {
-            throw EventValidationError(field: field(key), message: "missing")
+            throw FieldError(field: field(key), message: "missing")
         }
         return s
     }
 
     /// A non-empty identifier. Numbers are accepted and kept as written (chat
     /// back ends often send numeric message ids).
-    func id(_ key: String) throws(EventValidationError) -> String {
+    func id(_ key: String) throws(FieldError) -> String {
         guard let v = value(key), v != .null else {
-            throw EventValidationError(field: field(key), message: "missing")
+            throw FieldError(field: field(key), message: "missing")
         }
         let s: String
         switch v {
         case .string(let x): s = x
         case .number(let n) where Int64(n) != nil: s = n
-        default: throw EventValidationError(field: field(key), message: "expected string, got \(v.typeName)")
+        default: throw FieldError(field: field(key), message: "expected string, got \(v.typeName)")
         }
-        guard !s.isEmpty else { throw EventValidationError(field: field(key), message: "empty") }
+        guard !s.isEmpty else { throw FieldError(field: field(key), message: "empty") }
         guard s.utf8.count <= ChatEvent.Limits.idBytes else {
-            throw EventValidationError(field: field(key), message: "longer than \(ChatEvent.Limits.idBytes) bytes")
+            throw FieldError(field: field(key), message: "longer than \(ChatEvent.Limits.idBytes) bytes")
         }
         return s
     }
 
-    func optionalBool(_ key: String) throws(EventValidationError) -> Bool? {
+    func optionalBool(_ key: String) throws(FieldError) -> Bool? {
         guard let v = value(key) else { return nil }
         switch v {
         case .null: return nil
@@ -645,17 +630,17 @@ struct Fields {
         case .string(let s) where ["true", "false", "1", "0"].contains(s.lowercased()):
             warn(key, "string \"\(s)\" read as a boolean")
             return s.lowercased() == "true" || s == "1"
-        default: throw EventValidationError(field: field(key), message: "expected boolean, got \(v.typeName)")
+        default: throw FieldError(field: field(key), message: "expected boolean, got \(v.typeName)")
         }
     }
 
-    func optionalTimestamp(_ key: String) throws(EventValidationError) -> Int64? {
+    func optionalTimestamp(_ key: String) throws(FieldError) -> Int64? {
         guard let v = value(key) else { return nil }
         switch v {
         case .null: return nil
         case .number(let n):
             guard let i = Int64(n), i >= 0 else {
-                throw EventValidationError(
+                throw FieldError(
                     field: field(key),
                     message: "expected milliseconds since the epoch (a non-negative integer), got \(n)")
             }
@@ -663,42 +648,42 @@ struct Fields {
         case .string(let s) where !s.isEmpty && s.utf8.count <= 19 && s.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }):
             // CometChat's `sentAt` is a string of digits; the meaning is clear.
             guard let i = Int64(s) else {
-                throw EventValidationError(
+                throw FieldError(
                     field: field(key), message: "expected milliseconds since the epoch, got \"\(s)\"")
             }
             warn(key, "numeric string read as a timestamp")
             return i
         default:
-            throw EventValidationError(field: field(key), message: "expected number, got \(v.typeName)")
+            throw FieldError(field: field(key), message: "expected number, got \(v.typeName)")
         }
     }
 
-    func optionalObject(_ key: String) throws(EventValidationError) -> Fields? {
+    func optionalObject(_ key: String) throws(FieldError) -> Fields? {
         guard let v = value(key), v != .null else { return nil }
         return try Fields(v, path: field(key), notes: notes)
     }
 
-    func requiredObject(_ key: String) throws(EventValidationError) -> Fields {
+    func requiredObject(_ key: String) throws(FieldError) -> Fields {
         guard let f = try optionalObject(key) else {
-            throw EventValidationError(field: field(key), message: "missing")
+            throw FieldError(field: field(key), message: "missing")
         }
         return f
     }
 
-    func optionalStringArray(_ key: String) throws(EventValidationError) -> [String]? {
+    func optionalStringArray(_ key: String) throws(FieldError) -> [String]? {
         guard let v = value(key), v != .null else { return nil }
         guard case .array(let items) = v else {
-            throw EventValidationError(field: field(key), message: "expected array, got \(v.typeName)")
+            throw FieldError(field: field(key), message: "expected array, got \(v.typeName)")
         }
-        guard items.count <= 64 else { throw EventValidationError(field: field(key), message: "more than 64 items") }
+        guard items.count <= 64 else { throw FieldError(field: field(key), message: "more than 64 items") }
         var out: [String] = []
         for (n, item) in items.enumerated() {
             guard case .string(let s) = item else {
-                throw EventValidationError(
+                throw FieldError(
                     field: "\(field(key))[\(n)]", message: "expected string, got \(item.typeName)")
             }
             guard s.utf8.count <= ChatEvent.Limits.idBytes else {
-                throw EventValidationError(
+                throw FieldError(
                     field: "\(field(key))[\(n)]", message: "longer than \(ChatEvent.Limits.idBytes) bytes")
             }
             out.append(s)
@@ -706,13 +691,13 @@ struct Fields {
         return out
     }
 
-    func optionalIDArray(_ key: String) throws(EventValidationError) -> [String]? {
+    func optionalIDArray(_ key: String) throws(FieldError) -> [String]? {
         guard let v = value(key), v != .null else { return nil }
         guard case .array(let items) = v else {
-            throw EventValidationError(field: field(key), message: "expected array, got \(v.typeName)")
+            throw FieldError(field: field(key), message: "expected array, got \(v.typeName)")
         }
         guard items.count <= ChatEvent.Limits.recipients else {
-            throw EventValidationError(field: field(key), message: "more than \(ChatEvent.Limits.recipients) items")
+            throw FieldError(field: field(key), message: "more than \(ChatEvent.Limits.recipients) items")
         }
         var out: [String] = []
         out.reserveCapacity(items.count)
@@ -722,11 +707,11 @@ struct Fields {
             case .string(let x): s = x
             case .number(let x) where Int64(x) != nil: s = x
             default:
-                throw EventValidationError(
+                throw FieldError(
                     field: "\(field(key))[\(n)]", message: "expected string, got \(item.typeName)")
             }
             guard !s.isEmpty, s.utf8.count <= ChatEvent.Limits.idBytes else {
-                throw EventValidationError(
+                throw FieldError(
                     field: "\(field(key))[\(n)]",
                     message: s.isEmpty ? "empty" : "longer than \(ChatEvent.Limits.idBytes) bytes")
             }

@@ -18,17 +18,11 @@ public struct PreferenceLimits: Sendable, Hashable {
     /// Why `preferences` may not be stored, or nil.
     public func problem(_ preferences: Preferences) -> PreferenceLimitError? {
         if preferences.conversations.count > maxConversations {
-            return PreferenceLimitError(
-                field: "conversations",
-                message:
-                    "the stored preferences would hold \(preferences.conversations.count) conversations; at most \(maxConversations) are kept per user (remove some first)"
-            )
+            return .conversations(preferences.conversations.count, limit: maxConversations)
         }
         let bytes = preferences.jsonBytes().count
         if bytes > maxBytes {
-            return PreferenceLimitError(
-                field: "(body)",
-                message: "the stored preferences would be \(bytes) bytes; at most \(maxBytes) are kept per user")
+            return .bytes(bytes, limit: maxBytes)
         }
         return nil
     }
@@ -37,15 +31,31 @@ public struct PreferenceLimits: Sendable, Hashable {
 /// A change refused because the user's stored preferences would go beyond `PreferenceLimits`. Dead-lettered
 /// `over_limit` by herald-registry; 400 in the API.
 public struct PreferenceLimitError: Error, Sendable, Hashable, CustomStringConvertible {
-    public var field: String
-    public var message: String
+    /// The field over its limit (`conversations`, or `(body)` for the stored size) and by how much.
+    public var problem: FieldError
 
-    public init(field: String, message: String) {
-        self.field = field
-        self.message = message
+    public init(_ problem: FieldError) { self.problem = problem }
+
+    /// More conversations than are kept per user.
+    public static func conversations(_ count: some CustomStringConvertible, limit: some CustomStringConvertible) -> Self
+    {
+        Self(
+            FieldError(
+                field: "conversations",
+                message:
+                    "the stored preferences would hold \(count) conversations; at most \(limit) are kept per user (remove some first)"
+            ))
     }
 
-    public var description: String { "\(field): \(message)" }
+    /// More bytes of stored preferences than are kept per user.
+    public static func bytes(_ count: some CustomStringConvertible, limit: some CustomStringConvertible) -> Self {
+        Self(
+            FieldError(
+                field: "(body)",
+                message: "the stored preferences would be \(count) bytes; at most \(limit) are kept per user"))
+    }
+
+    public var description: String { problem.description }
 
     /// The dead-letter reason.
     public static let reason = "over_limit"

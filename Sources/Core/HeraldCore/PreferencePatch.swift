@@ -5,19 +5,6 @@
 
 import Foundation
 
-/// A bad field in a request body: `field` is the dotted path (`dnd.start`, `conversations.c1.muted`).
-public struct FieldError: Error, Sendable, Hashable, CustomStringConvertible {
-    public var field: String
-    public var message: String
-
-    public init(field: String, message: String) {
-        self.field = field
-        self.message = message
-    }
-
-    public var description: String { "\(field): \(message)" }
-}
-
 /// Which preference fields to set, which to clear (back to the default), and per conversation which of
 /// `trigger` / `muted` to set or which conversation entries to remove. Fields not named keep their stored value.
 ///
@@ -122,19 +109,8 @@ public struct PreferencePatch: Sendable, Hashable {
     /// `{"trigger": ..., "muted": ...}` (either or both) or to `null` to remove that conversation's settings.
     /// An unknown field or a value of the wrong form is a `FieldError` naming the field.
     public static func parse(_ body: some Collection<UInt8>) throws(FieldError) -> PreferencePatch {
-        let root: JSONValue
-        do {
-            root = try JSONValue.parse(body)
-        } catch {
-            throw FieldError(field: "(body)", message: "not valid JSON: \(error)")
-        }
-        guard case .object(let pairs) = root else {
-            throw FieldError(field: "(body)", message: "expected a JSON object, got \(root.typeName)")
-        }
         var patch = PreferencePatch()
-        var seen = Set<String>()
-        for (key, value) in pairs {
-            guard seen.insert(key).inserted else { throw FieldError(field: key, message: "given twice") }
+        for (key, value) in try JSONValue.bodyObject(body) {
             if case .null = value {
                 if key == "conversations" {
                     throw FieldError(field: key, message: "cannot be null (give the conversations to change)")

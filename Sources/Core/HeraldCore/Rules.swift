@@ -54,13 +54,13 @@ public enum Ingest {
 
     /// An event with no pushable content: a text or admin message whose text
     /// is empty and which sets no `em_push_content` and no loc-key.
-    static func nothingToPush(_ event: ChatEvent) -> EventValidationError? {
+    static func nothingToPush(_ event: ChatEvent) -> FieldError? {
         guard event.kind == .message || event.kind == .messageEdited, let m = event.message, m.type != .file else {
             return nil
         }
         let a = event.ext.apns
         if m.text.isEmpty && (a.pushContent ?? "").isEmpty && a.bodyLocKey == nil && a.titleLocKey == nil {
-            return EventValidationError(field: "message.text", message: "empty (nothing to push)")
+            return FieldError(field: "message.text", message: "empty (nothing to push)")
         }
         return nil
     }

@@ -78,21 +78,21 @@ public enum Simulator {
     ///   - now: the wall clock, used when neither `at` nor `created_at` is given.
     ///   - burst: for a recipient whose push may be coalesced, the message's place in its burst (default 1, the
     ///     first: what a single message sends); n > 1 shows the update of n messages suppress would send.
-    /// - Throws: `EventValidationError` when the event is not valid.
+    /// - Throws: `FieldError` when the event is not valid.
     public static func simulate(
         eventBytes: some Collection<UInt8>, fixture: StateFixture, apps: AppDirectory,
         at: Date?, now: Date, burst: Int = 1
-    ) throws(EventValidationError) -> [SimulationLine] {
+    ) throws(FieldError) -> [SimulationLine] {
         let event = try ChatEvent.decode(eventBytes)
         // The stages dead-letter an app the pipeline file does not list (`unknown_app`), as they do an invalid event.
         guard apps.isKnown(event.appID) else {
-            throw EventValidationError(field: "app_id", message: AppDirectory.unknownAppDetail(event.appID))
+            throw FieldError(field: "app_id", message: AppDirectory.unknownAppDetail(event.appID))
         }
         switch Ingest.admit(event) {
         case .drop(.channelType, _):
             return [SimulationLine(user: nil, decision: .drop, reason: DropReason.channelType.rawValue)]
         case .drop(.invalid, let detail):
-            throw Ingest.nothingToPush(event) ?? EventValidationError(field: "(event)", message: detail)
+            throw Ingest.nothingToPush(event) ?? FieldError(field: "(event)", message: detail)
         case .admit:
             break
         }

@@ -239,7 +239,9 @@ public struct RegistryAPI: Sendable {
                 }
                 do {
                     if let over = try await operations.exceedsLimits(record) {
-                        return ("PATCH \(base)preferences", Self.error(400, over.message, field: over.field))
+                        return (
+                            "PATCH \(base)preferences", Self.error(400, over.problem.message, field: over.problem.field)
+                        )
                     }
                 } catch {
                     return ("PATCH \(base)preferences", unavailable(error))

@@ -58,7 +58,7 @@ public struct RegistryOperations: Sendable {
     /// Validates and publishes one record (a preference change is checked against `preferenceLimits` first).
     public func submit(_ record: RegistryRecord) async throws {
         if let problem = record.validationError() { throw FieldError(field: "(record)", message: problem.detail) }
-        if let over = try await exceedsLimits(record) { throw FieldError(field: over.field, message: over.message) }
+        if let over = try await exceedsLimits(record) { throw over.problem }
         try await sink.publish(record)
     }
 
@@ -87,7 +87,7 @@ public struct RegistryOperations: Sendable {
         app: String, user: String, body: some Collection<UInt8>,
         now: Int64
     ) throws(FieldError) -> RegistryRecord {
-        let object = try Self.object(body)
+        let object = try JSONValue.bodyObject(body)
         var token: String?, kind: Device.Kind?, environment = APNsEnvironment.production
         var bundleID: String?, providerID: String?, unique = false
         for (name, value) in object {
@@ -151,7 +151,7 @@ public struct RegistryOperations: Sendable {
     public static func presenceRecord(
         app: String, user: String, body: some Collection<UInt8>
     ) throws(FieldError) -> RegistryRecord {
-        let object = try Self.object(body)
+        let object = try JSONValue.bodyObject(body)
         var online: [String]?, ttl: Int64?
         for (name, value) in object {
             switch name {
@@ -187,7 +187,7 @@ public struct RegistryOperations: Sendable {
         var conversation: String?
         var token: String?
         if body.contains(where: { !($0 == 0x20 || $0 == 0x0a || $0 == 0x0d || $0 == 0x09) }) {
-            for (name, value) in try Self.object(body) {
+            for (name, value) in try JSONValue.bodyObject(body) {
                 switch name {
                 case "conversation":
                     let c = try Self.string(value, name)
@@ -216,7 +216,7 @@ public struct RegistryOperations: Sendable {
         _ op: RegistryRecord.Op, app: String, conversation: String, body: some Collection<UInt8>
     ) throws(FieldError) -> RegistryRecord {
         var members: [String]?
-        for (name, value) in try Self.object(body) {
+        for (name, value) in try JSONValue.bodyObject(body) {
             switch name {
             case "members":
                 guard case .array(let items) = value else {
@@ -393,21 +393,6 @@ public struct RegistryOperations: Sendable {
     }
 
     // MARK: JSON helpers
-
-    static func object(_ body: some Collection<UInt8>) throws(FieldError) -> [(String, JSONValue)] {
-        let root: JSONValue
-        do {
-            root = try JSONValue.parse(body)
-        } catch {
-            throw FieldError(field: "(body)", message: "not valid JSON: \(error)")
-        }
-        guard case .object(let pairs) = root else {
-            throw FieldError(field: "(body)", message: "expected a JSON object, got \(root.typeName)")
-        }
-        var seen = Set<String>()
-        for (k, _) in pairs where !seen.insert(k).inserted { throw FieldError(field: k, message: "given twice") }
-        return pairs
-    }
 
     static func string(_ value: JSONValue, _ field: String) throws(FieldError) -> String {
         guard case .string(let s) = value else {

@@ -132,6 +132,27 @@ struct RedisOptions: ParsableArguments {
         }
         return StateStore(connection: connection, logger: CLI.quietLogger)
     }
+
+    /// Runs `body` with a connected state store; a Redis error ends heraldctl with exit status 1 and
+    /// `redis: <error>`.
+    func withStore<T>(_ body: (StateStore) async throws -> T) async -> T {
+        let store = await store()
+        do {
+            return try await body(store)
+        } catch {
+            CLI.fail("redis: \(error)")
+        }
+    }
+}
+
+/// Where a registry change goes: straight into Redis (the operator path, applied at once), or with --via-kafka as
+/// a record on herald.registry that herald-registry applies.
+struct RegistryWriteOptions: ParsableArguments {
+    @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
+    var viaKafka = false
+    @OptionGroup var redis: RedisOptions
+    @OptionGroup var kafka: KafkaOptions
+    @OptionGroup var topics: TopicOptions
 }
 
 /// Topic names: defaults of docs/behaviour.md §1, or those of a pipeline file.

@@ -18,18 +18,15 @@ struct CountsCommand: AsyncParsableCommand {
         @OptionGroup var redis: RedisOptions
 
         func run() async throws {
-            let store = await redis.store()
-            do {
+            let counts = await redis.withStore { store in
                 let unread = try await store.loadUser(app: app, user: user, now: CLI.nowMillis()).unread
-                let counts = try await store.withMentionCounts(app: app, user: user, unread: unread)
-                CLI.out(
-                    CLI.json([
-                        "user": user, "unread": ["total": counts.total, "conversations": counts.conversations],
-                        "mentions": ["total": counts.mentionTotal, "conversations": counts.mentionConversations],
-                    ]))
-            } catch {
-                CLI.fail("redis: \(error)")
+                return try await store.withMentionCounts(app: app, user: user, unread: unread)
             }
+            CLI.out(
+                CLI.json([
+                    "user": user, "unread": ["total": counts.total, "conversations": counts.conversations],
+                    "mentions": ["total": counts.mentionTotal, "conversations": counts.mentionConversations],
+                ]))
         }
     }
 
@@ -48,22 +45,18 @@ struct CountsCommand: AsyncParsableCommand {
             name: .long,
             help: "With --via-kafka: the token of the device that read (the user's other devices get the clear).")
         var token: String?
-        @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
-        var viaKafka = false
-        @OptionGroup var redis: RedisOptions
-        @OptionGroup var kafka: KafkaOptions
-        @OptionGroup var topics: TopicOptions
+        @OptionGroup var write: RegistryWriteOptions
 
         func run() async throws {
-            if viaKafka {
+            if write.viaKafka {
                 try await RegistryPublisher.publish(
-                    .markRead(app: app, user: user, conversation: conversation, token: token), kafka: kafka,
-                    topics: topics)
-                CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user]))
+                    .markRead(app: app, user: user, conversation: conversation, token: token), kafka: write.kafka,
+                    topics: write.topics)
+                CLI.out(CLI.json(["published": true, "topic": write.topics.topics().registry, "user": user]))
                 return
             }
             do {
-                try await redis.store().markRead(app: app, user: user, conversation: conversation)
+                try await write.redis.store().markRead(app: app, user: user, conversation: conversation)
                 CLI.out(CLI.json(["user": user, "conversation": CLI.orNull(conversation), "marked_read": true]))
             } catch {
                 CLI.fail("redis: \(error)")

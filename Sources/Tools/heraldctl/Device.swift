@@ -49,11 +49,7 @@ struct DeviceCommand: AsyncParsableCommand {
         var registeredAt: Int64?
         @Flag(name: .long, help: "Make it the user's only device of its kind (Sendbird's unique: true).")
         var unique = false
-        @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
-        var viaKafka = false
-        @OptionGroup var redis: RedisOptions
-        @OptionGroup var kafka: KafkaOptions
-        @OptionGroup var topics: TopicOptions
+        @OptionGroup var write: RegistryWriteOptions
 
         func run() async throws {
             let kind: Device.Kind
@@ -83,27 +79,25 @@ struct DeviceCommand: AsyncParsableCommand {
             } catch {
                 CLI.fail("--\(error.field): \(error.message)", status: 2)
             }
-            if viaKafka {
+            if write.viaKafka {
                 try await RegistryPublisher.publish(
-                    .register(app: app, user: user, device: device, unique: unique), kafka: kafka, topics: topics)
+                    .register(app: app, user: user, device: device, unique: unique), kafka: write.kafka,
+                    topics: write.topics)
                 CLI.out(
                     CLI.json([
-                        "published": true, "topic": topics.topics().registry, "user": user,
+                        "published": true, "topic": write.topics.topics().registry, "user": user,
                         "token": CLI.short(device.token),
                     ]))
                 return
             }
-            let store = await redis.store()
-            do {
-                let r = try await store.registerDeviceReporting(app: app, user: user, device: device, unique: unique)
-                var out: [String: Any] = [
-                    "registered": CLI.short(device.token), "user": user, "evicted": r.evicted.map(CLI.short),
-                ]
-                if let from = r.movedFrom { out["moved_from"] = from }
-                CLI.out(CLI.json(out))
-            } catch {
-                CLI.fail("redis: \(error)")
+            let r = await write.redis.withStore {
+                try await $0.registerDeviceReporting(app: app, user: user, device: device, unique: unique)
             }
+            var out: [String: Any] = [
+                "registered": CLI.short(device.token), "user": user, "evicted": r.evicted.map(CLI.short),
+            ]
+            if let from = r.movedFrom { out["moved_from"] = from }
+            CLI.out(CLI.json(out))
         }
     }
 
@@ -116,11 +110,7 @@ struct DeviceCommand: AsyncParsableCommand {
         @Option(name: .long, help: "User id.") var user: String
         @Option(name: .long, help: "Device token to remove.") var token: String?
         @Flag(name: .long, help: "Remove every device of the user.") var all = false
-        @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
-        var viaKafka = false
-        @OptionGroup var redis: RedisOptions
-        @OptionGroup var kafka: KafkaOptions
-        @OptionGroup var topics: TopicOptions
+        @OptionGroup var write: RegistryWriteOptions
 
         func validate() throws {
             guard (token != nil) != all else { throw ValidationError("give exactly one of --token and --all") }
@@ -128,16 +118,15 @@ struct DeviceCommand: AsyncParsableCommand {
 
         func run() async throws {
             let target = token?.lowercased()
-            if viaKafka {
+            if write.viaKafka {
                 let update: RegistryUpdate =
                     target.map { .unregister(app: app, user: user, token: $0) }
                     ?? .unregisterAll(app: app, user: user)
-                try await RegistryPublisher.publish(update, kafka: kafka, topics: topics)
-                CLI.out(CLI.json(["published": true, "topic": topics.topics().registry, "user": user]))
+                try await RegistryPublisher.publish(update, kafka: write.kafka, topics: write.topics)
+                CLI.out(CLI.json(["published": true, "topic": write.topics.topics().registry, "user": user]))
                 return
             }
-            let store = await redis.store()
-            do {
+            await write.redis.withStore { store in
                 if let target {
                     let removed = try await store.unregisterDevice(app: app, user: user, token: target)
                     CLI.out(CLI.json(["user": user, "token": CLI.short(target), "removed": removed]))
@@ -145,8 +134,6 @@ struct DeviceCommand: AsyncParsableCommand {
                     let count = try await store.unregisterAll(app: app, user: user)
                     CLI.out(CLI.json(["user": user, "removed": count]))
                 }
-            } catch {
-                CLI.fail("redis: \(error)")
             }
         }
     }

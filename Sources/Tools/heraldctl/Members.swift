@@ -22,26 +22,22 @@ struct MembersCommand: AsyncParsableCommand {
         @Option(name: .long, help: "App (tenant) id.") var app: String
         @Option(name: .long, help: "Conversation id.") var conversation: String
         @Argument(help: "User ids.") var users: [String] = []
-        @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
-        var viaKafka = false
-        @OptionGroup var redis: RedisOptions
-        @OptionGroup var kafka: KafkaOptions
-        @OptionGroup var topics: TopicOptions
+        @OptionGroup var write: RegistryWriteOptions
 
         func apply(_ op: RegistryRecord.Op) async throws {
             // The same checks as the registry API and herald-registry (RegistryRecord.validationError).
             let record = RegistryRecord(op: op, appID: app, conversation: conversation, members: users)
             if let problem = record.validationError() { CLI.fail(problem.detail, status: 2) }
-            if viaKafka {
-                try await RegistryPublisher.publish(record, kafka: kafka, topics: topics)
+            if write.viaKafka {
+                try await RegistryPublisher.publish(record, kafka: write.kafka, topics: write.topics)
                 CLI.out(
                     JSONValue.object([
-                        ("published", .bool(true)), ("topic", .string(topics.topics().registry)),
+                        ("published", .bool(true)), ("topic", .string(write.topics.topics().registry)),
                         ("op", .string(op.rawValue)), ("conversation", .string(conversation)),
                     ]).serialized)
                 return
             }
-            let store = await redis.store()
+            let store = await write.redis.store()
             do {
                 switch op {
                 case .addMembers: try await store.addMembers(app: app, conversation: conversation, members: users)
@@ -72,13 +68,8 @@ struct MembersCommand: AsyncParsableCommand {
         @OptionGroup var redis: RedisOptions
 
         func run() async throws {
-            let store = await redis.store()
-            do {
-                let members = try await store.members(app: app, conversation: conversation)
-                CLI.out(MembersCommand.json(app: app, conversation: conversation, members: members))
-            } catch {
-                CLI.fail("redis: \(error)")
-            }
+            let members = await redis.withStore { try await $0.members(app: app, conversation: conversation) }
+            CLI.out(MembersCommand.json(app: app, conversation: conversation, members: members))
         }
     }
 

@@ -44,11 +44,7 @@ struct PrefsCommand: AsyncParsableCommand {
         @Option(name: .long, help: "Preferred languages, comma separated, first wins (at most 4).") var languages:
             String?
         @Option(name: .long, help: "Badge: on or off.") var badge: String?
-        @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
-        var viaKafka = false
-        @OptionGroup var redis: RedisOptions
-        @OptionGroup var kafka: KafkaOptions
-        @OptionGroup var topics: TopicOptions
+        @OptionGroup var write: RegistryWriteOptions
 
         func validate() throws {
             if (conversationTrigger != nil || mute || unmute) && conversation == nil {
@@ -69,14 +65,14 @@ struct PrefsCommand: AsyncParsableCommand {
                     CLI.fail("--json: \(error.detail)", status: 2)
                 }
                 preferences = patch(stored: preferences).apply(to: preferences)
-                if let over = limits.problem(preferences) { CLI.fail("\(over.field): \(over.message)", status: 2) }
-                if viaKafka {
+                if let over = limits.problem(preferences) { CLI.fail("\(over)", status: 2) }
+                if write.viaKafka {
                     try await RegistryPublisher.publish(
                         .preferences(app: app, user: user, preferences: preferences),
-                        kafka: kafka, topics: topics)
+                        kafka: write.kafka, topics: write.topics)
                 } else {
                     do {
-                        try await redis.store().setPreferences(
+                        try await write.redis.store().setPreferences(
                             app: app, user: user, preferences: preferences, limits: limits)
                     } catch {
                         CLI.fail("redis: \(error)")
@@ -87,7 +83,7 @@ struct PrefsCommand: AsyncParsableCommand {
             }
             // The flags become a field-by-field patch (the registry API's PATCH, docs/registry-api.md): applied in
             // Redis by one Lua script, so a concurrent change of other fields is never lost.
-            let store = await redis.store()
+            let store = await write.redis.store()
             let stored: Preferences
             do {
                 stored = try await store.preferences(app: app, user: user)
@@ -98,11 +94,11 @@ struct PrefsCommand: AsyncParsableCommand {
             if change.isEmpty { CLI.fail("give at least one preference flag (see --help)", status: 2) }
             // The same bounds as the registry API; the patch script checks them again in Redis.
             if let over = limits.problem(change.apply(to: stored)) {
-                CLI.fail("\(over.field): \(over.message)", status: 2)
+                CLI.fail("\(over)", status: 2)
             }
-            if viaKafka {
+            if write.viaKafka {
                 try await RegistryPublisher.publish(
-                    .patch(app: app, user: user, patch: change), kafka: kafka, topics: topics)
+                    .patch(app: app, user: user, patch: change), kafka: write.kafka, topics: write.topics)
                 CLI.out(String(decoding: (try? StageCodec.encode(change.apply(to: stored))) ?? [], as: UTF8.self))
             } else {
                 do {
@@ -110,7 +106,7 @@ struct PrefsCommand: AsyncParsableCommand {
                         app: app, user: user, patch: change, limits: limits)
                     CLI.out(String(decoding: (try? StageCodec.encode(result)) ?? [], as: UTF8.self))
                 } catch let over as PreferenceLimitError {
-                    CLI.fail("\(over.field): \(over.message)", status: 2)
+                    CLI.fail("\(over)", status: 2)
                 } catch {
                     CLI.fail("redis: \(error)")
                 }
@@ -231,8 +227,7 @@ struct PrefsCommand: AsyncParsableCommand {
         @OptionGroup var redis: RedisOptions
 
         func run() async throws {
-            let store = await redis.store()
-            do {
+            await redis.withStore { store in
                 var state = try await store.loadUser(app: app, user: user, now: CLI.nowMillis())
                 if !fullTokens {
                     state.devices = state.devices.map {
@@ -240,9 +235,7 @@ struct PrefsCommand: AsyncParsableCommand {
                     }
                     state.online = state.online.map(CLI.short)
                 }
-                CLI.out(String(decoding: StageCodec.encode(state), as: UTF8.self))
-            } catch {
-                CLI.fail("redis: \(error)")
+                CLI.out(String(decoding: try StageCodec.encode(state), as: UTF8.self))
             }
         }
     }

@@ -23,11 +23,7 @@ struct PresenceCommand: AsyncParsableCommand {
         @Option(name: .long, parsing: .upToNextOption, help: "Online device token(s); repeat or list several.")
         var online: [String] = []
         @Option(name: .long, help: "Seconds the entries stay online without a refresh.") var ttl: Int = 120
-        @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
-        var viaKafka = false
-        @OptionGroup var redis: RedisOptions
-        @OptionGroup var kafka: KafkaOptions
-        @OptionGroup var topics: TopicOptions
+        @OptionGroup var write: RegistryWriteOptions
 
         func validate() throws {
             guard ttl > 0 else { throw ValidationError("--ttl must be positive") }
@@ -39,12 +35,12 @@ struct PresenceCommand: AsyncParsableCommand {
             }
             let now = CLI.nowMillis()
             let ttlMs = Int64(ttl) * 1000
-            if viaKafka {
+            if write.viaKafka {
                 try await RegistryPublisher.publish(
                     .presence(app: app, user: user, online: tokens, ttlMilliseconds: ttlMs),
-                    kafka: kafka, topics: topics)
+                    kafka: write.kafka, topics: write.topics)
             } else {
-                let store = await redis.store()
+                let store = await write.redis.store()
                 do {
                     try await store.setPresence(app: app, user: user, online: tokens, ttlMilliseconds: ttlMs, now: now)
                 } catch {
@@ -53,7 +49,8 @@ struct PresenceCommand: AsyncParsableCommand {
             }
             CLI.out(
                 CLI.json([
-                    "user": user, "online": tokens.map(CLI.short), "expires_at": now + ttlMs, "via_kafka": viaKafka,
+                    "user": user, "online": tokens.map(CLI.short), "expires_at": now + ttlMs,
+                    "via_kafka": write.viaKafka,
                 ]))
         }
     }
