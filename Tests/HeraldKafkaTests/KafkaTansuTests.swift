@@ -261,6 +261,36 @@ struct KafkaTansuTests {
         try await producer.shutdown()
     }
 
+    @Test(
+        "idle backoff: a consumer with nothing to fetch pauses and probes; each first record after a quiet spell wakes it (one record, a batch of three, one again)"
+    )
+    func idleBackoffWakesOnTheFirstRecord() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let topic = uniqueName("idle")
+        _ = try await KafkaAdmin.createTopics(
+            [TopicSpec(name: topic, partitions: 2)], configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap])
+        )
+        let producer = try producer(broker.bootstrap)
+        var config = consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic])
+        config.idleAfter = .milliseconds(300)
+        config.idleProbeInterval = .milliseconds(100)
+        let consumer = try KafkaConsumer(configuration: config, logger: testLogger("test.consumer"))
+        // Tansu answers ListOffsets(latest) with the last batch's base offset + 1, not its end: a batch of three
+        // after a quiet spell must wake the consumer as a single record does.
+        for (round, values) in [["first"], ["a", "b", "c"], ["last"]].enumerated() {
+            if round > 0 { try await eventually("the consumer is idle before round \(round)") { consumer.isIdle } }
+            let reports = try await producer.send(
+                values.map { ProducerRecord(topic: topic, key: "k", value: bytes($0)) })
+            #expect(reports.allSatisfy { $0.isDelivered })
+            let got = try await collect(consumer, count: values.count)
+            #expect(got.map { String(decoding: $0.value ?? [], as: UTF8.self) } == values, "round \(round)")
+            consumer.complete(got)
+        }
+        await consumer.shutdown()
+        try await producer.shutdown()
+    }
+
     @Test("shutdown commits completed records without an explicit commit; lag is reported")
     func shutdownCommitsAndLag() async throws {
         let broker = try await TansuBroker.start()

@@ -72,6 +72,10 @@ public final class KafkaConsumer: Sendable {
 
     public var isPaused: Bool { core.isUserPaused }
 
+    /// Whether the idle backoff (`idleAfter`) has paused fetching because nothing arrived: the consumer then only
+    /// probes the end offsets every `idleProbeInterval`.
+    public var isIdle: Bool { core.isIdle }
+
     /// True once the member joined its group and received its first assignment (which may be empty: more
     /// members than partitions). Until then nothing it is subscribed to is fetched; a join takes about half of
     /// `session.timeout.ms` on Tansu.
@@ -287,6 +291,8 @@ final class ConsumerCore: @unchecked Sendable {
     var lagSnapshot: [TopicPartition: Int64] { state.withLock { $0.lag } }
     var hasJoinedGroup: Bool { state.withLock { $0.joined } }
     var outstanding: Int { state.withLock { s in s.trackers.values.reduce(0) { $0 + $1.tracker.outstanding } } }
+
+    var isIdle: Bool { state.withLock { $0.flow.isIdle } }
 
     func commit() async throws(KafkaError) {
         let result: Result<Void, KafkaError> = await runOnPollThread { rk in
