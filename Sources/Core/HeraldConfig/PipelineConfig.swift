@@ -190,7 +190,8 @@ public enum KafkaProfile: String, Sendable, Hashable, CaseIterable {
     public var idleBackoff: IdleBackoff? {
         switch self {
         case .production: nil
-        case .local: IdleBackoff(afterMs: 1_000, probeIntervalMs: 250)
+        // Off in both: see docs/kafka.md ("Idle backoff") for what turning it on costs.
+        case .local: nil
         }
     }
 
