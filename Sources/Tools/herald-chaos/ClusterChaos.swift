@@ -78,62 +78,72 @@ extension ChaosRunner {
         r.duplicates.filter { $0.firstAt >= from - options.crashWindowMs && $0.firstAt <= to }.count
     }
 
-    // MARK: A master killed
-
-    func redisMasterKill() async throws -> ChaosOutcome {
-        let session = try open(redisCluster: true)
-        defer { session.close(keep: options.stack.keep) }
+    /// The cluster scenarios' load (100 events/s reduced, 500 full, for 20 or 45 s) on `session`, with `fault`
+    /// started once on a task of its own `faultAt` seconds in.
+    func clusterLoad(
+        _ session: BenchSession, faultAt: Double, extraDrain: Double = 0,
+        fault: @escaping @Sendable (FaultLog, TimeMarks) async -> Void
+    ) async throws -> (LoadDriver.Result, FaultLog, TimeMarks) {
         let rate = reduced ? 100.0 : 500.0
         let seconds = reduced ? 20.0 : 45.0
-        let ports = clusterPorts(session)
         let driver = try await LoadDriver(session: session, workload: workload())
         let faults = FaultLog()
         let times = TimeMarks()
         var started = false
         driver.onTick = { t in
-            guard !started, t >= 5 else { return }
+            guard !started, t >= faultAt else { return }
             started = true
-            Task.detached {
-                // The master of the most slots, so the fault hits as much traffic as it can.
-                let nodes = await clusterNodes(ports: ports)
-                guard let victim = nodes.filter({ $0.isMaster && !$0.failed }).max(by: { $0.slotCount < $1.slotCount }),
-                    let pid = session.info.pid("redis-\(victim.port - session.info.redisPort)")
-                else {
-                    faults.note("no master to kill (CLUSTER NODES: \(nodes.count) nodes)")
-                    return
+            Task.detached { await fault(faults, times) }
+        }
+        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: drainTimeout + extraDrain)
+        return (r, faults, times)
+    }
+
+    // MARK: A master killed
+
+    func redisMasterKill() async throws -> ChaosOutcome {
+        let session = try open(redisCluster: true)
+        defer { session.close(keep: options.stack.keep) }
+        let ports = clusterPorts(session)
+        let (r, faults, times) = try await clusterLoad(session, faultAt: 5, extraDrain: 10) { faults, times in
+            // The master of the most slots, so the fault hits as much traffic as it can.
+            let nodes = await clusterNodes(ports: ports)
+            guard let victim = nodes.filter({ $0.isMaster && !$0.failed }).max(by: { $0.slotCount < $1.slotCount }),
+                let pid = session.info.pid("redis-\(victim.port - session.info.redisPort)")
+            else {
+                faults.note("no master to kill (CLUSTER NODES: \(nodes.count) nodes)")
+                return
+            }
+            kill(pid, SIGKILL)
+            let at = nowMillis()
+            times.set("kill", at)
+            faults.add(
+                .init(
+                    stage: "redis-\(victim.port - session.info.redisPort)", action: "SIGKILL", at: at, status: nil))
+            // The replica is promoted after cluster-node-timeout (3 s) and an election.
+            let others = ports.filter { $0 != victim.port }
+            var recovered = false
+            for _ in 0..<600 {
+                // Whole again: the others marked it failed (not only suspected) and serve every slot.
+                let seen = await clusterNodes(ports: others)
+                let marked = seen.first { $0.id == victim.id }.map { !$0.isMaster || $0.failedForSure } ?? false
+                if marked, await clusterHealthy(ports: others) {
+                    recovered = true
+                    break
                 }
-                kill(pid, SIGKILL)
-                let at = nowMillis()
-                times.set("kill", at)
-                faults.add(
-                    .init(
-                        stage: "redis-\(victim.port - session.info.redisPort)", action: "SIGKILL", at: at, status: nil))
-                // The replica is promoted after cluster-node-timeout (3 s) and an election.
-                let others = ports.filter { $0 != victim.port }
-                var recovered = false
-                for _ in 0..<600 {
-                    // Whole again: the others marked it failed (not only suspected) and serve every slot.
-                    let seen = await clusterNodes(ports: others)
-                    let marked = seen.first { $0.id == victim.id }.map { !$0.isMaster || $0.failedForSure } ?? false
-                    if marked, await clusterHealthy(ports: others) {
-                        recovered = true
-                        break
-                    }
-                    try? await Task.sleep(for: .milliseconds(100))
-                }
-                times.set("recovered", nowMillis())
-                if !recovered { faults.note("the cluster did not recover within 60 s of the kill") }
-                // The old master comes back and rejoins as a replica of the promoted one.
-                do { try session.control.start("redis-\(victim.port - session.info.redisPort)") } catch {
-                    faults.note("restart of the killed master failed: \(error)")
-                }
-                let after = await clusterNodes(ports: others)
-                if let back = after.first(where: { $0.id == victim.id }), back.isMaster, back.slotCount > 0 {
-                    faults.note("the killed master came back still serving slots: no failover happened")
-                }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+            times.set("recovered", nowMillis())
+            if !recovered { faults.note("the cluster did not recover within 60 s of the kill") }
+            // The old master comes back and rejoins as a replica of the promoted one.
+            do { try session.control.start("redis-\(victim.port - session.info.redisPort)") } catch {
+                faults.note("restart of the killed master failed: \(error)")
+            }
+            let after = await clusterNodes(ports: others)
+            if let back = after.first(where: { $0.id == victim.id }), back.isMaster, back.slotCount > 0 {
+                faults.note("the killed master came back still serving slots: no failover happened")
             }
         }
-        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: drainTimeout + 10)
         var problems = faults.allNotes
         let killedAt = times.get("kill")
         let recovered = times.get("recovered")
@@ -156,43 +166,32 @@ extension ChaosRunner {
     func redisSlotMove() async throws -> ChaosOutcome {
         let session = try open(redisCluster: true)
         defer { session.close(keep: options.stack.keep) }
-        let rate = reduced ? 100.0 : 500.0
-        let seconds = reduced ? 20.0 : 45.0
         let slots = reduced ? 1500 : 4000
         let ports = clusterPorts(session)
-        let driver = try await LoadDriver(session: session, workload: workload())
-        let faults = FaultLog()
-        let times = TimeMarks()
-        var started = false
-        driver.onTick = { t in
-            guard !started, t >= 4 else { return }
-            started = true
-            Task.detached {
-                let masters = await clusterNodes(ports: ports).filter { $0.isMaster && !$0.failed }
-                    .sorted { $0.slotCount > $1.slotCount }
-                guard masters.count >= 2, let from = masters.first, let to = masters.last else {
-                    faults.note("fewer than two masters")
-                    return
-                }
-                times.set("start", nowMillis())
-                // redis-cli moves each slot the way an operator does: IMPORTING / MIGRATING, MIGRATE of its keys
-                // (clients get ASK meanwhile), then SETSLOT NODE on every master (MOVED from then on).
-                let status =
-                    (try? spawnAndWait(
-                        [
-                            "/usr/bin/redis-cli", "--cluster", "reshard", "127.0.0.1:\(from.port)",
-                            "--cluster-from", from.id, "--cluster-to", to.id, "--cluster-slots", String(slots),
-                            "--cluster-yes", "--cluster-pipeline", "20",
-                        ], environment: ProcessInfo.processInfo.environment, quiet: true)) ?? -1
-                times.set("end", nowMillis())
-                if status != 0 { faults.note("redis-cli --cluster reshard exited \(status)") }
-                faults.add(
-                    .init(
-                        stage: "\(slots) slots 127.0.0.1:\(from.port) -> 127.0.0.1:\(to.port)", action: "reshard",
-                        at: times.get("start") ?? 0, status: Int(status)))
+        let (r, faults, times) = try await clusterLoad(session, faultAt: 4) { faults, times in
+            let masters = await clusterNodes(ports: ports).filter { $0.isMaster && !$0.failed }
+                .sorted { $0.slotCount > $1.slotCount }
+            guard masters.count >= 2, let from = masters.first, let to = masters.last else {
+                faults.note("fewer than two masters")
+                return
             }
+            times.set("start", nowMillis())
+            // redis-cli moves each slot the way an operator does: IMPORTING / MIGRATING, MIGRATE of its keys
+            // (clients get ASK meanwhile), then SETSLOT NODE on every master (MOVED from then on).
+            let status =
+                (try? spawnAndWait(
+                    [
+                        "/usr/bin/redis-cli", "--cluster", "reshard", "127.0.0.1:\(from.port)",
+                        "--cluster-from", from.id, "--cluster-to", to.id, "--cluster-slots", String(slots),
+                        "--cluster-yes", "--cluster-pipeline", "20",
+                    ], environment: ProcessInfo.processInfo.environment, quiet: true)) ?? -1
+            times.set("end", nowMillis())
+            if status != 0 { faults.note("redis-cli --cluster reshard exited \(status)") }
+            faults.add(
+                .init(
+                    stage: "\(slots) slots 127.0.0.1:\(from.port) -> 127.0.0.1:\(to.port)", action: "reshard",
+                    at: times.get("start") ?? 0, status: Int(status)))
         }
-        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: drainTimeout)
         // The reshard may outlast the load on a slow host: wait for it before judging the slot map.
         for _ in 0..<1200 where times.get("end") == nil && times.get("start") != nil {
             try await Task.sleep(for: .milliseconds(100))
