@@ -54,7 +54,9 @@ public enum TestHTTP {
         port: Int, method: String, path: String, headers: [String: String],
         body: String?
     ) throws -> Answer {
-        let fd = try connectLoopback(port: port, receiveTimeoutSeconds: 30)
+        // As long as the slowest answer a test allows (60 s on a starved machine), so that a slow answer fails the
+        // test's own check instead of cutting the read short.
+        let fd = try connectLoopback(port: port, receiveTimeoutSeconds: 60)
         defer { close(fd) }
         let payload = Array((body ?? "").utf8)
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
