@@ -36,12 +36,20 @@ func produce(_ values: [String], topic: String, brokers: [String]) async throws 
 func collect(
     topics: [String], count: Int, brokers: [String], timeout: Duration = .seconds(120)
 ) async throws -> [ConsumerRecord] {
+    try await collect(topics: topics, brokers: brokers, timeout: timeout) { $0.count >= count }
+}
+
+/// Reads `topics` from the start until `done` holds for what was read (or `timeout` passes), then half a second more.
+func collect(
+    topics: [String], brokers: [String], timeout: Duration = .seconds(120),
+    until done: ([ConsumerRecord]) -> Bool
+) async throws -> [ConsumerRecord] {
     var configuration = KafkaConsumerConfiguration(brokers: brokers, groupID: "reader-\(UUID())", topics: topics)
     configuration.sessionTimeout = .seconds(3)
     let consumer = try KafkaConsumer(configuration: configuration)
     var out: [ConsumerRecord] = []
     let deadline = ContinuousClock.now + timeout
-    while out.count < count, ContinuousClock.now < deadline {
+    while !done(out), ContinuousClock.now < deadline {
         if let batch = try await consumer.nextBatch() { out += batch }
     }
     // A little longer, to see anything beyond `count`.
@@ -227,7 +235,7 @@ struct HugeOutputProcessor: StageProcessor {
         // The partition moved on: every input completed and its offset was committed.
         let tp = TopicPartition(topic: "in", partition: 0)
         var committed: Int64 = -1
-        let deadline = ContinuousClock.now + .seconds(20)
+        let deadline = ContinuousClock.now + .seconds(120)
         while committed < 5, ContinuousClock.now < deadline {
             try await consumer.commit()
             committed = try await consumer.committed([tp])[tp] ?? -1
