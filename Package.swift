@@ -266,6 +266,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]),
+        // The benchmarks' own arithmetic (quantiles from histogram buckets).
+        .testTarget(name: "HeraldBenchSupportTests", dependencies: ["HeraldBenchSupport"]),
         // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
         .testTarget(
             name: "EndToEndTests",

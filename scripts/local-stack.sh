@@ -33,6 +33,8 @@
 # HERALD_LOCAL_PIPELINE_SRC: pipeline file the stack's run/pipeline.yaml is made from (default pipelines/example.yaml;
 # the benchmarks of docs/performance.md compare settings this way).
 # HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
+# HERALD_LOCAL_STAGES: with --up, the stages to start, space-separated (default all six; "none": only Redis, Tansu
+# and the stand-ins, the stages started later with --start NAME, as herald-bench stage does).
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -57,7 +59,7 @@ while [ $# -gt 0 ]; do
     --run-dir) RUN="$2"; shift ;;
     --restart|--start) action="${1#--}"; target="$2"; shift ;;
     --signal) action=signal; sig="$2"; target="$3"; shift 2 ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -210,7 +212,7 @@ start_stage() {
     trap - EXIT; set +e
     # The stages warn about HERALD_* keys they do not know: the HERALD_LOCAL_* ones are for this script only.
     env -u HERALD_LOCAL_REDIS_PORT -u HERALD_STAGE_ENDPOINTS -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
-        -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT \
+        -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT -u HERALD_LOCAL_STAGES \
         HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
         HERALD_REDIS_URL="$REDIS_URL" HERALD_METRICS_HOST=127.0.0.1 \
         HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 HERALD_KAFKA_PROFILE=local \
@@ -272,7 +274,7 @@ if [ -n "$action" ]; then
         redis-[0-5]) start_redis_node "${target#redis-}" ;;
         kafka) start_kafka ;;
         mock-apns) start_mock "$(mock_record_file next)" ;;
-        *) for _ in $(seq 1 100); do [ -f "$RUN/$target.exit" ] || ! kill -0 "$(cat "$pidfile" 2>/dev/null || echo 0)" 2>/dev/null && break; sleep 0.05; done
+        *) for _ in $(seq 1 100); do [ -f "$pidfile" ] || break; [ -f "$RUN/$target.exit" ] || ! kill -0 "$(cat "$pidfile" 2>/dev/null || echo 0)" 2>/dev/null && break; sleep 0.05; done
            start_stage "$target"
            wait_stage_ready "$target" || { say "herald-$target is not ready"; exit 1; } ;;
       esac
@@ -378,9 +380,17 @@ for _ in $(seq 1 50); do port_open "$FCM_PORT" && break; sleep 0.1; done
 say "herald-mock-fcm on 127.0.0.1:$FCM_PORT (FCM messages:send, /token checking the RS256 assertion, /webhook/custom-1)"
 
 # --- The six stages ----------------------------------------------------------------------------------
-for s in "${STAGES[@]}"; do : >"$RUN/logs/$s.log"; start_stage "$s"; done
+UP_STAGES=("${STAGES[@]}")
+if [ "$up" = 1 ] && [ -n "${HERALD_LOCAL_STAGES:-}" ]; then
+  read -r -a UP_STAGES <<<"${HERALD_LOCAL_STAGES/none/}"
+  for s in "${UP_STAGES[@]}"; do
+    [ "$(stage_index "$s")" != 0 ] || { echo "HERALD_LOCAL_STAGES: unknown stage $s" >&2; exit 2; }
+  done
+fi
+for s in "${STAGES[@]}"; do : >"$RUN/logs/$s.log"; done
+for s in "${UP_STAGES[@]}"; do start_stage "$s"; done
 not_ready=0
-for s in "${STAGES[@]}"; do
+for s in "${UP_STAGES[@]}"; do
   i="$(stage_index "$s")"
   if wait_stage_ready "$s"; then say "herald-$s ready (metrics on :$((METRICS_BASE + i)))"
   else not_ready=1; say "herald-$s is not ready; last log lines:"; tail -5 "$RUN/logs/$s.log" >&2; fi

@@ -116,6 +116,54 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: out + "/run/send.pid"))
     }
 
+    /// `herald-bench stage send`, reduced: the stages upstream of send make its backlog and stop, send drains it
+    /// alone. Asserted: the report's structure, that every input was accounted for (0 lost, nothing duplicated) and
+    /// that the suppressions on the way match the prediction. Never a speed.
+    @Test func stageBenchFeedsSendAloneAndAccountsForEveryInput() async throws {
+        let (status, output, out) = try await runBench(
+            "herald-bench-stage",
+            [
+                "stage", "send", "--backlog", "300", "--users", "600", "--conversation-size", "5",
+                "--drain-timeout", "30", "--check",
+            ])
+        #expect(status == 0, "herald-bench stage failed:\n\(output.suffix(4000))")
+        let md = try String(contentsOfFile: out + "/REPORT.md", encoding: .utf8)
+        for heading in ["# herald-bench stage send", "## Scenario", "## Results", "## Accounting", "## Method"] {
+            #expect(md.contains(heading), "REPORT.md lacks \(heading)")
+        }
+        #expect(md.contains("host speed (herald-bench decide"))
+        let json = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: out + "/REPORT.json")))
+                as? [String: Any])
+        #expect(json["stage"] as? String == "send")
+        let notifications = try #require(json["notifications"] as? Int)
+        let inputs = try #require(json["inputs"] as? Int)
+        #expect(notifications > 0)
+        #expect(inputs == notifications, "one outbound record per notification")
+        #expect(json["consumed"] as? Int == inputs)
+        #expect(json["outputs"] as? Int == notifications, "every notification answered 200 by the stand-in")
+        #expect(json["expected"] as? Int == inputs)
+        #expect(json["lost"] as? Int == 0)
+        #expect(json["duplicated"] as? Int == 0)
+        #expect(json["unexpected"] as? Int == 0)
+        #expect(json["consistent"] as? Bool == true, "\(json["problems"] ?? "")")
+        let through = try #require(json["suppressed_through_stage"] as? [String: Int])
+        #expect(through == json["suppressed_predicted"] as? [String: Int])
+        #expect(
+            (json["recipients"] as? Int) == notifications + through.values.reduce(0, +),
+            "recipients = notifications + suppressed on the way")
+        #expect((json["cpu_seconds"] as? Double ?? 0) > 0)
+        #expect((json["notifications_per_cpu_second"] as? Double ?? 0) > 0)
+        #expect((json["multiple_of_core"] as? Double ?? 0) > 0)
+        #expect((json["peak_rss_kb"] as? Int ?? 0) > 0)
+        let hop = try #require(json["hop"] as? [String: Any])
+        for part in ["total", "processing", "ack_wait"] {
+            let q = try #require(hop[part] as? [String: Double], "hop lacks \(part)")
+            #expect((q["p50_ms"] ?? -1) <= (q["p99_ms"] ?? -2), "\(part): \(q)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: out + "/run/send.pid"))
+    }
+
     /// What Redis keeps per notification: on a groups-of-5 backlog at the default preference mix, `used_memory`
     /// after the drain minus before (taken once the users' state is loaded), divided by the recipients decided.
     /// The layout before the compact records kept about 960 bytes here; the compact one about 60 at 20,000 events

@@ -10,9 +10,11 @@ import Synchronization
 public enum HeraldMetrics {
     private static let state = Mutex<PrometheusCollectorRegistry?>(nil)
 
-    /// Bucket bounds of the stage latency histogram (`herald_stage_latency_seconds`), 1 ms to 30 s.
+    /// Bucket bounds of every duration histogram (`herald_stage_latency_seconds` and the others), 0.1 ms to 30 s:
+    /// fine below 5 ms, where a stage's own time per hop is held (docs/performance.md, "Time per hop"), coarse above.
     public static let latencyBuckets: [Duration] = [
-        .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25),
+        .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2),
+        .milliseconds(3), .milliseconds(4), .milliseconds(5), .milliseconds(10), .milliseconds(25),
         .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
         .milliseconds(2500), .seconds(5), .seconds(10), .seconds(30),
     ]
@@ -76,6 +78,8 @@ public struct StageMetrics: Sendable {
         public static let consumed = "herald_consumed_total"
         public static let produced = "herald_produced_total"
         public static let latency = "herald_stage_latency_seconds"
+        public static let processing = "herald_stage_processing_seconds"
+        public static let ackWait = "herald_stage_ack_wait_seconds"
         public static let suppressed = "herald_suppressed_total"
         public static let apnsResponses = "herald_apns_responses_total"
         public static let retries = "herald_retries_total"
@@ -113,8 +117,16 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.produced, "counter", labels: "stage, topic", "records produced and acknowledged by the broker"),
         MetricDeclaration(
-            Name.latency, "histogram (1 ms to 30 s)", labels: "stage",
-            "from consumption to outputs acknowledged"),
+            Name.latency, "histogram (0.1 ms to 30 s)", labels: "stage",
+            "from consumption to outputs acknowledged (per record: its batch's time)"),
+        MetricDeclaration(
+            Name.processing, "histogram (0.1 ms to 30 s)", labels: "stage",
+            "the stage's own part of `herald_stage_latency_seconds`: from consumption to the outputs handed to the producer (decoding, Redis round trips, rendering; at send, the provider's answers too)"
+        ),
+        MetricDeclaration(
+            Name.ackWait, "histogram (0.1 ms to 30 s)", labels: "stage",
+            "the broker's part of `herald_stage_latency_seconds`: from the outputs handed to the producer to the broker's last acknowledgement (the producer's linger, the produce round trip, produce retries)"
+        ),
         MetricDeclaration(
             Name.suppressed, "counter", labels: "stage, reason",
             "suppressions by reason code (docs/behaviour.md §6: `sender`, `ignored`, `no_devices`, `online`, `conversation_off`, `muted`, `trigger_off`, `not_mentioned`, `snoozed`, `dnd`; ingest's drops); send counts `expired` here (a notification whose `apns-expiration` passed before it could be sent)"
@@ -128,7 +140,7 @@ public struct StageMetrics: Sendable {
             Name.sendDuplicates, "counter", labels: "stage", stages: "send",
             "notifications not sent again because their idempotency record says delivered"),
         MetricDeclaration(
-            Name.sendPhase, "histogram (1 ms to 30 s)", labels: "stage, lane, phase", stages: "send",
+            Name.sendPhase, "histogram (0.1 ms to 30 s)", labels: "stage, lane, phase", stages: "send",
             "where a send batch's time goes: `claim` (the Redis claim round trip), `answer` (from handing the batch to the provider clients to its last answer), `confirm` (writing the last delivery records after it)"
         ),
         MetricDeclaration(
@@ -170,7 +182,7 @@ public struct StageMetrics: Sendable {
             "records consumed by the lane's loop (`priority`, `bulk`; docs/pipeline.md, \"Priority lanes\"): the lane's throughput"
         ),
         MetricDeclaration(
-            Name.laneLatency, "histogram (1 ms to 30 s)", labels: "stage, lane",
+            Name.laneLatency, "histogram (0.1 ms to 30 s)", labels: "stage, lane",
             "`herald_stage_latency_seconds` of one lane"),
         MetricDeclaration(Name.laneInFlight, "gauge", labels: "stage, lane", "`herald_in_flight` of one lane"),
         MetricDeclaration(
@@ -213,6 +225,8 @@ public struct StageMetrics: Sendable {
     public let stage: String
     private let factory: any MetricsFactory
     private let latencyTimer: Metrics.Timer
+    private let processingTimer: Metrics.Timer
+    private let ackWaitTimer: Metrics.Timer
     private let inFlightMeter: CoreMetrics.Meter
     /// Set on a lane's metrics: the lane's name and series, and the in-flight of every lane (for the total).
     public private(set) var lane: String?
@@ -227,6 +241,9 @@ public struct StageMetrics: Sendable {
         self.stage = stage
         self.factory = factory
         self.latencyTimer = Metrics.Timer(label: Name.latency, dimensions: [("stage", stage)], factory: factory)
+        self.processingTimer = Metrics.Timer(
+            label: Name.processing, dimensions: [("stage", stage)], factory: factory)
+        self.ackWaitTimer = Metrics.Timer(label: Name.ackWait, dimensions: [("stage", stage)], factory: factory)
         self.inFlightMeter = CoreMetrics.Meter(label: Name.inFlight, dimensions: [("stage", stage)], factory: factory)
         // Make the fixed series visible at zero from the start.
         self.inFlightMeter.set(0)
@@ -280,6 +297,15 @@ public struct StageMetrics: Sendable {
     public func recordLatency(_ duration: Duration) {
         latencyTimer.record(duration: duration)
         laneSeries?.latency.record(duration: duration)
+    }
+
+    /// The two parts of a batch's latency, once per completed record: the stage's own processing (consumption to
+    /// outputs handed to the producer) and the wait for the broker's acknowledgements after it.
+    public func recordLatencyParts(processing: Duration, ackWait: Duration, count: Int) {
+        for _ in 0..<max(0, count) {
+            processingTimer.record(duration: processing)
+            ackWaitTimer.record(duration: ackWait)
+        }
     }
 
     /// A suppression, by reason code (docs/behaviour.md §6) (`sender`, `ignored`, `no_devices`, `online`, ...).

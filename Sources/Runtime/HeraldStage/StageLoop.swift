@@ -182,14 +182,16 @@ public final class StageLoop: Service, Sendable {
                         guard index >= 0, index < batch.count else { return false }
                         return await self.emitNow(outputs, input: batch[index], context: context)
                     }
-                    let prepared = await prepare(batch, context: batchContext)
+                    var prepared = await prepare(batch, context: batchContext)
                     let pending = await enqueue(prepared, context: context)
+                    prepared.handed = .now
                     state.withLock { $0.processing -= 1 }
-                    group.addTask { await self.conclude(prepared, pending, context: context) }
+                    group.addTask { [prepared] in await self.conclude(prepared, pending, context: context) }
                 } else {
                     group.addTask {
-                        let prepared = await self.prepare(batch, context: context)
+                        var prepared = await self.prepare(batch, context: context)
                         let pending = await self.enqueue(prepared, context: context)
+                        prepared.handed = .now
                         self.state.withLock { $0.processing -= 1 }
                         self.progress.wake()
                         await self.conclude(prepared, pending, context: context)
@@ -271,6 +273,9 @@ public final class StageLoop: Service, Sendable {
         var records: [ProducerRecord]
         var owner: [Int]
         var started: ContinuousClock.Instant
+        /// When the records were handed to the producer: the end of the stage's own processing, the start of the
+        /// wait for the broker's acknowledgements.
+        var handed: ContinuousClock.Instant? = nil
     }
 
     func prepare(_ batch: [ConsumerRecord], context: BatchContext) async -> Prepared {
@@ -358,6 +363,7 @@ public final class StageLoop: Service, Sendable {
         } else {
             failedOwners = Set(prepared.owner)
         }
+        let acknowledged = ContinuousClock.now
 
         // Complete what is done; record what happened.
         var completed: [ConsumerRecord] = []
@@ -378,6 +384,9 @@ public final class StageLoop: Service, Sendable {
         metrics.setInFlight(left)
         let elapsed = ContinuousClock.now - prepared.started
         for _ in completed { metrics.recordLatency(elapsed) }
+        let handed = prepared.handed ?? acknowledged
+        metrics.recordLatencyParts(
+            processing: handed - prepared.started, ackWait: acknowledged - handed, count: completed.count)
         tally.record(metrics: metrics)
 
         if let explain, !explainEntries.isEmpty { writeExplain(explainEntries, to: explain) }

@@ -41,7 +41,7 @@ package final class BenchSession: @unchecked Sendable {
 
     package static func open(
         _ o: StackOptions, mockArgs: String, redisAOF: Bool = false, kafkaS3: Bool = false, redisCluster: Bool = false,
-        runSuffix: String = ""
+        runSuffix: String = "", stages: [String]? = nil
     ) throws -> BenchSession {
         let repo = try o.repo ?? StackControl.findRepo()
         if let attach = o.attach {
@@ -59,7 +59,7 @@ package final class BenchSession: @unchecked Sendable {
         do {
             try control.up(
                 redisAOF: redisAOF, kafkaS3: kafkaS3, redisCluster: redisCluster, mockArgs: mockArgs, build: o.build,
-                debug: o.debug)
+                debug: o.debug, stages: stages)
         } catch {
             control.down()
             throw error
@@ -97,6 +97,9 @@ package final class LoadDriver: @unchecked Sendable {
     package let tail: RecordTail
     package let procs: ProcessAccounting
     package var metricsBefore: StageMetrics
+    /// The stages' metrics once the warm-up is over (`ledger.latencyFrom`): where the time per hop is measured from
+    /// (`metricsBefore` without a warm-up).
+    package var hopBaseline: StageMetrics?
     /// Redis once the users' state is loaded (nil when it could not be read).
     package var redisBefore: RedisSnapshot?
     package var predictedSuppressed: [String: Int] = [:]
@@ -175,6 +178,8 @@ package final class LoadDriver: @unchecked Sendable {
         package var loadSeconds: Double
         /// Redis's memory and commands before and after (nil when INFO could not be read).
         package var redis: RedisFootprint?
+        /// Herald's own time per hop, per stage, over the measured window (after the warm-up).
+        package var hops: [HopLatency] = []
 
         package func consistencyProblems() -> [String] {
             var p: [String] = []
@@ -227,6 +232,9 @@ package final class LoadDriver: @unchecked Sendable {
         let tickEvery = 0.01
         func housekeeping() async {
             let t = monotonicSeconds() - start
+            if hopBaseline == nil, ledger.latencyFrom > 0, nowMillis() >= ledger.latencyFrom {
+                hopBaseline = StageMetrics.scrape(session.info)
+            }
             if t >= nextProgress {
                 await publisher.retryFailures()
                 step()
@@ -370,6 +378,7 @@ package final class LoadDriver: @unchecked Sendable {
             observedSuppressed: observed, dlq: dlq, renderErrors: renderErrors,
             overall: Percentiles(ledger.overall), perKind: perKind, driveSeconds: driveSeconds,
             deliverySeconds: deliverySeconds, deliveredPerSecond: Double(ledger.delivered) / deliverySeconds,
-            cpu: cpu, peakRSSKB: rss, series: series, progress: progress, loadSeconds: loadSeconds, redis: nil)
+            cpu: cpu, peakRSSKB: rss, series: series, progress: progress, loadSeconds: loadSeconds, redis: nil,
+            hops: HopLatency.measureAll(before: hopBaseline ?? metricsBefore, after: after))
     }
 }

@@ -164,8 +164,10 @@ package struct StackControl {
             environment: env, quiet: quiet)
     }
 
+    /// Starts the stack; `stages` names the stages to start (nil: all six; empty: none, for `start` later).
     package func up(
-        redisAOF: Bool, kafkaS3: Bool, redisCluster: Bool = false, mockArgs: String, build: Bool, debug: Bool
+        redisAOF: Bool, kafkaS3: Bool, redisCluster: Bool = false, mockArgs: String, build: Bool, debug: Bool,
+        stages: [String]? = nil
     ) throws {
         var args = ["--up", "--no-setup"]
         if redisCluster { args.append("--redis-cluster") }
@@ -173,7 +175,9 @@ package struct StackControl {
         if redisAOF { args.append("--redis-aof") }
         if kafkaS3 { args.append("--kafka-s3") }
         if debug { args.append("--debug") }
-        let rc = try script(args, extraEnvironment: ["HERALD_LOCAL_MOCK_ARGS": mockArgs])
+        var extra = ["HERALD_LOCAL_MOCK_ARGS": mockArgs]
+        if let stages { extra["HERALD_LOCAL_STAGES"] = stages.isEmpty ? "none" : stages.joined(separator: " ") }
+        let rc = try script(args, extraEnvironment: extra)
         if rc != 0 { throw BenchError("scripts/local-stack.sh --up failed (exit \(rc)); logs in \(run)/logs") }
     }
 
@@ -184,6 +188,19 @@ package struct StackControl {
         if let mockArgs { extra["HERALD_LOCAL_MOCK_ARGS"] = mockArgs }
         let rc = try script(["--restart", component], extraEnvironment: extra, quiet: true)
         if rc != 0 { throw BenchError("restarting \(component) failed (exit \(rc))") }
+    }
+
+    /// Stops a stage gracefully (SIGTERM) and waits up to `timeout` seconds for it to exit; true when it did.
+    @discardableResult
+    package func stopStage(_ stage: String, timeout: Double = 30) throws -> Bool {
+        let rc = try script(["--signal", "TERM", stage], quiet: true)
+        if rc != 0 { throw BenchError("signalling \(stage) failed (exit \(rc))") }
+        let deadline = monotonicSeconds() + timeout
+        while monotonicSeconds() < deadline {
+            if FileManager.default.fileExists(atPath: run + "/\(stage).exit") { return true }
+            usleep(50_000)
+        }
+        return false
     }
 
     package func start(_ component: String) throws {

@@ -46,6 +46,8 @@ package final class Workload {
     package let app: AppConfig
     /// The pipeline file's `kafka.properties` (the bench's producer uses them too, e.g. on Tansu's S3 engine).
     package let kafkaProperties: [String: String]
+    /// The pipeline file's topic names.
+    package let topics: TopicNames
     package private(set) var users: [String] = []
     package private(set) var states: [String: UserState] = [:]
     package private(set) var conversations: [(id: String, members: [String])] = []
@@ -62,6 +64,7 @@ package final class Workload {
         }
         app = loaded.config.apps.app(appID)
         kafkaProperties = loaded.config.kafka.properties
+        topics = loaded.config.kafka.topics
         let t = options.tag
         let words = ["trail", "summit", "water", "meet", "seven", "bring", "maps", "snacks", "north", "ridge"]
         var s = ""

@@ -1,6 +1,7 @@
 // herald-bench: Herald's measuring tools (the fault suite is herald-chaos).
 //   decide    decisions + rendered payloads per second on one core (the default)
 //   pipeline  the whole local stack under a chosen load: throughput, latency, CPU, memory, exactness
+//   stage     one stage fed alone with a backlog of its own input: its CPU per notification, memory, exactness
 //   idle      each process's CPU, and the fleet's, while the local stack has no traffic
 //   json      HeraldCore's JSON against Foundation's JSONDecoder/JSONEncoder on Herald's records
 //   redis     building the per-recipient Redis commands: RedisCommand per command against RedisBatch
@@ -12,7 +13,7 @@ struct HeraldBench: AsyncParsableCommand {
         commandName: "herald-bench",
         abstract: "Herald's measuring tools.",
         subcommands: [
-            DecideBench.self, PipelineBench.self, IdleBench.self, JSONBench.self, RedisBench.self,
+            DecideBench.self, PipelineBench.self, StageBench.self, IdleBench.self, JSONBench.self, RedisBench.self,
         ],
         defaultSubcommand: DecideBench.self)
 }

@@ -70,7 +70,7 @@ struct PipelineBench: AsyncParsableCommand {
     func run() async throws {
         // A second of the decide benchmark before the stack starts and after the run: the host's speed, printed
         // with the figures (a slow host doubles every process's CPU per notification).
-        let hostBefore = DecideWorkload.hostRecipientsPerCPUSecond()
+        let hostBefore = CoreMarker.measure()
         let session = try BenchSession.open(stack, mockArgs: mockArgs)
         defer { session.close(keep: stack.keep) }
         var w = WorkloadOptions()
@@ -103,7 +103,7 @@ struct PipelineBench: AsyncParsableCommand {
         let outDir = out ?? session.repo + "/run/bench-reports/" + Self.stamp()
         try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
         var report = BenchReport(result: result, command: CommandLine.arguments.joined(separator: " "))
-        report.hostSpeed = (hostBefore, DecideWorkload.hostRecipientsPerCPUSecond())
+        report.core = CoreMarker(before: hostBefore, after: CoreMarker.measure())
         try report.markdown().write(toFile: outDir + "/REPORT.md", atomically: true, encoding: .utf8)
         try report.svg().write(toFile: outDir + "/REPORT.svg", atomically: true, encoding: .utf8)
         try report.json().write(toFile: outDir + "/REPORT.json", atomically: true, encoding: .utf8)

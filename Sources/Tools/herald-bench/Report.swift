@@ -3,41 +3,56 @@
 import Foundation
 import HeraldBenchSupport
 
-struct BenchReport {
-    let result: LoadDriver.Result
-    let command: String
-    /// The host's speed before and after the run: the decide benchmark's recipients per CPU-second on one thread
-    /// (`DecideWorkload.hostRecipientsPerCPUSecond`). CPU-seconds per 100k from different days compare only
-    /// after scaling by it.
-    var hostSpeed: (before: Double?, after: Double?) = (nil, nil)
+/// The decision core's cost in a run: herald-bench decide's recipients per CPU-second on one thread, taken before
+/// and after the run. Herald's CPU per notification divided by the core's per recipient is a ratio that holds on
+/// any host, because both sides are measured in the same run with the same build (CPU-seconds per 100k from
+/// different days compare only after scaling by it).
+struct CoreMarker {
+    var before: Double?
+    var after: Double?
 
-    var hostSpeedLine: String {
-        func f(_ v: Double?) -> String { v.map { String(format: "%.0f", $0) } ?? "-" }
-        return
-            "host speed (herald-bench decide, recipients per CPU-second, one thread): before \(f(hostSpeed.before)), "
-            + "after \(f(hostSpeed.after))"
-    }
+    /// One second of the decide benchmark (`DecideWorkload.hostRecipientsPerCPUSecond`).
+    static func measure() -> Double? { DecideWorkload.hostRecipientsPerCPUSecond() }
 
-    static let heraldProcesses = stageNames
-
-    /// The decision core's CPU time per recipient (decided and rendered on one thread), from the host-speed marker
-    /// taken before and after the run; nil without one.
-    var coreSecondsPerRecipient: Double? {
-        let speeds = [hostSpeed.before, hostSpeed.after].compactMap { $0 }.filter { $0 > 0 }
+    /// The decision core's CPU time per recipient (decided and rendered on one thread); nil without a marker.
+    var secondsPerRecipient: Double? {
+        let speeds = [before, after].compactMap { $0 }.filter { $0 > 0 }
         guard !speeds.isEmpty else { return nil }
         return Double(speeds.count) / speeds.reduce(0, +)
     }
+
+    /// `cpuSeconds` per notification as a multiple of the core's cost per recipient.
+    func multiple(cpuSeconds: Double, notifications: Double) -> Double? {
+        guard let core = secondsPerRecipient, notifications > 0 else { return nil }
+        return cpuSeconds / notifications / core
+    }
+
+    var line: String {
+        func f(_ v: Double?) -> String { v.map { String(format: "%.0f", $0) } ?? "-" }
+        return "host speed (herald-bench decide, recipients per CPU-second, one thread): before \(f(before)), "
+            + "after \(f(after))"
+    }
+}
+
+struct BenchReport {
+    let result: LoadDriver.Result
+    let command: String
+    /// The host's speed before and after the run, and the decision core's cost per recipient from it.
+    var core = CoreMarker()
+
+    var hostSpeedLine: String { core.line }
+
+    static let heraldProcesses = stageNames
 
     /// The six stages' CPU per delivered notification as a multiple of the decision core's cost per recipient: what
     /// the pipeline adds around the decision (records, broker clients, Redis, HTTP/2), independent of the host's
     /// speed because both sides are measured in the same run with the same build.
     var coreMultiple: Double? {
-        guard let core = coreSecondsPerRecipient, result.delivered > 0 else { return nil }
-        return heraldCPU / Double(result.delivered) / core
+        core.multiple(cpuSeconds: heraldCPU, notifications: Double(result.delivered))
     }
 
     var coreMultipleLine: String {
-        guard let core = coreSecondsPerRecipient, let multiple = coreMultiple else {
+        guard let core = core.secondsPerRecipient, let multiple = coreMultiple else {
             return "Herald's cost as a multiple of the decision core: - (no host-speed marker)"
         }
         return String(
@@ -89,6 +104,10 @@ struct BenchReport {
                     separator: ", "))
         lines.append(
             "lost \(r.lost), duplicated \(r.duplicates.count), unexpected \(r.unexpected200), dead-lettered \(r.dlq)")
+        if !r.hops.isEmpty {
+            lines.append("Herald's own time per hop (from the stages' histograms, after the warm-up):")
+            lines += HopLatency.summaryLines(r.hops)
+        }
         lines.append(hostSpeedLine)
         return lines
     }
@@ -183,6 +202,9 @@ struct BenchReport {
         for (c, name) in [("kafka", "broker (Tansu)"), ("redis", "Redis"), ("mock-apns", "APNs stand-in")] {
             s += "| \(name) | \(f2(r.cpu[c] ?? 0)) | \(f2(per100k(r.cpu[c] ?? 0))) | \(fmtMB(r.peakRSSKB[c] ?? 0)) |\n"
         }
+        if !r.hops.isEmpty {
+            s += "\n## Time per hop\n\n" + HopLatency.markdownTable(r.hops) + "\n" + HopLatency.method + "\n"
+        }
         s +=
             "\n## Suppressions by reason\n\n| reason | observed (herald_suppressed_total) | predicted |\n| --- | --- | --- |\n"
         for reason in Set(r.observedSuppressed.keys).union(r.predictedSuppressed.keys).sorted() {
@@ -256,6 +278,7 @@ struct BenchReport {
             ("suppressed_predicted", r.predictedSuppressed),
             ("latency_ms", pct(r.overall)),
             ("latency_by_kind_ms", kinds),
+            ("hops", HopLatency.json(r.hops)),
             ("processes", processes),
             (
                 "herald",
@@ -270,7 +293,7 @@ struct BenchReport {
             ),
             (
                 "host_recipients_per_cpu_second",
-                ["before": hostSpeed.before ?? 0, "after": hostSpeed.after ?? 0] as [String: Any]
+                ["before": core.before ?? 0, "after": core.after ?? 0] as [String: Any]
             ),
             ("herald_cpu_multiple_of_core", coreMultiple ?? 0),
             ("consistent", r.consistencyProblems().isEmpty),

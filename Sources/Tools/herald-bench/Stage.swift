@@ -1,0 +1,219 @@
+// herald-bench stage NAME: one stage fed alone with a backlog of its own input.
+import ArgumentParser
+import Foundation
+import HeraldBenchSupport
+
+struct StageBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "stage",
+        abstract: "Feed one stage alone with a backlog of its own input and measure its cost per notification.",
+        discussion: """
+            Starts Redis, Tansu and the stand-ins without stages, loads the users, publishes --backlog group events \
+            (the pipeline benchmark's workload), lets the stages upstream of NAME turn them into NAME's input and \
+            stops them, then starts NAME alone and lets it drain the backlog. Reports its records and notifications \
+            per CPU-second (from /proc), its multiple of the decision core's cost per notification (herald-bench \
+            decide, taken before and after the run), its peak memory (VmHWM), its time per hop, and whether every \
+            input became an output, a counted suppression or a dead letter.
+            Writes REPORT.md and REPORT.json into --out (default run/bench-reports/stage-NAME-<time>).
+            """)
+
+    @Argument(help: "The stage: ingest, resolve, suppress, render or send.") var name: String
+    @OptionGroup var stack: StackOptions
+    @Option(help: "Users to load (each with one APNs token).") var users = 20_000
+    @Option(name: .customLong("conversation-size"), help: "Members per group conversation.") var conversationSize = 5
+    @Option(help: "Fraction of users in Do Not Disturb.") var dnd = 0.1
+    @Option(help: "Fraction of users who muted their group.") var muted = 0.1
+    @Option(help: "Fraction of users online (their only device is online).") var online = 0.1
+    @Option(help: "Payload profile: compact (app1), sendbird (app2), cometchat (app3).") var profile = "compact"
+    @Option(name: .customLong("text-bytes"), help: "Message text length.") var textBytes = 60
+    @Option(help: "Group events the backlog is made from.") var backlog = 20_000
+    @Option(
+        name: .customLong("drain-timeout"), help: "Stop waiting when nothing new happened for this many seconds.")
+    var drainTimeout = 30.0
+    @Option(help: "Directory for REPORT.md and REPORT.json.") var out: String?
+    @Flag(help: "Exit 1 unless every input was accounted for (0 lost, nothing duplicated).") var check = false
+
+    func validate() throws {
+        if BenchStage(rawValue: name) == nil {
+            throw ValidationError("NAME must be one of " + BenchStage.allCases.map(\.rawValue).joined(separator: ", "))
+        }
+        if backlog < 1 { throw ValidationError("--backlog must be at least 1") }
+        if dnd + muted + online > 1 { throw ValidationError("--dnd + --muted + --online must not exceed 1") }
+        if users < 2 || conversationSize < 2 {
+            throw ValidationError("--users and --conversation-size must be at least 2")
+        }
+    }
+
+    func run() async throws {
+        let stage = BenchStage(rawValue: name)!
+        let hostBefore = CoreMarker.measure()
+        let session = try BenchSession.open(stack, mockArgs: "", stages: [])
+        defer { session.close(keep: stack.keep) }
+        var w = WorkloadOptions()
+        w.users = users; w.conversationSize = conversationSize; w.dnd = dnd; w.muted = muted; w.online = online
+        w.profile = profile; w.textBytes = textBytes
+        let driver = try await LoadDriver(session: session, workload: w)
+        let result = try await StageDriver(driver: driver, stage: stage, drainTimeout: drainTimeout).run(
+            events: backlog)
+        let report = StageReport(
+            result: result, command: CommandLine.arguments.joined(separator: " "),
+            core: CoreMarker(before: hostBefore, after: CoreMarker.measure()))
+        let outDir = out ?? session.repo + "/run/bench-reports/stage-\(name)-" + PipelineBench.stamp()
+        try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
+        try report.markdown().write(toFile: outDir + "/REPORT.md", atomically: true, encoding: .utf8)
+        try report.json().write(toFile: outDir + "/REPORT.json", atomically: true, encoding: .utf8)
+        print(report.summaryLines().joined(separator: "\n"))
+        print("report: \(outDir)/REPORT.md (data REPORT.json)")
+        if check {
+            let problems = result.consistencyProblems()
+            if !problems.isEmpty {
+                print("check FAILED: " + problems.joined(separator: "; "))
+                throw ExitCode(1)
+            }
+            print("check passed: every input accounted for, 0 lost")
+        }
+    }
+}
+
+/// The stage bench's report: Markdown for people, JSON for tools.
+struct StageReport {
+    let result: StageDriver.Result
+    let command: String
+    let core: CoreMarker
+
+    var stageName: String { result.stage.rawValue }
+    var cpu: Double { result.stageCPU }
+    var recordsPerCPUSecond: Double { cpu > 0 ? Double(result.consumedMeasured) / cpu : 0 }
+    var notificationsPerCPUSecond: Double { cpu > 0 ? result.notificationsMeasured / cpu : 0 }
+    var microsecondsPerNotification: Double {
+        result.notificationsMeasured > 0 ? cpu / result.notificationsMeasured * 1e6 : 0
+    }
+    var coreMultiple: Double? { core.multiple(cpuSeconds: cpu, notifications: result.notificationsMeasured) }
+
+    func fmtMB(_ kb: Int) -> String { String(format: "%.1f MB", Double(kb) / 1024) }
+
+    var headline: String {
+        let multiple = coreMultiple.map { String(format: "%.2f", $0) } ?? "-"
+        let coreUS = core.secondsPerRecipient.map { String(format: "%.2f", $0 * 1e6) } ?? "-"
+        return "herald-\(stageName) alone: "
+            + String(
+                format: "%.0f notifications per CPU-second (%.2f µs each) = ", notificationsPerCPUSecond,
+                microsecondsPerNotification)
+            + "\(multiple) × the decision core's \(coreUS) µs per recipient; "
+            + String(format: "%.0f input records per CPU-second", recordsPerCPUSecond)
+    }
+
+    func summaryLines() -> [String] {
+        let r = result
+        var lines = [headline]
+        lines.append(
+            "backlog: \(r.inputs) records from \(r.events) group events (\(r.notifications) notifications, \(r.recipients) recipients)"
+                + String(format: "; drained in %.1f s using %.2f CPU-s, ", r.drainSeconds, cpu)
+                + "peak RSS \(fmtMB(r.peakRSSKB))")
+        lines.append(
+            String(
+                format: "while it drained: broker %.2f CPU-s, Redis %.2f, stand-in %.2f", r.cpu["kafka"] ?? 0,
+                r.cpu["redis"] ?? 0, r.cpu["mock-apns"] ?? 0))
+        lines.append(
+            "accounted \(r.accounted) of \(r.expectedUnits): outputs \(r.produced), suppressed \(r.suppressed.values.reduce(0, +)), dead-lettered \(r.deadLettered.values.reduce(0, +)); lost \(r.lost)"
+        )
+        if let hop = r.hop { lines += HopLatency.summaryLines([hop]) }
+        lines.append(core.line)
+        return lines
+    }
+
+    func markdown() -> String {
+        let r = result
+        var s = "# herald-bench stage \(stageName)\n\n"
+        s += "Command: `\(command)`\n\n**\(headline)**\n\n\(core.line)\n\n"
+        s += "## Scenario\n\n| setting | value |\n| --- | --- |\n"
+        s += "| backlog | \(r.events) group events, made into \(r.inputs) input records by the stages upstream |\n"
+        s += "| users | \(r.options.users) (one APNs token each) |\n"
+        s += "| conversation size | \(r.options.conversationSize) |\n"
+        s += String(
+            format: "| preference mix | %.0f %% DND, %.0f %% muted, %.0f %% online |\n", r.options.dnd * 100,
+            r.options.muted * 100, r.options.online * 100)
+        s += "| payload profile | \(r.options.profile) (\(r.options.appID)), text \(r.options.textBytes) bytes |\n"
+        s += String(format: "| backlog made in | %.1f s (users loaded in %.2f s before) |\n\n", r.backlogSeconds, r.loadSeconds)
+        s += "## Results\n\n| measure | value |\n| --- | --- |\n"
+        s += "| input records consumed | \(r.consumed) (\(r.consumedMeasured) while measured) |\n"
+        s += String(format: "| drain time | %.1f s (from the stage ready to the backlog drained) |\n", r.drainSeconds)
+        s += String(format: "| herald-\(stageName) CPU | %.2f s |\n", cpu)
+        s += String(format: "| input records per CPU-second | %.0f |\n", recordsPerCPUSecond)
+        s += String(
+            format: "| notifications per CPU-second | %.0f (%.1f notifications carried while measured) |\n",
+            notificationsPerCPUSecond, r.notificationsMeasured)
+        s += String(format: "| CPU per notification | %.2f µs |\n", microsecondsPerNotification)
+        s += "| multiple of the decision core | \(coreMultiple.map { String(format: "%.2f", $0) } ?? "-") |\n"
+        s += "| peak RSS (VmHWM) | \(fmtMB(r.peakRSSKB)) |\n"
+        for (c, label) in [("kafka", "broker (Tansu)"), ("redis", "Redis"), ("mock-apns", "APNs stand-in")] {
+            s += String(format: "| \(label) CPU while it drained | %.2f s |\n", r.cpu[c] ?? 0)
+        }
+        s += "\n## Accounting\n\n| measure | value |\n| --- | --- |\n"
+        s += "| expected | \(r.expectedUnits) (\(r.stage == .resolve ? "recipients of the backlog's events" : "input records")) |\n"
+        let outputs =
+            r.stage == .send
+            ? "\(r.produced) notifications answered 200 by the stand-in"
+            : "\(r.produced) (" + r.producedByTopic.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+                .joined(separator: ", ") + ")"
+        s += "| outputs | \(outputs) |\n"
+        s += "| suppressed | " + Self.list(r.suppressed) + " |\n"
+        s += "| dead-lettered | " + Self.list(r.deadLettered) + " |\n"
+        s += "| lost | \(r.lost) |\n"
+        if r.stage == .send {
+            s += "| duplicated / unexpected | \(r.duplicates) / \(r.unexpected) |\n"
+        }
+        let problems = r.consistencyProblems()
+        s +=
+            "\n"
+            + (problems.isEmpty
+                ? "consistent: every input became an output, a counted suppression or a dead letter; 0 lost\n"
+                : problems.map { "- " + $0 }.joined(separator: "\n") + "\n")
+        if let hop = r.hop {
+            s += "\n## Time per hop (under the backlog)\n\n" + HopLatency.markdownTable([hop]) + "\n" + HopLatency.method
+                + "\n"
+        }
+        s += "\n## Method\n\nThe stage's CPU is utime + stime of its process (/proc/PID/stat), from its first sample "
+        s += "after it answered /readyz to the sample at which the backlog was drained (every input consumed, nothing "
+        s += "in flight, every input accounted for). Notifications per CPU-second count the delivered notifications "
+        s += "the measured inputs carry (the backlog's notifications in proportion), so the five stages' multiples "
+        s += "add up to the pipeline's.\n"
+        return s
+    }
+
+    static func list(_ counts: [String: Int]) -> String {
+        counts.isEmpty ? "0" : counts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+    }
+
+    func json() -> String {
+        let r = result
+        var root: [String: Any] = [
+            "stage": stageName,
+            "scenario": [
+                "events": r.events, "users": r.options.users, "conversation_size": r.options.conversationSize,
+                "dnd": r.options.dnd, "muted": r.options.muted, "online": r.options.online,
+                "profile": r.options.profile, "text_bytes": r.options.textBytes,
+            ] as [String: Any],
+            "recipients": r.recipients, "notifications": r.notifications, "inputs": r.inputs,
+            "backlog_seconds": r.backlogSeconds, "expected": r.expectedUnits, "consumed": r.consumed,
+            "consumed_measured": r.consumedMeasured, "outputs": r.produced, "outputs_by_topic": r.producedByTopic,
+            "suppressed": r.suppressed, "suppressed_through_stage": r.suppressedThroughStage,
+            "suppressed_predicted": r.predictedSuppressed.filter { $0.value > 0 }, "dead_lettered": r.deadLettered,
+            "lost": r.lost, "duplicated": r.duplicates, "unexpected": r.unexpected, "drain_seconds": r.drainSeconds,
+            "cpu_seconds": cpu, "input_records_per_cpu_second": recordsPerCPUSecond,
+            "notifications_measured": r.notificationsMeasured,
+            "notifications_per_cpu_second": notificationsPerCPUSecond,
+            "cpu_us_per_notification": microsecondsPerNotification,
+            "multiple_of_core": coreMultiple ?? 0,
+            "peak_rss_kb": r.peakRSSKB,
+            "others_cpu_seconds": ["kafka": r.cpu["kafka"] ?? 0, "redis": r.cpu["redis"] ?? 0, "mock-apns": r.cpu["mock-apns"] ?? 0],
+            "host_recipients_per_cpu_second": ["before": core.before ?? 0, "after": core.after ?? 0],
+            "consistent": r.consistencyProblems().isEmpty,
+            "problems": r.consistencyProblems(),
+        ]
+        root["hop"] = r.hop.map { HopLatency.json([$0])[stageName] ?? NSNull() } ?? NSNull()
+        let data =
+            (try? JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys])) ?? Data()
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+}
