@@ -115,7 +115,7 @@ package struct HopLatency {
                     format:
                         "total p50 %.2f / p99 %.2f ms; processing p50 %.2f / p99 %.2f ms; ack wait p50 %.2f / p99 %.2f ms",
                     h.total.p50, h.total.p99, h.processing.p50, h.processing.p99, h.ackWait.p50,
-                h.ackWait.p99)
+                    h.ackWait.p99)
         }
     }
 
@@ -124,9 +124,10 @@ package struct HopLatency {
         var out: [String: Any] = [:]
         for h in hops {
             func q(_ x: Quantiles) -> [String: Double] { ["p50_ms": x.p50, "p99_ms": x.p99] }
-            out[h.stage] = [
-                "records": h.records, "total": q(h.total), "processing": q(h.processing), "ack_wait": q(h.ackWait),
-            ] as [String: Any]
+            out[h.stage] =
+                [
+                    "records": h.records, "total": q(h.total), "processing": q(h.processing), "ack_wait": q(h.ackWait),
+                ] as [String: Any]
         }
         return out
     }

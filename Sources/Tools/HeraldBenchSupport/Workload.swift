@@ -19,6 +19,18 @@ package struct WorkloadOptions {
 
     package init() {}
 
+    /// The Markdown table rows the reports show for these options (users, conversation size, preference mix,
+    /// payload profile).
+    package var scenarioRows: String {
+        var s = "| users | \(users) (one APNs token each) |\n"
+        s += "| conversation size | \(conversationSize) |\n"
+        s += String(
+            format: "| preference mix | %.0f %% DND, %.0f %% muted, %.0f %% online |\n", dnd * 100, muted * 100,
+            online * 100)
+        s += "| payload profile | \(profile) (\(appID)), text \(textBytes) bytes |\n"
+        return s
+    }
+
     package var appID: String {
         switch profile {
         case "sendbird": return "app2"

@@ -104,19 +104,28 @@ struct PipelineBench: AsyncParsableCommand {
         try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
         var report = BenchReport(result: result, command: CommandLine.arguments.joined(separator: " "))
         report.core = CoreMarker(before: hostBefore, after: CoreMarker.measure())
-        try report.markdown().write(toFile: outDir + "/REPORT.md", atomically: true, encoding: .utf8)
-        try report.svg().write(toFile: outDir + "/REPORT.svg", atomically: true, encoding: .utf8)
-        try report.json().write(toFile: outDir + "/REPORT.json", atomically: true, encoding: .utf8)
-        print(report.summaryLines().joined(separator: "\n"))
-        print("report: \(outDir)/REPORT.md (plot REPORT.svg, data REPORT.json)")
-        if check {
-            let problems = result.consistencyProblems()
-            if !problems.isEmpty {
-                print("check FAILED: " + problems.joined(separator: "; "))
-                throw ExitCode(1)
-            }
-            print("check passed: delivered + suppressed = expected, 0 lost, 0 duplicated, 0 unexpected")
+        try Self.finish(
+            outDir: outDir,
+            files: [("REPORT.md", report.markdown()), ("REPORT.svg", report.svg()), ("REPORT.json", report.json())],
+            summary: report.summaryLines(), problems: check ? result.consistencyProblems() : nil,
+            passed: "delivered + suppressed = expected, 0 lost, 0 duplicated, 0 unexpected")
+    }
+
+    /// Writes a bench's report files into `outDir`, prints its summary, and with `--check` (`problems` given)
+    /// exits 1 when there are problems.
+    static func finish(
+        outDir: String, files: [(name: String, text: String)], summary: [String], problems: [String]?,
+        passed: String
+    ) throws {
+        for f in files { try f.text.write(toFile: outDir + "/" + f.name, atomically: true, encoding: .utf8) }
+        print(summary.joined(separator: "\n"))
+        print("report: \(outDir)/\(files[0].name) (" + files.dropFirst().map(\.name).joined(separator: ", ") + ")")
+        guard let problems else { return }
+        if !problems.isEmpty {
+            print("check FAILED: " + problems.joined(separator: "; "))
+            throw ExitCode(1)
         }
+        print("check passed: " + passed)
     }
 
     static func stamp() -> String {

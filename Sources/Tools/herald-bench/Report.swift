@@ -132,12 +132,7 @@ struct BenchReport {
         s += "## Scenario\n\n"
         s += "| setting | value |\n| --- | --- |\n"
         s += "| input | \(r.mode)\(r.mixed ? " + mixed priorities (calls to a VoIP token, direct messages)" : "") |\n"
-        s += "| users | \(r.options.users) (one APNs token each) |\n"
-        s += "| conversation size | \(r.options.conversationSize) |\n"
-        s += String(
-            format: "| preference mix | %.0f %% DND, %.0f %% muted, %.0f %% online |\n", r.options.dnd * 100,
-            r.options.muted * 100, r.options.online * 100)
-        s += "| payload profile | \(r.options.profile) (\(r.options.appID)), text \(r.options.textBytes) bytes |\n"
+        s += r.options.scenarioRows
         s += String(format: "| users loaded into Redis in | %.2f s |\n\n", r.loadSeconds)
         s += "## Results\n\n"
         s += "| measure | value |\n| --- | --- |\n"

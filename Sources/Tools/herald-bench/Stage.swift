@@ -60,18 +60,10 @@ struct StageBench: AsyncParsableCommand {
             core: CoreMarker(before: hostBefore, after: CoreMarker.measure()))
         let outDir = out ?? session.repo + "/run/bench-reports/stage-\(name)-" + PipelineBench.stamp()
         try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
-        try report.markdown().write(toFile: outDir + "/REPORT.md", atomically: true, encoding: .utf8)
-        try report.json().write(toFile: outDir + "/REPORT.json", atomically: true, encoding: .utf8)
-        print(report.summaryLines().joined(separator: "\n"))
-        print("report: \(outDir)/REPORT.md (data REPORT.json)")
-        if check {
-            let problems = result.consistencyProblems()
-            if !problems.isEmpty {
-                print("check FAILED: " + problems.joined(separator: "; "))
-                throw ExitCode(1)
-            }
-            print("check passed: every input accounted for, 0 lost")
-        }
+        try PipelineBench.finish(
+            outDir: outDir, files: [("REPORT.md", report.markdown()), ("REPORT.json", report.json())],
+            summary: report.summaryLines(), problems: check ? result.consistencyProblems() : nil,
+            passed: "every input accounted for, 0 lost")
     }
 }
 
@@ -128,13 +120,9 @@ struct StageReport {
         s += "Command: `\(command)`\n\n**\(headline)**\n\n\(core.line)\n\n"
         s += "## Scenario\n\n| setting | value |\n| --- | --- |\n"
         s += "| backlog | \(r.events) group events, made into \(r.inputs) input records by the stages upstream |\n"
-        s += "| users | \(r.options.users) (one APNs token each) |\n"
-        s += "| conversation size | \(r.options.conversationSize) |\n"
+        s += r.options.scenarioRows
         s += String(
-            format: "| preference mix | %.0f %% DND, %.0f %% muted, %.0f %% online |\n", r.options.dnd * 100,
-            r.options.muted * 100, r.options.online * 100)
-        s += "| payload profile | \(r.options.profile) (\(r.options.appID)), text \(r.options.textBytes) bytes |\n"
-        s += String(format: "| backlog made in | %.1f s (users loaded in %.2f s before) |\n\n", r.backlogSeconds, r.loadSeconds)
+            format: "| backlog made in | %.1f s (users loaded in %.2f s before) |\n\n", r.backlogSeconds, r.loadSeconds)
         s += "## Results\n\n| measure | value |\n| --- | --- |\n"
         s += "| input records consumed | \(r.consumed) (\(r.consumedMeasured) while measured) |\n"
         s += String(format: "| drain time | %.1f s (from the stage ready to the backlog drained) |\n", r.drainSeconds)
@@ -150,11 +138,13 @@ struct StageReport {
             s += String(format: "| \(label) CPU while it drained | %.2f s |\n", r.cpu[c] ?? 0)
         }
         s += "\n## Accounting\n\n| measure | value |\n| --- | --- |\n"
-        s += "| expected | \(r.expectedUnits) (\(r.stage == .resolve ? "recipients of the backlog's events" : "input records")) |\n"
+        s +=
+            "| expected | \(r.expectedUnits) (\(r.stage == .resolve ? "recipients of the backlog's events" : "input records")) |\n"
         let outputs =
             r.stage == .send
             ? "\(r.produced) notifications answered 200 by the stand-in"
-            : "\(r.produced) (" + r.producedByTopic.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+            : "\(r.produced) ("
+                + r.producedByTopic.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
                 .joined(separator: ", ") + ")"
         s += "| outputs | \(outputs) |\n"
         s += "| suppressed | " + Self.list(r.suppressed) + " |\n"
@@ -170,7 +160,8 @@ struct StageReport {
                 ? "consistent: every input became an output, a counted suppression or a dead letter; 0 lost\n"
                 : problems.map { "- " + $0 }.joined(separator: "\n") + "\n")
         if let hop = r.hop {
-            s += "\n## Time per hop (under the backlog)\n\n" + HopLatency.markdownTable([hop]) + "\n" + HopLatency.method
+            s +=
+                "\n## Time per hop (under the backlog)\n\n" + HopLatency.markdownTable([hop]) + "\n" + HopLatency.method
                 + "\n"
         }
         s += "\n## Method\n\nThe stage's CPU is utime + stime of its process (/proc/PID/stat), from its first sample "
@@ -206,7 +197,9 @@ struct StageReport {
             "cpu_us_per_notification": microsecondsPerNotification,
             "multiple_of_core": coreMultiple ?? 0,
             "peak_rss_kb": r.peakRSSKB,
-            "others_cpu_seconds": ["kafka": r.cpu["kafka"] ?? 0, "redis": r.cpu["redis"] ?? 0, "mock-apns": r.cpu["mock-apns"] ?? 0],
+            "others_cpu_seconds": [
+                "kafka": r.cpu["kafka"] ?? 0, "redis": r.cpu["redis"] ?? 0, "mock-apns": r.cpu["mock-apns"] ?? 0,
+            ],
             "host_recipients_per_cpu_second": ["before": core.before ?? 0, "after": core.after ?? 0],
             "consistent": r.consistencyProblems().isEmpty,
             "problems": r.consistencyProblems(),
