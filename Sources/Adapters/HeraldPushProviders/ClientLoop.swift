@@ -49,6 +49,8 @@ final class ClientLoop: @unchecked Sendable {
     private var liveJobs = 0
     private var scratch: [UInt8] = []
     private var rng = SystemRandomNumberGenerator()
+    /// The earliest moment a timer may be due (a deadline, a retry's backoff, a PING); the loop sleeps until then
+    /// unless a socket or the inbox wakes it. Lowered wherever a new timed thing appears.
     private var nextTimers: ContinuousClock.Instant = .now
     private var stopping: ContinuousClock.Instant?
     private var localStats = APNsClientStats()
@@ -56,6 +58,8 @@ final class ClientLoop: @unchecked Sendable {
     private var bearerCache: (issuedAt: Date, header: [UInt8])?
     private let metrics: APNsMetrics
     private var delivered200 = 0
+    /// 200 answers not yet added to `localStats.answersByStatus` (added once per pass, not per answer).
+    private var answered200 = 0
     private var answerDeltas: [AnswerKey: Int] = [:]
     private var lastMetricsAt: ContinuousClock.Instant = .now
 
@@ -126,26 +130,29 @@ final class ClientLoop: @unchecked Sendable {
     }
 
     /// Accepts a batch for `APNsClient` and `FCMClient` (`path` nil: APNs's `/3/device/<token>`): prioritized
-    /// requests first (a batch mixes them only when a caller does), each run through the in-flight gate of its
-    /// kind. Returns once every request is accepted.
+    /// requests first (a batch mixes them only when a caller does), each kind through the in-flight gate of its
+    /// kind, as many at a time as it grants. Returns once every request is accepted.
     func submit(
         _ requests: [APNsDelivery], path: [UInt8]?, onComplete: @escaping @Sendable (APNsResponse) -> Void
     ) async {
-        let requests = requests.filter(\.prioritized) + requests.filter { !$0.prioritized }
+        let mixed = requests.contains(where: \.prioritized)
+        if mixed { await submit(requests.filter(\.prioritized), prioritized: true, path: path, onComplete: onComplete) }
+        let bulk = mixed ? requests.filter { !$0.prioritized } : requests
+        await submit(bulk, prioritized: false, path: path, onComplete: onComplete)
+    }
+
+    /// Accepts requests of one kind: waits for slots, hands each granted run to the loop in one inbox append.
+    private func submit(
+        _ requests: [APNsDelivery], prioritized: Bool, path: [UInt8]?,
+        onComplete: @escaping @Sendable (APNsResponse) -> Void
+    ) async {
         var index = 0
         while index < requests.count {
-            let prioritized = requests[index].prioritized
-            var run = index + 1
-            while run < requests.count, requests[run].prioritized == prioritized { run += 1 }
-            let granted = await gate.acquire(upTo: run - index, prioritized: prioritized)
+            let granted = await gate.acquire(upTo: requests.count - index, prioritized: prioritized)
             var jobs: [Job] = []
             jobs.reserveCapacity(granted)
             for request in requests[index..<(index + granted)] {
-                if let path {
-                    jobs.append(Job(request: request, path: path, completion: onComplete))
-                } else {
-                    jobs.append(Job(request: request, completion: onComplete))
-                }
+                jobs.append(Job(request: request, path: path, completion: onComplete))
             }
             enqueue(jobs)
             index += granted
@@ -190,6 +197,10 @@ final class ClientLoop: @unchecked Sendable {
 
     /// Publishes the counters, then runs the completions gathered in this pass and frees their slots.
     private func deliverCompletions() {
+        if answered200 > 0 {
+            localStats.answersByStatus[200, default: 0] += answered200
+            answered200 = 0
+        }
         lock.lock()
         statsValue = localStats
         lock.unlock()
@@ -200,7 +211,7 @@ final class ClientLoop: @unchecked Sendable {
             delivered200 = 0
             metrics.publish(
                 localStats, renewals: tokens?.renewalCount ?? 0, answerDeltas: answerDeltas,
-                inFlightNow: liveJobs, openConnections: connections.filter { !$0.dead }.count)
+                inFlightNow: liveJobs, openConnections: connections.reduce(0) { $0 + ($1.dead ? 0 : 1) })
             answerDeltas.removeAll(keepingCapacity: true)
         }
         guard !finishedThisPass.isEmpty else { return }
@@ -222,25 +233,19 @@ final class ClientLoop: @unchecked Sendable {
         defer { readBuffer.deallocate() }
         var fds: [pollfd] = []
         var polled: [H2Connection] = []
+        var sink = [UInt8](repeating: 0, count: 256)
         while true {
             fds.removeAll(keepingCapacity: true)
             polled.removeAll(keepingCapacity: true)
             fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
             // Connections kept for prioritized requests are read first (their answers complete in this pass even
             // when a bulk connection brings thousands).
-            for prioritizedOnly in [true, false] {
-                for c in connections where !c.dead && c.prioritizedOnly == prioritizedOnly {
-                    var events = Int16(POLLIN)
-                    if c.wantsWritable { events |= Int16(POLLOUT) }
-                    fds.append(pollfd(fd: c.socket.fd, events: events, revents: 0))
-                    polled.append(c)
-                }
-            }
-            let busy = liveJobs > 0 || !delayed.isEmpty || stopping != nil
-            _ = poll(&fds, nfds_t(fds.count), busy ? 10 : 200)
+            for c in connections where !c.dead && c.prioritizedOnly { watch(c, in: &fds, &polled) }
+            for c in connections where !c.dead && !c.prioritizedOnly { watch(c, in: &fds, &polled) }
+            // Sleep until a socket or the inbox has something, or the next timer is due: no fixed tick.
+            _ = poll(&fds, nfds_t(fds.count), pollTimeout(now: .now))
 
             if fds[0].revents != 0 {
-                var sink = [UInt8](repeating: 0, count: 256)
                 while read(wakeRead, &sink, sink.count) > 0 {}
             }
             takeInbox()
@@ -248,10 +253,7 @@ final class ClientLoop: @unchecked Sendable {
                 if let failure = c.readAvailable(into: readBuffer) { kill(c, why: failure) }
             }
             let now = ContinuousClock.now
-            if now >= nextTimers {
-                runTimers(now: now)
-                nextTimers = now + .milliseconds(10)
-            }
+            if now >= nextTimers { nextTimers = runTimers(now: now) }
             maintainConnections(now: now)
             dispatch(now: now)
             for c in connections where !c.dead {
@@ -265,13 +267,47 @@ final class ClientLoop: @unchecked Sendable {
                 // After GOAWAY, once its last stream is done the connection has nothing left to do.
                 if c.goawayReceived && c.streams.isEmpty { retire(c) }
             }
-            connections.removeAll { $0.dead }
+            if connections.contains(where: \.dead) { connections.removeAll { $0.dead } }
             deliverCompletions()
             if let stopping, liveJobs == 0 || ContinuousClock.now >= stopping {
                 shutdownNow()
                 return
             }
         }
+    }
+
+    private func watch(_ c: H2Connection, in fds: inout [pollfd], _ polled: inout [H2Connection]) {
+        var events = Int16(POLLIN)
+        if c.wantsWritable { events |= Int16(POLLOUT) }
+        fds.append(pollfd(fd: c.socket.fd, events: events, revents: 0))
+        polled.append(c)
+    }
+
+    /// Milliseconds `poll` may sleep: until the next timer, the stop deadline, or the next connection attempt when
+    /// the pool is short of connections; at most a second.
+    private func pollTimeout(now: ContinuousClock.Instant) -> Int32 {
+        var wakeAt = min(nextTimers, now + .seconds(1))
+        if let stopping { wakeAt = min(wakeAt, stopping) }
+        if stopping == nil, connectionsShort { wakeAt = min(wakeAt, nextConnectAt) }
+        guard wakeAt > now else { return 0 }
+        // Rounded up, so the loop does not wake a little early and sleep again.
+        return Int32(((wakeAt - now).microseconds + 999) / 1000)
+    }
+
+    /// Fewer connections open or opening than configured (shared or prioritized-only).
+    private var connectionsShort: Bool {
+        let (shared, prioritized) = usableConnections
+        return shared < config.connections || prioritized < config.priorityConnections
+    }
+
+    /// Connections that take new streams or are being opened: shared ones, and ones for prioritized requests only.
+    private var usableConnections: (shared: Int, prioritized: Int) {
+        var shared = connecting
+        var prioritized = connectingPrioritized
+        for c in connections where c.acceptsNewStreams {
+            if c.prioritizedOnly { prioritized += 1 } else { shared += 1 }
+        }
+        return (shared, prioritized)
     }
 
     private func takeInbox() {
@@ -286,7 +322,10 @@ final class ClientLoop: @unchecked Sendable {
         if stopping == nil, let stopAt { stopping = stopAt }
         liveJobs += jobs.count
         localStats.submitted += jobs.count
-        for job in jobs { pending.append(job) }
+        for job in jobs {
+            pending.append(job)
+            if job.request.deadline < nextTimers { nextTimers = job.request.deadline }
+        }
         for (prioritizedOnly, result) in results {
             if prioritizedOnly { connectingPrioritized -= 1 } else { connecting -= 1 }
             switch result {
@@ -294,6 +333,7 @@ final class ClientLoop: @unchecked Sendable {
                 do {
                     let c = try H2Connection(id: nextConnectionID, socket: socket, loop: self)
                     c.prioritizedOnly = prioritizedOnly
+                    nextTimers = min(nextTimers, c.lastReceive + config.pingInterval)
                     nextConnectionID += 1
                     connections.append(c)
                     bump { $0.connectionsOpened += 1 }
@@ -323,9 +363,7 @@ final class ClientLoop: @unchecked Sendable {
 
     private func maintainConnections(now: ContinuousClock.Instant) {
         guard stopping == nil, now >= nextConnectAt else { return }
-        let shared = connections.filter { $0.acceptsNewStreams && !$0.prioritizedOnly }.count + connecting
-        let prioritized =
-            connections.filter { $0.acceptsNewStreams && $0.prioritizedOnly }.count + connectingPrioritized
+        let (shared, prioritized) = usableConnections
         for _ in shared..<max(shared, config.connections) { connect(prioritizedOnly: false) }
         for _ in prioritized..<max(prioritized, config.priorityConnections) { connect(prioritizedOnly: true) }
     }
@@ -358,8 +396,12 @@ final class ClientLoop: @unchecked Sendable {
                 while let job = pending.popFirst() { finishAttempt(job, failure: .credentialUnusable(error.message)) }
                 return
             }
-            // No token yet (an FCM access token is being fetched): requests wait, their deadlines running.
-            if bearer == nil { return }
+            // No token yet (an FCM access token is being fetched): requests wait, their deadlines running, and
+            // the loop looks again in 10 ms (the token source does not signal the loop).
+            if bearer == nil {
+                nextTimers = min(nextTimers, now + .milliseconds(10))
+                return
+            }
         }
         var bearerHeader: [UInt8]?
         if let bearer {
@@ -416,12 +458,19 @@ final class ClientLoop: @unchecked Sendable {
         return true
     }
 
-    private func runTimers(now: ContinuousClock.Instant) {
+    /// Runs what is due (retries whose backoff passed, deadlines, PINGs) and returns when the next timer is due.
+    private func runTimers(now: ContinuousClock.Instant) -> ContinuousClock.Instant {
+        var next = now + .seconds(3600)
         // Retries whose backoff has passed go back in the queue.
         if !delayed.isEmpty {
             var waiting: [Job] = []
             for job in delayed {
-                if job.notBefore <= now { pending.append(job) } else { waiting.append(job) }
+                if job.notBefore <= now {
+                    pending.append(job)
+                } else {
+                    waiting.append(job)
+                    next = min(next, job.notBefore)
+                }
             }
             delayed = waiting
         }
@@ -432,26 +481,37 @@ final class ClientLoop: @unchecked Sendable {
                     job, status: nil, failure: .deadlineExceeded,
                     disposition: .permanentFailure(reason: "DeadlineExceeded"))
             }
+            next = min(next, pending.earliestDeadline ?? next)
         }
         for c in connections where !c.dead {
             // Deadlines of requests in flight: cancel the stream, answer the caller now.
-            for (streamID, job) in c.streams where !job.completed && job.request.deadline <= now {
-                c.cancel(streamID: streamID)
-                complete(
-                    job, status: nil, failure: .deadlineExceeded,
-                    disposition: .permanentFailure(reason: "DeadlineExceeded"))
+            for (streamID, job) in c.streams where !job.completed {
+                if job.request.deadline <= now {
+                    c.cancel(streamID: streamID)
+                    complete(
+                        job, status: nil, failure: .deadlineExceeded,
+                        disposition: .permanentFailure(reason: "DeadlineExceeded"))
+                } else {
+                    next = min(next, job.request.deadline)
+                }
             }
             // Keepalive.
             if let sent = c.pingSentAt {
                 if now - sent > config.pingTimeout {
                     bump { $0.connectionsReplacedAfterPing += 1 }
                     kill(c, why: "PING unanswered for \(config.pingTimeout)")
+                } else {
+                    next = min(next, sent + config.pingTimeout + .milliseconds(1))
                 }
             } else if now - c.lastReceive > config.pingInterval {
                 c.sendPing()
                 bump { $0.pingsSent += 1 }
+                next = min(next, now + config.pingTimeout + .milliseconds(1))
+            } else {
+                next = min(next, c.lastReceive + config.pingInterval + .milliseconds(1))
             }
         }
+        return next
     }
 
     // MARK: events from connections
@@ -529,7 +589,18 @@ final class ClientLoop: @unchecked Sendable {
     private func finishAttempt(_ job: Job, status: Int) {
         if case .fcm = dialect { finishFCMAttempt(job, status: status); return }
         job.attempts += 1
-        bump { $0.answersByStatus[status, default: 0] += 1 }
+        if status == 200 {
+            // The common answer: counted without a dictionary update per request.
+            answered200 += 1
+            delivered200 += 1
+            let answer = APNsAnswerTable.classify(status: 200, reason: nil, timestamp: nil)
+            if answer == .delivered {
+                complete(job, status: 200, failure: nil, disposition: .delivered)
+                return
+            }
+        } else {
+            bump { $0.answersByStatus[status, default: 0] += 1 }
+        }
         var reason: APNsReason?
         var timestamp: Int64?
         if status != 200, !job.body.isEmpty, let object = try? JSONValue.parse(job.body) {
@@ -537,9 +608,7 @@ final class ClientLoop: @unchecked Sendable {
             timestamp = object["timestamp"]?.int64Value
         }
         let answer = APNsAnswerTable.classify(status: status, reason: reason, timestamp: timestamp)
-        if status == 200 {
-            delivered200 += 1
-        } else {
+        if status != 200 {
             answerDeltas[AnswerKey(status: String(status), reason: reason?.wire ?? ""), default: 0] += 1
         }
         if answer == .renewCredentials, let tokens, let issued = job.bearerIssuedAt,
@@ -564,7 +633,7 @@ final class ClientLoop: @unchecked Sendable {
     /// `Retry-After` when it asks for more than the backoff.
     private func finishFCMAttempt(_ job: Job, status: Int) {
         job.attempts += 1
-        bump { $0.answersByStatus[status, default: 0] += 1 }
+        if status == 200 { answered200 += 1 } else { bump { $0.answersByStatus[status, default: 0] += 1 } }
         let body = status == 200 ? nil : FCMErrorBody.parse(job.body)
         let answer = FCMAnswerTable.classify(status: status, body: body)
         let text = body.map(\.reasonText).flatMap { $0.isEmpty ? nil : $0 } ?? (status == 200 ? "" : "HTTP \(status)")
@@ -618,6 +687,7 @@ final class ClientLoop: @unchecked Sendable {
         guard at < job.request.deadline else { return false }
         job.notBefore = at
         delayed.append(job)
+        nextTimers = min(nextTimers, at)
         bump { $0.retries += 1 }
         return true
     }

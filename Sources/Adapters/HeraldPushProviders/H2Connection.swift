@@ -144,31 +144,44 @@ final class H2Connection {
     /// Submits one request. Returns the stream id, or nil when this connection cannot open more streams.
     func submit(_ job: Job, authority: [UInt8], bearer: [UInt8]?, scratch: inout [UInt8]) -> Int32? {
         guard let session else { return nil }
-        let r = job.request
         scratch.removeAll(keepingCapacity: true)
         spans.removeAll(keepingCapacity: true)
+        // Header values are gathered in `scratch` (offsets, as appending may move it), then pointed at in one
+        // nghttp2_nv array; nghttp2 copies them before `submit` returns.
         func add(_ name: StaticString, _ bytes: some Sequence<UInt8>) {
             let start = scratch.count
             scratch.append(contentsOf: bytes)
             spans.append((name, start, scratch.count - start))
         }
+        func add(_ name: StaticString, decimal value: Int64) {
+            let start = scratch.count
+            scratch.appendDecimal(value)
+            spans.append((name, start, scratch.count - start))
+        }
         add(":method", "POST".utf8)
         add(":scheme", "https".utf8)
-        add(":path", job.path)
+        if let path = job.path {
+            add(":path", path)
+        } else {
+            let start = scratch.count
+            scratch.append(contentsOf: "/3/device/".utf8)
+            scratch.append(contentsOf: job.request.deviceToken.utf8)
+            spans.append((":path", start, scratch.count - start))
+        }
         add(":authority", authority)
         if let bearer { add("authorization", bearer) }
         switch loop.dialect {
         case .apns:
-            add("apns-topic", r.topic.utf8)
-            add("apns-push-type", r.pushType.rawValue.utf8)
-            if let p = r.priority { add("apns-priority", String(p.rawValue).utf8) }
-            if let e = r.expiration { add("apns-expiration", String(e).utf8) }
-            if let c = r.collapseID { add("apns-collapse-id", c.utf8) }
-            if let id = r.apnsID { add("apns-id", id.utf8) }
+            add("apns-topic", job.request.topic.utf8)
+            add("apns-push-type", job.request.pushType.rawValue.utf8)
+            if let p = job.request.priority { add("apns-priority", decimal: Int64(p.rawValue)) }
+            if let e = job.request.expiration { add("apns-expiration", decimal: e) }
+            if let c = job.request.collapseID { add("apns-collapse-id", c.utf8) }
+            if let id = job.request.apnsID { add("apns-id", id.utf8) }
         case .fcm:
             add("content-type", "application/json; charset=UTF-8".utf8)
         }
-        add("content-length", String(r.payload.count).utf8)
+        add("content-length", decimal: Int64(job.request.payload.count))
 
         let jobPointer = Unmanaged.passUnretained(job).toOpaque()
         var provider = nghttp2_data_provider(
@@ -176,28 +189,29 @@ final class H2Connection {
             read_callback: { _, _, buf, length, flags, source, _ in
                 guard let raw = source?.pointee.ptr, let buf, let flags else { return 0 }
                 let job = Unmanaged<Job>.fromOpaque(raw).takeUnretainedValue()
-                let payload = job.request.payload
-                let n = min(length, payload.count - job.bodyOffset)
-                if n > 0 {
-                    payload.withUnsafeBufferPointer { p in
-                        buf.update(from: p.baseAddress! + job.bodyOffset, count: n)
+                return job.request.payload.withUnsafeBufferPointer { payload in
+                    let n = min(length, payload.count - job.bodyOffset)
+                    if n > 0 {
+                        buf.update(from: payload.baseAddress! + job.bodyOffset, count: n)
+                        job.bodyOffset += n
                     }
-                    job.bodyOffset += n
+                    if job.bodyOffset >= payload.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
+                    return n
                 }
-                if job.bodyOffset >= payload.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
-                return n
             })
-        let headerSpans = spans
         let streamID: Int32 = scratch.withUnsafeMutableBufferPointer { values in
-            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: headerSpans.count) { nva in
-                for (i, span) in headerSpans.enumerated() {
-                    nva[i] = nghttp2_nv(
-                        name: UnsafeMutablePointer(mutating: span.0.utf8Start),
-                        value: values.baseAddress! + span.1,
-                        namelen: span.0.utf8CodeUnitCount, valuelen: span.2,
-                        flags: UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue))
+            spans.withUnsafeBufferPointer { headerSpans in
+                withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: headerSpans.count) { nva in
+                    for (i, span) in headerSpans.enumerated() {
+                        nva[i] = nghttp2_nv(
+                            name: UnsafeMutablePointer(mutating: span.0.utf8Start),
+                            value: values.baseAddress! + span.1,
+                            namelen: span.0.utf8CodeUnitCount, valuelen: span.2,
+                            flags: UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue))
+                    }
+                    return nghttp2_submit_request(
+                        session, nil, nva.baseAddress, headerSpans.count, &provider, jobPointer)
                 }
-                return nghttp2_submit_request(session, nil, nva.baseAddress, headerSpans.count, &provider, jobPointer)
             }
         }
         guard streamID > 0 else {
@@ -226,11 +240,12 @@ final class H2Connection {
     private static func install(_ cbs: OpaquePointer) {
         nghttp2_session_callbacks_set_on_header_callback(cbs) {
             session, frame, name, namelen, value, valuelen, _, user in
-            guard let c = liveConnection(user), let frame, let name, let value else { return 0 }
-            guard UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue,
-                let job = c.streams[frame.pointee.hd.stream_id], !job.completed
-            else { return 0 }
-            if namelen == 7, name[0] == UInt8(ascii: ":"), job.status == nil {
+            guard let frame, let name, let value, UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue else {
+                return 0
+            }
+            // Only three answer headers matter; the others are skipped before the stream's job is looked up.
+            if namelen == 7, name[0] == UInt8(ascii: ":") {
+                guard let job = liveJob(session, frame.pointee.hd.stream_id, user), job.status == nil else { return 0 }
                 var status = 0
                 for i in 0..<valuelen {
                     let d = Int(value[i]) - 48
@@ -239,35 +254,37 @@ final class H2Connection {
                 }
                 job.status = status > 0 ? status : nil
             } else if namelen == 7, memcmp(name, "apns-id", 7) == 0 {
+                guard let job = liveJob(session, frame.pointee.hd.stream_id, user) else { return 0 }
                 job.answeredAPNsID = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)
             } else if namelen == 11, memcmp(name, "retry-after", 11) == 0 {
+                guard let job = liveJob(session, frame.pointee.hd.stream_id, user) else { return 0 }
                 job.retryAfter = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)
             }
             return 0
         }
-        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs) { _, _, streamID, data, len, user in
-            guard let c = liveConnection(user), let data, let job = c.streams[streamID], !job.completed else {
-                return 0
-            }
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs) { session, _, streamID, data, len, user in
+            guard let data, let job = liveJob(session, streamID, user) else { return 0 }
             if job.body.count < 16 * 1024 {
                 job.body.append(
                     contentsOf: UnsafeBufferPointer(start: data, count: min(len, 16 * 1024 - job.body.count)))
             }
             return 0
         }
-        nghttp2_session_callbacks_set_on_frame_send_callback(cbs) { _, frame, user in
-            guard let c = liveConnection(user), let frame else { return 0 }
-            if UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue,
-                let job = c.streams[frame.pointee.hd.stream_id]
-            {
-                job.headersSent = true
-                c.loop.noteStreamOpened()
-            }
+        nghttp2_session_callbacks_set_on_frame_send_callback(cbs) { session, frame, user in
+            guard let frame, UInt32(frame.pointee.hd.type) == NGHTTP2_HEADERS.rawValue, let c = liveConnection(user),
+                let raw = nghttp2_session_get_stream_user_data(session, frame.pointee.hd.stream_id)
+            else { return 0 }
+            Unmanaged<Job>.fromOpaque(raw).takeUnretainedValue().headersSent = true
+            c.loop.noteStreamOpened()
             return 0
         }
         nghttp2_session_callbacks_set_on_frame_recv_callback(cbs) { _, frame, user in
-            guard let c = liveConnection(user), let frame else { return 0 }
+            guard let frame else { return 0 }
             let type = UInt32(frame.pointee.hd.type)
+            // HEADERS and DATA (every answer) need nothing here.
+            guard type != NGHTTP2_HEADERS.rawValue, type != NGHTTP2_DATA.rawValue, let c = liveConnection(user) else {
+                return 0
+            }
             let ack = (frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue)) != 0
             if type == NGHTTP2_GOAWAY.rawValue {
                 c.goawayReceived = true
@@ -294,4 +311,34 @@ private func liveConnection(_ user: UnsafeMutableRawPointer?) -> H2Connection? {
     guard let user else { return nil }
     let c = Unmanaged<H2Connection>.fromOpaque(user).takeUnretainedValue()
     return c.dead ? nil : c
+}
+
+/// The job of a stream (its nghttp2 stream user data, set by `submit`), while its connection is alive and the job is
+/// not yet completed. The connection's `streams` keeps the job alive for as long as nghttp2 knows the stream.
+private func liveJob(_ session: OpaquePointer?, _ streamID: Int32, _ user: UnsafeMutableRawPointer?) -> Job? {
+    guard let session, liveConnection(user) != nil, let raw = nghttp2_session_get_stream_user_data(session, streamID)
+    else { return nil }
+    let job = Unmanaged<Job>.fromOpaque(raw).takeUnretainedValue()
+    return job.completed ? nil : job
+}
+
+extension [UInt8] {
+    /// Appends `value` in decimal ASCII, without making a String.
+    mutating func appendDecimal(_ value: Int64) {
+        if value < 0 { append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        // The digits come out last first: gather them, then append them in order.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { buffer in
+            var count = 0
+            repeat {
+                buffer[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            while count > 0 {
+                count -= 1
+                append(buffer[count])
+            }
+        }
+    }
 }

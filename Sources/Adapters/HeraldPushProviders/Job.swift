@@ -13,7 +13,9 @@ final class Job: @unchecked Sendable {
     var attempts = 0
     var completed = false
     var notBefore: ContinuousClock.Instant = .now
-    let path: [UInt8]
+    /// The request path when it is not APNs's `/3/device/<token>` (FCM's `messages:send`); nil for APNs, whose path
+    /// is written from the token straight into the header block.
+    let path: [UInt8]?
 
     // Per attempt
     var headersSent = false
@@ -27,16 +29,7 @@ final class Job: @unchecked Sendable {
     /// The access token was renewed once for this request after a 401 (FCM).
     var renewedCredentials = false
 
-    init(request: APNsDelivery, completion: @escaping @Sendable (APNsResponse) -> Void) {
-        self.request = request
-        self.completion = completion
-        var p = Array("/3/device/".utf8)
-        p.append(contentsOf: request.deviceToken.utf8)
-        self.path = p
-    }
-
-    /// A request to another path than APNs's `/3/device/<token>` (FCM's `messages:send`).
-    init(request: APNsDelivery, path: [UInt8], completion: @escaping @Sendable (APNsResponse) -> Void) {
+    init(request: APNsDelivery, path: [UInt8]? = nil, completion: @escaping @Sendable (APNsResponse) -> Void) {
         self.request = request
         self.completion = completion
         self.path = path
@@ -79,6 +72,16 @@ struct JobQueue {
         if let job = front.popLast() { return job }
         if let job = urgent.popFirst() { return job }
         return items.popFirst()
+    }
+
+    /// The earliest deadline of the queued jobs; nil when empty.
+    var earliestDeadline: ContinuousClock.Instant? {
+        var earliest: ContinuousClock.Instant?
+        for queue in [items, urgent] {
+            for job in queue where earliest.map({ job.request.deadline < $0 }) ?? true { earliest = job.request.deadline }
+        }
+        for job in front where earliest.map({ job.request.deadline < $0 }) ?? true { earliest = job.request.deadline }
+        return earliest
     }
 
     /// Removes and returns every job for which `expired` is true.
