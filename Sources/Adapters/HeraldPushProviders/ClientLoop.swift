@@ -215,10 +215,10 @@ final class ClientLoop: @unchecked Sendable {
             answerDeltas.removeAll(keepingCapacity: true)
         }
         guard !finishedThisPass.isEmpty else { return }
-        let done = finishedThisPass
+        // Completions only resume or signal their callers; none of them reaches back into this loop.
+        for (job, response) in finishedThisPass { job.completion(response) }
+        gate.release(finishedThisPass.count)
         finishedThisPass.removeAll(keepingCapacity: true)
-        for (job, response) in done { job.completion(response) }
-        gate.release(done.count)
     }
 
     private func wake() {

@@ -44,6 +44,10 @@ final class H2Connection {
         defer { nghttp2_option_del(option) }
         // Until the server's SETTINGS arrive, assume one stream (APNs starts token-auth connections at 1).
         nghttp2_option_set_peer_max_concurrent_streams(option, 1)
+        // No HTTP messaging checks on answers (nghttp2 validating every header name and value byte was a tenth of
+        // the client's CPU): frames and HPACK are still checked, and the three headers read here are parsed with
+        // care (`:status` digits only, a final status only; the others as text).
+        nghttp2_option_set_no_http_messaging(option, 1)
         var s: OpaquePointer? = nil
         let me = Unmanaged.passUnretained(self).toOpaque()
         guard nghttp2_session_client_new2(&s, callbacks, me, option) == 0, let s else {
@@ -252,7 +256,8 @@ final class H2Connection {
                     guard d >= 0 && d <= 9 else { status = -1; break }
                     status = status * 10 + d
                 }
-                job.status = status > 0 ? status : nil
+                // An interim (1xx) answer is not the answer: the final one's `:status` follows.
+                job.status = (200...599).contains(status) ? status : nil
             } else if namelen == 7, memcmp(name, "apns-id", 7) == 0 {
                 guard let job = liveJob(session, frame.pointee.hd.stream_id, user) else { return 0 }
                 job.answeredAPNsID = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldPushProviders
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -224,17 +225,12 @@ struct Workdir {
     }
 }
 
-final class Counter: @unchecked Sendable {
-    // @unchecked Sendable: guarded by `lock`.
-    private let lock = NSLock()
-    private var n = 0
-    func set(_ v: Int) { lock.withLock { n = v } }
-    @discardableResult func add(_ d: Int) -> Int {
-        lock.withLock {
-            n += d; return n
-        }
-    }
-    var value: Int { lock.withLock { n } }
+/// A counter the completion callbacks share (an atomic: the client's I/O thread bumps it per answer).
+final class Counter: Sendable {
+    private let n = Atomic<Int>(0)
+    func set(_ v: Int) { n.store(v, ordering: .relaxed) }
+    @discardableResult func add(_ d: Int) -> Int { n.add(d, ordering: .acquiringAndReleasing).newValue }
+    var value: Int { n.load(ordering: .acquiring) }
 }
 
 final class Server {
