@@ -107,6 +107,37 @@ struct PriorityClientTests {
         await c.shutdown()
     }
 
+    /// One batch that mixes prioritized and bulk requests: the prioritized ones are accepted first and written on the
+    /// connection kept for them, the bulk ones on the shared connection; every request is answered once and counted.
+    @Test func aMixedBatchWritesItsPrioritizedRequestsOnTheirConnection() async throws {
+        let pki = try await PKI.make()
+        let server = try await startMock(pki)
+        defer { server.stop() }
+        let c = try reservingClient(pki, port: server.port, reserve: 0, priorityConnections: 1, maxInFlight: 1000)
+        // Warm up both connections past the server's SETTINGS (10 streams each here).
+        var warm = request(998)
+        warm.prioritized = true
+        #expect(await c.send(request(999)).status == 200)
+        #expect(await c.send(warm).status == 200)
+
+        let batch = (0..<60).map { i in
+            var r = request(i)
+            r.prioritized = i % 6 == 0
+            return r
+        }
+        let answers = Mutex<[UInt64: [Int?]]>([:])
+        await c.submit(batch) { r in answers.withLock { $0[r.tag, default: []].append(r.status) } }
+        try await waitUntil("every request of the batch answered", timeout: .seconds(20)) {
+            answers.withLock { $0.values.reduce(0) { $0 + $1.count } } == 60
+        }
+        #expect(answers.withLock { $0 } == Dictionary(uniqueKeysWithValues: batch.map { ($0.tag, [200]) }))
+        // The ten prioritized requests fit the dedicated connection's ten streams; no bulk request went there.
+        #expect(c.stats.streamsOnPriorityConnections == 11)
+        #expect(c.stats.streamsOpened == 62)
+        #expect(c.stats.answersByStatus == [200: 62])
+        await c.shutdown()
+    }
+
     /// Without a dedicated connection, prioritized requests share the others (and their reserved streams).
     @Test func noDedicatedConnectionUnlessConfigured() async throws {
         let pki = try await PKI.make()

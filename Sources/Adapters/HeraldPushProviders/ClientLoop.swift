@@ -37,6 +37,8 @@ final class ClientLoop: @unchecked Sendable {
     private let wakeWrite: Int32
 
     // MARK: loop-confined
+    /// The inbox's jobs taken in this pass (swapped with `inbox` under the lock).
+    private var taken: [Job] = []
     private var pending = JobQueue()
     private var delayed: [Job] = []
     private var connections: [H2Connection] = []
@@ -47,7 +49,6 @@ final class ClientLoop: @unchecked Sendable {
     private var connectFailuresInARow = 0
     private var nextConnectionID = 0
     private var liveJobs = 0
-    private var scratch: [UInt8] = []
     private var rng = SystemRandomNumberGenerator()
     /// The earliest moment a timer may be due (a deadline, a retry's backoff, a PING); the loop sleeps until then
     /// unless a socket or the inbox wakes it. Lowered wherever a new timed thing appears.
@@ -93,7 +94,6 @@ final class ClientLoop: @unchecked Sendable {
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         }
-        scratch.reserveCapacity(2048)
     }
 
     deinit {
@@ -312,20 +312,21 @@ final class ClientLoop: @unchecked Sendable {
 
     private func takeInbox() {
         lock.lock()
-        let jobs = inbox
-        inbox.removeAll(keepingCapacity: true)
+        // Swapped with the loop's own array, so neither buffer is copied or reallocated.
+        swap(&inbox, &taken)
         let results = connectResults
         connectResults.removeAll()
         wakeSignalled = false
         let stopAt = stopDeadline
         lock.unlock()
         if stopping == nil, let stopAt { stopping = stopAt }
-        liveJobs += jobs.count
-        localStats.submitted += jobs.count
-        for job in jobs {
+        liveJobs += taken.count
+        localStats.submitted += taken.count
+        for job in taken {
             pending.append(job)
             if job.request.deadline < nextTimers { nextTimers = job.request.deadline }
         }
+        taken.removeAll(keepingCapacity: true)
         for (prioritizedOnly, result) in results {
             if prioritizedOnly { connectingPrioritized -= 1 } else { connecting -= 1 }
             switch result {
@@ -450,7 +451,7 @@ final class ClientLoop: @unchecked Sendable {
         }
         job.resetAttempt()
         job.bearerIssuedAt = issuedAt
-        guard c.submit(job, authority: authority, bearer: bearerHeader, scratch: &scratch) != nil else {
+        guard c.submit(job, authority: authority, bearer: bearerHeader) != nil else {
             pending.pushFront(job)
             return false
         }
@@ -465,11 +466,11 @@ final class ClientLoop: @unchecked Sendable {
         if !delayed.isEmpty {
             var waiting: [Job] = []
             for job in delayed {
-                if job.notBefore <= now {
-                    pending.append(job)
-                } else {
+                if let at = job.notBefore, at > now {
                     waiting.append(job)
-                    next = min(next, job.notBefore)
+                    next = min(next, at)
+                } else {
+                    pending.append(job)
                 }
             }
             delayed = waiting

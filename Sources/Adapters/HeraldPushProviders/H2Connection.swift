@@ -22,17 +22,16 @@ final class H2Connection {
     var answeredOnce = false
     var lastReceive: ContinuousClock.Instant = .now
     var pingSentAt: ContinuousClock.Instant?
-    private var out: [UInt8] = []
+    /// Bytes gathered from nghttp2 for the socket (`outOffset..<outCount` not yet written).
+    private var out = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
     private var outOffset = 0
+    private var outCount = 0
     private(set) var wantsWritable = false
-    /// Header spans of the request being submitted: (name, value offset in scratch, value length).
-    private var spans: [(StaticString, Int, Int)] = []
 
     init(id: Int, socket: TLSSocket, loop: ClientLoop) throws(APNsError) {
         self.id = id
         self.socket = socket
         self.loop = loop
-        out.reserveCapacity(256 * 1024)
         var callbacks: OpaquePointer? = nil
         guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else {
             throw APNsError(.io, "nghttp2_session_callbacks_new failed")
@@ -63,7 +62,10 @@ final class H2Connection {
         nghttp2_session_set_local_window_size(s, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 << 20)
     }
 
-    deinit { releaseSession() }
+    deinit {
+        releaseSession()
+        out.deallocate()
+    }
 
     func releaseSession() {
         if let session { nghttp2_session_del(session) }
@@ -84,11 +86,13 @@ final class H2Connection {
     /// connection is finished.
     func readAvailable(into buffer: UnsafeMutableRawBufferPointer) -> String? {
         guard let session else { return "no session" }
+        var received = false
+        defer { if received { lastReceive = .now } }
         while true {
             ERR_clear_error()
             let n = SSL_read(socket.ssl, buffer.baseAddress, Int32(buffer.count))
             if n > 0 {
-                lastReceive = .now
+                received = true
                 let used = nghttp2_session_mem_recv(
                     session, buffer.baseAddress?.assumingMemoryBound(to: UInt8.self), Int(n))
                 if used < 0 { return "HTTP/2 protocol error: \(String(cString: nghttp2_strerror(Int32(used))))" }
@@ -108,30 +112,42 @@ final class H2Connection {
 
     // MARK: Writing (one SSL_write per loop pass)
 
-    /// Gathers everything nghttp2 wants to send into one buffer and writes it with one SSL_write.
+    /// Gathers what nghttp2 wants to send (up to the buffer's 1 MB) and writes it with one SSL_write; what the
+    /// socket did not take is written first on the next call.
     func flush() -> String? {
         guard let session else { return "no session" }
-        if outOffset >= out.count {
-            out.removeAll(keepingCapacity: true)
-            outOffset = 0
-            while out.count < 1 << 20 {
+        var offset = outOffset
+        var count = outCount
+        if offset >= count {
+            offset = 0
+            count = 0
+            while count < out.count {
                 var chunk: UnsafePointer<UInt8>? = nil
                 let n = nghttp2_session_mem_send(session, &chunk)
                 if n < 0 { return "HTTP/2 send error: \(String(cString: nghttp2_strerror(Int32(n))))" }
-                if n == 0 { break }
-                guard let chunk else { break }
-                out.append(contentsOf: UnsafeBufferPointer(start: chunk, count: n))
+                guard n > 0, let chunk else { break }
+                if count + n > out.count {
+                    // A frame larger than the room left (not with these frame sizes): grow rather than drop it.
+                    let larger = UnsafeMutableRawBufferPointer.allocate(byteCount: 2 * (count + n), alignment: 16)
+                    larger.copyMemory(from: UnsafeRawBufferPointer(rebasing: out[0..<count]))
+                    out.deallocate()
+                    out = larger
+                }
+                (out.baseAddress! + count).copyMemory(from: chunk, byteCount: n)
+                count += n
             }
         }
-        wantsWritable = false
-        guard outOffset < out.count else { return nil }
-        ERR_clear_error()
-        let n = out.withUnsafeBufferPointer { buf in
-            SSL_write(socket.ssl, buf.baseAddress! + outOffset, Int32(buf.count - outOffset))
+        defer {
+            outOffset = offset
+            outCount = count
         }
+        wantsWritable = false
+        guard offset < count else { return nil }
+        ERR_clear_error()
+        let n = SSL_write(socket.ssl, out.baseAddress! + offset, Int32(count - offset))
         if n > 0 {
-            outOffset += Int(n)
-            if outOffset < out.count { wantsWritable = true }
+            offset += Int(n)
+            if offset < count { wantsWritable = true }
             return nil
         }
         switch SSL_get_error(socket.ssl, n) {
@@ -146,47 +162,15 @@ final class H2Connection {
     // MARK: Streams
 
     /// Submits one request. Returns the stream id, or nil when this connection cannot open more streams.
-    func submit(_ job: Job, authority: [UInt8], bearer: [UInt8]?, scratch: inout [UInt8]) -> Int32? {
+    func submit(_ job: Job, authority: [UInt8], bearer: [UInt8]?) -> Int32? {
         guard let session else { return nil }
-        scratch.removeAll(keepingCapacity: true)
-        spans.removeAll(keepingCapacity: true)
-        // Header values are gathered in `scratch` (offsets, as appending may move it), then pointed at in one
-        // nghttp2_nv array; nghttp2 copies them before `submit` returns.
-        func add(_ name: StaticString, _ bytes: some Sequence<UInt8>) {
-            let start = scratch.count
-            scratch.append(contentsOf: bytes)
-            spans.append((name, start, scratch.count - start))
-        }
-        func add(_ name: StaticString, decimal value: Int64) {
-            let start = scratch.count
-            scratch.appendDecimal(value)
-            spans.append((name, start, scratch.count - start))
-        }
-        add(":method", "POST".utf8)
-        add(":scheme", "https".utf8)
-        if let path = job.path {
-            add(":path", path)
-        } else {
-            let start = scratch.count
-            scratch.append(contentsOf: "/3/device/".utf8)
-            scratch.append(contentsOf: job.request.deviceToken.utf8)
-            spans.append((":path", start, scratch.count - start))
-        }
-        add(":authority", authority)
-        if let bearer { add("authorization", bearer) }
-        switch loop.dialect {
-        case .apns:
-            add("apns-topic", job.request.topic.utf8)
-            add("apns-push-type", job.request.pushType.rawValue.utf8)
-            if let p = job.request.priority { add("apns-priority", decimal: Int64(p.rawValue)) }
-            if let e = job.request.expiration { add("apns-expiration", decimal: e) }
-            if let c = job.request.collapseID { add("apns-collapse-id", c.utf8) }
-            if let id = job.request.apnsID { add("apns-id", id.utf8) }
-        case .fcm:
-            add("content-type", "application/json; charset=UTF-8".utf8)
-        }
-        add("content-length", decimal: Int64(job.request.payload.count))
-
+        let r = job.request
+        // The header block is written on the stack: values into one byte buffer, names and values pointed at by an
+        // nghttp2_nv array; nghttp2 copies both before `nghttp2_submit_request` returns.
+        // Room for every value: the fixed ones (method, scheme, content-type) and three numbers fit in the 160.
+        var bytes = 160 + authority.count + (bearer?.count ?? 0) + r.pushType.rawValue.utf8.count
+        bytes += job.path?.count ?? (10 + r.deviceToken.utf8.count)
+        bytes += r.topic.utf8.count + (r.collapseID?.utf8.count ?? 0) + (r.apnsID?.utf8.count ?? 0)
         let jobPointer = Unmanaged.passUnretained(job).toOpaque()
         var provider = nghttp2_data_provider(
             source: nghttp2_data_source(ptr: jobPointer),
@@ -203,19 +187,32 @@ final class H2Connection {
                     return n
                 }
             })
-        let streamID: Int32 = scratch.withUnsafeMutableBufferPointer { values in
-            spans.withUnsafeBufferPointer { headerSpans in
-                withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: headerSpans.count) { nva in
-                    for (i, span) in headerSpans.enumerated() {
-                        nva[i] = nghttp2_nv(
-                            name: UnsafeMutablePointer(mutating: span.0.utf8Start),
-                            value: values.baseAddress! + span.1,
-                            namelen: span.0.utf8CodeUnitCount, valuelen: span.2,
-                            flags: UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue))
-                    }
-                    return nghttp2_submit_request(
-                        session, nil, nva.baseAddress, headerSpans.count, &provider, jobPointer)
+        let dialect = loop.dialect
+        let streamID = withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: 16) { nva in
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: bytes) { buffer in
+                var block = HeaderBlock(fields: nva, bytes: buffer)
+                block.add(":method", "POST")
+                block.add(":scheme", "https")
+                if let path = job.path {
+                    block.add(":path", path)
+                } else {
+                    block.add(":path", "/3/device/", r.deviceToken)
                 }
+                block.add(":authority", authority)
+                if let bearer { block.add("authorization", bearer) }
+                switch dialect {
+                case .apns:
+                    block.add("apns-topic", r.topic)
+                    block.add("apns-push-type", r.pushType.rawValue)
+                    if let p = r.priority { block.add("apns-priority", decimal: Int64(p.rawValue)) }
+                    if let e = r.expiration { block.add("apns-expiration", decimal: e) }
+                    if let c = r.collapseID { block.add("apns-collapse-id", c) }
+                    if let id = r.apnsID { block.add("apns-id", id) }
+                case .fcm:
+                    block.add("content-type", "application/json; charset=UTF-8")
+                }
+                block.add("content-length", decimal: Int64(r.payload.count))
+                return nghttp2_submit_request(session, nil, nva.baseAddress, block.count, &provider, jobPointer)
             }
         }
         guard streamID > 0 else {
@@ -268,7 +265,8 @@ final class H2Connection {
             return 0
         }
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs) { session, _, streamID, data, len, user in
-            guard let data, let job = liveJob(session, streamID, user) else { return 0 }
+            // Only an error answer's body is read (its reason); a 200's body (FCM's message name) is not kept.
+            guard let data, let job = liveJob(session, streamID, user), job.status != 200 else { return 0 }
             if job.body.count < 16 * 1024 {
                 job.body.append(
                     contentsOf: UnsafeBufferPointer(start: data, count: min(len, 16 * 1024 - job.body.count)))
@@ -327,23 +325,78 @@ private func liveJob(_ session: OpaquePointer?, _ streamID: Int32, _ user: Unsaf
     return job.completed ? nil : job
 }
 
-extension [UInt8] {
-    /// Appends `value` in decimal ASCII, without making a String.
-    mutating func appendDecimal(_ value: Int64) {
-        if value < 0 { append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        // The digits come out last first: gather them, then append them in order.
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { buffer in
-            var count = 0
-            repeat {
-                buffer[count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-                count += 1
-            } while magnitude > 0
-            while count > 0 {
-                count -= 1
-                append(buffer[count])
-            }
+/// A request's header block being written into stack buffers: each value is copied into `bytes` and an
+/// `nghttp2_nv` entry points at it and at the field's static name.
+private struct HeaderBlock {
+    let fields: UnsafeMutableBufferPointer<nghttp2_nv>
+    let bytes: UnsafeMutableBufferPointer<UInt8>
+    private(set) var count = 0
+    private var used = 0
+
+    init(fields: UnsafeMutableBufferPointer<nghttp2_nv>, bytes: UnsafeMutableBufferPointer<UInt8>) {
+        self.fields = fields
+        self.bytes = bytes
+    }
+
+    mutating func add(_ name: StaticString, _ value: [UInt8]) {
+        let start = used
+        value.withUnsafeBufferPointer { append($0) }
+        field(name, from: start)
+    }
+
+    mutating func add(_ name: StaticString, _ value: String) {
+        let start = used
+        append(value)
+        field(name, from: start)
+    }
+
+    mutating func add(_ name: StaticString, _ prefix: StaticString, _ value: String) {
+        let start = used
+        append(UnsafeBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
+        append(value)
+        field(name, from: start)
+    }
+
+    /// `value` in decimal ASCII, without making a String.
+    mutating func add(_ name: StaticString, decimal value: Int64) {
+        let start = used
+        if value < 0 {
+            bytes[used] = UInt8(ascii: "-")
+            used += 1
         }
+        var magnitude = value.magnitude
+        var digits = 0
+        repeat {
+            digits += 1
+            magnitude /= 10
+        } while magnitude > 0
+        magnitude = value.magnitude
+        for i in stride(from: used + digits - 1, through: used, by: -1) {
+            bytes[i] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+            magnitude /= 10
+        }
+        used += digits
+        field(name, from: start)
+    }
+
+    private mutating func append(_ value: String) {
+        var value = value
+        value.withUTF8 { append($0) }
+    }
+
+    private mutating func append(_ source: UnsafeBufferPointer<UInt8>) {
+        guard let base = source.baseAddress, source.count > 0 else { return }
+        precondition(used + source.count <= bytes.count, "header block buffer too small")
+        (bytes.baseAddress! + used).update(from: base, count: source.count)
+        used += source.count
+    }
+
+    private mutating func field(_ name: StaticString, from start: Int) {
+        precondition(count < fields.count, "too many header fields")
+        fields[count] = nghttp2_nv(
+            name: UnsafeMutablePointer(mutating: name.utf8Start), value: bytes.baseAddress! + start,
+            namelen: name.utf8CodeUnitCount, valuelen: used - start,
+            flags: UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue))
+        count += 1
     }
 }

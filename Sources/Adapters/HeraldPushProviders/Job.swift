@@ -12,7 +12,8 @@ final class Job: @unchecked Sendable {
     /// Counted attempts so far (answers and in-flight losses; transparent resends do not count).
     var attempts = 0
     var completed = false
-    var notBefore: ContinuousClock.Instant = .now
+    /// When a scheduled retry may be sent (set with the retry; nil before any).
+    var notBefore: ContinuousClock.Instant?
     /// The request path when it is not APNs's `/3/device/<token>` (FCM's `messages:send`); nil for APNs, whose path
     /// is written from the token straight into the header block.
     let path: [UInt8]?
@@ -78,7 +79,9 @@ struct JobQueue {
     var earliestDeadline: ContinuousClock.Instant? {
         var earliest: ContinuousClock.Instant?
         for queue in [items, urgent] {
-            for job in queue where earliest.map({ job.request.deadline < $0 }) ?? true { earliest = job.request.deadline }
+            for job in queue where earliest.map({ job.request.deadline < $0 }) ?? true {
+                earliest = job.request.deadline
+            }
         }
         for job in front where earliest.map({ job.request.deadline < $0 }) ?? true { earliest = job.request.deadline }
         return earliest

@@ -9,8 +9,9 @@ import Glibc
 #endif
 
 /// Benchmarks the APNs transport against nghttpd (and h2load, nghttp2's own load generator,
-/// against the same server in the same run), and against herald-mock-apns with and without
-/// injected latency. Prints figures; asserts nothing.
+/// against the same server in the same run, the two alternating round by round), and against
+/// herald-mock-apns with and without injected latency. Prints figures and writes them to REPORT.md
+/// and REPORT.json; asserts nothing.
 @main
 struct APNsBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -32,6 +33,9 @@ struct APNsBench: AsyncParsableCommand {
     @Option(help: "Latency the stand-in injects in the latency run (ms).") var latencyMs = 50
     @Option(help: "Notifications per latency run.") var latencyRequests = 20_000
     @Option(help: "Payload size in bytes.") var payloadBytes = 300
+    @Option(help: "Rounds per connection count: Herald and h2load alternate, each round gives a rate and a CPU ratio.")
+    var rounds = 3
+    @Option(help: "Directory for REPORT.md and REPORT.json (default run/apns-bench-reports/<time>).") var out: String?
 
     func run() async throws {
         let dir = try Workdir()
@@ -40,6 +44,9 @@ struct APNsBench: AsyncParsableCommand {
         let payload = Self.payload(size: payloadBytes)
         try Data(payload).write(to: URL(fileURLWithPath: dir.path + "/body.json"))
         let token = String(repeating: "ab", count: 32)
+        var report = BenchReport(
+            requests: requests, streams: streams, payloadBytes: payload.count, rounds: max(1, rounds),
+            loadAverage: BenchReport.loadAverage(), cores: ProcessInfo.processInfo.activeProcessorCount)
         for target in targets.split(separator: ",").map(String.init) {
             switch target {
             case "nghttpd":
@@ -57,7 +64,10 @@ struct APNsBench: AsyncParsableCommand {
                 try waitForPort(port)
                 print("== nghttpd on 127.0.0.1:\(port), \(requests) notifications of \(payload.count) bytes")
                 for c in counts {
-                    try await compare(dir: dir, port: port, connections: c, token: token, payload: payload, n: requests)
+                    report.comparisons.append(
+                        try await compare(
+                            target: "nghttpd", dir: dir, port: port, connections: c, token: token, payload: payload,
+                            n: requests))
                 }
             case "mock", "latency":
                 guard FileManager.default.isExecutableFile(atPath: mockPath) else {
@@ -86,32 +96,67 @@ struct APNsBench: AsyncParsableCommand {
                         let ours = try await runOurs(
                             dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
                         let ideal = Double(c * streams) / (Double(latency) / 1000)
+                        report.latencyRuns.append(
+                            .init(
+                                connections: c, streams: streams, latencyMs: latency, notifications: n,
+                                rate: ours.rate, ideal: ideal, ok: ours.ok))
                         print(
                             String(
                                 format:
                                     "  %d x %d  herald %8.0f req/s = %.0f%% of conns x streams / latency (%.0f)  [200s: %d]",
                                 c, streams, ours.rate, 100 * ours.rate / ideal, ideal, ours.ok))
                     } else {
-                        try await compare(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
+                        report.comparisons.append(
+                            try await compare(
+                                target: "herald-mock-apns", dir: dir, port: port, connections: c, token: token,
+                                payload: payload, n: n))
                     }
                 }
             default:
                 print("unknown target \(target)")
             }
         }
+        let outDir = out ?? FileManager.default.currentDirectoryPath + "/run/apns-bench-reports/" + BenchReport.stamp()
+        try FileManager.default.createDirectory(atPath: outDir, withIntermediateDirectories: true)
+        try report.markdown().write(toFile: outDir + "/REPORT.md", atomically: true, encoding: .utf8)
+        try report.json().write(toFile: outDir + "/REPORT.json", atomically: true, encoding: .utf8)
+        print("report: \(outDir)/REPORT.md (data REPORT.json)")
     }
 
     struct Figures { var rate: Double; var cpuPer100k: Double; var ok: Int }
 
-    func compare(dir: Workdir, port: Int, connections c: Int, token: String, payload: [UInt8], n: Int) async throws {
-        let ours = try await runOurs(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
-        let theirs = try runH2load(dir: dir, port: port, connections: c, token: token, n: n)
+    /// Herald's client and h2load on the same server, `rounds` times, alternating which goes first; prints each
+    /// round and the median ratios.
+    func compare(
+        target: String, dir: Workdir, port: Int, connections c: Int, token: String, payload: [UInt8], n: Int
+    ) async throws -> Comparison {
+        var comparison = Comparison(target: target, connections: c, streams: streams)
+        for round in 0..<max(1, rounds) {
+            let ours: Figures
+            let theirs: Figures
+            if round % 2 == 0 {
+                ours = try await runOurs(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
+                theirs = try runH2load(dir: dir, port: port, connections: c, token: token, n: n)
+            } else {
+                theirs = try runH2load(dir: dir, port: port, connections: c, token: token, n: n)
+                ours = try await runOurs(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
+            }
+            let pair = Comparison.Round(herald: ours, h2load: theirs)
+            comparison.rounds.append(pair)
+            print(
+                String(
+                    format:
+                        "  %d x %d  herald %8.0f req/s %5.2f CPU-s/100k [200s: %d] | h2load %8.0f req/s %5.2f CPU-s/100k [2xx: %d] | rate ratio %.2f, CPU ratio %.2f",
+                    c, streams, ours.rate, ours.cpuPer100k, ours.ok, theirs.rate, theirs.cpuPer100k, theirs.ok,
+                    pair.rateRatio, pair.cpuRatio))
+        }
+        let rate = comparison.summary(\.rateRatio)
+        let cpu = comparison.summary(\.cpuRatio)
         print(
             String(
-                format:
-                    "  %d x %d  herald %8.0f req/s %5.2f CPU-s/100k [200s: %d] | h2load %8.0f req/s %5.2f CPU-s/100k [2xx: %d] | rate ratio %.2f, CPU ratio %.2f",
-                c, streams, ours.rate, ours.cpuPer100k, ours.ok, theirs.rate, theirs.cpuPer100k, theirs.ok,
-                ours.rate / theirs.rate, ours.cpuPer100k / theirs.cpuPer100k))
+                format: "  %d x %d  median of %d rounds: rate ratio %.2f (%.2f-%.2f), CPU ratio %.2f (%.2f-%.2f)",
+                c, streams, comparison.rounds.count, rate.median, rate.min, rate.max, cpu.median, cpu.min, cpu.max))
+        return comparison
     }
 
     /// The headers both clients send (h2load adds :method etc. and content-length itself).
