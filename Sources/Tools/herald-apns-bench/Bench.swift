@@ -66,7 +66,8 @@ struct APNsBench: AsyncParsableCommand {
                 for c in counts {
                     report.comparisons.append(
                         try await compare(
-                            target: "nghttpd", dir: dir, port: port, connections: c, token: token, payload: payload,
+                            target: "nghttpd", server: server, dir: dir, port: port, connections: c, token: token,
+                            payload: payload,
                             n: requests))
                 }
             case "mock", "latency":
@@ -108,7 +109,8 @@ struct APNsBench: AsyncParsableCommand {
                     } else {
                         report.comparisons.append(
                             try await compare(
-                                target: "herald-mock-apns", dir: dir, port: port, connections: c, token: token,
+                                target: "herald-mock-apns", server: server, dir: dir, port: port, connections: c,
+                                token: token,
                                 payload: payload, n: n))
                     }
                 }
@@ -123,32 +125,57 @@ struct APNsBench: AsyncParsableCommand {
         print("report: \(outDir)/REPORT.md (data REPORT.json)")
     }
 
-    struct Figures { var rate: Double; var cpuPer100k: Double; var ok: Int }
+    struct Figures {
+        var rate: Double
+        var cpuPer100k: Double
+        var ok: Int
+        /// The server's CPU per 100k requests while this client ran (how much work its traffic made there).
+        var serverCPUPer100k = 0.0
+    }
+
+    /// Runs `client` and adds the server's CPU per request over the run.
+    func measured(_ server: Server, n: Int, _ client: () async throws -> Figures) async throws -> Figures {
+        let before = server.cpuSeconds()
+        var figures = try await client()
+        figures.serverCPUPer100k = (server.cpuSeconds() - before) * 100_000 / Double(n)
+        return figures
+    }
 
     /// Herald's client and h2load on the same server, `rounds` times, alternating which goes first; prints each
     /// round and the median ratios.
     func compare(
-        target: String, dir: Workdir, port: Int, connections c: Int, token: String, payload: [UInt8], n: Int
+        target: String, server: Server, dir: Workdir, port: Int, connections c: Int, token: String,
+        payload: [UInt8], n: Int
     ) async throws -> Comparison {
         var comparison = Comparison(target: target, connections: c, streams: streams)
         for round in 0..<max(1, rounds) {
+            func herald() async throws -> Figures {
+                try await measured(server, n: n) {
+                    try await runOurs(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
+                }
+            }
+            func h2load() async throws -> Figures {
+                try await measured(server, n: n) {
+                    try runH2load(dir: dir, port: port, connections: c, token: token, n: n)
+                }
+            }
             let ours: Figures
             let theirs: Figures
             if round % 2 == 0 {
-                ours = try await runOurs(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
-                theirs = try runH2load(dir: dir, port: port, connections: c, token: token, n: n)
+                ours = try await herald()
+                theirs = try await h2load()
             } else {
-                theirs = try runH2load(dir: dir, port: port, connections: c, token: token, n: n)
-                ours = try await runOurs(dir: dir, port: port, connections: c, token: token, payload: payload, n: n)
+                theirs = try await h2load()
+                ours = try await herald()
             }
             let pair = Comparison.Round(herald: ours, h2load: theirs)
             comparison.rounds.append(pair)
             print(
                 String(
                     format:
-                        "  %d x %d  herald %8.0f req/s %5.2f CPU-s/100k [200s: %d] | h2load %8.0f req/s %5.2f CPU-s/100k [2xx: %d] | rate ratio %.2f, CPU ratio %.2f",
+                        "  %d x %d  herald %8.0f req/s %5.2f CPU-s/100k [200s: %d] | h2load %8.0f req/s %5.2f CPU-s/100k [2xx: %d] | rate ratio %.2f, CPU ratio %.2f | server %.2f / %.2f CPU-s/100k",
                     c, streams, ours.rate, ours.cpuPer100k, ours.ok, theirs.rate, theirs.cpuPer100k, theirs.ok,
-                    pair.rateRatio, pair.cpuRatio))
+                    pair.rateRatio, pair.cpuRatio, ours.serverCPUPer100k, theirs.serverCPUPer100k))
         }
         let rate = comparison.summary(\.rateRatio)
         let cpu = comparison.summary(\.cpuRatio)
@@ -290,6 +317,17 @@ final class Server {
         return Server(process: p)
     }
     init(process: Process) { self.process = process }
+    /// The server's CPU seconds so far (user + system, from /proc).
+    func cpuSeconds() -> Double {
+        let pid = process.processIdentifier
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return 0 }
+        // Fields after the command name: state is field 3; utime and stime are fields 14 and 15.
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
     func stop() {
         let pid = process.processIdentifier
         kill(pid, SIGTERM)

@@ -75,8 +75,9 @@ struct BenchReport {
                 + "most 1.3.",
             "",
             "| target | conns x streams | rate ratio (median, range) | CPU ratio (median, range) "
-                + "| Herald req/s | h2load req/s | Herald CPU-s/100k | h2load CPU-s/100k |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+                + "| Herald req/s | h2load req/s | Herald CPU-s/100k | h2load CPU-s/100k "
+                + "| server CPU-s/100k serving Herald | serving h2load |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for c in comparisons {
             let rate = c.summary(\.rateRatio)
@@ -89,7 +90,9 @@ struct BenchReport {
                     + String(format: "%.2f (%.2f-%.2f)", rate.median, rate.min, rate.max) + " | "
                     + String(format: "%.2f (%.2f-%.2f)", cpu.median, cpu.min, cpu.max) + " | "
                     + list({ $0.herald.rate }, "%.0f") + " | " + list({ $0.h2load.rate }, "%.0f") + " | "
-                    + list({ $0.herald.cpuPer100k }, "%.2f") + " | " + list({ $0.h2load.cpuPer100k }, "%.2f") + " |")
+                    + list({ $0.herald.cpuPer100k }, "%.2f") + " | " + list({ $0.h2load.cpuPer100k }, "%.2f") + " | "
+                    + list({ $0.herald.serverCPUPer100k }, "%.2f") + " | "
+                    + list({ $0.h2load.serverCPUPer100k }, "%.2f") + " |")
         }
         if !latencyRuns.isEmpty {
             lines += [
@@ -107,7 +110,10 @@ struct BenchReport {
 
     func json() throws -> String {
         func figures(_ f: APNsBench.Figures) -> [String: Any] {
-            ["requests_per_second": f.rate, "cpu_seconds_per_100k": f.cpuPer100k, "ok": f.ok]
+            [
+                "requests_per_second": f.rate, "cpu_seconds_per_100k": f.cpuPer100k, "ok": f.ok,
+                "server_cpu_seconds_per_100k": f.serverCPUPer100k,
+            ]
         }
         let comparisons: [[String: Any]] = comparisons.map { c in
             let rate = c.summary(\.rateRatio)
