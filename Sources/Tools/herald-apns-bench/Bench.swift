@@ -33,6 +33,8 @@ struct APNsBench: AsyncParsableCommand {
     @Option(help: "Latency the stand-in injects in the latency run (ms).") var latencyMs = 50
     @Option(help: "Notifications per latency run.") var latencyRequests = 20_000
     @Option(help: "Payload size in bytes.") var payloadBytes = 300
+    @Option(help: "The client's in-flight bound (herald-send's default, HERALD_SEND_MAX_IN_FLIGHT).")
+    var maxInFlight = 2000
     @Option(help: "Rounds per connection count: Herald and h2load alternate, each round gives a rate and a CPU ratio.")
     var rounds = 3
     @Option(help: "Directory for REPORT.md and REPORT.json (default run/apns-bench-reports/<time>).") var out: String?
@@ -201,7 +203,7 @@ struct APNsBench: AsyncParsableCommand {
             credential: .token(
                 keyID: dir.keyID, teamID: dir.teamID, p8PEM: try String(contentsOfFile: dir.authKey, encoding: .utf8)),
             endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: dir.cert, connections: c,
-            maxStreamsPerConnection: streams, maxInFlight: c * streams * 4,
+            maxStreamsPerConnection: streams, maxInFlight: maxInFlight,
             retry: APNsBackoffPolicy(maxAttempts: 1))
         let client = try APNsClient(configuration: config)
         let requests = (0..<n).map { i in
