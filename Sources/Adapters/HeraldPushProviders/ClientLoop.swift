@@ -39,6 +39,8 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: loop-confined
     /// The inbox's jobs taken in this pass (swapped with `inbox` under the lock).
     private var taken: [Job] = []
+    /// HTTP answers taken in this pass, settled (classified, retried or completed) after the pass's writes.
+    private var answered: [(Job, Int)] = []
     private var pending = JobQueue()
     private var delayed: [Job] = []
     private var connections: [H2Connection] = []
@@ -249,23 +251,26 @@ final class ClientLoop: @unchecked Sendable {
                 while read(wakeRead, &sink, sink.count) > 0 {}
             }
             takeInbox()
+            var now = ContinuousClock.now
             for (i, c) in polled.enumerated() where fds[i + 1].revents != 0 && !c.dead {
-                if let failure = c.readAvailable(into: readBuffer) { kill(c, why: failure) }
-            }
-            let now = ContinuousClock.now
-            if now >= nextTimers { nextTimers = runTimers(now: now) }
-            maintainConnections(now: now)
-            dispatch(now: now)
-            for c in connections where !c.dead {
-                if let failure = c.flush() {
-                    // The peer may have answered and closed while we wrote: take in what it sent before the close,
-                    // so those streams complete with their answers instead of failing (and being sent twice).
-                    _ = c.readAvailable(into: readBuffer)
+                if let failure = c.readAvailable(into: readBuffer) {
                     kill(c, why: failure)
                     continue
                 }
-                // After GOAWAY, once its last stream is done the connection has nothing left to do.
-                if c.goawayReceived && c.streams.isEmpty { retire(c) }
+                // The streams its answers freed are refilled and written at once: the server works on them while
+                // the other connections are read and this pass's answers are settled.
+                dispatch(now: now)
+                flush(c, readBuffer)
+            }
+            now = ContinuousClock.now
+            if now >= nextTimers { nextTimers = runTimers(now: now) }
+            maintainConnections(now: now)
+            dispatch(now: now)
+            for c in connections where !c.dead { flush(c, readBuffer) }
+            // Answers are classified and their callers' responses made after the writes (off the round trip).
+            if settleAnswers() {
+                dispatch(now: now)
+                for c in connections where !c.dead { flush(c, readBuffer) }
             }
             if connections.contains(where: \.dead) { connections.removeAll { $0.dead } }
             deliverCompletions()
@@ -274,6 +279,29 @@ final class ClientLoop: @unchecked Sendable {
                 return
             }
         }
+    }
+
+    /// Writes what `c` has to send; kills it when the write fails, retires it when a GOAWAY left it nothing to do.
+    private func flush(_ c: H2Connection, _ readBuffer: UnsafeMutableRawBufferPointer) {
+        if let failure = c.flush() {
+            // The peer may have answered and closed while we wrote: take in what it sent before the close,
+            // so those streams complete with their answers instead of failing (and being sent twice).
+            _ = c.readAvailable(into: readBuffer)
+            kill(c, why: failure)
+            return
+        }
+        // After GOAWAY, once its last stream is done the connection has nothing left to do.
+        if c.goawayReceived && c.streams.isEmpty { retire(c) }
+    }
+
+    /// Settles the HTTP answers taken in this pass (`answered`); returns true when one put its request back at the
+    /// head of the queue (a renewed credential), so the pass writes it now instead of at the next wake-up.
+    private func settleAnswers() -> Bool {
+        guard !answered.isEmpty else { return false }
+        let queued = pending.count
+        for (job, status) in answered { finishAttempt(job, status: status) }
+        answered.removeAll(keepingCapacity: true)
+        return pending.count > queued
     }
 
     private func watch(_ c: H2Connection, in fds: inout [pollfd], _ polled: inout [H2Connection]) {
@@ -541,7 +569,7 @@ final class ClientLoop: @unchecked Sendable {
                 c.answeredOnce = true
                 connectFailuresInARow = 0
             }
-            finishAttempt(job, status: status)
+            answered.append((job, status))
         } else if errorCode == NGHTTP2_REFUSED_STREAM.rawValue || !job.headersSent {
             // Not processed by the server (REFUSED_STREAM, or above a GOAWAY's last-stream-id): resend.
             resend(job)
