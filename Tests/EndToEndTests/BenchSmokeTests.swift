@@ -105,6 +105,17 @@ import Testing
         let host = try #require(json["host_recipients_per_cpu_second"] as? [String: Double])
         #expect((host["before"] ?? 0) > 1000 && (host["after"] ?? 0) > 1000, "host speed: \(host)")
         #expect(md.contains("host speed (herald-bench decide"))
+        // Herald's own time per hop, per stage, in its two parts.
+        #expect(md.contains("## Time per hop"))
+        let hops = try #require(json["hops"] as? [String: [String: Any]])
+        #expect(Set(hops.keys) == ["ingest", "resolve", "suppress", "render", "send"], "\(hops.keys)")
+        for (stage, hop) in hops {
+            #expect((hop["records"] as? Int ?? 0) > 0, "\(stage): \(hop)")
+            for part in ["total", "processing", "ack_wait"] {
+                let q = try #require(hop[part] as? [String: Double], "\(stage) lacks \(part)")
+                #expect((q["p50_ms"] ?? -1) <= (q["p99_ms"] ?? -2), "\(stage) \(part): \(q)")
+            }
+        }
         let series = try #require(json["series"] as? [[String: Any]])
         #expect(series.map { $0["delivered"] as? Int ?? 0 }.reduce(0, +) == delivered)
         // Redis's footprint of the run is reported.

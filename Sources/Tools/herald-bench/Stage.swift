@@ -37,6 +37,9 @@ struct StageBench: AsyncParsableCommand {
         if BenchStage(rawValue: name) == nil {
             throw ValidationError("NAME must be one of " + BenchStage.allCases.map(\.rawValue).joined(separator: ", "))
         }
+        if stack.attach != nil {
+            throw ValidationError("stage starts its own stack (the stages one at a time): --attach does not apply")
+        }
         if backlog < 1 { throw ValidationError("--backlog must be at least 1") }
         if dnd + muted + online > 1 { throw ValidationError("--dnd + --muted + --online must not exceed 1") }
         if users < 2 || conversationSize < 2 {
