@@ -36,6 +36,9 @@ final class ClientLoop: @unchecked Sendable {
     private let wakeRead: Int32
     private let wakeWrite: Int32
 
+    /// Answers fed to nghttp2 between two refills of a connection's streams (about 25 short answers).
+    static let readPiece = 1024
+
     // MARK: loop-confined
     /// The inbox's jobs taken in this pass (swapped with `inbox` under the lock).
     private var taken: [Job] = []
@@ -253,12 +256,16 @@ final class ClientLoop: @unchecked Sendable {
             takeInbox()
             var now = ContinuousClock.now
             for (i, c) in polled.enumerated() where fds[i + 1].revents != 0 && !c.dead {
-                if let failure = c.readAvailable(into: readBuffer) {
+                // The streams its answers free are refilled and written piece by piece: the server works on them
+                // while the rest of its answers, the other connections and this pass's completions are handled.
+                let failure = c.readAvailable(into: readBuffer, piece: Self.readPiece) {
+                    dispatch(now: now)
+                    flush(c, readBuffer)
+                }
+                if let failure {
                     kill(c, why: failure)
                     continue
                 }
-                // The streams its answers freed are refilled and written at once: the server works on them while
-                // the other connections are read and this pass's answers are settled.
                 dispatch(now: now)
                 flush(c, readBuffer)
             }

@@ -82,21 +82,29 @@ final class H2Connection {
 
     // MARK: Reading
 
-    /// Reads everything the socket has and feeds it to nghttp2. Returns a failure when the
-    /// connection is finished.
-    func readAvailable(into buffer: UnsafeMutableRawBufferPointer) -> String? {
+    /// Reads everything the socket has and feeds it to nghttp2, `piece` bytes at a time (OpenSSL reads ahead, so a
+    /// small piece costs no extra system call), calling `afterPiece` after each: the loop refills and writes the
+    /// streams a piece's answers freed while the rest is still to be read. Returns a failure when the connection
+    /// is finished.
+    func readAvailable(
+        into buffer: UnsafeMutableRawBufferPointer, piece: Int = Int.max, afterPiece: () -> Void = {}
+    ) -> String? {
         guard let session else { return "no session" }
         var received = false
         defer { if received { lastReceive = .now } }
+        let size = Int32(min(piece, buffer.count))
         while true {
             ERR_clear_error()
-            let n = SSL_read(socket.ssl, buffer.baseAddress, Int32(buffer.count))
+            let n = SSL_read(socket.ssl, buffer.baseAddress, size)
             if n > 0 {
                 received = true
                 let used = nghttp2_session_mem_recv(
                     session, buffer.baseAddress?.assumingMemoryBound(to: UInt8.self), Int(n))
                 if used < 0 { return "HTTP/2 protocol error: \(String(cString: nghttp2_strerror(Int32(used))))" }
                 if dead { return "closed" }
+                afterPiece()
+                // The write in `afterPiece` may have found the connection broken.
+                if dead || self.session == nil { return "closed" }
                 continue
             }
             let error = SSL_get_error(socket.ssl, n)
