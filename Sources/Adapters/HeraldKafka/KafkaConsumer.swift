@@ -76,6 +76,12 @@ public final class KafkaConsumer: Sendable {
     /// probes the end offsets every `idleProbeInterval`.
     public var isIdle: Bool { core.isIdle }
 
+    /// Ends the idle state now, as a probe that found records would: fetching resumes at once and stays on until
+    /// nothing arrived for `idleAfter` again. For a doorbell: another process says it just produced to one of this
+    /// consumer's topics, so the consumer need not wait for its next probe. Harmless when not idle (it only keeps
+    /// the consumer fetching for another `idleAfter`) and without an idle backoff (nothing happens).
+    public func wake() { core.wake() }
+
     /// True once the member joined its group and received its first assignment (which may be empty: more
     /// members than partitions). Until then nothing it is subscribed to is fetched; a join takes about half of
     /// `session.timeout.ms` on Tansu.
@@ -173,6 +179,9 @@ final class ConsumerCore: @unchecked Sendable {
     private let capacity: Int
     private let pollSliceMs: Int32
     private let errorCounter: Counter
+    /// The consumer queue `rd_kafka_consumer_poll` waits on (a reference of our own, released in `finish`, under the
+    /// state lock): `rd_kafka_queue_yield` on it ends a long idle poll at once (a wake, a command, a stop request).
+    nonisolated(unsafe) private var consumerQueue: OpaquePointer?
 
     init(configuration: KafkaConsumerConfiguration, logger: Logger) throws(KafkaError) {
         self.configuration = configuration
@@ -215,6 +224,7 @@ final class ConsumerCore: @unchecked Sendable {
         handle.callbackContext.consumer = self
         // (Auto-commit results are logged by the offset-commit callback installed above.)
         rd_kafka_poll_set_consumer(handle.pointer)
+        consumerQueue = rd_kafka_queue_get_consumer(handle.pointer)
 
         let topics = makePartitionList(configuration.topics.map { (TopicPartition(topic: $0, partition: -1), nil) })
         defer { rd_kafka_topic_partition_list_destroy(topics) }
@@ -294,6 +304,17 @@ final class ConsumerCore: @unchecked Sendable {
 
     var isIdle: Bool { state.withLock { $0.flow.isIdle } }
 
+    func wake() {
+        guard configuration.idlePolicy != nil else { return }
+        let now = ContinuousClock.now
+        state.withLock { s in
+            guard !s.exited else { return }
+            s.flow.wake(now: now)
+            // The poll thread may be blocked in a long idle poll: make it return and act on the wake now.
+            self.yieldPoll()
+        }
+    }
+
     func commit() async throws(KafkaError) {
         let result: Result<Void, KafkaError> = await runOnPollThread { rk in
             let err = rd_kafka_commit(rk, nil, 0)
@@ -336,6 +357,7 @@ final class ConsumerCore: @unchecked Sendable {
                     }
                     continuation.resume(returning: body(rk))
                 }
+                self.yieldPoll()
                 return true
             }
             if !accepted {
@@ -344,13 +366,25 @@ final class ConsumerCore: @unchecked Sendable {
         }
     }
 
-    func requestStop() { state.withLock { $0.stopRequested = true } }
+    func requestStop() {
+        state.withLock { s in
+            s.stopRequested = true
+            if !s.exited { self.yieldPoll() }
+        }
+    }
+
+    /// Ends the poll thread's current `rd_kafka_consumer_poll` at once (or the next one, if it is not polling).
+    /// Called under the state lock while not `exited`, so the queue is still ours.
+    private func yieldPoll() {
+        if let queue = consumerQueue { rd_kafka_queue_yield(queue) }
+    }
 
     func shutdown() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let done = state.withLock { s -> Bool in
                 s.stopRequested = true
                 if s.exited { return true }
+                self.yieldPoll()
                 s.stopWaiters.append(continuation)
                 return false
             }
@@ -432,12 +466,14 @@ final class ConsumerCore: @unchecked Sendable {
     /// Bumped by every rebalance callback; read and written on the poll thread only.
     private var rebalanceGeneration: UInt64 = 0
 
-    /// The poll slice: the usual one, or while idle and paused up to the next probe, at most 100 ms (commands and a
-    /// stop request are seen within that).
+    /// The poll slice: the usual one, or while idle and paused up to the next probe or the waiting caller's
+    /// deadline, whichever comes first (at most 1 s). A wake, a command or a stop request ends the poll at once
+    /// (`yieldPoll`); rebalances and errors arrive through the polled queue.
     private func idleSlice(until next: ContinuousClock.Instant?) -> Int32 {
-        guard let next else { return pollSliceMs }
+        guard var next else { return pollSliceMs }
+        if let deadline = state.withLock({ $0.waiter?.deadline }), deadline < next { next = deadline }
         let left = (next - .now).milliseconds
-        return Int32(clamping: min(100, max(Int64(pollSliceMs), left)))
+        return Int32(clamping: min(1000, max(Int64(pollSliceMs), left)))
     }
 
     private func pollAndBuffer(_ rk: OpaquePointer, sliceMs: Int32) {
@@ -751,8 +787,12 @@ final class ConsumerCore: @unchecked Sendable {
             defer { s.commands = []; s.stopWaiters = [] }
             return (s.commands, s.stopWaiters)
         }
+        state.withLock { s in
+            s.exited = true
+            if let queue = consumerQueue { rd_kafka_queue_destroy(queue) }
+            consumerQueue = nil
+        }
         handle.destroy()
-        state.withLock { $0.exited = true }
         commands.forEach { $0(nil) }
         logger.info("kafka consumer closed", metadata: ["group": .string(configuration.groupID)])
         stopWaiters.forEach { $0.resume() }

@@ -381,7 +381,10 @@ final class ProducerCore: @unchecked Sendable {
         let thread = Thread {
             ThreadNice.apply(nice)
             while lifecycle.withLock({ $0.running }) {
-                let served = rd_kafka_poll(handle.pointer, timeout)
+                // With nothing outstanding there is no report to wait for: poll for up to a second (a produce's
+                // report, an error event or `stop()`'s yield ends the wait at once).
+                let idle = lifecycle.withLock { _ in rd_kafka_outq_len(handle.pointer) == 0 }
+                let served = rd_kafka_poll(handle.pointer, idle ? max(timeout, 1000) : timeout)
                 if served > 0 {
                     servedPolls.bump()
                     if !roomWaiters.isEmpty { roomWaiters.wakeAll() }
@@ -432,7 +435,13 @@ final class ProducerCore: @unchecked Sendable {
         lifecycle.withLock { s in s.destroyed ? 0 : Int(rd_kafka_outq_len(handle.pointer)) }
     }
 
-    func stop() { lifecycle.withLock { $0.running = false } }
+    func stop() {
+        lifecycle.withLock { s in
+            s.running = false
+            // Ends the poll thread's current wait at once.
+            if !s.destroyed { rd_kafka_yield(handle.pointer) }
+        }
+    }
 
     func waitStopped() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in

@@ -239,8 +239,8 @@ private final class Worker: @unchecked Sendable {
 /// Owns one `redisContext` and the reconnect state.
 ///
 /// `@unchecked Sendable`: it is handed to the worker thread once and used only there (inside jobs, one at a time),
-/// so no two threads ever touch the context.
-private final class HiredisSession: @unchecked Sendable {
+/// so no two threads ever touch the context. (`RedisSubscriber` owns one the same way, on its own thread.)
+final class HiredisSession: @unchecked Sendable {
     private let configuration: RedisConfiguration
     private let logger: Logger
     private var context: UnsafeMutablePointer<redisContext>?
@@ -423,6 +423,39 @@ private final class HiredisSession: @unchecked Sendable {
         try appendBatch(batch)
         return try readReplies(batch.count)
     }
+
+    /// The connection's socket (to wait on with poll(2)); nil while not connected.
+    var fileDescriptor: Int32? { context.map { $0.pointee.fd } }
+
+    /// Writes `command` out now without reading a reply (a subscribed connection: replies come when they come).
+    func sendWithoutReply(_ command: RedisCommand) throws {
+        try ensureConnected()
+        guard let context else { throw RedisError(.connectFailed, "no connection") }
+        guard Self.append(command, to: context) == REDIS_OK else { throw brokenConnection() }
+        var done: Int32 = 0
+        while done == 0 {
+            guard redisBufferWrite(context, &done) == REDIS_OK else { throw brokenConnection() }
+        }
+    }
+
+    /// Every complete reply hiredis holds, after reading what the socket holds when `fromSocket` (call it so only
+    /// when poll(2) says the socket is readable: it does not wait then). EOF or an error drops the connection and
+    /// throws. Without `fromSocket` it returns what an earlier read left in hiredis's buffer.
+    func readAvailable(fromSocket: Bool) throws -> [RedisValue] {
+        guard let context else { throw RedisError(.connectionBroken, "no connection") }
+        if fromSocket, redisBufferRead(context) != REDIS_OK { throw brokenConnection() }
+        var replies: [RedisValue] = []
+        while true {
+            var raw: UnsafeMutableRawPointer?
+            guard redisGetReplyFromReader(context, &raw) == REDIS_OK else { throw brokenConnection() }
+            guard let raw else { return replies }
+            replies.append(Self.decode(raw.assumingMemoryBound(to: redisReply.self)))
+            freeReplyObject(raw)
+        }
+    }
+
+    /// Reads one reply, waiting up to the command timeout.
+    func readReply() throws -> RedisValue { try readReplies(1)[0] }
 
     /// Reads `count` replies and decodes them.
     private func readReplies(_ count: Int) throws -> [RedisValue] {

@@ -100,7 +100,9 @@ public struct KafkaConfig: Sendable, Hashable {
         let base = profile.idleBackoff
         let after = tuning.idleAfterMs ?? base?.afterMs ?? 0
         let probe = tuning.idleProbeIntervalMs ?? base?.probeIntervalMs ?? IdleBackoff.defaultProbeIntervalMs
-        return after > 0 ? IdleBackoff(afterMs: after, probeIntervalMs: probe) : nil
+        let doorbell = tuning.idleDoorbellProbeIntervalMs ?? base?.doorbellProbeIntervalMs ?? 0
+        return after > 0
+            ? IdleBackoff(afterMs: after, probeIntervalMs: probe, doorbellProbeIntervalMs: doorbell) : nil
     }
 
     /// One line per profile key the pipeline file overrides by hand, naming the key, its value and the profile's
@@ -118,6 +120,9 @@ public struct KafkaConfig: Sendable, Hashable {
         note("priority_flow.linger_ms", tuning.priorityLingerMs, profile.priorityFlow.lingerMs)
         note("idle.after_ms", tuning.idleAfterMs, profile.idleBackoff?.afterMs)
         note("idle.probe_interval_ms", tuning.idleProbeIntervalMs, profile.idleBackoff?.probeIntervalMs)
+        note(
+            "idle.doorbell_probe_interval_ms", tuning.idleDoorbellProbeIntervalMs,
+            profile.idleBackoff?.doorbellProbeIntervalMs)
         for key in KafkaProfile.librdkafkaKeys.sorted() where properties[key] != nil || propertiesEnv[key] != nil {
             lines.append(
                 "kafka.properties.\(key) set by hand: it replaces the profile's per-lane value in every consumer "
@@ -190,8 +195,9 @@ public enum KafkaProfile: String, Sendable, Hashable, CaseIterable {
     public var idleBackoff: IdleBackoff? {
         switch self {
         case .production: nil
-        // Off in both: see docs/kafka.md ("Idle backoff") for what turning it on costs.
-        case .local: nil
+        // Apache Kafka parks an empty fetch until a record arrives: an idle consumer costs little there. Tansu
+        // answers every empty fetch: idle consumers probe instead, and the stages ring the next ones awake.
+        case .local: IdleBackoff(afterMs: 1_000, probeIntervalMs: 250, doorbellProbeIntervalMs: 2_000)
         }
     }
 
@@ -224,19 +230,31 @@ public struct KafkaTuningOverrides: Sendable, Hashable {
     public var priorityLingerMs: Int?
     public var idleAfterMs: Int?
     public var idleProbeIntervalMs: Int?
+    public var idleDoorbellProbeIntervalMs: Int?
     public init() {}
 }
 
-/// How a consumer that received nothing for `afterMs` fetches: it pauses its partitions and fetches only once
-/// every `probeIntervalMs` (one short fetch round), until a record arrives; then it fetches continuously again.
+/// How a consumer that received nothing for `afterMs` fetches: it pauses its partitions and asks the broker for
+/// their end offsets once every `probeIntervalMs`, until records are waiting; then it fetches continuously again.
+///
+/// With `doorbellProbeIntervalMs` above 0 the stages ring a doorbell (Redis pub/sub) when they produced to a topic
+/// between stages, which wakes that topic's idle consumers at once; those consumers probe only every
+/// `doorbellProbeIntervalMs` (in case a ring was lost). Consumers of topics no stage produces to (the chat back
+/// end's events, registry writes) keep `probeIntervalMs`.
 public struct IdleBackoff: Sendable, Hashable {
     public static let defaultProbeIntervalMs = 1_000
     public var afterMs: Int
     public var probeIntervalMs: Int
-    public init(afterMs: Int, probeIntervalMs: Int) {
+    /// 0: no doorbell.
+    public var doorbellProbeIntervalMs: Int
+    public init(afterMs: Int, probeIntervalMs: Int, doorbellProbeIntervalMs: Int = 0) {
         self.afterMs = afterMs
         self.probeIntervalMs = probeIntervalMs
+        self.doorbellProbeIntervalMs = doorbellProbeIntervalMs
     }
+
+    /// Whether stages ring the doorbell and consumers of rung topics listen for it.
+    public var doorbell: Bool { doorbellProbeIntervalMs > 0 }
 }
 
 /// How a lane's consumers fetch and its producers batch. A broker such as Tansu answers a fetch that found nothing
@@ -964,10 +982,12 @@ public enum PipelineLoader {
         try flow("priority_flow", &k.tuning.priorityFetchWaitMs, &k.tuning.priorityLingerMs)
         if let n = m["idle"] {
             let im = try r.mapping(n, "kafka.idle")
-            r.check(im, "kafka.idle", known: ["after_ms", "probe_interval_ms"])
+            r.check(im, "kafka.idle", known: ["after_ms", "probe_interval_ms", "doorbell_probe_interval_ms"])
             k.tuning.idleAfterMs = try r.int(im["after_ms"], "kafka.idle.after_ms", in: 0...86_400_000)
             k.tuning.idleProbeIntervalMs = try r.int(
                 im["probe_interval_ms"], "kafka.idle.probe_interval_ms", in: 10...600_000)
+            k.tuning.idleDoorbellProbeIntervalMs = try r.int(
+                im["doorbell_probe_interval_ms"], "kafka.idle.doorbell_probe_interval_ms", in: 0...600_000)
         }
         if let v = try r.int(m["bulk_nice"], "kafka.bulk_nice", in: 0...19) { k.bulkNice = v }
         if let n = m["pack"] {

@@ -109,6 +109,9 @@ public struct StageMetrics: Sendable {
         /// Recorded by HeraldKafka's consumer (`KafkaConsumerConfiguration.metricsPrefix`, `herald_kafka`, + `_consumer_errors_total`).
         public static let kafkaConsumerErrors = "herald_kafka_consumer_errors_total"
         public static let httpConnectionsClosed = "herald_http_connections_closed_total"
+        public static let doorbellRings = "herald_doorbell_rings_total"
+        public static let doorbellRingFailures = "herald_doorbell_ring_failures_total"
+        public static let doorbellWakes = "herald_doorbell_wakes_total"
     }
 
     /// Everything HeraldStage records, in the order of the docs table.
@@ -177,6 +180,16 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.inFlight, "gauge", labels: "stage",
             "work started and not yet acknowledged (the sum over the stage's lanes)"),
+        MetricDeclaration(
+            Name.doorbellRings, "counter", labels: "stage",
+            "doorbell rings published (the local profile's idle backoff, docs/kafka.md): at most one per topic per half `idle.after_ms`"
+        ),
+        MetricDeclaration(
+            Name.doorbellRingFailures, "counter", labels: "stage",
+            "doorbell rings Redis did not take (the next consumers then wait for their next probe)"),
+        MetricDeclaration(
+            Name.doorbellWakes, "counter", labels: "stage",
+            "doorbell rings heard for one of the stage's topics (each wakes an idle consumer at once)"),
         MetricDeclaration(
             Name.laneConsumed, "counter", labels: "stage, lane",
             "records consumed by the lane's loop (`priority`, `bulk`; docs/pipeline.md, \"Priority lanes\"): the lane's throughput"

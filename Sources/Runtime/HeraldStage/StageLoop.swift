@@ -24,6 +24,8 @@ public struct StageLoopConfiguration: Sendable {
     /// DLQ record keeps its full size and SHA-256 (with the source topic, partition and offset), so the DLQ
     /// record always fits the broker's limit.
     public var dlqMaxOriginalBytes: Int
+    /// Rung with the topics of every output the broker acknowledged (the next stage's idle consumers wake at once).
+    public var doorbell: Doorbell?
 
     public init(
         dlqTopic: String, maxInFlight: Int = 5000, maxConcurrentBatches: Int = 1,
@@ -411,6 +413,7 @@ public final class StageLoop: Service, Sendable {
             }
         }
         for (topic, count) in produced { metrics.produced(topic: topic, count: count) }
+        configuration.doorbell?.ring(produced.keys)
         if !rejected.isEmpty { retry += await deadLetterRejected(rejected, prepared: prepared) }
 
         var delay = configuration.produceRetryDelay
@@ -446,6 +449,7 @@ public final class StageLoop: Service, Sendable {
                     }
                 } else {
                     metrics.produced(topic: report.topic, count: 1)
+                    configuration.doorbell?.ring(CollectionOfOne(report.topic))
                 }
             }
             if !refused.isEmpty { still += await deadLetterRejected(refused, prepared: prepared) }

@@ -153,7 +153,9 @@ public struct StageSetup: Sendable {
         configuration.fetchWait = .milliseconds(flow.fetchWaitMs)
         if let idle = pipeline.kafka.idleBackoff {
             configuration.idleAfter = .milliseconds(idle.afterMs)
-            configuration.idleProbeInterval = .milliseconds(idle.probeIntervalMs)
+            // A consumer the doorbell wakes probes only in case a ring was lost.
+            let rung = idle.doorbell && isRung(topics)
+            configuration.idleProbeInterval = .milliseconds(rung ? idle.doorbellProbeIntervalMs : idle.probeIntervalMs)
         }
         configuration.client.threadNice = threadNice(lane: lane)
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
@@ -162,6 +164,30 @@ public struct StageSetup: Sendable {
         // Ready once the group was joined: a record published before that waits for the join (seconds).
         context.readiness.register(lane.map { "kafka_group_\($0)" } ?? "kafka_group") { consumer.hasJoinedGroup }
         return consumer
+    }
+
+    /// Whether every one of `topics` is a topic between stages, which the stages producing to it ring.
+    func isRung(_ topics: [String]) -> Bool {
+        let between = Set(pipeline.kafka.topics.interStage)
+        return !topics.isEmpty && topics.allSatisfy(between.contains)
+    }
+
+    /// The stage's doorbell when the idle backoff has one (`kafka.idle.doorbell_probe_interval_ms`): rung through a
+    /// Redis connection of its own, heard through the same Redis. Nil when off, or when Redis is not configured
+    /// properly (with a warning: the consumers then only probe).
+    func doorbell() -> (bell: Doorbell, configuration: RedisConfiguration)? {
+        guard let idle = pipeline.kafka.idleBackoff, idle.doorbell else { return nil }
+        do {
+            let configuration = try redisConfiguration()
+            let connection = RedisConnection(configuration: configuration, logger: logger)
+            let bell = Doorbell(
+                topics: Set(pipeline.kafka.topics.interStage), minInterval: .milliseconds(idle.afterMs / 2),
+                stage: stage.rawValue, connection: connection)
+            return (bell, configuration)
+        } catch {
+            logger.warning("idle doorbell off (consumers only probe): \(error)")
+            return nil
+        }
     }
 
     /// The largest batch of a priority-lane consumer.
@@ -225,19 +251,27 @@ public struct StageSetup: Sendable {
     public func run(lanes: [StageLane], explain: (any ExplainSink)? = nil, before: [any Service] = []) async -> Int32 {
         do {
             var loops: [any Service] = []
+            let doorbell = self.doorbell()
             for lane in lanes {
                 var group = settings.groupID
                 if let name = lane.name, name != Lane.bulk.rawValue { group += "-\(name)" }
                 let consumer = try consumer(topics: lane.topics, groupID: group, lane: lane.name)
                 let producer = try producer(lane: lane.name)
                 let metrics = lane.name.map { context.metrics.lane($0) } ?? context.metrics
+                var loopConfiguration = StageLoopConfiguration(
+                    dlqTopic: pipeline.kafka.topics.dlq,
+                    maxInFlight: lane.maxInFlight ?? self.maxInFlight,
+                    maxConcurrentBatches: lane.maxConcurrentBatches)
+                loopConfiguration.doorbell = doorbell?.bell
+                if let doorbell, isRung(lane.topics) {
+                    loops.append(
+                        DoorbellListener(
+                            configuration: doorbell.configuration, topics: lane.topics, consumer: consumer,
+                            stage: stage.rawValue, logger: logger))
+                }
                 let loop = StageLoop(
                     consumer: consumer, producer: producer, makeProducer: { try self.producer(lane: lane.name) },
-                    processor: lane.processor,
-                    configuration: StageLoopConfiguration(
-                        dlqTopic: pipeline.kafka.topics.dlq,
-                        maxInFlight: lane.maxInFlight ?? self.maxInFlight,
-                        maxConcurrentBatches: lane.maxConcurrentBatches),
+                    processor: lane.processor, configuration: loopConfiguration,
                     metrics: metrics, logger: logger, explain: explain)
                 // With two cores busy with bulk work, the priority lane's tasks run first (task priority).
                 switch lane.name {
@@ -300,28 +334,43 @@ struct BulkThreadNice: Service {
 
     func run() async throws {
         var lowered = Set<Int32>()
+        // How often each thread's name was read: twice, a second apart (a new thread may not be named yet at the
+        // first look), then never again, so an idle process lists its threads once a second and reads nothing more.
+        var looks: [Int32: Int] = [:]
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            for tid in Self.threads(named: "utility-qos") where !lowered.contains(tid) {
+            let tids = Self.threadIDs()
+            for tid in tids where looks[tid, default: 0] < 2 {
+                looks[tid, default: 0] += 1
+                guard !lowered.contains(tid), Self.name(of: tid)?.contains("utility-qos") == true else { continue }
                 if setpriority(__priority_which_t(PRIO_PROCESS.rawValue), id_t(tid), nice) == 0 {
                     lowered.insert(tid)
                 } else {
                     logger.debug("could not lower a bulk thread's priority", metadata: ["errno": "\(errno)"])
                 }
             }
+            // Forget threads that ended (their ids may come back).
+            if looks.count > tids.count {
+                let live = Set(tids)
+                looks = looks.filter { live.contains($0.key) }
+                lowered = lowered.intersection(live)
+            }
             try? await Task.sleep(for: .seconds(1))
         }
     }
 
+    /// This process's thread ids (`/proc/self/task`).
+    static func threadIDs() -> [Int32] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []).compactMap { Int32($0) }
+    }
+
+    /// A thread's name (`/proc/self/task/TID/comm`).
+    static func name(of tid: Int32) -> String? {
+        try? String(contentsOfFile: "/proc/self/task/\(tid)/comm", encoding: .utf8)
+    }
+
     /// This process's threads whose name contains `fragment`.
     static func threads(named fragment: String) -> [Int32] {
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return [] }
-        return entries.compactMap { entry in
-            guard let tid = Int32(entry),
-                let name = try? String(contentsOfFile: "/proc/self/task/\(entry)/comm", encoding: .utf8),
-                name.contains(fragment)
-            else { return nil }
-            return tid
-        }
+        threadIDs().filter { name(of: $0)?.contains(fragment) == true }
     }
 }
 
