@@ -17,7 +17,7 @@ struct KafkaProfileTests {
         #expect(PipelineConfig().kafka.profile == .production)
     }
 
-    @Test("kafka.profile local selects the local broker's tuning: short waits, no idle backoff")
+    @Test("kafka.profile local selects the local broker's tuning: short waits, the idle backoff with its doorbell")
     func localProfile() throws {
         let loaded = try PipelineLoader.load(yaml: "kafka: {profile: local}")
         #expect(loaded.warnings == [])
@@ -25,7 +25,8 @@ struct KafkaProfileTests {
         #expect(k.profile == .local)
         #expect(k.bulkFlow == LaneFlow(fetchWaitMs: 50, lingerMs: 1))
         #expect(k.priorityFlow == LaneFlow(fetchWaitMs: 10, lingerMs: 0))
-        #expect(k.idleBackoff == nil)
+        #expect(k.idleBackoff == IdleBackoff(afterMs: 1_000, probeIntervalMs: 250, doorbellProbeIntervalMs: 2_000))
+        #expect(k.idleBackoff?.doorbell == true)
         #expect(k.profileOverrides == [])
     }
 
@@ -60,12 +61,12 @@ struct KafkaProfileTests {
         let k = loaded.config.kafka
         #expect(k.bulkFlow == LaneFlow(fetchWaitMs: 100, lingerMs: 1))
         #expect(k.priorityFlow == LaneFlow(fetchWaitMs: 10, lingerMs: 2))
-        #expect(k.idleBackoff == IdleBackoff(afterMs: 3_000, probeIntervalMs: IdleBackoff.defaultProbeIntervalMs))
+        #expect(k.idleBackoff == IdleBackoff(afterMs: 3_000, probeIntervalMs: 250, doorbellProbeIntervalMs: 2_000))
         #expect(
             k.profileOverrides == [
                 "kafka.flow.fetch_wait_ms: 100 set by hand (profile local: 50)",
                 "kafka.priority_flow.linger_ms: 2 set by hand (profile local: 0)",
-                "kafka.idle.after_ms: 3000 set by hand (profile local: off)",
+                "kafka.idle.after_ms: 3000 set by hand (profile local: 1000)",
                 "kafka.properties.fetch.wait.max.ms set by hand: it replaces the profile's per-lane value in every "
                     + "consumer and producer",
             ])
@@ -76,11 +77,14 @@ struct KafkaProfileTests {
         #expect(production.bulkFlow == LaneFlow(fetchWaitMs: 100, lingerMs: 5))
         #expect(
             production.profileOverrides.first == "kafka.flow.fetch_wait_ms: 100 set by hand (profile production: 500)")
-        #expect(production.idleBackoff == k.idleBackoff, "a hand-set idle backoff applies under any profile")
+        #expect(
+            production.idleBackoff
+                == IdleBackoff(afterMs: 3_000, probeIntervalMs: IdleBackoff.defaultProbeIntervalMs),
+            "a hand-set idle backoff applies under any profile (without a doorbell unless set)")
         var probeOnly = try PipelineLoader.load(yaml: "kafka: {idle: {probe_interval_ms: 250}}").config.kafka
         #expect(probeOnly.idleBackoff == nil, "a probe interval alone does not start an idle backoff")
         probeOnly.profile = .local
-        #expect(probeOnly.profileOverrides == ["kafka.idle.probe_interval_ms: 250 set by hand (profile local: off)"])
+        #expect(probeOnly.profileOverrides == ["kafka.idle.probe_interval_ms: 250 set by hand (profile local: 250)"])
     }
 
     @Test("idle after_ms turns the backoff on and 0 keeps it off; bad values are errors")
@@ -90,7 +94,26 @@ struct KafkaProfileTests {
         #expect(on.profileOverrides == ["kafka.idle.after_ms: 5000 set by hand (profile production: off)"])
         let local = try PipelineLoader.load(
             yaml: "kafka: {profile: local, idle: {after_ms: 2000, probe_interval_ms: 500}}")
-        #expect(local.config.kafka.idleBackoff == IdleBackoff(afterMs: 2_000, probeIntervalMs: 500))
+        #expect(
+            local.config.kafka.idleBackoff
+                == IdleBackoff(afterMs: 2_000, probeIntervalMs: 500, doorbellProbeIntervalMs: 2_000))
+        // The doorbell: on by hand under production; doorbell_probe_interval_ms 0 turns it off under local.
+        let rung = try PipelineLoader.load(
+            yaml: "kafka: {idle: {after_ms: 1000, doorbell_probe_interval_ms: 5000}}"
+        ).config.kafka
+        #expect(rung.idleBackoff?.doorbell == true)
+        #expect(rung.idleBackoff?.doorbellProbeIntervalMs == 5_000)
+        #expect(
+            rung.profileOverrides.contains(
+                "kafka.idle.doorbell_probe_interval_ms: 5000 set by hand (profile production: off)"))
+        let quiet = try PipelineLoader.load(
+            yaml: "kafka: {profile: local, idle: {doorbell_probe_interval_ms: 0}}"
+        ).config.kafka
+        #expect(quiet.idleBackoff == IdleBackoff(afterMs: 1_000, probeIntervalMs: 250))
+        #expect(quiet.idleBackoff?.doorbell == false)
+        #expect(throws: ConfigError.self) {
+            try PipelineLoader.load(yaml: "kafka: {idle: {doorbell_probe_interval_ms: -1}}")
+        }
         let off = try PipelineLoader.load(yaml: "kafka: {profile: local, idle: {after_ms: 0}}").config.kafka
         #expect(off.idleBackoff == nil)
         #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "kafka: {idle: {probe_interval_ms: 1}}") }

@@ -291,6 +291,44 @@ struct KafkaTansuTests {
         try await producer.shutdown()
     }
 
+    @Test("wake(): an idle consumer whose next probe is ten minutes away fetches a waiting record at once when woken")
+    func wakeEndsTheIdleWait() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let topic = uniqueName("wake")
+        _ = try await KafkaAdmin.createTopics(
+            [TopicSpec(name: topic, partitions: 1)], configuration: KafkaAdminConfiguration(brokers: [broker.bootstrap])
+        )
+        let producer = try producer(broker.bootstrap)
+        var config = consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic])
+        config.idleAfter = .milliseconds(300)
+        config.idleProbeInterval = .seconds(600)
+        let consumer = try KafkaConsumer(configuration: config, logger: testLogger("test.consumer"))
+        let first = try await producer.send([ProducerRecord(topic: topic, key: "k", value: bytes("first"))])
+        #expect(first.allSatisfy { $0.isDelivered })
+        consumer.complete(try await collect(consumer, count: 1))
+        // A round counts when the record was still waiting a second after it was produced (the probe made when
+        // the consumer went idle had not seen it); a busy machine may need another round.
+        var woken = 0
+        for round in 0..<5 where woken == 0 {
+            try await eventually("idle before round \(round)", timeout: .seconds(60)) { consumer.isIdle }
+            try await Task.sleep(for: .seconds(1))
+            let reports = try await producer.send(
+                [ProducerRecord(topic: topic, key: "k", value: bytes("round-\(round)"))])
+            #expect(reports.allSatisfy { $0.isDelivered })
+            try await Task.sleep(for: .seconds(1))
+            let stillIdle = consumer.isIdle
+            consumer.wake()
+            let got = try await collect(consumer, count: 1)
+            #expect(got.map { String(decoding: $0.value ?? [], as: UTF8.self) } == ["round-\(round)"])
+            consumer.complete(got)
+            if stillIdle { woken += 1 }
+        }
+        #expect(woken == 1, "the record reached the consumer only through wake() in one round")
+        await consumer.shutdown()
+        try await producer.shutdown()
+    }
+
     @Test("shutdown commits completed records without an explicit commit; lag is reported")
     func shutdownCommitsAndLag() async throws {
         let broker = try await TansuBroker.start()

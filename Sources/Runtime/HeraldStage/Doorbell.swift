@@ -82,7 +82,9 @@ public final class Doorbell: Sendable {
 public struct DoorbellListener: Service {
     let subscriber: RedisSubscriber
 
-    public init(configuration: RedisConfiguration, topics: [String], consumer: KafkaConsumer, stage: String, logger: Logger) {
+    public init(
+        configuration: RedisConfiguration, topics: [String], consumer: KafkaConsumer, stage: String, logger: Logger
+    ) {
         let wakes = Counter(label: StageMetrics.Name.doorbellWakes, dimensions: [("stage", stage)])
         self.subscriber = RedisSubscriber(
             configuration: configuration, channels: topics.map(Doorbell.channel), logger: logger
