@@ -36,6 +36,22 @@ public enum RedisKeys {
         Self.user(app: app, user: user, .preferences)
     }
     public static func unread(app: String, user: String) -> String { Self.user(app: app, user: user, .unread) }
+    /// The pub/sub channel of the idle doorbell of a Kafka topic between stages (docs/kafka.md, "Idle backoff"):
+    /// whatever produced to the topic publishes on it, so idle consumers of the topic fetch at once. A channel, not
+    /// a key: it holds no data.
+    public static func doorbellChannel(topic: String) -> String { "herald:doorbell:" + topic }
+
+    /// Rings the doorbell of each of `topics` once (`PUBLISH channel ""`), for a tool that wrote to topics between
+    /// stages; best effort: returns the topics whose ring Redis did not take.
+    public static func ringDoorbells(_ topics: Set<String>, on connection: RedisConnection) async -> [String] {
+        var failed: [String] = []
+        for topic in topics.sorted() {
+            let reply = try? await connection.send("PUBLISH", doorbellChannel(topic: topic), "")
+            if reply?.int == nil { failed.append(topic) }
+        }
+        return failed
+    }
+
     public static func members(app: String, conversation: String) -> String {
         "\(prefix):\(app):conv:{\(conversation)}:members"
     }

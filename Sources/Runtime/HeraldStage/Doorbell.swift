@@ -20,7 +20,7 @@ import Synchronization
 /// (Redis down, a subscriber reconnecting) only costs a probe interval: the probes go on.
 public final class Doorbell: Sendable {
     /// The Redis channel of `topic`.
-    public static func channel(_ topic: String) -> String { "herald:doorbell:" + topic }
+    public static func channel(_ topic: String) -> String { RedisKeys.doorbellChannel(topic: topic) }
 
     private let topics: Set<String>
     private let minInterval: Duration

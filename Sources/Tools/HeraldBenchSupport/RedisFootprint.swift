@@ -64,3 +64,15 @@ package struct RedisFootprint {
         notifications > 0 ? Double(value) / Double(notifications) : 0
     }
 }
+
+extension StackInfo {
+    /// Rings the idle doorbell of `topics` (topics between stages the bench wrote to itself), as Herald's tools do
+    /// after writing there: idle consumers then fetch at once instead of at their next probe. Returns the topics
+    /// Redis did not take a ring for.
+    package func ringDoorbells(_ topics: [String]) async -> [String] {
+        guard let configuration = try? RedisConfiguration(url: redisURL) else { return topics }
+        let connection = RedisConnection(configuration: configuration)
+        defer { connection.close() }
+        return await RedisKeys.ringDoorbells(Set(topics), on: connection)
+    }
+}

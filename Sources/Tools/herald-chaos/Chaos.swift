@@ -530,6 +530,9 @@ struct ChaosRunner {
             }
         }
         await publisher.flush()
+        // Like heraldctl's DLQ replay, a tool that writes to topics between stages rings their idle doorbells.
+        let unrung = await session.info.ringDoorbells(topics)
+        if !unrung.isEmpty { log("could not ring the idle doorbell of \(unrung.joined(separator: ", "))") }
         let floodUnrecovered = publisher.unrecovered
         // One valid event after the flood.
         let valid = driver.workload.groupEvent(0, createdAt: nowMillis())

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldKafka
+import HeraldRedis
 
 /// `heraldctl dlq list|replay`: inspect herald.dlq and send chosen originals back to where they came from.
 struct DLQCommand: AsyncParsableCommand {
@@ -150,6 +151,7 @@ struct DLQCommand: AsyncParsableCommand {
         @Flag(name: .customLong("dry-run"), help: "Print the selection, send nothing.") var dryRun = false
         @OptionGroup var kafka: KafkaOptions
         @OptionGroup var topics: TopicOptions
+        @OptionGroup var redis: RedisOptions
 
         func validate() throws {
             if selection.stage == nil && selection.reason == nil && selection.entry.isEmpty {
@@ -206,6 +208,7 @@ struct DLQCommand: AsyncParsableCommand {
                 CLI.fail("kafka: \(error.description)")
             }
             progress.finish()
+            await ringDoorbells(Set(reports.filter { $0.error == nil }.map(\.topic)))
             var failed = false
             for ((entry, _), report) in zip(outgoing, reports) {
                 var o: [String: Any] = [
@@ -222,6 +225,20 @@ struct DLQCommand: AsyncParsableCommand {
                 CLI.out(CLI.json(o))
             }
             if failed { throw ExitCode(1) }
+        }
+
+        /// Stages whose consumers are idle fetch replayed records at their next probe (the local profile: up to
+        /// `doorbell_probe_interval_ms`); ringing the replayed topics' doorbells makes them fetch at once. Best
+        /// effort: without Redis the records only wait for that probe.
+        private func ringDoorbells(_ replayed: Set<String>) async {
+            let rung = replayed.intersection(topics.topics().interStage)
+            guard !rung.isEmpty, let configuration = try? redis.configuration() else { return }
+            let connection = RedisConnection(configuration: configuration, logger: CLI.quietLogger)
+            defer { connection.close() }
+            let failed = await RedisKeys.ringDoorbells(rung, on: connection)
+            if !failed.isEmpty {
+                CLI.warn("could not ring the idle doorbell of \(failed.joined(separator: ", ")) (Redis unreachable?)")
+            }
         }
     }
 }
