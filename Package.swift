@@ -238,6 +238,7 @@ let package = Package(
             name: "HeraldProvidersTests",
             dependencies: [
                 "HeraldPushProviders", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "COpenSSL",
+                "HeraldTestSupport",
             ]),
         .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),

@@ -22,22 +22,14 @@ import Testing
         let out = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(getpid())").path
         try? FileManager.default.removeItem(atPath: out)
         let arguments = arguments + ["--repo", root, "--run-dir", out + "/run", "--out", out]
-        var penv = env
-        penv["HERALD_LOCAL_BIN"] = bin
         let log = out + ".log"
         // The bench runs for tens of seconds: wait for it off the cooperative pool (2 threads on this machine), so
         // the suites running beside it are not starved.
-        let status = try await offPool { [penv] () throws -> Int32 in
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: bench)
-            p.arguments = arguments
-            p.environment = penv
+        let status = try await offPool { () throws -> Int32 in
             FileManager.default.createFile(atPath: log, contents: nil)
-            p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-            p.standardError = p.standardOutput
-            try p.run()
-            p.waitUntilExit()
-            return p.terminationStatus
+            let p = try SpawnedProcess(
+                bench, arguments, environment: ["HERALD_LOCAL_BIN": bin], stdout: .file(log), stderr: .toStandardOutput)
+            return p.waitForExit()
         }
         let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         return (status, output, out)

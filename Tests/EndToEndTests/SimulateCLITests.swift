@@ -21,26 +21,14 @@ struct SimulateCLITests {
     func simulate(_ arguments: [String]) async throws -> Run { try await heraldctl(["simulate"] + arguments) }
 
     func heraldctl(_ arguments: [String], environment: [String: String]? = nil) async throws -> Run {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.heraldctl)
-        p.arguments = arguments
-        if let environment { p.environment = environment }
-        p.currentDirectoryURL = URL(fileURLWithPath: Self.root)
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        return await withCheckedContinuation { continuation in
-            Thread {
-                let o = out.fileHandleForReading.readDataToEndOfFile()
-                let e = err.fileHandleForReading.readDataToEndOfFile()
-                p.waitUntilExit()
-                continuation.resume(
-                    returning: Run(
-                        status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
-                        stderr: String(decoding: e, as: UTF8.self)))
-            }.start()
-        }
+        let p = try SpawnedProcess(
+            Self.heraldctl, arguments, environment: environment ?? [:], inheritEnvironment: environment == nil,
+            cwd: Self.root, stdout: .pipe, stderr: .pipe)
+        // Read both pipes off the cooperative pool.
+        let (o, e) = try await offPool { p.readToEnd() }
+        return Run(
+            status: p.waitForExit(), stdout: String(decoding: o, as: UTF8.self),
+            stderr: String(decoding: e, as: UTF8.self))
     }
 
     func objects(_ text: String) throws -> [[String: Any]] {

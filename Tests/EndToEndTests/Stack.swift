@@ -535,31 +535,15 @@ final class E2EStack: @unchecked Sendable {
 
     /// Runs heraldctl with the stack's brokers and Redis in its environment.
     func heraldctl(_ arguments: [String]) async throws -> ToolResult {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: binDir + "/heraldctl")
-        p.arguments = arguments
-        var env = ProcessInfo.processInfo.environment
-        env["HERALD_KAFKA_BROKERS"] = brokers
-        env["HERALD_REDIS_URL"] = redisURL
-        p.environment = env
-        let out = Pipe()
-        let err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
+        let p = try SpawnedProcess(
+            binDir + "/heraldctl", arguments,
+            environment: ["HERALD_KAFKA_BROKERS": brokers, "HERALD_REDIS_URL": redisURL], stdout: .pipe,
+            stderr: .pipe)
         // Read both pipes off the cooperative pool.
-        let result: ToolResult = await withCheckedContinuation { continuation in
-            Thread {
-                let o = out.fileHandleForReading.readDataToEndOfFile()
-                let e = err.fileHandleForReading.readDataToEndOfFile()
-                p.waitUntilExit()
-                continuation.resume(
-                    returning: ToolResult(
-                        status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
-                        stderr: String(decoding: e, as: UTF8.self)))
-            }.start()
-        }
-        return result
+        let (o, e) = try await offPool { p.readToEnd() }
+        return ToolResult(
+            status: p.waitForExit(), stdout: String(decoding: o, as: UTF8.self),
+            stderr: String(decoding: e, as: UTF8.self))
     }
 
     // MARK: Files

@@ -381,15 +381,12 @@ private let teamID = "DEF123GHIJ"
                 .contains("paused"))
         #expect(metricValue(try await mock.metrics(), "herald_mock_apns_paused") == 1)
         // A request sent while paused is not answered until the resume.
-        let client = Process()
-        client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        client.arguments = [
-            "nghttp", "-n", "-t", "30", "-H", "apns-topic: \(topic)", "-d", try pki.write("pause-body.json", body),
-            mock.url + devicePath,
-        ]
-        client.standardOutput = FileHandle.nullDevice
-        client.standardError = FileHandle.nullDevice
-        try client.run()
+        let client = try SpawnedProcess(
+            "nghttp",
+            [
+                "-n", "-t", "30", "-H", "apns-topic: \(topic)", "-d", try pki.write("pause-body.json", body),
+                mock.url + devicePath,
+            ], stdout: .discard, stderr: .discard)
         var held = 0
         for _ in 0..<50 where held == 0 {
             try await Task.sleep(for: .milliseconds(100))
@@ -403,7 +400,7 @@ private let teamID = "DEF123GHIJ"
         _ = try await runProcess("curl", ["-fs", "-X", "POST", "http://127.0.0.1:\(mp)/resume"])
         while client.isRunning { try await Task.sleep(for: .milliseconds(20)) }
         #expect(Date().timeIntervalSince(resumedAt) < 5)
-        #expect(client.terminationStatus == 0)
+        #expect(client.waitForExit() == 0)
         let m = try await mock.metrics()
         #expect(metricValue(m, "herald_mock_apns_paused") == 0)
         #expect(metricValue(m, "herald_mock_apns_pauses_total") == 1)
@@ -535,23 +532,18 @@ private let teamID = "DEF123GHIJ"
 
     @Test func sigtermDrainsRequestsInFlightAfterGoaway() async throws {
         let mock = try await MockProcess.start(pki: pki, ["--latency-ms", "400", "--metrics-port", "0"])
-        let client = Process()
-        client.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        client.arguments = [
-            "nghttp", "-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body),
-            mock.url + devicePath,
-        ]
-        let pipe = Pipe()
-        client.standardOutput = pipe
-        try client.run()
+        let client = try SpawnedProcess(
+            "nghttp",
+            ["-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body), mock.url + devicePath],
+            stdout: .pipe, stderr: .discard)
         // SIGTERM once the request is in (its answer is held back 400 ms).
         let received = await eventually(timeout: .seconds(5)) {
             metricValue((try? await mock.metrics()) ?? "", "herald_mock_apns_streams_total") >= 1
         }
         #expect(received)
         #expect(mock.stop() == 0)
-        let out = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        client.waitUntilExit()
+        let out = String(decoding: try await offPool { client.readToEnd().stdout }, as: UTF8.self)
+        client.waitForExit()
         let t = parseNghttp(out)
         #expect(t.answers.first?.status == 200, "the request received before SIGTERM is answered")
         #expect(out.contains(#"opaque_data(21)=[{"reason":"Shutdown"}]"#))

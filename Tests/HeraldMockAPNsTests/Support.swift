@@ -43,12 +43,10 @@ extension TestPKI {
 }
 
 /// The herald-mock-apns binary running on an ephemeral port; stopped with SIGTERM.
-final class MockProcess: @unchecked Sendable {
-    // @unchecked Sendable: fields are set in init and only read afterwards.
-    let process = Process()
+final class MockProcess: Sendable {
+    let process: SpawnedProcess
     let port: Int
     let metricsPort: Int?
-    let stdout = Pipe()
     let stderrFile: URL
 
     /// Starts the stand-in on a thread of its own (reading its first line blocks).
@@ -57,31 +55,23 @@ final class MockProcess: @unchecked Sendable {
     }
 
     init(pki: TestPKI, _ arguments: [String]) throws {
-        let exe = URL(fileURLWithPath: Paths.binDirectory + "/herald-mock-apns")
-        guard FileManager.default.isExecutableFile(atPath: exe.path) else {
-            throw TestError.failed("\(exe.path) not built (run swift build, or set HERALD_BIN_DIR)")
+        let exe = Paths.binDirectory + "/herald-mock-apns"
+        guard FileManager.default.isExecutableFile(atPath: exe) else {
+            throw TestError.failed("\(exe) not built (run swift build, or set HERALD_BIN_DIR)")
         }
         let portFile = pki.dir + "/port-\(UUID().uuidString)"
         stderrFile = URL(fileURLWithPath: pki.dir + "/stderr-\(UUID().uuidString)")
         FileManager.default.createFile(atPath: stderrFile.path, contents: nil)
-        process.executableURL = exe
-        process.arguments =
-            ["--port", "0", "--cert", pki.serverCert, "--key", pki.serverKey, "--port-file", portFile] + arguments
-        process.standardOutput = stdout
-        process.standardError = try FileHandle(forWritingTo: stderrFile)
-        try process.run()
+        process = try SpawnedProcess(
+            exe,
+            ["--port", "0", "--cert", pki.serverCert, "--key", pki.serverKey, "--port-file", portFile] + arguments,
+            stdout: .pipe, stderr: .file(stderrFile.path))
         // The first stdout line says where it listens.
-        var line = Data()
-        let handle = stdout.fileHandleForReading
-        while !line.contains(0x0A) {
-            let chunk = handle.availableData
-            if chunk.isEmpty { break }
-            line.append(chunk)
-        }
-        let text = String(decoding: line, as: UTF8.self)
+        let text = process.readLine() ?? ""
         guard let m = text.firstMatch(of: /listening on 127\.0\.0\.1:(\d+)/), let p = Int(m.1) else {
             let err = (try? String(contentsOf: stderrFile, encoding: .utf8)) ?? ""
-            process.terminate()
+            process.signal(SIGTERM)
+            process.waitForExit()
             throw TestError.failed("no 'listening on' line: \(text) \(err)")
         }
         port = p
@@ -95,13 +85,14 @@ final class MockProcess: @unchecked Sendable {
 
     /// SIGTERM, then the exit status.
     func stop() -> Int32 {
-        guard process.isRunning else { return process.terminationStatus }
-        process.terminate()
-        process.waitUntilExit()
-        return process.terminationStatus
+        process.signal(SIGTERM)
+        return process.waitForExit()
     }
 
-    deinit { if process.isRunning { process.terminate(); process.waitUntilExit() } }
+    deinit {
+        process.signal(SIGTERM)
+        process.waitForExit()
+    }
 
     func metrics() async throws -> String {
         guard let metricsPort else { throw TestError.failed("no metrics port") }

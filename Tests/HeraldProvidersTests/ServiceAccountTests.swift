@@ -1,5 +1,6 @@
 import Foundation
 import HeraldPushProviders
+import HeraldTestSupport
 import Testing
 
 @Suite("FCM service accounts")
@@ -41,11 +42,9 @@ struct ServiceAccountTests {
         let dir = NSTemporaryDirectory() + "herald-sa-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        p.arguments = ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", dir + "/ec.pem"]
-        try p.run()
-        p.waitUntilExit()
+        try runToolChecked(
+            "/usr/bin/openssl",
+            ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", dir + "/ec.pem"])
         let pem = try String(contentsOfFile: dir + "/ec.pem", encoding: .utf8)
         let account = try FCMServiceAccount.parse(try Self.json(tokenURI: nil, key: pem))
         #expect {

@@ -3,6 +3,7 @@ import HeraldCore
 import HeraldHTTP
 import HeraldMockProviders
 import HeraldPushProviders
+import HeraldTestSupport
 import Testing
 
 enum TestFailure: Error { case failed(String) }
@@ -32,15 +33,9 @@ final class ProviderPKI: @unchecked Sendable {
             ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "other.key"],
         ]
         for s in steps {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-            p.arguments = s
-            p.currentDirectoryURL = URL(fileURLWithPath: dir)
-            p.standardOutput = FileHandle.nullDevice
-            p.standardError = FileHandle.nullDevice
-            try p.run()
-            p.waitUntilExit()
-            guard p.terminationStatus == 0 else { throw TestFailure.failed("openssl \(s.joined(separator: " "))") }
+            guard try runTool("/usr/bin/openssl", s, cwd: dir).status == 0 else {
+                throw TestFailure.failed("openssl \(s.joined(separator: " "))")
+            }
         }
     }
 

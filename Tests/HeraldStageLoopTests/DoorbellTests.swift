@@ -36,7 +36,8 @@ struct DoorbellTests {
         #expect(Doorbell.channel("herald.resolved") == "herald:doorbell:herald.resolved")
     }
 
-    @Test("a stage loop's acknowledged output wakes the next stage's idle consumer, whose next probe is 10 minutes away")
+    @Test(
+        "a stage loop's acknowledged output wakes the next stage's idle consumer, whose next probe is 10 minutes away")
     func loopOutputWakesTheNextConsumer() async throws {
         let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
@@ -62,7 +63,8 @@ struct DoorbellTests {
         }
 
         // The stage: echoes `in` to `out` and rings.
-        var consumerConfiguration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: "echo-1", topics: ["in"])
+        var consumerConfiguration = KafkaConsumerConfiguration(
+            brokers: broker.brokers, groupID: "echo-1", topics: ["in"])
         consumerConfiguration.sessionTimeout = .seconds(3)
         let consumer = try KafkaConsumer(configuration: consumerConfiguration)
         let producer = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))

@@ -241,24 +241,12 @@ public func runTool(
     _ executable: String, _ arguments: [String], cwd: String? = nil, stdin: String? = nil,
     environment: [String: String] = [:]
 ) throws -> ToolResult {
-    let p = Process()
-    if !environment.isEmpty {
-        p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    }
-    p.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : "/usr/bin/env")
-    p.arguments = executable.hasPrefix("/") ? arguments : [executable] + arguments
-    if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = out
-    let input = Pipe()
-    p.standardInput = input
-    try p.run()
-    if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-    try? input.fileHandleForWriting.close()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return ToolResult(status: p.terminationStatus, output: String(decoding: data, as: UTF8.self))
+    let child = try SpawnedProcess(
+        executable, arguments, environment: environment, cwd: cwd, stdin: stdin != nil)
+    if let stdin { child.writeInputAndClose(stdin) }
+    let output = child.readToEnd().stdout
+    let status = child.waitForExit()
+    return ToolResult(status: status, output: String(decoding: output, as: UTF8.self))
 }
 
 /// Runs `body` on a thread of its own and returns its result, so blocking work (a command run to completion, a
