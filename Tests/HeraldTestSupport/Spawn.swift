@@ -230,7 +230,8 @@ public final class SpawnedProcess: Sendable {
 /// Sets the child's working directory (`posix_spawn_file_actions_addchdir_np`, glibc 2.29), without touching the
 /// test process's own.
 func changeDirectory(_ actions: inout posix_spawn_file_actions_t, _ directory: String) {
-    typealias AddChdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) ->
+    typealias AddChdir =
+        @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) ->
         Int32
     guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addchdir_np") else {
         return
