@@ -115,4 +115,32 @@ struct FetchFlowControlTests {
             plain.decide(buffered: 0, userPaused: false, now: t0 + .seconds(3600)) == .init(pause: nil, fetch: .poll))
         #expect(!plain.isIdle)
     }
+
+    @Test("idle: a sibling consumer's records keep a consumer from idling, and end its idle state")
+    func sharedActivity() {
+        let policy = FetchFlowControl.IdlePolicy(after: .seconds(1), probeInterval: .seconds(2))
+        var flow = FetchFlowControl(capacity: 100, idle: policy)
+        #expect(flow.decide(buffered: 0, userPaused: false, now: t0) == .init(pause: nil, fetch: .poll))
+        // Nothing of its own for 1.5 s, but its sibling had records 0.8 s in: not idle yet.
+        let sibling = t0 + .milliseconds(800)
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: t0 + .milliseconds(1500), shared: sibling)
+                == .init(pause: nil, fetch: .poll))
+        #expect(!flow.isIdle)
+        // Idle once neither had records for the idle time.
+        let idleAt = sibling + .seconds(1)
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: idleAt, shared: sibling)
+                == .init(pause: true, fetch: .poll, probe: true, idleUntil: idleAt + .seconds(2)))
+        // The sibling's next records resume it at once, without a probe or a wake.
+        let busy = idleAt + .milliseconds(300)
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: busy + .milliseconds(5), shared: busy)
+                == .init(pause: false, fetch: .poll))
+        #expect(!flow.isIdle)
+        // An older shared time than its own activity changes nothing.
+        #expect(
+            flow.decide(buffered: 0, userPaused: false, now: busy + .milliseconds(900), shared: t0)
+                == .init(pause: nil, fetch: .poll))
+    }
 }

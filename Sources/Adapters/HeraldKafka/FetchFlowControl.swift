@@ -1,3 +1,5 @@
+import Synchronization
+
 /// The consumer's fetch decisions, one per turn of its poll loop: fetch or wait, and
 /// whether the assignment must be paused or resumed. Pure; the poll thread holds it under
 /// the consumer's lock and applies what it returns.
@@ -88,9 +90,18 @@ public struct FetchFlowControl: Sendable, Hashable {
         awaitingRecords = expectRecords
     }
 
-    public mutating func decide(buffered: Int, userPaused: Bool, now: ContinuousClock.Instant) -> Decision {
+    /// - Parameter shared: the last time a consumer sharing this one's `ConsumerActivity` received records; newer
+    ///   than this consumer's own activity, it counts as its own (and ends its idle state).
+    public mutating func decide(
+        buffered: Int, userPaused: Bool, now: ContinuousClock.Instant, shared: ContinuousClock.Instant? = nil
+    ) -> Decision {
         var probe = false
         if let idle = idlePolicy {
+            if let shared, let last = lastActivity, shared > last {
+                lastActivity = shared
+                isIdle = false
+                nextProbe = nil
+            }
             // Records waiting for the caller, or a caller that paused fetching (its lag is measured the paused way),
             // are not idleness.
             if buffered > 0 || userPaused || wasUserPaused || awaitingRecords || lastActivity == nil {
@@ -125,4 +136,23 @@ public struct FetchFlowControl: Sendable, Hashable {
             pause: change, fetch: full && !stallPaused ? .wait : .poll, probe: probe,
             idleUntil: idlePaused ? nextProbe : nil)
     }
+}
+
+/// When the consumers of one process last received records (`KafkaConsumerConfiguration.activity`).
+public final class ConsumerActivity: Sendable, Hashable {
+    private let last = Mutex<ContinuousClock.Instant?>(nil)
+
+    public init() {}
+
+    /// The last time a consumer sharing this activity received records.
+    public var lastRecords: ContinuousClock.Instant? { last.withLock { $0 } }
+
+    func noteRecords(now: ContinuousClock.Instant) {
+        last.withLock { previous in
+            if previous.map({ now > $0 }) ?? true { previous = now }
+        }
+    }
+
+    public static func == (lhs: ConsumerActivity, rhs: ConsumerActivity) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }

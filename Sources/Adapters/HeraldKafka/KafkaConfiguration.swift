@@ -118,6 +118,10 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     public var idleAfter: Duration? = nil
     /// How often an idle consumer asks for end offsets (see `idleAfter`). Default: 1 s.
     public var idleProbeInterval: Duration = .seconds(1)
+    /// Consumers of one process that share an activity are busy while any of them receives records: a lane whose
+    /// own records are few (the priority lane under a load of group messages) neither goes idle nor stays idle
+    /// while its siblings work, so its next record does not wait for a wake. Default: nil (on its own).
+    public var activity: ConsumerActivity? = nil
     /// Label prefix for swift-metrics objects. Default: `"herald_kafka"`.
     public var metricsPrefix: String = "herald_kafka"
 

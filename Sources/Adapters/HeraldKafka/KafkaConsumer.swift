@@ -420,11 +420,13 @@ final class ConsumerCore: @unchecked Sendable {
         while true {
             // 1. Commands, stop requests, pause/resume and fetch decisions.
             let now = ContinuousClock.now
+            let shared = configuration.activity?.lastRecords
             let (commands, stop, decision) = state.withLock {
                 s -> ([(OpaquePointer?) -> Void], Bool, FetchFlowControl.Decision) in
                 let commands = s.commands
                 s.commands = []
-                let decision = s.flow.decide(buffered: s.buffer.count, userPaused: s.userPaused, now: now)
+                let decision = s.flow.decide(
+                    buffered: s.buffer.count, userPaused: s.userPaused, now: now, shared: shared)
                 return (commands, s.stopRequested || s.fatal != nil, decision)
             }
             commands.forEach { $0(rk) }
@@ -498,6 +500,7 @@ final class ConsumerCore: @unchecked Sendable {
         }
         guard !records.isEmpty else { return }
         let now = ContinuousClock.now
+        configuration.activity?.noteRecords(now: now)
         state.withLock { s in
             s.flow.noteRecords(now: now)
             for record in records {

@@ -21,6 +21,8 @@ public struct StageSetup: Sendable {
     public let explainTTLMilliseconds: Int64
     /// The environment, read through `ConfigKey`s.
     public let config: ConfigReader
+    /// Shared by the stage's consumers: with the idle backoff, none of them goes idle while another one works.
+    let consumerActivity = ConsumerActivity()
 
     /// Reads `HERALD_PIPELINE` and the environment, binds the metrics endpoint (`HERALD_METRICS_PORT`, else
     /// the pipeline's `stages.<stage>.metrics_port`) and logs unknown keys.
@@ -156,6 +158,7 @@ public struct StageSetup: Sendable {
             // A consumer the doorbell wakes probes only in case a ring was lost.
             let rung = idle.doorbell && isRung(topics)
             configuration.idleProbeInterval = .milliseconds(rung ? idle.doorbellProbeIntervalMs : idle.probeIntervalMs)
+            configuration.activity = consumerActivity
         }
         configuration.client.threadNice = threadNice(lane: lane)
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
