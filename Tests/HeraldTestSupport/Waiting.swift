@@ -17,8 +17,10 @@ public func eventually(
 }
 
 /// `eventually`, throwing a failure that names `what` when the condition did not hold in time.
+/// The default bound is generous on purpose: it only ends a test that has failed, and a suite starting all at once
+/// on a 2-core host can hold a stage's work up for tens of seconds.
 public func waitUntil(
-    _ what: @autoclosure () -> String, timeout: Duration = .seconds(20),
+    _ what: @autoclosure () -> String, timeout: Duration = .seconds(60),
     interval: Duration = .milliseconds(50), _ condition: () async throws -> Bool
 ) async throws {
     guard try await eventually(timeout: timeout, interval: interval, condition) else {
