@@ -164,7 +164,10 @@ struct EndToEndTests {
                 found = r?.lines.first ?? [:]
                 return found["decision"] as? String == "suppress"
             }
-            #expect(ok, "\(s.scenario): no suppression in the explain trail for \(s.user): \(found)")
+            #expect(
+                ok,
+                "\(s.scenario): no suppression in the explain trail for \(s.user): \(found)\n\(stack.explainDiagnostics())"
+            )
             #expect(
                 found["reason"] as? String == s.reason,
                 "\(s.scenario): \(s.user) explained as \(found["reason"] ?? "nil"), simulate says \(s.reason)")

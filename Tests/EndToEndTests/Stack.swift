@@ -366,6 +366,21 @@ final class E2EStack: @unchecked Sendable {
         return blockers
     }
 
+    /// What the stages say about their explain writes (for failure messages): every
+    /// `herald_explain_dropped_total` line and every log line about the trail.
+    func explainDiagnostics() -> String {
+        var out: [String] = []
+        for (name, process) in stageProcesses.sorted(by: { $0.key < $1.key }) {
+            if let port = stagePorts[name], let text = httpBody(port: port, path: "/metrics") {
+                out += text.split(separator: "\n").filter { $0.hasPrefix("herald_explain_dropped_total") }
+                    .map { "\(name): \($0)" }
+            }
+            let log = (try? String(contentsOfFile: process.logPath, encoding: .utf8)) ?? ""
+            out += log.split(separator: "\n").filter { $0.contains("explain") }.suffix(5).map { "\(name): \($0)" }
+        }
+        return out.isEmpty ? "(no explain drops or trail messages)" : out.joined(separator: "\n")
+    }
+
     /// Waits until the pipeline is idle and stays idle for `quiet`, or `timeout` passes; returns whether it did.
     /// The consumers refresh their lag every 5 s and the stages export it every second, so `quiet` is longer than
     /// both together: a lag reading taken before the

@@ -69,7 +69,7 @@ public struct BurstFlushService: Service {
     let flusher: BurstFlusher
     let apps: LiveAppDirectory
     let producer: KafkaProducer
-    let explain: (any ExplainSink)?
+    let explain: ExplainWriter?
     let metrics: StageMetrics
     let logger: Logger
 
@@ -80,7 +80,9 @@ public struct BurstFlushService: Service {
         self.flusher = flusher
         self.apps = apps
         self.producer = producer
-        self.explain = explain
+        self.explain = explain.map { sink in
+            ExplainWriter(sink: sink, logger: logger) { metrics.explainDropped(count: $0) }
+        }
         self.metrics = metrics
         self.logger = logger
     }
@@ -106,7 +108,7 @@ public struct BurstFlushService: Service {
                         logger.error(
                             "a held burst record did not decode; burst dropped", metadata: ["error": "\(detail)"])
                     }
-                    if let explain, !pass.explain.isEmpty { try? await explain.record(pass.explain) }
+                    explain?.submit(pass.explain)
                 } catch {
                     metrics.redisError(code: "transient")
                     logger.warning("burst flush failed; retried", metadata: ["error": "\(error)"])

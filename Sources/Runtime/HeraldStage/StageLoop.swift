@@ -64,7 +64,7 @@ public final class StageLoop: Service, Sendable {
     private let configuration: StageLoopConfiguration
     private let metrics: StageMetrics
     private let logger: Logger
-    private let explain: (any ExplainSink)?
+    private let explain: ExplainWriter?
     private let now: @Sendable () -> Date
     private let state = Mutex(LoopState())
     /// Woken whenever a batch finishes (in-flight went down, a processing slot freed).
@@ -79,12 +79,7 @@ public final class StageLoop: Service, Sendable {
         var fatal: KafkaError?
         var inFlight = 0
         var processing = 0
-        var explainWrites = 0
     }
-
-    /// Explain writes in the background, at most this many at once; beyond it entries are dropped (counted in
-    /// `herald_explain_dropped_total`), so a slow or absent Redis never slows the pipeline down.
-    static let maxExplainWrites = 4
 
     public init(
         consumer: KafkaConsumer, producer: KafkaProducer,
@@ -99,7 +94,9 @@ public final class StageLoop: Service, Sendable {
         self.configuration = configuration
         self.metrics = metrics
         self.logger = logger
-        self.explain = explain
+        self.explain = explain.map { sink in
+            ExplainWriter(sink: sink, logger: logger) { metrics.explainDropped(count: $0) }
+        }
         self.now = now
     }
 
@@ -391,7 +388,7 @@ public final class StageLoop: Service, Sendable {
             processing: handed - prepared.started, ackWait: acknowledged - handed, count: completed.count)
         tally.record(metrics: metrics)
 
-        if let explain, !explainEntries.isEmpty { writeExplain(explainEntries, to: explain) }
+        explain?.submit(explainEntries)
     }
 
     /// Looks at the delivery reports of a batch: what failed for a passing reason is produced again (with
@@ -514,27 +511,6 @@ public final class StageLoop: Service, Sendable {
             sourceTopic: input.topic, sourcePartition: input.partition, sourceOffset: input.offset,
             targetTopic: target, stage: processor.stage, reason: reason, detail: detail, time: time)
         return ProducerRecord(topic: configuration.dlqTopic, key: input.key, value: StageCodec.encode(dlq))
-    }
-
-    /// The explain trail is best effort: written off the batch's path, dropped (and counted) when Redis lags.
-    private func writeExplain(_ entries: [ExplainEntry], to sink: any ExplainSink) {
-        let admitted = state.withLock { s -> Bool in
-            guard s.explainWrites < Self.maxExplainWrites else { return false }
-            s.explainWrites += 1
-            return true
-        }
-        guard admitted else {
-            metrics.explainDropped(count: entries.count)
-            return
-        }
-        Task {
-            do { try await sink.record(entries) } catch {
-                self.logger.warning(
-                    "explain trail write failed", metadata: [LogKey.error: "\(error)", "entries": "\(entries.count)"])
-                self.metrics.explainDropped(count: entries.count)
-            }
-            self.state.withLock { $0.explainWrites -= 1 }
-        }
     }
 }
 
