@@ -159,7 +159,7 @@ struct EndToEndTests {
         // Every suppression is in the explain trail with the simulator's reason.
         for s in suppressed {
             var found: [String: Any] = [:]
-            let ok = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+            let ok = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
                 let r = try? await stack.heraldctl(["explain", "--app", s.app, "--event", s.event, "--user", s.user])
                 found = r?.lines.first ?? [:]
                 return found["decision"] as? String == "suppress"
@@ -176,7 +176,7 @@ struct EndToEndTests {
         #expect(!dropped.isEmpty, "no scenario is dropped at ingest")
         for d in dropped {
             var lines: [[String: Any]] = []
-            let ok = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+            let ok = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
                 lines = (try? await stack.heraldctl(["explain", "--app", d.app, "--event", d.event]))?.lines ?? []
                 return lines.contains { $0["decision"] as? String == "drop" }
             }
@@ -309,7 +309,7 @@ struct EndToEndTests {
             replay.lines.count == resolveBefore
                 && replay.lines.allSatisfy { $0["topic"] as? String == "herald.ingested" },
             "dlq replay output: \(replay.stdout)")
-        let replayedBack = await eventually(timeout: .seconds(15), interval: .milliseconds(300)) {
+        let replayedBack = await eventually(timeout: .seconds(60), interval: .milliseconds(300)) {
             let all = (try? await stack.dlqEntries()) ?? []
             return all.dropFirst(before).filter { $0.dlq.stage == "resolve" }.count >= resolveBefore * 2
         }
@@ -572,7 +572,7 @@ struct EndToEndTests {
         }
         #expect(reported, "send did not report the dead token for dt2: \(trail)")
         // Once the registry has applied the feedback (the pipeline is idle), check it kept the device.
-        let feedbackSeen = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+        let feedbackSeen = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
             let records = (try? await stack.readTopic("herald.token-feedback")) ?? []
             return records.contains { r in
                 guard let v = r.value, let f = try? StageCodec.decode(TokenFeedbackRecord.self, from: v) else {
@@ -622,7 +622,7 @@ struct EndToEndTests {
             "device", "register", "--app", "app1", "--user", "op1", "--token", token2, "--kind", "voip", "--via-kafka",
         ])
         #expect(r.status == 0, "device register --via-kafka: \(r.stderr)")
-        let applied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
+        let applied = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
             let s = try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
             return s?.devices.contains { $0.token == token2 && $0.kind == .voip } == true
         }
@@ -631,7 +631,7 @@ struct EndToEndTests {
             "prefs", "set", "--app", "app1", "--user", "op1", "--trigger", "off", "--via-kafka",
         ])
         #expect(r.status == 0, "prefs set --via-kafka: \(r.stderr)")
-        let prefsApplied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
+        let prefsApplied = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
             (try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now()))?.preferences.trigger == .off
         }
         #expect(prefsApplied, "herald-registry did not apply the preferences")
@@ -639,7 +639,7 @@ struct EndToEndTests {
             "presence", "set", "--app", "app1", "--user", "op1", "--online", token2, "--ttl", "60", "--via-kafka",
         ])
         #expect(r.status == 0, "presence set --via-kafka: \(r.stderr)")
-        let presenceApplied = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
+        let presenceApplied = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
             (try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now()))?.online == [token2]
         }
         #expect(presenceApplied, "herald-registry did not apply the presence")
@@ -647,7 +647,7 @@ struct EndToEndTests {
             "device", "unregister", "--app", "app1", "--user", "op1", "--token", token2, "--via-kafka",
         ])
         #expect(r.status == 0, "device unregister --via-kafka: \(r.stderr)")
-        let unregistered = await eventually(timeout: .seconds(15), interval: .milliseconds(200)) {
+        let unregistered = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
             let s = try? await stack.store.loadUser(app: "app1", user: "op1", now: Self.now())
             return s.map { !$0.devices.contains { $0.token == token2 } && $0.online.isEmpty } ?? false
         }

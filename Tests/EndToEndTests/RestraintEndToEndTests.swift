@@ -65,7 +65,7 @@ extension EndToEndTests {
         }
         // The trail says which messages were held back, and the counter counts them.
         var line: [String: Any] = [:]
-        let explained = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+        let explained = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
             let r = try? await stack.heraldctl([
                 "explain", "--app", "app7", "--event", Scenarios.id("burst-5"), "--user", "bu-2",
             ])
@@ -117,7 +117,7 @@ extension EndToEndTests {
         #expect(pushes.filter { body($0).contains("hello") }.count == 3, "\(pushes.map(body))")
         // The held messages are explained; which three were held depends on the order the users' records arrived.
         var reasons: [String] = []
-        let explained = await eventually(timeout: .seconds(10), interval: .milliseconds(200)) {
+        let explained = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
             reasons = []
             for n in 0..<6 {
                 let r = try? await stack.heraldctl([

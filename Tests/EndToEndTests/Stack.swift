@@ -179,10 +179,10 @@ final class E2EStack: @unchecked Sendable {
             ], logPath: runDir + "/tansu.log")
         try tansu.start()
 
-        guard await eventually(timeout: .seconds(10), { portAcceptsConnections(redisPort) }) else {
+        guard await eventually(timeout: .seconds(60), { portAcceptsConnections(redisPort) }) else {
             throw HarnessError("redis did not start: \(redis.logTail())")
         }
-        guard await eventually(timeout: .seconds(10), { portAcceptsConnections(kafkaPort) }) else {
+        guard await eventually(timeout: .seconds(60), { portAcceptsConnections(kafkaPort) }) else {
             throw HarnessError("tansu did not start: \(tansu.logTail())")
         }
         redisConnection = RedisConnection(configuration: try RedisConfiguration(url: redisURL), logger: logger)
@@ -332,7 +332,7 @@ final class E2EStack: @unchecked Sendable {
         await redis.stop(grace: .seconds(5))
         try await Task.sleep(for: down)
         try redis.start()
-        guard await eventually(timeout: .seconds(10), { portAcceptsConnections(redisPort) }) else {
+        guard await eventually(timeout: .seconds(60), { portAcceptsConnections(redisPort) }) else {
             throw HarnessError("redis did not restart: \(redis.logTail())")
         }
     }
@@ -431,7 +431,7 @@ final class E2EStack: @unchecked Sendable {
             logPath: runDir + "/mock-apns.log")
         try p.start()
         mock = p
-        guard await eventually(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile) }) else {
+        guard await eventually(timeout: .seconds(60), { FileManager.default.fileExists(atPath: portFile) }) else {
             throw HarnessError("herald-mock-apns did not start: \(p.logTail())")
         }
     }
@@ -452,7 +452,7 @@ final class E2EStack: @unchecked Sendable {
             ], logPath: runDir + "/mock-fcm.log")
         try p.start()
         mockFCM = p
-        guard await eventually(timeout: .seconds(10), { FileManager.default.fileExists(atPath: portFile) }) else {
+        guard await eventually(timeout: .seconds(60), { FileManager.default.fileExists(atPath: portFile) }) else {
             throw HarnessError("herald-mock-fcm did not start: \(p.logTail())")
         }
     }

@@ -130,7 +130,7 @@ struct KafkaTansuTests {
         let producerTask = Task {
             try await producer.sendAll([ProducerRecord(topic: topic, key: "k", value: bytes("late"))])
         }
-        let late = try await collect(consumer, count: 1, timeout: .seconds(10))
+        let late = try await collect(consumer, count: 1, timeout: .seconds(60))
         try await producerTask.value
         #expect(late.map(\.value) == [bytes("late")])
 

@@ -33,7 +33,7 @@ struct ThreadNiceTests {
         producerConfiguration.client.threadNice = 14
         let producer = try KafkaProducer(configuration: producerConfiguration)
 
-        let found = await eventually(timeout: .seconds(10)) {
+        let found = await eventually(timeout: .seconds(60)) {
             let t = Self.threads()
             // librdkafka's threads by name; the adapter's poll thread is the one that is not librdkafka's (on
             // Linux it keeps the name of the thread that started it).

@@ -424,7 +424,7 @@ struct ClientIntegrationTests {
         defer { server.stop() }
         let c = try client(pki, port: server.port, pingInterval: .milliseconds(150), pingTimeout: .seconds(2))
         #expect(await c.send(request(1)).status == 200)
-        try await waitUntil("two PINGs on the idle connection", timeout: .seconds(10)) { c.stats.pingsSent >= 2 }
+        try await waitUntil("two PINGs on the idle connection", timeout: .seconds(60)) { c.stats.pingsSent >= 2 }
         let stats = c.stats
         #expect(stats.connectionsReplacedAfterPing == 0, "the server answered every PING")
         #expect(stats.connectionsOpened == 1)
@@ -504,7 +504,7 @@ struct ClientIntegrationTests {
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let pending = Task { await sendAll(c, (0..<5).map { request($0) }) }
-        try await waitUntil("the five requests were accepted", timeout: .seconds(10)) { c.stats.submitted >= 5 }
+        try await waitUntil("the five requests were accepted", timeout: .seconds(60)) { c.stats.submitted >= 5 }
         await c.shutdown(grace: .milliseconds(100))
         let responses = await pending.value
         #expect(responses.count == 5)

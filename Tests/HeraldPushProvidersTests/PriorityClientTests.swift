@@ -58,7 +58,7 @@ struct PriorityClientTests {
             }
         }
         // The bulk batch takes at most 80 of the 100 slots and 8 of the 10 streams; the rest wait.
-        try await waitUntil("bulk requests accepted", timeout: .seconds(10)) { c.stats.submitted >= 81 }
+        try await waitUntil("bulk requests accepted", timeout: .seconds(60)) { c.stats.submitted >= 81 }
         #expect(c.stats.submitted - c.stats.completed <= 81, "bulk stayed out of the reserved slots")
 
         var urgent = request(500)
@@ -92,7 +92,7 @@ struct PriorityClientTests {
             #expect(r.status == 200)
             bulkDone.add(1)
         }
-        try await waitUntil("bulk requests accepted", timeout: .seconds(10)) { c.stats.submitted >= 102 }
+        try await waitUntil("bulk requests accepted", timeout: .seconds(60)) { c.stats.submitted >= 102 }
 
         var urgent = request(500)
         urgent.prioritized = true

@@ -57,7 +57,7 @@ func startMockBlocking(_ pki: PKI, _ extra: [String], authKeys: Bool) throws -> 
         name: "herald-mock-apns", executable: binary, arguments: args + extra, logPath: portFile + ".log")
     try child.start()
     var port: Int?
-    _ = eventuallyBlocking(timeout: .seconds(10)) {
+    _ = eventuallyBlocking(timeout: .seconds(60)) {
         port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap {
             Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
         }
@@ -169,7 +169,7 @@ func recordedLines(_ path: String) throws -> [[String: Any]] {
 /// Waits until the record file has at least `n` lines (the mock writes it from its own thread).
 func waitForRecords(_ path: String, atLeast n: Int) async throws -> [[String: Any]] {
     var lines: [[String: Any]] = []
-    _ = await eventually(timeout: .seconds(10)) {
+    _ = await eventually(timeout: .seconds(60)) {
         lines = (try? recordedLines(path)) ?? []
         return lines.count >= n
     }

@@ -124,7 +124,7 @@ struct HTTPServerTests {
             signals: [], onDeadline: { deadlineHit.value = true })
         let running = Task { await runtime.run() }
         // Serving while running.
-        try await waitUntil("/healthz answers 200", timeout: .seconds(10)) {
+        try await waitUntil("/healthz answers 200", timeout: .seconds(60)) {
             (try? await RawHTTP.get(port: server.port, path: "/healthz").status) == 200
         }
 
@@ -151,12 +151,12 @@ struct HTTPServerTests {
             signals: [.sigusr2], onDeadline: {})
         let running = Task { await runtime.run() }
         // The group installs its signal handlers before it starts services; once /healthz answers they are in place.
-        let healthy = await eventually(timeout: .seconds(10)) {
+        let healthy = await eventually(timeout: .seconds(60)) {
             (try? await RawHTTP.get(port: server.port, path: "/healthz").status) == 200
         }
         #expect(healthy)
         // The group starts its services after its signal handlers are in place.
-        try await waitUntil("the service is running", timeout: .seconds(10)) { consumer.started.value }
+        try await waitUntil("the service is running", timeout: .seconds(60)) { consumer.started.value }
         kill(getpid(), SIGUSR2)
         let status = await running.value
         #expect(status == 0)
@@ -205,7 +205,7 @@ struct HTTPServerTests {
                 deadlineHit.value = true; stubborn.release()
             })
         let running = Task { await runtime.run() }
-        try await waitUntil("the stubborn service is running", timeout: .seconds(10)) { stubborn.started.value }
+        try await waitUntil("the stubborn service is running", timeout: .seconds(60)) { stubborn.started.value }
         let started = ContinuousClock.now
         await runtime.triggerGracefulShutdown()
         _ = await running.value

@@ -67,7 +67,7 @@ public final class RedisTestCluster: Sendable {
                         ], logPath: "\(dir)/redis-\(index)-\(attempt).log")
                     try process.start()
                     if eventuallyBlocking(
-                        timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
+                        timeout: .seconds(60), { !process.isRunning || portAcceptsConnections(port) }),
                         process.isRunning
                     {
                         nodes.append(Node(port: port, busPort: busPort, process: process))

@@ -31,7 +31,7 @@ public final class TansuBroker: Sendable {
                     "--advertised-listener-url", "tcp://127.0.0.1:\(port)", "--storage-engine", "memory://tansu/",
                 ], logPath: dir + "/tansu-\(attempt).log")
             try process.start()
-            if eventuallyBlocking(timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
+            if eventuallyBlocking(timeout: .seconds(60), { !process.isRunning || portAcceptsConnections(port) }),
                 process.isRunning
             {
                 self.port = port
@@ -152,7 +152,7 @@ public final class RedisServer: Sendable {
 
     private static func start(_ process: ChildProcess, port: Int) throws {
         try process.start()
-        guard eventuallyBlocking(timeout: .seconds(10), { !process.isRunning || portAcceptsConnections(port) }),
+        guard eventuallyBlocking(timeout: .seconds(60), { !process.isRunning || portAcceptsConnections(port) }),
             process.isRunning
         else {
             throw TestSupportError("redis-server did not start on port \(port): \(process.logTail(5))")
