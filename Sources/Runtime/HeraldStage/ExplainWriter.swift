@@ -95,7 +95,8 @@ public final class ExplainWriter: Sendable {
             } catch {
                 guard attempt < retryDelays.count else {
                     logger.warning(
-                        "explain trail write failed", metadata: [LogKey.error: "\(error)", "entries": "\(entries.count)"])
+                        "explain trail write failed",
+                        metadata: [LogKey.error: "\(error)", "entries": "\(entries.count)"])
                     dropped(entries.count)
                     return
                 }
