@@ -178,3 +178,31 @@ struct FloodStageTests {
         #expect(try await flusher.pass(apps: Self.app(), now: nextMinute + 1_000, produce: produced.add).flushed == 0)
     }
 }
+
+@Suite("The flush timer's pace")
+struct FlushPaceTests {
+    @Test(
+        "fast while a held message may wait for its flush or flushes were due, slow otherwise",
+        arguments: [
+            // (coalescing update ms, flood guard, last hold ms before now (nil: never), found due, fast)
+            (4_000, false, nil, false, false),
+            (4_000, false, nil, true, true),
+            (4_000, false, 100, false, true),
+            (4_000, false, 4_900, false, true),
+            (4_000, false, 5_100, false, false),
+            (4_000, false, 60_000, true, true),
+            (0, true, 30_000, false, true),
+            (0, true, 61_500, false, false),
+            (2_000, true, 45_000, false, true),
+        ] as [(Int64, Bool, Int64?, Bool, Bool)])
+    func pace(update: Int64, flood: Bool, heldAgo: Int64?, foundDue: Bool, fast: Bool) {
+        var app = AppConfig(appID: "app1")
+        if update > 0 { app.coalesce = CoalescePolicy(windowMilliseconds: 10_000, updateMilliseconds: update) }
+        if flood { app.floodGuard = FloodPolicy(perMinute: 3) }
+        let now: Int64 = 1_732_000_000_000
+        let wait = BurstFlusher.nextWait(
+            lastHeldAt: heldAgo.map { now - $0 }, foundDue: foundDue, now: now,
+            apps: AppDirectory(apps: ["app1": app], listedOnly: true))
+        #expect(wait == (fast ? BurstFlusher.interval : BurstFlusher.idleInterval))
+    }
+}

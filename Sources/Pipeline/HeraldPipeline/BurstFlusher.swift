@@ -13,8 +13,27 @@ public struct BurstFlusher: Sendable {
     public var ledger: any BurstLedger
     /// The `herald.deliverable` topic of each lane.
     public var deliverableTopic: @Sendable (Lane) -> String
-    /// How often a process looks for due flushes.
+    /// How often a process looks for due flushes while a message it held back may still wait for its flush.
     public static let interval: Duration = .milliseconds(250)
+    /// How often it looks otherwise. The messages another process held wait for that process's own timer; this
+    /// one takes them (at most this much late) only when that process is gone.
+    public static let idleInterval: Duration = .seconds(2)
+
+    /// The wait before the next pass: `interval` while the last pass found flushes due, or while a message this
+    /// process held back at `lastHeldAt` (epoch ms; nil: none) may still wait for its flush (the longest an app's
+    /// coalescing update interval or flood guard minute holds one, and a margin); `idleInterval` otherwise, so an
+    /// idle suppress does not ask Redis for every app's shards four times a second.
+    public static func nextWait(lastHeldAt: Int64?, foundDue: Bool, now: Int64, apps: AppDirectory) -> Duration {
+        if foundDue { return interval }
+        guard let lastHeldAt else { return idleInterval }
+        var horizon: Int64 = 0
+        for app in apps.apps.values {
+            if app.coalesce.isOn { horizon = max(horizon, app.coalesce.updateMilliseconds) }
+            if app.floodGuard.isOn { horizon = max(horizon, FloodGuard.minuteMilliseconds) }
+        }
+        // The margin: two passes, and the stages' clocks apart.
+        return now - lastHeldAt <= horizon + 1_000 ? interval : idleInterval
+    }
 
     public init(ledger: any BurstLedger, deliverableTopic: @escaping @Sendable (Lane) -> String) {
         self.ledger = ledger

@@ -5,18 +5,25 @@ import HeraldPipeline
 import HeraldRedis
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// suppress's `BurstLedger` over Redis (`StateStore.stepBursts`, `claimDueBursts`, `confirmBursts`: one single-shard
 /// Lua script per message or shard, pipelined in one round trip; docs/redis-keys.md "Bursts").
 public struct RedisBurstLedger: BurstLedger {
     public let store: StateStore
+    /// When this process last held a message back (the flush timer's pace follows it).
+    public let activity = BurstActivity()
 
     public init(store: StateStore) {
         self.store = store
     }
 
     public func step(_ messages: [BurstMessage]) async throws -> [BurstStep] {
-        try await store.stepBursts(messages)
+        let steps = try await store.stepBursts(messages)
+        for (message, step) in zip(messages, steps) {
+            if case .held = step { activity.noteHeld(at: message.at) }
+        }
+        return steps
     }
 
     public func claimDue(app: String, policy: CoalescePolicy, now: Int64) async throws -> [HeldBurst] {
@@ -26,6 +33,19 @@ public struct RedisBurstLedger: BurstLedger {
     public func confirm(app: String, policy: CoalescePolicy, flushed: [HeldBurst], now: Int64) async throws {
         try await store.confirmBursts(app: app, policy: policy, flushed: flushed, now: now)
     }
+}
+
+/// When this process last held a message back, by coalescing or the flood guard (epoch ms, the stages' clock).
+public final class BurstActivity: Sendable {
+    private let last = Mutex<Int64?>(nil)
+
+    public init() {}
+
+    public func noteHeld(at: Int64) {
+        last.withLock { $0 = max($0 ?? at, at) }
+    }
+
+    public var lastHeldAt: Int64? { last.withLock { $0 } }
 }
 
 extension StageSetup {
@@ -53,7 +73,7 @@ extension StageSetup {
             return before + [
                 BurstFlushService(
                     flusher: flusher, apps: apps, producer: try producer(), explain: explain,
-                    metrics: context.metrics, logger: logger)
+                    activity: ledger.activity, metrics: context.metrics, logger: logger)
             ]
         } catch {
             logger.critical("the burst flush producer could not start", metadata: [LogKey.error: "\(error)"])
@@ -62,21 +82,25 @@ extension StageSetup {
     }
 }
 
-/// Runs suppress's burst flush timer (`BurstFlusher`) every `BurstFlusher.interval` until shutdown, producing the
-/// flushes through a producer of its own. A failing pass (Redis or the broker down) is logged and counted; its
+/// Runs suppress's burst flush timer (`BurstFlusher`) until shutdown, a pass every `BurstFlusher.interval` while this
+/// process's held messages may wait for a flush and every `BurstFlusher.idleInterval` otherwise
+/// (`BurstFlusher.nextWait`), producing the flushes through a producer of its own. A failing pass (Redis or the broker down) is logged and counted; its
 /// flushes stay leased and are taken again.
 public struct BurstFlushService: Service {
     let flusher: BurstFlusher
     let apps: LiveAppDirectory
     let producer: KafkaProducer
     let explain: ExplainWriter?
+    let activity: BurstActivity?
     let metrics: StageMetrics
     let logger: Logger
 
+    /// - Parameter activity: this process's holds; nil: every pass `BurstFlusher.interval` apart.
     public init(
         flusher: BurstFlusher, apps: LiveAppDirectory, producer: KafkaProducer, explain: (any ExplainSink)?,
-        metrics: StageMetrics, logger: Logger
+        activity: BurstActivity? = nil, metrics: StageMetrics, logger: Logger
     ) {
+        self.activity = activity
         self.flusher = flusher
         self.apps = apps
         self.producer = producer
@@ -91,7 +115,10 @@ public struct BurstFlushService: Service {
         let producer = self.producer
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             let directory = apps.current
+            // With coalescing and the flood guard off everywhere, only a reload can give the timer work.
+            var wait = BurstFlusher.idleInterval
             if directory.apps.values.contains(where: { $0.coalesce.isOn || $0.floodGuard.isOn }) {
+                wait = BurstFlusher.interval
                 do {
                     let pass = try await flusher.pass(
                         apps: directory, now: BatchContext.millis(Date())
@@ -109,12 +136,18 @@ public struct BurstFlushService: Service {
                             "a held burst record did not decode; burst dropped", metadata: ["error": "\(detail)"])
                     }
                     explain?.submit(pass.explain)
+                    if let activity {
+                        wait = BurstFlusher.nextWait(
+                            lastHeldAt: activity.lastHeldAt, foundDue: pass.flushed > 0 || !pass.invalid.isEmpty,
+                            now: BatchContext.millis(Date()), apps: directory)
+                    }
                 } catch {
                     metrics.redisError(code: "transient")
                     logger.warning("burst flush failed; retried", metadata: ["error": "\(error)"])
                 }
             }
-            try? await Task.sleep(for: BurstFlusher.interval)
+            let pause = wait
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
         }
         try? await producer.flush(timeout: .seconds(5))
     }
