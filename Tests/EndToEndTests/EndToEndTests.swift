@@ -246,7 +246,7 @@ struct EndToEndTests {
             fixture: fixture, apps: stack.apps, at: nil, now: Date())
         let pairs = Set(predicted.flatMap(\.notifications).map { $0.token + "/" + $0.apnsID.lowercased() })
         #expect(pairs.count == 1)
-        let counts = await awaitDeliveries(pairs, timeout: .seconds(30))
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(120))
         for p in pairs {
             #expect(
                 counts[p] == 1, "the good event after the bad ones: \(counts[p] ?? 0) deliveries\n\(failureContext())")
@@ -254,7 +254,7 @@ struct EndToEndTests {
 
         var entries: [(record: ConsumerRecord, dlq: DLQRecord)] = []
         let stagesWanted: Set<String> = ["ingest", "resolve", "suppress", "render", "send", "registry"]
-        _ = await eventually(timeout: .seconds(20), interval: .milliseconds(300)) {
+        _ = await eventually(timeout: .seconds(120), interval: .milliseconds(300)) {
             entries = Array(((try? await stack.dlqEntries()) ?? []).dropFirst(before))
             return stagesWanted.isSubset(of: Set(entries.map(\.dlq.stage)))
                 && entries.filter { $0.dlq.stage == "ingest" }.count >= 4
@@ -359,7 +359,7 @@ struct EndToEndTests {
                 try await Task.sleep(for: .milliseconds(80))
             }
         }
-        let started = await eventually(timeout: .seconds(30), interval: .milliseconds(10)) {
+        let started = await eventually(timeout: .seconds(120), interval: .milliseconds(10)) {
             let counts = stack.deliveredCounts()
             return pairs.contains { counts[$0] != nil }
         }
@@ -459,7 +459,7 @@ struct EndToEndTests {
         let name = try stack.startExtraStage("resolve", instance: 2)
         // The group rebalances onto both members (the new one logs the partitions it was given).
         var log = ""
-        let joined = await eventually(timeout: .seconds(20), interval: .milliseconds(200)) {
+        let joined = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
             log = (try? String(contentsOfFile: stack.runDir + "/\(name).log", encoding: .utf8)) ?? ""
             return log.contains("partitions assigned") && log.contains("herald.ingested[")
         }
@@ -546,7 +546,7 @@ struct EndToEndTests {
                 Scenarios.id("dead"), conversation: "ddt", type: "direct", recipients: ["dt"], createdAt: Self.now())
         ])
         var devices: [String] = []
-        let removed = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
+        let removed = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
             devices = ((try? await stack.store.loadUser(app: "app1", user: "dt", now: Self.now()))?.devices ?? []).map(
                 \.token)
             return !devices.contains(E2EStack.deadToken)
@@ -563,7 +563,7 @@ struct EndToEndTests {
                 eventID2, conversation: "ddt2", type: "direct", recipients: ["dt2"], createdAt: Self.now())
         ])
         var trail: [[String: Any]] = []
-        let reported = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
+        let reported = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
             trail =
                 (try? await stack.heraldctl(["explain", "--app", "app1", "--event", eventID2, "--user", "dt2"]))?.lines
                 ?? []
@@ -682,7 +682,7 @@ struct EndToEndTests {
                 eventBytes: Array(event.utf8), fixture: fixture, apps: stack.apps, at: nil, now: Date()
             )
             .flatMap(\.notifications).map { $0.token + "/" + $0.apnsID.lowercased() })
-        let counts = await awaitDeliveries(pairs, timeout: .seconds(30))
+        let counts = await awaitDeliveries(pairs, timeout: .seconds(120))
         expectExactlyOnce(pairs, counts, "heraldctl publish")
 
         let bad = try stack.write("event-bad.json", #"{"event_id": "b", "app_id": "app1", "kind": "nope"}"#)

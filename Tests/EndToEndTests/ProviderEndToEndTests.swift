@@ -95,7 +95,7 @@ extension EndToEndTests {
                 type: "direct", recipients: ["pv-d"], createdAt: Self.now())
         ])
         var devices: [String] = []
-        let removed = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
+        let removed = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
             devices = ((try? await stack.store.loadUser(app: "app4", user: "pv-d", now: Self.now()))?.devices ?? [])
                 .map(\.token)
             return !devices.contains(E2EStack.fcmDeadToken)
@@ -118,7 +118,7 @@ extension EndToEndTests {
                 type: "direct", recipients: ["pv-f"], createdAt: Self.now())
         ])
         var statuses: [Int] = []
-        let delivered = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
+        let delivered = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
             statuses = providerAnswers("webhook").filter { ($0["body"] as? String)?.contains(#""uid":"pv-f""#) == true }
                 .compactMap { $0["status"] as? Int }
             return statuses.contains(200)

@@ -201,7 +201,7 @@ final class E2EStack: @unchecked Sendable {
         // Every stage answers /readyz (broker, Redis and APNs reachable).
         for stage in Self.stages {
             let port = stagePorts[stage] ?? 0
-            let ready = await eventually(timeout: .seconds(30), interval: .milliseconds(200)) {
+            let ready = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
                 guard stageProcesses[stage]?.isRunning == true else { return true }
                 return httpStatus(port: port, path: "/readyz") == 200
             }

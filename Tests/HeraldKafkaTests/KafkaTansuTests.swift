@@ -124,7 +124,7 @@ struct KafkaTansuTests {
         let empty = try await consumer.nextBatch()
         let waited = ContinuousClock.now - start
         #expect(empty == [])
-        #expect(waited >= .milliseconds(290) && waited < .seconds(2), "waited \(waited)")
+        #expect(waited >= .milliseconds(290) && waited < .seconds(30), "waited \(waited)")
 
         // A few records arriving while a request waits come back before T is over... or at T.
         let producerTask = Task {
@@ -207,7 +207,7 @@ struct KafkaTansuTests {
         let b = try KafkaConsumer(
             configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]), logger: testLogger("b"))
         // Keep both polling (the poll threads do) until the group settled on two members.
-        try await eventually("both members assigned", timeout: .seconds(30)) {
+        try await eventually("both members assigned", timeout: .seconds(120)) {
             !a.assignment.isEmpty && !b.assignment.isEmpty && a.assignment.count + b.assignment.count == 4
         }
         let sa = Set(a.assignment)
@@ -456,7 +456,7 @@ struct KafkaRebalanceTests {
         a.complete(first.filter { $0.offset < 5 })
 
         let b = try KafkaConsumer(configuration: config, logger: testLogger("b"))
-        try await eventually("rebalanced to one partition each", timeout: .seconds(30)) {
+        try await eventually("rebalanced to one partition each", timeout: .seconds(120)) {
             a.assignment.count == 1 && b.assignment.count == 1
         }
         let tps = (0..<2).map { TopicPartition(topic: topic, partition: Int32($0)) }

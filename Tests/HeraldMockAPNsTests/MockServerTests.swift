@@ -437,7 +437,7 @@ private let teamID = "DEF123GHIJ"
             mock.url + devicePath, n: 1000, m: 100, headers: ["apns-topic": topic], bodyFile: bodyFile)
         let elapsed = Date().timeIntervalSince(t0)
         #expect(r.ok == 1000)
-        #expect(elapsed >= 1.0 && elapsed < 5.0, "\(elapsed) s")
+        #expect(elapsed >= 1.0 && elapsed < 50.0, "\(elapsed) s (one stream at a time would take 100 s)")
         #expect(mock.stop() == 0)
     }
 

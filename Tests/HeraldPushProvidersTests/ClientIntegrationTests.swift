@@ -355,9 +355,9 @@ struct ClientIntegrationTests {
 
     @Test func deadlinesBoundInFlightAndQueuedRequests() async throws {
         let pki = try await PKI.make()
-        // The stand-in answers after 8 s; the requests' deadlines are 250 ms. The bound below sits far from both,
+        // The stand-in answers after 20 s; the requests' deadlines are 250 ms. The bound below sits far from both,
         // so a busy host cannot blur them.
-        let server = try await startMock(pki, ["--latency-ms", "8000"])
+        let server = try await startMock(pki, ["--latency-ms", "20000"])
         defer { server.stop() }
         let c = try client(pki, port: server.port)
         let start = ContinuousClock.now
@@ -369,7 +369,7 @@ struct ClientIntegrationTests {
             #expect(r.transportFailure == .deadlineExceeded)
             #expect(r.disposition == .permanentFailure(reason: "DeadlineExceeded"))
         }
-        #expect(elapsed < .seconds(6), "answered at the deadline, not when the server answered")
+        #expect(elapsed < .seconds(15), "answered at the deadline, not when the server answered")
         #expect(c.stats.deadlinesExceeded == 20)
         // The connection stays usable after cancelled streams.
         let late = await c.send(request(99, timeout: .seconds(60)))
@@ -443,11 +443,10 @@ struct ClientIntegrationTests {
         proxy.freeze()
         // In flight on a connection whose peer went silent: the PING goes unanswered, the
         // connection is replaced, and the request is retried on the new one.
-        let start = ContinuousClock.now
-        let r = await c.send(request(2, timeout: .seconds(10)))
+        // Its own deadline (30 s) would end the request unanswered: the status shows the PING found the dead peer.
+        let r = await c.send(request(2, timeout: .seconds(30)))
         #expect(r.status == 200)
         #expect(r.attempts == 2, "one attempt lost with the dead connection, one delivered")
-        #expect(ContinuousClock.now - start < .seconds(3))
         let stats = c.stats
         #expect(stats.connectionsReplacedAfterPing == 1)
         #expect(stats.connectionsOpened == 2)
@@ -474,7 +473,7 @@ struct ClientIntegrationTests {
         let s = c.stats
         maxOutstanding.add(s.submitted - s.completed)
         #expect(maxOutstanding.value <= 10)
-        try await waitUntil("all 30 completed", timeout: .seconds(20)) { completed.value == 30 }
+        try await waitUntil("all 30 completed", timeout: .seconds(120)) { completed.value == 30 }
         await c.shutdown()
     }
 
@@ -483,8 +482,9 @@ struct ClientIntegrationTests {
         let port = try freePort()
         let c = try client(pki, port: port, retry: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxAttempts: 3))
         let start = ContinuousClock.now
-        let r = await c.send(request(1, timeout: .seconds(10)))
-        #expect(ContinuousClock.now - start < .seconds(5))
+        // Three refused connects, well before the request's own deadline.
+        let r = await c.send(request(1, timeout: .seconds(120)))
+        #expect(ContinuousClock.now - start < .seconds(60))
         #expect(r.attempts == 3)
         guard case .connectFailed? = r.transportFailure else {
             Issue.record("expected connectFailed, got \(String(describing: r.transportFailure))")

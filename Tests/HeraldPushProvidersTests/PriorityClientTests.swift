@@ -33,7 +33,7 @@ struct PriorityClientTests {
             let done = bulkDone.value
             seen.withLock { $0 = (r.status, done) }
         }
-        try await waitUntil("the prioritized request answered", timeout: .seconds(20)) {
+        try await waitUntil("the prioritized request answered", timeout: .seconds(120)) {
             seen.withLock { $0 != nil }
         }
         return seen.withLock { $0 } ?? (nil, -1)
@@ -69,7 +69,7 @@ struct PriorityClientTests {
         // reserved streams it is answered in the first round after it was submitted.
         #expect(bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests")
         await bulk.value
-        try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }
+        try await waitUntil("every bulk request answered", timeout: .seconds(120)) { bulkDone.value == 100 }
         await c.shutdown()
     }
 
@@ -99,7 +99,7 @@ struct PriorityClientTests {
         let (status, bulkAtUrgent) = try await sendCounting(urgent, on: c, against: bulkDone)
         #expect(status == 200)
         #expect(bulkAtUrgent < 60, "the prioritized request finished after \(bulkAtUrgent) of 100 bulk requests")
-        try await waitUntil("every bulk request answered", timeout: .seconds(20)) { bulkDone.value == 100 }
+        try await waitUntil("every bulk request answered", timeout: .seconds(120)) { bulkDone.value == 100 }
         // The call and the warm-up went on the dedicated connection; none of the 101 bulk requests did, though the
         // shared connection's 10 streams kept 90 of them waiting.
         #expect(c.stats.streamsOnPriorityConnections == 2)
@@ -127,7 +127,7 @@ struct PriorityClientTests {
         }
         let answers = Mutex<[UInt64: [Int?]]>([:])
         await c.submit(batch) { r in answers.withLock { $0[r.tag, default: []].append(r.status) } }
-        try await waitUntil("every request of the batch answered", timeout: .seconds(20)) {
+        try await waitUntil("every request of the batch answered", timeout: .seconds(120)) {
             answers.withLock { $0.values.reduce(0) { $0 + $1.count } } == 60
         }
         #expect(answers.withLock { $0 } == Dictionary(uniqueKeysWithValues: batch.map { ($0.tag, [200]) }))

@@ -72,7 +72,7 @@ final class APIStack: Sendable {
         HostileClients.raiseOpenFileLimit(to: 8192)
         try registry.start()
         let port = apiPort
-        try await waitUntil("the registry API accepts connections", timeout: .seconds(30)) { [registry] in
+        try await waitUntil("the registry API accepts connections", timeout: .seconds(120)) { [registry] in
             guard registry.isRunning else { throw TestSupportError("herald-registry exited: \(registry.logTail())") }
             return portAcceptsConnections(port)
         }

@@ -74,7 +74,7 @@ struct StageLoopBehaviourTests {
             sessionTimeout: .seconds(10), deliveryTimeout: .seconds(1),
             producerProperties: ["enable.idempotence": "false"], logger: warnings.logger)
         let running = Task { try await loop.run() }
-        try await waitUntil("the processor got a batch", timeout: .seconds(30)) { !seen.values.isEmpty }
+        try await waitUntil("the processor got a batch", timeout: .seconds(120)) { !seen.values.isEmpty }
 
         // Freeze the broker (SIGSTOP: connections stay open, nothing is answered), then let the batch's outputs go.
         let pid = try #require(broker.process.pid)
@@ -112,7 +112,7 @@ struct StageLoopBehaviourTests {
         let (again, _) = try makeLoop(broker, group: "retry-1", processor: GatedEcho(gate: gate, seen: after))
         let second = Task { try await again.run() }
         try await produce(["ok-marker"], topic: "in", brokers: broker.brokers)
-        try await waitUntil("the new member got the marker", timeout: .seconds(30)) {
+        try await waitUntil("the new member got the marker", timeout: .seconds(120)) {
             after.values.contains("ok-marker")
         }
         again.stop()
@@ -135,7 +135,7 @@ struct StageLoopBehaviourTests {
             broker, group: "bound-1", processor: GatedEcho(gate: gate, seen: seen),
             maxInFlight: 10, maxConcurrentBatches: 4)
         let running = Task { try await loop.run() }
-        try await waitUntil("two batches in flight", timeout: .seconds(30)) { seen.values.count >= 10 }
+        try await waitUntil("two batches in flight", timeout: .seconds(120)) { seen.values.count >= 10 }
         // While nothing completes, nothing more is pulled, however long we look.
         for _ in 0..<10 {
             #expect(seen.values.count <= 16, "pulled \(seen.values.count) records with at most 10 in flight")
@@ -174,7 +174,7 @@ struct StageLoopBehaviourTests {
         let seen = Seen()
         let (broken, _) = try makeLoop(broker, group: "short-1", processor: ShortProcessor(seen: seen))
         let running = Task { try await broken.run() }
-        try await waitUntil("the processor saw every input", timeout: .seconds(30)) {
+        try await waitUntil("the processor saw every input", timeout: .seconds(120)) {
             Set(seen.values).isSuperset(of: values)
         }
         broken.stop()

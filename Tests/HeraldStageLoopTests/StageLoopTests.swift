@@ -181,7 +181,7 @@ func makeLoop(
         try await produce(["ok-0", "ok-1", "hold-2", "ok-3"], topic: "in", brokers: broker.brokers)
         let (loop, _) = try makeLoop(broker, group: "echo-2", processor: EchoProcessor())
         let running = Task { try await loop.run() }
-        _ = try await collect(topics: ["out"], count: 3, brokers: broker.brokers, timeout: .seconds(20))
+        _ = try await collect(topics: ["out"], count: 3, brokers: broker.brokers, timeout: .seconds(120))
         loop.stop()
         try await running.value
 
@@ -197,7 +197,7 @@ func makeLoop(
         let seen = Seen()
         let (again, _) = try makeLoop(broker, group: "echo-2", processor: Recorder(seen: seen))
         let second = Task { try await again.run() }
-        try await waitUntil("the handed-back records came back", timeout: .seconds(20)) { seen.values.count >= 2 }
+        try await waitUntil("the handed-back records came back", timeout: .seconds(120)) { seen.values.count >= 2 }
         again.stop()
         try await second.value
         #expect(seen.values == ["hold-2", "ok-3"])

@@ -55,7 +55,7 @@ public final class TansuBroker: Sendable {
         var configuration = KafkaAdminConfiguration(brokers: brokers)
         configuration.requestTimeout = .seconds(10)
         var lastError: (any Error)?
-        let created = await eventually(timeout: .seconds(20), interval: .milliseconds(100)) {
+        let created = await eventually(timeout: .seconds(120), interval: .milliseconds(100)) {
             do {
                 _ = try await KafkaAdmin.createTopics(
                     topics.map { TopicSpec(name: $0.0, partitions: $0.1) },
