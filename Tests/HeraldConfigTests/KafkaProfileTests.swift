@@ -25,7 +25,7 @@ struct KafkaProfileTests {
         #expect(k.profile == .local)
         #expect(k.bulkFlow == LaneFlow(fetchWaitMs: 50, lingerMs: 1))
         #expect(k.priorityFlow == LaneFlow(fetchWaitMs: 10, lingerMs: 0))
-        #expect(k.idleBackoff == IdleBackoff(afterMs: 1_000, probeIntervalMs: 250, doorbellProbeIntervalMs: 2_000))
+        #expect(k.idleBackoff == IdleBackoff(afterMs: 5_000, probeIntervalMs: 250, doorbellProbeIntervalMs: 2_000))
         #expect(k.idleBackoff?.doorbell == true)
         #expect(k.profileOverrides == [])
     }
@@ -66,7 +66,7 @@ struct KafkaProfileTests {
             k.profileOverrides == [
                 "kafka.flow.fetch_wait_ms: 100 set by hand (profile local: 50)",
                 "kafka.priority_flow.linger_ms: 2 set by hand (profile local: 0)",
-                "kafka.idle.after_ms: 3000 set by hand (profile local: 1000)",
+                "kafka.idle.after_ms: 3000 set by hand (profile local: 5000)",
                 "kafka.properties.fetch.wait.max.ms set by hand: it replaces the profile's per-lane value in every "
                     + "consumer and producer",
             ])
@@ -109,7 +109,7 @@ struct KafkaProfileTests {
         let quiet = try PipelineLoader.load(
             yaml: "kafka: {profile: local, idle: {doorbell_probe_interval_ms: 0}}"
         ).config.kafka
-        #expect(quiet.idleBackoff == IdleBackoff(afterMs: 1_000, probeIntervalMs: 250))
+        #expect(quiet.idleBackoff == IdleBackoff(afterMs: 5_000, probeIntervalMs: 250))
         #expect(quiet.idleBackoff?.doorbell == false)
         #expect(throws: ConfigError.self) {
             try PipelineLoader.load(yaml: "kafka: {idle: {doorbell_probe_interval_ms: -1}}")

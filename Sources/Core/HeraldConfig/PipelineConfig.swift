@@ -196,8 +196,10 @@ public enum KafkaProfile: String, Sendable, Hashable, CaseIterable {
         switch self {
         case .production: nil
         // Apache Kafka parks an empty fetch until a record arrives: an idle consumer costs little there. Tansu
-        // answers every empty fetch: idle consumers probe instead, and the stages ring the next ones awake.
-        case .local: IdleBackoff(afterMs: 1_000, probeIntervalMs: 250, doorbellProbeIntervalMs: 2_000)
+        // answers every empty fetch: idle consumers probe instead, and the stages ring the next ones awake. 5 s, not
+        // 1: the local broker stalls for about a second now and then under load, and a consumer sent idle by such a
+        // stall pays a wake on top of it (docs/performance.md, "Idle and the first record").
+        case .local: IdleBackoff(afterMs: 5_000, probeIntervalMs: 250, doorbellProbeIntervalMs: 2_000)
         }
     }
 
