@@ -77,11 +77,15 @@ struct HTTPLimitsTests {
         // In batches of 100, each accepted before the next is opened: the listen backlog is 256, and on a busy host a
         // handshake the kernel drops from a full accept queue leaves the client connected to a socket the server
         // never sees.
+        // The blocking connects run on a thread of their own, so they never hold a thread the server needs.
+        let port = server.port
         for batch in 0..<10 {
-            for _ in 0..<100 {
-                let fd = try TestHTTP.connectLoopback(port: server.port)
-                stalled.append(fd)
-                try HostileClients.send(fd, Array("POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le".utf8))
+            stalled += try await offPool {
+                try (0..<100).map { _ -> Int32 in
+                    let fd = try TestHTTP.connectLoopback(port: port)
+                    try HostileClients.send(fd, Array("POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le".utf8))
+                    return fd
+                }
             }
             let opened = (batch + 1) * 100
             try await waitUntil("the server holds \(opened) of the 1,000 connections", timeout: .seconds(120)) {
