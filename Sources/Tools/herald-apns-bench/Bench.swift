@@ -25,7 +25,11 @@ struct APNsBench: AsyncParsableCommand {
         await main(nil)
     }
 
-    @Option(help: "Notifications per run.") var requests = 200_000
+    @Option(
+        help:
+            "Notifications per run (a few seconds at these rates: a run of under a second measures the start more than the steady rate)."
+    )
+    var requests = 1_000_000
     @Option(help: "Streams per connection (h2load -m).") var streams = 100
     @Option(help: "Connection counts to run, comma separated.") var connections = "1,2"
     @Option(help: "Targets: nghttpd, mock, latency (comma separated).") var targets = "nghttpd"
