@@ -76,8 +76,7 @@ struct HTTPLimitsTests {
         defer { for fd in stalled { close(fd) } }
         // In batches of 100, each accepted before the next is opened: the listen backlog is 256, and on a busy host a
         // handshake the kernel drops from a full accept queue leaves the client connected to a socket the server
-        // never sees.
-        // The blocking connects run on a thread of their own, so they never hold a thread the server needs.
+        // never sees. The blocking connects run on a thread of their own, off the pool the server's accepts need.
         let port = server.port
         for batch in 0..<10 {
             stalled += try await offPool {
