@@ -16,6 +16,8 @@ public final class ExplainStore: Sendable {
     public let connection: RedisConnection
     public let ttlMilliseconds: Int64
     public let fullTrail: FullTrailPolicy
+    /// The hourly logs whose TTL this store set lately (`ExpiryMemo`).
+    let expiries = ExpiryMemo()
 
     /// - Parameters:
     ///   - ttlMilliseconds: how long a log line is kept (default 2 days; at least 24 hours is what support needs).
@@ -34,16 +36,28 @@ public final class ExplainStore: Sendable {
     /// Writes `entries` in one pipelined round trip (see `batch`).
     public func record(_ entries: [ExplainEntry]) async throws {
         if entries.isEmpty { return }
-        let batch = Self.batch(entries, ttlMilliseconds: ttlMilliseconds, fullTrail: fullTrail)
+        var expiring: [ExpiryMemo.Key] = []
+        let now = entries.map(\.at).max() ?? 0
+        let batch = Self.batch(entries, ttlMilliseconds: ttlMilliseconds, fullTrail: fullTrail) { app, shard, hour in
+            let key = ExpiryMemo.Key(kind: ExpiryMemo.explainKind, app: app, shard: shard, period: hour)
+            guard expiries.isDue(key, now: now) else { return false }
+            expiring.append(key)
+            return true
+        }
         if batch.isEmpty { return }
         try await connection.write(batch, what: "explain")
+        expiries.mark(expiring, now: now)
     }
 
     /// The commands `record` sends: per hourly log touched, one `RPUSH` of its lines (in entry order) and one
-    /// `PEXPIRE`; per last-decision shard touched, one `HSET` of its users' latest decisions. Empty when there is
-    /// nothing to keep. (Tests hold it to the commands spelled out one by one; `herald-bench redis` times it.)
+    /// `PEXPIRE` (see `expire`); per last-decision shard touched, one `HSET` of its users' latest decisions.
+    /// Empty when there is nothing to keep. (Tests hold it to the commands spelled out one by one; `herald-bench redis` times it.)
+    ///
+    /// `expire` says, per hourly log (app, shard, hour), whether its `PEXPIRE` goes in (`record` asks its
+    /// `ExpiryMemo`); by default every log's does.
     public static func batch(
-        _ entries: [ExplainEntry], ttlMilliseconds: Int64, fullTrail: FullTrailPolicy = FullTrailPolicy()
+        _ entries: [ExplainEntry], ttlMilliseconds: Int64, fullTrail: FullTrailPolicy = FullTrailPolicy(),
+        expire: (_ app: String, _ shard: UInt64, _ hour: Int64) -> Bool = { _, _, _ in true }
     ) -> RedisBatch {
         struct LogRef: Hashable {
             let app: String
@@ -96,6 +110,7 @@ public final class ExplainStore: Sendable {
             batch.command("RPUSH", arguments: 1 + lines.count)
             logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
             for line in lines { batch.argument(line) }
+            guard expire(ref.app, ref.shard, ref.hour) else { continue }
             batch.command("PEXPIRE", arguments: 2)
             logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
             // The log is kept `ttl` after the end of its hour.

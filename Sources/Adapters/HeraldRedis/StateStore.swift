@@ -16,6 +16,11 @@ import Synchronization
 public final class StateStore: Sendable {
     public let connection: RedisConnection
     private let logger: Logger
+    /// Devices and preferences already decoded, by their stored JSON's exact bytes: a user read again (in every
+    /// group message they receive) costs a hash of those bytes instead of a JSON parse. Bounded; emptied when full.
+    private let decoded = Mutex(DecodedState())
+    /// The delivery-record shard keys whose TTL this store set lately (`ExpiryMemo`).
+    let expiries = ExpiryMemo()
 
     public init(connection: RedisConnection, logger: Logger = Logger(label: "herald.redis.state")) {
         self.connection = connection
@@ -437,7 +442,8 @@ public final class StateStore: Sendable {
     ///   `until` (epoch ms), when the claim lapses unless it was confirmed or released.
     ///
     /// The common case costs plain commands in one pipelined round trip: per pair an `HSETNX` of the claim into
-    /// this window and an `HGET` of the previous window, per shard a `PEXPIRE`. Only a pair that finds something
+    /// this window and an `HGET` of the previous window, per shard a `PEXPIRE` when `expiries` says it is due (once a
+    /// minute per shard key and process). Only a pair that finds something
     /// there (a record, a claim, a copy replayed across a window's end) is settled by a second round trip, one Lua
     /// script per shard (`Scripts.claim`), which judges what it found and withdraws a claim the first step wrote
     /// over a record of the previous window.
@@ -450,6 +456,7 @@ public final class StateStore: Sendable {
         let groups = Self.deliveryGroups(pairs)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
         var batch = RedisBatch(capacity: 64 + pairs.count * 120 + groups.count * 64)
+        var expiring: [ExpiryMemo.Key] = []
         for group in groups {
             for index in group.indices {
                 batch.command("HSETNX", arguments: 3)
@@ -460,9 +467,14 @@ public final class StateStore: Sendable {
                 Self.windowKey(app: app, shard: group.shard, window: now / window - 1, into: &batch)
                 batch.argument(fields[index])
             }
-            batch.command("PEXPIRE", arguments: 2)
-            Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
-            batch.argument(2 * window)
+            let key = ExpiryMemo.Key(
+                kind: ExpiryMemo.deliveredKind, app: app, shard: group.shard, period: now / window)
+            if expiries.isDue(key, now: now) {
+                batch.command("PEXPIRE", arguments: 2)
+                Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
+                batch.argument(2 * window)
+                expiring.append(key)
+            }
         }
         let replies = try await connection.pipeline(batch)
         guard replies.count == batch.count else {
@@ -471,6 +483,7 @@ public final class StateStore: Sendable {
         var out = [DeliveryClaim](repeating: .claimed, count: pairs.count)
         var unsettled: [Int] = []
         var next = 0
+        var expired = 0
         for group in groups {
             for index in group.indices {
                 let wrote = try replies[next].orThrow("HSETNX claim").int == 1
@@ -479,9 +492,13 @@ public final class StateStore: Sendable {
                 if case .null = previous, wrote { continue }
                 unsettled.append(index)
             }
-            _ = try replies[next].orThrow("PEXPIRE claim")
-            next += 1
+            if expired < expiring.count, expiring[expired].shard == group.shard {
+                _ = try replies[next].orThrow("PEXPIRE claim")
+                next += 1
+                expired += 1
+            }
         }
+        expiries.mark(expiring, now: now)
         if unsettled.isEmpty { return out }
         let settled = try await settleClaims(
             app: app, pairs: unsettled.map { pairs[$0] }, owner: owner, value: value, now: now, window: window)
@@ -533,12 +550,13 @@ public final class StateStore: Sendable {
 
     /// Confirms pairs as delivered (after the provider's 200): each field becomes `1` in the window `now` falls in,
     /// whoever held the claim, and that window's hash lives two windows from now. One pipelined round trip: an
-    /// `HSET` of every pair of a shard and a `PEXPIRE` per shard.
+    /// `HSET` of every pair of a shard and, when `expiries` says it is due, a `PEXPIRE` per shard.
     public func confirmDelivered(
         app: String, pairs: [DeliveryPair], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws {
         if pairs.isEmpty { return }
         var batch = RedisBatch(capacity: 64 + pairs.count * 32)
+        var expiring: [ExpiryMemo.Key] = []
         for group in Self.deliveryGroups(pairs) {
             batch.command("HSET", arguments: 1 + 2 * group.indices.count)
             Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
@@ -546,11 +564,17 @@ public final class StateStore: Sendable {
                 batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventID, token: pairs[index].token))
                 batch.argument(DeliveryClaim.deliveredValue)
             }
-            batch.command("PEXPIRE", arguments: 2)
-            Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
-            batch.argument(2 * window)
+            let key = ExpiryMemo.Key(
+                kind: ExpiryMemo.deliveredKind, app: app, shard: group.shard, period: now / window)
+            if expiries.isDue(key, now: now) {
+                batch.command("PEXPIRE", arguments: 2)
+                Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
+                batch.argument(2 * window)
+                expiring.append(key)
+            }
         }
         try await connection.write(batch, what: "HSET")
+        expiries.mark(expiring, now: now)
     }
 
     /// Releases this owner's claims on pairs that were not delivered (the notification went to the retry topic,
@@ -685,7 +709,7 @@ public final class StateStore: Sendable {
         var devices: [Device] = []
         var index = 0
         while index + 1 < values.count {
-            if let data = values[index + 1].data, let device = try? Device.fromStoredJSON(data) {
+            if let data = values[index + 1].data, let device = decodedDevice(data) {
                 devices.append(device)
             } else {
                 let token = values[index].text ?? ""
@@ -702,13 +726,24 @@ public final class StateStore: Sendable {
 
     private func decodePreferences(_ reply: RedisValue, user: String) throws -> Preferences {
         guard case .string(let data) = reply else { return Preferences() }
+        if let known = decoded.withLock({ $0.preferences[data] }) { return known }
         do {
-            return try Preferences.fromJSON(data)
+            let preferences = try Preferences.fromJSON(data)
+            decoded.withLock { $0.remember(preferences, for: data) }
+            return preferences
         } catch {
             logger.warning(
                 "stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])
             return Preferences()
         }
+    }
+
+    /// A stored device entry decoded (nil when it is not valid JSON), through `decoded`.
+    private func decodedDevice(_ data: Data) -> Device? {
+        if let known = decoded.withLock({ $0.devices[data] }) { return known }
+        guard let device = try? Device.fromStoredJSON(data) else { return nil }
+        decoded.withLock { $0.remember(device, for: data) }
+        return device
     }
 
     private static func decodeUnread(_ reply: RedisValue) throws -> Unread {
@@ -956,4 +991,35 @@ enum Scripts {
         redis.call('ZREM', KEYS[2], ARGV[1])
         return 1
         """
+}
+
+/// `StateStore`'s decoded devices and preferences, by stored bytes. Each table holds at most `byteLimit` bytes of
+/// stored JSON (entries over `entryLimit` bytes are not kept) and is emptied when a new entry would pass it:
+/// decoding is a pure function of the bytes, so any entry is always right, and the bound keeps a stage's memory
+/// flat however many users it reads (a decoded value takes a few times its JSON's bytes).
+struct DecodedState {
+    static let byteLimit = 4 << 20
+    static let entryLimit = 16 << 10
+    var devices: [Data: Device] = [:]
+    var preferences: [Data: Preferences] = [:]
+    var deviceBytes = 0
+    var preferenceBytes = 0
+
+    mutating func remember(_ device: Device, for data: Data) {
+        guard data.count <= Self.entryLimit else { return }
+        if deviceBytes + data.count > Self.byteLimit {
+            devices.removeAll(keepingCapacity: true)
+            deviceBytes = 0
+        }
+        if devices.updateValue(device, forKey: data) == nil { deviceBytes += data.count }
+    }
+
+    mutating func remember(_ preferences: Preferences, for data: Data) {
+        guard data.count <= Self.entryLimit else { return }
+        if preferenceBytes + data.count > Self.byteLimit {
+            self.preferences.removeAll(keepingCapacity: true)
+            preferenceBytes = 0
+        }
+        if self.preferences.updateValue(preferences, forKey: data) == nil { preferenceBytes += data.count }
+    }
 }

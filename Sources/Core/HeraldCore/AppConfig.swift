@@ -191,54 +191,139 @@ public struct TemplateConfig: Sendable, Hashable {
     }
 }
 
-/// Everything the core needs to know about one app (tenant). Immutable; the
-/// per-locale string tables are resolved once, at construction.
+/// Everything the core needs to know about one app (tenant). Immutable but for the policies below; the
+/// per-locale string tables are resolved once, at construction. A copy is one reference: the fields live in one
+/// shared storage, copied only when a copy's policy is changed (stages look an app up for every record).
 public struct AppConfig: Sendable {
-    public let appID: String
-    public let payloadProfile: PayloadProfile
-    public let multiDevice: MultiDeviceMode
+    public var appID: String { storage.appID }
+    public var payloadProfile: PayloadProfile { storage.payloadProfile }
+    public var multiDevice: MultiDeviceMode { storage.multiDevice }
     /// App-wide badge switch; a user's `badge: false` also turns it off.
-    public let badge: Bool
-    public let templates: TemplateConfig
+    public var badge: Bool { storage.badge }
+    public var templates: TemplateConfig { storage.templates }
     /// Per-locale overrides of catalog keys (`CatalogKey` raw values).
-    public let catalogs: [String: [String: String]]
-    public let credentials: [APNsCredential]
+    public var catalogs: [String: [String: String]] { storage.catalogs }
+    public var credentials: [APNsCredential] { storage.credentials }
     /// `apns-expiration` of chat alerts, seconds after the event time.
-    public let expirationSeconds: Int64
+    public var expirationSeconds: Int64 { storage.expirationSeconds }
     /// `apns-expiration` of call pushes, seconds after the event time.
-    public let callExpirationSeconds: Int64
+    public var callExpirationSeconds: Int64 { storage.callExpirationSeconds }
     /// FCM HTTP v1 credentials, by provider id; the first is used for devices without one.
-    public let fcmCredentials: [FCMCredential]
+    public var fcmCredentials: [FCMCredential] { storage.fcmCredentials }
     /// Custom webhook providers; the first is used for devices without a provider id.
-    public let webhooks: [WebhookCredential]
-    public let fcm: FCMOptions
+    public var webhooks: [WebhookCredential] { storage.webhooks }
+    public var fcm: FCMOptions { storage.fcm }
     /// Where chat notifications' `apns-collapse-id` (FCM `collapse_key`) comes from. `.message` derives it from
     /// the message, so a duplicate that still reaches a device (the crash window of docs/pipeline.md) replaces
     /// the first notification instead of stacking; the price is that a later notification with the same id
     /// (an edit of that message) replaces it too. Calls always collapse by call session.
-    public let collapseID: CollapseIDSource
-    public let payloadOptions: PayloadOptions
+    public var collapseID: CollapseIDSource { storage.collapseID }
+    public var payloadOptions: PayloadOptions { storage.payloadOptions }
     /// The app's default trigger, template and display style, used in each of those fields a user never set
     /// (`effectivePreferences`). Nil: the built-in defaults.
-    public let userDefaults: Preferences?
+    public var userDefaults: Preferences? { storage.userDefaults }
     /// Which priority class (and so which lane) each kind of event gets (`Priority.classify`).
-    public let priority: PriorityPolicy
+    public var priority: PriorityPolicy { storage.priority }
     /// Herald keeps the unread and mention counts itself (docs/behaviour.md §12): resolve counts every message
     /// event for its recipients, and the badge and Sendbird's counts use them. Off by default (`set_unread`).
-    public var counts = false
+    public var counts: Bool {
+        get { storage.counts }
+        set { unique().counts = newValue }
+    }
     /// `aps.interruption-level` and `aps.relevance-score` of alerts, by the rule that classed each push.
-    public var interruption = InterruptionPolicy()
+    public var interruption: InterruptionPolicy {
+        get { storage.interruption }
+        set { unique().interruption = newValue }
+    }
     /// Burst coalescing per (user, conversation) (docs/behaviour.md §6a); off by default.
-    public var coalesce = CoalescePolicy()
+    public var coalesce: CoalescePolicy {
+        get { storage.coalesce }
+        set { unique().coalesce = newValue }
+    }
     /// At most so many visible pushes per user per minute (docs/behaviour.md §6b); off by default.
-    public var floodGuard = FloodPolicy()
+    public var floodGuard: FloodPolicy {
+        get { storage.floodGuard }
+        set { unique().floodGuard = newValue }
+    }
     /// Clears on the user's other devices when a conversation is read (docs/behaviour.md §6c); on by default.
-    public var readSync = ReadSyncPolicy()
+    public var readSync: ReadSyncPolicy {
+        get { storage.readSync }
+        set { unique().readSync = newValue }
+    }
+    var strings: [String: Strings] { storage.strings }
+    var english: Strings { storage.english }
+    var customTemplates: [String: (text: Template, file: Template)] { storage.customTemplates }
+    var titleTemplate: Template? { storage.titleTemplate }
 
-    let strings: [String: Strings]
-    let english: Strings
-    let customTemplates: [String: (text: Template, file: Template)]
-    let titleTemplate: Template?
+    /// The fields, shared by copies; `unique()` copies them before a change when another copy holds them too.
+    private final class Storage: @unchecked Sendable {
+        let appID: String
+        let payloadProfile: PayloadProfile
+        let multiDevice: MultiDeviceMode
+        let badge: Bool
+        let templates: TemplateConfig
+        let catalogs: [String: [String: String]]
+        let credentials: [APNsCredential]
+        let expirationSeconds: Int64
+        let callExpirationSeconds: Int64
+        let fcmCredentials: [FCMCredential]
+        let webhooks: [WebhookCredential]
+        let fcm: FCMOptions
+        let collapseID: CollapseIDSource
+        let payloadOptions: PayloadOptions
+        let userDefaults: Preferences?
+        let priority: PriorityPolicy
+        var counts: Bool
+        var interruption: InterruptionPolicy
+        var coalesce: CoalescePolicy
+        var floodGuard: FloodPolicy
+        var readSync: ReadSyncPolicy
+        let strings: [String: Strings]
+        let english: Strings
+        let customTemplates: [String: (text: Template, file: Template)]
+        let titleTemplate: Template?
+
+        init(
+            appID: String, payloadProfile: PayloadProfile, multiDevice: MultiDeviceMode, badge: Bool, templates: TemplateConfig, catalogs: [String: [String: String]], credentials: [APNsCredential], expirationSeconds: Int64, callExpirationSeconds: Int64, fcmCredentials: [FCMCredential], webhooks: [WebhookCredential], fcm: FCMOptions, collapseID: CollapseIDSource, payloadOptions: PayloadOptions, userDefaults: Preferences?, priority: PriorityPolicy, counts: Bool, interruption: InterruptionPolicy, coalesce: CoalescePolicy, floodGuard: FloodPolicy, readSync: ReadSyncPolicy, strings: [String: Strings], english: Strings, customTemplates: [String: (text: Template, file: Template)], titleTemplate: Template?
+        ) {
+            self.appID = appID
+            self.payloadProfile = payloadProfile
+            self.multiDevice = multiDevice
+            self.badge = badge
+            self.templates = templates
+            self.catalogs = catalogs
+            self.credentials = credentials
+            self.expirationSeconds = expirationSeconds
+            self.callExpirationSeconds = callExpirationSeconds
+            self.fcmCredentials = fcmCredentials
+            self.webhooks = webhooks
+            self.fcm = fcm
+            self.collapseID = collapseID
+            self.payloadOptions = payloadOptions
+            self.userDefaults = userDefaults
+            self.priority = priority
+            self.counts = counts
+            self.interruption = interruption
+            self.coalesce = coalesce
+            self.floodGuard = floodGuard
+            self.readSync = readSync
+            self.strings = strings
+            self.english = english
+            self.customTemplates = customTemplates
+            self.titleTemplate = titleTemplate
+        }
+
+        func copy() -> Storage {
+            Storage(appID: appID, payloadProfile: payloadProfile, multiDevice: multiDevice, badge: badge, templates: templates, catalogs: catalogs, credentials: credentials, expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds, fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID, payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: counts, interruption: interruption, coalesce: coalesce, floodGuard: floodGuard, readSync: readSync, strings: strings, english: english, customTemplates: customTemplates, titleTemplate: titleTemplate)
+        }
+    }
+
+    private var storage: Storage
+
+    private mutating func unique() -> Storage {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        return storage
+    }
 
     public init(
         appID: String = "default", payloadProfile: PayloadProfile = .compact,
@@ -250,31 +335,15 @@ public struct AppConfig: Sendable {
         collapseID: CollapseIDSource = .none, payloadOptions: PayloadOptions = PayloadOptions(),
         userDefaults: Preferences? = nil, priority: PriorityPolicy = PriorityPolicy()
     ) {
-        self.appID = appID
-        self.payloadProfile = payloadProfile
-        self.multiDevice = multiDevice
-        self.badge = badge
         // CometChat carries the sender in the alert title, so its body is the message alone.
         var templates = templates
         if case .cometchat = payloadProfile, templates.defaultPair == nil {
             templates.defaultPair = TemplatePair(text: "{message}", file: "{filename}")
         }
-        self.templates = templates
         var normalizedCatalogs: [String: [String: String]] = [:]
         for (locale, table) in catalogs {
             normalizedCatalogs[Language.normalize(locale), default: [:]].merge(table) { $1 }
         }
-        self.catalogs = normalizedCatalogs
-        self.credentials = credentials
-        self.expirationSeconds = expirationSeconds
-        self.callExpirationSeconds = callExpirationSeconds
-        self.fcmCredentials = fcmCredentials
-        self.webhooks = webhooks
-        self.fcm = fcm
-        self.collapseID = collapseID
-        self.payloadOptions = payloadOptions
-        self.userDefaults = userDefaults
-        self.priority = priority
 
         // Resolution order for a key in locale L: app catalog[L], app templates,
         // built-in catalog[L], app catalog[en], built-in English.
@@ -296,12 +365,18 @@ public struct AppConfig: Sendable {
         for locale in locales {
             tables[locale] = Strings(locale: locale) { lookup(locale, $0) }
         }
-        strings = tables
-        english = tables["en"] ?? Strings(locale: "en") { lookup("en", $0) }
+        let english = tables["en"] ?? Strings(locale: "en") { lookup("en", $0) }
         var custom: [String: (text: Template, file: Template)] = [:]
         for (k, pair) in templates.customTypes { custom[k] = (Template(pair.text), Template(pair.file)) }
-        customTemplates = custom
-        titleTemplate = templates.title.map(Template.init)
+        storage = Storage(
+            appID: appID, payloadProfile: payloadProfile, multiDevice: multiDevice, badge: badge,
+            templates: templates, catalogs: normalizedCatalogs, credentials: credentials,
+            expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds,
+            fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID,
+            payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: false,
+            interruption: InterruptionPolicy(), coalesce: CoalescePolicy(), floodGuard: FloodPolicy(),
+            readSync: ReadSyncPolicy(), strings: tables, english: english, customTemplates: custom,
+            titleTemplate: templates.title.map(Template.init))
     }
 
     /// The string table for a user's preferred languages: the first one picks

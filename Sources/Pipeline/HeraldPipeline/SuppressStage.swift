@@ -28,10 +28,24 @@ public struct SuppressProcessor: StageProcessor {
         self.apps = apps
     }
 
-    /// One input after the rules: a finished result, or a delivery still to be written (its event's bytes kept).
+    /// One input after the rules: a finished result, or a delivery still to be written.
     enum Decided {
         case done(StageResult)
-        case deliver(ResolvedRecord, targets: [Device], eventBytes: [UInt8]?)
+        case deliver(Delivery)
+    }
+
+    /// A delivery still to be written: the record, the devices to push and its event's bytes. A class, so the
+    /// batch's passes over the decisions (bursts, flood guard, outputs) share it instead of copying the record.
+    final class Delivery: Sendable {
+        let record: ResolvedRecord
+        let targets: [Device]
+        let eventBytes: [UInt8]?
+
+        init(_ record: ResolvedRecord, targets: [Device], eventBytes: [UInt8]?) {
+            self.record = record
+            self.targets = targets
+            self.eventBytes = eventBytes
+        }
     }
 
     public func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
@@ -47,10 +61,10 @@ public struct SuppressProcessor: StageProcessor {
         return decided.enumerated().map { index, d in
             switch d {
             case .done(let result): return result
-            case .deliver(let record, let targets, let eventBytes):
-                if case .held? = floods[index] { return current.floodHeld(record, now: now) }
+            case .deliver(let d):
+                if case .held? = floods[index] { return current.floodHeld(d.record, now: now) }
                 return current.deliverResult(
-                    record, targets: targets, eventBytes: eventBytes, step: steps[index], now: now)
+                    d.record, targets: d.targets, eventBytes: d.eventBytes, step: steps[index], now: now)
             }
         }
     }
@@ -59,8 +73,8 @@ public struct SuppressProcessor: StageProcessor {
         var reuse = EventReuse()
         switch decide(input, now: now, reuse: &reuse) {
         case .done(let result): return result
-        case .deliver(let record, let targets, let eventBytes):
-            return deliverResult(record, targets: targets, eventBytes: eventBytes, step: nil, now: now)
+        case .deliver(let d):
+            return deliverResult(d.record, targets: d.targets, eventBytes: d.eventBytes, step: nil, now: now)
         }
     }
 
@@ -71,11 +85,13 @@ public struct SuppressProcessor: StageProcessor {
         let nowMillis = BatchContext.millis(now)
         var asks: [(index: Int, message: BurstMessage)] = []
         for (index, d) in decided.enumerated() {
-            guard case .deliver(let record, let targets, let eventBytes) = d else { continue }
+            guard case .deliver(let delivery) = d else { continue }
+            let record = delivery.record
             let event = record.event
             let app = apps.app(event.appID)
             guard Coalescing.eligible(event, recipient: record.recipient, app: app) else { continue }
-            let held = deliverable(record, targets: targets, burst: nil).wireBytes(eventBytes: eventBytes)
+            let held = deliverable(record, targets: delivery.targets, burst: nil).wireBytes(
+                eventBytes: delivery.eventBytes)
             asks.append(
                 (
                     index,
@@ -94,15 +110,17 @@ public struct SuppressProcessor: StageProcessor {
         let nowMillis = BatchContext.millis(now)
         var asks: [(index: Int, message: BurstMessage)] = []
         for (index, d) in decided.enumerated() {
-            guard case .deliver(let record, let targets, let eventBytes) = d else { continue }
+            guard case .deliver(let delivery) = d else { continue }
             if case .held? = steps[index] { continue }
+            let record = delivery.record
             let event = record.event
             let app = apps.app(event.appID)
             guard app.floodGuard.isOn, !FloodGuard.exempt(event) else { continue }
             var message = BurstMessage(
                 appID: event.appID, user: record.recipient, conversation: "", at: nowMillis, policy: app.coalesce,
                 lane: lane,
-                record: deliverable(record, targets: targets, burst: nil).wireBytes(eventBytes: eventBytes))
+                record: deliverable(record, targets: delivery.targets, burst: nil).wireBytes(
+                    eventBytes: delivery.eventBytes))
             message.flood = app.floodGuard
             asks.append((index, message))
         }
@@ -158,7 +176,7 @@ public struct SuppressProcessor: StageProcessor {
         case .suppress(let reason):
             return .done(suppressed(record, reason: reason.rawValue, now: now))
         case .deliver(let targets):
-            return .deliver(record, targets: targets, eventBytes: reuse.lastEventBytes)
+            return .deliver(Delivery(record, targets: targets, eventBytes: reuse.lastEventBytes))
         }
     }
 
