@@ -5,7 +5,7 @@ import Testing
 
 @testable import HeraldRedis
 
-@Suite("Shard keys' TTLs set once a minute, and decoded state kept within its bound")
+@Suite("Shard keys' TTLs set once a minute")
 struct ExpiryMemoTests {
     static let t0: Int64 = 1_732_000_000_000
 
@@ -81,25 +81,5 @@ struct ExpiryMemoTests {
         try await store.record([entry(t + 61_000)])
         #expect(try await redis.send("PTTL", key).int ?? -10 > ttl)
         #expect(try await redis.send("LLEN", key).int == 3, "every line was written")
-    }
-
-    @Test("decoded devices and preferences stay within their byte bound")
-    func decodedBound() {
-        var state = DecodedState()
-        let big = Data(repeating: 0x20, count: DecodedState.entryLimit + 1)
-        state.remember(Device(token: "t"), for: big)
-        #expect(state.devices.isEmpty, "an entry over the per-entry limit is not kept")
-        let entry = Data(repeating: 0x20, count: DecodedState.entryLimit)
-        var kept = 0
-        for n in 0..<(DecodedState.byteLimit / entry.count + 3) {
-            var data = entry
-            data[0] = UInt8(n % 256)
-            data[1] = UInt8(n / 256)
-            state.remember(Preferences(), for: data)
-            kept = max(kept, state.preferences.count)
-            #expect(state.preferenceBytes <= DecodedState.byteLimit)
-        }
-        #expect(kept == DecodedState.byteLimit / entry.count)
-        #expect(state.preferences.count < kept, "emptied when full")
     }
 }

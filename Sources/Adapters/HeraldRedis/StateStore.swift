@@ -16,9 +16,6 @@ import Synchronization
 public final class StateStore: Sendable {
     public let connection: RedisConnection
     private let logger: Logger
-    /// Devices and preferences already decoded, by their stored JSON's exact bytes: a user read again (in every
-    /// group message they receive) costs a hash of those bytes instead of a JSON parse. Bounded; emptied when full.
-    private let decoded = Mutex(DecodedState())
     /// The delivery-record shard keys whose TTL this store set lately (`ExpiryMemo`).
     let expiries = ExpiryMemo()
 
@@ -709,7 +706,7 @@ public final class StateStore: Sendable {
         var devices: [Device] = []
         var index = 0
         while index + 1 < values.count {
-            if let data = values[index + 1].data, let device = decodedDevice(data) {
+            if let data = values[index + 1].data, let device = try? Device.fromStoredJSON(data) {
                 devices.append(device)
             } else {
                 let token = values[index].text ?? ""
@@ -726,24 +723,13 @@ public final class StateStore: Sendable {
 
     private func decodePreferences(_ reply: RedisValue, user: String) throws -> Preferences {
         guard case .string(let data) = reply else { return Preferences() }
-        if let known = decoded.withLock({ $0.preferences[data] }) { return known }
         do {
-            let preferences = try Preferences.fromJSON(data)
-            decoded.withLock { $0.remember(preferences, for: data) }
-            return preferences
+            return try Preferences.fromJSON(data)
         } catch {
             logger.warning(
                 "stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])
             return Preferences()
         }
-    }
-
-    /// A stored device entry decoded (nil when it is not valid JSON), through `decoded`.
-    private func decodedDevice(_ data: Data) -> Device? {
-        if let known = decoded.withLock({ $0.devices[data] }) { return known }
-        guard let device = try? Device.fromStoredJSON(data) else { return nil }
-        decoded.withLock { $0.remember(device, for: data) }
-        return device
     }
 
     private static func decodeUnread(_ reply: RedisValue) throws -> Unread {
@@ -991,35 +977,4 @@ enum Scripts {
         redis.call('ZREM', KEYS[2], ARGV[1])
         return 1
         """
-}
-
-/// `StateStore`'s decoded devices and preferences, by stored bytes. Each table holds at most `byteLimit` bytes of
-/// stored JSON (entries over `entryLimit` bytes are not kept) and is emptied when a new entry would pass it:
-/// decoding is a pure function of the bytes, so any entry is always right, and the bound keeps a stage's memory
-/// flat however many users it reads (a decoded value takes a few times its JSON's bytes).
-struct DecodedState {
-    static let byteLimit = 4 << 20
-    static let entryLimit = 16 << 10
-    var devices: [Data: Device] = [:]
-    var preferences: [Data: Preferences] = [:]
-    var deviceBytes = 0
-    var preferenceBytes = 0
-
-    mutating func remember(_ device: Device, for data: Data) {
-        guard data.count <= Self.entryLimit else { return }
-        if deviceBytes + data.count > Self.byteLimit {
-            devices.removeAll(keepingCapacity: true)
-            deviceBytes = 0
-        }
-        if devices.updateValue(device, forKey: data) == nil { deviceBytes += data.count }
-    }
-
-    mutating func remember(_ preferences: Preferences, for data: Data) {
-        guard data.count <= Self.entryLimit else { return }
-        if preferenceBytes + data.count > Self.byteLimit {
-            self.preferences.removeAll(keepingCapacity: true)
-            preferenceBytes = 0
-        }
-        if self.preferences.updateValue(preferences, forKey: data) == nil { preferenceBytes += data.count }
-    }
 }

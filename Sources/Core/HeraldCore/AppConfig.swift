@@ -284,7 +284,14 @@ public struct AppConfig: Sendable {
         let titleTemplate: Template?
 
         init(
-            appID: String, payloadProfile: PayloadProfile, multiDevice: MultiDeviceMode, badge: Bool, templates: TemplateConfig, catalogs: [String: [String: String]], credentials: [APNsCredential], expirationSeconds: Int64, callExpirationSeconds: Int64, fcmCredentials: [FCMCredential], webhooks: [WebhookCredential], fcm: FCMOptions, collapseID: CollapseIDSource, payloadOptions: PayloadOptions, userDefaults: Preferences?, priority: PriorityPolicy, counts: Bool, interruption: InterruptionPolicy, coalesce: CoalescePolicy, floodGuard: FloodPolicy, readSync: ReadSyncPolicy, strings: [String: Strings], english: Strings, customTemplates: [String: (text: Template, file: Template)], titleTemplate: Template?
+            appID: String, payloadProfile: PayloadProfile, multiDevice: MultiDeviceMode, badge: Bool,
+            templates: TemplateConfig, catalogs: [String: [String: String]], credentials: [APNsCredential],
+            expirationSeconds: Int64, callExpirationSeconds: Int64, fcmCredentials: [FCMCredential],
+            webhooks: [WebhookCredential], fcm: FCMOptions, collapseID: CollapseIDSource,
+            payloadOptions: PayloadOptions, userDefaults: Preferences?, priority: PriorityPolicy, counts: Bool,
+            interruption: InterruptionPolicy, coalesce: CoalescePolicy, floodGuard: FloodPolicy,
+            readSync: ReadSyncPolicy, strings: [String: Strings], english: Strings,
+            customTemplates: [String: (text: Template, file: Template)], titleTemplate: Template?
         ) {
             self.appID = appID
             self.payloadProfile = payloadProfile
@@ -314,7 +321,14 @@ public struct AppConfig: Sendable {
         }
 
         func copy() -> Storage {
-            Storage(appID: appID, payloadProfile: payloadProfile, multiDevice: multiDevice, badge: badge, templates: templates, catalogs: catalogs, credentials: credentials, expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds, fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID, payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: counts, interruption: interruption, coalesce: coalesce, floodGuard: floodGuard, readSync: readSync, strings: strings, english: english, customTemplates: customTemplates, titleTemplate: titleTemplate)
+            Storage(
+                appID: appID, payloadProfile: payloadProfile, multiDevice: multiDevice, badge: badge,
+                templates: templates, catalogs: catalogs, credentials: credentials,
+                expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds,
+                fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID,
+                payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: counts,
+                interruption: interruption, coalesce: coalesce, floodGuard: floodGuard, readSync: readSync,
+                strings: strings, english: english, customTemplates: customTemplates, titleTemplate: titleTemplate)
         }
     }
 
