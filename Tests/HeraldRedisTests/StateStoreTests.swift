@@ -134,7 +134,7 @@ struct StateStoreTests {
 
     @Test("claims: one owner claims, another sees it pending until confirmed, released or expired")
     func claims() async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         let store = StateStore(connection: redis)

@@ -16,7 +16,7 @@ struct TokenOwnershipTests {
     }
 
     func withStore(_ body: (StateStore) async throws -> Void) async throws {
-        let server = try RedisServer()
+        let server = try await RedisServer.start()
         let redis = RedisConnection(configuration: server.configuration)
         defer { redis.close() }
         try await body(StateStore(connection: redis))

@@ -219,7 +219,7 @@ struct HugeOutputProcessor: StageProcessor {
 
 @Suite(.serialized) struct StageLoopRejectionTests {
     @Test func anOutputTheBrokerRefusesForGoodIsDeadLetteredAndThePartitionMovesOn() async throws {
-        let broker = try TansuBroker()
+        let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
         try await produce(["ok-0", "huge-1", "ok-2", "huge-3", "ok-4"], topic: "in", brokers: broker.brokers)
         var configuration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: "reject-1", topics: ["in"])

@@ -71,7 +71,10 @@ public final class StageHTTPServer: Service, Sendable {
         let closed = ClosedCounters(registry: registry, labels: readinessLabels + [("endpoint", endpoint)])
         let channel = try await ServerBootstrap(group: eventLoopGroup)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(.backlog, value: 256)
+            // Room for a crowd of handshakes that arrives faster than the accept loop runs (the kernel caps it at
+            // net.core.somaxconn): a handshake that finds the queue full is dropped, and the client waits for its
+            // retransmission.
+            .serverChannelOption(.backlog, value: 4096)
             .bind(host: host, port: port) { child in
                 child.eventLoop.makeCompletedFuture {
                     let sync = child.pipeline.syncOperations
