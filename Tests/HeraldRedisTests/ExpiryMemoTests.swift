@@ -82,4 +82,20 @@ struct ExpiryMemoTests {
         #expect(try await redis.send("PTTL", key).int ?? -10 > ttl)
         #expect(try await redis.send("LLEN", key).int == 3, "every line was written")
     }
+
+    @Test("shards and delivery fields are FNV-1a 64 of the ids' UTF-8 bytes")
+    func fnvVectors() {
+        #expect(RedisKeys.fnv("") == 0xcbf2_9ce4_8422_2325)
+        #expect(RedisKeys.fnv("a") == 0xaf63_dc4c_8601_ec8c)
+        #expect(RedisKeys.fnv("foobar") == 0x8594_4171_f739_67e8)
+        let native = "événement-42"
+        let sliced = String(("x" + native).dropFirst())
+        let lazy = native.utf8.lazy.map { $0 }
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in lazy { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        #expect(RedisKeys.fnv(native) == h && RedisKeys.fnv(sliced) == h)
+        #expect(RedisKeys.deliveredShard(eventId: native) == h % RedisKeys.deliveredShards)
+        let field = RedisKeys.deliveredField(eventId: "foo", token: "bar")
+        #expect(field == withUnsafeBytes(of: RedisKeys.fnv("foo\u{0}bar").bigEndian) { Array($0) })
+    }
 }

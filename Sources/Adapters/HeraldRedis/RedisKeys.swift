@@ -76,9 +76,13 @@ public enum RedisKeys {
 
     /// FNV-1a 64 of `text`'s bytes, continuing from `hash`.
     static func fnv(_ text: String, _ hash: UInt64 = 0xcbf2_9ce4_8422_2325) -> UInt64 {
-        var h = hash
-        for b in text.utf8 { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
-        return h
+        func run(_ bytes: some Sequence<UInt8>) -> UInt64 {
+            var h = hash
+            for b in bytes { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+            return h
+        }
+        // Native strings hand over their UTF-8 buffer: a plain loop over it, without the string iterator.
+        return text.utf8.withContiguousStorageIfAvailable { run($0) } ?? run(text.utf8)
     }
 
     /// The idempotency shard of an event.
