@@ -256,18 +256,21 @@ public enum BinaryRecordFormat {
         _ type: T.Type, from bytes: [UInt8],
         _ body: (inout BinaryReader, UnsafeRawBufferPointer) throws(StageRecordError) -> T
     ) throws(StageRecordError) -> T {
-        let result: Result<T, StageRecordError> = bytes.withUnsafeBytes { raw in
-            var r = BinaryReader(raw, offset: 0, record: T.self)
-            do throws(StageRecordError) {
+        // The record is returned straight out of the closure (a `Result` around it cost a copy and a destroy of
+        // every record); `withUnsafeBytes` rethrows untyped, so its error is typed again here.
+        do {
+            return try bytes.withUnsafeBytes { (raw) throws(StageRecordError) -> T in
+                var r = BinaryReader(raw, offset: 0, record: T.self)
                 try readHeader(&r, T.self)
                 let record = try body(&r, raw)
                 guard r.isAtEnd else { throw r.fail("trailing bytes") }
-                return .success(record)
-            } catch {
-                return .failure(error)
+                return record
             }
+        } catch let error as StageRecordError {
+            throw error
+        } catch {
+            throw StageRecordError(record: "\(T.self)", detail: "\(error)")
         }
-        return try result.get()
     }
 
     private static func readHeader<T: BinaryRecord>(_ r: inout BinaryReader, _ type: T.Type) throws(StageRecordError) {
@@ -287,6 +290,12 @@ public enum BinaryRecordFormat {
 public protocol EventFirstRecord: BinaryRecord {
     /// Reads the rest of the record after its event.
     init(event: ChatEvent, rest r: inout BinaryReader) throws(StageRecordError)
+
+    /// `BinaryRecordFormat.decode(_:from:reusing:)` for this type. Each record type implements it here, in
+    /// HeraldCore, where the generic decoder is compiled for that type: called through this requirement from
+    /// another module, the decoder runs specialized instead of generic (a generic call across modules looks the
+    /// record's layout up at run time and copies it through its value witnesses).
+    static func decodeBinary(_ bytes: [UInt8], reusing reuse: inout EventReuse) throws(StageRecordError) -> Self
 }
 
 /// The events decoded from a batch's records, by their bytes. Resolve writes one event's bytes into the record of
@@ -586,10 +595,22 @@ extension ResolvedRecord: EventFirstRecord {
             event: event, recipient: try r.string(), state: try UserState(binary: &r),
             senderDisplayName: try r.optionalString())
     }
+
+    public static func decodeBinary(_ bytes: [UInt8], reusing reuse: inout EventReuse) throws(StageRecordError)
+        -> ResolvedRecord
+    {
+        try BinaryRecordFormat.decode(ResolvedRecord.self, from: bytes, reusing: &reuse)
+    }
 }
 
 extension DeliverableRecord: EventFirstRecord {
     public static let binaryType: UInt8 = 3
+
+    public static func decodeBinary(_ bytes: [UInt8], reusing reuse: inout EventReuse) throws(StageRecordError)
+        -> DeliverableRecord
+    {
+        try BinaryRecordFormat.decode(DeliverableRecord.self, from: bytes, reusing: &reuse)
+    }
 
     public func write(into w: inout BinaryWriter) {
         event.write(into: &w)

@@ -43,7 +43,7 @@ extension StageInput {
         guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
         do {
             if BinaryRecordFormat.isBinary(value) {
-                return try BinaryRecordFormat.decode(T.self, from: value, reusing: &reuse)
+                return try T.decodeBinary(value, reusing: &reuse)
             }
             return try StageCodec.decode(T.self, from: value)
         } catch { throw InvalidInput(detail: error.description) }
