@@ -596,7 +596,9 @@ extension ResolvedRecord: EventFirstRecord {
             senderDisplayName: try r.optionalString())
     }
 
-    public static func decodeBinary(_ bytes: [UInt8], reusing reuse: inout EventReuse) throws(StageRecordError)
+    public static func decodeBinary(
+        _ bytes: [UInt8], reusing reuse: inout EventReuse
+    ) throws(StageRecordError)
         -> ResolvedRecord
     {
         try BinaryRecordFormat.decode(ResolvedRecord.self, from: bytes, reusing: &reuse)
@@ -606,7 +608,9 @@ extension ResolvedRecord: EventFirstRecord {
 extension DeliverableRecord: EventFirstRecord {
     public static let binaryType: UInt8 = 3
 
-    public static func decodeBinary(_ bytes: [UInt8], reusing reuse: inout EventReuse) throws(StageRecordError)
+    public static func decodeBinary(
+        _ bytes: [UInt8], reusing reuse: inout EventReuse
+    ) throws(StageRecordError)
         -> DeliverableRecord
     {
         try BinaryRecordFormat.decode(DeliverableRecord.self, from: bytes, reusing: &reuse)
