@@ -86,9 +86,11 @@ public struct SuppressProcessor: StageProcessor {
         var asks: [(index: Int, message: BurstMessage)] = []
         for (index, d) in decided.enumerated() {
             guard case .deliver(let delivery) = d else { continue }
+            // Most apps coalesce nothing: look at the app before taking copies of the record.
+            let app = apps.app(delivery.record.event.appID)
+            guard app.coalesce.isOn else { continue }
             let record = delivery.record
             let event = record.event
-            let app = apps.app(event.appID)
             guard Coalescing.eligible(event, recipient: record.recipient, app: app) else { continue }
             let held = deliverable(record, targets: delivery.targets, burst: nil).wireBytes(
                 eventBytes: delivery.eventBytes)
@@ -112,10 +114,11 @@ public struct SuppressProcessor: StageProcessor {
         for (index, d) in decided.enumerated() {
             guard case .deliver(let delivery) = d else { continue }
             if case .held? = steps[index] { continue }
+            let app = apps.app(delivery.record.event.appID)
+            guard app.floodGuard.isOn else { continue }
             let record = delivery.record
             let event = record.event
-            let app = apps.app(event.appID)
-            guard app.floodGuard.isOn, !FloodGuard.exempt(event) else { continue }
+            guard !FloodGuard.exempt(event) else { continue }
             var message = BurstMessage(
                 appID: event.appID, user: record.recipient, conversation: "", at: nowMillis, policy: app.coalesce,
                 lane: lane,

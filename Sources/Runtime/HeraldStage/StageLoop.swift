@@ -297,12 +297,13 @@ public final class StageLoop: Service, Sendable {
         var owner: [Int] = []
         records.reserveCapacity(batch.count)
         owner.reserveCapacity(batch.count)
-        for (index, result) in results.enumerated() where !result.handBack {
-            for output in result.outputs {
+        // By index, not `enumerated()`: each result is read in place instead of copied out.
+        for index in results.indices where !results[index].handBack {
+            for output in results[index].outputs {
                 records.append(ProducerRecord(topic: output.topic, key: output.key, value: output.value))
                 owner.append(index)
             }
-            if let letter = result.deadLetter {
+            if let letter = results[index].deadLetter {
                 let input = batch[index]
                 records.append(
                     deadLetterRecord(
@@ -369,11 +370,11 @@ public final class StageLoop: Service, Sendable {
         completed.reserveCapacity(batch.count)
         var tally = Tally()
         var explainEntries: [ExplainEntry] = []
-        for (index, result) in prepared.results.enumerated() {
-            if result.handBack || failedOwners.contains(index) { continue }
+        for index in prepared.results.indices {
+            if prepared.results[index].handBack || failedOwners.contains(index) { continue }
             completed.append(batch[index])
-            tally.add(result, input: batch[index], stage: processor.stage, logger: logger)
-            explainEntries += result.explain
+            tally.add(prepared.results[index], input: batch[index], stage: processor.stage, logger: logger)
+            explainEntries += prepared.results[index].explain
         }
         consumer.complete(completed)
         let left = state.withLock { s -> Int in
