@@ -464,14 +464,7 @@ public final class StateStore: Sendable {
                 Self.windowKey(app: app, shard: group.shard, window: now / window - 1, into: &batch)
                 batch.argument(fields[index])
             }
-            let key = ExpiryMemo.Key(
-                kind: ExpiryMemo.deliveredKind, app: app, shard: group.shard, period: now / window)
-            if expiries.isDue(key, now: now) {
-                batch.command("PEXPIRE", arguments: 2)
-                Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
-                batch.argument(2 * window)
-                expiring.append(key)
-            }
+            expireIfDue(app: app, shard: group.shard, now: now, window: window, into: &batch, &expiring)
         }
         let replies = try await connection.pipeline(batch)
         guard replies.count == batch.count else {
@@ -561,14 +554,7 @@ public final class StateStore: Sendable {
                 batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventID, token: pairs[index].token))
                 batch.argument(DeliveryClaim.deliveredValue)
             }
-            let key = ExpiryMemo.Key(
-                kind: ExpiryMemo.deliveredKind, app: app, shard: group.shard, period: now / window)
-            if expiries.isDue(key, now: now) {
-                batch.command("PEXPIRE", arguments: 2)
-                Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
-                batch.argument(2 * window)
-                expiring.append(key)
-            }
+            expireIfDue(app: app, shard: group.shard, now: now, window: window, into: &batch, &expiring)
         }
         try await connection.write(batch, what: "HSET")
         expiries.mark(expiring, now: now)
@@ -662,6 +648,20 @@ public final class StateStore: Sendable {
                 try replies[2 * index + offset].orThrow("HGET").text == DeliveryClaim.deliveredValue
             }
         }
+    }
+
+    /// Adds the `PEXPIRE` of a shard's hash for the window `now` falls in (two windows) when `expiries` says it is
+    /// due, and notes its key in `expiring` (to `mark` once the round trip succeeded).
+    private func expireIfDue(
+        app: String, shard: UInt64, now: Int64, window: Int64, into batch: inout RedisBatch,
+        _ expiring: inout [ExpiryMemo.Key]
+    ) {
+        let key = ExpiryMemo.Key(kind: ExpiryMemo.deliveredKind, app: app, shard: shard, period: now / window)
+        guard expiries.isDue(key, now: now) else { return }
+        batch.command("PEXPIRE", arguments: 2)
+        Self.windowKey(app: app, shard: shard, window: now / window, into: &batch)
+        batch.argument(2 * window)
+        expiring.append(key)
     }
 
     /// Pairs grouped by idempotency shard (in the order shards first appear), so each script touches one slot.
