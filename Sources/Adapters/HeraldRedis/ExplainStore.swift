@@ -51,7 +51,8 @@ public final class ExplainStore: Sendable {
 
     /// The commands `record` sends: per hourly log touched, one `RPUSH` of its lines (in entry order) and one
     /// `PEXPIRE` (see `expire`); per last-decision shard touched, one `HSET` of its users' latest decisions.
-    /// Empty when there is nothing to keep. (Tests hold it to the commands spelled out one by one; `herald-bench redis` times it.)
+    /// Empty when there is nothing to keep. (Tests hold it to the commands spelled out one by one; `herald-bench
+    /// redis` times it.)
     ///
     /// `expire` says, per hourly log (app, shard, hour), whether its `PEXPIRE` goes in (`record` asks its
     /// `ExpiryMemo`); by default every log's does.
@@ -68,14 +69,14 @@ public final class ExplainStore: Sendable {
             let app: String
             let shard: UInt64
         }
-        var logs: [LogRef: [[UInt8]]] = [:]
+        // First the entries' places (by index), then every line written straight from its entry through one
+        // scratch buffer: no array per line, no copy of an entry.
+        var logs: [LogRef: [Int]] = [:]
         var logOrder: [LogRef] = []
-        var decisions: [ShardRef: [(user: String, line: [UInt8])]] = [:]
+        var decisions: [ShardRef: [Int]] = [:]
         var decisionOrder: [ShardRef] = []
         var lastEvent: (app: String, event: String, shard: UInt64)?
-        for entry in entries {
-            var line: [UInt8] = []
-            line.reserveCapacity(96)
+        for (index, entry) in entries.enumerated() {
             if !entry.isRoutine || fullTrail.wantsAll(entry) {
                 let shard: UInt64
                 if let last = lastEvent, last.event == entry.eventID, last.app == entry.appID {
@@ -86,30 +87,27 @@ public final class ExplainStore: Sendable {
                 }
                 let ref = LogRef(
                     app: entry.appID, shard: shard, hour: entry.at / RedisKeys.explainHourMilliseconds)
-                entry.writeLine(into: &line, base: ref.hour * RedisKeys.explainHourMilliseconds)
-                line.removeLast()  // the newline: each line is one list element
                 if logs[ref] == nil { logOrder.append(ref) }
-                logs[ref, default: []].append(line)
+                logs[ref, default: []].append(index)
             }
             if let user = entry.user, entry.token == nil {
-                // The user is the field: the value leaves it out (and stays within Redis's 64-byte listpack
-                // values for ids of up to about 20 characters).
-                var decision = entry
-                decision.user = nil
-                line.removeAll(keepingCapacity: true)
-                decision.writeLine(into: &line)
-                line.removeLast()
                 let ref = ShardRef(app: entry.appID, shard: RedisKeys.lastDecisionShard(user: user))
                 if decisions[ref] == nil { decisionOrder.append(ref) }
-                decisions[ref, default: []].append((user, line))
+                decisions[ref, default: []].append(index)
             }
         }
         var batch = RedisBatch(capacity: 64 + entries.count * 120)
+        var line: [UInt8] = []
+        line.reserveCapacity(256)
         for ref in logOrder {
-            let lines = logs[ref] ?? []
-            batch.command("RPUSH", arguments: 1 + lines.count)
+            let indices = logs[ref] ?? []
+            batch.command("RPUSH", arguments: 1 + indices.count)
             logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
-            for line in lines { batch.argument(line) }
+            for index in indices {
+                line.removeAll(keepingCapacity: true)
+                entries[index].writeLine(into: &line, base: ref.hour * RedisKeys.explainHourMilliseconds)
+                batch.argument(line[..<(line.count - 1)])  // the newline left out: each line is one list element
+            }
             guard expire(ref.app, ref.shard, ref.hour) else { continue }
             batch.command("PEXPIRE", arguments: 2)
             logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
@@ -117,12 +115,16 @@ public final class ExplainStore: Sendable {
             batch.argument(ttlMilliseconds + RedisKeys.explainHourMilliseconds)
         }
         for ref in decisionOrder {
-            let list = decisions[ref] ?? []
-            batch.command("HSET", arguments: 1 + 2 * list.count)
+            let indices = decisions[ref] ?? []
+            batch.command("HSET", arguments: 1 + 2 * indices.count)
             batch.argument(RedisKeys.prefix, ":", ref.app, ":last_decision:{l", String(ref.shard), "}")
-            for (user, line) in list {
-                batch.argument(user)
-                batch.argument(line)
+            for index in indices {
+                batch.argument(entries[index].user ?? "")
+                // The user is the field: the value leaves it out (and stays within Redis's 64-byte listpack
+                // values for ids of up to about 20 characters).
+                line.removeAll(keepingCapacity: true)
+                entries[index].writeLine(into: &line, omittingUser: true)
+                batch.argument(line[..<(line.count - 1)])
             }
         }
         return batch

@@ -121,7 +121,8 @@ extension ExplainEntry {
     /// stage, decision, reason, at, status, attempt, count, separated by tabs, absent values empty, `\\`, tab
     /// and newline escaped, ending in a newline. With `base` (the start of the hourly log the line goes to), `at`
     /// is written as the milliseconds since it: 7 digits instead of 13. `init(line:appID:base:)` reads it back.
-    public func writeLine(into out: inout [UInt8], base: Int64? = nil) {
+    /// `omittingUser` leaves the user field empty, as for an entry without one (a last decision, keyed by its user).
+    public func writeLine(into out: inout [UInt8], base: Int64? = nil, omittingUser: Bool = false) {
         func text(_ s: String?) {
             guard let s else { return }
             for b in s.utf8 {
@@ -135,7 +136,7 @@ extension ExplainEntry {
         }
         func number(_ n: Int64?) { if let n { out.append(contentsOf: String(n).utf8) } }
         text(eventID); out.append(9)
-        text(user); out.append(9)
+        text(omittingUser ? nil : user); out.append(9)
         text(token); out.append(9)
         text(stage); out.append(9)
         text(decision); out.append(9)
