@@ -115,6 +115,15 @@ struct ExplainStoreTests {
             #expect(try ExplainEntry(line: line.dropLast(), appID: "a") == e)
         }
         #expect(throws: StageRecordError.self) { try ExplainEntry(line: Array("x\ty".utf8), appID: "a") }
+        // Numbers are written digit by digit: zero, a ten, the extremes.
+        for (at, text) in [
+            (Int64(0), "0"), (10, "10"), (Int64.max, "9223372036854775807"), (Int64.min, "-9223372036854775808"),
+        ] {
+            var line: [UInt8] = []
+            ExplainEntry(appID: "a", eventID: "e", stage: "s", decision: "d", at: at, attempt: 10).writeLine(
+                into: &line)
+            #expect(String(decoding: line, as: UTF8.self) == "e\t\t\ts\td\t\t\(text)\t\t10\t\n")
+        }
         // In an hourly log the time counts from the hour's start (7 digits, not 13); a line written with an
         // absolute time reads the same.
         let hourStart: Int64 = 1_732_006_800_000

@@ -124,17 +124,35 @@ extension ExplainEntry {
     /// `omittingUser` leaves the user field empty, as for an entry without one (a last decision, keyed by its user).
     public func writeLine(into out: inout [UInt8], base: Int64? = nil, omittingUser: Bool = false) {
         func text(_ s: String?) {
-            guard let s else { return }
-            for b in s.utf8 {
-                switch b {
-                case UInt8(ascii: "\\"): out.append(b); out.append(b)
-                case 9: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "t"))
-                case 10: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "n"))
-                default: out.append(b)
+            guard var s else { return }
+            s.withUTF8 { bytes in
+                // Most ids hold nothing to escape: then the bytes go in at once.
+                if !bytes.contains(where: { $0 == UInt8(ascii: "\\") || $0 == 9 || $0 == 10 }) {
+                    out.append(contentsOf: bytes)
+                    return
+                }
+                for b in bytes {
+                    switch b {
+                    case UInt8(ascii: "\\"): out.append(b); out.append(b)
+                    case 9: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "t"))
+                    case 10: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "n"))
+                    default: out.append(b)
+                    }
                 }
             }
         }
-        func number(_ n: Int64?) { if let n { out.append(contentsOf: String(n).utf8) } }
+        func number(_ n: Int64?) {
+            guard let n else { return }
+            // Digits written in place, without a String per number.
+            if n < 0 { out.append(UInt8(ascii: "-")) }
+            var magnitude = n.magnitude
+            let start = out.count
+            repeat {
+                out.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+                magnitude /= 10
+            } while magnitude > 0
+            out[start...].reverse()
+        }
         text(eventID); out.append(9)
         text(omittingUser ? nil : user); out.append(9)
         text(token); out.append(9)
