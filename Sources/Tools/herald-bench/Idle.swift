@@ -14,7 +14,7 @@ struct IdleBench: AsyncParsableCommand {
             lets it settle, then reads each process's CPU time (utime + stime in /proc/PID/stat) at the start and the
             end of --seconds with no traffic. Prints each process's share of one core and the fleet's total against
             the targets (a stage at most 0.3 %, the fleet, broker included, at most 3 %), and writes IDLE.md and
-            IDLE.json into --out (default run/bench-reports/idle-<time>). A benchmark: it prints figures; --check
+            IDLE.json into --out (default run/bench-reports/idle-<time>-<pid>). A benchmark: it prints figures; --check
             makes a miss of a target the exit status.
             """)
 

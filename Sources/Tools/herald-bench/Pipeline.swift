@@ -12,7 +12,7 @@ struct PipelineBench: AsyncParsableCommand {
         discussion: """
             Either --backlog N (publish N events, then drain) or --rate R --seconds S (steady input).
             Latency runs from each event's created_at (set when it is published) to the stand-in's answer.
-            Writes REPORT.md, REPORT.svg and REPORT.json into --out (default run/bench-reports/<time>).
+            Writes REPORT.md, REPORT.svg and REPORT.json into --out (default run/bench-reports/<time>-<pid>).
             """)
 
     @OptionGroup var stack: StackOptions
@@ -128,10 +128,12 @@ struct PipelineBench: AsyncParsableCommand {
         print("check passed: " + passed)
     }
 
+    /// The time (UTC, to the second) and this process's id: two benches started in the same second (two builds run
+    /// side by side) write to directories of their own.
     static func stamp() -> String {
         let f = DateFormatter()
         f.dateFormat = "yyyyMMdd-HHmmss"
         f.timeZone = TimeZone(identifier: "UTC")
-        return f.string(from: Date())
+        return f.string(from: Date()) + "-\(ProcessInfo.processInfo.processIdentifier)"
     }
 }

@@ -14,7 +14,7 @@ struct StageBench: AsyncParsableCommand {
             per CPU-second (from /proc), its multiple of the decision core's cost per notification (herald-bench \
             decide, taken before and after the run), its peak memory (VmHWM), its time per hop, and whether every \
             input became an output, a counted suppression or a dead letter.
-            Writes REPORT.md and REPORT.json into --out (default run/bench-reports/stage-NAME-<time>).
+            Writes REPORT.md and REPORT.json into --out (default run/bench-reports/stage-NAME-<time>-<pid>).
             """)
 
     @Argument(help: "The stage: ingest, resolve, suppress, render or send.") var name: String
