@@ -258,6 +258,30 @@ struct StateTests {
         }
     }
 
+    @Test("a batch's events are kept for the next batch; a batch running beside it starts empty")
+    func eventReuseCarry() throws {
+        let e = try event(validEvent)
+        let carry = EventReuseCarry()
+        var first = carry.take()
+        #expect(first.reused == 0)
+        let a = ResolvedRecord(event: e, recipient: "u2", state: UserState())
+        _ = try ResolvedRecord.decodeBinary(StageCodec.encode(a), reusing: &first)
+        carry.keep(first)
+
+        var next = carry.take()
+        let beside = carry.take()
+        #expect(beside.reused == 0 && beside.lastEventBytes == nil, "taken while the next batch holds them: empty")
+        let b = ResolvedRecord(event: e, recipient: "u3", state: UserState(), senderDisplayName: "C")
+        #expect(try ResolvedRecord.decodeBinary(StageCodec.encode(b), reusing: &next) == b)
+        #expect(next.reused == 1, "the next batch took e from the first one instead of decoding it")
+        // An edited copy under the same id is decoded, never taken for the kept one.
+        var edited = e
+        edited.message?.text = "changed"
+        let c = ResolvedRecord(event: edited, recipient: "u4", state: UserState())
+        #expect(try ResolvedRecord.decodeBinary(StageCodec.encode(c), reusing: &next) == c)
+        #expect(next.reused == 1)
+    }
+
     @Test("records of one event decode their event once (in a row or not), to what decoding each alone gives")
     func eventReuse() throws {
         let e = try event(validEvent)

@@ -16,6 +16,7 @@
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
 import Foundation
+import Synchronization
 
 /// Appends binary record fields.
 public struct BinaryWriter: Sendable {
@@ -296,6 +297,22 @@ public protocol EventFirstRecord: BinaryRecord {
     /// another module, the decoder runs specialized instead of generic (a generic call across modules looks the
     /// record's layout up at run time and copies it through its value witnesses).
     static func decodeBinary(_ bytes: [UInt8], reusing reuse: inout EventReuse) throws(StageRecordError) -> Self
+}
+
+/// Keeps a batch's decoded events (`EventReuse`) for the next batch of the same stage: resolve writes an event's
+/// recipients to the partitions of their user ids, so a stage often reads some of them in one batch and the rest in
+/// the next. A batch takes what is kept (an empty set when another batch running at the same time has it) and keeps
+/// its own when done; an entry is used only when all its bytes match, so nothing kept can be wrong for a record.
+public final class EventReuseCarry: Sendable {
+    private let kept = Mutex<EventReuse?>(nil)
+
+    public init() {}
+
+    /// The events the last batch kept (none the first time, or while another batch holds them).
+    public func take() -> EventReuse { kept.withLock { $0.take() } ?? EventReuse() }
+
+    /// Keeps `reuse` for the next batch.
+    public func keep(_ reuse: EventReuse) { kept.withLock { $0 = reuse } }
 }
 
 /// The events decoded from a batch's records, by their bytes. Resolve writes one event's bytes into the record of

@@ -9,6 +9,8 @@ public struct RenderProcessor: StageProcessor {
     /// The apps (templates, catalogs, payload options): replaced when the pipeline file is reloaded.
     public let live: LiveAppDirectory
     public var apps: AppDirectory { live.current }
+    /// The events decoded by the last batch, for the next one (`EventReuseCarry`).
+    let events = EventReuseCarry()
 
     public init(outboundTopic: String, apps: AppDirectory) {
         self.init(outboundTopic: outboundTopic, live: LiveAppDirectory(apps))
@@ -23,10 +25,11 @@ public struct RenderProcessor: StageProcessor {
         let now = context.now()
         // One configuration for the whole batch, even when a reload swaps it meanwhile.
         let apps = live.current
-        var reuse = EventReuse()
+        var reuse = events.take()
         var results: [StageResult] = []
         results.reserveCapacity(batch.count)
         for input in batch { results.append(process(input, now: now, apps: apps, reuse: &reuse)) }
+        events.keep(reuse)
         return results
     }
 

@@ -22,6 +22,8 @@ public struct SuppressProcessor: StageProcessor {
     public var lane: Lane = .bulk
     /// Told when the burst ledger fails (the batch is then delivered without coalescing, never held up).
     public var onBurstFailure: @Sendable (any Error) -> Void = { _ in }
+    /// The events decoded by the last batch, for the next one (`EventReuseCarry`).
+    let events = EventReuseCarry()
 
     public init(deliverableTopic: String, apps: AppDirectory) {
         self.deliverableTopic = deliverableTopic
@@ -52,10 +54,11 @@ public struct SuppressProcessor: StageProcessor {
         let now = context.now()
         var current = self
         if let live { current.apps = live.current }
-        var reuse = EventReuse()
+        var reuse = events.take()
         var decided: [Decided] = []
         decided.reserveCapacity(batch.count)
         for input in batch { decided.append(current.decide(input, now: now, reuse: &reuse)) }
+        events.keep(reuse)
         let steps = await current.burstSteps(decided, now: now)
         let floods = await current.floodSteps(decided, steps: steps, now: now)
         return decided.enumerated().map { index, d in
