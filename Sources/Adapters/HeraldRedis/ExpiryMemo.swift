@@ -55,9 +55,4 @@ public final class ExpiryMemo: Sendable {
             for key in keys { known[key] = now }
         }
     }
-
-    /// Forgets every key (each is due again).
-    public func reset() {
-        setAt.withLock { $0.removeAll() }
-    }
 }

@@ -195,68 +195,68 @@ public struct TemplateConfig: Sendable, Hashable {
 /// per-locale string tables are resolved once, at construction. A copy is one reference: the fields live in one
 /// shared storage, copied only when a copy's policy is changed (stages look an app up for every record).
 public struct AppConfig: Sendable {
-    public var appID: String { storage.appID }
-    public var payloadProfile: PayloadProfile { storage.payloadProfile }
-    public var multiDevice: MultiDeviceMode { storage.multiDevice }
+    public var appID: String { storage.fields.appID }
+    public var payloadProfile: PayloadProfile { storage.fields.payloadProfile }
+    public var multiDevice: MultiDeviceMode { storage.fields.multiDevice }
     /// App-wide badge switch; a user's `badge: false` also turns it off.
-    public var badge: Bool { storage.badge }
-    public var templates: TemplateConfig { storage.templates }
+    public var badge: Bool { storage.fields.badge }
+    public var templates: TemplateConfig { storage.fields.templates }
     /// Per-locale overrides of catalog keys (`CatalogKey` raw values).
-    public var catalogs: [String: [String: String]] { storage.catalogs }
-    public var credentials: [APNsCredential] { storage.credentials }
+    public var catalogs: [String: [String: String]] { storage.fields.catalogs }
+    public var credentials: [APNsCredential] { storage.fields.credentials }
     /// `apns-expiration` of chat alerts, seconds after the event time.
-    public var expirationSeconds: Int64 { storage.expirationSeconds }
+    public var expirationSeconds: Int64 { storage.fields.expirationSeconds }
     /// `apns-expiration` of call pushes, seconds after the event time.
-    public var callExpirationSeconds: Int64 { storage.callExpirationSeconds }
+    public var callExpirationSeconds: Int64 { storage.fields.callExpirationSeconds }
     /// FCM HTTP v1 credentials, by provider id; the first is used for devices without one.
-    public var fcmCredentials: [FCMCredential] { storage.fcmCredentials }
+    public var fcmCredentials: [FCMCredential] { storage.fields.fcmCredentials }
     /// Custom webhook providers; the first is used for devices without a provider id.
-    public var webhooks: [WebhookCredential] { storage.webhooks }
-    public var fcm: FCMOptions { storage.fcm }
+    public var webhooks: [WebhookCredential] { storage.fields.webhooks }
+    public var fcm: FCMOptions { storage.fields.fcm }
     /// Where chat notifications' `apns-collapse-id` (FCM `collapse_key`) comes from. `.message` derives it from
     /// the message, so a duplicate that still reaches a device (the crash window of docs/pipeline.md) replaces
     /// the first notification instead of stacking; the price is that a later notification with the same id
     /// (an edit of that message) replaces it too. Calls always collapse by call session.
-    public var collapseID: CollapseIDSource { storage.collapseID }
-    public var payloadOptions: PayloadOptions { storage.payloadOptions }
+    public var collapseID: CollapseIDSource { storage.fields.collapseID }
+    public var payloadOptions: PayloadOptions { storage.fields.payloadOptions }
     /// The app's default trigger, template and display style, used in each of those fields a user never set
     /// (`effectivePreferences`). Nil: the built-in defaults.
-    public var userDefaults: Preferences? { storage.userDefaults }
+    public var userDefaults: Preferences? { storage.fields.userDefaults }
     /// Which priority class (and so which lane) each kind of event gets (`Priority.classify`).
-    public var priority: PriorityPolicy { storage.priority }
+    public var priority: PriorityPolicy { storage.fields.priority }
     /// Herald keeps the unread and mention counts itself (docs/behaviour.md §12): resolve counts every message
     /// event for its recipients, and the badge and Sendbird's counts use them. Off by default (`set_unread`).
     public var counts: Bool {
-        get { storage.counts }
-        set { unique().counts = newValue }
+        get { storage.fields.counts }
+        set { unique().fields.counts = newValue }
     }
     /// `aps.interruption-level` and `aps.relevance-score` of alerts, by the rule that classed each push.
     public var interruption: InterruptionPolicy {
-        get { storage.interruption }
-        set { unique().interruption = newValue }
+        get { storage.fields.interruption }
+        set { unique().fields.interruption = newValue }
     }
     /// Burst coalescing per (user, conversation) (docs/behaviour.md §6a); off by default.
     public var coalesce: CoalescePolicy {
-        get { storage.coalesce }
-        set { unique().coalesce = newValue }
+        get { storage.fields.coalesce }
+        set { unique().fields.coalesce = newValue }
     }
     /// At most so many visible pushes per user per minute (docs/behaviour.md §6b); off by default.
     public var floodGuard: FloodPolicy {
-        get { storage.floodGuard }
-        set { unique().floodGuard = newValue }
+        get { storage.fields.floodGuard }
+        set { unique().fields.floodGuard = newValue }
     }
     /// Clears on the user's other devices when a conversation is read (docs/behaviour.md §6c); on by default.
     public var readSync: ReadSyncPolicy {
-        get { storage.readSync }
-        set { unique().readSync = newValue }
+        get { storage.fields.readSync }
+        set { unique().fields.readSync = newValue }
     }
-    var strings: [String: Strings] { storage.strings }
-    var english: Strings { storage.english }
-    var customTemplates: [String: (text: Template, file: Template)] { storage.customTemplates }
-    var titleTemplate: Template? { storage.titleTemplate }
+    var strings: [String: Strings] { storage.fields.strings }
+    var english: Strings { storage.fields.english }
+    var customTemplates: [String: (text: Template, file: Template)] { storage.fields.customTemplates }
+    var titleTemplate: Template? { storage.fields.titleTemplate }
 
     /// The fields, shared by copies; `unique()` copies them before a change when another copy holds them too.
-    private final class Storage: @unchecked Sendable {
+    private struct Fields {
         let appID: String
         let payloadProfile: PayloadProfile
         let multiDevice: MultiDeviceMode
@@ -282,60 +282,17 @@ public struct AppConfig: Sendable {
         let english: Strings
         let customTemplates: [String: (text: Template, file: Template)]
         let titleTemplate: Template?
+    }
 
-        init(
-            appID: String, payloadProfile: PayloadProfile, multiDevice: MultiDeviceMode, badge: Bool,
-            templates: TemplateConfig, catalogs: [String: [String: String]], credentials: [APNsCredential],
-            expirationSeconds: Int64, callExpirationSeconds: Int64, fcmCredentials: [FCMCredential],
-            webhooks: [WebhookCredential], fcm: FCMOptions, collapseID: CollapseIDSource,
-            payloadOptions: PayloadOptions, userDefaults: Preferences?, priority: PriorityPolicy, counts: Bool,
-            interruption: InterruptionPolicy, coalesce: CoalescePolicy, floodGuard: FloodPolicy,
-            readSync: ReadSyncPolicy, strings: [String: Strings], english: Strings,
-            customTemplates: [String: (text: Template, file: Template)], titleTemplate: Template?
-        ) {
-            self.appID = appID
-            self.payloadProfile = payloadProfile
-            self.multiDevice = multiDevice
-            self.badge = badge
-            self.templates = templates
-            self.catalogs = catalogs
-            self.credentials = credentials
-            self.expirationSeconds = expirationSeconds
-            self.callExpirationSeconds = callExpirationSeconds
-            self.fcmCredentials = fcmCredentials
-            self.webhooks = webhooks
-            self.fcm = fcm
-            self.collapseID = collapseID
-            self.payloadOptions = payloadOptions
-            self.userDefaults = userDefaults
-            self.priority = priority
-            self.counts = counts
-            self.interruption = interruption
-            self.coalesce = coalesce
-            self.floodGuard = floodGuard
-            self.readSync = readSync
-            self.strings = strings
-            self.english = english
-            self.customTemplates = customTemplates
-            self.titleTemplate = titleTemplate
-        }
-
-        func copy() -> Storage {
-            Storage(
-                appID: appID, payloadProfile: payloadProfile, multiDevice: multiDevice, badge: badge,
-                templates: templates, catalogs: catalogs, credentials: credentials,
-                expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds,
-                fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID,
-                payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: counts,
-                interruption: interruption, coalesce: coalesce, floodGuard: floodGuard, readSync: readSync,
-                strings: strings, english: english, customTemplates: customTemplates, titleTemplate: titleTemplate)
-        }
+    private final class Storage: @unchecked Sendable {
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
     }
 
     private var storage: Storage
 
     private mutating func unique() -> Storage {
-        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.fields) }
         return storage
     }
 
@@ -383,14 +340,15 @@ public struct AppConfig: Sendable {
         var custom: [String: (text: Template, file: Template)] = [:]
         for (k, pair) in templates.customTypes { custom[k] = (Template(pair.text), Template(pair.file)) }
         storage = Storage(
-            appID: appID, payloadProfile: payloadProfile, multiDevice: multiDevice, badge: badge,
-            templates: templates, catalogs: normalizedCatalogs, credentials: credentials,
-            expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds,
-            fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID,
-            payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: false,
-            interruption: InterruptionPolicy(), coalesce: CoalescePolicy(), floodGuard: FloodPolicy(),
-            readSync: ReadSyncPolicy(), strings: tables, english: english, customTemplates: custom,
-            titleTemplate: templates.title.map(Template.init))
+            Fields(
+                appID: appID, payloadProfile: payloadProfile, multiDevice: multiDevice, badge: badge,
+                templates: templates, catalogs: normalizedCatalogs, credentials: credentials,
+                expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds,
+                fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID,
+                payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: false,
+                interruption: InterruptionPolicy(), coalesce: CoalescePolicy(), floodGuard: FloodPolicy(),
+                readSync: ReadSyncPolicy(), strings: tables, english: english, customTemplates: custom,
+                titleTemplate: templates.title.map(Template.init)))
     }
 
     /// The string table for a user's preferred languages: the first one picks
