@@ -504,6 +504,10 @@ def cli(port, *args):
     return subprocess.run(["redis-cli", "-c", "-p", port, "--raw", *args], capture_output=True, text=True).stdout
 def unescape(f):
     return f.replace("\\t", "\t").replace("\\n", "\n").replace("\\\\", "\\")
+# Stages and decisions are stored as one-letter codes (ExplainCodes); a one-letter field is always a code.
+STAGES = dict(s="suppress", d="send", r="resolve", n="render", i="ingest", g="registry")
+DECISIONS = dict(v="deliver", s="suppress", d="delivered", r="retry", u="duplicate", t="token_dead", q="dlq",
+                 e="error", x="drop", f="fanned_out", c="classified", y="read_sync")
 latest = {}
 # Every node is scanned (a cluster's keys are spread over its masters; a replica lists its master's again).
 keys = sorted({k for port in ports for k in cli(port, "--scan", "--pattern", "herald:*:explain:*").split()})
@@ -511,8 +515,10 @@ for key in keys:
     app = key.split(":")[1]
     for line in cli(ports[0], "LRANGE", key, "0", "-1").split("\n"):
         f = line.split("\t")
-        if len(f) != 10: continue
-        event, user, token, stage, decision, reason, at, status, attempt, count = map(unescape, f)
+        # Event to `at` always; status, attempt and count up to the last one present.
+        if not 7 <= len(f) <= 10: continue
+        f[3], f[4] = STAGES.get(f[3], f[3]), DECISIONS.get(f[4], f[4])
+        event, user, token, stage, decision, reason, at, status, attempt, count = map(unescape, f + [""] * (10 - len(f)))
         latest[(app, event, user, token)] = (stage, decision, reason, status, count)
 for line in open(events):
     if "\t" not in line: continue

@@ -120,9 +120,9 @@ struct ExplainStoreTests {
             (Int64(0), "0"), (10, "10"), (Int64.max, "9223372036854775807"), (Int64.min, "-9223372036854775808"),
         ] {
             var line: [UInt8] = []
-            ExplainEntry(appID: "a", eventID: "e", stage: "s", decision: "d", at: at, attempt: 10).writeLine(
+            ExplainEntry(appID: "a", eventID: "e", stage: "send", decision: "retry", at: at, attempt: 10).writeLine(
                 into: &line)
-            #expect(String(decoding: line, as: UTF8.self) == "e\t\t\ts\td\t\t\(text)\t\t10\t\n")
+            #expect(String(decoding: line, as: UTF8.self) == "e\t\t\td\tr\t\t\(text)\t\t10\n")
         }
         // In an hourly log the time counts from the hour's start (7 digits, not 13); a line written with an
         // absolute time reads the same.
@@ -132,10 +132,59 @@ struct ExplainStoreTests {
             at: hourStart + 1_234_567)
         var relative: [UInt8] = []
         e.writeLine(into: &relative, base: hourStart)
-        #expect(String(decoding: relative, as: UTF8.self) == "e\tu\t\tsuppress\tsuppress\tdnd\t1234567\t\t\t\n")
+        #expect(String(decoding: relative, as: UTF8.self) == "e\tu\t\ts\ts\tdnd\t1234567\n")
         #expect(try ExplainEntry(line: relative, appID: "a", base: hourStart) == e)
         var absolute: [UInt8] = []
         e.writeLine(into: &absolute)
         #expect(try ExplainEntry(line: absolute, appID: "a", base: hourStart) == e)
+    }
+
+    @Test("stages and decisions are stored as one-letter codes; lines in the spelled-out form still read")
+    func lineCodes() throws {
+        let stages = ["ingest", "resolve", "suppress", "render", "send", "registry"]
+        let decisions = [
+            "classified", "drop", "fanned_out", "deliver", "suppress", "error", "delivered", "duplicate", "retry",
+            "token_dead", "dlq", ReadSync.explainDecision,
+        ]
+        var codes: Set<String> = []
+        for stage in stages {
+            for decision in decisions {
+                let e = ExplainEntry(
+                    appID: "a", eventID: "e", user: "u", stage: stage, decision: decision, reason: "r", at: 5)
+                var line: [UInt8] = []
+                e.writeLine(into: &line)
+                let fields = line.dropLast().split(separator: 9, omittingEmptySubsequences: false)
+                #expect(fields.count == 7, "nothing after `at`: \(fields.count) fields")
+                #expect(fields[3].count == 1 && fields[4].count == 1, "\(stage) / \(decision)")
+                codes.insert(String(decoding: fields[3] + [UInt8(ascii: "/")] + fields[4], as: UTF8.self))
+                #expect(try ExplainEntry(line: line, appID: "a") == e)
+            }
+        }
+        #expect(codes.count == stages.count * decisions.count, "every pair stored apart")
+        // The form written before the codes: names spelled out, all ten fields.
+        let old = Array("e\tu\t\tsuppress\tsuppress\tdnd\t1234567\t\t\t".utf8)
+        #expect(
+            try ExplainEntry(line: old, appID: "a", base: 1_000_000_000)
+                == ExplainEntry(
+                    appID: "a", eventID: "e", user: "u", stage: "suppress", decision: "suppress", reason: "dnd",
+                    at: 1_001_234_567))
+        let oldDevice = Array("e\tu\tt\tsend\tretry\tUnavailable\t7\t503\t2\t\n".utf8)
+        #expect(
+            try ExplainEntry(line: oldDevice, appID: "a")
+                == ExplainEntry(
+                    appID: "a", eventID: "e", user: "u", token: "t", stage: "send", decision: "retry",
+                    reason: "Unavailable", at: 7, status: 503, attempt: 2))
+        // A one-letter value that is not a code keeps its letter; a code this build does not know reads as itself.
+        let letters = ExplainEntry(appID: "a", eventID: "e", stage: "s", decision: "\\", at: 1, count: 2)
+        var line: [UInt8] = []
+        letters.writeLine(into: &line)
+        #expect(try ExplainEntry(line: line, appID: "a") == letters)
+        let unknown = try ExplainEntry(line: Array("e\t\t\tz\tw\t\t1".utf8), appID: "a")
+        #expect(unknown.stage == "z" && unknown.decision == "w")
+        // Too few fields (no `at`) or too many are refused.
+        #expect(throws: StageRecordError.self) { try ExplainEntry(line: Array("e\tu\t\ts\ts\tdnd".utf8), appID: "a") }
+        #expect(throws: StageRecordError.self) {
+            try ExplainEntry(line: Array("e\tu\t\ts\ts\tdnd\t1\t2\t3\t4\t5".utf8), appID: "a")
+        }
     }
 }

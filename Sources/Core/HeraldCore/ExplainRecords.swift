@@ -119,9 +119,11 @@ extension ExplainEntry {
 
     /// The entry as one line of the compact trail, without the app (the key holds it): event, user, token,
     /// stage, decision, reason, at, status, attempt, count, separated by tabs, absent values empty, `\\`, tab
-    /// and newline escaped, ending in a newline. With `base` (the start of the hourly log the line goes to), `at`
-    /// is written as the milliseconds since it: 7 digits instead of 13. `init(line:appID:base:)` reads it back.
-    /// `omittingUser` leaves the user field empty, as for an entry without one (a last decision, keyed by its user).
+    /// and newline escaped, ending in a newline. The stage and the decision are written as their one-letter codes
+    /// (`ExplainCodes`), and the empty fields after the last one with a value are left out (with their tabs).
+    /// With `base` (the start of the hourly log the line goes to), `at` is written as the milliseconds since it:
+    /// 7 digits instead of 13. `init(line:appID:base:)` reads it back. `omittingUser` leaves the user field empty,
+    /// as for an entry without one (a last decision, keyed by its user).
     public func writeLine(into out: inout [UInt8], base: Int64? = nil, omittingUser: Bool = false) {
         func text(_ s: String?) {
             guard var s else { return }
@@ -156,23 +158,47 @@ extension ExplainEntry {
         text(eventID); out.append(9)
         text(omittingUser ? nil : user); out.append(9)
         text(token); out.append(9)
-        text(stage); out.append(9)
-        text(decision); out.append(9)
+        func named(_ value: String, code: UInt8?) {
+            if let code {
+                out.append(code)
+            } else if value.utf8.count == 1, let b = value.utf8.first, b != UInt8(ascii: "\\"), b != 9, b != 10 {
+                // A one-letter value that is not a code is written escaped, so that it does not read as one.
+                out.append(UInt8(ascii: "\\"))
+                out.append(b)
+            } else {
+                text(value)
+            }
+            out.append(9)
+        }
+        named(stage, code: ExplainCodes.stageCode(stage))
+        named(decision, code: ExplainCodes.decisionCode(decision))
         text(reason); out.append(9)
-        number(at - (base ?? 0)); out.append(9)
-        number(status.map(Int64.init)); out.append(9)
-        number(attempt.map(Int64.init)); out.append(9)
-        number(count.map(Int64.init)); out.append(10)
+        number(at - (base ?? 0))
+        // status, attempt, count: only up to the last one present.
+        if status != nil || attempt != nil || count != nil {
+            out.append(9); number(status.map(Int64.init))
+            if attempt != nil || count != nil {
+                out.append(9); number(attempt.map(Int64.init))
+                if let count { out.append(9); number(Int64(count)) }
+            }
+        }
+        out.append(10)
     }
 
-    /// Reads one line as `writeLine` wrote it (with or without its newline). `base`: the start of the hourly log the
-    /// line was read from; an `at` below it is relative to it (lines written with an absolute `at` read alike).
+    /// Reads one line as `writeLine` wrote it (with or without its newline), and lines of the earlier form too:
+    /// stage and decision spelled out, all ten fields present. `base`: the start of the hourly log the line was
+    /// read from; an `at` below it is relative to it (lines written with an absolute `at` read alike).
     public init(line: some Collection<UInt8>, appID: String, base: Int64? = nil) throws(StageRecordError) {
         var fields: [String?] = []
+        // Stored bytes per field: a code is one unescaped byte.
+        var storedLengths: [Int] = []
         var current: [UInt8] = []
+        var stored = 0
         var escaped = false
+        var ended = false
         func fail(_ detail: String) -> StageRecordError { StageRecordError(record: "ExplainEntry", detail: detail) }
         for b in line {
+            if b != 9 && b != 10 || escaped { stored += 1 }
             if escaped {
                 current.append(b == UInt8(ascii: "t") ? 9 : b == UInt8(ascii: "n") ? 10 : b)
                 escaped = false
@@ -180,17 +206,26 @@ extension ExplainEntry {
                 escaped = true
             } else if b == 9 || b == 10 {
                 fields.append(current.isEmpty ? nil : String(decoding: current, as: UTF8.self))
+                storedLengths.append(stored)
+                stored = 0
                 current.removeAll(keepingCapacity: true)
-                if b == 10 { break }
+                if b == 10 {
+                    ended = true
+                    break
+                }
             } else {
                 current.append(b)
             }
         }
-        if fields.count == 9 { fields.append(current.isEmpty ? nil : String(decoding: current, as: UTF8.self)) }
-        guard fields.count == 10 else { throw fail("(line): \(fields.count) fields, expected 10") }
-        guard let event = fields[0], let stage = fields[3], let decision = fields[4] else {
+        if !ended { fields.append(current.isEmpty ? nil : String(decoding: current, as: UTF8.self)) }
+        // Event to `at` are always written; status, attempt and count only up to the last one present.
+        guard (7...10).contains(fields.count) else { throw fail("(line): \(fields.count) fields, expected 7 to 10") }
+        while fields.count < 10 { fields.append(nil) }
+        guard let event = fields[0], let stageText = fields[3], let decisionText = fields[4] else {
             throw fail("(line): event, stage or decision missing")
         }
+        let stage = storedLengths[3] == 1 ? ExplainCodes.stage(stageText) : stageText
+        let decision = storedLengths[4] == 1 ? ExplainCodes.decision(decisionText) : decisionText
         guard let atText = fields[6], var at = Int64(atText) else { throw fail("at: not a number") }
         if let base, at < base { at += base }
         func int(_ i: Int) throws(StageRecordError) -> Int? {
@@ -201,6 +236,45 @@ extension ExplainEntry {
         self.init(
             appID: appID, eventID: event, user: fields[1], token: fields[2], stage: stage, decision: decision,
             reason: fields[5], at: at, status: try int(7), attempt: try int(8), count: try int(9))
+    }
+}
+
+/// The one-letter codes the compact trail stores for the stages and decisions it knows (docs/redis-keys.md). A
+/// value without a code is stored as written, a one-letter one escaped (`\\x`), so that a field of one unescaped
+/// byte is always a code. A code this build does not know reads as the letter itself.
+public enum ExplainCodes {
+    /// Stage name and its code.
+    static let stages: [(String, UInt8)] = [
+        ("suppress", UInt8(ascii: "s")), ("send", UInt8(ascii: "d")), ("resolve", UInt8(ascii: "r")),
+        ("render", UInt8(ascii: "n")), ("ingest", UInt8(ascii: "i")), ("registry", UInt8(ascii: "g")),
+    ]
+    /// Decision name and its code.
+    static let decisions: [(String, UInt8)] = [
+        ("deliver", UInt8(ascii: "v")), ("suppress", UInt8(ascii: "s")), ("delivered", UInt8(ascii: "d")),
+        ("retry", UInt8(ascii: "r")), ("duplicate", UInt8(ascii: "u")), ("token_dead", UInt8(ascii: "t")),
+        ("dlq", UInt8(ascii: "q")), ("error", UInt8(ascii: "e")), ("drop", UInt8(ascii: "x")),
+        ("fanned_out", UInt8(ascii: "f")), ("classified", UInt8(ascii: "c")), ("read_sync", UInt8(ascii: "y")),
+    ]
+
+    /// The code of a stage name, nil for a name without one.
+    public static func stageCode(_ name: String) -> UInt8? { code(name, in: stages) }
+    /// The code of a decision, nil for a decision without one.
+    public static func decisionCode(_ name: String) -> UInt8? { code(name, in: decisions) }
+    /// The stage a stored field names: a code's name, else the field as stored.
+    public static func stage(_ stored: String) -> String { name(stored, in: stages) }
+    /// The decision a stored field names: a code's name, else the field as stored.
+    public static func decision(_ stored: String) -> String { name(stored, in: decisions) }
+
+    private static func code(_ name: String, in table: [(String, UInt8)]) -> UInt8? {
+        for (n, c) in table where n == name { return c }
+        return nil
+    }
+
+    private static func name(_ stored: String, in table: [(String, UInt8)]) -> String {
+        let bytes = stored.utf8
+        guard bytes.count == 1, let b = bytes.first else { return stored }
+        for (n, c) in table where c == b { return n }
+        return stored
     }
 }
 
