@@ -1,6 +1,7 @@
 import Foundation
 import HeraldCore
 import Logging
+import Synchronization
 
 /// An APNs client for one credential and environment: a pool of persistent HTTP/2 connections
 /// driven by its own I/O thread (nghttp2 session API over OpenSSL, poll loop, one TLS write per
@@ -62,19 +63,72 @@ public protocol BatchPushClient: Sendable {
 }
 
 extension BatchPushClient {
+    /// Sends a batch and hands each final outcome to `each` on the calling task, in completion order (match by
+    /// `tag`); returns after the last one. The answers that arrive while `each` runs are taken together, so a
+    /// busy sender wakes once per run of answers, not once per answer as through an `AsyncStream` (whose
+    /// generic buffer cost herald-send about 6 % of its CPU).
+    public func answers(for requests: [APNsDelivery], each: (APNsResponse) -> Void) async {
+        if requests.isEmpty { return }
+        let inbox = ResponseInbox(expecting: requests.count)
+        async let submitted: Void = submit(requests) { inbox.put($0) }
+        while true {
+            let arrived = await inbox.take()
+            if arrived.isEmpty { break }
+            for response in arrived { each(response) }
+        }
+        await submitted
+    }
+
     /// Sends a batch and yields each final outcome as it arrives (in completion order; match by `tag`). The
     /// stream finishes after the last one.
     public func responses(for requests: [APNsDelivery]) -> AsyncStream<APNsResponse> {
         let (stream, continuation) = AsyncStream<APNsResponse>.makeStream()
-        let remaining = Countdown(requests.count)
-        if requests.isEmpty { continuation.finish() }
         Task {
-            await self.submit(requests) { response in
-                continuation.yield(response)
-                if remaining.tick() { continuation.finish() }
-            }
+            await self.answers(for: requests) { continuation.yield($0) }
+            continuation.finish()
         }
         return stream
+    }
+}
+
+/// The answers of one batch on their way from a client's I/O thread (`put`) to the task that sent it (`take`).
+final class ResponseInbox: Sendable {
+    private struct State {
+        var arrived: [APNsResponse] = []
+        var remaining: Int
+        var waiter: UnsafeContinuation<[APNsResponse], Never>?
+    }
+    private let state: Mutex<State>
+
+    init(expecting count: Int) { state = Mutex(State(remaining: count)) }
+
+    /// One answer; wakes the taker when it waits.
+    func put(_ response: APNsResponse) {
+        let wake: (UnsafeContinuation<[APNsResponse], Never>, [APNsResponse])? = state.withLock { s in
+            s.arrived.append(response)
+            s.remaining -= 1
+            guard let waiter = s.waiter else { return nil }
+            s.waiter = nil
+            defer { s.arrived = [] }
+            return (waiter, s.arrived)
+        }
+        if let (waiter, arrived) = wake { waiter.resume(returning: arrived) }
+    }
+
+    /// Every answer not taken yet, waiting for one when there is none; empty once all have been taken.
+    func take() async -> [APNsResponse] {
+        await withUnsafeContinuation { continuation in
+            let ready: [APNsResponse]? = state.withLock { s in
+                if !s.arrived.isEmpty {
+                    defer { s.arrived = [] }
+                    return s.arrived
+                }
+                if s.remaining <= 0 { return [] }
+                s.waiter = continuation
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
     }
 }
 

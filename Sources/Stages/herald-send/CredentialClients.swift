@@ -24,7 +24,7 @@ func sendConcurrently<Client: CredentialClient>(
                     request.prioritized = item.job.prioritized
                     return request
                 }
-                for await response in client.responses(for: requests) {
+                await client.answers(for: requests) { response in
                     onAnswer(Int(response.tag), answer(response))
                 }
             }
