@@ -61,7 +61,9 @@ struct BatchAnswersTests {
         (0..<n).map { APNsDelivery(deviceToken: "t\($0)", topic: "com.example", payload: [], tag: UInt64($0)) }
     }
 
-    @Test("every request's answer is handed over exactly once, and the call returns after the last", arguments: [1, 7, 500])
+    @Test(
+        "every request's answer is handed over exactly once, and the call returns after the last",
+        arguments: [1, 7, 500])
     func everyAnswerOnce(count: Int) async {
         let client = ThreadedFakeClient(window: 16)
         var seen = [Int](repeating: 0, count: count)

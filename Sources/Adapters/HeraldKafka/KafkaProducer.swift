@@ -149,11 +149,15 @@ final class Packer: Sendable {
         guard !counts.isEmpty else { return (records, nil) }
         var units: [ProducerRecord] = []
         var unitOf = [Int](repeating: 0, count: records.count)
-        var open: [TopicPartition: (members: [Int], bytes: Int)] = [:]
+        // Open packs by topic (its place in `packedTopics`) and partition, in one integer: records are hashed by
+        // an integer, not a topic name, and the topic's settings are looked up once per run of records to it.
+        var open: [Int: OpenPack] = [:]
+        var packedTopics: [(topic: String, count: Int32)] = []
+        var last: (topic: String, slot: Int?)?
         var packed = false
 
-        func close(_ tp: TopicPartition) {
-            guard let members = open.removeValue(forKey: tp)?.members else { return }
+        func close(_ key: Int) {
+            guard let members = open.removeValue(forKey: key)?.members else { return }
             let unit = units.count
             if members.count == 1 {
                 units.append(records[members[0]])
@@ -161,37 +165,58 @@ final class Packer: Sendable {
                 let parts = members.map { RecordPack.Part(key: records[$0].key, value: records[$0].value) }
                 units.append(
                     ProducerRecord(
-                        topic: tp.topic, key: records[members[0]].key, value: RecordPack.encode(parts),
-                        partition: tp.partition))
+                        topic: packedTopics[key >> 32].topic, key: records[members[0]].key,
+                        value: RecordPack.encode(parts), partition: Int32(truncatingIfNeeded: key)))
                 packed = true
             }
             for member in members { unitOf[member] = unit }
         }
 
         for (index, record) in records.enumerated() {
-            guard topics.contains(record.topic), record.partition == nil, let key = record.key, !key.isEmpty,
-                let count = counts[record.topic], count > 0
-            else {
+            if last?.topic != record.topic {
+                var slot: Int?
+                if topics.contains(record.topic), let count = counts[record.topic], count > 0 {
+                    slot = packedTopics.firstIndex { $0.topic == record.topic }
+                    if slot == nil {
+                        slot = packedTopics.count
+                        packedTopics.append((record.topic, count))
+                    }
+                }
+                last = (record.topic, slot)
+            }
+            guard let slot = last?.slot, record.partition == nil, let key = record.key, !key.isEmpty else {
                 unitOf[index] = units.count
                 units.append(record)
                 continue
             }
-            let tp = TopicPartition(topic: record.topic, partition: RecordPack.partition(key: key, partitions: count))
+            let partition = RecordPack.partition(key: key, partitions: packedTopics[slot].count)
+            let openKey = slot << 32 | Int(partition)
             let size = RecordPack.size(key: key, value: record.value)
             if record.value == nil || !record.headers.isEmpty || size > maxBytes / 2 {
-                close(tp)
+                close(openKey)
                 unitOf[index] = units.count
                 units.append(record)
                 continue
             }
-            if let current = open[tp], current.members.count >= maxRecords || current.bytes + size > maxBytes {
-                close(tp)
+            if let current = open[openKey], current.members.count >= maxRecords || current.bytes + size > maxBytes {
+                close(openKey)
             }
-            open[tp, default: (members: [], bytes: 8)].members.append(index)
-            open[tp]?.bytes += size
+            open[openKey, default: OpenPack()].add(index, bytes: size)
         }
-        for tp in Array(open.keys) { close(tp) }
+        // Closed in a fixed order (topic, then partition), whatever the dictionary's.
+        for key in open.keys.sorted() { close(key) }
         return packed ? (units, unitOf) : (records, nil)
+    }
+
+    /// The records of a pack being filled, and its encoded size so far (8 bytes of header).
+    private struct OpenPack {
+        var members: [Int] = []
+        var bytes = 8
+
+        mutating func add(_ index: Int, bytes size: Int) {
+            members.append(index)
+            bytes += size
+        }
     }
 }
 

@@ -60,7 +60,13 @@ final class ClientLoop: @unchecked Sendable {
     private var nextTimers: ContinuousClock.Instant = .now
     private var stopping: ContinuousClock.Instant?
     private var localStats = APNsClientStats()
-    private var finishedThisPass: [(Job, APNsResponse)] = []
+    /// A job and its final answer, to be completed at the end of the pass. A struct, not a tuple: an array of tuples
+    /// is destroyed element by element through the runtime's generic tuple witnesses.
+    private struct Finished {
+        var job: Job
+        var response: APNsResponse
+    }
+    private var finishedThisPass: [Finished] = []
     private var bearerCache: (issuedAt: Date, header: [UInt8])?
     private let metrics: APNsMetrics
     private var delivered200 = 0
@@ -221,7 +227,7 @@ final class ClientLoop: @unchecked Sendable {
         }
         guard !finishedThisPass.isEmpty else { return }
         // Completions only resume or signal their callers; none of them reaches back into this loop.
-        for (job, response) in finishedThisPass { job.completion(response) }
+        for done in finishedThisPass { done.job.completion(done.response) }
         gate.release(finishedThisPass.count)
         finishedThisPass.removeAll(keepingCapacity: true)
     }
@@ -744,7 +750,7 @@ final class ClientLoop: @unchecked Sendable {
         response.answer = answer
         response.retryAfter = retryAfter
         bump { $0.completed += 1 }
-        finishedThisPass.append((job, response))
+        finishedThisPass.append(Finished(job: job, response: response))
     }
 
     static func response(

@@ -196,6 +196,16 @@ public struct ResolveProcessor: StageProcessor {
         var usersByApp: [String: [String]] = [:]
         var sendersByApp: [String: [String]] = [:]
         var seen: [String: Set<String>] = [:]
+        // The current app's users are kept apart while its events follow one another (a batch mostly holds one
+        // app), so that a recipient costs one hash, not three.
+        var appID: String?
+        var appSeen = Set<String>()
+        var appUsers: [String] = []
+        func putBack() {
+            guard let appID else { return }
+            seen[appID] = appSeen
+            if !appUsers.isEmpty { usersByApp[appID] = appUsers }
+        }
         for (index, event) in events {
             var conversationMembers: [String] = []
             if event.recipients == nil,
@@ -207,10 +217,15 @@ public struct ResolveProcessor: StageProcessor {
             let recipients = FanOut.recipients(of: event, members: conversationMembers)
             recipientsOf[index] = recipients
             if (event.recipients ?? conversationMembers).contains(event.sender.id) { senderListed.insert(index) }
-            for user in recipients where seen[event.appID, default: []].insert(user).inserted {
-                usersByApp[event.appID, default: []].append(user)
+            if appID != event.appID {
+                putBack()
+                appID = event.appID
+                appSeen = seen.removeValue(forKey: event.appID) ?? Set(minimumCapacity: 4 * events.count)
+                appUsers = usersByApp.removeValue(forKey: event.appID) ?? []
             }
+            for user in recipients where appSeen.insert(user).inserted { appUsers.append(user) }
         }
+        putBack()
         // Senders who are not recipients in this batch: only their preferences (the display name) are read.
         for (_, event) in events where seen[event.appID, default: []].insert(event.sender.id).inserted {
             sendersByApp[event.appID, default: []].append(event.sender.id)
