@@ -275,21 +275,29 @@ struct PipelineConfigTests {
         #expect(c.stages[.render].groupID == "herald-render" && c.stages[.render].batchSize == 500)
     }
 
-    @Test("explain.full_trail and idempotency.replay_window_seconds: read, defaulted, and checked")
+    @Test("explain.full_trail, the shard counts and idempotency.replay_window_seconds: read, defaulted, and checked")
     func footprintSections() throws {
         let defaults = try PipelineLoader.load(yaml: "apps: {app1: {}}").config
         #expect(defaults.explain.fullTrail.isEmpty)
         #expect(defaults.idempotency.replayWindowSeconds == 3600)
+        #expect(defaults.idempotency.shards == 1024 && defaults.explain.lastDecisionShards == 1024)
         let yaml = """
             explain:
               full_trail: {users: [u1, u2], apps: [app3], sample: 0.25}
+              last_decision_shards: 100000
+              log_shards: 4096
             idempotency:
               replay_window_seconds: 7200
+              shards: 65536
             """
         let loaded = try PipelineLoader.load(yaml: yaml)
         #expect(loaded.warnings == [])
         #expect(loaded.config.explain.fullTrail == FullTrailPolicy(users: ["u1", "u2"], apps: ["app3"], sample: 0.25))
         #expect(loaded.config.idempotency.replayWindowSeconds == 7200)
+        #expect(loaded.config.idempotency.shards == 65536 && loaded.config.explain.lastDecisionShards == 100_000)
+        #expect(loaded.config.explain.logShards == 4096 && defaults.explain.logShards == 256)
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "idempotency: {shards: 0}") }
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "explain: {last_decision_shards: 0}") }
         #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "explain: {full_trail: {sample: 2}}") }
         #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "idempotency: {replay_window_seconds: 5}") }
         let typo = try PipelineLoader.load(yaml: "explain: {full_trail: {user: [u1]}}")

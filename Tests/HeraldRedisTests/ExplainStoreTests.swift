@@ -66,6 +66,53 @@ struct ExplainStoreTests {
         #expect(try await store.trail(app: "app1", eventID: "a", now: t + ttl + 3 * Self.hour).isEmpty)
     }
 
+    @Test("with more shards each user's decision and each event's log lines are in the keys of that count")
+    func shardCounts() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let wide = ExplainStore(connection: redis, lastDecisionShards: 100_000, logShards: 4096)
+        let t = Self.t0
+        let users = (0..<30).map { "user-\($0)" }
+        try await wide.record(
+            users.map {
+                ExplainEntry(
+                    appID: "app1", eventID: "e-\($0)", user: $0, stage: "suppress", decision: "suppress",
+                    reason: "dnd", at: t)
+            })
+        var logs = Set<UInt64>()
+        for user in users {
+            let event = "e-\(user)"
+            #expect(try await wide.trail(app: "app1", eventID: event, now: t + 10).map(\.user) == [user])
+            let shard = RedisKeys.explainShard(eventId: event, of: 4096)
+            logs.insert(shard)
+            let log = RedisKeys.explainLog(app: "app1", shard: shard, hour: t / Self.hour)
+            #expect(try await redis.send("LLEN", log).int ?? 0 >= 1, "\(event) in \(log)")
+        }
+        #expect(logs.count > 25, "30 events over 4,096 log shards: \(logs.count)")
+        var shards = Set<UInt64>()
+        for user in users {
+            #expect(try await wide.lastDecision(app: "app1", user: user, now: t + 10)?.decision.reason == "dnd")
+            let shard = RedisKeys.lastDecisionShard(user: user, of: 100_000)
+            shards.insert(shard)
+            let stored = try await redis.send("HGET", RedisKeys.lastDecisions(app: "app1", shard: shard), user)
+            #expect(stored.data != nil, "\(user) in shard \(shard)")
+        }
+        #expect(shards.count > 25, "30 users over 100,000 shards land in nearly as many hashes: \(shards.count)")
+        // A store with the default counts looks in other keys.
+        let narrow = ExplainStore(connection: redis)
+        var found = 0
+        for user in users where try await narrow.lastDecision(app: "app1", user: user, now: t + 10) != nil {
+            found += 1
+        }
+        #expect(found < users.count)
+        var traced = 0
+        for user in users where try await !narrow.trail(app: "app1", eventID: "e-\(user)", now: t + 10).isEmpty {
+            traced += 1
+        }
+        #expect(traced < users.count)
+    }
+
     @Test("the full trail keeps routine entries of listed users, listed apps and sampled events")
     func fullTrail() async throws {
         let server = try await RedisServer.start()

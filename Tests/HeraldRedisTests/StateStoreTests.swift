@@ -132,6 +132,36 @@ struct StateStoreTests {
                 == .notRegistered)
     }
 
+    @Test("a store set to more shards keeps each event's records in the hash of its shard of that count")
+    func shardCount() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let window: Int64 = 3_600_000
+        let now: Int64 = 1_732_000_000_000
+        let wide = StateStore(connection: redis, deliveredShards: 65_536)
+        #expect(wide.deliveredShards == 65_536)
+        let pairs = (0..<40).map { DeliveryPair(eventID: "event-\($0)", token: Self.token($0)) }
+        let claimed = try await wide.claim(
+            app: "a", pairs: pairs, owner: "p1", ttlMilliseconds: 60_000, now: now, window: window)
+        #expect(claimed == Array(repeating: DeliveryClaim.claimed, count: pairs.count))
+        try await wide.confirmDelivered(app: "a", pairs: pairs, now: now, window: window)
+        #expect(try await wide.wasDelivered(app: "a", pairs: pairs, now: now, window: window).allSatisfy { $0 })
+        var shards = Set<UInt64>()
+        for pair in pairs {
+            let shard = RedisKeys.deliveredShard(eventId: pair.eventID, of: 65_536)
+            shards.insert(shard)
+            let key = RedisKeys.delivered(app: "a", shard: shard, window: now / window)
+            let field = RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token)
+            #expect(try await redis.send("HGET", key, field).text == "1", "\(pair.eventID) in \(key)")
+        }
+        #expect(shards.count > 30, "40 events over 65,536 shards land in nearly as many hashes: \(shards.count)")
+        // A store with the default count looks elsewhere: every process must use the same count.
+        let narrow = StateStore(connection: redis)
+        let seen = try await narrow.wasDelivered(app: "a", pairs: pairs, now: now, window: window)
+        #expect(seen.filter { $0 }.count < pairs.count)
+    }
+
     @Test("claims: one owner claims, another sees it pending until confirmed, released or expired")
     func claims() async throws {
         let server = try await RedisServer.start()

@@ -16,19 +16,28 @@ public final class ExplainStore: Sendable {
     public let connection: RedisConnection
     public let ttlMilliseconds: Int64
     public let fullTrail: FullTrailPolicy
+    /// Shards of the users' latest decisions (`explain.last_decision_shards`, docs/redis-keys.md).
+    public let lastDecisionShards: UInt64
+    /// Shards of the hourly logs (`explain.log_shards`).
+    public let logShards: UInt64
     /// The hourly logs whose TTL this store set lately (`ExpiryMemo`).
     let expiries = ExpiryMemo()
 
     /// - Parameters:
     ///   - ttlMilliseconds: how long a log line is kept (default 2 days; at least 24 hours is what support needs).
     ///   - fullTrail: what is kept in full, routine entries included.
+    ///   - lastDecisionShards: shards of the users' latest decisions (`explain.last_decision_shards`).
+    ///   - logShards: shards of the hourly logs (`explain.log_shards`).
     public init(
         connection: RedisConnection, ttlMilliseconds: Int64 = ExplainStore.defaultTTLMilliseconds,
-        fullTrail: FullTrailPolicy = FullTrailPolicy()
+        fullTrail: FullTrailPolicy = FullTrailPolicy(), lastDecisionShards: UInt64 = RedisKeys.lastDecisionShards,
+        logShards: UInt64 = RedisKeys.explainShards
     ) {
         self.connection = connection
         self.ttlMilliseconds = ttlMilliseconds
         self.fullTrail = fullTrail
+        self.lastDecisionShards = max(1, lastDecisionShards)
+        self.logShards = max(1, logShards)
     }
 
     public static let defaultTTLMilliseconds: Int64 = 2 * 86_400_000
@@ -38,7 +47,10 @@ public final class ExplainStore: Sendable {
         if entries.isEmpty { return }
         var expiring: [ExpiryMemo.Key] = []
         let now = entries.map(\.at).max() ?? 0
-        let batch = Self.batch(entries, ttlMilliseconds: ttlMilliseconds, fullTrail: fullTrail) { app, shard, hour in
+        let batch = Self.batch(
+            entries, ttlMilliseconds: ttlMilliseconds, fullTrail: fullTrail, lastDecisionShards: lastDecisionShards,
+            logShards: logShards
+        ) { app, shard, hour in
             let key = ExpiryMemo.Key(kind: ExpiryMemo.explainKind, app: app, shard: shard, period: hour)
             guard expiries.isDue(key, now: now) else { return false }
             expiring.append(key)
@@ -58,6 +70,7 @@ public final class ExplainStore: Sendable {
     /// `ExpiryMemo`); by default every log's does.
     public static func batch(
         _ entries: [ExplainEntry], ttlMilliseconds: Int64, fullTrail: FullTrailPolicy = FullTrailPolicy(),
+        lastDecisionShards: UInt64 = RedisKeys.lastDecisionShards, logShards: UInt64 = RedisKeys.explainShards,
         expire: (_ app: String, _ shard: UInt64, _ hour: Int64) -> Bool = { _, _, _ in true }
     ) -> RedisBatch {
         struct LogRef: Hashable {
@@ -82,7 +95,7 @@ public final class ExplainStore: Sendable {
                 if let last = lastEvent, last.event == entry.eventID, last.app == entry.appID {
                     shard = last.shard
                 } else {
-                    shard = RedisKeys.explainShard(eventId: entry.eventID)
+                    shard = RedisKeys.explainShard(eventId: entry.eventID, of: logShards)
                     lastEvent = (entry.appID, entry.eventID, shard)
                 }
                 let ref = LogRef(
@@ -91,7 +104,8 @@ public final class ExplainStore: Sendable {
                 logs[ref, default: []].append(index)
             }
             if let user = entry.user, entry.token == nil {
-                let ref = ShardRef(app: entry.appID, shard: RedisKeys.lastDecisionShard(user: user))
+                let ref = ShardRef(
+                    app: entry.appID, shard: RedisKeys.lastDecisionShard(user: user, of: lastDecisionShards))
                 if decisions[ref] == nil { decisionOrder.append(ref) }
                 decisions[ref, default: []].append(index)
             }
@@ -144,7 +158,7 @@ public final class ExplainStore: Sendable {
     )
         async throws -> [ExplainEntry]
     {
-        let shard = RedisKeys.explainShard(eventId: eventID)
+        let shard = RedisKeys.explainShard(eventId: eventID, of: logShards)
         let last = now / RedisKeys.explainHourMilliseconds
         let first = (now - ttlMilliseconds) / RedisKeys.explainHourMilliseconds - 1
         // A clock a little ahead of this one may have written the next hour.
@@ -176,7 +190,8 @@ public final class ExplainStore: Sendable {
     public func lastDecision(
         app: String, user: String, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)
     ) async throws -> (decision: ExplainEntry, trail: [ExplainEntry])? {
-        let key = RedisKeys.lastDecisions(app: app, shard: RedisKeys.lastDecisionShard(user: user))
+        let key = RedisKeys.lastDecisions(
+            app: app, shard: RedisKeys.lastDecisionShard(user: user, of: lastDecisionShards))
         let reply = try await connection.send(RedisCommand("HGET", key, user)).orThrow("HGET")
         guard let data = reply.data, var entry = try? ExplainEntry(line: [UInt8](data), appID: app) else { return nil }
         entry.user = user

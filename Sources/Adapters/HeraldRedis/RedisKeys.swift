@@ -65,11 +65,12 @@ public enum RedisKeys {
     // cut by time, so each key holds many small entries (Redis keeps a small hash as one listpack) and whole keys
     // expire, instead of one key per event or per notification.
 
-    /// Shards of the idempotency records, by event: all devices of one event share a shard.
+    /// Shards of the idempotency records per replay window, by event, unless the pipeline file sets
+    /// `idempotency.shards`: all devices of one event share a shard.
     public static let deliveredShards: UInt64 = 1024
-    /// Shards of the explain trail's hourly logs, by event.
+    /// Shards of the explain trail's hourly logs, by event, unless the pipeline file sets `explain.log_shards`.
     public static let explainShards: UInt64 = 256
-    /// Shards of the users' latest decisions, by user.
+    /// Shards of the users' latest decisions, by user, unless the pipeline file sets `explain.last_decision_shards`.
     public static let lastDecisionShards: UInt64 = 1024
     /// The explain trail's logs are cut by the hour of the decision.
     public static let explainHourMilliseconds: Int64 = 3_600_000
@@ -85,8 +86,10 @@ public enum RedisKeys {
         return text.utf8.withContiguousStorageIfAvailable { run($0) } ?? run(text.utf8)
     }
 
-    /// The idempotency shard of an event.
-    public static func deliveredShard(eventId: String) -> UInt64 { fnv(eventId) % deliveredShards }
+    /// The idempotency shard of an event, of `shards`.
+    public static func deliveredShard(eventId: String, of shards: UInt64 = deliveredShards) -> UInt64 {
+        fnv(eventId) % shards
+    }
     /// The idempotency records of one shard and replay window (`now / window`).
     public static func delivered(app: String, shard: UInt64, window: Int64) -> String {
         "\(prefix):\(app):delivered:{d\(shard)}:\(window)"
@@ -100,15 +103,19 @@ public enum RedisKeys {
         return withUnsafeBytes(of: h.bigEndian) { Array($0) }
     }
 
-    /// The explain shard of an event.
-    public static func explainShard(eventId: String) -> UInt64 { fnv(eventId) % explainShards }
+    /// The explain shard of an event, of `shards`.
+    public static func explainShard(eventId: String, of shards: UInt64 = explainShards) -> UInt64 {
+        fnv(eventId) % shards
+    }
     /// One shard's explain log for the hour `hour` (epoch ms / `explainHourMilliseconds`).
     public static func explainLog(app: String, shard: UInt64, hour: Int64) -> String {
         "\(prefix):\(app):explain:{e\(shard)}:\(hour)"
     }
 
-    /// The last-decision shard of a user.
-    public static func lastDecisionShard(user: String) -> UInt64 { fnv(user) % lastDecisionShards }
+    /// The last-decision shard of a user, of `shards`.
+    public static func lastDecisionShard(user: String, of shards: UInt64 = lastDecisionShards) -> UInt64 {
+        fnv(user) % shards
+    }
     /// One shard of the users' latest decisions (field: the user id).
     public static func lastDecisions(app: String, shard: UInt64) -> String {
         "\(prefix):\(app):last_decision:{l\(shard)}"

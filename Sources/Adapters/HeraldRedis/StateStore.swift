@@ -19,9 +19,16 @@ public final class StateStore: Sendable {
     /// The delivery-record shard keys whose TTL this store set lately (`ExpiryMemo`).
     let expiries = ExpiryMemo()
 
-    public init(connection: RedisConnection, logger: Logger = Logger(label: "herald.redis.state")) {
+    /// Shards of the idempotency records per replay window (`idempotency.shards`, docs/redis-keys.md).
+    public let deliveredShards: UInt64
+
+    public init(
+        connection: RedisConnection, logger: Logger = Logger(label: "herald.redis.state"),
+        deliveredShards: UInt64 = RedisKeys.deliveredShards
+    ) {
         self.connection = connection
         self.logger = logger
+        self.deliveredShards = max(1, deliveredShards)
     }
 
     // MARK: Reads
@@ -450,7 +457,7 @@ public final class StateStore: Sendable {
     ) async throws -> [DeliveryClaim] {
         if pairs.isEmpty { return [] }
         let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
-        let groups = Self.deliveryGroups(pairs)
+        let groups = deliveryGroups(pairs)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
         var batch = RedisBatch(capacity: 64 + pairs.count * 120 + groups.count * 64)
         var expiring: [ExpiryMemo.Key] = []
@@ -501,7 +508,7 @@ public final class StateStore: Sendable {
         app: String, pairs: [DeliveryPair], owner: String, value: String, now: Int64, window: Int64
     ) async throws -> [DeliveryClaim] {
         let prefix = DeliveryClaim.pendingPrefix(owner: owner)
-        let groups = Self.deliveryGroups(pairs)
+        let groups = deliveryGroups(pairs)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
         let replies = try await Scripts.claim.run(on: connection, what: "claim") { sha in
             var batch = RedisBatch(capacity: 128 + pairs.count * 40 + groups.count * 160)
@@ -547,7 +554,7 @@ public final class StateStore: Sendable {
         if pairs.isEmpty { return }
         var batch = RedisBatch(capacity: 64 + pairs.count * 32)
         var expiring: [ExpiryMemo.Key] = []
-        for group in Self.deliveryGroups(pairs) {
+        for group in deliveryGroups(pairs) {
             batch.command("HSET", arguments: 1 + 2 * group.indices.count)
             Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
             for index in group.indices {
@@ -568,7 +575,7 @@ public final class StateStore: Sendable {
         window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws {
         if pairs.isEmpty { return }
-        let groups = Self.deliveryGroups(pairs)
+        let groups = deliveryGroups(pairs)
         let replies = try await Scripts.release.run(on: connection, what: "release") { sha in
             var batch = RedisBatch(capacity: 64 + pairs.count * 40 + groups.count * 160)
             for group in groups {
@@ -607,7 +614,8 @@ public final class StateStore: Sendable {
                 batch.argument(sha)
                 batch.argument("2")
                 Self.windowKeys(
-                    app: app, shard: RedisKeys.deliveredShard(eventId: pair.eventID), now: now, window: window,
+                    app: app, shard: RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards), now: now,
+                    window: window,
                     into: &batch)
                 batch.argument(RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token))
                 batch.argument(2 * window)
@@ -631,7 +639,7 @@ public final class StateStore: Sendable {
         if pairs.isEmpty { return [] }
         var batch = RedisBatch(capacity: 64 + pairs.count * 160)
         for pair in pairs {
-            let shard = RedisKeys.deliveredShard(eventId: pair.eventID)
+            let shard = RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards)
             let field = RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token)
             for w in [now / window, now / window - 1] {
                 batch.command("HGET", arguments: 2)
@@ -665,7 +673,7 @@ public final class StateStore: Sendable {
     }
 
     /// Pairs grouped by idempotency shard (in the order shards first appear), so each script touches one slot.
-    static func deliveryGroups(_ pairs: [DeliveryPair]) -> [(shard: UInt64, indices: [Int])] {
+    func deliveryGroups(_ pairs: [DeliveryPair]) -> [(shard: UInt64, indices: [Int])] {
         var groups: [(shard: UInt64, indices: [Int])] = []
         var groupOf: [UInt64: Int] = [:]
         var lastEvent: String?
@@ -673,7 +681,7 @@ public final class StateStore: Sendable {
         for (index, pair) in pairs.enumerated() {
             // Pairs of one event mostly come one after another: only a change of event hashes again.
             if pair.eventID != lastEvent {
-                let shard = RedisKeys.deliveredShard(eventId: pair.eventID)
+                let shard = RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards)
                 if let known = groupOf[shard] {
                     current = known
                 } else {

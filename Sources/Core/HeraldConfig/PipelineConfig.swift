@@ -295,6 +295,14 @@ public struct RedisConfig: Sendable, Hashable {
 public struct ExplainConfig: Sendable, Hashable {
     /// `full_trail:` users, apps and a sampled share of events whose every entry is kept, routine ones included.
     public var fullTrail = FullTrailPolicy()
+    /// `last_decision_shards:` the hashes the users' latest decisions are spread over, per app. Redis keeps a hash
+    /// of at most 128 entries as a compact listpack (about 55 bytes a user) and a larger one as a hashtable (about
+    /// 125), so a deployment sets about its users / 100 (docs/capacity.md).
+    public var lastDecisionShards = 1_024
+    /// `log_shards:` the lists each hour's log is spread over, per app. Reading an event's trail reads its shard's
+    /// lists over the retention, so a deployment keeps each under a few thousand lines: about the lines of its
+    /// busiest hour / 1,000 (docs/capacity.md).
+    public var logShards = 256
     public init() {}
 }
 
@@ -303,6 +311,9 @@ public struct IdempotencyConfig: Sendable, Hashable {
     /// A copy of a delivered (event, device) pair that arrives within this long after the delivery is never sent
     /// again; a record lives between one and two windows.
     public var replayWindowSeconds = 3_600
+    /// `shards:` the hashes one replay window's records are spread over, per app: about the deliveries of a window
+    /// / 100, so each stays a compact listpack (docs/capacity.md).
+    public var shards = 1_024
     public init() {}
 }
 
@@ -1095,7 +1106,11 @@ public enum PipelineLoader {
     static func readExplain(_ r: inout Reader, _ node: Node) throws(ConfigError) -> ExplainConfig {
         var x = ExplainConfig()
         let m = try r.mapping(node, "explain")
-        r.check(m, "explain", known: ["full_trail"])
+        r.check(m, "explain", known: ["full_trail", "last_decision_shards", "log_shards"])
+        if let v = try r.int(m["log_shards"], "explain.log_shards", in: 1...16_777_216) { x.logShards = v }
+        if let v = try r.int(m["last_decision_shards"], "explain.last_decision_shards", in: 1...16_777_216) {
+            x.lastDecisionShards = v
+        }
         guard let f = m["full_trail"] else { return x }
         let fm = try r.mapping(f, "explain.full_trail")
         r.check(fm, "explain.full_trail", known: ["users", "apps", "sample"])
@@ -1120,10 +1135,11 @@ public enum PipelineLoader {
     static func readIdempotency(_ r: inout Reader, _ node: Node) throws(ConfigError) -> IdempotencyConfig {
         var x = IdempotencyConfig()
         let m = try r.mapping(node, "idempotency")
-        r.check(m, "idempotency", known: ["replay_window_seconds"])
+        r.check(m, "idempotency", known: ["replay_window_seconds", "shards"])
         if let v = try r.int(m["replay_window_seconds"], "idempotency.replay_window_seconds", in: 60...30 * 86_400) {
             x.replayWindowSeconds = v
         }
+        if let v = try r.int(m["shards"], "idempotency.shards", in: 1...16_777_216) { x.shards = v }
         return x
     }
 

@@ -229,7 +229,9 @@ public struct StageSetup: Sendable {
         RedisExplainSink(
             store: ExplainStore(
                 connection: connection, ttlMilliseconds: explainTTLMilliseconds,
-                fullTrail: pipeline.explain.fullTrail))
+                fullTrail: pipeline.explain.fullTrail,
+                lastDecisionShards: UInt64(pipeline.explain.lastDecisionShards),
+                logShards: UInt64(pipeline.explain.logShards)))
     }
 
     /// Builds the loop and runs it with the HTTP endpoint until SIGTERM; returns the exit status.

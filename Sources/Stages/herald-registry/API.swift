@@ -40,8 +40,13 @@ enum RegistryAPIServer {
         let producer = try setup.producer()
         var operations = RegistryOperations(
             sink: KafkaRegistrySink(producer: producer, topic: setup.pipeline.kafka.topics.registry),
-            store: StateStore(connection: redis, logger: setup.logger),
-            explain: ExplainStore(connection: redis, ttlMilliseconds: setup.explainTTLMilliseconds),
+            store: StateStore(
+                connection: redis, logger: setup.logger,
+                deliveredShards: UInt64(setup.pipeline.idempotency.shards)),
+            explain: ExplainStore(
+                connection: redis, ttlMilliseconds: setup.explainTTLMilliseconds,
+                lastDecisionShards: UInt64(setup.pipeline.explain.lastDecisionShards),
+                logShards: UInt64(setup.pipeline.explain.logShards)),
             preferenceLimits: limits)
         operations.replayWindowMilliseconds = Int64(setup.pipeline.idempotency.replayWindowSeconds) * 1000
         let perMinute = setup.valueOrExit({ c throws(ConfigurationError) in

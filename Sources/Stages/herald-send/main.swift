@@ -66,7 +66,9 @@ let metrics = setup.context.metrics
 // batch's.
 let priorityRedis = setup.redisOrExit()
 func store(_ lane: Lane) -> StateStore {
-    StateStore(connection: lane == .priority ? priorityRedis : redis, logger: logger)
+    StateStore(
+        connection: lane == .priority ? priorityRedis : redis, logger: logger,
+        deliveredShards: UInt64(setup.pipeline.idempotency.shards))
 }
 func sender(_ lane: Lane) -> SendProcessor {
     var processor = SendProcessor(

@@ -117,7 +117,7 @@ struct RedisOptions: ParsableArguments {
     }
 
     /// A connected state store, or exit status 1 with one line naming the problem.
-    func store() async -> StateStore {
+    func store(deliveredShards: UInt64 = RedisKeys.deliveredShards) async -> StateStore {
         let configuration: RedisConfiguration
         do {
             configuration = try self.configuration()
@@ -130,7 +130,7 @@ struct RedisOptions: ParsableArguments {
         } catch {
             CLI.fail("redis: cannot connect to \(RedisConfiguration.redacted(resolvedURL)): \(error)")
         }
-        return StateStore(connection: connection, logger: CLI.quietLogger)
+        return StateStore(connection: connection, logger: CLI.quietLogger, deliveredShards: deliveredShards)
     }
 
     /// Runs `body` with a connected state store; a Redis error ends heraldctl with exit status 1 and

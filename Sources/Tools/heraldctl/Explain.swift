@@ -28,13 +28,31 @@ struct Explain: AsyncParsableCommand {
         name: .customLong("replay-window-seconds"),
         help: "send's replay window (the pipeline file's idempotency.replay_window_seconds).")
     var replayWindowSeconds = Int(StateStore.defaultReplayWindowMilliseconds / 1000)
+    @Option(
+        name: .customLong("delivery-shards"),
+        help: "send's delivery-record shards (the pipeline file's idempotency.shards).")
+    var deliveryShards = Int(RedisKeys.deliveredShards)
+    @Option(
+        name: .customLong("last-decision-shards"),
+        help: "Shards of the users' latest decisions (the pipeline file's explain.last_decision_shards).")
+    var lastDecisionShards = Int(RedisKeys.lastDecisionShards)
+    @Option(
+        name: .customLong("log-shards"), help: "Shards of the explain trail's hourly logs (explain.log_shards).")
+    var logShards = Int(RedisKeys.explainShards)
     @OptionGroup var redis: RedisOptions
 
+    func validate() throws {
+        guard deliveryShards >= 1, lastDecisionShards >= 1, logShards >= 1 else {
+            throw ValidationError("--delivery-shards, --last-decision-shards and --log-shards must be at least 1")
+        }
+    }
+
     func run() async throws {
-        let store = await redis.store()
+        let store = await redis.store(deliveredShards: UInt64(deliveryShards))
         let ttl = ProcessInfo.processInfo.environment["HERALD_EXPLAIN_TTL_SECONDS"].flatMap(Int64.init)
         let explain = ExplainStore(
-            connection: store.connection, ttlMilliseconds: ttl.map { $0 * 1000 } ?? ExplainStore.defaultTTLMilliseconds)
+            connection: store.connection, ttlMilliseconds: ttl.map { $0 * 1000 } ?? ExplainStore.defaultTTLMilliseconds,
+            lastDecisionShards: UInt64(lastDecisionShards), logShards: UInt64(logShards))
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let trail: [ExplainEntry]
         do {
