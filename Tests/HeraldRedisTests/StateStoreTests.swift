@@ -412,3 +412,48 @@ struct StateStoreTests {
         #expect(states["u"]?.preferences.languages == ["fr", "de"])
     }
 }
+
+@Suite("How full the sharded keys are (heraldctl shards), against a real redis-server")
+struct ShardFillTests {
+    @Test("a sample of every shard counts the entries, finds hashes past the listpack limit, and suggests a count")
+    func fill() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let window: Int64 = 3_600_000
+        let t: Int64 = 1_732_006_800_000  // an hour's start
+        // 1,200 delivery records over 2 shards in the window before `now`: about 600 a hash, past Redis's 512.
+        let store = StateStore(connection: redis, deliveredShards: 2)
+        let pairs = (0..<1200).map { DeliveryPair(eventID: "e\($0)", token: "t\($0)") }
+        try await store.confirmDelivered(app: "a", pairs: pairs, now: t + 10, window: window)
+        // 40 users' latest decisions over 8 shards, and 30 log lines over 2 shards in the hour before `now`.
+        let explain = ExplainStore(connection: redis, lastDecisionShards: 8, logShards: 2)
+        try await explain.record(
+            (0..<40).map {
+                ExplainEntry(
+                    appID: "a", eventID: "e\($0 % 30)", user: "u\($0)", stage: "suppress",
+                    decision: $0 < 30 ? "suppress" : "deliver", reason: $0 < 30 ? "dnd" : nil, at: t + 20)
+            })
+        let now = t + window + 5
+        let fills = try await store.shardFill(
+            app: "a", now: now, window: window, lastDecisionShards: 8, logShards: 2, sample: 64)
+        #expect(fills.map(\.kind) == ["delivered", "last_decision", "explain_log"])
+        let delivered = fills[0]
+        #expect(delivered.sampled == 2 && delivered.ceiling == 512, "\(delivered)")
+        #expect(delivered.estimatedEntries == 1200, "every shard read: \(delivered)")
+        #expect(delivered.hashtables == 2 && !delivered.fits)
+        #expect(delivered.suggestedShards == 12, "1,200 entries at 100 a hash: \(delivered.suggestedShards)")
+        let decisions = fills[1]
+        #expect(decisions.sampled == 8 && decisions.estimatedEntries == 40 && decisions.hashtables == 0)
+        #expect(decisions.fits && decisions.suggestedShards == 8, "kept: \(decisions)")
+        let logs = fills[2]
+        #expect(logs.sampled == 2 && logs.estimatedEntries == 30 && logs.hashtables == nil && logs.ceiling == 5000)
+        #expect(logs.fits && logs.suggestedShards == 2)
+        // A sample smaller than the count reads that many shards; an app without traffic fits and keeps its counts.
+        let sparse = try await StateStore(connection: redis, deliveredShards: 4096).shardFill(
+            app: "quiet", now: now, window: window, sample: 16)
+        #expect(sparse.map(\.sampled) == [16, 16, 16])
+        #expect(sparse.allSatisfy { $0.fits && $0.meanEntries == 0 })
+        #expect(sparse.map(\.suggestedShards) == [4096, RedisKeys.lastDecisionShards, RedisKeys.explainShards])
+    }
+}

@@ -296,7 +296,7 @@ public struct ExplainConfig: Sendable, Hashable {
     /// `full_trail:` users, apps and a sampled share of events whose every entry is kept, routine ones included.
     public var fullTrail = FullTrailPolicy()
     /// `last_decision_shards:` the hashes the users' latest decisions are spread over, per app. Redis keeps a hash
-    /// of at most 128 entries as a compact listpack (about 55 bytes a user) and a larger one as a hashtable (about
+    /// of at most 512 entries (its default) as a compact listpack (about 55 bytes a user) and a larger one as a hashtable (about
     /// 125), so a deployment sets about its users / 100 (docs/capacity.md).
     public var lastDecisionShards = 1_024
     /// `log_shards:` the lists each hour's log is spread over, per app. Reading an event's trail reads its shard's

@@ -24,6 +24,7 @@ struct Heraldctl: AsyncParsableCommand {
             Publish.self,
             DLQCommand.self,
             Explain.self,
+            Shards.self,
             Status.self,
         ]
     )

@@ -1,0 +1,68 @@
+import ArgumentParser
+import Foundation
+import HeraldCore
+import HeraldRedis
+
+/// `heraldctl shards`: whether the pipeline file's shard counts suit the traffic (docs/capacity.md).
+struct Shards: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check that the shard counts of the Redis keys that grow with traffic suit the deployment.",
+        discussion: """
+            Reads a sample of the shards of send's delivery records (the last whole replay window), the users' \
+            latest decisions and the explain trail's logs (the last whole hour): entries per key, and how many \
+            sampled hashes Redis keeps as hashtables instead of compact listpacks (past \
+            hash-max-listpack-entries, 512 by default). Prints one JSON object per kind with the count to set \
+            (idempotency.shards, explain.last_decision_shards, explain.log_shards): the entries over 100 a hash or \
+            1,000 lines a log, never fewer than now. Exit status 4 when a sampled key is past its limit. Give the \
+            counts and the window the pipeline file sets.
+            """)
+
+    @Option(name: .long, help: "App (tenant) id.") var app: String
+    @Option(
+        name: .customLong("replay-window-seconds"),
+        help: "send's replay window (the pipeline file's idempotency.replay_window_seconds).")
+    var replayWindowSeconds = Int(StateStore.defaultReplayWindowMilliseconds / 1000)
+    @Option(name: .customLong("delivery-shards"), help: "idempotency.shards of the pipeline file.")
+    var deliveryShards = Int(RedisKeys.deliveredShards)
+    @Option(name: .customLong("last-decision-shards"), help: "explain.last_decision_shards of the pipeline file.")
+    var lastDecisionShards = Int(RedisKeys.lastDecisionShards)
+    @Option(name: .customLong("log-shards"), help: "explain.log_shards of the pipeline file.")
+    var logShards = Int(RedisKeys.explainShards)
+    @Option(name: .long, help: "Shards read per kind.") var sample = 64
+    @OptionGroup var redis: RedisOptions
+
+    func validate() throws {
+        guard deliveryShards >= 1, lastDecisionShards >= 1, logShards >= 1, sample >= 1, replayWindowSeconds >= 1
+        else {
+            throw ValidationError("shard counts, --sample and --replay-window-seconds must be at least 1")
+        }
+    }
+
+    func run() async throws {
+        let store = await redis.store(deliveredShards: UInt64(deliveryShards))
+        let fills: [ShardFill]
+        do {
+            fills = try await store.shardFill(
+                app: app, now: CLI.nowMillis(), window: Int64(replayWindowSeconds) * 1000,
+                lastDecisionShards: UInt64(lastDecisionShards), logShards: UInt64(logShards), sample: sample)
+        } catch {
+            CLI.fail("redis: \(error)")
+        }
+        let settings = [
+            "delivered": "idempotency.shards", "last_decision": "explain.last_decision_shards",
+            "explain_log": "explain.log_shards",
+        ]
+        for fill in fills {
+            var object: [String: Any] = [
+                "kind": fill.kind, "setting": settings[fill.kind] ?? fill.kind, "shards": Int(fill.shards),
+                "sampled": fill.sampled, "mean_entries": (fill.meanEntries * 10).rounded() / 10,
+                "max_entries": fill.maxEntries, "limit": fill.ceiling,
+                "estimated_entries": Int(fill.estimatedEntries.rounded()), "fits": fill.fits,
+                "suggested_shards": Int(fill.suggestedShards),
+            ]
+            if let hashtables = fill.hashtables { object["hashtables"] = hashtables }
+            CLI.out(CLI.json(object))
+        }
+        if fills.contains(where: { !$0.fits }) { throw ExitCode(4) }
+    }
+}
