@@ -239,3 +239,34 @@ enum CLI {
         return f.string(from: Date(timeIntervalSince1970: Double(millis) / 1000))
     }
 }
+
+/// How the pipeline file lays out the keys that grow with traffic (docs/pipeline-config.md): send's replay window
+/// and the three shard counts. Commands that read those keys must be given the file's values when they differ
+/// from the defaults.
+struct KeyLayoutOptions: ParsableArguments {
+    @Option(
+        name: .customLong("replay-window-seconds"),
+        help: "send's replay window (the pipeline file's idempotency.replay_window_seconds).")
+    var replayWindowSeconds = Int(StateStore.defaultReplayWindowMilliseconds / 1000)
+    @Option(
+        name: .customLong("delivery-shards"),
+        help: "send's delivery-record shards (the pipeline file's idempotency.shards).")
+    var deliveryShards = Int(RedisKeys.deliveredShards)
+    @Option(
+        name: .customLong("last-decision-shards"),
+        help: "Shards of the users' latest decisions (the pipeline file's explain.last_decision_shards).")
+    var lastDecisionShards = Int(RedisKeys.lastDecisionShards)
+    @Option(
+        name: .customLong("log-shards"), help: "Shards of the explain trail's hourly logs (explain.log_shards).")
+    var logShards = Int(RedisKeys.explainShards)
+
+    func validate() throws {
+        guard replayWindowSeconds >= 1, deliveryShards >= 1, lastDecisionShards >= 1, logShards >= 1 else {
+            throw ValidationError(
+                "--replay-window-seconds, --delivery-shards, --last-decision-shards and --log-shards must be at least 1"
+            )
+        }
+    }
+
+    var windowMilliseconds: Int64 { Int64(replayWindowSeconds) * 1000 }
+}

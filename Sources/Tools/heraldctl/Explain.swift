@@ -24,35 +24,15 @@ struct Explain: AsyncParsableCommand {
     @Option(name: .long, help: "Event id.") var event: String
     @Option(name: .long, help: "Recipient user id (omit for the whole trail).") var user: String?
     @Flag(name: .customLong("full-tokens"), help: "Print whole device tokens.") var fullTokens = false
-    @Option(
-        name: .customLong("replay-window-seconds"),
-        help: "send's replay window (the pipeline file's idempotency.replay_window_seconds).")
-    var replayWindowSeconds = Int(StateStore.defaultReplayWindowMilliseconds / 1000)
-    @Option(
-        name: .customLong("delivery-shards"),
-        help: "send's delivery-record shards (the pipeline file's idempotency.shards).")
-    var deliveryShards = Int(RedisKeys.deliveredShards)
-    @Option(
-        name: .customLong("last-decision-shards"),
-        help: "Shards of the users' latest decisions (the pipeline file's explain.last_decision_shards).")
-    var lastDecisionShards = Int(RedisKeys.lastDecisionShards)
-    @Option(
-        name: .customLong("log-shards"), help: "Shards of the explain trail's hourly logs (explain.log_shards).")
-    var logShards = Int(RedisKeys.explainShards)
+    @OptionGroup var layout: KeyLayoutOptions
     @OptionGroup var redis: RedisOptions
 
-    func validate() throws {
-        guard deliveryShards >= 1, lastDecisionShards >= 1, logShards >= 1 else {
-            throw ValidationError("--delivery-shards, --last-decision-shards and --log-shards must be at least 1")
-        }
-    }
-
     func run() async throws {
-        let store = await redis.store(deliveredShards: UInt64(deliveryShards))
+        let store = await redis.store(deliveredShards: UInt64(layout.deliveryShards))
         let ttl = ProcessInfo.processInfo.environment["HERALD_EXPLAIN_TTL_SECONDS"].flatMap(Int64.init)
         let explain = ExplainStore(
             connection: store.connection, ttlMilliseconds: ttl.map { $0 * 1000 } ?? ExplainStore.defaultTTLMilliseconds,
-            lastDecisionShards: UInt64(lastDecisionShards), logShards: UInt64(logShards))
+            lastDecisionShards: UInt64(layout.lastDecisionShards), logShards: UInt64(layout.logShards))
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let trail: [ExplainEntry]
         do {
@@ -79,7 +59,7 @@ struct Explain: AsyncParsableCommand {
         do {
             answer = try await RegistryOperations.decision(
                 app: app, user: user, event: event, explain: explain, store: store,
-                replayWindowMilliseconds: Int64(replayWindowSeconds) * 1000, now: now, token: token)
+                replayWindowMilliseconds: layout.windowMilliseconds, now: now, token: token)
         } catch {
             CLI.fail("redis: \(error)")
         }

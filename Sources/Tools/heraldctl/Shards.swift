@@ -18,33 +18,22 @@ struct Shards: AsyncParsableCommand {
             """)
 
     @Option(name: .long, help: "App (tenant) id.") var app: String
-    @Option(
-        name: .customLong("replay-window-seconds"),
-        help: "send's replay window (the pipeline file's idempotency.replay_window_seconds).")
-    var replayWindowSeconds = Int(StateStore.defaultReplayWindowMilliseconds / 1000)
-    @Option(name: .customLong("delivery-shards"), help: "idempotency.shards of the pipeline file.")
-    var deliveryShards = Int(RedisKeys.deliveredShards)
-    @Option(name: .customLong("last-decision-shards"), help: "explain.last_decision_shards of the pipeline file.")
-    var lastDecisionShards = Int(RedisKeys.lastDecisionShards)
-    @Option(name: .customLong("log-shards"), help: "explain.log_shards of the pipeline file.")
-    var logShards = Int(RedisKeys.explainShards)
     @Option(name: .long, help: "Shards read per kind.") var sample = 64
+    @OptionGroup var layout: KeyLayoutOptions
     @OptionGroup var redis: RedisOptions
 
     func validate() throws {
-        guard deliveryShards >= 1, lastDecisionShards >= 1, logShards >= 1, sample >= 1, replayWindowSeconds >= 1
-        else {
-            throw ValidationError("shard counts, --sample and --replay-window-seconds must be at least 1")
-        }
+        guard sample >= 1 else { throw ValidationError("--sample must be at least 1") }
     }
 
     func run() async throws {
-        let store = await redis.store(deliveredShards: UInt64(deliveryShards))
+        let store = await redis.store(deliveredShards: UInt64(layout.deliveryShards))
         let fills: [ShardFill]
         do {
             fills = try await store.shardFill(
-                app: app, now: CLI.nowMillis(), window: Int64(replayWindowSeconds) * 1000,
-                lastDecisionShards: UInt64(lastDecisionShards), logShards: UInt64(logShards), sample: sample)
+                app: app, now: CLI.nowMillis(), window: layout.windowMilliseconds,
+                lastDecisionShards: UInt64(layout.lastDecisionShards), logShards: UInt64(layout.logShards),
+                sample: sample)
         } catch {
             CLI.fail("redis: \(error)")
         }
