@@ -181,12 +181,21 @@ enum CLI {
 
     static func nowMillis() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
 
-    static func out(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
-    }
+    static func out(_ line: String) { write(line + "\n") }
 
     static func warn(_ line: String) {
-        FileHandle.standardError.write(Data((line.replacingOccurrences(of: "\n", with: " ") + "\n").utf8))
+        write(line.replacingOccurrences(of: "\n", with: " ") + "\n", to: .standardError)
+    }
+
+    /// Writes `text` as it is. Foundation's non-throwing `write(_:)` traps when the reader has gone (`heraldctl
+    /// ... | head`): standard output that cannot be written ends heraldctl with 141, as a writer killed by SIGPIPE
+    /// would; standard error that cannot be written is given up.
+    static func write(_ text: String, to handle: FileHandle = .standardOutput) {
+        do {
+            try handle.write(contentsOf: Data(text.utf8))
+        } catch {
+            if handle.fileDescriptor == FileHandle.standardOutput.fileDescriptor { Foundation.exit(141) }
+        }
     }
 
     /// One line on stderr and the exit status: 2 for bad input, 1 for a failure of Kafka or Redis.

@@ -63,6 +63,6 @@ final class CLIProgress {
     }
 
     private func write(_ text: String) {
-        FileHandle.standardError.write(Data(text.utf8))
+        CLI.write(text, to: .standardError)
     }
 }

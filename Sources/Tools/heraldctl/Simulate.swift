@@ -68,7 +68,7 @@ struct Simulate: ParsableCommand {
         }
         var out = ""
         for line in lines { out += line.json + "\n" }
-        FileHandle.standardOutput.write(Data(out.utf8))
+        CLI.write(out)
     }
 
     func read(_ path: String, what: String) throws -> [UInt8] {
@@ -79,7 +79,7 @@ struct Simulate: ParsableCommand {
     }
 
     func warn(_ line: String) {
-        FileHandle.standardError.write(Data((line + "\n").utf8))
+        CLI.write(line + "\n", to: .standardError)
     }
 
     func fail(_ line: String) -> Never {
