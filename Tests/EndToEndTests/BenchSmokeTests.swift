@@ -113,6 +113,10 @@ import Testing
         // Redis's footprint of the run is reported.
         let redis = try #require(json["redis"] as? [String: Any])
         #expect((redis["commands_per_notification"] as? Double ?? 0) > 0, "\(redis)")
+        // Its clients' round trips: at least one, and never more reads than commands (a read carries a pipeline).
+        let reads = redis["reads"] as? Int ?? 0
+        #expect(reads > 0 && reads <= (redis["commands"] as? Int ?? 0), "\(redis)")
+        #expect(md.contains("| Redis reads and writes per notification"))
         #expect(md.contains("| Redis memory retained per notification"))
         #expect(output.contains("Redis per notification"))
         // The stack the bench started is gone.

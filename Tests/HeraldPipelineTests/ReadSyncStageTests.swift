@@ -14,7 +14,7 @@ final class MemoryReadSync: ReadSyncStore, @unchecked Sendable {
     var limiters: [String: ReadSyncLimiter] = [:]
     var asked = 0
 
-    func userState(app: String, user: String, now: Int64) async throws -> UserState {
+    func userState(app: String, user: String, conversation: String?, now: Int64) async throws -> UserState {
         lock.withLock { states[user] ?? UserState() }
     }
 
@@ -59,7 +59,12 @@ final class MemoryReadSync: ReadSyncStore, @unchecked Sendable {
         let devices = [Self.laptop, Self.phone].map {
             Device(token: $0, kind: .apns, environment: .production, bundleID: "com.example.chat")
         }
-        store.states["u2"] = UserState(devices: devices, unread: Unread(total: 3, conversations: ["c2": 3]))
+        var preferences = Preferences()
+        preferences.conversations = [
+            "c1": ConversationPreference(trigger: .all), "c5": ConversationPreference(muted: true),
+        ]
+        store.states["u2"] = UserState(
+            devices: devices, preferences: preferences, unread: Unread(total: 3, conversations: ["c2": 3]))
         store.states["u3"] = UserState(devices: [devices[0]])
         return store
     }
@@ -77,6 +82,9 @@ final class MemoryReadSync: ReadSyncStore, @unchecked Sendable {
         let record = try StageCodec.decode(DeliverableRecord.self, from: output.value)
         #expect(record.event.kind == .conversationRead && record.recipient == "u2")
         #expect(record.targets.map(\.token) == [Self.phone])
+        // The record holds the read conversation's part of the state, not every conversation's.
+        #expect(record.state.unread == Unread(total: 3))
+        #expect(record.state.preferences.conversations == ["c1": ConversationPreference(trigger: .all)])
         #expect(
             record.event.eventID == ReadSync.event(app: "app1", user: "u2", conversation: "c1", readAt: 1_000).eventID)
 

@@ -42,31 +42,33 @@ struct RedisBatchTests {
         #expect(joined.bytes == RedisCommand("PING").encoded + expected)
     }
 
-    @Test("loadUsers' reads are the commands of docs/redis-keys.md, with and without a conversation")
+    @Test("loadUsers' reads are the commands of docs/redis-keys.md, with each user's conversations and without")
     func loadBatchMatchesCommands() {
         let users = ["u1", "ü2", "u{3}"]
-        for conversation in ["c1", nil] as [String?] {
+        let lists: [[String]] = [["c1"], [], ["c1", "c{2}"]]
+        for unreadOf in [lists, nil] as [[[String]]?] {
             let batch = StateStore.loadBatch(
-                app: "app1", users: users, conversation: conversation, now: 1_700_000_000_123,
-                preferencesOnly: ["sender"])
+                app: "app1", users: users, unreadOf: unreadOf, now: 1_700_000_000_123, preferencesOnly: ["sender"])
             var commands: [RedisCommand] = []
-            for user in users {
+            for (index, user) in users.enumerated() {
                 commands.append(RedisCommand("HGETALL", RedisKeys.devices(app: "app1", user: user)))
                 commands.append(
                     RedisCommand(
                         "ZRANGEBYSCORE", RedisKeys.presence(app: "app1", user: user), "(1700000000123", "+inf"))
                 commands.append(RedisCommand("GET", RedisKeys.preferences(app: "app1", user: user)))
-                if let conversation {
+                if let unreadOf {
                     commands.append(
                         RedisCommand(
-                            "HMGET", RedisKeys.unread(app: "app1", user: user), RedisKeys.unreadTotalField,
-                            RedisKeys.unreadField(conversation: conversation)))
+                            "HMGET",
+                            [RedisKeys.unread(app: "app1", user: user), RedisKeys.unreadTotalField]
+                                + unreadOf[index].map { RedisKeys.unreadField(conversation: $0) } as [any RedisArgument]
+                        ))
                 } else {
                     commands.append(RedisCommand("HGETALL", RedisKeys.unread(app: "app1", user: user)))
                 }
             }
             commands.append(RedisCommand("GET", RedisKeys.preferences(app: "app1", user: "sender")))
-            #expect(batch.bytes == Self.concatenated(commands), "conversation \(conversation ?? "nil")")
+            #expect(batch.bytes == Self.concatenated(commands), "scoped \(unreadOf != nil)")
             #expect(batch.count == commands.count)
         }
     }

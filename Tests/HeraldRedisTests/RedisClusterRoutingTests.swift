@@ -79,7 +79,8 @@ struct RedisClusterRoutingTests {
         #expect(units.last?.bytes.upperBound == bytes.count)
 
         // A RedisBatch written piece by piece cuts the same way.
-        let batch = StateStore.loadBatch(app: "a", users: ["u1", "u2"], conversation: "c", now: 1, preferencesOnly: [])
+        let batch = StateStore.loadBatch(
+            app: "a", users: ["u1", "u2"], unreadOf: [["c"], ["c"]], now: 1, preferencesOnly: [])
         let batchUnits = try RedisClusterBatch.units(of: batch.bytes, count: batch.count)
         #expect(batchUnits.count == 8)
         #expect(

@@ -344,6 +344,17 @@ struct StateStoreTests {
         // With a conversation: total plus that conversation only.
         let scoped = try await store.loadUsers(app: "app1", users: ["u2"], conversation: "c1", now: Self.t0)
         #expect(scoped["u2"]?.unread == Unread(total: 5, conversations: ["c1": 2]))
+        // Resolve's read: per user, the conversations it is a recipient in (a user listed twice gets both lists;
+        // a conversation without a count reads as none), one command per read as without them.
+        let beforeScoped = try await totalCommands(redis)
+        let perUser = try await store.loadUsers(
+            app: "app1", users: ["u2", "u3", "u2"], conversation: nil, now: Self.t0, preferencesOnly: ["u3"],
+            conversationsOf: [["c9"], ["c1"], ["c1", "c9", "c7"]])
+        #expect(try await totalCommands(redis) - beforeScoped == 2 * 4 + 1)
+        #expect(perUser["u2"]?.unread == Unread(total: 5, conversations: ["c1": 2, "c9": 3]))
+        #expect(perUser["u2"]?.devices == fixture.users["u2"]?.devices)
+        #expect(perUser["u2"]?.preferences == fixture.users["u2"]?.preferences)
+        #expect(perUser["u3"] == fixture.users["u3"])
         // Presence expires with the fixture's TTL.
         #expect(try await store.loadUser(app: "app1", user: "u2", now: Self.t0 + 3_600_000).online.isEmpty)
 

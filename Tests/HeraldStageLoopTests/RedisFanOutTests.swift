@@ -54,3 +54,73 @@ import Testing
         #expect((ttl.int ?? 0) > 0)
     }
 }
+
+// resolve's read of its recipients' state, against a real redis-server: a user with counts in many conversations.
+@Suite(.serialized) struct RedisResolveReadTests {
+    @Test func aRecipientsUnreadCountsAreReadForItsBatchsConversationsOnly() async throws {
+        let server = try await RedisServer.start()
+        let connection = RedisConnection(configuration: RedisConfiguration(host: "127.0.0.1", port: server.port))
+        defer { connection.close() }
+        let store = StateStore(connection: connection)
+        // u2 has unread counts in 200 conversations; the batch notifies them in two of them.
+        var conversations: [String: Int] = [:]
+        for k in 0..<200 { conversations["c\(k)"] = k % 7 + 1 }
+        let u2 = UserState(
+            devices: [Device(token: String(repeating: "ab", count: 32), kind: .apns, registeredAt: 1)],
+            unread: Unread(total: conversations.values.reduce(0, +), conversations: conversations))
+        try await store.loadFixture(
+            app: "a",
+            fixture: StateFixture(
+                users: ["u1": UserState(), "u2": u2],
+                conversations: [
+                    "c3": ConversationState(members: ["u1", "u2"]), "c5": ConversationState(members: ["u1", "u2"]),
+                ]),
+            presenceTTLMilliseconds: 60_000, now: 1_732_000_000_000)
+        let resolve = ResolveProcessor(
+            resolvedTopic: "herald.resolved", state: RedisStateReader(store: store), pageSize: 100,
+            progress: RedisFanOutProgress(connection: connection))
+        func input(_ id: String, _ conversation: String) throws -> StageInput {
+            let json = """
+                {"event_id": "\(id)", "app_id": "a", "kind": "message", "created_at": 1732000000000,
+                 "sender": {"id": "u1", "name": "U"}, "conversation": {"id": "\(conversation)", "type": "group"},
+                 "message": {"id": "m-\(id)", "type": "text", "text": "Hi"}}
+                """
+            return StageInput(
+                topic: "herald.ingested",
+                value: try StageCodec.encode(
+                    IngestedRecord(event: try ChatEvent.decode(Array(json.utf8)), ingestedAt: 0)))
+        }
+        _ = try await connection.send(RedisCommand("CONFIG", "RESETSTAT"))
+        let results = await resolve.process(
+            [try input("e1", "c3"), try input("e2", "c5")],
+            context: BatchContext(now: { Date(timeIntervalSince1970: 1_732_000_000.5) }))
+        let stats = try await connection.send(RedisCommand("INFO", "commandstats")).text ?? ""
+        func calls(_ command: String) -> Int {
+            for line in stats.split(whereSeparator: \.isNewline) where line.hasPrefix("cmdstat_\(command):") {
+                let value = line.split(separator: ",")[0].split(separator: "=")[1]
+                return Int(value) ?? -1
+            }
+            return 0
+        }
+        // One HGETALL (u2's devices) and one HMGET (u2's total and the two conversations); never every count.
+        #expect(calls("hgetall") == 1)
+        #expect(calls("hmget") == 1)
+
+        #expect(results.count == 2)
+        let records = try results.map { result in
+            try StageCodec.decode(ResolvedRecord.self, from: try #require(result.outputs.first).value)
+        }
+        #expect(results.map(\.outputs.count) == [1, 1])
+        #expect(records.map(\.recipient) == ["u2", "u2"])
+        #expect(records[0].state.unread == Unread(total: u2.unread.total, conversations: ["c3": 4]))
+        #expect(records[1].state.unread == Unread(total: u2.unread.total, conversations: ["c5": 6]))
+
+        // The registry's read sync reads the total and the read conversation's count the same way.
+        let readSync = RedisReadSyncStore(store: store)
+        let read = try await readSync.userState(app: "a", user: "u2", conversation: "c3", now: 1_732_000_000_500)
+        #expect(read.unread == Unread(total: u2.unread.total, conversations: ["c3": 4]))
+        #expect(read.devices == u2.devices)
+        let all = try await readSync.userState(app: "a", user: "u2", conversation: nil, now: 1_732_000_000_500)
+        #expect(all.unread == Unread(total: u2.unread.total))
+    }
+}

@@ -34,8 +34,12 @@ public final class StateStore: Sendable {
     // MARK: Reads
 
     /// Loads devices, online devices (presence entries not expired at `now`), preferences and unread counts for
-    /// every user in one pipelined round trip (4 commands per user). With a `conversation`, the unread counts hold
-    /// the total and that conversation only; without one, every conversation's count.
+    /// every user in one pipelined round trip (4 commands per user). The unread counts hold the total and:
+    /// - with `conversationsOf` (parallel to `users`), the counts of user i's listed conversations only, read with
+    ///   `HMGET` (a user listed twice gets both lists);
+    /// - otherwise with a `conversation`, that conversation's count only;
+    /// - otherwise every conversation's count (`HGETALL`: a user in a thousand conversations answers them all, so
+    ///   the stages never ask for this).
     ///
     /// Users with nothing stored get an empty `UserState` (no devices). Devices come oldest first (by
     /// `registered_at`, then token); online tokens in device order. A stored device entry that is not valid JSON
@@ -45,17 +49,41 @@ public final class StateStore: Sendable {
     /// Users in `preferencesOnly` (and not in `users`) get only their preferences read (one `GET`): resolve needs
     /// no more of a sender than their display name. Their state has no devices, no presence and no unread counts.
     public func loadUsers(
-        app: String, users: [String], conversation: String?, now: Int64, preferencesOnly: [String] = []
+        app: String, users: [String], conversation: String?, now: Int64, preferencesOnly: [String] = [],
+        conversationsOf: [[String]]? = nil
     ) async throws -> [String: UserState] {
         var unique: [String] = []
-        var seen = Set<String>()
-        for user in users where seen.insert(user).inserted { unique.append(user) }
+        var scopes: [[String]]?
         var light: [String] = []
-        for user in preferencesOnly where seen.insert(user).inserted { light.append(user) }
+        if let conversationsOf {
+            var position: [String: Int] = Dictionary(minimumCapacity: users.count + preferencesOnly.count)
+            var lists: [[String]] = []
+            lists.reserveCapacity(users.count)
+            for (index, user) in users.enumerated() {
+                let listed = index < conversationsOf.count ? conversationsOf[index] : []
+                if let at = position[user] {
+                    for id in listed where !lists[at].contains(id) { lists[at].append(id) }
+                } else {
+                    position[user] = unique.count
+                    unique.append(user)
+                    lists.append(listed)
+                }
+            }
+            scopes = lists
+            for user in preferencesOnly where position[user] == nil {
+                position[user] = -1
+                light.append(user)
+            }
+        } else {
+            var seen = Set<String>()
+            for user in users where seen.insert(user).inserted { unique.append(user) }
+            if let conversation { scopes = Array(repeating: [conversation], count: unique.count) }
+            for user in preferencesOnly where seen.insert(user).inserted { light.append(user) }
+        }
         if unique.isEmpty && light.isEmpty { return [:] }
 
         let replies = try await connection.pipeline(
-            Self.loadBatch(app: app, users: unique, conversation: conversation, now: now, preferencesOnly: light))
+            Self.loadBatch(app: app, users: unique, unreadOf: scopes, now: now, preferencesOnly: light))
         let expected = unique.count * 4 + light.count
         guard replies.count == expected else {
             throw RedisError(.unexpectedReply, "expected \(expected) replies, got \(replies.count)")
@@ -71,10 +99,12 @@ public final class StateStore: Sendable {
             let online = registered.filter { onlineSet.contains($0) } + onlineSet.subtracting(registered).sorted()
             let preferences = try decodePreferences(replies[base + 2].orThrow("GET"), user: user)
             let unread: Unread
-            if let conversation {
+            if let scopes {
                 let values = try Self.array(replies[base + 3].orThrow("HMGET"))
                 var counts: [String: Int] = [:]
-                if values.count > 1, let count = values[1].int { counts[conversation] = Int(count) }
+                for (offset, id) in scopes[index].enumerated() where offset + 1 < values.count {
+                    if let count = values[offset + 1].int { counts[id] = Int(count) }
+                }
                 unread = Unread(total: values.first?.int.map { Int($0) } ?? 0, conversations: counts)
             } else {
                 unread = try Self.decodeUnread(replies[base + 3].orThrow("HGETALL"))
@@ -90,14 +120,15 @@ public final class StateStore: Sendable {
     }
 
     /// `loadUsers`' reads, written straight into one batch: per user `HGETALL devices`, `ZRANGEBYSCORE presence
-    /// (now +inf`, `GET prefs`, and `HMGET unread total c:<conversation>` (or `HGETALL unread`); then `GET prefs`
-    /// per preferences-only user. (Tests compare it with the same commands built one by one.)
+    /// (now +inf`, `GET prefs`, and `HMGET unread total c:<conversation> ...` with `unreadOf` (user i's
+    /// conversations) or `HGETALL unread` without; then `GET prefs` per preferences-only user. (Tests compare it
+    /// with the same commands built one by one.)
     public static func loadBatch(
-        app: String, users: [String], conversation: String?, now: Int64, preferencesOnly: [String]
+        app: String, users: [String], unreadOf: [[String]]?, now: Int64, preferencesOnly: [String]
     ) -> RedisBatch {
         var batch = RedisBatch(capacity: 64 + users.count * 320 + preferencesOnly.count * 64)
         let after = "(\(now)"
-        for user in users {
+        for (index, user) in users.enumerated() {
             batch.command("HGETALL", arguments: 1)
             batch.userKey(app: app, user: user, .devices)
             batch.command("ZRANGEBYSCORE", arguments: 3)
@@ -106,11 +137,12 @@ public final class StateStore: Sendable {
             batch.argument("+inf")
             batch.command("GET", arguments: 1)
             batch.userKey(app: app, user: user, .preferences)
-            if let conversation {
-                batch.command("HMGET", arguments: 3)
+            if let unreadOf {
+                let conversations = index < unreadOf.count ? unreadOf[index] : []
+                batch.command("HMGET", arguments: 2 + conversations.count)
                 batch.userKey(app: app, user: user, .unread)
                 batch.argument(RedisKeys.unreadTotalField)
-                batch.argument("c:", conversation)
+                for id in conversations { batch.argument("c:", id) }
             } else {
                 batch.command("HGETALL", arguments: 1)
                 batch.userKey(app: app, user: user, .unread)

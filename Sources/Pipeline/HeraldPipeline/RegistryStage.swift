@@ -14,8 +14,9 @@ public protocol RegistryWriter: Sendable {
 /// What the read sync needs (Redis in the stage): the user's state after the read, and the rate limiter
 /// (`ReadSync.admit`). Implementations throw `TransientFailure` when the same call may succeed later.
 public protocol ReadSyncStore: Sendable {
-    /// The user's devices, preferences and unread counts.
-    func userState(app: String, user: String, now: Int64) async throws -> UserState
+    /// The user's devices, preferences, unread total and, with a `conversation`, that conversation's count (never
+    /// every conversation's: a clear's push carries the total).
+    func userState(app: String, user: String, conversation: String?, now: Int64) async throws -> UserState
     /// One clear of `conversation` (nil: every conversation) asked of the user's rate limit.
     func admit(
         app: String, user: String, conversation: String?, readAt: Int64?, now: Int64, policy: ReadSyncPolicy
@@ -132,7 +133,8 @@ public struct RegistryProcessor: StageProcessor {
         guard policy.enabled else { return result(.off) }
         guard
             let state = try await context.retryingTransient(
-                { try await store.userState(app: app, user: user, now: now) }, onRetry: onTransientFailure)
+                { try await store.userState(app: app, user: user, conversation: record.conversation, now: now) },
+                onRetry: onTransientFailure)
         else { return nil }
         let targets = ReadSync.targets(state.devices, excluding: record.token)
         if targets.isEmpty { return result(.noOtherDevice) }
@@ -146,7 +148,8 @@ public struct RegistryProcessor: StageProcessor {
         else { return nil }
         var sent = result(outcome, targets: targets.count)
         guard outcome == .sent else { return sent }
-        var rendered = state
+        // The record carries what the clear's push is made of, not every conversation's preferences and counts.
+        var rendered = state.scoped(to: record.conversation ?? "")
         rendered.devices = []
         rendered.online = []
         let deliverable = DeliverableRecord(event: event, recipient: user, state: rendered, targets: targets)

@@ -8,10 +8,12 @@ public protocol StateReader: Sendable {
     func members(_ conversations: [ConversationRef]) async throws -> [[String]]
     /// Devices, presence (as of `now`), preferences and every unread count of `users`, in one round trip.
     func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState]
-    /// `loadUsers` for `users`, and in the same round trip only the preferences of `preferencesOnly` (senders who
-    /// are not recipients: resolve reads nothing of theirs but the display name).
+    /// What resolve reads, in one round trip: for `users` their devices, presence, preferences, unread total and
+    /// only the unread counts of the conversations in `conversations` (parallel to `users`: those the user is a
+    /// recipient in), so a user in many conversations costs no more than one in a few; for `preferencesOnly`
+    /// (senders who are not recipients) only the preferences, for the display name.
     func loadUsers(
-        app: String, users: [String], preferencesOnly: [String], now: Int64
+        app: String, users: [String], conversations: [[String]], preferencesOnly: [String], now: Int64
     ) async throws -> [String: UserState]
     /// One page of each conversation's members from `cursors` (Redis `SSCAN`, about `count` members), in one
     /// round trip. A page whose `next` is "0" ends its conversation. A member may appear on two pages.
@@ -32,11 +34,20 @@ public struct MemberPage: Sendable, Hashable {
 }
 
 extension StateReader {
-    /// Readers that cannot read less load the senders whole.
+    /// Readers that cannot read less load the users and senders whole.
     public func loadUsers(
-        app: String, users: [String], preferencesOnly: [String], now: Int64
+        app: String, users: [String], conversations: [[String]], preferencesOnly: [String], now: Int64
     ) async throws -> [String: UserState] {
         try await loadUsers(app: app, users: users + preferencesOnly, now: now)
+    }
+
+    /// `users`, all recipients in `conversation`, with that conversation's unread count.
+    func loadUsers(
+        app: String, users: [String], conversation: String, preferencesOnly: [String] = [], now: Int64
+    ) async throws -> [String: UserState] {
+        try await loadUsers(
+            app: app, users: users, conversations: Array(repeating: [conversation], count: users.count),
+            preferencesOnly: preferencesOnly, now: now)
     }
 
     /// Readers without paging answer the whole member list as one page.
@@ -194,17 +205,23 @@ public struct ResolveProcessor: StageProcessor {
         var recipientsOf: [Int: [String]] = [:]
         var senderListed = Set<Int>()
         var usersByApp: [String: [String]] = [:]
+        var conversationsByApp: [String: [[String]]] = [:]
         var sendersByApp: [String: [String]] = [:]
-        var seen: [String: Set<String>] = [:]
+        // Per app, each user read so far: their place in the app's users, or -1 for a sender read for the name.
+        var seen: [String: [String: Int]] = [:]
         // The current app's users are kept apart while its events follow one another (a batch mostly holds one
         // app), so that a recipient costs one hash, not three.
         var appID: String?
-        var appSeen = Set<String>()
+        var appSeen: [String: Int] = [:]
         var appUsers: [String] = []
+        var appConversations: [[String]] = []
         func putBack() {
             guard let appID else { return }
             seen[appID] = appSeen
-            if !appUsers.isEmpty { usersByApp[appID] = appUsers }
+            if !appUsers.isEmpty {
+                usersByApp[appID] = appUsers
+                conversationsByApp[appID] = appConversations
+            }
         }
         for (index, event) in events {
             var conversationMembers: [String] = []
@@ -220,14 +237,26 @@ public struct ResolveProcessor: StageProcessor {
             if appID != event.appID {
                 putBack()
                 appID = event.appID
-                appSeen = seen.removeValue(forKey: event.appID) ?? Set(minimumCapacity: 4 * events.count)
+                appSeen = seen.removeValue(forKey: event.appID) ?? Dictionary(minimumCapacity: 4 * events.count)
                 appUsers = usersByApp.removeValue(forKey: event.appID) ?? []
+                appConversations = conversationsByApp.removeValue(forKey: event.appID) ?? []
             }
-            for user in recipients where appSeen.insert(user).inserted { appUsers.append(user) }
+            let conversation = event.conversation.id
+            let only = [conversation]  // one buffer shared by the event's recipients, copied only when one grows
+            for user in recipients {
+                if let at = appSeen[user] {
+                    if !appConversations[at].contains(conversation) { appConversations[at].append(conversation) }
+                } else {
+                    appSeen[user] = appUsers.count
+                    appUsers.append(user)
+                    appConversations.append(only)
+                }
+            }
         }
         putBack()
         // Senders who are not recipients in this batch: only their preferences (the display name) are read.
-        for (_, event) in events where seen[event.appID, default: []].insert(event.sender.id).inserted {
+        for (_, event) in events where seen[event.appID, default: [:]][event.sender.id] == nil {
+            seen[event.appID, default: [:]][event.sender.id] = -1
             sendersByApp[event.appID, default: []].append(event.sender.id)
         }
         var states: [String: [String: UserState]] = [:]
@@ -237,7 +266,11 @@ public struct ResolveProcessor: StageProcessor {
             do {
                 guard
                     let loaded = try await context.retryingTransient(
-                        { try await state.loadUsers(app: app, users: users, preferencesOnly: senders, now: now) },
+                        {
+                            try await state.loadUsers(
+                                app: app, users: users, conversations: conversationsByApp[app] ?? [],
+                                preferencesOnly: senders, now: now)
+                        },
                         onRetry: onTransientFailure)
                 else {
                     return handBack(results)
@@ -343,7 +376,8 @@ public struct ResolveProcessor: StageProcessor {
             let states = try await context.retryingTransient(
                 {
                     try await state.loadUsers(
-                        app: event.appID, users: recipients, preferencesOnly: [event.sender.id], now: now)
+                        app: event.appID, users: recipients, conversation: event.conversation.id,
+                        preferencesOnly: [event.sender.id], now: now)
                 }, onRetry: onTransientFailure)
         else { return nil }
         guard let counts = try await countOne(event, recipients: recipients, context: context) else { return nil }
@@ -389,7 +423,8 @@ public struct ResolveProcessor: StageProcessor {
         guard
             let senderState = try await context.retryingTransient(
                 {
-                    try await state.loadUsers(app: app, users: [], preferencesOnly: [event.sender.id], now: now)
+                    try await state.loadUsers(
+                        app: app, users: [], conversations: [], preferencesOnly: [event.sender.id], now: now)
                 }, onRetry: onTransientFailure)
         else { return nil }
         let displayName = senderState[event.sender.id]?.preferences.displayName
@@ -414,7 +449,8 @@ public struct ResolveProcessor: StageProcessor {
                     guard
                         let loaded = try await context.retryingTransient(
                             {
-                                try await state.loadUsers(app: app, users: recipients, now: now)
+                                try await state.loadUsers(
+                                    app: app, users: recipients, conversation: event.conversation.id, now: now)
                             }, onRetry: onTransientFailure)
                     else { return nil }
                     states = loaded
@@ -506,7 +542,8 @@ public struct ResolveProcessor: StageProcessor {
             guard
                 let loaded = try await context.retryingTransient(
                     {
-                        try await state.loadUsers(app: event.appID, users: recipients, now: now)
+                        try await state.loadUsers(
+                            app: event.appID, users: recipients, conversation: event.conversation.id, now: now)
                     }, onRetry: onTransientFailure)
             else { return nil }
             states = loaded

@@ -43,11 +43,12 @@ public struct RedisStateReader: StateReader {
     }
 
     public func loadUsers(
-        app: String, users: [String], preferencesOnly: [String], now: Int64
+        app: String, users: [String], conversations: [[String]], preferencesOnly: [String], now: Int64
     ) async throws -> [String: UserState] {
         try await transient {
             try await store.loadUsers(
-                app: app, users: users, conversation: nil, now: now, preferencesOnly: preferencesOnly)
+                app: app, users: users, conversation: nil, now: now, preferencesOnly: preferencesOnly,
+                conversationsOf: conversations)
         }
     }
 
@@ -242,8 +243,12 @@ public struct RedisReadSyncStore: ReadSyncStore {
 
     public init(store: StateStore) { self.store = store }
 
-    public func userState(app: String, user: String, now: Int64) async throws -> UserState {
-        try await transient { try await store.loadUser(app: app, user: user, now: now) }
+    public func userState(app: String, user: String, conversation: String?, now: Int64) async throws -> UserState {
+        try await transient {
+            try await store.loadUsers(
+                app: app, users: [user], conversation: nil, now: now, conversationsOf: [conversation.map { [$0] } ?? []]
+            )[user] ?? UserState()
+        }
     }
 
     public func admit(

@@ -1,24 +1,31 @@
 // What a run leaves in Redis and what it costs Redis: `used_memory` (INFO memory) and
-// `total_commands_processed` (INFO stats), read once the users' state is loaded and again after the drain.
+// `total_commands_processed`, `total_reads_processed` and `total_writes_processed` (INFO stats), read once the users'
+// state is loaded and again after the drain.
 import Foundation
 import HeraldRedis
 
 package struct RedisSnapshot {
     package var usedMemory: Int
     package var commands: Int
+    /// Reads from its clients' connections (`total_reads_processed`): about one per round trip a client made.
+    package var reads: Int = 0
+    /// Writes of replies to its clients' connections (`total_writes_processed`).
+    package var writes: Int = 0
     /// `INFO commandstats` per command (Lua scripts' own calls included): calls and microseconds spent.
     package var byCommand: [String: (calls: Int, usec: Int)] = [:]
 
-    /// Reads both figures with one INFO each (the reading itself adds two commands, left in).
+    /// Reads the figures with one INFO per section (the reading itself adds three commands, left in).
     package static func read(port: Int) async throws -> RedisSnapshot {
         let conn = RedisConnection(configuration: try RedisConfiguration(url: "redis://127.0.0.1:\(port)"))
         defer { conn.close() }
-        func field(_ section: String, _ name: String) async throws -> Int {
-            let text = try await conn.send(RedisCommand("INFO", section)).orThrow("INFO").text ?? ""
+        func section(_ name: String) async throws -> String {
+            try await conn.send(RedisCommand("INFO", name)).orThrow("INFO").text ?? ""
+        }
+        func field(_ text: String, _ name: String) throws -> Int {
             for line in text.split(whereSeparator: \.isNewline) where line.hasPrefix(name + ":") {
                 if let v = Int(line.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces)) { return v }
             }
-            throw BenchError("INFO \(section) has no \(name)")
+            throw BenchError("INFO has no \(name)")
         }
         var byCommand: [String: (calls: Int, usec: Int)] = [:]
         let stats = try await conn.send(RedisCommand("INFO", "commandstats")).orThrow("INFO").text ?? ""
@@ -35,9 +42,12 @@ package struct RedisSnapshot {
             }
             byCommand[name] = (calls, usec)
         }
+        let memory = try await section("memory")
+        let counters = try await section("stats")
         return RedisSnapshot(
-            usedMemory: try await field("memory", "used_memory"),
-            commands: try await field("stats", "total_commands_processed"), byCommand: byCommand)
+            usedMemory: try field(memory, "used_memory"), commands: try field(counters, "total_commands_processed"),
+            reads: try field(counters, "total_reads_processed"), writes: try field(counters, "total_writes_processed"),
+            byCommand: byCommand)
     }
 }
 
@@ -49,6 +59,8 @@ package struct RedisFootprint {
     /// Bytes of Redis memory the run left behind (what it keeps per notification until its TTLs end).
     package var retainedBytes: Int { after.usedMemory - before.usedMemory }
     package var commands: Int { after.commands - before.commands }
+    package var reads: Int { after.reads - before.reads }
+    package var writes: Int { after.writes - before.writes }
 
     /// Calls and microseconds per command during the run, most time first.
     package var byCommand: [(name: String, calls: Int, usec: Int)] {

@@ -15,6 +15,9 @@ package struct WorkloadOptions {
     package var online = 0.1
     package var profile = "compact"  // compact (app1) | sendbird (app2) | cometchat (app3)
     package var textBytes = 60
+    /// Conversations outside the run each user also has unread messages in: Redis holds a count for each (and the
+    /// total), as for a chat user in many channels.
+    package var otherConversations = 0
     package var tag = String(UInt64.random(in: 0..<(1 << 40)), radix: 36)
 
     package init() {}
@@ -28,6 +31,9 @@ package struct WorkloadOptions {
             format: "| preference mix | %.0f %% DND, %.0f %% muted, %.0f %% online |\n", dnd * 100, muted * 100,
             online * 100)
         s += "| payload profile | \(profile) (\(appID)), text \(textBytes) bytes |\n"
+        if otherConversations > 0 {
+            s += "| other conversations with unread counts, per user | \(otherConversations) |\n"
+        }
         return s
     }
 
@@ -111,6 +117,10 @@ package final class Workload {
             } else if u < options.dnd + options.muted + options.online {
                 state.online = [token]
             }
+            if options.otherConversations > 0 {
+                for k in 0..<options.otherConversations { state.unread.conversations["side-\(k)"] = k % 5 + 1 }
+                state.unread.total = state.unread.conversations.values.reduce(0, +)
+            }
             states[user] = state
         }
         states[callee] = UserState(devices: [
@@ -154,12 +164,21 @@ package final class Workload {
             let dk = RedisKeys.devices(app: appID, user: user)
             let pk = RedisKeys.preferences(app: appID, user: user)
             let sk = RedisKeys.presence(app: appID, user: user)
-            batch.append(RedisCommand("DEL", dk, pk, sk))
+            let uk = RedisKeys.unread(app: appID, user: user)
+            batch.append(RedisCommand("DEL", dk, pk, sk, uk))
             for d in state.devices {
                 batch.append(RedisCommand("HSET", dk, d.token, d.jsonBytes()))
             }
             if state.preferences != Preferences() {
                 batch.append(RedisCommand("SET", pk, state.preferences.jsonBytes()))
+            }
+            if !state.unread.conversations.isEmpty {
+                var fields: [any RedisArgument] = [uk, RedisKeys.unreadTotalField, String(state.unread.total)]
+                for (id, count) in state.unread.conversations {
+                    fields.append(RedisKeys.unreadField(conversation: id))
+                    fields.append(String(count))
+                }
+                batch.append(RedisCommand("HSET", fields))
             }
             if !state.online.isEmpty {
                 for tok in state.online { batch.append(RedisCommand("ZADD", sk, String(now + 86_400_000), tok)) }

@@ -21,6 +21,9 @@ struct PipelineBench: AsyncParsableCommand {
     @Option(help: "Fraction of users in Do Not Disturb.") var dnd = 0.1
     @Option(help: "Fraction of users who muted their group.") var muted = 0.1
     @Option(help: "Fraction of users online (their only device is online).") var online = 0.1
+    @Option(
+        help: "Conversations outside the run each user also has unread counts in (Redis holds one per conversation).")
+    var otherConversations = 0
     @Option(help: "Payload profile: compact (app1), sendbird (app2), cometchat (app3).") var profile = "compact"
     @Option(name: .customLong("text-bytes"), help: "Message text length.") var textBytes = 60
     @Option(help: "Publish this many group events at once, then drain.") var backlog: Int?
@@ -75,6 +78,7 @@ struct PipelineBench: AsyncParsableCommand {
         defer { session.close(keep: stack.keep) }
         var w = WorkloadOptions()
         w.users = users; w.conversationSize = conversationSize; w.dnd = dnd; w.muted = muted; w.online = online
+        w.otherConversations = otherConversations
         w.profile = profile; w.textBytes = textBytes
         let driver = try await LoadDriver(session: session, workload: w)
         let mode: LoadDriver.Mode = backlog.map { .backlog($0) } ?? .rate(rate!, seconds)

@@ -24,7 +24,8 @@ struct RedisBench: ParsableCommand {
         }
         let batched = measure {
             _ = StateStore.loadBatch(
-                app: "app1", users: users, conversation: "c-hiking", now: now, preferencesOnly: ["sender"])
+                app: "app1", users: users, unreadOf: Array(repeating: ["c-hiking"], count: users.count), now: now,
+                preferencesOnly: ["sender"])
         }
         let entries = (0..<recipients).map { i in
             ExplainEntry(

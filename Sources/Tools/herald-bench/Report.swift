@@ -166,6 +166,10 @@ struct BenchReport {
                 format:
                     "| Redis commands per notification (total_commands_processed after - before, / recipients) | %.2f (%d in all) |\n",
                 f.perNotification(f.commands, r.recipients), f.commands)
+            s += String(
+                format:
+                    "| Redis reads and writes per notification (total_reads_processed, total_writes_processed: its clients' round trips) | %.3f and %.3f (%d and %d in all) |\n",
+                f.perNotification(f.reads, r.recipients), f.perNotification(f.writes, r.recipients), f.reads, f.writes)
         }
         s += String(format: "| run time (drive + drain) | %.1f s |\n\n", r.driveSeconds)
         if let f = r.redis, !f.byCommand.isEmpty {
@@ -239,6 +243,7 @@ struct BenchReport {
                     "mode": r.mode, "mixed": r.mixed, "users": r.options.users,
                     "conversation_size": r.options.conversationSize,
                     "dnd": r.options.dnd, "muted": r.options.muted, "online": r.options.online,
+                    "other_conversations": r.options.otherConversations,
                     "profile": r.options.profile,
                     "text_bytes": r.options.textBytes,
                 ] as [String: Any]
@@ -255,6 +260,8 @@ struct BenchReport {
                         "retained_bytes_per_notification": f.perNotification(f.retainedBytes, r.recipients),
                         "commands": f.commands,
                         "commands_per_notification": f.perNotification(f.commands, r.recipients),
+                        "reads": f.reads, "writes": f.writes,
+                        "reads_per_notification": f.perNotification(f.reads, r.recipients),
                         "retained_bytes_per_delivered": f.perNotification(f.retainedBytes, r.delivered),
                         "commands_per_delivered": f.perNotification(f.commands, r.delivered),
                     ]

@@ -24,6 +24,9 @@ struct StageBench: AsyncParsableCommand {
     @Option(help: "Fraction of users in Do Not Disturb.") var dnd = 0.1
     @Option(help: "Fraction of users who muted their group.") var muted = 0.1
     @Option(help: "Fraction of users online (their only device is online).") var online = 0.1
+    @Option(
+        help: "Conversations outside the run each user also has unread counts in (Redis holds one per conversation).")
+    var otherConversations = 0
     @Option(help: "Payload profile: compact (app1), sendbird (app2), cometchat (app3).") var profile = "compact"
     @Option(name: .customLong("text-bytes"), help: "Message text length.") var textBytes = 60
     @Option(help: "Group events the backlog is made from.") var backlog = 20_000
@@ -54,6 +57,7 @@ struct StageBench: AsyncParsableCommand {
         defer { session.close(keep: stack.keep) }
         var w = WorkloadOptions()
         w.users = users; w.conversationSize = conversationSize; w.dnd = dnd; w.muted = muted; w.online = online
+        w.otherConversations = otherConversations
         w.profile = profile; w.textBytes = textBytes
         let driver = try await LoadDriver(session: session, workload: w)
         let result = try await StageDriver(driver: driver, stage: stage, drainTimeout: drainTimeout).run(
@@ -186,6 +190,7 @@ struct StageReport {
             "scenario": [
                 "events": r.events, "users": r.options.users, "conversation_size": r.options.conversationSize,
                 "dnd": r.options.dnd, "muted": r.options.muted, "online": r.options.online,
+                "other_conversations": r.options.otherConversations,
                 "profile": r.options.profile, "text_bytes": r.options.textBytes,
             ] as [String: Any],
             "recipients": r.recipients, "notifications": r.notifications, "inputs": r.inputs,
