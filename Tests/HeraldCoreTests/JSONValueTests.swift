@@ -47,4 +47,66 @@ struct JSONValueTests {
         let text = "mixed \"é\" \u{2028}\t"
         #expect((try? JSONValue.parse(JSONWriter.quoted(text, lineSafe: true))) == .string(text))
     }
+
+    @Test("a pruned parse keeps the named entries of one member and accepts and refuses exactly what a parse does")
+    func prunedParse() throws {
+        let documents = [
+            #"{"trigger":"all","conversations":{"a":{"trigger":"off"},"b":{"muted":true,"x":[1,2.5e3,null,{"y":"\u00e9"}]},"c":{}},"badge":false}"#,
+            #"{"conversations":{}}"#,
+            #"{"conversations":[1,2]}"#,
+            #"{"conversations":"none","other":{"a":1}}"#,
+            #"{"nested":{"conversations":{"a":1,"b":2}},"conversations":{"b":{"deep":[[[]]]}}}"#,
+            #" { "conversations" : { "a" : 1 , "b" : 2 } } "#,
+            #"[{"conversations":{"a":1}}]"#,
+        ]
+        for text in documents {
+            let whole = try JSONValue.parse(text)
+            let pruned = try JSONValue.parse(Array(text.utf8), pruning: "conversations", keeping: ["a", "zz"])
+            // The same document with the member's object filtered to the kept keys.
+            var expected = whole
+            if case .object(let pairs) = whole {
+                expected = .object(
+                    pairs.map { key, value in
+                        guard key == "conversations", case .object(let inner) = value else { return (key, value) }
+                        return (key, .object(inner.filter { ["a", "zz"].contains($0.0) }))
+                    })
+            }
+            #expect(pruned == expected, "\(text)")
+        }
+        // Broken text inside a skipped entry is refused, as a whole parse refuses it.
+        let broken = [
+            #"{"conversations":{"b":{"trigger":tru}}}"#,
+            #"{"conversations":{"b":{"trigger":"off"}"#,
+            #"{"conversations":{"b":"\x"}}"#,
+            #"{"conversations":{"b":[1,]}}"#,
+            #"{"conversations":{"b":01}}"#,
+            #"{"conversations":{"b":1}} x"#,
+            "{\"conversations\":{\"b\":" + String(repeating: "[", count: 70) + String(repeating: "]", count: 70) + "}}",
+        ]
+        for text in broken {
+            #expect(throws: JSONParseError.self, "\(text)") { try JSONValue.parse(text) }
+            #expect(throws: JSONParseError.self, "\(text)") {
+                try JSONValue.parse(Array(text.utf8), pruning: "conversations", keeping: ["a"])
+            }
+        }
+    }
+
+    @Test("stored preferences read for some conversations: those conversations' settings and everything else")
+    func preferencesForConversations() throws {
+        var stored = Preferences()
+        stored.trigger = .mentionOnly
+        stored.displayName = "Ann"
+        stored.languages = ["de"]
+        for k in 0..<40 { stored.conversations["c\(k)"] = ConversationPreference(trigger: .off, muted: k % 2 == 0) }
+        let bytes = stored.jsonBytes()
+        var expected = stored
+        expected.conversations = ["c3": stored.conversations["c3"]!, "c8": stored.conversations["c8"]!]
+        #expect(try Preferences.fromJSON(bytes, conversations: ["c3", "c8", "c99"]) == expected)
+        expected.conversations = [:]
+        #expect(try Preferences.fromJSON(bytes, conversations: []) == expected)
+        #expect(try Preferences.fromJSON(bytes) == stored)
+        #expect(throws: StageRecordError.self) {
+            try Preferences.fromJSON(Array("{\"trigger\":".utf8), conversations: [])
+        }
+    }
 }

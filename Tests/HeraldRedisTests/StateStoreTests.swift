@@ -331,13 +331,16 @@ struct StateStoreTests {
             try await store.loadUsers(app: "other", users: ["u2"], conversation: nil, now: Self.t0)["u2"] == UserState()
         )
 
-        // Senders who are not recipients: one GET each, preferences only; a user in both lists is read whole.
+        // Senders who are not recipients: one GET each, preferences only and no conversation's settings; a user
+        // in both lists is read whole.
         let before = try await totalCommands(redis)
         let mixed = try await store.loadUsers(
             app: "app1", users: ["u3"], conversation: nil, now: Self.t0, preferencesOnly: ["u2", "u3", "nobody"])
         #expect(try await totalCommands(redis) - before == 4 + 2 + 1)
         #expect(mixed["u3"] == fixture.users["u3"])
-        #expect(mixed["u2"] == UserState(preferences: try #require(fixture.users["u2"]).preferences))
+        var senderPreferences = try #require(fixture.users["u2"]).preferences
+        senderPreferences.conversations = [:]
+        #expect(mixed["u2"] == UserState(preferences: senderPreferences))
         #expect(mixed["u2"]?.preferences.displayName == "Cindy")
         #expect(mixed["nobody"] == UserState())
 
@@ -354,6 +357,12 @@ struct StateStoreTests {
         #expect(perUser["u2"]?.unread == Unread(total: 5, conversations: ["c1": 2, "c9": 3]))
         #expect(perUser["u2"]?.devices == fixture.users["u2"]?.devices)
         #expect(perUser["u2"]?.preferences == fixture.users["u2"]?.preferences)
+        // The conversations' settings are read for the listed conversations only.
+        let elsewhere = try await store.loadUsers(
+            app: "app1", users: ["u2"], conversation: nil, now: Self.t0, conversationsOf: [["c9"]])
+        #expect(elsewhere["u2"]?.preferences.conversations == [:])
+        #expect(elsewhere["u2"]?.preferences.displayName == "Cindy")
+        #expect(elsewhere["u2"]?.preferences.dnd == fixture.users["u2"]?.preferences.dnd)
         #expect(perUser["u3"] == fixture.users["u3"])
         // Presence expires with the fixture's TTL.
         #expect(try await store.loadUser(app: "app1", user: "u2", now: Self.t0 + 3_600_000).online.isEmpty)

@@ -46,8 +46,10 @@ public final class StateStore: Sendable {
     /// is skipped with a warning; stored preferences that are not valid JSON fall back to the defaults with a
     /// warning (neither can crash a stage).
     ///
-    /// Users in `preferencesOnly` (and not in `users`) get only their preferences read (one `GET`): resolve needs
-    /// no more of a sender than their display name. Their state has no devices, no presence and no unread counts.
+    /// With `conversationsOf` or a `conversation`, the preferences hold those conversations' settings only (the
+    /// others are checked but not built). Users in `preferencesOnly` (and not in `users`) get only their
+    /// preferences read (one `GET`), without any conversation's settings: resolve needs no more of a sender than
+    /// their display name. Their state has no devices, no presence and no unread counts.
     public func loadUsers(
         app: String, users: [String], conversation: String?, now: Int64, preferencesOnly: [String] = [],
         conversationsOf: [[String]]? = nil
@@ -97,7 +99,8 @@ public final class StateStore: Sendable {
             let onlineSet = Set(try Self.strings(replies[base + 1].orThrow("ZRANGEBYSCORE")))
             let registered = devices.map(\.token)
             let online = registered.filter { onlineSet.contains($0) } + onlineSet.subtracting(registered).sorted()
-            let preferences = try decodePreferences(replies[base + 2].orThrow("GET"), user: user)
+            let preferences = try decodePreferences(
+                replies[base + 2].orThrow("GET"), user: user, conversations: scopes?[index])
             let unread: Unread
             if let scopes {
                 let values = try Self.array(replies[base + 3].orThrow("HMGET"))
@@ -113,7 +116,8 @@ public final class StateStore: Sendable {
         }
         let lightBase = unique.count * 4
         for (index, user) in light.enumerated() {
-            let preferences = try decodePreferences(replies[lightBase + index].orThrow("GET"), user: user)
+            let preferences = try decodePreferences(
+                replies[lightBase + index].orThrow("GET"), user: user, conversations: [])
             result[user] = UserState(preferences: preferences)
         }
         return result
@@ -761,9 +765,11 @@ public final class StateStore: Sendable {
         return devices.sorted { ($0.registeredAt, $0.token) < ($1.registeredAt, $1.token) }
     }
 
-    private func decodePreferences(_ reply: RedisValue, user: String) throws -> Preferences {
+    /// With `conversations`, only their settings are built (`Preferences.fromJSON(_:conversations:)`).
+    private func decodePreferences(_ reply: RedisValue, user: String, conversations: [String]?) throws -> Preferences {
         guard case .string(let data) = reply else { return Preferences() }
         do {
+            if let conversations { return try Preferences.fromJSON(data, conversations: conversations) }
             return try Preferences.fromJSON(data)
         } catch {
             logger.warning(

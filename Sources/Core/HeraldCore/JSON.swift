@@ -102,6 +102,18 @@ public enum JSONValue: Sendable, Hashable {
     public static func parse(_ text: String) throws(JSONParseError) -> JSONValue {
         try parse(Array(text.utf8))
     }
+
+    /// Parses UTF-8 JSON text whose top-level object's member `member`, when it is an object, keeps only the
+    /// members named in `keeping`; the others are checked as strictly as by `parse` (the same text is accepted or
+    /// refused) but never built. For a stored document of which a reader needs a few entries of a large map.
+    public static func parse(
+        _ bytes: some Collection<UInt8>, pruning member: String, keeping: [String]
+    ) throws(JSONParseError) -> JSONValue {
+        var parser = JSONParser(Array(bytes))
+        parser.pruned = member
+        parser.keeping = keeping
+        return try parser.parseDocument()
+    }
 }
 
 /// The exact decimal value of a JSON number: sign, significant digits without leading or trailing zeros, and a
@@ -188,6 +200,9 @@ struct JSONParser {
     static let maxDepth = 64
     let bytes: [UInt8]
     var i = 0
+    /// The top-level member whose object keeps only the keys in `keeping` (`JSONValue.parse(_:pruning:keeping:)`).
+    var pruned: String?
+    var keeping: [String] = []
 
     init(_ bytes: [UInt8]) { self.bytes = bytes }
 
@@ -256,7 +271,8 @@ struct JSONParser {
         i += n
     }
 
-    mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
+    /// An object; with `filtered`, only the members whose key is in `keeping` (the others are skipped).
+    mutating func parseObject(depth: Int, filtered: Bool = false) throws(JSONParseError) -> JSONValue {
         i += 1
         var pairs: [(String, JSONValue)] = []
         skipSpace()
@@ -268,13 +284,69 @@ struct JSONParser {
             skipSpace()
             guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             i += 1
-            let value = try parseValue(depth: depth + 1)
-            pairs.append((key, value))
+            if filtered, !keeping.contains(key) {
+                try skipValue(depth: depth + 1)
+            } else if depth == 0, let pruned, key == pruned, nextIsObject() {
+                pairs.append((key, try parseObject(depth: depth + 1, filtered: true)))
+            } else {
+                pairs.append((key, try parseValue(depth: depth + 1)))
+            }
             skipSpace()
             guard i < bytes.count else { throw fail("unexpected end of input") }
             if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
             if bytes[i] == UInt8(ascii: "}") { i += 1; return .object(pairs) }
             throw fail("expected ',' or '}'")
+        }
+    }
+
+    /// Whether the next value (after white space) is an object; moves to it.
+    mutating func nextIsObject() -> Bool {
+        skipSpace()
+        return i < bytes.count && bytes[i] == UInt8(ascii: "{")
+    }
+
+    /// Moves past one value, refusing what `parseValue` refuses, without building it.
+    mutating func skipValue(depth: Int) throws(JSONParseError) {
+        guard depth <= JSONParser.maxDepth else { throw fail("nesting deeper than \(JSONParser.maxDepth)") }
+        skipSpace()
+        guard i < bytes.count else { throw fail("unexpected end of input") }
+        switch bytes[i] {
+        case UInt8(ascii: "{"):
+            i += 1
+            skipSpace()
+            if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return }
+            while true {
+                skipSpace()
+                guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+                _ = try parseString()
+                skipSpace()
+                guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                i += 1
+                try skipValue(depth: depth + 1)
+                skipSpace()
+                guard i < bytes.count else { throw fail("unexpected end of input") }
+                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                if bytes[i] == UInt8(ascii: "}") { i += 1; return }
+                throw fail("expected ',' or '}'")
+            }
+        case UInt8(ascii: "["):
+            i += 1
+            skipSpace()
+            if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return }
+            while true {
+                try skipValue(depth: depth + 1)
+                skipSpace()
+                guard i < bytes.count else { throw fail("unexpected end of input") }
+                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                if bytes[i] == UInt8(ascii: "]") { i += 1; return }
+                throw fail("expected ',' or ']'")
+            }
+        case UInt8(ascii: "\""): _ = try parseString()
+        case UInt8(ascii: "t"): try literal("true")
+        case UInt8(ascii: "f"): try literal("false")
+        case UInt8(ascii: "n"): try literal("null")
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): _ = try parseNumber()
+        default: throw fail("unexpected character")
         }
     }
 

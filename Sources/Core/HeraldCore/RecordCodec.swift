@@ -441,6 +441,25 @@ extension StateFixture: JSONRecord {
 }
 
 extension Preferences {
+    /// Stored preferences of which only `conversations`' settings are needed (resolve's read: the conversations a
+    /// user is notified in). The others are checked but never built, so a user with settings in hundreds of
+    /// conversations costs little more than one with a few; text `fromJSON` refuses is refused the same way.
+    public static func fromJSON(
+        _ bytes: some Collection<UInt8>, conversations: [String]
+    ) throws(StageRecordError) -> Preferences {
+        let value: JSONValue
+        do {
+            value = try JSONValue.parse(bytes, pruning: "conversations", keeping: conversations)
+        } catch {
+            throw StageRecordError(record: "Preferences", detail: "(record): not valid JSON: \(error.description)")
+        }
+        do {
+            return try Preferences(json: value)
+        } catch {
+            throw StageRecordError(record: "Preferences", detail: error.detail)
+        }
+    }
+
     init(reader p: RecordReader) throws(StageRecordError) {
         var prefs = Preferences()
         // Absent trigger, template and display style stay unset (the app's user_defaults may fill them).

@@ -15,8 +15,8 @@ package struct WorkloadOptions {
     package var online = 0.1
     package var profile = "compact"  // compact (app1) | sendbird (app2) | cometchat (app3)
     package var textBytes = 60
-    /// Conversations outside the run each user also has unread messages in: Redis holds a count for each (and the
-    /// total), as for a chat user in many channels.
+    /// Conversations outside the run each user is also in, as a chat user in many channels is: Redis holds an
+    /// unread count for each (and the total), and the user's preferences a push setting for one in five.
     package var otherConversations = 0
     package var tag = String(UInt64.random(in: 0..<(1 << 40)), radix: 36)
 
@@ -32,7 +32,8 @@ package struct WorkloadOptions {
             online * 100)
         s += "| payload profile | \(profile) (\(appID)), text \(textBytes) bytes |\n"
         if otherConversations > 0 {
-            s += "| other conversations with unread counts, per user | \(otherConversations) |\n"
+            s +=
+                "| other conversations per user (unread counts; a push setting in one in five) | \(otherConversations) |\n"
         }
         return s
     }
@@ -118,7 +119,13 @@ package final class Workload {
                 state.online = [token]
             }
             if options.otherConversations > 0 {
-                for k in 0..<options.otherConversations { state.unread.conversations["side-\(k)"] = k % 5 + 1 }
+                for k in 0..<options.otherConversations {
+                    state.unread.conversations["side-\(k)"] = k % 5 + 1
+                    if k % 5 == 0 {
+                        state.preferences.conversations["side-\(k)"] = ConversationPreference(
+                            trigger: k % 10 == 0 ? .mentionOnly : .off)
+                    }
+                }
                 state.unread.total = state.unread.conversations.values.reduce(0, +)
             }
             states[user] = state

@@ -25,7 +25,9 @@ struct StageBench: AsyncParsableCommand {
     @Option(help: "Fraction of users who muted their group.") var muted = 0.1
     @Option(help: "Fraction of users online (their only device is online).") var online = 0.1
     @Option(
-        help: "Conversations outside the run each user also has unread counts in (Redis holds one per conversation).")
+        help:
+            "Conversations outside the run each user is also in: an unread count in each, a push setting in one in five."
+    )
     var otherConversations = 0
     @Option(help: "Payload profile: compact (app1), sendbird (app2), cometchat (app3).") var profile = "compact"
     @Option(name: .customLong("text-bytes"), help: "Message text length.") var textBytes = 60
