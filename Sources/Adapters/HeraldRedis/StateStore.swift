@@ -482,8 +482,8 @@ public final class StateStore: Sendable {
     ///   `until` (epoch ms), when the claim lapses unless it was confirmed or released.
     ///
     /// The common case costs plain commands in one pipelined round trip: per pair an `HSETNX` of the claim into
-    /// this window and an `HGET` of the previous window, per shard a `PEXPIRE` when `expiries` says it is due (once a
-    /// minute per shard key and process). Only a pair that finds something
+    /// this window, per shard an `HMGET` of its pairs in the previous window and a `PEXPIRE` when `expiries` says it
+    /// is due (once a minute per shard key and process). Only a pair that finds something
     /// there (a record, a claim, a copy replayed across a window's end) is settled by a second round trip, one Lua
     /// script per shard (`Scripts.claim`), which judges what it found and withdraws a claim the first step wrote
     /// over a record of the previous window.
@@ -503,10 +503,10 @@ public final class StateStore: Sendable {
                 Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
                 batch.argument(fields[index])
                 batch.argument(value)
-                batch.command("HGET", arguments: 2)
-                Self.windowKey(app: app, shard: group.shard, window: now / window - 1, into: &batch)
-                batch.argument(fields[index])
             }
+            batch.command("HMGET", arguments: 1 + group.indices.count)
+            Self.windowKey(app: app, shard: group.shard, window: now / window - 1, into: &batch)
+            for index in group.indices { batch.argument(fields[index]) }
             expireIfDue(app: app, shard: group.shard, now: now, window: window, into: &batch, &expiring)
         }
         let replies = try await connection.pipeline(batch)
@@ -518,13 +518,16 @@ public final class StateStore: Sendable {
         var next = 0
         var expired = 0
         for group in groups {
-            for index in group.indices {
-                let wrote = try replies[next].orThrow("HSETNX claim").int == 1
-                let previous = try replies[next + 1].orThrow("HGET claim")
-                next += 2
-                if case .null = previous, wrote { continue }
+            let previous = try replies[next + group.indices.count].orThrow("HMGET claim").array ?? []
+            guard previous.count == group.indices.count else {
+                throw RedisError(.unexpectedReply, "claim: HMGET answered \(previous.count) of \(group.indices.count)")
+            }
+            for (offset, index) in group.indices.enumerated() {
+                let wrote = try replies[next + offset].orThrow("HSETNX claim").int == 1
+                if case .null = previous[offset], wrote { continue }
                 unsettled.append(index)
             }
+            next += group.indices.count + 1
             if expired < expiring.count, expiring[expired].shard == group.shard {
                 _ = try replies[next].orThrow("PEXPIRE claim")
                 next += 1
