@@ -271,8 +271,11 @@ struct JSONParser {
         i += n
     }
 
-    /// An object; with `filtered`, only the members whose key is in `keeping` (the others are skipped).
-    mutating func parseObject(depth: Int, filtered: Bool = false) throws(JSONParseError) -> JSONValue {
+    /// Which members of an object are built: all, those whose key is in `keeping`, or none (the others are
+    /// checked and skipped).
+    enum Members { case all, kept, none }
+
+    mutating func parseObject(depth: Int, keep: Members = .all) throws(JSONParseError) -> JSONValue {
         i += 1
         var pairs: [(String, JSONValue)] = []
         skipSpace()
@@ -284,10 +287,10 @@ struct JSONParser {
             skipSpace()
             guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             i += 1
-            if filtered, !keeping.contains(key) {
+            if keep == .none || (keep == .kept && !keeping.contains(key)) {
                 try skipValue(depth: depth + 1)
             } else if depth == 0, let pruned, key == pruned, nextIsObject() {
-                pairs.append((key, try parseObject(depth: depth + 1, filtered: true)))
+                pairs.append((key, try parseObject(depth: depth + 1, keep: .kept)))
             } else {
                 pairs.append((key, try parseValue(depth: depth + 1)))
             }
@@ -305,58 +308,26 @@ struct JSONParser {
         return i < bytes.count && bytes[i] == UInt8(ascii: "{")
     }
 
-    /// Moves past one value, refusing what `parseValue` refuses, without building it.
+    /// Moves past one value, refusing what `parseValue` refuses, without building its objects and arrays.
     mutating func skipValue(depth: Int) throws(JSONParseError) {
         guard depth <= JSONParser.maxDepth else { throw fail("nesting deeper than \(JSONParser.maxDepth)") }
         skipSpace()
         guard i < bytes.count else { throw fail("unexpected end of input") }
         switch bytes[i] {
-        case UInt8(ascii: "{"):
-            i += 1
-            skipSpace()
-            if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return }
-            while true {
-                skipSpace()
-                guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
-                _ = try parseString()
-                skipSpace()
-                guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
-                i += 1
-                try skipValue(depth: depth + 1)
-                skipSpace()
-                guard i < bytes.count else { throw fail("unexpected end of input") }
-                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-                if bytes[i] == UInt8(ascii: "}") { i += 1; return }
-                throw fail("expected ',' or '}'")
-            }
-        case UInt8(ascii: "["):
-            i += 1
-            skipSpace()
-            if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return }
-            while true {
-                try skipValue(depth: depth + 1)
-                skipSpace()
-                guard i < bytes.count else { throw fail("unexpected end of input") }
-                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
-                if bytes[i] == UInt8(ascii: "]") { i += 1; return }
-                throw fail("expected ',' or ']'")
-            }
-        case UInt8(ascii: "\""): _ = try parseString()
-        case UInt8(ascii: "t"): try literal("true")
-        case UInt8(ascii: "f"): try literal("false")
-        case UInt8(ascii: "n"): try literal("null")
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): _ = try parseNumber()
-        default: throw fail("unexpected character")
+        case UInt8(ascii: "{"): _ = try parseObject(depth: depth, keep: .none)
+        case UInt8(ascii: "["): _ = try parseArray(depth: depth, building: false)
+        default: _ = try parseValue(depth: depth)
         }
     }
 
-    mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
+    /// An array; without `building`, its items are checked and skipped (and the answer is empty).
+    mutating func parseArray(depth: Int, building: Bool = true) throws(JSONParseError) -> JSONValue {
         i += 1
         var items: [JSONValue] = []
         skipSpace()
         if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
         while true {
-            items.append(try parseValue(depth: depth + 1))
+            if building { items.append(try parseValue(depth: depth + 1)) } else { try skipValue(depth: depth + 1) }
             skipSpace()
             guard i < bytes.count else { throw fail("unexpected end of input") }
             if bytes[i] == UInt8(ascii: ",") { i += 1; continue }

@@ -22,9 +22,14 @@ extension JSONRecord {
     }
 
     public static func fromJSON(_ bytes: some Collection<UInt8>) throws(StageRecordError) -> Self {
+        try decoded { () throws(JSONParseError) in try JSONValue.parse(bytes) }
+    }
+
+    /// The record of the document `parse` gives, with its errors as `StageRecordError`s.
+    static func decoded(_ parse: () throws(JSONParseError) -> JSONValue) throws(StageRecordError) -> Self {
         let value: JSONValue
         do {
-            value = try JSONValue.parse(bytes)
+            value = try parse()
         } catch {
             throw StageRecordError(record: "\(Self.self)", detail: "(record): not valid JSON: \(error.description)")
         }
@@ -447,16 +452,8 @@ extension Preferences {
     public static func fromJSON(
         _ bytes: some Collection<UInt8>, conversations: [String]
     ) throws(StageRecordError) -> Preferences {
-        let value: JSONValue
-        do {
-            value = try JSONValue.parse(bytes, pruning: "conversations", keeping: conversations)
-        } catch {
-            throw StageRecordError(record: "Preferences", detail: "(record): not valid JSON: \(error.description)")
-        }
-        do {
-            return try Preferences(json: value)
-        } catch {
-            throw StageRecordError(record: "Preferences", detail: error.detail)
+        try decoded { () throws(JSONParseError) in
+            try JSONValue.parse(bytes, pruning: "conversations", keeping: conversations)
         }
     }
 
