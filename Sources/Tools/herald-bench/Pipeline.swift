@@ -18,16 +18,7 @@ struct PipelineBench: AsyncParsableCommand {
     @OptionGroup var stack: StackOptions
     @Option(help: "Users to load (each with one APNs token).") var users = 10_000
     @Option(name: .customLong("conversation-size"), help: "Members per group conversation.") var conversationSize = 50
-    @Option(help: "Fraction of users in Do Not Disturb.") var dnd = 0.1
-    @Option(help: "Fraction of users who muted their group.") var muted = 0.1
-    @Option(help: "Fraction of users online (their only device is online).") var online = 0.1
-    @Option(
-        help:
-            "Conversations outside the run each user is also in: an unread count in each, a push setting in one in five."
-    )
-    var otherConversations = 0
-    @Option(help: "Payload profile: compact (app1), sendbird (app2), cometchat (app3).") var profile = "compact"
-    @Option(name: .customLong("text-bytes"), help: "Message text length.") var textBytes = 60
+    @OptionGroup var workload: WorkloadArguments
     @Option(help: "Publish this many group events at once, then drain.") var backlog: Int?
     @Option(help: "Group events per second (with --seconds).") var rate: Double?
     @Option(help: "Seconds of steady input (with --rate).") var seconds: Double = 10
@@ -66,7 +57,6 @@ struct PipelineBench: AsyncParsableCommand {
         if backlog == nil && rate == nil { throw ValidationError("give --backlog N or --rate R --seconds S") }
         if backlog != nil && rate != nil { throw ValidationError("--backlog and --rate exclude each other") }
         if let r = rate, r <= 0 { throw ValidationError("--rate must be positive") }
-        if dnd + muted + online > 1 { throw ValidationError("--dnd + --muted + --online must not exceed 1") }
         if users < 2 || conversationSize < 2 {
             throw ValidationError("--users and --conversation-size must be at least 2")
         }
@@ -78,11 +68,8 @@ struct PipelineBench: AsyncParsableCommand {
         let hostBefore = CoreMarker.measure()
         let session = try BenchSession.open(stack, mockArgs: mockArgs)
         defer { session.close(keep: stack.keep) }
-        var w = WorkloadOptions()
-        w.users = users; w.conversationSize = conversationSize; w.dnd = dnd; w.muted = muted; w.online = online
-        w.otherConversations = otherConversations
-        w.profile = profile; w.textBytes = textBytes
-        let driver = try await LoadDriver(session: session, workload: w)
+        let driver = try await LoadDriver(
+            session: session, workload: workload.workload(users: users, conversationSize: conversationSize))
         let mode: LoadDriver.Mode = backlog.map { .backlog($0) } ?? .rate(rate!, seconds)
         if rate != nil, warmup > 0 { driver.ledger.latencyFrom = nowMillis() + Int64(warmup * 1000) }
         driver.mixedWarmup = mixedWarmup

@@ -21,16 +21,7 @@ struct StageBench: AsyncParsableCommand {
     @OptionGroup var stack: StackOptions
     @Option(help: "Users to load (each with one APNs token).") var users = 20_000
     @Option(name: .customLong("conversation-size"), help: "Members per group conversation.") var conversationSize = 5
-    @Option(help: "Fraction of users in Do Not Disturb.") var dnd = 0.1
-    @Option(help: "Fraction of users who muted their group.") var muted = 0.1
-    @Option(help: "Fraction of users online (their only device is online).") var online = 0.1
-    @Option(
-        help:
-            "Conversations outside the run each user is also in: an unread count in each, a push setting in one in five."
-    )
-    var otherConversations = 0
-    @Option(help: "Payload profile: compact (app1), sendbird (app2), cometchat (app3).") var profile = "compact"
-    @Option(name: .customLong("text-bytes"), help: "Message text length.") var textBytes = 60
+    @OptionGroup var workload: WorkloadArguments
     @Option(help: "Group events the backlog is made from.") var backlog = 20_000
     @Option(
         name: .customLong("drain-timeout"), help: "Stop waiting when nothing new happened for this many seconds.")
@@ -46,7 +37,6 @@ struct StageBench: AsyncParsableCommand {
             throw ValidationError("stage starts its own stack (the stages one at a time): --attach does not apply")
         }
         if backlog < 1 { throw ValidationError("--backlog must be at least 1") }
-        if dnd + muted + online > 1 { throw ValidationError("--dnd + --muted + --online must not exceed 1") }
         if users < 2 || conversationSize < 2 {
             throw ValidationError("--users and --conversation-size must be at least 2")
         }
@@ -57,11 +47,8 @@ struct StageBench: AsyncParsableCommand {
         let hostBefore = CoreMarker.measure()
         let session = try BenchSession.open(stack, mockArgs: "", stages: [])
         defer { session.close(keep: stack.keep) }
-        var w = WorkloadOptions()
-        w.users = users; w.conversationSize = conversationSize; w.dnd = dnd; w.muted = muted; w.online = online
-        w.otherConversations = otherConversations
-        w.profile = profile; w.textBytes = textBytes
-        let driver = try await LoadDriver(session: session, workload: w)
+        let driver = try await LoadDriver(
+            session: session, workload: workload.workload(users: users, conversationSize: conversationSize))
         let result = try await StageDriver(driver: driver, stage: stage, drainTimeout: drainTimeout).run(
             events: backlog)
         let report = StageReport(
