@@ -110,7 +110,7 @@ struct RedisClusterTests {
         try await store.loadFixture(app: "app1", fixture: fixture, presenceTTLMilliseconds: 3_600_000, now: Self.t0)
 
         let users = fixture.users.keys.sorted()
-        let loaded = try await store.loadUsers(app: "app1", users: users, conversation: nil, now: Self.t0)
+        let loaded = try await store.loadUsers(app: "app1", users: users, now: Self.t0)
         for user in users {
             var expected = UserState(
                 online: fixture.users[user]!.online, preferences: fixture.users[user]!.preferences,
@@ -239,7 +239,7 @@ struct RedisClusterTests {
         #expect(try await other.clusterRouter?.node(forSlot: slot)?.port == target.port)
         // A batch spanning every master, the moved slot among them, answers in order.
         let users = (0..<100).map { "u\($0)" } + [user]
-        let loaded = try await store.loadUsers(app: "t", users: users, conversation: nil, now: Self.t0)
+        let loaded = try await store.loadUsers(app: "t", users: users, now: Self.t0)
         #expect(loaded[user]?.preferences.displayName == "Mo")
         #expect(loaded.count == users.count)
     }

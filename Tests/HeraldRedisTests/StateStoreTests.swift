@@ -312,7 +312,7 @@ struct StateStoreTests {
 
         let commandsBefore = try await totalCommands(redis)
         let loaded = try await store.loadUsers(
-            app: "app1", users: ["u2", "u3", "u4", "u2"], conversation: nil, now: Self.t0)
+            app: "app1", users: ["u2", "u3", "u4", "u2"], now: Self.t0)
         let commandsAfter = try await totalCommands(redis)
         // 3 distinct users x 4 reads (+1 for the INFO itself): one pipeline, no per-user trips hidden elsewhere.
         #expect(commandsAfter - commandsBefore == 3 * 4 + 1)
@@ -325,17 +325,17 @@ struct StateStoreTests {
         #expect(try await store.members(app: "app1", conversation: "c2") == [])
         // Users and apps never written read as empty.
         #expect(
-            try await store.loadUsers(app: "app1", users: ["nobody"], conversation: nil, now: Self.t0)["nobody"]
+            try await store.loadUsers(app: "app1", users: ["nobody"], now: Self.t0)["nobody"]
                 == UserState())
         #expect(
-            try await store.loadUsers(app: "other", users: ["u2"], conversation: nil, now: Self.t0)["u2"] == UserState()
+            try await store.loadUsers(app: "other", users: ["u2"], now: Self.t0)["u2"] == UserState()
         )
 
         // Senders who are not recipients: one GET each, preferences only and no conversation's settings; a user
         // in both lists is read whole.
         let before = try await totalCommands(redis)
         let mixed = try await store.loadUsers(
-            app: "app1", users: ["u3"], conversation: nil, now: Self.t0, preferencesOnly: ["u2", "u3", "nobody"])
+            app: "app1", users: ["u3"], now: Self.t0, preferencesOnly: ["u2", "u3", "nobody"])
         #expect(try await totalCommands(redis) - before == 4 + 2 + 1)
         #expect(mixed["u3"] == fixture.users["u3"])
         var senderPreferences = try #require(fixture.users["u2"]).preferences
@@ -345,13 +345,13 @@ struct StateStoreTests {
         #expect(mixed["nobody"] == UserState())
 
         // With a conversation: total plus that conversation only.
-        let scoped = try await store.loadUsers(app: "app1", users: ["u2"], conversation: "c1", now: Self.t0)
+        let scoped = try await store.loadUsers(app: "app1", users: ["u2"], now: Self.t0, conversationsOf: [["c1"]])
         #expect(scoped["u2"]?.unread == Unread(total: 5, conversations: ["c1": 2]))
         // Resolve's read: per user, the conversations it is a recipient in (a user listed twice gets both lists;
         // a conversation without a count reads as none), one command per read as without them.
         let beforeScoped = try await totalCommands(redis)
         let perUser = try await store.loadUsers(
-            app: "app1", users: ["u2", "u3", "u2"], conversation: nil, now: Self.t0, preferencesOnly: ["u3"],
+            app: "app1", users: ["u2", "u3", "u2"], now: Self.t0, preferencesOnly: ["u3"],
             conversationsOf: [["c9"], ["c1"], ["c1", "c9", "c7"]])
         #expect(try await totalCommands(redis) - beforeScoped == 2 * 4 + 1)
         #expect(perUser["u2"]?.unread == Unread(total: 5, conversations: ["c1": 2, "c9": 3]))
@@ -359,7 +359,7 @@ struct StateStoreTests {
         #expect(perUser["u2"]?.preferences == fixture.users["u2"]?.preferences)
         // The conversations' settings are read for the listed conversations only.
         let elsewhere = try await store.loadUsers(
-            app: "app1", users: ["u2"], conversation: nil, now: Self.t0, conversationsOf: [["c9"]])
+            app: "app1", users: ["u2"], now: Self.t0, conversationsOf: [["c9"]])
         #expect(elsewhere["u2"]?.preferences.conversations == [:])
         #expect(elsewhere["u2"]?.preferences.displayName == "Cindy")
         #expect(elsewhere["u2"]?.preferences.dnd == fixture.users["u2"]?.preferences.dnd)
@@ -418,7 +418,7 @@ struct StateStoreTests {
         _ = try await store.registerDevice(app: "a", user: "v", device: other)
         try await store.setPreferences(app: "a", user: "u", preferences: Preferences(languages: ["de"]))
         for _ in 0..<3 {
-            let states = try await store.loadUsers(app: "a", users: ["u", "v"], conversation: nil, now: Self.t0)
+            let states = try await store.loadUsers(app: "a", users: ["u", "v"], now: Self.t0)
             #expect(states["u"]?.devices == [first] && states["v"]?.devices == [other])
             #expect(states["u"]?.preferences.languages == ["de"])
             #expect(states["v"]?.preferences.languages == [], "v has no stored preferences")
@@ -426,7 +426,7 @@ struct StateStoreTests {
         let changed = Device(token: Self.token(1), environment: .sandbox, bundleID: "com.x", registeredAt: Self.t0 + 1)
         _ = try await store.registerDevice(app: "a", user: "u", device: changed)
         try await store.setPreferences(app: "a", user: "u", preferences: Preferences(languages: ["fr", "de"]))
-        let states = try await store.loadUsers(app: "a", users: ["u", "v"], conversation: nil, now: Self.t0)
+        let states = try await store.loadUsers(app: "a", users: ["u", "v"], now: Self.t0)
         #expect(states["u"]?.devices == [changed])
         #expect(states["v"]?.devices == [other], "the other user's device is unchanged")
         #expect(states["u"]?.preferences.languages == ["fr", "de"])

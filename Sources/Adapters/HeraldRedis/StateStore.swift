@@ -37,8 +37,7 @@ public final class StateStore: Sendable {
     /// every user in one pipelined round trip (4 commands per user). The unread counts hold the total and:
     /// - with `conversationsOf` (parallel to `users`), the counts of user i's listed conversations only, read with
     ///   `HMGET` (a user listed twice gets both lists);
-    /// - otherwise with a `conversation`, that conversation's count only;
-    /// - otherwise every conversation's count (`HGETALL`: a user in a thousand conversations answers them all, so
+    /// - without, every conversation's count (`HGETALL`: a user in a thousand conversations answers them all, so
     ///   the stages never ask for this).
     ///
     /// Users with nothing stored get an empty `UserState` (no devices). Devices come oldest first (by
@@ -46,13 +45,12 @@ public final class StateStore: Sendable {
     /// is skipped with a warning; stored preferences that are not valid JSON fall back to the defaults with a
     /// warning (neither can crash a stage).
     ///
-    /// With `conversationsOf` or a `conversation`, the preferences hold those conversations' settings only (the
+    /// With `conversationsOf`, the preferences hold the listed conversations' settings only (the
     /// others are checked but not built). Users in `preferencesOnly` (and not in `users`) get only their
     /// preferences read (one `GET`), without any conversation's settings: resolve needs no more of a sender than
     /// their display name. Their state has no devices, no presence and no unread counts.
     public func loadUsers(
-        app: String, users: [String], conversation: String?, now: Int64, preferencesOnly: [String] = [],
-        conversationsOf: [[String]]? = nil
+        app: String, users: [String], now: Int64, preferencesOnly: [String] = [], conversationsOf: [[String]]? = nil
     ) async throws -> [String: UserState] {
         var unique: [String] = []
         var scopes: [[String]]?
@@ -79,7 +77,6 @@ public final class StateStore: Sendable {
         } else {
             var seen = Set<String>()
             for user in users where seen.insert(user).inserted { unique.append(user) }
-            if let conversation { scopes = Array(repeating: [conversation], count: unique.count) }
             for user in preferencesOnly where seen.insert(user).inserted { light.append(user) }
         }
         if unique.isEmpty && light.isEmpty { return [:] }
@@ -161,7 +158,7 @@ public final class StateStore: Sendable {
 
     /// One user's state (all unread conversations); `loadUsers` for a batch.
     public func loadUser(app: String, user: String, now: Int64) async throws -> UserState {
-        try await loadUsers(app: app, users: [user], conversation: nil, now: now)[user] ?? UserState()
+        try await loadUsers(app: app, users: [user], now: now)[user] ?? UserState()
     }
 
     /// The conversation's members, sorted (a set in Redis).

@@ -39,7 +39,7 @@ public struct RedisStateReader: StateReader {
     }
 
     public func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState] {
-        try await transient { try await store.loadUsers(app: app, users: users, conversation: nil, now: now) }
+        try await transient { try await store.loadUsers(app: app, users: users, now: now) }
     }
 
     public func loadUsers(
@@ -47,7 +47,7 @@ public struct RedisStateReader: StateReader {
     ) async throws -> [String: UserState] {
         try await transient {
             try await store.loadUsers(
-                app: app, users: users, conversation: nil, now: now, preferencesOnly: preferencesOnly,
+                app: app, users: users, now: now, preferencesOnly: preferencesOnly,
                 conversationsOf: conversations)
         }
     }
@@ -246,7 +246,7 @@ public struct RedisReadSyncStore: ReadSyncStore {
     public func userState(app: String, user: String, conversation: String?, now: Int64) async throws -> UserState {
         try await transient {
             try await store.loadUsers(
-                app: app, users: [user], conversation: nil, now: now, conversationsOf: [conversation.map { [$0] } ?? []]
+                app: app, users: [user], now: now, conversationsOf: [conversation.map { [$0] } ?? []]
             )[user] ?? UserState()
         }
     }
