@@ -99,7 +99,7 @@ struct PreferencePatchRedisTests {
             #expect(try await store.preferences(app: "a", user: "u") == expected)
         }
         // Corrupt stored preferences count as the defaults, as reads do.
-        _ = try await redis.send(RedisCommand("SET", RedisKeys.preferences(app: "a", user: "bad"), "{not json"))
+        _ = try await redis.send(RedisCommand("HSET", RedisKeys.userState(app: "a", user: "bad"), "p", "{not json"))
         let patch = try PreferencePatch.parse(Array(#"{"badge": false}"#.utf8))
         #expect(try await store.patchPreferences(app: "a", user: "bad", patch: patch) == Preferences(badge: false))
     }

@@ -48,26 +48,22 @@ struct RedisBatchTests {
         let lists: [[String]] = [["c1"], [], ["c1", "c{2}"]]
         for unreadOf in [lists, nil] as [[[String]]?] {
             let batch = StateStore.loadBatch(
-                app: "app1", users: users, unreadOf: unreadOf, now: 1_700_000_000_123, preferencesOnly: ["sender"])
+                app: "app1", users: users, unreadOf: unreadOf, preferencesOnly: ["sender"])
             var commands: [RedisCommand] = []
             for (index, user) in users.enumerated() {
-                commands.append(RedisCommand("HGETALL", RedisKeys.devices(app: "app1", user: user)))
-                commands.append(
-                    RedisCommand(
-                        "ZRANGEBYSCORE", RedisKeys.presence(app: "app1", user: user), "(1700000000123", "+inf"))
-                commands.append(RedisCommand("GET", RedisKeys.preferences(app: "app1", user: user)))
+                let key = RedisKeys.userState(app: "app1", user: user)
                 if let unreadOf {
                     commands.append(
                         RedisCommand(
                             "HMGET",
-                            [RedisKeys.unread(app: "app1", user: user), RedisKeys.unreadTotalField]
+                            [key, "d", "o", "p", RedisKeys.unreadTotalField]
                                 + unreadOf[index].map { RedisKeys.unreadField(conversation: $0) } as [any RedisArgument]
                         ))
                 } else {
-                    commands.append(RedisCommand("HGETALL", RedisKeys.unread(app: "app1", user: user)))
+                    commands.append(RedisCommand("HGETALL", key))
                 }
             }
-            commands.append(RedisCommand("GET", RedisKeys.preferences(app: "app1", user: "sender")))
+            commands.append(RedisCommand("HGET", RedisKeys.userState(app: "app1", user: "sender"), "p"))
             #expect(batch.bytes == Self.concatenated(commands), "scoped \(unreadOf != nil)")
             #expect(batch.count == commands.count)
         }

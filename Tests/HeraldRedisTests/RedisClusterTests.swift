@@ -37,7 +37,7 @@ struct RedisClusterTests {
 
         var keys = [
             "", "foo", "123456789", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "{",
-            "}{", "{a}", "a{b", "ключ{é}", RedisKeys.devices(app: "app1", user: "u1"),
+            "}{", "{a}", "a{b", "ключ{é}", RedisKeys.userState(app: "app1", user: "u1"),
             RedisKeys.delivered(app: "app1", shard: 7, window: 3),
         ]
         for n in 0..<200 { keys.append("k\(n)-\(n * 7919)") }
@@ -129,7 +129,7 @@ struct RedisClusterTests {
             #expect(try await store.members(app: "app1", conversation: conversation) == state.members.sorted())
         }
         // The users are spread over more than one master, so the load crossed nodes.
-        let slots = Set(users.map { RedisSlot.of(RedisKeys.devices(app: "app1", user: $0)) })
+        let slots = Set(users.map { RedisSlot.of(RedisKeys.userState(app: "app1", user: $0)) })
         var owners = Set<RedisNodeAddress>()
         for slot in slots { if let node = try await redis.clusterRouter?.node(forSlot: slot) { owners.insert(node) } }
         #expect(owners.count > 1)
@@ -255,17 +255,18 @@ struct RedisClusterTests {
 
         let user = "asked"
         let slot = RedisSlot.of(user)
-        let moved = RedisKeys.preferences(app: "t", user: user)
-        let staying = RedisKeys.devices(app: "t", user: user)
+        let moved = RedisKeys.userState(app: "t", user: user)
+        let staying = RedisKeys.mentions(app: "t", user: user)
         try await store.setPreferences(app: "t", user: user, preferences: Preferences(displayName: "Ask"))
         try await store.registerDevice(
             app: "t", user: user, device: Device(token: Self.token(1), registeredAt: Self.t0))
+        _ = try await redis.send("HSET", staying, "total", "3")
         try await redis.connect()
         let source = try #require(try await router.node(forSlot: slot))
         let masters = try cluster.topology(askingPort: cluster.nodes[0].port).filter { $0.isMaster }
         let target = try #require(masters.first { $0.port != source.port })
 
-        // Only the preferences move; the devices stay on the source for now.
+        // Only the state hash moves; the mention counts stay on the source for now.
         try await Self.migrate(cluster, slot: slot, to: target, keys: [moved], finish: false)
         #expect(try await cluster.cliAsync(source.port, ["EXISTS", staying]) == "1")
 
@@ -273,9 +274,16 @@ struct RedisClusterTests {
         let state = try await store.loadUser(app: "t", user: user, now: Self.t0)
         #expect(state.preferences.displayName == "Ask")
         #expect(state.devices.map(\.token) == [Self.token(1)])
-        // A new key of the slot goes to the target (ASK), inside a transaction too (MULTI DEL HSET EXEC).
+        #expect(try await store.withMentionCounts(app: "t", user: user, unread: Unread()).mentionTotal == 3)
+        // A script and a transaction (MULTI DEL HSET EXEC) on the moved key go to the target (ASK) too.
         try await store.setUnread(app: "t", user: user, unread: Unread(total: 7, conversations: ["c": 7]))
         #expect(try await store.loadUser(app: "t", user: user, now: Self.t0).unread.total == 7)
+        var fixture = StateFixture()
+        fixture.users[user] = UserState(
+            devices: [Device(token: Self.token(1), registeredAt: Self.t0)],
+            preferences: Preferences(displayName: "Ask"),
+            unread: Unread(total: 7, conversations: ["c": 7]))
+        try await store.loadFixture(app: "t", fixture: fixture, presenceTTLMilliseconds: 60_000, now: Self.t0)
         // ASK does not change the map: the slot is still the source's until the migration ends.
         #expect(try await router.node(forSlot: slot) == source)
 
@@ -285,6 +293,7 @@ struct RedisClusterTests {
         #expect(after.preferences.displayName == "Ask")
         #expect(after.devices.map(\.token) == [Self.token(1)])
         #expect(after.unread == Unread(total: 7, conversations: ["c": 7]))
+        #expect(try await store.withMentionCounts(app: "t", user: user, unread: Unread()).mentionTotal == 3)
         #expect(try await router.node(forSlot: slot)?.port == target.port)
     }
 

@@ -99,9 +99,19 @@ struct StateStoreTests {
         try await store.setDevicePresence(
             app: "a", user: "u", token: Self.token(2), online: false, ttlMilliseconds: 0, now: now)
         #expect(try await store.loadUser(app: "a", user: "u", now: now).online == [Self.token(1)])
-        // The presence key carries its own expiry, so an abandoned user's presence disappears from Redis.
-        let pttl = try await redis.send("PTTL", RedisKeys.presence(app: "a", user: "u")).int ?? -10
-        #expect(pttl > 0 && pttl <= 90_000)
+        // Expired lines stay in the state hash until the user's next presence write, which drops them.
+        try await store.setDevicePresence(
+            app: "a", user: "u", token: Self.token(2), online: true, ttlMilliseconds: 90_000, now: now)
+        let key = RedisKeys.userState(app: "a", user: "u")
+        #expect(
+            try await redis.send("HGET", key, "o").text
+                == "\(now + 30_000) \(Self.token(1))\n\(now + 90_000) \(Self.token(2))")
+        try await store.setDevicePresence(
+            app: "a", user: "u", token: Self.token(2), online: true, ttlMilliseconds: 90_000, now: now + 30_000)
+        #expect(try await redis.send("HGET", key, "o").text == "\(now + 120_000) \(Self.token(2))")
+        try await store.setDevicePresence(
+            app: "a", user: "u", token: Self.token(2), online: false, ttlMilliseconds: 0, now: now + 30_000)
+        #expect(try await redis.send("HEXISTS", key, "o").int == 0)
     }
 
     @Test("a dead token is removed unless it was registered again after the dead-since time")
@@ -314,8 +324,8 @@ struct StateStoreTests {
         let loaded = try await store.loadUsers(
             app: "app1", users: ["u2", "u3", "u4", "u2"], now: Self.t0)
         let commandsAfter = try await totalCommands(redis)
-        // 3 distinct users x 4 reads (+1 for the INFO itself): one pipeline, no per-user trips hidden elsewhere.
-        #expect(commandsAfter - commandsBefore == 3 * 4 + 1)
+        // 3 distinct users, one read each (+1 for the INFO itself): one pipeline, no per-user trips hidden elsewhere.
+        #expect(commandsAfter - commandsBefore == 3 + 1)
 
         #expect(loaded.count == 3)
         for user in ["u2", "u3", "u4"] {
@@ -331,12 +341,12 @@ struct StateStoreTests {
             try await store.loadUsers(app: "other", users: ["u2"], now: Self.t0)["u2"] == UserState()
         )
 
-        // Senders who are not recipients: one GET each, preferences only and no conversation's settings; a user
+        // Senders who are not recipients: one HGET each, preferences only and no conversation's settings; a user
         // in both lists is read whole.
         let before = try await totalCommands(redis)
         let mixed = try await store.loadUsers(
             app: "app1", users: ["u3"], now: Self.t0, preferencesOnly: ["u2", "u3", "nobody"])
-        #expect(try await totalCommands(redis) - before == 4 + 2 + 1)
+        #expect(try await totalCommands(redis) - before == 1 + 2 + 1)
         #expect(mixed["u3"] == fixture.users["u3"])
         var senderPreferences = try #require(fixture.users["u2"]).preferences
         senderPreferences.conversations = [:]
@@ -353,7 +363,7 @@ struct StateStoreTests {
         let perUser = try await store.loadUsers(
             app: "app1", users: ["u2", "u3", "u2"], now: Self.t0, preferencesOnly: ["u3"],
             conversationsOf: [["c9"], ["c1"], ["c1", "c9", "c7"]])
-        #expect(try await totalCommands(redis) - beforeScoped == 2 * 4 + 1)
+        #expect(try await totalCommands(redis) - beforeScoped == 2 + 1)
         #expect(perUser["u2"]?.unread == Unread(total: 5, conversations: ["c1": 2, "c9": 3]))
         #expect(perUser["u2"]?.devices == fixture.users["u2"]?.devices)
         #expect(perUser["u2"]?.preferences == fixture.users["u2"]?.preferences)
@@ -385,17 +395,31 @@ struct StateStoreTests {
         defer { redis.close() }
         let store = StateStore(connection: redis)
         try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(1), registeredAt: Self.t0))
-        _ = try await redis.send("HSET", RedisKeys.devices(app: "a", user: "u"), "garbage", "{not json")
-        _ = try await redis.send("SET", RedisKeys.preferences(app: "a", user: "u"), Data([0xff, 0x00]))
-        _ = try await redis.send("HSET", RedisKeys.unread(app: "a", user: "u"), "total", "many")
-        let state = try await store.loadUser(app: "a", user: "u", now: Self.t0)
-        #expect(state.devices.map(\.token) == [Self.token(1)])
-        #expect(state.preferences == Preferences())
-        #expect(state.unread.total == 0)
+        let key = RedisKeys.userState(app: "a", user: "u")
+        let stored = try #require(try await redis.send("HGET", key, "d").data)
+        _ = try await redis.send("HSET", key, "d", Data("{not json\n".utf8) + stored + Data("\n\n[1]".utf8))
+        _ = try await redis.send("HSET", key, "p", Data([0xff, 0x00]))
+        _ = try await redis.send("HSET", key, "total", "many")
+        _ = try await redis.send("HSET", key, "o", "soon \(Self.token(1))\n\(Self.t0 + 1000)")
+        for conversations in [nil, ["c1"]] as [[String]?] {
+            let state = try #require(
+                try await store.loadUsers(
+                    app: "a", users: ["u"], now: Self.t0, conversationsOf: conversations.map { [$0] })["u"])
+            #expect(state.devices.map(\.token) == [Self.token(1)])
+            #expect(state.online == [])
+            #expect(state.preferences == Preferences())
+            #expect(state.unread.total == 0)
+        }
+        // The next registration rewrites the devices without the lines that do not decode.
+        try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(2), registeredAt: Self.t0))
+        #expect(try await redis.send("HGET", key, "d").text?.split(separator: "\n").count == 2)
 
         // A key of the wrong type is an error with a reason, not a crash.
-        _ = try await redis.send("SET", RedisKeys.devices(app: "a", user: "w"), "x")
+        _ = try await redis.send("SET", RedisKeys.userState(app: "a", user: "w"), "x")
         await #expect(throws: RedisError.self) { try await store.loadUser(app: "a", user: "w", now: Self.t0) }
+        await #expect(throws: RedisError.self) {
+            try await store.loadUsers(app: "a", users: ["w"], now: Self.t0, conversationsOf: [["c1"]])
+        }
     }
 
     private func totalCommands(_ redis: RedisConnection) async throws -> Int {

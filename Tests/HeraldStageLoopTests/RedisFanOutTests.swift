@@ -102,9 +102,14 @@ import Testing
             }
             return 0
         }
-        // One HGETALL (u2's devices) and one HMGET (u2's total and the two conversations); never every count.
-        #expect(calls("hgetall") == 1)
+        // One HMGET of u2's state hash (devices, presence, preferences, the total and the two conversations' counts)
+        // and one HGET of the sender's preferences; never every count.
         #expect(calls("hmget") == 1)
+        #expect(calls("hget") == 1)
+        #expect(calls("hgetall") == 0)
+        // All of it in one hash: devices, preferences, the total and the 200 conversations' counts.
+        let fields = try await connection.send(RedisCommand("HLEN", RedisKeys.userState(app: "a", user: "u2"))).int
+        #expect(fields == 3 + 200)
 
         #expect(results.count == 2)
         let records = try results.map { result in

@@ -26,7 +26,7 @@ extension StateStore {
         let commands = keys.map { k in
             RedisCommand(
                 "EVAL", CountScripts.count, 3,
-                RedisKeys.unread(app: app, user: k.user), RedisKeys.mentions(app: app, user: k.user),
+                RedisKeys.userState(app: app, user: k.user), RedisKeys.mentions(app: app, user: k.user),
                 RedisKeys.counted(app: app, user: k.user, eventID: k.eventID),
                 RedisKeys.unreadField(conversation: k.conversation), k.mentioned ? 1 : 0, markerTTLMilliseconds)
         }
@@ -52,7 +52,7 @@ extension StateStore {
         _ = try await connection.send(
             RedisCommand(
                 "EVAL", CountScripts.markRead, 2,
-                RedisKeys.unread(app: app, user: user), RedisKeys.mentions(app: app, user: user), field)
+                RedisKeys.userState(app: app, user: user), RedisKeys.mentions(app: app, user: user), field)
         ).orThrow("EVAL markRead")
     }
 
@@ -80,7 +80,7 @@ extension StateStore {
 }
 
 enum CountScripts {
-    /// KEYS: unread hash, mentions hash, marker. ARGV: the conversation's field, mentioned (1/0), marker TTL ms.
+    /// KEYS: the user's state hash (its unread fields), mentions hash, marker. ARGV: the conversation's field, mentioned (1/0), marker TTL ms.
     /// Returns {counted (1/0), unread total, unread of the conversation, mention total, mentions of the conversation}.
     static let count = """
         local counted = redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[3])
@@ -99,10 +99,15 @@ enum CountScripts {
         return {flag, tonumber(u[1]) or 0, tonumber(u[2]) or 0, tonumber(m[1]) or 0, tonumber(m[2]) or 0}
         """
 
-    /// KEYS: unread hash, mentions hash. ARGV: a conversation's field, or '' for everything.
+    /// KEYS: the user's state hash (its unread fields), mentions hash. ARGV: a conversation's field, or '' for
+    /// every count (the state hash's `total` and `c:` fields go, its devices, presence and preferences stay).
     static let markRead = """
         if ARGV[1] == '' then
-          redis.call('DEL', KEYS[1], KEYS[2])
+          local fields = redis.call('HKEYS', KEYS[1])
+          for _, f in ipairs(fields) do
+            if f == 'total' or string.sub(f, 1, 2) == 'c:' then redis.call('HDEL', KEYS[1], f) end
+          end
+          redis.call('DEL', KEYS[2])
           return 1
         end
         for i = 1, 2 do

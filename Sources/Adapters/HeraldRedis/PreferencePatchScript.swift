@@ -20,7 +20,7 @@ extension StateStore {
         let answer = try await connection.send(
             RedisCommand(
                 "EVAL", PatchScripts.patchPreferences, 1,
-                RedisKeys.preferences(app: app, user: user), json, limits.maxConversations, limits.maxBytes))
+                RedisKeys.userState(app: app, user: user), json, limits.maxConversations, limits.maxBytes))
         if case .error(let message) = answer, let over = PatchScripts.limitError(message) { throw over }
         let reply = try answer.orThrow("EVAL patchPreferences")
         guard let data = reply.data else { throw RedisError(.unexpectedReply, "preference patch answered \(reply)") }
@@ -33,20 +33,21 @@ extension StateStore {
 
     /// The user's stored preferences (the defaults when none are stored or they do not decode).
     public func preferences(app: String, user: String) async throws -> Preferences {
-        let reply = try await connection.send(RedisCommand("GET", RedisKeys.preferences(app: app, user: user))).orThrow(
-            "GET")
+        let reply = try await connection.send(
+            RedisCommand("HGET", RedisKeys.userState(app: app, user: user), UserRecord.preferencesField)
+        ).orThrow("HGET")
         guard let data = reply.data else { return Preferences() }
         return (try? Preferences.fromJSON(data)) ?? Preferences()
     }
 }
 
 enum PatchScripts {
-    /// KEYS: the preferences key. ARGV: the patch JSON (`PreferencePatch`'s record form), the most
+    /// KEYS: the user's state hash (its `p` field holds the preferences). ARGV: the patch JSON (`PreferencePatch`'s record form), the most
     /// conversations and the most bytes the stored JSON may have. Empty tables are dropped before encoding: cjson
     /// writes an empty table as `{}`, which is not a list. Returns the stored JSON, or an error reply
     /// `OVER_LIMIT conversations <n> <max>` / `OVER_LIMIT bytes <n> <max>` having written nothing.
     static let patchPreferences = """
-        local raw = redis.call('GET', KEYS[1])
+        local raw = redis.call('HGET', KEYS[1], 'p')
         local prefs = {}
         if raw then
           local ok, v = pcall(cjson.decode, raw)
@@ -85,7 +86,7 @@ enum PatchScripts {
         if #out > maxBytes then
           return redis.error_reply('OVER_LIMIT bytes ' .. #out .. ' ' .. maxBytes)
         end
-        redis.call('SET', KEYS[1], out)
+        redis.call('HSET', KEYS[1], 'p', out)
         return out
         """
 

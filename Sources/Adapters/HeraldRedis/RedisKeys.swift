@@ -1,15 +1,13 @@
 /// The Redis key layout of the state in docs/behaviour.md §3, built in one place (documented in docs/redis-keys.md).
 ///
 /// Every key starts with `herald:<app>:`. The user id or conversation id sits in a Redis Cluster hash tag
-/// (`{...}`) so that all keys of one user (or one conversation) land in the same slot: the atomic scripts
-/// (register with eviction, dead-token removal) touch a user's devices and presence together.
+/// (`{...}`) so that all keys of one user (or one conversation) land in the same slot: the counting script touches a
+/// user's state hash, mention counts and marker together.
 ///
 /// | key | type | content |
 /// | --- | --- | --- |
-/// | `herald:<app>:user:{<user>}:devices` | hash | device token -> device JSON (`token`, `kind`, `environment`, `bundle_id`, `registered_at`) |
-/// | `herald:<app>:user:{<user>}:presence` | sorted set | online device token -> expiry (ms since epoch) |
-/// | `herald:<app>:user:{<user>}:prefs` | string | preferences JSON (state fixture field names) |
-/// | `herald:<app>:user:{<user>}:unread` | hash | `total` -> count, `c:<conversation>` -> count |
+/// | `herald:<app>:user:{<user>}:state` | hash | devices `d`, presence `o`, preferences `p`, unread `total` and `c:<conversation>` (`UserRecord`) |
+/// | `herald:<app>:user:{<user>}:mentions` | hash | `total` -> unread mentions, `c:<conversation>` -> per conversation |
 /// | `herald:<app>:conv:{<conversation>}:members` | set | user ids |
 /// | `herald:<app>:token:{<token>}:owner` | string | the user the token is registered to (one owner per app) |
 /// | `herald:<app>:fanout:{<event>}` | string | resolve's paged fan-out: cursor after the last acknowledged page, or `done` |
@@ -23,13 +21,16 @@ public enum RedisKeys {
 
     /// The last part of a user's keys, `herald:<app>:user:{<user>}:<part>`.
     public enum UserPart: String, Sendable {
-        case devices, presence, unread, mentions
+        case state, devices, presence, unread, mentions
         case preferences = "prefs"
     }
 
     public static func user(app: String, user: String, _ part: UserPart) -> String {
         "\(prefix):\(app):user:{\(user)}:\(part.rawValue)"
     }
+    /// The user's state hash: devices, presence, preferences and unread counts (`UserRecord`).
+    public static func userState(app: String, user: String) -> String { Self.user(app: app, user: user, .state) }
+    // The layout of Herald 0.9, four keys per user, read only by the upgrade (`migrateLegacyUserKeys`).
     public static func devices(app: String, user: String) -> String { Self.user(app: app, user: user, .devices) }
     public static func presence(app: String, user: String) -> String { Self.user(app: app, user: user, .presence) }
     public static func preferences(app: String, user: String) -> String {
@@ -121,9 +122,9 @@ public enum RedisKeys {
         "\(prefix):\(app):last_decision:{l\(shard)}"
     }
 
-    /// Field of the unread hash holding the total.
+    /// Field of the state hash holding the unread total.
     public static let unreadTotalField = "total"
-    /// Field of the unread hash holding one conversation's count.
+    /// Field of the state hash holding one conversation's unread count.
     public static func unreadField(conversation: String) -> String { "c:\(conversation)" }
 }
 

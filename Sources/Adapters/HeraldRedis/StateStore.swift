@@ -5,9 +5,10 @@ import Synchronization
 
 /// Herald's per-app user state in Redis, in the key layout of `RedisKeys` (docs/redis-keys.md).
 ///
-/// Reads for a batch of recipients are one pipelined round trip (`loadUsers`). Writes that must not interleave
-/// with others (register with eviction, dead-token removal) run as Lua scripts, which Redis runs atomically;
-/// multi-key replacements run inside MULTI/EXEC. Every script and every transaction touches the keys of one user or
+/// A user's devices, presence, preferences and unread counts are one hash (`UserRecord`). Reads for a batch of
+/// recipients are one pipelined round trip (`loadUsers`), one command per user. Writes that read before they write
+/// (register with eviction, dead-token removal, presence of one device) run as Lua scripts, which Redis runs
+/// atomically; replacements run inside MULTI/EXEC. Every script and every transaction touches the keys of one user or
 /// one conversation (one Redis Cluster hash slot, through the keys' hash tags); steps that span slots (the token
 /// owner key) are separate and idempotent. Every method throws `RedisError`; when `isRetryable` is true
 /// the connection broke and the caller retries (all writes here are idempotent).
@@ -34,20 +35,21 @@ public final class StateStore: Sendable {
     // MARK: Reads
 
     /// Loads devices, online devices (presence entries not expired at `now`), preferences and unread counts for
-    /// every user in one pipelined round trip (4 commands per user). The unread counts hold the total and:
+    /// every user in one pipelined round trip, one command per user (their state hash, `UserRecord`). The unread
+    /// counts hold the total and:
     /// - with `conversationsOf` (parallel to `users`), the counts of user i's listed conversations only, read with
     ///   `HMGET` (a user listed twice gets both lists);
     /// - without, every conversation's count (`HGETALL`: a user in a thousand conversations answers them all, so
     ///   the stages never ask for this).
     ///
     /// Users with nothing stored get an empty `UserState` (no devices). Devices come oldest first (by
-    /// `registered_at`, then token); online tokens in device order. A stored device entry that is not valid JSON
-    /// is skipped with a warning; stored preferences that are not valid JSON fall back to the defaults with a
-    /// warning (neither can crash a stage).
+    /// `registered_at`, then token); online tokens in device order. A stored device line that is not a valid device
+    /// is skipped with a warning; stored preferences that are not valid JSON fall back to the defaults with a warning
+    /// (neither can crash a stage).
     ///
     /// With `conversationsOf`, the preferences hold the listed conversations' settings only (the
     /// others are checked but not built). Users in `preferencesOnly` (and not in `users`) get only their
-    /// preferences read (one `GET`), without any conversation's settings: resolve needs no more of a sender than
+    /// preferences read (one `HGET`), without any conversation's settings: resolve needs no more of a sender than
     /// their display name. Their state has no devices, no presence and no unread counts.
     public func loadUsers(
         app: String, users: [String], now: Int64, preferencesOnly: [String] = [], conversationsOf: [[String]]? = nil
@@ -82,8 +84,8 @@ public final class StateStore: Sendable {
         if unique.isEmpty && light.isEmpty { return [:] }
 
         let replies = try await connection.pipeline(
-            Self.loadBatch(app: app, users: unique, unreadOf: scopes, now: now, preferencesOnly: light))
-        let expected = unique.count * 4 + light.count
+            Self.loadBatch(app: app, users: unique, unreadOf: scopes, preferencesOnly: light))
+        let expected = unique.count + light.count
         guard replies.count == expected else {
             throw RedisError(.unexpectedReply, "expected \(expected) replies, got \(replies.count)")
         }
@@ -91,67 +93,106 @@ public final class StateStore: Sendable {
         var result: [String: UserState] = [:]
         result.reserveCapacity(unique.count + light.count)
         for (index, user) in unique.enumerated() {
-            let base = index * 4
-            let devices = try decodeDevices(replies[base], user: user)
-            let onlineSet = Set(try Self.strings(replies[base + 1].orThrow("ZRANGEBYSCORE")))
-            let registered = devices.map(\.token)
-            let online = registered.filter { onlineSet.contains($0) } + onlineSet.subtracting(registered).sorted()
-            let preferences = try decodePreferences(
-                replies[base + 2].orThrow("GET"), user: user, conversations: scopes?[index])
-            let unread: Unread
             if let scopes {
-                let values = try Self.array(replies[base + 3].orThrow("HMGET"))
-                var counts: [String: Int] = [:]
-                for (offset, id) in scopes[index].enumerated() where offset + 1 < values.count {
-                    if let count = values[offset + 1].int { counts[id] = Int(count) }
+                let values = try Self.array(replies[index].orThrow("HMGET"))
+                guard values.count == 4 + scopes[index].count else {
+                    throw RedisError(.unexpectedReply, "HMGET answered \(values.count) values")
                 }
-                unread = Unread(total: values.first?.int.map { Int($0) } ?? 0, conversations: counts)
+                var counts: [String: Int] = [:]
+                for (offset, id) in scopes[index].enumerated() {
+                    if let count = values[offset + 4].int { counts[id] = Int(count) }
+                }
+                let unread = Unread(total: values[3].int.map { Int($0) } ?? 0, conversations: counts)
+                result[user] = try decodeState(
+                    devices: values[0], online: values[1], preferences: values[2], unread: unread, user: user,
+                    conversations: scopes[index], now: now)
             } else {
-                unread = try Self.decodeUnread(replies[base + 3].orThrow("HGETALL"))
+                let values = try Self.array(replies[index].orThrow("HGETALL"))
+                var fields: [String: RedisValue] = [:]
+                var unread = Unread()
+                var at = 0
+                while at + 1 < values.count {
+                    if let field = values[at].text {
+                        if field == RedisKeys.unreadTotalField {
+                            unread.total = values[at + 1].int.map { Int($0) } ?? 0
+                        } else if field.hasPrefix("c:") {
+                            if let count = values[at + 1].int {
+                                unread.conversations[String(field.dropFirst(2))] = Int(count)
+                            }
+                        } else {
+                            fields[field] = values[at + 1]
+                        }
+                    }
+                    at += 2
+                }
+                result[user] = try decodeState(
+                    devices: fields[UserRecord.devicesField] ?? .null, online: fields[UserRecord.onlineField] ?? .null,
+                    preferences: fields[UserRecord.preferencesField] ?? .null, unread: unread, user: user,
+                    conversations: nil, now: now)
             }
-            result[user] = UserState(devices: devices, online: online, preferences: preferences, unread: unread)
         }
-        let lightBase = unique.count * 4
         for (index, user) in light.enumerated() {
             let preferences = try decodePreferences(
-                replies[lightBase + index].orThrow("GET"), user: user, conversations: [])
+                replies[unique.count + index].orThrow("HGET"), user: user, conversations: [])
             result[user] = UserState(preferences: preferences)
         }
         return result
     }
 
-    /// `loadUsers`' reads, written straight into one batch: per user `HGETALL devices`, `ZRANGEBYSCORE presence
-    /// (now +inf`, `GET prefs`, and `HMGET unread total c:<conversation> ...` with `unreadOf` (user i's
-    /// conversations) or `HGETALL unread` without; then `GET prefs` per preferences-only user. (Tests compare it
-    /// with the same commands built one by one.)
+    /// One user's state from the stored fields of their state hash.
+    private func decodeState(
+        devices: RedisValue, online: RedisValue, preferences: RedisValue, unread: Unread, user: String,
+        conversations: [String]?, now: Int64
+    ) throws -> UserState {
+        var stored: [Device] = []
+        if let data = devices.data {
+            stored = UserRecord.decodeDevices(data) { line in
+                logger.warning(
+                    "skipping a stored device that is not valid JSON",
+                    metadata: ["user": "\(user)", "entry": "\(line.prefix(8))…"])
+            }
+            stored.sort { ($0.registeredAt, $0.token) < ($1.registeredAt, $1.token) }
+        }
+        var onlineTokens: [String] = []
+        if let data = online.data {
+            let onlineSet = Set(UserRecord.decodeOnline(data, now: now))
+            if !onlineSet.isEmpty {
+                let registered = stored.map(\.token)
+                onlineTokens = registered.filter { onlineSet.contains($0) } + onlineSet.subtracting(registered).sorted()
+            }
+        }
+        return UserState(
+            devices: stored, online: onlineTokens,
+            preferences: try decodePreferences(preferences, user: user, conversations: conversations), unread: unread)
+    }
+
+    /// `loadUsers`' reads, written straight into one batch: per user one `HMGET` of their state hash (devices,
+    /// presence, preferences, the unread total and `c:<conversation>` for each of `unreadOf`'s conversations), or
+    /// `HGETALL` of it without `unreadOf`; then `HGET` of the preferences per preferences-only user. (Tests compare
+    /// it with the same commands built one by one.)
     public static func loadBatch(
-        app: String, users: [String], unreadOf: [[String]]?, now: Int64, preferencesOnly: [String]
+        app: String, users: [String], unreadOf: [[String]]?, preferencesOnly: [String]
     ) -> RedisBatch {
-        var batch = RedisBatch(capacity: 64 + users.count * 320 + preferencesOnly.count * 64)
-        let after = "(\(now)"
+        var batch = RedisBatch(capacity: 64 + users.count * 160 + preferencesOnly.count * 64)
         for (index, user) in users.enumerated() {
-            batch.command("HGETALL", arguments: 1)
-            batch.userKey(app: app, user: user, .devices)
-            batch.command("ZRANGEBYSCORE", arguments: 3)
-            batch.userKey(app: app, user: user, .presence)
-            batch.argument(after)
-            batch.argument("+inf")
-            batch.command("GET", arguments: 1)
-            batch.userKey(app: app, user: user, .preferences)
             if let unreadOf {
                 let conversations = index < unreadOf.count ? unreadOf[index] : []
-                batch.command("HMGET", arguments: 2 + conversations.count)
-                batch.userKey(app: app, user: user, .unread)
+                batch.command("HMGET", arguments: 5 + conversations.count)
+                batch.userKey(app: app, user: user, .state)
+                batch.argument(UserRecord.devicesField)
+                batch.argument(UserRecord.onlineField)
+                batch.argument(UserRecord.preferencesField)
                 batch.argument(RedisKeys.unreadTotalField)
                 for id in conversations { batch.argument("c:", id) }
             } else {
                 batch.command("HGETALL", arguments: 1)
-                batch.userKey(app: app, user: user, .unread)
+                batch.userKey(app: app, user: user, .state)
             }
         }
         for user in preferencesOnly {
-            batch.command("GET", arguments: 1)
-            batch.userKey(app: app, user: user, .preferences)
+            batch.command("HGET", arguments: 2)
+            batch.userKey(app: app, user: user, .state)
+            batch.argument(UserRecord.preferencesField)
         }
         return batch
     }
@@ -202,21 +243,16 @@ public final class StateStore: Sendable {
         let previous = try await connection.send(RedisCommand("SET", ownerKey, user, "GET")).orThrow("SET owner")
         var movedFrom: String?
         if let old = previous.text, old != user {
-            let replies = try await connection.pipeline([
-                RedisCommand("MULTI"),
-                RedisCommand("HDEL", RedisKeys.devices(app: app, user: old), device.token),
-                RedisCommand("ZREM", RedisKeys.presence(app: app, user: old), device.token),
-                RedisCommand("EXEC"),
-            ])
-            _ = try Self.execResults(replies)
+            try await connection.send(
+                RedisCommand("EVAL", Scripts.unregister, 1, RedisKeys.userState(app: app, user: old), device.token)
+            ).orThrow("EVAL unregister")
             movedFrom = old
         }
         let json = Self.encode(device)
         let reply = try await connection.send(
             RedisCommand(
-                "EVAL", Scripts.register, 2,
-                RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
-                device.token, json, Device.maxPerUser, device.kind.rawValue, unique ? 1 : 0)
+                "EVAL", Scripts.register, 1, RedisKeys.userState(app: app, user: user),
+                device.token, json, Device.maxPerUser, device.kind.rawValue, unique ? 1 : 0, device.registeredAt)
         ).orThrow("EVAL register")
         let evicted = try Self.strings(reply)
         try await releaseOwners(app: app, user: user, tokens: evicted)
@@ -243,28 +279,20 @@ public final class StateStore: Sendable {
     /// Removes one device and its presence entry. Returns whether it was registered.
     @discardableResult
     public func unregisterDevice(app: String, user: String, token: String) async throws -> Bool {
-        let replies = try await connection.pipeline([
-            RedisCommand("MULTI"),
-            RedisCommand("HDEL", RedisKeys.devices(app: app, user: user), token),
-            RedisCommand("ZREM", RedisKeys.presence(app: app, user: user), token),
-            RedisCommand("EXEC"),
-        ])
-        let exec = try Self.execResults(replies)
+        let reply = try await connection.send(
+            RedisCommand("EVAL", Scripts.unregister, 1, RedisKeys.userState(app: app, user: user), token)
+        ).orThrow("EVAL unregister")
         try await releaseOwners(app: app, user: user, tokens: [token])
-        return (exec.first?.int ?? 0) > 0
+        return (reply.int ?? 0) > 0
     }
 
     /// Removes every device of the user and the user's presence. Returns how many devices were registered.
     @discardableResult
     public func unregisterAll(app: String, user: String) async throws -> Int {
-        let replies = try await connection.pipeline([
-            RedisCommand("MULTI"),
-            RedisCommand("HKEYS", RedisKeys.devices(app: app, user: user)),
-            RedisCommand("DEL", RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user)),
-            RedisCommand("EXEC"),
-        ])
-        let exec = try Self.execResults(replies)
-        let tokens = try exec.first.map(Self.strings) ?? []
+        let reply = try await connection.send(
+            RedisCommand("EVAL", Scripts.unregisterAll, 1, RedisKeys.userState(app: app, user: user))
+        ).orThrow("EVAL unregisterAll")
+        let tokens = try Self.strings(reply)
         try await releaseOwners(app: app, user: user, tokens: tokens)
         return tokens.count
     }
@@ -288,9 +316,7 @@ public final class StateStore: Sendable {
     ) async throws -> DeadTokenOutcome {
         let reply = try await connection.send(
             RedisCommand(
-                "EVAL", Scripts.removeDead, 2,
-                RedisKeys.devices(app: app, user: user), RedisKeys.presence(app: app, user: user),
-                token, deadSince)
+                "EVAL", Scripts.removeDead, 1, RedisKeys.userState(app: app, user: user), token, deadSince)
         ).orThrow("EVAL removeDead")
         switch reply.int {
         case 1:
@@ -311,59 +337,50 @@ public final class StateStore: Sendable {
     ) async throws {
         if let over = limits.problem(preferences) { throw over }
         let json = Self.encode(preferences)
-        try await connection.send(RedisCommand("SET", RedisKeys.preferences(app: app, user: user), json)).orThrow("SET")
+        try await connection.send(
+            RedisCommand("HSET", RedisKeys.userState(app: app, user: user), UserRecord.preferencesField, json)
+        ).orThrow("HSET")
     }
 
     /// Replaces the set of online devices: each token in `online` is online until `now + ttl` (milliseconds);
     /// every other device is offline. The chat server refreshes presence before the TTL passes; when it stops,
-    /// the entries expire: reads filter the entries by the injected `now`, and the key itself gets a relative TTL
-    /// of `ttl` on Redis's own clock so an abandoned user's presence also disappears from memory.
+    /// the entries expire: reads filter them by the injected `now`. They stay in the user's state hash (a line of
+    /// about 80 bytes per online device, at most 80 per user) until the next presence write for the user.
     public func setPresence(
         app: String, user: String, online: [String], ttlMilliseconds: Int64, now: Int64
     ) async throws {
-        let key = RedisKeys.presence(app: app, user: user)
-        var commands = [RedisCommand("MULTI"), RedisCommand("DEL", key)]
-        if !online.isEmpty {
-            let expiry = now + ttlMilliseconds
-            var arguments: [any RedisArgument] = [key]
-            for token in online { arguments.append(expiry); arguments.append(token) }
-            commands.append(RedisCommand("ZADD", arguments))
-            commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds))
+        let key = RedisKeys.userState(app: app, user: user)
+        let value = UserRecord.encodeOnline(online, expiry: now + ttlMilliseconds)
+        if value.isEmpty {
+            try await connection.send(RedisCommand("HDEL", key, UserRecord.onlineField)).orThrow("HDEL")
+        } else {
+            try await connection.send(RedisCommand("HSET", key, UserRecord.onlineField, value)).orThrow("HSET")
         }
-        commands.append(RedisCommand("EXEC"))
-        _ = try Self.execResults(try await connection.pipeline(commands))
     }
 
-    /// Marks one device online until `now + ttl` or offline, leaving the user's other devices as they are.
+    /// Marks one device online until `now + ttl` or offline, leaving the user's other devices as they are
+    /// (entries already expired at `now` are dropped on the way). Atomic (one script).
     public func setDevicePresence(
         app: String, user: String, token: String, online: Bool, ttlMilliseconds: Int64, now: Int64
     ) async throws {
-        let key = RedisKeys.presence(app: app, user: user)
-        var commands = [RedisCommand("MULTI"), RedisCommand("ZREMRANGEBYSCORE", key, "-inf", now)]
-        if online {
-            let expiry = now + ttlMilliseconds
-            commands.append(RedisCommand("ZADD", key, expiry, token))
-            commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds, "GT"))
-            commands.append(RedisCommand("PEXPIRE", key, ttlMilliseconds, "NX"))
-        } else {
-            commands.append(RedisCommand("ZREM", key, token))
-        }
-        commands.append(RedisCommand("EXEC"))
-        _ = try Self.execResults(try await connection.pipeline(commands))
+        try await connection.send(
+            RedisCommand(
+                "EVAL", Scripts.devicePresence, 1, RedisKeys.userState(app: app, user: user), token,
+                online ? now + ttlMilliseconds : 0, now)
+        ).orThrow("EVAL devicePresence")
     }
 
-    /// Replaces the user's unread counts (total and per conversation).
+    /// Replaces the user's unread counts (total and per conversation). Atomic (one script).
     public func setUnread(app: String, user: String, unread: Unread) async throws {
-        let key = RedisKeys.unread(app: app, user: user)
-        var arguments: [any RedisArgument] = [key, RedisKeys.unreadTotalField, unread.total]
+        var arguments: [any RedisArgument] = [
+            Scripts.replaceCounts, 1, RedisKeys.userState(app: app, user: user), RedisKeys.unreadTotalField,
+            unread.total,
+        ]
         for (conversation, count) in unread.conversations.sorted(by: { $0.key < $1.key }) {
             arguments.append(RedisKeys.unreadField(conversation: conversation))
             arguments.append(count)
         }
-        _ = try Self.execResults(
-            try await connection.pipeline([
-                RedisCommand("MULTI"), RedisCommand("DEL", key), RedisCommand("HSET", arguments), RedisCommand("EXEC"),
-            ]))
+        try await connection.send(RedisCommand("EVAL", arguments)).orThrow("EVAL replaceCounts")
     }
 
     /// Adds `members` to the conversation's members.
@@ -396,7 +413,7 @@ public final class StateStore: Sendable {
     /// conversations not listed are left alone). Online entries get `presenceTTLMilliseconds` from `now`. A user
     /// with more than 20 devices keeps the 20 newest, as registering them one by one would.
     ///
-    /// Each user's keys are replaced in one MULTI/EXEC, and each conversation's members in another: every
+    /// Each user's state hash is replaced in one MULTI/EXEC, and each conversation's members in another: every
     /// transaction touches one hash slot, so the same pipeline works on one node and on a Redis Cluster. The token
     /// owner keys (another slot each) are set outside the transactions; every write is idempotent, so a retried
     /// load converges.
@@ -408,33 +425,28 @@ public final class StateStore: Sendable {
         for (user, declared) in fixture.users.sorted(by: { $0.key < $1.key }) {
             var state = UserState(online: declared.online, preferences: declared.preferences, unread: declared.unread)
             for device in declared.devices { state.register(device) }
-            let devicesKey = RedisKeys.devices(app: app, user: user)
-            let presenceKey = RedisKeys.presence(app: app, user: user)
-            let unreadKey = RedisKeys.unread(app: app, user: user)
+            let key = RedisKeys.userState(app: app, user: user)
             let begin = commands.count
             commands.append(RedisCommand("MULTI"))
-            commands.append(
-                RedisCommand("DEL", devicesKey, presenceKey, unreadKey, RedisKeys.preferences(app: app, user: user)))
+            commands.append(RedisCommand("DEL", key))
+            var fields: [any RedisArgument] = [
+                key, UserRecord.preferencesField, Self.encode(state.preferences), RedisKeys.unreadTotalField,
+                state.unread.total,
+            ]
             if !state.devices.isEmpty {
-                var arguments: [any RedisArgument] = [devicesKey]
-                for device in state.devices { arguments.append(device.token); arguments.append(Self.encode(device)) }
-                commands.append(RedisCommand("HSET", arguments))
+                fields.append(UserRecord.devicesField)
+                fields.append(UserRecord.encodeDevices(state.devices))
             }
-            if !state.online.isEmpty {
-                let expiry = now + presenceTTLMilliseconds
-                var arguments: [any RedisArgument] = [presenceKey]
-                for token in state.online { arguments.append(expiry); arguments.append(token) }
-                commands.append(RedisCommand("ZADD", arguments))
-                commands.append(RedisCommand("PEXPIRE", presenceKey, presenceTTLMilliseconds))
+            let online = UserRecord.encodeOnline(state.online, expiry: now + presenceTTLMilliseconds)
+            if !online.isEmpty {
+                fields.append(UserRecord.onlineField)
+                fields.append(online)
             }
-            commands.append(
-                RedisCommand("SET", RedisKeys.preferences(app: app, user: user), Self.encode(state.preferences)))
-            var unreadArguments: [any RedisArgument] = [unreadKey, RedisKeys.unreadTotalField, state.unread.total]
             for (conversation, count) in state.unread.conversations.sorted(by: { $0.key < $1.key }) {
-                unreadArguments.append(RedisKeys.unreadField(conversation: conversation))
-                unreadArguments.append(count)
+                fields.append(RedisKeys.unreadField(conversation: conversation))
+                fields.append(count)
             }
-            commands.append(RedisCommand("HSET", unreadArguments))
+            commands.append(RedisCommand("HSET", fields))
             commands.append(RedisCommand("EXEC"))
             transactions.append(begin..<commands.count)
             for device in state.devices {
@@ -745,26 +757,6 @@ public final class StateStore: Sendable {
 
     // MARK: Decoding
 
-    private func decodeDevices(_ reply: RedisValue, user: String) throws -> [Device] {
-        let values = try Self.array(reply.orThrow("HGETALL"))
-        var devices: [Device] = []
-        var index = 0
-        while index + 1 < values.count {
-            if let data = values[index + 1].data, let device = try? Device.fromStoredJSON(data) {
-                devices.append(device)
-            } else {
-                let token = values[index].text ?? ""
-                logger.warning(
-                    "skipping a stored device that is not valid JSON",
-                    metadata: [
-                        "user": "\(user)", "token": "\(token.prefix(8))…",
-                    ])
-            }
-            index += 2
-        }
-        return devices.sorted { ($0.registeredAt, $0.token) < ($1.registeredAt, $1.token) }
-    }
-
     /// With `conversations`, only their settings are built (`Preferences.fromJSON(_:conversations:)`).
     private func decodePreferences(_ reply: RedisValue, user: String, conversations: [String]?) throws -> Preferences {
         guard case .string(let data) = reply else { return Preferences() }
@@ -776,23 +768,6 @@ public final class StateStore: Sendable {
                 "stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])
             return Preferences()
         }
-    }
-
-    private static func decodeUnread(_ reply: RedisValue) throws -> Unread {
-        let values = try array(reply)
-        var unread = Unread()
-        var index = 0
-        while index + 1 < values.count {
-            if let field = values[index].text, let count = values[index + 1].int {
-                if field == RedisKeys.unreadTotalField {
-                    unread.total = Int(count)
-                } else if field.hasPrefix("c:") {
-                    unread.conversations[String(field.dropFirst(2))] = Int(count)
-                }
-            }
-            index += 2
-        }
-        return unread
     }
 
     private static func array(_ reply: RedisValue) throws -> [RedisValue] {
@@ -970,57 +945,148 @@ enum Scripts {
         return 0
         """
 
-    /// KEYS: devices hash, presence zset. ARGV: token, device JSON, max devices per kind, the device's kind,
-    /// unique (1: remove every other device of that kind). A stored entry without a readable kind counts as
-    /// `apns`. Returns the evicted tokens.
-    static let register = """
-        redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-        local max = tonumber(ARGV[3])
-        local unique = ARGV[5] == '1'
-        local evicted = {}
-        if not unique and redis.call('HLEN', KEYS[1]) <= max then return evicted end
-        local all = redis.call('HGETALL', KEYS[1])
-        local entries = {}
-        for i = 1, #all, 2 do
-          local at = 0
-          local kind = 'apns'
-          local ok, device = pcall(cjson.decode, all[i + 1])
-          if ok and type(device) == 'table' then
-            if tonumber(device['registered_at']) then at = tonumber(device['registered_at']) end
-            if type(device['kind']) == 'string' then kind = device['kind'] end
+    /// Lua helpers over a user's state hash (`UserRecord`), put in front of the scripts that change devices or
+    /// presence. `devices(key)`: the `d` field's lines as {line, token, at, kind} (a line that does not decode has
+    /// token nil, `registered_at` 0 and kind `apns`); `put_devices(key, list)` writes them back (or deletes the
+    /// field when none are left); `drop_online(key, gone, now)` removes the `o` lines of the tokens in the set
+    /// `gone` and, with `now`, those expired at `now`.
+    static let userHelpers = """
+        local function devices(key)
+          local out = {}
+          local raw = redis.call('HGET', key, 'd')
+          if not raw then return out end
+          for line in string.gmatch(raw, '[^\\n]+') do
+            local entry = {line = line, at = 0, kind = 'apns'}
+            local ok, device = pcall(cjson.decode, line)
+            if ok and type(device) == 'table' then
+              if type(device['token']) == 'string' then entry.token = device['token'] end
+              if tonumber(device['registered_at']) then entry.at = tonumber(device['registered_at']) end
+              if type(device['kind']) == 'string' then entry.kind = device['kind'] end
+            end
+            out[#out + 1] = entry
           end
-          local newest = 0
-          if all[i] == ARGV[1] then newest = 1 end
-          if kind == ARGV[4] and not (unique and newest == 1) then entries[#entries + 1] = {at, newest, all[i]} end
+          return out
         end
-        local count = #entries
-        if unique then max = 0 end
-        if count <= max then return evicted end
-        table.sort(entries, function(a, b)
-          if a[1] ~= b[1] then return a[1] < b[1] end
-          if a[2] ~= b[2] then return a[2] < b[2] end
-          return a[3] < b[3]
-        end)
-        for i = 1, count - max do
-          redis.call('HDEL', KEYS[1], entries[i][3])
-          redis.call('ZREM', KEYS[2], entries[i][3])
-          evicted[#evicted + 1] = entries[i][3]
+        local function put_devices(key, list)
+          local lines = {}
+          for _, entry in ipairs(list) do lines[#lines + 1] = entry.line end
+          if #lines == 0 then redis.call('HDEL', key, 'd') else redis.call('HSET', key, 'd', table.concat(lines, '\\n')) end
         end
-        return evicted
+        local function drop_online(key, gone, now)
+          local raw = redis.call('HGET', key, 'o')
+          if not raw then return end
+          local kept = {}
+          for line in string.gmatch(raw, '[^\\n]+') do
+            local expiry, token = string.match(line, '^(%d+) (.*)$')
+            local live = expiry ~= nil and not gone[token] and (now == nil or tonumber(expiry) > now)
+            if live then kept[#kept + 1] = line end
+          end
+          if #kept == 0 then redis.call('HDEL', key, 'o') else redis.call('HSET', key, 'o', table.concat(kept, '\\n')) end
+        end
+
         """
 
-    /// KEYS: devices hash, presence zset. ARGV: token, dead-since (ms).
+    /// KEYS: the user's state hash. ARGV: token, device JSON, max devices per kind, the device's kind, unique (1:
+    /// remove every other device of that kind), the device's `registered_at`. The entry replaces the token's
+    /// earlier one; a stored line that does not decode is dropped. Returns the evicted tokens.
+    static let register =
+        userHelpers + """
+            local max = tonumber(ARGV[3])
+            local unique = ARGV[5] == '1'
+            local list = {}
+            for _, entry in ipairs(devices(KEYS[1])) do
+              if entry.token ~= nil and entry.token ~= ARGV[1] then list[#list + 1] = entry end
+            end
+            list[#list + 1] = {line = ARGV[2], token = ARGV[1], at = tonumber(ARGV[6]) or 0, kind = ARGV[4], newest = 1}
+            local same = {}
+            for _, entry in ipairs(list) do
+              if entry.kind == ARGV[4] and not (unique and entry.newest == 1) then same[#same + 1] = entry end
+            end
+            if unique then max = 0 end
+            local evicted = {}
+            if #same > max then
+              table.sort(same, function(a, b)
+                if a.at ~= b.at then return a.at < b.at end
+                if (a.newest or 0) ~= (b.newest or 0) then return (a.newest or 0) < (b.newest or 0) end
+                return a.token < b.token
+              end)
+              local gone = {}
+              for i = 1, #same - max do
+                gone[same[i].token] = true
+                evicted[#evicted + 1] = same[i].token
+              end
+              local kept = {}
+              for _, entry in ipairs(list) do
+                if not gone[entry.token] then kept[#kept + 1] = entry end
+              end
+              list = kept
+              drop_online(KEYS[1], gone, nil)
+            end
+            put_devices(KEYS[1], list)
+            return evicted
+            """
+
+    /// KEYS: the user's state hash. ARGV: token. Removes the device and its presence line. Returns 1 when the
+    /// device was registered, else 0.
+    static let unregister =
+        userHelpers + """
+            local list = {}
+            local found = 0
+            for _, entry in ipairs(devices(KEYS[1])) do
+              if entry.token == ARGV[1] then found = 1 else list[#list + 1] = entry end
+            end
+            if found == 1 then put_devices(KEYS[1], list) end
+            drop_online(KEYS[1], {[ARGV[1]] = true}, nil)
+            return found
+            """
+
+    /// KEYS: the user's state hash. Removes every device and the presence; returns the devices' tokens.
+    static let unregisterAll =
+        userHelpers + """
+            local tokens = {}
+            for _, entry in ipairs(devices(KEYS[1])) do
+              if entry.token ~= nil then tokens[#tokens + 1] = entry.token end
+            end
+            redis.call('HDEL', KEYS[1], 'd', 'o')
+            return tokens
+            """
+
+    /// KEYS: the user's state hash. ARGV: token, dead-since (ms).
     /// Returns 1 removed, -1 kept (registered after dead-since), 0 not registered.
-    static let removeDead = """
-        local raw = redis.call('HGET', KEYS[1], ARGV[1])
-        if not raw then return 0 end
-        local ok, device = pcall(cjson.decode, raw)
-        if ok and type(device) == 'table' and tonumber(device['registered_at'])
-           and tonumber(device['registered_at']) > tonumber(ARGV[2]) then
-          return -1
+    static let removeDead =
+        userHelpers + """
+            local list = {}
+            local found = nil
+            for _, entry in ipairs(devices(KEYS[1])) do
+              if entry.token == ARGV[1] then found = entry else list[#list + 1] = entry end
+            end
+            if found == nil then return 0 end
+            if found.at > tonumber(ARGV[2]) then return -1 end
+            put_devices(KEYS[1], list)
+            drop_online(KEYS[1], {[ARGV[1]] = true}, nil)
+            return 1
+            """
+
+    /// KEYS: the user's state hash. ARGV: token, its new expiry (ms; 0: offline), now (ms). Lines expired at now
+    /// are dropped too.
+    static let devicePresence =
+        userHelpers + """
+            drop_online(KEYS[1], {[ARGV[1]] = true}, tonumber(ARGV[3]))
+            if ARGV[2] ~= '0' then
+              local raw = redis.call('HGET', KEYS[1], 'o')
+              local line = ARGV[2] .. ' ' .. ARGV[1]
+              if raw then line = raw .. '\\n' .. line end
+              redis.call('HSET', KEYS[1], 'o', line)
+            end
+            return 1
+            """
+
+    /// KEYS: the user's state hash. ARGV: field, count pairs. The `total` and `c:` fields are replaced by these.
+    static let replaceCounts = """
+        for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+          if f == 'total' or string.sub(f, 1, 2) == 'c:' then redis.call('HDEL', KEYS[1], f) end
         end
-        redis.call('HDEL', KEYS[1], ARGV[1])
-        redis.call('ZREM', KEYS[2], ARGV[1])
+        redis.call('HSET', KEYS[1], unpack(ARGV))
         return 1
         """
 }

@@ -157,7 +157,7 @@ package final class Workload {
         return out
     }
 
-    /// Writes every user, presence and conversation to Redis in pipelined batches.
+    /// Writes every user's state hash and every conversation's members to Redis in pipelined batches.
     package func load(redisURL: String, now: Int64) async throws {
         let conn = RedisConnection(configuration: try RedisConfiguration(url: redisURL))
         defer { conn.close() }
@@ -168,29 +168,25 @@ package final class Workload {
             batch.removeAll(keepingCapacity: true)
         }
         for (user, state) in states {
-            let dk = RedisKeys.devices(app: appID, user: user)
-            let pk = RedisKeys.preferences(app: appID, user: user)
-            let sk = RedisKeys.presence(app: appID, user: user)
-            let uk = RedisKeys.unread(app: appID, user: user)
-            batch.append(RedisCommand("DEL", dk, pk, sk, uk))
-            for d in state.devices {
-                batch.append(RedisCommand("HSET", dk, d.token, d.jsonBytes()))
+            let key = RedisKeys.userState(app: appID, user: user)
+            batch.append(RedisCommand("DEL", key))
+            var fields: [any RedisArgument] = [key]
+            if !state.devices.isEmpty {
+                fields += [UserRecord.devicesField, UserRecord.encodeDevices(state.devices)]
             }
             if state.preferences != Preferences() {
-                batch.append(RedisCommand("SET", pk, state.preferences.jsonBytes()))
+                fields += [UserRecord.preferencesField, state.preferences.jsonBytes()]
             }
             if !state.unread.conversations.isEmpty {
-                var fields: [any RedisArgument] = [uk, RedisKeys.unreadTotalField, String(state.unread.total)]
+                fields += [RedisKeys.unreadTotalField, String(state.unread.total)]
                 for (id, count) in state.unread.conversations {
-                    fields.append(RedisKeys.unreadField(conversation: id))
-                    fields.append(String(count))
+                    fields += [RedisKeys.unreadField(conversation: id), String(count)]
                 }
-                batch.append(RedisCommand("HSET", fields))
             }
             if !state.online.isEmpty {
-                for tok in state.online { batch.append(RedisCommand("ZADD", sk, String(now + 86_400_000), tok)) }
-                batch.append(RedisCommand("PEXPIRE", sk, "86400000"))
+                fields += [UserRecord.onlineField, UserRecord.encodeOnline(state.online, expiry: now + 86_400_000)]
             }
+            if fields.count > 1 { batch.append(RedisCommand("HSET", fields)) }
             if batch.count >= 5000 { try await flush() }
         }
         for c in conversations {

@@ -1,0 +1,86 @@
+import Foundation
+import HeraldCore
+
+/// The stored forms of the fields of a user's state hash (`RedisKeys.userState`, docs/redis-keys.md), which holds
+/// a user's devices, presence, preferences and unread counts so that resolve reads a recipient with one `HMGET`.
+///
+/// | field | value |
+/// | --- | --- |
+/// | `d` | the devices: one device JSON per line (`\n` between them; compact JSON holds no raw newline) |
+/// | `o` | the online devices: one `<expiry ms> <token>` per line |
+/// | `p` | the preferences JSON |
+/// | `total` | the unread total |
+/// | `c:<conversation>` | one conversation's unread count |
+///
+/// The Lua scripts that change devices and presence (`Scripts`) read and write these same forms.
+public enum UserRecord {
+    public static let devicesField = "d"
+    public static let onlineField = "o"
+    public static let preferencesField = "p"
+
+    /// The `d` field: each device's stored JSON, one per line.
+    public static func encodeDevices(_ devices: [Device]) -> [UInt8] {
+        var out: [UInt8] = []
+        for device in devices {
+            if !out.isEmpty { out.append(10) }
+            out += device.jsonBytes()
+        }
+        return out
+    }
+
+    /// The devices of a `d` field, each line decoded on its own: a line that is not a valid device is reported
+    /// through `invalid` (with its token when one can be read) and skipped.
+    static func decodeDevices(_ data: Data, invalid: (String) -> Void) -> [Device] {
+        var devices: [Device] = []
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            var start = 0
+            var index = 0
+            while index <= bytes.count {
+                if index == bytes.count || bytes[index] == 10 {
+                    if index > start {
+                        let line = UnsafeBufferPointer(rebasing: bytes[start..<index])
+                        if let device = try? Device.fromStoredJSON(line) {
+                            devices.append(device)
+                        } else {
+                            invalid(String(decoding: line.prefix(48), as: UTF8.self))
+                        }
+                    }
+                    start = index + 1
+                }
+                index += 1
+            }
+        }
+        return devices
+    }
+
+    /// The `o` field for tokens online until `expiry`. A token holding a newline cannot be a device's (device
+    /// tokens have no whitespace) and is left out.
+    public static func encodeOnline(_ tokens: [String], expiry: Int64) -> String {
+        var out = ""
+        for token in tokens where !token.contains("\n") {
+            if !out.isEmpty { out += "\n" }
+            out += String(expiry)
+            out += " "
+            out += token
+        }
+        return out
+    }
+
+    /// The tokens of an `o` field whose expiry is after `now`, in stored order.
+    static func decodeOnline(_ data: Data, now: Int64) -> [String] {
+        var tokens: [String] = []
+        for line in data.split(separator: 10) {
+            guard let space = line.firstIndex(of: 32) else { continue }
+            var expiry: Int64 = 0
+            var digits = 0
+            for byte in line[line.startIndex..<space] {
+                guard byte >= 48 && byte <= 57, digits < 18 else { expiry = 0; break }
+                expiry = expiry * 10 + Int64(byte - 48)
+                digits += 1
+            }
+            if expiry > now { tokens.append(String(decoding: line[(space + 1)...], as: UTF8.self)) }
+        }
+        return tokens
+    }
+}
