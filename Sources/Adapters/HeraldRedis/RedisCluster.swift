@@ -301,6 +301,12 @@ final class RedisClusterRouter: Sendable {
         try await currentMap().node(forSlot: slot)
     }
 
+    /// The connection to each master of the slot map, learnt afresh (`RedisConnection.masterConnections`).
+    func masterConnections() async throws -> [RedisConnection] {
+        try await refreshMap()
+        return try state.withLock { $0.map.nodes }.map { try connection(to: $0) }
+    }
+
     // MARK: Routing a batch
 
     /// Where a unit goes in the next round.

@@ -131,6 +131,15 @@ public final class RedisConnection: Sendable {
         }
     }
 
+    /// A connection to each node that holds keys, for a keyless command each node answers for its own keys
+    /// (`SCAN`): this connection itself, or a cluster's connection to each master (the slot map learnt afresh).
+    func masterConnections() async throws -> [RedisConnection] {
+        switch backend {
+        case .node: [self]
+        case .cluster(let router): try await router.masterConnections()
+        }
+    }
+
     /// The cluster router, when this connection is one (tests, tools).
     var clusterRouter: RedisClusterRouter? {
         if case .cluster(let router) = backend { return router }

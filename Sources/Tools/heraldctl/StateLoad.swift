@@ -8,7 +8,7 @@ struct StateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "state",
         abstract: "Load state fixtures into Redis.",
-        subcommands: [Load.self])
+        subcommands: [Load.self, Migrate.self])
 
     struct Load: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
