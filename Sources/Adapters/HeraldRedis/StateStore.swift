@@ -359,10 +359,12 @@ public final class StateStore: Sendable {
     }
 
     /// Marks one device online until `now + ttl` or offline, leaving the user's other devices as they are
-    /// (entries already expired at `now` are dropped on the way). Atomic (one script).
+    /// (entries already expired at `now` are dropped on the way). Atomic (one script). A token holding a newline
+    /// cannot be a device's and changes nothing.
     public func setDevicePresence(
         app: String, user: String, token: String, online: Bool, ttlMilliseconds: Int64, now: Int64
     ) async throws {
+        if token.contains("\n") { return }
         try await connection.send(
             RedisCommand(
                 "EVAL", Scripts.devicePresence, 1, RedisKeys.userState(app: app, user: user), token,

@@ -7,7 +7,7 @@ import HeraldRedis
 struct StateCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "state",
-        abstract: "Load state fixtures into Redis.",
+        abstract: "Load state fixtures into Redis, or move release 0.9.0's user keys into the current layout.",
         subcommands: [Load.self, Migrate.self])
 
     struct Load: AsyncParsableCommand {
