@@ -108,8 +108,8 @@ import Testing
         #expect(calls("hget") == 1)
         #expect(calls("hgetall") == 0)
         // All of it in one hash: devices, preferences, the total and the 200 conversations' counts.
-        let fields = try await connection.send(RedisCommand("HLEN", RedisKeys.userState(app: "a", user: "u2"))).int
-        #expect(fields == 3 + 200)
+        let hlen = try await connection.send(RedisCommand("HLEN", RedisKeys.userState(app: "a", user: "u2")))
+        #expect(hlen.int == Int64(3 + 200))
 
         #expect(results.count == 2)
         let records = try results.map { result in
