@@ -75,7 +75,14 @@ public final class StageHTTPServer: Service, Sendable {
             // net.core.somaxconn): a handshake that finds the queue full is dropped, and the client waits for its
             // retransmission.
             .serverChannelOption(.backlog, value: 4096)
-            .bind(host: host, port: port) { child in
+            // Accepted connections wait for the serving loop in a buffer of up to the connection cap (NIO's default
+            // is 10): a crowd is accepted and counted against the cap on NIO's own threads even while the tasks
+            // that serve it are slow to be scheduled, instead of waiting in the kernel's queue for them.
+            .bind(
+                host: host, port: port,
+                serverBackPressureStrategy: .init(
+                    lowWatermark: max(2, limits.maxConnections / 2), highWatermark: max(10, limits.maxConnections))
+            ) { child in
                 child.eventLoop.makeCompletedFuture {
                     let sync = child.pipeline.syncOperations
                     guard connections.admit() else {
