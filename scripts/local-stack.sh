@@ -543,7 +543,7 @@ done
 curl -fs "http://127.0.0.1:$((METRICS_BASE + 6))/metrics" | grep -E '^herald_registry_ops_total.*remove_dead_token' || true
 echo
 dead="dead000000000000000000000000000000000000000000000000000000000007"
-if ! redis-cli -c -p "$REDIS_PORT" HGET 'herald:app1:user:{u7}:state' d | grep -q "$dead"; then
+if u7_devices=$(redis-cli -c -p "$REDIS_PORT" HGET 'herald:app1:user:{u7}:state' d) && ! grep -q "$dead" <<<"$u7_devices"; then
   echo "u7's token ${dead:0:8}… answered 410 and was removed from Redis by herald-registry (token feedback)."
 else
   echo "u7's token ${dead:0:8}… is still registered (token feedback not applied yet)."
