@@ -66,12 +66,9 @@ extension StateStore {
         let values = reply.array ?? []
         var i = 0
         while i + 1 < values.count {
-            if let field = values[i].text, let n = values[i + 1].int {
-                if field == RedisKeys.unreadTotalField {
-                    counts.mentionTotal = Int(n)
-                } else if field.hasPrefix("c:") {
-                    counts.mentionConversations[String(field.dropFirst(2))] = Int(n)
-                }
+            if let field = values[i].text {
+                _ = CountFields.read(
+                    field, values[i + 1], total: &counts.mentionTotal, conversations: &counts.mentionConversations)
             }
             i += 2
         }
@@ -79,7 +76,34 @@ extension StateStore {
     }
 }
 
+/// The fields of a hash of counts (the state hash's unread counts, the mentions hash): `total` and
+/// `c:<conversation>`.
+enum CountFields {
+    /// Reads one field into `total` or `conversations`; false when it is not a count field. A value that is not an
+    /// integer reads as no count.
+    static func read(_ field: String, _ value: RedisValue, total: inout Int, conversations: inout [String: Int]) -> Bool
+    {
+        if field == RedisKeys.unreadTotalField {
+            if let n = value.int { total = Int(n) }
+            return true
+        }
+        guard field.hasPrefix("c:") else { return false }
+        if let n = value.int { conversations[String(field.dropFirst(2))] = Int(n) }
+        return true
+    }
+}
+
 enum CountScripts {
+    /// Lua: `drop_counts(key)` deletes the `total` and `c:` fields of a hash, leaving its other fields.
+    static let dropCounts = """
+        local function drop_counts(key)
+          for _, f in ipairs(redis.call('HKEYS', key)) do
+            if f == 'total' or string.sub(f, 1, 2) == 'c:' then redis.call('HDEL', key, f) end
+          end
+        end
+
+        """
+
     /// KEYS: the user's state hash (its unread fields), mentions hash, marker. ARGV: the conversation's field, mentioned (1/0), marker TTL ms.
     /// Returns {counted (1/0), unread total, unread of the conversation, mention total, mentions of the conversation}.
     static let count = """
@@ -101,23 +125,21 @@ enum CountScripts {
 
     /// KEYS: the user's state hash (its unread fields), mentions hash. ARGV: a conversation's field, or '' for
     /// every count (the state hash's `total` and `c:` fields go, its devices, presence and preferences stay).
-    static let markRead = """
-        if ARGV[1] == '' then
-          local fields = redis.call('HKEYS', KEYS[1])
-          for _, f in ipairs(fields) do
-            if f == 'total' or string.sub(f, 1, 2) == 'c:' then redis.call('HDEL', KEYS[1], f) end
-          end
-          redis.call('DEL', KEYS[2])
-          return 1
-        end
-        for i = 1, 2 do
-          local n = tonumber(redis.call('HGET', KEYS[i], ARGV[1])) or 0
-          redis.call('HDEL', KEYS[i], ARGV[1])
-          if n > 0 then
-            local t = redis.call('HINCRBY', KEYS[i], 'total', -n)
-            if t < 0 then redis.call('HSET', KEYS[i], 'total', 0) end
-          end
-        end
-        return 1
-        """
+    static let markRead =
+        dropCounts + """
+            if ARGV[1] == '' then
+              drop_counts(KEYS[1])
+              redis.call('DEL', KEYS[2])
+              return 1
+            end
+            for i = 1, 2 do
+              local n = tonumber(redis.call('HGET', KEYS[i], ARGV[1])) or 0
+              redis.call('HDEL', KEYS[i], ARGV[1])
+              if n > 0 then
+                local t = redis.call('HINCRBY', KEYS[i], 'total', -n)
+                if t < 0 then redis.call('HSET', KEYS[i], 'total', 0) end
+              end
+            end
+            return 1
+            """
 }

@@ -112,16 +112,11 @@ public final class StateStore: Sendable {
                 var unread = Unread()
                 var at = 0
                 while at + 1 < values.count {
-                    if let field = values[at].text {
-                        if field == RedisKeys.unreadTotalField {
-                            unread.total = values[at + 1].int.map { Int($0) } ?? 0
-                        } else if field.hasPrefix("c:") {
-                            if let count = values[at + 1].int {
-                                unread.conversations[String(field.dropFirst(2))] = Int(count)
-                            }
-                        } else {
-                            fields[field] = values[at + 1]
-                        }
+                    if let field = values[at].text,
+                        !CountFields.read(
+                            field, values[at + 1], total: &unread.total, conversations: &unread.conversations)
+                    {
+                        fields[field] = values[at + 1]
                     }
                     at += 2
                 }
@@ -146,10 +141,10 @@ public final class StateStore: Sendable {
     ) throws -> UserState {
         var stored: [Device] = []
         if let data = devices.data {
-            stored = UserRecord.decodeDevices(data) { line in
+            stored = UserRecord.decodeDevices(data) { start in
                 logger.warning(
                     "skipping a stored device that is not valid JSON",
-                    metadata: ["user": "\(user)", "entry": "\(line.prefix(8))…"])
+                    metadata: ["user": "\(user)", "entry": "\(start)…"])
             }
             stored.sort { ($0.registeredAt, $0.token) < ($1.registeredAt, $1.token) }
         }
@@ -1084,11 +1079,10 @@ enum Scripts {
             """
 
     /// KEYS: the user's state hash. ARGV: field, count pairs. The `total` and `c:` fields are replaced by these.
-    static let replaceCounts = """
-        for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-          if f == 'total' or string.sub(f, 1, 2) == 'c:' then redis.call('HDEL', KEYS[1], f) end
-        end
-        redis.call('HSET', KEYS[1], unpack(ARGV))
-        return 1
-        """
+    static let replaceCounts =
+        CountScripts.dropCounts + """
+            drop_counts(KEYS[1])
+            redis.call('HSET', KEYS[1], unpack(ARGV))
+            return 1
+            """
 }

@@ -29,7 +29,7 @@ public enum UserRecord {
     }
 
     /// The devices of a `d` field, each line decoded on its own: a line that is not a valid device is reported
-    /// through `invalid` (with its token when one can be read) and skipped.
+    /// through `invalid` (its first 8 bytes, never a whole token) and skipped.
     static func decodeDevices(_ data: Data, invalid: (String) -> Void) -> [Device] {
         var devices: [Device] = []
         data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
@@ -43,7 +43,7 @@ public enum UserRecord {
                         if let device = try? Device.fromStoredJSON(line) {
                             devices.append(device)
                         } else {
-                            invalid(String(decoding: line.prefix(48), as: UTF8.self))
+                            invalid(String(decoding: line.prefix(8), as: UTF8.self))
                         }
                     }
                     start = index + 1
