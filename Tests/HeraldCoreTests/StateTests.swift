@@ -144,6 +144,20 @@ struct StateTests {
         let decodedOutbound = try StageCodec.decode(OutboundRecord.self, from: StageCodec.encode(outbound))
         #expect(decodedOutbound == outbound)
         #expect(outbound.key == tokenA)
+        // The event's created_at rides along (format version 6) and names the pair's filing time; a version 5
+        // record (written before it) is read without one.
+        var timed = outbound
+        timed.eventCreatedAt = 1_732_000_000_123
+        let timedWire = StageCodec.encode(timed)
+        #expect(try StageCodec.decode(OutboundRecord.self, from: timedWire) == timed)
+        #expect(timed.deliveryPair.eventTime == 1_732_000_000_123)
+        #expect(timed.deliveryPair == outbound.deliveryPair, "the time does not make another pair")
+        var older = StageCodec.encode(outbound)
+        #expect(older.last == 0, "no event time: the optional's absent marker ends the record")
+        older.removeLast()
+        older[2] = 5
+        let fromOlder = try StageCodec.decode(OutboundRecord.self, from: older)
+        #expect(fromOlder == outbound && fromOlder.eventCreatedAt == nil)
         let dlq = DLQRecord(
             original: [0, 255, 10], sourceTopic: "chat.events", stage: "ingest", reason: "invalid",
             detail: "event_id: missing", time: 7)
@@ -176,6 +190,9 @@ struct StateTests {
         try check(ResolvedRecord(event: e, recipient: "u2", state: state, senderDisplayName: "C"))
         try check(DeliverableRecord(event: e, recipient: "u2", state: state, targets: state.devices))
         try check(OutboundRecord(eventID: "e", appID: "a", recipient: "u2", request: request, attempt: 3, notBefore: 5))
+        try check(
+            OutboundRecord(
+                eventID: "e", appID: "a", recipient: "u2", request: request, eventCreatedAt: 1_732_000_000_123))
         try check(DLQRecord(original: Array("x".utf8), stage: "send", reason: "BadTopic", detail: "d", time: 2))
         try check(
             DLQRecord(

@@ -96,6 +96,7 @@ final class MemoryReadSync: ReadSyncStore, @unchecked Sendable {
         let outbound = try StageCodec.decode(OutboundRecord.self, from: try #require(rendered.outputs.first).value)
         #expect(outbound.request.token == Self.phone && outbound.request.pushType == .background)
         #expect(outbound.request.priority == 5)
+        #expect(outbound.eventCreatedAt == 1_000, "the event's created_at (the read time) files send's record")
         let payload = outbound.request.payloadString
         #expect(payload.contains(#""thread-id":"c1""#) && payload.contains(#""badge":3"#), "\(payload)")
     }

@@ -248,6 +248,68 @@ struct StateStoreTests {
         #expect(got == [DeliveryClaim.delivered, .pending(owner: "p2", until: now + 60_051)])
     }
 
+    @Test("a pair with its event's time is filed under that time's window: one hash, read by every later copy")
+    func filedByEventTime() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let window: Int64 = 60_000
+        let created: Int64 = 1_732_000_000_000 - 5
+        let filed = created / window
+        let a = DeliveryPair(eventID: "e1", token: Self.token(1), eventTime: created)
+        let b = DeliveryPair(eventID: "e1", token: Self.token(2), eventTime: created)
+        let untimed = DeliveryPair(eventID: "e2", token: Self.token(3))
+        // Sent two windows after the event was created (a backlog): the claim still goes to the event's window,
+        // and the previous window's hash is not read for it.
+        let sentAt = created + 2 * window
+        _ = try await redis.send("CONFIG", "RESETSTAT").orThrow()
+        var got = try await store.claim(
+            app: "a", pairs: [a, untimed, b], owner: "p1", ttlMilliseconds: 60_000, now: sentAt, window: window)
+        #expect(got == [DeliveryClaim.claimed, .claimed, .claimed])
+        let stats = try await redis.send("INFO", "commandstats").text ?? ""
+        #expect(stats.contains("cmdstat_hsetnx:calls=3,"), "\(stats)")
+        #expect(stats.contains("cmdstat_hmget:calls=1,"), "one HMGET, for the pair without a time: \(stats)")
+        let key = RedisKeys.delivered(app: "a", shard: RedisKeys.deliveredShard(eventId: "e1"), window: filed)
+        let field = RedisKeys.deliveredField(eventId: "e1", token: Self.token(1))
+        #expect(try await redis.send("HGET", key, field).text?.hasPrefix("p:p1:") == true)
+        let sendWindow = RedisKeys.delivered(
+            app: "a", shard: RedisKeys.deliveredShard(eventId: "e1"), window: sentAt / window)
+        #expect(try await redis.send("HGET", sendWindow, field) == .null)
+        // Another owner sees p1's claims; p1 confirms a and releases b; both land in the event's window.
+        got = try await store.claim(
+            app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: sentAt + 1, window: window)
+        #expect(
+            got == [
+                DeliveryClaim.pending(owner: "p1", until: sentAt + 60_000),
+                .pending(owner: "p1", until: sentAt + 60_000),
+            ])
+        try await store.confirmDelivered(app: "a", pairs: [a, untimed], now: sentAt + 2, window: window)
+        try await store.releaseClaims(app: "a", pairs: [b], owner: "p1", now: sentAt + 2, window: window)
+        #expect(try await redis.send("HGET", key, field).text == "1")
+        #expect(
+            try await redis.send("HGET", key, RedisKeys.deliveredField(eventId: "e1", token: Self.token(2))) == .null)
+        let pttl = try await redis.send("PTTL", key).int ?? -10
+        #expect(pttl > window && pttl <= 2 * window, "kept two windows from the send, not from the event: \(pttl)")
+        // A copy replayed a window and a half after the send, when the send's window is no longer read for pairs
+        // without a time, is still found: every copy of a timed pair reads the event's window.
+        let replay = sentAt + window + window / 2
+        got = try await store.claim(
+            app: "a", pairs: [a, b], owner: "p3", ttlMilliseconds: 60_000, now: replay, window: window)
+        #expect(got == [DeliveryClaim.delivered, .claimed])
+        // The pair without a time was filed under the send's window, which a read this late no longer looks at.
+        #expect(
+            try await store.wasDelivered(app: "a", pairs: [a, b, untimed], now: replay, window: window) == [
+                true, false, false,
+            ])
+        // A record written by markDelivered for a timed pair is found by a claim of it.
+        let c = DeliveryPair(eventID: "e3", token: Self.token(4), eventTime: created)
+        #expect(try await store.markDelivered(app: "a", pairs: [c], now: replay, window: window) == [true])
+        got = try await store.claim(
+            app: "a", pairs: [c], owner: "p3", ttlMilliseconds: 60_000, now: replay + 1, window: window)
+        #expect(got == [DeliveryClaim.delivered])
+    }
+
     @Test("delivery records: the first mark wins, replays within the window see it, two windows later it is gone")
     func idempotency() async throws {
         let server = try await RedisServer.start()

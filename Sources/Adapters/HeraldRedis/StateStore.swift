@@ -478,42 +478,48 @@ public final class StateStore: Sendable {
     /// delivery is never sent again (the pipeline file's `idempotency.replay_window_seconds`).
     public static let defaultReplayWindowMilliseconds: Int64 = 3_600_000
 
-    /// Claims each (event, token) pair for sending. A pair's record is a field of its shard's hash for the replay
-    /// window that `now` falls in (`RedisKeys.delivered`); this window's and the previous one's are read. The answer
-    /// per pair, in order:
+    /// Claims each (event, token) pair for sending. A pair's record is a field of its shard's hash for one replay
+    /// window (`RedisKeys.delivered`): the window its event time falls in when the pair carries one
+    /// (`DeliveryPair.eventTime`; every copy of the pair then looks in that hash alone, whenever it is sent), else
+    /// the window `now` falls in, and then the previous window's hash is read too. The answer per pair, in order:
     /// - `.claimed`: this call took it (or it was already this owner's): send. The field becomes
     ///   `p:<owner>:<now + ttlMilliseconds>`;
     /// - `.delivered`: a delivery record (`1`) is there: do not send again;
     /// - `.pending(owner:until:)`: another owner claimed it and has not confirmed it yet: do not send before
     ///   `until` (epoch ms), when the claim lapses unless it was confirmed or released.
     ///
-    /// The common case costs plain commands in one pipelined round trip: per pair an `HSETNX` of the claim into
-    /// this window, per shard an `HMGET` of its pairs in the previous window and a `PEXPIRE` when `expiries` says it
-    /// is due (once a minute per shard key and process). Only a pair that finds something
-    /// there (a record, a claim, a copy replayed across a window's end) is settled by a second round trip, one Lua
-    /// script per shard (`Scripts.claim`), which judges what it found and withdraws a claim the first step wrote
-    /// over a record of the previous window.
+    /// The common case costs plain commands in one pipelined round trip: per pair an `HSETNX` of the claim, per
+    /// shard of pairs without an event time an `HMGET` of its pairs in the previous window, and a `PEXPIRE` per hash
+    /// when `expiries` says it is due (once a minute per hash and process). Only a pair that finds something (a
+    /// record, a claim, a copy replayed across a window's end) is settled by a second round trip, one Lua script per
+    /// shard (`Scripts.claim`), which judges what it found and withdraws a claim the first step wrote over a record
+    /// of the previous window.
     public func claim(
         app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64,
         now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [DeliveryClaim] {
         if pairs.isEmpty { return [] }
         let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
-        let groups = deliveryGroups(pairs)
+        let groups = deliveryGroups(pairs, window: window)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
         var batch = RedisBatch(capacity: 64 + pairs.count * 120 + groups.count * 64)
         var expiring: [ExpiryMemo.Key] = []
-        for group in groups {
+        var expires = [Bool](repeating: false, count: groups.count)
+        for (g, group) in groups.enumerated() {
+            let current = group.filed ?? now / window
             for index in group.indices {
                 batch.command("HSETNX", arguments: 3)
-                Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
+                Self.windowKey(app: app, shard: group.shard, window: current, into: &batch)
                 batch.argument(fields[index])
                 batch.argument(value)
             }
-            batch.command("HMGET", arguments: 1 + group.indices.count)
-            Self.windowKey(app: app, shard: group.shard, window: now / window - 1, into: &batch)
-            for index in group.indices { batch.argument(fields[index]) }
-            expireIfDue(app: app, shard: group.shard, now: now, window: window, into: &batch, &expiring)
+            if group.filed == nil {
+                batch.command("HMGET", arguments: 1 + group.indices.count)
+                Self.windowKey(app: app, shard: group.shard, window: now / window - 1, into: &batch)
+                for index in group.indices { batch.argument(fields[index]) }
+            }
+            expires[g] = expireIfDue(
+                app: app, shard: group.shard, period: current, now: now, window: window, into: &batch, &expiring)
         }
         let replies = try await connection.pipeline(batch)
         guard replies.count == batch.count else {
@@ -522,22 +528,24 @@ public final class StateStore: Sendable {
         var out = [DeliveryClaim](repeating: .claimed, count: pairs.count)
         var unsettled: [Int] = []
         var next = 0
-        var expired = 0
-        for group in groups {
-            let previous = try replies[next + group.indices.count].orThrow("HMGET claim").array ?? []
-            guard previous.count == group.indices.count else {
-                throw RedisError(.unexpectedReply, "claim: HMGET answered \(previous.count) of \(group.indices.count)")
+        for (g, group) in groups.enumerated() {
+            var previous: [RedisValue]?
+            if group.filed == nil {
+                previous = try replies[next + group.indices.count].orThrow("HMGET claim").array ?? []
+                guard previous?.count == group.indices.count else {
+                    throw RedisError(
+                        .unexpectedReply, "claim: HMGET answered \(previous?.count ?? 0) of \(group.indices.count)")
+                }
             }
             for (offset, index) in group.indices.enumerated() {
                 let wrote = try replies[next + offset].orThrow("HSETNX claim").int == 1
-                if case .null = previous[offset], wrote { continue }
+                if wrote, previous.map({ $0[offset] == .null }) ?? true { continue }
                 unsettled.append(index)
             }
-            next += group.indices.count + 1
-            if expired < expiring.count, expiring[expired].shard == group.shard {
+            next += group.indices.count + (group.filed == nil ? 1 : 0)
+            if expires[g] {
                 _ = try replies[next].orThrow("PEXPIRE claim")
                 next += 1
-                expired += 1
             }
         }
         expiries.mark(expiring, now: now)
@@ -553,7 +561,7 @@ public final class StateStore: Sendable {
         app: String, pairs: [DeliveryPair], owner: String, value: String, now: Int64, window: Int64
     ) async throws -> [DeliveryClaim] {
         let prefix = DeliveryClaim.pendingPrefix(owner: owner)
-        let groups = deliveryGroups(pairs)
+        let groups = deliveryGroups(pairs, window: window)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
         let replies = try await Scripts.claim.run(on: connection, what: "claim") { sha in
             var batch = RedisBatch(capacity: 128 + pairs.count * 40 + groups.count * 160)
@@ -561,7 +569,7 @@ public final class StateStore: Sendable {
                 batch.command("EVALSHA", arguments: 8 + group.indices.count)
                 batch.argument(sha)
                 batch.argument("2")
-                Self.windowKeys(app: app, shard: group.shard, now: now, window: window, into: &batch)
+                Self.windowKeys(app: app, group: group, now: now, window: window, into: &batch)
                 batch.argument(prefix)
                 batch.argument(value)
                 batch.argument(now)
@@ -590,23 +598,26 @@ public final class StateStore: Sendable {
         return out
     }
 
-    /// Confirms pairs as delivered (after the provider's 200): each field becomes `1` in the window `now` falls in,
-    /// whoever held the claim, and that window's hash lives two windows from now. One pipelined round trip: an
-    /// `HSET` of every pair of a shard and, when `expiries` says it is due, a `PEXPIRE` per shard.
+    /// Confirms pairs as delivered (after the provider's 200): each field becomes `1` in the hash it is filed under
+    /// (its event time's window, else the window `now` falls in), whoever held the claim, and that hash lives two
+    /// windows from now. One pipelined round trip: an `HSET` of every pair of a hash and, when `expiries` says it
+    /// is due, a `PEXPIRE` per hash.
     public func confirmDelivered(
         app: String, pairs: [DeliveryPair], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws {
         if pairs.isEmpty { return }
         var batch = RedisBatch(capacity: 64 + pairs.count * 32)
         var expiring: [ExpiryMemo.Key] = []
-        for group in deliveryGroups(pairs) {
+        for group in deliveryGroups(pairs, window: window) {
+            let filed = group.filed ?? now / window
             batch.command("HSET", arguments: 1 + 2 * group.indices.count)
-            Self.windowKey(app: app, shard: group.shard, window: now / window, into: &batch)
+            Self.windowKey(app: app, shard: group.shard, window: filed, into: &batch)
             for index in group.indices {
                 batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventID, token: pairs[index].token))
                 batch.argument(DeliveryClaim.deliveredValue)
             }
-            expireIfDue(app: app, shard: group.shard, now: now, window: window, into: &batch, &expiring)
+            expireIfDue(
+                app: app, shard: group.shard, period: filed, now: now, window: window, into: &batch, &expiring)
         }
         try await connection.write(batch, what: "HSET")
         expiries.mark(expiring, now: now)
@@ -620,14 +631,14 @@ public final class StateStore: Sendable {
         window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws {
         if pairs.isEmpty { return }
-        let groups = deliveryGroups(pairs)
+        let groups = deliveryGroups(pairs, window: window)
         let replies = try await Scripts.release.run(on: connection, what: "release") { sha in
             var batch = RedisBatch(capacity: 64 + pairs.count * 40 + groups.count * 160)
             for group in groups {
                 batch.command("EVALSHA", arguments: 5 + group.indices.count)
                 batch.argument(sha)
                 batch.argument("2")
-                Self.windowKeys(app: app, shard: group.shard, now: now, window: window, into: &batch)
+                Self.windowKeys(app: app, group: group, now: now, window: window, into: &batch)
                 batch.argument(DeliveryClaim.pendingPrefix(owner: owner))
                 for index in group.indices {
                     batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventID, token: pairs[index].token))
@@ -658,10 +669,10 @@ public final class StateStore: Sendable {
                 batch.command("EVALSHA", arguments: 6)
                 batch.argument(sha)
                 batch.argument("2")
-                Self.windowKeys(
-                    app: app, shard: RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards), now: now,
-                    window: window,
-                    into: &batch)
+                let group = DeliveryGroup(
+                    shard: RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards),
+                    filed: Self.filedWindow(pair, window: window), indices: [])
+                Self.windowKeys(app: app, group: group, now: now, window: window, into: &batch)
                 batch.argument(RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token))
                 batch.argument(2 * window)
             }
@@ -676,69 +687,88 @@ public final class StateStore: Sendable {
         }
     }
 
-    /// Whether each pair has a delivery record (`1`; a pending claim does not count) in the window `now` falls in
-    /// or the one before. One pipelined round trip (two `HGET` per pair).
+    /// Whether each pair has a delivery record (`1`; a pending claim does not count) in the hash it is filed
+    /// under: its event time's window, or (a pair without one) the window `now` falls in or the one before. One
+    /// pipelined round trip (one or two `HGET` per pair).
     public func wasDelivered(
         app: String, pairs: [DeliveryPair], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [Bool] {
         if pairs.isEmpty { return [] }
         var batch = RedisBatch(capacity: 64 + pairs.count * 160)
+        var looks: [Int] = []
         for pair in pairs {
             let shard = RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards)
             let field = RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token)
-            for w in [now / window, now / window - 1] {
+            let windows = Self.filedWindow(pair, window: window).map { [$0] } ?? [now / window, now / window - 1]
+            for w in windows {
                 batch.command("HGET", arguments: 2)
                 Self.windowKey(app: app, shard: shard, window: w, into: &batch)
                 batch.argument(field)
             }
+            looks.append(windows.count)
         }
         let replies = try await connection.pipeline(batch)
-        guard replies.count == 2 * pairs.count else {
-            throw RedisError(.unexpectedReply, "expected \(2 * pairs.count) replies, got \(replies.count)")
+        guard replies.count == batch.count else {
+            throw RedisError(.unexpectedReply, "expected \(batch.count) replies, got \(replies.count)")
         }
-        return try pairs.indices.map { index in
-            try (0..<2).contains { offset in
-                try replies[2 * index + offset].orThrow("HGET").text == DeliveryClaim.deliveredValue
+        var next = 0
+        return try looks.map { count in
+            defer { next += count }
+            return try (next..<next + count).contains { i in
+                try replies[i].orThrow("HGET").text == DeliveryClaim.deliveredValue
             }
         }
     }
 
-    /// Adds the `PEXPIRE` of a shard's hash for the window `now` falls in (two windows) when `expiries` says it is
-    /// due, and notes its key in `expiring` (to `mark` once the round trip succeeded).
+    /// Adds the `PEXPIRE` (two windows) of a shard's hash for window `period` when `expiries` says it is due, and
+    /// notes its key in `expiring` (to `mark` once the round trip succeeded). True when it added one.
+    @discardableResult
     private func expireIfDue(
-        app: String, shard: UInt64, now: Int64, window: Int64, into batch: inout RedisBatch,
+        app: String, shard: UInt64, period: Int64, now: Int64, window: Int64, into batch: inout RedisBatch,
         _ expiring: inout [ExpiryMemo.Key]
-    ) {
-        let key = ExpiryMemo.Key(kind: ExpiryMemo.deliveredKind, app: app, shard: shard, period: now / window)
-        guard expiries.isDue(key, now: now) else { return }
+    ) -> Bool {
+        let key = ExpiryMemo.Key(kind: ExpiryMemo.deliveredKind, app: app, shard: shard, period: period)
+        // Pairs without an event time and pairs filed under the current window share a hash: one PEXPIRE does.
+        guard !expiring.contains(key), expiries.isDue(key, now: now) else { return false }
         batch.command("PEXPIRE", arguments: 2)
-        Self.windowKey(app: app, shard: shard, window: now / window, into: &batch)
+        Self.windowKey(app: app, shard: shard, window: period, into: &batch)
         batch.argument(2 * window)
         expiring.append(key)
+        return true
     }
 
-    /// Pairs grouped by idempotency shard (in the order shards first appear), so each script touches one slot.
-    func deliveryGroups(_ pairs: [DeliveryPair]) -> [(shard: UInt64, indices: [Int])] {
-        var groups: [(shard: UInt64, indices: [Int])] = []
-        var groupOf: [UInt64: Int] = [:]
-        var lastEvent: String?
+    /// Pairs grouped by idempotency shard and filing window (in the order they first appear), so each script
+    /// touches one slot. `filed` is the window a group's records are filed under when its pairs carry their event's
+    /// time (`DeliveryPair.eventTime`), nil for pairs filed under the window of the send.
+    func deliveryGroups(_ pairs: [DeliveryPair], window: Int64) -> [DeliveryGroup] {
+        var groups: [DeliveryGroup] = []
+        var groupOf: [DeliveryGroup.Key: Int] = [:]
+        var last: (event: String, time: Int64?)?
         var current = -1
         for (index, pair) in pairs.enumerated() {
             // Pairs of one event mostly come one after another: only a change of event hashes again.
-            if pair.eventID != lastEvent {
-                let shard = RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards)
-                if let known = groupOf[shard] {
+            if last?.event != pair.eventID || last?.time != pair.eventTime {
+                let key = DeliveryGroup.Key(
+                    shard: RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards),
+                    filed: Self.filedWindow(pair, window: window))
+                if let known = groupOf[key] {
                     current = known
                 } else {
                     current = groups.count
-                    groupOf[shard] = current
-                    groups.append((shard, []))
+                    groupOf[key] = current
+                    groups.append(DeliveryGroup(shard: key.shard, filed: key.filed, indices: []))
                 }
-                lastEvent = pair.eventID
+                last = (pair.eventID, pair.eventTime)
             }
             groups[current].indices.append(index)
         }
         return groups
+    }
+
+    /// The window a pair's record is filed under whenever it is sent: its event time's, when it has one.
+    static func filedWindow(_ pair: DeliveryPair, window: Int64) -> Int64? {
+        guard let time = pair.eventTime, time >= 0 else { return nil }
+        return time / window
     }
 
     /// `RedisKeys.delivered(app:shard:window:)` as one argument.
@@ -746,10 +776,14 @@ public final class StateStore: Sendable {
         batch.argument(RedisKeys.prefix, ":", app, ":delivered:{d", String(shard), "}:", String(window))
     }
 
-    /// The keys of the window `now` falls in and of the one before, as two arguments.
-    static func windowKeys(app: String, shard: UInt64, now: Int64, window: Int64, into batch: inout RedisBatch) {
-        windowKey(app: app, shard: shard, window: now / window, into: &batch)
-        windowKey(app: app, shard: shard, window: now / window - 1, into: &batch)
+    /// The two keys a group's scripts read, as two arguments: the hash its records are filed under twice, or the
+    /// hashes of the window `now` falls in and of the one before.
+    static func windowKeys(
+        app: String, group: DeliveryGroup, now: Int64, window: Int64, into batch: inout RedisBatch
+    ) {
+        let current = group.filed ?? now / window
+        windowKey(app: app, shard: group.shard, window: current, into: &batch)
+        windowKey(app: app, shard: group.shard, window: group.filed ?? now / window - 1, into: &batch)
     }
 
     // MARK: Decoding
@@ -1085,4 +1119,16 @@ enum Scripts {
             redis.call('HSET', KEYS[1], unpack(ARGV))
             return 1
             """
+}
+
+/// Pairs of one idempotency hash: a shard, and the window the records are filed under (nil: the window of the
+/// send, with the previous one read too).
+struct DeliveryGroup {
+    struct Key: Hashable {
+        var shard: UInt64
+        var filed: Int64?
+    }
+    var shard: UInt64
+    var filed: Int64?
+    var indices: [Int]
 }

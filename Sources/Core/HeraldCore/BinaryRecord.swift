@@ -11,8 +11,9 @@
 //   never misread. Version 2 added the provider and provider id of devices and requests (FCM, webhooks);
 //   version 3 the mention counts after a state's unread counts; version 4 a byte after them naming the
 //   preferences the user never set (`Preferences.unset`); version 5 a deliverable record's burst position at its
-//   end. Version 2 to 4 records are still read (an upgrade with records in flight), with mention counts of zero,
-//   every preference counted as set and no burst where their version lacks them.
+//   end; version 6 an outbound record's event `created_at` at its end. Version 2 to 5 records are still read (an
+//   upgrade with records in flight), with mention counts of zero, every preference counted as set, no burst and
+//   no event time where their version lacks them.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
 import Foundation
@@ -201,7 +202,7 @@ public protocol BinaryRecord {
 
 public enum BinaryRecordFormat {
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
-    public static let version: UInt8 = 5
+    public static let version: UInt8 = 6
     /// The oldest version still read.
     public static let oldestReadable: UInt8 = 2
 
@@ -693,12 +694,14 @@ extension OutboundRecord: BinaryRecord {
         w.string(eventID); w.string(appID); w.string(recipient)
         request.write(into: &w)
         w.int(attempt); w.optional(notBefore)
+        w.optional(eventCreatedAt)
     }
 
     public init(binary r: inout BinaryReader) throws(StageRecordError) {
         self.init(
             eventID: try r.string(), appID: try r.string(), recipient: try r.string(),
             request: try APNsRequest(binary: &r), attempt: Int(clamping: try r.int()), notBefore: try r.optionalInt())
+        if r.version >= 6 { eventCreatedAt = try r.optionalInt() }
     }
 }
 

@@ -599,6 +599,7 @@ extension OutboundRecord: StageRecord {
         w.raw(",\"request\":"); request.write(into: &w)
         w.raw(",\"attempt\":"); w.int(attempt)
         if let notBefore { w.raw(",\"not_before\":"); w.int(notBefore) }
+        if let eventCreatedAt { w.raw(",\"event_created_at\":"); w.int(eventCreatedAt) }
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -608,7 +609,8 @@ extension OutboundRecord: StageRecord {
         self.init(
             eventID: try r.requiredString("event_id"), appID: try r.requiredString("app_id"),
             recipient: try r.requiredString("recipient"), request: try APNsRequest(json: request),
-            attempt: Int(try r.int("attempt") ?? 1), notBefore: try r.int("not_before"))
+            attempt: Int(try r.int("attempt") ?? 1), notBefore: try r.int("not_before"),
+            eventCreatedAt: try r.int("event_created_at"))
     }
 }
 

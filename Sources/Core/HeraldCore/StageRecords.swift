@@ -75,10 +75,13 @@ public struct OutboundRecord: Sendable, Hashable {
     public var attempt: Int
     /// Do not send before this time (epoch milliseconds); set on retries.
     public var notBefore: Int64?
+    /// The event's `created_at` (epoch milliseconds), when it has one: send files the pair's idempotency record
+    /// under the replay window this time falls in (`DeliveryPair.eventTime`).
+    public var eventCreatedAt: Int64?
 
     public init(
         eventID: String, appID: String, recipient: String, request: APNsRequest, attempt: Int = 1,
-        notBefore: Int64? = nil
+        notBefore: Int64? = nil, eventCreatedAt: Int64? = nil
     ) {
         self.eventID = eventID
         self.appID = appID
@@ -86,6 +89,12 @@ public struct OutboundRecord: Sendable, Hashable {
         self.request = request
         self.attempt = attempt
         self.notBefore = notBefore
+        self.eventCreatedAt = eventCreatedAt
+    }
+
+    /// The pair send claims, confirms or releases for this record.
+    public var deliveryPair: DeliveryPair {
+        DeliveryPair(eventID: eventID, token: request.token, eventTime: eventCreatedAt)
     }
 
     public var key: String { request.token }

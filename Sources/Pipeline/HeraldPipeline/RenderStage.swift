@@ -55,7 +55,7 @@ public struct RenderProcessor: StageProcessor {
             for request in requests {
                 let outbound = OutboundRecord(
                     eventID: event.eventID, appID: event.appID, recipient: record.recipient,
-                    request: request)
+                    request: request, eventCreatedAt: event.createdAt)
                 outputs.append(StageOutput.record(outbound, topic: outboundTopic, key: request.token))
             }
             return StageResult(outputs: outputs)

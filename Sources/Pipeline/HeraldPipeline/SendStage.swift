@@ -177,20 +177,20 @@ public struct SendProcessor: StageProcessor {
                 out.append((item.0, expired(item.1, started)))
                 continue
             }
-            if inFlight.insert(DeliveryPair(eventID: item.1.eventID, token: item.1.request.token)) {
+            if inFlight.insert(item.1.deliveryPair) {
                 candidates.append(item)
             } else {
                 out.append((item.0, duplicate(item.1, "in_flight", context.nowMillis)))
             }
         }
-        defer { inFlight.remove(candidates.map { DeliveryPair(eventID: $0.1.eventID, token: $0.1.request.token) }) }
+        defer { inFlight.remove(candidates.map(\.1.deliveryPair)) }
 
         // 2. Claim (one round trip per app).
         let claimStarted = ContinuousClock.now
         var fresh: [(Int, OutboundRecord)] = []
         let ttl = claimTTL.milliseconds
         for (app, group) in Dictionary(grouping: candidates, by: { $0.1.appID }) {
-            let pairs = group.map { DeliveryPair(eventID: $0.1.eventID, token: $0.1.request.token) }
+            let pairs = group.map(\.1.deliveryPair)
             let now = context.nowMillis
             guard
                 let outcomes = await retrying(
@@ -222,7 +222,7 @@ public struct SendProcessor: StageProcessor {
         let marker = DeliveryMarker(ledger: ledger, context: context, onTransientFailure: onTransientFailure)
         let prioritized = self.prioritized
         let jobs = fresh.map { PushJob(appID: $0.1.appID, request: $0.1.request, prioritized: prioritized) }
-        let eventIDs = fresh.map { $0.1.eventID }
+        let deliveryPairs = fresh.map(\.1.deliveryPair)
         let sendStarted = ContinuousClock.now
         await transport.send(jobs) { index, answer in
             guard index >= 0, index < jobs.count else { return }
@@ -231,8 +231,7 @@ public struct SendProcessor: StageProcessor {
             if case .answered(200, _, _) = answer { delivered = true }
             if case .classified(_, _, .delivered, _) = answer { delivered = true }
             if delivered {
-                marker.add(
-                    app: jobs[index].appID, DeliveryPair(eventID: eventIDs[index], token: jobs[index].request.token))
+                marker.add(app: jobs[index].appID, deliveryPairs[index])
             }
         }
         // 4. Every 200 is confirmed before the inputs complete; claims of what was not delivered are released.
@@ -247,8 +246,7 @@ public struct SendProcessor: StageProcessor {
             let (result, delivered) = classify(item.1, received[position] ?? .failed(.clientShutdown), now: now)
             out.append((item.0, result))
             if !delivered {
-                release[item.1.appID, default: []].append(
-                    DeliveryPair(eventID: item.1.eventID, token: item.1.request.token))
+                release[item.1.appID, default: []].append(item.1.deliveryPair)
             }
         }
         for (app, pairs) in release {
