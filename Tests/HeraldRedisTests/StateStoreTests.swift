@@ -308,6 +308,20 @@ struct StateStoreTests {
         got = try await store.claim(
             app: "a", pairs: [c], owner: "p3", ttlMilliseconds: 60_000, now: replay + 1, window: window)
         #expect(got == [DeliveryClaim.delivered])
+
+        // One shard: a pair filed under the current window by its event time and a pair without one share a hash
+        // (two groups of one batch); the claim answers both, and the hash gets its TTL.
+        let one = StateStore(connection: redis, deliveredShards: 1)
+        let now = replay + 7
+        let current = DeliveryPair(eventID: "e5", token: Self.token(5), eventTime: now - 1)
+        let plain = DeliveryPair(eventID: "e6", token: Self.token(6))
+        got = try await one.claim(
+            app: "b", pairs: [current, plain], owner: "p1", ttlMilliseconds: 60_000, now: now, window: window)
+        #expect(got == [DeliveryClaim.claimed, .claimed])
+        let shared = RedisKeys.delivered(app: "b", shard: 0, window: now / window)
+        #expect(try await redis.send("HLEN", shared).int == 2)
+        let sharedTTL = try await redis.send("PTTL", shared).int ?? -10
+        #expect(sharedTTL > window && sharedTTL <= 2 * window, "\(sharedTTL)")
     }
 
     @Test("delivery records: the first mark wins, replays within the window see it, two windows later it is gone")

@@ -503,7 +503,7 @@ public final class StateStore: Sendable {
         let groups = deliveryGroups(pairs, window: window)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
         var batch = RedisBatch(capacity: 64 + pairs.count * 120 + groups.count * 64)
-        var expiring: [ExpiryMemo.Key] = []
+        var expiring = Set<ExpiryMemo.Key>()
         var expires = [Bool](repeating: false, count: groups.count)
         for (g, group) in groups.enumerated() {
             let current = group.filed ?? now / window
@@ -548,7 +548,7 @@ public final class StateStore: Sendable {
                 next += 1
             }
         }
-        expiries.mark(expiring, now: now)
+        expiries.mark(Array(expiring), now: now)
         if unsettled.isEmpty { return out }
         let settled = try await settleClaims(
             app: app, pairs: unsettled.map { pairs[$0] }, owner: owner, value: value, now: now, window: window)
@@ -607,7 +607,7 @@ public final class StateStore: Sendable {
     ) async throws {
         if pairs.isEmpty { return }
         var batch = RedisBatch(capacity: 64 + pairs.count * 32)
-        var expiring: [ExpiryMemo.Key] = []
+        var expiring = Set<ExpiryMemo.Key>()
         for group in deliveryGroups(pairs, window: window) {
             let filed = group.filed ?? now / window
             batch.command("HSET", arguments: 1 + 2 * group.indices.count)
@@ -620,7 +620,7 @@ public final class StateStore: Sendable {
                 app: app, shard: group.shard, period: filed, now: now, window: window, into: &batch, &expiring)
         }
         try await connection.write(batch, what: "HSET")
-        expiries.mark(expiring, now: now)
+        expiries.mark(Array(expiring), now: now)
     }
 
     /// Releases this owner's claims on pairs that were not delivered (the notification went to the retry topic,
@@ -725,7 +725,7 @@ public final class StateStore: Sendable {
     @discardableResult
     private func expireIfDue(
         app: String, shard: UInt64, period: Int64, now: Int64, window: Int64, into batch: inout RedisBatch,
-        _ expiring: inout [ExpiryMemo.Key]
+        _ expiring: inout Set<ExpiryMemo.Key>
     ) -> Bool {
         let key = ExpiryMemo.Key(kind: ExpiryMemo.deliveredKind, app: app, shard: shard, period: period)
         // Pairs without an event time and pairs filed under the current window share a hash: one PEXPIRE does.
@@ -733,7 +733,7 @@ public final class StateStore: Sendable {
         batch.command("PEXPIRE", arguments: 2)
         Self.windowKey(app: app, shard: shard, window: period, into: &batch)
         batch.argument(2 * window)
-        expiring.append(key)
+        expiring.insert(key)
         return true
     }
 
