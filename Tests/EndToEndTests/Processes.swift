@@ -44,6 +44,7 @@ func httpBody(port: Int, path: String) -> String? {
     var buffer = [UInt8](repeating: 0, count: 65536)
     while true {
         let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        if n < 0, errno == EINTR { continue }  // a receive timeout makes recv return EINTR on a signal
         if n <= 0 { break }
         response += buffer[0..<n]
     }

@@ -110,7 +110,16 @@ struct HTTPLimitsTests {
             try HostileClients.send(fd, Array("GET /healthz HTTP/1.1\r\n".utf8))
         }
         try await waitUntil("the server holds 3 connections", timeout: .seconds(60)) { server.openConnections == 3 }
-        let refused = try await RawHTTP.get(port: server.port, path: "/healthz")
+        let refused: TestHTTP.Answer
+        do {
+            refused = try await RawHTTP.get(port: server.port, path: "/healthz")
+        } catch {
+            // What the server saw, for a failure that has not been reproduced (an empty answer once, in a CI run).
+            Issue.record(
+                "no answer over the cap: \(error); connection_cap closes \(Self.closedCount(registry, "connection_cap")), open \(server.openConnections)"
+            )
+            return
+        }
         #expect(refused.status == 503)
         #expect(refused.body.contains("too many connections"))
         #expect(Self.closedCount(registry, "connection_cap") == 1)
@@ -142,7 +151,9 @@ struct HTTPLimitsTests {
             fd, Array("POST /v1/x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1048576\r\n\r\n".utf8))
         let answer = try await offPool { () -> [UInt8] in
             var buffer = [UInt8](repeating: 0, count: 4096)
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            func read() -> Int { buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) } }
+            var n = read()
+            while n < 0, errno == EINTR { n = read() }
             return Array(buffer.prefix(max(0, n)))
         }
         let text = String(decoding: answer, as: UTF8.self)

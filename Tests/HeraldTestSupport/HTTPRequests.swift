@@ -66,14 +66,18 @@ public enum TestHTTP {
         let request = Array(head.utf8) + payload
         var sent = 0
         while sent < request.count {
-            let n = request.withUnsafeBytes { send(fd, $0.baseAddress! + sent, $0.count - sent, 0) }
-            guard n > 0 else { throw TestSupportError("send failed") }
+            let n = request.withUnsafeBytes { send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { throw TestSupportError("send failed (errno \(errno))") }
             sent += n
         }
         var received = [UInt8]()
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
             let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            // A socket with a receive timeout is not restarted after a signal (the test process's children exit
+            // and raise SIGCHLD): EINTR is no answer, read again.
+            if count < 0, errno == EINTR { continue }
             if count <= 0 { break }
             received.append(contentsOf: buffer[0..<count])
         }

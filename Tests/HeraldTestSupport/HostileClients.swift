@@ -27,6 +27,7 @@ public enum HostileClients {
             let n = bytes.withUnsafeBytes {
                 Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL))
             }
+            if n < 0, errno == EINTR { continue }
             guard n > 0 else { throw TestSupportError("send failed (errno \(errno))") }
             sent += n
         }
