@@ -114,7 +114,7 @@ struct HTTPLimitsTests {
         do {
             refused = try await RawHTTP.get(port: server.port, path: "/healthz")
         } catch {
-            // What the server saw, for a failure that has not been reproduced (an empty answer once, in a CI run).
+            // No answer at all: say whether the server counted the connection as over the cap, and what it holds.
             Issue.record(
                 "no answer over the cap: \(error); connection_cap closes \(Self.closedCount(registry, "connection_cap")), open \(server.openConnections)"
             )
