@@ -98,6 +98,29 @@ struct HTTPLimitsTests {
         print("HTTPLimitsTests: /healthz beside 1,000 stalled connections answered in \(latency)")
     }
 
+    @Test("connections accepted while the server stops serving are closed, never left to trap in NIO")
+    func connectionsAcceptedAtShutdown() async throws {
+        // A server that never serves: every connection it accepts waits in its queue. Closing and dropping the
+        // server drops them unserved, as a shutdown does with a scrape that arrives in its last moment.
+        var server: StageHTTPServer? = try await StageHTTPServer.bind(
+            host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(), readiness: ReadinessChecks(),
+            limits: HTTPServerLimits(maxConnections: 3))
+        let port = try #require(server?.port)
+        var clients: [Int32] = []
+        defer { for fd in clients { close(fd) } }
+        for _ in 0..<5 { clients.append(try TestHTTP.connectLoopback(port: port)) }
+        try await waitUntil("the server took 3 connections under its cap", timeout: .seconds(60)) {
+            server?.openConnections == 3
+        }
+        await server?.close()
+        server = nil
+        // Each client's connection ends (closed by the server), and the test process is still alive to see it.
+        for fd in clients {
+            let (_, closed) = try await HostileClients.readUntilClosed(fd, guardSeconds: 60)
+            #expect(closed)
+        }
+    }
+
     @Test("over the connection cap a new connection is answered 503 and closed; under it again, served")
     func connectionCap() async throws {
         let (server, registry, serving) = try await Self.serve(

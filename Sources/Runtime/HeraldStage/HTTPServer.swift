@@ -5,6 +5,7 @@ import NIOHTTP1
 import NIOPosix
 import Prometheus
 import ServiceLifecycle
+import Synchronization
 
 /// The HTTP/1.1 endpoint every stage serves:
 /// - `GET /metrics`: Prometheus text exposition of the registry;
@@ -26,7 +27,7 @@ public final class StageHTTPServer: Service, Sendable {
     public let host: String
     /// The bound port (the ephemeral one when bound with port 0).
     public let port: Int
-    private let serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>
+    private let serverChannel: NIOAsyncChannel<AcceptedConnection, Never>
     private let registry: PrometheusCollectorRegistry
     private let readiness: ReadinessChecks
     private let logger: Logger
@@ -38,7 +39,7 @@ public final class StageHTTPServer: Service, Sendable {
 
     private init(
         host: String, port: Int,
-        serverChannel: NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>, Never>,
+        serverChannel: NIOAsyncChannel<AcceptedConnection, Never>,
         registry: PrometheusCollectorRegistry, readiness: ReadinessChecks, logger: Logger,
         readinessLabels: [(String, String)], routes: HTTPRouteHandler?, limits: HTTPServerLimits,
         connections: ConnectionCounter
@@ -88,8 +89,9 @@ public final class StageHTTPServer: Service, Sendable {
                     guard connections.admit() else {
                         closed.count(.connectionCap)
                         try sync.addHandler(OverCapacityHandler())
-                        return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
-                            wrappingChannelSynchronously: child)
+                        return AcceptedConnection(
+                            try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                                wrappingChannelSynchronously: child))
                     }
                     child.closeFuture.whenComplete { _ in connections.release() }
                     let timer = ConnectionTimer(channel: child, limits: limits) { closed.count($0) }
@@ -99,8 +101,9 @@ public final class StageHTTPServer: Service, Sendable {
                         RequestHeadGate(
                             timer: timer, maxBodyBytes: limits.maxBodyBytes, admit: admit,
                             onRefused: { closed.count(.refusedAtHead) }))
-                    return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
-                        wrappingChannelSynchronously: child)
+                    return AcceptedConnection(
+                        try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(
+                            wrappingChannelSynchronously: child))
                 }
             }
         let bound = channel.channel.localAddress?.port ?? port
@@ -122,7 +125,8 @@ public final class StageHTTPServer: Service, Sendable {
             try await cancelWhenGracefulShutdown {
                 try await withThrowingDiscardingTaskGroup { group in
                     try await serverChannel.executeThenClose { inbound in
-                        for try await connection in inbound {
+                        for try await accepted in inbound {
+                            let connection = accepted.take()
                             group.addTask { await self.serve(connection) }
                         }
                     }
@@ -329,3 +333,27 @@ struct ClosedCounters: Sendable {
 
 /// Extra routes of the HTTP endpoint: nil lets the request fall through to /metrics, /healthz and /readyz.
 public typealias HTTPRouteHandler = @Sendable (HTTPRouteRequest) async -> HTTPRouteResponse?
+
+/// An accepted connection on its way to the serving loop. One the loop never takes (accepted while the server stops
+/// serving, such as a scrape in a shutdown's last moment) is closed when it is dropped: NIO traps when a wrapped
+/// channel goes away without its writer finished.
+final class AcceptedConnection: Sendable {
+    private let connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>
+    private let taken = Atomic<Bool>(false)
+
+    init(_ connection: NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>) {
+        self.connection = connection
+    }
+
+    /// The connection, for `executeThenClose`, which finishes and closes it.
+    func take() -> NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart> {
+        taken.store(true, ordering: .relaxed)
+        return connection
+    }
+
+    deinit {
+        guard !taken.load(ordering: .relaxed) else { return }
+        connection.outbound.finish()
+        connection.channel.close(promise: nil)
+    }
+}
