@@ -185,13 +185,21 @@ struct EndToEndTests {
                 "\(d.scenario): explain shows \(lines), simulate says drop/\(d.reason)")
         }
         // A delivered user's trail shows the per-device outcome.
+        // (The stages write their entries a moment after deciding: explain.write_interval_ms.)
         if let first = expected.first(where: { $0.scenario.hasPrefix("group chat") }) {
-            let r = try await stack.heraldctl([
-                "explain", "--app", "app1", "--event", Scenarios.id("group"), "--user", "r1",
-            ])
-            let line = r.lines.first ?? [:]
-            #expect(line["decision"] as? String == "deliver", "explain r1: \(r.stdout) \(r.stderr)")
-            let devices = line["devices"] as? [[String: Any]] ?? []
+            var answer = ""
+            var line: [String: Any] = [:]
+            var devices: [[String: Any]] = []
+            let explained = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
+                let r = try? await stack.heraldctl([
+                    "explain", "--app", "app1", "--event", Scenarios.id("group"), "--user", "r1",
+                ])
+                answer = "\(r?.stdout ?? "") \(r?.stderr ?? "")"
+                line = r?.lines.first ?? [:]
+                devices = line["devices"] as? [[String: Any]] ?? []
+                return devices.contains { $0["decision"] as? String == "delivered" }
+            }
+            #expect(explained && line["decision"] as? String == "deliver", "explain r1: \(answer)")
             #expect(
                 devices.contains {
                     $0["decision"] as? String == "delivered"
@@ -521,11 +529,17 @@ struct EndToEndTests {
                 Issue.record("no owner for the faulted notification \(pair)")
                 continue
             }
-            let r = try await stack.heraldctl([
-                "explain", "--app", "app1", "--event", owner.event, "--user", owner.user,
-            ])
-            let devices = r.lines.first?["devices"] as? [[String: Any]] ?? []
-            #expect(devices.contains { $0["decision"] as? String == "delivered" }, "explain after retries: \(r.stdout)")
+            var answer = ""
+            var devices: [[String: Any]] = []
+            let explained = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
+                let r = try? await stack.heraldctl([
+                    "explain", "--app", "app1", "--event", owner.event, "--user", owner.user,
+                ])
+                answer = r?.stdout ?? ""
+                devices = r?.lines.first?["devices"] as? [[String: Any]] ?? []
+                return devices.contains { $0["decision"] as? String == "delivered" }
+            }
+            #expect(explained, "explain after retries: \(answer)")
             if devices.contains(where: { ($0["attempt"] as? Int ?? 1) > 1 }) { laterAttempts += 1 }
         }
         #expect(laterAttempts > 0, "no faulted notification was delivered on a later attempt via herald.retry")

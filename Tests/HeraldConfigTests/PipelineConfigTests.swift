@@ -275,7 +275,9 @@ struct PipelineConfigTests {
         #expect(c.stages[.render].groupID == "herald-render" && c.stages[.render].batchSize == 500)
     }
 
-    @Test("explain.full_trail, the shard counts and idempotency.replay_window_seconds: read, defaulted, and checked")
+    @Test(
+        "explain.full_trail, the shard counts, explain.write_interval_ms and idempotency.replay_window_seconds: read, defaulted, and checked"
+    )
     func footprintSections() throws {
         let defaults = try PipelineLoader.load(yaml: "apps: {app1: {}}").config
         #expect(defaults.explain.fullTrail.isEmpty)
@@ -286,6 +288,7 @@ struct PipelineConfigTests {
               full_trail: {users: [u1, u2], apps: [app3], sample: 0.25}
               last_decision_shards: 100000
               log_shards: 4096
+              write_interval_ms: 250
             idempotency:
               replay_window_seconds: 7200
               shards: 65536
@@ -296,6 +299,9 @@ struct PipelineConfigTests {
         #expect(loaded.config.idempotency.replayWindowSeconds == 7200)
         #expect(loaded.config.idempotency.shards == 65536 && loaded.config.explain.lastDecisionShards == 100_000)
         #expect(loaded.config.explain.logShards == 4096 && defaults.explain.logShards == 256)
+        #expect(loaded.config.explain.writeIntervalMs == 250 && defaults.explain.writeIntervalMs == 1000)
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "explain: {write_interval_ms: -1}") }
+        #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "explain: {write_interval_ms: 60001}") }
         #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "idempotency: {shards: 0}") }
         #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "explain: {last_decision_shards: 0}") }
         #expect(throws: ConfigError.self) { try PipelineLoader.load(yaml: "explain: {full_trail: {sample: 2}}") }

@@ -65,6 +65,7 @@ func makeLoop(
     _ broker: TansuBroker, group: String, processor: any StageProcessor, maxInFlight: Int = 10,
     maxConcurrentBatches: Int = 1, sessionTimeout: Duration = .seconds(3),
     deliveryTimeout: Duration = .seconds(30), producerProperties: [String: String] = [:],
+    explain: (any ExplainSink)? = nil, explainInterval: Duration = ExplainWriter.defaultInterval,
     logger: Logger = Logger(label: "test")
 ) throws -> (StageLoop, KafkaConsumer) {
     var configuration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: group, topics: ["in"])
@@ -83,8 +84,8 @@ func makeLoop(
         consumer: consumer, producer: producer, processor: processor,
         configuration: StageLoopConfiguration(
             dlqTopic: "dlq", maxInFlight: maxInFlight,
-            maxConcurrentBatches: maxConcurrentBatches),
-        metrics: StageMetrics(stage: "echo"), logger: logger)
+            maxConcurrentBatches: maxConcurrentBatches, explainInterval: explainInterval),
+        metrics: StageMetrics(stage: "echo"), logger: logger, explain: explain)
     return (loop, consumer)
 }
 
@@ -369,5 +370,50 @@ final class EmittingProcessor: StageProcessor {
         again.stop()
         try await second.value
         #expect(more.count == 20)
+    }
+}
+
+/// Echoes each record to `out` with one explain entry naming it.
+struct ExplainingProcessor: StageProcessor {
+    let stage = "echo"
+    func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        batch.map { input in
+            let text = String(decoding: input.value ?? [], as: UTF8.self)
+            return StageResult(
+                outputs: [StageOutput(topic: "out", key: text, value: Array(text.utf8))],
+                explain: [
+                    ExplainEntry(
+                        appID: "a", eventID: text, user: "u", stage: "suppress", decision: "suppress",
+                        reason: "snoozed", at: 1)
+                ])
+        }
+    }
+}
+
+/// Keeps what it is given.
+final class ArrayExplainSink: ExplainSink {
+    let entries = Mutex<[ExplainEntry]>([])
+    func record(_ entries: [ExplainEntry]) async throws { self.entries.withLock { $0 += entries } }
+}
+
+@Suite(.serialized) struct StageLoopExplainTests {
+    @Test func explainEntriesStillGatheringAreWrittenWhenTheLoopStops() async throws {
+        let broker = try await TansuBroker.start()
+        try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
+        let values = (0..<12).map { "ex-\($0)" }
+        try await produce(values, topic: "in", brokers: broker.brokers)
+        let sink = ArrayExplainSink()
+        // Gathering for an hour: nothing is written while the loop runs.
+        let (loop, _) = try makeLoop(
+            broker, group: "explain-1", processor: ExplainingProcessor(), explain: sink, explainInterval: .seconds(3600)
+        )
+        let running = Task { try await loop.run() }
+        let records = try await collect(topics: ["out"], count: 12, brokers: broker.brokers)
+        #expect(records.count == 12)
+        #expect(sink.entries.withLock { $0.isEmpty }, "entries were written before the interval ended")
+        loop.stop()
+        try await running.value
+        // Stopping wrote them all.
+        #expect(Set(sink.entries.withLock { $0.map(\.eventID) }) == Set(values))
     }
 }

@@ -124,4 +124,70 @@ struct ExplainWriterTests {
         #expect(down.calls == 3)
         #expect(down.recorded.isEmpty)
     }
+
+    @Test("entries gather for the interval and go in one write; flush writes them at once")
+    func entriesGatherIntoOneWrite() async throws {
+        let sink = GatedSink(open: true)
+        let writer = ExplainWriter(sink: sink, interval: .seconds(3600), logger: Logger(label: "test")) { _ in }
+        for batch in 0..<5 { writer.submit(Self.entries(batch, count: 3)) }
+        // An hour to go: nothing is written yet.
+        #expect(sink.calls == 0)
+        #expect(writer.backlog.pending == 15)
+        await writer.flush()
+        #expect(sink.calls == 1, "the 5 batches went as one write")
+        #expect(sink.recorded.count == 15)
+        #expect(writer.backlog.writes == 0 && writer.backlog.pending == 0)
+        // Flushing with nothing to write returns at once.
+        await writer.flush()
+        #expect(sink.calls == 1)
+    }
+
+    @Test("as many entries as writeAt are written without waiting for the interval")
+    func enoughEntriesAreWrittenAtOnce() async throws {
+        let sink = GatedSink(open: true)
+        let writer = ExplainWriter(
+            sink: sink, interval: .seconds(3600), writeAt: 5, logger: Logger(label: "test")
+        ) { _ in }
+        writer.submit(Self.entries(0, count: 3))
+        #expect(sink.calls == 0)
+        writer.submit(Self.entries(1, count: 3))
+        try await waitUntil("the 6 entries written") { sink.recorded.count == 6 && writer.backlog.writes == 0 }
+        #expect(sink.calls == 1)
+        #expect(writer.backlog.pending == 0)
+    }
+
+    @Test("at the interval's end what waits is written; later entries wait for their own interval")
+    func theIntervalEndsInAWrite() async throws {
+        let sink = GatedSink(open: true)
+        let writer = ExplainWriter(sink: sink, interval: .milliseconds(50), logger: Logger(label: "test")) { _ in }
+        writer.submit(Self.entries(0, count: 3))
+        writer.submit(Self.entries(1, count: 2))
+        try await waitUntil("the first interval's entries written") { sink.recorded.count == 5 }
+        #expect(sink.calls == 1)
+        writer.submit(Self.entries(2, count: 4))
+        try await waitUntil("the second interval's entries written") {
+            sink.recorded.count == 9 && writer.backlog.writes == 0
+        }
+        #expect(sink.calls == 2)
+    }
+
+    @Test("flush returns only once the running writes ended, and writes what arrived meanwhile")
+    func flushWaitsForRunningWrites() async throws {
+        let sink = GatedSink()
+        let writer = ExplainWriter(sink: sink, maxWrites: 1, logger: Logger(label: "test")) { _ in }
+        writer.submit(Self.entries(0, count: 2))
+        try await waitUntil("the write waiting at the sink") { sink.waitingCount == 1 }
+        writer.submit(Self.entries(1, count: 3))
+        let flushed = Mutex(false)
+        let flushing = Task {
+            await writer.flush()
+            flushed.withLock { $0 = true }
+        }
+        #expect(writer.backlog.pending == 3)
+        #expect(!flushed.withLock { $0 }, "flush returned while a write was held")
+        sink.open()
+        await flushing.value
+        #expect(sink.recorded.count == 5)
+        #expect(writer.backlog.writes == 0 && writer.backlog.pending == 0)
+    }
 }

@@ -303,6 +303,9 @@ public struct ExplainConfig: Sendable, Hashable {
     /// lists over the retention, so a deployment keeps each under a few thousand lines: about the lines of its
     /// busiest hour / 1,000 (docs/capacity.md).
     public var logShards = 256
+    /// `write_interval_ms:` how long a stage gathers explain entries before it writes them (at most): one write
+    /// then carries many batches' entries, fewer and larger Redis commands. 0 writes as soon as entries arrive.
+    public var writeIntervalMs = 1_000
     public init() {}
 }
 
@@ -1106,8 +1109,11 @@ public enum PipelineLoader {
     static func readExplain(_ r: inout Reader, _ node: Node) throws(ConfigError) -> ExplainConfig {
         var x = ExplainConfig()
         let m = try r.mapping(node, "explain")
-        r.check(m, "explain", known: ["full_trail", "last_decision_shards", "log_shards"])
+        r.check(m, "explain", known: ["full_trail", "last_decision_shards", "log_shards", "write_interval_ms"])
         if let v = try r.int(m["log_shards"], "explain.log_shards", in: 1...16_777_216) { x.logShards = v }
+        if let v = try r.int(m["write_interval_ms"], "explain.write_interval_ms", in: 0...60_000) {
+            x.writeIntervalMs = v
+        }
         if let v = try r.int(m["last_decision_shards"], "explain.last_decision_shards", in: 1...16_777_216) {
             x.lastDecisionShards = v
         }

@@ -93,6 +93,7 @@ public struct StageMetrics: Sendable {
         public static let laneInFlight = "herald_lane_in_flight"
         public static let producerReplaced = "herald_producer_replaced_total"
         public static let explainDropped = "herald_explain_dropped_total"
+        public static let explainPending = "herald_explain_pending"
         public static let sendDuplicates = "herald_send_duplicates_total"
         public static let sendPhase = "herald_send_phase_seconds"
         public static let ingestWarnings = "herald_ingest_warnings_total"
@@ -177,6 +178,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.explainDropped, "counter", labels: "stage",
             "explain entries dropped because Redis was slow or absent"),
+        MetricDeclaration(
+            Name.explainPending, "gauge", labels: "stage",
+            "explain entries gathering or being written (`explain.write_interval_ms`); they reach Redis within about that interval"
+        ),
         MetricDeclaration(
             Name.inFlight, "gauge", labels: "stage",
             "work started and not yet acknowledged (the sum over the stage's lanes)"),
@@ -373,6 +378,12 @@ public struct StageMetrics: Sendable {
 
     /// Explain entries dropped (Redis slow or absent).
     public func explainDropped(count: Int) { counter(Name.explainDropped, []).increment(by: count) }
+
+    /// Explain entries handed to the writer (positive) or written or dropped (negative).
+    public func explainPending(change: Int) {
+        let meter = CoreMetrics.Meter(label: Name.explainPending, dimensions: [("stage", stage)], factory: factory)
+        if change >= 0 { meter.increment(by: Double(change)) } else { meter.decrement(by: Double(-change)) }
+    }
 
     /// send: notifications not sent again (their idempotency record says delivered).
     public func sendDuplicates(count: Int) { counter(Name.sendDuplicates, []).increment(by: count) }

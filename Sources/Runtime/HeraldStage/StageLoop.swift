@@ -26,11 +26,16 @@ public struct StageLoopConfiguration: Sendable {
     public var dlqMaxOriginalBytes: Int
     /// Rung with the topics of every output the broker acknowledged (the next stage's idle consumers wake at once).
     public var doorbell: Doorbell?
+    /// How long the explain trail's entries gather before they are written (`ExplainWriter`; the pipeline file's
+    /// `explain.write_interval_ms`).
+    public var explainInterval: Duration
 
     public init(
         dlqTopic: String, maxInFlight: Int = 5000, maxConcurrentBatches: Int = 1,
-        produceRetryDelay: Duration = .milliseconds(200), dlqMaxOriginalBytes: Int = 65_536
+        produceRetryDelay: Duration = .milliseconds(200), dlqMaxOriginalBytes: Int = 65_536,
+        explainInterval: Duration = ExplainWriter.defaultInterval
     ) {
+        self.explainInterval = explainInterval
         self.dlqTopic = dlqTopic
         self.maxInFlight = max(1, maxInFlight)
         self.maxConcurrentBatches = max(1, maxConcurrentBatches)
@@ -95,7 +100,9 @@ public final class StageLoop: Service, Sendable {
         self.metrics = metrics
         self.logger = logger
         self.explain = explain.map { sink in
-            ExplainWriter(sink: sink, logger: logger) { metrics.explainDropped(count: $0) }
+            ExplainWriter(
+                sink: sink, interval: configuration.explainInterval, logger: logger,
+                changed: { metrics.explainPending(change: $0) }, dropped: { metrics.explainDropped(count: $0) })
         }
         self.now = now
     }
@@ -251,7 +258,7 @@ public final class StageLoop: Service, Sendable {
         stop()
     }
 
-    /// Commit what completed, flush the producer, leave the group.
+    /// Commit what completed, flush the producer, leave the group, write the explain entries still gathering.
     private func finish() async {
         do { try await consumer.commit() } catch {
             logger.warning("final commit failed (the inputs are redelivered)", metadata: [LogKey.error: "\(error)"])
@@ -260,6 +267,7 @@ public final class StageLoop: Service, Sendable {
         do { try await producer.shutdown(timeout: .seconds(5)) } catch {
             logger.warning("producer flush at shutdown failed", metadata: [LogKey.error: "\(error)"])
         }
+        await explain?.flush()
         logger.info("stage loop stopped")
     }
 

@@ -268,6 +268,7 @@ public struct StageSetup: Sendable {
                     maxInFlight: lane.maxInFlight ?? self.maxInFlight,
                     maxConcurrentBatches: lane.maxConcurrentBatches)
                 loopConfiguration.doorbell = doorbell?.bell
+                loopConfiguration.explainInterval = .milliseconds(pipeline.explain.writeIntervalMs)
                 if let doorbell, isRung(lane.topics) {
                     loops.append(
                         DoorbellListener(

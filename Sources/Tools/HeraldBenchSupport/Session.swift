@@ -166,6 +166,8 @@ package final class LoadDriver: @unchecked Sendable {
         package var observedSuppressed: [String: Int]
         package var dlq: Int
         package var renderErrors: Int
+        /// Explain entries the stages dropped (herald_explain_dropped_total over the run).
+        package var explainDropped: Int = 0
         package var overall: Percentiles
         package var perKind: [NotificationKind: Percentiles]
         package var driveSeconds: Double
@@ -317,6 +319,14 @@ package final class LoadDriver: @unchecked Sendable {
                 // One more look for duplicates still in flight.
                 try await Task.sleep(for: .milliseconds(1500))
                 step()
+                // The stages' explain entries still gathering (explain.write_interval_ms) are part of the run:
+                // Redis's commands, memory and CPU are read once they are written.
+                let deadline = monotonicSeconds() + 30
+                while StageMetrics.scrape(session.info).sum("herald_explain_pending") > 0,
+                    monotonicSeconds() < deadline
+                {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
                 break
             }
             if ledger.delivered != lastSeen.0 || suppressed != lastSeen.1 {
@@ -348,6 +358,8 @@ package final class LoadDriver: @unchecked Sendable {
             if d != 0 { observed[r] = d }
         }
         let dlq = Int(after.sum("herald_dlq_total") - metricsBefore.sum("herald_dlq_total"))
+        let explainDropped = Int(
+            after.sum("herald_explain_dropped_total") - metricsBefore.sum("herald_explain_dropped_total"))
         var cpu: [String: Double] = [:]
         var rss: [String: Int] = [:]
         for c in ProcessAccounting.components {
@@ -369,7 +381,7 @@ package final class LoadDriver: @unchecked Sendable {
         }
         var perKind: [NotificationKind: Percentiles] = [:]
         for (k, h) in ledger.perKind { perKind[k] = Percentiles(h) }
-        return Result(
+        var result = Result(
             options: workloadOptions, mode: modeText, mixed: mixed, eventsPublished: eventsPublished,
             eventsByKind: eventsByKind, publishFailed: publisher.unrecovered, republished: publisher.republished,
             recipients: recipientsDecided, expected: ledger.expectedCount, delivered: ledger.delivered,
@@ -380,5 +392,7 @@ package final class LoadDriver: @unchecked Sendable {
             deliverySeconds: deliverySeconds, deliveredPerSecond: Double(ledger.delivered) / deliverySeconds,
             cpu: cpu, peakRSSKB: rss, series: series, progress: progress, loadSeconds: loadSeconds, redis: nil,
             hops: HopLatency.measureAll(before: hopBaseline ?? metricsBefore, after: after))
+        result.explainDropped = explainDropped
+        return result
     }
 }

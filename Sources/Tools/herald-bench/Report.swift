@@ -171,6 +171,7 @@ struct BenchReport {
                     "| Redis reads and writes per notification (total_reads_processed, total_writes_processed: its clients' round trips) | %.3f and %.3f (%d and %d in all) |\n",
                 f.perNotification(f.reads, r.recipients), f.perNotification(f.writes, r.recipients), f.reads, f.writes)
         }
+        s += "| explain entries dropped (herald_explain_dropped_total) | \(r.explainDropped) |\n"
         s += String(format: "| run time (drive + drain) | %.1f s |\n\n", r.driveSeconds)
         if let f = r.redis, !f.byCommand.isEmpty {
             // Redis's own accounting (INFO commandstats): where its command time goes. The time outside commands
@@ -275,6 +276,7 @@ struct BenchReport {
             ("duplicated", r.duplicates.count),
             ("unexpected", r.unexpected200),
             ("dead_lettered", r.dlq),
+            ("explain_dropped", r.explainDropped),
             ("render_errors", r.renderErrors),
             ("suppressed", r.observedSuppressed),
             ("suppressed_predicted", r.predictedSuppressed),
