@@ -111,8 +111,10 @@ public struct StageSetup: Sendable {
         do { return try redis() } catch { Self.exitAtStartup(stage, error) }
     }
 
-    /// The explain-trail writer for a stage whose own work needs no Redis (ingest, suppress, render): Redis is
-    /// not a readiness check there, and a bad Redis setting only turns the trail off (with a warning).
+    /// The explain-trail writer, on a Redis connection of its own: a write of the entries gathered over
+    /// `explain.write_interval_ms` never holds up the stage's own Redis round trips (a connection runs one at a time).
+    /// It is not a readiness check, and a bad Redis setting only turns the trail off (with a warning; a stage whose
+    /// own work needs Redis has stopped at its own connection before).
     public func bestEffortExplainSink() -> RedisExplainSink? {
         do {
             return explainSink(RedisConnection(configuration: try redisConfiguration(), logger: logger))

@@ -36,5 +36,5 @@ do {
 }
 StageProcess.exit(
     await setup.run(
-        processor: processor, topics: [topics.registry, topics.tokenFeedback], explain: setup.explainSink(redis),
+        processor: processor, topics: [topics.registry, topics.tokenFeedback], explain: setup.bestEffortExplainSink(),
         before: api.map { [$0] } ?? []))

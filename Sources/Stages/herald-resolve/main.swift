@@ -45,4 +45,4 @@ func live(_ processor: ResolveProcessor) -> ResolveProcessor {
     processor.live = apps
     return processor
 }
-StageProcess.exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis), before: [reloader]))
+StageProcess.exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink(), before: [reloader]))

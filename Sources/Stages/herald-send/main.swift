@@ -117,4 +117,4 @@ let reloader = PipelineReloader.forStageOrExit(setup) { config in
     webhookTransport.commit(hooks)
     liveApps.replace(with: config.apps)
 }
-StageProcess.exit(await setup.run(lanes: lanes, explain: setup.explainSink(redis), before: [router, reloader]))
+StageProcess.exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink(), before: [router, reloader]))
