@@ -89,9 +89,10 @@ struct ExplainWriterTests {
     func pendingBoundDropsAndCounts() async throws {
         let sink = GatedSink()
         let dropped = Mutex(0)
-        let writer = ExplainWriter(sink: sink, maxWrites: 1, maxPending: 5, logger: Logger(label: "test")) { n in
-            dropped.withLock { $0 += n }
-        }
+        let pending = Mutex(0)
+        let writer = ExplainWriter(
+            sink: sink, maxWrites: 1, maxPending: 5, logger: Logger(label: "test"),
+            changed: { change in pending.withLock { $0 += change } }, dropped: { n in dropped.withLock { $0 += n } })
         writer.submit(Self.entries(0, count: 2))
         writer.submit(Self.entries(1, count: 4))
         writer.submit(Self.entries(2, count: 2))
@@ -100,6 +101,8 @@ struct ExplainWriterTests {
         sink.open()
         try await waitUntil("the kept entries written") { sink.recorded.count == 6 && writer.backlog.writes == 0 }
         #expect(!sink.recorded.contains { $0.eventID == "e2" })
+        // Dropped entries were never pending; the written ones are no longer.
+        #expect(pending.withLock { $0 } == 0)
     }
 
     @Test("a failed write is tried again; one that fails every try is dropped and counted")
@@ -128,15 +131,20 @@ struct ExplainWriterTests {
     @Test("entries gather for the interval and go in one write; flush writes them at once")
     func entriesGatherIntoOneWrite() async throws {
         let sink = GatedSink(open: true)
-        let writer = ExplainWriter(sink: sink, interval: .seconds(3600), logger: Logger(label: "test")) { _ in }
+        let pending = Mutex(0)
+        let writer = ExplainWriter(
+            sink: sink, interval: .seconds(3600), logger: Logger(label: "test"),
+            changed: { change in pending.withLock { $0 += change } }, dropped: { _ in })
         for batch in 0..<5 { writer.submit(Self.entries(batch, count: 3)) }
         // An hour to go: nothing is written yet.
         #expect(sink.calls == 0)
         #expect(writer.backlog.pending == 15)
+        #expect(pending.withLock { $0 } == 15, "what `changed` reports (herald_explain_pending)")
         await writer.flush()
         #expect(sink.calls == 1, "the 5 batches went as one write")
         #expect(sink.recorded.count == 15)
         #expect(writer.backlog.writes == 0 && writer.backlog.pending == 0)
+        #expect(pending.withLock { $0 } == 0)
         // Flushing with nothing to write returns at once.
         await writer.flush()
         #expect(sink.calls == 1)
