@@ -75,6 +75,8 @@ public final class ExplainWriter: Sendable {
         }
         let next = state.withLock { s -> Next in
             guard s.pending.count + entries.count <= maxPending else { return .drop }
+            // Counted before any write can take them (and count them off).
+            changed(entries.count)
             if s.pending.isEmpty { s.pendingSince = .now }
             s.pending += entries
             if let due = takeIfDue(&s) { return .write(due) }
@@ -82,7 +84,6 @@ public final class ExplainWriter: Sendable {
             s.timerArmed = true
             return .wait
         }
-        if case .drop = next {} else { changed(entries.count) }
         switch next {
         case .write(let due): Task { await self.run(due) }
         case .wait: Task { await self.waitThenWrite() }
