@@ -40,23 +40,26 @@ struct ExpiryMemoTests {
 
         _ = try await store.claim(app: "a", pairs: [pair(1)], owner: "p1", ttlMilliseconds: 60_000, now: now)
         #expect(try await pttl() > window, "the first claim sets the shard key's TTL")
-        // The TTL is lost (an operator's PERSIST stands in for a key deleted and written again): writes within the
-        // minute leave it so, the first write after it sets it again, for claims and confirmations alike.
+        // The TTL is lost (an operator's PERSIST stands in for a key deleted and written again): claims within the
+        // minute leave it so, the first claim after it sets it again. Confirming a pair this store claimed writes
+        // its claim number's block, not the shard key.
         _ = try await redis.send("PERSIST", key)
         _ = try await store.claim(app: "a", pairs: [pair(2)], owner: "p1", ttlMilliseconds: 60_000, now: now + 10)
         try await store.confirmDelivered(app: "a", pairs: [pair(1)], now: now + 20)
         #expect(try await pttl() == -1)
-        try await store.confirmDelivered(app: "a", pairs: [pair(2)], now: now + 60_020)
+        _ = try await store.claim(app: "a", pairs: [pair(3)], owner: "p1", ttlMilliseconds: 60_000, now: now + 60_020)
         #expect(try await pttl() > window)
         _ = try await redis.send("PERSIST", key)
-        _ = try await store.claim(app: "a", pairs: [pair(3)], owner: "p1", ttlMilliseconds: 60_000, now: now + 60_030)
+        _ = try await store.claim(app: "a", pairs: [pair(4)], owner: "p1", ttlMilliseconds: 60_000, now: now + 60_030)
         #expect(try await pttl() == -1)
-        _ = try await store.claim(app: "a", pairs: [pair(4)], owner: "p1", ttlMilliseconds: 60_000, now: now + 120_030)
+        // A confirmation of a pair the store did not claim writes `1` into the shard key, and sets its TTL when due.
+        try await store.confirmDelivered(app: "a", pairs: [pair(5)], now: now + 120_030)
         #expect(try await pttl() > window)
-        // The answers are unchanged by a left-out PEXPIRE: pair 1 was confirmed, pair 4 is p1's claim.
+        // The answers are unchanged by a left-out PEXPIRE: pairs 1 and 5 were confirmed, pair 4 is p1's claim
+        // (held until its block's lapse time: the block was taken at `now + 60_020`, for 10 s, plus the claim TTL).
         let again = try await store.claim(
-            app: "a", pairs: [pair(1), pair(4)], owner: "p2", ttlMilliseconds: 60_000, now: now + 120_040)
-        #expect(again == [.delivered, .pending(owner: "p1", until: now + 180_030)])
+            app: "a", pairs: [pair(1), pair(5), pair(4)], owner: "p2", ttlMilliseconds: 60_000, now: now + 120_040)
+        #expect(again == [.delivered, .delivered, .pending(owner: "", until: now + 60_020 + 10_000 + 60_000)])
     }
 
     @Test("the explain trail's hourly log gets its TTL on the first write, then once a minute")

@@ -1,8 +1,9 @@
 import Foundation
 import HeraldCore
-import HeraldRedis
 import HeraldTestSupport
 import Testing
+
+@testable import HeraldRedis
 
 @Suite("StateStore against a real redis-server")
 struct StateStoreTests {
@@ -163,7 +164,8 @@ struct StateStoreTests {
             shards.insert(shard)
             let key = RedisKeys.delivered(app: "a", shard: shard, window: now / window)
             let field = RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token)
-            #expect(try await redis.send("HGET", key, field).text == "1", "\(pair.eventID) in \(key)")
+            let stored = try await redis.send("HGET", key, field)
+            #expect(ClaimNumbers.parse(stored) != nil, "\(pair.eventID) in \(key): \(stored)")
         }
         #expect(shards.count > 30, "40 events over 65,536 shards land in nearly as many hashes: \(shards.count)")
         // A store with the default count looks elsewhere: every process must use the same count.
@@ -184,11 +186,13 @@ struct StateStoreTests {
         #expect((now + 20) % window == 0)
         let a = DeliveryPair(eventID: "e1", token: Self.token(1)), b = DeliveryPair(eventID: "e1", token: Self.token(2))
 
-        let pendingP1 = DeliveryClaim.pending(owner: "p1", until: now + 60_000)
+        // p1's claims are numbers of the block it took at `now`: they lapse 10 s (the block's lifetime) plus the
+        // claim TTL after that.
+        let pendingP1 = DeliveryClaim.pending(owner: "", until: now + 70_000)
         var got: [DeliveryClaim] = try await store.claim(
             app: "a", pairs: [a, b], owner: "p1", ttlMilliseconds: 60_000, now: now, window: window)
         #expect(got == [DeliveryClaim.claimed, .claimed])
-        // Another process: both pending until p1's claim expires; p1 itself may claim again (a later attempt).
+        // Another process: both pending until p1's claim lapses; p1 itself may claim again (a later attempt).
         got = try await store.claim(
             app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: now + 10, window: window)
         #expect(got == [pendingP1, pendingP1])
@@ -206,15 +210,24 @@ struct StateStoreTests {
         try await store.releaseClaims(app: "a", pairs: [a, b], owner: "p1", now: now + 35, window: window)
         got = try await store.claim(
             app: "a", pairs: [a, b], owner: "p3", ttlMilliseconds: 60_000, now: now + 40, window: window)
-        #expect(got == [DeliveryClaim.delivered, .pending(owner: "p2", until: now + 60_030)])
-        // The records are fields of one hash per shard and window, kept two windows; the token is not stored.
+        // p2's claim holds a number of the block p2 took at `now + 10`.
+        #expect(got == [DeliveryClaim.delivered, .pending(owner: "", until: now + 10 + 70_000)])
+        // The records are fields of one hash per shard and window, kept two windows; the token is not stored. A
+        // record is the claim's number; the delivery is the number's bit in its block's key.
         let key = RedisKeys.delivered(
             app: "a", shard: RedisKeys.deliveredShard(eventId: "e1"), window: (now + 25) / window)
         let pttl = try await redis.send("PTTL", key).int ?? -10
         #expect(pttl > window && pttl <= 2 * window, "PTTL \(pttl)")
         let field = RedisKeys.deliveredField(eventId: "e1", token: Self.token(1))
         #expect(field.count == 8)
-        #expect(try await redis.send("HGET", key, field).text == "1")
+        let number = try #require(ClaimNumbers.parse(try await redis.send("HGET", key, field)))
+        let block = RedisKeys.claimBlock(app: "a", block: ClaimNumbers.block(of: number))
+        let bits = try await redis.send(
+            "BITFIELD", block, "GET", "i64", "0", "GET", "u1", String(ClaimNumbers.bit(of: number)))
+        // p1's second attempt (at `now + 20`, in the next window) took a number of the same block.
+        #expect(bits.array?.compactMap(\.int) == [now + 70_000, 1])
+        let blockTTL = try await redis.send("PTTL", block).int ?? -10
+        #expect(blockTTL > 2 * window && blockTTL <= 2 * window + 2 * 60_000 + 600_000, "PTTL \(blockTTL)")
         let dump = try await redis.send("HGETALL", key).array?.compactMap(\.text) ?? []
         #expect(!dump.contains { $0.contains(Self.token(1)) })
         // Across a window's end: the first step writes a claim into the new window before it learns that the
@@ -234,18 +247,58 @@ struct StateStoreTests {
             let left = try await redis.send("HGET", nextWindow, f)
             #expect(left == .null, "\(left)")
         }
-        // A claim lapses at its expiry: then another owner takes it.
+        // A claim lapses with its block: then another owner takes it. With a claim TTL of 50 ms the block is
+        // handed out for 50 ms, so the claim lapses 100 ms after the block was taken.
         let c = DeliveryPair(eventID: "e3", token: Self.token(3))
         got = try await store.claim(app: "a", pairs: [c], owner: "p1", ttlMilliseconds: 50, now: now, window: window)
         #expect(got == [DeliveryClaim.claimed])
         got = try await store.claim(
-            app: "a", pairs: [c], owner: "p2", ttlMilliseconds: 60_000, now: now + 51, window: window)
+            app: "a", pairs: [c], owner: "p2", ttlMilliseconds: 60_000, now: now + 99, window: window)
+        #expect(got == [DeliveryClaim.pending(owner: "", until: now + 100)])
+        got = try await store.claim(
+            app: "a", pairs: [c], owner: "p2", ttlMilliseconds: 60_000, now: now + 100, window: window)
+        #expect(got == [DeliveryClaim.claimed])
+        // A claim whose block key is gone has lapsed too.
+        let f = DeliveryPair(eventID: "e5", token: Self.token(6))
+        got = try await store.claim(
+            app: "a", pairs: [f], owner: "p1", ttlMilliseconds: 60_000, now: now, window: window)
+        let fKey = RedisKeys.delivered(app: "a", shard: RedisKeys.deliveredShard(eventId: "e5"), window: now / window)
+        let fNumber = try #require(
+            ClaimNumbers.parse(
+                try await redis.send("HGET", fKey, RedisKeys.deliveredField(eventId: "e5", token: Self.token(6)))))
+        _ = try await redis.send("DEL", RedisKeys.claimBlock(app: "a", block: ClaimNumbers.block(of: fNumber)))
+        got = try await store.claim(
+            app: "a", pairs: [f], owner: "p2", ttlMilliseconds: 60_000, now: now + 1, window: window)
         #expect(got == [DeliveryClaim.claimed])
         // After SCRIPT FLUSH (a restarted server) the scripts are loaded again.
         _ = try await redis.send("SCRIPT", "FLUSH").orThrow()
         got = try await store.claim(
-            app: "a", pairs: [a, c], owner: "p4", ttlMilliseconds: 60_000, now: now + 60, window: window)
-        #expect(got == [DeliveryClaim.delivered, .pending(owner: "p2", until: now + 60_051)])
+            app: "a", pairs: [a, c], owner: "p4", ttlMilliseconds: 60_000, now: now + 150, window: window)
+        #expect(got == [DeliveryClaim.delivered, .pending(owner: "", until: now + 10 + 70_000)])
+    }
+
+    @Test("records of the release before claim numbers read alike: `1` is delivered, a live `p:` claim is pending")
+    func earlierRecords() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let window: Int64 = 3_600_000
+        let now: Int64 = 1_732_000_000_000
+        let pairs = (0..<3).map { DeliveryPair(eventID: "old", token: Self.token($0)) }
+        let key = RedisKeys.delivered(app: "a", shard: RedisKeys.deliveredShard(eventId: "old"), window: now / window)
+        func field(_ i: Int) -> [UInt8] { RedisKeys.deliveredField(eventId: "old", token: Self.token(i)) }
+        _ = try await redis.send(
+            "HSET", key, field(0), "1", field(1), "p:gone:\(now + 5_000)", field(2), "p:gone:\(now - 1)")
+        let got = try await store.claim(
+            app: "a", pairs: pairs, owner: "p1", ttlMilliseconds: 60_000, now: now, window: window)
+        #expect(got == [.delivered, .pending(owner: "gone", until: now + 5_000), .claimed])
+        #expect(try await store.wasDelivered(app: "a", pairs: pairs, now: now, window: window) == [true, false, false])
+        // The lapsed claim was taken over with a claim number, which a confirmation marks delivered.
+        #expect(ClaimNumbers.parse(try await redis.send("HGET", key, field(2))) != nil)
+        try await store.confirmDelivered(app: "a", pairs: [pairs[2]], now: now + 1, window: window)
+        #expect(
+            try await store.wasDelivered(app: "a", pairs: pairs, now: now + 2, window: window) == [true, false, true])
     }
 
     @Test("a pair with its event's time is filed under that time's window: one hash, read by every later copy")
@@ -272,7 +325,7 @@ struct StateStoreTests {
         #expect(stats.contains("cmdstat_hmget:calls=1,"), "one HMGET, for the pair without a time: \(stats)")
         let key = RedisKeys.delivered(app: "a", shard: RedisKeys.deliveredShard(eventId: "e1"), window: filed)
         let field = RedisKeys.deliveredField(eventId: "e1", token: Self.token(1))
-        #expect(try await redis.send("HGET", key, field).text?.hasPrefix("p:p1:") == true)
+        let number = try #require(ClaimNumbers.parse(try await redis.send("HGET", key, field)))
         let sendWindow = RedisKeys.delivered(
             app: "a", shard: RedisKeys.deliveredShard(eventId: "e1"), window: sentAt / window)
         #expect(try await redis.send("HGET", sendWindow, field) == .null)
@@ -281,12 +334,12 @@ struct StateStoreTests {
             app: "a", pairs: [a, b], owner: "p2", ttlMilliseconds: 60_000, now: sentAt + 1, window: window)
         #expect(
             got == [
-                DeliveryClaim.pending(owner: "p1", until: sentAt + 60_000),
-                .pending(owner: "p1", until: sentAt + 60_000),
+                DeliveryClaim.pending(owner: "", until: sentAt + 70_000),
+                .pending(owner: "", until: sentAt + 70_000),
             ])
         try await store.confirmDelivered(app: "a", pairs: [a, untimed], now: sentAt + 2, window: window)
         try await store.releaseClaims(app: "a", pairs: [b], owner: "p1", now: sentAt + 2, window: window)
-        #expect(try await redis.send("HGET", key, field).text == "1")
+        #expect(try await redis.send("HGET", key, field) == .string(Data(String(number).utf8)))
         #expect(
             try await redis.send("HGET", key, RedisKeys.deliveredField(eventId: "e1", token: Self.token(2))) == .null)
         let pttl = try await redis.send("PTTL", key).int ?? -10

@@ -19,6 +19,8 @@ public final class StateStore: Sendable {
     private let logger: Logger
     /// The delivery-record shard keys whose TTL this store set lately (`ExpiryMemo`).
     let expiries = ExpiryMemo()
+    /// The blocks of claim numbers this store took and the numbers its claims hold (`ClaimNumbers`).
+    let claimNumbers = ClaimNumberSource()
 
     /// Shards of the idempotency records per replay window (`idempotency.shards`, docs/redis-keys.md).
     public let deliveredShards: UInt64
@@ -481,28 +483,30 @@ public final class StateStore: Sendable {
     /// Claims each (event, token) pair for sending. A pair's record is a field of its shard's hash for one replay
     /// window (`RedisKeys.delivered`): the window its event time falls in when the pair carries one
     /// (`DeliveryPair.eventTime`; every copy of the pair then looks in that hash alone, whenever it is sent), else
-    /// the window `now` falls in, and then the previous window's hash is read too. The answer per pair, in order:
-    /// - `.claimed`: this call took it (or it was already this owner's): send. The field becomes
-    ///   `p:<owner>:<now + ttlMilliseconds>`;
-    /// - `.delivered`: a delivery record (`1`) is there: do not send again;
-    /// - `.pending(owner:until:)`: another owner claimed it and has not confirmed it yet: do not send before
-    ///   `until` (epoch ms), when the claim lapses unless it was confirmed or released.
+    /// the window `now` falls in, and then the previous window's hash is read too. The field's value is one of
+    /// `owner`'s claim numbers (`ClaimNumbers`); `confirmDelivered` sets the number's bit in its block's key, and
+    /// the record stays as it is. The answer per pair, in order:
+    /// - `.claimed`: this call took it (or it was already this owner's): send;
+    /// - `.delivered`: a delivery record is there (a number whose bit is set, or `1`): do not send again;
+    /// - `.pending(owner:until:)`: another owner's claim that has not lapsed: do not send before `until` (epoch
+    ///   ms). A number's claim lapses when its block does (`ClaimNumbers.lifetime` plus the claim TTL after the
+    ///   block was taken); its owner is not recorded (empty).
     ///
-    /// The common case costs plain commands in one pipelined round trip: per pair an `HSETNX` of the claim, per
-    /// shard of pairs without an event time an `HMGET` of its pairs in the previous window, and a `PEXPIRE` per hash
-    /// when `expiries` says it is due (once a minute per hash and process). Only a pair that finds something (a
-    /// record, a claim, a copy replayed across a window's end) is settled by a second round trip, one Lua script per
-    /// shard (`Scripts.claim`), which judges what it found and withdraws a claim the first step wrote over a record
-    /// of the previous window.
+    /// The common case costs plain commands in one pipelined round trip: per pair an `HSETNX` of its number, per
+    /// shard of pairs without an event time an `HMGET` of its pairs in the previous window, and a `PEXPIRE` per
+    /// hash when `expiries` says it is due (once a minute per hash and process). Only a pair that finds something
+    /// (a record, a claim, a copy replayed across a window's end) is settled by `settleClaims`, in up to three
+    /// more round trips.
     public func claim(
         app: String, pairs: [DeliveryPair], owner: String, ttlMilliseconds: Int64,
         now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [DeliveryClaim] {
         if pairs.isEmpty { return [] }
-        let value = DeliveryClaim.pendingValue(owner: owner, until: now + ttlMilliseconds)
+        let numbers = try await takeClaimNumbers(
+            app: app, owner: owner, count: pairs.count, claimTTL: ttlMilliseconds, now: now, window: window)
         let groups = deliveryGroups(pairs, window: window)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
-        var batch = RedisBatch(capacity: 64 + pairs.count * 120 + groups.count * 64)
+        var batch = RedisBatch(capacity: 64 + pairs.count * 96 + groups.count * 64)
         var expiring = Set<ExpiryMemo.Key>()
         var expires = [Bool](repeating: false, count: groups.count)
         for (g, group) in groups.enumerated() {
@@ -511,7 +515,7 @@ public final class StateStore: Sendable {
                 batch.command("HSETNX", arguments: 3)
                 Self.windowKey(app: app, shard: group.shard, window: current, into: &batch)
                 batch.argument(fields[index])
-                batch.argument(value)
+                batch.argument(numbers[index])
             }
             if group.filed == nil {
                 batch.command("HMGET", arguments: 1 + group.indices.count)
@@ -526,7 +530,9 @@ public final class StateStore: Sendable {
             throw RedisError(.unexpectedReply, "claim: expected \(batch.count) replies, got \(replies.count)")
         }
         var out = [DeliveryClaim](repeating: .claimed, count: pairs.count)
+        var held = numbers.map { Optional($0) }
         var unsettled: [Int] = []
+        var written = [Int64?](repeating: nil, count: pairs.count)
         var next = 0
         for (g, group) in groups.enumerated() {
             var previous: [RedisValue]?
@@ -539,6 +545,7 @@ public final class StateStore: Sendable {
             }
             for (offset, index) in group.indices.enumerated() {
                 let wrote = try replies[next + offset].orThrow("HSETNX claim").int == 1
+                if wrote { written[index] = numbers[index] }
                 if wrote, previous.map({ $0[offset] == .null }) ?? true { continue }
                 unsettled.append(index)
             }
@@ -549,104 +556,320 @@ public final class StateStore: Sendable {
             }
         }
         expiries.mark(Array(expiring), now: now)
-        if unsettled.isEmpty { return out }
-        let settled = try await settleClaims(
-            app: app, pairs: unsettled.map { pairs[$0] }, owner: owner, value: value, now: now, window: window)
-        for (index, answer) in zip(unsettled, settled) { out[index] = answer }
+        if !unsettled.isEmpty {
+            let settled = try await settleClaims(
+                app: app, pairs: unsettled.map { pairs[$0] }, written: unsettled.map { written[$0] }, owner: owner,
+                claimTTL: ttlMilliseconds, now: now, window: window)
+            for (index, answer) in zip(unsettled, settled) {
+                out[index] = answer.claim
+                held[index] = answer.number
+            }
+        }
+        claimNumbers.hold(
+            app: app, owner: owner,
+            pairs.indices.compactMap { index in out[index] == .claimed ? held[index].map { (pairs[index], $0) } : nil },
+            now: now)
         return out
     }
 
-    /// The second step of `claim` for pairs that found something: one script per shard.
+    /// Numbers for `count` claims of `owner`: from its current block, and from new blocks when that runs out or
+    /// its lifetime ended. Taking a block is two round trips: `INCR` of the app's block counter, then `SET ... NX`
+    /// of the block's key (a block whose key is still there, from the counter's previous round, is skipped).
+    private func takeClaimNumbers(
+        app: String, owner: String, count: Int, claimTTL: Int64, now: Int64, window: Int64
+    ) async throws -> [Int64] {
+        let who = ClaimNumberSource.Owner(app: app, owner: owner)
+        var out = claimNumbers.take(who, count: count, claimTTL: claimTTL, now: now)
+        var attempts = 0
+        while out.count < count {
+            attempts += 1
+            if attempts > 64 { throw RedisError(.unexpectedReply, "claim numbers: no free block in 64 attempts") }
+            let reply = try await connection.send(RedisCommand("INCR", RedisKeys.claimBlockCounter(app: app)))
+            guard let counter = try reply.orThrow("INCR claim blocks").int, counter > 0 else {
+                throw RedisError(.unexpectedReply, "INCR of the claim block counter answered \(reply)")
+            }
+            let block = (counter - 1) % ClaimNumbers.blockCount + 1
+            let keyTTL = ClaimNumbers.keyTTL(window: window, claimTTL: claimTTL)
+            let header = ClaimNumbers.header(lapsesAt: now + ClaimNumbers.lifetime(claimTTL: claimTTL) + claimTTL)
+            let taken = try await connection.send(
+                RedisCommand("SET", RedisKeys.claimBlock(app: app, block: block), header, "NX", "PX", keyTTL)
+            ).orThrow("SET claim block")
+            if taken.isNull { continue }
+            claimNumbers.install(who, block: block, claimTTL: claimTTL, takenAt: now, keepFor: keyTTL)
+            out += claimNumbers.take(who, count: count - out.count, claimTTL: claimTTL, now: now)
+        }
+        return out
+    }
+
+    /// The second step of `claim` for pairs that found something. `written` is the number the first step wrote
+    /// into the pair's current window (nil: its `HSETNX` found a value there). Round trips: an `HMGET` per hash
+    /// of what both windows hold; a `BITFIELD` per number found (its block's lapse time and the number's bit);
+    /// then a compare-and-set script (`Scripts.swapClaim`) per pair it takes over or per claim of this owner it
+    /// withdraws. Per pair: a record in either window (`1`, or a number whose bit is set) is `.delivered`; a claim
+    /// of another owner that has not lapsed (a number of another owner's block before its lapse time, a
+    /// `p:<owner>:<until>` claim before `until`, a value of any other form) is `.pending`; in both cases a claim of
+    /// this owner in the current window is withdrawn. Else the pair is this owner's: its claim in the current
+    /// window stands, or a new number replaces what is there (nothing, or a lapsed claim), if it is still there.
     private func settleClaims(
-        app: String, pairs: [DeliveryPair], owner: String, value: String, now: Int64, window: Int64
-    ) async throws -> [DeliveryClaim] {
-        let prefix = DeliveryClaim.pendingPrefix(owner: owner)
+        app: String, pairs: [DeliveryPair], written: [Int64?], owner: String, claimTTL: Int64, now: Int64,
+        window: Int64
+    ) async throws -> [(claim: DeliveryClaim, number: Int64?)] {
+        let who = ClaimNumberSource.Owner(app: app, owner: owner)
         let groups = deliveryGroups(pairs, window: window)
         let fields = pairs.map { RedisKeys.deliveredField(eventId: $0.eventID, token: $0.token) }
-        let replies = try await Scripts.claim.run(on: connection, what: "claim") { sha in
-            var batch = RedisBatch(capacity: 128 + pairs.count * 40 + groups.count * 160)
-            for group in groups {
-                batch.command("EVALSHA", arguments: 8 + group.indices.count)
-                batch.argument(sha)
-                batch.argument("2")
-                Self.windowKeys(app: app, group: group, now: now, window: window, into: &batch)
-                batch.argument(prefix)
-                batch.argument(value)
-                batch.argument(now)
-                batch.argument(2 * window)
-                for index in group.indices { batch.argument(fields[index]) }
+        // 1. What both windows hold.
+        var read = RedisBatch(capacity: 64 + pairs.count * 24 + groups.count * 160)
+        for group in groups {
+            read.command("HMGET", arguments: 1 + group.indices.count)
+            Self.windowKey(app: app, shard: group.shard, window: group.filed ?? now / window, into: &read)
+            for index in group.indices { read.argument(fields[index]) }
+            if group.filed == nil {
+                read.command("HMGET", arguments: 1 + group.indices.count)
+                Self.windowKey(app: app, shard: group.shard, window: now / window - 1, into: &read)
+                for index in group.indices { read.argument(fields[index]) }
             }
-            return batch
         }
-        var out = [DeliveryClaim](repeating: .claimed, count: pairs.count)
-        for (group, reply) in zip(groups, replies) {
-            guard let answers = try reply.orThrow("EVALSHA claim").array, answers.count == group.indices.count else {
-                throw RedisError(.unexpectedReply, "the claim script answered \(reply)")
+        let replies = try await connection.pipeline(read)
+        guard replies.count == read.count else {
+            throw RedisError(.unexpectedReply, "claim: expected \(read.count) replies, got \(replies.count)")
+        }
+        var current = [RedisValue](repeating: .null, count: pairs.count)
+        var previous = [RedisValue](repeating: .null, count: pairs.count)
+        var next = 0
+        func take(_ into: inout [RedisValue], _ group: DeliveryGroup) throws {
+            let values = try replies[next].orThrow("HMGET claim").array ?? []
+            guard values.count == group.indices.count else {
+                throw RedisError(.unexpectedReply, "claim: HMGET answered \(values.count) of \(group.indices.count)")
             }
-            for (index, answer) in zip(group.indices, answers) {
-                switch answer {
-                case .integer(0): out[index] = .claimed
-                case .integer(1): out[index] = .delivered
-                default:
-                    guard let text = answer.text else {
-                        throw RedisError(.unexpectedReply, "the claim script answered \(answer)")
+            for (offset, index) in group.indices.enumerated() { into[index] = values[offset] }
+            next += 1
+        }
+        for group in groups {
+            try take(&current, group)
+            if group.filed == nil { try take(&previous, group) }
+        }
+        // 2. The blocks of the numbers found.
+        var found: [Int64] = []
+        for index in pairs.indices {
+            for value in [current[index], previous[index]] {
+                if let n = ClaimNumbers.parse(value), n != written[index] { found.append(n) }
+            }
+        }
+        let blocks = try await readClaimNumbers(app: app, found)
+        // 3. Judge each pair.
+        var out: [(claim: DeliveryClaim, number: Int64?)] = Array(repeating: (.claimed, nil), count: pairs.count)
+        var swaps: [(index: Int, expected: RedisValue, replacement: Int64?)] = []
+        let ownPrefix = DeliveryClaim.pendingPrefix(owner: owner)
+        for group in groups {
+            for index in group.indices {
+                var delivered = false
+                var other: DeliveryClaim?
+                var ownNumber: Int64?
+                var ownHere = false
+                for (value, isCurrent) in [(current[index], true), (previous[index], false)] where value != .null {
+                    if let n = ClaimNumbers.parse(value) {
+                        let block = n == written[index] ? nil : blocks[n]
+                        if block?.delivered == true {
+                            delivered = true
+                        } else if n == written[index] || claimNumbers.isMine(who, number: n) {
+                            if isCurrent {
+                                ownNumber = n
+                                ownHere = true
+                            }
+                        } else if let block, block.lapsesAt > now {
+                            other = other ?? .pending(owner: "", until: block.lapsesAt)
+                        }
+                        continue
                     }
-                    out[index] = DeliveryClaim(stored: text, owner: owner)
+                    guard let text = value.text else {
+                        other = other ?? .pending(owner: "", until: 0)
+                        continue
+                    }
+                    if text == DeliveryClaim.deliveredValue {
+                        delivered = true
+                    } else if text.hasPrefix(ownPrefix) {
+                        if isCurrent { ownHere = true }
+                    } else if case .pending(let holder, let until) = DeliveryClaim(stored: text, owner: owner),
+                        until > now || until == 0
+                    {
+                        other = other ?? .pending(owner: holder, until: until)
+                    }
+                }
+                if delivered || other != nil {
+                    out[index] = (delivered ? .delivered : other ?? .delivered, nil)
+                    if ownHere { swaps.append((index, current[index], nil)) }
+                } else if let ownNumber {
+                    out[index] = (.claimed, ownNumber)
+                } else {
+                    swaps.append((index, current[index], 0))
                 }
             }
         }
+        if swaps.isEmpty { return out }
+        // 4. Take over or withdraw, each only if the field still holds what step 1 read.
+        let fresh = try await takeClaimNumbers(
+            app: app, owner: owner, count: swaps.filter { $0.replacement != nil }.count, claimTTL: claimTTL,
+            now: now, window: window)
+        var nextFresh = 0
+        for s in swaps.indices where swaps[s].replacement != nil {
+            swaps[s].replacement = fresh[nextFresh]
+            nextFresh += 1
+        }
+        let groupOf = Dictionary(
+            uniqueKeysWithValues: groups.flatMap { group in group.indices.map { ($0, group) } })
+        let answers = try await Scripts.swapClaim.run(on: connection, what: "claim") { sha in
+            var batch = RedisBatch(capacity: 64 + swaps.count * 160)
+            for swap in swaps {
+                let group = groupOf[swap.index]!
+                batch.command("EVALSHA", arguments: 7)
+                batch.argument(sha)
+                batch.argument("1")
+                Self.windowKey(app: app, shard: group.shard, window: group.filed ?? now / window, into: &batch)
+                batch.argument(fields[swap.index])
+                batch.argument(swap.expected.data.map { Array($0) } ?? [])
+                batch.argument(swap.replacement.map { String($0) } ?? "")
+                batch.argument(2 * window)
+            }
+            return batch
+        }
+        for (swap, answer) in zip(swaps, answers) {
+            let done = try answer.orThrow("EVALSHA claim").int == 1
+            guard let number = swap.replacement else { continue }
+            // Another copy changed the field since it was read: wait for a moment and look again.
+            out[swap.index] = done ? (.claimed, number) : (.pending(owner: "", until: now), nil)
+        }
         return out
     }
 
-    /// Confirms pairs as delivered (after the provider's 200): each field becomes `1` in the hash it is filed under
-    /// (its event time's window, else the window `now` falls in), whoever held the claim, and that hash lives two
-    /// windows from now. One pipelined round trip: an `HSET` of every pair of a hash and, when `expiries` says it
-    /// is due, a `PEXPIRE` per hash.
+    /// Per claim number: its block's lapse time (0 when the block's key is gone) and whether its bit is set. One
+    /// pipelined `BITFIELD` per number.
+    private func readClaimNumbers(
+        app: String, _ numbers: [Int64]
+    ) async throws -> [Int64: (lapsesAt: Int64, delivered: Bool)] {
+        var unique: [Int64] = []
+        var seen = Set<Int64>()
+        for n in numbers where seen.insert(n).inserted { unique.append(n) }
+        if unique.isEmpty { return [:] }
+        var batch = RedisBatch(capacity: 64 + unique.count * 96)
+        for n in unique {
+            batch.command("BITFIELD", arguments: 7)
+            batch.argument(RedisKeys.claimBlock(app: app, block: ClaimNumbers.block(of: n)))
+            batch.argument("GET")
+            batch.argument("i64")
+            batch.argument("0")
+            batch.argument("GET")
+            batch.argument("u1")
+            batch.argument(ClaimNumbers.bit(of: n))
+        }
+        let replies = try await connection.pipeline(batch)
+        guard replies.count == unique.count else {
+            throw RedisError(.unexpectedReply, "BITFIELD: expected \(unique.count) replies, got \(replies.count)")
+        }
+        var out: [Int64: (lapsesAt: Int64, delivered: Bool)] = [:]
+        for (n, reply) in zip(unique, replies) {
+            guard let values = try reply.orThrow("BITFIELD claim").array, values.count == 2 else {
+                throw RedisError(.unexpectedReply, "BITFIELD answered \(reply)")
+            }
+            out[n] = (values[0].int ?? 0, values[1].int == 1)
+        }
+        return out
+    }
+
+    /// Confirms pairs as delivered (after the provider's 200), whoever held the claim. A pair this store claimed
+    /// gets its claim number's bit set: one `BITFIELD` per block for all of them, and its record in the shard hash
+    /// stays as it is. Any other pair's field becomes `1` in the hash it is filed under (its event time's window,
+    /// else the window `now` falls in), that hash living two windows from now: an `HSET` per hash, and a
+    /// `PEXPIRE` per hash when `expiries` says it is due. One pipelined round trip.
     public func confirmDelivered(
         app: String, pairs: [DeliveryPair], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws {
         if pairs.isEmpty { return }
+        let held = claimNumbers.letGo(app: app, pairs)
+        var bits: [Int64: [Int64]] = [:]
+        var blockOrder: [Int64] = []
+        var plain: [DeliveryPair] = []
+        for (pair, claims) in zip(pairs, held) {
+            if claims.isEmpty { plain.append(pair) }
+            for n in claims.map(\.number) {
+                let block = ClaimNumbers.block(of: n)
+                if bits[block] == nil { blockOrder.append(block) }
+                bits[block, default: []].append(ClaimNumbers.bit(of: n))
+            }
+        }
         var batch = RedisBatch(capacity: 64 + pairs.count * 32)
+        for block in blockOrder {
+            let offsets = bits[block] ?? []
+            batch.command("BITFIELD", arguments: 1 + 4 * offsets.count)
+            batch.argument(RedisKeys.claimBlock(app: app, block: block))
+            for offset in offsets {
+                batch.argument("SET")
+                batch.argument("u1")
+                batch.argument(offset)
+                batch.argument("1")
+            }
+        }
         var expiring = Set<ExpiryMemo.Key>()
-        for group in deliveryGroups(pairs, window: window) {
+        for group in deliveryGroups(plain, window: window) {
             let filed = group.filed ?? now / window
             batch.command("HSET", arguments: 1 + 2 * group.indices.count)
             Self.windowKey(app: app, shard: group.shard, window: filed, into: &batch)
             for index in group.indices {
-                batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventID, token: pairs[index].token))
+                batch.argument(RedisKeys.deliveredField(eventId: plain[index].eventID, token: plain[index].token))
                 batch.argument(DeliveryClaim.deliveredValue)
             }
             expireIfDue(
                 app: app, shard: group.shard, period: filed, now: now, window: window, into: &batch, &expiring)
         }
-        try await connection.write(batch, what: "HSET")
+        do {
+            try await connection.write(batch, what: "confirm")
+        } catch {
+            claimNumbers.restore(app: app, pairs, held)
+            throw error
+        }
         expiries.mark(Array(expiring), now: now)
     }
 
     /// Releases this owner's claims on pairs that were not delivered (the notification went to the retry topic,
-    /// the DLQ or token feedback): a claim of another owner, or a delivery record, is left alone. One script per
-    /// shard, in one round trip.
+    /// the DLQ or token feedback): a field that still holds the number this owner's claim wrote is deleted (in
+    /// either window), so a later copy claims the pair at once; a claim of another owner, or a delivery record, is
+    /// left alone. One compare-and-delete script per field and window, in one round trip. A pair this store did not
+    /// claim for the owner has nothing to release.
     public func releaseClaims(
         app: String, pairs: [DeliveryPair], owner: String, now: Int64,
         window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws {
         if pairs.isEmpty { return }
-        let groups = deliveryGroups(pairs, window: window)
-        let replies = try await Scripts.release.run(on: connection, what: "release") { sha in
-            var batch = RedisBatch(capacity: 64 + pairs.count * 40 + groups.count * 160)
-            for group in groups {
-                batch.command("EVALSHA", arguments: 5 + group.indices.count)
-                batch.argument(sha)
-                batch.argument("2")
-                Self.windowKeys(app: app, group: group, now: now, window: window, into: &batch)
-                batch.argument(DeliveryClaim.pendingPrefix(owner: owner))
-                for index in group.indices {
-                    batch.argument(RedisKeys.deliveredField(eventId: pairs[index].eventID, token: pairs[index].token))
+        let numbers = claimNumbers.letGo(app: app, owner: owner, pairs)
+        let releasing = pairs.indices.filter { numbers[$0] != nil }
+        if releasing.isEmpty { return }
+        let groups = deliveryGroups(releasing.map { pairs[$0] }, window: window)
+        do {
+            let replies = try await Scripts.swapClaim.run(on: connection, what: "release") { sha in
+                var batch = RedisBatch(capacity: 64 + releasing.count * 320)
+                for group in groups {
+                    let windows = group.filed.map { [$0] } ?? [now / window, now / window - 1]
+                    for w in windows {
+                        for index in group.indices {
+                            let pair = pairs[releasing[index]]
+                            batch.command("EVALSHA", arguments: 7)
+                            batch.argument(sha)
+                            batch.argument("1")
+                            Self.windowKey(app: app, shard: group.shard, window: w, into: &batch)
+                            batch.argument(RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token))
+                            batch.argument(String(numbers[releasing[index]] ?? 0))
+                            batch.argument("")
+                            batch.argument(2 * window)
+                        }
+                    }
                 }
+                return batch
             }
-            return batch
+            for reply in replies { _ = try reply.orThrow("EVALSHA release") }
+        } catch {
+            claimNumbers.hold(
+                app: app, owner: owner, releasing.compactMap { i in numbers[i].map { (pairs[i], $0) } }, now: now)
+            throw error
         }
-        for reply in replies { _ = try reply.orThrow("EVALSHA release") }
     }
 
     /// Records that the notification of `eventId` was delivered to `token` unless a record or claim is there:
@@ -687,9 +910,10 @@ public final class StateStore: Sendable {
         }
     }
 
-    /// Whether each pair has a delivery record (`1`; a pending claim does not count) in the hash it is filed
-    /// under: its event time's window, or (a pair without one) the window `now` falls in or the one before. One
-    /// pipelined round trip (one or two `HGET` per pair).
+    /// Whether each pair has a delivery record (`1`, or a claim number whose bit is set; a claim does not count)
+    /// in the hash it is filed under: its event time's window, or (a pair without one) the window `now` falls in or
+    /// the one before. One pipelined round trip (one or two `HGET` per pair), and one more (a `BITFIELD` per
+    /// number) for the claim numbers found.
     public func wasDelivered(
         app: String, pairs: [DeliveryPair], now: Int64, window: Int64 = StateStore.defaultReplayWindowMilliseconds
     ) async throws -> [Bool] {
@@ -711,11 +935,14 @@ public final class StateStore: Sendable {
         guard replies.count == batch.count else {
             throw RedisError(.unexpectedReply, "expected \(batch.count) replies, got \(replies.count)")
         }
+        for reply in replies { try reply.orThrow("HGET") }
+        let numbers = try await readClaimNumbers(app: app, replies.compactMap(ClaimNumbers.parse))
         var next = 0
-        return try looks.map { count in
+        return looks.map { count in
             defer { next += count }
-            return try (next..<next + count).contains { i in
-                try replies[i].orThrow("HGET").text == DeliveryClaim.deliveredValue
+            return replies[next..<next + count].contains { reply in
+                if let n = ClaimNumbers.parse(reply) { return numbers[n]?.delivered == true }
+                return reply.text == DeliveryClaim.deliveredValue
             }
         }
     }
@@ -876,8 +1103,6 @@ public enum DeliveryClaim: Sendable, Hashable {
 
     static func pendingPrefix(owner: String) -> String { "p:\(owner):" }
 
-    static func pendingValue(owner: String, until: Int64) -> String { "p:\(owner):\(until)" }
-
     /// Reads a stored value; a claim of `owner` itself counts as claimed (an earlier attempt of this process).
     init(stored: String, owner: String) {
         if stored == Self.deliveredValue {
@@ -900,62 +1125,20 @@ public enum DeliveryClaim: Sendable, Hashable {
 
 /// The Lua scripts, run with EVAL (Redis runs a script atomically).
 enum Scripts {
-    /// KEYS: this replay window's idempotency hash, the previous window's (one shard: one slot). ARGV: this
-    /// owner's claim prefix `p:<owner>:`, the claim value, now (ms), the hash's TTL (ms), then the pairs' fields.
-    /// Per field: 1 when either window holds a delivery record; another owner's claim that has not lapsed
-    /// (`p:<owner>:<until>` with until > now; a value of another form counts as a claim that has not lapsed);
-    /// otherwise 0 after writing the claim value into this window (a lapsed claim, or this owner's, is replaced).
-    /// When the answer is not 0, a claim of this owner in this window is deleted (`claim`'s first step may have
-    /// written it over a record or claim in the previous window).
-    static let claim = LoadedScript(
+    /// KEYS: a delivery-record hash. ARGV: field, the value it must hold (empty: none), the value to write (empty:
+    /// delete the field), the hash's TTL (ms, set when it has none). Compare and set: 1 when the field held the
+    /// expected value and was changed, 0 when it held something else.
+    static let swapClaim = LoadedScript(
         """
-        local out = {}
-        local wrote = false
-        local mine = ARGV[1]
-        local now = tonumber(ARGV[3])
-        for i = 5, #ARGV do
-          local f = ARGV[i]
-          local cur = redis.call('HGET', KEYS[1], f)
-          local prev = redis.call('HGET', KEYS[2], f)
-          local cur_mine = cur and string.sub(cur, 1, #mine) == mine
-          if cur == '1' or prev == '1' then
-            -- Delivered: a claim of this owner in this window (the first step may have just written it) goes.
-            if cur_mine then redis.call('HDEL', KEYS[1], f) end
-            out[#out + 1] = 1
-          else
-            local other = false
-            for _, v in ipairs({cur or '', prev or ''}) do
-              if v ~= '' and string.sub(v, 1, #mine) ~= mine then
-                local expiry = tonumber(string.match(v, ':(%d+)$'))
-                if expiry == nil or expiry > now then other = v end
-              end
-            end
-            if other then
-              if cur_mine then redis.call('HDEL', KEYS[1], f) end
-              out[#out + 1] = other
-            else
-              redis.call('HSET', KEYS[1], f, ARGV[2])
-              wrote = true
-              out[#out + 1] = 0
-            end
-          end
+        local cur = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+        if cur ~= ARGV[2] then return 0 end
+        if ARGV[3] == '' then
+          if cur ~= '' then redis.call('HDEL', KEYS[1], ARGV[1]) end
+          return 1
         end
-        if wrote then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
-        return out
-        """)
-
-    /// KEYS: this window's and the previous window's idempotency hash. ARGV: the owner's claim prefix, then fields.
-    /// Deletes each field that is a claim of that owner, in either window. Returns how many it deleted.
-    static let release = LoadedScript(
-        """
-        local n = 0
-        for k = 1, 2 do
-          for i = 2, #ARGV do
-            local v = redis.call('HGET', KEYS[k], ARGV[i])
-            if v and string.sub(v, 1, #ARGV[1]) == ARGV[1] then n = n + redis.call('HDEL', KEYS[k], ARGV[i]) end
-          end
-        end
-        return n
+        redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+        if redis.call('PTTL', KEYS[1]) < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+        return 1
         """)
 
     /// KEYS: this window's and the previous window's idempotency hash. ARGV: field, TTL (ms). Writes a delivery
