@@ -69,7 +69,7 @@ public protocol PushTransport: Sendable {
 ///   APNs's 200, before the input completes. A copy of a pair this process is already sending, or one already
 ///   delivered, is not sent; a copy claimed by another process goes back to the retry topic until that claim
 ///   ends. At least once: a crash between the 200 and the confirmation resends that one notification once the
-///   claim expires (same `apns-id`).
+///   claim lapses (same `apns-id`).
 public struct SendProcessor: StageProcessor {
     public let stage = "send"
     public var retryTopic: String
@@ -78,8 +78,9 @@ public struct SendProcessor: StageProcessor {
     public var ledger: any DeliveryLedger
     /// This process's name in claims (unique per process run).
     public var owner: String
-    /// How long a claim holds before it expires unless confirmed: longer than a request can take, queueing
-    /// in the transport included. A process killed after claiming makes the pair wait this long.
+    /// How long a claim holds before it lapses unless confirmed: longer than a request can take, queueing
+    /// in the transport included. A process killed after claiming makes the pair wait this long, and in Redis up
+    /// to 10 s more (a claim lapses with its block of claim numbers, docs/redis-keys.md).
     public var claimTTL: Duration
     /// Pairs claimed by this process and not yet answered: a second copy arriving meanwhile is not sent.
     let inFlight = InFlightPairs()
