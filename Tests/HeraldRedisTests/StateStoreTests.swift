@@ -277,6 +277,59 @@ struct StateStoreTests {
         #expect(got == [DeliveryClaim.delivered, .pending(owner: "", until: now + 10 + 70_000)])
     }
 
+    @Test("claim numbers: a block per 4,096 claims or 10 s, each block's key with its TTL; another process reads them")
+    func claimNumberBlocks() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let window: Int64 = 3_600_000
+        let now: Int64 = 1_732_000_000_000
+        let sender = StateStore(connection: redis),
+            other = StateStore(connection: RedisConnection(configuration: server.configuration))
+        defer { other.connection.close() }
+        let pairs = (0..<5_000).map { DeliveryPair(eventID: "e\($0)", token: Self.token($0 % 7)) }
+        let got = try await sender.claim(
+            app: "a", pairs: pairs, owner: "p1", ttlMilliseconds: 90_000, now: now, window: window)
+        #expect(got.allSatisfy { $0 == .claimed })
+        func numbers(_ of: [DeliveryPair]) async throws -> [Int64] {
+            var out: [Int64] = []
+            for pair in of {
+                let key = RedisKeys.delivered(
+                    app: "a", shard: RedisKeys.deliveredShard(eventId: pair.eventID), window: now / window)
+                let value = try await redis.send(
+                    "HGET", key, RedisKeys.deliveredField(eventId: pair.eventID, token: pair.token))
+                out.append(try #require(ClaimNumbers.parse(value), "\(value)"))
+            }
+            return out
+        }
+        let first = try await numbers(pairs)
+        #expect(Set(first).count == pairs.count, "every claim has a number of its own")
+        let blocks = Set(first.map(ClaimNumbers.block(of:)))
+        #expect(blocks.count == 2, "5,000 claims take two blocks of 4,096: \(blocks)")
+        for block in blocks {
+            let ttl = try await redis.send("PTTL", RedisKeys.claimBlock(app: "a", block: block)).int ?? -10
+            #expect(ttl > 2 * window && ttl <= 2 * window + 180_000 + 600_000, "\(ttl)")
+        }
+        // 10 s later the same process takes a new block for new claims.
+        let later = DeliveryPair(eventID: "later", token: Self.token(1))
+        _ = try await sender.claim(
+            app: "a", pairs: [later], owner: "p1", ttlMilliseconds: 90_000, now: now + 10_000, window: window)
+        let laterBlock = ClaimNumbers.block(of: try await numbers([later])[0])
+        #expect(!blocks.contains(laterBlock))
+        // Half are delivered (one BITFIELD per block), half released; another process (another store) sees both.
+        try await sender.confirmDelivered(app: "a", pairs: Array(pairs[..<2_500]), now: now + 1, window: window)
+        try await sender.releaseClaims(
+            app: "a", pairs: Array(pairs[2_500...]), owner: "p1", now: now + 1, window: window)
+        let seen = try await other.claim(
+            app: "a", pairs: [pairs[0], pairs[2_499], pairs[2_500], pairs[4_999], later], owner: "p2",
+            ttlMilliseconds: 90_000, now: now + 20_000, window: window)
+        #expect(
+            seen == [.delivered, .delivered, .claimed, .claimed, .pending(owner: "", until: now + 10_000 + 100_000)])
+        #expect(
+            try await other.wasDelivered(app: "a", pairs: [pairs[1], pairs[2_501]], now: now + 20_000, window: window)
+                == [true, false])
+    }
+
     @Test("records of the release before claim numbers read alike: `1` is delivered, a live `p:` claim is pending")
     func earlierRecords() async throws {
         let server = try await RedisServer.start()

@@ -4,11 +4,10 @@ import Synchronization
 
 /// Claim numbers: what send writes into a pair's delivery record when it claims the pair (`StateStore.claim`).
 ///
-/// A send process takes its numbers in blocks of `perBlock` from a counter per app
-/// (`RedisKeys.claimBlockCounter`). Each block has a key of its own (`RedisKeys.claimBlock`): 8 bytes holding when
-/// the block's claims lapse, then one bit per number. Confirming deliveries sets their numbers' bits, one
-/// `BITFIELD` per block for every pair confirmed at once, where a `1` written into each pair's field would cost a
-/// command per shard hash touched. So a pair's record is written once, by the claim, and stays a number:
+/// A send process takes its numbers in blocks of `perBlock`, a block picked at random and held through its key
+/// (`RedisKeys.claimBlock`): 8 bytes holding when the block's claims lapse, then one bit per number. Confirming
+/// deliveries sets their numbers' bits, one `BITFIELD` per block for every pair confirmed at once, where a `1`
+/// written into each pair's field would cost a command per shard hash touched. So a pair's record is written once, by the claim, and stays a number:
 /// - its bit set: delivered;
 /// - its bit clear: a claim, held until the block's lapse time (a process takes a new block at least every
 ///   `lifetime(claimTTL:)`, so a claim lapses at most that long plus the claim TTL after it was written);
@@ -16,9 +15,10 @@ import Synchronization
 enum ClaimNumbers {
     /// Numbers per block.
     static let perBlock: Int64 = 4096
-    /// Blocks are numbered 1...blockCount (the counter modulo), so a number is at least `perBlock` (never the `1`
-    /// of a plain record) and below 2^31, which Redis keeps as a 4-byte integer in a hash's listpack. The counter
-    /// comes round to a block again after this many blocks; a block whose key still exists is skipped.
+    /// Blocks are numbered 1...blockCount, so a number is at least `perBlock` (never the `1` of a plain record) and
+    /// below 2^31, which Redis keeps as an integer of at most 4 bytes in a hash's listpack. A block whose key still
+    /// exists is in use, so at most this many are held at once per app: a claiming process takes one every 10 s or
+    /// every 4,096 claims, whichever comes first, and a key lives `keyTTL` (2 h 13 min at the default window).
     static let blockCount: Int64 = (1 << 19) - 1
     /// The bits before a block's first number: its lapse time.
     static let headerBits: Int64 = 64

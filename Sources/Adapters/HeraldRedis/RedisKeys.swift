@@ -12,7 +12,6 @@
 /// | `herald:<app>:token:{<token>}:owner` | string | the user the token is registered to (one owner per app) |
 /// | `herald:<app>:fanout:{<event>}` | string | resolve's paged fan-out: cursor after the last acknowledged page, or `done` |
 /// | `herald:<app>:delivered:{d<shard>}:<window>` | hash | 8-byte fingerprint of (event, token) -> claim number (`ClaimNumbers`), or `1` |
-/// | `herald:<app>:claim_blocks` | string | counter of the blocks of claim numbers taken |
 /// | `herald:<app>:claims:{c<block>}` | string | when the block was taken (8 bytes), then a bit per claim number: delivered |
 /// | `herald:<app>:explain:{e<shard>}:<hour>` | list | the compact explain trail: one line per entry (`ExplainEntry.writeLine`) |
 /// | `herald:<app>:last_decision:{l<shard>}` | hash | user -> their latest user-level explain entry (one line) |
@@ -97,8 +96,6 @@ public enum RedisKeys {
     public static func delivered(app: String, shard: UInt64, window: Int64) -> String {
         "\(prefix):\(app):delivered:{d\(shard)}:\(window)"
     }
-    /// The counter send takes blocks of claim numbers from (`ClaimNumbers`).
-    public static func claimBlockCounter(app: String) -> String { "\(prefix):\(app):claim_blocks" }
     /// One block of claim numbers: 8 bytes of the time it was taken (ms, big-endian), then one bit per number of
     /// the block, set once the pair that number claimed was delivered.
     public static func claimBlock(app: String, block: Int64) -> String { "\(prefix):\(app):claims:{c\(block)}" }

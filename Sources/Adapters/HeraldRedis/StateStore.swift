@@ -573,8 +573,10 @@ public final class StateStore: Sendable {
     }
 
     /// Numbers for `count` claims of `owner`: from its current block, and from new blocks when that runs out or
-    /// its lifetime ended. Taking a block is two round trips: `INCR` of the app's block counter, then `SET ... NX`
-    /// of the block's key (a block whose key is still there, from the counter's previous round, is skipped).
+    /// its lifetime ended. A new block is picked at random and taken with `SET ... NX PX` of its key, one round
+    /// trip; a block whose key exists (another process's, within its TTL) is skipped. Random, not counted: a
+    /// failover that loses the newest writes cannot hand a block that is in use to a second process, except by
+    /// the same pick among 524,287.
     private func takeClaimNumbers(
         app: String, owner: String, count: Int, claimTTL: Int64, now: Int64, window: Int64
     ) async throws -> [Int64] {
@@ -584,11 +586,7 @@ public final class StateStore: Sendable {
         while out.count < count {
             attempts += 1
             if attempts > 64 { throw RedisError(.unexpectedReply, "claim numbers: no free block in 64 attempts") }
-            let reply = try await connection.send(RedisCommand("INCR", RedisKeys.claimBlockCounter(app: app)))
-            guard let counter = try reply.orThrow("INCR claim blocks").int, counter > 0 else {
-                throw RedisError(.unexpectedReply, "INCR of the claim block counter answered \(reply)")
-            }
-            let block = (counter - 1) % ClaimNumbers.blockCount + 1
+            let block = Int64.random(in: 1...ClaimNumbers.blockCount)
             let keyTTL = ClaimNumbers.keyTTL(window: window, claimTTL: claimTTL)
             let header = ClaimNumbers.header(lapsesAt: now + ClaimNumbers.lifetime(claimTTL: claimTTL) + claimTTL)
             let taken = try await connection.send(
