@@ -173,7 +173,7 @@ import Testing
 
     /// What Redis keeps per notification: on a groups-of-5 backlog at the default preference mix, `used_memory`
     /// after the drain minus before (taken once the users' state is loaded), divided by the recipients decided.
-    /// The layout before the compact records kept about 960 bytes here; the compact one about 60 at 20,000 events
+    /// The layout before the compact records kept about 950 bytes here; the compact one about 52 at 20,000 events
     /// (docs/performance.md, "Redis footprint"). This smaller run carries more of the fixed per-shard keys per
     /// notification, so it is held to 100 bytes.
     @Test func groupsOfFiveBacklogRetainsAtMost100BytesOfRedisPerNotification() async throws {

@@ -656,7 +656,7 @@ public final class StateStore: Sendable {
         let blocks = try await readClaimNumbers(app: app, found)
         // 3. Judge each pair.
         var out: [(claim: DeliveryClaim, number: Int64?)] = Array(repeating: (.claimed, nil), count: pairs.count)
-        var swaps: [(index: Int, expected: RedisValue, replacement: Int64?)] = []
+        var swaps: [(index: Int, group: DeliveryGroup, expected: RedisValue, replacement: Int64?)] = []
         let ownPrefix = DeliveryClaim.pendingPrefix(owner: owner)
         for group in groups {
             for index in group.indices {
@@ -695,11 +695,11 @@ public final class StateStore: Sendable {
                 }
                 if delivered || other != nil {
                     out[index] = (delivered ? .delivered : other ?? .delivered, nil)
-                    if ownHere { swaps.append((index, current[index], nil)) }
+                    if ownHere { swaps.append((index, group, current[index], nil)) }
                 } else if let ownNumber {
                     out[index] = (.claimed, ownNumber)
                 } else {
-                    swaps.append((index, current[index], 0))
+                    swaps.append((index, group, current[index], 0))
                 }
             }
         }
@@ -713,12 +713,10 @@ public final class StateStore: Sendable {
             swaps[s].replacement = fresh[nextFresh]
             nextFresh += 1
         }
-        let groupOf = Dictionary(
-            uniqueKeysWithValues: groups.flatMap { group in group.indices.map { ($0, group) } })
         let answers = try await Scripts.swapClaim.run(on: connection, what: "claim") { sha in
             var batch = RedisBatch(capacity: 64 + swaps.count * 160)
             for swap in swaps {
-                let group = groupOf[swap.index]!
+                let group = swap.group
                 batch.command("EVALSHA", arguments: 7)
                 batch.argument(sha)
                 batch.argument("1")
