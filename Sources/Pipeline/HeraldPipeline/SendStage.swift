@@ -134,7 +134,7 @@ public struct SendProcessor: StageProcessor {
         var results = [StageResult?](repeating: nil, count: batch.count)
         let now = context.nowMillis
         // Records grouped by how long they must wait (rounded up to 50 ms).
-        var buckets: [Int64: [(Int, OutboundRecord)]] = [:]
+        var buckets: [Int64: [NumberedRecord]] = [:]
         for (index, input) in batch.enumerated() {
             do {
                 let record = try input.decode(OutboundRecord.self)
@@ -143,55 +143,73 @@ public struct SendProcessor: StageProcessor {
                     continue
                 }
                 let wait = max(0, (record.notBefore ?? 0) - now)
-                buckets[(wait + 49) / 50 * 50, default: []].append((index, record))
+                buckets[(wait + 49) / 50 * 50, default: []].append(NumberedRecord(index: index, record: record))
             } catch {
                 results[index] = error.result
             }
         }
-        let done = await withTaskGroup(of: [(Int, StageResult)].self) { group in
+        let done = await withTaskGroup(of: [NumberedResult].self) { group in
             for (wait, records) in buckets {
                 group.addTask {
                     if wait > 0, !(await context.sleep(.milliseconds(wait))) {
-                        return records.map { ($0.0, StageResult.handedBack) }
+                        return records.map { NumberedResult($0.index, .handedBack) }
                     }
                     return await self.sendNow(records, context: context)
                 }
             }
-            var all: [(Int, StageResult)] = []
+            var all: [NumberedResult] = []
             for await part in group { all += part }
             return all
         }
-        for (index, result) in done { results[index] = result }
+        for item in done { results[item.index] = item.result }
         return results.map { $0 ?? .handedBack }
     }
 
+    /// A record of the batch with its position in it. (Structs, not tuples: an array of tuples is copied and
+    /// destroyed through the runtime's generic tuple witnesses.)
+    struct NumberedRecord {
+        let index: Int
+        let record: OutboundRecord
+    }
+
+    /// The result for the record at `index` of the batch.
+    struct NumberedResult {
+        let index: Int
+        let result: StageResult
+
+        init(_ index: Int, _ result: StageResult) {
+            self.index = index
+            self.result = result
+        }
+    }
+
     /// Claim, send, classify, confirm or release.
-    func sendNow(_ records: [(Int, OutboundRecord)], context: BatchContext) async -> [(Int, StageResult)] {
-        var out: [(Int, StageResult)] = []
+    func sendNow(_ records: [NumberedRecord], context: BatchContext) async -> [NumberedResult] {
+        var out: [NumberedResult] = []
         // 1. A pair this process is already sending (a second copy in this or another batch) is not sent again:
         //    the first copy's input completes only once that copy is delivered, retried or dead-lettered.
-        var candidates: [(Int, OutboundRecord)] = []
+        var candidates: [NumberedRecord] = []
         let started = context.nowMillis
         for item in records {
             // 0. Past its `apns-expiration`: APNs would drop it, and a ring that is over must not sound.
-            if item.1.request.expiration > 0, item.1.request.expiration * 1000 <= started {
-                out.append((item.0, expired(item.1, started)))
+            if item.record.request.expiration > 0, item.record.request.expiration * 1000 <= started {
+                out.append(NumberedResult(item.index, expired(item.record, started)))
                 continue
             }
-            if inFlight.insert(item.1.deliveryPair) {
+            if inFlight.insert(item.record.deliveryPair) {
                 candidates.append(item)
             } else {
-                out.append((item.0, duplicate(item.1, "in_flight", context.nowMillis)))
+                out.append(NumberedResult(item.index, duplicate(item.record, "in_flight", context.nowMillis)))
             }
         }
-        defer { inFlight.remove(candidates.map(\.1.deliveryPair)) }
+        defer { inFlight.remove(candidates.map(\.record.deliveryPair)) }
 
         // 2. Claim (one round trip per app).
         let claimStarted = ContinuousClock.now
-        var fresh: [(Int, OutboundRecord)] = []
+        var fresh: [NumberedRecord] = []
         let ttl = claimTTL.milliseconds
-        for (app, group) in Dictionary(grouping: candidates, by: { $0.1.appID }) {
-            let pairs = group.map(\.1.deliveryPair)
+        for (app, group) in Dictionary(grouping: candidates, by: { $0.record.appID }) {
+            let pairs = group.map(\.record.deliveryPair)
             let now = context.nowMillis
             guard
                 let outcomes = await retrying(
@@ -200,16 +218,17 @@ public struct SendProcessor: StageProcessor {
                         try await ledger.claim(app: app, pairs: pairs, owner: owner, ttlMilliseconds: ttl, now: now)
                     })
             else {
-                return records.map { ($0.0, .handedBack) }
+                return records.map { NumberedResult($0.index, .handedBack) }
             }
             for (position, item) in group.enumerated() {
                 switch position < outcomes.count ? outcomes[position] : .pendingElsewhere(until: now + ttl) {
                 case .claimed:
                     fresh.append(item)
                 case .delivered:
-                    out.append((item.0, duplicate(item.1, "delivered", now)))
+                    out.append(NumberedResult(item.index, duplicate(item.record, "delivered", now)))
                 case .pendingElsewhere(let until):
-                    out.append((item.0, deferred(item.1, until: max(until, now) + 100, now: now)))
+                    out.append(
+                        NumberedResult(item.index, deferred(item.record, until: max(until, now) + 100, now: now)))
                 }
             }
         }
@@ -222,8 +241,8 @@ public struct SendProcessor: StageProcessor {
         let answers = AnswerBox(count: fresh.count)
         let marker = DeliveryMarker(ledger: ledger, context: context, onTransientFailure: onTransientFailure)
         let prioritized = self.prioritized
-        let jobs = fresh.map { PushJob(appID: $0.1.appID, request: $0.1.request, prioritized: prioritized) }
-        let deliveryPairs = fresh.map(\.1.deliveryPair)
+        let jobs = fresh.map { PushJob(appID: $0.record.appID, request: $0.record.request, prioritized: prioritized) }
+        let deliveryPairs = fresh.map(\.record.deliveryPair)
         let sendStarted = ContinuousClock.now
         await transport.send(jobs) { index, answer in
             guard index >= 0, index < jobs.count else { return }
@@ -244,10 +263,10 @@ public struct SendProcessor: StageProcessor {
         let received = answers.values
         var release: [String: [DeliveryPair]] = [:]
         for (position, item) in fresh.enumerated() {
-            let (result, delivered) = classify(item.1, received[position] ?? .failed(.clientShutdown), now: now)
-            out.append((item.0, result))
+            let (result, delivered) = classify(item.record, received[position] ?? .failed(.clientShutdown), now: now)
+            out.append(NumberedResult(item.index, result))
             if !delivered {
-                release[item.1.appID, default: []].append(item.1.deliveryPair)
+                release[item.record.appID, default: []].append(item.record.deliveryPair)
             }
         }
         for (app, pairs) in release {

@@ -235,7 +235,8 @@ public final class StageHTTPServer: Service, Sendable {
         case "/metrics":
             await publishReadiness()
             return Response(
-                status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: registry.emitToBuffer())
+                status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: HeraldMetrics.emit(registry)
+            )
         case "/healthz":
             return Response(status: .ok, contentType: "application/json", body: Array(#"{"status":"ok"}"#.utf8))
         case "/readyz":

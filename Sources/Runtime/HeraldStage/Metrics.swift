@@ -26,6 +26,26 @@ public enum HeraldMetrics {
         return factory
     }
 
+    /// The counted histograms (`CountedHistogram`) made for each registry; the registries are kept with them.
+    private static let countedSets = Mutex<[(registry: PrometheusCollectorRegistry, set: CountedHistograms)]>([])
+
+    static func counted(for registry: PrometheusCollectorRegistry) -> CountedHistograms {
+        countedSets.withLock { sets in
+            if let known = sets.first(where: { $0.registry === registry }) { return known.set }
+            let made = CountedHistograms()
+            sets.append((registry, made))
+            return made
+        }
+    }
+
+    /// What `/metrics` serves for `registry`: its series in the Prometheus text format, then the counted
+    /// histograms the stage made for it (`herald_stage_latency_seconds` and the other per-record durations).
+    public static func emit(_ registry: PrometheusCollectorRegistry) -> [UInt8] {
+        var buffer = registry.emitToBuffer()
+        countedSets.withLock { sets in sets.first(where: { $0.registry === registry })?.set }?.emit(into: &buffer)
+        return buffer
+    }
+
     /// Bootstraps swift-metrics with a Prometheus factory (`MetricsSystem.bootstrap(PrometheusMetricsFactory(registry:))`)
     /// and returns the registry `/metrics` serves. Calling it again returns the same registry and changes nothing.
     @discardableResult
@@ -242,13 +262,13 @@ public struct StageMetrics: Sendable {
 
     public let stage: String
     private let factory: any MetricsFactory
-    private let latencyTimer: Metrics.Timer
-    private let processingTimer: Metrics.Timer
-    private let ackWaitTimer: Metrics.Timer
+    private let latencyTimer: BatchTimer
+    private let processingTimer: BatchTimer
+    private let ackWaitTimer: BatchTimer
     private let inFlightMeter: CoreMetrics.Meter
     /// Set on a lane's metrics: the lane's name and series, and the in-flight of every lane (for the total).
     public private(set) var lane: String?
-    private var laneSeries: (latency: Metrics.Timer, inFlight: CoreMetrics.Meter, consumed: CoreMetrics.Counter)?
+    private var laneSeries: (latency: BatchTimer, inFlight: CoreMetrics.Meter, consumed: CoreMetrics.Counter)?
     private var laneTotals = LaneTotals()
 
     /// - Parameters:
@@ -258,10 +278,9 @@ public struct StageMetrics: Sendable {
     public init(stage: String, factory: any MetricsFactory = MetricsSystem.factory) {
         self.stage = stage
         self.factory = factory
-        self.latencyTimer = Metrics.Timer(label: Name.latency, dimensions: [("stage", stage)], factory: factory)
-        self.processingTimer = Metrics.Timer(
-            label: Name.processing, dimensions: [("stage", stage)], factory: factory)
-        self.ackWaitTimer = Metrics.Timer(label: Name.ackWait, dimensions: [("stage", stage)], factory: factory)
+        self.latencyTimer = BatchTimer(label: Name.latency, dimensions: [("stage", stage)], factory: factory)
+        self.processingTimer = BatchTimer(label: Name.processing, dimensions: [("stage", stage)], factory: factory)
+        self.ackWaitTimer = BatchTimer(label: Name.ackWait, dimensions: [("stage", stage)], factory: factory)
         self.inFlightMeter = CoreMetrics.Meter(label: Name.inFlight, dimensions: [("stage", stage)], factory: factory)
         // Make the fixed series visible at zero from the start.
         self.inFlightMeter.set(0)
@@ -277,7 +296,7 @@ public struct StageMetrics: Sendable {
         copy.lane = name
         let dimensions = [("stage", stage), ("lane", Self.labelValue(name))]
         copy.laneSeries = (
-            Metrics.Timer(label: Name.laneLatency, dimensions: dimensions, factory: factory),
+            BatchTimer(label: Name.laneLatency, dimensions: dimensions, factory: factory),
             CoreMetrics.Meter(label: Name.laneInFlight, dimensions: dimensions, factory: factory),
             CoreMetrics.Counter(label: Name.laneConsumed, dimensions: dimensions, factory: factory)
         )
@@ -311,19 +330,18 @@ public struct StageMetrics: Sendable {
         counter(Name.produced, [("topic", topic)]).increment(by: count)
     }
 
-    /// Time from a record's consumption to its outputs being acknowledged.
-    public func recordLatency(_ duration: Duration) {
-        latencyTimer.record(duration: duration)
-        laneSeries?.latency.record(duration: duration)
+    /// Time from a record's consumption to its outputs being acknowledged, for `count` records (a batch's
+    /// records count once each, with the batch's time).
+    public func recordLatency(_ duration: Duration, count: Int = 1) {
+        latencyTimer.record(duration, count: count)
+        laneSeries?.latency.record(duration, count: count)
     }
 
     /// The two parts of a batch's latency, once per completed record: the stage's own processing (consumption to
     /// outputs handed to the producer) and the wait for the broker's acknowledgements after it.
     public func recordLatencyParts(processing: Duration, ackWait: Duration, count: Int) {
-        for _ in 0..<max(0, count) {
-            processingTimer.record(duration: processing)
-            ackWaitTimer.record(duration: ackWait)
-        }
+        processingTimer.record(processing, count: count)
+        ackWaitTimer.record(ackWait, count: count)
     }
 
     /// A suppression, by reason code (docs/behaviour.md §6) (`sender`, `ignored`, `no_devices`, `online`, ...).

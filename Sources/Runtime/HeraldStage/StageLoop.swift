@@ -391,7 +391,7 @@ public final class StageLoop: Service, Sendable {
         }
         metrics.setInFlight(left)
         let elapsed = ContinuousClock.now - prepared.started
-        for _ in completed { metrics.recordLatency(elapsed) }
+        metrics.recordLatency(elapsed, count: completed.count)
         let handed = prepared.handed ?? acknowledged
         metrics.recordLatencyParts(
             processing: handed - prepared.started, ackWait: acknowledged - handed, count: completed.count)
