@@ -234,9 +234,8 @@ public final class StageHTTPServer: Service, Sendable {
         switch path {
         case "/metrics":
             await publishReadiness()
-            return Response(
-                status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: HeraldMetrics.emit(registry)
-            )
+            let text = HeraldMetrics.emit(registry)
+            return Response(status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: text)
         case "/healthz":
             return Response(status: .ok, contentType: "application/json", body: Array(#"{"status":"ok"}"#.utf8))
         case "/readyz":
