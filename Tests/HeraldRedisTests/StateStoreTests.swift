@@ -330,6 +330,26 @@ struct StateStoreTests {
                 == [true, false])
     }
 
+    @Test("the numbers a store holds per pair: two owners in turn, let go by owner or all at once, restored")
+    func heldClaimNumbers() {
+        let source = ClaimNumberSource()
+        let pair = DeliveryPair(eventID: "e1", token: Self.token(1))
+        let other = DeliveryPair(eventID: "e2", token: Self.token(1))
+        source.hold(app: "a", owner: "x", [(pair, 4_100), (other, 4_101)], now: Self.t0)
+        source.hold(app: "a", owner: "y", [(pair, 9_000)], now: Self.t0)
+        source.hold(app: "a", owner: "x", [(pair, 4_102)], now: Self.t0 + 1)  // x's later claim replaces its first
+        #expect(source.letGo(app: "b", [pair]).map { $0 == nil } == [true], "held per app")
+
+        let taken = source.letGo(app: "a", [pair, other])
+        #expect(taken.map { $0?.all.map(\.number) ?? [] } == [[4_102, 9_000], [4_101]])
+        #expect(source.letGo(app: "a", owner: "x", [pair, other]) == [nil, nil], "all let go")
+        source.restore(app: "a", [pair, other], taken)
+        #expect(source.letGo(app: "a", owner: "x", [pair]) == [4_102])
+        #expect(source.letGo(app: "a", owner: "x", [pair]) == [nil])
+        #expect(source.letGo(app: "a", owner: "y", [pair, other]) == [9_000, nil])
+        #expect(source.letGo(app: "a", [pair, other]).map { $0?.all.map(\.number) ?? [] } == [[], [4_101]])
+    }
+
     @Test("records of the release before claim numbers read alike: `1` is delivered, a live `p:` claim is pending")
     func earlierRecords() async throws {
         let server = try await RedisServer.start()

@@ -69,10 +69,49 @@ final class ClaimNumberSource: Sendable {
         var claimTTL: Int64
     }
 
-    private struct Held {
+    /// One owner's claim of a pair: its number, and when it was taken.
+    struct Held {
         var owner: String
         var number: Int64
         var at: Int64
+    }
+
+    /// The claims of one pair: one, unless two owners of this store took the pair in turn (kept inline, so the
+    /// common pair costs no array of its own).
+    struct PairClaims {
+        var first: Held
+        var more: [Held] = []
+
+        init(_ first: Held) { self.first = first }
+
+        /// Notes `claim`, in place of the same owner's earlier one.
+        mutating func put(_ claim: Held) {
+            if first.owner == claim.owner {
+                first = claim
+            } else if let index = more.firstIndex(where: { $0.owner == claim.owner }) {
+                more[index] = claim
+            } else {
+                more.append(claim)
+            }
+        }
+
+        /// Every claim, the first one first.
+        var all: [Held] { [first] + more }
+
+        /// Whether any claim was taken after `time`.
+        func anyAfter(_ time: Int64) -> Bool { first.at > time || more.contains { $0.at > time } }
+
+        /// Takes `owner`'s claim out; nil when it has none. `empty` tells whether no claim is left.
+        mutating func take(_ owner: String) -> (number: Int64, empty: Bool)? {
+            if first.owner == owner {
+                let number = first.number
+                if more.isEmpty { return (number, true) }
+                first = more.removeFirst()
+                return (number, false)
+            }
+            guard let index = more.firstIndex(where: { $0.owner == owner }) else { return nil }
+            return (more.remove(at: index).number, false)
+        }
     }
 
     private struct PairKey: Hashable {
@@ -84,8 +123,8 @@ final class ClaimNumberSource: Sendable {
         var leases: [Owner: Lease] = [:]
         /// Blocks each owner took, with when: a number of one of them (bit clear) is this owner's own claim.
         var mine: [Owner: [Int64: Int64]] = [:]
-        /// The claims of each pair, by owner (one, unless two owners of this store took the pair in turn).
-        var held: [PairKey: [Held]] = [:]
+        /// The claims of each pair.
+        var held: [PairKey: PairClaims] = [:]
     }
 
     private let state = Mutex(State())
@@ -127,23 +166,18 @@ final class ClaimNumberSource: Sendable {
         state.withLock { s in
             // Claims are let go by confirm or release; what neither reached (a process that gave up on a batch)
             // is dropped once the map is large and the claim an hour old.
-            if s.held.count > 100_000 { s.held = s.held.filter { $0.value.contains { $0.at > now - 3_600_000 } } }
+            if s.held.count > 100_000 { s.held = s.held.filter { $0.value.anyAfter(now - 3_600_000) } }
             for (pair, number) in claims {
-                let key = PairKey(app: app, pair: pair)
-                var list = s.held[key, default: []].filter { $0.owner != owner }
-                list.append(Held(owner: owner, number: number, at: now))
-                s.held[key] = list
+                let claim = Held(owner: owner, number: number, at: now)
+                s.held[PairKey(app: app, pair: pair), default: PairClaims(claim)].put(claim)
             }
         }
     }
 
-    /// The numbers every owner's claims of each pair hold (confirm: whoever held the claim), and lets them go.
-    func letGo(app: String, _ pairs: [DeliveryPair]) -> [[(owner: String, number: Int64, at: Int64)]] {
-        state.withLock { s in
-            pairs.map { pair in
-                (s.held.removeValue(forKey: PairKey(app: app, pair: pair)) ?? []).map { ($0.owner, $0.number, $0.at) }
-            }
-        }
+    /// The claims of each pair, whoever of this store's owners took them (confirm: whoever held the claim), and
+    /// lets them go; nil for a pair this store did not claim.
+    func letGo(app: String, _ pairs: [DeliveryPair]) -> [PairClaims?] {
+        state.withLock { s in pairs.map { s.held.removeValue(forKey: PairKey(app: app, pair: $0)) } }
     }
 
     /// The number `owner`'s claim of each pair holds (nil: none through this store), and lets it go.
@@ -151,21 +185,25 @@ final class ClaimNumberSource: Sendable {
         state.withLock { s in
             pairs.map { pair in
                 let key = PairKey(app: app, pair: pair)
-                guard var list = s.held[key], let at = list.firstIndex(where: { $0.owner == owner }) else { return nil }
-                let number = list.remove(at: at).number
-                s.held[key] = list.isEmpty ? nil : list
-                return number
+                guard var claims = s.held[key], let taken = claims.take(owner) else { return nil }
+                s.held[key] = taken.empty ? nil : claims
+                return taken.number
             }
         }
     }
 
     /// Holds what `letGo(app:_:)` took again (a confirmation that failed is tried again with the same numbers).
-    func restore(app: String, _ pairs: [DeliveryPair], _ taken: [[(owner: String, number: Int64, at: Int64)]]) {
+    func restore(app: String, _ pairs: [DeliveryPair], _ taken: [PairClaims?]) {
         state.withLock { s in
-            for (pair, claims) in zip(pairs, taken) where !claims.isEmpty {
-                s.held[PairKey(app: app, pair: pair), default: []] += claims.map {
-                    Held(owner: $0.owner, number: $0.number, at: $0.at)
+            for (pair, claims) in zip(pairs, taken) {
+                guard let claims else { continue }
+                let key = PairKey(app: app, pair: pair)
+                guard var current = s.held[key] else {
+                    s.held[key] = claims
+                    continue
                 }
+                current.more += claims.all
+                s.held[key] = current
             }
         }
     }

@@ -784,13 +784,18 @@ public final class StateStore: Sendable {
         var bits: [Int64: [Int64]] = [:]
         var blockOrder: [Int64] = []
         var plain: [DeliveryPair] = []
+        func setBit(_ n: Int64) {
+            let block = ClaimNumbers.block(of: n)
+            if bits[block] == nil { blockOrder.append(block) }
+            bits[block, default: []].append(ClaimNumbers.bit(of: n))
+        }
         for (pair, claims) in zip(pairs, held) {
-            if claims.isEmpty { plain.append(pair) }
-            for n in claims.map(\.number) {
-                let block = ClaimNumbers.block(of: n)
-                if bits[block] == nil { blockOrder.append(block) }
-                bits[block, default: []].append(ClaimNumbers.bit(of: n))
+            guard let claims else {
+                plain.append(pair)
+                continue
             }
+            setBit(claims.first.number)
+            for claim in claims.more { setBit(claim.number) }
         }
         var batch = RedisBatch(capacity: 64 + pairs.count * 32)
         for block in blockOrder {
