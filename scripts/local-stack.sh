@@ -33,6 +33,7 @@
 # HERALD_LOCAL_PIPELINE_SRC: pipeline file the stack's run/pipeline.yaml is made from (default pipelines/example.yaml;
 # the benchmarks of docs/performance.md compare settings this way).
 # HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
+# HERALD_TANSU_NICE: the broker's nice value (scripts/tansu.sh; default 0).
 # HERALD_LOCAL_STAGES: with --up, the stages to start, space-separated (default all six; "none": only Redis, Tansu
 # and the stand-ins, the stages started later with --start NAME, as herald-bench stage does).
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).

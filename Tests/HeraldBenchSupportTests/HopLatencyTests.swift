@@ -1,5 +1,6 @@
 // Quantiles from Prometheus histogram buckets (the benchmarks' time per hop), and the per-stage figures taken from two
 // scrapes of a stage's /metrics.
+import Foundation
 import Testing
 
 @testable import HeraldBenchSupport
@@ -88,4 +89,60 @@ struct HopLatencyTests {
         let table = HopLatency.markdownTable([hop])
         #expect(table.contains("| render | 100 | 3.50 / 4.97 | 0.50 / 0.99 | 2.00 / 4.94 |"), "\(table)")
     }
+
+    @Test("the run-queue figures join their stage's row; a stage without them shows a dash")
+    func runQueueColumn() throws {
+        let before = scrape(stage: "render", [HopLatency.totalMetric: [0, 0, 0, 0]])
+        let after = scrape(
+            stage: "render",
+            [
+                HopLatency.totalMetric: [10, 10, 10, 10], HopLatency.processingMetric: [10, 10, 10, 10],
+                HopLatency.ackWaitMetric: [10, 10, 10, 10],
+            ])
+        let hops = HopLatency.measureAll(
+            before: before, after: after, runQueue: ["render": (running: 0.5, waiting: 1.0), "send": (1, 1)])
+        #expect(hops.map(\.stage) == ["render"])
+        let table = HopLatency.markdownTable(hops)
+        #expect(table.contains("| render | 10 |"), "\(table)")
+        #expect(table.hasSuffix("| 2.00 (1.00 s of 0.50 s) |\n"), "\(table)")
+        let json = try #require(HopLatency.json(hops)["render"] as? [String: Any])
+        #expect(json["waited_for_a_core_seconds"] as? Double == 1.0)
+        #expect(json["cpu_seconds"] as? Double == 0.5)
+        var without = try #require(hops.first)
+        without.runQueue = nil
+        #expect(HopLatency.markdownTable([without]).hasSuffix("| - |\n"))
+    }
+
+    @Test("run-queue figures count each thread's growth; a thread started since counts from zero, one gone is left out")
+    func runQueueDifference() {
+        var earlier = RunQueueSample(pid: -1)
+        #expect(earlier.running.isEmpty)
+        earlier.running = [1: 2.0, 2: 5.0]
+        earlier.waiting = [1: 1.0, 2: 4.0]
+        var now = RunQueueSample(pid: -1)
+        now.running = [1: 2.5, 3: 0.25]  // thread 2 exited, thread 3 started
+        now.waiting = [1: 1.75, 3: 0.5]
+        let d = now.since(earlier)
+        #expect(d.running == 0.75)
+        #expect(d.waiting == 1.25)
+    }
+
+    @Test("this process's threads' time on a core grows while one of them works")
+    func runQueueOfThisProcess() {
+        let start = RunQueueSample(pid: getpid())
+        #expect(!start.running.isEmpty)
+        var spun = 0.0
+        var x: UInt64 = 1
+        // Work until the kernel's account shows 20 ms more on a core; the rounds allowed hold seconds of work.
+        for _ in 0..<100_000 where spun < 0.02 {
+            for _ in 0..<100_000 { x = x &* 6_364_136_223_846_793_005 &+ 1 }
+            keep(x)
+            spun = RunQueueSample(pid: getpid()).since(start).running
+        }
+        #expect(spun >= 0.02)
+        #expect(RunQueueSample(pid: getpid()).since(start).waiting >= 0)
+    }
 }
+
+/// Keeps a computed value alive, so the work that made it is done.
+@inline(never) func keep(_ value: UInt64) { _ = value }

@@ -46,6 +46,10 @@ package struct HopLatency {
     package var processing: Quantiles
     /// Outputs handed to the producer to the broker's last acknowledgement: the broker's share.
     package var ackWait: Quantiles
+    /// Over the window, the stage's threads' seconds on a core and seconds runnable but waiting for one (nil when
+    /// its process could not be read): on a host the stages share with the broker, the processing p99 is mostly
+    /// such waits.
+    package var runQueue: (running: Double, waiting: Double)?
 
     package static let totalMetric = "herald_stage_latency_seconds"
     package static let processingMetric = "herald_stage_processing_seconds"
@@ -59,7 +63,9 @@ package struct HopLatency {
         + "counts once with its batch's time. total = consumption (the batch handed to the stage loop, after the "
         + "broker's fetch) to the outputs acknowledged; processing = to the outputs handed to the producer (Herald's "
         + "own work, with its Redis round trips and, at send, the provider's answers); ack wait = from there to the "
-        + "broker's last acknowledgement (producer linger, produce round trip)."
+        + "broker's last acknowledgement (producer linger, produce round trip). waited for a core = the stage's "
+        + "threads' time runnable but not running over the window (/proc/<pid>/task/*/schedstat), per second they "
+        + "ran: time the host's other processes (the broker among them) held both cores."
 
     /// The window's figures for `stage`, from scrapes taken before and after it; nil when the stage completed no
     /// record in the window.
@@ -92,19 +98,37 @@ package struct HopLatency {
     }
 
     /// The five notification stages' figures (registry carries no notifications).
-    package static func measureAll(before: StageMetrics, after: StageMetrics) -> [HopLatency] {
-        stageNames.filter { $0 != "registry" }.compactMap { measure(stage: $0, before: before, after: after) }
+    /// `runQueue` gives each stage's run-queue figures over the same window, when they were read.
+    package static func measureAll(
+        before: StageMetrics, after: StageMetrics,
+        runQueue: [String: (running: Double, waiting: Double)] = [:]
+    ) -> [HopLatency] {
+        stageNames.filter { $0 != "registry" }.compactMap { stage in
+            var hop = measure(stage: stage, before: before, after: after)
+            hop?.runQueue = runQueue[stage]
+            return hop
+        }
     }
 
     /// A Markdown table of `hops`.
     package static func markdownTable(_ hops: [HopLatency]) -> String {
-        var s = "| stage | records | total p50 / p99 ms | processing p50 / p99 ms | ack wait p50 / p99 ms |\n"
-        s += "| --- | --- | --- | --- | --- |\n"
+        var s =
+            "| stage | records | total p50 / p99 ms | processing p50 / p99 ms | ack wait p50 / p99 ms "
+            + "| waited for a core, s per CPU-s |\n"
+        s += "| --- | --- | --- | --- | --- | --- |\n"
         func f(_ q: Quantiles) -> String { String(format: "%.2f / %.2f", q.p50, q.p99) }
         for h in hops {
-            s += "| \(h.stage) | \(h.records) | \(f(h.total)) | \(f(h.processing)) | \(f(h.ackWait)) |\n"
+            s +=
+                "| \(h.stage) | \(h.records) | \(f(h.total)) | \(f(h.processing)) | \(f(h.ackWait)) "
+                + "| \(waitText(h)) |\n"
         }
         return s
+    }
+
+    /// "waiting / running" as a ratio with both figures, or "-" when the stage's process was not read.
+    static func waitText(_ h: HopLatency) -> String {
+        guard let q = h.runQueue, q.running > 0 else { return "-" }
+        return String(format: "%.2f (%.2f s of %.2f s)", q.waiting / q.running, q.waiting, q.running)
     }
 
     /// One line per stage, for the console.
@@ -115,7 +139,7 @@ package struct HopLatency {
                     format:
                         "total p50 %.2f / p99 %.2f ms; processing p50 %.2f / p99 %.2f ms; ack wait p50 %.2f / p99 %.2f ms",
                     h.total.p50, h.total.p99, h.processing.p50, h.processing.p99, h.ackWait.p50,
-                    h.ackWait.p99)
+                    h.ackWait.p99) + "; waited for a core \(waitText(h)) per CPU-s"
         }
     }
 
@@ -124,10 +148,14 @@ package struct HopLatency {
         var out: [String: Any] = [:]
         for h in hops {
             func q(_ x: Quantiles) -> [String: Double] { ["p50_ms": x.p50, "p99_ms": x.p99] }
-            out[h.stage] =
-                [
-                    "records": h.records, "total": q(h.total), "processing": q(h.processing), "ack_wait": q(h.ackWait),
-                ] as [String: Any]
+            var entry: [String: Any] = [
+                "records": h.records, "total": q(h.total), "processing": q(h.processing), "ack_wait": q(h.ackWait),
+            ]
+            if let r = h.runQueue {
+                entry["cpu_seconds"] = r.running
+                entry["waited_for_a_core_seconds"] = r.waiting
+            }
+            out[h.stage] = entry
         }
         return out
     }

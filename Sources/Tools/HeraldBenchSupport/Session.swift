@@ -25,6 +25,12 @@ package struct StackOptions: ParsableArguments {
     package var debug = false
     @Flag(name: .customLong("keep"), help: "Leave the started stack running at the end.")
     package var keep = false
+    @Option(
+        name: .customLong("broker-nice"),
+        help:
+            "Nice value of the broker the bench starts (0-19; default 0). On a host the broker shares with the stages, 19 lets a stage have a core when it needs one, as it would with the broker elsewhere."
+    )
+    package var brokerNice = 0
     package init() {}
 }
 
@@ -51,8 +57,9 @@ package final class BenchSession: @unchecked Sendable {
             )
         }
         let run = (o.runDir ?? repo + "/run/bench-\(getpid())") + runSuffix
-        let control = StackControl(
-            repo: repo, run: run, environment: StackControl.portEnvironment(redisCluster: redisCluster))
+        var environment = StackControl.portEnvironment(redisCluster: redisCluster)
+        if o.brokerNice != 0 { environment["HERALD_TANSU_NICE"] = String(min(max(o.brokerNice, 0), 19)) }
+        let control = StackControl(repo: repo, run: run, environment: environment)
         log(
             "starting the stack in \(run) (ports: \(control.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))"
         )
@@ -100,6 +107,8 @@ package final class LoadDriver: @unchecked Sendable {
     /// The stages' metrics once the warm-up is over (`ledger.latencyFrom`): where the time per hop is measured from
     /// (`metricsBefore` without a warm-up).
     package var hopBaseline: StageMetrics?
+    /// Each stage's threads' run-queue figures when `hopBaseline` was taken (or at the start), by stage.
+    package var runQueueBaseline: [String: RunQueueSample] = [:]
     /// Redis once the users' state is loaded (nil when it could not be read).
     package var redisBefore: RedisSnapshot?
     package var predictedSuppressed: [String: Int] = [:]
@@ -206,6 +215,26 @@ package final class LoadDriver: @unchecked Sendable {
         ledger.ingest(tail.poll())
     }
 
+    /// The stages' threads' run-queue figures now, by stage.
+    func stageRunQueues() -> [String: RunQueueSample] {
+        var out: [String: RunQueueSample] = [:]
+        for stage in stageNames {
+            if let pid = session.info.pid(stage) { out[stage] = RunQueueSample(pid: pid) }
+        }
+        return out
+    }
+
+    /// Each stage's seconds running and waiting for a core since `baseline` (stages restarted since are left out).
+    func runQueueSince(_ baseline: [String: RunQueueSample]) -> [String: (running: Double, waiting: Double)] {
+        var out: [String: (running: Double, waiting: Double)] = [:]
+        for (stage, now) in stageRunQueues() {
+            guard let before = baseline[stage], !Set(before.running.keys).isDisjoint(with: now.running.keys)
+            else { continue }
+            out[stage] = now.since(before)
+        }
+        return out
+    }
+
     package func printProgress(start: Double, lastDelivered: inout Int, lastT: inout Double) {
         let t = monotonicSeconds() - start
         let m = StageMetrics.scrape(session.info)
@@ -226,6 +255,7 @@ package final class LoadDriver: @unchecked Sendable {
 
     package func run(mode: Mode, mixed: Double?, drainTimeout: Double) async throws -> Result {
         procs.sample()
+        runQueueBaseline = stageRunQueues()
         let start = monotonicSeconds()
         var lastDelivered = 0, lastT = 0.0
         var nextProgress = 1.0
@@ -236,6 +266,7 @@ package final class LoadDriver: @unchecked Sendable {
             let t = monotonicSeconds() - start
             if hopBaseline == nil, ledger.latencyFrom > 0, nowMillis() >= ledger.latencyFrom {
                 hopBaseline = StageMetrics.scrape(session.info)
+                runQueueBaseline = stageRunQueues()
             }
             if t >= nextProgress {
                 await publisher.retryFailures()
@@ -391,7 +422,8 @@ package final class LoadDriver: @unchecked Sendable {
             overall: Percentiles(ledger.overall), perKind: perKind, driveSeconds: driveSeconds,
             deliverySeconds: deliverySeconds, deliveredPerSecond: Double(ledger.delivered) / deliverySeconds,
             cpu: cpu, peakRSSKB: rss, series: series, progress: progress, loadSeconds: loadSeconds, redis: nil,
-            hops: HopLatency.measureAll(before: hopBaseline ?? metricsBefore, after: after))
+            hops: HopLatency.measureAll(
+                before: hopBaseline ?? metricsBefore, after: after, runQueue: runQueueSince(runQueueBaseline)))
         result.explainDropped = explainDropped
         return result
     }

@@ -381,6 +381,37 @@ package func procSample(_ pid: Int32) -> ProcSample? {
     return ProcSample(cpuSeconds: (ut + st) / clockTicks, rssKB: rss, hwmKB: hwm)
 }
 
+/// A process's time on a core and its time runnable but waiting for one, summed over its threads
+/// (`/proc/<pid>/task/*/schedstat`: nanoseconds running, nanoseconds waiting on a run queue). Threads that exited
+/// between two samples are left out of both sides.
+package struct RunQueueSample {
+    package var running: [Int32: Double] = [:]
+    package var waiting: [Int32: Double] = [:]
+
+    package init(pid: Int32) {
+        let dir = "/proc/\(pid)/task"
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
+            guard let tid = Int32(name),
+                let line = try? String(contentsOfFile: "\(dir)/\(name)/schedstat", encoding: .utf8)
+            else { continue }
+            let fields = line.split(separator: " ")
+            guard fields.count >= 2, let run = Double(fields[0]), let wait = Double(fields[1]) else { continue }
+            running[tid] = run / 1e9
+            waiting[tid] = wait / 1e9
+        }
+    }
+
+    /// Seconds running and seconds waiting for a core since `earlier` (threads started since count from zero).
+    package func since(_ earlier: RunQueueSample) -> (running: Double, waiting: Double) {
+        var run = 0.0, wait = 0.0
+        for (tid, r) in running {
+            run += r - (earlier.running[tid] ?? 0)
+            wait += (waiting[tid] ?? 0) - (earlier.waiting[tid] ?? 0)
+        }
+        return (max(0, run), max(0, wait))
+    }
+}
+
 /// CPU seconds used between two samples of every component, plus their peak RSS; restarts of a
 /// component are handled by accumulating per pid.
 package final class ProcessAccounting {
