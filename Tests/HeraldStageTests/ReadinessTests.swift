@@ -2,6 +2,7 @@ import Foundation
 import HeraldStage
 import HeraldTestSupport
 import Prometheus
+import Synchronization
 import Testing
 
 @Suite("Readiness checks: probe timeouts")
@@ -58,5 +59,74 @@ struct ReadinessTests {
         #expect(report.checks == ["up": true, "down": false])
         // Answered probes do not wait out their timeouts.
         #expect(ContinuousClock.now - started < .seconds(30))
+    }
+
+    /// A probe whose answers and pauses the test sets, counting its runs.
+    final class ScriptedProbe: Sendable {
+        private let state = Mutex((runs: 0, answer: true, gate: Gate?.none))
+
+        var runs: Int { state.withLock { $0.runs } }
+
+        func next(answer: Bool, gate: Gate?) { state.withLock { $0.answer = answer; $0.gate = gate } }
+
+        func run() async -> Bool {
+            let (answer, gate) = state.withLock { s -> (Bool, Gate?) in
+                s.runs += 1
+                return (s.answer, s.gate)
+            }
+            await gate?.wait()
+            return answer
+        }
+    }
+
+    @Test("a fresh answer comes from the cache: one probe run for many requests")
+    func cachedWhileFresh() async {
+        let probe = ScriptedProbe()
+        let cached = CachedProbe(maxAge: .seconds(3600)) { await probe.run() }
+        for _ in 0..<5 { #expect(await cached.isUp()) }
+        #expect(probe.runs == 1)
+    }
+
+    @Test("a stale answer is refreshed by one run; while that run is slow requests get the last answer, then its own")
+    func slowRefreshAnswersWithTheLastAnswer() async throws {
+        let probe = ScriptedProbe()
+        let cached = CachedProbe(maxAge: .zero, grace: .milliseconds(10), patience: .seconds(3600)) {
+            await probe.run()
+        }
+        #expect(await cached.isUp())  // the first answer is waited for
+        let gate = Gate()
+        // Opened long after, so a request that waits for the run fails below instead of hanging the test.
+        let release = Task {
+            try? await Task.sleep(for: .seconds(60))
+            gate.open()
+        }
+        defer { release.cancel(); gate.open() }
+        probe.next(answer: false, gate: gate)
+        // The refresh cannot finish while the gate is shut: these requests take the last answer, sharing one run.
+        #expect(await cached.isUp())
+        #expect(await cached.isUp())
+        #expect(probe.runs == 2)
+        gate.open()
+        // Once the run is over its answer is the one given (the probes after it answer the same).
+        var answer = true
+        for _ in 0..<10_000 where answer {
+            answer = await cached.isUp()
+            if answer { try await Task.sleep(for: .milliseconds(5)) }
+        }
+        #expect(answer == false)
+    }
+
+    @Test("a refresh running past its patience is waited for, so a hung dependency fails the readiness timeout")
+    func hungRefreshFailsTheCheck() async {
+        let probe = ScriptedProbe()
+        let cached = CachedProbe(maxAge: .zero, grace: .milliseconds(10), patience: .zero) { await probe.run() }
+        #expect(await cached.isUp())
+        let gate = Gate()
+        defer { gate.open() }
+        probe.next(answer: true, gate: gate)
+        let readiness = ReadinessChecks()
+        readiness.register("redis", timeout: .milliseconds(200)) { await cached.isUp() }
+        let report = await readiness.evaluate()
+        #expect(report.checks == ["redis": false])
     }
 }

@@ -87,12 +87,13 @@ public final class ReadinessChecks: Sendable {
     /// cancellation (a Redis PING waits on the connection's own thread) keeps running in a task of its own, is
     /// cancelled, and its late answer is dropped. A task group would not do: it waits for every child before it
     /// returns, so the timeout would only be as good as the probe's cooperation.
-    static func withTimeout(_ timeout: Duration, _ probe: @escaping Probe) async -> Bool {
+    /// `otherwise` is the answer once `timeout` has passed (false: a probe that does not answer in time fails).
+    static func withTimeout(_ timeout: Duration, otherwise: Bool = false, _ probe: @escaping Probe) async -> Bool {
         let answer = FirstAnswer()
         let probing = Task { answer.resolve(await probe()) }
         let timer = Task {
             try? await Task.sleep(for: timeout)
-            answer.resolve(false)
+            answer.resolve(otherwise)
         }
         let passed = await answer.value()
         probing.cancel()
@@ -132,50 +133,78 @@ private final class FirstAnswer: Sendable {
     }
 }
 
-/// A readiness probe answered from a cache: the probe runs at most once per `maxAge`, and scrapes that arrive
-/// while it runs wait for that one run instead of starting their own. `/readyz` and `/metrics` then cost the
-/// dependency nothing per request, however often they are scraped.
+/// A readiness probe answered from a cache: the probe runs at most once per `maxAge`, and requests that arrive
+/// while it runs share that run instead of starting their own. `/readyz` and `/metrics` then cost the dependency
+/// nothing per request, however often they are scraped.
+///
+/// A request never waits long for a refresh: once the answer is older than `maxAge`, a request starts a new run and
+/// waits for it at most `grace`; a slower run (a broker probe makes a client, connects and asks for metadata: up to
+/// a second on a busy host) leaves the request with the last answer, and the next request gets the new one. A run
+/// still going after `patience` (`maxAge` by default) is waited for again, so a dependency that hangs fails the
+/// caller's timeout.
 public final class CachedProbe: Sendable {
     private struct State: Sendable {
         var last: (at: ContinuousClock.Instant, up: Bool)?
-        var running: Task<Bool, Never>?
+        var running: (since: ContinuousClock.Instant, task: Task<Bool, Never>)?
     }
 
     public let maxAge: Duration
+    public let grace: Duration
+    public let patience: Duration
     private let probe: ReadinessChecks.Probe
     private let state = Mutex(State())
 
     /// The interval of Herald's own cached probes (`kafka`, `redis`).
     public static let defaultMaxAge = Duration.seconds(5)
+    /// How long a request waits for a refresh before it takes the last answer.
+    public static let defaultGrace = Duration.milliseconds(50)
 
-    public init(maxAge: Duration = defaultMaxAge, probe: @escaping ReadinessChecks.Probe) {
+    public init(
+        maxAge: Duration = defaultMaxAge, grace: Duration = defaultGrace, patience: Duration? = nil,
+        probe: @escaping ReadinessChecks.Probe
+    ) {
         self.maxAge = maxAge
+        self.grace = grace
+        self.patience = patience ?? maxAge
         self.probe = probe
     }
 
-    /// The last answer while it is younger than `maxAge`, else a fresh one.
+    /// The last answer while it is younger than `maxAge`; else a fresh one, or the last one when the fresh one takes
+    /// longer than `grace`.
     public func isUp() async -> Bool {
         enum Next {
             case cached(Bool)
             case wait(Task<Bool, Never>)
+            case waitBriefly(Task<Bool, Never>, otherwise: Bool)
         }
         let next = state.withLock { s -> Next in
-            if let last = s.last, ContinuousClock.now - last.at < maxAge { return .cached(last.up) }
-            if let running = s.running { return .wait(running) }
-            let run = Task { [self] in
-                let up = await self.probe()
-                self.state.withLock {
-                    $0.last = (ContinuousClock.now, up)
-                    $0.running = nil
-                }
-                return up
+            let now = ContinuousClock.now
+            if let last = s.last, now - last.at < maxAge { return .cached(last.up) }
+            let run: (since: ContinuousClock.Instant, task: Task<Bool, Never>)
+            if let running = s.running {
+                run = running
+            } else {
+                run = (
+                    now,
+                    Task { [self] in
+                        let up = await self.probe()
+                        self.state.withLock {
+                            $0.last = (ContinuousClock.now, up)
+                            $0.running = nil
+                        }
+                        return up
+                    }
+                )
+                s.running = run
             }
-            s.running = run
-            return .wait(run)
+            guard let last = s.last, now - run.since < patience else { return .wait(run.task) }
+            return .waitBriefly(run.task, otherwise: last.up)
         }
         switch next {
         case .cached(let up): return up
         case .wait(let run): return await run.value
+        case .waitBriefly(let run, let otherwise):
+            return await ReadinessChecks.withTimeout(grace, otherwise: otherwise) { await run.value }
         }
     }
 }
