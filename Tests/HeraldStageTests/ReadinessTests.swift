@@ -67,7 +67,11 @@ struct ReadinessTests {
 
         var runs: Int { state.withLock { $0.runs } }
 
-        func next(answer: Bool, gate: Gate?) { state.withLock { $0.answer = answer; $0.gate = gate } }
+        func next(answer: Bool, gate: Gate?) {
+            state.withLock {
+                $0.answer = answer; $0.gate = gate
+            }
+        }
 
         func run() async -> Bool {
             let (answer, gate) = state.withLock { s -> (Bool, Gate?) in
