@@ -139,7 +139,7 @@ package struct HopLatency {
                     format:
                         "total p50 %.2f / p99 %.2f ms; processing p50 %.2f / p99 %.2f ms; ack wait p50 %.2f / p99 %.2f ms",
                     h.total.p50, h.total.p99, h.processing.p50, h.processing.p99, h.ackWait.p50,
-                    h.ackWait.p99) + "; waited for a core \(waitText(h)) per CPU-s"
+                    h.ackWait.p99) + (h.runQueue == nil ? "" : "; waited for a core \(waitText(h)) per CPU-s")
         }
     }
 
