@@ -116,12 +116,10 @@ struct HopLatencyTests {
     @Test("run-queue figures count each thread's growth; a thread started since counts from zero, one gone is left out")
     func runQueueDifference() {
         var earlier = RunQueueSample(pid: -1)
-        #expect(earlier.running.isEmpty)
-        earlier.running = [1: 2.0, 2: 5.0]
-        earlier.waiting = [1: 1.0, 2: 4.0]
+        #expect(earlier.threads.isEmpty)
+        earlier.threads = [1: (2.0, 1.0), 2: (5.0, 4.0)]
         var now = RunQueueSample(pid: -1)
-        now.running = [1: 2.5, 3: 0.25]  // thread 2 exited, thread 3 started
-        now.waiting = [1: 1.75, 3: 0.5]
+        now.threads = [1: (2.5, 1.75), 3: (0.25, 0.5)]  // thread 2 exited, thread 3 started
         let d = now.since(earlier)
         #expect(d.running == 0.75)
         #expect(d.waiting == 1.25)
@@ -130,7 +128,7 @@ struct HopLatencyTests {
     @Test("this process's threads' time on a core grows while one of them works")
     func runQueueOfThisProcess() {
         let start = RunQueueSample(pid: getpid())
-        #expect(!start.running.isEmpty)
+        #expect(!start.threads.isEmpty)
         var spun = 0.0
         var x: UInt64 = 1
         // Work until the kernel's account shows 20 ms more on a core; the rounds allowed hold seconds of work.

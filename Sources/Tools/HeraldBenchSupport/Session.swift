@@ -228,8 +228,7 @@ package final class LoadDriver: @unchecked Sendable {
     func runQueueSince(_ baseline: [String: RunQueueSample]) -> [String: (running: Double, waiting: Double)] {
         var out: [String: (running: Double, waiting: Double)] = [:]
         for (stage, now) in stageRunQueues() {
-            guard let before = baseline[stage], !Set(before.running.keys).isDisjoint(with: now.running.keys)
-            else { continue }
+            guard let before = baseline[stage], before.pid == now.pid else { continue }
             out[stage] = now.since(before)
         }
         return out

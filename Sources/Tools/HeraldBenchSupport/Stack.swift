@@ -381,14 +381,15 @@ package func procSample(_ pid: Int32) -> ProcSample? {
     return ProcSample(cpuSeconds: (ut + st) / clockTicks, rssKB: rss, hwmKB: hwm)
 }
 
-/// A process's time on a core and its time runnable but waiting for one, summed over its threads
+/// A process's time on a core and its time runnable but waiting for one, per thread
 /// (`/proc/<pid>/task/*/schedstat`: nanoseconds running, nanoseconds waiting on a run queue). Threads that exited
 /// between two samples are left out of both sides.
 package struct RunQueueSample {
-    package var running: [Int32: Double] = [:]
-    package var waiting: [Int32: Double] = [:]
+    package let pid: Int32
+    package var threads: [Int32: (running: Double, waiting: Double)] = [:]
 
     package init(pid: Int32) {
+        self.pid = pid
         let dir = "/proc/\(pid)/task"
         for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
             guard let tid = Int32(name),
@@ -396,17 +397,17 @@ package struct RunQueueSample {
             else { continue }
             let fields = line.split(separator: " ")
             guard fields.count >= 2, let run = Double(fields[0]), let wait = Double(fields[1]) else { continue }
-            running[tid] = run / 1e9
-            waiting[tid] = wait / 1e9
+            threads[tid] = (run / 1e9, wait / 1e9)
         }
     }
 
     /// Seconds running and seconds waiting for a core since `earlier` (threads started since count from zero).
     package func since(_ earlier: RunQueueSample) -> (running: Double, waiting: Double) {
         var run = 0.0, wait = 0.0
-        for (tid, r) in running {
-            run += r - (earlier.running[tid] ?? 0)
-            wait += (waiting[tid] ?? 0) - (earlier.waiting[tid] ?? 0)
+        for (tid, now) in threads {
+            let before = earlier.threads[tid] ?? (0, 0)
+            run += now.running - before.running
+            wait += now.waiting - before.waiting
         }
         return (max(0, run), max(0, wait))
     }
