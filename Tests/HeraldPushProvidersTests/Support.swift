@@ -206,6 +206,9 @@ final class FreezingProxy: @unchecked Sendable {
         port = Int(UInt16(bigEndian: addr.sin_port))
         listener = fd
         Thread { [self] in
+            // The listener is closed here, by its only user, once `stop` has shut it down: closed in `stop`, its
+            // number could be reused by another socket of the test process while this loop still accepts on it.
+            defer { close(fd) }
             while true {
                 let client = accept(fd, nil, nil)
                 if client < 0 { return }
@@ -223,8 +226,12 @@ final class FreezingProxy: @unchecked Sendable {
                 let index = lock.withLock {
                     accepted += 1; return accepted
                 }
+                let pair = SocketPair(client, upstream)
                 for (from, to) in [(client, upstream), (upstream, client)] {
-                    Thread { [self] in self.pump(from: from, to: to, index: index) }.start()
+                    Thread { [self] in
+                        self.pump(from: from, to: to, index: index)
+                        pair.release()
+                    }.start()
                 }
             }
         }.start()
@@ -256,13 +263,30 @@ final class FreezingProxy: @unchecked Sendable {
         let wasClosed = lock.withLock {
             let c = closed; closed = true; return c
         }
-        if !wasClosed {
-            shutdown(listener, Int32(SHUT_RDWR))
-            close(listener)
-        }
+        if !wasClosed { shutdown(listener, Int32(SHUT_RDWR)) }
     }
 
     deinit { stop() }
+}
+
+/// A relayed connection's two sockets, closed together once both directions' pumps have ended.
+private final class SocketPair: @unchecked Sendable {
+    // @unchecked Sendable: `pumping` is guarded by `lock`.
+    private let lock = NSLock()
+    private let sockets: (Int32, Int32)
+    private var pumping = 2
+
+    init(_ a: Int32, _ b: Int32) { sockets = (a, b) }
+
+    func release() {
+        let last = lock.withLock {
+            pumping -= 1
+            return pumping == 0
+        }
+        guard last else { return }
+        close(sockets.0)
+        close(sockets.1)
+    }
 }
 
 final class TestCount: @unchecked Sendable {

@@ -30,6 +30,15 @@ struct HTTPLimitsTests {
         return Double(line.dropFirst(prefix.count)) ?? 0
     }
 
+    /// How many of these client sockets the other end has closed or reset (for a failure's message).
+    static func endedByPeer(_ fds: [Int32]) -> Int {
+        let peerHungUp: Int16 = 0x2000  // Linux's POLLRDHUP, which Glibc exports only under _GNU_SOURCE
+        let ended: Int16 = peerHungUp | Int16(POLLHUP) | Int16(POLLERR)
+        var polled = fds.map { pollfd(fd: $0, events: peerHungUp, revents: 0) }
+        _ = poll(&polled, nfds_t(polled.count), 0)
+        return polled.filter { $0.revents & ended != 0 }.count
+    }
+
     @Test(
         "a client that stalls half-way through its request head is disconnected at the read timeout; others are served")
     func stalledHeadIsDisconnected() async throws {
@@ -87,9 +96,11 @@ struct HTTPLimitsTests {
                 }
             }
             let opened = (batch + 1) * 100
-            try await waitUntil("the server holds \(opened) of the 1,000 connections", timeout: .seconds(120)) {
-                server.openConnections >= opened
-            }
+            try await waitUntil(
+                "the server holds \(opened) of the 1,000 connections (it holds \(server.openConnections); "
+                    + "\(Self.endedByPeer(stalled)) of the \(stalled.count) client sockets were ended by their peer)",
+                timeout: .seconds(120)
+            ) { server.openConnections >= opened }
         }
         let started = ContinuousClock.now
         let answer = try await RawHTTP.get(port: server.port, path: "/healthz")

@@ -205,19 +205,21 @@ public final class MockProvidersServer: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
         }
         port = Int(UInt16(bigEndian: addr.sin_port))
-        listenFD = fd
-        let t = Thread { [self] in acceptLoop() }
+        lock.withLock { listenFD = fd }
+        let t = Thread { [self] in acceptLoop(fd) }
         t.name = "mock-providers-accept"
         t.start()
     }
 
+    /// Stops accepting and ends every open connection. Descriptors are only shut down here, under the lock; the
+    /// threads that own them close them. Closing one here could let its number be reused by another socket of the
+    /// process before the owner's last call on it, which would then act on a stranger's connection.
     public func stop() {
-        let fds = lock.withLock { () -> [Int32] in
+        lock.withLock {
             stopped = true
-            return Array(openFDs)
+            if listenFD >= 0 { shutdown(listenFD, Int32(SHUT_RDWR)) }
+            for fd in openFDs { shutdown(fd, Int32(SHUT_RDWR)) }
         }
-        if listenFD >= 0 { shutdown(listenFD, Int32(SHUT_RDWR)); close(listenFD); listenFD = -1 }
-        for fd in fds { shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
     // MARK: Control (tests)
@@ -268,9 +270,13 @@ public final class MockProvidersServer: @unchecked Sendable {
 
     // MARK: Connections
 
-    private func acceptLoop() {
+    private func acceptLoop(_ listener: Int32) {
+        defer {
+            lock.withLock { listenFD = -1 }
+            close(listener)
+        }
         while true {
-            let fd = accept(listenFD, nil, nil)
+            let fd = accept(listener, nil, nil)
             if fd < 0 {
                 if errno == EINTR { continue }
                 return
@@ -286,8 +292,10 @@ public final class MockProvidersServer: @unchecked Sendable {
             if !ok { close(fd); return }
             let t = Thread { [self] in
                 serve(fd)
-                lock.withLock { _ = openFDs.remove(fd) }
-                close(fd)
+                lock.withLock {
+                    _ = openFDs.remove(fd)
+                    close(fd)
+                }
             }
             t.name = "mock-providers-conn"
             t.start()
