@@ -13,7 +13,7 @@ RUN swift build -c release && mkdir /out && cp $(swift build -c release --show-b
 
 FROM debian:bookworm-slim
 # curl: the compose healthchecks; openssl: the compose `keys` step (throwaway stand-in credentials).
-RUN apt-get update && apt-get install -y --no-install-recommends libnghttp2-14 libssl3 libcurl4 \
+RUN apt-get update && apt-get install -y --no-install-recommends libnghttp2-14 libssl3 libcurl4 libjemalloc2 \
       zlib1g libzstd1 liblz4-1 libsasl2-2 tzdata ca-certificates curl openssl && rm -rf /var/lib/apt/lists/*
 # librdkafka and hiredis with TLS: built from Debian 13's source by scripts/setup.sh into /usr/local.
 COPY --from=build /usr/local/lib/librdkafka.so* /usr/local/lib/libhiredis*.so* /usr/local/lib/

@@ -141,7 +141,10 @@ let package = Package(
                 "HeraldHTTP",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ], path: "Sources/Stages/herald-send"),
+            ], path: "Sources/Stages/herald-send",
+            // jemalloc instead of glibc's malloc: send frees on Swift's threads what its provider clients' I/O
+            // threads allocated (answers, completions), which glibc serves through locked arenas. docs/performance.md.
+            linkerSettings: [.linkedLibrary("jemalloc")]),
         .executableTarget(
             name: "herald-registry",
             dependencies: [

@@ -11,7 +11,7 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
-APT_PACKAGES=(libnghttp2-dev libssl-dev libcurl4-openssl-dev redis-server
+APT_PACKAGES=(libnghttp2-dev libssl-dev libcurl4-openssl-dev libjemalloc-dev redis-server
   kcat nghttp2-client nghttp2-server pkg-config zlib1g-dev libzstd-dev liblz4-dev
   libsasl2-dev tzdata python3-venv hyperfine time openssl curl)
 
