@@ -7,7 +7,9 @@ import Testing
 /// `/readyz`'s broker check connects the way the stage's own clients do.
 @Suite("Broker readiness check")
 struct BrokerProbeTests {
-    @Test("the broker check uses the stage clients' librdkafka properties: a stage set for TLS is not ready against a plaintext broker")
+    @Test(
+        "the broker check uses the stage clients' librdkafka properties: a stage set for TLS is not ready against a plaintext broker"
+    )
     func brokerProbeConnectsAsTheClientsDo() async throws {
         let broker = try await TansuBroker.start()
         defer { broker.stop() }
