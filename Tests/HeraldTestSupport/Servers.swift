@@ -74,6 +74,21 @@ public final class TansuBroker: Sendable {
     /// SIGKILL: the storage is in memory, so nothing is lost that a test needs.
     public func stop() { process.killNow() }
 
+    /// Starts the stopped broker again on the same port (empty: its storage is in memory), on a thread of its own;
+    /// returns once it accepts connections.
+    public func restart() async throws {
+        try await offPool {
+            try self.process.start()
+            guard
+                eventuallyBlocking(
+                    timeout: .seconds(60), { !self.process.isRunning || portAcceptsConnections(self.port) }),
+                self.process.isRunning
+            else {
+                throw TestSupportError("Tansu did not start again on port \(self.port): \(self.process.logTail(5))")
+            }
+        }
+    }
+
     deinit { process.killNow() }
 }
 

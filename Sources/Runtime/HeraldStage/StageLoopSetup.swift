@@ -164,7 +164,7 @@ public struct StageSetup: Sendable {
         }
         configuration.client.threadNice = threadNice(lane: lane)
         let consumer = try KafkaConsumer(configuration: configuration, logger: logger)
-        let probe = BrokerProbe(client: configuration.client)
+        let probe = BrokerProbe(client: configuration.client, logger: logger)
         context.readiness.register("kafka", timeout: .seconds(3)) { await probe.isUp() }
         // Ready once the group was joined: a record published before that waits for the join (seconds).
         context.readiness.register(lane.map { "kafka_group_\($0)" } ?? "kafka_group") { consumer.hasJoinedGroup }
@@ -412,18 +412,20 @@ public struct StageLane: Sendable {
     }
 }
 
-/// `/readyz`'s broker check: a metadata request, cached for 5 s (`CachedProbe`). It connects as the stage's own
-/// clients do (`client`: their brokers, client id and librdkafka properties, so TLS and SASL settings too): a
-/// check that connected otherwise would fail against a secured cluster the stage itself reaches.
+/// `/readyz`'s broker check: a metadata request for the brokers, cached for 5 s (`CachedProbe`), over one client
+/// kept for the stage's life (`KafkaClusterCheck`). It connects as the stage's own clients do (`client`: their
+/// brokers, client id and librdkafka properties, so TLS and SASL settings too): a check that connected otherwise
+/// would fail against a secured cluster the stage itself reaches.
 final class BrokerProbe: Sendable {
     private let cached: CachedProbe
+    let check: KafkaClusterCheck
 
-    init(client: KafkaClientConfiguration) {
-        cached = CachedProbe {
-            var configuration = KafkaAdminConfiguration(client: client)
-            configuration.requestTimeout = .seconds(2)
-            return (try? await KafkaAdmin.partitionCounts([], configuration: configuration)) != nil
-        }
+    init(client: KafkaClientConfiguration, logger: Logger = Logger(label: "herald.kafka.check")) {
+        var configuration = KafkaAdminConfiguration(client: client)
+        configuration.requestTimeout = .seconds(2)
+        let check = KafkaClusterCheck(configuration: configuration, logger: logger)
+        self.check = check
+        cached = CachedProbe { await check.answers() }
     }
 
     func isUp() async -> Bool { await cached.isUp() }
