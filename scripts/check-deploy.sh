@@ -3,7 +3,8 @@
 #   deploy/kubernetes   rendered with `kubectl kustomize` per overlay, validated with kubernetes-validate --strict
 #                       (core kinds) and scripts/check_deploy.py (KEDA / ServiceMonitor schemas, probes, grace
 #                       period, read-only mounts, PDBs, KEDA ceilings = partitions of the topics Job)
-#   deploy/prometheus   promtool check config / check rules / test rules, and the local stack's generated config
+#   deploy/prometheus   promtool check config / check rules / test rules, the local stack's generated config, and
+#                       every alert's runbook link (a heading of the docs)
 #   docker-compose.yml  docker-compose config, then check_deploy.py compose
 #   deploy/grafana      dashboard structure; the metric names it queries are checked against a running stack by
 #                       Tests/EndToEndTests/DeployMetricsTests.swift
@@ -85,6 +86,10 @@ mkdir -p "$tmp/rules/tests"
 sed 's/> 0.05$/> 0.5/' deploy/prometheus/alerts.yml >"$tmp/rules/alerts.yml"
 cp deploy/prometheus/tests/alerts.test.yml "$tmp/rules/tests/"
 refuses "promtool test rules fails on a loosened DLQ threshold" promtool test rules "$tmp/rules/tests/alerts.test.yml"
+check "every alert's runbook links a heading of the docs (check_deploy.py runbooks)" \
+  "$PY" scripts/check_deploy.py runbooks deploy/prometheus/alerts.yml
+sed 's|operations.md#heraldstagenotready|operations.md#no-such-heading|' deploy/prometheus/alerts.yml >"$tmp/rules/runbooks.yml"
+refuses "check_deploy.py rejects a runbook link to a missing heading" "$PY" scripts/check_deploy.py runbooks "$tmp/rules/runbooks.yml"
 check "scripts/local-prometheus.sh --config-only: promtool check config" \
   bash -c "bash scripts/local-prometheus.sh --config-only '$tmp/local-prom' >/dev/null && promtool check config '$tmp/local-prom/prometheus.yml'"
 

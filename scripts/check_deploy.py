@@ -362,6 +362,40 @@ def check_dashboard(path):
             problem(f"dashboard: no panel about {topic}")
 
 
+def heading_anchors(path):
+    """The anchors GitHub gives a Markdown file's headings: lower case, punctuation but hyphens dropped, spaces
+    turned into hyphens, a repeated one numbered."""
+    anchors, seen = set(), {}
+    for line in open(path):
+        m = re.match(r"#{1,6}\s+(.*?)\s*$", line)
+        if not m:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+        anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def check_runbooks(rules):
+    """Each alert's runbook annotation names a file of the repository and a heading in it."""
+    import os
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    for group in yaml.safe_load(open(rules))["groups"]:
+        for rule in group["rules"]:
+            if "alert" not in rule:
+                continue
+            link = (rule.get("annotations") or {}).get("runbook")
+            if not link:
+                problem(f"{rule['alert']}: no runbook annotation")
+                continue
+            path, _, anchor = link.partition("#")
+            full = os.path.join(root, path)
+            if not os.path.isfile(full):
+                problem(f"{rule['alert']}: runbook {link}: no file {path}")
+            elif anchor and anchor not in heading_anchors(full):
+                problem(f"{rule['alert']}: runbook {link}: {path} has no heading #{anchor}")
+
+
 def check_dockerfile(dockerfile, setup):
     stages, current = [], None
     for line in re.sub(r"\\\n\s*", " ", open(dockerfile).read()).splitlines():
@@ -399,7 +433,8 @@ def check_dockerfile(dockerfile, setup):
 
 if __name__ == "__main__":
     what, args = sys.argv[1], sys.argv[2:]
-    {"kube": check_kube, "compose": check_compose, "dashboard": check_dashboard, "dockerfile": check_dockerfile}[what](*args)
+    {"kube": check_kube, "compose": check_compose, "dashboard": check_dashboard, "dockerfile": check_dockerfile,
+     "runbooks": check_runbooks}[what](*args)
     for p in problems:
         print(p)
     sys.exit(1 if problems else 0)

@@ -39,10 +39,11 @@ struct DeployMetricsTests {
     @Test("every metric the alerts and the dashboard query is exported by a running stage")
     func queriedMetricsAreExported() async throws {
         let queried = try Self.queriedMetricNames()
-        // The alerts and the dashboard cover lag, DLQ, provider answers, dead tokens, readiness and in-flight.
+        // The alerts and the dashboard cover lag, DLQ, provider answers, dead tokens, readiness, in-flight and cost.
         for expected in [
             "herald_consumer_lag", "herald_dlq_total", "herald_apns_responses_total", "herald_token_feedback_total",
             "herald_ready", "herald_in_flight", "herald_stage_latency_seconds_bucket", "herald_suppressed_total",
+            "process_cpu_seconds_total", "process_resident_memory_bytes",
         ] {
             #expect(queried.contains(expected), "\(expected) is not queried any more: update this test")
         }

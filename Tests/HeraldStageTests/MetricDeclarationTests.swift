@@ -21,6 +21,7 @@ struct MetricDeclarationTests {
             }
         }
         out.append(StageMetrics.kafkaConsumerErrorsDeclaration)
+        out += StageMetrics.processDeclarations
         return out
     }
 

@@ -234,7 +234,8 @@ public final class StageHTTPServer: Service, Sendable {
         switch path {
         case "/metrics":
             await publishReadiness()
-            let text = HeraldMetrics.emit(registry)
+            var text = HeraldMetrics.emit(registry)
+            ProcessMetrics.current()?.emit(labels: readinessLabels, into: &text)
             return Response(status: .ok, contentType: "text/plain; version=0.0.4; charset=utf-8", body: text)
         case "/healthz":
             return Response(status: .ok, contentType: "application/json", body: Array(#"{"status":"ok"}"#.utf8))

@@ -254,6 +254,12 @@ public struct StageMetrics: Sendable {
         ),
     ]
 
+    /// The process's own CPU, memory and descriptors (`ProcessMetrics`), written at each scrape (listed last in the
+    /// docs table).
+    public static let processDeclarations = ProcessMetrics.families.map {
+        MetricDeclaration($0.name, $0.type, labels: "stage", $0.meaning)
+    }
+
     /// The stage's Kafka consumer's own counter, recorded inside HeraldKafka (listed after the provider clients'
     /// families in the docs table).
     public static let kafkaConsumerErrorsDeclaration = MetricDeclaration(
