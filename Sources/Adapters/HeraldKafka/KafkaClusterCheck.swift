@@ -43,6 +43,7 @@ public final class KafkaClusterCheck: Sendable {
 
     /// How many clients the check has made (one while its settings are valid).
     public var clientsMade: Int { made.withLock { $0 } }
+
     private func check() -> Bool {
         let handle: RdKafkaHandle
         if let existing = client.withLock({ $0 }) {
