@@ -1,5 +1,4 @@
 import CRdKafka
-import DequeModule
 import Foundation
 import Logging
 import Metrics
@@ -153,7 +152,7 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     private struct State {
-        var buffer: Deque<ConsumerRecord> = []
+        var buffer: [ConsumerRecord] = []
         var waiter: Waiter?
         var epochs: [TopicPartition: UInt64] = [:]
         var trackers: [TopicPartition: Tracked] = [:]
@@ -395,13 +394,14 @@ final class ConsumerCore: @unchecked Sendable {
 
     // MARK: The poll thread
 
-    /// The first `n` buffered records, moved out of the buffer (not copied: a copy of a record retains its topic,
-    /// key, value and headers, and the buffer's destroying it releases them again).
-    private static func take(_ buffer: inout Deque<ConsumerRecord>, _ n: Int) -> [ConsumerRecord] {
+    private static func take(_ buffer: inout [ConsumerRecord], _ n: Int) -> [ConsumerRecord] {
         let count = min(n, buffer.count)
-        var batch: [ConsumerRecord] = []
-        batch.reserveCapacity(count)
-        for _ in 0..<count { batch.append(buffer.removeFirst()) }
+        if count == buffer.count {
+            defer { buffer = [] }
+            return buffer
+        }
+        let batch = Array(buffer.prefix(count))
+        buffer.removeFirst(count)
         return batch
     }
 

@@ -373,23 +373,18 @@ public final class StageLoop: Service, Sendable {
         }
         let acknowledged = ContinuousClock.now
 
-        // Complete what is done; record what happened. Usually that is the whole batch, which is then completed as
-        // it is, without copying its records into a new array.
-        var completed: [Int] = []
+        // Complete what is done; record what happened.
+        var completed: [ConsumerRecord] = []
         completed.reserveCapacity(batch.count)
         var tally = Tally()
         var explainEntries: [ExplainEntry] = []
         for index in prepared.results.indices {
-            if prepared.results[index].handBack || (!failedOwners.isEmpty && failedOwners.contains(index)) { continue }
-            completed.append(index)
+            if prepared.results[index].handBack || failedOwners.contains(index) { continue }
+            completed.append(batch[index])
             tally.add(prepared.results[index], input: batch[index], stage: processor.stage, logger: logger)
             explainEntries += prepared.results[index].explain
         }
-        if completed.count == batch.count {
-            consumer.complete(batch)
-        } else {
-            consumer.complete(completed.map { batch[$0] })
-        }
+        consumer.complete(completed)
         let left = state.withLock { s -> Int in
             s.inFlight -= batch.count
             return s.inFlight
