@@ -1,7 +1,8 @@
 import Foundation
-import HeraldStage
 import Prometheus
 import Testing
+
+@testable import HeraldStage
 
 #if canImport(Glibc)
 import Glibc

@@ -25,9 +25,7 @@ public final class FreezingProxy: @unchecked Sendable {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var addr = loopback(port: 0)
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         let ok = withUnsafeMutablePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
@@ -45,10 +43,7 @@ public final class FreezingProxy: @unchecked Sendable {
                 let client = accept(fd, nil, nil)
                 if client < 0 { return }
                 let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-                var up = sockaddr_in()
-                up.sin_family = sa_family_t(AF_INET)
-                up.sin_addr.s_addr = inet_addr("127.0.0.1")
-                up.sin_port = UInt16(upstreamPort).bigEndian
+                var up = loopback(port: upstreamPort)
                 let rc = withUnsafeMutablePointer(to: &up) {
                     $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                         connect(upstream, $0, socklen_t(MemoryLayout<sockaddr_in>.size))

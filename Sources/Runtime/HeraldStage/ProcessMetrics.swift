@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 #if canImport(Glibc)
 import Glibc
@@ -20,18 +21,6 @@ public struct ProcessMetrics: Sendable, Equatable {
     /// The soft limit on open file descriptors.
     public var maxFileDescriptors: Int
 
-    public init(
-        cpuSeconds: Double, residentBytes: Int, virtualBytes: Int, startTimeSeconds: Double, openFileDescriptors: Int,
-        maxFileDescriptors: Int
-    ) {
-        self.cpuSeconds = cpuSeconds
-        self.residentBytes = residentBytes
-        self.virtualBytes = virtualBytes
-        self.startTimeSeconds = startTimeSeconds
-        self.openFileDescriptors = openFileDescriptors
-        self.maxFileDescriptors = maxFileDescriptors
-    }
-
     /// The families, in the order they are written: name, type, and the docs table's meaning.
     public static let families: [(name: String, type: String, meaning: String)] = [
         ("process_cpu_seconds_total", "counter", "CPU time the process used, user and system, in seconds"),
@@ -51,21 +40,16 @@ public struct ProcessMetrics: Sendable, Equatable {
             pageSize: Int(sysconf(Int32(_SC_PAGESIZE))))
     }
 
-    /// The figures from the text of /proc/<pid>/stat (proc(5): the fields after the command name in parentheses,
-    /// which may itself hold spaces and parentheses); nil when it is not in that form.
+    /// The figures from the text of /proc/<pid>/stat (`ProcStat`); nil when it is not in that form.
     public static func parse(
         stat: String, bootTime: Double, openFileDescriptors: Int, maxFileDescriptors: Int, ticksPerSecond: Double,
         pageSize: Int
     ) -> ProcessMetrics? {
-        guard let close = stat.lastIndex(of: ")"), ticksPerSecond > 0 else { return nil }
-        // fields[0] is the state, the third field of the line: field n of proc(5) is fields[n - 3].
-        let fields = stat[stat.index(after: close)...].split(separator: " ", omittingEmptySubsequences: true)
-        func number(_ field: Int) -> Double? { fields.count > field - 3 ? Double(fields[field - 3]) : nil }
-        guard let utime = number(14), let stime = number(15), let start = number(22), let vsize = number(23),
-            let rss = number(24)
+        guard ticksPerSecond > 0, let fields = ProcStat(stat), let cpu = fields.cpuTicks,
+            let start = fields.number(22), let vsize = fields.number(23), let rss = fields.number(24)
         else { return nil }
         return ProcessMetrics(
-            cpuSeconds: (utime + stime) / ticksPerSecond, residentBytes: Int(rss) * pageSize,
+            cpuSeconds: cpu / ticksPerSecond, residentBytes: Int(rss) * pageSize,
             virtualBytes: Int(vsize), startTimeSeconds: bootTime + start / ticksPerSecond,
             openFileDescriptors: openFileDescriptors, maxFileDescriptors: maxFileDescriptors)
     }

@@ -3,6 +3,7 @@
 // process's CPU time and memory from /proc.
 import Foundation
 import Glibc
+import HeraldCore
 
 package struct BenchError: Error, CustomStringConvertible {
     package var description: String
@@ -366,11 +367,8 @@ package let clockTicks = Double(sysconf(Int32(_SC_CLK_TCK)))
 
 package func procSample(_ pid: Int32) -> ProcSample? {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-        let close = stat.lastIndex(of: ")")
+        let cpuTicks = ProcStat(stat)?.cpuTicks
     else { return nil }
-    // Fields after "(comm)": state is field 3; utime and stime are fields 14 and 15.
-    let fields = stat[stat.index(after: close)...].split(separator: " ")
-    guard fields.count > 13, let ut = Double(fields[11]), let st = Double(fields[12]) else { return nil }
     var rss = 0, hwm = 0
     if let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) {
         for line in status.split(separator: "\n") {
@@ -378,7 +376,7 @@ package func procSample(_ pid: Int32) -> ProcSample? {
             if line.hasPrefix("VmHWM:") { hwm = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0 }
         }
     }
-    return ProcSample(cpuSeconds: (ut + st) / clockTicks, rssKB: rss, hwmKB: hwm)
+    return ProcSample(cpuSeconds: cpuTicks / clockTicks, rssKB: rss, hwmKB: hwm)
 }
 
 /// A process's time on a core and its time runnable but waiting for one, per thread

@@ -327,12 +327,9 @@ final class Server {
     func cpuSeconds() -> Double {
         let pid = process.processIdentifier
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = text.lastIndex(of: ")")
+            let ticks = ProcStat(text)?.cpuTicks
         else { return 0 }
-        // Fields after the command name: state is field 3; utime and stime are fields 14 and 15.
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
     func stop() {
         let pid = process.processIdentifier
