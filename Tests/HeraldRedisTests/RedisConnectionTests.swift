@@ -186,6 +186,132 @@ struct RedisConnectionTests {
         #expect(try await redis.send("GET", "counter").int == 50)
     }
 
+    /// The same barrier as above, across callers: while one caller's BLPOP holds the connection on the server,
+    /// twenty other callers each send a command of their own. A connection that serves one call at a time would
+    /// keep them until the BLPOP is answered, so the blocked client's query buffer would stay empty; a connection
+    /// pipelined across callers has already written all twenty, and the buffer holds exactly their bytes.
+    @Test("calls made while another caller waits for its reply are written at once, not after that reply")
+    func callsArePipelinedAcrossCallers() async throws {
+        let server = try await RedisServer.start()
+        var patient = server.configuration
+        patient.commandTimeout = .seconds(120)
+        let redis = RedisConnection(configuration: patient)
+        let observer = RedisConnection(configuration: server.configuration)
+        defer { redis.close(); observer.close() }
+        _ = try await redis.send("CLIENT", "SETNAME", "shared")
+
+        async let barrier = redis.send("BLPOP", "barrier", 0)
+        try await waitUntil("the BLPOP blocks on the server") {
+            try await clientField(observer, clientName: "shared", "cmd") == "blpop"
+        }
+        let calls = (0..<20).map { RedisCommand("SET", "key:\($0)", "value-\($0)") }
+        let expectedQueued = calls.reduce(0) { $0 + $1.encodedLength }
+        let replies = Task {
+            try await withThrowingTaskGroup(of: (Int, RedisValue).self) { group in
+                for (index, call) in calls.enumerated() {
+                    group.addTask { (index, try await redis.send(call)) }
+                }
+                var out: [Int: RedisValue] = [:]
+                for try await (index, reply) in group { out[index] = reply }
+                return out
+            }
+        }
+        try await waitUntil("the other callers' commands reach the server while the BLPOP is unanswered") {
+            try await queryBufferLength(observer, clientName: "shared") == expectedQueued
+        }
+        #expect(try await commandCount(observer, "set") == 0, "nothing ran while the barrier held")
+
+        _ = try await observer.send("RPUSH", "barrier", "go")
+        #expect(try await barrier == .array([.string(Data("barrier".utf8)), .string(Data("go".utf8))]))
+        let answers = try await replies.value
+        #expect(answers.count == 20)
+        #expect(answers.values.allSatisfy { $0 == .status("OK") })
+        for index in [0, 7, 19] {
+            #expect(try await observer.send("GET", "key:\(index)") == .string(Data("value-\(index)".utf8)))
+        }
+    }
+
+    @Test("an error reply fails only its own caller's checked write; the calls pipelined around it get their replies")
+    func errorReplyStaysWithItsCall() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        _ = try await redis.send("SET", "text", "not a hash")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for caller in 0..<30 {
+                group.addTask {
+                    if caller % 3 == 0 {
+                        var batch = RedisBatch()
+                        batch.command("HSET", arguments: 3)
+                        batch.argument(caller == 15 ? "text" : "h:\(caller)")
+                        batch.argument("f")
+                        batch.argument("\(caller)")
+                        do {
+                            try await redis.write(batch, what: "write \(caller)")
+                            #expect(caller != 15, "the HSET on a string key should have failed")
+                        } catch let error as RedisError {
+                            #expect(caller == 15, "\(error)")
+                            #expect(error.code == .serverError)
+                            #expect(error.message.hasPrefix("write 15: WRONGTYPE"), "\(error.message)")
+                        }
+                    } else {
+                        let replies = try await redis.pipeline([
+                            RedisCommand("SET", "c:\(caller)", "v\(caller)"), RedisCommand("GET", "c:\(caller)"),
+                        ])
+                        #expect(replies == [.status("OK"), .string(Data("v\(caller)".utf8))])
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await redis.send("HGET", "h:27", "f") == .string(Data("27".utf8)))
+    }
+
+    @Test(
+        "a connection lost with several callers' commands on the wire fails them all retryably; the next call reconnects"
+    )
+    func lostConnectionFailsEveryCallOnTheWire() async throws {
+        let server = try await RedisServer.start()
+        var patient = server.configuration
+        patient.commandTimeout = .seconds(120)
+        let redis = RedisConnection(configuration: patient)
+        let observer = RedisConnection(configuration: server.configuration)
+        defer { redis.close(); observer.close() }
+        _ = try await redis.send("CLIENT", "SETNAME", "doomed")
+
+        let calls = [RedisCommand("BLPOP", "barrier", 0)] + (0..<5).map { RedisCommand("INCR", "n:\($0)") }
+        let outcomes = Task {
+            await withTaskGroup(of: RedisError?.self) { group in
+                for call in calls {
+                    group.addTask {
+                        do {
+                            _ = try await redis.send(call)
+                            return nil
+                        } catch {
+                            return error as? RedisError
+                        }
+                    }
+                }
+                var errors: [RedisError?] = []
+                for await error in group { errors.append(error) }
+                return errors
+            }
+        }
+        let incrBytes = calls.dropFirst().reduce(0) { $0 + $1.encodedLength }
+        try await waitUntil("every call is on the wire behind the blocked BLPOP") {
+            guard try await clientField(observer, clientName: "doomed", "cmd") == "blpop" else { return false }
+            return try await queryBufferLength(observer, clientName: "doomed") == incrBytes
+        }
+        _ = try await observer.send("CLIENT", "KILL", "SKIPME", "yes", "TYPE", "normal")
+        let errors = await outcomes.value
+        #expect(errors.count == 6)
+        for error in errors {
+            #expect(error?.isRetryable == true, "\(String(describing: error))")
+            #expect(error?.code == .connectionBroken, "\(String(describing: error))")
+        }
+        #expect(try await redis.send("INCR", "n:0") == .integer(1), "none of the lost INCRs ran; the call reconnected")
+    }
+
     @Test("after close() every call fails with a non-retryable closed error")
     func closeFailsCalls() async throws {
         let server = try await RedisServer.start()
@@ -275,6 +401,17 @@ struct RedisConnectionTests {
             return Int(rest.prefix { $0.isNumber }) ?? 0
         }
         return 0
+    }
+
+    /// A field of the named client's CLIENT LIST line.
+    private func clientField(_ redis: RedisConnection, clientName: String, _ field: String) async throws -> String? {
+        let list = try await redis.send("CLIENT", "LIST").text ?? ""
+        for line in list.split(whereSeparator: \.isNewline) where line.contains(" name=\(clientName) ") {
+            for part in line.split(separator: " ") where part.hasPrefix("\(field)=") {
+                return String(part.dropFirst(field.count + 1))
+            }
+        }
+        return nil
     }
 
     private func queryBufferLength(_ redis: RedisConnection, clientName: String) async throws -> Int? {

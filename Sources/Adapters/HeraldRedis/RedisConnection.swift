@@ -13,18 +13,20 @@ import Glibc
 /// One Redis connection over hiredis, or, for a Redis Cluster configuration (`clusterSeeds`), a router over one
 /// such connection per master (`RedisClusterRouter`). Callers use both the same way.
 ///
-/// Every hiredis call (connect, write, read: all blocking) runs on the connection's own thread, never on Swift's
-/// cooperative pool; callers `await` and get the answer through a continuation. Calls are served one at a time
-/// in the order they were made.
+/// Every hiredis call (connect, write, read) runs on the connection's own thread, never on Swift's cooperative
+/// pool; callers `await` and get the answer through a continuation.
 ///
-/// Pipelining: `pipeline(_:)` appends the whole batch with `redisAppendCommandArgv` and then reads the replies
-/// with `redisGetReply`; hiredis writes the full batch before reading the first reply, so a batch of any size
-/// costs one round trip (in a cluster: one per node, all nodes at once).
+/// Pipelining, within a call and across calls: `pipeline(_:)` puts the whole batch in the output buffer and
+/// writes it at once, so a batch of any size costs one round trip (in a cluster: one per node, all nodes at once).
+/// The calls of concurrent callers are pipelined too: each call's commands are written as soon as the thread
+/// takes it, while earlier calls still wait for their replies, and the replies are handed back in order as they
+/// arrive. A call waits only for the replies ahead of its own, never for another caller's whole round trip.
 ///
-/// Broken connections: an I/O error, EOF, protocol error or timeout drops the hiredis context and fails the
-/// current call with a retryable `RedisError` (`isRetryable == true`). The next call reconnects (at once the
-/// first time, then with exponential backoff while reconnects keep failing). Callers retry the batch; the
-/// adapter never retries on its own, because it cannot know which commands of a broken batch the server ran.
+/// Broken connections: an I/O error, EOF, protocol error or timeout (no reply within the command timeout of the
+/// last bytes read) drops the hiredis context and fails every call on the wire with a retryable `RedisError`
+/// (`isRetryable == true`). The next call reconnects (at once the first time, then with exponential backoff while
+/// reconnects keep failing). Callers retry the batch; the adapter never retries on its own, because it cannot know
+/// which commands of a broken batch the server ran.
 /// (Cluster redirections are different: a redirected command did not run, and the router sends it on itself.)
 ///
 /// The process must ignore SIGPIPE (executables do it at start-up, docs/architecture.md): hiredis writes with
@@ -46,7 +48,10 @@ public final class RedisConnection: Sendable {
         if configuration.isCluster {
             self.backend = .cluster(RedisClusterRouter(configuration: configuration, logger: logger))
         } else {
-            self.backend = .node(Worker(session: HiredisSession(configuration: configuration, logger: logger)))
+            self.backend = .node(
+                Worker(
+                    session: HiredisSession(configuration: configuration, logger: logger),
+                    commandTimeout: configuration.commandTimeout))
         }
     }
 
@@ -58,7 +63,7 @@ public final class RedisConnection: Sendable {
     /// every master. Throws `connectFailed` (retryable).
     public func connect() async throws {
         switch backend {
-        case .node(let worker): try await worker.submit { session in try session.ensureConnected() }
+        case .node(let worker): _ = try await worker.submit(.connect)
         case .cluster(let router): try await router.connect()
         }
     }
@@ -67,7 +72,7 @@ public final class RedisConnection: Sendable {
     /// `.error`, not thrown; use `RedisValue.orThrow()` when an error reply should be an error.
     public func send(_ command: RedisCommand) async throws -> RedisValue {
         switch backend {
-        case .node(let worker): try await worker.submit { session in try session.command(command) }
+        case .node(let worker): try await worker.submit(.list([command]))[0]
         case .cluster(let router): try await router.send(command)
         }
     }
@@ -82,7 +87,7 @@ public final class RedisConnection: Sendable {
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RedisValue] {
         if commands.isEmpty { return [] }
         switch backend {
-        case .node(let worker): return try await worker.submit { session in try session.pipeline(commands) }
+        case .node(let worker): return try await worker.submit(.list(commands))
         case .cluster(let router): return try await router.pipeline(commands)
         }
     }
@@ -91,7 +96,7 @@ public final class RedisConnection: Sendable {
     public func pipeline(_ batch: RedisBatch) async throws -> [RedisValue] {
         if batch.isEmpty { return [] }
         switch backend {
-        case .node(let worker): return try await worker.submit { session in try session.pipeline(batch) }
+        case .node(let worker): return try await worker.submit(.batch(batch))
         case .cluster(let router): return try await router.pipeline(batch)
         }
     }
@@ -101,7 +106,7 @@ public final class RedisConnection: Sendable {
     public func write(_ batch: RedisBatch, what: String) async throws {
         if batch.isEmpty { return }
         switch backend {
-        case .node(let worker): try await worker.submit { session in try session.write(batch, what: what) }
+        case .node(let worker): _ = try await worker.submit(.batch(batch), replies: .checked(what: what))
         case .cluster(let router): try await router.write(batch, what: what)
         }
     }
@@ -149,24 +154,117 @@ public final class RedisConnection: Sendable {
 
 // MARK: - The thread that owns the hiredis context
 
-/// A serial job queue served by one dedicated thread.
-///
-/// `@unchecked Sendable`: `jobs`, `stopped` and `connected` are only read or written while holding `condition`;
-/// `session` (and with it the hiredis context) is touched only by the worker thread, inside jobs.
-private final class Worker: @unchecked Sendable {
-    typealias Job = (HiredisSession?) -> Void
+/// One call: its commands, and the caller waiting for their replies. The worker writes the commands as soon as it
+/// takes the call and then hands it its replies, in order, as they arrive.
+private final class Call {
+    enum Commands {
+        /// No command: connect if not connected (`RedisConnection.connect()`).
+        case connect
+        case list([RedisCommand])
+        case batch(RedisBatch)
+    }
 
+    enum Replies {
+        /// Every reply decoded, in order.
+        case values
+        /// Only checked: the first error reply fails the call (`server_error`, naming `what`), nothing is decoded.
+        case checked(what: String)
+    }
+
+    let commands: Commands
+    private let replies: Replies
+    /// Replies still owed.
+    private(set) var remaining: Int
+    private var values: [RedisValue] = []
+    private var firstError: String?
+    private let resume: (Result<[RedisValue], RedisError>) -> Void
+
+    init(
+        _ commands: Commands, replies: Replies, resume: @escaping (Result<[RedisValue], RedisError>) -> Void
+    ) {
+        self.commands = commands
+        self.replies = replies
+        self.resume = resume
+        switch commands {
+        case .connect: remaining = 0
+        case .list(let list): remaining = list.count
+        case .batch(let batch): remaining = batch.count
+        }
+        if case .values = replies { values.reserveCapacity(remaining) }
+    }
+
+    func take(_ reply: UnsafeMutablePointer<redisReply>) {
+        switch replies {
+        case .values:
+            values.append(HiredisSession.decode(reply))
+        case .checked:
+            if reply.pointee.type == REDIS_REPLY_ERROR, firstError == nil {
+                firstError = reply.pointee.str.map { String(cString: $0) } ?? ""
+            }
+        }
+        remaining -= 1
+    }
+
+    /// Resumes the caller with what the replies said.
+    func finish() {
+        if case .checked(let what) = replies, let firstError {
+            resume(.failure(RedisError(.serverError, "\(what): \(firstError)")))
+        } else {
+            resume(.success(values))
+        }
+    }
+
+    func fail(_ error: RedisError) { resume(.failure(error)) }
+}
+
+/// The connection's thread and the calls waiting for it.
+///
+/// The connection is pipelined across callers: a call's commands are written as soon as the thread takes it, even
+/// while earlier calls still wait for their replies, and replies are handed out in order as they arrive (Redis
+/// answers a connection's commands in the order it received them). So a call never waits behind another caller's
+/// round trip, only behind the replies sent before its own. While calls are on the wire the thread sleeps in
+/// poll(2) on the socket and on a pipe that `submit` writes to when it hands over a call; with none on the wire
+/// it sleeps on the condition.
+///
+/// A call whose replies do not all arrive within the command timeout of the last bytes read fails with a retryable
+/// `timeout`; a broken connection fails every call on the wire (retryable: the caller cannot know which of their
+/// commands ran), and the next call reconnects. `stop()` fails the calls not yet written with `closed` and lets the
+/// calls on the wire take their replies first.
+///
+/// `@unchecked Sendable`: `queued`, `stopped`, `polling` and `connected` are only read or written while holding
+/// `condition`; the session (and with it the hiredis context) and the calls on the wire are touched only by the
+/// thread.
+private final class Worker: @unchecked Sendable {
     private let condition = NSCondition()
-    private var jobs: Deque<Job> = []
+    private var queued: Deque<Call> = []
     private var stopped = false
     private var connected = false
-    private var thread: Thread?
+    /// The thread is in poll(2), or about to be: a new call must write to `wakeWrite`.
+    private var polling = false
+    private let commandTimeout: Duration
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
 
-    init(session: HiredisSession) {
+    init(session: HiredisSession, commandTimeout: Duration) {
+        self.commandTimeout = commandTimeout
+        var fds: [Int32] = [-1, -1]
+        if pipe(&fds) == 0 {
+            for fd in fds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        } else {
+            fds = [-1, -1]
+        }
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
         let thread = Thread { [self] in self.run(session) }
         thread.name = "herald-redis"
-        self.thread = thread
         thread.start()
+    }
+
+    deinit {
+        // The thread holds a strong reference while it runs: by now it has exited.
+        if wakeRead >= 0 { Glibc.close(wakeRead) }
+        if wakeWrite >= 0 { Glibc.close(wakeWrite) }
     }
 
     var connectedFlag: Bool {
@@ -181,35 +279,21 @@ private final class Worker: @unchecked Sendable {
         condition.unlock()
     }
 
-    func submit<T: Sendable>(_ body: @escaping @Sendable (HiredisSession) throws -> T) async throws -> T {
-        let result: Result<T, RedisError> = await withCheckedContinuation { continuation in
-            let job: Job = { session in
-                guard let session else {
-                    continuation.resume(returning: .failure(RedisError(.closed, "the Redis connection was closed")))
-                    return
-                }
-                let result: Result<T, RedisError>
-                do {
-                    result = .success(try body(session))
-                } catch let error as RedisError {
-                    result = .failure(error)
-                } catch {
-                    result = .failure(RedisError(.unexpectedReply, "\(error)"))
-                }
-                // Publish the connection state before the caller resumes, so `isConnected` read right after
-                // a call reflects that call.
-                self.setConnected(session.isConnected)
-                continuation.resume(returning: result)
-            }
+    func submit(_ commands: Call.Commands, replies: Call.Replies = .values) async throws -> [RedisValue] {
+        let result: Result<[RedisValue], RedisError> = await withCheckedContinuation { continuation in
+            let call = Call(commands, replies: replies) { continuation.resume(returning: $0) }
             condition.lock()
             if stopped {
                 condition.unlock()
-                job(nil)
+                call.fail(RedisError(.closed, "the Redis connection was closed"))
                 return
             }
-            jobs.append(job)
+            queued.append(call)
+            let ring = polling
+            polling = false
             condition.signal()
             condition.unlock()
+            if ring { self.ring() }
         }
         return try result.get()
     }
@@ -219,27 +303,141 @@ private final class Worker: @unchecked Sendable {
         stopped = true
         condition.broadcast()
         condition.unlock()
+        ring()
+    }
+
+    private func ring() {
+        var byte: UInt8 = 1
+        _ = Glibc.write(wakeWrite, &byte, 1)
+    }
+
+    private func drainWake() {
+        var bytes = [UInt8](repeating: 0, count: 64)
+        while Glibc.read(wakeRead, &bytes, bytes.count) > 0 {}
     }
 
     private func run(_ session: HiredisSession) {
+        var onWire: Deque<Call> = []
+        var lastProgress = ContinuousClock.now
+
+        /// Resumes a call's caller, publishing the connection state first, so `isConnected` read right after a
+        /// call reflects that call.
+        func complete(_ call: Call, _ failure: RedisError? = nil) {
+            setConnected(session.isConnected)
+            if let failure { call.fail(failure) } else { call.finish() }
+        }
+        func failOnWire(_ error: RedisError) {
+            while let call = onWire.popFirst() { complete(call, error) }
+        }
+
         while true {
             condition.lock()
-            while jobs.isEmpty && !stopped {
+            while queued.isEmpty && onWire.isEmpty && !stopped {
                 condition.wait()
             }
-            guard let job = jobs.popFirst() else {
-                condition.unlock()
-                break
-            }
             let isStopped = stopped
+            var taken = queued
+            queued.removeAll()
+            // Nothing new to write: wait on the socket, and be rung for the next call.
+            if taken.isEmpty && !isStopped { polling = true }
             condition.unlock()
 
-            job(isStopped ? nil : session)
+            if isStopped {
+                while let call = taken.popFirst() {
+                    complete(call, RedisError(.closed, "the Redis connection was closed"))
+                }
+                if onWire.isEmpty { break }
+            }
+
+            if !taken.isEmpty {
+                if onWire.isEmpty { lastProgress = .now }
+                while let call = taken.popFirst() {
+                    do {
+                        try session.ensureConnected()
+                        switch call.commands {
+                        case .connect: break
+                        case .list(let commands): try session.append(commands)
+                        case .batch(let batch): try session.append(batch)
+                        }
+                    } catch {
+                        // Not written. An append that fails has dropped the connection, and with it the replies of
+                        // the calls written before this one.
+                        complete(call, RedisConnection.redisError(error))
+                        if !session.isConnected { failOnWire(RedisError(.connectionBroken, "connection lost")) }
+                        continue
+                    }
+                    if call.remaining == 0 { complete(call) } else { onWire.append(call) }
+                }
+                do { try session.flush() } catch { failOnWire(RedisConnection.redisError(error)) }
+                continue
+            }
+
+            // Calls are on the wire and none is queued: wait for replies (or a new call, or stop).
+            let socketReady: Bool
+            if session.hasBufferedTLSData {
+                socketReady = true
+            } else {
+                socketReady = waitReadable(session.fileDescriptor, until: lastProgress + commandTimeout)
+            }
+            condition.lock()
+            polling = false
+            condition.unlock()
+            drainWake()
+            if socketReady {
+                do {
+                    try session.fill()
+                    lastProgress = .now
+                    while let call = onWire.first, let reply = try session.bufferedReply() {
+                        call.take(reply.assumingMemoryBound(to: redisReply.self))
+                        freeReplyObject(reply)
+                        if call.remaining == 0 {
+                            onWire.removeFirst()
+                            complete(call)
+                        }
+                    }
+                    if onWire.isEmpty, let stray = try session.bufferedReply() {
+                        freeReplyObject(stray)
+                        failOnWire(session.drop(RedisError(.protocolError, "a reply no command asked for")))
+                    }
+                } catch {
+                    failOnWire(RedisConnection.redisError(error))
+                }
+            } else if ContinuousClock.now >= lastProgress + commandTimeout, !onWire.isEmpty {
+                failOnWire(
+                    session.drop(RedisError(.timeout, "no answer within \(commandTimeout)")))
+            }
         }
         session.disconnect()
-        condition.lock()
-        connected = false
-        condition.unlock()
+        setConnected(false)
+    }
+
+    /// Waits until `fd` is readable (true), or the pipe was rung or `deadline` passed (false).
+    private func waitReadable(_ fd: Int32?, until deadline: ContinuousClock.Instant) -> Bool {
+        guard let fd else { return false }
+        var fds = [
+            pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
+        ]
+        while true {
+            let left = deadline - .now
+            if left <= .zero { return false }
+            // Rounded up, so a wait never ends just before the deadline and spins.
+            let milliseconds = Int32(clamping: (left.microseconds + 999) / 1000)
+            let n = poll(&fds, nfds_t(fds.count), milliseconds)
+            if n < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            if n == 0 { return false }
+            return fds[0].revents != 0
+        }
+    }
+}
+
+extension RedisConnection {
+    /// A thrown error as a `RedisError` (hiredis calls throw only those).
+    fileprivate static func redisError(_ error: any Error) -> RedisError {
+        error as? RedisError ?? RedisError(.unexpectedReply, "\(error)")
     }
 }
 
@@ -258,6 +456,8 @@ final class HiredisSession: @unchecked Sendable {
     private var hasConnectedBefore = false
     /// The TLS client context (`rediss://`), loaded at the first connect and kept for reconnects.
     private var tlsClient: TLSClientContext?
+    /// The context's TLS session (hiredis owns and frees it with the context), nil on a plaintext connection.
+    private var tlsSession: OpaquePointer?
 
     init(configuration: RedisConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -275,6 +475,7 @@ final class HiredisSession: @unchecked Sendable {
             redisFree(context)
             self.context = nil
         }
+        tlsSession = nil
     }
 
     func ensureConnected() throws {
@@ -380,6 +581,7 @@ final class HiredisSession: @unchecked Sendable {
     /// The TLS handshake on a freshly connected context, verifying the server's certificate and name
     /// (`TLSClientContext.session(verifying:)`); hiredis owns the `SSL` once the handshake succeeded.
     private func startTLS(_ context: UnsafeMutablePointer<redisContext>, _ tls: RedisTLSConfiguration) throws {
+        tlsSession = nil
         let client: TLSClientContext
         if let tlsClient {
             client = tlsClient
@@ -407,6 +609,7 @@ final class HiredisSession: @unchecked Sendable {
             throw RedisError(
                 .connectFailed, "TLS handshake with \(configuration.host):\(configuration.port) failed: \(why)")
         }
+        tlsSession = ssl
     }
 
     /// One command through `redisCommandArgv`.
@@ -417,20 +620,59 @@ final class HiredisSession: @unchecked Sendable {
         return try readReplies(1)[0]
     }
 
-    /// The whole batch: append every command, then read one reply per command.
-    func pipeline(_ commands: [RedisCommand]) throws -> [RedisValue] {
-        try ensureConnected()
+    /// Puts the commands in the output buffer (written by `flush()`). Connect first (`ensureConnected()`).
+    func append(_ commands: [RedisCommand]) throws {
         guard let context else { throw RedisError(.connectFailed, "no connection") }
         for command in commands where Self.append(command, to: context) != REDIS_OK {
             throw brokenConnection()
         }
-        return try readReplies(commands.count)
     }
 
-    /// A prepared batch: its whole buffer in one append, then one reply per command.
-    func pipeline(_ batch: RedisBatch) throws -> [RedisValue] {
-        try appendBatch(batch)
-        return try readReplies(batch.count)
+    /// Puts a prepared batch in the output buffer, its whole buffer in one append (written by `flush()`).
+    func append(_ batch: RedisBatch) throws {
+        assert(batch.isComplete, "RedisBatch: the last command is missing arguments")
+        guard let context else { throw RedisError(.connectFailed, "no connection") }
+        let status = batch.bytes.withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in
+                redisAppendFormattedCommand(context, chars.baseAddress, chars.count)
+            }
+        }
+        if status != REDIS_OK { throw brokenConnection() }
+    }
+
+    /// Writes the whole output buffer (blocking, each write bounded by the command timeout).
+    func flush() throws {
+        guard let context else { return }
+        var done: Int32 = 0
+        while done == 0 {
+            guard redisBufferWrite(context, &done) == REDIS_OK else { throw brokenConnection() }
+        }
+    }
+
+    /// Reads what the socket holds into hiredis's buffer (call it when poll(2) says the socket is readable, or
+    /// `hasBufferedTLSData`: it does not wait then). EOF or an error drops the connection and throws.
+    func fill() throws {
+        guard let context else { throw RedisError(.connectionBroken, "no connection") }
+        if redisBufferRead(context) != REDIS_OK { throw brokenConnection() }
+    }
+
+    /// The next complete reply in hiredis's buffer (the caller frees it with `freeReplyObject`), nil when none is
+    /// complete yet.
+    func bufferedReply() throws -> UnsafeMutableRawPointer? {
+        guard let context else { throw RedisError(.connectionBroken, "no connection") }
+        var raw: UnsafeMutableRawPointer?
+        guard redisGetReplyFromReader(context, &raw) == REDIS_OK else { throw brokenConnection() }
+        return raw
+    }
+
+    /// True when the TLS session holds decrypted bytes not read yet: poll(2) on the socket does not see them.
+    var hasBufferedTLSData: Bool { tlsSession.map { SSL_pending($0) > 0 } ?? false }
+
+    /// Drops the connection for `error` (logged), which it returns.
+    func drop(_ error: RedisError) -> RedisError {
+        disconnect()
+        logger.warning("redis connection dropped", metadata: ["error": "\(error.code.rawValue): \(error.message)"])
+        return error
     }
 
     /// The connection's socket (to wait on with poll(2)); nil while not connected.
@@ -441,10 +683,7 @@ final class HiredisSession: @unchecked Sendable {
         try ensureConnected()
         guard let context else { throw RedisError(.connectFailed, "no connection") }
         guard Self.append(command, to: context) == REDIS_OK else { throw brokenConnection() }
-        var done: Int32 = 0
-        while done == 0 {
-            guard redisBufferWrite(context, &done) == REDIS_OK else { throw brokenConnection() }
-        }
+        try flush()
     }
 
     /// Every complete reply hiredis holds, after reading what the socket holds when `fromSocket` (call it so only
@@ -478,34 +717,6 @@ final class HiredisSession: @unchecked Sendable {
         return replies
     }
 
-    /// A prepared batch of writes: every reply is read; the first error reply is thrown once all are read (the
-    /// connection stays in step).
-    func write(_ batch: RedisBatch, what: String) throws {
-        try appendBatch(batch)
-        var firstError: String?
-        for _ in 0..<batch.count {
-            let raw = try nextReply()
-            let reply = raw.assumingMemoryBound(to: redisReply.self).pointee
-            if reply.type == REDIS_REPLY_ERROR, firstError == nil {
-                firstError = reply.str.map { String(cString: $0) } ?? ""
-            }
-            freeReplyObject(raw)
-        }
-        if let firstError { throw RedisError(.serverError, "\(what): \(firstError)") }
-    }
-
-    private func appendBatch(_ batch: RedisBatch) throws {
-        assert(batch.isComplete, "RedisBatch: the last command is missing arguments")
-        try ensureConnected()
-        guard let context else { throw RedisError(.connectFailed, "no connection") }
-        let status = batch.bytes.withUnsafeBufferPointer { bytes in
-            bytes.withMemoryRebound(to: CChar.self) { chars in
-                redisAppendFormattedCommand(context, chars.baseAddress, chars.count)
-            }
-        }
-        if status != REDIS_OK { throw brokenConnection() }
-    }
-
     private func nextReply() throws -> UnsafeMutableRawPointer {
         guard let context else { throw RedisError(.connectionBroken, "no connection") }
         var raw: UnsafeMutableRawPointer?
@@ -519,7 +730,6 @@ final class HiredisSession: @unchecked Sendable {
         let code = context.pointee.err
         let savedErrno = errno
         let message = Self.errorString(context)
-        disconnect()
         let error: RedisError
         switch code {
         case REDIS_ERR_TIMEOUT,
@@ -530,8 +740,7 @@ final class HiredisSession: @unchecked Sendable {
         default:
             error = RedisError(.connectionBroken, message.isEmpty ? "connection lost" : message)
         }
-        logger.warning("redis connection dropped", metadata: ["error": "\(error.code.rawValue): \(error.message)"])
-        return error
+        return drop(error)
     }
 
     // MARK: Helpers
