@@ -5,6 +5,7 @@
 //   idle      each process's CPU, and the fleet's, while the local stack has no traffic
 //   json      HeraldCore's JSON against Foundation's JSONDecoder/JSONEncoder on Herald's records
 //   redis     building the per-recipient Redis commands: RedisCommand per command against RedisBatch
+//   redis-callers  concurrent callers on one Redis connection across an injected round trip
 import ArgumentParser
 
 @main
@@ -14,6 +15,7 @@ struct HeraldBench: AsyncParsableCommand {
         abstract: "Herald's measuring tools.",
         subcommands: [
             DecideBench.self, PipelineBench.self, StageBench.self, IdleBench.self, JSONBench.self, RedisBench.self,
+            RedisCallersBench.self,
         ],
         defaultSubcommand: DecideBench.self)
 }
