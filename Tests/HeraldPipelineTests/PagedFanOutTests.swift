@@ -158,3 +158,86 @@ final class MemoryCounter: MessageCounter {
         }
     }
 }
+
+/// A counter that records that it was called.
+final class StartedCounter: MessageCounter {
+    let base = MemoryCounter()
+    let started = Atomic<Bool>(false)
+    func count(app: String, _ keys: [CountKey]) async throws -> [CountsAfter] {
+        started.store(true, ordering: .sequentiallyConsistent)
+        return try await base.count(app: app, keys)
+    }
+}
+
+/// A state reader whose users' states come only once `counter` was called, within a minute (else it fails the
+/// read): resolve's counting must be under way while the states are read, not wait for them.
+struct CountingFirstReader: StateReader {
+    let base: FixtureStateReader
+    let counter: StartedCounter
+
+    struct CountNotStarted: Error {}
+
+    func members(_ conversations: [ConversationRef]) async throws -> [[String]] {
+        try await base.members(conversations)
+    }
+    func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState] {
+        try await base.loadUsers(app: app, users: users, now: now)
+    }
+    func loadUsers(
+        app: String, users: [String], conversations: [[String]], preferencesOnly: [String], now: Int64
+    ) async throws -> [String: UserState] {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !counter.started.load(ordering: .sequentiallyConsistent) {
+            if ContinuousClock.now >= deadline { throw CountNotStarted() }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return try await base.loadUsers(
+            app: app, users: users, conversations: conversations, preferencesOnly: preferencesOnly, now: now)
+    }
+    func memberPages(_ conversations: [ConversationRef], cursors: [String], count: Int) async throws -> [MemberPage] {
+        try await base.memberPages(conversations, cursors: cursors, count: count)
+    }
+    func memberCount(_ conversation: ConversationRef) async throws -> Int {
+        try await base.memberCount(conversation)
+    }
+}
+
+@Suite struct CountingBesideStateReadsTests {
+    static func counting(_ counter: StartedCounter) -> ResolveCounting {
+        var app = AppConfig(appID: "app1")
+        app.counts = true
+        return ResolveCounting(counter: counter, apps: AppDirectory(apps: ["app1": app]))
+    }
+
+    @Test("a batch's counting goes out while its recipients' states are read, not after them")
+    func batchCountsBesideStateReads() async throws {
+        let counter = StartedCounter()
+        let resolve = ResolveProcessor(
+            resolvedTopic: "herald.resolved",
+            state: CountingFirstReader(base: PagedFanOutTests().fixture(), counter: counter),
+            counting: Self.counting(counter))
+        let results = await resolve.process(
+            [try PagedFanOutTests().input("e0", conversation: "c1")], context: fixedContext)
+        #expect(results[0].deadLetter == nil, "\(String(describing: results[0].deadLetter))")
+        #expect(!results[0].outputs.isEmpty)
+        let records = try results[0].outputs.map { try StageCodec.decode(ResolvedRecord.self, from: $0.value) }
+        #expect(records.allSatisfy { $0.state.unread.total == 1 })
+    }
+
+    @Test("a paged fan-out's small event counts while its recipients' states are read")
+    func pagedPathCountsBesideStateReads() async throws {
+        let counter = StartedCounter()
+        let resolve = ResolveProcessor(
+            resolvedTopic: "herald.resolved",
+            state: CountingFirstReader(base: PagedFanOutTests().fixture(), counter: counter),
+            counting: Self.counting(counter), pageSize: 10, progress: MemoryProgress())
+        let log = EmitLog()
+        let results = await resolve.process(
+            [try PagedFanOutTests().input("e0", conversation: "c1")], context: log.context())
+        #expect(results[0].deadLetter == nil, "\(String(describing: results[0].deadLetter))")
+        let outputs = log.calls.withLock { $0.flatMap { $0 } } + results[0].outputs
+        let records = try outputs.map { try StageCodec.decode(ResolvedRecord.self, from: $0.value) }
+        #expect(records.map(\.recipient).sorted() == ["m02", "m03"])
+        #expect(records.allSatisfy { $0.state.unread.total == 1 })
+    }
+}

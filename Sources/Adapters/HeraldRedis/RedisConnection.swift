@@ -158,7 +158,8 @@ public final class RedisConnection: Sendable {
 /// takes the call and then hands it its replies, in order, as they arrive.
 private final class Call {
     enum Commands {
-        /// No command: connect if not connected (`RedisConnection.connect()`).
+        /// No command: connect if not connected (`RedisConnection.connect()`); also what a call holds once its
+        /// commands were written.
         case connect
         case list([RedisCommand])
         case batch(RedisBatch)
@@ -171,7 +172,8 @@ private final class Call {
         case checked(what: String)
     }
 
-    let commands: Commands
+    /// The commands until they are written (`written()`): hiredis has copied them then.
+    private(set) var commands: Commands
     private let replies: Replies
     /// Replies still owed.
     private(set) var remaining: Int
@@ -192,6 +194,9 @@ private final class Call {
         }
         if case .values = replies { values.reserveCapacity(remaining) }
     }
+
+    /// Lets go of the commands once hiredis holds them (a batch of the explain trail can be megabytes).
+    func written() { commands = .connect }
 
     func take(_ reply: UnsafeMutablePointer<redisReply>) {
         switch replies {
@@ -366,6 +371,7 @@ private final class Worker: @unchecked Sendable {
                         if !session.isConnected { failOnWire(RedisError(.connectionBroken, "connection lost")) }
                         continue
                     }
+                    call.written()
                     if call.remaining == 0 { complete(call) } else { onWire.append(call) }
                 }
                 do { try session.flush() } catch { failOnWire(RedisConnection.redisError(error)) }

@@ -83,7 +83,8 @@ public struct ConversationRef: Sendable, Hashable {
 ///
 /// For a whole batch: one round trip for the members of the conversations whose events name no explicit
 /// recipients, then one round trip per app (normally one) for the state of every recipient and sender of the
-/// batch (the sender's push display name comes from their preferences). Never a round trip per recipient.
+/// batch (the sender's push display name comes from their preferences); for apps that count, the counting call goes
+/// out beside the state reads (the connection pipelines them). Never a round trip per recipient.
 public struct ResolveProcessor: StageProcessor {
     public let stage = "resolve"
     public var resolvedTopic: String
@@ -259,6 +260,12 @@ public struct ResolveProcessor: StageProcessor {
             seen[event.appID, default: [:]][event.sender.id] = -1
             sendersByApp[event.appID, default: []].append(event.sender.id)
         }
+        // Round trip 3 (per counting app) goes out with round trip 2, not after it (both are calls on the stage's
+        // one Redis connection, which pipelines them): count the message events and take the counts after each.
+        // Counting needs only the recipients, and counts an (event, user) once, so a batch handed back after
+        // counting counts nothing twice when it comes again.
+        let (countedEvents, recipientsByEvent) = (events, recipientsOf)
+        async let counted = countMessages(countedEvents, recipientsOf: recipientsByEvent, context: context)
         var states: [String: [String: UserState]] = [:]
         for app in Set(usersByApp.keys).union(sendersByApp.keys).sorted() {
             let users = usersByApp[app] ?? []
@@ -281,9 +288,8 @@ public struct ResolveProcessor: StageProcessor {
             }
         }
 
-        // Round trip 3 (per counting app): count the message events and take the counts after each.
         let counts: [Int: [String: CountsAfter]]
-        switch await countMessages(events, recipientsOf: recipientsOf, context: context) {
+        switch await counted {
         case .counted(let c): counts = c
         case .handBack: return handBack(results)
         case .failed(let detail): return fail(results, events, "state_error", detail)
@@ -372,6 +378,8 @@ public struct ResolveProcessor: StageProcessor {
     ) async throws -> StageResult? {
         let recipients = FanOut.recipients(of: event, members: members)
         let senderListed = (event.recipients ?? members).contains(event.sender.id)
+        // The count goes out with the state read (see `process`).
+        async let counted = countOne(event, recipients: recipients, context: context)
         guard
             let states = try await context.retryingTransient(
                 {
@@ -380,7 +388,7 @@ public struct ResolveProcessor: StageProcessor {
                         preferencesOnly: [event.sender.id], now: now)
                 }, onRetry: onTransientFailure)
         else { return nil }
-        guard let counts = try await countOne(event, recipients: recipients, context: context) else { return nil }
+        guard let counts = try await counted else { return nil }
         var result = StageResult()
         let reason = appendOutputs(
             event, recipients: recipients, states: states, counts: counts,

@@ -64,7 +64,9 @@ struct RedisCallersBench: AsyncParsableCommand {
         }
     }
 
-    private func measure(_ connection: RedisConnection) async throws -> (callsPerSecond: Double, p50: Double, p99: Double) {
+    private func measure(
+        _ connection: RedisConnection
+    ) async throws -> (callsPerSecond: Double, p50: Double, p99: Double) {
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
         let started = ContinuousClock.now
         let perCaller = try await withThrowingTaskGroup(of: [Double].self) { group in
