@@ -36,6 +36,8 @@
 # HERALD_TANSU_NICE: the broker's nice value (scripts/tansu.sh; default 0).
 # HERALD_LOCAL_STAGES: with --up, the stages to start, space-separated (default all six; "none": only Redis, Tansu
 # and the stand-ins, the stages started later with --start NAME, as herald-bench stage does).
+# HERALD_LOCAL_STAGE_REDIS_URL: the Redis URL the stages get instead of the stack's own (herald-bench pipeline
+# --redis-rtt-ms points it at a relay that delays each way).
 # Everything (pids, logs, keys, the stand-in's record) lives under run/local/ (gitignored).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -133,6 +135,9 @@ if [ "$redis_cluster" = 1 ]; then
 else
   REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 fi
+# The stages' Redis: HERALD_LOCAL_STAGE_REDIS_URL puts something between them and Redis (herald-bench pipeline
+# --redis-rtt-ms: a relay that delays each way); the script itself and the tools it runs use Redis directly.
+STAGE_REDIS_URL="${HERALD_LOCAL_STAGE_REDIS_URL:-$REDIS_URL}"
 
 # One cluster node (0-5) on REDIS_PORT + n, its bus on that + 10000; its nodes.conf keeps its identity across restarts.
 start_redis_node() {
@@ -214,8 +219,9 @@ start_stage() {
     # The stages warn about HERALD_* keys they do not know: the HERALD_LOCAL_* ones are for this script only.
     env -u HERALD_LOCAL_REDIS_PORT -u HERALD_STAGE_ENDPOINTS -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
         -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT -u HERALD_LOCAL_STAGES \
+        -u HERALD_LOCAL_STAGE_REDIS_URL \
         HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
-        HERALD_REDIS_URL="$REDIS_URL" HERALD_METRICS_HOST=127.0.0.1 \
+        HERALD_REDIS_URL="$STAGE_REDIS_URL" HERALD_METRICS_HOST=127.0.0.1 \
         HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 HERALD_KAFKA_PROFILE=local \
         HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
         $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \

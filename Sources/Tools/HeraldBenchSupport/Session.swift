@@ -31,6 +31,12 @@ package struct StackOptions: ParsableArguments {
             "Nice value of the broker the bench starts (0-19; default 0). On a host the broker shares with the stages, 19 lets a stage have a core when it needs one, as it would with the broker elsewhere."
     )
     package var brokerNice = 0
+    @Option(
+        name: .customLong("redis-rtt-ms"),
+        help:
+            "Round trip in milliseconds between the stages and Redis (default 0): the stages reach Redis through a relay in the bench that delays each way by half of it, as a Redis on another machine would. Not with a Redis Cluster."
+    )
+    package var redisRttMs = 0.0
     package init() {}
 }
 
@@ -40,9 +46,12 @@ package final class BenchSession: @unchecked Sendable {
     package var info: StackInfo
     package let started: Bool
     package let repo: String
+    /// Between the stages and Redis with `--redis-rtt-ms`.
+    package let redisRelay: DelayRelay?
 
-    package init(control: StackControl, info: StackInfo, started: Bool, repo: String) {
+    package init(control: StackControl, info: StackInfo, started: Bool, repo: String, redisRelay: DelayRelay? = nil) {
         self.control = control; self.info = info; self.started = started; self.repo = repo
+        self.redisRelay = redisRelay
     }
 
     package static func open(
@@ -59,6 +68,17 @@ package final class BenchSession: @unchecked Sendable {
         let run = (o.runDir ?? repo + "/run/bench-\(getpid())") + runSuffix
         var environment = StackControl.portEnvironment(redisCluster: redisCluster)
         if o.brokerNice != 0 { environment["HERALD_TANSU_NICE"] = String(min(max(o.brokerNice, 0), 19)) }
+        var relay: DelayRelay?
+        if o.redisRttMs > 0 {
+            if redisCluster { throw BenchError("--redis-rtt-ms works with one Redis node, not a cluster") }
+            guard let redisPort = environment["HERALD_LOCAL_REDIS_PORT"].flatMap({ Int($0) }) else {
+                throw BenchError("no Redis port for the relay")
+            }
+            // The relay connects to Redis when a stage connects to it, after the script has started Redis.
+            let made = try DelayRelay(to: redisPort, oneWay: .microseconds(Int64(o.redisRttMs * 500)))
+            environment["HERALD_LOCAL_STAGE_REDIS_URL"] = "redis://127.0.0.1:\(made.port)"
+            relay = made
+        }
         let control = StackControl(repo: repo, run: run, environment: environment)
         log(
             "starting the stack in \(run) (ports: \(control.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")))"
@@ -71,7 +91,8 @@ package final class BenchSession: @unchecked Sendable {
             control.down()
             throw error
         }
-        return BenchSession(control: control, info: try StackInfo.load(run: run), started: true, repo: repo)
+        return BenchSession(
+            control: control, info: try StackInfo.load(run: run), started: true, repo: repo, redisRelay: relay)
     }
 
     package func close(keep: Bool) {
