@@ -408,6 +408,9 @@ private final class Worker: @unchecked Sendable {
                 } catch {
                     failOnWire(RedisConnection.redisError(error))
                 }
+            } else if session.fileDescriptor == nil {
+                // Not reached: a dropped connection fails the calls on the wire at once. Kept so that it never spins.
+                failOnWire(RedisError(.connectionBroken, "connection lost"))
             } else if ContinuousClock.now >= lastProgress + commandTimeout, !onWire.isEmpty {
                 failOnWire(
                     session.drop(RedisError(.timeout, "no answer within \(commandTimeout)")))
