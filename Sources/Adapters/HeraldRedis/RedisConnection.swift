@@ -316,9 +316,11 @@ private final class Worker: @unchecked Sendable {
         _ = Glibc.write(wakeWrite, &byte, 1)
     }
 
+    /// Empties the wake pipe (a ring per call handed over while the thread polled; more than 64 leave it readable,
+    /// and the next poll(2) returns at once to take the rest).
     private func drainWake() {
-        var bytes = [UInt8](repeating: 0, count: 64)
-        while Glibc.read(wakeRead, &bytes, bytes.count) > 0 {}
+        var bytes = (UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0), UInt64(0))
+        _ = withUnsafeMutableBytes(of: &bytes) { Glibc.read(wakeRead, $0.baseAddress, $0.count) }
     }
 
     private func run(_ session: HiredisSession) {
@@ -379,16 +381,15 @@ private final class Worker: @unchecked Sendable {
             }
 
             // Calls are on the wire and none is queued: wait for replies (or a new call, or stop).
-            let socketReady: Bool
-            if session.hasBufferedTLSData {
-                socketReady = true
-            } else {
-                socketReady = waitReadable(session.fileDescriptor, until: lastProgress + commandTimeout)
+            var socketReady = true
+            if !session.hasBufferedTLSData {
+                let woken = waitReadable(session.fileDescriptor, until: lastProgress + commandTimeout)
+                socketReady = woken.socket
+                if woken.rung { drainWake() }
             }
             condition.lock()
             polling = false
             condition.unlock()
-            drainWake()
             if socketReady {
                 do {
                     try session.fill()
@@ -420,25 +421,25 @@ private final class Worker: @unchecked Sendable {
         setConnected(false)
     }
 
-    /// Waits until `fd` is readable (true), or the pipe was rung or `deadline` passed (false).
-    private func waitReadable(_ fd: Int32?, until deadline: ContinuousClock.Instant) -> Bool {
-        guard let fd else { return false }
+    /// Waits until `fd` is readable, the pipe was rung or `deadline` passed; says which of the first two happened.
+    private func waitReadable(_ fd: Int32?, until deadline: ContinuousClock.Instant) -> (socket: Bool, rung: Bool) {
+        guard let fd else { return (false, false) }
         var fds = [
             pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
             pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
         ]
         while true {
             let left = deadline - .now
-            if left <= .zero { return false }
+            if left <= .zero { return (false, false) }
             // Rounded up, so a wait never ends just before the deadline and spins.
             let milliseconds = Int32(clamping: (left.microseconds + 999) / 1000)
             let n = poll(&fds, nfds_t(fds.count), milliseconds)
             if n < 0 {
                 if errno == EINTR { continue }
-                return false
+                return (false, false)
             }
-            if n == 0 { return false }
-            return fds[0].revents != 0
+            if n == 0 { return (false, false) }
+            return (fds[0].revents != 0, fds[1].revents != 0)
         }
     }
 }
