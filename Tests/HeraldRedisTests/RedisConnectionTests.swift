@@ -59,15 +59,8 @@ struct RedisConnectionTests {
     @Test("a batch of 1000 commands is written before the first reply is read (one round trip)")
     func pipelineIsOneRoundTrip() async throws {
         let server = try await RedisServer.start()
-        // The batch waits on the barrier until the observer has seen the whole query buffer; on a loaded machine
-        // that took over the default 5 s read bound once (the batch then failed with a timeout, not a wrong order).
-        var patient = server.configuration
-        patient.commandTimeout = .seconds(60)
-        let redis = RedisConnection(configuration: patient)
-        let observer = RedisConnection(configuration: server.configuration)
+        let (redis, observer) = try await barrierConnections(server, name: "batcher")
         defer { redis.close(); observer.close() }
-
-        _ = try await redis.send("CLIENT", "SETNAME", "batcher")
         let statsBefore = try await commandCount(observer, "set")
 
         let writes = (0..<1000).map { RedisCommand("SET", "key:\($0)", "value-\($0)") }
@@ -193,12 +186,8 @@ struct RedisConnectionTests {
     @Test("calls made while another caller waits for its reply are written at once, not after that reply")
     func callsArePipelinedAcrossCallers() async throws {
         let server = try await RedisServer.start()
-        var patient = server.configuration
-        patient.commandTimeout = .seconds(120)
-        let redis = RedisConnection(configuration: patient)
-        let observer = RedisConnection(configuration: server.configuration)
+        let (redis, observer) = try await barrierConnections(server, name: "shared")
         defer { redis.close(); observer.close() }
-        _ = try await redis.send("CLIENT", "SETNAME", "shared")
 
         async let barrier = redis.send("BLPOP", "barrier", 0)
         try await waitUntil("the BLPOP blocks on the server") {
@@ -272,12 +261,8 @@ struct RedisConnectionTests {
     )
     func lostConnectionFailsEveryCallOnTheWire() async throws {
         let server = try await RedisServer.start()
-        var patient = server.configuration
-        patient.commandTimeout = .seconds(120)
-        let redis = RedisConnection(configuration: patient)
-        let observer = RedisConnection(configuration: server.configuration)
+        let (redis, observer) = try await barrierConnections(server, name: "doomed")
         defer { redis.close(); observer.close() }
-        _ = try await redis.send("CLIENT", "SETNAME", "doomed")
 
         let calls = [RedisCommand("BLPOP", "barrier", 0)] + (0..<5).map { RedisCommand("INCR", "n:\($0)") }
         let outcomes = Task {
@@ -401,6 +386,20 @@ struct RedisConnectionTests {
             return Int(rest.prefix { $0.isNumber }) ?? 0
         }
         return 0
+    }
+
+    /// For the barrier tests: a connection named `name` whose reads wait long (it is held on the server until the
+    /// observer has seen what it wrote, which on a loaded machine took over the default 5 s read bound once: the call
+    /// then failed with a timeout, not a wrong order), and a second connection to observe it with.
+    private func barrierConnections(
+        _ server: RedisServer, name: String
+    ) async throws -> (RedisConnection, RedisConnection) {
+        var patient = server.configuration
+        patient.commandTimeout = .seconds(120)
+        let redis = RedisConnection(configuration: patient)
+        let observer = RedisConnection(configuration: server.configuration)
+        _ = try await redis.send("CLIENT", "SETNAME", name)
+        return (redis, observer)
     }
 
     /// A field of the named client's CLIENT LIST line.
