@@ -383,9 +383,13 @@ private final class Worker: @unchecked Sendable {
             // Calls are on the wire and none is queued: wait for replies (or a new call, or stop).
             var socketReady = true
             if !session.hasBufferedTLSData {
-                let woken = waitReadable(session.fileDescriptor, until: lastProgress + commandTimeout)
-                socketReady = woken.socket
-                if woken.rung { drainWake() }
+                if let fd = session.fileDescriptor {
+                    let woken = pollReadable(socket: fd, wake: wakeRead, until: lastProgress + commandTimeout)
+                    socketReady = woken.socket
+                    if woken.rung { drainWake() }
+                } else {
+                    socketReady = false
+                }
             }
             condition.lock()
             polling = false
@@ -420,34 +424,33 @@ private final class Worker: @unchecked Sendable {
         session.disconnect()
         setConnected(false)
     }
-
-    /// Waits until `fd` is readable, the pipe was rung or `deadline` passed; says which of the first two happened.
-    private func waitReadable(_ fd: Int32?, until deadline: ContinuousClock.Instant) -> (socket: Bool, rung: Bool) {
-        guard let fd else { return (false, false) }
-        var fds = [
-            pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
-        ]
-        while true {
-            let left = deadline - .now
-            if left <= .zero { return (false, false) }
-            // Rounded up, so a wait never ends just before the deadline and spins.
-            let milliseconds = Int32(clamping: (left.microseconds + 999) / 1000)
-            let n = poll(&fds, nfds_t(fds.count), milliseconds)
-            if n < 0 {
-                if errno == EINTR { continue }
-                return (false, false)
-            }
-            if n == 0 { return (false, false) }
-            return (fds[0].revents != 0, fds[1].revents != 0)
-        }
-    }
 }
 
 extension RedisConnection {
     /// A thrown error as a `RedisError` (hiredis calls throw only those).
     fileprivate static func redisError(_ error: any Error) -> RedisError {
         error as? RedisError ?? RedisError(.unexpectedReply, "\(error)")
+    }
+}
+
+/// Waits until `socket` (when given) or `wake` is readable, or `deadline` passed; says which of the two were
+/// readable (neither: the deadline, or a poll(2) error). For the threads that sleep on a Redis socket and a wake pipe
+/// (`RedisConnection`'s, `RedisSubscriber`'s).
+func pollReadable(socket: Int32?, wake: Int32, until deadline: ContinuousClock.Instant) -> (socket: Bool, rung: Bool) {
+    var fds = [pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+    if let socket { fds.append(pollfd(fd: socket, events: Int16(POLLIN), revents: 0)) }
+    while true {
+        let left = deadline - .now
+        if left <= .zero { return (false, false) }
+        // Rounded up, so a wait never ends just before the deadline and spins.
+        let milliseconds = Int32(clamping: (left.microseconds + 999) / 1000)
+        let n = poll(&fds, nfds_t(fds.count), milliseconds)
+        if n < 0 {
+            if errno == EINTR { continue }
+            return (false, false)
+        }
+        if n == 0 { return (false, false) }
+        return (fds.count > 1 && fds[1].revents != 0, fds[0].revents != 0)
     }
 }
 

@@ -172,21 +172,9 @@ public final class RedisSubscriber: Sendable {
 
     /// Waits until `fd` is readable, `stop()` was called, or `timeout` passed.
     private func waitReadable(fd: Int32?, timeout: Duration) -> Readiness {
-        var fds = [pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
-        if let fd { fds.append(pollfd(fd: fd, events: Int16(POLLIN), revents: 0)) }
-        let deadline = ContinuousClock.now + timeout
-        while true {
-            if isStopped { return .stopped }
-            let left = deadline - .now
-            if left <= .zero { return .timedOut }
-            let n = poll(&fds, nfds_t(fds.count), Int32(clamping: max(1, left.milliseconds)))
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .timedOut
-            }
-            if n == 0 { return .timedOut }
-            if fds[0].revents != 0 { return .stopped }
-            if fds.count > 1, fds[1].revents != 0 { return .socket }
-        }
+        if isStopped { return .stopped }
+        let woken = pollReadable(socket: fd, wake: wakeRead, until: .now + timeout)
+        if woken.rung || isStopped { return .stopped }
+        return woken.socket ? .socket : .timedOut
     }
 }
