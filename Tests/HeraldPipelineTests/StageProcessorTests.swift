@@ -211,6 +211,23 @@ final class FlakyReader: StateReader, @unchecked Sendable {
         #expect(results[1].outputs.isEmpty && results[1].deadLetter == nil)
     }
 
+    /// A binary input goes on as its own bytes (the fields the rules skip are not decoded); its JSON form is decoded
+    /// whole and encoded again. Both give the same deliverable record, byte for byte.
+    @Test func aDeliverableCarriesTheInputsBytesAsAWholeDecodeWouldWriteThem() async throws {
+        let suppress = SuppressProcessor(deliverableTopic: "herald.deliverable", apps: try exampleApps())
+        let binary = try resolved("u2")
+        let record = try StageCodec.decode(ResolvedRecord.self, from: try #require(binary.value))
+        let json = StageInput(topic: "herald.resolved", value: record.jsonBytes())
+        let results = await suppress.process([binary, json], context: fixedContext)
+        let fromBinary = try #require(results[0].outputs.first?.value)
+        #expect(results[1].outputs.first?.value == fromBinary)
+        let deliverable = try decode(DeliverableRecord.self, results[0].outputs[0])
+        #expect(deliverable.event == record.event && deliverable.senderDisplayName == "Cindy L.")
+        #expect(
+            deliverable.state.unread == record.state.unread && deliverable.state.preferences == record.state.preferences
+        )
+    }
+
     @Test func renderMakesOneOutboundRecordPerTargetKeyedByToken() async throws {
         let event = try ChatEvent.decode(try exampleBytes("event-group.json"))
         let devices = [

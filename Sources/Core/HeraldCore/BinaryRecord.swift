@@ -229,25 +229,9 @@ public enum BinaryRecordFormat {
     public static func decode<T: EventFirstRecord>(
         _ type: T.Type, from bytes: [UInt8], reusing reuse: inout EventReuse
     ) throws(StageRecordError) -> T {
-        reuse.lastEventBytes = nil
-        return try read(T.self, from: bytes) { r, raw throws(StageRecordError) in
-            let start = r.offset
-            let key = EventReuse.key(raw, at: start)
-            let event: ChatEvent
-            if let key, let known = reuse.entries[key], known.version == r.version,
-                EventReuse.matches(known.bytes, raw, at: start)
-            {
-                event = known.event
-                r.skip(known.bytes.count)
-                reuse.reused += 1
-                if r.version == version { reuse.lastEventBytes = known.bytes }
-            } else {
-                event = try ChatEvent(binary: &r)
-                let eventBytes = Array(raw[start..<r.offset])
-                if let key {
-                    reuse.remember(key, EventReuse.Entry(version: r.version, bytes: eventBytes, event: event))
-                }
-                if r.version == version { reuse.lastEventBytes = eventBytes }
+        try read(T.self, from: bytes) { r, raw throws(StageRecordError) in
+            let event = try reuse.event(raw, reader: &r, partial: false) {
+                (r) throws(StageRecordError) -> ChatEvent in try ChatEvent(binary: &r)
             }
             return try T(event: event, rest: &r)
         }
@@ -275,7 +259,7 @@ public enum BinaryRecordFormat {
         }
     }
 
-    private static func readHeader<T: BinaryRecord>(_ r: inout BinaryReader, _ type: T.Type) throws(StageRecordError) {
+    static func readHeader<T: BinaryRecord>(_ r: inout BinaryReader, _ type: T.Type) throws(StageRecordError) {
         guard try r.byte() == magic.0, try r.byte() == magic.1 else { throw r.fail("not a binary record") }
         let v = try r.byte()
         guard v >= oldestReadable, v <= version else {
@@ -322,6 +306,8 @@ public final class EventReuseCarry: Sendable {
 public struct EventReuse: Sendable {
     struct Entry: Sendable {
         var version: UInt8
+        /// Read for the rules alone (`ChatEvent(rulesBinary:)`): served only to such reads.
+        var partial: Bool
         var bytes: [UInt8]
         var event: ChatEvent
     }
@@ -332,14 +318,29 @@ public struct EventReuse: Sendable {
     static let capacity = 512
     /// Records whose event was taken from an earlier one instead of decoded.
     public internal(set) var reused = 0
-    /// The event bytes of the record decoded last, when it was in the current format: a stage that writes the same
-    /// event on copies them instead of encoding the event again. Nil after a record of another format or version.
-    public internal(set) var lastEventBytes: [UInt8]?
 
     public init() {}
 
-    /// The next record's event is not known as bytes (a JSON record).
-    public mutating func forgetLastEvent() { lastEventBytes = nil }
+    /// The event at `r`'s offset in `raw`: a kept one when its bytes match (then `r` moves past them), else what
+    /// `decode` reads, kept for the records after it.
+    mutating func event(
+        _ raw: UnsafeRawBufferPointer, reader r: inout BinaryReader, partial: Bool,
+        _ decode: (inout BinaryReader) throws(StageRecordError) -> ChatEvent
+    ) throws(StageRecordError) -> ChatEvent {
+        let start = r.offset
+        let key = Self.key(raw, at: start)
+        if let key, let known = entries[key], known.version == r.version, known.partial == partial,
+            Self.matches(known.bytes, raw, at: start)
+        {
+            r.skip(known.bytes.count)
+            reused += 1
+            return known.event
+        }
+        let event = try decode(&r)
+        let eventBytes = Array(raw[start..<r.offset])
+        if let key { remember(key, Entry(version: r.version, partial: partial, bytes: eventBytes, event: event)) }
+        return event
+    }
 
     mutating func remember(_ key: UInt64, _ entry: Entry) {
         if entries.count >= Self.capacity { entries.removeAll(keepingCapacity: true) }
@@ -545,14 +546,7 @@ extension UserState {
             p.conversations[id] = ConversationPreference(
                 trigger: try r.enumValue(ConversationTrigger.self), muted: try r.bool())
         }
-        if try r.bool() {
-            let start = try r.int(), end = try r.int()
-            guard (0...1440).contains(start), (0...1440).contains(end) else { throw r.fail("dnd minutes out of range") }
-            p.dnd = DoNotDisturb(
-                start: ClockTime(hour: 0, minute: Int(start)), end: ClockTime(hour: 0, minute: Int(end)),
-                timezone: try r.string())
-        }
-        if try r.bool() { p.snooze = Snooze(start: try r.int(), end: try r.int()) }
+        try p.readQuietTimes(&r)
         p.template = try r.enumValue(TemplateChoice.self)
         p.displayStyle = try r.enumValue(DisplayStyle.self)
         p.displayName = try r.optionalString()
@@ -576,6 +570,20 @@ extension UserState {
         if r.version >= 4 {
             preferences.unset = Preferences.Defaultable(rawValue: try r.byte()).intersection(.all)
         }
+    }
+}
+
+extension Preferences {
+    /// Do not disturb and snooze, as `UserState.write(into:)` wrote them.
+    mutating func readQuietTimes(_ r: inout BinaryReader) throws(StageRecordError) {
+        if try r.bool() {
+            let start = try r.int(), end = try r.int()
+            guard (0...1440).contains(start), (0...1440).contains(end) else { throw r.fail("dnd minutes out of range") }
+            dnd = DoNotDisturb(
+                start: ClockTime(hour: 0, minute: Int(start)), end: ClockTime(hour: 0, minute: Int(end)),
+                timezone: try r.string())
+        }
+        if try r.bool() { snooze = Snooze(start: try r.int(), end: try r.int()) }
     }
 }
 
@@ -636,27 +644,11 @@ extension DeliverableRecord: EventFirstRecord {
 
     public func write(into w: inout BinaryWriter) {
         event.write(into: &w)
-        writeRest(into: &w)
-    }
-
-    private func writeRest(into w: inout BinaryWriter) {
         w.string(recipient)
         state.write(into: &w)
         Device.write(targets, into: &w)
         w.optional(senderDisplayName)
         w.optional(burst.map(Int64.init))
-    }
-
-    /// The wire bytes, with the event copied from `eventBytes` (the current format's bytes of `event`, as read by
-    /// `EventReuse`) instead of encoded again; `wireBytes()` when there are none.
-    public func wireBytes(eventBytes: [UInt8]?) -> [UInt8] {
-        guard let eventBytes else { return wireBytes() }
-        var w = BinaryWriter(capacity: eventBytes.count + 512)
-        w.byte(BinaryRecordFormat.magic.0); w.byte(BinaryRecordFormat.magic.1)
-        w.byte(BinaryRecordFormat.version); w.byte(Self.binaryType)
-        w.raw(eventBytes)
-        writeRest(into: &w)
-        return w.bytes
     }
 
     public init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -731,4 +723,9 @@ extension ResolvedRecord {
 extension BinaryWriter {
     /// Appends bytes already in the binary form (a field encoded once and reused).
     public mutating func raw(_ encoded: [UInt8]) { bytes.append(contentsOf: encoded) }
+
+    /// Appends `range` of `raw` as it is (a field carried on from an input record).
+    mutating func raw(_ raw: UnsafeRawBufferPointer, _ range: Range<Int>) {
+        bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[range]))
+    }
 }

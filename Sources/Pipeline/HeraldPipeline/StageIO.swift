@@ -39,7 +39,6 @@ extension StageInput {
     public func decode<T: StageRecord & EventFirstRecord>(
         _ type: T.Type, reusing reuse: inout EventReuse
     ) throws(InvalidInput) -> T {
-        reuse.forgetLastEvent()
         guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
         do {
             if BinaryRecordFormat.isBinary(value) {
@@ -47,6 +46,15 @@ extension StageInput {
             }
             return try StageCodec.decode(T.self, from: value)
         } catch { throw InvalidInput(detail: error.description) }
+    }
+
+    /// Reads a `herald.resolved` input for suppress's rules (`ResolvedRecord.readForRules`): the fields the rules
+    /// read, and the rest as the input's bytes to carry on.
+    public func readForRules(reusing reuse: inout EventReuse) throws(InvalidInput) -> RulesRecord {
+        guard let value else { throw InvalidInput(detail: "tombstone (no value)") }
+        do { return try ResolvedRecord.readForRules(value, reusing: &reuse) } catch {
+            throw InvalidInput(detail: error.description)
+        }
     }
 
     /// Decodes the input as a JSON record (registry and token-feedback records). Bytes that are not UTF-8 are

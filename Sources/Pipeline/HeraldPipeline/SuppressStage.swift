@@ -36,17 +36,34 @@ public struct SuppressProcessor: StageProcessor {
         case deliver(Delivery)
     }
 
-    /// A delivery still to be written: the record, the devices to push and its event's bytes. A class, so the
-    /// batch's passes over the decisions (bursts, flood guard, outputs) share it instead of copying the record.
+    /// A delivery still to be written: the record as the rules read it, the devices to push and the input's parts
+    /// that go on unchanged. A class, so the batch's passes over the decisions (bursts, flood guard, outputs) share
+    /// it instead of copying the record.
     final class Delivery: Sendable {
         let record: ResolvedRecord
         let targets: [Device]
-        let eventBytes: [UInt8]?
+        let forwarded: ForwardedParts?
 
-        init(_ record: ResolvedRecord, targets: [Device], eventBytes: [UInt8]?) {
-            self.record = record
+        init(_ read: RulesRecord, targets: [Device]) {
+            self.record = read.record
             self.targets = targets
-            self.eventBytes = eventBytes
+            self.forwarded = read.forwarded
+        }
+
+        /// The `herald.deliverable` record render reads: the event, the recipient, the push settings and unread
+        /// counts (its devices are the targets), at burst position `burst`.
+        func wireBytes(burst: Int?) -> [UInt8] {
+            if let forwarded {
+                return DeliverableRecord.wireBytes(forwarding: forwarded, targets: targets, burst: burst)
+            }
+            var state = record.state
+            state.devices = []
+            state.online = []
+            var deliverable = DeliverableRecord(
+                event: record.event, recipient: record.recipient, state: state,
+                targets: targets, senderDisplayName: record.senderDisplayName)
+            deliverable.burst = burst
+            return deliverable.wireBytes()
         }
     }
 
@@ -66,8 +83,7 @@ public struct SuppressProcessor: StageProcessor {
             case .done(let result): return result
             case .deliver(let d):
                 if case .held? = floods[index] { return current.floodHeld(d.record, now: now) }
-                return current.deliverResult(
-                    d.record, targets: d.targets, eventBytes: d.eventBytes, step: steps[index], now: now)
+                return current.deliverResult(d, step: steps[index], now: now)
             }
         }
     }
@@ -76,8 +92,7 @@ public struct SuppressProcessor: StageProcessor {
         var reuse = EventReuse()
         switch decide(input, now: now, reuse: &reuse) {
         case .done(let result): return result
-        case .deliver(let d):
-            return deliverResult(d.record, targets: d.targets, eventBytes: d.eventBytes, step: nil, now: now)
+        case .deliver(let d): return deliverResult(d, step: nil, now: now)
         }
     }
 
@@ -95,8 +110,7 @@ public struct SuppressProcessor: StageProcessor {
             let record = delivery.record
             let event = record.event
             guard Coalescing.eligible(event, recipient: record.recipient, app: app) else { continue }
-            let held = deliverable(record, targets: delivery.targets, burst: nil).wireBytes(
-                eventBytes: delivery.eventBytes)
+            let held = delivery.wireBytes(burst: nil)
             asks.append(
                 (
                     index,
@@ -125,8 +139,7 @@ public struct SuppressProcessor: StageProcessor {
             var message = BurstMessage(
                 appID: event.appID, user: record.recipient, conversation: "", at: nowMillis, policy: app.coalesce,
                 lane: lane,
-                record: deliverable(record, targets: delivery.targets, burst: nil).wireBytes(
-                    eventBytes: delivery.eventBytes))
+                record: delivery.wireBytes(burst: nil))
             message.flood = app.floodGuard
             asks.append((index, message))
         }
@@ -156,21 +169,10 @@ public struct SuppressProcessor: StageProcessor {
         return held
     }
 
-    /// The record render reads: preferences and unread counts; the devices it needs are the targets.
-    func deliverable(_ record: ResolvedRecord, targets: [Device], burst: Int?) -> DeliverableRecord {
-        var state = record.state
-        state.devices = []
-        state.online = []
-        var deliverable = DeliverableRecord(
-            event: record.event, recipient: record.recipient, state: state,
-            targets: targets, senderDisplayName: record.senderDisplayName)
-        deliverable.burst = burst
-        return deliverable
-    }
-
     func decide(_ input: StageInput, now: Date, reuse: inout EventReuse) -> Decided {
-        let record: ResolvedRecord
-        do { record = try input.decode(ResolvedRecord.self, reusing: &reuse) } catch { return .done(error.result) }
+        let read: RulesRecord
+        do { read = try input.readForRules(reusing: &reuse) } catch { return .done(error.result) }
+        let record = read.record
         let event = record.event
         guard apps.isKnown(event.appID) else {
             return .done(.dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID)))
@@ -182,7 +184,7 @@ public struct SuppressProcessor: StageProcessor {
         case .suppress(let reason):
             return .done(suppressed(record, reason: reason.rawValue, now: now))
         case .deliver(let targets):
-            return .deliver(Delivery(record, targets: targets, eventBytes: reuse.lastEventBytes))
+            return .deliver(Delivery(read, targets: targets))
         }
     }
 
@@ -197,9 +199,8 @@ public struct SuppressProcessor: StageProcessor {
             ])
     }
 
-    func deliverResult(
-        _ record: ResolvedRecord, targets: [Device], eventBytes: [UInt8]?, step: BurstStep?, now: Date
-    ) -> StageResult {
+    func deliverResult(_ delivery: Delivery, step: BurstStep?, now: Date) -> StageResult {
+        let record = delivery.record
         let event = record.event
         var burst: Int?
         var reason: String?
@@ -214,17 +215,16 @@ public struct SuppressProcessor: StageProcessor {
             reason = Coalescing.updateReason
         case nil: break
         }
-        let deliverable = deliverable(record, targets: targets, burst: burst)
-        // The event goes on as the bytes it came in (when they are in the current format), not encoded again.
+        // What the rules did not read goes on as the bytes it came in (when they are in the current format).
         let output = StageOutput(
-            topic: deliverableTopic, key: record.recipient, value: deliverable.wireBytes(eventBytes: eventBytes))
+            topic: deliverableTopic, key: record.recipient, value: delivery.wireBytes(burst: burst))
         return StageResult(
             outputs: [output],
             notes: reason == nil ? [] : [.coalesced(outcome: "update")],
             explain: [
                 ExplainEntry(
                     appID: event.appID, eventID: event.eventID, user: record.recipient, stage: stage,
-                    decision: "deliver", reason: reason, at: BatchContext.millis(now), count: targets.count)
+                    decision: "deliver", reason: reason, at: BatchContext.millis(now), count: delivery.targets.count)
             ])
     }
 }
