@@ -43,6 +43,21 @@ struct RecordPackFormatTests {
         #expect(t.complete(5) == nil, "a fourth completion changes nothing")
         #expect(t.outstanding == 0)
     }
+
+    @Test("a run of a pack's parts completes in one step, as many single completions would")
+    func trackerCountsRuns() {
+        var t = PartitionOffsetTracker()
+        t.delivered(5, parts: 4)
+        t.delivered(6, parts: 2)
+        #expect(t.complete(6, parts: 2) == nil)
+        #expect(t.complete(5, parts: 3) == nil)
+        #expect(t.complete(5, parts: 0) == nil, "no parts: nothing")
+        #expect(t.complete(5, parts: 1) == 7)
+        t.delivered(7, parts: 2)
+        #expect(t.complete(7, parts: 5) == 8, "more parts than are left complete the record once")
+        #expect(t.complete(7) == nil)
+        #expect(t.outstanding == 0)
+    }
 }
 
 @Suite("Packed records on Tansu", .serialized)

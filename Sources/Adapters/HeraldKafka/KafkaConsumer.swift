@@ -272,12 +272,29 @@ final class ConsumerCore: @unchecked Sendable {
         state.withLock { s in
             guard !s.closed else { return }
             var toStore: [TopicPartition: Int64] = [:]
-            for record in records {
+            // The parts of a pack come one after another: each run of parts of one record is completed in one step.
+            var run: (record: ConsumerRecord, parts: Int)?
+            func completeRun() {
+                guard let (record, parts) = run else { return }
                 let tp = record.topicPartition
-                guard var tracked = s.trackers[tp], tracked.epoch == record.epoch else { continue }
-                if let committable = tracked.tracker.complete(record.offset) { toStore[tp] = committable }
-                s.trackers[tp] = tracked
+                // In place: a copy of the tracker taken out of the dictionary would copy its offsets to change them.
+                guard s.trackers[tp]?.epoch == record.epoch else { return }
+                if let committable = s.trackers[tp]?.tracker.complete(record.offset, parts: parts) {
+                    toStore[tp] = committable
+                }
             }
+            for record in records {
+                if let current = run, current.record.offset == record.offset,
+                    current.record.partition == record.partition, current.record.epoch == record.epoch,
+                    current.record.topic == record.topic
+                {
+                    run?.parts += 1
+                    continue
+                }
+                completeRun()
+                run = (record, 1)
+            }
+            completeRun()
             guard !toStore.isEmpty else { return }
             // Stored under the lock so a concurrent revoke never sees a half-applied store.
             let list = makePartitionList(toStore.map { ($0.key, $0.value) })

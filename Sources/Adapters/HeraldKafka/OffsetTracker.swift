@@ -30,12 +30,13 @@ public struct PartitionOffsetTracker: Sendable, Hashable {
         left.append(Int32(clamping: max(1, parts)))
     }
 
-    /// Marks one part of a delivered record complete; the record is complete with its last part. Returns the new
-    /// committable offset when it advanced, `nil` otherwise (also for offsets never delivered or already retired).
+    /// Marks `parts` parts (one by default) of a delivered record complete; the record is complete with its last
+    /// part. Returns the new committable offset when it advanced, `nil` otherwise (also for offsets never delivered
+    /// or already retired).
     @discardableResult
-    public mutating func complete(_ offset: Int64) -> Int64? {
-        guard let index = find(offset), left[index] > 0 else { return nil }
-        left[index] -= 1
+    public mutating func complete(_ offset: Int64, parts: Int = 1) -> Int64? {
+        guard parts > 0, let index = find(offset), left[index] > 0 else { return nil }
+        left[index] -= Int32(clamping: min(parts, Int(left[index])))
         guard index == 0, left[index] == 0 else { return nil }
         var retired = offset
         while let first = left.first, first == 0 {
