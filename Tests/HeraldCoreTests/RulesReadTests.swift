@@ -147,6 +147,24 @@ struct RulesReadTests {
         }
     }
 
+    @Test("a wrong value in a part the rules step over goes on, and the deliverable's whole decode refuses it")
+    func wrongValueRefusedDownstream() throws {
+        var rng = SplitMix(state: 5)
+        var whole = arbitraryResolved(&rng)
+        whole.state.preferences.template = .alternative
+        var wire = StageCodec.encode(whole)
+        let name = Array("alternative".utf8)
+        let at = try #require(
+            (0...(wire.count - name.count)).first { Array(wire[$0..<$0 + name.count]) == name },
+            "the template's name is in the record")
+        wire[at + name.count - 1] = UInt8(ascii: "X")
+        #expect(throws: StageRecordError.self) { try StageCodec.decode(ResolvedRecord.self, from: wire) }
+        var reuse = EventReuse()
+        let parts = try #require(try ResolvedRecord.readForRules(wire, reusing: &reuse).forwarded)
+        let deliverable = DeliverableRecord.wireBytes(forwarding: parts, targets: [], burst: nil)
+        #expect(throws: StageRecordError.self) { try StageCodec.decode(DeliverableRecord.self, from: deliverable) }
+    }
+
     @Test("a JSON record or one of an older format version is decoded whole and written again")
     func wholeWhenNotCurrent() throws {
         var rng = SplitMix(state: 11)
