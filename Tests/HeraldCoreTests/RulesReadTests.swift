@@ -147,6 +147,26 @@ struct RulesReadTests {
         }
     }
 
+    @Test("any bytes changed in a record: the read refuses it or reads it, and what it forwards is in bounds")
+    func mutatedBytesNeverTrap() throws {
+        var rng = SplitMix(state: 13)
+        var reuse = EventReuse()
+        var read = 0
+        for _ in 0..<300 {
+            var wire = StageCodec.encode(arbitraryResolved(&rng))
+            for _ in 0..<Int.random(in: 1...4, using: &rng) {
+                let at = Int.random(in: 4..<wire.count, using: &rng)
+                wire[at] = UInt8.random(in: 0...255, using: &rng)
+            }
+            guard let parts = (try? ResolvedRecord.readForRules(wire, reusing: &reuse))?.forwarded else { continue }
+            read += 1
+            // Built from the ranges it kept: a range outside the bytes would trap here.
+            let deliverable = DeliverableRecord.wireBytes(forwarding: parts, targets: [], burst: 2)
+            #expect(deliverable.count <= wire.count + 16)
+        }
+        #expect(read > 0, "some changed bytes still read (a changed letter in a text)")
+    }
+
     @Test("a wrong value in a part the rules step over goes on, and the deliverable's whole decode refuses it")
     func wrongValueRefusedDownstream() throws {
         var rng = SplitMix(state: 5)
