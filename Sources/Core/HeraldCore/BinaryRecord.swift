@@ -380,6 +380,9 @@ public struct EventReuse: Sendable {
 
 // MARK: The event
 
+// `ChatEvent(rulesBinary:)` and `Preferences(rulesBinary:conversation:)` (RulesRead.swift) step through these
+// layouts too: a field added here is added there (RulesReadTests compares the two reads on arbitrary records).
+
 extension ChatEvent {
     func write(into w: inout BinaryWriter) {
         w.string(eventID); w.string(appID); w.string(kind.rawValue); w.optional(createdAt)
