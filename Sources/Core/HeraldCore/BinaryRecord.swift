@@ -237,15 +237,15 @@ public enum BinaryRecordFormat {
         }
     }
 
-    /// Reads the header, then the record with `body`, and refuses trailing bytes.
-    private static func read<T: BinaryRecord>(
+    /// Reads the header of a `T`, then what `body` reads of the record, and refuses trailing bytes.
+    static func read<T: BinaryRecord, Value>(
         _ type: T.Type, from bytes: [UInt8],
-        _ body: (inout BinaryReader, UnsafeRawBufferPointer) throws(StageRecordError) -> T
-    ) throws(StageRecordError) -> T {
+        _ body: (inout BinaryReader, UnsafeRawBufferPointer) throws(StageRecordError) -> Value
+    ) throws(StageRecordError) -> Value {
         // The record is returned straight out of the closure (a `Result` around it cost a copy and a destroy of
         // every record); `withUnsafeBytes` rethrows untyped, so its error is typed again here.
         do {
-            return try bytes.withUnsafeBytes { (raw) throws(StageRecordError) -> T in
+            return try bytes.withUnsafeBytes { (raw) throws(StageRecordError) -> Value in
                 var r = BinaryReader(raw, offset: 0, record: T.self)
                 try readHeader(&r, T.self)
                 let record = try body(&r, raw)
@@ -259,7 +259,7 @@ public enum BinaryRecordFormat {
         }
     }
 
-    static func readHeader<T: BinaryRecord>(_ r: inout BinaryReader, _ type: T.Type) throws(StageRecordError) {
+    private static func readHeader<T: BinaryRecord>(_ r: inout BinaryReader, _ type: T.Type) throws(StageRecordError) {
         guard try r.byte() == magic.0, try r.byte() == magic.1 else { throw r.fail("not a binary record") }
         let v = try r.byte()
         guard v >= oldestReadable, v <= version else {

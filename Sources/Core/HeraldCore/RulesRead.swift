@@ -47,37 +47,28 @@ extension ResolvedRecord {
                 ? try decodeBinary(bytes, reusing: &reuse) : try StageCodec.decode(ResolvedRecord.self, from: bytes)
             return RulesRecord(record: record, forwarded: nil)
         }
-        do {
-            return try bytes.withUnsafeBytes { (raw) throws(StageRecordError) -> RulesRecord in
-                var r = BinaryReader(raw, offset: 0, record: ResolvedRecord.self)
-                try BinaryRecordFormat.readHeader(&r, ResolvedRecord.self)
-                let eventStart = r.offset
-                let event = try reuse.event(raw, reader: &r, partial: true) {
-                    (r) throws(StageRecordError) -> ChatEvent in try ChatEvent(rulesBinary: &r)
-                }
-                let recipientStart = r.offset
-                let recipient = try r.string()
-                let recipientEnd = r.offset
-                let devices = try Device.readList(&r)
-                let online = try r.strings()
-                let settingsStart = r.offset
-                let preferences = try Preferences(rulesBinary: &r, conversation: event.conversation.id)
-                let settingsEnd = r.offset
-                try r.skipOptionalString()
-                let nameEnd = r.offset
-                guard r.isAtEnd else { throw r.fail("trailing bytes") }
-                var state = UserState(devices: devices, online: online)
-                state.preferences = preferences
-                return RulesRecord(
-                    record: ResolvedRecord(event: event, recipient: recipient, state: state),
-                    forwarded: ForwardedParts(
-                        bytes: bytes, event: eventStart..<recipientStart, recipient: recipientStart..<recipientEnd,
-                        settings: settingsStart..<settingsEnd, senderDisplayName: settingsEnd..<nameEnd))
+        return try BinaryRecordFormat.read(ResolvedRecord.self, from: bytes) {
+            (r, raw) throws(StageRecordError) -> RulesRecord in
+            let eventStart = r.offset
+            let event = try reuse.event(raw, reader: &r, partial: true) {
+                (r) throws(StageRecordError) -> ChatEvent in try ChatEvent(rulesBinary: &r)
             }
-        } catch let error as StageRecordError {
-            throw error
-        } catch {
-            throw StageRecordError(record: "\(ResolvedRecord.self)", detail: "\(error)")
+            let recipientStart = r.offset
+            let recipient = try r.string()
+            let recipientEnd = r.offset
+            let devices = try Device.readList(&r)
+            let online = try r.strings()
+            let settingsStart = r.offset
+            let preferences = try Preferences(rulesBinary: &r, conversation: event.conversation.id)
+            let settingsEnd = r.offset
+            try r.skipOptionalString()
+            return RulesRecord(
+                record: ResolvedRecord(
+                    event: event, recipient: recipient,
+                    state: UserState(devices: devices, online: online, preferences: preferences)),
+                forwarded: ForwardedParts(
+                    bytes: bytes, event: eventStart..<recipientStart, recipient: recipientStart..<recipientEnd,
+                    settings: settingsStart..<settingsEnd, senderDisplayName: settingsEnd..<r.offset))
         }
     }
 }
