@@ -175,30 +175,140 @@ public struct ChatEvent: Sendable, Hashable {
         }
     }
 
-    public var eventID: String
-    public var appID: String
-    public var kind: Kind
+    /// The event's values, kept behind one reference: a stage copies an event many times over (into its cache,
+    /// its records, its decisions and results), and a copy of the values themselves retains and later releases
+    /// every string and array in them. An event is copied on write, as an array is.
+    struct Values: Sendable, Hashable {
+        var eventID: String
+        var appID: String
+        var kind: Kind
+        var createdAt: Int64?
+        var sender: Sender
+        var conversation: Conversation
+        var recipients: [String]?
+        var message: Message?
+        var call: Call?
+        var reaction: Reaction?
+        var groupAction: GroupAction?
+        var ext: Extension
+    }
+
+    final class Storage: @unchecked Sendable {
+        // Changed only through `ChatEvent`'s accessors, and only while the event holds the one reference.
+        var values: Values
+        init(_ values: Values) { self.values = values }
+    }
+
+    private var storage: Storage
+
+    /// Makes the storage the event's own before a change.
+    private mutating func own() {
+        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.values) }
+    }
+
+    public var eventID: String {
+        get { storage.values.eventID }
+        _modify {
+            own()
+            yield &storage.values.eventID
+        }
+    }
+    public var appID: String {
+        get { storage.values.appID }
+        _modify {
+            own()
+            yield &storage.values.appID
+        }
+    }
+    public var kind: Kind {
+        get { storage.values.kind }
+        _modify {
+            own()
+            yield &storage.values.kind
+        }
+    }
     /// Milliseconds since the epoch; the time the suppression rules use when present.
-    public var createdAt: Int64?
-    public var sender: Sender
-    public var conversation: Conversation
+    public var createdAt: Int64? {
+        get { storage.values.createdAt }
+        _modify {
+            own()
+            yield &storage.values.createdAt
+        }
+    }
+    public var sender: Sender {
+        get { storage.values.sender }
+        _modify {
+            own()
+            yield &storage.values.sender
+        }
+    }
+    public var conversation: Conversation {
+        get { storage.values.conversation }
+        _modify {
+            own()
+            yield &storage.values.conversation
+        }
+    }
     /// Explicit recipients; `nil` means the conversation's members.
-    public var recipients: [String]?
-    public var message: Message?
-    public var call: Call?
-    public var reaction: Reaction?
-    public var groupAction: GroupAction?
-    public var ext: Extension
+    public var recipients: [String]? {
+        get { storage.values.recipients }
+        _modify {
+            own()
+            yield &storage.values.recipients
+        }
+    }
+    public var message: Message? {
+        get { storage.values.message }
+        _modify {
+            own()
+            yield &storage.values.message
+        }
+    }
+    public var call: Call? {
+        get { storage.values.call }
+        _modify {
+            own()
+            yield &storage.values.call
+        }
+    }
+    public var reaction: Reaction? {
+        get { storage.values.reaction }
+        _modify {
+            own()
+            yield &storage.values.reaction
+        }
+    }
+    public var groupAction: GroupAction? {
+        get { storage.values.groupAction }
+        _modify {
+            own()
+            yield &storage.values.groupAction
+        }
+    }
+    public var ext: Extension {
+        get { storage.values.ext }
+        _modify {
+            own()
+            yield &storage.values.ext
+        }
+    }
+
+    public static func == (a: ChatEvent, b: ChatEvent) -> Bool {
+        a.storage === b.storage || a.storage.values == b.storage.values
+    }
+
+    public func hash(into h: inout Hasher) { storage.values.hash(into: &h) }
 
     public init(
         eventID: String, appID: String, kind: Kind = .message, createdAt: Int64? = nil, sender: Sender,
         conversation: Conversation, recipients: [String]? = nil, message: Message? = nil, call: Call? = nil,
         reaction: Reaction? = nil, groupAction: GroupAction? = nil, ext: Extension = Extension()
     ) {
-        self.eventID = eventID; self.appID = appID; self.kind = kind; self.createdAt = createdAt
-        self.sender = sender; self.conversation = conversation; self.recipients = recipients
-        self.message = message; self.call = call; self.reaction = reaction; self.groupAction = groupAction
-        self.ext = ext
+        storage = Storage(
+            Values(
+                eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
+                conversation: conversation, recipients: recipients, message: message, call: call,
+                reaction: reaction, groupAction: groupAction, ext: ext))
     }
 
     // MARK: Limits (documented in docs/core.md)
@@ -252,6 +362,7 @@ public struct ChatEvent: Sendable, Hashable {
         let notes = DecodeNotes()
         defer { warnings += notes.warnings }
         let root = try Fields(json, path: "", notes: notes)
+        self.init(eventID: "", appID: "", sender: Sender(id: ""), conversation: Conversation(id: "", type: .direct))
         eventID = try root.id("event_id")
         appID = try root.id("app_id")
         let kindRaw = try root.requiredString("kind", limit: Limits.idBytes)
