@@ -58,10 +58,17 @@ public final class KafkaConsumer: Sendable {
 
     /// Marks a record done: its outputs were acknowledged, its offset may be committed
     /// once every earlier record of its partition is done too.
-    public func complete(_ record: ConsumerRecord) { core.complete(CollectionOfOne(record)) }
+    public func complete(_ record: ConsumerRecord) { core.complete([record]) { _ in true } }
 
     /// Marks records done (any order, any partitions).
-    public func complete<S: Sequence>(_ records: S) where S.Element == ConsumerRecord { core.complete(records) }
+    public func complete<S: Sequence>(_ records: S) where S.Element == ConsumerRecord {
+        core.complete(Array(records)) { _ in true }
+    }
+
+    /// Marks done the records of `batch` at the positions `include` accepts, read in place (no record is copied).
+    public func complete(_ batch: [ConsumerRecord], where include: (Int) -> Bool) {
+        core.complete(batch, where: include)
+    }
 
     /// Stops fetching on every assigned partition (and on partitions assigned later)
     /// until `resume()`. Group membership and heartbeats continue.
@@ -268,31 +275,32 @@ final class ConsumerCore: @unchecked Sendable {
         return try result.get()
     }
 
-    func complete<S: Sequence>(_ records: S) where S.Element == ConsumerRecord {
+    func complete(_ records: [ConsumerRecord], where include: (Int) -> Bool) {
         state.withLock { s in
             guard !s.closed else { return }
             var toStore: [TopicPartition: Int64] = [:]
             // The parts of a pack come one after another: each run of parts of one record is completed in one step.
-            var run: (record: ConsumerRecord, parts: Int)?
+            var run: (first: Int, parts: Int)?
             func completeRun() {
-                guard let (record, parts) = run else { return }
-                let tp = record.topicPartition
+                guard let (first, parts) = run else { return }
+                let tp = records[first].topicPartition
                 // In place: a copy of the tracker taken out of the dictionary would copy its offsets to change them.
-                guard s.trackers[tp]?.epoch == record.epoch else { return }
-                if let committable = s.trackers[tp]?.tracker.complete(record.offset, parts: parts) {
+                guard s.trackers[tp]?.epoch == records[first].epoch else { return }
+                if let committable = s.trackers[tp]?.tracker.complete(records[first].offset, parts: parts) {
                     toStore[tp] = committable
                 }
             }
-            for record in records {
-                if let current = run, current.record.offset == record.offset,
-                    current.record.partition == record.partition, current.record.epoch == record.epoch,
-                    current.record.topic == record.topic
+            for index in records.indices where include(index) {
+                if let current = run, records[current.first].offset == records[index].offset,
+                    records[current.first].partition == records[index].partition,
+                    records[current.first].epoch == records[index].epoch,
+                    records[current.first].topic == records[index].topic
                 {
                     run?.parts += 1
                     continue
                 }
                 completeRun()
-                run = (record, 1)
+                run = (index, 1)
             }
             completeRun()
             guard !toStore.isEmpty else { return }
@@ -520,12 +528,29 @@ final class ConsumerCore: @unchecked Sendable {
         configuration.activity?.noteRecords(now: now)
         state.withLock { s in
             s.flow.noteRecords(now: now)
+            // A pack's parts follow its first part and share its partition and epoch: the partition is looked up
+            // once per Kafka record, and its parts kept or dropped with it.
+            var dropped = 0
+            var keep = true
+            for index in records.indices where records[index].part == 0 {
+                let tp = records[index].topicPartition
+                let epoch = records[index].epoch
+                keep = s.epochs[tp] == epoch  // no longer ours when not
+                guard keep else {
+                    dropped += records[index].parts
+                    continue
+                }
+                if s.trackers[tp]?.epoch != epoch { s.trackers[tp] = Tracked(epoch: epoch) }
+                s.trackers[tp]?.tracker.delivered(records[index].offset, parts: records[index].parts)
+            }
+            if dropped == 0 {
+                if s.buffer.isEmpty { s.buffer = records } else { s.buffer.append(contentsOf: records) }
+                return
+            }
+            keep = true
             for record in records {
-                let tp = record.topicPartition
-                guard s.epochs[tp] == record.epoch else { continue }  // no longer ours
-                if s.trackers[tp]?.epoch != record.epoch { s.trackers[tp] = Tracked(epoch: record.epoch) }
-                if record.part == 0 { s.trackers[tp]?.tracker.delivered(record.offset, parts: record.parts) }
-                s.buffer.append(record)
+                if record.part == 0 { keep = s.epochs[record.topicPartition] == record.epoch }
+                if keep { s.buffer.append(record) }
             }
         }
     }

@@ -77,8 +77,12 @@ public final class ExplainWriter: Sendable {
             guard s.pending.count + entries.count <= maxPending else { return .drop }
             // Counted before any write can take them (and count them off).
             changed(entries.count)
-            if s.pending.isEmpty { s.pendingSince = .now }
-            s.pending += entries
+            if s.pending.isEmpty {
+                s.pendingSince = .now
+                s.pending = entries  // taken as it is: appending would copy each entry
+            } else {
+                s.pending += entries
+            }
             if let due = takeIfDue(&s) { return .write(due) }
             guard interval > .zero, !s.timerArmed else { return .queued }
             s.timerArmed = true

@@ -287,8 +287,17 @@ public final class StageLoop: Service, Sendable {
 
     func prepare(_ batch: [ConsumerRecord], context: BatchContext) async -> Prepared {
         let started = ContinuousClock.now
-        var perTopic: [String: Int] = [:]
-        for record in batch { perTopic[record.topic, default: 0] += 1 }
+        // A batch holds one topic or a few, mostly in runs: counted by a scan, not a hash of each record's topic.
+        var perTopic: [(topic: String, count: Int)] = []
+        for index in batch.indices {
+            if let last = perTopic.indices.last, perTopic[last].topic == batch[index].topic {
+                perTopic[last].count += 1
+            } else if let known = perTopic.firstIndex(where: { $0.topic == batch[index].topic }) {
+                perTopic[known].count += 1
+            } else {
+                perTopic.append((batch[index].topic, 1))
+            }
+        }
         for (topic, count) in perTopic { metrics.consumed(topic: topic, count: count) }
 
         let inputs = batch.map { StageInput(topic: $0.topic, key: $0.key, value: $0.value) }
@@ -374,27 +383,26 @@ public final class StageLoop: Service, Sendable {
         let acknowledged = ContinuousClock.now
 
         // Complete what is done; record what happened.
-        var completed: [ConsumerRecord] = []
-        completed.reserveCapacity(batch.count)
+        var completedCount = 0
         var tally = Tally()
         var explainEntries: [ExplainEntry] = []
-        for index in prepared.results.indices {
-            if prepared.results[index].handBack || failedOwners.contains(index) { continue }
-            completed.append(batch[index])
-            tally.add(prepared.results[index], input: batch[index], stage: processor.stage, logger: logger)
+        func isDone(_ index: Int) -> Bool { !prepared.results[index].handBack && !failedOwners.contains(index) }
+        for index in prepared.results.indices where isDone(index) {
+            completedCount += 1
+            tally.add(prepared.results, at: index, inputs: batch, stage: processor.stage, logger: logger)
             explainEntries += prepared.results[index].explain
         }
-        consumer.complete(completed)
+        consumer.complete(batch) { $0 < prepared.results.count && isDone($0) }
         let left = state.withLock { s -> Int in
             s.inFlight -= batch.count
             return s.inFlight
         }
         metrics.setInFlight(left)
         let elapsed = ContinuousClock.now - prepared.started
-        metrics.recordLatency(elapsed, count: completed.count)
+        metrics.recordLatency(elapsed, count: completedCount)
         let handed = prepared.handed ?? acknowledged
         metrics.recordLatencyParts(
-            processing: handed - prepared.started, ackWait: acknowledged - handed, count: completed.count)
+            processing: handed - prepared.started, ackWait: acknowledged - handed, count: completedCount)
         tally.record(metrics: metrics)
 
         explain?.submit(explainEntries)
@@ -540,17 +548,21 @@ struct Tally {
     struct APNsAnswerKey: Hashable { var status: Int; var reason: String }
     struct RegistryKey: Hashable { var op: String; var outcome: String }
 
-    mutating func add(_ result: StageResult, input: ConsumerRecord, stage: String, logger: Logger) {
-        if let letter = result.deadLetter {
+    /// Adds `results[index]`, read in place (a result and its input copied out would be retained and released
+    /// field by field, for every record).
+    mutating func add(
+        _ results: [StageResult], at index: Int, inputs: [ConsumerRecord], stage: String, logger: Logger
+    ) {
+        if let letter = results[index].deadLetter {
             deadLettered[letter.reason, default: 0] += 1
             logger.warning(
                 "dead-lettered",
                 metadata: [
-                    "reason": "\(letter.reason)", "detail": "\(letter.detail)", "topic": "\(input.topic)",
-                    "partition": "\(input.partition)", "offset": "\(input.offset)",
+                    "reason": "\(letter.reason)", "detail": "\(letter.detail)", "topic": "\(inputs[index].topic)",
+                    "partition": "\(inputs[index].partition)", "offset": "\(inputs[index].offset)",
                 ])
         }
-        for note in result.notes {
+        for note in results[index].notes {
             switch note {
             case .suppressed(let reason):
                 suppressed[reason, default: 0] += 1
@@ -558,8 +570,8 @@ struct Tally {
                     logger.info(
                         "event dropped",
                         metadata: [
-                            "reason": "\(reason)", "topic": "\(input.topic)",
-                            "partition": "\(input.partition)", "offset": "\(input.offset)",
+                            "reason": "\(reason)", "topic": "\(inputs[index].topic)",
+                            "partition": "\(inputs[index].partition)", "offset": "\(inputs[index].offset)",
                         ])
                 }
             case .apnsAnswer(let status, let reason):
