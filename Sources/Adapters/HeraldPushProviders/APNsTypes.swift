@@ -106,26 +106,77 @@ public enum APNsClientCredential: Sendable {
 
 /// One notification to one device.
 public struct APNsDelivery: Sendable {
+    /// The delivery's values, behind one reference (`CopyOnWrite`): a delivery is copied between the send loop, the
+    /// client's queues and its connections, and a copy is then one retain.
+    struct Values: Sendable, Hashable {
+        var deviceToken: String
+        var topic: String
+        var pushType: APNsPushType
+        var priority: APNsPriority?
+        var expiration: Int64?
+        var collapseID: String?
+        var apnsID: String?
+        var payload: [UInt8]
+        var deadline: ContinuousClock.Instant
+        var tag: UInt64
+        var prioritized = false
+    }
+
+    private var values: CopyOnWrite<Values>
+
     /// Hex device token (the path is `/3/device/<token>`).
-    public var deviceToken: String
+    public var deviceToken: String {
+        get { values.value.deviceToken }
+        _modify { yield &values.value.deviceToken }
+    }
     /// `apns-topic`: the bundle id (with `.voip` etc. suffix where the push type needs it).
-    public var topic: String
-    public var pushType: APNsPushType
-    public var priority: APNsPriority?
+    public var topic: String {
+        get { values.value.topic }
+        _modify { yield &values.value.topic }
+    }
+    public var pushType: APNsPushType {
+        get { values.value.pushType }
+        _modify { yield &values.value.pushType }
+    }
+    public var priority: APNsPriority? {
+        get { values.value.priority }
+        _modify { yield &values.value.priority }
+    }
     /// `apns-expiration` in seconds since the epoch; 0 means deliver once or drop. Nil omits the header.
-    public var expiration: Int64?
-    public var collapseID: String?
+    public var expiration: Int64? {
+        get { values.value.expiration }
+        _modify { yield &values.value.expiration }
+    }
+    public var collapseID: String? {
+        get { values.value.collapseID }
+        _modify { yield &values.value.collapseID }
+    }
     /// `apns-id` (a canonical UUID); nil lets APNs pick one and answer it.
-    public var apnsID: String?
+    public var apnsID: String? {
+        get { values.value.apnsID }
+        _modify { yield &values.value.apnsID }
+    }
     /// The JSON payload bytes.
-    public var payload: [UInt8]
+    public var payload: [UInt8] {
+        get { values.value.payload }
+        _modify { yield &values.value.payload }
+    }
     /// The latest time an answer is useful; after it the request completes with `deadlineExceeded`.
-    public var deadline: ContinuousClock.Instant
+    public var deadline: ContinuousClock.Instant {
+        get { values.value.deadline }
+        _modify { yield &values.value.deadline }
+    }
     /// Caller's own identifier, echoed in the response so batch completions can be matched.
-    public var tag: UInt64
+    public var tag: UInt64 {
+        get { values.value.tag }
+        _modify { yield &values.value.tag }
+    }
     /// Started before every queued request that is not, and may use the streams and in-flight slots
     /// `APNsClientConfiguration.priorityReserve` keeps from the others (calls, direct messages).
-    public var prioritized = false
+    public var prioritized: Bool {
+        get { values.value.prioritized }
+        _modify { yield &values.value.prioritized }
+    }
 
     public init(
         deviceToken: String, topic: String, pushType: APNsPushType = .alert,
@@ -133,16 +184,11 @@ public struct APNsDelivery: Sendable {
         apnsID: String? = nil, payload: [UInt8], deadline: ContinuousClock.Instant? = nil,
         timeout: Duration = .seconds(30), tag: UInt64 = 0
     ) {
-        self.deviceToken = deviceToken
-        self.topic = topic
-        self.pushType = pushType
-        self.priority = priority
-        self.expiration = expiration
-        self.collapseID = collapseID
-        self.apnsID = apnsID
-        self.payload = payload
-        self.deadline = deadline ?? (ContinuousClock.now + timeout)
-        self.tag = tag
+        values = CopyOnWrite(
+            Values(
+                deviceToken: deviceToken, topic: topic, pushType: pushType, priority: priority,
+                expiration: expiration, collapseID: collapseID, apnsID: apnsID, payload: payload,
+                deadline: deadline ?? (ContinuousClock.now + timeout), tag: tag))
     }
 }
 

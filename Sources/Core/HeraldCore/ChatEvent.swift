@@ -175,9 +175,8 @@ public struct ChatEvent: Sendable, Hashable {
         }
     }
 
-    /// The event's values, kept behind one reference: a stage copies an event many times over (into its cache,
-    /// its records, its decisions and results), and a copy of the values themselves retains and later releases
-    /// every string and array in them. An event is copied on write, as an array is.
+    /// The event's values, behind one reference (`CopyOnWrite`): events are copied into caches, records,
+    /// decisions and results, and a copy is then one retain.
     struct Values: Sendable, Hashable {
         var eventID: String
         var appID: String
@@ -193,118 +192,65 @@ public struct ChatEvent: Sendable, Hashable {
         var ext: Extension
     }
 
-    final class Storage: @unchecked Sendable {
-        // Changed only through `ChatEvent`'s accessors, and only while the event holds the one reference.
-        var values: Values
-        init(_ values: Values) { self.values = values }
-    }
-
-    private var storage: Storage
-
-    /// Makes the storage the event's own before a change.
-    private mutating func own() {
-        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.values) }
-    }
+    private var values: CopyOnWrite<Values>
 
     public var eventID: String {
-        get { storage.values.eventID }
-        _modify {
-            own()
-            yield &storage.values.eventID
-        }
+        get { values.value.eventID }
+        _modify { yield &values.value.eventID }
     }
     public var appID: String {
-        get { storage.values.appID }
-        _modify {
-            own()
-            yield &storage.values.appID
-        }
+        get { values.value.appID }
+        _modify { yield &values.value.appID }
     }
     public var kind: Kind {
-        get { storage.values.kind }
-        _modify {
-            own()
-            yield &storage.values.kind
-        }
+        get { values.value.kind }
+        _modify { yield &values.value.kind }
     }
     /// Milliseconds since the epoch; the time the suppression rules use when present.
     public var createdAt: Int64? {
-        get { storage.values.createdAt }
-        _modify {
-            own()
-            yield &storage.values.createdAt
-        }
+        get { values.value.createdAt }
+        _modify { yield &values.value.createdAt }
     }
     public var sender: Sender {
-        get { storage.values.sender }
-        _modify {
-            own()
-            yield &storage.values.sender
-        }
+        get { values.value.sender }
+        _modify { yield &values.value.sender }
     }
     public var conversation: Conversation {
-        get { storage.values.conversation }
-        _modify {
-            own()
-            yield &storage.values.conversation
-        }
+        get { values.value.conversation }
+        _modify { yield &values.value.conversation }
     }
     /// Explicit recipients; `nil` means the conversation's members.
     public var recipients: [String]? {
-        get { storage.values.recipients }
-        _modify {
-            own()
-            yield &storage.values.recipients
-        }
+        get { values.value.recipients }
+        _modify { yield &values.value.recipients }
     }
     public var message: Message? {
-        get { storage.values.message }
-        _modify {
-            own()
-            yield &storage.values.message
-        }
+        get { values.value.message }
+        _modify { yield &values.value.message }
     }
     public var call: Call? {
-        get { storage.values.call }
-        _modify {
-            own()
-            yield &storage.values.call
-        }
+        get { values.value.call }
+        _modify { yield &values.value.call }
     }
     public var reaction: Reaction? {
-        get { storage.values.reaction }
-        _modify {
-            own()
-            yield &storage.values.reaction
-        }
+        get { values.value.reaction }
+        _modify { yield &values.value.reaction }
     }
     public var groupAction: GroupAction? {
-        get { storage.values.groupAction }
-        _modify {
-            own()
-            yield &storage.values.groupAction
-        }
+        get { values.value.groupAction }
+        _modify { yield &values.value.groupAction }
     }
     public var ext: Extension {
-        get { storage.values.ext }
-        _modify {
-            own()
-            yield &storage.values.ext
-        }
+        get { values.value.ext }
+        _modify { yield &values.value.ext }
     }
-
-    public static func == (a: ChatEvent, b: ChatEvent) -> Bool {
-        a.storage === b.storage || a.storage.values == b.storage.values
-    }
-
-    public func hash(into h: inout Hasher) { storage.values.hash(into: &h) }
 
     public init(
         eventID: String, appID: String, kind: Kind = .message, createdAt: Int64? = nil, sender: Sender,
         conversation: Conversation, recipients: [String]? = nil, message: Message? = nil, call: Call? = nil,
         reaction: Reaction? = nil, groupAction: GroupAction? = nil, ext: Extension = Extension()
     ) {
-        storage = Storage(
+        values = CopyOnWrite(
             Values(
                 eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
                 conversation: conversation, recipients: recipients, message: message, call: call,

@@ -13,35 +13,88 @@ public struct APNsRequest: Sendable, Hashable {
     /// Render writes `alert` (chat) or `voip` (calls).
     public typealias PushType = APNsPushType
 
+    /// The request's values, behind one reference (`CopyOnWrite`): a request is copied into the outbound
+    /// record, the send loop's jobs and the provider client's deliveries, and a copy is then one retain.
+    struct Values: Sendable, Hashable {
+        var token: String
+        var environment: APNsEnvironment
+        var pushType: PushType
+        var topic: String
+        var priority: Int
+        var collapseID: String?
+        var expiration: Int64
+        var apnsID: String
+        var payload: [UInt8]
+        var provider: PushProvider
+        var providerID: String?
+    }
+
+    private var values: CopyOnWrite<Values>
+
     /// Full device token (never log it whole).
-    public var token: String
-    public var environment: APNsEnvironment
-    public var pushType: PushType
+    public var token: String {
+        get { values.value.token }
+        _modify { yield &values.value.token }
+    }
+    public var environment: APNsEnvironment {
+        get { values.value.environment }
+        _modify { yield &values.value.environment }
+    }
+    public var pushType: PushType {
+        get { values.value.pushType }
+        _modify { yield &values.value.pushType }
+    }
     /// `apns-topic`: the bundle id, `<bundle>.voip` for VoIP.
-    public var topic: String
+    public var topic: String {
+        get { values.value.topic }
+        _modify { yield &values.value.topic }
+    }
     /// `apns-priority`: 10 to alert now, 5 for background.
-    public var priority: Int
+    public var priority: Int {
+        get { values.value.priority }
+        _modify { yield &values.value.priority }
+    }
     /// `apns-collapse-id` (at most 64 bytes), or nil.
-    public var collapseID: String?
+    public var collapseID: String? {
+        get { values.value.collapseID }
+        _modify { yield &values.value.collapseID }
+    }
     /// `apns-expiration`, epoch seconds; 0 means "try once".
-    public var expiration: Int64
+    public var expiration: Int64 {
+        get { values.value.expiration }
+        _modify { yield &values.value.expiration }
+    }
     /// `apns-id`, derived from (event id, token): see `APNsID`.
-    public var apnsID: String
+    public var apnsID: String {
+        get { values.value.apnsID }
+        _modify { yield &values.value.apnsID }
+    }
     /// The payload: UTF-8 JSON, within `pushType.payloadLimit` (FCM: `FCMMessage.payloadLimit`).
-    public var payload: [UInt8]
+    public var payload: [UInt8] {
+        get { values.value.payload }
+        _modify { yield &values.value.payload }
+    }
     /// Which service this request is for (`apns` when absent on the wire).
-    public var provider: PushProvider
+    public var provider: PushProvider {
+        get { values.value.provider }
+        _modify { yield &values.value.provider }
+    }
     /// The FCM or webhook credential's provider id; nil for APNs.
-    public var providerID: String?
+    public var providerID: String? {
+        get { values.value.providerID }
+        _modify { yield &values.value.providerID }
+    }
 
     public init(
         token: String, environment: APNsEnvironment, pushType: PushType, topic: String, priority: Int,
         collapseID: String?, expiration: Int64, apnsID: String, payload: [UInt8],
         provider: PushProvider = .apns, providerID: String? = nil
     ) {
-        self.token = token; self.environment = environment; self.pushType = pushType; self.topic = topic
-        self.priority = priority; self.collapseID = collapseID; self.expiration = expiration
-        self.apnsID = apnsID; self.payload = payload; self.provider = provider; self.providerID = providerID
+        values = CopyOnWrite(
+            Values(
+                token: token, environment: environment, pushType: pushType, topic: topic, priority: priority,
+                collapseID: collapseID, expiration: expiration, apnsID: apnsID, payload: payload, provider: provider,
+                providerID: providerID))
     }
 
     /// The payload as text.

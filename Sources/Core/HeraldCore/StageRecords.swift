@@ -67,29 +67,61 @@ public struct DeliverableRecord: Sendable, Hashable {
 
 /// `herald.outbound` and `herald.retry`: one rendered APNs request. Keyed by device token.
 public struct OutboundRecord: Sendable, Hashable {
-    public var eventID: String
-    public var appID: String
-    public var recipient: String
-    public var request: APNsRequest
+    /// The record's values, behind one reference (`CopyOnWrite`): send copies its records between its steps
+    /// (claims, lanes, retries), and a copy is then one retain.
+    struct Values: Sendable, Hashable {
+        var eventID: String
+        var appID: String
+        var recipient: String
+        var request: APNsRequest
+        var attempt: Int
+        var notBefore: Int64?
+        var eventCreatedAt: Int64?
+    }
+
+    private var values: CopyOnWrite<Values>
+
+    public var eventID: String {
+        get { values.value.eventID }
+        _modify { yield &values.value.eventID }
+    }
+    public var appID: String {
+        get { values.value.appID }
+        _modify { yield &values.value.appID }
+    }
+    public var recipient: String {
+        get { values.value.recipient }
+        _modify { yield &values.value.recipient }
+    }
+    public var request: APNsRequest {
+        get { values.value.request }
+        _modify { yield &values.value.request }
+    }
     /// 1 for the first try; send increments it on every retry.
-    public var attempt: Int
+    public var attempt: Int {
+        get { values.value.attempt }
+        _modify { yield &values.value.attempt }
+    }
     /// Do not send before this time (epoch milliseconds); set on retries.
-    public var notBefore: Int64?
+    public var notBefore: Int64? {
+        get { values.value.notBefore }
+        _modify { yield &values.value.notBefore }
+    }
     /// The event's `created_at` (epoch milliseconds), when it has one: send files the pair's idempotency record
     /// under the replay window this time falls in (`DeliveryPair.eventTime`).
-    public var eventCreatedAt: Int64?
+    public var eventCreatedAt: Int64? {
+        get { values.value.eventCreatedAt }
+        _modify { yield &values.value.eventCreatedAt }
+    }
 
     public init(
         eventID: String, appID: String, recipient: String, request: APNsRequest, attempt: Int = 1,
         notBefore: Int64? = nil, eventCreatedAt: Int64? = nil
     ) {
-        self.eventID = eventID
-        self.appID = appID
-        self.recipient = recipient
-        self.request = request
-        self.attempt = attempt
-        self.notBefore = notBefore
-        self.eventCreatedAt = eventCreatedAt
+        values = CopyOnWrite(
+            Values(
+                eventID: eventID, appID: appID, recipient: recipient, request: request, attempt: attempt,
+                notBefore: notBefore, eventCreatedAt: eventCreatedAt))
     }
 
     /// The pair send claims, confirms or releases for this record.

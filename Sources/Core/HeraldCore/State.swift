@@ -288,21 +288,41 @@ public struct Unread: Sendable, Hashable {
 
 /// Everything Herald knows about one user of one app.
 public struct UserState: Sendable, Hashable {
+    /// The state's values, behind one reference (`CopyOnWrite`): a state is copied into resolved and deliverable
+    /// records and their decisions, and a copy is then one retain.
+    struct Values: Sendable, Hashable {
+        var devices: [Device]
+        var online: [String]
+        var preferences: Preferences
+        var unread: Unread
+    }
+
+    private var values: CopyOnWrite<Values>
+
     /// Registered tokens, oldest first.
-    public var devices: [Device]
+    public var devices: [Device] {
+        get { values.value.devices }
+        _modify { yield &values.value.devices }
+    }
     /// Tokens of devices holding a live connection to the chat server.
-    public var online: [String]
-    public var preferences: Preferences
-    public var unread: Unread
+    public var online: [String] {
+        get { values.value.online }
+        _modify { yield &values.value.online }
+    }
+    public var preferences: Preferences {
+        get { values.value.preferences }
+        _modify { yield &values.value.preferences }
+    }
+    public var unread: Unread {
+        get { values.value.unread }
+        _modify { yield &values.value.unread }
+    }
 
     public init(
         devices: [Device] = [], online: [String] = [], preferences: Preferences = Preferences(),
         unread: Unread = Unread()
     ) {
-        self.devices = devices
-        self.online = online
-        self.preferences = preferences
-        self.unread = unread
+        values = CopyOnWrite(Values(devices: devices, online: online, preferences: preferences, unread: unread))
     }
 
     /// Registers (or refreshes) a token. A token already present is replaced and

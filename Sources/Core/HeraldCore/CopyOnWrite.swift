@@ -1,0 +1,35 @@
+/// A value kept behind one reference and copied on write, as an array is.
+///
+/// A stage copies its records many times over (into a cache, its decisions, its results, the jobs of its
+/// clients), and a copy of a struct retains and later releases every string and array in it. The records
+/// copied most keep their fields in one of these, so a copy is one retain. Inlinable, so other modules use it
+/// compiled for their own value type.
+@frozen
+public struct CopyOnWrite<Value: Sendable & Hashable>: Sendable, Hashable {
+    @usableFromInline
+    final class Box: @unchecked Sendable {
+        // Changed only through `value`'s `_modify`, and only while one `CopyOnWrite` holds the box.
+        @usableFromInline var value: Value
+        @inlinable init(_ value: Value) { self.value = value }
+    }
+
+    @usableFromInline var box: Box
+
+    @inlinable
+    public init(_ value: Value) { box = Box(value) }
+
+    @inlinable
+    public var value: Value {
+        get { box.value }
+        _modify {
+            if !isKnownUniquelyReferenced(&box) { box = Box(box.value) }
+            yield &box.value
+        }
+    }
+
+    @inlinable
+    public static func == (a: Self, b: Self) -> Bool { a.box === b.box || a.box.value == b.box.value }
+
+    @inlinable
+    public func hash(into hasher: inout Hasher) { box.value.hash(into: &hasher) }
+}
