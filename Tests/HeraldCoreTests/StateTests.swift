@@ -384,6 +384,15 @@ struct StateTests {
             #"{}"#, #"[]"#, #""#, #"{"token":"ab"} x"#, #"{"token":"ab",}"#, #"{"token":"ab""#, #"{"token":"ab","#,
             #"{"token":"ab","registered_at":"#, #"{"token":"ab","registered_at":-}"#, #"{"token":1}"#,
             "\u{FEFF}{\"token\":\"ab\"}",
+            // Integers around the reader's own fast path (up to 17 digits) and past it; keys written with escapes.
+            #"{"token":"ab","registered_at":01}"#, #"{"token":"ab","registered_at":-01}"#,
+            #"{"token":"ab","registered_at":0}"#, #"{"token":"ab","registered_at":-12}"#,
+            #"{"token":"ab","registered_at":12345678901234567}"#, #"{"token":"ab","registered_at":123456789012345678}"#,
+            #"{"token":"ab","registered_at":9223372036854775807}"#,
+            #"{"token":"ab","registered_at":-9223372036854775808}"#,
+            #"{"token":"ab","registered_at":9223372036854775808}"#, #"{"token":"ab","registered_at":12E2}"#,
+            #"{"tok\u0065n":"ab"}"#, #"{"token":"ab","k\u0069nd":"voip"}"#, #"{"token":"ab","kinds":"voip"}"#,
+            #"{"token":"ab","kin":"voip"}"#, "{\"token\":\"ab\",\"ki\u{1}nd\":\"voip\"}",
         ] {
             same(text)
         }

@@ -253,8 +253,51 @@ struct JSONParser {
         return s
     }
 
+    /// The bytes of a string at `i` written without escapes or control characters (a key as Herald writes it),
+    /// with `i` moved past its closing quote; nil (and `i` unchanged) for anything else.
+    mutating func plainKey() -> Range<Int>? {
+        guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }
+        var end = i + 1
+        while end < bytes.count {
+            let byte = bytes[end]
+            if byte == UInt8(ascii: "\"") { break }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 { return nil }
+            end += 1
+        }
+        guard end < bytes.count else { return nil }
+        defer { i = end + 1 }
+        return (i + 1)..<end
+    }
+
+    /// Whether the bytes in `range` (from `plainKey`) are `word`'s.
+    func isKey(_ range: Range<Int>, _ word: StaticString) -> Bool {
+        guard range.count == word.utf8CodeUnitCount else { return false }
+        let p = word.utf8Start
+        for k in 0..<range.count where bytes[range.lowerBound + k] != p[k] { return false }
+        return true
+    }
+
     /// A plain integer at `i` (`-`? digits, no fraction or exponent) that fits in 64 bits, or nil.
     mutating func flatInteger() -> Int64? {
+        // Up to 18 digits, no leading zero, and then neither a fraction nor an exponent: read as it stands.
+        var end = i
+        let negative = end < bytes.count && bytes[end] == UInt8(ascii: "-")
+        if negative { end += 1 }
+        var value: Int64 = 0
+        let digitsStart = end
+        while end < bytes.count, end - digitsStart < 18, bytes[end] &- UInt8(ascii: "0") < 10 {
+            value = value * 10 + Int64(bytes[end] &- UInt8(ascii: "0"))
+            end += 1
+        }
+        let digits = end - digitsStart
+        let next = end < bytes.count ? bytes[end] : 0
+        if digits > 0, digits < 18, bytes[digitsStart] != UInt8(ascii: "0") || digits == 1,
+            next &- UInt8(ascii: "0") >= 10, next != UInt8(ascii: "."), next != UInt8(ascii: "e"),
+            next != UInt8(ascii: "E")
+        {
+            i = end
+            return negative ? -value : value
+        }
         let start = i
         guard i < bytes.count, let text = try? parseNumber(), let n = Int64(text) else {
             i = start

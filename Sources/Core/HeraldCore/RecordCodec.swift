@@ -237,25 +237,29 @@ extension Device: JSONRecord {
         var seen: UInt8 = 0
         while true {
             p.skipSpace()
-            guard p.i < bytes.count, bytes[p.i] == UInt8(ascii: "\""), let key = try? p.parseString() else {
-                return nil
-            }
+            // The key matched on its bytes: one of the six, written without escapes (any other key is for fromJSON).
+            guard let key = p.plainKey() else { return nil }
             p.skipSpace()
             guard p.i < bytes.count, bytes[p.i] == UInt8(ascii: ":") else { return nil }
             p.i += 1
             p.skipSpace()
             let bit: UInt8
-            switch key {
-            case "token": bit = 1; token = p.flatString()
-            case "kind": bit = 2; kind = p.flatString().flatMap(Kind.init(rawValue:))
-            case "environment": bit = 4; environment = p.flatString().flatMap(APNsEnvironment.init(rawValue:))
-            case "bundle_id": bit = 8; bundleID = p.flatString()
-            case "provider_id": bit = 16; providerID = p.flatString()
-            case "registered_at":
+            if p.isKey(key, "token") {
+                bit = 1; token = p.flatString()
+            } else if p.isKey(key, "kind") {
+                bit = 2; kind = p.flatString().flatMap(Kind.init(rawValue:))
+            } else if p.isKey(key, "environment") {
+                bit = 4; environment = p.flatString().flatMap(APNsEnvironment.init(rawValue:))
+            } else if p.isKey(key, "bundle_id") {
+                bit = 8; bundleID = p.flatString()
+            } else if p.isKey(key, "provider_id") {
+                bit = 16; providerID = p.flatString()
+            } else if p.isKey(key, "registered_at") {
                 bit = 32
                 guard let n = p.flatInteger() else { return nil }
                 registeredAt = n
-            default: return nil
+            } else {
+                return nil
             }
             guard seen & bit == 0 else { return nil }
             seen |= bit
