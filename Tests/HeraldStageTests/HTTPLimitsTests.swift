@@ -112,10 +112,11 @@ struct HTTPLimitsTests {
     @Test("connections accepted while the server stops serving are closed, never left to trap in NIO")
     func connectionsAcceptedAtShutdown() async throws {
         // A server that never serves: every connection it accepts waits in its queue. Closing and dropping the
-        // server drops them unserved, as a shutdown does with a scrape that arrives in its last moment.
+        // server drops them unserved, as a shutdown does with a scrape that arrives in its last moment. The read and
+        // idle timeouts are far off, so the three stay open until then however late this test looks at them.
         var server: StageHTTPServer? = try await StageHTTPServer.bind(
             host: "127.0.0.1", port: 0, registry: PrometheusCollectorRegistry(), readiness: ReadinessChecks(),
-            limits: HTTPServerLimits(maxConnections: 3))
+            limits: HTTPServerLimits(readTimeout: .seconds(600), idleTimeout: .seconds(600), maxConnections: 3))
         let port = try #require(server?.port)
         var clients: [Int32] = []
         defer { for fd in clients { close(fd) } }
