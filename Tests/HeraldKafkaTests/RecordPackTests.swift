@@ -28,6 +28,16 @@ struct RecordPackFormatTests {
         #expect(RecordPack.decode([0x00, 0x48, 0x01, 0x02]) == nil, "a binary stage record")
         #expect(RecordPack.decode([0x00, 0x50, 0x01, 0x00]) == nil, "no parts")
         #expect(RecordPack.decode([0x00, 0x50, 0x01, 0x05, 0x00, 0x00]) == nil, "fewer parts than announced")
+        // Every shorter prefix of a pack, and a pack with a length past its end, is refused whole.
+        let longer = RecordPack.encode([
+            RecordPack.Part(key: bytes("user-1"), value: Array(repeating: 7, count: 200)),
+            RecordPack.Part(key: nil, value: bytes("v")), RecordPack.Part(key: bytes("u"), value: nil),
+        ])
+        for length in 0..<longer.count { #expect(RecordPack.decode(Array(longer.prefix(length))) == nil) }
+        var overlong = longer
+        overlong[4] = 0xFF  // the first key's length + 1, as a varint of 16,383: past the pack's end
+        overlong[5] = 0x7F
+        #expect(RecordPack.decode(overlong) == nil)
     }
 
     @Test("a pack's offset is committable only once every part completed")

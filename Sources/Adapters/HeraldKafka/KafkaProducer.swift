@@ -162,40 +162,41 @@ final class Packer: Sendable {
             if members.count == 1 {
                 units.append(records[members[0]])
             } else {
-                let parts = members.map { RecordPack.Part(key: records[$0].key, value: records[$0].value) }
                 units.append(
                     ProducerRecord(
                         topic: packedTopics[key >> 32].topic, key: records[members[0]].key,
-                        value: RecordPack.encode(parts), partition: Int32(truncatingIfNeeded: key)))
+                        value: RecordPack.encode(records, members: members), partition: Int32(truncatingIfNeeded: key)))
                 packed = true
             }
             for member in members { unitOf[member] = unit }
         }
 
-        for (index, record) in records.enumerated() {
-            if last?.topic != record.topic {
+        // By index: each record read in place, not copied out.
+        for index in records.indices {
+            if last?.topic != records[index].topic {
                 var slot: Int?
-                if topics.contains(record.topic), let count = counts[record.topic], count > 0 {
-                    slot = packedTopics.firstIndex { $0.topic == record.topic }
+                if topics.contains(records[index].topic), let count = counts[records[index].topic], count > 0 {
+                    slot = packedTopics.firstIndex { $0.topic == records[index].topic }
                     if slot == nil {
                         slot = packedTopics.count
-                        packedTopics.append((record.topic, count))
+                        packedTopics.append((records[index].topic, count))
                     }
                 }
-                last = (record.topic, slot)
+                last = (records[index].topic, slot)
             }
-            guard let slot = last?.slot, record.partition == nil, let key = record.key, !key.isEmpty else {
+            guard let slot = last?.slot, records[index].partition == nil, let key = records[index].key, !key.isEmpty
+            else {
                 unitOf[index] = units.count
-                units.append(record)
+                units.append(records[index])
                 continue
             }
             let partition = RecordPack.partition(key: key, partitions: packedTopics[slot].count)
             let openKey = slot << 32 | Int(partition)
-            let size = RecordPack.size(key: key, value: record.value)
-            if record.value == nil || !record.headers.isEmpty || size > maxBytes / 2 {
+            let size = RecordPack.size(key: key, value: records[index].value)
+            if records[index].value == nil || !records[index].headers.isEmpty || size > maxBytes / 2 {
                 close(openKey)
                 unitOf[index] = units.count
-                units.append(record)
+                units.append(records[index])
                 continue
             }
             if let current = open[openKey], current.members.count >= maxRecords || current.bytes + size > maxBytes {

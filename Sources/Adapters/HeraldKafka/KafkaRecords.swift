@@ -178,19 +178,20 @@ public struct ConsumerRecord: Sendable, Hashable {
         to records: inout [ConsumerRecord]
     ) {
         let m = message.pointee
-        guard let payload = m.payload,
-            let parts = RecordPack.decode(UnsafeRawBufferPointer(start: payload, count: m.len))
-        else {
-            records.append(ConsumerRecord(copying: message, topic: topic, epoch: epoch))
-            return
-        }
         let timestamp = timestamp(of: message)
-        for (index, part) in parts.enumerated() {
-            records.append(
-                ConsumerRecord(
-                    topic: topic, partition: m.partition, offset: m.offset, key: part.key, value: part.value,
-                    headers: [], timestamp: timestamp, epoch: epoch, part: index, parts: parts.count))
-        }
+        // Each part straight into its record (no array of parts in between).
+        let packed =
+            m.payload.map { payload in
+                RecordPack.forEachPart(UnsafeRawBufferPointer(start: payload, count: m.len)) {
+                    index, count, key, value in
+                    if index == 0 { records.reserveCapacity(records.count + count) }
+                    records.append(
+                        ConsumerRecord(
+                            topic: topic, partition: m.partition, offset: m.offset, key: key, value: value,
+                            headers: [], timestamp: timestamp, epoch: epoch, part: index, parts: count))
+                }
+            } ?? false
+        if !packed { records.append(ConsumerRecord(copying: message, topic: topic, epoch: epoch)) }
     }
 
     private static func timestamp(of message: UnsafePointer<rd_kafka_message_t>) -> KafkaTimestamp? {

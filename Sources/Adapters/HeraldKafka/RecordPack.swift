@@ -33,31 +33,66 @@ public enum RecordPack {
 
     /// Encodes `parts` (at least one).
     public static func encode(_ parts: [Part]) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(magic.count + 5 + parts.reduce(0) { $0 + size(key: $1.key, value: $1.value) })
-        bytes += magic
-        appendVarint(UInt64(parts.count), to: &bytes)
-        for part in parts {
-            appendBytes(part.key, to: &bytes)
-            appendBytes(part.value, to: &bytes)
+        encode(count: parts.count, size: parts.reduce(0) { $0 + size(key: $1.key, value: $1.value) }) { bytes in
+            for part in parts {
+                appendBytes(part.key, to: &bytes)
+                appendBytes(part.value, to: &bytes)
+            }
         }
+    }
+
+    /// Encodes the keys and values of `records` at `members` (at least one), read in place.
+    static func encode(_ records: [ProducerRecord], members: [Int]) -> [UInt8] {
+        let total = members.reduce(0) { $0 + size(key: records[$1].key, value: records[$1].value) }
+        return encode(count: members.count, size: total) { bytes in
+            for member in members {
+                appendBytes(records[member].key, to: &bytes)
+                appendBytes(records[member].value, to: &bytes)
+            }
+        }
+    }
+
+    private static func encode(count: Int, size: Int, _ appendParts: (inout [UInt8]) -> Void) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(magic.count + 5 + size)
+        bytes += magic
+        appendVarint(UInt64(count), to: &bytes)
+        appendParts(&bytes)
         return bytes
     }
 
     /// The parts of a pack, or nil when `bytes` is not one (an ordinary record).
     public static func decode(_ bytes: UnsafeRawBufferPointer) -> [Part]? {
-        guard bytes.count >= magic.count + 1, bytes[0] == magic[0], bytes[1] == magic[1], bytes[2] == magic[2] else {
-            return nil
-        }
-        var index = magic.count
-        guard let count = readVarint(bytes, &index), count > 0, count <= UInt64(bytes.count) else { return nil }
         var parts: [Part] = []
-        parts.reserveCapacity(Int(count))
-        for _ in 0..<count {
-            guard let key = readBytes(bytes, &index), let value = readBytes(bytes, &index) else { return nil }
+        let read = forEachPart(bytes) { index, count, key, value in
+            if index == 0 { parts.reserveCapacity(count) }
             parts.append(Part(key: key, value: value))
         }
-        return index == bytes.count ? parts : nil
+        return read ? parts : nil
+    }
+
+    /// Calls `body` with each part of a pack (its index, the part count, its key and value), and returns true;
+    /// false, without calling it, when `bytes` is not a pack. The whole pack is checked before the first part.
+    static func forEachPart(
+        _ bytes: UnsafeRawBufferPointer, _ body: (Int, Int, [UInt8]?, [UInt8]?) -> Void
+    ) -> Bool {
+        guard bytes.count >= magic.count + 1, bytes[0] == magic[0], bytes[1] == magic[1], bytes[2] == magic[2] else {
+            return false
+        }
+        var index = magic.count
+        guard let count = readVarint(bytes, &index), count > 0, count <= UInt64(bytes.count) else { return false }
+        let first = index
+        for _ in 0..<count {
+            guard skipBytes(bytes, &index), skipBytes(bytes, &index) else { return false }
+        }
+        guard index == bytes.count else { return false }
+        index = first
+        for part in 0..<Int(count) {
+            // Checked above: neither read fails.
+            guard let key = readBytes(bytes, &index), let value = readBytes(bytes, &index) else { return false }
+            body(part, Int(count), key, value)
+        }
+        return true
     }
 
     /// The parts of a pack, or nil when `bytes` is not one.
@@ -114,6 +149,15 @@ public enum RecordPack {
             shift += 7
         }
         return nil
+    }
+
+    /// Steps over one length-prefixed value; false when it does not fit.
+    private static func skipBytes(_ bytes: UnsafeRawBufferPointer, _ index: inout Int) -> Bool {
+        guard let prefixed = readVarint(bytes, &index) else { return false }
+        guard prefixed > 0 else { return true }
+        guard prefixed - 1 <= UInt64(bytes.count - index) else { return false }
+        index += Int(prefixed - 1)
+        return true
     }
 
     private static func readBytes(_ bytes: UnsafeRawBufferPointer, _ index: inout Int) -> [UInt8]?? {
