@@ -411,6 +411,78 @@ struct StateTests {
         }
     }
 
+    @Test("stored preferences read straight from their bytes are what the JSON reader gives, for any bytes")
+    func storedPreferencesReader() throws {
+        func same(_ bytes: [UInt8], _ conversations: [String]?) {
+            let text = String(decoding: bytes, as: UTF8.self)
+            let generic = Result { () throws(StageRecordError) -> Preferences in
+                if let conversations { return try Preferences.fromJSON(bytes, conversations: conversations) }
+                return try Preferences.fromJSON(bytes)
+            }
+            let flat = Result { () throws(StageRecordError) -> Preferences in
+                try Preferences.fromStoredJSON(bytes, conversations: conversations)
+            }
+            switch (generic, flat) {
+            case (.success(let a), .success(let b)):
+                #expect(a == b && a.unset == b.unset, "\(text) keeping \(conversations ?? [])")
+            case (.failure(let a), .failure(let b)): #expect(a.description == b.description, "\(text)")
+            default: Issue.record("\(text) keeping \(conversations ?? []): fromJSON \(generic), stored \(flat)")
+            }
+        }
+        func both(_ text: String) {
+            for keeping in [nil, [], ["c1"], ["c2", "c\u{e9}"], ["x"]] as [[String]?] {
+                same(Array(text.utf8), keeping)
+            }
+        }
+        let stored = [
+            Preferences(),
+            Preferences(badge: false),
+            Preferences(
+                trigger: .mentionOnly,
+                conversations: [
+                    "c1": ConversationPreference(trigger: .off), "c2": ConversationPreference(muted: true),
+                    "c\u{e9}": ConversationPreference(trigger: .all, muted: true),
+                ],
+                dnd: DoNotDisturb(
+                    start: ClockTime(hour: 22), end: ClockTime(hour: 7, minute: 30), timezone: "Asia/Seoul"),
+                snooze: Snooze(start: 1_732_000_000_000, end: -4), template: .alternative, displayStyle: .simpleBanner,
+                displayName: "Ann \"A\" \u{e9}", languages: ["ko", "en-US", "fr", "de", "it"]),
+        ]
+        for prefs in stored {
+            #expect(try Preferences.fromStoredJSON(prefs.jsonBytes()) == prefs)
+            both(String(decoding: prefs.jsonBytes(), as: UTF8.self))
+        }
+        for text in [
+            #"{}"#, #" { "badge" : true } "#, #"{"badge":true,"badge":false}"#, #"{"trigger":"loud"}"#,
+            #"{"trigger":null}"#, #"{"display_name":null}"#, #"{"display_style":"simple"}"#,
+            #"{"display_style":"simple banner"}"#, #"{"display_style":"fancy"}"#, #"{"languages":[]}"#,
+            #"{"languages":["a",null]}"#, #"{"languages":["a","b","c","d","e","f"]}"#, #"{"languages":["a",]}"#,
+            #"{"snooze":{"start":1,"end":2.5}}"#,
+            #"{"snooze":{"end":2,"start":1}}"#, #"{"dnd":{"start":"25:00","end":"07:00","timezone":"UTC"}}"#,
+            #"{"dnd":{"start":"22:00","end":"07:00"}}"#, #"{"conversations":{"c1":{"trigger":"off"}}}"#,
+            #"{"conversations":{"c1":{"trigger":"off","muted":1}}}"#,
+            #"{"conversations":{"c1":{"trigger":"off","muted":true},"c1":{"trigger":"all","muted":false}}}"#,
+            #"{"conversations":{"c\u0031":{"trigger":"off","muted":true}}}"#,
+            #"{"conversations":{"x":[1,{"a":2}],"c1":{"trigger":"off","muted":true}}}"#, #"{"conversations":[]}"#,
+            #"{"extra":1}"#, #"{"badge":true} x"#, #"{"badge":true"#, #"[]"#, #""#, "\u{FEFF}{\"badge\":true}",
+        ] {
+            both(text)
+        }
+        // Every prefix and many mutations of a stored form.
+        let full = stored[2].jsonBytes()
+        for length in 0..<full.count { same(Array(full.prefix(length)), ["c1"]) }
+        var generator = SplitMix(state: 11)
+        let alphabet = Array(#"{}[]:,"\ -0123456789.eEnulltruefalseabc"#.utf8)
+        for round in 0..<2_000 {
+            var bytes = full
+            for _ in 0..<Int.random(in: 1...3, using: &generator) {
+                bytes[Int.random(in: 0..<bytes.count, using: &generator)] =
+                    alphabet.randomElement(using: &generator) ?? 0x20
+            }
+            same(bytes, round % 2 == 0 ? nil : ["c1", "c2"])
+        }
+    }
+
     @Test("a resolved record carries only the conversation's own preference and unread count")
     func scopedState() throws {
         var state = UserState(devices: [device(tokenA)])

@@ -1020,8 +1020,7 @@ public final class StateStore: Sendable {
     private func decodePreferences(_ reply: RedisValue, user: String, conversations: [String]?) throws -> Preferences {
         guard case .string(let data) = reply else { return Preferences() }
         do {
-            if let conversations { return try Preferences.fromJSON(data, conversations: conversations) }
-            return try Preferences.fromJSON(data)
+            return try Preferences.fromStoredJSON(data, conversations: conversations)
         } catch {
             logger.warning(
                 "stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])

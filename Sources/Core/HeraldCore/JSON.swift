@@ -269,6 +269,47 @@ struct JSONParser {
         return (i + 1)..<end
     }
 
+    // Steps of the flat readers (a stored device, stored preferences): each skips white space first, and fails
+    // with nil or false, leaving the caller to read the bytes through the JSON reader instead.
+
+    /// Whether `byte` comes next; if so, `i` moves past it.
+    mutating func take(_ byte: Unicode.Scalar) -> Bool {
+        skipSpace()
+        guard i < bytes.count, bytes[i] == UInt8(ascii: byte) else { return false }
+        i += 1
+        return true
+    }
+
+    /// An object member's key written without escapes, and its colon.
+    mutating func memberKey() -> Range<Int>? {
+        skipSpace()
+        guard let key = plainKey(), take(":") else { return nil }
+        return key
+    }
+
+    /// Whether the next member's key is `word` (with its colon).
+    mutating func key(_ word: StaticString) -> Bool {
+        guard let key = memberKey() else { return false }
+        return isKey(key, word)
+    }
+
+    mutating func plainString() -> String? {
+        skipSpace()
+        return flatString()
+    }
+
+    mutating func plainInteger() -> Int64? {
+        skipSpace()
+        return flatInteger()
+    }
+
+    mutating func plainBool() -> Bool? {
+        skipSpace()
+        if (try? literal("true")) != nil { return true }
+        if (try? literal("false")) != nil { return false }
+        return nil
+    }
+
     /// Whether the bytes in `range` (from `plainKey`) are `word`'s.
     func isKey(_ range: Range<Int>, _ word: StaticString) -> Bool {
         guard range.count == word.utf8CodeUnitCount else { return false }

@@ -461,6 +461,112 @@ extension Preferences {
         }
     }
 
+    /// Stored preferences as the state store keeps them, read straight from the bytes when they are in the shape
+    /// `write(into:)` gives (each key once, each value a plain string, integer, boolean or list of strings, each
+    /// conversation's setting as `{"trigger":...,"muted":...}`), without building a JSON tree: resolve reads every
+    /// recipient's. Anything else goes through `fromJSON`, so the result, or the error, is always what `fromJSON`
+    /// gives (with `conversations`, what `fromJSON(_:conversations:)` gives).
+    public static func fromStoredJSON(
+        _ bytes: some Collection<UInt8>, conversations: [String]? = nil
+    ) throws(StageRecordError) -> Preferences {
+        let array = Array(bytes)
+        if let prefs = readFlat(array, keeping: conversations) { return prefs }
+        if let conversations { return try fromJSON(array, conversations: conversations) }
+        return try fromJSON(array)
+    }
+
+    private static func readFlat(_ bytes: [UInt8], keeping: [String]?) -> Preferences? {
+        // Straight-line reads on the parser (no closures over it: a captured variable is checked for exclusive
+        // access on every use).
+        var p = JSONParser(bytes)
+        var prefs = Preferences()
+        var seen: UInt16 = 0
+        guard p.take("{") else { return nil }
+        var more = !p.take("}")
+        while more {
+            guard let name = p.memberKey() else { return nil }
+            let bit: UInt16
+            if p.isKey(name, "trigger") {
+                bit = 1
+                guard let v = p.plainString().flatMap(PushTrigger.init(rawValue:)) else { return nil }
+                prefs.trigger = v
+            } else if p.isKey(name, "conversations") {
+                bit = 2
+                guard p.take("{") else { return nil }
+                var moreConversations = !p.take("}")
+                while moreConversations {
+                    guard let id = p.memberKey(), p.take("{"), p.key("trigger"),
+                        let trigger = p.plainString().flatMap(ConversationTrigger.init(rawValue:)), p.take(","),
+                        p.key("muted"), let muted = p.plainBool(), p.take("}")
+                    else { return nil }
+                    // ASCII ids only: Swift compares and keys strings by canonical equivalence, not by bytes.
+                    let idBytes = bytes[id]
+                    guard idBytes.allSatisfy({ $0 < 0x80 }) else { return nil }
+                    if keeping?.contains(where: { $0.utf8.elementsEqual(idBytes) }) ?? true {
+                        prefs.conversations[String(decoding: idBytes, as: UTF8.self)] = ConversationPreference(
+                            trigger: trigger, muted: muted)
+                    }
+                    if p.take(",") { continue }
+                    guard p.take("}") else { return nil }
+                    moreConversations = false
+                }
+            } else if p.isKey(name, "dnd") {
+                bit = 4
+                guard p.take("{"), p.key("start"), let start = p.plainString().flatMap(ClockTime.init), p.take(","),
+                    p.key("end"), let end = p.plainString().flatMap(ClockTime.init), p.take(","), p.key("timezone"),
+                    let zone = p.plainString(), p.take("}")
+                else { return nil }
+                prefs.dnd = DoNotDisturb(start: start, end: end, timezone: zone)
+            } else if p.isKey(name, "snooze") {
+                bit = 8
+                guard p.take("{"), p.key("start"), let start = p.plainInteger(), p.take(","), p.key("end"),
+                    let end = p.plainInteger(), p.take("}")
+                else { return nil }
+                prefs.snooze = Snooze(start: start, end: end)
+            } else if p.isKey(name, "template") {
+                bit = 16
+                guard let v = p.plainString().flatMap(TemplateChoice.init(rawValue:)) else { return nil }
+                prefs.template = v
+            } else if p.isKey(name, "display_style") {
+                bit = 32
+                switch p.plainString() {
+                case "summary": prefs.displayStyle = .summary
+                case "simple_banner", "simple", "simple banner": prefs.displayStyle = .simpleBanner
+                default: return nil
+                }
+            } else if p.isKey(name, "display_name") {
+                bit = 64
+                guard let v = p.plainString() else { return nil }
+                prefs.displayName = v
+            } else if p.isKey(name, "languages") {
+                bit = 128
+                guard p.take("[") else { return nil }
+                var languages: [String] = []
+                if !p.take("]") {
+                    repeat {
+                        guard let v = p.plainString() else { return nil }
+                        languages.append(v)
+                    } while p.take(",")
+                    guard p.take("]") else { return nil }
+                }
+                prefs.languages = Array(languages.prefix(Preferences.maxLanguages))
+            } else if p.isKey(name, "badge") {
+                bit = 256
+                guard let v = p.plainBool() else { return nil }
+                prefs.badge = v
+            } else {
+                return nil
+            }
+            guard seen & bit == 0 else { return nil }
+            seen |= bit
+            if p.take(",") { continue }
+            guard p.take("}") else { return nil }
+            more = false
+        }
+        p.skipSpace()
+        return p.i == bytes.count ? prefs : nil
+    }
+
     init(reader p: RecordReader) throws(StageRecordError) {
         var prefs = Preferences()
         // Absent trigger, template and display style stay unset (the app's user_defaults may fill them).
