@@ -531,12 +531,10 @@ final class ConsumerCore: @unchecked Sendable {
             // A pack's parts follow its first part and share its partition and epoch: the partition is looked up
             // once per Kafka record, and its parts kept or dropped with it.
             var dropped = 0
-            var keep = true
             for index in records.indices where records[index].part == 0 {
                 let tp = records[index].topicPartition
                 let epoch = records[index].epoch
-                keep = s.epochs[tp] == epoch  // no longer ours when not
-                guard keep else {
+                guard s.epochs[tp] == epoch else {  // no longer ours
                     dropped += records[index].parts
                     continue
                 }
@@ -547,7 +545,7 @@ final class ConsumerCore: @unchecked Sendable {
                 if s.buffer.isEmpty { s.buffer = records } else { s.buffer.append(contentsOf: records) }
                 return
             }
-            keep = true
+            var keep = true
             for record in records {
                 if record.part == 0 { keep = s.epochs[record.topicPartition] == record.epoch }
                 if keep { s.buffer.append(record) }

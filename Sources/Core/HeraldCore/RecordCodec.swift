@@ -225,9 +225,7 @@ extension Device: JSONRecord {
 
     private static func readFlat(_ bytes: [UInt8]) -> Device? {
         var p = JSONParser(bytes)
-        p.skipSpace()
-        guard p.i < bytes.count, bytes[p.i] == UInt8(ascii: "{") else { return nil }
-        p.i += 1
+        guard p.take("{") else { return nil }
         var token: String?
         var kind: Kind?
         var environment: APNsEnvironment?
@@ -236,12 +234,8 @@ extension Device: JSONRecord {
         var providerID: String?
         var seen: UInt8 = 0
         while true {
-            p.skipSpace()
             // The key matched on its bytes: one of the six, written without escapes (any other key is for fromJSON).
-            guard let key = p.plainKey() else { return nil }
-            p.skipSpace()
-            guard p.i < bytes.count, bytes[p.i] == UInt8(ascii: ":") else { return nil }
-            p.i += 1
+            guard let key = p.memberKey() else { return nil }
             p.skipSpace()
             let bit: UInt8
             if p.isKey(key, "token") {
@@ -269,14 +263,8 @@ extension Device: JSONRecord {
             {
                 return nil
             }
-            p.skipSpace()
-            guard p.i < bytes.count else { return nil }
-            if bytes[p.i] == UInt8(ascii: ",") {
-                p.i += 1
-                continue
-            }
-            guard bytes[p.i] == UInt8(ascii: "}") else { return nil }
-            p.i += 1
+            if p.take(",") { continue }
+            guard p.take("}") else { return nil }
             break
         }
         p.skipSpace()
