@@ -38,6 +38,28 @@ struct JSONValueTests {
         #expect(v.serialized == #"{"b":1,"a":2}"#)
     }
 
+    @Test("strings: plain ones as they are, escapes anywhere in them, and invalid ones refused")
+    func strings() throws {
+        let read: [(String, String)] = [
+            (#""""#, ""), (#""plain""#, "plain"), (#""é 日本 🙂""#, "é 日本 🙂"),
+            (#""\n""#, "\n"), (#""a\"b""#, "a\"b"), (#""\\lead""#, "\\lead"), (#""trail\t""#, "trail\t"),
+            (#""x\u00e9y\ud83d\ude42z""#, "xéy🙂z"), (#""\/\b\f\r""#, "/\u{8}\u{C}\r"),
+            (#""\u0041\u0042""#, "AB"),
+            (
+                #""long \"quoted\" text beyond any small string""#,
+                "long \"quoted\" text beyond any small string"
+            ),
+        ]
+        for (json, text) in read {
+            #expect(try JSONValue.parse(json) == .string(text), "\(json)")
+            #expect(try JSONValue.parse("[\(json),\(json)]") == .array([.string(text), .string(text)]), "\(json)")
+        }
+        for bad in [#""open"#, #""bad \x escape""#, "\"ctl\u{1}\"", #""\ud83d alone""#, #""\"#] {
+            #expect(throws: JSONParseError.self, "\(bad)") { try JSONValue.parse(bad) }
+        }
+        #expect(throws: JSONParseError.self) { try JSONValue.parse([0x22, 0xC3, 0x28, 0x22]) }  // invalid UTF-8
+    }
+
     @Test("one escaper: quotes, backslash and control characters; line-safe also DEL, U+2028, U+2029")
     func escaping() {
         #expect(JSONWriter.quoted("a\"b\\c\nd\u{1}é") == #""a\"b\\c\nd\u0001é""#)

@@ -55,6 +55,17 @@ let priorityRows: [PriorityRow] = [
     PriorityRow(
         name: "forced broadcast", json: messageJSON(messageType: "admin", ext: #"{"em_force_notification":true}"#),
         expected: .high, rule: "force"),
+    PriorityRow(
+        name: "a tie goes to the first rule named: direct before force",
+        json: messageJSON(type: "direct", ext: #"{"em_force_notification":true}"#), expected: .high, rule: "direct"),
+    PriorityRow(
+        name: "a tie goes to the first rule named: mention before force",
+        json: messageJSON(mentions: ["u2"], ext: #"{"em_force_notification":true}"#), recipient: "u2",
+        expected: .high, rule: "mention"),
+    PriorityRow(
+        name: "the most urgent rule wins whatever its place: force over members",
+        json: messageJSON(ext: #"{"em_force_notification":true}"#), memberCount: 5000, expected: .high,
+        rule: "force"),
 ]
 
 @Suite("Priority classes")

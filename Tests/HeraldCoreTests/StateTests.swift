@@ -497,6 +497,38 @@ struct StateTests {
         #expect(scoped.devices == state.devices)
     }
 
+    @Test("a state already scoped to the conversation is given back as it is, and others are cut to it")
+    func scopedStateShapes() {
+        let preference = ConversationPreference(trigger: .off)
+        var state = UserState(devices: [device(tokenA)])
+        state.unread.total = 4
+        // Nothing per conversation, or only this one's: already scoped.
+        #expect(state.scoped(to: "c1") == state)
+        state.preferences.conversations = ["c1": preference]
+        state.unread.conversations = ["c1": 3]
+        state.unread.mentionConversations = ["c1": 1]
+        #expect(state.scoped(to: "c1") == state)
+        // One entry of another conversation in any of the three maps: cut.
+        for other in 0..<3 {
+            var mixed = state
+            switch other {
+            case 0: mixed.preferences.conversations["c2"] = preference
+            case 1: mixed.unread.conversations["c2"] = 5
+            default: mixed.unread.mentionConversations["c2"] = 2
+            }
+            #expect(mixed.scoped(to: "c1") == state)
+            let elsewhere = mixed.scoped(to: "c2")
+            #expect(elsewhere.preferences.conversations == (other == 0 ? ["c2": preference] : [:]))
+            #expect(elsewhere.unread.conversations == (other == 1 ? ["c2": 5] : [:]))
+            #expect(elsewhere.unread.mentionConversations == (other == 2 ? ["c2": 2] : [:]))
+            #expect(elsewhere.unread.total == 4 && elsewhere.devices == state.devices)
+        }
+        // A map holding only another conversation is emptied.
+        var only = UserState()
+        only.unread.conversations = ["c2": 5]
+        #expect(only.scoped(to: "c1").unread.conversations.isEmpty)
+    }
+
     @Test("a DLQ record cuts an oversized original and keeps its size and SHA-256")
     func dlqTruncation() throws {
         let original = [UInt8](repeating: 0x61, count: 800_000)

@@ -127,54 +127,65 @@ public struct APNsDelivery: Sendable {
     /// Hex device token (the path is `/3/device/<token>`).
     public var deviceToken: String {
         get { values.value.deviceToken }
+        set { values.modify { $0.deviceToken = newValue } }
         _modify { yield &values.value.deviceToken }
     }
     /// `apns-topic`: the bundle id (with `.voip` etc. suffix where the push type needs it).
     public var topic: String {
         get { values.value.topic }
+        set { values.modify { $0.topic = newValue } }
         _modify { yield &values.value.topic }
     }
     public var pushType: APNsPushType {
         get { values.value.pushType }
+        set { values.modify { $0.pushType = newValue } }
         _modify { yield &values.value.pushType }
     }
     public var priority: APNsPriority? {
         get { values.value.priority }
+        set { values.modify { $0.priority = newValue } }
         _modify { yield &values.value.priority }
     }
     /// `apns-expiration` in seconds since the epoch; 0 means deliver once or drop. Nil omits the header.
     public var expiration: Int64? {
         get { values.value.expiration }
+        set { values.modify { $0.expiration = newValue } }
         _modify { yield &values.value.expiration }
     }
     public var collapseID: String? {
         get { values.value.collapseID }
+        set { values.modify { $0.collapseID = newValue } }
         _modify { yield &values.value.collapseID }
     }
     /// `apns-id` (a canonical UUID); nil lets APNs pick one and answer it.
     public var apnsID: String? {
         get { values.value.apnsID }
+        set { values.modify { $0.apnsID = newValue } }
         _modify { yield &values.value.apnsID }
     }
     /// The JSON payload bytes.
     public var payload: [UInt8] {
         get { values.value.payload }
+        set { values.modify { $0.payload = newValue } }
         _modify { yield &values.value.payload }
     }
     /// The latest time an answer is useful; after it the request completes with `deadlineExceeded`.
     public var deadline: ContinuousClock.Instant {
         get { values.value.deadline }
+        set { values.modify { $0.deadline = newValue } }
         _modify { yield &values.value.deadline }
     }
     /// Caller's own identifier, echoed in the response so batch completions can be matched.
     public var tag: UInt64 {
         get { values.value.tag }
+        set { values.modify { $0.tag = newValue } }
         _modify { yield &values.value.tag }
     }
     /// Started before every queued request that is not, and may use the streams and in-flight slots
     /// `APNsClientConfiguration.priorityReserve` keeps from the others (calls, direct messages).
     public var prioritized: Bool {
         get { values.value.prioritized }
+        set { values.modify { $0.prioritized = newValue } }
         _modify { yield &values.value.prioritized }
     }
 

@@ -201,15 +201,19 @@ public protocol BinaryRecord {
 }
 
 public enum BinaryRecordFormat {
+    /// The first two bytes of every binary record (`isBinary` spells them out).
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
     public static let version: UInt8 = 6
     /// The oldest version still read.
     public static let oldestReadable: UInt8 = 2
 
     /// True when `bytes` start with the binary header (whatever its version).
+    /// Whether the bytes start with the binary format's magic (inlinable, so a caller's own type is read in place:
+    /// unspecialised, the iterator of an unknown collection is a heap box per call).
+    @inlinable
     public static func isBinary(_ bytes: some Collection<UInt8>) -> Bool {
         var i = bytes.makeIterator()
-        return i.next() == magic.0 && i.next() == magic.1
+        return i.next() == 0x00 && i.next() == 0x48
     }
 
     public static func encode<T: BinaryRecord>(_ record: T, capacity: Int = 1024) -> [UInt8] {
@@ -711,7 +715,8 @@ extension ResolvedRecord {
         event.write(into: &eventWriter)
         let eventBytes = eventWriter.bytes
         return recipients.map { recipient in
-            var w = BinaryWriter(capacity: eventBytes.count + 256)
+            // Room for the whole record up front (a device takes about 100 bytes), so it is never grown and copied.
+            var w = BinaryWriter(capacity: eventBytes.count + 256 + 128 * recipient.state.devices.count)
             w.byte(BinaryRecordFormat.magic.0); w.byte(BinaryRecordFormat.magic.1)
             w.byte(BinaryRecordFormat.version); w.byte(binaryType)
             w.raw(eventBytes)

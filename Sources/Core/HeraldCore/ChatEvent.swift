@@ -196,52 +196,64 @@ public struct ChatEvent: Sendable, Hashable {
 
     public var eventID: String {
         get { values.value.eventID }
+        set { values.modify { $0.eventID = newValue } }
         _modify { yield &values.value.eventID }
     }
     public var appID: String {
         get { values.value.appID }
+        set { values.modify { $0.appID = newValue } }
         _modify { yield &values.value.appID }
     }
     public var kind: Kind {
         get { values.value.kind }
+        set { values.modify { $0.kind = newValue } }
         _modify { yield &values.value.kind }
     }
     /// Milliseconds since the epoch; the time the suppression rules use when present.
     public var createdAt: Int64? {
         get { values.value.createdAt }
+        set { values.modify { $0.createdAt = newValue } }
         _modify { yield &values.value.createdAt }
     }
     public var sender: Sender {
         get { values.value.sender }
+        set { values.modify { $0.sender = newValue } }
         _modify { yield &values.value.sender }
     }
     public var conversation: Conversation {
         get { values.value.conversation }
+        set { values.modify { $0.conversation = newValue } }
         _modify { yield &values.value.conversation }
     }
     /// Explicit recipients; `nil` means the conversation's members.
     public var recipients: [String]? {
         get { values.value.recipients }
+        set { values.modify { $0.recipients = newValue } }
         _modify { yield &values.value.recipients }
     }
     public var message: Message? {
         get { values.value.message }
+        set { values.modify { $0.message = newValue } }
         _modify { yield &values.value.message }
     }
     public var call: Call? {
         get { values.value.call }
+        set { values.modify { $0.call = newValue } }
         _modify { yield &values.value.call }
     }
     public var reaction: Reaction? {
         get { values.value.reaction }
+        set { values.modify { $0.reaction = newValue } }
         _modify { yield &values.value.reaction }
     }
     public var groupAction: GroupAction? {
         get { values.value.groupAction }
+        set { values.modify { $0.groupAction = newValue } }
         _modify { yield &values.value.groupAction }
     }
     public var ext: Extension {
         get { values.value.ext }
+        set { values.modify { $0.ext = newValue } }
         _modify { yield &values.value.ext }
     }
 

@@ -8,8 +8,9 @@
 public struct CopyOnWrite<Value: Sendable & Hashable>: Sendable, Hashable {
     @usableFromInline
     final class Box: @unchecked Sendable {
-        // Changed only through `value`'s `_modify`, and only while one `CopyOnWrite` holds the box.
-        @usableFromInline var value: Value
+        // Changed only while one `CopyOnWrite` holds the box (`value`'s `_modify`, `modify`), so no two accesses
+        // can overlap, and the run-time exclusivity check every access of a class's property pays is left out.
+        @exclusivity(unchecked) @usableFromInline var value: Value
         @inlinable init(_ value: Value) { self.value = value }
     }
 
@@ -25,6 +26,15 @@ public struct CopyOnWrite<Value: Sendable & Hashable>: Sendable, Hashable {
             if !isKnownUniquelyReferenced(&box) { box = Box(box.value) }
             yield &box.value
         }
+    }
+
+    /// Runs `body` on the value, copied first if another `CopyOnWrite` shares it. A plain function, not an
+    /// accessor: a `_modify` accessor is a coroutine, and one that is not inlined allocates its frame on the heap
+    /// at every call, so the fields' setters go through this.
+    @inlinable @inline(__always)
+    public mutating func modify<Result>(_ body: (inout Value) -> Result) -> Result {
+        if !isKnownUniquelyReferenced(&box) { box = Box(box.value) }
+        return body(&box.value)
     }
 
     @inlinable

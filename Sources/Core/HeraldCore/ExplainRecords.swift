@@ -153,7 +153,14 @@ extension ExplainEntry {
                 out.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
                 magnitude /= 10
             } while magnitude > 0
-            out[start...].reverse()
+            // Reversed by swaps: reversing `out[start...]` copies the slice's buffer first.
+            var low = start
+            var high = out.count - 1
+            while low < high {
+                out.swapAt(low, high)
+                low += 1
+                high -= 1
+            }
         }
         text(eventID); out.append(9)
         text(omittingUser ? nil : user); out.append(9)

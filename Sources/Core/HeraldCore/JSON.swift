@@ -466,17 +466,28 @@ struct JSONParser {
 
     mutating func parseString() throws(JSONParseError) -> String {
         i += 1  // opening quote
+        // Filled only once an escape is met: a string without one is made straight from its bytes.
         var out: [UInt8] = []
+        var escaped = false
         var plainStart = i
         while true {
             guard i < bytes.count else { throw fail("unterminated string") }
             let c = bytes[i]
             if c == UInt8(ascii: "\"") {
+                if !escaped {
+                    let text = String(decoding: bytes[plainStart..<i], as: UTF8.self)
+                    i += 1
+                    return text
+                }
                 out.append(contentsOf: bytes[plainStart..<i])
                 i += 1
                 break
             }
             if c == UInt8(ascii: "\\") {
+                if !escaped {
+                    escaped = true
+                    out.reserveCapacity(i - plainStart + 16)
+                }
                 out.append(contentsOf: bytes[plainStart..<i])
                 i += 1
                 guard i < bytes.count else { throw fail("unterminated string") }

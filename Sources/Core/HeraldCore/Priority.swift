@@ -101,28 +101,34 @@ public enum Priority {
         _ event: ChatEvent, policy: PriorityPolicy = PriorityPolicy(), memberCount: Int? = nil,
         recipient: String? = nil
     ) -> PriorityDecision {
-        var candidates: [PriorityDecision] = []
+        // The most urgent rule that matches wins; on a tie the first one named. Every event matches one of the
+        // first rules below, so `best` is always set; it starts as the least urgent class only to have a value.
+        var best = PriorityDecision(.bulk, rule: "")
+        var matched = false
+        func consider(_ candidate: PriorityDecision) {
+            if !matched || candidate.priorityClass < best.priorityClass { best = candidate }
+            matched = true
+        }
         switch event.kind {
         case .call:
-            candidates.append(PriorityDecision(policy.call, rule: "call"))
+            consider(PriorityDecision(policy.call, rule: "call"))
         case .message, .messageEdited, .messageDeleted, .reaction, .groupAction, .conversationRead:
             if event.conversation.type == .direct {
-                candidates.append(PriorityDecision(policy.direct, rule: "direct"))
+                consider(PriorityDecision(policy.direct, rule: "direct"))
             } else if event.kind == .message, event.message?.type == .admin {
-                candidates.append(PriorityDecision(policy.broadcast, rule: "broadcast"))
+                consider(PriorityDecision(policy.broadcast, rule: "broadcast"))
             } else if let memberCount, policy.bulkMemberThreshold > 0, memberCount > policy.bulkMemberThreshold {
-                candidates.append(PriorityDecision(max(policy.group, .bulk), rule: "members"))
+                consider(PriorityDecision(max(policy.group, .bulk), rule: "members"))
             } else {
-                candidates.append(PriorityDecision(policy.group, rule: "group"))
+                consider(PriorityDecision(policy.group, rule: "group"))
             }
             if event.kind == .message, let message = event.message, message.mentionType == .users,
                 !message.mentions.isEmpty, recipient.map({ message.mentions.contains($0) }) ?? true
             {
-                candidates.append(PriorityDecision(policy.mention, rule: "mention"))
+                consider(PriorityDecision(policy.mention, rule: "mention"))
             }
         }
-        if event.ext.forceNotification { candidates.append(PriorityDecision(policy.forced, rule: "force")) }
-        // The most urgent wins; on a tie the first rule named.
-        return candidates.min { $0.priorityClass < $1.priorityClass }!
+        if event.ext.forceNotification { consider(PriorityDecision(policy.forced, rule: "force")) }
+        return best
     }
 }

@@ -34,54 +34,65 @@ public struct APNsRequest: Sendable, Hashable {
     /// Full device token (never log it whole).
     public var token: String {
         get { values.value.token }
+        set { values.modify { $0.token = newValue } }
         _modify { yield &values.value.token }
     }
     public var environment: APNsEnvironment {
         get { values.value.environment }
+        set { values.modify { $0.environment = newValue } }
         _modify { yield &values.value.environment }
     }
     public var pushType: PushType {
         get { values.value.pushType }
+        set { values.modify { $0.pushType = newValue } }
         _modify { yield &values.value.pushType }
     }
     /// `apns-topic`: the bundle id, `<bundle>.voip` for VoIP.
     public var topic: String {
         get { values.value.topic }
+        set { values.modify { $0.topic = newValue } }
         _modify { yield &values.value.topic }
     }
     /// `apns-priority`: 10 to alert now, 5 for background.
     public var priority: Int {
         get { values.value.priority }
+        set { values.modify { $0.priority = newValue } }
         _modify { yield &values.value.priority }
     }
     /// `apns-collapse-id` (at most 64 bytes), or nil.
     public var collapseID: String? {
         get { values.value.collapseID }
+        set { values.modify { $0.collapseID = newValue } }
         _modify { yield &values.value.collapseID }
     }
     /// `apns-expiration`, epoch seconds; 0 means "try once".
     public var expiration: Int64 {
         get { values.value.expiration }
+        set { values.modify { $0.expiration = newValue } }
         _modify { yield &values.value.expiration }
     }
     /// `apns-id`, derived from (event id, token): see `APNsID`.
     public var apnsID: String {
         get { values.value.apnsID }
+        set { values.modify { $0.apnsID = newValue } }
         _modify { yield &values.value.apnsID }
     }
     /// The payload: UTF-8 JSON, within `pushType.payloadLimit` (FCM: `FCMMessage.payloadLimit`).
     public var payload: [UInt8] {
         get { values.value.payload }
+        set { values.modify { $0.payload = newValue } }
         _modify { yield &values.value.payload }
     }
     /// Which service this request is for (`apns` when absent on the wire).
     public var provider: PushProvider {
         get { values.value.provider }
+        set { values.modify { $0.provider = newValue } }
         _modify { yield &values.value.provider }
     }
     /// The FCM or webhook credential's provider id; nil for APNs.
     public var providerID: String? {
         get { values.value.providerID }
+        set { values.modify { $0.providerID = newValue } }
         _modify { yield &values.value.providerID }
     }
 

@@ -83,34 +83,41 @@ public struct OutboundRecord: Sendable, Hashable {
 
     public var eventID: String {
         get { values.value.eventID }
+        set { values.modify { $0.eventID = newValue } }
         _modify { yield &values.value.eventID }
     }
     public var appID: String {
         get { values.value.appID }
+        set { values.modify { $0.appID = newValue } }
         _modify { yield &values.value.appID }
     }
     public var recipient: String {
         get { values.value.recipient }
+        set { values.modify { $0.recipient = newValue } }
         _modify { yield &values.value.recipient }
     }
     public var request: APNsRequest {
         get { values.value.request }
+        set { values.modify { $0.request = newValue } }
         _modify { yield &values.value.request }
     }
     /// 1 for the first try; send increments it on every retry.
     public var attempt: Int {
         get { values.value.attempt }
+        set { values.modify { $0.attempt = newValue } }
         _modify { yield &values.value.attempt }
     }
     /// Do not send before this time (epoch milliseconds); set on retries.
     public var notBefore: Int64? {
         get { values.value.notBefore }
+        set { values.modify { $0.notBefore = newValue } }
         _modify { yield &values.value.notBefore }
     }
     /// The event's `created_at` (epoch milliseconds), when it has one: send files the pair's idempotency record
     /// under the replay window this time falls in (`DeliveryPair.eventTime`).
     public var eventCreatedAt: Int64? {
         get { values.value.eventCreatedAt }
+        set { values.modify { $0.eventCreatedAt = newValue } }
         _modify { yield &values.value.eventCreatedAt }
     }
 

@@ -302,19 +302,23 @@ public struct UserState: Sendable, Hashable {
     /// Registered tokens, oldest first.
     public var devices: [Device] {
         get { values.value.devices }
+        set { values.modify { $0.devices = newValue } }
         _modify { yield &values.value.devices }
     }
     /// Tokens of devices holding a live connection to the chat server.
     public var online: [String] {
         get { values.value.online }
+        set { values.modify { $0.online = newValue } }
         _modify { yield &values.value.online }
     }
     public var preferences: Preferences {
         get { values.value.preferences }
+        set { values.modify { $0.preferences = newValue } }
         _modify { yield &values.value.preferences }
     }
     public var unread: Unread {
         get { values.value.unread }
+        set { values.modify { $0.unread = newValue } }
         _modify { yield &values.value.unread }
     }
 
@@ -397,6 +401,11 @@ extension UserState {
     /// preference and unread count, so the others are left out of the records between stages (a user in
     /// thousands of conversations would otherwise carry all of them through every hop).
     public func scoped(to conversation: String) -> UserState {
+        // Already scoped (resolve reads only the batch's conversations of each user): the same state, uncopied.
+        func only<V>(_ map: [String: V]) -> Bool { map.isEmpty || map.count == 1 && map[conversation] != nil }
+        if only(preferences.conversations), only(unread.conversations), only(unread.mentionConversations) {
+            return self
+        }
         var scoped = self
         scoped.preferences.conversations = preferences.conversations[conversation].map { [conversation: $0] } ?? [:]
         scoped.unread.conversations = unread.conversations[conversation].map { [conversation: $0] } ?? [:]
