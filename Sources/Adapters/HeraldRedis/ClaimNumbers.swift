@@ -169,7 +169,13 @@ final class ClaimNumberSource: Sendable {
             if s.held.count > 100_000 { s.held = s.held.filter { $0.value.anyAfter(now - 3_600_000) } }
             for (pair, number) in claims {
                 let claim = Held(owner: owner, number: number, at: now)
-                s.held[PairKey(app: app, pair: pair), default: PairClaims(claim)].put(claim)
+                let key = PairKey(app: app, pair: pair)
+                // Most pairs are new here: one lookup, and no closure for a default value (`[key, default:]`
+                // allocates one per call).
+                if var earlier = s.held.updateValue(PairClaims(claim), forKey: key) {
+                    earlier.put(claim)
+                    s.held[key] = earlier
+                }
             }
         }
     }
