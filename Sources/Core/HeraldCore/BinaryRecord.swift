@@ -201,7 +201,6 @@ public protocol BinaryRecord {
 }
 
 public enum BinaryRecordFormat {
-    /// The first two bytes of every binary record (`isBinary` spells them out).
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
     public static let version: UInt8 = 6
     /// The oldest version still read.
@@ -213,7 +212,7 @@ public enum BinaryRecordFormat {
     @inlinable
     public static func isBinary(_ bytes: some Collection<UInt8>) -> Bool {
         var i = bytes.makeIterator()
-        return i.next() == 0x00 && i.next() == 0x48
+        return i.next() == magic.0 && i.next() == magic.1
     }
 
     public static func encode<T: BinaryRecord>(_ record: T, capacity: Int = 1024) -> [UInt8] {
