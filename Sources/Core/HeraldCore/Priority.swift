@@ -101,34 +101,32 @@ public enum Priority {
         _ event: ChatEvent, policy: PriorityPolicy = PriorityPolicy(), memberCount: Int? = nil,
         recipient: String? = nil
     ) -> PriorityDecision {
-        // The most urgent rule that matches wins; on a tie the first one named. Every event matches one of the
-        // first rules below, so `best` is always set; it starts as the least urgent class only to have a value.
-        var best = PriorityDecision(.bulk, rule: "")
-        var matched = false
-        func consider(_ candidate: PriorityDecision) {
-            if !matched || candidate.priorityClass < best.priorityClass { best = candidate }
-            matched = true
-        }
+        // The most urgent rule that matches wins; on a tie the first one named. Every event matches exactly one of
+        // the rules in the switch's first statements; mention and force replace it only when more urgent.
+        var best: PriorityDecision
         switch event.kind {
         case .call:
-            consider(PriorityDecision(policy.call, rule: "call"))
+            best = PriorityDecision(policy.call, rule: "call")
         case .message, .messageEdited, .messageDeleted, .reaction, .groupAction, .conversationRead:
             if event.conversation.type == .direct {
-                consider(PriorityDecision(policy.direct, rule: "direct"))
+                best = PriorityDecision(policy.direct, rule: "direct")
             } else if event.kind == .message, event.message?.type == .admin {
-                consider(PriorityDecision(policy.broadcast, rule: "broadcast"))
+                best = PriorityDecision(policy.broadcast, rule: "broadcast")
             } else if let memberCount, policy.bulkMemberThreshold > 0, memberCount > policy.bulkMemberThreshold {
-                consider(PriorityDecision(max(policy.group, .bulk), rule: "members"))
+                best = PriorityDecision(max(policy.group, .bulk), rule: "members")
             } else {
-                consider(PriorityDecision(policy.group, rule: "group"))
+                best = PriorityDecision(policy.group, rule: "group")
             }
             if event.kind == .message, let message = event.message, message.mentionType == .users,
-                !message.mentions.isEmpty, recipient.map({ message.mentions.contains($0) }) ?? true
+                !message.mentions.isEmpty, recipient.map({ message.mentions.contains($0) }) ?? true,
+                policy.mention < best.priorityClass
             {
-                consider(PriorityDecision(policy.mention, rule: "mention"))
+                best = PriorityDecision(policy.mention, rule: "mention")
             }
         }
-        if event.ext.forceNotification { consider(PriorityDecision(policy.forced, rule: "force")) }
+        if event.ext.forceNotification, policy.forced < best.priorityClass {
+            best = PriorityDecision(policy.forced, rule: "force")
+        }
         return best
     }
 }
