@@ -48,6 +48,8 @@ package final class BenchSession: @unchecked Sendable {
     package let repo: String
     /// Between the stages and Redis with `--redis-rtt-ms`.
     package let redisRelay: DelayRelay?
+    /// Why the first start failed, when the stack came up only at the second.
+    package private(set) var firstStartFailure: String?
 
     package init(control: StackControl, info: StackInfo, started: Bool, repo: String, redisRelay: DelayRelay? = nil) {
         self.control = control; self.info = info; self.started = started; self.repo = repo
@@ -66,6 +68,35 @@ package final class BenchSession: @unchecked Sendable {
             )
         }
         let run = (o.runDir ?? repo + "/run/bench-\(getpid())") + runSuffix
+        // A start that fails is tried once more on fresh ports in a fresh run directory: a port that was free when
+        // it was picked can be bound by another program of a shared host before the stack binds it. What went wrong
+        // the first time is printed (the logs' last lines), so a start-up fault of Herald itself still shows, and a
+        // second failure fails the run.
+        do {
+            return try openOnce(
+                o, repo: repo, run: run, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3,
+                redisCluster: redisCluster, stages: stages)
+        } catch let first {
+            log("the stack did not start: \(first)")
+            printLogTails(run: run)
+            log("starting it once more on fresh ports in \(run)-again")
+            do {
+                let session = try openOnce(
+                    o, repo: repo, run: run + "-again", mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3,
+                    redisCluster: redisCluster, stages: stages)
+                session.firstStartFailure = "\(first)"
+                return session
+            } catch let second {
+                printLogTails(run: run + "-again")
+                throw BenchError("\(second) (and the first start before it: \(first))")
+            }
+        }
+    }
+
+    private static func openOnce(
+        _ o: StackOptions, repo: String, run: String, mockArgs: String, redisAOF: Bool, kafkaS3: Bool,
+        redisCluster: Bool, stages: [String]?
+    ) throws -> BenchSession {
         var environment = StackControl.portEnvironment(redisCluster: redisCluster)
         if o.brokerNice != 0 { environment["HERALD_TANSU_NICE"] = String(min(max(o.brokerNice, 0), 19)) }
         var relay: DelayRelay?
@@ -89,10 +120,23 @@ package final class BenchSession: @unchecked Sendable {
                 debug: o.debug, stages: stages)
         } catch {
             control.down()
+            relay?.stop()
             throw error
         }
         return BenchSession(
             control: control, info: try StackInfo.load(run: run), started: true, repo: repo, redisRelay: relay)
+    }
+
+    /// The last lines of each log of a stack that did not start (the script's own messages are above them).
+    private static func printLogTails(run: String, lines: Int = 8) {
+        let logs =
+            ((try? FileManager.default.contentsOfDirectory(atPath: run + "/logs")) ?? []).sorted()
+            .map { run + "/logs/" + $0 } + [run + "/tansu/tansu.log"]
+        for path in logs {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8), !text.isEmpty else { continue }
+            let tail = text.split(separator: "\n", omittingEmptySubsequences: true).suffix(lines)
+            log("\(path), last \(tail.count) lines:\n" + tail.map { "    " + $0 }.joined(separator: "\n"))
+        }
     }
 
     package func close(keep: Bool) {

@@ -67,14 +67,18 @@ struct ChaosCommand: AsyncParsableCommand {
             log("=== scenario \(scenario.rawValue) (\(reduced ? "reduced" : "full"))")
             let started = monotonicSeconds()
             var outcome: ChaosOutcome
+            let runner = ChaosRunner(options: self, scenario: scenario)
             do {
-                outcome = try await ChaosRunner(options: self, scenario: scenario).run()
+                outcome = try await runner.run()
             } catch {
                 outcome = ChaosOutcome(
                     scenario: scenario, passed: false, lost: -1, duplicated: -1, deadLettered: -1,
                     detail: "the harness could not run it: \(error)")
             }
             outcome.seconds = monotonicSeconds() - started
+            for failure in runner.startFailures.list {
+                outcome.detail += "; a stack started only at the second try (the first: \(failure))"
+            }
             outcome.expectedToFail = expected.contains(scenario)
             print(outcome.line)
             fflush(nil)
@@ -152,9 +156,18 @@ final class FaultLog: @unchecked Sendable {
     var allNotes: [String] { lock.lock(); defer { lock.unlock() }; return notes }
 }
 
+/// The first starts that failed while a scenario ran (each stack is tried once more; see `BenchSession.open`).
+final class StartFailures: @unchecked Sendable {
+    private let lock = NSLock()
+    private var failures: [String] = []
+    func append(_ failure: String) { lock.lock(); defer { lock.unlock() }; failures.append(failure) }
+    var list: [String] { lock.lock(); defer { lock.unlock() }; return failures }
+}
+
 struct ChaosRunner {
     let options: ChaosCommand
     let scenario: ChaosScenario
+    let startFailures = StartFailures()
     var reduced: Bool { options.reduced }
     /// How long a drain waits for something new before it gives up (the rest counts as lost).
     var drainTimeout: Double { reduced ? 15 : 40 }
@@ -174,9 +187,11 @@ struct ChaosRunner {
     {
         var o = options.stack
         if o.runDir == nil { o.runDir = (try o.repo ?? StackControl.findRepo()) + "/run/chaos-\(getpid())" }
-        return try BenchSession.open(
+        let session = try BenchSession.open(
             o, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3, redisCluster: redisCluster,
             runSuffix: "/" + scenario.rawValue)
+        if let failure = session.firstStartFailure { startFailures.append(failure) }
+        return session
     }
 
     func run() async throws -> ChaosOutcome {
