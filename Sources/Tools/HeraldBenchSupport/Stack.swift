@@ -129,27 +129,44 @@ package struct StackControl {
     }
 
     /// Free ports from the kernel, unless the HERALD_LOCAL_* variables name them.
-    package static func portEnvironment(redisCluster: Bool = false) -> [String: String] {
+    ///
+    /// Every port the stack will bind is chosen apart from all the others: Redis's (with a cluster, its six nodes and
+    /// their bus ports), the broker's, the two stand-ins', and the block above the metrics base (the six stages, the
+    /// registry API, the stand-in's metrics). Each probe only says that nothing is bound to a port now, and none of
+    /// them is bound until the script starts, so a port of one could otherwise be handed to another as well (once
+    /// Redis and Kafka both got 36205; a stage's metrics port inside a cluster's range would fail its bind).
+    package static func portEnvironment(
+        redisCluster: Bool = false, given: [String: String] = ProcessInfo.processInfo.environment
+    ) -> [String: String] {
         var env: [String: String] = [:]
-        let given = ProcessInfo.processInfo.environment
-        // Each probe socket is closed before the next is opened, so the kernel may hand out one port twice (once
-        // Redis and Kafka both got 36205): ask again until the four differ.
         var taken = Set<Int>()
         for name in [
             "HERALD_LOCAL_REDIS_PORT", "HERALD_LOCAL_KAFKA_PORT", "HERALD_LOCAL_APNS_PORT", "HERALD_LOCAL_FCM_PORT",
         ] {
+            let cluster = name == "HERALD_LOCAL_REDIS_PORT" && redisCluster
             if let port = given[name] {
                 env[name] = port
-                taken.insert(Int(port) ?? 0)
+                taken.formUnion(stackPorts(Int(port) ?? 0, cluster: cluster))
                 continue
             }
-            var port = name == "HERALD_LOCAL_REDIS_PORT" && redisCluster ? freeClusterPorts() : freePort()
-            for _ in 0..<50 where taken.contains(port) { port = freePort() }
-            taken.insert(port)
+            var port = cluster ? freeClusterPorts() : freePort()
+            for _ in 0..<50 where !taken.isDisjoint(with: stackPorts(port, cluster: cluster)) {
+                port = cluster ? freeClusterPorts() : freePort()
+            }
+            taken.formUnion(stackPorts(port, cluster: cluster))
             env[name] = String(port)
         }
-        env["HERALD_LOCAL_METRICS_BASE"] = given["HERALD_LOCAL_METRICS_BASE"] ?? String(freePortBlock(10))
+        env["HERALD_LOCAL_METRICS_BASE"] =
+            given["HERALD_LOCAL_METRICS_BASE"] ?? String(freePortBlock(metricsBlockSize, avoiding: taken))
         return env
+    }
+
+    /// The ports above the metrics base the script binds: base+1 ... base+9.
+    package static let metricsBlockSize = 10
+
+    /// The ports one of the script's port variables stands for: one, or a cluster's six nodes and their bus ports.
+    package static func stackPorts(_ port: Int, cluster: Bool) -> [Int] {
+        cluster ? (0..<6).flatMap { [port + $0, port + $0 + 10_000] } : [port]
     }
 
     /// Runs the script and waits for it (posix_spawn + waitpid: Foundation's Process.waitUntilExit
@@ -242,13 +259,13 @@ package func portIsFree(_ port: Int) -> Bool {
         == 0
 }
 
-/// A base port such that base+1 ... base+count-1 are free now.
-package func freePortBlock(_ count: Int) -> Int {
+/// A base port such that base+1 ... base+count-1 are free now and none of them is in `avoiding`.
+package func freePortBlock(_ count: Int, avoiding: Set<Int> = []) -> Int {
     for _ in 0..<200 {
         // Below Linux's ephemeral range (32768-60999), so an outgoing connection cannot take a port of the block
         // between this check and the stages binding it.
         let base = Int.random(in: 20_000...32_000)
-        if (1..<count).allSatisfy({ portIsFree(base + $0) }) { return base }
+        if (1..<count).allSatisfy({ !avoiding.contains(base + $0) && portIsFree(base + $0) }) { return base }
     }
     return 39_200
 }
