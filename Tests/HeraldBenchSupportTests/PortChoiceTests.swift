@@ -10,14 +10,18 @@ struct PortChoiceTests {
         func port(_ name: String) throws -> Int { try #require(env[name].flatMap { Int($0) }, "\(name)") }
         let base = try port("HERALD_LOCAL_METRICS_BASE")
         return StackControl.stackPorts(try port("HERALD_LOCAL_REDIS_PORT"), cluster: cluster)
-            + [try port("HERALD_LOCAL_KAFKA_PORT"), try port("HERALD_LOCAL_APNS_PORT"), try port("HERALD_LOCAL_FCM_PORT")]
+            + [
+                try port("HERALD_LOCAL_KAFKA_PORT"), try port("HERALD_LOCAL_APNS_PORT"),
+                try port("HERALD_LOCAL_FCM_PORT"),
+            ]
             + (1..<StackControl.metricsBlockSize).map { base + $0 }
     }
 
     @Test("no port is chosen twice, with one Redis or a cluster", arguments: [false, true])
     func chosenPortsAreDistinct(cluster: Bool) throws {
         for _ in 0..<1_000 {
-            let ports = try boundPorts(StackControl.portEnvironment(redisCluster: cluster, given: [:]), cluster: cluster)
+            let ports = try boundPorts(
+                StackControl.portEnvironment(redisCluster: cluster, given: [:]), cluster: cluster)
             #expect(Set(ports).count == ports.count, "ports chosen twice: \(ports)")
         }
     }

@@ -38,8 +38,15 @@ struct ChaosCommand: AsyncParsableCommand {
     var memoryLimitMB = 256
     @Option(
         name: .customLong("flood-deadline"),
-        help: "Malformed flood: the valid event sent after the flood must be delivered within this many seconds.")
-    var floodDeadline = 5.0
+        help:
+            "Malformed flood: the valid event sent after the flood must be delivered within this many seconds (default: 5 at full size; with --reduced its time is reported, and only its delivery is required)."
+    )
+    var floodDeadline: Double?
+
+    /// The malformed flood's bound on the valid event's delivery, if any. The reduced suite runs in CI beside
+    /// whatever else the host does, where a wall-clock bound fails on a busy machine: there the event must be
+    /// delivered (a stage stuck on a malformed record never delivers it) and its time is reported.
+    var validEventDeadline: Double? { floodDeadline ?? (reduced ? nil : 5) }
     @Option(
         name: .customLong("apns-goaway-every"),
         help:
@@ -662,9 +669,8 @@ struct ChaosRunner {
         if withoutReason > 0 { problems.append("\(withoutReason) DLQ entries without a reason") }
         let latency = deliveredAt.map { Double($0 - publishedAt) / 1000 }
         if let latency {
-            if latency > options.floodDeadline {
-                problems.append(
-                    String(format: "valid event delivered after %.1f s (limit %.0f s)", latency, options.floodDeadline))
+            if let limit = options.validEventDeadline, latency > limit {
+                problems.append(String(format: "valid event delivered after %.1f s (limit %.0f s)", latency, limit))
             }
         } else {
             problems.append("the valid event was not delivered")
