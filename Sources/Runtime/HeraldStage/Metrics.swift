@@ -377,7 +377,7 @@ public struct StageMetrics: Sendable {
     public func setInFlight(_ value: Int) {
         guard let lane, let laneSeries else { return inFlightMeter.set(Double(value)) }
         laneSeries.inFlight.set(Double(value))
-        inFlightMeter.set(Double(laneTotals.set(lane, value)))
+        laneTotals.set(lane, value) { inFlightMeter.set(Double($0)) }
     }
 
     /// The consumer group's lag on one partition (high watermark minus committed offset).
@@ -465,10 +465,12 @@ public struct StageMetrics: Sendable {
 /// The in-flight count of each lane of a stage, shared by the lanes' metrics.
 final class LaneTotals: Sendable {
     private let values = Mutex<[String: Int]>([:])
-    /// Sets one lane's value; returns the sum over the lanes.
-    func set(_ lane: String, _ value: Int) -> Int {
+    /// Sets one lane's value and hands the sum over the lanes to `publish`, under the lock: two lanes setting at
+    /// once publish their sums in the order they took them, so the last sum published is the current one.
+    func set(_ lane: String, _ value: Int, publish: (Int) -> Void) {
         values.withLock {
-            $0[lane] = value; return $0.values.reduce(0, +)
+            $0[lane] = value
+            publish($0.values.reduce(0, +))
         }
     }
 }

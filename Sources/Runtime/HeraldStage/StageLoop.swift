@@ -174,12 +174,13 @@ public final class StageLoop: Service, Sendable {
                 }
                 if batch.isEmpty { continue }
                 let count = batch.count
-                let total = state.withLock { s -> Int in
+                // The gauge is set under the lock, here and in `conclude`: set after it, a batch's count taken
+                // before another batch completed could be written after that completion's, and stay on the gauge.
+                state.withLock { s in
                     s.inFlight += count
                     s.processing += 1
-                    return s.inFlight
+                    metrics.setInFlight(s.inFlight)
                 }
-                metrics.setInFlight(total)
                 if ordered {
                     // Process and enqueue here, in order; only the wait for acknowledgements runs beside the loop.
                     // A processor may produce part of its outputs ahead (resolve's paged fan-out).
@@ -393,11 +394,10 @@ public final class StageLoop: Service, Sendable {
             explainEntries += prepared.results[index].explain
         }
         consumer.complete(batch) { $0 < prepared.results.count && isDone($0) }
-        let left = state.withLock { s -> Int in
+        state.withLock { s in
             s.inFlight -= batch.count
-            return s.inFlight
+            metrics.setInFlight(s.inFlight)
         }
-        metrics.setInFlight(left)
         let elapsed = ContinuousClock.now - prepared.started
         metrics.recordLatency(elapsed, count: completedCount)
         let handed = prepared.handed ?? acknowledged
