@@ -8,7 +8,8 @@ import Testing
 
 @Suite("herald_in_flight over lanes")
 struct InFlightGaugeTests {
-    @Test("a lane's new sum is published before another lane can change its value, so the last sum published is current")
+    @Test(
+        "a lane's new sum is published before another lane can change its value, so the last sum published is current")
     func sumsArePublishedInOrder() {
         let totals = LaneTotals()
         let published = Mutex<[Int]>([])
