@@ -72,18 +72,19 @@ package final class BenchSession: @unchecked Sendable {
         // it was picked can be bound by another program of a shared host before the stack binds it. What went wrong
         // the first time is printed (the logs' last lines), so a start-up fault of Herald itself still shows, and a
         // second failure fails the run.
-        do {
-            return try openOnce(
+        func start(in run: String) throws -> BenchSession {
+            try openOnce(
                 o, repo: repo, run: run, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3,
                 redisCluster: redisCluster, stages: stages)
+        }
+        do {
+            return try start(in: run)
         } catch let first {
             log("the stack did not start: \(first)")
             printLogTails(run: run)
             log("starting it once more on fresh ports in \(run)-again")
             do {
-                let session = try openOnce(
-                    o, repo: repo, run: run + "-again", mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3,
-                    redisCluster: redisCluster, stages: stages)
+                let session = try start(in: run + "-again")
                 session.firstStartFailure = "\(first)"
                 return session
             } catch let second {

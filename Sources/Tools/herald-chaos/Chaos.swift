@@ -83,7 +83,7 @@ struct ChaosCommand: AsyncParsableCommand {
                     detail: "the harness could not run it: \(error)")
             }
             outcome.seconds = monotonicSeconds() - started
-            for failure in runner.startFailures.list {
+            for failure in runner.startFailures.allNotes {
                 outcome.detail += "; a stack started only at the second try (the first: \(failure))"
             }
             outcome.expectedToFail = expected.contains(scenario)
@@ -163,18 +163,12 @@ final class FaultLog: @unchecked Sendable {
     var allNotes: [String] { lock.lock(); defer { lock.unlock() }; return notes }
 }
 
-/// The first starts that failed while a scenario ran (each stack is tried once more; see `BenchSession.open`).
-final class StartFailures: @unchecked Sendable {
-    private let lock = NSLock()
-    private var failures: [String] = []
-    func append(_ failure: String) { lock.lock(); defer { lock.unlock() }; failures.append(failure) }
-    var list: [String] { lock.lock(); defer { lock.unlock() }; return failures }
-}
-
 struct ChaosRunner {
     let options: ChaosCommand
     let scenario: ChaosScenario
-    let startFailures = StartFailures()
+    /// Notes the first starts that failed while the scenario ran (each stack is tried once more; see
+    /// `BenchSession.open`).
+    let startFailures = FaultLog()
     var reduced: Bool { options.reduced }
     /// How long a drain waits for something new before it gives up (the rest counts as lost).
     var drainTimeout: Double { reduced ? 15 : 40 }
@@ -197,7 +191,7 @@ struct ChaosRunner {
         let session = try BenchSession.open(
             o, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3, redisCluster: redisCluster,
             runSuffix: "/" + scenario.rawValue)
-        if let failure = session.firstStartFailure { startFailures.append(failure) }
+        if let failure = session.firstStartFailure { startFailures.note(failure) }
         return session
     }
 
