@@ -67,20 +67,40 @@ public enum UserRecord {
         return out
     }
 
-    /// The tokens of an `o` field whose expiry is after `now`, in stored order.
+    /// The tokens of an `o` field whose expiry is after `now`, in stored order. A line without a space, or whose
+    /// expiry is not 1 to 18 decimal digits, is skipped. (Read in place: splitting the field into lines first cost
+    /// resolve an array and a slice per line.)
     static func decodeOnline(_ data: Data, now: Int64) -> [String] {
-        var tokens: [String] = []
-        for line in data.split(separator: 10) {
-            guard let space = line.firstIndex(of: 32) else { continue }
-            var expiry: Int64 = 0
-            var digits = 0
-            for byte in line[line.startIndex..<space] {
-                guard byte >= 48 && byte <= 57, digits < 18 else { expiry = 0; break }
-                expiry = expiry * 10 + Int64(byte - 48)
-                digits += 1
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            var tokens: [String] = []
+            var start = 0
+            while start < bytes.count {
+                var end = start
+                while end < bytes.count && bytes[end] != 10 { end += 1 }
+                var space = start
+                var expiry: Int64 = 0
+                var digits = 0
+                while space < end && bytes[space] != 32 {
+                    let byte = bytes[space]
+                    if digits >= 0 {
+                        if byte >= 48 && byte <= 57 && digits < 18 {
+                            expiry = expiry * 10 + Int64(byte - 48)
+                            digits += 1
+                        } else {
+                            expiry = 0
+                            digits = -1  // not a valid expiry: the line is skipped
+                        }
+                    }
+                    space += 1
+                }
+                if space < end, expiry > now {
+                    tokens.append(
+                        String(decoding: UnsafeBufferPointer(rebasing: bytes[(space + 1)..<end]), as: UTF8.self))
+                }
+                start = end + 1
             }
-            if expiry > now { tokens.append(String(decoding: line[(space + 1)...], as: UTF8.self)) }
+            return tokens
         }
-        return tokens
     }
 }
