@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import Testing
 
 @testable import HeraldRedis
@@ -38,7 +39,8 @@ struct UserRecordTests {
         let field = Data(lines.joined(separator: "\n").utf8)
         #expect(
             UserRecord.decodeOnline(field, now: now) == ["tok-live", "", "tok-second", "tok with spaces"],
-            "an expiry followed by a space and nothing else is an empty token; a line without a space, or with 19 digits, is not read")
+            "an expiry followed by a space and nothing else is an empty token; a line without a space, or with 19 digits, is not read"
+        )
         #expect(UserRecord.decodeOnline(Data(), now: now).isEmpty)
         #expect(UserRecord.decodeOnline(Data("\n\n".utf8), now: now).isEmpty)
         #expect(UserRecord.decodeOnline(Data("99 a".utf8), now: 98) == ["a"], "no trailing newline")
@@ -57,6 +59,46 @@ struct UserRecordTests {
             #expect(
                 UserRecord.decodeOnline(data, now: now) == Self.onlineByRule(data, now: now),
                 "field \(bytes), now \(now)")
+        }
+    }
+}
+
+@Suite("Send's pairs grouped by idempotency hash")
+struct DeliveryGroupingTests {
+    @Test("every pair in exactly one group, in pair order; groups in order of first appearance; one key per group")
+    func groups() throws {
+        // No command is sent: the store only groups.
+        let store = StateStore(
+            connection: RedisConnection(configuration: RedisConfiguration(port: 1)), deliveredShards: 4)
+        let window: Int64 = 3_600_000
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<300 {
+            let count = Int.random(in: 0..<40, using: &rng)
+            // A few events, often one after another (as a batch's pairs come), with or without their time.
+            let pairs = (0..<count).map { index -> DeliveryPair in
+                let event = "e\(Int.random(in: 0..<(index % 3 == 0 ? 12 : 2), using: &rng))"
+                let time: Int64? = Bool.random(using: &rng) ? nil : Int64.random(in: 0..<3, using: &rng) * window
+                return DeliveryPair(eventID: event, token: "t\(index)", eventTime: time)
+            }
+            let groups = store.deliveryGroups(pairs, window: window)
+            // The plain reading: a key per pair, groups by first appearance.
+            var expected: [(key: DeliveryGroup.Key, indices: [Int])] = []
+            for (index, pair) in pairs.enumerated() {
+                let key = DeliveryGroup.Key(
+                    shard: RedisKeys.deliveredShard(eventId: pair.eventID, of: 4),
+                    filed: StateStore.filedWindow(pair, window: window))
+                if let at = expected.firstIndex(where: { $0.key == key }) {
+                    expected[at].indices.append(index)
+                } else {
+                    expected.append((key, [index]))
+                }
+            }
+            try #require(groups.count == expected.count, "pairs \(pairs)")
+            for (group, want) in zip(groups, expected) {
+                #expect(DeliveryGroup.Key(shard: group.shard, filed: group.filed) == want.key)
+                #expect(Array(group.indices) == want.indices)
+                #expect(group.indices.enumerated().map(\.offset) == Array(0..<want.indices.count))
+            }
         }
     }
 }

@@ -969,8 +969,12 @@ public final class StateStore: Sendable {
     /// touches one slot. `filed` is the window a group's records are filed under when its pairs carry their event's
     /// time (`DeliveryPair.eventTime`), nil for pairs filed under the window of the send.
     func deliveryGroups(_ pairs: [DeliveryPair], window: Int64) -> [DeliveryGroup] {
+        // First each pair's group, then every group's indices as one slice of a single array: a batch's pairs
+        // mostly fall in hashes of their own, and an array per group cost send an allocation per pair.
         var groups: [DeliveryGroup] = []
+        var counts: [Int] = []
         var groupOf: [DeliveryGroup.Key: Int] = [:]
+        var groupOfPair = [Int](repeating: 0, count: pairs.count)
         var last: (event: String, time: Int64?)?
         var current = -1
         for (index, pair) in pairs.enumerated() {
@@ -985,10 +989,29 @@ public final class StateStore: Sendable {
                     current = groups.count
                     groupOf[key] = current
                     groups.append(DeliveryGroup(shard: key.shard, filed: key.filed, indices: []))
+                    counts.append(0)
                 }
                 last = (pair.eventID, pair.eventTime)
             }
-            groups[current].indices.append(index)
+            groupOfPair[index] = current
+            counts[current] += 1
+        }
+        // Where each group's indices start, then the indices in pair order within each group.
+        var next = [Int](repeating: 0, count: groups.count)
+        var start = 0
+        for group in counts.indices {
+            next[group] = start
+            start += counts[group]
+        }
+        var flat = [Int](repeating: 0, count: pairs.count)
+        for (index, group) in groupOfPair.enumerated() {
+            flat[next[group]] = index
+            next[group] += 1
+        }
+        start = 0
+        for group in groups.indices {
+            groups[group].indices = flat[start..<(start + counts[group])]
+            start += counts[group]
         }
         return groups
     }
@@ -1313,5 +1336,6 @@ struct DeliveryGroup {
     }
     var shard: UInt64
     var filed: Int64?
-    var indices: [Int]
+    /// The positions of the group's pairs among those grouped, ascending (a slice of one array for all groups).
+    var indices: ArraySlice<Int>
 }

@@ -298,12 +298,15 @@ public struct SendProcessor: StageProcessor {
             explain: [explain(record, "retry", "claimed_elsewhere", nil, now)])
     }
 
+    /// The notes of a 200 from APNs.
+    static let delivered200: [StageNote] = [.apnsAnswer(status: 200, reason: "")]
+
     /// What one answer means for one record; `true` when it was delivered.
     func classify(_ record: OutboundRecord, _ answer: PushAnswer, now: Int64) -> (StageResult, Bool) {
         let answerClass: APNsAnswerClass
         let reasonText: String
         var status: Int?
-        var notes: [StageNote] = []
+        let answerNote: StageNote
         var retryAfter: Duration?
         switch answer {
         case .noCredential(let why):
@@ -314,28 +317,30 @@ public struct SendProcessor: StageProcessor {
             // A deadline passing is retried through herald.retry like a lost connection (the apns-id is the same).
             answerClass = failure == .deadlineExceeded ? .retryable : APNsAnswerTable.classify(failure)
             reasonText = failure.kind
-            notes.append(.apnsAnswer(status: nil, reason: reasonText))
+            answerNote = .apnsAnswer(status: nil, reason: reasonText)
         case .answered(let code, let reason, let timestamp):
             status = code
             answerClass = APNsAnswerTable.classify(status: code, reason: reason, timestamp: timestamp)
             reasonText = reason?.wire ?? (code == 200 ? "" : "HTTP\(code)")
-            notes.append(.apnsAnswer(status: code, reason: reason?.wire ?? ""))
+            answerNote = .apnsAnswer(status: code, reason: reason?.wire ?? "")
         case .classified(let code, let reason, let cls, let after):
             if code == nil, reason == "ClientShutdown" { return (.handedBack, false) }
             status = code
             answerClass = cls
             reasonText = reason
             retryAfter = after
-            notes.append(.apnsAnswer(status: code, reason: reason))
+            answerNote = .apnsAnswer(status: code, reason: reason)
         }
         switch answerClass {
         case .delivered:
+            // Nearly every answer: its note array is shared, not allocated per notification.
+            let notes = answerNote == Self.delivered200.first ? Self.delivered200 : [answerNote]
             return (StageResult(notes: notes, explain: [explain(record, "delivered", nil, status, now)]), true)
         case .tokenDead(let at):
             let feedback = TokenFeedbackRecord(
                 appID: record.appID, user: record.recipient, token: record.request.token,
                 reason: reasonText, deadSince: at ?? now)
-            notes.append(.tokenDead(reason: reasonText))
+            let notes: [StageNote] = [answerNote, .tokenDead(reason: reasonText)]
             let output = StageOutput.record(feedback, topic: tokenFeedbackTopic, key: feedback.key)
             return (
                 StageResult(
@@ -346,6 +351,7 @@ public struct SendProcessor: StageProcessor {
             // A request lost with its connection got no answer: APNs refused nothing. One dropped connection takes
             // every stream in flight on it along, so such losses get a larger budget (`connectionLossAttempts`)
             // before the notification is dead-lettered; its expiration still ends it.
+            var notes = [answerNote]
             var budget = retryPolicy.maxAttempts
             if case .failed(.connectionLost) = answer { budget = connectionLossAttempts }
             guard record.attempt < budget else {
@@ -372,7 +378,7 @@ public struct SendProcessor: StageProcessor {
                 .dlq(
                     code,
                     "\(record.request.provider == .apns ? "APNs" : record.request.provider.rawValue) answered \(status.map(String.init) ?? "no status") \(code) on attempt \(record.attempt)",
-                    notes: notes, explain: [explain(record, "dlq", code, status, now)]), false
+                    notes: [answerNote], explain: [explain(record, "dlq", code, status, now)]), false
             )
         }
     }
