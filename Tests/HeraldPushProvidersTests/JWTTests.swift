@@ -141,6 +141,22 @@ struct RenderedRequestTests {
         await c.shutdown()
     }
 
+    @Test("the response carries the apns-id the server answered: its own when none was sent")
+    func answeredIDWhenNoneWasSent() async throws {
+        let pki = try await PKI.make()
+        let server = try await startMock(pki)
+        defer { server.stop() }
+        let c = try client(pki, port: server.port)
+        let first = await c.send(request(5))
+        let second = await c.send(request(6))
+        #expect(first.status == 200)
+        let a = try #require(first.apnsID, "the server's apns-id")
+        let b = try #require(second.apnsID)
+        #expect(UUID(uuidString: a) != nil, "a UUID: \(a)")
+        #expect(a != b, "a fresh one per request")
+        await c.shutdown()
+    }
+
     @Test func pipelineCredentialEntriesBecomeClientCredentials() async throws {
         let pki = try await PKI.make()
         let token = try APNsClientCredential(

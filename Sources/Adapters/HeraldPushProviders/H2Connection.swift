@@ -265,7 +265,10 @@ final class H2Connection {
                 job.status = (200...599).contains(status) ? status : nil
             } else if namelen == 7, memcmp(name, "apns-id", 7) == 0 {
                 guard let job = liveJob(session, frame.pointee.hd.stream_id, user) else { return 0 }
-                job.answeredAPNsID = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)
+                // APNs answers with the apns-id it was sent: a string is made only for one that differs.
+                let answered = UnsafeBufferPointer(start: value, count: valuelen)
+                let same = job.request.apnsID?.utf8.withContiguousStorageIfAvailable { $0.elementsEqual(answered) }
+                if same != true { job.answeredAPNsID = String(decoding: answered, as: UTF8.self) }
             } else if namelen == 11, memcmp(name, "retry-after", 11) == 0 {
                 guard let job = liveJob(session, frame.pointee.hd.stream_id, user) else { return 0 }
                 job.retryAfter = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)

@@ -146,7 +146,10 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
-        var groups: [ObjectIdentifier: (APNsClient, [(index: Int, job: PushJob)])] = [:]
+        // Each client's share, in order of first use. (Not `groups[id, default: (client, [])]`: a default that
+        // captures the client is a closure context allocated per job.)
+        var groups: [(APNsClient, [(index: Int, job: PushJob)])] = []
+        var groupOf: [ObjectIdentifier: Int] = [:]
         for (index, job) in jobs.enumerated() {
             guard let client = client(for: job) else {
                 onAnswer(
@@ -156,10 +159,16 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                     ))
                 continue
             }
-            groups[ObjectIdentifier(client), default: (client, [])].1.append((index, job))
+            let id = ObjectIdentifier(client)
+            if let at = groupOf[id] {
+                groups[at].1.append((index, job))
+            } else {
+                groupOf[id] = groups.count
+                groups.append((client, [(index, job)]))
+            }
         }
         await sendConcurrently(
-            Array(groups.values), timeout: timeout, delivery: { APNsDelivery($0, timeout: $1, tag: $2) },
+            groups, timeout: timeout, delivery: { APNsDelivery($0, timeout: $1, tag: $2) },
             answer: Self.answer, onAnswer: onAnswer)
     }
 
