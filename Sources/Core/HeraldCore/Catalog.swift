@@ -296,15 +296,26 @@ public struct Template: Sendable, Hashable {
 
     public func render(_ value: (TemplateVariable) -> String) -> String {
         if parts.count == 1, case .literal(let s) = parts[0] { return s }
-        var out = ""
-        out.reserveCapacity(64)
-        for part in parts {
-            switch part {
-            case .literal(let s): out += s
-            case .variable(let v): out += value(v)
+        if parts.isEmpty { return "" }
+        // The pieces first (on the stack), so the result is allocated once at its size: a guess grew it again for
+        // most message texts.
+        return withUnsafeTemporaryAllocation(of: String.self, capacity: parts.count) { pieces in
+            var total = 0
+            for (index, part) in parts.enumerated() {
+                let piece: String
+                switch part {
+                case .literal(let s): piece = s
+                case .variable(let v): piece = value(v)
+                }
+                total += piece.utf8.count
+                pieces.initializeElement(at: index, to: piece)
             }
+            var out = ""
+            out.reserveCapacity(total)
+            for index in parts.indices { out += pieces[index] }
+            _ = pieces.deinitialize()
+            return out
         }
-        return out
     }
 }
 
