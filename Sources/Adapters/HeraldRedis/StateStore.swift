@@ -1008,11 +1008,8 @@ public final class StateStore: Sendable {
             flat[next[group]] = index
             next[group] += 1
         }
-        start = 0
-        for group in groups.indices {
-            groups[group].indices = flat[start..<(start + counts[group])]
-            start += counts[group]
-        }
+        // Each group's fill stopped where its indices end.
+        for group in groups.indices { groups[group].indices = flat[(next[group] - counts[group])..<next[group]] }
         return groups
     }
 

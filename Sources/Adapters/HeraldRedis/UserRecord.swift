@@ -32,26 +32,28 @@ public enum UserRecord {
     /// through `invalid` (its first 8 bytes, never a whole token) and skipped.
     static func decodeDevices(_ data: Data, invalid: (String) -> Void) -> [Device] {
         var devices: [Device] = []
-        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
-            let bytes = raw.bindMemory(to: UInt8.self)
-            var start = 0
-            var index = 0
-            while index <= bytes.count {
-                if index == bytes.count || bytes[index] == 10 {
-                    if index > start {
-                        let line = UnsafeBufferPointer(rebasing: bytes[start..<index])
-                        if let device = try? Device.fromStoredJSON(line) {
-                            devices.append(device)
-                        } else {
-                            invalid(String(decoding: line.prefix(8), as: UTF8.self))
-                        }
-                    }
-                    start = index + 1
-                }
-                index += 1
+        forEachLine(of: data) { line in
+            if let device = try? Device.fromStoredJSON(line) {
+                devices.append(device)
+            } else {
+                invalid(String(decoding: line.prefix(8), as: UTF8.self))
             }
         }
         return devices
+    }
+
+    /// Calls `body` with each non-empty line of a field (`\n` between lines), read in place.
+    private static func forEachLine(of data: Data, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
+        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            let bytes = raw.bindMemory(to: UInt8.self)
+            var start = 0
+            while start < bytes.count {
+                var end = start
+                while end < bytes.count && bytes[end] != 10 { end += 1 }
+                if end > start { body(UnsafeBufferPointer(rebasing: bytes[start..<end])) }
+                start = end + 1
+            }
+        }
     }
 
     /// The `o` field for tokens online until `expiry`. A token holding a newline cannot be a device's (device
@@ -71,36 +73,26 @@ public enum UserRecord {
     /// expiry is not 1 to 18 decimal digits, is skipped. (Read in place: splitting the field into lines first cost
     /// resolve an array and a slice per line.)
     static func decodeOnline(_ data: Data, now: Int64) -> [String] {
-        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
-            let bytes = raw.bindMemory(to: UInt8.self)
-            var tokens: [String] = []
-            var start = 0
-            while start < bytes.count {
-                var end = start
-                while end < bytes.count && bytes[end] != 10 { end += 1 }
-                var space = start
-                var expiry: Int64 = 0
-                var digits = 0
-                while space < end && bytes[space] != 32 {
-                    let byte = bytes[space]
-                    if digits >= 0 {
-                        if byte >= 48 && byte <= 57 && digits < 18 {
-                            expiry = expiry * 10 + Int64(byte - 48)
-                            digits += 1
-                        } else {
-                            expiry = 0
-                            digits = -1  // not a valid expiry: the line is skipped
-                        }
-                    }
-                    space += 1
+        var tokens: [String] = []
+        forEachLine(of: data) { line in
+            var space = 0
+            var expiry: Int64 = 0
+            var digits = 0
+            var valid = true
+            while space < line.count && line[space] != 32 {
+                let byte = line[space]
+                if byte >= 48 && byte <= 57 && digits < 18 {
+                    expiry = expiry * 10 + Int64(byte - 48)
+                    digits += 1
+                } else {
+                    valid = false
                 }
-                if space < end, expiry > now {
-                    tokens.append(
-                        String(decoding: UnsafeBufferPointer(rebasing: bytes[(space + 1)..<end]), as: UTF8.self))
-                }
-                start = end + 1
+                space += 1
             }
-            return tokens
+            if valid, space < line.count, expiry > now {
+                tokens.append(String(decoding: UnsafeBufferPointer(rebasing: line[(space + 1)...]), as: UTF8.self))
+            }
         }
+        return tokens
     }
 }
