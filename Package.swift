@@ -15,7 +15,8 @@
 //   Sources/Core       HeraldConfig (pipeline YAML -> typed configuration) over HeraldCore (pure: events, state,
 //                      rules, rendering, payloads, answer tables, record codecs)
 //   Sources/CShims     C modules: CRdKafka, CHiredis, CNghttp2, COpenSSL (system libraries), CHeraldCurl and
-//                      CHeraldMockTLS (small C wrappers for variadic or macro-only APIs)
+//                      CHeraldMockTLS (small C wrappers for variadic or macro-only APIs), CHeraldRESP (hiredis's
+//                      replies read into one flat, reused buffer)
 //   Sources/StandIns   herald-mock-apns and herald-mock-fcm with their libraries HeraldMockAPNs and
 //                      HeraldMockProviders; on purpose they import none of Herald's modules, so they check requests
 //                      independently of the code under test.
@@ -62,6 +63,8 @@ let package = Package(
 
         // Typed wrappers over libcurl's variadic setters (HTTP/1.1 work: FCM OAuth, webhooks).
         .target(name: "CHeraldCurl", path: "Sources/CShims/CHeraldCurl", linkerSettings: [.linkedLibrary("curl")]),
+        // A reply builder for hiredis's reader that keeps replies flat (one node array, one byte buffer) and reused.
+        .target(name: "CHeraldRESP", dependencies: ["CHiredis"], path: "Sources/CShims/CHeraldRESP"),
 
         // MARK: Adapters
         // The OpenSSL client context every TLS client shares (Redis, APNs, FCM): TLS 1.2+, trust, host-name checks.
@@ -78,7 +81,7 @@ let package = Package(
         .target(
             name: "HeraldRedis",
             dependencies: [
-                "CHiredis", "COpenSSL", "HeraldCore", "HeraldTLS",
+                "CHeraldRESP", "CHiredis", "COpenSSL", "HeraldCore", "HeraldTLS",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Adapters/HeraldRedis"),

@@ -50,6 +50,42 @@ struct RedisConnectionTests {
         #expect(replies == [.status("OK"), .string(empty)])
     }
 
+    /// Each reply is built in one buffer that the next reply reuses, and a reply larger than one socket read is
+    /// built over several reads: values of 300 KB between small and nested replies, many of them in one batch,
+    /// come back whole and in order, with nil elements and empty arrays where the server sent them.
+    @Test("replies split over many socket reads, and the buffer they share, keep every reply whole and in order")
+    func repliesSplitOverReads() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+
+        let large = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        #expect(try await redis.send(RedisCommand("SET", "large", large)) == .status("OK"))
+        #expect(try await redis.send(RedisCommand("HSET", "h", "a", "1", "b", large)) == .integer(2))
+        var commands: [RedisCommand] = []
+        var expected: [RedisValue] = []
+        for round in 0..<40 {
+            commands.append(RedisCommand("GET", "large"))
+            expected.append(.string(large))
+            commands.append(RedisCommand("HMGET", "h", "a", "missing", "b"))
+            expected.append(.array([.string(Data("1".utf8)), .null, .string(large)]))
+            commands.append(RedisCommand("LRANGE", "nothing", 0, -1))
+            expected.append(.array([]))
+            commands.append(RedisCommand("EVAL", "return {ARGV[1], {tonumber(ARGV[1]), {}}, false}", 0, round))
+            expected.append(
+                .array([.string(Data(String(round).utf8)), .array([.integer(Int64(round)), .array([])]), .null]))
+            commands.append(RedisCommand("HGET", "large", "f"))
+            expected.append(.error("WRONGTYPE Operation against a key holding the wrong kind of value"))
+        }
+        let replies = try await redis.pipeline(commands)
+        #expect(replies.count == expected.count)
+        for (index, (reply, want)) in zip(replies, expected).enumerated() where reply != want {
+            Issue.record("reply \(index) (\(commands[index].name)) differs")
+        }
+        // A call after the batch reads into the same buffer again.
+        #expect(try await redis.send("GET", "large") == .string(large))
+    }
+
     /// Proves the batch is one round trip without timing: the batch starts with a BLPOP that blocks the
     /// connection on the server. While it is blocked, the server keeps reading the client's socket into that
     /// client's query buffer without running anything. A client that waits for each reply before writing the next

@@ -1,3 +1,4 @@
+import CHeraldRESP
 import CHiredis
 import COpenSSL
 import DequeModule
@@ -198,14 +199,12 @@ private final class Call {
     /// Lets go of the commands once hiredis holds them (a batch of the explain trail can be megabytes).
     func written() { commands = .connect }
 
-    func take(_ reply: UnsafeMutablePointer<redisReply>) {
+    func take(_ reply: FlatReply) {
         switch replies {
         case .values:
-            values.append(HiredisSession.decode(reply))
+            values.append(reply.value())
         case .checked:
-            if reply.pointee.type == REDIS_REPLY_ERROR, firstError == nil {
-                firstError = reply.pointee.str.map { String(cString: $0) } ?? ""
-            }
+            if firstError == nil, reply.isError { firstError = reply.line }
         }
         remaining -= 1
     }
@@ -399,15 +398,13 @@ private final class Worker: @unchecked Sendable {
                     try session.fill()
                     lastProgress = .now
                     while let call = onWire.first, let reply = try session.bufferedReply() {
-                        call.take(reply.assumingMemoryBound(to: redisReply.self))
-                        freeReplyObject(reply)
+                        call.take(reply)
                         if call.remaining == 0 {
                             onWire.removeFirst()
                             complete(call)
                         }
                     }
-                    if onWire.isEmpty, let stray = try session.bufferedReply() {
-                        freeReplyObject(stray)
+                    if onWire.isEmpty, try session.bufferedReply() != nil {
                         failOnWire(session.drop(RedisError(.protocolError, "a reply no command asked for")))
                     }
                 } catch {
@@ -471,14 +468,21 @@ final class HiredisSession: @unchecked Sendable {
     private var tlsClient: TLSClientContext?
     /// The context's TLS session (hiredis owns and frees it with the context), nil on a plaintext connection.
     private var tlsSession: OpaquePointer?
+    /// Where the context's reader builds each reply (`FlatReply`), kept from reply to reply and across reconnects.
+    private let replyBuffer: UnsafeMutablePointer<herald_resp_reply>
+    /// The buffer holds a reply handed out and not yet forgotten: it is emptied before the next one is read.
+    private var replyHandedOut = false
 
     init(configuration: RedisConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
+        guard let buffer = herald_resp_reply_create() else { fatalError("out of memory for a Redis reply buffer") }
+        self.replyBuffer = buffer
     }
 
     deinit {
         disconnect()
+        herald_resp_reply_free(replyBuffer)
     }
 
     var isConnected: Bool { context != nil }
@@ -546,6 +550,8 @@ final class HiredisSession: @unchecked Sendable {
             redisFree(newContext)
             throw RedisError(.connectFailed, "\(configuration.host):\(configuration.port): \(message)")
         }
+        herald_resp_install(newContext, replyBuffer)
+        replyHandedOut = false
         // The TLS handshake is bounded by the connect timeout, the commands after it by the command timeout.
         let handshakeTimeout = configuration.tls == nil ? configuration.commandTimeout : configuration.connectTimeout
         if redisSetTimeout(newContext, Self.timeval(handshakeTimeout)) != REDIS_OK {
@@ -669,13 +675,28 @@ final class HiredisSession: @unchecked Sendable {
         if redisBufferRead(context) != REDIS_OK { throw brokenConnection() }
     }
 
-    /// The next complete reply in hiredis's buffer (the caller frees it with `freeReplyObject`), nil when none is
-    /// complete yet.
-    func bufferedReply() throws -> UnsafeMutableRawPointer? {
+    /// The next complete reply in hiredis's buffer, nil when none is complete yet. It is valid until the next
+    /// reply is read.
+    func bufferedReply() throws -> FlatReply? {
         guard let context else { throw RedisError(.connectionBroken, "no connection") }
+        forgetHandedOutReply()
         var raw: UnsafeMutableRawPointer?
         guard redisGetReplyFromReader(context, &raw) == REDIS_OK else { throw brokenConnection() }
-        return raw
+        return raw == nil ? nil : handOut()
+    }
+
+    /// Empties the reply buffer of the reply handed out last. Only then: a reply not complete yet has its first
+    /// elements in the buffer already.
+    private func forgetHandedOutReply() {
+        if replyHandedOut {
+            herald_resp_reset(replyBuffer)
+            replyHandedOut = false
+        }
+    }
+
+    private func handOut() -> FlatReply {
+        replyHandedOut = true
+        return FlatReply(replyBuffer)
     }
 
     /// True when the TLS session holds decrypted bytes not read yet: poll(2) on the socket does not see them.
@@ -706,13 +727,8 @@ final class HiredisSession: @unchecked Sendable {
         guard let context else { throw RedisError(.connectionBroken, "no connection") }
         if fromSocket, redisBufferRead(context) != REDIS_OK { throw brokenConnection() }
         var replies: [RedisValue] = []
-        while true {
-            var raw: UnsafeMutableRawPointer?
-            guard redisGetReplyFromReader(context, &raw) == REDIS_OK else { throw brokenConnection() }
-            guard let raw else { return replies }
-            replies.append(Self.decode(raw.assumingMemoryBound(to: redisReply.self)))
-            freeReplyObject(raw)
-        }
+        while let reply = try bufferedReply() { replies.append(reply.value()) }
+        return replies
     }
 
     /// Reads one reply, waiting up to the command timeout.
@@ -722,19 +738,17 @@ final class HiredisSession: @unchecked Sendable {
     private func readReplies(_ count: Int) throws -> [RedisValue] {
         var replies: [RedisValue] = []
         replies.reserveCapacity(count)
-        for _ in 0..<count {
-            let raw = try nextReply()
-            replies.append(Self.decode(raw.assumingMemoryBound(to: redisReply.self)))
-            freeReplyObject(raw)
-        }
+        for _ in 0..<count { replies.append(try nextReply().value()) }
         return replies
     }
 
-    private func nextReply() throws -> UnsafeMutableRawPointer {
+    /// The next reply, read from the socket (blocking, bounded by the command timeout) when none is buffered.
+    private func nextReply() throws -> FlatReply {
         guard let context else { throw RedisError(.connectionBroken, "no connection") }
+        forgetHandedOutReply()
         var raw: UnsafeMutableRawPointer?
-        guard redisGetReply(context, &raw) == REDIS_OK, let raw else { throw brokenConnection() }
-        return raw
+        guard redisGetReply(context, &raw) == REDIS_OK, raw != nil else { throw brokenConnection() }
+        return handOut()
     }
 
     /// Classifies the context's error, drops the context (its state is unknown now) and returns the error.
@@ -764,49 +778,6 @@ final class HiredisSession: @unchecked Sendable {
             bytes.withMemoryRebound(to: CChar.self) { chars in
                 redisAppendFormattedCommand(context, chars.baseAddress, chars.count)
             }
-        }
-    }
-
-    static func decode(_ reply: UnsafeMutablePointer<redisReply>) -> RedisValue {
-        let value = reply.pointee
-        switch value.type {
-        case REDIS_REPLY_STRING:
-            guard let str = value.str else { return .string(Data()) }
-            return .string(Data(bytes: str, count: value.len))
-        case REDIS_REPLY_INTEGER:
-            return .integer(Int64(value.integer))
-        case REDIS_REPLY_NIL:
-            return .null
-        case REDIS_REPLY_STATUS:
-            guard let str = value.str else { return .status("") }
-            return .status(String(decoding: UnsafeRawBufferPointer(start: str, count: value.len), as: UTF8.self))
-        case REDIS_REPLY_ERROR:
-            guard let str = value.str else { return .error("") }
-            return .error(String(decoding: UnsafeRawBufferPointer(start: str, count: value.len), as: UTF8.self))
-        case REDIS_REPLY_ARRAY:
-            guard let elements = value.element else { return .array([]) }
-            var values: [RedisValue] = []
-            values.reserveCapacity(value.elements)
-            for index in 0..<value.elements {
-                if let element = elements[index] {
-                    values.append(decode(element))
-                } else {
-                    values.append(.null)
-                }
-            }
-            return .array(values)
-        // RESP3 types: Herald speaks RESP2 (it never sends HELLO 3), so these do not arrive; should one, it decodes as
-        // the RESP2 form Redis itself would have sent.
-        case REDIS_REPLY_DOUBLE, REDIS_REPLY_BIGNUM, REDIS_REPLY_VERB:
-            guard let str = value.str else { return .string(Data()) }
-            return .string(Data(bytes: str, count: value.len))
-        case REDIS_REPLY_BOOL:
-            return .integer(value.integer == 0 ? 0 : 1)
-        case REDIS_REPLY_MAP, REDIS_REPLY_SET, REDIS_REPLY_PUSH, REDIS_REPLY_ATTR:
-            guard let elements = value.element else { return .array([]) }
-            return .array((0..<value.elements).map { elements[$0].map(decode) ?? .null })
-        default:
-            return .error("unknown hiredis reply type \(value.type)")
         }
     }
 
