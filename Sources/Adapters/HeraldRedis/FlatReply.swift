@@ -69,7 +69,9 @@ struct FlatReply {
     }
 
     private func bytes(of node: herald_resp_node) -> UnsafeRawBufferPointer {
-        guard node.length > 0, let base = storage.pointee.bytes else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        guard node.length > 0, let base = storage.pointee.bytes else {
+            return UnsafeRawBufferPointer(start: nil, count: 0)
+        }
         return UnsafeRawBufferPointer(start: base + node.offset, count: node.length)
     }
 }

@@ -22,11 +22,25 @@ final class CountedHistogram: Sendable {
     let bounds: [Duration]
     private let state: Mutex<State>
 
+    /// Each line's text up to its value (`<name>_bucket{<labels>,le="0.005"} `; the last is `+Inf`'s), then the
+    /// sum's and the count's: written once, so a scrape appends bytes and numbers and makes no string per line.
+    private let bucketHeads: [[UInt8]]
+    private let sumHead: [UInt8]
+    private let countHead: [UInt8]
+
     init(name: String, labels: [(String, String)], bounds: [Duration]) {
         self.name = name
-        self.labels = labels.map { "\($0.0)=\"\(Self.escaped($0.1))\"" }.joined(separator: ",")
+        let labels = labels.map { "\($0.0)=\"\(Self.escaped($0.1))\"" }.joined(separator: ",")
+        self.labels = labels
         self.bounds = bounds
         self.state = Mutex(State(buckets: [Int](repeating: 0, count: bounds.count + 1)))
+        let prefix = labels.isEmpty ? "" : labels + ","
+        bucketHeads = (bounds.map(\.bucketRepresentation) + ["+Inf"]).map {
+            Array("\(name)_bucket{\(prefix)le=\"\($0)\"} ".utf8)
+        }
+        let braces = labels.isEmpty ? "" : "{\(labels)}"
+        sumHead = Array("\(name)_sum\(braces) ".utf8)
+        countHead = Array("\(name)_count\(braces) ".utf8)
     }
 
     /// `count` observations of `value`.
@@ -43,17 +57,31 @@ final class CountedHistogram: Sendable {
     /// The series' lines: cumulative buckets, `+Inf`, sum and count (the `# TYPE` line is the caller's).
     func emit(into buffer: inout [UInt8]) {
         let s = state.withLock { $0 }
-        let prefix = labels.isEmpty ? "" : labels + ","
         var cumulative = 0
-        for (index, bound) in bounds.enumerated() {
+        for index in bounds.indices {
             cumulative += s.buckets[index]
-            buffer.append(
-                contentsOf: "\(name)_bucket{\(prefix)le=\"\(bound.bucketRepresentation)\"} \(cumulative)\n".utf8)
+            Self.appendLine(bucketHeads[index], cumulative, to: &buffer)
         }
-        buffer.append(contentsOf: "\(name)_bucket{\(prefix)le=\"+Inf\"} \(s.count)\n".utf8)
-        let braces = labels.isEmpty ? "" : "{\(labels)}"
-        buffer.append(contentsOf: "\(name)_sum\(braces) \(s.sum.bucketRepresentation)\n".utf8)
-        buffer.append(contentsOf: "\(name)_count\(braces) \(s.count)\n".utf8)
+        Self.appendLine(bucketHeads[bounds.count], s.count, to: &buffer)
+        buffer.append(contentsOf: sumHead)
+        buffer.append(contentsOf: s.sum.bucketRepresentation.utf8)
+        buffer.append(10)
+        Self.appendLine(countHead, s.count, to: &buffer)
+    }
+
+    /// `head`, `value` in decimal and a newline, without making a string.
+    private static func appendLine(_ head: [UInt8], _ value: Int, to buffer: inout [UInt8]) {
+        buffer.append(contentsOf: head)
+        if value < 0 { buffer.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var divisor: UInt = 1
+        while magnitude / divisor >= 10 { divisor *= 10 }
+        while divisor > 0 {
+            buffer.append(UInt8(ascii: "0") + UInt8(magnitude / divisor))
+            magnitude %= divisor
+            divisor /= 10
+        }
+        buffer.append(10)
     }
 
     static func escaped(_ value: String) -> String {

@@ -81,8 +81,18 @@ public struct ProcessMetrics: Sendable, Equatable {
     }()
 
     static func openFileDescriptorCount() -> Int {
-        // The listing's own descriptor is among them, as in other clients' counts.
-        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
+        // The listing's own descriptor is among them, as in other clients' counts. The entries are counted as
+        // readdir(3) returns them, without a string per descriptor.
+        guard let directory = opendir("/proc/self/fd") else { return 0 }
+        defer { closedir(directory) }
+        var count = 0
+        while let entry = readdir(directory) {
+            let isDotOrDotDot = withUnsafeBytes(of: entry.pointee.d_name) { name in
+                name[0] == 46 && (name[1] == 0 || (name[1] == 46 && name[2] == 0))
+            }
+            if !isDotOrDotDot { count += 1 }
+        }
+        return count
     }
 
     static func maxFileDescriptorLimit() -> Int {
