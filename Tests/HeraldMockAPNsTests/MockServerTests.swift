@@ -531,17 +531,20 @@ private let teamID = "DEF123GHIJ"
     }
 
     @Test func sigtermDrainsRequestsInFlightAfterGoaway() async throws {
-        let mock = try await MockProcess.start(pki: pki, ["--latency-ms", "400", "--metrics-port", "0"])
+        // The answer is held back long enough that SIGTERM lands while the request is in flight even on a loaded
+        // host (with 400 ms, a busy test run signalled after the answer had gone, and no GOAWAY preceded it).
+        let mock = try await MockProcess.start(pki: pki, ["--latency-ms", "8000", "--metrics-port", "0"])
         let client = try SpawnedProcess(
             "nghttp",
             ["-v", "-H", "apns-topic: \(topic)", "-d", try pki.write("drain.json", body), mock.url + devicePath],
             stdout: .pipe, stderr: .discard)
-        // SIGTERM once the request is in (its answer is held back 400 ms).
+        // SIGTERM once the request is in (its answer is held back 8 s).
         let received = await eventually(timeout: .seconds(5)) {
             metricValue((try? await mock.metrics()) ?? "", "herald_mock_apns_streams_total") >= 1
         }
         #expect(received)
-        #expect(mock.stop() == 0)
+        // The mock drains for up to 9 s: wait for it on a thread of its own, not on one of the test pool's.
+        #expect(try await offPool { mock.stop() } == 0)
         let out = String(decoding: try await offPool { client.readToEnd().stdout }, as: UTF8.self)
         client.waitForExit()
         let t = parseNghttp(out)
