@@ -84,6 +84,38 @@ struct RedisConnectionTests {
         }
         // A call after the batch reads into the same buffer again.
         #expect(try await redis.send("GET", "large") == .string(large))
+
+        // The same batch, its replies kept flat: the same values, and each element read in place.
+        let flat = try await redis.pipelineFlat(RedisBatch(commands: commands))
+        #expect(flat.count == expected.count)
+        #expect(flat.values == expected)
+        let hmget = flat[1]
+        #expect(flat.elementCount(hmget) == 3)
+        #expect(flat.int(flat.element(hmget, 0)) == 1)
+        #expect(flat.isNull(flat.element(hmget, 1)))
+        #expect(flat.withBytes(flat.element(hmget, 2)) { Data($0) } == large)
+        #expect(flat.withBytes(flat.element(hmget, 1)) { _ in true } == nil)
+        let nested = flat[3 + 5]  // round 1's EVAL: {"1", {1, {}}, nil}
+        #expect(flat.elementCount(nested) == 3)
+        #expect(flat.elementCount(flat.element(nested, 1)) == 2)
+        #expect(flat.elementCount(flat.element(flat.element(nested, 1), 1)) == 0)
+        #expect(flat.isNull(flat.element(nested, 2)), "the element after a nested array")
+        #expect(flat.sibling(after: flat.element(nested, 1)) == flat.element(nested, 2))
+        #expect(flat.int(flat.element(nested, 0)) == 1)
+        #expect(flat.errorMessage(flat[4])?.hasPrefix("WRONGTYPE") == true)
+        #expect(throws: RedisError.self) { try flat.orThrow(flat[4], "HGET") }
+        #expect(flat.errorMessage(flat[0]) == nil)
+        #expect(flat.elementCount(flat[0]) == nil)
+
+        // Integers read from bulk strings as `RedisValue.int` reads them.
+        #expect(
+            try await redis.send("HSET", "n", "a", "-12", "b", "12a", "c", "99999999999999999999", "d", "")
+                == .integer(4))
+        let numbers = try await redis.pipelineFlat(
+            RedisBatch(commands: [RedisCommand("HMGET", "n", "a", "b", "c", "d")]))
+        let fields = (0..<4).map { numbers.element(numbers[0], $0) }
+        #expect(fields.map { numbers.int($0) } == [-12, nil, nil, nil])
+        #expect(fields.map { numbers.value($0).int } == [-12, nil, nil, nil])
     }
 
     /// Proves the batch is one round trip without timing: the batch starts with a BLPOP that blocks the

@@ -35,37 +35,27 @@ struct FlatReply {
         return value(at: &at)
     }
 
+    /// Calls `body` with the reply's nodes and the bytes they point into (offsets from the start of `text`).
+    func withNodes(_ body: (UnsafeBufferPointer<herald_resp_node>, UnsafeRawBufferPointer) -> Void) {
+        let reply = storage.pointee
+        let text =
+            reply.used > 0 && reply.bytes != nil
+            ? UnsafeRawBufferPointer(start: reply.bytes, count: reply.used)
+            : UnsafeRawBufferPointer(start: nil, count: 0)
+        body(UnsafeBufferPointer(start: reply.nodes, count: reply.count), text)
+    }
+
     private func value(at: inout Int) -> RedisValue {
         let reply = storage.pointee
         guard at < reply.count else { return .null }
         let node = reply.nodes[at]
         at += 1
-        switch node.type {
-        case REDIS_REPLY_STRING, REDIS_REPLY_DOUBLE, REDIS_REPLY_BIGNUM:
-            return .string(Data(bytes(of: node)))
-        case REDIS_REPLY_VERB:
-            // A verbatim string starts with its three-letter format and a colon (`txt:`), which RESP2 has not.
-            let text = bytes(of: node)
-            return .string(Data(text.count >= 4 ? UnsafeRawBufferPointer(rebasing: text[4...]) : text))
-        case REDIS_REPLY_INTEGER:
-            return .integer(node.integer)
-        case REDIS_REPLY_BOOL:
-            return .integer(node.integer == 0 ? 0 : 1)
-        case REDIS_REPLY_NIL:
-            return .null
-        case REDIS_REPLY_STATUS:
-            return .status(String(decoding: bytes(of: node), as: UTF8.self))
-        case REDIS_REPLY_ERROR:
-            return .error(String(decoding: bytes(of: node), as: UTF8.self))
-        case REDIS_REPLY_ARRAY, REDIS_REPLY_MAP, REDIS_REPLY_SET, REDIS_REPLY_PUSH, REDIS_REPLY_ATTR:
-            let count = Int(node.integer)
-            var values: [RedisValue] = []
-            values.reserveCapacity(count)
-            for _ in 0..<count { values.append(value(at: &at)) }
-            return .array(values)
-        default:
-            return .error("unknown hiredis reply type \(node.type)")
+        var position = at
+        let result = RedisValue.decoded(kind: node.type, integer: node.integer, text: bytes(of: node)) {
+            value(at: &position)
         }
+        at = position
+        return result
     }
 
     private func bytes(of node: herald_resp_node) -> UnsafeRawBufferPointer {

@@ -25,6 +25,14 @@ public struct RedisBatch: Sendable {
         self.count = count
     }
 
+    /// The commands, in order (tests and tools: the stages write their batches argument by argument).
+    public init(commands: [RedisCommand]) {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(commands.reduce(0) { $0 + $1.encodedLength })
+        for command in commands { bytes.append(contentsOf: command.encoded) }
+        self.init(encoded: bytes, count: commands.count)
+    }
+
     public var isEmpty: Bool { count == 0 }
 
     /// Appends every command of `other`.

@@ -246,24 +246,29 @@ final class RedisClusterRouter: Sendable {
             }
             return first ?? .null
         }
-        return try await execute(RedisBatch(encoded: command.encoded, count: 1))[0]
+        let replies = try await execute(RedisBatch(encoded: command.encoded, count: 1))
+        return replies.value(replies[0])
     }
 
     func pipeline(_ commands: [RedisCommand]) async throws -> [RedisValue] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(commands.reduce(0) { $0 + $1.encodedLength })
-        for command in commands { bytes.append(contentsOf: command.encoded) }
-        return try await execute(RedisBatch(encoded: bytes, count: commands.count))
+        try await execute(RedisBatch(commands: commands)).values
     }
 
     func pipeline(_ batch: RedisBatch) async throws -> [RedisValue] {
+        try await execute(batch).values
+    }
+
+    func pipelineFlat(_ batch: RedisBatch) async throws -> RedisReplies {
         try await execute(batch)
     }
 
     /// Every reply is read; the first error reply is thrown, naming `what`.
     func write(_ batch: RedisBatch, what: String) async throws {
-        for reply in try await execute(batch) {
-            if case .error(let message) = reply { throw RedisError(.serverError, "\(what): \(message)") }
+        let replies = try await execute(batch)
+        for index in 0..<replies.count {
+            if let message = replies.errorMessage(replies[index]) {
+                throw RedisError(.serverError, "\(what): \(message)")
+            }
         }
     }
 
@@ -325,10 +330,14 @@ final class RedisClusterRouter: Sendable {
         case retryLater(String)
     }
 
-    private func execute(_ batch: RedisBatch) async throws -> [RedisValue] {
-        if batch.isEmpty { return [] }
+    /// Sends the batch's commands to the nodes that serve their slots, follows redirections, and returns every
+    /// reply in the batch's order.
+    private func execute(_ batch: RedisBatch) async throws -> RedisReplies {
+        if batch.isEmpty { return RedisReplies() }
         let units = try RedisClusterBatch.units(of: batch.bytes, count: batch.count)
-        var replies = [RedisValue](repeating: .null, count: batch.count)
+        // Where each unit's replies are: a node's answer (`answered`) and the unit's first reply in it.
+        var answered: [RedisReplies] = []
+        var placed = [(answer: Int, first: Int)](repeating: (-1, 0), count: units.count)
         var pending: [(unit: Int, route: Route)] = units.indices.map { ($0, .map) }
         var lastRedirection = ""
         for round in 0...Self.maximumRedirections {
@@ -349,13 +358,14 @@ final class RedisClusterRouter: Sendable {
             var next: [(unit: Int, route: Route)] = []
             var pause = false
             for (node, items) in groups {
-                let nodeAnswers = answers[node] ?? []
+                guard let nodeAnswer = answers[node] else { continue }
+                answered.append(nodeAnswer.replies)
                 for (position, item) in items.enumerated() {
-                    let unitReplies = nodeAnswers[position]
-                    switch Self.redirection(in: unitReplies, from: node) {
+                    let first = nodeAnswer.firstReply[position]
+                    let count = units[item.unit].commands
+                    switch Self.redirection(in: nodeAnswer.replies, first..<(first + count), from: node) {
                     case nil:
-                        let first = units[item.unit].firstCommand
-                        replies.replaceSubrange(first..<(first + unitReplies.count), with: unitReplies)
+                        placed[item.unit] = (answered.count - 1, first)
                     case .moved(let slot, let target):
                         lastRedirection = "MOVED \(slot) \(target)"
                         state.withLock { $0.map.assign(slot...slot, to: target) }
@@ -370,7 +380,7 @@ final class RedisClusterRouter: Sendable {
                     }
                 }
             }
-            if next.isEmpty { return replies }
+            if next.isEmpty { return Self.inOrder(units, placed, answered, commands: batch.count) }
             logger.debug(
                 "redis cluster redirection", metadata: ["units": "\(next.count)", "last": "\(lastRedirection)"])
             if round == Self.maximumRedirections { break }
@@ -387,11 +397,30 @@ final class RedisClusterRouter: Sendable {
             "still redirected after \(Self.maximumRedirections) rounds (last: \(lastRedirection))")
     }
 
+    /// The replies of every unit, in the batch's order.
+    private static func inOrder(
+        _ units: [RedisClusterUnit], _ placed: [(answer: Int, first: Int)], _ answered: [RedisReplies], commands: Int
+    ) -> RedisReplies {
+        if answered.count == 1, answered[0].count == commands { return answered[0] }  // one node, no ASKING
+        var replies = RedisReplies(replies: commands)
+        for (unit, place) in zip(units, placed) {
+            let answer = answered[place.answer]
+            for offset in 0..<unit.commands { replies.append(answer[place.first + offset], of: answer) }
+        }
+        return replies
+    }
+
+    /// One node's answer: its replies, and where each of its units' replies start.
+    private struct NodeAnswer: Sendable {
+        let replies: RedisReplies
+        let firstReply: [Int]
+    }
+
     /// Sends each node its units (after `ASKING` where asked) in one pipelined batch, all nodes at once, and returns
-    /// each unit's replies, by node, in the order of the node's units.
+    /// each node's replies and where each of its units' replies start, in the order of the node's units.
     private func send(
         _ groups: [RedisNodeAddress: [(unit: Int, asking: Bool)]], units: [RedisClusterUnit], batch: RedisBatch
-    ) async throws -> [RedisNodeAddress: [[RedisValue]]] {
+    ) async throws -> [RedisNodeAddress: NodeAnswer] {
         var work: [(RedisNodeAddress, RedisConnection, RedisBatch, [(commands: Int, asking: Bool)])] = []
         for (node, items) in groups {
             let shape = items.map { (commands: units[$0.unit].commands, asking: $0.asking) }
@@ -417,11 +446,11 @@ final class RedisClusterRouter: Sendable {
             let (node, connection, sub, shape) = work[0]
             return [node: try await sendOne(connection, sub, shape)]
         }
-        return try await withThrowingTaskGroup(of: (RedisNodeAddress, [[RedisValue]]).self) { group in
+        return try await withThrowingTaskGroup(of: (RedisNodeAddress, NodeAnswer).self) { group in
             for (node, connection, sub, shape) in work {
                 group.addTask { (node, try await self.sendOne(connection, sub, shape)) }
             }
-            var answers: [RedisNodeAddress: [[RedisValue]]] = [:]
+            var answers: [RedisNodeAddress: NodeAnswer] = [:]
             for try await (node, replies) in group { answers[node] = replies }
             return answers
         }
@@ -429,31 +458,36 @@ final class RedisClusterRouter: Sendable {
 
     private func sendOne(
         _ connection: RedisConnection, _ batch: RedisBatch, _ shape: [(commands: Int, asking: Bool)]
-    ) async throws -> [[RedisValue]] {
-        let flat: [RedisValue]
+    ) async throws -> NodeAnswer {
+        let replies: RedisReplies
         do {
-            flat = try await connection.pipeline(batch)
+            replies = try await connection.pipelineFlat(batch)
         } catch let error as RedisError {
             if error.isRetryable { requestRefresh() }
             throw error
         }
-        var out: [[RedisValue]] = []
-        out.reserveCapacity(shape.count)
+        var firstReply: [Int] = []
+        firstReply.reserveCapacity(shape.count)
         var index = 0
         for unit in shape {
             if unit.asking { index += 1 }
-            out.append(Array(flat[index..<(index + unit.commands)]))
+            firstReply.append(index)
             index += unit.commands
         }
-        return out
+        guard index == replies.count else {
+            throw RedisError(.unexpectedReply, "a node answered \(replies.count) replies for \(index) commands")
+        }
+        return NodeAnswer(replies: replies, firstReply: firstReply)
     }
 
     private static let asking: [UInt8] = RedisCommand("ASKING").encoded
 
     /// The redirection among a unit's replies, if any: a queued command of a transaction can be the one redirected.
-    private static func redirection(in replies: [RedisValue], from node: RedisNodeAddress) -> Redirection? {
-        for reply in replies {
-            guard case .error(let message) = reply else { continue }
+    private static func redirection(
+        in replies: RedisReplies, _ unit: Range<Int>, from node: RedisNodeAddress
+    ) -> Redirection? {
+        for index in unit {
+            guard let message = replies.errorMessage(replies[index]) else { continue }
             if message.hasPrefix("MOVED ") || message.hasPrefix("ASK ") {
                 let fields = message.split(separator: " ")
                 guard fields.count >= 3, let slot = Int(fields[1]), (0..<RedisSlot.count).contains(slot),

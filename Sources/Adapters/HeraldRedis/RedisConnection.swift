@@ -73,7 +73,7 @@ public final class RedisConnection: Sendable {
     /// `.error`, not thrown; use `RedisValue.orThrow()` when an error reply should be an error.
     public func send(_ command: RedisCommand) async throws -> RedisValue {
         switch backend {
-        case .node(let worker): try await worker.submit(.list([command]))[0]
+        case .node(let worker): try await worker.submit(.list([command])).values[0]
         case .cluster(let router): try await router.send(command)
         }
     }
@@ -88,7 +88,7 @@ public final class RedisConnection: Sendable {
     public func pipeline(_ commands: [RedisCommand]) async throws -> [RedisValue] {
         if commands.isEmpty { return [] }
         switch backend {
-        case .node(let worker): return try await worker.submit(.list(commands))
+        case .node(let worker): return try await worker.submit(.list(commands)).values
         case .cluster(let router): return try await router.pipeline(commands)
         }
     }
@@ -97,8 +97,18 @@ public final class RedisConnection: Sendable {
     public func pipeline(_ batch: RedisBatch) async throws -> [RedisValue] {
         if batch.isEmpty { return [] }
         switch backend {
-        case .node(let worker): return try await worker.submit(.batch(batch))
+        case .node(let worker): return try await worker.submit(.batch(batch)).values
         case .cluster(let router): return try await router.pipeline(batch)
+        }
+    }
+
+    /// Sends a `RedisBatch` in one round trip and returns its replies flat (`RedisReplies`), one per command, in
+    /// order: for callers that read many small replies in place.
+    public func pipelineFlat(_ batch: RedisBatch) async throws -> RedisReplies {
+        if batch.isEmpty { return RedisReplies() }
+        switch backend {
+        case .node(let worker): return try await worker.submit(.batch(batch), replies: .flat).flat
+        case .cluster(let router): return try await router.pipelineFlat(batch)
         }
     }
 
@@ -169,6 +179,8 @@ private final class Call {
     enum Replies {
         /// Every reply decoded, in order.
         case values
+        /// Every reply copied flat, in order (`RedisReplies`).
+        case flat
         /// Only checked: the first error reply fails the call (`server_error`, naming `what`), nothing is decoded.
         case checked(what: String)
     }
@@ -178,12 +190,18 @@ private final class Call {
     private let replies: Replies
     /// Replies still owed.
     private(set) var remaining: Int
-    private var values: [RedisValue] = []
+    private var answer = Answer()
     private var firstError: String?
-    private let resume: (Result<[RedisValue], RedisError>) -> Void
+    private let resume: (Result<Answer, RedisError>) -> Void
+
+    /// What a call's caller gets: its replies decoded (`Replies.values`) or flat (`Replies.flat`).
+    struct Answer {
+        var values: [RedisValue] = []
+        var flat = RedisReplies()
+    }
 
     init(
-        _ commands: Commands, replies: Replies, resume: @escaping (Result<[RedisValue], RedisError>) -> Void
+        _ commands: Commands, replies: Replies, resume: @escaping (Result<Answer, RedisError>) -> Void
     ) {
         self.commands = commands
         self.replies = replies
@@ -193,7 +211,11 @@ private final class Call {
         case .list(let list): remaining = list.count
         case .batch(let batch): remaining = batch.count
         }
-        if case .values = replies { values.reserveCapacity(remaining) }
+        switch replies {
+        case .values: answer.values.reserveCapacity(remaining)
+        case .flat: answer.flat = RedisReplies(replies: remaining, nodes: remaining * 6, bytes: remaining * 128)
+        case .checked: break
+        }
     }
 
     /// Lets go of the commands once hiredis holds them (a batch of the explain trail can be megabytes).
@@ -202,7 +224,9 @@ private final class Call {
     func take(_ reply: FlatReply) {
         switch replies {
         case .values:
-            values.append(reply.value())
+            answer.values.append(reply.value())
+        case .flat:
+            answer.flat.append(reply)
         case .checked:
             if firstError == nil, reply.isError { firstError = reply.line }
         }
@@ -214,7 +238,7 @@ private final class Call {
         if case .checked(let what) = replies, let firstError {
             resume(.failure(RedisError(.serverError, "\(what): \(firstError)")))
         } else {
-            resume(.success(values))
+            resume(.success(answer))
         }
     }
 
@@ -283,8 +307,8 @@ private final class Worker: @unchecked Sendable {
         condition.unlock()
     }
 
-    func submit(_ commands: Call.Commands, replies: Call.Replies = .values) async throws -> [RedisValue] {
-        let result: Result<[RedisValue], RedisError> = await withCheckedContinuation { continuation in
+    func submit(_ commands: Call.Commands, replies: Call.Replies = .values) async throws -> Call.Answer {
+        let result: Result<Call.Answer, RedisError> = await withCheckedContinuation { continuation in
             let call = Call(commands, replies: replies) { continuation.resume(returning: $0) }
             condition.lock()
             if stopped {

@@ -85,7 +85,7 @@ public final class StateStore: Sendable {
         }
         if unique.isEmpty && light.isEmpty { return [:] }
 
-        let replies = try await connection.pipeline(
+        let replies = try await connection.pipelineFlat(
             Self.loadBatch(app: app, users: unique, unreadOf: scopes, preferencesOnly: light))
         let expected = unique.count + light.count
         guard replies.count == expected else {
@@ -96,20 +96,29 @@ public final class StateStore: Sendable {
         result.reserveCapacity(unique.count + light.count)
         for (index, user) in unique.enumerated() {
             if let scopes {
-                let values = try Self.array(replies[index].orThrow("HMGET"))
-                guard values.count == 4 + scopes[index].count else {
-                    throw RedisError(.unexpectedReply, "HMGET answered \(values.count) values")
+                // Read in place: a recipient's reply costs no allocation of its own.
+                let reply = replies[index]
+                try replies.orThrow(reply, "HMGET")
+                let values = replies.elementCount(reply) ?? 0
+                guard values == 4 + scopes[index].count else {
+                    throw RedisError(.unexpectedReply, "HMGET answered \(values) values")
                 }
                 var counts: [String: Int] = [:]
-                for (offset, id) in scopes[index].enumerated() {
-                    if let count = values[offset + 4].int { counts[id] = Int(count) }
+                if !scopes[index].isEmpty {
+                    var field = replies.element(reply, 4)
+                    for (offset, id) in scopes[index].enumerated() {
+                        if offset > 0 { field = replies.sibling(after: field) }
+                        if let count = replies.int(field) { counts[id] = Int(count) }
+                    }
                 }
-                let unread = Unread(total: values[3].int.map { Int($0) } ?? 0, conversations: counts)
-                result[user] = try decodeState(
-                    devices: values[0], online: values[1], preferences: values[2], unread: unread, user: user,
+                let unread = Unread(
+                    total: replies.int(replies.element(reply, 3)).map { Int($0) } ?? 0, conversations: counts)
+                result[user] = decodeState(
+                    in: replies, devices: replies.element(reply, 0), online: replies.element(reply, 1),
+                    preferences: replies.element(reply, 2), unread: unread, user: user,
                     conversations: scopes[index], now: now)
             } else {
-                let values = try Self.array(replies[index].orThrow("HGETALL"))
+                let values = try Self.array(replies.value(replies[index]).orThrow("HGETALL"))
                 var fields: [String: RedisValue] = [:]
                 var unread = Unread()
                 var at = 0
@@ -122,45 +131,66 @@ public final class StateStore: Sendable {
                     }
                     at += 2
                 }
-                result[user] = try decodeState(
-                    devices: fields[UserRecord.devicesField] ?? .null, online: fields[UserRecord.onlineField] ?? .null,
-                    preferences: fields[UserRecord.preferencesField] ?? .null, unread: unread, user: user,
+                result[user] = decodeState(
+                    devices: fields[UserRecord.devicesField]?.data, online: fields[UserRecord.onlineField]?.data,
+                    preferences: fields[UserRecord.preferencesField]?.data, unread: unread, user: user,
                     conversations: nil, now: now)
             }
         }
         for (index, user) in light.enumerated() {
-            let preferences = try decodePreferences(
-                replies[unique.count + index].orThrow("HGET"), user: user, conversations: [])
+            let reply = replies[unique.count + index]
+            try replies.orThrow(reply, "HGET")
+            let preferences =
+                replies.withBytes(reply) { decodePreferences($0, user: user, conversations: []) } ?? Preferences()
             result[user] = UserState(preferences: preferences)
         }
         return result
     }
 
-    /// One user's state from the stored fields of their state hash.
+    /// One user's state from the stored fields of their state hash, read in place from a flat reply.
     private func decodeState(
-        devices: RedisValue, online: RedisValue, preferences: RedisValue, unread: Unread, user: String,
-        conversations: [String]?, now: Int64
-    ) throws -> UserState {
-        var stored: [Device] = []
-        if let data = devices.data {
-            stored = UserRecord.decodeDevices(data) { start in
-                logger.warning(
-                    "skipping a stored device that is not valid JSON",
-                    metadata: ["user": "\(user)", "entry": "\(start)…"])
-            }
-            stored.sort { ($0.registeredAt, $0.token) < ($1.registeredAt, $1.token) }
+        in replies: RedisReplies, devices: RedisReplies.Reply, online: RedisReplies.Reply,
+        preferences: RedisReplies.Reply, unread: Unread, user: String, conversations: [String]?, now: Int64
+    ) -> UserState {
+        let stored = replies.withBytes(devices) { decodeDevices($0, user: user) } ?? []
+        let onlineTokens = replies.withBytes(online) { decodeOnline($0, devices: stored, now: now) } ?? []
+        let prefs =
+            replies.withBytes(preferences) { decodePreferences($0, user: user, conversations: conversations) }
+            ?? Preferences()
+        return UserState(devices: stored, online: onlineTokens, preferences: prefs, unread: unread)
+    }
+
+    /// One user's state from the stored fields of their state hash (nil for a field not stored).
+    private func decodeState(
+        devices: Data?, online: Data?, preferences: Data?, unread: Unread, user: String, conversations: [String]?,
+        now: Int64
+    ) -> UserState {
+        let stored = devices.map { data in data.withUnsafeBytes { decodeDevices($0, user: user) } } ?? []
+        let onlineTokens =
+            online.map { data in data.withUnsafeBytes { decodeOnline($0, devices: stored, now: now) } } ?? []
+        let prefs =
+            preferences.map { data in
+                data.withUnsafeBytes { decodePreferences($0, user: user, conversations: conversations) }
+            } ?? Preferences()
+        return UserState(devices: stored, online: onlineTokens, preferences: prefs, unread: unread)
+    }
+
+    /// The devices of a `d` field, oldest first (by `registered_at`, then token).
+    private func decodeDevices(_ field: UnsafeRawBufferPointer, user: String) -> [Device] {
+        var stored = UserRecord.decodeDevices(field) { start in
+            logger.warning(
+                "skipping a stored device that is not valid JSON", metadata: ["user": "\(user)", "entry": "\(start)…"])
         }
-        var onlineTokens: [String] = []
-        if let data = online.data {
-            let onlineSet = Set(UserRecord.decodeOnline(data, now: now))
-            if !onlineSet.isEmpty {
-                let registered = stored.map(\.token)
-                onlineTokens = registered.filter { onlineSet.contains($0) } + onlineSet.subtracting(registered).sorted()
-            }
-        }
-        return UserState(
-            devices: stored, online: onlineTokens,
-            preferences: try decodePreferences(preferences, user: user, conversations: conversations), unread: unread)
+        stored.sort { ($0.registeredAt, $0.token) < ($1.registeredAt, $1.token) }
+        return stored
+    }
+
+    /// The tokens of an `o` field online at `now`: the registered ones in device order, then any others sorted.
+    private func decodeOnline(_ field: UnsafeRawBufferPointer, devices: [Device], now: Int64) -> [String] {
+        let onlineSet = Set(UserRecord.decodeOnline(field, now: now))
+        if onlineSet.isEmpty { return [] }
+        let registered = devices.map(\.token)
+        return registered.filter { onlineSet.contains($0) } + onlineSet.subtracting(registered).sorted()
     }
 
     /// `loadUsers`' reads, written straight into one batch: per user one `HMGET` of their state hash (devices,
@@ -1037,10 +1067,11 @@ public final class StateStore: Sendable {
     // MARK: Decoding
 
     /// With `conversations`, only their settings are built (`Preferences.fromJSON(_:conversations:)`).
-    private func decodePreferences(_ reply: RedisValue, user: String, conversations: [String]?) throws -> Preferences {
-        guard case .string(let data) = reply else { return Preferences() }
+    private func decodePreferences(
+        _ stored: UnsafeRawBufferPointer, user: String, conversations: [String]?
+    ) -> Preferences {
         do {
-            return try Preferences.fromStoredJSON(data, conversations: conversations)
+            return try Preferences.fromStoredJSON(stored, conversations: conversations)
         } catch {
             logger.warning(
                 "stored preferences are not valid; using defaults", metadata: ["user": "\(user)", "error": "\(error)"])

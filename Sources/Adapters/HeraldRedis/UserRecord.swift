@@ -30,7 +30,7 @@ public enum UserRecord {
 
     /// The devices of a `d` field, each line decoded on its own: a line that is not a valid device is reported
     /// through `invalid` (its first 8 bytes, never a whole token) and skipped.
-    static func decodeDevices(_ data: Data, invalid: (String) -> Void) -> [Device] {
+    static func decodeDevices(_ data: UnsafeRawBufferPointer, invalid: (String) -> Void) -> [Device] {
         var devices: [Device] = []
         forEachLine(of: data) { line in
             if let device = try? Device.fromStoredJSON(line) {
@@ -42,17 +42,20 @@ public enum UserRecord {
         return devices
     }
 
+    /// `decodeDevices` of a field held as `Data`.
+    static func decodeDevices(_ data: Data, invalid: (String) -> Void) -> [Device] {
+        data.withUnsafeBytes { decodeDevices($0, invalid: invalid) }
+    }
+
     /// Calls `body` with each non-empty line of a field (`\n` between lines), read in place.
-    private static func forEachLine(of data: Data, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
-        data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
-            let bytes = raw.bindMemory(to: UInt8.self)
-            var start = 0
-            while start < bytes.count {
-                var end = start
-                while end < bytes.count && bytes[end] != 10 { end += 1 }
-                if end > start { body(UnsafeBufferPointer(rebasing: bytes[start..<end])) }
-                start = end + 1
-            }
+    private static func forEachLine(of data: UnsafeRawBufferPointer, _ body: (UnsafeBufferPointer<UInt8>) -> Void) {
+        let bytes = data.assumingMemoryBound(to: UInt8.self)
+        var start = 0
+        while start < bytes.count {
+            var end = start
+            while end < bytes.count && bytes[end] != 10 { end += 1 }
+            if end > start { body(UnsafeBufferPointer(rebasing: bytes[start..<end])) }
+            start = end + 1
         }
     }
 
@@ -72,7 +75,7 @@ public enum UserRecord {
     /// The tokens of an `o` field whose expiry is after `now`, in stored order. A line without a space, or whose
     /// expiry is not 1 to 18 decimal digits, is skipped. (Read in place: splitting the field into lines first cost
     /// resolve an array and a slice per line.)
-    static func decodeOnline(_ data: Data, now: Int64) -> [String] {
+    static func decodeOnline(_ data: UnsafeRawBufferPointer, now: Int64) -> [String] {
         var tokens: [String] = []
         forEachLine(of: data) { line in
             var space = 0
@@ -94,5 +97,10 @@ public enum UserRecord {
             }
         }
         return tokens
+    }
+
+    /// `decodeOnline` of a field held as `Data`.
+    static func decodeOnline(_ data: Data, now: Int64) -> [String] {
+        data.withUnsafeBytes { decodeOnline($0, now: now) }
     }
 }
