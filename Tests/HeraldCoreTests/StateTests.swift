@@ -359,10 +359,19 @@ struct StateTests {
             let bytes = Array(text.utf8)
             let generic = Result { () throws(StageRecordError) -> Device in try Device.fromJSON(bytes) }
             let flat = Result { () throws(StageRecordError) -> Device in try Device.fromStoredJSON(bytes) }
-            switch (generic, flat) {
-            case (.success(let a), .success(let b)): #expect(a == b, comment ?? "\(text)")
-            case (.failure(let a), .failure(let b)): #expect(a.description == b.description, comment ?? "\(text)")
-            default: Issue.record("\(text): fromJSON \(generic), fromStoredJSON \(flat)")
+            // The same bytes as one line of a field, read in place: nothing before or after the line is read.
+            let field =
+                Array(#"{"token":"before"}"#.utf8) + [10] + bytes + [10] + Array(#"{"token":"x"} trailing"#.utf8)
+            let inPlace = Result { () throws(StageRecordError) -> Device in
+                try Device.fromStoredJSON(field, in: 19..<(19 + bytes.count))
+            }
+            for (name, result) in [("fromStoredJSON", flat), ("fromStoredJSON(in:)", inPlace)] {
+                switch (generic, result) {
+                case (.success(let a), .success(let b)): #expect(a == b, comment ?? "\(text) (\(name))")
+                case (.failure(let a), .failure(let b)):
+                    #expect(a.description == b.description, comment ?? "\(text) (\(name))")
+                default: Issue.record("\(text): fromJSON \(generic), \(name) \(result)")
+                }
             }
         }
         let stored = [

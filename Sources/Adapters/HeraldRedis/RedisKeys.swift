@@ -139,4 +139,9 @@ extension RedisBatch {
     mutating func userKey(app: String, user: String, _ part: RedisKeys.UserPart) {
         argument(RedisKeys.prefix, ":", app, ":user:{", user, "}:", part.rawValue)
     }
+
+    /// `RedisKeys.members(app:conversation:)` as one argument.
+    mutating func membersKey(app: String, conversation: String) {
+        argument(RedisKeys.prefix, ":", app, ":conv:{", conversation, "}:members")
+    }
 }

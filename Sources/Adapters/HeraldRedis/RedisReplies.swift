@@ -136,7 +136,9 @@ public struct RedisReplies: Sendable {
             starts.append(first)
             for node in source {
                 nodes.append(
-                    Node(kind: node.type, integer: node.integer, offset: base + node.offset, length: node.length, next: 0))
+                    Node(
+                        kind: node.type, integer: node.integer, offset: base + node.offset, length: node.length, next: 0
+                    ))
             }
             _ = linkSiblings(at: first)
         }

@@ -224,6 +224,57 @@ public final class StateStore: Sendable {
         return batch
     }
 
+    /// One page of each conversation's members (`SSCAN <members key> <cursor> COUNT <count>`), pipelined in one
+    /// round trip: the page's members, sorted, and the cursor of the next page ("0" after the last one). A small
+    /// set comes back whole with cursor 0. (Read in place: a page costs a string per member and its array.)
+    public func memberPages(
+        _ conversations: [(app: String, conversation: String)], cursors: [String], count: Int
+    ) async throws -> [(members: [String], next: String)] {
+        guard conversations.count == cursors.count else {
+            throw RedisError(.unexpectedReply, "\(conversations.count) conversations, \(cursors.count) cursors")
+        }
+        if conversations.isEmpty { return [] }
+        var batch = RedisBatch(capacity: 96 * conversations.count)
+        for (conversation, cursor) in zip(conversations, cursors) {
+            batch.command("SSCAN", arguments: 4)
+            batch.membersKey(app: conversation.app, conversation: conversation.conversation)
+            batch.argument(cursor)
+            batch.argument("COUNT")
+            batch.argument(Int64(count))
+        }
+        let replies = try await connection.pipelineFlat(batch)
+        guard replies.count == conversations.count else {
+            throw RedisError(.unexpectedReply, "expected \(conversations.count) replies, got \(replies.count)")
+        }
+        var pages: [(members: [String], next: String)] = []
+        pages.reserveCapacity(replies.count)
+        for index in 0..<replies.count {
+            let reply = replies[index]
+            try replies.orThrow(reply, "SSCAN")
+            guard replies.elementCount(reply) == 2,
+                let next = replies.withBytes(replies.element(reply, 0), { String(validating: $0, as: UTF8.self) })
+                    ?? nil,
+                let items = replies.elementCount(replies.element(reply, 1))
+            else {
+                throw RedisError(.unexpectedReply, "SSCAN answered \(replies.value(reply))")
+            }
+            var members: [String] = []
+            members.reserveCapacity(items)
+            if items > 0 {
+                var item = replies.element(replies.element(reply, 1), 0)
+                for offset in 0..<items {
+                    if offset > 0 { item = replies.sibling(after: item) }
+                    if let member = replies.withBytes(item, { String(validating: $0, as: UTF8.self) }) ?? nil {
+                        members.append(member)
+                    }
+                }
+            }
+            members.sort()
+            pages.append((members, next))
+        }
+        return pages
+    }
+
     /// One user's state (all unread conversations); `loadUsers` for a batch.
     public func loadUser(app: String, user: String, now: Int64) async throws -> UserState {
         try await loadUsers(app: app, users: [user], now: now)[user] ?? UserState()

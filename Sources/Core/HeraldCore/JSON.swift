@@ -200,25 +200,38 @@ struct JSONParser {
     static let maxDepth = 64
     let bytes: [UInt8]
     var i = 0
+    /// Where the input ends: `bytes.count`, or the end of the range being read.
+    let limit: Int
     /// The top-level member whose object keeps only the keys in `keeping` (`JSONValue.parse(_:pruning:keeping:)`).
     var pruned: String?
     var keeping: [String] = []
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    init(_ bytes: [UInt8]) {
+        self.bytes = bytes
+        self.limit = bytes.count
+    }
+
+    /// A parser of `range` of `bytes` only (one line of a stored field): it starts at the range's start and sees
+    /// the input end at its end.
+    init(_ bytes: [UInt8], range: Range<Int>) {
+        self.bytes = bytes
+        self.i = range.lowerBound
+        self.limit = range.upperBound
+    }
 
     mutating func parseDocument() throws(JSONParseError) -> JSONValue {
         // Skip a UTF-8 byte order mark.
-        if bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF { i = 3 }
+        if limit - i >= 3, bytes[i] == 0xEF, bytes[i + 1] == 0xBB, bytes[i + 2] == 0xBF { i += 3 }
         let value = try parseValue(depth: 0)
         skipSpace()
-        if i != bytes.count { throw fail("unexpected data after the JSON value") }
+        if i != limit { throw fail("unexpected data after the JSON value") }
         return value
     }
 
     func fail(_ message: String) -> JSONParseError { JSONParseError(message: message, offset: i) }
 
     mutating func skipSpace() {
-        while i < bytes.count {
+        while i < limit {
             switch bytes[i] {
             case 0x20, 0x09, 0x0A, 0x0D: i += 1
             default: return
@@ -229,7 +242,7 @@ struct JSONParser {
     mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
         guard depth <= JSONParser.maxDepth else { throw fail("nesting deeper than \(JSONParser.maxDepth)") }
         skipSpace()
-        guard i < bytes.count else { throw fail("unexpected end of input") }
+        guard i < limit else { throw fail("unexpected end of input") }
         switch bytes[i] {
         case UInt8(ascii: "{"): return try parseObject(depth: depth)
         case UInt8(ascii: "["): return try parseArray(depth: depth)
@@ -244,7 +257,7 @@ struct JSONParser {
 
     /// A string value at `i`, or nil (and `i` unchanged) when the value there is not a valid string.
     mutating func flatString() -> String? {
-        guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }
+        guard i < limit, bytes[i] == UInt8(ascii: "\"") else { return nil }
         let start = i
         guard let s = try? parseString() else {
             i = start
@@ -256,15 +269,15 @@ struct JSONParser {
     /// The bytes of a string at `i` written without escapes or control characters (a key as Herald writes it),
     /// with `i` moved past its closing quote; nil (and `i` unchanged) for anything else.
     mutating func plainKey() -> Range<Int>? {
-        guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { return nil }
+        guard i < limit, bytes[i] == UInt8(ascii: "\"") else { return nil }
         var end = i + 1
-        while end < bytes.count {
+        while end < limit {
             let byte = bytes[end]
             if byte == UInt8(ascii: "\"") { break }
             if byte == UInt8(ascii: "\\") || byte < 0x20 { return nil }
             end += 1
         }
-        guard end < bytes.count else { return nil }
+        guard end < limit else { return nil }
         defer { i = end + 1 }
         return (i + 1)..<end
     }
@@ -275,7 +288,7 @@ struct JSONParser {
     /// Whether `byte` comes next; if so, `i` moves past it.
     mutating func take(_ byte: Unicode.Scalar) -> Bool {
         skipSpace()
-        guard i < bytes.count, bytes[i] == UInt8(ascii: byte) else { return false }
+        guard i < limit, bytes[i] == UInt8(ascii: byte) else { return false }
         i += 1
         return true
     }
@@ -322,16 +335,16 @@ struct JSONParser {
     mutating func flatInteger() -> Int64? {
         // Up to 18 digits, no leading zero, and then neither a fraction nor an exponent: read as it stands.
         var end = i
-        let negative = end < bytes.count && bytes[end] == UInt8(ascii: "-")
+        let negative = end < limit && bytes[end] == UInt8(ascii: "-")
         if negative { end += 1 }
         var value: Int64 = 0
         let digitsStart = end
-        while end < bytes.count, end - digitsStart < 18, bytes[end] &- UInt8(ascii: "0") < 10 {
+        while end < limit, end - digitsStart < 18, bytes[end] &- UInt8(ascii: "0") < 10 {
             value = value * 10 + Int64(bytes[end] &- UInt8(ascii: "0"))
             end += 1
         }
         let digits = end - digitsStart
-        let next = end < bytes.count ? bytes[end] : 0
+        let next = end < limit ? bytes[end] : 0
         if digits > 0, digits < 18, bytes[digitsStart] != UInt8(ascii: "0") || digits == 1,
             next &- UInt8(ascii: "0") >= 10, next != UInt8(ascii: "."), next != UInt8(ascii: "e"),
             next != UInt8(ascii: "E")
@@ -340,7 +353,7 @@ struct JSONParser {
             return negative ? -value : value
         }
         let start = i
-        guard i < bytes.count, let text = try? parseNumber(), let n = Int64(text) else {
+        guard i < limit, let text = try? parseNumber(), let n = Int64(text) else {
             i = start
             return nil
         }
@@ -349,7 +362,7 @@ struct JSONParser {
 
     mutating func literal(_ word: StaticString) throws(JSONParseError) {
         let n = word.utf8CodeUnitCount
-        guard i + n <= bytes.count else { throw fail("unexpected end of input") }
+        guard i + n <= limit else { throw fail("unexpected end of input") }
         let p = word.utf8Start
         for k in 0..<n where bytes[i + k] != p[k] { throw fail("invalid literal") }
         i += n
@@ -363,13 +376,13 @@ struct JSONParser {
         i += 1
         var pairs: [(String, JSONValue)] = []
         skipSpace()
-        if i < bytes.count, bytes[i] == UInt8(ascii: "}") { i += 1; return .object(pairs) }
+        if i < limit, bytes[i] == UInt8(ascii: "}") { i += 1; return .object(pairs) }
         while true {
             skipSpace()
-            guard i < bytes.count, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+            guard i < limit, bytes[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
             let key = try parseString()
             skipSpace()
-            guard i < bytes.count, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+            guard i < limit, bytes[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             i += 1
             if keep == .none || (keep == .kept && !keeping.contains(key)) {
                 try skipValue(depth: depth + 1)
@@ -379,7 +392,7 @@ struct JSONParser {
                 pairs.append((key, try parseValue(depth: depth + 1)))
             }
             skipSpace()
-            guard i < bytes.count else { throw fail("unexpected end of input") }
+            guard i < limit else { throw fail("unexpected end of input") }
             if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
             if bytes[i] == UInt8(ascii: "}") { i += 1; return .object(pairs) }
             throw fail("expected ',' or '}'")
@@ -389,14 +402,14 @@ struct JSONParser {
     /// Whether the next value (after white space) is an object; moves to it.
     mutating func nextIsObject() -> Bool {
         skipSpace()
-        return i < bytes.count && bytes[i] == UInt8(ascii: "{")
+        return i < limit && bytes[i] == UInt8(ascii: "{")
     }
 
     /// Moves past one value, refusing what `parseValue` refuses, without building its objects and arrays.
     mutating func skipValue(depth: Int) throws(JSONParseError) {
         guard depth <= JSONParser.maxDepth else { throw fail("nesting deeper than \(JSONParser.maxDepth)") }
         skipSpace()
-        guard i < bytes.count else { throw fail("unexpected end of input") }
+        guard i < limit else { throw fail("unexpected end of input") }
         switch bytes[i] {
         case UInt8(ascii: "{"): _ = try parseObject(depth: depth, keep: .none)
         case UInt8(ascii: "["): _ = try parseArray(depth: depth, building: false)
@@ -409,11 +422,11 @@ struct JSONParser {
         i += 1
         var items: [JSONValue] = []
         skipSpace()
-        if i < bytes.count, bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
+        if i < limit, bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
         while true {
             if building { items.append(try parseValue(depth: depth + 1)) } else { try skipValue(depth: depth + 1) }
             skipSpace()
-            guard i < bytes.count else { throw fail("unexpected end of input") }
+            guard i < limit else { throw fail("unexpected end of input") }
             if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
             if bytes[i] == UInt8(ascii: "]") { i += 1; return .array(items) }
             throw fail("expected ',' or ']'")
@@ -425,29 +438,29 @@ struct JSONParser {
         if bytes[i] == UInt8(ascii: "-") { i += 1 }
         func digits(_ p: inout JSONParser) -> Int {
             let s = p.i
-            while p.i < p.bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(p.bytes[p.i]) { p.i += 1 }
+            while p.i < p.limit, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(p.bytes[p.i]) { p.i += 1 }
             return p.i - s
         }
-        guard i < bytes.count else { throw fail("invalid number") }
+        guard i < limit else { throw fail("invalid number") }
         if bytes[i] == UInt8(ascii: "0") {
             i += 1
         } else if digits(&self) == 0 {
             throw fail("invalid number")
         }
-        if i < bytes.count, bytes[i] == UInt8(ascii: ".") {
+        if i < limit, bytes[i] == UInt8(ascii: ".") {
             i += 1
             if digits(&self) == 0 { throw fail("invalid number") }
         }
-        if i < bytes.count, bytes[i] == UInt8(ascii: "e") || bytes[i] == UInt8(ascii: "E") {
+        if i < limit, bytes[i] == UInt8(ascii: "e") || bytes[i] == UInt8(ascii: "E") {
             i += 1
-            if i < bytes.count, bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-") { i += 1 }
+            if i < limit, bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-") { i += 1 }
             if digits(&self) == 0 { throw fail("invalid number") }
         }
         return String(decoding: bytes[start..<i], as: UTF8.self)
     }
 
     mutating func hex4() throws(JSONParseError) -> UInt32 {
-        guard i + 4 <= bytes.count else { throw fail("truncated \\u escape") }
+        guard i + 4 <= limit else { throw fail("truncated \\u escape") }
         var v: UInt32 = 0
         for _ in 0..<4 {
             let c = bytes[i]
@@ -471,7 +484,7 @@ struct JSONParser {
         var escaped = false
         var plainStart = i
         while true {
-            guard i < bytes.count else { throw fail("unterminated string") }
+            guard i < limit else { throw fail("unterminated string") }
             let c = bytes[i]
             if c == UInt8(ascii: "\"") {
                 if !escaped {
@@ -490,7 +503,7 @@ struct JSONParser {
                 }
                 out.append(contentsOf: bytes[plainStart..<i])
                 i += 1
-                guard i < bytes.count else { throw fail("unterminated string") }
+                guard i < limit else { throw fail("unterminated string") }
                 let e = bytes[i]
                 i += 1
                 switch e {
@@ -505,7 +518,7 @@ struct JSONParser {
                 case UInt8(ascii: "u"):
                     var scalar = try hex4()
                     if (0xD800...0xDBFF).contains(scalar) {
-                        guard i + 6 <= bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u")
+                        guard i + 6 <= limit, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u")
                         else {
                             throw fail("lone surrogate in \\u escape")
                         }
@@ -536,7 +549,7 @@ struct JSONParser {
             case 0xF0...0xF4: len = 4; scalar = UInt32(c & 0x07); minScalar = 0x10000
             default: throw fail("invalid UTF-8")
             }
-            guard i + len <= bytes.count else { throw fail("invalid UTF-8") }
+            guard i + len <= limit else { throw fail("invalid UTF-8") }
             for k in 1..<len {
                 let b = bytes[i + k]
                 guard b & 0xC0 == 0x80 else { throw fail("invalid UTF-8") }

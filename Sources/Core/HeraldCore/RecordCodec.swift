@@ -219,12 +219,17 @@ extension Device: JSONRecord {
     /// JSON at all) goes through `fromJSON`, so the result, or the error, is always what `fromJSON` gives.
     public static func fromStoredJSON(_ bytes: some Collection<UInt8>) throws(StageRecordError) -> Device {
         let array = Array(bytes)
-        if let device = readFlat(array) { return device }
-        return try fromJSON(array)
+        return try fromStoredJSON(array, in: 0..<array.count)
     }
 
-    private static func readFlat(_ bytes: [UInt8]) -> Device? {
-        var p = JSONParser(bytes)
+    /// `fromStoredJSON` of `range` of `bytes` (one line of a stored field, read without copying it out first).
+    public static func fromStoredJSON(_ bytes: [UInt8], in range: Range<Int>) throws(StageRecordError) -> Device {
+        if let device = readFlat(bytes, range) { return device }
+        return try fromJSON(range == bytes.indices ? bytes : Array(bytes[range]))
+    }
+
+    private static func readFlat(_ bytes: [UInt8], _ range: Range<Int>) -> Device? {
+        var p = JSONParser(bytes, range: range)
         guard p.take("{") else { return nil }
         var token: String?
         var kind: Kind?
@@ -268,7 +273,7 @@ extension Device: JSONRecord {
             break
         }
         p.skipSpace()
-        guard p.i == bytes.count, let token else { return nil }
+        guard p.i == range.upperBound, let token else { return nil }
         return Device(
             token: token, kind: kind ?? .apns, environment: environment ?? .production, bundleID: bundleID,
             registeredAt: registeredAt ?? 0, providerID: providerID)

@@ -57,22 +57,9 @@ public struct RedisStateReader: StateReader {
         _ conversations: [ConversationRef], cursors: [String], count: Int
     ) async throws -> [MemberPage] {
         try await transient {
-            let commands = zip(conversations, cursors).map {
-                RedisCommand(
-                    "SSCAN", RedisKeys.members(app: $0.appID, conversation: $0.conversation), $1, "COUNT", count)
-            }
-            let replies = try await store.connection.pipeline(commands)
-            guard replies.count == commands.count else {
-                throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
-            }
-            return try replies.map { reply in
-                let value = try reply.orThrow("SSCAN")
-                guard let parts = value.array, parts.count == 2, let next = parts[0].text, let items = parts[1].array
-                else {
-                    throw RedisError(.unexpectedReply, "SSCAN answered \(value)")
-                }
-                return MemberPage(members: items.compactMap(\.text).sorted(), next: next)
-            }
+            try await store.memberPages(
+                conversations.map { (app: $0.appID, conversation: $0.conversation) }, cursors: cursors, count: count
+            ).map { MemberPage(members: $0.members, next: $0.next) }
         }
     }
 
