@@ -82,6 +82,8 @@ struct PriorityTests {
     func lanes() {
         #expect(PriorityClass.allCases.map(\.lane) == [.priority, .priority, .bulk, .bulk])
         #expect(PriorityClass.urgent < .high && PriorityClass.high < .normal && PriorityClass.normal < .bulk)
+        #expect(PriorityClass.allCases.map(\.rank) == [0, 1, 2, 3])
+        #expect(!(PriorityClass.bulk < .bulk) && !(PriorityClass.bulk < .urgent))
     }
 
     @Test("per-app overrides")

@@ -118,7 +118,13 @@ struct StateTests {
     func clockTimes() {
         #expect(ClockTime("24:00")?.minutes == 1440)
         #expect(ClockTime("7:05")?.minutes == 425)
-        for bad in ["24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00", "+1:00", " 1:00", "1:0x"] {
+        #expect(ClockTime("00:00")?.minutes == 0)
+        #expect(ClockTime("23:59")?.minutes == 1439)
+        #expect(ClockTime("09:30")?.minutes == 570)
+        for bad in [
+            "24:01", "25:00", "12:60", "1200", "", "12:5", "a:bc", "-1:00", "+1:00", " 1:00", "1:0x", ":00", "123:00",
+            "12:000", "12:00:00", "12::00", "1:00 ", "\u{661}:00", "12:\u{663}0", "１2:00", "99:99",
+        ] {
             #expect(ClockTime(bad) == nil, "\(bad)")
         }
     }

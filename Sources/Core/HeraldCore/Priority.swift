@@ -16,9 +16,17 @@ public enum PriorityClass: String, Sendable, Hashable, CaseIterable, Comparable 
     /// The lane that carries the class: urgent and high share the priority lane, normal and bulk the bulk lane.
     public var lane: Lane { self == .urgent || self == .high ? .priority : .bulk }
 
-    public static func < (a: PriorityClass, b: PriorityClass) -> Bool {
-        allCases.firstIndex(of: a)! < allCases.firstIndex(of: b)!
+    /// The class's place from the most urgent (0) to bulk (3), the order of `allCases`.
+    public var rank: Int {
+        switch self {
+        case .urgent: 0
+        case .high: 1
+        case .normal: 2
+        case .bulk: 3
+        }
     }
+
+    public static func < (a: PriorityClass, b: PriorityClass) -> Bool { a.rank < b.rank }
 }
 
 /// A path through the pipeline: its own topics and its own stage loop in every stage.

@@ -128,13 +128,36 @@ public struct ClockTime: Sendable, Hashable, Comparable, CustomStringConvertible
 
     /// Parses `H:mm` / `HH:mm`; hour 0-24, minute 0-59, `24:00` only with minute 0.
     public init?(_ text: String) {
-        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 2, (1...2).contains(parts[0].count), parts[1].count == 2,
-            parts.allSatisfy({ $0.allSatisfy { $0.isASCII && $0.isNumber } }),
-            let h = Int(parts[0]), let m = Int(parts[1]),
-            (0...24).contains(h), (0...59).contains(m), !(h == 24 && m != 0)
+        // Read from the UTF-8 bytes (resolve reads every do-not-disturb window it loads): one or two ASCII digits,
+        // a colon, two ASCII digits.
+        let parsed = text.utf8.withContiguousStorageIfAvailable { Self.minutes(of: $0) }
+        guard let minutes = parsed ?? Self.minutes(of: Array(text.utf8)) else { return nil }
+        self.minutes = minutes
+    }
+
+    private static func minutes(of bytes: some Collection<UInt8>) -> Int? {
+        var hour = 0, minute = 0, hourDigits = 0, minuteDigits = 0, colons = 0
+        for byte in bytes {
+            if byte == UInt8(ascii: ":") {
+                colons += 1
+                guard colons == 1 else { return nil }
+            } else if byte &- UInt8(ascii: "0") < 10 {
+                let digit = Int(byte &- UInt8(ascii: "0"))
+                if colons == 0 {
+                    hourDigits += 1
+                    hour = hour * 10 + digit
+                } else {
+                    minuteDigits += 1
+                    minute = minute * 10 + digit
+                }
+                guard hourDigits <= 2, minuteDigits <= 2 else { return nil }
+            } else {
+                return nil
+            }
+        }
+        guard colons == 1, hourDigits >= 1, minuteDigits == 2, hour <= 24, minute <= 59, !(hour == 24 && minute != 0)
         else { return nil }
-        minutes = h * 60 + m
+        return hour * 60 + minute
     }
 
     public var description: String {

@@ -577,18 +577,20 @@ public struct ResolveProcessor: StageProcessor {
             let policy = lanes.apps.app(event.appID).priority
             let whole = Priority.classify(event, policy: policy, memberCount: memberCount)
             if whole.rule == "members" { reason = "\(whole.priorityClass.rawValue):members" }
-            var classes: [PriorityClass: Int] = [:]
+            // Recipients per class, by rank (no dictionary per event).
+            var classes = InlineArray<4, Int>(repeating: 0)
             for (user, bytes) in zip(recipients, encoded) {
                 let priorityClass = Priority.classify(
                     event, policy: policy, memberCount: memberCount, recipient: user
                 ).priorityClass
-                classes[priorityClass, default: 0] += 1
+                classes[priorityClass.rank] += 1
                 result.outputs.append(
                     StageOutput(
                         topic: priorityClass.lane == .priority ? lanes.priority : lanes.bulk, key: user, value: bytes))
             }
-            for (priorityClass, count) in classes.sorted(by: { $0.key < $1.key }) {
-                result.notes.append(.classified(priorityClass: priorityClass.rawValue, count: count))
+            for priorityClass in PriorityClass.allCases where classes[priorityClass.rank] > 0 {
+                result.notes.append(
+                    .classified(priorityClass: priorityClass.rawValue, count: classes[priorityClass.rank]))
             }
         } else {
             for (user, bytes) in zip(recipients, encoded) {
