@@ -98,6 +98,12 @@ public struct RedisBatch: Sendable {
         bytes.append(10)
     }
 
+    /// `count` arguments already in RESP form (bulk strings, one after another): fixed arguments encoded once.
+    mutating func arguments(encoded: [UInt8], count: Int) {
+        owed -= count
+        bytes.append(contentsOf: encoded)
+    }
+
     /// The batch has every argument its commands announced.
     var isComplete: Bool { owed == 0 }
 

@@ -206,10 +206,7 @@ public final class StateStore: Sendable {
                 let conversations = index < unreadOf.count ? unreadOf[index] : []
                 batch.command("HMGET", arguments: 5 + conversations.count)
                 batch.userKey(app: app, user: user, .state)
-                batch.argument(UserRecord.devicesField)
-                batch.argument(UserRecord.onlineField)
-                batch.argument(UserRecord.preferencesField)
-                batch.argument(RedisKeys.unreadTotalField)
+                batch.arguments(encoded: Self.stateFields, count: 4)
                 for id in conversations { batch.argument("c:", id) }
             } else {
                 batch.command("HGETALL", arguments: 1)
@@ -274,6 +271,19 @@ public final class StateStore: Sendable {
         }
         return pages
     }
+
+    /// The fields every `HMGET` of `loadBatch` reads first (devices, presence, preferences, the unread total), as
+    /// the four bulk strings they are on the wire.
+    private static let stateFields: [UInt8] = {
+        var fields: [UInt8] = []
+        for field in [
+            UserRecord.devicesField, UserRecord.onlineField, UserRecord.preferencesField,
+            RedisKeys.unreadTotalField,
+        ] {
+            RESP.appendBulk(field, to: &fields)
+        }
+        return fields
+    }()
 
     /// One user's state (all unread conversations); `loadUsers` for a batch.
     public func loadUser(app: String, user: String, now: Int64) async throws -> UserState {
