@@ -184,7 +184,10 @@ public struct ConsumerRecord: Sendable, Hashable {
             m.payload.map { payload in
                 RecordPack.forEachPart(UnsafeRawBufferPointer(start: payload, count: m.len)) {
                     index, count, key, value in
-                    if index == 0 { records.reserveCapacity(records.count + count) }
+                    // Grown geometrically: reserving each pack's exact count would copy the whole array per pack.
+                    if index == 0, records.capacity < records.count + count {
+                        records.reserveCapacity(max(records.count + count, 2 * records.capacity))
+                    }
                     records.append(
                         ConsumerRecord(
                             topic: topic, partition: m.partition, offset: m.offset, key: key, value: value,
