@@ -91,6 +91,25 @@ public struct RedisReplies: Sendable {
         Reply(node: nodes[reply.node].next)
     }
 
+    /// Calls `body` with each element of an aggregate, in order; nothing for any other kind.
+    public func forEachElement(_ reply: Reply, _ body: (Reply) throws -> Void) rethrows {
+        let count = elementCount(reply) ?? 0
+        guard count > 0 else { return }
+        var element = Reply(node: reply.node + 1)
+        for index in 0..<count {
+            if index > 0 { element = sibling(after: element) }
+            try body(element)
+        }
+    }
+
+    /// A bulk string as UTF-8 text, or a status line; nil for every other kind and for invalid UTF-8 (as
+    /// `RedisValue.text`).
+    public func text(_ reply: Reply) -> String? {
+        let node = nodes[reply.node]
+        guard node.kind == REDIS_REPLY_STRING || node.kind == REDIS_REPLY_STATUS else { return nil }
+        return withText(of: node) { String(validating: $0, as: UTF8.self) }
+    }
+
     /// The integer, also parsed from a bulk string holding a decimal integer (as `RedisValue.int`).
     public func int(_ reply: Reply) -> Int64? {
         let node = nodes[reply.node]

@@ -104,11 +104,11 @@ public final class StateStore: Sendable {
                     throw RedisError(.unexpectedReply, "HMGET answered \(values) values")
                 }
                 var counts: [String: Int] = [:]
-                if !scopes[index].isEmpty {
-                    var field = replies.element(reply, 4)
-                    for (offset, id) in scopes[index].enumerated() {
-                        if offset > 0 { field = replies.sibling(after: field) }
-                        if let count = replies.int(field) { counts[id] = Int(count) }
+                var position = 0
+                replies.forEachElement(reply) { field in
+                    defer { position += 1 }
+                    if position >= 4, let count = replies.int(field) {
+                        counts[scopes[index][position - 4]] = Int(count)
                     }
                 }
                 let unread = Unread(
@@ -118,23 +118,34 @@ public final class StateStore: Sendable {
                     preferences: replies.element(reply, 2), unread: unread, user: user,
                     conversations: scopes[index], now: now)
             } else {
-                let values = try Self.array(replies.value(replies[index]).orThrow("HGETALL"))
-                var fields: [String: RedisValue] = [:]
+                let reply = replies[index]
+                try replies.orThrow(reply, "HGETALL")
+                var devices: RedisReplies.Reply?
+                var online: RedisReplies.Reply?
+                var preferences: RedisReplies.Reply?
                 var unread = Unread()
-                var at = 0
-                while at + 1 < values.count {
-                    if let field = values[at].text,
-                        !CountFields.read(
-                            field, values[at + 1], total: &unread.total, conversations: &unread.conversations)
-                    {
-                        fields[field] = values[at + 1]
+                // Field, value, field, value, ...; an odd last element is left out.
+                var field: String?
+                var isValue = false
+                replies.forEachElement(reply) { element in
+                    defer { isValue.toggle() }
+                    guard isValue else {
+                        field = replies.text(element)
+                        return
                     }
-                    at += 2
+                    switch field {
+                    case UserRecord.devicesField?: devices = element
+                    case UserRecord.onlineField?: online = element
+                    case UserRecord.preferencesField?: preferences = element
+                    case let name?:
+                        _ = CountFields.read(
+                            name, replies.value(element), total: &unread.total, conversations: &unread.conversations)
+                    case nil: break
+                    }
                 }
                 result[user] = decodeState(
-                    devices: fields[UserRecord.devicesField]?.data, online: fields[UserRecord.onlineField]?.data,
-                    preferences: fields[UserRecord.preferencesField]?.data, unread: unread, user: user,
-                    conversations: nil, now: now)
+                    in: replies, devices: devices, online: online, preferences: preferences, unread: unread,
+                    user: user, conversations: nil, now: now)
             }
         }
         for (index, user) in light.enumerated() {
@@ -147,30 +158,17 @@ public final class StateStore: Sendable {
         return result
     }
 
-    /// One user's state from the stored fields of their state hash, read in place from a flat reply.
+    /// One user's state from the stored fields of their state hash (nil: not stored), read in place.
     private func decodeState(
-        in replies: RedisReplies, devices: RedisReplies.Reply, online: RedisReplies.Reply,
-        preferences: RedisReplies.Reply, unread: Unread, user: String, conversations: [String]?, now: Int64
+        in replies: RedisReplies, devices: RedisReplies.Reply?, online: RedisReplies.Reply?,
+        preferences: RedisReplies.Reply?, unread: Unread, user: String, conversations: [String]?, now: Int64
     ) -> UserState {
-        let stored = replies.withBytes(devices) { decodeDevices($0, user: user) } ?? []
-        let onlineTokens = replies.withBytes(online) { decodeOnline($0, devices: stored, now: now) } ?? []
-        let prefs =
-            replies.withBytes(preferences) { decodePreferences($0, user: user, conversations: conversations) }
-            ?? Preferences()
-        return UserState(devices: stored, online: onlineTokens, preferences: prefs, unread: unread)
-    }
-
-    /// One user's state from the stored fields of their state hash (nil for a field not stored).
-    private func decodeState(
-        devices: Data?, online: Data?, preferences: Data?, unread: Unread, user: String, conversations: [String]?,
-        now: Int64
-    ) -> UserState {
-        let stored = devices.map { data in data.withUnsafeBytes { decodeDevices($0, user: user) } } ?? []
+        let stored = devices.flatMap { replies.withBytes($0) { decodeDevices($0, user: user) } } ?? []
         let onlineTokens =
-            online.map { data in data.withUnsafeBytes { decodeOnline($0, devices: stored, now: now) } } ?? []
+            online.flatMap { replies.withBytes($0) { decodeOnline($0, devices: stored, now: now) } } ?? []
         let prefs =
-            preferences.map { data in
-                data.withUnsafeBytes { decodePreferences($0, user: user, conversations: conversations) }
+            preferences.flatMap {
+                replies.withBytes($0) { decodePreferences($0, user: user, conversations: conversations) }
             } ?? Preferences()
         return UserState(devices: stored, online: onlineTokens, preferences: prefs, unread: unread)
     }
@@ -248,23 +246,15 @@ public final class StateStore: Sendable {
         for index in 0..<replies.count {
             let reply = replies[index]
             try replies.orThrow(reply, "SSCAN")
-            guard replies.elementCount(reply) == 2,
-                let next = replies.withBytes(replies.element(reply, 0), { String(validating: $0, as: UTF8.self) })
-                    ?? nil,
+            guard replies.elementCount(reply) == 2, let next = replies.text(replies.element(reply, 0)),
                 let items = replies.elementCount(replies.element(reply, 1))
             else {
                 throw RedisError(.unexpectedReply, "SSCAN answered \(replies.value(reply))")
             }
             var members: [String] = []
             members.reserveCapacity(items)
-            if items > 0 {
-                var item = replies.element(replies.element(reply, 1), 0)
-                for offset in 0..<items {
-                    if offset > 0 { item = replies.sibling(after: item) }
-                    if let member = replies.withBytes(item, { String(validating: $0, as: UTF8.self) }) ?? nil {
-                        members.append(member)
-                    }
-                }
+            replies.forEachElement(replies.element(reply, 1)) { item in
+                if let member = replies.text(item) { members.append(member) }
             }
             members.sort()
             pages.append((members, next))
