@@ -68,6 +68,38 @@ struct ClientIntegrationTests {
         await c.shutdown()
     }
 
+    @Test func fieldsThatChangeEveryRequestStayOutOfTheHeaderTable() async throws {
+        let pki = try await PKI.make()
+        let record = pki.dir + "/sent.jsonl"
+        let server = try await startMock(pki, ["--record", record])
+        defer { server.stop() }
+        let c = try client(pki, port: server.port)
+        // Every request has an apns-id, a collapse id and an expiration of its own, of the same lengths. Were they
+        // added to the 4 KB HPACK table, every score of requests would push the fields that every request repeats
+        // (authority, topic, push type, priority) out of it, and the next request would carry them again in full.
+        let n = 300
+        let requests = (0..<n).map { i in
+            var r = request(
+                i, apnsID: String(format: "%08x-0000-4000-8000-%012x", i, i * 7919),
+                collapseID: String(format: "chat-%06d", i))
+            r.expiration = 1_900_000_000 + Int64(i)
+            return r
+        }
+        let responses = await sendAll(c, requests)
+        #expect(responses.values.filter { $0.status == 200 }.count == n)
+        #expect(c.stats.connectionsOpened == 1)
+        let lines = try await waitForRecords(record, atLeast: n)
+        let sizes = lines.compactMap { ($0["header_bytes"] as? NSNumber)?.intValue }.sorted()
+        #expect(sizes.count == n)
+        let median = sizes[n / 2]
+        // The values differ only in their Huffman codes (a few bytes); the connection's first request carries every
+        // repeated field in full (60-odd bytes more than the others here).
+        let large = sizes.filter { $0 > median + 40 }
+        #expect(large.count == 1, "header blocks \(sizes.prefix(3))...\(sizes.suffix(8)), median \(median)")
+        #expect(sizes[0] > 0)
+        await c.shutdown()
+    }
+
     @Test func tokenConnectionStartsAtOneStreamAndIsRaised() async throws {
         let pki = try await PKI.make()
         let server = try await startMock(pki, ["--max-streams", "500"])

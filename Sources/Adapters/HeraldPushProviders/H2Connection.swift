@@ -18,6 +18,9 @@ final class H2Connection {
     /// written to it, so a call never queues behind a fan-out's frames, in our buffers, the socket's or the server's.
     var prioritizedOnly = false
     var goawayReceived = false
+    /// The per-request APNs fields whose names this connection has put in its HPACK table, one bit each
+    /// (`PerRequestName`).
+    private var namesInTable: UInt8 = 0
     var dead = false
     var answeredOnce = false
     var lastReceive: ContinuousClock.Instant = .now
@@ -201,10 +204,15 @@ final class H2Connection {
                 var block = HeaderBlock(fields: nva, bytes: buffer)
                 block.add(":method", "POST")
                 block.add(":scheme", "https")
+                // A value that differs from request to request is kept out of the 4 KB HPACK table: there it would
+                // push out the fields every request repeats (authority, topic, push type, priority), which would then
+                // be sent again in full. The first value of each APNs field is indexed, so that later ones send the
+                // field's name as an index (`:path` and `content-length` are in HPACK's static table). nghttp2 never
+                // indexes `authorization`: the bearer token goes out in full with every request.
                 if let path = job.path {
-                    block.add(":path", path)
+                    block.add(":path", path, indexed: false)
                 } else {
-                    block.add(":path", "/3/device/", r.deviceToken)
+                    block.add(":path", "/3/device/", r.deviceToken, indexed: false)
                 }
                 block.add(":authority", authority)
                 if let bearer { block.add("authorization", bearer) }
@@ -213,13 +221,15 @@ final class H2Connection {
                     block.add("apns-topic", r.topic)
                     block.add("apns-push-type", r.pushType.rawValue)
                     if let p = r.priority { block.add("apns-priority", decimal: Int64(p.rawValue)) }
-                    if let e = r.expiration { block.add("apns-expiration", decimal: e) }
-                    if let c = r.collapseID { block.add("apns-collapse-id", c) }
-                    if let id = r.apnsID { block.add("apns-id", id) }
+                    if let e = r.expiration {
+                        block.add("apns-expiration", decimal: e, indexed: firstValue(of: .expiration))
+                    }
+                    if let c = r.collapseID { block.add("apns-collapse-id", c, indexed: firstValue(of: .collapseID)) }
+                    if let id = r.apnsID { block.add("apns-id", id, indexed: firstValue(of: .apnsID)) }
                 case .fcm:
                     block.add("content-type", "application/json; charset=UTF-8")
                 }
-                block.add("content-length", decimal: Int64(r.payload.count))
+                block.add("content-length", decimal: Int64(r.payload.count), indexed: false)
                 return nghttp2_submit_request(session, nil, nva.baseAddress, block.count, &provider, jobPointer)
             }
         }
@@ -230,6 +240,19 @@ final class H2Connection {
         }
         streams[streamID] = job
         return streamID
+    }
+
+    /// The APNs fields whose values differ from request to request.
+    private enum PerRequestName: UInt8 {
+        case expiration = 1
+        case collapseID = 2
+        case apnsID = 4
+    }
+
+    /// True the first time the connection sends `name` (the value then goes into the HPACK table with its name).
+    private func firstValue(of name: PerRequestName) -> Bool {
+        defer { namesInTable |= name.rawValue }
+        return namesInTable & name.rawValue == 0
     }
 
     /// Cancels a stream whose deadline passed; the job stays referenced until nghttp2 closes it.
@@ -349,27 +372,28 @@ private struct HeaderBlock {
         self.bytes = bytes
     }
 
-    mutating func add(_ name: StaticString, _ value: [UInt8]) {
+    /// `indexed: false` sends the field as a literal never added to the HPACK table (`NGHTTP2_NV_FLAG_NO_INDEX`).
+    mutating func add(_ name: StaticString, _ value: [UInt8], indexed: Bool = true) {
         let start = used
         value.withUnsafeBufferPointer { append($0) }
-        field(name, from: start)
+        field(name, from: start, indexed: indexed)
     }
 
-    mutating func add(_ name: StaticString, _ value: String) {
+    mutating func add(_ name: StaticString, _ value: String, indexed: Bool = true) {
         let start = used
         append(value)
-        field(name, from: start)
+        field(name, from: start, indexed: indexed)
     }
 
-    mutating func add(_ name: StaticString, _ prefix: StaticString, _ value: String) {
+    mutating func add(_ name: StaticString, _ prefix: StaticString, _ value: String, indexed: Bool = true) {
         let start = used
         append(UnsafeBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
         append(value)
-        field(name, from: start)
+        field(name, from: start, indexed: indexed)
     }
 
     /// `value` in decimal ASCII, without making a String.
-    mutating func add(_ name: StaticString, decimal value: Int64) {
+    mutating func add(_ name: StaticString, decimal value: Int64, indexed: Bool = true) {
         let start = used
         if value < 0 {
             bytes[used] = UInt8(ascii: "-")
@@ -387,7 +411,7 @@ private struct HeaderBlock {
             magnitude /= 10
         }
         used += digits
-        field(name, from: start)
+        field(name, from: start, indexed: indexed)
     }
 
     private mutating func append(_ value: String) {
@@ -402,12 +426,13 @@ private struct HeaderBlock {
         used += source.count
     }
 
-    private mutating func field(_ name: StaticString, from start: Int) {
+    private mutating func field(_ name: StaticString, from start: Int, indexed: Bool) {
         precondition(count < fields.count, "too many header fields")
+        var flags = NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue
+        if !indexed { flags |= NGHTTP2_NV_FLAG_NO_INDEX.rawValue }
         fields[count] = nghttp2_nv(
             name: UnsafeMutablePointer(mutating: name.utf8Start), value: bytes.baseAddress! + start,
-            namelen: name.utf8CodeUnitCount, valuelen: used - start,
-            flags: UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue))
+            namelen: name.utf8CodeUnitCount, valuelen: used - start, flags: UInt8(flags))
         count += 1
     }
 }

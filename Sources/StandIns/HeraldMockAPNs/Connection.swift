@@ -12,6 +12,8 @@ struct StreamSlot {
     var head = RequestHead()
     var body: [UInt8] = []
     var bodyLength = 0
+    /// Length of the request's HEADERS frame: its HPACK-encoded header block, as the client sent it.
+    var headerBytes = 0
     var refused = false
     var answered = false
     var free = false
@@ -30,6 +32,7 @@ struct StreamSlot {
         head.reset()
         body.removeAll(keepingCapacity: true)
         bodyLength = 0
+        headerBytes = 0
         refused = false
         answered = false
         free = false
@@ -182,6 +185,9 @@ final class Connection {
                 frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
             else { return 0 }
             conn.server.beginStream(conn, streamID: frame.pointee.hd.stream_id)
+            if let index = conn.slotIndex(of: frame.pointee.hd.stream_id) {
+                conn.slots[index].headerBytes = frame.pointee.hd.length
+            }
             return 0
         }
         nghttp2_session_callbacks_set_on_begin_frame_callback(callbacks) { _, hd, userData in

@@ -1,6 +1,6 @@
 // One line of the record file per answered request: token, topic, push type, priority, apns-id, collapse id,
-// expiration, payload (compact JSON, or null when it was not a JSON object), status, reason, timestamp and the
-// time of the answer. Recorder writes the lines to the file.
+// expiration, payload (compact JSON, or null when it was not a JSON object), status, reason, timestamp, the
+// time of the answer and the length of the request's HPACK-encoded header block. Recorder writes the lines to the file.
 
 enum RecordLine {
     /// Appends the line of `s`'s answer (`verdict`, sent with `apnsID` at wall-clock `at` milliseconds) to `b`.
@@ -45,6 +45,8 @@ enum RecordLine {
         }
         b.append(contentsOf: #","at":"#.utf8)
         b.append(contentsOf: String(at).utf8)
+        b.append(contentsOf: #","header_bytes":"#.utf8)
+        b.append(contentsOf: String(s.headerBytes).utf8)
         b.append(contentsOf: "}\n".utf8)
     }
 }
