@@ -170,6 +170,14 @@ public struct SendProcessor: StageProcessor {
     struct NumberedRecord {
         let index: Int
         let record: OutboundRecord
+        /// The record's pair, made (and hashed) once for the sets and tables it is looked up in.
+        let pair: DeliveryPair
+
+        init(index: Int, record: OutboundRecord) {
+            self.index = index
+            self.record = record
+            pair = record.deliveryPair
+        }
     }
 
     /// The result for the record at `index` of the batch.
@@ -196,20 +204,20 @@ public struct SendProcessor: StageProcessor {
                 out.append(NumberedResult(item.index, expired(item.record, started)))
                 continue
             }
-            if inFlight.insert(item.record.deliveryPair) {
+            if inFlight.insert(item.pair) {
                 candidates.append(item)
             } else {
                 out.append(NumberedResult(item.index, duplicate(item.record, "in_flight", context.nowMillis)))
             }
         }
-        defer { inFlight.remove(candidates.map(\.record.deliveryPair)) }
+        defer { inFlight.remove(candidates.map(\.pair)) }
 
         // 2. Claim (one round trip per app).
         let claimStarted = ContinuousClock.now
         var fresh: [NumberedRecord] = []
         let ttl = claimTTL.milliseconds
         for (app, group) in Dictionary(grouping: candidates, by: { $0.record.appID }) {
-            let pairs = group.map(\.record.deliveryPair)
+            let pairs = group.map(\.pair)
             let now = context.nowMillis
             guard
                 let outcomes = await retrying(
@@ -242,7 +250,7 @@ public struct SendProcessor: StageProcessor {
         let marker = DeliveryMarker(ledger: ledger, context: context, onTransientFailure: onTransientFailure)
         let prioritized = self.prioritized
         let jobs = fresh.map { PushJob(appID: $0.record.appID, request: $0.record.request, prioritized: prioritized) }
-        let deliveryPairs = fresh.map(\.record.deliveryPair)
+        let deliveryPairs = fresh.map(\.pair)
         let sendStarted = ContinuousClock.now
         await transport.send(jobs) { index, answer in
             guard index >= 0, index < jobs.count else { return }
@@ -266,7 +274,7 @@ public struct SendProcessor: StageProcessor {
             let (result, delivered) = classify(item.record, received[position] ?? .failed(.clientShutdown), now: now)
             out.append(NumberedResult(item.index, result))
             if !delivered {
-                release[item.record.appID, default: []].append(item.record.deliveryPair)
+                release[item.record.appID, default: []].append(item.pair)
             }
         }
         for (app, pairs) in release {
