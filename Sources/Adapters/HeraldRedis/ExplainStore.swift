@@ -84,10 +84,8 @@ public final class ExplainStore: Sendable {
         }
         // First the entries' places (by index), then every line written straight from its entry through one
         // scratch buffer: no array per line, no copy of an entry.
-        var logs: [LogRef: [Int]] = [:]
-        var logOrder: [LogRef] = []
-        var decisions: [ShardRef: [Int]] = [:]
-        var decisionOrder: [ShardRef] = []
+        var logs = IndexGroups<LogRef>(capacity: entries.count)
+        var decisions = IndexGroups<ShardRef>(capacity: entries.count)
         var lastEvent: (app: String, event: String, shard: UInt64)?
         for (index, entry) in entries.enumerated() {
             if !entry.isRoutine || fullTrail.wantsAll(entry) {
@@ -98,23 +96,21 @@ public final class ExplainStore: Sendable {
                     shard = RedisKeys.explainShard(eventId: entry.eventID, of: logShards)
                     lastEvent = (entry.appID, entry.eventID, shard)
                 }
-                let ref = LogRef(
-                    app: entry.appID, shard: shard, hour: entry.at / RedisKeys.explainHourMilliseconds)
-                if logs[ref] == nil { logOrder.append(ref) }
-                logs[ref, default: []].append(index)
+                logs.add(
+                    index,
+                    to: LogRef(app: entry.appID, shard: shard, hour: entry.at / RedisKeys.explainHourMilliseconds))
             }
             if let user = entry.user, entry.token == nil {
-                let ref = ShardRef(
-                    app: entry.appID, shard: RedisKeys.lastDecisionShard(user: user, of: lastDecisionShards))
-                if decisions[ref] == nil { decisionOrder.append(ref) }
-                decisions[ref, default: []].append(index)
+                decisions.add(
+                    index,
+                    to: ShardRef(
+                        app: entry.appID, shard: RedisKeys.lastDecisionShard(user: user, of: lastDecisionShards)))
             }
         }
         var batch = RedisBatch(capacity: 64 + entries.count * 120)
         var line: [UInt8] = []
         line.reserveCapacity(256)
-        for ref in logOrder {
-            let indices = logs[ref] ?? []
+        for (ref, indices) in zip(logs.keys, logs.members()) {
             batch.command("RPUSH", arguments: 1 + indices.count)
             logKey(app: ref.app, shard: ref.shard, hour: ref.hour, into: &batch)
             for index in indices {
@@ -128,8 +124,7 @@ public final class ExplainStore: Sendable {
             // The log is kept `ttl` after the end of its hour.
             batch.argument(ttlMilliseconds + RedisKeys.explainHourMilliseconds)
         }
-        for ref in decisionOrder {
-            let indices = decisions[ref] ?? []
+        for (ref, indices) in zip(decisions.keys, decisions.members()) {
             batch.command("HSET", arguments: 1 + 2 * indices.count)
             batch.argument(RedisKeys.prefix, ":", ref.app, ":last_decision:{l", String(ref.shard), "}")
             for index in indices {

@@ -1050,48 +1050,22 @@ public final class StateStore: Sendable {
     /// touches one slot. `filed` is the window a group's records are filed under when its pairs carry their event's
     /// time (`DeliveryPair.eventTime`), nil for pairs filed under the window of the send.
     func deliveryGroups(_ pairs: [DeliveryPair], window: Int64) -> [DeliveryGroup] {
-        // First each pair's group, then every group's indices as one slice of a single array: a batch's pairs
-        // mostly fall in hashes of their own, and an array per group cost send an allocation per pair.
-        var groups: [DeliveryGroup] = []
-        var counts: [Int] = []
-        var groupOf: [DeliveryGroup.Key: Int] = [:]
-        var groupOfPair = [Int](repeating: 0, count: pairs.count)
-        var last: (event: String, time: Int64?)?
-        var current = -1
+        var groups = IndexGroups<DeliveryGroup.Key>(capacity: pairs.count)
+        var last: (event: String, time: Int64?, group: Int)?
         for (index, pair) in pairs.enumerated() {
             // Pairs of one event mostly come one after another: only a change of event hashes again.
-            if last?.event != pair.eventID || last?.time != pair.eventTime {
-                let key = DeliveryGroup.Key(
-                    shard: RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards),
-                    filed: Self.filedWindow(pair, window: window))
-                if let known = groupOf[key] {
-                    current = known
-                } else {
-                    current = groups.count
-                    groupOf[key] = current
-                    groups.append(DeliveryGroup(shard: key.shard, filed: key.filed, indices: []))
-                    counts.append(0)
-                }
-                last = (pair.eventID, pair.eventTime)
+            if let last, last.event == pair.eventID, last.time == pair.eventTime {
+                groups.add(index, toGroup: last.group)
+                continue
             }
-            groupOfPair[index] = current
-            counts[current] += 1
+            let key = DeliveryGroup.Key(
+                shard: RedisKeys.deliveredShard(eventId: pair.eventID, of: deliveredShards),
+                filed: Self.filedWindow(pair, window: window))
+            last = (pair.eventID, pair.eventTime, groups.add(index, to: key))
         }
-        // Where each group's indices start, then the indices in pair order within each group.
-        var next = [Int](repeating: 0, count: groups.count)
-        var start = 0
-        for group in counts.indices {
-            next[group] = start
-            start += counts[group]
+        return zip(groups.keys, groups.members()).map { key, indices in
+            DeliveryGroup(shard: key.shard, filed: key.filed, indices: indices)
         }
-        var flat = [Int](repeating: 0, count: pairs.count)
-        for (index, group) in groupOfPair.enumerated() {
-            flat[next[group]] = index
-            next[group] += 1
-        }
-        // Each group's fill stopped where its indices end.
-        for group in groups.indices { groups[group].indices = flat[(next[group] - counts[group])..<next[group]] }
-        return groups
     }
 
     /// The window a pair's record is filed under whenever it is sent: its event time's, when it has one.
