@@ -77,13 +77,18 @@ struct KafkaTansuTests {
                 topic: topic, key: garbage, value: garbage, headers: [KafkaHeader(key: "bin", value: garbage)],
                 partition: 0),
             ProducerRecord(topic: topic, key: nil as String?, value: nil, partition: 0),
+            // An empty key is a key, given as text or as bytes.
+            ProducerRecord(topic: topic, key: "", value: bytes("empty text key"), partition: 0),
+            ProducerRecord(topic: topic, key: [UInt8](), value: bytes("empty byte key"), partition: 0),
         ])
         let consumer = try KafkaConsumer(
             configuration: consumerConfig(broker.bootstrap, group: uniqueName("g"), topics: [topic]),
             logger: testLogger("test.consumer"))
-        let got = try await collect(consumer, count: 4)
-        #expect(got.count == 4)
-        guard got.count == 4 else { return }
+        let got = try await collect(consumer, count: 6)
+        #expect(got.count == 6)
+        guard got.count == 6 else { return }
+        #expect(got[4].key == [] && got[4].value == bytes("empty text key"))
+        #expect(got[5].key == [] && got[5].value == bytes("empty byte key"))
         #expect(got[0].isTombstone && got[0].key == bytes("user-1"))
         #expect(got[1].value == [] && !got[1].isTombstone && got[1].key == nil)
         #expect(got[2].value == garbage && got[2].key == garbage && got[2].header("bin") == .some(garbage))
@@ -91,7 +96,7 @@ struct KafkaTansuTests {
         consumer.complete(got)
         try await consumer.commit()
         let committed = try await consumer.committed([TopicPartition(topic: topic, partition: 0)])
-        #expect(committed[TopicPartition(topic: topic, partition: 0)] == 4)
+        #expect(committed[TopicPartition(topic: topic, partition: 0)] == 6)
         await consumer.shutdown()
         try await producer.shutdown()
     }

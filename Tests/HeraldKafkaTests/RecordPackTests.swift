@@ -70,6 +70,28 @@ struct RecordPackFormatTests {
     }
 }
 
+@Suite("Producer records")
+struct ProducerRecordTests {
+    @Test("a key given as text is the same key as its UTF-8 bytes")
+    func textAndByteKeys() {
+        let text = ProducerRecord(topic: "t", key: "user-ü1", value: bytes("v"))
+        let raw = ProducerRecord(topic: "t", key: Array("user-ü1".utf8), value: bytes("v"))
+        #expect(text.key == Array("user-ü1".utf8))
+        #expect(text == raw)
+        #expect(text.hashValue == raw.hashValue)
+        #expect(text != ProducerRecord(topic: "t", key: "user-ü2", value: bytes("v")))
+        #expect(ProducerRecord(topic: "t", key: "", value: nil).key == [])
+        #expect(ProducerRecord(topic: "t", key: nil as String?, value: nil).key == nil)
+        #expect(
+            ProducerRecord(topic: "t", key: "", value: nil)
+                != ProducerRecord(topic: "t", key: nil as String?, value: nil))
+        var changed = text
+        changed.key = bytes("other")
+        #expect(changed.key == bytes("other"))
+        #expect(changed == ProducerRecord(topic: "t", key: "other", value: bytes("v")))
+    }
+}
+
 @Suite("Packed records on Tansu", .serialized)
 struct RecordPackTansuTests {
     @Test("a packing producer puts each key where the partitioner would, in order; consumers hand out the parts")

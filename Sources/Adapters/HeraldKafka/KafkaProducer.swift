@@ -164,7 +164,7 @@ final class Packer: Sendable {
             } else {
                 units.append(
                     ProducerRecord(
-                        topic: packedTopics[key >> 32].topic, key: records[members[0]].key,
+                        topic: packedTopics[key >> 32].topic, keyOf: records[members[0]],
                         value: RecordPack.encode(records, members: members), partition: Int32(truncatingIfNeeded: key)))
                 packed = true
             }
@@ -184,15 +184,19 @@ final class Packer: Sendable {
                 }
                 last = (records[index].topic, slot)
             }
-            guard let slot = last?.slot, records[index].partition == nil, let key = records[index].key, !key.isEmpty
+            guard let slot = last?.slot, records[index].partition == nil, let keyCount = records[index].keyCount,
+                keyCount > 0
             else {
                 unitOf[index] = units.count
                 units.append(records[index])
                 continue
             }
-            let partition = RecordPack.partition(key: key, partitions: packedTopics[slot].count)
+            let partitions = packedTopics[slot].count
+            let partition = records[index].withKeyBytes { key in
+                key.map { RecordPack.partition(key: $0, partitions: partitions) } ?? 0
+            }
             let openKey = slot << 32 | Int(partition)
-            let size = RecordPack.size(key: key, value: records[index].value)
+            let size = RecordPack.size(keyCount: keyCount, value: records[index].value)
             if records[index].value == nil || !records[index].headers.isEmpty || size > maxBytes / 2 {
                 close(openKey)
                 unitOf[index] = units.count
@@ -540,12 +544,11 @@ final class ProducerCore: @unchecked Sendable {
             vu.u.mem.size = value.count
             vus.append(vu)
         }
-        if let key = record.key, let keyCopy = copy(key) {
-            transient.append(keyCopy)
+        // librdkafka copies the key before `rd_kafka_produceva` returns: the call below reads it in place.
+        let hasKey = record.keyCount != nil
+        if hasKey {
             vu = rd_kafka_vu_t()
             vu.vtype = RD_KAFKA_VTYPE_KEY
-            vu.u.mem.ptr = keyCopy
-            vu.u.mem.size = key.count
             vus.append(vu)
         }
         for header in record.headers {
@@ -584,7 +587,19 @@ final class ProducerCore: @unchecked Sendable {
             } else {
                 vus[0].u.cstr = cString(record.topic)
             }
-            guard let error = rd_kafka_produceva(handle.pointer, vus, vus.count) else { return .success(()) }
+            // An empty key is a key (a null pointer would be none): it points at `empty`, of which librdkafka
+            // reads nothing.
+            var empty: UInt8 = 0
+            let error = withUnsafeMutableBytes(of: &empty) { empty in
+                record.withKeyBytes { key -> OpaquePointer? in
+                    if hasKey, let key, let slot = vus.firstIndex(where: { $0.vtype == RD_KAFKA_VTYPE_KEY }) {
+                        vus[slot].u.mem.ptr = UnsafeMutableRawPointer(mutating: key.baseAddress) ?? empty.baseAddress
+                        vus[slot].u.mem.size = key.count
+                    }
+                    return rd_kafka_produceva(handle.pointer, vus, vus.count)
+                }
+            }
+            guard let error else { return .success(()) }
             return .failure(KafkaError.consuming(.produce, error, "enqueue failed", context: ["topic": record.topic]))
         }
         if case .failure(let error) = enqueued {

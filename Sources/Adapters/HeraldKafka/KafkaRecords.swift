@@ -30,26 +30,86 @@ public struct ProducerRecord: Sendable, Hashable {
     public var topic: String
     /// Records with the same key go to the same partition (librdkafka's default
     /// `consistent_random` partitioner), which is how Herald keeps per-key order.
-    public var key: [UInt8]?
+    public var key: [UInt8]? {
+        get {
+            switch keyStorage {
+            case .none: nil
+            case .bytes(let bytes): bytes
+            case .text(let text): Array(text.utf8)
+            }
+        }
+        set { keyStorage = newValue.map(Key.bytes) ?? .none }
+    }
     /// `nil` sends a tombstone.
     public var value: [UInt8]?
     public var headers: [KafkaHeader]
     /// An explicit partition, or `nil` to let the partitioner choose.
     public var partition: Int32?
+    /// A key given as text stays text: the stages key their outputs by strings (a user id, a device token), and
+    /// a byte array made of each would be an allocation per record. The producer reads it in place.
+    private var keyStorage: Key
+
+    enum Key: Sendable {
+        case none
+        case bytes([UInt8])
+        case text(String)
+    }
 
     public init(
         topic: String, key: [UInt8]? = nil, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil
     ) {
+        self.init(
+            topic: topic, keyStorage: key.map(Key.bytes) ?? .none, value: value, headers: headers, partition: partition)
+    }
+
+    /// Convenience for UTF-8 keys.
+    public init(topic: String, key: String?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil) {
+        self.init(
+            topic: topic, keyStorage: key.map(Key.text) ?? .none, value: value, headers: headers, partition: partition)
+    }
+
+    /// A record with another record's key, as it was given (packs take their first member's).
+    init(topic: String, keyOf other: ProducerRecord, value: [UInt8]?, partition: Int32?) {
+        self.init(topic: topic, keyStorage: other.keyStorage, value: value, headers: [], partition: partition)
+    }
+
+    private init(topic: String, keyStorage: Key, value: [UInt8]?, headers: [KafkaHeader], partition: Int32?) {
         self.topic = topic
-        self.key = key
+        self.keyStorage = keyStorage
         self.value = value
         self.headers = headers
         self.partition = partition
     }
 
-    /// Convenience for UTF-8 keys.
-    public init(topic: String, key: String?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil) {
-        self.init(topic: topic, key: key.map { Array($0.utf8) }, value: value, headers: headers, partition: partition)
+    /// The key's bytes in place (nil for no key), valid only inside `body`.
+    func withKeyBytes<R>(_ body: (UnsafeRawBufferPointer?) -> R) -> R {
+        switch keyStorage {
+        case .none: return body(nil)
+        case .bytes(let bytes): return bytes.withUnsafeBytes { body($0) }
+        case .text(var text): return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        }
+    }
+
+    /// The key's length in bytes; nil for no key.
+    var keyCount: Int? {
+        switch keyStorage {
+        case .none: nil
+        case .bytes(let bytes): bytes.count
+        case .text(let text): text.utf8.count
+        }
+    }
+
+    public static func == (a: ProducerRecord, b: ProducerRecord) -> Bool {
+        a.topic == b.topic && a.partition == b.partition && a.value == b.value && a.headers == b.headers
+            && a.withKeyBytes { ka in b.withKeyBytes { kb in ka.map(Array.init) == kb.map(Array.init) } }
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(topic)
+        withKeyBytes { hasher.combine($0.map(Array.init)) }
+        hasher.combine(value)
+        hasher.combine(headers)
+        hasher.combine(partition)
     }
 }
 

@@ -25,8 +25,11 @@ public enum RecordPack {
     }
 
     /// The bytes a part adds to a pack (lengths included).
-    static func size(key: [UInt8]?, value: [UInt8]?) -> Int {
-        let k = key?.count ?? -1
+    static func size(key: [UInt8]?, value: [UInt8]?) -> Int { size(keyCount: key?.count, value: value) }
+
+    /// The bytes a part with a key of `keyCount` bytes (nil: no key) adds to a pack.
+    static func size(keyCount: Int?, value: [UInt8]?) -> Int {
+        let k = keyCount ?? -1
         let v = value?.count ?? -1
         return varintSize(UInt64(k + 1)) + max(0, k) + varintSize(UInt64(v + 1)) + max(0, v)
     }
@@ -43,10 +46,10 @@ public enum RecordPack {
 
     /// Encodes the keys and values of `records` at `members` (at least one), read in place.
     static func encode(_ records: [ProducerRecord], members: [Int]) -> [UInt8] {
-        let total = members.reduce(0) { $0 + size(key: records[$1].key, value: records[$1].value) }
+        let total = members.reduce(0) { $0 + size(keyCount: records[$1].keyCount, value: records[$1].value) }
         return encode(count: members.count, size: total) { bytes in
             for member in members {
-                appendBytes(records[member].key, to: &bytes)
+                records[member].withKeyBytes { appendBytes($0, to: &bytes) }
                 appendBytes(records[member].value, to: &bytes)
             }
         }
@@ -103,9 +106,11 @@ public enum RecordPack {
     /// The partition librdkafka's default partitioner (`consistent_random`) picks for a non-empty `key` among
     /// `partitions` partitions: the producer packs only records whose partition it knows this way.
     static func partition(key: [UInt8], partitions: Int32) -> Int32 {
-        key.withUnsafeBytes { raw in
-            rd_kafka_msg_partitioner_consistent_random(nil, raw.baseAddress, raw.count, partitions, nil, nil)
-        }
+        key.withUnsafeBytes { partition(key: $0, partitions: partitions) }
+    }
+
+    static func partition(key: UnsafeRawBufferPointer, partitions: Int32) -> Int32 {
+        rd_kafka_msg_partitioner_consistent_random(nil, key.baseAddress, key.count, partitions, nil, nil)
     }
 
     // MARK: Varints and length-prefixed bytes
@@ -136,6 +141,15 @@ public enum RecordPack {
         }
         appendVarint(UInt64(part.count) + 1, to: &bytes)
         bytes += part
+    }
+
+    private static func appendBytes(_ part: UnsafeRawBufferPointer?, to bytes: inout [UInt8]) {
+        guard let part else {
+            bytes.append(0)
+            return
+        }
+        appendVarint(UInt64(part.count) + 1, to: &bytes)
+        bytes.append(contentsOf: part)
     }
 
     private static func readVarint(_ bytes: UnsafeRawBufferPointer, _ index: inout Int) -> UInt64? {

@@ -124,7 +124,7 @@ public struct BurstFlushService: Service {
                         apps: directory, now: BatchContext.millis(Date())
                     ) { outputs in
                         try await producer.sendAll(
-                            outputs.map { ProducerRecord(topic: $0.topic, key: Array($0.key.utf8), value: $0.value) })
+                            outputs.map { ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value) })
                     }
                     if pass.flushed > pass.summaries {
                         metrics.coalesced(outcome: "flushed", count: pass.flushed - pass.summaries)
