@@ -545,8 +545,10 @@ final class ProducerCore: @unchecked Sendable {
             vus.append(vu)
         }
         // librdkafka copies the key before `rd_kafka_produceva` returns: the call below reads it in place.
-        let hasKey = record.keyCount != nil
-        if hasKey {
+        // Its pointer and size are filled in around the call, where the key's bytes are at hand.
+        var keySlot: Int?
+        if record.keyCount != nil {
+            keySlot = vus.count
             vu = rd_kafka_vu_t()
             vu.vtype = RD_KAFKA_VTYPE_KEY
             vus.append(vu)
@@ -592,7 +594,7 @@ final class ProducerCore: @unchecked Sendable {
             var empty: UInt8 = 0
             let error = withUnsafeMutableBytes(of: &empty) { empty in
                 record.withKeyBytes { key -> OpaquePointer? in
-                    if hasKey, let key, let slot = vus.firstIndex(where: { $0.vtype == RD_KAFKA_VTYPE_KEY }) {
+                    if let slot = keySlot, let key {
                         vus[slot].u.mem.ptr = UnsafeMutableRawPointer(mutating: key.baseAddress) ?? empty.baseAddress
                         vus[slot].u.mem.size = key.count
                     }

@@ -33,12 +33,12 @@ public struct ProducerRecord: Sendable, Hashable {
     public var key: [UInt8]? {
         get {
             switch keyStorage {
-            case .none: nil
+            case .absent: nil
             case .bytes(let bytes): bytes
             case .text(let text): Array(text.utf8)
             }
         }
-        set { keyStorage = newValue.map(Key.bytes) ?? .none }
+        set { keyStorage = newValue.map(Key.bytes) ?? .absent }
     }
     /// `nil` sends a tombstone.
     public var value: [UInt8]?
@@ -50,7 +50,7 @@ public struct ProducerRecord: Sendable, Hashable {
     private var keyStorage: Key
 
     enum Key: Sendable {
-        case none
+        case absent
         case bytes([UInt8])
         case text(String)
     }
@@ -59,13 +59,15 @@ public struct ProducerRecord: Sendable, Hashable {
         topic: String, key: [UInt8]? = nil, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil
     ) {
         self.init(
-            topic: topic, keyStorage: key.map(Key.bytes) ?? .none, value: value, headers: headers, partition: partition)
+            topic: topic, keyStorage: key.map(Key.bytes) ?? .absent, value: value, headers: headers,
+            partition: partition)
     }
 
     /// Convenience for UTF-8 keys.
     public init(topic: String, key: String?, value: [UInt8]?, headers: [KafkaHeader] = [], partition: Int32? = nil) {
         self.init(
-            topic: topic, keyStorage: key.map(Key.text) ?? .none, value: value, headers: headers, partition: partition)
+            topic: topic, keyStorage: key.map(Key.text) ?? .absent, value: value, headers: headers, partition: partition
+        )
     }
 
     /// A record with another record's key, as it was given (packs take their first member's).
@@ -84,7 +86,7 @@ public struct ProducerRecord: Sendable, Hashable {
     /// The key's bytes in place (nil for no key), valid only inside `body`.
     func withKeyBytes<R>(_ body: (UnsafeRawBufferPointer?) -> R) -> R {
         switch keyStorage {
-        case .none: return body(nil)
+        case .absent: return body(nil)
         case .bytes(let bytes): return bytes.withUnsafeBytes { body($0) }
         case .text(var text): return text.withUTF8 { body(UnsafeRawBufferPointer($0)) }
         }
@@ -93,7 +95,7 @@ public struct ProducerRecord: Sendable, Hashable {
     /// The key's length in bytes; nil for no key.
     var keyCount: Int? {
         switch keyStorage {
-        case .none: nil
+        case .absent: nil
         case .bytes(let bytes): bytes.count
         case .text(let text): text.utf8.count
         }
