@@ -401,10 +401,12 @@ package final class LoadDriver: @unchecked Sendable {
             inputEnd = monotonicSeconds() - start
         }
         await publisher.flush()
-        // Drain: until every expected notification arrived and the suppression counters caught up,
-        // or nothing new happened for drainTimeout seconds.
+        // Drain: until every expected notification arrived and the suppression counters caught up, or nothing
+        // moved anywhere in the pipeline for drainTimeout seconds. Records consumed or produced by any stage count
+        // as movement as well as deliveries: a slow broker (Tansu on S3 on a busy host) can take longer than
+        // drainTimeout between two deliveries while every hop still advances, and a stuck pipeline moves nothing.
         var lastChange = monotonicSeconds()
-        var lastSeen = (-1, -1.0)
+        var lastSeen = (-1, -1.0, -1.0)
         while true {
             step()
             await housekeeping()
@@ -425,11 +427,18 @@ package final class LoadDriver: @unchecked Sendable {
                 }
                 break
             }
-            if ledger.delivered != lastSeen.0 || suppressed != lastSeen.1 {
-                lastSeen = (ledger.delivered, suppressed)
+            let moved = m.sum("herald_consumed_total") + m.sum("herald_produced_total")
+            if ledger.delivered != lastSeen.0 || suppressed != lastSeen.1 || moved != lastSeen.2 {
+                lastSeen = (ledger.delivered, suppressed, moved)
                 lastChange = monotonicSeconds()
             } else if monotonicSeconds() - lastChange > drainTimeout {
-                log("nothing new for \(Int(drainTimeout)) s: stopping with \(ledger.lost) notifications missing")
+                log(
+                    "nothing moved for \(Int(drainTimeout)) s: stopping with \(ledger.lost) notifications missing ("
+                        + stageNames.map { s in
+                            "\(s) consumed \(Int(m.sum("herald_consumed_total", stage: s))) produced "
+                                + "\(Int(m.sum("herald_produced_total", stage: s))) lag "
+                                + "\(Int(m.sum("herald_consumer_lag", stage: s)))"
+                        }.joined(separator: ", ") + ")")
                 break
             }
             try await Task.sleep(for: .milliseconds(100))

@@ -42,7 +42,10 @@ struct PipelineBench: AsyncParsableCommand {
     )
     var warmup = 5.0
     @Option(
-        name: .customLong("drain-timeout"), help: "Stop waiting when nothing new was delivered for this many seconds.")
+        name: .customLong("drain-timeout"),
+        help:
+            "Stop waiting when nothing moved (no delivery, no record consumed or produced by a stage) for this many seconds."
+    )
     var drainTimeout = 20.0
     @Option(name: .customLong("mock-args"), help: "Extra herald-mock-apns options for a stack the bench starts.")
     var mockArgs = ""

@@ -87,6 +87,7 @@ struct ChaosCommand: AsyncParsableCommand {
                 outcome.detail += "; a stack started only at the second try (the first: \(failure))"
             }
             outcome.expectedToFail = expected.contains(scenario)
+            if !outcome.passed { runner.printLogTails() }
             print(outcome.line)
             fflush(nil)
             outcomes.append(outcome)
@@ -179,6 +180,33 @@ struct ChaosRunner {
         w.conversationSize = conversationSize
         if !mix { w.dnd = 0; w.muted = 0; w.online = 0 }
         return w
+    }
+
+    /// The run directory of this scenario's stack (its `logs/` stay after the stack is stopped).
+    var runDir: String? {
+        guard
+            let base = options.stack.runDir
+                ?? (try? options.stack.repo ?? StackControl.findRepo()).map({
+                    $0 + "/run/chaos-\(getpid())"
+                })
+        else { return nil }
+        return base + "/" + scenario.rawValue
+    }
+
+    /// After a failure: each stage's last warnings and errors, so that a CI log says what the stages saw.
+    func printLogTails(lines: Int = 6) {
+        guard var dir = runDir else { return }
+        if FileManager.default.fileExists(atPath: dir + "-again/logs") { dir += "-again" }
+        for stage in stageNames {
+            guard let text = try? String(contentsOfFile: "\(dir)/logs/\(stage).log", encoding: .utf8) else { continue }
+            let notable = text.split(separator: "\n").filter {
+                $0.contains("\"level\":\"warning\"") || $0.contains("\"level\":\"error\"")
+                    || $0.contains("\"level\":\"critical\"")
+            }
+            guard !notable.isEmpty else { continue }
+            log("\(stage): last \(min(lines, notable.count)) of \(notable.count) warnings and errors")
+            for line in notable.suffix(lines) { log("  " + String(line.prefix(400))) }
+        }
     }
 
     func open(
