@@ -47,6 +47,9 @@ public final class Gate: Sendable {
 
     public init() {}
 
+    /// Whether `open()` was called.
+    public var isOpen: Bool { state.withLock { $0.open } }
+
     public func wait() async {
         await withCheckedContinuation { continuation in
             let isOpen = state.withLock { state -> Bool in
