@@ -165,9 +165,11 @@ public struct SendProcessor: StageProcessor {
         return results.map { $0 ?? .handedBack }
     }
 
-    /// A record of the batch with its position in it. (Structs, not tuples: an array of tuples is copied and
-    /// destroyed through the runtime's generic tuple witnesses.)
-    struct NumberedRecord {
+    /// A record of the batch with its position in it. A class: a record passes through the buckets, the candidates,
+    /// the groups per app and the claimed ones, and a copy of a reference is one retain where a copy of the record's
+    /// strings is one each. (Not a tuple: an array of tuples is copied and destroyed through the runtime's generic
+    /// tuple witnesses.)
+    final class NumberedRecord: Sendable {
         let index: Int
         let record: OutboundRecord
         /// The record's pair, made (and hashed) once for the sets and tables it is looked up in.

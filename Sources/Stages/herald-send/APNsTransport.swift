@@ -148,10 +148,22 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         // Each client's share, in order of first use. (Not `groups[id, default: (client, [])]`: a default that
         // captures the client is a closure context allocated per job.)
-        var groups: [(APNsClient, [(index: Int, job: PushJob)])] = []
+        var groups: [(APNsClient, [Int])] = []
         var groupOf: [ObjectIdentifier: Int] = [:]
+        // The client of the job before, and what it was chosen by: a batch is mostly one app's and topic's jobs,
+        // which then cost no credential search each.
+        var last: (appID: String, topic: String, environment: APNsEnvironment, client: APNsClient)?
         for (index, job) in jobs.enumerated() {
-            guard let client = client(for: job) else {
+            let found: APNsClient?
+            if let last, last.appID == job.appID, last.topic == job.request.topic,
+                last.environment == job.request.environment
+            {
+                found = last.client
+            } else {
+                found = client(for: job)
+                last = found.map { (job.appID, job.request.topic, job.request.environment, $0) }
+            }
+            guard let client = found else {
                 onAnswer(
                     index,
                     .noCredential(
@@ -161,14 +173,14 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
             }
             let id = ObjectIdentifier(client)
             if let at = groupOf[id] {
-                groups[at].1.append((index, job))
+                groups[at].1.append(index)
             } else {
                 groupOf[id] = groups.count
-                groups.append((client, [(index, job)]))
+                groups.append((client, [index]))
             }
         }
         await sendConcurrently(
-            groups, timeout: timeout, delivery: { APNsDelivery($0, timeout: $1, tag: $2) },
+            jobs, groups, timeout: timeout, delivery: { APNsDelivery($0, timeout: $1, tag: $2) },
             answer: Self.answer, onAnswer: onAnswer)
     }
 

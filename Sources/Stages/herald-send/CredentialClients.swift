@@ -7,21 +7,21 @@ protocol CredentialClient: AnyObject, BatchPushClient {
     func shutdown(grace: Duration) async
 }
 
-/// Sends each client's share of a stage's batch, all clients at once, and reports every answer under the index
-/// of its job in the batch: `delivery` makes a client request from a job's rendered request (deadline, tag),
+/// Sends each client's share of a stage's batch (the indices of its jobs in `jobs`), all clients at once, and
+/// reports every answer under the index of its job in the batch: `delivery` makes a client request from a job's rendered request (deadline, tag),
 /// `answer` reads the provider's answer.
 func sendConcurrently<Client: CredentialClient>(
-    _ shares: [(Client, [(index: Int, job: PushJob)])], timeout: Duration,
+    _ jobs: [PushJob], _ shares: [(Client, [Int])], timeout: Duration,
     delivery: @escaping @Sendable (APNsRequest, Duration, UInt64) -> APNsDelivery,
     answer: @escaping @Sendable (APNsResponse) -> PushAnswer,
     onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void
 ) async {
     await withTaskGroup(of: Void.self) { group in
-        for (client, items) in shares {
+        for (client, indices) in shares {
             group.addTask {
-                let requests = items.map { item in
-                    var request = delivery(item.job.request, timeout, UInt64(item.index))
-                    request.prioritized = item.job.prioritized
+                let requests = indices.map { index in
+                    var request = delivery(jobs[index].request, timeout, UInt64(index))
+                    request.prioritized = jobs[index].prioritized
                     return request
                 }
                 await client.answers(for: requests) { response in

@@ -28,6 +28,11 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
     }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+        // Nearly every batch is one provider's: its jobs go on as they are, without a subset and an index map.
+        if let provider = jobs.first?.request.provider, jobs.allSatisfy({ $0.request.provider == provider }) {
+            await send(jobs, to: provider, onAnswer: onAnswer)
+            return
+        }
         var parts: [PushProvider: [(Int, PushJob)]] = [:]
         for (index, job) in jobs.enumerated() { parts[job.request.provider, default: []].append((index, job)) }
         await withTaskGroup(of: Void.self) { group in
@@ -37,14 +42,18 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
                 let answer: @Sendable (Int, PushAnswer) -> Void = { i, a in
                     if i >= 0 && i < back.count { onAnswer(back[i], a) }
                 }
-                group.addTask {
-                    switch provider {
-                    case .apns: await self.apns.send(subset, onAnswer: answer)
-                    case .fcm: await self.fcm.send(subset, onAnswer: answer)
-                    case .webhook: await self.webhook.send(subset, onAnswer: answer)
-                    }
-                }
+                group.addTask { await self.send(subset, to: provider, onAnswer: answer) }
             }
+        }
+    }
+
+    private func send(
+        _ jobs: [PushJob], to provider: PushProvider, onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void
+    ) async {
+        switch provider {
+        case .apns: await apns.send(jobs, onAnswer: onAnswer)
+        case .fcm: await fcm.send(jobs, onAnswer: onAnswer)
+        case .webhook: await webhook.send(jobs, onAnswer: onAnswer)
         }
     }
 
@@ -171,7 +180,7 @@ final class FCMPushTransport: Sendable {
     var isReady: Bool { clients.values.allSatisfy { $0.tokens.token() != nil } }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
-        var groups: [Key: [(index: Int, job: PushJob)]] = [:]
+        var groups: [Key: [Int]] = [:]
         let clients = self.clients
         for (index, job) in jobs.enumerated() {
             let key = Key(app: job.appID, providerID: job.request.providerID ?? job.request.topic)
@@ -179,10 +188,10 @@ final class FCMPushTransport: Sendable {
                 onAnswer(index, .noCredential("no FCM credential \(key.providerID) for app \(job.appID)"))
                 continue
             }
-            groups[key, default: []].append((index, job))
+            groups[key, default: []].append(index)
         }
         await sendConcurrently(
-            groups.compactMap { key, items in clients[key].map { ($0, items) } }, timeout: timeout,
+            jobs, groups.compactMap { key, indices in clients[key].map { ($0, indices) } }, timeout: timeout,
             delivery: { FCMClient.delivery($0, timeout: $1, tag: $2) }, answer: Self.answer, onAnswer: onAnswer)
     }
 
