@@ -8,8 +8,8 @@ protocol CredentialClient: AnyObject, BatchPushClient {
 }
 
 /// Sends each client's share of a stage's batch (the indices of its jobs in `jobs`), all clients at once, and
-/// reports every answer under the index of its job in the batch: `delivery` makes a client request from a job's rendered request (deadline, tag),
-/// `answer` reads the provider's answer.
+/// reports every answer under the index of its job in the batch: `delivery` makes a client request from a job's
+/// rendered request (deadline, tag), `answer` reads the provider's answer.
 func sendConcurrently<Client: CredentialClient>(
     _ jobs: [PushJob], _ shares: [(Client, [Int])], timeout: Duration,
     delivery: @escaping @Sendable (APNsRequest, Duration, UInt64) -> APNsDelivery,
