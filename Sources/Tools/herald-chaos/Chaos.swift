@@ -183,14 +183,11 @@ struct ChaosRunner {
     }
 
     /// The run directory of this scenario's stack (its `logs/` stay after the stack is stopped).
-    var runDir: String? {
-        guard
-            let base = options.stack.runDir
-                ?? (try? options.stack.repo ?? StackControl.findRepo()).map({
-                    $0 + "/run/chaos-\(getpid())"
-                })
-        else { return nil }
-        return base + "/" + scenario.rawValue
+    var runDir: String? { (try? baseRunDir()).map { $0 + "/" + scenario.rawValue } }
+
+    /// Where every scenario's stack of this run goes: `--run-dir`, else `run/chaos-<pid>` in the repository.
+    func baseRunDir() throws -> String {
+        try options.stack.runDir ?? (try options.stack.repo ?? StackControl.findRepo()) + "/run/chaos-\(getpid())"
     }
 
     /// After a failure: each stage's last warnings and errors, so that a CI log says what the stages saw.
@@ -215,7 +212,7 @@ struct ChaosRunner {
         -> BenchSession
     {
         var o = options.stack
-        if o.runDir == nil { o.runDir = (try o.repo ?? StackControl.findRepo()) + "/run/chaos-\(getpid())" }
+        o.runDir = try baseRunDir()
         let session = try BenchSession.open(
             o, mockArgs: mockArgs, redisAOF: redisAOF, kafkaS3: kafkaS3, redisCluster: redisCluster,
             runSuffix: "/" + scenario.rawValue)
