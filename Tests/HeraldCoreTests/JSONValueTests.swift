@@ -1,3 +1,4 @@
+import Foundation
 import HeraldCore
 import Testing
 
@@ -68,6 +69,50 @@ struct JSONValueTests {
         #expect(JSONWriter.quoted("日本語 🥾", lineSafe: true) == "\"日本語 🥾\"")
         let text = "mixed \"é\" \u{2028}\t"
         #expect((try? JSONValue.parse(JSONWriter.quoted(text, lineSafe: true))) == .string(text))
+    }
+
+    @Test("the escaper's eight-bytes-at-a-time scan writes what escaping each character on its own writes")
+    func escapingMatchesCharacterByCharacter() {
+        // Every character class the escaper treats apart, at every offset within an eight-byte word.
+        let specials: [String] = [
+            "\"", "\\", "\n", "\r", "\t", "\u{0}", "\u{1F}", "\u{7F}", "\u{2028}", "\u{2029}", "\u{2027}", "é", "🥾",
+            " ",
+            "~",
+        ]
+        func reference(_ text: String, lineSafe: Bool) -> String {
+            var out = "\""
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+                case _ where lineSafe && scalar.value == 0x7F: out += "\\u007f"
+                case _ where lineSafe && scalar.value == 0x2028: out += "\\u2028"
+                case _ where lineSafe && scalar.value == 0x2029: out += "\\u2029"
+                default: out.unicodeScalars.append(scalar)
+                }
+            }
+            return out + "\""
+        }
+        var generator = SystemRandomNumberGenerator()
+        for lineSafe in [false, true] {
+            for special in specials {
+                for offset in 0..<17 {
+                    let text = String(repeating: "a", count: offset) + special + String(repeating: "b", count: 9)
+                    #expect(JSONWriter.quoted(text, lineSafe: lineSafe) == reference(text, lineSafe: lineSafe))
+                }
+            }
+            for _ in 0..<300 {
+                let count = Int.random(in: 0..<40, using: &generator)
+                let text = (0..<count).map { _ in
+                    Bool.random(using: &generator) ? "x" : specials.randomElement(using: &generator)!
+                }.joined()
+                #expect(JSONWriter.quoted(text, lineSafe: lineSafe) == reference(text, lineSafe: lineSafe), "\(text)")
+            }
+        }
     }
 
     @Test("a pruned parse keeps the named entries of one member and accepts and refuses exactly what a parse does")

@@ -167,6 +167,43 @@ struct RulesReadTests {
         #expect(read > 0, "some changed bytes still read (a changed letter in a text)")
     }
 
+    @Test("every enumeration's names read back as written; a name with any one byte changed is refused")
+    func enumerationNamesMatchedOnTheirBytes() throws {
+        var rng = SplitMix(state: 11)
+        for _ in 0..<200 {
+            let whole = arbitraryResolved(&rng)
+            #expect(try StageCodec.decode(ResolvedRecord.self, from: StageCodec.encode(whole)) == whole)
+        }
+        // A name longer than eight bytes and one shorter, changed at each of their bytes, or cut short by one.
+        for (name, set) in [
+            ("alternative", { (p: inout Preferences) in p.template = .alternative }),
+            ("off", { (p: inout Preferences) in p.trigger = .off }),
+        ] as [(String, (inout Preferences) -> Void)] {
+            var whole = arbitraryResolved(&rng)
+            set(&whole.state.preferences)
+            let wire = StageCodec.encode(whole)
+            #expect(try StageCodec.decode(ResolvedRecord.self, from: wire) == whole)
+            // The name as the record writes it: its length, then its bytes.
+            let written = [UInt8(name.utf8.count)] + Array(name.utf8)
+            let at = try #require(
+                (0...(wire.count - written.count)).last { Array(wire[$0..<$0 + written.count]) == written },
+                "the name \(name) is in the record")
+            for index in 1..<written.count {
+                var changed = wire
+                changed[at + index] ^= 0x20
+                #expect(throws: StageRecordError.self, "\(name), byte \(index)") {
+                    try StageCodec.decode(ResolvedRecord.self, from: changed)
+                }
+            }
+            var shorter = wire
+            shorter[at] -= 1
+            shorter.remove(at: at + written.count - 1)
+            #expect(throws: StageRecordError.self, "\(name) cut short") {
+                try StageCodec.decode(ResolvedRecord.self, from: shorter)
+            }
+        }
+    }
+
     @Test("a wrong value in a part the rules step over goes on, and the deliverable's whole decode refuses it")
     func wrongValueRefusedDownstream() throws {
         var rng = SplitMix(state: 5)

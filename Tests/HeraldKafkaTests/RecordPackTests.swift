@@ -137,8 +137,16 @@ struct RecordPackTansuTests {
         let consumer = try KafkaConsumer(
             configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic], batchSize: 70),
             logger: testLogger("test.consumer"))
-        let got = try await collect(consumer, count: sent.count)
+        let batches = try await collectBatches(consumer, count: sent.count)
+        let got = batches.flatMap { $0 }
         #expect(got.count == sent.count)
+        // A batch holds at most batchSize records, and a pack (25 parts at most, fewer than 70) is never split
+        // between two batches.
+        #expect(batches.allSatisfy { $0.count <= 70 }, "batch sizes \(batches.map(\.count))")
+        for batch in batches {
+            if let first = batch.first, first.part != 0 { Issue.record("a batch starts inside a pack: \(first.part)") }
+            if let last = batch.last, last.part != last.parts - 1 { Issue.record("a batch ends inside a pack") }
+        }
         for k in 0..<10 {
             let key = "user-\(k)"
             let ofKey = got.filter { $0.key == bytes(key) }

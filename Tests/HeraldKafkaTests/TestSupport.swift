@@ -90,13 +90,22 @@ func producer(_ brokers: String) throws -> KafkaProducer {
 /// Pulls batches until `count` records arrived or `timeout` passed; never completes them.
 func collect(_ consumer: KafkaConsumer, count: Int, timeout: Duration = .seconds(120)) async throws -> [ConsumerRecord]
 {
-    var records: [ConsumerRecord] = []
+    try await collectBatches(consumer, count: count, timeout: timeout).flatMap { $0 }
+}
+
+/// The batches `nextBatch()` hands out until `count` records arrived (or `timeout` passed).
+func collectBatches(
+    _ consumer: KafkaConsumer, count: Int, timeout: Duration = .seconds(120)
+) async throws -> [[ConsumerRecord]] {
+    var batches: [[ConsumerRecord]] = []
+    var total = 0
     let deadline = ContinuousClock.now + timeout
-    while records.count < count, ContinuousClock.now < deadline {
+    while total < count, ContinuousClock.now < deadline {
         guard let batch = try await consumer.nextBatch() else { break }
-        records += batch
+        if !batch.isEmpty { batches.append(batch) }
+        total += batch.count
     }
-    return records
+    return batches
 }
 
 /// Waits until `condition` holds or throws after `timeout` (HeraldTestSupport's `waitUntil` under the name these

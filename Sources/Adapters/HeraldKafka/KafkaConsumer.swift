@@ -159,7 +159,7 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     private struct State {
-        var buffer: [ConsumerRecord] = []
+        var buffer = RecordBuffer()
         var waiter: Waiter?
         var epochs: [TopicPartition: UInt64] = [:]
         var trackers: [TopicPartition: Tracked] = [:]
@@ -419,21 +419,10 @@ final class ConsumerCore: @unchecked Sendable {
 
     // MARK: The poll thread
 
-    private static func take(_ buffer: inout [ConsumerRecord], _ n: Int) -> [ConsumerRecord] {
-        let count = min(n, buffer.count)
-        if count == buffer.count {
-            defer { buffer = [] }
-            return buffer
-        }
-        let batch = Array(buffer.prefix(count))
-        buffer.removeFirst(count)
-        return batch
-    }
-
     /// Takes a batch (under the state lock) and, if the buffer was full, wakes the poll thread waiting for room.
     private func takeAndSignal(_ s: inout State, _ n: Int) -> [ConsumerRecord] {
         let wasFull = s.buffer.count >= capacity
-        let batch = Self.take(&s.buffer, n)
+        let batch = s.buffer.take(n)
         if wasFull { room.signal() }
         return batch
     }
@@ -505,64 +494,56 @@ final class ConsumerCore: @unchecked Sendable {
 
     private func pollAndBuffer(_ rk: OpaquePointer, sliceMs: Int32) {
         guard let first = rd_kafka_consumer_poll(rk, sliceMs) else { return }
-        let (epochs, room) = state.withLock { ($0.epochs, max(1, capacity - $0.buffer.count)) }
         // (When stall-paused the buffer may be full; a record still arriving is kept anyway.)
+        let limit = state.withLock { min(max(1, capacity - $0.buffer.count), configuration.batchSize) }
         let generation = rebalanceGeneration
-        var records: [ConsumerRecord] = []
+        // The messages of this poll, taken first and buffered together (under one lock, so the caller sees all of
+        // them or none, as a full batch): each is copied out of librdkafka once, straight into the buffer.
+        var messages: [UnsafeMutablePointer<rd_kafka_message_t>] = []
+        var records = 0
         var next: UnsafeMutablePointer<rd_kafka_message_t>? = first
         while let message = next {
-            convert(message, epochs: epochs, into: &records)
-            rd_kafka_message_destroy(message)
-            if records.count >= min(room, configuration.batchSize) { break }
+            if let count = recordCount(message) {
+                messages.append(message)
+                records += count
+            } else {
+                rd_kafka_message_destroy(message)
+            }
+            if records >= limit { break }
             next = rd_kafka_consumer_poll(rk, 0)
             if rebalanceGeneration != generation {
-                // Everything collected belonged to the assignment just revoked: it will be
-                // fetched again from the committed offsets. `next` came after the rebalance.
-                records = []
+                // Everything taken belonged to the assignment just revoked: it will be fetched again from the
+                // committed offsets. `next` came after the rebalance.
                 if let message = next { rd_kafka_message_destroy(message) }
-                break
-            }
-        }
-        guard !records.isEmpty else { return }
-        let now = ContinuousClock.now
-        configuration.activity?.noteRecords(now: now)
-        state.withLock { s in
-            s.flow.noteRecords(now: now)
-            // A pack's parts follow its first part and share its partition and epoch: the partition is looked up
-            // once per Kafka record, and its parts kept or dropped with it.
-            var dropped = 0
-            for index in records.indices where records[index].part == 0 {
-                let tp = records[index].topicPartition
-                let epoch = records[index].epoch
-                guard s.epochs[tp] == epoch else {  // no longer ours
-                    dropped += records[index].parts
-                    continue
-                }
-                if s.trackers[tp]?.epoch != epoch { s.trackers[tp] = Tracked(epoch: epoch) }
-                s.trackers[tp]?.tracker.delivered(records[index].offset, parts: records[index].parts)
-            }
-            if dropped == 0 {
-                if s.buffer.isEmpty { s.buffer = records } else { s.buffer.append(contentsOf: records) }
+                messages.forEach { rd_kafka_message_destroy($0) }
                 return
             }
-            var keep = true
-            for record in records {
-                if record.part == 0 { keep = s.epochs[record.topicPartition] == record.epoch }
-                if keep { s.buffer.append(record) }
+        }
+        defer { messages.forEach { rd_kafka_message_destroy($0) } }
+        guard !messages.isEmpty else { return }
+        let now = ContinuousClock.now
+        configuration.activity?.noteRecords(now: now)
+        let runLimit = configuration.batchSize
+        state.withLock { s in
+            s.flow.noteRecords(now: now)
+            for message in messages {
+                let m = message.pointee
+                let topic = m.rkt.map(topicName) ?? ""
+                let tp = TopicPartition(topic: topic, partition: m.partition)
+                guard let epoch = s.epochs[tp] else { continue }  // no longer ours
+                let added = s.buffer.append(copying: message, topic: topic, epoch: epoch, runLimit: runLimit)
+                if s.trackers[tp]?.epoch != epoch { s.trackers[tp] = Tracked(epoch: epoch) }
+                s.trackers[tp]?.tracker.delivered(m.offset, parts: added)
             }
         }
     }
 
-    /// Appends the message's record, or a pack's parts (`RecordPack`); nothing for errors (logged, counted; a fatal
-    /// error is kept to be thrown).
-    private func convert(
-        _ message: UnsafeMutablePointer<rd_kafka_message_t>, epochs: [TopicPartition: UInt64],
-        into records: inout [ConsumerRecord]
-    ) {
+    /// How many records a consumed message holds (a pack's part count, as its header gives it); nil for an error
+    /// (logged, counted; a fatal error is kept to be thrown).
+    private func recordCount(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> Int? {
         let m = message.pointee
-        let topic = m.rkt.map(topicName) ?? ""
         guard m.err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
+            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
             errorCounter.increment()
             if m.err == RD_KAFKA_RESP_ERR__FATAL {
                 var errbuf = [CChar](repeating: 0, count: 512)
@@ -570,20 +551,20 @@ final class ConsumerCore: @unchecked Sendable {
                 let error = KafkaError.rdkafka(.fatal, code, "fatal consumer error: \(cStringBuffer(errbuf))")
                 logger.error("kafka consumer fatal error", metadata: ["error": .string(error.description)])
                 state.withLock { $0.fatal = error }
-                return
+                return nil
             }
             let detail =
                 m.payload.map { String(decoding: UnsafeRawBufferPointer(start: $0, count: m.len), as: UTF8.self) } ?? ""
             logger.warning(
                 "kafka consumer error",
                 metadata: [
-                    "code": .string(String(cString: rd_kafka_err2name(m.err))), "topic": .string(topic),
+                    "code": .string(String(cString: rd_kafka_err2name(m.err))),
+                    "topic": .string(m.rkt.map(topicName) ?? ""),
                     "partition": .stringConvertible(m.partition), "detail": .string(detail),
                 ])
-            return
+            return nil
         }
-        guard let epoch = epochs[TopicPartition(topic: topic, partition: m.partition)] else { return }
-        ConsumerRecord.append(copying: message, topic: topic, epoch: epoch, to: &records)
+        return m.payload.map { RecordPack.declaredCount(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? 1
     }
 
     private func serveWaiter() {
@@ -736,7 +717,7 @@ final class ConsumerCore: @unchecked Sendable {
             state.withLock { s in
                 s.epochs = [:]
                 s.trackers = [:]
-                s.buffer = []
+                s.buffer.removeAll()
             }
             rd_kafka_assign(rk, nil)
         }

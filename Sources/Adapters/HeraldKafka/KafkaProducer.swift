@@ -48,8 +48,8 @@ public final class KafkaProducer: Sendable {
         if records.isEmpty { return PendingDelivery(sink: nil) }
         let (units, unitOf) = packer.map { $0.pack(records) } ?? (records, nil)
         let sink = BatchSink(count: units.count)
-        for (index, record) in units.enumerated() {
-            try await core.enqueue(record, sink: sink, index: index)
+        for index in units.indices {
+            try await core.enqueue(units[index], sink: sink, index: index)
         }
         return PendingDelivery(sink: sink, unitOf: unitOf)
     }
@@ -114,11 +114,37 @@ public struct PendingDelivery: Sendable {
 
     /// One report per record, in the order enqueued, once the broker answered (or finally failed) all of them.
     public func reports() async -> [DeliveryReport] {
-        guard let sink else { return [] }
-        let reports = await sink.wait()
-        guard let unitOf else { return reports }
-        return unitOf.map { reports[$0] }
+        let reports = await unitReports()
+        guard let unitOf = reports.unitOf else { return reports.units }
+        return unitOf.map { reports.units[$0] }
     }
+
+    /// The same reports without a copy of a pack's report for each of its records: the stage loop reads each
+    /// record's report in place.
+    public func unitReports() async -> DeliveryReports {
+        guard let sink else { return DeliveryReports(units: [], unitOf: nil) }
+        return DeliveryReports(units: await sink.wait(), unitOf: unitOf)
+    }
+}
+
+/// The broker's answers to the records of one `enqueue`: one report per Kafka record produced (a pack or a
+/// record), and for each record enqueued the one it went in.
+public struct DeliveryReports: Sendable {
+    /// One per Kafka record produced.
+    public let units: [DeliveryReport]
+    /// For each record enqueued, its Kafka record's place in `units`; nil when each went on its own.
+    public let unitOf: [Int]?
+
+    public init(units: [DeliveryReport], unitOf: [Int]?) {
+        self.units = units
+        self.unitOf = unitOf
+    }
+
+    /// Reports for this many records.
+    public var count: Int { unitOf?.count ?? units.count }
+
+    /// The place in `units` of the report of the record enqueued at `position`.
+    @inlinable public func unit(_ position: Int) -> Int { unitOf?[position] ?? position }
 }
 
 /// Packs the records of one `enqueue` call (`RecordPack`, docs/kafka.md "Packed records").

@@ -98,6 +98,17 @@ public enum RecordPack {
         return true
     }
 
+    /// The part count a pack's header gives (1 for bytes that do not start as a pack do), without checking the
+    /// parts: for sizing only.
+    static func declaredCount(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard bytes.count >= magic.count + 1, bytes[0] == magic[0], bytes[1] == magic[1], bytes[2] == magic[2] else {
+            return 1
+        }
+        var index = magic.count
+        guard let count = readVarint(bytes, &index), count > 0, count <= UInt64(bytes.count) else { return 1 }
+        return Int(count)
+    }
+
     /// The parts of a pack, or nil when `bytes` is not one.
     public static func decode(_ bytes: [UInt8]) -> [Part]? {
         bytes.withUnsafeBytes { decode($0) }

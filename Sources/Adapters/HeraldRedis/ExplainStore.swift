@@ -87,24 +87,28 @@ public final class ExplainStore: Sendable {
         var logs = IndexGroups<LogRef>(capacity: entries.count)
         var decisions = IndexGroups<ShardRef>(capacity: entries.count)
         var lastEvent: (app: String, event: String, shard: UInt64)?
-        for (index, entry) in entries.enumerated() {
-            if !entry.isRoutine || fullTrail.wantsAll(entry) {
+        // By index: each entry read in place (a copy of an entry is a retain and a release of each of its strings).
+        for index in entries.indices {
+            if !entries[index].isRoutine || fullTrail.wantsAll(entries[index]) {
                 let shard: UInt64
-                if let last = lastEvent, last.event == entry.eventID, last.app == entry.appID {
+                if let last = lastEvent, last.event == entries[index].eventID, last.app == entries[index].appID {
                     shard = last.shard
                 } else {
-                    shard = RedisKeys.explainShard(eventId: entry.eventID, of: logShards)
-                    lastEvent = (entry.appID, entry.eventID, shard)
+                    shard = RedisKeys.explainShard(eventId: entries[index].eventID, of: logShards)
+                    lastEvent = (entries[index].appID, entries[index].eventID, shard)
                 }
                 logs.add(
                     index,
-                    to: LogRef(app: entry.appID, shard: shard, hour: entry.at / RedisKeys.explainHourMilliseconds))
+                    to: LogRef(
+                        app: entries[index].appID, shard: shard,
+                        hour: entries[index].at / RedisKeys.explainHourMilliseconds))
             }
-            if let user = entry.user, entry.token == nil {
+            if entries[index].token == nil, let user = entries[index].user {
                 decisions.add(
                     index,
                     to: ShardRef(
-                        app: entry.appID, shard: RedisKeys.lastDecisionShard(user: user, of: lastDecisionShards)))
+                        app: entries[index].appID,
+                        shard: RedisKeys.lastDecisionShard(user: user, of: lastDecisionShards)))
             }
         }
         var batch = RedisBatch(capacity: 64 + entries.count * 120)

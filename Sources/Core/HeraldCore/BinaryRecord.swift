@@ -190,7 +190,90 @@ public struct BinaryReader {
         guard let v = E(rawValue: raw) else { throw fail("unknown \(E.self) \"\(raw)\"") }
         return v
     }
+
+    /// The same read for Herald's own enumerations, matched on the bytes of their names (no string is made).
+    public mutating func enumValue<E: BinaryTextEnum>(_ type: E.Type) throws(StageRecordError) -> E {
+        let n = try count("string")
+        let start = offset
+        offset += n
+        let bytes = UnsafeRawBufferPointer(rebasing: base[start..<start + n])
+        guard let v = E.binaryNames.value(bytes) else {
+            throw fail("unknown \(E.self) \"\(String(decoding: bytes, as: UTF8.self))\"")
+        }
+        return v
+    }
 }
+
+/// An enumeration written in records as its raw value's text and read back by matching those bytes against its
+/// names (`BinaryReader.enumValue`): every record holds several, and a string made of each cost more than the
+/// comparison.
+public protocol BinaryTextEnum: RawRepresentable, CaseIterable, Sendable where RawValue == String {
+    static var binaryNames: BinaryEnumNames<Self> { get }
+}
+
+/// The names of an enumeration's cases, by length and first eight bytes.
+public struct BinaryEnumNames<E: BinaryTextEnum>: Sendable {
+    private struct Name: Sendable {
+        let count: Int
+        let head: UInt64
+        let start: Int
+        let value: E
+    }
+    private let names: [Name]
+    /// Every name's bytes, one after another.
+    private let text: [UInt8]
+
+    public init() {
+        var text: [UInt8] = []
+        var names: [Name] = []
+        for value in E.allCases {
+            let bytes = Array(value.rawValue.utf8)
+            let head = bytes.withUnsafeBytes { Self.head($0) }
+            names.append(Name(count: bytes.count, head: head, start: text.count, value: value))
+            text += bytes
+        }
+        self.names = names
+        self.text = text
+    }
+
+    /// Up to the first eight bytes, as one integer.
+    @inline(__always)
+    static func head(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        var head: UInt64 = 0
+        for index in 0..<min(8, bytes.count) { head |= UInt64(bytes[index]) << UInt64(8 * index) }
+        return head
+    }
+
+    /// The case named `bytes`, if any.
+    func value(_ bytes: UnsafeRawBufferPointer) -> E? {
+        let head = Self.head(bytes)
+        return names.withUnsafeBufferPointer { names -> E? in
+            for name in names where name.count == bytes.count && name.head == head {
+                if name.count <= 8 { return name.value }
+                let same = text.withUnsafeBytes { text in
+                    memcmp(text.baseAddress! + name.start, bytes.baseAddress!, name.count) == 0
+                }
+                if same { return name.value }
+            }
+            return nil
+        }
+    }
+}
+
+extension ConversationType: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension MessageType: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension MentionType: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension ChatEvent.Kind: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension ChatEvent.CallType: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension ChatEvent.CallAction: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension ChatEvent.GroupActionKind: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension APNsEnvironment: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension Device.Kind: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension PushTrigger: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension ConversationTrigger: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension TemplateChoice: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension DisplayStyle: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
+extension PushProvider: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }
 
 /// A record with a binary form.
 public protocol BinaryRecord {
@@ -736,3 +819,4 @@ extension BinaryWriter {
         bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[range]))
     }
 }
+extension APNsPushType: BinaryTextEnum { public static let binaryNames = BinaryEnumNames<Self>() }

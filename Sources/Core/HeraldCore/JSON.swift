@@ -612,7 +612,13 @@ public struct JSONWriter: Sendable {
             var start = 0
             var k = 0
             let n = buf.count
+            guard let base = buf.baseAddress.map(UnsafeRawPointer.init) else { return }
             while k < n {
+                // Eight bytes at a time past those that need nothing (most text), one at a time near the rest.
+                if k + 8 <= n, !Self.mayNeedEscape(base.loadUnaligned(fromByteOffset: k, as: UInt64.self), lineSafe) {
+                    k += 8
+                    continue
+                }
                 let c = buf[k]
                 if c >= 0x20 && c != 0x22 && c != 0x5C {
                     if lineSafe {
@@ -651,6 +657,21 @@ public struct JSONWriter: Sendable {
             }
             if n > start { bytes.append(contentsOf: UnsafeBufferPointer(rebasing: buf[start..<n])) }
         }
+    }
+
+    /// Whether any of the eight bytes of `w` may need escaping: a control character, `"` or `\`; with `lineSafe`,
+    /// also DEL or any byte of a multi-byte character (U+2028 and U+2029 are among those). Never false for a byte
+    /// that needs it (a true answer only sends those bytes through the one-at-a-time path).
+    @inline(__always)
+    static func mayNeedEscape(_ w: UInt64, _ lineSafe: Bool) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        // A byte of `v` is zero (a byte below 0x20, for the first test) when the subtraction borrows into its high
+        // bit while that bit of `v` (of `w`) was clear.
+        @inline(__always) func anyZero(_ v: UInt64) -> Bool { (v &- ones) & ~v & highs != 0 }
+        if (w &- ones &* 0x20) & ~w & highs != 0 { return true }
+        if anyZero(w ^ (ones &* 0x22)) || anyZero(w ^ (ones &* 0x5C)) { return true }
+        return lineSafe && (w & highs != 0 || anyZero(w ^ (ones &* 0x7F)))
     }
 
     /// The number of bytes `string(s)` would write, quotes included.

@@ -364,7 +364,7 @@ public final class StageLoop: Service, Sendable {
             batch: [input], results: [StageResult()], records: records,
             owner: Array(repeating: 0, count: records.count), started: .now)
         guard let pending = await enqueue(prepared, context: context) else { return false }
-        let reports = await pending.reports()
+        let reports = await pending.unitReports()
         let failed = await settle(prepared, reports: reports, context: context)
         return failed.isEmpty
     }
@@ -376,7 +376,7 @@ public final class StageLoop: Service, Sendable {
         let batch = prepared.batch
         var failedOwners = Set<Int>()
         if let pending {
-            let reports = await pending.reports()
+            let reports = await pending.unitReports()
             failedOwners = await settle(prepared, reports: reports, context: context)
         } else {
             failedOwners = Set(prepared.owner)
@@ -411,23 +411,30 @@ public final class StageLoop: Service, Sendable {
     /// Looks at the delivery reports of a batch: what failed for a passing reason is produced again (with
     /// backoff) until acknowledged; what the broker refused for good is dead-lettered instead. Returns the
     /// inputs whose outputs could not be produced before shutdown (they are not completed).
-    private func settle(_ prepared: Prepared, reports: [DeliveryReport], context: BatchContext) async -> Set<Int> {
-        var produced: [String: Int] = [:]
+    private func settle(_ prepared: Prepared, reports: DeliveryReports, context: BatchContext) async -> Set<Int> {
+        // Counted per topic by a scan (a batch's outputs go to one topic or a few, mostly in runs), each record's
+        // report read in place where it is its pack's.
+        var produced: [(topic: String, count: Int)] = []
         var retry: [(record: ProducerRecord, owner: Int)] = []
         var rejected: [(record: ProducerRecord, owner: Int, error: KafkaError)] = []
-        for (position, report) in reports.enumerated() where position < prepared.records.count {
-            if let error = report.error {
+        for position in 0..<min(reports.count, prepared.records.count) {
+            let unit = reports.unit(position)
+            if let error = reports.units[unit].error {
                 if error.isPermanentRecordRejection {
                     rejected.append((prepared.records[position], prepared.owner[position], error))
                 } else {
                     retry.append((prepared.records[position], prepared.owner[position]))
                 }
+            } else if let last = produced.indices.last, produced[last].topic == reports.units[unit].topic {
+                produced[last].count += 1
+            } else if let known = produced.firstIndex(where: { $0.topic == reports.units[unit].topic }) {
+                produced[known].count += 1
             } else {
-                produced[report.topic, default: 0] += 1
+                produced.append((reports.units[unit].topic, 1))
             }
         }
         for (topic, count) in produced { metrics.produced(topic: topic, count: count) }
-        configuration.doorbell?.ring(produced.keys)
+        configuration.doorbell?.ring(produced.lazy.map(\.topic))
         if !rejected.isEmpty { retry += await deadLetterRejected(rejected, prepared: prepared) }
 
         var delay = configuration.produceRetryDelay
