@@ -452,6 +452,12 @@ package final class ProcessAccounting {
         return total
     }
 
+    /// CPU seconds of the component's processes from their start to the last sample (the count `cpuSeconds`
+    /// takes from the first sample on, plus what they used before it).
+    package func cpuSecondsSinceStart(_ c: String) -> Double {
+        (last[c] ?? [:]).values.reduce(0) { $0 + $1.cpuSeconds }
+    }
+
     package func peakRSSKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.hwmKB).max() ?? 0 }
     package func rssKB(_ c: String) -> Int { (last[c] ?? [:]).values.map(\.rssKB).max() ?? 0 }
 }

@@ -81,9 +81,13 @@ package final class StageDriver {
         package var backlogSeconds: Double
         /// What the stage must account for: its inputs, or the recipients at resolve (it fans events out).
         package var expectedUnits: Int
-        /// Records the stage consumed in all, and while measured (from its first sample after it was ready).
+        /// Records the stage consumed in all, and while measured (from its first sample after it was ready, or
+        /// from its start when `measuredFromStart`).
         package var consumed: Int
         package var consumedMeasured: Int
+        /// True when the stage had consumed most of a small backlog before its first sample: it is then measured
+        /// from its process's start (its start-up cost included) over everything it consumed.
+        package var measuredFromStart: Bool
         /// Outputs produced to the next stage's topics (send: unique provider answers with 200).
         package var produced: Int
         package var producedByTopic: [String: Int]
@@ -218,6 +222,15 @@ package final class StageDriver {
         }
         var cpu: [String: Double] = [:]
         for c in ProcessAccounting.components { cpu[c] = procs.cpuSeconds(c) }
+        // A backlog small enough to be mostly drained before the first sample leaves too little in the window to
+        // measure (nothing at all when it was drained whole): the stage is then measured over its whole life.
+        let measuredFromStart = consumedAtStart * 2 > inputs
+        if measuredFromStart {
+            cpu[name] = procs.cpuSecondsSinceStart(name)
+            log(
+                "herald-\(name) consumed \(consumedAtStart) of \(inputs) before its first sample: measured from its start"
+            )
+        }
         let peak = procs.peakRSSKB(name)
         if stage == .send {
             // One more look for duplicates still in flight.
@@ -239,13 +252,16 @@ package final class StageDriver {
             stage: stage, options: driver.workloadOptions, events: events, recipients: driver.recipientsDecided,
             notifications: ledger.expectedCount, predictedSuppressed: driver.predictedSuppressed,
             renderErrors: driver.renderErrors, inputs: inputs, backlogSeconds: backlogSeconds,
-            expectedUnits: expectedUnits, consumed: consumed, consumedMeasured: consumed - consumedAtStart,
+            expectedUnits: expectedUnits, consumed: consumed,
+            consumedMeasured: measuredFromStart ? consumed : consumed - consumedAtStart,
+            measuredFromStart: measuredFromStart,
             produced: produced(last), producedByTopic: producedByTopic, suppressed: suppressed,
             suppressedThroughStage: through.filter { $0.value > 0 },
             deadLettered: last.byLabel("herald_dlq_total", label: "reason", stage: name),
             lostAnswers: stage == .send ? ledger.lost : 0, duplicates: stage == .send ? ledger.duplicates.count : 0,
             unexpected: stage == .send ? ledger.unexpected200 : 0, drainSeconds: end - start, cpu: cpu,
-            peakRSSKB: peak, hop: HopLatency.measure(stage: name, before: first, after: last),
+            peakRSSKB: peak,
+            hop: HopLatency.measure(stage: name, before: measuredFromStart ? StageMetrics() : first, after: last),
             loadSeconds: driver.loadSeconds)
     }
 

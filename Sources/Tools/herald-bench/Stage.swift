@@ -120,7 +120,10 @@ struct StageReport {
         s += String(
             format: "| backlog made in | %.1f s (users loaded in %.2f s before) |\n\n", r.backlogSeconds, r.loadSeconds)
         s += "## Results\n\n| measure | value |\n| --- | --- |\n"
-        s += "| input records consumed | \(r.consumed) (\(r.consumedMeasured) while measured) |\n"
+        s +=
+            "| input records consumed | \(r.consumed) (\(r.consumedMeasured) while measured"
+            + (r.measuredFromStart ? ", from the process's start: most were consumed before its first sample" : "")
+            + ") |\n"
         s += String(format: "| drain time | %.1f s (from the stage ready to the backlog drained) |\n", r.drainSeconds)
         s += String(format: "| herald-\(stageName) CPU | %.2f s |\n", cpu)
         s += String(format: "| input records per CPU-second | %.0f |\n", recordsPerCPUSecond)
@@ -162,9 +165,10 @@ struct StageReport {
         }
         s += "\n## Method\n\nThe stage's CPU is utime + stime of its process (/proc/PID/stat), from its first sample "
         s += "after it answered /readyz to the sample at which the backlog was drained (every input consumed, nothing "
-        s += "in flight, every input accounted for). Notifications per CPU-second count the delivered notifications "
-        s += "the measured inputs carry (the backlog's notifications in proportion), so the five stages' multiples "
-        s += "add up to the pipeline's.\n"
+        s += "in flight, every input accounted for); when it had consumed more than half of the backlog before that "
+        s += "first sample (a small backlog), from its process's start instead, start-up included. Notifications per "
+        s += "CPU-second count the delivered notifications the measured inputs carry (the backlog's notifications in "
+        s += "proportion), so the five stages' multiples add up to the pipeline's.\n"
         return s
     }
 
@@ -184,7 +188,8 @@ struct StageReport {
             ] as [String: Any],
             "recipients": r.recipients, "notifications": r.notifications, "inputs": r.inputs,
             "backlog_seconds": r.backlogSeconds, "expected": r.expectedUnits, "consumed": r.consumed,
-            "consumed_measured": r.consumedMeasured, "outputs": r.produced, "outputs_by_topic": r.producedByTopic,
+            "consumed_measured": r.consumedMeasured, "measured_from_start": r.measuredFromStart, "outputs": r.produced,
+            "outputs_by_topic": r.producedByTopic,
             "suppressed": r.suppressed, "suppressed_through_stage": r.suppressedThroughStage,
             "suppressed_predicted": r.predictedSuppressed.filter { $0.value > 0 }, "dead_lettered": r.deadLettered,
             "lost": r.lost, "duplicated": r.duplicates, "unexpected": r.unexpected, "drain_seconds": r.drainSeconds,
