@@ -114,9 +114,14 @@ final class ClaimNumberSource: Sendable {
         }
     }
 
+    /// A pair of one app. Hashed by the pair's hash alone (taken once, when the pair was made): hashing the app's
+    /// id too cost a pass over its bytes at every lookup, and a store's pairs are nearly all of one app.
     private struct PairKey: Hashable {
         var app: String
         var pair: DeliveryPair
+
+        static func == (a: PairKey, b: PairKey) -> Bool { a.pair == b.pair && a.app == b.app }
+        func hash(into hasher: inout Hasher) { pair.hash(into: &hasher) }
     }
 
     private struct State {

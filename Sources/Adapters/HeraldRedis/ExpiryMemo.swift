@@ -23,6 +23,18 @@ public final class ExpiryMemo: Sendable {
             self.shard = shard
             self.period = period
         }
+
+        /// Hashed without the app's id: a process's keys are nearly all of one app, and the id's bytes would be
+        /// hashed at every lookup (a batch looks up a key per delivery shard it touches).
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(kind)
+            hasher.combine(shard)
+            hasher.combine(period)
+        }
+
+        public static func == (a: Key, b: Key) -> Bool {
+            a.kind == b.kind && a.shard == b.shard && a.period == b.period && a.app == b.app
+        }
     }
 
     public static let deliveredKind: UInt8 = 1
