@@ -37,7 +37,7 @@ struct FCMClientTests {
         let client = try fcmClient(pki, server, account: pki.serviceAccount(port: server.port, key: pki.otherKey))
         let r = await client.send(try fcmDelivery(regToken(1), timeout: .milliseconds(1500)))
         // The exchange runs on its own; on a loaded machine the send's deadline can pass before its answer is read.
-        #expect(await eventually(.seconds(10)) { client.tokens.lastFailure?.contains("400") == true })
+        #expect(await eventually { client.tokens.lastFailure?.contains("400") == true })
         await client.shutdown()
         #expect(r.transportFailure == .deadlineExceeded)
         #expect(server.recorded(.token).allSatisfy { $0.status == 400 && $0.reason == "invalid_grant" })
@@ -64,7 +64,7 @@ struct FCMClientTests {
             client.tokens.renewalCount <= 2 + elapsed && client.tokens.renewalCount < 40,
             "renewed per request: \(client.tokens.renewalCount) renewals in \(elapsed) s")
         // Lifetime 3 s, renewed 2 s early: about one renewal a second.
-        #expect(await eventually(.seconds(8)) { client.tokens.renewalCount >= 4 })
+        #expect(await eventually { client.tokens.renewalCount >= 4 })
         let r = await client.send(try fcmDelivery(regToken(99)))
         await client.shutdown()
         #expect(r.disposition == .delivered)
@@ -220,7 +220,7 @@ struct FCMClientTests {
         let client = try fcmClient(pki, server, priorityConnections: 1, priorityReserve: 0.2, maxInFlight: 50)
         // Both connections up and their settings in (a prioritized request takes a shared connection while its own
         // is not up yet): one message of each kind first.
-        #expect(await eventually(.seconds(20)) { client.stats.connectionsOpened == 2 })
+        #expect(await eventually { client.stats.connectionsOpened == 2 })
         var warm = try fcmDelivery(regToken(998))
         warm.prioritized = true
         #expect(await client.send(warm).disposition == .delivered)
