@@ -113,6 +113,42 @@ struct ExplainStoreTests {
         #expect(traced < users.count)
     }
 
+    @Test("keeps says whether record writes anything of an entry")
+    func keepsAgreesWithTheCommands() async throws {
+        let server = try await RedisServer.start()
+        let t = Self.t0
+        let entries = [
+            // A first-attempt delivery (routine, about a device): nothing is written.
+            ExplainEntry(
+                appID: "app1", eventID: "e1", user: "u1", token: "tok", stage: "send", decision: "delivered", at: t,
+                status: 200, attempt: 1),
+            // A delivery after a retry: a log line.
+            ExplainEntry(
+                appID: "app1", eventID: "e1", user: "u1", token: "tok", stage: "send", decision: "delivered", at: t,
+                status: 200, attempt: 2),
+            // The fan-out (routine, about the event): nothing.
+            ExplainEntry(appID: "app1", eventID: "e1", stage: "resolve", decision: "fanned_out", at: t, count: 5),
+            // A decision to deliver (routine, about a user): the user's latest decision.
+            ExplainEntry(appID: "app1", eventID: "e1", user: "u1", stage: "suppress", decision: "deliver", at: t),
+            // A suppression: a log line and the latest decision.
+            ExplainEntry(
+                appID: "app1", eventID: "e1", user: "u1", stage: "suppress", decision: "suppress", reason: "dnd",
+                at: t),
+            // A routine entry of a user the full trail lists.
+            ExplainEntry(
+                appID: "app1", eventID: "e1", user: "vip", token: "tok", stage: "send", decision: "delivered", at: t,
+                status: 200, attempt: 1),
+        ]
+        let policy = FullTrailPolicy(users: ["vip"])
+        let store = ExplainStore(connection: RedisConnection(configuration: server.configuration), fullTrail: policy)
+        defer { store.connection.close() }
+        #expect(entries.map(store.keeps) == [false, true, false, true, true, true])
+        for entry in entries {
+            let written = !ExplainStore.batch([entry], ttlMilliseconds: 1000, fullTrail: policy).isEmpty
+            #expect(store.keeps(entry) == written, "\(entry)")
+        }
+    }
+
     @Test("the full trail keeps routine entries of listed users, listed apps and sampled events")
     func fullTrail() async throws {
         let server = try await RedisServer.start()

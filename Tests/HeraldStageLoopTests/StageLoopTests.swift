@@ -396,7 +396,32 @@ final class ArrayExplainSink: ExplainSink {
     func record(_ entries: [ExplainEntry]) async throws { self.entries.withLock { $0 += entries } }
 }
 
+/// Keeps the entries of events whose number is even, as a store keeps only some entries.
+final class EvenExplainSink: ExplainSink {
+    let entries = Mutex<[ExplainEntry]>([])
+    func record(_ entries: [ExplainEntry]) async throws { self.entries.withLock { $0 += entries } }
+    func keeps(_ entry: ExplainEntry) -> Bool { (Int(entry.eventID.dropFirst(3)) ?? 1) % 2 == 0 }
+}
+
 @Suite(.serialized) struct StageLoopExplainTests {
+    @Test func theSinkIsHandedOnlyTheEntriesItKeeps() async throws {
+        let broker = try await TansuBroker.start()
+        try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])
+        let values = (0..<12).map { "ex-\($0)" }
+        try await produce(values, topic: "in", brokers: broker.brokers)
+        let sink = EvenExplainSink()
+        let (loop, _) = try makeLoop(
+            broker, group: "explain-keeps", processor: ExplainingProcessor(), explain: sink, explainInterval: .zero)
+        let running = Task { try await loop.run() }
+        let records = try await collect(topics: ["out"], count: 12, brokers: broker.brokers)
+        #expect(records.count == 12)
+        loop.stop()
+        try await running.value
+        // Every input's output went out; only the entries of even events reached the sink, each once.
+        let even = (0..<12).filter { $0 % 2 == 0 }.map { "ex-\($0)" }
+        #expect(sink.entries.withLock { $0.map(\.eventID) }.sorted() == even.sorted())
+    }
+
     @Test func explainEntriesStillGatheringAreWrittenWhenTheLoopStops() async throws {
         let broker = try await TansuBroker.start()
         try await broker.createTopics([("in", 1), ("out", 1), ("dlq", 1)])

@@ -42,6 +42,20 @@ public final class ExplainStore: Sendable {
 
     public static let defaultTTLMilliseconds: Int64 = 2 * 86_400_000
 
+    /// Whether `record` writes anything of `entry`: a line of the hourly log (see `isLogged`) or a user's latest
+    /// decision (see `isDecision`). A routine entry about a device, outside `fullTrail`, is neither.
+    public func keeps(_ entry: ExplainEntry) -> Bool {
+        Self.isDecision(entry) || Self.isLogged(entry, fullTrail: fullTrail)
+    }
+
+    /// Whether `entry` is a line of its event's hourly log: it is not routine, or `fullTrail` selects it.
+    static func isLogged(_ entry: ExplainEntry, fullTrail: FullTrailPolicy) -> Bool {
+        !entry.isRoutine || fullTrail.wantsAll(entry)
+    }
+
+    /// Whether `entry` is a user's decision, which replaces their latest one.
+    static func isDecision(_ entry: ExplainEntry) -> Bool { entry.token == nil && entry.user != nil }
+
     /// Writes `entries` in one pipelined round trip (see `batch`).
     public func record(_ entries: [ExplainEntry]) async throws {
         if entries.isEmpty { return }
@@ -89,7 +103,7 @@ public final class ExplainStore: Sendable {
         var lastEvent: (app: String, event: String, shard: UInt64)?
         // By index: each entry read in place (a copy of an entry is a retain and a release of each of its strings).
         for index in entries.indices {
-            if !entries[index].isRoutine || fullTrail.wantsAll(entries[index]) {
+            if isLogged(entries[index], fullTrail: fullTrail) {
                 let shard: UInt64
                 if let last = lastEvent, last.event == entries[index].eventID, last.app == entries[index].appID {
                     shard = last.shard

@@ -271,4 +271,12 @@ public protocol StageProcessor: Sendable {
 /// The explain trail sink (Redis in the stages, an array in tests).
 public protocol ExplainSink: Sendable {
     func record(_ entries: [ExplainEntry]) async throws
+    /// Whether `record` would keep `entry`. The stage loop hands the sink only such entries, so that the many a
+    /// compact trail leaves out (a first-attempt delivery, the fan-out) are not gathered and copied for nothing.
+    func keeps(_ entry: ExplainEntry) -> Bool
+}
+
+extension ExplainSink {
+    /// Every entry, unless the sink says otherwise.
+    public func keeps(_ entry: ExplainEntry) -> Bool { true }
 }

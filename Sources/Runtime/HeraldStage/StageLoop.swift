@@ -391,7 +391,13 @@ public final class StageLoop: Service, Sendable {
         for index in prepared.results.indices where isDone(index) {
             completedCount += 1
             tally.add(prepared.results, at: index, inputs: batch, stage: processor.stage, logger: logger)
-            explainEntries += prepared.results[index].explain
+            if let sink = explain?.sink {
+                // Read in place: only the entries the sink keeps are copied.
+                for position in prepared.results[index].explain.indices
+                where sink.keeps(prepared.results[index].explain[position]) {
+                    explainEntries.append(prepared.results[index].explain[position])
+                }
+            }
         }
         consumer.complete(batch) { $0 < prepared.results.count && isDone($0) }
         state.withLock { s in

@@ -257,4 +257,6 @@ public struct RedisExplainSink: ExplainSink {
     public func record(_ entries: [ExplainEntry]) async throws {
         try await store.record(entries)
     }
+
+    public func keeps(_ entry: ExplainEntry) -> Bool { store.keeps(entry) }
 }
