@@ -154,6 +154,27 @@ func sendProcessor(
         #expect(results[6].deadLetter?.reason == "no_credential")
     }
 
+    @Test func aFirstDeliveryTheTrailWouldNotKeepGetsNoExplainEntry() async throws {
+        let transport = ScriptedTransport([token("c"): .answered(status: 400, reason: .badTopic, timestamp: nil)])
+        let send = sendProcessor(transport, MemoryLedger())
+        var context = fixedContext
+        // The trail keeps routine entries of user "vip" only.
+        context.keepsRoutineExplain = { _, _, user in user == "vip" }
+        let batch = try [
+            outbound(token("a")), outbound(token("b"), event: "e2", attempt: 2), outbound(token("c"), event: "e3"),
+        ]
+        let results = await send.process(batch, context: context)
+        // A first-attempt delivery of another user: delivered, without an entry.
+        #expect(results[0].explain.isEmpty && results[0].notes.contains(.apnsAnswer(status: 200, reason: "")))
+        // A delivery after a retry and a refusal are not routine: explained.
+        #expect(results[1].explain.map(\.decision) == ["delivered"])
+        #expect(results[2].explain.map(\.decision) == ["dlq"])
+        // Without a predicate every entry is made.
+        let all = await sendProcessor(ScriptedTransport([:]), MemoryLedger()).process(
+            [try outbound(token("d"))], context: fixedContext)
+        #expect(all[0].explain.map(\.decision) == ["delivered"])
+    }
+
     @Test func retriesEndInTheDLQAfterMaxAttempts() async throws {
         let transport = ScriptedTransport([
             token("c"): .answered(status: 500, reason: .internalServerError, timestamp: nil)

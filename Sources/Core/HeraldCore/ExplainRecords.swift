@@ -308,10 +308,16 @@ public struct FullTrailPolicy: Sendable, Hashable {
 
     /// Whether `entry` is kept although it is routine.
     public func wantsAll(_ entry: ExplainEntry) -> Bool {
+        wantsAll(appID: entry.appID, eventID: entry.eventID, user: entry.user)
+    }
+
+    /// Whether an entry of event `eventID` in `appID` about `user` (nil: about the event) is kept although it is
+    /// routine.
+    public func wantsAll(appID: String, eventID: String, user: String?) -> Bool {
         if isEmpty { return false }
-        if apps.contains(entry.appID) { return true }
-        if let user = entry.user, users.contains(user) { return true }
-        return sample > 0 && Self.share(entry.eventID) < sample
+        if apps.contains(appID) { return true }
+        if let user, users.contains(user) { return true }
+        return sample > 0 && Self.share(eventID) < sample
     }
 
     /// Where an event id falls in [0, 1): FNV-1a 64 of its bytes, top 53 bits.

@@ -273,7 +273,12 @@ public struct SendProcessor: StageProcessor {
         let received = answers.values
         var release: [String: [DeliveryPair]] = [:]
         for (position, item) in fresh.enumerated() {
-            let (result, delivered) = classify(item.record, received[position] ?? .failed(.clientShutdown), now: now)
+            let (result, delivered) = classify(
+                item.record, received[position] ?? .failed(.clientShutdown), now: now,
+                explainFirstDelivery: item.record.attempt > 1
+                    || context.keepsRoutine(
+                        appID: item.record.appID, eventID: item.record.eventID, user: item.record.recipient)
+            )
             out.append(NumberedResult(item.index, result))
             if !delivered {
                 release[item.record.appID, default: []].append(item.pair)
@@ -312,7 +317,11 @@ public struct SendProcessor: StageProcessor {
     static let delivered200: [StageNote] = [.apnsAnswer(status: 200, reason: "")]
 
     /// What one answer means for one record; `true` when it was delivered.
-    func classify(_ record: OutboundRecord, _ answer: PushAnswer, now: Int64) -> (StageResult, Bool) {
+    /// The result of `answer` to `record`'s request, and whether it was delivered. A delivery's explain entry is
+    /// left out when `explainFirstDelivery` is false (the trail would not keep it: `BatchContext.keepsRoutine`).
+    func classify(
+        _ record: OutboundRecord, _ answer: PushAnswer, now: Int64, explainFirstDelivery: Bool = true
+    ) -> (StageResult, Bool) {
         let answerClass: APNsAnswerClass
         let reasonText: String
         var status: Int?
@@ -345,7 +354,8 @@ public struct SendProcessor: StageProcessor {
         case .delivered:
             // Nearly every answer: its note array is shared, not allocated per notification.
             let notes = answerNote == Self.delivered200.first ? Self.delivered200 : [answerNote]
-            return (StageResult(notes: notes, explain: [explain(record, "delivered", nil, status, now)]), true)
+            let entries = explainFirstDelivery ? [explain(record, "delivered", nil, status, now)] : []
+            return (StageResult(notes: notes, explain: entries), true)
         case .tokenDead(let at):
             let feedback = TokenFeedbackRecord(
                 appID: record.appID, user: record.recipient, token: record.request.token,

@@ -198,6 +198,10 @@ public struct BatchContext: Sendable {
     /// streams a huge conversation's fan-out through it page by page, so memory stays bounded. Nil when the
     /// loop does not offer it (tests; concurrent batches): outputs then go in the results.
     public var emit: (@Sendable (_ outputs: [StageOutput], _ input: Int) async -> Bool)?
+    /// Whether the explain trail keeps a routine entry about a device of `user` in event `eventID` of `appID` (a
+    /// first-attempt delivery): the loop asks its sink (`ExplainSink.keepsRoutine`). A stage does not make such an
+    /// entry when the answer is no. Nil (tests, callers without a loop): every entry is made.
+    public var keepsRoutineExplain: (@Sendable (_ appID: String, _ eventID: String, _ user: String?) -> Bool)?
 
     /// A context whose stop is signalled: `sleep` wakes the moment `stop.stop()` is called.
     public init(now: @escaping @Sendable () -> Date = { Date() }, stop: StopSignal) {
@@ -217,6 +221,11 @@ public struct BatchContext: Sendable {
     }
 
     public var nowMillis: Int64 { Self.millis(now()) }
+
+    /// `keepsRoutineExplain`'s answer, true without one.
+    public func keepsRoutine(appID: String, eventID: String, user: String?) -> Bool {
+        keepsRoutineExplain?(appID, eventID, user) ?? true
+    }
 
     public static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
 
@@ -274,9 +283,14 @@ public protocol ExplainSink: Sendable {
     /// Whether `record` would keep `entry`. The stage loop hands the sink only such entries, so that the many a
     /// compact trail leaves out (a first-attempt delivery, the fan-out) are not gathered and copied for nothing.
     func keeps(_ entry: ExplainEntry) -> Bool
+    /// Whether `record` would keep a routine entry (`ExplainEntry.isRoutine`) about a device of `user`, or about
+    /// the event when `user` is nil, in event `eventID` of `appID`; asked before such an entry is made.
+    func keepsRoutine(appID: String, eventID: String, user: String?) -> Bool
 }
 
 extension ExplainSink {
     /// Every entry, unless the sink says otherwise.
     public func keeps(_ entry: ExplainEntry) -> Bool { true }
+
+    public func keepsRoutine(appID: String, eventID: String, user: String?) -> Bool { true }
 }

@@ -129,7 +129,15 @@ public final class StageLoop: Service, Sendable {
     }
 
     private func loop() async throws {
-        let context = BatchContext(now: now, stop: stopSignal)
+        let context = {
+            var context = BatchContext(now: now, stop: stopSignal)
+            // Without a sink no entry is written; with one, only what it keeps is worth making.
+            let sink = explain?.sink
+            context.keepsRoutineExplain = { appID, eventID, user in
+                sink?.keepsRoutine(appID: appID, eventID: eventID, user: user) ?? false
+            }
+            return context
+        }()
         let ordered = configuration.maxConcurrentBatches == 1
         var lastLag = ContinuousClock.now
         var reportedLag = Set<TopicPartition>()
