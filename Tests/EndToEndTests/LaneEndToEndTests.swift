@@ -81,6 +81,20 @@ extension EndToEndTests {
             return "\(stage) +\(at - callCreatedAt) ms"
         }
         print("lanes e2e: the call's trail: \(steps.joined(separator: ", "))")
+        // app3's trail is kept in full (`explain.full_trail`): send's first-attempt deliveries, routine entries the
+        // compact trail leaves out, are made and written for it (within the explain writer's interval).
+        let sendDelivered = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
+            guard
+                let out = try? await stack.heraldctl([
+                    "explain", "--app", "app3", "--event", Scenarios.id("lane-call"),
+                ])
+            else { return false }
+            return out.stdout.split(separator: "\n").contains { line in
+                guard let json = try? JSONValue.parse(Array(line.utf8)) else { return false }
+                return json["stage"]?.stringValue == "send" && json["decision"]?.stringValue == "delivered"
+            }
+        }
+        #expect(sendDelivered, "no send/delivered entry in app3's full trail\n\(failureContext())")
 
         let counts = await awaitDeliveries(backlog.union(call).union(warm), timeout: .seconds(240))
         expectExactlyOnce(backlog.union(call).union(warm), counts, "backlog and call")
