@@ -262,7 +262,7 @@ public struct IdleBackoff: Sendable, Hashable {
 /// How a lane's consumers fetch and its producers batch. A broker such as Tansu answers a fetch that found nothing
 /// when (about half) its wait is over, not when a record arrives, so `fetch_wait_ms` bounds each hop's delay while
 /// records trickle in; each idle consumer makes about one empty fetch per half wait, which is what a short wait
-/// costs (docs/performance.md, "Latency"). Apache Kafka answers as soon as a record arrives.
+/// costs (docs/performance.md, "How to read these figures"). Apache Kafka answers as soon as a record arrives.
 public struct LaneFlow: Sendable, Hashable {
     /// librdkafka `fetch.wait.max.ms`.
     public var fetchWaitMs: Int
