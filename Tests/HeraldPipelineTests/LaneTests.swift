@@ -87,6 +87,30 @@ import Testing
         #expect(results[0].outputs.count == 5 && results[0].outputs.allSatisfy { $0.topic == "herald.resolved" })
         #expect(results[0].explain.first { $0.decision == "fanned_out" }?.reason == "bulk:members")
         #expect(results[0].notes == [.classified(priorityClass: "bulk", count: 5)])
+
+        // A trail that keeps no routine entry: the same outputs and notes, no fan-out entry.
+        var compact = fixedContext
+        compact.keepsRoutineExplain = { _, _, _ in false }
+        let without = await resolve.process(
+            [StageInput(topic: "herald.ingested", value: try StageCodec.encode(record))], context: compact)
+        #expect(without[0].outputs.count == 5 && without[0].notes == results[0].notes)
+        #expect(!without[0].explain.contains { $0.decision == "fanned_out" })
+    }
+
+    @Test func ingestMakesNoClassEntryTheTrailWouldNotKeep() async throws {
+        var context = fixedContext
+        // The trail keeps routine entries of event e-kept only.
+        context.keepsRoutineExplain = { _, eventID, _ in eventID == "e-kept" }
+        let results = await ingest.process(
+            [event(groupEvent("e-kept")), event(groupEvent("e-other"))], context: context)
+        #expect(results.map { $0.outputs.first?.topic } == ["herald.ingested", "herald.ingested"])
+        #expect(results[0].explain.map(\.decision) == ["classified"])
+        #expect(results[1].explain.isEmpty)
+        // The class is counted either way.
+        #expect(
+            results.map(\.notes) == [
+                [.classified(priorityClass: "normal", count: 1)], [.classified(priorityClass: "normal", count: 1)],
+            ])
     }
 
     func groupEvent(_ id: String) -> String {

@@ -26,10 +26,12 @@ public struct IngestProcessor: StageProcessor {
         let now = context.nowMillis
         var current = self
         if let live { current.apps = live.current }
-        return batch.map { current.process($0, now: now) }
+        return batch.map { current.process($0, now: now, context: context) }
     }
 
-    public func process(_ input: StageInput, now: Int64) -> StageResult {
+    /// One input's result. `context` says whether the explain trail keeps an event's `classified` entry (routine:
+    /// only `explain.full_trail` keeps it); without one it is made whenever lanes are on.
+    public func process(_ input: StageInput, now: Int64, context: BatchContext? = nil) -> StageResult {
         guard let bytes = input.value else {
             return .dlq(DropReason.invalid.rawValue, "tombstone (no value)")
         }
@@ -48,9 +50,9 @@ public struct IngestProcessor: StageProcessor {
             // The class is decided here, once; it picks the lane every later stage keeps.
             let decision = Priority.classify(event, policy: apps.app(event.appID).priority)
             let topic = decision.lane == .priority ? priorityTopic ?? ingestedTopic : ingestedTopic
-            let explain = ExplainEntry(
-                appID: event.appID, eventID: event.eventID, stage: stage, decision: "classified",
-                reason: "\(decision.priorityClass.rawValue):\(decision.rule)", at: now)
+            let explained =
+                priorityTopic != nil
+                && (context?.keepsRoutine(appID: event.appID, eventID: event.eventID, user: nil) ?? true)
             return StageResult(
                 outputs: [
                     StageOutput.record(
@@ -60,7 +62,12 @@ public struct IngestProcessor: StageProcessor {
                 notes: warnings.map { .inputWarning(field: $0.field) }
                     + (priorityTopic == nil
                         ? [] : [.classified(priorityClass: decision.priorityClass.rawValue, count: 1)]),
-                explain: priorityTopic == nil ? [] : [explain])
+                explain: explained
+                    ? [
+                        ExplainEntry(
+                            appID: event.appID, eventID: event.eventID, stage: stage, decision: "classified",
+                            reason: "\(decision.priorityClass.rawValue):\(decision.rule)", at: now)
+                    ] : [])
         case .drop(.channelType, _):
             let explain = ExplainEntry(
                 appID: event.appID, eventID: event.eventID, stage: stage, decision: "drop",

@@ -305,7 +305,7 @@ public struct ResolveProcessor: StageProcessor {
                 displayName: displayName, memberCount: recipients.count, to: &result)
             explain(
                 event, count: recipients.count, reason: reason, senderListed: senderListed.contains(index), now: now,
-                into: &result)
+                context: context, into: &result)
             results[index] = result
         }
         return results.map { $0 ?? StageResult() }
@@ -394,7 +394,9 @@ public struct ResolveProcessor: StageProcessor {
             event, recipients: recipients, states: states, counts: counts,
             displayName: states[event.sender.id]?.preferences.displayName,
             memberCount: recipients.count, to: &result)
-        explain(event, count: recipients.count, reason: reason, senderListed: senderListed, now: now, into: &result)
+        explain(
+            event, count: recipients.count, reason: reason, senderListed: senderListed, now: now, context: context,
+            into: &result)
         return result
     }
 
@@ -424,7 +426,9 @@ public struct ResolveProcessor: StageProcessor {
         let recipientCount = max(0, memberCount - 1)
         var result = StageResult()
         if saved == "done" {
-            explain(event, count: recipientCount, reason: "resumed:done", senderListed: false, now: now, into: &result)
+            explain(
+                event, count: recipientCount, reason: "resumed:done", senderListed: false, now: now, context: context,
+                into: &result)
             return result
         }
         // The sender's display name rides on every record.
@@ -502,7 +506,7 @@ public struct ResolveProcessor: StageProcessor {
         }
         explain(
             event, count: recipientCount, reason: reason ?? (saved != nil ? "resumed" : nil),
-            senderListed: senderListed, now: now, into: &result)
+            senderListed: senderListed, now: now, context: context, into: &result)
         return result
     }
 
@@ -600,14 +604,18 @@ public struct ResolveProcessor: StageProcessor {
         return reason
     }
 
+    /// The fan-out's entry (routine: made only when the trail keeps it, `BatchContext.keepsRoutine`) and the
+    /// sender's.
     private func explain(
-        _ event: ChatEvent, count: Int, reason: String?, senderListed: Bool, now: Int64,
+        _ event: ChatEvent, count: Int, reason: String?, senderListed: Bool, now: Int64, context: BatchContext,
         into result: inout StageResult
     ) {
-        result.explain.append(
-            ExplainEntry(
-                appID: event.appID, eventID: event.eventID, stage: stage,
-                decision: "fanned_out", reason: reason, at: now, count: count))
+        if context.keepsRoutine(appID: event.appID, eventID: event.eventID, user: nil) {
+            result.explain.append(
+                ExplainEntry(
+                    appID: event.appID, eventID: event.eventID, stage: stage,
+                    decision: "fanned_out", reason: reason, at: now, count: count))
+        }
         // The sender is never woken (rule 1); say so when they were listed.
         if senderListed {
             var entry = ExplainEntry(
