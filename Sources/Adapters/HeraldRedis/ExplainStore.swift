@@ -48,6 +48,12 @@ public final class ExplainStore: Sendable {
         Self.isDecision(entry) || Self.isLogged(entry, fullTrail: fullTrail)
     }
 
+    /// Whether `record` would write a routine entry of event `eventID` in `appID` about `user` (a device's or the
+    /// event's, nil): only when `fullTrail` selects it.
+    public func keepsRoutine(appID: String, eventID: String, user: String?) -> Bool {
+        fullTrail.wantsAll(appID: appID, eventID: eventID, user: user)
+    }
+
     /// Whether `entry` is a line of its event's hourly log: it is not routine, or `fullTrail` selects it.
     static func isLogged(_ entry: ExplainEntry, fullTrail: FullTrailPolicy) -> Bool {
         !entry.isRoutine || fullTrail.wantsAll(entry)

@@ -316,9 +316,8 @@ public struct SendProcessor: StageProcessor {
     /// The notes of a 200 from APNs.
     static let delivered200: [StageNote] = [.apnsAnswer(status: 200, reason: "")]
 
-    /// What one answer means for one record; `true` when it was delivered.
-    /// The result of `answer` to `record`'s request, and whether it was delivered. A delivery's explain entry is
-    /// left out when `explainFirstDelivery` is false (the trail would not keep it: `BatchContext.keepsRoutine`).
+    /// What one answer means for one record; `true` when it was delivered. A delivery's explain entry is left out
+    /// when `explainFirstDelivery` is false (the trail would not keep it: `BatchContext.keepsRoutine`).
     func classify(
         _ record: OutboundRecord, _ answer: PushAnswer, now: Int64, explainFirstDelivery: Bool = true
     ) -> (StageResult, Bool) {

@@ -198,9 +198,10 @@ public struct BatchContext: Sendable {
     /// streams a huge conversation's fan-out through it page by page, so memory stays bounded. Nil when the
     /// loop does not offer it (tests; concurrent batches): outputs then go in the results.
     public var emit: (@Sendable (_ outputs: [StageOutput], _ input: Int) async -> Bool)?
-    /// Whether the explain trail keeps a routine entry about a device of `user` in event `eventID` of `appID` (a
-    /// first-attempt delivery): the loop asks its sink (`ExplainSink.keepsRoutine`). A stage does not make such an
-    /// entry when the answer is no. Nil (tests, callers without a loop): every entry is made.
+    /// Whether the explain trail keeps a routine entry of event `eventID` in `appID` about a device of `user`, or
+    /// about the event when `user` is nil (a first-attempt delivery, a fan-out, a lane's class): the loop asks its
+    /// sink (`ExplainSink.keepsRoutine`). A stage does not make such an entry when the answer is no. Nil (tests,
+    /// callers without a loop): every entry is made.
     public var keepsRoutineExplain: (@Sendable (_ appID: String, _ eventID: String, _ user: String?) -> Bool)?
 
     /// A context whose stop is signalled: `sleep` wakes the moment `stop.stop()` is called.

@@ -11,7 +11,8 @@ public enum HeraldMetrics {
     private static let state = Mutex<PrometheusCollectorRegistry?>(nil)
 
     /// Bucket bounds of every duration histogram (`herald_stage_latency_seconds` and the others), 0.1 ms to 30 s:
-    /// fine below 5 ms, where a stage's own time per hop is held (docs/performance.md, "Herald's own time per hop"), coarse above.
+    /// fine below 5 ms, where a stage's own time per hop is held (docs/performance.md, "Herald's own time per hop"),
+    /// coarse above.
     public static let latencyBuckets: [Duration] = [
         .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2),
         .milliseconds(3), .milliseconds(4), .milliseconds(5), .milliseconds(10), .milliseconds(25),

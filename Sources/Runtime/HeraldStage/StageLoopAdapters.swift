@@ -261,6 +261,6 @@ public struct RedisExplainSink: ExplainSink {
     public func keeps(_ entry: ExplainEntry) -> Bool { store.keeps(entry) }
 
     public func keepsRoutine(appID: String, eventID: String, user: String?) -> Bool {
-        store.fullTrail.wantsAll(appID: appID, eventID: eventID, user: user)
+        store.keepsRoutine(appID: appID, eventID: eventID, user: user)
     }
 }
