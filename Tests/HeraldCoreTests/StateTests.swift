@@ -608,7 +608,8 @@ struct StateTests {
         #expect(APNsID.derive(eventID: "e-9f2c", token: "abc") == "D8B7D8AE-8EAC-8397-946F-75F4AD1B97CE")
         #expect(
             APNsID.derive(
-                eventID: "373360335316321408", token: "740f4707bebcf74f9b7c25d48e3358945f6aa01da5ddb387462c7eaf61bb78ad")
+                eventID: "373360335316321408", token: "740f4707bebcf74f9b7c25d48e3358945f6aa01da5ddb387462c7eaf61bb78ad"
+            )
                 == "EDCF66D0-8838-8056-A0DF-756DF315C47F")
         #expect(APNsID.derive(eventID: "", token: "") == "AF63BD4C-8601-87DF-B89E-77398D4056DA")
     }
