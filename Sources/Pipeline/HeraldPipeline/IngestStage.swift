@@ -30,8 +30,8 @@ public struct IngestProcessor: StageProcessor {
     }
 
     /// One input's result. `context` says whether the explain trail keeps an event's `classified` entry (routine:
-    /// only `explain.full_trail` keeps it); without one it is made whenever lanes are on.
-    public func process(_ input: StageInput, now: Int64, context: BatchContext? = nil) -> StageResult {
+    /// only `explain.full_trail` keeps it).
+    public func process(_ input: StageInput, now: Int64, context: BatchContext) -> StageResult {
         guard let bytes = input.value else {
             return .dlq(DropReason.invalid.rawValue, "tombstone (no value)")
         }
@@ -51,8 +51,7 @@ public struct IngestProcessor: StageProcessor {
             let decision = Priority.classify(event, policy: apps.app(event.appID).priority)
             let topic = decision.lane == .priority ? priorityTopic ?? ingestedTopic : ingestedTopic
             let explained =
-                priorityTopic != nil
-                && (context?.keepsRoutine(appID: event.appID, eventID: event.eventID, user: nil) ?? true)
+                priorityTopic != nil && context.keepsRoutine(appID: event.appID, eventID: event.eventID, user: nil)
             return StageResult(
                 outputs: [
                     StageOutput.record(
