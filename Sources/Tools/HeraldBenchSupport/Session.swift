@@ -37,6 +37,12 @@ package struct StackOptions: ParsableArguments {
             "Round trip in milliseconds between the stages and Redis (default 0): the stages reach Redis through a relay in the bench that delays each way by half of it, as a Redis on another machine would. Not with a Redis Cluster."
     )
     package var redisRttMs = 0.0
+    @Flag(
+        name: .customLong("realtime"),
+        help:
+            "Once the stack is up, give the six stages, Redis and the stand-ins real-time scheduling (SCHED_RR, priority 10; needs root or CAP_SYS_NICE), so each gets a core as soon as it can run, as on cores of its own; the broker and the bench stay as they are. The time per hop then measures Herald's own work rather than its waits for a core on a host it shares."
+    )
+    package var realtime = false
     package init() {}
 }
 
@@ -63,6 +69,11 @@ package final class BenchSession: @unchecked Sendable {
         let repo = try o.repo ?? StackControl.findRepo()
         if let attach = o.attach {
             let info = try StackInfo.load(run: attach)
+            if o.realtime {
+                log(
+                    "real-time scheduling (SCHED_RR, priority 10) for "
+                        + (try makeRealtime(info)).joined(separator: ", "))
+            }
             return BenchSession(
                 control: StackControl(repo: repo, run: attach, environment: [:]), info: info, started: false, repo: repo
             )
@@ -119,6 +130,10 @@ package final class BenchSession: @unchecked Sendable {
             try control.up(
                 redisAOF: redisAOF, kafkaS3: kafkaS3, redisCluster: redisCluster, mockArgs: mockArgs, build: o.build,
                 debug: o.debug, stages: stages)
+            if o.realtime {
+                let given = try makeRealtime(try StackInfo.load(run: run))
+                log("real-time scheduling (SCHED_RR, priority 10) for " + given.joined(separator: ", "))
+            }
         } catch {
             control.down()
             relay?.stop()
@@ -126,6 +141,31 @@ package final class BenchSession: @unchecked Sendable {
         }
         return BenchSession(
             control: control, info: try StackInfo.load(run: run), started: true, repo: repo, redisRelay: relay)
+    }
+
+    /// `--realtime`: every thread of the stages, Redis (each node of a cluster) and the stand-ins to SCHED_RR at
+    /// priority 10. Threads they start later inherit it (a new thread takes its creator's policy). Returns the
+    /// components it reached; throws when the kernel refuses (not root, no CAP_SYS_NICE).
+    static func makeRealtime(_ info: StackInfo) throws -> [String] {
+        let components = stageNames + ["redis"] + (0..<6).map { "redis-\($0)" } + ["mock-apns", "mock-fcm"]
+        var param = sched_param(sched_priority: 10)
+        var given: [String] = []
+        for component in components {
+            guard let pid = info.pid(component), kill(pid, 0) == 0 else { continue }
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            for task in tasks {
+                guard let tid = pid_t(task) else { continue }
+                if sched_setscheduler(tid, SCHED_RR, &param) != 0 {
+                    let code = errno
+                    if code == ESRCH { continue }  // the thread ended meanwhile
+                    throw BenchError(
+                        "--realtime: the kernel refused SCHED_RR for \(component) (thread \(tid)): "
+                            + String(cString: strerror(code)) + " (it needs root or CAP_SYS_NICE)")
+                }
+            }
+            given.append(component)
+        }
+        return given
     }
 
     /// The last lines of each log of a stack that did not start (the script's own messages are above them).

@@ -36,6 +36,10 @@ struct StageBench: AsyncParsableCommand {
         if stack.attach != nil {
             throw ValidationError("stage starts its own stack (the stages one at a time): --attach does not apply")
         }
+        if stack.realtime {
+            throw ValidationError(
+                "--realtime applies to a stack started whole (pipeline, idle), not one stage at a time")
+        }
         if backlog < 1 { throw ValidationError("--backlog must be at least 1") }
         if users < 2 || conversationSize < 2 {
             throw ValidationError("--users and --conversation-size must be at least 2")

@@ -57,6 +57,7 @@ struct ChaosCommand: AsyncParsableCommand {
 
     func validate() throws {
         if stack.attach != nil { throw ValidationError("chaos starts its own stacks; --attach is not supported") }
+        if stack.realtime { throw ValidationError("chaos restarts processes, which would lose --realtime") }
         for name in (only ?? "").split(separator: ",") + expectFail.split(separator: ",")
         where ChaosScenario(rawValue: String(name)) == nil {
             throw ValidationError(
