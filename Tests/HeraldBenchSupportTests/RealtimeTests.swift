@@ -16,7 +16,9 @@ struct RealtimeTests {
             // A second thread (a background `sleep` job inside bash would be a process): python's threading.
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            p.arguments = ["-c", "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)"]
+            p.arguments = [
+                "-c", "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)",
+            ]
             try p.run()
             return p
         }
