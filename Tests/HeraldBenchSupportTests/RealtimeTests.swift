@@ -7,8 +7,8 @@ import Testing
 
 @Suite("Real-time scheduling for a bench's stack")
 struct RealtimeTests {
-    /// A run directory whose pid files name two live processes of two threads each (a stage and the stand-in)
-    /// and one that has exited (another stage).
+    /// A run directory whose pid files name two live processes of two threads each (a stage and the stand-in),
+    /// one that has exited (another stage) and none (a third).
     func stack() throws -> (info: StackInfo, live: [Process], dir: String) {
         let dir = NSTemporaryDirectory() + "herald-realtime-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -31,6 +31,8 @@ struct RealtimeTests {
         try "\(resolve.processIdentifier)\n".write(toFile: dir + "/resolve.pid", atomically: true, encoding: .utf8)
         try "\(stand.processIdentifier)\n".write(toFile: dir + "/mock-apns.pid", atomically: true, encoding: .utf8)
         try "\(gone.processIdentifier)\n".write(toFile: dir + "/send.pid", atomically: true, encoding: .utf8)
+        // A pid file that names no process (0 would be the bench's own process group to kill(2)).
+        try "0\n".write(toFile: dir + "/render.pid", atomically: true, encoding: .utf8)
         let info = StackInfo(
             run: dir, bin: "", redisPort: 1, kafkaPort: 1, apnsPort: 1, metricsBase: 1, mockMetricsPort: 1,
             apiPort: nil, apiToken: nil, redisAOF: false, kafkaS3: false, redisCluster: false, redisURL: "")

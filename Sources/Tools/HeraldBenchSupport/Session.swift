@@ -69,11 +69,7 @@ package final class BenchSession: @unchecked Sendable {
         let repo = try o.repo ?? StackControl.findRepo()
         if let attach = o.attach {
             let info = try StackInfo.load(run: attach)
-            if o.realtime {
-                log(
-                    "real-time scheduling (SCHED_RR, priority 10) for "
-                        + (try makeRealtime(info)).joined(separator: ", "))
-            }
+            if o.realtime { try makeRealtime(info) }
             return BenchSession(
                 control: StackControl(repo: repo, run: attach, environment: [:]), info: info, started: false, repo: repo
             )
@@ -130,10 +126,7 @@ package final class BenchSession: @unchecked Sendable {
             try control.up(
                 redisAOF: redisAOF, kafkaS3: kafkaS3, redisCluster: redisCluster, mockArgs: mockArgs, build: o.build,
                 debug: o.debug, stages: stages)
-            if o.realtime {
-                let given = try makeRealtime(try StackInfo.load(run: run))
-                log("real-time scheduling (SCHED_RR, priority 10) for " + given.joined(separator: ", "))
-            }
+            if o.realtime { try makeRealtime(try StackInfo.load(run: run)) }
         } catch {
             control.down()
             relay?.stop()
@@ -145,13 +138,14 @@ package final class BenchSession: @unchecked Sendable {
 
     /// `--realtime`: every thread of the stages, Redis (each node of a cluster) and the stand-ins to SCHED_RR at
     /// priority 10. Threads they start later inherit it (a new thread takes its creator's policy). Returns the
-    /// components it reached; throws when the kernel refuses (not root, no CAP_SYS_NICE).
+    /// components it reached (and logs them); throws when the kernel refuses (not root, no CAP_SYS_NICE).
+    @discardableResult
     static func makeRealtime(_ info: StackInfo) throws -> [String] {
         let components = stageNames + ["redis"] + (0..<6).map { "redis-\($0)" } + ["mock-apns", "mock-fcm"]
         var param = sched_param(sched_priority: 10)
         var given: [String] = []
         for component in components {
-            guard let pid = info.pid(component), kill(pid, 0) == 0 else { continue }
+            guard let pid = info.pid(component), pid > 0, kill(pid, 0) == 0 else { continue }
             let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
             for task in tasks {
                 guard let tid = pid_t(task) else { continue }
@@ -165,6 +159,7 @@ package final class BenchSession: @unchecked Sendable {
             }
             given.append(component)
         }
+        log("real-time scheduling (SCHED_RR, priority 10) for " + given.joined(separator: ", "))
         return given
     }
 
