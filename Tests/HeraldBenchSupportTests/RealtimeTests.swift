@@ -39,10 +39,6 @@ struct RealtimeTests {
         return (info, [resolve, stand], dir)
     }
 
-    func threads(_ pid: Int32) -> [pid_t] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []).compactMap { pid_t($0) }
-    }
-
     @Test("every thread of each live process gets SCHED_RR 10, or the kernel's refusal is an error that says why")
     func movesEveryThread() throws {
         let (info, live, dir) = try stack()
@@ -53,17 +49,17 @@ struct RealtimeTests {
         // Both python processes have started their second thread (a start that never comes fails the test).
         for p in live {
             var waited = 0
-            while threads(p.processIdentifier).count < 2 && p.isRunning && waited < 6_000 {
+            while threadIDs(of: p.processIdentifier).count < 2 && p.isRunning && waited < 6_000 {
                 usleep(10_000)
                 waited += 1
             }
-            try #require(threads(p.processIdentifier).count == 2, "python's second thread never started")
+            try #require(threadIDs(of: p.processIdentifier).count == 2, "python's second thread never started")
         }
         if geteuid() == 0 {
             let given = try BenchSession.makeRealtime(info)
             #expect(given == ["resolve", "mock-apns"])
             for p in live {
-                let tids = threads(p.processIdentifier)
+                let tids = threadIDs(of: p.processIdentifier)
                 #expect(tids.count == 2)
                 for tid in tids {
                     #expect(sched_getscheduler(tid) == SCHED_RR, "thread \(tid)")
@@ -78,7 +74,7 @@ struct RealtimeTests {
             let error = #expect(throws: BenchError.self) { try BenchSession.makeRealtime(info) }
             #expect(error?.description.contains("CAP_SYS_NICE") == true)
             for p in live {
-                for tid in threads(p.processIdentifier) { #expect(sched_getscheduler(tid) != SCHED_RR) }
+                for tid in threadIDs(of: p.processIdentifier) { #expect(sched_getscheduler(tid) != SCHED_RR) }
             }
         }
     }

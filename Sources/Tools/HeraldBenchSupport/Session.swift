@@ -146,9 +146,7 @@ package final class BenchSession: @unchecked Sendable {
         var given: [String] = []
         for component in components {
             guard let pid = info.pid(component), pid > 0, kill(pid, 0) == 0 else { continue }
-            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-            for task in tasks {
-                guard let tid = pid_t(task) else { continue }
+            for tid in threadIDs(of: pid) {
                 if sched_setscheduler(tid, SCHED_RR, &param) != 0 {
                     let code = errno
                     if code == ESRCH { continue }  // the thread ended meanwhile

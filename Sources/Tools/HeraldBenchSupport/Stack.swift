@@ -396,6 +396,11 @@ package func procSample(_ pid: Int32) -> ProcSample? {
     return ProcSample(cpuSeconds: cpuTicks / clockTicks, rssKB: rss, hwmKB: hwm)
 }
 
+/// The ids of a process's threads now (`/proc/<pid>/task`); none when it is gone.
+package func threadIDs(of pid: Int32) -> [Int32] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []).compactMap { Int32($0) }
+}
+
 /// A process's time on a core and its time runnable but waiting for one, per thread
 /// (`/proc/<pid>/task/*/schedstat`: nanoseconds running, nanoseconds waiting on a run queue). Threads that exited
 /// between two samples are left out of both sides.
@@ -405,10 +410,8 @@ package struct RunQueueSample {
 
     package init(pid: Int32) {
         self.pid = pid
-        let dir = "/proc/\(pid)/task"
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
-            guard let tid = Int32(name),
-                let line = try? String(contentsOfFile: "\(dir)/\(name)/schedstat", encoding: .utf8)
+        for tid in threadIDs(of: pid) {
+            guard let line = try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/schedstat", encoding: .utf8)
             else { continue }
             let fields = line.split(separator: " ")
             guard fields.count >= 2, let run = Double(fields[0]), let wait = Double(fields[1]) else { continue }
