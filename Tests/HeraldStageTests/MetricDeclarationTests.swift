@@ -20,7 +20,7 @@ struct MetricDeclarationTests {
                     MetricDeclaration(family.name, family.type, labels: labels + extra, stages: "send", family.meaning))
             }
         }
-        out.append(StageMetrics.kafkaConsumerErrorsDeclaration)
+        out += StageMetrics.kafkaConsumerDeclarations
         out += StageMetrics.processDeclarations
         return out
     }

@@ -13,6 +13,26 @@ public enum AutoOffsetReset: String, Sendable, Hashable {
     case error
 }
 
+/// How a consumer group hands partitions over when a member joins or leaves.
+public enum RebalanceProtocol: String, Sendable, Hashable, CaseIterable {
+    /// Incremental cooperative rebalancing (KIP-429, librdkafka's `cooperative-sticky` assignor): a join or a leave
+    /// moves only the partitions that change owner; every other partition keeps being fetched and processed
+    /// through the rebalance. The default.
+    case cooperative
+    /// Eager rebalancing (`range,roundrobin`): every rebalance revokes the whole assignment of every member and
+    /// assigns a new one, so the whole group stops for a join round. Kept for the first step of moving a running
+    /// group from eager to cooperative (docs/kafka.md, "Rebalancing").
+    case eager
+
+    /// librdkafka's `partition.assignment.strategy` for this protocol.
+    var assignmentStrategy: String {
+        switch self {
+        case .cooperative: "cooperative-sticky"
+        case .eager: "range,roundrobin"
+        }
+    }
+}
+
 /// Settings shared by producers and consumers.
 public struct KafkaClientConfiguration: Sendable, Hashable {
     /// Bootstrap brokers as `host:port`. Default: `["127.0.0.1:9092"]`.
@@ -124,6 +144,19 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     public var activity: ConsumerActivity? = nil
     /// Label prefix for swift-metrics objects. Default: `"herald_kafka"`.
     public var metricsPrefix: String = "herald_kafka"
+    /// How the group moves partitions between members (`partition.assignment.strategy`). Every member of a group
+    /// must use the same protocol, except during the two-step move from eager to cooperative. Default:
+    /// `.cooperative`.
+    public var rebalance: RebalanceProtocol = .cooperative
+    /// `group.instance.id` (static membership, KIP-345): a member that leaves and comes back with the same id
+    /// within `sessionTimeout` gets its partitions back without a rebalance, and a member closing does not leave
+    /// the group (its partitions wait for it, or for the session timeout). Unique within the group. Default: nil
+    /// (dynamic membership: a closing member leaves at once).
+    public var groupInstanceID: String? = nil
+    /// How long a revoke waits for the records already handed out from the revoked partitions to complete, so that
+    /// their offsets are committed before the partitions go to another member (which otherwise processes them
+    /// again). Records still buffered, not handed out, are given back at once. Default: 2 s.
+    public var revokeDrainTimeout: Duration = .seconds(2)
 
     /// The idle policy `FetchFlowControl` applies; nil when `idleAfter` is nil.
     public var idlePolicy: FetchFlowControl.IdlePolicy? {
@@ -193,9 +226,9 @@ enum LibrdkafkaProperties {
         d["enable.auto.commit"] = "true"
         d["auto.commit.interval.ms"] = String(c.autoCommitInterval.milliseconds)
         d["enable.auto.offset.store"] = "false"
-        // Eager rebalancing (range, then roundrobin): on every rebalance the whole
-        // assignment is revoked and reassigned. Simple and supported by every broker.
-        d["partition.assignment.strategy"] = "range,roundrobin"
+        // Cooperative by default: a rebalance moves only the partitions that change owner (`RebalanceProtocol`).
+        d["partition.assignment.strategy"] = c.rebalance.assignmentStrategy
+        if let instance = c.groupInstanceID, !instance.isEmpty { d["group.instance.id"] = instance }
         d["enable.partition.eof"] = "false"
         d["fetch.wait.max.ms"] = String(max(0, c.fetchWait.milliseconds))
         // Answer a fetch as soon as one record is there (librdkafka's default, stated: the profiles rely on it).

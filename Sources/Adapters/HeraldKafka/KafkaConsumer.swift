@@ -17,10 +17,12 @@ import Metrics
 ///   (`rd_kafka_offsets_store`) only the low-water mark of contiguous completed records,
 ///   and librdkafka commits stored offsets every `autoCommitInterval`, on every
 ///   rebalance and on `shutdown()`.
-/// - Rebalancing is eager (`range,roundrobin`): on revoke, stored offsets are committed,
-///   tracking and prefetched records of the revoked partitions are dropped, and records
-///   of that assignment completed later are ignored (another member will redeliver them);
-///   on assign, tracking starts fresh from the committed offsets.
+/// - Rebalancing is cooperative by default (`cooperative-sticky`; `RebalanceProtocol`): a rebalance
+///   revokes only the partitions that move. On revoke, prefetched records of those partitions are
+///   given back, the records the caller holds get `revokeDrainTimeout` to complete, stored offsets
+///   are committed, and records of those partitions completed later are ignored (the new owner
+///   redelivers them); on assign, tracking starts fresh from the committed offsets. The eager
+///   protocol revokes the whole assignment the same way.
 /// - `pause()` / `resume()` stop and restart fetching on the whole assignment
 ///   (`rd_kafka_pause_partitions`); already prefetched records are still handed out.
 /// - `lag` is per-partition high watermark minus position, refreshed every `lagInterval`
@@ -96,6 +98,15 @@ public final class KafkaConsumer: Sendable {
 
     /// The partitions currently assigned to this member.
     public var assignment: [TopicPartition] { core.assignment }
+
+    /// Every partition revoked from this member since it started, in order (a partition revoked twice is listed
+    /// twice). Under the cooperative protocol only the partitions that moved; under the eager one the whole
+    /// assignment at every rebalance.
+    public var revokedPartitions: [TopicPartition] { core.revokedPartitions }
+
+    /// True while a revoke waits for the records handed out from its partitions to complete
+    /// (`revokeDrainTimeout`).
+    public var isHandingOver: Bool { core.isHandingOver }
 
     /// Last measured lag per assigned partition (high watermark - position); partitions
     /// whose position is not known yet are absent.
@@ -175,17 +186,24 @@ final class ConsumerCore: @unchecked Sendable {
         var lag: [TopicPartition: Int64] = [:]
         var stopWaiters: [CheckedContinuation<Void, Never>] = []
         var exited = false
+        /// A revoke is waiting for handed-out records of its partitions to complete (`drainRevoked`).
+        var draining = false
+        var revoked: [TopicPartition] = []
     }
 
     private let state: Locked<State>
     /// Signalled when the caller takes records from a full buffer (the poll thread waits on it instead of polling).
     private let room = DispatchSemaphore(value: 0)
+    /// Signalled by completions while a revoke waits for them (`drainRevoked`).
+    private let drained = DispatchSemaphore(value: 0)
     private let handle: RdKafkaHandle
     private let logger: Logger
     private let configuration: KafkaConsumerConfiguration
     private let capacity: Int
     private let pollSliceMs: Int32
     private let errorCounter: Counter
+    private let assignedCounter: Counter
+    private let revokedCounter: Counter
     /// The consumer queue `rd_kafka_consumer_poll` waits on (a reference of our own, released in `finish`, under the
     /// state lock): `rd_kafka_queue_yield` on it ends a long idle poll at once (a wake, a command, a stop request).
     nonisolated(unsafe) private var consumerQueue: OpaquePointer?
@@ -199,6 +217,12 @@ final class ConsumerCore: @unchecked Sendable {
         self.pollSliceMs = Int32(clamping: min(50, max(1, wait / 2)))
         self.errorCounter = Counter(
             label: "\(configuration.metricsPrefix)_consumer_errors_total",
+            dimensions: [("group", configuration.groupID)])
+        self.assignedCounter = Counter(
+            label: "\(configuration.metricsPrefix)_partitions_assigned_total",
+            dimensions: [("group", configuration.groupID)])
+        self.revokedCounter = Counter(
+            label: "\(configuration.metricsPrefix)_partitions_revoked_total",
             dimensions: [("group", configuration.groupID)])
         handle = try RdKafkaHandle(
             type: RD_KAFKA_CONSUMER, properties: LibrdkafkaProperties.consumer(configuration), logger: logger,
@@ -303,6 +327,7 @@ final class ConsumerCore: @unchecked Sendable {
                 run = (index, 1)
             }
             completeRun()
+            if s.draining { drained.signal() }
             guard !toStore.isEmpty else { return }
             // Stored under the lock so a concurrent revoke never sees a half-applied store.
             let list = makePartitionList(toStore.map { ($0.key, $0.value) })
@@ -325,6 +350,8 @@ final class ConsumerCore: @unchecked Sendable {
     }
     var lagSnapshot: [TopicPartition: Int64] { state.withLock { $0.lag } }
     var hasJoinedGroup: Bool { state.withLock { $0.joined } }
+    var revokedPartitions: [TopicPartition] { state.withLock { $0.revoked } }
+    var isHandingOver: Bool { state.withLock { $0.draining } }
     var outstanding: Int { state.withLock { s in s.trackers.values.reduce(0) { $0 + $1.tracker.outstanding } } }
 
     var isIdle: Bool { state.withLock { $0.flow.isIdle } }
@@ -496,7 +523,9 @@ final class ConsumerCore: @unchecked Sendable {
         guard let first = rd_kafka_consumer_poll(rk, sliceMs) else { return }
         // (When stall-paused the buffer may be full; a record still arriving is kept anyway.)
         let limit = state.withLock { min(max(1, capacity - $0.buffer.count), configuration.batchSize) }
-        let generation = rebalanceGeneration
+        var generation = rebalanceGeneration
+        // (A rebalance served inside the first poll has already happened: what that poll returned is current.)
+        revokedDuringPoll = []
         // The messages of this poll, taken first and buffered together (under one lock, so the caller sees all of
         // them or none, as a full batch): each is copied out of librdkafka once, straight into the buffer.
         var messages: [UnsafeMutablePointer<rd_kafka_message_t>] = []
@@ -512,11 +541,12 @@ final class ConsumerCore: @unchecked Sendable {
             if records >= limit { break }
             next = rd_kafka_consumer_poll(rk, 0)
             if rebalanceGeneration != generation {
-                // Everything taken belonged to the assignment just revoked: it will be fetched again from the
-                // committed offsets. `next` came after the rebalance.
-                if let message = next { rd_kafka_message_destroy(message) }
-                messages.forEach { rd_kafka_message_destroy($0) }
-                return
+                // Records taken from partitions revoked meanwhile will be fetched again from the committed offsets
+                // (by whichever member owns them now); those of partitions still ours are kept (a cooperative
+                // rebalance leaves them, and librdkafka will not hand them out again). `next` came after it.
+                dropRevoked(&messages)
+                generation = rebalanceGeneration
+                revokedDuringPoll = []
             }
         }
         defer { messages.forEach { rd_kafka_message_destroy($0) } }
@@ -535,6 +565,17 @@ final class ConsumerCore: @unchecked Sendable {
                 if s.trackers[tp]?.epoch != epoch { s.trackers[tp] = Tracked(epoch: epoch) }
                 s.trackers[tp]?.tracker.delivered(m.offset, parts: added)
             }
+        }
+    }
+
+    private func dropRevoked(_ messages: inout [UnsafeMutablePointer<rd_kafka_message_t>]) {
+        guard !revokedDuringPoll.isEmpty else { return }
+        messages.removeAll { message in
+            let m = message.pointee
+            let tp = TopicPartition(topic: m.rkt.map(topicName) ?? "", partition: m.partition)
+            guard revokedDuringPoll.contains(tp) else { return false }
+            rd_kafka_message_destroy(message)
+            return true
         }
     }
 
@@ -659,12 +700,14 @@ final class ConsumerCore: @unchecked Sendable {
     }
 
     /// Called by librdkafka on the poll thread (inside `rd_kafka_consumer_poll` or
-    /// `rd_kafka_consumer_close`).
+    /// `rd_kafka_consumer_close`). Under the cooperative protocol `partitions` is what changes hands (added or
+    /// taken away); under the eager one it is the whole assignment.
     fileprivate func rebalance(
         _ rk: OpaquePointer, _ err: rd_kafka_resp_err_t,
         _ partitions: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
     ) {
         let tps = readPartitionList(partitions).map(\.0)
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(rk)) == "COOPERATIVE"
         rebalanceGeneration &+= 1
         startOffsetCache = [:]
         switch err {
@@ -680,26 +723,52 @@ final class ConsumerCore: @unchecked Sendable {
                 }
                 return s.flow.isPaused
             }
+            assignedCounter.increment(by: tps.count)
             logger.info(
-                "partitions assigned", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
-            let assignErr = rd_kafka_assign(rk, partitions)
-            if assignErr != RD_KAFKA_RESP_ERR_NO_ERROR {
-                logger.error(
-                    "assign failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(assignErr)))])
+                "partitions assigned",
+                metadata: [
+                    "partitions": .string(tps.map(\.description).joined(separator: ",")),
+                    "protocol": .string(cooperative ? "cooperative" : "eager"),
+                ])
+            if cooperative {
+                checkRebalanceCall("incremental assign", rd_kafka_incremental_assign(rk, partitions))
+            } else {
+                let assignErr = rd_kafka_assign(rk, partitions)
+                if assignErr != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    logger.error(
+                        "assign failed", metadata: ["error": .string(String(cString: rd_kafka_err2name(assignErr)))])
+                }
             }
-            if paused, let partitions { rd_kafka_pause_partitions(rk, partitions) }
+            if paused, let partitions, !tps.isEmpty { rd_kafka_pause_partitions(rk, partitions) }
         case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
-            state.withLock { s in
+            let lost = rd_kafka_assignment_lost(rk) != 0
+            revokedDuringPoll.formUnion(tps)
+            // Records not handed out yet go back at once; those the caller holds may still complete (and be
+            // committed) for a short while, unless the partitions are already someone else's (lost).
+            let cut = state.withLock { s -> [TopicPartition: Int64] in
                 let revoked = Set(tps)
+                var cut: [TopicPartition: Int64] = [:]
+                s.buffer.removeAll { record in
+                    let tp = record.topicPartition
+                    guard revoked.contains(tp) else { return false }
+                    cut[tp] = min(cut[tp] ?? record.offset, record.offset)
+                    return true
+                }
+                return cut
+            }
+            // At shutdown the caller has finished what it will finish (the stage loop waits for its batches first).
+            if !lost, !closing { drainRevoked(tps, handedOutBelow: cut) }
+            state.withLock { s in
                 for tp in tps {
                     s.epochs[tp] = nil
                     s.trackers[tp] = nil
                 }
-                s.buffer.removeAll { revoked.contains($0.topicPartition) }
+                s.revoked.append(contentsOf: tps)
             }
+            revokedCounter.increment(by: tps.count)
             // Commit what is done before giving the partitions away.
-            if rd_kafka_assignment_lost(rk) == 0 {
-                // NULL: the stored offsets of the whole (eager: revoked) assignment.
+            if !lost {
+                // NULL: every stored offset of the assignment, the revoked partitions' included.
                 let commitErr = rd_kafka_commit(rk, nil, 0)
                 if commitErr != RD_KAFKA_RESP_ERR_NO_ERROR && commitErr != RD_KAFKA_RESP_ERR__NO_OFFSET {
                     errorCounter.increment()
@@ -709,18 +778,74 @@ final class ConsumerCore: @unchecked Sendable {
                 }
             }
             logger.info(
-                "partitions revoked", metadata: ["partitions": .string(tps.map(\.description).joined(separator: ","))])
-            rd_kafka_assign(rk, nil)
+                "partitions revoked",
+                metadata: [
+                    "partitions": .string(tps.map(\.description).joined(separator: ",")),
+                    "protocol": .string(cooperative ? "cooperative" : "eager"), "lost": .stringConvertible(lost),
+                ])
+            if cooperative {
+                checkRebalanceCall("incremental unassign", rd_kafka_incremental_unassign(rk, partitions))
+            } else {
+                rd_kafka_assign(rk, nil)
+            }
             forgetLag(tps)
         default:
             logger.error("rebalance error", metadata: ["error": .string(String(cString: rd_kafka_err2name(err)))])
-            state.withLock { s in
-                s.epochs = [:]
-                s.trackers = [:]
-                s.buffer.removeAll()
+            let all = state.withLock { s -> [TopicPartition] in
+                defer {
+                    s.epochs = [:]
+                    s.trackers = [:]
+                    s.buffer.removeAll()
+                }
+                return Array(s.epochs.keys)
             }
+            revokedDuringPoll.formUnion(all)
             rd_kafka_assign(rk, nil)
         }
+    }
+
+    /// Set by `finish` before it leaves the group (poll thread only): the revoke that follows does not wait.
+    private var closing = false
+
+    /// Partitions revoked since the poll thread's current `pollAndBuffer` began (poll thread only): records it
+    /// took from them before the revoke are dropped, the others kept.
+    private var revokedDuringPoll: Set<TopicPartition> = []
+
+    /// Waits, up to `revokeDrainTimeout`, until every record handed out from `partitions` (below the first record
+    /// given back, per partition) has completed, so the commit that follows covers the work the caller finished.
+    private func drainRevoked(_ partitions: [TopicPartition], handedOutBelow cut: [TopicPartition: Int64]) {
+        let deadline = ContinuousClock.now + configuration.revokeDrainTimeout
+        func pending() -> Int {
+            state.withLock { s in
+                partitions.reduce(0) { total, tp in
+                    guard let oldest = s.trackers[tp]?.tracker.oldestPending else { return total }
+                    if let first = cut[tp], oldest >= first { return total }
+                    return total + 1
+                }
+            }
+        }
+        var waiting = pending()
+        guard waiting > 0 else { return }
+        let started = ContinuousClock.now
+        state.withLock { $0.draining = true }
+        defer { state.withLock { $0.draining = false } }
+        while waiting > 0, ContinuousClock.now < deadline {
+            _ = drained.wait(timeout: .now() + .milliseconds(20))
+            waiting = pending()
+        }
+        logger.info(
+            waiting == 0 ? "revoked partitions drained" : "revoked partitions handed over with work in flight",
+            metadata: [
+                "partitions_in_flight": .stringConvertible(waiting),
+                "waited_ms": .stringConvertible((ContinuousClock.now - started).milliseconds),
+            ])
+    }
+
+    private func checkRebalanceCall(_ what: String, _ error: OpaquePointer?) {
+        guard let error else { return }
+        errorCounter.increment()
+        logger.error("\(what) failed", metadata: ["error": .string(String(cString: rd_kafka_error_string(error)))])
+        rd_kafka_error_destroy(error)
     }
 
     /// An idle consumer's probe: one ListOffsets request per broker for the end offsets of the assigned
@@ -818,6 +943,7 @@ final class ConsumerCore: @unchecked Sendable {
             }
         }
         // Leaves the group; runs the revoke callback (which commits once more).
+        closing = true
         let closeErr = rd_kafka_consumer_close(rk)
         if closeErr != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning(

@@ -21,6 +21,9 @@ public struct PartitionOffsetTracker: Sendable, Hashable {
     /// Records delivered but not yet retired (pending or completed out of order).
     public var outstanding: Int { offsets.count }
 
+    /// The oldest delivered offset not retired yet (where a commit now would point), nil when all are retired.
+    public var oldestPending: Int64? { offsets.first }
+
     /// Registers a delivered record handed out as `parts` parts. Offsets at or below the last delivered one are
     /// ignored (a redelivery within the same assignment does not happen in librdkafka).
     public mutating func delivered(_ offset: Int64, parts: Int = 1) {

@@ -58,6 +58,11 @@ public struct KafkaConfig: Sendable, Hashable {
     public var topics = TopicNames()
     /// Consumer group session timeout.
     public var sessionTimeoutMs = 10_000
+    /// How every stage's groups move partitions when a member joins or leaves (`kafka.rebalance`): `cooperative`
+    /// (incremental, KIP-429; the default) or `eager` (the whole group stops for each rebalance; for the first step
+    /// of moving a running fleet to cooperative, docs/kafka.md "Rebalancing"). A stage's `HERALD_KAFKA_REBALANCE`
+    /// overrides.
+    public var rebalance = "cooperative"
     /// Extra librdkafka properties, passed through unchanged.
     public var properties: [String: String] = [:]
     /// librdkafka properties whose values come from environment variables (`kafka.properties_env`: property ->
@@ -950,11 +955,17 @@ public enum PipelineLoader {
             m, "kafka",
             known: [
                 "brokers", "client_id", "topics", "session_timeout_ms", "properties", "properties_env",
-                "properties_file", "profile", "flow", "priority_flow", "idle", "pack", "bulk_nice",
+                "properties_file", "profile", "flow", "priority_flow", "idle", "pack", "bulk_nice", "rebalance",
             ])
         if let v = try r.string(m["brokers"], "kafka.brokers") { k.brokers = v }
         if let v = try r.string(m["client_id"], "kafka.client_id") { k.clientID = v }
         if let v = try r.int(m["session_timeout_ms"], "kafka.session_timeout_ms") { k.sessionTimeoutMs = v }
+        if let v = try r.string(m["rebalance"], "kafka.rebalance") {
+            guard ["cooperative", "eager"].contains(v) else {
+                throw ConfigError(path: "kafka.rebalance", message: "expected cooperative or eager, got \(v)")
+            }
+            k.rebalance = v
+        }
         if let v = try r.string(m["profile"], "kafka.profile") {
             k.profile = try KafkaProfile.parse(v, path: "kafka.profile")
         }

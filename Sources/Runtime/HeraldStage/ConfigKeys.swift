@@ -53,6 +53,15 @@ extension ConfigKey {
     public static let kafkaSessionTimeoutMs = ConfigKey(
         "HERALD_KAFKA_SESSION_TIMEOUT_MS", default: nil, documented: "pipeline `kafka.session_timeout_ms` (10000)",
         positive, "consumer group session timeout, milliseconds")
+    public static let kafkaRebalance = ConfigKey(
+        "HERALD_KAFKA_REBALANCE", default: nil, documented: "pipeline `kafka.rebalance` (`cooperative`)",
+        .oneOf(["cooperative", "eager"]),
+        "how the stage's consumer groups move partitions: `cooperative` (only those that change owner) or `eager` (all, for the first step of a migration); [kafka.md](kafka.md#rebalancing)"
+    )
+    public static let kafkaGroupInstanceID = ConfigKey(
+        "HERALD_KAFKA_GROUP_INSTANCE_ID", default: nil, documented: "unset (dynamic membership)",
+        "static membership (`group.instance.id`, suffixed with the lane): a stable name per process, e.g. a StatefulSet pod's name; [kafka.md](kafka.md#static-membership)"
+    )
     public static let kafkaProfile = ConfigKey(
         "HERALD_KAFKA_PROFILE", default: nil, documented: "pipeline `kafka.profile` (`production`)",
         .oneOf(["production", "local"]),
@@ -214,7 +223,7 @@ extension ConfigKey {
 
     /// Every key, in the order of the docs table.
     public static let all: [ConfigKey] = [
-        pipeline, kafkaBrokers, kafkaSessionTimeoutMs, kafkaProfile, groupID, batchSize, batchTimeoutMs, maxInFlight,
+        pipeline, kafkaBrokers, kafkaSessionTimeoutMs, kafkaRebalance, kafkaGroupInstanceID, kafkaProfile, groupID, batchSize, batchTimeoutMs, maxInFlight,
         redisURL, redisHost, redisPort, redisCAFile, redisCertFile, redisKeyFile, redisServerName, metricsHost,
         metricsPort, shutdownDeadlineMs, logLevel, instance, explainTTLSeconds,
         priorityLanes,

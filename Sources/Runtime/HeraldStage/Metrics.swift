@@ -130,6 +130,10 @@ public struct StageMetrics: Sendable {
         public static let buildInfo = "herald_build_info"
         /// Recorded by HeraldKafka's consumer (`KafkaConsumerConfiguration.metricsPrefix`, `herald_kafka`, + `_consumer_errors_total`).
         public static let kafkaConsumerErrors = "herald_kafka_consumer_errors_total"
+        /// Recorded by HeraldKafka's consumer at each rebalance (`herald_kafka` + `_partitions_assigned_total` /
+        /// `_partitions_revoked_total`).
+        public static let kafkaPartitionsAssigned = "herald_kafka_partitions_assigned_total"
+        public static let kafkaPartitionsRevoked = "herald_kafka_partitions_revoked_total"
         public static let httpConnectionsClosed = "herald_http_connections_closed_total"
         public static let doorbellRings = "herald_doorbell_rings_total"
         public static let doorbellRingFailures = "herald_doorbell_ring_failures_total"
@@ -261,11 +265,21 @@ public struct StageMetrics: Sendable {
         MetricDeclaration($0.name, $0.type, labels: "stage", $0.meaning)
     }
 
-    /// The stage's Kafka consumer's own counter, recorded inside HeraldKafka (listed after the provider clients'
+    /// The stage's Kafka consumer's own counters, recorded inside HeraldKafka (listed after the provider clients'
     /// families in the docs table).
-    public static let kafkaConsumerErrorsDeclaration = MetricDeclaration(
-        Name.kafkaConsumerErrors, "counter", labels: "group",
-        "consume, commit and rebalance errors of the stage's Kafka consumer")
+    public static let kafkaConsumerDeclarations = [
+        MetricDeclaration(
+            Name.kafkaConsumerErrors, "counter", labels: "group",
+            "consume, commit and rebalance errors of the stage's Kafka consumer"),
+        MetricDeclaration(
+            Name.kafkaPartitionsAssigned, "counter", labels: "group",
+            "partitions assigned to the stage's consumer by rebalances (a cooperative rebalance counts only those that moved here)"
+        ),
+        MetricDeclaration(
+            Name.kafkaPartitionsRevoked, "counter", labels: "group",
+            "partitions revoked from the stage's consumer by rebalances and at shutdown (cooperative: only those that moved away)"
+        ),
+    ]
 
     public let stage: String
     private let factory: any MetricsFactory

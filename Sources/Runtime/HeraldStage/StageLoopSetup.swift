@@ -17,6 +17,10 @@ public struct StageSetup: Sendable {
     public let settings: StageSettings
     public let brokers: [String]
     public let sessionTimeout: Duration
+    /// `kafka.rebalance` / `HERALD_KAFKA_REBALANCE`.
+    public let rebalance: RebalanceProtocol
+    /// `HERALD_KAFKA_GROUP_INSTANCE_ID`: static membership when set.
+    public let groupInstanceID: String?
     public let maxInFlight: Int
     public let explainTTLMilliseconds: Int64
     /// The environment, read through `ConfigKey`s.
@@ -68,6 +72,10 @@ public struct StageSetup: Sendable {
         if let wait = try config.int(.batchTimeoutMs) { settings.batchTimeoutMs = wait }
         let session = try config.int(.kafkaSessionTimeoutMs) ?? pipeline.kafka.sessionTimeoutMs
         pipeline.kafka.sessionTimeoutMs = session
+        let rebalanceName = try config.text(.kafkaRebalance) ?? pipeline.kafka.rebalance
+        pipeline.kafka.rebalance = rebalanceName
+        let rebalance = RebalanceProtocol(rawValue: rebalanceName) ?? .cooperative
+        let groupInstanceID = try config.text(.kafkaGroupInstanceID).flatMap { $0.isEmpty ? nil : $0 }
         let brokers = pipeline.kafka.brokers.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty }
         let explainTTL = Int64(try config.requiredInt(.explainTTLSeconds)) * 1000
@@ -77,11 +85,13 @@ public struct StageSetup: Sendable {
                 "version": "\(HeraldVersion.current)", "pipeline": "\(path)",
                 "brokers": "\(brokers.joined(separator: ","))", "group": "\(settings.groupID)",
                 "batch_size": "\(settings.batchSize)", "session_timeout_ms": "\(session)",
+                "rebalance": "\(rebalance.rawValue)", "static_membership": "\(groupInstanceID != nil)",
                 "metrics_port": "\(context.http.port)",
             ])
         return StageSetup(
             stage: stage, context: context, pipeline: pipeline, settings: settings, brokers: brokers,
-            sessionTimeout: .milliseconds(session), maxInFlight: try config.requiredInt(.maxInFlight),
+            sessionTimeout: .milliseconds(session), rebalance: rebalance, groupInstanceID: groupInstanceID,
+            maxInFlight: try config.requiredInt(.maxInFlight),
             explainTTLMilliseconds: explainTTL, config: config)
     }
 
@@ -148,6 +158,11 @@ public struct StageSetup: Sendable {
             clientID: "\(pipeline.kafka.clientID)-\(stage.rawValue)-\(context.environment.instance)",
             extraProperties: pipeline.kafka.properties)
         configuration.sessionTimeout = sessionTimeout
+        configuration.rebalance = rebalance
+        if let instance = groupInstanceID {
+            // Unique per consumer of the group: a lane is a group of its own, the suffix keeps the names apart anyway.
+            configuration.groupInstanceID = lane.map { "\(instance)-\($0)" } ?? instance
+        }
         // The priority lane's records come few at a time: its batches (and so its prefetch and librdkafka's queue)
         // stay at most `priorityBatchSize` however large the stage's bulk batches are.
         configuration.batchSize =
