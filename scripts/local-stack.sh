@@ -14,7 +14,9 @@
 #   scripts/local-stack.sh --restart NAME stop NAME (SIGTERM, 10 s, then SIGKILL) and start it again
 #   scripts/local-stack.sh --start NAME   start NAME (after a kill)
 #   scripts/local-stack.sh --signal SIG NAME   send SIG (KILL, TERM, ...) to NAME and return at once
-#   NAME: ingest resolve suppress render send registry (a stage), redis, kafka, mock-apns
+#   NAME: ingest resolve suppress render send registry (a stage), redis, kafka, mock-apns, or STAGE@N (N 1-3) for
+#         an extra process of a stage: same command line and environment, its own metrics port
+#         (base+41.. for @1, base+51.. for @2, base+61.. for @3) and instance name, as an autoscaler adds them
 #   --persistent   both of: --redis-aof (Redis with an append-only file, appendfsync always) and
 #   --kafka-s3     (Tansu on S3-style storage: a local moto server, installed by scripts/setup.sh),
 #                  so restarts keep their data
@@ -106,6 +108,7 @@ stop_all() {
   fi
   [ "$keeper" = "$$" ] || rm -f "$RUN/keep.pid"
   for s in "${STAGES[@]}"; do stop_pid "herald-$s" "$RUN/$s.pid"; done
+  local extra; for extra in "$RUN"/*@*.pid; do [ -f "$extra" ] && stop_pid "$(basename "$extra" .pid)" "$extra"; done
   stop_pid herald-mock-apns "$RUN/mock-apns.pid"
   stop_pid herald-mock-fcm "$RUN/mock-fcm.pid"
   stop_pid redis-server "$RUN/redis.pid"
@@ -208,10 +211,18 @@ start_mock() { # [record file]
 }
 
 stage_index() { local i=0 s; for s in "${STAGES[@]}"; do i=$((i + 1)); [ "$s" = "$1" ] && { echo "$i"; return; }; done; echo 0; }
+# The metrics port of a stage or of a stage's extra process STAGE@N (N 1-3): base+1 .. base+6 for the stages,
+# base+40+10(N-1)+1 .. for the extra processes (what an autoscaler's added pods are; same command line and
+# environment, their own metrics port and instance name).
+stage_port() {
+  local s="$1" base="${1%@*}" n=0
+  [ "$s" != "$base" ] && n="${s#*@}"
+  if [ "$n" = 0 ]; then echo $((METRICS_BASE + $(stage_index "$base"))); else echo $((METRICS_BASE + 40 + 10 * (n - 1) + $(stage_index "$base"))); fi
+}
 
 # One stage in the background; a watcher subshell writes its exit status to RUN/<stage>.exit.
 start_stage() {
-  local s="$1" i; i="$(stage_index "$1")"
+  local s="$1" stage="${1%@*}" port; port="$(stage_port "$1")"
   rm -f "$RUN/$s.pid" "$RUN/$s.exit"
   (
     # The watcher must not run the script's EXIT trap, nor be stopped by set -e on the stage's status.
@@ -222,11 +233,11 @@ start_stage() {
         -u HERALD_LOCAL_STAGE_REDIS_URL \
         HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
         HERALD_REDIS_URL="$STAGE_REDIS_URL" HERALD_METRICS_HOST=127.0.0.1 \
-        HERALD_METRICS_PORT="$((METRICS_BASE + i))" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 HERALD_KAFKA_PROFILE=local \
-        HERALD_INSTANCE="local-$s" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
+        HERALD_METRICS_PORT="$port" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 HERALD_KAFKA_PROFILE=local \
+        HERALD_INSTANCE="local-${s/@/-}" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
         $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \
-        $( [ "$s" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
-        "$BIN/herald-$s" >>"$RUN/logs/$s.log" 2>&1 </dev/null &
+        $( [ "$stage" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
+        "$BIN/herald-$stage" >>"$RUN/logs/$s.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$RUN/$s.pid.tmp"; mv "$RUN/$s.pid.tmp" "$RUN/$s.pid"
     wait "$pid"; echo $? >"$RUN/$s.exit"
@@ -235,9 +246,9 @@ start_stage() {
 }
 
 wait_stage_ready() { # stage; 0 when /readyz answers (a loaded machine's debug build may take a minute)
-  local s="$1" i; i="$(stage_index "$1")"
+  local s="$1" port; port="$(stage_port "$1")"
   for _ in $(seq 1 900); do
-    if curl -fs "http://127.0.0.1:$((METRICS_BASE + i))/readyz" >/dev/null 2>&1; then return 0; fi
+    if curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1; then return 0; fi
     kill -0 "$(cat "$RUN/$s.pid" 2>/dev/null || echo 0)" 2>/dev/null || return 1
     sleep 0.1
   done
@@ -264,6 +275,7 @@ if [ -n "$action" ]; then
     kafka) pidfile="$RUN/tansu/tansu.pid" ;;
     mock-apns) pidfile="$RUN/mock-apns.pid" ;;
     ingest|resolve|suppress|render|send|registry) pidfile="$RUN/$target.pid" ;;
+    ingest@[1-3]|resolve@[1-3]|suppress@[1-3]|render@[1-3]|send@[1-3]|registry@[1-3]) pidfile="$RUN/$target.pid" ;;
     *) echo "unknown component $target" >&2; exit 2 ;;
   esac
   case "$action" in

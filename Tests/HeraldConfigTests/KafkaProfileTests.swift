@@ -30,6 +30,17 @@ struct KafkaProfileTests {
         #expect(k.profileOverrides == [])
     }
 
+    @Test("kafka.rebalance: cooperative by default, eager when asked, anything else refused")
+    func rebalance() throws {
+        #expect(try PipelineLoader.load(yaml: "kafka: {brokers: k:9092}").config.kafka.rebalance == "cooperative")
+        #expect(try PipelineLoader.load(yaml: "kafka: {rebalance: eager}").config.kafka.rebalance == "eager")
+        #expect {
+            try PipelineLoader.load(yaml: "kafka: {rebalance: sticky}")
+        } throws: { error in
+            (error as? ConfigError)?.path == "kafka.rebalance" && "\(error)".contains("cooperative or eager")
+        }
+    }
+
     @Test("an unknown profile is refused with a message naming the choices")
     func unknownProfile() throws {
         #expect {

@@ -17,8 +17,20 @@ struct KafkaConfigurationTests {
         #expect(p["session.timeout.ms"] == "4500")
         #expect(p["heartbeat.interval.ms"] == "1500")
         #expect(p["auto.offset.reset"] == "earliest")
-        #expect(p["partition.assignment.strategy"] == "range,roundrobin")
+        #expect(p["partition.assignment.strategy"] == "cooperative-sticky")
+        #expect(p["group.instance.id"] == nil, "dynamic membership unless an instance id is given")
         #expect(c.batchSize == 500 && c.batchMaxWait == .milliseconds(50))
+    }
+
+    @Test("eager rebalancing and static membership are settings")
+    func rebalanceAndStaticMembership() throws {
+        var c = KafkaConsumerConfiguration(brokers: ["a:1"], groupID: "herald-send", topics: ["herald.outbound"])
+        c.rebalance = .eager
+        c.groupInstanceID = "herald-send-0-bulk"
+        #expect(c.librdkafkaProperties["partition.assignment.strategy"] == "range,roundrobin")
+        #expect(try c.librdkafkaValue(of: "group.instance.id") == "herald-send-0-bulk")
+        c.groupInstanceID = ""
+        #expect(c.librdkafkaProperties["group.instance.id"] == nil, "an empty id is no id")
     }
 
     @Test("the producer is idempotent and extra properties win")

@@ -161,8 +161,9 @@ package struct StackControl {
         return env
     }
 
-    /// The ports above the metrics base the script binds: base+1 ... base+9.
-    package static let metricsBlockSize = 10
+    /// The ports above the metrics base the script binds: base+1 ... base+9, and base+41 ... base+66 for the extra
+    /// processes of a stage (`STAGE@N`).
+    package static let metricsBlockSize = 70
 
     /// The ports one of the script's port variables stands for: one, or a cluster's six nodes and their bus ports.
     package static func stackPorts(_ port: Int, cluster: Bool) -> [Int] {

@@ -130,6 +130,7 @@ enum ChaosScenario: String, CaseIterable {
     case hostileAPI = "hostile-api"
     case redisMasterKill = "redis-cluster-master-kill"
     case redisSlotMove = "redis-cluster-slot-move"
+    case scaleChurn = "scale-churn"
 }
 
 struct ChaosOutcome {
@@ -233,6 +234,7 @@ struct ChaosRunner {
         case .hostileAPI: return try await hostileAPI()
         case .redisMasterKill: return try await redisMasterKill()
         case .redisSlotMove: return try await redisSlotMove()
+        case .scaleChurn: return try await scaleChurn()
         }
     }
 

@@ -1,0 +1,126 @@
+// The scale-churn scenario: what an autoscaler and a rolling release do to a fleet, under load.
+import Foundation
+import Glibc
+import HeraldBenchSupport
+
+extension ChaosRunner {
+    /// Every `spacing` seconds one stage (round robin over all six) gets an extra process, with the same command line
+    /// and environment and a metrics port of its own (`STAGE@1`, scripts/local-stack.sh), and that process gets
+    /// SIGTERM `lifetime` seconds later: a scale-out and a scale-in. Halfway through, every stage is rolled as a
+    /// Deployment with `maxSurge: 1` rolls it: a new process (`STAGE@2`) starts and becomes ready, then the old
+    /// one gets SIGTERM; the stage's own process is then started again and the surge process stopped, so the
+    /// stack ends as it began. Passes with nothing lost, nothing woken twice, every notification delivered within
+    /// 30 s of the last event, and every stopped process gone with status 0 before its shutdown deadline.
+    func scaleChurn() async throws -> ChaosOutcome {
+        let session = try open()
+        defer { session.close(keep: options.stack.keep) }
+        // Events of five-member groups with the usual mix: about 4 notifications an event, so 250 events/s are
+        // about 1,000 notifications/s.
+        let rate = 250.0
+        let seconds = reduced ? 40.0 : 60.0
+        let spacing = reduced ? 4.0 : 6.0
+        let lifetime = reduced ? 6.0 : 8.0
+        let rollAt = seconds / 2
+        let driver = try await LoadDriver(session: session, workload: workload())
+        let faults = FaultLog()
+        let membership = MembershipLog()
+        var nextScale = 3.0
+        var scaleIndex = 0
+        var rolled = false
+        let control = session.control
+
+        /// SIGTERM to one process and the wait for its exit; the exit status and the seconds it took are noted.
+        @Sendable func stop(_ name: String) async {
+            let at = nowMillis()
+            do {
+                let exited = try control.stopStage(name, timeout: 30)
+                let status = session.info.exitStatus(stage: name)
+                faults.add(.init(stage: name, action: "SIGTERM", at: at, status: status))
+                membership.stopped(name, seconds: Double(nowMillis() - at) / 1000)
+                if !exited { faults.note("\(name) did not exit within 30 s of SIGTERM") }
+            } catch {
+                faults.note("stopping \(name) failed: \(error)")
+            }
+        }
+        @Sendable func start(_ name: String) async -> Bool {
+            do {
+                try control.start(name)  // returns once /readyz answers (the group joined)
+                membership.started(name)
+                return true
+            } catch {
+                faults.note("starting \(name) failed: \(error)")
+                return false
+            }
+        }
+
+        driver.onTick = { t in
+            if t >= nextScale, t < seconds - lifetime {
+                nextScale += spacing
+                let stage = stageNames[scaleIndex % stageNames.count]
+                scaleIndex += 1
+                let extra = stage + "@1"
+                Task.detached {
+                    guard await start(extra) else { return }
+                    try? await Task.sleep(for: .seconds(lifetime))
+                    await stop(extra)
+                }
+            }
+            if !rolled, t >= rollAt {
+                rolled = true
+                Task.detached {
+                    for stage in stageNames {
+                        let surge = stage + "@2"
+                        guard await start(surge) else { continue }
+                        await stop(stage)
+                        _ = await start(stage)
+                        await stop(surge)
+                    }
+                    membership.rollDone()
+                }
+            }
+        }
+        let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: 30)
+        // The roll may still be under way when the load ends (a debug build's start takes seconds): wait for it.
+        let rollDeadline = monotonicSeconds() + 180
+        while !membership.isRollDone, monotonicSeconds() < rollDeadline { try await Task.sleep(for: .seconds(1)) }
+        var problems = faults.allNotes
+        if !membership.isRollDone { problems.append("the rolling restart did not finish") }
+        let bad = faults.all.filter { $0.status != 0 }
+        if !bad.isEmpty {
+            problems.append(
+                "exit status ≠ 0: "
+                    + bad.map { "\($0.stage)=\($0.status.map(String.init) ?? "none")" }.joined(separator: ", "))
+        }
+        let dead = stagesAlive(session)
+        if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
+        let changes = membership.changes
+        let slowest = membership.slowestStop
+        return outcome(
+            r, extraProblems: problems,
+            detail: String(
+                format:
+                    "%d membership changes (%d scale events, every stage rolled); %d notifications at %.0f events/s; latency p50 %d ms, p99 %d ms, max %d ms; slowest exit after SIGTERM %.1f s",
+                changes, scaleIndex, r.expected, rate, r.overall.p50, r.overall.p99, r.overall.max, slowest))
+    }
+}
+
+/// What the churn did, for the verdict line.
+final class MembershipLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var joins = 0
+    private var leaves = 0
+    private var slowest = 0.0
+    private var rollFinished = false
+
+    func started(_ name: String) { lock.withLock { joins += 1 } }
+    func stopped(_ name: String, seconds: Double) {
+        lock.withLock {
+            leaves += 1
+            slowest = max(slowest, seconds)
+        }
+    }
+    func rollDone() { lock.withLock { rollFinished = true } }
+    var changes: Int { lock.withLock { joins + leaves } }
+    var slowestStop: Double { lock.withLock { slowest } }
+    var isRollDone: Bool { lock.withLock { rollFinished } }
+}
