@@ -121,12 +121,18 @@ struct ControlAPI: Sendable {
         else { return .error(400, "topic=, partition= and broker= are required") }
         guard cluster.isKnown(broker) else { return .error(404, "no broker \(broker)") }
         guard cluster.isUp(broker) else { return .error(409, "broker \(broker) is down") }
-        let from = cluster.partitionLeaders()?.first { $0.topic == topic && $0.partition == partition }?.leader
+        // Looked up first: the mock creates a topic it is asked to set a leader of (with 4 partitions).
+        guard let leaders = cluster.partitionLeaders() else {
+            return .error(503, "no broker answered the metadata request")
+        }
+        guard let from = leaders.first(where: { $0.topic == topic && $0.partition == partition })?.leader else {
+            return .error(404, "no partition \(topic)/\(partition)")
+        }
         do {
             try cluster.setLeader(topic: topic, partition: partition, broker: broker)
-            return .json(LeaderMove(topic: topic, partition: partition, from: from ?? -1, to: broker))
+            return .json(LeaderMove(topic: topic, partition: partition, from: from, to: broker))
         } catch {
-            return .error(404, "\(error)")
+            return .error(500, "\(error)")
         }
     }
 
