@@ -3,7 +3,7 @@
 //
 // Layout on disk follows the layers (each imports only what is listed below it; docs/architecture.md says more):
 //   Sources/Tools      heraldctl, herald-bench, herald-chaos (the fault suite), herald-kafka-bench, herald-apns-bench,
-//                      and HeraldBenchSupport (the local stack under load, which herald-bench and herald-chaos share)
+//                      herald-dev-broker (the local and test Kafka broker), and HeraldBenchSupport (the local stack under load, which herald-bench and herald-chaos share)
 //   Sources/Stages     the six stage executables (herald-ingest, -resolve, -suppress, -render, -send, -registry)
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
 //                      lifecycle, logs, configuration binding); HeraldRegistryAPI: the registry API's routes and
@@ -16,7 +16,7 @@
 //                      rules, rendering, payloads, answer tables, record codecs)
 //   Sources/CShims     C modules: CRdKafka, CHiredis, CNghttp2, COpenSSL (system libraries), CHeraldCurl and
 //                      CHeraldMockTLS (small C wrappers for variadic or macro-only APIs), CHeraldRESP (hiredis's
-//                      replies read into one flat, reused buffer)
+//                      replies read into one flat, reused buffer), CHeraldPortPlan (herald-dev-broker's bind(2))
 //   Sources/StandIns   herald-mock-apns and herald-mock-fcm with their libraries HeraldMockAPNs and
 //                      HeraldMockProviders; on purpose they import none of Herald's modules, so they check requests
 //                      independently of the code under test.
@@ -216,6 +216,15 @@ let package = Package(
                 "HeraldKafka",
                 .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Tools/herald-kafka-bench"),
+        // librdkafka's mock cluster as the local and test broker, on fixed loopback ports, with a control port.
+        .executableTarget(
+            name: "herald-dev-broker",
+            dependencies: [
+                "CRdKafka", "CHeraldPortPlan",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ], path: "Sources/Tools/herald-dev-broker"),
+        // bind(2) interposed for herald-dev-broker: the mock brokers' listeners get planned ports instead of port 0.
+        .target(name: "CHeraldPortPlan", path: "Sources/CShims/CHeraldPortPlan"),
         .executableTarget(
             name: "herald-apns-bench",
             dependencies: [

@@ -1,4 +1,5 @@
-// The servers tests run against, each on a free loopback port: Tansu (Kafka), redis-server, and TLS material.
+// The servers tests run against, each on a free loopback port: Tansu and herald-dev-broker (Kafka), redis-server, and
+// TLS material.
 import Foundation
 import HeraldKafka
 
@@ -85,6 +86,182 @@ public final class TansuBroker: Sendable {
                 self.process.isRunning
             else {
                 throw TestSupportError("Tansu did not start again on port \(self.port): \(self.process.logTail(5))")
+            }
+        }
+    }
+
+    deinit { process.killNow() }
+}
+
+/// herald-dev-broker (librdkafka's mock cluster behind a control API; docs/kafka.md, "The local and test broker") on
+/// free loopback ports: broker i on `port` + i - 1, the control API on `controlPort`. Stopped by `stop()` or when the
+/// last reference goes. Unlike Tansu it has no CreateTopics request: `createTopics` goes through the control API (a
+/// topic produced to before it exists gets 4 partitions).
+public final class DevBroker: Sendable {
+    /// The port of broker 1.
+    public let port: Int
+    public let brokerCount: Int
+    public let controlPort: Int
+    public let process: ChildProcess
+    public let logDirectory: String
+
+    public var ports: [Int] { (0..<brokerCount).map { port + $0 } }
+    public var brokers: [String] { ports.map { "127.0.0.1:\($0)" } }
+    public var bootstrap: String { brokers.joined(separator: ",") }
+
+    /// One broker as `GET /brokers` shows it: `leads` lists `topic/partition`.
+    public struct BrokerState: Decodable, Sendable, Equatable {
+        public var id: Int32
+        public var port: Int
+        public var up: Bool
+        public var leads: [String]?
+    }
+
+    /// A partition whose leadership moved.
+    public struct LeaderMove: Decodable, Sendable, Equatable {
+        public var topic: String
+        public var partition: Int32
+        public var from: Int32
+        public var to: Int32
+    }
+
+    /// What taking a broker down did: the partitions and groups whose leadership moved.
+    public struct DownResult: Decodable, Sendable {
+        public var broker: Int32
+        public var moved: [LeaderMove]
+        public var groupsMoved: [String: Int32]
+        public var note: String?
+    }
+
+    /// Starts `brokers` brokers on consecutive free ports with `topics` (name, partitions) created, and returns once
+    /// the process printed its ready line (ports taken meanwhile are retried with others).
+    public init(brokers: Int = 3, topics: [(String, Int32)] = [], extraArguments: [String] = []) throws {
+        TestProcess.prepare()
+        let binary = try Paths.executable("herald-dev-broker")
+        let dir = try temporaryDirectory("herald-dev-broker")
+        var failure = "unknown"
+        for attempt in 0..<5 {
+            let ports = try Self.consecutiveFreePorts(brokers)
+            let controlPort = try freePort()
+            let process = ChildProcess(
+                name: "herald-dev-broker", executable: binary,
+                arguments: [
+                    "--brokers", "\(brokers)", "--port", "\(ports[0])", "--control-port", "\(controlPort)",
+                ] + topics.flatMap { ["--topic", "\($0.0):\($0.1)"] } + extraArguments,
+                logPath: dir + "/dev-broker-\(attempt).log")
+            try process.start()
+            if Self.waitReady(process) {
+                self.port = ports[0]
+                self.brokerCount = brokers
+                self.controlPort = controlPort
+                self.process = process
+                self.logDirectory = dir
+                return
+            }
+            failure = process.isRunning ? "no ready line" : "exited: \(process.logTail(5))"
+            process.killNow()
+        }
+        throw TestSupportError("herald-dev-broker did not start: \(failure)")
+    }
+
+    /// `init` on a thread of its own, so starting a broker does not hold a cooperative thread.
+    public static func start(
+        brokers: Int = 3, topics: [(String, Int32)] = [], extraArguments: [String] = []
+    ) async throws -> DevBroker {
+        try await offPool { try DevBroker(brokers: brokers, topics: topics, extraArguments: extraArguments) }
+    }
+
+    /// `count` consecutive ports that `freePort()` handed out (it walks the port range in order).
+    private static func consecutiveFreePorts(_ count: Int) throws -> [Int] {
+        for _ in 0..<50 {
+            var ports = [try freePort()]
+            while ports.count < count {
+                let next = try freePort()
+                guard next == ports[ports.count - 1] + 1 else { break }
+                ports.append(next)
+            }
+            if ports.count == count { return ports }
+        }
+        throw TestSupportError("no \(count) consecutive free ports")
+    }
+
+    /// Whether the run started last printed its ready line (60 s at most, less if it exits).
+    private static func waitReady(_ process: ChildProcess) -> Bool {
+        eventuallyBlocking(timeout: .seconds(60)) {
+            guard process.isRunning else { return true }
+            let text = (try? String(contentsOfFile: process.logPath, encoding: .utf8)) ?? ""
+            let run = text.components(separatedBy: "---- start ").last ?? ""
+            return run.contains("herald-dev-broker ready")
+        } && process.isRunning
+    }
+
+    /// Creates topics (name, partitions) through the control API; existing ones are left alone.
+    public func createTopics(_ topics: [(String, Int32)]) async throws {
+        for (name, partitions) in topics {
+            _ = try await control("POST", "/topics?name=\(name)&partitions=\(partitions)")
+        }
+    }
+
+    /// The brokers, whether each is up and which partitions it leads.
+    public func brokerStates() async throws -> [BrokerState] {
+        try decode([BrokerState].self, try await control("GET", "/brokers"))
+    }
+
+    /// Takes broker `broker` (1-based) down: the partitions it leads, and those of `groups` it coordinates, move to
+    /// brokers that are up first.
+    @discardableResult
+    public func setDown(broker: Int32, groups: [String] = []) async throws -> DownResult {
+        let query = groups.isEmpty ? "" : "?groups=" + groups.joined(separator: ",")
+        return try decode(DownResult.self, try await control("POST", "/brokers/\(broker)/down\(query)"))
+    }
+
+    /// Lets broker `broker` accept connections again (leadership stays where it was moved).
+    public func setUp(broker: Int32) async throws {
+        _ = try await control("POST", "/brokers/\(broker)/up")
+    }
+
+    /// Makes `broker` the leader of `topic`/`partition`.
+    public func moveLeader(topic: String, partition: Int32, to broker: Int32) async throws {
+        _ = try await control("POST", "/partitions/leader?topic=\(topic)&partition=\(partition)&broker=\(broker)")
+    }
+
+    /// The broker coordinating `group` (as FindCoordinator answers).
+    public func coordinator(ofGroup group: String) async throws -> Int32 {
+        struct Answer: Decodable { var coordinator: Int32 }
+        return try decode(Answer.self, try await control("GET", "/groups/\(group)")).coordinator
+    }
+
+    /// Makes `broker` the coordinator of `group`.
+    public func pinCoordinator(group: String, to broker: Int32) async throws {
+        _ = try await control("POST", "/groups/\(group)/coordinator?broker=\(broker)")
+    }
+
+    /// One control request; throws unless it was answered 200.
+    public func control(_ method: String, _ target: String) async throws -> String {
+        let answer = try await TestHTTP.request(port: controlPort, method: method, path: target)
+        guard answer.status == 200 else {
+            throw TestSupportError("\(method) \(target) on herald-dev-broker: \(answer.status) \(answer.body)")
+        }
+        return answer.body
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ body: String) throws -> T {
+        let decoder = JSONDecoder()
+        decoder.keyDecodingStrategy = .convertFromSnakeCase
+        return try decoder.decode(type, from: Data(body.utf8))
+    }
+
+    /// SIGTERM (SIGKILL after 3 s): the cluster is in memory, so nothing is lost that a test needs.
+    public func stop() { process.stopNow() }
+
+    /// Starts the stopped broker again on the same ports (empty but for the start-up topics: everything is in
+    /// memory), on a thread of its own; returns once it printed its ready line.
+    public func restart() async throws {
+        try await offPool {
+            try self.process.start()
+            guard Self.waitReady(self.process) else {
+                throw TestSupportError(
+                    "herald-dev-broker did not start again on port \(self.port): \(self.process.logTail(5))")
             }
         }
     }
