@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Herald's whole pipeline on this machine, no Docker: Redis + Tansu (Kafka) on loopback, the APNs stand-in
+# Herald's whole pipeline on this machine, no Docker: Redis + a Kafka broker on loopback (herald-dev-broker:
+# librdkafka's mock cluster, three brokers; or Tansu with --broker tansu), the APNs stand-in
 # with JWT checking, the FCM + webhook stand-in (herald-mock-fcm), the six stages; loads a sample state through herald.registry, publishes the seed
 # scenarios to chat.events, and prints what the stand-in received and what was suppressed and why.
 #
@@ -18,8 +19,12 @@
 #         an extra process of a stage: same command line and environment, its own metrics port
 #         (base+41.. for @1, base+51.. for @2, base+61.. for @3) and instance name, as an autoscaler adds them
 #   --persistent   both of: --redis-aof (Redis with an append-only file, appendfsync always) and
-#   --kafka-s3     (Tansu on S3-style storage: a local moto server, installed by scripts/setup.sh),
-#                  so restarts keep their data
+#   --kafka-s3     (Tansu on S3-style storage: a local moto server, installed by scripts/setup.sh; implies
+#                  --broker tansu), so restarts keep their data
+#   --broker dev|tansu  the Kafka broker (env HERALD_LOCAL_BROKER; default dev): herald-dev-broker, three brokers on
+#                  HERALD_LOCAL_KAFKA_PORT and the two ports above it, its control API on that port + 100
+#                  (scripts/dev-broker.sh down|up|leader PORT ...); or Tansu 0.6 (one broker; its group coordinator
+#                  wedges under member churn, docs/kafka.md)
 #   --run-dir DIR  state directory instead of run/local (env HERALD_LOCAL_RUN)
 #   --redis-cluster  a Redis Cluster instead of one Redis: 3 masters + 3 replicas on HERALD_LOCAL_REDIS_PORT and the
 #                  5 ports above it (cluster bus: each port + 10000); the stages get a redis+cluster:// URL.
@@ -46,6 +51,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
 keep=0; build=1; setup=1; stop_only=0; config=release; prometheus=0; up=0; redis_aof=0; kafka_s3=0; redis_cluster=0
+broker="${HERALD_LOCAL_BROKER:-dev}"
 action=""; target=""; sig=""
 RUN="${HERALD_LOCAL_RUN:-$root/run/local}"
 while [ $# -gt 0 ]; do
@@ -60,6 +66,7 @@ while [ $# -gt 0 ]; do
     --persistent) redis_aof=1; kafka_s3=1 ;;
     --redis-aof) redis_aof=1 ;;
     --kafka-s3) kafka_s3=1 ;;
+    --broker) broker="$2"; shift ;;
     --redis-cluster) redis_cluster=1 ;;
     --run-dir) RUN="$2"; shift ;;
     --restart|--start) action="${1#--}"; target="$2"; shift ;;
@@ -70,6 +77,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$RUN" in /*) ;; *) RUN="$PWD/$RUN" ;; esac
+[ "$kafka_s3" = 1 ] && broker=tansu
+case "$broker" in dev|tansu) ;; *) echo "--broker: expected dev or tansu, got $broker" >&2; exit 2 ;; esac
 
 REDIS_PORT="${HERALD_LOCAL_REDIS_PORT:-16479}"
 KAFKA_PORT="${HERALD_LOCAL_KAFKA_PORT:-19192}"
@@ -115,6 +124,7 @@ stop_all() {
   local n; for n in 0 1 2 3 4 5; do stop_pid "redis-server (cluster node $n)" "$RUN/redis-$n.pid"; done
   bash scripts/local-prometheus.sh stop
   [ -f "$RUN/tansu/tansu.pid" ] && bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
+  [ -f "$RUN/kafka/dev-broker.pid" ] && bash scripts/dev-broker.sh stop "$KAFKA_PORT" "$RUN/kafka" >/dev/null || true
   [ -f "$RUN/tansu/moto.pid" ] && bash scripts/tansu.sh stop-storage "$KAFKA_PORT" "$RUN/tansu" >/dev/null || true
 }
 
@@ -125,6 +135,7 @@ if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps t
   [ -n "$started_bin" ] && [ -z "${HERALD_LOCAL_BIN:-}" ] && BIN="$started_bin"
   redis_aof="$(sed -n 's/^REDIS_AOF=//p' "$RUN/stack.env" | head -n1)"; redis_aof="${redis_aof:-0}"
   kafka_s3="$(sed -n 's/^KAFKA_S3=//p' "$RUN/stack.env" | head -n1)"; kafka_s3="${kafka_s3:-0}"
+  broker="$(sed -n 's/^BROKER=//p' "$RUN/stack.env" | head -n1)"; broker="${broker:-dev}"
   redis_cluster="$(sed -n 's/^REDIS_CLUSTER=//p' "$RUN/stack.env" | head -n1)"; redis_cluster="${redis_cluster:-0}"
   # ... and the executables it started with (a stack started with --debug restarts debug binaries)
   if [ -z "${HERALD_LOCAL_BIN:-}" ]; then
@@ -184,8 +195,20 @@ start_redis() {
   for _ in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 }
 
+# Every broker of the local cluster, so that a process starting while one broker is down still finds the others.
+kafka_bootstrap() {
+  if [ "$broker" = dev ]; then echo "127.0.0.1:$KAFKA_PORT,127.0.0.1:$((KAFKA_PORT + 1)),127.0.0.1:$((KAFKA_PORT + 2))"
+  else echo "127.0.0.1:$KAFKA_PORT"; fi
+}
+
 start_kafka() {
-  if [ "$kafka_s3" = 1 ]; then
+  if [ "$broker" = dev ]; then
+    # The stages' groups (bulk and priority lanes), so that a broker taken down hands the groups it coordinates on.
+    local groups="" s
+    for s in "${STAGES[@]}"; do groups+=" --group herald-$s --group herald-$s-priority"; done
+    HERALD_BIN_DIR="$BIN" HERALD_DEV_BROKER_ARGS="$groups ${HERALD_DEV_BROKER_ARGS:-}" \
+      bash scripts/dev-broker.sh start "$KAFKA_PORT" "$RUN/kafka" >&2
+  elif [ "$kafka_s3" = 1 ]; then
     HERALD_TANSU_STORAGE=s3 bash scripts/tansu.sh start "$KAFKA_PORT" "$RUN/tansu" >&2
   else
     bash scripts/tansu.sh start "$KAFKA_PORT" "$RUN/tansu" >&2
@@ -230,10 +253,10 @@ start_stage() {
     # The stages warn about HERALD_* keys they do not know: the HERALD_LOCAL_* ones are for this script only.
     env -u HERALD_LOCAL_REDIS_PORT -u HERALD_STAGE_ENDPOINTS -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
         -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT -u HERALD_LOCAL_STAGES \
-        -u HERALD_LOCAL_STAGE_REDIS_URL \
-        HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="127.0.0.1:$KAFKA_PORT" \
+        -u HERALD_LOCAL_STAGE_REDIS_URL -u HERALD_LOCAL_SESSION_TIMEOUT_MS -u HERALD_LOCAL_BROKER \
+        HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="$(kafka_bootstrap)" \
         HERALD_REDIS_URL="$STAGE_REDIS_URL" HERALD_METRICS_HOST=127.0.0.1 \
-        HERALD_METRICS_PORT="$port" HERALD_KAFKA_SESSION_TIMEOUT_MS=6000 HERALD_KAFKA_PROFILE=local \
+        HERALD_METRICS_PORT="$port" HERALD_KAFKA_SESSION_TIMEOUT_MS="${HERALD_LOCAL_SESSION_TIMEOUT_MS:-3000}" HERALD_KAFKA_PROFILE=local \
         HERALD_INSTANCE="local-${s/@/-}" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
         $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \
         $( [ "$stage" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
@@ -257,7 +280,7 @@ wait_stage_ready() { # stage; 0 when /readyz answers (a loaded machine's debug b
 
 write_stack_env() {
   {
-    echo "RUN=$RUN"; echo "BIN=$BIN"; echo "REDIS_AOF=$redis_aof"; echo "KAFKA_S3=$kafka_s3"
+    echo "RUN=$RUN"; echo "BIN=$BIN"; echo "REDIS_AOF=$redis_aof"; echo "KAFKA_S3=$kafka_s3"; echo "BROKER=$broker"
     echo "REDIS_CLUSTER=$redis_cluster"; echo "REDIS_URL=$REDIS_URL"
     echo "REDIS_PORT=$REDIS_PORT"; echo "KAFKA_PORT=$KAFKA_PORT"; echo "APNS_PORT=$APNS_PORT"; echo "FCM_PORT=$FCM_PORT"
     echo "METRICS_BASE=$METRICS_BASE"; echo "MOCK_METRICS_PORT=$((METRICS_BASE + 9))"
@@ -272,7 +295,7 @@ if [ -n "$action" ]; then
   case "$target" in
     redis) pidfile="$RUN/redis.pid" ;;
     redis-[0-5]) pidfile="$RUN/$target.pid" ;;
-    kafka) pidfile="$RUN/tansu/tansu.pid" ;;
+    kafka) if [ "$broker" = dev ]; then pidfile="$RUN/kafka/dev-broker.pid"; else pidfile="$RUN/tansu/tansu.pid"; fi ;;
     mock-apns) pidfile="$RUN/mock-apns.pid" ;;
     ingest|resolve|suppress|render|send|registry) pidfile="$RUN/$target.pid" ;;
     ingest@[1-3]|resolve@[1-3]|suppress@[1-3]|render@[1-3]|send@[1-3]|registry@[1-3]) pidfile="$RUN/$target.pid" ;;
@@ -284,7 +307,8 @@ if [ -n "$action" ]; then
     restart|start)
       if [ "$action" = restart ]; then
         case "$target" in
-          kafka) bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null ;;
+          kafka) if [ "$broker" = dev ]; then bash scripts/dev-broker.sh stop "$KAFKA_PORT" "$RUN/kafka" >/dev/null
+                 else bash scripts/tansu.sh stop "$KAFKA_PORT" "$RUN/tansu" >/dev/null; fi ;;
           *) stop_pid "$target" "$pidfile" ;;
         esac
       fi
@@ -310,7 +334,9 @@ if [ "$stop_only" = 1 ]; then say "stopped"; exit 0; fi
 redis_ports=("$REDIS_PORT")
 [ "$redis_cluster" = 1 ] && for n in 1 2 3 4 5; do redis_ports+=($((REDIS_PORT + n)) $((REDIS_PORT + n + 10000))); done
 [ "$redis_cluster" = 1 ] && redis_ports+=($((REDIS_PORT + 10000)))
-for p in "${redis_ports[@]}" "$KAFKA_PORT" "$APNS_PORT" "$FCM_PORT"; do
+kafka_ports=("$KAFKA_PORT")
+[ "$broker" = dev ] && kafka_ports+=($((KAFKA_PORT + 1)) $((KAFKA_PORT + 2)) $((KAFKA_PORT + 100)))
+for p in "${redis_ports[@]}" "${kafka_ports[@]}" "$APNS_PORT" "$FCM_PORT"; do
   if port_open "$p"; then echo "port $p is in use by another program; set HERALD_LOCAL_*_PORT" >&2; exit 1; fi
 done
 
@@ -318,7 +344,7 @@ if [ "$setup" = 1 ]; then bash scripts/setup.sh; fi
 export PKG_CONFIG_PATH="/usr/local/lib/pkgconfig:${PKG_CONFIG_PATH:-}"
 if [ "$build" = 1 ]; then
   say "building ($config)"
-  for p in "${STAGES[@]/#/herald-}" herald-mock-apns herald-mock-fcm; do
+  for p in "${STAGES[@]/#/herald-}" herald-mock-apns herald-mock-fcm herald-dev-broker; do
     if ! swift build -c "$config" --product "$p" >"$RUN/logs/build.log" 2>&1; then
       grep -E "error" "$RUN/logs/build.log" >&2 || tail -20 "$RUN/logs/build.log" >&2; exit 1
     fi
@@ -327,7 +353,7 @@ if [ "$build" = 1 ]; then
     || say "heraldctl did not build (see run/local/logs/build-heraldctl.log); the simulate comparison is skipped"
 fi
 
-# --- Redis and Tansu -------------------------------------------------------------------------------
+# --- Redis and the Kafka broker --------------------------------------------------------------------
 : >"$RUN/logs/redis.log"
 start_redis
 if [ "$redis_cluster" = 1 ]; then
@@ -336,12 +362,16 @@ else
   say "redis on 127.0.0.1:$REDIS_PORT$( [ "$redis_aof" = 1 ] && echo ' (append-only file)')"
 fi
 start_kafka
-say "tansu on 127.0.0.1:$KAFKA_PORT"
-bash scripts/tansu.sh topics "$KAFKA_PORT" chat.events:4 herald.ingested:4 herald.resolved:4 herald.deliverable:4 \
+if [ "$broker" = dev ]; then
+  say "herald-dev-broker (3 brokers) on 127.0.0.1:$KAFKA_PORT-$((KAFKA_PORT + 2)), control API on :$((KAFKA_PORT + 100))"
+else
+  say "tansu on 127.0.0.1:$KAFKA_PORT"
+fi
+bash "scripts/$( [ "$broker" = dev ] && echo dev-broker || echo tansu ).sh" topics "$KAFKA_PORT" chat.events:4 herald.ingested:4 herald.resolved:4 herald.deliverable:4 \
   herald.outbound:4 herald.retry:4 herald.dlq:1 herald.token-feedback:2 herald.registry:2 \
   herald.ingested.priority:4 herald.resolved.priority:4 herald.deliverable.priority:4 herald.outbound.priority:4 \
   herald.retry.priority:4 >/dev/null \
-  || { say "cannot create the topics on 127.0.0.1:$KAFKA_PORT (above; the broker's log: $RUN/tansu/tansu.log)"; exit 1; }
+  || { say "cannot create the topics on 127.0.0.1:$KAFKA_PORT (above; the broker's log in $RUN/kafka or $RUN/tansu)"; exit 1; }
 
 # --- The registry API's bearer token (one per run directory) -------------------------------------------
 [ -s "$RUN/api-token" ] || { umask 077; openssl rand -hex 24 >"$RUN/api-token"; }

@@ -42,6 +42,9 @@ package struct StackInfo {
     package var apiToken: String?
     package var redisAOF: Bool
     package var kafkaS3: Bool
+    /// The broker the stack runs: `dev` (herald-dev-broker, three brokers on `kafkaPort` and the two ports above it,
+    /// its control API on `kafkaPort + 100`) or `tansu`.
+    package var broker: String
     /// A Redis Cluster (nodes `redis-0` .. `redis-5` on `redisPort` and the five ports above it) instead of one Redis.
     package var redisCluster: Bool
     /// What the stages were given as HERALD_REDIS_URL.
@@ -65,11 +68,15 @@ package struct StackInfo {
             kafkaPort: try int("KAFKA_PORT"), apnsPort: try int("APNS_PORT"),
             metricsBase: try int("METRICS_BASE"), mockMetricsPort: try int("MOCK_METRICS_PORT"),
             apiPort: kv["API_PORT"].flatMap { Int($0) }, apiToken: kv["API_TOKEN"], redisAOF: kv["REDIS_AOF"] == "1",
-            kafkaS3: kv["KAFKA_S3"] == "1", redisCluster: kv["REDIS_CLUSTER"] == "1",
+            kafkaS3: kv["KAFKA_S3"] == "1", broker: kv["BROKER"] ?? "dev", redisCluster: kv["REDIS_CLUSTER"] == "1",
             redisURL: try kv["REDIS_URL"] ?? "redis://127.0.0.1:\(int("REDIS_PORT"))")
     }
 
-    package var brokers: String { "127.0.0.1:\(kafkaPort)" }
+    package var brokers: String {
+        broker == "dev" ? (0..<3).map { "127.0.0.1:\(kafkaPort + $0)" }.joined(separator: ",") : "127.0.0.1:\(kafkaPort)"
+    }
+    /// herald-dev-broker's control API (brokers down and up, partition leaders; scripts/dev-broker.sh).
+    package var brokerControlPort: Int { kafkaPort + 100 }
     package var pipelineFile: String { run + "/pipeline.yaml" }
 
     package func metricsPort(stage: String) -> Int { metricsBase + 1 + (stageNames.firstIndex(of: stage) ?? 0) }
@@ -79,7 +86,7 @@ package struct StackInfo {
         let file: String
         switch component {
         case "redis": file = run + "/redis.pid"
-        case "kafka": file = run + "/tansu/tansu.pid"
+        case "kafka": file = run + (broker == "dev" ? "/kafka/dev-broker.pid" : "/tansu/tansu.pid")
         case "mock-apns": file = run + "/mock-apns.pid"
         default: file = run + "/\(component).pid"
         }
@@ -144,16 +151,19 @@ package struct StackControl {
             "HERALD_LOCAL_REDIS_PORT", "HERALD_LOCAL_KAFKA_PORT", "HERALD_LOCAL_APNS_PORT", "HERALD_LOCAL_FCM_PORT",
         ] {
             let cluster = name == "HERALD_LOCAL_REDIS_PORT" && redisCluster
+            let kafka = name == "HERALD_LOCAL_KAFKA_PORT"
+            func ports(_ port: Int) -> [Int] { kafka ? devBrokerPorts(port) : stackPorts(port, cluster: cluster) }
             if let port = given[name] {
                 env[name] = port
-                taken.formUnion(stackPorts(Int(port) ?? 0, cluster: cluster))
+                taken.formUnion(ports(Int(port) ?? 0))
                 continue
             }
             var port = cluster ? freeClusterPorts() : freePort()
-            for _ in 0..<50 where !taken.isDisjoint(with: stackPorts(port, cluster: cluster)) {
+            for _ in 0..<50
+            where !taken.isDisjoint(with: ports(port)) || !ports(port).allSatisfy({ $0 == port || portIsFree($0) }) {
                 port = cluster ? freeClusterPorts() : freePort()
             }
-            taken.formUnion(stackPorts(port, cluster: cluster))
+            taken.formUnion(ports(port))
             env[name] = String(port)
         }
         env["HERALD_LOCAL_METRICS_BASE"] =
@@ -164,6 +174,9 @@ package struct StackControl {
     /// The ports above the metrics base the script binds: base+1 ... base+9, and base+41 ... base+66 for the extra
     /// processes of a stage (`STAGE@N`).
     package static let metricsBlockSize = 70
+
+    /// The ports herald-dev-broker binds for a Kafka port: its three brokers and its control API.
+    package static func devBrokerPorts(_ port: Int) -> [Int] { [port, port + 1, port + 2, port + 100] }
 
     /// The ports one of the script's port variables stands for: one, or a cluster's six nodes and their bus ports.
     package static func stackPorts(_ port: Int, cluster: Bool) -> [Int] {

@@ -124,7 +124,8 @@ enum ChaosScenario: String, CaseIterable {
     case sigkill = "sigkill-round-robin"
     case sigterm = "sigterm-each-stage"
     case redis = "redis-restart"
-    case broker = "broker-restart"
+    case brokerDown = "broker-down"
+    case leaderMove = "leader-move"
     case apnsFaults = "apns-fault-mix"
     case apnsStall = "apns-stall"
     case hostileAPI = "hostile-api"
@@ -228,7 +229,8 @@ struct ChaosRunner {
         case .sigkill: return try await sigkillRoundRobin()
         case .sigterm: return try await sigtermEach()
         case .redis: return try await restart(component: "redis")
-        case .broker: return try await restart(component: "kafka")
+        case .brokerDown: return try await brokerDown()
+        case .leaderMove: return try await leaderMove()
         case .apnsFaults: return try await apnsFaultMix()
         case .apnsStall: return try await apnsStall()
         case .hostileAPI: return try await hostileAPI()
@@ -368,8 +370,9 @@ struct ChaosRunner {
     // MARK: Redis / broker restart
 
     func restart(component: String) async throws -> ChaosOutcome {
-        // Only the restarted component is persistent (Tansu on S3 has issues of its own; see docs/testing.md).
-        let session = try open(redisAOF: component == "redis", kafkaS3: component == "kafka")
+        // The restarted Redis keeps its data (append-only file). The broker's faults are broker-down and leader-move:
+        // herald-dev-broker keeps every log while one of its three brokers is down.
+        let session = try open(redisAOF: component == "redis")
         defer { session.close(keep: options.stack.keep) }
         let rate = reduced ? 100.0 : 500.0
         let seconds = reduced ? 15.0 : 40.0
@@ -397,7 +400,7 @@ struct ChaosRunner {
         var problems = faults.allNotes
         let dead = stagesAlive(session)
         if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
-        let storage = component == "kafka" ? "Tansu on S3-style storage (moto)" : "Redis with appendfsync always"
+        let storage = "Redis with appendfsync always"
         return outcome(
             r, extraProblems: problems,
             detail: "\(component) stopped at 5 s for \(Int(downFor)) s (\(storage)); \(r.expected) notifications")

@@ -22,6 +22,7 @@ extension ChaosRunner {
         let lifetime = reduced ? 6.0 : 8.0
         let rollAt = seconds / 2
         let driver = try await LoadDriver(session: session, workload: workload())
+        driver.drainWaitsForSuppressions = false
         let faults = FaultLog()
         let membership = MembershipLog()
         var nextScale = 3.0
@@ -29,8 +30,10 @@ extension ChaosRunner {
         var rolled = false
         let control = session.control
 
+        // The script calls below block until a process is ready or gone (seconds): they run on threads of their own,
+        // never on Swift's cooperative pool (two blocked calls would stall the load driver on a 2-core host).
         /// SIGTERM to one process and the wait for its exit; the exit status and the seconds it took are noted.
-        @Sendable func stop(_ name: String) async {
+        @Sendable func stop(_ name: String) {
             let at = nowMillis()
             do {
                 let exited = try control.stopStage(name, timeout: 30)
@@ -42,7 +45,7 @@ extension ChaosRunner {
                 faults.note("stopping \(name) failed: \(error)")
             }
         }
-        @Sendable func start(_ name: String) async -> Bool {
+        @Sendable func start(_ name: String) -> Bool {
             do {
                 try control.start(name)  // returns once /readyz answers (the group joined)
                 membership.started(name)
@@ -59,21 +62,21 @@ extension ChaosRunner {
                 let stage = stageNames[scaleIndex % stageNames.count]
                 scaleIndex += 1
                 let extra = stage + "@1"
-                Task.detached {
-                    guard await start(extra) else { return }
-                    try? await Task.sleep(for: .seconds(lifetime))
-                    await stop(extra)
+                Thread.detachNewThread {
+                    guard start(extra) else { return }
+                    usleep(UInt32(lifetime * 1_000_000))
+                    stop(extra)
                 }
             }
             if !rolled, t >= rollAt {
                 rolled = true
-                Task.detached {
+                Thread.detachNewThread {
                     for stage in stageNames {
                         let surge = stage + "@2"
-                        guard await start(surge) else { continue }
-                        await stop(stage)
-                        _ = await start(stage)
-                        await stop(surge)
+                        guard start(surge) else { continue }
+                        stop(stage)
+                        _ = start(stage)
+                        stop(surge)
                     }
                     membership.rollDone()
                 }
