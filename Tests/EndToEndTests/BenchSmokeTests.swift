@@ -53,7 +53,7 @@ import Testing
             #expect(md.contains(heading), "REPORT.md lacks \(heading)")
         }
         for row in [
-            "herald-ingest", "herald-send", "**Herald (six stages)**", "broker (Tansu)", "Redis", "APNs stand-in",
+            "herald-ingest", "herald-send", "**Herald (six stages)**", "broker", "Redis", "APNs stand-in",
         ] {
             #expect(md.contains("| \(row) |"), "REPORT.md lacks the \(row) row")
         }

@@ -1,4 +1,4 @@
-// End-to-end: real Tansu, real Redis, herald-mock-apns and the six stages as separate processes.
+// End-to-end: herald-dev-broker (librdkafka's mock cluster, three brokers), real Redis, herald-mock-apns and the six stages as separate processes.
 // One stack for the whole suite (`.serialized`); each test uses its own users, conversations and event ids.
 import Foundation
 import HeraldConfig

@@ -1,4 +1,4 @@
-// The whole Herald stack on loopback for the end-to-end suite: redis-server, Tansu, herald-mock-apns and the
+// The whole Herald stack on loopback for the end-to-end suite: redis-server, herald-dev-broker, herald-mock-apns and the
 // six stage executables as separate processes, started once per suite and stopped at the end (even on failure).
 import Foundation
 import HeraldConfig
@@ -112,14 +112,14 @@ final class E2EStack: @unchecked Sendable {
     let binDir: String
     let runDir: String
     let redisPort: Int
-    let kafkaPort: Int
     let apnsPort: Int
     let fcmPort: Int
     let apiPort: Int
     let logger: Logger
 
     private(set) var redis: ChildProcess!
-    private(set) var tansu: ChildProcess!
+    /// herald-dev-broker: librdkafka's mock cluster, three brokers (docs/kafka.md, "The local and test broker").
+    private(set) var broker: DevBroker!
     private(set) var mock: ChildProcess!
     private(set) var mockFCM: ChildProcess!
     private(set) var stageProcesses: [String: ChildProcess] = [:]
@@ -129,7 +129,7 @@ final class E2EStack: @unchecked Sendable {
     private(set) var apps = AppDirectory()
     let startedAt = ContinuousClock.now
 
-    var brokers: String { "127.0.0.1:\(kafkaPort)" }
+    var brokers: String { broker.bootstrap }
     var redisURL: String { "redis://127.0.0.1:\(redisPort)" }
     var pipelinePath: String { runDir + "/pipeline.yaml" }
 
@@ -138,7 +138,6 @@ final class E2EStack: @unchecked Sendable {
         binDir = Paths.binDirectory
         runDir = NSTemporaryDirectory() + "herald-e2e-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         redisPort = (try? freePort()) ?? 26379
-        kafkaPort = (try? freePort()) ?? 29092
         apnsPort = (try? freePort()) ?? 28443
         fcmPort = (try? freePort()) ?? 28444
         apiPort = (try? freePort()) ?? 28445
@@ -152,8 +151,8 @@ final class E2EStack: @unchecked Sendable {
     func start() async throws {
         TestProcess.prepare()
         try FileManager.default.createDirectory(atPath: runDir + "/redis", withIntermediateDirectories: true)
-        log("run dir \(runDir); redis \(redisPort), kafka \(kafkaPort), apns \(apnsPort)")
-        for tool in ["heraldctl", "herald-mock-apns", "herald-mock-fcm"] + Self.stages.map({ "herald-\($0)" }) {
+        log("run dir \(runDir); redis \(redisPort), apns \(apnsPort)")
+        for tool in ["heraldctl", "herald-mock-apns", "herald-mock-fcm", "herald-dev-broker"] + Self.stages.map({ "herald-\($0)" }) {
             guard FileManager.default.isExecutableFile(atPath: binDir + "/" + tool) else {
                 throw HarnessError("missing \(binDir)/\(tool): run `swift build` first (or set HERALD_BIN_DIR)")
             }
@@ -171,29 +170,18 @@ final class E2EStack: @unchecked Sendable {
             ], logPath: runDir + "/redis.log")
         try redis.start()
 
-        tansu = ChildProcess(
-            name: "tansu", executable: try Paths.tansu(),
-            arguments: [
-                "broker", "--listener-url", "tcp://127.0.0.1:\(kafkaPort)",
-                "--advertised-listener-url", "tcp://127.0.0.1:\(kafkaPort)", "--storage-engine", "memory://tansu/",
-            ], logPath: runDir + "/tansu.log")
-        try tansu.start()
+        broker = try await DevBroker.start(
+            topics: Self.topics.map { ($0, 4) },
+            extraArguments: Self.stages.flatMap { ["--group", "herald-\($0)", "--group", "herald-\($0)-priority"] })
+        log("kafka \(broker.bootstrap)")
 
         guard await eventually(timeout: .seconds(60), { portAcceptsConnections(redisPort) }) else {
             throw HarnessError("redis did not start: \(redis.logTail())")
-        }
-        guard await eventually(timeout: .seconds(60), { portAcceptsConnections(kafkaPort) }) else {
-            throw HarnessError("tansu did not start: \(tansu.logTail())")
         }
         redisConnection = RedisConnection(configuration: try RedisConfiguration(url: redisURL), logger: logger)
         try await redisConnection.connect()
         store = StateStore(connection: redisConnection, logger: logger)
 
-        var admin = KafkaAdminConfiguration(brokers: [brokers])
-        admin.requestTimeout = .seconds(10)
-        _ = try await KafkaAdmin.createTopics(
-            Self.topics.map { TopicSpec(name: $0, partitions: 4) }, configuration: admin,
-            logger: logger)
 
         try await startMock()
         try await startMockFCM()
@@ -229,7 +217,7 @@ final class E2EStack: @unchecked Sendable {
         let stagesDone = ContinuousClock.now
         redisConnection?.close()
         var servers: [String] = []
-        for p in [mock, mockFCM, tansu, redis].compactMap({ $0 }) {
+        for p in [mock, mockFCM, broker?.process, redis].compactMap({ $0 }) {
             let t0 = ContinuousClock.now
             let status = await p.stop(grace: .seconds(3))
             servers.append("\(p.name) \(ContinuousClock.now - t0) exit \(status.map { "\($0)" } ?? "killed")")

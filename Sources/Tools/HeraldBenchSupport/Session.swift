@@ -165,7 +165,7 @@ package final class BenchSession: @unchecked Sendable {
     private static func printLogTails(run: String, lines: Int = 8) {
         let logs =
             ((try? FileManager.default.contentsOfDirectory(atPath: run + "/logs")) ?? []).sorted()
-            .map { run + "/logs/" + $0 } + [run + "/tansu/tansu.log"]
+            .map { run + "/logs/" + $0 } + [run + "/tansu/tansu.log", run + "/kafka/dev-broker.log"]
         for path in logs {
             guard let text = try? String(contentsOfFile: path, encoding: .utf8), !text.isEmpty else { continue }
             let tail = text.split(separator: "\n", omittingEmptySubsequences: true).suffix(lines)

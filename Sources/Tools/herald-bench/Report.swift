@@ -199,7 +199,7 @@ struct BenchReport {
         }
         s +=
             "| **Herald (six stages)** | **\(f2(heraldCPU))** | **\(f2(per100k(heraldCPU)))** | **\(fmtMB(heraldPeakRSSKB))** (sum) |\n"
-        for (c, name) in [("kafka", "broker (Tansu)"), ("redis", "Redis"), ("mock-apns", "APNs stand-in")] {
+        for (c, name) in [("kafka", "broker"), ("redis", "Redis"), ("mock-apns", "APNs stand-in")] {
             s += "| \(name) | \(f2(r.cpu[c] ?? 0)) | \(f2(per100k(r.cpu[c] ?? 0))) | \(fmtMB(r.peakRSSKB[c] ?? 0)) |\n"
         }
         if !r.hops.isEmpty {

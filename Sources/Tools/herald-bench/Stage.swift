@@ -8,7 +8,7 @@ struct StageBench: AsyncParsableCommand {
         commandName: "stage",
         abstract: "Feed one stage alone with a backlog of its own input and measure its cost per notification.",
         discussion: """
-            Starts Redis, Tansu and the stand-ins without stages, loads the users, publishes --backlog group events \
+            Starts Redis, the Kafka broker and the stand-ins without stages, loads the users, publishes --backlog group events \
             (the pipeline benchmark's workload), lets the stages upstream of NAME turn them into NAME's input and \
             stops them, then starts NAME alone and lets it drain the backlog. Reports its records and notifications \
             per CPU-second (from /proc), its multiple of the decision core's cost per notification (herald-bench \
@@ -137,7 +137,7 @@ struct StageReport {
         s += String(format: "| CPU per notification | %.2f µs |\n", microsecondsPerNotification)
         s += "| multiple of the decision core | \(coreMultiple.map { String(format: "%.2f", $0) } ?? "-") |\n"
         s += "| peak RSS (VmHWM) | \(fmtMB(r.peakRSSKB)) |\n"
-        for (c, label) in [("kafka", "broker (Tansu)"), ("redis", "Redis"), ("mock-apns", "APNs stand-in")] {
+        for (c, label) in [("kafka", "broker"), ("redis", "Redis"), ("mock-apns", "APNs stand-in")] {
             s += String(format: "| \(label) CPU while it drained | %.2f s |\n", r.cpu[c] ?? 0)
         }
         s += "\n## Accounting\n\n| measure | value |\n| --- | --- |\n"

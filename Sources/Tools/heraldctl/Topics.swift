@@ -2,7 +2,7 @@ import ArgumentParser
 import HeraldConfig
 import HeraldKafka
 
-/// `heraldctl topics`: create Kafka topics that are missing (works against Tansu and Apache Kafka).
+/// `heraldctl topics`: create Kafka topics that are missing (works against Apache Kafka, herald-dev-broker and Tansu).
 struct Topics: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Create Kafka topics that do not exist yet (NAME or NAME:PARTITIONS).")
