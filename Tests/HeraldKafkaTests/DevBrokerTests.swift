@@ -38,24 +38,24 @@ struct DevBrokerTests {
         #expect(Set(values(got)) == Set((0..<200).map { "a-\($0)" }) && got.count == 200)
         consumer.complete(got)
         await consumer.shutdown()
-        try await sender.shutdown()
 
-        // Stopped and started again: the same addresses take clients again (the cluster itself starts empty, but
-        // for the start-up topics).
+        // Stopped and started again: the same addresses take clients again, and the producer that was connected
+        // carries on (the cluster itself starts empty, but for the start-up topics).
         broker.stop()
         #expect(broker.ports.allSatisfy { !portAcceptsConnections($0) })
         try await broker.restart()
         #expect(broker.ports.allSatisfy { portAcceptsConnections($0) })
-        let again = try producer(broker.bootstrap)
-        let reportsAgain = try await again.send(records(topic, "b", 50))
-        #expect(reportsAgain.allSatisfy { $0.isDelivered })
+        let reportsAgain = try await sender.send(records(topic, "b", 50))
+        #expect(
+            reportsAgain.allSatisfy { $0.isDelivered },
+            "\(reportsAgain.compactMap(\.error).first.map { "\($0)" } ?? "")")
         let consumerAgain = try KafkaConsumer(
             configuration: consumerConfig(broker.bootstrap, group: group, topics: [topic]),
             logger: testLogger("dev.consumer"))
         let gotAgain = try await collect(consumerAgain, count: 50)
         #expect(Set(values(gotAgain)) == Set((0..<50).map { "b-\($0)" }) && gotAgain.count == 50)
         await consumerAgain.shutdown()
-        try await again.shutdown()
+        try await sender.shutdown()
     }
 
     @Test("after members joined and left in turn, a last member alone is assigned every partition and reads them")

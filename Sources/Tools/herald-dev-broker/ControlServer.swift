@@ -90,10 +90,7 @@ final class ControlServer: Sendable {
             "info", "request",
             [
                 "method": request.method, "target": request.target, "status": String(answer.status),
-                "ms": String(
-                    format: "%.1f",
-                    Double(elapsed.components.attoseconds) / 1e15
-                        + Double(elapsed.components.seconds) * 1000),
+                "ms": String(format: "%.1f", elapsed / .milliseconds(1)),
             ])
     }
 
