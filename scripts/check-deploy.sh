@@ -63,6 +63,8 @@ sed 's/terminationGracePeriodSeconds: 35/terminationGracePeriodSeconds: 20/' "$t
 refuses "check_deploy.py rejects a grace period under the shutdown deadline" "$PY" scripts/check_deploy.py kube "$tmp/broken-grace.yaml"
 sed 's/lagThreshold:/lagTreshold:/' "$tmp/production.yaml" >"$tmp/broken-keda.yaml"
 refuses "check_deploy.py rejects an unknown KEDA trigger key" "$PY" scripts/check_deploy.py kube "$tmp/broken-keda.yaml"
+sed '0,/stabilizationWindowSeconds: 300/s//stabilizationWindowSeconds: 30/' "$tmp/production.yaml" >"$tmp/broken-scaledown.yaml"
+refuses "check_deploy.py rejects a scale-down that does not wait for minutes of quiet" "$PY" scripts/check_deploy.py kube "$tmp/broken-scaledown.yaml"
 
 # The cluster's pipeline file loads (the same loader the stages use) without warnings.
 heraldctl="${HERALD_BIN_DIR:-$root/.build/debug}/heraldctl"

@@ -268,6 +268,19 @@ def check_kube(path):
                     f"input topics is {ceiling}")
         if spec.get("minReplicaCount", 0) > spec.get("maxReplicaCount", 0):
             problem(f"ScaledObject {name}: minReplicaCount above maxReplicaCount")
+        # Autoscaling that does not flap (docs/operations.md, "Scaling and upgrades"): both directions stated, a
+        # scale-up that waits for lag to last, a scale-down after minutes of quiet, one pod at a time.
+        behavior = spec.get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior", {})
+        up, down = behavior.get("scaleUp"), behavior.get("scaleDown")
+        if not up or not down:
+            problem(f"ScaledObject {name}: behavior must state both scaleUp and scaleDown")
+        else:
+            if up.get("stabilizationWindowSeconds", 0) < 15:
+                problem(f"ScaledObject {name}: scaleUp.stabilizationWindowSeconds below 15 s scales on a passing spike")
+            if down.get("stabilizationWindowSeconds", 0) < 120:
+                problem(f"ScaledObject {name}: scaleDown.stabilizationWindowSeconds below 120 s flaps")
+            if any(p["type"] != "Pods" or p["value"] > 1 for p in down.get("policies", [])) or not down.get("policies"):
+                problem(f"ScaledObject {name}: scaleDown must remove one pod at a time")
         svc = by_kind.get("Service", {}).get(name)
         if not svc or not any(p.get("name") == "metrics" for p in svc["spec"]["ports"]):
             problem(f"{name}: no Service with a port named metrics (the ServiceMonitor scrapes that)")
