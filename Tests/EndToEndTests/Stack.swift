@@ -157,6 +157,10 @@ final class E2EStack: @unchecked Sendable {
                 throw HarnessError("missing \(binDir)/\(tool): run `swift build` first (or set HERALD_BIN_DIR)")
             }
         }
+        broker = try await DevBroker.start(
+            topics: Self.topics.map { ($0, 4) },
+            extraArguments: Self.stages.flatMap { ["--group", "herald-\($0)", "--group", "herald-\($0)-priority"] })
+        log("kafka \(broker.bootstrap)")
         try await offPool { [self] in try self.makeCredentials() }  // openssl runs off the cooperative pool
         try writePipeline()
         apps = try PipelineLoader.load(path: pipelinePath).config.apps
@@ -170,10 +174,6 @@ final class E2EStack: @unchecked Sendable {
             ], logPath: runDir + "/redis.log")
         try redis.start()
 
-        broker = try await DevBroker.start(
-            topics: Self.topics.map { ($0, 4) },
-            extraArguments: Self.stages.flatMap { ["--group", "herald-\($0)", "--group", "herald-\($0)-priority"] })
-        log("kafka \(broker.bootstrap)")
 
         guard await eventually(timeout: .seconds(60), { portAcceptsConnections(redisPort) }) else {
             throw HarnessError("redis did not start: \(redis.logTail())")

@@ -171,6 +171,16 @@ public final class DevBroker: Sendable {
         try await offPool { try DevBroker(brokers: brokers, topics: topics, extraArguments: extraArguments) }
     }
 
+    /// A port for a herald-dev-broker another program starts (scripts/local-stack.sh): it and the two above it
+    /// handed out by `freePort()`, and the control port 100 above it accepting no connection now.
+    public static func freeBasePort() throws -> Int {
+        for _ in 0..<50 {
+            let ports = try consecutiveFreePorts(3)
+            if !portAcceptsConnections(ports[0] + 100) { return ports[0] }
+        }
+        throw TestSupportError("no free ports for a herald-dev-broker")
+    }
+
     /// `count` consecutive ports that `freePort()` handed out (it walks the port range in order).
     private static func consecutiveFreePorts(_ count: Int) throws -> [Int] {
         for _ in 0..<50 {
