@@ -447,7 +447,7 @@ done
 write_stack_env
 say "registry API on http://127.0.0.1:$((METRICS_BASE + 7))/v1 (Authorization: Bearer $(cat "$RUN/api-token"))"
 endpoints="$(for i in 1 2 3 4 5 6; do printf 'http://127.0.0.1:%s,' "$((METRICS_BASE + i))"; done)"
-say "for heraldctl: export HERALD_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT HERALD_REDIS_URL=$REDIS_URL HERALD_STAGE_ENDPOINTS=${endpoints%,}"
+say "for heraldctl: export HERALD_KAFKA_BROKERS=$(kafka_bootstrap) HERALD_REDIS_URL=$REDIS_URL HERALD_STAGE_ENDPOINTS=${endpoints%,}"
 [ "$prometheus" = 1 ] && bash scripts/local-prometheus.sh start
 if [ "$up" = 1 ]; then
   [ "$not_ready" = 0 ] || exit 1
