@@ -219,3 +219,31 @@ struct RecordPackTansuTests {
         try await packing.shutdown()
     }
 }
+
+@Suite("Packed records are unpacked only on Herald's own topics")
+struct PackedTopicsTests {
+    @Test(
+        "a record that reads as a pack is handed out whole on a topic outside packedTopics, and as its parts inside")
+    func externalTopicsAreNeverUnpacked() async throws {
+        let cluster = try MockCluster(brokers: 1)
+        let external = uniqueName("chat.events")
+        let own = uniqueName("herald.ingested")
+        cluster.createTopic(external, partitions: 1, replication: 1)
+        cluster.createTopic(own, partitions: 1, replication: 1)
+        // 1,000 empty parts in a few bytes: an external producer's record that happens to parse as a pack.
+        let lookalike = RecordPack.encode(Array(repeating: RecordPack.Part(key: nil, value: []), count: 1000))
+        let producer = try producer(cluster.bootstrap)
+        try await producer.sendAll([
+            ProducerRecord(topic: external, key: "k", value: lookalike),
+            ProducerRecord(topic: own, key: "k", value: lookalike),
+        ])
+        var config = consumerConfig(cluster.bootstrap, group: uniqueName("g"), topics: [external, own], batchSize: 2000)
+        config.packedTopics = [own]
+        let consumer = try KafkaConsumer(configuration: config, logger: testLogger("packed-topics"))
+        let records = try await collect(consumer, count: 1001)
+        #expect(records.filter { $0.topic == external }.map(\.value) == [lookalike], "one record, as it was sent")
+        #expect(records.filter { $0.topic == own }.count == 1000, "Herald's own topic: the pack's parts")
+        await consumer.shutdown()
+        try await producer.shutdown()
+    }
+}

@@ -144,6 +144,11 @@ public struct KafkaConsumerConfiguration: Sendable, Hashable {
     public var activity: ConsumerActivity? = nil
     /// Label prefix for swift-metrics objects. Default: `"herald_kafka"`.
     public var metricsPrefix: String = "herald_kafka"
+    /// The topics whose records may be packs (`RecordPack`, written by Herald's own producers between the stages):
+    /// only their records are unpacked. A record of any other topic is handed out as it is, whatever its bytes, so
+    /// an external record that happens to start with the pack's magic is never split into parts. nil: every
+    /// topic's (tools reading Herald's own topics). The stages set the topics between the stages. Default: nil.
+    public var packedTopics: Set<String>? = nil
     /// How the group moves partitions between members (`partition.assignment.strategy`). Every member of a group
     /// must use the same protocol, except during the two-step move from eager to cooperative. Default:
     /// `.cooperative`.

@@ -561,7 +561,8 @@ final class ConsumerCore: @unchecked Sendable {
                 let topic = m.rkt.map(topicName) ?? ""
                 let tp = TopicPartition(topic: topic, partition: m.partition)
                 guard let epoch = s.epochs[tp] else { continue }  // no longer ours
-                let added = s.buffer.append(copying: message, topic: topic, epoch: epoch, runLimit: runLimit)
+                let added = s.buffer.append(
+                    copying: message, topic: topic, epoch: epoch, runLimit: runLimit, unpack: unpacks(topic))
                 if s.trackers[tp]?.epoch != epoch { s.trackers[tp] = Tracked(epoch: epoch) }
                 s.trackers[tp]?.tracker.delivered(m.offset, parts: added)
             }
@@ -605,8 +606,12 @@ final class ConsumerCore: @unchecked Sendable {
                 ])
             return nil
         }
+        guard unpacks(m.rkt.map(topicName) ?? "") else { return 1 }
         return m.payload.map { RecordPack.declaredCount(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? 1
     }
+
+    /// Whether `topic`'s records may be packs (`packedTopics`).
+    private func unpacks(_ topic: String) -> Bool { configuration.packedTopics?.contains(topic) ?? true }
 
     private func serveWaiter() {
         let n = configuration.batchSize

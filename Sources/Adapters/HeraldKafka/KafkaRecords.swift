@@ -234,16 +234,18 @@ public struct ConsumerRecord: Sendable, Hashable {
     }
 
     /// Appends a consumed message (with `err == 0`): a pack's parts (`RecordPack`), each with the pack's topic,
-    /// partition, offset and timestamp, read straight from librdkafka's buffer; any other message as one record.
+    /// partition, offset and timestamp, read straight from librdkafka's buffer; any other message, or any message
+    /// when `unpack` is false (a topic Herald does not pack), as one record.
     static func append(
-        copying message: UnsafePointer<rd_kafka_message_t>, topic: String, epoch: UInt64,
+        copying message: UnsafePointer<rd_kafka_message_t>, topic: String, epoch: UInt64, unpack: Bool = true,
         to records: inout [ConsumerRecord]
     ) {
         let m = message.pointee
         let timestamp = timestamp(of: message)
         // Each part straight into its record (no array of parts in between).
         let packed =
-            m.payload.map { payload in
+            !unpack ? false
+            : m.payload.map { payload in
                 RecordPack.forEachPart(UnsafeRawBufferPointer(start: payload, count: m.len)) {
                     index, count, key, value in
                     // Grown geometrically: reserving each pack's exact count would copy the whole array per pack.

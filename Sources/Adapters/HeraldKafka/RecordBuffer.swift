@@ -18,16 +18,18 @@ struct RecordBuffer {
     /// Appends a consumed message's record, or a pack's parts, straight from librdkafka's buffer: to the newest
     /// run while they fit in `runLimit` records with it, else as a new run. Returns how many records it added.
     mutating func append(
-        copying message: UnsafePointer<rd_kafka_message_t>, topic: String, epoch: UInt64, runLimit: Int
+        copying message: UnsafePointer<rd_kafka_message_t>, topic: String, epoch: UInt64, runLimit: Int,
+        unpack: Bool = true
     ) -> Int {
         let m = message.pointee
-        let parts = m.payload.map { RecordPack.declaredCount(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? 1
+        let parts =
+            unpack ? m.payload.map { RecordPack.declaredCount(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? 1 : 1
         if head == runs.count || runs[runs.count - 1].count + parts > runLimit {
             runs.append([])
         }
         let last = runs.count - 1
         let before = runs[last].count
-        ConsumerRecord.append(copying: message, topic: topic, epoch: epoch, to: &runs[last])
+        ConsumerRecord.append(copying: message, topic: topic, epoch: epoch, unpack: unpack, to: &runs[last])
         let added = runs[last].count - before
         count += added
         return added

@@ -159,6 +159,9 @@ public struct StageSetup: Sendable {
             extraProperties: pipeline.kafka.properties)
         configuration.sessionTimeout = sessionTimeout
         configuration.rebalance = rebalance
+        // Only Herald's own topics between the stages carry packs; chat.events, herald.registry and the rest are read
+        // as they are, whatever their bytes.
+        configuration.packedTopics = Set(pipeline.kafka.topics.interStage)
         if let instance = groupInstanceID {
             // Unique per consumer of the group: a lane is a group of its own, the suffix keeps the names apart anyway.
             configuration.groupInstanceID = lane.map { "\(instance)-\($0)" } ?? instance
