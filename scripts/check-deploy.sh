@@ -65,6 +65,8 @@ sed 's/lagThreshold:/lagTreshold:/' "$tmp/production.yaml" >"$tmp/broken-keda.ya
 refuses "check_deploy.py rejects an unknown KEDA trigger key" "$PY" scripts/check_deploy.py kube "$tmp/broken-keda.yaml"
 sed '0,/stabilizationWindowSeconds: 300/s//stabilizationWindowSeconds: 30/' "$tmp/production.yaml" >"$tmp/broken-scaledown.yaml"
 refuses "check_deploy.py rejects a scale-down that does not wait for minutes of quiet" "$PY" scripts/check_deploy.py kube "$tmp/broken-scaledown.yaml"
+sed '/kind: NetworkPolicy/,$ s/port: metrics/port: 8080/' "$tmp/production.yaml" >"$tmp/broken-netpol.yaml"
+refuses "check_deploy.py rejects a NetworkPolicy that opens another port" "$PY" scripts/check_deploy.py kube "$tmp/broken-netpol.yaml"
 
 # The cluster's pipeline file loads (the same loader the stages use) without warnings.
 heraldctl="${HERALD_BIN_DIR:-$root/.build/debug}/heraldctl"

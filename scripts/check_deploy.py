@@ -284,6 +284,17 @@ def check_kube(path):
         svc = by_kind.get("Service", {}).get(name)
         if not svc or not any(p.get("name") == "metrics" for p in svc["spec"]["ports"]):
             problem(f"{name}: no Service with a port named metrics (the ServiceMonitor scrapes that)")
+    # Ingress to the pods: a NetworkPolicy that selects every Herald pod and lets in only the metrics port.
+    policies = list(by_kind.get("NetworkPolicy", {}).values())
+    if not any("Ingress" in p["spec"].get("policyTypes", []) for p in policies):
+        problem("no NetworkPolicy restricts ingress to the pods")
+    for p in policies:
+        for rule in p["spec"].get("ingress", []):
+            ports = {str(port.get("port")) for port in rule.get("ports", [])}
+            if any("podSelector" in peer for peer in rule.get("from", [])):
+                problem(f"NetworkPolicy {p['metadata']['name']}: a podSelector in 'from' gets kustomize's commonLabels")
+            if not ports or not ports <= {"metrics", "9100"}:
+                problem(f"NetworkPolicy {p['metadata']['name']}: ingress allowed on {sorted(ports) or 'every port'}, not only metrics")
     sms = list(by_kind.get("ServiceMonitor", {}).values())
     if not sms:
         problem("no ServiceMonitor")

@@ -442,6 +442,20 @@ struct RedisConnectionTests {
     func badURL(url: String) {
         #expect(throws: RedisError.self) { try RedisConfiguration(url: url) }
         #expect(RedisConfiguration.redacted("redis://:pw@h:1").contains("pw") == false)
+    }
+
+    @Test("a Redis URL that does not parse is never echoed with its password")
+    func unparseableURLIsRedacted() {
+        for url in ["redis://:s3cret@[::1:6379", "redis://app:s3cret@host:63a9", "redis://:s3cret@ho st:1"] {
+            #expect(URLComponents(string: url) == nil, "the case is meant not to parse: \(url)")
+            #expect(RedisConfiguration.redacted(url).contains("s3cr") == false, "\(RedisConfiguration.redacted(url))")
+            do {
+                _ = try RedisConfiguration(url: url)
+                Issue.record("\(url) was accepted")
+            } catch {
+                #expect("\(error)".contains("s3cr") == false, "\(error)")
+            }
+        }
         #expect(RedisConfiguration(host: "h", password: "pw").description == "redis://:***@h:6379/0")
     }
 

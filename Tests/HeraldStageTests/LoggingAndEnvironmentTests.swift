@@ -160,6 +160,17 @@ struct KeyFileTests {
             let warning = try #require(KeyFiles.exposureWarning(path: key))
             #expect(warning.contains(key) && warning.contains("chmod 600") && warning.contains(String(mode, radix: 8)))
         }
+        // A Kubernetes secret volume for a pod running as 65532 with fsGroup 1234: root's file, the pod's group.
+        try FileManager.default.setAttributes(
+            [.posixPermissions: 0o440, .ownerAccountID: 0, .groupOwnerAccountID: 1234], ofItemAtPath: key)
+        #expect(KeyFiles.exposureWarning(path: key, processUID: 65532, processGroups: [65532, 1234]) == nil)
+        #expect(
+            KeyFiles.exposureWarning(path: key, processUID: 65532, processGroups: [65532]) != nil,
+            "a group the process is not in")
+        #expect(KeyFiles.exposureWarning(path: key, processUID: 0, processGroups: [1234]) != nil, "root needs none")
+        try FileManager.default.setAttributes([.posixPermissions: 0o444], ofItemAtPath: key)
+        #expect(
+            KeyFiles.exposureWarning(path: key, processUID: 65532, processGroups: [1234]) != nil, "others can read")
         #expect(KeyFiles.exposureWarning(path: directory.appendingPathComponent("missing.p8").path) == nil)
         let credential = APNsCredential(bundleID: "b", teamID: "T", keyID: "K", keyFile: key)
         #expect(KeyFiles.paths(of: credential) == [key])

@@ -116,9 +116,17 @@ public struct RedisConfiguration: Sendable, Hashable {
     /// The URL with any password replaced, fit for logs and error messages.
     public static func redacted(_ url: String) -> String {
         if let redacted = clusterRedacted(url) { return redacted }
-        guard var components = URLComponents(string: url), components.password != nil else { return url }
-        components.password = "***"
-        return components.string ?? "redis://***"
+        if var components = URLComponents(string: url) {
+            guard components.password != nil else { return url }
+            components.password = "***"
+            return components.string ?? "redis://***"
+        }
+        // Not a URL (a password with a space or a stray "@" in it, say): whatever stands between the scheme and the
+        // last "@" may be credentials, and goes.
+        guard let at = url.lastIndex(of: "@") else { return url }
+        let start = url.range(of: "://").map(\.upperBound) ?? url.startIndex
+        guard start <= at else { return url }
+        return String(url[..<start]) + "***" + String(url[at...])
     }
 }
 

@@ -13,13 +13,40 @@ public enum KeyFiles {
     /// Links are followed: the mode that counts is the file's the link leads to (a Kubernetes secret mounted as a
     /// volume is a link to a link to the file; the links themselves always read 777). A file that cannot be
     /// inspected gives no warning here (loading it reports the error).
-    public static func exposureWarning(path: String) -> String? {
+    ///
+    /// One group-readable shape is private enough and gets no warning: a Kubernetes secret volume mounted for a pod
+    /// that does not run as root (`runAsUser`, `fsGroup`), where the file belongs to root, its group is the pod's
+    /// group (one of this process's groups) and others have no access (`defaultMode: 0440`). The process could not
+    /// read a 0400 file there at all.
+    public static func exposureWarning(
+        path: String, processUID: UInt32 = getuid(), processGroups: Set<UInt32> = currentGroups()
+    ) -> String? {
         var info = stat()
         guard stat(path, &info) == 0 else { return nil }
         let permissions = Int(info.st_mode) & 0o777
         guard permissions & 0o077 != 0 else { return nil }
+        let podSecret =
+            processUID != 0 && info.st_uid == 0 && processGroups.contains(info.st_gid) && permissions & 0o037 == 0
+        if podSecret { return nil }
         return "key file \(path) is accessible to its group or others (mode \(String(permissions, radix: 8))); "
-            + "restrict it to its owner (chmod 600, or defaultMode 0400 for a Kubernetes secret volume)"
+            + "restrict it to its owner (chmod 600), or on Kubernetes to the pod's group (defaultMode 0440 with fsGroup)"
+    }
+
+    /// This process's group and supplementary groups.
+    public static func currentGroups() -> Set<UInt32> {
+        var groups = [gid_t](repeating: 0, count: 256)
+        let count = getgroups(Int32(groups.count), &groups)
+        return Set(groups.prefix(Int(max(0, count)))).union([getgid()])
+    }
+
+    /// Warns about every file `kafka.properties_file` names that its group or others can read (SASL passwords, TLS
+    /// keys given inline).
+    public static func warnAboutExposedKafkaSecrets(_ files: [String: String], logger: Logger) {
+        for (property, path) in files.sorted(by: { $0.key < $1.key }) {
+            if let warning = exposureWarning(path: path) {
+                logger.warning("\(warning)", metadata: ["property": "\(property)"])
+            }
+        }
     }
 
     /// The secret files named by `credential`.

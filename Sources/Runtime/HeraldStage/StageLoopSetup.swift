@@ -66,6 +66,7 @@ public struct StageSetup: Sendable {
         // Secrets named by `kafka.properties_env` / `properties_file` are read here, once; their values are never
         // logged (an error names the property and the variable or file).
         pipeline.kafka.properties = try pipeline.kafka.resolvedProperties(environment: environment)
+        KeyFiles.warnAboutExposedKafkaSecrets(pipeline.kafka.propertiesFile, logger: context.logger)
 
         if let group = try config.text(.groupID) { settings.groupID = group }
         if let size = try config.int(.batchSize) { settings.batchSize = size }
