@@ -86,7 +86,9 @@ import Testing
         // The local stack, as the README starts it, on ports of its own.
         let run = try temporaryDirectory("herald-day-one")
         // The broker takes three ports from the Kafka port up, and its control API the port 100 above it.
-        let ports = (redis: try freePort(), kafka: try DevBroker.freeBasePort(), apns: try freePort(), fcm: try freePort())
+        let ports = (
+            redis: try freePort(), kafka: try DevBroker.freeBasePort(), apns: try freePort(), fcm: try freePort()
+        )
         let base = try Self.portBlock()
         let environment = [
             "HERALD_LOCAL_BIN": Paths.binDirectory, "HERALD_LOCAL_REDIS_PORT": String(ports.redis),

@@ -152,7 +152,9 @@ final class E2EStack: @unchecked Sendable {
         TestProcess.prepare()
         try FileManager.default.createDirectory(atPath: runDir + "/redis", withIntermediateDirectories: true)
         log("run dir \(runDir); redis \(redisPort), apns \(apnsPort)")
-        for tool in ["heraldctl", "herald-mock-apns", "herald-mock-fcm", "herald-dev-broker"] + Self.stages.map({ "herald-\($0)" }) {
+        for tool in ["heraldctl", "herald-mock-apns", "herald-mock-fcm", "herald-dev-broker"]
+            + Self.stages.map({ "herald-\($0)" })
+        {
             guard FileManager.default.isExecutableFile(atPath: binDir + "/" + tool) else {
                 throw HarnessError("missing \(binDir)/\(tool): run `swift build` first (or set HERALD_BIN_DIR)")
             }
@@ -174,14 +176,12 @@ final class E2EStack: @unchecked Sendable {
             ], logPath: runDir + "/redis.log")
         try redis.start()
 
-
         guard await eventually(timeout: .seconds(60), { portAcceptsConnections(redisPort) }) else {
             throw HarnessError("redis did not start: \(redis.logTail())")
         }
         redisConnection = RedisConnection(configuration: try RedisConfiguration(url: redisURL), logger: logger)
         try await redisConnection.connect()
         store = StateStore(connection: redisConnection, logger: logger)
-
 
         try await startMock()
         try await startMockFCM()

@@ -35,7 +35,8 @@ struct RealtimeTests {
         try "0\n".write(toFile: dir + "/render.pid", atomically: true, encoding: .utf8)
         let info = StackInfo(
             run: dir, bin: "", redisPort: 1, kafkaPort: 1, apnsPort: 1, metricsBase: 1, mockMetricsPort: 1,
-            apiPort: nil, apiToken: nil, redisAOF: false, kafkaS3: false, broker: "dev", redisCluster: false, redisURL: "")
+            apiPort: nil, apiToken: nil, redisAOF: false, kafkaS3: false, broker: "dev", redisCluster: false,
+            redisURL: "")
         return (info, [resolve, stand], dir)
     }
 

@@ -437,7 +437,9 @@ final class Counter: @unchecked Sendable {
 
 @Suite("Kafka adapter rebalancing on Tansu", .serialized)
 struct KafkaRebalanceTests {
-    @Test("eager: a member joining revokes the whole assignment: completed work is committed first, the rest is redelivered once")
+    @Test(
+        "eager: a member joining revokes the whole assignment: completed work is committed first, the rest is redelivered once"
+    )
     func revokeCommitsCompletedWork() async throws {
         let broker = try await TansuBroker.start()
         defer { broker.stop() }

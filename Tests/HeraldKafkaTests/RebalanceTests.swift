@@ -114,7 +114,9 @@ struct RebalanceTests {
         try await setup.producer.shutdown()
     }
 
-    @Test("more members than partitions: every member joins (an empty assignment counts), and a leaving member's partitions move")
+    @Test(
+        "more members than partitions: every member joins (an empty assignment counts), and a leaving member's partitions move"
+    )
     func moreMembersThanPartitions() async throws {
         let setup = try await Setup()
         var members: [KafkaConsumer] = []

@@ -237,7 +237,8 @@ struct PackedTopicsTests {
             ProducerRecord(topic: external, key: "k", value: lookalike),
             ProducerRecord(topic: own, key: "k", value: lookalike),
         ])
-        var config = consumerConfig(cluster.bootstrap, group: uniqueName("g"), topics: [external, own], batchSize: 2000)
+        var config = consumerConfig(
+            cluster.bootstrap, group: uniqueName("g"), topics: [external, own], batchSize: 2000)
         config.packedTopics = [own]
         let consumer = try KafkaConsumer(configuration: config, logger: testLogger("packed-topics"))
         let records = try await collect(consumer, count: 1001)

@@ -237,3 +237,42 @@ struct HTTPLimitsTests {
         #expect(d.refused() == .schedule(.seconds(10), nil))
     }
 }
+
+@Suite("Stage HTTP endpoint: answers a client does not take, unauthenticated probes")
+struct HTTPWriteLimitsTests {
+    @Test("a client that pipelines requests and never reads the answers is disconnected at the write timeout")
+    func unreadAnswersAreDisconnected() async throws {
+        let big = [UInt8](repeating: UInt8(ascii: "x"), count: 8 << 20)
+        let (server, registry, serving) = try await HTTPLimitsTests.serve(
+            limits: HTTPServerLimits(readTimeout: .seconds(600), writeTimeout: .milliseconds(500)),
+            routes: { request in
+                request.path == "/big" ? HTTPRouteResponse(status: 200, contentType: "text/plain", body: big) : nil
+            })
+        defer { serving.cancel() }
+        let fd = try TestHTTP.connectLoopback(port: server.port)
+        defer { close(fd) }
+        var small: Int32 = 4096
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        let request = "GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        try HostileClients.send(fd, Array(String(repeating: request, count: 8).utf8))
+        // Nothing is read: the answer fills the socket buffers and the server's write waits for room.
+        try await waitUntil("the server closed the connection for its unread answer") {
+            HTTPLimitsTests.closedCount(registry, "write_timeout") >= 1
+        }
+        // Others are served meanwhile and after.
+        #expect(try await RawHTTP.get(port: server.port, path: "/healthz").status == 200)
+        #expect(HTTPLimitsTests.closedCount(registry, "read_timeout") == 0)
+    }
+
+    @Test("an unauthenticated probe route takes GET or HEAD without a body; anything else is refused at the head")
+    func probeHeadCheck() {
+        func head(_ method: String, _ headers: [String: String] = [:]) -> HTTPRequestHeadCheck {
+            HTTPRequestHeadCheck(method: method, path: "/healthz", headers: headers, remoteAddress: "127.0.0.1")
+        }
+        #expect(StageHTTPServer.healthCheckHead(head("GET")) == nil)
+        #expect(StageHTTPServer.healthCheckHead(head("HEAD", ["content-length": "0"])) == nil)
+        #expect(StageHTTPServer.healthCheckHead(head("POST"))?.status == 405)
+        #expect(StageHTTPServer.healthCheckHead(head("GET", ["content-length": "1048576"]))?.status == 400)
+        #expect(StageHTTPServer.healthCheckHead(head("GET", ["transfer-encoding": "chunked"]))?.status == 400)
+    }
+}

@@ -244,7 +244,8 @@ public struct ConsumerRecord: Sendable, Hashable {
         let timestamp = timestamp(of: message)
         // Each part straight into its record (no array of parts in between).
         let packed =
-            !unpack ? false
+            !unpack
+            ? false
             : m.payload.map { payload in
                 RecordPack.forEachPart(UnsafeRawBufferPointer(start: payload, count: m.len)) {
                     index, count, key, value in

@@ -23,7 +23,8 @@ struct RecordBuffer {
     ) -> Int {
         let m = message.pointee
         let parts =
-            unpack ? m.payload.map { RecordPack.declaredCount(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? 1 : 1
+            unpack
+            ? m.payload.map { RecordPack.declaredCount(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? 1 : 1
         if head == runs.count || runs[runs.count - 1].count + parts > runLimit {
             runs.append([])
         }

@@ -216,6 +216,10 @@ extension ConfigKey {
         "HERALD_HTTP_IDLE_TIMEOUT_MS", default: "60000", documented: "60000", positive,
         "every stage's HTTP endpoint and the registry API: how long a kept-alive connection may be idle between requests, milliseconds"
     )
+    public static let httpWriteTimeoutMs = ConfigKey(
+        "HERALD_HTTP_WRITE_TIMEOUT_MS", default: "10000", documented: "10000", positive,
+        "every stage's HTTP endpoint and the registry API: time a client has to take an answer (from its first byte written until its last is in the socket), milliseconds; a client that stops reading is disconnected"
+    )
     public static let httpMaxConnections = ConfigKey(
         "HERALD_HTTP_MAX_CONNECTIONS", default: "1024", documented: "1024", positive,
         "every stage's HTTP endpoint and the registry API, each: open connections beyond which a new one is answered 503 and closed"
@@ -223,7 +227,8 @@ extension ConfigKey {
 
     /// Every key, in the order of the docs table.
     public static let all: [ConfigKey] = [
-        pipeline, kafkaBrokers, kafkaSessionTimeoutMs, kafkaRebalance, kafkaGroupInstanceID, kafkaProfile, groupID, batchSize, batchTimeoutMs, maxInFlight,
+        pipeline, kafkaBrokers, kafkaSessionTimeoutMs, kafkaRebalance, kafkaGroupInstanceID, kafkaProfile, groupID,
+        batchSize, batchTimeoutMs, maxInFlight,
         redisURL, redisHost, redisPort, redisCAFile, redisCertFile, redisKeyFile, redisServerName, metricsHost,
         metricsPort, shutdownDeadlineMs, logLevel, instance, explainTTLSeconds,
         priorityLanes,
@@ -232,7 +237,7 @@ extension ConfigKey {
         sendRetryMaxMs, sendPriorityReservePercent, fcmHost, fcmCAFile, fcmConnections, fcmPriorityConnections,
         webhookCAFile,
         pipelineWatchMs, apiPort, apiHost, apiTokens, apiAuthFailuresPerMinute, preferencesMaxConversations,
-        preferencesMaxBytes, httpReadTimeoutMs, httpIdleTimeoutMs, httpMaxConnections,
+        preferencesMaxBytes, httpReadTimeoutMs, httpIdleTimeoutMs, httpWriteTimeoutMs, httpMaxConnections,
     ]
 
     /// The docs/operations.md table (header included), one row per key.

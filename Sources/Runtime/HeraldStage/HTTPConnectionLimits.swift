@@ -18,20 +18,27 @@ public struct HTTPServerLimits: Sendable, Hashable {
     /// Largest request body accepted (413 beyond, answered from the head's `Content-Length` before any body byte
     /// is read, or once the body grows past it).
     public var maxBodyBytes: Int
+    /// From a response's head handed to the connection until its last byte is in the kernel's send buffer. A client
+    /// that stops reading (pipelining requests and never reading the answers) is disconnected, instead of holding
+    /// the connection and its answer for good.
+    public var writeTimeout: Duration
 
     public static let defaultReadTimeout = Duration.seconds(10)
     public static let defaultIdleTimeout = Duration.seconds(60)
     public static let defaultMaxConnections = 1024
     public static let defaultMaxBodyBytes = 1 << 20
+    public static let defaultWriteTimeout = Duration.seconds(10)
 
     public init(
         readTimeout: Duration = defaultReadTimeout, idleTimeout: Duration = defaultIdleTimeout,
-        maxConnections: Int = defaultMaxConnections, maxBodyBytes: Int = defaultMaxBodyBytes
+        maxConnections: Int = defaultMaxConnections, maxBodyBytes: Int = defaultMaxBodyBytes,
+        writeTimeout: Duration = defaultWriteTimeout
     ) {
         self.readTimeout = readTimeout
         self.idleTimeout = idleTimeout
         self.maxConnections = maxConnections
         self.maxBodyBytes = maxBodyBytes
+        self.writeTimeout = writeTimeout
     }
 }
 
@@ -45,6 +52,8 @@ public enum HTTPCloseReason: String, Sendable, CaseIterable {
     case connectionCap = "connection_cap"
     /// The request head was refused (401, 403, 404, 413, 429) before its body was read.
     case refusedAtHead = "refused_at_head"
+    /// An answer was not taken by the client within the write timeout.
+    case writeTimeout = "write_timeout"
 }
 
 /// Which deadline a connection is under: a pure state machine, driven by what the connection's handlers see.
@@ -126,6 +135,10 @@ struct ConnectionDeadlines: Sendable, Equatable {
 final class ConnectionTimer {
     private var deadlines: ConnectionDeadlines
     private var scheduled: Scheduled<Void>?
+    /// The write deadline of the answer being written, apart from the request deadlines above: the next pipelined
+    /// request may be read while an answer is still being written.
+    private var writing: Scheduled<Void>?
+    private let writeTimeout: Duration
     private let channel: any Channel
     private let onClose: @Sendable (HTTPCloseReason) -> Void
 
@@ -133,6 +146,25 @@ final class ConnectionTimer {
         self.channel = channel
         self.deadlines = ConnectionDeadlines(readTimeout: limits.readTimeout, idleTimeout: limits.idleTimeout)
         self.onClose = onClose
+        self.writeTimeout = limits.writeTimeout
+    }
+
+    /// An answer's head is being written: its write deadline starts.
+    func responseStarted() {
+        writing?.cancel()
+        let channel = self.channel
+        let onClose = self.onClose
+        writing = channel.eventLoop.scheduleTask(in: .nanoseconds(Int64(writeTimeout / .nanoseconds(1)))) {
+            onClose(.writeTimeout)
+            channel.close(promise: nil)
+        }
+    }
+
+    /// An answer's last byte was written to the socket.
+    func responseWritten() {
+        writing?.cancel()
+        writing = nil
+        responseEnded()
     }
 
     /// True once a request was refused at its head: what the client still sends is dropped as it arrives.
@@ -147,6 +179,8 @@ final class ConnectionTimer {
     func closed() {
         scheduled?.cancel()
         scheduled = nil
+        writing?.cancel()
+        writing = nil
     }
 
     private func apply(_ action: ConnectionDeadlines.Action) {
@@ -254,8 +288,19 @@ final class RequestHeadGate: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) { timer.responseEnded() }
-        context.write(data, promise: promise)
+        switch unwrapOutboundIn(data) {
+        case .head:
+            timer.responseStarted()
+            context.write(data, promise: promise)
+        case .body:
+            context.write(data, promise: promise)
+        case .end:
+            // The deadline ends when the last byte is in the socket, not when it is handed to the pipeline.
+            let written = promise ?? context.eventLoop.makePromise(of: Void.self)
+            let timer = self.timer
+            written.futureResult.whenSuccess { timer.responseWritten() }
+            context.write(data, promise: written)
+        }
     }
 
     private func refusal(_ head: HTTPRequestHead, remote: String?) -> HTTPRouteResponse? {

@@ -208,6 +208,19 @@ public final class StageHTTPServer: Service, Sendable {
         }
     }
 
+    /// The head check of an unauthenticated probe route (`/healthz` on the registry API's port): GET or HEAD
+    /// without a body, else refused before anything more is read (405, or 400 for a body).
+    public static func healthCheckHead(_ head: HTTPRequestHeadCheck) -> HTTPRouteResponse? {
+        guard head.method == "GET" || head.method == "HEAD" else {
+            return HTTPRouteResponse(status: 405, body: Array(#"{"error":"method not allowed"}"#.utf8))
+        }
+        let length = head.headers["content-length"].flatMap { Int($0.trimmingCharacters(in: .whitespaces)) } ?? 0
+        guard length == 0, head.headers["transfer-encoding"] == nil else {
+            return HTTPRouteResponse(status: 400, body: Array(#"{"error":"this route takes no body"}"#.utf8))
+        }
+        return nil
+    }
+
     static func routeRequest(_ head: HTTPRequestHead, body: [UInt8], remote: String? = nil) -> HTTPRouteRequest {
         let parts = head.uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         var headers: [String: String] = [:]

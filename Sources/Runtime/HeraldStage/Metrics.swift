@@ -255,7 +255,7 @@ public struct StageMetrics: Sendable {
             "always 1; `version` is Herald's version (`HeraldVersion.current`, CHANGELOG.md)"),
         MetricDeclaration(
             Name.httpConnectionsClosed, "counter", labels: "stage, endpoint, reason",
-            "HTTP connections the server closed itself, by endpoint (`metrics`: the stage's `/metrics` port; `api`: the registry API) and reason: `read_timeout`, `idle_timeout`, `connection_cap` (refused with 503 over `HERALD_HTTP_MAX_CONNECTIONS`), `refused_at_head` (401, 403, 404, 413 or 429 answered before the body was read)"
+            "HTTP connections the server closed itself, by endpoint (`metrics`: the stage's `/metrics` port; `api`: the registry API) and reason: `read_timeout`, `idle_timeout`, `connection_cap` (refused with 503 over `HERALD_HTTP_MAX_CONNECTIONS`), `refused_at_head` (401, 403, 404, 413 or 429 answered before the body was read), `write_timeout` (an answer the client did not take within `HERALD_HTTP_WRITE_TIMEOUT_MS`)"
         ),
     ]
 

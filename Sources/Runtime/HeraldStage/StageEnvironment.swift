@@ -46,7 +46,8 @@ public struct StageEnvironment: Sendable, Hashable {
         httpLimits = HTTPServerLimits(
             readTimeout: .milliseconds(try config.requiredInt(.httpReadTimeoutMs)),
             idleTimeout: .milliseconds(try config.requiredInt(.httpIdleTimeoutMs)),
-            maxConnections: try config.requiredInt(.httpMaxConnections))
+            maxConnections: try config.requiredInt(.httpMaxConnections),
+            writeTimeout: .milliseconds(try config.requiredInt(.httpWriteTimeoutMs)))
         warnings = config.unknownKeyWarnings(extraKnownKeys: extraKnownKeys)
     }
 }

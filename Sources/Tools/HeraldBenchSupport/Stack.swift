@@ -73,7 +73,8 @@ package struct StackInfo {
     }
 
     package var brokers: String {
-        broker == "dev" ? (0..<3).map { "127.0.0.1:\(kafkaPort + $0)" }.joined(separator: ",") : "127.0.0.1:\(kafkaPort)"
+        broker == "dev"
+            ? (0..<3).map { "127.0.0.1:\(kafkaPort + $0)" }.joined(separator: ",") : "127.0.0.1:\(kafkaPort)"
     }
     /// herald-dev-broker's control API (brokers down and up, partition leaders; scripts/dev-broker.sh).
     package var brokerControlPort: Int { kafkaPort + 100 }

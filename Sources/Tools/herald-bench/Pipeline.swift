@@ -8,7 +8,8 @@ import HeraldCore
 struct PipelineBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "pipeline",
-        abstract: "Drive the local stack (Redis, the Kafka broker, APNs stand-in, six stages) and measure it end to end.",
+        abstract:
+            "Drive the local stack (Redis, the Kafka broker, APNs stand-in, six stages) and measure it end to end.",
         discussion: """
             Either --backlog N (publish N events, then drain) or --rate R --seconds S (steady input).
             Latency runs from each event's created_at (set when it is published) to the stand-in's answer.
