@@ -69,4 +69,32 @@ struct RedisSubscriberTests {
         }
         #expect(try await redis.send("PUBSUB", "NUMSUB", "bell:a").array?.last?.int == 1)
     }
+
+    @Test("a message past the size bound is not read whole: the subscriber reconnects and hears the next one")
+    func oversizedMessageIsNotBuffered() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let heard = Heard()
+        let subscriber = RedisSubscriber(configuration: server.configuration, channels: ["bell:a"]) { heard.add($0) }
+        subscriber.start()
+        defer { subscriber.stop() }
+        let subscribed = { try await redis.send("PUBSUB", "NUMSUB", "bell:a").array?.last?.int == 1 }
+        try await waitUntil("subscribed", timeout: .seconds(60), subscribed)
+        let clientID = { try await redis.send("CLIENT", "LIST", "TYPE", "pubsub").text ?? "" }
+        let before = try await clientID()
+        let huge = String(repeating: "x", count: 8 * RedisSubscriber.maxMessageBytes)
+        #expect(try await redis.send("PUBLISH", "bell:a", huge).int == 1)
+        // The subscriber dropped that connection and made a new one (another client id), without the message.
+        try await waitUntil("subscribed on a new connection", timeout: .seconds(60)) {
+            let now = try await clientID()
+            return now.contains("sub=1") && now.split(separator: " ").first != before.split(separator: " ").first
+        }
+        #expect(heard.all.isEmpty, "the oversized message reached the handler")
+        try await waitUntil("the next message heard", timeout: .seconds(60)) {
+            _ = try await redis.send("PUBLISH", "bell:a", "")
+            return heard.all == ["bell:a"] || heard.all.count >= 1
+        }
+        #expect(heard.all.allSatisfy { $0 == "bell:a" })
+    }
 }

@@ -736,6 +736,12 @@ final class HiredisSession: @unchecked Sendable {
     /// The connection's socket (to wait on with poll(2)); nil while not connected.
     var fileDescriptor: Int32? { context.map { $0.pointee.fd } }
 
+    /// Bytes read from the socket that do not make a whole reply yet (hiredis's reader buffer).
+    var unparsedBytes: Int {
+        guard let reader = context?.pointee.reader else { return 0 }
+        return max(0, reader.pointee.len - reader.pointee.pos)
+    }
+
     /// Writes `command` out now without reading a reply (a subscribed connection: replies come when they come).
     func sendWithoutReply(_ command: RedisCommand) throws {
         try ensureConnected()

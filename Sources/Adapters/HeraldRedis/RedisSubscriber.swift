@@ -142,7 +142,14 @@ public final class RedisSubscriber: Sendable {
         var pingSent = false
         var fromSocket = false
         while !isStopped {
-            for reply in try session.readAvailable(fromSocket: fromSocket) {
+            let replies = try session.readAvailable(fromSocket: fromSocket)
+            // A message is a channel name and a short payload (a doorbell's is empty): one growing past the bound is
+            // not read to its end (hiredis would hold all of it); the connection is dropped and made again.
+            if session.unparsedBytes > Self.maxMessageBytes {
+                throw RedisError(
+                    .protocolError, "a pub/sub message larger than \(Self.maxMessageBytes) bytes; reconnecting")
+            }
+            for reply in replies {
                 guard let parts = reply.array, let kind = parts.first?.text?.lowercased() else { continue }
                 switch kind {
                 case "message" where parts.count >= 2:
@@ -169,6 +176,9 @@ public final class RedisSubscriber: Sendable {
     }
 
     private enum Readiness { case socket, stopped, timedOut }
+
+    /// The largest pub/sub message read whole (channel name and payload).
+    public static let maxMessageBytes = 64 * 1024
 
     /// Waits until `fd` is readable, `stop()` was called, or `timeout` passed.
     private func waitReadable(fd: Int32?, timeout: Duration) -> Readiness {
