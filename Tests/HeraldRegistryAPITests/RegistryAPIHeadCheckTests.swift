@@ -65,6 +65,28 @@ struct RegistryAPIHeadCheckTests {
         #expect(Self.head(api, token: "guess", from: "10.0.0.1") == 429)
     }
 
+    @Test(
+        "an IPv6 client counts by its /64: its other addresses share the budget; a table full of clients stays bounded")
+    func ipv6ClientsCountByNetwork() throws {
+        #expect(AuthFailureLimiter.client("2001:db8:1:2::1") == "2001:db8:1:2::/64")
+        #expect(AuthFailureLimiter.client("2001:db8:1:2:ffff:ffff:ffff:fffe") == "2001:db8:1:2::/64")
+        #expect(AuthFailureLimiter.client("2001:db8:1:3::1") == "2001:db8:1:3::/64")
+        #expect(AuthFailureLimiter.client("::ffff:10.0.0.7") == "10.0.0.7")
+        #expect(AuthFailureLimiter.client("10.0.0.7") == "10.0.0.7")
+        let clock = Clock()
+        let limiter = AuthFailureLimiter(perMinute: 3, maxAddresses: 1000, now: { clock.now.withLock { $0 } })
+        let api = try Self.api(limiter: limiter)
+        // Three failures from three addresses of one /64 spend its budget: a fourth address of it is blocked.
+        for host in 1...3 { #expect(Self.head(api, token: "guess", from: "2001:db8:1:2::\(host)") == 401) }
+        #expect(Self.head(api, token: "guess", from: "2001:db8:1:2::99") == 429)
+        #expect(Self.head(api, token: "guess", from: "2001:db8:1:3::1") == 401, "another /64 is another client")
+        // 5,000 clients: the table never holds more than its bound.
+        for n in 0..<5000 {
+            limiter.recordFailure("10.\(n / 65536).\(n / 256 % 256).\(n % 256)")
+            #expect(limiter.trackedClients <= 1000)
+        }
+    }
+
     @Test("scopes and unknown apps are refused at the head: 403 outside the client's apps, 404 for an unlisted app")
     func scopes() throws {
         let apps = AppDirectory(apps: ["app1": AppConfig(), "app2": AppConfig()], listedOnly: true)
