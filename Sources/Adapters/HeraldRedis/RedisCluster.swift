@@ -355,6 +355,7 @@ final class RedisClusterRouter: Sendable {
                 }
             }
             let answers = try await send(groups, units: units, batch: batch)
+            try await checkRedirectionTargets(answers, groups: groups, units: units)
             var next: [(unit: Int, route: Route)] = []
             var pause = false
             for (node, items) in groups {
@@ -395,6 +396,39 @@ final class RedisClusterRouter: Sendable {
         throw RedisError(
             .clusterUnavailable,
             "still redirected after \(Self.maximumRedirections) rounds (last: \(lastRedirection))")
+    }
+
+    /// A redirection is followed only to a node of this cluster: one of its slot map's masters or seeds. A target
+    /// outside them (a node added since the map was learnt) is checked against a map learnt again now; one still
+    /// outside is an error, never a connection to wherever a reply points.
+    private func checkRedirectionTargets(
+        _ answers: [RedisNodeAddress: NodeAnswer], groups: [RedisNodeAddress: [(unit: Int, asking: Bool)]],
+        units: [RedisClusterUnit]
+    ) async throws {
+        var targets: Set<RedisNodeAddress> = []
+        for (node, items) in groups {
+            guard let nodeAnswer = answers[node] else { continue }
+            for (position, item) in items.enumerated() {
+                let first = nodeAnswer.firstReply[position]
+                switch Self.redirection(in: nodeAnswer.replies, first..<(first + units[item.unit].commands), from: node)
+                {
+                case .moved(_, let target), .ask(let target): targets.insert(target)
+                default: break
+                }
+            }
+        }
+        guard !targets.isEmpty else { return }
+        let seeds = Set(configuration.clusterSeeds)
+        func unknown() -> [RedisNodeAddress] {
+            let nodes = Set(state.withLock { $0.map.nodes })
+            return targets.filter { !nodes.contains($0) && !seeds.contains($0) }
+        }
+        guard !unknown().isEmpty else { return }
+        try await refreshMap()
+        if let stranger = unknown().first {
+            throw RedisError(
+                .protocolError, "redirected to \(stranger), which is not a node of the cluster's slot map")
+        }
     }
 
     /// The replies of every unit, in the batch's order.
@@ -568,13 +602,19 @@ final class RedisClusterRouter: Sendable {
                         failures.append("\(node): no slot is assigned")
                         continue
                     }
-                    let changed = state.withLock { state in
+                    let seeds = Set(configuration.clusterSeeds)
+                    let (changed, gone) = state.withLock { state in
                         let changed = state.map.nodes != map.nodes
                         state.map = map
                         state.refreshes += 1
                         state.refresh = nil
-                        return changed
+                        // Connections to nodes that left the cluster (or that a redirection once named) go.
+                        let keep = Set(map.nodes).union(seeds)
+                        let gone = state.connections.filter { !keep.contains($0.key) }
+                        for node in gone.keys { state.connections[node] = nil }
+                        return (changed, Array(gone.values))
                     }
+                    for connection in gone { connection.close() }
                     if changed {
                         logger.info(
                             "redis cluster slot map learnt",
