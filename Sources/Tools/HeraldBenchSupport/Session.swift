@@ -136,12 +136,14 @@ package final class BenchSession: @unchecked Sendable {
             control: control, info: try StackInfo.load(run: run), started: true, repo: repo, redisRelay: relay)
     }
 
-    /// `--realtime`: every thread of the stages, Redis (each node of a cluster) and the stand-ins to SCHED_RR at
-    /// priority 10. Threads they start later inherit it (a new thread takes its creator's policy). Returns the
+    /// `--realtime`: every thread of the stages, Redis (each node of a cluster), the stand-ins and herald-dev-broker
+    /// (the local broker, when the stack runs it; Tansu is left as it is) to SCHED_RR at priority 10. Threads they start later inherit it (a new thread takes its creator's policy). Returns the
     /// components it reached (and logs them); throws when the kernel refuses (not root, no CAP_SYS_NICE).
     @discardableResult
     static func makeRealtime(_ info: StackInfo) throws -> [String] {
-        let components = stageNames + ["redis"] + (0..<6).map { "redis-\($0)" } + ["mock-apns", "mock-fcm"]
+        let components =
+            stageNames + ["redis"] + (0..<6).map { "redis-\($0)" } + ["mock-apns", "mock-fcm"]
+            + (info.broker == "dev" ? ["kafka"] : [])
         var param = sched_param(sched_priority: 10)
         var given: [String] = []
         for component in components {
