@@ -54,10 +54,8 @@ extension ChaosRunner {
             }
         }
         let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: 30)
-        var problems = faults.allNotes
+        var problems = faultProblems(faults, session)
         if faults.all.count < 2 { problems.append("broker 2 was not taken down and brought back") }
-        let dead = stagesAlive(session)
-        if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
         return outcome(
             r, extraProblems: problems,
             detail:
@@ -97,11 +95,9 @@ extension ChaosRunner {
             }
         }
         let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: 30)
-        var problems = faults.allNotes
+        var problems = faultProblems(faults, session)
         let rounds = faults.all.count
         if rounds == 0 { problems.append("no leadership was moved") }
-        let dead = stagesAlive(session)
-        if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
         return outcome(
             r, extraProblems: problems,
             detail:

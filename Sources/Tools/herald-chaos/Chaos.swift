@@ -242,6 +242,12 @@ struct ChaosRunner {
 
     func stagesAlive(_ s: BenchSession) -> [String] { stageNames.filter { !s.info.isAlive($0) } }
 
+    /// What went wrong besides the counts: the fault log's notes, and the stages no longer running.
+    func faultProblems(_ faults: FaultLog, _ session: BenchSession) -> [String] {
+        let dead = stagesAlive(session)
+        return faults.allNotes + (dead.isEmpty ? [] : ["not running at the end: \(dead.joined(separator: ", "))"])
+    }
+
     /// The common verdict: nothing lost, nothing duplicated (unless excused), counts consistent.
     func outcome(
         _ r: LoadDriver.Result, excusedDuplicates: Int = 0, extraProblems: [String] = [], detail: String

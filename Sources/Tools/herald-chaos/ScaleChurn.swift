@@ -87,7 +87,7 @@ extension ChaosRunner {
         // The roll may still be under way when the load ends (a debug build's start takes seconds): wait for it.
         let rollDeadline = monotonicSeconds() + 180
         while !membership.isRollDone, monotonicSeconds() < rollDeadline { try await Task.sleep(for: .seconds(1)) }
-        var problems = faults.allNotes
+        var problems = faultProblems(faults, session)
         if !membership.isRollDone { problems.append("the rolling restart did not finish") }
         let bad = faults.all.filter { $0.status != 0 }
         if !bad.isEmpty {
@@ -95,8 +95,6 @@ extension ChaosRunner {
                 "exit status ≠ 0: "
                     + bad.map { "\($0.stage)=\($0.status.map(String.init) ?? "none")" }.joined(separator: ", "))
         }
-        let dead = stagesAlive(session)
-        if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
         let changes = membership.changes
         let slowest = membership.slowestStop
         return outcome(
