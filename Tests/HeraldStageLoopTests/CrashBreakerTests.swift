@@ -1,0 +1,117 @@
+// The crash-loop breaker's decisions over a store in memory: what it notes, when it clears, and how it handles the
+// records of a batch that was in flight at one crash, or two. The real trap is in EndToEndTests (CrashBreakerTests).
+import Foundation
+import HeraldKafka
+import HeraldStage
+import Logging
+import Synchronization
+import Testing
+
+/// Notes in memory, like Redis's hashes: partition -> field -> value.
+final class MemoryCrashNotes: CrashNoteStore {
+    let notes = Mutex<[TopicPartition: [String: String]]>([:])
+
+    func take(_ partitions: [TopicPartition]) async throws -> [TopicPartition: CrashNote] {
+        notes.withLock { all in
+            var found: [TopicPartition: CrashNote] = [:]
+            for tp in partitions {
+                guard let fields = all.removeValue(forKey: tp) else { continue }
+                var note = CrashNote()
+                for (field, value) in fields {
+                    if field == "r" {
+                        let parts = value.split(separator: ":").compactMap { Int64($0) }
+                        note.alone = CrashBreaker.RecordID(partition: tp, offset: parts[0], part: Int(parts[1]))
+                    } else {
+                        let bounds = value.split(separator: "-").compactMap { Int64($0) }
+                        note.batches.append(bounds[0]...bounds[1])
+                    }
+                }
+                if !note.batches.isEmpty || note.alone != nil { found[tp] = note }
+            }
+            return found
+        }
+    }
+
+    func apply(_ writes: [CrashNoteWrite]) async throws {
+        notes.withLock { all in
+            for write in writes {
+                switch write {
+                case .batch(let tp, let id, let offsets):
+                    all[tp, default: [:]]["b:" + id] = "\(offsets.lowerBound)-\(offsets.upperBound)"
+                case .clearBatch(let tp, let id):
+                    all[tp]?["b:" + id] = nil
+                case .alone(let rid):
+                    all[rid.partition, default: [:]]["r"] = "\(rid.offset):\(rid.part)"
+                case .clearAlone(let tp):
+                    all[tp]?["r"] = nil
+                }
+                if all.values.contains(where: \.isEmpty) { all = all.filter { !$0.value.isEmpty } }
+            }
+        }
+    }
+
+    var snapshot: [TopicPartition: [String: String]] { notes.withLock { $0 } }
+}
+
+@Suite("Crash-loop breaker decisions")
+struct CrashBreakerDecisionTests {
+    static let tp = TopicPartition(topic: "chat.events", partition: 2)
+
+    static func records(_ offsets: ClosedRange<Int64>) -> [ConsumerRecord] {
+        offsets.map { ConsumerRecord(topic: tp.topic, partition: tp.partition, offset: $0, key: nil, value: [1]) }
+    }
+
+    static func breaker(_ store: MemoryCrashNotes) -> CrashBreaker {
+        var logger = Logger(label: "breaker-test")
+        logger.logLevel = .critical
+        return CrashBreaker(store: store, metrics: StageMetrics(stage: "ingest"), logger: logger)
+    }
+
+    @Test("a batch is noted before processing and the note is cleared once it completed")
+    func notesAndClears() async {
+        let store = MemoryCrashNotes()
+        let breaker = Self.breaker(store)
+        let plan = await breaker.begin(Self.records(10...14))
+        #expect(plan.isPlain)
+        let fields = store.snapshot[Self.tp] ?? [:]
+        #expect(fields.count == 1)
+        #expect(fields.first?.key.hasPrefix("b:") == true)
+        #expect(fields.first?.value == "10-14")
+        await breaker.end(plan, alone: nil)
+        #expect(store.snapshot.isEmpty)
+    }
+
+    @Test("a batch in flight at a crash is processed again one record at a time, up to its last offset")
+    func rerunsAlone() async {
+        let store = MemoryCrashNotes()
+        // A process died with 10-12 in flight.
+        let crashed = await Self.breaker(store).begin(Self.records(10...12))
+        #expect(crashed.isPlain)
+        let breaker = Self.breaker(store)
+        let plan = await breaker.begin(Self.records(10...14))
+        #expect(plan.dispositions == [.alone, .alone, .alone, .batch, .batch])
+        // Noted again for the next crash, and read only once.
+        await breaker.noteAlone(Self.records(11...11)[0], previous: nil)
+        #expect(store.snapshot[Self.tp]?["r"] == "11:0")
+        let later = await breaker.begin(Self.records(15...16))
+        #expect(later.isPlain)
+    }
+
+    @Test("a record in flight alone at a crash (the second in a row) is dead-lettered; the others are processed alone")
+    func deadLettersAfterTwoCrashes() async {
+        let store = MemoryCrashNotes()
+        _ = await Self.breaker(store).begin(Self.records(10...12))  // crash 1
+        let second = Self.breaker(store)
+        _ = await second.begin(Self.records(10...12))
+        await second.noteAlone(Self.records(10...10)[0], previous: nil)
+        await second.noteAlone(Self.records(11...11)[0], previous: nil)  // crash 2, on offset 11
+        let third = Self.breaker(store)
+        let plan = await third.begin(Self.records(10...12))
+        #expect(plan.dispositions == [.alone, .crashed, .alone])
+        // Completed: nothing left for a later start to act on.
+        await third.end(plan, alone: Self.tp)
+        #expect(store.snapshot.isEmpty)
+        let fourth = await Self.breaker(store).begin(Self.records(10...12))
+        #expect(fourth.isPlain)
+    }
+}
