@@ -347,18 +347,15 @@ public struct RedisCrashNotes: CrashNoteStore {
     }
 }
 
-/// A crash only a debug build can be made to have, for the breaker's tests: with `HERALD_TEST_CRASH_MARKER` set,
+/// A crash only a debug build can be made to have, for the breaker's tests: with `ConfigKey.testCrashMarker` set,
 /// the stage loop traps on a record whose value contains the marker. Release builds ignore the key.
 enum CrashTrigger {
-    static let key = "HERALD_TEST_CRASH_MARKER"
+    static let key = ConfigKey.testCrashMarker.name
 
     #if DEBUG
     static let marker: [UInt8]? = ProcessInfo.processInfo.environment[key].flatMap { $0.isEmpty ? nil : Array($0.utf8) }
-    /// Environment keys the stage knows of in this build.
-    static let knownKeys: Set<String> = [key]
     #else
     static let marker: [UInt8]? = nil
-    static let knownKeys: Set<String> = []
     #endif
 
     /// Traps when one of `values` carries the marker (debug builds with the key set only).

@@ -55,7 +55,7 @@ public struct StageSetup: Sendable {
         }
         let context = try await StageContext.start(
             stage: stage.rawValue, environment: effective,
-            extraKnownKeys: extraKnownKeys.union(loaded.config.environmentKeys).union(CrashTrigger.knownKeys))
+            extraKnownKeys: extraKnownKeys.union(loaded.config.environmentKeys))
         for warning in loaded.warnings {
             context.logger.warning("pipeline file: \(warning)", metadata: ["file": "\(path)"])
         }
