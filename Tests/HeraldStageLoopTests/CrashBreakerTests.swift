@@ -2,7 +2,9 @@
 // records of a batch that was in flight at one crash, or two. The real trap is in EndToEndTests (CrashBreakerTests).
 import Foundation
 import HeraldKafka
+import HeraldRedis
 import HeraldStage
+import HeraldTestSupport
 import Logging
 import Synchronization
 import Testing
@@ -113,5 +115,89 @@ struct CrashBreakerDecisionTests {
         #expect(store.snapshot.isEmpty)
         let fourth = await Self.breaker(store).begin(Self.records(10...12))
         #expect(fourth.isPlain)
+    }
+}
+
+// The notes in a real redis-server: the key layout, the TTL, take reads and deletes, and what a batch costs.
+@Suite("Crash-loop breaker notes in Redis", .serialized)
+struct RedisCrashNotesTests {
+    static let a = TopicPartition(topic: "herald.resolved", partition: 0)
+    static let b = TopicPartition(topic: "herald.resolved", partition: 3)
+
+    @Test("notes are written under the group's key with a TTL, taken once, and cleared")
+    func roundTrip() async throws {
+        let server = try await RedisServer.start()
+        let connection = RedisConnection(configuration: RedisConfiguration(host: "127.0.0.1", port: server.port))
+        defer { connection.close() }
+        let notes = RedisCrashNotes(connection: connection, group: "herald-suppress")
+        try await notes.apply([
+            .batch(Self.a, id: "p1.7", offsets: 100...140), .batch(Self.b, id: "p1.7", offsets: 9...9),
+            .alone(CrashBreaker.RecordID(partition: Self.a, offset: 120, part: 3)),
+        ])
+        let key = "herald:breaker:{herald-suppress}:herald.resolved:0"
+        #expect(RedisCrashNotes.key(group: "herald-suppress", partition: Self.a) == key)
+        let ttl = try #require(try await connection.send("PTTL", key).int)
+        #expect(ttl > 86_000_000 && ttl <= 86_400_000)
+
+        let taken = try await notes.take([Self.a, Self.b, TopicPartition(topic: "herald.resolved", partition: 1)])
+        #expect(
+            taken[Self.a]
+                == CrashNote(
+                    batches: [100...140], alone: CrashBreaker.RecordID(partition: Self.a, offset: 120, part: 3)))
+        #expect(taken[Self.b] == CrashNote(batches: [9...9]))
+        #expect(taken.count == 2)
+        #expect(try await notes.take([Self.a, Self.b]).isEmpty)
+
+        try await notes.apply([.batch(Self.a, id: "p2.1", offsets: 1...2)])
+        try await notes.apply([.clearBatch(Self.a, id: "p2.1"), .clearAlone(Self.a)])
+        #expect(try await connection.send("EXISTS", key).int == 0)
+    }
+
+    /// The figure in docs/pipeline.md ("Crash-loop breaker"): `swift test --filter RedisCrashNotesTests` prints it.
+    @Test("a batch's note and its clearing, over four partitions: one round trip each")
+    func costPerBatch() async throws {
+        let server = try await RedisServer.start()
+        let connection = RedisConnection(configuration: RedisConfiguration(host: "127.0.0.1", port: server.port))
+        defer { connection.close() }
+        var logger = Logger(label: "breaker-cost")
+        logger.logLevel = .critical
+        let breaker = CrashBreaker(
+            store: RedisCrashNotes(connection: connection, group: "herald-render"),
+            metrics: StageMetrics(stage: "render"), logger: logger)
+        let batch = (0..<500).map { i in
+            ConsumerRecord(
+                topic: "herald.deliverable", partition: Int32(i / 125), offset: Int64(i % 125), key: nil, value: [1])
+        }
+        await breaker.end(await breaker.begin(batch), alone: nil)  // the first takes the partitions' notes too
+        let rounds = 2000
+        var begins: [Duration] = []
+        var ends: [Duration] = []
+        for _ in 0..<rounds {
+            let t0 = ContinuousClock.now
+            let plan = await breaker.begin(batch)
+            let t1 = ContinuousClock.now
+            await breaker.end(plan, alone: nil)
+            begins.append(t1 - t0)
+            ends.append(ContinuousClock.now - t1)
+            #expect(plan.isPlain)
+        }
+        let info = try #require(try await connection.send("INFO", "commandstats").text)
+        func calls(_ command: String) -> Int {
+            guard let line = info.split(separator: "\r\n").first(where: { $0.hasPrefix("cmdstat_\(command):") }),
+                let value = line.split(separator: "=").dropFirst().first?.split(separator: ",").first
+            else { return 0 }
+            return Int(value) ?? 0
+        }
+        // Per batch of four partitions: HSET and PEXPIRE per partition before, HDEL per partition after.
+        #expect(calls("hset") == 4 * (rounds + 1))
+        #expect(calls("pexpire") == 4 * (rounds + 1))
+        #expect(calls("hdel") == 4 * (rounds + 1))
+        #expect(calls("hgetall") == 4)
+        #expect(try await connection.send("DBSIZE").int == 0)
+        begins.sort()
+        ends.sort()
+        print(
+            "crash-loop breaker, batch of 500 records over 4 partitions, loopback redis-server: note median \(begins[rounds / 2]), p99 \(begins[rounds * 99 / 100]); clear median \(ends[rounds / 2])"
+        )
     }
 }

@@ -92,17 +92,30 @@ public final class CrashBreaker: Sendable {
     /// handled, and notes the batch's offset ranges (one pipelined write; a second round trip only when a
     /// partition was newly assigned).
     public func begin(_ batch: [ConsumerRecord]) async -> Plan {
+        // Records come in runs of one partition: the dictionaries are touched once per run, not per record.
         var ranges: [TopicPartition: ClosedRange<Int64>] = [:]
         var fresh: [TopicPartition: UInt64] = [:]
         let taken = state.withLock { $0.taken }
-        for record in batch {
-            let tp = record.topicPartition
-            if let range = ranges[tp] {
-                ranges[tp] = min(range.lowerBound, record.offset)...max(range.upperBound, record.offset)
-            } else {
-                ranges[tp] = record.offset...record.offset
-                if taken[tp] != record.assignment { fresh[tp] = record.assignment }
+        var start = 0
+        while start < batch.count {
+            let topic = batch[start].topic
+            let partition = batch[start].partition
+            var low = batch[start].offset
+            var high = low
+            var end = start + 1
+            while end < batch.count, batch[end].partition == partition, batch[end].topic == topic {
+                low = min(low, batch[end].offset)
+                high = max(high, batch[end].offset)
+                end += 1
             }
+            let tp = TopicPartition(topic: topic, partition: partition)
+            if let range = ranges[tp] {
+                ranges[tp] = min(range.lowerBound, low)...max(range.upperBound, high)
+            } else {
+                ranges[tp] = low...high
+                if taken[tp] != batch[start].assignment { fresh[tp] = batch[start].assignment }
+            }
+            start = end
         }
         if !fresh.isEmpty { await take(fresh) }
 
