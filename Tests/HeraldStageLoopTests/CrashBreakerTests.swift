@@ -1,13 +1,14 @@
 // The crash-loop breaker's decisions over a store in memory: what it notes, when it clears, and how it handles the
 // records of a batch that was in flight at one crash, or two. The real trap is in EndToEndTests (CrashBreakerTests).
 import Foundation
-import HeraldKafka
 import HeraldRedis
 import HeraldStage
 import HeraldTestSupport
 import Logging
 import Synchronization
 import Testing
+
+@testable import HeraldKafka
 
 /// Notes in memory, like Redis's hashes: partition -> field -> value.
 final class MemoryCrashNotes: CrashNoteStore {
@@ -97,6 +98,25 @@ struct CrashBreakerDecisionTests {
         #expect(store.snapshot[Self.tp]?["r"] == "11:0")
         let later = await breaker.begin(Self.records(15...16))
         #expect(later.isPlain)
+    }
+
+    @Test("a partition assigned again (a rebalance) has its notes taken again: another member's crash is found")
+    func takesAgainOnNewAssignment() async throws {
+        let store = MemoryCrashNotes()
+        let breaker = Self.breaker(store)
+        func records(_ offsets: ClosedRange<Int64>, assignment: UInt64) -> [ConsumerRecord] {
+            offsets.map {
+                ConsumerRecord(
+                    topic: Self.tp.topic, partition: Self.tp.partition, offset: $0, key: nil, value: [1], headers: [],
+                    timestamp: nil, epoch: assignment)
+            }
+        }
+        await breaker.end(await breaker.begin(records(10...12, assignment: 1)), alone: nil)
+        // The partition went to another member, which died with 13-15 in flight; then it comes back here.
+        try await store.apply([.batch(Self.tp, id: "other.4", offsets: 13...15)])
+        #expect(await breaker.begin(records(13...15, assignment: 1)).isPlain)  // same assignment: not read again
+        let plan = await breaker.begin(records(13...16, assignment: 2))
+        #expect(plan.dispositions == [.alone, .alone, .alone, .batch])
     }
 
     @Test("a record in flight alone at a crash (the second in a row) is dead-lettered; the others are processed alone")

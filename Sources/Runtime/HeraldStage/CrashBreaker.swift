@@ -195,12 +195,21 @@ public final class CrashBreaker: Sendable {
         recovered()
         state.withLock { s in
             for (tp, assignment) in partitions {
-                s.taken[tp] = assignment
-                s.suspect[tp] = nil
-                s.condemned = s.condemned.filter { $0.partition != tp }
+                // What an earlier assignment left is forgotten. Two batches of a stage running batches at once
+                // can both take a new partition's notes: the second finds them gone, and must not undo the first,
+                // in whichever order they come back; so what is found is added.
+                if s.taken[tp] != assignment {
+                    s.taken[tp] = assignment
+                    s.suspect[tp] = nil
+                    s.condemned = s.condemned.filter { $0.partition != tp }
+                }
                 guard let note = notes[tp] else { continue }
                 if let alone = note.alone { s.condemned.insert(alone) }
-                if let first = note.batches.map(\.lowerBound).min(), let last = note.batches.map(\.upperBound).max() {
+                if var first = note.batches.map(\.lowerBound).min(), var last = note.batches.map(\.upperBound).max() {
+                    if let known = s.suspect[tp] {
+                        first = min(first, known.lowerBound)
+                        last = max(last, known.upperBound)
+                    }
                     s.suspect[tp] = first...last
                 }
             }

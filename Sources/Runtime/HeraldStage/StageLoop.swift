@@ -58,6 +58,10 @@ public struct StageLoopConfiguration: Sendable {
 ///   DLQ refuses that too it is counted in `herald_dlq_dropped_total` and logged, and the partition moves on.
 /// - Backpressure: at `maxInFlight` uncompleted records the loop takes no more until work completes; the
 ///   consumer's bounded prefetch then fills, and a buffer full for a second pauses its assignment.
+/// - Crash-loop breaker (`CrashBreaker`, when given): each batch is noted in Redis before it is processed and the
+///   note cleared once it completed; a batch found noted after a crash is processed again one record at a time,
+///   each noted alone, and a record found noted alone (in flight at two crashes in a row) is dead-lettered
+///   `crashed`.
 /// - Graceful shutdown (SIGTERM): stop consuming, let the running batches finish (processors hand back what
 ///   they cannot finish: those inputs are not completed and are redelivered), commit, flush, close.
 public final class StageLoop: Service, Sendable {
