@@ -311,7 +311,7 @@ public struct RedisCrashNotes: CrashNoteStore {
     }
 
     public static func key(group: String, partition: TopicPartition) -> String {
-        "herald:breaker:{\(group)}:\(partition.topic):\(partition.partition)"
+        "\(RedisKeys.prefix):breaker:{\(group)}:\(partition.topic):\(partition.partition)"
     }
 
     func key(_ partition: TopicPartition) -> String { Self.key(group: group, partition: partition) }
