@@ -198,6 +198,10 @@ public struct ConsumerRecord: Sendable, Hashable {
     }
 
     public var topicPartition: TopicPartition { TopicPartition(topic: topic, partition: partition) }
+    /// Which assignment of its partition the record came with: it changes each time this member is given the
+    /// partition (again), so a caller can tell a fresh assignment from the one it had (the crash-loop breaker reads
+    /// its notes then).
+    public var assignment: UInt64 { epoch }
     public var isTombstone: Bool { value == nil }
 
     /// The first header with this key, if any.

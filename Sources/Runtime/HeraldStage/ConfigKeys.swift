@@ -224,6 +224,10 @@ extension ConfigKey {
         "HERALD_HTTP_MAX_CONNECTIONS", default: "1024", documented: "1024", positive,
         "every stage's HTTP endpoint and the registry API, each: open connections beyond which a new one is answered 503 and closed"
     )
+    public static let testCrashMarker = ConfigKey(
+        "HERALD_TEST_CRASH_MARKER", default: nil, documented: "unset",
+        "debug builds only (release builds ignore it): the stage loop traps on a record whose value contains this text, to test the crash-loop breaker ([pipeline.md](pipeline.md), \"Crash-loop breaker\")"
+    )
 
     /// Every key, in the order of the docs table.
     public static let all: [ConfigKey] = [
@@ -238,6 +242,7 @@ extension ConfigKey {
         webhookCAFile,
         pipelineWatchMs, apiPort, apiHost, apiTokens, apiAuthFailuresPerMinute, preferencesMaxConversations,
         preferencesMaxBytes, httpReadTimeoutMs, httpIdleTimeoutMs, httpWriteTimeoutMs, httpMaxConnections,
+        testCrashMarker,
     ]
 
     /// The docs/operations.md table (header included), one row per key.

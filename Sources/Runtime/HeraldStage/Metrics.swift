@@ -113,6 +113,7 @@ public struct StageMetrics: Sendable {
         public static let laneLatency = "herald_lane_latency_seconds"
         public static let laneInFlight = "herald_lane_in_flight"
         public static let producerReplaced = "herald_producer_replaced_total"
+        public static let crashBreaker = "herald_crash_breaker_total"
         public static let explainDropped = "herald_explain_dropped_total"
         public static let explainPending = "herald_explain_pending"
         public static let sendDuplicates = "herald_send_duplicates_total"
@@ -200,6 +201,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.producerReplaced, "counter", labels: "stage",
             "producers replaced after a fatal librdkafka error"),
+        MetricDeclaration(
+            Name.crashBreaker, "counter", labels: "stage, action",
+            "the crash-loop breaker: `rerun_batch`, a batch in flight at a crash processed again one record at a time; `dead_letter`, a record in flight at two crashes in a row dead-lettered `crashed`"
+        ),
         MetricDeclaration(
             Name.explainDropped, "counter", labels: "stage",
             "explain entries dropped because Redis was slow or absent"),
@@ -411,6 +416,11 @@ public struct StageMetrics: Sendable {
 
     /// A dead letter the DLQ refused too.
     public func deadLetterDropped() { counter(Name.dlqDropped, []).increment() }
+
+    /// The crash-loop breaker acted (`rerun_batch`, `dead_letter`); a count of 0 makes the series visible.
+    public func crashBreaker(action: String, count: Int = 1) {
+        counter(Name.crashBreaker, [("action", Self.labelValue(action))]).increment(by: count)
+    }
 
     /// The producer was replaced after a fatal error.
     public func producerReplaced() { counter(Name.producerReplaced, []).increment() }

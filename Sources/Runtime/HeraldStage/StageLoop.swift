@@ -58,6 +58,10 @@ public struct StageLoopConfiguration: Sendable {
 ///   DLQ refuses that too it is counted in `herald_dlq_dropped_total` and logged, and the partition moves on.
 /// - Backpressure: at `maxInFlight` uncompleted records the loop takes no more until work completes; the
 ///   consumer's bounded prefetch then fills, and a buffer full for a second pauses its assignment.
+/// - Crash-loop breaker (`CrashBreaker`, when given): each batch is noted in Redis before it is processed and the
+///   note cleared once it completed; a batch found noted after a crash is processed again one record at a time,
+///   each noted alone, and a record found noted alone (in flight at two crashes in a row) is dead-lettered
+///   `crashed`.
 /// - Graceful shutdown (SIGTERM): stop consuming, let the running batches finish (processors hand back what
 ///   they cannot finish: those inputs are not completed and are redelivered), commit, flush, close.
 public final class StageLoop: Service, Sendable {
@@ -70,6 +74,9 @@ public final class StageLoop: Service, Sendable {
     private let metrics: StageMetrics
     private let logger: Logger
     private let explain: ExplainWriter?
+    /// Notes each batch before it is processed, so a record that makes the stage trap is found and dead-lettered
+    /// (`CrashBreaker`); nil: no notes.
+    private let breaker: CrashBreaker?
     private let now: @Sendable () -> Date
     private let state = Mutex(LoopState())
     /// Woken whenever a batch finishes (in-flight went down, a processing slot freed).
@@ -90,8 +97,10 @@ public final class StageLoop: Service, Sendable {
         consumer: KafkaConsumer, producer: KafkaProducer,
         makeProducer: (@Sendable () throws -> KafkaProducer)? = nil, processor: any StageProcessor,
         configuration: StageLoopConfiguration, metrics: StageMetrics, logger: Logger,
-        explain: (any ExplainSink)? = nil, now: @escaping @Sendable () -> Date = { Date() }
+        explain: (any ExplainSink)? = nil, breaker: CrashBreaker? = nil,
+        now: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.breaker = breaker
         self.consumer = consumer
         self.producers = Mutex(producer)
         self.makeProducer = makeProducer
@@ -292,6 +301,10 @@ public final class StageLoop: Service, Sendable {
         /// When the records were handed to the producer: the end of the stage's own processing, the start of the
         /// wait for the broker's acknowledgements.
         var handed: ContinuousClock.Instant? = nil
+        /// The crash-loop breaker's notes of the batch (cleared in `conclude`), and the partition whose record was
+        /// processed alone last.
+        var plan: CrashBreaker.Plan? = nil
+        var alone: TopicPartition? = nil
     }
 
     func prepare(_ batch: [ConsumerRecord], context: BatchContext) async -> Prepared {
@@ -310,11 +323,42 @@ public final class StageLoop: Service, Sendable {
         for (topic, count) in perTopic { metrics.consumed(topic: topic, count: count) }
 
         let inputs = batch.map { StageInput(topic: $0.topic, key: $0.key, value: $0.value) }
-        var results = await processor.process(inputs, context: context)
-        if results.count != batch.count {
-            logger.error(
-                "processor returned \(results.count) results for \(batch.count) inputs; handing the batch back")
-            results = Array(repeating: .handedBack, count: batch.count)
+        let plan = await breaker?.begin(batch)
+        var alone: TopicPartition?
+        var results: [StageResult]
+        if let plan, !plan.isPlain, let breaker {
+            // Records that were in flight at a crash: each processed alone, noted first; records in flight at two
+            // crashes in a row are dead-lettered. The rest goes in runs, in the batch's order.
+            results = []
+            results.reserveCapacity(batch.count)
+            var index = 0
+            while index < batch.count {
+                switch plan.dispositions[index] {
+                case .crashed:
+                    results.append(
+                        .dlq(
+                            CrashBreaker.reason,
+                            "in flight at two crashes in a row (the second time processed on its own); not processed again"
+                        ))
+                    index += 1
+                case .alone:
+                    await breaker.noteAlone(batch[index], previous: alone)
+                    alone = batch[index].topicPartition
+                    results += await process(inputs[index..<index + 1], context: context)
+                    index += 1
+                case .batch:
+                    var end = index + 1
+                    while end < batch.count, plan.dispositions[end] == .batch { end += 1 }
+                    if let previous = alone {
+                        await breaker.clearAlone(previous)
+                        alone = nil
+                    }
+                    results += await process(inputs[index..<end], context: context)
+                    index = end
+                }
+            }
+        } else {
+            results = await process(inputs[...], context: context)
         }
 
         // Every output (and DLQ record), remembering which input it belongs to.
@@ -338,7 +382,21 @@ public final class StageLoop: Service, Sendable {
                 owner.append(index)
             }
         }
-        return Prepared(batch: batch, results: results, records: records, owner: owner, started: started)
+        return Prepared(
+            batch: batch, results: results, records: records, owner: owner, started: started, plan: plan,
+            alone: alone)
+    }
+
+    /// The processor's results for `inputs` (handed back whole when it returns the wrong number).
+    private func process(_ inputs: ArraySlice<StageInput>, context: BatchContext) async -> [StageResult] {
+        CrashTrigger.trapIfMarked(inputs.lazy.map(\.value))
+        let results = await processor.process(Array(inputs), context: context)
+        if results.count != inputs.count {
+            logger.error(
+                "processor returned \(results.count) results for \(inputs.count) inputs; handing the batch back")
+            return Array(repeating: .handedBack, count: inputs.count)
+        }
+        return results
     }
 
     /// Enqueues the batch's records (in order). Nil when the producer is closed (shutting down): the inputs are
@@ -420,6 +478,8 @@ public final class StageLoop: Service, Sendable {
         tally.record(metrics: metrics)
 
         explain?.submit(explainEntries)
+        // Completed (or handed back at shutdown): no longer in flight.
+        if let plan = prepared.plan { await breaker?.end(plan, alone: prepared.alone) }
     }
 
     /// Looks at the delivery reports of a batch: what failed for a passing reason is produced again (with

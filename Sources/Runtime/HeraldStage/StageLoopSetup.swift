@@ -214,6 +214,18 @@ public struct StageSetup: Sendable {
         }
     }
 
+    /// The crash-loop breaker's Redis connection, its own (a note never waits behind the stage's Redis work), shared
+    /// by the stage's lanes. Nil, with a warning, when the Redis settings are bad (the stage then runs without the
+    /// breaker; a stage that needs Redis for its work has stopped at its own connection before).
+    func crashNotesConnection() -> RedisConnection? {
+        do {
+            return RedisConnection(configuration: try redisConfiguration(), logger: logger)
+        } catch {
+            logger.warning("crash-loop breaker off: \(error)")
+            return nil
+        }
+    }
+
     /// The largest batch of a priority-lane consumer.
     public static let priorityBatchSize = 500
 
@@ -278,6 +290,7 @@ public struct StageSetup: Sendable {
         do {
             var loops: [any Service] = []
             let doorbell = self.doorbell()
+            let notes = crashNotesConnection()
             for lane in lanes {
                 var group = settings.groupID
                 if let name = lane.name, name != Lane.bulk.rawValue { group += "-\(name)" }
@@ -299,7 +312,11 @@ public struct StageSetup: Sendable {
                 let loop = StageLoop(
                     consumer: consumer, producer: producer, makeProducer: { try self.producer(lane: lane.name) },
                     processor: lane.processor, configuration: loopConfiguration,
-                    metrics: metrics, logger: logger, explain: explain)
+                    metrics: metrics, logger: logger, explain: explain,
+                    breaker: notes.map {
+                        CrashBreaker(
+                            store: RedisCrashNotes(connection: $0, group: group), metrics: metrics, logger: logger)
+                    })
                 // With two cores busy with bulk work, the priority lane's tasks run first (task priority).
                 switch lane.name {
                 case Lane.priority.rawValue?: loops.append(PrioritizedService(inner: loop, priority: .high))
