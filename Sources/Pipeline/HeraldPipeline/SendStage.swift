@@ -142,8 +142,9 @@ public struct SendProcessor: StageProcessor {
                     results[index] = .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(record.appID))
                     continue
                 }
-                let wait = max(0, (record.notBefore ?? 0) - now)
-                buckets[(wait + 49) / 50 * 50, default: []].append(NumberedRecord(index: index, record: record))
+                let wait = max(0, Saturating.subtract(record.notBefore ?? 0, now))
+                buckets[Saturating.add(wait, 49) / 50 * 50, default: []].append(
+                    NumberedRecord(index: index, record: record))
             } catch {
                 results[index] = error.result
             }
