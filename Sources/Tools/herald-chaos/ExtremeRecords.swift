@@ -64,13 +64,18 @@ extension ChaosRunner {
         let outOfRange = metrics.sum("herald_dlq_total", where: { $0["reason"] == InputRanges.reason })
         let invalid = metrics.sum("herald_dlq_total", where: { $0["reason"] == "invalid" })
         var problems: [String] = []
+        var stagesKept = true
         if unaccepted > 0 { problems.append("\(unaccepted) boundary records not accepted by the broker") }
         for stage in stageNames {
             let now = session.info.pid(stage)
             if !session.info.isAlive(stage) {
+                stagesKept = false
                 problems.append("\(stage) is not running")
             } else if now != pidsBefore[stage] ?? nil {
-                problems.append("\(stage) was restarted (pid \(pidsBefore[stage].flatMap { $0 }.map(String.init) ?? "?") -> \(now.map(String.init) ?? "?"))")
+                stagesKept = false
+                problems.append(
+                    "\(stage) was restarted (pid \(pidsBefore[stage].flatMap { $0 }.map(String.init) ?? "?") -> \(now.map(String.init) ?? "?"))"
+                )
             }
         }
         if outOfRange == 0 { problems.append("no record was dead-lettered \(InputRanges.reason)") }
@@ -78,7 +83,8 @@ extension ChaosRunner {
         if latency == nil { problems.append("the valid event was not delivered") }
         let detail =
             "\(chat.count) chat events and \(registry.count) registry updates with boundary values; dead-lettered "
-            + "\(Int(outOfRange)) \(InputRanges.reason), \(Int(invalid)) invalid; every stage the same process"
+            + "\(Int(outOfRange)) \(InputRanges.reason), \(Int(invalid)) invalid"
+            + (stagesKept ? "; every stage the same process" : "")
             + (latency.map { String(format: "; valid event after %.1f s", $0) } ?? "")
         let d = ([detail] + problems).joined(separator: "; ")
         return ChaosOutcome(
