@@ -446,7 +446,7 @@ public final class StateStore: Sendable {
         try await connection.send(
             RedisCommand(
                 "EVAL", Scripts.devicePresence, 1, RedisKeys.userState(app: app, user: user), token,
-                online ? Saturating.add(now, ttlMilliseconds) : 0, now)
+                online ? UserRecord.onlineExpiry(Saturating.add(now, ttlMilliseconds)) : 0, now)
         ).orThrow("EVAL devicePresence")
     }
 
@@ -517,7 +517,7 @@ public final class StateStore: Sendable {
                 fields.append(UserRecord.devicesField)
                 fields.append(UserRecord.encodeDevices(state.devices))
             }
-            let online = UserRecord.encodeOnline(state.online, expiry: now + presenceTTLMilliseconds)
+            let online = UserRecord.encodeOnline(state.online, expiry: Saturating.add(now, presenceTTLMilliseconds))
             if !online.isEmpty {
                 fields.append(UserRecord.onlineField)
                 fields.append(online)
