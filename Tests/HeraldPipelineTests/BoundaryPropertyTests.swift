@@ -287,3 +287,72 @@ struct BoundaryPropertyTests {
         }
     }
 }
+
+/// The JSON forms of Herald's own records (every stage reads them as well as the binary form).
+@Suite("Boundary values in the JSON forms of internal records")
+struct InternalJSONBoundaryTests {
+    /// The spans of every integer value (`"key":123`) in a JSON text.
+    static func integerSpans(_ bytes: [UInt8]) -> [Range<Int>] {
+        var spans: [Range<Int>] = []
+        var i = 1
+        while i < bytes.count - 1 {
+            if bytes[i] == UInt8(ascii: ":") && bytes[i - 1] == UInt8(ascii: "\"") {
+                var end = i + 1
+                while end < bytes.count, bytes[end] == UInt8(ascii: "-") || (48...57).contains(bytes[end]) { end += 1 }
+                if end > i + 1 { spans.append((i + 1)..<end) }
+                i = end
+            } else {
+                i += 1
+            }
+        }
+        return spans
+    }
+
+    @Test("every integer of an ingested, resolved, deliverable and outbound JSON record set to each boundary value")
+    func everyIntegerOfEveryRecord() async throws {
+        let chain = try Chain()
+        let event = try ChatEvent.decode(try exampleBytes("event-group.json"))
+        let user = try exampleState().user("u2")
+        let device = Device(token: token("h"), bundleID: "com.example.chat")
+        let request = APNsRequest(
+            token: token("h"), environment: .production, pushType: .alert, topic: "com.example.chat",
+            priority: 10, collapseID: nil, expiration: 1_732_086_400,
+            apnsID: APNsID.derive(eventID: "j", token: token("h")), payload: Array(#"{"aps":{}}"#.utf8))
+        let records: [(String, Int, [UInt8])] = [
+            ("herald.ingested", 1, IngestedRecord(event: event, ingestedAt: 1_732_000_000_000).jsonBytes()),
+            ("herald.resolved", 2, ResolvedRecord(event: event, recipient: "u2", state: user).jsonBytes()),
+            (
+                "herald.deliverable", 3,
+                DeliverableRecord(event: event, recipient: "u2", state: UserState(devices: [device]), targets: [device])
+                    .jsonBytes()
+            ),
+            (
+                "herald.retry", 4,
+                OutboundRecord(
+                    eventID: "j", appID: "app1", recipient: "u2", request: request, attempt: 2,
+                    notBefore: 1_731_999_000_000, eventCreatedAt: 1_732_000_000_000
+                ).jsonBytes()
+            ),
+        ]
+        var runs = 0
+        for (topic, stage, json) in records {
+            let spans = Self.integerSpans(json)
+            #expect(!spans.isEmpty, "\(topic) has integers")
+            for span in spans {
+                let isNotBefore = json[..<span.lowerBound].suffix(13).elementsEqual("\"not_before\":".utf8)
+                for fragment in BoundaryValues.fragments {
+                    // A not_before after now is held until then (and handed back on shutdown): left out here.
+                    if isNotBefore, let value = Int64(String(decoding: fragment, as: UTF8.self)),
+                        value > fixedContext.nowMillis
+                    {
+                        continue
+                    }
+                    let bytes = Array(json[..<span.lowerBound]) + fragment + Array(json[span.upperBound...])
+                    await chain.run([StageInput(topic: topic, value: bytes)], from: stage, label: "\(topic) \(span)")
+                    runs += 1
+                }
+            }
+        }
+        #expect(runs > 500)
+    }
+}

@@ -42,13 +42,13 @@ public enum Ingest {
                     "kind: conversation_read is made by herald-registry from a mark_read record (publish mark_read to the registry topic)"
             )
         }
-        if let outside = event.rangeError() { return .drop(.outOfRange, detail: outside.description) }
         switch event.conversation.type {
         case .open, .supergroup:
             return .drop(.channelType, detail: "conversation.type is \(event.conversation.type.rawValue)")
         case .direct, .group:
             break
         }
+        if let outside = event.rangeError() { return .drop(.outOfRange, detail: outside.description) }
         if let problem = nothingToPush(event) {
             return .drop(.invalid, detail: problem.description)
         }
