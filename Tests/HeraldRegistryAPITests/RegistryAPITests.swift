@@ -233,7 +233,7 @@ struct RegistryAPITests {
             ),
         ]
         for ((method, route, body), field) in zip(
-            outside, ["ttl_ms", "ttl_ms", "online[0]", "online[0]", "device.bundle_id", "device.provider_id"])
+            outside, ["ttl_ms", "ttl_ms", "online[0]", "online[0]", "bundle_id", "provider_id"])
         {
             let answer = try await s.call(method, "/v1/apps/app1/users/u-bad/\(route)", body: body)
             #expect(answer.status == 400, "\(route): \(answer.body)")

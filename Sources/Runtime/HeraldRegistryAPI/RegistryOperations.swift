@@ -135,7 +135,11 @@ public struct RegistryOperations: Sendable {
             providerID: providerID, registeredAt: now)
         let record = RegistryRecord(
             op: .registerDevice, appID: app, user: user, device: device, unique: unique ? true : nil)
-        if let outside = record.rangeError() { throw outside }
+        if var outside = record.rangeError() {
+            // The body's fields are the device's, at the top level.
+            if outside.field.hasPrefix("device.") { outside.field.removeFirst("device.".count) }
+            throw outside
+        }
         return record
     }
 
