@@ -275,7 +275,12 @@ let package = Package(
             ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
-        .testTarget(name: "HeraldPipelineTests", dependencies: ["HeraldPipeline", "HeraldCore", "HeraldConfig"]),
+        .testTarget(
+            name: "HeraldPipelineTests",
+            dependencies: [
+                "HeraldPipeline", "HeraldCore", "HeraldConfig",
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ]),
         .testTarget(
             name: "HeraldStageLoopTests",
             dependencies: [

@@ -250,7 +250,9 @@ struct EndToEndTests {
         let fixture = try StageCodec.decode(StateFixture.self, from: Array(Scenarios.app1Fixture.utf8))
         let predicted = try Simulator.simulate(
             eventBytes: Array(
-                Scenarios.message(eventID, conversation: "dx1", type: "direct", recipients: ["x1"], createdAt: 0).utf8),
+                Scenarios.message(
+                    eventID, conversation: "dx1", type: "direct", recipients: ["x1"], createdAt: 1_732_000_000_000
+                ).utf8),
             fixture: fixture, apps: stack.apps, at: nil, now: Date())
         let pairs = Set(predicted.flatMap(\.notifications).map { $0.token + "/" + $0.apnsID.lowercased() })
         #expect(pairs.count == 1)

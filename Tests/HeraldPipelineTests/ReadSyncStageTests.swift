@@ -35,9 +35,11 @@ final class MemoryReadSync: ReadSyncStore, @unchecked Sendable {
 @Suite struct ReadSyncStageTests {
     static let laptop = token("a")
     static let phone = token("b")
+    /// The tests' read times are milliseconds after this (a read time is within `InputRanges.timestampMillis`).
+    static let epoch: Int64 = 1_732_000_000_000
 
     func markRead(_ user: String, conversation: String? = "c1", reading: String? = laptop, at: Int64) -> StageInput {
-        var fields = #""op": "mark_read", "app_id": "app1", "user": "\#(user)", "read_at": \#(at)"#
+        var fields = #""op": "mark_read", "app_id": "app1", "user": "\#(user)", "read_at": \#(Self.epoch + at)"#
         if let conversation { fields += #", "conversation": "\#(conversation)""# }
         if let reading { fields += #", "token": "\#(reading)""# }
         return StageInput(topic: "herald.registry", value: Array("{\(fields)}".utf8))
@@ -86,7 +88,8 @@ final class MemoryReadSync: ReadSyncStore, @unchecked Sendable {
         #expect(record.state.unread == Unread(total: 3))
         #expect(record.state.preferences.conversations == ["c1": ConversationPreference(trigger: .all)])
         #expect(
-            record.event.eventID == ReadSync.event(app: "app1", user: "u2", conversation: "c1", readAt: 1_000).eventID)
+            record.event.eventID
+                == ReadSync.event(app: "app1", user: "u2", conversation: "c1", readAt: Self.epoch + 1_000).eventID)
 
         // Render: the request for the phone only.
         let render = RenderProcessor(
@@ -96,7 +99,8 @@ final class MemoryReadSync: ReadSyncStore, @unchecked Sendable {
         let outbound = try StageCodec.decode(OutboundRecord.self, from: try #require(rendered.outputs.first).value)
         #expect(outbound.request.token == Self.phone && outbound.request.pushType == .background)
         #expect(outbound.request.priority == 5)
-        #expect(outbound.eventCreatedAt == 1_000, "the event's created_at (the read time) files send's record")
+        #expect(
+            outbound.eventCreatedAt == Self.epoch + 1_000, "the event's created_at (the read time) files send's record")
         let payload = outbound.request.payloadString
         #expect(payload.contains(#""thread-id":"c1""#) && payload.contains(#""badge":3"#), "\(payload)")
     }

@@ -77,6 +77,24 @@ struct StateStoreTests {
         #expect(state == UserState())
     }
 
+    @Test("a presence TTL at Int64.max saturates: the device is online with the latest expiry, no trap")
+    func presenceTTLAtTheLimit() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(1), registeredAt: Self.t0))
+        try await store.registerDevice(app: "a", user: "u", device: Device(token: Self.token(2), registeredAt: Self.t0))
+        try await store.setPresence(
+            app: "a", user: "u", online: [Self.token(1)], ttlMilliseconds: .max, now: Self.t0)
+        try await store.setDevicePresence(
+            app: "a", user: "u", token: Self.token(2), online: true, ttlMilliseconds: .max, now: Self.t0)
+        #expect(
+            try await store.loadUser(app: "a", user: "u", now: InputRanges.timestampMillis.upperBound).online == [
+                Self.token(1), Self.token(2),
+            ])
+    }
+
     @Test("presence entries count as online only until their expiry (injected now)")
     func presenceExpiry() async throws {
         let server = try await RedisServer.start()

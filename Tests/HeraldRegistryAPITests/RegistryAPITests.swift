@@ -216,6 +216,29 @@ struct RegistryAPITests {
         #expect(device.json?["field"] as? String == "token")
         let presence = try await s.call("PUT", "/v1/apps/app1/users/u-bad/presence", body: #"{"online": "abc"}"#)
         #expect(presence.json?["field"] as? String == "online")
+        // Numbers and sizes outside their InputRanges range: 400 naming the field (the limits herald-registry
+        // applies to the same records from herald.registry).
+        let outside: [(String, String, String)] = [
+            ("PUT", "presence", #"{"online": [], "ttl_ms": 9223372036854775807}"#),
+            ("PUT", "presence", #"{"online": [], "ttl_ms": 0}"#),
+            ("PUT", "presence", #"{"online": [""]}"#),
+            ("PUT", "presence", #"{"online": ["\#(String(repeating: "a", count: 4097))"]}"#),
+            (
+                "POST", "devices",
+                #"{"token": "\#(APIStack.hex(20))", "bundle_id": "\#(String(repeating: "b", count: 257))"}"#
+            ),
+            (
+                "POST", "devices",
+                #"{"token": "t1", "kind": "fcm", "provider_id": "\#(String(repeating: "p", count: 257))"}"#
+            ),
+        ]
+        for ((method, route, body), field) in zip(
+            outside, ["ttl_ms", "ttl_ms", "online[0]", "online[0]", "bundle_id", "provider_id"])
+        {
+            let answer = try await s.call(method, "/v1/apps/app1/users/u-bad/\(route)", body: body)
+            #expect(answer.status == 400, "\(route): \(answer.body)")
+            #expect(answer.json?["field"] as? String == field, "\(route): \(answer.body)")
+        }
         // Still the defaults: nothing reached Redis.
         let prefs = try await s.call("GET", path)
         #expect(prefs.json?["trigger"] as? String == "all")

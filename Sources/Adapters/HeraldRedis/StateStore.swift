@@ -428,7 +428,7 @@ public final class StateStore: Sendable {
         app: String, user: String, online: [String], ttlMilliseconds: Int64, now: Int64
     ) async throws {
         let key = RedisKeys.userState(app: app, user: user)
-        let value = UserRecord.encodeOnline(online, expiry: now + ttlMilliseconds)
+        let value = UserRecord.encodeOnline(online, expiry: Saturating.add(now, ttlMilliseconds))
         if value.isEmpty {
             try await connection.send(RedisCommand("HDEL", key, UserRecord.onlineField)).orThrow("HDEL")
         } else {
@@ -446,7 +446,7 @@ public final class StateStore: Sendable {
         try await connection.send(
             RedisCommand(
                 "EVAL", Scripts.devicePresence, 1, RedisKeys.userState(app: app, user: user), token,
-                online ? now + ttlMilliseconds : 0, now)
+                online ? UserRecord.onlineExpiry(Saturating.add(now, ttlMilliseconds)) : 0, now)
         ).orThrow("EVAL devicePresence")
     }
 
@@ -517,7 +517,7 @@ public final class StateStore: Sendable {
                 fields.append(UserRecord.devicesField)
                 fields.append(UserRecord.encodeDevices(state.devices))
             }
-            let online = UserRecord.encodeOnline(state.online, expiry: now + presenceTTLMilliseconds)
+            let online = UserRecord.encodeOnline(state.online, expiry: Saturating.add(now, presenceTTLMilliseconds))
             if !online.isEmpty {
                 fields.append(UserRecord.onlineField)
                 fields.append(online)

@@ -73,6 +73,7 @@ public enum UserRecord {
     /// The `o` field for tokens online until `expiry`. A token holding a newline cannot be a device's (device
     /// tokens have no whitespace) and is left out.
     public static func encodeOnline(_ tokens: [String], expiry: Int64) -> String {
+        let expiry = onlineExpiry(expiry)
         var out = ""
         for token in tokens where !token.contains("\n") {
             if !out.isEmpty { out += "\n" }
@@ -82,6 +83,13 @@ public enum UserRecord {
         }
         return out
     }
+
+    /// The latest expiry an `o` line holds: 18 decimal digits, what `decodeOnline` reads (a saturated
+    /// `now + ttl` is capped here rather than written as a line that reads as offline).
+    public static let maxOnlineExpiry: Int64 = 999_999_999_999_999_999
+
+    /// `expiry` capped to what an `o` line holds.
+    public static func onlineExpiry(_ expiry: Int64) -> Int64 { min(expiry, maxOnlineExpiry) }
 
     /// The tokens of an `o` field whose expiry is after `now`, in stored order. A line without a space, or whose
     /// expiry is not 1 to 18 decimal digits, is skipped. (Read in place: splitting the field into lines first cost

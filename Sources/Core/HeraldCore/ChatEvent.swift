@@ -708,10 +708,14 @@ struct Fields {
         switch v {
         case .null: return nil
         case .number(let n):
-            guard let i = Int64(n), i >= 0 else {
+            guard let i = Int64(n) else {
                 throw FieldError(
                     field: field(key),
                     message: "expected milliseconds since the epoch (a non-negative integer), got \(n)")
+            }
+            // A negative time is a number outside its range (`InputRanges.timestampMillis`), not a malformed one.
+            if i < 0, let outside = InputRanges.check(i, in: InputRanges.timestampMillis, field: field(key)) {
+                throw outside
             }
             return i
         case .string(let s) where !s.isEmpty && s.utf8.count <= 19 && s.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }):

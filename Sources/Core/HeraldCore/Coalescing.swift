@@ -95,7 +95,7 @@ public enum Coalescing {
         var next = p
         next.count += 1
         next.lastAt = max(p.lastAt, at)
-        if !p.pending && at - p.shownAt >= policy.updateMilliseconds {
+        if !p.pending && Saturating.subtract(at, p.shownAt) >= policy.updateMilliseconds {
             next.shown = next.count
             next.shownAt = at
             return (.update(count: next.count), next)
@@ -107,15 +107,17 @@ public enum Coalescing {
     /// When the flush timer should look at a burst next: the end of the update interval while messages are held,
     /// else the end of the window.
     public static func due(_ state: BurstState, policy: CoalescePolicy) -> Int64 {
-        state.pending ? state.shownAt + policy.updateMilliseconds : state.lastAt + policy.windowMilliseconds
+        state.pending
+            ? Saturating.add(state.shownAt, policy.updateMilliseconds)
+            : Saturating.add(state.lastAt, policy.windowMilliseconds)
     }
 
     /// What the flush timer does at `now` with a burst.
     public static func flush(_ state: BurstState, now: Int64, policy: CoalescePolicy) -> BurstFlush {
         if state.pending {
-            return now >= state.shownAt + policy.updateMilliseconds ? .show(count: state.count) : .wait
+            return now >= Saturating.add(state.shownAt, policy.updateMilliseconds) ? .show(count: state.count) : .wait
         }
-        return now >= state.lastAt + policy.windowMilliseconds ? .end : .wait
+        return now >= Saturating.add(state.lastAt, policy.windowMilliseconds) ? .end : .wait
     }
 
     /// The state after a flush that showed `count` messages at `now` went out. Messages held after the flush was

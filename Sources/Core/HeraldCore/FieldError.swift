@@ -1,13 +1,16 @@
 /// A bad field in an event, a record or a request body: `field` is the dotted path (`message.text`,
 /// `recipients[2]`, `dnd.start`, `conversations.c1.muted`, or `(body)` for the whole), `message` says what is wrong
-/// with it.
+/// with it, `reason` is the dead-letter reason (`invalid`, or `out_of_range` for a value outside its
+/// `InputRanges` range).
 public struct FieldError: Error, Sendable, Hashable, CustomStringConvertible {
     public var field: String
     public var message: String
+    public var reason: String
 
-    public init(field: String, message: String) {
+    public init(field: String, message: String, reason: String = "invalid") {
         self.field = field
         self.message = message
+        self.reason = reason
     }
 
     /// One line, e.g. `message.text: longer than 65536 bytes`.

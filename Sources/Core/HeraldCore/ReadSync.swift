@@ -143,7 +143,7 @@ public enum ReadSync {
         let prefs = app.effectivePreferences(state.preferences)
         let badge = (app.badge && prefs.badge) ? state.unread.total : nil
         let readAt = event.createdAt ?? 0
-        let expiration = readAt / 1000 + expirationSeconds
+        let expiration = Saturating.add(readAt / 1000, expirationSeconds)
         let collapse = collapseID(conversation)
         var out: [APNsRequest] = []
         var webhookProviders: Set<String> = []

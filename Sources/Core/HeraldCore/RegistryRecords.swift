@@ -170,7 +170,6 @@ public struct RegistryRecord: Sendable, Hashable {
             if let token, token.isEmpty || token.utf8.count > Device.maxTokenBytes {
                 return invalid("token: 1 to \(Device.maxTokenBytes) bytes (the device that read)")
             }
-            if let readAt, readAt < 0 { return invalid("read_at: negative") }
         }
         return nil
     }

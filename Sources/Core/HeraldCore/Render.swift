@@ -238,9 +238,8 @@ public enum Renderer {
                     senderDisplayName: senderDisplayName, pushType: pushType, burst: burst)
                 if pushType == .voip { voipPayload = payload } else { alertPayload = payload }
             }
-            let (sum, overflow) = eventSeconds.addingReportingOverflow(
-                isCall ? app.callExpirationSeconds : app.expirationSeconds)
-            let expiration = overflow ? Int64.max : sum
+            let expiration = Saturating.add(
+                eventSeconds, isCall ? app.callExpirationSeconds : app.expirationSeconds)
             var collapse: String?
             if let call = event.call, isCall {
                 let id = "call-" + call.sessionID

@@ -11,6 +11,8 @@ public enum DropReason: String, Sendable, Hashable, CaseIterable {
     case channelType = "channel_type"
     /// Not a valid chat event; it goes to the DLQ with the error.
     case invalid
+    /// A valid event with a number outside its `InputRanges` range; it goes to the DLQ naming the field.
+    case outOfRange = "out_of_range"
 }
 
 /// What ingest does with one record.
@@ -26,7 +28,7 @@ public enum Ingest {
         do {
             event = try ChatEvent.decode(bytes)
         } catch {
-            return .drop(.invalid, detail: error.description)
+            return .drop(DropReason(rawValue: error.reason) ?? .invalid, detail: error.description)
         }
         return admit(event)
     }
@@ -46,6 +48,7 @@ public enum Ingest {
         case .direct, .group:
             break
         }
+        if let outside = event.rangeError() { return .drop(.outOfRange, detail: outside.description) }
         if let problem = nothingToPush(event) {
             return .drop(.invalid, detail: problem.description)
         }

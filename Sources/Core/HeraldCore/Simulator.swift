@@ -93,6 +93,8 @@ public enum Simulator {
             return [SimulationLine(user: nil, decision: .drop, reason: DropReason.channelType.rawValue)]
         case .drop(.invalid, let detail):
             throw Ingest.nothingToPush(event) ?? FieldError(field: "(event)", message: detail)
+        case .drop(.outOfRange, let detail):
+            throw event.rangeError() ?? FieldError(field: "(event)", message: detail, reason: InputRanges.reason)
         case .admit:
             break
         }

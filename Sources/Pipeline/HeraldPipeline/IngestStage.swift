@@ -2,7 +2,7 @@ import Foundation
 import HeraldCore
 
 /// ingest: `chat.events` -> `herald.ingested` (keyed by conversation id).
-/// Invalid events go to the DLQ (`invalid`), events of an app the pipeline file does not list too
+/// Invalid events go to the DLQ (`invalid`), events with a number outside its range too (`out_of_range`), events of an app the pipeline file does not list too
 /// (`unknown_app`); open and super-group channels are dropped, counted as `channel_type` and written to the
 /// explain trail, never dead-lettered.
 public struct IngestProcessor: StageProcessor {
@@ -40,7 +40,7 @@ public struct IngestProcessor: StageProcessor {
         do {
             event = try ChatEvent.decode(bytes, warnings: &warnings)
         } catch {
-            return .dlq(DropReason.invalid.rawValue, error.description)
+            return .dlq(error.reason, error.description)
         }
         guard apps.isKnown(event.appID) else {
             return .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(event.appID))
@@ -72,8 +72,8 @@ public struct IngestProcessor: StageProcessor {
                 appID: event.appID, eventID: event.eventID, stage: stage, decision: "drop",
                 reason: DropReason.channelType.rawValue, at: now)
             return StageResult(notes: [.suppressed(reason: DropReason.channelType.rawValue)], explain: [explain])
-        case .drop(.invalid, let detail):
-            return .dlq(DropReason.invalid.rawValue, detail)
+        case .drop(let reason, let detail):
+            return .dlq(reason.rawValue, detail)
         }
     }
 }

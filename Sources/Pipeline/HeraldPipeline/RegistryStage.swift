@@ -89,6 +89,7 @@ public struct RegistryProcessor: StageProcessor {
                 return error.result
             }
             if let problem = record.validationError() { return .dlq("invalid", problem.description) }
+            if let outside = record.rangeError() { return .dlq(outside.reason, "RegistryRecord: \(outside)") }
             if let refused = unknownApp(record.appID) { return refused }
             op = record.op.rawValue
             if record.op == .markRead { read = record }

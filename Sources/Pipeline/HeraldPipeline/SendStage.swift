@@ -142,8 +142,9 @@ public struct SendProcessor: StageProcessor {
                     results[index] = .dlq(AppDirectory.unknownAppReason, AppDirectory.unknownAppDetail(record.appID))
                     continue
                 }
-                let wait = max(0, (record.notBefore ?? 0) - now)
-                buckets[(wait + 49) / 50 * 50, default: []].append(NumberedRecord(index: index, record: record))
+                let wait = max(0, Saturating.subtract(record.notBefore ?? 0, now))
+                buckets[Saturating.add(wait, 49) / 50 * 50, default: []].append(
+                    NumberedRecord(index: index, record: record))
             } catch {
                 results[index] = error.result
             }
@@ -202,7 +203,9 @@ public struct SendProcessor: StageProcessor {
         let started = context.nowMillis
         for item in records {
             // 0. Past its `apns-expiration`: APNs would drop it, and a ring that is over must not sound.
-            if item.record.request.expiration > 0, item.record.request.expiration * 1000 <= started {
+            if item.record.request.expiration > 0,
+                Saturating.milliseconds(fromSeconds: item.record.request.expiration) <= started
+            {
                 out.append(NumberedResult(item.index, expired(item.record, started)))
                 continue
             }
@@ -231,7 +234,9 @@ public struct SendProcessor: StageProcessor {
                 return records.map { NumberedResult($0.index, .handedBack) }
             }
             for (position, item) in group.enumerated() {
-                switch position < outcomes.count ? outcomes[position] : .pendingElsewhere(until: now + ttl) {
+                switch position < outcomes.count
+                    ? outcomes[position] : .pendingElsewhere(until: Saturating.add(now, ttl))
+                {
                 case .claimed:
                     fresh.append(item)
                 case .delivered:
@@ -381,9 +386,9 @@ public struct SendProcessor: StageProcessor {
                 )
             }
             var retry = record
-            retry.attempt = record.attempt + 1
+            retry.attempt = record.attempt < Int.max ? record.attempt + 1 : Int.max
             let delay = max(retryPolicy.delay(afterAttempt: record.attempt, unit: unit()), retryAfter ?? .zero)
-            retry.notBefore = now + delay.milliseconds
+            retry.notBefore = Saturating.add(now, delay.milliseconds)
             notes.append(.retried(reason: reasonText))
             let output = StageOutput.record(retry, topic: retryTopic, key: record.request.token)
             return (

@@ -379,6 +379,7 @@ public struct RegistryAPI: Sendable {
             return Self.error(400, error.message, field: error.field)
         }
         if let problem = record.validationError() { return Self.error(400, problem.detail, field: "(body)") }
+        if let outside = record.rangeError() { return Self.error(400, outside.message, field: outside.field) }
         do {
             try await operations.sink.publish(record)
         } catch {

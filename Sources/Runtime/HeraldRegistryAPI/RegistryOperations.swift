@@ -58,6 +58,7 @@ public struct RegistryOperations: Sendable {
     /// Validates and publishes one record (a preference change is checked against `preferenceLimits` first).
     public func submit(_ record: RegistryRecord) async throws {
         if let problem = record.validationError() { throw FieldError(field: "(record)", message: problem.detail) }
+        if let outside = record.rangeError() { throw outside }
         if let over = try await exceedsLimits(record) { throw over.problem }
         try await sink.publish(record)
     }
@@ -132,7 +133,14 @@ public struct RegistryOperations: Sendable {
         let device = try Self.device(
             token: raw, kind: k, environment: environment, bundleID: bundleID,
             providerID: providerID, registeredAt: now)
-        return RegistryRecord(op: .registerDevice, appID: app, user: user, device: device, unique: unique ? true : nil)
+        let record = RegistryRecord(
+            op: .registerDevice, appID: app, user: user, device: device, unique: unique ? true : nil)
+        if var outside = record.rangeError() {
+            // The body's fields are the device's, at the top level.
+            if outside.field.hasPrefix("device.") { outside.field.removeFirst("device.".count) }
+            throw outside
+        }
+        return record
     }
 
     /// A device with its token checked (`Device.tokenProblem`); `apns` and `voip` tokens are lowercased.
@@ -166,16 +174,21 @@ public struct RegistryOperations: Sendable {
                 for (i, item) in items.enumerated() { tokens.append(try Self.string(item, "online[\(i)]")) }
                 online = tokens
             case "ttl_ms":
-                guard case .number(let n) = value, let v = Int64(n), v > 0, v <= 86_400_000 else {
-                    throw FieldError(field: name, message: "expected milliseconds, 1 to 86400000")
+                let range = InputRanges.presenceTTLMillis
+                guard case .number(let n) = value, let v = Int64(n) else {
+                    throw FieldError(
+                        field: name, message: "expected milliseconds, \(range.lowerBound) to \(range.upperBound)")
                 }
+                if let outside = InputRanges.check(v, in: range, field: name) { throw outside }
                 ttl = v
             default:
                 throw FieldError(field: name, message: "unknown field (known: online, ttl_ms)")
             }
         }
         guard let online else { throw FieldError(field: "online", message: "missing") }
-        return RegistryRecord(op: .setPresence, appID: app, user: user, online: online, ttlMs: ttl)
+        let record = RegistryRecord(op: .setPresence, appID: app, user: user, online: online, ttlMs: ttl)
+        if let outside = record.rangeError() { throw outside }
+        return record
     }
 
     /// `mark_read` from `{"conversation": "c1", "token": "<the reading device>"}` (both optional; `{}` or an empty

@@ -132,6 +132,7 @@ enum ChaosScenario: String, CaseIterable {
     case redisMasterKill = "redis-cluster-master-kill"
     case redisSlotMove = "redis-cluster-slot-move"
     case scaleChurn = "scale-churn"
+    case extremeRecords = "extreme-records"
 }
 
 struct ChaosOutcome {
@@ -237,6 +238,7 @@ struct ChaosRunner {
         case .redisMasterKill: return try await redisMasterKill()
         case .redisSlotMove: return try await redisSlotMove()
         case .scaleChurn: return try await scaleChurn()
+        case .extremeRecords: return try await extremeRecords()
         }
     }
 

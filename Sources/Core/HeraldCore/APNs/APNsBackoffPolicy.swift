@@ -25,7 +25,7 @@ public struct APNsBackoffPolicy: Sendable, Equatable {
 
     /// The delay after attempt `attempt` failed; `unit` is a random number in [0, 1).
     public func delay(afterAttempt attempt: Int, unit: Double) -> Duration {
-        let exponent = Double(max(0, attempt - 1))
+        let exponent = Double(attempt > 1 ? attempt - 1 : 0)
         let initial = initialDelay.timeInterval
         let capped = min(maxDelay.timeInterval, initial * pow(multiplier, min(exponent, 60)))
         let factor = 1 - jitter * min(1, max(0, unit))
