@@ -355,30 +355,41 @@ final class RedisClusterRouter: Sendable {
                 }
             }
             let answers = try await send(groups, units: units, batch: batch)
-            try await checkRedirectionTargets(answers, groups: groups, units: units)
-            var next: [(unit: Int, route: Route)] = []
-            var pause = false
+            // Each unit's answer read once: where its replies are, and the redirection among them if any.
+            var outcomes: [(unit: Int, answer: Int, first: Int, redirection: Redirection?)] = []
+            var targets: Set<RedisNodeAddress> = []
             for (node, items) in groups {
                 guard let nodeAnswer = answers[node] else { continue }
                 answered.append(nodeAnswer.replies)
                 for (position, item) in items.enumerated() {
                     let first = nodeAnswer.firstReply[position]
                     let count = units[item.unit].commands
-                    switch Self.redirection(in: nodeAnswer.replies, first..<(first + count), from: node) {
-                    case nil:
-                        placed[item.unit] = (answered.count - 1, first)
-                    case .moved(let slot, let target):
-                        lastRedirection = "MOVED \(slot) \(target)"
-                        state.withLock { $0.map.assign(slot...slot, to: target) }
-                        next.append((item.unit, .moved(target)))
-                    case .ask(let target):
-                        lastRedirection = "ASK \(target)"
-                        next.append((item.unit, .ask(target)))
-                    case .retryLater(let message):
-                        lastRedirection = message
-                        next.append((item.unit, .map))
-                        pause = true
+                    let redirection = Self.redirection(in: nodeAnswer.replies, first..<(first + count), from: node)
+                    switch redirection {
+                    case .moved(_, let target), .ask(let target): targets.insert(target)
+                    default: break
                     }
+                    outcomes.append((item.unit, answered.count - 1, first, redirection))
+                }
+            }
+            try await checkRedirectionTargets(targets)
+            var next: [(unit: Int, route: Route)] = []
+            var pause = false
+            for (unit, answer, first, redirection) in outcomes {
+                switch redirection {
+                case nil:
+                    placed[unit] = (answer, first)
+                case .moved(let slot, let target):
+                    lastRedirection = "MOVED \(slot) \(target)"
+                    state.withLock { $0.map.assign(slot...slot, to: target) }
+                    next.append((unit, .moved(target)))
+                case .ask(let target):
+                    lastRedirection = "ASK \(target)"
+                    next.append((unit, .ask(target)))
+                case .retryLater(let message):
+                    lastRedirection = message
+                    next.append((unit, .map))
+                    pause = true
                 }
             }
             if next.isEmpty { return Self.inOrder(units, placed, answered, commands: batch.count) }
@@ -401,22 +412,7 @@ final class RedisClusterRouter: Sendable {
     /// A redirection is followed only to a node of this cluster: one of its slot map's masters or seeds. A target
     /// outside them (a node added since the map was learnt) is checked against a map learnt again now; one still
     /// outside is an error, never a connection to wherever a reply points.
-    private func checkRedirectionTargets(
-        _ answers: [RedisNodeAddress: NodeAnswer], groups: [RedisNodeAddress: [(unit: Int, asking: Bool)]],
-        units: [RedisClusterUnit]
-    ) async throws {
-        var targets: Set<RedisNodeAddress> = []
-        for (node, items) in groups {
-            guard let nodeAnswer = answers[node] else { continue }
-            for (position, item) in items.enumerated() {
-                let first = nodeAnswer.firstReply[position]
-                switch Self.redirection(in: nodeAnswer.replies, first..<(first + units[item.unit].commands), from: node)
-                {
-                case .moved(_, let target), .ask(let target): targets.insert(target)
-                default: break
-                }
-            }
-        }
+    private func checkRedirectionTargets(_ targets: Set<RedisNodeAddress>) async throws {
         guard !targets.isEmpty else { return }
         let seeds = Set(configuration.clusterSeeds)
         func unknown() -> [RedisNodeAddress] {
