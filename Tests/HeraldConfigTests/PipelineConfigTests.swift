@@ -54,6 +54,19 @@ struct PipelineConfigTests {
         #expect(loaded.config.environmentKeys == ["HERALD_P12_PASSWORD", "HERALD_API_TOKEN_BACKEND"])
     }
 
+    @Test("an app id with a brace is refused: it would become the Redis Cluster hash tag of every key of the app")
+    func bracesInAppIds() throws {
+        for id in ["\"a{b\"", "\"a}\"", "\"{}\"", "\"\""] {
+            #expect {
+                try PipelineLoader.load(yaml: "apps:\n  \(id):\n    counts: true\n")
+            } throws: { error in
+                (error as? ConfigError).map { $0.message.contains("{ or }") } ?? false
+            }
+        }
+        #expect(
+            try PipelineLoader.load(yaml: "apps:\n  \"a:b-c.d\":\n    counts: true\n").config.apps.isKnown("a:b-c.d"))
+    }
+
     @Test("unknown keys are reported with their path, not ignored")
     func unknownKeys() throws {
         let yaml = """

@@ -18,7 +18,7 @@ struct StateMigrationTests {
     }
 
     static func key(_ app: String, _ user: String, _ part: RedisKeys.UserPart) -> String {
-        RedisKeys.user(app: app, user: user, part)
+        RedisKeys.rawUser(app: app, user: user, part)
     }
 
     /// The old keys of one user: two devices (the first online until `live`, the second's presence expired at

@@ -10,7 +10,7 @@ extension RedisKeys {
     public static func mentions(app: String, user: String) -> String { Self.user(app: app, user: user, .mentions) }
     /// String with a TTL: this event was counted for this user (so a replay is not counted again).
     public static func counted(app: String, user: String, eventID: String) -> String {
-        "\(prefix):\(app):user:{\(user)}:counted:\(eventID)"
+        userPrefix(app: app, user: user) + "counted:" + eventID
     }
 }
 

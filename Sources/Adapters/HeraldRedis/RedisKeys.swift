@@ -4,9 +4,15 @@
 /// (`{...}`) so that all keys of one user (or one conversation) land in the same slot: the counting script touches a
 /// user's state hash, mention counts and marker together.
 ///
+/// Redis hashes the bytes between a key's first `{` and the first `}` after it, and the whole key when there are
+/// none. A user id that is empty or starts with `}` would leave `{}` empty and spread the user's keys over slots, so
+/// such an id is written in hexadecimal instead (`herald:<app>:user:hex{0x<hex of its UTF-8>}:state`): any
+/// id keeps all of one user's keys in one slot. Every other id is written as it is (its tag may end early at a `}`
+/// inside it; that still holds for all of the user's keys).
+///
 /// | key | type | content |
 /// | --- | --- | --- |
-/// | `herald:<app>:user:{<user>}:state` | hash | devices `d`, presence `o`, preferences `p`, unread `total` and `c:<conversation>` (`UserRecord`) |
+/// | `herald:<app>:user:{<user>}:state` (`user:hex{0x<hex>}:state` for an id `isTaggable` refuses) | hash | devices `d`, presence `o`, preferences `p`, unread `total` and `c:<conversation>` (`UserRecord`) |
 /// | `herald:<app>:user:{<user>}:mentions` | hash | `total` -> unread mentions, `c:<conversation>` -> per conversation |
 /// | `herald:<app>:conv:{<conversation>}:members` | set | user ids |
 /// | `herald:<app>:token:{<token>}:owner` | string | the user the token is registered to (one owner per app) |
@@ -27,6 +33,38 @@ public enum RedisKeys {
     }
 
     public static func user(app: String, user: String, _ part: UserPart) -> String {
+        userPrefix(app: app, user: user) + part.rawValue
+    }
+
+    /// What a user's keys start with: `herald:<app>:user:{<user>}:`, or `herald:<app>:user:hex{0x<hex>}:` for an id
+    /// that cannot be a hash tag as it is (`isTaggable`).
+    public static func userPrefix(app: String, user: String) -> String {
+        isTaggable(user)
+            ? "\(prefix):\(app):user:{\(user)}:" : "\(prefix):\(app):user:hex{0x\(hexadecimal(user))}:"
+    }
+
+    /// Whether `id` inside `{...}` makes a hash tag that holds all of its keys in one slot: not empty and not
+    /// starting with `}` (which would make the tag `{}`, and Redis would hash each whole key).
+    public static func isTaggable(_ id: String) -> Bool {
+        guard let first = id.utf8.first else { return false }
+        return first != UInt8(ascii: "}")
+    }
+
+    /// The lowercase hexadecimal of `text`'s UTF-8 bytes.
+    static func hexadecimal(_ text: String) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count * 2)
+        for byte in text.utf8 {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// A user key as written before untaggable ids were written in hexadecimal (and by Herald 0.9, for its four
+    /// parts): the id in the tag as it is. Read only by the upgrades (StateMigration.swift).
+    static func rawUser(app: String, user: String, _ part: UserPart) -> String {
         "\(prefix):\(app):user:{\(user)}:\(part.rawValue)"
     }
     /// The user's state hash: devices, presence, preferences and unread counts (`UserRecord`).
@@ -137,7 +175,11 @@ public enum RedisKeys {
 extension RedisBatch {
     /// `RedisKeys.user(app:user:_:)` as one argument.
     mutating func userKey(app: String, user: String, _ part: RedisKeys.UserPart) {
-        argument(RedisKeys.prefix, ":", app, ":user:{", user, "}:", part.rawValue)
+        if RedisKeys.isTaggable(user) {
+            argument(RedisKeys.prefix, ":", app, ":user:{", user, "}:", part.rawValue)
+        } else {
+            argument(RedisKeys.prefix, ":", app, ":user:hex{0x", RedisKeys.hexadecimal(user), "}:", part.rawValue)
+        }
     }
 
     /// `RedisKeys.members(app:conversation:)` as one argument.

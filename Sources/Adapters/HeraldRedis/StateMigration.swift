@@ -97,13 +97,20 @@ extension StateStore {
                 batch.command("EVALSHA", arguments: 8)  // SHA, 5 keys: the state hash and the 4 old ones, now
                 batch.argument(sha)
                 batch.argument("5")
-                batch.userKey(app: app, user: user, .state)
-                for part in Self.legacyUserParts { batch.userKey(app: app, user: user, part) }
+                // The names as 0.9 wrote them, the state hash's included: a user whose id cannot be a hash tag
+                // is moved under its hexadecimal name afterwards (`migrateUntaggableUserKeys`).
+                batch.argument(RedisKeys.rawUser(app: app, user: user, .state))
+                for part in Self.legacyUserParts { batch.argument(RedisKeys.rawUser(app: app, user: user, part)) }
                 batch.argument(now)
             }
             return batch
         }
-        return try replies.map { reply in
+        return try zip(users, replies).map { user, reply in
+            // On a Redis Cluster the old keys of an id that cannot be a hash tag are in different slots: one
+            // script cannot move them; they are left in place and counted as skipped.
+            if case .error(let message) = reply, message.hasPrefix("CROSSSLOT"), !RedisKeys.isTaggable(user) {
+                return (0, 1)
+            }
             guard let counts = try reply.orThrow("EVALSHA migrate").array, counts.count == 2,
                 let deleted = counts[0].int, let skipped = counts[1].int
             else {
@@ -147,7 +154,7 @@ extension StateStore {
             else { continue }
             let user = String(decoding: bytes.dropFirst(prefix.count).dropLast(suffix.count), as: UTF8.self)
             // The key must be exactly the one the layout builds for that user.
-            if RedisKeys.user(app: app, user: user, part) == key { return (user, part) }
+            if RedisKeys.rawUser(app: app, user: user, part) == key { return (user, part) }
         }
         return nil
     }
@@ -160,6 +167,100 @@ extension StateStore {
             out.append(character)
         }
         return out
+    }
+}
+
+/// What `StateStore.migrateUntaggableUserKeys` did.
+public struct UntaggableMigration: Sendable, Hashable {
+    /// Keys moved to their hexadecimal name (and deleted under the old one).
+    public var keysMoved: Int
+    /// Keys of an unexpected Redis type (not a hash), left in place untouched.
+    public var keysSkipped: Int
+
+    public init(keysMoved: Int = 0, keysSkipped: Int = 0) {
+        self.keysMoved = keysMoved
+        self.keysSkipped = keysSkipped
+    }
+}
+
+/// The upgrade of the keys of users whose id cannot be a hash tag as it is (empty, or starting with `}`;
+/// `RedisKeys.isTaggable`). Such a user's keys used to be named with the id as it is, `herald:<app>:user:{}x}:state`,
+/// which spreads them over slots; they are now named with the id in hexadecimal,
+/// `herald:<app>:user:hex{0x7d78}:state`, like every key of that user from now on.
+extension StateStore {
+    /// Moves the state hash and mention counts of every such user of `app` to their new names. The keys are found
+    /// with `SCAN` (on every master of a Redis Cluster); each is read (`HGETALL`), its fields written into the new
+    /// key unless that already has them (`HSETNX`: a field written since the upgrade wins), its TTL carried over if
+    /// the new key has none, and it is deleted. The steps of one key are not atomic (on a cluster the two names are
+    /// in different slots), but each is idempotent: an interrupted run can be run again, and a second run finds
+    /// nothing. A user's replay markers (`:counted:<event>`) are left to expire. Throws `RedisError`.
+    @discardableResult
+    public func migrateUntaggableUserKeys(app: String) async throws -> UntaggableMigration {
+        var done = UntaggableMigration()
+        let pattern = Self.globEscaped("\(RedisKeys.prefix):\(app):user:{}") + "*"
+        for node in try await connection.masterConnections() {
+            var cursor = "0"
+            repeat {
+                let reply = try await node.send(RedisCommand("SCAN", cursor, "MATCH", pattern, "COUNT", 1000))
+                    .orThrow("SCAN")
+                guard let parts = reply.array, parts.count == 2, let next = parts[0].text, let keys = parts[1].array
+                else {
+                    throw RedisError(.unexpectedReply, "SCAN answered \(reply)")
+                }
+                for key in keys.compactMap(\.text) {
+                    guard let (user, part) = Self.untaggableUserKey(key, app: app) else { continue }
+                    if try await moveUserHash(from: key, to: RedisKeys.user(app: app, user: user, part)) {
+                        done.keysMoved += 1
+                    } else {
+                        done.keysSkipped += 1
+                    }
+                }
+                cursor = next
+            } while cursor != "0"
+        }
+        return done
+    }
+
+    /// The user and part of a key of `app` named the old way for an id `isTaggable` refuses
+    /// (`herald:<app>:user:{<user>}:state|mentions`), or nil for any other key.
+    static func untaggableUserKey(_ key: String, app: String) -> (user: String, part: RedisKeys.UserPart)? {
+        let prefix = "\(RedisKeys.prefix):\(app):user:{".utf8
+        let bytes = key.utf8
+        guard bytes.starts(with: prefix) else { return nil }
+        for part in [RedisKeys.UserPart.state, .mentions] {
+            let suffix = ("}:" + part.rawValue).utf8
+            guard bytes.count >= prefix.count + suffix.count, bytes.reversed().starts(with: suffix.reversed())
+            else { continue }
+            let user = String(decoding: bytes.dropFirst(prefix.count).dropLast(suffix.count), as: UTF8.self)
+            if !RedisKeys.isTaggable(user), RedisKeys.rawUser(app: app, user: user, part) == key { return (user, part) }
+        }
+        return nil
+    }
+
+    /// Copies the hash `old` into `new` field by field (a field `new` has is kept), carries `old`'s TTL over when
+    /// `new` has none, and deletes `old`. False, with nothing changed, when `old` is not a hash.
+    private func moveUserHash(from old: String, to new: String) async throws -> Bool {
+        let kind = try await connection.send(RedisCommand("TYPE", old)).orThrow("TYPE")
+        if kind.text == "none" { return true }  // gone meanwhile (a run beside this one)
+        guard kind.text == "hash" else { return false }
+        let fields = try await connection.send(RedisCommand("HGETALL", old)).orThrow("HGETALL").array ?? []
+        let ttl = try await connection.send(RedisCommand("PTTL", old)).orThrow("PTTL").int ?? -1
+        var commands: [RedisCommand] = []
+        var index = 0
+        while index + 1 < fields.count {
+            if let field = fields[index].data, let value = fields[index + 1].data {
+                commands.append(RedisCommand("HSETNX", new, field, value))
+            }
+            index += 2
+        }
+        if !commands.isEmpty {
+            for reply in try await connection.pipeline(commands) { _ = try reply.orThrow("HSETNX") }
+        }
+        if ttl > 0, try await connection.send(RedisCommand("PTTL", new)).orThrow("PTTL").int == -1 {
+            _ = try await connection.send(RedisCommand("PEXPIRE", new, ttl)).orThrow("PEXPIRE")
+        }
+        _ = try await connection.send(RedisCommand("DEL", old)).orThrow("DEL")
+        return true
     }
 }
 

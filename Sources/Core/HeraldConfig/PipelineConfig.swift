@@ -459,6 +459,10 @@ public enum PipelineLoader {
         if let a = top["apps"] {
             for (id, node) in try r.mapping(a, "apps").pairs {
                 let path = "apps.\(id)"
+                // The app id is part of every Redis key, before the hash tag: a brace in it would become the tag.
+                guard !id.isEmpty, !id.contains("{"), !id.contains("}") else {
+                    throw ConfigError(path: path, message: "an app id must not be empty or contain { or }")
+                }
                 let before = r.warnings.count
                 apps[id] = try readApp(&r, defaultsNode.map { merged(node, over: $0) } ?? node, path: path, appID: id)
                 // A key the defaults section got wrong is reported once, under `defaults`.

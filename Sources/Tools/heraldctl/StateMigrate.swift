@@ -16,8 +16,11 @@ extension StateCommand {
                 idempotent: a field the new hash already holds is kept, each user moves in one atomic script, so an \
                 interrupted run can be run again, and a second run moves nothing. Presence entries already expired \
                 are dropped. The old keys are found with SCAN (on every master of a Redis Cluster); users are moved \
-                --batch per round trip. Progress goes to stderr (counted in old keys, found by a first SCAN); the \
-                result is one JSON line on stdout.
+                --batch per round trip. Then it renames the keys of users whose id cannot be a Redis Cluster hash \
+                tag as it is (an empty id, or one starting with }): their keys are now named with the id in \
+                hexadecimal, herald:<app>:user:hex{0x<hex>}:state and :mentions, so all of them share one slot; a \
+                field the new key already holds is kept. Progress goes to stderr (counted in old keys, found by a \
+                first SCAN); the result is one JSON line on stdout.
                 """)
 
         @Option(name: .long, help: "App (tenant) id whose users to migrate.") var app: String
@@ -28,6 +31,7 @@ extension StateCommand {
             guard batch > 0 else { CLI.fail("--batch: expected a positive number", status: 2) }
             let store = await redis.store()
             let result: LegacyMigration
+            let renamed: UntaggableMigration
             do {
                 let total = try await store.countLegacyUserKeys(app: app)
                 let progress = CLIProgress("state migrate", total: total)
@@ -37,13 +41,15 @@ extension StateCommand {
                     shown = $0.keysDeleted + $0.keysSkipped
                 }
                 progress.finish()
+                renamed = try await store.migrateUntaggableUserKeys(app: app)
             } catch {
                 CLI.fail("redis: \(error)")
             }
             CLI.out(
                 CLI.json([
                     "app": app, "users": result.users, "keys_deleted": result.keysDeleted,
-                    "keys_skipped": result.keysSkipped,
+                    "keys_skipped": result.keysSkipped, "untaggable_keys_moved": renamed.keysMoved,
+                    "untaggable_keys_skipped": renamed.keysSkipped,
                 ]))
         }
     }
