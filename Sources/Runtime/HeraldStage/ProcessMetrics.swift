@@ -86,10 +86,12 @@ public struct ProcessMetrics: Sendable, Equatable {
         guard let directory = opendir("/proc/self/fd") else { return 0 }
         defer { closedir(directory) }
         var count = 0
+        // The name is read in place, byte by byte up to its NUL: readdir's entry is only as long as its name
+        // (`d_reclen`), so copying the whole `dirent` (256 bytes of `d_name`) would read past its end.
+        let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name) ?? 19
         while let entry = readdir(directory) {
-            let isDotOrDotDot = withUnsafeBytes(of: entry.pointee.d_name) { name in
-                name[0] == 46 && (name[1] == 0 || (name[1] == 46 && name[2] == 0))
-            }
+            let name = UnsafeRawPointer(entry).advanced(by: nameOffset).assumingMemoryBound(to: UInt8.self)
+            let isDotOrDotDot = name[0] == 46 && (name[1] == 0 || (name[1] == 46 && name[2] == 0))
             if !isDotOrDotDot { count += 1 }
         }
         return count
