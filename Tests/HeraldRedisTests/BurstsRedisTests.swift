@@ -262,6 +262,46 @@ struct BurstsRedisTests {
     }
 
     @Test(
+        "a small event one message of a batch holds stays in its burst's value; one several messages hold is shared"
+    )
+    func smallEvents() async throws {
+        let server = try await RedisServer.start()
+        let redis = RedisConnection(configuration: server.configuration)
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let t: Int64 = 1_732_000_000_000
+        let small = try (0..<2).map { try Self.event("s\($0)", textBytes: 20) }
+        let record = Self.record(small[1], to: "u1")
+        #expect(try #require(DeliverableRecord.eventRange(inWireBytes: record)).count < 512)
+        _ = try await store.stepBursts([Self.message("u1", "hike", at: t, record: Self.record(small[0], to: "u1"))])
+        #expect(
+            try await store.stepBursts([Self.message("u1", "hike", at: t + 100, record: record)]) == [.held(count: 2)])
+        #expect(try await Self.copies(redis).isEmpty)
+        let shard = RedisKeys.bursts(app: "a", shard: RedisKeys.burstShard(user: "u1"))
+        let value = try #require(
+            try await redis.send("HGET", shard, RedisKeys.burstField(user: "u1", conversation: "hike")).data)
+        #expect(Array(value).suffix(record.count) == record[...], "the whole record after the lane")
+        // Three recipients of one small event in one batch: one copy, three references.
+        let users = ["u2", "u3", "u4"]
+        _ = try await store.stepBursts(
+            users.map { Self.message($0, "hike", at: t, record: Self.record(small[0], to: $0)) })
+        let held = users.map { Self.record(small[1], to: $0) }
+        #expect(
+            try await store.stepBursts(zip(users, held).map { Self.message($0, "hike", at: t + 100, record: $1) })
+                == users.map { _ in .held(count: 2) })
+        let copies = try await Self.copies(redis)
+        #expect(copies.count == 1)
+        #expect(try await redis.send("HGET", copies[0], "n").int == 3)
+        let due = try await store.claimDueBursts(app: "a", policy: Self.policy, now: t + 4_000)
+        #expect(
+            Dictionary(uniqueKeysWithValues: due.map { ($0.user, $0.record) })
+                == Dictionary(uniqueKeysWithValues: zip(["u1"] + users, [record] + held).map { ($0, $1) }))
+        try await store.confirmBursts(app: "a", policy: Self.policy, flushed: due, now: t + 4_000)
+        try await store.releaseBurstEvents()
+        #expect(try await Self.copies(redis).isEmpty)
+    }
+
+    @Test(
         "values written before events were shared (the whole record after the lane) still flush, bursts and flood guards; a new hold replaces them"
     )
     func wholeRecords() async throws {

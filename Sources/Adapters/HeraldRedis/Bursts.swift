@@ -7,8 +7,9 @@ import Synchronization
 // each is due (its flush, or its end). Every script touches one shard. Ended bursts are deleted by the flush
 // timer, and both keys expire when their shard has been quiet for two windows.
 //
-// A held message's event is kept once, however many bursts hold it: in a hash of its own (`burst_event`), named by
-// a digest of its bytes, with a count of the references to it. A burst keeps the message's record without the
+// A held message's event is kept once, however many bursts hold it (unless it is small and seen once in its batch,
+// `SharedEvents`): in a hash of its own (`burst_event`), named by a digest of its bytes, with a count of the
+// references to it. A burst keeps the message's record without the
 // event and the digest (`HeldPart`); the flush timer puts the two together again. The copies are counted before
 // any burst can refer to them (in the same round trip as the steps, ahead of them) and given back after the
 // references are gone (riding on the next round trip), so a crash or a failed round trip can only keep a copy
@@ -417,16 +418,24 @@ enum HeldPart: Sendable, Hashable {
 }
 
 /// The events a batch of messages shares: each distinct one once, with how many of the batch's messages refer to it,
-/// and each message's held part.
+/// and each message's held part. An event is shared when it has `minimumBytes` or more, or when more than one message
+/// of the batch refers to it (the recipients of a group spread over suppress's batches: a large group's event comes
+/// to each batch many times, a small group's once). A small event seen once stays in its burst's value: a copy
+/// would cost two more Redis commands than the bytes it saves.
 struct SharedEvents {
+    /// Events at least this long are always shared.
+    static let minimumBytes = 512
+
     struct Copy {
-        var key: String
-        var digest: String
+        var app: String
+        var key = ""
+        var digest = ""
         var bytes: ArraySlice<UInt8>
         var references: Int64 = 0
         var ttl: Int64 = 0
     }
 
+    /// The copies to count, each distinct shared event once.
     var copies: [Copy] = []
     /// Per message: the copy its held part refers to; nil when its record is kept whole.
     var copyOf: [Int?] = []
@@ -442,13 +451,14 @@ struct SharedEvents {
     }
 
     init(_ messages: [BurstMessage]) {
-        copyOf.reserveCapacity(messages.count)
-        held.reserveCapacity(messages.count)
+        // The distinct events and who refers to them.
+        var events: [Copy] = []
+        var eventOf: [(index: Int, range: Range<Int>)?] = []
+        eventOf.reserveCapacity(messages.count)
         var seen: [Probe: [Int]] = [:]
         for m in messages {
             guard let range = m.sharedBytes else {
-                copyOf.append(nil)
-                held.append(m.record)
+                eventOf.append(nil)
                 continue
             }
             let bytes = m.record[range]
@@ -456,19 +466,36 @@ struct SharedEvents {
             for b in bytes.prefix(64) { head = (head ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
             let probe = Probe(app: m.appID, count: bytes.count, head: head)
             let index: Int
-            if let known = seen[probe]?.first(where: { Self.same(copies[$0].bytes, bytes) }) {
+            if let known = seen[probe]?.first(where: { Self.same(events[$0].bytes, bytes) }) {
                 index = known
             } else {
-                let digest = String(SHA256.hex(Array(bytes)).prefix(HeldPart.digestLength))
-                copies.append(
-                    Copy(key: RedisKeys.burstEvent(app: m.appID, digest: digest), digest: digest, bytes: bytes))
-                index = copies.count - 1
+                events.append(Copy(app: m.appID, bytes: bytes))
+                index = events.count - 1
                 seen[probe, default: []].append(index)
             }
-            copies[index].references += 1
-            copies[index].ttl = max(copies[index].ttl, StateStore.burstTTL(m.policy))
-            copyOf.append(index)
-            held.append(HeldPart.encode(m.record, sharing: range, digest: copies[index].digest))
+            events[index].references += 1
+            events[index].ttl = max(events[index].ttl, StateStore.burstTTL(m.policy))
+            eventOf.append((index, range))
+        }
+        // The shared ones, hashed once each.
+        var copyIndex = [Int?](repeating: nil, count: events.count)
+        for (index, var event) in events.enumerated()
+        where event.references > 1 || event.bytes.count >= Self.minimumBytes {
+            event.digest = String(SHA256.hex(Array(event.bytes)).prefix(HeldPart.digestLength))
+            event.key = RedisKeys.burstEvent(app: event.app, digest: event.digest)
+            copyIndex[index] = copies.count
+            copies.append(event)
+        }
+        copyOf.reserveCapacity(messages.count)
+        held.reserveCapacity(messages.count)
+        for (m, event) in zip(messages, eventOf) {
+            guard let event, let copy = copyIndex[event.index] else {
+                copyOf.append(nil)
+                held.append(m.record)
+                continue
+            }
+            copyOf.append(copy)
+            held.append(HeldPart.encode(m.record, sharing: event.range, digest: copies[copy].digest))
         }
     }
 
