@@ -120,7 +120,9 @@ extension StateStore {
             }
         }
         // A release that failed leaves its copy until the copy's TTL. A copy that could not be counted is not given
-        // back (whether it was counted is not known): it too stays until its TTL at most.
+        // back (whether it was counted is not known), so it too stays until its TTL at most; and the batch goes out
+        // without coalescing, since a burst that held one of its messages may lack the event (that burst's later
+        // flush is the same event to the same devices, which send skips).
         var failure: (any Error)?
         var uncounted = Set<Int>()
         for c in shared.copies.indices {
@@ -146,14 +148,8 @@ extension StateStore {
             }
             out[index] = step
             if !replaced.isEmpty { burstReleases.add(RedisKeys.burstEvent(app: m.appID, digest: replaced)) }
-            guard let copy else { continue }
-            if case .held = step {
-                // Held, but its event may not be in Redis: the batch goes out without coalescing instead (the later
-                // flush of this burst is the same event to the same devices, which send skips).
-                if !counted { failure = failure ?? RedisError(.serverError, "a held message's event was not kept") }
-            } else if counted {
-                burstReleases.add(shared.copies[copy].key)
-            }
+            // A held message's reference is its burst's now; any other gives it back.
+            if let copy, counted, !step.isHeld { burstReleases.add(shared.copies[copy].key) }
         }
         if let failure { throw failure }
         return out
@@ -758,4 +754,11 @@ enum BurstScripts {
         end
         return n
         """)
+}
+
+extension BurstStep {
+    fileprivate var isHeld: Bool {
+        if case .held = self { return true }
+        return false
+    }
 }
