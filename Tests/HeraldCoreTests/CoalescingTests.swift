@@ -139,6 +139,40 @@ struct CoalescingTests {
         v4.removeLast()
         #expect(try StageCodec.decode(DeliverableRecord.self, from: v4) == plain)
     }
+
+    @Test(
+        "a held record's shared part is exactly its event's bytes, the same in every record of the event; none for other records"
+    )
+    func eventRange() throws {
+        let e = try event(messageJSON())
+        // An ingested record at time 0 is the header, the event and one byte.
+        let ingested = IngestedRecord(event: e, ingestedAt: 0).wireBytes()
+        let eventBytes = Array(ingested[4..<(ingested.count - 1)])
+        for recipient in ["u2", "someone-else"] {
+            let record = DeliverableRecord(event: e, recipient: recipient, state: user(), targets: [device()])
+            let bytes = record.wireBytes()
+            let range = try #require(DeliverableRecord.eventRange(inWireBytes: bytes))
+            #expect(range == 4..<(4 + eventBytes.count))
+            #expect(Array(bytes[range]) == eventBytes)
+            // The recipient follows.
+            #expect(
+                Array(bytes[range.upperBound...].prefix(1 + recipient.utf8.count)) == [UInt8(recipient.utf8.count)]
+                    + Array(recipient.utf8))
+            var message = BurstMessage(
+                appID: "a", user: recipient, conversation: "c", at: 0, policy: CoalescePolicy(), lane: .bulk,
+                record: bytes)
+            #expect(message.sharedBytes == range)
+            // Anything else is kept whole.
+            message.record = record.jsonBytes()
+            #expect(message.sharedBytes == nil)
+            var older = bytes
+            older[2] = BinaryRecordFormat.version - 1
+            #expect(DeliverableRecord.eventRange(inWireBytes: older) == nil)
+            #expect(DeliverableRecord.eventRange(inWireBytes: Array(bytes.prefix(40))) == nil)
+            let resolved = ResolvedRecord(event: e, recipient: recipient, state: user()).wireBytes()
+            #expect(DeliverableRecord.eventRange(inWireBytes: resolved) == nil)
+        }
+    }
 }
 
 /// One row of the burst table: messages (at ms) and flush-timer looks (at ms), in time order (a message before a

@@ -25,6 +25,38 @@ final class Produced: Sendable {
     @Sendable func add(_ outputs: [StageOutput]) async throws { list.withLock { $0 += outputs } }
 }
 
+/// A memory ledger that keeps the messages it is asked to step.
+final class SpyBurstLedger: BurstLedger {
+    let inner = MemoryBurstLedger()
+    private let seen = Mutex<[BurstMessage]>([])
+    var messages: [BurstMessage] { seen.withLock { $0 } }
+
+    func step(_ messages: [BurstMessage]) async throws -> [BurstStep] {
+        seen.withLock { $0 += messages }
+        return try await inner.step(messages)
+    }
+    func claimDue(app: String, policy: CoalescePolicy, now: Int64) async throws -> [HeldBurst] {
+        try await inner.claimDue(app: app, policy: policy, now: now)
+    }
+    func confirm(app: String, policy: CoalescePolicy, flushed: [HeldBurst], now: Int64) async throws {
+        try await inner.confirm(app: app, policy: policy, flushed: flushed, now: now)
+    }
+}
+
+/// A ledger whose one due flush lost its held message's event (its shared copy expired in Redis).
+final class LostEventLedger: BurstLedger {
+    private let confirmedFlushes = Mutex<[HeldBurst]>([])
+    var confirmed: [HeldBurst] { confirmedFlushes.withLock { $0 } }
+
+    func step(_ messages: [BurstMessage]) async throws -> [BurstStep] { messages.map { _ in .first } }
+    func claimDue(app: String, policy: CoalescePolicy, now: Int64) async throws -> [HeldBurst] {
+        [HeldBurst(user: "u2", conversation: "hike", count: 4, lane: .bulk, record: [], eventMissing: true)]
+    }
+    func confirm(app: String, policy: CoalescePolicy, flushed: [HeldBurst], now: Int64) async throws {
+        confirmedFlushes.withLock { $0 += flushed }
+    }
+}
+
 @Suite("Burst coalescing in suppress")
 struct BurstStageTests {
     static func app() -> AppDirectory {
@@ -117,6 +149,55 @@ struct BurstStageTests {
         suppress.bursts = BrokenBurstLedger()
         let broken = await suppress.process(try Self.inputs(5), context: fixedContext)
         #expect(broken.allSatisfy { $0.outputs.count == 1 })
+    }
+
+    @Test(
+        "a record suppress holds shares its event's bytes with every recipient of the event; the rest is the recipient's own"
+    )
+    func sharedBytes() async throws {
+        var suppress = SuppressProcessor(deliverableTopic: "d", apps: Self.app())
+        let ledger = SpyBurstLedger()
+        suppress.bursts = ledger
+        // Two messages to three recipients, as resolve writes them (binary: suppress forwards what it did not read).
+        let recipients = ["u2", "u3", "u4"]
+        let events = try Self.inputs(2).map {
+            try StageCodec.decode(ResolvedRecord.self, from: $0.value ?? []).event
+        }
+        let inputs = events.flatMap { event in
+            recipients.enumerated().map { n, user in
+                let record = ResolvedRecord(
+                    event: event, recipient: user,
+                    state: UserState(devices: [Device(token: String(repeating: "\(n + 1)", count: 64))]))
+                return StageInput(topic: "herald.resolved", value: StageCodec.encode(record))
+            }
+        }
+        let results = await suppress.process(inputs, context: fixedContext)
+        #expect(results.map(\.outputs.count) == [1, 1, 1, 0, 0, 0])
+        let messages = ledger.messages
+        #expect(messages.count == 6)
+        for (event, group) in zip(events, [messages[0..<3], messages[3..<6]]) {
+            let shared = try group.map { m in Array(m.record[try #require(m.sharedBytes)]) }
+            #expect(Set(shared).count == 1, "one event, one set of bytes")
+            #expect(group.allSatisfy { $0.sharedBytes?.lowerBound == 4 })
+            let rest = group.map { m in Array(m.record[..<4]) + Array(m.record[m.sharedBytes!.upperBound...]) }
+            #expect(Set(rest).count == 3, "each recipient's own")
+            // Put together again, a record is what it was: its event and the recipient's part.
+            for (m, user) in zip(group, recipients) {
+                let record = try StageCodec.decode(DeliverableRecord.self, from: m.record)
+                #expect(record.event == event && record.recipient == user)
+            }
+        }
+    }
+
+    @Test("a flush whose held event is gone is not produced: counted as missing and confirmed, so its burst goes on")
+    func missingEvent() async throws {
+        let ledger = LostEventLedger()
+        let flusher = BurstFlusher(ledger: ledger) { _ in "d" }
+        let produced = Produced()
+        let pass = try await flusher.pass(apps: Self.app(), now: 1_732_000_000_000, produce: produced.add)
+        #expect(pass.flushed == 0 && produced.outputs.isEmpty && pass.explain.isEmpty && pass.invalid.isEmpty)
+        #expect(pass.missing == [BurstFlusher.Missing(app: "app1", user: "u2", conversation: "hike", count: 4)])
+        #expect(ledger.confirmed.map(\.count) == [4] && ledger.confirmed.map(\.user) == ["u2"])
     }
 }
 

@@ -201,6 +201,50 @@ struct RedisClusterTests {
         }
     }
 
+    @Test(
+        "bursts: steps, claims and confirmations over the masters; a held event is kept once in a slot of its own and every held record comes back byte for byte"
+    )
+    func bursts() async throws {
+        let cluster = try await RedisTestCluster.start()
+        defer { cluster.stop() }
+        let redis = RedisConnection(configuration: try Self.configuration(cluster))
+        defer { redis.close() }
+        let store = StateStore(connection: redis)
+        let policy = BurstsRedisTests.policy
+        let users = (0..<200).map { "member-\($0)" }
+        let events = try ["e1", "e2"].map { try BurstsRedisTests.event($0, textBytes: 8_000) }
+        var records: [String: [UInt8]] = [:]
+        func step(_ event: ChatEvent, at: Int64) async throws -> [BurstStep] {
+            let batch = users.map { user in
+                let record = BurstsRedisTests.record(event, to: user)
+                records[user] = record
+                return BurstsRedisTests.message(user, "hike", at: at, record: record)
+            }
+            return try await store.stepBursts(batch)
+        }
+        func copy(_ event: ChatEvent) throws -> String {
+            let record = BurstsRedisTests.record(event, to: "x")
+            let range = try #require(DeliverableRecord.eventRange(inWireBytes: record))
+            return RedisKeys.burstEvent(app: "a", digest: String(SHA256.hex(Array(record[range])).prefix(32)))
+        }
+        #expect(try await step(events[0], at: Self.t0).allSatisfy { $0 == .first })
+        #expect(try await step(events[1], at: Self.t0 + 500) == users.map { _ in .held(count: 2) })
+        // The bursts' 64 shards spread over the three masters; the copy is in a slot of its own, counted once per
+        // burst; the first message's copy went with the second's round trip.
+        let shardSlots = Set((0..<RedisKeys.burstShards).map { RedisSlot.of(RedisKeys.bursts(app: "a", shard: $0)) })
+        let copySlot = RedisSlot.of(try copy(events[1]))
+        #expect(shardSlots.count == 64 && !shardSlots.contains(copySlot))
+        #expect(try await redis.send("HGET", try copy(events[1]), "n").int == 200)
+        #expect(try await redis.send("EXISTS", try copy(events[0])).int == 0)
+
+        let due = try await store.claimDueBursts(app: "a", policy: policy, now: Self.t0 + 4_000)
+        #expect(due.count == 200 && due.allSatisfy { $0.record == records[$0.user] && $0.count == 2 })
+        try await store.confirmBursts(app: "a", policy: policy, flushed: due, now: Self.t0 + 4_000)
+        try await store.releaseBurstEvents()
+        #expect(try await redis.send("EXISTS", try copy(events[1])).int == 0)
+        #expect(try await store.claimDueBursts(app: "a", policy: policy, now: Self.t0 + 5_000).isEmpty)
+    }
+
     @Test("MOVED after a slot migration: the command is sent on and the slot map corrected, transactions included")
     func movedAfterMigration() async throws {
         let cluster = try await RedisTestCluster.start()

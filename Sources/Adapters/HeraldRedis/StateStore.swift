@@ -16,11 +16,13 @@ import Synchronization
 /// Timestamps are milliseconds since the epoch and are always passed in (`now`), never read from a clock.
 public final class StateStore: Sendable {
     public let connection: RedisConnection
-    private let logger: Logger
+    let logger: Logger
     /// The delivery-record shard keys whose TTL this store set lately (`ExpiryMemo`).
     let expiries = ExpiryMemo()
     /// The blocks of claim numbers this store took and the numbers its claims hold (`ClaimNumbers`).
     let claimNumbers = ClaimNumberSource()
+    /// References to shared burst events given back, waiting for the next burst round trip (`BurstEventReleases`).
+    let burstReleases = BurstEventReleases()
 
     /// Shards of the idempotency records per replay window (`idempotency.shards`, docs/redis-keys.md).
     public let deliveredShards: UInt64
@@ -1160,8 +1162,10 @@ final class LoadedScript: Sendable {
         return []
     }
 
-    private func load(on connection: RedisConnection) async throws -> String {
-        if let known = sha.withLock({ $0 }) { return known }
+    /// The script's SHA1, loading the script first when this process has not yet, or, with `again`, in any case (a
+    /// node answered NOSCRIPT: another caller may have loaded it meanwhile, on another server).
+    func load(on connection: RedisConnection, again: Bool = false) async throws -> String {
+        if !again, let known = sha.withLock({ $0 }) { return known }
         let reply = try await connection.send(RedisCommand("SCRIPT", "LOAD", body)).orThrow("SCRIPT LOAD")
         guard let text = reply.text else { throw RedisError(.unexpectedReply, "SCRIPT LOAD answered \(reply)") }
         sha.withLock { $0 = text }

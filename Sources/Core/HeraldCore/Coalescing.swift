@@ -155,6 +155,10 @@ public struct BurstMessage: Sendable, Hashable {
     /// The message's deliverable record (wire bytes), kept with the burst while it is held.
     public var record: [UInt8]
 
+    /// The part of `record` a held message keeps once per event, shared by every burst that holds it: the event's
+    /// bytes (`DeliverableRecord.eventRange(inWireBytes:)`); nil for a record of another kind, which is kept whole.
+    public var sharedBytes: Range<Int>? { DeliverableRecord.eventRange(inWireBytes: record) }
+
     public init(
         appID: String, user: String, conversation: String, at: Int64, policy: CoalescePolicy, lane: Lane,
         record: [UInt8]
@@ -177,13 +181,20 @@ public struct HeldBurst: Sendable, Hashable {
     public var lane: Lane
     /// The deliverable record of the latest held message (wire bytes, as suppress wrote it).
     public var record: [UInt8]
+    /// The held message's event was gone from the burst state (its shared copy expired or was evicted): `record` is
+    /// empty and no flush can be produced. The flush timer confirms the burst without output and counts it
+    /// (docs/behaviour.md §6a).
+    public var eventMissing: Bool
 
-    public init(user: String, conversation: String, count: Int, lane: Lane, record: [UInt8]) {
+    public init(
+        user: String, conversation: String, count: Int, lane: Lane, record: [UInt8], eventMissing: Bool = false
+    ) {
         self.user = user
         self.conversation = conversation
         self.count = count
         self.lane = lane
         self.record = record
+        self.eventMissing = eventMissing
     }
 }
 

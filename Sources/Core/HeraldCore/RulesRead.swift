@@ -95,6 +95,23 @@ extension DeliverableRecord {
     }
 }
 
+extension DeliverableRecord {
+    /// Where the event's bytes sit in the wire bytes of a binary deliverable record of this format version: after
+    /// the 4 header bytes, up to the recipient. A message held in a burst keeps them once, shared by every burst that
+    /// holds it (docs/redis-keys.md, "Bursts"); nil for anything else (another record, another version, bytes that
+    /// do not read as an event).
+    public static func eventRange(inWireBytes bytes: [UInt8]) -> Range<Int>? {
+        guard bytes.count > 4, BinaryRecordFormat.isBinary(bytes), bytes[2] == BinaryRecordFormat.version,
+            bytes[3] == binaryType
+        else { return nil }
+        return bytes.withUnsafeBytes { raw -> Range<Int>? in
+            var r = BinaryReader(raw, offset: 4, record: DeliverableRecord.self)
+            do { _ = try ChatEvent(rulesBinary: &r) } catch { return nil }
+            return r.offset > 4 && r.offset < bytes.count ? 4..<r.offset : nil
+        }
+    }
+}
+
 extension BinaryReader {
     /// Steps over a string.
     mutating func skipString() throws(StageRecordError) { skip(try count("string")) }

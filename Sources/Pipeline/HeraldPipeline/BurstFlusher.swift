@@ -48,7 +48,27 @@ public struct BurstFlusher: Sendable {
         public var summaries = 0
         /// Held records that did not decode (written by another Herald version): dropped with their burst.
         public var invalid: [String] = []
+        /// Held messages whose event was gone from the burst state (`HeldBurst.eventMissing`): nothing is sent for
+        /// them, and their bursts are confirmed as if the flush had gone out, so they go on (the next update shows
+        /// the right count again).
+        public var missing: [Missing] = []
         public var explain: [ExplainEntry] = []
+    }
+
+    /// A flush that could not be sent because its held message's event was gone.
+    public struct Missing: Sendable, Hashable {
+        public var app: String
+        public var user: String
+        public var conversation: String
+        /// The count the flush would have shown.
+        public var count: Int
+
+        public init(app: String, user: String, conversation: String, count: Int) {
+            self.app = app
+            self.user = user
+            self.conversation = conversation
+            self.count = count
+        }
     }
 
     /// One pass at `now` (epoch ms): claim, produce (`produce` returns once the broker acknowledged every output,
@@ -63,6 +83,11 @@ public struct BurstFlusher: Sendable {
             var outputs: [StageOutput] = []
             var entries: [ExplainEntry] = []
             for held in due {
+                if held.eventMissing {
+                    result.missing.append(
+                        Missing(app: appID, user: held.user, conversation: held.conversation, count: held.count))
+                    continue
+                }
                 var record: DeliverableRecord
                 do {
                     record = try StageCodec.decode(DeliverableRecord.self, from: held.record)

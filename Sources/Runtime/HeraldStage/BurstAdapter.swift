@@ -8,7 +8,8 @@ import ServiceLifecycle
 import Synchronization
 
 /// suppress's `BurstLedger` over Redis (`StateStore.stepBursts`, `claimDueBursts`, `confirmBursts`: one single-shard
-/// Lua script per message or shard, pipelined in one round trip; docs/redis-keys.md "Bursts").
+/// Lua script per message or shard, pipelined in one round trip; a held message's event kept once for every burst
+/// holding it; docs/redis-keys.md "Bursts").
 public struct RedisBurstLedger: BurstLedger {
     public let store: StateStore
     /// When this process last held a message back (the flush timer's pace follows it).
@@ -32,6 +33,12 @@ public struct RedisBurstLedger: BurstLedger {
 
     public func confirm(app: String, policy: CoalescePolicy, flushed: [HeldBurst], now: Int64) async throws {
         try await store.confirmBursts(app: app, policy: policy, flushed: flushed, now: now)
+    }
+
+    /// Gives back the references to shared events still waiting for a round trip (the process stops); what cannot
+    /// be given back stays until the copies' TTL.
+    public func settle() async {
+        try? await store.releaseBurstEvents()
     }
 }
 
@@ -73,7 +80,8 @@ extension StageSetup {
             return before + [
                 BurstFlushService(
                     flusher: flusher, apps: apps, producer: try producer(), explain: explain,
-                    activity: ledger.activity, metrics: context.metrics, logger: logger)
+                    activity: ledger.activity, metrics: context.metrics, logger: logger,
+                    settle: { await ledger.settle() })
             ]
         } catch {
             logger.critical("the burst flush producer could not start", metadata: [LogKey.error: "\(error)"])
@@ -94,12 +102,16 @@ public struct BurstFlushService: Service {
     let activity: BurstActivity?
     let metrics: StageMetrics
     let logger: Logger
+    let settle: (@Sendable () async -> Void)?
 
     /// - Parameter activity: this process's holds; nil: every pass `BurstFlusher.interval` apart.
+    /// - Parameter settle: run once when the timer stops (the ledger's last bookkeeping).
     public init(
         flusher: BurstFlusher, apps: LiveAppDirectory, producer: KafkaProducer, explain: (any ExplainSink)?,
-        activity: BurstActivity? = nil, metrics: StageMetrics, logger: Logger
+        activity: BurstActivity? = nil, metrics: StageMetrics, logger: Logger,
+        settle: (@Sendable () async -> Void)? = nil
     ) {
+        self.settle = settle
         self.activity = activity
         self.flusher = flusher
         self.apps = apps
@@ -135,10 +147,20 @@ public struct BurstFlushService: Service {
                         logger.error(
                             "a held burst record did not decode; burst dropped", metadata: ["error": "\(detail)"])
                     }
+                    for lost in pass.missing {
+                        metrics.coalesced(outcome: "missing")
+                        logger.warning(
+                            "a held message's event was gone from Redis; its flush was not sent",
+                            metadata: [
+                                LogKey.app: "\(lost.app)", LogKey.user: "\(lost.user)",
+                                LogKey.conversation: "\(lost.conversation)", LogKey.count: "\(lost.count)",
+                            ])
+                    }
                     explain?.submit(pass.explain)
                     if let activity {
+                        let found = pass.flushed > 0 || !pass.invalid.isEmpty || !pass.missing.isEmpty
                         wait = BurstFlusher.nextWait(
-                            lastHeldAt: activity.lastHeldAt, foundDue: pass.flushed > 0 || !pass.invalid.isEmpty,
+                            lastHeldAt: activity.lastHeldAt, foundDue: found,
                             now: BatchContext.millis(Date()), apps: directory)
                     }
                 } catch {
@@ -149,6 +171,7 @@ public struct BurstFlushService: Service {
             let pause = wait
             try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
         }
+        await settle?()
         try? await producer.flush(timeout: .seconds(5))
     }
 }

@@ -185,7 +185,7 @@ public struct StageMetrics: Sendable {
         ),
         MetricDeclaration(
             Name.coalesced, "counter", labels: "stage, outcome", stages: "suppress",
-            "messages of a coalesced burst after its first (docs/behaviour.md §6a): `update` replaced the burst's notification at once, `held` was held back (also `herald_suppressed_total{reason=\"coalesced\"}`), `flushed` counts the updates that showed held messages once the update interval passed, `invalid` a held record that did not decode; the flood guard's `flood_held` (also `herald_suppressed_total{reason=\"flood_guard\"}`) and `flood_summary` (docs/behaviour.md §6b)"
+            "messages of a coalesced burst after its first (docs/behaviour.md §6a): `update` replaced the burst's notification at once, `held` was held back (also `herald_suppressed_total{reason=\"coalesced\"}`), `flushed` counts the updates that showed held messages once the update interval passed, `invalid` a held record that did not decode, `missing` a flush not sent because its held message's event was gone from Redis (docs/behaviour.md §6a); the flood guard's `flood_held` (also `herald_suppressed_total{reason=\"flood_guard\"}`) and `flood_summary` (docs/behaviour.md §6b)"
         ),
         MetricDeclaration(
             Name.readSync, "counter", labels: "stage, outcome", stages: "registry",
@@ -448,7 +448,7 @@ public struct StageMetrics: Sendable {
     }
 
     /// suppress: a message of a coalesced burst or held by the flood guard, by outcome (`update`, `held`, `flushed`,
-    /// `invalid`, `flood_held`, `flood_summary`).
+    /// `invalid`, `missing`, `flood_held`, `flood_summary`).
     public func coalesced(outcome: String, count: Int = 1) {
         counter(Name.coalesced, [("outcome", Self.labelValue(outcome))]).increment(by: count)
     }
