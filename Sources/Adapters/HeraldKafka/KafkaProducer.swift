@@ -579,18 +579,37 @@ final class ProducerCore: @unchecked Sendable {
             vu.vtype = RD_KAFKA_VTYPE_KEY
             vus.append(vu)
         }
-        for header in record.headers {
-            vu = rd_kafka_vu_t()
-            vu.vtype = RD_KAFKA_VTYPE_HEADER
-            vu.u.header.name = cString(header.key)
-            if let value = header.value, let valueCopy = copy(value) {
-                transient.append(valueCopy)
-                vu.u.header.val = UnsafeRawPointer(valueCopy)
-                vu.u.header.size = value.count
-            } else {
-                vu.u.header.val = nil
-                vu.u.header.size = 0
+        // The headers go in as one list of our own (`VTYPE_HEADERS`): the message takes it over when the call
+        // succeeds, and it stays ours (destroyed below) when the call fails. Not header by header
+        // (`VTYPE_HEADER`): librdkafka builds that list itself and, when the partitioner refuses the message (a
+        // topic that does not exist, a partition it does not have), frees it twice (librdkafka issue 4627).
+        var headers: OpaquePointer?
+        if !record.headers.isEmpty {
+            headers = rd_kafka_headers_new(record.headers.count)
+            for header in record.headers {
+                let added: rd_kafka_resp_err_t
+                if let value = header.value {
+                    added = value.withUnsafeBytes { bytes in
+                        // A non-null pointer for an empty value: a null one would be a header without a value.
+                        var empty: UInt8 = 0
+                        return withUnsafeMutableBytes(of: &empty) { fallback in
+                            rd_kafka_header_add(
+                                headers, header.key, -1, bytes.baseAddress ?? UnsafeRawPointer(fallback.baseAddress),
+                                bytes.count)
+                        }
+                    }
+                } else {
+                    added = rd_kafka_header_add(headers, header.key, -1, nil, 0)
+                }
+                if added != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    rd_kafka_headers_destroy(headers)
+                    if let payload { free(payload) }
+                    throw KafkaError.rdkafka(.produce, added, "header not added", context: ["topic": record.topic])
+                }
             }
+            vu = rd_kafka_vu_t()
+            vu.vtype = RD_KAFKA_VTYPE_HEADERS
+            vu.u.headers = headers
             vus.append(vu)
         }
         vu = rd_kafka_vu_t()
@@ -633,6 +652,7 @@ final class ProducerCore: @unchecked Sendable {
         if case .failure(let error) = enqueued {
             token.release()
             if let payload { free(payload) }  // not taken over on failure
+            if let headers { rd_kafka_headers_destroy(headers) }  // nor are the headers
             throw error
         }
     }
