@@ -74,11 +74,25 @@ struct RebalanceTests {
         #expect(Set(a.revokedPartitions) == moved, "only what moved to B was revoked from A")
         #expect(a.revokedPartitions.count == 2)
         let committed = try await a.committed(setup.partitions)
-        for tp in moved { #expect(committed[tp] == 9, "what A finished was committed before \(tp) moved") }
+        // The broker may refuse the revoke's commit when the group has begun another round meanwhile (a loaded
+        // host slows a member's join; REBALANCE_IN_PROGRESS). The consumer then says so, and the new owner does
+        // the work again from the last commit (here: none): at least once, nothing lost.
+        let refused = a.revokeCommitsFailed > 0
+        for tp in moved {
+            if refused {
+                #expect(committed[tp] ?? -1 < 0, "nothing committed for \(tp) after a refused commit")
+            } else {
+                #expect(committed[tp] == 9, "what A finished was committed before \(tp) moved")
+            }
+        }
 
-        // B starts at the committed offsets: each moved partition's record 9 (in flight at A), nothing earlier.
-        let atB = try await collect(b, count: 2)
-        #expect(atB.map(\.offset) == [9, 9])
+        // B starts at the committed offsets: each moved partition's record 9 (in flight at A), nothing earlier;
+        // or, after a refused commit, everything from the start.
+        let atB = try await collect(b, count: refused ? 20 : 2)
+        let expectedOffsets: [Int64] = refused ? Array(0...9) : [9]
+        for tp in moved {
+            #expect(atB.filter { $0.topicPartition == tp }.map(\.offset) == expectedOffsets, "at B: \(tp)")
+        }
         #expect(Set(atB.map(\.topicPartition)) == moved)
         // A completing its copy of a moved partition's record changes nothing now.
         a.complete(first.filter { $0.offset == 9 && moved.contains($0.topicPartition) })

@@ -104,6 +104,11 @@ public final class KafkaConsumer: Sendable {
     /// assignment at every rebalance.
     public var revokedPartitions: [TopicPartition] { core.revokedPartitions }
 
+    /// Revokes whose commit the broker refused (for example `REBALANCE_IN_PROGRESS`: the group began another
+    /// rebalance meanwhile). The work those partitions completed since their last commit is then done again by
+    /// their new owner: at least once, never lost.
+    public var revokeCommitsFailed: Int { core.revokeCommitsFailed }
+
     /// True while a revoke waits for the records handed out from its partitions to complete
     /// (`revokeDrainTimeout`).
     public var isHandingOver: Bool { core.isHandingOver }
@@ -189,6 +194,7 @@ final class ConsumerCore: @unchecked Sendable {
         /// A revoke is waiting for handed-out records of its partitions to complete (`drainRevoked`).
         var draining = false
         var revoked: [TopicPartition] = []
+        var revokeCommitsFailed = 0
     }
 
     private let state: Locked<State>
@@ -351,6 +357,7 @@ final class ConsumerCore: @unchecked Sendable {
     var lagSnapshot: [TopicPartition: Int64] { state.withLock { $0.lag } }
     var hasJoinedGroup: Bool { state.withLock { $0.joined } }
     var revokedPartitions: [TopicPartition] { state.withLock { $0.revoked } }
+    var revokeCommitsFailed: Int { state.withLock { $0.revokeCommitsFailed } }
     var isHandingOver: Bool { state.withLock { $0.draining } }
     var outstanding: Int { state.withLock { s in s.trackers.values.reduce(0) { $0 + $1.tracker.outstanding } } }
 
@@ -777,6 +784,7 @@ final class ConsumerCore: @unchecked Sendable {
                 let commitErr = rd_kafka_commit(rk, nil, 0)
                 if commitErr != RD_KAFKA_RESP_ERR_NO_ERROR && commitErr != RD_KAFKA_RESP_ERR__NO_OFFSET {
                     errorCounter.increment()
+                    state.withLock { $0.revokeCommitsFailed += 1 }
                     logger.warning(
                         "commit on revoke failed",
                         metadata: ["error": .string(String(cString: rd_kafka_err2name(commitErr)))])
