@@ -200,6 +200,15 @@ public struct AppConfig: Sendable {
     public var multiDevice: MultiDeviceMode { storage.fields.multiDevice }
     /// App-wide badge switch; a user's `badge: false` also turns it off.
     public var badge: Bool { storage.fields.badge }
+
+    /// The badge of a push to `state` (whose effective preferences are `prefs`): the unread total, or nil (no
+    /// badge in the payload) when the app or the user turned badges off, or when Herald does not know the count:
+    /// the app keeps no counts (`counts`) and nothing set the user's total (`set_unread`). A badge of 0 clears
+    /// the app icon's badge, so an unknown count is left out rather than sent as 0.
+    public func badge(for state: UserState, preferences prefs: Preferences) -> Int? {
+        guard badge, prefs.badge, counts || state.unread.totalKnown else { return nil }
+        return state.unread.total
+    }
     public var templates: TemplateConfig { storage.fields.templates }
     /// Per-locale overrides of catalog keys (`CatalogKey` raw values).
     public var catalogs: [String: [String: String]] { storage.fields.catalogs }

@@ -11,9 +11,11 @@
 //   never misread. Version 2 added the provider and provider id of devices and requests (FCM, webhooks);
 //   version 3 the mention counts after a state's unread counts; version 4 a byte after them naming the
 //   preferences the user never set (`Preferences.unset`); version 5 a deliverable record's burst position at its
-//   end; version 6 an outbound record's event `created_at` at its end. Version 2 to 5 records are still read (an
-//   upgrade with records in flight), with mention counts of zero, every preference counted as set, no burst and
-//   no event time where their version lacks them.
+//   end; version 6 an outbound record's event `created_at` at its end; version 7 a byte at the end of an event
+//   (its sound silenced by `em_push_sound: null`) and one at the end of a state (whether its unread total is
+//   known). Version 2 to 6 records are still read (an upgrade with records in flight), with mention counts of
+//   zero, every preference counted as set, no burst, no event time, the event's sound not silenced and the unread
+//   total known where their version lacks them.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
 import Foundation
@@ -285,7 +287,7 @@ public protocol BinaryRecord {
 
 public enum BinaryRecordFormat {
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
-    public static let version: UInt8 = 6
+    public static let version: UInt8 = 7
     /// The oldest version still read.
     public static let oldestReadable: UInt8 = 2
 
@@ -509,6 +511,7 @@ extension ChatEvent {
         w.optional(a.bodyLocKey)
         if let v = a.bodyLocArgs { w.bool(true); w.strings(v) } else { w.bool(false) }
         w.optional(a.extern.map(\.serialized))
+        w.bool(a.soundSilenced)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -562,6 +565,7 @@ extension ChatEvent {
                 throw r.fail("ext.em_apns_ext.extern: \(error.description)")
             }
         }
+        if r.version >= 7 { a.soundSilenced = try r.bool() }
         self.init(
             eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
             conversation: conversation, recipients: recipients, message: message, call: call, reaction: reaction,
@@ -623,6 +627,7 @@ extension UserState {
         w.varint(UInt64(unread.mentionConversations.count))
         for (id, count) in unread.mentionConversations.sorted(by: { $0.key < $1.key }) { w.string(id); w.int(count) }
         w.byte(preferences.unset.rawValue)
+        w.bool(unread.totalKnown)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -659,6 +664,7 @@ extension UserState {
         if r.version >= 4 {
             preferences.unset = Preferences.Defaultable(rawValue: try r.byte()).intersection(.all)
         }
+        if r.version >= 7, !(try r.bool()) { unread.storedTotal = nil }
     }
 }
 

@@ -141,7 +141,10 @@ public enum ReadSync {
     ) throws(RenderError) -> [APNsRequest] {
         let conversation = conversation(of: event)
         let prefs = app.effectivePreferences(state.preferences)
-        let badge = (app.badge && prefs.badge) ? state.unread.total : nil
+        // After a read of every conversation nothing is unread, whether or not the total was known before.
+        var after = state
+        if conversation == nil { after.unread.total = 0 }
+        let badge = app.badge(for: after, preferences: prefs)
         let readAt = event.createdAt ?? 0
         let expiration = Saturating.add(readAt / 1000, expirationSeconds)
         let collapse = collapseID(conversation)

@@ -372,7 +372,8 @@ extension UserState {
 
 extension Unread {
     init(reader u: RecordReader) throws(StageRecordError) {
-        self.init(total: Int(try u.int("total") ?? 0))
+        // No `total`: nothing set the total, so it is unknown (no badge, docs/behaviour.md §7).
+        self.init(total: try u.int("total").map { Int(clamping: $0) })
         if let convs = try u.object("conversations") {
             for (id, value) in convs.pairs {
                 guard let count = value.int64Value else {
@@ -393,9 +394,12 @@ extension Unread {
     }
 
     func write(into w: inout JSONWriter) {
-        w.raw("{\"total\":"); w.int(total)
+        w.byte(UInt8(ascii: "{"))
+        var first = true
+        if let storedTotal { w.raw("\"total\":"); w.int(storedTotal); first = false }
         if !conversations.isEmpty {
-            w.raw(",\"conversations\":{")
+            w.raw(first ? "\"conversations\":{" : ",\"conversations\":{")
+            first = false
             for (n, (id, count)) in conversations.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { w.byte(UInt8(ascii: ",")) }
                 w.key(id); w.int(count)
@@ -403,9 +407,12 @@ extension Unread {
             w.byte(UInt8(ascii: "}"))
         }
         // Herald-kept mention counts (docs/behaviour.md §12), only when not zero.
-        if mentionTotal != 0 { w.raw(",\"mention_total\":"); w.int(mentionTotal) }
+        if mentionTotal != 0 {
+            w.raw(first ? "\"mention_total\":" : ",\"mention_total\":"); w.int(mentionTotal)
+            first = false
+        }
         if !mentionConversations.isEmpty {
-            w.raw(",\"mention_conversations\":{")
+            w.raw(first ? "\"mention_conversations\":{" : ",\"mention_conversations\":{")
             for (n, (id, count)) in mentionConversations.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { w.byte(UInt8(ascii: ",")) }
                 w.key(id); w.int(count)

@@ -430,7 +430,7 @@ public enum Renderer {
             content.attention = app.interruption.attention(event, recipient: recipient, priority: app.priority)
         }
         let limit = pushType.payloadLimit
-        let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
+        let badge = app.badge(for: state, preferences: prefs)
 
         var w = JSONWriter(capacity: 768)
         write(event, recipient, state, app, sender, badge, content, pushType: pushType, into: &w)
@@ -582,7 +582,7 @@ public enum Renderer {
             w.byte(UInt8(ascii: "}"))
         }
         if let badge { w.raw(",\"badge\":"); w.int(badge) }
-        if !content.silent {
+        if !content.silent && !a.soundSilenced {
             w.raw(",\"sound\":"); w.string(a.sound ?? options.sound(conversation: event.conversation.id))
         }
         if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
@@ -686,7 +686,11 @@ public enum Renderer {
             if n > 0 { w.byte(UInt8(ascii: ",")) }
             w.key(pair.0); w.string(pair.1)
         }
-        w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? options.sound(conversation: event.conversation.id))
+        w.raw("},\"push_sound\":")
+        // `em_push_sound: null` silences the push: no sound name.
+        w.string(
+            event.ext.apns.soundSilenced
+                ? "" : event.ext.apns.sound ?? options.sound(conversation: event.conversation.id))
         if options.sendbirdPushTitle { w.raw(",\"push_title\":"); w.string(content.title ?? "") }
         if options.sendbirdPushAlert { w.raw(",\"push_alert\":"); w.string(content.body) }
         if let audience = options.sendbirdAudienceType {

@@ -290,19 +290,32 @@ public struct Preferences: Sendable, Hashable {
 /// Unread message counts, for the badge and the Sendbird payload; mention counts when Herald keeps them
 /// (docs/behaviour.md §12). In JSON the mention counts appear only when not zero:
 /// `{"total": 5, "conversations": {"c1": 2}, "mention_total": 1, "mention_conversations": {"c1": 1}}`.
+///
+/// The total may be unknown: nothing ever set it (no `set_unread`, no count kept by Herald). An unknown total reads
+/// as 0, but the badge is left out of the push rather than set to 0, which would clear the app icon's badge
+/// (`AppConfig.badge(for:)`).
 public struct Unread: Sendable, Hashable {
-    public var total: Int
+    /// The total unread count; nil when it was never set.
+    public var storedTotal: Int?
+    /// The total unread count, 0 when unknown. Setting it makes it known.
+    public var total: Int {
+        get { storedTotal ?? 0 }
+        set { storedTotal = newValue }
+    }
+    /// Whether something set the total (`set_unread`, Herald's own count, or a fixture or record that names it).
+    public var totalKnown: Bool { storedTotal != nil }
     public var conversations: [String: Int]
     /// Unread messages that mention the user (Sendbird's `total_unread_mention_count`).
     public var mentionTotal: Int
     /// Per conversation (Sendbird's `channel_unread_mention_count`).
     public var mentionConversations: [String: Int]
 
+    /// `total` nil: the total is unknown (nothing set it).
     public init(
-        total: Int = 0, conversations: [String: Int] = [:], mentionTotal: Int = 0,
+        total: Int? = nil, conversations: [String: Int] = [:], mentionTotal: Int = 0,
         mentionConversations: [String: Int] = [:]
     ) {
-        self.total = total
+        self.storedTotal = total
         self.conversations = conversations
         self.mentionTotal = mentionTotal
         self.mentionConversations = mentionConversations
