@@ -501,6 +501,7 @@ public enum PipelineLoader {
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
         "priority", "interruption_level", "relevance_score", "coalesce", "flood_guard", "read_sync",
+        "push",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -682,7 +683,19 @@ public enum PipelineLoader {
         app.coalesce = try readCoalesce(&r, m["coalesce"], path: path + ".coalesce")
         app.floodGuard = try readFloodGuard(&r, m["flood_guard"], path: path + ".flood_guard")
         app.readSync = try readReadSync(&r, m["read_sync"], path: path + ".read_sync")
+        app.push = try readSwitch(&r, m["push"], path: path + ".push") ?? true
         return app
+    }
+
+    /// An on/off switch: `on`/`off` or `true`/`false` (nil when absent).
+    static func readSwitch(_ r: inout Reader, _ node: Node?, path: String) throws(ConfigError) -> Bool? {
+        guard let node else { return nil }
+        if let v = node.bool { return v }
+        switch try r.string(node, path) {
+        case "on"?: return true
+        case "off"?: return false
+        default: throw ConfigError(path: path, message: "expected on or off")
+        }
     }
 
     /// `read_sync:` of an app: `on` (the default), `off`, or `{enabled, conversation_seconds (0 to 60; default 3),

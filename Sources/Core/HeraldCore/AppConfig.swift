@@ -239,6 +239,13 @@ public struct AppConfig: Sendable {
         get { storage.fields.counts }
         set { unique().fields.counts = newValue }
     }
+    /// Push on or off for the whole app (`push: off`, CometChat's dashboard switch): off, every recipient is
+    /// suppressed with `app_off` (docs/behaviour.md §6); the app stays listed, so its events are not dead-lettered
+    /// `unknown_app`, its registry updates and counts go on. On by default.
+    public var push: Bool {
+        get { storage.fields.push }
+        set { unique().fields.push = newValue }
+    }
     /// `aps.interruption-level` and `aps.relevance-score` of alerts, by the rule that classed each push.
     public var interruption: InterruptionPolicy {
         get { storage.fields.interruption }
@@ -283,6 +290,7 @@ public struct AppConfig: Sendable {
         let userDefaults: Preferences?
         let priority: PriorityPolicy
         var counts: Bool
+        var push: Bool
         var interruption: InterruptionPolicy
         var coalesce: CoalescePolicy
         var floodGuard: FloodPolicy
@@ -355,6 +363,7 @@ public struct AppConfig: Sendable {
                 expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds,
                 fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID,
                 payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: false,
+                push: true,
                 interruption: InterruptionPolicy(), coalesce: CoalescePolicy(), floodGuard: FloodPolicy(),
                 readSync: ReadSyncPolicy(), strings: tables, english: english, customTemplates: custom,
                 titleTemplate: templates.title.map(Template.init)))

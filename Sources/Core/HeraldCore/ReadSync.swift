@@ -34,6 +34,8 @@ public enum ReadSyncOutcome: String, Sendable, Hashable, CaseIterable {
     case noOtherDevice = "no_other_device"
     /// The app has `read_sync: off`.
     case off
+    /// The app's push is off (`push: off`): no clears either.
+    case appOff = "app_off"
 }
 
 /// One user's rate-limit state, as the Redis script keeps it (docs/redis-keys.md, "Read sync"): the clock minute and
