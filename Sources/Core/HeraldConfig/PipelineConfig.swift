@@ -933,7 +933,7 @@ public enum PipelineLoader {
             m, path,
             known: [
                 "bundle_id", "environment", "team_id", "key_id", "key_file", "certificate_file",
-                "private_key_file", "p12_file", "p12_password_env", "p12_password",
+                "private_key_file", "p12_file", "p12_password_env", "p12_password", "provider_id",
             ])
         guard let bundle = try r.string(m["bundle_id"], path + ".bundle_id"), !bundle.isEmpty else {
             throw ConfigError(path: path + ".bundle_id", message: "missing")
@@ -945,7 +945,7 @@ public enum PipelineLoader {
             }
             env = v
         }
-        let cred = APNsCredential(
+        var cred = APNsCredential(
             bundleID: bundle, environment: env,
             teamID: try r.string(m["team_id"], path + ".team_id"),
             keyID: try r.string(m["key_id"], path + ".key_id"),
@@ -955,6 +955,7 @@ public enum PipelineLoader {
             p12File: try r.string(m["p12_file"], path + ".p12_file"),
             p12PasswordEnv: try r.string(m["p12_password_env"], path + ".p12_password_env"),
             p12Password: try r.string(m["p12_password"], path + ".p12_password"))
+        cred.providerID = try r.string(m["provider_id"], path + ".provider_id")
         if cred.p12Password != nil {
             r.warnings.append("\(path).p12_password: a password in the pipeline file; prefer p12_password_env")
         }

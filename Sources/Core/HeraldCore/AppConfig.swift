@@ -36,6 +36,9 @@ public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable {
 public struct APNsCredential: Sendable, Hashable {
     public var bundleID: String
     public var environment: APNsEnvironment
+    /// The provider id devices name to be sent with this credential (CometChat's APNs provider id): such a device
+    /// gets its bundle id and environment unless it named its own.
+    public var providerID: String?
     // Token based
     public var teamID: String?
     public var keyID: String?
@@ -389,6 +392,28 @@ public struct AppConfig: Sendable {
 
     /// The bundle id used for devices registered without one: the first credential's.
     public var defaultBundleID: String? { credentials.first?.bundleID }
+
+    /// The APNs credential a device's provider id names (nil: no provider id, or none of the app's credentials
+    /// has it).
+    public func apnsCredential(_ providerID: String?) -> APNsCredential? {
+        guard let providerID else { return nil }
+        return credentials.first { $0.providerID == providerID }
+    }
+
+    /// Where an APNs or VoIP push to `device` goes: its bundle id and environment, else those of the credential its
+    /// provider id names, else Herald's guesses (the first credential's bundle id, production), marked in
+    /// `guesses` so that send does not take an answer to a guess as the token's death. Nil bundle: no topic.
+    public func apnsRoute(
+        _ device: Device
+    ) -> (bundleID: String?, environment: APNsEnvironment, guesses: APNsRequest.Guesses) {
+        let named = apnsCredential(device.providerID)
+        var guesses: APNsRequest.Guesses = []
+        let bundle = device.bundleID ?? named?.bundleID ?? defaultBundleID
+        if device.bundleID == nil && named == nil { guesses.insert(.topic) }
+        let environment = device.registeredEnvironment ?? named?.environment ?? .production
+        if device.registeredEnvironment == nil && named == nil { guesses.insert(.environment) }
+        return (bundle, environment, guesses)
+    }
 
     /// The FCM credential a device's provider id names (the first one when nil).
     public func fcmCredential(_ providerID: String?) -> FCMCredential? {

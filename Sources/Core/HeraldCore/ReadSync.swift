@@ -158,7 +158,8 @@ public enum ReadSync {
             case .voip:
                 continue
             case .apns:
-                guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
+                let route = app.apnsRoute(device)
+                guard let bundle = route.bundleID, !bundle.isEmpty else {
                     throw RenderError.noTopic(device, app: app)
                 }
                 var w = JSONWriter(capacity: 256)
@@ -169,8 +170,9 @@ public enum ReadSync {
                 w.byte(UInt8(ascii: "}"))
                 out.append(
                     APNsRequest(
-                        token: device.token, environment: device.environment, pushType: .background, topic: bundle,
-                        priority: 5, collapseID: collapse, expiration: expiration, apnsID: apnsID, payload: w.bytes))
+                        token: device.token, environment: route.environment, pushType: .background, topic: bundle,
+                        priority: 5, collapseID: collapse, expiration: expiration, apnsID: apnsID, payload: w.bytes,
+                        guesses: route.guesses))
             case .fcm:
                 guard let credential = app.fcmCredential(device.providerID) else {
                     throw RenderError.noFCMCredential(device, app: app)

@@ -56,22 +56,32 @@ public struct Device: Sendable, Hashable {
 
     public var token: String
     public var kind: Kind
-    public var environment: APNsEnvironment
-    /// The app bundle this token belongs to; `nil` means the app's first credential's bundle.
+    /// The APNs environment the device was registered with; nil when the registration named none (then its
+    /// provider id's credential gives it, else Herald guesses production: `environment`).
+    public var registeredEnvironment: APNsEnvironment?
+    /// The environment, `production` when the registration named none. Setting it makes it named.
+    public var environment: APNsEnvironment {
+        get { registeredEnvironment ?? .production }
+        set { registeredEnvironment = newValue }
+    }
+    /// The app bundle this token belongs to; `nil` means the bundle of the APNs credential its provider id names,
+    /// else the app's first credential's bundle.
     public var bundleID: String?
     /// Registration time, milliseconds since the epoch.
     public var registeredAt: Int64
-    /// The FCM or webhook credential (CometChat's "provider id") this token belongs to; `nil` means the
-    /// app's first credential of that provider. Not used for APNs (the bundle id picks the credential).
+    /// The credential (CometChat's "provider id") this token belongs to; `nil` means the app's first credential
+    /// of that provider. For APNs it names a credential's `provider_id`, which gives the bundle id and environment
+    /// the device did not name itself.
     public var providerID: String?
 
+    /// `environment` nil: the registration named none.
     public init(
-        token: String, kind: Kind = .apns, environment: APNsEnvironment = .production,
+        token: String, kind: Kind = .apns, environment: APNsEnvironment? = nil,
         bundleID: String? = nil, registeredAt: Int64 = 0, providerID: String? = nil
     ) {
         self.token = token
         self.kind = kind
-        self.environment = environment
+        self.registeredEnvironment = environment
         self.bundleID = bundleID
         self.registeredAt = registeredAt
         self.providerID = providerID
