@@ -278,7 +278,7 @@ let package = Package(
         .testTarget(
             name: "HeraldPipelineTests",
             dependencies: [
-                "HeraldPipeline", "HeraldCore", "HeraldConfig",
+                "HeraldPipeline", "HeraldCore", "HeraldConfig", "HeraldMockAPNs",
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ]),
         .testTarget(

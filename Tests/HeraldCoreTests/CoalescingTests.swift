@@ -133,7 +133,7 @@ struct CoalescingTests {
         // A version 4 record (written before bursts, during an upgrade) ends before the burst position: no burst.
         var plain = record
         plain.burst = nil
-        var v4 = plain.wireBytes()
+        var v4 = try version6Bytes(plain)
         #expect(v4.last == 0)
         v4[2] = 4
         v4.removeLast()

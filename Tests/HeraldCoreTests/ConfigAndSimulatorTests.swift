@@ -31,9 +31,10 @@ struct SimulatorTests {
         let u2 = out[1]
         #expect(u2.decision == .deliver && u2.notifications.count == 1)
         let line = json(u2.json)
+        // app1 keeps counts: the fixture's 5 unread and this message.
         let expected = json(
             """
-            {"aps":{"alert":{"body":"Cindy L.: Au revoir !"},"badge":5,"sound":"default","thread-id":"c1",
+            {"aps":{"alert":{"body":"Cindy L.: Au revoir !"},"badge":6,"sound":"default","thread-id":"c1",
                     "interruption-level":"active","relevance-score":0.7},
              "f":"u1","t":"u2","m":"373360335316321408","g":"c1","e":"custom push extension"}
             """)

@@ -150,11 +150,11 @@ struct CountsTests {
         let wire = record.wireBytes()
         #expect(try StageCodec.decode(ResolvedRecord.self, from: wire) == record)
         #expect(try StageCodec.decode(ResolvedRecord.self, from: record.jsonBytes()) == record)
-        // Version 2 (before mention counts): the same bytes without the two zero counts after the unread counts and
-        // version 4's byte of unset preferences (7: none set) (here just before the last byte, the absent sender
-        // display name).
+        // Version 2 (before mention counts): version 6's bytes without the two zero counts after the unread counts
+        // and version 4's byte of unset preferences (7: none set) (here just before the last byte, the absent
+        // sender display name).
         let plain = ResolvedRecord(event: e, recipient: "u2", state: user(unread: 4))
-        var v2 = plain.wireBytes()
+        var v2 = try version6Bytes(plain)
         #expect(Array(v2.suffix(4)) == [0, 0, 7, 0])
         v2[2] = 2
         v2.removeSubrange((v2.count - 4)..<(v2.count - 1))

@@ -190,12 +190,14 @@ struct PropertyTests {
                     ? Snooze(start: t0, end: t0 + Int64.random(in: 0...86_400_000, using: &rng)) : nil)
             let state = UserState(devices: devices, online: online, preferences: prefs)
             let mode = pick(MultiDeviceMode.allCases)
-            let app = AppConfig(multiDevice: mode, credentials: propertyCredentials)
+            var app = AppConfig(multiDevice: mode, credentials: propertyCredentials)
+            app.push = Int.random(in: 0..<8, using: &rng) != 0
             let decision = Suppression.decide(event: event, recipient: recipient, state: state, app: app, now: now0)
             let conv = prefs.conversation("c1")
             switch decision {
             case .suppress(.sender): #expect(recipient == "u1")
-            case .suppress(.ignored): #expect(ignore && recipient != "u1")
+            case .suppress(.appOff): #expect(!app.push && recipient != "u1")
+            case .suppress(.ignored): #expect(ignore && recipient != "u1" && app.push)
             case .suppress(.noDevices): #expect(Suppression.pushableDevices(event: event, state: state).isEmpty)
             case .suppress(.online): #expect(!online.isEmpty)
             case .suppress(.conversationOff): #expect(!force && conv.trigger == .off)
@@ -206,7 +208,7 @@ struct PropertyTests {
             case .suppress(.snoozed): #expect(!force && prefs.snooze?.covers(event.createdAt ?? 0) == true)
             case .suppress(.dnd): #expect(!force && prefs.dnd != nil)
             case .deliver(let targets):
-                #expect(recipient != "u1" && !ignore && !targets.isEmpty)
+                #expect(recipient != "u1" && app.push && !ignore && !targets.isEmpty)
                 #expect(targets.allSatisfy { t in devices.contains(t) })
                 if mode == .allOffline { #expect(online.isEmpty) }
                 if mode == .anyOffline {
@@ -225,7 +227,7 @@ struct PropertyTests {
                     app: app, now: now0)
                 #expect(requests?.count == targets.count)
             }
-            if ignore && recipient != "u1" { #expect(decision == .suppress(.ignored)) }
+            if ignore && recipient != "u1" && app.push { #expect(decision == .suppress(.ignored)) }
         }
     }
 }

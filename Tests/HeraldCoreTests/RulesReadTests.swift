@@ -37,7 +37,8 @@ private func arbitraryResolved(_ rng: inout SplitMix) -> ResolvedRecord {
                 pushContent: maybe(text()), category: maybe("CAT"), sound: maybe("a.caf"),
                 mutableContent: Bool.random(using: &rng), titleLocKey: maybe("T"), titleLocArgs: maybe([text()]),
                 bodyLocKey: maybe("B"), bodyLocArgs: maybe([text(), "x"]),
-                extern: maybe(.object([("k", .string(text()))])))))
+                extern: maybe(.object([("k", .string(text()))])),
+                soundSilenced: Int.random(in: 0..<4, using: &rng) == 0)))
     var devices: [Device] = []
     for n in 0..<Int.random(in: 0...4, using: &rng) {
         devices.append(
@@ -62,7 +63,7 @@ private func arbitraryResolved(_ rng: inout SplitMix) -> ResolvedRecord {
         template: maybe(pick(TemplateChoice.allCases)), displayStyle: maybe(pick(DisplayStyle.allCases)),
         displayName: maybe(text()), languages: pick([[], ["fr"], ["ko", "en"]]), badge: Bool.random(using: &rng))
     let unread = Unread(
-        total: Int.random(in: 0...900, using: &rng), conversations: maybe(["c1": 3, "c2": 1]) ?? [:],
+        total: maybe(Int.random(in: 0...900, using: &rng)), conversations: maybe(["c1": 3, "c2": 1]) ?? [:],
         mentionTotal: Int.random(in: 0...3, using: &rng), mentionConversations: maybe(["c1": 1]) ?? [:])
     let online = devices.map(\.token).filter { _ in Int.random(in: 0..<3, using: &rng) == 0 }
     return ResolvedRecord(
@@ -227,9 +228,12 @@ struct RulesReadTests {
         var rng = SplitMix(state: 11)
         var reuse = EventReuse()
         for _ in 0..<50 {
-            let whole = arbitraryResolved(&rng)
-            var older = StageCodec.encode(whole)
-            older[2] = BinaryRecordFormat.version - 1  // the resolved record's layout is the same in version 5
+            var whole = arbitraryResolved(&rng)
+            // A version 6 record: no silenced sound, a known unread total (the resolved record's layout is
+            // otherwise the same in version 5).
+            whole.event.ext.apns.soundSilenced = false
+            whole.state.unread.total = whole.state.unread.total
+            let older = try version6Bytes(whole)
             let read = try ResolvedRecord.readForRules(older, reusing: &reuse)
             #expect(read.forwarded == nil)
             #expect(read.record == whole)

@@ -367,7 +367,7 @@ struct SendbirdSeedTests {
     func reasonCodes() {
         #expect(
             SuppressionReason.allCases.map(\.rawValue) == [
-                "sender", "ignored", "no_devices", "online", "conversation_off",
+                "sender", "app_off", "ignored", "no_devices", "online", "conversation_off",
                 "muted", "trigger_off", "not_mentioned", "snoozed", "dnd",
             ])
         #expect(DropReason.allCases.map(\.rawValue) == ["channel_type", "invalid", "out_of_range"])

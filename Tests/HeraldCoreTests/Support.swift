@@ -89,3 +89,39 @@ func run(
 }
 
 func payload(_ r: APNsRequest) throws -> JSONValue { try JSONValue.parse(r.payload) }
+
+/// A record's binary form as format version 6 wrote it (records in flight during an upgrade): `wire` without
+/// version 7's byte after the event (its sound silenced) and its byte after the state (the unread total known).
+/// `silenced` is the same record with the event's sound silenced, `unknownTotal` the same record with the unread
+/// total unknown: the bytes where they differ from `wire` locate the two flags.
+func version6Bytes(_ wire: [UInt8], silenced: [UInt8], unknownTotal: [UInt8]) throws -> [UInt8] {
+    try #require(wire.count == silenced.count)
+    let event = try #require(zip(wire, silenced).enumerated().first { $0.element.0 != $0.element.1 }?.offset)
+    // The total's own bytes may differ in length: count the flag's place from the end.
+    let fromEnd = try #require(
+        zip(wire.reversed(), unknownTotal.reversed()).enumerated().first { $0.element.0 != $0.element.1 }?.offset)
+    let state = wire.count - 1 - fromEnd
+    var out = wire
+    out.remove(at: state)
+    out.remove(at: event)
+    out[2] = 6
+    return out
+}
+
+/// `record`'s binary form as format version 6 wrote it (its event must not be silenced, its unread total known).
+func version6Bytes(_ record: ResolvedRecord) throws -> [UInt8] {
+    var silenced = record
+    silenced.event.ext.apns.soundSilenced = true
+    var unknown = record
+    unknown.state.unread.storedTotal = nil
+    return try version6Bytes(record.wireBytes(), silenced: silenced.wireBytes(), unknownTotal: unknown.wireBytes())
+}
+
+/// `record`'s binary form as format version 6 wrote it (its event must not be silenced, its unread total known).
+func version6Bytes(_ record: DeliverableRecord) throws -> [UInt8] {
+    var silenced = record
+    silenced.event.ext.apns.soundSilenced = true
+    var unknown = record
+    unknown.state.unread.storedTotal = nil
+    return try version6Bytes(record.wireBytes(), silenced: silenced.wireBytes(), unknownTotal: unknown.wireBytes())
+}

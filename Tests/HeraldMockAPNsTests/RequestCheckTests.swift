@@ -267,3 +267,25 @@ func jsonCheck(_ text: String, _ valid: Bool) {
         #expect(MockMetrics.slot(r) == MockReason.allCases.firstIndex(of: r)! + 1)
     }
 }
+
+@Test func aRegisteredTokenIsBadInTheOtherEnvironmentAndNotForAnotherTopic() {
+    let registered = [token.uppercased(): MockTokenRegistration(bundleID: "com.example.chat", environment: .sandbox)]
+    let sandbox = RequestCheck(topics: [], deadTokens: [:], registered: registered, environment: .sandbox)
+    let production = RequestCheck(topics: [], deadTokens: [:], registered: registered, environment: .production)
+    func verdict(_ check: RequestCheck, topic: String) -> MockVerdict {
+        var head = RequestHead()
+        for (f, v) in base(topic: topic) { head.set(f, v) }
+        let body = Array(okBody.utf8)
+        return body.withUnsafeBytes { raw in
+            check.check(head: head, body: raw, bodyLength: raw.count, certificateAuth: false, nowMillis: 5) { _ in nil }
+        }
+    }
+    #expect(verdict(sandbox, topic: "com.example.chat") == .ok)
+    #expect(verdict(production, topic: "com.example.chat") == MockVerdict(.badDeviceToken))
+    #expect(verdict(sandbox, topic: "com.example.chat.beta") == MockVerdict(.deviceTokenNotForTopic))
+    // Tokens not listed pass as before.
+    let other = RequestCheck(topics: [], deadTokens: [:], registered: [:], environment: .production)
+    #expect(verdict(other, topic: "com.example.chat.beta") == .ok)
+    #expect(MockTokenRegistration.parse("ABCD:com.x:sandbox")?.token == "abcd")
+    #expect(MockTokenRegistration.parse("abcd:com.x:staging") == nil)
+}

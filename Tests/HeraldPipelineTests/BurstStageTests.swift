@@ -117,6 +117,24 @@ struct BurstStageTests {
         #expect(try StageCodec.decode(DeliverableRecord.self, from: next[0].outputs[0].value).burst == 1)
     }
 
+    @Test("messages held when push is turned off are dropped with their flush, explained app_off")
+    func flushOfAnAppTurnedOff() async throws {
+        var suppress = SuppressProcessor(deliverableTopic: "d", apps: Self.app())
+        let ledger = MemoryBurstLedger()
+        suppress.bursts = ledger
+        _ = await suppress.process(try Self.inputs(3), context: fixedContext)
+        var off = Self.app()
+        off.apps["app1"]?.push = false
+        let flusher = BurstFlusher(ledger: ledger) { _ in "d" }
+        let produced = Produced()
+        let start = BatchContext.millis(fixedNow)
+        let pass = try await flusher.pass(apps: off, now: start + 4_000, produce: produced.add)
+        #expect(pass.flushed == 0 && produced.outputs.isEmpty)
+        #expect(pass.explain.map(\.reason) == ["app_off"] && pass.explain.map(\.decision) == ["suppress"])
+        // Confirmed: not taken again once push is back on.
+        #expect(try await flusher.pass(apps: Self.app(), now: start + 14_000, produce: produced.add).flushed == 0)
+    }
+
     @Test("a flush whose produce fails stays leased and is taken again after the lease")
     func failedProduce() async throws {
         var suppress = SuppressProcessor(deliverableTopic: "d", apps: Self.app())

@@ -2,6 +2,7 @@ import Foundation
 import HeraldConfig
 import HeraldCore
 import HeraldPipeline
+import Synchronization
 import Testing
 
 // The per-stage processing functions, without Kafka, Redis or APNs: inputs in, results out.
@@ -263,10 +264,25 @@ final class FlakyReader: StateReader, @unchecked Sendable {
     }
 }
 
+/// Counts as Redis does (`CountBook`, the reference of the Redis scripts), starting from a fixture's unread counts.
+final class FixtureCounter: MessageCounter {
+    let book: Mutex<CountBook>
+
+    init(_ fixture: StateFixture) {
+        var book = CountBook()
+        for (user, state) in fixture.users { book.unread[user] = state.unread }
+        self.book = Mutex(book)
+    }
+
+    func count(app: String, _ keys: [CountKey]) async throws -> [CountsAfter] {
+        book.withLock { book in keys.map { book.count($0) } }
+    }
+}
+
 @Suite struct PipelineParityTests {
-    /// ingest -> resolve -> suppress -> render over the example event and state delivers exactly what
-    /// `heraldctl simulate` predicts.
-    @Test(arguments: ["event-group.json", "event-call.json"])
+    /// ingest -> resolve (counting for the apps that keep counts) -> suppress -> render over the example events and
+    /// state delivers exactly what `heraldctl simulate` predicts.
+    @Test(arguments: ["event-group.json", "event-call.json", "event-direct.json", "event-silent.json"])
     func stagesAgreeWithTheSimulator(_ file: String) async throws {
         let apps = try exampleApps()
         let fixture = try exampleState()
@@ -278,7 +294,9 @@ final class FlakyReader: StateReader, @unchecked Sendable {
         var inputs = [StageInput(topic: "chat.events", value: bytes)]
         let processors: [any StageProcessor] = [
             IngestProcessor(ingestedTopic: "i"),
-            ResolveProcessor(resolvedTopic: "r", state: FixtureStateReader(fixtures: [appID: fixture])),
+            ResolveProcessor(
+                resolvedTopic: "r", state: FixtureStateReader(fixtures: [appID: fixture]),
+                counting: ResolveCounting(counter: FixtureCounter(fixture), apps: apps)),
             SuppressProcessor(deliverableTopic: "d", apps: apps),
             RenderProcessor(outboundTopic: "o", apps: apps),
         ]

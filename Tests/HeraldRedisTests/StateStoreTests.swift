@@ -594,6 +594,9 @@ struct StateStoreTests {
         #expect(elsewhere["u2"]?.preferences.displayName == "Cindy")
         #expect(elsewhere["u2"]?.preferences.dnd == fixture.users["u2"]?.preferences.dnd)
         #expect(perUser["u3"] == fixture.users["u3"])
+        // A user whose total nothing set reads with the total unknown (no badge), in both reads, until set_unread.
+        #expect(loaded["u3"]?.unread.totalKnown == false && loaded["u2"]?.unread.totalKnown == true)
+        #expect(perUser["u3"]?.unread.totalKnown == false)
         // Presence expires with the fixture's TTL.
         #expect(try await store.loadUser(app: "app1", user: "u2", now: Self.t0 + 3_600_000).online.isEmpty)
 
@@ -603,7 +606,7 @@ struct StateStoreTests {
             app: "app1", user: "u3", preferences: Preferences(trigger: .off, languages: ["ko"]))
         try await store.setMembers(app: "app1", conversation: "c1", members: ["u9"])
         let u3 = try await store.loadUser(app: "app1", user: "u3", now: Self.t0)
-        #expect(u3.unread == Unread(total: 1, conversations: ["c1": 1]))
+        #expect(u3.unread == Unread(total: 1, conversations: ["c1": 1]) && u3.unread.totalKnown)
         #expect(u3.preferences == Preferences(trigger: .off, languages: ["ko"]))
         #expect(try await store.members(app: "app1", conversation: "c1") == ["u9"])
     }

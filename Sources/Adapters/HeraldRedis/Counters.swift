@@ -67,8 +67,10 @@ extension StateStore {
         var i = 0
         while i + 1 < values.count {
             if let field = values[i].text {
+                var total: Int? = counts.mentionTotal
                 _ = CountFields.read(
-                    field, values[i + 1], total: &counts.mentionTotal, conversations: &counts.mentionConversations)
+                    field, values[i + 1], total: &total, conversations: &counts.mentionConversations)
+                counts.mentionTotal = total ?? 0
             }
             i += 2
         }
@@ -80,9 +82,10 @@ extension StateStore {
 /// `c:<conversation>`.
 enum CountFields {
     /// Reads one field into `total` or `conversations`; false when it is not a count field. A value that is not an
-    /// integer reads as no count.
-    static func read(_ field: String, _ value: RedisValue, total: inout Int, conversations: inout [String: Int]) -> Bool
-    {
+    /// integer reads as no count (and leaves `total` as it was: nil when no total was read).
+    static func read(
+        _ field: String, _ value: RedisValue, total: inout Int?, conversations: inout [String: Int]
+    ) -> Bool {
         if field == RedisKeys.unreadTotalField {
             if let n = value.int { total = Int(n) }
             return true

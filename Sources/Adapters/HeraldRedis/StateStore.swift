@@ -114,7 +114,7 @@ public final class StateStore: Sendable {
                     }
                 }
                 let unread = Unread(
-                    total: replies.int(replies.element(reply, 3)).map { Int($0) } ?? 0, conversations: counts)
+                    total: replies.int(replies.element(reply, 3)).map { Int($0) }, conversations: counts)
                 result[user] = decodeState(
                     in: replies, devices: replies.element(reply, 0), online: replies.element(reply, 1),
                     preferences: replies.element(reply, 2), unread: unread, user: user,
@@ -141,7 +141,8 @@ public final class StateStore: Sendable {
                     case UserRecord.preferencesField?: preferences = element
                     case let name?:
                         _ = CountFields.read(
-                            name, replies.value(element), total: &unread.total, conversations: &unread.conversations)
+                            name, replies.value(element), total: &unread.storedTotal,
+                            conversations: &unread.conversations)
                     case nil: break
                     }
                 }
@@ -511,10 +512,12 @@ public final class StateStore: Sendable {
             let begin = commands.count
             commands.append(RedisCommand("MULTI"))
             commands.append(RedisCommand("DEL", key))
-            var fields: [any RedisArgument] = [
-                key, UserRecord.preferencesField, Self.encode(state.preferences), RedisKeys.unreadTotalField,
-                state.unread.total,
-            ]
+            var fields: [any RedisArgument] = [key, UserRecord.preferencesField, Self.encode(state.preferences)]
+            // A fixture that names no unread total leaves it unknown (no badge), as simulate reads it.
+            if let total = state.unread.storedTotal {
+                fields.append(RedisKeys.unreadTotalField)
+                fields.append(total)
+            }
             if !state.devices.isEmpty {
                 fields.append(UserRecord.devicesField)
                 fields.append(UserRecord.encodeDevices(state.devices))

@@ -501,6 +501,7 @@ public enum PipelineLoader {
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
         "priority", "interruption_level", "relevance_score", "coalesce", "flood_guard", "read_sync",
+        "push",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -682,7 +683,19 @@ public enum PipelineLoader {
         app.coalesce = try readCoalesce(&r, m["coalesce"], path: path + ".coalesce")
         app.floodGuard = try readFloodGuard(&r, m["flood_guard"], path: path + ".flood_guard")
         app.readSync = try readReadSync(&r, m["read_sync"], path: path + ".read_sync")
+        app.push = try readSwitch(&r, m["push"], path: path + ".push") ?? true
         return app
+    }
+
+    /// An on/off switch: `on`/`off` or `true`/`false` (nil when absent).
+    static func readSwitch(_ r: inout Reader, _ node: Node?, path: String) throws(ConfigError) -> Bool? {
+        guard let node else { return nil }
+        if let v = node.bool { return v }
+        switch try r.string(node, path) {
+        case "on"?: return true
+        case "off"?: return false
+        default: throw ConfigError(path: path, message: "expected on or off")
+        }
     }
 
     /// `read_sync:` of an app: `on` (the default), `off`, or `{enabled, conversation_seconds (0 to 60; default 3),
@@ -920,7 +933,7 @@ public enum PipelineLoader {
             m, path,
             known: [
                 "bundle_id", "environment", "team_id", "key_id", "key_file", "certificate_file",
-                "private_key_file", "p12_file", "p12_password_env", "p12_password",
+                "private_key_file", "p12_file", "p12_password_env", "p12_password", "provider_id",
             ])
         guard let bundle = try r.string(m["bundle_id"], path + ".bundle_id"), !bundle.isEmpty else {
             throw ConfigError(path: path + ".bundle_id", message: "missing")
@@ -932,7 +945,7 @@ public enum PipelineLoader {
             }
             env = v
         }
-        let cred = APNsCredential(
+        var cred = APNsCredential(
             bundleID: bundle, environment: env,
             teamID: try r.string(m["team_id"], path + ".team_id"),
             keyID: try r.string(m["key_id"], path + ".key_id"),
@@ -942,6 +955,7 @@ public enum PipelineLoader {
             p12File: try r.string(m["p12_file"], path + ".p12_file"),
             p12PasswordEnv: try r.string(m["p12_password_env"], path + ".p12_password_env"),
             p12Password: try r.string(m["p12_password"], path + ".p12_password"))
+        cred.providerID = try r.string(m["provider_id"], path + ".provider_id")
         if cred.p12Password != nil {
             r.warnings.append("\(path).p12_password: a password in the pipeline file; prefer p12_password_env")
         }

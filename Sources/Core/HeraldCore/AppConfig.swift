@@ -36,6 +36,9 @@ public enum MultiDeviceMode: String, Sendable, Hashable, CaseIterable {
 public struct APNsCredential: Sendable, Hashable {
     public var bundleID: String
     public var environment: APNsEnvironment
+    /// The provider id devices name to be sent with this credential (CometChat's APNs provider id): such a device
+    /// gets its bundle id and environment unless it named its own.
+    public var providerID: String?
     // Token based
     public var teamID: String?
     public var keyID: String?
@@ -200,6 +203,15 @@ public struct AppConfig: Sendable {
     public var multiDevice: MultiDeviceMode { storage.fields.multiDevice }
     /// App-wide badge switch; a user's `badge: false` also turns it off.
     public var badge: Bool { storage.fields.badge }
+
+    /// The badge of a push to `state` (whose effective preferences are `prefs`): the unread total, or nil (no
+    /// badge in the payload) when the app or the user turned badges off, or when Herald does not know the count:
+    /// the app keeps no counts (`counts`) and nothing set the user's total (`set_unread`). A badge of 0 clears
+    /// the app icon's badge, so an unknown count is left out rather than sent as 0.
+    public func badge(for state: UserState, preferences prefs: Preferences) -> Int? {
+        guard badge, prefs.badge, counts || state.unread.totalKnown else { return nil }
+        return state.unread.total
+    }
     public var templates: TemplateConfig { storage.fields.templates }
     /// Per-locale overrides of catalog keys (`CatalogKey` raw values).
     public var catalogs: [String: [String: String]] { storage.fields.catalogs }
@@ -229,6 +241,13 @@ public struct AppConfig: Sendable {
     public var counts: Bool {
         get { storage.fields.counts }
         set { unique().fields.counts = newValue }
+    }
+    /// Push on or off for the whole app (`push: off`, CometChat's dashboard switch): off, every recipient is
+    /// suppressed with `app_off` (docs/behaviour.md §6); the app stays listed, so its events are not dead-lettered
+    /// `unknown_app`, its registry updates and counts go on. On by default.
+    public var push: Bool {
+        get { storage.fields.push }
+        set { unique().fields.push = newValue }
     }
     /// `aps.interruption-level` and `aps.relevance-score` of alerts, by the rule that classed each push.
     public var interruption: InterruptionPolicy {
@@ -274,6 +293,7 @@ public struct AppConfig: Sendable {
         let userDefaults: Preferences?
         let priority: PriorityPolicy
         var counts: Bool
+        var push: Bool
         var interruption: InterruptionPolicy
         var coalesce: CoalescePolicy
         var floodGuard: FloodPolicy
@@ -346,6 +366,7 @@ public struct AppConfig: Sendable {
                 expirationSeconds: expirationSeconds, callExpirationSeconds: callExpirationSeconds,
                 fcmCredentials: fcmCredentials, webhooks: webhooks, fcm: fcm, collapseID: collapseID,
                 payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: false,
+                push: true,
                 interruption: InterruptionPolicy(), coalesce: CoalescePolicy(), floodGuard: FloodPolicy(),
                 readSync: ReadSyncPolicy(), strings: tables, english: english, customTemplates: custom,
                 titleTemplate: templates.title.map(Template.init)))
@@ -371,6 +392,28 @@ public struct AppConfig: Sendable {
 
     /// The bundle id used for devices registered without one: the first credential's.
     public var defaultBundleID: String? { credentials.first?.bundleID }
+
+    /// The APNs credential a device's provider id names (nil: no provider id, or none of the app's credentials
+    /// has it).
+    public func apnsCredential(_ providerID: String?) -> APNsCredential? {
+        guard let providerID else { return nil }
+        return credentials.first { $0.providerID == providerID }
+    }
+
+    /// Where an APNs or VoIP push to `device` goes: its bundle id and environment, else those of the credential its
+    /// provider id names, else Herald's guesses (the first credential's bundle id, production), marked in
+    /// `guesses` so that send does not take an answer to a guess as the token's death. Nil bundle: no topic.
+    public func apnsRoute(
+        _ device: Device
+    ) -> (bundleID: String?, environment: APNsEnvironment, guesses: APNsRequest.Guesses) {
+        let named = apnsCredential(device.providerID)
+        var guesses: APNsRequest.Guesses = []
+        let bundle = device.bundleID ?? named?.bundleID ?? defaultBundleID
+        if device.bundleID == nil && named == nil { guesses.insert(.topic) }
+        let environment = device.registeredEnvironment ?? named?.environment ?? .production
+        if device.registeredEnvironment == nil && named == nil { guesses.insert(.environment) }
+        return (bundle, environment, guesses)
+    }
 
     /// The FCM credential a device's provider id names (the first one when nil).
     public func fcmCredential(_ providerID: String?) -> FCMCredential? {

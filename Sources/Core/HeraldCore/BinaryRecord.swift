@@ -11,9 +11,12 @@
 //   never misread. Version 2 added the provider and provider id of devices and requests (FCM, webhooks);
 //   version 3 the mention counts after a state's unread counts; version 4 a byte after them naming the
 //   preferences the user never set (`Preferences.unset`); version 5 a deliverable record's burst position at its
-//   end; version 6 an outbound record's event `created_at` at its end. Version 2 to 5 records are still read (an
-//   upgrade with records in flight), with mention counts of zero, every preference counted as set, no burst and
-//   no event time where their version lacks them.
+//   end; version 6 an outbound record's event `created_at` at its end; version 7 a byte at the end of an event
+//   (its sound silenced by `em_push_sound: null`), one at the end of a state (whether its unread total is
+//   known), an empty device environment for one the registration did not name, and a byte at the end of a
+//   request (what render guessed: `APNsRequest.Guesses`). Version 2 to 6 records are still read (an upgrade with records in flight), with mention counts of
+//   zero, every preference counted as set, no burst, no event time, the event's sound not silenced and the unread
+//   total known where their version lacks them.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
 
 import Foundation
@@ -191,6 +194,14 @@ public struct BinaryReader {
         return v
     }
 
+    /// `enumValue`, with an empty name read as nil.
+    public mutating func enumValueOrEmpty<E: BinaryTextEnum>(_ type: E.Type) throws(StageRecordError) -> E? {
+        let start = offset
+        if try count("string") == 0 { return nil }
+        offset = start
+        return try enumValue(type)
+    }
+
     /// The same read for Herald's own enumerations, matched on the bytes of their names (no string is made).
     public mutating func enumValue<E: BinaryTextEnum>(_ type: E.Type) throws(StageRecordError) -> E {
         let n = try count("string")
@@ -285,7 +296,7 @@ public protocol BinaryRecord {
 
 public enum BinaryRecordFormat {
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
-    public static let version: UInt8 = 6
+    public static let version: UInt8 = 7
     /// The oldest version still read.
     public static let oldestReadable: UInt8 = 2
 
@@ -509,6 +520,7 @@ extension ChatEvent {
         w.optional(a.bodyLocKey)
         if let v = a.bodyLocArgs { w.bool(true); w.strings(v) } else { w.bool(false) }
         w.optional(a.extern.map(\.serialized))
+        w.bool(a.soundSilenced)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -562,6 +574,7 @@ extension ChatEvent {
                 throw r.fail("ext.em_apns_ext.extern: \(error.description)")
             }
         }
+        if r.version >= 7 { a.soundSilenced = try r.bool() }
         self.init(
             eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
             conversation: conversation, recipients: recipients, message: message, call: call, reaction: reaction,
@@ -573,14 +586,18 @@ extension ChatEvent {
 
 extension Device {
     func write(into w: inout BinaryWriter) {
-        w.string(token); w.string(kind.rawValue); w.string(environment.rawValue); w.optional(bundleID);
+        // Version 7: an empty environment is one the registration did not name.
+        w.string(token); w.string(kind.rawValue); w.string(registeredEnvironment?.rawValue ?? ""); w.optional(bundleID);
         w.int(registeredAt)
         w.optional(providerID)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
+        let token = try r.string(), kind = try r.enumValue(Kind.self)
+        let environment =
+            r.version >= 7 ? try r.enumValueOrEmpty(APNsEnvironment.self) : try r.enumValue(APNsEnvironment.self)
         self.init(
-            token: try r.string(), kind: try r.enumValue(Kind.self), environment: try r.enumValue(APNsEnvironment.self),
+            token: token, kind: kind, environment: environment,
             bundleID: try r.optionalString(), registeredAt: try r.int(), providerID: try r.optionalString())
     }
 
@@ -623,6 +640,7 @@ extension UserState {
         w.varint(UInt64(unread.mentionConversations.count))
         for (id, count) in unread.mentionConversations.sorted(by: { $0.key < $1.key }) { w.string(id); w.int(count) }
         w.byte(preferences.unset.rawValue)
+        w.bool(unread.totalKnown)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -659,6 +677,7 @@ extension UserState {
         if r.version >= 4 {
             preferences.unset = Preferences.Defaultable(rawValue: try r.byte()).intersection(.all)
         }
+        if r.version >= 7, !(try r.bool()) { unread.storedTotal = nil }
     }
 }
 
@@ -757,6 +776,7 @@ extension APNsRequest {
         w.string(token); w.string(environment.rawValue); w.string(pushType.rawValue); w.string(topic)
         w.int(priority); w.optional(collapseID); w.int(expiration); w.string(apnsID); w.bytes(payload)
         w.string(provider.rawValue); w.optional(providerID)
+        w.byte(guesses.rawValue)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -765,6 +785,7 @@ extension APNsRequest {
             pushType: try r.enumValue(PushType.self), topic: try r.string(), priority: Int(clamping: try r.int()),
             collapseID: try r.optionalString(), expiration: try r.int(), apnsID: try r.string(), payload: try r.bytes(),
             provider: try r.enumValue(PushProvider.self), providerID: try r.optionalString())
+        if r.version >= 7 { guesses = Guesses(rawValue: try r.byte()).intersection(.all) }
     }
 }
 

@@ -141,6 +141,8 @@ public struct ChatEvent: Sendable, Hashable {
         public var pushContent: String?
         public var category: String?
         public var sound: String?
+        /// `em_push_sound: null`: no sound at all (iOS 8 and later stay silent), not even the app's default.
+        public var soundSilenced: Bool
         public var mutableContent: Bool
         public var titleLocKey: String?
         public var titleLocArgs: [String]?
@@ -152,9 +154,11 @@ public struct ChatEvent: Sendable, Hashable {
         public init(
             pushContent: String? = nil, category: String? = nil, sound: String? = nil,
             mutableContent: Bool = false, titleLocKey: String? = nil, titleLocArgs: [String]? = nil,
-            bodyLocKey: String? = nil, bodyLocArgs: [String]? = nil, extern: JSONValue? = nil
+            bodyLocKey: String? = nil, bodyLocArgs: [String]? = nil, extern: JSONValue? = nil,
+            soundSilenced: Bool = false
         ) {
             self.pushContent = pushContent; self.category = category; self.sound = sound
+            self.soundSilenced = soundSilenced
             self.mutableContent = mutableContent; self.titleLocKey = titleLocKey; self.titleLocArgs = titleLocArgs
             self.bodyLocKey = bodyLocKey; self.bodyLocArgs = bodyLocArgs; self.extern = extern
         }
@@ -419,6 +423,7 @@ public struct ChatEvent: Sendable, Hashable {
                 p.pushContent = try a.optionalString("em_push_content", limit: Limits.textBytes)
                 p.category = try a.optionalString("em_push_category", limit: Limits.idBytes)
                 p.sound = try a.optionalString("em_push_sound", limit: Limits.idBytes)
+                p.soundSilenced = a.value("em_push_sound") == .null
                 p.mutableContent = try a.optionalBool("em_push_mutable_content") ?? false
                 p.titleLocKey = try a.optionalString("em_push_title_loc_key", limit: Limits.idBytes)
                 p.titleLocArgs = try a.optionalStringArray("em_push_title_loc_args")
@@ -560,7 +565,11 @@ public struct ChatEvent: Sendable, Hashable {
             var ao: [(String, JSONValue)] = []
             if let v = a.pushContent { ao.append(("em_push_content", .string(v))) }
             if let v = a.category { ao.append(("em_push_category", .string(v))) }
-            if let v = a.sound { ao.append(("em_push_sound", .string(v))) }
+            if let v = a.sound {
+                ao.append(("em_push_sound", .string(v)))
+            } else if a.soundSilenced {
+                ao.append(("em_push_sound", .null))
+            }
             if a.mutableContent { ao.append(("em_push_mutable_content", .bool(true))) }
             if let v = a.titleLocKey { ao.append(("em_push_title_loc_key", .string(v))) }
             if let v = a.titleLocArgs { ao.append(("em_push_title_loc_args", .array(v.map { .string($0) }))) }

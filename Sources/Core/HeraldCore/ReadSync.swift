@@ -34,6 +34,8 @@ public enum ReadSyncOutcome: String, Sendable, Hashable, CaseIterable {
     case noOtherDevice = "no_other_device"
     /// The app has `read_sync: off`.
     case off
+    /// The app's push is off (`push: off`): no clears either.
+    case appOff = "app_off"
 }
 
 /// One user's rate-limit state, as the Redis script keeps it (docs/redis-keys.md, "Read sync"): the clock minute and
@@ -141,7 +143,10 @@ public enum ReadSync {
     ) throws(RenderError) -> [APNsRequest] {
         let conversation = conversation(of: event)
         let prefs = app.effectivePreferences(state.preferences)
-        let badge = (app.badge && prefs.badge) ? state.unread.total : nil
+        // After a read of every conversation nothing is unread, whether or not the total was known before.
+        var after = state
+        if conversation == nil { after.unread.total = 0 }
+        let badge = app.badge(for: after, preferences: prefs)
         let readAt = event.createdAt ?? 0
         let expiration = Saturating.add(readAt / 1000, expirationSeconds)
         let collapse = collapseID(conversation)
@@ -153,7 +158,8 @@ public enum ReadSync {
             case .voip:
                 continue
             case .apns:
-                guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
+                let route = app.apnsRoute(device)
+                guard let bundle = route.bundleID, !bundle.isEmpty else {
                     throw RenderError.noTopic(device, app: app)
                 }
                 var w = JSONWriter(capacity: 256)
@@ -164,8 +170,9 @@ public enum ReadSync {
                 w.byte(UInt8(ascii: "}"))
                 out.append(
                     APNsRequest(
-                        token: device.token, environment: device.environment, pushType: .background, topic: bundle,
-                        priority: 5, collapseID: collapse, expiration: expiration, apnsID: apnsID, payload: w.bytes))
+                        token: device.token, environment: route.environment, pushType: .background, topic: bundle,
+                        priority: 5, collapseID: collapse, expiration: expiration, apnsID: apnsID, payload: w.bytes,
+                        guesses: route.guesses))
             case .fcm:
                 guard let credential = app.fcmCredential(device.providerID) else {
                     throw RenderError.noFCMCredential(device, app: app)

@@ -187,7 +187,8 @@ extension Device: JSONRecord {
     public func write(into w: inout JSONWriter) {
         w.raw("{\"token\":"); w.string(token)
         w.raw(",\"kind\":"); w.string(kind.rawValue)
-        w.raw(",\"environment\":"); w.string(environment.rawValue)
+        // Left out when the registration named none, so that it stays unnamed when read back.
+        if let registeredEnvironment { w.raw(",\"environment\":"); w.string(registeredEnvironment.rawValue) }
         if let bundleID { w.raw(",\"bundle_id\":"); w.string(bundleID) }
         w.raw(",\"registered_at\":"); w.int(registeredAt)
         if let providerID { w.raw(",\"provider_id\":"); w.string(providerID) }
@@ -208,7 +209,7 @@ extension Device: JSONRecord {
         }
         self.init(
             token: try r.requiredString("token"), kind: kind ?? .apns,
-            environment: try r.enumValue("environment", APNsEnvironment.self) ?? .production,
+            environment: try r.enumValue("environment", APNsEnvironment.self),
             bundleID: try r.string("bundle_id"), registeredAt: try r.int("registered_at") ?? 0,
             providerID: try r.string("provider_id"))
     }
@@ -275,7 +276,7 @@ extension Device: JSONRecord {
         p.skipSpace()
         guard p.i == range.upperBound, let token else { return nil }
         return Device(
-            token: token, kind: kind ?? .apns, environment: environment ?? .production, bundleID: bundleID,
+            token: token, kind: kind ?? .apns, environment: environment, bundleID: bundleID,
             registeredAt: registeredAt ?? 0, providerID: providerID)
     }
 
@@ -372,7 +373,8 @@ extension UserState {
 
 extension Unread {
     init(reader u: RecordReader) throws(StageRecordError) {
-        self.init(total: Int(try u.int("total") ?? 0))
+        // No `total`: nothing set the total, so it is unknown (no badge, docs/behaviour.md §7).
+        self.init(total: try u.int("total").map { Int(clamping: $0) })
         if let convs = try u.object("conversations") {
             for (id, value) in convs.pairs {
                 guard let count = value.int64Value else {
@@ -393,9 +395,12 @@ extension Unread {
     }
 
     func write(into w: inout JSONWriter) {
-        w.raw("{\"total\":"); w.int(total)
+        w.byte(UInt8(ascii: "{"))
+        var first = true
+        if let storedTotal { w.raw("\"total\":"); w.int(storedTotal); first = false }
         if !conversations.isEmpty {
-            w.raw(",\"conversations\":{")
+            w.raw(first ? "\"conversations\":{" : ",\"conversations\":{")
+            first = false
             for (n, (id, count)) in conversations.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { w.byte(UInt8(ascii: ",")) }
                 w.key(id); w.int(count)
@@ -403,9 +408,12 @@ extension Unread {
             w.byte(UInt8(ascii: "}"))
         }
         // Herald-kept mention counts (docs/behaviour.md §12), only when not zero.
-        if mentionTotal != 0 { w.raw(",\"mention_total\":"); w.int(mentionTotal) }
+        if mentionTotal != 0 {
+            w.raw(first ? "\"mention_total\":" : ",\"mention_total\":"); w.int(mentionTotal)
+            first = false
+        }
         if !mentionConversations.isEmpty {
-            w.raw(",\"mention_conversations\":{")
+            w.raw(first ? "\"mention_conversations\":{" : ",\"mention_conversations\":{")
             for (n, (id, count)) in mentionConversations.sorted(by: { $0.key < $1.key }).enumerated() {
                 if n > 0 { w.byte(UInt8(ascii: ",")) }
                 w.key(id); w.int(count)
@@ -677,6 +685,13 @@ extension APNsRequest {
         w.raw(",\"payload\":"); w.string(String(decoding: payload, as: UTF8.self))
         if provider != .apns { w.raw(",\"provider\":"); w.string(provider.rawValue) }
         if let providerID { w.raw(",\"provider_id\":"); w.string(providerID) }
+        if !guesses.isEmpty {
+            var names: [String] = []
+            if guesses.contains(.environment) { names.append("environment") }
+            if guesses.contains(.topic) { names.append("topic") }
+            if guesses.contains(.otherEnvironment) { names.append("other_environment") }
+            w.raw(",\"guessed\":"); w.stringArray(names)
+        }
         w.byte(UInt8(ascii: "}"))
     }
 
@@ -691,6 +706,14 @@ extension APNsRequest {
             collapseID: try r.string("collapse_id"), expiration: try r.int("expiration") ?? 0,
             apnsID: try r.requiredString("apns_id"), payload: Array(try r.requiredString("payload").utf8),
             provider: try r.enumValue("provider", PushProvider.self) ?? .apns, providerID: try r.string("provider_id"))
+        for name in try r.stringArray("guessed") ?? [] {
+            switch name {
+            case "environment": guesses.insert(.environment)
+            case "topic": guesses.insert(.topic)
+            case "other_environment": guesses.insert(.otherEnvironment)
+            default: throw r.fail("guessed", "unknown \(name) (environment, topic, other_environment)")
+            }
+        }
     }
 }
 

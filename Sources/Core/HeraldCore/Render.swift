@@ -27,6 +27,22 @@ public struct APNsRequest: Sendable, Hashable {
         var payload: [UInt8]
         var provider: PushProvider
         var providerID: String?
+        var guesses: Guesses
+    }
+
+    /// What render guessed in an APNs request (the device did not say it, nor did a credential its provider id
+    /// names), and whether this is the one retry on the other environment. Send removes a token only for an answer
+    /// about what the device was registered with (docs/providers.md, "Dead tokens").
+    public struct Guesses: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// The environment is Herald's default, production.
+        public static let environment = Guesses(rawValue: 1)
+        /// The topic is the app's first credential's bundle id.
+        public static let topic = Guesses(rawValue: 2)
+        /// The request is the retry of a guessed environment on the other one.
+        public static let otherEnvironment = Guesses(rawValue: 4)
+        static let all: Guesses = [.environment, .topic, .otherEnvironment]
     }
 
     private var values: CopyOnWrite<Values>
@@ -95,17 +111,23 @@ public struct APNsRequest: Sendable, Hashable {
         set { values.modify { $0.providerID = newValue } }
         _modify { yield &values.value.providerID }
     }
+    /// What render guessed (APNs only).
+    public var guesses: Guesses {
+        get { values.value.guesses }
+        set { values.modify { $0.guesses = newValue } }
+        _modify { yield &values.value.guesses }
+    }
 
     public init(
         token: String, environment: APNsEnvironment, pushType: PushType, topic: String, priority: Int,
         collapseID: String?, expiration: Int64, apnsID: String, payload: [UInt8],
-        provider: PushProvider = .apns, providerID: String? = nil
+        provider: PushProvider = .apns, providerID: String? = nil, guesses: Guesses = []
     ) {
         values = CopyOnWrite(
             Values(
                 token: token, environment: environment, pushType: pushType, topic: topic, priority: priority,
                 collapseID: collapseID, expiration: expiration, apnsID: apnsID, payload: payload, provider: provider,
-                providerID: providerID))
+                providerID: providerID, guesses: guesses))
     }
 
     /// The payload as text.
@@ -226,7 +248,8 @@ public enum Renderer {
             case .background?: pushType = .background
             case .alert?, nil: pushType = event.kind == .messageDeleted ? .background : .alert
             }
-            guard let bundle = device.bundleID ?? app.defaultBundleID, !bundle.isEmpty else {
+            let route = app.apnsRoute(device)
+            guard let bundle = route.bundleID, !bundle.isEmpty else {
                 throw RenderError.noTopic(device, app: app)
             }
             let payload: [UInt8]
@@ -251,12 +274,12 @@ public enum Renderer {
             }
             out.append(
                 APNsRequest(
-                    token: device.token, environment: device.environment, pushType: pushType,
+                    token: device.token, environment: route.environment, pushType: pushType,
                     topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
                     priority: pushType == .background ? 5 : 10,
                     collapseID: collapse, expiration: max(0, expiration),
                     apnsID: APNsID.derive(eventID: event.eventID, token: device.token),
-                    payload: payload))
+                    payload: payload, guesses: route.guesses))
         }
         return out
     }
@@ -430,7 +453,7 @@ public enum Renderer {
             content.attention = app.interruption.attention(event, recipient: recipient, priority: app.priority)
         }
         let limit = pushType.payloadLimit
-        let badge: Int? = (app.badge && prefs.badge) ? state.unread.total : nil
+        let badge = app.badge(for: state, preferences: prefs)
 
         var w = JSONWriter(capacity: 768)
         write(event, recipient, state, app, sender, badge, content, pushType: pushType, into: &w)
@@ -582,7 +605,7 @@ public enum Renderer {
             w.byte(UInt8(ascii: "}"))
         }
         if let badge { w.raw(",\"badge\":"); w.int(badge) }
-        if !content.silent {
+        if !content.silent && !a.soundSilenced {
             w.raw(",\"sound\":"); w.string(a.sound ?? options.sound(conversation: event.conversation.id))
         }
         if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
@@ -686,7 +709,11 @@ public enum Renderer {
             if n > 0 { w.byte(UInt8(ascii: ",")) }
             w.key(pair.0); w.string(pair.1)
         }
-        w.raw("},\"push_sound\":"); w.string(event.ext.apns.sound ?? options.sound(conversation: event.conversation.id))
+        w.raw("},\"push_sound\":")
+        // `em_push_sound: null` silences the push: no sound name.
+        w.string(
+            event.ext.apns.soundSilenced
+                ? "" : event.ext.apns.sound ?? options.sound(conversation: event.conversation.id))
         if options.sendbirdPushTitle { w.raw(",\"push_title\":"); w.string(content.title ?? "") }
         if options.sendbirdPushAlert { w.raw(",\"push_alert\":"); w.string(content.body) }
         if let audience = options.sendbirdAudienceType {

@@ -97,6 +97,8 @@ public enum FanOut {
 /// Why a recipient is not woken, in rule order (docs/behaviour.md §6 reason codes).
 public enum SuppressionReason: String, Sendable, Hashable, CaseIterable {
     case sender
+    /// The app's push is off (`push: off` in the pipeline file).
+    case appOff = "app_off"
     case ignored
     case noDevices = "no_devices"
     case online
@@ -143,6 +145,8 @@ public enum Suppression {
     ) -> Decision {
         // 1. Never the sender.
         if recipient == event.sender.id { return .suppress(.sender) }
+        // 1. The app's push is off: nobody is woken (the app stays listed, so nothing is dead-lettered).
+        if !app.push { return .suppress(.appOff) }
         // 2. em_ignore_notification: nothing overrides it.
         if event.ext.ignoreNotification { return .suppress(.ignored) }
         // 3. Devices that can take this kind of push.

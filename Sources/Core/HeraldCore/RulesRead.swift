@@ -181,6 +181,7 @@ extension ChatEvent {
         try r.skipOptionalString()
         if try r.bool() { try r.skipStrings() }
         try r.skipOptionalString()
+        _ = try r.bool()  // sound silenced
         self.init(
             eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: Sender(id: senderID),
             conversation: conversation, recipients: nil, message: message, call: call, reaction: reaction,
@@ -217,5 +218,6 @@ extension Preferences {
             _ = try r.int()
         }
         unset = Defaultable(rawValue: try r.byte()).intersection(.all)
+        _ = try r.bool()  // unread total known
     }
 }

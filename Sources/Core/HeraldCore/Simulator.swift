@@ -106,9 +106,21 @@ public enum Simulator {
         let senderDisplayName = fixture.users[event.sender.id]?.preferences.displayName
         var lines: [SimulationLine] = []
         let candidates = FanOut.candidates(of: event, members: members)
-        let memberCount = FanOut.recipients(of: event, members: members).count
+        let recipients = FanOut.recipients(of: event, members: members)
+        let memberCount = recipients.count
+        // An app that keeps counts (docs/behaviour.md §12) counts the event for each recipient before the rules, as
+        // resolve does: the fixture's counts are those before this event.
+        var counted: [String: CountKey] = [:]
+        if app.counts {
+            for key in Counting.keys(for: event, recipients: recipients) { counted[key.user] = key }
+        }
         for user in candidates {
-            let state = fixture.user(user)
+            var state = fixture.user(user)
+            if let key = counted[user] {
+                var book = CountBook()
+                book.unread[user] = state.unread
+                state = Counting.applying(book.count(key), to: state, conversation: key.conversation)
+            }
             let priority = Priority.classify(event, policy: app.priority, memberCount: memberCount, recipient: user)
             switch Suppression.decide(event: event, recipient: user, state: state, app: app, at: ruleTime) {
             case .suppress(let reason):

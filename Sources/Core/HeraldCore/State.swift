@@ -56,22 +56,32 @@ public struct Device: Sendable, Hashable {
 
     public var token: String
     public var kind: Kind
-    public var environment: APNsEnvironment
-    /// The app bundle this token belongs to; `nil` means the app's first credential's bundle.
+    /// The APNs environment the device was registered with; nil when the registration named none (then its
+    /// provider id's credential gives it, else Herald guesses production: `environment`).
+    public var registeredEnvironment: APNsEnvironment?
+    /// The environment, `production` when the registration named none. Setting it makes it named.
+    public var environment: APNsEnvironment {
+        get { registeredEnvironment ?? .production }
+        set { registeredEnvironment = newValue }
+    }
+    /// The app bundle this token belongs to; `nil` means the bundle of the APNs credential its provider id names,
+    /// else the app's first credential's bundle.
     public var bundleID: String?
     /// Registration time, milliseconds since the epoch.
     public var registeredAt: Int64
-    /// The FCM or webhook credential (CometChat's "provider id") this token belongs to; `nil` means the
-    /// app's first credential of that provider. Not used for APNs (the bundle id picks the credential).
+    /// The credential (CometChat's "provider id") this token belongs to; `nil` means the app's first credential
+    /// of that provider. For APNs it names a credential's `provider_id`, which gives the bundle id and environment
+    /// the device did not name itself.
     public var providerID: String?
 
+    /// `environment` nil: the registration named none.
     public init(
-        token: String, kind: Kind = .apns, environment: APNsEnvironment = .production,
+        token: String, kind: Kind = .apns, environment: APNsEnvironment? = nil,
         bundleID: String? = nil, registeredAt: Int64 = 0, providerID: String? = nil
     ) {
         self.token = token
         self.kind = kind
-        self.environment = environment
+        self.registeredEnvironment = environment
         self.bundleID = bundleID
         self.registeredAt = registeredAt
         self.providerID = providerID
@@ -290,19 +300,32 @@ public struct Preferences: Sendable, Hashable {
 /// Unread message counts, for the badge and the Sendbird payload; mention counts when Herald keeps them
 /// (docs/behaviour.md §12). In JSON the mention counts appear only when not zero:
 /// `{"total": 5, "conversations": {"c1": 2}, "mention_total": 1, "mention_conversations": {"c1": 1}}`.
+///
+/// The total may be unknown: nothing ever set it (no `set_unread`, no count kept by Herald). An unknown total reads
+/// as 0, but the badge is left out of the push rather than set to 0, which would clear the app icon's badge
+/// (`AppConfig.badge(for:)`).
 public struct Unread: Sendable, Hashable {
-    public var total: Int
+    /// The total unread count; nil when it was never set.
+    public var storedTotal: Int?
+    /// The total unread count, 0 when unknown. Setting it makes it known.
+    public var total: Int {
+        get { storedTotal ?? 0 }
+        set { storedTotal = newValue }
+    }
+    /// Whether something set the total (`set_unread`, Herald's own count, or a fixture or record that names it).
+    public var totalKnown: Bool { storedTotal != nil }
     public var conversations: [String: Int]
     /// Unread messages that mention the user (Sendbird's `total_unread_mention_count`).
     public var mentionTotal: Int
     /// Per conversation (Sendbird's `channel_unread_mention_count`).
     public var mentionConversations: [String: Int]
 
+    /// `total` nil: the total is unknown (nothing set it).
     public init(
-        total: Int = 0, conversations: [String: Int] = [:], mentionTotal: Int = 0,
+        total: Int? = nil, conversations: [String: Int] = [:], mentionTotal: Int = 0,
         mentionConversations: [String: Int] = [:]
     ) {
-        self.total = total
+        self.storedTotal = total
         self.conversations = conversations
         self.mentionTotal = mentionTotal
         self.mentionConversations = mentionConversations

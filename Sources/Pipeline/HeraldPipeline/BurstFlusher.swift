@@ -95,6 +95,14 @@ public struct BurstFlusher: Sendable {
                     result.invalid.append("\(error.detail)")
                     continue
                 }
+                // Push turned off (`push: off`) while messages were held: they are dropped with the flush.
+                if !app.push {
+                    entries.append(
+                        ExplainEntry(
+                            appID: appID, eventID: record.event.eventID, user: record.recipient, stage: stage,
+                            decision: "suppress", reason: SuppressionReason.appOff.rawValue, at: now))
+                    continue
+                }
                 let summary = held.conversation.isEmpty
                 record.burst = summary ? -held.count : held.count
                 if summary { result.summaries += 1 }

@@ -120,7 +120,8 @@ public struct RegistryProcessor: StageProcessor {
     func clear(_ record: RegistryRecord, context: BatchContext) async throws -> StageResult? {
         guard let store = readSync, let topic = deliverableTopic, let user = record.user else { return StageResult() }
         let app = record.appID
-        let policy = apps?.app(app).readSync ?? ReadSyncPolicy()
+        let config = apps?.app(app)
+        let policy = config?.readSync ?? ReadSyncPolicy()
         let now = context.nowMillis
         let readAt = record.readAt ?? now
         let event = ReadSync.event(app: app, user: user, conversation: record.conversation, readAt: readAt)
@@ -131,6 +132,7 @@ public struct RegistryProcessor: StageProcessor {
             entry.routine = outcome == .sent
             return StageResult(notes: [.readSync(outcome: outcome.rawValue)], explain: [entry])
         }
+        guard config?.push ?? true else { return result(.appOff) }
         guard policy.enabled else { return result(.off) }
         guard
             let state = try await context.retryingTransient(

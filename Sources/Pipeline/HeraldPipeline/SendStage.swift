@@ -318,6 +318,11 @@ public struct SendProcessor: StageProcessor {
             explain: [explain(record, "retry", "claimed_elsewhere", nil, now)])
     }
 
+    static let badDeviceToken = "BadDeviceToken"
+    static let deviceTokenNotForTopic = "DeviceTokenNotForTopic"
+    /// The retry reason of a guessed environment tried on the other.
+    static let otherEnvironment = "other_environment"
+
     /// The notes of a 200 from APNs.
     static let delivered200: [StageNote] = [.apnsAnswer(status: 200, reason: "")]
 
@@ -361,6 +366,31 @@ public struct SendProcessor: StageProcessor {
             let entries = explainFirstDelivery ? [explain(record, "delivered", nil, status, now)] : []
             return (StageResult(notes: notes, explain: entries), true)
         case .tokenDead(let at):
+            // Only an answer about what the device was registered with is the token's death (docs/providers.md,
+            // "Dead tokens"): an environment Herald guessed gets one try on the other first, and a topic it guessed
+            // says nothing about the token.
+            let guesses = record.request.provider == .apns ? record.request.guesses : []
+            if reasonText == Self.badDeviceToken, guesses.contains(.environment), !guesses.contains(.otherEnvironment) {
+                var retry = record
+                retry.request.environment = record.request.environment == .production ? .sandbox : .production
+                retry.request.guesses.insert(.otherEnvironment)
+                retry.attempt = record.attempt < Int.max ? record.attempt + 1 : Int.max
+                retry.notBefore = now
+                return (
+                    StageResult(
+                        outputs: [StageOutput.record(retry, topic: retryTopic, key: record.request.token)],
+                        notes: [answerNote, .retried(reason: Self.otherEnvironment)],
+                        explain: [explain(record, "retry", Self.otherEnvironment, status, now)]), false
+                )
+            }
+            if reasonText == Self.deviceTokenNotForTopic, guesses.contains(.topic) {
+                return (
+                    .dlq(
+                        reasonText,
+                        "APNs answered \(status.map(String.init) ?? "no status") \(reasonText) for the topic Herald guessed (the app's first credential); the token is kept",
+                        notes: [answerNote], explain: [explain(record, "dlq", reasonText, status, now)]), false
+                )
+            }
             let feedback = TokenFeedbackRecord(
                 appID: record.appID, user: record.recipient, token: record.request.token,
                 reason: reasonText, deadSince: at ?? now)

@@ -89,7 +89,7 @@ public struct RegistryOperations: Sendable {
         now: Int64
     ) throws(FieldError) -> RegistryRecord {
         let object = try JSONValue.bodyObject(body)
-        var token: String?, kind: Device.Kind?, environment = APNsEnvironment.production
+        var token: String?, kind: Device.Kind?, environment: APNsEnvironment?
         var bundleID: String?, providerID: String?, unique = false
         for (name, value) in object {
             switch name {
@@ -145,7 +145,7 @@ public struct RegistryOperations: Sendable {
 
     /// A device with its token checked (`Device.tokenProblem`); `apns` and `voip` tokens are lowercased.
     public static func device(
-        token: String, kind: Device.Kind, environment: APNsEnvironment, bundleID: String?,
+        token: String, kind: Device.Kind, environment: APNsEnvironment?, bundleID: String?,
         providerID: String?, registeredAt: Int64
     ) throws(FieldError) -> Device {
         let apple = kind == .apns || kind == .voip

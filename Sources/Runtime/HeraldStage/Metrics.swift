@@ -159,7 +159,7 @@ public struct StageMetrics: Sendable {
         ),
         MetricDeclaration(
             Name.suppressed, "counter", labels: "stage, reason",
-            "suppressions by reason code (docs/behaviour.md §6: `sender`, `ignored`, `no_devices`, `online`, `conversation_off`, `muted`, `trigger_off`, `not_mentioned`, `snoozed`, `dnd`; ingest's drops); send counts `expired` here (a notification whose `apns-expiration` passed before it could be sent)"
+            "suppressions by reason code (docs/behaviour.md §6: `sender`, `app_off`, `ignored`, `no_devices`, `online`, `conversation_off`, `muted`, `trigger_off`, `not_mentioned`, `snoozed`, `dnd`; ingest's drops); send counts `expired` here (a notification whose `apns-expiration` passed before it could be sent)"
         ),
         MetricDeclaration(
             Name.apnsResponses, "counter", labels: "stage, status, reason", stages: "send",
@@ -189,7 +189,7 @@ public struct StageMetrics: Sendable {
         ),
         MetricDeclaration(
             Name.readSync, "counter", labels: "stage, outcome", stages: "registry",
-            "clears of a `mark_read` for the user's other devices (docs/behaviour.md §6c): `sent` (a background push to each), `rate_limited` (the conversation had one within the app's interval), `user_limit` (the user had the app's clears this minute), `no_other_device`, `off` (the app's `read_sync` is off)"
+            "clears of a `mark_read` for the user's other devices (docs/behaviour.md §6c): `sent` (a background push to each), `rate_limited` (the conversation had one within the app's interval), `user_limit` (the user had the app's clears this minute), `no_other_device`, `off` (the app's `read_sync` is off), `app_off` (the app's `push` is off)"
         ),
         MetricDeclaration(
             Name.registryOps, "counter", labels: "stage, op, outcome", stages: "registry",
@@ -453,7 +453,7 @@ public struct StageMetrics: Sendable {
         counter(Name.coalesced, [("outcome", Self.labelValue(outcome))]).increment(by: count)
     }
 
-    /// registry: what became of a `mark_read`'s clear (`sent`, `rate_limited`, `user_limit`, `no_other_device`, `off`).
+    /// registry: what became of a `mark_read`'s clear (`sent`, `rate_limited`, `user_limit`, `no_other_device`, `off`, `app_off`).
     public func readSync(outcome: String, count: Int = 1) {
         counter(Name.readSync, [("outcome", Self.labelValue(outcome))]).increment(by: count)
     }

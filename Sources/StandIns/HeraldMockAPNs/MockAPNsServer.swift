@@ -86,7 +86,9 @@ public final class MockAPNsServer: @unchecked Sendable {
             hmt_ctx_free(ctx)
             throw error
         }
-        checker = RequestCheck(topics: configuration.topics, deadTokens: configuration.deadTokens)
+        checker = RequestCheck(
+            topics: configuration.topics, deadTokens: configuration.deadTokens,
+            registered: configuration.registeredTokens, environment: configuration.environment)
         faults = FaultInjector(rates: configuration.faults, seed: configuration.seed)
         uuids = UUIDWriter(random: SeededRandom(seed: configuration.seed ^ 0xA5A5_5A5A_1234_5678))
         resetRandom = SeededRandom(seed: configuration.seed ^ 0x5EED_0F_0000_4E57)

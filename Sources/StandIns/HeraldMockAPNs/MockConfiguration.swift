@@ -55,6 +55,11 @@ public struct MockAPNsConfiguration: Sendable {
     public var topics: [String] = []
     /// Tokens answered with 410 Unregistered; the value is the timestamp (millis) or nil for "now".
     public var deadTokens: [String: Int64?] = [:]
+    /// The APNs environment this stand-in plays (production: api.push.apple.com; sandbox: its development host).
+    public var environment: MockEnvironment = .production
+    /// Tokens with the bundle id and environment they were issued for: a request for another environment is
+    /// answered `BadDeviceToken`, one for another topic `DeviceTokenNotForTopic`. Tokens not listed pass.
+    public var registeredTokens: [String: MockTokenRegistration] = [:]
     /// Seed of the fault injector and of generated apns-ids.
     public var seed: UInt64 = 1
     public var faults = MockFaultRates()

@@ -141,6 +141,32 @@ public enum PushType: Int, Sendable, CaseIterable {
     }
 }
 
+/// The APNs environment a stand-in plays (APNs serves each on its own host).
+public enum MockEnvironment: String, Sendable, CaseIterable {
+    case production, sandbox
+}
+
+/// What a device token was issued for: the app's bundle id and the APNs environment. APNs answers a request for
+/// another environment `BadDeviceToken` and one for another app's topic `DeviceTokenNotForTopic`.
+public struct MockTokenRegistration: Sendable, Hashable {
+    public var bundleID: String
+    public var environment: MockEnvironment
+
+    public init(bundleID: String, environment: MockEnvironment) {
+        self.bundleID = bundleID
+        self.environment = environment
+    }
+
+    /// Parses `TOKEN:BUNDLE:production|sandbox` into the lowercased token and its registration.
+    public static func parse(_ argument: String) -> (token: String, registration: MockTokenRegistration)? {
+        let parts = argument.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, !parts[1].isEmpty,
+            let environment = MockEnvironment(rawValue: String(parts[2]))
+        else { return nil }
+        return (parts[0].lowercased(), MockTokenRegistration(bundleID: String(parts[1]), environment: environment))
+    }
+}
+
 /// The request checks, configured once; `check` runs per request.
 public struct RequestCheck: Sendable {
     static let pathPrefix: [UInt8] = Array("/3/device/".utf8)
@@ -150,8 +176,19 @@ public struct RequestCheck: Sendable {
     let topics: [[UInt8]]
     let knownSuffixes: [[UInt8]]
     let deadTokens: [String: Int64?]
+    /// Tokens with what they were issued for, checked against this stand-in's `environment` and each request's
+    /// topic; a token not listed passes.
+    let registered: [String: MockTokenRegistration]
+    let environment: MockEnvironment
 
-    public init(topics: [String], deadTokens: [String: Int64?]) {
+    public init(
+        topics: [String], deadTokens: [String: Int64?], registered: [String: MockTokenRegistration] = [:],
+        environment: MockEnvironment = .production
+    ) {
+        var tokens: [String: MockTokenRegistration] = [:]
+        for (k, v) in registered { tokens[k.lowercased()] = v }
+        self.registered = tokens
+        self.environment = environment
         self.topics = topics.map { Array($0.utf8) }
         var suffixes = Set(PushType.allCases.map(\.topicSuffix))
         suffixes.remove("")
@@ -198,6 +235,9 @@ public struct RequestCheck: Sendable {
         if let failure = checkTopic(head: head, pushType: pushType, certificateAuth: certificateAuth) {
             return MockVerdict(failure)
         }
+        if !registered.isEmpty, let failure = checkRegistration(head: head, pushType: pushType) {
+            return MockVerdict(failure)
+        }
 
         if head.has(.priority) {
             let ok = head.with(.priority) { p in
@@ -227,6 +267,17 @@ public struct RequestCheck: Sendable {
             if let stamp = deadTokens[key] { return MockVerdict(.unregistered, timestamp: stamp ?? nowMillis) }
         }
         return .ok
+    }
+
+    /// A token issued for another environment is `BadDeviceToken` there; one issued for another app's bundle is
+    /// `DeviceTokenNotForTopic` (APNs's answers to a sandbox token sent to production and to a token of another
+    /// bundle).
+    func checkRegistration(head: RequestHead, pushType: PushType) -> MockReason? {
+        let token = head.withToken { $0.map { String(decoding: $0, as: UTF8.self).lowercased() } }
+        guard let token, let registration = registered[token] else { return nil }
+        if registration.environment != environment { return .badDeviceToken }
+        let topic = head.string(.topic) ?? ""
+        return topic == registration.bundleID + pushType.topicSuffix ? nil : .deviceTokenNotForTopic
     }
 
     /// A background push: priority 5 (APNs's documentation calls priority 10 with this push type an error, and a

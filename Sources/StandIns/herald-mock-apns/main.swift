@@ -28,6 +28,16 @@ struct MockAPNsCommand: ParsableCommand {
         name: .customLong("dead-token"),
         help: "TOKEN[:MILLIS] answered 410 Unregistered (repeatable; timestamp defaults to now).")
     var deadTokens: [String] = []
+    @Option(
+        name: .customLong("environment"),
+        help: "The APNs environment played: production (default) or sandbox.")
+    var environment: String = "production"
+    @Option(
+        name: .customLong("registered-token"),
+        help:
+            "TOKEN:BUNDLE:production|sandbox, what a token was issued for (repeatable): another environment is BadDeviceToken, another topic DeviceTokenNotForTopic."
+    )
+    var registeredTokens: [String] = []
     @Option(help: "Seed of fault injection and generated apns-ids.") var seed: UInt64 = 1
     @Option(name: .customLong("rate-429"), help: "Rate of 429 TooManyRequests.") var rate429 = 0.0
     @Option(name: .customLong("rate-500"), help: "Rate of 500 InternalServerError.") var rate500 = 0.0
@@ -118,6 +128,16 @@ struct MockAPNsCommand: ParsableCommand {
         config.providerKeys = authKeys.compactMap(MockProviderKey.init(argument:))
         config.topics = topics
         for t in deadTokens { if let (token, ms) = Self.parseDeadToken(t) { config.deadTokens[token] = ms } }
+        guard let env = MockEnvironment(rawValue: environment) else {
+            throw ValidationError("--environment: expected production or sandbox, got \(environment)")
+        }
+        config.environment = env
+        for t in registeredTokens {
+            guard let (token, registration) = MockTokenRegistration.parse(t) else {
+                throw ValidationError("--registered-token: expected TOKEN:BUNDLE:production|sandbox, got \(t)")
+            }
+            config.registeredTokens[token] = registration
+        }
         config.seed = seed
         config.faults.tooManyRequests = rate429
         config.faults.internalServerError = rate500

@@ -38,9 +38,12 @@ struct DeviceCommand: AsyncParsableCommand {
         var platform: String?
         @Option(
             name: .customLong("provider-id"),
-            help: "FCM or webhook provider id of the app (default: the app's first one).")
+            help: "Provider id of the app's credential the token belongs to (default: the app's first one).")
         var providerID: String?
-        @Option(name: .long, help: "production or sandbox.") var environment: String = "production"
+        @Option(
+            name: .long,
+            help: "production or sandbox (default: the provider id's APNs credential's, else production, as a guess).")
+        var environment: String?
         @Option(
             name: .customLong("bundle-id"),
             help: "Bundle id of the app the token belongs to (default: the app's first credential).")
@@ -67,8 +70,12 @@ struct DeviceCommand: AsyncParsableCommand {
             case (nil, nil): kind = .apns
             case (_?, _?): CLI.fail("give --kind or --platform, not both", status: 2)
             }
-            guard let env = APNsEnvironment(rawValue: environment) else {
-                CLI.fail("--environment: expected production or sandbox, got \(environment)", status: 2)
+            var env: APNsEnvironment?
+            if let environment {
+                guard let e = APNsEnvironment(rawValue: environment) else {
+                    CLI.fail("--environment: expected production or sandbox, got \(environment)", status: 2)
+                }
+                env = e
             }
             // The same token checks as the registry API's POST .../devices.
             let device: Device

@@ -68,7 +68,7 @@ public enum FCMMessage {
         let shape = Shape(
             event: event, recipient: recipient, state: state, app: app, sender: sender, token: token,
             notify: includeNotification && event.kind != .call && event.kind != .messageDeleted,
-            badge: (app.badge && prefs.badge) ? state.unread.total : nil,
+            badge: app.badge(for: state, preferences: prefs),
             burstTag: burst.map { Coalescing.collapseID(event, burst: $0) })
         let limit = payloadLimit
         var bytes = shape.write(original)
@@ -160,7 +160,8 @@ public enum FCMMessage {
 
         func write(_ content: PayloadContent) -> [UInt8] {
             let isCall = event.kind == .call
-            let sound = event.ext.apns.sound ?? "default"
+            // nil: `em_push_sound: null`, no sound at all.
+            let sound: String? = event.ext.apns.soundSilenced ? nil : event.ext.apns.sound ?? "default"
             var w = JSONWriter(capacity: 1024)
             w.raw("{\"message\":{\"token\":"); w.string(token)
             if notify {
@@ -177,18 +178,30 @@ public enum FCMMessage {
             if let key = burstTag ?? collapseKey(event) { w.raw(",\"collapse_key\":"); w.string(key) }
             if notify {
                 w.raw(",\"notification\":{")
+                var first = false
                 if content.silent {
                     w.raw("\"notification_priority\":\"PRIORITY_LOW\"")
-                } else {
+                } else if let sound {
                     w.raw("\"sound\":"); w.string(sound)
+                } else {
+                    first = true
                 }
-                if let badge { w.raw(",\"notification_count\":"); w.int(badge) }
-                if let channel = app.fcm.channelID { w.raw(",\"channel_id\":"); w.string(channel) }
-                if let click = app.fcm.clickAction { w.raw(",\"click_action\":"); w.string(click) }
+                if let badge {
+                    w.raw(first ? "\"notification_count\":" : ",\"notification_count\":"); w.int(badge)
+                    first = false
+                }
+                if let channel = app.fcm.channelID {
+                    w.raw(first ? "\"channel_id\":" : ",\"channel_id\":"); w.string(channel)
+                    first = false
+                }
+                if let click = app.fcm.clickAction {
+                    w.raw(first ? "\"click_action\":" : ",\"click_action\":"); w.string(click)
+                    first = false
+                }
                 if let tag = burstTag {
-                    w.raw(",\"tag\":"); w.string(tag)
+                    w.raw(first ? "\"tag\":" : ",\"tag\":"); w.string(tag)
                 } else if case .cometchat = app.payloadProfile {
-                    w.raw(",\"tag\":"); w.string(cometChatTag(event))
+                    w.raw(first ? "\"tag\":" : ",\"tag\":"); w.string(cometChatTag(event))
                 }
                 w.byte(UInt8(ascii: "}"))
             }
@@ -197,12 +210,8 @@ public enum FCMMessage {
                 w.raw(",\"apns\":{")
                 if let tag = burstTag { w.raw("\"headers\":{\"apns-collapse-id\":"); w.string(tag); w.raw("},") }
                 w.raw("\"payload\":{\"aps\":{")
-                if content.silent {
-                    w.raw("\"thread-id\":"); w.string(event.conversation.id)
-                } else {
-                    w.raw("\"sound\":"); w.string(sound)
-                    w.raw(",\"thread-id\":"); w.string(event.conversation.id)
-                }
+                if !content.silent, let sound { w.raw("\"sound\":"); w.string(sound); w.byte(UInt8(ascii: ",")) }
+                w.raw("\"thread-id\":"); w.string(event.conversation.id)
                 if let badge { w.raw(",\"badge\":"); w.int(badge) }
                 if let category = event.ext.apns.category { w.raw(",\"category\":"); w.string(category) }
                 if event.ext.apns.mutableContent { w.raw(",\"mutable-content\":1") }
