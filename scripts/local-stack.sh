@@ -39,6 +39,8 @@
 # HERALD_LOCAL_BIN: directory of the built executables (default .build/release, or .build/debug with --debug).
 # HERALD_LOCAL_PIPELINE_SRC: pipeline file the stack's run/pipeline.yaml is made from (default pipelines/example.yaml;
 # the benchmarks of docs/performance.md compare settings this way).
+# HERALD_LOCAL_COUNTS: "off" turns every app's `counts: true` into `counts: false` in run/pipeline.yaml (the chat
+# service sets the unread counts instead); herald-bench and the fault suite run so, as docs/performance.md measures.
 # HERALD_LOCAL_MOCK_ARGS: extra herald-mock-apns options, e.g. "--rate-503 0.2 --goaway-every 50".
 # HERALD_TANSU_NICE: the broker's nice value (scripts/tansu.sh; default 0).
 # HERALD_LOCAL_STAGES: with --up, the stages to start, space-separated (default all six; "none": only Redis, Tansu
@@ -402,6 +404,9 @@ sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/Auth
     -e "s#certificate_file: /etc/herald/messenger.pem#team_id: ABCDE12345\n        key_id: KEY1234567\n        key_file: $RUN/AuthKey.p8#" \
     -e "/private_key_file: \/etc\/herald\/messenger.key/d" \
     "${HERALD_LOCAL_PIPELINE_SRC:-pipelines/example.yaml}" >"$RUN/pipeline.yaml"
+if [ "${HERALD_LOCAL_COUNTS-}" = off ]; then
+  sed -i -E 's#^(    counts: )true#\1false#' "$RUN/pipeline.yaml"
+fi
 if [ "$kafka_s3" = 1 ]; then
   # Tansu 0.6.0's S3 engine can acknowledge a batch of an idempotent producer and never store it when it is
   # stopped mid-request (scripts/repro/tansu-s3-idempotence.sh; docs/kafka.md, "Tansu on S3"): on this broker

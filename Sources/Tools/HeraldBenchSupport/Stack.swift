@@ -209,6 +209,9 @@ package struct StackControl {
         if kafkaS3 { args.append("--kafka-s3") }
         if debug { args.append("--debug") }
         var extra = ["HERALD_LOCAL_MOCK_ARGS": mockArgs]
+        // The measured workload leaves the unread counts to the chat service, whatever the example pipeline
+        // does (docs/performance.md); HERALD_LOCAL_COUNTS=on in the environment keeps the apps' own setting.
+        extra["HERALD_LOCAL_COUNTS"] = ProcessInfo.processInfo.environment["HERALD_LOCAL_COUNTS"] ?? "off"
         if let stages { extra["HERALD_LOCAL_STAGES"] = stages.isEmpty ? "none" : stages.joined(separator: " ") }
         let rc = try script(args, extraEnvironment: extra)
         if rc != 0 { throw BenchError("scripts/local-stack.sh --up failed (exit \(rc)); logs in \(run)/logs") }
