@@ -125,7 +125,15 @@ extension StateStore {
     private func scanLegacyUserKeys(
         app: String, page: ([(user: String, part: RedisKeys.UserPart)]) async throws -> Void
     ) async throws {
-        let pattern = Self.globEscaped("\(RedisKeys.prefix):\(app):user:") + "*"
+        try await scanKeys(matching: Self.globEscaped("\(RedisKeys.prefix):\(app):user:") + "*") { keys in
+            let found = keys.compactMap { Self.legacyUserKey($0, app: app) }
+            if !found.isEmpty { try await page(found) }
+        }
+    }
+
+    /// Scans every node holding keys (each master of a cluster) for the keys `pattern` matches (`SCAN MATCH`) and
+    /// hands `page` each batch found (a key may come twice).
+    func scanKeys(matching pattern: String, page: ([String]) async throws -> Void) async throws {
         for node in try await connection.masterConnections() {
             var cursor = "0"
             repeat {
@@ -135,8 +143,8 @@ extension StateStore {
                 else {
                     throw RedisError(.unexpectedReply, "SCAN answered \(reply)")
                 }
-                let found = keys.compactMap { $0.text.flatMap { Self.legacyUserKey($0, app: app) } }
-                if !found.isEmpty { try await page(found) }
+                let names = keys.compactMap(\.text)
+                if !names.isEmpty { try await page(names) }
                 cursor = next
             } while cursor != "0"
         }
@@ -197,26 +205,15 @@ extension StateStore {
     @discardableResult
     public func migrateUntaggableUserKeys(app: String) async throws -> UntaggableMigration {
         var done = UntaggableMigration()
-        let pattern = Self.globEscaped("\(RedisKeys.prefix):\(app):user:{}") + "*"
-        for node in try await connection.masterConnections() {
-            var cursor = "0"
-            repeat {
-                let reply = try await node.send(RedisCommand("SCAN", cursor, "MATCH", pattern, "COUNT", 1000))
-                    .orThrow("SCAN")
-                guard let parts = reply.array, parts.count == 2, let next = parts[0].text, let keys = parts[1].array
-                else {
-                    throw RedisError(.unexpectedReply, "SCAN answered \(reply)")
+        try await scanKeys(matching: Self.globEscaped("\(RedisKeys.prefix):\(app):user:{}") + "*") { keys in
+            for key in keys {
+                guard let (user, part) = Self.untaggableUserKey(key, app: app) else { continue }
+                switch try await moveUserHash(from: key, to: RedisKeys.user(app: app, user: user, part)) {
+                case true?: done.keysMoved += 1
+                case false?: done.keysSkipped += 1
+                case nil: break  // gone meanwhile: named twice by SCAN, or moved by a run beside this one
                 }
-                for key in keys.compactMap(\.text) {
-                    guard let (user, part) = Self.untaggableUserKey(key, app: app) else { continue }
-                    if try await moveUserHash(from: key, to: RedisKeys.user(app: app, user: user, part)) {
-                        done.keysMoved += 1
-                    } else {
-                        done.keysSkipped += 1
-                    }
-                }
-                cursor = next
-            } while cursor != "0"
+            }
         }
         return done
     }
@@ -238,10 +235,10 @@ extension StateStore {
     }
 
     /// Copies the hash `old` into `new` field by field (a field `new` has is kept), carries `old`'s TTL over when
-    /// `new` has none, and deletes `old`. False, with nothing changed, when `old` is not a hash.
-    private func moveUserHash(from old: String, to new: String) async throws -> Bool {
+    /// `new` has none, and deletes `old`. False, with nothing changed, when `old` is not a hash; nil when it is gone.
+    private func moveUserHash(from old: String, to new: String) async throws -> Bool? {
         let kind = try await connection.send(RedisCommand("TYPE", old)).orThrow("TYPE")
-        if kind.text == "none" { return true }  // gone meanwhile (a run beside this one)
+        if kind.text == "none" { return nil }
         guard kind.text == "hash" else { return false }
         let fields = try await connection.send(RedisCommand("HGETALL", old)).orThrow("HGETALL").array ?? []
         let ttl = try await connection.send(RedisCommand("PTTL", old)).orThrow("PTTL").int ?? -1
