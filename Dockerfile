@@ -5,6 +5,7 @@
 FROM swift:6.3-bookworm AS build
 WORKDIR /src
 COPY scripts/setup.sh scripts/setup.sh
+COPY scripts/patches scripts/patches
 RUN bash scripts/setup.sh
 COPY Package.swift Package.resolved ./
 RUN swift package resolve

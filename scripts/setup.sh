@@ -13,7 +13,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 APT_PACKAGES=(libnghttp2-dev libssl-dev libcurl4-openssl-dev libjemalloc-dev redis-server
   kcat nghttp2-client nghttp2-server pkg-config zlib1g-dev libzstd-dev liblz4-dev
-  libsasl2-dev tzdata python3-venv hyperfine time openssl curl)
+  libsasl2-dev tzdata python3-venv hyperfine time openssl curl patch)
 
 # Checkers for deploy/ (scripts/check-deploy.sh), installed without their recommendations: prometheus would
 # bring a node exporter (a daemon on port 9100) and docker-compose a Docker engine, neither of which is wanted.
@@ -77,20 +77,32 @@ trixie_source() { # package directory
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
 local_pkg_version() { PKG_CONFIG_PATH=/usr/local/lib/pkgconfig pkg-config --modversion "$1" 2>/dev/null || echo 0; }
 
-# librdkafka >= 2.2 (Debian 12 ships 2.0.2, which cannot parse Tansu's ApiVersions answer).
+# librdkafka >= 2.2 (Debian 12 ships 2.0.2, which cannot parse Tansu's ApiVersions answer). Before 2.10 its
+# metadata cache keeps a freed entry when a topic's id changes under the same name (a topic created again, or
+# another cluster answering on a reused address; upstream issues 4778 and 4964): the process crashes later, at
+# random. Debian 13's 2.8.0 is built with scripts/patches/librdkafka-2.8-*.patch, which removes that entry, and a
+# marker says the installed one has them.
 have=$(local_pkg_version rdkafka)
-if version_ge "$have" 2.2; then
+marker=/usr/local/share/herald/librdkafka-$have-patched
+if version_ge "$have" 2.10; then
   log "librdkafka $have present"
+elif version_ge "$have" 2.2 && [ -e "$marker" ]; then
+  log "librdkafka $have (patched) present"
 else
-  log "building librdkafka 2.8.0 from Debian 13 source (system has $have; ~3 minutes)"
+  log "building librdkafka 2.8.0 from Debian 13 source, patched (system has $have; ~3 minutes)"
   d=$(mktemp -d)
   trixie_source librdkafka "$d"
   tar xzf "$d"/librdkafka_*.orig.tar.gz -C "$d"
+  for p in "$PWD"/scripts/patches/librdkafka-2.8-*.patch; do
+    (cd "$d"/librdkafka-2.* && patch -p1 --quiet <"$p") || { log "patch $p does not apply"; exit 1; }
+  done
   (cd "$d"/librdkafka-2.* && ./configure --prefix=/usr/local --disable-gssapi >/dev/null \
      && make -j"$(nproc)" libs >/dev/null 2>&1 && $SUDO make install >/dev/null 2>&1)
   $SUDO ldconfig
   rm -rf "$d"
-  log "librdkafka $(local_pkg_version rdkafka) installed in /usr/local"
+  have=$(local_pkg_version rdkafka)
+  $SUDO mkdir -p /usr/local/share/herald && $SUDO touch "/usr/local/share/herald/librdkafka-$have-patched"
+  log "librdkafka $have installed in /usr/local, patched"
 fi
 
 # hiredis >= 1.0 with TLS (hiredis_ssl), for `rediss://`: Debian 12 ships 0.14, which has no TLS. Built from
