@@ -56,8 +56,8 @@ struct ProcessMetricsTests {
         }
         let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
         let peakKB = try #require(
-            status.split(separator: "\n").first { $0.hasPrefix("VmPeak:") }?.split(separator: " ").dropFirst().first
-                .flatMap { Double($0) })
+            status.split(separator: "\n").first { $0.hasPrefix("VmPeak:") }?
+                .split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first.flatMap { Double($0) })
         let resident = try #require(before["process_resident_memory_bytes"])
         #expect(resident > 1_000_000 && resident <= peakKB * 1024, "\(resident) bytes")
         let start = try #require(before["process_start_time_seconds"])
