@@ -82,20 +82,24 @@ struct CountsTests {
         #expect(
             book.count(k("u2", "e1", "c1"))
                 == CountsAfter(
-                    counted: true, unreadTotal: 1, unreadConversation: 1, mentionTotal: 0, mentionConversation: 0))
+                    counted: true, unreadTotal: 1, unreadConversation: 1, mentionTotal: 0, mentionConversation: 0,
+                    mentionedConversations: 0))
         #expect(
             book.count(k("u2", "e2", "c1", mentioned: true))
                 == CountsAfter(
-                    counted: true, unreadTotal: 2, unreadConversation: 2, mentionTotal: 1, mentionConversation: 1))
+                    counted: true, unreadTotal: 2, unreadConversation: 2, mentionTotal: 1, mentionConversation: 1,
+                    mentionedConversations: 1))
         #expect(
             book.count(k("u2", "e3", "c2"))
                 == CountsAfter(
-                    counted: true, unreadTotal: 3, unreadConversation: 1, mentionTotal: 1, mentionConversation: 0))
+                    counted: true, unreadTotal: 3, unreadConversation: 1, mentionTotal: 1, mentionConversation: 0,
+                    mentionedConversations: 1))
         // A replay counts nothing and answers the current counts.
         #expect(
             book.count(k("u2", "e2", "c1", mentioned: true))
                 == CountsAfter(
-                    counted: false, unreadTotal: 3, unreadConversation: 2, mentionTotal: 1, mentionConversation: 1))
+                    counted: false, unreadTotal: 3, unreadConversation: 2, mentionTotal: 1, mentionConversation: 1,
+                    mentionedConversations: 1))
         // The same event counts once per recipient.
         #expect(book.count(k("u3", "e2", "c1")).counted)
         // mark_read of one conversation takes its counts off the totals.
@@ -107,7 +111,8 @@ struct CountsTests {
         #expect(
             book.count(k("u2", "e5", "c2"))
                 == CountsAfter(
-                    counted: true, unreadTotal: 11, unreadConversation: 4, mentionTotal: 1, mentionConversation: 0))
+                    counted: true, unreadTotal: 11, unreadConversation: 4, mentionTotal: 1, mentionConversation: 0,
+                    mentionedConversations: 1))
         // mark_read without a conversation resets everything.
         book.markRead(user: "u2", conversation: nil)
         #expect(book.unread["u2"] == nil)

@@ -114,7 +114,9 @@ func version6Bytes(_ record: ResolvedRecord) throws -> [UInt8] {
     silenced.event.ext.apns.soundSilenced = true
     var unknown = record
     unknown.state.unread.storedTotal = nil
-    return try version6Bytes(record.wireBytes(), silenced: silenced.wireBytes(), unknownTotal: unknown.wireBytes())
+    return try version6Bytes(
+        try version7Bytes(record, { $0.wireBytes() }), silenced: try version7Bytes(silenced, { $0.wireBytes() }),
+        unknownTotal: try version7Bytes(unknown, { $0.wireBytes() }))
 }
 
 /// `record`'s binary form as format version 6 wrote it (its event must not be silenced, its unread total known).
@@ -123,5 +125,37 @@ func version6Bytes(_ record: DeliverableRecord) throws -> [UInt8] {
     silenced.event.ext.apns.soundSilenced = true
     var unknown = record
     unknown.state.unread.storedTotal = nil
-    return try version6Bytes(record.wireBytes(), silenced: silenced.wireBytes(), unknownTotal: unknown.wireBytes())
+    return try version6Bytes(
+        try version7Bytes(record, { $0.wireBytes() }), silenced: try version7Bytes(silenced, { $0.wireBytes() }),
+        unknownTotal: try version7Bytes(unknown, { $0.wireBytes() }))
 }
+
+/// A record's binary form as format version 7 wrote it: without version 8's five bytes after the event (no
+/// channel type, avatar, hiding members, metadata or attachments) and two after the state (no nickname, no count
+/// of mentioned conversations). The record must set none of them; copies that set a channel type and a nickname
+/// locate the bytes where they differ from `wire`.
+func version7Bytes<R: StageRecordHolder>(_ record: R, _ wire: (R) -> [UInt8]) throws -> [UInt8] {
+    let bytes = wire(record)
+    var typed = record
+    typed.event.conversation.channelType = "chat"
+    let event = try #require(zip(bytes, wire(typed)).enumerated().first { $0.element.0 != $0.element.1 }?.offset)
+    var named = record
+    named.state.preferences.nickname = "n"
+    let named8 = wire(named)
+    let state = try #require(zip(bytes, named8).enumerated().first { $0.element.0 != $0.element.1 }?.offset)
+    try #require(bytes[event..<(event + 5)].allSatisfy { $0 == 0 } && bytes[state] == 0 && bytes[state + 1] == 0)
+    var out = bytes
+    out.removeSubrange(state..<(state + 2))
+    out.removeSubrange(event..<(event + 5))
+    out[2] = 7
+    return out
+}
+
+/// A record with an event and a state (resolved and deliverable records).
+protocol StageRecordHolder {
+    var event: ChatEvent { get set }
+    var state: UserState { get set }
+}
+
+extension ResolvedRecord: StageRecordHolder {}
+extension DeliverableRecord: StageRecordHolder {}

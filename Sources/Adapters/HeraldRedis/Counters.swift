@@ -35,13 +35,13 @@ extension StateStore {
             throw RedisError(.unexpectedReply, "expected \(commands.count) replies, got \(replies.count)")
         }
         return try replies.map { reply in
-            guard let values = try reply.orThrow("EVAL count").array, values.count == 5 else {
+            guard let values = try reply.orThrow("EVAL count").array, values.count == 6 else {
                 throw RedisError(.unexpectedReply, "count script answered \(reply)")
             }
             let n = values.map { Int($0.int ?? 0) }
             return CountsAfter(
                 counted: n[0] == 1, unreadTotal: n[1], unreadConversation: n[2],
-                mentionTotal: n[3], mentionConversation: n[4])
+                mentionTotal: n[3], mentionConversation: n[4], mentionedConversations: n[5])
         }
     }
 
@@ -108,7 +108,8 @@ enum CountScripts {
         """
 
     /// KEYS: the user's state hash (its unread fields), mentions hash, marker. ARGV: the conversation's field, mentioned (1/0), marker TTL ms.
-    /// Returns {counted (1/0), unread total, unread of the conversation, mention total, mentions of the conversation}.
+    /// Returns {counted (1/0), unread total, unread of the conversation, mention total, mentions of the conversation,
+    /// conversations holding a mention (the mentions hash's `c:` fields: a read conversation's field is deleted)}.
     static let count = """
         local counted = redis.call('SET', KEYS[3], '1', 'NX', 'PX', ARGV[3])
         if counted then
@@ -123,7 +124,9 @@ enum CountScripts {
         local m = redis.call('HMGET', KEYS[2], 'total', ARGV[1])
         local flag = 0
         if counted then flag = 1 end
-        return {flag, tonumber(u[1]) or 0, tonumber(u[2]) or 0, tonumber(m[1]) or 0, tonumber(m[2]) or 0}
+        local mentioned = redis.call('HLEN', KEYS[2])
+        if m[1] then mentioned = mentioned - 1 end
+        return {flag, tonumber(u[1]) or 0, tonumber(u[2]) or 0, tonumber(m[1]) or 0, tonumber(m[2]) or 0, mentioned}
         """
 
     /// KEYS: the user's state hash (its unread fields), mentions hash. ARGV: a conversation's field, or '' for

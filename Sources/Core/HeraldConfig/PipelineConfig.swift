@@ -616,7 +616,9 @@ public enum PipelineLoader {
             for (n, item) in try r.sequence(c, path + ".webhooks").enumerated() {
                 let ip = path + ".webhooks[\(n)]"
                 let im = try r.mapping(item, ip)
-                r.check(im, ip, known: ["provider_id", "url", "username", "password_env", "password", "region"])
+                r.check(
+                    im, ip,
+                    known: ["provider_id", "url", "username", "password_env", "password", "region", "every_recipient"])
                 guard let id = try r.string(im["provider_id"], ip + ".provider_id"), !id.isEmpty else {
                     throw ConfigError(path: ip + ".provider_id", message: "missing")
                 }
@@ -630,7 +632,8 @@ public enum PipelineLoader {
                     providerID: id, url: url, username: try r.string(im["username"], ip + ".username"),
                     passwordEnv: try r.string(im["password_env"], ip + ".password_env"),
                     password: try r.string(im["password"], ip + ".password"),
-                    region: try r.string(im["region"], ip + ".region") ?? "us")
+                    region: try r.string(im["region"], ip + ".region") ?? "us",
+                    everyRecipient: try r.bool(im["every_recipient"], ip + ".every_recipient") ?? false)
                 if hook.password != nil {
                     r.warnings.append("\(ip).password: a password in the pipeline file; prefer password_env")
                 }
@@ -934,6 +937,7 @@ public enum PipelineLoader {
             known: [
                 "bundle_id", "environment", "team_id", "key_id", "key_file", "certificate_file",
                 "private_key_file", "p12_file", "p12_password_env", "p12_password", "provider_id",
+                "content_available", "mutable_content",
             ])
         guard let bundle = try r.string(m["bundle_id"], path + ".bundle_id"), !bundle.isEmpty else {
             throw ConfigError(path: path + ".bundle_id", message: "missing")
@@ -956,6 +960,8 @@ public enum PipelineLoader {
             p12PasswordEnv: try r.string(m["p12_password_env"], path + ".p12_password_env"),
             p12Password: try r.string(m["p12_password"], path + ".p12_password"))
         cred.providerID = try r.string(m["provider_id"], path + ".provider_id")
+        cred.contentAvailable = try r.bool(m["content_available"], path + ".content_available")
+        cred.mutableContent = try r.bool(m["mutable_content"], path + ".mutable_content")
         if cred.p12Password != nil {
             r.warnings.append("\(path).p12_password: a password in the pipeline file; prefer p12_password_env")
         }

@@ -51,6 +51,11 @@ public struct APNsCredential: Sendable, Hashable {
     public var p12PasswordEnv: String?
     /// The .p12 password written in the file (discouraged; never logged).
     public var p12Password: String?
+    /// `aps.content-available: 1` on alerts sent with this credential (CometChat's per-provider switch); nil: the
+    /// app's `apns.content_available`.
+    public var contentAvailable: Bool?
+    /// `aps.mutable-content: 1` on alerts sent with this credential; nil: the app's `apns.mutable_content`.
+    public var mutableContent: Bool?
 
     public enum Auth: Sendable, Hashable {
         case token(teamID: String, keyID: String, keyFile: String)
@@ -109,13 +114,24 @@ public struct WebhookCredential: Sendable, Hashable {
     public var password: String?
     /// The `region` field of the payload (`us`, `eu`, `in`).
     public var region: String
+    /// Posts for every recipient the rules let through, whether or not the user registered a `webhook` device
+    /// (CometChat's custom provider, called once per member); the user's own devices are sent to beside it.
+    public var everyRecipient: Bool
 
     public init(
         providerID: String, url: String, username: String? = nil, passwordEnv: String? = nil,
-        password: String? = nil, region: String = "us"
+        password: String? = nil, region: String = "us", everyRecipient: Bool = false
     ) {
         self.providerID = providerID; self.url = url; self.username = username
         self.passwordEnv = passwordEnv; self.password = password; self.region = region
+        self.everyRecipient = everyRecipient
+    }
+
+    /// The device an every-recipient provider posts to for `user` when the user has no `webhook` device of it.
+    /// Its token is unique per (provider, user), since send claims each (event, token) pair once; a webhook has
+    /// no token to declare dead, so it is never removed.
+    public func everyRecipientDevice(user: String) -> Device {
+        Device(token: "every-recipient:" + providerID + ":" + user, kind: .webhook, providerID: providerID)
     }
 }
 
@@ -129,6 +145,17 @@ public struct FCMOptions: Sendable, Hashable {
     public init(channelID: String? = nil, clickAction: String? = nil) {
         self.channelID = channelID
         self.clickAction = clickAction
+    }
+}
+
+/// Two flags of an alert's `aps` that an app sets for all its pushes or a credential for its own.
+public struct APSFlags: Sendable, Hashable {
+    public var contentAvailable: Bool
+    public var mutableContent: Bool
+
+    public init(contentAvailable: Bool = false, mutableContent: Bool = false) {
+        self.contentAvailable = contentAvailable
+        self.mutableContent = mutableContent
     }
 }
 
@@ -413,6 +440,16 @@ public struct AppConfig: Sendable {
         let environment = device.registeredEnvironment ?? named?.environment ?? .production
         if device.registeredEnvironment == nil && named == nil { guesses.insert(.environment) }
         return (bundle, environment, guesses)
+    }
+
+    /// `content-available` and `mutable-content` of an alert to `device`: the credential its provider id names
+    /// may set its own, else the app's `apns:` options.
+    public func apsFlags(_ device: Device) -> APSFlags {
+        let options = payloadOptions
+        let named = device.providerID == nil ? nil : apnsCredential(device.providerID)
+        return APSFlags(
+            contentAvailable: named?.contentAvailable ?? options.contentAvailable,
+            mutableContent: named?.mutableContent ?? options.mutableContent)
     }
 
     /// The FCM credential a device's provider id names (the first one when nil).

@@ -14,7 +14,9 @@
 //   end; version 6 an outbound record's event `created_at` at its end; version 7 a byte at the end of an event
 //   (its sound silenced by `em_push_sound: null`), one at the end of a state (whether its unread total is
 //   known), an empty device environment for one the registration did not name, and a byte at the end of a
-//   request (what render guessed: `APNsRequest.Guesses`). Version 2 to 6 records are still read (an upgrade with records in flight), with mention counts of
+//   request (what render guessed: `APNsRequest.Guesses`); version 8 at the end of an event the conversation's
+//   channel type, avatar and hiding members and the message's metadata and attachments, and at the end of a state
+//   the user's nickname and the number of conversations with an unread mention. Version 2 to 7 records are still read (an upgrade with records in flight), with mention counts of
 //   zero, every preference counted as set, no burst, no event time, the event's sound not silenced and the unread
 //   total known where their version lacks them.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
@@ -296,7 +298,7 @@ public protocol BinaryRecord {
 
 public enum BinaryRecordFormat {
     public static let magic: (UInt8, UInt8) = (0x00, 0x48)
-    public static let version: UInt8 = 7
+    public static let version: UInt8 = 8
     /// The oldest version still read.
     public static let oldestReadable: UInt8 = 2
 
@@ -521,13 +523,20 @@ extension ChatEvent {
         if let v = a.bodyLocArgs { w.bool(true); w.strings(v) } else { w.bool(false) }
         w.optional(a.extern.map(\.serialized))
         w.bool(a.soundSilenced)
+        // Version 8: the conversation's channel type, avatar and hiding members; the message's metadata and
+        // attachments.
+        w.optional(conversation.channelType); w.optional(conversation.avatarURL); w.strings(conversation.hiddenBy)
+        w.optional(message?.metadata.map(\.serialized))
+        let attachments = message?.attachments ?? []
+        w.varint(UInt64(attachments.count))
+        for f in attachments { w.optional(f.name); w.optional(f.mimeType); w.optional(f.url) }
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
         let eventID = try r.string(), appID = try r.string(), kind = try r.enumValue(Kind.self)
         let createdAt = try r.optionalInt()
         let sender = Sender(id: try r.string(), name: try r.optionalString(), profileURL: try r.optionalString())
-        let conversation = Conversation(
+        var conversation = Conversation(
             id: try r.string(), type: try r.enumValue(ConversationType.self),
             name: try r.optionalString(), customType: try r.optionalString())
         let recipients = try r.bool() ? try r.strings() : nil
@@ -575,6 +584,27 @@ extension ChatEvent {
             }
         }
         if r.version >= 7 { a.soundSilenced = try r.bool() }
+        if r.version >= 8 {
+            conversation.channelType = try r.optionalString()
+            conversation.avatarURL = try r.optionalString()
+            conversation.hiddenBy = try r.strings()
+            if let metadata = try r.optionalString() {
+                do { message?.metadata = try JSONValue.parse(metadata) } catch {
+                    throw r.fail("message.metadata: \(error.description)")
+                }
+            }
+            let n = try r.count("items")
+            var attachments: [File] = []
+            attachments.reserveCapacity(n)
+            for _ in 0..<n {
+                attachments.append(
+                    File(name: try r.optionalString(), mimeType: try r.optionalString(), url: try r.optionalString()))
+            }
+            if !attachments.isEmpty {
+                guard message != nil else { throw r.fail("message.attachments without a message") }
+                message?.attachments = attachments
+            }
+        }
         self.init(
             eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
             conversation: conversation, recipients: recipients, message: message, call: call, reaction: reaction,
@@ -641,6 +671,8 @@ extension UserState {
         for (id, count) in unread.mentionConversations.sorted(by: { $0.key < $1.key }) { w.string(id); w.int(count) }
         w.byte(preferences.unset.rawValue)
         w.bool(unread.totalKnown)
+        w.optional(preferences.nickname)
+        w.optional(unread.storedMentionedConversations.map(Int64.init))
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -678,6 +710,10 @@ extension UserState {
             preferences.unset = Preferences.Defaultable(rawValue: try r.byte()).intersection(.all)
         }
         if r.version >= 7, !(try r.bool()) { unread.storedTotal = nil }
+        if r.version >= 8 {
+            preferences.nickname = try r.optionalString()
+            unread.storedMentionedConversations = try r.optionalInt().map { Int(clamping: $0) }
+        }
     }
 }
 

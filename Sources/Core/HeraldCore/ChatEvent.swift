@@ -48,8 +48,23 @@ public struct ChatEvent: Sendable, Hashable {
         public var type: ConversationType
         public var name: String?
         public var customType: String?
-        public init(id: String, type: ConversationType, name: String? = nil, customType: String? = nil) {
+        /// Sendbird's `channel_type` of this conversation (`messaging`, `group_messaging` or `chat`); nil: the
+        /// app's setting (`sendbird.group_channel_type`) for a group, `messaging` for a direct conversation.
+        public var channelType: String?
+        /// The group's avatar; in a direct conversation, the receiver's (CometChat's `receiverAvatar`).
+        public var avatarURL: String?
+        /// Members who hid the conversation from their list (Sendbird's `mentioned_users.is_hidden`).
+        public var hiddenBy: [String]
+
+        /// Sendbird's channel types.
+        public static let channelTypes = ["messaging", "group_messaging", "chat"]
+
+        public init(
+            id: String, type: ConversationType, name: String? = nil, customType: String? = nil,
+            channelType: String? = nil, avatarURL: String? = nil, hiddenBy: [String] = []
+        ) {
             self.id = id; self.type = type; self.name = name; self.customType = customType
+            self.channelType = channelType; self.avatarURL = avatarURL; self.hiddenBy = hiddenBy
         }
     }
 
@@ -74,15 +89,21 @@ public struct ChatEvent: Sendable, Hashable {
         public var language: String?
         /// Language tag to translated text, sorted by tag for stable output.
         public var translations: [(String, String)]
+        /// The message's metadata (a JSON object of the chat back end's, CometChat's `data.metadata`).
+        public var metadata: JSONValue?
+        /// Further files of the message (CometChat's `data.attachments`); `file` is the first one's place.
+        public var attachments: [File]
 
         public init(
             id: String, type: MessageType = .text, text: String = "", customType: String = "",
             data: String = "", file: File? = nil, mentions: [String] = [], mentionType: MentionType = .users,
-            language: String? = nil, translations: [(String, String)] = []
+            language: String? = nil, translations: [(String, String)] = [], metadata: JSONValue? = nil,
+            attachments: [File] = []
         ) {
             self.id = id; self.type = type; self.text = text; self.customType = customType; self.data = data
             self.file = file; self.mentions = mentions; self.mentionType = mentionType; self.language = language
             self.translations = translations.sorted { $0.0 < $1.0 }
+            self.metadata = metadata; self.attachments = attachments
         }
 
         public func translation(_ language: String) -> String? {
@@ -96,7 +117,8 @@ public struct ChatEvent: Sendable, Hashable {
             a.id == b.id && a.type == b.type && a.text == b.text && a.customType == b.customType && a.data == b.data
                 && a.file == b.file && a.mentions == b.mentions && a.mentionType == b.mentionType
                 && a.language == b.language && a.translations.map(\.0) == b.translations.map(\.0)
-                && a.translations.map(\.1) == b.translations.map(\.1)
+                && a.translations.map(\.1) == b.translations.map(\.1) && a.metadata == b.metadata
+                && a.attachments == b.attachments
         }
 
         public func hash(into h: inout Hasher) {
@@ -286,6 +308,10 @@ public struct ChatEvent: Sendable, Hashable {
         public static let urlBytes = 2_048
         /// Most explicit recipients or mentions.
         public static let recipients = 10_000
+        /// Largest `message.metadata`, serialized, in bytes.
+        public static let metadataBytes = 2_048
+        /// Most `message.attachments`.
+        public static let attachments = 10
     }
 
     // MARK: Decoding
@@ -357,9 +383,17 @@ public struct ChatEvent: Sendable, Hashable {
             throw FieldError(
                 field: "conversation.type", message: "unknown type \"\(typeRaw)\" (direct, group, open, supergroup)")
         }
+        let channelType = try c.optionalString("channel_type", limit: Limits.idBytes)
+        if let channelType, !Conversation.channelTypes.contains(channelType) {
+            throw FieldError(
+                field: "conversation.channel_type",
+                message: "unknown channel type \"\(channelType)\" (messaging, group_messaging, chat)")
+        }
         conversation = Conversation(
             id: convID, type: ct, name: try c.optionalString("name", limit: Limits.idBytes),
-            customType: try c.optionalString("custom_type", limit: Limits.idBytes))
+            customType: try c.optionalString("custom_type", limit: Limits.idBytes), channelType: channelType,
+            avatarURL: try c.optionalString("avatar_url", limit: Limits.urlBytes),
+            hiddenBy: try c.optionalIDArray("hidden_by") ?? [])
 
         recipients = try root.optionalIDArray("recipients")
 
@@ -451,12 +485,39 @@ public struct ChatEvent: Sendable, Hashable {
             throw FieldError(
                 field: "message.type", message: "unknown type \"\(typeRaw)\" (text, file, admin)")
         }
-        var file: File?
-        if let f = try m.optionalObject("file") {
-            file = File(
+        func readFile(_ f: Fields) throws(FieldError) -> File {
+            File(
                 name: try f.optionalString("name", limit: Limits.idBytes),
                 mimeType: try f.optionalString("mime_type", limit: Limits.idBytes),
                 url: try f.optionalString("url", limit: Limits.urlBytes))
+        }
+        var file: File?
+        if let f = try m.optionalObject("file") { file = try readFile(f) }
+        var attachments: [File] = []
+        if let v = m.value("attachments"), v != .null {
+            guard case .array(let items) = v else {
+                throw FieldError(field: "message.attachments", message: "expected array, got \(v.typeName)")
+            }
+            guard items.count <= Limits.attachments else {
+                throw FieldError(field: "message.attachments", message: "more than \(Limits.attachments) items")
+            }
+            for (n, item) in items.enumerated() {
+                guard case .object = item else {
+                    throw FieldError(
+                        field: "message.attachments[\(n)]", message: "expected object, got \(item.typeName)")
+                }
+                attachments.append(try readFile(try Fields(item, path: "message.attachments[\(n)]", notes: m.notes)))
+            }
+        }
+        var metadata: JSONValue?
+        if let v = m.value("metadata"), v != .null {
+            guard case .object = v else {
+                throw FieldError(field: "message.metadata", message: "expected object, got \(v.typeName)")
+            }
+            guard v.serialized.utf8.count <= Limits.metadataBytes else {
+                throw FieldError(field: "message.metadata", message: "larger than \(Limits.metadataBytes) bytes")
+            }
+            metadata = v
         }
         if type == .file && file == nil {
             throw FieldError(field: "message.file", message: "missing (required when message.type is file)")
@@ -492,7 +553,7 @@ public struct ChatEvent: Sendable, Hashable {
             mentions: try m.optionalIDArray("mentions") ?? [],
             mentionType: mentionType,
             language: try m.optionalString("language", limit: 35),
-            translations: translations)
+            translations: translations, metadata: metadata, attachments: attachments)
     }
 
     // MARK: Encoding (the normalised event on herald.ingested)
@@ -512,6 +573,9 @@ public struct ChatEvent: Sendable, Hashable {
         ]
         if let n = conversation.name { c.append(("name", .string(n))) }
         if let t = conversation.customType { c.append(("custom_type", .string(t))) }
+        if let t = conversation.channelType { c.append(("channel_type", .string(t))) }
+        if let a = conversation.avatarURL { c.append(("avatar_url", .string(a))) }
+        if !conversation.hiddenBy.isEmpty { c.append(("hidden_by", .array(conversation.hiddenBy.map { .string($0) }))) }
         o.append(("conversation", .object(c)))
         if let recipients { o.append(("recipients", .array(recipients.map { .string($0) }))) }
         if let m = message {
@@ -519,13 +583,16 @@ public struct ChatEvent: Sendable, Hashable {
                 ("id", .string(m.id)), ("type", .string(m.type.rawValue)), ("text", .string(m.text)),
                 ("custom_type", .string(m.customType)), ("data", .string(m.data)),
             ]
-            if let f = m.file {
+            func fileJSON(_ f: File) -> JSONValue {
                 var fo: [(String, JSONValue)] = []
                 if let n = f.name { fo.append(("name", .string(n))) }
                 if let t = f.mimeType { fo.append(("mime_type", .string(t))) }
                 if let u = f.url { fo.append(("url", .string(u))) }
-                mo.append(("file", .object(fo)))
+                return .object(fo)
             }
+            if let f = m.file { mo.append(("file", fileJSON(f))) }
+            if !m.attachments.isEmpty { mo.append(("attachments", .array(m.attachments.map(fileJSON)))) }
+            if let md = m.metadata { mo.append(("metadata", md)) }
             mo.append(("mentions", .array(m.mentions.map { .string($0) })))
             mo.append(("mention_type", .string(m.mentionType.rawValue)))
             if let l = m.language { mo.append(("language", .string(l))) }

@@ -26,13 +26,19 @@ public struct CountsAfter: Sendable, Hashable {
     public var unreadConversation: Int
     public var mentionTotal: Int
     public var mentionConversation: Int
+    /// How many conversations hold an unread mention of the user; nil when the counter did not say.
+    public var mentionedConversations: Int?
 
-    public init(counted: Bool, unreadTotal: Int, unreadConversation: Int, mentionTotal: Int, mentionConversation: Int) {
+    public init(
+        counted: Bool, unreadTotal: Int, unreadConversation: Int, mentionTotal: Int, mentionConversation: Int,
+        mentionedConversations: Int? = nil
+    ) {
         self.counted = counted
         self.unreadTotal = unreadTotal
         self.unreadConversation = unreadConversation
         self.mentionTotal = mentionTotal
         self.mentionConversation = mentionConversation
+        self.mentionedConversations = mentionedConversations
     }
 }
 
@@ -59,6 +65,7 @@ public enum Counting {
         s.unread.conversations[conversation] = after.unreadConversation
         s.unread.mentionTotal = after.mentionTotal
         s.unread.mentionConversations[conversation] = after.mentionConversation
+        if let n = after.mentionedConversations { s.unread.storedMentionedConversations = n }
         return s
     }
 }
@@ -85,7 +92,8 @@ public struct CountBook: Sendable, Hashable {
         }
         return CountsAfter(
             counted: fresh, unreadTotal: u.total, unreadConversation: u.conversations[key.conversation] ?? 0,
-            mentionTotal: u.mentionTotal, mentionConversation: u.mentionConversations[key.conversation] ?? 0)
+            mentionTotal: u.mentionTotal, mentionConversation: u.mentionConversations[key.conversation] ?? 0,
+            mentionedConversations: u.mentionConversations.values.filter { $0 > 0 }.count)
     }
 
     public mutating func markRead(user: String, conversation: String?) {

@@ -22,6 +22,7 @@ public struct PreferencePatch: Sendable, Hashable {
         public var template: TemplateChoice?
         public var displayStyle: DisplayStyle?
         public var displayName: String?
+        public var nickname: String?
         public var languages: [String]?
         public var badge: Bool?
 
@@ -41,11 +42,12 @@ public struct PreferencePatch: Sendable, Hashable {
 
     /// The fields a patch may clear. A cleared `trigger`, `template` or `display_style` is unset again (the app's
     /// `user_defaults`, else the built-in default); a cleared `badge` is back to on; a cleared `dnd`, `snooze`,
-    /// `display_name` or `languages` is absent.
+    /// `display_name`, `nickname` or `languages` is absent.
     public enum Field: String, Sendable, Hashable, CaseIterable {
         case trigger, dnd, snooze, template, languages, badge
         case displayStyle = "display_style"
         case displayName = "display_name"
+        case nickname
     }
 
     public var set: Fields
@@ -77,6 +79,7 @@ public struct PreferencePatch: Sendable, Hashable {
         if let v = set.template { p.template = v }
         if let v = set.displayStyle { p.displayStyle = v }
         if let v = set.displayName { p.displayName = v }
+        if let v = set.nickname { p.nickname = v }
         if let v = set.languages { p.languages = Array(v.prefix(Preferences.maxLanguages)) }
         if let v = set.badge { p.badge = v }
         for field in clear {
@@ -89,6 +92,7 @@ public struct PreferencePatch: Sendable, Hashable {
             case .badge: p.badge = true
             case .displayStyle: p.displayStyle = .summary; p.unset.insert(.displayStyle)
             case .displayName: p.displayName = nil
+            case .nickname: p.nickname = nil
             }
         }
         for (id, fields) in conversations {
@@ -133,6 +137,10 @@ public struct PreferencePatch: Sendable, Hashable {
                 let name = try string(value, key)
                 guard name.utf8.count <= 256 else { throw FieldError(field: key, message: "longer than 256 bytes") }
                 if name.isEmpty { patch.clear.append(.displayName) } else { patch.set.displayName = name }
+            case "nickname":
+                let name = try string(value, key)
+                guard name.utf8.count <= 256 else { throw FieldError(field: key, message: "longer than 256 bytes") }
+                if name.isEmpty { patch.clear.append(.nickname) } else { patch.set.nickname = name }
             case "badge": patch.set.badge = try bool(value, key)
             case "languages":
                 guard case .array(let items) = value else {
@@ -317,6 +325,7 @@ extension PreferencePatch: JSONRecord {
         if let v = set.template { field("template", &w); w.string(v.rawValue) }
         if let v = set.displayStyle { field("display_style", &w); w.string(v.rawValue) }
         if let v = set.displayName { field("display_name", &w); w.string(v) }
+        if let v = set.nickname { field("nickname", &w); w.string(v) }
         if let v = set.languages { field("languages", &w); w.stringArray(v) }
         if let v = set.badge { field("badge", &w); w.bool(v) }
         w.raw("},\"clear\":"); w.stringArray(clear.map(\.rawValue))
@@ -351,6 +360,7 @@ extension PreferencePatch: JSONRecord {
             if f.value("template") != nil { patch.set.template = stored.template }
             if f.value("display_style") != nil { patch.set.displayStyle = stored.displayStyle }
             if f.value("display_name") != nil { patch.set.displayName = stored.displayName }
+            if f.value("nickname") != nil { patch.set.nickname = stored.nickname }
             if f.value("languages") != nil { patch.set.languages = stored.languages }
             if f.value("badge") != nil { patch.set.badge = stored.badge }
         }

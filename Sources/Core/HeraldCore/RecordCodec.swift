@@ -347,6 +347,7 @@ extension Preferences: JSONRecord {
         if !p.unset.contains(.template) { field("template", &w); w.string(p.template.rawValue) }
         if !p.unset.contains(.displayStyle) { field("display_style", &w); w.string(p.displayStyle.rawValue) }
         if let name = p.displayName { field("display_name", &w); w.string(name) }
+        if let name = p.nickname { field("nickname", &w); w.string(name) }
         if !p.languages.isEmpty { field("languages", &w); w.stringArray(p.languages) }
         field("badge", &w); w.bool(p.badge)
         w.byte(UInt8(ascii: "}"))
@@ -392,6 +393,7 @@ extension Unread {
                 mentionConversations[id] = Int(count)
             }
         }
+        storedMentionedConversations = try u.int("mentioned_conversations").map { Int(clamping: $0) }
     }
 
     func write(into w: inout JSONWriter) {
@@ -419,6 +421,10 @@ extension Unread {
                 w.key(id); w.int(count)
             }
             w.byte(UInt8(ascii: "}"))
+            first = false
+        }
+        if let n = storedMentionedConversations {
+            w.raw(first ? "\"mentioned_conversations\":" : ",\"mentioned_conversations\":"); w.int(n)
         }
         w.byte(UInt8(ascii: "}"))
     }
@@ -555,6 +561,10 @@ extension Preferences {
                 bit = 256
                 guard let v = p.plainBool() else { return nil }
                 prefs.badge = v
+            } else if p.isKey(name, "nickname") {
+                bit = 512
+                guard let v = p.plainString() else { return nil }
+                prefs.nickname = v
             } else {
                 return nil
             }
@@ -599,6 +609,7 @@ extension Preferences {
             }
         }
         prefs.displayName = try p.string("display_name")
+        prefs.nickname = try p.string("nickname")
         prefs.languages = Array((try p.stringArray("languages") ?? []).prefix(Preferences.maxLanguages))
         prefs.badge = try p.bool("badge") ?? true
         self = prefs

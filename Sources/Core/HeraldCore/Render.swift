@@ -185,6 +185,9 @@ struct PayloadContent {
     var data: String
     var extern: JSONValue?
     var locArgsDropped = false
+    /// CometChat's message object without its metadata and further attachments (a payload too large drops them
+    /// with the translations).
+    var messageExtrasDropped = false
     /// The alert's interruption level and relevance score (none for background and VoIP pushes).
     var attention = Attention()
     /// An update of a burst's notification: no sound (docs/behaviour.md §6a).
@@ -213,8 +216,9 @@ public enum Renderer {
         let nowMillis = Int64((now.timeIntervalSince1970 * 1000).rounded(.down))
         let eventSeconds = event.ruleTime(now: nowMillis) / 1000
         let isCall = event.kind == .call
-        var alertPayload: [UInt8]?
-        var voipPayload: [UInt8]?
+        // Rendered once per push type and `aps` flags (a credential may set its own, `APSFlags`).
+        var alertPayload: (flags: APSFlags, bytes: [UInt8])?
+        var voipPayload: (flags: APSFlags, bytes: [UInt8])?
         var out: [APNsRequest] = []
         out.reserveCapacity(targets.count)
         var webhookProviders: Set<String> = []
@@ -253,13 +257,14 @@ public enum Renderer {
                 throw RenderError.noTopic(device, app: app)
             }
             let payload: [UInt8]
-            if let p = pushType == .voip ? voipPayload : alertPayload {
-                payload = p
+            let flags = app.apsFlags(device)
+            if let p = pushType == .voip ? voipPayload : alertPayload, p.flags == flags {
+                payload = p.bytes
             } else {
                 payload = try renderPayload(
                     event: event, recipient: recipient, state: state, app: app,
-                    senderDisplayName: senderDisplayName, pushType: pushType, burst: burst)
-                if pushType == .voip { voipPayload = payload } else { alertPayload = payload }
+                    senderDisplayName: senderDisplayName, pushType: pushType, burst: burst, aps: flags)
+                if pushType == .voip { voipPayload = (flags, payload) } else { alertPayload = (flags, payload) }
             }
             let expiration = Saturating.add(
                 eventSeconds, isCall ? app.callExpirationSeconds : app.expirationSeconds)
@@ -442,8 +447,13 @@ public enum Renderer {
     public static func renderPayload(
         event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
         senderDisplayName: String?,
-        pushType: APNsRequest.PushType, burst: Int? = nil
+        pushType: APNsRequest.PushType, burst: Int? = nil, aps: APSFlags? = nil
     ) throws(RenderError) -> [UInt8] {
+        let aps =
+            aps
+            ?? APSFlags(
+                contentAvailable: app.payloadOptions.contentAvailable, mutableContent: app.payloadOptions.mutableContent
+            )
         let prefs = app.effectivePreferences(state.preferences)
         let isCometChat: Bool = { if case .cometchat = app.payloadProfile { true } else { false } }()
         var (content, sender) = Self.content(
@@ -456,7 +466,7 @@ public enum Renderer {
         let badge = app.badge(for: state, preferences: prefs)
 
         var w = JSONWriter(capacity: 768)
-        write(event, recipient, state, app, sender, badge, content, pushType: pushType, into: &w)
+        write(event, recipient, state, app, sender, badge, content, pushType: pushType, aps: aps, into: &w)
         if w.count <= limit { return w.bytes }
 
         // Too large. The body is shortened first, together with the copy of
@@ -479,27 +489,27 @@ public enum Renderer {
         let original = content
         for drops in 0...4 {
             var trial = original
-            if drops >= 1 { trial.translations = [] }
+            if drops >= 1 { trial.translations = []; trial.messageExtrasDropped = true }
             if drops >= 2 { trial.data = "" }
             if drops >= 3 { trial.extern = nil }
             if drops >= 4 { trial.locArgsDropped = true }
             if drops > 0 {
                 w = JSONWriter(capacity: limit + 256)
-                write(event, recipient, state, app, sender, badge, trial, pushType: pushType, into: &w)
+                write(event, recipient, state, app, sender, badge, trial, pushType: pushType, aps: aps, into: &w)
                 if w.count <= limit { return w.bytes }
             }
             let excess = w.count - limit
             let floorForThisLevel = drops == 4 ? 0 : floor
             shareCut(&trial, excess: excess, copies: copies, textCopies: textCopies, floor: floorForThisLevel)
             w = JSONWriter(capacity: limit + 256)
-            write(event, recipient, state, app, sender, badge, trial, pushType: pushType, into: &w)
+            write(event, recipient, state, app, sender, badge, trial, pushType: pushType, aps: aps, into: &w)
             if w.count <= limit { return w.bytes }
             content = trial
         }
         if let title = content.title {
             content.title = shorten(title, by: (w.count - limit + copies - 1) / copies)
             w = JSONWriter(capacity: limit + 256)
-            write(event, recipient, state, app, sender, badge, content, pushType: pushType, into: &w)
+            write(event, recipient, state, app, sender, badge, content, pushType: pushType, aps: aps, into: &w)
             if w.count <= limit { return w.bytes }
         }
         throw RenderError(code: .payloadTooLarge, detail: "minimal payload is \(w.count) bytes (limit \(limit))")
@@ -554,7 +564,7 @@ public enum Renderer {
 
     static func write(
         _ event: ChatEvent, _ recipient: String, _ state: UserState, _ app: AppConfig, _ sender: String,
-        _ badge: Int?, _ content: PayloadContent, pushType: APNsRequest.PushType = .alert,
+        _ badge: Int?, _ content: PayloadContent, pushType: APNsRequest.PushType = .alert, aps: APSFlags,
         into w: inout JSONWriter
     ) {
         if pushType == .background {
@@ -562,7 +572,7 @@ public enum Renderer {
             w.raw("{\"aps\":{\"content-available\":1,\"thread-id\":"); w.string(event.conversation.id)
             w.byte(UInt8(ascii: "}"))
         } else {
-            writeAlertAPS(event, app, badge, content, into: &w)
+            writeAlertAPS(event, app, badge, content, aps: aps, into: &w)
         }
 
         switch app.payloadProfile {
@@ -577,7 +587,7 @@ public enum Renderer {
 
     /// `{"aps":{...}` of a visible notification (the closing brace of the payload is the caller's).
     static func writeAlertAPS(
-        _ event: ChatEvent, _ app: AppConfig, _ badge: Int?, _ content: PayloadContent,
+        _ event: ChatEvent, _ app: AppConfig, _ badge: Int?, _ content: PayloadContent, aps: APSFlags,
         into w: inout JSONWriter
     ) {
         let a = event.ext.apns
@@ -609,8 +619,8 @@ public enum Renderer {
             w.raw(",\"sound\":"); w.string(a.sound ?? options.sound(conversation: event.conversation.id))
         }
         if let cat = a.category { w.raw(",\"category\":"); w.string(cat) }
-        if options.contentAvailable { w.raw(",\"content-available\":1") }
-        if a.mutableContent || options.mutableContent { w.raw(",\"mutable-content\":1") }
+        if aps.contentAvailable { w.raw(",\"content-available\":1") }
+        if a.mutableContent || aps.mutableContent { w.raw(",\"mutable-content\":1") }
         w.raw(",\"thread-id\":"); w.string(event.conversation.id)
         content.attention.write(into: &w)
         w.byte(UInt8(ascii: "}"))
@@ -687,7 +697,9 @@ public enum Renderer {
         w.raw(",\"name\":"); w.string(event.conversation.name ?? "")
         w.raw(",\"custom_type\":"); w.string(event.conversation.customType ?? "")
         w.raw("},\"channel_type\":")
-        if event.conversation.type == .direct {
+        if let channelType = event.conversation.channelType {
+            w.string(channelType)
+        } else if event.conversation.type == .direct {
             w.raw("\"messaging\"")
         } else {
             w.string(options.sendbirdGroupChannelType)
@@ -696,7 +708,7 @@ public enum Renderer {
         w.raw(",\"name\":"); w.string(sender)
         w.raw(",\"profile_url\":"); w.string(event.sender.profileURL ?? "")
         w.raw("},\"recipient\":{\"id\":"); w.string(recipient)
-        w.raw(",\"name\":"); w.string(state.preferences.displayName ?? "")
+        w.raw(",\"name\":"); w.string(state.preferences.nickname ?? state.preferences.displayName ?? "")
         w.raw("},\"files\":[")
         if let f = m?.file {
             w.raw("{\"name\":"); w.string(f.name ?? "")
@@ -723,9 +735,11 @@ public enum Renderer {
             // The mention counts are Herald's when the app counts (docs/behaviour.md §12), else 0.
             w.raw(",\"mentioned_users\":{\"user_id\":"); w.string(recipient)
             w.raw(",\"total_unread_mention_count\":"); w.int(state.unread.mentionTotal)
-            w.raw(",\"channel_unread_mention_count\":");
-            w.int(state.unread.mentionConversations[event.conversation.id] ?? 0)
-            w.raw(",\"is_hidden\":false}")
+            // The number of conversations holding an unread mention of the user (the seed's meaning).
+            w.raw(",\"channel_unread_mention_count\":")
+            w.int(state.unread.mentionedConversations)
+            w.raw(",\"is_hidden\":"); w.bool(event.conversation.hiddenBy.contains(recipient))
+            w.byte(UInt8(ascii: "}"))
         }
         if let action = messageAction(event) { w.raw(",\"message_action\":"); w.string(action) }
         if options.sendbirdChannelUnreadCount {
@@ -735,9 +749,11 @@ public enum Renderer {
         w.byte(UInt8(ascii: "}"))
     }
 
+    /// CometChat's flat fields. `messageAsString`: the `message` object written as a JSON string (FCM `data`,
+    /// whose values are strings) and `custom` left out.
     static func writeCometChat(
         _ event: ChatEvent, _ recipient: String, _ state: UserState, _ sender: String,
-        _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(),
+        _ content: PayloadContent, _ options: PayloadOptions = PayloadOptions(), messageAsString: Bool = false,
         into w: inout JSONWriter
     ) {
         let isGroup = event.conversation.type == .group
@@ -749,9 +765,10 @@ public enum Renderer {
         w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
         if isGroup, let n = event.conversation.name {
             w.raw(",\"receiverName\":"); w.string(n)
-        } else if !isGroup, let n = state.preferences.displayName {
+        } else if !isGroup, let n = state.preferences.nickname ?? state.preferences.displayName {
             w.raw(",\"receiverName\":"); w.string(n)
         }
+        if let avatar = event.conversation.avatarURL { w.raw(",\"receiverAvatar\":"); w.string(avatar) }
         w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
         let tag: String
         switch event.kind {
@@ -771,20 +788,79 @@ public enum Renderer {
         if let t = event.createdAt { w.raw(",\"sentAt\":\""); w.int(t); w.byte(UInt8(ascii: "\"")) }
         if let action = messageAction(event) { w.raw(",\"messageAction\":"); w.string(action) }
         if options.cometchatIncludeMessage, let m = event.message {
-            // A reduced CometChat message object: what a client needs to show or update the message.
-            w.raw(",\"message\":{\"id\":"); w.string(m.id)
-            w.raw(",\"conversationId\":"); w.string(event.conversation.id)
-            w.raw(",\"sender\":"); w.string(event.sender.id)
-            w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
-            w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
-            w.raw(",\"category\":\"message\",\"type\":");
-            w.string(m.type == .file ? (fileCategory(m.file?.mimeType)) : "text")
-            w.raw(",\"text\":"); w.string(content.detailText)
-            if let f = m.file, let url = f.url { w.raw(",\"url\":"); w.string(url) }
-            if let t = event.createdAt { w.raw(",\"sentAt\":"); w.int(t / 1000) }
-            w.byte(UInt8(ascii: "}"))
+            w.raw(",\"message\":")
+            if messageAsString {
+                var o = JSONWriter(capacity: 512)
+                writeCometChatMessage(event, m, recipient, state, sender, content, into: &o)
+                w.string(o.string)
+            } else {
+                writeCometChatMessage(event, m, recipient, state, sender, content, into: &w)
+            }
         }
-        if let custom = options.cometchatCustom { w.raw(",\"custom\":"); w.value(custom) }
+        if !messageAsString, let custom = options.cometchatCustom { w.raw(",\"custom\":"); w.value(custom) }
+    }
+
+    /// CometChat's message object ("Include message object"): the message with its sender and receiver, and in
+    /// `data` its text, metadata and attachments (the `file` first, then `attachments`). `text` and `url` are also
+    /// kept at the top, where older clients read them.
+    static func writeCometChatMessage(
+        _ event: ChatEvent, _ m: ChatEvent.Message, _ recipient: String, _ state: UserState, _ sender: String,
+        _ content: PayloadContent, into w: inout JSONWriter
+    ) {
+        let isGroup = event.conversation.type == .group
+        let files = (m.file.map { [$0] } ?? []) + (content.messageExtrasDropped ? [] : m.attachments)
+        let type = m.type == .file ? fileCategory(files.first?.mimeType) : "text"
+        w.raw("{\"id\":"); w.string(m.id)
+        w.raw(",\"conversationId\":"); w.string(event.conversation.id)
+        w.raw(",\"sender\":"); w.string(event.sender.id)
+        w.raw(",\"receiver\":"); w.string(isGroup ? event.conversation.id : recipient)
+        w.raw(",\"receiverType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
+        w.raw(",\"category\":\"message\",\"type\":"); w.string(type)
+        w.raw(",\"text\":"); w.string(content.detailText)
+        if let url = files.first?.url { w.raw(",\"url\":"); w.string(url) }
+        w.raw(",\"data\":{\"text\":"); w.string(content.detailText)
+        if !content.messageExtrasDropped, let metadata = m.metadata { w.raw(",\"metadata\":"); w.value(metadata) }
+        if !files.isEmpty {
+            w.raw(",\"attachments\":[")
+            for (n, f) in files.enumerated() {
+                if n > 0 { w.byte(UInt8(ascii: ",")) }
+                w.raw("{\"name\":"); w.string(f.name ?? "")
+                w.raw(",\"mimeType\":"); w.string(f.mimeType ?? "")
+                w.raw(",\"extension\":"); w.string(fileExtension(f.name))
+                w.raw(",\"url\":"); w.string(f.url ?? "")
+                w.byte(UInt8(ascii: "}"))
+            }
+            w.byte(UInt8(ascii: "]"))
+        }
+        w.raw(",\"entities\":{\"sender\":{\"entityType\":\"user\",\"entity\":{\"uid\":"); w.string(event.sender.id)
+        w.raw(",\"name\":"); w.string(sender)
+        if let avatar = event.sender.profileURL { w.raw(",\"avatar\":"); w.string(avatar) }
+        w.raw("}},\"receiver\":{\"entityType\":"); w.raw(isGroup ? "\"group\"" : "\"user\"")
+        w.raw(",\"entity\":{"); w.raw(isGroup ? "\"guid\":" : "\"uid\":")
+        w.string(isGroup ? event.conversation.id : recipient)
+        if let name = isGroup ? event.conversation.name : state.preferences.nickname ?? state.preferences.displayName {
+            w.raw(",\"name\":"); w.string(name)
+        }
+        if let avatar = event.conversation.avatarURL {
+            w.raw(isGroup ? ",\"icon\":" : ",\"avatar\":"); w.string(avatar)
+        }
+        w.raw("}}}}")
+        if let t = event.createdAt {
+            w.raw(",\"sentAt\":"); w.int(t / 1000)
+            switch event.kind {
+            case .messageEdited: w.raw(",\"editedAt\":"); w.int(t / 1000)
+            case .messageDeleted: w.raw(",\"deletedAt\":"); w.int(t / 1000)
+            default: break
+            }
+        }
+        w.byte(UInt8(ascii: "}"))
+    }
+
+    /// A file name's extension, lower case, or "" when it has none.
+    static func fileExtension(_ name: String?) -> String {
+        guard let name, let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "" }
+        let ext = name[name.index(after: dot)...]
+        return ext.isEmpty || ext.utf8.count > 16 ? "" : ext.lowercased()
     }
 
     /// Sendbird's `audience_type` of one push, where the event says enough: `all` when the message mentions the

@@ -149,18 +149,23 @@ public enum Suppression {
         if !app.push { return .suppress(.appOff) }
         // 2. em_ignore_notification: nothing overrides it.
         if event.ext.ignoreNotification { return .suppress(.ignored) }
-        // 3. Devices that can take this kind of push.
+        // 3. Devices that can take this kind of push; an every-recipient webhook stands for a device of each user.
         let candidates = pushableDevices(event: event, state: state)
-        if candidates.isEmpty { return .suppress(.noDevices) }
+        let everyRecipient = !app.webhooks.isEmpty && app.webhooks.contains { $0.everyRecipient }
+        if candidates.isEmpty && !everyRecipient { return .suppress(.noDevices) }
         // 4. Presence.
-        let targets: [Device]
+        var targets: [Device]
         switch app.multiDevice {
         case .allOffline:
             if !state.online.isEmpty { return .suppress(.online) }
             targets = candidates
         case .anyOffline:
             let online = Set(state.online)
-            if !candidates.contains(where: { !online.contains($0.token) }) { return .suppress(.online) }
+            if candidates.isEmpty {
+                if !online.isEmpty { return .suppress(.online) }
+            } else if !candidates.contains(where: { !online.contains($0.token) }) {
+                return .suppress(.online)
+            }
             targets = candidates
         case .offlineOnly:
             if state.online.isEmpty {
@@ -171,6 +176,7 @@ public enum Suppression {
                 if targets.isEmpty { return .suppress(.online) }
             }
         }
+        if everyRecipient { addEveryRecipientWebhooks(to: &targets, recipient: recipient, app: app) }
         // 5. em_force_notification skips rules 6 to 9.
         if event.ext.forceNotification { return .deliver(targets: targets) }
         // 6. Conversation off or muted.
@@ -199,6 +205,16 @@ public enum Suppression {
         if let dnd = state.preferences.dnd, DNDClock.covers(dnd, millis: millis) { return .suppress(.dnd) }
         // 10. Deliver.
         return .deliver(targets: targets)
+    }
+
+    /// The app's every-recipient webhook providers the user has no `webhook` device of, as devices of theirs.
+    static func addEveryRecipientWebhooks(to targets: inout [Device], recipient: String, app: AppConfig) {
+        for hook in app.webhooks where hook.everyRecipient {
+            let registered = targets.contains {
+                $0.kind == .webhook && app.webhook($0.providerID)?.providerID == hook.providerID
+            }
+            if !registered { targets.append(hook.everyRecipientDevice(user: recipient)) }
+        }
     }
 
     /// Rule 3's candidates: on Apple's side chat goes to `apns` tokens; a ringing call (`initiated`)

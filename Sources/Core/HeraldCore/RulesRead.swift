@@ -182,6 +182,11 @@ extension ChatEvent {
         if try r.bool() { try r.skipStrings() }
         try r.skipOptionalString()
         _ = try r.bool()  // sound silenced
+        try r.skipOptionalString(); try r.skipOptionalString(); try r.skipStrings()  // channel type, avatar, hidden by
+        try r.skipOptionalString()  // metadata
+        for _ in 0..<(try r.count("items")) {
+            try r.skipOptionalString(); try r.skipOptionalString(); try r.skipOptionalString()
+        }
         self.init(
             eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: Sender(id: senderID),
             conversation: conversation, recipients: nil, message: message, call: call, reaction: reaction,
@@ -219,5 +224,7 @@ extension Preferences {
         }
         unset = Defaultable(rawValue: try r.byte()).intersection(.all)
         _ = try r.bool()  // unread total known
+        try r.skipOptionalString()  // nickname
+        _ = try r.optionalInt()  // conversations with an unread mention
     }
 }

@@ -242,6 +242,9 @@ public struct Preferences: Sendable, Hashable {
     public var displayStyle: DisplayStyle { didSet { unset.remove(.displayStyle) } }
     /// Easemob "push display name": replaces this user's nickname in the pushes they *send*.
     public var displayName: String?
+    /// The user's own nickname, kept by the registry (Sendbird's `recipient.name`, CometChat's `receiverName` of a
+    /// direct conversation).
+    public var nickname: String?
     public var languages: [String]
     public var badge: Bool
 
@@ -250,7 +253,7 @@ public struct Preferences: Sendable, Hashable {
         trigger: PushTrigger? = nil, conversations: [String: ConversationPreference] = [:],
         dnd: DoNotDisturb? = nil, snooze: Snooze? = nil, template: TemplateChoice? = nil,
         displayStyle: DisplayStyle? = nil, displayName: String? = nil,
-        languages: [String] = [], badge: Bool = true
+        languages: [String] = [], badge: Bool = true, nickname: String? = nil
     ) {
         var unset = Defaultable()
         if trigger == nil { unset.insert(.trigger) }
@@ -264,6 +267,7 @@ public struct Preferences: Sendable, Hashable {
         self.template = template ?? .default
         self.displayStyle = displayStyle ?? .summary
         self.displayName = displayName
+        self.nickname = nickname
         self.languages = Array(languages.prefix(Preferences.maxLanguages))
         self.badge = badge
     }
@@ -271,13 +275,13 @@ public struct Preferences: Sendable, Hashable {
     public static func == (a: Preferences, b: Preferences) -> Bool {
         a.trigger == b.trigger && a.conversations == b.conversations && a.dnd == b.dnd && a.snooze == b.snooze
             && a.template == b.template && a.displayStyle == b.displayStyle && a.displayName == b.displayName
-            && a.languages == b.languages && a.badge == b.badge
+            && a.languages == b.languages && a.badge == b.badge && a.nickname == b.nickname
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(trigger); hasher.combine(conversations); hasher.combine(dnd); hasher.combine(snooze)
         hasher.combine(template); hasher.combine(displayStyle); hasher.combine(displayName)
-        hasher.combine(languages); hasher.combine(badge)
+        hasher.combine(languages); hasher.combine(badge); hasher.combine(nickname)
     }
 
     /// These preferences with an app's defaults in the fields the user never set (`unset`); the result has none
@@ -317,18 +321,28 @@ public struct Unread: Sendable, Hashable {
     public var conversations: [String: Int]
     /// Unread messages that mention the user (Sendbird's `total_unread_mention_count`).
     public var mentionTotal: Int
-    /// Per conversation (Sendbird's `channel_unread_mention_count`).
+    /// Per conversation.
     public var mentionConversations: [String: Int]
+    /// How many conversations hold an unread mention of the user (Sendbird's `channel_unread_mention_count`), as
+    /// Herald's count answered it; nil: not told, and the conversations in `mentionConversations` with a count
+    /// are counted instead.
+    public var storedMentionedConversations: Int?
+
+    /// Sendbird's `channel_unread_mention_count`: the conversations with an unread mention of the user.
+    public var mentionedConversations: Int {
+        storedMentionedConversations ?? mentionConversations.values.reduce(0) { $0 + ($1 > 0 ? 1 : 0) }
+    }
 
     /// `total` nil: the total is unknown (nothing set it).
     public init(
         total: Int? = nil, conversations: [String: Int] = [:], mentionTotal: Int = 0,
-        mentionConversations: [String: Int] = [:]
+        mentionConversations: [String: Int] = [:], mentionedConversations: Int? = nil
     ) {
         self.storedTotal = total
         self.conversations = conversations
         self.mentionTotal = mentionTotal
         self.mentionConversations = mentionConversations
+        self.storedMentionedConversations = mentionedConversations
     }
 }
 

@@ -81,7 +81,7 @@ public enum FCMMessage {
         let floor = 1024
         for drops in 0...3 {
             var trial = original
-            if drops >= 1 { trial.translations = [] }
+            if drops >= 1 { trial.translations = []; trial.messageExtrasDropped = true }
             if drops >= 2 { trial.data = "" }
             if drops >= 3 { trial.extern = nil }
             bytes = shape.write(trial)
@@ -97,7 +97,7 @@ public enum FCMMessage {
             }
         }
         var last = capped(original, 0)
-        last.translations = []; last.data = ""; last.extern = nil
+        last.translations = []; last.messageExtrasDropped = true; last.data = ""; last.extern = nil
         if let title = last.title {
             let length = JSONWriter.escapedLength(title) - 2
             if let fitted = largestFitting(
@@ -214,7 +214,11 @@ public enum FCMMessage {
                 w.raw("\"thread-id\":"); w.string(event.conversation.id)
                 if let badge { w.raw(",\"badge\":"); w.int(badge) }
                 if let category = event.ext.apns.category { w.raw(",\"category\":"); w.string(category) }
-                if event.ext.apns.mutableContent { w.raw(",\"mutable-content\":1") }
+                // The app's `apns:` options reach iOS devices that receive through FCM too.
+                if app.payloadOptions.contentAvailable { w.raw(",\"content-available\":1") }
+                if event.ext.apns.mutableContent || app.payloadOptions.mutableContent {
+                    w.raw(",\"mutable-content\":1")
+                }
                 content.attention.write(into: &w)
                 w.raw("}}}")
             }
@@ -251,8 +255,10 @@ public enum FCMMessage {
                 w.byte(UInt8(ascii: ",")); w.key(key); w.string(o.string)
             case .cometchat:
                 var o = JSONWriter(capacity: 512)
-                // FCM data values are strings: the `message` and `custom` objects are for APNs and webhooks only.
-                Renderer.writeCometChat(event, recipient, state, sender, content, into: &o)
+                // FCM data values are strings: the `message` object is written as a JSON string; `custom` is for
+                // APNs and webhooks only.
+                Renderer.writeCometChat(
+                    event, recipient, state, sender, content, app.payloadOptions, messageAsString: true, into: &o)
                 w.bytes.append(contentsOf: o.bytes.dropFirst())  // its fields start with a comma
             }
             if let e = content.extern {
