@@ -20,6 +20,8 @@ struct PipelineConfigTests {
         #expect(c.apps.app("app2").payloadProfile == .sendbird(key: "sendbird"))
         #expect(c.apps.app("app2").multiDevice == .anyOffline)
         #expect(c.apps.app("app3").payloadProfile == .cometchat)
+        #expect(c.apps.app("app3").webhooks.map(\.everyRecipient) == [true])
+        #expect(c.apps.app("app1").webhooks.map(\.everyRecipient) == [false])
         #expect(
             c.apps.app("app1").credentials.first?.auth
                 == .token(
@@ -493,6 +495,44 @@ struct VendorPayloadOptionsConfigTests {
             _ = try PipelineLoader.load(yaml: yaml)
             Issue.record("\(yaml) loaded without an error")
         } catch { #expect(error.path == path) }
+    }
+
+    @Test("a webhook's every_recipient and a credential's content_available / mutable_content are read")
+    func migrationKeys() throws {
+        let yaml = """
+            apps:
+              cc:
+                payload: {profile: cometchat}
+                apns: {content_available: true}
+                credentials:
+                  - {bundle_id: com.a, team_id: T, key_id: K, key_file: k.p8, provider_id: a,
+                     content_available: false, mutable_content: true}
+                  - {bundle_id: com.b, team_id: T, key_id: K, key_file: k.p8, provider_id: b}
+                webhooks:
+                  - {provider_id: all, url: "https://h.example/all", every_recipient: true}
+                  - {provider_id: some, url: "https://h.example/some"}
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings.isEmpty, "\(loaded.warnings)")
+        let app = loaded.config.apps.app("cc")
+        #expect(app.credentials.map(\.contentAvailable) == [false, nil])
+        #expect(app.credentials.map(\.mutableContent) == [true, nil])
+        #expect(app.webhooks.map(\.everyRecipient) == [true, false])
+        let a = Device(token: "aa", providerID: "a"), b = Device(token: "bb", providerID: "b")
+        #expect(app.apsFlags(a) == APSFlags(contentAvailable: false, mutableContent: true))
+        #expect(app.apsFlags(b) == APSFlags(contentAvailable: true, mutableContent: false))
+        // Without a provider id: the credential of the device's bundle id, else of the app's first bundle id.
+        #expect(app.apsFlags(Device(token: "cc")) == APSFlags(contentAvailable: false, mutableContent: true))
+        #expect(
+            app.apsFlags(Device(token: "dd", bundleID: "com.b"))
+                == APSFlags(contentAvailable: true, mutableContent: false))
+        #expect(
+            app.apsFlags(Device(token: "ee", bundleID: "com.other"))
+                == APSFlags(contentAvailable: true, mutableContent: false))
+        #expect(throws: ConfigError.self) {
+            try PipelineLoader.load(
+                yaml: "apps:\n  x:\n    webhooks: [{provider_id: h, url: \"https://h/x\", every_recipient: maybe}]\n")
+        }
     }
 
     @Test("a vendor block under another profile is warned about")

@@ -53,6 +53,40 @@ struct SimulatorTests {
                 && line["class_rule"] == .string("mention"))
     }
 
+    @Test("the Sendbird example: channel_type, is_hidden, recipient.name and the mention counts as the seed means them")
+    func sendbirdMention() throws {
+        let out = try lines("pipelines/examples/event-sendbird-mention.json")
+        #expect(out.map(\.user) == ["u2"] && out[0].decision == .deliver)
+        let payload = try #require(json(out[0].json)["notifications"]?.arrayFirst?["payload"])
+        let sb = try #require(payload["sendbird"])
+        #expect(sb["channel_type"] == .string("chat"))
+        #expect(sb["recipient"] == json(#"{"id":"u2","name":"Pierre"}"#))
+        // app2 keeps counts: this message is the one mention, in one conversation.
+        #expect(
+            sb["mentioned_users"]
+                == json(
+                    #"{"user_id":"u2","total_unread_mention_count":1,"channel_unread_mention_count":1,"is_hidden":true}"#
+                ))
+    }
+
+    @Test("the CometChat example: the webhook posts for every recipient, with receiverAvatar and the message object")
+    func cometchatEveryRecipient() throws {
+        let out = try lines("pipelines/examples/event-cometchat-group.json")
+        #expect(out.map(\.user) == ["u2", "u6"])
+        #expect(out.allSatisfy { $0.decision == .deliver })
+        // u2 has an APNs device and gets the webhook post beside it; u6 has no device and gets the post alone.
+        let u2 = try #require(json(out[0].json)["notifications"]?.arrayItems)
+        let u6 = try #require(json(out[1].json)["notifications"]?.arrayItems)
+        #expect(u2.count == 2 && u6.count == 1)
+        let hook = try #require(u6.first?["payload"]?["data"]?["notificationDetails"])
+        #expect(hook["receiverAvatar"] == .string("https://cdn.example/g7.png"))
+        #expect(hook["message"]?["data"]?["metadata"] == json(#"{"route":"north ridge"}"#))
+        #expect(hook["message"]?["data"]?["attachments"]?.arrayItems?.count == 2)
+        let apns = try #require(u2.first { $0["payload"]?["aps"] != nil }?["payload"])
+        #expect(apns["receiverAvatar"] == .string("https://cdn.example/g7.png"))
+        #expect(apns["message"]?["data"]?["metadata"] == json(#"{"route":"north ridge"}"#))
+    }
+
     @Test("--at moves the rule time: outside u3's DND window u3 is woken")
     func atOverride() throws {
         let morning = Date(timeIntervalSince1970: 1_732_060_800)  // 08:58 Seoul
@@ -101,6 +135,11 @@ struct SimulatorTests {
 }
 
 extension JSONValue {
+    var arrayItems: [JSONValue]? {
+        if case .array(let items) = self { return items }
+        return nil
+    }
+
     var arrayFirst: JSONValue? {
         if case .array(let a) = self { return a.first }
         return nil

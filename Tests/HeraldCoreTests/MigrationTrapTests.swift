@@ -216,6 +216,11 @@ struct CometChatMigrationTests {
         #expect(requests.first { $0.token == tokenB }?.topic == "com.example.b")
         let fcmAps = try fcmMessage(try #require(requests.first { $0.provider == .fcm }))["apns"]?["payload"]?["aps"]
         #expect(fcmAps?["content-available"] == .number("1") && fcmAps?["mutable-content"] == nil)
+        // A device without a provider id is sent with the credential of its bundle id, whose flags it gets.
+        let byBundle = device(tokenA, bundle: "com.example.b")
+        let (_, bundled) = try run(try migrationEvent(), to: "u2", state: user(devices: [byBundle]), app: app)
+        let apsBundled = try payload(try #require(bundled.first))["aps"]
+        #expect(apsBundled?["content-available"] == nil && apsBundled?["mutable-content"] == .number("1"))
     }
 }
 

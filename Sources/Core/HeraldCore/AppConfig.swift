@@ -442,14 +442,18 @@ public struct AppConfig: Sendable {
         return (bundle, environment, guesses)
     }
 
-    /// `content-available` and `mutable-content` of an alert to `device`: the credential its provider id names
-    /// may set its own, else the app's `apns:` options.
+    /// `content-available` and `mutable-content` of an alert to `device`: the credential the push goes out with (the
+    /// one its provider id names, else the first for its bundle id) may set its own, else the app's `apns:` options.
     public func apsFlags(_ device: Device) -> APSFlags {
         let options = payloadOptions
-        let named = device.providerID == nil ? nil : apnsCredential(device.providerID)
+        var credential = device.providerID == nil ? nil : apnsCredential(device.providerID)
+        if credential == nil, !credentials.isEmpty {
+            let bundle = device.bundleID ?? defaultBundleID
+            credential = credentials.first { $0.bundleID == bundle }
+        }
         return APSFlags(
-            contentAvailable: named?.contentAvailable ?? options.contentAvailable,
-            mutableContent: named?.mutableContent ?? options.mutableContent)
+            contentAvailable: credential?.contentAvailable ?? options.contentAvailable,
+            mutableContent: credential?.mutableContent ?? options.mutableContent)
     }
 
     /// The FCM credential a device's provider id names (the first one when nil).

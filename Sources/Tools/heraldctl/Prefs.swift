@@ -41,6 +41,9 @@ struct PrefsCommand: AsyncParsableCommand {
         @Option(name: .customLong("display-style"), help: "summary or simple_banner.") var displayStyle: String?
         @Option(name: .customLong("display-name"), help: "Push display name (empty string removes it).")
         var displayName: String?
+
+        @Option(help: "The user's own nickname: Sendbird's recipient.name (empty string removes it).")
+        var nickname: String?
         @Option(name: .long, help: "Preferred languages, comma separated, first wins (at most 4).") var languages:
             String?
         @Option(name: .long, help: "Badge: on or off.") var badge: String?
@@ -196,6 +199,9 @@ struct PrefsCommand: AsyncParsableCommand {
             }
             if let displayName {
                 if displayName.isEmpty { patch.clear.append(.displayName) } else { patch.set.displayName = displayName }
+            }
+            if let nickname {
+                if nickname.isEmpty { patch.clear.append(.nickname) } else { patch.set.nickname = nickname }
             }
             if let languages {
                 let list = languages.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
