@@ -616,13 +616,43 @@ if [ -x "$BIN/heraldctl" ]; then
 import collections, json, subprocess, sys
 run, bin_dir, state_file = sys.argv[1], sys.argv[2], sys.argv[3]
 states = json.load(open(state_file))
-def key(token, topic, push_type, payload): return (token, topic, push_type, json.dumps(payload, sort_keys=True))
-got = collections.Counter(key(r["token"], r["topic"], r["push_type"], r["payload"])
+# Apps with `counts: true` count every message, delivered or not, as the pipeline meets it, and calls and mentions
+# take the priority lane, so a later message may be counted first; simulate counts each event alone, from the
+# fixture. The count fields are therefore compared apart: a device's badges must be distinct and each within what
+# counting allows (from the predicted count up to one less than it plus the messages its user is counted for).
+COUNTED = {"badge", "notification_count", "unread_message_count", "channel_unread_count",
+           "total_unread_mention_count", "channel_unread_mention_count"}
+def strip(v, found):
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if k in COUNTED:
+                found.append((k, x)); out[k] = "#"
+            else:
+                out[k] = strip(x, found)
+        return out
+    if isinstance(v, list): return [strip(x, found) for x in v]
+    return v
+counts_got, counts_want = collections.defaultdict(list), collections.defaultdict(list)
+def key(token, topic, push_type, payload, counts, device=None):
+    found = []
+    shape = strip(payload, found)
+    # One count per notification (an FCM message carries it for Android and for its apns block).
+    badges = [int(x) for k, x in found if k in ("badge", "notification_count")]
+    if badges: counts[device or token].append(badges[0])
+    return (token, topic, push_type, json.dumps(shape, sort_keys=True))
+got = collections.Counter(key(r["token"], r["topic"], r["push_type"], r["payload"], counts_got)
                           for r in map(json.loads, open(run + "/apns-record.jsonl")))
 # FCM and webhook requests, as herald-mock-fcm recorded their bodies (the FCM body names its token).
 for r in map(json.loads, open(run + "/fcm-record.jsonl")):
     if r["endpoint"] in ("send", "webhook"):
-        got[key(r["endpoint"].replace("send", "fcm"), "", "", json.loads(r["body"]))] += 1
+        body = json.loads(r["body"])
+        device = body.get("message", {}).get("token") if r["endpoint"] == "send" else None
+        got[key(r["endpoint"].replace("send", "fcm"), "", "", body, counts_got, device)] += 1
+# Messages each user is counted for: every message event simulate decides for them, whatever its push, never the
+# sender's own.
+counted_for = collections.Counter()
+user_of = {}
 want = collections.Counter()
 for line in open(run + "/events.tsv"):
     event = json.loads(line.split("\t", 1)[1])
@@ -631,14 +661,28 @@ for line in open(run + "/events.tsv"):
     out = subprocess.run([bin_dir + "/heraldctl", "simulate", "--event", run + "/sim-event.json", "--state",
                           run + "/sim-state.json", "--pipeline", run + "/pipeline.yaml"], capture_output=True, text=True).stdout
     for l in out.splitlines():
-        for n in json.loads(l)["notifications"]:
+        line = json.loads(l)
+        if event.get("kind") == "message" and line.get("reason") != "sender":
+            counted_for[(event["app_id"], line["user"])] += 1
+        for n in line["notifications"]:
+            user_of[n["token"]] = (event["app_id"], line["user"])
             if n.get("provider") in ("fcm", "webhook"):
-                want[key(n["provider"], "", "", n["payload"])] += 1
+                want[key(n["provider"], "", "", n["payload"], counts_want, n["token"])] += 1
             else:
-                want[key(n["token"], n["topic"], n["push_type"], n["payload"])] += 1
-same = got == want
-print("heraldctl simulate predicted %d notifications; the stand-ins received %d; identical (APNs: token, topic, push type, payload; FCM and webhooks: body): %s"
+                want[key(n["token"], n["topic"], n["push_type"], n["payload"], counts_want)] += 1
+def counts_fit(token):
+    received, predicted = sorted(counts_got[token]), sorted(counts_want[token])
+    if len(received) != len(predicted): return False
+    if not predicted: return True
+    slack = max(0, counted_for[user_of.get(token, ("", ""))] - 1)
+    return len(set(received)) == len(received) and all(predicted[0] <= c <= predicted[-1] + slack for c in received)
+counts_same = all(counts_fit(t) for t in set(counts_got) | set(counts_want))
+same = got == want and counts_same
+print("heraldctl simulate predicted %d notifications; the stand-ins received %d; identical (APNs: token, topic, push type, payload; FCM and webhooks: body; badges as the pipeline counted them): %s"
       % (sum(want.values()), sum(got.values()), "yes" if same else "NO"))
+for t in sorted(set(counts_got) | set(counts_want)):
+    if not counts_fit(t):
+        print("  badges of %s…: received %s, predicted %s" % (t[:8], sorted(counts_got[t]), sorted(counts_want[t])))
 for k in want - got: print("  predicted, not received:", k[0][:8] + "…", k[3][:100])
 for k in got - want: print("  received, not predicted:", k[0][:8] + "…", k[3][:100])
 PY

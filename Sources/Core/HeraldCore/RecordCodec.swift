@@ -361,10 +361,11 @@ extension Preferences: JSONRecord {
 extension UserState {
     public init(json: JSONValue) throws(StageRecordError) { try self.init(json: json, path: "state") }
 
-    /// Reads a state in the fixture shape; absent fields take their defaults, `devices` is required.
+    /// Reads a state in the fixture shape; absent fields take their defaults (a user without `devices` has none:
+    /// a user known by preferences alone, whom an every-recipient webhook still reaches).
     public init(json: JSONValue, path: String) throws(StageRecordError) {
         let r = try RecordReader(json, path: path)
-        guard let devices = try r.array("devices") else { throw r.fail("devices", "missing") }
+        let devices = try r.array("devices") ?? []
         self.init(
             devices: try Device.readList(devices, path: r.sub("devices")), online: try r.stringArray("online") ?? [])
         if let p = try r.object("preferences") { preferences = try Preferences(reader: p) }
