@@ -56,12 +56,16 @@ struct StateTests {
         #expect(p.trigger == .all && p.template == .default && p.displayStyle == .summary && p.badge)
         #expect(p.dnd == nil && p.snooze == nil && p.languages.isEmpty && p.conversations.isEmpty)
         #expect(f.user("nobody").devices.isEmpty)
+        // A user known by preferences alone has no devices (an every-recipient webhook still reaches them).
+        let named = try StageCodec.decode(
+            StateFixture.self, from: Array(#"{"users":{"w3":{"preferences":{"nickname":"Maya"}}}}"#.utf8))
+        #expect(named.user("w3").devices.isEmpty && named.user("w3").preferences.nickname == "Maya")
     }
 
     @Test("invalid state names the field")
     func invalidState() {
         let rows: [(String, String)] = [
-            (#"{"users":{"u":{}}}"#, "users.u.devices"),
+            (#"{"users":{"u":{"devices":{}}}}"#, "users.u.devices"),
             (#"{"users":{"u":{"devices":[{"kind":"apns"}]}}}"#, "users.u.devices[0].token"),
             (#"{"users":{"u":{"devices":[],"preferences":{"trigger":"sometimes"}}}}"#, "users.u.preferences.trigger"),
             (
