@@ -40,6 +40,9 @@ public struct MockProvidersConfiguration: Sendable {
     public var webhookFaultsByName: [String: [MockFault]] = [:]
     /// Append one JSON line per answer here (endpoint, status, reason, target, body); nil: memory only.
     public var recordPath: String?
+    /// Where Web Push subscriptions' keys are read from, `<id>.json` per `/wp/<id>` (and `<id>.gone` marks one
+    /// gone); nil: only those given with `addWebPushSubscription`.
+    public var webPushKeyDirectory: String?
 
     public init(
         host: String = "127.0.0.1", port: Int = 0, certificatePath: String, privateKeyPath: String,
@@ -57,7 +60,7 @@ public struct MockProvidersConfiguration: Sendable {
 
 /// One answer the stand-in gave.
 public struct MockAnswer: Sendable, Equatable {
-    public enum Endpoint: String, Sendable { case token, send, webhook }
+    public enum Endpoint: String, Sendable { case token, send, webhook, webpush }
     public var endpoint: Endpoint
     public var status: Int
     /// FCM error code or status name; the token endpoint's `error`; empty on success.
@@ -68,6 +71,8 @@ public struct MockAnswer: Sendable, Equatable {
     public var body: [UInt8]
     /// The `authorization` header.
     public var authorization: String?
+    /// Web Push: the `ttl`, `urgency`, `topic` and `content-encoding` headers (the body is the decrypted message).
+    public var headers: [String: String] = [:]
 }
 
 /// A fault to give instead of the normal answer.
@@ -108,6 +113,8 @@ public final class MockProvidersServer: @unchecked Sendable {
     private var openFDs: Set<Int32> = []
     private var tokenCounter = 0
     private var connectionsAccepted = 0
+    private var webPushKeys: [String: MockWebPushSubscription] = [:]
+    private var webPushGoneIDs: Set<String> = []
 
     public init(configuration: MockProvidersConfiguration) throws {
         self.configuration = configuration
@@ -236,6 +243,14 @@ public final class MockProvidersServer: @unchecked Sendable {
         recorded.filter { $0.endpoint == endpoint }
     }
     public var accessTokensIssued: Int { lock.withLock { tokenCounter } }
+    /// Serves `/wp/<id>` for a subscription whose keys the caller holds.
+    public func addWebPushSubscription(id: String, _ subscription: MockWebPushSubscription) {
+        lock.withLock { webPushKeys[id] = subscription }
+    }
+    /// Answers 410 to `/wp/<id>` from now on.
+    public func markWebPushGone(id: String) { lock.withLock { _ = webPushGoneIDs.insert(id) } }
+    func webPushSubscriptions(_ id: String) -> MockWebPushSubscription? { lock.withLock { webPushKeys[id] } }
+    func webPushMarkedGone(_ id: String) -> Bool { lock.withLock { webPushGoneIDs.contains(id) } }
     public var connections: Int { lock.withLock { connectionsAccepted } }
 
     /// Issues an access token for `project` outside the token endpoint (tests of foreign tokens).
@@ -252,10 +267,11 @@ public final class MockProvidersServer: @unchecked Sendable {
         lock.withLock {
             answers.append(a)
             guard let path = configuration.recordPath else { return }
-            let line: [String: Any] = [
+            var line: [String: Any] = [
                 "endpoint": a.endpoint.rawValue, "status": a.status, "reason": a.reason,
                 "target": a.target, "body": String(decoding: a.body, as: UTF8.self),
             ]
+            if !a.headers.isEmpty { line["headers"] = a.headers }
             guard var data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) else { return }
             data.append(10)
             if let h = FileHandle(forWritingAtPath: path) {
