@@ -294,7 +294,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
+                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldPushProviders", "HeraldTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
     ]

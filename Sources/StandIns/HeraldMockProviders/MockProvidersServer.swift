@@ -73,6 +73,8 @@ public struct MockAnswer: Sendable, Equatable {
     public var authorization: String?
     /// Web Push: the `ttl`, `urgency`, `topic` and `content-encoding` headers (the body is the decrypted message).
     public var headers: [String: String] = [:]
+    /// Web Push: the body as received (encrypted).
+    public var received: [UInt8] = []
 }
 
 /// A fault to give instead of the normal answer.
@@ -272,6 +274,7 @@ public final class MockProvidersServer: @unchecked Sendable {
                 "target": a.target, "body": String(decoding: a.body, as: UTF8.self),
             ]
             if !a.headers.isEmpty { line["headers"] = a.headers }
+            if !a.received.isEmpty { line["received"] = Data(a.received).base64EncodedString() }
             guard var data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) else { return }
             data.append(10)
             if let h = FileHandle(forWritingAtPath: path) {

@@ -257,7 +257,7 @@ extension MockProvidersServer {
     }
 
     /// Answers one Web Push request and records it (endpoint `webpush`, target the subscription id, body the
-    /// decrypted message, the TTL, Urgency and Topic headers).
+    /// decrypted message, the TTL, Urgency and Topic headers, and the encrypted body as received).
     func webPushAnswer(path: String, headers: [String: String], body: [UInt8]) -> (Int, String) {
         let id = String(path.dropFirst("/wp/".count).prefix { $0 != "?" })
         let outcome = MockWebPush.answer(
@@ -268,7 +268,7 @@ extension MockProvidersServer {
         record(
             MockAnswer(
                 endpoint: .webpush, status: outcome.status, reason: outcome.reason, target: id,
-                body: outcome.plaintext, authorization: headers["authorization"], headers: kept))
+                body: outcome.plaintext, authorization: headers["authorization"], headers: kept, received: body))
         return (outcome.status, outcome.reason)
     }
 }

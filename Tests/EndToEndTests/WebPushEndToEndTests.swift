@@ -1,0 +1,112 @@
+// End-to-end Web Push: a browser's subscription (keys this test made) is registered; a group message reaches the
+// stand-in's push service once, encrypted for the subscription: the test decrypts what the stand-in received and
+// finds what `heraldctl simulate` predicts; a 410 removes the subscription. `heraldctl push --provider webpush`
+// reaches it too. Runs in the shared "End to end" suite.
+import Foundation
+import HeraldCore
+import HeraldPushProviders
+import HeraldTestSupport
+import Testing
+
+extension EndToEndTests {
+    /// A browser: its subscription's keys, handed to the stand-in through its key directory.
+    struct Browser {
+        let id: String
+        let key: WebPushP256Key
+        let auth: [UInt8]
+        let endpoint: String
+
+        init(_ stack: E2EStack, id: String) throws {
+            self.id = id
+            key = try WebPushP256Key.generate()
+            auth = (0..<16).map { _ in UInt8.random(in: 0...255) }
+            endpoint = "https://127.0.0.1:\(stack.fcmPort)/wp/\(id)"
+            let file: [String: Any] = ["private_key": try key.privatePEM(), "auth": WebPushBase64URL.encode(auth)]
+            try JSONSerialization.data(withJSONObject: file).write(
+                to: URL(fileURLWithPath: stack.runDir + "/webpush/\(id).json"))
+        }
+
+        var subscriptionJSON: String {
+            #"{"endpoint":"\#(endpoint)","expirationTime":null,"keys":{"p256dh":"\#(WebPushBase64URL.encode(key.publicPoint))","auth":"\#(WebPushBase64URL.encode(auth))"}}"#
+        }
+
+        var token: String {
+            WebPushSubscription(
+                endpoint: endpoint, p256dh: WebPushBase64URL.encode(key.publicPoint),
+                auth: WebPushBase64URL.encode(auth)
+            ).token
+        }
+    }
+
+    @Test(
+        "a group message reaches a browser once, encrypted for its subscription, as simulate predicts; a 410 removes the subscription"
+    )
+    func webPushDelivered() async throws {
+        let browser = try Browser(stack, id: Scenarios.id("wp-b"))
+        try await register("wp-b", ["--subscription", browser.subscriptionJSON])
+        let eventID = Scenarios.id("webpush")
+        let event = Scenarios.message(
+            eventID, app: "app4", sender: "wp-s", conversation: "wp-group", recipients: ["wp-b"],
+            createdAt: Self.now())
+        // heraldctl simulate's prediction for the same state.
+        let state = #"{"users":{"wp-b":{"devices":[{"token":"\#(browser.token)","kind":"webpush"}]}}}"#
+        let sim = try await stack.heraldctl([
+            "simulate", "--event", try stack.write("wp-event.json", event),
+            "--state", try stack.write("wp-state.json", state), "--pipeline", stack.pipelinePath,
+        ])
+        #expect(sim.status == 0, "simulate: \(sim.stderr)")
+        let predicted = try #require(
+            sim.lines.flatMap { $0["notifications"] as? [[String: Any]] ?? [] }.first {
+                $0["provider"] as? String == "webpush"
+            })
+        let predictedPayload = try JSONSerialization.data(withJSONObject: try #require(predicted["payload"]))
+
+        try await stack.publish([event])
+        let mine: () -> [[String: Any]] = {
+            self.providerAnswers("webpush").filter { $0["target"] as? String == browser.id }
+        }
+        let arrived = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
+            mine().contains { $0["status"] as? Int == 201 }
+        }
+        #expect(arrived, "the browser got nothing\n\(failureContext())")
+        try await Task.sleep(for: .milliseconds(1500))  // a late duplicate would show
+        let answers = mine()
+        #expect(answers.count == 1, "Web Push requests: \(answers.count)")
+        let got = try #require(answers.first)
+        // What the push service received, decrypted here with the subscription's own keys.
+        let received = try #require((got["received"] as? String).flatMap { Data(base64Encoded: $0) })
+        let plaintext = try WebPushCrypto.decrypt([UInt8](received), uaPrivate: browser.key, authSecret: browser.auth)
+        #expect(canonicalJSON(plaintext) == canonicalJSON([UInt8](predictedPayload)), "differs from simulate's")
+        #expect((got["body"] as? String).map { Array($0.utf8) } == plaintext, "the stand-in decrypted the same")
+        let message = try #require(try JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any])
+        #expect((message["data"] as? [String: Any])?["conversation_id"] as? String == "wp-group")
+        #expect(message["tag"] as? String == "c-wp-group")
+        let headers = got["headers"] as? [String: String] ?? [:]
+        #expect(headers["content-encoding"] == "aes128gcm")
+        #expect(headers["urgency"] == "normal")
+        #expect((Int(headers["ttl"] ?? "") ?? 0) > 0)
+
+        // heraldctl push reaches the same subscription with the app's VAPID key.
+        let push = try await stack.heraldctl([
+            "push", "--provider", "webpush", "--subscription", browser.subscriptionJSON, "--body", "Hello",
+            "--pipeline", stack.pipelinePath, "--app", "app4", "--ca-file", stack.runDir + "/server-cert.pem",
+        ])
+        #expect(push.status == 0, "push webpush: \(push.stdout) \(push.stderr)")
+        #expect(push.lines.first?["status"] as? Int == 201 && push.lines.first?["provider"] as? String == "webpush")
+
+        // The subscription expires at the push service: the next message is answered 410 and the device removed.
+        FileManager.default.createFile(atPath: stack.runDir + "/webpush/\(browser.id).gone", contents: Data())
+        try await stack.publish([
+            Scenarios.message(
+                Scenarios.id("webpush-gone"), app: "app4", sender: "wp-s", conversation: "wp-group",
+                recipients: ["wp-b"], createdAt: Self.now())
+        ])
+        var devices: [Device] = []
+        let removed = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
+            devices = (try? await stack.store.loadUser(app: "app4", user: "wp-b", now: Self.now()))?.devices ?? []
+            return !devices.contains { $0.kind == .webpush }
+        }
+        #expect(removed, "the gone subscription is still registered\n\(failureContext())")
+        #expect(mine().contains { $0["status"] as? Int == 410 })
+    }
+}
