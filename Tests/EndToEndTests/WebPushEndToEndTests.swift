@@ -16,12 +16,15 @@ extension EndToEndTests {
         let auth: [UInt8]
         let endpoint: String
 
-        init(_ stack: E2EStack, id: String) throws {
+        /// `maxBody`: the largest body the push service takes for this subscription (413 above it).
+        init(_ stack: E2EStack, id: String, maxBody: Int = 4096) throws {
             self.id = id
             key = try WebPushP256Key.generate()
             auth = (0..<16).map { _ in UInt8.random(in: 0...255) }
             endpoint = "https://127.0.0.1:\(stack.fcmPort)/wp/\(id)"
-            let file: [String: Any] = ["private_key": try key.privatePEM(), "auth": WebPushBase64URL.encode(auth)]
+            let file: [String: Any] = [
+                "private_key": try key.privatePEM(), "auth": WebPushBase64URL.encode(auth), "max_body": maxBody,
+            ]
             try JSONSerialization.data(withJSONObject: file).write(
                 to: URL(fileURLWithPath: stack.runDir + "/webpush/\(id).json"))
         }
@@ -108,5 +111,34 @@ extension EndToEndTests {
         }
         #expect(removed, "the gone subscription is still registered\n\(failureContext())")
         #expect(mine().contains { $0["status"] as? Int == 410 })
+    }
+
+    @Test("a push service that refuses a message as too large (413) gets it once more, shrunk to half the size")
+    func webPushShrunkAfter413() async throws {
+        let browser = try Browser(stack, id: Scenarios.id("wp-small"), maxBody: 1200)
+        try await register("wp-m", ["--subscription", browser.subscriptionJSON])
+        let text = String(repeating: "a long line of chat ", count: 90)  // 1,800 bytes
+        try await stack.publish([
+            Scenarios.message(
+                Scenarios.id("webpush-413"), app: "app4", sender: "wp-s", conversation: "wp-long", type: "direct",
+                text: text, recipients: ["wp-m"], createdAt: Self.now())
+        ])
+        let mine: () -> [[String: Any]] = {
+            self.providerAnswers("webpush").filter { $0["target"] as? String == browser.id }
+        }
+        let delivered = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
+            mine().contains { $0["status"] as? Int == 201 }
+        }
+        #expect(delivered, "never delivered: \(mine().map { $0["status"] ?? "" })\n\(failureContext())")
+        try await Task.sleep(for: .milliseconds(1500))
+        let answers = mine()
+        #expect(answers.compactMap { $0["status"] as? Int } == [413, 201])
+        let first = try #require((answers.first?["received"] as? String).flatMap { Data(base64Encoded: $0) })
+        let last = try #require((answers.last?["received"] as? String).flatMap { Data(base64Encoded: $0) })
+        #expect(last.count <= first.count / 2, "\(last.count) bytes after \(first.count)")
+        let plaintext = try WebPushCrypto.decrypt([UInt8](last), uaPrivate: browser.key, authSecret: browser.auth)
+        let message = try #require(try JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any])
+        #expect((message["body"] as? String)?.hasSuffix("\u{2026}") == true)
+        #expect((message["data"] as? [String: Any])?["conversation_id"] as? String == "wp-long")
     }
 }

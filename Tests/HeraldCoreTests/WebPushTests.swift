@@ -167,6 +167,20 @@ struct WebPushPayloadTests {
         #expect(p["data"]?["message_id"] == .string("373360335316321408"), "the ids are kept")
     }
 
+    @Test func a413IsAnsweredByAShorterBody() throws {
+        let r = try render(messageJSON(text: String(repeating: "word ", count: 400)))
+        #expect(r.payload.count > 2000)
+        let smaller = try #require(WebPushPayload.shrunk(r.payload, toFit: 600))
+        #expect(smaller.count <= 600 && smaller.count > 550, "cut only as much as needed: \(smaller.count)")
+        let p = try JSONValue.parse(smaller)
+        #expect(p["body"]?.stringValue?.hasSuffix(Renderer.ellipsis) == true)
+        #expect(p["title"] == .string("Hiking"))
+        #expect(p["data"] == (try payload(r))["data"], "the ids are kept")
+        #expect(WebPushPayload.shrunk(r.payload, toFit: 5000) == nil, "it fits already")
+        #expect(WebPushPayload.shrunk(r.payload, toFit: 100) == nil, "not even without body and title")
+        #expect(WebPushPayload.shrunk(Array("not json".utf8), toFit: 4) == nil)
+    }
+
     @Test func appWithoutWebPushOrAllowingAnotherOriginDeadLetters() throws {
         #expect(throws: RenderError.self) { try render(messageJSON(), app: AppConfig(appID: "app1")) }
         do {

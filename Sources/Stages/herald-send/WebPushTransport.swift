@@ -186,13 +186,38 @@ final class WebPushPushTransport: Sendable {
                     }
                     continue
                 }
+                let timeout = self.timeout
                 group.addTask {
+                    // A 413 (the push service takes less than 4,096 bytes) is sent once more, shrunk to half the
+                    // size it refused; the second answer is the final one.
+                    let sizes = Dictionary(items.map { ($0.0, $0.1.payload.count) }, uniquingKeysWith: { a, _ in a })
+                    var again: [APNsDelivery] = []
                     await client.answers(for: items.map(\.1)) { response in
-                        onAnswer(Int(response.tag), Self.answer(response))
+                        let index = Int(response.tag)
+                        if response.status == 413, let size = sizes[index],
+                            let smaller = Self.shrunk(jobs[index], tag: UInt64(index), refused: size, timeout: timeout)
+                        {
+                            again.append(smaller)
+                        } else {
+                            onAnswer(index, Self.answer(response))
+                        }
                     }
+                    if again.isEmpty { return }
+                    await client.answers(for: again) { response in onAnswer(Int(response.tag), Self.answer(response)) }
                 }
             }
         }
+    }
+
+    /// The job's message shrunk to fit half of the `refused` body size once encrypted, or nil when it cannot be.
+    static func shrunk(_ job: PushJob, tag: UInt64, refused: Int, timeout: Duration) -> APNsDelivery? {
+        let limit = refused / 2 - WebPushCrypto.overheadBytes
+        guard limit > 0, let payload = WebPushPayload.shrunk(job.request.payload, toFit: limit) else { return nil }
+        var request = job.request
+        request.payload = payload
+        guard var delivery = try? WebPushClient.delivery(request, timeout: timeout, tag: tag) else { return nil }
+        delivery.prioritized = job.prioritized
+        return delivery
     }
 
     static func answer(_ r: APNsResponse) -> PushAnswer {

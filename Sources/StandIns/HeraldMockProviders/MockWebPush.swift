@@ -2,7 +2,7 @@
 // authentication secret (given by the test, in memory or as a file `<id>.json` in `webPushKeyDirectory`),
 // decrypts every message (RFC 8291, aes128gcm), checks the VAPID token (RFC 8292: ES256 under `k`, `aud` its own
 // origin, `exp` within 24 hours, `sub` present) and answers like a push service: 201 delivered, 404 an unknown
-// subscription, 410 one marked gone, 413 a body over 4,096 bytes, 400 a malformed request or a body that does not
+// subscription, 410 one marked gone, 413 a body over 4,096 bytes (or the subscription's own smaller limit), 400 a malformed request or a body that does not
 // decrypt, 401/403 a missing or bad VAPID token. Written on its own (no Herald module), so it checks Herald's
 // encryption independently.
 import COpenSSL
@@ -14,10 +14,13 @@ public struct MockWebPushSubscription: Sendable {
     public var privateKeyPEM: String
     /// The authentication secret (16 bytes).
     public var auth: [UInt8]
+    /// The largest body taken; a larger one is answered 413 [4096, what every push service must take].
+    public var maxBody: Int
 
-    public init(privateKeyPEM: String, auth: [UInt8]) {
+    public init(privateKeyPEM: String, auth: [UInt8], maxBody: Int = 4096) {
         self.privateKeyPEM = privateKeyPEM
         self.auth = auth
+        self.maxBody = maxBody
     }
 }
 
@@ -43,7 +46,7 @@ enum MockWebPush {
         // Authentication first, as a push service does.
         guard let authorization = headers["authorization"] else { return fail(401, "missing VAPID authorization") }
         if let problem = vapidProblem(authorization, audience: origin, now: now) { return fail(403, problem) }
-        if body.count > 4096 { return fail(413, "payload too large") }
+        if body.count > subscription.maxBody { return fail(413, "payload too large") }
         guard let ttl = headers["ttl"], let seconds = Int(ttl), seconds >= 0 else { return fail(400, "missing TTL") }
         if let urgency = headers["urgency"], !["very-low", "low", "normal", "high"].contains(urgency) {
             return fail(400, "bad Urgency")
@@ -237,7 +240,8 @@ enum MockWebPush {
 
 extension MockProvidersServer {
     /// The subscription `/wp/<id>` decrypts with: given in memory, else read from `<id>.json` in
-    /// `webPushKeyDirectory` (`{"private_key": "<PEM>", "auth": "<base64url>"}`).
+    /// `webPushKeyDirectory` (`{"private_key": "<PEM>", "auth": "<base64url>"}`, optionally `"max_body"`: the
+    /// largest body it takes, else 4096).
     func webPushSubscription(_ id: String) -> MockWebPushSubscription? {
         if let given = webPushSubscriptions(id) { return given }
         guard let dir = configuration.webPushKeyDirectory, !id.contains("/"), !id.hasPrefix("."),
@@ -246,7 +250,8 @@ extension MockProvidersServer {
             let pem = object["private_key"] as? String, let authText = object["auth"] as? String,
             let auth = Self.base64URLDecode(authText)
         else { return nil }
-        return MockWebPushSubscription(privateKeyPEM: pem, auth: auth)
+        return MockWebPushSubscription(
+            privateKeyPEM: pem, auth: auth, maxBody: (object["max_body"] as? NSNumber)?.intValue ?? 4096)
     }
 
     /// Whether `/wp/<id>` is marked gone (in memory, or by a file `<id>.gone` in `webPushKeyDirectory`).

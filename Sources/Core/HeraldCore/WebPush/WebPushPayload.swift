@@ -140,6 +140,33 @@ public enum WebPushPayload {
             code: .payloadTooLarge, detail: "minimal Web Push message is \(bytes.count) bytes (limit \(limit))")
     }
 
+    /// The message a push service refused as too large (413), made to fit `limit` bytes by cutting its `body` (then
+    /// its `title`), or nil when it cannot be made that small or is not a message of this shape. A push service may
+    /// take less than the 4,096 bytes every one must take; send retries once with half the size it refused.
+    public static func shrunk(_ payload: [UInt8], toFit limit: Int) -> [UInt8]? {
+        guard payload.count > limit, case .object(let fields)? = try? JSONValue.parse(payload) else { return nil }
+        func write(_ field: String, _ text: String, in fields: [(String, JSONValue)]) -> [(String, JSONValue)] {
+            fields.map { $0.0 == field ? ($0.0, .string(text)) : $0 }
+        }
+        var current = fields
+        for field in ["body", "title"] {
+            guard let text = current.first(where: { $0.0 == field })?.1.stringValue, !text.isEmpty else { continue }
+            let length = JSONWriter.escapedLength(text) - 2
+            if let fitted = FCMMessage.largestFitting(
+                low: 0, high: length, limit: limit,
+                { level in
+                    Array(
+                        JSONValue.object(write(field, Renderer.shorten(text, by: length - level), in: current))
+                            .serialized.utf8)
+                })
+            {
+                return fitted
+            }
+            current = write(field, Renderer.shorten(text, by: length), in: current)
+        }
+        return nil
+    }
+
     /// Everything but the shortenable texts.
     struct Shape {
         let event: ChatEvent
