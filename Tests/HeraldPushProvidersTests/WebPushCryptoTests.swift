@@ -182,6 +182,17 @@ struct WebPushVAPIDTests {
         #expect(WebPushVAPID.origin(ofEndpoint: "http://h.example/p") == nil)
         #expect(WebPushVAPID.origin(ofEndpoint: "not a url") == nil)
         #expect(throws: WebPushError.self) { try WebPushVAPID(pem: "not a key", subject: "mailto:a@b.example") }
+        // A 256-bit key on another curve is not a VAPID key.
+        let k1 = pki.dir + "/secp256k1.pem"
+        let made = try await runToolAsync(
+            "openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:secp256k1", "-out", k1])
+        #expect(made.status == 0)
+        do {
+            _ = try WebPushVAPID(pemFile: k1, subject: "mailto:a@b.example")
+            Issue.record("a secp256k1 key was taken as a VAPID key")
+        } catch {
+            #expect(error.reason.contains("not an EC P-256 key"), "\(error)")
+        }
         #expect(throws: WebPushError.self) {
             try WebPushVAPID(pemFile: pki.dir + "/missing.pem", subject: "mailto:a@b.example")
         }

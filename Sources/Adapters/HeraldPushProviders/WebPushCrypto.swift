@@ -90,22 +90,32 @@ public final class WebPushP256Key: @unchecked Sendable, CustomStringConvertible 
             ERR_clear_error()
             throw WebPushError("\(keyName) is not a PEM private key")
         }
-        guard EVP_PKEY_get_base_id(loaded) == EVP_PKEY_EC, EVP_PKEY_get_bits(loaded) == 256 else {
+        // Another 256-bit curve (secp256k1, brainpoolP256r1) is not P-256: its public key does not encode as one.
+        guard EVP_PKEY_get_base_id(loaded) == EVP_PKEY_EC, EVP_PKEY_get_bits(loaded) == 256,
+            Self.encodedPoint(loaded) != nil
+        else {
             EVP_PKEY_free(loaded)
             throw WebPushError("\(keyName) is not an EC P-256 key")
         }
         self.init(loaded, isPrivate: true)
     }
 
-    /// The uncompressed public point (65 bytes).
-    public var publicPoint: [UInt8] {
-        var der = [UInt8](repeating: 0, count: 128)
+    /// The uncompressed public point (65 bytes). Every initializer checks that the key is a P-256 key.
+    public var publicPoint: [UInt8] { Self.encodedPoint(pkey) ?? [] }
+
+    /// The uncompressed point of a P-256 key, or nil when `key` is not one: a P-256 SubjectPublicKeyInfo is 91 bytes,
+    /// the fixed prefix (id-ecPublicKey, prime256v1), then the point.
+    static func encodedPoint(_ key: OpaquePointer) -> [UInt8]? {
+        guard i2d_PUBKEY(key, nil) == 91 else {
+            ERR_clear_error()
+            return nil
+        }
+        var der = [UInt8](repeating: 0, count: 91)
         let length = der.withUnsafeMutableBufferPointer { buf -> Int32 in
             var cursor: UnsafeMutablePointer<UInt8>? = buf.baseAddress
-            return i2d_PUBKEY(pkey, &cursor)
+            return i2d_PUBKEY(key, &cursor)
         }
-        // A P-256 SubjectPublicKeyInfo is 91 bytes: the fixed prefix, then the point.
-        precondition(length == 91, "i2d_PUBKEY of a P-256 key")
+        guard length == 91, Array(der[0..<26]) == spkiPrefix else { return nil }
         return Array(der[26..<91])
     }
 
