@@ -114,6 +114,8 @@ final class E2EStack: @unchecked Sendable {
     let redisPort: Int
     let apnsPort: Int
     let fcmPort: Int
+    /// A Web Push service without HTTP/2 (a second herald-mock-fcm, `--no-http2`, that its test starts).
+    let webpushHTTP1Port: Int
     let apiPort: Int
     let logger: Logger
 
@@ -140,6 +142,7 @@ final class E2EStack: @unchecked Sendable {
         redisPort = (try? freePort()) ?? 26379
         apnsPort = (try? freePort()) ?? 28443
         fcmPort = (try? freePort()) ?? 28444
+        webpushHTTP1Port = (try? freePort()) ?? 28446
         apiPort = (try? freePort()) ?? 28445
         var l = Logger(label: "e2e")
         l.logLevel = .critical
@@ -658,7 +661,7 @@ final class E2EStack: @unchecked Sendable {
                 webpush:
                   vapid_key_file: \(runDir)/vapid.pem
                   subject: "mailto:e2e@example.com"
-                  allowed_origins: ["https://127.0.0.1:\(fcmPort)"]
+                  allowed_origins: ["https://127.0.0.1:\(fcmPort)", "https://127.0.0.1:\(webpushHTTP1Port)"]
             kafka:
               brokers: \(brokers)
               client_id: herald-e2e

@@ -17,11 +17,12 @@ extension EndToEndTests {
         let endpoint: String
 
         /// `maxBody`: the largest body the push service takes for this subscription (413 above it).
-        init(_ stack: E2EStack, id: String, maxBody: Int = 4096) throws {
+        /// `port`: the push service's (default: herald-mock-fcm's).
+        init(_ stack: E2EStack, id: String, maxBody: Int = 4096, port: Int? = nil) throws {
             self.id = id
             key = try WebPushP256Key.generate()
             auth = (0..<16).map { _ in UInt8.random(in: 0...255) }
-            endpoint = "https://127.0.0.1:\(stack.fcmPort)/wp/\(id)"
+            endpoint = "https://127.0.0.1:\(port ?? stack.fcmPort)/wp/\(id)"
             let file: [String: Any] = [
                 "private_key": try key.privatePEM(), "auth": WebPushBase64URL.encode(auth), "max_body": maxBody,
             ]
@@ -140,5 +141,45 @@ extension EndToEndTests {
         let message = try #require(try JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any])
         #expect((message["body"] as? String)?.hasSuffix("\u{2026}") == true)
         #expect((message["data"] as? [String: Any])?["conversation_id"] as? String == "wp-long")
+    }
+
+    @Test("a push service without HTTP/2 is reached over HTTP/1.1, from its first message on")
+    func webPushHTTP1Fallback() async throws {
+        let record = stack.runDir + "/webpush-h1.jsonl"
+        let service = ChildProcess(
+            name: "herald-mock-fcm-h1", executable: stack.binDir + "/herald-mock-fcm",
+            arguments: [
+                "--port", "\(stack.webpushHTTP1Port)", "--cert", stack.runDir + "/server-cert.pem",
+                "--key", stack.runDir + "/server-key.pem", "--project", E2EStack.fcmProject,
+                "--client-email", E2EStack.fcmClientEmail, "--service-public-key", stack.runDir + "/fcm-sa.key",
+                "--webpush-keys", stack.runDir + "/webpush", "--no-http2", "--record", record,
+            ], logPath: stack.runDir + "/mock-fcm-h1.log")
+        try service.start()
+        defer { service.stopNow() }
+        let browser = try Browser(stack, id: Scenarios.id("wp-h1"), port: stack.webpushHTTP1Port)
+        try await register("wp-h", ["--subscription", browser.subscriptionJSON])
+        func answers() -> [[String: Any]] {
+            guard let text = try? String(contentsOfFile: record, encoding: .utf8) else { return [] }
+            return text.split(separator: "\n").compactMap {
+                try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+            }.filter { $0["target"] as? String == browser.id }
+        }
+        for n in 1...2 {
+            try await stack.publish([
+                Scenarios.message(
+                    Scenarios.id("webpush-h1-\(n)"), app: "app4", sender: "wp-s", conversation: "wp-h1",
+                    type: "direct", text: "over HTTP/1.1 \(n)", recipients: ["wp-h"], createdAt: Self.now())
+            ])
+            let delivered = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
+                answers().filter { $0["status"] as? Int == 201 }.count == n
+            }
+            #expect(delivered, "message \(n) not delivered: \(answers())\n\(failureContext())")
+        }
+        let got = answers()
+        #expect(got.count == 2, "each message once: \(got.count)")
+        let last = try #require((got.last?["received"] as? String).flatMap { Data(base64Encoded: $0) })
+        let plaintext = try WebPushCrypto.decrypt([UInt8](last), uaPrivate: browser.key, authSecret: browser.auth)
+        let message = try #require(try JSONSerialization.jsonObject(with: Data(plaintext)) as? [String: Any])
+        #expect((message["body"] as? String)?.contains("over HTTP/1.1 2") == true)
     }
 }

@@ -189,4 +189,42 @@ struct WebPushClientTests {
             expiration: 0, apnsID: "", payload: Array("{}".utf8), provider: .webpush)
         #expect(throws: WebPushError.self) { try WebPushClient.delivery(request) }
     }
+
+    @Test("a push service without HTTP/2: the HTTP/2 client says so, and HTTP/1.1 delivers (201), decrypted by it")
+    func http1Fallback() async throws {
+        let pki = try ProviderPKI()
+        let server = try startStandIn(pki, http2: false)
+        defer { server.stop() }
+        let browser = try TestBrowser(server, id: "sub-h1")
+        let vapid = try Self.vapid()
+        let rendered = try Self.render(Self.message, to: browser)
+        let c = try client(pki, server, vapid: vapid)
+        let r = await c.send(try WebPushClient.delivery(rendered, timeout: .seconds(20)))
+        await c.shutdown()
+        #expect(WebPushClient.refusedHTTP2(r), "\(String(describing: r.transportFailure))")
+        #expect(server.recorded(.webpush).isEmpty)
+
+        let sender = try WebPushHTTP1Sender(trustedCAFile: pki.cert)
+        var answers: [APNsResponse] = []
+        var gone = try WebPushClient.delivery(rendered, timeout: .seconds(60), tag: 2)
+        gone.deviceToken = "/wp/nobody"
+        await sender.send(
+            [try WebPushClient.delivery(rendered, timeout: .seconds(60), tag: 1), gone],
+            origin: "https://127.0.0.1:\(server.port)", vapid: vapid
+        ) { answers.append($0) }
+        await sender.shutdown()
+        let ok = try #require(answers.first { $0.tag == 1 })
+        #expect(ok.status == 201 && ok.answer == .delivered, "\(ok.reasonText ?? "")")
+        let missing = try #require(answers.first { $0.tag == 2 })
+        #expect(missing.status == 404 && missing.answer == .tokenDead(unregisteredAt: nil))
+        let got = try #require(server.recorded(.webpush).first { $0.status == 201 })
+        #expect(got.body == rendered.payload)
+        #expect(got.headers["content-encoding"] == "aes128gcm" && got.headers["urgency"] == "normal")
+        #expect((Int(got.headers["ttl"] ?? "") ?? 0) > 86_000)
+        #expect(
+            try WebPushVAPID.verify(
+                authorization: try #require(got.authorization), audience: "https://127.0.0.1:\(server.port)",
+                now: Date()
+            ).get() == vapid.publicKey)
+    }
 }

@@ -161,6 +161,13 @@ public final class WebPushClient: Sendable {
 
     public var stats: APNsClientStats { loop.stats }
 
+    /// Whether `response` failed because the push service did not agree to HTTP/2 in ALPN (it speaks HTTP/1.1 only;
+    /// `WebPushHTTP1Sender` reaches it).
+    public static func refusedHTTP2(_ response: APNsResponse) -> Bool {
+        guard case .connectFailed(let why)? = response.transportFailure else { return false }
+        return why.contains("did not agree to HTTP/2") || why.lowercased().contains("no application protocol")
+    }
+
     /// VAPID tokens signed so far.
     public var tokenRenewals: Int { tokens.renewalCount }
 

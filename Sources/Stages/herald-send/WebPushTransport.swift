@@ -27,9 +27,13 @@ final class WebPushPushTransport: Sendable {
         var keys: [String: WebPushVAPID]
         var clients: [Key: (client: WebPushClient, fingerprint: String, lastUsed: UInt64)] = [:]
         var uses: UInt64 = 0
+        /// Push services found not to speak HTTP/2 (their connection refused h2 in ALPN): reached over HTTP/1.1.
+        var http1Origins: Set<Key> = []
     }
 
     private let state: Mutex<State>
+    /// HTTP/1.1 for push services without HTTP/2 (nil when libcurl could not start: they fail as before).
+    private let http1: WebPushHTTP1Sender?
     private let caFile: String?
     private let maxOrigins: Int
     private let maxInFlight: Int
@@ -51,6 +55,12 @@ final class WebPushPushTransport: Sendable {
                 metadata: ["app": "\(app)", "error": "\(error)"])
         }
         state = Mutex(State(apps: apps, keys: keys))
+        do {
+            http1 = try WebPushHTTP1Sender(trustedCAFile: caFile, maxInFlight: maxInFlight)
+        } catch {
+            http1 = nil
+            logger.error("Web Push HTTP/1.1 client unavailable", metadata: ["error": "\(error)"])
+        }
     }
 
     /// Every app's VAPID identity, and the apps whose key does not load (the error names the file, never its bytes).
@@ -177,6 +187,16 @@ final class WebPushPushTransport: Sendable {
         await withTaskGroup(of: Void.self) { group in
             for (key, items) in groups {
                 guard let vapid = keys[key.app] else { continue }
+                let timeout = self.timeout
+                if let http1, state.withLock({ $0.http1Origins.contains(key) }) {
+                    group.addTask { () async -> Void in
+                        _ = await Self.deliver(items, jobs: jobs, timeout: timeout, divert: nil, onAnswer: onAnswer) {
+                            deliveries, each in
+                            await http1.send(deliveries, origin: key.origin, vapid: vapid, each: each)
+                        }
+                    }
+                    continue
+                }
                 let client: WebPushClient
                 do {
                     client = try self.client(key, vapid: vapid)
@@ -186,27 +206,63 @@ final class WebPushPushTransport: Sendable {
                     }
                     continue
                 }
-                let timeout = self.timeout
-                group.addTask {
-                    // A 413 (the push service takes less than 4,096 bytes) is sent once more, shrunk to half the
-                    // size it refused; the second answer is the final one.
-                    let sizes = Dictionary(items.map { ($0.0, $0.1.payload.count) }, uniquingKeysWith: { a, _ in a })
-                    var again: [APNsDelivery] = []
-                    await client.answers(for: items.map(\.1)) { response in
-                        let index = Int(response.tag)
-                        if response.status == 413, let size = sizes[index],
-                            let smaller = Self.shrunk(jobs[index], tag: UInt64(index), refused: size, timeout: timeout)
-                        {
-                            again.append(smaller)
-                        } else {
-                            onAnswer(index, Self.answer(response))
-                        }
+                let http1 = self.http1
+                group.addTask { () async -> Void in
+                    let divert: ((APNsResponse) -> Bool)? = http1 == nil ? nil : { WebPushClient.refusedHTTP2($0) }
+                    let refused = await Self.deliver(
+                        items, jobs: jobs, timeout: timeout, divert: divert, onAnswer: onAnswer
+                    ) { deliveries, each in await client.answers(for: deliveries, each: each) }
+                    guard let http1, !refused.isEmpty else { return }
+                    // The push service does not speak HTTP/2: HTTP/1.1 from now on, for this app and origin.
+                    self.useHTTP1(key)
+                    _ = await Self.deliver(refused, jobs: jobs, timeout: timeout, divert: nil, onAnswer: onAnswer) {
+                        deliveries, each in await http1.send(deliveries, origin: key.origin, vapid: vapid, each: each)
                     }
-                    if again.isEmpty { return }
-                    await client.answers(for: again) { response in onAnswer(Int(response.tag), Self.answer(response)) }
                 }
             }
         }
+    }
+
+    /// Sends `items` with `send`. A 413 (the push service takes less than 4,096 bytes) is sent once more, shrunk to
+    /// half the size it refused; the second answer is the final one. Answers `divert` takes are not given to
+    /// `onAnswer` but returned (to be sent another way).
+    static func deliver(
+        _ items: [(Int, APNsDelivery)], jobs: [PushJob], timeout: Duration, divert: ((APNsResponse) -> Bool)?,
+        onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+        send: ([APNsDelivery], (APNsResponse) -> Void) async -> Void
+    ) async -> [(Int, APNsDelivery)] {
+        let byIndex = Dictionary(items, uniquingKeysWith: { a, _ in a })
+        var again: [APNsDelivery] = []
+        var diverted: [(Int, APNsDelivery)] = []
+        await send(items.map(\.1)) { response in
+            let index = Int(response.tag)
+            if let divert, divert(response), let delivery = byIndex[index] {
+                diverted.append((index, delivery))
+            } else if response.status == 413, let size = byIndex[index]?.payload.count,
+                let smaller = Self.shrunk(jobs[index], tag: UInt64(index), refused: size, timeout: timeout)
+            {
+                again.append(smaller)
+            } else {
+                onAnswer(index, Self.answer(response))
+            }
+        }
+        if !again.isEmpty {
+            await send(again) { response in onAnswer(Int(response.tag), Self.answer(response)) }
+        }
+        return diverted
+    }
+
+    /// Marks (app, origin) as HTTP/1.1 only and closes its HTTP/2 client.
+    private func useHTTP1(_ key: Key) {
+        let retired = state.withLock { state -> WebPushClient? in
+            guard state.http1Origins.insert(key).inserted else { return nil }
+            return state.clients.removeValue(forKey: key)?.client
+        }
+        guard let retired else { return }
+        logger.warning(
+            "Web Push service does not speak HTTP/2; using HTTP/1.1 for it",
+            metadata: ["app": "\(key.app)", "origin": "\(key.origin)"])
+        Task { await retired.shutdown(grace: .zero) }
     }
 
     /// The job's message shrunk to fit half of the `refused` body size once encrypted, or nil when it cannot be.
@@ -236,5 +292,6 @@ final class WebPushPushTransport: Sendable {
             return all
         }
         for client in clients { await client.shutdown(grace: .seconds(2)) }
+        await http1?.shutdown()
     }
 }

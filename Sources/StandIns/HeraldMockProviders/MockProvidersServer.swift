@@ -43,6 +43,9 @@ public struct MockProvidersConfiguration: Sendable {
     /// Where Web Push subscriptions' keys are read from, `<id>.json` per `/wp/<id>` (and `<id>.gone` marks one
     /// gone); nil: only those given with `addWebPushSubscription`.
     public var webPushKeyDirectory: String?
+    /// Offer HTTP/2 in ALPN [true]; false: HTTP/1.1 only, as a push service without HTTP/2 (FCM's messages:send is
+    /// then unreachable).
+    public var http2 = true
 
     public init(
         host: String = "127.0.0.1", port: Int = 0, certificatePath: String, privateKeyPath: String,
@@ -130,37 +133,60 @@ public final class MockProvidersServer: @unchecked Sendable {
             SSL_CTX_free(ctx)
             throw MockSetupError("cannot load the stand-in's certificate or key")
         }
-        SSL_CTX_set_alpn_select_cb(
-            ctx,
-            { _, out, outlen, input, inlen, _ in
-                // Prefer h2, else http/1.1.
-                guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
-                var i = 0
-                var http11: Int?
-                while i < Int(inlen) {
-                    let n = Int(input[i])
-                    if n == 2, i + 2 < Int(inlen) + 1, input[i + 1] == UInt8(ascii: "h"),
-                        input[i + 2] == UInt8(ascii: "2")
-                    {
-                        out.pointee = input + i + 1
-                        outlen.pointee = 2
+        if !configuration.http2 {
+            SSL_CTX_set_alpn_select_cb(
+                ctx,
+                { _, out, outlen, input, inlen, _ in
+                    // http/1.1 only: a client that offers nothing else gets no protocol.
+                    guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
+                    var i = 0
+                    while i < Int(inlen) {
+                        let n = Int(input[i])
+                        if n == 8, i + 8 < Int(inlen),
+                            String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self)
+                                == "http/1.1"
+                        {
+                            out.pointee = input + i + 1
+                            outlen.pointee = 8
+                            return SSL_TLSEXT_ERR_OK
+                        }
+                        i += 1 + n
+                    }
+                    return SSL_TLSEXT_ERR_NOACK
+                }, nil)
+        } else {
+            SSL_CTX_set_alpn_select_cb(
+                ctx,
+                { _, out, outlen, input, inlen, _ in
+                    // Prefer h2, else http/1.1.
+                    guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
+                    var i = 0
+                    var http11: Int?
+                    while i < Int(inlen) {
+                        let n = Int(input[i])
+                        if n == 2, i + 2 < Int(inlen) + 1, input[i + 1] == UInt8(ascii: "h"),
+                            input[i + 2] == UInt8(ascii: "2")
+                        {
+                            out.pointee = input + i + 1
+                            outlen.pointee = 2
+                            return SSL_TLSEXT_ERR_OK
+                        }
+                        if n == 8,
+                            String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self)
+                                == "http/1.1"
+                        {
+                            http11 = i
+                        }
+                        i += 1 + n
+                    }
+                    if let at = http11 {
+                        out.pointee = input + at + 1
+                        outlen.pointee = 8
                         return SSL_TLSEXT_ERR_OK
                     }
-                    if n == 8,
-                        String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self)
-                            == "http/1.1"
-                    {
-                        http11 = i
-                    }
-                    i += 1 + n
-                }
-                if let at = http11 {
-                    out.pointee = input + at + 1
-                    outlen.pointee = 8
-                    return SSL_TLSEXT_ERR_OK
-                }
-                return SSL_TLSEXT_ERR_NOACK
-            }, nil)
+                    return SSL_TLSEXT_ERR_NOACK
+                }, nil)
+        }
         guard let key = Self.loadPublicKey(configuration.servicePublicKeyPath) else {
             SSL_CTX_free(ctx)
             throw MockSetupError(
@@ -391,6 +417,14 @@ public final class MockProvidersServer: @unchecked Sendable {
                 MockAnswer(endpoint: .token, status: status, reason: reason, target: "", body: body, authorization: nil)
             )
             return (status, [], Array(json.utf8))
+        }
+        if path.hasPrefix("/wp/") {
+            // Web Push over HTTP/1.1 (MockWebPush.swift): the answer is recorded there.
+            let (status, reason) = webPushAnswer(path: path, headers: headers, body: body)
+            return (
+                status, [],
+                status == 201 ? [] : Array(#"{"reason":"\#(reason.replacingOccurrences(of: "\"", with: "'"))"}"#.utf8)
+            )
         }
         if path.hasPrefix("/webhook/") {
             let name = String(path.dropFirst("/webhook/".count))

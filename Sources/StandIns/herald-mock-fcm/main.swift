@@ -43,6 +43,8 @@ struct MockFCM: ParsableCommand {
             "Directory of Web Push subscriptions' keys: /wp/ID decrypts with ID.json ({\"private_key\": PEM, \"auth\": base64url}); ID.gone answers 410."
     )
     var webpushKeys: String?
+    @Flag(name: .customLong("no-http2"), help: "Offer only HTTP/1.1 in ALPN (a push service without HTTP/2).")
+    var noHTTP2 = false
     @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.") var portFile:
         String?
 
@@ -55,6 +57,7 @@ struct MockFCM: ParsableCommand {
         if let webhookUser { c.webhookAuth = (webhookUser, webhookPassword ?? "") }
         c.recordPath = record
         c.webPushKeyDirectory = webpushKeys
+        c.http2 = !noHTTP2
         for spec in webhookFault {
             let parts = spec.split(separator: "=", maxSplits: 1)
             let rhs = parts.count == 2 ? parts[1].split(separator: "*") : []
