@@ -10,7 +10,7 @@
 //                      the registry operations heraldctl shares
 //   Sources/Pipeline   HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket); it sits
 //                      beside the adapters: HeraldPipeline and the adapters do not import each other
-//   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldPushProviders (nghttp2 HTTP/2: APNs and FCM), HeraldHTTP (libcurl
+//   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldPushProviders (nghttp2 HTTP/2: APNs, FCM, Web Push), HeraldHTTP (libcurl
 //                      HTTP/1.1: OAuth, webhooks), HeraldTLS (the OpenSSL client context Redis and APNs/FCM share)
 //   Sources/Core       HeraldConfig (pipeline YAML -> typed configuration) over HeraldCore (pure: events, state,
 //                      rules, rendering, payloads, answer tables, record codecs)
@@ -294,7 +294,7 @@ let package = Package(
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
+                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldPushProviders", "HeraldTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
     ]

@@ -261,7 +261,7 @@ start_stage() {
         HERALD_METRICS_PORT="$port" HERALD_KAFKA_SESSION_TIMEOUT_MS="${HERALD_LOCAL_SESSION_TIMEOUT_MS:-3000}" HERALD_KAFKA_PROFILE=local \
         HERALD_INSTANCE="local-${s/@/-}" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
         $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \
-        $( [ "$stage" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem" ) \
+        $( [ "$stage" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem HERALD_WEBPUSH_CA_FILE=$RUN/apns-cert.pem" ) \
         "$BIN/herald-$stage" >>"$RUN/logs/$s.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$RUN/$s.pid.tmp"; mv "$RUN/$s.pid.tmp" "$RUN/$s.pid"
@@ -396,12 +396,37 @@ print(json.dumps({"type": "service_account", "project_id": "herald-demo", "priva
                   "private_key": open(sys.argv[1]).read(), "client_email": "herald@herald-demo.iam.gserviceaccount.com",
                   "token_uri": "https://127.0.0.1:%s/token" % sys.argv[2]}))
 PY
+# Web Push: app1's VAPID key, and a browser (u10 in c1): its subscription's key and secret, which the stand-in's push
+# service decrypts with (RUN/webpush/demo-browser.json). The demo state, with the browser added, goes to RUN/state.json.
+if [ ! -f "$RUN/vapid.pem" ]; then
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$RUN/vapid.pem" 2>/dev/null
+fi
+mkdir -p "$RUN/webpush"
+if [ ! -f "$RUN/webpush/browser.pem" ]; then
+  openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$RUN/webpush/browser.pem" 2>/dev/null
+  head -c 16 /dev/urandom >"$RUN/webpush/browser.auth"
+fi
+b64url() { base64 -w0 | tr '+/' '-_' | tr -d '='; }
+wp_p256dh="$(openssl pkey -in "$RUN/webpush/browser.pem" -pubout -outform DER 2>/dev/null | tail -c 65 | b64url)"
+wp_auth="$(b64url <"$RUN/webpush/browser.auth")"
+python3 - "$DEMO/state.json" "$RUN" "$FCM_PORT" "$wp_p256dh" "$wp_auth" <<'PY'
+import json, sys
+state, run, port, p256dh, auth = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+json.dump({"private_key": open(run + "/webpush/browser.pem").read(), "auth": auth},
+          open(run + "/webpush/demo-browser.json", "w"))
+endpoint = "https://127.0.0.1:%s/wp/demo-browser" % port
+state["app1"]["users"]["u10"] = {"devices": [{"token": "%s.%s.%s" % (p256dh, auth, endpoint), "kind": "webpush",
+                                             "registered_at": 1731000000000}]}
+state["app1"]["conversations"]["c1"]["members"].append("u10")
+json.dump(state, open(run + "/state.json", "w"), indent=1)
+PY
 # The example pipeline with the local keys (app2's certificate credential becomes a token one here) and the
-# FCM and webhook providers pointed at herald-mock-fcm.
+# FCM, webhook and Web Push providers pointed at herald-mock-fcm.
 sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/AuthKey_KEY7654321.p8#$RUN/AuthKey.p8#" \
     -e "s#/etc/herald/firebase-service-account.json#$RUN/fcm-sa.json#" \
     -e "s#https://push.example.com/herald/webhook#https://127.0.0.1:$FCM_PORT/webhook/custom-1#" \
     -e "s#https://push.example.com/herald/cometchat#https://127.0.0.1:$FCM_PORT/webhook/comet-custom#" \
+    -e "s#/etc/herald/vapid.pem#$RUN/vapid.pem#" \
     -e "s#certificate_file: /etc/herald/messenger.pem#team_id: ABCDE12345\n        key_id: KEY1234567\n        key_file: $RUN/AuthKey.p8#" \
     -e "/private_key_file: \/etc\/herald\/messenger.key/d" \
     "${HERALD_LOCAL_PIPELINE_SRC:-pipelines/example.yaml}" >"$RUN/pipeline.yaml"
@@ -428,11 +453,11 @@ say "herald-mock-apns on 127.0.0.1:$APNS_PORT (JWT checked against $RUN/AuthKey.
 "$BIN/herald-mock-fcm" --port "$FCM_PORT" --cert "$RUN/apns-cert.pem" --key "$RUN/apns-key.pem" \
   --project herald-demo --client-email herald@herald-demo.iam.gserviceaccount.com \
   --service-public-key "$RUN/fcm-sa.key" --webhook-user herald --webhook-password "$HERALD_WEBHOOK_PASSWORD" \
-  --record "$RUN/fcm-record.jsonl" >"$RUN/logs/mock-fcm.log" 2>&1 &
+  --webpush-keys "$RUN/webpush" --record "$RUN/fcm-record.jsonl" >"$RUN/logs/mock-fcm.log" 2>&1 &
 echo $! >"$RUN/mock-fcm.pid"
 : >"$RUN/fcm-record.jsonl"
 for _ in $(seq 1 50); do port_open "$FCM_PORT" && break; sleep 0.1; done
-say "herald-mock-fcm on 127.0.0.1:$FCM_PORT (FCM messages:send, /token checking the RS256 assertion, /webhook/custom-1)"
+say "herald-mock-fcm on 127.0.0.1:$FCM_PORT (FCM messages:send, /token checking the RS256 assertion, /webhook/custom-1, Web Push /wp/demo-browser)"
 
 # --- The six stages ----------------------------------------------------------------------------------
 UP_STAGES=("${STAGES[@]}")
@@ -467,7 +492,7 @@ metric_sum() { # port metric-name [label filter]
 
 # --- State: the demo fixture as herald.registry records (applied by herald-registry) -----------------
 now_ms=$(($(date +%s%N) / 1000000))
-python3 - "$DEMO/state.json" "$now_ms" >"$RUN/registry.tsv" <<'PY'
+python3 - "$RUN/state.json" "$now_ms" >"$RUN/registry.tsv" <<'PY'
 import json, sys
 apps = json.load(open(sys.argv[1])); now = int(sys.argv[2])
 def out(key, rec): print(key + "\t" + json.dumps(rec, separators=(",", ":")))
@@ -528,7 +553,7 @@ for line in open(sys.argv[1]):
 PY
 
 echo
-echo "=== What the FCM and webhook stand-in answered ($RUN/fcm-record.jsonl) ==="
+echo "=== What the FCM, webhook and Web Push stand-in answered ($RUN/fcm-record.jsonl) ==="
 python3 - "$RUN/fcm-record.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
@@ -538,7 +563,11 @@ for line in open(sys.argv[1]):
         continue
     try: body = json.loads(r["body"])
     except ValueError: body = {}
-    if r["endpoint"] == "send":
+    if r["endpoint"] == "webpush":
+        h = r.get("headers", {})
+        print(f'{r["status"]} {r["reason"][:12] if r["reason"] else "":<12} Web Push {r["target"]} urgency={h.get("urgency")} '
+              f'ttl={h.get("ttl")} title={body.get("title")!r} body={body.get("body")!r} tag={body.get("tag")} (decrypted)')
+    elif r["endpoint"] == "send":
         m = body.get("message", {})
         n = m.get("notification") or {}
         print(f'{r["status"]} {r["reason"] or "":<12} FCM token {r["target"][:8]}… priority={m.get("android", {}).get("priority")} '
@@ -643,16 +672,21 @@ def key(token, topic, push_type, payload, counts, device=None):
     return (token, topic, push_type, json.dumps(shape, sort_keys=True))
 got = collections.Counter(key(r["token"], r["topic"], r["push_type"], r["payload"], counts_got)
                           for r in map(json.loads, open(run + "/apns-record.jsonl")))
-# FCM and webhook requests, as herald-mock-fcm recorded their bodies (the FCM body names its token).
+# FCM, webhook and Web Push requests, as herald-mock-fcm recorded their bodies (the FCM body names its token; a Web
+# Push body is the message the stand-in decrypted).
 for r in map(json.loads, open(run + "/fcm-record.jsonl")):
-    if r["endpoint"] in ("send", "webhook"):
+    if r["endpoint"] in ("send", "webhook") or (r["endpoint"] == "webpush" and r["status"] == 201):
         body = json.loads(r["body"])
-        device = body.get("message", {}).get("token") if r["endpoint"] == "send" else None
+        # The device a count belongs to: an FCM message's token, a Web Push subscription's id (`/wp/<id>`).
+        device = {"send": body.get("message", {}).get("token"), "webpush": "wp:" + r["target"]}.get(r["endpoint"])
         got[key(r["endpoint"].replace("send", "fcm"), "", "", body, counts_got, device)] += 1
 # Messages each user is counted for: every message event simulate decides for them, whatever its push, never the
 # sender's own.
 counted_for = collections.Counter()
 user_of = {}
+def device_of(n):
+    if n.get("provider") == "webpush": return "wp:" + n["token"].split(".", 2)[-1].rsplit("/", 1)[-1]
+    return n["token"]
 want = collections.Counter()
 for line in open(run + "/events.tsv"):
     event = json.loads(line.split("\t", 1)[1])
@@ -665,9 +699,9 @@ for line in open(run + "/events.tsv"):
         if event.get("kind") == "message" and line.get("reason") != "sender":
             counted_for[(event["app_id"], line["user"])] += 1
         for n in line["notifications"]:
-            user_of[n["token"]] = (event["app_id"], line["user"])
-            if n.get("provider") in ("fcm", "webhook"):
-                want[key(n["provider"], "", "", n["payload"], counts_want, n["token"])] += 1
+            user_of[device_of(n)] = (event["app_id"], line["user"])
+            if n.get("provider") in ("fcm", "webhook", "webpush"):
+                want[key(n["provider"], "", "", n["payload"], counts_want, device_of(n))] += 1
             else:
                 want[key(n["token"], n["topic"], n["push_type"], n["payload"], counts_want)] += 1
 def counts_fit(token):
@@ -678,7 +712,7 @@ def counts_fit(token):
     return len(set(received)) == len(received) and all(predicted[0] <= c <= predicted[-1] + slack for c in received)
 counts_same = all(counts_fit(t) for t in set(counts_got) | set(counts_want))
 same = got == want and counts_same
-print("heraldctl simulate predicted %d notifications; the stand-ins received %d; identical (APNs: token, topic, push type, payload; FCM and webhooks: body; badges as the pipeline counted them): %s"
+print("heraldctl simulate predicted %d notifications; the stand-ins received %d; identical (APNs: token, topic, push type, payload; FCM, webhooks and Web Push: body; badges as the pipeline counted them): %s"
       % (sum(want.values()), sum(got.values()), "yes" if same else "NO"))
 for t in sorted(set(counts_got) | set(counts_want)):
     if not counts_fit(t):
@@ -686,7 +720,7 @@ for t in sorted(set(counts_got) | set(counts_want)):
 for k in want - got: print("  predicted, not received:", k[0][:8] + "…", k[3][:100])
 for k in got - want: print("  received, not predicted:", k[0][:8] + "…", k[3][:100])
 PY
-  python3 "$RUN/parity.py" "$RUN" "$BIN" "$DEMO/state.json"
+  python3 "$RUN/parity.py" "$RUN" "$BIN" "$RUN/state.json"
 else
   echo "(heraldctl not built: skipping the comparison with heraldctl simulate)"
 fi

@@ -114,6 +114,8 @@ final class E2EStack: @unchecked Sendable {
     let redisPort: Int
     let apnsPort: Int
     let fcmPort: Int
+    /// A Web Push service without HTTP/2 (a second herald-mock-fcm, `--no-http2`, that its test starts).
+    let webpushHTTP1Port: Int
     let apiPort: Int
     let logger: Logger
 
@@ -140,6 +142,7 @@ final class E2EStack: @unchecked Sendable {
         redisPort = (try? freePort()) ?? 26379
         apnsPort = (try? freePort()) ?? 28443
         fcmPort = (try? freePort()) ?? 28444
+        webpushHTTP1Port = (try? freePort()) ?? 28446
         apiPort = (try? freePort()) ?? 28445
         var l = Logger(label: "e2e")
         l.logLevel = .critical
@@ -271,6 +274,7 @@ final class E2EStack: @unchecked Sendable {
             env["HERALD_FCM_HOST"] = "127.0.0.1:\(fcmPort)"
             env["HERALD_FCM_CA_FILE"] = runDir + "/server-cert.pem"
             env["HERALD_WEBHOOK_CA_FILE"] = runDir + "/server-cert.pem"
+            env["HERALD_WEBPUSH_CA_FILE"] = runDir + "/server-cert.pem"
             env["HERALD_E2E_WEBHOOK_PASSWORD"] = Self.webhookPassword
         }
         return env
@@ -437,6 +441,7 @@ final class E2EStack: @unchecked Sendable {
                 "--service-public-key", runDir + "/fcm-sa.key", "--unregistered", Self.fcmDeadToken,
                 "--webhook-user", Self.webhookUser, "--webhook-password", Self.webhookPassword,
                 "--webhook-fault", "flaky=503*2", "--record", runDir + "/fcm.jsonl",
+                "--webpush-keys", runDir + "/webpush",
             ], logPath: runDir + "/mock-fcm.log")
         try p.start()
         mockFCM = p
@@ -587,6 +592,11 @@ final class E2EStack: @unchecked Sendable {
             "client_email": Self.fcmClientEmail, "token_uri": "https://127.0.0.1:\(fcmPort)/token",
         ]
         try JSONSerialization.data(withJSONObject: account).write(to: URL(fileURLWithPath: runDir + "/fcm-sa.json"))
+        // Web Push: app4's VAPID key, and the directory the stand-in reads subscriptions' keys from.
+        try runToolChecked(
+            openssl, ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "vapid.pem"],
+            cwd: runDir)
+        try FileManager.default.createDirectory(atPath: runDir + "/webpush", withIntermediateDirectories: true)
     }
 
     private func writePipeline() throws {
@@ -648,6 +658,10 @@ final class E2EStack: @unchecked Sendable {
                 webhooks:
                   - {provider_id: custom-1, url: "https://127.0.0.1:\(fcmPort)/webhook/custom-1", username: \(Self.webhookUser), password_env: HERALD_E2E_WEBHOOK_PASSWORD, region: eu}
                   - {provider_id: flaky, url: "https://127.0.0.1:\(fcmPort)/webhook/flaky", username: \(Self.webhookUser), password_env: HERALD_E2E_WEBHOOK_PASSWORD}
+                webpush:
+                  vapid_key_file: \(runDir)/vapid.pem
+                  subject: "mailto:e2e@example.com"
+                  allowed_origins: ["https://127.0.0.1:\(fcmPort)", "https://127.0.0.1:\(webpushHTTP1Port)"]
             kafka:
               brokers: \(brokers)
               client_id: herald-e2e

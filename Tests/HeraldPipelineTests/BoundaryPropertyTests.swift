@@ -188,30 +188,26 @@ struct BoundaryPropertyTests {
             event.createdAt = Self.extremes[a]
             let other = Self.extremes[b]
             let label = "created_at \(Self.extremes[a]), other \(other), record \(which)"
-            do {
-                switch which {
-                case 0:
-                    let record = IngestedRecord(event: event, ingestedAt: other)
-                    await chain.run(
-                        [StageInput(topic: "herald.ingested", value: try StageCodec.encode(record))], from: 1,
-                        label: label)
-                case 1, 2:
-                    var user = try state.user("u2")
-                    user.unread = Unread(total: Int(other), conversations: ["c1": Int(other)])
-                    let record = ResolvedRecord(event: event, recipient: "u2", state: user)
-                    await chain.run(
-                        [StageInput(topic: "herald.resolved", value: try StageCodec.encode(record))], from: 2,
-                        label: label)
-                default:
-                    let device = Device(token: token("d"), bundleID: "com.example.chat")
-                    let record = DeliverableRecord(
-                        event: event, recipient: "u2", state: UserState(devices: [device]), targets: [device])
-                    await chain.run(
-                        [StageInput(topic: "herald.deliverable", value: try StageCodec.encode(record))], from: 3,
-                        label: label)
-                }
-            } catch {
-                Issue.record("\(label): \(error)")
+            switch which {
+            case 0:
+                let record = IngestedRecord(event: event, ingestedAt: other)
+                await chain.run(
+                    [StageInput(topic: "herald.ingested", value: StageCodec.encode(record))], from: 1,
+                    label: label)
+            case 1, 2:
+                var user = state.user("u2")
+                user.unread = Unread(total: Int(other), conversations: ["c1": Int(other)])
+                let record = ResolvedRecord(event: event, recipient: "u2", state: user)
+                await chain.run(
+                    [StageInput(topic: "herald.resolved", value: StageCodec.encode(record))], from: 2,
+                    label: label)
+            default:
+                let device = Device(token: token("d"), bundleID: "com.example.chat")
+                let record = DeliverableRecord(
+                    event: event, recipient: "u2", state: UserState(devices: [device]), targets: [device])
+                await chain.run(
+                    [StageInput(topic: "herald.deliverable", value: StageCodec.encode(record))], from: 3,
+                    label: label)
             }
         }
     }
@@ -240,7 +236,7 @@ struct BoundaryPropertyTests {
                 eventID: "x", appID: "app1", recipient: "u2", request: request, attempt: Int(Self.extremes[a]),
                 notBefore: Self.extremes[a] > 0 ? nil : Self.extremes[a], eventCreatedAt: Self.extremes[e])
             let results = await send.process(
-                [StageInput(topic: "herald.retry", value: try StageCodec.encode(record))], context: fixedContext)
+                [StageInput(topic: "herald.retry", value: StageCodec.encode(record))], context: fixedContext)
             #expect(results.count == 1 && accounted(results[0]), "expiration \(Self.extremes[e]), attempt \(a)")
         }
     }
@@ -255,7 +251,7 @@ struct BoundaryPropertyTests {
             apnsID: APNsID.derive(eventID: "x", token: token("g")), payload: Array(#"{"aps":{}}"#.utf8))
         let record = OutboundRecord(eventID: "x", appID: "app1", recipient: "u2", request: request)
         let results = await send.process(
-            [StageInput(topic: "herald.outbound", value: try StageCodec.encode(record))], context: fixedContext)
+            [StageInput(topic: "herald.outbound", value: StageCodec.encode(record))], context: fixedContext)
         #expect(transport.sent == [token("g")])
         #expect(
             results.first?.deadLetter == nil && results.first?.notes.contains(.suppressed(reason: "expired")) == false)
@@ -267,11 +263,11 @@ struct BoundaryPropertyTests {
         let event = try ChatEvent.decode(try exampleBytes("event-group.json"))
         let user = try exampleState().user("u2")
         let encoded: [(String, Int, [UInt8])] = [
-            ("herald.ingested", 1, try StageCodec.encode(IngestedRecord(event: event, ingestedAt: 1))),
-            ("herald.resolved", 2, try StageCodec.encode(ResolvedRecord(event: event, recipient: "u2", state: user))),
+            ("herald.ingested", 1, StageCodec.encode(IngestedRecord(event: event, ingestedAt: 1))),
+            ("herald.resolved", 2, StageCodec.encode(ResolvedRecord(event: event, recipient: "u2", state: user))),
             (
                 "herald.deliverable", 3,
-                try StageCodec.encode(
+                StageCodec.encode(
                     DeliverableRecord(event: event, recipient: "u2", state: user, targets: user.devices))
             ),
         ]

@@ -62,14 +62,15 @@ let ignoreSIGPIPE: Void = { signal(SIGPIPE, SIG_IGN) }()
 func startStandIn(
     _ pki: ProviderPKI, tokenLifetime: Int = 3600, unregistered: Set<String> = [],
     foreign: Set<String> = [], goawayAfter: Int = 0,
-    webhookAuth: (user: String, password: String)? = nil
+    webhookAuth: (user: String, password: String)? = nil, http2: Bool = true
 ) throws -> MockProvidersServer {
     _ = ignoreSIGPIPE
-    let server = try MockProvidersServer(
-        configuration: MockProvidersConfiguration(
-            certificatePath: pki.cert, privateKeyPath: pki.key, projectID: pki.project, clientEmail: pki.clientEmail,
-            servicePublicKeyPath: pki.serviceKey, accessTokenLifetime: tokenLifetime, unregisteredTokens: unregistered,
-            foreignTokens: foreign, goawayAfterStreams: goawayAfter, webhookAuth: webhookAuth))
+    var configuration = MockProvidersConfiguration(
+        certificatePath: pki.cert, privateKeyPath: pki.key, projectID: pki.project, clientEmail: pki.clientEmail,
+        servicePublicKeyPath: pki.serviceKey, accessTokenLifetime: tokenLifetime, unregisteredTokens: unregistered,
+        foreignTokens: foreign, goawayAfterStreams: goawayAfter, webhookAuth: webhookAuth)
+    configuration.http2 = http2
+    let server = try MockProvidersServer(configuration: configuration)
     try server.start()
     return server
 }

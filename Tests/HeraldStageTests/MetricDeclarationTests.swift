@@ -7,12 +7,13 @@ import Testing
 
 @Suite("Metric declarations")
 struct MetricDeclarationTests {
-    /// Every metric a stage process exports: HeraldStage's own, herald-send's APNs and FCM clients', and the Kafka
+    /// Every metric a stage process exports: HeraldStage's own, herald-send's APNs, FCM and Web Push clients', and the Kafka
     /// consumer's error counter.
     static var all: [MetricDeclaration] {
         var out = StageMetrics.declarations
         for (prefix, labels) in [
             ("herald_apns", "stage, app, bundle_id, environment"), ("herald_fcm", "stage, app, provider_id"),
+            ("herald_webpush", "stage, app, origin"),
         ] {
             for family in ClientMetricFamilies.families(prefix: prefix) {
                 let extra = family.name.hasSuffix("_answers_total") ? ", status, reason" : ""
@@ -72,7 +73,10 @@ struct MetricDeclarationTests {
             metrics.counters.map(\.label) + metrics.meters.map(\.label) + metrics.recorders.map(\.label)
             + metrics.timers.map(\.label)
         #expect(
-            created.allSatisfy { !$0.hasPrefix("herald_apns") && !$0.hasPrefix("herald_fcm") && !$0.contains("jwt") },
+            created.allSatisfy {
+                !$0.hasPrefix("herald_apns") && !$0.hasPrefix("herald_fcm") && !$0.hasPrefix("herald_webpush")
+                    && !$0.contains("jwt")
+            },
             "\(created)")
         let everyStage = Set(StageMetrics.declarations.filter { $0.stages == "every stage" }.map(\.name))
         #expect(Set(created).isSubset(of: everyStage), "\(created)")

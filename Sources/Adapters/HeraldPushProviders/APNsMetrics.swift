@@ -40,7 +40,10 @@ public enum ClientMetricFamilies {
             case .pingTimeouts: "connections replaced after an unanswered PING"
             case .renewals:
                 prefix == "herald_apns"
-                    ? "provider JWTs renewed (about one per key every 50 minutes)" : "OAuth access tokens renewed"
+                    ? "provider JWTs renewed (about one per key every 50 minutes)"
+                    : prefix == "herald_webpush"
+                        ? "VAPID tokens signed (about one per push service every 6 hours)"
+                        : "OAuth access tokens renewed"
             case .inFlight: "requests in flight"
             case .connections: "open connections"
             }

@@ -85,6 +85,8 @@ final class ClientLoop: @unchecked Sendable {
         self.tls = try TLSContext(credential: config.credential, trustedCAFile: config.trustedCAFile)
         if case .fcm = dialect {
             tokens = bearer
+        } else if case .webpush = dialect {
+            tokens = bearer
         } else if case .token(let keyID, let teamID, let pem) = config.credential {
             let jwt = try APNsJWT(keyID: keyID, teamID: teamID, p8PEM: pem)
             tokens = APNsTokenProvider(jwt: jwt, policy: config.tokenRenewal, now: config.now)
@@ -630,6 +632,7 @@ final class ClientLoop: @unchecked Sendable {
 
     private func finishAttempt(_ job: Job, status: Int) {
         if case .fcm = dialect { finishFCMAttempt(job, status: status); return }
+        if case .webpush = dialect { finishWebPushAttempt(job, status: status); return }
         job.attempts += 1
         if status == 200 {
             // The common answer: counted without a dictionary update per request.
@@ -703,6 +706,36 @@ final class ClientLoop: @unchecked Sendable {
                 for: answer, reasonText: text, attempt: job.attempts,
                 unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
         }
+        if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
+            disposition = .retry(after: retryAfter)
+        }
+        if scheduleRetry(job, disposition) { return }
+        complete(
+            job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
+            retryAfter: retryAfter)
+    }
+
+    /// An answer of a push service, classified by HeraldCore's Web Push table: 201 delivered, 404/410 the
+    /// subscription is gone, 429 and 5xx retried (honouring `Retry-After` when it asks for more than the backoff),
+    /// 400/401/403/413 and the rest permanent with the push service's reason.
+    private func finishWebPushAttempt(_ job: Job, status: Int) {
+        job.attempts += 1
+        let ok = (200..<300).contains(status)
+        if ok { answered200 += 1 } else { bump { $0.answersByStatus[status, default: 0] += 1 } }
+        let answer = WebPushAnswerTable.classify(status: status)
+        var text = WebPushAnswerTable.reasonText(status: status)
+        if ok {
+            delivered200 += 1
+        } else {
+            answerDeltas[AnswerKey(status: String(status), reason: text), default: 0] += 1
+            // The push service's own words (RFC 7807 problem details or text), cut short, for the DLQ.
+            let said = WebPushAnswerTable.detail(job.body)
+            if !said.isEmpty { text += ": " + said }
+        }
+        let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
+        var disposition = config.retry.disposition(
+            for: answer, reasonText: text, attempt: job.attempts,
+            unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
         if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
             disposition = .retry(after: retryAfter)
         }

@@ -199,6 +199,7 @@ final class H2Connection {
                 }
             })
         let dialect = loop.dialect
+        if case .webpush = dialect { bytes += 96 }  // content-type, content-encoding, TTL, urgency
         let streamID = withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: 16) { nva in
             withUnsafeTemporaryAllocation(of: UInt8.self, capacity: bytes) { buffer in
                 var block = HeaderBlock(fields: nva, bytes: buffer)
@@ -211,6 +212,9 @@ final class H2Connection {
                 // indexes `authorization`: the bearer token goes out in full with every request.
                 if let path = job.path {
                     block.add(":path", path, indexed: false)
+                } else if case .webpush = dialect {
+                    // A Web Push delivery's device token is its endpoint's path (and query) at this origin.
+                    block.add(":path", r.deviceToken, indexed: false)
                 } else {
                     block.add(":path", "/3/device/", r.deviceToken, indexed: false)
                 }
@@ -228,6 +232,20 @@ final class H2Connection {
                     if let id = r.apnsID { block.add("apns-id", id, indexed: firstValue(of: .apnsID)) }
                 case .fcm:
                     block.add("content-type", "application/json; charset=UTF-8")
+                case .webpush:
+                    block.add("content-type", "application/octet-stream")
+                    block.add("content-encoding", "aes128gcm")
+                    // TTL: the seconds left until the notification's expiration (0: deliver now or never).
+                    let now = Int64(Date().timeIntervalSince1970)
+                    block.add("ttl", decimal: max(0, (r.expiration ?? now) - now), indexed: false)
+                    let urgency: String =
+                        switch r.priority {
+                        case .immediately?: "high"
+                        case .low?: "low"
+                        default: "normal"
+                        }
+                    block.add("urgency", urgency)
+                    if let topic = r.collapseID { block.add("topic", topic, indexed: false) }
                 }
                 block.add("content-length", decimal: Int64(r.payload.count), indexed: false)
                 return nghttp2_submit_request(session, nil, nva.baseAddress, block.count, &provider, jobPointer)

@@ -8,11 +8,15 @@ enum H2Dialect: Sendable {
     case apns
     /// FCM HTTP v1: `/v1/projects/<project>/messages:send`, JSON body, OAuth2 access token, FCM error codes.
     case fcm(projectID: String)
+    /// Web Push (RFC 8030) to one push service origin: the endpoint's path, an `aes128gcm` body, `TTL`, `Urgency`
+    /// and `Topic`, a VAPID `authorization` (RFC 8292), Web Push answers (`WebPushAnswerTable`).
+    case webpush
 
     var metricPrefix: String {
         switch self {
         case .apns: "herald_apns"
         case .fcm: "herald_fcm"
+        case .webpush: "herald_webpush"
         }
     }
 }

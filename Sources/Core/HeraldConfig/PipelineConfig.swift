@@ -501,7 +501,7 @@ public enum PipelineLoader {
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
         "priority", "interruption_level", "relevance_score", "coalesce", "flood_guard", "read_sync",
-        "push",
+        "push", "webpush",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -687,6 +687,7 @@ public enum PipelineLoader {
         app.floodGuard = try readFloodGuard(&r, m["flood_guard"], path: path + ".flood_guard")
         app.readSync = try readReadSync(&r, m["read_sync"], path: path + ".read_sync")
         app.push = try readSwitch(&r, m["push"], path: path + ".push") ?? true
+        app.webPush = try readWebPush(&r, m["webpush"], path: path + ".webpush")
         return app
     }
 

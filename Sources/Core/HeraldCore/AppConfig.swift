@@ -296,6 +296,12 @@ public struct AppConfig: Sendable {
         get { storage.fields.readSync }
         set { unique().fields.readSync = newValue }
     }
+    /// Web Push (device kind `webpush`): the VAPID key and subject, and the push services allowed; nil: the app
+    /// sends no Web Push (its `webpush` devices are dead-lettered `no_provider`).
+    public var webPush: WebPushSettings? {
+        get { storage.fields.webPush }
+        set { unique().fields.webPush = newValue }
+    }
     var strings: [String: Strings] { storage.fields.strings }
     var english: Strings { storage.fields.english }
     var customTemplates: [String: (text: Template, file: Template)] { storage.fields.customTemplates }
@@ -329,6 +335,7 @@ public struct AppConfig: Sendable {
         let english: Strings
         let customTemplates: [String: (text: Template, file: Template)]
         let titleTemplate: Template?
+        var webPush: WebPushSettings? = nil
     }
 
     private final class Storage: @unchecked Sendable {

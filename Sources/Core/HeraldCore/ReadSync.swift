@@ -220,6 +220,9 @@ public enum ReadSync {
                         token: device.token, environment: .production, pushType: .alert, topic: hook.providerID,
                         priority: 5, collapseID: collapse, expiration: expiration, apnsID: apnsID, payload: w.bytes,
                         provider: .webhook, providerID: hook.providerID))
+            case .webpush:
+                // A browser must show a notification for every push it receives: no silent clear is sent.
+                continue
             }
         }
         return out

@@ -243,6 +243,12 @@ public enum Renderer {
                         hook: hook, app: app, senderDisplayName: senderDisplayName, burst: burst,
                         eventSeconds: eventSeconds))
                 continue
+            case .webpush:
+                out.append(
+                    try WebPushPayload.request(
+                        event: event, recipient: recipient, state: state, device: device, app: app,
+                        senderDisplayName: senderDisplayName, burst: burst, eventSeconds: eventSeconds))
+                continue
             case .apns, .voip:
                 break
             }

@@ -230,7 +230,9 @@ public enum Suppression {
         {
             appleKind = .voip
         }
-        return state.devices.filter { $0.kind == appleKind || $0.kind == .fcm || $0.kind == .webhook }
+        return state.devices.filter {
+            $0.kind == appleKind || $0.kind == .fcm || $0.kind == .webhook || $0.kind == .webpush
+        }
     }
 }
 

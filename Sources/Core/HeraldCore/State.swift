@@ -18,6 +18,8 @@ public struct Device: Sendable, Hashable {
         case voip
         case fcm
         case webhook
+        /// A browser's Web Push subscription (`WebPushSubscription`, held in the token).
+        case webpush
 
         /// The delivery path that serves this kind.
         public var provider: PushProvider {
@@ -25,6 +27,7 @@ public struct Device: Sendable, Hashable {
             case .apns, .voip: .apns
             case .fcm: .fcm
             case .webhook: .webhook
+            case .webpush: .webpush
             }
         }
     }
@@ -50,6 +53,11 @@ public struct Device: Sendable, Hashable {
             guard token.utf8.count <= maxTokenBytes, !token.contains(where: { $0.isWhitespace }) else {
                 return "a registration token has no spaces and at most \(maxTokenBytes) bytes"
             }
+        case .webpush:
+            guard token.utf8.count <= maxTokenBytes, let subscription = WebPushSubscription(token: token) else {
+                return "a webpush token is <p256dh>.<auth>.<endpoint> (register the subscription)"
+            }
+            return subscription.problem
         }
         return nil
     }

@@ -91,6 +91,11 @@ public struct RegistryProcessor: StageProcessor {
             if let problem = record.validationError() { return .dlq("invalid", problem.description) }
             if let outside = record.rangeError() { return .dlq(outside.reason, "RegistryRecord: \(outside)") }
             if let refused = unknownApp(record.appID) { return refused }
+            if let device = record.device, record.op == .registerDevice,
+                let problem = apps?.app(record.appID).webPushProblem(device)
+            {
+                return .dlq("invalid", "RegistryRecord: device: \(problem)")
+            }
             op = record.op.rawValue
             if record.op == .markRead { read = record }
             let now = context.nowMillis

@@ -203,7 +203,13 @@ public struct RegistryAPI: Sendable {
                 return (
                     "POST \(base)devices",
                     await write { () throws(FieldError) in
-                        try RegistryOperations.registerRecord(app: app, user: user, body: body, now: operations.now())
+                        let record = try RegistryOperations.registerRecord(
+                            app: app, user: user, body: body, now: operations.now())
+                        // A Web Push subscription of a push service the app does not allow.
+                        if let device = record.device, let problem = apps?.app(app).webPushProblem(device) {
+                            throw FieldError(field: "subscription", message: problem)
+                        }
+                        return record
                     }
                 )
             case "DELETE":

@@ -93,11 +93,17 @@ public struct RegistryOperations: Sendable {
         var bundleID: String?, providerID: String?, unique = false
         for (name, value) in object {
             switch name {
-            case "token": token = try Self.string(value, name)
+            case "token":
+                if token != nil { throw FieldError(field: name, message: "give token or subscription, not both") }
+                token = try Self.string(value, name)
             case "kind":
                 let raw = try Self.string(value, name)
                 guard let k = Device.Kind(rawValue: raw) else {
-                    throw FieldError(field: name, message: "expected apns, voip, fcm or webhook, got \"\(raw)\"")
+                    throw FieldError(
+                        field: name, message: "expected apns, voip, fcm, webhook or webpush, got \"\(raw)\"")
+                }
+                if kind == .webpush && k != .webpush {
+                    throw FieldError(field: name, message: "disagrees with subscription")
                 }
                 kind = k
             case "platform":
@@ -115,7 +121,12 @@ public struct RegistryOperations: Sendable {
                 }
                 environment = e
             case "bundle_id": bundleID = try Self.string(value, name)
-            case "provider_id": providerID = try Self.string(value, name)
+            case "subscription":
+                // A browser's PushSubscription.toJSON(): a `webpush` device whose token is the subscription.
+                if kind != nil && kind != .webpush { throw FieldError(field: name, message: "is for kind webpush") }
+                if token != nil { throw FieldError(field: name, message: "give token or subscription, not both") }
+                token = try Self.webPushSubscription(value).token
+                kind = .webpush
             case "unique":
                 guard case .bool(let b) = value else {
                     throw FieldError(field: name, message: "expected true or false, got \(value.typeName)")
@@ -124,7 +135,8 @@ public struct RegistryOperations: Sendable {
             default:
                 throw FieldError(
                     field: name,
-                    message: "unknown field (known: bundle_id, environment, kind, platform, provider_id, token, unique)"
+                    message:
+                        "unknown field (known: bundle_id, environment, kind, platform, provider_id, subscription, token, unique)"
                 )
             }
         }
@@ -153,6 +165,44 @@ public struct RegistryOperations: Sendable {
         return Device(
             token: apple ? token.lowercased() : token, kind: kind, environment: environment, bundleID: bundleID,
             registeredAt: registeredAt, providerID: providerID)
+    }
+
+    /// A `webpush` device's subscription from `{"endpoint": ..., "keys": {"p256dh": ..., "auth": ...}}` (the
+    /// browser's `PushSubscription.toJSON()`; `expirationTime` is accepted and ignored), checked
+    /// (`WebPushSubscription.problem`).
+    public static func webPushSubscription(_ value: JSONValue) throws(FieldError) -> WebPushSubscription {
+        guard case .object(let fields) = value else {
+            throw FieldError(field: "subscription", message: "expected an object, got \(value.typeName)")
+        }
+        var endpoint: String?, p256dh: String?, auth: String?
+        for (name, item) in fields {
+            switch name {
+            case "endpoint": endpoint = try Self.string(item, "subscription.endpoint")
+            case "expirationTime": break
+            case "keys":
+                guard case .object(let keys) = item else {
+                    throw FieldError(field: "subscription.keys", message: "expected an object, got \(item.typeName)")
+                }
+                for (key, v) in keys {
+                    switch key {
+                    case "p256dh": p256dh = try Self.string(v, "subscription.keys.p256dh")
+                    case "auth": auth = try Self.string(v, "subscription.keys.auth")
+                    default:
+                        throw FieldError(
+                            field: "subscription.keys.\(key)", message: "unknown field (known: auth, p256dh)")
+                    }
+                }
+            default:
+                throw FieldError(
+                    field: "subscription.\(name)", message: "unknown field (known: endpoint, expirationTime, keys)")
+            }
+        }
+        guard let endpoint else { throw FieldError(field: "subscription.endpoint", message: "missing") }
+        guard let p256dh else { throw FieldError(field: "subscription.keys.p256dh", message: "missing") }
+        guard let auth else { throw FieldError(field: "subscription.keys.auth", message: "missing") }
+        let subscription = WebPushSubscription(endpoint: endpoint, p256dh: p256dh, auth: auth)
+        if let problem = subscription.problem { throw FieldError(field: "subscription", message: problem) }
+        return subscription
     }
 
     /// `set_presence` from `{"online": ["<token>", ...], "ttl_ms": 120000}` (`ttl_ms` optional).

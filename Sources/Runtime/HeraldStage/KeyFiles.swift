@@ -56,9 +56,11 @@ public enum KeyFiles {
         }
     }
 
-    /// The secret files of `app`: its APNs credentials' and its FCM service accounts (which hold a private key).
+    /// The secret files of `app`: its APNs credentials', its FCM service accounts (which hold a private key) and its
+    /// Web Push VAPID key.
     public static func paths(of app: AppConfig) -> [String] {
         app.credentials.flatMap { paths(of: $0) } + app.fcmCredentials.map(\.serviceAccountFile)
+            + (app.webPush.map { [$0.vapidKeyFile] } ?? [])
     }
 
     /// Logs a warning for every secret file of `apps` that its group or others can read.

@@ -20,11 +20,15 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
     let apns: APNsPushTransport
     let fcm: FCMPushTransport
     let webhook: WebhookPushTransport
+    let webpush: WebPushPushTransport
 
-    init(apns: APNsPushTransport, fcm: FCMPushTransport, webhook: WebhookPushTransport) {
+    init(
+        apns: APNsPushTransport, fcm: FCMPushTransport, webhook: WebhookPushTransport, webpush: WebPushPushTransport
+    ) {
         self.apns = apns
         self.fcm = fcm
         self.webhook = webhook
+        self.webpush = webpush
     }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
@@ -54,6 +58,7 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
         case .apns: await apns.send(jobs, onAnswer: onAnswer)
         case .fcm: await fcm.send(jobs, onAnswer: onAnswer)
         case .webhook: await webhook.send(jobs, onAnswer: onAnswer)
+        case .webpush: await webpush.send(jobs, onAnswer: onAnswer)
         }
     }
 
@@ -64,6 +69,7 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
         try? await apns.run()
         await fcm.shutdown()
         await webhook.shutdown()
+        await webpush.shutdown()
     }
 }
 

@@ -52,11 +52,17 @@ let webhookTransport = WebhookPushTransport(
     caFile: optionalText(.webhookCAFile),
     maxInFlight: maxInFlight, environment: ProcessInfo.processInfo.environment,
     logger: setup.logger)
+let webpushTransport = WebPushPushTransport(
+    apps: setup.pipeline.apps, caFile: optionalText(.webpushCAFile), maxOrigins: setting(.webpushMaxOrigins),
+    maxInFlight: maxInFlight, timeout: .milliseconds(timeoutMs), logger: setup.logger)
 let liveApps = LiveAppDirectory(setup.pipeline.apps)
-let router = RoutingPushTransport(apns: transport, fcm: fcmTransport, webhook: webhookTransport)
+let router = RoutingPushTransport(
+    apns: transport, fcm: fcmTransport, webhook: webhookTransport, webpush: webpushTransport)
 // An app with no APNs credential (FCM or webhooks only) does not wait for an APNs connection.
 setup.context.readiness.register("apns") {
-    transport.hasClients ? transport.isConnected : (fcmTransport.hasClients || webhookTransport.hasClients)
+    transport.hasClients
+        ? transport.isConnected
+        : (fcmTransport.hasClients || webhookTransport.hasClients || webpushTransport.hasClients)
 }
 
 let topics = setup.pipeline.kafka.topics
@@ -106,8 +112,10 @@ let lanes = Lane.allCases.map { lane in
 let reloader = PipelineReloader.forStageOrExit(setup) { config in
     let fcm = try fcmTransport.prepare(apps: config.apps)
     let hooks: WebhookPushTransport.Endpoints
+    let webpush: WebPushPushTransport.Prepared
     do {
         hooks = try webhookTransport.prepare(apps: config.apps)
+        webpush = try webpushTransport.prepare(apps: config.apps)
         try transport.reload(apps: config.apps)
     } catch {
         Task { await fcm.discard() }
@@ -115,6 +123,7 @@ let reloader = PipelineReloader.forStageOrExit(setup) { config in
     }
     fcmTransport.commit(fcm)
     webhookTransport.commit(hooks)
+    webpushTransport.commit(webpush)
     liveApps.replace(with: config.apps)
 }
 StageProcess.exit(await setup.run(lanes: lanes, explain: setup.bestEffortExplainSink(), before: [router, reloader]))

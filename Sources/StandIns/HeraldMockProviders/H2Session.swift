@@ -9,6 +9,8 @@ final class H2Session {
     final class Stream {
         var path = ""
         var authorization: String?
+        /// Every header by lower-case name (Web Push reads several).
+        var headers: [String: String] = [:]
         var body: [UInt8] = []
         var answer: [UInt8] = []
         var offset = 0
@@ -75,19 +77,29 @@ final class H2Session {
             nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_REFUSED_STREAM.rawValue)
             return
         }
-        let (status, json, reason, retryAfter) = server.sendAnswer(
-            path: stream.path, authorization: stream.authorization,
-            body: stream.body)
-        var target = ""
-        if let root = try? JSONSerialization.jsonObject(with: Data(stream.body)) as? [String: Any],
-            let m = root["message"] as? [String: Any], let t = m["token"] as? String
-        {
-            target = t
+        let status: Int, json: String, retryAfter: Int?
+        if stream.path.hasPrefix("/wp/") {
+            // Web Push (MockWebPush.swift): the answer is recorded there.
+            let (code, reason) = server.webPushAnswer(path: stream.path, headers: stream.headers, body: stream.body)
+            (status, json, retryAfter) = (
+                code, code == 201 ? "" : #"{"reason":"\#(reason.replacingOccurrences(of: "\"", with: "'"))"}"#, nil
+            )
+        } else {
+            let reason: String
+            (status, json, reason, retryAfter) = server.sendAnswer(
+                path: stream.path, authorization: stream.authorization,
+                body: stream.body)
+            var target = ""
+            if let root = try? JSONSerialization.jsonObject(with: Data(stream.body)) as? [String: Any],
+                let m = root["message"] as? [String: Any], let t = m["token"] as? String
+            {
+                target = t
+            }
+            server.record(
+                MockAnswer(
+                    endpoint: .send, status: status, reason: reason, target: target, body: stream.body,
+                    authorization: stream.authorization))
         }
-        server.record(
-            MockAnswer(
-                endpoint: .send, status: status, reason: reason, target: target, body: stream.body,
-                authorization: stream.authorization))
         stream.answer = Array(json.utf8)
         var headers: [(String, String)] = [
             (":status", String(status)), ("content-type", "application/json; charset=UTF-8"),
@@ -142,6 +154,7 @@ final class H2Session {
             let n = String(decoding: UnsafeBufferPointer(start: name, count: namelen), as: UTF8.self)
             let v = String(decoding: UnsafeBufferPointer(start: value, count: valuelen), as: UTF8.self)
             if n == ":path" { s.path = v } else if n == "authorization" { s.authorization = v }
+            s.headers[n] = v
             return 0
         }
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs) { _, _, id, data, len, user in

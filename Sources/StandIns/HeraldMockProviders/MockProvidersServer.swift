@@ -40,6 +40,12 @@ public struct MockProvidersConfiguration: Sendable {
     public var webhookFaultsByName: [String: [MockFault]] = [:]
     /// Append one JSON line per answer here (endpoint, status, reason, target, body); nil: memory only.
     public var recordPath: String?
+    /// Where Web Push subscriptions' keys are read from, `<id>.json` per `/wp/<id>` (and `<id>.gone` marks one
+    /// gone); nil: only those given with `addWebPushSubscription`.
+    public var webPushKeyDirectory: String?
+    /// Offer HTTP/2 in ALPN [true]; false: HTTP/1.1 only, as a push service without HTTP/2 (FCM's messages:send is
+    /// then unreachable).
+    public var http2 = true
 
     public init(
         host: String = "127.0.0.1", port: Int = 0, certificatePath: String, privateKeyPath: String,
@@ -57,7 +63,7 @@ public struct MockProvidersConfiguration: Sendable {
 
 /// One answer the stand-in gave.
 public struct MockAnswer: Sendable, Equatable {
-    public enum Endpoint: String, Sendable { case token, send, webhook }
+    public enum Endpoint: String, Sendable { case token, send, webhook, webpush }
     public var endpoint: Endpoint
     public var status: Int
     /// FCM error code or status name; the token endpoint's `error`; empty on success.
@@ -68,6 +74,10 @@ public struct MockAnswer: Sendable, Equatable {
     public var body: [UInt8]
     /// The `authorization` header.
     public var authorization: String?
+    /// Web Push: the `ttl`, `urgency`, `topic` and `content-encoding` headers (the body is the decrypted message).
+    public var headers: [String: String] = [:]
+    /// Web Push: the body as received (encrypted).
+    public var received: [UInt8] = []
 }
 
 /// A fault to give instead of the normal answer.
@@ -108,6 +118,8 @@ public final class MockProvidersServer: @unchecked Sendable {
     private var openFDs: Set<Int32> = []
     private var tokenCounter = 0
     private var connectionsAccepted = 0
+    private var webPushKeys: [String: MockWebPushSubscription] = [:]
+    private var webPushGoneIDs: Set<String> = []
 
     public init(configuration: MockProvidersConfiguration) throws {
         self.configuration = configuration
@@ -121,37 +133,60 @@ public final class MockProvidersServer: @unchecked Sendable {
             SSL_CTX_free(ctx)
             throw MockSetupError("cannot load the stand-in's certificate or key")
         }
-        SSL_CTX_set_alpn_select_cb(
-            ctx,
-            { _, out, outlen, input, inlen, _ in
-                // Prefer h2, else http/1.1.
-                guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
-                var i = 0
-                var http11: Int?
-                while i < Int(inlen) {
-                    let n = Int(input[i])
-                    if n == 2, i + 2 < Int(inlen) + 1, input[i + 1] == UInt8(ascii: "h"),
-                        input[i + 2] == UInt8(ascii: "2")
-                    {
-                        out.pointee = input + i + 1
-                        outlen.pointee = 2
+        if !configuration.http2 {
+            SSL_CTX_set_alpn_select_cb(
+                ctx,
+                { _, out, outlen, input, inlen, _ in
+                    // http/1.1 only: a client that offers nothing else gets no protocol.
+                    guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
+                    var i = 0
+                    while i < Int(inlen) {
+                        let n = Int(input[i])
+                        if n == 8, i + 8 < Int(inlen),
+                            String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self)
+                                == "http/1.1"
+                        {
+                            out.pointee = input + i + 1
+                            outlen.pointee = 8
+                            return SSL_TLSEXT_ERR_OK
+                        }
+                        i += 1 + n
+                    }
+                    return SSL_TLSEXT_ERR_NOACK
+                }, nil)
+        } else {
+            SSL_CTX_set_alpn_select_cb(
+                ctx,
+                { _, out, outlen, input, inlen, _ in
+                    // Prefer h2, else http/1.1.
+                    guard let input, let out, let outlen else { return SSL_TLSEXT_ERR_NOACK }
+                    var i = 0
+                    var http11: Int?
+                    while i < Int(inlen) {
+                        let n = Int(input[i])
+                        if n == 2, i + 2 < Int(inlen) + 1, input[i + 1] == UInt8(ascii: "h"),
+                            input[i + 2] == UInt8(ascii: "2")
+                        {
+                            out.pointee = input + i + 1
+                            outlen.pointee = 2
+                            return SSL_TLSEXT_ERR_OK
+                        }
+                        if n == 8,
+                            String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self)
+                                == "http/1.1"
+                        {
+                            http11 = i
+                        }
+                        i += 1 + n
+                    }
+                    if let at = http11 {
+                        out.pointee = input + at + 1
+                        outlen.pointee = 8
                         return SSL_TLSEXT_ERR_OK
                     }
-                    if n == 8,
-                        String(decoding: UnsafeBufferPointer(start: input + i + 1, count: 8), as: UTF8.self)
-                            == "http/1.1"
-                    {
-                        http11 = i
-                    }
-                    i += 1 + n
-                }
-                if let at = http11 {
-                    out.pointee = input + at + 1
-                    outlen.pointee = 8
-                    return SSL_TLSEXT_ERR_OK
-                }
-                return SSL_TLSEXT_ERR_NOACK
-            }, nil)
+                    return SSL_TLSEXT_ERR_NOACK
+                }, nil)
+        }
         guard let key = Self.loadPublicKey(configuration.servicePublicKeyPath) else {
             SSL_CTX_free(ctx)
             throw MockSetupError(
@@ -236,6 +271,14 @@ public final class MockProvidersServer: @unchecked Sendable {
         recorded.filter { $0.endpoint == endpoint }
     }
     public var accessTokensIssued: Int { lock.withLock { tokenCounter } }
+    /// Serves `/wp/<id>` for a subscription whose keys the caller holds.
+    public func addWebPushSubscription(id: String, _ subscription: MockWebPushSubscription) {
+        lock.withLock { webPushKeys[id] = subscription }
+    }
+    /// Answers 410 to `/wp/<id>` from now on.
+    public func markWebPushGone(id: String) { lock.withLock { _ = webPushGoneIDs.insert(id) } }
+    func webPushSubscriptions(_ id: String) -> MockWebPushSubscription? { lock.withLock { webPushKeys[id] } }
+    func webPushMarkedGone(_ id: String) -> Bool { lock.withLock { webPushGoneIDs.contains(id) } }
     public var connections: Int { lock.withLock { connectionsAccepted } }
 
     /// Issues an access token for `project` outside the token endpoint (tests of foreign tokens).
@@ -252,10 +295,12 @@ public final class MockProvidersServer: @unchecked Sendable {
         lock.withLock {
             answers.append(a)
             guard let path = configuration.recordPath else { return }
-            let line: [String: Any] = [
+            var line: [String: Any] = [
                 "endpoint": a.endpoint.rawValue, "status": a.status, "reason": a.reason,
                 "target": a.target, "body": String(decoding: a.body, as: UTF8.self),
             ]
+            if !a.headers.isEmpty { line["headers"] = a.headers }
+            if !a.received.isEmpty { line["received"] = Data(a.received).base64EncodedString() }
             guard var data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) else { return }
             data.append(10)
             if let h = FileHandle(forWritingAtPath: path) {
@@ -372,6 +417,14 @@ public final class MockProvidersServer: @unchecked Sendable {
                 MockAnswer(endpoint: .token, status: status, reason: reason, target: "", body: body, authorization: nil)
             )
             return (status, [], Array(json.utf8))
+        }
+        if path.hasPrefix("/wp/") {
+            // Web Push over HTTP/1.1 (MockWebPush.swift): the answer is recorded there.
+            let (status, reason) = webPushAnswer(path: path, headers: headers, body: body)
+            return (
+                status, [],
+                status == 201 ? [] : Array(#"{"reason":"\#(reason.replacingOccurrences(of: "\"", with: "'"))"}"#.utf8)
+            )
         }
         if path.hasPrefix("/webhook/") {
             let name = String(path.dropFirst("/webhook/".count))

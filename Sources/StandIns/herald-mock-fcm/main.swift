@@ -1,6 +1,6 @@
 // herald-mock-fcm: the FCM HTTP v1 and custom-webhook stand-in (tests, demos). One TLS port:
 // HTTP/2 for messages:send, HTTP/1.1 for the OAuth2 token endpoint (/token) and webhook
-// receivers (/webhook/<name>).
+// receivers (/webhook/<name>); a Web Push service at /wp/<id> (HTTP/2).
 import ArgumentParser
 import Foundation
 import Glibc
@@ -37,6 +37,14 @@ struct MockFCM: ParsableCommand {
         name: .customLong("webhook-fault"),
         help: "NAME=STATUS*COUNT: /webhook/NAME answers STATUS to its first COUNT requests (repeatable).")
     var webhookFault: [String] = []
+    @Option(
+        name: .customLong("webpush-keys"),
+        help:
+            "Directory of Web Push subscriptions' keys: /wp/ID decrypts with ID.json ({\"private_key\": PEM, \"auth\": base64url}); ID.gone answers 410."
+    )
+    var webpushKeys: String?
+    @Flag(name: .customLong("no-http2"), help: "Offer only HTTP/1.1 in ALPN (a push service without HTTP/2).")
+    var noHTTP2 = false
     @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.") var portFile:
         String?
 
@@ -48,6 +56,8 @@ struct MockFCM: ParsableCommand {
             unregisteredTokens: Set(unregistered), goawayAfterStreams: goawayAfter)
         if let webhookUser { c.webhookAuth = (webhookUser, webhookPassword ?? "") }
         c.recordPath = record
+        c.webPushKeyDirectory = webpushKeys
+        c.http2 = !noHTTP2
         for spec in webhookFault {
             let parts = spec.split(separator: "=", maxSplits: 1)
             let rhs = parts.count == 2 ? parts[1].split(separator: "*") : []

@@ -24,11 +24,21 @@ struct DeviceCommand: AsyncParsableCommand {
         @Option(name: .long, help: "User id.") var user: String
         @Option(
             name: .long,
-            help: "Device token (hex for apns and voip; the registration token for fcm; any id for webhook).")
-        var token: String
+            help:
+                "Device token (hex for apns and voip; the registration token for fcm; any id for webhook; <p256dh>.<auth>.<endpoint> for webpush)."
+        )
+        var token: String?
         @Option(
             name: .long,
-            help: "apns (alert pushes), voip (PushKit, calls), fcm (Firebase) or webhook (custom provider).")
+            help:
+                "A browser's push subscription, the JSON of PushSubscription.toJSON() (a webpush device; instead of --token)."
+        )
+        var subscription: String?
+        @Option(
+            name: .long,
+            help:
+                "apns (alert pushes), voip (PushKit, calls), fcm (Firebase), webhook (custom provider) or webpush (a browser)."
+        )
         var kind: String?
         @Option(
             name: .long,
@@ -54,12 +64,18 @@ struct DeviceCommand: AsyncParsableCommand {
         var unique = false
         @OptionGroup var write: RegistryWriteOptions
 
+        func validate() throws {
+            guard (token != nil) != (subscription != nil) else {
+                throw ValidationError("give exactly one of --token and --subscription")
+            }
+        }
+
         func run() async throws {
-            let kind: Device.Kind
+            var kind: Device.Kind
             switch (self.kind, platform) {
             case (let k?, nil):
                 guard let v = Device.Kind(rawValue: k) else {
-                    CLI.fail("--kind: expected apns, voip, fcm or webhook, got \(k)", status: 2)
+                    CLI.fail("--kind: expected apns, voip, fcm, webhook or webpush, got \(k)", status: 2)
                 }
                 kind = v
             case (nil, let p?):
@@ -76,6 +92,19 @@ struct DeviceCommand: AsyncParsableCommand {
                     CLI.fail("--environment: expected production or sandbox, got \(environment)", status: 2)
                 }
                 env = e
+            }
+            var token = self.token ?? ""
+            if let subscription {
+                if self.kind != nil && kind != .webpush { CLI.fail("--subscription is for --kind webpush", status: 2) }
+                do {
+                    let value = try JSONValue.parse(Array(subscription.utf8))
+                    token = try RegistryOperations.webPushSubscription(value).token
+                } catch let error as FieldError {
+                    CLI.fail("--subscription: \(error.field): \(error.message)", status: 2)
+                } catch {
+                    CLI.fail("--subscription: not JSON", status: 2)
+                }
+                kind = .webpush
             }
             // The same token checks as the registry API's POST .../devices.
             let device: Device
@@ -124,7 +153,8 @@ struct DeviceCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let target = token?.lowercased()
+            // apns and voip tokens are stored in lower case; other kinds' tokens (webpush's base64url) as given.
+            let target = token.map { $0.allSatisfy(\.isHexDigit) ? $0.lowercased() : $0 }
             if write.viaKafka {
                 let update: RegistryUpdate =
                     target.map { .unregister(app: app, user: user, token: $0) }

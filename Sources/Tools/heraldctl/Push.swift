@@ -16,17 +16,24 @@ struct Push: AsyncParsableCommand {
             whole {"message":{...}} body, or --body builds a notification message.
             --provider webhook: the app's webhook (--pipeline --app [--provider-id]) or --url (with --user and
             --password for Basic auth); --payload-file holds the POST body, or --body builds CometChat's shape.
+            --provider webpush: --subscription JSON (a browser's PushSubscription) or --device-token
+            <p256dh>.<auth>.<endpoint>; the VAPID key is the app's (--pipeline --app) or --vapid-key FILE with
+            --subject; --payload-file holds the message before encryption, or --body builds one; --ttl, --urgency
+            and --collapse-id (the Topic) set the headers. Exit status 0 on 2xx.
             Credential: --pipeline FILE --app APP (the app's credential entry whose bundle_id matches the
             topic and whose environment matches --environment), or flags: token auth --key-p8 FILE
             --key-id ID --team-id ID; certificate auth --cert PEM --cert-key PEM, or --p12 FILE with
             --p12-password (or HERALD_APNS_P12_PASSWORD).
             """)
 
-    @Option(help: "apns, fcm or webhook.") var provider = "apns"
+    @Option(help: "apns, fcm, webhook or webpush.") var provider = "apns"
     @Option(
-        name: .customLong("device-token"), help: "Hex device token (apns), registration token (fcm), user id (webhook)."
+        name: .customLong("device-token"),
+        help:
+            "Hex device token (apns), registration token (fcm), user id (webhook), <p256dh>.<auth>.<endpoint> (webpush)."
     )
-    var deviceToken: String
+    var deviceToken: String?
+    @OptionGroup var webPush: WebPushPushOptions
     @Option(help: "apns-topic (bundle id; add .voip for voip pushes). APNs only.") var topic: String?
     @Option(
         name: .customLong("provider-id"), help: "FCM or webhook provider id in the pipeline (default: the app's first)."
@@ -67,8 +74,10 @@ struct Push: AsyncParsableCommand {
         case "apns": break
         case "fcm": try await pushFCM(); return
         case "webhook": try await pushWebhook(); return
-        default: throw ValidationError("--provider must be apns, fcm or webhook")
+        case "webpush": try await pushWebPush(); return
+        default: throw ValidationError("--provider must be apns, fcm, webhook or webpush")
         }
+        let deviceToken = try token()
         guard let topic else { throw ValidationError("--topic is required for APNs") }
         guard let type = APNsPushType(rawValue: pushType) else {
             throw ValidationError("unknown --push-type \(pushType)")

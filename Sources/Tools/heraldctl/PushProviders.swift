@@ -22,6 +22,7 @@ extension Push {
     }
 
     func pushFCM() async throws {
+        let deviceToken = try token()
         var accountFile = serviceAccount
         if accountFile == nil, let appConfig = try appConfig() {
             guard let credential = appConfig.fcmCredential(providerID) else {
@@ -84,6 +85,7 @@ extension Push {
     }
 
     func pushWebhook() async throws {
+        let deviceToken = try token()
         var endpoint: WebhookEndpoint?
         var region = "us"
         if let url {
@@ -153,4 +155,10 @@ extension Push {
     }
 
     static func jsonText(_ object: [String: Any]) -> String { CLI.json(object) }
+
+    /// `--device-token`, which every provider but Web Push (given `--subscription`) needs.
+    func token() throws -> String {
+        guard let deviceToken, !deviceToken.isEmpty else { throw ValidationError("--device-token is required") }
+        return deviceToken
+    }
 }

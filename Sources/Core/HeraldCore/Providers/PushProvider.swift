@@ -9,6 +9,8 @@ public enum PushProvider: String, Sendable, Hashable, CaseIterable {
     case fcm
     /// A custom HTTPS webhook that receives one POST per recipient (CometChat's custom provider).
     case webhook
+    /// The Web Push protocol (RFC 8030) with message encryption (RFC 8291) and VAPID (RFC 8292), over HTTP/2.
+    case webpush
 }
 
 /// CometChat's `PushPlatforms` names (the `platform` argument of `registerPushToken`) and the device
