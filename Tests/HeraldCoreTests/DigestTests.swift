@@ -219,3 +219,22 @@ struct DigestTests {
         #expect(try payload(ja[0])["aps"]?["alert"]?["body"] == .string("通知の一時停止中に1件の新着メッセージ"))
     }
 }
+
+@Suite("Digest events are Herald's own")
+struct DigestAdmissionTests {
+    @Test("ingest drops a chat.events event that carries a digest")
+    func notAccepted() throws {
+        var text = messageJSON()
+        text.removeLast()
+        text += #","digest":{"window":"dnd","messages":3,"conversations":1}}"#
+        guard case .drop(let reason, _) = Ingest.admit(Array(text.utf8)) else {
+            Issue.record("admitted an event with a digest")
+            return
+        }
+        #expect(reason == .invalid)
+        guard case .admit = Ingest.admit(Array(messageJSON().utf8)) else {
+            Issue.record("dropped a plain message")
+            return
+        }
+    }
+}

@@ -79,17 +79,28 @@ struct DigestsRedisTests {
         #expect(fields == Int64(Digest.maxConversations) + 6)
         let pttl = try await redis.send("PTTL", key).int ?? -1
         #expect(pttl > 3_600_000 && pttl <= 60_000 + 3_600_000 + 3_600_000)
+        // The bound of docs/capacity.md: a user's digest at its largest (100 conversations by name, the fingerprints
+        // of 256 events), and a usual one (a few messages in two conversations).
+        let largest = try await redis.send("MEMORY", "USAGE", key).int ?? 0
+        #expect(largest > 0 && largest < 9_000, "MEMORY USAGE \(largest)")
+        _ = try await store.countDigests(
+            [Self.count("u9", "e1", "c1", "Hiking"), Self.count("u9", "e2", "c2", "Work")], now: now)
+        let usual = try await redis.send("MEMORY", "USAGE", RedisKeys.digest(app: "a", user: "u9")).int ?? 0
+        #expect(usual > 0 && usual < 300, "MEMORY USAGE \(usual)")
+        print("digest MEMORY USAGE: largest \(largest), usual \(usual)")
         let seen = try await redis.send("HSTRLEN", key, "s").int ?? 0
         #expect(seen == Int64(Digest.seenEvents * 8))
         let due = try await store.claimDueDigests(app: "a", now: Self.end)
-        #expect(due.count == 1 && due[0].messages == counts.count && due[0].other == 200)
-        #expect(due[0].conversations.count == Digest.maxConversations)
+        let big = try #require(due.first { $0.user == "u1" })
+        #expect(due.count == 2 && big.messages == counts.count && big.other == 200)
+        #expect(big.conversations.count == Digest.maxConversations)
         // A mark_read of everything leaves nothing to send (and keeps what was counted, so a replay stays out).
         try await store.markRead(app: "a", user: "u1", conversation: nil)
         #expect(try await store.countDigests([counts.last!], now: now) == [false])
         let after = try await store.claimDueDigests(
             app: "a", now: Self.end + StateStore.digestLeaseMilliseconds + 1)
-        #expect(after.count == 1 && after[0].messages == 0 && after[0].conversations.isEmpty)
+        let emptied = try #require(after.first { $0.user == "u1" })
+        #expect(emptied.messages == 0 && emptied.conversations.isEmpty)
     }
 
     @Test("a later window moves the schedule; a reschedule moves it; confirming an older window keeps a newer one")
