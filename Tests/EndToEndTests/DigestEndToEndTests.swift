@@ -93,4 +93,64 @@ extension EndToEndTests {
         #expect(digests.contains { $0.contains("outcome=\"sent\"") }, "herald_digests_total: \(digests)")
         #expect(digests.contains { $0.contains("outcome=\"counted\"") }, "herald_digests_total: \(digests)")
     }
+
+    @Test("in Do Not Disturb (Asia/Kolkata): 5 messages in 2 conversations, one digest when it ends on the local clock")
+    func digestWhenDNDEnds() async throws {
+        let token = tok(743)
+        var r = try await stack.heraldctl([
+            "device", "register", "--app", "app9", "--user", "dg-3", "--token", token, "--bundle-id",
+            "com.example.chat",
+        ])
+        #expect(r.status == 0, "device register: \(r.stderr)")
+        // The window: this minute to the next on the user's clock (UTC+05:30). Start early in a minute, so the
+        // messages are counted well before it ends (checked below).
+        _ = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) { Self.now() % 60_000 < 15_000 }
+        let start = Self.now()
+        let local = ((start + 19_800_000) / 60_000) % 1440
+        func clock(_ minute: Int64) -> String {
+            let m = minute % 1440
+            return (m / 60 < 10 ? "0" : "") + "\(m / 60):" + (m % 60 < 10 ? "0" : "") + "\(m % 60)"
+        }
+        let end = (start / 60_000 + 1) * 60_000
+        r = try await stack.heraldctl([
+            "prefs", "set", "--app", "app9", "--user", "dg-3", "--dnd", "\(clock(local))-\(clock(local + 1))",
+            "--timezone", "Asia/Kolkata",
+        ])
+        #expect(r.status == 0, "prefs set: \(r.stderr)")
+        let hike = Scenarios.id("dd-hike")
+        let work = Scenarios.id("dd-work")
+        let plan = [(hike, "Hiking"), (work, "Work"), (hike, "Hiking"), (work, "Work"), (hike, "Hiking")]
+        let events = plan.enumerated().map { n, c in
+            Scenarios.message(
+                Scenarios.id("dd-\(n)"), app: "app9", sender: "dd-s", conversation: c.0, name: c.1,
+                text: "secret \(n)", recipients: ["dg-3"], createdAt: start)
+        }
+        try await stack.publish(events)
+        let suppressed = await eventually(timeout: .seconds(40), interval: .milliseconds(200)) {
+            for n in 0..<plan.count {
+                let r = try? await stack.heraldctl([
+                    "explain", "--app", "app9", "--event", Scenarios.id("dd-\(n)"), "--user", "dg-3",
+                ])
+                guard r?.lines.first?["reason"] as? String == "dnd" else { return false }
+            }
+            return true
+        }
+        #expect(suppressed, "the messages were not all suppressed as dnd\n\(failureContext())")
+        try #require(Self.now() < end - 1_000, "the stack took longer than the window; the digest may have gone out")
+        #expect(answered([token]).isEmpty, "nothing is pushed during Do Not Disturb")
+        func body(_ r: RecordedRequest) -> String {
+            (aps(r)["alert"] as? [String: Any])?["body"] as? String ?? ""
+        }
+        let arrived = await eventually(timeout: .seconds(120), interval: .milliseconds(200)) {
+            !answered([token]).isEmpty
+        }
+        #expect(arrived, "no digest arrived\n\(failureContext())")
+        #expect(Self.now() >= end, "not before Do Not Disturb ended")
+        #expect(await stack.awaitIdle(), "the pipeline did not go idle")
+        let pushes = answered([token])
+        #expect(
+            pushes.map(body) == ["5 new messages in 2 conversations while Do Not Disturb was on\nHiking, Work"],
+            "\(pushes.map(body))")
+        #expect(pushes.allSatisfy { $0.pushType == "alert" && aps($0)["sound"] == nil })
+    }
 }
