@@ -162,7 +162,7 @@ struct DigestTests {
     @Test("the digest travels in the event: binary, the rules' reader and JSON give it back")
     func records() throws {
         let e = Digest.event(
-            app: "app1", user: "u2", end: digestT0, summary: Self.summaryValue, conversation: "", now: digestT0)
+            app: "app1", user: "u2", end: digestT0, summary: Self.summaryValue, conversation: "")
         let record = DeliverableRecord(event: e, recipient: "u2", state: user(), targets: [device()])
         let back = try StageCodec.decode(DeliverableRecord.self, from: record.wireBytes())
         #expect(back.event.digest == Self.summaryValue && back.event == e)
@@ -191,7 +191,7 @@ struct DigestTests {
                     window: .dnd, messages: 12, conversations: 3, names: ["Hiking", "Work"], sound: sound)
                 summary.sound = sound
                 let e = Digest.event(
-                    app: "app1", user: "u2", end: digestT0, summary: summary, conversation: "", now: digestT0)
+                    app: "app1", user: "u2", end: digestT0, summary: summary, conversation: "")
                 let requests = try Renderer.render(
                     event: e, recipient: "u2", state: user(devices: devices), targets: devices, app: app, now: now0)
                 #expect(requests.count == 3)
@@ -212,7 +212,7 @@ struct DigestTests {
         let e = Digest.event(
             app: "app1", user: "u2", end: digestT0,
             summary: DigestSummary(window: .snooze, messages: 1, conversations: 1),
-            conversation: "c1", now: digestT0)
+            conversation: "c1")
         let ja = try Renderer.render(
             event: e, recipient: "u2", state: user(prefs: Preferences(languages: ["ja"])), targets: [device()],
             app: digestApp, now: now0)

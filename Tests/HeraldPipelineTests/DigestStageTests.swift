@@ -164,4 +164,32 @@ struct DigestStageTests {
         #expect(results.allSatisfy { $0.notes == [.suppressed(reason: "dnd"), .digest(outcome: "count_failed")] })
         #expect(failures.withLock { $0 } == 1)
     }
+
+    @Test("a digest whose produce failed (a crash) is taken again after its lease, as the same event, byte for byte")
+    func takenAgain() async throws {
+        var suppress = SuppressProcessor(deliverableTopic: "d", apps: Self.app())
+        let ledger = MemoryDigestLedger()
+        suppress.digests = ledger
+        _ = await suppress.process(try Self.inputs(to: ["u2"]), context: fixedContext)
+        ledger.states.withLock { $0 = ["u2": Self.state()] }
+        let flusher = DigestFlusher(ledger: ledger) { _ in "d" }
+        let lost = Produced()
+        await #expect(throws: TransientFailure.self) {
+            _ = try await flusher.pass(apps: Self.app(), now: Self.end) { outputs in
+                try await lost.add(outputs)
+                throw TransientFailure("the broker did not answer")
+            }
+        }
+        // Leased: another process does not take it before the lease passes.
+        let produced = Produced()
+        #expect(try await flusher.pass(apps: Self.app(), now: Self.end + 5_000, produce: produced.add).sent == 0)
+        let again = try await flusher.pass(apps: Self.app(), now: Self.end + 10_001, produce: produced.add)
+        #expect(again.sent == 1)
+        // The same event id and bytes: send's delivery records skip whichever copy comes second.
+        #expect(lost.outputs.count == 1 && produced.outputs.map(\.value) == lost.outputs.map(\.value))
+        let record = try StageCodec.decode(DeliverableRecord.self, from: produced.outputs[0].value)
+        #expect(record.event.eventID == Digest.eventID(user: "u2", end: Self.end))
+        #expect(record.event.createdAt == Self.end)
+        #expect(try await flusher.pass(apps: Self.app(), now: Self.end + 30_000, produce: produced.add).sent == 0)
+    }
 }

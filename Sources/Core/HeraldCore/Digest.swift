@@ -148,12 +148,14 @@ public enum Digest {
 
     /// The event of a digest: from Herald, in its one conversation (`conversation`; empty: `conversationID`),
     /// carrying `summary`.
+    /// Its time is the window's end, like its id the same however often it is produced (send's delivery records
+    /// are cut by the event's time).
     public static func event(
-        app: String, user: String, end: Int64, summary: DigestSummary, conversation: String, now: Int64
+        app: String, user: String, end: Int64, summary: DigestSummary, conversation: String
     ) -> ChatEvent {
         let id = eventID(user: user, end: end)
         var event = ChatEvent(
-            eventID: id, appID: app, kind: .message, createdAt: now, sender: ChatEvent.Sender(id: senderID),
+            eventID: id, appID: app, kind: .message, createdAt: end, sender: ChatEvent.Sender(id: senderID),
             conversation: ChatEvent.Conversation(
                 id: conversation.isEmpty ? conversationID : conversation, type: .group),
             message: ChatEvent.Message(id: id))

@@ -96,10 +96,9 @@ public struct DigestFlusher: Sendable {
                         window: digest.window, messages: digest.messages,
                         conversations: digest.conversations.map { ($0.name, $0.count) }, more: digest.other > 0,
                         policy: app.digest)
-                    let first = digest.conversations.max { ($0.count, $1.id) < ($1.count, $0.id) }
                     let event = Digest.event(
                         app: appID, user: digest.user, end: digest.end, summary: summary,
-                        conversation: digest.conversations.count == 1 ? (first?.id ?? "") : "", now: now)
+                        conversation: digest.conversations.count == 1 ? digest.conversations[0].id : "")
                     var recordState = state
                     recordState.devices = []
                     recordState.online = []
