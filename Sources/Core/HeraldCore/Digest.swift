@@ -139,7 +139,11 @@ public enum Digest {
             return .reschedule(window: .dnd, end: dndEnd)
         }
         if now - end > app.digest.deadlineMilliseconds { return .expired }
-        var targets = state.devices.filter { $0.kind == .apns || $0.kind == .fcm || $0.kind == .webhook }
+        // The devices that take a chat message (rule 3's candidates for a message).
+        let message = ChatEvent(
+            eventID: "", appID: app.appID, kind: .message, sender: ChatEvent.Sender(id: senderID),
+            conversation: ChatEvent.Conversation(id: conversationID, type: .group))
+        var targets = Suppression.pushableDevices(event: message, state: state)
         if app.webhooks.contains(where: { $0.everyRecipient }) {
             Suppression.addEveryRecipientWebhooks(to: &targets, recipient: recipient, app: app)
         }
