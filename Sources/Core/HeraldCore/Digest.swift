@@ -64,7 +64,7 @@ public struct DigestSummary: Sendable, Hashable {
 }
 
 public enum Digest {
-    /// The explain reason of a digest sent, and the metric's name part.
+    /// The explain reason of a digest produced for the user's devices.
     public static let reason = "digest"
     /// The explain reason of a digest dropped past its app's deadline.
     public static let expiredReason = "digest_expired"
