@@ -639,6 +639,12 @@ final class E2EStack: @unchecked Sendable {
                 flood_guard: {per_minute: 3}
                 credentials:
                   - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              app9:
+                payload: {profile: compact}
+                counts: true
+                digest: {conversations_named: 3, sound: false, deadline_seconds: 3600}
+                credentials:
+                  - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
               app2:
                 payload: {profile: sendbird, key: sendbird}
                 multi_device: any_offline

@@ -99,7 +99,8 @@ extension EndToEndTests {
         #expect(push.lines.first?["status"] as? Int == 201 && push.lines.first?["provider"] as? String == "webpush")
 
         // The subscription expires at the push service: the next message is answered 410 and the device removed.
-        FileManager.default.createFile(atPath: stack.runDir + "/webpush/\(browser.id).gone", contents: Data())
+        try #require(
+            FileManager.default.createFile(atPath: stack.runDir + "/webpush/\(browser.id).gone", contents: Data()))
         try await stack.publish([
             Scenarios.message(
                 Scenarios.id("webpush-gone"), app: "app4", sender: "wp-s", conversation: "wp-group",

@@ -115,6 +115,39 @@ struct PipelineConfigTests {
         #expect(!apps.app("c").coalesce.isOn && !apps.app("d").coalesce.isOn && !apps.app("d").floodGuard.isOn)
     }
 
+    @Test("digest: off by default, on, off, or its settings")
+    func digestSettings() throws {
+        let yaml = """
+            apps:
+              a: {digest: {conversations_named: 5, sound: true, deadline_seconds: 600}}
+              b: {digest: off}
+              c: {digest: on}
+              d: {}
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings.isEmpty, "\(loaded.warnings)")
+        let apps = loaded.config.apps
+        #expect(
+            apps.app("a").digest
+                == DigestPolicy(enabled: true, conversationsNamed: 5, sound: true, deadlineMilliseconds: 600_000))
+        #expect(!apps.app("b").digest.isOn && !apps.app("d").digest.isOn)
+        #expect(apps.app("c").digest == DigestPolicy(enabled: true, conversationsNamed: 3, sound: false))
+        #expect(DigestPolicy().deadlineMilliseconds == 3_600_000)
+        for (yaml, path) in [
+            ("apps: {a: {digest: sometimes}}", "apps.a.digest"),
+            ("apps: {a: {digest: {conversations_named: 11}}}", "apps.a.digest.conversations_named"),
+            ("apps: {a: {digest: {deadline_seconds: 10}}}", "apps.a.digest.deadline_seconds"),
+            ("apps: {a: {digest: {sound: loud}}}", "apps.a.digest.sound"),
+        ] {
+            do {
+                _ = try PipelineLoader.load(yaml: yaml)
+                Issue.record("accepted \(yaml)")
+            } catch {
+                #expect(error.path == path, "\(error)")
+            }
+        }
+    }
+
     @Test("read_sync: on by default, on, off, or its settings")
     func readSyncSettings() throws {
         let yaml = """

@@ -39,7 +39,7 @@ struct StateTests {
         #expect(u.unread == Unread(total: 5, conversations: ["c1": 2]))
         #expect(f.conversations["c1"]?.members == ["u1", "u2", "u3"])
         // Encode and decode again: nothing lost.
-        let again = try StageCodec.decode(StateFixture.self, from: try StageCodec.encode(f))
+        let again = try StageCodec.decode(StateFixture.self, from: StageCodec.encode(f))
         #expect(again == f)
     }
 

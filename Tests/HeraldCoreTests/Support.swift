@@ -130,8 +130,8 @@ func version6Bytes(_ record: DeliverableRecord) throws -> [UInt8] {
         unknownTotal: try version7Bytes(unknown, { $0.wireBytes() }))
 }
 
-/// A record's binary form as format version 7 wrote it: without version 8's five bytes after the event (no
-/// channel type, avatar, hiding members, metadata or attachments) and two after the state (no nickname, no count
+/// A record's binary form as format version 7 wrote it: without version 8's six bytes after the event (no
+/// channel type, avatar, hiding members, metadata, attachments or digest) and two after the state (no nickname, no count
 /// of mentioned conversations). The record must set none of them; copies that set a channel type and a nickname
 /// locate the bytes where they differ from `wire`.
 func version7Bytes<R: StageRecordHolder>(_ record: R, _ wire: (R) -> [UInt8]) throws -> [UInt8] {
@@ -143,10 +143,10 @@ func version7Bytes<R: StageRecordHolder>(_ record: R, _ wire: (R) -> [UInt8]) th
     named.state.preferences.nickname = "n"
     let named8 = wire(named)
     let state = try #require(zip(bytes, named8).enumerated().first { $0.element.0 != $0.element.1 }?.offset)
-    try #require(bytes[event..<(event + 5)].allSatisfy { $0 == 0 } && bytes[state] == 0 && bytes[state + 1] == 0)
+    try #require(bytes[event..<(event + 6)].allSatisfy { $0 == 0 } && bytes[state] == 0 && bytes[state + 1] == 0)
     var out = bytes
     out.removeSubrange(state..<(state + 2))
-    out.removeSubrange(event..<(event + 5))
+    out.removeSubrange(event..<(event + 6))
     out[2] = 7
     return out
 }

@@ -46,13 +46,15 @@ extension StateStore {
     }
 
     /// Resets the unread and mention counts of one conversation (the totals drop by what it held, never below
-    /// 0), or every count of the user when `conversation` is nil. Atomic (one script).
+    /// 0), or every count of the user when `conversation` is nil, and takes what was read out of the user's digest
+    /// (docs/behaviour.md §6d). Atomic (one script).
     public func markRead(app: String, user: String, conversation: String?) async throws {
         let field = conversation.map { RedisKeys.unreadField(conversation: $0) } ?? ""
         _ = try await connection.send(
             RedisCommand(
-                "EVAL", CountScripts.markRead, 2,
-                RedisKeys.userState(app: app, user: user), RedisKeys.mentions(app: app, user: user), field)
+                "EVAL", CountScripts.markRead, 3,
+                RedisKeys.userState(app: app, user: user), RedisKeys.mentions(app: app, user: user),
+                RedisKeys.digest(app: app, user: user), field)
         ).orThrow("EVAL markRead")
     }
 
@@ -129,14 +131,29 @@ enum CountScripts {
         return {flag, tonumber(u[1]) or 0, tonumber(u[2]) or 0, tonumber(m[1]) or 0, tonumber(m[2]) or 0, mentioned}
         """
 
-    /// KEYS: the user's state hash (its unread fields), mentions hash. ARGV: a conversation's field, or '' for
-    /// every count (the state hash's `total` and `c:` fields go, its devices, presence and preferences stay).
+    /// KEYS: the user's state hash (its unread fields), mentions hash, digest hash (Digests.swift: what was read
+    /// is not in the digest). ARGV: a conversation's field, or '' for every count (the state hash's `total` and `c:`
+    /// fields go, its devices, presence and preferences stay; the digest keeps only the events it counted).
     static let markRead =
         dropCounts + """
             if ARGV[1] == '' then
               drop_counts(KEYS[1])
               redis.call('DEL', KEYS[2])
+              local seen = redis.call('HGET', KEYS[3], 's')
+              if seen then
+                local ttl = redis.call('PTTL', KEYS[3])
+                redis.call('DEL', KEYS[3])
+                redis.call('HSET', KEYS[3], 's', seen)
+                if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) else redis.call('PEXPIRE', KEYS[3], 86400000) end
+              end
               return 1
+            end
+            local d = redis.call('HGET', KEYS[3], ARGV[1])
+            if d then
+              local n = tonumber(string.match(d, '^(%d+):')) or 0
+              redis.call('HDEL', KEYS[3], ARGV[1])
+              redis.call('HINCRBY', KEYS[3], 'n', -1)
+              if redis.call('HINCRBY', KEYS[3], 'total', -n) < 0 then redis.call('HSET', KEYS[3], 'total', 0) end
             end
             for i = 1, 2 do
               local n = tonumber(redis.call('HGET', KEYS[i], ARGV[1])) or 0

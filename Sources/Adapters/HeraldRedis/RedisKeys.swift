@@ -23,6 +23,8 @@
 /// | `herald:<app>:last_decision:{l<shard>}` | hash | user -> their latest user-level explain entry (one line) |
 /// | `herald:<app>:burst:{b<shard>}` | hash | burst field -> burst state, and the latest held record (Bursts.swift) |
 /// | `herald:<app>:burst_due:{b<shard>}` | sorted set | burst field -> when the flush timer looks at it next |
+/// | `herald:<app>:user:{<user>}:digest` | hash | the user's digest when Do Not Disturb or a snooze ends (Digests.swift) |
+/// | `herald:<app>:digest_due:{g<shard>}` | sorted set | user -> when their digest is due |
 public enum RedisKeys {
     public static let prefix = "herald"
 

@@ -501,7 +501,7 @@ public enum PipelineLoader {
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
         "priority", "interruption_level", "relevance_score", "coalesce", "flood_guard", "read_sync",
-        "push", "webpush",
+        "push", "webpush", "digest",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -688,6 +688,7 @@ public enum PipelineLoader {
         app.readSync = try readReadSync(&r, m["read_sync"], path: path + ".read_sync")
         app.push = try readSwitch(&r, m["push"], path: path + ".push") ?? true
         app.webPush = try readWebPush(&r, m["webpush"], path: path + ".webpush")
+        app.digest = try readDigest(&r, m["digest"], path: path + ".digest")
         return app
     }
 
@@ -725,6 +726,31 @@ public enum PipelineLoader {
             conversationIntervalMilliseconds: seconds.map { Int64($0) * 1000 }
                 ?? defaults.conversationIntervalMilliseconds,
             perMinute: try r.int(m["per_minute"], path + ".per_minute", in: 1...1000) ?? defaults.perMinute)
+    }
+
+    /// `digest:` of an app: `off` (the default), `on`, or `{conversations_named (0 to 10; default 3), sound (default
+    /// false), deadline_seconds (60 to 604800; default 3600)}` (docs/behaviour.md §6d).
+    static func readDigest(_ r: inout Reader, _ node: Node?, path: String) throws(ConfigError) -> DigestPolicy {
+        guard let node else { return DigestPolicy() }
+        if node.mapping == nil {
+            switch try r.string(node, path) {
+            case "on"?, "true"?: return DigestPolicy(enabled: true)
+            case "off"?, "false"?: return DigestPolicy()
+            default:
+                throw ConfigError(
+                    path: path, message: "expected on, off or {conversations_named, sound, deadline_seconds}")
+            }
+        }
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: ["conversations_named", "sound", "deadline_seconds"])
+        let defaults = DigestPolicy(enabled: true)
+        let named = try r.int(
+            m["conversations_named"], path + ".conversations_named", in: 0...Digest.maxNamedConversations)
+        let deadline = try r.int(m["deadline_seconds"], path + ".deadline_seconds", in: 60...604_800)
+        return DigestPolicy(
+            enabled: true, conversationsNamed: named ?? defaults.conversationsNamed,
+            sound: try r.bool(m["sound"], path + ".sound") ?? false,
+            deadlineMilliseconds: deadline.map { Int64($0) * 1000 } ?? defaults.deadlineMilliseconds)
     }
 
     /// `flood_guard:` of an app: `off` (the default), or `per_minute` (1 to 10000) (docs/behaviour.md §6b).

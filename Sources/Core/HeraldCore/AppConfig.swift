@@ -302,6 +302,11 @@ public struct AppConfig: Sendable {
         get { storage.fields.webPush }
         set { unique().fields.webPush = newValue }
     }
+    /// The digest when Do Not Disturb or a snooze ends (docs/behaviour.md §6d); off by default.
+    public var digest: DigestPolicy {
+        get { storage.fields.digest }
+        set { unique().fields.digest = newValue }
+    }
     var strings: [String: Strings] { storage.fields.strings }
     var english: Strings { storage.fields.english }
     var customTemplates: [String: (text: Template, file: Template)] { storage.fields.customTemplates }
@@ -331,6 +336,7 @@ public struct AppConfig: Sendable {
         var coalesce: CoalescePolicy
         var floodGuard: FloodPolicy
         var readSync: ReadSyncPolicy
+        var digest = DigestPolicy()
         let strings: [String: Strings]
         let english: Strings
         let customTemplates: [String: (text: Template, file: Template)]

@@ -16,7 +16,8 @@
 //   known), an empty device environment for one the registration did not name, and a byte at the end of a
 //   request (what render guessed: `APNsRequest.Guesses`); version 8 at the end of an event the conversation's
 //   channel type, avatar and hiding members and the message's metadata and attachments, and at the end of a state
-//   the user's nickname and the number of conversations with an unread mention. Version 2 to 7 records are still read (an upgrade with records in flight), with mention counts of
+//   the user's nickname and the number of conversations with an unread mention, and last in an event a digest's
+//   counts (docs/behaviour.md §6d; version 8 was extended by them before any release wrote it). Version 2 to 7 records are still read (an upgrade with records in flight), with mention counts of
 //   zero, every preference counted as set, no burst, no event time, the event's sound not silenced and the unread
 //   total known where their version lacks them.
 // - Reading is bounds-checked everywhere: bad bytes give a `StageRecordError`, never a crash.
@@ -530,6 +531,8 @@ extension ChatEvent {
         let attachments = message?.attachments ?? []
         w.varint(UInt64(attachments.count))
         for f in attachments { w.optional(f.name); w.optional(f.mimeType); w.optional(f.url) }
+        // Version 8 too: a digest's counts (docs/behaviour.md §6d).
+        DigestSummary.write(digest, into: &w)
     }
 
     init(binary r: inout BinaryReader) throws(StageRecordError) {
@@ -571,6 +574,7 @@ extension ChatEvent {
                 action: try r.enumValue(GroupActionKind.self),
                 actorName: try r.string()) : nil
         let ignore = try r.bool(), force = try r.bool()
+        var digest: DigestSummary?
         var a = APNsExtension()
         a.pushContent = try r.optionalString(); a.category = try r.optionalString(); a.sound = try r.optionalString()
         a.mutableContent = try r.bool()
@@ -604,11 +608,13 @@ extension ChatEvent {
                 guard message != nil else { throw r.fail("message.attachments without a message") }
                 message?.attachments = attachments
             }
+            digest = try DigestSummary.read(&r)
         }
         self.init(
             eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: sender,
             conversation: conversation, recipients: recipients, message: message, call: call, reaction: reaction,
             groupAction: groupAction, ext: Extension(ignoreNotification: ignore, forceNotification: force, apns: a))
+        self.digest = digest
     }
 }
 

@@ -59,6 +59,20 @@ public enum CatalogKey: String, CaseIterable, Sendable {
     case burst = "burst"
     /// The same for a conversation without a name.
     case burstUnnamed = "burst.unnamed"
+    /// The digest when Do Not Disturb or a snooze ends (docs/behaviour.md §6d): `{count}` messages, in
+    /// `{channel_name}` (one conversation) or in `{conversation_count}` conversations; `.one` for a single message.
+    case digestDND = "digest.dnd"
+    case digestDNDOne = "digest.dnd.one"
+    case digestDNDIn = "digest.dnd.in"
+    case digestDNDOneIn = "digest.dnd.one_in"
+    case digestDNDMany = "digest.dnd.many"
+    case digestSnooze = "digest.snooze"
+    case digestSnoozeOne = "digest.snooze.one"
+    case digestSnoozeIn = "digest.snooze.in"
+    case digestSnoozeOneIn = "digest.snooze.one_in"
+    case digestSnoozeMany = "digest.snooze.many"
+    /// After the named conversations of a digest: how many more there were.
+    case digestMore = "digest.more"
 
     /// Position in `allCases`, without building the array.
     var index: Int {
@@ -88,6 +102,17 @@ public enum CatalogKey: String, CaseIterable, Sendable {
         case .callBusy: return 22
         case .burst: return 23
         case .burstUnnamed: return 24
+        case .digestDND: return 25
+        case .digestDNDOne: return 26
+        case .digestDNDIn: return 27
+        case .digestDNDOneIn: return 28
+        case .digestDNDMany: return 29
+        case .digestSnooze: return 30
+        case .digestSnoozeOne: return 31
+        case .digestSnoozeIn: return 32
+        case .digestSnoozeOneIn: return 33
+        case .digestSnoozeMany: return 34
+        case .digestMore: return 35
         }
     }
 }
@@ -113,6 +138,18 @@ public enum BuiltInCatalogs {
         .callMissed: "Missed call",
         .callOngoing: "Call in progress", .callRejected: "Call declined", .callEnded: "Call ended",
         .burst: "{count} new messages in {channel_name}", .burstUnnamed: "{count} new messages",
+        .digestDND: "{count} new messages while Do Not Disturb was on",
+        .digestDNDOne: "1 new message while Do Not Disturb was on",
+        .digestDNDIn: "{count} new messages in {channel_name} while Do Not Disturb was on",
+        .digestDNDOneIn: "1 new message in {channel_name} while Do Not Disturb was on",
+        .digestDNDMany: "{count} new messages in {conversation_count} conversations while Do Not Disturb was on",
+        .digestSnooze: "{count} new messages while notifications were snoozed",
+        .digestSnoozeOne: "1 new message while notifications were snoozed",
+        .digestSnoozeIn: "{count} new messages in {channel_name} while notifications were snoozed",
+        .digestSnoozeOneIn: "1 new message in {channel_name} while notifications were snoozed",
+        .digestSnoozeMany:
+            "{count} new messages in {conversation_count} conversations while notifications were snoozed",
+        .digestMore: "and {count} more",
         .callBusy: "Line busy",
     ]
 
@@ -137,6 +174,17 @@ public enum BuiltInCatalogs {
             .callMissed: "未接来电",
             .callOngoing: "通话中", .callRejected: "对方已拒绝通话", .callEnded: "通话已结束", .callBusy: "对方忙线中",
             .burst: "{channel_name}中有{count}条新消息", .burstUnnamed: "{count}条新消息",
+            .digestDND: "免打扰期间有{count}条新消息",
+            .digestDNDOne: "免打扰期间有1条新消息",
+            .digestDNDIn: "免打扰期间{channel_name}中有{count}条新消息",
+            .digestDNDOneIn: "免打扰期间{channel_name}中有1条新消息",
+            .digestDNDMany: "免打扰期间{conversation_count}个会话中有{count}条新消息",
+            .digestSnooze: "通知暂停期间有{count}条新消息",
+            .digestSnoozeOne: "通知暂停期间有1条新消息",
+            .digestSnoozeIn: "通知暂停期间{channel_name}中有{count}条新消息",
+            .digestSnoozeOneIn: "通知暂停期间{channel_name}中有1条新消息",
+            .digestSnoozeMany: "通知暂停期间{conversation_count}个会话中有{count}条新消息",
+            .digestMore: "另有{count}个",
         ],
         "ko": [
             .defaultText: "{sender_name}: {message}",
@@ -157,6 +205,17 @@ public enum BuiltInCatalogs {
             .callMissed: "부재중 전화",
             .callOngoing: "통화 중", .callRejected: "통화가 거절되었습니다", .callEnded: "통화가 종료되었습니다", .callBusy: "상대방이 통화 중입니다",
             .burst: "{channel_name}에 새 메시지 {count}개", .burstUnnamed: "새 메시지 {count}개",
+            .digestDND: "방해 금지 모드 중 새 메시지 {count}개",
+            .digestDNDOne: "방해 금지 모드 중 새 메시지 1개",
+            .digestDNDIn: "방해 금지 모드 중 {channel_name}에 새 메시지 {count}개",
+            .digestDNDOneIn: "방해 금지 모드 중 {channel_name}에 새 메시지 1개",
+            .digestDNDMany: "방해 금지 모드 중 대화 {conversation_count}개에 새 메시지 {count}개",
+            .digestSnooze: "알림 일시 중지 중 새 메시지 {count}개",
+            .digestSnoozeOne: "알림 일시 중지 중 새 메시지 1개",
+            .digestSnoozeIn: "알림 일시 중지 중 {channel_name}에 새 메시지 {count}개",
+            .digestSnoozeOneIn: "알림 일시 중지 중 {channel_name}에 새 메시지 1개",
+            .digestSnoozeMany: "알림 일시 중지 중 대화 {conversation_count}개에 새 메시지 {count}개",
+            .digestMore: "외 {count}개",
         ],
         "fr": [
             .defaultText: "{sender_name}: {message}",
@@ -177,6 +236,19 @@ public enum BuiltInCatalogs {
             .callMissed: "Appel manqué",
             .callOngoing: "Appel en cours", .callRejected: "Appel refusé", .callEnded: "Appel terminé",
             .burst: "{count} nouveaux messages dans {channel_name}", .burstUnnamed: "{count} nouveaux messages",
+            .digestDND: "{count} nouveaux messages pendant le mode Ne pas déranger",
+            .digestDNDOne: "1 nouveau message pendant le mode Ne pas déranger",
+            .digestDNDIn: "{count} nouveaux messages dans {channel_name} pendant le mode Ne pas déranger",
+            .digestDNDOneIn: "1 nouveau message dans {channel_name} pendant le mode Ne pas déranger",
+            .digestDNDMany:
+                "{count} nouveaux messages dans {conversation_count} conversations pendant le mode Ne pas déranger",
+            .digestSnooze: "{count} nouveaux messages pendant la pause des notifications",
+            .digestSnoozeOne: "1 nouveau message pendant la pause des notifications",
+            .digestSnoozeIn: "{count} nouveaux messages dans {channel_name} pendant la pause des notifications",
+            .digestSnoozeOneIn: "1 nouveau message dans {channel_name} pendant la pause des notifications",
+            .digestSnoozeMany:
+                "{count} nouveaux messages dans {conversation_count} conversations pendant la pause des notifications",
+            .digestMore: "et {count} de plus",
             .callBusy: "Ligne occupée",
         ],
         "de": [
@@ -198,6 +270,19 @@ public enum BuiltInCatalogs {
             .callMissed: "Verpasster Anruf",
             .callOngoing: "Anruf läuft", .callRejected: "Anruf abgelehnt", .callEnded: "Anruf beendet",
             .burst: "{count} neue Nachrichten in {channel_name}", .burstUnnamed: "{count} neue Nachrichten",
+            .digestDND: "{count} neue Nachrichten, während „Nicht stören“ aktiv war",
+            .digestDNDOne: "1 neue Nachricht, während „Nicht stören“ aktiv war",
+            .digestDNDIn: "{count} neue Nachrichten in {channel_name}, während „Nicht stören“ aktiv war",
+            .digestDNDOneIn: "1 neue Nachricht in {channel_name}, während „Nicht stören“ aktiv war",
+            .digestDNDMany:
+                "{count} neue Nachrichten in {conversation_count} Unterhaltungen, während „Nicht stören“ aktiv war",
+            .digestSnooze: "{count} neue Nachrichten, während Mitteilungen pausiert waren",
+            .digestSnoozeOne: "1 neue Nachricht, während Mitteilungen pausiert waren",
+            .digestSnoozeIn: "{count} neue Nachrichten in {channel_name}, während Mitteilungen pausiert waren",
+            .digestSnoozeOneIn: "1 neue Nachricht in {channel_name}, während Mitteilungen pausiert waren",
+            .digestSnoozeMany:
+                "{count} neue Nachrichten in {conversation_count} Unterhaltungen, während Mitteilungen pausiert waren",
+            .digestMore: "und {count} weitere",
             .callBusy: "Besetzt",
         ],
         "es": [
@@ -219,6 +304,19 @@ public enum BuiltInCatalogs {
             .callMissed: "Llamada perdida",
             .callOngoing: "Llamada en curso", .callRejected: "Llamada rechazada", .callEnded: "Llamada finalizada",
             .burst: "{count} mensajes nuevos en {channel_name}", .burstUnnamed: "{count} mensajes nuevos",
+            .digestDND: "{count} mensajes nuevos mientras No molestar estaba activado",
+            .digestDNDOne: "1 mensaje nuevo mientras No molestar estaba activado",
+            .digestDNDIn: "{count} mensajes nuevos en {channel_name} mientras No molestar estaba activado",
+            .digestDNDOneIn: "1 mensaje nuevo en {channel_name} mientras No molestar estaba activado",
+            .digestDNDMany:
+                "{count} mensajes nuevos en {conversation_count} conversaciones mientras No molestar estaba activado",
+            .digestSnooze: "{count} mensajes nuevos mientras las notificaciones estaban en pausa",
+            .digestSnoozeOne: "1 mensaje nuevo mientras las notificaciones estaban en pausa",
+            .digestSnoozeIn: "{count} mensajes nuevos en {channel_name} mientras las notificaciones estaban en pausa",
+            .digestSnoozeOneIn: "1 mensaje nuevo en {channel_name} mientras las notificaciones estaban en pausa",
+            .digestSnoozeMany:
+                "{count} mensajes nuevos en {conversation_count} conversaciones mientras las notificaciones estaban en pausa",
+            .digestMore: "y {count} más",
             .callBusy: "Línea ocupada",
         ],
         "ja": [
@@ -240,6 +338,17 @@ public enum BuiltInCatalogs {
             .callMissed: "不在着信",
             .callOngoing: "通話中", .callRejected: "通話が拒否されました", .callEnded: "通話が終了しました", .callBusy: "話し中",
             .burst: "{channel_name}に{count}件の新着メッセージ", .burstUnnamed: "{count}件の新着メッセージ",
+            .digestDND: "おやすみモード中に{count}件の新着メッセージ",
+            .digestDNDOne: "おやすみモード中に1件の新着メッセージ",
+            .digestDNDIn: "おやすみモード中に{channel_name}に{count}件の新着メッセージ",
+            .digestDNDOneIn: "おやすみモード中に{channel_name}に1件の新着メッセージ",
+            .digestDNDMany: "おやすみモード中に{conversation_count}件の会話に{count}件の新着メッセージ",
+            .digestSnooze: "通知の一時停止中に{count}件の新着メッセージ",
+            .digestSnoozeOne: "通知の一時停止中に1件の新着メッセージ",
+            .digestSnoozeIn: "通知の一時停止中に{channel_name}に{count}件の新着メッセージ",
+            .digestSnoozeOneIn: "通知の一時停止中に{channel_name}に1件の新着メッセージ",
+            .digestSnoozeMany: "通知の一時停止中に{conversation_count}件の会話に{count}件の新着メッセージ",
+            .digestMore: "ほか{count}件",
         ],
     ]
 }
@@ -253,8 +362,10 @@ public enum TemplateVariable: String, Sendable, CaseIterable {
     case fileTypeFriendly = "file_type_friendly"
     case emoji
     case actorName = "actor_name"
-    /// The number of messages of a burst (the `burst` strings).
+    /// The number of messages of a burst (the `burst` strings) or of a digest (the `digest` strings).
     case count
+    /// The number of conversations of a digest (the `digest` strings).
+    case conversationCount = "conversation_count"
 }
 
 /// A parsed template: literal runs and variables. Unknown `{names}` stay literal.

@@ -216,6 +216,7 @@ public struct ChatEvent: Sendable, Hashable {
         var reaction: Reaction?
         var groupAction: GroupAction?
         var ext: Extension
+        var digest: DigestSummary? = nil
     }
 
     private var values: CopyOnWrite<Values>
@@ -281,6 +282,13 @@ public struct ChatEvent: Sendable, Hashable {
         get { values.value.ext }
         set { values.modify { $0.ext = newValue } }
         _modify { yield &values.value.ext }
+    }
+    /// A digest's counts (docs/behaviour.md §6d): set only on the event of a digest push suppress makes when a user's
+    /// Do Not Disturb or snooze ends; never accepted on `chat.events`.
+    public var digest: DigestSummary? {
+        get { values.value.digest }
+        set { values.modify { $0.digest = newValue } }
+        _modify { yield &values.value.digest }
     }
 
     public init(
@@ -435,6 +443,8 @@ public struct ChatEvent: Sendable, Hashable {
         } else {
             groupAction = nil
         }
+
+        if let d = try root.optionalObject("digest") { digest = try DigestSummary(validating: d) }
 
         switch kind {
         case .message where message == nil, .messageEdited where message == nil, .messageDeleted where message == nil:
@@ -646,6 +656,7 @@ public struct ChatEvent: Sendable, Hashable {
             e.append(("em_apns_ext", .object(ao)))
         }
         o.append(("ext", .object(e)))
+        if let digest { o.append(("digest", digest.json)) }
         return .object(o)
     }
 

@@ -19,7 +19,8 @@ public struct ExplainEntry: Sendable, Hashable {
     /// Event level: `drop`, `fanned_out`, `classified` (ingest: reason `<class>:<rule>`); user level: `deliver`, `suppress`, `error`;
     /// device level: `delivered`, `duplicate`, `retry`, `token_dead`, `dlq`.
     public var decision: String
-    /// Reason code of docs/behaviour.md §6 (suppress), APNs reason, or DLQ reason; nil when delivered.
+    /// Reason code of docs/behaviour.md §6 (suppress), APNs reason, or DLQ reason; nil when delivered (a digest,
+    /// §6d: `digest` when produced, `digest_expired` or `digest_no_devices` when dropped).
     public var reason: String?
     /// When the stage decided, epoch milliseconds.
     public var at: Int64

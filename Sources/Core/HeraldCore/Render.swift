@@ -388,7 +388,7 @@ public enum Renderer {
         _ strings: Strings
     ) -> String {
         switch v {
-        case .count: return ""
+        case .count, .conversationCount: return ""
         case .senderName: return sender
         case .message: return text
         case .filename: return event.message?.file?.name ?? ""
@@ -430,6 +430,7 @@ public enum Renderer {
             translations: event.message?.translations ?? [],
             data: event.message?.data ?? "", extern: event.ext.apns.extern)
         content.silent = update != nil
+        if let digest = event.digest { Digest.shape(&content, digest, strings: app.strings(for: prefs.languages)) }
         return (content, sender)
     }
 

@@ -42,6 +42,10 @@ public enum Ingest {
                     "kind: conversation_read is made by herald-registry from a mark_read record (publish mark_read to the registry topic)"
             )
         }
+        if event.digest != nil {
+            return .drop(
+                .invalid, detail: "digest is made by herald-suppress when Do Not Disturb or a snooze ends (§6d)")
+        }
         switch event.conversation.type {
         case .open, .supergroup:
             return .drop(.channelType, detail: "conversation.type is \(event.conversation.type.rawValue)")

@@ -187,10 +187,12 @@ extension ChatEvent {
         for _ in 0..<(try r.count("items")) {
             try r.skipOptionalString(); try r.skipOptionalString(); try r.skipOptionalString()
         }
+        let digest = try DigestSummary.read(&r)  // a digest's counts, read whole (small, and rare)
         self.init(
             eventID: eventID, appID: appID, kind: kind, createdAt: createdAt, sender: Sender(id: senderID),
             conversation: conversation, recipients: nil, message: message, call: call, reaction: reaction,
             groupAction: groupAction, ext: Extension(ignoreNotification: ignore, forceNotification: force, apns: a))
+        self.digest = digest
     }
 }
 

@@ -137,6 +137,9 @@ public enum StageNote: Sendable, Hashable {
     case coalesced(outcome: String)
     /// registry: what became of a `mark_read`'s clear for the user's other devices (docs/behaviour.md §6c).
     case readSync(outcome: String)
+    /// suppress: a message suppressed by the snooze or Do Not Disturb, for the user's digest (docs/behaviour.md
+    /// §6d): `counted`, `replayed` (counted before) or `count_failed` (the ledger failed).
+    case digest(outcome: String)
 }
 
 /// What became of one input.

@@ -22,6 +22,10 @@ public struct SuppressProcessor: StageProcessor {
     public var lane: Lane = .bulk
     /// Told when the burst ledger fails (the batch is then delivered without coalescing, never held up).
     public var onBurstFailure: @Sendable (any Error) -> Void = { _ in }
+    /// Where digests are counted (docs/behaviour.md §6d; Redis in the stage); nil: none.
+    public var digests: (any DigestLedger)?
+    /// Told when the digest ledger fails (the batch's messages stay suppressed, without a digest).
+    public var onDigestFailure: @Sendable (any Error) -> Void = { _ in }
     /// The events decoded by the last batch, for the next one (`EventReuseCarry`).
     let events = EventReuseCarry()
 
@@ -34,6 +38,8 @@ public struct SuppressProcessor: StageProcessor {
     enum Decided {
         case done(StageResult)
         case deliver(Delivery)
+        /// Suppressed by the snooze or Do Not Disturb, and counted for the user's digest.
+        case counted(StageResult, DigestCount)
     }
 
     /// A delivery still to be written: the record as the rules read it, the devices to push and the input's parts
@@ -78,9 +84,13 @@ public struct SuppressProcessor: StageProcessor {
         events.keep(reuse)
         let steps = await current.burstSteps(decided, now: now)
         let floods = await current.floodSteps(decided, steps: steps, now: now)
+        let counted = await current.countDigests(decided, now: now)
         return decided.enumerated().map { index, d in
             switch d {
             case .done(let result): return result
+            case .counted(var result, _):
+                if let outcome = counted[index] { result.notes.append(.digest(outcome: outcome)) }
+                return result
             case .deliver(let d):
                 if case .held? = floods[index] { return current.floodHeld(d.record, now: now) }
                 return current.deliverResult(d, step: steps[index], now: now)
@@ -91,7 +101,7 @@ public struct SuppressProcessor: StageProcessor {
     public func process(_ input: StageInput, now: Date) -> StageResult {
         var reuse = EventReuse()
         switch decide(input, now: now, reuse: &reuse) {
-        case .done(let result): return result
+        case .done(let result), .counted(let result, _): return result
         case .deliver(let d): return deliverResult(d, step: nil, now: now)
         }
     }
@@ -182,7 +192,11 @@ public struct SuppressProcessor: StageProcessor {
             app: apps.app(event.appID), now: now)
         switch decision {
         case .suppress(let reason):
-            return .done(suppressed(record, reason: reason.rawValue, now: now))
+            let result = suppressed(record, reason: reason.rawValue, now: now)
+            if digests != nil, let count = digestCount(read, reason: reason, now: now) {
+                return .counted(result, count)
+            }
+            return .done(result)
         case .deliver(let targets):
             return .deliver(Delivery(read, targets: targets))
         }

@@ -233,7 +233,7 @@ public struct RegistryAPI: Sendable {
                 return (
                     "GET \(base)preferences",
                     await read { () async throws -> [UInt8] in
-                        try StageCodec.encode(try await operations.preferences(app: app, user: user))
+                        StageCodec.encode(try await operations.preferences(app: app, user: user))
                     }
                 )
             case "PATCH":

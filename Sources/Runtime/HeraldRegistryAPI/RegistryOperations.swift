@@ -24,7 +24,7 @@ public struct KafkaRegistrySink: RegistryRecordSink {
     }
 
     public func publish(_ record: RegistryRecord) async throws {
-        let value = try StageCodec.encode(record)
+        let value = StageCodec.encode(record)
         let report = try await producer.send(ProducerRecord(topic: topic, key: record.key, value: value))
         try report.get()
     }

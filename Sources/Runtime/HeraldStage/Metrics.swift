@@ -122,6 +122,7 @@ public struct StageMetrics: Sendable {
         public static let classified = "herald_classified_total"
         public static let coalesced = "herald_coalesced_total"
         public static let readSync = "herald_read_sync_total"
+        public static let digests = "herald_digests_total"
         public static let tokenFeedback = "herald_token_feedback_total"
         public static let registryOps = "herald_registry_ops_total"
         public static let ready = "herald_ready"
@@ -190,6 +191,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.readSync, "counter", labels: "stage, outcome", stages: "registry",
             "clears of a `mark_read` for the user's other devices (docs/behaviour.md §6c): `sent` (a background push to each), `rate_limited` (the conversation had one within the app's interval), `user_limit` (the user had the app's clears this minute), `no_other_device`, `off` (the app's `read_sync` is off), `app_off` (the app's `push` is off)"
+        ),
+        MetricDeclaration(
+            Name.digests, "counter", labels: "stage, outcome", stages: "suppress",
+            "the digest when Do Not Disturb or a snooze ends (docs/behaviour.md §6d): messages `counted` for a digest, `replayed` (counted before), `count_failed` (Redis failed; no digest counts them); digests `sent`, `nothing` (every conversation read), `rescheduled` (the window was extended), `expired` (past the app's `deadline_seconds`; explained `digest_expired`), `no_devices`, `off` (the app's push or digest turned off)"
         ),
         MetricDeclaration(
             Name.registryOps, "counter", labels: "stage, op, outcome", stages: "registry",
@@ -456,6 +461,11 @@ public struct StageMetrics: Sendable {
     /// registry: what became of a `mark_read`'s clear (`sent`, `rate_limited`, `user_limit`, `no_other_device`, `off`, `app_off`).
     public func readSync(outcome: String, count: Int = 1) {
         counter(Name.readSync, [("outcome", Self.labelValue(outcome))]).increment(by: count)
+    }
+
+    /// suppress: digests by outcome (docs/behaviour.md §6d).
+    public func digests(outcome: String, count: Int = 1) {
+        counter(Name.digests, [("outcome", Self.labelValue(outcome))]).increment(by: count)
     }
 
     /// send: a dead token reported to `herald.token-feedback`.

@@ -14,6 +14,8 @@ let reloader = PipelineReloader.forStageOrExit(setup) { config in apps.replace(w
 // Burst coalescing (docs/behaviour.md §6a) keeps its small per-conversation state in Redis. Like the explain trail it
 // is best effort here: Redis is not a readiness check, and when it fails a batch is delivered without coalescing.
 let bursts = setup.bestEffortBurstLedger()
+// The digest when Do Not Disturb or a snooze ends (docs/behaviour.md §6d) is counted in the same Redis.
+let digests = bursts.map { RedisDigestLedger(store: $0.store) }
 let metrics = setup.context.metrics
 // One loop per lane; each writes to its own lane's herald.deliverable topic.
 let lanes = Lane.allCases.map { lane in
@@ -24,6 +26,11 @@ let lanes = Lane.allCases.map { lane in
             processor.live = apps
             processor.bursts = bursts
             processor.lane = lane
+            processor.digests = digests
+            processor.onDigestFailure = { error in
+                metrics.redisError(code: "transient")
+                setup.logger.warning("digest state unavailable; not counted", metadata: ["error": "\(error)"])
+            }
             processor.onBurstFailure = { error in
                 metrics.redisError(code: "transient")
                 setup.logger.warning(
@@ -34,5 +41,7 @@ let lanes = Lane.allCases.map { lane in
 }
 let explain = setup.bestEffortExplainSink()
 // The flush timer shows the messages a burst held back once its update interval has passed.
-let services = setup.withBurstFlush(before: [reloader], ledger: bursts, apps: apps, explain: explain)
+let services = setup.withDigests(
+    before: setup.withBurstFlush(before: [reloader], ledger: bursts, apps: apps, explain: explain),
+    ledger: digests, apps: apps, explain: explain)
 StageProcess.exit(await setup.run(lanes: lanes, explain: explain, before: services))

@@ -81,7 +81,7 @@ struct PrefsCommand: AsyncParsableCommand {
                         CLI.fail("redis: \(error)")
                     }
                 }
-                CLI.out(String(decoding: (try? StageCodec.encode(preferences)) ?? [], as: UTF8.self))
+                CLI.out(String(decoding: StageCodec.encode(preferences), as: UTF8.self))
                 return
             }
             // The flags become a field-by-field patch (the registry API's PATCH, docs/registry-api.md): applied in
@@ -102,12 +102,12 @@ struct PrefsCommand: AsyncParsableCommand {
             if write.viaKafka {
                 try await RegistryPublisher.publish(
                     .patch(app: app, user: user, patch: change), kafka: write.kafka, topics: write.topics)
-                CLI.out(String(decoding: (try? StageCodec.encode(change.apply(to: stored))) ?? [], as: UTF8.self))
+                CLI.out(String(decoding: StageCodec.encode(change.apply(to: stored)), as: UTF8.self))
             } else {
                 do {
                     let result = try await store.patchPreferences(
                         app: app, user: user, patch: change, limits: limits)
-                    CLI.out(String(decoding: (try? StageCodec.encode(result)) ?? [], as: UTF8.self))
+                    CLI.out(String(decoding: StageCodec.encode(result), as: UTF8.self))
                 } catch let over as PreferenceLimitError {
                     CLI.fail("\(over)", status: 2)
                 } catch {
@@ -241,7 +241,7 @@ struct PrefsCommand: AsyncParsableCommand {
                     }
                     state.online = state.online.map(CLI.short)
                 }
-                CLI.out(String(decoding: try StageCodec.encode(state), as: UTF8.self))
+                CLI.out(String(decoding: StageCodec.encode(state), as: UTF8.self))
             }
         }
     }

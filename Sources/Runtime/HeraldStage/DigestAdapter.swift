@@ -1,0 +1,117 @@
+import Foundation
+import HeraldCore
+import HeraldKafka
+import HeraldPipeline
+import HeraldRedis
+import Logging
+import ServiceLifecycle
+
+/// suppress's `DigestLedger` over Redis (Digests.swift: the user's digest hash, the schedule's shards;
+/// docs/redis-keys.md "Digests").
+public struct RedisDigestLedger: DigestLedger {
+    public let store: StateStore
+
+    public init(store: StateStore) {
+        self.store = store
+    }
+
+    public func count(_ counts: [DigestCount], now: Int64) async throws -> [Bool] {
+        try await store.countDigests(counts, now: now)
+    }
+
+    public func claimDue(app: String, now: Int64) async throws -> [DueDigest] {
+        try await store.claimDueDigests(app: app, now: now)
+    }
+
+    public func confirm(app: String, _ digest: DueDigest) async throws {
+        try await store.confirmDigest(app: app, digest)
+    }
+
+    public func reschedule(
+        app: String, _ digest: DueDigest, window: DigestSummary.Window, end: Int64, deadlineMilliseconds: Int64,
+        now: Int64
+    ) async throws {
+        try await store.rescheduleDigest(
+            app: app, digest, window: window, end: end, deadlineMilliseconds: deadlineMilliseconds, now: now)
+    }
+
+    public func users(app: String, _ users: [String], now: Int64) async throws -> [String: UserState] {
+        try await store.loadUsers(app: app, users: users, now: now)
+    }
+}
+
+extension StageSetup {
+    /// `before` and, with a ledger, suppress's digest timer (with a producer of its own; one that cannot be made
+    /// ends the process, status 1).
+    public func withDigests(
+        before: [any Service], ledger: RedisDigestLedger?, apps: LiveAppDirectory, explain: (any ExplainSink)?
+    ) -> [any Service] {
+        guard let ledger else { return before }
+        let topics = pipeline.kafka.topics
+        do {
+            let flusher = DigestFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
+            return before + [
+                DigestService(
+                    flusher: flusher, apps: apps, producer: try producer(), explain: explain,
+                    metrics: context.metrics, logger: logger)
+            ]
+        } catch {
+            logger.critical("the digest producer could not start", metadata: [LogKey.error: "\(error)"])
+            StageProcess.exit(1)
+        }
+    }
+}
+
+/// Runs suppress's digest timer (`DigestFlusher`) until shutdown: a pass every `interval` while an app has the
+/// digest on, `BurstFlusher.interval` apart while digests are found due. A failing pass (Redis or the broker down)
+/// is logged and counted; its digests stay leased and are taken again.
+public struct DigestService: Service {
+    /// How often a process looks for due digests (a digest goes out at most this much after its window ends).
+    public static let interval: Duration = .seconds(1)
+    let flusher: DigestFlusher
+    let apps: LiveAppDirectory
+    let producer: KafkaProducer
+    let explain: ExplainWriter?
+    let metrics: StageMetrics
+    let logger: Logger
+
+    public init(
+        flusher: DigestFlusher, apps: LiveAppDirectory, producer: KafkaProducer, explain: (any ExplainSink)?,
+        metrics: StageMetrics, logger: Logger
+    ) {
+        self.flusher = flusher
+        self.apps = apps
+        self.producer = producer
+        self.explain = explain.map { sink in
+            ExplainWriter(sink: sink, logger: logger) { metrics.explainDropped(count: $0) }
+        }
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let producer = self.producer
+        while !Task.isCancelled && !Task.isShuttingDownGracefully {
+            let directory = apps.current
+            var wait = BurstFlusher.idleInterval
+            if directory.apps.values.contains(where: { $0.digest.isOn }) {
+                wait = Self.interval
+                do {
+                    let pass = try await flusher.pass(apps: directory, now: BatchContext.millis(Date())) { outputs in
+                        try await producer.sendAll(
+                            outputs.map { ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value) })
+                    }
+                    for (outcome, n) in pass.outcomes { metrics.digests(outcome: outcome, count: n) }
+                    explain?.submit(pass.explain)
+                    if pass.foundDue { wait = BurstFlusher.interval }
+                } catch {
+                    metrics.redisError(code: "transient")
+                    logger.warning("digest pass failed; retried", metadata: ["error": "\(error)"])
+                }
+            }
+            let pause = wait
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
+        }
+        try? await producer.flush(timeout: .seconds(5))
+    }
+}
