@@ -137,6 +137,9 @@ public enum StageNote: Sendable, Hashable {
     case coalesced(outcome: String)
     /// registry: what became of a `mark_read`'s clear for the user's other devices (docs/behaviour.md §6c).
     case readSync(outcome: String)
+    /// suppress asked its translator for one text (one per message and language in a batch, docs/behaviour.md §7a):
+    /// `hit`, `translated`, `timeout`, `failed` (`TranslationOutcome.metricOutcome`).
+    case translation(outcome: String)
 }
 
 /// What became of one input.

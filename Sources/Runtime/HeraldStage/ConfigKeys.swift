@@ -180,6 +180,10 @@ extension ConfigKey {
         "HERALD_WEBHOOK_CA_FILE", default: nil, documented: "system trust store",
         "herald-send: PEM file of the CA certificates to trust for webhook endpoints, instead of the system trust store"
     )
+    public static let translatorCAFile = ConfigKey(
+        "HERALD_TRANSLATOR_CA_FILE", default: nil, documented: "system trust store",
+        "herald-suppress: PEM file of the CA certificates to trust for the apps' translators (`translator.url`), instead of the system trust store"
+    )
 
     public static let pipelineWatchMs = ConfigKey(
         "HERALD_PIPELINE_WATCH_MS", default: "1000", documented: "1000", .integer(0...Int64.max),
@@ -239,7 +243,7 @@ extension ConfigKey {
         apnsHost, apnsCAFile, apnsConnections, apnsPriorityConnections, apnsTimeoutMs, sendMaxInFlight, sendMaxAttempts,
         sendRetryInitialMs,
         sendRetryMaxMs, sendPriorityReservePercent, fcmHost, fcmCAFile, fcmConnections, fcmPriorityConnections,
-        webhookCAFile,
+        webhookCAFile, translatorCAFile,
         pipelineWatchMs, apiPort, apiHost, apiTokens, apiAuthFailuresPerMinute, preferencesMaxConversations,
         preferencesMaxBytes, httpReadTimeoutMs, httpIdleTimeoutMs, httpWriteTimeoutMs, httpMaxConnections,
         testCrashMarker,

@@ -122,6 +122,7 @@ public struct StageMetrics: Sendable {
         public static let classified = "herald_classified_total"
         public static let coalesced = "herald_coalesced_total"
         public static let readSync = "herald_read_sync_total"
+        public static let translations = "herald_translations_total"
         public static let tokenFeedback = "herald_token_feedback_total"
         public static let registryOps = "herald_registry_ops_total"
         public static let ready = "herald_ready"
@@ -188,6 +189,10 @@ public struct StageMetrics: Sendable {
             "messages of a coalesced burst after its first (docs/behaviour.md §6a): `update` replaced the burst's notification at once, `held` was held back (also `herald_suppressed_total{reason=\"coalesced\"}`), `flushed` counts the updates that showed held messages once the update interval passed, `invalid` a held record that did not decode, `missing` a flush not sent because its held message's event was gone from Redis (docs/behaviour.md §6a); the flood guard's `flood_held` (also `herald_suppressed_total{reason=\"flood_guard\"}`) and `flood_summary` (docs/behaviour.md §6b)"
         ),
         MetricDeclaration(
+            Name.translations, "counter", labels: "stage, outcome", stages: "suppress",
+            "texts asked of an app's translator (docs/behaviour.md §7a), one per message and language in a batch: `hit` (found in the Redis cache), `translated` (the translator answered), `timeout` (no answer within the app's `translator.deadline_ms`), `failed` (refused connection, a non-2xx answer, an answer that is not LibreTranslate's JSON); on `timeout` and `failed` the push goes out with the original text and the explain trail says `translation_failed:<code>`"
+        ),
+        MetricDeclaration(
             Name.readSync, "counter", labels: "stage, outcome", stages: "registry",
             "clears of a `mark_read` for the user's other devices (docs/behaviour.md §6c): `sent` (a background push to each), `rate_limited` (the conversation had one within the app's interval), `user_limit` (the user had the app's clears this minute), `no_other_device`, `off` (the app's `read_sync` is off), `app_off` (the app's `push` is off)"
         ),
@@ -238,7 +243,7 @@ public struct StageMetrics: Sendable {
             "high watermark minus committed offset (what KEDA scales on), in Kafka records: between the stages one packs up to 256 notifications"
         ),
         MetricDeclaration(
-            Name.redisErrors, "counter", labels: "stage, code", stages: "resolve, send, registry",
+            Name.redisErrors, "counter", labels: "stage, code", stages: "resolve, suppress, send, registry",
             "Redis failures by `RedisError` code"),
         MetricDeclaration(
             Name.ready, "gauge", labels: "stage",
@@ -456,6 +461,11 @@ public struct StageMetrics: Sendable {
     /// registry: what became of a `mark_read`'s clear (`sent`, `rate_limited`, `user_limit`, `no_other_device`, `off`, `app_off`).
     public func readSync(outcome: String, count: Int = 1) {
         counter(Name.readSync, [("outcome", Self.labelValue(outcome))]).increment(by: count)
+    }
+
+    /// suppress: texts asked of a translator, by outcome (`hit`, `translated`, `timeout`, `failed`).
+    public func translations(outcome: String, count: Int = 1) {
+        counter(Name.translations, [("outcome", Self.labelValue(outcome))]).increment(by: count)
     }
 
     /// send: a dead token reported to `herald.token-feedback`.

@@ -624,6 +624,7 @@ struct Tally {
     var inputWarnings: [String: Int] = [:]
     var coalesced: [String: Int] = [:]
     var readSync: [String: Int] = [:]
+    var translations: [String: Int] = [:]
     var classified: [String: Int] = [:]
 
     struct APNsAnswerKey: Hashable { var status: Int; var reason: String }
@@ -673,6 +674,8 @@ struct Tally {
                 coalesced[outcome, default: 0] += 1
             case .readSync(let outcome):
                 readSync[outcome, default: 0] += 1
+            case .translation(let outcome):
+                translations[outcome, default: 0] += 1
             }
         }
     }
@@ -687,6 +690,7 @@ struct Tally {
         for (priorityClass, n) in classified { metrics.classified(priorityClass, count: n) }
         for (outcome, n) in coalesced { metrics.coalesced(outcome: outcome, count: n) }
         for (outcome, n) in readSync { metrics.readSync(outcome: outcome, count: n) }
+        for (outcome, n) in translations { metrics.translations(outcome: outcome, count: n) }
         for (reason, n) in tokenDead { metrics.tokenFeedback(reason: reason, count: n) }
         for (key, n) in registry { metrics.registryOp(op: key.op, outcome: key.outcome, count: n) }
     }

@@ -1,5 +1,6 @@
 // herald-suppress: herald.resolved -> herald.deliverable (keyed by recipient user id). Applies the rules
-// of docs/behaviour.md §6; suppressions are counted by reason and written to the explain trail in Redis.
+// of docs/behaviour.md §6; suppressions are counted by reason and written to the explain trail in Redis. Adds the
+// translations an app's translator gives (§7a).
 import Foundation
 import HeraldConfig
 import HeraldCore
@@ -10,11 +11,21 @@ let setup = await StageSetup.startOrExit(.suppress)
 let topics = setup.pipeline.kafka.topics
 // The apps (multi-device mode, user defaults, ...) are reloaded from the pipeline file on SIGHUP and when it changes.
 let apps = LiveAppDirectory(setup.pipeline.apps)
-let reloader = PipelineReloader.forStageOrExit(setup) { config in apps.replace(with: config.apps) }
+let reloader = PipelineReloader.forStageOrExit(setup) { config in
+    StageSetup.warnAboutTranslatorKeys(
+        config.apps, environment: ProcessInfo.processInfo.environment, logger: setup.logger)
+    apps.replace(with: config.apps)
+}
 // Burst coalescing (docs/behaviour.md §6a) keeps its small per-conversation state in Redis. Like the explain trail it
 // is best effort here: Redis is not a readiness check, and when it fails a batch is delivered without coalescing.
 let bursts = setup.bestEffortBurstLedger()
 let metrics = setup.context.metrics
+// Apps with a `translator:` get the texts their events carry no translation of from it (docs/behaviour.md §7a), kept
+// in Redis; a failing cache is passed by, a failing translator sends the original text.
+let translator = setup.translator { error in
+    metrics.redisError(code: "transient")
+    setup.logger.warning("translation cache unavailable; asking the translator", metadata: ["error": "\(error)"])
+}
 // One loop per lane; each writes to its own lane's herald.deliverable topic.
 let lanes = Lane.allCases.map { lane in
     StageLane(
@@ -24,6 +35,7 @@ let lanes = Lane.allCases.map { lane in
             processor.live = apps
             processor.bursts = bursts
             processor.lane = lane
+            processor.translator = translator
             processor.onBurstFailure = { error in
                 metrics.redisError(code: "transient")
                 setup.logger.warning(
