@@ -23,6 +23,8 @@
 /// | `herald:<app>:last_decision:{l<shard>}` | hash | user -> their latest user-level explain entry (one line) |
 /// | `herald:<app>:burst:{b<shard>}` | hash | burst field -> burst state, and the latest held record (Bursts.swift) |
 /// | `herald:<app>:burst_due:{b<shard>}` | sorted set | burst field -> when the flush timer looks at it next |
+/// | `herald:<app>:translation:{t:<app>}:<target>:<message id>` | string | a translator's answer (Translations.swift) |
+/// | `herald:<app>:translations:{t:<app>}` | sorted set | `<target>:<message id>` -> when kept: the app's bound |
 public enum RedisKeys {
     public static let prefix = "herald"
 

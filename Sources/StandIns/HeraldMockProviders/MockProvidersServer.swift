@@ -445,6 +445,7 @@ public final class MockProvidersServer: @unchecked Sendable {
     /// The stand-in's own translations: (text, target) -> text. Anything else is answered `[<target>] <text>`, so a
     /// test or the demo can always tell a translated push.
     public static let translateDictionary: [String: [String: String]] = [
+        "@u5 are you coming?": ["fr": "@u5 tu viens ?", "de": "@u5 kommst du?"],
         "Bye!": ["fr": "Au revoir !", "de": "Tschüss!", "es": "¡Adiós!"],
         "Good night": ["fr": "Bonne nuit", "de": "Gute Nacht", "es": "Buenas noches"],
         "See you at the trailhead at 7!": [
