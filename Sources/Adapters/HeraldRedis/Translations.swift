@@ -25,10 +25,7 @@ extension RedisKeys {
     /// FNV-1a 64 over the source code, a zero byte and the text, in 16 hex digits: a kept translation of another text
     /// of the same message (an edit) is not taken for this one.
     static func translationFingerprint(source: String, text: String) -> String {
-        var h = fnv(source)
-        h = (h ^ 0) &* 0x0000_0100_0000_01b3
-        h = fnv(text, h)
-        let hex = String(h, radix: 16)
+        let hex = String(fnv(source, then: text), radix: 16)
         return String(repeating: "0", count: 16 - hex.utf8.count) + hex
     }
 }
@@ -64,25 +61,20 @@ extension StateStore {
     /// one `MGET` per app.
     public func cachedTranslations(_ keys: [CachedTranslationKey]) async throws -> [String?] {
         if keys.isEmpty { return [] }
-        var byApp: [String: [Int]] = [:]
-        var apps: [String] = []
-        for (index, key) in keys.enumerated() {
-            if byApp[key.app] == nil { apps.append(key.app) }
-            byApp[key.app, default: []].append(index)
-        }
+        var apps = IndexGroups<String>(capacity: keys.count)
+        for (index, key) in keys.enumerated() { apps.add(index, to: key.app) }
+        let groups = apps.members()
         var batch = RedisBatch(capacity: 64 + keys.count * 96)
-        for app in apps {
-            let indices = byApp[app] ?? []
+        for indices in groups {
             batch.command("MGET", arguments: indices.count)
             for index in indices { batch.argument(keys[index].key) }
         }
         let replies = try await connection.pipeline(batch)
-        guard replies.count == apps.count else {
-            throw RedisError(.unexpectedReply, "translations: expected \(apps.count) replies, got \(replies.count)")
+        guard replies.count == groups.count else {
+            throw RedisError(.unexpectedReply, "translations: expected \(groups.count) replies, got \(replies.count)")
         }
         var out = [String?](repeating: nil, count: keys.count)
-        for (app, reply) in zip(apps, replies) {
-            let indices = byApp[app] ?? []
+        for (indices, reply) in zip(groups, replies) {
             guard let values = try reply.orThrow("MGET").array, values.count == indices.count else {
                 throw RedisError(.unexpectedReply, "MGET of translations answered \(reply)")
             }
@@ -111,16 +103,12 @@ extension StateStore {
     ) async throws -> Int {
         let kept = entries.filter { $0.text.utf8.count <= Self.translationMaxCachedBytes }
         guard !kept.isEmpty, ttlMilliseconds > 0, maxEntries > 0 else { return 0 }
-        var byApp: [String: [Int]] = [:]
-        var apps: [String] = []
-        for (index, entry) in kept.enumerated() {
-            if byApp[entry.key.app] == nil { apps.append(entry.key.app) }
-            byApp[entry.key.app, default: []].append(index)
-        }
+        var apps = IndexGroups<String>(capacity: kept.count)
+        for (index, entry) in kept.enumerated() { apps.add(index, to: entry.key.app) }
+        let groups = apps.members()
         let replies = try await TranslationScripts.keep.run(on: connection, what: "translation keep") { sha in
             var batch = RedisBatch(capacity: 128 + kept.reduce(0) { $0 + $1.text.utf8.count + 160 })
-            for app in apps {
-                let indices = byApp[app] ?? []
+            for (app, indices) in zip(apps.keys, groups) {
                 batch.command("EVALSHA", arguments: 2 + 1 + indices.count + 4 + indices.count)
                 batch.argument(sha)
                 batch.argument(Int64(1 + indices.count))
