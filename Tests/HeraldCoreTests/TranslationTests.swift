@@ -152,9 +152,8 @@ struct TranslationTests {
         let read = try ResolvedRecord.readForRules(bytes, reusing: &reuse)
         let forwarded = try #require(read.forwarded)
         var whole = EventReuse()
-        let view = try forwarded.translationView(reusing: &whole)
-        #expect(view.event == e)
-        #expect(view.languages == ["fr-CA", "de"])
+        #expect(try forwarded.wholeEvent(reusing: &whole) == e)
+        #expect(try forwarded.preferredLanguages() == ["fr-CA", "de"])
 
         let translated = e.adding(translation: "Au revoir !", language: "fr-CA")
         let written = DeliverableRecord.wireBytes(

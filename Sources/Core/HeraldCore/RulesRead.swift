@@ -101,40 +101,48 @@ extension DeliverableRecord {
 }
 
 extension ForwardedParts {
-    /// What the rules stepped over that a translation needs (docs/behaviour.md §7a): the whole event (taken from
-    /// `reuse` when an earlier record of the batch had the same event bytes) and the recipient's preferred languages.
-    public func translationView(reusing reuse: inout EventReuse) throws(StageRecordError) -> TranslationView {
-        // `withUnsafeBytes` rethrows untyped: its error is typed again below.
-        do {
-            return try bytes.withUnsafeBytes { (raw) throws(StageRecordError) -> TranslationView in
-                try read(raw, reusing: &reuse)
+    // What the rules stepped over that a translation needs (docs/behaviour.md §7a), each read on its own: the
+    // recipient's languages first (a few bytes), the whole event only for a recipient who has languages.
+
+    /// The recipient's preferred languages, read from the push settings as `UserState.write(into:)` wrote them.
+    public func preferredLanguages() throws(StageRecordError) -> [String] {
+        try reading { (raw) throws(StageRecordError) -> [String] in
+            var s = BinaryReader(raw, offset: settings.lowerBound, record: ResolvedRecord.self)
+            _ = try s.enumValue(PushTrigger.self)
+            for _ in 0..<(try s.count("items")) {
+                try s.skipString(); try s.skipString()
+                _ = try s.bool()
             }
+            var quiet = Preferences()
+            try quiet.readQuietTimes(&s)
+            try s.skipString(); try s.skipString(); try s.skipOptionalString()  // template, display style, name
+            return try s.strings()
+        }
+    }
+
+    /// The whole event, taken from `reuse` when an earlier record of the batch had the same event bytes.
+    public func wholeEvent(reusing reuse: inout EventReuse) throws(StageRecordError) -> ChatEvent {
+        try reading { (raw) throws(StageRecordError) -> ChatEvent in
+            var r = BinaryReader(raw, offset: event.lowerBound, record: ResolvedRecord.self)
+            let whole = try reuse.event(raw, reader: &r, partial: false) {
+                (r) throws(StageRecordError) -> ChatEvent in try ChatEvent(binary: &r)
+            }
+            guard r.offset == event.upperBound else { throw r.fail("event read to a different end") }
+            return whole
+        }
+    }
+
+    /// `body` over the record's bytes (`withUnsafeBytes` rethrows untyped: its error is typed again here).
+    private func reading<T>(
+        _ body: (UnsafeRawBufferPointer) throws(StageRecordError) -> T
+    ) throws(StageRecordError) -> T {
+        do {
+            return try bytes.withUnsafeBytes { (raw) throws(StageRecordError) -> T in try body(raw) }
         } catch let error as StageRecordError {
             throw error
         } catch {
             throw StageRecordError(record: "ResolvedRecord", detail: "\(error)")
         }
-    }
-
-    private func read(
-        _ raw: UnsafeRawBufferPointer, reusing reuse: inout EventReuse
-    ) throws(StageRecordError) -> TranslationView {
-        var r = BinaryReader(raw, offset: event.lowerBound, record: ResolvedRecord.self)
-        let whole = try reuse.event(raw, reader: &r, partial: false) {
-            (r) throws(StageRecordError) -> ChatEvent in try ChatEvent(binary: &r)
-        }
-        guard r.offset == event.upperBound else { throw r.fail("event read to a different end") }
-        // The push settings as `UserState.write(into:)` wrote them, up to the languages.
-        var s = BinaryReader(raw, offset: settings.lowerBound, record: ResolvedRecord.self)
-        _ = try s.enumValue(PushTrigger.self)
-        for _ in 0..<(try s.count("items")) {
-            try s.skipString(); try s.skipString()
-            _ = try s.bool()
-        }
-        var quiet = Preferences()
-        try quiet.readQuietTimes(&s)
-        try s.skipString(); try s.skipString(); try s.skipOptionalString()  // template, display style, name
-        return TranslationView(event: whole, languages: try s.strings())
     }
 }
 

@@ -120,17 +120,6 @@ public enum Translation {
     }
 }
 
-/// What a translation is decided on for one recipient: the whole event and the recipient's preferred languages.
-public struct TranslationView: Sendable {
-    public let event: ChatEvent
-    public let languages: [String]
-
-    public init(event: ChatEvent, languages: [String]) {
-        self.event = event
-        self.languages = languages
-    }
-}
-
 extension ChatEvent.Message {
     /// The message with `text` as its translation into `language` (replacing one it had), kept sorted by tag.
     public func adding(translation text: String, language: String) -> ChatEvent.Message {

@@ -35,6 +35,12 @@ public struct SuppressProcessor: StageProcessor {
         self.apps = apps
     }
 
+    /// What a translation is decided on for one recipient: the whole event and the recipient's preferred languages.
+    struct TranslationView {
+        let event: ChatEvent
+        let languages: [String]
+    }
+
     /// One input after the rules: a finished result, or a delivery still to be written.
     enum Decided {
         case done(StageResult)
@@ -90,13 +96,17 @@ public struct SuppressProcessor: StageProcessor {
                 untranslated: Translation.failedReason(failure))
         }
 
-        /// The whole event and the recipient's preferred languages; nil when the forwarded bytes do not read (render
-        /// refuses the record then).
+        /// The whole event and the recipient's preferred languages, when the recipient has a first language the
+        /// translator has a code for; nil otherwise, or when the forwarded bytes do not read (render refuses the record
+        /// then). The event is decoded only for such a recipient.
         func translationView(reusing reuse: inout EventReuse) -> TranslationView? {
             guard let forwarded else {
                 return TranslationView(event: record.event, languages: record.state.preferences.languages)
             }
-            do { return try forwarded.translationView(reusing: &reuse) } catch { return nil }
+            guard let languages = try? forwarded.preferredLanguages(), languages.first.flatMap(Translation.code) != nil,
+                let event = try? forwarded.wholeEvent(reusing: &reuse)
+            else { return nil }
+            return TranslationView(event: event, languages: languages)
         }
 
         /// The `herald.deliverable` record render reads: the event, the recipient, the push settings and unread
