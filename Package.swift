@@ -103,7 +103,7 @@ let package = Package(
         .target(
             name: "HeraldStage",
             dependencies: [
-                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldPipeline",
+                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldHTTP", "HeraldPipeline",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -91,6 +91,8 @@ STAGES=(ingest resolve suppress render send registry)
 # The demo webhook's Basic password: the pipeline file names this variable (a stage restarted by --restart or
 # --start needs it too, so it is set for every invocation).
 export HERALD_WEBHOOK_PASSWORD="local-demo-secret"
+# The API key herald-mock-fcm's /translate (the LibreTranslate stand-in) requires, and app1's translator sends.
+export HERALD_TRANSLATOR_API_KEY="local-demo-translator-key"
 DEMO="$root/pipelines/examples/demo"
 
 say() { printf '\033[1m[local-stack]\033[0m %s\n' "$*" >&2; }
@@ -261,6 +263,7 @@ start_stage() {
         HERALD_METRICS_PORT="$port" HERALD_KAFKA_SESSION_TIMEOUT_MS="${HERALD_LOCAL_SESSION_TIMEOUT_MS:-3000}" HERALD_KAFKA_PROFILE=local \
         HERALD_INSTANCE="local-${s/@/-}" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
         $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \
+        $( [ "$stage" = suppress ] && echo "HERALD_TRANSLATOR_CA_FILE=$RUN/apns-cert.pem" ) \
         $( [ "$stage" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem HERALD_WEBPUSH_CA_FILE=$RUN/apns-cert.pem" ) \
         "$BIN/herald-$stage" >>"$RUN/logs/$s.log" 2>&1 </dev/null &
     pid=$!
@@ -420,13 +423,15 @@ state["app1"]["users"]["u10"] = {"devices": [{"token": "%s.%s.%s" % (p256dh, aut
 state["app1"]["conversations"]["c1"]["members"].append("u10")
 json.dump(state, open(run + "/state.json", "w"), indent=1)
 PY
-# The example pipeline with the local keys (app2's certificate credential becomes a token one here) and the
-# FCM, webhook and Web Push providers pointed at herald-mock-fcm.
+# The example pipeline with the local keys (app2's certificate credential becomes a token one here), the
+# FCM, webhook and Web Push providers pointed at herald-mock-fcm, and app1's translator turned on against its
+# /translate.
 sed -e "s#/etc/herald/AuthKey_KEY1234567.p8#$RUN/AuthKey.p8#; s#/etc/herald/AuthKey_KEY7654321.p8#$RUN/AuthKey.p8#" \
     -e "s#/etc/herald/firebase-service-account.json#$RUN/fcm-sa.json#" \
     -e "s#https://push.example.com/herald/webhook#https://127.0.0.1:$FCM_PORT/webhook/custom-1#" \
     -e "s#https://push.example.com/herald/cometchat#https://127.0.0.1:$FCM_PORT/webhook/comet-custom#" \
     -e "s#/etc/herald/vapid.pem#$RUN/vapid.pem#" \
+    -e "s#^    \# translator: {url: \"[^\"]*\"#    translator: {url: \"https://127.0.0.1:$FCM_PORT\"#" \
     -e "s#certificate_file: /etc/herald/messenger.pem#team_id: ABCDE12345\n        key_id: KEY1234567\n        key_file: $RUN/AuthKey.p8#" \
     -e "/private_key_file: \/etc\/herald\/messenger.key/d" \
     "${HERALD_LOCAL_PIPELINE_SRC:-pipelines/example.yaml}" >"$RUN/pipeline.yaml"
@@ -453,11 +458,12 @@ say "herald-mock-apns on 127.0.0.1:$APNS_PORT (JWT checked against $RUN/AuthKey.
 "$BIN/herald-mock-fcm" --port "$FCM_PORT" --cert "$RUN/apns-cert.pem" --key "$RUN/apns-key.pem" \
   --project herald-demo --client-email herald@herald-demo.iam.gserviceaccount.com \
   --service-public-key "$RUN/fcm-sa.key" --webhook-user herald --webhook-password "$HERALD_WEBHOOK_PASSWORD" \
+  --translate-api-key "$HERALD_TRANSLATOR_API_KEY" \
   --webpush-keys "$RUN/webpush" --record "$RUN/fcm-record.jsonl" >"$RUN/logs/mock-fcm.log" 2>&1 &
 echo $! >"$RUN/mock-fcm.pid"
 : >"$RUN/fcm-record.jsonl"
 for _ in $(seq 1 50); do port_open "$FCM_PORT" && break; sleep 0.1; done
-say "herald-mock-fcm on 127.0.0.1:$FCM_PORT (FCM messages:send, /token checking the RS256 assertion, /webhook/custom-1, Web Push /wp/demo-browser)"
+say "herald-mock-fcm on 127.0.0.1:$FCM_PORT (FCM messages:send, /token checking the RS256 assertion, /webhook/custom-1, Web Push /wp/demo-browser, LibreTranslate's /translate)"
 
 # --- The six stages ----------------------------------------------------------------------------------
 UP_STAGES=("${STAGES[@]}")
@@ -560,6 +566,12 @@ for line in open(sys.argv[1]):
     r = json.loads(line)
     if r["endpoint"] == "token":
         print(f'{r["status"]} token endpoint {r["reason"] or "access token issued"}')
+        continue
+    if r["endpoint"] == "translate":
+        try: asked, answer = json.loads(r["body"]), json.loads(r.get("answer") or "{}")
+        except ValueError: asked, answer = {}, {}
+        print(f'{r["status"]} {r["reason"] or "":<12} translate {asked.get("source")}->{asked.get("target")} '
+              f'{asked.get("q")!r} -> {answer.get("translatedText", answer.get("error"))!r}')
         continue
     try: body = json.loads(r["body"])
     except ValueError: body = {}
@@ -687,9 +699,19 @@ user_of = {}
 def device_of(n):
     if n.get("provider") == "webpush": return "wp:" + n["token"].split(".", 2)[-1].rsplit("/", 1)[-1]
     return n["token"]
+# simulate calls no translator: it is given the translations the translator stand-in answered (for the events
+# whose text it was asked), as if the events had carried them; suppress adds them the same way (behaviour.md §7a).
+answered = {}
+for r in map(json.loads, open(run + "/fcm-record.jsonl")):
+    if r["endpoint"] == "translate" and r["status"] == 200:
+        asked = json.loads(r["body"])
+        answered.setdefault(asked["q"], {})[asked["target"]] = json.loads(r["answer"])["translatedText"]
 want = collections.Counter()
 for line in open(run + "/events.tsv"):
     event = json.loads(line.split("\t", 1)[1])
+    message = event.get("message") or {}
+    for target, text in answered.get(message.get("text"), {}).items():
+        message.setdefault("translations", {}).setdefault(target, text)
     open(run + "/sim-event.json", "w").write(json.dumps(event))
     json.dump(states.get(event["app_id"], {"users": {}}), open(run + "/sim-state.json", "w"))
     out = subprocess.run([bin_dir + "/heraldctl", "simulate", "--event", run + "/sim-event.json", "--state",

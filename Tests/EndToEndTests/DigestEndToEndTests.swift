@@ -16,12 +16,12 @@ extension EndToEndTests {
         let end = start + 25_000
         for u in users {
             var r = try await stack.heraldctl([
-                "device", "register", "--app", "app9", "--user", u.user, "--token", u.token, "--bundle-id",
+                "device", "register", "--app", "app11", "--user", u.user, "--token", u.token, "--bundle-id",
                 "com.example.chat",
             ])
             #expect(r.status == 0, "device register: \(r.stderr)")
             r = try await stack.heraldctl([
-                "prefs", "set", "--app", "app9", "--user", u.user, "--snooze", "\(start - 60_000)-\(end)",
+                "prefs", "set", "--app", "app11", "--user", u.user, "--snooze", "\(start - 60_000)-\(end)",
             ])
             #expect(r.status == 0, "prefs set: \(r.stderr)")
         }
@@ -30,7 +30,7 @@ extension EndToEndTests {
         let plan = [(hike, "Hiking"), (hike, "Hiking"), (work, "Work"), (hike, "Hiking"), (work, "Work")]
         let events = plan.enumerated().map { n, c in
             Scenarios.message(
-                Scenarios.id("dg-\(n)"), app: "app9", sender: "dg-s", conversation: c.0, name: c.1,
+                Scenarios.id("dg-\(n)"), app: "app11", sender: "dg-s", conversation: c.0, name: c.1,
                 text: "secret \(n)", recipients: users.map(\.user), createdAt: start)
         }
         try await stack.publish(events)
@@ -39,7 +39,7 @@ extension EndToEndTests {
             for n in 0..<plan.count {
                 for u in users {
                     let r = try? await stack.heraldctl([
-                        "explain", "--app", "app9", "--event", Scenarios.id("dg-\(n)"), "--user", u.user,
+                        "explain", "--app", "app11", "--event", Scenarios.id("dg-\(n)"), "--user", u.user,
                     ])
                     guard let line = r?.lines.first, line["reason"] as? String == "snoozed" else { return false }
                 }
@@ -49,10 +49,10 @@ extension EndToEndTests {
         #expect(suppressed, "the messages were not all suppressed as snoozed\n\(failureContext())")
         // dg-2 reads Hiking; the read is applied once the unread counts show only Work's two messages.
         let read = try await stack.api(
-            "POST", "/v1/apps/app9/users/dg-2/read", body: #"{"conversation": "\#(hike)"}"#)
+            "POST", "/v1/apps/app11/users/dg-2/read", body: #"{"conversation": "\#(hike)"}"#)
         #expect(read.status == 202, "\(read.body)")
         try await waitUntil("dg-2's read was applied") {
-            let c = try await stack.api("GET", "/v1/apps/app9/users/dg-2/counts").json
+            let c = try await stack.api("GET", "/v1/apps/app11/users/dg-2/counts").json
             return (c?["unread"] as? [String: Any])?["total"] as? Int == 2
         }
         try #require(Self.now() < end - 1_000, "the stack took longer than the snooze; the digest may have gone out")
@@ -83,7 +83,7 @@ extension EndToEndTests {
         let digestID = Digest.eventID(user: "dg-1", end: end)
         var line: [String: Any] = [:]
         let explained = await eventually(timeout: .seconds(60), interval: .milliseconds(200)) {
-            let r = try? await stack.heraldctl(["explain", "--app", "app9", "--event", digestID, "--user", "dg-1"])
+            let r = try? await stack.heraldctl(["explain", "--app", "app11", "--event", digestID, "--user", "dg-1"])
             line = r?.lines.first { $0["stage"] as? String == "suppress" } ?? [:]
             return line["reason"] as? String == "digest"
         }
@@ -98,7 +98,7 @@ extension EndToEndTests {
     func digestWhenDNDEnds() async throws {
         let token = tok(743)
         var r = try await stack.heraldctl([
-            "device", "register", "--app", "app9", "--user", "dg-3", "--token", token, "--bundle-id",
+            "device", "register", "--app", "app11", "--user", "dg-3", "--token", token, "--bundle-id",
             "com.example.chat",
         ])
         #expect(r.status == 0, "device register: \(r.stderr)")
@@ -113,7 +113,7 @@ extension EndToEndTests {
         }
         let end = (start / 60_000 + 1) * 60_000
         r = try await stack.heraldctl([
-            "prefs", "set", "--app", "app9", "--user", "dg-3", "--dnd", "\(clock(local))-\(clock(local + 1))",
+            "prefs", "set", "--app", "app11", "--user", "dg-3", "--dnd", "\(clock(local))-\(clock(local + 1))",
             "--timezone", "Asia/Kolkata",
         ])
         #expect(r.status == 0, "prefs set: \(r.stderr)")
@@ -122,14 +122,14 @@ extension EndToEndTests {
         let plan = [(hike, "Hiking"), (work, "Work"), (hike, "Hiking"), (work, "Work"), (hike, "Hiking")]
         let events = plan.enumerated().map { n, c in
             Scenarios.message(
-                Scenarios.id("dd-\(n)"), app: "app9", sender: "dd-s", conversation: c.0, name: c.1,
+                Scenarios.id("dd-\(n)"), app: "app11", sender: "dd-s", conversation: c.0, name: c.1,
                 text: "secret \(n)", recipients: ["dg-3"], createdAt: start)
         }
         try await stack.publish(events)
         let suppressed = await eventually(timeout: .seconds(40), interval: .milliseconds(200)) {
             for n in 0..<plan.count {
                 let r = try? await stack.heraldctl([
-                    "explain", "--app", "app9", "--event", Scenarios.id("dd-\(n)"), "--user", "dg-3",
+                    "explain", "--app", "app11", "--event", Scenarios.id("dd-\(n)"), "--user", "dg-3",
                 ])
                 guard r?.lines.first?["reason"] as? String == "dnd" else { return false }
             }

@@ -107,6 +107,8 @@ final class E2EStack: @unchecked Sendable {
     static let apiToken = "e2e-backend-token-0123456789abcdef"
     static let webhookUser = "herald"
     static let webhookPassword = "e2e-hook-secret"
+    /// The API key herald-mock-fcm's /translate requires; app9's translator has it, app10's another one (403).
+    static let translatorKey = "e2e-translator-key"
 
     let packageRoot: String
     let binDir: String
@@ -258,6 +260,11 @@ final class E2EStack: @unchecked Sendable {
         if stage == "render" {
             // render reloads the pipeline file on SIGHUP only (the reload test sends it); send watches the file.
             env["HERALD_PIPELINE_WATCH_MS"] = "0"
+        }
+        if stage == "suppress" {
+            env["HERALD_TRANSLATOR_CA_FILE"] = runDir + "/server-cert.pem"
+            env["HERALD_E2E_TRANSLATOR_KEY"] = Self.translatorKey
+            env["HERALD_E2E_TRANSLATOR_WRONG_KEY"] = "not-" + Self.translatorKey
         }
         if stage == "registry" {
             env["HERALD_API_PORT"] = "\(apiPort)"
@@ -428,8 +435,8 @@ final class E2EStack: @unchecked Sendable {
         }
     }
 
-    /// Starts herald-mock-fcm (FCM token endpoint + messages:send, webhook receivers): the receiver `flaky`
-    /// answers 503 to its first two requests.
+    /// Starts herald-mock-fcm (FCM token endpoint + messages:send, webhook receivers, LibreTranslate's /translate
+    /// with an API key): the receiver `flaky` answers 503 to its first two requests.
     func startMockFCM() async throws {
         let portFile = runDir + "/fcm.port"
         let p = ChildProcess(
@@ -442,6 +449,7 @@ final class E2EStack: @unchecked Sendable {
                 "--webhook-user", Self.webhookUser, "--webhook-password", Self.webhookPassword,
                 "--webhook-fault", "flaky=503*2", "--record", runDir + "/fcm.jsonl",
                 "--webpush-keys", runDir + "/webpush",
+                "--translate-api-key", Self.translatorKey,
             ], logPath: runDir + "/mock-fcm.log")
         try p.start()
         mockFCM = p
@@ -640,6 +648,16 @@ final class E2EStack: @unchecked Sendable {
                 credentials:
                   - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
               app9:
+                payload: {profile: compact}
+                translator: {url: "https://127.0.0.1:\(fcmPort)", api_key_env: HERALD_E2E_TRANSLATOR_KEY, deadline_ms: 2000}
+                credentials:
+                  - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              app10:
+                payload: {profile: compact}
+                translator: {url: "https://127.0.0.1:\(fcmPort)", api_key_env: HERALD_E2E_TRANSLATOR_WRONG_KEY}
+                credentials:
+                  - {bundle_id: com.example.chat, environment: production, team_id: \(Self.teamID), key_id: \(Self.keyID), key_file: \(key)}
+              app11:
                 payload: {profile: compact}
                 counts: true
                 digest: {conversations_named: 3, sound: false, deadline_seconds: 3600}

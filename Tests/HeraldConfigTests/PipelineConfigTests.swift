@@ -172,6 +172,39 @@ struct PipelineConfigTests {
         #expect(apps.app("f").readSync.conversationIntervalMilliseconds == 0 && apps.app("f").readSync.perMinute == 20)
     }
 
+    @Test("translator: off by default; per app, or for every app under defaults (an app may turn it off)")
+    func translatorSettings() throws {
+        let yaml = """
+            defaults:
+              translator: {url: "https://translate.internal", api_key_env: HERALD_TRANSLATOR_API_KEY}
+            apps:
+              a: {}
+              b: {translator: off}
+              c:
+                translator: {url: "https://lt.example/", deadline_ms: 250, cache_ttl_seconds: 60, cache_max_entries: 500}
+              d: {translator: {url: "https://lt.example", cache_ttl_seconds: 0}}
+            """
+        let loaded = try PipelineLoader.load(yaml: yaml)
+        #expect(loaded.warnings.isEmpty, "\(loaded.warnings)")
+        let apps = loaded.config.apps
+        #expect(
+            apps.app("a").translator
+                == TranslatorPolicy(
+                    url: "https://translate.internal", apiKeyEnv: "HERALD_TRANSLATOR_API_KEY",
+                    deadlineMilliseconds: 1_000, cacheTTLMilliseconds: 3_600_000, cacheMaxEntries: 10_000))
+        #expect(apps.app("b").translator == nil)
+        let c = try #require(apps.app("c").translator)
+        #expect(c.endpoint == "https://lt.example/translate")
+        #expect(c.deadlineMilliseconds == 250 && c.cacheTTLMilliseconds == 60_000 && c.cacheMaxEntries == 500)
+        // c's own mapping is merged over the defaults' key by key: it keeps the defaults' API key variable.
+        #expect(c.apiKeyEnv == "HERALD_TRANSLATOR_API_KEY")
+        #expect(apps.app("d").translator?.caches == false)
+        #expect(loaded.config.environmentKeys.contains("HERALD_TRANSLATOR_API_KEY"))
+        #expect(try PipelineLoader.load(yaml: "apps: {a: {}}").config.apps.app("a").translator == nil)
+        let plain = try PipelineLoader.load(yaml: #"apps: {a: {translator: {url: "http://127.0.0.1:5000"}}}"#)
+        #expect(plain.warnings.count == 1 && plain.warnings[0].hasPrefix("apps.a.translator.url: not HTTPS"))
+    }
+
     @Test("invalid values are errors naming the key")
     func invalidValues() {
         let rows: [(String, String)] = [
@@ -198,6 +231,19 @@ struct PipelineConfigTests {
             ("apps: {a: {read_sync: {per_minute: 0}}}", "apps.a.read_sync.per_minute"),
             ("apps: {a: {read_sync: {conversation_seconds: 61}}}", "apps.a.read_sync.conversation_seconds"),
             ("apps: {a: {read_sync: {enabled: perhaps}}}", "apps.a.read_sync.enabled"),
+            ("apps: {a: {translator: on}}", "apps.a.translator"),
+            ("apps: {a: {translator: {deadline_ms: 500}}}", "apps.a.translator.url"),
+            ("apps: {a: {translator: {url: ftp://x}}}", "apps.a.translator.url"),
+            ("apps: {a: {translator: {url: \"https://x\", deadline_ms: 10}}}", "apps.a.translator.deadline_ms"),
+            (
+                "apps: {a: {translator: {url: \"https://x\", cache_ttl_seconds: -1}}}",
+                "apps.a.translator.cache_ttl_seconds"
+            ),
+            (
+                "apps: {a: {translator: {url: \"https://x\", cache_max_entries: 20000000}}}",
+                "apps.a.translator.cache_max_entries"
+            ),
+            ("apps: {a: {translator: {url: \"https://x\", api_key_env: \"\"}}}", "apps.a.translator.api_key_env"),
         ]
         for (yaml, path) in rows {
             do {

@@ -25,6 +25,8 @@
 /// | `herald:<app>:burst_due:{b<shard>}` | sorted set | burst field -> when the flush timer looks at it next |
 /// | `herald:<app>:user:{<user>}:digest` | hash | the user's digest when Do Not Disturb or a snooze ends (Digests.swift) |
 /// | `herald:<app>:digest_due:{g<shard>}` | sorted set | user -> when their digest is due |
+/// | `herald:<app>:translation:{t:<app>}:<target>:<message id>` | string | a translator's answer (Translations.swift) |
+/// | `herald:<app>:translations:{t:<app>}` | sorted set | `<target>:<message id>` -> when kept: the app's bound |
 public enum RedisKeys {
     public static let prefix = "herald"
 
@@ -139,13 +141,15 @@ public enum RedisKeys {
     /// One block of claim numbers: 8 bytes of the time it was taken (ms, big-endian), then one bit per number of
     /// the block, set once the pair that number claimed was delivered.
     public static func claimBlock(app: String, block: Int64) -> String { "\(prefix):\(app):claims:{c\(block)}" }
+    /// FNV-1a 64 over `first`'s bytes, a zero byte and `second`'s bytes.
+    static func fnv(_ first: String, then second: String) -> UInt64 {
+        fnv(second, (fnv(first) ^ 0) &* 0x0000_0100_0000_01b3)
+    }
+
     /// The field of an (event, token) pair in its shard: 8 bytes of FNV-1a 64 over the event id, a zero byte and
     /// the token (the token itself is not stored).
     public static func deliveredField(eventId: String, token: String) -> [UInt8] {
-        var h = fnv(eventId)
-        h = (h ^ 0) &* 0x0000_0100_0000_01b3
-        h = fnv(token, h)
-        return withUnsafeBytes(of: h.bigEndian) { Array($0) }
+        withUnsafeBytes(of: fnv(eventId, then: token).bigEndian) { Array($0) }
     }
 
     /// The explain shard of an event, of `shards`.

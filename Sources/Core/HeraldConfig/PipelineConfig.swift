@@ -391,12 +391,13 @@ public struct PipelineConfig: Sendable {
     }
 
     /// The environment variables the file names in its `*_env` keys (`password_env`, `p12_password_env`,
-    /// `api.clients.<name>.token_env`): a stage reads them, so they are not unknown keys.
+    /// `translator.api_key_env`, `api.clients.<name>.token_env`): a stage reads them, so they are not unknown keys.
     public var environmentKeys: Set<String> {
         var keys = Set(api.clients.values)
         for app in [apps.fallback] + Array(apps.apps.values) {
             keys.formUnion(app.credentials.compactMap(\.p12PasswordEnv))
             keys.formUnion(app.webhooks.compactMap(\.passwordEnv))
+            if let name = app.translator?.apiKeyEnv { keys.insert(name) }
         }
         return keys
     }
@@ -501,7 +502,7 @@ public enum PipelineLoader {
         "expiration_seconds", "call_expiration_seconds", "fcm_credentials", "webhooks",
         "fcm", "collapse_id", "apns", "sendbird", "cometchat", "user_defaults",
         "priority", "interruption_level", "relevance_score", "coalesce", "flood_guard", "read_sync",
-        "push", "webpush", "digest",
+        "push", "webpush", "digest", "translator",
     ]
 
     static func readApp(_ r: inout Reader, _ node: Node, path: String, appID: String) throws(ConfigError) -> AppConfig {
@@ -689,7 +690,52 @@ public enum PipelineLoader {
         app.push = try readSwitch(&r, m["push"], path: path + ".push") ?? true
         app.webPush = try readWebPush(&r, m["webpush"], path: path + ".webpush")
         app.digest = try readDigest(&r, m["digest"], path: path + ".digest")
+        app.translator = try readTranslator(&r, m["translator"], path: path + ".translator")
         return app
+    }
+
+    /// `translator:` of an app (or of `defaults:`, for every app): `off` (the default), or `url` (the
+    /// LibreTranslate server), `api_key_env`, `deadline_ms` (50 to 30000; default 1000), `cache_ttl_seconds` (0 to 30
+    /// days; default 3600; 0 keeps nothing) and `cache_max_entries` (0 to 10,000,000; default 10,000; 0 keeps nothing)
+    /// (docs/behaviour.md §7a).
+    static func readTranslator(_ r: inout Reader, _ node: Node?, path: String) throws(ConfigError) -> TranslatorPolicy?
+    {
+        guard let node else { return nil }
+        if node.mapping == nil {
+            guard try r.string(node, path) == "off" else {
+                throw ConfigError(
+                    path: path,
+                    message: "expected off or {url, api_key_env, deadline_ms, cache_ttl_seconds, cache_max_entries}")
+            }
+            return nil
+        }
+        let m = try r.mapping(node, path)
+        r.check(m, path, known: ["url", "api_key_env", "deadline_ms", "cache_ttl_seconds", "cache_max_entries"])
+        guard let url = try r.string(m["url"], path + ".url"), url.hasPrefix("https://") || url.hasPrefix("http://"),
+            url.utf8.count <= ChatEvent.Limits.urlBytes
+        else {
+            throw ConfigError(path: path + ".url", message: "expected the translator's https:// URL")
+        }
+        if url.hasPrefix("http://") {
+            r.warnings.append(
+                "\(path).url: not HTTPS; message texts cross the network in the clear (use it only for local tests)")
+        }
+        var apiKeyEnv: String?
+        if let name = try r.string(m["api_key_env"], path + ".api_key_env") {
+            guard !name.isEmpty else {
+                throw ConfigError(
+                    path: path + ".api_key_env", message: "empty (the environment variable holding the API key)")
+            }
+            apiKeyEnv = name
+        }
+        let deadline = try r.int(m["deadline_ms"], path + ".deadline_ms", in: 50...30_000)
+        let ttl = try r.int(m["cache_ttl_seconds"], path + ".cache_ttl_seconds", in: 0...2_592_000)
+        let entries = try r.int(m["cache_max_entries"], path + ".cache_max_entries", in: 0...10_000_000)
+        return TranslatorPolicy(
+            url: url, apiKeyEnv: apiKeyEnv,
+            deadlineMilliseconds: deadline.map(Int64.init) ?? TranslatorPolicy.defaultDeadlineMilliseconds,
+            cacheTTLMilliseconds: ttl.map { Int64($0) * 1000 } ?? TranslatorPolicy.defaultCacheTTLMilliseconds,
+            cacheMaxEntries: entries ?? TranslatorPolicy.defaultCacheMaxEntries)
     }
 
     /// An on/off switch: `on`/`off` or `true`/`false` (nil when absent).

@@ -307,6 +307,12 @@ public struct AppConfig: Sendable {
         get { storage.fields.digest }
         set { unique().fields.digest = newValue }
     }
+    /// The translator suppress asks for the message text in a recipient's first preferred language when the event
+    /// carries no translation into it (docs/behaviour.md §7a); nil (the default): none.
+    public var translator: TranslatorPolicy? {
+        get { storage.fields.translator }
+        set { unique().fields.translator = newValue }
+    }
     var strings: [String: Strings] { storage.fields.strings }
     var english: Strings { storage.fields.english }
     var customTemplates: [String: (text: Template, file: Template)] { storage.fields.customTemplates }
@@ -337,6 +343,7 @@ public struct AppConfig: Sendable {
         var floodGuard: FloodPolicy
         var readSync: ReadSyncPolicy
         var digest = DigestPolicy()
+        var translator: TranslatorPolicy?
         let strings: [String: Strings]
         let english: Strings
         let customTemplates: [String: (text: Template, file: Template)]
@@ -408,7 +415,7 @@ public struct AppConfig: Sendable {
                 payloadOptions: payloadOptions, userDefaults: userDefaults, priority: priority, counts: false,
                 push: true,
                 interruption: InterruptionPolicy(), coalesce: CoalescePolicy(), floodGuard: FloodPolicy(),
-                readSync: ReadSyncPolicy(), strings: tables, english: english, customTemplates: custom,
+                readSync: ReadSyncPolicy(), translator: nil, strings: tables, english: english, customTemplates: custom,
                 titleTemplate: templates.title.map(Template.init)))
     }
 

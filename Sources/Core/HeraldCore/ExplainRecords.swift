@@ -19,8 +19,9 @@ public struct ExplainEntry: Sendable, Hashable {
     /// Event level: `drop`, `fanned_out`, `classified` (ingest: reason `<class>:<rule>`); user level: `deliver`, `suppress`, `error`;
     /// device level: `delivered`, `duplicate`, `retry`, `token_dead`, `dlq`.
     public var decision: String
-    /// Reason code of docs/behaviour.md §6 (suppress), APNs reason, or DLQ reason; nil when delivered (a digest,
-    /// §6d: `digest` when produced, `digest_expired` or `digest_no_devices` when dropped).
+    /// Reason code of docs/behaviour.md §6 (suppress), APNs reason, or DLQ reason; nil when delivered (a `deliver`
+    /// decision may carry `coalesced_update`, or `translation_failed:<code>` when the push goes out untranslated; a
+    /// digest, §6d: `digest` when produced, `digest_expired` or `digest_no_devices` when dropped).
     public var reason: String?
     /// When the stage decided, epoch milliseconds.
     public var at: Int64
@@ -112,7 +113,9 @@ extension ExplainEntry {
     public var isRoutine: Bool {
         if routine { return true }
         switch decision {
-        case "fanned_out", "classified", "deliver": return true
+        case "fanned_out", "classified": return true
+        // A push that went out untranslated because the translator failed (docs/behaviour.md §7a) is worth a line.
+        case "deliver": return !(reason?.hasPrefix(Translation.failedReasonPrefix) ?? false)
         case "delivered": return (attempt ?? 1) <= 1
         default: return false
         }

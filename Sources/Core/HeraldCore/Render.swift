@@ -314,11 +314,16 @@ public enum Renderer {
     /// first preferred language when the message language is not preferred.
     static func displayText(_ m: ChatEvent.Message, languages: [String]) -> String {
         guard let first = languages.first, !m.translations.isEmpty else { return m.text }
-        if let lang = m.language {
-            let l = Language.normalize(lang)
-            if languages.contains(where: { Language.normalize($0) == l || Language.primary($0) == l }) { return m.text }
-        }
+        if isInPreferredLanguage(m, languages: languages) { return m.text }
         return m.translation(first) ?? m.text
+    }
+
+    /// Whether the message is written in one of the preferred languages (its tag, or a tag whose primary subtag it
+    /// is): then its text is shown as written, and no translation is asked for (`Translation.missingLanguage`).
+    static func isInPreferredLanguage(_ m: ChatEvent.Message, languages: [String]) -> Bool {
+        guard let lang = m.language else { return false }
+        let l = Language.normalize(lang)
+        return languages.contains { Language.normalize($0) == l || Language.primary($0) == l }
     }
 
     static func fileTypeFriendly(_ mime: String?, _ strings: Strings) -> String {

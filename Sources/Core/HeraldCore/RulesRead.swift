@@ -77,12 +77,17 @@ extension DeliverableRecord {
     /// The deliverable record of a resolved record read by `ResolvedRecord.readForRules`, for `targets` (devices of
     /// its state) at burst position `burst`: byte for byte what `DeliverableRecord(...).wireBytes()` gives for the
     /// whole record with its devices and presence emptied, as suppress writes it.
-    public static func wireBytes(forwarding parts: ForwardedParts, targets: [Device], burst: Int?) -> [UInt8] {
-        var w = BinaryWriter(capacity: parts.bytes.count + 16)
+    ///
+    /// `event`: the event's wire bytes (`ChatEvent.wireBytes`) to write in place of the input's, when suppress
+    /// changed the event (a translation added, docs/behaviour.md §7a); nil writes the input's.
+    public static func wireBytes(
+        forwarding parts: ForwardedParts, event: [UInt8]? = nil, targets: [Device], burst: Int?
+    ) -> [UInt8] {
+        var w = BinaryWriter(capacity: parts.bytes.count + (event?.count ?? 0) + 16)
         w.byte(BinaryRecordFormat.magic.0); w.byte(BinaryRecordFormat.magic.1)
         w.byte(BinaryRecordFormat.version); w.byte(binaryType)
         parts.bytes.withUnsafeBytes { raw in
-            w.raw(raw, parts.event)
+            if let event { w.raw(event) } else { w.raw(raw, parts.event) }
             w.raw(raw, parts.recipient)
             w.varint(0)  // no devices: `targets` names them
             w.varint(0)  // no presence
@@ -91,6 +96,61 @@ extension DeliverableRecord {
             w.raw(raw, parts.senderDisplayName)
         }
         w.optional(burst.map(Int64.init))
+        return w.bytes
+    }
+}
+
+extension ForwardedParts {
+    // What the rules stepped over that a translation needs (docs/behaviour.md §7a), each read on its own: the
+    // recipient's languages first (a few bytes), the whole event only for a recipient who has languages.
+
+    /// The recipient's preferred languages, read from the push settings as `UserState.write(into:)` wrote them.
+    public func preferredLanguages() throws(StageRecordError) -> [String] {
+        try reading { (raw) throws(StageRecordError) -> [String] in
+            var s = BinaryReader(raw, offset: settings.lowerBound, record: ResolvedRecord.self)
+            _ = try s.enumValue(PushTrigger.self)
+            for _ in 0..<(try s.count("items")) {
+                try s.skipString(); try s.skipString()
+                _ = try s.bool()
+            }
+            var quiet = Preferences()
+            try quiet.readQuietTimes(&s)
+            try s.skipString(); try s.skipString(); try s.skipOptionalString()  // template, display style, name
+            return try s.strings()
+        }
+    }
+
+    /// The whole event, taken from `reuse` when an earlier record of the batch had the same event bytes.
+    public func wholeEvent(reusing reuse: inout EventReuse) throws(StageRecordError) -> ChatEvent {
+        try reading { (raw) throws(StageRecordError) -> ChatEvent in
+            var r = BinaryReader(raw, offset: event.lowerBound, record: ResolvedRecord.self)
+            let whole = try reuse.event(raw, reader: &r, partial: false) {
+                (r) throws(StageRecordError) -> ChatEvent in try ChatEvent(binary: &r)
+            }
+            guard r.offset == event.upperBound else { throw r.fail("event read to a different end") }
+            return whole
+        }
+    }
+
+    /// `body` over the record's bytes (`withUnsafeBytes` rethrows untyped: its error is typed again here).
+    private func reading<T>(
+        _ body: (UnsafeRawBufferPointer) throws(StageRecordError) -> T
+    ) throws(StageRecordError) -> T {
+        do {
+            return try bytes.withUnsafeBytes { (raw) throws(StageRecordError) -> T in try body(raw) }
+        } catch let error as StageRecordError {
+            throw error
+        } catch {
+            throw StageRecordError(record: "ResolvedRecord", detail: "\(error)")
+        }
+    }
+}
+
+extension ChatEvent {
+    /// The event as records between the stages carry it (the bytes a deliverable record starts with).
+    public var wireBytes: [UInt8] {
+        var w = BinaryWriter(capacity: 512)
+        write(into: &w)
         return w.bytes
     }
 }

@@ -140,6 +140,9 @@ public enum StageNote: Sendable, Hashable {
     /// suppress: a message suppressed by the snooze or Do Not Disturb, for the user's digest (docs/behaviour.md
     /// §6d): `counted`, `replayed` (counted before) or `count_failed` (the ledger failed).
     case digest(outcome: String)
+    /// suppress asked its translator for one text (one per message and language in a batch, docs/behaviour.md §7a):
+    /// `hit`, `translated`, `timeout`, `failed` (`TranslationOutcome.metricOutcome`).
+    case translation(outcome: String)
 }
 
 /// What became of one input.

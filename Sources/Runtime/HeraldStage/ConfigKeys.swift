@@ -188,6 +188,10 @@ extension ConfigKey {
         "HERALD_WEBPUSH_MAX_ORIGINS", default: "64", documented: "64", .integer(1...4096),
         "herald-send: Web Push services (origin and app) with an open HTTP/2 connection at once; one more closes the least recently used"
     )
+    public static let translatorCAFile = ConfigKey(
+        "HERALD_TRANSLATOR_CA_FILE", default: nil, documented: "system trust store",
+        "herald-suppress: PEM file of the CA certificates to trust for the apps' translators (`translator.url`), instead of the system trust store"
+    )
 
     public static let pipelineWatchMs = ConfigKey(
         "HERALD_PIPELINE_WATCH_MS", default: "1000", documented: "1000", .integer(0...Int64.max),
@@ -247,7 +251,7 @@ extension ConfigKey {
         apnsHost, apnsCAFile, apnsConnections, apnsPriorityConnections, apnsTimeoutMs, sendMaxInFlight, sendMaxAttempts,
         sendRetryInitialMs,
         sendRetryMaxMs, sendPriorityReservePercent, fcmHost, fcmCAFile, fcmConnections, fcmPriorityConnections,
-        webhookCAFile, webpushCAFile, webpushMaxOrigins,
+        webhookCAFile, webpushCAFile, webpushMaxOrigins, translatorCAFile,
         pipelineWatchMs, apiPort, apiHost, apiTokens, apiAuthFailuresPerMinute, preferencesMaxConversations,
         preferencesMaxBytes, httpReadTimeoutMs, httpIdleTimeoutMs, httpWriteTimeoutMs, httpMaxConnections,
         testCrashMarker,

@@ -24,6 +24,8 @@ public enum LogKey {
     public static let host = "host"
     public static let port = "port"
     public static let key = "key"
+    /// The name of an environment variable (never its value).
+    public static let variable = "variable"
 
     /// Keys whose values are always shortened to `redactToken` form, whoever logs them.
     public static let tokenKeys: Set<String> = [token, "device_token", "voip_token"]

@@ -123,6 +123,7 @@ public struct StageMetrics: Sendable {
         public static let coalesced = "herald_coalesced_total"
         public static let readSync = "herald_read_sync_total"
         public static let digests = "herald_digests_total"
+        public static let translations = "herald_translations_total"
         public static let tokenFeedback = "herald_token_feedback_total"
         public static let registryOps = "herald_registry_ops_total"
         public static let ready = "herald_ready"
@@ -189,6 +190,10 @@ public struct StageMetrics: Sendable {
             "messages of a coalesced burst after its first (docs/behaviour.md §6a): `update` replaced the burst's notification at once, `held` was held back (also `herald_suppressed_total{reason=\"coalesced\"}`), `flushed` counts the updates that showed held messages once the update interval passed, `invalid` a held record that did not decode, `missing` a flush not sent because its held message's event was gone from Redis (docs/behaviour.md §6a); the flood guard's `flood_held` (also `herald_suppressed_total{reason=\"flood_guard\"}`) and `flood_summary` (docs/behaviour.md §6b)"
         ),
         MetricDeclaration(
+            Name.translations, "counter", labels: "stage, outcome", stages: "suppress",
+            "texts asked of an app's translator (docs/behaviour.md §7a), one per message and language in a batch: `hit` (found in the Redis cache), `translated` (the translator answered), `timeout` (no answer within the app's `translator.deadline_ms`), `failed` (refused connection, a non-2xx answer, an answer that is not LibreTranslate's JSON); on `timeout` and `failed` the push goes out with the original text and the explain trail says `translation_failed:<code>`"
+        ),
+        MetricDeclaration(
             Name.readSync, "counter", labels: "stage, outcome", stages: "registry",
             "clears of a `mark_read` for the user's other devices (docs/behaviour.md §6c): `sent` (a background push to each), `rate_limited` (the conversation had one within the app's interval), `user_limit` (the user had the app's clears this minute), `no_other_device`, `off` (the app's `read_sync` is off), `app_off` (the app's `push` is off)"
         ),
@@ -243,7 +248,7 @@ public struct StageMetrics: Sendable {
             "high watermark minus committed offset (what KEDA scales on), in Kafka records: between the stages one packs up to 256 notifications"
         ),
         MetricDeclaration(
-            Name.redisErrors, "counter", labels: "stage, code", stages: "resolve, send, registry",
+            Name.redisErrors, "counter", labels: "stage, code", stages: "resolve, suppress, send, registry",
             "Redis failures by `RedisError` code"),
         MetricDeclaration(
             Name.ready, "gauge", labels: "stage",
@@ -466,6 +471,11 @@ public struct StageMetrics: Sendable {
     /// suppress: digests by outcome (docs/behaviour.md §6d).
     public func digests(outcome: String, count: Int = 1) {
         counter(Name.digests, [("outcome", Self.labelValue(outcome))]).increment(by: count)
+    }
+
+    /// suppress: texts asked of a translator, by outcome (`hit`, `translated`, `timeout`, `failed`).
+    public func translations(outcome: String, count: Int = 1) {
+        counter(Name.translations, [("outcome", Self.labelValue(outcome))]).increment(by: count)
     }
 
     /// send: a dead token reported to `herald.token-feedback`.

@@ -625,6 +625,7 @@ struct Tally {
     var coalesced: [String: Int] = [:]
     var readSync: [String: Int] = [:]
     var digests: [String: Int] = [:]
+    var translations: [String: Int] = [:]
     var classified: [String: Int] = [:]
 
     struct APNsAnswerKey: Hashable { var status: Int; var reason: String }
@@ -676,6 +677,8 @@ struct Tally {
                 readSync[outcome, default: 0] += 1
             case .digest(let outcome):
                 digests[outcome, default: 0] += 1
+            case .translation(let outcome):
+                translations[outcome, default: 0] += 1
             }
         }
     }
@@ -691,6 +694,7 @@ struct Tally {
         for (outcome, n) in coalesced { metrics.coalesced(outcome: outcome, count: n) }
         for (outcome, n) in readSync { metrics.readSync(outcome: outcome, count: n) }
         for (outcome, n) in digests { metrics.digests(outcome: outcome, count: n) }
+        for (outcome, n) in translations { metrics.translations(outcome: outcome, count: n) }
         for (reason, n) in tokenDead { metrics.tokenFeedback(reason: reason, count: n) }
         for (key, n) in registry { metrics.registryOp(op: key.op, outcome: key.outcome, count: n) }
     }

@@ -1,5 +1,6 @@
 // herald-suppress: herald.resolved -> herald.deliverable (keyed by recipient user id). Applies the rules
-// of docs/behaviour.md §6; suppressions are counted by reason and written to the explain trail in Redis.
+// of docs/behaviour.md §6; suppressions are counted by reason and written to the explain trail in Redis. Adds the
+// translations an app's translator gives (§7a).
 import Foundation
 import HeraldConfig
 import HeraldCore
@@ -10,13 +11,23 @@ let setup = await StageSetup.startOrExit(.suppress)
 let topics = setup.pipeline.kafka.topics
 // The apps (multi-device mode, user defaults, ...) are reloaded from the pipeline file on SIGHUP and when it changes.
 let apps = LiveAppDirectory(setup.pipeline.apps)
-let reloader = PipelineReloader.forStageOrExit(setup) { config in apps.replace(with: config.apps) }
+let reloader = PipelineReloader.forStageOrExit(setup) { config in
+    StageSetup.warnAboutTranslatorKeys(
+        config.apps, environment: ProcessInfo.processInfo.environment, logger: setup.logger)
+    apps.replace(with: config.apps)
+}
 // Burst coalescing (docs/behaviour.md §6a) keeps its small per-conversation state in Redis. Like the explain trail it
 // is best effort here: Redis is not a readiness check, and when it fails a batch is delivered without coalescing.
 let bursts = setup.bestEffortBurstLedger()
 // The digest when Do Not Disturb or a snooze ends (docs/behaviour.md §6d) is counted in the same Redis.
 let digests = bursts.map { RedisDigestLedger(store: $0.store) }
 let metrics = setup.context.metrics
+// Apps with a `translator:` get the texts their events carry no translation of from it (docs/behaviour.md §7a), kept
+// in Redis; a failing cache is passed by, a failing translator sends the original text.
+let translator = setup.translator { error in
+    metrics.redisError(code: "transient")
+    setup.logger.warning("translation cache unavailable; asking the translator", metadata: ["error": "\(error)"])
+}
 // One loop per lane; each writes to its own lane's herald.deliverable topic.
 let lanes = Lane.allCases.map { lane in
     StageLane(
@@ -31,6 +42,7 @@ let lanes = Lane.allCases.map { lane in
                 metrics.redisError(code: "transient")
                 setup.logger.warning("digest state unavailable; not counted", metadata: ["error": "\(error)"])
             }
+            processor.translator = translator
             processor.onBurstFailure = { error in
                 metrics.redisError(code: "transient")
                 setup.logger.warning(

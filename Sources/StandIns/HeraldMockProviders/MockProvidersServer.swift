@@ -1,7 +1,8 @@
 // The FCM and custom-webhook stand-in: one TLS listener; ALPN picks the protocol.
 // - h2: FCM HTTP v1 `POST /v1/projects/{project}/messages:send` (nghttp2 server session).
 // - http/1.1: the OAuth2 token endpoint `POST /token` (RS256 assertion checked against the
-//   service account's public key) and webhook receivers `POST /webhook/<name>`.
+//   service account's public key), webhook receivers `POST /webhook/<name>`, and LibreTranslate's
+//   `POST /translate` (what a self-hosted translator checks, deterministic translations).
 // Thread per connection with blocking TLS I/O: simple, and plenty for tests and demos.
 import CNghttp2
 import COpenSSL
@@ -46,6 +47,10 @@ public struct MockProvidersConfiguration: Sendable {
     /// Offer HTTP/2 in ALPN [true]; false: HTTP/1.1 only, as a push service without HTTP/2 (FCM's messages:send is
     /// then unreachable).
     public var http2 = true
+    /// The `api_key` `/translate` requires (403 otherwise, as LibreTranslate with API keys required); nil: none.
+    public var translateAPIKey: String?
+    /// How long `/translate` holds every answer first (deadline tests and demos).
+    public var translateDelay: Duration = .zero
 
     public init(
         host: String = "127.0.0.1", port: Int = 0, certificatePath: String, privateKeyPath: String,
@@ -63,12 +68,12 @@ public struct MockProvidersConfiguration: Sendable {
 
 /// One answer the stand-in gave.
 public struct MockAnswer: Sendable, Equatable {
-    public enum Endpoint: String, Sendable { case token, send, webhook, webpush }
+    public enum Endpoint: String, Sendable { case token, send, webhook, webpush, translate }
     public var endpoint: Endpoint
     public var status: Int
     /// FCM error code or status name; the token endpoint's `error`; empty on success.
     public var reason: String
-    /// messages:send: the registration token; webhook: the receiver name.
+    /// messages:send: the registration token; webhook: the receiver name; translate: the target language.
     public var target: String
     /// The request body as received.
     public var body: [UInt8]
@@ -78,6 +83,8 @@ public struct MockAnswer: Sendable, Equatable {
     public var headers: [String: String] = [:]
     /// Web Push: the body as received (encrypted).
     public var received: [UInt8] = []
+    /// The answer's body, when it is worth keeping (translate).
+    public var answer: [UInt8]? = nil
 }
 
 /// A fault to give instead of the normal answer.
@@ -114,6 +121,7 @@ public final class MockProvidersServer: @unchecked Sendable {
     private var sendFaults: [MockFault] = []
     private var webhookFaults: [MockFault] = []
     private var namedWebhookFaults: [String: [MockFault]] = [:]
+    private var translateFaults: [MockFault] = []
     private var stopped = false
     private var openFDs: Set<Int32> = []
     private var tokenCounter = 0
@@ -263,6 +271,9 @@ public final class MockProvidersServer: @unchecked Sendable {
     public func injectSendFaults(_ faults: [MockFault]) { lock.withLock { sendFaults += faults } }
     /// Answers the next webhook requests with these faults, in order.
     public func injectWebhookFaults(_ faults: [MockFault]) { lock.withLock { webhookFaults += faults } }
+    /// Answers the next `/translate` requests with these faults, in order (a fault with status 200 and a delay
+    /// answers the translation late).
+    public func injectTranslateFaults(_ faults: [MockFault]) { lock.withLock { translateFaults += faults } }
     /// Forgets every issued access token (the next messages:send gets 401 UNAUTHENTICATED).
     public func revokeAccessTokens() { lock.withLock { issued.removeAll() } }
     /// Everything answered so far, in order.
@@ -301,6 +312,7 @@ public final class MockProvidersServer: @unchecked Sendable {
             ]
             if !a.headers.isEmpty { line["headers"] = a.headers }
             if !a.received.isEmpty { line["received"] = Data(a.received).base64EncodedString() }
+            if let answer = a.answer { line["answer"] = String(decoding: answer, as: UTF8.self) }
             guard var data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) else { return }
             data.append(10)
             if let h = FileHandle(forWritingAtPath: path) {
@@ -470,7 +482,115 @@ public final class MockProvidersServer: @unchecked Sendable {
                 MockAnswer(endpoint: .webhook, status: 200, reason: "", target: name, body: body, authorization: auth))
             return (200, [], Array(#"{"ok":true}"#.utf8))
         }
+        if path == "/translate" || path.hasPrefix("/translate?") {
+            return translateAnswer(method: method, headers: headers, body: body)
+        }
         return (404, [], Array(#"{"error":"not_found"}"#.utf8))
+    }
+
+    // MARK: LibreTranslate
+
+    /// The languages `/translate` knows (LibreTranslate's codes); `auto` is a source too.
+    public static let translateLanguages: Set<String> = [
+        "ar", "de", "en", "es", "fr", "hi", "it", "ja", "ko", "nl", "pl", "pt", "ru", "sv", "tr", "uk", "zh",
+    ]
+
+    /// The stand-in's own translations: (text, target) -> text. Anything else is answered `[<target>] <text>`, so a
+    /// test or the demo can always tell a translated push.
+    public static let translateDictionary: [String: [String: String]] = [
+        "@u5 are you coming?": ["fr": "@u5 tu viens ?", "de": "@u5 kommst du?"],
+        "Bye!": ["fr": "Au revoir !", "de": "Tschüss!", "es": "¡Adiós!"],
+        "Good night": ["fr": "Bonne nuit", "de": "Gute Nacht", "es": "Buenas noches"],
+        "See you at the trailhead at 7!": [
+            "fr": "On se retrouve au départ du sentier à 7 h !", "de": "Wir sehen uns um 7 am Ausgangspunkt!",
+        ],
+        "The trail is closed today": ["fr": "Le sentier est fermé aujourd'hui", "de": "Der Weg ist heute gesperrt"],
+    ]
+
+    /// What the stand-in answers for `text` into `target`.
+    public static func translation(_ text: String, target: String) -> String {
+        translateDictionary[text]?[target] ?? "[\(target)] \(text)"
+    }
+
+    /// LibreTranslate's `POST /translate`: a JSON object with `q` (a string, or a list of strings), `source` (a
+    /// language or `auto`), `target`, optional `format` (`text`, `html`) and `api_key`. Checked as LibreTranslate
+    /// checks it: 403 `Invalid API key` when a key is required and not the one given; 400 with `error` for a body
+    /// that is not a JSON object, a missing or empty `q`, `source` or `target`, an unknown language or format; 405 for
+    /// another method. Answers `{"translatedText": ...}` (and `detectedLanguage` for `auto`, as English).
+    func translateAnswer(method: String, headers: [String: String], body: [UInt8]) -> (Int, [(String, String)], [UInt8])
+    {
+        func answer(
+            _ status: Int, _ json: [String: Any], target: String, reason: String
+        ) -> (
+            Int, [(String, String)], [UInt8]
+        ) {
+            let bytes =
+                (try? JSONSerialization.data(withJSONObject: json, options: [.sortedKeys])).map { Array($0) }
+                ?? Array("{}".utf8)
+            record(
+                MockAnswer(
+                    endpoint: .translate, status: status, reason: reason, target: target, body: body,
+                    authorization: headers["authorization"], answer: bytes))
+            return (status, [], bytes)
+        }
+        func invalid(_ message: String, target: String = "") -> (Int, [(String, String)], [UInt8]) {
+            answer(400, ["error": message], target: target, reason: message)
+        }
+        guard method == "POST" else {
+            return answer(405, ["error": "Method Not Allowed"], target: "", reason: "method")
+        }
+        guard headers["content-type"]?.lowercased().hasPrefix("application/json") == true,
+            let request = (try? JSONSerialization.jsonObject(with: Data(body))) as? [String: Any]
+        else { return invalid("Invalid request: expected a JSON object (Content-Type: application/json)") }
+        if let required = configuration.translateAPIKey {
+            guard request["api_key"] as? String == required else {
+                return answer(403, ["error": "Invalid API key"], target: "", reason: "Invalid API key")
+            }
+        }
+        let texts: [String]
+        let batch: Bool
+        if let q = request["q"] as? String, !q.isEmpty {
+            texts = [q]
+            batch = false
+        } else if let q = request["q"] as? [String], !q.isEmpty, q.allSatisfy({ !$0.isEmpty }) {
+            texts = q
+            batch = true
+        } else {
+            return invalid("Invalid request: missing q parameter")
+        }
+        guard let source = request["source"] as? String, !source.isEmpty else {
+            return invalid("Invalid request: missing source parameter")
+        }
+        guard let target = request["target"] as? String, !target.isEmpty else {
+            return invalid("Invalid request: missing target parameter")
+        }
+        guard source == "auto" || Self.translateLanguages.contains(source) else {
+            return invalid("\(source) is not supported", target: target)
+        }
+        guard Self.translateLanguages.contains(target) else {
+            return invalid("\(target) is not supported", target: target)
+        }
+        if let format = request["format"] {
+            guard let f = format as? String, f == "text" || f == "html" else {
+                return invalid("Invalid request: format must be text or html", target: target)
+            }
+        }
+        let fault = lock.withLock { translateFaults.isEmpty ? nil : translateFaults.removeFirst() }
+        let delay = fault?.delay ?? configuration.translateDelay
+        if delay > .zero {
+            Thread.sleep(
+                forTimeInterval: Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18)
+        }
+        if let fault, fault.status != 200 {
+            return answer(fault.status, ["error": "injected fault"], target: target, reason: "fault")
+        }
+        let translated = texts.map { Self.translation($0, target: target) }
+        var json: [String: Any] = ["translatedText": batch ? translated as Any : translated[0] as Any]
+        if source == "auto" {
+            let detected: [String: Any] = ["confidence": 90.0, "language": "en"]
+            json["detectedLanguage"] = batch ? texts.map { _ in detected } as Any : detected as Any
+        }
+        return answer(200, json, target: target, reason: "")
     }
 
     /// The token endpoint: checks the JWT-bearer assertion (RS256 signature against the service

@@ -1,6 +1,6 @@
-// herald-mock-fcm: the FCM HTTP v1 and custom-webhook stand-in (tests, demos). One TLS port:
-// HTTP/2 for messages:send, HTTP/1.1 for the OAuth2 token endpoint (/token) and webhook
-// receivers (/webhook/<name>); a Web Push service at /wp/<id> (HTTP/2).
+// herald-mock-fcm: the FCM HTTP v1, custom-webhook, Web Push and LibreTranslate stand-in (tests, demos). One TLS
+// port: HTTP/2 for messages:send, HTTP/1.1 for the OAuth2 token endpoint (/token), webhook receivers
+// (/webhook/<name>) and the translator (/translate); a Web Push service at /wp/<id> (HTTP/2).
 import ArgumentParser
 import Foundation
 import Glibc
@@ -10,7 +10,7 @@ import HeraldMockProviders
 struct MockFCM: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "herald-mock-fcm",
-        abstract: "FCM HTTP v1 + OAuth2 token endpoint + webhook receiver stand-in over TLS.")
+        abstract: "FCM HTTP v1 + OAuth2 token endpoint + webhook receiver + LibreTranslate stand-in over TLS.")
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
     @Option(help: "Port (0: the kernel picks; the chosen port is printed).") var port = 0
@@ -47,6 +47,13 @@ struct MockFCM: ParsableCommand {
     var noHTTP2 = false
     @Option(name: .customLong("port-file"), help: "Write the bound port to this file once listening.") var portFile:
         String?
+    @Option(
+        name: .customLong("translate-api-key"),
+        help: "The api_key POST /translate (LibreTranslate) requires; 403 without it (default: none required).")
+    var translateAPIKey: String?
+    @Option(
+        name: .customLong("translate-delay-ms"), help: "Hold every /translate answer this long (deadline tests).")
+    var translateDelayMs = 0
 
     func run() throws {
         var c = MockProvidersConfiguration(
@@ -58,6 +65,8 @@ struct MockFCM: ParsableCommand {
         c.recordPath = record
         c.webPushKeyDirectory = webpushKeys
         c.http2 = !noHTTP2
+        c.translateAPIKey = translateAPIKey
+        c.translateDelay = .milliseconds(max(0, translateDelayMs))
         for spec in webhookFault {
             let parts = spec.split(separator: "=", maxSplits: 1)
             let rhs = parts.count == 2 ? parts[1].split(separator: "*") : []
