@@ -134,13 +134,13 @@ public struct PreferencePatch: Sendable, Hashable {
                 default: throw FieldError(field: key, message: "expected summary or simple_banner, got \"\(raw)\"")
                 }
             case "display_name":
-                let name = try string(value, key)
-                guard name.utf8.count <= 256 else { throw FieldError(field: key, message: "longer than 256 bytes") }
-                if name.isEmpty { patch.clear.append(.displayName) } else { patch.set.displayName = name }
+                if let name = try name(value, key) {
+                    patch.set.displayName = name
+                } else {
+                    patch.clear.append(.displayName)
+                }
             case "nickname":
-                let name = try string(value, key)
-                guard name.utf8.count <= 256 else { throw FieldError(field: key, message: "longer than 256 bytes") }
-                if name.isEmpty { patch.clear.append(.nickname) } else { patch.set.nickname = name }
+                if let name = try name(value, key) { patch.set.nickname = name } else { patch.clear.append(.nickname) }
             case "badge": patch.set.badge = try bool(value, key)
             case "languages":
                 guard case .array(let items) = value else {
@@ -219,6 +219,13 @@ public struct PreferencePatch: Sendable, Hashable {
             throw FieldError(field: field, message: "expected a string, got \(value.typeName)")
         }
         return s
+    }
+
+    /// A name field (`display_name`, `nickname`): at most 256 bytes; nil for the empty string, which clears it.
+    private static func name(_ value: JSONValue, _ field: String) throws(FieldError) -> String? {
+        let name = try string(value, field)
+        guard name.utf8.count <= 256 else { throw FieldError(field: field, message: "longer than 256 bytes") }
+        return name.isEmpty ? nil : name
     }
 
     private static func bool(_ value: JSONValue, _ field: String) throws(FieldError) -> Bool {

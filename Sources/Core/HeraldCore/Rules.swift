@@ -155,7 +155,7 @@ public enum Suppression {
         if event.ext.ignoreNotification { return .suppress(.ignored) }
         // 3. Devices that can take this kind of push; an every-recipient webhook stands for a device of each user.
         let candidates = pushableDevices(event: event, state: state)
-        let everyRecipient = !app.webhooks.isEmpty && app.webhooks.contains { $0.everyRecipient }
+        let everyRecipient = app.webhooks.contains { $0.everyRecipient }
         if candidates.isEmpty && !everyRecipient { return .suppress(.noDevices) }
         // 4. Presence.
         var targets: [Device]
