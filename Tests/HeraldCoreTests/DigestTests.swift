@@ -34,6 +34,19 @@ struct DigestTests {
         #expect(!DNDClock.covers(ny, millis: end) && DNDClock.covers(ny, millis: end - 60_000))
     }
 
+    @Test("a record's time at the ends of Int64 gives a window end without trapping (saturated, never before it)")
+    func windowEndAtTheLimits() {
+        let allDay = DoNotDisturb(start: Self.clock("00:00"), end: Self.clock("24:00"), timezone: "Asia/Seoul")
+        let night = DoNotDisturb(start: Self.clock("22:00"), end: Self.clock("07:00"), timezone: "America/New_York")
+        for dnd in [allDay, night] {
+            for millis in [Int64.max, .max - 1, .min, .min + 1] where DNDClock.covers(dnd, millis: millis) {
+                let end = DNDClock.end(of: dnd, covering: millis)
+                #expect(end != nil, "\(millis)")
+                if millis > 0, let end { #expect(end >= millis - 60_000, "\(millis) -> \(end)") }
+            }
+        }
+    }
+
     @Test("the window of a suppression: the snooze's end, or Do Not Disturb's; none for other reasons")
     func windows() {
         var prefs = Preferences()

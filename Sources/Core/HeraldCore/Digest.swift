@@ -138,7 +138,7 @@ public enum Digest {
         if let dnd = state.preferences.dnd, let dndEnd = DNDClock.end(of: dnd, covering: now), dndEnd > end {
             return .reschedule(window: .dnd, end: dndEnd)
         }
-        if now - end > app.digest.deadlineMilliseconds { return .expired }
+        if Saturating.subtract(now, end) > app.digest.deadlineMilliseconds { return .expired }
         // The devices that take a chat message (rule 3's candidates for a message).
         let message = ChatEvent(
             eventID: "", appID: app.appID, kind: .message, sender: ChatEvent.Sender(id: senderID),
@@ -225,21 +225,22 @@ extension DNDClock {
     public static func end(of dnd: DoNotDisturb, covering millis: Int64) -> Int64? {
         guard covers(dnd, millis: millis) else { return nil }
         let minute: Int64 = 60_000
-        let start = millis - ((millis % minute) + minute) % minute
+        // Saturating: a record's time may be anything an internal topic carries, and a trap here is a crash loop.
+        let start = Saturating.subtract(millis, ((millis % minute) + minute) % minute)
         let m = minuteOfDay(millis: start, timezone: dnd.timezone)
         var delta = ((dnd.end.minutes % 1440) - m + 1440) % 1440
         if delta == 0 { delta = 1440 }
-        var candidate = start + Int64(delta) * minute
+        var candidate = Saturating.add(start, Int64(delta) * minute)
         // Across a daylight saving change the local clock moved: correct by the change of the offset.
         let z = zone(dnd.timezone)
         let before = z.secondsFromGMT(for: Date(timeIntervalSince1970: Double(start) / 1000))
         let after = z.secondsFromGMT(for: Date(timeIntervalSince1970: Double(candidate) / 1000))
-        candidate += Int64(before - after) * 1000
-        if candidate <= millis { candidate = start + minute }
+        candidate = Saturating.add(candidate, Int64(before - after) * 1000)
+        if candidate <= millis { candidate = Saturating.add(start, minute) }
         // Then the first minute the window does not cover (a local time skipped by the change, or an all-day window).
         var steps = 0
         while covers(dnd, millis: candidate) && steps < 180 && !(dnd.start.minutes == 0 && dnd.end.minutes >= 1440) {
-            candidate += minute
+            candidate = Saturating.add(candidate, minute)
             steps += 1
         }
         return candidate
