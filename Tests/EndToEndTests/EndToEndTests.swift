@@ -11,7 +11,7 @@ import Testing
 /// What the stand-in must have received: one notification the simulator predicted.
 struct Expected: Hashable {
     var scenario: String
-    var request: APNsRequest
+    var request: PushRequest
     var pair: String { request.token + "/" + request.apnsID.lowercased() }
 }
 

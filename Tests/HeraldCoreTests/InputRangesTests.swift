@@ -88,7 +88,7 @@ struct SaturatingTests {
 
     @Test("backoff after an attempt counter at Int.min or Int.max is a delay, not a trap")
     func backoffAtTheLimits() {
-        let policy = APNsBackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), jitter: 0, maxAttempts: 3)
+        let policy = BackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), jitter: 0, maxAttempts: 3)
         #expect(policy.delay(afterAttempt: .min, unit: 0) == .seconds(1))
         #expect(policy.delay(afterAttempt: .max, unit: 0) == .seconds(60))
     }

@@ -34,7 +34,7 @@ let attentionRows: [AttentionRow] = [
 ]
 
 /// The payload of the first request (a test fails when there is none).
-func firstPayload(_ requests: [APNsRequest], sourceLocation: SourceLocation = #_sourceLocation) throws -> JSONValue {
+func firstPayload(_ requests: [PushRequest], sourceLocation: SourceLocation = #_sourceLocation) throws -> JSONValue {
     try payload(try #require(requests.first, sourceLocation: sourceLocation))
 }
 

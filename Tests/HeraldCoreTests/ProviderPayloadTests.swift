@@ -36,7 +36,7 @@ func providerApp(
 }
 
 /// The `message` object of an FCM request.
-func fcmMessage(_ r: APNsRequest) throws -> JSONValue { try #require(try payload(r)["message"]) }
+func fcmMessage(_ r: PushRequest) throws -> JSONValue { try #require(try payload(r)["message"]) }
 
 /// Every value of an object is a string.
 func allStrings(_ v: JSONValue?) -> Bool {
@@ -426,7 +426,7 @@ struct ProviderAnswerTableTests {
     struct Row: CustomTestStringConvertible, Sendable {
         let status: Int
         let body: String?
-        let answer: APNsAnswerClass
+        let answer: PushAnswerClass
         var testDescription: String { "\(status) \(body ?? "")" }
     }
 
@@ -500,11 +500,11 @@ struct ProviderAnswerTableTests {
     @Test(
         "webhook statuses: 2xx delivered, 408/429/5xx retried, other 4xx permanent",
         arguments: [
-            (200, APNsAnswerClass.delivered), (204, .delivered), (429, .retryable), (503, .retryable),
+            (200, PushAnswerClass.delivered), (204, .delivered), (429, .retryable), (503, .retryable),
             (500, .retryable),
             (408, .retryable), (400, .permanent), (401, .permanent), (404, .permanent), (301, .permanent),
         ])
-    func webhook(_ status: Int, _ answer: APNsAnswerClass) {
+    func webhook(_ status: Int, _ answer: PushAnswerClass) {
         #expect(WebhookAnswerTable.classify(status: status) == answer)
     }
 

@@ -77,7 +77,7 @@ func messageJSON(
 func run(
     _ event: ChatEvent, to recipient: String, state: UserState, app: AppConfig,
     senderDisplayName: String? = nil, at: Int64? = nil
-) throws -> (Decision, [APNsRequest]) {
+) throws -> (Decision, [PushRequest]) {
     let decision =
         at.map { Suppression.decide(event: event, recipient: recipient, state: state, app: app, at: $0) }
         ?? Suppression.decide(event: event, recipient: recipient, state: state, app: app, now: now0)
@@ -88,7 +88,7 @@ func run(
     return (decision, requests)
 }
 
-func payload(_ r: APNsRequest) throws -> JSONValue { try JSONValue.parse(r.payload) }
+func payload(_ r: PushRequest) throws -> JSONValue { try JSONValue.parse(r.payload) }
 
 /// A record's binary form as format version 6 wrote it (records in flight during an upgrade): `wire` without
 /// version 7's byte after the event (its sound silenced) and its byte after the state (the unread total known).

@@ -83,7 +83,7 @@ struct WebPushSubscriptionTests {
 
 @Suite("Web Push payloads")
 struct WebPushPayloadTests {
-    func render(_ json: String, app: AppConfig = webPushApp(), burst: Int? = nil) throws -> APNsRequest {
+    func render(_ json: String, app: AppConfig = webPushApp(), burst: Int? = nil) throws -> PushRequest {
         let e = try event(json)
         let requests = try Renderer.render(
             event: e, recipient: "u2", state: user(devices: [webPushDevice()]), targets: [webPushDevice()],
@@ -212,12 +212,12 @@ struct WebPushPayloadTests {
 @Suite("Web Push answers")
 struct WebPushAnswerTests {
     @Test(arguments: [
-        (201, APNsAnswerClass.delivered), (404, .tokenDead(unregisteredAt: nil)),
+        (201, PushAnswerClass.delivered), (404, .tokenDead(unregisteredAt: nil)),
         (410, .tokenDead(unregisteredAt: nil)),
         (429, .retryable), (500, .retryable), (503, .retryable), (400, .permanent), (401, .permanent),
         (403, .permanent), (413, .permanent),
     ])
-    func classification(status: Int, answer: APNsAnswerClass) {
+    func classification(status: Int, answer: PushAnswerClass) {
         #expect(WebPushAnswerTable.classify(status: status) == answer)
     }
 

@@ -227,7 +227,7 @@ struct BoundaryPropertyTests {
                 ][answer]
             ])
             let send = sendProcessor(transport, MemoryLedger())
-            let request = APNsRequest(
+            let request = PushRequest(
                 token: tok, environment: .production, pushType: .alert, topic: "com.example.chat",
                 priority: 10, collapseID: nil, expiration: Self.extremes[e],
                 apnsID: APNsID.derive(eventID: "x", token: tok), payload: Array(#"{"aps":{}}"#.utf8))
@@ -245,7 +245,7 @@ struct BoundaryPropertyTests {
     func expiryAtInt64Max() async throws {
         let transport = ScriptedTransport([:])
         let send = sendProcessor(transport, MemoryLedger())
-        let request = APNsRequest(
+        let request = PushRequest(
             token: token("g"), environment: .production, pushType: .alert, topic: "com.example.chat",
             priority: 10, collapseID: nil, expiration: .max,
             apnsID: APNsID.derive(eventID: "x", token: token("g")), payload: Array(#"{"aps":{}}"#.utf8))
@@ -310,7 +310,7 @@ struct InternalJSONBoundaryTests {
         let event = try ChatEvent.decode(try exampleBytes("event-group.json"))
         let user = try exampleState().user("u2")
         let device = Device(token: token("h"), bundleID: "com.example.chat")
-        let request = APNsRequest(
+        let request = PushRequest(
             token: token("h"), environment: .production, pushType: .alert, topic: "com.example.chat",
             priority: 10, collapseID: nil, expiration: 1_732_086_400,
             apnsID: APNsID.derive(eventID: "j", token: token("h")), payload: Array(#"{"aps":{}}"#.utf8))

@@ -166,7 +166,7 @@ final class StandInTransport: PushTransport, @unchecked Sendable {
         #expect(app.apnsRoute(Device(token: token, bundleID: Self.chat)).guesses == [.environment])
         let named = app.apnsRoute(Device(token: token, providerID: "apns-beta"))
         #expect(named.guesses.isEmpty && named.bundleID == Self.beta && named.environment == .sandbox)
-        let request = APNsRequest(
+        let request = PushRequest(
             token: token, environment: .production, pushType: .alert, topic: Self.chat, priority: 10,
             collapseID: nil, expiration: 0, apnsID: "a", payload: Array("{}".utf8),
             guesses: [.environment, .otherEnvironment])

@@ -122,7 +122,7 @@ import Testing
     }
 
     func outbound(_ tok: String, expiration: Int64) throws -> StageInput {
-        let request = APNsRequest(
+        let request = PushRequest(
             token: tok, environment: .production, pushType: .voip, topic: "com.example.chat.voip",
             priority: 10, collapseID: nil, expiration: expiration,
             apnsID: APNsID.derive(eventID: "call", token: tok), payload: Array(#"{"aps":{}}"#.utf8))

@@ -40,7 +40,7 @@ import Testing
         let resolved = StageInput(
             topic: "herald.resolved",
             value: StageCodec.encode(ResolvedRecord(event: event, recipient: "u2", state: state)))
-        let request = APNsRequest(
+        let request = PushRequest(
             token: token("a"), environment: .production, pushType: .alert, topic: "com.example.chat",
             priority: 10, collapseID: nil, expiration: 0,
             apnsID: APNsID.derive(eventID: "e1", token: token("a")), payload: Array(#"{"aps":{}}"#.utf8))

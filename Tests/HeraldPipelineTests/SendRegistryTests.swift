@@ -84,7 +84,7 @@ final class MemoryLedger: DeliveryLedger, @unchecked Sendable {
 func token(_ c: Character) -> String { String(repeating: c, count: 64) }
 
 func outbound(_ tok: String, event: String = "e1", attempt: Int = 1, notBefore: Int64? = nil) throws -> StageInput {
-    let request = APNsRequest(
+    let request = PushRequest(
         token: tok, environment: .production, pushType: .alert, topic: "com.example.chat",
         priority: 10, collapseID: nil, expiration: 0,
         apnsID: APNsID.derive(eventID: event, token: tok), payload: Array(#"{"aps":{}}"#.utf8))
@@ -101,7 +101,7 @@ func sendProcessor(
     SendProcessor(
         retryTopic: "herald.retry", tokenFeedbackTopic: "herald.token-feedback", transport: transport,
         ledger: ledger, owner: owner, claimTTL: .seconds(90),
-        retryPolicy: APNsBackoffPolicy(
+        retryPolicy: BackoffPolicy(
             initialDelay: .seconds(1), maxDelay: .seconds(60), jitter: 0,
             maxAttempts: maxAttempts),
         unit: { 0 })

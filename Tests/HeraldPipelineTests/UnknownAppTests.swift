@@ -80,7 +80,7 @@ func groupEvent(app: String) throws -> ChatEvent {
         let ledger = MemoryLedger()
         var send = sendProcessor(transport, ledger)
         send.apps = apps
-        let request = APNsRequest(
+        let request = PushRequest(
             token: token("a"), environment: .production, pushType: .alert, topic: "com.example.chat",
             priority: 10, collapseID: nil, expiration: 0,
             apnsID: APNsID.derive(eventID: "e1", token: token("a")), payload: Array(#"{"aps":{}}"#.utf8))

@@ -77,7 +77,7 @@ struct FCMClientTests {
         let token: String
         let status: Int
         let reason: String
-        let answer: APNsAnswerClass
+        let answer: PushAnswerClass
         var testDescription: String { name }
     }
 

@@ -21,7 +21,7 @@ struct ServiceAccountTests {
         #expect {
             try FCMServiceAccount.parse(try Self.json(tokenURI: uri))
         } throws: { error in
-            (error as? APNsError)?.description.contains("token_uri must be an https:// URL") == true
+            (error as? PushError)?.description.contains("token_uri must be an https:// URL") == true
         }
     }
 
@@ -50,7 +50,7 @@ struct ServiceAccountTests {
         #expect {
             try FCMAssertion(account: account)
         } throws: { error in
-            let text = (error as? APNsError)?.description ?? ""
+            let text = (error as? PushError)?.description ?? ""
             return text.contains("private_key is not an RSA key") && !text.contains("PRIVATE KEY")
         }
     }

@@ -82,10 +82,10 @@ func fcmClient(
 ) throws -> FCMClient {
     var configuration = FCMClientConfiguration(
         account: try account ?? pki.serviceAccount(port: server.port),
-        endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port),
+        endpoint: ServiceEndpoint(host: "127.0.0.1", port: server.port),
         trustedCAFile: pki.cert, connections: connections, maxInFlight: maxInFlight,
         connectTimeout: .seconds(60),  // patient: parallel suites on 2 cores
-        retry: APNsBackoffPolicy(
+        retry: BackoffPolicy(
             initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: maxAttempts),
         renewBefore: renewBefore)
     configuration.priorityConnections = priorityConnections
@@ -97,7 +97,7 @@ func fcmClient(
 func regToken(_ i: Int) -> String { "dXk\(i):APA91b" + String(repeating: "Qx9_-", count: 28) + String(i) }
 
 /// A rendered FCM request for a token (compact profile, a chat message).
-func fcmDelivery(_ token: String, tag: UInt64 = 0, timeout: Duration = .seconds(60)) throws -> APNsDelivery {
+func fcmDelivery(_ token: String, tag: UInt64 = 0, timeout: Duration = .seconds(60)) throws -> PushDelivery {
     let event = try ChatEvent.decode(
         Array(
             #"{"event_id":"e1","app_id":"app1","kind":"message","created_at":1732000000000,"sender":{"id":"u1","name":"Cindy"},"conversation":{"id":"c1","type":"group","name":"Hiking"},"recipients":["u2"],"message":{"id":"m1","type":"text","text":"Bye!"}}"#

@@ -43,7 +43,7 @@ struct WebPushClientTests {
         try WebPushVAPID(pem: try WebPushP256Key.generate().privatePEM(), subject: "mailto:ops@example.com")
     }
 
-    static func render(_ json: String, to browser: TestBrowser) throws -> APNsRequest {
+    static func render(_ json: String, to browser: TestBrowser) throws -> PushRequest {
         let requests = try Renderer.render(
             event: try ChatEvent.decode(Array(json.utf8)), recipient: "u2",
             state: UserState(devices: [browser.device]), targets: [browser.device], app: app(), now: Date())
@@ -61,9 +61,9 @@ struct WebPushClientTests {
         try WebPushClient(
             configuration: WebPushClientConfiguration(
                 origin: origin ?? "https://127.0.0.1:\(server.port)", vapid: vapid,
-                endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port), trustedCAFile: pki.cert,
+                endpoint: ServiceEndpoint(host: "127.0.0.1", port: server.port), trustedCAFile: pki.cert,
                 connectTimeout: .seconds(60),
-                retry: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: 1))
+                retry: BackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: 1))
         )
     }
 
@@ -184,7 +184,7 @@ struct WebPushClientTests {
             endpoint: "https://push.example.net/wp/x", p256dh: WebPushBase64URL.encode(point),
             auth: WebPushBase64URL.encode([UInt8](repeating: 1, count: 16))
         ).token
-        let request = APNsRequest(
+        let request = PushRequest(
             token: token, environment: .production, pushType: .alert, topic: "", priority: 5, collapseID: nil,
             expiration: 0, apnsID: "", payload: Array("{}".utf8), provider: .webpush)
         #expect(throws: WebPushError.self) { try WebPushClient.delivery(request) }
@@ -205,7 +205,7 @@ struct WebPushClientTests {
         #expect(server.recorded(.webpush).isEmpty)
 
         let sender = try WebPushHTTP1Sender(trustedCAFile: pki.cert)
-        var answers: [APNsResponse] = []
+        var answers: [PushResponse] = []
         var gone = try WebPushClient.delivery(rendered, timeout: .seconds(60), tag: 2)
         gone.deviceToken = "/wp/nobody"
         await sender.send(

@@ -6,10 +6,10 @@ import HeraldHTTP
 import HeraldMockProviders
 import Testing
 
-func webhookRequest(_ uid: String) -> APNsRequest {
+func webhookRequest(_ uid: String) -> PushRequest {
     let body =
         #"{"trigger":"push-notification-payload-generated","data":{"to":{"uid":"\#(uid)"},"notificationDetails":{"title":"A","body":"Hello!"}},"appId":"app1","region":"us","webhook":"custom"}"#
-    return APNsRequest(
+    return PushRequest(
         token: "hook-" + uid, environment: .production, pushType: .alert, topic: "custom-1", priority: 10,
         collapseID: nil, expiration: 0, apnsID: "id", payload: Array(body.utf8), provider: .webhook,
         providerID: "custom-1")

@@ -7,7 +7,7 @@ struct AnswerTableTests {
     struct Row: Sendable, CustomStringConvertible {
         let status: Int
         let reason: String?
-        let expected: APNsAnswerClass
+        let expected: PushAnswerClass
         var description: String { "\(status) \(reason ?? "-")" }
     }
 
@@ -75,7 +75,7 @@ struct AnswerTableTests {
     }
 
     @Test func backoffGrowsExponentiallyAndIsCapped() {
-        let p = APNsBackoffPolicy(
+        let p = BackoffPolicy(
             initialDelay: .milliseconds(100), maxDelay: .seconds(1), multiplier: 2, jitter: 0, maxAttempts: 10)
         #expect(p.delay(afterAttempt: 1, unit: 0.7) == .milliseconds(100))
         #expect(p.delay(afterAttempt: 2, unit: 0.7) == .milliseconds(200))
@@ -85,7 +85,7 @@ struct AnswerTableTests {
     }
 
     @Test func jitterStaysWithinItsFraction() {
-        let p = APNsBackoffPolicy(initialDelay: .milliseconds(400), maxDelay: .seconds(10), jitter: 0.5)
+        let p = BackoffPolicy(initialDelay: .milliseconds(400), maxDelay: .seconds(10), jitter: 0.5)
         #expect(p.delay(afterAttempt: 1, unit: 0) == .milliseconds(400))
         #expect(p.delay(afterAttempt: 1, unit: 0.5) == .milliseconds(300))
         var rng = SystemRandomNumberGenerator()
@@ -99,7 +99,7 @@ struct AnswerTableTests {
     }
 
     @Test func attemptsAreBounded() {
-        let p = APNsBackoffPolicy(initialDelay: .milliseconds(100), jitter: 0, maxAttempts: 3)
+        let p = BackoffPolicy(initialDelay: .milliseconds(100), jitter: 0, maxAttempts: 3)
         #expect(
             p.disposition(for: .retryable, reasonText: "TooManyRequests", attempt: 1, unit: 0)
                 == .retry(after: .milliseconds(100)))

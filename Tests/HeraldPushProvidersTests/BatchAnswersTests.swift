@@ -10,7 +10,7 @@ import Testing
 /// requests at a time: `submit` waits for room, as the real clients do at `maxInFlight`.
 final class ThreadedFakeClient: BatchPushClient {
     let window: Int
-    private let pending = Mutex<[(APNsDelivery, @Sendable (APNsResponse) -> Void)]>([])
+    private let pending = Mutex<[(PushDelivery, @Sendable (PushResponse) -> Void)]>([])
     private let room: DispatchSemaphore
 
     init(window: Int) {
@@ -18,7 +18,7 @@ final class ThreadedFakeClient: BatchPushClient {
         room = DispatchSemaphore(value: window)
     }
 
-    func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
+    func submit(_ requests: [PushDelivery], onComplete: @escaping @Sendable (PushResponse) -> Void) async {
         for request in requests {
             // Waits for room on a thread of its own, so the cooperative pool stays free.
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
@@ -37,7 +37,7 @@ final class ThreadedFakeClient: BatchPushClient {
     private func answerOne() {
         if Bool.random() { usleep(UInt32.random(in: 0...300)) }
         guard
-            let (request, onComplete) = pending.withLock({ p -> (APNsDelivery, @Sendable (APNsResponse) -> Void)? in
+            let (request, onComplete) = pending.withLock({ p -> (PushDelivery, @Sendable (PushResponse) -> Void)? in
                 p.isEmpty ? nil : p.remove(at: Int.random(in: 0..<p.count))
             })
         else { return }
@@ -46,10 +46,10 @@ final class ThreadedFakeClient: BatchPushClient {
     }
 }
 
-extension APNsResponse {
+extension PushResponse {
     /// A 200 for request `tag`.
-    static func delivered(_ tag: UInt64) -> APNsResponse {
-        APNsResponse(
+    static func delivered(_ tag: UInt64) -> PushResponse {
+        PushResponse(
             tag: tag, status: 200, reason: nil, apnsID: nil, unregisteredAt: nil, transportFailure: nil,
             disposition: .delivered, attempts: 1)
     }
@@ -57,8 +57,8 @@ extension APNsResponse {
 
 @Suite("A batch's answers, from the client's thread to the sending task")
 struct BatchAnswersTests {
-    static func requests(_ n: Int) -> [APNsDelivery] {
-        (0..<n).map { APNsDelivery(deviceToken: "t\($0)", topic: "com.example", payload: [], tag: UInt64($0)) }
+    static func requests(_ n: Int) -> [PushDelivery] {
+        (0..<n).map { PushDelivery(deviceToken: "t\($0)", topic: "com.example", payload: [], tag: UInt64($0)) }
     }
 
     @Test(

@@ -193,7 +193,7 @@ struct ClientIntegrationTests {
             #expect(r.status == 200, "\(r)")
             await c.shutdown()
         }
-        #expect(throws: APNsError.self) {
+        #expect(throws: PushError.self) {
             try client(pki, port: server.port, credential: .pkcs12File(path: pki.clientP12, password: "wrong"))
         }
     }
@@ -205,10 +205,10 @@ struct ClientIntegrationTests {
         defer { server.stop() }
         // Trust another CA: the handshake must fail, never fall back to an unverified connection.
         let config = APNsClientConfiguration(
-            credential: try pki.tokenCredential(), endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port),
+            credential: try pki.tokenCredential(), endpoint: ServiceEndpoint(host: "127.0.0.1", port: server.port),
             trustedCAFile: other.serverCert, connections: 1,
-            reconnectBackoff: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(50)),
-            retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxAttempts: 2))
+            reconnectBackoff: BackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(50)),
+            retry: BackoffPolicy(initialDelay: .milliseconds(10), maxAttempts: 2))
         let c = try APNsClient(configuration: config)
         let r = await c.send(request(1, timeout: .seconds(5)))
         #expect(r.status == nil)
@@ -232,7 +232,7 @@ struct ClientIntegrationTests {
                 "--dead-token", "\(dead):1732000000123",
             ])
         defer { server.stop() }
-        let c = try client(pki, port: server.port, retry: APNsBackoffPolicy(maxAttempts: 1))
+        let c = try client(pki, port: server.port, retry: BackoffPolicy(maxAttempts: 1))
         var requests = (0..<1000).map { request($0) }
         requests.append(request(999_999))
         requests[1000].tag = 999_999
@@ -264,7 +264,7 @@ struct ClientIntegrationTests {
 
         // With a retry budget, the same faults show up as retry(after:) with backoff.
         let retrying = try client(
-            pki, port: server.port, retry: APNsBackoffPolicy(initialDelay: .seconds(10), maxAttempts: 3))
+            pki, port: server.port, retry: BackoffPolicy(initialDelay: .seconds(10), maxAttempts: 3))
         let r = await sendAll(retrying, (0..<200).map { request($0, timeout: .seconds(2)) })
         let retries = r.values.compactMap { resp -> Duration? in
             if case .retry(let after) = resp.disposition { return after } else { return nil }
@@ -287,7 +287,7 @@ struct ClientIntegrationTests {
         // 40% faults: a budget of 16 attempts makes giving up on one of 1500 a one-in-a-million event.
         let c = try client(
             pki, port: server.port, connections: 2,
-            retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 16))
+            retry: BackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 16))
         let n = 1500
         let responses = await sendAll(c, (0..<n).map { request($0) })
         #expect(responses.count == n)
@@ -338,7 +338,7 @@ struct ClientIntegrationTests {
         // each lost request is retried (budget 30) on a new connection.
         let c = try client(
             pki, port: server.port, connections: 2,
-            retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 30),
+            retry: BackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 30),
             maxStreamsPerConnection: 50)
         let n = 1500
         let responses = await sendAll(c, (0..<n).map { request($0, timeout: .seconds(60)) })
@@ -368,7 +368,7 @@ struct ClientIntegrationTests {
         defer { server.stop() }
         let c = try client(
             pki, port: server.port, connections: 2,
-            retry: APNsBackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 100),
+            retry: BackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 100),
             maxStreamsPerConnection: 100)
         let n = 4000
         let responses = await sendAll(c, (0..<n).map { request($0, timeout: .seconds(60)) })
@@ -512,7 +512,7 @@ struct ClientIntegrationTests {
     @Test func unreachableServerFailsWithinBudget() async throws {
         let pki = try await PKI.make()
         let port = try freePort()
-        let c = try client(pki, port: port, retry: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxAttempts: 3))
+        let c = try client(pki, port: port, retry: BackoffPolicy(initialDelay: .milliseconds(20), maxAttempts: 3))
         let start = ContinuousClock.now
         // Three refused connects, well before the request's own deadline.
         let r = await c.send(request(1, timeout: .seconds(120)))

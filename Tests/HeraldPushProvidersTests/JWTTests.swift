@@ -59,15 +59,15 @@ struct JWTTests {
 
     @Test func badKeysAreRejectedWithAReason() async throws {
         let pki = try await PKI.make()
-        #expect(throws: APNsError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: "not a key") }
+        #expect(throws: PushError.self) { try APNsJWT(keyID: "k", teamID: "t", p8PEM: "not a key") }
         // An RSA key is a PEM private key but cannot make ES256 tokens.
         let rsa = pki.dir + "/rsa.pem"
         _ = try await runToolAsync(
             "openssl", ["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:1024", "-out", rsa])
-        #expect(throws: APNsError.self) {
+        #expect(throws: PushError.self) {
             try APNsJWT(keyID: "k", teamID: "t", p8PEM: try String(contentsOfFile: rsa, encoding: .utf8))
         }
-        #expect(throws: APNsError.self) {
+        #expect(throws: PushError.self) {
             try APNsClientCredential.token(keyID: "k", teamID: "t", p8Path: pki.dir + "/missing.p8")
         }
     }
@@ -101,22 +101,24 @@ struct JWTTests {
     }
 
     @Test func endpointParsing() {
-        #expect(APNsEndpoint(parsing: "127.0.0.1:8443") == APNsEndpoint(host: "127.0.0.1", port: 8443))
-        #expect(APNsEndpoint(parsing: "api.push.apple.com") == APNsEndpoint(host: "api.push.apple.com", port: 443))
-        #expect(APNsEndpoint(parsing: "[::1]:9000") == APNsEndpoint(host: "::1", port: 9000))
-        #expect(APNsEndpoint(parsing: "host:0") == nil)
-        #expect(APNsEndpoint(parsing: "host:x") == nil)
-        #expect(APNsEndpoint(APNsEnvironment.sandbox) == APNsEndpoint(host: "api.sandbox.push.apple.com", port: 443))
+        #expect(ServiceEndpoint(parsing: "127.0.0.1:8443") == ServiceEndpoint(host: "127.0.0.1", port: 8443))
+        #expect(
+            ServiceEndpoint(parsing: "api.push.apple.com") == ServiceEndpoint(host: "api.push.apple.com", port: 443))
+        #expect(ServiceEndpoint(parsing: "[::1]:9000") == ServiceEndpoint(host: "::1", port: 9000))
+        #expect(ServiceEndpoint(parsing: "host:0") == nil)
+        #expect(ServiceEndpoint(parsing: "host:x") == nil)
+        #expect(
+            ServiceEndpoint(APNsEnvironment.sandbox) == ServiceEndpoint(host: "api.sandbox.push.apple.com", port: 443))
     }
 }
 
 struct RenderedRequestTests {
     @Test func renderedRequestBecomesADeliveryWithEveryHeader() {
         let id = APNsID.derive(eventID: "e-9f2c", token: deviceToken(1))
-        let rendered = APNsRequest(
+        let rendered = PushRequest(
             token: deviceToken(1), environment: .sandbox, pushType: .voip, topic: "com.example.chat.voip",
             priority: 10, collapseID: "c1", expiration: 1_732_000_000, apnsID: id, payload: alertPayload)
-        let d = APNsDelivery(rendered, timeout: .seconds(5), tag: 77)
+        let d = PushDelivery(rendered, timeout: .seconds(5), tag: 77)
         #expect(d.deviceToken == deviceToken(1))
         #expect(d.topic == "com.example.chat.voip")
         #expect(d.pushType == .voip)
@@ -170,10 +172,10 @@ struct RenderedRequestTests {
             environment: ["P12_PW": "s3cret"])
         guard case .pkcs12File(_, let password) = p12 else { Issue.record("expected p12"); return }
         #expect(password == "s3cret")
-        #expect(throws: APNsError.self) {
+        #expect(throws: PushError.self) {
             try APNsClientCredential(
                 APNsCredential(bundleID: "b", p12File: pki.clientP12, p12PasswordEnv: "UNSET_PW"), environment: [:])
         }
-        #expect(throws: APNsError.self) { try APNsClientCredential(APNsCredential(bundleID: "b")) }
+        #expect(throws: PushError.self) { try APNsClientCredential(APNsCredential(bundleID: "b")) }
     }
 }

@@ -23,8 +23,8 @@ struct MetricsTests {
         defer { server.stop() }
         let id = UUID().uuidString
         let config = APNsClientConfiguration(
-            credential: try pki.tokenCredential(), endpoint: APNsEndpoint(host: "127.0.0.1", port: server.port),
-            trustedCAFile: pki.serverCert, connections: 1, retry: APNsBackoffPolicy(maxAttempts: 1),
+            credential: try pki.tokenCredential(), endpoint: ServiceEndpoint(host: "127.0.0.1", port: server.port),
+            trustedCAFile: pki.serverCert, connections: 1, retry: BackoffPolicy(maxAttempts: 1),
             metricDimensions: [("credential", id)])
         let c = try APNsClient(configuration: config)
         let responses = await sendAll(c, (0..<300).map { request($0) })

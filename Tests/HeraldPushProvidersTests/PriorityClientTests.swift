@@ -14,9 +14,9 @@ struct PriorityClientTests {
     ) throws -> APNsClient {
         var config = APNsClientConfiguration(
             credential: try pki.tokenCredential(), environment: .sandbox,
-            endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
+            endpoint: ServiceEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
             connections: 1, maxStreamsPerConnection: 10, maxInFlight: maxInFlight,
-            reconnectBackoff: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)))
+            reconnectBackoff: BackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)))
         config.priorityReserve = reserve
         config.priorityConnections = priorityConnections
         return try APNsClient(configuration: config)
@@ -41,7 +41,7 @@ struct PriorityClientTests {
     /// read on the client's I/O thread as the answer arrives: how long the test's own task then waits for a thread
     /// (seconds, on a loaded 2-core machine running the suites in parallel) does not count.
     func sendCounting(
-        _ urgent: APNsDelivery, on c: APNsClient, against bulkDone: TestCount
+        _ urgent: PushDelivery, on c: APNsClient, against bulkDone: TestCount
     ) async throws -> (Int?, Int) {
         let seen = Mutex<(Int?, Int)?>(nil)
         await c.submit([urgent]) { r in

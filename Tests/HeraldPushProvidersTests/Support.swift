@@ -121,8 +121,8 @@ let alertPayload = Array(#"{"aps":{"alert":{"title":"Cindy","body":"Hi"}}}"#.utf
 
 func request(
     _ i: Int, timeout: Duration = .seconds(20), apnsID: String? = nil, collapseID: String? = nil
-) -> APNsDelivery {
-    APNsDelivery(
+) -> PushDelivery {
+    PushDelivery(
         deviceToken: deviceToken(i), topic: "com.example.chat", pushType: .alert, priority: .immediately,
         expiration: 0, collapseID: collapseID, apnsID: apnsID, payload: alertPayload, timeout: timeout,
         tag: UInt64(i))
@@ -130,7 +130,7 @@ func request(
 
 func client(
     _ pki: PKI, port: Int, credential: APNsClientCredential? = nil, connections: Int = 1,
-    retry: APNsBackoffPolicy = APNsBackoffPolicy(
+    retry: BackoffPolicy = BackoffPolicy(
         initialDelay: .milliseconds(20), maxDelay: .milliseconds(200), maxAttempts: 8),
     pingInterval: Duration = .seconds(60), pingTimeout: Duration = .seconds(10),
     clock: TestClock? = nil, maxStreamsPerConnection: Int = 1000, maxInFlight: Int = 2000
@@ -140,17 +140,17 @@ func client(
     if let clock { now = { clock.now } } else { now = { Date() } }
     let config = APNsClientConfiguration(
         credential: cred, environment: .sandbox,
-        endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
+        endpoint: ServiceEndpoint(host: "127.0.0.1", port: port), trustedCAFile: pki.serverCert,
         connections: connections, maxStreamsPerConnection: maxStreamsPerConnection, maxInFlight: maxInFlight,
         pingInterval: pingInterval, pingTimeout: pingTimeout,
-        reconnectBackoff: APNsBackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)),
+        reconnectBackoff: BackoffPolicy(initialDelay: .milliseconds(20), maxDelay: .milliseconds(500)),
         retry: retry, now: now)
     return try APNsClient(configuration: config)
 }
 
 /// Sends all requests as one batch and returns the responses by tag.
-func sendAll(_ client: APNsClient, _ requests: [APNsDelivery]) async -> [UInt64: APNsResponse] {
-    var out: [UInt64: APNsResponse] = [:]
+func sendAll(_ client: APNsClient, _ requests: [PushDelivery]) async -> [UInt64: PushResponse] {
+    var out: [UInt64: PushResponse] = [:]
     for await r in client.responses(for: requests) {
         #expect(out[r.tag] == nil, "request \(r.tag) completed twice")
         out[r.tag] = r

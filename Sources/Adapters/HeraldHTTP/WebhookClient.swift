@@ -33,7 +33,7 @@ public struct WebhookEndpoint: Sendable, Hashable {
 public struct WebhookOutcome: Sendable, Equatable {
     public var status: Int?
     public var failure: HTTPResponse.Failure?
-    public var answer: APNsAnswerClass
+    public var answer: PushAnswerClass
     /// `HTTP503`, `TimedOut`, ...; empty when delivered.
     public var reasonText: String
 }
@@ -53,7 +53,7 @@ public final class WebhookClient: Sendable {
     }
 
     /// The HTTP request for one rendered webhook notification.
-    public func request(_ rendered: APNsRequest, to endpoint: WebhookEndpoint, tag: UInt64 = 0) -> HTTPRequest {
+    public func request(_ rendered: PushRequest, to endpoint: WebhookEndpoint, tag: UInt64 = 0) -> HTTPRequest {
         var auth: (user: String, password: String)?
         if let user = endpoint.username { auth = (user, endpoint.password ?? "") }
         return HTTPRequest(
@@ -89,7 +89,7 @@ public final class WebhookClient: Sendable {
                 reasonText: WebhookAnswerTable.reasonText(status: status))
         }
         let failure = r.failure ?? .transfer("no answer")
-        let transport: APNsTransportFailure
+        let transport: PushTransportFailure
         switch failure {
         case .timedOut: transport = .deadlineExceeded
         case .connectFailed(let why): transport = .connectFailed(why)

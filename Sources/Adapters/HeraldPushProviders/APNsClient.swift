@@ -21,10 +21,18 @@ public final class APNsClient: Sendable {
 
     /// Validates the credential (loads the key or certificate), starts the I/O thread and
     /// begins opening `configuration.connections` connections.
-    public init(configuration: APNsClientConfiguration, logger: Logger = Logger(label: "herald.apns")) throws(APNsError)
+    public init(configuration: APNsClientConfiguration, logger: Logger = Logger(label: "herald.apns")) throws(PushError)
     {
         self.configuration = configuration
-        self.loop = try ClientLoop(config: configuration, logger: logger)
+        let tls = try TLSContext(credential: configuration.credential, trustedCAFile: configuration.trustedCAFile)
+        var bearer: APNsTokenProvider?
+        if case .token(let keyID, let teamID, let pem) = configuration.credential {
+            let jwt = try APNsJWT(keyID: keyID, teamID: teamID, p8PEM: pem)
+            bearer = APNsTokenProvider(jwt: jwt, policy: configuration.tokenRenewal, now: configuration.now)
+        }
+        self.loop = try ClientLoop(
+            config: configuration.pool, endpoint: configuration.resolvedEndpoint, tls: tls, logger: logger,
+            bearer: bearer)
         loop.start()
     }
 
@@ -32,7 +40,7 @@ public final class APNsClient: Sendable {
     deinit { loop.requestStop() }
 
     /// Sends one notification and waits for its final outcome.
-    public func send(_ request: APNsDelivery) async -> APNsResponse {
+    public func send(_ request: PushDelivery) async -> PushResponse {
         _ = await loop.gate.acquire(upTo: 1, prioritized: request.prioritized)
         return await withCheckedContinuation { continuation in
             loop.enqueue([Job(request: request) { continuation.resume(returning: $0) }])
@@ -42,12 +50,12 @@ public final class APNsClient: Sendable {
     /// Accepts a batch; `onComplete` is called once per request, on the client's I/O thread
     /// (keep it short: count, yield to a stream, resume a continuation). Returns once every
     /// request is accepted, which waits while `maxInFlight` requests are outstanding.
-    public func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
+    public func submit(_ requests: [PushDelivery], onComplete: @escaping @Sendable (PushResponse) -> Void) async {
         await loop.submit(requests, path: nil, onComplete: onComplete)
     }
 
     /// Counters so far.
-    public var stats: APNsClientStats { loop.stats }
+    public var stats: PushClientStats { loop.stats }
 
     /// Stops accepting requests, lets those in flight finish for up to `grace`, fails the rest
     /// with `clientShutdown`, closes the connections and ends the I/O thread.
@@ -59,7 +67,7 @@ public final class APNsClient: Sendable {
 /// A client that takes batches of requests and answers each through a callback (APNs, FCM): the stream form of
 /// its answers is written once, here.
 public protocol BatchPushClient: Sendable {
-    func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async
+    func submit(_ requests: [PushDelivery], onComplete: @escaping @Sendable (PushResponse) -> Void) async
 }
 
 extension BatchPushClient {
@@ -67,7 +75,7 @@ extension BatchPushClient {
     /// `tag`); returns after the last one. The answers that arrive while `each` runs are taken together, so a
     /// busy sender wakes once per run of answers, not once per answer as through an `AsyncStream` (whose
     /// generic buffer cost herald-send about 6 % of its CPU).
-    public func answers(for requests: [APNsDelivery], each: (APNsResponse) -> Void) async {
+    public func answers(for requests: [PushDelivery], each: (PushResponse) -> Void) async {
         if requests.isEmpty { return }
         let inbox = ResponseInbox(expecting: requests.count)
         async let submitted: Void = submit(requests) { inbox.put($0) }
@@ -81,8 +89,8 @@ extension BatchPushClient {
 
     /// Sends a batch and yields each final outcome as it arrives (in completion order; match by `tag`). The
     /// stream finishes after the last one.
-    public func responses(for requests: [APNsDelivery]) -> AsyncStream<APNsResponse> {
-        let (stream, continuation) = AsyncStream<APNsResponse>.makeStream()
+    public func responses(for requests: [PushDelivery]) -> AsyncStream<PushResponse> {
+        let (stream, continuation) = AsyncStream<PushResponse>.makeStream()
         Task {
             await self.answers(for: requests) { continuation.yield($0) }
             continuation.finish()
@@ -94,17 +102,17 @@ extension BatchPushClient {
 /// The answers of one batch on their way from a client's I/O thread (`put`) to the task that sent it (`take`).
 final class ResponseInbox: Sendable {
     private struct State {
-        var arrived: [APNsResponse] = []
+        var arrived: [PushResponse] = []
         var remaining: Int
-        var waiter: UnsafeContinuation<[APNsResponse], Never>?
+        var waiter: UnsafeContinuation<[PushResponse], Never>?
     }
     private let state: Mutex<State>
 
     init(expecting count: Int) { state = Mutex(State(remaining: count)) }
 
     /// One answer; wakes the taker when it waits.
-    func put(_ response: APNsResponse) {
-        let wake: (UnsafeContinuation<[APNsResponse], Never>, [APNsResponse])? = state.withLock { s in
+    func put(_ response: PushResponse) {
+        let wake: (UnsafeContinuation<[PushResponse], Never>, [PushResponse])? = state.withLock { s in
             s.arrived.append(response)
             s.remaining -= 1
             guard let waiter = s.waiter else { return nil }
@@ -116,9 +124,9 @@ final class ResponseInbox: Sendable {
     }
 
     /// Every answer not taken yet, waiting for one when there is none; empty once all have been taken.
-    func take() async -> [APNsResponse] {
+    func take() async -> [PushResponse] {
         await withUnsafeContinuation { continuation in
-            let ready: [APNsResponse]? = state.withLock { s in
+            let ready: [PushResponse]? = state.withLock { s in
                 if !s.arrived.isEmpty {
                     defer { s.arrived = [] }
                     return s.arrived

@@ -71,7 +71,7 @@ final class APNsMetrics {
     private let jwtRenewals: Counter
     private let inFlight: Gauge
     private let connections: Gauge
-    private var last = APNsClientStats()
+    private var last = PushClientStats()
     private var lastRenewals = 0
 
     private let prefix: String
@@ -95,7 +95,7 @@ final class APNsMetrics {
 
     /// `answerDeltas`: (status or "none", reason) -> answers since the last call.
     func publish(
-        _ s: APNsClientStats, renewals: Int, answerDeltas: [AnswerKey: Int], inFlightNow: Int, openConnections: Int
+        _ s: PushClientStats, renewals: Int, answerDeltas: [AnswerKey: Int], inFlightNow: Int, openConnections: Int
     ) {
         for (key, n) in answerDeltas where n > 0 {
             let name = key.status + "|" + key.reason

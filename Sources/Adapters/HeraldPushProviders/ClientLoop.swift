@@ -13,7 +13,9 @@ import Glibc
 final class ClientLoop: @unchecked Sendable {
     // @unchecked Sendable: the fields under "inbox" are guarded by `lock`; all other mutable
     // state is only touched by the loop thread (see `run`).
-    let config: APNsClientConfiguration
+    let config: ConnectionPoolSettings
+    /// Where connections go (the pool's override, else the provider's host).
+    let endpoint: ServiceEndpoint
     let tls: TLSContext
     /// What the server at the other end speaks (paths, headers, answer table).
     let dialect: H2Dialect
@@ -27,12 +29,12 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: inbox (guarded by lock)
     private let lock = NSLock()
     private var inbox: [Job] = []
-    private var connectResults: [(prioritizedOnly: Bool, result: Result<TLSSocket, APNsError>)] = []
+    private var connectResults: [(prioritizedOnly: Bool, result: Result<TLSSocket, PushError>)] = []
     private var wakeSignalled = false
     private var stopDeadline: ContinuousClock.Instant?
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var finished = false
-    private var statsValue = APNsClientStats()
+    private var statsValue = PushClientStats()
     private let wakeRead: Int32
     private let wakeWrite: Int32
 
@@ -59,12 +61,12 @@ final class ClientLoop: @unchecked Sendable {
     /// unless a socket or the inbox wakes it. Lowered wherever a new timed thing appears.
     private var nextTimers: ContinuousClock.Instant = .now
     private var stopping: ContinuousClock.Instant?
-    private var localStats = APNsClientStats()
+    private var localStats = PushClientStats()
     /// A job and its final answer, to be completed at the end of the pass. A struct, not a tuple: an array of tuples
     /// is destroyed element by element through the runtime's generic tuple witnesses.
     private struct Finished {
         var job: Job
-        var response: APNsResponse
+        var response: PushResponse
     }
     private var finishedThisPass: [Finished] = []
     private var bearerCache: (issuedAt: Date, header: [UInt8])?
@@ -75,32 +77,25 @@ final class ClientLoop: @unchecked Sendable {
     private var answerDeltas: [AnswerKey: Int] = [:]
     private var lastMetricsAt: ContinuousClock.Instant = .now
 
+    /// `tls` is the client context (with an APNs client certificate, or none); `bearer` gives the `authorization`
+    /// header (APNs provider JWTs, FCM access tokens, VAPID), nil for certificate authentication.
     init(
-        config: APNsClientConfiguration, logger: Logger, dialect: H2Dialect = .apns,
-        bearer: (any BearerSource)? = nil
-    ) throws(APNsError) {
+        config: ConnectionPoolSettings, endpoint: ServiceEndpoint, tls: TLSContext, logger: Logger,
+        dialect: H2Dialect = .apns, bearer: (any BearerSource)? = nil
+    ) throws(PushError) {
         self.config = config
+        self.endpoint = endpoint
         self.logger = logger
         self.dialect = dialect
-        self.tls = try TLSContext(credential: config.credential, trustedCAFile: config.trustedCAFile)
-        if case .fcm = dialect {
-            tokens = bearer
-        } else if case .webpush = dialect {
-            tokens = bearer
-        } else if case .token(let keyID, let teamID, let pem) = config.credential {
-            let jwt = try APNsJWT(keyID: keyID, teamID: teamID, p8PEM: pem)
-            tokens = APNsTokenProvider(jwt: jwt, policy: config.tokenRenewal, now: config.now)
-        } else {
-            tokens = nil
-        }
-        let ep = config.resolvedEndpoint
-        authority = Array((ep.port == 443 ? ep.host : ep.description).utf8)
+        self.tls = tls
+        tokens = bearer
+        authority = Array((endpoint.port == 443 ? endpoint.host : endpoint.description).utf8)
         gate = InFlightGate(
             limit: config.maxInFlight,
             reserve: Int(Double(config.maxInFlight) * min(0.9, max(0, config.priorityReserve))))
         metrics = APNsMetrics(dimensions: config.metricDimensions, prefix: dialect.metricPrefix)
         var fds: [Int32] = [0, 0]
-        guard pipe(&fds) == 0 else { throw APNsError(.io, "pipe: \(String(cString: strerror(errno)))") }
+        guard pipe(&fds) == 0 else { throw PushError(.io, "pipe: \(String(cString: strerror(errno)))") }
         wakeRead = fds[0]
         wakeWrite = fds[1]
         for fd in fds {
@@ -146,7 +141,7 @@ final class ClientLoop: @unchecked Sendable {
     /// requests first (a batch mixes them only when a caller does), each kind through the in-flight gate of its
     /// kind, as many at a time as it grants. Returns once every request is accepted.
     func submit(
-        _ requests: [APNsDelivery], path: [UInt8]?, onComplete: @escaping @Sendable (APNsResponse) -> Void
+        _ requests: [PushDelivery], path: [UInt8]?, onComplete: @escaping @Sendable (PushResponse) -> Void
     ) async {
         let mixed = requests.contains(where: \.prioritized)
         if mixed { await submit(requests.filter(\.prioritized), prioritized: true, path: path, onComplete: onComplete) }
@@ -156,8 +151,8 @@ final class ClientLoop: @unchecked Sendable {
 
     /// Accepts requests of one kind: waits for slots, hands each granted run to the loop in one inbox append.
     private func submit(
-        _ requests: [APNsDelivery], prioritized: Bool, path: [UInt8]?,
-        onComplete: @escaping @Sendable (APNsResponse) -> Void
+        _ requests: [PushDelivery], prioritized: Bool, path: [UInt8]?,
+        onComplete: @escaping @Sendable (PushResponse) -> Void
     ) async {
         var index = 0
         while index < requests.count {
@@ -195,7 +190,7 @@ final class ClientLoop: @unchecked Sendable {
         }
     }
 
-    var stats: APNsClientStats {
+    var stats: PushClientStats {
         lock.lock(); defer { lock.unlock() }
         var s = statsValue
         s.submitted += inbox.count
@@ -204,7 +199,7 @@ final class ClientLoop: @unchecked Sendable {
     }
 
     /// Loop thread only: counters are published once per pass (before completions run).
-    private func bump(_ change: (inout APNsClientStats) -> Void) {
+    private func bump(_ change: (inout PushClientStats) -> Void) {
         change(&localStats)
     }
 
@@ -415,12 +410,11 @@ final class ClientLoop: @unchecked Sendable {
     /// Opens one connection on a thread of its own (the TLS handshake blocks); the loop takes it from the inbox.
     private func connect(prioritizedOnly: Bool) {
         if prioritizedOnly { connectingPrioritized += 1 } else { connecting += 1 }
-        let endpoint = config.resolvedEndpoint
         let tls = self.tls
         let timeout = config.connectTimeout
         let thread = Thread { [self] in
-            let result: Result<TLSSocket, APNsError>
-            do throws(APNsError) {
+            let result: Result<TLSSocket, PushError>
+            do throws(PushError) {
                 result = .success(try TLSSocket.connect(endpoint: endpoint, context: tls, timeout: timeout))
             } catch { result = .failure(error) }
             self.lock.lock()
@@ -698,7 +692,7 @@ final class ClientLoop: @unchecked Sendable {
             pending.pushFront(job)
             return
         }
-        var disposition: APNsDisposition
+        var disposition: PushDisposition
         if answer == .renewCredentials {
             disposition = .permanentFailure(reason: "\(text) after renewing the access token")
         } else {
@@ -745,7 +739,7 @@ final class ClientLoop: @unchecked Sendable {
             retryAfter: retryAfter)
     }
 
-    private func finishAttempt(_ job: Job, failure: APNsTransportFailure) {
+    private func finishAttempt(_ job: Job, failure: PushTransportFailure) {
         job.attempts += 1
         bump { $0.transportFailures += 1 }
         answerDeltas[AnswerKey(status: "none", reason: failure.kind), default: 0] += 1
@@ -756,7 +750,7 @@ final class ClientLoop: @unchecked Sendable {
         complete(job, status: nil, failure: failure, disposition: disposition)
     }
 
-    private func scheduleRetry(_ job: Job, _ disposition: APNsDisposition) -> Bool {
+    private func scheduleRetry(_ job: Job, _ disposition: PushDisposition) -> Bool {
         guard case .retry(let after) = disposition, stopping == nil else { return false }
         let at = ContinuousClock.now + after
         guard at < job.request.deadline else { return false }
@@ -769,8 +763,8 @@ final class ClientLoop: @unchecked Sendable {
 
     private func complete(
         _ job: Job, status: Int?, reason: APNsReason? = nil, timestamp: Int64? = nil,
-        failure: APNsTransportFailure?, disposition: APNsDisposition, reasonText: String? = nil,
-        answer: APNsAnswerClass? = nil, retryAfter: Duration? = nil
+        failure: PushTransportFailure?, disposition: PushDisposition, reasonText: String? = nil,
+        answer: PushAnswerClass? = nil, retryAfter: Duration? = nil
     ) {
         guard !job.completed else { return }
         job.completed = true
@@ -787,10 +781,10 @@ final class ClientLoop: @unchecked Sendable {
     }
 
     static func response(
-        _ job: Job, status: Int?, failure: APNsTransportFailure?,
-        disposition: APNsDisposition
-    ) -> APNsResponse {
-        APNsResponse(
+        _ job: Job, status: Int?, failure: PushTransportFailure?,
+        disposition: PushDisposition
+    ) -> PushResponse {
+        PushResponse(
             tag: job.request.tag, status: status, reason: nil,
             apnsID: job.answeredAPNsID ?? job.request.apnsID, unregisteredAt: nil,
             transportFailure: failure, disposition: disposition, attempts: job.attempts)

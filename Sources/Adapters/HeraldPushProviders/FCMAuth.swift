@@ -21,9 +21,9 @@ public struct FCMServiceAccount: Sendable, CustomStringConvertible {
 
     /// Reads a service-account file; the error names the missing field, never the key.
     /// `allowCleartextTokenURI` is for tests only: see `parse`.
-    public static func load(path: String, allowCleartextTokenURI: Bool = false) throws(APNsError) -> FCMServiceAccount {
+    public static func load(path: String, allowCleartextTokenURI: Bool = false) throws(PushError) -> FCMServiceAccount {
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw APNsError(.credential, "cannot read the FCM service account file \(path)")
+            throw PushError(.credential, "cannot read the FCM service account file \(path)")
         }
         return try parse(Array(data), source: path, allowCleartextTokenURI: allowCleartextTokenURI)
     }
@@ -33,25 +33,25 @@ public struct FCMServiceAccount: Sendable, CustomStringConvertible {
     /// `allowCleartextTokenURI` (a stand-in without TLS in a test; no stage or heraldctl setting turns it on).
     public static func parse(
         _ bytes: [UInt8], source: String = "service account", allowCleartextTokenURI: Bool = false
-    ) throws(APNsError) -> FCMServiceAccount {
+    ) throws(PushError) -> FCMServiceAccount {
         guard let object = try? JSONValue.parse(bytes), case .object = object else {
-            throw APNsError(.credential, "\(source) is not a JSON object")
+            throw PushError(.credential, "\(source) is not a JSON object")
         }
-        func field(_ name: String) throws(APNsError) -> String {
+        func field(_ name: String) throws(PushError) -> String {
             guard let v = object[name]?.stringValue, !v.isEmpty else {
-                throw APNsError(.credential, "\(source): \(name) is missing")
+                throw PushError(.credential, "\(source): \(name) is missing")
             }
             return v
         }
         if let type = object["type"]?.stringValue, type != "service_account" {
-            throw APNsError(.credential, "\(source): type is \(type), expected service_account")
+            throw PushError(.credential, "\(source): type is \(type), expected service_account")
         }
         let tokenURI = object["token_uri"]?.stringValue ?? "https://oauth2.googleapis.com/token"
         let components = URLComponents(string: tokenURI)
         let scheme = components?.scheme?.lowercased()
         guard scheme == "https" || (scheme == "http" && allowCleartextTokenURI), components?.host?.isEmpty == false
         else {
-            throw APNsError(
+            throw PushError(
                 .credential,
                 "\(source): token_uri must be an https:// URL, not \(scheme.map { $0 + "://" } ?? tokenURI)")
         }
@@ -71,21 +71,21 @@ public struct FCMAssertion: Sendable {
     public let account: FCMServiceAccount
     private let signer: JWTSigner
 
-    public init(account: FCMServiceAccount) throws(APNsError) {
+    public init(account: FCMServiceAccount) throws(PushError) {
         self.account = account
         signer = try JWTSigner(
             pem: account.privateKeyPEM, algorithm: .rs256, keyName: "the service account's private_key")
     }
 
-    public func make(issuedAt: Date, lifetime: Int64 = 3600) throws(APNsError) -> String {
+    public func make(issuedAt: Date, lifetime: Int64 = 3600) throws(PushError) -> String {
         let iat = Int64(issuedAt.timeIntervalSince1970.rounded(.down))
         var header = #"{"alg":"RS256","typ":"JWT""#
-        if let kid = account.privateKeyID { header += #","kid":"\#(APNsJWT.jsonEscape(kid))""# }
+        if let kid = account.privateKeyID { header += #","kid":"\#(JWTEncoding.jsonEscape(kid))""# }
         header += "}"
         let claims =
-            #"{"iss":"\#(APNsJWT.jsonEscape(account.clientEmail))","scope":"\#(Self.scope)","aud":"\#(APNsJWT.jsonEscape(account.tokenURI))","iat":\#(iat),"exp":\#(iat + lifetime)}"#
-        let input = APNsJWT.base64URL(Array(header.utf8)) + "." + APNsJWT.base64URL(Array(claims.utf8))
-        return input + "." + APNsJWT.base64URL(try signer.sign(Array(input.utf8)))
+            #"{"iss":"\#(JWTEncoding.jsonEscape(account.clientEmail))","scope":"\#(Self.scope)","aud":"\#(JWTEncoding.jsonEscape(account.tokenURI))","iat":\#(iat),"exp":\#(iat + lifetime)}"#
+        let input = JWTEncoding.base64URL(Array(header.utf8)) + "." + JWTEncoding.base64URL(Array(claims.utf8))
+        return input + "." + JWTEncoding.base64URL(try signer.sign(Array(input.utf8)))
     }
 }
 
@@ -116,7 +116,7 @@ public final class FCMAccessTokens: @unchecked Sendable {
         account: FCMServiceAccount, http: HTTP1Client, renewBefore: Duration = .seconds(300),
         minimumInterval: Duration = .seconds(1), now: @escaping @Sendable () -> Date = { Date() },
         logger: Logger = Logger(label: "herald.fcm")
-    ) throws(APNsError) {
+    ) throws(PushError) {
         assertion = try FCMAssertion(account: account)
         self.http = http
         self.renewBefore = renewBefore
@@ -256,7 +256,7 @@ public final class FCMAccessTokens: @unchecked Sendable {
 }
 
 extension FCMAccessTokens: BearerSource {
-    func currentBearer() throws(APNsError) -> (token: String, issuedAt: Date)? { token() }
-    func rejected(issuedAt: Date) throws(APNsError) -> Bool { reject(issuedAt: issuedAt) }
+    func currentBearer() throws(PushError) -> (token: String, issuedAt: Date)? { token() }
+    func rejected(issuedAt: Date) throws(PushError) -> Bool { reject(issuedAt: issuedAt) }
     var scheme: String { "Bearer " }
 }

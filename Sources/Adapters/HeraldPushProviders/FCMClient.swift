@@ -16,10 +16,10 @@ public struct FCMClientConfiguration: Sendable {
     public var renewBefore: Duration
 
     public init(
-        account: FCMServiceAccount, endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil,
+        account: FCMServiceAccount, endpoint: ServiceEndpoint? = nil, trustedCAFile: String? = nil,
         connections: Int = 2, maxStreamsPerConnection: Int = 100, maxInFlight: Int = 2000,
         connectTimeout: Duration = .seconds(10), pingInterval: Duration = .seconds(60),
-        pingTimeout: Duration = .seconds(10), retry: APNsBackoffPolicy = APNsBackoffPolicy(),
+        pingTimeout: Duration = .seconds(10), retry: BackoffPolicy = BackoffPolicy(),
         renewBefore: Duration = .seconds(300), metricDimensions: [(String, String)] = []
     ) {
         self.account = account
@@ -52,7 +52,7 @@ public final class FCMClient: Sendable {
     private let path: [UInt8]
 
     /// The process must ignore SIGPIPE, as for `APNsClient` (executables do it at start-up, docs/architecture.md).
-    public init(configuration: FCMClientConfiguration, logger: Logger = Logger(label: "herald.fcm")) throws(APNsError) {
+    public init(configuration: FCMClientConfiguration, logger: Logger = Logger(label: "herald.fcm")) throws(PushError) {
         self.configuration = configuration
         do {
             http = try HTTP1Client(
@@ -61,19 +61,16 @@ public final class FCMClient: Sendable {
                     maxInFlight: 4, maxConnectionsPerHost: 1,
                     connectTimeout: .seconds(5)))
         } catch {
-            throw APNsError(.io, error.message)
+            throw PushError(.io, error.message)
         }
         tokens = try FCMAccessTokens(
             account: configuration.account, http: http, renewBefore: configuration.renewBefore,
             logger: logger)
-        // The loop runs on an APNs client configuration; its credential is unused for FCM (the bearer is the
-        // access token and TLS needs no client certificate).
-        var pool = APNsClientConfiguration(
-            credential: .token(keyID: "", teamID: "", p8PEM: ""), environment: .production, pool: configuration.pool)
-        pool.endpoint = configuration.endpoint ?? APNsEndpoint(host: "fcm.googleapis.com")
         loop = try ClientLoop(
-            config: pool, logger: logger, dialect: .fcm(projectID: configuration.account.projectID),
-            bearer: tokens)
+            config: configuration.pool,
+            endpoint: configuration.endpoint ?? ServiceEndpoint(host: "fcm.googleapis.com"),
+            tls: TLSContext(trustedCAFile: configuration.trustedCAFile), logger: logger,
+            dialect: .fcm(projectID: configuration.account.projectID), bearer: tokens)
         path = Array("/v1/projects/\(configuration.account.projectID)/messages:send".utf8)
         tokens.start()
         loop.start()
@@ -86,15 +83,15 @@ public final class FCMClient: Sendable {
 
     /// The request for a rendered FCM notification (its payload is the whole `{"message":...}` body).
     public static func delivery(
-        _ rendered: APNsRequest, timeout: Duration = .seconds(30), tag: UInt64 = 0
-    ) -> APNsDelivery {
-        APNsDelivery(
+        _ rendered: PushRequest, timeout: Duration = .seconds(30), tag: UInt64 = 0
+    ) -> PushDelivery {
+        PushDelivery(
             deviceToken: rendered.token, topic: rendered.topic, apnsID: rendered.apnsID, payload: rendered.payload,
             timeout: timeout, tag: tag)
     }
 
     /// Sends one message and waits for its final outcome.
-    public func send(_ request: APNsDelivery) async -> APNsResponse {
+    public func send(_ request: PushDelivery) async -> PushResponse {
         _ = await loop.gate.acquire(upTo: 1, prioritized: request.prioritized)
         let path = self.path
         return await withCheckedContinuation { continuation in
@@ -103,11 +100,11 @@ public final class FCMClient: Sendable {
     }
 
     /// Accepts a batch; `onComplete` runs once per request on the client's I/O thread.
-    public func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
+    public func submit(_ requests: [PushDelivery], onComplete: @escaping @Sendable (PushResponse) -> Void) async {
         await loop.submit(requests, path: path, onComplete: onComplete)
     }
 
-    public var stats: APNsClientStats { loop.stats }
+    public var stats: PushClientStats { loop.stats }
 
     public func shutdown(grace: Duration = .seconds(5)) async {
         tokens.stop()

@@ -14,7 +14,7 @@ final class H2Connection {
     /// Streams opened on this connection and not yet closed; keeps each job alive while nghttp2
     /// holds an unretained pointer to it (stream user data and data source).
     var streams: [Int32: Job] = [:]
-    /// Kept for prioritized requests only (`APNsClientConfiguration.priorityConnections`): no bulk request is
+    /// Kept for prioritized requests only (`ConnectionPoolSettings.priorityConnections`): no bulk request is
     /// written to it, so a call never queues behind a fan-out's frames, in our buffers, the socket's or the server's.
     var prioritizedOnly = false
     var goawayReceived = false
@@ -31,18 +31,18 @@ final class H2Connection {
     private var outCount = 0
     private(set) var wantsWritable = false
 
-    init(id: Int, socket: TLSSocket, loop: ClientLoop) throws(APNsError) {
+    init(id: Int, socket: TLSSocket, loop: ClientLoop) throws(PushError) {
         self.id = id
         self.socket = socket
         self.loop = loop
         var callbacks: OpaquePointer? = nil
         guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else {
-            throw APNsError(.io, "nghttp2_session_callbacks_new failed")
+            throw PushError(.io, "nghttp2_session_callbacks_new failed")
         }
         defer { nghttp2_session_callbacks_del(callbacks) }
         H2Connection.install(callbacks)
         var option: OpaquePointer? = nil
-        guard nghttp2_option_new(&option) == 0, let option else { throw APNsError(.io, "nghttp2_option_new failed") }
+        guard nghttp2_option_new(&option) == 0, let option else { throw PushError(.io, "nghttp2_option_new failed") }
         defer { nghttp2_option_del(option) }
         // Until the server's SETTINGS arrive, assume one stream (APNs starts token-auth connections at 1).
         nghttp2_option_set_peer_max_concurrent_streams(option, 1)
@@ -53,7 +53,7 @@ final class H2Connection {
         var s: OpaquePointer? = nil
         let me = Unmanaged.passUnretained(self).toOpaque()
         guard nghttp2_session_client_new2(&s, callbacks, me, option) == 0, let s else {
-            throw APNsError(.io, "nghttp2_session_client_new failed")
+            throw PushError(.io, "nghttp2_session_client_new failed")
         }
         session = s
         var settings = [

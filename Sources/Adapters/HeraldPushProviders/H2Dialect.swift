@@ -24,10 +24,10 @@ enum H2Dialect: Sendable {
 /// Where a client's `authorization` header comes from.
 protocol BearerSource: AnyObject, Sendable {
     /// The token to send now, or nil while none is available yet (requests then wait).
-    func currentBearer() throws(APNsError) -> (token: String, issuedAt: Date)?
+    func currentBearer() throws(PushError) -> (token: String, issuedAt: Date)?
     /// The server rejected the token issued at `issuedAt` as expired or invalid. Returns true when a
     /// different token is, or is about to be, current.
-    func rejected(issuedAt: Date) throws(APNsError) -> Bool
+    func rejected(issuedAt: Date) throws(PushError) -> Bool
     /// Tokens made or fetched so far.
     var renewalCount: Int { get }
     /// The scheme written before the token, with its space.
@@ -35,7 +35,7 @@ protocol BearerSource: AnyObject, Sendable {
 }
 
 extension APNsTokenProvider: BearerSource {
-    func currentBearer() throws(APNsError) -> (token: String, issuedAt: Date)? { try bearer() }
-    func rejected(issuedAt: Date) throws(APNsError) -> Bool { try rejectedAsExpired(issuedAt: issuedAt) }
+    func currentBearer() throws(PushError) -> (token: String, issuedAt: Date)? { try bearer() }
+    func rejected(issuedAt: Date) throws(PushError) -> Bool { try rejectedAsExpired(issuedAt: issuedAt) }
     var scheme: String { "bearer " }
 }

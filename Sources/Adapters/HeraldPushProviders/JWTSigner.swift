@@ -1,4 +1,6 @@
 import COpenSSL
+import Foundation
+import HeraldCore
 import HeraldTLS
 
 /// Signs JSON Web Tokens with a PEM private key: ES256 (ECDSA P-256, SHA-256) for APNs provider tokens, RS256
@@ -17,7 +19,7 @@ final class JWTSigner: @unchecked Sendable {
 
     /// Loads `pem` and checks that it is a key `algorithm` signs with. `keyName` names the key in errors (e.g. "the
     /// .p8 key"); no error ever holds the key's bytes.
-    init(pem: String, algorithm: Algorithm, keyName: String) throws(APNsError) {
+    init(pem: String, algorithm: Algorithm, keyName: String) throws(PushError) {
         self.algorithm = algorithm
         let bytes = Array(pem.utf8)
         let loaded: OpaquePointer? = bytes.withUnsafeBytes { raw in
@@ -27,7 +29,7 @@ final class JWTSigner: @unchecked Sendable {
         }
         guard let loaded else {
             ERR_clear_error()
-            throw APNsError(.credential, "\(keyName) is not a PEM private key")
+            throw PushError(.credential, "\(keyName) is not a PEM private key")
         }
         let fits: Bool
         switch algorithm {
@@ -37,7 +39,7 @@ final class JWTSigner: @unchecked Sendable {
         guard fits else {
             EVP_PKEY_free(loaded)
             let kind = algorithm == .es256 ? "an EC P-256 key" : "an RSA key"
-            throw APNsError(.credential, "\(keyName) is not \(kind) (\(algorithm.rawValue) needs one)")
+            throw PushError(.credential, "\(keyName) is not \(kind) (\(algorithm.rawValue) needs one)")
         }
         key = loaded
     }
@@ -45,22 +47,22 @@ final class JWTSigner: @unchecked Sendable {
     deinit { EVP_PKEY_free(key) }
 
     /// The JWS signature of `message`: for ES256 the JOSE form r || s (32 bytes each), for RS256 the RSA signature.
-    func sign(_ message: [UInt8]) throws(APNsError) -> [UInt8] {
-        guard let md = EVP_MD_CTX_new() else { throw APNsError(.credential, "EVP_MD_CTX_new failed") }
+    func sign(_ message: [UInt8]) throws(PushError) -> [UInt8] {
+        guard let md = EVP_MD_CTX_new() else { throw PushError(.credential, "EVP_MD_CTX_new failed") }
         defer { EVP_MD_CTX_free(md) }
         guard EVP_DigestSignInit(md, nil, EVP_sha256(), nil, key) == 1 else {
-            throw APNsError(.credential, "EVP_DigestSignInit: \(openSSLErrors())")
+            throw PushError(.credential, "EVP_DigestSignInit: \(openSSLErrors())")
         }
         var length = 0
         guard message.withUnsafeBufferPointer({ EVP_DigestSign(md, nil, &length, $0.baseAddress, $0.count) }) == 1
         else {
-            throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
+            throw PushError(.credential, "EVP_DigestSign: \(openSSLErrors())")
         }
         var signature = [UInt8](repeating: 0, count: length)
         guard
             message.withUnsafeBufferPointer({ EVP_DigestSign(md, &signature, &length, $0.baseAddress, $0.count) }) == 1
         else {
-            throw APNsError(.credential, "EVP_DigestSign: \(openSSLErrors())")
+            throw PushError(.credential, "EVP_DigestSign: \(openSSLErrors())")
         }
         signature.removeSubrange(length...)
         switch algorithm {
@@ -70,7 +72,7 @@ final class JWTSigner: @unchecked Sendable {
     }
 
     /// OpenSSL's DER `ECDSA-Sig-Value` as JOSE wants it: r and s, each left-padded to 32 bytes.
-    private static func joseECDSA(der: [UInt8]) throws(APNsError) -> [UInt8] {
+    private static func joseECDSA(der: [UInt8]) throws(PushError) -> [UInt8] {
         let raw: [UInt8]? = der.withUnsafeBufferPointer { buf in
             var cursor: UnsafePointer<UInt8>? = buf.baseAddress
             guard let sig = d2i_ECDSA_SIG(nil, &cursor, buf.count) else { return nil }
@@ -85,7 +87,76 @@ final class JWTSigner: @unchecked Sendable {
             }
             return wrote ? out : nil
         }
-        guard let raw else { throw APNsError(.credential, "cannot convert the DER ECDSA signature to r||s") }
+        guard let raw else { throw PushError(.credential, "cannot convert the DER ECDSA signature to r||s") }
         return raw
+    }
+}
+
+/// The two text steps of every JWT Herald writes (APNs provider tokens, FCM assertions, VAPID): base64url without
+/// padding, and JSON string escaping for the header and claims written as text.
+enum JWTEncoding {
+    static func base64URL(_ bytes: [UInt8]) -> String {
+        var text = Data(bytes).base64EncodedString()
+        text = text.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        while text.hasSuffix("=") { text.removeLast() }
+        return text
+    }
+
+    /// The escaped contents of a JSON string (HeraldCore's escaper), for the header and claims written as text.
+    static func jsonEscape(_ s: String) -> String {
+        var w = JSONWriter(capacity: s.utf8.count + 8)
+        w.escapeContents(s)
+        return w.string
+    }
+}
+
+/// The provider token shared by every connection of one credential, renewed per the core policy.
+/// Used only on the client's I/O thread (no lock needed there); tests use it directly.
+public final class APNsTokenProvider: @unchecked Sendable {
+    // @unchecked Sendable: mutable state is guarded by `lock`.
+    private let jwt: APNsJWT
+    private let policy: APNsTokenRenewalPolicy
+    private let now: @Sendable () -> Date
+    private let lock = NSLock()
+    private var current: (token: String, issuedAt: Date)?
+    private var renewals = 0
+
+    public init(jwt: APNsJWT, policy: APNsTokenRenewalPolicy, now: @escaping @Sendable () -> Date) {
+        self.jwt = jwt
+        self.policy = policy
+        self.now = now
+    }
+
+    /// The bearer token to use now, renewed first if the policy says so.
+    public func bearer() throws(PushError) -> (token: String, issuedAt: Date) {
+        lock.lock(); defer { lock.unlock() }
+        let at = now()
+        if let current, policy.decide(issuedAt: current.issuedAt, now: at) == .keep { return current }
+        return try renewLocked(at: at)
+    }
+
+    /// APNs answered ExpiredProviderToken to the token issued at `issuedAt`.
+    /// Returns true when a different token is now current (renewed now or already before).
+    public func rejectedAsExpired(issuedAt: Date) throws(PushError) -> Bool {
+        lock.lock(); defer { lock.unlock() }
+        guard let current else { return true }
+        if current.issuedAt != issuedAt { return true }
+        let at = now()
+        guard policy.decide(issuedAt: current.issuedAt, now: at, rejectedAsExpired: true) == .renew else {
+            return false
+        }
+        _ = try renewLocked(at: at)
+        return true
+    }
+
+    /// How many tokens were made so far.
+    public var renewalCount: Int { lock.lock(); defer { lock.unlock() }; return renewals }
+
+    private func renewLocked(at: Date) throws(PushError) -> (token: String, issuedAt: Date) {
+        let issued = Date(timeIntervalSince1970: at.timeIntervalSince1970.rounded(.down))
+        let made = (try jwt.token(issuedAt: issued), issued)
+        current = made
+        renewals += 1
+        return made
     }
 }

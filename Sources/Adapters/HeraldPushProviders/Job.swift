@@ -7,8 +7,8 @@ import HeraldCore
 final class Job: @unchecked Sendable {
     // @unchecked Sendable: ownership moves from the submitting task to the I/O thread through
     // the loop's lock-protected inbox; after that only the I/O thread reads or writes it.
-    let request: APNsDelivery
-    let completion: @Sendable (APNsResponse) -> Void
+    let request: PushDelivery
+    let completion: @Sendable (PushResponse) -> Void
     /// Counted attempts so far (answers and in-flight losses; transparent resends do not count).
     var attempts = 0
     var completed = false
@@ -30,7 +30,7 @@ final class Job: @unchecked Sendable {
     /// The access token was renewed once for this request after a 401 (FCM).
     var renewedCredentials = false
 
-    init(request: APNsDelivery, path: [UInt8]? = nil, completion: @escaping @Sendable (APNsResponse) -> Void) {
+    init(request: PushDelivery, path: [UInt8]? = nil, completion: @escaping @Sendable (PushResponse) -> Void) {
         self.request = request
         self.completion = completion
         self.path = path

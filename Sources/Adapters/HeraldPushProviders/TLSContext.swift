@@ -15,7 +15,9 @@ final class TLSContext: @unchecked Sendable {
     let client: TLSClientContext
     var ctx: OpaquePointer { client.ctx }
 
-    init(credential: APNsClientCredential, trustedCAFile: String?) throws(APNsError) {
+    /// `credential` is an APNs client certificate (`.certificateFiles`, `.pkcs12File`) to present, or nil (a token
+    /// credential, FCM, Web Push: the server authenticates the bearer header, not the TLS client).
+    init(credential: APNsClientCredential? = nil, trustedCAFile: String?) throws(PushError) {
         var certificateFiles: (certificate: String?, key: String?) = (nil, nil)
         if case .certificateFiles(let certificatePath, let privateKeyPath) = credential {
             certificateFiles = (certificatePath, privateKeyPath)
@@ -25,7 +27,7 @@ final class TLSContext: @unchecked Sendable {
                 trustedCAFile: trustedCAFile, certificateFile: certificateFiles.certificate,
                 privateKeyFile: certificateFiles.key)
         } catch {
-            throw APNsError(error.kind == .credential ? .credential : .tls, error.message)
+            throw PushError(error.kind == .credential ? .credential : .tls, error.message)
         }
         let ctx = client.ctx
         SSL_CTX_ctrl(ctx, SSL_CTRL_MODE, Int(SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER), nil)
@@ -35,16 +37,16 @@ final class TLSContext: @unchecked Sendable {
         SSL_CTX_set_default_read_buffer_len(ctx, 64 * 1024)
         let alpn: [UInt8] = [2, UInt8(ascii: "h"), UInt8(ascii: "2")]
         guard SSL_CTX_set_alpn_protos(ctx, alpn, UInt32(alpn.count)) == 0 else {
-            throw APNsError(.tls, "cannot set ALPN h2")
+            throw PushError(.tls, "cannot set ALPN h2")
         }
         if case .pkcs12File(let path, let password) = credential {
             try Self.usePKCS12(ctx: ctx, path: path, password: password)
         }
     }
 
-    private static func usePKCS12(ctx: OpaquePointer, path: String, password: String) throws(APNsError) {
+    private static func usePKCS12(ctx: OpaquePointer, path: String, password: String) throws(PushError) {
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw APNsError(.credential, "cannot read .p12 file \(path)")
+            throw PushError(.credential, "cannot read .p12 file \(path)")
         }
         let bytes = [UInt8](data)
         let p12: OpaquePointer? = bytes.withUnsafeBytes { raw in
@@ -52,13 +54,13 @@ final class TLSContext: @unchecked Sendable {
             defer { BIO_free(bio) }
             return d2i_PKCS12_bio(bio, nil)
         }
-        guard let p12 else { throw APNsError(.credential, "\(path) is not a PKCS#12 file: \(openSSLErrors())") }
+        guard let p12 else { throw PushError(.credential, "\(path) is not a PKCS#12 file: \(openSSLErrors())") }
         defer { PKCS12_free(p12) }
         var key: OpaquePointer? = nil
         var cert: OpaquePointer? = nil
         var chain: OpaquePointer? = nil
         guard PKCS12_parse(p12, password, &key, &cert, &chain) == 1, let key, let cert else {
-            throw APNsError(.credential, "cannot open \(path) (wrong password?): \(openSSLErrors())")
+            throw PushError(.credential, "cannot open \(path) (wrong password?): \(openSSLErrors())")
         }
         defer {
             EVP_PKEY_free(key)
@@ -68,7 +70,7 @@ final class TLSContext: @unchecked Sendable {
         guard SSL_CTX_use_certificate(ctx, cert) == 1, SSL_CTX_use_PrivateKey(ctx, key) == 1,
             SSL_CTX_check_private_key(ctx) == 1
         else {
-            throw APNsError(.credential, "the .p12 certificate or key is unusable: \(openSSLErrors())")
+            throw PushError(.credential, "the .p12 certificate or key is unusable: \(openSSLErrors())")
         }
         if let chain {
             let count = OPENSSL_sk_num(chain)
@@ -102,14 +104,16 @@ final class TLSSocket {
     /// Connects, handshakes and checks ALPN, blocking (bounded by `timeout`); call it on a
     /// thread of its own, never on the I/O loop or Swift's cooperative pool. The socket is
     /// switched to non-blocking before it is returned.
-    static func connect(endpoint: APNsEndpoint, context: TLSContext, timeout: Duration) throws(APNsError) -> TLSSocket {
+    static func connect(
+        endpoint: ServiceEndpoint, context: TLSContext, timeout: Duration
+    ) throws(PushError) -> TLSSocket {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>? = nil
         let rc = getaddrinfo(endpoint.host, String(endpoint.port), &hints, &list)
         guard rc == 0, let list else {
-            throw APNsError(.io, "cannot resolve \(endpoint.host): \(String(cString: gai_strerror(rc)))")
+            throw PushError(.io, "cannot resolve \(endpoint.host): \(String(cString: gai_strerror(rc)))")
         }
         defer { freeaddrinfo(list) }
         var lastError = "no address"
@@ -124,7 +128,7 @@ final class TLSSocket {
             lastError = String(cString: strerror(errno))
             close(s)
         }
-        guard fd >= 0 else { throw APNsError(.io, "cannot connect to \(endpoint): \(lastError)") }
+        guard fd >= 0 else { throw PushError(.io, "cannot connect to \(endpoint): \(lastError)") }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         let ssl: OpaquePointer
@@ -132,19 +136,19 @@ final class TLSSocket {
             ssl = try context.client.session(verifying: endpoint.host)
         } catch {
             close(fd)
-            throw APNsError(.tls, error.message)
+            throw PushError(.tls, error.message)
         }
         let sock = TLSSocket(fd: fd, ssl: ssl)
         SSL_set_fd(ssl, fd)
         ERR_clear_error()
         guard SSL_connect(ssl) == 1 else {
-            throw APNsError(.tls, "TLS handshake with \(endpoint) failed: \(TLSClientContext.handshakeFailure(ssl))")
+            throw PushError(.tls, "TLS handshake with \(endpoint) failed: \(TLSClientContext.handshakeFailure(ssl))")
         }
         var proto: UnsafePointer<UInt8>? = nil
         var protoLength: UInt32 = 0
         SSL_get0_alpn_selected(ssl, &proto, &protoLength)
         guard let proto, protoLength == 2, proto[0] == UInt8(ascii: "h"), proto[1] == UInt8(ascii: "2") else {
-            throw APNsError(.tls, "\(endpoint) did not agree to HTTP/2 (ALPN h2)")
+            throw PushError(.tls, "\(endpoint) did not agree to HTTP/2 (ALPN h2)")
         }
         setTimeouts(fd, .zero)
         let flags = fcntl(fd, F_GETFL)

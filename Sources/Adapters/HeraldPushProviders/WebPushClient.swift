@@ -20,9 +20,9 @@ public struct WebPushClientConfiguration: Sendable {
     public var now: @Sendable () -> Date
 
     public init(
-        origin: String, vapid: WebPushVAPID, endpoint: APNsEndpoint? = nil, trustedCAFile: String? = nil,
+        origin: String, vapid: WebPushVAPID, endpoint: ServiceEndpoint? = nil, trustedCAFile: String? = nil,
         connections: Int = 1, maxStreamsPerConnection: Int = 100, maxInFlight: Int = 1000,
-        connectTimeout: Duration = .seconds(10), retry: APNsBackoffPolicy = APNsBackoffPolicy(),
+        connectTimeout: Duration = .seconds(10), retry: BackoffPolicy = BackoffPolicy(),
         tokenLifetime: TimeInterval = WebPushVAPID.defaultLifetime, metricDimensions: [(String, String)] = [],
         now: @escaping @Sendable () -> Date = { Date() }
     ) {
@@ -59,7 +59,7 @@ final class WebPushVAPIDTokens: BearerSource, Sendable {
         self.now = now
     }
 
-    func currentBearer() throws(APNsError) -> (token: String, issuedAt: Date)? {
+    func currentBearer() throws(PushError) -> (token: String, issuedAt: Date)? {
         let at = now()
         if let current = state.withLock({ $0.current }), at.timeIntervalSince(current.issuedAt) < lifetime / 2,
             at >= current.issuedAt
@@ -70,7 +70,7 @@ final class WebPushVAPIDTokens: BearerSource, Sendable {
         do {
             jwt = try vapid.token(audience: audience, expiresAt: at.addingTimeInterval(lifetime))
         } catch {
-            throw APNsError(.credential, error.reason)
+            throw PushError(.credential, error.reason)
         }
         let made = (token: "t=\(jwt), k=\(vapid.publicKey)", issuedAt: at)
         state.withLock {
@@ -80,7 +80,7 @@ final class WebPushVAPIDTokens: BearerSource, Sendable {
         return made
     }
 
-    func rejected(issuedAt: Date) throws(APNsError) -> Bool { false }
+    func rejected(issuedAt: Date) throws(PushError) -> Bool { false }
 
     var renewalCount: Int { state.withLock { $0.renewals } }
 
@@ -100,22 +100,23 @@ public final class WebPushClient: Sendable {
     public init(
         configuration: WebPushClientConfiguration, logger: Logger = Logger(label: "herald.webpush")
     )
-        throws(APNsError)
+        throws(PushError)
     {
         self.configuration = configuration
         guard let components = URLComponents(string: configuration.origin), let host = components.host,
             WebPushSubscription.origin(ofEndpoint: configuration.origin) == configuration.origin
         else {
-            throw APNsError(.configuration, "\(configuration.origin) is not an https origin")
+            throw PushError(.configuration, "\(configuration.origin) is not an https origin")
         }
         tokens = WebPushVAPIDTokens(
             vapid: configuration.vapid, audience: configuration.origin, lifetime: configuration.tokenLifetime,
             now: configuration.now)
-        var pool = APNsClientConfiguration(
-            credential: .token(keyID: "", teamID: "", p8PEM: ""), environment: .production, pool: configuration.pool)
         let bare = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
-        pool.endpoint = configuration.pool.endpoint ?? APNsEndpoint(host: bare, port: components.port ?? 443)
-        loop = try ClientLoop(config: pool, logger: logger, dialect: .webpush, bearer: tokens)
+        loop = try ClientLoop(
+            config: configuration.pool,
+            endpoint: configuration.pool.endpoint ?? ServiceEndpoint(host: bare, port: components.port ?? 443),
+            tls: TLSContext(trustedCAFile: configuration.pool.trustedCAFile), logger: logger, dialect: .webpush,
+            bearer: tokens)
         loop.start()
     }
 
@@ -125,8 +126,8 @@ public final class WebPushClient: Sendable {
     /// holds; the device token of the delivery is the endpoint's path at its origin. Throws when the subscription
     /// is malformed or its key is not a P-256 point.
     public static func delivery(
-        _ rendered: APNsRequest, timeout: Duration = .seconds(30), tag: UInt64 = 0
-    ) throws(WebPushError) -> APNsDelivery {
+        _ rendered: PushRequest, timeout: Duration = .seconds(30), tag: UInt64 = 0
+    ) throws(WebPushError) -> PushDelivery {
         guard let subscription = WebPushSubscription(token: rendered.token) else {
             throw WebPushError("the device token is not a Web Push subscription")
         }
@@ -140,14 +141,14 @@ public final class WebPushClient: Sendable {
         var path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         if let query = components.percentEncodedQuery { path += "?" + query }
         let body = try WebPushCrypto.encrypt(rendered.payload, uaPublic: key, authSecret: auth)
-        return APNsDelivery(
+        return PushDelivery(
             deviceToken: path, topic: subscription.origin ?? "", pushType: rendered.pushType,
             priority: APNsPriority(rawValue: rendered.priority), expiration: rendered.expiration,
             collapseID: rendered.collapseID, apnsID: nil, payload: body, timeout: timeout, tag: tag)
     }
 
     /// Sends one message and waits for its final outcome.
-    public func send(_ request: APNsDelivery) async -> APNsResponse {
+    public func send(_ request: PushDelivery) async -> PushResponse {
         _ = await loop.gate.acquire(upTo: 1, prioritized: request.prioritized)
         return await withCheckedContinuation { continuation in
             loop.enqueue([Job(request: request) { continuation.resume(returning: $0) }])
@@ -155,15 +156,15 @@ public final class WebPushClient: Sendable {
     }
 
     /// Accepts a batch; `onComplete` runs once per request on the client's I/O thread.
-    public func submit(_ requests: [APNsDelivery], onComplete: @escaping @Sendable (APNsResponse) -> Void) async {
+    public func submit(_ requests: [PushDelivery], onComplete: @escaping @Sendable (PushResponse) -> Void) async {
         await loop.submit(requests, path: nil, onComplete: onComplete)
     }
 
-    public var stats: APNsClientStats { loop.stats }
+    public var stats: PushClientStats { loop.stats }
 
     /// Whether `response` failed because the push service did not agree to HTTP/2 in ALPN (it speaks HTTP/1.1 only;
     /// `WebPushHTTP1Sender` reaches it).
-    public static func refusedHTTP2(_ response: APNsResponse) -> Bool {
+    public static func refusedHTTP2(_ response: PushResponse) -> Bool {
         guard case .connectFailed(let why)? = response.transportFailure else { return false }
         return why.contains("did not agree to HTTP/2") || why.lowercased().contains("no application protocol")
     }

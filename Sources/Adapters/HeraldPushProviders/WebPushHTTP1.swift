@@ -16,14 +16,14 @@ public final class WebPushHTTP1Sender: Sendable {
     public init(
         trustedCAFile: String? = nil, maxInFlight: Int = 1000, connectTimeout: Duration = .seconds(5),
         tokenLifetime: TimeInterval = WebPushVAPID.defaultLifetime, now: @escaping @Sendable () -> Date = { Date() }
-    ) throws(APNsError) {
+    ) throws(PushError) {
         do {
             http = try HTTP1Client(
                 configuration: HTTP1ClientConfiguration(
                     trustedCAFile: trustedCAFile, maxInFlight: maxInFlight, maxConnectionsPerHost: 8,
                     connectTimeout: connectTimeout))
         } catch {
-            throw APNsError(.io, error.message)
+            throw PushError(.io, error.message)
         }
         self.tokenLifetime = min(tokenLifetime, WebPushVAPID.maxLifetime)
         self.now = now
@@ -31,7 +31,7 @@ public final class WebPushHTTP1Sender: Sendable {
 
     /// The HTTP/1.1 request of a delivery made by `WebPushClient.delivery` (its device token is the endpoint's
     /// path), to `origin`, signed with `vapid`.
-    func request(_ delivery: APNsDelivery, origin: String, vapid: WebPushVAPID) throws(APNsError) -> HTTPRequest {
+    func request(_ delivery: PushDelivery, origin: String, vapid: WebPushVAPID) throws(PushError) -> HTTPRequest {
         let source = tokens.withLock { tokens in
             let key = origin + " " + vapid.publicKey
             if let found = tokens[key] { return found }
@@ -39,7 +39,7 @@ public final class WebPushHTTP1Sender: Sendable {
             tokens[key] = made
             return made
         }
-        guard let bearer = try source.currentBearer() else { throw APNsError(.credential, "no VAPID token") }
+        guard let bearer = try source.currentBearer() else { throw PushError(.credential, "no VAPID token") }
         let seconds = Int64(now().timeIntervalSince1970)
         var headers: [(String, String)] = [
             ("Content-Type", "application/octet-stream"), ("Content-Encoding", "aes128gcm"),
@@ -57,9 +57,9 @@ public final class WebPushHTTP1Sender: Sendable {
     /// Sends deliveries to `origin` (one attempt each, concurrently); `each` gets every outcome, classified by
     /// HeraldCore's `WebPushAnswerTable`, on the calling task, in completion order.
     public func send(
-        _ deliveries: [APNsDelivery], origin: String, vapid: WebPushVAPID, each: (APNsResponse) -> Void
+        _ deliveries: [PushDelivery], origin: String, vapid: WebPushVAPID, each: (PushResponse) -> Void
     ) async {
-        await withTaskGroup(of: APNsResponse.self) { group in
+        await withTaskGroup(of: PushResponse.self) { group in
             for delivery in deliveries {
                 let request: HTTPRequest
                 do {
@@ -73,7 +73,7 @@ public final class WebPushHTTP1Sender: Sendable {
                 }
                 group.addTask {
                     let response = await self.http.send(request)
-                    let failure: APNsTransportFailure? =
+                    let failure: PushTransportFailure? =
                         switch response.failure {
                         case nil: nil
                         case .timedOut?: .deadlineExceeded
@@ -93,11 +93,11 @@ public final class WebPushHTTP1Sender: Sendable {
     /// An outcome as the HTTP/2 client reports it: status, the table's class and reason (with the push service's
     /// words), `Retry-After`, or the failure below HTTP.
     static func response(
-        tag: UInt64, status: Int?, body: [UInt8], retryAfter: String?, failure: APNsTransportFailure?
-    ) -> APNsResponse {
+        tag: UInt64, status: Int?, body: [UInt8], retryAfter: String?, failure: PushTransportFailure?
+    ) -> PushResponse {
         guard let status else {
             let f = failure ?? .protocolViolation("no answer")
-            return APNsResponse(
+            return PushResponse(
                 tag: tag, status: nil, reason: nil, apnsID: nil, unregisteredAt: nil, transportFailure: f,
                 disposition: .permanentFailure(reason: f.description), attempts: 1, reasonText: f.kind)
         }
@@ -105,9 +105,9 @@ public final class WebPushHTTP1Sender: Sendable {
         var text = WebPushAnswerTable.reasonText(status: status)
         let said = (200..<300).contains(status) ? "" : WebPushAnswerTable.detail(body)
         if !said.isEmpty { text += ": " + said }
-        let disposition = APNsBackoffPolicy(maxAttempts: 1).disposition(
+        let disposition = BackoffPolicy(maxAttempts: 1).disposition(
             for: answer, reasonText: text, attempt: 1, unit: 0)
-        return APNsResponse(
+        return PushResponse(
             tag: tag, status: status, reason: nil, apnsID: nil, unregisteredAt: nil, transportFailure: nil,
             disposition: disposition, attempts: 1, reasonText: text, answer: answer,
             retryAfter: FCMAnswerTable.retryAfter(retryAfter))

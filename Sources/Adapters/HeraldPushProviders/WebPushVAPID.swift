@@ -63,7 +63,7 @@ public struct WebPushVAPID: Sendable, CustomStringConvertible {
         let header = #"{"typ":"JWT","alg":"ES256"}"#
         let exp = Int64(expiresAt.timeIntervalSince1970.rounded(.down))
         let claims =
-            #"{"aud":"\#(APNsJWT.jsonEscape(audience))","exp":\#(exp),"sub":"\#(APNsJWT.jsonEscape(subject))"}"#
+            #"{"aud":"\#(JWTEncoding.jsonEscape(audience))","exp":\#(exp),"sub":"\#(JWTEncoding.jsonEscape(subject))"}"#
         let input = WebPushBase64URL.encode(Array(header.utf8)) + "." + WebPushBase64URL.encode(Array(claims.utf8))
         do {
             return input + "." + WebPushBase64URL.encode(try signer.sign(Array(input.utf8)))

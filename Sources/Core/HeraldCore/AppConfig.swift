@@ -452,9 +452,9 @@ public struct AppConfig: Sendable {
     /// `guesses` so that send does not take an answer to a guess as the token's death. Nil bundle: no topic.
     public func apnsRoute(
         _ device: Device
-    ) -> (bundleID: String?, environment: APNsEnvironment, guesses: APNsRequest.Guesses) {
+    ) -> (bundleID: String?, environment: APNsEnvironment, guesses: PushRequest.Guesses) {
         let named = apnsCredential(device.providerID)
-        var guesses: APNsRequest.Guesses = []
+        var guesses: PushRequest.Guesses = []
         let bundle = device.bundleID ?? named?.bundleID ?? defaultBundleID
         if device.bundleID == nil && named == nil { guesses.insert(.topic) }
         let environment = device.registeredEnvironment ?? named?.environment ?? .production

@@ -14,7 +14,7 @@
 //   end; version 6 an outbound record's event `created_at` at its end; version 7 a byte at the end of an event
 //   (its sound silenced by `em_push_sound: null`), one at the end of a state (whether its unread total is
 //   known), an empty device environment for one the registration did not name, and a byte at the end of a
-//   request (what render guessed: `APNsRequest.Guesses`); version 8 at the end of an event the conversation's
+//   request (what render guessed: `PushRequest.Guesses`); version 8 at the end of an event the conversation's
 //   channel type, avatar and hiding members and the message's metadata and attachments, and at the end of a state
 //   the user's nickname and the number of conversations with an unread mention, and last in an event a digest's
 //   counts (docs/behaviour.md §6d; version 8 was extended by them before any release wrote it). Version 2 to 7 records are still read (an upgrade with records in flight), with mention counts of
@@ -813,7 +813,7 @@ extension DeliverableRecord: EventFirstRecord {
     }
 }
 
-extension APNsRequest {
+extension PushRequest {
     func write(into w: inout BinaryWriter) {
         w.string(token); w.string(environment.rawValue); w.string(pushType.rawValue); w.string(topic)
         w.int(priority); w.optional(collapseID); w.int(expiration); w.string(apnsID); w.bytes(payload)
@@ -844,7 +844,7 @@ extension OutboundRecord: BinaryRecord {
     public init(binary r: inout BinaryReader) throws(StageRecordError) {
         self.init(
             eventID: try r.string(), appID: try r.string(), recipient: try r.string(),
-            request: try APNsRequest(binary: &r), attempt: Int(clamping: try r.int()), notBefore: try r.optionalInt())
+            request: try PushRequest(binary: &r), attempt: Int(clamping: try r.int()), notBefore: try r.optionalInt())
         if r.version >= 6 { eventCreatedAt = try r.optionalInt() }
     }
 }

@@ -140,7 +140,7 @@ public enum ReadSync {
     /// POST per provider.
     static func render(
         event: ChatEvent, recipient: String, state: UserState, targets: [Device], app: AppConfig
-    ) throws(RenderError) -> [APNsRequest] {
+    ) throws(RenderError) -> [PushRequest] {
         let conversation = conversation(of: event)
         let prefs = app.effectivePreferences(state.preferences)
         // After a read of every conversation nothing is unread, whether or not the total was known before.
@@ -150,7 +150,7 @@ public enum ReadSync {
         let readAt = event.createdAt ?? 0
         let expiration = Saturating.add(readAt / 1000, expirationSeconds)
         let collapse = collapseID(conversation)
-        var out: [APNsRequest] = []
+        var out: [PushRequest] = []
         var webhookProviders: Set<String> = []
         for device in targets {
             let apnsID = APNsID.derive(eventID: event.eventID, token: device.token)
@@ -169,7 +169,7 @@ public enum ReadSync {
                 writeReadObject(conversation, badge, into: &w)
                 w.byte(UInt8(ascii: "}"))
                 out.append(
-                    APNsRequest(
+                    PushRequest(
                         token: device.token, environment: route.environment, pushType: .background, topic: bundle,
                         priority: 5, collapseID: collapse, expiration: expiration, apnsID: apnsID, payload: w.bytes,
                         guesses: route.guesses))
@@ -195,7 +195,7 @@ public enum ReadSync {
                 if let conversation { w.raw(",\"thread-id\":"); w.string(conversation) }
                 w.raw("}}}}}")
                 out.append(
-                    APNsRequest(
+                    PushRequest(
                         token: device.token, environment: .production, pushType: .alert,
                         topic: credential.providerID, priority: 5, collapseID: collapse, expiration: expiration,
                         apnsID: apnsID, payload: w.bytes, provider: .fcm, providerID: credential.providerID))
@@ -216,7 +216,7 @@ public enum ReadSync {
                 w.raw(",\"region\":"); w.string(hook.region)
                 w.raw(",\"webhook\":\"custom\"}")
                 out.append(
-                    APNsRequest(
+                    PushRequest(
                         token: device.token, environment: .production, pushType: .alert, topic: hook.providerID,
                         priority: 5, collapseID: collapse, expiration: expiration, apnsID: apnsID, payload: w.bytes,
                         provider: .webhook, providerID: hook.providerID))

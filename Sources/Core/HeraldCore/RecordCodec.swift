@@ -683,7 +683,7 @@ extension DeliverableRecord: StageRecord {
     }
 }
 
-extension APNsRequest {
+extension PushRequest {
     public func write(into w: inout JSONWriter) {
         w.raw("{\"token\":"); w.string(token)
         w.raw(",\"environment\":"); w.string(environment.rawValue)
@@ -746,7 +746,7 @@ extension OutboundRecord: StageRecord {
         guard let request = r.value("request") else { throw r.fail("request", "missing") }
         self.init(
             eventID: try r.requiredString("event_id"), appID: try r.requiredString("app_id"),
-            recipient: try r.requiredString("recipient"), request: try APNsRequest(json: request),
+            recipient: try r.requiredString("recipient"), request: try PushRequest(json: request),
             attempt: Int(try r.int("attempt") ?? 1), notBefore: try r.int("not_before"),
             eventCreatedAt: try r.int("event_created_at"))
     }

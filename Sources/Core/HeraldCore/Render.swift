@@ -9,7 +9,7 @@ import Foundation
 /// `providerID` name the credential, `priority` is 10 (FCM `high`) or 5 (`normal`), `collapseID` is
 /// FCM's `collapse_key`, `apnsID` is the same derived trace id, and `payload` is the complete HTTP body
 /// (FCM: `{"message":{...}}`; webhook: CometChat's `push-notification-payload-generated` object).
-public struct APNsRequest: Sendable, Hashable {
+public struct PushRequest: Sendable, Hashable {
     /// Render writes `alert` (chat) or `voip` (calls).
     public typealias PushType = APNsPushType
 
@@ -208,7 +208,7 @@ public enum Renderer {
         event: ChatEvent, recipient: String, state: UserState, targets: [Device],
         app: AppConfig, senderDisplayName: String? = nil, burst: Int? = nil,
         now: Date
-    ) throws(RenderError) -> [APNsRequest] {
+    ) throws(RenderError) -> [PushRequest] {
         if targets.isEmpty { return [] }
         if event.kind == .conversationRead {
             return try ReadSync.render(event: event, recipient: recipient, state: state, targets: targets, app: app)
@@ -219,7 +219,7 @@ public enum Renderer {
         // Rendered once per push type and `aps` flags (a credential may set its own, `APSFlags`).
         var alertPayload: (flags: APSFlags, bytes: [UInt8])?
         var voipPayload: (flags: APSFlags, bytes: [UInt8])?
-        var out: [APNsRequest] = []
+        var out: [PushRequest] = []
         out.reserveCapacity(targets.count)
         var webhookProviders: Set<String> = []
         for device in targets {
@@ -252,7 +252,7 @@ public enum Renderer {
             case .apns, .voip:
                 break
             }
-            let pushType: APNsRequest.PushType
+            let pushType: PushRequest.PushType
             switch isCall ? event.call?.action.applePush : nil {
             case .ring?: pushType = device.kind == .voip ? .voip : .alert
             case .background?: pushType = .background
@@ -284,7 +284,7 @@ public enum Renderer {
                 collapse = Self.messageCollapseID(event)
             }
             out.append(
-                APNsRequest(
+                PushRequest(
                     token: device.token, environment: route.environment, pushType: pushType,
                     topic: pushType == .voip && !bundle.hasSuffix(".voip") ? bundle + ".voip" : bundle,
                     priority: pushType == .background ? 5 : 10,
@@ -459,7 +459,7 @@ public enum Renderer {
     public static func renderPayload(
         event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
         senderDisplayName: String?,
-        pushType: APNsRequest.PushType, burst: Int? = nil, aps: APSFlags? = nil
+        pushType: PushRequest.PushType, burst: Int? = nil, aps: APSFlags? = nil
     ) throws(RenderError) -> [UInt8] {
         let aps =
             aps
@@ -576,7 +576,7 @@ public enum Renderer {
 
     static func write(
         _ event: ChatEvent, _ recipient: String, _ state: UserState, _ app: AppConfig, _ sender: String,
-        _ badge: Int?, _ content: PayloadContent, pushType: APNsRequest.PushType = .alert, aps: APSFlags,
+        _ badge: Int?, _ content: PayloadContent, pushType: PushRequest.PushType = .alert, aps: APSFlags,
         into w: inout JSONWriter
     ) {
         if pushType == .background {

@@ -16,7 +16,7 @@ public struct SimulationLine: Sendable, Hashable {
     public var user: String?
     public var decision: Outcome
     public var reason: String?
-    public var notifications: [APNsRequest]
+    public var notifications: [PushRequest]
     /// The recipient's priority class and lane (`class`, `lane`, `class_rule` in the JSON); nil for a dropped event.
     public var priority: PriorityDecision?
     /// The push's place in a coalesced burst (`burst` in the JSON, docs/behaviour.md §6a): 1 opens it, n > 1 is an
@@ -24,7 +24,7 @@ public struct SimulationLine: Sendable, Hashable {
     public var burst: Int?
 
     public init(
-        user: String?, decision: Outcome, reason: String?, notifications: [APNsRequest] = [],
+        user: String?, decision: Outcome, reason: String?, notifications: [PushRequest] = [],
         priority: PriorityDecision? = nil
     ) {
         self.user = user

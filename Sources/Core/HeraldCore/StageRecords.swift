@@ -73,7 +73,7 @@ public struct OutboundRecord: Sendable, Hashable {
         var eventID: String
         var appID: String
         var recipient: String
-        var request: APNsRequest
+        var request: PushRequest
         var attempt: Int
         var notBefore: Int64?
         var eventCreatedAt: Int64?
@@ -96,7 +96,7 @@ public struct OutboundRecord: Sendable, Hashable {
         set { values.modify { $0.recipient = newValue } }
         _modify { yield &values.value.recipient }
     }
-    public var request: APNsRequest {
+    public var request: PushRequest {
         get { values.value.request }
         set { values.modify { $0.request = newValue } }
         _modify { yield &values.value.request }
@@ -122,7 +122,7 @@ public struct OutboundRecord: Sendable, Hashable {
     }
 
     public init(
-        eventID: String, appID: String, recipient: String, request: APNsRequest, attempt: Int = 1,
+        eventID: String, appID: String, recipient: String, request: PushRequest, attempt: Int = 1,
         notBefore: Int64? = nil, eventCreatedAt: Int64? = nil
     ) {
         values = CopyOnWrite(

@@ -31,10 +31,10 @@ public enum ClaimOutcome: Sendable, Hashable {
 /// One notification for the transport.
 public struct PushJob: Sendable, Hashable {
     public var appID: String
-    public var request: APNsRequest
+    public var request: PushRequest
     /// From the priority lane: started before queued bulk jobs, and may use the streams reserved for it.
     public var prioritized: Bool
-    public init(appID: String, request: APNsRequest, prioritized: Bool = false) {
+    public init(appID: String, request: PushRequest, prioritized: Bool = false) {
         self.appID = appID
         self.request = request
         self.prioritized = prioritized
@@ -44,12 +44,12 @@ public struct PushJob: Sendable, Hashable {
 /// APNs's final answer to one job (after the transport's own transparent resends).
 public enum PushAnswer: Sendable, Equatable {
     case answered(status: Int, reason: APNsReason?, timestamp: Int64?)
-    case failed(APNsTransportFailure)
+    case failed(PushTransportFailure)
     /// No credential is configured for the job's app, topic and environment.
     case noCredential(String)
     /// An answer the transport already classified with its provider's table (FCM, webhooks): the status
     /// (nil below HTTP), the reason text, the class, and the provider's `Retry-After`.
-    case classified(status: Int?, reason: String, answer: APNsAnswerClass, retryAfter: Duration?)
+    case classified(status: Int?, reason: String, answer: PushAnswerClass, retryAfter: Duration?)
 }
 
 /// Sends notifications to APNs (HTTP/2 clients in the stage; a script in tests).
@@ -85,7 +85,7 @@ public struct SendProcessor: StageProcessor {
     /// Pairs claimed by this process and not yet answered: a second copy arriving meanwhile is not sent.
     let inFlight = InFlightPairs()
     /// Attempts in total and the delay before each retry.
-    public var retryPolicy: APNsBackoffPolicy
+    public var retryPolicy: BackoffPolicy
     /// A random number in [0, 1) for the backoff's jitter.
     public var unit: @Sendable () -> Double
     public var onTransientFailure: @Sendable (TransientFailure) -> Void
@@ -107,7 +107,7 @@ public struct SendProcessor: StageProcessor {
     public init(
         retryTopic: String, tokenFeedbackTopic: String, transport: any PushTransport, ledger: any DeliveryLedger,
         owner: String = UUIDString.random(), claimTTL: Duration = .seconds(90),
-        retryPolicy: APNsBackoffPolicy = APNsBackoffPolicy(
+        retryPolicy: BackoffPolicy = BackoffPolicy(
             initialDelay: .seconds(1), maxDelay: .seconds(60),
             maxAttempts: 6),
         unit: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
@@ -331,7 +331,7 @@ public struct SendProcessor: StageProcessor {
     func classify(
         _ record: OutboundRecord, _ answer: PushAnswer, now: Int64, explainFirstDelivery: Bool = true
     ) -> (StageResult, Bool) {
-        let answerClass: APNsAnswerClass
+        let answerClass: PushAnswerClass
         let reasonText: String
         var status: Int?
         let answerNote: StageNote

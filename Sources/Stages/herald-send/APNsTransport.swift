@@ -31,7 +31,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// Opens a client for every credential of every app; a credential that cannot be loaded is logged and
     /// left out (its notifications are dead-lettered with `no_credential`).
     init(
-        apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
+        apps: AppDirectory, endpoint: ServiceEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
         priorityReserve: Double = 0, priorityConnections: Int = 0, timeout: Duration, environment: [String: String],
         logger: Logger
     ) {
@@ -44,7 +44,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
                 credential: auth, environment: credential.environment,
                 endpoint: endpoint, trustedCAFile: caFile, connections: connections, maxInFlight: maxInFlight,
                 // One in-process retry (it also renews an expired JWT); further retries go through herald.retry.
-                retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                retry: BackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
                 metricDimensions: [
                     ("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
                     ("environment", credential.environment.rawValue),
@@ -180,11 +180,11 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
             }
         }
         await sendConcurrently(
-            jobs, groups, timeout: timeout, delivery: { APNsDelivery($0, timeout: $1, tag: $2) },
+            jobs, groups, timeout: timeout, delivery: { PushDelivery($0, timeout: $1, tag: $2) },
             answer: Self.answer, onAnswer: onAnswer)
     }
 
-    static func answer(_ response: APNsResponse) -> PushAnswer {
+    static func answer(_ response: PushResponse) -> PushAnswer {
         if let status = response.status {
             return .answered(status: status, reason: response.reason, timestamp: response.unregisteredAt)
         }

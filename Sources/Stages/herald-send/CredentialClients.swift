@@ -12,8 +12,8 @@ protocol CredentialClient: AnyObject, BatchPushClient {
 /// rendered request (deadline, tag), `answer` reads the provider's answer.
 func sendConcurrently<Client: CredentialClient>(
     _ jobs: [PushJob], _ shares: [(Client, [Int])], timeout: Duration,
-    delivery: @escaping @Sendable (APNsRequest, Duration, UInt64) -> APNsDelivery,
-    answer: @escaping @Sendable (APNsResponse) -> PushAnswer,
+    delivery: @escaping @Sendable (PushRequest, Duration, UInt64) -> PushDelivery,
+    answer: @escaping @Sendable (PushResponse) -> PushAnswer,
     onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void
 ) async {
     await withTaskGroup(of: Void.self) { group in

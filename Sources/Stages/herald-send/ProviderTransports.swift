@@ -99,7 +99,7 @@ final class FCMPushTransport: Sendable {
     private let logger: Logger
 
     init(
-        apps: AppDirectory, endpoint: APNsEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
+        apps: AppDirectory, endpoint: ServiceEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
         priorityReserve: Double = 0, priorityConnections: Int = 0, timeout: Duration, logger: Logger
     ) {
         self.timeout = timeout
@@ -110,7 +110,7 @@ final class FCMPushTransport: Sendable {
                 account: account, endpoint: endpoint, trustedCAFile: caFile, connections: connections,
                 maxInFlight: maxInFlight, connectTimeout: .seconds(5),
                 // One in-process retry (and one access-token renewal on 401); more go through herald.retry.
-                retry: APNsBackoffPolicy(
+                retry: BackoffPolicy(
                     initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
                 metricDimensions: [
                     ("stage", "send"), ("app", appID), ("provider_id", credential.providerID),
@@ -201,7 +201,7 @@ final class FCMPushTransport: Sendable {
             delivery: { FCMClient.delivery($0, timeout: $1, tag: $2) }, answer: Self.answer, onAnswer: onAnswer)
     }
 
-    static func answer(_ r: APNsResponse) -> PushAnswer {
+    static func answer(_ r: PushResponse) -> PushAnswer {
         if let status = r.status {
             return .classified(
                 status: status, reason: r.reasonText ?? "HTTP\(status)",

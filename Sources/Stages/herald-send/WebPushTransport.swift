@@ -125,7 +125,7 @@ final class WebPushPushTransport: Sendable {
             configuration: WebPushClientConfiguration(
                 origin: key.origin, vapid: vapid, trustedCAFile: caFile, maxInFlight: maxInFlight,
                 // One in-process retry; more go through herald.retry.
-                retry: APNsBackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                retry: BackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
                 metricDimensions: [("stage", "send"), ("app", key.app), ("origin", key.origin)]),
             logger: logger)
         let (kept, evicted) = state.withLock { state -> (WebPushClient, [WebPushClient]) in
@@ -153,7 +153,7 @@ final class WebPushPushTransport: Sendable {
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         let (apps, keys) = state.withLock { ($0.apps, $0.keys) }
-        var groups: [Key: [(Int, APNsDelivery)]] = [:]
+        var groups: [Key: [(Int, PushDelivery)]] = [:]
         for (index, job) in jobs.enumerated() {
             let app = apps.app(job.appID)
             guard keys[job.appID] != nil else {
@@ -169,7 +169,7 @@ final class WebPushPushTransport: Sendable {
                         status: nil, reason: "OriginNotAllowed: \(problem)", answer: .permanent, retryAfter: nil))
                 continue
             }
-            var delivery: APNsDelivery
+            var delivery: PushDelivery
             do {
                 delivery = try WebPushClient.delivery(job.request, timeout: timeout, tag: UInt64(index))
             } catch {
@@ -208,7 +208,7 @@ final class WebPushPushTransport: Sendable {
                 }
                 let http1 = self.http1
                 group.addTask { () async -> Void in
-                    let divert: ((APNsResponse) -> Bool)? = http1 == nil ? nil : { WebPushClient.refusedHTTP2($0) }
+                    let divert: ((PushResponse) -> Bool)? = http1 == nil ? nil : { WebPushClient.refusedHTTP2($0) }
                     let refused = await Self.deliver(
                         items, jobs: jobs, timeout: timeout, divert: divert, onAnswer: onAnswer
                     ) { deliveries, each in await client.answers(for: deliveries, each: each) }
@@ -227,13 +227,13 @@ final class WebPushPushTransport: Sendable {
     /// half the size it refused; the second answer is the final one. Answers `divert` takes are not given to
     /// `onAnswer` but returned (to be sent another way).
     static func deliver(
-        _ items: [(Int, APNsDelivery)], jobs: [PushJob], timeout: Duration, divert: ((APNsResponse) -> Bool)?,
+        _ items: [(Int, PushDelivery)], jobs: [PushJob], timeout: Duration, divert: ((PushResponse) -> Bool)?,
         onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
-        send: ([APNsDelivery], (APNsResponse) -> Void) async -> Void
-    ) async -> [(Int, APNsDelivery)] {
+        send: ([PushDelivery], (PushResponse) -> Void) async -> Void
+    ) async -> [(Int, PushDelivery)] {
         let byIndex = Dictionary(items, uniquingKeysWith: { a, _ in a })
-        var again: [APNsDelivery] = []
-        var diverted: [(Int, APNsDelivery)] = []
+        var again: [PushDelivery] = []
+        var diverted: [(Int, PushDelivery)] = []
         await send(items.map(\.1)) { response in
             let index = Int(response.tag)
             if let divert, divert(response), let delivery = byIndex[index] {
@@ -266,7 +266,7 @@ final class WebPushPushTransport: Sendable {
     }
 
     /// The job's message shrunk to fit half of the `refused` body size once encrypted, or nil when it cannot be.
-    static func shrunk(_ job: PushJob, tag: UInt64, refused: Int, timeout: Duration) -> APNsDelivery? {
+    static func shrunk(_ job: PushJob, tag: UInt64, refused: Int, timeout: Duration) -> PushDelivery? {
         let limit = refused / 2 - WebPushCrypto.overheadBytes
         guard limit > 0, let payload = WebPushPayload.shrunk(job.request.payload, toFit: limit) else { return nil }
         var request = job.request
@@ -276,7 +276,7 @@ final class WebPushPushTransport: Sendable {
         return delivery
     }
 
-    static func answer(_ r: APNsResponse) -> PushAnswer {
+    static func answer(_ r: PushResponse) -> PushAnswer {
         if let status = r.status {
             return .classified(
                 status: status, reason: r.reasonText ?? WebPushAnswerTable.reasonText(status: status),

@@ -19,10 +19,10 @@ func setting(_ key: ConfigKey) -> Int {
 func optionalText(_ key: ConfigKey) -> String? {
     setup.valueOrExit { config throws(ConfigurationError) in try config.text(key) }
 }
-func endpoint(_ key: ConfigKey) -> APNsEndpoint? {
+func endpoint(_ key: ConfigKey) -> ServiceEndpoint? {
     guard let raw = optionalText(key) else { return nil }
     return setup.valueOrExit { _ throws(ConfigurationError) in
-        guard let parsed = APNsEndpoint(parsing: raw) else {
+        guard let parsed = ServiceEndpoint(parsing: raw) else {
             throw ConfigurationError(key: key.name, value: raw, reason: "expected host[:port]")
         }
         return parsed
@@ -84,7 +84,7 @@ func sender(_ lane: Lane) -> SendProcessor {
         owner: "\(setup.context.environment.instance)-\(UUIDString.random())",
         // A claim outlives the longest a request can take (queueing for a stream, then its deadline).
         claimTTL: .milliseconds(2 * timeoutMs + 30_000),
-        retryPolicy: APNsBackoffPolicy(
+        retryPolicy: BackoffPolicy(
             initialDelay: .milliseconds(setting(.sendRetryInitialMs)),
             maxDelay: .milliseconds(setting(.sendRetryMaxMs)),
             maxAttempts: setting(.sendMaxAttempts)),

@@ -206,12 +206,12 @@ struct APNsBench: AsyncParsableCommand {
         let config = APNsClientConfiguration(
             credential: .token(
                 keyID: dir.keyID, teamID: dir.teamID, p8PEM: try String(contentsOfFile: dir.authKey, encoding: .utf8)),
-            endpoint: APNsEndpoint(host: "127.0.0.1", port: port), trustedCAFile: dir.cert, connections: c,
+            endpoint: ServiceEndpoint(host: "127.0.0.1", port: port), trustedCAFile: dir.cert, connections: c,
             maxStreamsPerConnection: streams, maxInFlight: maxInFlight,
-            retry: APNsBackoffPolicy(maxAttempts: 1))
+            retry: BackoffPolicy(maxAttempts: 1))
         let client = try APNsClient(configuration: config)
         let requests = (0..<n).map { i in
-            APNsDelivery(
+            PushDelivery(
                 deviceToken: token, topic: "com.example.chat", pushType: .alert, priority: .immediately,
                 expiration: 0, payload: payload, timeout: .seconds(300), tag: UInt64(i))
         }

@@ -94,9 +94,9 @@ struct Push: AsyncParsableCommand {
         } else {
             prio = type == .background ? .considerPower : .immediately
         }
-        var endpoint: APNsEndpoint?
+        var endpoint: ServiceEndpoint?
         if let host {
-            guard let parsed = APNsEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
+            guard let parsed = ServiceEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
             endpoint = parsed
         }
         let payload = try loadPayload()
@@ -104,10 +104,10 @@ struct Push: AsyncParsableCommand {
         let config = APNsClientConfiguration(
             credential: credential, environment: env, endpoint: endpoint, trustedCAFile: caFile, connections: 1,
             maxInFlight: 1, connectTimeout: .milliseconds(Int64(timeout * 1000)),
-            retry: APNsBackoffPolicy(maxAttempts: 1))
+            retry: BackoffPolicy(maxAttempts: 1))
         let client: APNsClient
         do { client = try APNsClient(configuration: config) } catch { throw ValidationError(error.description) }
-        let request = APNsDelivery(
+        let request = PushDelivery(
             deviceToken: deviceToken, topic: topic, pushType: type, priority: prio,
             expiration: expiration, collapseID: collapseID, apnsID: apnsID, payload: payload,
             timeout: .milliseconds(Int64(timeout * 1000)))
@@ -149,7 +149,7 @@ struct Push: AsyncParsableCommand {
             guard let entry = matches.first else {
                 throw ValidationError("app \(app) has no \(env.rawValue) credential for topic \(topic)")
             }
-            do throws(APNsError) { return try APNsClientCredential(entry) } catch {
+            do throws(PushError) { return try APNsClientCredential(entry) } catch {
                 throw ValidationError(error.description)
             }
         }
@@ -171,7 +171,7 @@ struct Push: AsyncParsableCommand {
             "give a credential: --pipeline/--app, --key-p8/--key-id/--team-id, --cert/--cert-key or --p12")
     }
 
-    static func json(_ r: APNsResponse) -> String {
+    static func json(_ r: PushResponse) -> String {
         var object: [String: Any] = [
             "status": r.status.map { $0 as Any } ?? NSNull(),
             "reason": r.reason.map { $0.wire as Any } ?? NSNull(),
@@ -184,7 +184,7 @@ struct Push: AsyncParsableCommand {
         return CLI.json(object)
     }
 
-    static func dispositionText(_ d: APNsDisposition) -> String {
+    static func dispositionText(_ d: PushDisposition) -> String {
         switch d {
         case .delivered: "delivered"
         case .retry(let after): "retry after \(after)"

@@ -35,9 +35,9 @@ extension Push {
         do { account = try FCMServiceAccount.load(path: accountFile) } catch {
             throw ValidationError(error.description)
         }
-        var endpoint: APNsEndpoint?
+        var endpoint: ServiceEndpoint?
         if let host {
-            guard let parsed = APNsEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
+            guard let parsed = ServiceEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
             endpoint = parsed
         }
         let payload: [UInt8]
@@ -64,9 +64,9 @@ extension Push {
             client = try FCMClient(
                 configuration: FCMClientConfiguration(
                     account: account, endpoint: endpoint, trustedCAFile: caFile, connections: 1, maxInFlight: 1,
-                    connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1)))
+                    connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: BackoffPolicy(maxAttempts: 1)))
         } catch { throw ValidationError(error.description) }
-        let request = APNsDelivery(
+        let request = PushDelivery(
             deviceToken: deviceToken, topic: account.projectID, payload: payload,
             timeout: .milliseconds(Int64(timeout * 1000)))
         let response = await client.send(request)
@@ -139,7 +139,7 @@ extension Push {
                 configuration: HTTP1ClientConfiguration(trustedCAFile: caFile, maxInFlight: 1),
                 timeout: .milliseconds(Int64(min(timeout, 2) * 1000)))
         } catch { throw ValidationError("\(error)") }
-        let rendered = APNsRequest(
+        let rendered = PushRequest(
             token: deviceToken, environment: .production, pushType: .alert, topic: providerID ?? "",
             priority: 10, collapseID: nil, expiration: 0, apnsID: "", payload: payload,
             provider: .webhook, providerID: providerID)

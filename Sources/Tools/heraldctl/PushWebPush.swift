@@ -83,12 +83,12 @@ extension Push {
         guard payload.count <= WebPushCrypto.maxPlaintextBytes else {
             throw ValidationError("the message is \(payload.count) bytes; at most \(WebPushCrypto.maxPlaintextBytes)")
         }
-        var endpoint: APNsEndpoint?
+        var endpoint: ServiceEndpoint?
         if let host {
-            guard let parsed = APNsEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
+            guard let parsed = ServiceEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
             endpoint = parsed
         }
-        let rendered = APNsRequest(
+        let rendered = PushRequest(
             token: token, environment: .production, pushType: .alert, topic: origin, priority: priority,
             collapseID: collapseID.map(WebPushPayload.topic),
             expiration: Int64(Date().timeIntervalSince1970) + max(0, webPush.ttl), apnsID: "", payload: payload,
@@ -98,9 +98,9 @@ extension Push {
             client = try WebPushClient(
                 configuration: WebPushClientConfiguration(
                     origin: origin, vapid: vapid, endpoint: endpoint, trustedCAFile: caFile, maxInFlight: 1,
-                    connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: APNsBackoffPolicy(maxAttempts: 1)))
+                    connectTimeout: .milliseconds(Int64(timeout * 1000)), retry: BackoffPolicy(maxAttempts: 1)))
         } catch { throw ValidationError(error.description) }
-        let delivery: APNsDelivery
+        let delivery: PushDelivery
         do {
             delivery = try WebPushClient.delivery(rendered, timeout: .milliseconds(Int64(timeout * 1000)))
         } catch { throw ValidationError(error.reason) }

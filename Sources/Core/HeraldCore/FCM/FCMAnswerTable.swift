@@ -91,7 +91,7 @@ public enum FCMAnswerTable {
     public struct Row: Sendable {
         public let status: Int
         public let code: FCMErrorCode?
-        public let answer: APNsAnswerClass
+        public let answer: PushAnswerClass
     }
 
     /// Exact (status, code) rows first; rows with `code == nil` apply to any other code of that status.
@@ -116,7 +116,7 @@ public enum FCMAnswerTable {
     ]
 
     /// Classifies an HTTP answer of `messages:send`.
-    public static func classify(status: Int, body: FCMErrorBody?) -> APNsAnswerClass {
+    public static func classify(status: Int, body: FCMErrorBody?) -> PushAnswerClass {
         let code = body?.errorCode
         if status == 400, code == nil || code == .invalidArgument, body?.isAboutToken == true {
             return .tokenDead(unregisteredAt: nil)
@@ -131,7 +131,7 @@ public enum FCMAnswerTable {
     }
 
     /// Classifies a failure below HTTP (same as APNs).
-    public static func classify(_ failure: APNsTransportFailure) -> APNsAnswerClass {
+    public static func classify(_ failure: PushTransportFailure) -> PushAnswerClass {
         APNsAnswerTable.classify(failure)
     }
 

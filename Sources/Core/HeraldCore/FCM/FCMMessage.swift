@@ -28,7 +28,7 @@ public enum FCMMessage {
     static func request(
         event: ChatEvent, recipient: String, state: UserState, device: Device, app: AppConfig,
         senderDisplayName: String?, burst: Int? = nil, eventSeconds: Int64
-    ) throws(RenderError) -> APNsRequest {
+    ) throws(RenderError) -> PushRequest {
         guard let credential = app.fcmCredential(device.providerID) else {
             throw RenderError.noFCMCredential(device, app: app)
         }
@@ -39,7 +39,7 @@ public enum FCMMessage {
             senderDisplayName: senderDisplayName, burst: burst)
         let ttl = isCall ? app.callExpirationSeconds : app.expirationSeconds
         let (sum, overflow) = eventSeconds.addingReportingOverflow(ttl)
-        return APNsRequest(
+        return PushRequest(
             token: device.token, environment: .production, pushType: .alert,
             topic: credential.providerID, priority: isCall ? 10 : 5,
             collapseID: burst.map { Coalescing.collapseID(event, burst: $0) } ?? collapseKey(event),

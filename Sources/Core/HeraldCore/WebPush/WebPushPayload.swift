@@ -21,7 +21,7 @@ public enum WebPushPayload {
     /// The most plaintext bytes whose `aes128gcm` body (86 bytes of header, a padding delimiter and a 16-byte tag)
     /// fits the 4,096 bytes every push service takes.
     public static let payloadLimit = 4096 - 86 - 1 - 16
-    /// `Urgency` by `APNsRequest.priority`.
+    /// `Urgency` by `PushRequest.priority`.
     public static func urgency(priority: Int) -> String {
         priority >= 10 ? "high" : priority <= 1 ? "low" : "normal"
     }
@@ -30,7 +30,7 @@ public enum WebPushPayload {
     static func request(
         event: ChatEvent, recipient: String, state: UserState, device: Device, app: AppConfig,
         senderDisplayName: String?, burst: Int? = nil, eventSeconds: Int64
-    ) throws(RenderError) -> APNsRequest {
+    ) throws(RenderError) -> PushRequest {
         guard app.webPush != nil else {
             throw RenderError(
                 code: .noProvider, detail: "webpush device and app \(app.appID) has no webpush section")
@@ -46,7 +46,7 @@ public enum WebPushPayload {
         let ttl = isCall ? app.callExpirationSeconds : app.expirationSeconds
         let (sum, overflow) = eventSeconds.addingReportingOverflow(ttl)
         let priority = isCall && event.call?.action.applePush == .ring ? 10 : silent ? 1 : 5
-        return APNsRequest(
+        return PushRequest(
             token: device.token, environment: .production, pushType: silent ? .background : .alert,
             topic: WebPushSubscription(token: device.token)?.origin ?? "", priority: priority,
             collapseID: collapse.map(topic), expiration: overflow ? Int64.max : max(0, sum),
@@ -204,7 +204,7 @@ public enum WebPushPayload {
 /// `Retry-After`; 413 the body is too large; 400, 401, 403 and every other status permanent. Failures below HTTP
 /// are retried.
 public enum WebPushAnswerTable {
-    public static func classify(status: Int) -> APNsAnswerClass {
+    public static func classify(status: Int) -> PushAnswerClass {
         switch status {
         case 200...299: .delivered
         case 404, 410: .tokenDead(unregisteredAt: nil)

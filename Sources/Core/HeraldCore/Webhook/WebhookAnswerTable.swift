@@ -6,7 +6,7 @@
 public enum WebhookAnswerTable {
     public struct Row: Sendable {
         public let statuses: ClosedRange<Int>
-        public let answer: APNsAnswerClass
+        public let answer: PushAnswerClass
     }
 
     public static let rows: [Row] = [
@@ -16,12 +16,12 @@ public enum WebhookAnswerTable {
         Row(statuses: 500...599, answer: .retryable),
     ]
 
-    public static func classify(status: Int) -> APNsAnswerClass {
+    public static func classify(status: Int) -> PushAnswerClass {
         rows.first { $0.statuses.contains(status) }?.answer ?? .permanent
     }
 
     /// Below HTTP every failure may be transient (including the answer deadline).
-    public static func classify(_ failure: APNsTransportFailure) -> APNsAnswerClass {
+    public static func classify(_ failure: PushTransportFailure) -> PushAnswerClass {
         failure == .clientShutdown ? .permanent : .retryable
     }
 

@@ -17,14 +17,14 @@ public enum WebhookPayload {
         event: ChatEvent, recipient: String, state: UserState, device: Device,
         hook: WebhookCredential, app: AppConfig, senderDisplayName: String?, burst: Int? = nil,
         eventSeconds: Int64
-    ) -> APNsRequest {
+    ) -> PushRequest {
         let payload = payload(
             event: event, recipient: recipient, state: state, app: app, region: hook.region,
             senderDisplayName: senderDisplayName, burst: burst)
         let isCall = event.kind == .call
         let (sum, overflow) = eventSeconds.addingReportingOverflow(
             isCall ? app.callExpirationSeconds : app.expirationSeconds)
-        return APNsRequest(
+        return PushRequest(
             token: device.token, environment: .production, pushType: .alert, topic: hook.providerID,
             priority: 10, collapseID: burst.map { Coalescing.collapseID(event, burst: $0) },
             expiration: overflow ? Int64.max : max(0, sum),

@@ -1,9 +1,11 @@
+import Foundation
+
 /// Exponential backoff with jitter and a bounded number of attempts.
 ///
 /// The delay before attempt `n + 1` (after attempt `n` failed, `n >= 1`) is
 /// `min(maxDelay, initialDelay * multiplier^(n-1))`, scaled by a random factor in
 /// `[1 - jitter, 1]`. After `maxAttempts` attempts a retryable answer becomes a permanent failure.
-public struct APNsBackoffPolicy: Sendable, Equatable {
+public struct BackoffPolicy: Sendable, Equatable {
     public var initialDelay: Duration
     public var maxDelay: Duration
     public var multiplier: Double
@@ -35,35 +37,4 @@ public struct APNsBackoffPolicy: Sendable, Equatable {
     public func delay(afterAttempt attempt: Int, using rng: inout some RandomNumberGenerator) -> Duration {
         delay(afterAttempt: attempt, unit: Double.random(in: 0..<1, using: &rng))
     }
-
-    /// Turns a classified answer into what to do, given that `attempt` attempts were made (1 = first).
-    public func disposition(
-        for answer: APNsAnswerClass, reasonText: String, attempt: Int,
-        unit: Double
-    ) -> APNsDisposition {
-        switch answer {
-        case .delivered:
-            return .delivered
-        case .tokenDead(let at):
-            return .tokenDead(unregisteredAt: at)
-        case .renewCredentials:
-            return attempt < maxAttempts
-                ? .renewCredentials
-                : .permanentFailure(reason: "\(reasonText) after \(attempt) attempts")
-        case .permanent:
-            return .permanentFailure(reason: reasonText)
-        case .retryable:
-            if attempt >= maxAttempts {
-                return .permanentFailure(reason: "\(reasonText) after \(attempt) attempts")
-            }
-            return .retry(after: delay(afterAttempt: attempt, unit: unit))
-        }
-    }
-
 }
-
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
