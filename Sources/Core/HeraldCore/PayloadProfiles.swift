@@ -4,7 +4,16 @@ import Foundation
 
 extension Renderer {
     static func writeCompact(_ event: ChatEvent, _ recipient: String, into w: inout JSONWriter) {
-        w.raw(",\"f\":"); w.string(event.sender.id)
+        w.byte(UInt8(ascii: ","))
+        writeCompactIDs(event, recipient, into: &w)
+        if let call = event.call { writeCallObject(call, into: &w) }
+        if let action = messageAction(event) { w.raw(",\"action\":"); w.string(action) }
+    }
+
+    /// The compact profile's ids, `"f":sender,"t":recipient`, then `"m":message` (a reaction's message) and
+    /// `"g":conversation` of a group, as APNs payloads and FCM `data` both carry them.
+    static func writeCompactIDs(_ event: ChatEvent, _ recipient: String, into w: inout JSONWriter) {
+        w.raw("\"f\":"); w.string(event.sender.id)
         w.raw(",\"t\":"); w.string(recipient)
         if let m = event.message {
             w.raw(",\"m\":"); w.string(m.id)
@@ -12,8 +21,6 @@ extension Renderer {
             w.raw(",\"m\":"); w.string(id)
         }
         if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
-        if let call = event.call { writeCallObject(call, into: &w) }
-        if let action = messageAction(event) { w.raw(",\"action\":"); w.string(action) }
     }
 
     /// `edited` or `deleted` for the message-change kinds, else nil (docs/behaviour.md §7).

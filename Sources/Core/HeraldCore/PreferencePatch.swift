@@ -318,16 +318,11 @@ extension PreferencePatch: JSONRecord {
         if let v = set.trigger { field("trigger", &w); w.string(v.rawValue) }
         if let d = set.dnd {
             field("dnd", &w)
-            w.raw("{\"start\":"); w.string(d.start.description)
-            w.raw(",\"end\":"); w.string(d.end.description)
-            w.raw(",\"timezone\":"); w.string(d.timezone)
-            w.byte(UInt8(ascii: "}"))
+            d.write(into: &w)
         }
         if let v = set.snooze {
             field("snooze", &w)
-            w.raw("{\"start\":"); w.int(v.start)
-            w.raw(",\"end\":"); w.int(v.end)
-            w.byte(UInt8(ascii: "}"))
+            v.write(into: &w)
         }
         if let v = set.template { field("template", &w); w.string(v.rawValue) }
         if let v = set.displayStyle { field("display_style", &w); w.string(v.rawValue) }

@@ -333,16 +333,11 @@ extension Preferences: JSONRecord {
         }
         if let d = p.dnd {
             field("dnd", &w)
-            w.raw("{\"start\":"); w.string(d.start.description)
-            w.raw(",\"end\":"); w.string(d.end.description)
-            w.raw(",\"timezone\":"); w.string(d.timezone)
-            w.byte(UInt8(ascii: "}"))
+            d.write(into: &w)
         }
         if let s = p.snooze {
             field("snooze", &w)
-            w.raw("{\"start\":"); w.int(s.start)
-            w.raw(",\"end\":"); w.int(s.end)
-            w.byte(UInt8(ascii: "}"))
+            s.write(into: &w)
         }
         if !p.unset.contains(.template) { field("template", &w); w.string(p.template.rawValue) }
         if !p.unset.contains(.displayStyle) { field("display_style", &w); w.string(p.displayStyle.rawValue) }
@@ -781,5 +776,24 @@ extension DLQRecord: StageRecord {
             originalSHA256: try r.string("original_sha256"), truncated: try r.bool("truncated") ?? false,
             stage: try r.requiredString("stage"), reason: try r.requiredString("reason"),
             detail: try r.string("detail") ?? "", time: try r.int("time") ?? 0)
+    }
+}
+
+extension DoNotDisturb {
+    /// `{"start":"HH:MM","end":"HH:MM","timezone":...}`: a preference's and a preference patch's form.
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"start\":"); w.string(start.description)
+        w.raw(",\"end\":"); w.string(end.description)
+        w.raw(",\"timezone\":"); w.string(timezone)
+        w.byte(UInt8(ascii: "}"))
+    }
+}
+
+extension Snooze {
+    /// `{"start":ms,"end":ms}`: a preference's and a preference patch's form.
+    public func write(into w: inout JSONWriter) {
+        w.raw("{\"start\":"); w.int(start)
+        w.raw(",\"end\":"); w.int(end)
+        w.byte(UInt8(ascii: "}"))
     }
 }

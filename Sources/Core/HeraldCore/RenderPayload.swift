@@ -53,7 +53,10 @@ extension Renderer {
         }
     }
 
-    /// Renders the payload for one recipient and push type, shortened to fit.
+    /// What an APNs payload drops to fit, in order: FCM's parts, then the `loc-args`.
+    static let apnsDrops = PayloadFit.standardDrops + [{ $0.locArgsDropped = true }]
+
+    /// Renders the payload for one recipient and push type, shortened to fit (`PayloadFit`).
     public static func renderPayload(
         event: ChatEvent, recipient: String, state: UserState, app: AppConfig,
         senderDisplayName: String?,
@@ -75,79 +78,10 @@ extension Renderer {
         let limit = pushType.payloadLimit
         let badge = app.badge(for: state, preferences: prefs)
 
-        var w = JSONWriter(capacity: 768)
-        write(event, recipient, state, app, sender, badge, content, pushType: pushType, aps: aps, into: &w)
-        if w.count <= limit { return w.bytes }
-
-        // Too large. The body is shortened first, together with the copy of
-        // the message text in the Sendbird object (the longer one is cut
-        // first, then both alike), down to `floor` bytes each. If that is not
-        // enough, translations, then data, then extern, then loc args are
-        // dropped, one at a time, and the cut is recomputed from the full
-        // texts each time (so the body gets back what the drop freed). Last,
-        // body and text are cut below the floor, then the title.
-        // CometChat writes body and title twice.
-        let copies = { if case .cometchat = app.payloadProfile { return 2 } else { return 1 } }()
-        let textCopies: Int = {
-            switch app.payloadProfile {
-            case .sendbird: return 1
-            case .cometchat: return app.payloadOptions.cometchatIncludeMessage && event.message != nil ? 1 : 0
-            case .compact: return 0
-            }
-        }()
-        let floor = 1024
-        let original = content
-        for drops in 0...4 {
-            var trial = original
-            if drops >= 1 { trial.translations = []; trial.messageExtrasDropped = true }
-            if drops >= 2 { trial.data = "" }
-            if drops >= 3 { trial.extern = nil }
-            if drops >= 4 { trial.locArgsDropped = true }
-            if drops > 0 {
-                w = JSONWriter(capacity: limit + 256)
-                write(event, recipient, state, app, sender, badge, trial, pushType: pushType, aps: aps, into: &w)
-                if w.count <= limit { return w.bytes }
-            }
-            let excess = w.count - limit
-            let floorForThisLevel = drops == 4 ? 0 : floor
-            shareCut(&trial, excess: excess, copies: copies, textCopies: textCopies, floor: floorForThisLevel)
-            w = JSONWriter(capacity: limit + 256)
-            write(event, recipient, state, app, sender, badge, trial, pushType: pushType, aps: aps, into: &w)
-            if w.count <= limit { return w.bytes }
-            content = trial
-        }
-        if let title = content.title {
-            content.title = shorten(title, by: (w.count - limit + copies - 1) / copies)
-            w = JSONWriter(capacity: limit + 256)
+        return try PayloadFit(limit: limit, drops: Self.apnsDrops).fit(content, what: "payload") { content in
+            var w = JSONWriter(capacity: 768)
             write(event, recipient, state, app, sender, badge, content, pushType: pushType, aps: aps, into: &w)
-            if w.count <= limit { return w.bytes }
-        }
-        throw RenderError(code: .payloadTooLarge, detail: "minimal payload is \(w.count) bytes (limit \(limit))")
-    }
-
-    /// Cuts the body (written `copies` times) and the message text to a common
-    /// escaped length L, the largest that saves `excess` bytes, but not below
-    /// `floor`.
-    static func shareCut(_ content: inout PayloadContent, excess: Int, copies: Int, textCopies: Int, floor: Int) {
-        let bodyLength = JSONWriter.escapedLength(content.body) - 2
-        let textLength = JSONWriter.escapedLength(content.detailText) - 2
-        func saved(_ level: Int) -> Int {
-            copies * max(0, bodyLength - level) + textCopies * max(0, textLength - level)
-        }
-        var low = floor, high = max(floor, bodyLength, textCopies > 0 ? textLength : 0)
-        if saved(low) < excess {
-            high = low  // cannot save enough at the floor: cut both to it
-        } else {
-            // Largest level that still saves `excess` (saved() decreases with the level).
-            while low < high {
-                let mid = (low + high + 1) / 2
-                if saved(mid) >= excess { low = mid } else { high = mid - 1 }
-            }
-        }
-        let level = max(0, low)
-        if bodyLength > level { content.body = shorten(content.body, by: bodyLength - level) }
-        if textCopies > 0, textLength > level {
-            content.detailText = shorten(content.detailText, by: textLength - level)
+            return w.bytes
         }
     }
 

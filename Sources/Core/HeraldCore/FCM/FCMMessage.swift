@@ -70,79 +70,7 @@ public enum FCMMessage {
             notify: includeNotification && event.kind != .call && event.kind != .messageDeleted,
             badge: app.badge(for: state, preferences: prefs),
             burstTag: burst.map { Coalescing.collapseID(event, burst: $0) })
-        let limit = payloadLimit
-        var bytes = shape.write(original)
-        if bytes.count <= limit { return bytes }
-
-        // Too large: as for APNs, body and message text are cut together down to 1,024 bytes each;
-        // if that is not enough, translations, then data, then extern are dropped one at a time (the
-        // cut recomputed from the full texts each time); last, body and text go below the floor,
-        // then the title is cut.
-        let floor = 1024
-        for drops in 0...3 {
-            var trial = original
-            if drops >= 1 { trial.translations = []; trial.messageExtrasDropped = true }
-            if drops >= 2 { trial.data = "" }
-            if drops >= 3 { trial.extern = nil }
-            bytes = shape.write(trial)
-            if bytes.count <= limit { return bytes }
-            let low = drops == 3 ? 0 : floor
-            if let fitted = largestFitting(
-                low: low, high: longest(trial), limit: limit,
-                { level in
-                    shape.write(capped(trial, level))
-                })
-            {
-                return fitted
-            }
-        }
-        var last = capped(original, 0)
-        last.translations = []; last.messageExtrasDropped = true; last.data = ""; last.extern = nil
-        if let title = last.title {
-            let length = JSONWriter.escapedLength(title) - 2
-            if let fitted = largestFitting(
-                low: 0, high: length, limit: limit,
-                { level in
-                    var t = last
-                    t.title = Renderer.shorten(title, by: length - level)
-                    return shape.write(t)
-                })
-            {
-                return fitted
-            }
-        }
-        bytes = shape.write(last)
-        throw RenderError(
-            code: .payloadTooLarge, detail: "minimal FCM message is \(bytes.count) bytes (limit \(limit))")
-    }
-
-    /// The longer escaped length of body and message text.
-    static func longest(_ c: PayloadContent) -> Int {
-        max(JSONWriter.escapedLength(c.body), JSONWriter.escapedLength(c.detailText)) - 2
-    }
-
-    /// Body and message text each shortened to at most `level` escaped bytes.
-    static func capped(_ c: PayloadContent, _ level: Int) -> PayloadContent {
-        var out = c
-        let b = JSONWriter.escapedLength(c.body) - 2
-        if b > level { out.body = Renderer.shorten(c.body, by: b - level) }
-        let t = JSONWriter.escapedLength(c.detailText) - 2
-        if t > level { out.detailText = Renderer.shorten(c.detailText, by: t - level) }
-        return out
-    }
-
-    /// The output for the largest level in `low...high` whose output fits `limit` (sizes grow with
-    /// the level), or nil when even `low` does not fit.
-    static func largestFitting(low: Int, high: Int, limit: Int, _ render: (Int) -> [UInt8]) -> [UInt8]? {
-        var best = render(low)
-        guard best.count <= limit else { return nil }
-        var lo = low, hi = max(low, high)
-        while lo < hi {
-            let mid = (lo + hi + 1) / 2
-            let out = render(mid)
-            if out.count <= limit { lo = mid; best = out } else { hi = mid - 1 }
-        }
-        return best
+        return try PayloadFit(limit: payloadLimit).fit(original, what: "FCM message") { shape.write($0) }
     }
 
     /// Everything but the shortenable texts, fixed for one recipient and token.
@@ -230,14 +158,7 @@ public enum FCMMessage {
         func writeData(_ content: PayloadContent, into w: inout JSONWriter) {
             switch app.payloadProfile {
             case .compact:
-                w.raw("\"f\":"); w.string(event.sender.id)
-                w.raw(",\"t\":"); w.string(recipient)
-                if let m = event.message {
-                    w.raw(",\"m\":"); w.string(m.id)
-                } else if let id = event.reaction?.messageID {
-                    w.raw(",\"m\":"); w.string(id)
-                }
-                if event.conversation.type == .group { w.raw(",\"g\":"); w.string(event.conversation.id) }
+                Renderer.writeCompactIDs(event, recipient, into: &w)
                 if let call = event.call {
                     var c = JSONWriter(capacity: 128)
                     Renderer.writeCallObject(call, into: &c)

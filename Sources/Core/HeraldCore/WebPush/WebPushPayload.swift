@@ -105,39 +105,11 @@ public enum WebPushPayload {
         let shape = Shape(
             event: event, tag: tag ?? ("c-" + event.conversation.id), renotify: tag == nil && !silent,
             silent: silent, badge: app.badge(for: state, preferences: prefs))
-        let limit = payloadLimit
-        var bytes = shape.write(content)
-        if bytes.count <= limit { return (bytes, silent) }
-        // Too large: the body is cut (binary search on its escaped length), then the title.
-        let bodyLength = JSONWriter.escapedLength(content.body) - 2
-        if let fitted = FCMMessage.largestFitting(
-            low: 0, high: bodyLength, limit: limit,
-            { level in
-                var c = content
-                c.body = Renderer.shorten(content.body, by: bodyLength - level)
-                return shape.write(c)
-            })
-        {
-            return (fitted, silent)
+        // Too large: the body is cut, then the title (nothing is optional here).
+        let bytes = try PayloadFit(limit: payloadLimit, drops: [], floor: 0).fit(content, what: "Web Push message") {
+            shape.write($0)
         }
-        var last = content
-        last.body = Renderer.shorten(content.body, by: bodyLength)
-        if let title = last.title {
-            let length = JSONWriter.escapedLength(title) - 2
-            if let fitted = FCMMessage.largestFitting(
-                low: 0, high: length, limit: limit,
-                { level in
-                    var c = last
-                    c.title = Renderer.shorten(title, by: length - level)
-                    return shape.write(c)
-                })
-            {
-                return (fitted, silent)
-            }
-        }
-        bytes = shape.write(last)
-        throw RenderError(
-            code: .payloadTooLarge, detail: "minimal Web Push message is \(bytes.count) bytes (limit \(limit))")
+        return (bytes, silent)
     }
 
     /// The message a push service refused as too large (413), made to fit `limit` bytes by cutting its `body` (then
@@ -152,7 +124,7 @@ public enum WebPushPayload {
         for field in ["body", "title"] {
             guard let text = current.first(where: { $0.0 == field })?.1.stringValue, !text.isEmpty else { continue }
             let length = JSONWriter.escapedLength(text) - 2
-            if let fitted = FCMMessage.largestFitting(
+            if let fitted = PayloadFit.largestFitting(
                 low: 0, high: length, limit: limit,
                 { level in
                     Array(
