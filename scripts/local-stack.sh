@@ -247,7 +247,8 @@ stage_port() {
   if [ "$n" = 0 ]; then echo $((METRICS_BASE + $(stage_index "$base"))); else echo $((METRICS_BASE + 40 + 10 * (n - 1) + $(stage_index "$base"))); fi
 }
 
-# One stage in the background; a watcher subshell writes its exit status to RUN/<stage>.exit.
+# One stage in the background; a watcher subshell writes its exit status to RUN/<stage>.exit (only while the pid
+# file still names that process).
 start_stage() {
   local s="$1" stage="${1%@*}" port; port="$(stage_port "$1")"
   rm -f "$RUN/$s.pid" "$RUN/$s.exit"
@@ -268,7 +269,10 @@ start_stage() {
         "$BIN/herald-$stage" >>"$RUN/logs/$s.log" 2>&1 </dev/null &
     pid=$!
     echo "$pid" >"$RUN/$s.pid.tmp"; mv "$RUN/$s.pid.tmp" "$RUN/$s.pid"
-    wait "$pid"; echo $? >"$RUN/$s.exit"
+    wait "$pid"; rc=$?
+    # A stage restarted meanwhile (its pid file names another process) must not be marked exited: a watcher
+    # slowed by a busy host may get here after the restart.
+    [ "$(cat "$RUN/$s.pid" 2>/dev/null)" = "$pid" ] && echo "$rc" >"$RUN/$s.exit"
   ) >/dev/null 2>&1 &
   for _ in $(seq 1 50); do [ -f "$RUN/$s.pid" ] && break; sleep 0.02; done
 }
