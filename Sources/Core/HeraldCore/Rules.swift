@@ -139,7 +139,7 @@ public enum Suppression {
     ) -> Decision {
         decide(
             event: event, recipient: recipient, state: state, app: app,
-            at: event.ruleTime(now: Int64((now.timeIntervalSince1970 * 1000).rounded(.down))))
+            at: event.ruleTime(now: now.millisecondsSince1970))
     }
 
     /// Applies rules 1 to 10 at an explicit time (epoch milliseconds).

@@ -234,7 +234,7 @@ public struct BatchContext: Sendable {
         keepsRoutineExplain?(appID, eventID, user) ?? true
     }
 
-    public static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+    public static func millis(_ date: Date) -> Int64 { date.millisecondsSince1970 }
 
     /// Sleeps up to `duration`, waking early when shutdown begins. Returns false if stopping.
     public func sleep(_ duration: Duration) async -> Bool {
