@@ -326,8 +326,7 @@ public struct FullTrailPolicy: Sendable, Hashable {
 
     /// Where an event id falls in [0, 1): FNV-1a 64 of its bytes, top 53 bits.
     static func share(_ eventID: String) -> Double {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in eventID.utf8 { hash = (hash ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        let hash = FNV1a.hash(eventID)
         return Double(hash >> 11) / Double(UInt64(1) << 53)
     }
 }
