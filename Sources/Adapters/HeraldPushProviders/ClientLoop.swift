@@ -149,6 +149,14 @@ final class ClientLoop: @unchecked Sendable {
         await submit(bulk, prioritized: false, path: path, onComplete: onComplete)
     }
 
+    /// Sends one request (to `path`, nil: the request's own) once a slot is free, and waits for its final outcome.
+    func send(_ request: PushDelivery, path: [UInt8]? = nil) async -> PushResponse {
+        _ = await gate.acquire(upTo: 1, prioritized: request.prioritized)
+        return await withCheckedContinuation { continuation in
+            enqueue([Job(request: request, path: path) { continuation.resume(returning: $0) }])
+        }
+    }
+
     /// Accepts requests of one kind: waits for slots, hands each granted run to the loop in one inbox append.
     private func submit(
         _ requests: [PushDelivery], prioritized: Bool, path: [UInt8]?,
@@ -660,11 +668,43 @@ final class ClientLoop: @unchecked Sendable {
             }
         }
         let text = reason?.wire ?? "HTTP \(status)"
-        let disposition = config.retry.disposition(
-            for: answer, reasonText: text, attempt: job.attempts,
-            unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
+        let disposition = retryDisposition(job, answer: answer, text: text)
         if scheduleRetry(job, disposition) { return }
         complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
+    }
+
+    /// What the retry policy makes of an answer to `job`'s latest attempt (a retry's wait randomised).
+    private func retryDisposition(_ job: Job, answer: PushAnswerClass, text: String) -> PushDisposition {
+        config.retry.disposition(
+            for: answer, reasonText: text, attempt: job.attempts,
+            unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
+    }
+
+    /// Counts an HTTP answer of FCM or a push service (`ok`: delivered; `reason`: the answer's reason text).
+    private func countAnswer(status: Int, ok: Bool, reason: String) {
+        if ok {
+            answered200 += 1
+            delivered200 += 1
+        } else {
+            bump { $0.answersByStatus[status, default: 0] += 1 }
+            answerDeltas[AnswerKey(status: String(status), reason: reason), default: 0] += 1
+        }
+    }
+
+    /// Retries or completes `job` after an HTTP answer of FCM or a push service: `disposition`, else the retry
+    /// policy's, with a retry waiting as long as a `Retry-After` that asks for more than the backoff.
+    private func settleAnswer(
+        _ job: Job, status: Int, answer: PushAnswerClass, text: String, disposition given: PushDisposition? = nil
+    ) {
+        let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
+        var disposition = given ?? retryDisposition(job, answer: answer, text: text)
+        if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
+            disposition = .retry(after: retryAfter)
+        }
+        if scheduleRetry(job, disposition) { return }
+        complete(
+            job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
+            retryAfter: retryAfter)
     }
 
     /// An answer of FCM's `messages:send`, classified by HeraldCore's FCM table. 401 renews the access
@@ -672,16 +712,10 @@ final class ClientLoop: @unchecked Sendable {
     /// `Retry-After` when it asks for more than the backoff.
     private func finishFCMAttempt(_ job: Job, status: Int) {
         job.attempts += 1
-        if status == 200 { answered200 += 1 } else { bump { $0.answersByStatus[status, default: 0] += 1 } }
         let body = status == 200 ? nil : FCMErrorBody.parse(job.body)
         let answer = FCMAnswerTable.classify(status: status, body: body)
         let text = body.map(\.reasonText).flatMap { $0.isEmpty ? nil : $0 } ?? (status == 200 ? "" : "HTTP \(status)")
-        if status == 200 {
-            delivered200 += 1
-        } else {
-            answerDeltas[AnswerKey(status: String(status), reason: text), default: 0] += 1
-        }
-        let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
+        countAnswer(status: status, ok: status == 200, reason: text)
         if answer == .renewCredentials, !job.renewedCredentials, let tokens, let issued = job.bearerIssuedAt,
             job.request.deadline > ContinuousClock.now
         {
@@ -692,21 +726,10 @@ final class ClientLoop: @unchecked Sendable {
             pending.pushFront(job)
             return
         }
-        var disposition: PushDisposition
-        if answer == .renewCredentials {
-            disposition = .permanentFailure(reason: "\(text) after renewing the access token")
-        } else {
-            disposition = config.retry.disposition(
-                for: answer, reasonText: text, attempt: job.attempts,
-                unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
-        }
-        if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
-            disposition = .retry(after: retryAfter)
-        }
-        if scheduleRetry(job, disposition) { return }
-        complete(
-            job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
-            retryAfter: retryAfter)
+        settleAnswer(
+            job, status: status, answer: answer, text: text,
+            disposition: answer == .renewCredentials
+                ? .permanentFailure(reason: "\(text) after renewing the access token") : nil)
     }
 
     /// An answer of a push service, classified by HeraldCore's Web Push table: 201 delivered, 404/410 the
@@ -715,28 +738,15 @@ final class ClientLoop: @unchecked Sendable {
     private func finishWebPushAttempt(_ job: Job, status: Int) {
         job.attempts += 1
         let ok = (200..<300).contains(status)
-        if ok { answered200 += 1 } else { bump { $0.answersByStatus[status, default: 0] += 1 } }
         let answer = WebPushAnswerTable.classify(status: status)
         var text = WebPushAnswerTable.reasonText(status: status)
-        if ok {
-            delivered200 += 1
-        } else {
-            answerDeltas[AnswerKey(status: String(status), reason: text), default: 0] += 1
+        countAnswer(status: status, ok: ok, reason: text)
+        if !ok {
             // The push service's own words (RFC 7807 problem details or text), cut short, for the DLQ.
             let said = WebPushAnswerTable.detail(job.body)
             if !said.isEmpty { text += ": " + said }
         }
-        let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
-        var disposition = config.retry.disposition(
-            for: answer, reasonText: text, attempt: job.attempts,
-            unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
-        if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
-            disposition = .retry(after: retryAfter)
-        }
-        if scheduleRetry(job, disposition) { return }
-        complete(
-            job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
-            retryAfter: retryAfter)
+        settleAnswer(job, status: status, answer: answer, text: text)
     }
 
     private func finishAttempt(_ job: Job, failure: PushTransportFailure) {
