@@ -3,6 +3,7 @@ import COpenSSL
 import Foundation
 import HeraldCore
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -11,7 +12,7 @@ import Glibc
 /// The I/O thread of one client: a poll loop over its connections' sockets and a wake-up pipe.
 /// Everything but the inbox is confined to that thread.
 final class ClientLoop: @unchecked Sendable {
-    // @unchecked Sendable: the fields under "inbox" are guarded by `lock`; all other mutable
+    // @unchecked Sendable: what other threads reach is in `shared`, behind its lock; all other mutable
     // state is only touched by the loop thread (see `run`).
     let config: ConnectionPoolSettings
     /// Where connections go (the pool's override, else the provider's host).
@@ -26,15 +27,25 @@ final class ClientLoop: @unchecked Sendable {
     let gate: InFlightGate
     private let authority: [UInt8]
 
-    // MARK: inbox (guarded by lock)
-    private let lock = NSLock()
-    private var inbox: [Job] = []
-    private var connectResults: [(prioritizedOnly: Bool, result: Result<TLSSocket, PushError>)] = []
-    private var wakeSignalled = false
-    private var stopDeadline: ContinuousClock.Instant?
-    private var stopWaiters: [CheckedContinuation<Void, Never>] = []
-    private var finished = false
-    private var statsValue = PushClientStats()
+    // MARK: inbox (shared with other threads)
+    /// What the submitting tasks and the connect threads hand the loop thread, and the counters it publishes.
+    private struct Shared {
+        var inbox: [Job] = []
+        var connectResults: [ConnectResult] = []
+        var wakeSignalled = false
+        var stopDeadline: ContinuousClock.Instant?
+        var stopWaiters: [CheckedContinuation<Void, Never>] = []
+        var finished = false
+        var stats = PushClientStats()
+    }
+    /// A connect thread's socket or failure, handed to the loop thread through `shared`.
+    /// `@unchecked Sendable`: the connect thread lets go of the socket as it hands it over; from then on only the loop
+    /// thread uses it.
+    private struct ConnectResult: @unchecked Sendable {
+        var prioritizedOnly: Bool
+        var result: Result<TLSSocket, PushError>
+    }
+    private let shared = Mutex(Shared())
     private let wakeRead: Int32
     private let wakeWrite: Int32
 
@@ -44,6 +55,8 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: loop-confined
     /// The inbox's jobs taken in this pass (swapped with `inbox` under the lock).
     private var taken: [Job] = []
+    /// The connect threads' results taken in this pass (swapped with `connectResults` under the lock).
+    private var takenConnects: [ConnectResult] = []
     /// HTTP answers taken in this pass, settled (classified, retried or completed) after the pass's writes.
     private var answered: [(Job, Int)] = []
     private var pending = JobQueue()
@@ -118,9 +131,14 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: called from any thread
 
     func enqueue(_ jobs: [Job]) {
-        lock.lock()
-        if finished || stopDeadline != nil {
-            lock.unlock()
+        let signal = shared.withLock { shared -> Bool? in
+            if shared.finished || shared.stopDeadline != nil { return nil }
+            shared.inbox.append(contentsOf: jobs)
+            let signal = !shared.wakeSignalled
+            shared.wakeSignalled = true
+            return signal
+        }
+        guard let signal else {
             for job in jobs {
                 job.completion(
                     ClientLoop.response(
@@ -130,10 +148,6 @@ final class ClientLoop: @unchecked Sendable {
             }
             return
         }
-        inbox.append(contentsOf: jobs)
-        let signal = !wakeSignalled
-        wakeSignalled = true
-        lock.unlock()
         if signal { wake() }
     }
 
@@ -177,33 +191,31 @@ final class ClientLoop: @unchecked Sendable {
 
     /// Asks the loop to stop without waiting (used when the client is dropped).
     func requestStop() {
-        lock.lock()
-        if stopDeadline == nil { stopDeadline = .now }
-        lock.unlock()
+        shared.withLock { shared in
+            if shared.stopDeadline == nil { shared.stopDeadline = .now }
+        }
         wake()
     }
 
     func stop(drainFor grace: Duration) async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            lock.lock()
-            if finished {
-                lock.unlock()
-                c.resume()
-                return
+            let finished = shared.withLock { shared -> Bool in
+                if shared.finished { return true }
+                shared.stopWaiters.append(c)
+                if shared.stopDeadline == nil { shared.stopDeadline = .now + grace }
+                return false
             }
-            stopWaiters.append(c)
-            if stopDeadline == nil { stopDeadline = .now + grace }
-            lock.unlock()
-            wake()
+            if finished { c.resume() } else { wake() }
         }
     }
 
     var stats: PushClientStats {
-        lock.lock(); defer { lock.unlock() }
-        var s = statsValue
-        s.submitted += inbox.count
-        s.jwtRenewals = tokens?.renewalCount ?? 0
-        return s
+        shared.withLock { shared in
+            var s = shared.stats
+            s.submitted += shared.inbox.count
+            s.jwtRenewals = tokens?.renewalCount ?? 0
+            return s
+        }
     }
 
     /// Loop thread only: counters are published once per pass (before completions run).
@@ -217,9 +229,7 @@ final class ClientLoop: @unchecked Sendable {
             localStats.answersByStatus[200, default: 0] += answered200
             answered200 = 0
         }
-        lock.lock()
-        statsValue = localStats
-        lock.unlock()
+        shared.withLock { $0.stats = localStats }
         let now = ContinuousClock.now
         if now - lastMetricsAt >= .milliseconds(100) || stopping != nil {
             lastMetricsAt = now
@@ -357,14 +367,13 @@ final class ClientLoop: @unchecked Sendable {
     }
 
     private func takeInbox() {
-        lock.lock()
-        // Swapped with the loop's own array, so neither buffer is copied or reallocated.
-        swap(&inbox, &taken)
-        let results = connectResults
-        connectResults.removeAll()
-        wakeSignalled = false
-        let stopAt = stopDeadline
-        lock.unlock()
+        // Swapped with the loop's own arrays, so no buffer is copied or reallocated.
+        let stopAt = shared.withLock { shared in
+            swap(&shared.inbox, &taken)
+            swap(&shared.connectResults, &takenConnects)
+            shared.wakeSignalled = false
+            return shared.stopDeadline
+        }
         if stopping == nil, let stopAt { stopping = stopAt }
         liveJobs += taken.count
         localStats.submitted += taken.count
@@ -373,7 +382,8 @@ final class ClientLoop: @unchecked Sendable {
             if job.request.deadline < nextTimers { nextTimers = job.request.deadline }
         }
         taken.removeAll(keepingCapacity: true)
-        for (prioritizedOnly, result) in results {
+        for connect in takenConnects {
+            let (prioritizedOnly, result) = (connect.prioritizedOnly, connect.result)
             if prioritizedOnly { connectingPrioritized -= 1 } else { connecting -= 1 }
             switch result {
             case .success(let socket):
@@ -394,6 +404,7 @@ final class ClientLoop: @unchecked Sendable {
                 connectFailed(error.description)
             }
         }
+        takenConnects.removeAll(keepingCapacity: true)
     }
 
     private func connectFailed(_ why: String) {
@@ -425,9 +436,8 @@ final class ClientLoop: @unchecked Sendable {
             do throws(PushError) {
                 result = .success(try TLSSocket.connect(endpoint: endpoint, context: tls, timeout: timeout))
             } catch { result = .failure(error) }
-            self.lock.lock()
-            self.connectResults.append((prioritizedOnly, result))
-            self.lock.unlock()
+            let connect = ConnectResult(prioritizedOnly: prioritizedOnly, result: result)
+            self.shared.withLock { $0.connectResults.append(connect) }
             self.wake()
         }
         thread.name = "herald-apns-connect"
@@ -822,13 +832,14 @@ final class ClientLoop: @unchecked Sendable {
                 job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
         }
         delayed.removeAll()
-        lock.lock()
-        finished = true
-        let late = inbox
-        inbox.removeAll()
-        let waiters = stopWaiters
-        stopWaiters.removeAll()
-        lock.unlock()
+        let (late, waiters) = shared.withLock { shared in
+            shared.finished = true
+            let late = shared.inbox
+            shared.inbox.removeAll()
+            let waiters = shared.stopWaiters
+            shared.stopWaiters.removeAll()
+            return (late, waiters)
+        }
         for job in late {
             liveJobs += 1
             complete(
