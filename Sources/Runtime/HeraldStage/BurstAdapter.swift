@@ -75,17 +75,11 @@ extension StageSetup {
     ) -> [any Service] {
         guard let ledger else { return before }
         let topics = pipeline.kafka.topics
-        do {
-            let flusher = BurstFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
-            return before + [
-                BurstFlushService(
-                    flusher: flusher, apps: apps, producer: try producer(), explain: explain,
-                    activity: ledger.activity, metrics: context.metrics, logger: logger,
-                    settle: { await ledger.settle() })
-            ]
-        } catch {
-            logger.critical("the burst flush producer could not start", metadata: [LogKey.error: "\(error)"])
-            StageProcess.exit(1)
+        let flusher = BurstFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
+        return withFlushTimer(before: before, named: "burst flush") { producer in
+            BurstFlushService(
+                flusher: flusher, apps: apps, producer: producer, explain: explain, activity: ledger.activity,
+                metrics: context.metrics, logger: logger, settle: { await ledger.settle() })
         }
     }
 }

@@ -48,16 +48,11 @@ extension StageSetup {
     ) -> [any Service] {
         guard let ledger else { return before }
         let topics = pipeline.kafka.topics
-        do {
-            let flusher = DigestFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
-            return before + [
-                DigestService(
-                    flusher: flusher, apps: apps, producer: try producer(), explain: explain,
-                    metrics: context.metrics, logger: logger)
-            ]
-        } catch {
-            logger.critical("the digest producer could not start", metadata: [LogKey.error: "\(error)"])
-            StageProcess.exit(1)
+        let flusher = DigestFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
+        return withFlushTimer(before: before, named: "digest") { producer in
+            DigestService(
+                flusher: flusher, apps: apps, producer: producer, explain: explain, metrics: context.metrics,
+                logger: logger)
         }
     }
 }

@@ -68,3 +68,18 @@ struct FlushTimer: Sendable {
         try? await producer.flush(timeout: .seconds(5))
     }
 }
+
+extension StageSetup {
+    /// `before` and the timer service `make` builds around a producer of its own; a producer that cannot be made ends
+    /// the process, status 1 (`name` names the timer in the log line).
+    func withFlushTimer(
+        before: [any Service], named name: String, make: (KafkaProducer) -> any Service
+    ) -> [any Service] {
+        do {
+            return before + [make(try producer())]
+        } catch {
+            logger.critical("the \(name) producer could not start", metadata: [LogKey.error: "\(error)"])
+            StageProcess.exit(1)
+        }
+    }
+}
