@@ -21,7 +21,9 @@ struct SharedHelperTests {
         #expect(text == String(value))
     }
 
-    @Test("write puts the digits just before the end it is given and leaves the bytes before them", arguments: decimalRows)
+    @Test(
+        "write puts the digits just before the end it is given and leaves the bytes before them", arguments: decimalRows
+    )
     func writesBackwards(value: Int64, text: String) {
         var buffer = [UInt8](repeating: UInt8(ascii: "."), count: DecimalASCII.maxLength + 2)
         let count = buffer.withUnsafeMutableBufferPointer { b in

@@ -82,7 +82,8 @@ struct RedisBackoffAndAddressTests {
         ("[::1]:x", nil, nil),
     ]
 
-    @Test("node addresses: host:port, bare hosts, IPv6 with and without brackets, an empty host", arguments: addressRows)
+    @Test(
+        "node addresses: host:port, bare hosts, IPv6 with and without brackets, an empty host", arguments: addressRows)
     func addresses(text: String, defaultHost: String?, expected: RedisNodeAddress?) {
         let parsed = try? RedisNodeAddress(parsing: Substring(text), defaultHost: defaultHost)
         #expect(parsed == expected)
