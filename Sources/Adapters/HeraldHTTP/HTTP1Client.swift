@@ -1,6 +1,7 @@
 import CHeraldCurl
 import Foundation
 import HeraldCore
+import Synchronization
 
 /// One HTTP/1.1 request (a POST unless `method` says otherwise).
 public struct HTTPRequest: Sendable {
@@ -150,18 +151,20 @@ final class Transfer: @unchecked Sendable {
 
 /// The multi handle and its thread.
 final class CurlLoop: @unchecked Sendable {
-    // @unchecked Sendable: `inbox`, `stopping`, `finished`, `waiters` and `statsValue` are guarded by
-    // `lock`; the multi handle and `live` are touched only by the loop thread (curl_multi_wakeup is
-    // documented as callable from any thread).
+    // @unchecked Sendable: what other threads reach is in `shared`, behind its lock; the multi handle and `live`
+    // are touched only by the loop thread (curl_multi_wakeup is documented as callable from any thread).
     let configuration: HTTP1ClientConfiguration
     let gate: InFlightGate
     private let multi: UnsafeMutableRawPointer
-    private let lock = NSLock()
-    private var inbox: [Transfer] = []
-    private var stopping = false
-    private var finished = false
-    private var waiters: [CheckedContinuation<Void, Never>] = []
-    private var statsValue = HTTP1ClientStats()
+    /// What the submitting tasks and the loop thread share.
+    private struct Shared {
+        var inbox: [Transfer] = []
+        var stopping = false
+        var finished = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+        var stats = HTTP1ClientStats()
+    }
+    private let shared = Mutex(Shared())
     private var live: [ObjectIdentifier: Transfer] = [:]
 
     init(configuration: HTTP1ClientConfiguration) throws(HTTPError) {
@@ -183,12 +186,12 @@ final class CurlLoop: @unchecked Sendable {
         t.start()
     }
 
-    var stats: HTTP1ClientStats { lock.withLock { statsValue } }
+    var stats: HTTP1ClientStats { shared.withLock { $0.stats } }
 
     func enqueue(_ transfers: [Transfer]) {
-        let refused = lock.withLock { () -> Bool in
-            if stopping || finished { return true }
-            inbox.append(contentsOf: transfers)
+        let refused = shared.withLock { shared -> Bool in
+            if shared.stopping || shared.finished { return true }
+            shared.inbox.append(contentsOf: transfers)
             return false
         }
         if refused {
@@ -199,16 +202,16 @@ final class CurlLoop: @unchecked Sendable {
     }
 
     func requestStop() {
-        lock.withLock { stopping = true }
+        shared.withLock { $0.stopping = true }
         curl_multi_wakeup(multi)
     }
 
     func stop() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let done = lock.withLock { () -> Bool in
-                if finished { return true }
-                stopping = true
-                waiters.append(c)
+            let done = shared.withLock { shared -> Bool in
+                if shared.finished { return true }
+                shared.stopping = true
+                shared.waiters.append(c)
                 return false
             }
             if done { c.resume() } else { curl_multi_wakeup(multi) }
@@ -218,10 +221,10 @@ final class CurlLoop: @unchecked Sendable {
     private func run() {
         var running: Int32 = 0
         while true {
-            let (batch, stop) = lock.withLock { () -> ([Transfer], Bool) in
-                let b = inbox
-                inbox.removeAll()
-                return (b, stopping)
+            let (batch, stop) = shared.withLock { shared -> ([Transfer], Bool) in
+                let b = shared.inbox
+                shared.inbox.removeAll()
+                return (b, shared.stopping)
             }
             if stop {
                 for t in batch { finish(t, failure: .shutdown) }
@@ -229,13 +232,13 @@ final class CurlLoop: @unchecked Sendable {
                     if let e = t.easy { curl_multi_remove_handle(multi, e) }
                     finish(t, failure: .shutdown)
                 }
-                let ws = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
-                    finished = true
-                    let late = inbox
-                    inbox.removeAll()
+                let ws = shared.withLock { shared -> [CheckedContinuation<Void, Never>] in
+                    shared.finished = true
+                    let late = shared.inbox
+                    shared.inbox.removeAll()
                     for t in late { t.completion(Self.response(t, failure: .shutdown)); gate.release(1) }
-                    let w = waiters
-                    waiters.removeAll()
+                    let w = shared.waiters
+                    shared.waiters.removeAll()
                     return w
                 }
                 for w in ws { w.resume() }
@@ -252,7 +255,7 @@ final class CurlLoop: @unchecked Sendable {
                 let code = msg.pointee.data.result
                 curl_multi_remove_handle(multi, easy)
                 let opened = herald_curl_num_connects(easy)
-                lock.withLock { statsValue.connectionsOpened += opened }
+                shared.withLock { $0.stats.connectionsOpened += opened }
                 if code == CURLE_OK {
                     finish(t, status: herald_curl_response_code(easy))
                 } else if code == CURLE_OPERATION_TIMEDOUT {
@@ -354,7 +357,7 @@ final class CurlLoop: @unchecked Sendable {
         t.headerList = nil
         var response = Self.response(t, failure: failure)
         response.status = status
-        lock.withLock { if status != nil { statsValue.answered += 1 } else { statsValue.failed += 1 } }
+        shared.withLock { if status != nil { $0.stats.answered += 1 } else { $0.stats.failed += 1 } }
         t.completion(response)
         gate.release(1)
     }

@@ -2,6 +2,7 @@ import CRdKafka
 import Foundation
 import Logging
 import Metrics
+import Synchronization
 
 /// A Kafka consumer-group member that hands out records in batches and advances its
 /// committed offsets only past records the caller marked complete.
@@ -197,7 +198,7 @@ final class ConsumerCore: @unchecked Sendable {
         var revokeCommitsFailed = 0
     }
 
-    private let state: Locked<State>
+    private let state: Mutex<State>
     /// Signalled when the caller takes records from a full buffer (the poll thread waits on it instead of polling).
     private let room = DispatchSemaphore(value: 0)
     /// Signalled by completions while a revoke waits for them (`drainRevoked`).
@@ -218,7 +219,7 @@ final class ConsumerCore: @unchecked Sendable {
         self.configuration = configuration
         self.logger = logger
         self.capacity = configuration.prefetchCapacity
-        self.state = Locked(State(flow: FetchFlowControl(capacity: capacity, idle: configuration.idlePolicy)))
+        self.state = Mutex(State(flow: FetchFlowControl(capacity: capacity, idle: configuration.idlePolicy)))
         let wait = configuration.batchMaxWait.milliseconds
         self.pollSliceMs = Int32(clamping: min(50, max(1, wait / 2)))
         self.errorCounter = Counter(

@@ -337,10 +337,10 @@ final class BatchSink: DeliverySink, @unchecked Sendable {
         var remaining: Int
         var waiter: CheckedContinuation<[DeliveryReport], Never>?
     }
-    private let state: Locked<State>
+    private let state: Mutex<State>
 
     init(count: Int) {
-        state = Locked(State(reports: Array(repeating: nil, count: count), remaining: count, waiter: nil))
+        state = Mutex(State(reports: Array(repeating: nil, count: count), remaining: count, waiter: nil))
     }
 
     func deliver(_ report: DeliveryReport, index: Int) {
@@ -393,7 +393,7 @@ final class ProducerCore: @unchecked Sendable {
 
     let handle: RdKafkaHandle
     let logger: Logger
-    private let lifecycle = Locked(Lifecycle())
+    private let lifecycle = Mutex(Lifecycle())
     /// `flush` callers: woken by the poll thread when the output queue is empty after a poll (delivery reports
     /// arrive only from `rd_kafka_poll`, so that is where the queue can become empty), or when the handle goes.
     private let flushWaiters = WaitList()
@@ -428,13 +428,13 @@ final class ProducerCore: @unchecked Sendable {
             }
         }
         let handle = self.handle
-        let lifecycle = self.lifecycle
         let flushWaiters = self.flushWaiters
         let roomWaiters = self.roomWaiters
         let servedPolls = self.servedPolls
         let timeout = Int32(clamping: max(1, configuration.pollInterval.milliseconds))
         let nice = Int32(clamping: configuration.client.threadNice)
-        let thread = Thread {
+        // Holds the core (its `lifecycle`) until the loop ends: `stop()`, which the producer's deinit calls, ends it.
+        let thread = Thread { [self] in
             ThreadNice.apply(nice)
             while lifecycle.withLock({ $0.running }) {
                 // With nothing outstanding there is no report to wait for: poll for up to a second (a produce's

@@ -3,22 +3,6 @@ import Foundation
 import Logging
 import Synchronization
 
-/// A value behind a lock: the older name for what `Synchronization.Mutex` does. Kept, in this one place, only
-/// for the files that still say `Locked` (KafkaConsumer.swift and KafkaProducer.swift here, StageLoop.swift and
-/// StageLoopSetup.swift in HeraldStage, which sees it through `package` access); new code uses `Mutex`.
-///
-/// `@unchecked Sendable`: every access to `value` goes through `withLock`, which holds the `NSLock`.
-package final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    package init(_ value: Value) { self.value = value }
-    package func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-}
-
 /// What librdkafka's callbacks reach through `rd_kafka_opaque`. It lives from before
 /// `rd_kafka_new` until after `rd_kafka_destroy` returned (retained by hand), so a
 /// callback from any librdkafka thread always finds it alive.

@@ -40,12 +40,7 @@ public final class APNsClient: Sendable {
     deinit { loop.requestStop() }
 
     /// Sends one notification and waits for its final outcome.
-    public func send(_ request: PushDelivery) async -> PushResponse {
-        _ = await loop.gate.acquire(upTo: 1, prioritized: request.prioritized)
-        return await withCheckedContinuation { continuation in
-            loop.enqueue([Job(request: request) { continuation.resume(returning: $0) }])
-        }
-    }
+    public func send(_ request: PushDelivery) async -> PushResponse { await loop.send(request) }
 
     /// Accepts a batch; `onComplete` is called once per request, on the client's I/O thread
     /// (keep it short: count, yield to a stream, resume a continuation). Returns once every

@@ -3,6 +3,7 @@ import COpenSSL
 import Foundation
 import HeraldCore
 import Logging
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -11,7 +12,7 @@ import Glibc
 /// The I/O thread of one client: a poll loop over its connections' sockets and a wake-up pipe.
 /// Everything but the inbox is confined to that thread.
 final class ClientLoop: @unchecked Sendable {
-    // @unchecked Sendable: the fields under "inbox" are guarded by `lock`; all other mutable
+    // @unchecked Sendable: what other threads reach is in `shared`, behind its lock; all other mutable
     // state is only touched by the loop thread (see `run`).
     let config: ConnectionPoolSettings
     /// Where connections go (the pool's override, else the provider's host).
@@ -26,15 +27,25 @@ final class ClientLoop: @unchecked Sendable {
     let gate: InFlightGate
     private let authority: [UInt8]
 
-    // MARK: inbox (guarded by lock)
-    private let lock = NSLock()
-    private var inbox: [Job] = []
-    private var connectResults: [(prioritizedOnly: Bool, result: Result<TLSSocket, PushError>)] = []
-    private var wakeSignalled = false
-    private var stopDeadline: ContinuousClock.Instant?
-    private var stopWaiters: [CheckedContinuation<Void, Never>] = []
-    private var finished = false
-    private var statsValue = PushClientStats()
+    // MARK: inbox (shared with other threads)
+    /// What the submitting tasks and the connect threads hand the loop thread, and the counters it publishes.
+    private struct Shared {
+        var inbox: [Job] = []
+        var connectResults: [ConnectResult] = []
+        var wakeSignalled = false
+        var stopDeadline: ContinuousClock.Instant?
+        var stopWaiters: [CheckedContinuation<Void, Never>] = []
+        var finished = false
+        var stats = PushClientStats()
+    }
+    /// A connect thread's socket or failure, handed to the loop thread through `shared`.
+    /// `@unchecked Sendable`: the connect thread lets go of the socket as it hands it over; from then on only the loop
+    /// thread uses it.
+    private struct ConnectResult: @unchecked Sendable {
+        var prioritizedOnly: Bool
+        var result: Result<TLSSocket, PushError>
+    }
+    private let shared = Mutex(Shared())
     private let wakeRead: Int32
     private let wakeWrite: Int32
 
@@ -44,6 +55,8 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: loop-confined
     /// The inbox's jobs taken in this pass (swapped with `inbox` under the lock).
     private var taken: [Job] = []
+    /// The connect threads' results taken in this pass (swapped with `connectResults` under the lock).
+    private var takenConnects: [ConnectResult] = []
     /// HTTP answers taken in this pass, settled (classified, retried or completed) after the pass's writes.
     private var answered: [(Job, Int)] = []
     private var pending = JobQueue()
@@ -118,9 +131,14 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: called from any thread
 
     func enqueue(_ jobs: [Job]) {
-        lock.lock()
-        if finished || stopDeadline != nil {
-            lock.unlock()
+        let signal = shared.withLock { shared -> Bool? in
+            if shared.finished || shared.stopDeadline != nil { return nil }
+            shared.inbox.append(contentsOf: jobs)
+            let signal = !shared.wakeSignalled
+            shared.wakeSignalled = true
+            return signal
+        }
+        guard let signal else {
             for job in jobs {
                 job.completion(
                     ClientLoop.response(
@@ -130,10 +148,6 @@ final class ClientLoop: @unchecked Sendable {
             }
             return
         }
-        inbox.append(contentsOf: jobs)
-        let signal = !wakeSignalled
-        wakeSignalled = true
-        lock.unlock()
         if signal { wake() }
     }
 
@@ -147,6 +161,14 @@ final class ClientLoop: @unchecked Sendable {
         if mixed { await submit(requests.filter(\.prioritized), prioritized: true, path: path, onComplete: onComplete) }
         let bulk = mixed ? requests.filter { !$0.prioritized } : requests
         await submit(bulk, prioritized: false, path: path, onComplete: onComplete)
+    }
+
+    /// Sends one request (to `path`, nil: the request's own) once a slot is free, and waits for its final outcome.
+    func send(_ request: PushDelivery, path: [UInt8]? = nil) async -> PushResponse {
+        _ = await gate.acquire(upTo: 1, prioritized: request.prioritized)
+        return await withCheckedContinuation { continuation in
+            enqueue([Job(request: request, path: path) { continuation.resume(returning: $0) }])
+        }
     }
 
     /// Accepts requests of one kind: waits for slots, hands each granted run to the loop in one inbox append.
@@ -169,33 +191,31 @@ final class ClientLoop: @unchecked Sendable {
 
     /// Asks the loop to stop without waiting (used when the client is dropped).
     func requestStop() {
-        lock.lock()
-        if stopDeadline == nil { stopDeadline = .now }
-        lock.unlock()
+        shared.withLock { shared in
+            if shared.stopDeadline == nil { shared.stopDeadline = .now }
+        }
         wake()
     }
 
     func stop(drainFor grace: Duration) async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            lock.lock()
-            if finished {
-                lock.unlock()
-                c.resume()
-                return
+            let finished = shared.withLock { shared -> Bool in
+                if shared.finished { return true }
+                shared.stopWaiters.append(c)
+                if shared.stopDeadline == nil { shared.stopDeadline = .now + grace }
+                return false
             }
-            stopWaiters.append(c)
-            if stopDeadline == nil { stopDeadline = .now + grace }
-            lock.unlock()
-            wake()
+            if finished { c.resume() } else { wake() }
         }
     }
 
     var stats: PushClientStats {
-        lock.lock(); defer { lock.unlock() }
-        var s = statsValue
-        s.submitted += inbox.count
-        s.jwtRenewals = tokens?.renewalCount ?? 0
-        return s
+        shared.withLock { shared in
+            var s = shared.stats
+            s.submitted += shared.inbox.count
+            s.jwtRenewals = tokens?.renewalCount ?? 0
+            return s
+        }
     }
 
     /// Loop thread only: counters are published once per pass (before completions run).
@@ -209,9 +229,7 @@ final class ClientLoop: @unchecked Sendable {
             localStats.answersByStatus[200, default: 0] += answered200
             answered200 = 0
         }
-        lock.lock()
-        statsValue = localStats
-        lock.unlock()
+        shared.withLock { $0.stats = localStats }
         let now = ContinuousClock.now
         if now - lastMetricsAt >= .milliseconds(100) || stopping != nil {
             lastMetricsAt = now
@@ -349,14 +367,13 @@ final class ClientLoop: @unchecked Sendable {
     }
 
     private func takeInbox() {
-        lock.lock()
-        // Swapped with the loop's own array, so neither buffer is copied or reallocated.
-        swap(&inbox, &taken)
-        let results = connectResults
-        connectResults.removeAll()
-        wakeSignalled = false
-        let stopAt = stopDeadline
-        lock.unlock()
+        // Swapped with the loop's own arrays, so no buffer is copied or reallocated.
+        let stopAt = shared.withLock { shared in
+            swap(&shared.inbox, &taken)
+            swap(&shared.connectResults, &takenConnects)
+            shared.wakeSignalled = false
+            return shared.stopDeadline
+        }
         if stopping == nil, let stopAt { stopping = stopAt }
         liveJobs += taken.count
         localStats.submitted += taken.count
@@ -365,7 +382,8 @@ final class ClientLoop: @unchecked Sendable {
             if job.request.deadline < nextTimers { nextTimers = job.request.deadline }
         }
         taken.removeAll(keepingCapacity: true)
-        for (prioritizedOnly, result) in results {
+        for connect in takenConnects {
+            let (prioritizedOnly, result) = (connect.prioritizedOnly, connect.result)
             if prioritizedOnly { connectingPrioritized -= 1 } else { connecting -= 1 }
             switch result {
             case .success(let socket):
@@ -386,6 +404,7 @@ final class ClientLoop: @unchecked Sendable {
                 connectFailed(error.description)
             }
         }
+        takenConnects.removeAll(keepingCapacity: true)
     }
 
     private func connectFailed(_ why: String) {
@@ -417,9 +436,8 @@ final class ClientLoop: @unchecked Sendable {
             do throws(PushError) {
                 result = .success(try TLSSocket.connect(endpoint: endpoint, context: tls, timeout: timeout))
             } catch { result = .failure(error) }
-            self.lock.lock()
-            self.connectResults.append((prioritizedOnly, result))
-            self.lock.unlock()
+            let connect = ConnectResult(prioritizedOnly: prioritizedOnly, result: result)
+            self.shared.withLock { $0.connectResults.append(connect) }
             self.wake()
         }
         thread.name = "herald-apns-connect"
@@ -660,11 +678,43 @@ final class ClientLoop: @unchecked Sendable {
             }
         }
         let text = reason?.wire ?? "HTTP \(status)"
-        let disposition = config.retry.disposition(
-            for: answer, reasonText: text, attempt: job.attempts,
-            unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
+        let disposition = retryDisposition(job, answer: answer, text: text)
         if scheduleRetry(job, disposition) { return }
         complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
+    }
+
+    /// What the retry policy makes of an answer to `job`'s latest attempt (a retry's wait randomised).
+    private func retryDisposition(_ job: Job, answer: PushAnswerClass, text: String) -> PushDisposition {
+        config.retry.disposition(
+            for: answer, reasonText: text, attempt: job.attempts,
+            unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
+    }
+
+    /// Counts an HTTP answer of FCM or a push service (`ok`: delivered; `reason`: the answer's reason text).
+    private func countAnswer(status: Int, ok: Bool, reason: String) {
+        if ok {
+            answered200 += 1
+            delivered200 += 1
+        } else {
+            bump { $0.answersByStatus[status, default: 0] += 1 }
+            answerDeltas[AnswerKey(status: String(status), reason: reason), default: 0] += 1
+        }
+    }
+
+    /// Retries or completes `job` after an HTTP answer of FCM or a push service: `disposition`, else the retry
+    /// policy's, with a retry waiting as long as a `Retry-After` that asks for more than the backoff.
+    private func settleAnswer(
+        _ job: Job, status: Int, answer: PushAnswerClass, text: String, disposition given: PushDisposition? = nil
+    ) {
+        let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
+        var disposition = given ?? retryDisposition(job, answer: answer, text: text)
+        if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
+            disposition = .retry(after: retryAfter)
+        }
+        if scheduleRetry(job, disposition) { return }
+        complete(
+            job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
+            retryAfter: retryAfter)
     }
 
     /// An answer of FCM's `messages:send`, classified by HeraldCore's FCM table. 401 renews the access
@@ -672,16 +722,10 @@ final class ClientLoop: @unchecked Sendable {
     /// `Retry-After` when it asks for more than the backoff.
     private func finishFCMAttempt(_ job: Job, status: Int) {
         job.attempts += 1
-        if status == 200 { answered200 += 1 } else { bump { $0.answersByStatus[status, default: 0] += 1 } }
         let body = status == 200 ? nil : FCMErrorBody.parse(job.body)
         let answer = FCMAnswerTable.classify(status: status, body: body)
         let text = body.map(\.reasonText).flatMap { $0.isEmpty ? nil : $0 } ?? (status == 200 ? "" : "HTTP \(status)")
-        if status == 200 {
-            delivered200 += 1
-        } else {
-            answerDeltas[AnswerKey(status: String(status), reason: text), default: 0] += 1
-        }
-        let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
+        countAnswer(status: status, ok: status == 200, reason: text)
         if answer == .renewCredentials, !job.renewedCredentials, let tokens, let issued = job.bearerIssuedAt,
             job.request.deadline > ContinuousClock.now
         {
@@ -692,21 +736,10 @@ final class ClientLoop: @unchecked Sendable {
             pending.pushFront(job)
             return
         }
-        var disposition: PushDisposition
-        if answer == .renewCredentials {
-            disposition = .permanentFailure(reason: "\(text) after renewing the access token")
-        } else {
-            disposition = config.retry.disposition(
-                for: answer, reasonText: text, attempt: job.attempts,
-                unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
-        }
-        if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
-            disposition = .retry(after: retryAfter)
-        }
-        if scheduleRetry(job, disposition) { return }
-        complete(
-            job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
-            retryAfter: retryAfter)
+        settleAnswer(
+            job, status: status, answer: answer, text: text,
+            disposition: answer == .renewCredentials
+                ? .permanentFailure(reason: "\(text) after renewing the access token") : nil)
     }
 
     /// An answer of a push service, classified by HeraldCore's Web Push table: 201 delivered, 404/410 the
@@ -715,28 +748,15 @@ final class ClientLoop: @unchecked Sendable {
     private func finishWebPushAttempt(_ job: Job, status: Int) {
         job.attempts += 1
         let ok = (200..<300).contains(status)
-        if ok { answered200 += 1 } else { bump { $0.answersByStatus[status, default: 0] += 1 } }
         let answer = WebPushAnswerTable.classify(status: status)
         var text = WebPushAnswerTable.reasonText(status: status)
-        if ok {
-            delivered200 += 1
-        } else {
-            answerDeltas[AnswerKey(status: String(status), reason: text), default: 0] += 1
+        countAnswer(status: status, ok: ok, reason: text)
+        if !ok {
             // The push service's own words (RFC 7807 problem details or text), cut short, for the DLQ.
             let said = WebPushAnswerTable.detail(job.body)
             if !said.isEmpty { text += ": " + said }
         }
-        let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
-        var disposition = config.retry.disposition(
-            for: answer, reasonText: text, attempt: job.attempts,
-            unit: answer == .retryable ? Double.random(in: 0..<1, using: &rng) : 0)
-        if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
-            disposition = .retry(after: retryAfter)
-        }
-        if scheduleRetry(job, disposition) { return }
-        complete(
-            job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
-            retryAfter: retryAfter)
+        settleAnswer(job, status: status, answer: answer, text: text)
     }
 
     private func finishAttempt(_ job: Job, failure: PushTransportFailure) {
@@ -812,13 +832,14 @@ final class ClientLoop: @unchecked Sendable {
                 job, status: nil, failure: .clientShutdown, disposition: .permanentFailure(reason: "ClientShutdown"))
         }
         delayed.removeAll()
-        lock.lock()
-        finished = true
-        let late = inbox
-        inbox.removeAll()
-        let waiters = stopWaiters
-        stopWaiters.removeAll()
-        lock.unlock()
+        let (late, waiters) = shared.withLock { shared in
+            shared.finished = true
+            let late = shared.inbox
+            shared.inbox.removeAll()
+            let waiters = shared.stopWaiters
+            shared.stopWaiters.removeAll()
+            return (late, waiters)
+        }
         for job in late {
             liveJobs += 1
             complete(

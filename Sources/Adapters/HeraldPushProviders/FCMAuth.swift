@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldHTTP
 import Logging
+import Synchronization
 
 /// The fields of a Google service-account JSON file that FCM HTTP v1 needs. The private key is
 /// kept in memory only to sign assertions; no description or log line ever contains it.
@@ -94,19 +95,21 @@ public struct FCMAssertion: Sendable {
 /// per request. A 401 from FCM (`rejected`) drops the token and fetches a new one at once (at most
 /// once per `minimumInterval`). Requests wait while there is no token.
 public final class FCMAccessTokens: @unchecked Sendable {
-    // @unchecked Sendable: mutable state is guarded by `lock`; the renewal task only calls locked methods.
+    // @unchecked Sendable: the mutable state is in `state`, behind its lock; the renewal task reaches it only there.
     private let assertion: FCMAssertion
     private let http: HTTP1Client
     private let now: @Sendable () -> Date
     private let renewBefore: Duration
     private let minimumInterval: Duration
     private let logger: Logger
-    private let lock = NSLock()
-    private var current: (token: String, issuedAt: Date, expiresAt: Date)?
-    private var renewals = 0
-    private var renewNow = false
-    private var task: Task<Void, Never>?
-    private var lastError: String?
+    private struct State {
+        var current: (token: String, issuedAt: Date, expiresAt: Date)?
+        var renewals = 0
+        var renewNow = false
+        var task: Task<Void, Never>?
+        var lastError: String?
+    }
+    private let state = Mutex(State())
     /// `waitForToken` callers, woken when a fetch stores a token.
     private let tokenWaiters = WaitList()
     /// The renewal task, woken early by `reject` (a 401 asked for a new token).
@@ -127,32 +130,32 @@ public final class FCMAccessTokens: @unchecked Sendable {
 
     /// Starts the renewal task (the first fetch happens at once).
     public func start() {
-        lock.withLock {
-            guard task == nil else { return }
-            task = Task { [weak self] in await self?.renewLoop() }
+        state.withLock { state in
+            guard state.task == nil else { return }
+            state.task = Task { [weak self] in await self?.renewLoop() }
         }
     }
 
     public func stop() {
-        let t = lock.withLock { () -> Task<Void, Never>? in
-            let t = task
-            task = nil
+        let t = state.withLock { state -> Task<Void, Never>? in
+            let t = state.task
+            state.task = nil
             return t
         }
         t?.cancel()
     }
 
-    deinit { task?.cancel() }
+    deinit { state.withLock { $0.task }?.cancel() }
 
     /// Access tokens fetched so far.
-    public var renewalCount: Int { lock.withLock { renewals } }
+    public var renewalCount: Int { state.withLock { $0.renewals } }
     /// The last fetch failure, if the last fetch failed (no secret in it).
-    public var lastFailure: String? { lock.withLock { lastError } }
+    public var lastFailure: String? { state.withLock { $0.lastError } }
 
     /// The current token, if there is one that has not expired.
     public func token() -> (token: String, issuedAt: Date)? {
-        lock.withLock {
-            guard let c = current, c.expiresAt > now() else { return nil }
+        state.withLock { state in
+            guard let c = state.current, c.expiresAt > now() else { return nil }
             return (c.token, c.issuedAt)
         }
     }
@@ -166,13 +169,17 @@ public final class FCMAccessTokens: @unchecked Sendable {
     /// FCM answered 401 to the token issued at `issuedAt`: drop it and renew now.
     @discardableResult
     public func reject(issuedAt: Date) -> Bool {
-        lock.withLock {
-            if let c = current, c.issuedAt == issuedAt { current = nil }
-            renewNow = true
+        state.withLock { state in
+            if let c = state.current, c.issuedAt == issuedAt { state.current = nil }
+            state.renewNow = true
         }
         renewWaiters.wakeAll()
         return true
     }
+
+    /// The wait after `n` token fetches failed in a row: 400 ms doubling to 30 s, not randomised.
+    public static let retryBackoff = BackoffPolicy(
+        initialDelay: .milliseconds(400), maxDelay: .seconds(30), multiplier: 2, jitter: 0, maxAttempts: .max)
 
     private func renewLoop() async {
         var failures = 0
@@ -185,7 +192,7 @@ public final class FCMAccessTokens: @unchecked Sendable {
                 wait = max(lifetime, minimumInterval)
             } else {
                 failures += 1
-                wait = .milliseconds(min(30_000, 200 * (1 << min(failures, 8))))
+                wait = Self.retryBackoff.delay(afterAttempt: failures, unit: 0)
             }
             await sleepOrWake(wait)
         }
@@ -199,9 +206,9 @@ public final class FCMAccessTokens: @unchecked Sendable {
         try? await Task.sleep(for: min(d, minimumInterval))
         let left = end - ContinuousClock.now
         if left > .zero, !Task.isCancelled {
-            _ = await renewWaiters.wait(timeout: left, unlessAlready: { [self] in lock.withLock { renewNow } })
+            _ = await renewWaiters.wait(timeout: left, unlessAlready: { [self] in state.withLock { $0.renewNow } })
         }
-        lock.withLock { renewNow = false }
+        state.withLock { $0.renewNow = false }
     }
 
     /// One token exchange; returns the token's lifetime, or nil on failure.
@@ -229,10 +236,10 @@ public final class FCMAccessTokens: @unchecked Sendable {
             return nil
         }
         let expiresIn = object?["expires_in"]?.int64Value ?? 3600
-        lock.withLock {
-            current = (token, issued, issued.addingTimeInterval(TimeInterval(expiresIn)))
-            renewals += 1
-            lastError = nil
+        state.withLock { state in
+            state.current = (token, issued, issued.addingTimeInterval(TimeInterval(expiresIn)))
+            state.renewals += 1
+            state.lastError = nil
         }
         tokenWaiters.wakeAll()
         logger.info(
@@ -245,7 +252,7 @@ public final class FCMAccessTokens: @unchecked Sendable {
     }
 
     private func record(failure: String) {
-        lock.withLock { lastError = failure }
+        state.withLock { $0.lastError = failure }
         logger.warning(
             "fcm access token fetch failed",
             metadata: [

@@ -91,13 +91,7 @@ public final class FCMClient: Sendable {
     }
 
     /// Sends one message and waits for its final outcome.
-    public func send(_ request: PushDelivery) async -> PushResponse {
-        _ = await loop.gate.acquire(upTo: 1, prioritized: request.prioritized)
-        let path = self.path
-        return await withCheckedContinuation { continuation in
-            loop.enqueue([Job(request: request, path: path) { continuation.resume(returning: $0) }])
-        }
-    }
+    public func send(_ request: PushDelivery) async -> PushResponse { await loop.send(request, path: path) }
 
     /// Accepts a batch; `onComplete` runs once per request on the client's I/O thread.
     public func submit(_ requests: [PushDelivery], onComplete: @escaping @Sendable (PushResponse) -> Void) async {

@@ -413,22 +413,10 @@ private struct HeaderBlock {
     /// `value` in decimal ASCII, without making a String.
     mutating func add(_ name: StaticString, decimal value: Int64, indexed: Bool = true) {
         let start = used
-        if value < 0 {
-            bytes[used] = UInt8(ascii: "-")
-            used += 1
-        }
-        var magnitude = value.magnitude
-        var digits = 0
-        repeat {
-            digits += 1
-            magnitude /= 10
-        } while magnitude > 0
-        magnitude = value.magnitude
-        for i in stride(from: used + digits - 1, through: used, by: -1) {
-            bytes[i] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-            magnitude /= 10
-        }
-        used += digits
+        guard let base = bytes.baseAddress else { return }
+        let length = DecimalASCII.length(of: value)
+        _ = DecimalASCII.write(value, endingAt: base + used + length)
+        used += length
         field(name, from: start, indexed: indexed)
     }
 

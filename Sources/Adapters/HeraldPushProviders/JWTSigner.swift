@@ -2,6 +2,7 @@ import COpenSSL
 import Foundation
 import HeraldCore
 import HeraldTLS
+import Synchronization
 
 /// Signs JSON Web Tokens with a PEM private key: ES256 (ECDSA P-256, SHA-256) for APNs provider tokens, RS256
 /// (RSA PKCS#1 v1.5, SHA-256) for FCM's OAuth assertions. The one place Herald loads a private key and signs with
@@ -113,13 +114,15 @@ enum JWTEncoding {
 /// The provider token shared by every connection of one credential, renewed per the core policy.
 /// Used only on the client's I/O thread (no lock needed there); tests use it directly.
 public final class APNsTokenProvider: @unchecked Sendable {
-    // @unchecked Sendable: mutable state is guarded by `lock`.
+    // @unchecked Sendable: the mutable state is in `state`, and `jwt` signs only while its lock is held.
     private let jwt: APNsJWT
     private let policy: APNsTokenRenewalPolicy
     private let now: @Sendable () -> Date
-    private let lock = NSLock()
-    private var current: (token: String, issuedAt: Date)?
-    private var renewals = 0
+    private struct State {
+        var current: (token: String, issuedAt: Date)?
+        var renewals = 0
+    }
+    private let state = Mutex(State())
 
     public init(jwt: APNsJWT, policy: APNsTokenRenewalPolicy, now: @escaping @Sendable () -> Date) {
         self.jwt = jwt
@@ -129,34 +132,39 @@ public final class APNsTokenProvider: @unchecked Sendable {
 
     /// The bearer token to use now, renewed first if the policy says so.
     public func bearer() throws(PushError) -> (token: String, issuedAt: Date) {
-        lock.lock(); defer { lock.unlock() }
-        let at = now()
-        if let current, policy.decide(issuedAt: current.issuedAt, now: at) == .keep { return current }
-        return try renewLocked(at: at)
+        try state.withLock { state throws(PushError) -> (token: String, issuedAt: Date) in
+            let at = now()
+            if let current = state.current, policy.decide(issuedAt: current.issuedAt, now: at) == .keep {
+                return current
+            }
+            return try renew(&state, at: at)
+        }
     }
 
     /// APNs answered ExpiredProviderToken to the token issued at `issuedAt`.
     /// Returns true when a different token is now current (renewed now or already before).
     public func rejectedAsExpired(issuedAt: Date) throws(PushError) -> Bool {
-        lock.lock(); defer { lock.unlock() }
-        guard let current else { return true }
-        if current.issuedAt != issuedAt { return true }
-        let at = now()
-        guard policy.decide(issuedAt: current.issuedAt, now: at, rejectedAsExpired: true) == .renew else {
-            return false
+        try state.withLock { state throws(PushError) -> Bool in
+            guard let current = state.current else { return true }
+            if current.issuedAt != issuedAt { return true }
+            let at = now()
+            guard policy.decide(issuedAt: current.issuedAt, now: at, rejectedAsExpired: true) == .renew else {
+                return false
+            }
+            _ = try renew(&state, at: at)
+            return true
         }
-        _ = try renewLocked(at: at)
-        return true
     }
 
     /// How many tokens were made so far.
-    public var renewalCount: Int { lock.lock(); defer { lock.unlock() }; return renewals }
+    public var renewalCount: Int { state.withLock { $0.renewals } }
 
-    private func renewLocked(at: Date) throws(PushError) -> (token: String, issuedAt: Date) {
+    /// Signs a token issued at `at` (whole seconds) and makes it current; called with the lock held.
+    private func renew(_ state: inout State, at: Date) throws(PushError) -> (token: String, issuedAt: Date) {
         let issued = Date(timeIntervalSince1970: at.timeIntervalSince1970.rounded(.down))
         let made = (try jwt.token(issuedAt: issued), issued)
-        current = made
-        renewals += 1
+        state.current = made
+        state.renewals += 1
         return made
     }
 }

@@ -51,7 +51,7 @@ final class Job: @unchecked Sendable {
 struct JobQueue {
     private var items: Deque<Job> = []
     private var urgent: Deque<Job> = []
-    /// Resends, newest first out (a stack, as before: the last job pushed to the front is the next one sent).
+    /// Resends, kept as a stack: the last job pushed to the front is the next one sent.
     private var front: [Job] = []
 
     var count: Int { items.count + front.count + urgent.count }

@@ -148,12 +148,7 @@ public final class WebPushClient: Sendable {
     }
 
     /// Sends one message and waits for its final outcome.
-    public func send(_ request: PushDelivery) async -> PushResponse {
-        _ = await loop.gate.acquire(upTo: 1, prioritized: request.prioritized)
-        return await withCheckedContinuation { continuation in
-            loop.enqueue([Job(request: request) { continuation.resume(returning: $0) }])
-        }
-    }
+    public func send(_ request: PushDelivery) async -> PushResponse { await loop.send(request) }
 
     /// Accepts a batch; `onComplete` runs once per request on the client's I/O thread.
     public func submit(_ requests: [PushDelivery], onComplete: @escaping @Sendable (PushResponse) -> Void) async {

@@ -458,8 +458,7 @@ struct SharedEvents {
                 continue
             }
             let bytes = m.record[range]
-            var head: UInt64 = 0xcbf2_9ce4_8422_2325
-            for b in bytes.prefix(64) { head = (head ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+            let head = FNV1a.hash(bytes.prefix(64))
             let probe = Probe(app: m.appID, count: bytes.count, head: head)
             let index: Int
             if let known = seen[probe]?.first(where: { Self.same(events[$0].bytes, bytes) }) {

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 import Logging
 import Synchronization
 
@@ -12,33 +13,28 @@ public struct RedisNodeAddress: Sendable, Hashable, CustomStringConvertible {
         self.port = port
     }
 
-    /// Parses `host[:port]` or `[IPv6]:port`. `defaultHost` stands in for an empty host (a node that does not know
-    /// its own address answers `MOVED 3999 :7002`).
+    /// Parses `host[:port]` or `[IPv6]:port` with `ServiceEndpoint(parsing:defaultPort:)`, taking also the two forms
+    /// Redis itself writes: an IPv6 host without brackets before its port (`MOVED 3999 ::1:7002`), and an empty host
+    /// (a node that does not know its own address answers `MOVED 3999 :7002`), for which `defaultHost` stands in.
     init(parsing text: Substring, defaultPort: Int = 6379, defaultHost: String? = nil) throws {
-        var host = Substring("")
-        var portText: Substring?
-        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
-            host = text[text.index(after: text.startIndex)..<close]
-            let rest = text[text.index(after: close)...]
-            if rest.hasPrefix(":") { portText = rest.dropFirst() } else if !rest.isEmpty { portText = rest }
-        } else if let colon = text.lastIndex(of: ":") {
-            host = text[..<colon]
-            portText = text[text.index(after: colon)...]
-        } else {
-            host = text
+        var form = String(text)
+        if !text.hasPrefix("["), let colon = text.lastIndex(of: ":") {
+            let host = text[..<colon]
+            if host.isEmpty, let defaultHost {
+                form = (defaultHost.contains(":") ? "[\(defaultHost)]" : defaultHost) + text[colon...]
+            } else if host.contains(":") {
+                form = "[\(host)]\(text[colon...])"
+            }
         }
-        if host.isEmpty, let defaultHost { host = Substring(defaultHost) }
-        guard !host.isEmpty else {
-            throw RedisError(.invalidConfiguration, "no host in Redis node address \"\(text)\"")
+        guard let endpoint = ServiceEndpoint(parsing: form, defaultPort: defaultPort) else {
+            throw RedisError(
+                .invalidConfiguration, "bad Redis node address \"\(text)\" (host, host:port or [IPv6]:port)")
         }
-        let port = portText.map { Int($0) } ?? defaultPort
-        guard let port, (1...65535).contains(port) else {
-            throw RedisError(.invalidConfiguration, "bad port in Redis node address \"\(text)\"")
-        }
-        self.init(host: String(host), port: port)
+        self.init(host: endpoint.host, port: endpoint.port)
     }
 
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    /// The address as `ServiceEndpoint` writes it: `host:port`, with an IPv6 host in brackets.
+    public var description: String { ServiceEndpoint(host: host, port: port).description }
 }
 
 // MARK: - Configuration of a cluster

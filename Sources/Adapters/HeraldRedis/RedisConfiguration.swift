@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// Where and how to connect to Redis.
 public struct RedisConfiguration: Sendable, Hashable {
@@ -160,5 +161,23 @@ extension RedisConfiguration: CustomStringConvertible {
         if !clusterSeeds.isEmpty { return clusterDescription }
         return
             "\(tls == nil ? "redis" : "rediss")://\(password == nil ? "" : "\(username ?? ""):***@")\(host):\(port)/\(database)"
+    }
+}
+
+extension RedisConfiguration {
+    /// The wait before a connect that follows `n` failed ones: `initialBackoff` doubling to `maximumBackoff` (the
+    /// doubling stops after 20 steps), the upper half randomised so a fleet of workers does not reconnect in lockstep.
+    public var reconnectBackoff: BackoffPolicy {
+        BackoffPolicy(
+            initialDelay: initialBackoff, maxDelay: min(maximumBackoff, initialBackoff * (1 << 20)), multiplier: 2,
+            jitter: 0.5, maxAttempts: .max)
+    }
+
+    /// The wait before a subscriber's next round over the nodes after `n` rounds failed: `initialBackoff` doubling
+    /// to `maximumBackoff` (the doubling stops after 10 steps), not randomised.
+    public var resubscribeBackoff: BackoffPolicy {
+        BackoffPolicy(
+            initialDelay: initialBackoff, maxDelay: min(maximumBackoff, initialBackoff * (1 << 10)), multiplier: 2,
+            jitter: 0, maxAttempts: .max)
     }
 }

@@ -539,7 +539,7 @@ final class HiredisSession: @unchecked Sendable {
             notBefore = nil
         } catch let error as RedisError {
             failedAttempts += 1
-            let delay = backoff(afterFailures: failedAttempts)
+            let delay = configuration.reconnectBackoff.delay(afterAttempt: failedAttempts, unit: .random(in: 0..<1))
             notBefore = ContinuousClock.now + delay
             logger.warning(
                 "redis connect failed",
@@ -551,15 +551,6 @@ final class HiredisSession: @unchecked Sendable {
         } catch {
             throw RedisError(.connectFailed, "\(error)")
         }
-    }
-
-    private func backoff(afterFailures failures: Int) -> Duration {
-        let exponent = min(failures - 1, 20)
-        let base = configuration.initialBackoff * (1 << exponent)
-        let capped = min(base, configuration.maximumBackoff)
-        // Full jitter on the upper half, so a fleet of workers does not reconnect in lockstep.
-        let jitter = Double.random(in: 0.5...1.0)
-        return capped * jitter
     }
 
     private func openContext() throws {

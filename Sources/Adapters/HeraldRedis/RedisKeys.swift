@@ -1,3 +1,5 @@
+import HeraldCore
+
 /// The Redis key layout of the state in docs/behaviour.md §3, built in one place (documented in docs/redis-keys.md).
 ///
 /// Every key starts with `herald:<app>:`. The user id or conversation id sits in a Redis Cluster hash tag
@@ -120,14 +122,8 @@ public enum RedisKeys {
     public static let explainHourMilliseconds: Int64 = 3_600_000
 
     /// FNV-1a 64 of `text`'s bytes, continuing from `hash`.
-    static func fnv(_ text: String, _ hash: UInt64 = 0xcbf2_9ce4_8422_2325) -> UInt64 {
-        func run(_ bytes: some Sequence<UInt8>) -> UInt64 {
-            var h = hash
-            for b in bytes { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
-            return h
-        }
-        // Native strings hand over their UTF-8 buffer: a plain loop over it, without the string iterator.
-        return text.utf8.withContiguousStorageIfAvailable { run($0) } ?? run(text.utf8)
+    static func fnv(_ text: String, _ hash: UInt64 = FNV1a.offsetBasis) -> UInt64 {
+        FNV1a.hash(text, continuing: hash)
     }
 
     /// The idempotency shard of an event, of `shards`.
@@ -142,9 +138,7 @@ public enum RedisKeys {
     /// the block, set once the pair that number claimed was delivered.
     public static func claimBlock(app: String, block: Int64) -> String { "\(prefix):\(app):claims:{c\(block)}" }
     /// FNV-1a 64 over `first`'s bytes, a zero byte and `second`'s bytes.
-    static func fnv(_ first: String, then second: String) -> UInt64 {
-        fnv(second, (fnv(first) ^ 0) &* 0x0000_0100_0000_01b3)
-    }
+    static func fnv(_ first: String, then second: String) -> UInt64 { FNV1a.hash(first, then: second) }
 
     /// The field of an (event, token) pair in its shard: 8 bytes of FNV-1a 64 over the event id, a zero byte and
     /// the token (the token itself is not stored).

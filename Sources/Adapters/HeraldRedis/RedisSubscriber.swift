@@ -118,8 +118,7 @@ public final class RedisSubscriber: Sendable {
             index += 1
             // After a failure on every node, wait before the next round (a stop ends the wait).
             if failures % nodes.count == 0 {
-                let exponent = min(failures / nodes.count - 1, 10)
-                let delay = min(configuration.initialBackoff * (1 << exponent), configuration.maximumBackoff)
+                let delay = configuration.resubscribeBackoff.delay(afterAttempt: failures / nodes.count, unit: 0)
                 _ = waitReadable(fd: nil, timeout: delay)
             }
         }

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldCore
 
 /// One decoded Redis reply (RESP2, the protocol Herald speaks to Redis).
 ///
@@ -168,31 +169,8 @@ public struct RedisCommand: Sendable, Hashable, CustomStringConvertible {
 enum RESP {
     static let crlf: [UInt8] = [13, 10]
 
-    static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
-        if value == 0 {
-            out.append(UInt8(ascii: "0"))
-            return
-        }
-        var v = value.magnitude
-        var digits:
-            (
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
-            ) =
-                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { d in
-            while v > 0 {
-                d[count] = UInt8(ascii: "0") + UInt8(v % 10)
-                v /= 10
-                count += 1
-            }
-        }
-        if value < 0 { out.append(UInt8(ascii: "-")) }
-        withUnsafeBytes(of: &digits) { d in
-            for i in stride(from: count - 1, through: 0, by: -1) { out.append(d[i]) }
-        }
-    }
+    @inline(__always)
+    static func appendDecimal(_ value: Int64, to out: inout [UInt8]) { DecimalASCII.append(value, to: &out) }
 
     static func appendBulk(_ bytes: some Collection<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "$"))
@@ -206,14 +184,8 @@ enum RESP {
 
     /// `value` in decimal as a bulk string, without an intermediate buffer.
     static func appendDecimalBulk(_ value: Int64, to out: inout [UInt8]) {
-        var digits = value < 0 ? 2 : 1
-        var rest = value.magnitude
-        while rest >= 10 {
-            rest /= 10
-            digits += 1
-        }
         out.append(UInt8(ascii: "$"))
-        appendDecimal(Int64(digits), to: &out)
+        appendDecimal(Int64(DecimalASCII.length(of: value)), to: &out)
         out.append(13)
         out.append(10)
         appendDecimal(value, to: &out)

@@ -225,11 +225,11 @@ public struct TemplateConfig: Sendable, Hashable {
 /// per-locale string tables are resolved once, at construction. A copy is one reference: the fields live in one
 /// shared storage, copied only when a copy's policy is changed (stages look an app up for every record).
 public struct AppConfig: Sendable {
-    public var appID: String { storage.fields.appID }
-    public var payloadProfile: PayloadProfile { storage.fields.payloadProfile }
-    public var multiDevice: MultiDeviceMode { storage.fields.multiDevice }
+    public var appID: String { storage.value.appID }
+    public var payloadProfile: PayloadProfile { storage.value.payloadProfile }
+    public var multiDevice: MultiDeviceMode { storage.value.multiDevice }
     /// App-wide badge switch; a user's `badge: false` also turns it off.
-    public var badge: Bool { storage.fields.badge }
+    public var badge: Bool { storage.value.badge }
 
     /// The badge of a push to `state` (whose effective preferences are `prefs`): the unread total, or nil (no
     /// badge in the payload) when the app or the user turned badges off, or when Herald does not know the count:
@@ -239,87 +239,87 @@ public struct AppConfig: Sendable {
         guard badge, prefs.badge, counts || state.unread.totalKnown else { return nil }
         return state.unread.total
     }
-    public var templates: TemplateConfig { storage.fields.templates }
+    public var templates: TemplateConfig { storage.value.templates }
     /// Per-locale overrides of catalog keys (`CatalogKey` raw values).
-    public var catalogs: [String: [String: String]] { storage.fields.catalogs }
-    public var credentials: [APNsCredential] { storage.fields.credentials }
+    public var catalogs: [String: [String: String]] { storage.value.catalogs }
+    public var credentials: [APNsCredential] { storage.value.credentials }
     /// `apns-expiration` of chat alerts, seconds after the event time.
-    public var expirationSeconds: Int64 { storage.fields.expirationSeconds }
+    public var expirationSeconds: Int64 { storage.value.expirationSeconds }
     /// `apns-expiration` of call pushes, seconds after the event time.
-    public var callExpirationSeconds: Int64 { storage.fields.callExpirationSeconds }
+    public var callExpirationSeconds: Int64 { storage.value.callExpirationSeconds }
     /// FCM HTTP v1 credentials, by provider id; the first is used for devices without one.
-    public var fcmCredentials: [FCMCredential] { storage.fields.fcmCredentials }
+    public var fcmCredentials: [FCMCredential] { storage.value.fcmCredentials }
     /// Custom webhook providers; the first is used for devices without a provider id.
-    public var webhooks: [WebhookCredential] { storage.fields.webhooks }
-    public var fcm: FCMOptions { storage.fields.fcm }
+    public var webhooks: [WebhookCredential] { storage.value.webhooks }
+    public var fcm: FCMOptions { storage.value.fcm }
     /// Where chat notifications' `apns-collapse-id` (FCM `collapse_key`) comes from. `.message` derives it from
     /// the message, so a duplicate that still reaches a device (the crash window of docs/pipeline.md) replaces
     /// the first notification instead of stacking; the price is that a later notification with the same id
     /// (an edit of that message) replaces it too. Calls always collapse by call session.
-    public var collapseID: CollapseIDSource { storage.fields.collapseID }
-    public var payloadOptions: PayloadOptions { storage.fields.payloadOptions }
+    public var collapseID: CollapseIDSource { storage.value.collapseID }
+    public var payloadOptions: PayloadOptions { storage.value.payloadOptions }
     /// The app's default trigger, template and display style, used in each of those fields a user never set
     /// (`effectivePreferences`). Nil: the built-in defaults.
-    public var userDefaults: Preferences? { storage.fields.userDefaults }
+    public var userDefaults: Preferences? { storage.value.userDefaults }
     /// Which priority class (and so which lane) each kind of event gets (`Priority.classify`).
-    public var priority: PriorityPolicy { storage.fields.priority }
+    public var priority: PriorityPolicy { storage.value.priority }
     /// Herald keeps the unread and mention counts itself (docs/behaviour.md §12): resolve counts every message
     /// event for its recipients, and the badge and Sendbird's counts use them. Off by default (`set_unread`).
     public var counts: Bool {
-        get { storage.fields.counts }
-        set { unique().fields.counts = newValue }
+        get { storage.value.counts }
+        set { storage.modify { $0.counts = newValue } }
     }
     /// Push on or off for the whole app (`push: off`, CometChat's dashboard switch): off, every recipient is
     /// suppressed with `app_off` (docs/behaviour.md §6); the app stays listed, so its events are not dead-lettered
     /// `unknown_app`, its registry updates and counts go on. On by default.
     public var push: Bool {
-        get { storage.fields.push }
-        set { unique().fields.push = newValue }
+        get { storage.value.push }
+        set { storage.modify { $0.push = newValue } }
     }
     /// `aps.interruption-level` and `aps.relevance-score` of alerts, by the rule that classed each push.
     public var interruption: InterruptionPolicy {
-        get { storage.fields.interruption }
-        set { unique().fields.interruption = newValue }
+        get { storage.value.interruption }
+        set { storage.modify { $0.interruption = newValue } }
     }
     /// Burst coalescing per (user, conversation) (docs/behaviour.md §6a); off by default.
     public var coalesce: CoalescePolicy {
-        get { storage.fields.coalesce }
-        set { unique().fields.coalesce = newValue }
+        get { storage.value.coalesce }
+        set { storage.modify { $0.coalesce = newValue } }
     }
     /// At most so many visible pushes per user per minute (docs/behaviour.md §6b); off by default.
     public var floodGuard: FloodPolicy {
-        get { storage.fields.floodGuard }
-        set { unique().fields.floodGuard = newValue }
+        get { storage.value.floodGuard }
+        set { storage.modify { $0.floodGuard = newValue } }
     }
     /// Clears on the user's other devices when a conversation is read (docs/behaviour.md §6c); on by default.
     public var readSync: ReadSyncPolicy {
-        get { storage.fields.readSync }
-        set { unique().fields.readSync = newValue }
+        get { storage.value.readSync }
+        set { storage.modify { $0.readSync = newValue } }
     }
     /// Web Push (device kind `webpush`): the VAPID key and subject, and the push services allowed; nil: the app
     /// sends no Web Push (its `webpush` devices are dead-lettered `no_provider`).
     public var webPush: WebPushSettings? {
-        get { storage.fields.webPush }
-        set { unique().fields.webPush = newValue }
+        get { storage.value.webPush }
+        set { storage.modify { $0.webPush = newValue } }
     }
     /// The digest when Do Not Disturb or a snooze ends (docs/behaviour.md §6d); off by default.
     public var digest: DigestPolicy {
-        get { storage.fields.digest }
-        set { unique().fields.digest = newValue }
+        get { storage.value.digest }
+        set { storage.modify { $0.digest = newValue } }
     }
     /// The translator suppress asks for the message text in a recipient's first preferred language when the event
     /// carries no translation into it (docs/behaviour.md §7a); nil (the default): none.
     public var translator: TranslatorPolicy? {
-        get { storage.fields.translator }
-        set { unique().fields.translator = newValue }
+        get { storage.value.translator }
+        set { storage.modify { $0.translator = newValue } }
     }
-    var strings: [String: Strings] { storage.fields.strings }
-    var english: Strings { storage.fields.english }
-    var customTemplates: [String: (text: Template, file: Template)] { storage.fields.customTemplates }
-    var titleTemplate: Template? { storage.fields.titleTemplate }
+    var strings: [String: Strings] { storage.value.strings }
+    var english: Strings { storage.value.english }
+    var customTemplates: [String: (text: Template, file: Template)] { storage.value.customTemplates }
+    var titleTemplate: Template? { storage.value.titleTemplate }
 
-    /// The fields, shared by copies; `unique()` copies them before a change when another copy holds them too.
-    private struct Fields {
+    /// The fields, shared by copies and copied before a change when another copy holds them too.
+    private struct Fields: Sendable {
         let appID: String
         let payloadProfile: PayloadProfile
         let multiDevice: MultiDeviceMode
@@ -351,17 +351,7 @@ public struct AppConfig: Sendable {
         var webPush: WebPushSettings? = nil
     }
 
-    private final class Storage: @unchecked Sendable {
-        var fields: Fields
-        init(_ fields: Fields) { self.fields = fields }
-    }
-
-    private var storage: Storage
-
-    private mutating func unique() -> Storage {
-        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.fields) }
-        return storage
-    }
+    private var storage: CopyOnWrite<Fields>
 
     public init(
         appID: String = "default", payloadProfile: PayloadProfile = .compact,
@@ -406,7 +396,7 @@ public struct AppConfig: Sendable {
         let english = tables["en"] ?? Strings(locale: "en") { lookup("en", $0) }
         var custom: [String: (text: Template, file: Template)] = [:]
         for (k, pair) in templates.customTypes { custom[k] = (Template(pair.text), Template(pair.file)) }
-        storage = Storage(
+        storage = CopyOnWrite(
             Fields(
                 appID: appID, payloadProfile: payloadProfile, multiDevice: multiDevice, badge: badge,
                 templates: templates, catalogs: normalizedCatalogs, credentials: credentials,

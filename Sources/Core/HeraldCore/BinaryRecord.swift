@@ -470,11 +470,7 @@ public struct EventReuse: Sendable {
             shift += 7
         }
         guard length <= raw.count - offset else { return nil }
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for index in start..<(offset + length) {
-            hash = (hash ^ UInt64(raw[index])) &* 0x0000_0100_0000_01b3
-        }
-        return hash
+        return FNV1a.hash(raw[start..<(offset + length)])
     }
 }
 

@@ -1,11 +1,11 @@
-/// A value kept behind one reference and copied on write, as an array is.
+/// A value kept behind one reference and copied on write, as an array is; equatable and hashable when its value is.
 ///
 /// A stage copies its records many times over (into a cache, its decisions, its results, the jobs of its
 /// clients), and a copy of a struct retains and later releases every string and array in it. The records
 /// copied most keep their fields in one of these, so a copy is one retain. Inlinable, so other modules use it
 /// compiled for their own value type.
 @frozen
-public struct CopyOnWrite<Value: Sendable & Hashable>: Sendable, Hashable {
+public struct CopyOnWrite<Value: Sendable>: Sendable {
     @usableFromInline
     final class Box: @unchecked Sendable {
         // Changed only while one `CopyOnWrite` holds the box (`value`'s `_modify`, `modify`), so no two accesses
@@ -36,10 +36,14 @@ public struct CopyOnWrite<Value: Sendable & Hashable>: Sendable, Hashable {
         if !isKnownUniquelyReferenced(&box) { box = Box(box.value) }
         return body(&box.value)
     }
+}
 
+extension CopyOnWrite: Equatable where Value: Equatable {
     @inlinable
     public static func == (a: Self, b: Self) -> Bool { a.box === b.box || a.box.value == b.box.value }
+}
 
+extension CopyOnWrite: Hashable where Value: Hashable {
     @inlinable
     public func hash(into hasher: inout Hasher) { box.value.hash(into: &hasher) }
 }

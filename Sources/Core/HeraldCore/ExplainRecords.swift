@@ -149,22 +149,7 @@ extension ExplainEntry {
         }
         func number(_ n: Int64?) {
             guard let n else { return }
-            // Digits written in place, without a String per number.
-            if n < 0 { out.append(UInt8(ascii: "-")) }
-            var magnitude = n.magnitude
-            let start = out.count
-            repeat {
-                out.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
-                magnitude /= 10
-            } while magnitude > 0
-            // Reversed by swaps: reversing `out[start...]` copies the slice's buffer first.
-            var low = start
-            var high = out.count - 1
-            while low < high {
-                out.swapAt(low, high)
-                low += 1
-                high -= 1
-            }
+            DecimalASCII.append(n, to: &out)
         }
         text(eventID); out.append(9)
         text(omittingUser ? nil : user); out.append(9)
@@ -326,8 +311,7 @@ public struct FullTrailPolicy: Sendable, Hashable {
 
     /// Where an event id falls in [0, 1): FNV-1a 64 of its bytes, top 53 bits.
     static func share(_ eventID: String) -> Double {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in eventID.utf8 { hash = (hash ^ UInt64(b)) &* 0x0000_0100_0000_01b3 }
+        let hash = FNV1a.hash(eventID)
         return Double(hash >> 11) / Double(UInt64(1) << 53)
     }
 }

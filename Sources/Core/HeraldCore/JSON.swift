@@ -702,29 +702,7 @@ public struct JSONWriter: Sendable {
         bytes.append(0x3A)
     }
 
-    public mutating func int(_ v: Int64) {
-        if v == 0 { bytes.append(0x30); return }
-        var n = v.magnitude
-        var tmp:
-            (
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
-            ) =
-                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var len = 0
-        withUnsafeMutableBytes(of: &tmp) { p in
-            while n > 0 {
-                p[len] = UInt8(n % 10) + 0x30
-                n /= 10
-                len += 1
-            }
-        }
-        if v < 0 { bytes.append(UInt8(ascii: "-")) }
-        withUnsafeBytes(of: &tmp) { p in
-            var k = len - 1
-            while k >= 0 { bytes.append(p[k]); k -= 1 }
-        }
-    }
+    public mutating func int(_ v: Int64) { DecimalASCII.append(v, to: &bytes) }
 
     public mutating func int(_ v: Int) { int(Int64(v)) }
 

@@ -2,6 +2,7 @@
 // Every stage and `heraldctl simulate` call exactly these functions.
 
 import Foundation
+import Synchronization
 
 // MARK: Ingest
 
@@ -139,7 +140,7 @@ public enum Suppression {
     ) -> Decision {
         decide(
             event: event, recipient: recipient, state: state, app: app,
-            at: event.ruleTime(now: Int64((now.timeIntervalSince1970 * 1000).rounded(.down))))
+            at: event.ruleTime(now: now.millisecondsSince1970))
     }
 
     /// Applies rules 1 to 10 at an explicit time (epoch milliseconds).
@@ -267,19 +268,15 @@ extension ChatEvent.CallAction {
 /// because creating one per decision is costly. An unknown identifier is read
 /// as UTC (documented in docs/core.md).
 public enum DNDClock {
-    /// Guards the cache; held only for a dictionary lookup or insert.
-    private static let lock = NSLock()
-    // Mutated only under `lock`.
-    nonisolated(unsafe) private static var zones: [String: TimeZone] = [:]
+    /// The zones made so far; its lock is held only for a dictionary lookup or insert.
+    private static let zones = Mutex<[String: TimeZone]>([:])
 
     static func zone(_ identifier: String) -> TimeZone {
-        lock.lock()
-        if let z = zones[identifier] { lock.unlock(); return z }
-        lock.unlock()
+        if let z = zones.withLock({ $0[identifier] }) { return z }
         let z = TimeZone(identifier: identifier) ?? TimeZone(secondsFromGMT: 0) ?? TimeZone.gmt
-        lock.lock()
-        if zones.count < 4096 { zones[identifier] = z }
-        lock.unlock()
+        zones.withLock { zones in
+            if zones.count < 4096 { zones[identifier] = z }
+        }
         return z
     }
 

@@ -99,8 +99,8 @@ public enum Simulator {
             break
         }
         let app = apps.app(event.appID)
-        let nowMillis = millis(now)
-        let ruleTime = at.map(millis) ?? event.ruleTime(now: nowMillis)
+        let nowMillis = now.millisecondsSince1970
+        let ruleTime = at.map(\.millisecondsSince1970) ?? event.ruleTime(now: nowMillis)
         let renderNow = at ?? now
         let members = fixture.conversations[event.conversation.id]?.members ?? []
         let senderDisplayName = fixture.users[event.sender.id]?.preferences.displayName
@@ -145,8 +145,6 @@ public enum Simulator {
         }
         return lines
     }
-
-    static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
 
     /// Parses `--at`: epoch milliseconds or ISO 8601 (with or without fractional seconds).
     public static func parseTime(_ text: String) -> Date? {

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCore
+import Synchronization
 
 /// Where suppress keeps bursts (Redis in the stage, `MemoryBurstLedger` in tests and previews;
 /// docs/behaviour.md §6a).
@@ -15,10 +16,8 @@ public protocol BurstLedger: Sendable {
 
 /// Bursts and flood guards kept in memory, with the rules of `Coalescing` and `FloodGuard` (the Redis scripts do the
 /// same).
-public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
-    // @unchecked Sendable: `bursts` is guarded by `lock`.
-    private let lock = NSLock()
-    private var bursts: [Key: Entry] = [:]
+public final class MemoryBurstLedger: BurstLedger {
+    private let bursts = Mutex<[Key: Entry]>([:])
 
     struct Key: Hashable {
         var app: String
@@ -37,7 +36,7 @@ public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
     public init() {}
 
     public func step(_ messages: [BurstMessage]) async throws -> [BurstStep] {
-        lock.withLock {
+        bursts.withLock { bursts in
             messages.map { m in
                 let key = Key(app: m.appID, user: m.user, conversation: m.conversation)
                 let previous = bursts[key]
@@ -64,7 +63,7 @@ public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
     }
 
     public func claimDue(app: String, policy: CoalescePolicy, now: Int64) async throws -> [HeldBurst] {
-        lock.withLock {
+        bursts.withLock { bursts in
             var out: [HeldBurst] = []
             for (key, entry) in bursts where key.app == app && entry.due <= now {
                 let timing = key.conversation.isEmpty ? FloodGuard.timing : policy
@@ -86,7 +85,7 @@ public final class MemoryBurstLedger: BurstLedger, @unchecked Sendable {
     }
 
     public func confirm(app: String, policy: CoalescePolicy, flushed: [HeldBurst], now: Int64) async throws {
-        lock.withLock {
+        bursts.withLock { bursts in
             for b in flushed {
                 let key = Key(app: app, user: b.user, conversation: b.conversation)
                 guard var entry = bursts[key] else { continue }

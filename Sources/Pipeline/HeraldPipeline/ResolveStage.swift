@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCore
+import Synchronization
 
 /// Where resolve reads state (Redis in the stage; a fixture in tests). Each call is one round trip.
 /// Implementations throw `TransientFailure` when the same call may succeed later.
@@ -645,20 +646,19 @@ public struct ResolveProcessor: StageProcessor {
 
 /// A `StateReader` over an in-memory state fixture (tests, `heraldctl` previews). Counts its round trips.
 public final class FixtureStateReader: StateReader, @unchecked Sendable {
-    // @unchecked Sendable: `fixture` is immutable; `calls` is guarded by `lock`.
+    // @unchecked Sendable: `fixture` is immutable; `calls` is a `Mutex`.
     private let fixture: [String: StateFixture]
-    private let lock = NSLock()
-    private var calls = 0
+    private let calls = Mutex(0)
 
     /// - Parameter fixtures: per app id.
     public init(fixtures: [String: StateFixture]) {
         self.fixture = fixtures
     }
 
-    public var roundTrips: Int { lock.withLock { calls } }
+    public var roundTrips: Int { calls.withLock { $0 } }
 
     public func members(_ conversations: [ConversationRef]) async throws -> [[String]] {
-        lock.withLock { calls += 1 }
+        calls.withLock { $0 += 1 }
         return conversations.map { fixture[$0.appID]?.conversations[$0.conversation]?.members ?? [] }
     }
 
@@ -666,7 +666,7 @@ public final class FixtureStateReader: StateReader, @unchecked Sendable {
     public func memberPages(
         _ conversations: [ConversationRef], cursors: [String], count: Int
     ) async throws -> [MemberPage] {
-        lock.withLock { calls += 1 }
+        calls.withLock { $0 += 1 }
         return zip(conversations, cursors).map { ref, cursor in
             let all = (fixture[ref.appID]?.conversations[ref.conversation]?.members ?? []).sorted()
             let start = min(all.count, Int(cursor) ?? 0)
@@ -676,7 +676,7 @@ public final class FixtureStateReader: StateReader, @unchecked Sendable {
     }
 
     public func loadUsers(app: String, users: [String], now: Int64) async throws -> [String: UserState] {
-        lock.withLock { calls += 1 }
+        calls.withLock { $0 += 1 }
         var out: [String: UserState] = [:]
         for user in users { out[user] = fixture[app]?.users[user] ?? UserState() }
         return out

@@ -1,5 +1,6 @@
 import Foundation
 import HeraldCore
+import Synchronization
 
 /// send's idempotency records: a claim before sending, a confirmation after the 200 (Redis in the stage).
 ///
@@ -458,23 +459,23 @@ public struct SendProcessor: StageProcessor {
 }
 
 /// The answers of one send, filled in from the transport's threads.
-final class AnswerBox: @unchecked Sendable {
-    // @unchecked Sendable: `answers` is only touched with `lock` held.
-    private let lock = NSLock()
-    private var answers: [PushAnswer?]
-    init(count: Int) { answers = Array(repeating: nil, count: count) }
-    func set(_ index: Int, _ answer: PushAnswer) { lock.withLock { answers[index] = answer } }
-    var values: [PushAnswer?] { lock.withLock { answers } }
+final class AnswerBox: Sendable {
+    private let answers: Mutex<[PushAnswer?]>
+    init(count: Int) { answers = Mutex(Array(repeating: nil, count: count)) }
+    func set(_ index: Int, _ answer: PushAnswer) { answers.withLock { $0[index] = answer } }
+    var values: [PushAnswer?] { answers.withLock { $0 } }
 }
 
 /// Confirms deliveries as 200s arrive: the first one at once, the ones arriving meanwhile in the next
 /// pipelined write (one round trip per app), until `finish()` finds nothing pending.
-final class DeliveryMarker: @unchecked Sendable {
-    // @unchecked Sendable: `pending` and `running` are only touched with `lock` held.
-    private let lock = NSLock()
-    private var pending: [String: [DeliveryPair]] = [:]
-    private var running = false
-    private var finishers: [CheckedContinuation<Void, Never>] = []
+final class DeliveryMarker: Sendable {
+    /// The pairs waiting for the next write, whether a drain is running, and who waits for it to end.
+    private struct State {
+        var pending: [String: [DeliveryPair]] = [:]
+        var running = false
+        var finishers: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Mutex(State())
     private let ledger: any DeliveryLedger
     private let context: BatchContext
     private let onTransientFailure: @Sendable (TransientFailure) -> Void
@@ -489,10 +490,10 @@ final class DeliveryMarker: @unchecked Sendable {
     }
 
     func add(app: String, _ pair: DeliveryPair) {
-        let start = lock.withLock { () -> Bool in
-            pending[app, default: []].append(pair)
-            if running { return false }
-            running = true
+        let start = state.withLock { state -> Bool in
+            state.pending[app, default: []].append(pair)
+            if state.running { return false }
+            state.running = true
             return true
         }
         if start { Task { await self.drain() } }
@@ -500,13 +501,13 @@ final class DeliveryMarker: @unchecked Sendable {
 
     private func drain() async {
         while true {
-            let (batch, done) = lock.withLock { () -> ([String: [DeliveryPair]], [CheckedContinuation<Void, Never>]) in
-                let b = pending
-                pending = [:]
-                guard b.isEmpty else { return (b, []) }
-                running = false
-                defer { finishers = [] }
-                return (b, finishers)
+            let (batch, done) = state.withLock { state in
+                let b = state.pending
+                state.pending = [:]
+                guard b.isEmpty else { return (b, [CheckedContinuation<Void, Never>]()) }
+                state.running = false
+                defer { state.finishers = [] }
+                return (b, state.finishers)
             }
             if batch.isEmpty {
                 done.forEach { $0.resume() }
@@ -531,9 +532,9 @@ final class DeliveryMarker: @unchecked Sendable {
     /// Returns once everything added so far is written (or shutdown began).
     func finish() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = lock.withLock { () -> Bool in
-                if !running && pending.isEmpty { return true }
-                finishers.append(continuation)
+            let done = state.withLock { state -> Bool in
+                if !state.running && state.pending.isEmpty { return true }
+                state.finishers.append(continuation)
                 return false
             }
             if done { continuation.resume() }
@@ -542,15 +543,13 @@ final class DeliveryMarker: @unchecked Sendable {
 }
 
 /// The (event, token) pairs this process is sending right now.
-final class InFlightPairs: @unchecked Sendable {
-    // @unchecked Sendable: `pairs` is only touched with `lock` held.
-    private let lock = NSLock()
-    private var pairs = Set<DeliveryPair>()
+final class InFlightPairs: Sendable {
+    private let pairs = Mutex(Set<DeliveryPair>())
 
     /// False when the pair is in flight already.
-    func insert(_ pair: DeliveryPair) -> Bool { lock.withLock { pairs.insert(pair).inserted } }
+    func insert(_ pair: DeliveryPair) -> Bool { pairs.withLock { $0.insert(pair).inserted } }
 
-    func remove(_ done: [DeliveryPair]) { lock.withLock { done.forEach { pairs.remove($0) } } }
+    func remove(_ done: [DeliveryPair]) { pairs.withLock { pairs in done.forEach { pairs.remove($0) } } }
 }
 
 /// A random identifier (a process's name in claims).

@@ -234,7 +234,7 @@ public struct BatchContext: Sendable {
         keepsRoutineExplain?(appID, eventID, user) ?? true
     }
 
-    public static func millis(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+    public static func millis(_ date: Date) -> Int64 { date.millisecondsSince1970 }
 
     /// Sleeps up to `duration`, waking early when shutdown begins. Returns false if stopping.
     public func sleep(_ duration: Duration) async -> Bool {
@@ -250,21 +250,25 @@ public struct BatchContext: Sendable {
         return !isStopping()
     }
 
-    /// Runs `operation` until it succeeds, retrying `TransientFailure`s with backoff (50 ms doubling to 2 s).
+    /// The wait after `n` transient failures of the same work in a row: 50 ms doubling to 2 s, not randomised.
+    public static let transientRetryBackoff = BackoffPolicy(
+        initialDelay: .milliseconds(50), maxDelay: .seconds(2), multiplier: 2, jitter: 0, maxAttempts: .max)
+
+    /// Runs `operation` until it succeeds, retrying `TransientFailure`s after `transientRetryBackoff`'s waits.
     /// Returns nil when shutdown began before it succeeded; rethrows any other error.
     public func retryingTransient<T: Sendable>(
         _ operation: () async throws -> T,
         onRetry: (TransientFailure) -> Void = { _ in }
     ) async throws -> T? {
-        var delay = Duration.milliseconds(50)
+        var failures = 0
         while true {
             if isStopping() { return nil }
             do {
                 return try await operation()
             } catch let failure as TransientFailure {
                 onRetry(failure)
-                guard await sleep(delay) else { return nil }
-                delay = min(delay * 2, .seconds(2))
+                failures += 1
+                guard await sleep(Self.transientRetryBackoff.delay(afterAttempt: failures, unit: 0)) else { return nil }
             }
         }
     }

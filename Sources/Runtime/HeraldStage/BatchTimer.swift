@@ -1,4 +1,5 @@
 import CoreMetrics
+import HeraldCore
 import Metrics
 import Prometheus
 import Synchronization
@@ -72,15 +73,7 @@ final class CountedHistogram: Sendable {
     /// `head`, `value` in decimal and a newline, without making a string.
     private static func appendLine(_ head: [UInt8], _ value: Int, to buffer: inout [UInt8]) {
         buffer.append(contentsOf: head)
-        if value < 0 { buffer.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        var divisor: UInt = 1
-        while magnitude / divisor >= 10 { divisor *= 10 }
-        while divisor > 0 {
-            buffer.append(UInt8(ascii: "0") + UInt8(magnitude / divisor))
-            magnitude %= divisor
-            divisor /= 10
-        }
+        DecimalASCII.append(Int64(value), to: &buffer)
         buffer.append(10)
     }
 

@@ -75,17 +75,11 @@ extension StageSetup {
     ) -> [any Service] {
         guard let ledger else { return before }
         let topics = pipeline.kafka.topics
-        do {
-            let flusher = BurstFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
-            return before + [
-                BurstFlushService(
-                    flusher: flusher, apps: apps, producer: try producer(), explain: explain,
-                    activity: ledger.activity, metrics: context.metrics, logger: logger,
-                    settle: { await ledger.settle() })
-            ]
-        } catch {
-            logger.critical("the burst flush producer could not start", metadata: [LogKey.error: "\(error)"])
-            StageProcess.exit(1)
+        let flusher = BurstFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
+        return withFlushTimer(before: before, named: "burst flush") { producer in
+            BurstFlushService(
+                flusher: flusher, apps: apps, producer: producer, explain: explain, activity: ledger.activity,
+                metrics: context.metrics, logger: logger, settle: { await ledger.settle() })
         }
     }
 }
@@ -96,12 +90,8 @@ extension StageSetup {
 /// flushes stay leased and are taken again.
 public struct BurstFlushService: Service {
     let flusher: BurstFlusher
-    let apps: LiveAppDirectory
-    let producer: KafkaProducer
-    let explain: ExplainWriter?
+    let timer: FlushTimer
     let activity: BurstActivity?
-    let metrics: StageMetrics
-    let logger: Logger
     let settle: (@Sendable () async -> Void)?
 
     /// - Parameter activity: this process's holds; nil: every pass `BurstFlusher.interval` apart.
@@ -114,64 +104,41 @@ public struct BurstFlushService: Service {
         self.settle = settle
         self.activity = activity
         self.flusher = flusher
-        self.apps = apps
-        self.producer = producer
-        self.explain = explain.map { sink in
-            ExplainWriter(sink: sink, logger: logger) { metrics.explainDropped(count: $0) }
-        }
-        self.metrics = metrics
-        self.logger = logger
+        self.timer = FlushTimer(apps: apps, producer: producer, explain: explain, metrics: metrics, logger: logger)
     }
 
     public func run() async throws {
-        let producer = self.producer
-        while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            let directory = apps.current
-            // With coalescing and the flood guard off everywhere, only a reload can give the timer work.
-            var wait = BurstFlusher.idleInterval
-            if directory.apps.values.contains(where: { $0.coalesce.isOn || $0.floodGuard.isOn }) {
-                wait = BurstFlusher.interval
-                do {
-                    let pass = try await flusher.pass(
-                        apps: directory, now: BatchContext.millis(Date())
-                    ) { outputs in
-                        try await producer.sendAll(
-                            outputs.map { ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value) })
-                    }
-                    if pass.flushed > pass.summaries {
-                        metrics.coalesced(outcome: "flushed", count: pass.flushed - pass.summaries)
-                    }
-                    if pass.summaries > 0 { metrics.coalesced(outcome: "flood_summary", count: pass.summaries) }
-                    for detail in pass.invalid {
-                        metrics.coalesced(outcome: "invalid")
-                        logger.error(
-                            "a held burst record did not decode; burst dropped", metadata: ["error": "\(detail)"])
-                    }
-                    for lost in pass.missing {
-                        metrics.coalesced(outcome: "missing")
-                        logger.warning(
-                            "a held message's event was gone from Redis; its flush was not sent",
-                            metadata: [
-                                LogKey.app: "\(lost.app)", LogKey.user: "\(lost.user)",
-                                LogKey.conversation: "\(lost.conversation)", LogKey.count: "\(lost.count)",
-                            ])
-                    }
-                    explain?.submit(pass.explain)
-                    if let activity {
-                        let found = pass.flushed > 0 || !pass.invalid.isEmpty || !pass.missing.isEmpty
-                        wait = BurstFlusher.nextWait(
-                            lastHeldAt: activity.lastHeldAt, foundDue: found,
-                            now: BatchContext.millis(Date()), apps: directory)
-                    }
-                } catch {
-                    metrics.redisError(code: "transient")
-                    logger.warning("burst flush failed; retried", metadata: ["error": "\(error)"])
-                }
+        let (metrics, logger, activity) = (timer.metrics, timer.logger, self.activity)
+        await timer.run(
+            failure: "burst flush failed; retried", activeWait: BurstFlusher.interval,
+            isActive: { $0.apps.values.contains(where: { $0.coalesce.isOn || $0.floodGuard.isOn }) },
+            settle: settle
+        ) { directory, now, produce in
+            let pass = try await flusher.pass(apps: directory, now: now, produce: produce)
+            if pass.flushed > pass.summaries {
+                metrics.coalesced(outcome: "flushed", count: pass.flushed - pass.summaries)
             }
-            let pause = wait
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
+            if pass.summaries > 0 { metrics.coalesced(outcome: "flood_summary", count: pass.summaries) }
+            for detail in pass.invalid {
+                metrics.coalesced(outcome: "invalid")
+                logger.error("a held burst record did not decode; burst dropped", metadata: ["error": "\(detail)"])
+            }
+            for lost in pass.missing {
+                metrics.coalesced(outcome: "missing")
+                logger.warning(
+                    "a held message's event was gone from Redis; its flush was not sent",
+                    metadata: [
+                        LogKey.app: "\(lost.app)", LogKey.user: "\(lost.user)",
+                        LogKey.conversation: "\(lost.conversation)", LogKey.count: "\(lost.count)",
+                    ])
+            }
+            var wait = BurstFlusher.interval
+            if let activity {
+                let found = pass.flushed > 0 || !pass.invalid.isEmpty || !pass.missing.isEmpty
+                wait = BurstFlusher.nextWait(
+                    lastHeldAt: activity.lastHeldAt, foundDue: found, now: BatchContext.millis(Date()), apps: directory)
+            }
+            return FlushTimer.Outcome(explain: pass.explain, wait: wait)
         }
-        await settle?()
-        try? await producer.flush(timeout: .seconds(5))
     }
 }

@@ -48,16 +48,11 @@ extension StageSetup {
     ) -> [any Service] {
         guard let ledger else { return before }
         let topics = pipeline.kafka.topics
-        do {
-            let flusher = DigestFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
-            return before + [
-                DigestService(
-                    flusher: flusher, apps: apps, producer: try producer(), explain: explain,
-                    metrics: context.metrics, logger: logger)
-            ]
-        } catch {
-            logger.critical("the digest producer could not start", metadata: [LogKey.error: "\(error)"])
-            StageProcess.exit(1)
+        let flusher = DigestFlusher(ledger: ledger) { lane in topics.deliverable(lane) }
+        return withFlushTimer(before: before, named: "digest") { producer in
+            DigestService(
+                flusher: flusher, apps: apps, producer: producer, explain: explain, metrics: context.metrics,
+                logger: logger)
         }
     }
 }
@@ -69,49 +64,26 @@ public struct DigestService: Service {
     /// How often a process looks for due digests (a digest goes out at most this much after its window ends).
     public static let interval: Duration = .seconds(1)
     let flusher: DigestFlusher
-    let apps: LiveAppDirectory
-    let producer: KafkaProducer
-    let explain: ExplainWriter?
-    let metrics: StageMetrics
-    let logger: Logger
+    let timer: FlushTimer
 
     public init(
         flusher: DigestFlusher, apps: LiveAppDirectory, producer: KafkaProducer, explain: (any ExplainSink)?,
         metrics: StageMetrics, logger: Logger
     ) {
         self.flusher = flusher
-        self.apps = apps
-        self.producer = producer
-        self.explain = explain.map { sink in
-            ExplainWriter(sink: sink, logger: logger) { metrics.explainDropped(count: $0) }
-        }
-        self.metrics = metrics
-        self.logger = logger
+        self.timer = FlushTimer(apps: apps, producer: producer, explain: explain, metrics: metrics, logger: logger)
     }
 
     public func run() async throws {
-        let producer = self.producer
-        while !Task.isCancelled && !Task.isShuttingDownGracefully {
-            let directory = apps.current
-            var wait = BurstFlusher.idleInterval
-            if directory.apps.values.contains(where: { $0.digest.isOn }) {
-                wait = Self.interval
-                do {
-                    let pass = try await flusher.pass(apps: directory, now: BatchContext.millis(Date())) { outputs in
-                        try await producer.sendAll(
-                            outputs.map { ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value) })
-                    }
-                    for (outcome, n) in pass.outcomes { metrics.digests(outcome: outcome, count: n) }
-                    explain?.submit(pass.explain)
-                    if pass.foundDue { wait = BurstFlusher.interval }
-                } catch {
-                    metrics.redisError(code: "transient")
-                    logger.warning("digest pass failed; retried", metadata: ["error": "\(error)"])
-                }
-            }
-            let pause = wait
-            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
+        let metrics = timer.metrics
+        await timer.run(
+            failure: "digest pass failed; retried", activeWait: Self.interval,
+            isActive: { $0.apps.values.contains(where: { $0.digest.isOn }) }
+        ) { directory, now, produce in
+            let pass = try await flusher.pass(apps: directory, now: now, produce: produce)
+            for (outcome, n) in pass.outcomes { metrics.digests(outcome: outcome, count: n) }
+            return FlushTimer.Outcome(
+                explain: pass.explain, wait: pass.foundDue ? BurstFlusher.interval : Self.interval)
         }
-        try? await producer.flush(timeout: .seconds(5))
     }
 }

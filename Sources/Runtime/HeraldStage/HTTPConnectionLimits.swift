@@ -296,9 +296,10 @@ final class RequestHeadGate: ChannelDuplexHandler, RemovableChannelHandler {
             context.write(data, promise: promise)
         case .end:
             // The deadline ends when the last byte is in the socket, not when it is handed to the pipeline.
+            // The handler, the timer and the promise live on the connection's event loop: the callback runs there.
             let written = promise ?? context.eventLoop.makePromise(of: Void.self)
             let timer = self.timer
-            written.futureResult.whenSuccess { timer.responseWritten() }
+            written.futureResult.assumeIsolated().whenSuccess { timer.responseWritten() }
             context.write(data, promise: written)
         }
     }

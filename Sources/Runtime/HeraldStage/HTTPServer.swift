@@ -266,10 +266,12 @@ public final class StageHTTPServer: Service, Sendable {
     /// `herald_ready` (1 when `/readyz` would answer 200) and `herald_readiness_check{check}` (1 per passing check).
     private func publishReadiness() async {
         let report = await readiness.evaluate()
-        registry.makeGauge(name: StageMetrics.Name.ready, labels: readinessLabels).set(to: report.isReady ? 1.0 : 0.0)
+        registry.makeGauge(descriptor: .herald(StageMetrics.Name.ready), labels: readinessLabels)
+            .set(to: report.isReady ? 1.0 : 0.0)
         for (check, passing) in report.checks {
-            registry.makeGauge(name: StageMetrics.Name.readinessCheck, labels: readinessLabels + [("check", check)])
-                .set(to: passing ? 1.0 : 0.0)
+            registry.makeGauge(
+                descriptor: .herald(StageMetrics.Name.readinessCheck), labels: readinessLabels + [("check", check)]
+            ).set(to: passing ? 1.0 : 0.0)
         }
     }
 
@@ -340,8 +342,16 @@ struct ClosedCounters: Sendable {
 
     func count(_ reason: HTTPCloseReason) {
         registry.makeCounter(
-            name: StageMetrics.Name.httpConnectionsClosed, labels: labels + [("reason", reason.rawValue)]
+            descriptor: .herald(StageMetrics.Name.httpConnectionsClosed), labels: labels + [("reason", reason.rawValue)]
         ).increment()
+    }
+}
+
+extension MetricNameDescriptor {
+    /// A metric of `StageMetrics.Name` by its full name, without a `# HELP` line (as every metric the stages export:
+    /// docs/operations.md describes them).
+    static func herald(_ name: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: "")
     }
 }
 
@@ -367,7 +377,8 @@ final class AcceptedConnection: Sendable {
 
     deinit {
         guard !taken.load(ordering: .relaxed) else { return }
-        connection.outbound.finish()
-        connection.channel.close(promise: nil)
+        // Finished and closed the way a served connection is, on a task of its own (a deinit cannot wait).
+        let connection = self.connection
+        Task { try? await connection.executeThenClose { _, _ in } }
     }
 }

@@ -7,6 +7,7 @@
 import CNghttp2
 import COpenSSL
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -108,30 +109,33 @@ public struct MockSetupError: Error, CustomStringConvertible {
 
 /// The stand-in server. `start()` runs it on threads of its own; `stop()` closes it.
 public final class MockProvidersServer: @unchecked Sendable {
-    // @unchecked Sendable: mutable state (`tokens`, `answers`, fault queues, counters) is guarded by
-    // `lock`; each connection's TLS and nghttp2 state is confined to that connection's thread.
+    // @unchecked Sendable: mutable state (tokens, answers, fault queues, counters) is in `state`, behind its
+    // lock; each connection's TLS and nghttp2 state is confined to that connection's thread.
     public let configuration: MockProvidersConfiguration
     public private(set) var port: Int = 0
     private let ctx: OpaquePointer
     private let publicKey: OpaquePointer
-    private var listenFD: Int32 = -1
-    private let lock = NSLock()
-    private var issued: [String: (project: String, expires: Date)] = [:]
-    private var answers: [MockAnswer] = []
-    private var sendFaults: [MockFault] = []
-    private var webhookFaults: [MockFault] = []
-    private var namedWebhookFaults: [String: [MockFault]] = [:]
-    private var translateFaults: [MockFault] = []
-    private var stopped = false
-    private var openFDs: Set<Int32> = []
-    private var tokenCounter = 0
-    private var connectionsAccepted = 0
-    private var webPushKeys: [String: MockWebPushSubscription] = [:]
-    private var webPushGoneIDs: Set<String> = []
+    /// What the connection threads and the controls share.
+    private struct State {
+        var listenFD: Int32 = -1
+        var issued: [String: (project: String, expires: Date)] = [:]
+        var answers: [MockAnswer] = []
+        var sendFaults: [MockFault] = []
+        var webhookFaults: [MockFault] = []
+        var namedWebhookFaults: [String: [MockFault]] = [:]
+        var translateFaults: [MockFault] = []
+        var stopped = false
+        var openFDs: Set<Int32> = []
+        var tokenCounter = 0
+        var connectionsAccepted = 0
+        var webPushKeys: [String: MockWebPushSubscription] = [:]
+        var webPushGoneIDs: Set<String> = []
+    }
+    private let state: Mutex<State>
 
     public init(configuration: MockProvidersConfiguration) throws {
         self.configuration = configuration
-        namedWebhookFaults = configuration.webhookFaultsByName
+        state = Mutex(State(namedWebhookFaults: configuration.webhookFaultsByName))
         guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw MockSetupError("SSL_CTX_new failed") }
         self.ctx = ctx
         SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, Int(TLS1_2_VERSION), nil)
@@ -248,7 +252,7 @@ public final class MockProvidersServer: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
         }
         port = Int(UInt16(bigEndian: addr.sin_port))
-        lock.withLock { listenFD = fd }
+        state.withLock { s in s.listenFD = fd }
         let t = Thread { [self] in acceptLoop(fd) }
         t.name = "mock-providers-accept"
         t.start()
@@ -258,53 +262,53 @@ public final class MockProvidersServer: @unchecked Sendable {
     /// threads that own them close them. Closing one here could let its number be reused by another socket of the
     /// process before the owner's last call on it, which would then act on a stranger's connection.
     public func stop() {
-        lock.withLock {
-            stopped = true
-            if listenFD >= 0 { shutdown(listenFD, Int32(SHUT_RDWR)) }
-            for fd in openFDs { shutdown(fd, Int32(SHUT_RDWR)) }
+        state.withLock { s in
+            s.stopped = true
+            if s.listenFD >= 0 { shutdown(s.listenFD, Int32(SHUT_RDWR)) }
+            for fd in s.openFDs { shutdown(fd, Int32(SHUT_RDWR)) }
         }
     }
 
     // MARK: Control (tests)
 
     /// Answers the next messages:send requests with these faults, in order.
-    public func injectSendFaults(_ faults: [MockFault]) { lock.withLock { sendFaults += faults } }
+    public func injectSendFaults(_ faults: [MockFault]) { state.withLock { s in s.sendFaults += faults } }
     /// Answers the next webhook requests with these faults, in order.
-    public func injectWebhookFaults(_ faults: [MockFault]) { lock.withLock { webhookFaults += faults } }
+    public func injectWebhookFaults(_ faults: [MockFault]) { state.withLock { s in s.webhookFaults += faults } }
     /// Answers the next `/translate` requests with these faults, in order (a fault with status 200 and a delay
     /// answers the translation late).
-    public func injectTranslateFaults(_ faults: [MockFault]) { lock.withLock { translateFaults += faults } }
+    public func injectTranslateFaults(_ faults: [MockFault]) { state.withLock { s in s.translateFaults += faults } }
     /// Forgets every issued access token (the next messages:send gets 401 UNAUTHENTICATED).
-    public func revokeAccessTokens() { lock.withLock { issued.removeAll() } }
+    public func revokeAccessTokens() { state.withLock { s in s.issued.removeAll() } }
     /// Everything answered so far, in order.
-    public var recorded: [MockAnswer] { lock.withLock { answers } }
+    public var recorded: [MockAnswer] { state.withLock { s in s.answers } }
     public func recorded(_ endpoint: MockAnswer.Endpoint) -> [MockAnswer] {
         recorded.filter { $0.endpoint == endpoint }
     }
-    public var accessTokensIssued: Int { lock.withLock { tokenCounter } }
+    public var accessTokensIssued: Int { state.withLock { s in s.tokenCounter } }
     /// Serves `/wp/<id>` for a subscription whose keys the caller holds.
     public func addWebPushSubscription(id: String, _ subscription: MockWebPushSubscription) {
-        lock.withLock { webPushKeys[id] = subscription }
+        state.withLock { s in s.webPushKeys[id] = subscription }
     }
     /// Answers 410 to `/wp/<id>` from now on.
-    public func markWebPushGone(id: String) { lock.withLock { _ = webPushGoneIDs.insert(id) } }
-    func webPushSubscriptions(_ id: String) -> MockWebPushSubscription? { lock.withLock { webPushKeys[id] } }
-    func webPushMarkedGone(_ id: String) -> Bool { lock.withLock { webPushGoneIDs.contains(id) } }
-    public var connections: Int { lock.withLock { connectionsAccepted } }
+    public func markWebPushGone(id: String) { state.withLock { s in _ = s.webPushGoneIDs.insert(id) } }
+    func webPushSubscriptions(_ id: String) -> MockWebPushSubscription? { state.withLock { s in s.webPushKeys[id] } }
+    func webPushMarkedGone(_ id: String) -> Bool { state.withLock { s in s.webPushGoneIDs.contains(id) } }
+    public var connections: Int { state.withLock { s in s.connectionsAccepted } }
 
     /// Issues an access token for `project` outside the token endpoint (tests of foreign tokens).
     public func issueToken(project: String, lifetime: TimeInterval = 3600) -> String {
-        lock.withLock {
-            tokenCounter += 1
-            let t = "ya29.mock-\(tokenCounter)-\(UInt32.random(in: 0...UInt32.max))"
-            issued[t] = (project, Date().addingTimeInterval(lifetime))
+        state.withLock { s in
+            s.tokenCounter += 1
+            let t = "ya29.mock-\(s.tokenCounter)-\(UInt32.random(in: 0...UInt32.max))"
+            s.issued[t] = (project, Date().addingTimeInterval(lifetime))
             return t
         }
     }
 
     func record(_ a: MockAnswer) {
-        lock.withLock {
-            answers.append(a)
+        state.withLock { s in
+            s.answers.append(a)
             guard let path = configuration.recordPath else { return }
             var line: [String: Any] = [
                 "endpoint": a.endpoint.rawValue, "status": a.status, "reason": a.reason,
@@ -329,7 +333,7 @@ public final class MockProvidersServer: @unchecked Sendable {
 
     private func acceptLoop(_ listener: Int32) {
         defer {
-            lock.withLock { listenFD = -1 }
+            state.withLock { s in s.listenFD = -1 }
             close(listener)
         }
         while true {
@@ -340,17 +344,17 @@ public final class MockProvidersServer: @unchecked Sendable {
             }
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-            let ok = lock.withLock { () -> Bool in
-                if stopped { return false }
-                openFDs.insert(fd)
-                connectionsAccepted += 1
+            let ok = state.withLock { s -> Bool in
+                if s.stopped { return false }
+                s.openFDs.insert(fd)
+                s.connectionsAccepted += 1
                 return true
             }
             if !ok { close(fd); return }
             let t = Thread { [self] in
                 serve(fd)
-                lock.withLock {
-                    _ = openFDs.remove(fd)
+                state.withLock { s in
+                    _ = s.openFDs.remove(fd)
                     close(fd)
                 }
             }
@@ -458,13 +462,13 @@ public final class MockProvidersServer: @unchecked Sendable {
                         authorization: auth))
                 return (400, [], Array(#"{"message":"expected a JSON object"}"#.utf8))
             }
-            let fault = lock.withLock { () -> MockFault? in
-                if var named = namedWebhookFaults[name], !named.isEmpty {
+            let fault = state.withLock { s -> MockFault? in
+                if var named = s.namedWebhookFaults[name], !named.isEmpty {
                     let f = named.removeFirst()
-                    namedWebhookFaults[name] = named
+                    s.namedWebhookFaults[name] = named
                     return f
                 }
-                return webhookFaults.isEmpty ? nil : webhookFaults.removeFirst()
+                return s.webhookFaults.isEmpty ? nil : s.webhookFaults.removeFirst()
             }
             if let fault {
                 if fault.delay > .zero {
@@ -575,7 +579,7 @@ public final class MockProvidersServer: @unchecked Sendable {
                 return invalid("Invalid request: format must be text or html", target: target)
             }
         }
-        let fault = lock.withLock { translateFaults.isEmpty ? nil : translateFaults.removeFirst() }
+        let fault = state.withLock { s in s.translateFaults.isEmpty ? nil : s.translateFaults.removeFirst() }
         let delay = fault?.delay ?? configuration.translateDelay
         if delay > .zero {
             Thread.sleep(
@@ -701,7 +705,7 @@ public final class MockProvidersServer: @unchecked Sendable {
             return error(401, "UNAUTHENTICATED", nil, "Request is missing required authentication credential.")
         }
         let token = String(auth.dropFirst(7))
-        let grant = lock.withLock { issued[token] }
+        let grant = state.withLock { s in s.issued[token] }
         guard let grant, grant.expires > Date() else {
             return error(401, "UNAUTHENTICATED", nil, "Request had invalid authentication credentials.")
         }
@@ -784,7 +788,7 @@ public final class MockProvidersServer: @unchecked Sendable {
             + ((try? JSONSerialization.data(withJSONObject: message["notification"] ?? [String: Any]()))?.count ?? 0)
         if payloadSize > 4096 { return error(400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", "Message is too big") }
         // Faults, then per-token answers.
-        if let fault = lock.withLock({ sendFaults.isEmpty ? nil : sendFaults.removeFirst() }) {
+        if let fault = state.withLock({ s in s.sendFaults.isEmpty ? nil : s.sendFaults.removeFirst() }) {
             let name: String
             switch fault.status {
             case 404: name = "NOT_FOUND"
@@ -805,7 +809,7 @@ public final class MockProvidersServer: @unchecked Sendable {
         if configuration.foreignTokens.contains(regToken) {
             return error(403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", "SenderId mismatch")
         }
-        let id = lock.withLock { answers.count + 1 }
+        let id = state.withLock { s in s.answers.count + 1 }
         return (200, #"{"name":"projects/\#(project)/messages/\#(id)"}"#, "", nil)
     }
 }
