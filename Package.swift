@@ -172,7 +172,7 @@ let package = Package(
         .target(
             name: "HeraldMockAPNs",
             dependencies: [
-                "CNghttp2", "CHeraldMockTLS", .product(name: "DequeModule", package: "swift-collections"),
+                "HeraldCore", "CNghttp2", "CHeraldMockTLS", .product(name: "DequeModule", package: "swift-collections"),
             ], path: "Sources/StandIns/HeraldMockAPNs"),
         // OpenSSL server setup and ES256 verification for the stand-in (OpenSSL macros are not importable).
         .target(

@@ -4,6 +4,7 @@
 import CNghttp2
 import DequeModule
 import Glibc
+import HeraldCore
 
 extension MockAPNsServer {
     struct DelayedAnswer {
@@ -187,14 +188,12 @@ extension MockAPNsServer {
         }
         if !echoed { uuids.write(into: idDest) }
 
-        var status = verdict.status
-        for i in stride(from: 2, through: 0, by: -1) {
-            scratch[Self.statusValue + i] = UInt8(ascii: "0") + UInt8(status % 10)
-            status /= 10
-        }
+        // A status of the answer table has three digits: room for it up to the apns-id value.
+        let status = Int64(min(max(verdict.status, 100), 999))
+        let statusLength = DecimalASCII.write(status, endingAt: scratch + Self.statusValue + 3)
         nva[0] = nghttp2_nv(
             name: scratch + Self.statusName, value: scratch + Self.statusValue,
-            namelen: 7, valuelen: 3, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
+            namelen: 7, valuelen: statusLength, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
         nva[1] = nghttp2_nv(
             name: scratch + Self.apnsIDName, value: scratch + Self.apnsIDValue,
             namelen: 7, valuelen: 36, flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue))
