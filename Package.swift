@@ -96,7 +96,7 @@ let package = Package(
 
         // MARK: Per-stage processing (pure over ports: unit-testable without Kafka, Redis or APNs)
         .target(
-            name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"],
+            name: "HeraldPipeline", dependencies: ["HeraldCore"],
             path: "Sources/Pipeline/HeraldPipeline"),
 
         // MARK: What every stage executable shares
@@ -129,17 +129,18 @@ let package = Package(
             name: "herald-ingest", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
             path: "Sources/Stages/herald-ingest"),
         .executableTarget(
-            name: "herald-resolve", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"],
+            name: "herald-resolve",
+            dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis"],
             path: "Sources/Stages/herald-resolve"),
         // Suppress, render and send link jemalloc instead of glibc's malloc: each frees on Swift's threads much of
         // what another thread allocated (the consumer's records; in send also its provider clients' answers and
         // completions), which glibc serves through locked arenas. Side by side it took suppress to about 0.93 of its
         // CPU, render to 0.96 and send to 0.83-0.91; ingest and resolve showed nothing. docs/performance.md.
         .executableTarget(
-            name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
+            name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore"],
             path: "Sources/Stages/herald-suppress", linkerSettings: [.linkedLibrary("jemalloc")]),
         .executableTarget(
-            name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
+            name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore"],
             path: "Sources/Stages/herald-render", linkerSettings: [.linkedLibrary("jemalloc")]),
         .executableTarget(
             name: "herald-send",
@@ -152,7 +153,7 @@ let package = Package(
         .executableTarget(
             name: "herald-registry",
             dependencies: [
-                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis", "HeraldRegistryAPI",
+                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldRegistryAPI",
                 .product(name: "Metrics", package: "swift-metrics"),
             ], path: "Sources/Stages/herald-registry"),
         .executableTarget(
@@ -161,6 +162,7 @@ let package = Package(
                 "HeraldCore", "HeraldConfig", "HeraldPushProviders", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
                 "HeraldRegistryAPI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Tools/heraldctl"),
         .executableTarget(
             name: "herald-mock-apns",
@@ -207,7 +209,7 @@ let package = Package(
         .executableTarget(
             name: "herald-chaos",
             dependencies: [
-                "HeraldBenchSupport", "HeraldCore", "HeraldKafka",
+                "HeraldBenchSupport", "HeraldCore", "HeraldKafka", "HeraldRedis",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/Tools/herald-chaos"),
         .executableTarget(
@@ -253,24 +255,29 @@ let package = Package(
         .testTarget(
             name: "HeraldProvidersTests",
             dependencies: [
-                "HeraldPushProviders", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "COpenSSL",
-                "HeraldTestSupport",
+                "HeraldPushProviders", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "HeraldTestSupport",
             ]),
-        .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
+        .testTarget(
+            name: "HeraldKafkaTests",
+            dependencies: [
+                "HeraldKafka", "CRdKafka", "HeraldTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),
         .testTarget(
             name: "HeraldStageTests",
             dependencies: [
-                "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldPushProviders", "HeraldTestSupport",
+                "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldKafka", "HeraldPipeline", "HeraldPushProviders",
+                "HeraldTestSupport",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
-        // The registry API over HTTP against real Redis and Tansu (the API served by HeraldStage's endpoint).
+        // The registry API over HTTP: the herald-registry executable against real Redis and Tansu.
         .testTarget(
             name: "HeraldRegistryAPITests",
             dependencies: [
-                "HeraldRegistryAPI", "HeraldStage", "HeraldPipeline", "HeraldCore", "HeraldConfig", "HeraldKafka",
-                "HeraldRedis",
-                "HeraldTestSupport",
+                "HeraldRegistryAPI", "HeraldCore", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
