@@ -7,7 +7,8 @@
 //   Sources/Stages     the six stage executables (herald-ingest, -resolve, -suppress, -render, -send, -registry)
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
 //                      lifecycle, logs, configuration binding); HeraldRegistryAPI: the registry API's routes and
-//                      the registry operations heraldctl shares
+//                      the registry operations heraldctl shares; HeraldSend: send's transports over the provider
+//                      clients
 //   Sources/Pipeline   HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket); it sits
 //                      beside the adapters: HeraldPipeline and the adapters do not import each other
 //   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldPushProviders (nghttp2 HTTP/2: APNs, FCM, Web Push), HeraldHTTP (libcurl
@@ -123,6 +124,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Runtime/HeraldRegistryAPI"),
 
+        // send's transports over the provider clients: routing by provider, a client per credential kept across
+        // reloads, and the readiness rule of herald-send's /readyz.
+        .target(
+            name: "HeraldSend",
+            dependencies: [
+                "HeraldCore", "HeraldPipeline", "HeraldPushProviders", "HeraldHTTP",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ], path: "Sources/Runtime/HeraldSend"),
+
         // MARK: Executables
         // The six pipeline stages: a page each (configuration, adapters, run).
         .executableTarget(
@@ -145,10 +156,7 @@ let package = Package(
         .executableTarget(
             name: "herald-send",
             dependencies: [
-                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldPushProviders",
-                "HeraldHTTP",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldSend",
             ], path: "Sources/Stages/herald-send", linkerSettings: [.linkedLibrary("jemalloc")]),
         .executableTarget(
             name: "herald-registry",
@@ -248,7 +256,7 @@ let package = Package(
         .testTarget(
             name: "HeraldPushProvidersTests",
             dependencies: [
-                "HeraldPushProviders", "HeraldCore", "HeraldTLS", "COpenSSL", "HeraldTestSupport",
+                "HeraldPushProviders", "HeraldCore", "HeraldTestSupport",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
@@ -256,6 +264,17 @@ let package = Package(
             name: "HeraldProvidersTests",
             dependencies: [
                 "HeraldPushProviders", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "HeraldTestSupport",
+            ]),
+        // The shared TLS client context against a TLS server on loopback (the test CA, ALPN, client certificates).
+        .testTarget(name: "HeraldTLSTests", dependencies: ["HeraldTLS", "COpenSSL", "HeraldTestSupport"]),
+        // send's transports: provider selection, credential reload, unusable credentials, readiness; APNs against
+        // the stand-in in-process.
+        .testTarget(
+            name: "HeraldSendTests",
+            dependencies: [
+                "HeraldSend", "HeraldPipeline", "HeraldCore", "HeraldPushProviders", "HeraldMockAPNs",
+                "HeraldTestSupport",
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "HeraldKafkaTests",
