@@ -64,6 +64,7 @@ final class InProcessAPNs: Sendable {
     private let done = Mutex(false)
 
     init(_ pki: TestPKI) throws {
+        TestProcess.prepare()
         var configuration = MockAPNsConfiguration(certificatePath: pki.serverCert, privateKeyPath: pki.serverKey)
         configuration.providerKeys = [
             MockProviderKey(keyID: pki.keyID, teamID: pki.teamID, publicKeyPath: pki.providerPublicKey)

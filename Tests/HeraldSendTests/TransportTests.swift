@@ -52,11 +52,12 @@ struct TransportTests {
     @Test("an APNs job goes to the credential of its topic (or the topic's .voip prefix) and environment")
     func apnsCredentialChoice() async throws {
         let pki = try await TestPKI.make()
+        let apns = try InProcessAPNs(pki)
         let transport = APNsPushTransport(
             apps: directory([
                 tokenCredential(pki), tokenCredential(pki, environment: .sandbox),
                 tokenCredential(pki, bundle: "com.example.other"),
-            ]), settings: settings(), environment: [:], logger: logger)
+            ]), settings: settings(port: apns.port, caFile: pki.serverCert), environment: [:], logger: logger)
         let production = try #require(transport.client(for: job()))
         let sandbox = try #require(transport.client(for: job(environment: .sandbox)))
         let other = try #require(transport.client(for: job(topic: "com.example.other")))
@@ -127,7 +128,9 @@ struct TransportTests {
         let key = pki.dir + "/Reloaded.p8"
         try FileManager.default.copyItem(atPath: pki.providerKey, toPath: key)
         let apps = directory([tokenCredential(pki, key: key)])
-        let transport = APNsPushTransport(apps: apps, settings: settings(), environment: [:], logger: logger)
+        let apns = try InProcessAPNs(pki)
+        let transport = APNsPushTransport(
+            apps: apps, settings: settings(port: apns.port, caFile: pki.serverCert), environment: [:], logger: logger)
         let first = try #require(transport.client(for: job()))
 
         try transport.reload(apps: apps)

@@ -33,6 +33,8 @@ final class LoopbackTLSServer: @unchecked Sendable {
     private let accepted: Unmanaged<AcceptedProtocols>
 
     init(certificate: String, key: String, alpn: [String] = [], clientCA: String? = nil) throws {
+        // A peer that closes while the other side still writes (an alert, a close_notify) raises no SIGPIPE.
+        TestProcess.prepare()
         guard let ctx = SSL_CTX_new(TLS_server_method()) else { throw TestSupportError("SSL_CTX_new failed") }
         guard SSL_CTX_use_certificate_chain_file(ctx, certificate) == 1,
             SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) == 1
@@ -159,7 +161,8 @@ struct ClientHandshake: Sendable {
 func clientHandshake(
     _ context: TLSClientContext, port: Int, serverName: String, alpn: [String] = []
 ) async throws -> ClientHandshake {
-    try await offPool {
+    TestProcess.prepare()
+    return try await offPool {
         let fd = try TestHTTP.connectLoopback(port: port, receiveTimeoutSeconds: 30)
         defer { close(fd) }
         let ssl = try context.session(verifying: serverName)
