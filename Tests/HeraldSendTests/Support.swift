@@ -58,6 +58,12 @@ func answers(_ transport: some PushTransport, _ jobs: [PushJob]) async -> [Int: 
     return collected.withLock { $0 }
 }
 
+/// The detail of a `.noCredential` answer (what the DLQ record says); nil for any other answer.
+func noCredentialDetail(_ answer: PushAnswer?) -> String? {
+    if case .noCredential(let detail)? = answer { return detail }
+    return nil
+}
+
 /// The APNs stand-in with the test PKI's server certificate and provider key, serving `bundleID`, until dropped.
 final class InProcessAPNs: Sendable {
     let server: MockAPNsServer

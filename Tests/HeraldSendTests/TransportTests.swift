@@ -37,12 +37,9 @@ struct TransportTests {
                 job(topic: "com.example.other", seed: 4),
             ])
         #expect(got[1] == .answered(status: 200, reason: nil, timestamp: nil))
-        guard case .noCredential(let fcm) = got[0], case .noCredential(let hook) = got[2],
-            case .noCredential(let apnsTopic) = got[3]
-        else {
-            Issue.record("expected no_credential for jobs 0, 2 and 3: \(got)")
-            return
-        }
+        let fcm = try #require(noCredentialDetail(got[0]), "\(got)")
+        let hook = try #require(noCredentialDetail(got[2]), "\(got)")
+        let apnsTopic = try #require(noCredentialDetail(got[3]), "\(got)")
         #expect(fcm.contains("FCM") && fcm.contains("android"))
         #expect(hook.contains("webhook") && hook.contains("hook"))
         #expect(apnsTopic.contains("com.example.other"))
@@ -80,10 +77,7 @@ struct TransportTests {
             ]), settings: settings(port: apns.port, caFile: pki.serverCert), environment: [:], logger: logger)
         #expect(transport.hasClients)
         let got = await answers(transport, [job(topic: "com.example.broken", seed: 1), job(seed: 2)])
-        guard case .noCredential(let detail) = got[0] else {
-            Issue.record("expected no_credential, got \(String(describing: got[0]))")
-            return
-        }
+        let detail = try #require(noCredentialDetail(got[0]), "\(got)")
         #expect(detail.contains("com.example.broken"))
         #expect(got[1] == .answered(status: 200, reason: nil, timestamp: nil))
         await transport.shutdownForTests()
@@ -97,10 +91,7 @@ struct TransportTests {
         let router = Self.router(apps, apns: settings())
         #expect(!router.fcm.hasClients)
         let got = await answers(router, [job(provider: .fcm, providerID: "android")])
-        guard case .noCredential = got[0] else {
-            Issue.record("expected no_credential, got \(String(describing: got[0]))")
-            return
-        }
+        #expect(noCredentialDetail(got[0]) != nil, "\(got)")
         #expect(throws: (any Error).self) { _ = try router.fcm.prepare(apps: apps) }
     }
 
