@@ -7,7 +7,8 @@
 //   Sources/Stages     the six stage executables (herald-ingest, -resolve, -suppress, -render, -send, -registry)
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
 //                      lifecycle, logs, configuration binding); HeraldRegistryAPI: the registry API's routes and
-//                      the registry operations heraldctl shares
+//                      the registry operations heraldctl shares; HeraldSend: send's transports over the provider
+//                      clients
 //   Sources/Pipeline   HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket); it sits
 //                      beside the adapters: HeraldPipeline and the adapters do not import each other
 //   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldPushProviders (nghttp2 HTTP/2: APNs, FCM, Web Push), HeraldHTTP (libcurl
@@ -96,7 +97,7 @@ let package = Package(
 
         // MARK: Per-stage processing (pure over ports: unit-testable without Kafka, Redis or APNs)
         .target(
-            name: "HeraldPipeline", dependencies: ["HeraldCore", "HeraldConfig"],
+            name: "HeraldPipeline", dependencies: ["HeraldCore"],
             path: "Sources/Pipeline/HeraldPipeline"),
 
         // MARK: What every stage executable shares
@@ -123,36 +124,44 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Runtime/HeraldRegistryAPI"),
 
+        // send's transports over the provider clients: routing by provider, a client per credential kept across
+        // reloads, and the readiness rule of herald-send's /readyz.
+        .target(
+            name: "HeraldSend",
+            dependencies: [
+                "HeraldCore", "HeraldPipeline", "HeraldPushProviders", "HeraldHTTP",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ], path: "Sources/Runtime/HeraldSend"),
+
         // MARK: Executables
         // The six pipeline stages: a page each (configuration, adapters, run).
         .executableTarget(
             name: "herald-ingest", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
             path: "Sources/Stages/herald-ingest"),
         .executableTarget(
-            name: "herald-resolve", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis"],
+            name: "herald-resolve",
+            dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis"],
             path: "Sources/Stages/herald-resolve"),
         // Suppress, render and send link jemalloc instead of glibc's malloc: each frees on Swift's threads much of
         // what another thread allocated (the consumer's records; in send also its provider clients' answers and
         // completions), which glibc serves through locked arenas. Side by side it took suppress to about 0.93 of its
         // CPU, render to 0.96 and send to 0.83-0.91; ingest and resolve showed nothing. docs/performance.md.
         .executableTarget(
-            name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
+            name: "herald-suppress", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore"],
             path: "Sources/Stages/herald-suppress", linkerSettings: [.linkedLibrary("jemalloc")]),
         .executableTarget(
-            name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig"],
+            name: "herald-render", dependencies: ["HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore"],
             path: "Sources/Stages/herald-render", linkerSettings: [.linkedLibrary("jemalloc")]),
         .executableTarget(
             name: "herald-send",
             dependencies: [
-                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldPushProviders",
-                "HeraldHTTP",
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldSend",
             ], path: "Sources/Stages/herald-send", linkerSettings: [.linkedLibrary("jemalloc")]),
         .executableTarget(
             name: "herald-registry",
             dependencies: [
-                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldRedis", "HeraldRegistryAPI",
+                "HeraldStage", "HeraldPipeline", "HeraldConfig", "HeraldCore", "HeraldRedis", "HeraldRegistryAPI",
                 .product(name: "Metrics", package: "swift-metrics"),
             ], path: "Sources/Stages/herald-registry"),
         .executableTarget(
@@ -161,6 +170,7 @@ let package = Package(
                 "HeraldCore", "HeraldConfig", "HeraldPushProviders", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
                 "HeraldRegistryAPI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Tools/heraldctl"),
         .executableTarget(
             name: "herald-mock-apns",
@@ -207,7 +217,7 @@ let package = Package(
         .executableTarget(
             name: "herald-chaos",
             dependencies: [
-                "HeraldBenchSupport", "HeraldCore", "HeraldKafka",
+                "HeraldBenchSupport", "HeraldCore", "HeraldKafka", "HeraldRedis",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/Tools/herald-chaos"),
         .executableTarget(
@@ -246,31 +256,47 @@ let package = Package(
         .testTarget(
             name: "HeraldPushProvidersTests",
             dependencies: [
-                "HeraldPushProviders", "HeraldCore", "HeraldTLS", "COpenSSL", "HeraldTestSupport",
+                "HeraldPushProviders", "HeraldCore", "HeraldTestSupport",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
             ]),
         .testTarget(
             name: "HeraldProvidersTests",
             dependencies: [
-                "HeraldPushProviders", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "COpenSSL",
-                "HeraldTestSupport",
+                "HeraldPushProviders", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "HeraldTestSupport",
             ]),
-        .testTarget(name: "HeraldKafkaTests", dependencies: ["HeraldKafka", "CRdKafka", "HeraldTestSupport"]),
+        // The shared TLS client context against a TLS server on loopback (the test CA, ALPN, client certificates).
+        .testTarget(name: "HeraldTLSTests", dependencies: ["HeraldTLS", "COpenSSL", "HeraldTestSupport"]),
+        // send's transports: provider selection, credential reload, unusable credentials, readiness; APNs against
+        // the stand-in in-process.
+        .testTarget(
+            name: "HeraldSendTests",
+            dependencies: [
+                "HeraldSend", "HeraldPipeline", "HeraldCore", "HeraldPushProviders", "HeraldMockAPNs",
+                "HeraldTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+        .testTarget(
+            name: "HeraldKafkaTests",
+            dependencies: [
+                "HeraldKafka", "CRdKafka", "HeraldTestSupport", .product(name: "Logging", package: "swift-log"),
+            ]),
         .testTarget(name: "HeraldRedisTests", dependencies: ["HeraldRedis", "HeraldCore", "HeraldTestSupport"]),
         .testTarget(
             name: "HeraldStageTests",
             dependencies: [
-                "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldPushProviders", "HeraldTestSupport",
+                "HeraldStage", "HeraldConfig", "HeraldCore", "HeraldKafka", "HeraldPipeline", "HeraldPushProviders",
+                "HeraldTestSupport",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
-        // The registry API over HTTP against real Redis and Tansu (the API served by HeraldStage's endpoint).
+        // The registry API over HTTP: the herald-registry executable against real Redis and Tansu.
         .testTarget(
             name: "HeraldRegistryAPITests",
             dependencies: [
-                "HeraldRegistryAPI", "HeraldStage", "HeraldPipeline", "HeraldCore", "HeraldConfig", "HeraldKafka",
-                "HeraldRedis",
-                "HeraldTestSupport",
+                "HeraldRegistryAPI", "HeraldCore", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),

@@ -10,6 +10,7 @@
 #                       Tests/EndToEndTests/DeployMetricsTests.swift
 #   Dockerfile          builds through scripts/setup.sh only; runtime libraries match setup.sh's -dev packages
 #   scripts/setup.sh    the apt-source parser, on made-up source files
+#   Package.swift       scripts/check_imports.py: each target's dependencies are the modules its files import
 # Each check is also run once against a broken copy, which must fail (a check that cannot fail proves nothing).
 # Called by scripts/test.sh; runs alone too (after scripts/setup.sh). Set HERALD_BIN_DIR to find heraldctl.
 set -euo pipefail
@@ -109,6 +110,22 @@ check "Grafana dashboard structure (schema 36+, queries, variables)" "$PY" scrip
 check "Dockerfile builds through scripts/setup.sh; runtime libraries match" "$PY" scripts/check_deploy.py dockerfile Dockerfile scripts/setup.sh
 sed 's|^RUN bash scripts/setup.sh$|RUN apt-get update \&\& apt-get install -y libhiredis-dev \&\& bash scripts/setup.sh|' Dockerfile >"$tmp/Dockerfile"
 refuses "check_deploy.py rejects a Dockerfile installing on its own" "$PY" scripts/check_deploy.py dockerfile "$tmp/Dockerfile" scripts/setup.sh
+
+# --- Package.swift: every target declares the modules it imports, and imports the ones it declares ----------
+check "every target's imports match its declared dependencies (check_imports.py)" "$PY" scripts/check_imports.py
+# A copy with one import no target declares and one declaration no file imports: both reported, by name.
+planted_mismatches() {
+  local copy="$tmp/imports"; mkdir -p "$copy"
+  cp -r Package.swift Sources Tests "$copy/"
+  printf 'import HeraldRedis\n' >>"$copy/Sources/Stages/herald-ingest/main.swift"
+  sed -i 's/dependencies: \["HeraldBenchSupport"\]/dependencies: ["HeraldBenchSupport", "HeraldRedis"]/' "$copy/Package.swift"
+  ! cmp -s Package.swift "$copy/Package.swift" || { echo "the planted dependency did not apply"; return 1; }
+  if "$PY" scripts/check_imports.py "$copy" >"$tmp/imports.out"; then echo "the planted mismatches passed"; return 1; fi
+  cat "$tmp/imports.out"
+  grep -q '^target herald-ingest .* imports HeraldRedis but does not declare it$' "$tmp/imports.out" &&
+    grep -q '^target HeraldBenchSupportTests .* declares HeraldRedis but never imports it$' "$tmp/imports.out"
+}
+check "check_imports.py reports a planted undeclared import and a planted unused dependency" planted_mismatches
 
 # --- setup.sh: the Debian archive from the apt sources --------------------------------------------------------
 apt_sources() {

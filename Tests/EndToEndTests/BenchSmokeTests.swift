@@ -26,7 +26,9 @@ import Testing
         // The bench runs for tens of seconds: wait for it off the cooperative pool (2 threads on this machine), so
         // the suites running beside it are not starved.
         let status = try await offPool { () throws -> Int32 in
-            FileManager.default.createFile(atPath: log, contents: nil)
+            guard FileManager.default.createFile(atPath: log, contents: nil) else {
+                throw TestSupportError("cannot create \(log)")
+            }
             let p = try SpawnedProcess(
                 bench, arguments, environment: ["HERALD_LOCAL_BIN": bin], stdout: .file(log), stderr: .toStandardOutput)
             return p.waitForExit()

@@ -3,7 +3,6 @@
 // stack's /metrics after traffic that makes every counter appear (deliveries, suppressions, a dead token, a
 // dead letter).
 import Foundation
-import Glibc
 import HeraldTestSupport
 import Testing
 
@@ -66,26 +65,28 @@ struct DeployMetricsTests {
         ])
         let wanted = queried.subtracting(Self.prometheusOwn).subtracting(Self.notYetExported)
         var exported: Set<String> = []
-        func missing() -> [String] {
+        func missing() async -> [String] {
             exported = []
             for stage in E2EStack.stages {
                 guard let port = try? stack.stageEnvironment(stage)["HERALD_METRICS_PORT"].flatMap(Int.init),
-                    let body = metricsBody(port: port)
+                    let answer = try? await TestHTTP.request(port: port, method: "GET", path: "/metrics"),
+                    answer.status == 200
                 else { continue }
-                exported.formUnion(PromExposition.sampleNames(body))
+                exported.formUnion(PromExposition.sampleNames(answer.body))
             }
             return wanted.subtracting(exported).sorted()
         }
         // Everything but the retry counter: that one needs APNs to fail past the client's own retries.
         _ = await eventually(timeout: .seconds(60), interval: .milliseconds(500)) {
-            missing() == ["herald_retries_total"]
+            await missing() == ["herald_retries_total"]
         }
         // Then the stand-in answers every request 503: send schedules a retry through herald.retry.
         try await stack.startMock(extra: ["--rate-503", "1"])
         try await stack.publish([Scenarios.message(Scenarios.id("deploy-retry"), conversation: "g1", createdAt: now)])
-        let found = await eventually(timeout: .seconds(60), interval: .milliseconds(500)) { missing().isEmpty }
+        let found = await eventually(timeout: .seconds(60), interval: .milliseconds(500)) { await missing().isEmpty }
+        let left = await missing()
         try await stack.startMock()
-        #expect(found, "queried by deploy/prometheus/alerts.yml or the dashboard, exported by no stage: \(missing())")
+        #expect(found, "queried by deploy/prometheus/alerts.yml or the dashboard, exported by no stage: \(left)")
         let nowExported = Self.notYetExported.intersection(exported)
         #expect(nowExported.isEmpty, "\(nowExported.sorted()) are exported now: remove them from notYetExported")
         #expect(Self.notYetExported.isSubset(of: queried), "notYetExported lists names nothing queries")
@@ -243,36 +244,4 @@ enum PromExposition {
         }
         return names
     }
-}
-
-/// GET http://127.0.0.1:port/metrics; the body, or nil when unreachable.
-private func metricsBody(port: Int) -> String? {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var tv = timeval(tv_sec: 5, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = in_port_t(UInt16(port).bigEndian)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let rc = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-        }
-    }
-    guard rc == 0 else { return nil }
-    let request = Array("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8)
-    _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
-    var response: [UInt8] = []
-    var buffer = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        if n < 0, errno == EINTR { continue }  // a receive timeout makes recv return EINTR on a signal
-        if n <= 0 { break }
-        response += buffer[0..<n]
-    }
-    let text = String(decoding: response, as: UTF8.self)
-    guard text.hasPrefix("HTTP/1.1 200"), let split = text.range(of: "\r\n\r\n") else { return nil }
-    return String(text[split.upperBound...])
 }

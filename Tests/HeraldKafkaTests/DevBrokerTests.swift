@@ -84,7 +84,9 @@ struct DevBrokerTests {
         #expect(Set(last.assignment.map(\.partition)) == [0, 1, 2, 3])
         let producer = try producer(broker.bootstrap)
         try await producer.sendAll(
-            (0..<4).map { ProducerRecord(topic: topic, key: nil as String?, value: bytes("p\($0)"), partition: $0) })
+            (Int32(0)..<4).map { partition in
+                ProducerRecord(topic: topic, key: nil as String?, value: bytes("p\(partition)"), partition: partition)
+            })
         let got = try await collect(last, count: 4)
         #expect(Set(got.map(\.partition)) == [0, 1, 2, 3])
         await last.shutdown()

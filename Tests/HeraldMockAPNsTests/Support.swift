@@ -61,7 +61,9 @@ final class MockProcess: Sendable {
         }
         let portFile = pki.dir + "/port-\(UUID().uuidString)"
         stderrFile = URL(fileURLWithPath: pki.dir + "/stderr-\(UUID().uuidString)")
-        FileManager.default.createFile(atPath: stderrFile.path, contents: nil)
+        guard FileManager.default.createFile(atPath: stderrFile.path, contents: nil) else {
+            throw TestError.failed("cannot create \(stderrFile.path)")
+        }
         process = try SpawnedProcess(
             exe,
             ["--port", "0", "--cert", pki.serverCert, "--key", pki.serverKey, "--port-file", portFile] + arguments,

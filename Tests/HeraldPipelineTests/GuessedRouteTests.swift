@@ -79,10 +79,10 @@ final class StandInTransport: PushTransport, @unchecked Sendable {
         let requests = try Renderer.render(
             event: event, recipient: "u2", state: UserState(devices: [device]), targets: [device], app: try app(),
             now: fixedNow)
-        var inputs = try requests.map {
+        var inputs = requests.map {
             StageInput(
                 topic: "herald.outbound",
-                value: try StageCodec.encode(
+                value: StageCodec.encode(
                     OutboundRecord(eventID: event.eventID, appID: "app1", recipient: "u2", request: $0)))
         }
         let send = sendProcessor(ScriptedTransport([:]), MemoryLedger())

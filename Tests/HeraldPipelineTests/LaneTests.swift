@@ -56,7 +56,7 @@ import Testing
         let resolve = ResolveProcessor(resolvedTopic: "herald.resolved.priority", state: reader, lanes: lanes)
         let record = IngestedRecord(event: try ChatEvent.decode(try exampleBytes("event-group.json")), ingestedAt: 0)
         let results = await resolve.process(
-            [StageInput(topic: "herald.ingested.priority", value: try StageCodec.encode(record))],
+            [StageInput(topic: "herald.ingested.priority", value: StageCodec.encode(record))],
             context: fixedContext)
         // event-group.json mentions u2; c1's members are u1 (the sender) .. u6.
         let byUser = Dictionary(uniqueKeysWithValues: results[0].outputs.map { ($0.key, $0.topic) })
@@ -82,7 +82,7 @@ import Testing
             lanes: (priority: "herald.resolved.priority", bulk: "herald.resolved", apps: apps))
         let record = IngestedRecord(event: try ChatEvent.decode(Array(groupEvent("e1").utf8)), ingestedAt: 0)
         let results = await resolve.process(
-            [StageInput(topic: "herald.ingested", value: try StageCodec.encode(record))],
+            [StageInput(topic: "herald.ingested", value: StageCodec.encode(record))],
             context: fixedContext)
         #expect(results[0].outputs.count == 5 && results[0].outputs.allSatisfy { $0.topic == "herald.resolved" })
         #expect(results[0].explain.first { $0.decision == "fanned_out" }?.reason == "bulk:members")
@@ -92,7 +92,7 @@ import Testing
         var compact = fixedContext
         compact.keepsRoutineExplain = { _, _, _ in false }
         let without = await resolve.process(
-            [StageInput(topic: "herald.ingested", value: try StageCodec.encode(record))], context: compact)
+            [StageInput(topic: "herald.ingested", value: StageCodec.encode(record))], context: compact)
         #expect(without[0].outputs.count == 5 && without[0].notes == results[0].notes)
         #expect(!without[0].explain.contains { $0.decision == "fanned_out" })
     }
@@ -127,7 +127,7 @@ import Testing
             priority: 10, collapseID: nil, expiration: expiration,
             apnsID: APNsID.derive(eventID: "call", token: tok), payload: Array(#"{"aps":{}}"#.utf8))
         let record = OutboundRecord(eventID: "call", appID: "app1", recipient: "u2", request: request)
-        return StageInput(topic: "herald.outbound.priority", value: try StageCodec.encode(record))
+        return StageInput(topic: "herald.outbound.priority", value: StageCodec.encode(record))
     }
 
     @Test func sendDropsWhatExpiredBeforeItCouldBeSent() async throws {

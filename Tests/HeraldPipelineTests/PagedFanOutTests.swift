@@ -68,7 +68,7 @@ final class EmitLog: Sendable {
             """
         let event = try ChatEvent.decode(Array(json.utf8))
         return StageInput(
-            topic: "herald.ingested", value: try StageCodec.encode(IngestedRecord(event: event, ingestedAt: 0)))
+            topic: "herald.ingested", value: StageCodec.encode(IngestedRecord(event: event, ingestedAt: 0)))
     }
 
     @Test func bigConversationLeavesPageByPageInInputOrder() async throws {

@@ -46,7 +46,7 @@ import Testing
             apnsID: APNsID.derive(eventID: "e1", token: token("a")), payload: Array(#"{"aps":{}}"#.utf8))
         let outbound = StageInput(
             topic: "herald.outbound",
-            value: try StageCodec.encode(
+            value: StageCodec.encode(
                 OutboundRecord(eventID: "e1", appID: "app9", recipient: "u2", request: request)))
 
         // Before the reload app9 is unknown everywhere.

@@ -91,7 +91,7 @@ func outbound(_ tok: String, event: String = "e1", attempt: Int = 1, notBefore: 
     let record = OutboundRecord(
         eventID: event, appID: "app1", recipient: "u2", request: request, attempt: attempt,
         notBefore: notBefore)
-    return StageInput(topic: attempt == 1 ? "herald.outbound" : "herald.retry", value: try StageCodec.encode(record))
+    return StageInput(topic: attempt == 1 ? "herald.outbound" : "herald.retry", value: StageCodec.encode(record))
 }
 
 func sendProcessor(

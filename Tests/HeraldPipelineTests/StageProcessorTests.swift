@@ -131,7 +131,7 @@ final class FlakyReader: StateReader, @unchecked Sendable {
     func ingested(_ json: String) throws -> StageInput {
         let event = try ChatEvent.decode(Array(json.utf8))
         return StageInput(
-            topic: "herald.ingested", value: try StageCodec.encode(IngestedRecord(event: event, ingestedAt: 0)))
+            topic: "herald.ingested", value: StageCodec.encode(IngestedRecord(event: event, ingestedAt: 0)))
     }
 
     func groupEvent(_ id: String, conversation: String = "c1", recipients: String = "") -> String {
@@ -193,7 +193,7 @@ final class FlakyReader: StateReader, @unchecked Sendable {
         let event = try ChatEvent.decode(try exampleBytes("event-group.json"))
         let record = ResolvedRecord(
             event: event, recipient: user, state: try exampleState().user(user), senderDisplayName: "Cindy L.")
-        return StageInput(topic: "herald.resolved", value: try StageCodec.encode(record))
+        return StageInput(topic: "herald.resolved", value: StageCodec.encode(record))
     }
 
     @Test func suppressionsCarryTheirReasonAndDeliveriesTheirTargets() async throws {
@@ -239,7 +239,7 @@ final class FlakyReader: StateReader, @unchecked Sendable {
             event: event, recipient: "u2", state: UserState(devices: devices), targets: devices)
         let render = RenderProcessor(outboundTopic: "herald.outbound", apps: try exampleApps())
         let results = await render.process(
-            [StageInput(topic: "herald.deliverable", value: try StageCodec.encode(record))],
+            [StageInput(topic: "herald.deliverable", value: StageCodec.encode(record))],
             context: fixedContext)
         #expect(results[0].outputs.map(\.key) == devices.map(\.token))
         let outbound = try decode(OutboundRecord.self, results[0].outputs[0])
@@ -257,7 +257,7 @@ final class FlakyReader: StateReader, @unchecked Sendable {
         // No credentials: no bundle id to take the topic from.
         let render = RenderProcessor(outboundTopic: "herald.outbound", apps: AppDirectory())
         let results = await render.process(
-            [StageInput(topic: "herald.deliverable", value: try StageCodec.encode(record))],
+            [StageInput(topic: "herald.deliverable", value: StageCodec.encode(record))],
             context: fixedContext)
         #expect(results[0].outputs.isEmpty)
         #expect(results[0].deadLetter?.reason == "no_topic")

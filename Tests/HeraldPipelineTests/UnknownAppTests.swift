@@ -87,7 +87,7 @@ func groupEvent(app: String) throws -> ChatEvent {
         let foreign = OutboundRecord(eventID: "e1", appID: unknown, recipient: "u2", request: request)
         let results = await send.process(
             [
-                StageInput(topic: "herald.outbound", value: try StageCodec.encode(foreign)),
+                StageInput(topic: "herald.outbound", value: StageCodec.encode(foreign)),
                 try outbound(token("b")),  // app1: sent
             ], context: fixedContext)
         expectUnknownApp(results[0])
@@ -180,11 +180,11 @@ func groupEvent(app: String) throws -> ChatEvent {
         let registry = RegistryProcessor(tokenFeedbackTopic: "herald.token-feedback", writer: writer)
         let results = await registry.process(
             [
-                StageInput(topic: "herald.registry", value: try StageCodec.encode(full)),
-                StageInput(topic: "herald.token-feedback", value: try StageCodec.encode(feedback)),
+                StageInput(topic: "herald.registry", value: StageCodec.encode(full)),
+                StageInput(topic: "herald.token-feedback", value: StageCodec.encode(feedback)),
             ], context: fixedContext)
         #expect(results.allSatisfy { $0.deadLetter == nil })
-        let keys = (try JSONSerialization.jsonObject(with: Data(try StageCodec.encode(full))) as! [String: Any]).keys
+        let keys = (try JSONSerialization.jsonObject(with: Data(StageCodec.encode(full))) as! [String: Any]).keys
         #expect(keys.count == 13)
     }
 }

@@ -79,7 +79,11 @@ func startNghttpdBlocking(_ pki: PKI, tokens: [String]) throws -> ServerProcess 
     TestProcess.prepare()
     let www = pki.dir + "/www-\(UUID().uuidString)"
     try FileManager.default.createDirectory(atPath: www + "/3/device", withIntermediateDirectories: true)
-    for t in tokens { FileManager.default.createFile(atPath: www + "/3/device/" + t, contents: Data("ok".utf8)) }
+    for t in tokens {
+        guard FileManager.default.createFile(atPath: www + "/3/device/" + t, contents: Data("ok".utf8)) else {
+            throw TestFailure.failed("cannot write \(www)/3/device/\(t)")
+        }
+    }
     let nghttpd = try Paths.tool("nghttpd")
     for attempt in 0..<5 {
         let port = try freePort()

@@ -87,7 +87,7 @@ import Testing
                 """
             return StageInput(
                 topic: "herald.ingested",
-                value: try StageCodec.encode(
+                value: StageCodec.encode(
                     IngestedRecord(event: try ChatEvent.decode(Array(json.utf8)), ingestedAt: 0)))
         }
         _ = try await connection.send(RedisCommand("CONFIG", "RESETSTAT"))

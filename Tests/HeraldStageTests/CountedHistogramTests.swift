@@ -16,8 +16,8 @@ struct CountedHistogramTests {
     func sameTextAsTheRegistry() {
         let registry = PrometheusCollectorRegistry()
         let reference = registry.makeDurationHistogram(
-            name: "herald_x_seconds", labels: [("stage", "send"), ("lane", "bulk")],
-            buckets: HeraldMetrics.latencyBuckets)
+            descriptor: MetricNameDescriptor(metricName: "herald_x", unitName: "seconds", helpText: ""),
+            labels: [("stage", "send"), ("lane", "bulk")], buckets: HeraldMetrics.latencyBuckets)
         let counted = CountedHistogram(
             name: "herald_x_seconds", labels: [("stage", "send"), ("lane", "bulk")],
             bounds: HeraldMetrics.latencyBuckets)

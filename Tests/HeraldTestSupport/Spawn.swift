@@ -88,31 +88,12 @@ public final class SpawnedProcess: Sendable {
         closeInheritedDescriptors(&actions)
         if let cwd { changeDirectory(&actions, cwd) }
 
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        // An empty signal mask and default dispositions (the test process's threads block SIGTERM).
-        var empty = sigset_t()
-        sigemptyset(&empty)
-        posix_spawnattr_setsigmask(&attributes, &empty)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for sig in [SIGTERM, SIGINT, SIGPIPE, SIGHUP] { sigaddset(&defaults, sig) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-
         let path = executable.hasPrefix("/") ? executable : "/usr/bin/env"
         let words = executable.hasPrefix("/") ? [executable] + arguments : ["env", executable] + arguments
         var env = inheritEnvironment ? ProcessInfo.processInfo.environment : [:]
         for (k, v) in environment { env[k] = v }
-        let argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
-        let envp: [UnsafeMutablePointer<CChar>?] = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer {
-            for p in argv { free(p) }
-            for p in envp { free(p) }
-        }
         var pid: pid_t = 0
-        let rc = posix_spawn(&pid, path, &actions, &attributes, argv, envp)
+        let rc = spawnChild(&pid, path, words, environment: env, actions: &actions)
         for fd in childEnds { close(fd) }
         guard rc == 0 else {
             for fd in parentEnds { close(fd) }
@@ -225,6 +206,34 @@ public final class SpawnedProcess: Sendable {
     public func signal(_ signal: Int32 = SIGTERM) {
         if isRunning { kill(pid, signal) }
     }
+}
+
+/// Starts `path` with `words` as its argv (the first its own name), exactly `environment` as its environment and
+/// `actions` applied, with an empty signal mask and default dispositions for SIGTERM, SIGINT, SIGPIPE and SIGHUP:
+/// the test process's threads block SIGTERM, and a child that inherited that mask (redis-server, Tansu) would
+/// ignore it. Sets `pid` and returns `posix_spawn`'s result (0, or an error number).
+func spawnChild(
+    _ pid: inout pid_t, _ path: String, _ words: [String], environment: [String: String],
+    actions: inout posix_spawn_file_actions_t
+) -> Int32 {
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var empty = sigset_t()
+    sigemptyset(&empty)
+    posix_spawnattr_setsigmask(&attributes, &empty)
+    var defaults = sigset_t()
+    sigemptyset(&defaults)
+    for sig in [SIGTERM, SIGINT, SIGPIPE, SIGHUP] { sigaddset(&defaults, sig) }
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
+    let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer {
+        for p in argv { free(p) }
+        for p in envp { free(p) }
+    }
+    return posix_spawn(&pid, path, &actions, &attributes, argv, envp)
 }
 
 /// Sets the child's working directory (`posix_spawn_file_actions_addchdir_np`, glibc 2.29), without touching the

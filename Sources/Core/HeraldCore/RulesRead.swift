@@ -10,9 +10,9 @@
 // the same bytes the full decode and encode give.
 //
 // Only a record in the current format is read this way (its bytes are then the output's); an older version or a
-// JSON record is decoded whole, as before. A field stepped over is still bounds-checked, so a truncated record is
-// refused here; a value that is well framed but wrong (an unknown template name) is refused by render, which
-// decodes the whole record.
+// JSON record is decoded whole, by the full decoder. A field stepped over is still bounds-checked, so a truncated
+// record is refused here; a value that is well framed but wrong (an unknown template name) is refused by render,
+// which decodes the whole record.
 
 /// The parts of a `herald.resolved` record that a deliverable record carries on unchanged, as ranges of its bytes.
 public struct ForwardedParts: Sendable {

@@ -5,8 +5,8 @@ import Foundation
 import HeraldConfig
 import HeraldCore
 import HeraldPipeline
-import HeraldPushProviders
 import HeraldRedis
+import HeraldSend
 import HeraldStage
 
 // send's own keys (APNs, FCM and webhook connections, retries, in-flight bound) are declared with the others in
@@ -32,21 +32,19 @@ let maxInFlight = setting(.sendMaxInFlight)
 let timeoutMs = setting(.apnsTimeoutMs)
 KeyFiles.warnAboutExposedKeys(setup.pipeline.apps, logger: setup.logger)
 let transport = APNsPushTransport(
-    apps: setup.pipeline.apps, endpoint: endpoint(.apnsHost),
-    caFile: optionalText(.apnsCAFile),
-    connections: setting(.apnsConnections), maxInFlight: maxInFlight,
-    priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
-    priorityConnections: setting(.apnsPriorityConnections),
-    timeout: .milliseconds(timeoutMs),
+    apps: setup.pipeline.apps,
+    settings: ProviderClientSettings(
+        endpoint: endpoint(.apnsHost), caFile: optionalText(.apnsCAFile), connections: setting(.apnsConnections),
+        maxInFlight: maxInFlight, priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
+        priorityConnections: setting(.apnsPriorityConnections), timeout: .milliseconds(timeoutMs)),
     environment: ProcessInfo.processInfo.environment, logger: setup.logger)
 let fcmTransport = FCMPushTransport(
-    apps: setup.pipeline.apps, endpoint: endpoint(.fcmHost),
-    caFile: optionalText(.fcmCAFile),
-    connections: setting(.fcmConnections), maxInFlight: maxInFlight,
-    priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
-    priorityConnections: setting(.fcmPriorityConnections),
-    timeout: .milliseconds(timeoutMs), logger: setup.logger)
-setup.context.readiness.register("fcm") { fcmTransport.isReady }
+    apps: setup.pipeline.apps,
+    settings: ProviderClientSettings(
+        endpoint: endpoint(.fcmHost), caFile: optionalText(.fcmCAFile), connections: setting(.fcmConnections),
+        maxInFlight: maxInFlight, priorityReserve: Double(setting(.sendPriorityReservePercent)) / 100,
+        priorityConnections: setting(.fcmPriorityConnections), timeout: .milliseconds(timeoutMs)),
+    logger: setup.logger)
 let webhookTransport = WebhookPushTransport(
     apps: setup.pipeline.apps,
     caFile: optionalText(.webhookCAFile),
@@ -58,12 +56,9 @@ let webpushTransport = WebPushPushTransport(
 let liveApps = LiveAppDirectory(setup.pipeline.apps)
 let router = RoutingPushTransport(
     apns: transport, fcm: fcmTransport, webhook: webhookTransport, webpush: webpushTransport)
-// An app with no APNs credential (FCM or webhooks only) does not wait for an APNs connection.
-setup.context.readiness.register("apns") {
-    transport.hasClients
-        ? transport.isConnected
-        : (fcmTransport.hasClients || webhookTransport.hasClients || webpushTransport.hasClients)
-}
+// The rule is `SendReadiness`'s (an app on FCM, webhooks or Web Push only does not wait for an APNs connection).
+setup.context.readiness.register("fcm") { router.readiness.fcm }
+setup.context.readiness.register("apns") { router.readiness.apns }
 
 let topics = setup.pipeline.kafka.topics
 let logger = setup.logger

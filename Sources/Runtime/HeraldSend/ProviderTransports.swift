@@ -16,13 +16,13 @@ struct ReloadRefused: Error, CustomStringConvertible {
 /// send's transport for every provider: each job goes to the APNs, FCM or webhook transport by its
 /// request's `provider`; each keeps its own connection pools and in-flight bound, and they send
 /// concurrently. (One `herald-send` drives every provider; see docs/providers.md.)
-final class RoutingPushTransport: PushTransport, Service, Sendable {
-    let apns: APNsPushTransport
-    let fcm: FCMPushTransport
-    let webhook: WebhookPushTransport
-    let webpush: WebPushPushTransport
+package final class RoutingPushTransport: PushTransport, Service, Sendable {
+    package let apns: APNsPushTransport
+    package let fcm: FCMPushTransport
+    package let webhook: WebhookPushTransport
+    package let webpush: WebPushPushTransport
 
-    init(
+    package init(
         apns: APNsPushTransport, fcm: FCMPushTransport, webhook: WebhookPushTransport, webpush: WebPushPushTransport
     ) {
         self.apns = apns
@@ -31,7 +31,14 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
         self.webpush = webpush
     }
 
-    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+    /// What the readiness checks read from the transports (`SendReadiness.apns`, `.fcm`).
+    package var readiness: SendReadiness {
+        SendReadiness(
+            apnsClients: apns.hasClients, apnsConnected: apns.isConnected, fcmClients: fcm.hasClients,
+            fcmTokens: fcm.isReady, webhookClients: webhook.hasClients, webpushClients: webpush.hasClients)
+    }
+
+    package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         // Nearly every batch is one provider's: its jobs go on as they are, without a subset and an index map.
         if let provider = jobs.first?.request.provider, jobs.allSatisfy({ $0.request.provider == provider }) {
             await send(jobs, to: provider, onAnswer: onAnswer)
@@ -62,7 +69,7 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
         }
     }
 
-    func run() async throws {
+    package func run() async throws {
         try? await gracefulShutdown()
         // After the stage loop has stopped: the APNs transport's run returns at once (shutdown has begun)
         // having closed its clients; then the FCM clients and the webhook client.
@@ -76,19 +83,19 @@ final class RoutingPushTransport: PushTransport, Service, Sendable {
 /// One `FCMClient` (a pool of HTTP/2 connections and its OAuth2 access token) per (app, FCM provider id).
 /// Replaced when the pipeline file is reloaded (`prepare` then `commit`): a credential whose service-account file
 /// is unchanged keeps its client; new and changed ones get a new client, the ones no longer named are closed.
-final class FCMPushTransport: Sendable {
-    struct Key: Hashable, Sendable {
+package final class FCMPushTransport: Sendable {
+    package struct Key: Hashable, Sendable {
         var app: String
         var providerID: String
     }
 
     /// The clients of a reloaded file, built but not yet in use.
-    struct Prepared: Sendable {
+    package struct Prepared: Sendable {
         fileprivate var clients: CredentialClients<Key, FCMClient>
         fileprivate var created: [FCMClient]
 
         /// Closes what was built for a file that is refused after all.
-        func discard() async {
+        package func discard() async {
             for client in created { await client.shutdown(grace: .zero) }
         }
     }
@@ -98,43 +105,32 @@ final class FCMPushTransport: Sendable {
     private let make: @Sendable (String, FCMCredential) throws -> FCMClient
     private let logger: Logger
 
-    init(
-        apps: AppDirectory, endpoint: ServiceEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-        priorityReserve: Double = 0, priorityConnections: Int = 0, timeout: Duration, logger: Logger
-    ) {
-        self.timeout = timeout
+    /// Opens a client for every FCM credential of every app; a service-account file that does not load is logged
+    /// and left out (its notifications are dead-lettered with `no_credential`).
+    package init(apps: AppDirectory, settings: ProviderClientSettings, logger: Logger) {
+        self.timeout = settings.timeout
         self.logger = logger
         make = { appID, credential in
             let account = try FCMServiceAccount.load(path: credential.serviceAccountFile)
             var configuration = FCMClientConfiguration(
-                account: account, endpoint: endpoint, trustedCAFile: caFile, connections: connections,
-                maxInFlight: maxInFlight, connectTimeout: .seconds(5),
-                // One in-process retry (and one access-token renewal on 401); more go through herald.retry.
-                retry: BackoffPolicy(
-                    initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                account: account, endpoint: settings.endpoint, trustedCAFile: settings.caFile,
+                connections: settings.connections, maxInFlight: settings.maxInFlight,
+                retry: ProviderClientSettings.retry,
                 metricDimensions: [
                     ("stage", "send"), ("app", appID), ("provider_id", credential.providerID),
                 ])
-            // The priority lane's calls and direct messages to Android devices get the same reserved
-            // streams and connection as on APNs (docs/pipeline.md, "Priority lanes").
-            configuration.priorityReserve = priorityReserve
-            configuration.priorityConnections = priorityConnections
-            let client = try FCMClient(configuration: configuration, logger: logger)
-            logger.info(
-                "FCM client ready",
-                metadata: [
-                    "app": "\(appID)", "provider_id": "\(credential.providerID)",
-                    "project": "\(account.projectID)",
-                ])
-            return client
+            settings.apply(to: &configuration.pool)
+            let names: Logger.Metadata = [
+                "app": "\(appID)", "provider_id": "\(credential.providerID)", "project": "\(account.projectID)",
+            ]
+            return try readyClient("FCM", names, logger: logger) {
+                try FCMClient(configuration: configuration, logger: logger)
+            }
         }
         let clients = CredentialClients(Self.credentials(of: apps), fingerprint: Self.fingerprint, make: make) {
             appID, credential, error in
-            logger.error(
-                "FCM credential unusable; its notifications go to the DLQ",
-                metadata: [
-                    "app": "\(appID)", "provider_id": "\(credential.providerID)", "error": "\(error)",
-                ])
+            logUnusable(
+                "FCM", ["app": "\(appID)", "provider_id": "\(credential.providerID)"], error, logger: logger)
         }
         state = Mutex(clients)
     }
@@ -157,7 +153,7 @@ final class FCMPushTransport: Sendable {
 
     /// Builds the clients of a reloaded file; throws (building nothing that stays) when a credential does not
     /// load, so the file is refused and the running clients stay.
-    func prepare(apps: AppDirectory) throws -> Prepared {
+    package func prepare(apps: AppDirectory) throws -> Prepared {
         let current = state.withLock { $0 }
         let (clients, created) = try current.reloaded(
             Self.credentials(of: apps), fingerprint: Self.fingerprint, make: make)
@@ -165,7 +161,7 @@ final class FCMPushTransport: Sendable {
     }
 
     /// Puts prepared clients in use and closes the ones no longer named (after their requests' deadline).
-    func commit(_ prepared: Prepared) {
+    package func commit(_ prepared: Prepared) {
         let old = state.withLock { state in
             let old = state
             state = prepared.clients
@@ -181,11 +177,11 @@ final class FCMPushTransport: Sendable {
 
     private var clients: [Key: FCMClient] { state.withLock { $0.clients } }
 
-    var hasClients: Bool { !clients.isEmpty }
+    package var hasClients: Bool { !clients.isEmpty }
     /// True when every client holds an access token.
-    var isReady: Bool { clients.values.allSatisfy { $0.tokens.token() != nil } }
+    package var isReady: Bool { clients.values.allSatisfy { $0.tokens.token() != nil } }
 
-    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+    package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         var groups: [Key: [Int]] = [:]
         let clients = self.clients
         for (index, job) in jobs.enumerated() {
@@ -211,7 +207,7 @@ final class FCMPushTransport: Sendable {
         return .failed(r.transportFailure ?? .protocolViolation("no answer"))
     }
 
-    func shutdown() async {
+    package func shutdown() async {
         for c in clients.values { await c.shutdown(grace: .seconds(2)) }
     }
 }
@@ -219,12 +215,12 @@ final class FCMPushTransport: Sendable {
 /// Custom webhooks: one shared HTTP/1.1 client (libcurl multi; connections kept per host) and the
 /// configured endpoints per (app, webhook provider id). The endpoints are replaced when the pipeline file is
 /// reloaded (`prepare` then `commit`); a webhook whose URL or password does not resolve refuses the file.
-final class WebhookPushTransport: Sendable {
-    struct Key: Hashable, Sendable {
+package final class WebhookPushTransport: Sendable {
+    package struct Key: Hashable, Sendable {
         var app: String
         var providerID: String
     }
-    typealias Endpoints = [Key: WebhookEndpoint]
+    package typealias Endpoints = [Key: WebhookEndpoint]
 
     private let state: Mutex<(client: WebhookClient?, endpoints: [Key: WebhookEndpoint])>
     private let caFile: String?
@@ -232,7 +228,9 @@ final class WebhookPushTransport: Sendable {
     private let environment: [String: String]
     private let logger: Logger
 
-    init(apps: AppDirectory, caFile: String?, maxInFlight: Int, environment: [String: String], logger: Logger) {
+    package init(
+        apps: AppDirectory, caFile: String?, maxInFlight: Int, environment: [String: String], logger: Logger
+    ) {
         self.caFile = caFile
         self.maxInFlight = maxInFlight
         self.environment = environment
@@ -278,7 +276,7 @@ final class WebhookPushTransport: Sendable {
     }
 
     /// The endpoints of a reloaded file; throws naming the first webhook that does not resolve.
-    func prepare(apps: AppDirectory) throws -> Endpoints {
+    package func prepare(apps: AppDirectory) throws -> Endpoints {
         let (endpoints, failures) = Self.resolve(apps, environment: environment)
         if let f = failures.first {
             throw ReloadRefused(message: "apps.\(f.app) webhook \(f.providerID): \(f.message)")
@@ -287,7 +285,7 @@ final class WebhookPushTransport: Sendable {
     }
 
     /// Puts reloaded endpoints in use (making the shared client when the first webhook appears).
-    func commit(_ endpoints: Endpoints) {
+    package func commit(_ endpoints: Endpoints) {
         let needsClient = state.withLock { $0.client == nil } && !endpoints.isEmpty
         let made = needsClient ? Self.makeClient(caFile, maxInFlight, logger) : nil
         state.withLock { state in
@@ -299,9 +297,9 @@ final class WebhookPushTransport: Sendable {
 
     private var client: WebhookClient? { state.withLock { $0.client } }
 
-    var hasClients: Bool { client != nil }
+    package var hasClients: Bool { client != nil }
 
-    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+    package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         var requests: [HTTPRequest] = []
         let (client, endpoints) = state.withLock { ($0.client, $0.endpoints) }
         for (index, job) in jobs.enumerated() {
@@ -322,5 +320,5 @@ final class WebhookPushTransport: Sendable {
         }
     }
 
-    func shutdown() async { await client?.shutdown() }
+    package func shutdown() async { await client?.shutdown() }
 }

@@ -3,7 +3,7 @@ import HeraldPipeline
 import HeraldPushProviders
 
 /// A provider client herald-send keeps one of per credential (APNs, FCM).
-protocol CredentialClient: AnyObject, BatchPushClient {
+package protocol CredentialClient: AnyObject, BatchPushClient {
     func shutdown(grace: Duration) async
 }
 
@@ -38,15 +38,15 @@ extension FCMClient: CredentialClient {}
 /// One provider's clients, one per credential key, each with the fingerprint of what it was made from (the
 /// credential's settings and its files' bytes): a reload keeps the client of an unchanged credential, so its
 /// connections stay up, and makes new clients only for new and changed credentials.
-struct CredentialClients<Key: Hashable & Sendable, Client: CredentialClient>: Sendable {
-    private(set) var clients: [Key: Client] = [:]
+package struct CredentialClients<Key: Hashable & Sendable, Client: CredentialClient>: Sendable {
+    package private(set) var clients: [Key: Client] = [:]
     private var fingerprints: [Key: [UInt8]] = [:]
 
-    init() {}
+    package init() {}
 
     /// A client for every credential (the first of a key wins); one that cannot be made is handed to `unusable`
     /// and left out, so its notifications are dead-lettered with `no_credential`.
-    init<Credential>(
+    package init<Credential>(
         _ credentials: [(Key, String, Credential)], fingerprint: (Credential) -> [UInt8],
         make: (String, Credential) throws -> Client, unusable: (String, Credential, any Error) -> Void
     ) {
@@ -63,7 +63,7 @@ struct CredentialClients<Key: Hashable & Sendable, Client: CredentialClient>: Se
     /// The clients for a reloaded pipeline file, and the ones that had to be made: an unchanged credential keeps
     /// its client from `self`. Throws when a credential cannot be made, after closing the clients made so far, so
     /// a bad file never takes a working credential away.
-    func reloaded<Credential>(
+    package func reloaded<Credential>(
         _ credentials: [(Key, String, Credential)], fingerprint: (Credential) -> [UInt8],
         make: (String, Credential) throws -> Client
     ) throws -> (clients: CredentialClients, created: [Client]) {
@@ -89,7 +89,7 @@ struct CredentialClients<Key: Hashable & Sendable, Client: CredentialClient>: Se
     }
 
     /// The clients of `self` that `next` no longer holds (to be closed once their requests are answered).
-    func retired(by next: CredentialClients) -> [Client] {
+    package func retired(by next: CredentialClients) -> [Client] {
         let kept = Set(next.clients.values.map(ObjectIdentifier.init))
         return clients.values.filter { !kept.contains(ObjectIdentifier($0)) }
     }

@@ -9,8 +9,8 @@ import Synchronization
 /// send's `PushTransport`: one `APNsClient` (a pool of HTTP/2 connections) per app credential, i.e. per
 /// (app, bundle id, environment). A job goes to the credential whose bundle id is its topic (or the topic's
 /// prefix, for `.voip`) in the token's environment.
-final class APNsPushTransport: PushTransport, Service, Sendable {
-    struct Key: Hashable, Sendable {
+package final class APNsPushTransport: PushTransport, Service, Sendable {
+    package struct Key: Hashable, Sendable {
         var app: String
         var bundleID: String
         var environment: APNsEnvironment
@@ -29,46 +29,35 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     private let environment: [String: String]
 
     /// Opens a client for every credential of every app; a credential that cannot be loaded is logged and
-    /// left out (its notifications are dead-lettered with `no_credential`).
-    init(
-        apps: AppDirectory, endpoint: ServiceEndpoint?, caFile: String?, connections: Int, maxInFlight: Int,
-        priorityReserve: Double = 0, priorityConnections: Int = 0, timeout: Duration, environment: [String: String],
-        logger: Logger
-    ) {
-        self.timeout = timeout
+    /// left out (its notifications are dead-lettered with `no_credential`). `environment` holds the .p12
+    /// passwords a credential names.
+    package init(apps: AppDirectory, settings: ProviderClientSettings, environment: [String: String], logger: Logger) {
+        self.timeout = settings.timeout
         self.logger = logger
         self.environment = environment
         make = { appID, credential in
             let auth = try APNsClientCredential(credential, environment: environment)
             var configuration = APNsClientConfiguration(
                 credential: auth, environment: credential.environment,
-                endpoint: endpoint, trustedCAFile: caFile, connections: connections, maxInFlight: maxInFlight,
-                // One in-process retry (it also renews an expired JWT); further retries go through herald.retry.
-                retry: BackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                endpoint: settings.endpoint, trustedCAFile: settings.caFile, connections: settings.connections,
+                maxInFlight: settings.maxInFlight, retry: ProviderClientSettings.retry,
                 metricDimensions: [
                     ("stage", "send"), ("app", appID), ("bundle_id", credential.bundleID),
                     ("environment", credential.environment.rawValue),
                 ])
-            configuration.connectTimeout = .seconds(5)
-            configuration.priorityReserve = priorityReserve
-            configuration.priorityConnections = priorityConnections
-            let client = try APNsClient(configuration: configuration, logger: logger)
-            logger.info(
-                "APNs client ready",
-                metadata: [
-                    "app": "\(appID)", "bundle_id": "\(credential.bundleID)",
-                    "environment": "\(credential.environment.rawValue)",
-                    "endpoint": "\(endpoint.map { "\($0)" } ?? "apple")",
-                ])
-            return client
+            settings.apply(to: &configuration.pool)
+            let names: Logger.Metadata = [
+                "app": "\(appID)", "bundle_id": "\(credential.bundleID)",
+                "environment": "\(credential.environment.rawValue)",
+                "endpoint": "\(settings.endpoint.map { "\($0)" } ?? "apple")",
+            ]
+            return try readyClient("APNs", names, logger: logger) {
+                try APNsClient(configuration: configuration, logger: logger)
+            }
         }
         let clients = CredentialClients(Self.credentials(of: apps), fingerprint: Self.fingerprint, make: make) {
             appID, credential, error in
-            logger.error(
-                "APNs credential unusable; its notifications go to the DLQ",
-                metadata: [
-                    "app": "\(appID)", "bundle_id": "\(credential.bundleID)", "error": "\(error)",
-                ])
+            logUnusable("APNs", ["app": "\(appID)", "bundle_id": "\(credential.bundleID)"], error, logger: logger)
         }
         state = Mutex(Clients(apps: apps, credentials: clients))
     }
@@ -105,7 +94,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     /// after its in-flight requests are answered (or the request deadline passes). Unchanged credentials keep
     /// their clients and connections. Throws (and changes nothing) when a new or changed credential does not
     /// load, so a bad file never takes a working credential away.
-    func reload(apps: AppDirectory) throws {
+    package func reload(apps: AppDirectory) throws {
         let current = state.withLock { $0.credentials }
         let (clients, created) = try current.reloaded(
             Self.credentials(of: apps), fingerprint: Self.fingerprint, make: make)
@@ -122,12 +111,14 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
     }
 
     /// True when at least one client opened a connection.
-    var isConnected: Bool {
+    package var isConnected: Bool {
         state.withLock { $0.credentials.clients.values.contains { $0.stats.connectionsOpened > 0 } }
     }
-    var hasClients: Bool { state.withLock { !$0.credentials.clients.isEmpty } }
+    package var hasClients: Bool { state.withLock { !$0.credentials.clients.isEmpty } }
 
-    func client(for job: PushJob) -> APNsClient? {
+    /// The client of the credential whose bundle id is the job's topic (or the topic's prefix, for `.voip`) in
+    /// the token's environment; nil when the app has no such credential or it did not load.
+    package func client(for job: PushJob) -> APNsClient? {
         state.withLock { state in
             let app = state.apps.app(job.appID)
             let topic = job.request.topic
@@ -145,7 +136,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
         }
     }
 
-    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+    package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         // Each client's share, in order of first use. (Not `groups[id, default: (client, [])]`: a default that
         // captures the client is a closure context allocated per job.)
         var groups: [(APNsClient, [Int])] = []
@@ -193,7 +184,7 @@ final class APNsPushTransport: PushTransport, Service, Sendable {
 
     /// Keeps the clients until the stage loop has stopped (services stop in reverse order), then closes them.
     /// The clients report their own metrics (`herald_apns_*`: answers, connections, JWT renewals, ...).
-    func run() async throws {
+    package func run() async throws {
         try? await gracefulShutdown()
         for client in state.withLock({ Array($0.credentials.clients.values) }) {
             await client.shutdown(grace: .seconds(2))

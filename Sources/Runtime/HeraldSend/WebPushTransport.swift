@@ -10,14 +10,14 @@ import Synchronization
 /// that origin is sent. At most `maxOrigins` clients are kept: one more closes the least recently used. Each job's
 /// payload is encrypted for its subscription here, just before it is sent. Reloaded with the pipeline file
 /// (`prepare` then `commit`): a VAPID key that does not load refuses the file.
-final class WebPushPushTransport: Sendable {
+package final class WebPushPushTransport: Sendable {
     struct Key: Hashable, Sendable {
         var app: String
         var origin: String
     }
 
     /// What a reloaded file gives: the apps and their VAPID identities.
-    struct Prepared: Sendable {
+    package struct Prepared: Sendable {
         fileprivate var apps: AppDirectory
         fileprivate var keys: [String: WebPushVAPID]
     }
@@ -32,7 +32,7 @@ final class WebPushPushTransport: Sendable {
     }
 
     private let state: Mutex<State>
-    /// HTTP/1.1 for push services without HTTP/2 (nil when libcurl could not start: they fail as before).
+    /// HTTP/1.1 for push services without HTTP/2 (nil when libcurl could not start: such services then fail).
     private let http1: WebPushHTTP1Sender?
     private let caFile: String?
     private let maxOrigins: Int
@@ -40,7 +40,7 @@ final class WebPushPushTransport: Sendable {
     private let timeout: Duration
     private let logger: Logger
 
-    init(
+    package init(
         apps: AppDirectory, caFile: String?, maxOrigins: Int, maxInFlight: Int, timeout: Duration, logger: Logger
     ) {
         self.caFile = caFile
@@ -79,7 +79,7 @@ final class WebPushPushTransport: Sendable {
     }
 
     /// The VAPID identities of a reloaded file; throws naming the first app whose key does not load.
-    func prepare(apps: AppDirectory) throws -> Prepared {
+    package func prepare(apps: AppDirectory) throws -> Prepared {
         let (keys, failures) = Self.load(apps)
         if let (app, error) = failures.first {
             throw ReloadRefused(message: "apps.\(app).webpush: \(error)")
@@ -88,7 +88,7 @@ final class WebPushPushTransport: Sendable {
     }
 
     /// Puts a reloaded file in use; clients whose app's key changed (or whose app is gone) are closed.
-    func commit(_ prepared: Prepared) {
+    package func commit(_ prepared: Prepared) {
         let retired = state.withLock { state -> [WebPushClient] in
             state.apps = prepared.apps
             state.keys = prepared.keys
@@ -108,7 +108,7 @@ final class WebPushPushTransport: Sendable {
 
     static func fingerprint(_ vapid: WebPushVAPID) -> String { vapid.publicKey + " " + vapid.subject }
 
-    var hasClients: Bool { state.withLock { !$0.keys.isEmpty } }
+    package var hasClients: Bool { state.withLock { !$0.keys.isEmpty } }
 
     /// The client for (app, origin), made when missing; closes the least recently used one beyond `maxOrigins`.
     private func client(_ key: Key, vapid: WebPushVAPID) throws -> WebPushClient {
@@ -124,8 +124,7 @@ final class WebPushPushTransport: Sendable {
         let made = try WebPushClient(
             configuration: WebPushClientConfiguration(
                 origin: key.origin, vapid: vapid, trustedCAFile: caFile, maxInFlight: maxInFlight,
-                // One in-process retry; more go through herald.retry.
-                retry: BackoffPolicy(initialDelay: .milliseconds(100), maxDelay: .seconds(1), maxAttempts: 2),
+                retry: ProviderClientSettings.retry,
                 metricDimensions: [("stage", "send"), ("app", key.app), ("origin", key.origin)]),
             logger: logger)
         let (kept, evicted) = state.withLock { state -> (WebPushClient, [WebPushClient]) in
@@ -151,7 +150,7 @@ final class WebPushPushTransport: Sendable {
         return kept
     }
 
-    func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+    package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         let (apps, keys) = state.withLock { ($0.apps, $0.keys) }
         var groups: [Key: [(Int, PushDelivery)]] = [:]
         for (index, job) in jobs.enumerated() {
@@ -285,7 +284,7 @@ final class WebPushPushTransport: Sendable {
         return .failed(r.transportFailure ?? .protocolViolation("no answer"))
     }
 
-    func shutdown() async {
+    package func shutdown() async {
         let clients = state.withLock { state in
             let all = state.clients.values.map(\.client)
             state.clients.removeAll()
