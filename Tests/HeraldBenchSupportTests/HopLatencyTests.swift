@@ -1,6 +1,7 @@
 // Quantiles from Prometheus histogram buckets (the benchmarks' time per hop), and the per-stage figures taken from two
 // scrapes of a stage's /metrics.
 import Foundation
+import HeraldToolSupport
 import Testing
 
 @testable import HeraldBenchSupport
@@ -54,7 +55,7 @@ struct HopLatencyTests {
             text += "\(metric)_count{stage=\"\(stage)\"} \(values.last ?? 0)\n"
         }
         var m = StageMetrics()
-        m.samples[stage] = parseMetrics(text)
+        m.samples[stage] = MetricSamples(text).samples
         return m
     }
 
