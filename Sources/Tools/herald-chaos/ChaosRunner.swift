@@ -99,16 +99,17 @@ struct ChaosRunner {
         }
     }
 
-    /// Sets the driver's tick to start a fault once, `at` seconds into the load, and to sample `process`'s resident
-    /// memory at every tick.
+    /// Sets the driver's tick to start a fault once, `at` seconds into the load, and to sample the resident memory of
+    /// `process` (a stage or component of the stack), if one is named, at every tick.
+    @discardableResult
     func startFault(
-        at: Double, watching process: String, driver: LoadDriver, session: BenchSession,
+        at: Double, watching process: String? = nil, driver: LoadDriver, session: BenchSession,
         _ start: @escaping () -> Void
     ) -> MemoryWatch {
         let memory = MemoryWatch()
         var started = false
         driver.onTick = { t in
-            if let pid = session.info.pid(process), let s = procSample(pid) {
+            if let process, let pid = session.info.pid(process), let s = procSample(pid) {
                 if !started { memory.beforeKB = s.rssKB }
                 memory.peakKB = max(memory.peakKB, s.rssKB)
             }

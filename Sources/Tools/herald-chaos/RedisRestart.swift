@@ -15,10 +15,7 @@ extension ChaosRunner {
         let downFor = 2.0
         let driver = try await LoadDriver(session: session, workload: workload())
         let faults = FaultLog()
-        var done = false
-        driver.onTick = { t in
-            guard !done, t >= 5 else { return }
-            done = true
+        startFault(at: 5, driver: driver, session: session) {
             guard let pid = session.info.pid(component) else { faults.note("no pid for \(component)"); return }
             kill(pid, SIGTERM)
             faults.add(.init(stage: component, action: "SIGTERM", at: nowMillis(), status: nil))
@@ -33,9 +30,7 @@ extension ChaosRunner {
             }
         }
         let r = try await driver.run(mode: .rate(rate, seconds), mixed: nil, drainTimeout: drainTimeout)
-        var problems = faults.allNotes
-        let dead = stagesAlive(session)
-        if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
+        let problems = faultProblems(faults, session)
         let storage = "Redis with appendfsync always"
         return outcome(
             r, extraProblems: problems,

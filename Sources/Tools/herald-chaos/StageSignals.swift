@@ -5,6 +5,9 @@ import Glibc
 import HeraldBenchSupport
 
 extension ChaosRunner {
+    /// Every 4 s under load the next stage (round robin) is killed with SIGKILL and started again a second later.
+    /// Nothing may be lost; a duplicate is excused only when send was the stage killed and the notification's first
+    /// answer came within `--crash-window-ms` before the kill.
     func sigkillRoundRobin() async throws -> ChaosOutcome {
         let session = try open()
         defer { session.close(keep: options.stack.keep) }
@@ -57,6 +60,8 @@ extension ChaosRunner {
 
     // MARK: SIGTERM of every stage
 
+    /// Under load each stage in turn gets SIGTERM and is started again once it has exited: every stage must exit with
+    /// status 0 within 15 s, and nothing may be lost or duplicated.
     func sigtermEach() async throws -> ChaosOutcome {
         let session = try open()
         defer { session.close(keep: options.stack.keep) }
