@@ -103,7 +103,10 @@ struct StageEndpoint: Sendable, CustomStringConvertible {
         var rest = Substring(url)
         if rest.hasPrefix("http://") { rest = rest.dropFirst(7) }
         if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
-        guard let parsed = ServiceEndpoint(parsing: String(rest)), rest.hasSuffix(":\(parsed.port)") else { return nil }
+        // A port is required: `host` and `[v6]` alone would get ServiceEndpoint's default port.
+        guard rest.contains(":"), rest.last != "]", let parsed = ServiceEndpoint(parsing: String(rest)) else {
+            return nil
+        }
         address = parsed
     }
 
