@@ -292,7 +292,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]),
-        // The benchmarks' own arithmetic (quantiles from histogram buckets) and what the tools share (HeraldToolSupport).
+        // The benchmarks' own arithmetic (quantiles from histogram buckets) and what the tools share
+        // (HeraldToolSupport: the Prometheus text reader, the HTTP probe, the report JSON).
         .testTarget(
             name: "HeraldBenchSupportTests", dependencies: ["HeraldBenchSupport", "HeraldCore", "HeraldToolSupport"]),
         // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
