@@ -3,7 +3,8 @@
 //
 // Layout on disk follows the layers (each imports only what is listed below it; docs/architecture.md says more):
 //   Sources/Tools      heraldctl, herald-bench, herald-chaos (the fault suite), herald-kafka-bench, herald-apns-bench,
-//                      herald-dev-broker (the local and test Kafka broker), and HeraldBenchSupport (the local stack under load, which herald-bench and herald-chaos share)
+//                      herald-dev-broker (the local and test Kafka broker), HeraldBenchSupport (the local stack under load, which herald-bench and herald-chaos share),
+//                      and HeraldToolSupport (the HTTP probe, Prometheus text reader and JSON reports every tool shares)
 //   Sources/Stages     the six stage executables (herald-ingest, -resolve, -suppress, -render, -send, -registry)
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
 //                      lifecycle, logs, configuration binding); HeraldRegistryAPI: the registry API's routes and
@@ -168,7 +169,7 @@ let package = Package(
             name: "heraldctl",
             dependencies: [
                 "HeraldCore", "HeraldConfig", "HeraldPushProviders", "HeraldHTTP", "HeraldKafka", "HeraldRedis",
-                "HeraldRegistryAPI",
+                "HeraldRegistryAPI", "HeraldToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Tools/heraldctl"),
@@ -198,26 +199,29 @@ let package = Package(
                 "HeraldMockProviders",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/StandIns/herald-mock-fcm"),
+        // What the tools share: a TCP connection with a deadline, one plain HTTP/1.1 request, the Prometheus text
+        // reader, and their JSON reports built as HeraldCore's JSONValue.
+        .target(name: "HeraldToolSupport", dependencies: ["HeraldCore"], path: "Sources/Tools/HeraldToolSupport"),
         // What herald-bench and herald-chaos share: starting (or attaching to) a local stack, the workload (users,
         // conversations, events), the load driver and the ledger of the stand-in's answers.
         .target(
             name: "HeraldBenchSupport",
             dependencies: [
-                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis",
+                "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
             ], path: "Sources/Tools/HeraldBenchSupport"),
         .executableTarget(
             name: "herald-bench",
             dependencies: [
-                "HeraldBenchSupport", "HeraldCore", "HeraldRedis",
+                "HeraldBenchSupport", "HeraldCore", "HeraldRedis", "HeraldToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/Tools/herald-bench"),
         // The fault suite: each scenario on a fresh local stack (scripts/chaos.sh).
         .executableTarget(
             name: "herald-chaos",
             dependencies: [
-                "HeraldBenchSupport", "HeraldCore", "HeraldKafka", "HeraldRedis",
+                "HeraldBenchSupport", "HeraldCore", "HeraldKafka", "HeraldRedis", "HeraldToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/Tools/herald-chaos"),
         .executableTarget(
@@ -238,7 +242,7 @@ let package = Package(
         .executableTarget(
             name: "herald-apns-bench",
             dependencies: [
-                "HeraldCore", "HeraldPushProviders",
+                "HeraldCore", "HeraldPushProviders", "HeraldToolSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/Tools/herald-apns-bench"),
 
@@ -314,8 +318,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]),
-        // The benchmarks' own arithmetic (quantiles from histogram buckets).
-        .testTarget(name: "HeraldBenchSupportTests", dependencies: ["HeraldBenchSupport"]),
+        // The benchmarks' own arithmetic (quantiles from histogram buckets) and what the tools share
+        // (HeraldToolSupport: the Prometheus text reader, the HTTP probe, the report JSON).
+        .testTarget(
+            name: "HeraldBenchSupportTests", dependencies: ["HeraldBenchSupport", "HeraldCore", "HeraldToolSupport"]),
         // The whole stack as separate processes (needs `swift build` first; see docs/testing.md).
         .testTarget(
             name: "EndToEndTests",

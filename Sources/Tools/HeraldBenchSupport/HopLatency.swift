@@ -3,6 +3,8 @@
 // to the producer) and `herald_stage_ack_wait_seconds` (the broker's acknowledgement after it). The quantiles are
 // taken from the bucket counts the way Prometheus's histogram_quantile takes them.
 import Foundation
+import HeraldCore
+import HeraldToolSupport
 
 /// A quantile from a Prometheus histogram's cumulative buckets, as `histogram_quantile` computes it: the bucket
 /// holding the rank `q × total` is found, and the value is interpolated linearly between that bucket's lower bound
@@ -144,18 +146,19 @@ package struct HopLatency {
     }
 
     /// The JSON object of `hops`, keyed by stage.
-    package static func json(_ hops: [HopLatency]) -> [String: Any] {
-        var out: [String: Any] = [:]
+    package static func json(_ hops: [HopLatency]) -> [String: JSONValue] {
+        var out: [String: JSONValue] = [:]
         for h in hops {
-            func q(_ x: Quantiles) -> [String: Double] { ["p50_ms": x.p50, "p99_ms": x.p99] }
-            var entry: [String: Any] = [
-                "records": h.records, "total": q(h.total), "processing": q(h.processing), "ack_wait": q(h.ackWait),
+            func q(_ x: Quantiles) -> JSONValue { .sorted(["p50_ms": .double(x.p50), "p99_ms": .double(x.p99)]) }
+            var entry: [String: JSONValue] = [
+                "records": .int(h.records), "total": q(h.total), "processing": q(h.processing),
+                "ack_wait": q(h.ackWait),
             ]
             if let r = h.runQueue {
-                entry["cpu_seconds"] = r.running
-                entry["waited_for_a_core_seconds"] = r.waiting
+                entry["cpu_seconds"] = .double(r.running)
+                entry["waited_for_a_core_seconds"] = .double(r.waiting)
             }
-            out[h.stage] = entry
+            out[h.stage] = .sorted(entry)
         }
         return out
     }

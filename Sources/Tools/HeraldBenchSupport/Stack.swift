@@ -4,6 +4,7 @@
 import Foundation
 import Glibc
 import HeraldCore
+import HeraldToolSupport
 
 package struct BenchError: Error, CustomStringConvertible {
     package var description: String
@@ -288,74 +289,15 @@ package func freePortBlock(_ count: Int, avoiding: Set<Int> = []) -> Int {
     return 39_200
 }
 
-/// One HTTP/1.1 request to 127.0.0.1 (metrics, stand-in controls); nil when nothing answers.
+/// One HTTP/1.1 request to 127.0.0.1 (metrics, stand-in controls): the body of a 2xx answer; nil when nothing
+/// answers or the answer is not 2xx.
 package func httpRequest(port: Int, method: String = "GET", path: String, timeoutSeconds: Int = 3) -> String? {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = UInt16(port).bigEndian
-    let len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let rc = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, len) }
-    }
-    guard rc == 0 else { return nil }
-    let req = Array(
-        "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
-    guard req.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == req.count else {
-        return nil
-    }
-    var out: [UInt8] = []
-    var buf = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        if n <= 0 { break }
-        out.append(contentsOf: buf[0..<n])
-    }
-    guard let text = String(bytes: out, encoding: .utf8), let end = text.range(of: "\r\n\r\n") else { return nil }
-    guard text.hasPrefix("HTTP/1.1 2") || text.hasPrefix("HTTP/1.0 2") else { return nil }
-    return String(text[end.upperBound...])
-}
-
-/// Prometheus text: one (name, labels, value) per sample line.
-package struct MetricSample {
-    package var name: String
-    package var labels: [String: String]
-    package var value: Double
-}
-
-package func parseMetrics(_ text: String) -> [MetricSample] {
-    var out: [MetricSample] = []
-    for raw in text.split(separator: "\n") {
-        if raw.hasPrefix("#") { continue }
-        let line = String(raw)
-        guard let sp = line.lastIndex(of: " "), let v = Double(line[line.index(after: sp)...]) else { continue }
-        let head = line[..<sp]
-        var name = String(head)
-        var labels: [String: String] = [:]
-        if let brace = head.firstIndex(of: "{"), head.hasSuffix("}") {
-            name = String(head[..<brace])
-            let inner = head[head.index(after: brace)..<head.index(before: head.endIndex)]
-            // label="value" pairs; values carry no escaped quotes in Herald's metrics.
-            var rest = Substring(inner)
-            while let eq = rest.firstIndex(of: "=") {
-                let key = rest[..<eq].trimmingCharacters(in: CharacterSet(charactersIn: ", "))
-                let afterEq = rest.index(after: eq)
-                guard afterEq < rest.endIndex, rest[afterEq] == "\"" else { break }
-                let valStart = rest.index(after: afterEq)
-                guard let close = rest[valStart...].firstIndex(of: "\"") else { break }
-                labels[key] = String(rest[valStart..<close])
-                rest = rest[rest.index(after: close)...]
-            }
-        }
-        out.append(MetricSample(name: name, labels: labels, value: v))
-    }
-    return out
+    guard
+        let answer = HTTPProbe.request(
+            ServiceEndpoint(host: "127.0.0.1", port: port), method: method, path: path, timeout: timeoutSeconds),
+        (200..<300).contains(answer.status)
+    else { return nil }
+    return answer.body
 }
 
 /// The six stages' /metrics, scraped together.
@@ -366,7 +308,7 @@ package struct StageMetrics {
         var m = StageMetrics()
         for s in stageNames {
             if let text = httpRequest(port: stack.metricsPort(stage: s), path: "/metrics", timeoutSeconds: 2) {
-                m.samples[s] = parseMetrics(text)
+                m.samples[s] = MetricSamples(text).samples
             }
         }
         return m

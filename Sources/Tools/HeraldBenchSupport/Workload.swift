@@ -6,6 +6,7 @@ import HeraldConfig
 import HeraldCore
 import HeraldKafka
 import HeraldRedis
+import Synchronization
 
 package struct WorkloadOptions {
     package var users = 10_000
@@ -273,9 +274,8 @@ package final class Workload {
 package final class EventPublisher: @unchecked Sendable {
     private let config: KafkaProducerConfiguration
     private var producer: KafkaProducer
-    private let lock = NSLock()
-    private var acked = 0
-    private var failedRecords: [ProducerRecord] = []
+    /// Records the broker refused, from the delivery reports (which come on librdkafka's thread).
+    private let failedRecords = Mutex<[ProducerRecord]>([])
     package private(set) var republished = 0
 
     package init(brokers: String, extraProperties: [String: String] = [:]) throws {
@@ -296,9 +296,7 @@ package final class EventPublisher: @unchecked Sendable {
         while true {
             do {
                 try producer.produce(record) { [self] report in
-                    lock.lock()
-                    if report.isDelivered { acked += 1 } else { failedRecords.append(record) }
-                    lock.unlock()
+                    if !report.isDelivered { failedRecords.withLock { $0.append(record) } }
                 }
                 return
             } catch {
@@ -320,9 +318,9 @@ package final class EventPublisher: @unchecked Sendable {
     /// Publishes refused records again through a fresh producer; returns how many.
     @discardableResult
     package func retryFailures() async -> Int {
-        let failed: [ProducerRecord] = lock.withLock {
-            let f = failedRecords
-            failedRecords.removeAll()
+        let failed: [ProducerRecord] = failedRecords.withLock {
+            let f = $0
+            $0.removeAll()
             return f
         }
         guard !failed.isEmpty else { return 0 }
@@ -335,7 +333,7 @@ package final class EventPublisher: @unchecked Sendable {
 
     /// Records the broker refused and that were not published again (yet).
     package var unrecovered: Int {
-        lock.withLock { failedRecords.count }
+        failedRecords.withLock { $0.count }
     }
 
     /// Waits for every delivery report, publishing refused records again (a few rounds).

@@ -1,4 +1,6 @@
 import Foundation
+import HeraldCore
+import HeraldToolSupport
 
 /// One Herald-against-h2load comparison (a target and a connection count) over its rounds.
 struct Comparison {
@@ -109,40 +111,41 @@ struct BenchReport {
     }
 
     func json() throws -> String {
-        func figures(_ f: APNsBench.Figures) -> [String: Any] {
-            [
-                "requests_per_second": f.rate, "cpu_seconds_per_100k": f.cpuPer100k, "ok": f.ok,
-                "server_cpu_seconds_per_100k": f.serverCPUPer100k,
-            ]
+        func figures(_ f: APNsBench.Figures) -> JSONValue {
+            .sorted([
+                "requests_per_second": .double(f.rate), "cpu_seconds_per_100k": .double(f.cpuPer100k),
+                "ok": .int(f.ok), "server_cpu_seconds_per_100k": .double(f.serverCPUPer100k),
+            ])
         }
-        let comparisons: [[String: Any]] = comparisons.map { c in
-            let rate = c.summary(\.rateRatio)
-            let cpu = c.summary(\.cpuRatio)
-            return [
-                "target": c.target, "connections": c.connections, "streams": c.streams,
-                "rate_ratio": ["median": rate.median, "min": rate.min, "max": rate.max],
-                "cpu_ratio": ["median": cpu.median, "min": cpu.min, "max": cpu.max],
-                "rounds": c.rounds.map { r -> [String: Any] in
-                    [
-                        "herald": figures(r.herald), "h2load": figures(r.h2load), "rate_ratio": r.rateRatio,
-                        "cpu_ratio": r.cpuRatio,
-                    ]
-                },
-            ]
+        func summary(_ s: (median: Double, min: Double, max: Double)) -> JSONValue {
+            .sorted(["median": .double(s.median), "min": .double(s.min), "max": .double(s.max)])
         }
-        let latency: [[String: Any]] = latencyRuns.map {
-            [
-                "connections": $0.connections, "streams": $0.streams, "latency_ms": $0.latencyMs,
-                "notifications": $0.notifications, "requests_per_second": $0.rate, "ideal": $0.ideal, "ok": $0.ok,
-            ]
+        let comparisons: [JSONValue] = comparisons.map { c in
+            .sorted([
+                "target": .string(c.target), "connections": .int(c.connections), "streams": .int(c.streams),
+                "rate_ratio": summary(c.summary(\.rateRatio)), "cpu_ratio": summary(c.summary(\.cpuRatio)),
+                "rounds": .array(
+                    c.rounds.map { r in
+                        .sorted([
+                            "herald": figures(r.herald), "h2load": figures(r.h2load),
+                            "rate_ratio": .double(r.rateRatio), "cpu_ratio": .double(r.cpuRatio),
+                        ])
+                    }),
+            ])
         }
-        let root: [String: Any] = [
-            "requests": requests, "streams": streams, "payload_bytes": payloadBytes, "rounds": rounds,
-            "load_average": loadAverage ?? NSNull(), "cores": cores,
-            "targets": ["rate_ratio_at_least": 1.0, "cpu_ratio_at_most": 1.3],
-            "comparisons": comparisons, "latency": latency,
-        ]
-        let data = try JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys])
-        return String(decoding: data, as: UTF8.self) + "\n"
+        let latency: [JSONValue] = latencyRuns.map {
+            .sorted([
+                "connections": .int($0.connections), "streams": .int($0.streams), "latency_ms": .int($0.latencyMs),
+                "notifications": .int($0.notifications), "requests_per_second": .double($0.rate),
+                "ideal": .double($0.ideal), "ok": .int($0.ok),
+            ])
+        }
+        let root: JSONValue = .sorted([
+            "requests": .int(requests), "streams": .int(streams), "payload_bytes": .int(payloadBytes),
+            "rounds": .int(rounds), "load_average": .double(loadAverage), "cores": .int(cores),
+            "targets": .sorted(["rate_ratio_at_least": .double(1.0), "cpu_ratio_at_most": .double(1.3)]),
+            "comparisons": .array(comparisons), "latency": .array(latency),
+        ])
+        return root.prettyPrinted + "\n"
     }
 }

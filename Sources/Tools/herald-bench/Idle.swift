@@ -3,6 +3,8 @@ import ArgumentParser
 import Foundation
 import Glibc
 import HeraldBenchSupport
+import HeraldCore
+import HeraldToolSupport
 
 struct IdleBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -84,15 +86,18 @@ struct IdleBench: AsyncParsableCommand {
         let command = CommandLine.arguments.joined(separator: " ")
         try ("# herald-bench idle\n\n`\(command)`\n\n" + text + "\n").write(
             toFile: outDir + "/IDLE.md", atomically: true, encoding: .utf8)
-        let json: [String: Any] = [
-            "command": command, "seconds": elapsed, "fleet_cpu_seconds": fleet, "fleet_percent_of_core": fleetPercent,
-            "processes": rows.map {
-                ["process": $0.process, "cpu_seconds": $0.cpuSeconds, "percent_of_core": $0.percentOfCore]
-                    as [String: Any]
-            },
-        ]
-        let data = try JSONSerialization.data(withJSONObject: json, options: [.prettyPrinted, .sortedKeys])
-        try data.write(to: URL(fileURLWithPath: outDir + "/IDLE.json"))
+        let json: JSONValue = .sorted([
+            "command": .string(command), "seconds": .double(elapsed), "fleet_cpu_seconds": .double(fleet),
+            "fleet_percent_of_core": .double(fleetPercent),
+            "processes": .array(
+                rows.map {
+                    .sorted([
+                        "process": .string($0.process), "cpu_seconds": .double($0.cpuSeconds),
+                        "percent_of_core": .double($0.percentOfCore),
+                    ])
+                }),
+        ])
+        try json.prettyPrinted.write(toFile: outDir + "/IDLE.json", atomically: true, encoding: .utf8)
         print("report: \(outDir)/IDLE.md")
         if check && (!fleetOK || rows.contains { r in r.target.map { r.percentOfCore > $0 } ?? false }) {
             print("check FAILED: over a target")

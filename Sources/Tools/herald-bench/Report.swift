@@ -2,6 +2,8 @@
 // throughput and latency over time (drawn here, no plotting library).
 import Foundation
 import HeraldBenchSupport
+import HeraldCore
+import HeraldToolSupport
 
 /// The decision core's cost in a run: herald-bench decide's recipients per CPU-second on one thread, taken before
 /// and after the run. Herald's CPU per notification divided by the core's per recipient is a ratio that holds on
@@ -224,88 +226,82 @@ struct BenchReport {
 
     func json() -> String {
         let r = result
-        func obj(_ pairs: [(String, Any)]) -> [String: Any] { Dictionary(pairs, uniquingKeysWith: { a, _ in a }) }
-        func pct(_ p: Percentiles) -> [String: Any] {
-            ["count": p.count, "p50_ms": p.p50, "p99_ms": p.p99, "p999_ms": p.p999, "max_ms": p.max]
+        func pct(_ p: Percentiles) -> JSONValue {
+            .sorted([
+                "count": .int(p.count), "p50_ms": .int(p.p50), "p99_ms": .int(p.p99), "p999_ms": .int(p.p999),
+                "max_ms": .int(p.max),
+            ])
         }
-        var processes: [String: Any] = [:]
+        func counts(_ d: [String: Int]) -> JSONValue { .sorted(d.mapValues { .int($0) }) }
+        var processes: [String: JSONValue] = [:]
         for c in ProcessAccounting.components {
-            processes[c] = [
-                "cpu_seconds": r.cpu[c] ?? 0, "cpu_seconds_per_100k": per100k(r.cpu[c] ?? 0),
-                "peak_rss_kb": r.peakRSSKB[c] ?? 0,
-            ]
+            processes[c] = .sorted([
+                "cpu_seconds": .double(r.cpu[c] ?? 0), "cpu_seconds_per_100k": .double(per100k(r.cpu[c] ?? 0)),
+                "peak_rss_kb": .int(r.peakRSSKB[c] ?? 0),
+            ])
         }
-        var kinds: [String: Any] = [:]
+        var kinds: [String: JSONValue] = [:]
         for (k, p) in r.perKind { kinds[k.name] = pct(p) }
-        let root: [String: Any] = obj([
-            (
-                "scenario",
-                [
-                    "mode": r.mode, "mixed": r.mixed, "users": r.options.users,
-                    "conversation_size": r.options.conversationSize,
-                    "dnd": r.options.dnd, "muted": r.options.muted, "online": r.options.online,
-                    "other_conversations": r.options.otherConversations,
-                    "profile": r.options.profile,
-                    "text_bytes": r.options.textBytes,
-                ] as [String: Any]
-            ),
-            ("events_published", r.eventsPublished),
-            ("events_republished", r.republished),
-            ("recipients", r.recipients),
-            (
-                "redis",
-                r.redis.map { f -> [String: Any] in
-                    [
-                        "used_memory_before": f.before.usedMemory, "used_memory_after": f.after.usedMemory,
-                        "retained_bytes": f.retainedBytes,
-                        "retained_bytes_per_notification": f.perNotification(f.retainedBytes, r.recipients),
-                        "commands": f.commands,
-                        "commands_per_notification": f.perNotification(f.commands, r.recipients),
-                        "reads": f.reads, "writes": f.writes,
-                        "reads_per_notification": f.perNotification(f.reads, r.recipients),
-                        "retained_bytes_per_delivered": f.perNotification(f.retainedBytes, r.delivered),
-                        "commands_per_delivered": f.perNotification(f.commands, r.delivered),
-                    ]
-                } ?? NSNull()
-            ),
-            ("expected", r.expected),
-            ("delivered", r.delivered),
-            ("delivered_per_second", r.deliveredPerSecond),
-            ("delivery_seconds", r.deliverySeconds),
-            ("lost", r.lost),
-            ("duplicated", r.duplicates.count),
-            ("unexpected", r.unexpected200),
-            ("dead_lettered", r.dlq),
-            ("explain_dropped", r.explainDropped),
-            ("render_errors", r.renderErrors),
-            ("suppressed", r.observedSuppressed),
-            ("suppressed_predicted", r.predictedSuppressed),
-            ("latency_ms", pct(r.overall)),
-            ("latency_by_kind_ms", kinds),
-            ("hops", HopLatency.json(r.hops)),
-            ("processes", processes),
-            (
-                "herald",
-                [
-                    "cpu_seconds": heraldCPU, "cpu_seconds_per_100k": per100k(heraldCPU),
-                    "peak_rss_kb_sum": heraldPeakRSSKB,
-                ] as [String: Any]
-            ),
-            (
-                "series",
-                r.series.map { ["second": $0.second, "delivered": $0.count, "p50_ms": $0.p50, "p99_ms": $0.p99] }
-            ),
-            (
-                "host_recipients_per_cpu_second",
-                ["before": core.before ?? 0, "after": core.after ?? 0] as [String: Any]
-            ),
-            ("herald_cpu_multiple_of_core", coreMultiple ?? 0),
-            ("consistent", r.consistencyProblems().isEmpty),
-            ("problems", r.consistencyProblems()),
+        let root: JSONValue = .sorted([
+            "scenario": .sorted([
+                "mode": .string(r.mode), "mixed": .bool(r.mixed), "users": .int(r.options.users),
+                "conversation_size": .int(r.options.conversationSize),
+                "dnd": .double(r.options.dnd), "muted": .double(r.options.muted), "online": .double(r.options.online),
+                "other_conversations": .int(r.options.otherConversations),
+                "profile": .string(r.options.profile),
+                "text_bytes": .int(r.options.textBytes),
+            ]),
+            "events_published": .int(r.eventsPublished),
+            "events_republished": .int(r.republished),
+            "recipients": .int(r.recipients),
+            "redis": r.redis.map { f in
+                .sorted([
+                    "used_memory_before": .int(f.before.usedMemory), "used_memory_after": .int(f.after.usedMemory),
+                    "retained_bytes": .int(f.retainedBytes),
+                    "retained_bytes_per_notification": .double(f.perNotification(f.retainedBytes, r.recipients)),
+                    "commands": .int(f.commands),
+                    "commands_per_notification": .double(f.perNotification(f.commands, r.recipients)),
+                    "reads": .int(f.reads), "writes": .int(f.writes),
+                    "reads_per_notification": .double(f.perNotification(f.reads, r.recipients)),
+                    "retained_bytes_per_delivered": .double(f.perNotification(f.retainedBytes, r.delivered)),
+                    "commands_per_delivered": .double(f.perNotification(f.commands, r.delivered)),
+                ])
+            } ?? .null,
+            "expected": .int(r.expected),
+            "delivered": .int(r.delivered),
+            "delivered_per_second": .double(r.deliveredPerSecond),
+            "delivery_seconds": .double(r.deliverySeconds),
+            "lost": .int(r.lost),
+            "duplicated": .int(r.duplicates.count),
+            "unexpected": .int(r.unexpected200),
+            "dead_lettered": .int(r.dlq),
+            "explain_dropped": .int(r.explainDropped),
+            "render_errors": .int(r.renderErrors),
+            "suppressed": counts(r.observedSuppressed),
+            "suppressed_predicted": counts(r.predictedSuppressed),
+            "latency_ms": pct(r.overall),
+            "latency_by_kind_ms": .sorted(kinds),
+            "hops": .sorted(HopLatency.json(r.hops)),
+            "processes": .sorted(processes),
+            "herald": .sorted([
+                "cpu_seconds": .double(heraldCPU), "cpu_seconds_per_100k": .double(per100k(heraldCPU)),
+                "peak_rss_kb_sum": .int(heraldPeakRSSKB),
+            ]),
+            "series": .array(
+                r.series.map {
+                    .sorted([
+                        "second": .int($0.second), "delivered": .int($0.count), "p50_ms": .int($0.p50),
+                        "p99_ms": .int($0.p99),
+                    ])
+                }),
+            "host_recipients_per_cpu_second": .sorted([
+                "before": .double(core.before ?? 0), "after": .double(core.after ?? 0),
+            ]),
+            "herald_cpu_multiple_of_core": .double(coreMultiple ?? 0),
+            "consistent": .bool(r.consistencyProblems().isEmpty),
+            "problems": .strings(r.consistencyProblems()),
         ])
-        let data =
-            (try? JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys])) ?? Data()
-        return String(decoding: data, as: UTF8.self) + "\n"
+        return root.prettyPrinted + "\n"
     }
 
     /// Two stacked panels sharing the time axis: delivered per second, and p50 / p99 latency.

@@ -2,6 +2,8 @@
 import ArgumentParser
 import Foundation
 import HeraldBenchSupport
+import HeraldCore
+import HeraldToolSupport
 
 struct StageBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -182,37 +184,43 @@ struct StageReport {
 
     func json() -> String {
         let r = result
-        var root: [String: Any] = [
-            "stage": stageName,
-            "scenario": [
-                "events": r.events, "users": r.options.users, "conversation_size": r.options.conversationSize,
-                "dnd": r.options.dnd, "muted": r.options.muted, "online": r.options.online,
-                "other_conversations": r.options.otherConversations,
-                "profile": r.options.profile, "text_bytes": r.options.textBytes,
-            ] as [String: Any],
-            "recipients": r.recipients, "notifications": r.notifications, "inputs": r.inputs,
-            "backlog_seconds": r.backlogSeconds, "expected": r.expectedUnits, "consumed": r.consumed,
-            "consumed_measured": r.consumedMeasured, "measured_from_start": r.measuredFromStart, "outputs": r.produced,
-            "outputs_by_topic": r.producedByTopic,
-            "suppressed": r.suppressed, "suppressed_through_stage": r.suppressedThroughStage,
-            "suppressed_predicted": r.predictedSuppressed.filter { $0.value > 0 }, "dead_lettered": r.deadLettered,
-            "lost": r.lost, "duplicated": r.duplicates, "unexpected": r.unexpected, "drain_seconds": r.drainSeconds,
-            "cpu_seconds": cpu, "input_records_per_cpu_second": recordsPerCPUSecond,
-            "notifications_measured": r.notificationsMeasured,
-            "notifications_per_cpu_second": notificationsPerCPUSecond,
-            "cpu_us_per_notification": microsecondsPerNotification,
-            "multiple_of_core": coreMultiple ?? 0,
-            "peak_rss_kb": r.peakRSSKB,
-            "others_cpu_seconds": [
-                "kafka": r.cpu["kafka"] ?? 0, "redis": r.cpu["redis"] ?? 0, "mock-apns": r.cpu["mock-apns"] ?? 0,
-            ],
-            "host_recipients_per_cpu_second": ["before": core.before ?? 0, "after": core.after ?? 0],
-            "consistent": r.consistencyProblems().isEmpty,
-            "problems": r.consistencyProblems(),
-        ]
-        root["hop"] = r.hop.map { HopLatency.json([$0])[stageName] ?? NSNull() } ?? NSNull()
-        let data =
-            (try? JSONSerialization.data(withJSONObject: root, options: [.prettyPrinted, .sortedKeys])) ?? Data()
-        return String(decoding: data, as: UTF8.self) + "\n"
+        func counts(_ d: [String: Int]) -> JSONValue { .sorted(d.mapValues { .int($0) }) }
+        let root: JSONValue = .sorted([
+            "stage": .string(stageName),
+            "scenario": .sorted([
+                "events": .int(r.events), "users": .int(r.options.users),
+                "conversation_size": .int(r.options.conversationSize),
+                "dnd": .double(r.options.dnd), "muted": .double(r.options.muted), "online": .double(r.options.online),
+                "other_conversations": .int(r.options.otherConversations),
+                "profile": .string(r.options.profile), "text_bytes": .int(r.options.textBytes),
+            ]),
+            "recipients": .int(r.recipients), "notifications": .int(r.notifications), "inputs": .int(r.inputs),
+            "backlog_seconds": .double(r.backlogSeconds), "expected": .int(r.expectedUnits),
+            "consumed": .int(r.consumed), "consumed_measured": .int(r.consumedMeasured),
+            "measured_from_start": .bool(r.measuredFromStart), "outputs": .int(r.produced),
+            "outputs_by_topic": counts(r.producedByTopic),
+            "suppressed": counts(r.suppressed), "suppressed_through_stage": counts(r.suppressedThroughStage),
+            "suppressed_predicted": counts(r.predictedSuppressed.filter { $0.value > 0 }),
+            "dead_lettered": counts(r.deadLettered),
+            "lost": .int(r.lost), "duplicated": .int(r.duplicates), "unexpected": .int(r.unexpected),
+            "drain_seconds": .double(r.drainSeconds),
+            "cpu_seconds": .double(cpu), "input_records_per_cpu_second": .double(recordsPerCPUSecond),
+            "notifications_measured": .double(r.notificationsMeasured),
+            "notifications_per_cpu_second": .double(notificationsPerCPUSecond),
+            "cpu_us_per_notification": .double(microsecondsPerNotification),
+            "multiple_of_core": .double(coreMultiple ?? 0),
+            "peak_rss_kb": .int(r.peakRSSKB),
+            "others_cpu_seconds": .sorted([
+                "kafka": .double(r.cpu["kafka"] ?? 0), "redis": .double(r.cpu["redis"] ?? 0),
+                "mock-apns": .double(r.cpu["mock-apns"] ?? 0),
+            ]),
+            "host_recipients_per_cpu_second": .sorted([
+                "before": .double(core.before ?? 0), "after": .double(core.after ?? 0),
+            ]),
+            "consistent": .bool(r.consistencyProblems().isEmpty),
+            "problems": .strings(r.consistencyProblems()),
+            "hop": r.hop.flatMap { HopLatency.json([$0])[stageName] } ?? .null,
+        ])
+        return root.prettyPrinted + "\n"
     }
 }

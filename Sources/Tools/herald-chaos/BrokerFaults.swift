@@ -39,10 +39,7 @@ extension ChaosRunner {
         let downFor = reduced ? 5.0 : 10.0
         let driver = try await LoadDriver(session: session, workload: workload())
         let faults = FaultLog()
-        var done = false
-        driver.onTick = { t in
-            guard !done, t >= 5 else { return }
-            done = true
+        startFault(at: 5, driver: driver, session: session) {
             // Blocking script calls on a thread of their own, off Swift's cooperative pool.
             Thread.detachNewThread {
                 guard devBroker(session, ["down", "2"], faults: faults) else { return }

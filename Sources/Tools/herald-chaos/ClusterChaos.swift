@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 import HeraldBenchSupport
 import HeraldRedis
+import Synchronization
 
 /// One line of `CLUSTER NODES`.
 struct ClusterNode {
@@ -215,9 +216,8 @@ extension ChaosRunner {
 }
 
 /// Named instants set by the fault tasks (epoch ms).
-final class TimeMarks: @unchecked Sendable {
-    private let lock = NSLock()
-    private var marks: [String: Int64] = [:]
-    func set(_ name: String, _ at: Int64) { lock.lock(); marks[name] = at; lock.unlock() }
-    func get(_ name: String) -> Int64? { lock.lock(); defer { lock.unlock() }; return marks[name] }
+final class TimeMarks: Sendable {
+    private let marks = Mutex<[String: Int64]>([:])
+    func set(_ name: String, _ at: Int64) { marks.withLock { $0[name] = at } }
+    func get(_ name: String) -> Int64? { marks.withLock { $0[name] } }
 }

@@ -1,14 +1,80 @@
-// Clients that attack the registry API on purpose, for the fault suite's hostile-api scenario: connections that send
+// The hostile-api scenario, and the clients that attack the registry API on purpose for it: connections that send
 // half a request head and stall, and unauthenticated POSTs that announce a 1 MiB body, both from 127.0.0.2, while a
 // well-behaved back end on 127.0.0.1 keeps reading preferences and the load flows through the pipeline.
 import Foundation
 import HeraldBenchSupport
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-final class HostileAPIClients: @unchecked Sendable {
+extension ChaosRunner {
+    /// Under load, stalled connections and unauthenticated 1 MiB POSTs (from 127.0.0.2) attack the registry API
+    /// while a well-behaved client (from 127.0.0.1) reads preferences. Nothing may be lost; the attackers are
+    /// disconnected (read timeout) or refused at the head (401, or 429 once over the failed-authentication budget);
+    /// every well-behaved request is answered 200; herald-registry grows by less than 64 MB; and the notifications'
+    /// latency while attacked stays within twice that of the seconds before, plus 250 ms.
+    func hostileAPI() async throws -> ChaosOutcome {
+        let session = try open()
+        defer { session.close(keep: options.stack.keep) }
+        guard let port = session.info.apiPort, let token = session.info.apiToken else {
+            throw BenchError("the stack does not run the registry API (no API_PORT in stack.env)")
+        }
+        let rate = reduced ? 100.0 : 300.0
+        let calm = 6.0
+        // Longer than the read timeout (HERALD_HTTP_READ_TIMEOUT_MS, 10 s), so stalled clients are disconnected.
+        let attacked = reduced ? 16.0 : 40.0
+        let clients = HostileAPIClients(
+            port: port, token: token, stalled: reduced ? 300 : 900, floodPerSecond: reduced ? 20 : 40)
+        let driver = try await LoadDriver(session: session, workload: workload())
+        let faults = FaultLog()
+        let memory = startFault(at: calm, watching: "registry", driver: driver, session: session) {
+            clients.start()
+            faults.add(.init(stage: "registry", action: "attack", at: nowMillis(), status: nil))
+        }
+        let r = try await driver.run(
+            mode: .rate(rate, calm + attacked), mixed: nil, drainTimeout: drainTimeout)
+        await clients.stop()
+        let f = clients.snapshot
+        var problems = faults.allNotes
+        if f.stalledClosed == 0 { problems.append("no stalled connection was closed by the server") }
+        let refused = (f.floodAnswers[401] ?? 0) + (f.floodAnswers[429] ?? 0)
+        let floods = f.floodAnswers.values.reduce(0, +)
+        if floods == 0 || refused != floods {
+            let seen = f.floodAnswers.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }
+            problems.append("unauthenticated POSTs answered \(seen.joined(separator: ", ")) (all must be 401 or 429)")
+        }
+        if f.probesFailed > 0 || f.probesOK == 0 {
+            problems.append("well-behaved requests: \(f.probesOK) answered 200, \(f.probesFailed) not")
+        }
+        let growthMB = memory.growthMB
+        if growthMB >= 64 { problems.append(String(format: "herald-registry grew by %.0f MB", growthMB)) }
+        // The notifications' per-second p99 before the attack and while it lasted (by creation time).
+        func medianP99(_ range: Range<Double>) -> UInt64 {
+            let p = r.series.filter { range.contains(Double($0.second)) && $0.count > 0 }.map(\.p99).sorted()
+            return p.isEmpty ? 0 : p[p.count / 2]
+        }
+        let before = medianP99(2..<calm)
+        let during = medianP99((calm + 1)..<(calm + attacked))
+        if during > before * 2 + 250 {
+            problems.append("latency p99 rose from \(before) ms to \(during) ms under attack")
+        }
+        let probes = f.probeMillis.sorted()
+        let dead = stagesAlive(session)
+        if !dead.isEmpty { problems.append("not running at the end: \(dead.joined(separator: ", "))") }
+        return outcome(
+            r, extraProblems: problems,
+            detail: String(
+                format:
+                    "%d stalled connections opened, %d closed by the server; %d unauthenticated 1 MiB POSTs refused; "
+                    + "%d well-behaved requests answered (slowest %d ms); registry RSS +%.0f MB; "
+                    + "notification p99 %d ms before, %d ms under attack",
+                f.stalledOpened, f.stalledClosed, refused, f.probesOK, probes.last ?? 0, growthMB, before, during))
+    }
+}
+
+final class HostileAPIClients: Sendable {
     struct Figures {
         /// Stalled connections the server closed (its read timeout), and those opened in all.
         var stalledClosed = 0
@@ -25,10 +91,14 @@ final class HostileAPIClients: @unchecked Sendable {
     let token: String
     let stalled: Int
     let floodPerSecond: Double
-    private let lock = NSLock()
-    private var figures = Figures()
-    private var stopping = false
-    private var running = 0
+    /// What the client threads count, and whether they are to stop.
+    private struct State {
+        var figures = Figures()
+        var stopping = false
+        var running = 0
+    }
+
+    private let state = Mutex(State())
 
     init(port: Int, token: String, stalled: Int, floodPerSecond: Double) {
         self.port = port
@@ -37,14 +107,14 @@ final class HostileAPIClients: @unchecked Sendable {
         self.floodPerSecond = floodPerSecond
     }
 
-    var snapshot: Figures { lock.withLock { figures } }
+    var snapshot: Figures { state.withLock { $0.figures } }
 
     func start() {
         for body in [stallLoop, floodLoop, probeLoop] {
-            lock.withLock { running += 1 }
+            state.withLock { $0.running += 1 }
             let thread = Thread { [self] in
                 body()
-                lock.withLock { running -= 1 }
+                state.withLock { $0.running -= 1 }
             }
             thread.start()
         }
@@ -52,11 +122,11 @@ final class HostileAPIClients: @unchecked Sendable {
 
     /// Stops the clients and waits for their threads to end.
     func stop() async {
-        lock.withLock { stopping = true }
-        while lock.withLock({ running }) > 0 { try? await Task.sleep(for: .milliseconds(50)) }
+        state.withLock { $0.stopping = true }
+        while state.withLock({ $0.running }) > 0 { try? await Task.sleep(for: .milliseconds(50)) }
     }
 
-    private var stopped: Bool { lock.withLock { stopping } }
+    private var stopped: Bool { state.withLock { $0.stopping } }
 
     // MARK: The clients
 
@@ -70,7 +140,7 @@ final class HostileAPIClients: @unchecked Sendable {
             while fds.count < stalled, let fd = connectTo(port, from: "127.0.0.2") {
                 _ = half.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 fds.append(fd)
-                lock.withLock { figures.stalledOpened += 1 }
+                state.withLock { $0.figures.stalledOpened += 1 }
             }
             var polls = fds.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             guard poll(&polls, nfds_t(polls.count), 200) > 0 else { continue }
@@ -80,7 +150,7 @@ final class HostileAPIClients: @unchecked Sendable {
                 if n <= 0 {
                     close(p.fd)
                     fds.removeAll { $0 == p.fd }
-                    lock.withLock { figures.stalledClosed += 1 }
+                    state.withLock { $0.figures.stalledClosed += 1 }
                 }
             }
         }
@@ -98,7 +168,7 @@ final class HostileAPIClients: @unchecked Sendable {
             if wait > 0 { Thread.sleep(forTimeInterval: wait) }
             next = next.addingTimeInterval(1 / floodPerSecond)
             guard let fd = connectTo(port, from: "127.0.0.2") else {
-                lock.withLock { figures.floodAnswers[0, default: 0] += 1 }
+                state.withLock { $0.figures.floodAnswers[0, default: 0] += 1 }
                 continue
             }
             // The body goes out as far as the socket takes it without waiting: the server is to answer at the
@@ -113,7 +183,7 @@ final class HostileAPIClients: @unchecked Sendable {
             }
             let status = Self.readStatus(fd)
             close(fd)
-            lock.withLock { figures.floodAnswers[status, default: 0] += 1 }
+            state.withLock { $0.figures.floodAnswers[status, default: 0] += 1 }
         }
     }
 
@@ -133,9 +203,9 @@ final class HostileAPIClients: @unchecked Sendable {
                 close(fd)
             }
             let millis = Int((DispatchTime.now().uptimeNanoseconds - started) / 1_000_000)
-            lock.withLock {
-                if status == 200 { figures.probesOK += 1 } else { figures.probesFailed += 1 }
-                figures.probeMillis.append(millis)
+            state.withLock {
+                if status == 200 { $0.figures.probesOK += 1 } else { $0.figures.probesFailed += 1 }
+                $0.figures.probeMillis.append(millis)
             }
             Thread.sleep(forTimeInterval: 0.5)
         }

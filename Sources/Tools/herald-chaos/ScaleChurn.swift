@@ -2,6 +2,7 @@
 import Foundation
 import Glibc
 import HeraldBenchSupport
+import Synchronization
 
 extension ChaosRunner {
     /// Every `spacing` seconds one stage (round robin over all six) gets an extra process, with the same command line
@@ -107,22 +108,25 @@ extension ChaosRunner {
 }
 
 /// What the churn did, for the verdict line.
-final class MembershipLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var joins = 0
-    private var leaves = 0
-    private var slowest = 0.0
-    private var rollFinished = false
+final class MembershipLog: Sendable {
+    private struct Counts {
+        var joins = 0
+        var leaves = 0
+        var slowest = 0.0
+        var rollFinished = false
+    }
 
-    func started(_ name: String) { lock.withLock { joins += 1 } }
+    private let counts = Mutex(Counts())
+
+    func started(_ name: String) { counts.withLock { $0.joins += 1 } }
     func stopped(_ name: String, seconds: Double) {
-        lock.withLock {
-            leaves += 1
-            slowest = max(slowest, seconds)
+        counts.withLock {
+            $0.leaves += 1
+            $0.slowest = max($0.slowest, seconds)
         }
     }
-    func rollDone() { lock.withLock { rollFinished = true } }
-    var changes: Int { lock.withLock { joins + leaves } }
-    var slowestStop: Double { lock.withLock { slowest } }
-    var isRollDone: Bool { lock.withLock { rollFinished } }
+    func rollDone() { counts.withLock { $0.rollFinished = true } }
+    var changes: Int { counts.withLock { $0.joins + $0.leaves } }
+    var slowestStop: Double { counts.withLock { $0.slowest } }
+    var isRollDone: Bool { counts.withLock { $0.rollFinished } }
 }

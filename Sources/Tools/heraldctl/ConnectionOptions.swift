@@ -4,6 +4,7 @@ import HeraldConfig
 import HeraldCore
 import HeraldKafka
 import HeraldRedis
+import HeraldToolSupport
 import Logging
 
 /// Where Kafka is. Every heraldctl command finds Kafka, Redis and the stages the same way: its option, else the
@@ -28,8 +29,8 @@ struct KafkaOptions: ParsableArguments {
     var client: KafkaClientConfiguration {
         var failures: [String] = []
         for server in brokerList {
-            let (host, port) = Self.hostAndPort(server)
-            switch TCPConnect.open(host: host, port: port, timeout: 3) {
+            let address = Self.hostAndPort(server)
+            switch TCPConnect.open(host: address.host, port: address.port, timeout: 3) {
             case .success(let fd):
                 close(fd)
                 return KafkaClientConfiguration(brokers: brokerList, clientID: "heraldctl")
@@ -42,17 +43,13 @@ struct KafkaOptions: ParsableArguments {
         )
     }
 
-    /// `host:port` of a bootstrap server (`PLAINTEXT://` and similar prefixes dropped; `[v6]:port`; port 9092 when
-    /// none is given, as librdkafka does).
-    static func hostAndPort(_ server: String) -> (String, Int) {
+    /// The host and port of a bootstrap server: `host:port` or `[v6]:port`, a `PLAINTEXT://` or similar prefix
+    /// dropped, port 9092 when none is given (as librdkafka does). Text that is neither is tried as a host name.
+    static func hostAndPort(_ server: String) -> ServiceEndpoint {
         var rest = Substring(server)
         if let scheme = rest.range(of: "://") { rest = rest[scheme.upperBound...] }
-        if let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]),
-            !rest[..<colon].hasSuffix(":")
-        {
-            return (String(rest[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), port)
-        }
-        return (String(rest).trimmingCharacters(in: CharacterSet(charactersIn: "[]")), 9092)
+        return ServiceEndpoint(parsing: String(rest), defaultPort: 9092)
+            ?? ServiceEndpoint(host: String(rest), port: 9092)
     }
 
     func producer() throws -> KafkaProducer {
@@ -75,26 +72,30 @@ struct RedisOptions: ParsableArguments {
     )
     var url: String?
 
+    /// The environment keys of the TLS options, which the stages read too.
+    enum TLSKey: String {
+        case caFile = "HERALD_REDIS_CA_FILE"
+        case certificateFile = "HERALD_REDIS_CERT_FILE"
+        case keyFile = "HERALD_REDIS_KEY_FILE"
+        case serverName = "HERALD_REDIS_SERVER_NAME"
+
+        /// The help of the option whose default this key holds.
+        func help(_ text: String) -> ArgumentHelp { ArgumentHelp("rediss://: \(text) (default: $\(rawValue)).") }
+    }
+
     @Option(
         name: .customLong("redis-ca-file"),
-        help: "rediss://: PEM CA certificates to trust instead of the system store (default: $HERALD_REDIS_CA_FILE).")
+        help: TLSKey.caFile.help("PEM CA certificates to trust instead of the system store"))
     var caFile: String?
-
     @Option(
         name: .customLong("redis-cert-file"),
-        help: "rediss://: PEM client certificate, with --redis-key-file (default: $HERALD_REDIS_CERT_FILE).")
+        help: TLSKey.certificateFile.help("PEM client certificate, with --redis-key-file"))
     var certificateFile: String?
-
-    @Option(
-        name: .customLong("redis-key-file"),
-        help: "rediss://: PEM private key of the client certificate (default: $HERALD_REDIS_KEY_FILE).")
+    @Option(name: .customLong("redis-key-file"), help: TLSKey.keyFile.help("PEM private key of the client certificate"))
     var keyFile: String?
-
     @Option(
         name: .customLong("redis-server-name"),
-        help:
-            "rediss://: the name Redis's certificate must carry, when not the URL's host (default: $HERALD_REDIS_SERVER_NAME)."
-    )
+        help: TLSKey.serverName.help("the name Redis's certificate must carry, when not the URL's host"))
     var serverName: String?
 
     var resolvedURL: String {
@@ -109,10 +110,10 @@ struct RedisOptions: ParsableArguments {
     func configuration() throws -> RedisConfiguration {
         var configuration = try RedisConfiguration(url: resolvedURL)
         try configuration.applyTLS(
-            caFile: caFile ?? Self.environment("HERALD_REDIS_CA_FILE"),
-            certificateFile: certificateFile ?? Self.environment("HERALD_REDIS_CERT_FILE"),
-            keyFile: keyFile ?? Self.environment("HERALD_REDIS_KEY_FILE"),
-            serverName: serverName ?? Self.environment("HERALD_REDIS_SERVER_NAME"))
+            caFile: caFile ?? Self.environment(TLSKey.caFile.rawValue),
+            certificateFile: certificateFile ?? Self.environment(TLSKey.certificateFile.rawValue),
+            keyFile: keyFile ?? Self.environment(TLSKey.keyFile.rawValue),
+            serverName: serverName ?? Self.environment(TLSKey.serverName.rawValue))
         return configuration
     }
 
@@ -214,33 +215,9 @@ enum CLI {
     /// A token shortened for output (8 characters and an ellipsis), as the logs do.
     static func short(_ token: String) -> String { token.count > 8 ? token.prefix(8) + "…" : token }
 
-    /// Compact JSON with sorted keys of a report object built from dictionaries, arrays, strings, numbers, booleans,
-    /// `NSNull` and `JSONValue`s, written by HeraldCore's JSON writer (the one codec, docs/architecture.md, "JSON").
-    static func json(_ object: Any) -> String { jsonValue(object).serialized }
-
-    static func jsonValue(_ object: Any) -> JSONValue {
-        switch object {
-        case let v as JSONValue: return v
-        case let v as String: return .string(v)
-        case let v as Bool: return .bool(v)
-        case let v as Int: return .number(String(v))
-        case let v as Int64: return .number(String(v))
-        case let v as Int32: return .number(String(v))
-        case let v as UInt64: return .number(String(v))
-        case let v as Double:
-            guard v.isFinite else { return .null }
-            if v == v.rounded(), abs(v) < 1e15 { return .number(String(Int64(v))) }
-            return .number(String(v))
-        case let v as [String: Any]:
-            return .object(v.keys.sorted().map { ($0, jsonValue(v[$0] as Any)) })
-        case let v as [Any]: return .array(v.map(jsonValue))
-        case Optional<Any>.none: return .null
-        default: return .null
-        }
-    }
-
-    /// The value, or JSON null.
-    static func orNull(_ value: Any?) -> Any { value ?? NSNull() }
+    /// A report object as one line of compact JSON, its keys sorted, written by HeraldCore's JSON writer (the one
+    /// codec, docs/architecture.md, "JSON").
+    static func json(_ members: [String: JSONValue]) -> String { JSONValue.sorted(members).serialized }
 
     static func iso(_ millis: Int64) -> String {
         let f = ISO8601DateFormatter()

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldRedis
+import HeraldToolSupport
 
 /// `heraldctl counts show|mark-read`: the unread and mention counts Herald keeps (docs/behaviour.md §12).
 struct CountsCommand: AsyncParsableCommand {
@@ -24,8 +25,15 @@ struct CountsCommand: AsyncParsableCommand {
             }
             CLI.out(
                 CLI.json([
-                    "user": user, "unread": ["total": counts.total, "conversations": counts.conversations],
-                    "mentions": ["total": counts.mentionTotal, "conversations": counts.mentionConversations],
+                    "user": .string(user),
+                    "unread": .sorted([
+                        "total": .int(counts.total),
+                        "conversations": .sorted(counts.conversations.mapValues { .int($0) }),
+                    ]),
+                    "mentions": .sorted([
+                        "total": .int(counts.mentionTotal),
+                        "conversations": .sorted(counts.mentionConversations.mapValues { .int($0) }),
+                    ]),
                 ]))
         }
     }
@@ -52,12 +60,17 @@ struct CountsCommand: AsyncParsableCommand {
                 try await RegistryPublisher.publish(
                     .markRead(app: app, user: user, conversation: conversation, token: token), kafka: write.kafka,
                     topics: write.topics)
-                CLI.out(CLI.json(["published": true, "topic": write.topics.topics().registry, "user": user]))
+                CLI.out(
+                    CLI.json([
+                        "published": .bool(true), "topic": .string(write.topics.topics().registry),
+                        "user": .string(user),
+                    ]))
                 return
             }
             do {
                 try await write.redis.store().markRead(app: app, user: user, conversation: conversation)
-                CLI.out(CLI.json(["user": user, "conversation": CLI.orNull(conversation), "marked_read": true]))
+                CLI.out(
+                    CLI.json(["user": .string(user), "conversation": .text(conversation), "marked_read": .bool(true)]))
             } catch {
                 CLI.fail("redis: \(error)")
             }

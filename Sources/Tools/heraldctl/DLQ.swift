@@ -3,6 +3,7 @@ import Foundation
 import HeraldCore
 import HeraldKafka
 import HeraldRedis
+import HeraldToolSupport
 
 /// `heraldctl dlq list|replay`: inspect herald.dlq and send chosen originals back to where they came from.
 struct DLQCommand: AsyncParsableCommand {
@@ -82,27 +83,27 @@ struct DLQCommand: AsyncParsableCommand {
         }
 
         func line(withOriginal: Bool) -> String {
-            var o: [String: Any] = ["partition": Int(record.partition), "offset": Int(record.offset)]
-            if let key = record.key { o["key"] = String(decoding: key, as: UTF8.self) }
+            var o: [String: JSONValue] = ["partition": .int(record.partition), "offset": .int(record.offset)]
+            if let key = record.key { o["key"] = .string(String(decoding: key, as: UTF8.self)) }
             if let dlq {
-                o["stage"] = dlq.stage
-                o["reason"] = dlq.reason
-                o["detail"] = dlq.detail
-                o["time"] = Int(dlq.time)
-                o["time_iso"] = CLI.iso(dlq.time)
-                o["source_topic"] = dlq.sourceTopic ?? NSNull()
-                if let target = dlq.targetTopic { o["target_topic"] = target }
+                o["stage"] = .string(dlq.stage)
+                o["reason"] = .string(dlq.reason)
+                o["detail"] = .string(dlq.detail)
+                o["time"] = .int(dlq.time)
+                o["time_iso"] = .string(CLI.iso(dlq.time))
+                o["source_topic"] = .text(dlq.sourceTopic)
+                if let target = dlq.targetTopic { o["target_topic"] = .string(target) }
                 let bytes = dlq.originalBytes
-                o["original_bytes"] = bytes?.count ?? NSNull()
+                o["original_bytes"] = .int(bytes?.count)
                 if withOriginal {
                     if let bytes, let text = String(validating: bytes, as: UTF8.self) {
-                        o["original"] = text
+                        o["original"] = .string(text)
                     } else {
-                        o["original_base64"] = dlq.original
+                        o["original_base64"] = .string(dlq.original)
                     }
                 }
             } else {
-                o["error"] = error ?? "unreadable"
+                o["error"] = .string(error ?? "unreadable")
             }
             return CLI.json(o)
         }
@@ -184,8 +185,8 @@ struct DLQCommand: AsyncParsableCommand {
                 for (entry, record) in outgoing {
                     CLI.out(
                         CLI.json([
-                            "dlq_partition": Int(entry.record.partition), "dlq_offset": Int(entry.record.offset),
-                            "topic": record.topic, "would_send": true,
+                            "dlq_partition": .int(entry.record.partition), "dlq_offset": .int(entry.record.offset),
+                            "topic": .string(record.topic), "would_send": .bool(true),
                         ]))
                 }
                 if outgoing.isEmpty { CLI.warn("no DLQ entries selected") }
@@ -211,16 +212,16 @@ struct DLQCommand: AsyncParsableCommand {
             await ringDoorbells(Set(reports.filter { $0.error == nil }.map(\.topic)))
             var failed = false
             for ((entry, _), report) in zip(outgoing, reports) {
-                var o: [String: Any] = [
-                    "dlq_partition": Int(entry.record.partition), "dlq_offset": Int(entry.record.offset),
-                    "topic": report.topic,
+                var o: [String: JSONValue] = [
+                    "dlq_partition": .int(entry.record.partition), "dlq_offset": .int(entry.record.offset),
+                    "topic": .string(report.topic),
                 ]
                 if let error = report.error {
                     failed = true
-                    o["error"] = error.description
+                    o["error"] = .string(error.description)
                 } else {
-                    o["partition"] = Int(report.partition)
-                    o["offset"] = report.offset.map { Int($0) } ?? -1
+                    o["partition"] = .int(report.partition)
+                    o["offset"] = .int(report.offset ?? -1)
                 }
                 CLI.out(CLI.json(o))
             }

@@ -3,6 +3,7 @@ import Foundation
 import HeraldCore
 import HeraldRedis
 import HeraldRegistryAPI
+import HeraldToolSupport
 
 /// `heraldctl device register|unregister`: manage a user's push tokens.
 struct DeviceCommand: AsyncParsableCommand {
@@ -121,18 +122,19 @@ struct DeviceCommand: AsyncParsableCommand {
                     topics: write.topics)
                 CLI.out(
                     CLI.json([
-                        "published": true, "topic": write.topics.topics().registry, "user": user,
-                        "token": CLI.short(device.token),
+                        "published": .bool(true), "topic": .string(write.topics.topics().registry),
+                        "user": .string(user), "token": .string(CLI.short(device.token)),
                     ]))
                 return
             }
             let r = await write.redis.withStore {
                 try await $0.registerDeviceReporting(app: app, user: user, device: device, unique: unique)
             }
-            var out: [String: Any] = [
-                "registered": CLI.short(device.token), "user": user, "evicted": r.evicted.map(CLI.short),
+            var out: [String: JSONValue] = [
+                "registered": .string(CLI.short(device.token)), "user": .string(user),
+                "evicted": .strings(r.evicted.map(CLI.short)),
             ]
-            if let from = r.movedFrom { out["moved_from"] = from }
+            if let from = r.movedFrom { out["moved_from"] = .string(from) }
             CLI.out(CLI.json(out))
         }
     }
@@ -160,16 +162,23 @@ struct DeviceCommand: AsyncParsableCommand {
                     target.map { .unregister(app: app, user: user, token: $0) }
                     ?? .unregisterAll(app: app, user: user)
                 try await RegistryPublisher.publish(update, kafka: write.kafka, topics: write.topics)
-                CLI.out(CLI.json(["published": true, "topic": write.topics.topics().registry, "user": user]))
+                CLI.out(
+                    CLI.json([
+                        "published": .bool(true), "topic": .string(write.topics.topics().registry),
+                        "user": .string(user),
+                    ]))
                 return
             }
             await write.redis.withStore { store in
                 if let target {
                     let removed = try await store.unregisterDevice(app: app, user: user, token: target)
-                    CLI.out(CLI.json(["user": user, "token": CLI.short(target), "removed": removed]))
+                    CLI.out(
+                        CLI.json([
+                            "user": .string(user), "token": .string(CLI.short(target)), "removed": .bool(removed),
+                        ]))
                 } else {
                     let count = try await store.unregisterAll(app: app, user: user)
-                    CLI.out(CLI.json(["user": user, "removed": count]))
+                    CLI.out(CLI.json(["user": .string(user), "removed": .int(count)]))
                 }
             }
         }

@@ -3,6 +3,7 @@ import Foundation
 import HeraldCore
 import HeraldRedis
 import HeraldRegistryAPI
+import HeraldToolSupport
 
 /// `heraldctl explain`: why a user did or did not get a push for an event (the explain trail the stages write).
 struct Explain: AsyncParsableCommand {
@@ -44,9 +45,11 @@ struct Explain: AsyncParsableCommand {
             if trail.isEmpty {
                 CLI.out(
                     CLI.json([
-                        "app": app, "event": event, "user": NSNull(), "found": false,
+                        "app": .string(app), "event": .string(event), "user": .null, "found": .bool(false),
                         "message":
-                            "no explain entry for this event (delivered as expected, never seen, not yet processed, or expired)",
+                            .string(
+                                "no explain entry for this event (delivered as expected, never seen, not yet processed, or expired)"
+                            ),
                     ]))
                 throw ExitCode(3)
             }
@@ -66,24 +69,26 @@ struct Explain: AsyncParsableCommand {
         guard let answer else {
             CLI.out(
                 CLI.json([
-                    "app": app, "event": event, "user": user, "found": false,
+                    "app": .string(app), "event": .string(event), "user": .string(user), "found": .bool(false),
                     "message":
-                        "nothing kept about this user and event (not a recipient, not yet processed, delivered longer ago than the replay window, or expired)",
+                        .string(
+                            "nothing kept about this user and event (not a recipient, not yet processed, delivered longer ago than the replay window, or expired)"
+                        ),
                 ]))
             throw ExitCode(3)
         }
         CLI.out(answer.serialized)
     }
 
-    func describe(_ e: ExplainEntry) -> [String: Any] {
-        var o: [String: Any] = [
-            "stage": e.stage, "decision": e.decision, "reason": CLI.orNull(e.reason), "at": Int(e.at),
+    func describe(_ e: ExplainEntry) -> [String: JSONValue] {
+        var o: [String: JSONValue] = [
+            "stage": .string(e.stage), "decision": .string(e.decision), "reason": .text(e.reason), "at": .int(e.at),
         ]
-        if let u = e.user { o["user"] = u }
-        if let t = e.token { o["token"] = fullTokens ? t : CLI.short(t) }
-        if let s = e.status { o["status"] = s }
-        if let a = e.attempt { o["attempt"] = a }
-        if let c = e.count { o["count"] = c }
+        if let u = e.user { o["user"] = .string(u) }
+        if let t = e.token { o["token"] = .string(fullTokens ? t : CLI.short(t)) }
+        if let s = e.status { o["status"] = .int(s) }
+        if let a = e.attempt { o["attempt"] = .int(a) }
+        if let c = e.count { o["count"] = .int(c) }
         return o
     }
 }

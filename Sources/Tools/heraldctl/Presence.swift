@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldRedis
+import HeraldToolSupport
 
 /// `heraldctl presence set`: which of a user's devices hold a live connection.
 struct PresenceCommand: AsyncParsableCommand {
@@ -49,8 +50,8 @@ struct PresenceCommand: AsyncParsableCommand {
             }
             CLI.out(
                 CLI.json([
-                    "user": user, "online": tokens.map(CLI.short), "expires_at": now + ttlMs,
-                    "via_kafka": write.viaKafka,
+                    "user": .string(user), "online": .strings(tokens.map(CLI.short)), "expires_at": .int(now + ttlMs),
+                    "via_kafka": .bool(write.viaKafka),
                 ]))
         }
     }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldKafka
+import HeraldToolSupport
 
 /// `heraldctl publish EVENT.json...`: put chat events on chat.events, keyed by conversation id.
 struct Publish: AsyncParsableCommand {
@@ -48,12 +49,12 @@ struct Publish: AsyncParsableCommand {
         for (record, report) in zip(records, reports) {
             if let error = report.error {
                 failed = true
-                CLI.out(CLI.json(["file": record.label, "error": error.description]))
+                CLI.out(CLI.json(["file": .string(record.label), "error": .string(error.description)]))
             } else {
                 CLI.out(
                     CLI.json([
-                        "file": record.label, "topic": report.topic, "key": record.key ?? NSNull(),
-                        "partition": Int(report.partition), "offset": report.offset.map { Int($0) } ?? -1,
+                        "file": .string(record.label), "topic": .string(report.topic), "key": .text(record.key),
+                        "partition": .int(report.partition), "offset": .int(report.offset ?? -1),
                     ]))
             }
         }

@@ -3,6 +3,7 @@ import Foundation
 import HeraldConfig
 import HeraldCore
 import HeraldPushProviders
+import HeraldToolSupport
 
 /// `heraldctl push`: send one notification to one device and print APNs's answer as JSON.
 /// The push tester for "I get nothing": it shows exactly what Apple said.
@@ -94,12 +95,10 @@ struct Push: AsyncParsableCommand {
         } else {
             prio = type == .background ? .considerPower : .immediately
         }
-        var endpoint: ServiceEndpoint?
-        if let host {
-            guard let parsed = ServiceEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
-            endpoint = parsed
+        let endpoint = try hostOverride()
+        let payload = try payload { text in
+            .object([("aps", .object([("alert", .object([("body", .string(text))]))]))])
         }
-        let payload = try loadPayload()
         let credential = try loadCredential(environment: env, topic: topic)
         let config = APNsClientConfiguration(
             credential: credential, environment: env, endpoint: endpoint, trustedCAFile: caFile, connections: 1,
@@ -113,41 +112,18 @@ struct Push: AsyncParsableCommand {
             timeout: .milliseconds(Int64(timeout * 1000)))
         let response = await client.send(request)
         await client.shutdown(grace: .seconds(1))
-        print(Self.json(response))
+        CLI.out(Self.json(response))
         if response.status != 200 { throw ExitCode(1) }
     }
 
-    private func loadPayload() throws -> [UInt8] {
-        switch (payloadFile, body) {
-        case (let file?, nil):
-            guard let data = FileManager.default.contents(atPath: file) else {
-                throw ValidationError("cannot read --payload-file \(file)")
-            }
-            return [UInt8](data)
-        case (nil, let text?):
-            let payload = JSONValue.object([("aps", .object([("alert", .object([("body", .string(text))]))]))])
-            return Array(payload.serialized.utf8)
-        default:
-            throw ValidationError("give exactly one of --payload-file or --body")
-        }
-    }
-
     private func loadCredential(environment env: APNsEnvironment, topic: String) throws -> APNsClientCredential {
-        if let pipeline {
-            guard let app else { throw ValidationError("--pipeline needs --app") }
-            let loaded: LoadedPipeline
-            do throws(ConfigError) {
-                loaded = try PipelineLoader.load(path: pipeline)
-            } catch { throw ValidationError(error.description) }
-            guard let appConfig = loaded.config.apps.apps[app] else {
-                throw ValidationError("no app \(app) in \(pipeline)")
-            }
+        if let appConfig = try appConfig() {
             // The topic is the bundle id plus a push-type suffix such as .voip.
             let matches = appConfig.credentials.filter {
                 $0.environment == env && (topic == $0.bundleID || topic.hasPrefix($0.bundleID + "."))
             }.sorted { $0.bundleID.count > $1.bundleID.count }
             guard let entry = matches.first else {
-                throw ValidationError("app \(app) has no \(env.rawValue) credential for topic \(topic)")
+                throw ValidationError("app \(appConfig.appID) has no \(env.rawValue) credential for topic \(topic)")
             }
             do throws(PushError) { return try APNsClientCredential(entry) } catch {
                 throw ValidationError(error.description)
@@ -172,15 +148,12 @@ struct Push: AsyncParsableCommand {
     }
 
     static func json(_ r: PushResponse) -> String {
-        var object: [String: Any] = [
-            "status": r.status.map { $0 as Any } ?? NSNull(),
-            "reason": r.reason.map { $0.wire as Any } ?? NSNull(),
-            "apns_id": r.apnsID.map { $0 as Any } ?? NSNull(),
-            "timestamp": r.unregisteredAt.map { $0 as Any } ?? NSNull(),
-            "attempts": r.attempts,
-            "disposition": dispositionText(r.disposition),
+        var object: [String: JSONValue] = [
+            "status": .int(r.status), "reason": .text(r.reason?.wire), "apns_id": .text(r.apnsID),
+            "timestamp": .int(r.unregisteredAt), "attempts": .int(r.attempts),
+            "disposition": .string(dispositionText(r.disposition)),
         ]
-        if let failure = r.transportFailure { object["transport_failure"] = failure.description }
+        if let failure = r.transportFailure { object["transport_failure"] = .string(failure.description) }
         return CLI.json(object)
     }
 

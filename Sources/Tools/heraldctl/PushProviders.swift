@@ -4,10 +4,12 @@ import HeraldConfig
 import HeraldCore
 import HeraldHTTP
 import HeraldPushProviders
+import HeraldToolSupport
 
 /// `heraldctl push --provider fcm|webhook`: one message to one FCM token or one webhook POST, with the
-/// provider's answer as JSON.
+/// provider's answer as JSON; and what every provider's push shares (the app, the message, `--host`, the answer).
 extension Push {
+    /// The app `--pipeline` and `--app` name; nil without `--pipeline`.
     func appConfig() throws -> AppConfig? {
         guard let pipeline else { return nil }
         guard let app else { throw ValidationError("--pipeline needs --app") }
@@ -35,19 +37,9 @@ extension Push {
         do { account = try FCMServiceAccount.load(path: accountFile) } catch {
             throw ValidationError(error.description)
         }
-        var endpoint: ServiceEndpoint?
-        if let host {
-            guard let parsed = ServiceEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
-            endpoint = parsed
-        }
-        let payload: [UInt8]
-        if let payloadFile {
-            guard let data = FileManager.default.contents(atPath: payloadFile) else {
-                throw ValidationError("cannot read --payload-file")
-            }
-            payload = [UInt8](data)
-        } else if let body {
-            let message = JSONValue.object([
+        let endpoint = try hostOverride()
+        let payload = try payload { body in
+            .object([
                 (
                     "message",
                     .object([
@@ -55,9 +47,6 @@ extension Push {
                     ])
                 )
             ])
-            payload = Array(message.serialized.utf8)
-        } else {
-            throw ValidationError("give exactly one of --payload-file or --body")
         }
         let client: FCMClient
         do {
@@ -72,15 +61,10 @@ extension Push {
         let response = await client.send(request)
         let tokenFailure = client.tokens.lastFailure
         await client.shutdown(grace: .seconds(1))
-        var object: [String: Any] = [
-            "provider": "fcm", "project": account.projectID,
-            "status": response.status.map { $0 as Any } ?? NSNull(),
-            "reason": response.reasonText.map { $0 as Any } ?? NSNull(),
-            "attempts": response.attempts, "disposition": Self.dispositionText(response.disposition),
-        ]
-        if let f = response.transportFailure { object["transport_failure"] = f.description }
-        if let tokenFailure { object["token_endpoint"] = tokenFailure }
-        print(Self.jsonText(object))
+        var object = Self.answer(response, provider: "fcm")
+        object["project"] = .string(account.projectID)
+        if let tokenFailure { object["token_endpoint"] = .string(tokenFailure) }
+        CLI.out(CLI.json(object))
         if response.status != 200 { throw ExitCode(1) }
     }
 
@@ -103,15 +87,9 @@ extension Push {
             }
         }
         guard let endpoint else { throw ValidationError("give --url or --pipeline/--app") }
-        let payload: [UInt8]
-        if let payloadFile {
-            guard let data = FileManager.default.contents(atPath: payloadFile) else {
-                throw ValidationError("cannot read --payload-file")
-            }
-            payload = [UInt8](data)
-        } else if let body {
-            // Keys in sorted order: the same bytes heraldctl sent before.
-            let object = JSONValue.object([
+        let payload = try payload { body in
+            // CometChat's webhook body, its keys in sorted order.
+            .object([
                 ("appId", .string(app ?? "heraldctl")),
                 (
                     "data",
@@ -129,9 +107,6 @@ extension Push {
                 ("region", .string(region)), ("trigger", .string("push-notification-payload-generated")),
                 ("webhook", .string("custom")),
             ])
-            payload = Array(object.serialized.utf8)
-        } else {
-            throw ValidationError("give exactly one of --payload-file or --body")
         }
         let client: WebhookClient
         do {
@@ -145,16 +120,46 @@ extension Push {
             provider: .webhook, providerID: providerID)
         let outcome = await client.send(client.request(rendered, to: endpoint))
         await client.shutdown()
-        var object: [String: Any] = [
-            "provider": "webhook", "status": outcome.status.map { $0 as Any } ?? NSNull(),
-            "reason": outcome.reasonText, "answer": "\(outcome.answer)",
+        var object: [String: JSONValue] = [
+            "provider": .string("webhook"), "status": .int(outcome.status), "reason": .string(outcome.reasonText),
+            "answer": .string("\(outcome.answer)"),
         ]
-        if let f = outcome.failure { object["transport_failure"] = f.description }
-        print(Self.jsonText(object))
+        if let f = outcome.failure { object["transport_failure"] = .string(f.description) }
+        CLI.out(CLI.json(object))
         if outcome.answer != .delivered { throw ExitCode(1) }
     }
 
-    static func jsonText(_ object: [String: Any]) -> String { CLI.json(object) }
+    /// The message to send: the bytes of `--payload-file`, or what `build` makes of `--body`.
+    func payload(fromBody build: (String) -> JSONValue) throws -> [UInt8] {
+        switch (payloadFile, body) {
+        case (let file?, nil):
+            guard let data = FileManager.default.contents(atPath: file) else {
+                throw ValidationError("cannot read --payload-file \(file)")
+            }
+            return [UInt8](data)
+        case (nil, let text?):
+            return Array(build(text).serialized.utf8)
+        default:
+            throw ValidationError("give exactly one of --payload-file or --body")
+        }
+    }
+
+    /// `--host HOST:PORT` (or `[v6]:PORT`; port 443 when none is given); nil without `--host`.
+    func hostOverride() throws -> ServiceEndpoint? {
+        guard let host else { return nil }
+        guard let endpoint = ServiceEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
+        return endpoint
+    }
+
+    /// An HTTP/2 provider's answer (FCM, Web Push) as heraldctl prints it.
+    static func answer(_ response: PushResponse, provider: String) -> [String: JSONValue] {
+        var object: [String: JSONValue] = [
+            "provider": .string(provider), "status": .int(response.status), "reason": .text(response.reasonText),
+            "attempts": .int(response.attempts), "disposition": .string(dispositionText(response.disposition)),
+        ]
+        if let f = response.transportFailure { object["transport_failure"] = .string(f.description) }
+        return object
+    }
 
     /// `--device-token`, which every provider but Web Push (given `--subscription`) needs.
     func token() throws -> String {

@@ -4,6 +4,7 @@ import HeraldConfig
 import HeraldCore
 import HeraldPushProviders
 import HeraldRegistryAPI
+import HeraldToolSupport
 
 /// `heraldctl push --provider webpush`'s own options.
 struct WebPushPushOptions: ParsableArguments {
@@ -65,29 +66,16 @@ extension Push {
         guard let priority = urgencies[webPush.urgency] else {
             throw ValidationError("--urgency must be low, normal or high")
         }
-        let payload: [UInt8]
-        if let payloadFile {
-            guard let data = FileManager.default.contents(atPath: payloadFile) else {
-                throw ValidationError("cannot read --payload-file")
-            }
-            payload = [UInt8](data)
-        } else if let body {
-            let object = JSONValue.object([
+        let payload = try payload { body in
+            .object([
                 ("title", .string("Herald")), ("body", .string(body)), ("tag", .string("heraldctl")),
                 ("data", .object([])),
             ])
-            payload = Array(object.serialized.utf8)
-        } else {
-            throw ValidationError("give exactly one of --payload-file or --body")
         }
         guard payload.count <= WebPushCrypto.maxPlaintextBytes else {
             throw ValidationError("the message is \(payload.count) bytes; at most \(WebPushCrypto.maxPlaintextBytes)")
         }
-        var endpoint: ServiceEndpoint?
-        if let host {
-            guard let parsed = ServiceEndpoint(parsing: host) else { throw ValidationError("--host must be host:port") }
-            endpoint = parsed
-        }
+        let endpoint = try hostOverride()
         let rendered = PushRequest(
             token: token, environment: .production, pushType: .alert, topic: origin, priority: priority,
             collapseID: collapseID.map(WebPushPayload.topic),
@@ -106,13 +94,9 @@ extension Push {
         } catch { throw ValidationError(error.reason) }
         let response = await client.send(delivery)
         await client.shutdown(grace: .seconds(1))
-        var object: [String: Any] = [
-            "provider": "webpush", "origin": origin, "status": response.status.map { $0 as Any } ?? NSNull(),
-            "reason": response.reasonText.map { $0 as Any } ?? NSNull(), "attempts": response.attempts,
-            "disposition": Self.dispositionText(response.disposition),
-        ]
-        if let f = response.transportFailure { object["transport_failure"] = f.description }
-        print(Self.jsonText(object))
+        var object = Self.answer(response, provider: "webpush")
+        object["origin"] = .string(origin)
+        CLI.out(CLI.json(object))
         if !(200..<300).contains(response.status ?? 0) { throw ExitCode(1) }
     }
 }

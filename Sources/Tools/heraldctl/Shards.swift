@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldRedis
+import HeraldToolSupport
 
 /// `heraldctl shards`: whether the pipeline file's shard counts suit the traffic (docs/capacity.md).
 struct Shards: AsyncParsableCommand {
@@ -42,14 +43,14 @@ struct Shards: AsyncParsableCommand {
             "explain_log": "explain.log_shards",
         ]
         for fill in fills {
-            var object: [String: Any] = [
-                "kind": fill.kind, "setting": settings[fill.kind] ?? fill.kind, "shards": Int(fill.shards),
-                "sampled": fill.sampled, "mean_entries": (fill.meanEntries * 10).rounded() / 10,
-                "max_entries": fill.maxEntries, "limit": fill.ceiling,
-                "estimated_entries": Int(fill.estimatedEntries.rounded()), "fits": fill.fits,
-                "suggested_shards": Int(fill.suggestedShards),
+            var object: [String: JSONValue] = [
+                "kind": .string(fill.kind), "setting": .string(settings[fill.kind] ?? fill.kind),
+                "shards": .int(fill.shards), "sampled": .int(fill.sampled),
+                "mean_entries": .double((fill.meanEntries * 10).rounded() / 10), "max_entries": .int(fill.maxEntries),
+                "limit": .int(fill.ceiling), "estimated_entries": .int(Int(fill.estimatedEntries.rounded())),
+                "fits": .bool(fill.fits), "suggested_shards": .int(fill.suggestedShards),
             ]
-            if let hashtables = fill.hashtables { object["hashtables"] = hashtables }
+            if let hashtables = fill.hashtables { object["hashtables"] = .int(hashtables) }
             CLI.out(CLI.json(object))
         }
         if fills.contains(where: { !$0.fits }) { throw ExitCode(4) }

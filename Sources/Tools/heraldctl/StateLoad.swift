@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import HeraldCore
 import HeraldRedis
+import HeraldToolSupport
 
 /// `heraldctl state load FIXTURE.json`: write a state fixture (docs/behaviour.md §3) into Redis.
 struct StateCommand: AsyncParsableCommand {
@@ -51,7 +52,11 @@ struct StateCommand: AsyncParsableCommand {
                 CLI.fail("redis: \(error)")
             }
             progress.finish()
-            CLI.out(CLI.json(["app": app, "users": parsed.users.count, "conversations": parsed.conversations.count]))
+            CLI.out(
+                CLI.json([
+                    "app": .string(app), "users": .int(parsed.users.count),
+                    "conversations": .int(parsed.conversations.count),
+                ]))
         }
 
         /// The fixture as fixtures of at most `size` users or conversations each (users first, in name order).

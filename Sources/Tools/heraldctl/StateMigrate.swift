@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import HeraldRedis
+import HeraldToolSupport
 
 /// `heraldctl state migrate --app A`: move user state written by Herald 0.9 into the one-hash-per-user layout.
 extension StateCommand {
@@ -47,9 +48,9 @@ extension StateCommand {
             }
             CLI.out(
                 CLI.json([
-                    "app": app, "users": result.users, "keys_deleted": result.keysDeleted,
-                    "keys_skipped": result.keysSkipped, "untaggable_keys_moved": renamed.keysMoved,
-                    "untaggable_keys_skipped": renamed.keysSkipped,
+                    "app": .string(app), "users": .int(result.users), "keys_deleted": .int(result.keysDeleted),
+                    "keys_skipped": .int(result.keysSkipped), "untaggable_keys_moved": .int(renamed.keysMoved),
+                    "untaggable_keys_skipped": .int(renamed.keysSkipped),
                 ]))
         }
     }

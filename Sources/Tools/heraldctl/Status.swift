@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import HeraldCore
+import HeraldToolSupport
 
 /// `heraldctl status`: each stage's readiness, consumer lag, in-flight work and rates, read from the stages' own
 /// HTTP endpoints (`/readyz`, and `/metrics` twice, `--interval` apart, for the rates).
@@ -82,7 +83,7 @@ struct Status: AsyncParsableCommand {
             return out.sorted { $0.0 < $1.0 }.map(\.1)
         }
         if json {
-            for r in reports { CLI.out(CLI.json(r.jsonObject)) }
+            for r in reports { CLI.out(r.json.serialized) }
         } else {
             for line in StageReport.table(reports) { CLI.out(line) }
         }
@@ -92,110 +93,32 @@ struct Status: AsyncParsableCommand {
 
 /// One stage endpoint, http://HOST:PORT.
 struct StageEndpoint: Sendable, CustomStringConvertible {
-    var host: String
-    var port: Int
+    var address: ServiceEndpoint
 
-    init(host: String, port: Int) {
-        self.host = host
-        self.port = port
-    }
+    init(host: String, port: Int) { address = ServiceEndpoint(host: host, port: port) }
 
+    /// `http://HOST:PORT`, `http://[v6]:PORT` or the same without `http://`; a path after the port is ignored. Nil
+    /// without a port.
     init?(url: String) {
         var rest = Substring(url)
         if rest.hasPrefix("http://") { rest = rest.dropFirst(7) }
         if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
-        guard let colon = rest.lastIndex(of: ":"), let port = Int(rest[rest.index(after: colon)...]),
-            (1...65535).contains(port), colon > rest.startIndex
-        else { return nil }
-        host = String(rest[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        self.port = port
+        // A port is required: `host` and `[v6]` alone would get ServiceEndpoint's default port.
+        guard rest.contains(":"), rest.last != "]", let parsed = ServiceEndpoint(parsing: String(rest)) else {
+            return nil
+        }
+        address = parsed
     }
 
-    var description: String { "http://\(host.contains(":") ? "[\(host)]" : host):\(port)" }
+    var description: String { "http://\(address)" }
 
     /// GET `path`: status and body, or nil when the endpoint cannot be reached or answers nonsense.
-    func get(_ path: String, timeout: Int) -> (status: Int, body: String)? {
-        guard case .success(let fd) = TCPConnect.open(host: host, port: port, timeout: timeout) else { return nil }
-        defer { close(fd) }
-        let request = Array("GET \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n\r\n".utf8)
-        let sent = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
-        guard sent == request.count else { return nil }
-        var response: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { break }
-            response += buffer[0..<n]
-        }
-        let text = String(decoding: response, as: UTF8.self)
-        guard let split = text.range(of: "\r\n\r\n") else { return nil }
-        let statusLine = text[..<split.lowerBound].split(separator: "\r\n").first ?? ""
-        let parts = statusLine.split(separator: " ")
-        guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), let status = Int(parts[1]) else { return nil }
-        return (status, String(text[split.upperBound...]))
+    func get(_ path: String, timeout: Int) -> HTTPProbe.Answer? {
+        HTTPProbe.request(address, path: path, timeout: timeout)
     }
 }
 
-/// Samples of a Prometheus text exposition.
-struct MetricSamples {
-    struct Sample {
-        var name: String
-        var labels: [String: String]
-        var value: Double
-    }
-
-    var samples: [Sample] = []
-
-    init(_ text: String) {
-        for raw in text.split(separator: "\n") {
-            let line = raw.trimmingCharacters(in: .whitespaces)
-            guard !line.isEmpty, !line.hasPrefix("#") else { continue }
-            var name = ""
-            var labels: [String: String] = [:]
-            var index = line.startIndex
-            while index < line.endIndex, line[index] != "{", line[index] != " " {
-                name.append(line[index])
-                index = line.index(after: index)
-            }
-            if index < line.endIndex, line[index] == "{" {
-                // key="value" pairs; values may hold \" \\ \n escapes.
-                index = line.index(after: index)
-                while index < line.endIndex, line[index] != "}" {
-                    var key = ""
-                    while index < line.endIndex, line[index] != "=" {
-                        if line[index] != "," && line[index] != " " { key.append(line[index]) }
-                        index = line.index(after: index)
-                    }
-                    index = line.index(index, offsetBy: 2, limitedBy: line.endIndex) ?? line.endIndex  // ="
-                    var value = ""
-                    while index < line.endIndex, line[index] != "\"" {
-                        if line[index] == "\\", line.index(after: index) < line.endIndex {
-                            index = line.index(after: index)
-                            value.append(line[index] == "n" ? "\n" : line[index])
-                        } else {
-                            value.append(line[index])
-                        }
-                        index = line.index(after: index)
-                    }
-                    if index < line.endIndex { index = line.index(after: index) }  // closing quote
-                    while index < line.endIndex, line[index] == "," || line[index] == " " {
-                        index = line.index(after: index)
-                    }
-                    if !key.isEmpty { labels[key] = value }
-                }
-                if index < line.endIndex { index = line.index(after: index) }
-            }
-            let fields = line[index...].split(separator: " ")
-            guard let first = fields.first, let value = Double(first) else { continue }
-            samples.append(Sample(name: name, labels: labels, value: value))
-        }
-    }
-
-    func sum(_ name: String) -> Double? {
-        let matching = samples.filter { $0.name == name }
-        return matching.isEmpty ? nil : matching.reduce(0) { $0 + $1.value }
-    }
-
+extension MetricSamples {
     /// The `stage` label Herald puts on its series.
     var stage: String? {
         samples.first { $0.name.hasPrefix("herald_") && $0.labels["stage"] != nil }?.labels["stage"]
@@ -253,7 +176,7 @@ struct StageReport: Sendable {
 
     private static func fetch(
         _ endpoint: StageEndpoint, _ path: String, _ timeout: Int
-    ) async -> (status: Int, body: String)? {
+    ) async -> HTTPProbe.Answer? {
         await withCheckedContinuation { continuation in
             Thread { continuation.resume(returning: endpoint.get(path, timeout: timeout)) }.start()
         }
@@ -264,16 +187,13 @@ struct StageReport: Sendable {
         return ready ? "ready" : "NOT READY" + (failing.isEmpty ? "" : " (\(failing.joined(separator: ", ")))")
     }
 
-    var jsonObject: [String: Any] {
-        var o: [String: Any] = [
-            "endpoint": endpoint, "stage": stage, "reachable": reachable, "ready": ready,
-            "failing": failing, "lag": CLI.orNull(lag.map { Int($0) }),
-            "in_flight": CLI.orNull(inFlight.map { Int($0) }),
-        ]
-        var r: [String: Any] = [:]
-        for (key, value) in rates { r[key] = (value * 100).rounded() / 100 }
-        o["rates_per_second"] = r
-        return o
+    var json: JSONValue {
+        .sorted([
+            "endpoint": .string(endpoint), "stage": .string(stage), "reachable": .bool(reachable),
+            "ready": .bool(ready), "failing": .strings(failing), "lag": .int(lag.map { Int($0) }),
+            "in_flight": .int(inFlight.map { Int($0) }),
+            "rates_per_second": .sorted(rates.mapValues { .double(($0 * 100).rounded() / 100) }),
+        ])
     }
 
     static func table(_ reports: [StageReport]) -> [String] {

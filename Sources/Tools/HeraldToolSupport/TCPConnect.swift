@@ -1,12 +1,12 @@
 import Foundation
 
-/// A TCP connection opened with a deadline: `heraldctl status` reads the stages' endpoints through it, and the
-/// Kafka commands use it to fail at once when no broker accepts connections (librdkafka would retry until its own
-/// timeout).
-enum TCPConnect {
+/// A TCP connection opened with a deadline: `HTTPProbe` reads the stages' and the stand-ins' endpoints through it,
+/// and heraldctl's Kafka commands use it to fail at once when no broker accepts connections (librdkafka would retry
+/// until its own timeout).
+package enum TCPConnect {
     /// A connected socket (the caller closes it), or the reason none could be opened to any address of `host`.
     /// `timeout` (seconds) bounds the connect and every later send and receive on the socket.
-    static func open(host: String, port: Int, timeout: Int) -> Result<Int32, TCPConnectError> {
+    package static func open(host: String, port: Int, timeout: Int) -> Result<Int32, TCPConnectError> {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
@@ -33,7 +33,7 @@ enum TCPConnect {
     }
 }
 
-struct TCPConnectError: Error, CustomStringConvertible {
-    var reason: String
-    var description: String { reason }
+package struct TCPConnectError: Error, CustomStringConvertible {
+    package var reason: String
+    package var description: String { reason }
 }
