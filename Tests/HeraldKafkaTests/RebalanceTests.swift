@@ -122,11 +122,23 @@ struct RebalanceTests {
         try await eventually("two partitions each") { a.assignment.count == 2 && b.assignment.count == 2 }
         let moved = b.assignment
         let committed = try await b.committed(moved)
-        #expect(moved.map { committed[$0] } == [10, 10])
+        // As above: a broker that refused the revoke's commit (another round begun meanwhile, on a loaded host) makes
+        // B start from the last commit (none), and the consumer says so; at least once, nothing lost.
+        let refused = a.revokeCommitsFailed > 0
+        if refused {
+            #expect(moved.allSatisfy { (committed[$0] ?? -1) < 0 }, "nothing committed after a refused commit")
+        } else {
+            #expect(moved.map { committed[$0] } == [10, 10])
+        }
 
         try await setup.produce(offsetsPerPartition: 1)
-        let atB = try await collect(b, count: 2)
-        #expect(atB.map(\.offset) == [10, 10], "nothing A finished is processed again")
+        let atB = try await collect(b, count: refused ? 22 : 2)
+        let expectedOffsets: [Int64] = refused ? Array(0...10) : [10]
+        for tp in moved {
+            #expect(
+                atB.filter { $0.topicPartition == tp }.map(\.offset) == expectedOffsets,
+                "nothing A finished is processed again unless its commit was refused: \(tp)")
+        }
         await a.shutdown()
         await b.shutdown()
         try await setup.producer.shutdown()
