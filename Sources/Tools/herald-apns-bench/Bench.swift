@@ -58,7 +58,10 @@ struct APNsBench: AsyncParsableCommand {
             case "nghttpd":
                 try FileManager.default.createDirectory(
                     atPath: dir.path + "/www/3/device", withIntermediateDirectories: true)
-                FileManager.default.createFile(atPath: dir.path + "/www/3/device/\(token)", contents: Data("ok".utf8))
+                guard
+                    FileManager.default.createFile(
+                        atPath: dir.path + "/www/3/device/\(token)", contents: Data("ok".utf8))
+                else { throw ValidationError("cannot write nghttpd's document under \(dir.path)") }
                 let port = try freePort()
                 let server = try Server.start(
                     "/usr/sbin/nghttpd",
