@@ -118,7 +118,7 @@ planted_mismatches() {
   local copy="$tmp/imports"; mkdir -p "$copy"
   cp -r Package.swift Sources Tests "$copy/"
   printf 'import HeraldRedis\n' >>"$copy/Sources/Stages/herald-ingest/main.swift"
-  sed -i 's/dependencies: \["HeraldBenchSupport"\]/dependencies: ["HeraldBenchSupport", "HeraldRedis"]/' "$copy/Package.swift"
+  sed -i 's/name: "HeraldBenchSupportTests", dependencies: \[/&"HeraldRedis", /' "$copy/Package.swift"
   ! cmp -s Package.swift "$copy/Package.swift" || { echo "the planted dependency did not apply"; return 1; }
   if "$PY" scripts/check_imports.py "$copy" >"$tmp/imports.out"; then echo "the planted mismatches passed"; return 1; fi
   cat "$tmp/imports.out"
