@@ -91,6 +91,10 @@ struct SaturatingTests {
         let policy = BackoffPolicy(initialDelay: .seconds(1), maxDelay: .seconds(60), jitter: 0, maxAttempts: 3)
         #expect(policy.delay(afterAttempt: .min, unit: 0) == .seconds(1))
         #expect(policy.delay(afterAttempt: .max, unit: 0) == .seconds(60))
+        // A maximum delay configured beyond Int64 nanoseconds (HERALD_SEND_RETRY_MAX_MS has no upper bound) saturates.
+        let huge = BackoffPolicy(
+            initialDelay: .seconds(Int64.max / 2), maxDelay: .seconds(Int64.max), jitter: 0, maxAttempts: 3)
+        #expect(huge.delay(afterAttempt: 40, unit: 0) == .nanoseconds(Int64.max))
     }
 }
 

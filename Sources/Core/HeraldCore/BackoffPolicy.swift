@@ -31,7 +31,9 @@ public struct BackoffPolicy: Sendable, Equatable {
         let initial = initialDelay.timeInterval
         let capped = min(maxDelay.timeInterval, initial * pow(multiplier, min(exponent, 60)))
         let factor = 1 - jitter * min(1, max(0, unit))
-        return .nanoseconds(Int64((capped * factor * 1e9).rounded()))
+        // Saturates: a maximum delay set beyond Int64 nanoseconds (about 292 years) waits that long, never traps.
+        let nanoseconds = (capped * factor * 1e9).rounded()
+        return .nanoseconds(nanoseconds < 9.2e18 ? Int64(max(0, nanoseconds)) : Int64.max)
     }
 
     public func delay(afterAttempt attempt: Int, using rng: inout some RandomNumberGenerator) -> Duration {
