@@ -42,7 +42,9 @@ struct PayloadFit {
                 if bytes.count <= limit { return bytes }
             }
             let low = dropped == drops.count ? 0 : floor
-            if let fitted = largestFitting(low: low, high: Self.longest(trial), { write(Self.capped(trial, $0)) }) {
+            if let fitted = Self.largestFitting(
+                low: low, high: Self.longest(trial), limit: limit, { write(Self.capped(trial, $0)) })
+            {
                 return fitted
             }
         }
@@ -51,7 +53,7 @@ struct PayloadFit {
         if let title = last.title {
             let length = JSONWriter.escapedLength(title) - 2
             let shortest = last
-            let fitted = largestFitting(low: 0, high: length) { level in
+            let fitted = Self.largestFitting(low: 0, high: length, limit: limit) { level in
                 var t = shortest
                 t.title = Renderer.shorten(title, by: length - level)
                 return write(t)
@@ -61,12 +63,6 @@ struct PayloadFit {
         }
         bytes = write(last)
         throw RenderError(code: .payloadTooLarge, detail: "minimal \(what) is \(bytes.count) bytes (limit \(limit))")
-    }
-
-    /// The output for the largest level in `low...high` whose output fits the limit (sizes grow with the level), or
-    /// nil when even `low` does not fit.
-    func largestFitting(low: Int, high: Int, _ render: (Int) -> [UInt8]) -> [UInt8]? {
-        Self.largestFitting(low: low, high: high, limit: limit, render)
     }
 
     /// The output for the largest level in `low...high` whose output fits `limit` (sizes grow with the level), or
