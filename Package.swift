@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 // Herald: a push-notification back end for chat services. Linux only (Glibc, epoll; Debian 12 is the reference).
 //
 // Layout on disk follows the layers (each imports only what is listed below it; docs/architecture.md says more):
@@ -9,7 +9,7 @@
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
 //                      lifecycle, logs, configuration binding); HeraldRegistryAPI: the registry API's routes and
 //                      the registry operations heraldctl shares; HeraldSend: send's transports over the provider
-//                      clients
+//                      clients; HeraldTracing: W3C trace context, sampling and the OpenTelemetry exporter (swift-otel)
 //   Sources/Pipeline   HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket); it sits
 //                      beside the adapters: HeraldPipeline and the adapters do not import each other
 //   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldPushProviders (nghttp2 HTTP/2: APNs, FCM, Web Push), HeraldHTTP (libcurl
@@ -39,6 +39,8 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
+        // OpenTelemetry: the OTLP/HTTP exporter only (the OTLPGRPC trait would build grpc-swift as well).
+        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
         // MARK: Pure core
@@ -115,6 +117,13 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ], path: "Sources/Runtime/HeraldStage"),
+
+        // Tracing: W3C trace context, sampling, the tracing settings (pipeline file + OTEL_* environment) and
+        // swift-otel's OTLP/HTTP exporter configuration. HeraldCore and the adapters never import it: Kafka carries
+        // trace contexts as header bytes.
+        .target(
+            name: "HeraldTracing", dependencies: [.product(name: "OTel", package: "swift-otel")],
+            path: "Sources/Runtime/HeraldTracing"),
 
         // The registry operations (the HTTP API's routes and what heraldctl shares with them), over Redis and Kafka;
         // transport-free: herald-registry serves it through HeraldStage's HTTP endpoint.
@@ -303,6 +312,9 @@ let package = Package(
                 "HeraldRegistryAPI", "HeraldCore", "HeraldKafka", "HeraldRedis", "HeraldTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // Trace context, sampling and the tracing settings (pure; no collector).
+        .testTarget(
+            name: "HeraldTracingTests", dependencies: ["HeraldTracing", .product(name: "OTel", package: "swift-otel")]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
         .testTarget(
