@@ -122,7 +122,7 @@ let package = Package(
         // swift-otel's OTLP/HTTP exporter configuration. HeraldCore and the adapters never import it: Kafka carries
         // trace contexts as header bytes.
         .target(
-            name: "HeraldTracing", dependencies: [.product(name: "OTel", package: "swift-otel")],
+            name: "HeraldTracing", dependencies: ["HeraldConfig", .product(name: "OTel", package: "swift-otel")],
             path: "Sources/Runtime/HeraldTracing"),
 
         // The registry operations (the HTTP API's routes and what heraldctl shares with them), over Redis and Kafka;
@@ -314,7 +314,10 @@ let package = Package(
             ]),
         // Trace context, sampling and the tracing settings (pure; no collector).
         .testTarget(
-            name: "HeraldTracingTests", dependencies: ["HeraldTracing", .product(name: "OTel", package: "swift-otel")]),
+            name: "HeraldTracingTests",
+            dependencies: [
+                "HeraldTracing", "HeraldConfig", "HeraldTestSupport", .product(name: "OTel", package: "swift-otel"),
+            ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
         .testTarget(

@@ -41,6 +41,32 @@ public struct ExplainConfig: Sendable, Hashable {
     public init() {}
 }
 
+/// `tracing:` section: OpenTelemetry traces of sampled events (docs/operations.md, "Tracing"). The standard `OTEL_*`
+/// environment variables override it (HeraldTracing's `TracingSettings`).
+public struct TracingConfig: Sendable, Hashable {
+    /// `enabled:` whether the stages propagate trace contexts and export spans. Off, the stages read no trace header
+    /// and allocate nothing per record for tracing.
+    public var enabled = false
+    /// `sample_ratio:` the share of events without an incoming sampling decision (no `traceparent`) that get a new
+    /// trace, from 0 to 1. An incoming `traceparent`'s sampled flag is always respected.
+    public var sampleRatio = 0.01
+    /// `endpoint:` the OTLP/HTTP collector's base URL (`/v1/traces` is appended); nil: the OpenTelemetry default,
+    /// `http://localhost:4318`.
+    public var endpoint: String?
+    /// `service_name:` the `service.name` resource attribute; nil: the stage's name (`herald-ingest`, ...).
+    public var serviceName: String?
+    /// `resource_attributes:` more resource attributes (a deployment's `deployment.environment`, ...).
+    public var resourceAttributes: [String: String] = [:]
+    /// `max_queue_spans:` spans waiting for export at most; a span finished with the queue full is dropped and
+    /// counted, so a collector that is down never holds up a stage.
+    public var maxQueueSpans = 2_048
+    /// `max_batch_spans:` spans sent in one export request at most.
+    public var maxBatchSpans = 512
+    /// `export_interval_ms:` the longest a finished span waits before its batch is exported.
+    public var exportIntervalMs = 5_000
+    public init() {}
+}
+
 /// `idempotency:` section: send's delivery records (docs/redis-keys.md, "Idempotency").
 public struct IdempotencyConfig: Sendable, Hashable {
     /// A copy of a delivered (event, device) pair that arrives within this long after the delivery is never sent
@@ -112,6 +138,7 @@ public struct PipelineConfig: Sendable {
     public var api = APIConfig()
     public var explain = ExplainConfig()
     public var idempotency = IdempotencyConfig()
+    public var tracing = TracingConfig()
 
     public init(apps: AppDirectory = AppDirectory()) {
         self.apps = apps

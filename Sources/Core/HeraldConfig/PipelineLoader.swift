@@ -34,7 +34,11 @@ public enum PipelineLoader {
         var config = PipelineConfig()
         guard let root else { return LoadedPipeline(config: config, warnings: []) }
         let top = try r.mapping(root, "")
-        r.check(top, "", known: ["api", "apps", "defaults", "explain", "idempotency", "kafka", "redis", "stages"])
+        r.check(
+            top, "",
+            known: [
+                "api", "apps", "defaults", "explain", "idempotency", "kafka", "redis", "stages", "tracing",
+            ])
         // `defaults:` is the base of every listed app: an app's keys override it, mappings merged key by key.
         // Only listed apps exist; records of any other app id are dead-lettered `unknown_app`.
         var fallback = AppConfig()
@@ -70,6 +74,7 @@ public enum PipelineLoader {
         if let s = top["stages"] { config.stages = try readStages(&r, s) }
         if let x = top["explain"] { config.explain = try readExplain(&r, x) }
         if let x = top["idempotency"] { config.idempotency = try readIdempotency(&r, x) }
+        if let x = top["tracing"] { config.tracing = try readTracing(&r, x) }
 
         return LoadedPipeline(config: config, warnings: r.warnings)
     }
@@ -291,6 +296,46 @@ public enum PipelineLoader {
                 throw ConfigError(path: "explain.full_trail.sample", message: "expected a number from 0 to 1")
             }
             x.fullTrail.sample = v
+        }
+        return x
+    }
+
+    static func readTracing(_ r: inout Reader, _ node: Node) throws(ConfigError) -> TracingConfig {
+        var x = TracingConfig()
+        let m = try r.mapping(node, "tracing")
+        r.check(
+            m, "tracing",
+            known: [
+                "enabled", "endpoint", "export_interval_ms", "max_batch_spans", "max_queue_spans",
+                "resource_attributes", "sample_ratio", "service_name",
+            ])
+        if let v = try r.bool(m["enabled"], "tracing.enabled") { x.enabled = v }
+        if let s = m["sample_ratio"] {
+            guard let v = s.float, v >= 0, v <= 1 else {
+                throw ConfigError(path: "tracing.sample_ratio", message: "expected a number from 0 to 1")
+            }
+            x.sampleRatio = v
+        }
+        if let v = try r.string(m["endpoint"], "tracing.endpoint") {
+            guard v.hasPrefix("http://") || v.hasPrefix("https://") else {
+                throw ConfigError(path: "tracing.endpoint", message: "expected an http:// or https:// URL")
+            }
+            x.endpoint = v
+        }
+        if let v = try r.string(m["service_name"], "tracing.service_name"), !v.isEmpty { x.serviceName = v }
+        if let n = m["resource_attributes"] {
+            for (key, value) in try r.mapping(n, "tracing.resource_attributes").pairs {
+                guard let v = try r.string(value, "tracing.resource_attributes.\(key)") else { continue }
+                x.resourceAttributes[key] = v
+            }
+        }
+        if let v = try r.int(m["max_queue_spans"], "tracing.max_queue_spans", in: 1...1_000_000) { x.maxQueueSpans = v }
+        if let v = try r.int(m["max_batch_spans"], "tracing.max_batch_spans", in: 1...1_000_000) { x.maxBatchSpans = v }
+        if let v = try r.int(m["export_interval_ms"], "tracing.export_interval_ms", in: 1...600_000) {
+            x.exportIntervalMs = v
+        }
+        guard x.maxBatchSpans <= x.maxQueueSpans else {
+            throw ConfigError(path: "tracing.max_batch_spans", message: "must not exceed tracing.max_queue_spans")
         }
         return x
     }
