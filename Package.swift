@@ -108,6 +108,7 @@ let package = Package(
             name: "HeraldStage",
             dependencies: [
                 "HeraldCore", "HeraldConfig", "HeraldKafka", "HeraldRedis", "HeraldHTTP", "HeraldPipeline",
+                "HeraldTracing",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -330,6 +331,7 @@ let package = Package(
             name: "HeraldStageLoopTests",
             dependencies: [
                 "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore", "HeraldRedis", "HeraldTestSupport",
+                "HeraldTracing",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]),

@@ -81,6 +81,10 @@ public struct KafkaProducerConfiguration: Sendable, Hashable {
     public var packMaxRecords: Int = 256
     /// Most bytes in one pack; a record larger than half of it is sent on its own. Default: 64 KiB.
     public var packMaxBytes: Int = 65_536
+    /// Header keys a record may carry and still be packed: its headers then travel in the pack's
+    /// `herald-part-headers` header (`PackHeaders`). A record with any other header is sent on its own. Default: the
+    /// W3C trace context, `traceparent` and `tracestate`.
+    public var packableHeaders: Set<String> = ["traceparent", "tracestate"]
 
     public init(client: KafkaClientConfiguration = .init()) { self.client = client }
 

@@ -152,12 +152,14 @@ final class Packer: Sendable {
     let topics: Set<String>
     let maxRecords: Int
     let maxBytes: Int
+    let packableHeaders: Set<String>
     let partitions: PartitionCounts
 
     init(configuration: KafkaProducerConfiguration, logger: Logger) {
         topics = configuration.packTopics
         maxRecords = max(1, configuration.packMaxRecords)
         maxBytes = max(64, configuration.packMaxBytes)
+        packableHeaders = configuration.packableHeaders
         var admin = KafkaAdminConfiguration(client: configuration.client)
         admin.requestTimeout = .seconds(5)
         partitions = PartitionCounts(topics: topics.sorted(), admin: admin, logger: logger)
@@ -166,9 +168,10 @@ final class Packer: Sendable {
 
     /// The Kafka records to produce for `records`, and for each record the index of the one it went in (nil when
     /// nothing was packed). A packed topic's record goes to the partition its key picks, in a pack with the other
-    /// records of this call for that partition, in their order; a record that is not packed (no key, headers, an
-    /// explicit partition, or larger than half a pack) closes its partition's open pack first, so every
-    /// partition's order is the order given.
+    /// records of this call for that partition, in their order; a record that is not packed (no key, a header not
+    /// in `packableHeaders`, an explicit partition, or larger than half a pack) closes its partition's open pack
+    /// first, so every partition's order is the order given. The headers of packed records travel in the pack's
+    /// `herald-part-headers` header (`PackHeaders`).
     func pack(_ records: [ProducerRecord]) -> (units: [ProducerRecord], unitOf: [Int]?) {
         guard records.count > 1 else { return (records, nil) }
         let counts = partitions.current()
@@ -188,10 +191,16 @@ final class Packer: Sendable {
             if members.count == 1 {
                 units.append(records[members[0]])
             } else {
-                units.append(
-                    ProducerRecord(
-                        topic: packedTopics[key >> 32].topic, keyOf: records[members[0]],
-                        value: RecordPack.encode(records, members: members), partition: Int32(truncatingIfNeeded: key)))
+                var pack = ProducerRecord(
+                    topic: packedTopics[key >> 32].topic, keyOf: records[members[0]],
+                    value: RecordPack.encode(records, members: members), partition: Int32(truncatingIfNeeded: key))
+                if members.contains(where: { !records[$0].headers.isEmpty }) {
+                    let entries: [(part: Int, headers: [KafkaHeader])] = members.indices.compactMap { part in
+                        records[members[part]].headers.isEmpty ? nil : (part, records[members[part]].headers)
+                    }
+                    pack.headers = [KafkaHeader(key: PackHeaders.headerKey, value: PackHeaders.encode(entries))]
+                }
+                units.append(pack)
                 packed = true
             }
             for member in members { unitOf[member] = unit }
@@ -222,8 +231,16 @@ final class Packer: Sendable {
                 key.map { RecordPack.partition(key: $0, partitions: partitions) } ?? 0
             }
             let openKey = slot << 32 | Int(partition)
-            let size = RecordPack.size(keyCount: keyCount, value: records[index].value)
-            if records[index].value == nil || !records[index].headers.isEmpty || size > maxBytes / 2 {
+            var size = RecordPack.size(keyCount: keyCount, value: records[index].value)
+            let headers = records[index].headers
+            if !headers.isEmpty {
+                // Counted generously (as the pack's first part, with the header's own bytes) so a pack stays within
+                // `maxBytes` whatever its parts' indexes.
+                size += 16 + PackHeaders.size(part: maxRecords, headers: headers)
+            }
+            if records[index].value == nil || !headers.allSatisfy({ packableHeaders.contains($0.key) })
+                || size > maxBytes / 2
+            {
                 close(openKey)
                 unitOf[index] = units.count
                 units.append(records[index])

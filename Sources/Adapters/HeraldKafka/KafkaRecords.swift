@@ -238,8 +238,8 @@ public struct ConsumerRecord: Sendable, Hashable {
     }
 
     /// Appends a consumed message (with `err == 0`): a pack's parts (`RecordPack`), each with the pack's topic,
-    /// partition, offset and timestamp, read straight from librdkafka's buffer; any other message, or any message
-    /// when `unpack` is false (a topic Herald does not pack), as one record.
+    /// partition, offset and timestamp and its own headers (`PackHeaders`), read straight from librdkafka's buffer;
+    /// any other message, or any message when `unpack` is false (a topic Herald does not pack), as one record.
     static func append(
         copying message: UnsafePointer<rd_kafka_message_t>, topic: String, epoch: UInt64, unpack: Bool = true,
         to records: inout [ConsumerRecord]
@@ -247,20 +247,25 @@ public struct ConsumerRecord: Sendable, Hashable {
         let m = message.pointee
         let timestamp = timestamp(of: message)
         // Each part straight into its record (no array of parts in between).
+        var partHeaders: [Int: [KafkaHeader]]?
         let packed =
             !unpack
             ? false
             : m.payload.map { payload in
                 RecordPack.forEachPart(UnsafeRawBufferPointer(start: payload, count: m.len)) {
                     index, count, key, value in
-                    // Grown geometrically: reserving each pack's exact count would copy the whole array per pack.
-                    if index == 0, records.capacity < records.count + count {
-                        records.reserveCapacity(max(records.count + count, 2 * records.capacity))
+                    if index == 0 {
+                        // Grown geometrically: reserving each pack's exact count would copy the whole array per pack.
+                        if records.capacity < records.count + count {
+                            records.reserveCapacity(max(records.count + count, 2 * records.capacity))
+                        }
+                        partHeaders = PackHeaders.read(from: message, parts: count)
                     }
                     records.append(
                         ConsumerRecord(
                             topic: topic, partition: m.partition, offset: m.offset, key: key, value: value,
-                            headers: [], timestamp: timestamp, epoch: epoch, part: index, parts: count))
+                            headers: partHeaders?[index] ?? [], timestamp: timestamp, epoch: epoch, part: index,
+                            parts: count))
                 }
             } ?? false
         if !packed { records.append(ConsumerRecord(copying: message, topic: topic, epoch: epoch)) }

@@ -126,7 +126,7 @@ public enum RecordPack {
 
     // MARK: Varints and length-prefixed bytes
 
-    private static func varintSize(_ value: UInt64) -> Int {
+    static func varintSize(_ value: UInt64) -> Int {
         var v = value
         var n = 1
         while v >= 0x80 {
@@ -136,7 +136,7 @@ public enum RecordPack {
         return n
     }
 
-    private static func appendVarint(_ value: UInt64, to bytes: inout [UInt8]) {
+    static func appendVarint(_ value: UInt64, to bytes: inout [UInt8]) {
         var v = value
         while v >= 0x80 {
             bytes.append(UInt8(truncatingIfNeeded: v) | 0x80)
@@ -163,7 +163,7 @@ public enum RecordPack {
         bytes.append(contentsOf: part)
     }
 
-    private static func readVarint(_ bytes: UnsafeRawBufferPointer, _ index: inout Int) -> UInt64? {
+    static func readVarint(_ bytes: UnsafeRawBufferPointer, _ index: inout Int) -> UInt64? {
         var value: UInt64 = 0
         var shift: UInt64 = 0
         while index < bytes.count, shift < 64 {

@@ -3,6 +3,7 @@ import Foundation
 import HeraldCore
 import HeraldKafka
 import HeraldPipeline
+import HeraldTracing
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -29,6 +30,9 @@ public struct StageLoopConfiguration: Sendable {
     /// How long the explain trail's entries gather before they are written (`ExplainWriter`; the pipeline file's
     /// `explain.write_interval_ms`).
     public var explainInterval: Duration
+    /// Trace contexts read from the inputs and written on their outputs; nil (tracing off): no header is read or
+    /// written.
+    public var tracing: StageTracing?
 
     public init(
         dlqTopic: String, maxInFlight: Int = 5000, maxConcurrentBatches: Int = 1,
@@ -198,22 +202,25 @@ public final class StageLoop: Service, Sendable {
                     s.processing += 1
                     metrics.setInFlight(s.inFlight)
                 }
+                // Each record's trace context, decided once for everything produced for it.
+                let traces = configuration.tracing.map { $0.contexts(of: batch) }
                 if ordered {
                     // Process and enqueue here, in order; only the wait for acknowledgements runs beside the loop.
                     // A processor may produce part of its outputs ahead (resolve's paged fan-out).
                     var batchContext = context
                     batchContext.emit = { [self] outputs, index in
                         guard index >= 0, index < batch.count else { return false }
-                        return await self.emitNow(outputs, input: batch[index], context: context)
+                        return await self.emitNow(
+                            outputs, input: batch[index], trace: traces?[index] ?? nil, context: context)
                     }
-                    var prepared = await prepare(batch, context: batchContext)
+                    var prepared = await prepare(batch, traces: traces, context: batchContext)
                     let pending = await enqueue(prepared, context: context)
                     prepared.handed = .now
                     state.withLock { $0.processing -= 1 }
                     group.addTask { [prepared] in await self.conclude(prepared, pending, context: context) }
                 } else {
                     group.addTask {
-                        var prepared = await self.prepare(batch, context: context)
+                        var prepared = await self.prepare(batch, traces: traces, context: context)
                         let pending = await self.enqueue(prepared, context: context)
                         prepared.handed = .now
                         self.state.withLock { $0.processing -= 1 }
@@ -307,7 +314,8 @@ public final class StageLoop: Service, Sendable {
         var alone: TopicPartition? = nil
     }
 
-    func prepare(_ batch: [ConsumerRecord], context: BatchContext) async -> Prepared {
+    /// `traces`: the trace context of each record of `batch` (nil: tracing is off).
+    func prepare(_ batch: [ConsumerRecord], traces: [TraceContext?]? = nil, context: BatchContext) async -> Prepared {
         let started = ContinuousClock.now
         // A batch holds one topic or a few, mostly in runs: counted by a scan, not a hash of each record's topic.
         var perTopic: [(topic: String, count: Int)] = []
@@ -361,6 +369,9 @@ public final class StageLoop: Service, Sendable {
             results = await process(inputs[...], context: context)
         }
 
+        // The trace context of each traced input goes on each of its outputs (`StageTracing`).
+        let traceHeaders = traces.map { contexts in contexts.map { $0.map(StageTracing.headers) } }
+
         // Every output (and DLQ record), remembering which input it belongs to.
         let time = BatchContext.millis(now())
         var records: [ProducerRecord] = []
@@ -369,8 +380,10 @@ public final class StageLoop: Service, Sendable {
         owner.reserveCapacity(batch.count)
         // By index, not `enumerated()`: each result is read in place instead of copied out.
         for index in results.indices where !results[index].handBack {
+            let headers = traceHeaders?[index] ?? []
             for output in results[index].outputs {
-                records.append(ProducerRecord(topic: output.topic, key: output.key, value: output.value))
+                records.append(
+                    ProducerRecord(topic: output.topic, key: output.key, value: output.value, headers: headers))
                 owner.append(index)
             }
             if let letter = results[index].deadLetter {
@@ -423,9 +436,14 @@ public final class StageLoop: Service, Sendable {
     /// when not taken for a passing reason; dead-lettered when refused for good). False when shutdown began
     /// before all were acknowledged. The producer keeps order per partition, so these follow the outputs of
     /// earlier batches.
-    private func emitNow(_ outputs: [StageOutput], input: ConsumerRecord, context: BatchContext) async -> Bool {
+    private func emitNow(
+        _ outputs: [StageOutput], input: ConsumerRecord, trace: TraceContext?, context: BatchContext
+    ) async -> Bool {
         if outputs.isEmpty { return true }
-        let records = outputs.map { ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value) }
+        let headers = trace.map(StageTracing.headers) ?? []
+        let records = outputs.map {
+            ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value, headers: headers)
+        }
         let prepared = Prepared(
             batch: [input], results: [StageResult()], records: records,
             owner: Array(repeating: 0, count: records.count), started: .now)

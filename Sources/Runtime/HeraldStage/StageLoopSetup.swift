@@ -4,6 +4,7 @@ import HeraldCore
 import HeraldKafka
 import HeraldPipeline
 import HeraldRedis
+import HeraldTracing
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -25,6 +26,8 @@ public struct StageSetup: Sendable {
     public let explainTTLMilliseconds: Int64
     /// The environment, read through `ConfigKey`s.
     public let config: ConfigReader
+    /// The pipeline file's `tracing:` section with the `OTEL_*` environment over it.
+    public let tracing: TracingSettings
     /// Shared by the stage's consumers: with the idle backoff, none of them goes idle while another one works.
     let consumerActivity = ConsumerActivity()
 
@@ -80,6 +83,16 @@ public struct StageSetup: Sendable {
         let brokers = pipeline.kafka.brokers.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty }
         let explainTTL = Int64(try config.requiredInt(.explainTTLSeconds)) * 1000
+        let tracing = try TracingSettings(
+            file: pipeline.tracing, environment: environment, stage: "herald-\(stage.rawValue)")
+        if tracing.enabled {
+            context.logger.info(
+                "tracing on",
+                metadata: [
+                    "sample_ratio": "\(tracing.sampleRatio)", "endpoint": "\(tracing.tracesEndpoint)",
+                    "service_name": "\(tracing.serviceName)",
+                ])
+        }
         context.logger.info(
             "stage starting",
             metadata: [
@@ -93,7 +106,7 @@ public struct StageSetup: Sendable {
             stage: stage, context: context, pipeline: pipeline, settings: settings, brokers: brokers,
             sessionTimeout: .milliseconds(session), rebalance: rebalance, groupInstanceID: groupInstanceID,
             maxInFlight: try config.requiredInt(.maxInFlight),
-            explainTTLMilliseconds: explainTTL, config: config)
+            explainTTLMilliseconds: explainTTL, config: config, tracing: tracing)
     }
 
     public var logger: Logger { context.logger }
@@ -303,6 +316,13 @@ public struct StageSetup: Sendable {
                     maxConcurrentBatches: lane.maxConcurrentBatches)
                 loopConfiguration.doorbell = doorbell?.bell
                 loopConfiguration.explainInterval = .milliseconds(pipeline.explain.writeIntervalMs)
+                if tracing.enabled {
+                    // Events enter Herald on `chat.events` (ingest) and `herald.registry` (the registry); every other
+                    // topic carries the context of traced events only.
+                    loopConfiguration.tracing = StageTracing(
+                        sampler: tracing.sampler,
+                        entryTopics: [pipeline.kafka.topics.chatEvents, pipeline.kafka.topics.registry])
+                }
                 if let doorbell, isRung(lane.topics) {
                     loops.append(
                         DoorbellListener(

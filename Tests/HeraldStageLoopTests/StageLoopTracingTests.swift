@@ -1,0 +1,141 @@
+import Foundation
+import HeraldKafka
+import HeraldPipeline
+import HeraldStage
+import HeraldTestSupport
+import HeraldTracing
+import Logging
+import Synchronization
+import Testing
+
+// Trace contexts through the stage loop, against Tansu: read from each input's headers, decided once per input, and
+// written on every record produced for it (docs/operations.md, "Tracing").
+
+/// Echoes each input to `outTopic`, and with `ahead` also one record produced ahead through `context.emit`.
+struct TracingEchoProcessor: StageProcessor {
+    let stage = "echo"
+    let outTopic: String
+    var ahead = false
+    func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+        var results: [StageResult] = []
+        for (index, input) in batch.enumerated() {
+            let text = String(decoding: input.value ?? [], as: UTF8.self)
+            if ahead {
+                _ = await context.emit?(
+                    [StageOutput(topic: outTopic, key: text, value: Array("\(text)/ahead".utf8))], index)
+            }
+            results.append(StageResult(outputs: [StageOutput(topic: outTopic, key: text, value: Array(text.utf8))]))
+        }
+        return results
+    }
+}
+
+@Suite(.serialized) struct StageLoopTracingTests {
+    static let sampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    static let unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+
+    /// The inputs every case sends: a sampled context with a tracestate, an unsampled one, none, and one not valid.
+    static let inputs: [ProducerRecord] = [
+        ProducerRecord(
+            topic: "in", key: "k", value: Array("sampled".utf8),
+            headers: [
+                KafkaHeader(key: "traceparent", string: sampled), KafkaHeader(key: "tracestate", string: "congo=t61"),
+            ]),
+        ProducerRecord(
+            topic: "in", key: "k", value: Array("unsampled".utf8),
+            headers: [KafkaHeader(key: "traceparent", string: unsampled)]),
+        ProducerRecord(topic: "in", key: "k", value: Array("none".utf8)),
+        ProducerRecord(
+            topic: "in", key: "k", value: Array("invalid".utf8),
+            headers: [KafkaHeader(key: "traceparent", string: "00-xyz-01")]),
+    ]
+
+    /// Runs a loop over `inputs` (on a topic of their own) with `tracing`, packing its outputs, and returns the
+    /// headers of each output by value.
+    static func run(
+        _ broker: TansuBroker, tracing: (_ inputTopic: String) -> StageTracing?, ahead: Bool = false
+    ) async throws -> [String: [KafkaHeader]] {
+        let suffix = UUID().uuidString.prefix(8)
+        let input = "in-\(suffix)"
+        let output = "out-\(suffix)"
+        try await broker.createTopics([(input, 1), (output, 1)])
+        let plain = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+        try await plain.sendAll(
+            inputs.map { ProducerRecord(topic: input, key: "k", value: $0.value, headers: $0.headers) })
+        try await plain.shutdown()
+
+        var consumerConfiguration = KafkaConsumerConfiguration(
+            brokers: broker.brokers, groupID: "tracing-\(suffix)", topics: [input])
+        consumerConfiguration.sessionTimeout = .seconds(3)
+        let consumer = try KafkaConsumer(configuration: consumerConfiguration)
+        var producerConfiguration = KafkaProducerConfiguration(brokers: broker.brokers)
+        producerConfiguration.packTopics = [output]
+        let producer = try KafkaProducer(configuration: producerConfiguration)
+        var configuration = StageLoopConfiguration(dlqTopic: "dlq")
+        configuration.tracing = tracing(input)
+        let loop = StageLoop(
+            consumer: consumer, producer: producer, processor: TracingEchoProcessor(outTopic: output, ahead: ahead),
+            configuration: configuration, metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
+        let running = Task { try await loop.run() }
+        let expected = ahead ? 8 : 4
+        let records = try await collect(topics: [output], count: expected, brokers: broker.brokers)
+        loop.stop()
+        try await running.value
+        #expect(records.count == expected)
+        return Dictionary(records.map { (String(decoding: $0.value ?? [], as: UTF8.self), $0.headers) }) { a, _ in a }
+    }
+
+    static func traceparent(_ headers: [KafkaHeader]?) -> String? {
+        headers?.first { $0.key == "traceparent" }.flatMap { $0.value }.map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    @Test func atAnEntryPointTheSampledFlagIsRespectedAndEventsWithoutAContextAreSampledAtTheRatio() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        // Ratio 1: every event without a (valid) context starts a trace.
+        let all = try await Self.run(broker) {
+            StageTracing(sampler: TraceSampler(ratio: 1), entryTopics: [$0])
+        }
+        #expect(
+            all["sampled"] == [
+                KafkaHeader(key: "traceparent", string: Self.sampled),
+                KafkaHeader(key: "tracestate", string: "congo=t61"),
+            ], "a sampled context goes on unchanged, with its tracestate")
+        #expect(all["unsampled"] == [], "the sender's decision not to sample is kept: no context travels")
+        for name in ["none", "invalid"] {
+            let parent = try #require(Self.traceparent(all[name]), "\(name) starts a trace")
+            let context = try #require(TraceContext(traceparent: Array(parent.utf8)))
+            #expect(context.isSampled && all[name]?.count == 1)
+        }
+        #expect(Self.traceparent(all["none"]) != Self.traceparent(all["invalid"]), "two new traces")
+
+        // Ratio 0: none is started; the sampled context still goes on.
+        let none = try await Self.run(broker) {
+            StageTracing(sampler: TraceSampler(ratio: 0), entryTopics: [$0])
+        }
+        #expect(Self.traceparent(none["sampled"]) == Self.sampled)
+        #expect(none["unsampled"] == [] && none["none"] == [] && none["invalid"] == [])
+    }
+
+    @Test func pastTheEntryPointsOnlySampledContextsTravelIncludingOnOutputsProducedAhead() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let inside = try await Self.run(
+            broker,
+            tracing: { _ in
+                StageTracing(sampler: TraceSampler(ratio: 1), entryTopics: ["chat.events"])
+            }, ahead: true)
+        #expect(Self.traceparent(inside["sampled"]) == Self.sampled)
+        #expect(Self.traceparent(inside["sampled/ahead"]) == Self.sampled)
+        for name in ["unsampled", "none", "invalid"] {
+            #expect(inside[name] == [] && inside["\(name)/ahead"] == [], "\(name): not traced, no header")
+        }
+    }
+
+    @Test func withTracingOffNoHeaderIsWrittenWhateverTheInputCarries() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let off = try await Self.run(broker) { _ in nil }
+        #expect(off.count == 4 && off.values.allSatisfy { $0.isEmpty })
+    }
+}
