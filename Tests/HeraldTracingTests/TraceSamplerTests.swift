@@ -4,18 +4,6 @@
 import HeraldTracing
 import Testing
 
-/// A deterministic generator (SplitMix64) so draws are reproducible.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// A generator that returns fixed values in turn.
 struct FixedGenerator: RandomNumberGenerator {
     var values: [UInt64]
@@ -35,20 +23,20 @@ struct TraceSamplerTests {
 
     @Test("an incoming sampled context is traced, unchanged, whatever the ratio", arguments: [0.0, 0.01, 1.0])
     func incomingSampled(ratio: Double) throws {
-        var generator = SeededGenerator(state: 1)
+        var generator = SplitMix64(seed: 1)
         let decided = TraceSampler(ratio: ratio).decide(incoming: Self.sampled, using: &generator)
         #expect(decided == Self.sampled)
     }
 
     @Test("an incoming context that is not sampled is not traced, whatever the ratio", arguments: [0.0, 0.01, 1.0])
     func incomingUnsampled(ratio: Double) {
-        var generator = SeededGenerator(state: 1)
+        var generator = SplitMix64(seed: 1)
         #expect(TraceSampler(ratio: ratio).decide(incoming: Self.unsampled, using: &generator) == nil)
     }
 
     @Test("without a context: ratio 1 starts a sampled trace for every event, ratio 0 for none")
     func extremes() throws {
-        var generator = SeededGenerator(state: 7)
+        var generator = SplitMix64(seed: 7)
         for _ in 0..<1000 {
             let context = try #require(TraceSampler(ratio: 1).decide(incoming: nil, using: &generator))
             #expect(context.isSampled && context.spanID != 0 && (context.traceIDHigh | context.traceIDLow) != 0)
@@ -65,7 +53,7 @@ struct TraceSamplerTests {
         var above = FixedGenerator(values: [UInt64.max / 4 + 1])
         #expect(sampler.decide(incoming: nil, using: &above) == nil)
         // Over many draws the share is the ratio (binomial: 100,000 draws at 0.01 are 1000 +- 31.5; 6 sigma).
-        var generator = SeededGenerator(state: 42)
+        var generator = SplitMix64(seed: 42)
         let count = (0..<100_000).filter { _ in
             TraceSampler(ratio: 0.01).decide(incoming: nil, using: &generator) != nil
         }.count
@@ -74,7 +62,7 @@ struct TraceSamplerTests {
 
     @Test("new traces have distinct ids")
     func distinctIDs() {
-        var generator = SeededGenerator(state: 3)
+        var generator = SplitMix64(seed: 3)
         let ids = (0..<1000).map { _ in TraceSampler.newTrace(using: &generator).traceIDHex }
         #expect(Set(ids).count == 1000)
     }

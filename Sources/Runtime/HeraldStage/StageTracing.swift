@@ -57,25 +57,11 @@ public struct StageTracing: Sendable {
     }
 }
 
-/// SplitMix64: a fast 64-bit generator, seeded from the system's generator.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-
 /// The generator `StageTracing` draws from, shared by copies of it.
 final class RandomSource: Sendable {
     let generator: Mutex<SplitMix64>
 
     init() {
-        var system = SystemRandomNumberGenerator()
-        generator = Mutex(SplitMix64(state: system.next()))
+        generator = Mutex(SplitMix64.seededBySystem())
     }
 }

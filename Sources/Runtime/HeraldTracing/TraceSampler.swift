@@ -55,3 +55,25 @@ public struct TraceSampler: Sendable {
         return id
     }
 }
+
+/// SplitMix64: a fast 64-bit generator for the sampler's draws and new ids. Seeded by the system's generator it
+/// costs no system call per draw; seeded by a number (tests) its draws are reproducible.
+public struct SplitMix64: RandomNumberGenerator, Sendable {
+    public var state: UInt64
+
+    public init(seed: UInt64) { state = seed }
+
+    /// A generator seeded from the system's random source.
+    public static func seededBySystem() -> SplitMix64 {
+        var system = SystemRandomNumberGenerator()
+        return SplitMix64(seed: system.next())
+    }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
