@@ -41,6 +41,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
         // OpenTelemetry: the OTLP/HTTP exporter only (the OTLPGRPC trait would build grpc-swift as well).
         .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.2"),
     ],
     targets: [
         // MARK: Pure core
@@ -123,8 +124,14 @@ let package = Package(
         // swift-otel's OTLP/HTTP exporter configuration. HeraldCore and the adapters never import it: Kafka carries
         // trace contexts as header bytes.
         .target(
-            name: "HeraldTracing", dependencies: ["HeraldConfig", .product(name: "OTel", package: "swift-otel")],
-            path: "Sources/Runtime/HeraldTracing"),
+            name: "HeraldTracing",
+            dependencies: [
+                "HeraldConfig",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "OTel", package: "swift-otel"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+            ], path: "Sources/Runtime/HeraldTracing"),
 
         // The registry operations (the HTTP API's routes and what heraldctl shares with them), over Redis and Kafka;
         // transport-free: herald-registry serves it through HeraldStage's HTTP endpoint.
@@ -318,6 +325,7 @@ let package = Package(
             name: "HeraldTracingTests",
             dependencies: [
                 "HeraldTracing", "HeraldConfig", "HeraldTestSupport", .product(name: "OTel", package: "swift-otel"),
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
@@ -331,7 +339,7 @@ let package = Package(
             name: "HeraldStageLoopTests",
             dependencies: [
                 "HeraldStage", "HeraldKafka", "HeraldPipeline", "HeraldCore", "HeraldRedis", "HeraldTestSupport",
-                "HeraldTracing",
+                "HeraldTracing", "HeraldConfig",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]),

@@ -1,4 +1,5 @@
 import Foundation
+import HeraldConfig
 import HeraldKafka
 import HeraldPipeline
 import HeraldStage
@@ -137,5 +138,85 @@ struct TracingEchoProcessor: StageProcessor {
         defer { broker.stop() }
         let off = try await Self.run(broker) { _ in nil }
         #expect(off.count == 4 && off.values.allSatisfy { $0.isEmpty })
+    }
+}
+
+@Suite(.serialized) struct StageLoopSpanTests {
+    /// The 16 bytes of a trace id / 8 of a span id written in hex.
+    static func bytes(hex: String) -> [UInt8] {
+        stride(from: 0, to: hex.count, by: 2).map { offset in
+            let start = hex.index(hex.startIndex, offsetBy: offset)
+            return UInt8(hex[start..<hex.index(start, offsetBy: 2)], radix: 16) ?? 0
+        }
+    }
+
+    @Test func eachTracedInputGetsOneSpanExportedOverOTLPAndItsOutputsCarryThatSpanAsParent() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let receiver = try OTLPReceiver()
+        defer { receiver.stop() }
+        var file = TracingConfig()
+        file.enabled = true
+        file.endpoint = "http://127.0.0.1:\(receiver.port)"
+        file.exportIntervalMs = 50
+        let settings = try TracingSettings(file: file, environment: [:], stage: "herald-echo")
+        let export = try SpanExport(settings: settings, logger: Logger(label: "test"))
+        let exporting = Task { try await export.service.run() }
+        defer { exporting.cancel() }
+
+        let outputs = try await StageLoopTracingTests.run(broker) {
+            StageTracing(sampler: TraceSampler(ratio: 0), entryTopics: [$0], export: export, stage: "echo")
+        }
+        // The sampled input's output continues the trace, under a new parent: the stage's span.
+        let parent = try #require(StageLoopTracingTests.traceparent(outputs["sampled"]))
+        let context = try #require(TraceContext(traceparent: Array(parent.utf8)))
+        #expect(context.traceIDHex == "4bf92f3577b34da6a3ce929d0e0e4736" && context.isSampled)
+        #expect(context.spanIDHex != "00f067aa0ba902b7", "the outputs' parent is the stage's span")
+        #expect(outputs["unsampled"] == [] && outputs["none"] == [] && outputs["invalid"] == [])
+
+        // The span reaches the receiver: its trace id, its own id, its parent (the sender's span) and its name.
+        try await waitUntil("the span is exported", timeout: .seconds(60)) {
+            receiver.received.contains { body in
+                OTLPReceiver.find(Self.bytes(hex: context.traceIDHex), in: body) != nil
+                    && OTLPReceiver.find(Self.bytes(hex: context.spanIDHex), in: body) != nil
+            }
+        }
+        let body = try #require(
+            receiver.received.first { OTLPReceiver.find(Self.bytes(hex: context.spanIDHex), in: $0) != nil })
+        #expect(OTLPReceiver.find(Self.bytes(hex: "00f067aa0ba902b7"), in: body) != nil, "parent span id")
+        #expect(OTLPReceiver.find(Array("herald-echo process".utf8), in: body) != nil)
+        #expect(OTLPReceiver.find(Array("messaging.destination.name".utf8), in: body) != nil)
+        // Only the traced event was exported: the other inputs' contexts (one unsampled) never appear.
+        #expect(
+            receiver.received.allSatisfy {
+                OTLPReceiver.find(Self.bytes(hex: "0af7651916cd43dd8448eb211c80319c"), in: $0) == nil
+            })
+    }
+
+    @Test func spansACollectorRefusesAreCountedAsDroppedAndTheLoopGoesOn() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        var file = TracingConfig()
+        file.enabled = true
+        file.endpoint = "http://127.0.0.1:\(try freePort())"  // nobody listens: every export is refused
+        file.exportIntervalMs = 50
+        var settings = try TracingSettings(file: file, environment: [:], stage: "herald-echo")
+        settings.exportTimeout = .seconds(2)
+        let dropped = Mutex<[String: Int]>([:])
+        let export = try SpanExport(settings: settings, logger: Logger(label: "test")) { reason, count in
+            dropped.withLock { $0[reason, default: 0] += count }
+        }
+        let exporting = Task { try await export.service.run() }
+        defer { exporting.cancel() }
+
+        // Ratio 1 at the entry point: three of the four inputs are traced (not the one the sender did not sample).
+        let outputs = try await StageLoopTracingTests.run(broker) {
+            StageTracing(sampler: TraceSampler(ratio: 1), entryTopics: [$0], export: export, stage: "echo")
+        }
+        #expect(outputs.count == 4, "every input's output was produced")
+        try await waitUntil("the three spans are counted as dropped", timeout: .seconds(60)) {
+            dropped.withLock { $0.values.reduce(0, +) } >= 3
+        }
+        #expect(dropped.withLock { $0 } == ["export_failed": 3])
     }
 }

@@ -116,6 +116,8 @@ struct TracingSettingsTests {
         #expect(configuration.traces.batchSpanProcessor.maxQueueSize == 100)
         #expect(configuration.traces.batchSpanProcessor.maxExportBatchSize == 10)
         #expect(configuration.traces.batchSpanProcessor.scheduleDelay == .milliseconds(250))
+        #expect(configuration.traces.batchSpanProcessor.exportTimeout == .seconds(30))
+        #expect(configuration.traces.otlpExporter.timeout == .seconds(30))
     }
 
     @Test("docs/operations.md's table of OTEL_* variables is the one TracingSettings declares")

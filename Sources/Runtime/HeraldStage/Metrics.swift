@@ -115,6 +115,7 @@ public struct StageMetrics: Sendable {
         public static let producerReplaced = "herald_producer_replaced_total"
         public static let crashBreaker = "herald_crash_breaker_total"
         public static let explainDropped = "herald_explain_dropped_total"
+        public static let traceSpansDropped = "herald_trace_spans_dropped_total"
         public static let explainPending = "herald_explain_pending"
         public static let sendDuplicates = "herald_send_duplicates_total"
         public static let sendPhase = "herald_send_phase_seconds"
@@ -218,6 +219,10 @@ public struct StageMetrics: Sendable {
         MetricDeclaration(
             Name.explainDropped, "counter", labels: "stage",
             "explain entries dropped because Redis was slow or absent"),
+        MetricDeclaration(
+            Name.traceSpansDropped, "counter", labels: "stage, reason",
+            "spans of traced events not exported: `queue_full` (more than `tracing.max_queue_spans` waiting, the collector slow or down), `export_failed` (the collector refused the batch or did not answer within 30 s); only with tracing on"
+        ),
         MetricDeclaration(
             Name.explainPending, "gauge", labels: "stage",
             "explain entries gathering or being written (`explain.write_interval_ms`); they reach Redis within about that interval"
@@ -437,6 +442,11 @@ public struct StageMetrics: Sendable {
 
     /// Explain entries dropped (Redis slow or absent).
     public func explainDropped(count: Int) { counter(Name.explainDropped, []).increment(by: count) }
+
+    /// Spans not exported (`queue_full`, `export_failed`).
+    public func traceSpansDropped(reason: String, count: Int) {
+        counter(Name.traceSpansDropped, [("reason", Self.labelValue(reason))]).increment(by: count)
+    }
 
     /// Explain entries handed to the writer (positive) or written or dropped (negative).
     public func explainPending(change: Int) {

@@ -312,11 +312,19 @@ public final class StageLoop: Service, Sendable {
         /// processed alone last.
         var plan: CrashBreaker.Plan? = nil
         var alone: TopicPartition? = nil
+        /// The stage's span of each traced input, by index, ended once its outputs were acknowledged.
+        var spans: [Int: EventSpan] = [:]
     }
 
     /// `traces`: the trace context of each record of `batch` (nil: tracing is off).
     func prepare(_ batch: [ConsumerRecord], traces: [TraceContext?]? = nil, context: BatchContext) async -> Prepared {
         let started = ContinuousClock.now
+        // Each traced input's span starts at its record's timestamp and notes when processing began.
+        var spans: [Int: EventSpan] = [:]
+        var traces = traces
+        if let tracing = configuration.tracing, let known = traces {
+            (spans, traces) = tracing.startSpans(batch, traces: known, processingStarted: Self.nanoseconds(now()))
+        }
         // A batch holds one topic or a few, mostly in runs: counted by a scan, not a hash of each record's topic.
         var perTopic: [(topic: String, count: Int)] = []
         for index in batch.indices {
@@ -395,9 +403,18 @@ public final class StageLoop: Service, Sendable {
                 owner.append(index)
             }
         }
+        for (index, span) in spans {
+            span.setAttribute("herald.outputs", Int64(results[index].outputs.count))
+            if let letter = results[index].deadLetter { span.setAttribute("herald.dead_letter", letter.reason) }
+        }
         return Prepared(
             batch: batch, results: results, records: records, owner: owner, started: started, plan: plan,
-            alone: alone)
+            alone: alone, spans: spans)
+    }
+
+    /// `date` in nanoseconds since the epoch (span times).
+    static func nanoseconds(_ date: Date) -> UInt64 {
+        UInt64(max(0, date.timeIntervalSince1970 * 1_000_000_000))
     }
 
     /// The processor's results for `inputs` (handed back whole when it returns the wrong number).
@@ -496,6 +513,16 @@ public final class StageLoop: Service, Sendable {
         tally.record(metrics: metrics)
 
         explain?.submit(explainEntries)
+        if !prepared.spans.isEmpty {
+            // A traced event's span ends when its outputs were acknowledged (or given up at shutdown).
+            let handedAt = Self.nanoseconds(now()) - UInt64(max(0, (acknowledged - handed).microseconds * 1000))
+            let end = Self.nanoseconds(now())
+            for (index, span) in prepared.spans {
+                span.addEvent("outputs enqueued", atNanoseconds: min(handedAt, end))
+                if !isDone(index) { span.setAttribute("herald.completed", "false") }
+                span.end(atNanoseconds: end)
+            }
+        }
         // Completed (or handed back at shutdown): no longer in flight.
         if let plan = prepared.plan { await breaker?.end(plan, alone: prepared.alone) }
     }

@@ -28,6 +28,8 @@ public struct StageSetup: Sendable {
     public let config: ConfigReader
     /// The pipeline file's `tracing:` section with the `OTEL_*` environment over it.
     public let tracing: TracingSettings
+    /// The span exporter when tracing is on; its service runs first in the stage's service group and stops last.
+    public let spanExport: SpanExport?
     /// Shared by the stage's consumers: with the idle backoff, none of them goes idle while another one works.
     let consumerActivity = ConsumerActivity()
 
@@ -85,6 +87,13 @@ public struct StageSetup: Sendable {
         let explainTTL = Int64(try config.requiredInt(.explainTTLSeconds)) * 1000
         let tracing = try TracingSettings(
             file: pipeline.tracing, environment: environment, stage: "herald-\(stage.rawValue)")
+        let metrics = context.metrics
+        let spanExport =
+            tracing.enabled
+            ? try SpanExport(
+                settings: tracing, logger: context.logger,
+                dropped: { reason, count in metrics.traceSpansDropped(reason: reason, count: count) })
+            : nil
         if tracing.enabled {
             context.logger.info(
                 "tracing on",
@@ -106,7 +115,7 @@ public struct StageSetup: Sendable {
             stage: stage, context: context, pipeline: pipeline, settings: settings, brokers: brokers,
             sessionTimeout: .milliseconds(session), rebalance: rebalance, groupInstanceID: groupInstanceID,
             maxInFlight: try config.requiredInt(.maxInFlight),
-            explainTTLMilliseconds: explainTTL, config: config, tracing: tracing)
+            explainTTLMilliseconds: explainTTL, config: config, tracing: tracing, spanExport: spanExport)
     }
 
     public var logger: Logger { context.logger }
@@ -321,7 +330,8 @@ public struct StageSetup: Sendable {
                     // topic carries the context of traced events only.
                     loopConfiguration.tracing = StageTracing(
                         sampler: tracing.sampler,
-                        entryTopics: [pipeline.kafka.topics.chatEvents, pipeline.kafka.topics.registry])
+                        entryTopics: [pipeline.kafka.topics.chatEvents, pipeline.kafka.topics.registry],
+                        export: spanExport, stage: stage.rawValue)
                 }
                 if let doorbell, isRung(lane.topics) {
                     loops.append(
@@ -347,7 +357,8 @@ public struct StageSetup: Sendable {
             if lanes.contains(where: { $0.name == Lane.bulk.rawValue }), pipeline.kafka.bulkNice > 0 {
                 loops.append(BulkThreadNice(nice: Int32(pipeline.kafka.bulkNice), logger: logger))
             }
-            return await context.runtime(services: before + loops).run()
+            let exporter = spanExport.map { [$0.service] } ?? []
+            return await context.runtime(services: exporter + before + loops).run()
         } catch {
             logger.critical("stage could not start", metadata: [LogKey.error: "\(error)"])
             return 1

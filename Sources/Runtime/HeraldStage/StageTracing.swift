@@ -12,14 +12,50 @@ public struct StageTracing: Sendable {
     /// a sampled context is not traced.
     public var entryTopics: Set<String>
 
+    /// Where each traced event's span in this stage goes (nil: contexts are passed on, no span is recorded).
+    public var export: SpanExport?
+    /// The span's name: `herald-<stage> process`.
+    public var spanName: String
+
     /// The sampler's draws and new ids: a fast generator seeded from the system's, so a batch costs one lock and no
     /// system call per record.
     private let random: RandomSource
 
-    public init(sampler: TraceSampler, entryTopics: Set<String>) {
+    public init(sampler: TraceSampler, entryTopics: Set<String>, export: SpanExport? = nil, stage: String = "stage") {
         self.sampler = sampler
         self.entryTopics = entryTopics
+        self.export = export
+        self.spanName = "herald-\(stage) process"
         self.random = RandomSource()
+    }
+
+    /// Starts the stage's span of each traced input (`traces[i]` non-nil), a child of the context it arrived with:
+    /// from the record's timestamp (its wait in the topic), with an event where processing began. Returns the
+    /// spans by input index and the contexts to pass on (each span as the parent of its event's outputs); without
+    /// an exporter, no span and the contexts unchanged.
+    func startSpans(
+        _ batch: [ConsumerRecord], traces: [TraceContext?], processingStarted: UInt64
+    ) -> (spans: [Int: EventSpan], contexts: [TraceContext?]) {
+        guard let export else { return ([:], traces) }
+        var spans: [Int: EventSpan] = [:]
+        var contexts = traces
+        for index in traces.indices {
+            guard let parent = traces[index] else { continue }
+            let record = batch[index]
+            let timestamp = record.timestamp.map { UInt64(max(0, $0.millisecondsSinceEpoch)) * 1_000_000 }
+            let start = min(timestamp ?? processingStarted, processingStarted)
+            let span = export.startSpan(spanName, parent: parent, kind: .consumer, startNanoseconds: start)
+            span.setAttribute("messaging.system", "kafka")
+            span.setAttribute("messaging.operation.type", "process")
+            span.setAttribute("messaging.destination.name", record.topic)
+            span.setAttribute("messaging.destination.partition.id", String(record.partition))
+            span.setAttribute("messaging.kafka.offset", record.offset)
+            span.setAttribute("herald.wait_in_topic_ms", Int64((processingStarted - start) / 1_000_000))
+            span.addEvent("processing", atNanoseconds: processingStarted)
+            spans[index] = span
+            contexts[index] = span.context
+        }
+        return (spans, contexts)
     }
 
     /// The context `record`'s event is traced under, or nil when it is not traced.

@@ -32,6 +32,9 @@ public struct TracingSettings: Sendable {
     public var maxQueueSpans: Int
     public var maxBatchSpans: Int
     public var exportInterval: Duration
+    /// The longest one export request may take (the exporter's HTTP timeout and the batch's deadline); its spans are
+    /// dropped after it. 30 s, swift-otel's default; not a pipeline key.
+    public var exportTimeout: Duration = .seconds(30)
 
     public static let defaultEndpoint = "http://localhost:4318"
 
@@ -144,6 +147,8 @@ public struct TracingSettings: Sendable {
         configuration.traces.batchSpanProcessor.maxQueueSize = maxQueueSpans
         configuration.traces.batchSpanProcessor.maxExportBatchSize = maxBatchSpans
         configuration.traces.batchSpanProcessor.scheduleDelay = exportInterval
+        configuration.traces.batchSpanProcessor.exportTimeout = exportTimeout
+        configuration.traces.otlpExporter.timeout = exportTimeout
         return configuration
     }
 

@@ -1,0 +1,78 @@
+import Logging
+import OTel
+import ServiceLifecycle
+import Tracing
+
+/// The stage's span exporter: swift-otel's tracer over its OTLP/HTTP exporter, with a bounded, batched queue
+/// (`tracing.max_queue_spans`, `max_batch_spans`, `export_interval_ms`): a collector that is slow or down costs
+/// dropped spans, never a waiting stage. `service` must run in the stage's service group, started before the stage
+/// loops and stopped after them, so their last spans are exported.
+public final class SpanExport: Sendable {
+    private let tracer: any Tracer
+    public let service: any Service
+
+    /// Builds the exporter of `settings` (swift-otel applies the `OTEL_*` environment over it as well). swift-otel's
+    /// own warnings go to `logger`; the spans it drops are reported to `dropped` (`queue_full`, `export_failed`).
+    public init(
+        settings: TracingSettings, logger: Logger,
+        dropped: @escaping @Sendable (_ reason: String, _ count: Int) -> Void = { _, _ in }
+    ) throws {
+        var configuration = settings.otelConfiguration
+        let handler = ExportDiagnostics(inner: logger.handler, dropped: dropped)
+        var diagnostics = Logger(label: "herald.otel") { _ in handler }
+        diagnostics.logLevel = .warning
+        configuration.diagnosticLogger = .custom(diagnostics)
+        configuration.diagnosticLogLevel = .warning
+        let backend = try OTel.makeTracingBackend(configuration: configuration)
+        tracer = backend.factory
+        service = backend.service
+    }
+
+    /// Starts the span of an event traced under `parent`, as its child, at `start` (nanoseconds since the epoch).
+    public func startSpan(
+        _ name: String, parent: TraceContext, kind: SpanKind, startNanoseconds: UInt64
+    ) -> EventSpan {
+        var carrier = [TraceContext.traceparentHeader: parent.traceparent]
+        if let state = parent.traceState { carrier[TraceContext.tracestateHeader] = state }
+        var context = InstrumentationContext.topLevel
+        tracer.extract(carrier, into: &context, using: HeaderExtractor())
+        let span = tracer.startSpan(
+            name, context: context, ofKind: kind,
+            at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: startNanoseconds))
+        var outgoing: [String: String] = [:]
+        tracer.inject(span.context, into: &outgoing, using: HeaderInjector())
+        let continued =
+            outgoing[TraceContext.traceparentHeader].flatMap {
+                TraceContext(
+                    traceparent: Array($0.utf8),
+                    tracestate: outgoing[TraceContext.tracestateHeader].map { Array($0.utf8) })
+            } ?? parent
+        return EventSpan(span: span, context: continued)
+    }
+}
+
+/// One event's span in one stage, and the context its outputs carry (the span as their parent).
+public struct EventSpan: Sendable {
+    let span: any Span
+    /// The trace context to put on the records produced for the event: this span is their parent.
+    public let context: TraceContext
+
+    public func setAttribute(_ key: String, _ value: String) { span.attributes[key] = value }
+    public func setAttribute(_ key: String, _ value: Int64) { span.attributes[key] = value }
+
+    public func addEvent(_ name: String, atNanoseconds nanoseconds: UInt64) {
+        span.addEvent(SpanEvent(name: name, at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: nanoseconds)))
+    }
+
+    public func end(atNanoseconds nanoseconds: UInt64) {
+        span.end(at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: nanoseconds))
+    }
+}
+
+private struct HeaderExtractor: Extractor {
+    func extract(key: String, from carrier: [String: String]) -> String? { carrier[key] }
+}
+
+private struct HeaderInjector: Injector {
+    func inject(_ value: String, forKey key: String, into carrier: inout [String: String]) { carrier[key] = value }
+}
