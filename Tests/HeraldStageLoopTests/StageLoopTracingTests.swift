@@ -164,11 +164,15 @@ struct TracingEchoProcessor: StageProcessor {
         let exporting = Task { try await export.service.run() }
         defer { exporting.cancel() }
 
-        let outputs = try await StageLoopTracingTests.run(broker) {
-            StageTracing(sampler: TraceSampler(ratio: 0), entryTopics: [$0], export: export, stage: "echo")
-        }
-        // The sampled input's output continues the trace, under a new parent: the stage's span.
+        let outputs = try await StageLoopTracingTests.run(
+            broker,
+            tracing: {
+                StageTracing(sampler: TraceSampler(ratio: 0), entryTopics: [$0], export: export, stage: "echo")
+            }, ahead: true)
+        // The sampled input's outputs (the one produced ahead too) continue the trace, under a new parent: the
+        // stage's span.
         let parent = try #require(StageLoopTracingTests.traceparent(outputs["sampled"]))
+        #expect(StageLoopTracingTests.traceparent(outputs["sampled/ahead"]) == parent)
         let context = try #require(TraceContext(traceparent: Array(parent.utf8)))
         #expect(context.traceIDHex == "4bf92f3577b34da6a3ce929d0e0e4736" && context.isSampled)
         #expect(context.spanIDHex != "00f067aa0ba902b7", "the outputs' parent is the stage's span")

@@ -202,8 +202,9 @@ public final class StageLoop: Service, Sendable {
                     s.processing += 1
                     metrics.setInFlight(s.inFlight)
                 }
-                // Each record's trace context, decided once for everything produced for it.
-                let traces = configuration.tracing.map { $0.contexts(of: batch) }
+                // Each record's trace context, decided once for everything produced for it, and for a traced one its
+                // span in this stage, started before any of its outputs is produced.
+                let (traces, spans) = beginTraces(batch)
                 if ordered {
                     // Process and enqueue here, in order; only the wait for acknowledgements runs beside the loop.
                     // A processor may produce part of its outputs ahead (resolve's paged fan-out).
@@ -213,14 +214,14 @@ public final class StageLoop: Service, Sendable {
                         return await self.emitNow(
                             outputs, input: batch[index], trace: traces?[index] ?? nil, context: context)
                     }
-                    var prepared = await prepare(batch, traces: traces, context: batchContext)
+                    var prepared = await prepare(batch, traces: traces, spans: spans, context: batchContext)
                     let pending = await enqueue(prepared, context: context)
                     prepared.handed = .now
                     state.withLock { $0.processing -= 1 }
                     group.addTask { [prepared] in await self.conclude(prepared, pending, context: context) }
                 } else {
                     group.addTask {
-                        var prepared = await self.prepare(batch, traces: traces, context: context)
+                        var prepared = await self.prepare(batch, traces: traces, spans: spans, context: context)
                         let pending = await self.enqueue(prepared, context: context)
                         prepared.handed = .now
                         self.state.withLock { $0.processing -= 1 }
@@ -316,15 +317,23 @@ public final class StageLoop: Service, Sendable {
         var spans: [Int: EventSpan] = [:]
     }
 
-    /// `traces`: the trace context of each record of `batch` (nil: tracing is off).
-    func prepare(_ batch: [ConsumerRecord], traces: [TraceContext?]? = nil, context: BatchContext) async -> Prepared {
+    /// Each record's trace context to pass on (nil: tracing is off) and the spans of the traced ones (`StageTracing`):
+    /// a span starts at its record's timestamp and notes now as the start of processing; its outputs carry it as
+    /// their parent.
+    private func beginTraces(_ batch: [ConsumerRecord]) -> ([TraceContext?]?, [Int: EventSpan]) {
+        guard let tracing = configuration.tracing else { return (nil, [:]) }
+        let (spans, contexts) = tracing.startSpans(
+            batch, traces: tracing.contexts(of: batch), processingStarted: Self.nanoseconds(now()))
+        return (contexts, spans)
+    }
+
+    /// `traces`: the trace context to pass on for each record of `batch` (nil: tracing is off); `spans`: the
+    /// stage's span of each traced record, by index, ended in `conclude`.
+    func prepare(
+        _ batch: [ConsumerRecord], traces: [TraceContext?]? = nil, spans: [Int: EventSpan] = [:],
+        context: BatchContext
+    ) async -> Prepared {
         let started = ContinuousClock.now
-        // Each traced input's span starts at its record's timestamp and notes when processing began.
-        var spans: [Int: EventSpan] = [:]
-        var traces = traces
-        if let tracing = configuration.tracing, let known = traces {
-            (spans, traces) = tracing.startSpans(batch, traces: known, processingStarted: Self.nanoseconds(now()))
-        }
         // A batch holds one topic or a few, mostly in runs: counted by a scan, not a hash of each record's topic.
         var perTopic: [(topic: String, count: Int)] = []
         for index in batch.indices {
