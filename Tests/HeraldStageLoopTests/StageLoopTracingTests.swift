@@ -12,7 +12,8 @@ import Testing
 // Trace contexts through the stage loop, against Tansu: read from each input's headers, decided once per input, and
 // written on every record produced for it (docs/operations.md, "Tracing").
 
-/// Echoes each input to `outTopic`, and with `ahead` also one record produced ahead through `context.emit`.
+/// Echoes each input to `outTopic` (noting a suppression of another recipient, `muted_conversation`), and with
+/// `ahead` also one record produced ahead through `context.emit`.
 struct TracingEchoProcessor: StageProcessor {
     let stage = "echo"
     let outTopic: String
@@ -25,7 +26,10 @@ struct TracingEchoProcessor: StageProcessor {
                 _ = await context.emit?(
                     [StageOutput(topic: outTopic, key: text, value: Array("\(text)/ahead".utf8))], index)
             }
-            results.append(StageResult(outputs: [StageOutput(topic: outTopic, key: text, value: Array(text.utf8))]))
+            results.append(
+                StageResult(
+                    outputs: [StageOutput(topic: outTopic, key: text, value: Array(text.utf8))],
+                    notes: [.suppressed(reason: "muted_conversation")]))
         }
         return results
     }
@@ -190,6 +194,9 @@ struct TracingEchoProcessor: StageProcessor {
         #expect(OTLPReceiver.find(Self.bytes(hex: "00f067aa0ba902b7"), in: body) != nil, "parent span id")
         #expect(OTLPReceiver.find(Array("herald-echo process".utf8), in: body) != nil)
         #expect(OTLPReceiver.find(Array("messaging.destination.name".utf8), in: body) != nil)
+        // The stage's decisions are events of the span, with the explain trail's reason codes.
+        #expect(OTLPReceiver.find(Array("suppressed".utf8), in: body) != nil)
+        #expect(OTLPReceiver.find(Array("muted_conversation".utf8), in: body) != nil)
         // Only the traced event was exported: the other inputs' contexts (one unsampled) never appear.
         #expect(
             receiver.received.allSatisfy {

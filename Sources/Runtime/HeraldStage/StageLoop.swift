@@ -412,9 +412,11 @@ public final class StageLoop: Service, Sendable {
                 owner.append(index)
             }
         }
-        for (index, span) in spans {
-            span.setAttribute("herald.outputs", Int64(results[index].outputs.count))
-            if let letter = results[index].deadLetter { span.setAttribute("herald.dead_letter", letter.reason) }
+        if !spans.isEmpty {
+            let processed = Self.nanoseconds(now())
+            for (index, span) in spans where index < results.count {
+                StageTracing.record(results[index], on: span, at: processed)
+            }
         }
         return Prepared(
             batch: batch, results: results, records: records, owner: owner, started: started, plan: plan,

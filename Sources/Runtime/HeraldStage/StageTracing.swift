@@ -1,4 +1,5 @@
 import HeraldKafka
+import HeraldPipeline
 import HeraldTracing
 import Synchronization
 
@@ -27,6 +28,37 @@ public struct StageTracing: Sendable {
         self.export = export
         self.spanName = "herald-\(stage) process"
         self.random = RandomSource()
+    }
+
+    /// Adds to a traced event's span what the stage decided about it, as events at `time`: each suppression with
+    /// its reason (the explain trail's reason codes, so the trace and the trail tell the same story), each provider
+    /// answer, retry and dead token, and the dead letter.
+    static func record(_ result: StageResult, on span: EventSpan, at time: UInt64) {
+        span.setAttribute("herald.outputs", Int64(result.outputs.count))
+        for note in result.notes {
+            switch note {
+            case .suppressed(let reason):
+                span.addEvent("suppressed", atNanoseconds: time, attributes: ["herald.reason": reason])
+            case .apnsAnswer(let status, let reason):
+                span.addEvent(
+                    "provider answer", atNanoseconds: time,
+                    attributes: [
+                        "http.response.status_code": status.map(String.init) ?? "none", "herald.reason": reason,
+                    ])
+            case .retried(let reason):
+                span.addEvent("retried", atNanoseconds: time, attributes: ["herald.reason": reason])
+            case .tokenDead(let reason):
+                span.addEvent("token dead", atNanoseconds: time, attributes: ["herald.reason": reason])
+            case .duplicate:
+                span.addEvent("duplicate", atNanoseconds: time)
+            default:
+                continue
+            }
+        }
+        if let letter = result.deadLetter {
+            span.setAttribute("herald.dead_letter", letter.reason)
+            span.addEvent("dead letter", atNanoseconds: time, attributes: ["herald.reason": letter.reason])
+        }
     }
 
     /// Starts the stage's span of each traced input (`traces[i]` non-nil), a child of the context it arrived with:

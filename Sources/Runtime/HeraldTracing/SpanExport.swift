@@ -60,8 +60,13 @@ public struct EventSpan: Sendable {
     public func setAttribute(_ key: String, _ value: String) { span.attributes[key] = value }
     public func setAttribute(_ key: String, _ value: Int64) { span.attributes[key] = value }
 
-    public func addEvent(_ name: String, atNanoseconds nanoseconds: UInt64) {
-        span.addEvent(SpanEvent(name: name, at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: nanoseconds)))
+    public func addEvent(_ name: String, atNanoseconds nanoseconds: UInt64, attributes: [String: String] = [:]) {
+        var spanAttributes = SpanAttributes()
+        for (key, value) in attributes { spanAttributes[key] = value }
+        span.addEvent(
+            SpanEvent(
+                name: name, at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: nanoseconds),
+                attributes: spanAttributes))
     }
 
     public func end(atNanoseconds nanoseconds: UInt64) {
