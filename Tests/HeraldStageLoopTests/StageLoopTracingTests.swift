@@ -18,6 +18,8 @@ struct TracingEchoProcessor: StageProcessor {
     let stage = "echo"
     let outTopic: String
     var ahead = false
+    /// More outputs per input (`<value>/r1`, `/r2`, ...), as a fan-out to several recipients.
+    var recipients = 1
     func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
         var results: [StageResult] = []
         for (index, input) in batch.enumerated() {
@@ -28,7 +30,10 @@ struct TracingEchoProcessor: StageProcessor {
             }
             results.append(
                 StageResult(
-                    outputs: [StageOutput(topic: outTopic, key: text, value: Array(text.utf8))],
+                    outputs: [StageOutput(topic: outTopic, key: text, value: Array(text.utf8))]
+                        + (1..<max(1, recipients)).map {
+                            StageOutput(topic: outTopic, key: text, value: Array("\(text)/r\($0)".utf8))
+                        },
                     notes: [.suppressed(reason: "muted_conversation")]))
         }
         return results
@@ -58,7 +63,8 @@ struct TracingEchoProcessor: StageProcessor {
     /// Runs a loop over `inputs` (on a topic of their own) with `tracing`, packing its outputs, and returns the
     /// headers of each output by value.
     static func run(
-        _ broker: TansuBroker, tracing: (_ inputTopic: String) -> StageTracing?, ahead: Bool = false
+        _ broker: TansuBroker, tracing: (_ inputTopic: String) -> StageTracing?, ahead: Bool = false,
+        recipients: Int = 1
     ) async throws -> [String: [KafkaHeader]] {
         let suffix = UUID().uuidString.prefix(8)
         let input = "in-\(suffix)"
@@ -79,10 +85,11 @@ struct TracingEchoProcessor: StageProcessor {
         var configuration = StageLoopConfiguration(dlqTopic: "dlq")
         configuration.tracing = tracing(input)
         let loop = StageLoop(
-            consumer: consumer, producer: producer, processor: TracingEchoProcessor(outTopic: output, ahead: ahead),
+            consumer: consumer, producer: producer,
+            processor: TracingEchoProcessor(outTopic: output, ahead: ahead, recipients: recipients),
             configuration: configuration, metrics: StageMetrics(stage: "echo"), logger: Logger(label: "test"))
         let running = Task { try await loop.run() }
-        let expected = ahead ? 8 : 4
+        let expected = 4 * (recipients + (ahead ? 1 : 0))
         let records = try await collect(topics: [output], count: expected, brokers: broker.brokers)
         loop.stop()
         try await running.value
@@ -135,6 +142,15 @@ struct TracingEchoProcessor: StageProcessor {
         for name in ["unsampled", "none", "invalid"] {
             #expect(inside[name] == [] && inside["\(name)/ahead"] == [], "\(name): not traced, no header")
         }
+    }
+
+    @Test func aFanOutCarriesTheContextOnItsFirstRecordOnly() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let fanned = try await Self.run(
+            broker, tracing: { _ in StageTracing(sampler: TraceSampler(ratio: 1), entryTopics: []) }, recipients: 3)
+        #expect(Self.traceparent(fanned["sampled"]) == Self.sampled)
+        #expect(fanned["sampled/r1"] == [] && fanned["sampled/r2"] == [], "one chain per event")
     }
 
     @Test func withTracingOffNoHeaderIsWrittenWhateverTheInputCarries() async throws {

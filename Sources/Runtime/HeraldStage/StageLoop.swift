@@ -397,11 +397,13 @@ public final class StageLoop: Service, Sendable {
         owner.reserveCapacity(batch.count)
         // By index, not `enumerated()`: each result is read in place instead of copied out.
         for index in results.indices where !results[index].handBack {
-            let headers = traceHeaders?[index] ?? []
+            // Only the first output carries a traced event's context (`StageTracing`, "one chain per event").
+            var headers = traceHeaders?[index] ?? []
             for output in results[index].outputs {
                 records.append(
                     ProducerRecord(topic: output.topic, key: output.key, value: output.value, headers: headers))
                 owner.append(index)
+                headers = []
             }
             if let letter = results[index].deadLetter {
                 let input = batch[index]
@@ -468,9 +470,12 @@ public final class StageLoop: Service, Sendable {
         _ outputs: [StageOutput], input: ConsumerRecord, trace: TraceContext?, context: BatchContext
     ) async -> Bool {
         if outputs.isEmpty { return true }
+        // The first output of each call carries a traced event's context (`StageTracing`, "one chain per event").
         let headers = trace.map(StageTracing.headers) ?? []
-        let records = outputs.map {
-            ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value, headers: headers)
+        let records = outputs.indices.map { position in
+            ProducerRecord(
+                topic: outputs[position].topic, key: outputs[position].key, value: outputs[position].value,
+                headers: position == 0 ? headers : [])
         }
         let prepared = Prepared(
             batch: [input], results: [StageResult()], records: records,

@@ -4,8 +4,13 @@ import HeraldTracing
 import Synchronization
 
 /// What the stage loop does with trace contexts (docs/operations.md, "Tracing"): read each input's `traceparent`
-/// and `tracestate` headers, decide whether the event is traced (`TraceSampler`), and put the context of a traced
-/// event on every record produced for it. The loop has none when tracing is off, and then reads no header.
+/// and `tracestate` headers, decide whether the event is traced (`TraceSampler`), record the stage's span of a
+/// traced input, and put its context on the first record produced for it. The loop has none when tracing is off,
+/// and then reads no header.
+///
+/// One chain per event: a traced input's context goes on its first output only (on the first of each call of
+/// `BatchContext.emit`), so a fan-out to N recipients is followed through one of them and costs each later stage one
+/// span, not N (a paged fan-out: one per page).
 public struct StageTracing: Sendable {
     public var sampler: TraceSampler
     /// Topics whose records enter Herald from outside (`chat.events` at ingest, `herald.registry` at the registry):
