@@ -246,4 +246,52 @@ struct TracingEchoProcessor: StageProcessor {
         }
         #expect(dropped.withLock { $0 } == ["export_failed": 3])
     }
+
+    /// Dead-letters every input.
+    struct Refuser: StageProcessor {
+        let stage = "echo"
+        func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult] {
+            batch.map { _ in .dlq("invalid", "refused by the test") }
+        }
+    }
+
+    @Test func logLinesAboutATracedEventCarryItsTraceAndSpanIDs() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        try await broker.createTopics([("in", 1), ("dlq", 1)])
+        let plain = try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers))
+        try await plain.sendAll(StageLoopTracingTests.inputs)
+        try await plain.shutdown()
+        var file = TracingConfig()
+        file.enabled = true
+        file.endpoint = "http://127.0.0.1:\(try freePort())"
+        let export = try SpanExport(
+            settings: try TracingSettings(file: file, environment: [:], stage: "herald-echo"),
+            logger: Logger(label: "t"))
+        let exporting = Task { try await export.service.run() }
+        defer { exporting.cancel() }
+
+        var consumerConfiguration = KafkaConsumerConfiguration(brokers: broker.brokers, groupID: "logs", topics: ["in"])
+        consumerConfiguration.sessionTimeout = .seconds(3)
+        var configuration = StageLoopConfiguration(dlqTopic: "dlq")
+        configuration.tracing = StageTracing(
+            sampler: TraceSampler(ratio: 0), entryTopics: ["in"], export: export, stage: "echo")
+        let warnings = Warnings()
+        let loop = StageLoop(
+            consumer: try KafkaConsumer(configuration: consumerConfiguration),
+            producer: try KafkaProducer(configuration: KafkaProducerConfiguration(brokers: broker.brokers)),
+            processor: Refuser(), configuration: configuration, metrics: StageMetrics(stage: "echo"),
+            logger: warnings.logger)
+        let running = Task { try await loop.run() }
+        try await waitUntil("the four inputs are dead-lettered", timeout: .seconds(120)) {
+            warnings.all.filter { $0.hasPrefix("dead-lettered") }.count >= 4
+        }
+        loop.stop()
+        try await running.value
+        let lines = warnings.all.filter { $0.hasPrefix("dead-lettered") }
+        let traced = lines.filter { $0.contains("trace_id") }
+        #expect(traced.count == 1, "only the sampled input is traced: \(lines)")
+        #expect(traced.first?.contains("4bf92f3577b34da6a3ce929d0e0e4736") == true)
+        #expect(traced.first?.contains("span_id") == true && traced.first?.contains("00f067aa0ba902b7") == false)
+    }
 }

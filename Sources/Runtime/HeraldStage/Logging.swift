@@ -26,6 +26,9 @@ public enum LogKey {
     public static let key = "key"
     /// The name of an environment variable (never its value).
     public static let variable = "variable"
+    /// A traced event's trace id and the stage's span id (32 and 16 hex digits), on log lines about it.
+    public static let traceID = "trace_id"
+    public static let spanID = "span_id"
 
     /// Keys whose values are always shortened to `redactToken` form, whoever logs them.
     public static let tokenKeys: Set<String> = [token, "device_token", "voip_token"]

@@ -507,7 +507,9 @@ public final class StageLoop: Service, Sendable {
         func isDone(_ index: Int) -> Bool { !prepared.results[index].handBack && !failedOwners.contains(index) }
         for index in prepared.results.indices where isDone(index) {
             completedCount += 1
-            tally.add(prepared.results, at: index, inputs: batch, stage: processor.stage, logger: logger)
+            tally.add(
+                prepared.results, at: index, inputs: batch, stage: processor.stage, logger: logger,
+                trace: prepared.spans.isEmpty ? nil : prepared.spans[index]?.context)
             if let sink = explain?.sink {
                 // Read in place: only the entries the sink keeps are copied.
                 for position in prepared.results[index].explain.indices
@@ -694,17 +696,26 @@ struct Tally {
 
     /// Adds `results[index]`, read in place (a result and its input copied out would be retained and released
     /// field by field, for every record).
+    /// `trace`: the context of the input's span in this stage when it is traced; its log lines then carry
+    /// `trace_id` and `span_id`.
     mutating func add(
-        _ results: [StageResult], at index: Int, inputs: [ConsumerRecord], stage: String, logger: Logger
+        _ results: [StageResult], at index: Int, inputs: [ConsumerRecord], stage: String, logger: Logger,
+        trace: TraceContext? = nil
     ) {
+        func traced(_ metadata: Logger.Metadata) -> Logger.Metadata {
+            guard let trace else { return metadata }
+            return metadata.merging([LogKey.traceID: "\(trace.traceIDHex)", LogKey.spanID: "\(trace.spanIDHex)"]) {
+                a, _ in a
+            }
+        }
         if let letter = results[index].deadLetter {
             deadLettered[letter.reason, default: 0] += 1
             logger.warning(
                 "dead-lettered",
-                metadata: [
+                metadata: traced([
                     "reason": "\(letter.reason)", "detail": "\(letter.detail)", "topic": "\(inputs[index].topic)",
                     "partition": "\(inputs[index].partition)", "offset": "\(inputs[index].offset)",
-                ])
+                ]))
         }
         for note in results[index].notes {
             switch note {
@@ -713,10 +724,10 @@ struct Tally {
                 if stage == "ingest" {
                     logger.info(
                         "event dropped",
-                        metadata: [
+                        metadata: traced([
                             "reason": "\(reason)", "topic": "\(inputs[index].topic)",
                             "partition": "\(inputs[index].partition)", "offset": "\(inputs[index].offset)",
-                        ])
+                        ]))
                 }
             case .apnsAnswer(let status, let reason):
                 answers[APNsAnswerKey(status: status ?? 0, reason: reason), default: 0] += 1
