@@ -102,3 +102,57 @@ final class OTLPReceiver: Sendable {
         return nil
     }
 }
+
+/// A span as an OTLP export request carries it (the fields the tests read).
+struct ReceivedSpan: Equatable {
+    var traceID: [UInt8] = []
+    var spanID: [UInt8] = []
+    var parentSpanID: [UInt8] = []
+    var name = ""
+}
+
+extension OTLPReceiver {
+    /// The spans of every request received: `ExportTraceServiceRequest.resource_spans(1)` → `scope_spans(2)` →
+    /// `spans(2)`, each span's `trace_id(1)`, `span_id(2)`, `parent_span_id(4)` and `name(5)`.
+    var spans: [ReceivedSpan] {
+        received.flatMap { body in
+            Self.fields(body, 1).flatMap { Self.fields($0, 2) }.flatMap { Self.fields($0, 2) }.map { span in
+                ReceivedSpan(
+                    traceID: Self.fields(span, 1).first ?? [], spanID: Self.fields(span, 2).first ?? [],
+                    parentSpanID: Self.fields(span, 4).first ?? [],
+                    name: String(decoding: Self.fields(span, 5).first ?? [], as: UTF8.self))
+            }
+        }
+    }
+
+    /// The length-delimited fields numbered `number` of a protobuf message (other fields skipped).
+    static func fields(_ message: [UInt8], _ number: UInt64) -> [[UInt8]] {
+        var found: [[UInt8]] = []
+        var index = 0
+        func varint() -> UInt64? {
+            var value: UInt64 = 0
+            var shift: UInt64 = 0
+            while index < message.count, shift < 64 {
+                let byte = message[index]
+                index += 1
+                value |= UInt64(byte & 0x7F) << shift
+                if byte < 0x80 { return value }
+                shift += 7
+            }
+            return nil
+        }
+        while index < message.count, let key = varint() {
+            switch key & 7 {
+            case 0: guard varint() != nil else { return found }
+            case 1: index += 8
+            case 5: index += 4
+            case 2:
+                guard let length = varint(), index + Int(length) <= message.count else { return found }
+                if key >> 3 == number { found.append(Array(message[index..<index + Int(length)])) }
+                index += Int(length)
+            default: return found
+            }
+        }
+        return found
+    }
+}

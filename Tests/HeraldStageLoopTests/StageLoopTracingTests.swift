@@ -213,11 +213,44 @@ struct TracingEchoProcessor: StageProcessor {
         // The stage's decisions are events of the span, with the explain trail's reason codes.
         #expect(OTLPReceiver.find(Array("suppressed".utf8), in: body) != nil)
         #expect(OTLPReceiver.find(Array("muted_conversation".utf8), in: body) != nil)
+        // Read as OTLP: the span, its trace and its parent, the sender's span.
+        let span = try #require(receiver.spans.first { $0.spanID == Self.bytes(hex: context.spanIDHex) })
+        #expect(span.traceID == Self.bytes(hex: "4bf92f3577b34da6a3ce929d0e0e4736"))
+        #expect(span.parentSpanID == Self.bytes(hex: "00f067aa0ba902b7") && span.name == "herald-echo process")
         // Only the traced event was exported: the other inputs' contexts (one unsampled) never appear.
         #expect(
             receiver.received.allSatisfy {
                 OTLPReceiver.find(Self.bytes(hex: "0af7651916cd43dd8448eb211c80319c"), in: $0) == nil
             })
+    }
+
+    @Test func anEventWithoutAContextThatTheSamplerChoseGetsARootSpanWhichItsOutputsContinue() async throws {
+        let broker = try await TansuBroker.start()
+        defer { broker.stop() }
+        let receiver = try OTLPReceiver()
+        defer { receiver.stop() }
+        var file = TracingConfig()
+        file.enabled = true
+        file.endpoint = "http://127.0.0.1:\(receiver.port)"
+        file.exportIntervalMs = 50
+        let export = try SpanExport(
+            settings: try TracingSettings(file: file, environment: [:], stage: "herald-echo"),
+            logger: Logger(label: "t"))
+        let exporting = Task { try await export.service.run() }
+        defer { exporting.cancel() }
+        let outputs = try await StageLoopTracingTests.run(broker) {
+            StageTracing(sampler: TraceSampler(ratio: 1), entryTopics: [$0], export: export, stage: "echo")
+        }
+        for name in ["none", "invalid"] {
+            let parent = try #require(StageLoopTracingTests.traceparent(outputs[name]))
+            let context = try #require(TraceContext(traceparent: Array(parent.utf8)))
+            try await waitUntil("\(name)'s span is exported", timeout: .seconds(60)) {
+                receiver.spans.contains { $0.spanID == Self.bytes(hex: context.spanIDHex) }
+            }
+            let span = try #require(receiver.spans.first { $0.spanID == Self.bytes(hex: context.spanIDHex) })
+            #expect(span.traceID == Self.bytes(hex: context.traceIDHex))
+            #expect(span.parentSpanID.isEmpty, "\(name): the root of a new trace")
+        }
     }
 
     @Test func spansACollectorRefusesAreCountedAsDroppedAndTheLoopGoesOn() async throws {

@@ -77,11 +77,14 @@ public struct StageTracing: Sendable {
         var spans: [Int: EventSpan] = [:]
         var contexts = traces
         for index in traces.indices {
-            guard let parent = traces[index] else { continue }
+            guard let traced = traces[index] else { continue }
             let record = batch[index]
+            // A trace the sampler started (an entry record without a valid context) gets its root span here.
+            let parent = entryTopics.contains(record.topic) && Self.incoming(record) == nil ? nil : traced
             let timestamp = record.timestamp.map { UInt64(max(0, $0.millisecondsSinceEpoch)) * 1_000_000 }
             let start = min(timestamp ?? processingStarted, processingStarted)
-            let span = export.startSpan(spanName, parent: parent, kind: .consumer, startNanoseconds: start)
+            let span = export.startSpan(
+                spanName, parent: parent, fallback: traced, kind: .consumer, startNanoseconds: start)
             span.setAttribute("messaging.system", "kafka")
             span.setAttribute("messaging.operation.type", "process")
             span.setAttribute("messaging.destination.name", record.topic)

@@ -28,14 +28,18 @@ public final class SpanExport: Sendable {
         service = backend.service
     }
 
-    /// Starts the span of an event traced under `parent`, as its child, at `start` (nanoseconds since the epoch).
+    /// Starts the span of a traced event at `start` (nanoseconds since the epoch): a child of `parent`, or with
+    /// `parent` nil the root of a new trace (an event Herald's sampler chose, which arrived without a context).
+    /// `fallback` is the context the event's outputs carry if the tracer gives the span none.
     public func startSpan(
-        _ name: String, parent: TraceContext, kind: SpanKind, startNanoseconds: UInt64
+        _ name: String, parent: TraceContext?, fallback: TraceContext, kind: SpanKind, startNanoseconds: UInt64
     ) -> EventSpan {
-        var carrier = [TraceContext.traceparentHeader: parent.traceparent]
-        if let state = parent.traceState { carrier[TraceContext.tracestateHeader] = state }
         var context = InstrumentationContext.topLevel
-        tracer.extract(carrier, into: &context, using: HeaderExtractor())
+        if let parent {
+            var carrier = [TraceContext.traceparentHeader: parent.traceparent]
+            if let state = parent.traceState { carrier[TraceContext.tracestateHeader] = state }
+            tracer.extract(carrier, into: &context, using: HeaderExtractor())
+        }
         let span = tracer.startSpan(
             name, context: context, ofKind: kind,
             at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: startNanoseconds))
@@ -46,7 +50,7 @@ public final class SpanExport: Sendable {
                 TraceContext(
                     traceparent: Array($0.utf8),
                     tracestate: outgoing[TraceContext.tracestateHeader].map { Array($0.utf8) })
-            } ?? parent
+            } ?? fallback
         return EventSpan(span: span, context: continued)
     }
 }
