@@ -234,8 +234,8 @@ final class Packer: Sendable {
             var size = RecordPack.size(keyCount: keyCount, value: records[index].value)
             let headers = records[index].headers
             if !headers.isEmpty {
-                // Counted generously (as the pack's first part, with the header's own bytes) so a pack stays within
-                // `maxBytes` whatever its parts' indexes.
+                // What the part adds to the pack's `herald-part-headers`, counted for the largest part index and
+                // with room for the header's own bytes, so a pack stays within `maxBytes`.
                 size += 16 + PackHeaders.size(part: maxRecords, headers: headers)
             }
             if records[index].value == nil || !headers.allSatisfy({ packableHeaders.contains($0.key) })

@@ -386,7 +386,7 @@ public final class StageLoop: Service, Sendable {
             results = await process(inputs[...], context: context)
         }
 
-        // The trace context of each traced input goes on each of its outputs (`StageTracing`).
+        // The trace context of each traced input, as the headers its first output carries (`StageTracing`).
         let traceHeaders = traces.map { contexts in contexts.map { $0.map(StageTracing.headers) } }
 
         // Every output (and DLQ record), remembering which input it belongs to.
