@@ -170,18 +170,24 @@ struct TracingEchoProcessor: StageProcessor {
         }
     }
 
+    /// A span exporter to a collector on loopback `port`, exporting every 50 ms, and the task running its service.
+    static func exporter(to port: Int) throws -> (SpanExport, Task<Void, any Error>) {
+        var file = TracingConfig()
+        file.enabled = true
+        file.endpoint = "http://127.0.0.1:\(port)"
+        file.exportIntervalMs = 50
+        let export = try SpanExport(
+            settings: try TracingSettings(file: file, environment: [:], stage: "herald-echo"),
+            logger: Logger(label: "test"))
+        return (export, Task { try await export.service.run() })
+    }
+
     @Test func eachTracedInputGetsOneSpanExportedOverOTLPAndItsOutputsCarryThatSpanAsParent() async throws {
         let broker = try await TansuBroker.start()
         defer { broker.stop() }
         let receiver = try OTLPReceiver()
         defer { receiver.stop() }
-        var file = TracingConfig()
-        file.enabled = true
-        file.endpoint = "http://127.0.0.1:\(receiver.port)"
-        file.exportIntervalMs = 50
-        let settings = try TracingSettings(file: file, environment: [:], stage: "herald-echo")
-        let export = try SpanExport(settings: settings, logger: Logger(label: "test"))
-        let exporting = Task { try await export.service.run() }
+        let (export, exporting) = try Self.exporter(to: receiver.port)
         defer { exporting.cancel() }
 
         let outputs = try await StageLoopTracingTests.run(
@@ -229,14 +235,7 @@ struct TracingEchoProcessor: StageProcessor {
         defer { broker.stop() }
         let receiver = try OTLPReceiver()
         defer { receiver.stop() }
-        var file = TracingConfig()
-        file.enabled = true
-        file.endpoint = "http://127.0.0.1:\(receiver.port)"
-        file.exportIntervalMs = 50
-        let export = try SpanExport(
-            settings: try TracingSettings(file: file, environment: [:], stage: "herald-echo"),
-            logger: Logger(label: "t"))
-        let exporting = Task { try await export.service.run() }
+        let (export, exporting) = try Self.exporter(to: receiver.port)
         defer { exporting.cancel() }
         let outputs = try await StageLoopTracingTests.run(broker) {
             StageTracing(sampler: TraceSampler(ratio: 1), entryTopics: [$0], export: export, stage: "echo")
