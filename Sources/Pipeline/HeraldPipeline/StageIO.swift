@@ -12,11 +12,32 @@ public struct StageInput: Sendable, Hashable {
     public var key: [UInt8]?
     /// nil for a tombstone.
     public var value: [UInt8]?
+    /// For a traced event (docs/operations.md, "Tracing"), the W3C context its outputs carry: this stage's span of
+    /// it as their parent. nil for nearly every input (an untraced event, or tracing off). A processor that makes a
+    /// record outside its result (a held burst flushed later, a digest) keeps it to put on that record; send makes
+    /// a span per provider request of a traced input.
+    public var trace: TracePropagation?
 
-    public init(topic: String, key: [UInt8]? = nil, value: [UInt8]?) {
+    public init(topic: String, key: [UInt8]? = nil, value: [UInt8]?, trace: TracePropagation? = nil) {
         self.topic = topic
         self.key = key
         self.value = value
+        self.trace = trace
+    }
+}
+
+/// A trace context as it travels: the `traceparent` and `tracestate` header values (HeraldPipeline does not parse
+/// them; HeraldTracing does).
+public struct TracePropagation: Sendable, Hashable {
+    public static let traceparentHeader = "traceparent"
+    public static let tracestateHeader = "tracestate"
+
+    public var traceparent: [UInt8]
+    public var tracestate: [UInt8]?
+
+    public init(traceparent: [UInt8], tracestate: [UInt8]? = nil) {
+        self.traceparent = traceparent
+        self.tracestate = tracestate
     }
 }
 

@@ -347,7 +347,12 @@ public final class StageLoop: Service, Sendable {
         }
         for (topic, count) in perTopic { metrics.consumed(topic: topic, count: count) }
 
-        let inputs = batch.map { StageInput(topic: $0.topic, key: $0.key, value: $0.value) }
+        var inputs = batch.map { StageInput(topic: $0.topic, key: $0.key, value: $0.value) }
+        if let traces {
+            for index in traces.indices {
+                if let traced = traces[index] { inputs[index].trace = StageTracing.propagation(traced) }
+            }
+        }
         let plan = await breaker?.begin(batch)
         var alone: TopicPartition?
         var results: [StageResult]
@@ -407,10 +412,12 @@ public final class StageLoop: Service, Sendable {
             }
             if let letter = results[index].deadLetter {
                 let input = batch[index]
-                records.append(
-                    deadLetterRecord(
-                        original: input.value ?? [], input: input, reason: letter.reason,
-                        detail: letter.detail, time: time))
+                var record = deadLetterRecord(
+                    original: input.value ?? [], input: input, reason: letter.reason, detail: letter.detail,
+                    time: time)
+                // A traced event's dead letter carries its context, so `heraldctl dlq` and the trace meet.
+                if let carried = traceHeaders?[index] { record.headers = carried }
+                records.append(record)
                 owner.append(index)
             }
         }

@@ -123,6 +123,11 @@ public struct StageTracing: Sendable {
         return TraceContext(traceparent: parent, tracestate: state)
     }
 
+    /// `context` as a processor sees it on its input (`StageInput.trace`).
+    static func propagation(_ context: TraceContext) -> TracePropagation {
+        TracePropagation(traceparent: context.traceparentBytes, tracestate: context.traceState.map { Array($0.utf8) })
+    }
+
     /// The headers that carry `context` on a produced record.
     static func headers(_ context: TraceContext) -> [KafkaHeader] {
         var headers = [KafkaHeader(key: TraceContext.traceparentHeader, value: context.traceparentBytes)]
