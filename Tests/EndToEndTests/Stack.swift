@@ -11,13 +11,15 @@ import Testing
 
 /// Starts the stack around a whole suite; tests reach it through `E2EStack.current`.
 struct E2EStackTrait: SuiteTrait, TestScoping {
+    /// Tracing on at ratio 1, exporting to herald-mock-otlp (`E2EStack.otlpPort`).
+    var tracing = false
     var isRecursive: Bool { false }
 
     func provideScope(
         for test: Test, testCase: Test.Case?,
         performing function: @Sendable () async throws -> Void
     ) async throws {
-        let stack = E2EStack()
+        let stack = E2EStack(tracing: tracing)
         do {
             try await stack.start()
         } catch {
@@ -40,6 +42,8 @@ struct E2EStackTrait: SuiteTrait, TestScoping {
 extension Trait where Self == E2EStackTrait {
     /// The shared end-to-end stack.
     static var e2eStack: Self { E2EStackTrait() }
+    /// The end-to-end stack with tracing on at ratio 1 and an OTLP receiver (herald-mock-otlp).
+    static var e2eTracingStack: Self { E2EStackTrait(tracing: true) }
 }
 
 /// One line of the stand-in's record file.
@@ -119,6 +123,9 @@ final class E2EStack: @unchecked Sendable {
     /// A Web Push service without HTTP/2 (a second herald-mock-fcm, `--no-http2`, that its test starts).
     let webpushHTTP1Port: Int
     let apiPort: Int
+    /// herald-mock-otlp's port when the stack traces (`tracing`), else 0.
+    let otlpPort: Int
+    let tracing: Bool
     let logger: Logger
 
     private(set) var redis: ChildProcess!
@@ -126,6 +133,7 @@ final class E2EStack: @unchecked Sendable {
     private(set) var broker: DevBroker!
     private(set) var mock: ChildProcess!
     private(set) var mockFCM: ChildProcess!
+    private(set) var mockOTLP: ChildProcess?
     private(set) var stageProcesses: [String: ChildProcess] = [:]
     private(set) var mockGeneration = 0
     private(set) var store: StateStore!
@@ -137,7 +145,9 @@ final class E2EStack: @unchecked Sendable {
     var redisURL: String { "redis://127.0.0.1:\(redisPort)" }
     var pipelinePath: String { runDir + "/pipeline.yaml" }
 
-    init() {
+    init(tracing: Bool = false) {
+        self.tracing = tracing
+        otlpPort = tracing ? ((try? freePort()) ?? 24318) : 0
         packageRoot = Paths.packageRoot
         binDir = Paths.binDirectory
         runDir = NSTemporaryDirectory() + "herald-e2e-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
@@ -158,7 +168,7 @@ final class E2EStack: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: runDir + "/redis", withIntermediateDirectories: true)
         log("run dir \(runDir); redis \(redisPort), apns \(apnsPort)")
         for tool in ["heraldctl", "herald-mock-apns", "herald-mock-fcm", "herald-dev-broker"]
-            + Self.stages.map({ "herald-\($0)" })
+            + (tracing ? ["herald-mock-otlp"] : []) + Self.stages.map({ "herald-\($0)" })
         {
             guard FileManager.default.isExecutableFile(atPath: binDir + "/" + tool) else {
                 throw HarnessError("missing \(binDir)/\(tool): run `swift build` first (or set HERALD_BIN_DIR)")
@@ -190,6 +200,7 @@ final class E2EStack: @unchecked Sendable {
 
         try await startMock()
         try await startMockFCM()
+        if tracing { try await startMockOTLP() }
         for stage in Self.stages { try startStage(stage) }
         // Every stage answers /readyz (broker, Redis and APNs reachable).
         for stage in Self.stages {
@@ -222,7 +233,7 @@ final class E2EStack: @unchecked Sendable {
         let stagesDone = ContinuousClock.now
         redisConnection?.close()
         var servers: [String] = []
-        for p in [mock, mockFCM, broker?.process, redis].compactMap({ $0 }) {
+        for p in [mock, mockFCM, mockOTLP, broker?.process, redis].compactMap({ $0 }) {
             let t0 = ContinuousClock.now
             let status = await p.stop(grace: .seconds(3))
             servers.append("\(p.name) \(ContinuousClock.now - t0) exit \(status.map { "\($0)" } ?? "killed")")
@@ -257,6 +268,11 @@ final class E2EStack: @unchecked Sendable {
             "HERALD_LOG_LEVEL": "info",
             "HERALD_INSTANCE": "e2e-\(stage)",
         ]
+        if tracing {
+            // Every event is traced; spans go to herald-mock-otlp (the pipeline file's `tracing:` exports often).
+            env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:\(otlpPort)"
+            env["OTEL_TRACES_SAMPLER_ARG"] = "1"
+        }
         if stage == "render" {
             // render reloads the pipeline file on SIGHUP only (the reload test sends it); send watches the file.
             env["HERALD_PIPELINE_WATCH_MS"] = "0"
@@ -297,10 +313,12 @@ final class E2EStack: @unchecked Sendable {
 
     /// Starts one more process of `stage` (same consumer group) under the name `stage-<n>`; it is stopped with
     /// the rest at the end, or earlier with `stopStage`.
-    func startExtraStage(_ stage: String, instance: Int) throws -> String {
+    func startExtraStage(_ stage: String, instance: Int, environment overrides: [String: String] = [:]) throws -> String
+    {
         let name = "\(stage)-\(instance)"
         var env = try stageEnvironment(name)
         if stage == "send" { env.merge(try stageEnvironment("send")) { _, send in send } }
+        env.merge(overrides) { _, override in override }
         env["HERALD_METRICS_PORT"] = "\(stagePorts[name] ?? 0)"
         env["HERALD_INSTANCE"] = "e2e-\(name)"
         let p = ChildProcess(
@@ -432,6 +450,18 @@ final class E2EStack: @unchecked Sendable {
         mock = p
         guard await eventually(timeout: .seconds(60), { FileManager.default.fileExists(atPath: portFile) }) else {
             throw HarnessError("herald-mock-apns did not start: \(p.logTail())")
+        }
+    }
+
+    /// Starts herald-mock-otlp, the OTLP/HTTP receiver the traced stack's stages export to.
+    func startMockOTLP() async throws {
+        let p = ChildProcess(
+            name: "herald-mock-otlp", executable: binDir + "/herald-mock-otlp",
+            arguments: ["--host", "127.0.0.1", "--port", "\(otlpPort)"], logPath: runDir + "/mock-otlp.log")
+        try p.start()
+        mockOTLP = p
+        guard await eventually(timeout: .seconds(60), { httpStatus(port: otlpPort, path: "/healthz") == 200 }) else {
+            throw HarnessError("herald-mock-otlp did not start: \(p.logTail())")
         }
     }
 
@@ -703,6 +733,8 @@ final class E2EStack: @unchecked Sendable {
               render:   {group_id: e2e-render,   batch_size: 200, batch_timeout_ms: 20}
               send:     {group_id: e2e-send,     batch_size: 200, batch_timeout_ms: 20}
               registry: {group_id: e2e-registry, batch_size: 200, batch_timeout_ms: 20}
+            tracing:
+              export_interval_ms: 200
 
             """
         _ = try write("pipeline.yaml", yaml)
