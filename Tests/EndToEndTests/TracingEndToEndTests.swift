@@ -29,7 +29,7 @@ struct ReceivedSpan: Sendable {
         parentSpanID = o["parent_span_id"] as? String ?? ""
         self.name = name
         kind = "\(o["kind"] ?? "")".lowercased()
-        service = o["service_name"] as? String ?? ""
+        service = o["service"] as? String ?? ""
         start = Self.nanoseconds(o["start_unix_nano"])
         end = Self.nanoseconds(o["end_unix_nano"])
         attributes = (o["attributes"] as? [String: Any] ?? [:]).mapValues { "\($0)" }
