@@ -10,17 +10,21 @@ final class ScriptedTransport: PushTransport, @unchecked Sendable {
     private let answers: [String: PushAnswer]
     private var sentTokens: [String] = []
     private var sentAt: [ContinuousClock.Instant] = []
+    private var sentTraced: [String] = []
 
     init(_ answers: [String: PushAnswer]) { self.answers = answers }
 
     var sent: [String] { lock.withLock { sentTokens } }
     var times: [ContinuousClock.Instant] { lock.withLock { sentAt } }
+    /// The tokens of the jobs sent with `traced` set.
+    var traced: [String] { lock.withLock { sentTraced } }
 
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         lock.withLock {
             for job in jobs {
                 sentTokens.append(job.request.token)
                 sentAt.append(ContinuousClock.now)
+                if job.traced { sentTraced.append(job.request.token) }
             }
         }
         // Answers arrive in reverse order, as they may from many streams.

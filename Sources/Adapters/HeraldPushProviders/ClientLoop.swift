@@ -704,7 +704,8 @@ final class ClientLoop: @unchecked Sendable {
     /// Retries or completes `job` after an HTTP answer of FCM or a push service: `disposition`, else the retry
     /// policy's, with a retry waiting as long as a `Retry-After` that asks for more than the backoff.
     private func settleAnswer(
-        _ job: Job, status: Int, answer: PushAnswerClass, text: String, disposition given: PushDisposition? = nil
+        _ job: Job, status: Int, answer: PushAnswerClass, text: String, disposition given: PushDisposition? = nil,
+        messageName: String? = nil
     ) {
         let retryAfter = FCMAnswerTable.retryAfter(job.retryAfter)
         var disposition = given ?? retryDisposition(job, answer: answer, text: text)
@@ -714,7 +715,7 @@ final class ClientLoop: @unchecked Sendable {
         if scheduleRetry(job, disposition) { return }
         complete(
             job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
-            retryAfter: retryAfter)
+            retryAfter: retryAfter, messageName: messageName)
     }
 
     /// An answer of FCM's `messages:send`, classified by HeraldCore's FCM table. 401 renews the access
@@ -736,10 +737,16 @@ final class ClientLoop: @unchecked Sendable {
             pending.pushFront(job)
             return
         }
+        // A traced request's span shows the message name FCM gave it; the others' 200s are not parsed.
+        var messageName: String?
+        if status == 200, job.request.traced, case .string(let name)? = (try? JSONValue.parse(job.body))?["name"] {
+            messageName = name
+        }
         settleAnswer(
             job, status: status, answer: answer, text: text,
             disposition: answer == .renewCredentials
-                ? .permanentFailure(reason: "\(text) after renewing the access token") : nil)
+                ? .permanentFailure(reason: "\(text) after renewing the access token") : nil,
+            messageName: messageName)
     }
 
     /// An answer of a push service, classified by HeraldCore's Web Push table: 201 delivered, 404/410 the
@@ -784,7 +791,7 @@ final class ClientLoop: @unchecked Sendable {
     private func complete(
         _ job: Job, status: Int?, reason: APNsReason? = nil, timestamp: Int64? = nil,
         failure: PushTransportFailure?, disposition: PushDisposition, reasonText: String? = nil,
-        answer: PushAnswerClass? = nil, retryAfter: Duration? = nil
+        answer: PushAnswerClass? = nil, retryAfter: Duration? = nil, messageName: String? = nil
     ) {
         guard !job.completed else { return }
         job.completed = true
@@ -796,6 +803,7 @@ final class ClientLoop: @unchecked Sendable {
         response.reasonText = reasonText ?? reason?.wire
         response.answer = answer
         response.retryAfter = retryAfter
+        response.messageName = messageName
         bump { $0.completed += 1 }
         finishedThisPass.append(Finished(job: job, response: response))
     }

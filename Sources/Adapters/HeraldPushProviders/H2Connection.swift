@@ -317,8 +317,10 @@ final class H2Connection {
             return 0
         }
         nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs) { session, _, streamID, data, len, user in
-            // Only an error answer's body is read (its reason); a 200's body (FCM's message name) is not kept.
-            guard let data, let job = liveJob(session, streamID, user), job.status != 200 else { return 0 }
+            // Only an error answer's body is read (its reason); a 200's body (FCM's message name) is kept for a
+            // traced request alone (its span shows the name).
+            guard let data, let job = liveJob(session, streamID, user), job.status != 200 || job.request.traced
+            else { return 0 }
             if job.body.count < 16 * 1024 {
                 job.body.append(
                     contentsOf: UnsafeBufferPointer(start: data, count: min(len, 16 * 1024 - job.body.count)))

@@ -17,6 +17,7 @@ public struct PushDelivery: Sendable {
         var deadline: ContinuousClock.Instant
         var tag: UInt64
         var prioritized = false
+        var traced = false
     }
 
     private var values: CopyOnWrite<Values>
@@ -85,6 +86,13 @@ public struct PushDelivery: Sendable {
         set { values.modify { $0.prioritized = newValue } }
         _modify { yield &values.value.prioritized }
     }
+    /// Its notification is traced: the client keeps FCM's message name from the 200 (`PushResponse.messageName`),
+    /// which it does not read for the others.
+    public var traced: Bool {
+        get { values.value.traced }
+        set { values.modify { $0.traced = newValue } }
+        _modify { yield &values.value.traced }
+    }
 
     public init(
         deviceToken: String, topic: String, pushType: APNsPushType = .alert,
@@ -139,6 +147,8 @@ public struct PushResponse: Sendable {
     public var answer: PushAnswerClass? = nil
     /// FCM's `Retry-After`, when the last answer carried one.
     public var retryAfter: Duration? = nil
+    /// The message name of FCM's 200 (`projects/<project>/messages/<id>`), for a traced request only.
+    public var messageName: String? = nil
 
     public var isDelivered: Bool { disposition == .delivered }
 }

@@ -35,10 +35,14 @@ public struct PushJob: Sendable, Hashable {
     public var request: PushRequest
     /// From the priority lane: started before queued bulk jobs, and may use the streams reserved for it.
     public var prioritized: Bool
-    public init(appID: String, request: PushRequest, prioritized: Bool = false) {
+    /// Its notification is traced (docs/operations.md, "Tracing"): the transport keeps what the request span shows
+    /// that it otherwise drops (FCM's message name).
+    public var traced: Bool
+    public init(appID: String, request: PushRequest, prioritized: Bool = false, traced: Bool = false) {
         self.appID = appID
         self.request = request
         self.prioritized = prioritized
+        self.traced = traced
     }
 }
 
@@ -49,8 +53,10 @@ public enum PushAnswer: Sendable, Equatable {
     /// No credential is configured for the job's app, topic and environment.
     case noCredential(String)
     /// An answer the transport already classified with its provider's table (FCM, webhooks): the status
-    /// (nil below HTTP), the reason text, the class, and the provider's `Retry-After`.
-    case classified(status: Int?, reason: String, answer: PushAnswerClass, retryAfter: Duration?)
+    /// (nil below HTTP), the reason text, the class, the provider's `Retry-After`, and for a traced job FCM's message
+    /// name (`projects/.../messages/...`, from its 200).
+    case classified(
+        status: Int?, reason: String, answer: PushAnswerClass, retryAfter: Duration?, messageName: String? = nil)
 }
 
 /// Sends notifications to APNs (HTTP/2 clients in the stage; a script in tests).
@@ -59,6 +65,13 @@ public protocol PushTransport: Sendable {
     /// order, any thread; keep it short). Returns after the last answer. Many jobs are in flight at once; the
     /// call waits while the transport's in-flight bound is reached (backpressure).
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async
+    /// Where `job`'s request goes (host and port), when the transport can tell cheaply: for a traced job's request
+    /// span (`server.address`, `server.port`). Nil by default.
+    func server(for job: PushJob) -> ServiceEndpoint?
+}
+
+extension PushTransport {
+    public func server(for job: PushJob) -> ServiceEndpoint? { nil }
 }
 
 /// send: `herald.outbound` and `herald.retry` -> APNs; dead tokens -> `herald.token-feedback`,
@@ -145,7 +158,7 @@ public struct SendProcessor: StageProcessor {
                 }
                 let wait = max(0, Saturating.subtract(record.notBefore ?? 0, now))
                 buckets[Saturating.add(wait, 49) / 50 * 50, default: []].append(
-                    NumberedRecord(index: index, record: record))
+                    NumberedRecord(index: index, record: record, traced: input.trace != nil))
             } catch {
                 results[index] = error.result
             }
@@ -176,11 +189,14 @@ public struct SendProcessor: StageProcessor {
         let record: OutboundRecord
         /// The record's pair, made (and hashed) once for the sets and tables it is looked up in.
         let pair: DeliveryPair
+        /// Its input is traced (`StageInput.trace`): its provider request is reported (`StageNote.providerRequest`).
+        let traced: Bool
 
-        init(index: Int, record: OutboundRecord) {
+        init(index: Int, record: OutboundRecord, traced: Bool = false) {
             self.index = index
             self.record = record
             pair = record.deliveryPair
+            self.traced = traced
         }
     }
 
@@ -257,15 +273,20 @@ public struct SendProcessor: StageProcessor {
         let answers = AnswerBox(count: fresh.count)
         let marker = DeliveryMarker(ledger: ledger, context: context, onTransientFailure: onTransientFailure)
         let prioritized = self.prioritized
-        let jobs = fresh.map { PushJob(appID: $0.record.appID, request: $0.record.request, prioritized: prioritized) }
+        let jobs = fresh.map {
+            PushJob(appID: $0.record.appID, request: $0.record.request, prioritized: prioritized, traced: $0.traced)
+        }
         let deliveryPairs = fresh.map(\.pair)
+        // A traced input's request span runs from here to its answer (wall clock); nothing is read for the others.
+        let times = fresh.contains(where: { $0.traced }) ? RequestTimes(count: fresh.count, context: context) : nil
         let sendStarted = ContinuousClock.now
         await transport.send(jobs) { index, answer in
             guard index >= 0, index < jobs.count else { return }
+            if let times, jobs[index].traced { times.answered(index) }
             answers.set(index, answer)
             var delivered = false
             if case .answered(200, _, _) = answer { delivered = true }
-            if case .classified(_, _, .delivered, _) = answer { delivered = true }
+            if case .classified(_, _, .delivered, _, _) = answer { delivered = true }
             if delivered {
                 marker.add(app: jobs[index].appID, deliveryPairs[index])
             }
@@ -285,7 +306,17 @@ public struct SendProcessor: StageProcessor {
                     || context.keepsRoutine(
                         appID: item.record.appID, eventID: item.record.eventID, user: item.record.recipient)
             )
-            out.append(NumberedResult(item.index, result))
+            if let times, item.traced,
+                let request = requestNote(
+                    item.record, jobs[position], received[position], start: times.start,
+                    end: times.end(position))
+            {
+                var result = result
+                result.notes.append(.providerRequest(request))
+                out.append(NumberedResult(item.index, result))
+            } else {
+                out.append(NumberedResult(item.index, result))
+            }
             if !delivered {
                 release[item.record.appID, default: []].append(item.pair)
             }
@@ -297,6 +328,40 @@ public struct SendProcessor: StageProcessor {
             }
         }
         return out
+    }
+
+    /// The provider request of a traced record (`StageNote.providerRequest`): nil when none was made (no
+    /// credential, or handed back at shutdown before an answer).
+    func requestNote(
+        _ record: OutboundRecord, _ job: PushJob, _ answer: PushAnswer?, start: UInt64, end: UInt64?
+    ) -> ProviderRequest? {
+        guard let answer, let end else { return nil }
+        let status: Int?
+        let reason: String
+        let failure: String?
+        var messageID = record.request.provider == .apns ? record.request.apnsID : nil
+        switch answer {
+        case .noCredential, .failed(.clientShutdown):
+            return nil
+        case .failed(let transportFailure):
+            status = nil
+            reason = transportFailure.kind
+            failure = transportFailure.kind
+        case .answered(let code, let apnsReason, _):
+            status = code
+            reason = apnsReason?.wire ?? ""
+            failure = code == 200 ? nil : String(code)
+        case .classified(let code, let text, let answerClass, _, let name):
+            if code == nil, text == "ClientShutdown" { return nil }
+            status = code
+            reason = text
+            failure = answerClass == .delivered ? nil : code.map(String.init) ?? text
+            if let name { messageID = name }
+        }
+        return ProviderRequest(
+            provider: record.request.provider.rawValue, status: status, reason: reason, failure: failure,
+            messageID: messageID, server: transport.server(for: job), attempt: record.attempt,
+            startNanoseconds: start, endNanoseconds: max(start, end))
     }
 
     /// A notification whose `apns-expiration` passed before it could be sent: dropped, counted, explained.
@@ -352,7 +417,7 @@ public struct SendProcessor: StageProcessor {
             answerClass = APNsAnswerTable.classify(status: code, reason: reason, timestamp: timestamp)
             reasonText = reason?.wire ?? (code == 200 ? "" : "HTTP\(code)")
             answerNote = .apnsAnswer(status: code, reason: reason?.wire ?? "")
-        case .classified(let code, let reason, let cls, let after):
+        case .classified(let code, let reason, let cls, let after, _):
             if code == nil, reason == "ClientShutdown" { return (.handedBack, false) }
             status = code
             answerClass = cls
@@ -464,6 +529,30 @@ final class AnswerBox: Sendable {
     init(count: Int) { answers = Mutex(Array(repeating: nil, count: count)) }
     func set(_ index: Int, _ answer: PushAnswer) { answers.withLock { $0[index] = answer } }
     var values: [PushAnswer?] { answers.withLock { $0 } }
+}
+
+/// When one send handed its jobs to the transport and when each traced job's answer arrived (wall clock,
+/// nanoseconds since the epoch); made only for a send with a traced job.
+final class RequestTimes: Sendable {
+    let start: UInt64
+    private let ends: Mutex<[UInt64?]>
+    private let context: BatchContext
+
+    init(count: Int, context: BatchContext) {
+        self.context = context
+        start = Self.nanoseconds(context.now())
+        ends = Mutex(Array(repeating: nil, count: count))
+    }
+
+    /// Notes now as the answer time of the job at `index`.
+    func answered(_ index: Int) {
+        let now = Self.nanoseconds(context.now())
+        ends.withLock { $0[index] = now }
+    }
+
+    func end(_ index: Int) -> UInt64? { ends.withLock { $0[index] } }
+
+    static func nanoseconds(_ date: Date) -> UInt64 { UInt64(max(0, date.timeIntervalSince1970 * 1_000_000_000)) }
 }
 
 /// Confirms deliveries as 200s arrive: the first one at once, the ones arriving meanwhile in the next

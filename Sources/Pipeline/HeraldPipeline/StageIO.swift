@@ -164,6 +164,47 @@ public enum StageNote: Sendable, Hashable {
     /// suppress asked its translator for one text (one per message and language in a batch, docs/behaviour.md §7a):
     /// `hit`, `translated`, `timeout`, `failed` (`TranslationOutcome.metricOutcome`).
     case translation(outcome: String)
+    /// send: one provider request of a traced input (docs/operations.md, "Tracing"), which the loop makes a child
+    /// span of the stage's span. Only a traced input gets one; boxed, so the other notes stay small.
+    indirect case providerRequest(ProviderRequest)
+}
+
+/// One request of a traced notification to its provider, from the moment its job was handed to the transport to
+/// its final answer (after the transport's own transparent resends and in-process retry).
+public struct ProviderRequest: Sendable, Hashable {
+    /// `apns`, `fcm`, `webpush`, `webhook`.
+    public var provider: String
+    /// The answer's HTTP status; nil when no HTTP answer came (a transport failure).
+    public var status: Int?
+    /// The provider's reason (APNs `reason`, FCM's error code, a transport failure's kind); empty for a delivery.
+    public var reason: String
+    /// What went wrong, for `error.type`: the status code of an answer that is not a delivery, or the kind of a
+    /// transport failure; nil for a delivery.
+    public var failure: String?
+    /// The request's `apns-id` (APNs) or the message name FCM answered (`projects/.../messages/...`).
+    public var messageID: String?
+    /// Where the request went, when the transport can tell.
+    public var server: ServiceEndpoint?
+    /// The notification's attempt (`herald.retry` counts them; a retry is a later input with its own span).
+    public var attempt: Int
+    /// When the job was handed to the transport and when its answer arrived, in nanoseconds since the epoch.
+    public var startNanoseconds: UInt64
+    public var endNanoseconds: UInt64
+
+    public init(
+        provider: String, status: Int?, reason: String, failure: String?, messageID: String?,
+        server: ServiceEndpoint?, attempt: Int, startNanoseconds: UInt64, endNanoseconds: UInt64
+    ) {
+        self.provider = provider
+        self.status = status
+        self.reason = reason
+        self.failure = failure
+        self.messageID = messageID
+        self.server = server
+        self.attempt = attempt
+        self.startNanoseconds = startNanoseconds
+        self.endNanoseconds = endNanoseconds
+    }
 }
 
 /// What became of one input.
@@ -307,6 +348,14 @@ public protocol StageProcessor: Sendable {
     /// ingest, resolve, suppress, render, send, registry.
     var stage: String { get }
     func process(_ batch: [StageInput], context: BatchContext) async -> [StageResult]
+    /// The event and app a traced input is about, for its span's `herald.event_id` and `herald.app_id`
+    /// (docs/operations.md, "Tracing"); nil when the stage cannot tell (the default). The loop asks only about
+    /// traced inputs, so decoding the input again is fine.
+    func traceIdentity(of input: StageInput) -> (eventID: String, appID: String)?
+}
+
+extension StageProcessor {
+    public func traceIdentity(of input: StageInput) -> (eventID: String, appID: String)? { nil }
 }
 
 /// The explain trail sink (Redis in the stages, an array in tests).

@@ -24,6 +24,8 @@ package final class APNsPushTransport: PushTransport, Service, Sendable {
 
     private let state: Mutex<Clients>
     private let timeout: Duration
+    /// The configured endpoint (nil: Apple's host of each request's environment).
+    package let endpoint: ServiceEndpoint?
     private let logger: Logger
     private let make: @Sendable (String, APNsCredential) throws -> APNsClient
     private let environment: [String: String]
@@ -33,6 +35,7 @@ package final class APNsPushTransport: PushTransport, Service, Sendable {
     /// passwords a credential names.
     package init(apps: AppDirectory, settings: ProviderClientSettings, environment: [String: String], logger: Logger) {
         self.timeout = settings.timeout
+        self.endpoint = settings.endpoint
         self.logger = logger
         self.environment = environment
         make = { appID, credential in

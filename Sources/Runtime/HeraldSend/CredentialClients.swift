@@ -22,6 +22,7 @@ func sendConcurrently<Client: CredentialClient>(
                 let requests = indices.map { index in
                     var request = delivery(jobs[index].request, timeout, UInt64(index))
                     request.prioritized = jobs[index].prioritized
+                    if jobs[index].traced { request.traced = true }
                     return request
                 }
                 await client.answers(for: requests) { response in

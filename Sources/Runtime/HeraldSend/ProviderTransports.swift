@@ -38,6 +38,23 @@ package final class RoutingPushTransport: PushTransport, Service, Sendable {
             fcmTokens: fcm.isReady, webhookClients: webhook.hasClients, webpushClients: webpush.hasClients)
     }
 
+    /// Where a job's request goes: the configured endpoint or the provider's own host (APNs, FCM), the webhook's
+    /// URL, the push service of a Web Push subscription. Asked only for traced jobs.
+    package func server(for job: PushJob) -> ServiceEndpoint? {
+        switch job.request.provider {
+        case .apns: apns.endpoint ?? ServiceEndpoint(job.request.environment)
+        case .fcm: fcm.endpoint ?? ServiceEndpoint(host: "fcm.googleapis.com")
+        case .webhook: webhook.url(for: job).flatMap(Self.endpoint(ofURL:))
+        case .webpush: WebPushSubscription(token: job.request.token).flatMap { Self.endpoint(ofURL: $0.endpoint) }
+        }
+    }
+
+    /// The host and port of an `https` or `http` URL (no path, user or query: those may hold a secret).
+    static func endpoint(ofURL text: String) -> ServiceEndpoint? {
+        guard let url = URLComponents(string: text), let host = url.host, !host.isEmpty else { return nil }
+        return ServiceEndpoint(host: host, port: url.port ?? (url.scheme == "http" ? 80 : 443))
+    }
+
     package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
         // Nearly every batch is one provider's: its jobs go on as they are, without a subset and an index map.
         if let provider = jobs.first?.request.provider, jobs.allSatisfy({ $0.request.provider == provider }) {
@@ -102,6 +119,8 @@ package final class FCMPushTransport: Sendable {
 
     private let state: Mutex<CredentialClients<Key, FCMClient>>
     private let timeout: Duration
+    /// The configured endpoint (nil: FCM's own host).
+    package let endpoint: ServiceEndpoint?
     private let make: @Sendable (String, FCMCredential) throws -> FCMClient
     private let logger: Logger
 
@@ -109,6 +128,7 @@ package final class FCMPushTransport: Sendable {
     /// and left out (its notifications are dead-lettered with `no_credential`).
     package init(apps: AppDirectory, settings: ProviderClientSettings, logger: Logger) {
         self.timeout = settings.timeout
+        self.endpoint = settings.endpoint
         self.logger = logger
         make = { appID, credential in
             let account = try FCMServiceAccount.load(path: credential.serviceAccountFile)
@@ -202,7 +222,7 @@ package final class FCMPushTransport: Sendable {
             return .classified(
                 status: status, reason: r.reasonText ?? "HTTP\(status)",
                 answer: r.answer ?? FCMAnswerTable.classify(status: status, body: nil),
-                retryAfter: r.retryAfter)
+                retryAfter: r.retryAfter, messageName: r.messageName)
         }
         return .failed(r.transportFailure ?? .protocolViolation("no answer"))
     }
@@ -296,6 +316,12 @@ package final class WebhookPushTransport: Sendable {
     }
 
     private var client: WebhookClient? { state.withLock { $0.client } }
+
+    /// The URL `job` is posted to (nil: no such webhook).
+    func url(for job: PushJob) -> String? {
+        let key = Key(app: job.appID, providerID: job.request.providerID ?? job.request.topic)
+        return state.withLock { $0.endpoints[key]?.url }
+    }
 
     package var hasClients: Bool { client != nil }
 

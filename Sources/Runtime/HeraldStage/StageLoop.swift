@@ -353,6 +353,7 @@ public final class StageLoop: Service, Sendable {
                 if let traced = traces[index] { inputs[index].trace = StageTracing.propagation(traced) }
             }
         }
+        if !spans.isEmpty { StageTracing.identify(spans, inputs: inputs, processor: processor) }
         let plan = await breaker?.begin(batch)
         var alone: TopicPartition?
         var results: [StageResult]
@@ -424,7 +425,7 @@ public final class StageLoop: Service, Sendable {
         if !spans.isEmpty {
             let processed = Self.nanoseconds(now())
             for (index, span) in spans where index < results.count {
-                StageTracing.record(results[index], on: span, at: processed)
+                StageTracing.record(results[index], on: span, at: processed, export: configuration.tracing?.export)
             }
         }
         return Prepared(
@@ -758,6 +759,9 @@ struct Tally {
                 digests[outcome, default: 0] += 1
             case .translation(let outcome):
                 translations[outcome, default: 0] += 1
+            case .providerRequest:
+                // A span (`StageTracing`), not a count: the answer itself is counted by its `apnsAnswer` note.
+                break
             }
         }
     }

@@ -37,8 +37,9 @@ public struct StageTracing: Sendable {
 
     /// Adds to a traced event's span what the stage decided about it, as events at `time`: each suppression with
     /// its reason (the explain trail's reason codes, so the trace and the trail tell the same story), each provider
-    /// answer, retry and dead token, and the dead letter.
-    static func record(_ result: StageResult, on span: EventSpan, at time: UInt64) {
+    /// answer, retry and dead token, and the dead letter. Each provider request send reports becomes a child span
+    /// of `span` (with `export`; `providerRequestSpan`).
+    static func record(_ result: StageResult, on span: EventSpan, at time: UInt64, export: SpanExport? = nil) {
         span.setAttribute("herald.outputs", Int64(result.outputs.count))
         for note in result.notes {
             switch note {
@@ -56,6 +57,8 @@ public struct StageTracing: Sendable {
                 span.addEvent("token dead", atNanoseconds: time, attributes: ["herald.reason": reason])
             case .duplicate:
                 span.addEvent("duplicate", atNanoseconds: time)
+            case .providerRequest(let request):
+                if let export { providerRequestSpan(request, under: span, export: export) }
             default:
                 continue
             }
@@ -63,6 +66,41 @@ public struct StageTracing: Sendable {
         if let letter = result.deadLetter {
             span.setAttribute("herald.dead_letter", letter.reason)
             span.addEvent("dead letter", atNanoseconds: time, attributes: ["herald.reason": letter.reason])
+        }
+    }
+
+    /// Records one provider request of send as a child of the stage's span: kind `client`, named `POST`, from the
+    /// moment its job was handed to the transport to its answer, with the HTTP semantic conventions' attributes
+    /// and Herald's own (docs/operations.md, "Tracing"). Never the token or the message.
+    static func providerRequestSpan(_ request: ProviderRequest, under parent: EventSpan, export: SpanExport) {
+        let span = export.startChildSpan(
+            "POST", of: parent, kind: .client, startNanoseconds: request.startNanoseconds)
+        span.setAttribute("herald.provider", request.provider)
+        span.setAttribute("http.request.method", "POST")
+        if let server = request.server {
+            span.setAttribute("server.address", server.host)
+            span.setAttribute("server.port", Int64(server.port))
+        }
+        if let status = request.status { span.setAttribute("http.response.status_code", Int64(status)) }
+        span.setAttribute("herald.reason", request.reason)
+        if let failure = request.failure {
+            span.setAttribute("error.type", failure)
+            span.setError(request.reason.isEmpty ? failure : request.reason)
+        }
+        if let id = request.messageID {
+            span.setAttribute(request.provider == "fcm" ? "herald.fcm_message" : "herald.apns_id", id)
+        }
+        span.setAttribute("herald.attempt", Int64(request.attempt))
+        span.end(atNanoseconds: max(request.endNanoseconds, request.startNanoseconds))
+    }
+
+    /// Sets `herald.event_id` and `herald.app_id` on each span whose input the processor can tell them of
+    /// (`StageProcessor.traceIdentity`), so `heraldctl trace <event>` finds the event's traces.
+    static func identify(_ spans: [Int: EventSpan], inputs: [StageInput], processor: any StageProcessor) {
+        for (index, span) in spans where index < inputs.count {
+            guard let identity = processor.traceIdentity(of: inputs[index]) else { continue }
+            span.setAttribute("herald.event_id", identity.eventID)
+            span.setAttribute("herald.app_id", identity.appID)
         }
     }
 

@@ -43,6 +43,22 @@ public final class SpanExport: Sendable {
         let span = tracer.startSpan(
             name, context: context, ofKind: kind,
             at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: startNanoseconds))
+        return eventSpan(span, fallback: fallback)
+    }
+
+    /// Starts a child of `parent` at `start` (nanoseconds since the epoch): a step of the event in the stage with
+    /// a time of its own, such as send's request to a provider (kind `client`). The caller ends it.
+    public func startChildSpan(
+        _ name: String, of parent: EventSpan, kind: SpanKind, startNanoseconds: UInt64
+    ) -> EventSpan {
+        let span = tracer.startSpan(
+            name, context: parent.span.context, ofKind: kind,
+            at: DefaultTracerClock.Timestamp(nanosecondsSinceEpoch: startNanoseconds))
+        return eventSpan(span, fallback: parent.context)
+    }
+
+    /// `span` with the context that makes it a parent (`fallback` when the tracer gives none).
+    private func eventSpan(_ span: any Span, fallback: TraceContext) -> EventSpan {
         var outgoing: [String: String] = [:]
         tracer.inject(span.context, into: &outgoing, using: HeaderInjector())
         let continued =
@@ -63,6 +79,9 @@ public struct EventSpan: Sendable {
 
     public func setAttribute(_ key: String, _ value: String) { span.attributes[key] = value }
     public func setAttribute(_ key: String, _ value: Int64) { span.attributes[key] = value }
+
+    /// Marks the span failed (OTLP status `error`), with `description` (a reason code, never message text).
+    public func setError(_ description: String) { span.setStatus(SpanStatus(code: .error, message: description)) }
 
     public func addEvent(_ name: String, atNanoseconds nanoseconds: UInt64, attributes: [String: String] = [:]) {
         var spanAttributes = SpanAttributes()
