@@ -84,11 +84,15 @@ struct HeldTraceRedisTests {
         try await store.releaseBurstEvents()
         // The shared copies are given back through the context: none is left.
         #expect(try await BurstsRedisTests.copies(redis).isEmpty)
-        // The next held message is untraced: its flush carries no context.
-        let later = t + 4_000 + StateStore.burstLeaseMilliseconds + 100
-        _ = try await store.stepBursts([Self.message("u1", at: later, record: records[0], trace: nil)])
+        // A new burst whose held message is untraced: its flush carries no context.
+        let later = t + 4_000 + StateStore.burstLeaseMilliseconds + Self.policy.windowMilliseconds
+        let next = try await store.stepBursts([
+            Self.message("u1", at: later, record: records[0], trace: nil),
+            Self.message("u1", at: later + 100, record: records[1], trace: nil),
+        ])
+        #expect(next == [.first, .held(count: 2)])
         due = try await store.claimDueBursts(app: "a", policy: Self.policy, now: later + 4_000)
-        #expect(due.count == 1 && due[0].record == records[0] && due[0].trace == nil)
+        #expect(due.count == 1 && due[0].record == records[1] && due[0].trace == nil)
     }
 
     @Test("a push the flood guard holds keeps a traced push's context for the summary")
