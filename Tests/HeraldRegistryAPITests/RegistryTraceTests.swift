@@ -6,6 +6,7 @@ import HeraldCore
 import HeraldKafka
 import HeraldRedis
 import HeraldRegistryAPI
+import HeraldTestSupport
 import Logging
 import Synchronization
 import Testing
@@ -90,5 +91,42 @@ struct RegistryTraceTests {
         #expect(await Self.register(api, ["traceparent": Self.traceparent, "tracestate": "no equals sign"]) == 202)
         #expect(sink.traces.count == 2 && sink.traces[0] == nil)
         #expect(sink.traces[1]?.traceparent == Self.traceparent && sink.traces[1]?.tracestate == nil)
+    }
+}
+
+extension RegistryAPITests {
+    @Test("over HTTP: a write with a traceparent header puts it on its herald.registry record; one without has none")
+    func traceparentReachesTheTopic() async throws {
+        let s = try APIStackHolder.stack()
+        let traceparent = RegistryTraceTests.traceparent
+        let register = #"{"token": "\#(APIStack.hex(77))", "bundle_id": "com.example.chat"}"#
+        let traced = try await TestHTTP.request(
+            port: s.apiPort, method: "POST", path: "/v1/apps/app1/users/u-traced/devices",
+            headers: [
+                "Authorization": "Bearer \(APIStack.token)", "traceparent": traceparent, "tracestate": "vendor=x",
+            ], body: register)
+        #expect(traced.status == 202)
+        let malformed = try await TestHTTP.request(
+            port: s.apiPort, method: "POST", path: "/v1/apps/app1/users/u-malformed/devices",
+            headers: ["Authorization": "Bearer \(APIStack.token)", "traceparent": "00-not-a-context-01"],
+            body: #"{"token": "\#(APIStack.hex(78))", "bundle_id": "com.example.chat"}"#)
+        #expect(malformed.status == 202)
+        // Read herald.registry from the start with a group of its own until both records are there.
+        var configuration = KafkaConsumerConfiguration(
+            brokers: s.tansu.brokers, groupID: "trace-reader-\(UUID())", topics: ["herald.registry"])
+        configuration.sessionTimeout = .seconds(3)
+        let consumer = try KafkaConsumer(configuration: configuration)
+        var byUser: [String: ConsumerRecord] = [:]
+        let deadline = ContinuousClock.now + .seconds(120)
+        while byUser["u-traced"] == nil || byUser["u-malformed"] == nil, ContinuousClock.now < deadline {
+            for record in try await consumer.nextBatch() ?? [] {
+                if let key = record.key { byUser[String(decoding: key, as: UTF8.self)] = record }
+            }
+        }
+        await consumer.shutdown()
+        let headers = try #require(byUser["u-traced"]).headers
+        #expect(headers.first { $0.key == "traceparent" }?.value == Array(traceparent.utf8))
+        #expect(headers.first { $0.key == "tracestate" }?.value == Array("vendor=x".utf8))
+        #expect(try #require(byUser["u-malformed"]).headers.allSatisfy { !$0.key.hasPrefix("trace") })
     }
 }
