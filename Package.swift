@@ -138,7 +138,7 @@ let package = Package(
         .target(
             name: "HeraldRegistryAPI",
             dependencies: [
-                "HeraldCore", "HeraldKafka", "HeraldRedis",
+                "HeraldCore", "HeraldKafka", "HeraldRedis", "HeraldTracing",
                 .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Runtime/HeraldRegistryAPI"),
 

@@ -20,9 +20,11 @@ struct BrokenBurstLedger: BurstLedger {
 
 /// What a flush pass produced.
 final class Produced: Sendable {
-    private let list = Mutex<[StageOutput]>([])
-    var outputs: [StageOutput] { list.withLock { $0 } }
-    @Sendable func add(_ outputs: [StageOutput]) async throws { list.withLock { $0 += outputs } }
+    private let list = Mutex<[FlushOutput]>([])
+    var outputs: [StageOutput] { list.withLock { $0.map(\.output) } }
+    /// The trace context each output carries (nil: no trace header).
+    var traces: [TracePropagation?] { list.withLock { $0.map(\.trace) } }
+    @Sendable func add(_ outputs: [FlushOutput]) async throws { list.withLock { $0 += outputs } }
 }
 
 /// A memory ledger that keeps the messages it is asked to step.

@@ -14,6 +14,10 @@ import Synchronization
 // any burst can refer to them (in the same round trip as the steps, ahead of them) and given back after the
 // references are gone (riding on the next round trip), so a crash or a failed round trip can only keep a copy
 // longer, until its TTL, never drop one a burst still needs.
+//
+// A traced message's trace context goes with its held part (`HeldPart.traced`), and only then: untraced traffic
+// stores and sends no byte more. The burst keeps the context of the latest traced message held since it last
+// showed (an untraced message held after it keeps it), and its flush carries it.
 
 extension RedisKeys {
     /// Shards of the burst state, by user.
@@ -22,7 +26,8 @@ extension RedisKeys {
     /// The burst shard of a user.
     public static func burstShard(user: String) -> UInt64 { fnv(user) % burstShards }
 
-    /// Hash: burst field -> `<count>:<shown>:<shown at ms>:<last at ms>:<lane>[:<held part>]` (`HeldPart`).
+    /// Hash: burst field -> `<count>:<shown>:<shown at ms>:<last at ms>:<lane>[:<held part>]` (`HeldPart`; a traced
+    /// one starts with its trace context, `HeldPart.traced`).
     public static func bursts(app: String, shard: UInt64) -> String { "\(prefix):\(app):burst:{b\(shard)}" }
 
     /// Sorted set: burst field -> when the flush timer looks at it next (epoch ms).
@@ -206,12 +211,13 @@ extension StateStore {
                     let count = values[i + 1].int, let laneName = values[i + 2].text,
                     let held = values[i + 3].data, let lastAt = values[i + 4].int
                 else { throw RedisError(.unexpectedReply, "the burst claim script answered \(values[i])") }
+                let (trace, part) = HeldPart.untraced(Array(held))
                 claimed.append(
                     (
                         HeldBurst(
                             user: parts.user, conversation: parts.conversation, count: Int(count),
-                            lane: Lane(rawValue: laneName) ?? .bulk, record: []),
-                        HeldPart(Array(held)), lastAt
+                            lane: Lane(rawValue: laneName) ?? .bulk, record: [], trace: trace),
+                        HeldPart(part), lastAt
                     ))
             }
         }
@@ -402,6 +408,34 @@ enum HeldPart: Sendable, Hashable {
             stub: Array(bytes[(colons[2] + 1)...]))
     }
 
+    /// The first byte of a held part that carries a trace context (a record starts with its magic bytes or `{`, a
+    /// shared part with `#`).
+    static let traceMarker = UInt8(ascii: "^")
+
+    /// `part` as a traced message holds it: `^<length>:<context>` (`HeldTrace.stored`, `<length>` its bytes) before
+    /// it. An untraced message's part is `part` itself.
+    static func traced(_ part: [UInt8], _ trace: HeldTrace?) -> [UInt8] {
+        guard let trace else { return part }
+        let stored = trace.stored
+        var out: [UInt8] = [traceMarker]
+        out.reserveCapacity(part.count + stored.count + 8)
+        out.append(contentsOf: String(stored.count).utf8)
+        out.append(UInt8(ascii: ":"))
+        out.append(contentsOf: stored)
+        out.append(contentsOf: part)
+        return out
+    }
+
+    /// A stored held part's trace context (nil: none) and the part after it.
+    static func untraced(_ bytes: [UInt8]) -> (HeldTrace?, [UInt8]) {
+        guard bytes.first == traceMarker, let colon = bytes.prefix(12).firstIndex(of: UInt8(ascii: ":")),
+            let length = Int(String(decoding: bytes[1..<colon], as: UTF8.self)), length >= 0,
+            colon + 1 + length <= bytes.count
+        else { return (nil, bytes) }
+        let end = colon + 1 + length
+        return (HeldTrace(stored: bytes[(colon + 1)..<end]), Array(bytes[end...]))
+    }
+
     /// The record again: `shared` put back into `stub` at `offset`.
     static func splice(_ stub: [UInt8], at offset: Int, _ shared: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
@@ -486,11 +520,13 @@ struct SharedEvents {
         for (m, event) in zip(messages, eventOf) {
             guard let event, let copy = copyIndex[event.index] else {
                 copyOf.append(nil)
-                held.append(m.record)
+                held.append(HeldPart.traced(m.record, m.trace))
                 continue
             }
             copyOf.append(copy)
-            held.append(HeldPart.encode(m.record, sharing: event.range, digest: copies[copy].digest))
+            held.append(
+                HeldPart.traced(
+                    HeldPart.encode(m.record, sharing: event.range, digest: copies[copy].digest), m.trace))
         }
     }
 
@@ -583,11 +619,25 @@ enum BurstScripts {
         end
         -- A user's flood guard is the field with an empty conversation; it is flushed and ended by the minute.
         local function isflood(f) return string.sub(f, -1) == ':' end
-        -- The digest of the shared event a held part refers to ('#<digest>:...'); '' for none (a record kept whole,
-        -- such as one written before events were shared, starts with its magic bytes).
+        -- A traced message's held part starts with its trace context, '^<length>:<context>' (HeldPart.traced): that
+        -- prefix, '' for none.
+        local function tracepart(rec)
+          if rec == nil or string.byte(rec, 1) ~= 94 then return '' end
+          local n, at = string.match(rec, '^%^(%d+):()')
+          if not n then return '' end
+          return string.sub(rec, 1, at + tonumber(n) - 1)
+        end
+        -- The held part a message held after `old` (the burst's pending part, nil for none) stores: its own, with the
+        -- trace context of `old` when it has none itself (the latest traced message's context stays with the burst).
+        local function hold(old, new)
+          if string.byte(new, 1) == 94 then return new end
+          return tracepart(old) .. new
+        end
+        -- The digest of the shared event a held part refers to ('#<digest>:...' after any trace context); '' for
+        -- none (a record kept whole, such as one written before events were shared, starts with its magic bytes).
         local function shared(rec)
           if not rec then return '' end
-          return string.match(rec, '^#(%x+):') or ''
+          return string.match(rec, '^#(%x+):', #tracepart(rec) + 1) or ''
         end
 
         """
@@ -615,7 +665,7 @@ enum BurstScripts {
                 st.shownAt = now
                 step = 1
               else
-                st.rec = ARGV[7]
+                st.rec = hold(st.rec, ARGV[7])
                 st.lane = ARGV[6]
                 step = 2
               end
@@ -645,7 +695,7 @@ enum BurstScripts {
             local step
             if waspending or st.shown >= limit then
               st.count = st.count + 1
-              st.rec = ARGV[7]
+              st.rec = hold(st.rec, ARGV[7])
               st.lane = ARGV[6]
               step = 2
             else

@@ -7,6 +7,8 @@ import HeraldCore
 // of the last `Digest.seenEvents` events counted (a replay is not counted twice). The count script and the
 // mark-read script (Counters.swift) touch only that hash, so it is bounded and atomic per user. When each user's
 // digest is due is kept apart, in 64 sorted sets by user (`digest_due:{g<shard>}`), which the flush timer reads.
+// A traced message counted leaves its trace context in the hash (`t`, the latest traced one's), which the digest's
+// record carries; an untraced one sends and stores nothing more.
 
 extension RedisKeys {
     /// Shards of the digest schedule, by user.
@@ -16,7 +18,8 @@ extension RedisKeys {
     public static func digestShard(user: String) -> UInt64 { fnv(user) % digestShards }
 
     /// Hash: one user's digest: `end` (epoch ms), `w` (`dnd`/`snooze`), `total`, `n` (conversations by name),
-    /// `other` (messages of conversations beyond them), `c:<conversation>` -> `<count>:<name>`, `s` (fingerprints).
+    /// `other` (messages of conversations beyond them), `c:<conversation>` -> `<count>:<name>`, `s` (fingerprints),
+    /// `t` (the trace context of the latest traced message counted, `HeldTrace.stored`; only when one was traced).
     public static func digest(app: String, user: String) -> String { userPrefix(app: app, user: user) + "digest" }
 
     /// Sorted set: user -> when their digest is due (epoch ms; a claimed digest: when its lease passes).
@@ -42,7 +45,8 @@ extension StateStore {
         ) { batch, sha, i in
             let c = counts[i / 2]
             if i % 2 == 0 {
-                batch.command("EVALSHA", arguments: 10)
+                let trace = c.trace?.stored
+                batch.command("EVALSHA", arguments: trace == nil ? 10 : 11)
                 batch.argument(sha(DigestScripts.count))
                 batch.argument("1")
                 batch.argument(RedisKeys.digest(app: c.appID, user: c.user))
@@ -53,6 +57,7 @@ extension StateStore {
                 batch.argument(c.window.rawValue)
                 batch.argument(Int64(Digest.maxConversations))
                 batch.argument(max(c.end - now, 0) + c.deadlineMilliseconds + Self.digestMarginMilliseconds)
+                if let trace { batch.argument(trace) }
             } else {
                 batch.command("ZADD", arguments: 4)
                 batch.argument(RedisKeys.digestsDue(app: c.appID, shard: RedisKeys.digestShard(user: c.user)))
@@ -121,6 +126,10 @@ extension StateStore {
             defer { i += 2 }
             guard let field = values[i].text else { continue }
             if field == "s" { continue }
+            if field == "t" {
+                digest.trace = values[i + 1].data.flatMap { HeldTrace(stored: Array($0)) }
+                continue
+            }
             let value = values[i + 1].text ?? ""
             switch field {
             case "end": digest.end = Int64(value) ?? 0
@@ -184,8 +193,8 @@ extension StateStore {
 /// The digest scripts; each touches one key.
 enum DigestScripts {
     /// KEYS[1]: the user's digest hash. ARGV: the event's fingerprint (8 bytes), the conversation's field, its name,
-    /// the window's end, its kind, the most conversations by name, the hash's TTL. Returns 1 when counted, 0 for an
-    /// event counted before.
+    /// the window's end, its kind, the most conversations by name, the hash's TTL, and for a traced message its trace
+    /// context (kept as `t`). Returns 1 when counted, 0 for an event counted before.
     static let count = LoadedScript(
         """
         local s = redis.call('HGET', KEYS[1], 's') or ''
@@ -206,6 +215,7 @@ enum DigestScripts {
           redis.call('HINCRBY', KEYS[1], 'other', 1)
         end
         redis.call('HINCRBY', KEYS[1], 'total', 1)
+        if ARGV[8] then redis.call('HSET', KEYS[1], 't', ARGV[8]) end
         local e = tonumber(redis.call('HGET', KEYS[1], 'end')) or 0
         if tonumber(ARGV[4]) > e then
           redis.call('HSET', KEYS[1], 'end', ARGV[4], 'w', ARGV[5])

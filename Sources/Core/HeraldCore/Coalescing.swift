@@ -154,6 +154,9 @@ public struct BurstMessage: Sendable, Hashable {
     public var flood = FloodPolicy()
     /// The message's deliverable record (wire bytes), kept with the burst while it is held.
     public var record: [UInt8]
+    /// A traced message's context (`StageInput.trace`), kept with the burst when the message is held: the burst's
+    /// flush carries the context of the latest traced message it holds. nil for an untraced one.
+    public var trace: HeldTrace?
 
     /// The part of `record` a held message keeps once per event, shared by every burst that holds it: the event's
     /// bytes (`DeliverableRecord.eventRange(inWireBytes:)`); nil for a record of another kind, which is kept whole.
@@ -161,8 +164,9 @@ public struct BurstMessage: Sendable, Hashable {
 
     public init(
         appID: String, user: String, conversation: String, at: Int64, policy: CoalescePolicy, lane: Lane,
-        record: [UInt8]
+        record: [UInt8], trace: HeldTrace? = nil
     ) {
+        self.trace = trace
         self.appID = appID
         self.user = user
         self.conversation = conversation
@@ -185,10 +189,15 @@ public struct HeldBurst: Sendable, Hashable {
     /// empty and no flush can be produced. The flush timer confirms the burst without output and counts it
     /// (docs/behaviour.md §6a).
     public var eventMissing: Bool
+    /// The context of the latest traced message the burst held since it last showed (`BurstMessage.trace`), which
+    /// its flush carries; nil when none of them was traced.
+    public var trace: HeldTrace?
 
     public init(
-        user: String, conversation: String, count: Int, lane: Lane, record: [UInt8], eventMissing: Bool = false
+        user: String, conversation: String, count: Int, lane: Lane, record: [UInt8], eventMissing: Bool = false,
+        trace: HeldTrace? = nil
     ) {
+        self.trace = trace
         self.user = user
         self.conversation = conversation
         self.count = count

@@ -325,11 +325,15 @@ public struct DigestCount: Sendable, Hashable {
     /// When the window ends (epoch ms).
     public var end: Int64
     public var deadlineMilliseconds: Int64
+    /// A traced message's context (`StageInput.trace`): the digest carries the context of the latest traced message
+    /// counted in it. nil for an untraced one (nothing is kept).
+    public var trace: HeldTrace?
 
     public init(
         appID: String, user: String, eventID: String, conversation: String, name: String,
-        window: DigestSummary.Window, end: Int64, deadlineMilliseconds: Int64
+        window: DigestSummary.Window, end: Int64, deadlineMilliseconds: Int64, trace: HeldTrace? = nil
     ) {
+        self.trace = trace
         self.appID = appID
         self.user = user
         self.eventID = eventID
@@ -354,6 +358,9 @@ public struct DueDigest: Sendable, Hashable {
     public var other: Int
     /// The score the claim gave it (its lease), which the confirmation checks.
     public var lease: Int64
+    /// The context of the latest traced message counted (`DigestCount.trace`), which the digest's record carries; nil
+    /// when none was traced.
+    public var trace: HeldTrace?
 
     public struct Conversation: Sendable, Hashable {
         public var id: String
@@ -369,8 +376,9 @@ public struct DueDigest: Sendable, Hashable {
 
     public init(
         user: String, end: Int64, window: DigestSummary.Window, messages: Int, conversations: [Conversation],
-        other: Int, lease: Int64
+        other: Int, lease: Int64, trace: HeldTrace? = nil
     ) {
+        self.trace = trace
         self.user = user
         self.end = end
         self.window = window

@@ -1,5 +1,28 @@
 import HeraldCore
 
+/// A record one of suppress's timers produces (a burst's flush, a flood guard's summary, a digest), with the trace
+/// context it carries as its `traceparent`/`tracestate` headers: the one kept with the held state of a traced message
+/// (docs/operations.md "Tracing"); nil (no header) when none was traced.
+public struct FlushOutput: Sendable, Hashable {
+    public var output: StageOutput
+    public var trace: TracePropagation?
+
+    public init(_ output: StageOutput, trace: TracePropagation? = nil) {
+        self.output = output
+        self.trace = trace
+    }
+}
+
+extension TracePropagation {
+    /// The context as kept with held state (a burst, a digest).
+    public var held: HeldTrace { HeldTrace(traceparent: traceparent, tracestate: tracestate) }
+
+    /// A context kept with held state, as it travels again.
+    public init(_ held: HeldTrace) {
+        self.init(traceparent: held.traceparent, tracestate: held.tracestate)
+    }
+}
+
 /// The flush timer of burst coalescing (docs/behaviour.md §6a): messages held back inside a burst are shown once the
 /// update interval has passed since its last visible push, as one update of the burst's notification with the
 /// count of every message so far. Suppress runs a pass every `interval` in each process; a pass claims the due
@@ -7,7 +30,9 @@ import HeraldCore
 /// process that dies is taken again when its lease passes), produces each held message's deliverable record with
 /// the count, and confirms the flushes once the broker acknowledged them. A flush produced twice (a crash between
 /// the broker's answer and the confirmation) is the same event to the same devices: send's delivery records skip
-/// the second. The flood guard's summaries (§6b) go the same way, a minute after the guard began holding.
+/// the second. The flood guard's summaries (§6b) go the same way, a minute after the guard began holding. A flush
+/// carries the trace context of the latest traced message its burst (or guard) held since it last showed
+/// (`HeldBurst.trace`), so that message's trace goes on through render and send with the notification that shows it.
 public struct BurstFlusher: Sendable {
     public let stage = "suppress"
     public var ledger: any BurstLedger
@@ -74,13 +99,13 @@ public struct BurstFlusher: Sendable {
     /// One pass at `now` (epoch ms): claim, produce (`produce` returns once the broker acknowledged every output,
     /// and throws otherwise: the flushes stay leased and are taken again), confirm.
     public func pass(
-        apps: AppDirectory, now: Int64, produce: @Sendable ([StageOutput]) async throws -> Void
+        apps: AppDirectory, now: Int64, produce: @Sendable ([FlushOutput]) async throws -> Void
     ) async throws -> Pass {
         var result = Pass()
         for (appID, app) in apps.apps.sorted(by: { $0.key < $1.key }) where app.coalesce.isOn || app.floodGuard.isOn {
             let due = try await ledger.claimDue(app: appID, policy: app.coalesce, now: now)
             if due.isEmpty { continue }
-            var outputs: [StageOutput] = []
+            var outputs: [FlushOutput] = []
             var entries: [ExplainEntry] = []
             for held in due {
                 if held.eventMissing {
@@ -107,8 +132,10 @@ public struct BurstFlusher: Sendable {
                 record.burst = summary ? -held.count : held.count
                 if summary { result.summaries += 1 }
                 outputs.append(
-                    StageOutput(
-                        topic: deliverableTopic(held.lane), key: record.recipient, value: StageCodec.encode(record)))
+                    FlushOutput(
+                        StageOutput(
+                            topic: deliverableTopic(held.lane), key: record.recipient, value: StageCodec.encode(record)),
+                        trace: held.trace.map(TracePropagation.init)))
                 entries.append(
                     ExplainEntry(
                         appID: appID, eventID: record.event.eventID, user: record.recipient, stage: stage,

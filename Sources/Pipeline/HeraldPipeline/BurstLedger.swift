@@ -29,6 +29,8 @@ public final class MemoryBurstLedger: BurstLedger {
         var state: BurstState
         var lane: Lane
         var record: [UInt8]
+        /// The context of the latest traced message held since the burst last showed (nil: none traced).
+        var trace: HeldTrace?
         /// When the flush timer looks at it next; a claimed flush's lease.
         var due: Int64
     }
@@ -51,9 +53,16 @@ public final class MemoryBurstLedger: BurstLedger {
                 if case .held = step {
                     entry.lane = m.lane
                     entry.record = m.record
+                    // The latest traced message wins; an untraced one keeps the context held before it.
+                    if let trace = m.trace {
+                        entry.trace = trace
+                    } else if previous?.state.pending != true {
+                        entry.trace = nil
+                    }
                     if previous?.state.pending == true { bursts[key] = entry; return step }
                 } else {
                     entry.record = []
+                    entry.trace = nil
                 }
                 entry.due = Coalescing.due(state, policy: timing)
                 bursts[key] = entry
@@ -72,7 +81,7 @@ public final class MemoryBurstLedger: BurstLedger {
                     out.append(
                         HeldBurst(
                             user: key.user, conversation: key.conversation, count: count, lane: entry.lane,
-                            record: entry.record))
+                            record: entry.record, trace: entry.trace))
                     bursts[key]?.due = now + 10_000
                 case .end:
                     bursts[key] = nil
@@ -96,7 +105,10 @@ public final class MemoryBurstLedger: BurstLedger {
                     ? FloodGuard.flushed(before, count: b.count, now: now)
                     : Coalescing.flushed(before, count: b.count, now: now)
                 if entry.state == before { continue }
-                if !entry.state.pending { entry.record = [] }
+                if !entry.state.pending {
+                    entry.record = []
+                    entry.trace = nil
+                }
                 entry.due = Coalescing.due(entry.state, policy: flood ? FloodGuard.timing : policy)
                 bursts[key] = entry
             }

@@ -24,7 +24,9 @@ public protocol DigestLedger: Sendable {
 /// with the digest on (leased, so any suppress process can send them and one a crashed process claimed is taken
 /// again when its lease passes), checks each user's Do Not Disturb and snooze again (extended: scheduled again at
 /// the new end), produces one deliverable record per digest with a deterministic event id (produced twice, send's
-/// delivery records skip the second) and confirms once the broker acknowledged them.
+/// delivery records skip the second) and confirms once the broker acknowledged them. A digest's record carries the
+/// trace context of the latest traced message counted in it (`DueDigest.trace`), so that message's trace goes on
+/// through render and send.
 public struct DigestFlusher: Sendable {
     public let stage = "suppress"
     public var ledger: any DigestLedger
@@ -49,7 +51,7 @@ public struct DigestFlusher: Sendable {
     /// One pass at `now` (epoch ms): claim, check, produce (`produce` returns once the broker acknowledged every
     /// output and throws otherwise: the digests stay leased and are taken again), confirm.
     public func pass(
-        apps: AppDirectory, now: Int64, produce: @Sendable ([StageOutput]) async throws -> Void
+        apps: AppDirectory, now: Int64, produce: @Sendable ([FlushOutput]) async throws -> Void
     ) async throws -> Pass {
         var result = Pass()
         for (appID, app) in apps.apps.sorted(by: { $0.key < $1.key }) where app.digest.isOn {
@@ -58,7 +60,7 @@ public struct DigestFlusher: Sendable {
             result.foundDue = true
             let live = due.filter { $0.messages > 0 }
             let states = live.isEmpty ? [:] : try await ledger.users(app: appID, live.map(\.user), now: now)
-            var outputs: [StageOutput] = []
+            var outputs: [FlushOutput] = []
             var done: [DueDigest] = []
             var entries: [ExplainEntry] = []
             for digest in due {
@@ -106,7 +108,9 @@ public struct DigestFlusher: Sendable {
                         event: event, recipient: digest.user, state: recordState, targets: targets,
                         senderDisplayName: nil)
                     outputs.append(
-                        StageOutput(topic: deliverableTopic(.bulk), key: digest.user, value: record.wireBytes()))
+                        FlushOutput(
+                            StageOutput(topic: deliverableTopic(.bulk), key: digest.user, value: record.wireBytes()),
+                            trace: digest.trace.map(TracePropagation.init)))
                     result.outcomes["sent", default: 0] += 1
                     explain("deliver", Digest.reason, count: targets.count)
                 }
@@ -153,6 +157,7 @@ public final class MemoryDigestLedger: DigestLedger {
                             lease: 0))
                 if e.seen.contains(c.eventID) { return false }
                 e.seen.insert(c.eventID)
+                if let trace = c.trace { e.digest.trace = trace }
                 if let i = e.digest.conversations.firstIndex(where: { $0.id == c.conversation }) {
                     e.digest.conversations[i].count += 1
                     e.digest.conversations[i].name = c.name
@@ -241,8 +246,11 @@ public final class MemoryDigestLedger: DigestLedger {
 
 extension SuppressProcessor {
     /// The digest count of a message suppressed by `reason`, when its app has the digest on and the reason is the
-    /// snooze or Do Not Disturb (docs/behaviour.md §6d).
-    func digestCount(_ read: RulesRecord, reason: SuppressionReason, now: Date) -> DigestCount? {
+    /// snooze or Do Not Disturb (docs/behaviour.md §6d). A traced input's context (`trace`) goes with the count, so
+    /// the digest's record continues it.
+    func digestCount(
+        _ read: RulesRecord, reason: SuppressionReason, now: Date, trace: TracePropagation? = nil
+    ) -> DigestCount? {
         let record = read.record
         var event = record.event
         let app = apps.app(event.appID)
@@ -260,7 +268,7 @@ extension SuppressProcessor {
         return DigestCount(
             appID: event.appID, user: record.recipient, eventID: event.eventID, conversation: event.conversation.id,
             name: event.conversation.name ?? "", window: window, end: end,
-            deadlineMilliseconds: app.digest.deadlineMilliseconds)
+            deadlineMilliseconds: app.digest.deadlineMilliseconds, trace: trace?.held)
     }
 
     /// Counts the batch's digest messages in one ledger round trip; the outcome of each by input index.

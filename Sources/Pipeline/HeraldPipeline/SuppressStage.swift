@@ -64,24 +64,28 @@ public struct SuppressProcessor: StageProcessor {
         let event: [UInt8]?
         /// Why the push goes out untranslated (`Translation.failedReason`), for the explain trail.
         let untranslated: String?
+        /// The input's trace context (`StageInput.trace`), kept with its burst if it is held.
+        let trace: TracePropagation?
 
-        init(_ read: RulesRecord, targets: [Device]) {
+        init(_ read: RulesRecord, targets: [Device], trace: TracePropagation? = nil) {
             self.record = read.record
             self.targets = targets
             self.forwarded = read.forwarded
             self.event = nil
             self.untranslated = nil
+            self.trace = trace
         }
 
         private init(
             record: ResolvedRecord, targets: [Device], forwarded: ForwardedParts?, event: [UInt8]?,
-            untranslated: String?
+            untranslated: String?, trace: TracePropagation?
         ) {
             self.record = record
             self.targets = targets
             self.forwarded = forwarded
             self.event = event
             self.untranslated = untranslated
+            self.trace = trace
         }
 
         /// The same delivery with `translated` (its event with a translation added; `bytes`: its wire bytes) as
@@ -90,16 +94,18 @@ public struct SuppressProcessor: StageProcessor {
             guard forwarded != nil else {
                 var whole = record
                 whole.event = translated
-                return Delivery(record: whole, targets: targets, forwarded: nil, event: nil, untranslated: nil)
+                return Delivery(
+                    record: whole, targets: targets, forwarded: nil, event: nil, untranslated: nil, trace: trace)
             }
-            return Delivery(record: record, targets: targets, forwarded: forwarded, event: bytes, untranslated: nil)
+            return Delivery(
+                record: record, targets: targets, forwarded: forwarded, event: bytes, untranslated: nil, trace: trace)
         }
 
         /// The same delivery, going out untranslated because of `failure`.
         func with(failure: TranslationFailure) -> Delivery {
             Delivery(
                 record: record, targets: targets, forwarded: forwarded, event: event,
-                untranslated: Translation.failedReason(failure))
+                untranslated: Translation.failedReason(failure), trace: trace)
         }
 
         /// The whole event and the recipient's preferred languages, when the recipient has a first language the
@@ -281,7 +287,7 @@ public struct SuppressProcessor: StageProcessor {
                     index,
                     BurstMessage(
                         appID: event.appID, user: record.recipient, conversation: event.conversation.id,
-                        at: nowMillis, policy: app.coalesce, lane: lane, record: held)
+                        at: nowMillis, policy: app.coalesce, lane: lane, record: held, trace: delivery.trace?.held)
                 ))
         }
         return await step(asks, on: bursts)
@@ -304,7 +310,7 @@ public struct SuppressProcessor: StageProcessor {
             var message = BurstMessage(
                 appID: event.appID, user: record.recipient, conversation: "", at: nowMillis, policy: app.coalesce,
                 lane: lane,
-                record: delivery.wireBytes(burst: nil))
+                record: delivery.wireBytes(burst: nil), trace: delivery.trace?.held)
             message.flood = app.floodGuard
             asks.append((index, message))
         }
@@ -348,12 +354,12 @@ public struct SuppressProcessor: StageProcessor {
         switch decision {
         case .suppress(let reason):
             let result = suppressed(record, reason: reason.rawValue, now: now)
-            if digests != nil, let count = digestCount(read, reason: reason, now: now) {
+            if digests != nil, let count = digestCount(read, reason: reason, now: now, trace: input.trace) {
                 return .counted(result, count)
             }
             return .done(result)
         case .deliver(let targets):
-            return .deliver(Delivery(read, targets: targets))
+            return .deliver(Delivery(read, targets: targets, trace: input.trace))
         }
     }
 

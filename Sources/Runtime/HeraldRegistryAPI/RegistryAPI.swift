@@ -80,7 +80,9 @@ public struct RegistryAPI: Sendable {
         return refusal
     }
 
-    /// Answers one request. `headers` are keyed by lowercased name.
+    /// Answers one request. `headers` are keyed by lowercased name. A write whose request has a valid W3C
+    /// `traceparent` (and `tracestate`) header puts them on the record it publishes (`RegistryTrace`); one that is
+    /// not valid is ignored.
     public func handle(
         method: String, path: String, query: String? = nil, headers: [String: String], body: [UInt8],
         remote: String? = nil
@@ -93,7 +95,8 @@ public struct RegistryAPI: Sendable {
         {
             (route, response) = (refusedRoute, refusal)
         } else {
-            (route, response) = await answer(method: method, path: path, query: query, body: body)
+            let trace = RegistryTrace(traceparent: headers["traceparent"], tracestate: headers["tracestate"])
+            (route, response) = await answer(method: method, path: path, query: query, body: body, trace: trace)
         }
         report(route: route, response: response, client: client?.name ?? "-")
         return response
@@ -165,7 +168,9 @@ public struct RegistryAPI: Sendable {
     }
 
     /// Routes an authenticated request for an app the client may use.
-    private func answer(method: String, path: String, query: String?, body: [UInt8]) async -> (String, Response) {
+    private func answer(
+        method: String, path: String, query: String?, body: [UInt8], trace: RegistryTrace?
+    ) async -> (String, Response) {
         let segments = Self.segments(path)
         guard segments.count >= 6, segments[1] == "apps", !segments[2].isEmpty, !segments[4].isEmpty,
             segments[2].utf8.count <= RegistryRecord.maxIDBytes, segments[4].utf8.count <= RegistryRecord.maxIDBytes
@@ -177,16 +182,18 @@ public struct RegistryAPI: Sendable {
         case "users":
             return await userRoute(
                 method: method, app: app, user: segments[4], rest: Array(segments.dropFirst(5)), query: query,
-                body: body)
+                body: body, trace: trace)
         case "conversations":
             return await conversationRoute(
-                method: method, app: app, conversation: segments[4], rest: Array(segments.dropFirst(5)), body: body)
+                method: method, app: app, conversation: segments[4], rest: Array(segments.dropFirst(5)), body: body,
+                trace: trace)
         default: return ("unknown", Self.error(404, "not found"))
         }
     }
 
     private func userRoute(
-        method: String, app: String, user: String, rest: [String], query: String?, body: [UInt8]
+        method: String, app: String, user: String, rest: [String], query: String?, body: [UInt8],
+        trace: RegistryTrace?
     ) async -> (String, Response) {
         let base = "/v1/apps/{app}/users/{user}/"
         switch (rest.first ?? "", rest.count) {
@@ -202,7 +209,7 @@ public struct RegistryAPI: Sendable {
             case "POST":
                 return (
                     "POST \(base)devices",
-                    await write { () throws(FieldError) in
+                    await write(trace) { () throws(FieldError) in
                         let record = try RegistryOperations.registerRecord(
                             app: app, user: user, body: body, now: operations.now())
                         // A Web Push subscription of a push service the app does not allow.
@@ -214,7 +221,8 @@ public struct RegistryAPI: Sendable {
                 )
             case "DELETE":
                 return (
-                    "DELETE \(base)devices", await write { RegistryRecord(op: .unregisterAll, appID: app, user: user) }
+                    "DELETE \(base)devices",
+                    await write(trace) { RegistryRecord(op: .unregisterAll, appID: app, user: user) }
                 )
             default: return ("method_not_allowed", Self.methodNotAllowed("GET, POST, DELETE"))
             }
@@ -223,7 +231,7 @@ public struct RegistryAPI: Sendable {
             let token = rest[1]
             return (
                 "DELETE \(base)devices/{token}",
-                await write {
+                await write(trace) {
                     RegistryRecord(op: .unregisterDevice, appID: app, user: user, token: token)
                 }
             )
@@ -252,14 +260,14 @@ public struct RegistryAPI: Sendable {
                 } catch {
                     return ("PATCH \(base)preferences", unavailable(error))
                 }
-                return ("PATCH \(base)preferences", await write { record })
+                return ("PATCH \(base)preferences", await write(trace) { record })
             default: return ("method_not_allowed", Self.methodNotAllowed("GET, PATCH"))
             }
         case ("presence", 1):
             guard method == "PUT" else { return ("method_not_allowed", Self.methodNotAllowed("PUT")) }
             return (
                 "PUT \(base)presence",
-                await write { () throws(FieldError) in
+                await write(trace) { () throws(FieldError) in
                     try RegistryOperations.presenceRecord(app: app, user: user, body: body)
                 }
             )
@@ -267,7 +275,7 @@ public struct RegistryAPI: Sendable {
             guard method == "POST" else { return ("method_not_allowed", Self.methodNotAllowed("POST")) }
             return (
                 "POST \(base)read",
-                await write { () throws(FieldError) in
+                await write(trace) { () throws(FieldError) in
                     try RegistryOperations.markReadRecord(
                         app: app, user: user, body: body, now: operations.now())
                 }
@@ -294,7 +302,7 @@ public struct RegistryAPI: Sendable {
     }
 
     private func conversationRoute(
-        method: String, app: String, conversation: String, rest: [String], body: [UInt8]
+        method: String, app: String, conversation: String, rest: [String], body: [UInt8], trace: RegistryTrace?
     ) async -> (String, Response) {
         let base = "/v1/apps/{app}/conversations/{conversation}/"
         switch (rest.first ?? "", rest.count) {
@@ -315,7 +323,7 @@ public struct RegistryAPI: Sendable {
             case "PUT":
                 return (
                     "PUT \(base)members",
-                    await write { () throws(FieldError) in
+                    await write(trace) { () throws(FieldError) in
                         try RegistryOperations.membersRecord(
                             .setMembers, app: app, conversation: conversation, body: body)
                     }
@@ -323,7 +331,7 @@ public struct RegistryAPI: Sendable {
             case "POST":
                 return (
                     "POST \(base)members",
-                    await write { () throws(FieldError) in
+                    await write(trace) { () throws(FieldError) in
                         try RegistryOperations.membersRecord(
                             .addMembers, app: app, conversation: conversation, body: body)
                     }
@@ -335,7 +343,7 @@ public struct RegistryAPI: Sendable {
             let member = rest[1]
             return (
                 "DELETE \(base)members/{user}",
-                await write {
+                await write(trace) {
                     RegistryRecord(op: .removeMembers, appID: app, conversation: conversation, members: [member])
                 }
             )
@@ -376,8 +384,11 @@ public struct RegistryAPI: Sendable {
         return nil
     }
 
-    /// Builds a record (a `FieldError` is a 400 naming the field), publishes it, answers 202.
-    private func write(_ build: () throws(FieldError) -> RegistryRecord) async -> Response {
+    /// Builds a record (a `FieldError` is a 400 naming the field), publishes it (with the caller's trace context when
+    /// it sent a valid one), answers 202.
+    private func write(
+        _ trace: RegistryTrace?, _ build: () throws(FieldError) -> RegistryRecord
+    ) async -> Response {
         let record: RegistryRecord
         do throws(FieldError) {
             record = try build()
@@ -387,7 +398,7 @@ public struct RegistryAPI: Sendable {
         if let problem = record.validationError() { return Self.error(400, problem.detail, field: "(body)") }
         if let outside = record.rangeError() { return Self.error(400, outside.message, field: outside.field) }
         do {
-            try await operations.sink.publish(record)
+            try await operations.sink.publish(record, trace: trace)
         } catch {
             return unavailable(error)
         }

@@ -2,6 +2,7 @@ import Foundation
 import HeraldCore
 import HeraldKafka
 import HeraldRedis
+import HeraldTracing
 
 // The registry operations, written once: the HTTP API (RegistryAPI) and heraldctl both turn their input into the
 // same `herald.registry` records here and read state through the same calls. Writes are records on
@@ -11,6 +12,42 @@ import HeraldRedis
 public protocol RegistryRecordSink: Sendable {
     /// Returns once the record is stored for good (the broker acknowledged it).
     func publish(_ record: RegistryRecord) async throws
+    /// The same, the record carrying the caller's trace context (`traceparent`/`tracestate` headers on
+    /// herald.registry; docs/operations.md "Tracing"). A sink without headers publishes the record alone.
+    func publish(_ record: RegistryRecord, trace: RegistryTrace?) async throws
+}
+
+extension RegistryRecordSink {
+    public func publish(_ record: RegistryRecord, trace: RegistryTrace?) async throws {
+        try await publish(record)
+    }
+}
+
+/// A W3C trace context a caller sent with a registry write (the HTTP request's `traceparent` and `tracestate`
+/// headers, heraldctl's `--traceparent`): the `herald.registry` record carries it, so herald-registry continues the
+/// caller's trace (its sampler keeps the sampled flag). Only a valid `traceparent` makes one; a `tracestate` that is
+/// not valid is dropped (HeraldTracing's `TraceContext` reads both).
+public struct RegistryTrace: Sendable, Hashable {
+    /// The `traceparent` value, as Herald writes it.
+    public let traceparent: String
+    public let tracestate: String?
+
+    /// nil when `traceparent` is missing or not a valid W3C `traceparent`.
+    public init?(traceparent: String?, tracestate: String? = nil) {
+        guard let traceparent,
+            let context = TraceContext(
+                traceparent: Array(traceparent.utf8), tracestate: tracestate.map { Array($0.utf8) })
+        else { return nil }
+        self.traceparent = context.traceparent
+        self.tracestate = context.traceState
+    }
+
+    /// The headers that carry it on a record.
+    public var headers: [KafkaHeader] {
+        var headers = [KafkaHeader(key: TraceContext.traceparentHeader, string: traceparent)]
+        if let tracestate { headers.append(KafkaHeader(key: TraceContext.tracestateHeader, string: tracestate)) }
+        return headers
+    }
 }
 
 /// herald.registry through an idempotent producer; keyed by `RegistryRecord.key` (the user id).
@@ -24,8 +61,13 @@ public struct KafkaRegistrySink: RegistryRecordSink {
     }
 
     public func publish(_ record: RegistryRecord) async throws {
+        try await publish(record, trace: nil)
+    }
+
+    public func publish(_ record: RegistryRecord, trace: RegistryTrace?) async throws {
         let value = StageCodec.encode(record)
-        let report = try await producer.send(ProducerRecord(topic: topic, key: record.key, value: value))
+        let report = try await producer.send(
+            ProducerRecord(topic: topic, key: record.key, value: value, headers: trace?.headers ?? []))
         try report.get()
     }
 }
@@ -55,12 +97,13 @@ public struct RegistryOperations: Sendable {
         self.now = now
     }
 
-    /// Validates and publishes one record (a preference change is checked against `preferenceLimits` first).
-    public func submit(_ record: RegistryRecord) async throws {
+    /// Validates and publishes one record (a preference change is checked against `preferenceLimits` first), with
+    /// the caller's trace context when it sent one.
+    public func submit(_ record: RegistryRecord, trace: RegistryTrace? = nil) async throws {
         if let problem = record.validationError() { throw FieldError(field: "(record)", message: problem.detail) }
         if let outside = record.rangeError() { throw outside }
         if let over = try await exceedsLimits(record) { throw over.problem }
-        try await sink.publish(record)
+        try await sink.publish(record, trace: trace)
     }
 
     /// Why a `patch_preferences` or `set_preferences` record would take the user's stored preferences beyond

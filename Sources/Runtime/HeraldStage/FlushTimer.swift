@@ -41,11 +41,11 @@ struct FlushTimer: Sendable {
     func run(
         failure: Logger.Message, activeWait: Duration, isActive: (AppDirectory) -> Bool,
         settle: (@Sendable () async -> Void)? = nil,
-        pass: (AppDirectory, Int64, @escaping @Sendable ([StageOutput]) async throws -> Void) async throws -> Outcome
+        pass: (AppDirectory, Int64, @escaping @Sendable ([FlushOutput]) async throws -> Void) async throws -> Outcome
     ) async {
         let producer = self.producer
-        let produce: @Sendable ([StageOutput]) async throws -> Void = { outputs in
-            try await producer.sendAll(outputs.map { ProducerRecord(topic: $0.topic, key: $0.key, value: $0.value) })
+        let produce: @Sendable ([FlushOutput]) async throws -> Void = { outputs in
+            try await producer.sendAll(outputs.map(Self.record))
         }
         while !Task.isCancelled && !Task.isShuttingDownGracefully {
             let directory = apps.current
@@ -66,6 +66,22 @@ struct FlushTimer: Sendable {
         }
         await settle?()
         try? await producer.flush(timeout: .seconds(5))
+    }
+}
+
+extension FlushTimer {
+    /// The record of a timer's output: a traced one (`FlushOutput.trace`) with its `traceparent` and `tracestate`
+    /// headers, an untraced one with none.
+    static func record(_ flushed: FlushOutput) -> ProducerRecord {
+        let output = flushed.output
+        var headers: [KafkaHeader] = []
+        if let trace = flushed.trace {
+            headers.append(KafkaHeader(key: TracePropagation.traceparentHeader, value: trace.traceparent))
+            if let state = trace.tracestate {
+                headers.append(KafkaHeader(key: TracePropagation.tracestateHeader, value: state))
+            }
+        }
+        return ProducerRecord(topic: output.topic, key: output.key, value: output.value, headers: headers)
     }
 }
 

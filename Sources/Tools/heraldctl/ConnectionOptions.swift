@@ -4,6 +4,7 @@ import HeraldConfig
 import HeraldCore
 import HeraldKafka
 import HeraldRedis
+import HeraldRegistryAPI
 import HeraldToolSupport
 import Logging
 
@@ -147,13 +148,32 @@ struct RedisOptions: ParsableArguments {
 }
 
 /// Where a registry change goes: straight into Redis (the operator path, applied at once), or with --via-kafka as
-/// a record on herald.registry that herald-registry applies.
+/// a record on herald.registry that herald-registry applies. With --via-kafka, `--traceparent` (and `--tracestate`)
+/// put a W3C trace context on the record, so herald-registry continues that trace (docs/operations.md "Tracing").
 struct RegistryWriteOptions: ParsableArguments {
     @Flag(name: .customLong("via-kafka"), help: "Publish to the registry topic instead of writing Redis.")
     var viaKafka = false
+    @Option(
+        name: .customLong("traceparent"),
+        help: "With --via-kafka: a W3C traceparent the record carries, so herald-registry continues that trace.")
+    var traceparent: String?
+    @Option(name: .customLong("tracestate"), help: "With --traceparent: the W3C tracestate passed on with it.")
+    var tracestate: String?
     @OptionGroup var redis: RedisOptions
     @OptionGroup var kafka: KafkaOptions
     @OptionGroup var topics: TopicOptions
+
+    /// The trace context the record carries (nil without `--traceparent`).
+    var trace: RegistryTrace? { RegistryTrace(traceparent: traceparent, tracestate: tracestate) }
+
+    func validate() throws {
+        if tracestate != nil && traceparent == nil { throw ValidationError("--tracestate needs --traceparent") }
+        guard let traceparent else { return }
+        if !viaKafka { throw ValidationError("--traceparent needs --via-kafka (a Redis write makes no record)") }
+        if RegistryTrace(traceparent: traceparent) == nil {
+            throw ValidationError("--traceparent is not a valid W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)")
+        }
+    }
 }
 
 /// Topic names: defaults of docs/behaviour.md §1, or those of a pipeline file.

@@ -59,7 +59,7 @@ struct CountsCommand: AsyncParsableCommand {
             if write.viaKafka {
                 try await RegistryPublisher.publish(
                     .markRead(app: app, user: user, conversation: conversation, token: token), kafka: write.kafka,
-                    topics: write.topics)
+                    topics: write.topics, trace: write.trace)
                 CLI.out(
                     CLI.json([
                         "published": .bool(true), "topic": .string(write.topics.topics().registry),

@@ -119,7 +119,7 @@ struct DeviceCommand: AsyncParsableCommand {
             if write.viaKafka {
                 try await RegistryPublisher.publish(
                     .register(app: app, user: user, device: device, unique: unique), kafka: write.kafka,
-                    topics: write.topics)
+                    topics: write.topics, trace: write.trace)
                 CLI.out(
                     CLI.json([
                         "published": .bool(true), "topic": .string(write.topics.topics().registry),
@@ -161,7 +161,8 @@ struct DeviceCommand: AsyncParsableCommand {
                 let update: RegistryUpdate =
                     target.map { .unregister(app: app, user: user, token: $0) }
                     ?? .unregisterAll(app: app, user: user)
-                try await RegistryPublisher.publish(update, kafka: write.kafka, topics: write.topics)
+                try await RegistryPublisher.publish(
+                    update, kafka: write.kafka, topics: write.topics, trace: write.trace)
                 CLI.out(
                     CLI.json([
                         "published": .bool(true), "topic": .string(write.topics.topics().registry),

@@ -29,7 +29,8 @@ struct MembersCommand: AsyncParsableCommand {
             let record = RegistryRecord(op: op, appID: app, conversation: conversation, members: users)
             if let problem = record.validationError() { CLI.fail(problem.detail, status: 2) }
             if write.viaKafka {
-                try await RegistryPublisher.publish(record, kafka: write.kafka, topics: write.topics)
+                try await RegistryPublisher.publish(
+                    record, kafka: write.kafka, topics: write.topics, trace: write.trace)
                 CLI.out(
                     JSONValue.object([
                         ("published", .bool(true)), ("topic", .string(write.topics.topics().registry)),

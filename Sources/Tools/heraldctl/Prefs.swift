@@ -72,7 +72,7 @@ struct PrefsCommand: AsyncParsableCommand {
                 if write.viaKafka {
                     try await RegistryPublisher.publish(
                         .preferences(app: app, user: user, preferences: preferences),
-                        kafka: write.kafka, topics: write.topics)
+                        kafka: write.kafka, topics: write.topics, trace: write.trace)
                 } else {
                     do {
                         try await write.redis.store().setPreferences(
@@ -101,7 +101,8 @@ struct PrefsCommand: AsyncParsableCommand {
             }
             if write.viaKafka {
                 try await RegistryPublisher.publish(
-                    .patch(app: app, user: user, patch: change), kafka: write.kafka, topics: write.topics)
+                    .patch(app: app, user: user, patch: change), kafka: write.kafka, topics: write.topics,
+                    trace: write.trace)
                 CLI.out(String(decoding: StageCodec.encode(change.apply(to: stored)), as: UTF8.self))
             } else {
                 do {

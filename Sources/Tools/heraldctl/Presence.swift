@@ -39,7 +39,7 @@ struct PresenceCommand: AsyncParsableCommand {
             if write.viaKafka {
                 try await RegistryPublisher.publish(
                     .presence(app: app, user: user, online: tokens, ttlMilliseconds: ttlMs),
-                    kafka: write.kafka, topics: write.topics)
+                    kafka: write.kafka, topics: write.topics, trace: write.trace)
             } else {
                 let store = await write.redis.store()
                 do {

@@ -39,18 +39,23 @@ enum RegistryUpdate {
 
 /// Publishes registry updates to herald.registry, keyed by user id so one user's updates stay in order.
 enum RegistryPublisher {
-    static func publish(_ update: RegistryUpdate, kafka: KafkaOptions, topics: TopicOptions) async throws {
-        try await publish(update.record, kafka: kafka, topics: topics)
+    static func publish(
+        _ update: RegistryUpdate, kafka: KafkaOptions, topics: TopicOptions, trace: RegistryTrace? = nil
+    ) async throws {
+        try await publish(update.record, kafka: kafka, topics: topics, trace: trace)
     }
 
-    /// Checks the record as herald-registry will (`RegistryRecord.validationError`) and publishes it.
-    static func publish(_ record: RegistryRecord, kafka: KafkaOptions, topics: TopicOptions) async throws {
+    /// Checks the record as herald-registry will (`RegistryRecord.validationError`) and publishes it, with `trace` as
+    /// its `traceparent`/`tracestate` headers when given (`--traceparent`).
+    static func publish(
+        _ record: RegistryRecord, kafka: KafkaOptions, topics: TopicOptions, trace: RegistryTrace? = nil
+    ) async throws {
         if let problem = record.validationError() { CLI.fail("\(problem.detail)", status: 2) }
         let producer = try kafka.producer()
         // The same sink the registry API publishes through (HeraldRegistryAPI).
         let sink = KafkaRegistrySink(producer: producer, topic: topics.topics().registry)
         do {
-            try await sink.publish(record)
+            try await sink.publish(record, trace: trace)
             try await producer.shutdown(timeout: .seconds(10))
         } catch {
             CLI.fail("kafka: \(error)")
