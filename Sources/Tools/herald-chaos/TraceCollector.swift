@@ -138,8 +138,11 @@ extension ChaosRunner {
                     faultSeconds, Self.stallFactor, baseSeconds))
         }
         let what = fault == .hold ? "collector accepts and never answers" : "collector refuses connections"
-        let probes = notReady.isEmpty ? "" : "; failed readiness probes: "
-            + notReady.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        let probes =
+            notReady.isEmpty
+            ? ""
+            : "; failed readiness probes: "
+                + notReady.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         return outcome(
             r, extraProblems: problems,
             detail: String(
