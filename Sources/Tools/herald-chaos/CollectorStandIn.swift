@@ -69,13 +69,13 @@ final class CollectorStandIn: @unchecked Sendable {
 
     /// Stops listening and closes every connection: a connect to the port is refused from now on.
     func refuse() {
-        let open = state.withLock { s -> Set<Int32> in
+        state.withLock { s in
             if s.mode != .refuse { shutdown(listener, Int32(SHUT_RDWR)) }
             s.mode = .refuse
-            return s.connections
+            // Under the lock: a connection thread takes its socket out of the set before it closes it, so every
+            // descriptor here is still that connection's. The threads see end-of-file and close their sockets.
+            for fd in s.connections { shutdown(fd, Int32(SHUT_RDWR)) }
         }
-        // The connection threads see end-of-file and close their sockets.
-        for fd in open { shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
     /// Closes everything (the listener and every connection, held ones included).

@@ -66,6 +66,7 @@ extension ChaosRunner {
         let droppedBefore = droppedSpans(session)
 
         // The fault, then the same backlog again while the stages' readiness is probed every second.
+        let faultStarted = monotonicSeconds()
         switch fault {
         case .refuse: collector.refuse()
         case .hold: collector.hold()
@@ -88,14 +89,15 @@ extension ChaosRunner {
         }
         let (r, faultSeconds) = try await drainTimed(faulty)
 
-        // The dropped spans: an export refused fails at once; a held one fails at the export timeout (30 s), and
-        // the spans that did not fit the queue meanwhile are counted then too.
-        let waitSeconds = fault == .hold ? 90.0 : 30.0
+        // The dropped spans: an export that cannot connect fails; a held one fails at the export timeout (30 s),
+        // and the spans that did not fit the queue meanwhile are counted then too. Both within 90 s.
+        let waitSeconds = 90.0
         var droppedNow: [String: Double] = [:]
         let grew = try await waitFor(seconds: waitSeconds) {
             droppedNow = droppedSpans(session)
             return Self.tracedStages.allSatisfy { (droppedNow[$0] ?? 0) > (droppedBefore[$0] ?? 0) }
         }
+        let countedAfter = monotonicSeconds() - faultStarted
         let growth = stageNames.map { s in
             "\(s) +\(Int((droppedNow[s] ?? 0) - (droppedBefore[s] ?? 0)))"
         }.joined(separator: " ")
@@ -147,8 +149,9 @@ extension ChaosRunner {
             r, extraProblems: problems,
             detail: String(
                 format:
-                    "%@; %d notifications per backlog; drain %.1f s with the collector answering, %.1f s under the fault (ratio %.2f); spans dropped: %@; exports answered %d, held %d%@",
-                what, r.expected, baseSeconds, faultSeconds, ratio, growth, collector.answered, collector.held, probes))
+                    "%@; %d notifications per backlog; drain %.1f s with the collector answering, %.1f s under the fault (ratio %.2f); spans dropped (every pipeline stage counting %.0f s after the fault began): %@; exports answered %d, held %d%@",
+                what, r.expected, baseSeconds, faultSeconds, ratio, countedAfter, growth, collector.answered,
+                collector.held, probes))
     }
 
     /// Drains one backlog and returns its result and its drain time: from the first event published to the last
