@@ -2,12 +2,13 @@
 # Checks every deployment artifact with the real tools, offline (no cluster, no Docker engine):
 #   deploy/kubernetes   rendered with `kubectl kustomize` per overlay, validated with kubernetes-validate --strict
 #                       (core kinds) and scripts/check_deploy.py (KEDA / ServiceMonitor schemas, probes, grace
-#                       period, read-only mounts, PDBs, KEDA ceilings = partitions of the topics Job)
+#                       period, read-only mounts, PDBs, KEDA ceilings = partitions of the topics Job, tracing
+#                       opt-in and complete in overlays/tracing)
 #   deploy/prometheus   promtool check config / check rules / test rules, the local stack's generated config, and
 #                       every alert's runbook link (a heading of the docs)
-#   docker-compose.yml  docker-compose config, then check_deploy.py compose
-#   deploy/grafana      dashboard structure; the metric names it queries are checked against a running stack by
-#                       Tests/EndToEndTests/DeployMetricsTests.swift
+#   docker-compose.yml  docker-compose config (tracing variables unset), then check_deploy.py compose
+#   deploy/grafana      dashboard structure and its trace links, the example Tempo data source; the metric names
+#                       it queries are checked against a running stack by Tests/EndToEndTests/DeployMetricsTests.swift
 #   Dockerfile          builds through scripts/setup.sh only; runtime libraries match setup.sh's -dev packages
 #   scripts/setup.sh    the apt-source parser, on made-up source files
 #   Package.swift       scripts/check_imports.py: each target's dependencies are the modules its files import
@@ -51,11 +52,23 @@ validate_k8s() { # rendered.yaml
   fi
 }
 render() { kubectl kustomize "deploy/kubernetes/overlays/$1" 2>"$tmp/render-$1.err" >"$tmp/$1.yaml" || { cat "$tmp/render-$1.err"; return 1; }; }
-for overlay in dev production; do
+for overlay in dev production tracing; do
   check "kubectl kustomize overlays/$overlay" render "$overlay"
   check "kubernetes-validate --strict overlays/$overlay" validate_k8s "$tmp/$overlay.yaml"
   check "deployment rules (check_deploy.py kube) overlays/$overlay" "$PY" scripts/check_deploy.py kube "$tmp/$overlay.yaml"
 done
+# Tracing is opt-in: only overlays/tracing sets an OTLP endpoint (setting one turns tracing on), and it sets it,
+# with a ratio and the pod's name as a resource attribute, on every stage (check_deploy.py kube above).
+tracing_opt_in() {
+  if grep -n 'OTEL_EXPORTER_OTLP' "$tmp/dev.yaml" "$tmp/production.yaml"; then echo "an OTLP endpoint outside overlays/tracing"; return 1; fi
+  [ "$(grep -c '^  OTEL_EXPORTER_OTLP_ENDPOINT: http' "$tmp/tracing.yaml")" = 1 ] || { echo "overlays/tracing sets no endpoint in herald-env"; return 1; }
+  [ "$(grep -c 'k8s.pod.name=$(POD_NAME)' "$tmp/tracing.yaml")" = 6 ] || { echo "not every stage has k8s.pod.name"; return 1; }
+}
+check "tracing is opt-in: overlays/tracing alone sets OTEL_EXPORTER_OTLP_ENDPOINT, with the pod name on every stage" tracing_opt_in
+sed 's/- name: POD_NAME$/- name: POD_NAME_X/' "$tmp/tracing.yaml" >"$tmp/broken-tracing.yaml"
+refuses "check_deploy.py rejects resource attributes naming a variable that is not set" "$PY" scripts/check_deploy.py kube "$tmp/broken-tracing.yaml"
+sed 's/^  OTEL_TRACES_SAMPLER_ARG: .*/  OTEL_TRACES_SAMPLER_ARG: "5"/' "$tmp/tracing.yaml" >"$tmp/broken-ratio.yaml"
+refuses "check_deploy.py rejects a sampling ratio above 1" "$PY" scripts/check_deploy.py kube "$tmp/broken-ratio.yaml"
 sed 's/livenessProbe:/livenesProbe:/' "$tmp/production.yaml" >"$tmp/broken-probe.yaml"
 refuses "kubernetes-validate rejects a misspelt field" validate_k8s "$tmp/broken-probe.yaml"
 sed '0,/maxReplicaCount: 12/s//maxReplicaCount: 16/' "$tmp/production.yaml" >"$tmp/broken-ceiling.yaml"
@@ -99,14 +112,24 @@ check "scripts/local-prometheus.sh --config-only: promtool check config" \
   bash -c "bash scripts/local-prometheus.sh --config-only '$tmp/local-prom' >/dev/null && promtool check config '$tmp/local-prom/prometheus.yml'"
 
 # --- docker-compose -----------------------------------------------------------------------------------------
-compose_config() { docker-compose -f docker-compose.yml config >"$tmp/compose.yaml" 2>"$tmp/compose.err" || { cat "$tmp/compose.err"; return 1; }; }
+# Rendered with the tracing variables unset, as on a host that does not trace (the rules check they stay unset).
+compose_config() {
+  env -u OTEL_EXPORTER_OTLP_ENDPOINT -u OTEL_TRACES_SAMPLER_ARG -u OTEL_RESOURCE_ATTRIBUTES \
+    docker-compose -f docker-compose.yml config >"$tmp/compose.yaml" 2>"$tmp/compose.err" || { cat "$tmp/compose.err"; return 1; }
+}
 check "docker-compose config" compose_config
 check "compose rules (check_deploy.py compose)" "$PY" scripts/check_deploy.py compose "$tmp/compose.yaml"
 sed 's/stop_grace_period: 35s/stop_grace_period: 10s/' "$tmp/compose.yaml" >"$tmp/broken-compose.yaml"
 refuses "check_deploy.py rejects a compose grace period under the deadline" "$PY" scripts/check_deploy.py compose "$tmp/broken-compose.yaml"
+sed 's/OTEL_EXPORTER_OTLP_ENDPOINT: null/OTEL_EXPORTER_OTLP_ENDPOINT: http:\/\/collector:4318/' "$tmp/compose.yaml" >"$tmp/broken-compose-otel.yaml"
+refuses "check_deploy.py rejects a compose file that turns tracing on by default" "$PY" scripts/check_deploy.py compose "$tmp/broken-compose-otel.yaml"
 
 # --- Grafana, Dockerfile ------------------------------------------------------------------------------------
-check "Grafana dashboard structure (schema 36+, queries, variables)" "$PY" scripts/check_deploy.py dashboard deploy/grafana/dashboards/herald.json
+check "Grafana dashboard structure (schema 36+, queries, variables, trace links)" "$PY" scripts/check_deploy.py dashboard deploy/grafana/dashboards/herald.json
+sed 's/herald-${__field.labels.stage}%20process/herald-process/' deploy/grafana/dashboards/herald.json >"$tmp/broken-dashboard.json"
+refuses "check_deploy.py rejects a latency panel whose trace link filters on another span name" "$PY" scripts/check_deploy.py dashboard "$tmp/broken-dashboard.json"
+check "the example Tempo data source parses and has the uid the docs give" \
+  "$PY" -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1]))["datasources"][0]; sys.exit(not (d["type"] == "tempo" and d["uid"] == "tempo"))' deploy/grafana/examples/tempo-datasource.yml
 check "Dockerfile builds through scripts/setup.sh; runtime libraries match" "$PY" scripts/check_deploy.py dockerfile Dockerfile scripts/setup.sh
 sed 's|^RUN bash scripts/setup.sh$|RUN apt-get update \&\& apt-get install -y libhiredis-dev \&\& bash scripts/setup.sh|' Dockerfile >"$tmp/Dockerfile"
 refuses "check_deploy.py rejects a Dockerfile installing on its own" "$PY" scripts/check_deploy.py dockerfile "$tmp/Dockerfile" scripts/setup.sh

@@ -3,8 +3,9 @@
 project's .venv Python, which has PyYAML and jsonschema through kubernetes-validate).
 
   check_deploy.py kube RENDERED.yaml        a rendered kustomize overlay: probes, grace period, PDBs, config
-                                            and secret mounts, KEDA ceilings against the topics Job, and the two
-                                            custom resources (ScaledObject, ServiceMonitor) against schemas
+                                            and secret mounts, KEDA ceilings against the topics Job, the two
+                                            custom resources (ScaledObject, ServiceMonitor) against schemas, and
+                                            tracing where an overlay turns it on (ratio, resource attributes)
   check_deploy.py compose CONFIG.yaml       `docker-compose config` output: healthchecks, grace, topics, Grafana
   check_deploy.py dashboard FILE.json       Grafana dashboard structure (schema version of Grafana 10+)
   check_deploy.py dockerfile Dockerfile scripts/setup.sh
@@ -15,6 +16,7 @@ import json
 import re
 import subprocess
 import sys
+from urllib.parse import unquote
 
 import jsonschema
 import yaml
@@ -228,6 +230,7 @@ def check_kube(path):
         redis = [e for e in c.get("env", []) if e["name"] == "HERALD_REDIS_URL"]
         if not redis or "secretKeyRef" not in redis[0].get("valueFrom", {}):
             problem(f"{name}: HERALD_REDIS_URL does not come from a Secret")
+        check_tracing(name, c, env)
         annotations = dep["spec"]["template"]["metadata"].get("annotations", {})
         if annotations.get("prometheus.io/scrape") != "true":
             problem(f"{name}: no prometheus.io/scrape annotation")
@@ -304,6 +307,43 @@ def check_kube(path):
             problem(f"ServiceMonitor selects components {sorted(values)}, not the six stages")
 
 
+# The OTEL_* variables that turn tracing on (TracingSettings): set, an endpoint exports spans.
+TRACING_ON = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+
+
+def check_tracing(name, container, env):
+    """Tracing is opt-in (docs/operations.md, "Tracing" > "Deployment"). An overlay that turns it on (an endpoint in
+    herald-env or the container) gives the stage a sampling ratio from 0 to 1 and OTEL_RESOURCE_ATTRIBUTES with the
+    pod's name from the downward API, each `$(VAR)` it refers to set before it in the same list (the kubelet expands
+    only those)."""
+    own = {e["name"]: e for e in container.get("env", [])}
+    endpoint = next((env.get(k) or own.get(k, {}).get("value") for k in TRACING_ON if k in env or k in own), None)
+    if endpoint is None:
+        return
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", endpoint):
+        problem(f"{name}: the OTLP endpoint {endpoint!r} is not an http:// or https:// URL")
+    ratio = env.get("OTEL_TRACES_SAMPLER_ARG", own.get("OTEL_TRACES_SAMPLER_ARG", {}).get("value"))
+    try:
+        if ratio is not None and not 0 <= float(ratio) <= 1:
+            raise ValueError
+    except ValueError:
+        problem(f"{name}: OTEL_TRACES_SAMPLER_ARG {ratio!r} is not a number from 0 to 1")
+    names = [e["name"] for e in container.get("env", [])]
+    attributes = own.get("OTEL_RESOURCE_ATTRIBUTES", {}).get("value")
+    if attributes is None:
+        problem(f"{name}: tracing is on but OTEL_RESOURCE_ATTRIBUTES is not set in the container")
+        return
+    pairs = dict(p.split("=", 1) for p in attributes.split(",") if "=" in p)
+    pod_var = re.fullmatch(r"\$\((\w+)\)", pairs.get("k8s.pod.name", ""))
+    if not pod_var:
+        problem(f"{name}: OTEL_RESOURCE_ATTRIBUTES has no k8s.pod.name=$(VAR)")
+    elif own.get(pod_var.group(1), {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != "metadata.name":
+        problem(f"{name}: k8s.pod.name refers to {pod_var.group(1)}, which is not the pod's metadata.name")
+    for var in re.findall(r"\$\((\w+)\)", attributes):
+        if var not in names or names.index(var) > names.index("OTEL_RESOURCE_ATTRIBUTES"):
+            problem(f"{name}: OTEL_RESOURCE_ATTRIBUTES refers to $({var}), which is not set before it in the container")
+
+
 def check_compose(path):
     c = yaml.safe_load(open(path))
     services = c["services"]
@@ -320,6 +360,13 @@ def check_compose(path):
         seconds = float(re.sub(r"s$", "", grace)) if re.fullmatch(r"[0-9.]+s", grace) else 60 * float(grace.rstrip("m"))
         if seconds * 1000 <= deadline:
             problem(f"compose: {s} stop_grace_period {grace} is not above HERALD_SHUTDOWN_DEADLINE_MS {deadline}")
+        # Tracing is opt-in: the OTEL_* variables come from the shell running compose, and only when set there
+        # (a key without a value; check-deploy.sh renders the file with them unset, so each must be null here).
+        for key in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER_ARG", "OTEL_RESOURCE_ATTRIBUTES"]:
+            if key not in env:
+                problem(f"compose: {s} does not pass {key} on from the shell")
+            elif env[key] is not None:
+                problem(f"compose: {s} sets {key} to {env[key]!r}: tracing must stay off unless the shell sets it")
         deps = svc.get("depends_on", {})
         if deps.get("topics", {}).get("condition") != "service_completed_successfully":
             problem(f"compose: {s} does not wait for the topics step")
@@ -380,6 +427,20 @@ def check_dashboard(path):
             for var in re.findall(r"\$(\w+)", t["expr"]):
                 if not var.startswith("__") and var not in variables:
                     problem(f"dashboard: panel {p.get('title')} uses undefined variable ${var}")
+        for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", []):
+            for var in re.findall(r"\$\{(\w+)", link.get("url", "") + link.get("title", "")):
+                if not var.startswith("__") and var not in variables:
+                    problem(f"dashboard: panel {p.get('title')}: a link uses undefined variable ${var}")
+    # The per-stage latency panel links each stage to its spans in the trace data source chosen as `tempo`.
+    tempo = [v for v in d.get("templating", {}).get("list", []) if v["name"] == "tempo"]
+    if not tempo or tempo[0].get("type") != "datasource" or tempo[0].get("query") != "tempo":
+        problem("dashboard: no data source variable `tempo` (type tempo) for the trace links")
+    for p in d.get("panels", []):
+        if "latency" in p.get("title", "").lower():
+            urls = [unquote(link.get("url", "")) for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", [])]
+            if not any(u.startswith("/explore?") and "${tempo}" in u and 'name=\\"herald-${__field.labels.stage} process\\"' in u
+                       and 'resource.service.name=\\"herald-${__field.labels.stage}\\"' in u for u in urls):
+                problem(f"dashboard: panel {p.get('title')} has no Explore link to the stage's spans in ${{tempo}}")
     titles = " ".join(p.get("title", "").lower() for p in d.get("panels", []))
     for topic in ["throughput", "suppressions", "provider answers", "latency", "lag", "dead-letter", "in flight", "renewals"]:
         if topic not in titles:

@@ -27,8 +27,8 @@ swift test --parallel "$@"
 if [ "$#" -eq 0 ]; then
   echo "[test] fault suite, reduced (scripts/chaos.sh --reduced, two groups side by side)" >&2
   groups=(
-    "scale-churn,sigkill-round-robin,redis-restart,apns-fault-mix,extreme-records,malformed-flood"
-    "sigterm-each-stage,broker-down,leader-move,apns-stall,hostile-api,redis-cluster-master-kill,redis-cluster-slot-move"
+    "scale-churn,sigkill-round-robin,redis-restart,apns-fault-mix,extreme-records,malformed-flood,collector-hung"
+    "sigterm-each-stage,broker-down,leader-move,apns-stall,hostile-api,redis-cluster-master-kill,redis-cluster-slot-move,collector-refused"
   )
   # Every scenario herald-chaos knows is in one group: a new scenario not added here fails the run.
   known=$("$HERALD_BIN_DIR/herald-chaos" --help | tr '\n' ' ' | sed -n 's/.*Scenarios: \([^.]*\)\..*/\1/p' | tr -d ' ')

@@ -131,6 +131,8 @@ enum ChaosScenario: String, CaseIterable {
     case redisSlotMove = "redis-cluster-slot-move"
     case scaleChurn = "scale-churn"
     case extremeRecords = "extreme-records"
+    case collectorRefused = "collector-refused"
+    case collectorHung = "collector-hung"
 }
 
 struct ChaosOutcome {

@@ -96,6 +96,8 @@ struct ChaosRunner {
         case .redisSlotMove: return try await redisSlotMove()
         case .scaleChurn: return try await scaleChurn()
         case .extremeRecords: return try await extremeRecords()
+        case .collectorRefused: return try await traceCollector(fault: .refuse)
+        case .collectorHung: return try await traceCollector(fault: .hold)
         }
     }
 
