@@ -213,6 +213,9 @@ package struct StackControl {
         // The measured workload leaves the unread counts to the chat service, whatever the example pipeline
         // does (docs/performance.md); HERALD_LOCAL_COUNTS=on in the environment keeps the apps' own setting.
         extra["HERALD_LOCAL_COUNTS"] = ProcessInfo.processInfo.environment["HERALD_LOCAL_COUNTS"] ?? "off"
+        // Nor does it trace, as a production stage does not by default: HERALD_TRACING=on in the environment traces
+        // into the stack's OTLP stand-in at HERALD_TRACE_RATIO (docs/performance.md, "Tracing").
+        extra["HERALD_TRACING"] = ProcessInfo.processInfo.environment["HERALD_TRACING"] ?? "off"
         if let stages { extra["HERALD_LOCAL_STAGES"] = stages.isEmpty ? "none" : stages.joined(separator: " ") }
         let rc = try script(args, extraEnvironment: extra)
         if rc != 0 { throw BenchError("scripts/local-stack.sh --up failed (exit \(rc)); logs in \(run)/logs") }
