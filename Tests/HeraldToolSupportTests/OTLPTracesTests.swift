@@ -102,7 +102,8 @@ enum Proto {
     }
 
     @Test func aRootSpanHasNoParentAndMissingFieldsKeepTheirDefaults() throws {
-        let span = Proto.message(1, Proto.bytes(hex: Self.traceID)) + Proto.message(2, Proto.bytes(hex: "2222222222222222"))
+        let span =
+            Proto.message(1, Proto.bytes(hex: Self.traceID)) + Proto.message(2, Proto.bytes(hex: "2222222222222222"))
         let decoded = try #require(try OTLPTraces.decodeExportRequest(Proto.request(service: "x", spans: [span])).first)
         #expect(decoded.parentSpanID == "" && decoded.name == "" && decoded.kind == "unspecified")
         #expect(decoded.status == OTLPStatus(code: "unset", message: "") && decoded.events.isEmpty)
@@ -128,17 +129,18 @@ enum Proto {
         #expect(spans.map(\.service) == ["herald-ingest", "herald-resolve", "herald-resolve"])
     }
 
-    @Test(arguments: [
-        ("truncated varint", [0x08, 0x80]),
-        ("length past the end", [0x0A, 0x05, 0x01]),
-        ("field number 0", [0x00, 0x01]),
-        ("group wire type", [0x0B, 0x0C]),
-        ("wire type 7", [0x0F]),
-        ("varint longer than ten bytes", [0x08] + [UInt8](repeating: 0xFF, count: 11) + [0x01]),
-        ("short fixed64", [0x09, 0x01, 0x02]),
-        ("short fixed32", [0x0D, 0x01]),
-        ("resource_spans as a varint", [0x08, 0x01]),
-    ] as [(String, [UInt8])])
+    @Test(
+        arguments: [
+            ("truncated varint", [0x08, 0x80]),
+            ("length past the end", [0x0A, 0x05, 0x01]),
+            ("field number 0", [0x00, 0x01]),
+            ("group wire type", [0x0B, 0x0C]),
+            ("wire type 7", [0x0F]),
+            ("varint longer than ten bytes", [0x08] + [UInt8](repeating: 0xFF, count: 11) + [0x01]),
+            ("short fixed64", [0x09, 0x01, 0x02]),
+            ("short fixed32", [0x0D, 0x01]),
+            ("resource_spans as a varint", [0x08, 0x01]),
+        ] as [(String, [UInt8])])
     func malformedInputThrows(_ what: String, _ bytes: [UInt8]) {
         #expect(throws: OTLPDecodeError.self, "\(what)") { try OTLPTraces.decodeExportRequest(bytes) }
     }

@@ -65,13 +65,15 @@ import Glibc
         #expect(
             got.events == [
                 OTLPSpanEvent(
-                    name: "delivered", timeUnixNano: Self.start + 1_000_000, attributes: ["herald.reason": .string("ok")])
+                    name: "delivered", timeUnixNano: Self.start + 1_000_000,
+                    attributes: ["herald.reason": .string("ok")])
             ])
         #expect(got.status.code == "unset")
     }
 
     /// POSTs `body` to `/v1/traces` on `port` with `contentType`; the answer's status.
-    static func post(_ port: Int, _ body: [UInt8], contentType: String = "application/x-protobuf") async throws -> Int? {
+    static func post(_ port: Int, _ body: [UInt8], contentType: String = "application/x-protobuf") async throws -> Int?
+    {
         let fd = try TestHTTP.connectLoopback(port: port, receiveTimeoutSeconds: 60)
         defer { close(fd) }
         let head =
@@ -131,7 +133,8 @@ import Glibc
         #expect(lines.first == "trace \(Self.parent.traceIDHex)  2 spans, 8.0 ms", "\(tree.output)")
         #expect(lines.dropFirst().first == "  chat back end  [herald-ingest]  8.0 ms  +0.0 ms", "\(tree.output)")
         #expect(
-            lines.dropFirst(2).first == "    herald-send process  [herald-send]  2.0 ms  +3.0 ms  herald.wait_in_topic_ms=7",
+            lines.dropFirst(2).first
+                == "    herald-send process  [herald-send]  2.0 ms  +3.0 ms  herald.wait_in_topic_ms=7",
             "\(tree.output)")
         #expect(lines.dropFirst(3).first == "      - delivered  +4.0 ms  herald.reason=ok", "\(tree.output)")
         let json = try await runToolAsync(

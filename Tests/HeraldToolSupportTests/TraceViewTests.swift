@@ -27,7 +27,8 @@ import Testing
                 ]),
             Self.span(
                 "bbbbbbbbbbbbbbbb", parent: "aaaaaaaaaaaaaaaa", "herald-send process", service: "herald-send",
-                start: 50, end: 90, attributes: ["herald.wait_in_topic_ms": .int(3), "herald.event_id": .string("m-1")],
+                start: 50, end: 90,
+                attributes: ["herald.wait_in_topic_ms": .int(3), "herald.event_id": .string("m-1")],
                 events: [
                     OTLPSpanEvent(
                         name: "delivered", timeUnixNano: Self.t0 + 88 * 100_000,
@@ -63,8 +64,10 @@ import Testing
     }
 
     @Test func tracesAreDrawnApartInTheOrderTheyStarted() {
-        let later = Self.span("aaaaaaaaaaaaaaaa", "second", service: "s", start: 50, end: 60, trace: String(repeating: "2", count: 32))
-        let earlier = Self.span("bbbbbbbbbbbbbbbb", "first", service: "s", start: 0, end: 10, trace: String(repeating: "1", count: 32))
+        let later = Self.span(
+            "aaaaaaaaaaaaaaaa", "second", service: "s", start: 50, end: 60, trace: String(repeating: "2", count: 32))
+        let earlier = Self.span(
+            "bbbbbbbbbbbbbbbb", "first", service: "s", start: 0, end: 10, trace: String(repeating: "1", count: 32))
         let lines = TraceView.render([later, earlier]).split(separator: "\n")
         #expect(lines.count == 4)
         #expect(lines[0].hasPrefix("trace 1111") && lines[1].contains("first"))

@@ -95,7 +95,8 @@ package enum TraceView {
             var shown = Set<Int>()
             // Spans are told apart by their position (a malformed trace may repeat an id); each is drawn once, so
             // a cycle of parents cannot loop.
-            let positions = Dictionary(trace.enumerated().map { ($0.element, $0.offset) }, uniquingKeysWith: { a, _ in a })
+            let positions = Dictionary(
+                trace.enumerated().map { ($0.element, $0.offset) }, uniquingKeysWith: { a, _ in a })
             func draw(_ span: OTLPSpan, depth: Int) {
                 guard let position = positions[span], shown.insert(position).inserted else { return }
                 lines.append(String(repeating: "  ", count: depth + 1) + line(span, origin: origin))

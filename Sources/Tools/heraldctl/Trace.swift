@@ -12,11 +12,16 @@ struct TraceCommand: ParsableCommand {
             Reads every span of each trace in which a stage's span carries herald.event_id = EVENT-ID from \
             herald-mock-otlp (scripts/local-stack.sh runs it on port 4318 and points the stages' tracing at it). \
             Each line: the span's name, [service], its duration, its start after the trace's first span, and its \
-            key attributes; the span's events beneath it. Exits 1 when the receiver cannot be reached or has no \
+            key attributes; the span's events beneath it. --trace-id HEX shows one trace instead. Exits 1 when the receiver cannot be reached or has no \
             span of the event (not sampled, not exported yet, or dropped by the receiver's --max-spans).
             """)
 
-    @Argument(help: "The event's id (event_id in chat.events).") var eventID: String
+    @Argument(help: "The event's id (event_id in chat.events).") var eventID: String?
+
+    @Option(
+        name: .customLong("trace-id"),
+        help: "Show this trace (32 hex digits) instead of an event's, e.g. the trace id of a chat back end's request.")
+    var traceID: String?
 
     @Option(help: "The OTLP receiver, http://HOST:PORT (herald-mock-otlp).") var receiver = "http://127.0.0.1:4318"
 
@@ -29,7 +34,13 @@ struct TraceCommand: ParsableCommand {
             throw ValidationError("--receiver: expected http://HOST:PORT, got \(receiver)")
         }
         guard timeout > 0 else { throw ValidationError("--timeout: a positive number of seconds") }
-        guard !eventID.isEmpty else { throw ValidationError("the event id is empty") }
+        switch (eventID, traceID) {
+        case (nil, nil), (.some, .some): throw ValidationError("give an event id or --trace-id, not both")
+        case (let event?, nil) where event.isEmpty: throw ValidationError("the event id is empty")
+        case (nil, let trace?) where trace.count != 32 || !trace.allSatisfy(\.isHexDigit):
+            throw ValidationError("--trace-id: expected 32 hex digits, got \(trace)")
+        default: break
+        }
     }
 
     func run() throws {
@@ -37,9 +48,14 @@ struct TraceCommand: ParsableCommand {
         // Only URL-unreserved ASCII stays as it is; everything else (UTF-8 bytes included) is percent-encoded.
         let allowed = CharacterSet(
             charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-        let query = eventID.addingPercentEncoding(withAllowedCharacters: allowed) ?? eventID
-        guard let answer = endpoint.get("/v1/spans?event_id=\(query)", timeout: timeout) else {
-            Self.fail("cannot reach the OTLP receiver at \(endpoint) (is herald-mock-otlp running? scripts/local-stack.sh --keep starts it)")
+        let query =
+            traceID.map { "trace_id=\($0.lowercased())" }
+            ?? "event_id=" + ((eventID ?? "").addingPercentEncoding(withAllowedCharacters: allowed) ?? "")
+        let subject = traceID.map { "trace \($0)" } ?? "event \(eventID ?? "")"
+        guard let answer = endpoint.get("/v1/spans?\(query)", timeout: timeout) else {
+            Self.fail(
+                "cannot reach the OTLP receiver at \(endpoint) (is herald-mock-otlp running? scripts/local-stack.sh --keep starts it)"
+            )
         }
         guard answer.status == 200 else {
             Self.fail("the OTLP receiver at \(endpoint) answered \(answer.status): \(answer.body.prefix(200))")
@@ -52,7 +68,7 @@ struct TraceCommand: ParsableCommand {
         }
         guard !spans.isEmpty else {
             Self.fail(
-                "the OTLP receiver at \(endpoint) has no span of event \(eventID) (not traced, not exported yet, or dropped)"
+                "the OTLP receiver at \(endpoint) has no span of \(subject) (not traced, not exported yet, or dropped)"
             )
         }
         print(json ? String(decoding: OTLPSpanStore.json(spans), as: UTF8.self) : TraceView.render(spans))
