@@ -113,7 +113,9 @@ import Glibc
         let none = try await TestHTTP.request(port: port, method: "GET", path: "/v1/spans?event_id=m-2")
         #expect(none.status == 200)
         #expect(try OTLPSpanStore.spans(fromJSON: Array(none.body.utf8)).isEmpty)
-        #expect(try await TestHTTP.request(port: port, method: "GET", path: "/v1/spans").status == 400)
+        #expect(try await TestHTTP.request(port: port, method: "GET", path: "/v1/spans?trace=1").status == 400)
+        let all = try await TestHTTP.request(port: port, method: "GET", path: "/v1/spans")
+        #expect(try OTLPSpanStore.spans(fromJSON: Array(all.body.utf8)) == spans, "every span kept")
 
         // What it cannot read is refused; a valid request it can.
         #expect(try await Self.post(port, [0x0A, 0x05, 0x01]) == 400)

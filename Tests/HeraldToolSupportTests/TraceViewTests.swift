@@ -32,7 +32,9 @@ import Testing
                 events: [
                     OTLPSpanEvent(
                         name: "delivered", timeUnixNano: Self.t0 + 88 * 100_000,
-                        attributes: ["herald.reason": .string("ok"), "herald.user": .string("u2")])
+                        attributes: [
+                            "herald.reason": .string("ok"), "herald.user": .string("u2"), "herald.detail": .string(""),
+                        ])
                 ]),
             Self.span(
                 "dddddddddddddddd", parent: "aaaaaaaaaaaaaaaa", "herald-registry process", service: "herald-registry",
@@ -53,7 +55,7 @@ import Testing
     @Test func aSpanWhoseParentIsElsewhereIsARootAndAnErrorIsShown() {
         var failed = Self.span(
             "bbbbbbbbbbbbbbbb", parent: "9999999999999999", "POST", service: "herald-send", start: 10, end: 10,
-            attributes: ["herald.reason": .string("BadDeviceToken")])
+            attributes: ["herald.reason": .string("BadDeviceToken"), "herald.provider": .string("")])
         failed.status = OTLPStatus(code: "error", message: "400")
         let text = TraceView.render([failed])
         #expect(

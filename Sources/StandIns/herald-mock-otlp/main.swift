@@ -17,7 +17,8 @@ struct MockOTLP: ParsableCommand {
             POST /v1/traces (application/x-protobuf): 200 with an empty ExportTraceServiceResponse, 400 for a body \
             that is not an OTLP trace request, 415 for another content type or an encoded (compressed) body. \
             GET /v1/spans?trace_id=HEX or ?event_id=ID: {"spans": [...]}, every span of the trace, or of each trace \
-            in which a span carries herald.event_id = ID, by start time. GET /healthz: ok.
+            in which a span carries herald.event_id = ID, by start time; GET /v1/spans: every span kept, oldest \
+            first. GET /healthz: ok.
             """)
 
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
@@ -218,8 +219,10 @@ final class OTLPServer: Sendable {
                 spans = store.withLock { $0.spans(traceID: traceID) }
             } else if let eventID = query["event_id"], !eventID.isEmpty {
                 spans = store.withLock { $0.spans(eventID: eventID) }
+            } else if query.isEmpty {
+                spans = store.withLock { $0.all }
             } else {
-                return .text(400, "give trace_id=HEX or event_id=ID")
+                return .text(400, "give trace_id=HEX or event_id=ID, or nothing for every span kept")
             }
             return Answer(status: 200, contentType: "application/json", body: OTLPSpanStore.json(spans))
         case ("GET", "/healthz"):

@@ -70,6 +70,7 @@ package enum TraceView {
     /// two spaces per level under its parent (children by start time; a span whose parent is not among `spans` is a
     /// root): its name, `[service]`, its duration and its start after the trace's first span in milliseconds, its
     /// key attributes and an error status; its events on the lines beneath it (`- name +offset ms attributes`).
+    /// Attributes whose value is an empty string are left out.
     package static func render(_ spans: [OTLPSpan]) -> String {
         var traces: [String: [OTLPSpan]] = [:]
         for span in spans { traces[span.traceID, default: []].append(span) }
@@ -117,7 +118,9 @@ package enum TraceView {
         if !span.service.isEmpty { text += "  [\(span.service)]" }
         text += "  \(milliseconds(from: span.startUnixNano, to: span.endUnixNano)) ms"
         text += "  +\(milliseconds(from: origin, to: span.startUnixNano)) ms"
-        let shown = keyAttributes.compactMap { key in span.attributes[key].map { "\(key)=\($0)" } }
+        let shown = keyAttributes.compactMap { key in
+            span.attributes[key].flatMap { $0 == .string("") ? nil : "\(key)=\($0)" }
+        }
         if !shown.isEmpty { text += "  " + shown.joined(separator: " ") }
         if span.status.code == "error" {
             text += "  error" + (span.status.message.isEmpty ? "" : ": \(span.status.message)")
@@ -127,7 +130,8 @@ package enum TraceView {
 
     static func line(_ event: OTLPSpanEvent, origin: UInt64) -> String {
         var text = "- \(event.name)  +\(milliseconds(from: origin, to: event.timeUnixNano)) ms"
-        let attributes = event.attributes.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        let attributes = event.attributes.filter { $0.value != .string("") }.sorted { $0.key < $1.key }
+            .map { "\($0.key)=\($0.value)" }
         if !attributes.isEmpty { text += "  " + attributes.joined(separator: " ") }
         return text
     }
