@@ -21,7 +21,8 @@
 //                      replies read into one flat, reused buffer), CHeraldPortPlan (herald-dev-broker's bind(2))
 //   Sources/StandIns   herald-mock-apns and herald-mock-fcm with their libraries HeraldMockAPNs and
 //                      HeraldMockProviders; on purpose they import none of Herald's modules, so they check requests
-//                      independently of the code under test.
+//                      independently of the code under test. herald-mock-otlp (the OTLP trace receiver) reads
+//                      spans with HeraldToolSupport's OTLP reader, which shares no code with the stages' exporter.
 // Tests: one test target per module plus EndToEndTests; Tests/HeraldTestSupport is a regular target with what the
 // test targets share (ports, processes, Tansu, redis-server, TLS material, waits on conditions).
 import PackageDescription
@@ -216,8 +217,17 @@ let package = Package(
                 "HeraldMockProviders",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ], path: "Sources/StandIns/herald-mock-fcm"),
+        // The OTLP/HTTP trace receiver stand-in (the local stack's, `heraldctl trace` reads it). It imports only
+        // HeraldToolSupport's OTLP reader, written from the OTLP definitions apart from the stages' exporter.
+        .executableTarget(
+            name: "herald-mock-otlp",
+            dependencies: [
+                "HeraldToolSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ], path: "Sources/StandIns/herald-mock-otlp"),
         // What the tools share: a TCP connection with a deadline, one plain HTTP/1.1 request, the Prometheus text
-        // reader, and their JSON reports built as HeraldCore's JSONValue.
+        // reader, their JSON reports built as HeraldCore's JSONValue, and the OTLP trace reader and the trace tree
+        // (herald-mock-otlp, `heraldctl trace`).
         .target(name: "HeraldToolSupport", dependencies: ["HeraldCore"], path: "Sources/Tools/HeraldToolSupport"),
         // What herald-bench and herald-chaos share: starting (or attaching to) a local stack, the workload (users,
         // conversations, events), the load driver and the ledger of the stand-in's answers.
@@ -342,6 +352,15 @@ let package = Package(
                 "HeraldTracing", "HeraldConfig",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
+            ]),
+        // The OTLP trace reader against hand-built bytes and against swift-otel's own export (HeraldTracing's
+        // SpanExport to a receiver on loopback, and to herald-mock-otlp), the span store and the trace tree.
+        .testTarget(
+            name: "HeraldToolSupportTests",
+            dependencies: [
+                "HeraldToolSupport", "HeraldTracing", "HeraldConfig", "HeraldTestSupport",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]),
         // The benchmarks' own arithmetic (quantiles from histogram buckets) and what the tools share
         // (HeraldToolSupport: the Prometheus text reader, the HTTP probe, the report JSON).

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Herald's whole pipeline on this machine, no Docker: Redis + a Kafka broker on loopback (herald-dev-broker:
 # librdkafka's mock cluster, three brokers; or Tansu with --broker tansu), the APNs stand-in
-# with JWT checking, the FCM + webhook stand-in (herald-mock-fcm), the six stages; loads a sample state through herald.registry, publishes the seed
-# scenarios to chat.events, and prints what the stand-in received and what was suppressed and why.
+# with JWT checking, the FCM + webhook stand-in (herald-mock-fcm), the OTLP trace receiver stand-in
+# (herald-mock-otlp), the six stages with tracing on; loads a sample state through herald.registry, publishes the seed
+# scenarios to chat.events, and prints what the stand-in received, what was suppressed and why, and one event's trace.
 #
 #   scripts/local-stack.sh            run the demo, then stop everything
 #   scripts/local-stack.sh --keep     keep everything running until Ctrl-C
@@ -15,7 +16,7 @@
 #   scripts/local-stack.sh --restart NAME stop NAME (SIGTERM, 10 s, then SIGKILL) and start it again
 #   scripts/local-stack.sh --start NAME   start NAME (after a kill)
 #   scripts/local-stack.sh --signal SIG NAME   send SIG (KILL, TERM, ...) to NAME and return at once
-#   NAME: ingest resolve suppress render send registry (a stage), redis, kafka, mock-apns, or STAGE@N (N 1-3) for
+#   NAME: ingest resolve suppress render send registry (a stage), redis, kafka, mock-apns, mock-otlp, or STAGE@N (N 1-3) for
 #         an extra process of a stage: same command line and environment, its own metrics port
 #         (base+41.. for @1, base+51.. for @2, base+61.. for @3) and instance name, as an autoscaler adds them
 #   --persistent   both of: --redis-aof (Redis with an append-only file, appendfsync always) and
@@ -33,7 +34,13 @@
 #
 # Ports (env): HERALD_LOCAL_REDIS_PORT 16479, HERALD_LOCAL_KAFKA_PORT 19192, HERALD_LOCAL_APNS_PORT 18543,
 # HERALD_LOCAL_FCM_PORT 18544 (FCM messages:send, its token endpoint and the webhook receiver),
-# HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the registry API base+7, the stand-in base+9).
+# HERALD_LOCAL_METRICS_BASE 19200 (stages use base+1 .. base+6, the registry API base+7, the stand-in base+9),
+# HERALD_LOCAL_OTLP_PORT (herald-mock-otlp; default 4318, or base+8 when HERALD_LOCAL_METRICS_BASE is set, so that
+# stacks the tools start on free ports do not share one).
+# Tracing: the stages export their spans to herald-mock-otlp (OTEL_EXPORTER_OTLP_ENDPOINT, every 500 ms) with every
+# event traced; HERALD_TRACE_RATIO sets the share of events traced (OTEL_TRACES_SAMPLER_ARG, default 1.0) and
+# HERALD_TRACING=off turns tracing off (no receiver is started); HERALD_LOCAL_OTLP_MAX_SPANS the spans the receiver
+# keeps (default 50000). `heraldctl trace EVENT` draws an event's trace.
 # The registry API's bearer token is made once per run directory (RUN/api-token); the script prints it, the API's
 # URL and an `export` line for heraldctl (HERALD_KAFKA_BROKERS, HERALD_REDIS_URL, HERALD_STAGE_ENDPOINTS).
 # HERALD_LOCAL_BIN: directory of the built executables (default .build/release, or .build/debug with --debug).
@@ -73,7 +80,7 @@ while [ $# -gt 0 ]; do
     --run-dir) RUN="$2"; shift ;;
     --restart|--start) action="${1#--}"; target="$2"; shift ;;
     --signal) action=signal; sig="$2"; target="$3"; shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,57p' "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -88,6 +95,11 @@ APNS_PORT="${HERALD_LOCAL_APNS_PORT:-18543}"
 FCM_PORT="${HERALD_LOCAL_FCM_PORT:-18544}"
 METRICS_BASE="${HERALD_LOCAL_METRICS_BASE:-19200}"
 STAGES=(ingest resolve suppress render send registry)
+if [ -n "${HERALD_LOCAL_METRICS_BASE:-}" ]; then OTLP_PORT="${HERALD_LOCAL_OTLP_PORT:-$((METRICS_BASE + 8))}"
+else OTLP_PORT="${HERALD_LOCAL_OTLP_PORT:-4318}"; fi
+TRACING="${HERALD_TRACING:-on}"
+TRACE_RATIO="${HERALD_TRACE_RATIO:-1.0}"
+case "$TRACING" in on|off) ;; *) echo "HERALD_TRACING: expected on or off, got $TRACING" >&2; exit 2 ;; esac
 # The demo webhook's Basic password: the pipeline file names this variable (a stage restarted by --restart or
 # --start needs it too, so it is set for every invocation).
 export HERALD_WEBHOOK_PASSWORD="local-demo-secret"
@@ -124,6 +136,7 @@ stop_all() {
   local extra; for extra in "$RUN"/*@*.pid; do [ -f "$extra" ] && stop_pid "$(basename "$extra" .pid)" "$extra"; done
   stop_pid herald-mock-apns "$RUN/mock-apns.pid"
   stop_pid herald-mock-fcm "$RUN/mock-fcm.pid"
+  stop_pid herald-mock-otlp "$RUN/mock-otlp.pid"
   stop_pid redis-server "$RUN/redis.pid"
   local n; for n in 0 1 2 3 4 5; do stop_pid "redis-server (cluster node $n)" "$RUN/redis-$n.pid"; done
   bash scripts/local-prometheus.sh stop
@@ -141,6 +154,10 @@ if [ -n "$action" ] && [ -f "$RUN/stack.env" ]; then   # a running stack keeps t
   kafka_s3="$(sed -n 's/^KAFKA_S3=//p' "$RUN/stack.env" | head -n1)"; kafka_s3="${kafka_s3:-0}"
   broker="$(sed -n 's/^BROKER=//p' "$RUN/stack.env" | head -n1)"; broker="${broker:-dev}"
   redis_cluster="$(sed -n 's/^REDIS_CLUSTER=//p' "$RUN/stack.env" | head -n1)"; redis_cluster="${redis_cluster:-0}"
+  # ... and its tracing (a restarted stage exports to the same receiver, at the same ratio)
+  TRACING="$(sed -n 's/^TRACING=//p' "$RUN/stack.env" | head -n1)"; TRACING="${TRACING:-off}"
+  OTLP_PORT="$(sed -n 's/^OTLP_PORT=//p' "$RUN/stack.env" | head -n1)"; OTLP_PORT="${OTLP_PORT:-4318}"
+  TRACE_RATIO="$(sed -n 's/^TRACE_RATIO=//p' "$RUN/stack.env" | head -n1)"; TRACE_RATIO="${TRACE_RATIO:-1.0}"
   # ... and the executables it started with (a stack started with --debug restarts debug binaries)
   if [ -z "${HERALD_LOCAL_BIN:-}" ]; then
     stack_bin="$(sed -n 's/^BIN=//p' "$RUN/stack.env" | head -n1)"; BIN="${stack_bin:-$BIN}"
@@ -237,6 +254,14 @@ start_mock() { # [record file]
   for _ in $(seq 1 50); do port_open "$APNS_PORT" && break; sleep 0.1; done
 }
 
+# The OTLP receiver stand-in the stages export their spans to (tracing on).
+start_otlp() {
+  "$BIN/herald-mock-otlp" --port "$OTLP_PORT" --max-spans "${HERALD_LOCAL_OTLP_MAX_SPANS:-50000}" \
+    >>"$RUN/logs/mock-otlp.log" 2>&1 &
+  echo $! >"$RUN/mock-otlp.pid"
+  for _ in $(seq 1 50); do port_open "$OTLP_PORT" && break; sleep 0.1; done
+}
+
 stage_index() { local i=0 s; for s in "${STAGES[@]}"; do i=$((i + 1)); [ "$s" = "$1" ] && { echo "$i"; return; }; done; echo 0; }
 # The metrics port of a stage or of a stage's extra process STAGE@N (N 1-3): base+1 .. base+6 for the stages,
 # base+40+10(N-1)+1 .. for the extra processes (what an autoscaler's added pods are; same command line and
@@ -259,10 +284,12 @@ start_stage() {
     env -u HERALD_LOCAL_REDIS_PORT -u HERALD_STAGE_ENDPOINTS -u HERALD_LOCAL_KAFKA_PORT -u HERALD_LOCAL_APNS_PORT -u HERALD_LOCAL_METRICS_BASE \
         -u HERALD_LOCAL_MOCK_ARGS -u HERALD_LOCAL_RUN -u HERALD_LOCAL_BIN -u HERALD_LOCAL_FCM_PORT -u HERALD_LOCAL_STAGES \
         -u HERALD_LOCAL_STAGE_REDIS_URL -u HERALD_LOCAL_SESSION_TIMEOUT_MS -u HERALD_LOCAL_BROKER \
+        -u HERALD_LOCAL_OTLP_PORT -u HERALD_LOCAL_OTLP_MAX_SPANS -u HERALD_TRACING -u HERALD_TRACE_RATIO \
         HERALD_PIPELINE="$RUN/pipeline.yaml" HERALD_KAFKA_BROKERS="$(kafka_bootstrap)" \
         HERALD_REDIS_URL="$STAGE_REDIS_URL" HERALD_METRICS_HOST=127.0.0.1 \
         HERALD_METRICS_PORT="$port" HERALD_KAFKA_SESSION_TIMEOUT_MS="${HERALD_LOCAL_SESSION_TIMEOUT_MS:-3000}" HERALD_KAFKA_PROFILE=local \
         HERALD_INSTANCE="local-${s/@/-}" HERALD_SHUTDOWN_DEADLINE_MS=10000 \
+        $( [ "$TRACING" = on ] && echo "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$OTLP_PORT OTEL_TRACES_SAMPLER_ARG=$TRACE_RATIO" ) \
         $( [ "$s" = registry ] && echo "HERALD_API_PORT=$((METRICS_BASE + 7)) HERALD_API_TOKENS=local=$(cat "$RUN/api-token")" ) \
         $( [ "$stage" = suppress ] && echo "HERALD_TRANSLATOR_CA_FILE=$RUN/apns-cert.pem" ) \
         $( [ "$stage" = send ] && echo "HERALD_APNS_HOST=127.0.0.1:$APNS_PORT HERALD_APNS_CA_FILE=$RUN/apns-cert.pem HERALD_SEND_RETRY_INITIAL_MS=500 HERALD_FCM_HOST=127.0.0.1:$FCM_PORT HERALD_FCM_CA_FILE=$RUN/apns-cert.pem HERALD_WEBHOOK_CA_FILE=$RUN/apns-cert.pem HERALD_WEBPUSH_CA_FILE=$RUN/apns-cert.pem" ) \
@@ -295,6 +322,7 @@ write_stack_env() {
     echo "METRICS_BASE=$METRICS_BASE"; echo "MOCK_METRICS_PORT=$((METRICS_BASE + 9))"
     echo "API_PORT=$((METRICS_BASE + 7))"; echo "API_TOKEN=$(cat "$RUN/api-token")"
     echo "STAGES=${STAGES[*]}"
+    echo "TRACING=$TRACING"; echo "OTLP_PORT=$OTLP_PORT"; echo "TRACE_RATIO=$TRACE_RATIO"
   } >"$RUN/stack.env"
 }
 
@@ -306,6 +334,7 @@ if [ -n "$action" ]; then
     redis-[0-5]) pidfile="$RUN/$target.pid" ;;
     kafka) if [ "$broker" = dev ]; then pidfile="$RUN/kafka/dev-broker.pid"; else pidfile="$RUN/tansu/tansu.pid"; fi ;;
     mock-apns) pidfile="$RUN/mock-apns.pid" ;;
+    mock-otlp) pidfile="$RUN/mock-otlp.pid" ;;
     ingest|resolve|suppress|render|send|registry) pidfile="$RUN/$target.pid" ;;
     ingest@[1-3]|resolve@[1-3]|suppress@[1-3]|render@[1-3]|send@[1-3]|registry@[1-3]) pidfile="$RUN/$target.pid" ;;
     *) echo "unknown component $target" >&2; exit 2 ;;
@@ -326,6 +355,7 @@ if [ -n "$action" ]; then
         redis-[0-5]) start_redis_node "${target#redis-}" ;;
         kafka) start_kafka ;;
         mock-apns) start_mock "$(mock_record_file next)" ;;
+        mock-otlp) start_otlp ;;
         *) for _ in $(seq 1 100); do [ -f "$pidfile" ] || break; [ -f "$RUN/$target.exit" ] || ! kill -0 "$(cat "$pidfile" 2>/dev/null || echo 0)" 2>/dev/null && break; sleep 0.05; done
            start_stage "$target"
            wait_stage_ready "$target" || { say "herald-$target is not ready"; exit 1; } ;;
@@ -345,7 +375,8 @@ redis_ports=("$REDIS_PORT")
 [ "$redis_cluster" = 1 ] && redis_ports+=($((REDIS_PORT + 10000)))
 kafka_ports=("$KAFKA_PORT")
 [ "$broker" = dev ] && kafka_ports+=($((KAFKA_PORT + 1)) $((KAFKA_PORT + 2)) $((KAFKA_PORT + 100)))
-for p in "${redis_ports[@]}" "${kafka_ports[@]}" "$APNS_PORT" "$FCM_PORT"; do
+otlp_ports=(); [ "$TRACING" = on ] && otlp_ports=("$OTLP_PORT")
+for p in "${redis_ports[@]}" "${kafka_ports[@]}" "$APNS_PORT" "$FCM_PORT" ${otlp_ports[@]+"${otlp_ports[@]}"}; do
   if port_open "$p"; then echo "port $p is in use by another program; set HERALD_LOCAL_*_PORT" >&2; exit 1; fi
 done
 
@@ -353,7 +384,7 @@ if [ "$setup" = 1 ]; then bash scripts/setup.sh; fi
 export PKG_CONFIG_PATH="/usr/local/lib/pkgconfig:${PKG_CONFIG_PATH:-}"
 if [ "$build" = 1 ]; then
   say "building ($config)"
-  for p in "${STAGES[@]/#/herald-}" herald-mock-apns herald-mock-fcm herald-dev-broker; do
+  for p in "${STAGES[@]/#/herald-}" herald-mock-apns herald-mock-fcm herald-mock-otlp herald-dev-broker; do
     if ! swift build -c "$config" --product "$p" >"$RUN/logs/build.log" 2>&1; then
       grep -E "error" "$RUN/logs/build.log" >&2 || tail -20 "$RUN/logs/build.log" >&2; exit 1
     fi
@@ -468,6 +499,19 @@ echo $! >"$RUN/mock-fcm.pid"
 : >"$RUN/fcm-record.jsonl"
 for _ in $(seq 1 50); do port_open "$FCM_PORT" && break; sleep 0.1; done
 say "herald-mock-fcm on 127.0.0.1:$FCM_PORT (FCM messages:send, /token checking the RS256 assertion, /webhook/custom-1, Web Push /wp/demo-browser, LibreTranslate's /translate)"
+
+# --- The OTLP trace receiver --------------------------------------------------------------------------
+if [ "$TRACING" = on ] && [ ! -x "$BIN/herald-mock-otlp" ]; then
+  say "$BIN/herald-mock-otlp is not built: tracing off (swift build --product herald-mock-otlp)"; TRACING=off
+fi
+if [ "$TRACING" = on ]; then
+  : >"$RUN/logs/mock-otlp.log"
+  start_otlp
+  port_open "$OTLP_PORT" || { say "herald-mock-otlp did not start on :$OTLP_PORT:"; tail -5 "$RUN/logs/mock-otlp.log" >&2; exit 1; }
+  # Spans leave the stages every 500 ms instead of every 5 s, so an event's trace is there soon after it.
+  grep -q '^tracing:' "$RUN/pipeline.yaml" || printf 'tracing:\n  export_interval_ms: 500\n' >>"$RUN/pipeline.yaml"
+  say "herald-mock-otlp on 127.0.0.1:$OTLP_PORT (the stages' spans, $TRACE_RATIO of the events traced; heraldctl trace EVENT --receiver http://127.0.0.1:$OTLP_PORT)"
+fi
 
 # --- The six stages ----------------------------------------------------------------------------------
 UP_STAGES=("${STAGES[@]}")
@@ -751,6 +795,19 @@ else
   echo "(heraldctl not built: skipping the comparison with heraldctl simulate)"
 fi
 echo
+# One event's trace, as herald-mock-otlp received the stages' spans (they leave the stages every 500 ms: wait until
+# send's span is there).
+if [ "$TRACING" = on ] && [ -x "$BIN/heraldctl" ]; then
+  echo "=== The trace of demo-group (heraldctl trace demo-group --receiver http://127.0.0.1:$OTLP_PORT) ==="
+  trace_out=""
+  for _ in $(seq 1 50); do
+    trace_out="$("$BIN/heraldctl" trace demo-group --receiver "http://127.0.0.1:$OTLP_PORT" 2>&1)" \
+      && grep -q 'herald-send process' <<<"$trace_out" && break
+    sleep 0.2
+  done
+  echo "$trace_out"
+  echo
+fi
 echo "Logs: $RUN/logs/   Metrics: http://127.0.0.1:$((METRICS_BASE + 1))..$((METRICS_BASE + 6))/metrics"
 
 if [ "$keep" = 1 ]; then

@@ -26,6 +26,7 @@ struct Heraldctl: AsyncParsableCommand {
             Explain.self,
             Shards.self,
             Status.self,
+            TraceCommand.self,
         ]
     )
 
