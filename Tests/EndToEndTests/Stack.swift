@@ -339,6 +339,14 @@ final class E2EStack: @unchecked Sendable {
         await stageProcesses[stage]?.kill9()
     }
 
+    /// Waits until `stage`'s process answers /readyz (false when it exited or did not within `timeout`).
+    func awaitReady(_ stage: String, timeout: Duration = .seconds(120)) async -> Bool {
+        let port = stagePorts[stage] ?? 0
+        return await eventually(timeout: timeout, interval: .milliseconds(200)) {
+            stageProcesses[stage]?.isRunning == true && httpStatus(port: port, path: "/readyz") == 200
+        }
+    }
+
     func restartStage(_ stage: String) throws {
         guard let p = stageProcesses[stage] else { throw HarnessError("no stage \(stage)") }
         try p.start()

@@ -220,6 +220,7 @@ struct TracingEndToEndTests {
         }
         _ = await stack.stopStage(zero)
         try stack.restartStage("ingest")
+        #expect(await stack.awaitReady("ingest"), "ingest at ratio 1 is back")
         _ = try await completeTrace("trace_id=\(lastTrace)")
         #expect(try await spans("trace_id=\(unsampledTrace)").spans.isEmpty, "the sender's unsampled flag is kept")
         #expect(try await spans("event_id=trace-e3").spans.isEmpty, "an unsampled event exports no span")
