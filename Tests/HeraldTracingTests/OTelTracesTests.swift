@@ -14,4 +14,14 @@ struct OTelTracesTests {
         #expect(configuration.traces.otlpExporter.protocol == .httpProtobuf)
         #expect(configuration.propagators.count == 1)
     }
+
+    @Test("blank OTEL_* variables are unset for swift-otel as they are for Herald; others stay")
+    func blankVariablesAreRemoved() {
+        let environment = [
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_SERVICE_NAME": "  ", "OTEL_TRACES_SAMPLER_ARG": "0.5",
+            "HERALD_EMPTY": "", "PATH": "/usr/bin",
+        ]
+        #expect(SpanExport.blankVariables(in: environment) == ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"])
+        #expect(SpanExport.blankVariables(in: ["OTEL_SDK_DISABLED": "false"]).isEmpty)
+    }
 }

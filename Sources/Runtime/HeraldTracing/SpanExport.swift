@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import OTel
 import ServiceLifecycle
@@ -23,9 +24,19 @@ public final class SpanExport: Sendable {
         diagnostics.logLevel = .warning
         configuration.diagnosticLogger = .custom(diagnostics)
         configuration.diagnosticLogLevel = .warning
+        // swift-otel applies the process's `OTEL_*` variables over `configuration` as it builds the backend, and takes
+        // an empty one as a value (an empty endpoint would fail every export); Herald reads an empty one as unset.
+        for name in Self.blankVariables(in: ProcessInfo.processInfo.environment) { unsetenv(name) }
         let backend = try OTel.makeTracingBackend(configuration: configuration)
         tracer = backend.factory
         service = backend.service
+    }
+
+    /// The `OTEL_*` variables of `environment` whose value is empty or blank: unset for Herald (`TracingSettings`),
+    /// so they are removed from the process's environment before swift-otel reads it.
+    public static func blankVariables(in environment: [String: String]) -> [String] {
+        environment.filter { $0.key.hasPrefix("OTEL_") && $0.value.trimmingCharacters(in: .whitespaces).isEmpty }
+            .map(\.key).sorted()
     }
 
     /// Starts the span of a traced event at `start` (nanoseconds since the epoch): a child of `parent`, or with
