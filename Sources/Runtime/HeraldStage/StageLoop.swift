@@ -541,8 +541,9 @@ public final class StageLoop: Service, Sendable {
         explain?.submit(explainEntries)
         if !prepared.spans.isEmpty {
             // A traced event's span ends when its outputs were acknowledged (or given up at shutdown).
-            let handedAt = Self.nanoseconds(now()) - UInt64(max(0, (acknowledged - handed).microseconds * 1000))
             let end = Self.nanoseconds(now())
+            let waited = UInt64(Saturating.multiply(max(0, (acknowledged - handed).microseconds), 1000))
+            let handedAt = end - min(waited, end)
             for (index, span) in prepared.spans {
                 span.addEvent("outputs enqueued", atNanoseconds: min(handedAt, end))
                 if !isDone(index) { span.setAttribute("herald.completed", "false") }

@@ -1,3 +1,4 @@
+import HeraldCore
 import HeraldKafka
 import HeraldPipeline
 import HeraldTracing
@@ -119,7 +120,10 @@ public struct StageTracing: Sendable {
             let record = batch[index]
             // A trace the sampler started (an entry record without a valid context) gets its root span here.
             let parent = entryTopics.contains(record.topic) && Self.incoming(record) == nil ? nil : traced
-            let timestamp = record.timestamp.map { UInt64(max(0, $0.millisecondsSinceEpoch)) * 1_000_000 }
+            // A producer sets the timestamp: one far in the future saturates (and the start is then the processing time).
+            let timestamp = record.timestamp.map {
+                UInt64(Saturating.multiply(max(0, $0.millisecondsSinceEpoch), 1_000_000))
+            }
             let start = min(timestamp ?? processingStarted, processingStarted)
             let span = export.startSpan(
                 spanName, parent: parent, fallback: traced, kind: .consumer, startNanoseconds: start)
