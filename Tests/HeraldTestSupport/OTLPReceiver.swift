@@ -5,14 +5,14 @@ import Synchronization
 import Glibc
 #endif
 
-/// An OTLP/HTTP receiver on loopback that only keeps bodies: accepts `POST /v1/traces` (HTTP/1.1, keep-alive), keeps
-/// each request's body and answers 200, so the tests decode swift-otel's own bytes with `OTLPTraces`.
-final class OTLPReceiver: Sendable {
-    let port: Int
+/// An OTLP/HTTP receiver stand-in on loopback that only keeps bodies: accepts `POST /v1/traces` (HTTP/1.1,
+/// keep-alive), keeps each request's body and answers 200. The bodies are OTLP protobuf, as swift-otel exported them.
+public final class OTLPReceiver: Sendable {
+    public let port: Int
     private let listener: Int32
     private let bodies = Mutex<[[UInt8]]>([])
 
-    init() throws {
+    public init() throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
@@ -41,10 +41,10 @@ final class OTLPReceiver: Sendable {
     }
 
     /// The bodies received so far.
-    var received: [[UInt8]] { bodies.withLock { $0 } }
+    public var received: [[UInt8]] { bodies.withLock { $0 } }
 
     /// Stops accepting (connections already open end with their peer).
-    func stop() { shutdown(listener, Int32(SHUT_RDWR)) }
+    public func stop() { shutdown(listener, Int32(SHUT_RDWR)) }
 
     private func acceptLoop() {
         while true {
@@ -93,7 +93,8 @@ final class OTLPReceiver: Sendable {
         }
     }
 
-    static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
+    /// Where `needle` first occurs in `haystack`.
+    public static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
         guard haystack.count >= needle.count else { return nil }
         for start in 0...(haystack.count - needle.count)
         where haystack[start..<start + needle.count].elementsEqual(needle) {
