@@ -9,7 +9,7 @@
 //   Sources/Runtime    HeraldStage: what every stage process shares (stage loop, /metrics and health endpoint,
 //                      lifecycle, logs, configuration binding); HeraldRegistryAPI: the registry API's routes and
 //                      the registry operations heraldctl shares; HeraldSend: send's transports over the provider
-//                      clients; HeraldTracing: W3C trace context, sampling and the OpenTelemetry exporter (swift-otel)
+//                      clients; HeraldTracing: W3C trace context, sampling, spans and their OTLP/HTTP exporter
 //   Sources/Pipeline   HeraldPipeline: what each stage does to a batch, pure over ports (it opens no socket); it sits
 //                      beside the adapters: HeraldPipeline and the adapters do not import each other
 //   Sources/Adapters   HeraldKafka, HeraldRedis, HeraldPushProviders (nghttp2 HTTP/2: APNs, FCM, Web Push), HeraldHTTP (libcurl
@@ -22,7 +22,7 @@
 //   Sources/StandIns   herald-mock-apns and herald-mock-fcm with their libraries HeraldMockAPNs and
 //                      HeraldMockProviders; on purpose they import none of Herald's modules, so they check requests
 //                      independently of the code under test. herald-mock-otlp (the OTLP trace receiver) reads
-//                      spans with HeraldToolSupport's OTLP reader, which shares no code with the stages' exporter.
+//                      spans with HeraldToolSupport's OTLP reader, which shares no code with the stages' OTLP writer.
 // Tests: one test target per module plus EndToEndTests; Tests/HeraldTestSupport is a regular target with what the
 // test targets share (ports, processes, Tansu, redis-server, TLS material, waits on conditions).
 import PackageDescription
@@ -40,9 +40,6 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
         .package(url: "https://github.com/apple/swift-collections.git", from: "1.6.0"),
-        // OpenTelemetry: the OTLP/HTTP exporter only (the OTLPGRPC trait would build grpc-swift as well).
-        .package(url: "https://github.com/swift-otel/swift-otel.git", from: "1.6.0", traits: ["OTLPHTTP"]),
-        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.2"),
     ],
     targets: [
         // MARK: Pure core
@@ -121,17 +118,15 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ], path: "Sources/Runtime/HeraldStage"),
 
-        // Tracing: W3C trace context, sampling, the tracing settings (pipeline file + OTEL_* environment) and
-        // swift-otel's OTLP/HTTP exporter configuration. HeraldCore and the adapters never import it: Kafka carries
-        // trace contexts as header bytes.
+        // Tracing: W3C trace context, sampling, the tracing settings (pipeline file + OTEL_* environment), the spans
+        // and their OTLP/HTTP exporter (protobuf written by hand, sent with HeraldHTTP). HeraldCore and the other
+        // adapters never import it: Kafka carries trace contexts as header bytes.
         .target(
             name: "HeraldTracing",
             dependencies: [
-                "HeraldConfig",
+                "HeraldConfig", "HeraldHTTP",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "OTel", package: "swift-otel"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ], path: "Sources/Runtime/HeraldTracing"),
 
         // The registry operations (the HTTP API's routes and what heraldctl shares with them), over Redis and Kafka;
@@ -241,8 +236,10 @@ let package = Package(
         .executableTarget(
             name: "herald-bench",
             dependencies: [
-                "HeraldBenchSupport", "HeraldCore", "HeraldRedis", "HeraldToolSupport",
+                "HeraldBenchSupport", "HeraldCore", "HeraldConfig", "HeraldRedis", "HeraldToolSupport", "HeraldTracing",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ], path: "Sources/Tools/herald-bench"),
         // The fault suite: each scenario on a fresh local stack (scripts/chaos.sh).
         .executableTarget(
@@ -334,8 +331,9 @@ let package = Package(
         .testTarget(
             name: "HeraldTracingTests",
             dependencies: [
-                "HeraldTracing", "HeraldConfig", "HeraldTestSupport", .product(name: "OTel", package: "swift-otel"),
+                "HeraldTracing", "HeraldConfig", "HeraldTestSupport",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         .testTarget(name: "HeraldConfigTests", dependencies: ["HeraldConfig", "HeraldCore"]),
         .testTarget(name: "HeraldMockAPNsTests", dependencies: ["HeraldMockAPNs", "HeraldTestSupport"]),
@@ -360,7 +358,7 @@ let package = Package(
             dependencies: [
                 "HeraldToolSupport", "HeraldTracing", "HeraldConfig", "HeraldTestSupport",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         // The benchmarks' own arithmetic (quantiles from histogram buckets) and what the tools share
         // (HeraldToolSupport: the Prometheus text reader, the HTTP probe, the report JSON).

@@ -147,4 +147,9 @@ if [ ! -x .venv/bin/moto_server ]; then
   log "installing moto[server] (S3 stand-in for a persistent Tansu) into .venv"
   .venv/bin/pip install -q 'moto[server]==5.2.5'
 fi
+# OpenTelemetry's own generated protobuf classes: a test reads the stages' OTLP export requests with them.
+if ! .venv/bin/python -c 'import opentelemetry.proto.collector.trace.v1.trace_service_pb2' 2>/dev/null; then
+  log "installing opentelemetry-proto into .venv"
+  .venv/bin/pip install -q 'opentelemetry-proto==1.45.2'
+fi
 log "done"

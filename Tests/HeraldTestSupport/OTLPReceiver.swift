@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// An OTLP/HTTP receiver stand-in on loopback that only keeps bodies: accepts `POST /v1/traces` (HTTP/1.1,
-/// keep-alive), keeps each request's body and answers 200. The bodies are OTLP protobuf, as swift-otel exported them.
+/// keep-alive), keeps each request's body and answers 200. The bodies are OTLP protobuf, as the stages export them.
 public final class OTLPReceiver: Sendable {
     public let port: Int
     private let listener: Int32

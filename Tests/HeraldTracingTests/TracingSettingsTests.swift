@@ -4,7 +4,6 @@ import Foundation
 import HeraldConfig
 import HeraldTestSupport
 import HeraldTracing
-import OTel
 import Testing
 
 @Suite("Tracing settings")
@@ -95,29 +94,28 @@ struct TracingSettingsTests {
         }
     }
 
-    @Test("swift-otel's configuration: traces only, over OTLP/HTTP, with the settings' values")
-    func otelConfiguration() throws {
+    @Test("the exporter's settings: endpoint, headers, queue, batch and interval, and the resource of the spans")
+    func exporterSettings() throws {
         var file = TracingConfig()
         file.enabled = true
         file.maxQueueSpans = 100
         file.maxBatchSpans = 10
         file.exportIntervalMs = 250
+        file.resourceAttributes = ["deployment.environment": "prod", "service.name": "ignored"]
         let settings = try TracingSettings(
             file: file,
             environment: ["OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=k", "OTEL_RESOURCE_ATTRIBUTES": "k8s.pod.name=p"],
             stage: "herald-render")
-        let configuration = settings.otelConfiguration
-        #expect(configuration.traces.enabled && !configuration.metrics.enabled && !configuration.logs.enabled)
-        #expect(configuration.serviceName == "herald-render")
-        #expect(configuration.resourceAttributes == ["k8s.pod.name": "p"])
-        #expect(configuration.traces.otlpExporter.protocol == .httpProtobuf)
-        #expect(configuration.traces.otlpExporter.endpoint == "http://localhost:4318/v1/traces")
-        #expect(configuration.traces.otlpExporter.headers.map(\.0) == ["x-api-key"])
-        #expect(configuration.traces.batchSpanProcessor.maxQueueSize == 100)
-        #expect(configuration.traces.batchSpanProcessor.maxExportBatchSize == 10)
-        #expect(configuration.traces.batchSpanProcessor.scheduleDelay == .milliseconds(250))
-        #expect(configuration.traces.batchSpanProcessor.exportTimeout == .seconds(30))
-        #expect(configuration.traces.otlpExporter.timeout == .seconds(30))
+        #expect(settings.tracesEndpoint == "http://localhost:4318/v1/traces")
+        #expect(settings.exportHeaders.map(\.0) == ["x-api-key"])
+        #expect(settings.maxQueueSpans == 100 && settings.maxBatchSpans == 10)
+        #expect(settings.exportInterval == .milliseconds(250) && settings.exportTimeout == .seconds(10))
+        #expect(
+            settings.resource.map { "\($0.key)=\($0.value)" } == [
+                "deployment.environment=string(\"prod\")", "k8s.pod.name=string(\"p\")",
+                "service.name=string(\"herald-render\")", "telemetry.sdk.language=string(\"swift\")",
+                "telemetry.sdk.name=string(\"herald\")",
+            ])
     }
 
     @Test("docs/operations.md's table of OTEL_* variables is the one TracingSettings declares")

@@ -221,7 +221,7 @@ public struct StageMetrics: Sendable {
             "explain entries dropped because Redis was slow or absent"),
         MetricDeclaration(
             Name.traceSpansDropped, "counter", labels: "stage, reason",
-            "spans of traced events not exported: `queue_full` (more than `tracing.max_queue_spans` waiting, the collector slow or down), `export_failed` (the collector refused the batch or did not answer within 30 s); only with tracing on"
+            "spans of traced events not exported: `queue_full` (more than `tracing.max_queue_spans` waiting, the collector slow or down), `export_failed` (the collector refused the batch or did not answer within 10 s); only with tracing on"
         ),
         MetricDeclaration(
             Name.explainPending, "gauge", labels: "stage",

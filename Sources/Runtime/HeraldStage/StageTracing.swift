@@ -119,14 +119,14 @@ public struct StageTracing: Sendable {
             guard let traced = traces[index] else { continue }
             let record = batch[index]
             // A trace the sampler started (an entry record without a valid context) gets its root span here.
-            let parent = entryTopics.contains(record.topic) && Self.incoming(record) == nil ? nil : traced
+            let root = entryTopics.contains(record.topic) && Self.incoming(record) == nil
             // A producer sets the timestamp: one far in the future saturates (and the start is then the processing time).
             let timestamp = record.timestamp.map {
                 UInt64(Saturating.multiply(max(0, $0.millisecondsSinceEpoch), 1_000_000))
             }
             let start = min(timestamp ?? processingStarted, processingStarted)
             let span = export.startSpan(
-                spanName, parent: parent, fallback: traced, kind: .consumer, startNanoseconds: start)
+                spanName, continuing: traced, root: root, kind: .consumer, startNanoseconds: start)
             span.setAttribute("messaging.system", "kafka")
             span.setAttribute("messaging.operation.type", "process")
             span.setAttribute("messaging.destination.name", record.topic)

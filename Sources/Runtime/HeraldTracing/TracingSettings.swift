@@ -1,5 +1,4 @@
 import HeraldConfig
-import OTel
 
 /// A tracing setting from the environment that does not read; the stage stops at startup (status 2), as for a
 /// `HERALD_*` key. The message never holds the value of `OTEL_EXPORTER_OTLP_HEADERS` (it holds credentials).
@@ -32,9 +31,9 @@ public struct TracingSettings: Sendable {
     public var maxQueueSpans: Int
     public var maxBatchSpans: Int
     public var exportInterval: Duration
-    /// The longest one export request may take (the exporter's HTTP timeout and the batch's deadline); its spans are
-    /// dropped after it. 30 s, swift-otel's default; not a pipeline key.
-    public var exportTimeout: Duration = .seconds(30)
+    /// The longest one export request may take; its spans are dropped after it. 10 s, the OTLP exporter's default;
+    /// not a pipeline key.
+    public var exportTimeout: Duration = .seconds(10)
 
     public static let defaultEndpoint = "http://localhost:4318"
 
@@ -137,19 +136,14 @@ public struct TracingSettings: Sendable {
     /// The sampler these settings describe.
     public var sampler: TraceSampler { TraceSampler(ratio: sampleRatio) }
 
-    /// swift-otel's configuration for the OTLP/HTTP span exporter (`heraldTraces`) with these settings.
-    public var otelConfiguration: OTel.Configuration {
-        var configuration = OTel.Configuration.heraldTraces(serviceName: serviceName)
-        configuration.resourceAttributes = resourceAttributes
-        configuration.traces.enabled = enabled
-        configuration.traces.otlpExporter.endpoint = tracesEndpoint
-        configuration.traces.otlpExporter.headers = exportHeaders
-        configuration.traces.batchSpanProcessor.maxQueueSize = maxQueueSpans
-        configuration.traces.batchSpanProcessor.maxExportBatchSize = maxBatchSpans
-        configuration.traces.batchSpanProcessor.scheduleDelay = exportInterval
-        configuration.traces.batchSpanProcessor.exportTimeout = exportTimeout
-        configuration.traces.otlpExporter.timeout = exportTimeout
-        return configuration
+    /// The resource every span of the stage is exported under: `service.name`, the SDK's name and language, and
+    /// the configured resource attributes (a `service.name` among them is replaced by `serviceName`), by key.
+    public var resource: [(key: String, value: SpanValue)] {
+        var attributes = resourceAttributes
+        attributes["service.name"] = serviceName
+        attributes["telemetry.sdk.name"] = attributes["telemetry.sdk.name"] ?? "herald"
+        attributes["telemetry.sdk.language"] = attributes["telemetry.sdk.language"] ?? "swift"
+        return attributes.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) }
     }
 
     // MARK: Reading values

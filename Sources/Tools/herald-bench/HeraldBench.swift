@@ -6,6 +6,7 @@
 //   json      HeraldCore's JSON against Foundation's JSONDecoder/JSONEncoder on Herald's records
 //   redis     building the per-recipient Redis commands: RedisCommand per command against RedisBatch
 //   redis-callers  concurrent callers on one Redis connection across an injected round trip
+//   spans     CPU per span of a stage's span exporter, exporting to herald-mock-otlp
 import ArgumentParser
 
 @main
@@ -15,7 +16,7 @@ struct HeraldBench: AsyncParsableCommand {
         abstract: "Herald's measuring tools.",
         subcommands: [
             DecideBench.self, PipelineBench.self, StageBench.self, IdleBench.self, JSONBench.self, RedisBench.self,
-            RedisCallersBench.self,
+            RedisCallersBench.self, SpansBench.self,
         ],
         defaultSubcommand: DecideBench.self)
 }

@@ -97,7 +97,7 @@ extension ChaosRunner {
         }
         let (r, faultSeconds) = try await drainTimed(faulty)
 
-        // The dropped spans: an export that cannot connect fails; a held one fails at the export timeout (30 s).
+        // The dropped spans: an export that cannot connect fails; a held one fails at the export timeout (10 s).
         // Both within 90 s. Only `export_failed` proves the fault was seen: `queue_full` also counts spans of a
         // burst the exporter does not keep up with while the collector answers (reported for both backlogs).
         let waitSeconds = 90.0

@@ -5,15 +5,15 @@ import HeraldToolSupport
 import HeraldTracing
 import Logging
 import Testing
-import Tracing
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The OTLP reader against the bytes swift-otel itself sends (HeraldTracing's `SpanExport`, as the stages export),
-/// first to a receiver that only keeps bodies, then to herald-mock-otlp and read back through `heraldctl trace`.
-@Suite(.serialized) struct SwiftOTelExportTests {
+/// The OTLP reader against the bytes the stages send (HeraldTracing's `SpanExport`), first to a receiver that only
+/// keeps bodies, then to herald-mock-otlp and read back through `heraldctl trace`. The reader and the exporter's
+/// writer share no code; `OTLPOfficialDecodingTests` reads the same bytes with OpenTelemetry's own classes.
+@Suite(.serialized) struct ExportedSpanReadingTests {
     /// An exporter to a collector on loopback `port`, exporting every 50 ms, and the task running its service.
     static func exporter(to port: Int, stage: String) throws -> (SpanExport, Task<Void, any Error>) {
         var file = TracingConfig()
@@ -33,7 +33,7 @@ import Glibc
     /// One consumer span under `parent` with the attributes and an event a stage gives it, ended 2 ms after it began.
     static func exportOneSpan(_ export: SpanExport, event: String) -> EventSpan {
         let span = export.startSpan(
-            "herald-send process", parent: parent, fallback: parent, kind: .consumer, startNanoseconds: start)
+            "herald-send process", continuing: parent, kind: .consumer, startNanoseconds: start)
         span.setAttribute("herald.event_id", event)
         span.setAttribute("herald.wait_in_topic_ms", Int64(7))
         span.addEvent("delivered", atNanoseconds: start + 1_000_000, attributes: ["herald.reason": "ok"])
@@ -41,7 +41,7 @@ import Glibc
         return span
     }
 
-    @Test func decodesTheSpansSwiftOTelExports() async throws {
+    @Test func decodesTheSpansTheExporterSends() async throws {
         let receiver = try OTLPReceiver()
         defer { receiver.stop() }
         let (export, exporting) = try Self.exporter(to: receiver.port, stage: "herald-send")
