@@ -351,7 +351,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ]),
-        // The OTLP trace reader against hand-built bytes and against swift-otel's own export (HeraldTracing's
+        // The OTLP trace reader against hand-built bytes and against what the stages export (HeraldTracing's
         // SpanExport to a receiver on loopback, and to herald-mock-otlp), the span store and the trace tree.
         .testTarget(
             name: "HeraldToolSupportTests",

@@ -289,10 +289,29 @@ struct ClientIntegrationTests {
             pki, port: server.port, connections: 2,
             retry: BackoffPolicy(initialDelay: .milliseconds(10), maxDelay: .milliseconds(100), maxAttempts: 16))
         let n = 1500
-        let responses = await sendAll(c, (0..<n).map { request($0) })
+        // Every other request is traced: its response lists the client's retries, each with the answer retried.
+        let responses = await sendAll(
+            c,
+            (0..<n).map { index in
+                var delivery = request(index)
+                delivery.traced = index % 2 == 0
+                return delivery
+            })
         #expect(responses.count == n)
         #expect(responses.values.allSatisfy { $0.disposition == .delivered }, "nothing lost")
         #expect(responses.values.contains { $0.attempts > 1 })
+        for (tag, response) in responses {
+            if tag % 2 == 0 {
+                #expect(response.retries.count == response.attempts - 1, "one note per retry")
+                #expect(
+                    response.retries.allSatisfy {
+                        [429, 500, 503].contains($0.status ?? 0) && !$0.reason.isEmpty && $0.timeNanoseconds > 0
+                    })
+            } else {
+                #expect(response.retries.isEmpty, "an untraced request notes nothing")
+            }
+        }
+        #expect(responses.contains { $0.key % 2 == 0 && !$0.value.retries.isEmpty })
         let stats = c.stats
         #expect(stats.retries > 0)
         let lines = try await waitForRecords(record, atLeast: n + stats.retries)

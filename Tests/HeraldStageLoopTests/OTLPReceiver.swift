@@ -14,6 +14,14 @@ struct ReceivedSpan: Equatable {
     var attributes: [String: String] = [:]
     /// `Status.code`: 2 error; 0 unset.
     var statusCode: UInt64 = 0
+    var events: [ReceivedEvent] = []
+}
+
+/// A span's event: `Span.Event` `time_unix_nano(1)`, `name(2)`, `attributes(3)`.
+struct ReceivedEvent: Equatable {
+    var name = ""
+    var timeNanoseconds: UInt64 = 0
+    var attributes: [String: String] = [:]
 }
 
 extension OTLPReceiver {
@@ -28,15 +36,22 @@ extension OTLPReceiver {
                     name: String(decoding: Self.fields(span, 5).first ?? [], as: UTF8.self),
                     kind: Self.scalars(span, 6).first ?? 0, startNanoseconds: Self.scalars(span, 7).first ?? 0,
                     endNanoseconds: Self.scalars(span, 8).first ?? 0, attributes: Self.attributes(span),
-                    statusCode: Self.fields(span, 15).first.flatMap { Self.scalars($0, 3).first } ?? 0)
+                    statusCode: Self.fields(span, 15).first.flatMap { Self.scalars($0, 3).first } ?? 0,
+                    events: Self.fields(span, 11).map { event in
+                        ReceivedEvent(
+                            name: String(decoding: Self.fields(event, 2).first ?? [], as: UTF8.self),
+                            timeNanoseconds: Self.scalars(event, 1).first ?? 0,
+                            attributes: Self.attributes(event, field: 3))
+                    })
             }
         }
     }
 
-    /// A span's `attributes(9)`: each `KeyValue` `key(1)`, `value(2)` with `string_value(1)` or `int_value(3)`.
-    static func attributes(_ span: [UInt8]) -> [String: String] {
+    /// A span's `attributes(9)` (an event's: `field` 3): each `KeyValue` `key(1)`, `value(2)` with
+    /// `string_value(1)` or `int_value(3)`.
+    static func attributes(_ span: [UInt8], field: UInt64 = 9) -> [String: String] {
         var out: [String: String] = [:]
-        for pair in fields(span, 9) {
+        for pair in fields(span, field) {
             guard let key = fields(pair, 1).first, let value = fields(pair, 2).first else { continue }
             if let text = fields(value, 1).first {
                 out[String(decoding: key, as: UTF8.self)] = String(decoding: text, as: UTF8.self)

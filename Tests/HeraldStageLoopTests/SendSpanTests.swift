@@ -14,11 +14,20 @@ import Testing
 // traced event, a child of the send stage's span, and the event's ids on the stage's span (docs/operations.md,
 // "Tracing").
 
-/// Answers by token (200 for any other) and says every request goes to `api.push.example:443`.
+/// Answers by token (200 for any other), after the retries `retries` lists for the token, and says every request
+/// goes to `api.push.example:443`.
 private struct AnsweringTransport: PushTransport {
     let answers: [String: PushAnswer]
+    var retries: [String: [ProviderRetry]] = [:]
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+        await send(jobs, onAnswer: onAnswer, onRetry: { _, _ in })
+    }
+    func send(
+        _ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+        onRetry: @escaping @Sendable (Int, ProviderRetry) -> Void
+    ) async {
         for (index, job) in jobs.enumerated() {
+            for retry in retries[job.request.token] ?? [] { onRetry(index, retry) }
             onAnswer(index, answers[job.request.token] ?? .answered(status: 200, reason: nil, timestamp: nil))
         }
     }
@@ -75,9 +84,17 @@ private struct ClaimingLedger: DeliveryLedger {
 
         let send = SendProcessor(
             retryTopic: "retry-\(suffix)", tokenFeedbackTopic: feedback,
-            transport: AnsweringTransport(answers: [
-                dead.token: .answered(status: 410, reason: .unregistered, timestamp: 1_731_999_000_000)
-            ]),
+            transport: AnsweringTransport(
+                answers: [dead.token: .answered(status: 410, reason: .unregistered, timestamp: 1_731_999_000_000)],
+                retries: [
+                    delivered.token: [
+                        ProviderRetry(
+                            timeNanoseconds: 1_800_000_000_000_000_000, status: 503, reason: "ServiceUnavailable"),
+                        ProviderRetry(
+                            timeNanoseconds: 1_800_000_000_100_000_000, status: nil, reason: "ConnectionLost"),
+                    ],
+                    untraced.token: [ProviderRetry(timeNanoseconds: 1, status: 500, reason: "InternalServerError")],
+                ]),
             ledger: ClaimingLedger())
         var consumerConfiguration = KafkaConsumerConfiguration(
             brokers: broker.brokers, groupID: "send-\(suffix)", topics: [input])
@@ -124,10 +141,18 @@ private struct ClaimingLedger: DeliveryLedger {
         #expect(ok.attributes["http.response.status_code"] == "200" && ok.attributes["error.type"] == nil)
         #expect(ok.attributes["herald.apns_id"] == APNsID.derive(eventID: "evt-delivered", token: delivered.token))
         #expect(ok.statusCode != 2)
+        // The transport's own retries before the 200 are events of the request's span, with the answers retried.
+        #expect(ok.events.map(\.name) == ["retry", "retry"])
+        #expect(ok.events.first?.timeNanoseconds == 1_800_000_000_000_000_000)
+        #expect(ok.events.first?.attributes["http.response.status_code"] == "503")
+        #expect(ok.events.first?.attributes["herald.reason"] == "ServiceUnavailable")
+        #expect(ok.events.last?.attributes["http.response.status_code"] == "none")
+        #expect(ok.events.last?.attributes["herald.reason"] == "ConnectionLost")
         let gone = try #require(requests.first { $0.parentSpanID == dying.spanID })
         #expect(gone.attributes["http.response.status_code"] == "410")
         #expect(gone.attributes["herald.reason"] == "Unregistered" && gone.attributes["error.type"] == "410")
         #expect(gone.statusCode == 2, "a failed request's span is an error")
+        #expect(gone.events.isEmpty, "no retry, no event")
 
         // Nothing of the untraced event, and neither a token nor the message text, is in what was exported.
         for body in receiver.received {

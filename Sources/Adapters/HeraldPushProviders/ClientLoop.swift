@@ -673,13 +673,14 @@ final class ClientLoop: @unchecked Sendable {
         {
             if (try? tokens.rejected(issuedAt: issued)) == true {
                 bump { $0.retries += 1 }
+                job.noteRetry(status: status, reason: "renew credentials: \(reason?.wire ?? "HTTP \(status)")")
                 pending.pushFront(job)
                 return
             }
         }
         let text = reason?.wire ?? "HTTP \(status)"
         let disposition = retryDisposition(job, answer: answer, text: text)
-        if scheduleRetry(job, disposition) { return }
+        if scheduleRetry(job, disposition, status: status, reason: text) { return }
         complete(job, status: status, reason: reason, timestamp: timestamp, failure: nil, disposition: disposition)
     }
 
@@ -712,7 +713,7 @@ final class ClientLoop: @unchecked Sendable {
         if case .retry(let after) = disposition, let retryAfter, retryAfter > after {
             disposition = .retry(after: retryAfter)
         }
-        if scheduleRetry(job, disposition) { return }
+        if scheduleRetry(job, disposition, status: status, reason: text) { return }
         complete(
             job, status: status, failure: nil, disposition: disposition, reasonText: text, answer: answer,
             retryAfter: retryAfter, messageName: messageName)
@@ -734,6 +735,7 @@ final class ClientLoop: @unchecked Sendable {
             job.attempts -= 1  // the renewal does not count as an attempt
             _ = try? tokens.rejected(issuedAt: issued)
             bump { $0.retries += 1 }
+            job.noteRetry(status: status, reason: "renew credentials: \(text)")
             pending.pushFront(job)
             return
         }
@@ -773,11 +775,13 @@ final class ClientLoop: @unchecked Sendable {
         let disposition = config.retry.disposition(
             for: APNsAnswerTable.classify(failure), reasonText: failure.description,
             attempt: job.attempts, unit: Double.random(in: 0..<1, using: &rng))
-        if scheduleRetry(job, disposition) { return }
+        if scheduleRetry(job, disposition, status: nil, reason: failure.kind) { return }
         complete(job, status: nil, failure: failure, disposition: disposition)
     }
 
-    private func scheduleRetry(_ job: Job, _ disposition: PushDisposition) -> Bool {
+    /// Schedules `job` again when `disposition` says retry and its deadline allows; `status` and `reason` are the
+    /// answer retried, noted for a traced request's span.
+    private func scheduleRetry(_ job: Job, _ disposition: PushDisposition, status: Int?, reason: String) -> Bool {
         guard case .retry(let after) = disposition, stopping == nil else { return false }
         let at = ContinuousClock.now + after
         guard at < job.request.deadline else { return false }
@@ -785,6 +789,7 @@ final class ClientLoop: @unchecked Sendable {
         delayed.append(job)
         nextTimers = min(nextTimers, at)
         bump { $0.retries += 1 }
+        job.noteRetry(status: status, reason: reason)
         return true
     }
 
@@ -804,6 +809,7 @@ final class ClientLoop: @unchecked Sendable {
         response.answer = answer
         response.retryAfter = retryAfter
         response.messageName = messageName
+        response.retries = job.retries
         bump { $0.completed += 1 }
         finishedThisPass.append(Finished(job: job, response: response))
     }

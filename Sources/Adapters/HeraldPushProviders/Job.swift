@@ -29,6 +29,19 @@ final class Job: @unchecked Sendable {
     var retryAfter: String?
     /// The access token was renewed once for this request after a 401 (FCM).
     var renewedCredentials = false
+    /// The retries of a traced request (`PushResponse.retries`); never appended to for the others.
+    var retries: [PushRetryNote] = []
+
+    /// Notes a retry of a traced request (nothing for the others): now, and the answer that caused it.
+    func noteRetry(status: Int?, reason: String) {
+        guard request.traced else { return }
+        var time = timespec()
+        clock_gettime(CLOCK_REALTIME, &time)
+        retries.append(
+            PushRetryNote(
+                timeNanoseconds: UInt64(max(0, time.tv_sec)) &* 1_000_000_000 &+ UInt64(max(0, time.tv_nsec)),
+                status: status, reason: reason))
+    }
 
     init(request: PushDelivery, path: [UInt8]? = nil, completion: @escaping @Sendable (PushResponse) -> Void) {
         self.request = request

@@ -65,6 +65,12 @@ public protocol PushTransport: Sendable {
     /// order, any thread; keep it short). Returns after the last answer. Many jobs are in flight at once; the
     /// call waits while the transport's in-flight bound is reached (backpressure).
     func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async
+    /// `send(_:onAnswer:)`, with `onRetry(index, retry)` called for each retry the transport itself makes of a
+    /// traced job's request, before that job's answer. By default a transport reports none.
+    func send(
+        _ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+        onRetry: @escaping @Sendable (Int, ProviderRetry) -> Void
+    ) async
     /// Where `job`'s request goes (host and port), when the transport can tell cheaply: for a traced job's request
     /// span (`server.address`, `server.port`). Nil by default.
     func server(for job: PushJob) -> ServiceEndpoint?
@@ -72,6 +78,13 @@ public protocol PushTransport: Sendable {
 
 extension PushTransport {
     public func server(for job: PushJob) -> ServiceEndpoint? { nil }
+
+    public func send(
+        _ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+        onRetry: @escaping @Sendable (Int, ProviderRetry) -> Void
+    ) async {
+        await send(jobs, onAnswer: onAnswer)
+    }
 }
 
 /// send: `herald.outbound` and `herald.retry` -> APNs; dead tokens -> `herald.token-feedback`,
@@ -280,17 +293,23 @@ public struct SendProcessor: StageProcessor {
         // A traced input's request span runs from here to its answer (wall clock); nothing is read for the others.
         let times = fresh.contains(where: { $0.traced }) ? RequestTimes(count: fresh.count, context: context) : nil
         let sendStarted = ContinuousClock.now
-        await transport.send(jobs) { index, answer in
-            guard index >= 0, index < jobs.count else { return }
-            if let times, jobs[index].traced { times.answered(index) }
-            answers.set(index, answer)
-            var delivered = false
-            if case .answered(200, _, _) = answer { delivered = true }
-            if case .classified(_, _, .delivered, _, _) = answer { delivered = true }
-            if delivered {
-                marker.add(app: jobs[index].appID, deliveryPairs[index])
-            }
-        }
+        await transport.send(
+            jobs,
+            onAnswer: { index, answer in
+                guard index >= 0, index < jobs.count else { return }
+                if let times, jobs[index].traced { times.answered(index) }
+                answers.set(index, answer)
+                var delivered = false
+                if case .answered(200, _, _) = answer { delivered = true }
+                if case .classified(_, _, .delivered, _, _) = answer { delivered = true }
+                if delivered {
+                    marker.add(app: jobs[index].appID, deliveryPairs[index])
+                }
+            },
+            onRetry: { index, retry in
+                guard index >= 0, index < jobs.count, jobs[index].traced, let times else { return }
+                times.retried(index, retry)
+            })
         // 4. Every 200 is confirmed before the inputs complete; claims of what was not delivered are released.
         let answered = ContinuousClock.now
         onPhase("answer", answered - sendStarted)
@@ -307,10 +326,11 @@ public struct SendProcessor: StageProcessor {
                         appID: item.record.appID, eventID: item.record.eventID, user: item.record.recipient)
             )
             if let times, item.traced,
-                let request = requestNote(
+                var request = requestNote(
                     item.record, jobs[position], received[position], start: times.start,
                     end: times.end(position))
             {
+                request.retries = times.retries(position)
                 var result = result
                 result.notes.append(.providerRequest(request))
                 out.append(NumberedResult(item.index, result))
@@ -536,6 +556,7 @@ final class AnswerBox: Sendable {
 final class RequestTimes: Sendable {
     let start: UInt64
     private let ends: Mutex<[UInt64?]>
+    private let retries = Mutex<[Int: [ProviderRetry]]>([:])
     private let context: BatchContext
 
     init(count: Int, context: BatchContext) {
@@ -551,6 +572,11 @@ final class RequestTimes: Sendable {
     }
 
     func end(_ index: Int) -> UInt64? { ends.withLock { $0[index] } }
+
+    /// Notes a retry the transport made of the job at `index`.
+    func retried(_ index: Int, _ retry: ProviderRetry) { retries.withLock { $0[index, default: []].append(retry) } }
+
+    func retries(_ index: Int) -> [ProviderRetry] { retries.withLock { $0[index] ?? [] } }
 
     static func nanoseconds(_ date: Date) -> UInt64 { UInt64(max(0, date.timeIntervalSince1970 * 1_000_000_000)) }
 }

@@ -190,6 +190,8 @@ public struct ProviderRequest: Sendable, Hashable {
     /// When the job was handed to the transport and when its answer arrived, in nanoseconds since the epoch.
     public var startNanoseconds: UInt64
     public var endNanoseconds: UInt64
+    /// The transport's own retries of the request before its final answer (APNs, FCM), in order.
+    public var retries: [ProviderRetry] = []
 
     public init(
         provider: String, status: Int?, reason: String, failure: String?, messageID: String?,
@@ -204,6 +206,20 @@ public struct ProviderRequest: Sendable, Hashable {
         self.attempt = attempt
         self.startNanoseconds = startNanoseconds
         self.endNanoseconds = endNanoseconds
+    }
+}
+
+/// A retry a transport made of a traced job's request before its final answer: when (nanoseconds since the epoch),
+/// the answer retried (HTTP status, nil below HTTP) and its reason.
+public struct ProviderRetry: Sendable, Hashable {
+    public var timeNanoseconds: UInt64
+    public var status: Int?
+    public var reason: String
+
+    public init(timeNanoseconds: UInt64, status: Int?, reason: String) {
+        self.timeNanoseconds = timeNanoseconds
+        self.status = status
+        self.reason = reason
     }
 }
 

@@ -140,6 +140,13 @@ package final class APNsPushTransport: PushTransport, Service, Sendable {
     }
 
     package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+        await send(jobs, onAnswer: onAnswer, onRetry: { _, _ in })
+    }
+
+    package func send(
+        _ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+        onRetry: @escaping @Sendable (Int, ProviderRetry) -> Void
+    ) async {
         // Each client's share, in order of first use. (Not `groups[id, default: (client, [])]`: a default that
         // captures the client is a closure context allocated per job.)
         var groups: [(APNsClient, [Int])] = []
@@ -175,7 +182,7 @@ package final class APNsPushTransport: PushTransport, Service, Sendable {
         }
         await sendConcurrently(
             jobs, groups, timeout: timeout, delivery: { PushDelivery($0, timeout: $1, tag: $2) },
-            answer: Self.answer, onAnswer: onAnswer)
+            answer: Self.answer, onAnswer: onAnswer, onRetry: onRetry)
     }
 
     static func answer(_ response: PushResponse) -> PushAnswer {

@@ -9,12 +9,14 @@ package protocol CredentialClient: AnyObject, BatchPushClient {
 
 /// Sends each client's share of a stage's batch (the indices of its jobs in `jobs`), all clients at once, and
 /// reports every answer under the index of its job in the batch: `delivery` makes a client request from a job's
-/// rendered request (deadline, tag), `answer` reads the provider's answer.
+/// rendered request (deadline, tag), `answer` reads the provider's answer; `onRetry` gets a traced request's
+/// retries by its client.
 func sendConcurrently<Client: CredentialClient>(
     _ jobs: [PushJob], _ shares: [(Client, [Int])], timeout: Duration,
     delivery: @escaping @Sendable (PushRequest, Duration, UInt64) -> PushDelivery,
     answer: @escaping @Sendable (PushResponse) -> PushAnswer,
-    onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void
+    onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+    onRetry: @escaping @Sendable (Int, ProviderRetry) -> Void = { _, _ in }
 ) async {
     await withTaskGroup(of: Void.self) { group in
         for (client, indices) in shares {
@@ -26,6 +28,13 @@ func sendConcurrently<Client: CredentialClient>(
                     return request
                 }
                 await client.answers(for: requests) { response in
+                    // A traced request's retries by the client (none for the others), before its answer.
+                    for retry in response.retries {
+                        onRetry(
+                            Int(response.tag),
+                            ProviderRetry(
+                                timeNanoseconds: retry.timeNanoseconds, status: retry.status, reason: retry.reason))
+                    }
                     onAnswer(Int(response.tag), answer(response))
                 }
             }

@@ -56,9 +56,16 @@ package final class RoutingPushTransport: PushTransport, Service, Sendable {
     }
 
     package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+        await send(jobs, onAnswer: onAnswer, onRetry: { _, _ in })
+    }
+
+    package func send(
+        _ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+        onRetry: @escaping @Sendable (Int, ProviderRetry) -> Void
+    ) async {
         // Nearly every batch is one provider's: its jobs go on as they are, without a subset and an index map.
         if let provider = jobs.first?.request.provider, jobs.allSatisfy({ $0.request.provider == provider }) {
-            await send(jobs, to: provider, onAnswer: onAnswer)
+            await send(jobs, to: provider, onAnswer: onAnswer, onRetry: onRetry)
             return
         }
         var parts: [PushProvider: [(Int, PushJob)]] = [:]
@@ -70,17 +77,21 @@ package final class RoutingPushTransport: PushTransport, Service, Sendable {
                 let answer: @Sendable (Int, PushAnswer) -> Void = { i, a in
                     if i >= 0 && i < back.count { onAnswer(back[i], a) }
                 }
-                group.addTask { await self.send(subset, to: provider, onAnswer: answer) }
+                let retry: @Sendable (Int, ProviderRetry) -> Void = { i, r in
+                    if i >= 0 && i < back.count { onRetry(back[i], r) }
+                }
+                group.addTask { await self.send(subset, to: provider, onAnswer: answer, onRetry: retry) }
             }
         }
     }
 
     private func send(
-        _ jobs: [PushJob], to provider: PushProvider, onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void
+        _ jobs: [PushJob], to provider: PushProvider, onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+        onRetry: @escaping @Sendable (Int, ProviderRetry) -> Void
     ) async {
         switch provider {
-        case .apns: await apns.send(jobs, onAnswer: onAnswer)
-        case .fcm: await fcm.send(jobs, onAnswer: onAnswer)
+        case .apns: await apns.send(jobs, onAnswer: onAnswer, onRetry: onRetry)
+        case .fcm: await fcm.send(jobs, onAnswer: onAnswer, onRetry: onRetry)
         case .webhook: await webhook.send(jobs, onAnswer: onAnswer)
         case .webpush: await webpush.send(jobs, onAnswer: onAnswer)
         }
@@ -202,6 +213,13 @@ package final class FCMPushTransport: Sendable {
     package var isReady: Bool { clients.values.allSatisfy { $0.tokens.token() != nil } }
 
     package func send(_ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void) async {
+        await send(jobs, onAnswer: onAnswer, onRetry: { _, _ in })
+    }
+
+    package func send(
+        _ jobs: [PushJob], onAnswer: @escaping @Sendable (Int, PushAnswer) -> Void,
+        onRetry: @escaping @Sendable (Int, ProviderRetry) -> Void
+    ) async {
         var groups: [Key: [Int]] = [:]
         let clients = self.clients
         for (index, job) in jobs.enumerated() {
@@ -214,7 +232,8 @@ package final class FCMPushTransport: Sendable {
         }
         await sendConcurrently(
             jobs, groups.compactMap { key, indices in clients[key].map { ($0, indices) } }, timeout: timeout,
-            delivery: { FCMClient.delivery($0, timeout: $1, tag: $2) }, answer: Self.answer, onAnswer: onAnswer)
+            delivery: { FCMClient.delivery($0, timeout: $1, tag: $2) }, answer: Self.answer, onAnswer: onAnswer,
+            onRetry: onRetry)
     }
 
     static func answer(_ r: PushResponse) -> PushAnswer {

@@ -92,6 +92,14 @@ public struct StageTracing: Sendable {
             span.setAttribute(request.provider == "fcm" ? "herald.fcm_message" : "herald.apns_id", id)
         }
         span.setAttribute("herald.attempt", Int64(request.attempt))
+        // The transport's own retries of the request, each with the answer it retried.
+        for retry in request.retries {
+            span.addEvent(
+                "retry", atNanoseconds: retry.timeNanoseconds,
+                attributes: [
+                    "http.response.status_code": retry.status.map(String.init) ?? "none", "herald.reason": retry.reason,
+                ])
+        }
         span.end(atNanoseconds: max(request.endNanoseconds, request.startNanoseconds))
     }
 

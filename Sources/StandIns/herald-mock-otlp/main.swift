@@ -1,7 +1,7 @@
 // herald-mock-otlp: an OTLP/HTTP trace receiver stand-in (the local stack, the demo, tests). Plain HTTP/1.1 with
 // keep-alive on one port: `POST /v1/traces` (protobuf) keeps the spans, `GET /v1/spans?trace_id=|event_id=` answers
 // them as JSON, `GET /healthz`. It decodes with HeraldToolSupport's OTLP reader, written from the OTLP definitions
-// apart from the exporter the stages use (swift-otel).
+// apart from the writer the stages export with (HeraldTracing).
 import ArgumentParser
 import Foundation
 import Glibc

@@ -9,7 +9,7 @@ import Synchronization
 /// A loopback HTTP listener standing in for an OpenTelemetry collector (OTLP/HTTP, `POST /v1/traces`).
 ///
 /// It starts answering: each request is read whole (headers and `Content-Length` body) and answered `200` with an
-/// empty `application/x-protobuf` body, which swift-otel reads as a full success. `refuse()` closes the listener and
+/// empty `application/x-protobuf` body, a full success for an OTLP exporter. `refuse()` closes the listener and
 /// every connection, so the port has nothing listening and a connect is refused; `hold()` keeps accepting
 /// connections and reading their requests but answers none, on new connections and on those already open (an
 /// exporter's kept-alive connection gets no answer either).
