@@ -292,6 +292,7 @@ let package = Package(
             name: "HeraldProvidersTests",
             dependencies: [
                 "HeraldPushProviders", "HeraldHTTP", "HeraldCore", "HeraldMockProviders", "HeraldTestSupport",
+                "HeraldTracing", "HeraldConfig", .product(name: "Logging", package: "swift-log"),
             ]),
         // The shared TLS client context against a TLS server on loopback (the test CA, ALPN, client certificates).
         .testTarget(name: "HeraldTLSTests", dependencies: ["HeraldTLS", "COpenSSL", "HeraldTestSupport"]),

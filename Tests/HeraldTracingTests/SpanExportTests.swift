@@ -119,6 +119,19 @@ import Glibc
         #expect(drops.all.isEmpty)
     }
 
+    @Test("cancelled instead of shut down, the service sends what is queued and returns")
+    func cancelled() async throws {
+        let receiver = try OTLPReceiver()
+        defer { receiver.stop() }
+        let drops = Drops()
+        let export = try Self.export(to: receiver.port, batch: 10, drops: drops)
+        let running = Task { try await export.service.run() }
+        Self.span(export, "event-first")
+        running.cancel()
+        try await running.value
+        #expect(Self.names(receiver) == ["first"] && drops.all.isEmpty)
+    }
+
     @Test("a span that finds the queue full is dropped and counted; the caller never waits")
     func queueFull() async throws {
         let drops = Drops()

@@ -84,6 +84,10 @@ struct TracingSettingsTests {
             ("OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name"),
             ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=topsecret%zz"),
             ("OTEL_EXPORTER_OTLP_HEADERS", "=topsecret"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "0"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "10s"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "600001"),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"),
         ])
     func refused(key: String, value: String) {
         #expect {
@@ -110,6 +114,15 @@ struct TracingSettingsTests {
         #expect(settings.exportHeaders.map(\.0) == ["x-api-key"])
         #expect(settings.maxQueueSpans == 100 && settings.maxBatchSpans == 10)
         #expect(settings.exportInterval == .milliseconds(250) && settings.exportTimeout == .seconds(10))
+        #expect(settings.certificateFile == nil)
+        let tuned = try TracingSettings(
+            file: file,
+            environment: [
+                "OTEL_EXPORTER_OTLP_TIMEOUT": "2500",
+                "OTEL_EXPORTER_OTLP_CERTIFICATE": Paths.packageRoot + "/README.md",
+            ], stage: "herald-render")
+        #expect(tuned.exportTimeout == .milliseconds(2500))
+        #expect(tuned.certificateFile == Paths.packageRoot + "/README.md")
         #expect(
             settings.resource.map { "\($0.key)=\($0.value)" } == [
                 "deployment.environment=string(\"prod\")", "k8s.pod.name=string(\"p\")",

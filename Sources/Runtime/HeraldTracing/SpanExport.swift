@@ -214,7 +214,8 @@ public struct SpanExportService: Service {
         self.dropped = dropped
         client = try HTTP1Client(
             configuration: HTTP1ClientConfiguration(
-                maxInFlight: 1, maxConnectionsPerHost: 1, connectTimeout: min(settings.exportTimeout, .seconds(5))))
+                trustedCAFile: settings.certificateFile, maxInFlight: 1, maxConnectionsPerHost: 1,
+                connectTimeout: min(settings.exportTimeout, .seconds(5))))
     }
 
     public func run() async throws {
@@ -227,7 +228,12 @@ public struct SpanExportService: Service {
                         queue.wake()
                     } catch {}
                 }
-                await queue.wait()
+                // Cancelled (not shut down gracefully), the service closes the queue and stops the same way.
+                await withTaskCancellationHandler {
+                    await queue.wait()
+                } onCancel: {
+                    queue.close()
+                }
                 timer.cancel()
                 await exportAll(timeout: timeout, failures: failures)
             }

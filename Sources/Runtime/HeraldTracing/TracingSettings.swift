@@ -1,3 +1,4 @@
+import Glibc
 import HeraldConfig
 
 /// A tracing setting from the environment that does not read; the stage stops at startup (status 2), as for a
@@ -34,6 +35,8 @@ public struct TracingSettings: Sendable {
     /// The longest one export request may take; its spans are dropped after it. 10 s, the OTLP exporter's default;
     /// not a pipeline key.
     public var exportTimeout: Duration = .seconds(10)
+    /// A PEM file of the CAs to trust for an `https://` endpoint instead of the system's store; nil: the system's.
+    public var certificateFile: String?
 
     public static let defaultEndpoint = "http://localhost:4318"
 
@@ -54,6 +57,12 @@ public struct TracingSettings: Sendable {
         meaning:
             "`name=value,name=value` (values URL-encoded) sent with each export request, e.g. a collector's API key; never logged"
     )
+    public static let exporterTimeout = TracingEnvironmentKey(
+        name: "OTEL_EXPORTER_OTLP_TIMEOUT", documentedDefault: "`10000`",
+        meaning: "milliseconds one export request may take (1 to 600,000); its spans are dropped after it")
+    public static let exporterCertificate = TracingEnvironmentKey(
+        name: "OTEL_EXPORTER_OTLP_CERTIFICATE", documentedDefault: "(the system's CA store)",
+        meaning: "a PEM file of the CAs to trust for an `https://` collector (a private CA); it must be readable")
     public static let samplerArgument = TracingEnvironmentKey(
         name: "OTEL_TRACES_SAMPLER_ARG", documentedDefault: "pipeline `tracing.sample_ratio` (0.01)",
         meaning: "the share of events without a `traceparent` that start a trace, 0 to 1")
@@ -68,8 +77,8 @@ public struct TracingSettings: Sendable {
 
     /// Every `OTEL_*` variable Herald reads, in the order docs/operations.md lists them.
     public static let environmentKeys = [
-        sdkDisabled, exporterEndpoint, tracesEndpoint, exporterHeaders, samplerArgument, serviceNameKey,
-        resourceAttributesKey,
+        sdkDisabled, exporterEndpoint, tracesEndpoint, exporterHeaders, exporterTimeout, exporterCertificate,
+        samplerArgument, serviceNameKey, resourceAttributesKey,
     ]
 
     /// docs/operations.md's table of the `OTEL_*` variables (a test compares them).
@@ -131,6 +140,19 @@ public struct TracingSettings: Sendable {
         self.maxQueueSpans = file.maxQueueSpans
         self.maxBatchSpans = file.maxBatchSpans
         self.exportInterval = .milliseconds(file.exportIntervalMs)
+        if let text = value(Self.exporterTimeout) {
+            guard let milliseconds = Int(text), (1...600_000).contains(milliseconds) else {
+                throw TracingConfigurationError(
+                    key: Self.exporterTimeout.name, message: "expected milliseconds from 1 to 600000, got \(text)")
+            }
+            self.exportTimeout = .milliseconds(milliseconds)
+        }
+        if let path = value(Self.exporterCertificate) {
+            guard access(path, R_OK) == 0 else {
+                throw TracingConfigurationError(key: Self.exporterCertificate.name, message: "\(path) is not readable")
+            }
+            self.certificateFile = path
+        }
     }
 
     /// The sampler these settings describe.
