@@ -359,7 +359,6 @@ let package = Package(
             dependencies: [
                 "HeraldToolSupport", "HeraldTracing", "HeraldConfig", "HeraldTestSupport",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         // The benchmarks' own arithmetic (quantiles from histogram buckets) and what the tools share
         // (HeraldToolSupport: the Prometheus text reader, the HTTP probe, the report JSON).

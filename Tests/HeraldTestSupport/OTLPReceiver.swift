@@ -7,12 +7,18 @@ import Glibc
 
 /// An OTLP/HTTP receiver stand-in on loopback that only keeps bodies: accepts `POST /v1/traces` (HTTP/1.1,
 /// keep-alive), keeps each request's body and answers 200. The bodies are OTLP protobuf, as the stages export them.
+/// Made with `answering: false` it is a collector that hangs: it accepts connections and never reads or answers.
 public final class OTLPReceiver: Sendable {
     public let port: Int
     private let listener: Int32
     private let bodies = Mutex<[[UInt8]]>([])
+    private let answering: Bool
+    /// The connections a receiver that does not answer holds open (closed by `stop()`).
+    private let held = Mutex<[Int32]>([])
+    private let acceptedCount = Mutex(0)
 
-    public init() throws {
+    public init(answering: Bool = true) throws {
+        self.answering = answering
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
@@ -43,13 +49,25 @@ public final class OTLPReceiver: Sendable {
     /// The bodies received so far.
     public var received: [[UInt8]] { bodies.withLock { $0 } }
 
-    /// Stops accepting (connections already open end with their peer).
-    public func stop() { shutdown(listener, Int32(SHUT_RDWR)) }
+    /// Connections accepted so far.
+    public var accepted: Int { acceptedCount.withLock { $0 } }
+
+    /// Stops accepting (connections already open end with their peer; the held ones of a receiver that does not
+    /// answer are closed).
+    public func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        for connection in held.withLock({ $0 }) { close(connection) }
+    }
 
     private func acceptLoop() {
         while true {
             let connection = accept(listener, nil, nil)
             if connection < 0 { return }
+            acceptedCount.withLock { $0 += 1 }
+            guard answering else {
+                held.withLock { $0.append(connection) }
+                continue
+            }
             let thread = Thread { [self] in serve(connection) }
             thread.name = "otlp-receiver-conn"
             thread.start()

@@ -11,10 +11,6 @@ import Testing
 
 @testable import HeraldTracing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 @Suite(.serialized) struct SpanExportTests {
     static let parent = TraceContext(
         traceIDHigh: 0x4bf9_2f35_77b3_4da6, traceIDLow: 0xa3ce_929d_0e0e_4736, spanID: 0x00f0_67aa_0ba9_02b7, flags: 1,
@@ -167,8 +163,8 @@ import Glibc
 
     @Test("a collector that never answers: its batch is dropped after the timeout, and shutdown still returns")
     func hungCollector() async throws {
-        let silent = try SilentListener()
-        defer { silent.close() }
+        let silent = try OTLPReceiver(answering: false)
+        defer { silent.stop() }
         let drops = Drops()
         let export = try Self.export(to: silent.port, batch: 1, drops: drops)
         try await Self.running(export) {
@@ -272,50 +268,5 @@ import Glibc
             let start = text.index(text.startIndex, offsetBy: offset)
             return UInt8(text[start..<text.index(start, offsetBy: 2)], radix: 16) ?? 0
         }
-    }
-}
-
-/// A TCP listener on loopback that accepts connections and never answers: a collector that hangs.
-final class SilentListener: Sendable {
-    let port: Int
-    private let listener: Int32
-    private let connections = Mutex<[Int32]>([])
-
-    init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard bound == 0, listen(fd, 16) == 0 else {
-            Glibc.close(fd)
-            throw POSIXError(.EADDRINUSE)
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        listener = fd
-        port = Int(UInt16(bigEndian: address.sin_port))
-        let thread = Thread { [self] in
-            while true {
-                let connection = accept(fd, nil, nil)
-                if connection < 0 { return }
-                connections.withLock { $0.append(connection) }
-            }
-        }
-        thread.start()
-    }
-
-    /// Connections accepted so far.
-    var accepted: Int { connections.withLock { $0.count } }
-
-    func close() {
-        shutdown(listener, Int32(SHUT_RDWR))
-        for connection in connections.withLock({ $0 }) { Glibc.close(connection) }
     }
 }

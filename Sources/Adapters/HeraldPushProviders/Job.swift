@@ -30,7 +30,7 @@ final class Job: @unchecked Sendable {
     /// The access token was renewed once for this request after a 401 (FCM).
     var renewedCredentials = false
     /// The retries of a traced request (`PushResponse.retries`); never appended to for the others.
-    var retries: [PushRetryNote] = []
+    var retries: [ProviderRetry] = []
 
     /// Notes a retry of a traced request (nothing for the others): now, and the answer that caused it.
     func noteRetry(status: Int?, reason: String) {
@@ -38,7 +38,7 @@ final class Job: @unchecked Sendable {
         var time = timespec()
         clock_gettime(CLOCK_REALTIME, &time)
         retries.append(
-            PushRetryNote(
+            ProviderRetry(
                 timeNanoseconds: UInt64(max(0, time.tv_sec)) &* 1_000_000_000 &+ UInt64(max(0, time.tv_nsec)),
                 status: status, reason: reason))
     }

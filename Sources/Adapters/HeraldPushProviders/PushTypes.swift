@@ -150,24 +150,9 @@ public struct PushResponse: Sendable {
     /// The message name of FCM's 200 (`projects/<project>/messages/<id>`), for a traced request only.
     public var messageName: String? = nil
     /// The client's own retries of a traced request before its last answer, in order; empty for the others.
-    public var retries: [PushRetryNote] = []
+    public var retries: [ProviderRetry] = []
 
     public var isDelivered: Bool { disposition == .delivered }
-}
-
-/// One retry the client made of a traced request: when it decided to retry (wall clock, nanoseconds since the
-/// epoch), the answer's HTTP status (nil below HTTP) and its reason (APNs `reason`, FCM's error code, a transport
-/// failure's kind, or `renew credentials` when the token was renewed for it).
-public struct PushRetryNote: Sendable, Hashable {
-    public var timeNanoseconds: UInt64
-    public var status: Int?
-    public var reason: String
-
-    public init(timeNanoseconds: UInt64, status: Int?, reason: String) {
-        self.timeNanoseconds = timeNanoseconds
-        self.status = status
-        self.reason = reason
-    }
 }
 
 /// Error type of the push provider clients (APNs, FCM, Web Push, webhooks): a stable code and what went wrong.

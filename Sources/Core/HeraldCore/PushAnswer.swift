@@ -94,3 +94,19 @@ extension BackoffPolicy {
         }
     }
 }
+
+/// A retry a provider client made of a traced request before its final answer: when it decided to retry (wall
+/// clock, nanoseconds since the epoch), the answer retried (HTTP status, nil below HTTP) and its reason (APNs
+/// `reason`, FCM's error code, a transport failure's kind, or `renew credentials: ...` when the token was renewed
+/// for it). Send's request span shows each as an event.
+public struct ProviderRetry: Sendable, Hashable {
+    public var timeNanoseconds: UInt64
+    public var status: Int?
+    public var reason: String
+
+    public init(timeNanoseconds: UInt64, status: Int?, reason: String) {
+        self.timeNanoseconds = timeNanoseconds
+        self.status = status
+        self.reason = reason
+    }
+}

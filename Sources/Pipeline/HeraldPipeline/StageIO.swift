@@ -209,20 +209,6 @@ public struct ProviderRequest: Sendable, Hashable {
     }
 }
 
-/// A retry a transport made of a traced job's request before its final answer: when (nanoseconds since the epoch),
-/// the answer retried (HTTP status, nil below HTTP) and its reason.
-public struct ProviderRetry: Sendable, Hashable {
-    public var timeNanoseconds: UInt64
-    public var status: Int?
-    public var reason: String
-
-    public init(timeNanoseconds: UInt64, status: Int?, reason: String) {
-        self.timeNanoseconds = timeNanoseconds
-        self.status = status
-        self.reason = reason
-    }
-}
-
 /// What became of one input.
 public struct StageResult: Sendable, Hashable {
     /// Records to produce; the input completes once all of them (and the DLQ record) are acknowledged.

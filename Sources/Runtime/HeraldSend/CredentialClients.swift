@@ -29,12 +29,7 @@ func sendConcurrently<Client: CredentialClient>(
                 }
                 await client.answers(for: requests) { response in
                     // A traced request's retries by the client (none for the others), before its answer.
-                    for retry in response.retries {
-                        onRetry(
-                            Int(response.tag),
-                            ProviderRetry(
-                                timeNanoseconds: retry.timeNanoseconds, status: retry.status, reason: retry.reason))
-                    }
+                    for retry in response.retries { onRetry(Int(response.tag), retry) }
                     onAnswer(Int(response.tag), answer(response))
                 }
             }
